@@ -1,0 +1,183 @@
+"""The client helper: schedule, inspect, cancel and reschedule tasks (one conditional write each)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from .clock import Clock, SystemClock
+from .errors import InvalidTaskError
+from .keys import to_ms
+from .model import Action, Task, TaskStatus, canonical_json
+from .repository import DynamoTaskRepository
+from .settings import Settings
+
+_MISSING = object()
+
+
+def _field_error(exc: ValidationError) -> InvalidTaskError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidTaskError(f"invalid {field or 'task'}: {first['msg']}", field=field)
+
+
+def _grace_ms(value: timedelta | int | None, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+class Client:
+    """Schedule tasks for Punctual to fire at an exact instant.
+
+    Parameters
+    ----------
+    settings:
+        Table name, endpoint, shard count and limits; defaults to ``Settings.from_env()``.
+    dynamodb:
+        A boto3 DynamoDB client to use (for example one bound to DynamoDB Local or moto).
+    clock:
+        Where "now" comes from (for the horizon check and the index bucket of late writes).
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime, timedelta
+    >>> from punctual import Client, HttpAction
+    >>> client = Client()                                         # doctest: +SKIP
+    >>> task = client.schedule(                                   # doctest: +SKIP
+    ...     due_at=datetime.now(UTC) + timedelta(minutes=5),
+    ...     action=HttpAction(url="https://example.com/hooks/publish"),
+    ...     payload={"video": "v-123"},
+    ...     task_id="publish-v-123",                              # idempotent on this id
+    ... )
+    >>> client.get("publish-v-123").status                       # doctest: +SKIP
+    <TaskStatus.PENDING: 'PENDING'>
+    >>> client.reschedule("publish-v-123", task.due_at + timedelta(minutes=1))  # doctest: +SKIP
+    >>> client.cancel("publish-v-123")                           # doctest: +SKIP
+    """
+
+    def __init__(self, settings: Settings | None = None, *, dynamodb: Any = None,
+                 clock: Clock | None = None, repository: DynamoTaskRepository | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self._clock = clock or SystemClock()
+        if repository is None:
+            if dynamodb is None:
+                from .aws import make_dynamodb_client
+
+                dynamodb = make_dynamodb_client(self.settings)
+            repository = DynamoTaskRepository(dynamodb, self.settings.table_name, self.settings.shard_count)
+        self._repo = repository
+
+    def _now_ms(self) -> int:
+        return int(self._clock.wall_ms())
+
+    def _check_due(self, due_ms: int, grace_ms: int, now_ms: int) -> None:
+        horizon = now_ms + self.settings.max_horizon_days * 86_400_000
+        if due_ms > horizon:
+            raise InvalidTaskError(
+                f"invalid due_at: more than {self.settings.max_horizon_days} days ahead (the horizon)",
+                field="due_at",
+            )
+        if now_ms - due_ms > grace_ms:
+            raise InvalidTaskError(
+                f"invalid due_at: {(now_ms - due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
+                f"{grace_ms} ms: it could only be recorded MISSED",
+                field="due_at",
+            )
+
+    def build_task(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
+                   task_id: str | None = None, misfire_grace: timedelta | int | None = None,
+                   now_ms: int | None = None) -> Task:
+        """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
+        import uuid
+
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        if not isinstance(due_at, datetime):
+            raise InvalidTaskError("invalid due_at: must be a datetime", field="due_at")
+        if due_at.tzinfo is None or due_at.utcoffset() is None:
+            raise InvalidTaskError("invalid due_at: naive datetime; give a timezone (e.g. UTC)", field="due_at")
+        try:
+            task = Task(
+                task_id=task_id if task_id is not None else uuid.uuid4().hex,
+                due_at=due_at,
+                action=action,
+                payload=payload,
+                misfire_grace_ms=_grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
+            )
+        except ValidationError as exc:
+            raise _field_error(exc) from exc
+        size = len(canonical_json(task.payload).encode())
+        if size > self.settings.max_payload_bytes:
+            raise InvalidTaskError(
+                f"invalid payload: {size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}",
+                field="payload",
+            )
+        self._check_due(task.due_ms, task.misfire_grace_ms, now_ms)
+        return task
+
+    def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
+                 task_id: str | None = None, misfire_grace: timedelta | int | None = None) -> Task:
+        """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
+
+        Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
+        existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`.
+
+        Raises
+        ------
+        InvalidTaskError
+            Bad input (``.field`` names it); nothing is stored.
+        TaskConflictError
+            The id exists with other content.
+        """
+        now_ms = self._now_ms()
+        task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
+                               now_ms=now_ms)
+        stored, _created = self._repo.create(task, now_ms)
+        return stored
+
+    def get(self, task_id: str) -> Task | None:
+        """The task as stored now, or None if there is no such task."""
+        return self._repo.get(task_id)
+
+    def list(self, status: TaskStatus | str | list[TaskStatus | str] | None = None,
+             due_from: datetime | None = None, due_to: datetime | None = None,
+             limit: int | None = None) -> list[Task]:
+        """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
+        statuses = None
+        if status is not None:
+            raw = status if isinstance(status, list) else [status]
+            try:
+                statuses = [TaskStatus(s) for s in raw]
+            except ValueError as exc:
+                raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
+        tasks = list(self._repo.scan(
+            statuses,
+            None if due_from is None else to_ms(due_from),
+            None if due_to is None else to_ms(due_to),
+        ))
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def cancel(self, task_id: str) -> Task:
+        """Cancel a task that has not been armed for firing yet.
+
+        Race-safe against a concurrent claim: either the cancel wins and the task never fires, or the task
+        was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
+        """
+        return self._repo.cancel(task_id, self._now_ms())
+
+    def reschedule(self, task_id: str, due_at: datetime) -> Task:
+        """Move a task that has not been armed yet to ``due_at``. Race-safe like :meth:`cancel`."""
+        now_ms = self._now_ms()
+        current = self._repo.get(task_id)
+        if current is None:
+            from .errors import TaskNotFoundError
+
+            raise TaskNotFoundError(f"no task {task_id!r}")
+        task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
+                               misfire_grace=current.misfire_grace_ms, now_ms=now_ms)
+        return self._repo.reschedule(task_id, task.due_ms, now_ms)

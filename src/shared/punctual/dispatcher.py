@@ -1,0 +1,130 @@
+"""The firing engine: one dispatcher thread over a heap of deadlines, and a pool of worker threads.
+
+The dispatcher sleeps until ``spin_s`` before the earliest deadline, spins on the monotonic clock for the
+rest, then hands every item that is due to the workers through a lock-free queue. One sleeping thread per
+task does not scale (1,000 sleeping threads on 2 cores give ~90 ms p99 error); one heap thread gives
+< 0.1 ms. Nothing but the hand-off happens between wake-up and fire: callers do their database work before
+``add`` and after the fire callback.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .clock import Clock, SystemClock
+
+T = TypeVar("T")
+_STOP = object()
+
+
+class Dispatcher(Generic[T]):
+    """Fire ``fire(item)`` in a worker thread at each item's monotonic deadline.
+
+    Parameters
+    ----------
+    fire:
+        Called in a worker thread as soon as the item is due; it should note the time first.
+    workers:
+        Worker threads, all started up front (a burst must not pay for thread creation).
+    spin_s:
+        How long before a deadline the dispatcher stops sleeping and spins.
+    """
+
+    def __init__(self, fire: Callable[[T], None], workers: int = 32, clock: Clock | None = None,
+                 spin_s: float = 0.002, name: str = "dispatcher") -> None:
+        self._fire = fire
+        self._clock = clock or SystemClock()
+        self._spin_s = spin_s
+        self._heap: list[tuple[float, int, T]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._pending = 0  # added but not yet finished by a worker
+        self._idle = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._dispatch, name=name, daemon=True)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True) for i in range(workers)
+        ]
+        for worker in self._workers:
+            worker.start()
+        self._thread.start()
+
+    def add(self, deadline: float, item: T) -> None:
+        """Schedule ``item`` for the monotonic instant ``deadline`` (a past deadline fires at once)."""
+        with self._idle:
+            self._pending += 1
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._seq), item))
+            self._cond.notify()
+
+    def seconds_to_next_fire(self) -> float:
+        """Seconds until the earliest queued deadline (``inf`` when nothing is queued)."""
+        heap = self._heap
+        return heap[0][0] - self._clock.monotonic() if heap else float("inf")
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every added item has been fired and its callback returned."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def close(self) -> None:
+        """Stop the threads after the queued items have fired."""
+        self.wait_idle()
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        for _ in self._workers:
+            self._queue.put(_STOP)
+        for worker in self._workers:
+            worker.join()
+
+    def __enter__(self) -> Dispatcher[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _dispatch(self) -> None:
+        clock, heap, cond, spin = self._clock, self._heap, self._cond, self._spin_s
+        while True:
+            with cond:
+                while not heap:
+                    if self._closing:
+                        return
+                    cond.wait()
+                deadline = heap[0][0]
+                remaining = deadline - clock.monotonic()
+                if remaining > spin:
+                    cond.wait(remaining - spin)  # an earlier item may arrive: look again
+                    continue
+            while clock.monotonic() < deadline:
+                pass
+            with cond:
+                now = clock.monotonic()
+                due = []
+                while heap and heap[0][0] <= now:
+                    due.append(heapq.heappop(heap)[2])
+            put = self._queue.put
+            for item in due:
+                put(item)
+
+    def _work(self) -> None:
+        get, fire = self._queue.get, self._fire
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            try:
+                fire(item)  # type: ignore[arg-type]
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.notify_all()

@@ -1,0 +1,40 @@
+"""Domain errors. Every one ends in ``Error`` and says what to do about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PunctualError(Exception):
+    """Base class of every error Punctual raises on purpose."""
+
+
+class InvalidTaskError(PunctualError, ValueError):
+    """The task does not validate; ``field`` names the offending field. Nothing was stored."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class TaskNotFoundError(PunctualError, LookupError):
+    """No task has this id."""
+
+
+class TaskConflictError(PunctualError):
+    """A task with this id exists with different content (schedule is idempotent only on equal content)."""
+
+    def __init__(self, message: str, existing: Any = None) -> None:
+        super().__init__(message)
+        self.existing = existing
+
+
+class TaskStateError(PunctualError):
+    """The task is in a state that does not allow the change (for example it is already armed to fire).
+
+    ``task`` holds the task as it was when the change lost, read atomically with the failed condition.
+    """
+
+    def __init__(self, message: str, task: Any = None) -> None:
+        super().__init__(message)
+        self.task = task

@@ -1,0 +1,51 @@
+"""The messages between the parts: the poller's batch for an executor, and the reports they return."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BatchTask(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    task_id: str
+    due_ms: int
+    grace_ms: int = 0
+
+
+class BatchEvent(BaseModel):
+    """What the poller sends (async) to one executor: tasks it claimed under ``batch_id``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    batch_id: str = Field(min_length=1)
+    claimed_by: str = ""
+    tasks: list[BatchTask] = Field(min_length=1)
+
+
+class PollReport(BaseModel):
+    now_ms: int
+    window_end_ms: int
+    watermark_ms: int
+    buckets: int
+    queries: int
+    candidates: int
+    claimed: int
+    recovered: int
+    conflicts: int
+    missed: int
+    batches: int
+    invoke_failures: int
+
+
+class BatchReport(BaseModel):
+    batch_id: str
+    executor_id: str
+    tasks: int
+    armed: int
+    lost_arm: int
+    fired: int
+    succeeded: int
+    failed: int
+    missed: int
+    not_recorded: int
+    clock_offset_ms: float | None
+    drift_ms: list[float] = Field(default_factory=list)

@@ -1,0 +1,151 @@
+"""The executor service: arm a batch, fire each task at its instant, record the outcomes.
+
+Order of work, so that nothing but the action runs between wake-up and fire:
+
+1. **arm** every task of the batch (conditional write CLAIMED → ARMED); a duplicate delivery loses here;
+2. **fire** from one dispatcher thread into the worker pool, each task at its due instant;
+3. **record** outcome, ``fired_at`` and drift (conditional write ARMED → outcome), only in the quiet gaps
+   between fires, so that recording never holds the interpreter when the dispatcher must wake.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .actions import FireContext, run_action
+from .clock import Clock, OffsetProbe
+from .dispatcher import Dispatcher
+from .events import BatchEvent, BatchReport, BatchTask
+from .model import Task, TaskStatus
+from .repository import DynamoTaskRepository, FireRecord
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+QUIET_S = 0.025  # record only when the next fire is at least this far away
+MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
+
+
+@dataclass(slots=True)
+class _Armed:
+    task: Task
+    due_ms: int
+
+
+class Executor:
+    """Runs batches. One instance per process; dependencies are injected."""
+
+    def __init__(self, repository: DynamoTaskRepository, settings: Settings, clock: Clock,
+                 offset: OffsetProbe, spin_s: float = 0.002) -> None:
+        self._repo = repository
+        self._settings = settings
+        self._clock = clock
+        self._offset = offset
+        self._spin_s = spin_s
+
+    def run_batch(self, event: BatchEvent) -> BatchReport:
+        executor_id = f"x-{uuid.uuid4().hex[:12]}"
+        armed, lost = self._arm(event, executor_id)
+        results: queue.SimpleQueue[FireRecord | None] = queue.SimpleQueue()
+        offset = self._offset.current()
+        clock = self._clock
+
+        def fire(entry: _Armed) -> None:
+            started = clock.wall_ms()
+            task = entry.task
+            late = started - entry.due_ms
+            corrected = None if offset.offset_ms is None else late + offset.offset_ms
+            if late > task.misfire_grace_ms:
+                results.put(FireRecord(task.task_id, TaskStatus.MISSED, None, int(started), None, None,
+                                       f"would fire {late:.0f} ms late, past its grace of "
+                                       f"{task.misfire_grace_ms} ms"))
+                return
+            outcome, detail = TaskStatus.SUCCEEDED, None
+            try:
+                run_action(task.action, FireContext(task.task_id, task.occurrence, entry.due_ms, started,
+                                                    task.payload))
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                outcome, detail = TaskStatus.FAILED, f"{type(exc).__name__}: {exc}"[:1000]
+            results.put(FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected,
+                                   detail))
+
+        dispatcher: Dispatcher[_Armed] = Dispatcher(
+            fire, workers=min(self._settings.worker_threads, max(1, len(armed))), clock=clock,
+            spin_s=self._spin_s, name=f"dispatch-{event.batch_id[:8]}",
+        )
+        recorded: list[FireRecord] = []
+        not_recorded = 0
+        recorder_done = threading.Event()
+
+        def record_loop() -> None:
+            nonlocal not_recorded
+            for _ in range(len(armed)):
+                record = results.get()
+                if record is None:
+                    break
+                # Wait for a quiet gap: never hold the interpreter when the next fire is near.
+                while (gap := dispatcher.seconds_to_next_fire()) < QUIET_S:
+                    clock.sleep(max(gap, 0) + 0.003)
+                try:
+                    ok = self._repo.record(executor_id, record)
+                except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers this one
+                    log.exception("recording %s failed", record.task_id)
+                    ok = False
+                if ok:
+                    recorded.append(record)
+                else:
+                    not_recorded += 1
+                    log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
+                                record.task_id, record.outcome)
+            recorder_done.set()
+
+        recorder = threading.Thread(target=record_loop, name="recorder", daemon=True)
+        recorder.start()
+        wall, mono = clock.wall_ms(), clock.monotonic()
+        for entry in armed:
+            dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, entry)
+        dispatcher.close()
+        recorder.join()
+
+        count = {status: 0 for status in TaskStatus}
+        for record in recorded:
+            count[record.outcome] += 1
+        return BatchReport(
+            batch_id=event.batch_id,
+            executor_id=executor_id,
+            tasks=len(event.tasks),
+            armed=len(armed),
+            lost_arm=lost,
+            fired=count[TaskStatus.SUCCEEDED] + count[TaskStatus.FAILED],
+            succeeded=count[TaskStatus.SUCCEEDED],
+            failed=count[TaskStatus.FAILED],
+            missed=count[TaskStatus.MISSED],
+            not_recorded=not_recorded,
+            clock_offset_ms=offset.offset_ms,
+            drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None],
+        )
+
+    def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
+        """ARM each task; returns the armed ones and how many were lost to another owner."""
+        now = self._clock.wall_ms()
+        margin = self._settings.arm_margin_ms
+
+        def arm_one(entry: BatchTask) -> Task | None:
+            # The armed lease outlives every legitimate fire: due (or now, if late) + grace + the longest
+            # action timeout + a margin. Past it the task is claimable again (the executor is presumed dead).
+            lease = max(now, entry.due_ms) + entry.grace_ms + MAX_ACTION_TIMEOUT_MS + margin
+            try:
+                return self._repo.arm(entry.task_id, event.batch_id, executor_id, int(lease))
+            except Exception:  # noqa: BLE001 - left CLAIMED: its claim lease expires and it is claimed again
+                log.exception("arming %s failed", entry.task_id)
+                return None
+
+        with ThreadPoolExecutor(max_workers=self._settings.db_threads, thread_name_prefix="arm") as pool:
+            tasks = list(pool.map(arm_one, event.tasks))
+        armed = [_Armed(t, t.due_ms) for t in tasks if t is not None]
+        return armed, len(tasks) - len(armed)

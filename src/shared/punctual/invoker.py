@@ -1,0 +1,32 @@
+"""The ``Invoker`` port: how the poller hands a batch to an executor, asynchronously.
+
+In AWS it is Lambda's async invoke (``InvocationType="Event"``: at-least-once delivery, retried on error);
+locally, :class:`punctual.local.invoker.LocalInvoker` gives the same semantics with worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+
+class Invoker(Protocol):
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        """Queue one executor invocation; return as soon as it is accepted (raise if it is not)."""
+        ...
+
+
+class LambdaInvoker:
+    """Async invoke of the executor function."""
+
+    def __init__(self, lambda_client: Any, function_name: str) -> None:
+        self._client = lambda_client
+        self._function = function_name
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        response = self._client.invoke(
+            FunctionName=self._function, InvocationType="Event", Payload=json.dumps(payload).encode()
+        )
+        status = response.get("StatusCode")
+        if status != 202:
+            raise RuntimeError(f"async invoke of {self._function} answered {status}, expected 202")

@@ -1,0 +1,187 @@
+"""The task model: what to run (an action), when (``due_at``), with what (a JSON payload).
+
+Actions are a tagged union keyed on ``kind`` and open to new kinds through :func:`register_action_model`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    AnyHttpUrl,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializeAsAny,
+    field_validator,
+)
+
+from .keys import from_ms, to_ms
+
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+
+
+class TaskStatus(StrEnum):
+    """Where a task is in its life. The first three are active (the task is in the due index)."""
+
+    PENDING = "PENDING"
+    CLAIMED = "CLAIMED"
+    ARMED = "ARMED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    MISSED = "MISSED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_active(self) -> bool:
+        return self in ACTIVE_STATUSES
+
+
+ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED})
+OUTCOMES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED})
+
+
+class Action(BaseModel):
+    """Base of every action kind. Subclasses set ``kind`` to a ``Literal`` and register themselves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: str
+
+    @property
+    def timeout_seconds(self) -> float:
+        """Longest the action may run; kinds with a network call override it with a field."""
+        return float(getattr(self, "timeout_s", 0.0))
+
+
+class HttpAction(Action):
+    """POST the payload as JSON to ``url`` with an ``Idempotency-Key`` header (task id + occurrence)."""
+
+    kind: Literal["http"] = "http"
+    url: AnyHttpUrl
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    timeout_s: float = Field(10.0, gt=0, le=60)
+
+    @field_validator("url")
+    @classmethod
+    def _http_only(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        if url.scheme not in ("http", "https"):
+            raise ValueError("url must be http or https")
+        return url
+
+
+class LogAction(Action):
+    """Record that the task fired (a structured log line, plus the local fire log when one is set)."""
+
+    kind: Literal["log"] = "log"
+    message: str = Field("", max_length=1_000)
+
+
+_ACTION_MODELS: dict[str, type[Action]] = {}
+
+
+def register_action_model(model: type[Action]) -> type[Action]:
+    """Make a new action kind known to the task model (usable as a class decorator)."""
+    kind = model.model_fields["kind"].default
+    if not isinstance(kind, str) or not kind:
+        raise TypeError("an action model needs a string default for 'kind'")
+    _ACTION_MODELS[kind] = model
+    return model
+
+
+register_action_model(HttpAction)
+register_action_model(LogAction)
+
+
+def known_action_kinds() -> list[str]:
+    return sorted(_ACTION_MODELS)
+
+
+def parse_action(value: Any) -> Action:
+    """Validate an action given as a model or a mapping with a ``kind``."""
+    if isinstance(value, Action):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("action must be an object with a 'kind'")
+    kind = value.get("kind")
+    model = _ACTION_MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise ValueError(f"unknown action kind {kind!r}; known kinds: {', '.join(known_action_kinds())}")
+    return model.model_validate(value)
+
+
+def canonical_json(value: Any) -> str:
+    """Compact, key-sorted JSON: the stored form of payloads and actions, and what hashes are taken of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def truncate_to_ms(moment: datetime) -> datetime:
+    return from_ms(to_ms(moment))
+
+
+class Task(BaseModel):
+    """One task: an action to start at ``due_at``, with its life-cycle fields.
+
+    Times are timezone-aware UTC datetimes with millisecond precision; naive datetimes are rejected.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    task_id: str = Field(pattern=TASK_ID_PATTERN)
+    due_at: AwareDatetime
+    action: SerializeAsAny[Action]
+    payload: JsonValue = None
+    misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
+    occurrence: int = Field(0, ge=0)
+    status: TaskStatus = TaskStatus.PENDING
+    attempt: int = Field(0, ge=0)
+    lease_until: AwareDatetime | None = None
+    batch_id: str | None = None
+    claimed_by: str | None = None
+    armed_by: str | None = None
+    created_at: AwareDatetime | None = None
+    fired_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+    drift_ms: float | None = None
+    drift_corrected_ms: float | None = None
+    detail: str | None = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _parse_action(cls, value: Any) -> Action:
+        return parse_action(value)
+
+    @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at")
+    @classmethod
+    def _utc_ms(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else truncate_to_ms(value).astimezone(UTC)
+
+    @property
+    def due_ms(self) -> int:
+        return to_ms(self.due_at)
+
+    @property
+    def idempotency_key(self) -> str:
+        """What a target uses to drop a duplicate fire: task id and occurrence."""
+        return f"{self.task_id}:{self.occurrence}"
+
+    def content_hash(self) -> str:
+        """Hash of what the client asked for (when, what, with what): equal hashes mean the same task."""
+        content = {
+            "due_ms": self.due_ms,
+            "action": self.action.model_dump(mode="json"),
+            "payload": self.payload,
+            "misfire_grace_ms": self.misfire_grace_ms,
+        }
+        return hashlib.sha256(canonical_json(content).encode()).hexdigest()
+
+
+def is_valid_task_id(task_id: str) -> bool:
+    return bool(_TASK_ID_RE.match(task_id))

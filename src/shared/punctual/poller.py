@@ -1,0 +1,109 @@
+"""The poller service: find due and overdue tasks in the due index, claim them, hand them to executors.
+
+Each tick queries every shard of every minute bucket from the watermark (the oldest bucket that may still
+hold an active task) up to ``now + lead``. Overdue tasks are always included: scheduled rules can be ~119 s
+apart and index writes lag, so the watermark stays at least ``overdue_safety_ms`` behind now and never passes
+a bucket in which an active task was seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .events import BatchEvent, BatchTask, PollReport
+from .invoker import Invoker
+from .keys import bucket_start, buckets_between
+from .model import TaskStatus
+from .repository import Candidate, DynamoTaskRepository
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    bucket_ms: int
+    candidate: Candidate
+
+
+def make_batches(claimed: list[Candidate], max_size: int) -> list[list[Candidate]]:
+    """Claimed tasks in due order, cut into batches of at most ``max_size``."""
+    ordered = sorted(claimed, key=lambda c: (c.due_ms, c.task_id))
+    return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
+
+
+class Poller:
+    """One poll = one call of :meth:`poll` with an explicit ``now_ms``."""
+
+    def __init__(self, repository: DynamoTaskRepository, invoker: Invoker, settings: Settings,
+                 poller_id: str | None = None) -> None:
+        self._repo = repository
+        self._invoker = invoker
+        self._settings = settings
+        self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
+
+    def poll(self, now_ms: int) -> PollReport:
+        s = self._settings
+        end_ms = now_ms + s.lead_ms
+        safety_bucket = bucket_start(now_ms - s.overdue_safety_ms)
+        watermark = self._repo.get_watermark()
+        if watermark is None:
+            oldest = self._repo.oldest_active_due()
+            watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
+        buckets = buckets_between(watermark, end_ms)
+        shards = range(self._repo.shard_count)
+        with ThreadPoolExecutor(max_workers=s.db_threads, thread_name_prefix="poll") as pool:
+            queries = [(b, sh) for b in buckets for sh in shards]
+            found = [
+                _Found(b, c)
+                for (b, _), page in zip(queries, pool.map(lambda q: self._repo.query_due(q[0], q[1], end_ms),
+                                                           queries), strict=True)
+                for c in page
+            ]
+            # The watermark may advance to the oldest bucket still holding an active task, but never
+            # closer to now than the safety margin (index lag, late rules, clock skew of writers).
+            new_watermark = min([safety_bucket, *(f.bucket_ms for f in found)])
+
+            claimable = [f.candidate for f in found if f.candidate.claimable_at(now_ms)]
+            overdue = [c for c in claimable if now_ms - c.due_ms > c.misfire_grace_ms]
+            to_claim = [c for c in claimable if now_ms - c.due_ms <= c.misfire_grace_ms]
+            missed = sum(pool.map(lambda c: self._repo.mark_missed(
+                c, now_ms, f"found {now_ms - c.due_ms} ms after due, past its grace of {c.misfire_grace_ms} ms"
+            ), overdue))
+            batches = make_batches(to_claim, s.max_batch_size)
+            batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
+            won = list(pool.map(
+                lambda c: self._repo.claim(c, batch_ids[c.task_id], self.poller_id, now_ms, s.claim_lease_ms),
+                to_claim,
+            ))
+        claimed_ids = {c.task_id for c, ok in zip(to_claim, won, strict=True) if ok}
+        recovered = sum(1 for c in to_claim if c.task_id in claimed_ids and c.status is not TaskStatus.PENDING)
+        invoke_failures = 0
+        sent = 0
+        for batch in batches:
+            mine = [c for c in batch if c.task_id in claimed_ids]
+            if not mine:
+                continue
+            event = BatchEvent(
+                batch_id=batch_ids[mine[0].task_id],
+                claimed_by=self.poller_id,
+                tasks=[BatchTask(task_id=c.task_id, due_ms=c.due_ms, grace_ms=c.misfire_grace_ms) for c in mine],
+            )
+            try:
+                self._invoker.invoke_async(event.model_dump(mode="json"))
+                sent += 1
+            except Exception:  # noqa: BLE001 - the tasks stay CLAIMED; their lease expires; next poll retries
+                invoke_failures += 1
+                log.exception("invoking an executor for batch %s failed", event.batch_id)
+        self._repo.advance_watermark(new_watermark)
+        report = PollReport(
+            now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
+            queries=len(buckets) * len(shards), candidates=len(found), claimed=len(claimed_ids),
+            recovered=recovered, conflicts=len(to_claim) - len(claimed_ids), missed=missed,
+            batches=sent, invoke_failures=invoke_failures,
+        )
+        log.info("poll: %s", report.model_dump())
+        return report

@@ -1,0 +1,488 @@
+"""The only module that speaks DynamoDB: the Tasks table and its sparse ``due`` index.
+
+Item layout (one item per task, base key ``task_id``)::
+
+    task_id S | due_ms N | due_at S (ISO) | due_bucket S (only while active) | status S
+    action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | occurrence N | attempt N
+    lease_until_ms N | batch_id S | claimed_by S | armed_by S
+    created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
+
+``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, CLAIMED,
+ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The
+bucket is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or in a
+minute the poller already swept) always lands at or after the poller's watermark.
+
+The life of a task, and the condition expression that guards each arrow (every state change is one
+conditional write on the base table; the index is only used to find candidates)::
+
+    schedule ─▶ PENDING ──claim (poller)──▶ CLAIMED ──arm (executor)──▶ ARMED ──fire──▶ record ─▶ outcome
+                  │  ▲                        │ lease = claim + claim_lease   │ lease = due + grace
+                  │  └──── reschedule ────────┤                               │         + timeout + margin
+                  ├───── cancel ──────────────┴──▶ CANCELLED                  │
+                  └── overdue past grace ──▶ MISSED     (any lease expired ──▶ claimable again)
+
+    CREATE      attribute_not_exists(task_id)
+    CLAIM       due_ms = :due AND (status = PENDING OR (status IN (CLAIMED, ARMED) AND lease_until_ms < :now))
+    MISS        same as CLAIM (only a claimable task can be declared missed by the poller)
+    ARM         status = CLAIMED AND batch_id = :batch        -- a duplicate delivery of a batch loses here
+    RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
+    CHANGE      status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
+                (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
+                 loses at ARM. Once armed and within its lease, the task belongs to its executor.)
+
+A lease expires at ``lease_until_ms``: at that millisecond the task is still owned; one millisecond later
+(``lease_until_ms < now``) it is claimable again. The only window in which a task can fire twice is after
+fire and before record, when the executor dies: its ARMED lease then expires and the task is claimed again;
+the second fire carries the same idempotency key (task id + occurrence).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from .errors import TaskConflictError, TaskNotFoundError, TaskStateError
+from .keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
+from .model import Action, Task, TaskStatus, canonical_json
+from .schema import DUE_INDEX
+
+WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
+
+_P, _C, _A = TaskStatus.PENDING.value, TaskStatus.CLAIMED.value, TaskStatus.ARMED.value
+
+CLAIMABLE = "due_ms = :due AND (#st = :pending OR (#st IN (:claimed, :armed) AND lease_until_ms < :now))"
+ARMABLE = "#st = :claimed AND batch_id = :batch"
+RECORDABLE = "#st = :armed AND armed_by = :executor"
+CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
+
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A task the due index says may be claimable (the index may lag; the claim's condition decides)."""
+
+    task_id: str
+    due_ms: int
+    status: TaskStatus
+    lease_until_ms: int | None
+    misfire_grace_ms: int
+
+    def claimable_at(self, now_ms: int) -> bool:
+        if self.status is TaskStatus.PENDING:
+            return True
+        return self.lease_until_ms is not None and self.lease_until_ms < now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class FireRecord:
+    """What an executor writes after a fire (or after deciding not to fire)."""
+
+    task_id: str
+    outcome: TaskStatus
+    fired_ms: float | None
+    finished_ms: int
+    drift_ms: float | None
+    drift_corrected_ms: float | None
+    detail: str | None = None
+
+
+def _is_conditional_failure(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _old_item(exc: ClientError) -> dict[str, Any] | None:
+    return exc.response.get("Item")
+
+
+def _num(value: float | int) -> Decimal:
+    return Decimal(str(round(value, 3))) if isinstance(value, float) else Decimal(value)
+
+
+def _to_av(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(_num(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+            for k, v in values.items()}
+
+
+def _from_av(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deser.deserialize(v) for k, v in item.items()}
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _ms_dt(value: Any) -> Any:
+    return None if value is None else from_ms(float(value))
+
+
+def item_to_task(item: dict[str, Any]) -> Task:
+    """Turn a raw (attribute-value) item into a :class:`Task`."""
+    v = _from_av(item)
+    return Task(
+        task_id=v["task_id"],
+        due_at=from_ms(int(v["due_ms"])),
+        action=json.loads(v["action"]),
+        payload=json.loads(v["payload"]) if "payload" in v else None,
+        misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+        occurrence=int(v.get("occurrence", 0)),
+        status=TaskStatus(v["status"]),
+        attempt=int(v.get("attempt", 0)),
+        lease_until=_ms_dt(v.get("lease_until_ms")),
+        batch_id=v.get("batch_id"),
+        claimed_by=v.get("claimed_by"),
+        armed_by=v.get("armed_by"),
+        created_at=_ms_dt(v.get("created_ms")),
+        fired_at=_ms_dt(v.get("fired_ms")),
+        finished_at=_ms_dt(v.get("finished_ms")),
+        drift_ms=float(v["drift_ms"]) if "drift_ms" in v else None,
+        drift_corrected_ms=float(v["drift_corrected_ms"]) if "drift_corrected_ms" in v else None,
+        detail=v.get("detail"),
+    )
+
+
+def encode_action(action: Action) -> str:
+    return canonical_json(action.model_dump(mode="json"))
+
+
+class DynamoTaskRepository:
+    """Tasks in DynamoDB: the conditional writes of the task life cycle, and the due-index queries.
+
+    Parameters
+    ----------
+    client:
+        A boto3 DynamoDB *client* (low level), for AWS, DynamoDB Local or moto alike.
+    table_name:
+        The Tasks table (defined in ``template.yaml``).
+    shard_count:
+        Shards per minute bucket of the due index.
+    """
+
+    def __init__(self, client: Any, table_name: str, shard_count: int) -> None:
+        self._client = client
+        self.table_name = table_name
+        self.shard_count = shard_count
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
+        return index_key(max(due_ms, now_ms), shard_of(task_id, self.shard_count))
+
+    def _update(self, task_id: str, update: str, condition: str, values: dict[str, Any],
+                names: dict[str, str] | None = None, return_values: str = "NONE") -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {"task_id": {"S": task_id}},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#st": "status", **(names or {})},
+            "ExpressionAttributeValues": _to_av(values),
+            "ReturnValues": return_values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        return self._client.update_item(**kwargs)
+
+    # -- client side -------------------------------------------------------------------------------------
+    def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
+        """Store a new PENDING task; idempotent on ``task_id`` with equal content.
+
+        Returns the stored task and whether it was created now (False: an equal task already existed).
+
+        Raises
+        ------
+        TaskConflictError
+            A task with this id exists with different content.
+        """
+        content_hash = task.content_hash()
+        values: dict[str, Any] = {
+            "task_id": task.task_id,
+            "due_ms": task.due_ms,
+            "due_at": task.due_at.isoformat(timespec="milliseconds"),
+            "due_bucket": self._index_key(task.task_id, task.due_ms, now_ms),
+            "status": _P,
+            "action": encode_action(task.action),
+            "payload": canonical_json(task.payload),
+            "content_hash": content_hash,
+            "misfire_grace_ms": task.misfire_grace_ms,
+            "occurrence": task.occurrence,
+            "attempt": 0,
+            "created_ms": now_ms,
+        }
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=_to_av(values),
+                ConditionExpression="attribute_not_exists(task_id)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _is_conditional_failure(exc):
+                raise
+            old = _old_item(exc) or self._get_item(task.task_id)
+            if old is None:  # deleted between the two calls: try once more
+                return self.create(task, now_ms)
+            existing = item_to_task(old)
+            if old.get("content_hash", {}).get("S") == content_hash:
+                return existing, False
+            raise TaskConflictError(
+                f"task {task.task_id!r} already exists with different content "
+                f"(due {existing.due_at.isoformat()}, status {existing.status})",
+                existing=existing,
+            ) from exc
+        return item_to_task({**_to_av(values)}), True
+
+    def _get_item(self, task_id: str) -> dict[str, Any] | None:
+        response = self._client.get_item(
+            TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True
+        )
+        return response.get("Item")
+
+    def get(self, task_id: str) -> Task | None:
+        """The task as stored now (strongly consistent read), or None."""
+        item = self._get_item(task_id)
+        return None if item is None else item_to_task(item)
+
+    def cancel(self, task_id: str, now_ms: int) -> Task:
+        """PENDING or CLAIMED (not yet armed) → CANCELLED; the task leaves the due index.
+
+        Raises
+        ------
+        TaskNotFoundError, TaskStateError
+            No such task; or it is armed (its executor owns it) or already finished.
+        """
+        return self._change(
+            task_id,
+            now_ms,
+            "SET #st = :cancelled, finished_ms = :now REMOVE due_bucket, lease_until_ms, batch_id",
+            {":cancelled": TaskStatus.CANCELLED.value},
+            verb="cancel",
+        )
+
+    def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
+        """Move a PENDING or CLAIMED task to a new due time; it is PENDING again and is claimed afresh.
+
+        Raises
+        ------
+        TaskNotFoundError, TaskStateError
+            As for :meth:`cancel`.
+        """
+        current = self.get(task_id)
+        if current is None:
+            raise TaskNotFoundError(f"no task {task_id!r}")
+        moved = current.model_copy(update={"due_at": from_ms(due_ms)})
+        return self._change(
+            task_id,
+            now_ms,
+            "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
+            "content_hash = :hash REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
+            {
+                ":new_due": due_ms,
+                ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
+                ":bucket": self._index_key(task_id, due_ms, now_ms),
+                ":hash": moved.content_hash(),
+            },
+            verb="reschedule",
+        )
+
+    def _change(self, task_id: str, now_ms: int, update: str, extra: dict[str, Any], verb: str) -> Task:
+        values = {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **extra}
+        try:
+            response = self._update(
+                task_id,
+                update,
+                f"attribute_exists(task_id) AND ({CHANGEABLE})",
+                values,
+                return_values="ALL_NEW",
+            )
+        except ClientError as exc:
+            if not _is_conditional_failure(exc):
+                raise
+            old = _old_item(exc)
+            if old is None:
+                raise TaskNotFoundError(f"no task {task_id!r}") from exc
+            task = item_to_task(old)
+            why = "it is armed and about to fire" if task.status is TaskStatus.ARMED else f"it is {task.status}"
+            raise TaskStateError(f"cannot {verb} task {task_id!r}: {why}", task=task) from exc
+        return item_to_task(response["Attributes"])
+
+    def scan(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
+             due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
+        filters, values, names = [], {}, {}
+        status_list = list(statuses or [])
+        if status_list:
+            keys = [f":s{i}" for i in range(len(status_list))]
+            filters.append(f"#st IN ({', '.join(keys)})")
+            values.update({k: s.value for k, s in zip(keys, status_list, strict=True)})
+            names["#st"] = "status"
+        if due_from_ms is not None:
+            filters.append("due_ms >= :from")
+            values[":from"] = due_from_ms
+        if due_to_ms is not None:
+            filters.append("due_ms < :to")
+            values[":to"] = due_to_ms
+        filters.append("attribute_exists(due_ms)")
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "FilterExpression": " AND ".join(filters)}
+        if values:
+            kwargs["ExpressionAttributeValues"] = _to_av(values)
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        count = 0
+        for page in self._client.get_paginator("scan").paginate(**kwargs):
+            for item in page.get("Items", []):
+                yield item_to_task(item)
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    # -- poller side -------------------------------------------------------------------------------------
+    def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
+        """Active tasks in one shard of one minute bucket of the index, due at or before ``until_ms``."""
+        candidates: list[Candidate] = []
+        paginator = self._client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self.table_name,
+            IndexName=DUE_INDEX,
+            KeyConditionExpression="due_bucket = :pk AND due_ms <= :until",
+            ExpressionAttributeValues=_to_av({":pk": index_key(bucket_ms, shard), ":until": until_ms}),
+            ExpressionAttributeNames={"#st": "status"},
+            ProjectionExpression="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms",
+        ):
+            for raw in page.get("Items", []):
+                v = _from_av(raw)
+                candidates.append(
+                    Candidate(
+                        task_id=v["task_id"],
+                        due_ms=int(v["due_ms"]),
+                        status=TaskStatus(v["status"]),
+                        lease_until_ms=_int(v.get("lease_until_ms")),
+                        misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+                    )
+                )
+        return candidates
+
+    def claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> bool:
+        """CLAIM (see the module docstring): True if this poller now owns the task for ``lease_ms``.
+
+        False when the condition failed: another poller claimed it, it was cancelled or rescheduled, or its
+        lease is still live. A task whose lease ends at ``lease_until_ms`` is claimable from the next ms.
+        """
+        try:
+            self._update(
+                candidate.task_id,
+                "SET #st = :claimed, lease_until_ms = :lease, batch_id = :batch, claimed_by = :poller "
+                "ADD attempt :one",
+                CLAIMABLE,
+                {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+                 ":lease": now_ms + lease_ms, ":batch": batch_id, ":poller": poller_id, ":one": 1},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
+        """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
+        try:
+            self._update(
+                candidate.task_id,
+                "SET #st = :missed, finished_ms = :now, detail = :detail REMOVE due_bucket, lease_until_ms",
+                CLAIMABLE,
+                {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+                 ":missed": TaskStatus.MISSED.value, ":detail": detail},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def get_watermark(self) -> int | None:
+        """Bucket start before which the index holds no active task (as of the last poll), or None."""
+        item = self._client.get_item(
+            TableName=self.table_name, Key={"task_id": {"S": WATERMARK_KEY}}, ConsistentRead=True
+        ).get("Item")
+        return None if item is None else int(item["watermark_ms"]["N"])
+
+    def advance_watermark(self, watermark_ms: int) -> bool:
+        """Move the watermark forward (never back: a concurrent poller may have moved it further)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"task_id": {"S": WATERMARK_KEY}},
+                UpdateExpression="SET watermark_ms = :w",
+                ConditionExpression="attribute_not_exists(watermark_ms) OR watermark_ms < :w",
+                ExpressionAttributeValues={":w": {"N": str(watermark_ms)}},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def oldest_active_due(self) -> int | None:
+        """Earliest due time in the whole due index (a scan of the sparse index; used only once, when no
+        watermark exists yet)."""
+        oldest: int | None = None
+        for page in self._client.get_paginator("scan").paginate(
+            TableName=self.table_name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
+        ):
+            for raw in page.get("Items", []):
+                due = int(raw["due_ms"]["N"])
+                oldest = due if oldest is None else min(oldest, due)
+        return None if oldest is None else bucket_start(oldest) - BUCKET_MS
+
+    # -- executor side -----------------------------------------------------------------------------------
+    def arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Task | None:
+        """ARM: CLAIMED by ``batch_id`` → ARMED by ``executor_id``. Returns the task, or None if it lost
+        (a duplicate delivery, a re-claim after the claim lease expired, a cancel or reschedule)."""
+        try:
+            response = self._update(
+                task_id,
+                "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease",
+                ARMABLE,
+                {":claimed": _C, ":armed": _A, ":batch": batch_id, ":executor": executor_id,
+                 ":lease": lease_until_ms},
+                return_values="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return None
+            raise
+        return item_to_task(response["Attributes"])
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        """RECORD: ARMED by this executor → outcome; the task leaves the due index.
+
+        Returns False when this executor no longer owns the task (its lease expired and it was claimed
+        again): the outcome is then not written, and the log says so.
+        """
+        values: dict[str, Any] = {
+            ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
+            ":finished": record.finished_ms,
+        }
+        sets = ["#st = :outcome", "finished_ms = :finished"]
+        for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
+                            ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
+            if value is not None:
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+        try:
+            self._update(
+                record.task_id,
+                f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
+                RECORDABLE,
+                values,
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True

@@ -1,0 +1,85 @@
+"""The table definition, read from ``template.yaml`` (the one place it is written down).
+
+``create_table_kwargs`` turns the CloudFormation ``AWS::DynamoDB::Table`` properties into the arguments of
+DynamoDB's ``CreateTable`` so that the local runtime and the tests build exactly the table AWS gets.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TABLE_RESOURCE = "TasksTable"
+DUE_INDEX = "due"
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """A YAML loader that accepts CloudFormation's short-form intrinsic tags (``!Ref``, ``!Sub``, ...)."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = "Ref" if tag_suffix == "Ref" else f"Fn::{tag_suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return {name: value}
+
+
+_CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def find_template() -> Path:
+    """``$PUNCTUAL_TEMPLATE``, else the ``template.yaml`` at the top of the source checkout."""
+    override = os.environ.get("PUNCTUAL_TEMPLATE")
+    if override:
+        return Path(override)
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "template.yaml"
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("template.yaml not found; set PUNCTUAL_TEMPLATE to its path")
+
+
+@lru_cache(maxsize=4)
+def load_template(path: str | None = None) -> dict[str, Any]:
+    with open(path or find_template(), encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+
+
+def create_table_kwargs(table_name: str, template_path: str | None = None) -> dict[str, Any]:
+    """``CreateTable`` arguments for the Tasks table as the template defines it."""
+    props = load_template(template_path)["Resources"][TABLE_RESOURCE]["Properties"]
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+    }
+    if props.get("GlobalSecondaryIndexes"):
+        kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    stream = props.get("StreamSpecification")
+    if stream:
+        kwargs["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream["StreamViewType"]}
+    return kwargs
+
+
+def ensure_table(client: Any, table_name: str) -> bool:
+    """Create the table if it does not exist and wait until it is active. Returns True if created."""
+    try:
+        client.describe_table(TableName=table_name)
+        return False
+    except client.exceptions.ResourceNotFoundException:
+        pass
+    try:
+        client.create_table(**create_table_kwargs(table_name))
+    except client.exceptions.ResourceInUseException:
+        return False
+    client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    return True

@@ -1,0 +1,69 @@
+"""One validated settings object, read once from the environment by the adapters (handlers, CLI).
+
+Services never read ``os.environ``: they receive a :class:`Settings` instance.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "PUNCTUAL_"
+
+
+class SettingsError(ValueError):
+    """The environment holds a setting that does not validate."""
+
+
+class Settings(BaseModel):
+    """Everything the poller, the executor, the client and the local runtime can be tuned with.
+
+    Each field can be set from the environment as ``PUNCTUAL_<FIELD NAME IN UPPER CASE>``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    table_name: str = Field("punctual-tasks", min_length=3, max_length=255)
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(None, description="DynamoDB endpoint; None means AWS itself")
+    shard_count: int = Field(4, ge=1, le=256, description="shards per minute bucket in the due index")
+    lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller claims")
+    poll_interval_ms: int = Field(60_000, ge=1_000, le=600_000)
+    claim_lease_ms: int = Field(30_000, ge=1_000, description="how long a claim waits for its executor to arm")
+    arm_margin_ms: int = Field(30_000, ge=1_000, description="armed lease beyond due + grace + action timeout")
+    overdue_safety_ms: int = Field(
+        180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
+    )
+    max_batch_size: int = Field(250, ge=1, le=5_000)
+    default_misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
+    max_horizon_days: int = Field(366, ge=1, le=3_660)
+    max_payload_bytes: int = Field(256 * 1024, ge=1, le=350 * 1024)
+    ntp_server: str | None = "time.aws.com"
+    ntp_timeout_s: float = Field(0.5, gt=0, le=5)
+    executor_function: str = "punctual-executor"
+    worker_threads: int = Field(32, ge=1, le=512, description="action worker threads per executor")
+    db_threads: int = Field(8, ge=1, le=64, description="threads for claim / arm / record writes")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Build settings from ``PUNCTUAL_*`` variables, then apply ``overrides``.
+
+        Raises
+        ------
+        SettingsError
+            When a variable does not validate; the message names the variable.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            names = ", ".join(ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"])
+            raise SettingsError(f"invalid setting(s) {names}: {exc}") from exc
