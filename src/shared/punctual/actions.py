@@ -98,14 +98,18 @@ class FireLog:
             cls._path = path
 
     @classmethod
-    def write(cls, entry: dict[str, Any]) -> None:
+    def write(cls, entry: dict[str, Any]) -> bool:
+        """Append one line; False when no fire log is configured."""
         fd = cls._fd
-        if fd is not None:
-            os.write(fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+        if fd is None:
+            return False
+        os.write(fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+        return True
 
 
 def run_log(action: LogAction, context: FireContext) -> None:
-    """Record that the task fired: one log line, and one fire-log line when a fire log is configured."""
+    """Record that the task fired: one fire-log line where a fire log is configured (locally), else one
+    structured log line (CloudWatch Logs in AWS)."""
     entry = {
         "event": "fired",
         "task_id": context.task_id,
@@ -114,7 +118,8 @@ def run_log(action: LogAction, context: FireContext) -> None:
         "fired_ms": round(context.started_ms, 3),
         "message": action.message,
     }
-    FireLog.write(entry)
+    if FireLog.write(entry):
+        return
     if log.isEnabledFor(logging.INFO):
         log.info("fired %s", context.idempotency_key, extra={"fire": entry})
 

@@ -68,6 +68,17 @@ class Dispatcher(Generic[T]):
         heap = self._heap
         return heap[0][0] - self._clock.monotonic() if heap else float("inf")
 
+    def cancel_pending(self) -> list[T]:
+        """Take back every item that has not been handed to a worker yet (for a clean shutdown)."""
+        with self._cond:
+            items = [entry[2] for entry in sorted(self._heap)]
+            self._heap.clear()
+        with self._idle:
+            self._pending -= len(items)
+            if self._pending == 0:
+                self._idle.notify_all()
+        return items
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until every added item has been fired and its callback returned."""
         with self._idle:

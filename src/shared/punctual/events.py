@@ -47,5 +47,6 @@ class BatchReport(BaseModel):
     failed: int
     missed: int
     not_recorded: int
+    released: int = 0
     clock_offset_ms: float | None
     drift_ms: list[float] = Field(default_factory=list)

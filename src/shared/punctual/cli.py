@@ -1,0 +1,251 @@
+"""The ``punctual`` command: run the local stack, run the demo, and schedule or inspect tasks.
+
+    punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
+    punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
+    punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --payload JSON)
+    punctual get ID | punctual cancel ID | punctual list [--status S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .errors import PunctualError
+from .settings import Settings
+
+log = logging.getLogger("punctual")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("botocore", "boto3", "urllib3", "punctual.fire", "punctual.poller"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _home(args: argparse.Namespace) -> Path:
+    from .local.dynamodb_local import find_project_root
+
+    return Path(args.home) if args.home else find_project_root() / ".punctual"
+
+
+def _stack_config(args: argparse.Namespace, poll_interval_s: float) -> Any:
+    from .local.stack import StackConfig
+
+    overrides = {"shard_count": args.shards, "table_name": args.table}
+    return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
+                       settings_overrides={k: v for k, v in overrides.items() if v is not None})
+
+
+def _print_poll(report: Any) -> None:
+    if report.candidates or report.claimed or report.missed:
+        log.info("poll: %d due by %s claimed in %d batch(es) (%d recovered, %d conflicts, %d missed)",
+                 report.claimed, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
+                 report.batches, report.recovered, report.conflicts, report.missed)
+    else:
+        log.info("poll: nothing due by %s",
+                 datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .demo import format_report, run_demo
+    from .local.stack import LocalStack
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stack = LocalStack(_stack_config(args, args.poll_interval), on_poll=_print_poll)
+    log.info("starting DynamoDB Local and the runtime (data in %s)", stack.config.home)
+    stack.start()
+    assert stack.settings is not None
+    log.info("Punctual is up: DynamoDB Local at %s, table %s, poll every %g s. Ctrl-C stops.",
+             stack.settings.endpoint_url, stack.settings.table_name, args.poll_interval)
+    try:
+        if args.demo:
+            def demo() -> None:
+                report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
+                                  args.demo_burst, stack.settings.poll_interval_ms)  # type: ignore[union-attr]
+                print(format_report(report), flush=True)
+                log.info("demo done; the stack keeps running until Ctrl-C")
+
+            threading.Thread(target=demo, daemon=True, name="demo").start()
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while not stop.wait(0.5):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+    finally:
+        log.info("stopping: executors hand back unfired tasks, then DynamoDB Local stops")
+        stack.stop()
+        log.info("stopped")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .demo import format_report, run_demo
+    from .local.stack import LocalStack, _alive, read_state
+
+    state = read_state(_home(args))
+    stack = None
+    if state and _alive(state.get("pid")):
+        settings = Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
+                                     shard_count=state["shard_count"])
+        fire_log, interval = Path(state["fire_log"]), int(state["poll_interval_ms"])
+        log.info("using the running stack at %s (poll every %g s)", state["endpoint_url"], interval / 1000)
+    else:
+        log.info("no running stack: starting one for this demo (poll every %g s)", args.poll_interval)
+        stack = LocalStack(_stack_config(args, args.poll_interval), on_poll=_print_poll,
+                           on_batch=lambda result: None).start()
+        assert stack.settings is not None
+        settings, fire_log, interval = stack.settings, stack.fire_log, stack.settings.poll_interval_ms
+    try:
+        report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
+                          out=None if args.quiet else sys.stderr)
+    finally:
+        if stack is not None:
+            stack.stop()
+    print(json.dumps(report) if args.json else format_report(report), flush=True)
+    ok = report["fired"] + report["missed"] + report["failed"] == report["scheduled"] and not report["duplicates"]
+    return 0 if ok else 1
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+
+
+def _parse_when(args: argparse.Namespace) -> datetime:
+    if args.at:
+        try:
+            return datetime.fromisoformat(args.at)
+        except ValueError as exc:
+            raise PunctualError(f"invalid --at {args.at!r}: use ISO-8601 with a timezone, "
+                                "e.g. 2026-11-22T09:00:00Z") from exc
+    match = _DURATION.match(args.in_ or "")
+    if not match:
+        raise PunctualError("give --at ISO-8601 or --in DURATION (e.g. 1500ms, 30s, 5m, 2h)")
+    value, unit = float(match.group(1)), match.group(2)
+    seconds = value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .client import Client
+    from .local.stack import read_state
+
+    state = read_state(_home(args))
+    overrides: dict[str, Any] = {}
+    if state and not args.aws:
+        overrides = {"endpoint_url": state["endpoint_url"], "table_name": state["table_name"],
+                     "shard_count": state["shard_count"]}
+    return Client(Settings.from_env(**overrides))
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload) if args.payload else None
+    except ValueError as exc:
+        raise PunctualError(f"invalid --payload: not JSON ({exc})") from exc
+    action: dict[str, Any] = {"kind": "http", "url": args.http} if args.http else {"kind": "log", "message": args.log}
+    task = _client(args).schedule(_parse_when(args), action, payload, task_id=args.id)
+    print(task.model_dump_json(indent=2))
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    task = _client(args).get(args.task_id)
+    if task is None:
+        print(f"no task {args.task_id!r}", file=sys.stderr)
+        return 1
+    print(task.model_dump_json(indent=2))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    print(_client(args).cancel(args.task_id).model_dump_json(indent=2))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for task in _client(args).list(status=args.status, limit=args.limit):
+        drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
+        print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="punctual", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", help="where the local stack keeps data, logs and state (default .punctual)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def stack_options(p: argparse.ArgumentParser, poll_default: float) -> None:
+        p.add_argument("--port", type=int, default=8765, help="DynamoDB Local port (0 picks a free one)")
+        p.add_argument("--poll-interval", type=float, default=poll_default, metavar="SECONDS")
+        p.add_argument("--shards", type=int, default=None)
+        p.add_argument("--table", default=None)
+        p.add_argument("--in-memory", action="store_true", help="keep DynamoDB Local's data in memory only")
+
+    up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
+    stack_options(up, 60.0)
+    up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
+    up.add_argument("--demo-tasks", type=int, default=300)
+    up.add_argument("--demo-over", type=float, default=20.0)
+    up.add_argument("--demo-burst", type=int, default=200)
+    up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+    up.set_defaults(func=cmd_up)
+
+    demo = sub.add_parser("demo", help="schedule tasks on the local stack and report their drift")
+    stack_options(demo, 5.0)
+    demo.add_argument("--tasks", type=int, default=300, help="tasks spread over --over seconds")
+    demo.add_argument("--over", type=float, default=20.0, metavar="SECONDS")
+    demo.add_argument("--burst", type=int, default=200, help="tasks due at one single instant")
+    demo.add_argument("--json", action="store_true", help="print one JSON object")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(func=cmd_demo)
+
+    sched = sub.add_parser("schedule", help="schedule one task")
+    when = sched.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at", help="ISO-8601 instant with a timezone")
+    when.add_argument("--in", dest="in_", help="from now: 1500ms, 30s, 5m, 2h")
+    what = sched.add_mutually_exclusive_group()
+    what.add_argument("--http", metavar="URL", help="POST the payload to this URL")
+    what.add_argument("--log", default="", metavar="MESSAGE", help="a log action (the default)")
+    sched.add_argument("--payload", help="JSON payload")
+    sched.add_argument("--id", help="task id (idempotent)")
+    sched.set_defaults(func=cmd_schedule)
+    for name, func in (("get", cmd_get), ("cancel", cmd_cancel)):
+        p = sub.add_parser(name, help=f"{name} one task")
+        p.add_argument("task_id")
+        p.set_defaults(func=func)
+    lst = sub.add_parser("list", help="list tasks")
+    lst.add_argument("--status", default=None)
+    lst.add_argument("--limit", type=int, default=50)
+    lst.set_defaults(func=cmd_list)
+    for p in (sched, lst, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
+        p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return int(args.func(args))
+    except PunctualError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

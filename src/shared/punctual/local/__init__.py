@@ -1,0 +1,1 @@
+"""The local runtime's infrastructure: DynamoDB Local, started from the jar that ``npm install`` fetched."""

@@ -1,0 +1,212 @@
+"""The whole system on one machine: DynamoDB Local, the poller on its ticks, executors in worker processes.
+
+``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
+Its state file (``.punctual/stack.json``) lets other commands find a running stack, and lets a restart clean
+up after a stack that was killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..events import PollReport
+from ..keys import next_tick
+from ..poller import Poller
+from ..runtime import build_repository
+from ..schema import ensure_table
+from ..settings import Settings
+from ..stats import summarize
+from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
+from .invoker import LocalInvoker
+
+log = logging.getLogger("punctual.local")
+
+
+@dataclass
+class StackConfig:
+    """How to run the local stack. ``home`` holds the data, the logs, the fire log and the state file."""
+
+    home: Path = field(default_factory=lambda: find_project_root() / ".punctual")
+    port: int = 8765
+    in_memory: bool = False
+    poll_interval_s: float = 60.0
+    settings_overrides: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int = 64
+    prewarm: int = 2
+    retry_delays: tuple[float, ...] = (1.0, 2.0)
+    duplicate_rate: float = 0.0
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a process (an executor worker) exactly these settings."""
+    return {
+        f"PUNCTUAL_{name.upper()}": str(value)
+        for name, value in settings.model_dump().items()
+        if value is not None
+    }
+
+
+def read_state(home: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((home / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+class LocalStack:
+    """Start with :meth:`start`, stop with :meth:`stop` (or use it as a context manager)."""
+
+    def __init__(self, config: StackConfig | None = None,
+                 on_poll: Callable[[PollReport], None] | None = None,
+                 on_batch: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config or StackConfig()
+        self._on_poll = on_poll
+        self._on_batch = on_batch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ddb: DynamoDBLocal | None = None
+        self.invoker: LocalInvoker | None = None
+        self.poller: Poller | None = None
+        self.settings: Settings | None = None
+        self.polls: list[PollReport] = []
+
+    @property
+    def fire_log(self) -> Path:
+        return self.config.home / "fires.jsonl"
+
+    def _clean_stale(self) -> None:
+        """A previous stack that was killed (SIGKILL) leaves its DynamoDB Local and workers running."""
+        state = read_state(self.config.home)
+        if not state:
+            return
+        if _alive(state.get("pid")) and state.get("pid") != os.getpid():
+            raise RuntimeError(f"a local stack already runs (pid {state['pid']}, {state.get('endpoint_url')}); "
+                               "stop it first or use it (punctual demo finds it)")
+        for pid in [state.get("dynamodb_pid"), *state.get("worker_pids", [])]:
+            if _alive(pid):
+                log.warning("stopping process %s left by a stack that did not stop cleanly", pid)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+    def start(self) -> LocalStack:
+        cfg = self.config
+        cfg.home.mkdir(parents=True, exist_ok=True)
+        (cfg.home / "logs").mkdir(exist_ok=True)
+        self._clean_stale()
+        self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
+                                 in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log")
+        endpoint = self.ddb.start()
+        log.warning(exposed_interfaces_warning(self.ddb.port))
+        overrides = {"endpoint_url": endpoint, "poll_interval_ms": int(cfg.poll_interval_s * 1000),
+                     "fire_log_path": str(self.fire_log), **cfg.settings_overrides}
+        self.settings = settings = Settings.from_env(**overrides)
+        repository = build_repository(settings)
+        created = ensure_table(repository._client, settings.table_name)  # noqa: SLF001 - same process, setup
+        log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
+        worker_env = {
+            **settings_env(settings),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": "punctual",
+            "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
+            "AWS_DEFAULT_REGION": settings.region,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+        }
+        self.invoker = LocalInvoker(
+            find_project_root() / "src" / "executor" / "app.py", worker_env,
+            log_file=cfg.home / "logs" / "executor.log", max_concurrency=cfg.max_concurrency,
+            prewarm=cfg.prewarm, retry_delays=cfg.retry_delays, duplicate_rate=cfg.duplicate_rate,
+            on_result=self._batch_done,
+        )
+        self.poller = Poller(repository, self.invoker, settings)
+        self._write_state()
+        self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def _write_state(self) -> None:
+        assert self.ddb is not None and self.settings is not None
+        state = {
+            "pid": os.getpid(),
+            "endpoint_url": self.settings.endpoint_url,
+            "table_name": self.settings.table_name,
+            "shard_count": self.settings.shard_count,
+            "poll_interval_ms": self.settings.poll_interval_ms,
+            "fire_log": str(self.fire_log),
+            "dynamodb_pid": self.ddb.pid,
+            "worker_pids": [w.process.pid for w in self.invoker._workers] if self.invoker else [],  # noqa: SLF001
+        }
+        tmp = self.config.home / "stack.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.config.home / "stack.json")
+
+    def _batch_done(self, event: dict[str, Any], result: dict[str, Any]) -> None:
+        if self._on_batch is not None:
+            self._on_batch(result)
+        else:
+            drift = summarize(result.get("drift_ms") or [])
+            log.info("batch %s: %s armed, %s fired, %s failed, %s missed; drift p50 %s ms, max %s ms",
+                     str(event.get("batch_id"))[:8], result.get("armed"), result.get("fired"),
+                     result.get("failed"), result.get("missed"), drift["p50"], drift["max"])
+
+    def poll_now(self) -> PollReport:
+        """Run one poll at once (the loop keeps its own ticks)."""
+        assert self.poller is not None
+        report = self.poller.poll(int(time.time() * 1000))
+        self.polls.append(report)
+        if self._on_poll is not None:
+            self._on_poll(report)
+        self._write_state()
+        return report
+
+    def _poll_loop(self) -> None:
+        assert self.settings is not None
+        interval = self.settings.poll_interval_ms
+        while not self._stop.is_set():
+            try:
+                self.poll_now()
+            except Exception:  # noqa: BLE001 - a failed poll is retried at the next tick; nothing is lost
+                log.exception("poll failed")
+            now = int(time.time() * 1000)
+            self._stop.wait((next_tick(now, interval) - now) / 1000)
+
+    def stop(self) -> None:
+        """Stop polling, let executors hand back unfired tasks, stop DynamoDB Local, remove the state file."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self.invoker is not None:
+            self.invoker.shutdown()
+        if self.ddb is not None:
+            self.ddb.stop()
+        with contextlib.suppress(OSError):
+            state = read_state(self.config.home)
+            if state and state.get("pid") == os.getpid():
+                (self.config.home / "stack.json").unlink()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,36 @@
+"""Wiring: build the services from :class:`Settings` (what the Lambda handlers and the local runtime share)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .aws import make_dynamodb_client
+from .clock import SystemClock, offset_probe
+from .executor import Executor
+from .invoker import Invoker, LambdaInvoker
+from .poller import Poller
+from .repository import DynamoTaskRepository
+from .settings import Settings
+
+
+def build_repository(settings: Settings, dynamodb: Any = None) -> DynamoTaskRepository:
+    client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
+    return DynamoTaskRepository(client, settings.table_name, settings.shard_count)
+
+
+def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: Any = None,
+                 lambda_client: Any = None) -> Poller:
+    """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``."""
+    if invoker is None:
+        if lambda_client is None:
+            import boto3
+
+            lambda_client = boto3.client("lambda", region_name=settings.region)
+        invoker = LambdaInvoker(lambda_client, settings.executor_function)
+    return Poller(build_repository(settings, dynamodb), invoker, settings)
+
+
+def build_executor(settings: Settings, dynamodb: Any = None) -> Executor:
+    """The executor; starts the once-per-cold-start NTP offset measurement in the background."""
+    return Executor(build_repository(settings, dynamodb), settings, SystemClock(),
+                    offset_probe(settings.ntp_server, settings.ntp_timeout_s))

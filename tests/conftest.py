@@ -1,0 +1,80 @@
+"""Fixtures shared by every test tier, and the tier markers.
+
+* Tests under ``tests/integration`` are marked ``integration`` and those under ``tests/e2e`` ``e2e``, so
+  ``pytest -m "not integration and not e2e"`` runs only the fast tiers.
+* Outside the deployed-stack suite every AWS credential in the environment is replaced by a dummy.
+* DynamoDB Local is started once per session, and only if a test asks for ``ddb_local`` (or a fixture built
+  on it); the first such test pays its ~2 s start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Set before boto3 or moto build any client, so that no test reaches real AWS by mistake (a test that forgot
+# its moto mock fails on dummy credentials instead of touching an account). Only the deployed-stack suite
+# (marker ``aws``, enabled by AWS_SAM_STACK_NAME) keeps the developer's real credentials.
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+if not os.environ.get("AWS_SAM_STACK_NAME"):
+    for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN"):
+        os.environ[_name] = "testing"
+    os.environ.pop("AWS_PROFILE", None)
+
+from punctual.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
+from punctual.schema import ensure_table  # noqa: E402
+
+TESTS_DIR = Path(__file__).resolve().parent
+TIER_MARKERS = {"integration": "integration", "e2e": "e2e"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, taken from the first directory below ``tests/``."""
+    for item in items:
+        try:
+            tier = Path(item.path).resolve().relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        marker = TIER_MARKERS.get(tier)
+        if marker is not None:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(scope="session")
+def ddb_local() -> Iterator[str]:
+    """The endpoint URL of one in-memory DynamoDB Local shared by the whole session."""
+    server = DynamoDBLocal(data_dir=None, in_memory=True)
+    endpoint = server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def ddb_local_client(ddb_local: str) -> Any:
+    """A low-level DynamoDB client for the session's DynamoDB Local."""
+    return make_client(ddb_local)
+
+
+@pytest.fixture
+def fresh_table_name() -> str:
+    """A table name no other test uses, so tests sharing one DynamoDB Local never see each other's items."""
+    return f"punctual-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def local_table(ddb_local_client: Any, fresh_table_name: str) -> Iterator[str]:
+    """A Tasks table built from template.yaml in the session's DynamoDB Local; deleted afterwards."""
+    ensure_table(ddb_local_client, fresh_table_name)
+    try:
+        yield fresh_table_name
+    finally:
+        with contextlib.suppress(ddb_local_client.exceptions.ResourceNotFoundException):
+            ddb_local_client.delete_table(TableName=fresh_table_name)

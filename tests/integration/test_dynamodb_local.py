@@ -1,0 +1,112 @@
+"""DynamoDB Local as the local runtime uses it: the table from template.yaml, items, and persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from punctual.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
+from punctual.schema import DUE_INDEX, TABLE_RESOURCE, ensure_table, load_template
+
+
+def _template_table() -> dict[str, Any]:
+    return load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+
+
+def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: Any, local_table: str) -> None:
+    # Given the Tasks table created from template.yaml (by the local_table fixture)
+    template = _template_table()
+    template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == DUE_INDEX)
+
+    # When DynamoDB Local describes it
+    table = ddb_local_client.describe_table(TableName=local_table)["Table"]
+
+    # Then the keys, the sparse "due" index and the stream are those of the template
+    assert table["TableStatus"] == "ACTIVE"
+    assert table["KeySchema"] == template["KeySchema"]
+    indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
+    assert set(indexes) == {DUE_INDEX}
+    assert indexes[DUE_INDEX]["KeySchema"] == template_index["KeySchema"]
+    assert indexes[DUE_INDEX]["Projection"]["ProjectionType"] == "ALL"
+    assert table["StreamSpecification"] == {
+        "StreamEnabled": True,
+        "StreamViewType": template["StreamSpecification"]["StreamViewType"],
+    }
+
+
+def test_ensure_table_is_idempotent(ddb_local_client: Any, local_table: str) -> None:
+    # Given a table that exists
+    # When ensure_table runs again
+    created = ensure_table(ddb_local_client, local_table)
+
+    # Then it reports that it created nothing
+    assert created is False
+
+
+def test_item_written_can_be_read_back_and_found_in_the_due_index(ddb_local_client: Any, local_table: str) -> None:
+    # Given a task item with due-index keys
+    item = {
+        "task_id": {"S": "t-1"},
+        "due_bucket": {"S": "202601011200#0"},
+        "due_ms": {"N": "1767268800123"},
+        "payload": {"S": "hello"},
+    }
+
+    # When it is put
+    ddb_local_client.put_item(TableName=local_table, Item=item)
+
+    # Then a consistent get returns it unchanged, and the due index finds it by bucket and time
+    got = ddb_local_client.get_item(TableName=local_table, Key={"task_id": {"S": "t-1"}}, ConsistentRead=True)
+    assert got["Item"] == item
+    due = ddb_local_client.query(
+        TableName=local_table,
+        IndexName=DUE_INDEX,
+        KeyConditionExpression="due_bucket = :b AND due_ms <= :t",
+        ExpressionAttributeValues={":b": {"S": "202601011200#0"}, ":t": {"N": "1767268800123"}},
+    )
+    assert [i["task_id"]["S"] for i in due["Items"]] == ["t-1"]
+
+
+def test_table_in_data_dir_survives_stop_and_start(tmp_path: Path) -> None:
+    # Given a DynamoDB Local on disk (its own instance, not the session's) holding a table with one item
+    data_dir = tmp_path / "ddb"
+    first = DynamoDBLocal(data_dir=data_dir)
+    with first:
+        client = make_client(first.endpoint_url)
+        ensure_table(client, "punctual-persist")
+        client.put_item(TableName="punctual-persist", Item={"task_id": {"S": "kept"}})
+    assert first.pid is None
+    assert list(data_dir.glob("*.db")), "DynamoDB Local wrote no database file"
+
+    # When a new server starts on the same directory
+    with DynamoDBLocal(data_dir=data_dir) as second:
+        client = make_client(second.endpoint_url)
+
+        # Then the table and its item are still there
+        assert "punctual-persist" in client.list_tables()["TableNames"]
+        got = client.get_item(TableName="punctual-persist", Key={"task_id": {"S": "kept"}}, ConsistentRead=True)
+        assert got["Item"] == {"task_id": {"S": "kept"}}
+
+
+def test_start_refuses_a_port_that_is_already_served(ddb_local: str) -> None:
+    # Given the session's DynamoDB Local listening on a port
+    taken = int(ddb_local.rsplit(":", 1)[1])
+
+    # When another server is asked to use that port
+    # Then it refuses instead of reporting the other server as its own
+    with pytest.raises(DynamoDBLocalError, match="already in use"):
+        DynamoDBLocal(in_memory=True, port=taken).start()
+
+
+def test_stop_is_idempotent() -> None:
+    # Given a server that was never started
+    server = DynamoDBLocal(in_memory=True)
+
+    # When it is stopped twice
+    server.stop()
+    server.stop()
+
+    # Then nothing runs
+    assert server.pid is None
