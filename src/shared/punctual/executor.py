@@ -14,13 +14,12 @@ import logging
 import queue
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .actions import FireContext, run_action
 from .clock import Clock, OffsetProbe
 from .dispatcher import Dispatcher
-from .events import BatchEvent, BatchReport, BatchTask
+from .events import BatchEvent, BatchReport
 from .model import Task, TaskStatus
 from .repository import DynamoTaskRepository, FireRecord
 from .settings import Settings
@@ -28,6 +27,7 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 QUIET_S = 0.025  # record only when the next fire is at least this far away
+RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 
 
@@ -98,24 +98,36 @@ class Executor:
 
         def record_loop() -> None:
             nonlocal not_recorded
-            for _ in range(len(armed)):
-                record = results.get()
-                if record is None:  # one per task released unfired at shutdown
+            remaining = len(armed)
+            while remaining:
+                first = results.get()
+                remaining -= 1
+                chunk = [] if first is None else [first]  # None: a task released unfired at shutdown
+                while remaining and len(chunk) < RECORD_CHUNK:
+                    try:
+                        more = results.get_nowait()
+                    except queue.Empty:
+                        break
+                    remaining -= 1
+                    if more is not None:
+                        chunk.append(more)
+                if not chunk:
                     continue
                 # Wait for a quiet gap: never hold the interpreter when the next fire is near.
                 while (gap := dispatcher.seconds_to_next_fire()) < QUIET_S:
                     clock.sleep(max(gap, 0) + 0.003)
                 try:
-                    ok = self._repo.record(executor_id, record)
-                except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers this one
-                    log.exception("recording %s failed", record.task_id)
-                    ok = False
-                if ok:
-                    recorded.append(record)
-                else:
-                    not_recorded += 1
-                    log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
-                                record.task_id, record.outcome)
+                    written = self._repo.record_many(executor_id, chunk)
+                except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
+                    log.exception("recording %d outcomes failed", len(chunk))
+                    written = [False] * len(chunk)
+                for record, ok in zip(chunk, written, strict=True):
+                    if ok:
+                        recorded.append(record)
+                    else:
+                        not_recorded += 1
+                        log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
+                                    record.task_id, record.outcome)
 
         recorder = threading.Thread(target=record_loop, name="recorder", daemon=True)
         recorder.start()
@@ -157,17 +169,14 @@ class Executor:
         now = self._clock.wall_ms()
         margin = self._settings.arm_margin_ms
 
-        def arm_one(entry: BatchTask) -> Task | None:
-            # The armed lease outlives every legitimate fire: due (or now, if late) + grace + the longest
-            # action timeout + a margin. Past it the task is claimable again (the executor is presumed dead).
-            lease = max(now, entry.due_ms) + entry.grace_ms + MAX_ACTION_TIMEOUT_MS + margin
-            try:
-                return self._repo.arm(entry.task_id, event.batch_id, executor_id, int(lease))
-            except Exception:  # noqa: BLE001 - left CLAIMED: its claim lease expires and it is claimed again
-                log.exception("arming %s failed", entry.task_id)
-                return None
-
-        with ThreadPoolExecutor(max_workers=self._settings.db_threads, thread_name_prefix="arm") as pool:
-            tasks = list(pool.map(arm_one, event.tasks))
+        # The armed lease outlives every legitimate fire: due (or now, if late) + grace + the longest action
+        # timeout + a margin. Past it the task is claimable again (its executor is presumed dead).
+        leases = [(e.task_id, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin))
+                  for e in event.tasks]
+        try:
+            tasks = self._repo.arm_many(leases, event.batch_id, executor_id)
+        except Exception:  # noqa: BLE001 - left CLAIMED: the claim lease expires and they are claimed again
+            log.exception("arming batch %s failed", event.batch_id)
+            tasks = [None] * len(leases)
         armed = [_Armed(t, t.due_ms) for t in tasks if t is not None]
         return armed, len(tasks) - len(armed)

@@ -22,6 +22,8 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
+CLAIM_CHUNK = 100  # claims written in one transaction
+
 
 @dataclass(frozen=True, slots=True)
 class _Found:
@@ -75,10 +77,12 @@ class Poller:
             ), overdue))
             batches = make_batches(to_claim, s.max_batch_size)
             batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
-            won = list(pool.map(
-                lambda c: self._repo.claim(c, batch_ids[c.task_id], self.poller_id, now_ms, s.claim_lease_ms),
-                to_claim,
-            ))
+            chunks = [to_claim[i : i + CLAIM_CHUNK] for i in range(0, len(to_claim), CLAIM_CHUNK)]
+            won = [ok for part in pool.map(
+                lambda chunk: self._repo.claim_many([(c, batch_ids[c.task_id]) for c in chunk], self.poller_id,
+                                                    now_ms, s.claim_lease_ms),
+                chunks,
+            ) for ok in part]
         claimed_ids = {c.task_id for c, ok in zip(to_claim, won, strict=True) if ok}
         recovered = sum(1 for c in to_claim if c.task_id in claimed_ids and c.status is not TaskStatus.PENDING)
         invoke_failures = 0

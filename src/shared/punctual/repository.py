@@ -53,6 +53,7 @@ from .keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
 from .model import Action, Task, TaskStatus, canonical_json
 from .schema import DUE_INDEX
 
+TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
 WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 
 _P, _C, _A = TaskStatus.PENDING.value, TaskStatus.CLAIMED.value, TaskStatus.ARMED.value
@@ -175,19 +176,72 @@ class DynamoTaskRepository:
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
         return index_key(max(due_ms, now_ms), shard_of(task_id, self.shard_count))
 
-    def _update(self, task_id: str, update: str, condition: str, values: dict[str, Any],
-                names: dict[str, str] | None = None, return_values: str = "NONE") -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
+    def _request(self, task_id: str, update: str, condition: str, values: dict[str, Any],
+                 names: dict[str, str] | None = None) -> dict[str, Any]:
+        """One conditional update, as the arguments of UpdateItem or an ``Update`` of TransactWriteItems."""
+        return {
             "TableName": self.table_name,
             "Key": {"task_id": {"S": task_id}},
             "UpdateExpression": update,
             "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#st": "status", **(names or {})},
             "ExpressionAttributeValues": _to_av(values),
-            "ReturnValues": return_values,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
-        return self._client.update_item(**kwargs)
+
+    def _update(self, task_id: str, update: str, condition: str, values: dict[str, Any],
+                names: dict[str, str] | None = None, return_values: str = "NONE") -> dict[str, Any]:
+        return self._client.update_item(
+            **self._request(task_id, update, condition, values, names),
+            ReturnValues=return_values,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+
+    def _single(self, request: dict[str, Any]) -> bool:
+        try:
+            self._client.update_item(**request)
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def _transact(self, requests: list[dict[str, Any]], attempts: int = 4) -> list[bool]:
+        """Apply many conditional updates with few requests: TransactWriteItems in chunks of up to 100.
+
+        Each update keeps its own condition; the result says which ones held. A transaction is all or
+        nothing, so when some conditions fail the others are retried without them (``CancellationReasons``
+        names the failed ones). Whatever is still undecided after ``attempts`` goes one UpdateItem at a time.
+        """
+        result: list[bool | None] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        for _ in range(attempts):
+            retry: list[int] = []
+            for start in range(0, len(pending), TRANSACTION_LIMIT):
+                chunk = pending[start : start + TRANSACTION_LIMIT]
+                if len(chunk) == 1:
+                    result[chunk[0]] = self._single(requests[chunk[0]])
+                    continue
+                try:
+                    self._client.transact_write_items(TransactItems=[{"Update": requests[i]} for i in chunk])
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                        raise
+                    reasons = exc.response.get("CancellationReasons") or []
+                    for position, index in enumerate(chunk):
+                        code = reasons[position].get("Code") if position < len(reasons) else None
+                        if code == "ConditionalCheckFailed":
+                            result[index] = False
+                        else:  # "None" (rolled back with the others), a conflict, or unknown: try again
+                            retry.append(index)
+                    continue
+                for index in chunk:
+                    result[index] = True
+            pending = retry
+            if not pending:
+                break
+        for index in pending:
+            result[index] = self._single(requests[index])
+        return [bool(r) for r in result]
 
     # -- client side -------------------------------------------------------------------------------------
     def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
@@ -368,26 +422,28 @@ class DynamoTaskRepository:
                 )
         return candidates
 
+    def _claim_request(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int,
+                       lease_ms: int) -> dict[str, Any]:
+        return self._request(
+            candidate.task_id,
+            "SET #st = :claimed, lease_until_ms = :lease, batch_id = :batch, claimed_by = :poller ADD attempt :one",
+            CLAIMABLE,
+            {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+             ":lease": now_ms + lease_ms, ":batch": batch_id, ":poller": poller_id, ":one": 1},
+        )
+
     def claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> bool:
         """CLAIM (see the module docstring): True if this poller now owns the task for ``lease_ms``.
 
         False when the condition failed: another poller claimed it, it was cancelled or rescheduled, or its
         lease is still live. A task whose lease ends at ``lease_until_ms`` is claimable from the next ms.
         """
-        try:
-            self._update(
-                candidate.task_id,
-                "SET #st = :claimed, lease_until_ms = :lease, batch_id = :batch, claimed_by = :poller "
-                "ADD attempt :one",
-                CLAIMABLE,
-                {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-                 ":lease": now_ms + lease_ms, ":batch": batch_id, ":poller": poller_id, ":one": 1},
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._single(self._claim_request(candidate, batch_id, poller_id, now_ms, lease_ms))
+
+    def claim_many(self, claims: list[tuple[Candidate, str]], poller_id: str, now_ms: int,
+                   lease_ms: int) -> list[bool]:
+        """:meth:`claim` for many ``(candidate, batch_id)`` pairs, in transactions of up to 100."""
+        return self._transact([self._claim_request(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
 
     def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
         """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
@@ -441,23 +497,52 @@ class DynamoTaskRepository:
         return None if oldest is None else bucket_start(oldest) - BUCKET_MS
 
     # -- executor side -----------------------------------------------------------------------------------
+    def _arm_request(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> dict[str, Any]:
+        return self._request(
+            task_id,
+            "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease",
+            ARMABLE,
+            {":claimed": _C, ":armed": _A, ":batch": batch_id, ":executor": executor_id, ":lease": lease_until_ms},
+        )
+
     def arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Task | None:
         """ARM: CLAIMED by ``batch_id`` → ARMED by ``executor_id``. Returns the task, or None if it lost
         (a duplicate delivery, a re-claim after the claim lease expired, a cancel or reschedule)."""
         try:
-            response = self._update(
-                task_id,
-                "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease",
-                ARMABLE,
-                {":claimed": _C, ":armed": _A, ":batch": batch_id, ":executor": executor_id,
-                 ":lease": lease_until_ms},
-                return_values="ALL_NEW",
+            response = self._client.update_item(
+                **self._arm_request(task_id, batch_id, executor_id, lease_until_ms),
+                ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 return None
             raise
         return item_to_task(response["Attributes"])
+
+    def arm_many(self, leases: list[tuple[str, int]], batch_id: str, executor_id: str) -> list[Task | None]:
+        """:meth:`arm` for many ``(task_id, lease_until_ms)``: transactions of up to 100, then one
+        strongly consistent BatchGetItem per 100 armed tasks for their content."""
+        won = self._transact([self._arm_request(t, batch_id, executor_id, lease) for t, lease in leases])
+        armed_ids = [task_id for (task_id, _), ok in zip(leases, won, strict=True) if ok]
+        tasks = self.get_many(armed_ids)
+        return [tasks.get(task_id) if ok else None for (task_id, _), ok in zip(leases, won, strict=True)]
+
+    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
+        """Tasks by id (strongly consistent BatchGetItem, 100 ids a request, unprocessed keys retried)."""
+        found: dict[str, Task] = {}
+        for start in range(0, len(task_ids), 100):
+            keys: list[dict[str, Any]] = [{"task_id": {"S": t}} for t in task_ids[start : start + 100]]
+            for _ in range(10):
+                if not keys:
+                    break
+                response = self._client.batch_get_item(
+                    RequestItems={self.table_name: {"Keys": keys, "ConsistentRead": True}}
+                )
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    task = item_to_task(item)
+                    found[task.task_id] = task
+                keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+        return found
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
@@ -474,12 +559,7 @@ class DynamoTaskRepository:
             raise
         return True
 
-    def record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD: ARMED by this executor → outcome; the task leaves the due index.
-
-        Returns False when this executor no longer owns the task (its lease expired and it was claimed
-        again): the outcome is then not written, and the log says so.
-        """
+    def _record_request(self, executor_id: str, record: FireRecord) -> dict[str, Any]:
         values: dict[str, Any] = {
             ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
             ":finished": record.finished_ms,
@@ -490,15 +570,17 @@ class DynamoTaskRepository:
             if value is not None:
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
-        try:
-            self._update(
-                record.task_id,
-                f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
-                RECORDABLE,
-                values,
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
+                             RECORDABLE, values)
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        """RECORD: ARMED by this executor → outcome; the task leaves the due index.
+
+        Returns False when this executor no longer owns the task (its lease expired and it was claimed
+        again): the outcome is then not written, and the log says so.
+        """
+        return self._single(self._record_request(executor_id, record))
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        """:meth:`record` for many outcomes, in transactions of up to 100."""
+        return self._transact([self._record_request(executor_id, r) for r in records])

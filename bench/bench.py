@@ -1,0 +1,212 @@
+"""Drift benchmark: the whole local system against the bare dispatcher floor, in one run.
+
+    .venv/bin/python bench/bench.py [--steady-rate 100] [--steady-seconds 60] [--burst 2000] [--json]
+
+Phases (each prints its figures; drift = action start - due, ms):
+
+1. floor/steady  one heap dispatcher thread firing the log action into a thread pool, no database,
+                 at ``--steady-rate`` tasks/s for ``--steady-seconds`` seconds;
+2. floor/burst   the same dispatcher, ``--burst`` tasks due at one instant;
+3. system/steady the local stack (DynamoDB Local on disk, poller every 10 s, executors in worker processes,
+                 recording) while a client schedules ``--steady-rate`` tasks/s, each due 30 s after it is
+                 written, for ``--steady-seconds`` seconds: scheduling, claiming, arming, firing and recording
+                 all share the machine's cores;
+4. system/burst  ``--burst`` tasks scheduled ahead, all due at one instant.
+
+Fires are observed at the target (the log action's fire log), so a lost or doubled fire shows in the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from punctual.actions import FireContext, FireLog, run_action
+from punctual.client import Client
+from punctual.clock import SystemClock
+from punctual.demo import read_fires
+from punctual.dispatcher import Dispatcher
+from punctual.keys import from_ms, next_tick
+from punctual.local.stack import LocalStack, StackConfig
+from punctual.model import LogAction
+from punctual.stats import summarize
+
+ACTION = LogAction(message="bench")
+TARGETS = {"steady_p99_ms": 0.5, "burst_vs_floor": 1.5}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the floor -------------------------------------------------------------------------------------------
+def run_floor(due_ms: list[float], fire_log: Path, workers: int = 32) -> list[float]:
+    """One dispatcher thread, the same action, no database: the precision floor of this machine."""
+    FireLog.configure(str(fire_log))
+    clock = SystemClock()
+    drifts: list[float] = []
+    lock = threading.Lock()
+
+    def fire(item: tuple[str, float]) -> None:
+        started = clock.wall_ms()
+        run_action(ACTION, FireContext(item[0], 0, int(item[1]), started, None))
+        with lock:
+            drifts.append(started - item[1])
+
+    with Dispatcher(fire, workers=workers, clock=clock) as dispatcher:
+        wall, mono = clock.wall_ms(), clock.monotonic()
+        for i, due in enumerate(due_ms):
+            dispatcher.add(mono + (due - wall) / 1000, (f"floor-{i}", due))
+    FireLog.configure(None)
+    return drifts
+
+
+def floor_steady(rate: float, seconds: float, fire_log: Path) -> list[float]:
+    start = time.time() * 1000 + 1000
+    return run_floor([start + i * 1000 / rate for i in range(int(rate * seconds))], fire_log)
+
+
+def floor_burst(count: int, fire_log: Path) -> list[float]:
+    due = int(time.time() * 1000) + 1000
+    return run_floor([due] * count, fire_log)
+
+
+# -- the system ------------------------------------------------------------------------------------------
+def wait_for_fires(fire_log: Path, prefix: str, expected: int, until_ms: float) -> list[dict[str, Any]]:
+    while True:
+        fires = read_fires(fire_log, prefix)
+        if len({f["task_id"] for f in fires}) >= expected or time.time() * 1000 > until_ms:
+            time.sleep(1.0)
+            return read_fires(fire_log, prefix)
+        time.sleep(1.0)
+
+
+def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
+    """Drift of the first fire of each task, the number of distinct tasks fired and of duplicate fires."""
+    first: dict[str, dict[str, Any]] = {}
+    for fire in fires:
+        first.setdefault(fire["task_id"], fire)
+    return [f["fired_ms"] - f["due_ms"] for f in first.values()], len(first), len(fires) - len(first)
+
+
+def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float = 30.0) -> dict[str, Any]:
+    """A client schedules ``rate`` tasks/s, each due ``lead_s`` after it is written, for ``seconds``."""
+    client = Client(stack.settings)
+    prefix = f"steady-{uuid.uuid4().hex[:6]}-"
+    total = int(rate * seconds)
+    start = time.time() + 0.5
+    errors: list[str] = []
+
+    def write(i: int) -> None:
+        at = start + i / rate
+        delay = at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            client.schedule(from_ms(int(at * 1000 + lead_s * 1000)), ACTION, None, task_id=f"{prefix}{i:07d}")
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            errors.append(repr(exc))
+
+    log(f"system/steady: writing {total} tasks at {rate:g}/s, each due {lead_s:g} s after it is written")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(write, range(total)))
+    log(f"system/steady: written ({len(errors)} errors); waiting for the last fires")
+    last_due = (start + (total - 1) / rate + lead_s) * 1000
+    fires = wait_for_fires(stack.fire_log, prefix, total, last_due + 20_000)
+    drifts, fired, dup = drift_of(fires)
+    return {"scheduled": total, "write_errors": len(errors), "fired": fired, "duplicates": dup, "drift": drifts}
+
+
+def system_burst(stack: LocalStack, count: int) -> dict[str, Any]:
+    client = Client(stack.settings)
+    prefix = f"burst-{uuid.uuid4().hex[:6]}-"
+    interval = stack.settings.poll_interval_ms
+    due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, interval) + 15_000
+    log(f"system/burst: scheduling {count} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s ahead")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: client.schedule(from_ms(due), ACTION, None, task_id=f"{prefix}{i:06d}"),
+                      range(count)))
+    fires = wait_for_fires(stack.fire_log, prefix, count, due + 30_000)
+    drifts, fired, dup = drift_of(fires)
+    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drifts}
+
+
+# -- report ----------------------------------------------------------------------------------------------
+def row(name: str, drifts: list[float], extra: str = "") -> str:
+    s = summarize(drifts)
+
+    def f(v: float | None) -> str:
+        return "       -" if v is None else f"{v:8.3f}"
+
+    return f"{name:<16}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steady-rate", type=float, default=100)
+    parser.add_argument("--steady-seconds", type=float, default=60)
+    parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--poll-interval", type=float, default=10)
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="punctual-bench-"))
+    log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
+    f_steady = floor_steady(args.steady_rate, args.steady_seconds, work / "floor.jsonl")
+    log(f"floor/burst: {args.burst} at one instant")
+    f_burst = floor_burst(args.burst, work / "floor.jsonl")
+
+    config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval,
+                         settings_overrides={"ntp_server": None})
+    with LocalStack(config, on_poll=lambda r: log(f"poll: claimed {r.claimed} in {r.batches} batch(es)"),
+                    on_batch=lambda r: None) as stack:
+        log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
+        s_steady = system_steady(stack, args.steady_rate, args.steady_seconds)
+        s_burst = system_burst(stack, args.burst)
+        invoker_stats = dict(stack.invoker.stats) if stack.invoker else {}
+
+    steady_p99 = summarize(s_steady["drift"])["p99"]
+    burst_p99 = summarize(s_burst["drift"])["p99"]
+    floor_burst_p99 = summarize(f_burst)["p99"]
+    ratio = burst_p99 / floor_burst_p99 if burst_p99 is not None and floor_burst_p99 else None
+
+    print(f"\nPunctual drift benchmark - {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})")
+    print("drift = action start - due (ms)\n")
+    print(f"{'phase':<16}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
+    print(row("floor/steady", f_steady))
+    print(row("floor/burst", f_burst))
+    print(row("system/steady", s_steady["drift"],
+              f"scheduled {s_steady['scheduled']}, fired {s_steady['fired']}, dup {s_steady['duplicates']}"))
+    print(row("system/burst", s_burst["drift"],
+              f"scheduled {s_burst['scheduled']}, fired {s_burst['fired']}, dup {s_burst['duplicates']}"))
+    print(f"\nexecutor invocations: {invoker_stats}")
+    ok_steady = steady_p99 is not None and steady_p99 <= TARGETS["steady_p99_ms"]
+    ok_burst = ratio is not None and ratio <= TARGETS["burst_vs_floor"]
+    print(f"target steady p99 <= {TARGETS['steady_p99_ms']} ms: {steady_p99:.3f} ms -> {'MET' if ok_steady else 'MISSED'}")
+    print(f"target burst p99 <= {TARGETS['burst_vs_floor']}x floor burst p99 ({floor_burst_p99:.3f} ms): "
+          f"{burst_p99:.3f} ms = {ratio:.2f}x -> {'MET' if ok_burst else 'MISSED'}")
+    complete = (s_steady["fired"] == s_steady["scheduled"] and s_burst["fired"] == s_burst["scheduled"]
+                and not s_steady["duplicates"] and not s_burst["duplicates"])
+    print(f"every task fired exactly once: {'yes' if complete else 'NO'}")
+    if args.json:
+        print(json.dumps({
+            "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
+            "system_steady": {**summarize(s_steady["drift"]), **{k: v for k, v in s_steady.items() if k != "drift"}},
+            "system_burst": {**summarize(s_burst["drift"]), **{k: v for k, v in s_burst.items() if k != "drift"}},
+            "targets_met": {"steady": ok_steady, "burst": ok_burst}, "complete": complete,
+        }))
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
