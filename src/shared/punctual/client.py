@@ -110,7 +110,10 @@ class Client:
             )
         except ValidationError as exc:
             raise _field_error(exc) from exc
-        size = len(canonical_json(task.payload).encode())
+        try:
+            size = len(canonical_json(task.payload).encode())
+        except UnicodeEncodeError as exc:
+            raise InvalidTaskError(f"invalid payload: not valid Unicode ({exc.reason})", field="payload") from exc
         if size > self.settings.max_payload_bytes:
             raise InvalidTaskError(
                 f"invalid payload: {size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}",

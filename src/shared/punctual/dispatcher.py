@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import Generic, TypeVar
 from .clock import Clock, SystemClock
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _STOP = object()
 
 
@@ -134,6 +136,8 @@ class Dispatcher(Generic[T]):
                 return
             try:
                 fire(item)  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
+                log.exception("fire callback failed")
             finally:
                 with self._idle:
                     self._pending -= 1

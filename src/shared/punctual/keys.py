@@ -6,22 +6,25 @@ All instants are integers of milliseconds since the Unix epoch (UTC).
 from __future__ import annotations
 
 import zlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 BUCKET_MS = 60_000
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def to_ms(moment: datetime) -> int:
     """Milliseconds since the epoch of a timezone-aware datetime (sub-millisecond part dropped)."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
-    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    delta = moment.astimezone(UTC) - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 def from_ms(ms: int | float) -> datetime:
-    """The UTC datetime of an epoch-millisecond instant."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """The UTC datetime of an epoch-millisecond instant (exact: integer arithmetic, no float seconds)."""
+    return EPOCH + timedelta(milliseconds=ms)
 
 
 def bucket_start(ms: int) -> int:

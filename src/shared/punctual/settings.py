@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "PUNCTUAL_"
+
+
+_EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 
 class SettingsError(ValueError):
@@ -40,12 +43,19 @@ class Settings(BaseModel):
     default_misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
     max_horizon_days: int = Field(366, ge=1, le=3_660)
     max_payload_bytes: int = Field(256 * 1024, ge=1, le=350 * 1024)
-    ntp_server: str | None = "time.aws.com"
+    ntp_server: str | None = Field("time.aws.com", description='"host[:port]"; "off" (or empty) disables NTP')
     ntp_timeout_s: float = Field(0.5, gt=0, le=5)
     executor_function: str = "punctual-executor"
     worker_threads: int = Field(32, ge=1, le=512, description="action worker threads per executor")
     db_threads: int = Field(8, ge=1, le=64, description="threads for claim / arm / record writes")
     fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
+
+    @field_validator("ntp_server", mode="before")
+    @classmethod
+    def _ntp_off(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off", "none")):
+            return None
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -60,9 +70,9 @@ class Settings(BaseModel):
         values: dict[str, object] = {}
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw != "":
+            if raw is not None and (raw != "" or name in _EMPTY_MEANS_OFF):
                 values[name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update({k: v for k, v in overrides.items() if v is not None or k in _EMPTY_MEANS_OFF})
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

@@ -104,6 +104,8 @@ class LocalInvoker:
     def _take_worker(self) -> _Worker:
         with self._lock:
             while True:
+                if self._stopping:
+                    raise InvokerStoppedError("the local invoker is stopping")
                 if self._idle:
                     worker = self._idle.pop()
                     if worker.process.poll() is None:
@@ -131,7 +133,13 @@ class LocalInvoker:
                 self._lock.notify_all()
 
     def _run_once(self, invocation: _Invocation) -> None:
-        worker = self._take_worker()
+        try:
+            worker = self._take_worker()
+        except InvokerStoppedError:
+            # Not delivered: its tasks stay CLAIMED and are claimed again once the claim lease expires.
+            with self._lock:
+                self.stats["dropped"] += 1
+            return
         error: str | None = None
         response: dict[str, Any] | None = None
         try:
@@ -201,6 +209,8 @@ class LocalInvoker:
             if worker.busy and worker.process.poll() is None:
                 worker.process.terminate()  # SIGTERM: the executor releases its unfired tasks
         self.wait_idle(timeout)
+        with self._lock:
+            workers = list(self._workers)  # including any started while the busy ones wound down
         for worker in workers:
             if worker.process.poll() is None:
                 try:

@@ -49,11 +49,11 @@ class StackConfig:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a process (an executor worker) exactly these settings."""
-    return {
-        f"PUNCTUAL_{name.upper()}": str(value)
-        for name, value in settings.model_dump().items()
-        if value is not None
-    }
+    env = {f"PUNCTUAL_{name.upper()}": str(value) for name, value in settings.model_dump().items()
+           if value is not None}
+    if settings.ntp_server is None:
+        env["PUNCTUAL_NTP_SERVER"] = "off"
+    return env
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
