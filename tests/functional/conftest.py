@@ -1,0 +1,81 @@
+"""Functional-tier fixtures: the real repository on moto, with the table built from template.yaml."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from punctual.keys import from_ms
+from punctual.model import LogAction, Task
+from punctual.repository import DynamoTaskRepository
+from punctual.schema import ensure_table
+from punctual.settings import Settings
+
+TABLE = "punctual-tasks-test"
+SHARDS = 4
+# A fixed "now" for the tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
+NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    """A low-level DynamoDB client inside moto, with the Tasks table created from template.yaml."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        assert ensure_table(client, TABLE) is True
+        yield client
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(table_name=TABLE, shard_count=SHARDS, ntp_server=None, db_threads=4, worker_threads=8)
+
+
+@pytest.fixture
+def repo(dynamodb: Any, settings: Settings) -> DynamoTaskRepository:
+    return DynamoTaskRepository(dynamodb, settings.table_name, settings.shard_count)
+
+
+class TaskFactory:
+    """Builds tasks with sensible defaults and stores them through the repository."""
+
+    def __init__(self, repo: DynamoTaskRepository) -> None:
+        self.repo = repo
+        self._n = 0
+
+    def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
+        self._n += 1
+        fields.setdefault("action", LogAction(message="test"))
+        fields.setdefault("payload", {"n": self._n})
+        return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
+
+    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = NOW_MS, **fields: Any) -> Task:
+        stored, created = self.repo.create(self.build(due_ms, task_id, **fields), now_ms)
+        assert created
+        return stored
+
+
+@pytest.fixture
+def tasks(repo: DynamoTaskRepository) -> TaskFactory:
+    return TaskFactory(repo)
+
+
+def raw_item(client: Any, task_id: str) -> dict[str, Any]:
+    """The stored item as DynamoDB holds it (attribute values), read consistently."""
+    return client.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)["Item"]
+
+
+@pytest.fixture
+def read_raw(dynamodb: Any) -> Any:
+    return lambda task_id: raw_item(dynamodb, task_id)
+
+
+@pytest.fixture
+def now_ms() -> int:
+    """The fixed "now" of tests that pass explicit times (20 s into a minute, in 2030)."""
+    return NOW_MS

@@ -1,0 +1,299 @@
+"""The executor service on moto, on the real clock: arm, fire at the due instant, record.
+
+Tasks are due 0.3-1 s ahead so that arming happens before the due time, as in production. No assertion on
+how late a fire is (that is a benchmark's figure); only that outcomes, counts and records are right.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from punctual.clock import ClockOffset, OffsetProbe, SystemClock
+from punctual.events import BatchEvent, BatchTask
+from punctual.executor import Executor
+from punctual.model import HttpAction, Task, TaskStatus
+from punctual.poller import Poller
+from punctual.repository import DynamoTaskRepository
+from punctual.settings import Settings
+
+
+class RecordingInvoker:
+    def __init__(self) -> None:
+        self.events: list[BatchEvent] = []
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        self.events.append(BatchEvent.model_validate(payload))
+
+
+class FixedOffset:
+    """An offset probe that has already measured ``offset_ms``."""
+
+    def __init__(self, offset_ms: float | None) -> None:
+        self._offset = ClockOffset(offset_ms, "stub" if offset_ms is not None else None)
+
+    def current(self) -> ClockOffset:
+        return self._offset
+
+
+class Target(http.server.ThreadingHTTPServer):
+    """A local HTTP target: ``/ok`` answers 200, ``/fail`` answers 500; every request is kept."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _TargetHandler)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+class _TargetHandler(http.server.BaseHTTPRequestHandler):
+    server: Target
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with self.server.lock:
+            self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        status = 200 if self.path == "/ok" else 500
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        pass
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    server = Target()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def clock() -> SystemClock:
+    return SystemClock()
+
+
+@pytest.fixture
+def executor(repo: DynamoTaskRepository, settings: Settings, clock: SystemClock) -> Executor:
+    return Executor(repo, settings, clock, OffsetProbe(None, 0.5))
+
+
+def claim_batch(repo: DynamoTaskRepository, settings: Settings, now_ms: int) -> BatchEvent:
+    """Run the poller once and return the single batch it sent."""
+    invoker = RecordingInvoker()
+    Poller(repo, invoker, settings).poll(now_ms)
+    assert len(invoker.events) == 1
+    return invoker.events[0]
+
+
+def stored(repo: DynamoTaskRepository, task_id: str) -> Task:
+    task = repo.get(task_id)
+    assert task is not None
+    return task
+
+
+def test_a_batch_fires_every_task_and_records_it(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given five log tasks due 0.3-0.7 s from now, claimed by the poller
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 300 + 100 * i, now_ms=now) for i in range(5)]
+    event = claim_batch(repo, settings, now)
+    # When the executor runs the batch
+    report = executor.run_batch(event)
+    # Then every task was armed, fired and recorded SUCCEEDED, with its drift and fire time
+    assert (report.tasks, report.armed, report.lost_arm) == (5, 5, 0)
+    assert (report.fired, report.succeeded, report.failed, report.missed, report.not_recorded) == (5, 5, 0, 0, 0)
+    assert len(report.drift_ms) == 5
+    assert report.clock_offset_ms is None
+    for task in created:
+        done = stored(repo, task.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.fired_at is not None and done.finished_at is not None
+        assert done.drift_ms is not None
+        # fired_at - due_at is the drift (fired_at is kept to the ms, the drift to the µs)
+        assert abs((done.fired_at - done.due_at).total_seconds() * 1000 - done.drift_ms) < 1.0
+        # Never early: the wall clock may be slewed a little during the test, nothing more
+        assert done.drift_ms > -5
+        assert done.drift_ms <= done.misfire_grace_ms
+        assert done.drift_corrected_ms is None
+        assert done.armed_by == report.executor_id
+        assert done.finished_at >= done.fired_at
+
+
+def test_drift_is_also_recorded_corrected_by_the_clock_offset(
+    repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
+    executor = Executor(repo, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
+    now = int(clock.wall_ms())
+    task = tasks.create(now + 300, now_ms=now)
+    # When the task fires
+    report = executor.run_batch(claim_batch(repo, settings, now))
+    # Then the corrected drift is the raw drift plus the offset
+    assert report.clock_offset_ms == 2.5
+    done = stored(repo, task.task_id)
+    assert done.drift_ms is not None and done.drift_corrected_ms is not None
+    assert done.drift_corrected_ms == pytest.approx(done.drift_ms + 2.5, abs=0.002)
+
+
+def test_duplicate_delivery_fires_nothing(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given a batch of three tasks, delivered and run once
+    now = int(clock.wall_ms())
+    for i in range(3):
+        tasks.create(now + 300 + 50 * i, now_ms=now)
+    event = claim_batch(repo, settings, now)
+    first = executor.run_batch(event)
+    assert first.fired == 3
+    # When Lambda delivers the same event again
+    second = executor.run_batch(event)
+    # Then the second run loses every arm and fires nothing
+    assert second.lost_arm == 3
+    assert (second.armed, second.fired, second.missed) == (0, 0, 0)
+    assert second.executor_id != first.executor_id
+    # (Two deliveries running at the same time are a race: moto does not make a conditional write atomic
+    # across threads, so that case belongs to the integration tier, on DynamoDB Local.)
+
+
+def test_a_task_cancelled_after_its_claim_is_not_fired(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given two claimed tasks, one of which the client then cancels
+    now = int(clock.wall_ms())
+    kept = tasks.create(now + 300, now_ms=now)
+    cancelled = tasks.create(now + 350, now_ms=now)
+    event = claim_batch(repo, settings, now)
+    repo.cancel(cancelled.task_id, now + 1)
+    # When the executor runs the batch
+    report = executor.run_batch(event)
+    # Then the cancelled task loses at arm and never fires; the other fires
+    assert (report.armed, report.lost_arm, report.fired) == (1, 1, 1)
+    gone = stored(repo, cancelled.task_id)
+    assert gone.status is TaskStatus.CANCELLED
+    assert gone.fired_at is None
+    assert stored(repo, kept.task_id).status is TaskStatus.SUCCEEDED
+
+
+def test_http_500_is_recorded_failed_with_detail(
+    executor: Executor,
+    repo: DynamoTaskRepository,
+    tasks: Any,
+    settings: Settings,
+    clock: SystemClock,
+    target: Target,
+) -> None:
+    # Given an HTTP task whose target answers 500
+    now = int(clock.wall_ms())
+    task = tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/fail"), timeout_s=5))
+    # When it fires
+    report = executor.run_batch(claim_batch(repo, settings, now))
+    # Then it is FAILED, and the detail says why
+    assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
+    done = stored(repo, task.task_id)
+    assert done.status is TaskStatus.FAILED
+    assert done.detail is not None and "HTTP 500" in done.detail
+    assert done.fired_at is not None
+    assert len(target.requests) == 1
+
+
+def test_http_200_receives_the_idempotency_key(
+    executor: Executor,
+    repo: DynamoTaskRepository,
+    tasks: Any,
+    settings: Settings,
+    clock: SystemClock,
+    target: Target,
+) -> None:
+    # Given an HTTP task with a JSON payload and a custom header
+    now = int(clock.wall_ms())
+    task = tasks.create(
+        now + 300,
+        "publish-v-123",
+        now_ms=now,
+        payload={"video": "v-123", "n": [1, 2]},
+        action=HttpAction(url=target.url("/ok"), headers={"X-Tenant": "t1"}, timeout_s=5),
+    )
+    # When it fires
+    report = executor.run_batch(claim_batch(repo, settings, now))
+    # Then the target got one POST with the payload, the idempotency key and the task's headers
+    assert report.succeeded == 1
+    assert stored(repo, task.task_id).status is TaskStatus.SUCCEEDED
+    assert len(target.requests) == 1
+    request = target.requests[0]
+    assert request["path"] == "/ok"
+    assert request["headers"]["Idempotency-Key"] == "publish-v-123:0"
+    assert request["headers"]["X-Punctual-Task-Id"] == "publish-v-123"
+    assert request["headers"]["X-Punctual-Due-Ms"] == str(task.due_ms)
+    assert request["headers"]["X-Tenant"] == "t1"
+    assert request["headers"]["Content-Type"] == "application/json"
+    assert json.loads(request["body"]) == {"video": "v-123", "n": [1, 2]}
+
+
+def test_task_past_its_grace_at_fire_time_is_missed(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, clock: SystemClock
+) -> None:
+    # Given a task with no grace, due 5 s ago, written on time by a client and claimed (its executor came late)
+    now = int(clock.wall_ms())
+    due = now - 5_000
+    task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0)
+    candidate = next(c for c in repo.query_due(now, _shard(repo, task), now) if c.task_id == task.task_id)
+    assert repo.claim(candidate, "late-batch", "poller-1", now, 30_000)
+    event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0)])
+    # When the executor runs it
+    report = executor.run_batch(event)
+    # Then it is not fired but recorded MISSED, with the reason
+    assert (report.armed, report.fired, report.missed) == (1, 0, 1)
+    done = stored(repo, task.task_id)
+    assert done.status is TaskStatus.MISSED
+    assert done.fired_at is None
+    assert done.detail is not None and "past its grace of 0 ms" in done.detail
+
+
+def _shard(repo: DynamoTaskRepository, task: Task) -> int:
+    from punctual.keys import shard_of
+
+    return shard_of(task.task_id, repo.shard_count)
+
+
+def test_stop_releases_armed_tasks_that_have_not_fired(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given a batch of tasks due in 3 s, armed and waiting in the dispatcher
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 3_000 + i, now_ms=now) for i in range(3)]
+    event = claim_batch(repo, settings, now)
+    reports = []
+    runner = threading.Thread(target=lambda: reports.append(executor.run_batch(event)))
+    runner.start()
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(stored(repo, t.task_id).status is not TaskStatus.ARMED for t in created):
+        time.sleep(0.02)
+    # When the executor is asked to stop (SIGTERM in the local runtime)
+    executor.request_stop()
+    runner.join(timeout=10)
+    # Then run_batch returns before the due time, fires nothing, and hands every task back as PENDING
+    assert not runner.is_alive()
+    (report,) = reports
+    assert (report.armed, report.fired, report.released) == (3, 0, 3)
+    assert int(clock.wall_ms()) < now + 3_000
+    for task in created:
+        back = stored(repo, task.task_id)
+        assert back.status is TaskStatus.PENDING
+        assert back.fired_at is None and back.armed_by is None
+    # And the next poll finds and claims them again
+    assert claim_batch(repo, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id

@@ -1,0 +1,330 @@
+"""The poller service on moto, with a recording invoker and explicit ``now`` values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from punctual.events import BatchEvent
+from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
+from punctual.model import TaskStatus
+from punctual.poller import Poller, make_batches
+from punctual.repository import Candidate, DynamoTaskRepository
+from punctual.settings import Settings
+
+
+class RecordingInvoker:
+    """Stands in for Lambda async invoke: keeps each payload; raises while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self.failing = False
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        if self.failing:
+            raise RuntimeError("throttled")
+        self.payloads.append(payload)
+
+    @property
+    def events(self) -> list[BatchEvent]:
+        return [BatchEvent.model_validate(p) for p in self.payloads]
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [t.task_id for e in self.events for t in e.tasks]
+
+
+@pytest.fixture
+def invoker() -> RecordingInvoker:
+    return RecordingInvoker()
+
+
+@pytest.fixture
+def poller(repo: DynamoTaskRepository, invoker: RecordingInvoker, settings: Settings) -> Poller:
+    return Poller(repo, invoker, settings, poller_id="poller-test")
+
+
+def status_of(repo: DynamoTaskRepository, task_id: str) -> TaskStatus:
+    task = repo.get(task_id)
+    assert task is not None
+    return task.status
+
+
+def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
+    poller: Poller,
+    invoker: RecordingInvoker,
+    repo: DynamoTaskRepository,
+    tasks: Any,
+    settings: Settings,
+    now_ms: int,
+) -> None:
+    # Given tasks over several buckets and every shard, due from 25 s ago (the previous minute) to exactly now + lead
+    lead = settings.lead_ms
+    due_times = [
+        now_ms - 25_000,
+        now_ms,
+        now_ms + 5_000,
+        now_ms + 39_999,
+        now_ms + 40_000,
+        now_ms + 61_000,
+        now_ms + lead - 1,
+        now_ms + lead,
+    ]
+    inside = [tasks.create(due, f"in-{i:02d}-{j}").task_id for i, due in enumerate(due_times) for j in range(2)]
+    # And tasks due later than the window: 1 ms past it, and minutes away
+    later = [now_ms + lead + 1, now_ms + 5 * BUCKET_MS]
+    outside = [tasks.create(due, f"out-{i}").task_id for i, due in enumerate(later)]
+    assert {shard_of(t, settings.shard_count) for t in inside} == set(range(settings.shard_count))
+    assert len(buckets_between(now_ms - 25_000, now_ms + lead)) == 3
+
+    # When the poller runs
+    report = poller.poll(now_ms)
+
+    # Then every task in the window is claimed and handed to an executor, and no later one
+    assert report.claimed == len(inside)
+    assert report.missed == 0
+    assert report.recovered == 0
+    assert report.window_end_ms == now_ms + lead
+    assert report.queries == report.buckets * settings.shard_count
+    assert sorted(invoker.task_ids) == sorted(inside)
+    assert all(status_of(repo, t) is TaskStatus.CLAIMED for t in inside)
+    assert all(status_of(repo, t) is TaskStatus.PENDING for t in outside)
+
+
+def test_batch_payloads_validate_and_match_the_claims(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given a few tasks due soon
+    created = [tasks.create(now_ms + 1_000 * i) for i in range(5)]
+    # When they are polled
+    poller.poll(now_ms)
+    # Then each payload is a BatchEvent whose tasks carry their due time and grace, claimed under its batch id
+    for event in invoker.events:
+        assert event.claimed_by == "poller-test"
+        for entry in event.tasks:
+            stored = repo.get(entry.task_id)
+            assert stored is not None
+            assert stored.batch_id == event.batch_id
+            assert stored.claimed_by == "poller-test"
+            assert entry.due_ms == stored.due_ms
+            assert entry.grace_ms == stored.misfire_grace_ms
+    assert sorted(invoker.task_ids) == sorted(t.task_id for t in created)
+
+
+def test_batches_are_cut_at_max_batch_size_in_due_order(
+    repo: DynamoTaskRepository, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+) -> None:
+    # Given a batch size of 3 and 7 tasks due soon
+    poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 3}))
+    created = [tasks.create(now_ms + 30_000 - 1_000 * i) for i in range(7)]
+    # When they are polled
+    report = poller.poll(now_ms)
+    # Then there are 3 batches of at most 3, each with its own id, in due order overall
+    sizes = [len(e.tasks) for e in invoker.events]
+    assert sizes == [3, 3, 1]
+    assert report.batches == 3
+    assert len({e.batch_id for e in invoker.events}) == 3
+    dues = [t.due_ms for e in invoker.events for t in e.tasks]
+    assert dues == sorted(dues)
+    assert sorted(invoker.task_ids) == sorted(t.task_id for t in created)
+
+
+def test_make_batches() -> None:
+    candidates = [Candidate(f"t{i}", 1_000 - i, TaskStatus.PENDING, None, 0) for i in range(5)]
+    batches = make_batches(candidates, 2)
+    assert [[c.task_id for c in b] for b in batches] == [["t4", "t3"], ["t2", "t1"], ["t0"]]
+    assert make_batches([], 2) == []
+
+
+def test_overdue_within_grace_is_claimed_and_beyond_grace_is_missed(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given two tasks with a 60 s grace, written on time by a client long ago: one overdue by exactly its
+    # grace, one by a millisecond more
+    grace = 60_000
+    at_edge = tasks.create(now_ms - grace, "at-edge", now_ms=now_ms - 10 * BUCKET_MS, misfire_grace_ms=grace)
+    beyond = tasks.create(now_ms - grace - 1, "beyond", now_ms=now_ms - 10 * BUCKET_MS, misfire_grace_ms=grace)
+    # When the poller finds them
+    report = poller.poll(now_ms)
+    # Then the first can still fire within its grace and is claimed; the second is recorded MISSED
+    assert report.claimed == 1
+    assert report.missed == 1
+    assert invoker.task_ids == [at_edge.task_id]
+    assert status_of(repo, at_edge.task_id) is TaskStatus.CLAIMED
+    missed = repo.get(beyond.task_id)
+    assert missed is not None
+    assert missed.status is TaskStatus.MISSED
+    assert missed.detail and "60001 ms after due" in missed.detail
+
+
+def test_a_second_poll_claims_nothing_new(poller: Poller, invoker: RecordingInvoker, tasks: Any, now_ms: int) -> None:
+    # Given a poll that claimed two tasks
+    for i in range(2):
+        tasks.create(now_ms + 5_000 + i)
+    assert poller.poll(now_ms).claimed == 2
+    # When the next poll runs while their claim leases are live
+    report = poller.poll(now_ms + 1_000)
+    # Then it sees them but claims nothing and sends nothing
+    assert report.candidates == 2
+    assert report.claimed == 0
+    assert report.conflicts == 0
+    assert report.batches == 0
+    assert len(invoker.payloads) == 1
+
+
+def test_expired_claim_lease_is_recovered_one_ms_after_it_ends(
+    poller: Poller,
+    invoker: RecordingInvoker,
+    repo: DynamoTaskRepository,
+    tasks: Any,
+    settings: Settings,
+    now_ms: int,
+) -> None:
+    # Given a task claimed at now whose executor never armed it (the invocation was lost)
+    task = tasks.create(now_ms + 10_000)
+    assert poller.poll(now_ms).claimed == 1
+    lease_end = now_ms + settings.claim_lease_ms
+    # When a poll runs exactly at the end of the claim lease, the task is still owned
+    assert poller.poll(lease_end).claimed == 0
+    # And one millisecond later it is claimed again, as a recovery
+    report = poller.poll(lease_end + 1)
+    assert report.claimed == 1
+    assert report.recovered == 1
+    assert invoker.task_ids == [task.task_id, task.task_id]
+    stored = repo.get(task.task_id)
+    assert stored is not None
+    assert stored.attempt == 2
+    assert stored.batch_id == invoker.events[-1].batch_id
+
+
+def test_expired_armed_lease_is_recovered(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given a task armed by an executor that died before recording
+    task = tasks.create(now_ms + 10_000, misfire_grace_ms=3_600_000)
+    poller.poll(now_ms)
+    armed_until = now_ms + 100_000
+    assert repo.arm(task.task_id, invoker.events[0].batch_id, "dead-executor", armed_until) is not None
+    # Then the armed lease holds it at its last millisecond, and it is claimed again one ms later
+    assert poller.poll(armed_until).claimed == 0
+    report = poller.poll(armed_until + 1)
+    assert (report.claimed, report.recovered) == (1, 1)
+    assert status_of(repo, task.task_id) is TaskStatus.CLAIMED
+
+
+def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
+    poller: Poller,
+    invoker: RecordingInvoker,
+    repo: DynamoTaskRepository,
+    tasks: Any,
+    settings: Settings,
+    now_ms: int,
+) -> None:
+    # Given an invoker that refuses every invocation
+    created = [tasks.create(now_ms + 5_000 + i).task_id for i in range(3)]
+    invoker.failing = True
+    # When the poller runs
+    report = poller.poll(now_ms)
+    # Then the failure is counted, nothing is sent, and the tasks stay CLAIMED
+    assert report.invoke_failures == 1
+    assert report.batches == 0
+    assert report.claimed == 3
+    assert all(status_of(repo, t) is TaskStatus.CLAIMED for t in created)
+    # And once the invoker works again, the tasks are claimed again only after their lease expires
+    invoker.failing = False
+    assert poller.poll(now_ms + settings.claim_lease_ms).claimed == 0
+    report = poller.poll(now_ms + settings.claim_lease_ms + 1)
+    assert report.claimed == 3
+    assert report.recovered == 3
+    assert report.invoke_failures == 0
+    assert sorted(invoker.task_ids) == sorted(created)
+
+
+def test_watermark_stays_overdue_safety_behind_now(
+    poller: Poller, repo: DynamoTaskRepository, settings: Settings, now_ms: int
+) -> None:
+    # Given an empty table
+    # When the poller runs twice, a few minutes apart
+    for now in (now_ms, now_ms + 5 * BUCKET_MS):
+        report = poller.poll(now)
+        # Then the watermark is the bucket of now - overdue_safety, never closer to now
+        assert report.watermark_ms == bucket_start(now - settings.overdue_safety_ms)
+        assert report.watermark_ms <= now - settings.overdue_safety_ms
+        assert repo.get_watermark() == report.watermark_ms
+
+
+def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
+    poller: Poller, repo: DynamoTaskRepository, tasks: Any, settings: Settings, now_ms: int
+) -> None:
+    # Given a task due 10 minutes ago with a long grace, written on time (so in its own, old bucket)
+    old_due = now_ms - 10 * BUCKET_MS
+    task = tasks.create(old_due, now_ms=old_due - 1_000, misfire_grace_ms=3_600_000)
+    # When polls run while it is active (claimed, lease live), a minute apart
+    for now in (now_ms, now_ms + 1_000, now_ms + 20_000):
+        report = poller.poll(now)
+        # Then the watermark stays at its bucket
+        assert report.watermark_ms <= bucket_start(old_due)
+        assert repo.get_watermark() == bucket_start(old_due)
+    # And once it is finished, the watermark moves on to the safety margin
+    repo.cancel(task.task_id, now_ms + 21_000)
+    later = now_ms + 2 * BUCKET_MS
+    report = poller.poll(later)
+    assert report.watermark_ms == bucket_start(later - settings.overdue_safety_ms)
+    assert repo.get_watermark() == report.watermark_ms
+
+
+def test_first_poll_without_watermark_reaches_the_oldest_active_task(
+    poller: Poller, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
+    task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
+    assert repo.get_watermark() is None
+    # When the first poll runs
+    report = poller.poll(now_ms)
+    # Then it reaches back to that bucket and claims the task
+    assert report.claimed == 1
+    assert status_of(repo, task.task_id) is TaskStatus.CLAIMED
+    assert report.buckets >= 30
+
+
+def test_task_from_an_old_watermark_era_is_still_found(
+    repo: DynamoTaskRepository, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+) -> None:
+    # Given a watermark left at an old bucket by an earlier poll
+    old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
+    assert repo.advance_watermark(old_watermark)
+    # And tasks written back then: one due 5 minutes ago with a long grace, one with the default grace
+    claimable = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
+    too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
+    # When a fresh poller (a new cold start) runs now
+    report = Poller(repo, invoker, settings).poll(now_ms)
+    # Then it queries from the stored watermark and finds both: one claimed, one recorded MISSED
+    assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
+    assert report.candidates == 2
+    assert invoker.task_ids == [claimable.task_id]
+    assert status_of(repo, claimable.task_id) is TaskStatus.CLAIMED
+    assert status_of(repo, too_late.task_id) is TaskStatus.MISSED
+
+
+def test_task_written_late_after_the_watermark_moved_is_found(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given a poll that moved the watermark up to the safety margin
+    poller.poll(now_ms)
+    # When a task due 30 s ago is written now (index writes lag; clients run late)
+    task = tasks.create(now_ms - 30_000, now_ms=now_ms + 1_000)
+    # Then the next poll finds it in the current bucket and claims it
+    assert poller.poll(now_ms + 2_000).claimed == 1
+    assert invoker.task_ids == [task.task_id]
+
+
+def test_cancelled_and_finished_tasks_are_not_claimed(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    cancelled = tasks.create(now_ms + 5_000)
+    kept = tasks.create(now_ms + 6_000)
+    repo.cancel(cancelled.task_id, now_ms)
+    report = poller.poll(now_ms)
+    assert report.candidates == 1
+    assert invoker.task_ids == [kept.task_id]

@@ -1,0 +1,191 @@
+"""The wall-clock offset from NTP, against a tiny NTP responder on the loopback interface."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from punctual.clock import ClockOffset, OffsetProbe, SystemClock, measure_offset, offset_probe
+from punctual.settings import Settings
+
+NTP_EPOCH_OFFSET = 2_208_988_800  # seconds from 1900-01-01 (NTP) to 1970-01-01 (Unix)
+PACKET = struct.Struct("!B B B b 11I")
+SKEW_S = 2.5
+
+
+def _ntp_parts(unix_seconds: float) -> tuple[int, int]:
+    ntp = unix_seconds + NTP_EPOCH_OFFSET
+    whole = int(ntp)
+    return whole, int((ntp - whole) * 2**32)
+
+
+class NtpResponder:
+    """Answers each NTP client packet with a server packet whose clock runs ``skew_s`` ahead of ours.
+
+    With ``silent=True`` it reads requests and never answers (a server that is up but does not reply).
+    """
+
+    def __init__(self, skew_s: float = SKEW_S, silent: bool = False) -> None:
+        self.skew_s = skew_s
+        self.silent = silent
+        self.requests = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.settimeout(0.05)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="ntp-responder", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, peer = self._sock.recvfrom(512)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.requests += 1
+            if self.silent or len(data) < PACKET.size:
+                continue
+            request = PACKET.unpack(data[: PACKET.size])
+            origin = request[13], request[14]  # the client's transmit timestamp
+            received = _ntp_parts(time.time() + self.skew_s)
+            transmitted = _ntp_parts(time.time() + self.skew_s)
+            header = (0 << 6) | (3 << 3) | 4  # no leap warning, version 3, mode 4 (server)
+            stratum, poll, precision = 2, 4, -20
+            root_delay = root_dispersion = reference_id = 0
+            reference = received
+            reply = PACKET.pack(
+                header, stratum, poll, precision, root_delay, root_dispersion, reference_id,
+                *reference, *origin, *received, *transmitted,
+            )  # fmt: skip
+            self._sock.sendto(reply, peer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sock.close()
+
+
+@pytest.fixture
+def ntp_server() -> Iterator[NtpResponder]:
+    server = NtpResponder()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[NtpResponder]:
+    server = NtpResponder(silent=True)
+    yield server
+    server.close()
+
+
+def closed_port() -> int:
+    """A UDP port on the loopback interface that nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_measure_offset_against_a_server_2_5_s_ahead(ntp_server: NtpResponder) -> None:
+    # Given an NTP server whose clock is 2.5 s ahead of ours, addressed as "host:port"
+    # When the offset is measured
+    offset = measure_offset(ntp_server.address, timeout_s=2.0)
+    # Then it is about +2,500 ms, with no error
+    assert offset.error is None
+    assert offset.corrected
+    assert offset.server == ntp_server.address
+    assert offset.offset_ms is not None
+    assert abs(offset.offset_ms - 2_500) <= 200
+    assert ntp_server.requests == 1
+
+
+def test_settings_accept_host_and_port_for_ntp(ntp_server: NtpResponder) -> None:
+    settings = Settings.from_env({"PUNCTUAL_NTP_SERVER": ntp_server.address, "PUNCTUAL_NTP_TIMEOUT_S": "2"})
+    offset = measure_offset(settings.ntp_server, settings.ntp_timeout_s)
+    assert offset.offset_ms is not None
+    assert abs(offset.offset_ms - 2_500) <= 200
+
+
+def test_unreachable_server_gives_no_offset_within_the_timeout() -> None:
+    # Given a port nothing listens on
+    address = f"127.0.0.1:{closed_port()}"
+    # When the offset is measured with a 0.3 s timeout
+    started = time.monotonic()
+    offset = measure_offset(address, timeout_s=0.3)
+    elapsed = time.monotonic() - started
+    # Then it is unknown, says why, and the call did not outlast the timeout by much
+    assert offset.offset_ms is None
+    assert not offset.corrected
+    assert offset.error
+    assert elapsed < 0.3 + 1.0
+
+
+def test_silent_server_gives_no_offset_within_the_timeout(silent_server: NtpResponder) -> None:
+    started = time.monotonic()
+    offset = measure_offset(silent_server.address, timeout_s=0.3)
+    elapsed = time.monotonic() - started
+    assert offset.offset_ms is None
+    assert offset.error
+    assert elapsed < 0.3 + 1.0
+
+
+@pytest.mark.parametrize("server", [None, ""])
+def test_no_server_configured(server: str | None) -> None:
+    offset = measure_offset(server, timeout_s=0.5)
+    assert offset == ClockOffset(None, None, "no NTP server configured")
+
+
+def test_offset_probe_current_never_blocks(silent_server: NtpResponder) -> None:
+    # Given a probe against a server that never answers, with a 1 s timeout
+    started = time.monotonic()
+    probe = OffsetProbe(silent_server.address, timeout_s=1.0)
+    # When the offset is read at once
+    current = probe.current()
+    elapsed = time.monotonic() - started
+    # Then the reader gets "unknown" without waiting for the measurement
+    assert current.offset_ms is None
+    assert current.error == "not measured yet"
+    assert elapsed < 0.5
+    # And once the measurement has timed out, the result says why
+    final = probe.wait(timeout=5)
+    assert final.offset_ms is None
+    assert final.error and final.error != "not measured yet"
+
+
+def test_offset_probe_publishes_the_measured_offset(ntp_server: NtpResponder) -> None:
+    probe = OffsetProbe(ntp_server.address, timeout_s=2.0)
+    result = probe.wait(timeout=5)
+    assert result.offset_ms is not None
+    assert abs(result.offset_ms - 2_500) <= 200
+    assert probe.current() == result
+
+
+def test_offset_probe_is_measured_once_per_server(ntp_server: NtpResponder) -> None:
+    # Given the process-wide probe asked for twice
+    first = offset_probe(ntp_server.address, 2.0)
+    second = offset_probe(ntp_server.address, 2.0)
+    first.wait(timeout=5)
+    # Then it is one probe, and the server saw one request
+    assert first is second
+    assert ntp_server.requests == 1
+
+
+def test_system_clock() -> None:
+    clock = SystemClock()
+    assert abs(clock.wall_ms() - time.time() * 1000) < 1_000
+    before = clock.monotonic()
+    clock.sleep(0.01)
+    clock.sleep(-1)  # a negative sleep returns at once
+    assert clock.monotonic() >= before + 0.01

@@ -1,0 +1,206 @@
+"""The heap dispatcher, on the real monotonic clock.
+
+Only orders, counts and the "never early" rule are asserted: the dispatcher spins until each deadline, so an
+item can never fire before it, whatever the machine's load. How *late* it fires is a benchmark's business.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from punctual.dispatcher import Dispatcher
+
+
+class Recorder:
+    """A fire callback that notes which item fired and when (monotonic seconds, read first)."""
+
+    def __init__(self) -> None:
+        self.fired: list[tuple[str, float]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, item: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.fired.append((item, now))
+
+    @property
+    def order(self) -> list[str]:
+        return [item for item, _ in self.fired]
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def single(recorder: Recorder) -> Iterator[Dispatcher[str]]:
+    """One worker: fires run one after the other, in the order the dispatcher hands them over."""
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=1, name="test-dispatcher")
+    yield dispatcher
+    dispatcher.close()
+
+
+def test_every_item_fires_exactly_once(recorder: Recorder) -> None:
+    # Given 200 items over the next 0.2 s, some sharing a deadline, and 8 workers
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=8)
+    start = time.monotonic()
+    deadlines = {f"item-{i}": start + 0.05 + (i % 20) * 0.01 for i in range(200)}
+    # When they are added and the dispatcher is closed
+    for item, deadline in deadlines.items():
+        dispatcher.add(deadline, item)
+    dispatcher.close()
+    # Then each fired once, and none before its deadline
+    assert sorted(recorder.order) == sorted(deadlines)
+    for item, fired in recorder.fired:
+        assert fired >= deadlines[item]
+
+
+def test_distinct_deadlines_fire_in_deadline_order(single: Dispatcher[str], recorder: Recorder) -> None:
+    # Given items added in shuffled order, deadlines 20 ms apart
+    start = time.monotonic() + 0.05
+    offsets = {"d": 3, "a": 0, "e": 4, "c": 2, "b": 1}
+    for item, k in offsets.items():
+        single.add(start + k * 0.02, item)
+    # When they have all fired
+    assert single.wait_idle(timeout=10)
+    # Then they fired by deadline, each at or after it
+    assert recorder.order == ["a", "b", "c", "d", "e"]
+    for item, fired in recorder.fired:
+        assert fired >= start + offsets[item] * 0.02
+
+
+def test_past_deadlines_fire_immediately(single: Dispatcher[str], recorder: Recorder) -> None:
+    # Given one item due in 1 s and one already 1 s overdue
+    now = time.monotonic()
+    single.add(now + 1.0, "later")
+    single.add(now - 1.0, "overdue")
+    # When we wait for the first fire
+    deadline = now + 0.9
+    while not recorder.fired and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # Then the overdue item has fired before the later one's deadline
+    assert recorder.order == ["overdue"]
+    assert recorder.fired[0][1] < now + 1.0
+    assert single.wait_idle(timeout=10)
+    assert recorder.order == ["overdue", "later"]
+
+
+def test_item_added_later_with_earlier_deadline_fires_first(single: Dispatcher[str], recorder: Recorder) -> None:
+    # Given an item queued for +0.6 s, with the dispatcher already sleeping towards it
+    now = time.monotonic()
+    single.add(now + 0.6, "queued-first")
+    time.sleep(0.05)
+    # When an item due sooner is added
+    single.add(now + 0.2, "added-later")
+    assert single.wait_idle(timeout=10)
+    # Then the newcomer fires first, and neither fires early
+    assert recorder.order == ["added-later", "queued-first"]
+    fired = dict(recorder.fired)
+    assert fired["added-later"] >= now + 0.2
+    assert fired["queued-first"] >= now + 0.6
+
+
+def test_seconds_to_next_fire(single: Dispatcher[str], recorder: Recorder) -> None:
+    # Given an empty dispatcher
+    assert single.seconds_to_next_fire() == float("inf")
+    # When items are queued for +1.5 s and +1 s
+    before = time.monotonic()
+    single.add(before + 1.5, "far")
+    single.add(before + 1.0, "near")
+    # Then it tells the time to the earliest one
+    remaining = single.seconds_to_next_fire()
+    assert 0.5 < remaining <= 1.0
+    assert recorder.fired == []
+    # And after both fired, nothing is queued again
+    assert single.wait_idle(timeout=10)
+    assert single.seconds_to_next_fire() == float("inf")
+
+
+def test_wait_idle_times_out_while_items_are_pending(single: Dispatcher[str], recorder: Recorder) -> None:
+    # Given an item due in 0.3 s
+    single.add(time.monotonic() + 0.3, "x")
+    # Then waiting a short time is not enough, and waiting long enough is
+    assert single.wait_idle(timeout=0.01) is False
+    assert single.wait_idle(timeout=10) is True
+    assert recorder.order == ["x"]
+    # And an idle dispatcher answers at once
+    assert single.wait_idle(timeout=0) is True
+
+
+def test_wait_idle_waits_for_the_callback_to_return() -> None:
+    # Given a callback that takes 0.2 s
+    done: list[str] = []
+
+    def slow(item: str) -> None:
+        time.sleep(0.2)
+        done.append(item)
+
+    with Dispatcher(slow, workers=2) as dispatcher:
+        dispatcher.add(time.monotonic(), "a")
+        dispatcher.add(time.monotonic(), "b")
+        # When wait_idle returns True, both callbacks have finished
+        assert dispatcher.wait_idle(timeout=10)
+        assert sorted(done) == ["a", "b"]
+
+
+def test_close_fires_what_is_queued_then_stops_the_threads(recorder: Recorder) -> None:
+    # Given items still queued
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=3, name="closing")
+    now = time.monotonic()
+    for i in range(5):
+        dispatcher.add(now + 0.05 * i, f"i{i}")
+    # When the dispatcher is closed
+    dispatcher.close()
+    # Then everything fired first, and no thread of it is left
+    assert len(recorder.fired) == 5
+    assert not [t for t in threading.enumerate() if t.name.startswith("closing")]
+
+
+def test_close_of_an_empty_dispatcher_returns(recorder: Recorder) -> None:
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=2, name="empty")
+    dispatcher.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("empty")]
+
+
+def test_a_failing_callback_does_not_stop_later_fires() -> None:
+    # Regression: an exception from fire() used to end the worker thread, so later items never fired.
+    # Given one worker and a callback that fails on its first item
+    fired: list[str] = []
+
+    def fire(item: str) -> None:
+        if item == "boom":
+            raise RuntimeError("boom")
+        fired.append(item)
+
+    dispatcher: Dispatcher[str] = Dispatcher(fire, workers=1, name="failing")
+    now = time.monotonic()
+    dispatcher.add(now, "boom")
+    dispatcher.add(now + 0.05, "after")
+    # Then the next item still fires
+    assert dispatcher.wait_idle(timeout=1)
+    assert fired == ["after"]
+    dispatcher.close()
+
+
+def test_cancel_pending_takes_back_what_has_not_fired(recorder: Recorder) -> None:
+    # Given one item already fired and three queued far ahead
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=2, name="cancelling")
+    now = time.monotonic()
+    dispatcher.add(now, "now")
+    assert dispatcher.wait_idle(timeout=10)
+    for item, delay in (("c", 30.0), ("a", 10.0), ("b", 20.0)):
+        dispatcher.add(now + delay, item)
+    # When the pending items are taken back (a clean shutdown)
+    taken = dispatcher.cancel_pending()
+    # Then they come back in deadline order, none of them fires, and the dispatcher is idle and closes at once
+    assert taken == ["a", "b", "c"]
+    assert dispatcher.seconds_to_next_fire() == float("inf")
+    assert dispatcher.wait_idle(timeout=0) is True
+    dispatcher.close()
+    assert recorder.order == ["now"]
+    assert dispatcher.cancel_pending() == []
