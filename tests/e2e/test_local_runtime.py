@@ -174,12 +174,6 @@ def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(tmp_p
     assert fires == Counter(dict.fromkeys(ids, 1))
 
 
-@pytest.mark.xfail(
-    reason="BUG: Settings.from_env drops None overrides and settings_env drops None values, so "
-    "StackConfig(settings_overrides={'ntp_server': None}) cannot switch the NTP probe off: the stack and its "
-    "executor workers fall back to the default time.aws.com (network traffic from a local run)",
-    strict=True,
-)
 @pytest.mark.timeout(90)
 def test_stack_settings_overrides_can_switch_the_ntp_probe_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given no NTP server in the environment, and a stack told to use none (no worker is started: no probe runs)
@@ -414,11 +408,6 @@ def process_alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
-@pytest.mark.xfail(
-    reason="BUG: LocalInvoker.shutdown ends only the workers it listed when it began; an invocation still "
-    "waiting for a worker gets a fresh worker after shutdown started, which is neither SIGTERMed nor ended",
-    strict=True,
-)
 @pytest.mark.timeout(60)
 def test_local_invoker_shutdown_ends_every_worker_even_with_an_invocation_waiting(
     make_invoker: Callable[..., Any],
