@@ -176,6 +176,7 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--poll-interval", type=float, default=10)
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
+    parser.add_argument("--prewarm", type=int, default=StackConfig.prewarm, help="warm executor processes")
     parser.add_argument("--no-writes", dest="with_writes", action="store_false",
                         help="skip the extra phase in which a client schedules tasks during the steady run")
     args = parser.parse_args()
@@ -186,7 +187,7 @@ def main() -> int:
     log(f"floor/burst: {args.burst} at one instant")
     f_burst = floor_burst(args.burst, work / "floor.jsonl")
 
-    config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval,
+    config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
                          settings_overrides={"ntp_server": None})
     with LocalStack(config, on_poll=lambda r: log(f"poll: claimed {r.claimed} in {r.batches} batch(es)"),
                     on_batch=lambda r: None) as stack:

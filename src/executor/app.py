@@ -16,6 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from punctual.actions import FireLog
 from punctual.events import BatchEvent
+from punctual.priority import lower_current_thread
 from punctual.runtime import build_executor
 from punctual.settings import Settings
 
@@ -33,6 +34,11 @@ executor = build_executor(settings)
 # collection during a batch scans only what the batch allocated (a full one would stall the dispatcher).
 gc.collect()
 gc.freeze()
+# The dispatcher and its workers (started above) keep the default CPU priority; this thread, which parses
+# events, arms, records and flushes metrics, runs below it, and so do the threads it starts. It never holds
+# the interpreter while this process has a fire due: it arms before adding to the dispatcher and finishes
+# after the batch has fired.
+lower_current_thread()
 
 
 @logger.inject_lambda_context(log_event=False)

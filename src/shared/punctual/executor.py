@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .actions import FireContext, run_action
@@ -34,6 +35,11 @@ RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 
 
+def _fire_item(item: tuple[_Armed, Callable[[_Armed], None]]) -> None:
+    entry, fire = item
+    fire(entry)
+
+
 @dataclass(slots=True)
 class _Armed:
     task: Task
@@ -51,7 +57,12 @@ class Executor:
         self._offset = offset
         self._spin_s = spin_s
         self._stopping = threading.Event()
-        self._current: Dispatcher[_Armed] | None = None
+        self._current: Dispatcher[tuple[_Armed, Callable[[_Armed], None]]] | None = None
+        # One dispatcher and worker pool for the life of the process (a warm start reuses them), created
+        # here, by the thread that builds the executor: threads inherit its CPU priority.
+        self._dispatcher: Dispatcher[tuple[_Armed, Callable[[_Armed], None]]] = Dispatcher(
+            _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
+        )
         self._cancelled: list[_Armed] = []
 
     def request_stop(self) -> None:
@@ -60,7 +71,7 @@ class Executor:
         self._stopping.set()
         current = self._current
         if current is not None:
-            self._cancelled.extend(current.cancel_pending())
+            self._cancelled.extend(item[0] for item in current.cancel_pending())
 
     def run_batch(self, event: BatchEvent) -> BatchReport:
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
@@ -95,10 +106,7 @@ class Executor:
                 outcome, detail = TaskStatus.FAILED, f"{type(exc).__name__}: {exc}"[:1000]
             return FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected, detail)
 
-        dispatcher: Dispatcher[_Armed] = Dispatcher(
-            fire, workers=min(self._settings.worker_threads, max(1, len(armed))), clock=clock,
-            spin_s=self._spin_s, name=f"dispatch-{event.batch_id[:8]}",
-        )
+        dispatcher = self._dispatcher
         recorded: list[FireRecord] = []
         not_recorded = 0
 
@@ -150,11 +158,11 @@ class Executor:
         gc.disable()
         wall, mono = clock.wall_ms(), clock.monotonic()
         for entry in armed:
-            dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, entry)
+            dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
         self._current = dispatcher
         if self._stopping.is_set():
-            self._cancelled.extend(dispatcher.cancel_pending())
-        dispatcher.close()
+            self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
+        dispatcher.wait_idle()
         self._current = None
         for _ in self._cancelled:
             results.put(None)
