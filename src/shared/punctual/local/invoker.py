@@ -2,7 +2,8 @@
 
 - **Async**: ``invoke_async`` queues the event and returns at once (like ``InvocationType="Event"``).
 - **Execution environments**: one invocation at a time per worker process; idle workers are reused (warm),
-  new ones are started on demand up to ``max_concurrency`` (a cold start imports the handler module).
+  new ones are started on demand up to ``max_concurrency``. Workers are forked from a forkserver that has
+  the libraries imported already, so a cold start only loads the handler module (Lambda's init phase).
 - **At least once**: an invocation whose handler raised, or whose process died, is retried up to
   ``len(retry_delays)`` times after those delays (Lambda: 2 retries, about 1 and 2 minutes apart). A
   ``duplicate_rate`` delivers some events twice on purpose, for fault tests.
@@ -12,18 +13,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import os
+import multiprocessing
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from .worker import PRELOAD, run_worker
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +38,19 @@ class InvokerStoppedError(RuntimeError):
     """The invoker is shutting down and accepts no more events."""
 
 
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(PRELOAD)
+
+
 @dataclass
 class _Worker:
-    process: subprocess.Popen[str]
-    results: IO[str]
+    process: BaseProcess
+    conn: Connection
     busy: bool = False
     invocations: int = 0
+
+    def alive(self) -> bool:
+        return self.process.exitcode is None and self.process.is_alive()
 
 
 @dataclass
@@ -56,8 +67,8 @@ class LocalInvoker:
                  max_concurrency: int = 64, prewarm: int = 2, retry_delays: tuple[float, ...] = (1.0, 2.0),
                  duplicate_rate: float = 0.0, on_result: ResultCallback | None = None) -> None:
         self._handler_path = str(handler_path)
-        self._env = {**os.environ, **env}
-        self._log_file = log_file
+        self._env = dict(env)
+        self._log_file = str(log_file) if log_file else None
         self._max = max_concurrency
         self._retry_delays = retry_delays
         self._duplicate_rate = duplicate_rate
@@ -83,19 +94,12 @@ class LocalInvoker:
 
     # -- workers ---------------------------------------------------------------------------------------
     def _start_worker(self) -> _Worker:
-        read_fd, write_fd = os.pipe()
-        out = open(self._log_file, "a") if self._log_file else subprocess.DEVNULL  # noqa: SIM115
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "punctual.local.worker", self._handler_path, str(write_fd)],
-                stdin=subprocess.PIPE, stdout=out, stderr=out, env=self._env, text=True,
-                pass_fds=(write_fd,), start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-            if out is not subprocess.DEVNULL:
-                out.close()
-        worker = _Worker(process, os.fdopen(read_fd, "r"))
+        parent_end, child_end = _CONTEXT.Pipe()
+        process = _CONTEXT.Process(target=run_worker, args=(self._handler_path, child_end, self._log_file, self._env),
+                                   name="punctual-executor", daemon=False)
+        process.start()
+        child_end.close()
+        worker = _Worker(process, parent_end)
         with self._lock:
             self._workers.append(worker)
             self.stats["cold_starts"] += 1
@@ -108,11 +112,11 @@ class LocalInvoker:
                     raise InvokerStoppedError("the local invoker is stopping")
                 if self._idle:
                     worker = self._idle.pop()
-                    if worker.process.poll() is None:
+                    if worker.alive():
                         worker.busy = True
                         return worker
                     continue
-                if len([w for w in self._workers if w.process.poll() is None]) < self._max:
+                if len([w for w in self._workers if w.alive()]) < self._max:
                     break
                 self._lock.wait(0.5)
         worker = self._start_worker()
@@ -143,27 +147,21 @@ class LocalInvoker:
         error: str | None = None
         response: dict[str, Any] | None = None
         try:
-            if not worker.invocations:  # wait for the cold start's "ready" line
-                ready = worker.results.readline()
-                if not ready:
-                    raise EOFError("worker died during its cold start")
-            assert worker.process.stdin is not None
-            worker.process.stdin.write(json.dumps(invocation.payload) + "\n")
-            worker.process.stdin.flush()
+            if not worker.invocations:  # wait for the cold start's "ready" message
+                worker.conn.recv()
+            worker.conn.send(invocation.payload)
             worker.invocations += 1
-            line = worker.results.readline()
-            if not line:
-                raise EOFError(f"worker {worker.process.pid} died (exit code {worker.process.wait()})")
-            response = json.loads(line)
+            response = worker.conn.recv()
             if not response.get("ok"):
                 error = str(response.get("error"))
-        except (OSError, EOFError, ValueError) as exc:
-            error = str(exc)
+        except (OSError, EOFError) as exc:
+            worker.process.join(1)
+            error = f"worker {worker.process.pid} died (exit code {worker.process.exitcode}): {exc!r}"
             worker.process.kill()
         finally:
             with self._lock:
                 worker.busy = False
-                if worker.process.poll() is None and not self._stopping:
+                if worker.alive() and not self._stopping:
                     self._idle.append(worker)
                 self._lock.notify_all()
         if error is None and response is not None:
@@ -198,7 +196,11 @@ class LocalInvoker:
 
     def busy_worker_pids(self) -> list[int]:
         with self._lock:
-            return [w.process.pid for w in self._workers if w.busy and w.process.poll() is None]
+            return [w.process.pid for w in self._workers if w.busy and w.alive() and w.process.pid]
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [w.process.pid for w in self._workers if w.alive() and w.process.pid]
 
     def shutdown(self, timeout: float = 15.0) -> None:
         """Stop accepting events; ask busy executors to release unfired tasks; end every worker."""
@@ -206,23 +208,19 @@ class LocalInvoker:
             self._stopping = True
             workers = list(self._workers)
         for worker in workers:
-            if worker.busy and worker.process.poll() is None:
+            if worker.busy and worker.alive():
                 worker.process.terminate()  # SIGTERM: the executor releases its unfired tasks
         self.wait_idle(timeout)
         with self._lock:
             workers = list(self._workers)  # including any started while the busy ones wound down
         for worker in workers:
-            if worker.process.poll() is None:
-                try:
-                    assert worker.process.stdin is not None
-                    worker.process.stdin.close()  # an idle worker exits at end of input
-                except OSError:
-                    pass
+            if worker.alive():
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(None)  # an idle worker exits on None
         deadline = time.monotonic() + 5
         for worker in workers:
-            try:
-                worker.process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            worker.process.join(max(0.1, deadline - time.monotonic()))
+            if worker.process.exitcode is None:
                 worker.process.kill()
-                worker.process.wait()
-            worker.results.close()
+                worker.process.join()
+            worker.conn.close()

@@ -156,7 +156,7 @@ class LocalStack:
             "poll_interval_ms": self.settings.poll_interval_ms,
             "fire_log": str(self.fire_log),
             "dynamodb_pid": self.ddb.pid,
-            "worker_pids": [w.process.pid for w in self.invoker._workers] if self.invoker else [],  # noqa: SLF001
+            "worker_pids": self.invoker.worker_pids() if self.invoker else [],
         }
         tmp = self.config.home / "stack.json.tmp"
         tmp.write_text(json.dumps(state, indent=2))
