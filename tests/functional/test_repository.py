@@ -218,8 +218,12 @@ def test_record_only_by_the_armed_executor(repo: DynamoTaskRepository, tasks: An
     assert done.fired_at is not None and done.fired_at.timestamp() * 1000 == now_ms + 10_000
     assert done.finished_at is not None and done.finished_at.timestamp() * 1000 == now_ms + 10_003
     assert done.lease_until is None
-    # And a second record of the same outcome loses (the task is no longer ARMED)
-    assert repo.record("exec-1", outcome) is False
+    # And a repeat of the same record by the same executor (a retried request whose response was lost) is
+    # idempotent, while another executor still loses
+    assert repo.record("exec-1", outcome) is True
+    assert repo.record("exec-2", outcome) is False
+    failed = FireRecord(task.task_id, TaskStatus.FAILED, fired, now_ms + 10_003, 0.25, 1.75, "boom")
+    assert repo.record("exec-1", failed) is False
 
 
 def test_record_removes_the_task_from_the_due_index(
@@ -274,7 +278,9 @@ def test_claim_many_of_one_and_of_none(repo: DynamoTaskRepository, tasks: Any, n
     task = tasks.create(now_ms + 10_000)
     assert repo.claim_many([], "poller-1", now_ms, LEASE_MS) == []
     assert repo.claim_many([(candidate_of(task), "b")], "poller-1", now_ms, LEASE_MS) == [True]
-    assert repo.claim_many([(candidate_of(task), "b")], "poller-1", now_ms, LEASE_MS) == [False]
+    # another batch loses; the same batch again (a retried request whose answer was lost) is idempotent
+    assert repo.claim_many([(candidate_of(task), "c")], "poller-2", now_ms, LEASE_MS) == [False]
+    assert repo.claim_many([(candidate_of(task), "b")], "poller-1", now_ms, LEASE_MS) == [True]
 
 
 def test_arm_many_returns_the_armed_tasks_in_order(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:

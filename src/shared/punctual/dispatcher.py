@@ -67,8 +67,11 @@ class Dispatcher(Generic[T]):
 
     def seconds_to_next_fire(self) -> float:
         """Seconds until the earliest queued deadline (``inf`` when nothing is queued)."""
-        heap = self._heap
-        return heap[0][0] - self._clock.monotonic() if heap else float("inf")
+        try:
+            deadline = self._heap[0][0]  # read without the lock: the heap may empty meanwhile
+        except IndexError:
+            return float("inf")
+        return deadline - self._clock.monotonic()
 
     def cancel_pending(self) -> list[T]:
         """Take back every item that has not been handed to a worker yet (for a clean shutdown)."""

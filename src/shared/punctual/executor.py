@@ -64,14 +64,16 @@ class Executor:
             _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
         )
         self._cancelled: list[_Armed] = []
+        self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
 
     def request_stop(self) -> None:
         """Stop firing: tasks not yet handed to a worker are released back to PENDING (ARMED → PENDING)
         by :meth:`run_batch` before it returns, so a restart finds them again. Safe from a signal handler."""
         self._stopping.set()
-        current = self._current
-        if current is not None:
-            self._cancelled.extend(item[0] for item in current.cancel_pending())
+        with self._stop_lock:
+            current = self._current
+            if current is not None:
+                self._cancelled.extend(item[0] for item in current.cancel_pending())
 
     def run_batch(self, event: BatchEvent) -> BatchReport:
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
@@ -159,17 +161,20 @@ class Executor:
         wall, mono = clock.wall_ms(), clock.monotonic()
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
-        self._current = dispatcher
-        if self._stopping.is_set():
-            self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
+        with self._stop_lock:
+            self._current = dispatcher
+            if self._stopping.is_set():
+                self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
         dispatcher.wait_idle()
-        self._current = None
-        for _ in self._cancelled:
+        with self._stop_lock:
+            self._current = None
+            cancelled = list(self._cancelled)
+        for _ in cancelled:
             results.put(None)
         recorder.join()
         if gc_enabled:
             gc.enable()
-        released = sum(1 for entry in self._cancelled if self._repo.release(entry.task.task_id, executor_id))
+        released = sum(1 for entry in cancelled if self._repo.release(entry.task.task_id, executor_id))
 
         count = {status: 0 for status in TaskStatus}
         for record in recorded:
@@ -207,8 +212,17 @@ class Executor:
             lower_current_thread()
             try:
                 outcome.append(self._repo.arm_many(leases, event.batch_id, executor_id))
-            except Exception:  # noqa: BLE001 - left CLAIMED: the claim lease expires and they are claimed again
-                log.exception("arming batch %s failed", event.batch_id)
+            except Exception:  # noqa: BLE001 - some chunks may have been armed before the error: read back
+                log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
+                try:
+                    stored = self._repo.get_many([task_id for task_id, _ in leases])
+                except Exception:  # noqa: BLE001 - what was armed becomes claimable when its lease expires
+                    log.exception("reading back batch %s failed", event.batch_id)
+                    return
+                outcome.append([
+                    t if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
+                    for t in (stored.get(task_id) for task_id, _ in leases)
+                ])
 
         thread = threading.Thread(target=arm, name="arm")
         thread.start()

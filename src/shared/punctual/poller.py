@@ -31,6 +31,29 @@ class _Found:
     candidate: Candidate
 
 
+def _missed_detail(candidate: Candidate, now_ms: int) -> str:
+    late = f"found {now_ms - candidate.due_ms} ms after due, past its grace of {candidate.misfire_grace_ms} ms"
+    if candidate.status is TaskStatus.ARMED:
+        # The crash window: its executor armed it and was lost (lease expired) - before or after firing.
+        return f"{late}; its executor was lost after arming it: it may have fired before recording"
+    if candidate.status is TaskStatus.CLAIMED:
+        return f"{late}; no executor armed it before its claim lease expired"
+    return late
+
+
+def _unique(found: list[_Found]) -> list[_Found]:
+    """One entry per task: the index may briefly show a rescheduled task under its old and new key (and a
+    transaction must not touch one item twice). The entry in the latest bucket wins (a rescheduled task's
+    new entry is never in an earlier bucket); the claim checks the due time, so a stale pick just waits for
+    the next poll."""
+    by_id: dict[str, _Found] = {}
+    for f in found:
+        seen = by_id.get(f.candidate.task_id)
+        if seen is None or (f.bucket_ms, f.candidate.due_ms) > (seen.bucket_ms, seen.candidate.due_ms):
+            by_id[f.candidate.task_id] = f
+    return list(by_id.values()) if len(by_id) < len(found) else found
+
+
 def make_batches(claimed: list[Candidate], max_size: int) -> list[list[Candidate]]:
     """Claimed tasks in due order, cut into batches of at most ``max_size``."""
     ordered = sorted(claimed, key=lambda c: (c.due_ms, c.task_id))
@@ -59,7 +82,7 @@ class Poller:
         shards = range(self._repo.shard_count)
         with ThreadPoolExecutor(max_workers=s.db_threads, thread_name_prefix="poll") as pool:
             queries = [(b, sh) for b in buckets for sh in shards]
-            found = [
+            seen = [
                 _Found(b, c)
                 for (b, _), page in zip(queries, pool.map(lambda q: self._repo.query_due(q[0], q[1], end_ms),
                                                            queries), strict=True)
@@ -67,14 +90,13 @@ class Poller:
             ]
             # The watermark may advance to the oldest bucket still holding an active task, but never
             # closer to now than the safety margin (index lag, late rules, clock skew of writers).
-            new_watermark = min([safety_bucket, *(f.bucket_ms for f in found)])
+            new_watermark = min([safety_bucket, *(f.bucket_ms for f in seen)])
+            found = _unique(seen)
 
             claimable = [f.candidate for f in found if f.candidate.claimable_at(now_ms)]
             overdue = [c for c in claimable if now_ms - c.due_ms > c.misfire_grace_ms]
             to_claim = [c for c in claimable if now_ms - c.due_ms <= c.misfire_grace_ms]
-            missed = sum(pool.map(lambda c: self._repo.mark_missed(
-                c, now_ms, f"found {now_ms - c.due_ms} ms after due, past its grace of {c.misfire_grace_ms} ms"
-            ), overdue))
+            missed = sum(pool.map(lambda c: self._repo.mark_missed(c, now_ms, _missed_detail(c, now_ms)), overdue))
             batches = make_batches(to_claim, s.max_batch_size)
             batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
             chunks = [to_claim[i : i + CLAIM_CHUNK] for i in range(0, len(to_claim), CLAIM_CHUNK)]

@@ -104,6 +104,23 @@ def _old_item(exc: ClientError) -> dict[str, Any] | None:
     return exc.response.get("Item")
 
 
+def _already_applied(request: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """For CLAIM, ARM and RECORD: does ``old`` already carry this request's owner (batch or executor) and
+    target status? (Then the request was applied by an earlier attempt of the same call.)"""
+    if not old:
+        return False
+    values = request["ExpressionAttributeValues"]
+    update = request["UpdateExpression"]
+    status = old.get("status", {}).get("S")
+    if "#st = :claimed" in update:
+        return status == _C and old.get("batch_id") == values[":batch"]
+    if "#st = :armed" in update:
+        return status == _A and old.get("armed_by") == values[":executor"]
+    if "#st = :outcome" in update:
+        return status == values[":outcome"]["S"] and old.get("armed_by") == values[":executor"]
+    return False
+
+
 def _num(value: float | int) -> Decimal:
     return Decimal(str(round(value, 3))) if isinstance(value, float) else Decimal(value)
 
@@ -197,11 +214,13 @@ class DynamoTaskRepository:
         )
 
     def _single(self, request: dict[str, Any]) -> bool:
+        """One conditional update. A failed condition whose old item already shows this very change counts as
+        done: botocore retries a request whose response was lost, and the retry then finds its own write."""
         try:
-            self._client.update_item(**request)
+            self._client.update_item(**request, ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as exc:
             if _is_conditional_failure(exc):
-                return False
+                return _already_applied(request, _old_item(exc))
             raise
         return True
 

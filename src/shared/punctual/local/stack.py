@@ -74,6 +74,15 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
+def _is_ours(pid: int) -> bool:
+    """Is ``pid`` still a DynamoDB Local or executor process (and not an unrelated one that reused the pid)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"DynamoDBLocal" in cmdline or b"multiprocessing" in cmdline or b"punctual" in cmdline
+
+
 class LocalStack:
     """Start with :meth:`start`, stop with :meth:`stop` (or use it as a context manager)."""
 
@@ -100,11 +109,11 @@ class LocalStack:
         state = read_state(self.config.home)
         if not state:
             return
-        if _alive(state.get("pid")) and state.get("pid") != os.getpid():
+        if _alive(state.get("pid")) and state.get("pid") != os.getpid() and _is_ours(state["pid"]):
             raise RuntimeError(f"a local stack already runs (pid {state['pid']}, {state.get('endpoint_url')}); "
                                "stop it first or use it (punctual demo finds it)")
         for pid in [state.get("dynamodb_pid"), *state.get("worker_pids", [])]:
-            if _alive(pid):
+            if _alive(pid) and _is_ours(pid):
                 log.warning("stopping process %s left by a stack that did not stop cleanly", pid)
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
