@@ -35,6 +35,15 @@ RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 
 
+def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        job = jobs.get()
+        try:
+            job()
+        except Exception:  # noqa: BLE001 - a failed job must not end the thread
+            log.exception("recorder job failed")
+
+
 def _fire_item(item: tuple[_Armed, Callable[[_Armed], None]]) -> None:
     entry, fire = item
     fire(entry)
@@ -63,6 +72,10 @@ class Executor:
         self._dispatcher: Dispatcher[tuple[_Armed, Callable[[_Armed], None]]] = Dispatcher(
             _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
         )
+        # The recorder runs while the batch fires, in the gaps between fires: it keeps the default priority
+        # (a starved recorder holding the interpreter would stall the dispatcher), so it is started here too.
+        self._record_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=_run_jobs, args=(self._record_jobs,), name="recorder", daemon=True).start()
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
 
@@ -151,8 +164,15 @@ class Executor:
                         log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
                                     record.task_id, record.outcome)
 
-        recorder = threading.Thread(target=record_loop, name="recorder", daemon=True)
-        recorder.start()
+        recorded_all = threading.Event()
+
+        def record_job() -> None:
+            try:
+                record_loop()
+            finally:
+                recorded_all.set()
+
+        self._record_jobs.put(record_job)
         self._cancelled = []
         # A full garbage collection holds the interpreter for tens of ms: no automatic collection while
         # this batch fires (the recorder collects the young generations in quiet gaps).
@@ -171,7 +191,7 @@ class Executor:
             cancelled = list(self._cancelled)
         for _ in cancelled:
             results.put(None)
-        recorder.join()
+        recorded_all.wait()
         if gc_enabled:
             gc.enable()
         released = sum(1 for entry in cancelled if self._repo.release(entry.task.task_id, executor_id))
