@@ -35,13 +35,17 @@ class Dispatcher(Generic[T]):
         Worker threads, all started up front (a burst must not pay for thread creation).
     spin_s:
         How long before a deadline the dispatcher stops sleeping and spins.
+    handoff_s:
+        A lone item (nothing else due within this long) is handed to its worker this early, and the worker
+        spins to the deadline; items due together are handed over one by one at their deadlines.
     """
 
     def __init__(self, fire: Callable[[T], None], workers: int = 32, clock: Clock | None = None,
-                 spin_s: float = 0.002, name: str = "dispatcher") -> None:
+                 spin_s: float = 0.002, name: str = "dispatcher", handoff_s: float = 0.001) -> None:
         self._fire = fire
         self._clock = clock or SystemClock()
         self._spin_s = spin_s
+        self._handoff_s = handoff_s
         self._heap: list[tuple[float, int, T]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -108,7 +112,9 @@ class Dispatcher(Generic[T]):
         self.close()
 
     def _dispatch(self) -> None:
-        clock, heap, cond, spin = self._clock, self._heap, self._cond, self._spin_s
+        clock, heap, cond = self._clock, self._heap, self._cond
+        lead, handoff = self._spin_s + self._handoff_s, self._handoff_s
+        put = self._queue.put
         while True:
             with cond:
                 while not heap:
@@ -117,26 +123,35 @@ class Dispatcher(Generic[T]):
                     cond.wait()
                 deadline = heap[0][0]
                 remaining = deadline - clock.monotonic()
-                if remaining > spin:
-                    cond.wait(remaining - spin)  # an earlier item may arrive: look again
+                if remaining > lead:
+                    cond.wait(remaining - lead)  # an earlier item may arrive: look again
                     continue
-            while clock.monotonic() < deadline:
+            while clock.monotonic() < deadline - handoff:
                 pass
             with cond:
-                now = clock.monotonic()
                 due = []
-                while heap and heap[0][0] <= now:
-                    due.append(heapq.heappop(heap)[2])
-            put = self._queue.put
-            for item in due:
-                put(item)
+                while heap and heap[0][0] <= deadline + handoff:
+                    due.append(heapq.heappop(heap))
+            if len(due) == 1:
+                # A lone item goes to its worker ``handoff_s`` early and the worker spins to the deadline:
+                # waking a thread can take a scheduler slice on a busy machine, and this hides it.
+                put((due[0][2], due[0][0]))
+                continue
+            for item_deadline, _, item in due:  # several at (nearly) one instant: each at its deadline
+                while clock.monotonic() < item_deadline:
+                    pass
+                put((item, None))
 
     def _work(self) -> None:
-        get, fire = self._queue.get, self._fire
+        get, fire, clock = self._queue.get, self._fire, self._clock
         while True:
-            item = get()
-            if item is _STOP:
+            entry = get()
+            if entry is _STOP:
                 return
+            item, deadline = entry  # type: ignore[misc]
+            if deadline is not None:
+                while clock.monotonic() < deadline:
+                    pass
             try:
                 fire(item)  # type: ignore[arg-type]
             except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
