@@ -41,7 +41,7 @@ class Dispatcher(Generic[T]):
     """
 
     def __init__(self, fire: Callable[[T], None], workers: int = 32, clock: Clock | None = None,
-                 spin_s: float = 0.002, name: str = "dispatcher", handoff_s: float = 0.001) -> None:
+                 spin_s: float = 0.001, name: str = "dispatcher", handoff_s: float = 0.004) -> None:
         self._fire = fire
         self._clock = clock or SystemClock()
         self._spin_s = spin_s

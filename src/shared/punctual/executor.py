@@ -59,7 +59,7 @@ class Executor:
     """Runs batches. One instance per process; dependencies are injected."""
 
     def __init__(self, repository: DynamoTaskRepository, settings: Settings, clock: Clock,
-                 offset: OffsetProbe, spin_s: float = 0.002) -> None:
+                 offset: OffsetProbe, spin_s: float = 0.001) -> None:
         self._repo = repository
         self._settings = settings
         self._clock = clock

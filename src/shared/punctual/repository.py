@@ -32,9 +32,12 @@ conditional write on the base table; the index is only used to find candidates):
                  loses at ARM. Once armed and within its lease, the task belongs to its executor.)
 
 A lease expires at ``lease_until_ms``: at that millisecond the task is still owned; one millisecond later
-(``lease_until_ms < now``) it is claimable again. The only window in which a task can fire twice is after
-fire and before record, when the executor dies: its ARMED lease then expires and the task is claimed again;
-the second fire carries the same idempotency key (task id + occurrence).
+(``lease_until_ms < now``) it is claimable again. An ARMED lease lasts until due + grace + the longest action
+timeout + a margin, so by the time it expires the task is past its grace: the poller records it MISSED with a
+detail saying its executor was lost after arming it. That is the crash window (the executor died after arming,
+before recording): the task may or may not have fired, and it is never fired a second time by Punctual. A
+second fire can only come from outside (an at-least-once target retrying); every fire carries the same
+idempotency key (task id + occurrence) so that targets can drop a duplicate.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class StackConfig:
     poll_interval_s: float = 60.0
     settings_overrides: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int = 64
-    prewarm: int = 8  # warm executor processes: a cold start costs about a CPU-second
+    prewarm: int = 16  # warm executor processes, ready before the first batch (a cold start costs CPU)
     retry_delays: tuple[float, ...] = (1.0, 2.0)
     duplicate_rate: float = 0.0
 
