@@ -11,11 +11,20 @@ from .settings import Settings
 
 _CONFIG = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeout=5, read_timeout=30,
                  max_pool_connections=64)
+LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
+    """A DynamoDB client: standard retries (8 attempts), 5/30 s timeouts, 64 pooled connections (the worker
+    threads share it). With ``endpoint_url`` it signs with dummy credentials (DynamoDB Local accepts any).
+    Each client comes from its own session: creating clients from the default session is not thread-safe."""
+    session = boto3.session.Session()
+    if endpoint_url is None:
+        return session.client("dynamodb", region_name=region, config=_CONFIG)
+    return session.client("dynamodb", region_name=region, endpoint_url=endpoint_url, config=_CONFIG,
+                          **LOCAL_CREDENTIALS)
 
 
 def make_dynamodb_client(settings: Settings) -> Any:
-    """A DynamoDB client; with ``endpoint_url`` set, bound to it with dummy credentials (DynamoDB Local)."""
-    if settings.endpoint_url:
-        return boto3.client("dynamodb", endpoint_url=settings.endpoint_url, region_name=settings.region,
-                            aws_access_key_id="local", aws_secret_access_key="local", config=_CONFIG)
-    return boto3.client("dynamodb", region_name=settings.region, config=_CONFIG)
+    """The DynamoDB client for these settings (AWS, or ``settings.endpoint_url``)."""
+    return dynamodb_client(settings.endpoint_url, settings.region)

