@@ -176,9 +176,10 @@ class LocalStack:
             self._on_batch(result)
         else:
             drift = summarize(result.get("drift_ms") or [])
-            log.info("batch %s: %s armed, %s fired, %s failed, %s missed; drift p50 %s ms, max %s ms",
-                     str(event.get("batch_id"))[:8], result.get("armed"), result.get("fired"),
-                     result.get("failed"), result.get("missed"), drift["p50"], drift["max"])
+            figures = (f"drift p50 {drift['p50']:.3f} ms, max {drift['max']:.3f} ms" if drift["count"]
+                       else "nothing fired")
+            log.info("batch %s: %s armed, %s fired, %s failed, %s missed; %s", str(event.get("batch_id"))[:8],
+                     result.get("armed"), result.get("fired"), result.get("failed"), result.get("missed"), figures)
 
     def poll_now(self) -> PollReport:
         """Run one poll at once (the loop keeps its own ticks)."""
