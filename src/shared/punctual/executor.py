@@ -64,7 +64,6 @@ class Executor:
         self._settings = settings
         self._clock = clock
         self._offset = offset
-        self._spin_s = spin_s
         self._stopping = threading.Event()
         self._current: Dispatcher[tuple[_Armed, Callable[[_Armed], None]]] | None = None
         # One dispatcher and worker pool for the life of the process (a warm start reuses them), created

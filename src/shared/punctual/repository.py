@@ -469,19 +469,13 @@ class DynamoTaskRepository:
 
     def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
         """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
-        try:
-            self._update(
-                candidate.task_id,
-                "SET #st = :missed, finished_ms = :now, detail = :detail REMOVE due_bucket, lease_until_ms",
-                CLAIMABLE,
-                {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-                 ":missed": TaskStatus.MISSED.value, ":detail": detail},
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._single(self._request(
+            candidate.task_id,
+            "SET #st = :missed, finished_ms = :now, detail = :detail REMOVE due_bucket, lease_until_ms",
+            CLAIMABLE,
+            {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+             ":missed": TaskStatus.MISSED.value, ":detail": detail},
+        ))
 
     def get_watermark(self) -> int | None:
         """Bucket start before which the index holds no active task (as of the last poll), or None."""
@@ -568,18 +562,12 @@ class DynamoTaskRepository:
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
-        try:
-            self._update(
-                task_id,
-                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
-                RECORDABLE,
-                {":armed": _A, ":executor": executor_id, ":pending": _P},
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._single(self._request(
+            task_id,
+            "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
+            RECORDABLE,
+            {":armed": _A, ":executor": executor_id, ":pending": _P},
+        ))
 
     def _record_request(self, executor_id: str, record: FireRecord) -> dict[str, Any]:
         values: dict[str, Any] = {
