@@ -48,6 +48,10 @@ class Settings(BaseModel):
     executor_function: str = "punctual-executor"
     worker_threads: int = Field(32, ge=1, le=512, description="action worker threads per executor")
     db_threads: int = Field(8, ge=1, le=64, description="threads for claim / arm / record writes")
+    retention_days: int = Field(
+        30, ge=1, le=3_650, description="finished tasks carry expires_at = finished + this; DynamoDB TTL deletes them"
+    )
+    dead_letter_queue_url: str | None = Field(None, description="SQS queue for tasks that exhaust their retries")
     fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
 
     @field_validator("ntp_server", mode="before")
