@@ -38,7 +38,7 @@ def settings() -> Settings:
 
 @pytest.fixture
 def repo(dynamodb: Any, settings: Settings) -> DynamoTaskRepository:
-    return DynamoTaskRepository(dynamodb, settings.table_name, settings.shard_count)
+    return DynamoTaskRepository.from_settings(dynamodb, settings)
 
 
 class TaskFactory:

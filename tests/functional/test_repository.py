@@ -247,14 +247,77 @@ def test_record_removes_the_task_from_the_due_index(
     assert item["detail"]["S"] == "HTTP 500"
 
 
-# -- batched writes (TransactWriteItems, chunks of 100) ------------------------------------------------------
+def test_finished_tasks_carry_a_ttl_of_the_retention(
+    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+) -> None:
+    # Given a recorded, a cancelled and a missed task
+    done, cancelled, missed = (tasks.create(now_ms + 10_000 + i) for i in range(3))
+    claimed(repo, done, now_ms)
+    repo.arm(done.task_id, "batch-1", "exec-1", now_ms + 200_000)
+    repo.record("exec-1", FireRecord(done.task_id, TaskStatus.SUCCEEDED, now_ms + 10_000.0, now_ms + 10_050, 0.0, None))
+    repo.cancel(cancelled.task_id, now_ms + 1)
+    repo.mark_missed(candidate_of(missed), now_ms + 2, "late")
+    # Then each carries expires_at = finished + retention, in epoch seconds (DynamoDB TTL's unit)
+    retention_s = repo.retention_ms // 1000
+    assert int(read_raw(done.task_id)["expires_at"]["N"]) == (now_ms + 10_050) // 1000 + retention_s
+    assert int(read_raw(cancelled.task_id)["expires_at"]["N"]) == (now_ms + 1) // 1000 + retention_s
+    assert int(read_raw(missed.task_id)["expires_at"]["N"]) == (now_ms + 2) // 1000 + retention_s
+    # And an active task has none
+    assert "expires_at" not in read_raw(tasks.create(now_ms + 20_000).task_id)
+
+
+def test_fast_path_flag_marks_tasks_due_within_the_lead(
+    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+) -> None:
+    # Given tasks due one ms inside and exactly at the lead window, written at now
+    inside = repo.create(tasks.build(now_ms + repo.lead_ms - 1), now_ms)[0]
+    outside = repo.create(tasks.build(now_ms + repo.lead_ms), now_ms)[0]
+    # Then only the one the poller may have swept past is flagged for the stream's fast path
+    assert read_raw(inside.task_id)["fast_path"]["N"] == "1"
+    assert read_raw(outside.task_id)["fast_path"]["N"] == "0"
+    # When the far one is rescheduled to 2 s ahead, and the near one far away, the flags follow
+    repo.reschedule(outside.task_id, now_ms + 2_000, now_ms)
+    repo.reschedule(inside.task_id, now_ms + 10 * repo.lead_ms, now_ms)
+    assert read_raw(outside.task_id)["fast_path"]["N"] == "1"
+    assert read_raw(inside.task_id)["fast_path"]["N"] == "0"
+
+
+def test_candidates_read_status_from_the_table_and_skip_finished(
+    repo: DynamoTaskRepository, tasks: Any, now_ms: int
+) -> None:
+    # Given a pending, a claimed and a cancelled task, and an id that does not exist
+    pending, taken, gone = (tasks.create(now_ms + 10_000 + i) for i in range(3))
+    lease = claimed(repo, taken, now_ms)
+    repo.cancel(gone.task_id, now_ms)
+    # When their candidates are read
+    found = {c.task_id: c for c in repo.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])}
+    # Then the active ones come with the table's status and lease; the finished and missing ones do not
+    assert set(found) == {pending.task_id, taken.task_id}
+    assert found[pending.task_id] == candidate_of(pending)
+    assert found[taken.task_id] == candidate_of(taken, TaskStatus.CLAIMED, lease)
+
+
+def test_query_index_lists_keys_of_one_shard_up_to_the_end(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+    # Given two tasks in the same minute and shard, one due after the window's end
+    first = tasks.create(now_ms + 10_000)
+    shard = shard_of(first.task_id, repo.shard_count)
+    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", repo.shard_count) == shard)
+    later = repo.create(tasks.build(now_ms + 20_000, later_id), now_ms)[0]
+    # When the index is queried up to between them
+    entries = repo.query_index(now_ms, shard, now_ms + 15_000)
+    # Then only the first is listed, with its due time
+    assert [(e.task_id, e.due_ms) for e in entries] == [(first.task_id, first.due_ms)]
+    assert later.task_id in [e.task_id for e in repo.query_index(now_ms, shard, now_ms + 20_000)]
+
+
+# -- many writes at once (one UpdateItem each, in parallel) --------------------------------------------------
 def test_claim_many_keeps_each_condition(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
     # Given 101 pending tasks, of which one is already claimed by another poller and one is cancelled
     created = [tasks.create(now_ms + 10_000 + i) for i in range(101)]
     taken, cancelled = created[5], created[100]
     claimed(repo, taken, now_ms, batch="other-batch")
     repo.cancel(cancelled.task_id, now_ms)
-    # When all of them are claimed at once (two transactions: 100 + 1)
+    # When all of them are claimed at once
     pairs = [(candidate_of(t), f"batch-{i // 50}") for i, t in enumerate(created)]
     won = repo.claim_many(pairs, "poller-1", now_ms, LEASE_MS)
     # Then exactly the two whose condition fails lose, and every other claim is written with its batch id

@@ -29,11 +29,15 @@ def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: An
     indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
     assert set(indexes) == {DUE_INDEX}
     assert indexes[DUE_INDEX]["KeySchema"] == template_index["KeySchema"]
-    assert indexes[DUE_INDEX]["Projection"]["ProjectionType"] == "ALL"
+    assert indexes[DUE_INDEX]["Projection"]["ProjectionType"] == template_index["Projection"]["ProjectionType"]
     assert table["StreamSpecification"] == {
         "StreamEnabled": True,
         "StreamViewType": template["StreamSpecification"]["StreamViewType"],
     }
+    # And finished tasks expire by the template's TTL attribute
+    ttl = ddb_local_client.describe_time_to_live(TableName=local_table)["TimeToLiveDescription"]
+    assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == (
+        "ENABLED", template["TimeToLiveSpecification"]["AttributeName"])
 
 
 def test_ensure_table_is_idempotent(ddb_local_client: Any, local_table: str) -> None:

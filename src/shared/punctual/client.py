@@ -69,7 +69,7 @@ class Client:
                 from .aws import make_dynamodb_client
 
                 dynamodb = make_dynamodb_client(self.settings)
-            repository = DynamoTaskRepository(dynamodb, self.settings.table_name, self.settings.shard_count)
+            repository = DynamoTaskRepository.from_settings(dynamodb, self.settings)
         self._repo = repository
 
     def _now_ms(self) -> int:

@@ -22,13 +22,6 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-CLAIM_CHUNK = 100  # claims written in one transaction
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    bucket_ms: int
-    candidate: Candidate
 
 
 def _missed_detail(candidate: Candidate, now_ms: int) -> str:
@@ -41,27 +34,27 @@ def _missed_detail(candidate: Candidate, now_ms: int) -> str:
     return late
 
 
-def _unique(found: list[_Found]) -> list[_Found]:
-    """One entry per task: the index may briefly show a rescheduled task under its old and new key (and a
-    transaction must not touch one item twice). The entry in the latest bucket wins (a rescheduled task's
-    new entry is never in an earlier bucket); the claim checks the due time, so a stale pick just waits for
-    the next poll."""
-    by_id: dict[str, _Found] = {}
-    for f in found:
-        seen = by_id.get(f.candidate.task_id)
-        if seen is None or (f.bucket_ms, f.candidate.due_ms) > (seen.bucket_ms, seen.candidate.due_ms):
-            by_id[f.candidate.task_id] = f
-    return list(by_id.values()) if len(by_id) < len(found) else found
-
-
 def make_batches(claimed: list[Candidate], max_size: int) -> list[list[Candidate]]:
     """Claimed tasks in due order, cut into batches of at most ``max_size``."""
     ordered = sorted(claimed, key=lambda c: (c.due_ms, c.task_id))
     return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
 
 
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """What :meth:`Poller.dispatch` did with a set of candidates."""
+
+    claimed: int
+    recovered: int
+    conflicts: int
+    missed: int
+    batches: int
+    invoke_failures: int
+
+
 class Poller:
-    """One poll = one call of :meth:`poll` with an explicit ``now_ms``."""
+    """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
+    hands the tasks it sees to :meth:`dispatch`, the same claim-and-invoke step the poll ends with."""
 
     def __init__(self, repository: DynamoTaskRepository, invoker: Invoker, settings: Settings,
                  poller_id: str | None = None) -> None:
@@ -79,32 +72,38 @@ class Poller:
             oldest = self._repo.oldest_active_due()
             watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
         buckets = buckets_between(watermark, end_ms)
-        shards = range(self._repo.shard_count)
+        queries = [(b, sh) for b in buckets for sh in range(self._repo.shard_count)]
         with ThreadPoolExecutor(max_workers=s.db_threads, thread_name_prefix="poll") as pool:
-            queries = [(b, sh) for b in buckets for sh in shards]
-            seen = [
-                _Found(b, c)
-                for (b, _), page in zip(queries, pool.map(lambda q: self._repo.query_due(q[0], q[1], end_ms),
-                                                           queries), strict=True)
-                for c in page
-            ]
-            # The watermark may advance to the oldest bucket still holding an active task, but never
-            # closer to now than the safety margin (index lag, late rules, clock skew of writers).
-            new_watermark = min([safety_bucket, *(f.bucket_ms for f in seen)])
-            found = _unique(seen)
+            pages = list(pool.map(lambda q: self._repo.query_index(q[0], q[1], end_ms), queries))
+        # The watermark may advance to the oldest bucket still holding an active task, but never closer to
+        # now than the safety margin (index lag, late rules, clock skew of writers).
+        new_watermark = min([safety_bucket, *(b for (b, _), page in zip(queries, pages, strict=True) if page)])
+        # The index may briefly list a rescheduled task under its old and new key: read each task once, from
+        # the base table, which also says whether it is still claimable.
+        task_ids = list(dict.fromkeys(e.task_id for page in pages for e in page))
+        found = self._repo.candidates(task_ids)
+        done = self.dispatch([c for c in found if c.due_ms <= end_ms], now_ms)
+        self._repo.advance_watermark(new_watermark)
+        report = PollReport(
+            now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
+            queries=len(queries), candidates=len(found), claimed=done.claimed, recovered=done.recovered,
+            conflicts=done.conflicts, missed=done.missed, batches=done.batches, invoke_failures=done.invoke_failures,
+        )
+        log.info("poll: %s", report.model_dump())
+        return report
 
-            claimable = [f.candidate for f in found if f.candidate.claimable_at(now_ms)]
-            overdue = [c for c in claimable if now_ms - c.due_ms > c.misfire_grace_ms]
-            to_claim = [c for c in claimable if now_ms - c.due_ms <= c.misfire_grace_ms]
-            missed = sum(pool.map(lambda c: self._repo.mark_missed(c, now_ms, _missed_detail(c, now_ms)), overdue))
-            batches = make_batches(to_claim, s.max_batch_size)
-            batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
-            chunks = [to_claim[i : i + CLAIM_CHUNK] for i in range(0, len(to_claim), CLAIM_CHUNK)]
-            won = [ok for part in pool.map(
-                lambda chunk: self._repo.claim_many([(c, batch_ids[c.task_id]) for c in chunk], self.poller_id,
-                                                    now_ms, s.claim_lease_ms),
-                chunks,
-            ) for ok in part]
+    def dispatch(self, candidates: list[Candidate], now_ms: int) -> Dispatched:
+        """Claim what is claimable now, record MISSED what is past its grace, and invoke one executor per
+        batch of claimed tasks. Candidates that are not claimable (a live lease) are left alone."""
+        s = self._settings
+        claimable = [c for c in candidates if c.claimable_at(now_ms)]
+        overdue = [c for c in claimable if now_ms - c.due_ms > c.misfire_grace_ms]
+        to_claim = [c for c in claimable if now_ms - c.due_ms <= c.misfire_grace_ms]
+        missed = sum(self._repo.mark_missed_many([(c, _missed_detail(c, now_ms)) for c in overdue], now_ms))
+        batches = make_batches(to_claim, s.max_batch_size)
+        batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
+        won = self._repo.claim_many([(c, batch_ids[c.task_id]) for c in to_claim], self.poller_id, now_ms,
+                                    s.claim_lease_ms)
         claimed_ids = {c.task_id for c, ok in zip(to_claim, won, strict=True) if ok}
         recovered = sum(1 for c in to_claim if c.task_id in claimed_ids and c.status is not TaskStatus.PENDING)
         invoke_failures = 0
@@ -124,12 +123,5 @@ class Poller:
             except Exception:  # noqa: BLE001 - the tasks stay CLAIMED; their lease expires; next poll retries
                 invoke_failures += 1
                 log.exception("invoking an executor for batch %s failed", event.batch_id)
-        self._repo.advance_watermark(new_watermark)
-        report = PollReport(
-            now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
-            queries=len(buckets) * len(shards), candidates=len(found), claimed=len(claimed_ids),
-            recovered=recovered, conflicts=len(to_claim) - len(claimed_ids), missed=missed,
-            batches=sent, invoke_failures=invoke_failures,
-        )
-        log.info("poll: %s", report.model_dump())
-        return report
+        return Dispatched(claimed=len(claimed_ids), recovered=recovered, conflicts=len(to_claim) - len(claimed_ids),
+                          missed=missed, batches=sent, invoke_failures=invoke_failures)

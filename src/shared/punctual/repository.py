@@ -6,11 +6,21 @@ Item layout (one item per task, base key ``task_id``)::
     action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | occurrence N | attempt N
     lease_until_ms N | batch_id S | claimed_by S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
+    fast_path N (1: written due within the lead window) | expires_at N (epoch s; TTL, set when finished)
 
 ``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, CLAIMED,
 ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The
 bucket is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or in a
-minute the poller already swept) always lands at or after the poller's watermark.
+minute the poller already swept) always lands at or after the poller's watermark. The index projects keys
+only: no claim, arm or record changes an indexed attribute, so none of them costs an index write; the poller
+reads status and lease of what it found from the base table (eventually consistent, 0.5 read unit a task).
+
+A task written due within the lead window (``due_ms - now < lead_ms``) may belong to a window the poller has
+already swept: it carries ``fast_path = 1``, and the table stream hands it to the fast path, which claims and
+dispatches it like the poller does (the claim condition makes the two race-safe).
+
+Every conditional write is a single UpdateItem (standard price: 1 write unit per KB; a transaction would cost
+2): many at once run on a small thread pool.
 
 The life of a task, and the condition expression that guards each arrow (every state change is one
 conditional write on the base table; the index is only used to find candidates)::
@@ -43,7 +53,9 @@ idempotency key (task id + occurrence) so that targets can drop a duplicate.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -55,8 +67,9 @@ from .errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from .keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
 from .model import Action, Task, TaskStatus, canonical_json
 from .schema import DUE_INDEX
+from .settings import Settings
 
-TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
+BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 
 _P, _C, _A = TaskStatus.PENDING.value, TaskStatus.CLAIMED.value, TaskStatus.ARMED.value
@@ -68,6 +81,14 @@ CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < 
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One entry of the keys-only due index: a task that was active when the index was last written."""
+
+    task_id: str
+    due_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,20 +206,43 @@ class DynamoTaskRepository:
         The Tasks table (defined in ``template.yaml``).
     shard_count:
         Shards per minute bucket of the due index.
+    lead_ms:
+        The poller's lead window: a task written due sooner than this carries ``fast_path = 1``.
+    retention_days:
+        Finished tasks get ``expires_at`` = finish + this; DynamoDB's TTL deletes them afterwards.
+    db_threads:
+        Parallel requests for the many-item writes and reads.
     """
 
-    def __init__(self, client: Any, table_name: str, shard_count: int) -> None:
+    def __init__(self, client: Any, table_name: str, shard_count: int, *, lead_ms: int = 90_000,
+                 retention_days: int = 30, db_threads: int = 8) -> None:
         self._client = client
         self.table_name = table_name
         self.shard_count = shard_count
+        self.lead_ms = lead_ms
+        self.retention_ms = retention_days * 86_400_000
+        self._db_threads = db_threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskRepository:
+        return cls(client, settings.table_name, settings.shard_count, lead_ms=settings.lead_ms,
+                   retention_days=settings.retention_days, db_threads=settings.db_threads)
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
         return index_key(max(due_ms, now_ms), shard_of(task_id, self.shard_count))
 
+    def _fast_path(self, due_ms: int, now_ms: int) -> int:
+        return 1 if due_ms - now_ms < self.lead_ms else 0
+
+    def _expires_at(self, finished_ms: int) -> int:
+        return (finished_ms + self.retention_ms) // 1000
+
     def _request(self, task_id: str, update: str, condition: str, values: dict[str, Any],
                  names: dict[str, str] | None = None) -> dict[str, Any]:
-        """One conditional update, as the arguments of UpdateItem or an ``Update`` of TransactWriteItems."""
+        """The arguments of one conditional UpdateItem."""
         return {
             "TableName": self.table_name,
             "Key": {"task_id": {"S": task_id}},
@@ -216,54 +260,38 @@ class DynamoTaskRepository:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
 
-    def _single(self, request: dict[str, Any]) -> bool:
-        """One conditional update. A failed condition whose old item already shows this very change counts as
-        done: botocore retries a request whose response was lost, and the retry then finds its own write."""
+    def _single_item(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """One conditional update returning the item as it now is (ALL_NEW), or None if the condition failed.
+
+        A failed condition whose old item already shows this very change counts as done: botocore retries a
+        request whose response was lost, and the retry then finds its own write."""
         try:
-            self._client.update_item(**request, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            return self._client.update_item(
+                **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+            )["Attributes"]
         except ClientError as exc:
             if _is_conditional_failure(exc):
-                return _already_applied(request, _old_item(exc))
+                old = _old_item(exc)
+                return old if old is not None and _already_applied(request, old) else None
             raise
-        return True
 
-    def _transact(self, requests: list[dict[str, Any]], attempts: int = 4) -> list[bool]:
-        """Apply many conditional updates with few requests: TransactWriteItems in chunks of up to 100.
+    def _single(self, request: dict[str, Any]) -> bool:
+        """:meth:`_single_item`, answering only whether the change holds."""
+        return self._single_item(request) is not None
 
-        Each update keeps its own condition; the result says which ones held. A transaction is all or
-        nothing, so when some conditions fail the others are retried without them (``CancellationReasons``
-        names the failed ones). Whatever is still undecided after ``attempts`` goes one UpdateItem at a time.
-        """
-        result: list[bool | None] = [None] * len(requests)
-        pending = list(range(len(requests)))
-        for _ in range(attempts):
-            retry: list[int] = []
-            for start in range(0, len(pending), TRANSACTION_LIMIT):
-                chunk = pending[start : start + TRANSACTION_LIMIT]
-                if len(chunk) == 1:
-                    result[chunk[0]] = self._single(requests[chunk[0]])
-                    continue
-                try:
-                    self._client.transact_write_items(TransactItems=[{"Update": requests[i]} for i in chunk])
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                        raise
-                    reasons = exc.response.get("CancellationReasons") or []
-                    for position, index in enumerate(chunk):
-                        code = reasons[position].get("Code") if position < len(reasons) else None
-                        if code == "ConditionalCheckFailed":
-                            result[index] = False
-                        else:  # "None" (rolled back with the others), a conflict, or unknown: try again
-                            retry.append(index)
-                    continue
-                for index in chunk:
-                    result[index] = True
-            pending = retry
-            if not pending:
-                break
-        for index in pending:
-            result[index] = self._single(requests[index])
-        return [bool(r) for r in result]
+    def _parallel(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``work`` over ``items`` on the repository's thread pool (in order); inline for a single item.
+        The pool's threads are started by the first caller and inherit its CPU priority."""
+        if len(items) <= 1:
+            return [work(item) for item in items]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._db_threads, thread_name_prefix="ddb")
+        return list(self._pool.map(work, items))
+
+    def _apply_many(self, requests: list[dict[str, Any]]) -> list[bool]:
+        """Many conditional updates, each on its own (one UpdateItem each, in parallel): which ones held."""
+        return self._parallel(self._single, requests)
 
     # -- client side -------------------------------------------------------------------------------------
     def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
@@ -290,6 +318,7 @@ class DynamoTaskRepository:
             "occurrence": task.occurrence,
             "attempt": 0,
             "created_ms": now_ms,
+            "fast_path": self._fast_path(task.due_ms, now_ms),
         }
         try:
             self._client.put_item(
@@ -336,8 +365,9 @@ class DynamoTaskRepository:
         return self._change(
             task_id,
             now_ms,
-            "SET #st = :cancelled, finished_ms = :now REMOVE due_bucket, lease_until_ms, batch_id",
-            {":cancelled": TaskStatus.CANCELLED.value},
+            "SET #st = :cancelled, finished_ms = :now, expires_at = :expires "
+            "REMOVE due_bucket, lease_until_ms, batch_id",
+            {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
             verb="cancel",
         )
 
@@ -357,8 +387,9 @@ class DynamoTaskRepository:
             task_id,
             now_ms,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
-            "content_hash = :hash REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
+            "content_hash = :hash, fast_path = :fast REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
             {
+                ":fast": self._fast_path(due_ms, now_ms),
                 ":new_due": due_ms,
                 ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
                 ":bucket": self._index_key(task_id, due_ms, now_ms),
@@ -419,30 +450,39 @@ class DynamoTaskRepository:
                     return
 
     # -- poller side -------------------------------------------------------------------------------------
-    def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
-        """Active tasks in one shard of one minute bucket of the index, due at or before ``until_ms``."""
-        candidates: list[Candidate] = []
-        paginator = self._client.get_paginator("query")
-        for page in paginator.paginate(
+    def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
+        """Entries of one shard of one minute bucket of the (keys-only) due index, due at or before
+        ``until_ms``. The index is eventually consistent: an entry may be stale or not there yet."""
+        entries: list[IndexEntry] = []
+        for page in self._client.get_paginator("query").paginate(
             TableName=self.table_name,
             IndexName=DUE_INDEX,
             KeyConditionExpression="due_bucket = :pk AND due_ms <= :until",
             ExpressionAttributeValues=_to_av({":pk": index_key(bucket_ms, shard), ":until": until_ms}),
-            ExpressionAttributeNames={"#st": "status"},
-            ProjectionExpression="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms",
+            ProjectionExpression="task_id, due_ms",
         ):
-            for raw in page.get("Items", []):
-                v = _from_av(raw)
-                candidates.append(
-                    Candidate(
-                        task_id=v["task_id"],
-                        due_ms=int(v["due_ms"]),
-                        status=TaskStatus(v["status"]),
-                        lease_until_ms=_int(v.get("lease_until_ms")),
-                        misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
-                    )
-                )
-        return candidates
+            entries.extend(IndexEntry(raw["task_id"]["S"], int(raw["due_ms"]["N"])) for raw in page.get("Items", []))
+        return entries
+
+    def candidates(self, task_ids: list[str]) -> list[Candidate]:
+        """The still-active tasks among ``task_ids``, with status and lease as the base table has them
+        (BatchGetItem, eventually consistent: the claim's condition decides anyway). Finished or deleted
+        tasks are left out."""
+        found: list[Candidate] = []
+        for item in self._batch_get(task_ids, consistent=False,
+                                    projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms"):
+            v = _from_av(item)
+            status = TaskStatus(v["status"])
+            if status not in (TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED):
+                continue
+            found.append(Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
+                                   lease_until_ms=_int(v.get("lease_until_ms")),
+                                   misfire_grace_ms=int(v.get("misfire_grace_ms", 0))))
+        return found
+
+    def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
+        """:meth:`query_index` then :meth:`candidates`: the claimable-looking tasks of one index shard."""
+        return self.candidates([e.task_id for e in self.query_index(bucket_ms, shard, until_ms)])
 
     def _claim_request(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int,
                        lease_ms: int) -> dict[str, Any]:
@@ -464,18 +504,23 @@ class DynamoTaskRepository:
 
     def claim_many(self, claims: list[tuple[Candidate, str]], poller_id: str, now_ms: int,
                    lease_ms: int) -> list[bool]:
-        """:meth:`claim` for many ``(candidate, batch_id)`` pairs, in transactions of up to 100."""
-        return self._transact([self._claim_request(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
+        """:meth:`claim` for many ``(candidate, batch_id)`` pairs (one UpdateItem each, in parallel)."""
+        return self._apply_many([self._claim_request(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
 
     def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
         """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
         return self._single(self._request(
             candidate.task_id,
-            "SET #st = :missed, finished_ms = :now, detail = :detail REMOVE due_bucket, lease_until_ms",
+            "SET #st = :missed, finished_ms = :now, detail = :detail, expires_at = :expires "
+            "REMOVE due_bucket, lease_until_ms",
             CLAIMABLE,
             {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":missed": TaskStatus.MISSED.value, ":detail": detail},
+             ":missed": TaskStatus.MISSED.value, ":detail": detail, ":expires": self._expires_at(now_ms)},
         ))
+
+    def mark_missed_many(self, missed: list[tuple[Candidate, str]], now_ms: int) -> list[bool]:
+        """:meth:`mark_missed` for many ``(candidate, detail)`` pairs (in parallel)."""
+        return self._parallel(lambda m: self.mark_missed(m[0], now_ms, m[1]), missed)
 
     def get_watermark(self) -> int | None:
         """Bucket start before which the index holds no active task (as of the last poll), or None."""
@@ -524,41 +569,40 @@ class DynamoTaskRepository:
     def arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Task | None:
         """ARM: CLAIMED by ``batch_id`` → ARMED by ``executor_id``. Returns the task, or None if it lost
         (a duplicate delivery, a re-claim after the claim lease expired, a cancel or reschedule)."""
-        try:
-            response = self._client.update_item(
-                **self._arm_request(task_id, batch_id, executor_id, lease_until_ms),
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return None
-            raise
-        return item_to_task(response["Attributes"])
+        item = self._single_item(self._arm_request(task_id, batch_id, executor_id, lease_until_ms))
+        return None if item is None else item_to_task(item)
 
     def arm_many(self, leases: list[tuple[str, int]], batch_id: str, executor_id: str) -> list[Task | None]:
-        """:meth:`arm` for many ``(task_id, lease_until_ms)``: transactions of up to 100, then one
-        strongly consistent BatchGetItem per 100 armed tasks for their content."""
-        won = self._transact([self._arm_request(t, batch_id, executor_id, lease) for t, lease in leases])
-        armed_ids = [task_id for (task_id, _), ok in zip(leases, won, strict=True) if ok]
-        tasks = self.get_many(armed_ids)
-        return [tasks.get(task_id) if ok else None for (task_id, _), ok in zip(leases, won, strict=True)]
+        """:meth:`arm` for many ``(task_id, lease_until_ms)`` (one UpdateItem each, in parallel; each
+        returns the armed task's content)."""
+        return self._parallel(lambda lease: self.arm(lease[0], batch_id, executor_id, lease[1]), leases)
+
+    def _batch_get(self, task_ids: list[str], consistent: bool, projection: str | None = None) -> list[dict[str, Any]]:
+        """Raw items by id: BatchGetItem, 100 ids a request (in parallel), unprocessed keys retried."""
+
+        def fetch(ids: list[str]) -> list[dict[str, Any]]:
+            request: dict[str, Any] = {"Keys": [{"task_id": {"S": t}} for t in ids], "ConsistentRead": consistent}
+            if projection:
+                request["ProjectionExpression"] = projection
+                if "#st" in projection:
+                    request["ExpressionAttributeNames"] = {"#st": "status"}
+            items: list[dict[str, Any]] = []
+            for _ in range(10):
+                response = self._client.batch_get_item(RequestItems={self.table_name: request})
+                items.extend(response.get("Responses", {}).get(self.table_name, []))
+                keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+                if not keys:
+                    return items
+                request = {**request, "Keys": keys}
+            raise RuntimeError(f"BatchGetItem left {len(keys)} keys unprocessed after 10 attempts")
+
+        unique = list(dict.fromkeys(task_ids))
+        chunks = [unique[i : i + BATCH_GET_LIMIT] for i in range(0, len(unique), BATCH_GET_LIMIT)]
+        return [item for part in self._parallel(fetch, chunks) for item in part]
 
     def get_many(self, task_ids: list[str]) -> dict[str, Task]:
-        """Tasks by id (strongly consistent BatchGetItem, 100 ids a request, unprocessed keys retried)."""
-        found: dict[str, Task] = {}
-        for start in range(0, len(task_ids), 100):
-            keys: list[dict[str, Any]] = [{"task_id": {"S": t}} for t in task_ids[start : start + 100]]
-            for _ in range(10):
-                if not keys:
-                    break
-                response = self._client.batch_get_item(
-                    RequestItems={self.table_name: {"Keys": keys, "ConsistentRead": True}}
-                )
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    task = item_to_task(item)
-                    found[task.task_id] = task
-                keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
-        return found
+        """Tasks by id (strongly consistent BatchGetItem)."""
+        return {task.task_id: task for task in map(item_to_task, self._batch_get(task_ids, consistent=True))}
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
@@ -572,9 +616,9 @@ class DynamoTaskRepository:
     def _record_request(self, executor_id: str, record: FireRecord) -> dict[str, Any]:
         values: dict[str, Any] = {
             ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
-            ":finished": record.finished_ms,
+            ":finished": record.finished_ms, ":expires": self._expires_at(record.finished_ms),
         }
-        sets = ["#st = :outcome", "finished_ms = :finished"]
+        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires"]
         for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
                             ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
             if value is not None:
@@ -592,5 +636,5 @@ class DynamoTaskRepository:
         return self._single(self._record_request(executor_id, record))
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        """:meth:`record` for many outcomes, in transactions of up to 100."""
-        return self._transact([self._record_request(executor_id, r) for r in records])
+        """:meth:`record` for many outcomes (one UpdateItem each, in parallel)."""
+        return self._apply_many([self._record_request(executor_id, r) for r in records])

@@ -15,7 +15,7 @@ from .settings import Settings
 
 def build_repository(settings: Settings, dynamodb: Any = None) -> DynamoTaskRepository:
     client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
-    return DynamoTaskRepository(client, settings.table_name, settings.shard_count)
+    return DynamoTaskRepository.from_settings(client, settings)
 
 
 def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: Any = None,

@@ -82,4 +82,10 @@ def ensure_table(client: Any, table_name: str) -> bool:
     except client.exceptions.ResourceInUseException:
         return False
     client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    ttl = load_template()["Resources"][TABLE_RESOURCE]["Properties"].get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled"):
+        client.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
+        )
     return True
