@@ -266,18 +266,18 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(
     assert "expires_at" not in read_raw(tasks.create(now_ms + 20_000).task_id)
 
 
-def test_fast_path_flag_marks_tasks_due_within_the_lead(
+def test_fast_path_flag_marks_tasks_due_before_the_next_poll(
     repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
-    # Given tasks due one ms inside and exactly at the lead window, written at now
-    inside = repo.create(tasks.build(now_ms + repo.lead_ms - 1), now_ms)[0]
-    outside = repo.create(tasks.build(now_ms + repo.lead_ms), now_ms)[0]
+    # Given tasks due one ms before and exactly at the next poll's reach (poll interval + margin), written now
+    inside = repo.create(tasks.build(now_ms + repo.fast_path_within_ms - 1), now_ms)[0]
+    outside = repo.create(tasks.build(now_ms + repo.fast_path_within_ms), now_ms)[0]
     # Then only the one the poller may have swept past is flagged for the stream's fast path
     assert read_raw(inside.task_id)["fast_path"]["N"] == "1"
     assert read_raw(outside.task_id)["fast_path"]["N"] == "0"
     # When the far one is rescheduled to 2 s ahead, and the near one far away, the flags follow
     repo.reschedule(outside.task_id, now_ms + 2_000, now_ms)
-    repo.reschedule(inside.task_id, now_ms + 10 * repo.lead_ms, now_ms)
+    repo.reschedule(inside.task_id, now_ms + 10 * repo.fast_path_within_ms, now_ms)
     assert read_raw(outside.task_id)["fast_path"]["N"] == "1"
     assert read_raw(inside.task_id)["fast_path"]["N"] == "0"
 

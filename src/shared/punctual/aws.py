@@ -14,15 +14,21 @@ _CONFIG = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeou
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
-def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
-    """A DynamoDB client: standard retries (8 attempts), 5/30 s timeouts, 64 pooled connections (the worker
-    threads share it). With ``endpoint_url`` it signs with dummy credentials (DynamoDB Local accepts any).
-    Each client comes from its own session: creating clients from the default session is not thread-safe."""
+def aws_client(service: str, endpoint_url: str | None, region: str) -> Any:
+    """A client of ``service``: standard retries (8 attempts), 5/30 s timeouts, 64 pooled connections (the
+    worker threads share it). With ``endpoint_url`` it signs with dummy credentials (DynamoDB Local accepts
+    any). Each client comes from its own session: creating clients from the default session is not
+    thread-safe."""
     session = boto3.session.Session()
     if endpoint_url is None:
-        return session.client("dynamodb", region_name=region, config=_CONFIG)
-    return session.client("dynamodb", region_name=region, endpoint_url=endpoint_url, config=_CONFIG,
+        return session.client(service, region_name=region, config=_CONFIG)
+    return session.client(service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG,
                           **LOCAL_CREDENTIALS)
+
+
+def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
+    """A DynamoDB client (see :func:`aws_client`)."""
+    return aws_client("dynamodb", endpoint_url, region)
 
 
 def make_dynamodb_client(settings: Settings) -> Any:

@@ -6,7 +6,7 @@ Item layout (one item per task, base key ``task_id``)::
     action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | occurrence N | attempt N
     lease_until_ms N | batch_id S | claimed_by S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
-    fast_path N (1: written due within the lead window) | expires_at N (epoch s; TTL, set when finished)
+    fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
 
 ``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, CLAIMED,
 ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The
@@ -15,9 +15,10 @@ minute the poller already swept) always lands at or after the poller's watermark
 only: no claim, arm or record changes an indexed attribute, so none of them costs an index write; the poller
 reads status and lease of what it found from the base table (eventually consistent, 0.5 read unit a task).
 
-A task written due within the lead window (``due_ms - now < lead_ms``) may belong to a window the poller has
-already swept: it carries ``fast_path = 1``, and the table stream hands it to the fast path, which claims and
-dispatches it like the poller does (the claim condition makes the two race-safe).
+A task written due sooner than the next poll can dispatch it (``due_ms - now < poll interval + margin``)
+carries ``fast_path = 1``: the table stream hands it to the fast path, which claims and dispatches it like the
+poller does (the claim condition makes the two race-safe; the poller still finds it in the index if the
+fast path does not).
 
 Every conditional write is a single UpdateItem (standard price: 1 write unit per KB; a transaction would cost
 2): many at once run on a small thread pool.
@@ -206,20 +207,20 @@ class DynamoTaskRepository:
         The Tasks table (defined in ``template.yaml``).
     shard_count:
         Shards per minute bucket of the due index.
-    lead_ms:
-        The poller's lead window: a task written due sooner than this carries ``fast_path = 1``.
+    fast_path_within_ms:
+        A task written due sooner than this (the poll interval + a margin) carries ``fast_path = 1``.
     retention_days:
         Finished tasks get ``expires_at`` = finish + this; DynamoDB's TTL deletes them afterwards.
     db_threads:
         Parallel requests for the many-item writes and reads.
     """
 
-    def __init__(self, client: Any, table_name: str, shard_count: int, *, lead_ms: int = 90_000,
+    def __init__(self, client: Any, table_name: str, shard_count: int, *, fast_path_within_ms: int = 70_000,
                  retention_days: int = 30, db_threads: int = 8) -> None:
         self._client = client
         self.table_name = table_name
         self.shard_count = shard_count
-        self.lead_ms = lead_ms
+        self.fast_path_within_ms = fast_path_within_ms
         self.retention_ms = retention_days * 86_400_000
         self._db_threads = db_threads
         self._pool: ThreadPoolExecutor | None = None
@@ -227,7 +228,8 @@ class DynamoTaskRepository:
 
     @classmethod
     def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskRepository:
-        return cls(client, settings.table_name, settings.shard_count, lead_ms=settings.lead_ms,
+        return cls(client, settings.table_name, settings.shard_count,
+                   fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
                    retention_days=settings.retention_days, db_threads=settings.db_threads)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -235,7 +237,7 @@ class DynamoTaskRepository:
         return index_key(max(due_ms, now_ms), shard_of(task_id, self.shard_count))
 
     def _fast_path(self, due_ms: int, now_ms: int) -> int:
-        return 1 if due_ms - now_ms < self.lead_ms else 0
+        return 1 if due_ms - now_ms < self.fast_path_within_ms else 0
 
     def _expires_at(self, finished_ms: int) -> int:
         return (finished_ms + self.retention_ms) // 1000

@@ -19,7 +19,7 @@ def build_repository(settings: Settings, dynamodb: Any = None) -> DynamoTaskRepo
 
 
 def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: Any = None,
-                 lambda_client: Any = None) -> Poller:
+                 lambda_client: Any = None, poller_id: str | None = None) -> Poller:
     """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``."""
     if invoker is None:
         if lambda_client is None:
@@ -27,7 +27,7 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
 
             lambda_client = boto3.client("lambda", region_name=settings.region)
         invoker = LambdaInvoker(lambda_client, settings.executor_function)
-    return Poller(build_repository(settings, dynamodb), invoker, settings)
+    return Poller(build_repository(settings, dynamodb), invoker, settings, poller_id)
 
 
 def build_executor(settings: Settings, dynamodb: Any = None) -> Executor:

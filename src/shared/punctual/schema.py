@@ -89,3 +89,22 @@ def ensure_table(client: Any, table_name: str) -> bool:
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
         )
     return True
+
+
+def _find_key(node: Any, key: str) -> list[Any]:
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == key] + [f for v in node.values() for f in _find_key(v, key)]
+    if isinstance(node, list):
+        return [f for v in node for f in _find_key(v, key)]
+    return []
+
+
+def stream_filter_patterns(template_path: str | None = None) -> list[dict[str, Any]]:
+    """The fast path's stream filter patterns, as the template gives them to the event source mapping
+    (the local stream reader applies the same ones)."""
+    import json
+
+    found = _find_key(load_template(template_path)["Resources"], "FilterCriteria")
+    if len(found) != 1:
+        raise ValueError(f"template.yaml should hold exactly one FilterCriteria (the fast path's), found {len(found)}")
+    return [json.loads(f["Pattern"]) for f in found[0]["Filters"]]

@@ -34,6 +34,10 @@ class Settings(BaseModel):
     shard_count: int = Field(4, ge=1, le=256, description="shards per minute bucket in the due index")
     lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller claims")
     poll_interval_ms: int = Field(60_000, ge=1_000, le=600_000)
+    fast_path_margin_ms: int = Field(
+        10_000, ge=0, le=600_000,
+        description="a task written due sooner than poll interval + this goes to the stream fast path",
+    )
     claim_lease_ms: int = Field(30_000, ge=1_000, description="how long a claim waits for its executor to arm")
     arm_margin_ms: int = Field(30_000, ge=1_000, description="armed lease beyond due + grace + action timeout")
     overdue_safety_ms: int = Field(

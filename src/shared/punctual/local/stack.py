@@ -1,4 +1,5 @@
-"""The whole system on one machine: DynamoDB Local, the poller on its ticks, executors in worker processes.
+"""The whole system on one machine: DynamoDB Local, the poller on its ticks, the fast path on the table's
+stream, executors in worker processes.
 
 ``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
 Its state file (``.punctual/stack.json``) lets other commands find a running stack, and lets a restart clean
@@ -14,21 +15,24 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..events import PollReport
+from ..fastpath import FastPathReport, dispatch_stream_records
 from ..keys import next_tick
 from ..poller import Poller
 from ..priority import lower_current_thread
 from ..runtime import build_repository
-from ..schema import ensure_table
+from ..schema import ensure_table, stream_filter_patterns
 from ..settings import Settings
 from ..stats import summarize
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
+from .stream import StreamReader
 
 log = logging.getLogger("punctual.local")
 
@@ -46,6 +50,7 @@ class StackConfig:
     prewarm: int = 16  # warm executor processes, ready before the first batch (a cold start costs CPU)
     retry_delays: tuple[float, ...] = (1.0, 2.0)
     duplicate_rate: float = 0.0
+    fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -98,6 +103,9 @@ class LocalStack:
         self.invoker: LocalInvoker | None = None
         self.poller: Poller | None = None
         self.settings: Settings | None = None
+        self.stream: StreamReader | None = None
+        self.fast_poller: Poller | None = None
+        self.fast_path_reports: list[FastPathReport] = []
         self.polls: list[PollReport] = []
 
     @property
@@ -150,6 +158,11 @@ class LocalStack:
             on_result=self._batch_done,
         )
         self.poller = Poller(repository, self.invoker, settings)
+        if cfg.fast_path:
+            # Its own poller id, so that a task's claimed_by tells which path dispatched it.
+            self.fast_poller = Poller(repository, self.invoker, settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
+            self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
+                                       stream_filter_patterns()).start()
         self._write_state()
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._thread.start()
@@ -181,6 +194,12 @@ class LocalStack:
             log.info("batch %s: %s armed, %s fired, %s failed, %s missed; %s", str(event.get("batch_id"))[:8],
                      result.get("armed"), result.get("fired"), result.get("failed"), result.get("missed"), figures)
 
+    def _fast_path(self, records: list[dict[str, Any]]) -> None:
+        assert self.fast_poller is not None
+        report = dispatch_stream_records(self.fast_poller, records, int(time.time() * 1000))
+        self.fast_path_reports.append(report)
+        log.info("fast path: %s", report.model_dump())
+
     def poll_now(self) -> PollReport:
         """Run one poll at once (the loop keeps its own ticks)."""
         assert self.poller is not None
@@ -206,6 +225,8 @@ class LocalStack:
     def stop(self) -> None:
         """Stop polling, let executors hand back unfired tasks, stop DynamoDB Local, remove the state file."""
         self._stop.set()
+        if self.stream is not None:
+            self.stream.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self.invoker is not None:

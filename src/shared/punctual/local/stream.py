@@ -1,0 +1,158 @@
+"""The local stand-in for the fast path's event source mapping: read DynamoDB Local's table stream.
+
+In AWS, Lambda polls the table's stream, applies the filter of ``template.yaml`` and invokes the fast-path
+function with batches of records. Locally, :class:`StreamReader` does the same in a background thread: it
+follows every shard of the stream (new shards from their start, so that a shard roll-over loses nothing),
+keeps the records that match the template's filter patterns and hands each non-empty batch to a callback
+(the local stack's fast path: :func:`punctual.fastpath.dispatch_stream_records`). It starts at the stream's
+latest position: whatever was written before it started is the poller's, which finds every active task in
+the due index anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..aws import aws_client
+from ..fastpath import matches
+from ..priority import lower_current_thread
+
+log = logging.getLogger(__name__)
+
+
+class StreamReader:
+    """Follow the table's stream; call ``on_records(batch)`` with the records that match ``patterns``.
+
+    Parameters
+    ----------
+    endpoint_url, region, table_name:
+        Where the table is (DynamoDB Local serves the streams API on the same endpoint).
+    on_records:
+        Called in the reader's thread with each non-empty list of matching records (oldest first). An
+        exception is logged and the batch is dropped: the poller still finds those tasks in the index.
+    patterns:
+        Event filter patterns (``punctual.schema.stream_filter_patterns()``); a record passes if it matches
+        any. None passes everything.
+    interval_s:
+        Pause between two rounds over the shards when a round brought nothing.
+    """
+
+    def __init__(self, endpoint_url: str | None, region: str, table_name: str,
+                 on_records: Callable[[list[dict[str, Any]]], None],
+                 patterns: list[Mapping[str, Any]] | None = None, interval_s: float = 0.05,
+                 refresh_s: float = 1.0) -> None:
+        self._streams = aws_client("dynamodbstreams", endpoint_url, region)
+        self._dynamodb = aws_client("dynamodb", endpoint_url, region)
+        self._table = table_name
+        self._on_records = on_records
+        self._patterns = patterns
+        self._interval_s = interval_s
+        self._refresh_s = refresh_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._iterators: dict[str, str] = {}
+        self._known: set[str] = set()
+        self._last_seq: dict[str, str] = {}
+        self.stream_arn: str | None = None
+        self.records_seen = 0
+        self.records_passed = 0
+
+    def start(self) -> StreamReader:
+        table = self._dynamodb.describe_table(TableName=self._table)["Table"]
+        self.stream_arn = table.get("LatestStreamArn")
+        if not self.stream_arn:
+            raise RuntimeError(f"table {self._table} has no stream: the fast path needs one (see template.yaml)")
+        for shard in self._shards():
+            self._known.add(shard["ShardId"])
+            if "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {}):  # open: follow from now
+                self._iterators[shard["ShardId"]] = self._iterator(shard["ShardId"], "LATEST")
+        self._thread = threading.Thread(target=self._run, name="stream", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _shards(self) -> list[dict[str, Any]]:
+        shards: list[dict[str, Any]] = []
+        start: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
+            if start:
+                kwargs["ExclusiveStartShardId"] = start
+            description = self._streams.describe_stream(**kwargs)["StreamDescription"]
+            shards.extend(description.get("Shards", []))
+            start = description.get("LastEvaluatedShardId")
+            if not start:
+                return shards
+
+    def _iterator(self, shard_id: str, kind: str, sequence: str | None = None) -> str:
+        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard_id, "ShardIteratorType": kind}
+        if sequence is not None:
+            kwargs["SequenceNumber"] = sequence
+        return self._streams.get_shard_iterator(**kwargs)["ShardIterator"]
+
+    def _discover(self) -> None:
+        """Shards that appeared since the last look (a roll-over): read them from their start."""
+        for shard in self._shards():
+            shard_id = shard["ShardId"]
+            if shard_id not in self._known:
+                self._known.add(shard_id)
+                self._iterators[shard_id] = self._iterator(shard_id, "TRIM_HORIZON")
+
+    def _read(self, shard_id: str, iterator: str) -> list[dict[str, Any]]:
+        try:
+            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+                raise
+            last = self._last_seq.get(shard_id)
+            self._iterators[shard_id] = (self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", last) if last
+                                         else self._iterator(shard_id, "TRIM_HORIZON"))
+            return []
+        records = response.get("Records", [])
+        if records:
+            self._last_seq[shard_id] = records[-1]["dynamodb"]["SequenceNumber"]
+        following = response.get("NextShardIterator")
+        if following:
+            self._iterators[shard_id] = following
+        else:  # the shard is closed and read to its end
+            del self._iterators[shard_id]
+        return records
+
+    def _passes(self, record: Mapping[str, Any]) -> bool:
+        return self._patterns is None or any(matches(p, record) for p in self._patterns)
+
+    def _run(self) -> None:
+        lower_current_thread()  # background work, like the poller: the executors' dispatchers come first
+        next_refresh = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_refresh:
+                    self._discover()
+                    next_refresh = time.monotonic() + self._refresh_s
+                batch: list[dict[str, Any]] = []
+                for shard_id, iterator in list(self._iterators.items()):
+                    records = self._read(shard_id, iterator)
+                    self.records_seen += len(records)
+                    batch.extend(r for r in records if self._passes(r))
+            except Exception:  # noqa: BLE001 - DynamoDB Local restarting, a network blip: try again shortly
+                log.exception("reading the table stream failed")
+                self._stop.wait(1.0)
+                continue
+            if batch:
+                self.records_passed += len(batch)
+                try:
+                    self._on_records(batch)
+                except Exception:  # noqa: BLE001 - the poller finds these tasks in the index
+                    log.exception("the fast path failed on %d stream records", len(batch))
+            else:
+                self._stop.wait(self._interval_s)

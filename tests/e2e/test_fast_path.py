@@ -1,0 +1,56 @@
+"""The short-lead fast path on the local runtime: DynamoDB Local's table stream → claim → executor.
+
+A task scheduled 2 s before it is due cannot wait for the next poll (up to a minute away): the stream
+delivers its write, the fast path claims and dispatches it, and it fires once. Drift figures for this path
+are the benchmark's (``bench/bench.py``); here it is asserted that the fast path, not the poller, claimed
+every task, and that each fired exactly once and SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_local_runtime import now_ms, table_name, wait_until
+
+from punctual.client import Client
+from punctual.demo import read_fires
+from punctual.keys import from_ms, next_tick
+from punctual.local.stack import LocalStack, StackConfig
+from punctual.model import LogAction, TaskStatus
+
+POLL_INTERVAL_S = 60
+
+
+@pytest.mark.timeout(180)
+def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(tmp_path: Path) -> None:
+    # Given the local stack polling once a minute, and at least 25 s before its next poll
+    config = StackConfig(home=tmp_path, port=0, poll_interval_s=POLL_INTERVAL_S, prewarm=2,
+                         settings_overrides={"table_name": table_name(), "ntp_server": None})
+    with LocalStack(config) as stack:
+        assert stack.settings is not None and stack.fast_poller is not None
+        to_next_poll = next_tick(now_ms(), POLL_INTERVAL_S * 1000) - now_ms()
+        if to_next_poll < 25_000:
+            time.sleep(to_next_poll / 1000 + 1)
+        client = Client(stack.settings)
+        prefix = f"fast-{uuid.uuid4().hex[:6]}-"
+
+        # When 30 tasks are scheduled, each due 2 s after it is written, over about 3 s
+        ids = []
+        for i in range(30):
+            task = client.schedule(from_ms(now_ms() + 2_000), LogAction(message="fast"), {"i": i},
+                                   task_id=f"{prefix}{i:02d}")
+            ids.append(task.task_id)
+            time.sleep(0.1)
+
+        # Then each fires exactly once (the fire log), SUCCEEDED, claimed by the fast path
+        assert wait_until(lambda: len(read_fires(stack.fire_log, prefix)) >= 30, timeout=30)
+        assert wait_until(lambda: all(client.get(t).status is TaskStatus.SUCCEEDED for t in ids), timeout=30)
+        fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, prefix))
+        assert set(fires) == set(ids) and set(fires.values()) == {1}
+        stored = [client.get(t) for t in ids]
+        assert {t.claimed_by for t in stored} == {stack.fast_poller.poller_id}
+        assert sum(r.claimed for r in stack.fast_path_reports) == 30
