@@ -1,6 +1,21 @@
 """Executor Lambda: arm a batch, fire each task at its instant, record outcomes and drift.
 
-A thin adapter: parse the async event into a ``BatchEvent``, call the service, emit metrics.
+A thin adapter: parse the async event (the poller's batch) into a ``BatchEvent``, call the service, emit
+metrics.
+
+Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.executor`` and the
+threads it runs, carries ``batch_id`` (the id the poller claimed the tasks under, also stored on each task).
+``correlation_id`` names what a line is about: the batch on batch-level lines (taken from the event, so a
+malformed event without a batch id logs none), the task on per-task lines, which carry ``task_id`` as well:
+a task this executor could not arm (INFO), an outcome FAILED or MISSED (WARNING) or SUCCEEDED (DEBUG: the
+table records it; at INFO a busy executor would log thousands of such lines a minute). Keys are reset at each
+invocation, so a warm start does not inherit the previous batch's. Metrics (EMF, names from :mod:`punctual.metrics`):
+``FireDrift`` in ms at high resolution, one value per fired task; ``TasksFired``, ``TasksFailed``,
+``TasksMissed`` and ``ArmConflicts``, one value each per batch.
+
+Loading this module is the cold start: it builds the executor (its dispatcher and worker threads), then
+lowers the priority of the thread that loaded it, which also runs the handler (see below). The local
+invoker loads it by path, in a worker process, the same way.
 """
 
 from __future__ import annotations
@@ -11,11 +26,21 @@ import sys
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from punctual.actions import FireLog
 from punctual.events import BatchEvent
+from punctual.metrics import (
+    ARM_CONFLICTS,
+    FIRE_DRIFT,
+    NAMESPACE,
+    SERVICE,
+    TASKS_FAILED,
+    TASKS_FIRED,
+    TASKS_MISSED,
+)
 from punctual.priority import lower_current_thread
 from punctual.runtime import build_executor
 from punctual.settings import Settings
@@ -24,9 +49,16 @@ from punctual.settings import Settings
 # interval from 5 ms so that recording threads cannot hold it for long.
 sys.setswitchinterval(float(os.environ.get("PUNCTUAL_SWITCH_INTERVAL_S", "0.001")))
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer()
+# In Lambda the template sets POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE; elsewhere (the local
+# runtime) they default to Punctual's own, so that metrics still validate (Powertools refuses to flush
+# without a namespace).
+SERVICE_NAME = os.environ.get("POWERTOOLS_SERVICE_NAME") or SERVICE
+logger = Logger(service=SERVICE_NAME)
+# The package logs with stdlib logging under "punctual.*": with the service named "punctual" those records
+# reach this Logger's handler by propagation; under another service name this hands them its JSON handler.
+copy_config_to_registered_loggers(source_logger=logger, include={"punctual"})
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or NAMESPACE, service=SERVICE_NAME)
+tracer = Tracer(service=SERVICE_NAME)
 settings = Settings.from_env()
 FireLog.configure(settings.fire_log_path)
 executor = build_executor(settings)
@@ -41,7 +73,7 @@ gc.freeze()
 lower_current_thread()
 
 
-@logger.inject_lambda_context(log_event=False)
+@logger.inject_lambda_context(log_event=False, correlation_id_path="batch_id", clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -49,12 +81,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(batch_id=batch.batch_id)
     report = executor.run_batch(batch)
     for drift in report.drift_ms:
-        metrics.add_metric(name="FireDrift", unit=MetricUnit.Milliseconds, value=drift,
+        metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
                            resolution=MetricResolution.High)
-    metrics.add_metric(name="TasksFired", unit=MetricUnit.Count, value=report.fired)
-    metrics.add_metric(name="TasksFailed", unit=MetricUnit.Count, value=report.failed)
-    metrics.add_metric(name="TasksMissed", unit=MetricUnit.Count, value=report.missed)
-    metrics.add_metric(name="ArmConflicts", unit=MetricUnit.Count, value=report.lost_arm)
+    metrics.add_metric(name=TASKS_FIRED, unit=MetricUnit.Count, value=report.fired)
+    metrics.add_metric(name=TASKS_FAILED, unit=MetricUnit.Count, value=report.failed)
+    metrics.add_metric(name=TASKS_MISSED, unit=MetricUnit.Count, value=report.missed)
+    metrics.add_metric(name=ARM_CONFLICTS, unit=MetricUnit.Count, value=report.lost_arm)
     summary = report.model_dump(exclude={"drift_ms"})
     logger.info("batch done", extra={"report": summary})
     return {**summary, "drift_ms": report.drift_ms}

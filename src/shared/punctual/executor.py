@@ -44,6 +44,21 @@ def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
             log.exception("recorder job failed")
 
 
+def _task_keys(task_id: str, **keys: object) -> dict[str, object]:
+    """``extra`` of a per-task log line: under Powertools (the Lambda handlers) the line's correlation id is
+    the task id, and it carries ``task_id`` too."""
+    return {"task_id": task_id, "correlation_id": task_id, **keys}
+
+
+def _log_outcome(record: FireRecord) -> None:
+    """One line per recorded outcome: DEBUG when it succeeded (the table holds it), WARNING otherwise."""
+    level = logging.DEBUG if record.outcome is TaskStatus.SUCCEEDED else logging.WARNING
+    if log.isEnabledFor(level):
+        log.log(level, "task %s: %s", record.task_id, record.outcome.value,
+                extra=_task_keys(record.task_id, outcome=record.outcome.value, drift_ms=record.drift_ms,
+                                 detail=record.detail))
+
+
 def _fire_item(item: tuple[_Armed, Callable[[_Armed], None]]) -> None:
     entry, fire = item
     fire(entry)
@@ -158,10 +173,12 @@ class Executor:
                 for record, ok in zip(chunk, written, strict=True):
                     if ok:
                         recorded.append(record)
+                        _log_outcome(record)
                     else:
                         not_recorded += 1
                         log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
-                                    record.task_id, record.outcome)
+                                    record.task_id, record.outcome.value,
+                                    extra=_task_keys(record.task_id, outcome=record.outcome.value))
 
         recorded_all = threading.Event()
 
@@ -248,4 +265,8 @@ class Executor:
         thread.join()
         tasks = outcome[0] if outcome else [None] * len(leases)
         armed = [_Armed(t, t.due_ms) for t in tasks if t is not None]
+        for (task_id, _), task in zip(leases, tasks, strict=False):  # aligned; a log line never raises
+            if task is None:
+                log.info("task %s: not armed (another owner has it: a duplicate delivery, a new claim, a cancel "
+                         "or a reschedule; or arming failed)", task_id, extra=_task_keys(task_id))
         return armed, len(tasks) - len(armed)

@@ -1,0 +1,405 @@
+"""The Lambda handlers on moto, fed the event shapes Lambda delivers, with their stdout parsed.
+
+The poller handler gets an EventBridge scheduled event; the executor handler gets exactly the payload the
+poller passed to ``invoke_async``, with a Lambda-like context. Each test loads the handler modules afresh, by
+path (as the local invoker does), inside ``mock_aws`` and with the environment Lambda would give them, so
+that their module-scope settings and boto3 clients are built as at a cold start. What they print is
+Powertools' output: JSON log lines and CloudWatch Embedded Metric Format (EMF) lines, parsed and checked
+here. Tasks are due under a second ahead: the tests assert outcomes, never how late a fire was.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.logging.filters import SuppressFilter
+from pydantic import ValidationError
+
+from punctual import Client, LogAction, Task, TaskStatus
+from punctual import metrics as names
+from punctual.local.worker import load_handler_module
+from punctual.runtime import build_poller
+from punctual.settings import Settings
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+POWERTOOLS_ATTRIBUTES = ("init", "powertools_handler", "powertools_buffer_config", "powertools_buffer_cache")
+
+
+@dataclass
+class LambdaContext:
+    """The parts of Lambda's context object that the handlers and Powertools read."""
+
+    function_name: str
+    memory_limit_in_mb: int = 1024
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+def scheduled_event() -> dict[str, Any]:
+    """What EventBridge delivers for the poller's ``rate(1 minute)`` rule."""
+    minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT,
+        "time": minute.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/punctual-PollerFunctionEveryMinute-1A2B3C4D5E6F"],
+        "detail": {},
+    }
+
+
+class RecordingInvoker:
+    """Stands in for Lambda async invoke: keeps each payload exactly as the poller passed it."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        self.payloads.append(payload)
+
+
+@dataclass
+class Output:
+    """One stretch of stdout, every line parsed as JSON: EMF blobs and log lines."""
+
+    lines: list[dict[str, Any]]
+
+    @classmethod
+    def parse(cls, text: str) -> Output:
+        return cls([json.loads(line) for line in text.splitlines() if line.strip()])
+
+    @property
+    def emf(self) -> list[dict[str, Any]]:
+        return [line for line in self.lines if "_aws" in line]
+
+    @property
+    def logs(self) -> list[dict[str, Any]]:
+        return [line for line in self.lines if "_aws" not in line]
+
+    def metric(self, name: str) -> tuple[dict[str, Any], list[float]]:
+        """The metric's definition and every value emitted for it (one blob holds at most 100 values)."""
+        definitions: list[dict[str, Any]] = []
+        values: list[float] = []
+        for blob in self.emf:
+            for directive in blob["_aws"]["CloudWatchMetrics"]:
+                for definition in directive["Metrics"]:
+                    if definition["Name"] == name:
+                        definitions.append(definition)
+                        value = blob[name]
+                        values.extend(value if isinstance(value, list) else [value])
+        assert definitions, f"no EMF metric {name}"
+        assert all(d == definitions[0] for d in definitions)
+        return definitions[0], values
+
+    def metric_names(self) -> set[str]:
+        return {d["Name"] for blob in self.emf for m in blob["_aws"]["CloudWatchMetrics"] for d in m["Metrics"]}
+
+    def logs_about(self, task_id: str) -> list[dict[str, Any]]:
+        return [line for line in self.logs if line.get("task_id") == task_id]
+
+
+@dataclass
+class Handlers:
+    poller_app: ModuleType
+    executor_app: ModuleType
+    invoker: RecordingInvoker
+    client: Client
+    dynamodb: Any
+    capsys: pytest.CaptureFixture[str]
+
+    def read(self) -> Output:
+        return Output.parse(self.capsys.readouterr().out)
+
+    def poll(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run the poller handler on a scheduled event; returns the event and the handler's answer."""
+        event = scheduled_event()
+        return event, self.poller_app.handler(event, LambdaContext("punctual-poller"))
+
+    def task(self, task_id: str) -> Task:
+        task = self.client.get(task_id)
+        assert task is not None
+        return task
+
+    def status(self, task_id: str) -> TaskStatus:
+        return self.task(task_id).status
+
+
+ColdStart = Callable[[], Handlers]
+
+
+def _forget_powertools_logging() -> None:
+    """Undo what a handler module's Logger did to the process-wide "punctual" logger (its handler writes to
+    the stdout of the test that loaded it) and to the root handlers."""
+    punctual_logger = logging.getLogger("punctual")
+    punctual_logger.handlers.clear()
+    punctual_logger.setLevel(logging.NOTSET)
+    punctual_logger.propagate = True
+    for attribute in POWERTOOLS_ATTRIBUTES:
+        punctual_logger.__dict__.pop(attribute, None)
+    for handler in logging.root.handlers:
+        for suppress in [f for f in handler.filters if isinstance(f, SuppressFilter)]:
+            handler.removeFilter(suppress)
+    # Metrics keep their data in class attributes, shared by every instance in the process.
+    for shared in (Metrics._metrics, Metrics._dimensions, Metrics._metadata, Metrics._default_dimensions):  # noqa: SLF001
+        shared.clear()
+
+
+def _load_in_a_thread_of_its_own(path: Path) -> ModuleType:
+    """Load a handler module the way the local invoker does, from a short-lived thread: the executor module
+    lowers the CPU priority of the thread that loads it, which must not be pytest's."""
+    loaded: list[ModuleType | BaseException] = []
+
+    def load() -> None:
+        try:
+            loaded.append(load_handler_module(str(path)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            loaded.append(exc)
+
+    thread = threading.Thread(target=load, name="cold-start")
+    thread.start()
+    thread.join()
+    (module,) = loaded
+    if isinstance(module, BaseException):
+        raise module
+    return module
+
+
+@pytest.fixture
+def cold_start(
+    dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[ColdStart]:
+    """Loads both handler modules afresh, inside moto, with a Lambda-like environment, and replaces the
+    poller's invoker by a recording one. Called from the test itself: Powertools' Logger binds the stdout of
+    the moment it is built, and capsys captures the test's call phase apart from its setup."""
+    env = {
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PUNCTUAL_TABLE_NAME": settings.table_name,
+        "PUNCTUAL_SHARD_COUNT": str(settings.shard_count),
+        "PUNCTUAL_REGION": REGION,
+        "PUNCTUAL_NTP_SERVER": "off",
+        "PUNCTUAL_DB_THREADS": str(settings.db_threads),
+        "PUNCTUAL_WORKER_THREADS": str(settings.worker_threads),
+        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
+        "POWERTOOLS_SERVICE_NAME": names.SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": names.NAMESPACE,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "DEBUG",  # per-task SUCCEEDED lines are DEBUG
+    }
+    for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED",
+                 "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    switch_interval = sys.getswitchinterval()
+
+    def load() -> Handlers:
+        _forget_powertools_logging()
+        poller_app = load_handler_module(str(SRC / "poller" / "app.py"))
+        executor_app = _load_in_a_thread_of_its_own(SRC / "executor" / "app.py")
+        invoker = RecordingInvoker()
+        poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
+        client = Client(poller_app.settings, dynamodb=dynamodb)
+        handlers = Handlers(poller_app, executor_app, invoker, client, dynamodb, capsys)
+        handlers.read()  # the cold start's own lines
+        return handlers
+
+    try:
+        yield load
+    finally:
+        gc.unfreeze()
+        sys.setswitchinterval(switch_interval)
+        _forget_powertools_logging()
+
+
+def delivered(payload: dict[str, Any]) -> dict[str, Any]:
+    """What Lambda hands the executor for the poller's ``invoke_async`` payload: the same, through JSON."""
+    return json.loads(json.dumps(payload))
+
+
+def schedule(handlers: Handlers, count: int, first_in_ms: int = 500) -> list[str]:
+    """``count`` log tasks due ``first_in_ms`` from now, 20 ms apart, scheduled through the client."""
+    start = datetime.now(UTC) + timedelta(milliseconds=first_in_ms)
+    return [
+        handlers.client.schedule(start + timedelta(milliseconds=20 * i), LogAction(message="handler test"),
+                                 {"n": i}, task_id=f"handler-task-{i}").task_id
+        for i in range(count)
+    ]
+
+
+def assert_emf_envelope(output: Output) -> None:
+    """Every EMF blob: namespace Punctual, dimension service = punctual, only metric names Punctual defines."""
+    assert output.emf
+    for blob in output.emf:
+        (directive,) = blob["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == names.NAMESPACE == "Punctual"
+        assert directive["Dimensions"] == [["service"]]
+        assert blob["service"] == names.SERVICE
+        assert {d["Name"] for d in directive["Metrics"]} <= set(names.ALL)
+
+
+def test_poller_handler_claims_on_a_scheduled_event_and_emits_its_metrics(cold_start: ColdStart) -> None:
+    # Given both functions at a cold start, and three tasks due within the poller's lead window
+    handlers = cold_start()
+    task_ids = schedule(handlers, 3)
+    handlers.read()
+    # When EventBridge's scheduled event reaches the poller handler
+    event, answer = handlers.poll()
+    output = handlers.read()
+    # Then it claims all three and hands them to one executor invocation
+    assert answer["claimed"] == 3
+    (payload,) = handlers.invoker.payloads
+    assert sorted(t["task_id"] for t in payload["tasks"]) == task_ids
+    assert all(handlers.status(t) is TaskStatus.CLAIMED for t in task_ids)
+    # And its EMF blob holds one value of each poller metric, under the Punctual namespace
+    assert_emf_envelope(output)
+    assert output.metric_names() == {names.TASKS_CLAIMED, names.TASKS_RECOVERED, names.CLAIM_CONFLICTS,
+                                     names.TASKS_MISSED, names.INVOKE_FAILURES}
+    claimed, values = output.metric(names.TASKS_CLAIMED)
+    assert claimed == {"Name": "TasksClaimed", "Unit": "Count"}
+    assert values == [3.0]
+    for name in (names.TASKS_RECOVERED, names.CLAIM_CONFLICTS, names.TASKS_MISSED, names.INVOKE_FAILURES):
+        assert output.metric(name)[1] == [0.0]
+    # And its log lines (the package's "poll" line among them) are JSON with the event's id as correlation id
+    (poll_line,) = [line for line in output.logs if line["message"].startswith("poll:")]
+    assert poll_line["correlation_id"] == event["id"]
+    assert poll_line["scheduled_time"] == event["time"].replace("Z", "+00:00")
+    assert poll_line["service"] == "punctual"
+    assert poll_line["function_name"] == "punctual-poller"
+    assert all(line["correlation_id"] == event["id"] for line in output.logs)
+
+
+def test_executor_handler_fires_the_batch_the_poller_sent(cold_start: ColdStart) -> None:
+    # Given both functions at a cold start, three tasks claimed by the poller handler, and the payload it
+    # passed to invoke_async
+    handlers = cold_start()
+    task_ids = schedule(handlers, 3)
+    handlers.poll()
+    (payload,) = handlers.invoker.payloads
+    handlers.read()
+    # When Lambda delivers that payload to the executor handler
+    context = LambdaContext("punctual-executor")
+    answer = handlers.executor_app.handler(delivered(payload), context)
+    output = handlers.read()
+    # Then every task fired and is recorded SUCCEEDED
+    assert (answer["armed"], answer["fired"], answer["succeeded"], answer["lost_arm"]) == (3, 3, 3, 0)
+    for task_id in task_ids:
+        task = handlers.task(task_id)
+        assert task.status is TaskStatus.SUCCEEDED
+        assert task.batch_id == payload["batch_id"]
+    # And the EMF output holds FireDrift at high resolution, one value per fired task, and the counts
+    assert_emf_envelope(output)
+    assert output.metric_names() == {names.FIRE_DRIFT, names.TASKS_FIRED, names.TASKS_FAILED, names.TASKS_MISSED,
+                                     names.ARM_CONFLICTS}
+    drift, drift_values = output.metric(names.FIRE_DRIFT)
+    assert drift == {"Name": "FireDrift", "Unit": "Milliseconds", "StorageResolution": 1}
+    assert drift_values == pytest.approx(answer["drift_ms"])
+    assert len(drift_values) == 3
+    assert output.metric(names.TASKS_FIRED) == ({"Name": "TasksFired", "Unit": "Count"}, [3.0])
+    for name in (names.TASKS_FAILED, names.TASKS_MISSED, names.ARM_CONFLICTS):
+        assert output.metric(name)[1] == [0.0]
+    # And every log line is JSON carrying the batch id and the Lambda context
+    batch_id = payload["batch_id"]
+    assert output.logs
+    assert all(line["batch_id"] == batch_id for line in output.logs)
+    assert all(line["function_request_id"] == context.aws_request_id for line in output.logs)
+    (done,) = [line for line in output.logs if line["message"] == "batch done"]
+    assert done["correlation_id"] == batch_id
+    assert done["report"]["fired"] == 3
+    # And each task's outcome line carries its id as task id and correlation id
+    for task_id in task_ids:
+        about = output.logs_about(task_id)
+        assert about, f"no log line about {task_id}"
+        assert all(line["correlation_id"] == task_id for line in about)
+        (outcome,) = [line for line in about if line.get("outcome")]
+        assert (outcome["level"], outcome["outcome"]) == ("DEBUG", "SUCCEEDED")
+    # And the log action wrote one "fired" line per task
+    fired = [line for line in output.logs if line["message"].startswith("fired ")]
+    assert sorted(line["fire"]["task_id"] for line in fired) == task_ids
+
+
+def test_a_duplicate_delivery_fires_nothing_and_counts_arm_conflicts(cold_start: ColdStart) -> None:
+    # Given both functions at a cold start, and a batch the executor handler has run once
+    handlers = cold_start()
+    task_ids = schedule(handlers, 3)
+    handlers.poll()
+    (payload,) = handlers.invoker.payloads
+    assert handlers.executor_app.handler(delivered(payload), LambdaContext("punctual-executor"))["fired"] == 3
+    fired_at = {t: handlers.task(t).fired_at for t in task_ids}
+    handlers.read()
+    # When Lambda delivers the same payload again (async invoke is at-least-once)
+    again = handlers.executor_app.handler(delivered(payload), LambdaContext("punctual-executor"))
+    output = handlers.read()
+    # Then nothing is armed or fired, and the tasks keep their first outcome
+    assert (again["armed"], again["fired"], again["lost_arm"]) == (0, 0, 3)
+    for task_id in task_ids:
+        task = handlers.task(task_id)
+        assert task.status is TaskStatus.SUCCEEDED
+        assert task.fired_at == fired_at[task_id]
+    # And the metrics say so: ArmConflicts 3, TasksFired 0, no FireDrift value
+    assert_emf_envelope(output)
+    assert output.metric(names.ARM_CONFLICTS)[1] == [3.0]
+    assert output.metric(names.TASKS_FIRED)[1] == [0.0]
+    assert names.FIRE_DRIFT not in output.metric_names()
+    # And each lost task has its own line, with its id as correlation id
+    for task_id in task_ids:
+        (line,) = output.logs_about(task_id)
+        assert "not armed" in line["message"]
+        assert (line["correlation_id"], line["batch_id"], line["level"]) == (task_id, payload["batch_id"], "INFO")
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_an_executor_event_without_tasks_is_rejected_before_anything_is_armed(cold_start: ColdStart) -> None:
+    # Given both functions at a cold start, and a claimed batch, delivered with its task list missing
+    handlers = cold_start()
+    task_ids = schedule(handlers, 2, first_in_ms=5_000)
+    handlers.poll()
+    (payload,) = handlers.invoker.payloads
+    malformed = {key: value for key, value in delivered(payload).items() if key != "tasks"}
+    handlers.read()
+    # When it reaches the executor handler
+    with pytest.raises(ValidationError) as raised:
+        handlers.executor_app.handler(malformed, LambdaContext("punctual-executor"))
+    # Then validation names the missing field, nothing is armed, and no metrics are emitted
+    assert [error["loc"] for error in raised.value.errors()] == [("tasks",)]
+    assert all(handlers.status(t) is TaskStatus.CLAIMED for t in task_ids)
+    assert handlers.read().emf == []
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_the_poller_handler_rejects_an_event_that_is_not_a_scheduled_event(cold_start: ColdStart) -> None:
+    # Given both functions at a cold start, and a task due soon
+    handlers = cold_start()
+    (task_id,) = schedule(handlers, 1, first_in_ms=5_000)
+    # When the poller handler is invoked with something other than an EventBridge event
+    with pytest.raises(ValidationError):
+        handlers.poller_app.handler({"detail": {}}, LambdaContext("punctual-poller"))
+    # Then it polls nothing
+    assert handlers.invoker.payloads == []
+    assert handlers.status(task_id) is TaskStatus.PENDING
