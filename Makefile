@@ -41,9 +41,11 @@ demo: setup
 bench: setup
 	$(BIN)/python bench/bench.py
 
+## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
 lint: setup
 	$(BIN)/ruff check src tests bench loadtest
 	$(BIN)/cfn-lint template.yaml
+	$(BIN)/python -m pytest -q tests/template
 
 clean:
 	rm -rf .punctual

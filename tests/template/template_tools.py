@@ -1,0 +1,168 @@
+"""Offline tools for template.yaml: load it as SAM sees it, run the SAM transform locally (aws-sam-translator,
+no AWS call), evaluate its conditions, and read IAM grants and ``Fn::Sub`` strings."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+ARTIFACT_BUCKET = "local-artifacts"
+_CODE_PROPERTY = {"AWS::Serverless::Function": "CodeUri", "AWS::Serverless::LayerVersion": "ContentUri"}
+
+# AWS managed policies the translator may ask for (it would list them from IAM). The template needs none:
+# every function has its own role, and a test fails if the transform attaches a managed policy anyway.
+_MANAGED_POLICIES = {
+    name: f"arn:aws:iam::aws:policy/{path}{name}"
+    for path, name in [
+        ("service-role/", "AWSLambdaBasicExecutionRole"),
+        ("", "AWSXrayWriteOnlyAccess"),
+        ("service-role/", "AWSLambdaDynamoDBExecutionRole"),
+    ]
+}
+
+
+class _StubPolicyLoader:
+    def load(self) -> dict[str, str]:
+        return dict(_MANAGED_POLICIES)
+
+
+class _SamLoader(yaml.SafeLoader):
+    """SafeLoader plus CloudFormation's short-form tags, in the form the SAM translator expects. (Its own
+    ``yaml_parse`` registers the same constructor on ``yaml.SafeLoader`` itself, for every other user.)"""
+
+
+def load_sam_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    from samtranslator.yaml_helper import intrinsics_multi_constructor
+
+    _SamLoader.add_multi_constructor("!", intrinsics_multi_constructor)
+    with open(path, encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def package_locally(sam: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``sam`` with each local code path ``p`` replaced by ``s3://local-artifacts/p``, the form
+    ``sam package`` leaves and the translator requires (the S3 key still names the local path)."""
+    sam = copy.deepcopy(sam)
+    entries = [(r.get("Type"), r.get("Properties", {})) for r in sam.get("Resources", {}).values()]
+    entries.append(("AWS::Serverless::Function", sam.get("Globals", {}).get("Function", {})))
+    for kind, props in entries:
+        key = _CODE_PROPERTY.get(kind)
+        value = props.get(key) if key else None
+        if isinstance(value, str) and not value.startswith("s3://"):
+            props[key] = f"s3://{ARTIFACT_BUCKET}/{value}"
+    return sam
+
+
+def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The CloudFormation template the SAM transform makes of ``sam`` (which is not modified)."""
+    from samtranslator.translator.transform import transform
+
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the translator wants a region (never calls AWS)
+    return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())  # type: ignore[arg-type]
+
+
+# -- conditions ------------------------------------------------------------------------------------------
+def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mapping[str, str]) -> bool:
+    """Evaluate condition ``name`` with ``parameters`` (others at their defaults). Knows the functions the
+    template uses: Fn::And, Fn::Or, Fn::Not, Fn::Equals, Fn::Join, Ref to a parameter, Condition."""
+    params = template.get("Parameters", {})
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and len(node) == 1:
+            (fn, arg), = node.items()
+            if fn == "Ref":
+                raw = parameters.get(arg, params[arg].get("Default", ""))
+                return str(raw).split(",") if params[arg]["Type"] == "CommaDelimitedList" else str(raw)
+            if fn == "Fn::Join":
+                return arg[0].join(value(arg[1]))
+            if fn == "Fn::Equals":
+                return value(arg[0]) == value(arg[1])
+            if fn == "Fn::Not":
+                return not value(arg[0])
+            if fn == "Fn::And":
+                return all(value(a) for a in arg)
+            if fn == "Fn::Or":
+                return any(value(a) for a in arg)
+            if fn == "Condition":
+                return value(template["Conditions"][arg])
+            raise NotImplementedError(fn)
+        if isinstance(node, list):
+            return [value(n) for n in node]
+        return str(node)
+
+    return bool(value(template["Conditions"][name]))
+
+
+# -- IAM ---------------------------------------------------------------------------------------------------
+def resource_ref(node: Any) -> str:
+    """A short, comparable spelling of a statement's Resource entry: ``Table.Arn`` for a GetAtt,
+    ``Ref:X`` for a Ref, the template text for a Sub, the literal otherwise."""
+    if isinstance(node, dict) and len(node) == 1:
+        (fn, arg), = node.items()
+        if fn == "Fn::GetAtt":
+            return ".".join(arg) if isinstance(arg, list) else arg
+        if fn == "Ref":
+            return f"Ref:{arg}"
+        if fn == "Fn::Sub":
+            return arg if isinstance(arg, str) else arg[0]
+    if isinstance(node, str):
+        return node
+    raise AssertionError(f"unexpected Resource entry {node!r}")
+
+
+def branches(node: Any) -> Iterator[Any]:
+    """``node`` itself, or both branches of an ``Fn::If`` (``AWS::NoValue`` dropped), recursively."""
+    if isinstance(node, dict) and set(node) == {"Fn::If"}:
+        for branch in node["Fn::If"][1:]:
+            yield from branches(branch)
+    elif node != {"Ref": "AWS::NoValue"}:
+        yield node
+
+
+def as_list(node: Any) -> list[Any]:
+    return node if isinstance(node, list) else [node]
+
+
+def role_statements(role: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every statement of the role's inline policies, under every condition."""
+    statements = []
+    for policy in as_list(role["Properties"].get("Policies", [])):
+        for concrete in branches(policy):
+            for statement in as_list(concrete["PolicyDocument"]["Statement"]):
+                statements.extend(branches(statement))
+    return statements
+
+
+def grants(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """``(action, resource)`` pairs the Allow statements grant."""
+    pairs = set()
+    for statement in statements:
+        if statement["Effect"] != "Allow":
+            continue
+        for action in as_list(statement["Action"]):
+            for resource in as_list(statement["Resource"]):
+                pairs.add((action, resource_ref(resource)))
+    return pairs
+
+
+# -- Fn::Sub -----------------------------------------------------------------------------------------------
+SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
+
+
+def sub_text(node: Any) -> str:
+    """The template string of an ``Fn::Sub`` (either form)."""
+    arg = node["Fn::Sub"]
+    return arg if isinstance(arg, str) else arg[0]
+
+
+def substitute(text: str, placeholder: str = "0") -> str:
+    """``text`` with every ``${...}`` replaced by ``placeholder`` (a bare number inside JSON is then 0)."""
+    return SUB_VARIABLE.sub(placeholder, text)

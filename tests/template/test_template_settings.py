@@ -1,0 +1,94 @@
+"""The functions' environment in template.yaml against what the code reads: ``Settings`` fields, Powertools'
+service and namespace, and the layer's requirements against pyproject.toml."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Any
+
+import pytest
+from template_tools import ROOT
+
+from punctual import metrics
+from punctual.settings import ENV_PREFIX, Settings
+
+FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction")
+
+
+def _environment(sam_template: dict[str, Any], function: str) -> dict[str, Any]:
+    """A function's variables as SAM merges them: Globals first, the function's own on top."""
+    merged = dict(sam_template["Globals"]["Function"]["Environment"]["Variables"])
+    own = sam_template["Resources"][function]["Properties"].get("Environment", {}).get("Variables", {})
+    return {**merged, **own}
+
+
+def _all_variables(sam_template: dict[str, Any]) -> set[str]:
+    return {name for function in FUNCTIONS for name in _environment(sam_template, function)}
+
+
+def test_every_punctual_variable_names_a_settings_field(sam_template: dict[str, Any]) -> None:
+    # Given every PUNCTUAL_* variable the template sets  Then each is PUNCTUAL_<a Settings field>
+    # (Settings.from_env reads only its fields' names: a misspelt variable would be silently ignored)
+    names = {n for n in _all_variables(sam_template) if n.startswith(ENV_PREFIX)}
+    assert names, "the template sets no PUNCTUAL_* variable"
+    unknown = {n for n in names if n[len(ENV_PREFIX):].lower() not in Settings.model_fields}
+    assert not unknown, f"not Settings fields: {sorted(unknown)}"
+
+
+def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
+    # Given each function's merged environment  Then the table and its layout reach all of them, the
+    # executor's name reaches those that invoke it and the dead-letter queue the executor
+    for function in FUNCTIONS:
+        env = _environment(sam_template, function)
+        assert env["PUNCTUAL_TABLE_NAME"] == {"Ref": "TasksTable"}
+        for name, parameter in [("PUNCTUAL_SHARD_COUNT", "ShardCount"), ("PUNCTUAL_LEAD_MS", "LeadMs"),
+                                ("PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS", "MisfireGraceMs"),
+                                ("PUNCTUAL_RETENTION_DAYS", "RetentionDays"), ("POWERTOOLS_LOG_LEVEL", "LogLevel")]:
+            assert env[name] == {"Ref": parameter}, (function, name)
+    for function in ("PollerFunction", "FastPathFunction"):
+        assert _environment(sam_template, function)["PUNCTUAL_EXECUTOR_FUNCTION"] == {"Ref": "ExecutorFunction"}
+    executor = _environment(sam_template, "ExecutorFunction")
+    assert executor["PUNCTUAL_DEAD_LETTER_QUEUE_URL"] == {"Ref": "TaskDeadLetterQueue"}
+    assert "PUNCTUAL_EXECUTOR_FUNCTION" not in executor
+
+
+def test_powertools_writes_where_the_dashboard_reads(sam_template: dict[str, Any]) -> None:
+    # Given the Powertools variables  Then metrics land in punctual.metrics' namespace and service dimension
+    env = sam_template["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == metrics.NAMESPACE
+    assert env["POWERTOOLS_SERVICE_NAME"] == metrics.SERVICE
+
+
+@pytest.mark.parametrize("bound", ["Default", "MinValue", "MaxValue"])
+def test_every_accepted_parameter_value_is_a_valid_setting(sam_template: dict[str, Any], bound: str) -> None:
+    # Given the default, smallest and largest value CloudFormation accepts for each numeric parameter that
+    # feeds a setting  Then Settings accepts it too (a deploy never starts functions that fail at cold start)
+    parameters = sam_template["Parameters"]
+    env = {}
+    for name, value in _environment(sam_template, "ExecutorFunction").items():
+        if name.startswith(ENV_PREFIX) and isinstance(value, dict) and value.get("Ref") in parameters:
+            parameter = parameters[value["Ref"]]
+            if parameter["Type"] == "Number" and bound in parameter:
+                env[name] = str(parameter[bound])
+    assert len(env) >= 4
+    Settings.from_env(env, table_name="punctual-tasks")
+
+
+def _requirement_names(lines: list[str]) -> dict[str, str]:
+    """``{normalised distribution name: the full specifier}``."""
+    found = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name = re.split(r"[\[<>=!~ ;]", line, maxsplit=1)[0]
+            found[re.sub(r"[-_.]+", "-", name).lower()] = line.replace(" ", "")
+    return found
+
+
+def test_the_layer_installs_the_package_runtime_dependencies() -> None:
+    # Given src/shared/requirements.txt (what `sam build` installs into the layer)  Then it lists exactly the
+    # [project] dependencies of pyproject.toml, with the same specifiers
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    layer = (ROOT / "src/shared/requirements.txt").read_text(encoding="utf-8").splitlines()
+    assert _requirement_names(layer) == _requirement_names(project["dependencies"])
