@@ -25,8 +25,6 @@ import os
 import sys
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -35,12 +33,11 @@ from punctual.events import BatchEvent
 from punctual.metrics import (
     ARM_CONFLICTS,
     FIRE_DRIFT,
-    NAMESPACE,
-    SERVICE,
     TASKS_FAILED,
     TASKS_FIRED,
     TASKS_MISSED,
 )
+from punctual.observability import add_counts, handler_tools
 from punctual.priority import lower_current_thread
 from punctual.runtime import build_executor
 from punctual.settings import Settings
@@ -49,16 +46,7 @@ from punctual.settings import Settings
 # interval from 5 ms so that recording threads cannot hold it for long.
 sys.setswitchinterval(float(os.environ.get("PUNCTUAL_SWITCH_INTERVAL_S", "0.001")))
 
-# In Lambda the template sets POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE; elsewhere (the local
-# runtime) they default to Punctual's own, so that metrics still validate (Powertools refuses to flush
-# without a namespace).
-SERVICE_NAME = os.environ.get("POWERTOOLS_SERVICE_NAME") or SERVICE
-logger = Logger(service=SERVICE_NAME)
-# The package logs with stdlib logging under "punctual.*": with the service named "punctual" those records
-# reach this Logger's handler by propagation; under another service name this hands them its JSON handler.
-copy_config_to_registered_loggers(source_logger=logger, include={"punctual"})
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or NAMESPACE, service=SERVICE_NAME)
-tracer = Tracer(service=SERVICE_NAME)
+logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()
 FireLog.configure(settings.fire_log_path)
 executor = build_executor(settings)
@@ -83,10 +71,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     for drift in report.drift_ms:
         metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
                            resolution=MetricResolution.High)
-    metrics.add_metric(name=TASKS_FIRED, unit=MetricUnit.Count, value=report.fired)
-    metrics.add_metric(name=TASKS_FAILED, unit=MetricUnit.Count, value=report.failed)
-    metrics.add_metric(name=TASKS_MISSED, unit=MetricUnit.Count, value=report.missed)
-    metrics.add_metric(name=ARM_CONFLICTS, unit=MetricUnit.Count, value=report.lost_arm)
+    add_counts(metrics, {TASKS_FIRED: report.fired, TASKS_FAILED: report.failed, TASKS_MISSED: report.missed,
+                         ARM_CONFLICTS: report.lost_arm})
     summary = report.model_dump(exclude={"drift_ms"})
     logger.info("batch done", extra={"report": summary})
     return {**summary, "drift_ms": report.drift_ms}

@@ -14,26 +14,19 @@ anyway.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from punctual.fastpath import dispatch_stream_records
-from punctual.metrics import CLAIM_CONFLICTS, INVOKE_FAILURES, NAMESPACE, SERVICE, TASKS_CLAIMED, TASKS_MISSED
+from punctual.metrics import CLAIM_CONFLICTS, INVOKE_FAILURES, TASKS_CLAIMED, TASKS_MISSED
+from punctual.observability import add_counts, handler_tools
 from punctual.runtime import build_poller
 from punctual.settings import Settings
 
-SERVICE_NAME = os.environ.get("POWERTOOLS_SERVICE_NAME") or SERVICE
-logger = Logger(service=SERVICE_NAME)
-copy_config_to_registered_loggers(source_logger=logger, include={"punctual"})
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or NAMESPACE, service=SERVICE_NAME)
-tracer = Tracer(service=SERVICE_NAME)
+logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()
 # Its own poller id, so that a task's claimed_by tells that the fast path dispatched it. Looked up at each
 # call, so a test can swap in a poller with a recording invoker.
@@ -48,9 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if not isinstance(records, list):
         raise ValueError("a DynamoDB stream event has a list of Records")
     report = dispatch_stream_records(poller, records, now_ms=int(time.time() * 1000))
-    metrics.add_metric(name=TASKS_CLAIMED, unit=MetricUnit.Count, value=report.claimed)
-    metrics.add_metric(name=CLAIM_CONFLICTS, unit=MetricUnit.Count, value=report.conflicts)
-    metrics.add_metric(name=TASKS_MISSED, unit=MetricUnit.Count, value=report.missed)
-    metrics.add_metric(name=INVOKE_FAILURES, unit=MetricUnit.Count, value=report.invoke_failures)
+    add_counts(metrics, {TASKS_CLAIMED: report.claimed, CLAIM_CONFLICTS: report.conflicts,
+                         TASKS_MISSED: report.missed, INVOKE_FAILURES: report.invoke_failures})
     logger.info("fast path batch", extra={"report": report.model_dump()})
     return report.model_dump()

@@ -127,6 +127,7 @@ class Output:
 class Handlers:
     poller_app: ModuleType
     executor_app: ModuleType
+    fastpath_app: ModuleType
     invoker: RecordingInvoker
     client: Client
     dynamodb: Any
@@ -223,10 +224,13 @@ def cold_start(
         _forget_powertools_logging()
         poller_app = load_handler_module(str(SRC / "poller" / "app.py"))
         executor_app = _load_in_a_thread_of_its_own(SRC / "executor" / "app.py")
+        fastpath_app = load_handler_module(str(SRC / "fastpath" / "app.py"))
         invoker = RecordingInvoker()
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
+        fastpath_app.poller = build_poller(fastpath_app.settings, invoker=invoker,
+                                           poller_id=fastpath_app.poller.poller_id)
         client = Client(poller_app.settings, dynamodb=dynamodb)
-        handlers = Handlers(poller_app, executor_app, invoker, client, dynamodb, capsys)
+        handlers = Handlers(poller_app, executor_app, fastpath_app, invoker, client, dynamodb, capsys)
         handlers.read()  # the cold start's own lines
         return handlers
 
@@ -403,3 +407,53 @@ def test_the_poller_handler_rejects_an_event_that_is_not_a_scheduled_event(cold_
     # Then it polls nothing
     assert handlers.invoker.payloads == []
     assert handlers.status(task_id) is TaskStatus.PENDING
+
+
+def stream_record(handlers: Handlers, event_name: str, task_id: str, sequence: int) -> dict[str, Any]:
+    """A DynamoDB stream record as Lambda delivers it (NEW_IMAGE view), the image read from the table."""
+    keys = {"task_id": {"S": task_id}}
+    change: dict[str, Any] = {"ApproximateCreationDateTime": 1_700_000_000, "Keys": keys,
+                              "SequenceNumber": f"{sequence:021d}", "SizeBytes": 512, "StreamViewType": "NEW_IMAGE"}
+    if event_name != "REMOVE":
+        table = handlers.poller_app.settings.table_name
+        change["NewImage"] = handlers.dynamodb.get_item(TableName=table, Key=keys)["Item"]
+    return {
+        "eventID": uuid.uuid4().hex, "eventName": event_name, "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+        "awsRegion": REGION, "dynamodb": change,
+        "eventSourceARN": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/punctual-tasks/stream/2026-11-22T00:00:00.000",
+    }
+
+
+def test_fast_path_handler_claims_short_lead_inserts_and_ignores_the_rest(cold_start: ColdStart) -> None:
+    # Given the functions at a cold start; a task already claimed by the poller; then two tasks written 1 s
+    # before due (flagged for the fast path) and one written an hour ahead (the poller's)
+    handlers = cold_start()
+    taken = handlers.client.schedule(datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"), None,
+                                     task_id="taken-task").task_id
+    handlers.poll()
+    assert handlers.status(taken) is TaskStatus.CLAIMED
+    near = schedule(handlers, 2, first_in_ms=1_000)
+    far = handlers.client.schedule(datetime.now(UTC) + timedelta(hours=1), LogAction(message="far"), None,
+                                   task_id="far-task").task_id
+    handlers.invoker.payloads.clear()
+    handlers.read()
+    # When a stream batch arrives with their INSERTs, a MODIFY of the claimed one and a REMOVE
+    records = [stream_record(handlers, "INSERT", t, i) for i, t in enumerate([*near, far])]
+    records += [stream_record(handlers, "MODIFY", taken, 10), stream_record(handlers, "REMOVE", "gone-task", 11)]
+    answer = handlers.fastpath_app.handler({"Records": records}, LambdaContext("punctual-fastpath"))
+    output = handlers.read()
+    # Then only the two short-lead tasks are claimed, by the fast path, and sent to one executor
+    assert (answer["records"], answer["candidates"], answer["claimed"]) == (5, 2, 2)
+    (payload,) = handlers.invoker.payloads
+    assert sorted(t["task_id"] for t in payload["tasks"]) == near
+    assert {handlers.task(t).claimed_by for t in near} == {handlers.fastpath_app.poller.poller_id}
+    assert handlers.status(far) is TaskStatus.PENDING
+    # And the EMF blob counts them; every log line carries the first record's event id as correlation id
+    assert_emf_envelope(output)
+    assert output.metric(names.TASKS_CLAIMED)[1] == [2.0]
+    assert output.metric(names.CLAIM_CONFLICTS)[1] == [0.0]
+    assert all(line["correlation_id"] == records[0]["eventID"] for line in output.logs)
+    # And the same batch delivered again (Lambda retries a failed batch) claims nothing a second time
+    again = handlers.fastpath_app.handler({"Records": records}, LambdaContext("punctual-fastpath"))
+    assert (again["claimed"], again["conflicts"]) == (0, 2)  # the stale images lose their claims
+    assert len(handlers.invoker.payloads) == 1
