@@ -53,6 +53,15 @@ def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
     assert "PUNCTUAL_EXECUTOR_FUNCTION" not in executor
 
 
+def test_the_poll_interval_setting_is_the_poller_schedule(sam_template: dict[str, Any]) -> None:
+    # Given the poller's schedule  Then PUNCTUAL_POLL_INTERVAL_MS says the same (the fast-path flag and the
+    # poller's window depend on it)
+    schedule = sam_template["Resources"]["PollerFunction"]["Properties"]["Events"]["EveryMinute"]["Properties"]
+    assert schedule["Schedule"] == "rate(1 minute)"
+    for function in FUNCTIONS:
+        assert int(_environment(sam_template, function)["PUNCTUAL_POLL_INTERVAL_MS"]) == 60_000
+
+
 def test_powertools_writes_where_the_dashboard_reads(sam_template: dict[str, Any]) -> None:
     # Given the Powertools variables  Then metrics land in punctual.metrics' namespace and service dimension
     env = sam_template["Globals"]["Function"]["Environment"]["Variables"]
