@@ -856,9 +856,10 @@ def _memory_mb(function: str, default: int, template_path: str | None = None) ->
 
 
 def executor_seconds_per_tick(n: float, max_batch: int, lead_ms: int, interval_ms: int) -> tuple[float, float]:
-    """(executor invocations, executor seconds) per poll tick holding ``n`` tasks (evenly spread over the
-    tick's window of due times). The poller cuts the window's tasks in due order into batches of at most
-    ``max_batch``; each batch's executor lives from the tick to its last due instant plus the record tail."""
+    """(executor invocations, executor seconds) per poll tick holding ``n`` tasks due at random over the
+    tick's window of due times. The poller cuts the window's tasks in due order into batches of at most
+    ``max_batch``; each batch's executor lives from the tick to its last due instant (the k-th of n uniform
+    instants falls at k / (n + 1) of the window on average) plus the record tail."""
     if n <= 0:
         return 0.0, 0.0
     head = (lead_ms - interval_ms) / 1000
@@ -867,7 +868,7 @@ def executor_seconds_per_tick(n: float, max_batch: int, lead_ms: int, interval_m
         p = 1 - math.exp(-n)
         return p, p * (head + window / 2 + RECORD_TAIL_S)
     b = math.ceil(n / max_batch)
-    seconds = sum(head + window * min(i * max_batch, n) / n + RECORD_TAIL_S for i in range(1, b + 1))
+    seconds = sum(head + window * min(i * max_batch, n) / (n + 1) + RECORD_TAIL_S for i in range(1, b + 1))
     return float(b), seconds
 
 
