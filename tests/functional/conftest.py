@@ -36,9 +36,10 @@ def settings() -> Settings:
     return Settings(table_name=TABLE, shard_count=SHARDS, ntp_server=None, db_threads=4, worker_threads=8)
 
 
-@pytest.fixture
-def repo(dynamodb: Any, settings: Settings) -> DynamoTaskRepository:
-    return DynamoTaskRepository.from_settings(dynamodb, settings)
+@pytest.fixture(params=["single", "transaction"])
+def repo(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskRepository:
+    """The repository, once per way of writing many items at once (``Settings.write_batch``)."""
+    return DynamoTaskRepository.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
 
 class TaskFactory:
