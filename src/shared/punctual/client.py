@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from .clock import Clock, SystemClock
 from .errors import InvalidTaskError
 from .keys import to_ms
-from .model import Action, Task, TaskStatus, canonical_json
+from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .repository import DynamoTaskRepository
 from .settings import Settings
 
@@ -75,14 +75,14 @@ class Client:
     def _now_ms(self) -> int:
         return int(self._clock.wall_ms())
 
-    def _check_due(self, due_ms: int, grace_ms: int, now_ms: int) -> None:
+    def _check_due(self, due_ms: int, grace_ms: int, now_ms: int, fire_late: bool = False) -> None:
         horizon = now_ms + self.settings.max_horizon_days * 86_400_000
         if due_ms > horizon:
             raise InvalidTaskError(
                 f"invalid due_at: more than {self.settings.max_horizon_days} days ahead (the horizon)",
                 field="due_at",
             )
-        if now_ms - due_ms > grace_ms:
+        if now_ms - due_ms > grace_ms and not fire_late:  # a fire_late task due in the past fires at once, late
             raise InvalidTaskError(
                 f"invalid due_at: {(now_ms - due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
                 f"{grace_ms} ms: it could only be recorded MISSED",
@@ -91,7 +91,7 @@ class Client:
 
     def build_task(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                    task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                   now_ms: int | None = None) -> Task:
+                   misfire_policy: str = DEFAULT_MISFIRE_POLICY, now_ms: int | None = None) -> Task:
         """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
         import uuid
 
@@ -107,6 +107,7 @@ class Client:
                 action=action,
                 payload=payload,
                 misfire_grace_ms=_grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
+                misfire_policy=misfire_policy,
             )
         except ValidationError as exc:
             raise _field_error(exc) from exc
@@ -119,12 +120,27 @@ class Client:
                 f"invalid payload: {size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}",
                 field="payload",
             )
-        self._check_due(task.due_ms, task.misfire_grace_ms, now_ms)
+        self._check_due(task.due_ms, task.misfire_grace_ms, now_ms, fire_late=task.misfire_policy == "fire_late")
         return task
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
-                 task_id: str | None = None, misfire_grace: timedelta | int | None = None) -> Task:
+                 task_id: str | None = None, misfire_grace: timedelta | int | None = None,
+                 misfire_policy: str = DEFAULT_MISFIRE_POLICY) -> Task:
         """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
+
+        Parameters
+        ----------
+        due_at:
+            When to fire (timezone-aware; kept to the millisecond).
+        action, payload:
+            What to run, and the JSON value it is given.
+        task_id:
+            Your id for the task (idempotency key of the schedule call); a random one if omitted.
+        misfire_grace:
+            How late the task may still start (default ``Settings.default_misfire_grace_ms``, 60 s).
+        misfire_policy:
+            What happens past the grace: ``"skip"`` (the default) records the task MISSED without firing it;
+            ``"fire_late"`` fires it anyway, as soon as it can, and flags the record ``late``.
 
         Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
         existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`.
@@ -138,7 +154,7 @@ class Client:
         """
         now_ms = self._now_ms()
         task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
-                               now_ms=now_ms)
+                               misfire_policy=misfire_policy, now_ms=now_ms)
         stored, _created = self._repo.create(task, now_ms)
         return stored
 
@@ -182,5 +198,6 @@ class Client:
 
             raise TaskNotFoundError(f"no task {task_id!r}")
         task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
-                               misfire_grace=current.misfire_grace_ms, now_ms=now_ms)
+                               misfire_grace=current.misfire_grace_ms,
+                               misfire_policy=current.misfire_policy, now_ms=now_ms)
         return self._repo.reschedule(task_id, task.due_ms, now_ms)

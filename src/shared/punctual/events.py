@@ -10,6 +10,7 @@ class BatchTask(BaseModel):
     task_id: str
     due_ms: int
     grace_ms: int = 0
+    misfire_policy: str = "skip"  # informational: the executor acts on the policy of the task it armed
 
 
 class BatchEvent(BaseModel):
@@ -46,6 +47,7 @@ class BatchReport(BaseModel):
     succeeded: int
     failed: int
     missed: int
+    late: int = 0  # fired past their grace under the fire_late policy (also counted in fired)
     not_recorded: int
     released: int = 0
     clock_offset_ms: float | None

@@ -22,7 +22,7 @@ from .actions import FireContext, run_action
 from .clock import Clock, OffsetProbe
 from .dispatcher import Dispatcher
 from .events import BatchEvent, BatchReport
-from .model import Task, TaskStatus
+from .model import Task, TaskStatus, misfire_decision
 from .priority import lower_current_thread
 from .repository import DynamoTaskRepository, FireRecord
 from .settings import Settings
@@ -124,7 +124,9 @@ class Executor:
             task = entry.task
             late = started - entry.due_ms
             corrected = None if offset.offset_ms is None else late + offset.offset_ms
-            if late > task.misfire_grace_ms:
+            decision = "fire" if late <= task.misfire_grace_ms else misfire_decision(
+                late, task.misfire_grace_ms, task.misfire_policy)
+            if decision == "miss":
                 return FireRecord(task.task_id, TaskStatus.MISSED, None, int(started), None, None,
                                   f"would fire {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms")
             outcome, detail = TaskStatus.SUCCEEDED, None
@@ -133,7 +135,11 @@ class Executor:
                                                     task.payload))
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
                 outcome, detail = TaskStatus.FAILED, f"{type(exc).__name__}: {exc}"[:1000]
-            return FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected, detail)
+            if decision == "fire_late":
+                note = f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms (policy fire_late)"
+                detail = note if detail is None else f"{note}; {detail}"[:1000]
+            return FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected, detail,
+                              late=decision == "fire_late")
 
         dispatcher = self._dispatcher
         recorded: list[FireRecord] = []
@@ -225,6 +231,7 @@ class Executor:
             succeeded=count[TaskStatus.SUCCEEDED],
             failed=count[TaskStatus.FAILED],
             missed=count[TaskStatus.MISSED],
+            late=sum(1 for r in recorded if r.late),
             not_recorded=not_recorded,
             released=released,
             clock_offset_ms=offset.offset_ms,

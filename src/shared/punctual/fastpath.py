@@ -50,6 +50,7 @@ def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
             status=TaskStatus.PENDING,
             lease_until_ms=None,
             misfire_grace_ms=int(image.get("misfire_grace_ms", {}).get("N", "0")),
+            misfire_policy=image.get("misfire_policy", {}).get("S", "skip"),
         )
     except (KeyError, TypeError, ValueError):
         return None  # the watermark item, or something that is not a task

@@ -122,6 +122,30 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+MisfirePolicy = Literal["skip", "fire_late"]
+"""What happens to an occurrence that can only start later than its misfire grace: ``"skip"`` (the default)
+records it MISSED without firing; ``"fire_late"`` fires it anyway and flags the record ``late``."""
+
+DEFAULT_MISFIRE_POLICY: MisfirePolicy = "skip"
+
+
+def misfire_decision(late_ms: float, grace_ms: int, policy: str) -> Literal["fire", "fire_late", "miss"]:
+    """What to do with an occurrence that would start ``late_ms`` after its due instant.
+
+    Within the grace (``late_ms <= grace_ms``, the edge included) it fires; one past it, its policy applies.
+
+    Examples
+    --------
+    >>> misfire_decision(1_000, 1_000, "skip"), misfire_decision(1_001, 1_000, "skip")
+    ('fire', 'miss')
+    >>> misfire_decision(1_001, 1_000, "fire_late")
+    'fire_late'
+    """
+    if late_ms <= grace_ms:
+        return "fire"
+    return "fire_late" if policy == "fire_late" else "miss"
+
+
 def truncate_to_ms(moment: datetime) -> datetime:
     return from_ms(to_ms(moment))
 
@@ -130,6 +154,9 @@ class Task(BaseModel):
     """One task: an action to start at ``due_at``, with its life-cycle fields.
 
     Times are timezone-aware UTC datetimes with millisecond precision; naive datetimes are rejected.
+
+    ``misfire_policy`` says what happens when the task can only start later than ``misfire_grace_ms`` after
+    ``due_at``: ``"skip"`` (the default) records it MISSED; ``"fire_late"`` fires it and sets ``late``.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
@@ -139,6 +166,7 @@ class Task(BaseModel):
     action: SerializeAsAny[Action]
     payload: JsonValue = None
     misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
+    misfire_policy: MisfirePolicy = DEFAULT_MISFIRE_POLICY
     occurrence: int = Field(0, ge=0)
     status: TaskStatus = TaskStatus.PENDING
     attempt: int = Field(0, ge=0)
@@ -152,6 +180,7 @@ class Task(BaseModel):
     drift_ms: float | None = None
     drift_corrected_ms: float | None = None
     detail: str | None = None
+    late: bool = False
 
     @field_validator("action", mode="before")
     @classmethod
@@ -180,6 +209,10 @@ class Task(BaseModel):
             "payload": self.payload,
             "misfire_grace_ms": self.misfire_grace_ms,
         }
+        # Fields added later enter the hash only when they differ from their default, so that the hash of a
+        # task stored before they existed (which reads back with the default) is unchanged.
+        if self.misfire_policy != DEFAULT_MISFIRE_POLICY:
+            content["misfire_policy"] = self.misfire_policy
         return hashlib.sha256(canonical_json(content).encode()).hexdigest()
 
 

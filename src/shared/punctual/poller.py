@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .events import BatchEvent, BatchTask, PollReport
 from .invoker import Invoker
 from .keys import bucket_start, buckets_between
-from .model import TaskStatus
+from .model import TaskStatus, misfire_decision
 from .repository import Candidate, DynamoTaskRepository
 from .settings import Settings
 
@@ -93,12 +93,16 @@ class Poller:
         return report
 
     def dispatch(self, candidates: list[Candidate], now_ms: int) -> Dispatched:
-        """Claim what is claimable now, record MISSED what is past its grace, and invoke one executor per
-        batch of claimed tasks. Candidates that are not claimable (a live lease) are left alone."""
+        """Claim what is claimable now, record MISSED what is past its grace (misfire policy "skip"; a
+        "fire_late" task is claimed anyway), and invoke one executor per batch of claimed tasks.
+        Candidates that are not claimable (a live lease) are left alone."""
         s = self._settings
         claimable = [c for c in candidates if c.claimable_at(now_ms)]
-        overdue = [c for c in claimable if now_ms - c.due_ms > c.misfire_grace_ms]
-        to_claim = [c for c in claimable if now_ms - c.due_ms <= c.misfire_grace_ms]
+        # Past its grace (now - due > grace; at the grace edge it is still on time): a "skip" task is recorded
+        # MISSED; a "fire_late" task is claimed and dispatched like any other (its executor flags it late).
+        decisions = [misfire_decision(now_ms - c.due_ms, c.misfire_grace_ms, c.misfire_policy) for c in claimable]
+        overdue = [c for c, d in zip(claimable, decisions, strict=True) if d == "miss"]
+        to_claim = [c for c, d in zip(claimable, decisions, strict=True) if d != "miss"]
         missed = sum(self._repo.mark_missed_many([(c, _missed_detail(c, now_ms)) for c in overdue], now_ms))
         batches = make_batches(to_claim, s.max_batch_size)
         batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
@@ -115,10 +119,13 @@ class Poller:
             event = BatchEvent(
                 batch_id=batch_ids[mine[0].task_id],
                 claimed_by=self.poller_id,
-                tasks=[BatchTask(task_id=c.task_id, due_ms=c.due_ms, grace_ms=c.misfire_grace_ms) for c in mine],
+                tasks=[BatchTask(task_id=c.task_id, due_ms=c.due_ms, grace_ms=c.misfire_grace_ms,
+                                 **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}))
+                       for c in mine],
             )
             try:
-                self._invoker.invoke_async(event.model_dump(mode="json"))
+                # exclude_unset: a default ("skip") policy adds nothing to the payload (up to 256 KB async)
+                self._invoker.invoke_async(event.model_dump(mode="json", exclude_unset=True))
                 sent += 1
             except Exception:  # noqa: BLE001 - the tasks stay CLAIMED; their lease expires; next poll retries
                 invoke_failures += 1

@@ -3,7 +3,8 @@
 Item layout (one item per task, base key ``task_id``)::
 
     task_id S | due_ms N | due_at S (ISO) | due_bucket S (only while active) | status S
-    action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | occurrence N | attempt N
+    action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | misfire_policy S | occurrence N
+    attempt N | late BOOL (fired past its grace under the fire_late policy)
     lease_until_ms N | batch_id S | claimed_by S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
@@ -35,10 +36,12 @@ conditional write on the base table; the index is only used to find candidates):
                   │  └──── reschedule ────────┤                               │         + timeout + margin
                   ├───── cancel ──────────────┴──▶ CANCELLED                  │
                   └── overdue past grace ──▶ MISSED     (any lease expired ──▶ claimable again)
+                      (misfire policy "skip", the default; a "fire_late" task is claimed like any other,
+                       and its executor fires it and records it with late = true)
 
     CREATE      attribute_not_exists(task_id)
     CLAIM       due_ms = :due AND (status = PENDING OR (status IN (CLAIMED, ARMED) AND lease_until_ms < :now))
-    MISS        same as CLAIM (only a claimable task can be declared missed by the poller)
+    MISS        same as CLAIM (only a claimable task can be declared missed by the poller; skip policy only)
     ARM         status = CLAIMED AND batch_id = :batch        -- a duplicate delivery of a batch loses here
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
     RELEASE     same as RECORD: an executor shutting down hands its unfired tasks back (ARMED → PENDING)
@@ -106,6 +109,7 @@ class Candidate:
     status: TaskStatus
     lease_until_ms: int | None
     misfire_grace_ms: int
+    misfire_policy: str = "skip"
 
     def claimable_at(self, now_ms: int) -> bool:
         if self.status is TaskStatus.PENDING:
@@ -124,6 +128,7 @@ class FireRecord:
     drift_ms: float | None
     drift_corrected_ms: float | None
     detail: str | None = None
+    late: bool = False  # fired past its grace (misfire policy fire_late)
 
 
 def _is_conditional_failure(exc: ClientError) -> bool:
@@ -181,6 +186,7 @@ def item_to_task(item: dict[str, Any]) -> Task:
         action=json.loads(v["action"]),
         payload=json.loads(v["payload"]) if "payload" in v else None,
         misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+        misfire_policy=v.get("misfire_policy", "skip"),  # items written before the policy existed: skip
         occurrence=int(v.get("occurrence", 0)),
         status=TaskStatus(v["status"]),
         attempt=int(v.get("attempt", 0)),
@@ -194,6 +200,7 @@ def item_to_task(item: dict[str, Any]) -> Task:
         drift_ms=float(v["drift_ms"]) if "drift_ms" in v else None,
         drift_corrected_ms=float(v["drift_corrected_ms"]) if "drift_corrected_ms" in v else None,
         detail=v.get("detail"),
+        late=bool(v.get("late", False)),
     )
 
 
@@ -372,6 +379,7 @@ class DynamoTaskRepository:
             "payload": canonical_json(task.payload),
             "content_hash": content_hash,
             "misfire_grace_ms": task.misfire_grace_ms,
+            "misfire_policy": task.misfire_policy,
             "occurrence": task.occurrence,
             "attempt": 0,
             "created_ms": now_ms,
@@ -527,14 +535,16 @@ class DynamoTaskRepository:
         tasks are left out."""
         found: list[Candidate] = []
         for item in self._batch_get(task_ids, consistent=False,
-                                    projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms"):
+                                    projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, "
+                                               "misfire_policy"):
             v = _from_av(item)
             status = TaskStatus(v["status"])
             if status not in (TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED):
                 continue
             found.append(Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
                                    lease_until_ms=_int(v.get("lease_until_ms")),
-                                   misfire_grace_ms=int(v.get("misfire_grace_ms", 0))))
+                                   misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+                                   misfire_policy=v.get("misfire_policy", "skip")))
         return found
 
     def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
@@ -685,6 +695,9 @@ class DynamoTaskRepository:
             if value is not None:
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
+        if record.late:
+            sets.append("late = :late")
+            values[":late"] = True
         return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
                              RECORDABLE, values)
 
