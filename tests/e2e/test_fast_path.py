@@ -32,6 +32,7 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(tm
                          settings_overrides={"table_name": table_name(), "ntp_server": None})
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.fast_poller is not None
+        assert wait_until(lambda: len(stack.polls) >= 1, timeout=30)  # the start-up poll is over
         to_next_poll = next_tick(now_ms(), POLL_INTERVAL_S * 1000) - now_ms()
         if to_next_poll < 25_000:
             time.sleep(to_next_poll / 1000 + 1)
