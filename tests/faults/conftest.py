@@ -1,0 +1,64 @@
+"""Fault-suite fixtures: settings on the session's DynamoDB Local, the loopback target, executors.
+
+The scenarios are marked ``integration`` (``e2e`` for the one that runs the local runtime in subprocesses) by
+a ``pytestmark`` in each module, since tests/conftest.py marks tiers by directory name. Every server, thread
+and process a scenario starts is stopped by these fixtures or by the scenario itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from punctual.clock import OffsetProbe, SystemClock
+from punctual.executor import Executor
+from punctual.local.target import TargetServer
+from punctual.repository import DynamoTaskRepository
+from punctual.settings import Settings
+
+SHARDS = 4
+
+
+@pytest.fixture
+def make_settings(ddb_local: str, local_table: str) -> Callable[..., Settings]:
+    """Settings for this test's table on the session's DynamoDB Local; keyword arguments override."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {"endpoint_url": ddb_local, "table_name": local_table, "ntp_server": None,
+                                  "shard_count": SHARDS, "worker_threads": 8, "db_threads": 4}
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def target() -> Iterator[TargetServer]:
+    """The loopback HTTP target the scenarios' http actions POST to."""
+    with TargetServer() as server:
+        yield server
+
+
+@pytest.fixture
+def make_executor() -> Iterator[Callable[..., Executor]]:
+    """Executors on the real clock (one per Lambda environment); their dispatchers are closed afterwards."""
+    made: list[Executor] = []
+
+    def make(repo: DynamoTaskRepository, settings: Settings, offset: OffsetProbe | None = None) -> Executor:
+        executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1))
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        # Executor has no close(); its dispatcher has. The recorder thread is a daemon blocked on its queue.
+        dispatcher = getattr(executor, "_dispatcher", None)
+        if dispatcher is not None:
+            dispatcher.close()

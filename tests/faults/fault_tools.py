@@ -1,0 +1,263 @@
+"""What the fault scenarios share: tasks aimed at the loopback target, stand-in invokers, injected faults
+(repositories that die at a chosen step, an index that lags, a throttling store), and the verdict.
+
+Each scenario ends with :func:`judge`: the checker's verdict from the tasks as the table has them and the fires
+the loopback target saw, printed (``make faults`` shows it) and asserted: 0 lost, 0 unexplained extras.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from botocore.awsrequest import AWSResponse
+
+from punctual.checker import Verdict, check, expected_from_tasks, fires_from_target
+from punctual.events import BatchEvent, BatchReport
+from punctual.executor import Executor
+from punctual.keys import from_ms
+from punctual.local.dynamodb_local import make_client
+from punctual.local.target import TargetServer
+from punctual.model import HttpAction, Task
+from punctual.repository import DynamoTaskRepository, FireRecord, IndexEntry
+from punctual.settings import Settings
+
+EPSILON_MS = 1_500  # "late" / "early" tolerance: generous, timing figures are the benchmark's business
+JOIN_TIMEOUT_S = 60
+
+T = TypeVar("T")
+R = TypeVar("R", bound=DynamoTaskRepository)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+# -- tasks --------------------------------------------------------------------------------------------------
+def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
+    """One task per due instant, each POSTing ``{"i": n}`` to ``url`` (the loopback target)."""
+    return [
+        Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due), action=HttpAction(url=url, timeout_s=5),
+             payload={"i": i}, misfire_grace_ms=grace_ms, **fields)
+        for i, due in enumerate(dues)
+    ]
+
+
+def create_all(repo: DynamoTaskRepository, tasks: list[Task], created_ms: int | None = None) -> None:
+    """Store the tasks (as the client does, written at ``created_ms``, by default now)."""
+    at = now_ms() if created_ms is None else created_ms
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda t: repo.create(t, at), tasks))
+    assert all(created for _, created in results)
+
+
+def repo_for(settings: Settings, cls: type[R] = DynamoTaskRepository) -> R:  # type: ignore[assignment]
+    """A repository (of class ``cls``) with a boto3 client of its own."""
+    return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
+
+
+# -- invokers (Lambda async invoke stand-ins) -----------------------------------------------------------------
+class CollectingInvoker:
+    """Keeps every payload; the test decides when (and how often) an executor runs it."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            self.payloads.append(payload)
+
+    def events(self) -> list[BatchEvent]:
+        return [BatchEvent.model_validate(p) for p in self.payloads]
+
+
+class DroppingInvoker(CollectingInvoker):
+    """Accepts the batch and loses it: the poller crashed right after claiming (or the event was lost)."""
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            self.payloads.append(payload)  # kept only to count what was lost
+
+
+class InlineInvoker:
+    """Runs each invocation at once on a fresh executor in a thread of its own (like a Lambda environment)."""
+
+    def __init__(self, make_executor: Callable[[], Executor]) -> None:
+        self._make = make_executor
+        self.reports: list[BatchReport] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        event = BatchEvent.model_validate(payload)
+        executor = self._make()
+
+        def run() -> None:
+            report = executor.run_batch(event)
+            with self._lock:
+                self.reports.append(report)
+
+        thread = threading.Thread(target=run, name="inline-executor", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def join(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in threads), f"executors still running after {timeout} s"
+
+
+def run_threads(targets: list[Callable[[], T]], timeout: float = JOIN_TIMEOUT_S) -> list[T]:
+    """Each target in its own thread, released together by a barrier; their results in order (a thread's
+    error is re-raised; a thread still running after ``timeout`` fails the test instead of hanging it)."""
+    barrier = threading.Barrier(len(targets))
+    results: list[Any] = [None] * len(targets)
+    errors: list[BaseException] = []
+
+    def run(i: int, target: Callable[[], T]) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = target()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, t), daemon=True) for i, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"threads still running after {timeout} s"
+    if errors:
+        raise errors[0]
+    return results
+
+
+# -- injected faults ----------------------------------------------------------------------------------------
+class DiesAfterArm(DynamoTaskRepository):
+    """The store as an executor process sees it when the process dies after arming: nothing it would write
+    afterwards (a release on stop, an outcome) reaches the table."""
+
+    def release(self, task_id: str, executor_id: str) -> bool:
+        return False
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        return False
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        return [False] * len(records)
+
+
+class DiesAfterFire(DynamoTaskRepository):
+    """The executor fires, then its process dies before recording: the outcome write never arrives."""
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        raise ConnectionError("executor process died before recording")
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        raise ConnectionError("executor process died before recording")
+
+
+class LaggingIndex(DynamoTaskRepository):
+    """A due index whose entries for ``hidden`` task ids have not been written yet (GSIs are eventually
+    consistent): queries leave them out until the test clears ``hidden``."""
+
+    hidden: frozenset[str] = frozenset()
+
+    def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
+        hidden = self.hidden
+        return [e for e in super().query_index(bucket_ms, shard, until_ms) if e.task_id not in hidden]
+
+
+class _Body:
+    """The raw body of a canned response (what ``AWSResponse.content`` streams)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_: Any) -> Iterable[bytes]:
+        yield self._data
+
+
+class Throttle:
+    """A botocore ``before-send`` hook: answers a fraction of DynamoDB requests with HTTP 400
+    ProvisionedThroughputExceededException instead of sending them.
+
+    Bounded: at most ``max_in_a_row`` injected failures in a row on one thread (botocore retries a request on
+    the thread that made it), well under the client's 8 attempts, so every request gets through in the end.
+    """
+
+    BODY = json.dumps({
+        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+        "message": "injected by the fault suite: the request rate is too high",
+    }).encode()
+
+    WRITES = frozenset({"UpdateItem", "TransactWriteItems", "PutItem", "BatchWriteItem"})
+
+    def __init__(self, rate: float, max_in_a_row: int = 2, seed: int = 4, first_writes: int = 2) -> None:
+        self.rate = rate
+        self.max_in_a_row = max_in_a_row
+        self.first_writes = first_writes  # the first few writes are throttled whatever the dice say
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._streak = threading.local()
+        self.sent = 0
+        self.injected: dict[str, int] = {}
+
+    def install(self, client: Any) -> Any:
+        client.meta.events.register("before-send.dynamodb", self)
+        return client
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
+        streak = getattr(self._streak, "n", 0)
+        raw = request.headers.get("X-Amz-Target", "")
+        operation = (raw.decode() if isinstance(raw, bytes) else str(raw)).rpartition(".")[2] or "?"
+        with self._lock:
+            forced = streak == 0 and operation in self.WRITES and self.first_writes > 0
+            inject = forced or (streak < self.max_in_a_row and self._rng.random() < self.rate)
+            if forced:
+                self.first_writes -= 1
+            if inject:
+                self.injected[operation] = self.injected.get(operation, 0) + 1
+            else:
+                self.sent += 1
+        self._streak.n = streak + 1 if inject else 0
+        if not inject:
+            return None
+        headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": "fault-suite"}
+        return AWSResponse(request.url, 400, headers, _Body(self.BODY))
+
+
+# -- the verdict --------------------------------------------------------------------------------------------
+def judge(title: str, repo: DynamoTaskRepository, task_ids: Iterable[str], target: TargetServer,
+          allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False) -> Verdict:
+    """The checker's verdict on these tasks (as the table has them now) against the target's records;
+    printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it fail)."""
+    ids = list(task_ids)
+    stored = repo.get_many(ids)
+    assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
+    verdict = check(expected_from_tasks(stored.values()), fires_from_target(target.records()),
+                    epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure)
+    print(f"\n{verdict.format(title)}")
+    assert verdict.ok, verdict.format(title)
+    assert not verdict.lost and not verdict.unexplained
+    return verdict
