@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -215,6 +216,18 @@ def test_adapters_read_the_fire_log_tasks_and_a_plan() -> None:
     assert expected_from_due({"a": DUE, "b": DUE + 1}, {"a": TaskStatus.MISSED}) == [
         Expected("a", 0, DUE, "MISSED"), Expected("b", 0, DUE + 1, None)
     ]
+
+
+def test_drift_of_a_retried_task_is_measured_from_its_first_due_instant() -> None:
+    # Given a task whose retry moved due_at 4 s on, keeping the original in first_due_at (issue #4 part 1)
+    first, moved = datetime.fromtimestamp(DUE / 1000, UTC), datetime.fromtimestamp((DUE + 4_000) / 1000, UTC)
+    task = SimpleNamespace(task_id="r", occurrence=0, due_ms=DUE + 4_000, due_at=moved, first_due_at=first,
+                           status=TaskStatus.SUCCEEDED, misfire_grace_ms=60_000, misfire_policy="skip")
+
+    # Then it is expected at its first due instant
+    (expected,) = expected_from_tasks([task])
+    assert expected.due_ms == DUE
+    assert check([expected], [Fire("r:0", DUE + 4_001)], epsilon_ms=1_000).late == (("r:0", 4_001),)
 
 
 def test_the_loopback_target_records_posts_and_rejects_poison_keys(tmp_path) -> None:
