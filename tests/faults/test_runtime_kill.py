@@ -52,6 +52,7 @@ RUNTIME_ENV = {
     "PUNCTUAL_ARM_MARGIN_MS": "1000",
 }
 GRACE_MS = 20_000
+MARKER = "FAULT_SUITE_HOME"
 
 
 class Runtime:
@@ -67,6 +68,7 @@ class Runtime:
         command = [sys.executable, "-m", "punctual.cli", "--home", str(self.home), "up", "--port", "0",
                    "--poll-interval", str(POLL_INTERVAL_S), "--table", self.table]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")} | RUNTIME_ENV
+        env[MARKER] = str(self.home)  # inherited by everything it starts: how cleanup() finds them
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.processes.append(process)
@@ -97,21 +99,23 @@ class Runtime:
         return "\n".join(p.read_text(errors="replace")[-chars:] for p in sorted(self.home.glob("up-*.log")))
 
     def cleanup(self) -> None:
-        """End every process this scenario started: the runtimes, and anything whose command line or
-        environment names this scenario's home (its DynamoDB Local, executor workers), by pid."""
+        """End every process this scenario started: the runtimes, and, by pid, every process whose initial
+        environment carries this scenario's marker (the runtimes' DynamoDB Local, forkserver and executor
+        workers, which a SIGKILL orphans) or whose command line names its home."""
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        marker = str(self.home).encode()
+        in_environ = f"{MARKER}={self.home}".encode()
+        in_cmdline = str(self.home).encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+                environ, cmdline = (entry / "environ").read_bytes(), (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if marker in seen:
+            if in_environ in environ.split(b"\0") or in_cmdline in cmdline:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(int(entry.name), signal.SIGKILL)
 
