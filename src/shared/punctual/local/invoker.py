@@ -65,7 +65,8 @@ class LocalInvoker:
 
     def __init__(self, handler_path: Path, env: dict[str, str], log_file: Path | None = None,
                  max_concurrency: int = 64, prewarm: int = 2, retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 duplicate_rate: float = 0.0, on_result: ResultCallback | None = None) -> None:
+                 duplicate_rate: float = 0.0, on_result: ResultCallback | None = None,
+                 on_worker_started: Callable[[int], None] | None = None) -> None:
         self._handler_path = str(handler_path)
         self._env = dict(env)
         self._log_file = str(log_file) if log_file else None
@@ -73,6 +74,7 @@ class LocalInvoker:
         self._retry_delays = retry_delays
         self._duplicate_rate = duplicate_rate
         self._on_result = on_result
+        self._on_worker_started = on_worker_started  # e.g. record the pid, so a restart after SIGKILL finds it
         self._lock = threading.Condition()
         self._idle: list[_Worker] = []
         self._workers: list[_Worker] = []
@@ -103,6 +105,8 @@ class LocalInvoker:
         with self._lock:
             self._workers.append(worker)
             self.stats["cold_starts"] += 1
+        if self._on_worker_started is not None and process.pid is not None:
+            self._on_worker_started(process.pid)
         return worker
 
     def _take_worker(self) -> _Worker:

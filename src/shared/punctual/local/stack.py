@@ -108,12 +108,18 @@ class LocalStack:
         self.settings: Settings | None = None
         self.stream: StreamReader | None = None
         self.fast_poller: Poller | None = None
+        self._state_lock = threading.Lock()
         self.fast_path_reports: list[FastPathReport] = []
         self.polls: list[PollReport] = []
 
     @property
     def fire_log(self) -> Path:
         return self.config.home / "fires.jsonl"
+
+    @property
+    def dead_letter_path(self) -> Path:
+        """The local dead-letter queue (JSON lines): tasks whose last attempt failed."""
+        return self.config.home / "dlq.jsonl"
 
     def _clean_stale(self) -> None:
         """A previous stack that was killed (SIGKILL) leaves its DynamoDB Local and workers running."""
@@ -140,7 +146,8 @@ class LocalStack:
         endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
         overrides = {"endpoint_url": endpoint, "poll_interval_ms": int(cfg.poll_interval_s * 1000),
-                     "fire_log_path": str(self.fire_log), "write_batch": cfg.write_batch, **cfg.settings_overrides}
+                     "fire_log_path": str(self.fire_log), "write_batch": cfg.write_batch,
+                     "dead_letter_path": str(self.dead_letter_path), **cfg.settings_overrides}
         self.settings = settings = Settings.from_env(**overrides)
         repository = build_repository(settings)
         created = ensure_table(repository._client, settings.table_name)  # noqa: SLF001 - same process, setup
@@ -158,7 +165,7 @@ class LocalStack:
             find_project_root() / "src" / "executor" / "app.py", worker_env,
             log_file=cfg.home / "logs" / "executor.log", max_concurrency=cfg.max_concurrency,
             prewarm=cfg.prewarm, retry_delays=cfg.retry_delays, duplicate_rate=cfg.duplicate_rate,
-            on_result=self._batch_done,
+            on_result=self._batch_done, on_worker_started=lambda _pid: self._write_state(),
         )
         self.poller = Poller(repository, self.invoker, settings)
         if cfg.fast_path:
@@ -172,6 +179,12 @@ class LocalStack:
         return self
 
     def _write_state(self) -> None:
+        """Write the state file (atomically; workers started on demand call this from their threads)."""
+        assert self.ddb is not None and self.settings is not None
+        with self._state_lock:
+            self._write_state_locked()
+
+    def _write_state_locked(self) -> None:
         assert self.ddb is not None and self.settings is not None
         state = {
             "pid": os.getpid(),
@@ -180,6 +193,7 @@ class LocalStack:
             "shard_count": self.settings.shard_count,
             "poll_interval_ms": self.settings.poll_interval_ms,
             "fire_log": str(self.fire_log),
+            "dead_letter_path": self.settings.dead_letter_path,
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
         }
