@@ -4,6 +4,7 @@
     punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
     punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --payload JSON)
     punctual get ID | punctual cancel ID | punctual list [--status S]
+    punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,25 @@ from .settings import Settings
 log = logging.getLogger("punctual")
 
 
-def _setup_logging(verbose: bool) -> None:
+_NOISY = ("botocore", "boto3", "urllib3", "punctual.fire", "punctual.poller")
+
+
+def _setup_logging(verbose: bool) -> Callable[[], None]:
+    """The command's logging; returns what puts the previous set-up back (main() run in-process, by tests)."""
+    root = logging.getLogger()
+    before = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in _NOISY})
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname).1s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("botocore", "boto3", "urllib3", "punctual.fire", "punctual.poller"):
+    for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    def restore() -> None:
+        root.setLevel(before[0])
+        root.handlers[:] = before[1]
+        for name, level in before[2].items():
+            logging.getLogger(name).setLevel(level)
+
+    return restore
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -138,16 +154,23 @@ def _parse_when(args: argparse.Namespace) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from .client import Client
+def _settings(args: argparse.Namespace) -> Settings:
+    """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one."""
     from .local.stack import read_state
 
     state = read_state(_home(args))
     overrides: dict[str, Any] = {}
     if state and not args.aws:
         overrides = {"endpoint_url": state["endpoint_url"], "table_name": state["table_name"],
-                     "shard_count": state["shard_count"]}
-    return Client(Settings.from_env(**overrides))
+                     "shard_count": state["shard_count"],
+                     "dead_letter_path": state.get("dead_letter_path") or str(_home(args) / "dlq.jsonl")}
+    return Settings.from_env(**overrides)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .client import Client
+
+    return Client(_settings(args))
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -179,6 +202,57 @@ def cmd_list(args: argparse.Namespace) -> int:
     for task in _client(args).list(status=args.status, limit=args.limit):
         drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
         print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    """FAILED tasks back to PENDING (due now, attempts afresh), then their dead letters removed.
+
+    The tasks are those named, or with ``--all`` every task with a dead letter and every FAILED task in the table
+    (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
+    that is not FAILED any more (already redriven) is left alone and said so; its stale dead letters are removed.
+    """
+    from .clock import SystemClock
+    from .dlq import build_dead_letter_queue
+    from .model import TaskStatus
+    from .runtime import build_repository
+
+    if args.all == bool(args.task_ids):
+        raise PunctualError("give --all or one or more task ids")
+    settings = _settings(args)
+    repo = build_repository(settings)
+    queue = build_dead_letter_queue(settings)
+    letters = queue.receive() if queue is not None else []
+    if args.all:
+        failed = [t.task_id for t in repo.scan([TaskStatus.FAILED])]
+        task_ids = list(dict.fromkeys([*(letter.task_id for letter in letters), *failed]))
+    else:
+        task_ids = list(dict.fromkeys(args.task_ids))
+    now_ms = int(SystemClock().wall_ms())
+    won = repo.redrive_many(task_ids, now_ms) if task_ids else []
+    redriven = [t for t, ok in zip(task_ids, won, strict=True) if ok]
+    others = [t for t, ok in zip(task_ids, won, strict=True) if not ok]
+    current = repo.get_many(others) if others else {}
+    for task_id in redriven:
+        print(f"{task_id}: redriven (FAILED -> PENDING, due now)")
+    unchanged = 0
+    for task_id in others:
+        task = current.get(task_id)
+        if task is None:
+            print(f"{task_id}: no such task: nothing to do")
+        else:
+            print(f"{task_id}: {task.status}, not FAILED: nothing to do")
+        unchanged += 1
+    # Dead letters of the tasks redriven now, or that are no longer FAILED (stale: an earlier redrive was
+    # interrupted before it removed them); a FAILED task's letters stay, with the letters of tasks not asked for.
+    settled = set(redriven) | {t for t in others
+                               if (task := current.get(t)) is None or task.status is not TaskStatus.FAILED}
+    done = [letter for letter in letters if letter.task_id in settled]
+    removed = queue.acknowledge(done) if queue is not None and done else 0
+    if queue is not None:
+        queue.release([letter for letter in letters if letter.task_id not in settled])
+    where = "no dead-letter queue configured" if queue is None else f"{removed} dead letter(s) removed"
+    print(f"redrive: {len(redriven)} task(s) redriven, {unchanged} unchanged; {where}")
     return 0
 
 
@@ -232,19 +306,25 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--status", default=None)
     lst.add_argument("--limit", type=int, default=50)
     lst.set_defaults(func=cmd_list)
-    for p in (sched, lst, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
+    redrive = sub.add_parser("redrive", help="put FAILED tasks back to PENDING and remove their dead letters")
+    redrive.add_argument("--all", action="store_true", help="every dead-lettered task and every FAILED task")
+    redrive.add_argument("task_ids", nargs="*", metavar="TASK_ID")
+    redrive.set_defaults(func=cmd_redrive)
+    for p in (sched, lst, redrive, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    restore_logging = _setup_logging(args.verbose)
     try:
         return int(args.func(args))
     except PunctualError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        restore_logging()
 
 
 if __name__ == "__main__":

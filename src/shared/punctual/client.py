@@ -12,6 +12,7 @@ from .errors import InvalidTaskError
 from .keys import to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .repository import DynamoTaskRepository
+from .retry import RetryPolicy
 from .settings import Settings
 
 _MISSING = object()
@@ -91,7 +92,8 @@ class Client:
 
     def build_task(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                    task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                   misfire_policy: str = DEFAULT_MISFIRE_POLICY, now_ms: int | None = None) -> Task:
+                   misfire_policy: str = DEFAULT_MISFIRE_POLICY, retry: RetryPolicy | dict[str, Any] | None = None,
+                   now_ms: int | None = None) -> Task:
         """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
         import uuid
 
@@ -108,6 +110,7 @@ class Client:
                 payload=payload,
                 misfire_grace_ms=_grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
                 misfire_policy=misfire_policy,
+                retry=retry,
             )
         except ValidationError as exc:
             raise _field_error(exc) from exc
@@ -125,7 +128,8 @@ class Client:
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                  task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                 misfire_policy: str = DEFAULT_MISFIRE_POLICY) -> Task:
+                 misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+                 retry: RetryPolicy | dict[str, Any] | None = None) -> Task:
         """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
 
         Parameters
@@ -141,6 +145,10 @@ class Client:
         misfire_policy:
             What happens past the grace: ``"skip"`` (the default) records the task MISSED without firing it;
             ``"fire_late"`` fires it anyway, as soon as it can, and flags the record ``late``.
+        retry:
+            How a failed action is tried again (:class:`~punctual.retry.RetryPolicy`, or a dict of its fields);
+            None (the default) means no retry. After the last attempt the task is FAILED and, if a dead-letter
+            queue is configured, a message goes to it.
 
         Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
         existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`.
@@ -154,7 +162,7 @@ class Client:
         """
         now_ms = self._now_ms()
         task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
-                               misfire_policy=misfire_policy, now_ms=now_ms)
+                               misfire_policy=misfire_policy, retry=retry, now_ms=now_ms)
         stored, _created = self._repo.create(task, now_ms)
         return stored
 
@@ -199,5 +207,5 @@ class Client:
             raise TaskNotFoundError(f"no task {task_id!r}")
         task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
                                misfire_grace=current.misfire_grace_ms,
-                               misfire_policy=current.misfire_policy, now_ms=now_ms)
+                               misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
         return self._repo.reschedule(task_id, task.due_ms, now_ms)

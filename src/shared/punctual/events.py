@@ -48,6 +48,8 @@ class BatchReport(BaseModel):
     failed: int
     missed: int
     late: int = 0  # fired past their grace under the fire_late policy (also counted in fired)
+    retried: int = 0  # failed and put back to PENDING for another attempt (also counted in fired)
+    dead_lettered: int = 0  # FAILED tasks sent to the dead-letter queue
     not_recorded: int
     released: int = 0
     clock_offset_ms: float | None

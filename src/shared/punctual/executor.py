@@ -5,7 +5,10 @@ Order of work, so that nothing but the action runs between wake-up and fire:
 1. **arm** every task of the batch (conditional write CLAIMED → ARMED); a duplicate delivery loses here;
 2. **fire** from one dispatcher thread into the worker pool, each task at its due instant;
 3. **record** outcome, ``fired_at`` and drift (conditional write ARMED → outcome), only in the quiet gaps
-   between fires, so that recording never holds the interpreter when the dispatcher must wake.
+   between fires, so that recording never holds the interpreter when the dispatcher must wake. A failed action
+   whose retry policy allows another attempt is recorded as a RETRY instead (ARMED → PENDING, due after a
+   backoff drawn by :func:`punctual.retry.retry_delay_ms`; the next try's instant is fixed when the record
+   is written, so a record delayed by a burst does not eat into the backoff).
 """
 
 from __future__ import annotations
@@ -16,15 +19,18 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .actions import FireContext, run_action
 from .clock import Clock, OffsetProbe
 from .dispatcher import Dispatcher
+from .dlq import DeadLetterQueue
 from .events import BatchEvent, BatchReport
+from .keys import from_ms, to_ms
 from .model import Task, TaskStatus, misfire_decision
 from .priority import lower_current_thread
 from .repository import DynamoTaskRepository, FireRecord
+from .retry import retry_delay_ms
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,8 +80,9 @@ class Executor:
     """Runs batches. One instance per process; dependencies are injected."""
 
     def __init__(self, repository: DynamoTaskRepository, settings: Settings, clock: Clock,
-                 offset: OffsetProbe, spin_s: float = 0.001) -> None:
+                 offset: OffsetProbe, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None) -> None:
         self._repo = repository
+        self._dead_letters = dead_letters
         self._settings = settings
         self._clock = clock
         self._offset = offset
@@ -138,10 +145,22 @@ class Executor:
             if decision == "fire_late":
                 note = f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms (policy fire_late)"
                 detail = note if detail is None else f"{note}; {detail}"[:1000]
-            return FireRecord(task.task_id, outcome, started, int(clock.wall_ms()), late, corrected, detail,
+            finished = int(clock.wall_ms())
+            if outcome is TaskStatus.FAILED and task.retry is not None:
+                first_due = entry.due_ms if task.first_due_at is None else to_ms(task.first_due_at)
+                delay = retry_delay_ms(task.retry, task.attempt, first_due, finished)
+                if delay is not None:
+                    detail = (f"attempt {task.attempt} of {task.retry.max_attempts} failed, next in {delay} ms: "
+                              f"{detail}")[:1000]
+                    return FireRecord(task.task_id, TaskStatus.PENDING, started, finished, late, corrected, detail,
+                                      late=decision == "fire_late", retry_delay_ms=delay, first_due_ms=first_due)
+                detail = f"attempt {task.attempt} of {task.retry.max_attempts} failed, no retry left: {detail}"[:1000]
+            return FireRecord(task.task_id, outcome, started, finished, late, corrected, detail,
                               late=decision == "fire_late")
 
         dispatcher = self._dispatcher
+        by_id = {entry.task.task_id: entry.task for entry in armed}
+        dead_lettered = [0]
         recorded: list[FireRecord] = []
         not_recorded = 0
 
@@ -169,6 +188,9 @@ class Executor:
                     if gap >= QUIET_S and settle <= 0:
                         break
                     clock.sleep(max(settle, 0.0) if gap >= QUIET_S else max(gap, 0.0) + 0.003)
+                now_ms = int(clock.wall_ms())  # a retry's next try: now + its delay
+                chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
+                         for r in chunk]
                 try:
                     written = self._repo.record_many(executor_id, chunk)
                 except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
@@ -176,15 +198,19 @@ class Executor:
                     written = [False] * len(chunk)
                 if dispatcher.seconds_to_next_fire() >= QUIET_S:
                     gc.collect(1)  # the automatic collector is off while firing: collect in the quiet gap
+                failed = []
                 for record, ok in zip(chunk, written, strict=True):
                     if ok:
                         recorded.append(record)
                         _log_outcome(record)
+                        if record.outcome is TaskStatus.FAILED:
+                            failed.append(record)
                     else:
                         not_recorded += 1
                         log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
                                     record.task_id, record.outcome.value,
                                     extra=_task_keys(record.task_id, outcome=record.outcome.value))
+                dead_lettered[0] += self._send_dead_letters(failed, by_id)
 
         recorded_all = threading.Event()
 
@@ -227,16 +253,35 @@ class Executor:
             tasks=len(event.tasks),
             armed=len(armed),
             lost_arm=lost,
-            fired=count[TaskStatus.SUCCEEDED] + count[TaskStatus.FAILED],
+            fired=count[TaskStatus.SUCCEEDED] + count[TaskStatus.FAILED] + count[TaskStatus.PENDING],
             succeeded=count[TaskStatus.SUCCEEDED],
             failed=count[TaskStatus.FAILED],
             missed=count[TaskStatus.MISSED],
             late=sum(1 for r in recorded if r.late),
+            retried=count[TaskStatus.PENDING],
+            dead_lettered=dead_lettered[0],
             not_recorded=not_recorded,
             released=released,
             clock_offset_ms=offset.offset_ms,
             drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None],
         )
+
+    def _send_dead_letters(self, failed: list[FireRecord], tasks: dict[str, Task]) -> int:
+        """After their FAILED records are written: one dead letter per task (a failed send is logged; the
+        task is FAILED in the table, where ``punctual redrive --all`` finds it too)."""
+        if self._dead_letters is None or not failed:
+            return 0
+        sent = 0
+        for record in failed:
+            task = tasks[record.task_id].model_copy(update={
+                "status": TaskStatus.FAILED, "finished_at": from_ms(record.finished_ms), "detail": record.detail})
+            try:
+                self._dead_letters.send(task, record.detail or "failed")
+                sent += 1
+            except Exception:  # noqa: BLE001 - the table holds the FAILED task anyway
+                log.exception("task %s: sending it to the dead-letter queue failed (it is FAILED in the table)",
+                              record.task_id, extra=_task_keys(record.task_id))
+        return sent
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
         """ARM each task; returns the armed ones and how many were lost to another owner."""

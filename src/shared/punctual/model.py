@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from .keys import from_ms, to_ms
+from .retry import RetryPolicy
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
@@ -157,6 +158,8 @@ class Task(BaseModel):
 
     ``misfire_policy`` says what happens when the task can only start later than ``misfire_grace_ms`` after
     ``due_at``: ``"skip"`` (the default) records it MISSED; ``"fire_late"`` fires it and sets ``late``.
+    ``retry`` (None: no retry) says how often and when a failed action is tried again (:mod:`punctual.retry`);
+    a retry moves ``due_at`` to the next try and keeps the original in ``first_due_at``.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
@@ -181,13 +184,15 @@ class Task(BaseModel):
     drift_corrected_ms: float | None = None
     detail: str | None = None
     late: bool = False
+    retry: RetryPolicy | None = None
+    first_due_at: AwareDatetime | None = None  # the occurrence's due before a retry moved ``due_at``
 
     @field_validator("action", mode="before")
     @classmethod
     def _parse_action(cls, value: Any) -> Action:
         return parse_action(value)
 
-    @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at")
+    @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at", "first_due_at")
     @classmethod
     def _utc_ms(cls, value: datetime | None) -> datetime | None:
         return None if value is None else truncate_to_ms(value).astimezone(UTC)
@@ -213,6 +218,8 @@ class Task(BaseModel):
         # task stored before they existed (which reads back with the default) is unchanged.
         if self.misfire_policy != DEFAULT_MISFIRE_POLICY:
             content["misfire_policy"] = self.misfire_policy
+        if self.retry is not None:
+            content["retry"] = self.retry.model_dump(mode="json")
         return hashlib.sha256(canonical_json(content).encode()).hexdigest()
 
 

@@ -5,6 +5,8 @@ Item layout (one item per task, base key ``task_id``)::
     task_id S | due_ms N | due_at S (ISO) | due_bucket S (only while active) | status S
     action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | misfire_policy S | occurrence N
     attempt N | late BOOL (fired past its grace under the fire_late policy)
+    retry S (JSON RetryPolicy, only when set) | first_due_ms N (the occurrence's due before a retry moved it)
+    redriven_ms N (when ``punctual redrive`` last put it back from FAILED)
     lease_until_ms N | batch_id S | claimed_by S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
@@ -32,10 +34,12 @@ The life of a task, and the condition expression that guards each arrow (every s
 conditional write on the base table; the index is only used to find candidates)::
 
     schedule ─▶ PENDING ──claim (poller)──▶ CLAIMED ──arm (executor)──▶ ARMED ──fire──▶ record ─▶ outcome
-                  │  ▲                        │ lease = claim + claim_lease   │ lease = due + grace
-                  │  └──── reschedule ────────┤                               │         + timeout + margin
-                  ├───── cancel ──────────────┴──▶ CANCELLED                  │
-                  └── overdue past grace ──▶ MISSED     (any lease expired ──▶ claimable again)
+                ▲ ▲ │  ▲                      │ lease = claim + claim_lease   │ lease = due + grace    │
+                │ │ │  └──── reschedule ──────┤                               │   + timeout + margin   │
+                │ │ ├───── cancel ────────────┴──▶ CANCELLED                  │                        │
+                │ │ └── overdue past grace ──▶ MISSED     (any lease expired ──▶ claimable again)     │
+                │ └──── retry: the action failed, attempts remain (due = now + backoff) ◀─────────────┤
+                └────── redrive (punctual redrive): FAILED ──▶ PENDING, attempt 0, due = now ◀── FAILED
                       (misfire policy "skip", the default; a "fire_late" task is claimed like any other,
                        and its executor fires it and records it with late = true)
 
@@ -44,6 +48,10 @@ conditional write on the base table; the index is only used to find candidates):
     MISS        same as CLAIM (only a claimable task can be declared missed by the poller; skip policy only)
     ARM         status = CLAIMED AND batch_id = :batch        -- a duplicate delivery of a batch loses here
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
+    RETRY       same as RECORD, writing PENDING instead of an outcome: due_ms = the next try, due_bucket and
+                fast_path recomputed, first_due_ms kept (set on the first retry), attempt kept (the next claim
+                ADDs 1), armed_by kept (so that botocore's retry of this very write can recognise it)
+    REDRIVE     status = FAILED                               -- a second redrive of the same task is a no-op
     RELEASE     same as RECORD: an executor shutting down hands its unfired tasks back (ARMED → PENDING)
     CHANGE      status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
                 (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
@@ -129,6 +137,11 @@ class FireRecord:
     drift_corrected_ms: float | None
     detail: str | None = None
     late: bool = False  # fired past its grace (misfire policy fire_late)
+    # A retry (``outcome`` PENDING): the delay the executor drew, and the instant of the next try (set when the
+    # record is written: now + delay), with the occurrence's first due (kept for the retry policy's max age).
+    retry_delay_ms: int | None = None
+    retry_due_ms: int | None = None
+    first_due_ms: int | None = None
 
 
 def _is_conditional_failure(exc: ClientError) -> bool:
@@ -153,6 +166,11 @@ def _already_applied(request: dict[str, Any], old: dict[str, Any] | None) -> boo
         return status == _A and old.get("armed_by") == values[":executor"]
     if "#st = :outcome" in update:
         return status == values[":outcome"]["S"] and old.get("armed_by") == values[":executor"]
+    if "#st = :retrying" in update:
+        return (status == _P and old.get("armed_by") == values[":executor"]
+                and old.get("due_ms") == values[":retry_due"])
+    if "#st = :redriven" in update:
+        return status == _P and old.get("redriven_ms") == values[":now"]
     return False
 
 
@@ -201,6 +219,8 @@ def item_to_task(item: dict[str, Any]) -> Task:
         drift_corrected_ms=float(v["drift_corrected_ms"]) if "drift_corrected_ms" in v else None,
         detail=v.get("detail"),
         late=bool(v.get("late", False)),
+        retry=json.loads(v["retry"]) if "retry" in v else None,
+        first_due_at=_ms_dt(v.get("first_due_ms")),
     )
 
 
@@ -385,6 +405,8 @@ class DynamoTaskRepository:
             "created_ms": now_ms,
             "fast_path": self._fast_path(task.due_ms, now_ms),
         }
+        if task.retry is not None:
+            values["retry"] = canonical_json(task.retry.model_dump(mode="json"))
         try:
             self._client.put_item(
                 TableName=self.table_name,
@@ -685,6 +707,8 @@ class DynamoTaskRepository:
         ))
 
     def _record_request(self, executor_id: str, record: FireRecord) -> dict[str, Any]:
+        if record.retry_due_ms is not None:
+            return self._retry_request(executor_id, record, record.retry_due_ms)
         values: dict[str, Any] = {
             ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
             ":finished": record.finished_ms, ":expires": self._expires_at(record.finished_ms),
@@ -701,8 +725,46 @@ class DynamoTaskRepository:
         return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
                              RECORDABLE, values)
 
+    def _retry_request(self, executor_id: str, record: FireRecord, due_ms: int) -> dict[str, Any]:
+        """RETRY: ARMED by this executor → PENDING, due at the next try (see the module docstring)."""
+        now_ms = record.finished_ms
+        values: dict[str, Any] = {
+            ":armed": _A, ":executor": executor_id, ":retrying": _P, ":retry_due": due_ms,
+            ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
+            ":bucket": self._index_key(record.task_id, due_ms, now_ms), ":fast": self._fast_path(due_ms, now_ms),
+            ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
+        }
+        sets = ["#st = :retrying", "due_ms = :retry_due", "due_at = :retry_due_at", "due_bucket = :bucket",
+                "fast_path = :fast", "first_due_ms = if_not_exists(first_due_ms, :first_due)"]
+        for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
+                            ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
+            if value is not None:
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+        return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by",
+                             RECORDABLE, values)
+
+    def _redrive_request(self, task_id: str, now_ms: int) -> dict[str, Any]:
+        return self._request(
+            task_id,
+            "SET #st = :redriven, attempt = :zero, due_ms = :now, due_at = :now_at, due_bucket = :bucket, "
+            "fast_path = :fast, redriven_ms = :now "
+            "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, claimed_by, armed_by, first_due_ms, late",
+            "#st = :failed",
+            {":redriven": _P, ":failed": TaskStatus.FAILED.value, ":zero": 0, ":now": now_ms,
+             ":now_at": from_ms(now_ms).isoformat(timespec="milliseconds"),
+             ":bucket": self._index_key(task_id, now_ms, now_ms), ":fast": self._fast_path(now_ms, now_ms)},
+        )
+
+    def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
+        """REDRIVE: FAILED → PENDING, due now, attempt 0 (a fresh set of attempts and a fresh max age), back in
+        the due index (and flagged for the fast path); its TTL is removed. False for a task that is not FAILED
+        (already redriven, never failed, or gone): a second redrive is a no-op. The content hash is kept."""
+        return self._apply_many([self._redrive_request(t, now_ms) for t in task_ids])
+
     def record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD: ARMED by this executor → outcome; the task leaves the due index.
+        """RECORD: ARMED by this executor → outcome; the task leaves the due index. A record whose
+        ``retry_due_ms`` is set is a RETRY instead: the task goes back to PENDING, due at that instant.
 
         Returns False when this executor no longer owns the task (its lease expired and it was claimed
         again): the outcome is then not written, and the log says so.

@@ -6,6 +6,7 @@ from typing import Any
 
 from .aws import make_dynamodb_client
 from .clock import SystemClock, offset_probe
+from .dlq import build_dead_letter_queue
 from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
@@ -30,7 +31,9 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
     return Poller(build_repository(settings, dynamodb), invoker, settings, poller_id)
 
 
-def build_executor(settings: Settings, dynamodb: Any = None) -> Executor:
-    """The executor; starts the once-per-cold-start NTP offset measurement in the background."""
+def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None) -> Executor:
+    """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
+    queue is SQS when ``dead_letter_queue_url`` is set, else the local file at ``dead_letter_path``, if any."""
     return Executor(build_repository(settings, dynamodb), settings, SystemClock(),
-                    offset_probe(settings.ntp_server, settings.ntp_timeout_s))
+                    offset_probe(settings.ntp_server, settings.ntp_timeout_s),
+                    dead_letters=build_dead_letter_queue(settings, sqs_client))

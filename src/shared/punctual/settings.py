@@ -62,6 +62,9 @@ class Settings(BaseModel):
         30, ge=1, le=3_650, description="finished tasks carry expires_at = finished + this; DynamoDB TTL deletes them"
     )
     dead_letter_queue_url: str | None = Field(None, description="SQS queue for tasks that exhaust their retries")
+    dead_letter_path: str | None = Field(
+        None, description="local only: JSON-lines file standing in for the SQS dead-letter queue (when no URL is set)"
+    )
     fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
 
     @field_validator("ntp_server", mode="before")
