@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from punctual.clock import OffsetProbe, SystemClock
+from punctual.dlq import DeadLetterQueue
 from punctual.executor import Executor
 from punctual.local.target import TargetServer
 from punctual.repository import DynamoTaskRepository
@@ -51,8 +52,9 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
     """Executors on the real clock (one per Lambda environment); their dispatchers are closed afterwards."""
     made: list[Executor] = []
 
-    def make(repo: DynamoTaskRepository, settings: Settings, offset: OffsetProbe | None = None) -> Executor:
-        executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1))
+    def make(repo: DynamoTaskRepository, settings: Settings, offset: OffsetProbe | None = None,
+             dead_letters: DeadLetterQueue | None = None) -> Executor:
+        executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
         made.append(executor)
         return executor
 

@@ -1,20 +1,26 @@
 """Fault: a poison task - its target always answers 500.
 
-Today a failed action is recorded FAILED at once (no retries yet). With issue #4 part 1 it is retried per its
-policy, then FAILED and sent to the dead-letter queue; that scenario waits for the retry policy.
+Without a retry policy a failed action is recorded FAILED at once. With one, it is retried per its policy (the
+same occurrence, the same idempotency key), then FAILED and sent to the dead-letter queue once; a redrive puts
+it back to PENDING, idempotently.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fault_tools import CollectingInvoker, create_all, http_tasks, judge, now_ms, repo_for, wait_until
 
+from punctual.dlq import FileDeadLetterQueue
 from punctual.executor import Executor
 from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
+from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -51,9 +57,53 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
     assert not verdict.extra
 
 
-@pytest.mark.skip(reason="needs retries with a per-task policy and the dead-letter queue: issue #4 part 1 "
-                         "(poison task -> FAILED after the policy's attempts, one DLQ message, redrive)")
-def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered() -> None:
-    """To write once retries land: attempts observed at the target == policy's max attempts, all with the same
-    idempotency key and rejected; outcome FAILED; exactly one DLQ message; ``punctual redrive`` puts it back
-    to PENDING once, idempotently; the checker's verdict counts the attempts as rejected, not extra."""
+@pytest.mark.timeout(120)
+def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
+    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor], tmp_path: Path,
+) -> None:
+    # Given 3 poison tasks (their key always gets a 500) and 3 healthy ones, each allowed 3 attempts
+    policy = RetryPolicy(max_attempts=3, backoff_ms=200, max_backoff_ms=400)
+    tasks = http_tasks("retry", [now_ms() + 1_500 + 10 * i for i in range(6)], target.url, retry=policy)
+    poison = [t.task_id for t in tasks[::2]]
+    target.fail([f"{task_id}:0" for task_id in poison])
+    ids = [t.task_id for t in tasks]
+    create_all(repo_for(settings), tasks)
+    dead_letters = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
+    executor = make_executor(repo_for(settings), settings, dead_letters=dead_letters)
+    poller = Poller(repo_for(settings), CollectingInvoker(), settings)
+
+    # When the poller and the executor run until every task has an outcome (each retry is a PENDING task
+    # again, due after its backoff, which a later poll claims)
+    def finished() -> bool:
+        return all(not t.status.is_active for t in repo_for(settings).get_many(ids).values())
+
+    deadline = time.monotonic() + 60
+    while not finished() and time.monotonic() < deadline:
+        invoker = CollectingInvoker()
+        poller._invoker = invoker  # noqa: SLF001 - a fresh recording invoker per poll
+        poller.poll(now_ms())
+        for event in invoker.events():
+            executor.run_batch(event)
+        time.sleep(0.2)
+
+    # Then each poison task was tried exactly 3 times at the target, always with the same key, and is FAILED
+    assert finished()
+    stored = repo_for(settings).get_many(ids)
+    assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
+    assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.SUCCEEDED} == set(ids) - set(poison)
+    attempts = Counter(r.key for r in target.records() if (r.key or "").startswith("retry-"))
+    assert {key: n for key, n in attempts.items() if key.split(":")[0] in poison} == {f"{t}:0": 3 for t in poison}
+    # ... one dead letter per poison task
+    letters = dead_letters.receive()
+    assert sorted(letter.task_id for letter in letters) == sorted(poison)
+    # ... and the checker counts the attempts as rejected, none as an extra fire, nothing lost
+    verdict = judge("poison task, 3 attempts, then FAILED + DLQ", repo_for(settings), ids, target)
+    assert len(verdict.rejected) == 9
+    assert not verdict.extra
+
+    # When they are redriven, twice
+    first = repo_for(settings).redrive_many(poison, now_ms())
+    second = repo_for(settings).redrive_many(poison, now_ms())
+    # Then the first puts each back to PENDING with a fresh set of attempts; the second is a no-op
+    assert first == [True] * 3 and second == [False] * 3
+    assert all(t.status is TaskStatus.PENDING and t.attempt == 0 for t in repo_for(settings).get_many(poison).values())

@@ -289,14 +289,6 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_stored(
     assert client.get("fuzz-bad") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "a payload holding float NaN / +-Infinity passes validation (pydantic JsonValue accepts them) and is "
-        "stored: canonical_json writes it as the non-JSON text NaN / Infinity (see tests/unit/test_fuzz_model.py)"
-    ),
-)
 @pytest.mark.parametrize("payload", [math.nan, [math.inf], {"x": -math.inf}], ids=["nan", "inf", "minus-inf"])
 def test_a_non_finite_payload_is_refused_and_not_stored(
     client: Client, dynamodb: Any, settings: Settings, payload: Any
@@ -425,15 +417,6 @@ def test_the_same_id_with_other_content_is_a_conflict_and_changes_nothing(
     assert stored_count(dynamodb, settings) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TaskConflictError,
-    reason=(
-        "Client._grace_ms converts a timedelta with int(total_seconds() * 1000), which truncates float error: "
-        "timedelta(milliseconds=1001) becomes 1000 ms, so a retry giving the same grace as the int 1001 has "
-        "another content hash and is refused as a conflict (fix: value // timedelta(milliseconds=1))"
-    ),
-)
 def test_a_grace_given_as_timedelta_or_as_ms_is_the_same_content(client: Client, now_ms: int) -> None:
     # Given a task scheduled with a grace of 1,001 ms given as a timedelta
     due = from_ms(now_ms + 60_000)

@@ -10,8 +10,8 @@ Two contracts are fuzzed here:
   ``misfire_grace_ms``, the model's field).
 
 Neither may ever let another exception type out (TypeError, KeyError, OverflowError, a bare ValueError...).
-Known bugs are pinned by ``xfail(strict=True)`` cases; the broad properties keep clear of exactly those
-inputs (each exclusion names the xfail that covers it) so that they stay able to find new ones.
+The bugs these tests found have their own cases (they were pinned by strict xfails until fixed); the broad
+properties keep clear of exactly those inputs (each exclusion names the case that covers it).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ fixed_offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map
 zones = st.just(UTC) | fixed_offsets | st.timezones()
 
 # One day inside the calendar's ends: with any offset the instant still exists in UTC. The last day at
-# either end is the subject of test_aware_datetime_at_the_calendar_edge_* (an xfail: OverflowError).
+# either end is the subject of test_aware_datetime_at_the_calendar_edge_* (refused with a field error).
 SAFE_MIN, SAFE_MAX = datetime(1, 1, 2), datetime(9999, 12, 30)
 aware_datetimes = st.datetimes(min_value=SAFE_MIN, max_value=SAFE_MAX, timezones=zones)
 naive_datetimes = st.datetimes(min_value=SAFE_MIN, max_value=SAFE_MAX)
@@ -192,7 +192,7 @@ out_of_range_iso = st.sampled_from(
 )
 
 # Wrong values for each field of the model, chosen so that no lax coercion can turn them into a valid one.
-# (The lax coercions that do exist -- bool for an int, bytes for a str -- are pinned by xfail cases below.)
+# (The lax coercions that do exist -- bool for an int, bytes for a str -- are refused: see the cases below.)
 WRONG: dict[str, st.SearchStrategy[Any]] = {
     "task_id": st.none() | st.integers() | finite_floats | containers | opaque | st.just("") | st.just("a b"),
     "due_at": (
@@ -492,15 +492,7 @@ def test_is_valid_task_id_agrees_with_the_model(task_id: str) -> None:
     assert is_valid_task_id(task_id) is accepted
 
 
-# -- the model: known bugs (xfail strict: they turn red when fixed, so the marker gets removed) ---------------
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "is_valid_task_id uses re.match with '$', which also matches before a trailing newline, so it accepts "
-        "'abc\\n' while the model (pydantic's Rust regex) refuses it; use _TASK_ID_RE.fullmatch or '\\Z'"
-    ),
-)
+# -- the model: bugs these tests found (fixed; each case keeps it fixed) -----------------------------------------
 def test_is_valid_task_id_refuses_a_trailing_newline() -> None:
     # Given an id with a trailing newline, which the model refuses
     with pytest.raises(ValidationError):
@@ -516,15 +508,6 @@ EDGE_TIMES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason=(
-        "Task._utc_ms -> truncate_to_ms -> keys.to_ms calls moment.astimezone(UTC), which raises OverflowError "
-        "('date value out of range') when the instant falls outside years 1..9999 in UTC; pydantic only turns "
-        "ValueError/AssertionError into a ValidationError, so the OverflowError escapes"
-    ),
-)
 @pytest.mark.parametrize("field", ["due_at", "lease_until"])
 @pytest.mark.parametrize("moment", EDGE_TIMES)
 def test_aware_datetime_at_the_calendar_edge_is_refused_by_the_model(field: str, moment: Any) -> None:
@@ -533,14 +516,6 @@ def test_aware_datetime_at_the_calendar_edge_is_refused_by_the_model(field: str,
     refused_by_model(field, moment)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "Task.payload is pydantic's JsonValue, which accepts float NaN and +-Infinity; canonical_json then writes "
-        "NaN / Infinity, which is not JSON (RFC 8259), so such a payload is stored and POSTed as invalid JSON"
-    ),
-)
 @pytest.mark.parametrize(
     "payload",
     [math.nan, math.inf, [1, -math.inf], {"a": {"b": math.nan}}],
@@ -554,15 +529,6 @@ def test_a_non_finite_number_in_the_payload_is_refused(payload: Any) -> None:
     assert info.value.errors()[0]["loc"][0] == "payload"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "HttpAction.headers is dict[str, str] with no check of header syntax: CR/LF in a value (header "
-        "injection), an empty name or a name with ':' are accepted at schedule time and only fail at fire time "
-        "(http.client raises ValueError 'Invalid header value'), after the task was claimed and armed"
-    ),
-)
 @pytest.mark.parametrize(
     "headers",
     [{"X-A": "v\r\nInjected: 1"}, {"": "v"}, {"Bad:Name": "v"}, {"X-A": "v\n"}],
@@ -572,14 +538,6 @@ def test_http_headers_that_cannot_be_sent_are_refused(headers: dict[str, str]) -
     refused_by_model("action", {"kind": "http", "url": "https://example.com/", "headers": headers})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "pydantic lax mode coerces wrong types: misfire_grace_ms=True is read as 1 ms and task_id=b'abc' as "
-        "'abc'; StrictInt / StrictStr (or Field(strict=True)) on the client-facing fields would refuse them"
-    ),
-)
 @pytest.mark.parametrize(
     ("field", "value"), [("misfire_grace_ms", True), ("task_id", b"abc")], ids=["bool-grace", "bytes-task-id"]
 )
@@ -776,14 +734,6 @@ def test_the_client_raises_nothing_but_invalid_task_error(argument: str, value: 
 
 
 # -- the client: known bugs ------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Client._grace_ms calls int(value) on anything that is not a timedelta, outside any try: text raises a "
-        "bare ValueError, NaN ValueError, inf OverflowError, a list TypeError -- none an InvalidTaskError with "
-        ".field; it also silently truncates 1.5 to 1 and reads True as 1 ms (the model itself refuses 1.5)"
-    ),
-)
 @pytest.mark.parametrize(
     "grace",
     ["abc", math.nan, math.inf, [1], {"ms": 1}, Decimal("NaN"), 1.5, True],
@@ -793,15 +743,6 @@ def test_grace_of_a_wrong_type_is_refused(grace: Any) -> None:
     refused_by_client("misfire_grace_ms", misfire_grace=grace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "Client._grace_ms converts a timedelta with int(value.total_seconds() * 1000), and the float product "
-        "falls just under the integer for many values: timedelta(milliseconds=1001) becomes 1000 ms (754,985 of "
-        "the 86,400,001 allowed values lose 1 ms); a retry giving the int 1001 then conflicts"
-    ),
-)
 @pytest.mark.parametrize("ms", [1001, 4004, 8011])
 def test_a_timedelta_grace_keeps_every_millisecond(ms: int) -> None:
     # Given a grace given as a timedelta of whole milliseconds
@@ -810,14 +751,6 @@ def test_a_timedelta_grace_keeps_every_millisecond(ms: int) -> None:
     assert task.misfire_grace_ms == ms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason=(
-        "same root cause as test_aware_datetime_at_the_calendar_edge_is_refused_by_the_model: Client.build_task "
-        "builds the Task, whose time validator raises OverflowError, and build_task only catches ValidationError"
-    ),
-)
 @pytest.mark.parametrize(
     "moment",
     [p.values[0] for p in EDGE_TIMES if isinstance(p.values[0], datetime)],
@@ -827,14 +760,6 @@ def test_the_client_refuses_due_times_at_the_calendar_edge(moment: datetime) -> 
     refused_by_client("due_at", due_at=moment)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "Client.build_task accepts a payload of float NaN / +-Infinity (see "
-        "test_a_non_finite_number_in_the_payload_is_refused): canonical_json writes NaN, which is not JSON"
-    ),
-)
 @pytest.mark.parametrize("payload", [math.nan, {"x": [math.inf]}], ids=["nan", "nested-inf"])
 def test_the_client_refuses_non_finite_payload_numbers(payload: Any) -> None:
     refused_by_client("payload", payload=payload)

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .errors import PunctualError
+from .errors import InvalidTaskError, PunctualError
 from .settings import Settings
 
 log = logging.getLogger("punctual")
@@ -151,7 +151,11 @@ def _parse_when(args: argparse.Namespace) -> datetime:
         raise PunctualError("give --at ISO-8601 or --in DURATION (e.g. 1500ms, 30s, 5m, 2h)")
     value, unit = float(match.group(1)), match.group(2)
     seconds = value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
-    return datetime.now(UTC) + timedelta(seconds=seconds)
+    try:
+        return datetime.now(UTC) + timedelta(seconds=seconds)
+    except OverflowError as exc:
+        raise InvalidTaskError(f"invalid due_at: --in {args.in_} is beyond any representable time",
+                               field="due_at") from exc
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -175,7 +179,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     try:
-        payload = json.loads(args.payload) if args.payload else None
+        payload = json.loads(args.payload) if args.payload is not None else None
     except ValueError as exc:
         raise PunctualError(f"invalid --payload: not JSON ({exc})") from exc
     action: dict[str, Any] = {"kind": "http", "url": args.http} if args.http else {"kind": "log", "message": args.log}

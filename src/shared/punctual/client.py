@@ -28,8 +28,11 @@ def _grace_ms(value: timedelta | int | None, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)
+        return value // timedelta(milliseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTaskError("invalid misfire_grace_ms: give a timedelta or whole milliseconds",
+                               field="misfire_grace_ms")
+    return value
 
 
 class Client:

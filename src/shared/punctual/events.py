@@ -22,19 +22,29 @@ class BatchEvent(BaseModel):
     tasks: list[BatchTask] = Field(min_length=1)
 
 
-class PollReport(BaseModel):
-    now_ms: int
-    window_end_ms: int
-    watermark_ms: int
-    buckets: int
-    queries: int
-    candidates: int
+class DispatchReport(BaseModel):
+    """What claiming and dispatching a set of candidates did (a poll's last step, and the fast path's)."""
+
     claimed: int
     recovered: int
     conflicts: int
     missed: int
     batches: int
     invoke_failures: int
+
+
+class PollReport(DispatchReport):
+    now_ms: int
+    window_end_ms: int
+    watermark_ms: int
+    buckets: int
+    queries: int
+    candidates: int
+
+
+class FastPathReport(DispatchReport):
+    records: int
+    candidates: int
 
 
 class BatchReport(BaseModel):

@@ -15,23 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
+from .events import FastPathReport
 from .model import TaskStatus
 from .poller import Poller
 from .repository import Candidate
 
 FAST_PATH_EVENTS = ("INSERT", "MODIFY")
-
-
-class FastPathReport(BaseModel):
-    records: int
-    candidates: int
-    claimed: int
-    conflicts: int
-    missed: int
-    batches: int
-    invoke_failures: int
 
 
 def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
@@ -65,9 +54,7 @@ def dispatch_stream_records(poller: Poller, records: Iterable[Mapping[str, Any]]
         if candidate is not None:
             latest[candidate.task_id] = candidate
     done = poller.dispatch(list(latest.values()), now_ms)
-    return FastPathReport(records=len(records), candidates=len(latest), claimed=done.claimed,
-                          conflicts=done.conflicts, missed=done.missed, batches=done.batches,
-                          invoke_failures=done.invoke_failures)
+    return FastPathReport(records=len(records), candidates=len(latest), **done.model_dump())
 
 
 def matches(pattern: Mapping[str, Any], event: Any) -> bool:

@@ -28,6 +28,7 @@ from .retry import RetryPolicy
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 class TaskStatus(StrEnum):
@@ -69,6 +70,18 @@ class HttpAction(Action):
     url: AnyHttpUrl
     headers: dict[str, str] = Field(default_factory=dict, max_length=32)
     timeout_s: float = Field(10.0, gt=0, le=60)
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        """Names must be RFC 9110 tokens and values free of CR, LF and NUL (no header injection): refused
+        here, when the task is scheduled, not when it fires."""
+        for name, value in headers.items():
+            if not _HEADER_NAME_RE.fullmatch(name):
+                raise ValueError(f"header name {name!r} is not an RFC 9110 token")
+            if any(c in value for c in "\r\n\0"):
+                raise ValueError(f"header {name!r} has a CR, LF or NUL in its value")
+        return headers
 
     @field_validator("url")
     @classmethod
@@ -164,11 +177,11 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
-    task_id: str = Field(pattern=TASK_ID_PATTERN)
+    task_id: str = Field(pattern=TASK_ID_PATTERN, strict=True)
     due_at: AwareDatetime
     action: SerializeAsAny[Action]
     payload: JsonValue = None
-    misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
+    misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000, strict=True)
     misfire_policy: MisfirePolicy = DEFAULT_MISFIRE_POLICY
     occurrence: int = Field(0, ge=0)
     status: TaskStatus = TaskStatus.PENDING
@@ -192,10 +205,25 @@ class Task(BaseModel):
     def _parse_action(cls, value: Any) -> Action:
         return parse_action(value)
 
+    @field_validator("payload")
+    @classmethod
+    def _finite_json(cls, value: Any) -> Any:
+        """NaN and infinities are not JSON: refuse them rather than store a payload no target can parse."""
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError("payload must be JSON: NaN and Infinity are not allowed") from exc
+        return value
+
     @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at", "first_due_at")
     @classmethod
     def _utc_ms(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else truncate_to_ms(value).astimezone(UTC)
+        if value is None:
+            return None
+        try:
+            return truncate_to_ms(value).astimezone(UTC)
+        except OverflowError as exc:  # pydantic turns ValueError, not OverflowError, into a field error
+            raise ValueError("must fall within the years 1 to 9999 in UTC") from exc
 
     @property
     def due_ms(self) -> int:
@@ -224,4 +252,4 @@ class Task(BaseModel):
 
 
 def is_valid_task_id(task_id: str) -> bool:
-    return bool(_TASK_ID_RE.match(task_id))
+    return _TASK_ID_RE.fullmatch(task_id) is not None

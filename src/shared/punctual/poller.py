@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from .events import BatchEvent, BatchTask, PollReport
+from .events import BatchEvent, BatchTask, DispatchReport, PollReport
 from .invoker import Invoker
 from .keys import bucket_start, buckets_between
 from .model import TaskStatus, misfire_decision
@@ -38,18 +37,6 @@ def make_batches(claimed: list[Candidate], max_size: int) -> list[list[Candidate
     """Claimed tasks in due order, cut into batches of at most ``max_size``."""
     ordered = sorted(claimed, key=lambda c: (c.due_ms, c.task_id))
     return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatched:
-    """What :meth:`Poller.dispatch` did with a set of candidates."""
-
-    claimed: int
-    recovered: int
-    conflicts: int
-    missed: int
-    batches: int
-    invoke_failures: int
 
 
 class Poller:
@@ -84,15 +71,12 @@ class Poller:
         found = self._repo.candidates(task_ids)
         done = self.dispatch([c for c in found if c.due_ms <= end_ms], now_ms)
         self._repo.advance_watermark(new_watermark)
-        report = PollReport(
-            now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
-            queries=len(queries), candidates=len(found), claimed=done.claimed, recovered=done.recovered,
-            conflicts=done.conflicts, missed=done.missed, batches=done.batches, invoke_failures=done.invoke_failures,
-        )
+        report = PollReport(now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
+                            queries=len(queries), candidates=len(found), **done.model_dump())
         log.info("poll: %s", report.model_dump())
         return report
 
-    def dispatch(self, candidates: list[Candidate], now_ms: int) -> Dispatched:
+    def dispatch(self, candidates: list[Candidate], now_ms: int) -> DispatchReport:
         """Claim what is claimable now, record MISSED what is past its grace (misfire policy "skip"; a
         "fire_late" task is claimed anyway), and invoke one executor per batch of claimed tasks.
         Candidates that are not claimable (a live lease) are left alone."""
@@ -130,5 +114,6 @@ class Poller:
             except Exception:  # noqa: BLE001 - the tasks stay CLAIMED; their lease expires; next poll retries
                 invoke_failures += 1
                 log.exception("invoking an executor for batch %s failed", event.batch_id)
-        return Dispatched(claimed=len(claimed_ids), recovered=recovered, conflicts=len(to_claim) - len(claimed_ids),
-                          missed=missed, batches=sent, invoke_failures=invoke_failures)
+        return DispatchReport(claimed=len(claimed_ids), recovered=recovered,
+                              conflicts=len(to_claim) - len(claimed_ids), missed=missed, batches=sent,
+                              invoke_failures=invoke_failures)
