@@ -18,7 +18,7 @@ from typing import Any
 from .events import FastPathReport
 from .model import TaskStatus
 from .poller import Poller
-from .repository import Candidate
+from .repository import Candidate, candidate_of_item
 
 FAST_PATH_EVENTS = ("INSERT", "MODIFY")
 
@@ -33,14 +33,7 @@ def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
     try:
         if image["status"]["S"] != TaskStatus.PENDING.value or image.get("fast_path", {}).get("N") != "1":
             return None
-        return Candidate(
-            task_id=image["task_id"]["S"],
-            due_ms=int(image["due_ms"]["N"]),
-            status=TaskStatus.PENDING,
-            lease_until_ms=None,
-            misfire_grace_ms=int(image.get("misfire_grace_ms", {}).get("N", "0")),
-            misfire_policy=image.get("misfire_policy", {}).get("S", "skip"),
-        )
+        return candidate_of_item(image)
     except (KeyError, TypeError, ValueError):
         return None  # the watermark item, or something that is not a task
 

@@ -81,7 +81,7 @@ from botocore.exceptions import ClientError
 
 from .errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from .keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
-from .model import Action, Task, TaskStatus, canonical_json
+from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .schema import DUE_INDEX
 from .settings import Settings
 
@@ -222,6 +222,19 @@ def item_to_task(item: dict[str, Any]) -> Task:
         retry=json.loads(v["retry"]) if "retry" in v else None,
         first_due_at=_ms_dt(v.get("first_due_ms")),
     )
+
+
+def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
+    """The :class:`Candidate` a raw (attribute-value) item stands for, or None when the task is no longer
+    active (finished). The poller reads items from the table; the fast path gets them as stream images."""
+    v = _from_av(item)
+    status = TaskStatus(v["status"])
+    if status not in (TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED):
+        return None
+    return Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
+                     lease_until_ms=_int(v.get("lease_until_ms")),
+                     misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+                     misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY))
 
 
 def encode_action(action: Action) -> str:
@@ -555,19 +568,9 @@ class DynamoTaskRepository:
         """The still-active tasks among ``task_ids``, with status and lease as the base table has them
         (BatchGetItem, eventually consistent: the claim's condition decides anyway). Finished or deleted
         tasks are left out."""
-        found: list[Candidate] = []
-        for item in self._batch_get(task_ids, consistent=False,
-                                    projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, "
-                                               "misfire_policy"):
-            v = _from_av(item)
-            status = TaskStatus(v["status"])
-            if status not in (TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED):
-                continue
-            found.append(Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
-                                   lease_until_ms=_int(v.get("lease_until_ms")),
-                                   misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
-                                   misfire_policy=v.get("misfire_policy", "skip")))
-        return found
+        items = self._batch_get(task_ids, consistent=False,
+                                projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy")
+        return [c for c in map(candidate_of_item, items) if c is not None]
 
     def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
         """:meth:`query_index` then :meth:`candidates`: the claimable-looking tasks of one index shard."""
