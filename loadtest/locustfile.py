@@ -1,36 +1,142 @@
-"""Load test: many users scheduling tasks through the client helper against a running local stack.
+"""Load test: many users scheduling tasks through the client helper against a running local stack, judged at the
+end by the checker (:mod:`punctual.checker`).
 
-    .venv/bin/pip install -e '.[load]'
+    .venv/bin/pip install -e '.[load]'                        # (also in the dev extra)
     .venv/bin/punctual up &                                   # or any stack: set PUNCTUAL_* for AWS
     .venv/bin/locust -f loadtest/locustfile.py --headless -u 20 -r 5 -t 60s
 
-Each user schedules ``log`` tasks due 30-90 s ahead (the poller's lead window), with a small JSON payload,
-and now and then reads one back, cancels one or reschedules one. Locust reports the client-side latency of
-each call; the drift of the fires shows in ``punctual list`` and in ``.punctual/fires.jsonl``. Traffic goes only
-to the stack's endpoint (loopback for the local stack). The run is bounded by ``-t``.
+Each user schedules ``log`` tasks due ``LOAD_LEAD_S`` ahead (default ``30,90``: a random lead between 30 and 90 s,
+the poller's lead window; ``"5,15"`` or a single ``"10"`` for a shorter run), with a small JSON payload, and now
+and then reads one back, cancels one or reschedules one. Locust reports the client-side latency of each call.
+
+Each user keeps a ledger of what its calls reported: task id -> the due time it should fire at, or "cancelled",
+or "unknown" (the call failed in a way that does not say whether it took effect, or the user was stopped in the
+middle of it; the table decides afterwards). A cancel or reschedule that loses to the executor (the task was
+already armed: :class:`~punctual.errors.TaskStateError`) leaves the task due when it was, as the call reported.
+
+When the test stops, the load test waits (bounded: until the last due time + ``LOAD_MARGIN_S``, default 15 s,
+or until every expected task fired; a progress line on stderr), reads the stack's fire log (the path is in the
+stack's state file, ``<LOAD_HOME>/stack.json``, default ``.punctual``) and the table outcome of every task that
+did not fire, runs the checker (``LOAD_EPSILON_MS``, default 1000, is its tolerance for late / early), prints
+the verdict, and makes locust exit with status 1 when the verdict fails. Without a local stack (no state file:
+a stack in AWS, whose log action writes to CloudWatch) there is no fire log to read, and the check is skipped.
+
+Traffic goes only to the stack's endpoint (loopback for the local stack). The run is bounded by ``-t``, and the
+check by the last due time + the margin. The checks run where the users run (locust's default local runner).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from locust import User, between, events, task
+from locust.env import Environment
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
+from punctual.checker import Verdict
+from punctual.demo import check_fire_log, read_fires
+from punctual.errors import InvalidTaskError, TaskConflictError, TaskStateError
+from punctual.keys import to_ms
 from punctual.local.stack import read_state
+from punctual.model import Task, TaskStatus
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- configuration (plain LOAD_* variables: PUNCTUAL_* ones are Settings fields) -------------------------------
+def lead_range(raw: str) -> tuple[float, float]:
+    """``"30,90"`` -> (30.0, 90.0); ``"10"`` -> (10.0, 10.0). Raises ValueError naming LOAD_LEAD_S."""
+    try:
+        parts = [float(p) for p in raw.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or not 0 < parts[0] <= parts[1]:
+        raise ValueError(f"LOAD_LEAD_S={raw!r}: give seconds ahead as 'MIN,MAX' (0 < MIN <= MAX) or one number")
+    return parts[0], parts[1]
+
+
+def _number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: give a number") from None
+    if value < 0:
+        raise ValueError(f"{name}={raw!r}: give a number >= 0")
+    return value
+
+
+LEAD_S = lead_range(os.environ.get("LOAD_LEAD_S", "30,90"))
+MARGIN_S = _number("LOAD_MARGIN_S", 15.0)
+EPSILON_MS = _number("LOAD_EPSILON_MS", 1_000.0)
+HOME = Path(os.environ.get("LOAD_HOME") or ROOT / ".punctual")
+
+
+def _stack() -> dict[str, Any] | None:
+    return read_state(HOME)
 
 
 def _settings() -> Settings:
-    state = read_state(Path(__file__).resolve().parents[1] / ".punctual")
+    state = _stack()
     if state:
         return Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
                                  shard_count=state["shard_count"])
     return Settings.from_env()
+
+
+def _due_in_lead() -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=random.uniform(*LEAD_S))
+
+
+def _due_ms(task: Task) -> int:
+    """The occurrence's own due instant (a retry moves ``due_at`` and keeps the first in ``first_due_at``)."""
+    return to_ms(task.first_due_at) if task.first_due_at is not None else task.due_ms
+
+
+# -- what the calls reported -------------------------------------------------------------------------------------
+DUE, CANCELLED, UNKNOWN = "due", "cancelled", "unknown"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a task should do, as its last call reported: fire at ``due_ms`` (DUE), not fire (CANCELLED), or
+    UNKNOWN (the call's effect is unknown: the table decides)."""
+
+    state: str
+    due_ms: int
+
+
+class Run:
+    """One test run: its task-id prefix and every user's ledger."""
+
+    def __init__(self) -> None:
+        self.run_id = uuid.uuid4().hex[:8]
+        self.ledgers: list[dict[str, Expectation]] = []
+
+    @property
+    def prefix(self) -> str:
+        return f"load-{self.run_id}-"
+
+
+RUN = Run()
+
+
+@events.test_start.add_listener
+def _new_run(environment: Environment, **_: Any) -> None:
+    global RUN
+    RUN = Run()
 
 
 class SchedulingUser(User):
@@ -38,27 +144,52 @@ class SchedulingUser(User):
 
     def on_start(self) -> None:
         self.client = Client(_settings())
-        self.mine: list[str] = []
+        self.mine: list[str] = []  # tasks this user may still read, cancel or reschedule
+        self.ledger: dict[str, Expectation] = {}
+        self.prefix = RUN.prefix
+        RUN.ledgers.append(self.ledger)
 
-    def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, name: str, fn: Callable[..., Any], *args: Any, expected: tuple[type[Exception], ...] = (),
+              **kwargs: Any) -> tuple[Any, Exception | None]:
+        """Run one client call, report it to locust, and return (result, exception). An exception in
+        ``expected`` is an answer the scenario allows (reported under ``"<name>: <error class>"``, not a
+        failure)."""
         start = time.perf_counter()
-        exception = None
+        exception: Exception | None = None
         result = None
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - reported to locust
             exception = exc
-        events.request.fire(request_type="punctual", name=name, response_time=(time.perf_counter() - start) * 1000,
-                            response_length=0, exception=exception, context={})
-        return result
+        allowed = isinstance(exception, expected)
+        events.request.fire(request_type="punctual",
+                            name=f"{name}: {type(exception).__name__}" if allowed else name,
+                            response_time=(time.perf_counter() - start) * 1000, response_length=0,
+                            exception=None if allowed else exception, context={})
+        return result, exception
+
+    def _settled(self, task_id: str, exc: TaskStateError) -> None:
+        """A change lost (the task was armed, or already finished): it keeps the due time, or the cancellation, that
+        the error's copy of the task shows."""
+        if exc.task is not None:
+            state = CANCELLED if exc.task.status is TaskStatus.CANCELLED else DUE
+            self.ledger[task_id] = Expectation(state, _due_ms(exc.task))
+        else:
+            self.ledger[task_id] = Expectation(UNKNOWN, self.ledger[task_id].due_ms)
 
     @task(20)
     def schedule(self) -> None:
-        task_id = f"load-{uuid.uuid4().hex[:12]}"
-        due = datetime.now(UTC) + timedelta(seconds=random.uniform(30, 90))
-        if self._call("schedule", self.client.schedule, due, LogAction(message="load"), {"n": random.random()},
-                      task_id=task_id) is not None:
+        task_id = f"{self.prefix}{uuid.uuid4().hex[:12]}"
+        due = _due_in_lead()
+        # Unknown until the call returns: a user stopped in the middle of it leaves it for the table to decide.
+        self.ledger[task_id] = Expectation(UNKNOWN, 0)
+        stored, exc = self._call("schedule", self.client.schedule, due, LogAction(message="load"),
+                                 {"n": random.random()}, task_id=task_id)
+        if exc is None:
+            self.ledger[task_id] = Expectation(DUE, stored.due_ms)
             self.mine.append(task_id)
+        elif isinstance(exc, InvalidTaskError | TaskConflictError):
+            del self.ledger[task_id]  # refused: nothing was stored
 
     @task(3)
     def get(self) -> None:
@@ -67,11 +198,123 @@ class SchedulingUser(User):
 
     @task(1)
     def reschedule(self) -> None:
-        if self.mine:
-            due = datetime.now(UTC) + timedelta(seconds=random.uniform(30, 90))
-            self._call("reschedule", self.client.reschedule, random.choice(self.mine), due)
+        if not self.mine:
+            return
+        task_id = random.choice(self.mine)
+        before = self.ledger[task_id]
+        self.ledger[task_id] = Expectation(UNKNOWN, before.due_ms)
+        moved, exc = self._call("reschedule", self.client.reschedule, task_id, _due_in_lead(),
+                                expected=(TaskStateError,))
+        if exc is None:
+            self.ledger[task_id] = Expectation(DUE, moved.due_ms)
+        elif isinstance(exc, TaskStateError):
+            self._settled(task_id, exc)
+        elif isinstance(exc, InvalidTaskError):
+            self.ledger[task_id] = before  # refused before any write
 
     @task(1)
     def cancel(self) -> None:
-        if self.mine:
-            self._call("cancel", self.client.cancel, self.mine.pop(random.randrange(len(self.mine))))
+        if not self.mine:
+            return
+        task_id = self.mine.pop(random.randrange(len(self.mine)))
+        before = self.ledger[task_id]
+        self.ledger[task_id] = Expectation(UNKNOWN, before.due_ms)
+        _, exc = self._call("cancel", self.client.cancel, task_id, expected=(TaskStateError,))
+        if exc is None:
+            self.ledger[task_id] = Expectation(CANCELLED, before.due_ms)
+        elif isinstance(exc, TaskStateError):
+            self._settled(task_id, exc)
+
+
+# -- the check, when the test stops --------------------------------------------------------------------------------
+def _resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, int], set[str]]:
+    """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
+    due: dict[str, int] = {}
+    cancelled: set[str] = set()
+    for task_id, expectation in ledger.items():
+        if expectation.state == UNKNOWN:
+            stored = client.get(task_id)
+            if stored is None:
+                continue  # never stored
+            expectation = Expectation(CANCELLED if stored.status is TaskStatus.CANCELLED else DUE, _due_ms(stored))
+        due[task_id] = expectation.due_ms
+        if expectation.state == CANCELLED:
+            cancelled.add(task_id)
+    return due, cancelled
+
+
+class Progress:
+    """The waiting line on stderr: rewritten in place on a terminal, one line every 5 s otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._last = -1e9
+
+    def show(self, fired: int, total: int, left_s: float) -> None:
+        line = f"load test check: {fired}/{total} expected tasks fired, waiting at most {left_s:.0f} s more"
+        if self.tty:
+            sys.stderr.write(f"\r{line}    ")
+        elif time.monotonic() - self._last >= 5:
+            sys.stderr.write(line + "\n")
+            self._last = time.monotonic()
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def check_run(run: Run) -> Verdict | None:
+    """Wait for the run's expected fires (bounded), then the checker's verdict; None when there is nothing to
+    read (no local stack) or nothing was scheduled."""
+    state = _stack()
+    if not state or not state.get("fire_log"):
+        print(f"load test check skipped: no local stack state in {HOME} (set LOAD_HOME), so no fire log to read",
+              flush=True)
+        return None
+    ledger = {task_id: e for user_ledger in run.ledgers for task_id, e in list(user_ledger.items())}
+    if not ledger:
+        print("load test check skipped: nothing was scheduled", flush=True)
+        return None
+    client = Client(_settings())
+    fire_log = Path(state["fire_log"])
+    due, cancelled = _resolve(client, ledger)
+    to_fire = {task_id for task_id in due if task_id not in cancelled}
+    deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
+    progress = Progress()
+    try:
+        while True:
+            fired = len({f["task_id"] for f in read_fires(fire_log, run.prefix)} & to_fire)
+            left_s = (deadline_ms - time.time() * 1000) / 1000
+            progress.show(fired, len(to_fire), max(left_s, 0.0))
+            if fired >= len(to_fire) or left_s <= 0:
+                break
+            time.sleep(1.0)
+        time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
+    except KeyboardInterrupt:
+        progress.done()
+        print("load test check interrupted: no verdict", flush=True)
+        return None
+    progress.done()
+    verdict = check_fire_log(client, due, read_fires(fire_log, run.prefix), epsilon_ms=EPSILON_MS,
+                             grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
+    print(verdict.format(f"load test {run.run_id} checker"), flush=True)
+    return verdict
+
+
+@events.test_stop.add_listener
+def _check_on_stop(environment: Environment, **_: Any) -> None:
+    if isinstance(environment.runner, MasterRunner):
+        return  # the users, their ledgers and the checks are on the workers
+    verdict = check_run(RUN)
+    if verdict is not None and not verdict.ok:
+        environment.process_exit_code = 1
+
+
+@events.quitting.add_listener
+def _stop_before_quitting(environment: Environment, **_: Any) -> None:
+    """On Ctrl-C or SIGTERM locust fires ``quitting`` before it stops the users: stop them now, so that the check
+    (on ``test_stop``) runs before locust decides its exit status."""
+    runner = environment.runner
+    if runner is not None and not isinstance(runner, MasterRunner) and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+        runner.stop()

@@ -1,9 +1,11 @@
 """The demo: schedule N tasks spread over S seconds plus a burst of B at one instant, watch them fire, report.
 
 Fires are observed at the target: every task's action is ``log``, which appends one line per fire to the
-stack's fire log (a JSON-lines file shared by all executor processes). The report counts distinct fires,
-duplicates (a key seen more than once), missed and failed (from the table) and lost (neither fired nor
-finished), and gives drift percentiles measured when each action started.
+stack's fire log (a JSON-lines file shared by all executor processes). The report's figures come from the
+checker (:mod:`punctual.checker`), fed with the plan, the fire log, and the table's outcome for each task that
+did not fire: fired (matched), duplicates (extra fires of a key), missed and failed (explicit outcomes in the
+table), lost (neither fired nor finished), late / early beyond ε, and drift percentiles measured when each
+action started. :func:`check_fire_log` is the same judgement for any plan; the load test uses it too.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ import json
 import sys
 import time
 import uuid
-from collections import Counter
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .client import Client
 from .keys import from_ms, next_tick
 from .model import LogAction, TaskStatus
-from .stats import summarize
+
+EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,10 @@ def _bar(done: int, total: int, width: int = 30) -> str:
 
 
 def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
-             out: TextIO | None = sys.stderr, schedule_threads: int = 16) -> dict[str, Any]:
-    """Schedule, wait (with a progress bar on ``out``), and return the report as a dict."""
+             out: TextIO | None = sys.stderr, schedule_threads: int = 16,
+             epsilon_ms: float = EPSILON_MS) -> dict[str, Any]:
+    """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
+    :func:`build_report`)."""
     plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms)
     prefix = f"demo-{plan.run_id}-"
     action = LogAction(message=f"demo {plan.run_id}")
@@ -115,34 +121,90 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
         out.write("\n")
     time.sleep(1.0)  # let the last outcomes be recorded
     fires = read_fires(fire_log, prefix)
-    return build_report(client, plan, fires)
+    return build_report(client, plan, fires, epsilon_ms)
 
 
-def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]]) -> dict[str, Any]:
-    counts = Counter(f["task_id"] for f in fires)
-    first_fire = {}
-    for f in fires:
-        first_fire.setdefault(f["task_id"], f)
-    unfired = [task_id for task_id in plan.due_ms if task_id not in counts]
+def check_fire_log(client: Client, due_ms: Mapping[str, int], fires: Iterable[Mapping[str, Any]], *,
+                   epsilon_ms: float, grace_ms: float | None = None, cancelled: Iterable[str] = (),
+                   late_is_failure: bool = False) -> Verdict:
+    """The checker's verdict on a plan (``task id -> due ms``, occurrence 0) against fire-log entries.
+
+    Each planned task that did not fire is read from the table, so that an explicit outcome (MISSED, FAILED)
+    is told apart from a lost task. Tasks in ``cancelled`` were cancelled by a call that said so: they must not
+    fire (their table status is not read). ``grace_ms``, when given, is every task's misfire grace (a fire past
+    it fails the verdict: the tasks use the ``skip`` policy).
+    """
+    observed = fires_from_fire_log(fires)
+    seen = {fire.key for fire in observed}
+    dropped = set(cancelled)
+    unfired = [e.task_id for e in expected_from_due(due_ms) if e.key not in seen and e.task_id not in dropped]
     with ThreadPoolExecutor(max_workers=16) as pool:
         stored = dict(zip(unfired, pool.map(client.get, unfired), strict=True))
-    missed = sum(1 for t in stored.values() if t is not None and t.status is TaskStatus.MISSED)
-    failed = sum(1 for t in stored.values() if t is not None and t.status is TaskStatus.FAILED)
-    drift = {tid: f["fired_ms"] - plan.due_ms[tid] for tid, f in first_fire.items() if tid in plan.due_ms}
-    steady = [d for tid, d in drift.items() if tid not in plan.burst_ids]
-    burst = [d for tid, d in drift.items() if tid in plan.burst_ids]
-    summary = summarize(list(drift.values()))
+    outcomes: dict[str, Any] = {task_id: task.status for task_id, task in stored.items() if task is not None}
+    outcomes.update(dict.fromkeys(dropped, TaskStatus.CANCELLED))
+    return check(expected_from_due(due_ms, outcomes, grace_ms=grace_ms), observed, epsilon_ms=epsilon_ms,
+                 late_is_failure=late_is_failure)
+
+
+def _drift_of(due_ms: Mapping[str, int], observed: list[Fire], task_ids: Iterable[str],
+              epsilon_ms: float) -> dict[str, float | None]:
+    """Drift percentiles of a subset of the plan, matched by the checker like the whole."""
+    subset = {task_id: due_ms[task_id] for task_id in task_ids}
+    expected = expected_from_due(subset)
+    keys = {e.key for e in expected}
+    return check(expected, [f for f in observed if f.key in keys], epsilon_ms=epsilon_ms).drift
+
+
+def verdict_summary(verdict: Verdict) -> dict[str, Any]:
+    """The verdict's figures as a JSON-ready dict (counts, the failing figures by name, the printable block)."""
+    return {
+        "ok": verdict.ok,
+        "epsilon_ms": verdict.epsilon_ms,
+        "expected": verdict.expected,
+        "fires": verdict.fires,
+        "matched": len(verdict.matched),
+        "lost": len(verdict.lost),
+        "explicitly_missed": len(verdict.explicitly_missed),
+        "failed": len(verdict.failed),
+        "cancelled": len(verdict.cancelled),
+        "extra": len(verdict.extra),
+        "unexplained_extras": len(verdict.unexplained),
+        "unknown_keys": len(verdict.unknown),
+        "fired_cancelled": len(verdict.fired_cancelled),
+        "late": len(verdict.late),
+        "early": len(verdict.early),
+        "past_grace": len(verdict.past_grace),
+        "problems": verdict.problems(),
+        "text": verdict.format("checker"),
+    }
+
+
+def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
+                 epsilon_ms: float = EPSILON_MS) -> dict[str, Any]:
+    """The demo's report, every figure from the checker's verdict on the plan, the fire log and the table.
+
+    ``fired`` counts planned tasks that fired, ``duplicates`` the fires beyond the first of a planned task,
+    ``missed`` / ``failed`` the unfired tasks the table records so, ``lost`` the unfired ones without an
+    explicit outcome; ``checker`` holds the whole verdict (:func:`verdict_summary`), whose ``ok`` decides the
+    exit status of ``punctual demo``.
+    """
+    grace = client.settings.default_misfire_grace_ms
+    verdict = check_fire_log(client, plan.due_ms, fires, epsilon_ms=epsilon_ms, grace_ms=grace)
+    observed = fires_from_fire_log(fires)
+    steady_ids = [task_id for task_id in plan.due_ms if task_id not in plan.burst_ids]
+    drift = verdict.drift
     return {
         "run_id": plan.run_id,
         "scheduled": len(plan.due_ms),
-        "fired": len(counts),
-        "missed": missed,
-        "failed": failed,
-        "duplicates": sum(c - 1 for c in counts.values()),
-        "lost": len(unfired) - missed - failed,
-        "drift_ms": {k: summary[k] for k in ("p50", "p90", "p99", "max")},
-        "steady_drift_ms": summarize(steady),
-        "burst_drift_ms": summarize(burst),
+        "fired": len(verdict.matched),
+        "missed": len(verdict.explicitly_missed),
+        "failed": len(verdict.failed),
+        "duplicates": len(verdict.extra) - len(verdict.unknown),
+        "lost": len(verdict.lost),
+        "drift_ms": {k: drift[k] for k in ("p50", "p90", "p99", "max")},
+        "steady_drift_ms": _drift_of(plan.due_ms, observed, steady_ids, epsilon_ms),
+        "burst_drift_ms": _drift_of(plan.due_ms, observed, plan.burst_ids, epsilon_ms),
+        "checker": verdict_summary(verdict),
     }
 
 
@@ -161,4 +223,6 @@ def format_report(report: dict[str, Any]) -> str:
         stats = report[key] if key else {**report["drift_ms"], "count": report["fired"]}
         lines.append(f"  {label:<50} {stats['count']:>6} {ms(stats['p50'])} {ms(stats['p90'])} "
                      f"{ms(stats['p99'])} {ms(stats['max'])}")
+    if "checker" in report:
+        lines += ["", *("  " + line for line in report["checker"]["text"].splitlines())]
     return "\n".join(lines)

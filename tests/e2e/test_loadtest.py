@@ -1,0 +1,75 @@
+"""The load test (loadtest/locustfile.py) end to end: locust headless against a local stack, judged by the checker.
+
+Locust runs in a process of its own (it patches the standard library with gevent when imported, which must not
+happen in the test process). It finds the stack through the state file in ``LOAD_HOME``, schedules with a short
+lead (``LOAD_LEAD_S``) so that the whole run, the wait for the last fire included, stays well under a minute, and
+its exit status is the checker's verdict.
+
+Network: DynamoDB Local is reached at 127.0.0.1 only, locust runs headless (no web UI, no port of its own), and
+the NTP probe of the stack's executors is switched off (``ntp_server=None``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from punctual.local.dynamodb_local import find_project_root
+from punctual.local.stack import LocalStack, StackConfig
+
+ROOT = find_project_root()
+LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
+LOOPBACK_NTP = "127.0.0.1:9"  # discard port, as in test_local_runtime: no probe leaves the machine
+
+# Not pytest.importorskip: importing locust would monkey-patch this process with gevent.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None,
+                                reason="the load test needs locust (the dev and load extras install it)")
+
+
+@pytest.mark.timeout(120)
+def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: Path) -> None:
+    # Given a local stack polling every 2 s (DynamoDB Local in memory, on a free loopback port)
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=True,
+        poll_interval_s=2,
+        prewarm=2,
+        settings_overrides={"table_name": f"punctual-load-{uuid.uuid4().hex[:8]}", "ntp_server": None},
+    )
+    with LocalStack(config) as stack:
+        assert stack.settings is not None and stack.settings.endpoint_url is not None
+        assert stack.settings.endpoint_url.startswith("http://127.0.0.1:")
+        env = {
+            **os.environ,
+            "LOAD_HOME": str(tmp_path),
+            "LOAD_LEAD_S": "3,6",
+            "LOAD_MARGIN_S": "15",
+            "PUNCTUAL_NTP_SERVER": LOOPBACK_NTP,
+        }
+        command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+                   "-u", "4", "-r", "4", "-t", "8s", "--only-summary"]
+
+        # When 4 users schedule, read, reschedule and cancel tasks for 8 s, and the load test checks the fires
+        try:
+            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=75)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"locust did not finish within 75 s; stderr: {str(exc.stderr)[-3000:]}")
+
+    # Then locust exits 0, and printed the checker's verdict: OK, some tasks expected, none lost, no extra fire
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    verdict = re.search(r"load test \w+ checker: (.*)", run.stdout)
+    assert verdict is not None, output[-4000:]
+    assert verdict.group(1) == "OK", run.stdout[-4000:]
+    expected = int(re.search(r"expected occurrences\s+(\d+)", run.stdout).group(1))  # type: ignore[union-attr]
+    assert expected > 0
+    assert re.search(r"^\s+lost\s+0\b", run.stdout, re.MULTILINE)
+    assert re.search(r"extra fires\s+0\b", run.stdout)
