@@ -14,22 +14,24 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_local_runtime import now_ms, table_name, wait_until
 
 from punctual.client import Client
 from punctual.demo import read_fires
 from punctual.keys import from_ms, next_tick
 from punctual.local.stack import LocalStack, StackConfig
 from punctual.model import LogAction, TaskStatus
+from support import now_ms, wait_until
 
 POLL_INTERVAL_S = 60
 
 
 @pytest.mark.timeout(180)
-def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(tmp_path: Path) -> None:
+def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
+    tmp_path: Path, fresh_table_name: str
+) -> None:
     # Given the local stack polling once a minute, and at least 25 s before its next poll
     config = StackConfig(home=tmp_path, port=0, poll_interval_s=POLL_INTERVAL_S, prewarm=2,
-                         settings_overrides={"table_name": table_name(), "ntp_server": None})
+                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.fast_poller is not None
         assert wait_until(lambda: len(stack.polls) >= 1, timeout=30)  # the start-up poll is over

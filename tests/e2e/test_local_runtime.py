@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from punctual.local.invoker import LocalInvoker
 from punctual.local.stack import LocalStack, StackConfig, read_state, settings_env
 from punctual.model import LogAction, TaskStatus
 from punctual.settings import Settings
+from support import interrupt, now_ms, wait_until
 
 ROOT = find_project_root()
 LOOPBACK_NTP = "127.0.0.1:9"  # discard port: the NTP probe times out locally instead of asking time.aws.com
@@ -43,23 +43,6 @@ LOOPBACK_NTP = "127.0.0.1:9"  # discard port: the NTP probe times out locally in
 def local_ntp(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the executors' cold-start NTP probe on the loopback interface (see the module docstring)."""
     monkeypatch.setenv("PUNCTUAL_NTP_SERVER", LOOPBACK_NTP)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def table_name() -> str:
-    return f"punctual-e2e-{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def statuses(client: Client, task_ids: list[str]) -> dict[str, TaskStatus | None]:
@@ -72,14 +55,14 @@ def statuses(client: Client, task_ids: list[str]) -> dict[str, TaskStatus | None
 
 # -- the demo workload ------------------------------------------------------------------------------------------
 @pytest.mark.timeout(240)
-def test_500_tasks_over_30_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path: Path) -> None:
+def test_500_tasks_over_30_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path: Path, fresh_table_name: str) -> None:
     # Given the local stack on disk, polling every 3 s
     config = StackConfig(
         home=tmp_path,
         port=0,
         in_memory=False,
         poll_interval_s=3,
-        settings_overrides={"table_name": table_name(), "ntp_server": None},
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
     )
     with LocalStack(config) as stack:
         assert stack.settings is not None
@@ -127,9 +110,11 @@ def stack_config(home: Path, table: str) -> StackConfig:
 
 
 @pytest.mark.timeout(180)
-def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(tmp_path: Path) -> None:
+def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(
+    tmp_path: Path, fresh_table_name: str
+) -> None:
     # Given a running stack with 40 tasks due in about 18 s, armed by an executor
-    table = table_name()
+    table = fresh_table_name
     prefix = f"restart-{uuid.uuid4().hex[:6]}-"
     ids = [f"{prefix}{i:03d}" for i in range(40)]
     with LocalStack(stack_config(tmp_path, table)) as stack:
@@ -175,7 +160,9 @@ def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(tmp_p
 
 
 @pytest.mark.timeout(90)
-def test_stack_settings_overrides_can_switch_the_ntp_probe_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stack_settings_overrides_can_switch_the_ntp_probe_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_table_name: str
+) -> None:
     # Given no NTP server in the environment, and a stack told to use none (no worker is started: no probe runs)
     monkeypatch.delenv("PUNCTUAL_NTP_SERVER", raising=False)
     config = StackConfig(
@@ -184,7 +171,7 @@ def test_stack_settings_overrides_can_switch_the_ntp_probe_off(tmp_path: Path, m
         in_memory=True,
         poll_interval_s=60,
         prewarm=0,
-        settings_overrides={"table_name": table_name(), "ntp_server": None},
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
     )
 
     # When it starts
@@ -199,13 +186,7 @@ def test_stack_settings_overrides_can_switch_the_ntp_probe_off(tmp_path: Path, m
 # -- the CLI --------------------------------------------------------------------------------------------------
 def _stop_cli(process: subprocess.Popen[str], home: Path) -> None:
     """After a timeout: Ctrl-C the CLI (it stops its stack), then end what it left, by pid."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGINT)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    interrupt(process)
     state = read_state(home) or {}
     for pid in [state.get("dynamodb_pid"), *state.get("worker_pids", [])]:
         if pid:

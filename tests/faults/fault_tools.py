@@ -1,5 +1,7 @@
 """What the fault scenarios share: tasks aimed at the loopback target, stand-in invokers, injected faults
-(repositories that die at a chosen step, an index that lags, a throttling store), and the verdict.
+(repositories that die at a chosen step, an index that lags, a throttling store), and the verdict. What the
+other tiers use too (``now_ms``, ``wait_until``, ``create_all``, ``repo_for``, ``run_threads``,
+``RecordingInvoker``) is in tests/support.py.
 
 Each scenario ends with :func:`judge`: the checker's verdict from the tasks as the table has them and the fires
 the loopback target saw, printed (``make faults`` shows it) and asserted: 0 lost, 0 unexplained extras.
@@ -10,88 +12,33 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
 from punctual.checker import Verdict, check, expected_from_tasks, fires_from_target
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.local.dynamodb_local import make_client
 from punctual.local.target import TargetServer
 from punctual.model import HttpAction, Task
 from punctual.repository import DynamoTaskRepository, FireRecord, IndexEntry
-from punctual.settings import Settings
+from support import RecordingInvoker, join_all, make_tasks
 
 EPSILON_MS = 1_500  # "late" / "early" tolerance: generous, timing figures are the benchmark's business
 JOIN_TIMEOUT_S = 60
-
-T = TypeVar("T")
-R = TypeVar("R", bound=DynamoTaskRepository)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 # -- tasks --------------------------------------------------------------------------------------------------
 def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
     """One task per due instant, each POSTing ``{"i": n}`` to ``url`` (the loopback target)."""
-    return [
-        Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due), action=HttpAction(url=url, timeout_s=5),
-             payload={"i": i}, misfire_grace_ms=grace_ms, **fields)
-        for i, due in enumerate(dues)
-    ]
-
-
-def create_all(repo: DynamoTaskRepository, tasks: list[Task], created_ms: int | None = None) -> None:
-    """Store the tasks (as the client does, written at ``created_ms``, by default now)."""
-    at = now_ms() if created_ms is None else created_ms
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda t: repo.create(t, at), tasks))
-    assert all(created for _, created in results)
-
-
-def repo_for(settings: Settings, cls: type[R] = DynamoTaskRepository) -> R:  # type: ignore[assignment]
-    """A repository (of class ``cls``) with a boto3 client of its own."""
-    return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
+    return make_tasks(prefix, dues, HttpAction(url=url, timeout_s=5), grace_ms, **fields)
 
 
 # -- invokers (Lambda async invoke stand-ins) -----------------------------------------------------------------
-class CollectingInvoker:
-    """Keeps every payload; the test decides when (and how often) an executor runs it."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        with self._lock:
-            self.payloads.append(payload)
-
-    def events(self) -> list[BatchEvent]:
-        return [BatchEvent.model_validate(p) for p in self.payloads]
-
-
-class DroppingInvoker(CollectingInvoker):
-    """Accepts the batch and loses it: the poller crashed right after claiming (or the event was lost)."""
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        with self._lock:
-            self.payloads.append(payload)  # kept only to count what was lost
+class DroppingInvoker(RecordingInvoker):
+    """Accepts the batch and loses it: the poller crashed right after claiming (or the event was lost). The
+    payloads are kept only to count what was lost."""
 
 
 class InlineInvoker:
@@ -118,38 +65,9 @@ class InlineInvoker:
         thread.start()
 
     def join(self, timeout: float = JOIN_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
         with self._lock:
             threads = list(self._threads)
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        assert not any(t.is_alive() for t in threads), f"executors still running after {timeout} s"
-
-
-def run_threads(targets: list[Callable[[], T]], timeout: float = JOIN_TIMEOUT_S) -> list[T]:
-    """Each target in its own thread, released together by a barrier; their results in order (a thread's
-    error is re-raised; a thread still running after ``timeout`` fails the test instead of hanging it)."""
-    barrier = threading.Barrier(len(targets))
-    results: list[Any] = [None] * len(targets)
-    errors: list[BaseException] = []
-
-    def run(i: int, target: Callable[[], T]) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = target()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i, t), daemon=True) for i, t in enumerate(targets)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), f"threads still running after {timeout} s"
-    if errors:
-        raise errors[0]
-    return results
+        join_all(threads, timeout, "executors")
 
 
 # -- injected faults ----------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from fault_tools import InlineInvoker, create_all, http_tasks, judge, now_ms, repo_for, run_threads, wait_until
+from fault_tools import InlineInvoker, http_tasks, judge
 
 from punctual.errors import TaskStateError
 from punctual.executor import Executor
@@ -18,6 +18,7 @@ from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from support import create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration
 LOST_TO_EXECUTOR = (TaskStatus.ARMED, TaskStatus.SUCCEEDED, TaskStatus.FAILED)

@@ -14,18 +14,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from fault_tools import (
-    CollectingInvoker,
-    DiesAfterArm,
-    DiesAfterFire,
-    InlineInvoker,
-    create_all,
-    http_tasks,
-    judge,
-    now_ms,
-    repo_for,
-    wait_until,
-)
+from fault_tools import DiesAfterArm, DiesAfterFire, InlineInvoker, http_tasks, judge
 
 from punctual.events import BatchEvent
 from punctual.executor import Executor
@@ -33,16 +22,17 @@ from punctual.local.target import TargetServer
 from punctual.model import Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.integration
 HAS_MISFIRE_POLICY = "misfire_policy" in Task.model_fields
 
 
 def claim_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None = None) -> BatchEvent:
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     report = Poller(repo_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
     assert report.claimed == len(tasks)
-    (event,) = invoker.events()
+    (event,) = invoker.events
     return event
 
 
@@ -78,7 +68,7 @@ def test_tasks_armed_by_an_executor_that_died_before_firing_are_recorded_missed_
     leases = lease_ends(settings, ids)
     assert leases[0] > due + tasks[0].misfire_grace_ms  # the armed lease outlives the grace
     # ... and polls run at the first lease's last ms, one ms after it, and one ms after the last lease
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     poller = Poller(repo_for(settings), invoker, settings)
     at_edge = poller.poll(leases[0])
     just_after = poller.poll(leases[0] + 1)
@@ -150,7 +140,7 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     retry = make_executor(repo_for(settings), settings).run_batch(event)
     # ... and the poll after the armed lease ends finds them
     leases = lease_ends(settings, ids)
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     after = Poller(repo_for(settings), invoker, settings).poll(leases[-1] + 1)
 
     # Then the redelivery armed nothing (they are ARMED by the dead executor, not CLAIMED) and fired nothing

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import CollectingInvoker, create_all, http_tasks, judge, now_ms, repo_for, run_threads, wait_until
+from fault_tools import http_tasks, judge
 
 from punctual.client import Client
 from punctual.keys import from_ms
@@ -22,6 +22,7 @@ from punctual.local.target import TargetServer
 from punctual.model import HttpAction, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +39,9 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     due = now_ms() + 2_500
     tasks = http_tasks(f"dup-{write_batch}", [due + 7 * (i % 5) for i in range(30)], target.url)
     create_all(repo, tasks)
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     Poller(repo, invoker, settings).poll(now_ms())
-    (event,) = invoker.events()
+    (event,) = invoker.events
     assert len(event.tasks) == len(tasks)
 
     # When two executors (two Lambda environments) get that batch at the same time

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fault_tools import CollectingInvoker, create_all, http_tasks, judge, now_ms, repo_for, wait_until
+from fault_tools import http_tasks, judge
 
 from punctual.dlq import FileDeadLetterQueue
 from punctual.executor import Executor
@@ -22,6 +22,7 @@ from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
+from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +38,11 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
     target.fail([f"{task_id}:0" for task_id in poison])
     ids = [t.task_id for t in tasks]
     create_all(repo_for(settings), tasks)
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     Poller(repo_for(settings), invoker, settings).poll(now_ms())
 
     # When the batch runs
-    for event in invoker.events():
+    for event in invoker.events:
         make_executor(repo_for(settings), settings).run_batch(event)
     finished = wait_until(lambda: all(not t.status.is_active for t in repo_for(settings).get_many(ids).values()),
                           timeout=30)
@@ -70,7 +71,7 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     create_all(repo_for(settings), tasks)
     dead_letters = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     executor = make_executor(repo_for(settings), settings, dead_letters=dead_letters)
-    poller = Poller(repo_for(settings), CollectingInvoker(), settings)
+    poller = Poller(repo_for(settings), RecordingInvoker(), settings)
 
     # When the poller and the executor run until every task has an outcome (each retry is a PENDING task
     # again, due after its backoff, which a later poll claims)
@@ -79,10 +80,10 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
 
     deadline = time.monotonic() + 60
     while not finished() and time.monotonic() < deadline:
-        invoker = CollectingInvoker()
+        invoker = RecordingInvoker()
         poller._invoker = invoker  # noqa: SLF001 - a fresh recording invoker per poll
         poller.poll(now_ms())
-        for event in invoker.events():
+        for event in invoker.events:
             executor.run_batch(event)
         time.sleep(0.2)
 

@@ -10,19 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from fault_tools import (
-    CollectingInvoker,
-    DroppingInvoker,
-    InlineInvoker,
-    LaggingIndex,
-    create_all,
-    http_tasks,
-    judge,
-    now_ms,
-    repo_for,
-    run_threads,
-    wait_until,
-)
+from fault_tools import DroppingInvoker, InlineInvoker, LaggingIndex, http_tasks, judge
 
 from punctual.executor import Executor
 from punctual.keys import bucket_start
@@ -30,13 +18,14 @@ from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers: list[CollectingInvoker]) -> None:
+def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers: list[RecordingInvoker]) -> None:
     """Run every collected batch, each on its own executor, all at once."""
-    events = [event for invoker in invokers for event in invoker.events()]
+    events = [event for invoker in invokers for event in invoker.events]
     executors = [make_executor(repo_for(settings), settings) for _ in events]
     if events:
         run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
@@ -55,7 +44,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_later_in_the_minute_fire_ea
     due = now_ms() + 5_000
     tasks = http_tasks(f"two-{write_batch}", [due + 11 * i for i in range(60)], target.url)
     create_all(repo, tasks)
-    invokers = [CollectingInvoker() for _ in range(3)]
+    invokers = [RecordingInvoker() for _ in range(3)]
     pollers = [Poller(repo_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll the same instant at once (EventBridge fired the rule twice) ...
@@ -68,7 +57,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_later_in_the_minute_fire_ea
     # Then each task was claimed by exactly one of them, the third claimed nothing
     assert sum(r.claimed for r in reports) == len(tasks)
     assert third.claimed == 0 and not invokers[2].payloads
-    batched = [t.task_id for inv in invokers for e in inv.events() for t in e.tasks]
+    batched = [t.task_id for inv in invokers for e in inv.events for t in e.tasks]
     assert sorted(batched) == sorted(t.task_id for t in tasks)
     # ... and each fired once
     judge(f"two pollers at one instant + a third in the minute ({write_batch})", repo,
@@ -92,7 +81,7 @@ def test_a_claim_whose_batch_was_never_invoked_is_recovered_when_its_lease_expir
     first = Poller(repo, DroppingInvoker(), settings).poll(t0)
     assert first.claimed == len(tasks)
     # ... a poll while the lease is live (at its last ms) leaves them alone ...
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     poller = Poller(repo_for(settings), invoker, settings)
     at_edge = poller.poll(t0 + settings.claim_lease_ms)
     # ... and a poll one ms after the lease ends recovers every one of them
@@ -127,7 +116,7 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     tasks = gap_ok + gap_tight_late + gap_tight_missed + ahead
     repo = repo_for(settings)
     create_all(repo, tasks, created_ms=t1 - 5_000)  # all written before the first poll
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     poller = Poller(repo, invoker, settings)
 
     # When the first poll runs at t1 and the next 119 s later, at t2 (= now: the executors run on the real clock)

@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import CollectingInvoker, judge, now_ms, wait_until
+from fault_tools import judge
 
 from punctual.client import Client
 from punctual.keys import from_ms
-from punctual.local.dynamodb_local import find_project_root, make_client
+from punctual.local.dynamodb_local import find_project_root
 from punctual.local.stack import read_state
 from punctual.local.target import TargetServer
 from punctual.model import HttpAction, TaskStatus
 from punctual.poller import Poller
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
+from support import RecordingInvoker, interrupt, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.e2e
 ROOT = find_project_root()
@@ -86,14 +86,7 @@ class Runtime:
 
     def stop(self) -> None:
         """Ctrl-C: a clean stop."""
-        process = self.processes[-1]
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        interrupt(self.processes[-1])
 
     def log_tail(self, chars: int = 3_000) -> str:
         return "\n".join(p.read_text(errors="replace")[-chars:] for p in sorted(self.home.glob("up-*.log")))
@@ -136,11 +129,6 @@ def client_settings(state: dict[str, Any]) -> Settings:
                     ntp_server=None)
 
 
-def repository(state: dict[str, Any]) -> DynamoTaskRepository:
-    settings = client_settings(state)
-    return DynamoTaskRepository.from_settings(make_client(settings.endpoint_url), settings)
-
-
 @pytest.mark.timeout(180)
 def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_nothing_and_doubles_nothing(
     runtime: Runtime, target: TargetServer
@@ -162,12 +150,12 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     time.sleep(max(0.0, (base + 7_000 - now_ms()) / 1000))
     runtime.kill()
     # ... (what the table held at that moment, read from the DynamoDB Local the kill left running)
-    at_kill = {task_id: t.status for task_id, t in repository(state).get_many(ids).items()}
+    at_kill = {task_id: t.status for task_id, t in repo_for(client_settings(state)).get_many(ids).items()}
     print(f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; "
           f"{len(target.records())} fires seen so far")
     # ... and started again on the same home
     state = runtime.start()
-    repo = repository(state)
+    repo = repo_for(client_settings(state))
 
     def settled() -> bool:
         stored = repo.get_many(ids).values()
@@ -179,7 +167,7 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
         f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
     # ... then, for tasks left ARMED by a killed executor (the crash window), the poll after their lease
     armed = [t for t in repo.get_many(ids).values() if t.status is TaskStatus.ARMED]
-    leftover = CollectingInvoker()
+    leftover = RecordingInvoker()
     if armed:
         lease_end = max(int(t.lease_until.timestamp() * 1000) for t in armed if t.lease_until is not None)
         report = Poller(repo, leftover, client_settings(state)).poll(lease_end + 1)

@@ -6,7 +6,7 @@ import socket
 from collections.abc import Callable, Iterator
 
 import pytest
-from fault_tools import CollectingInvoker, Throttle, create_all, http_tasks, judge, now_ms, repo_for, run_threads
+from fault_tools import Throttle, http_tasks, judge
 
 from punctual.clock import OffsetProbe, measure_offset
 from punctual.executor import Executor
@@ -16,6 +16,7 @@ from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
+from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads
 
 pytestmark = pytest.mark.integration
 
@@ -40,10 +41,10 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     due = now_ms() + 5_000
     tasks = http_tasks(f"throttle-{write_batch}", [due + 20 * i for i in range(24)], target.url)
     create_all(repo_for(settings), tasks)
-    invokers = [CollectingInvoker(), CollectingInvoker()]
+    invokers = [RecordingInvoker(), RecordingInvoker()]
     at = now_ms()
     run_threads([lambda inv=inv: Poller(throttled(), inv, settings).poll(at) for inv in invokers])
-    events = [e for inv in invokers for e in inv.events()]
+    events = [e for inv in invokers for e in inv.events]
     executors = [make_executor(throttled(), settings) for _ in events]
     reports = run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
     print(f"\ninjected throttling errors by operation: {throttle.injected} ({throttle.sent} requests sent)")
@@ -81,9 +82,9 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     tasks = http_tasks("ntp", [due + 10 * i for i in range(20)], target.url)
     ids = [t.task_id for t in tasks]
     create_all(repo_for(settings), tasks)
-    invoker = CollectingInvoker()
+    invoker = RecordingInvoker()
     Poller(repo_for(settings), invoker, settings).poll(now_ms())
-    (event,) = invoker.events()
+    (event,) = invoker.events
 
     # When the batch runs
     report = executor.run_batch(event)

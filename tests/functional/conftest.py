@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from punctual.clock import OffsetProbe, SystemClock
+from punctual.executor import Executor
 from punctual.keys import from_ms
 from punctual.model import LogAction, Task
 from punctual.repository import DynamoTaskRepository
 from punctual.schema import ensure_table
 from punctual.settings import Settings
+from support import FIXED_NOW_MS
 
 TABLE = "punctual-tasks-test"
 SHARDS = 4
-# A fixed "now" for the tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
-NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ class TaskFactory:
         fields.setdefault("payload", {"n": self._n})
         return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
 
-    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = NOW_MS, **fields: Any) -> Task:
+    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = FIXED_NOW_MS, **fields: Any) -> Task:
         stored, created = self.repo.create(self.build(due_ms, task_id, **fields), now_ms)
         assert created
         return stored
@@ -79,4 +79,10 @@ def read_raw(dynamodb: Any) -> Any:
 @pytest.fixture
 def now_ms() -> int:
     """The fixed "now" of tests that pass explicit times (20 s into a minute, in 2030)."""
-    return NOW_MS
+    return FIXED_NOW_MS
+
+
+@pytest.fixture
+def executor(repo: DynamoTaskRepository, settings: Settings) -> Executor:
+    """An executor on the real clock, its NTP probe off."""
+    return Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5))

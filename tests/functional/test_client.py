@@ -12,29 +12,16 @@ from punctual.keys import from_ms
 from punctual.model import HttpAction, LogAction, TaskStatus
 from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
-
-
-class StoppedClock:
-    def __init__(self, wall_ms: int) -> None:
-        self.now_ms = wall_ms
-
-    def wall_ms(self) -> float:
-        return float(self.now_ms)
-
-    def monotonic(self) -> float:
-        return self.now_ms / 1000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.now_ms += int(seconds * 1000)
+from support import FakeClock
 
 
 @pytest.fixture
-def clock(now_ms: int) -> StoppedClock:
-    return StoppedClock(now_ms)
+def clock(now_ms: int) -> FakeClock:
+    return FakeClock(wall_ms=now_ms)
 
 
 @pytest.fixture
-def client(dynamodb: Any, settings: Settings, clock: StoppedClock) -> Client:
+def client(dynamodb: Any, settings: Settings, clock: FakeClock) -> Client:
     return Client(settings, dynamodb=dynamodb, clock=clock)
 
 
@@ -60,7 +47,7 @@ def test_invalid_task_is_not_stored(client: Client, repo: DynamoTaskRepository, 
     assert repo.get("too-late") is None
 
 
-def test_cancel_and_reschedule(client: Client, clock: StoppedClock, now_ms: int) -> None:
+def test_cancel_and_reschedule(client: Client, clock: FakeClock, now_ms: int) -> None:
     # Given two scheduled tasks
     client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="a")
     client.schedule(from_ms(now_ms + 120_000), LogAction(), task_id="b")

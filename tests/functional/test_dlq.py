@@ -3,9 +3,7 @@ record, the REDRIVE write, and ``punctual redrive`` in-process."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,45 +14,22 @@ import pytest
 from punctual.cli import main
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue
-from punctual.events import BatchEvent
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
 from punctual.model import HttpAction, Task, TaskStatus
-from punctual.poller import Poller
-from punctual.repository import Candidate, DynamoTaskRepository, FireRecord
+from punctual.repository import DynamoTaskRepository, FireRecord
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
+from support import StubTarget, candidate_of, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
 
 
-class RecordingInvoker:
-    def __init__(self) -> None:
-        self.events: list[BatchEvent] = []
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        self.events.append(BatchEvent.model_validate(payload))
-
-
-class _Fail(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(500)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        pass
-
-
 @pytest.fixture
 def failing_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Fail)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+    """The URL of a target that answers every POST with 500."""
+    with serving(StubTarget()) as target:
+        yield target.url()
 
 
 @pytest.fixture
@@ -67,20 +42,13 @@ def queue_url(sqs: Any) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 
-def stored(repo: DynamoTaskRepository, task_id: str) -> Task:
-    task = repo.get(task_id)
-    assert task is not None
-    return task
-
-
 def make_failed(repo: DynamoTaskRepository, tasks: Any, task_id: str, now_ms: int) -> Task:
     """A task that went through claim and arm and was recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
-    assert repo.claim(Candidate(task_id, task.due_ms, TaskStatus.PENDING, None, task.misfire_grace_ms), "b", "p",
-                      now_ms, 30_000)
+    assert repo.claim(candidate_of(task), "b", "p", now_ms, 30_000)
     assert repo.arm(task_id, "b", "x", now_ms + 200_000) is not None
     assert repo.record("x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom"))
-    return stored(repo, task_id)
+    return read_task(repo, task_id)
 
 
 # -- the queues ----------------------------------------------------------------------------------------------
@@ -130,18 +98,6 @@ def test_the_queue_is_sqs_when_a_url_is_set_else_the_file(tmp_path: Path, sqs: A
 
 
 # -- the executor --------------------------------------------------------------------------------------------
-def run_until_done(repo: DynamoTaskRepository, settings: Settings, executor: Executor, task_id: str) -> list[Any]:
-    clock = SystemClock()
-    reports = []
-    for _ in range(4):
-        invoker = RecordingInvoker()
-        Poller(repo, invoker, settings).poll(int(clock.wall_ms()))
-        reports.extend(executor.run_batch(event) for event in invoker.events)
-        if not stored(repo, task_id).status.is_active:
-            break
-    return reports
-
-
 def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
     repo: DynamoTaskRepository, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
 ) -> None:
@@ -154,7 +110,7 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
     # When it runs until finished
     reports = run_until_done(repo, settings, executor, task.task_id)
     # Then it is FAILED and exactly one dead letter was sent, after the last attempt, saying why
-    assert stored(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
     assert [r.dead_lettered for r in reports] == [0, 1]
     (letter,) = queue.receive()
     assert (letter.task_id, letter.occurrence, letter.attempt) == ("poison", 0, 2)
@@ -175,7 +131,7 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
     # When the task fails / Then the batch completes, the task is FAILED (redrive --all finds it in the table)
     (report,) = run_until_done(repo, settings, executor, task.task_id)
     assert (report.failed, report.dead_lettered) == (1, 0)
-    assert stored(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
 
 
 # -- the REDRIVE write ---------------------------------------------------------------------------------------
@@ -191,15 +147,15 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
     assert repo.redrive_many(["f1", "p1", "nope"], later) == [True, False, False]
     # Then the FAILED one is PENDING, due now, attempts afresh, back in the due index, flagged for the fast path,
     # with no TTL; the others are untouched
-    back, raw = stored(repo, "f1"), read_raw("f1")
+    back, raw = read_task(repo, "f1"), read_raw("f1")
     assert back.status is TaskStatus.PENDING and back.due_ms == later and back.attempt == 0
     assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", repo.shard_count))
     assert raw["fast_path"] == {"N": "1"}
     assert "expires_at" not in raw and back.finished_at is None and back.armed_by is None
-    assert stored(repo, "p1") == pending.model_copy(update={"created_at": stored(repo, "p1").created_at})
+    assert read_task(repo, "p1") == pending.model_copy(update={"created_at": read_task(repo, "p1").created_at})
     # And a second redrive is a no-op
     assert repo.redrive_many(["f1"], later + 1) == [False]
-    assert stored(repo, "f1").due_ms == later
+    assert read_task(repo, "f1").due_ms == later
 
 
 # -- punctual redrive ----------------------------------------------------------------------------------------
@@ -225,7 +181,7 @@ def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
     # When `punctual redrive --all` runs
     assert main(["--home", str(local_home), "redrive", "--all"]) == 0
     # Then all three are PENDING, the queue is empty, and the counts are printed
-    assert {stored(repo, t).status for t in "abc"} == {TaskStatus.PENDING}
+    assert {read_task(repo, t).status for t in "abc"} == {TaskStatus.PENDING}
     assert queue.receive() == []
     out = capsys.readouterr().out
     assert "redrive: 3 task(s) redriven, 0 unchanged; 2 dead letter(s) removed" in out
@@ -234,7 +190,7 @@ def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
     out = capsys.readouterr().out
     assert "a: PENDING, not FAILED: nothing to do" in out
     assert "redrive: 0 task(s) redriven, 1 unchanged; 0 dead letter(s) removed" in out
-    assert stored(repo, "a").status is TaskStatus.PENDING
+    assert read_task(repo, "a").status is TaskStatus.PENDING
 
 
 def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
@@ -248,8 +204,8 @@ def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
     # When only a and s are named
     assert main(["--home", str(local_home), "redrive", "a", "s"]) == 0
     # Then a is redriven, s left as it is, and only b's letter remains
-    assert stored(repo, "a").status is TaskStatus.PENDING
-    assert stored(repo, "b").status is TaskStatus.FAILED
+    assert read_task(repo, "a").status is TaskStatus.PENDING
+    assert read_task(repo, "b").status is TaskStatus.FAILED
     assert [m.task_id for m in queue.receive()] == ["b"]
     assert "redrive: 1 task(s) redriven, 1 unchanged; 2 dead letter(s) removed" in capsys.readouterr().out
 
@@ -268,8 +224,8 @@ def test_cli_redrive_on_sqs(
     # When `punctual redrive a --aws` runs
     assert main(["--home", str(tmp_path), "redrive", "a", "--aws"]) == 0
     # Then a is PENDING and its message deleted; b's message is back in the queue, b still FAILED
-    assert stored(repo, "a").status is TaskStatus.PENDING
-    assert stored(repo, "b").status is TaskStatus.FAILED
+    assert read_task(repo, "a").status is TaskStatus.PENDING
+    assert read_task(repo, "b").status is TaskStatus.FAILED
     assert [m.task_id for m in queue.receive()] == ["b"]
     assert "redrive: 1 task(s) redriven, 0 unchanged; 1 dead letter(s) removed" in capsys.readouterr().out
 

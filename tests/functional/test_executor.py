@@ -6,30 +6,22 @@ how late a fire is (that is a benchmark's figure); only that outcomes, counts an
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
-import time
 from collections.abc import Iterator
+from email.message import Message
 from typing import Any
 
 import pytest
 
-from punctual.clock import ClockOffset, OffsetProbe, SystemClock
+from punctual.clock import ClockOffset, SystemClock
 from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.model import HttpAction, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
-
-
-class RecordingInvoker:
-    def __init__(self) -> None:
-        self.events: list[BatchEvent] = []
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        self.events.append(BatchEvent.model_validate(payload))
+from support import RecordingInvoker, StubTarget, read_task, serving, wait_until
 
 
 class FixedOffset:
@@ -42,53 +34,28 @@ class FixedOffset:
         return self._offset
 
 
-class Target(http.server.ThreadingHTTPServer):
+class Target(StubTarget):
     """A local HTTP target: ``/ok`` answers 200, ``/fail`` answers 500; every request is kept."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _TargetHandler)
 
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
-
-
-class _TargetHandler(http.server.BaseHTTPRequestHandler):
-    server: Target
-
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        with self.server.lock:
-            self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        status = 200 if self.path == "/ok" else 500
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        pass
+    def answer(self, path: str, headers: Message, body: bytes) -> int:
+        with self.lock:
+            self.requests.append({"path": path, "headers": dict(headers), "body": body})
+        return 200 if path == "/ok" else 500
 
 
 @pytest.fixture
 def target() -> Iterator[Target]:
-    server = Target()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(Target()) as server:
+        yield server
 
 
 @pytest.fixture
 def clock() -> SystemClock:
     return SystemClock()
-
-
-@pytest.fixture
-def executor(repo: DynamoTaskRepository, settings: Settings, clock: SystemClock) -> Executor:
-    return Executor(repo, settings, clock, OffsetProbe(None, 0.5))
 
 
 def claim_batch(repo: DynamoTaskRepository, settings: Settings, now_ms: int) -> BatchEvent:
@@ -97,12 +64,6 @@ def claim_batch(repo: DynamoTaskRepository, settings: Settings, now_ms: int) -> 
     Poller(repo, invoker, settings).poll(now_ms)
     assert len(invoker.events) == 1
     return invoker.events[0]
-
-
-def stored(repo: DynamoTaskRepository, task_id: str) -> Task:
-    task = repo.get(task_id)
-    assert task is not None
-    return task
 
 
 def test_a_batch_fires_every_task_and_records_it(
@@ -120,7 +81,7 @@ def test_a_batch_fires_every_task_and_records_it(
     assert len(report.drift_ms) == 5
     assert report.clock_offset_ms is None
     for task in created:
-        done = stored(repo, task.task_id)
+        done = read_task(repo, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
         assert done.fired_at is not None and done.finished_at is not None
         assert done.drift_ms is not None
@@ -145,7 +106,7 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     report = executor.run_batch(claim_batch(repo, settings, now))
     # Then the corrected drift is the raw drift plus the offset
     assert report.clock_offset_ms == 2.5
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     assert done.drift_ms is not None and done.drift_corrected_ms is not None
     assert done.drift_corrected_ms == pytest.approx(done.drift_ms + 2.5, abs=0.002)
 
@@ -183,10 +144,10 @@ def test_a_task_cancelled_after_its_claim_is_not_fired(
     report = executor.run_batch(event)
     # Then the cancelled task loses at arm and never fires; the other fires
     assert (report.armed, report.lost_arm, report.fired) == (1, 1, 1)
-    gone = stored(repo, cancelled.task_id)
+    gone = read_task(repo, cancelled.task_id)
     assert gone.status is TaskStatus.CANCELLED
     assert gone.fired_at is None
-    assert stored(repo, kept.task_id).status is TaskStatus.SUCCEEDED
+    assert read_task(repo, kept.task_id).status is TaskStatus.SUCCEEDED
 
 
 def test_http_500_is_recorded_failed_with_detail(
@@ -204,7 +165,7 @@ def test_http_500_is_recorded_failed_with_detail(
     report = executor.run_batch(claim_batch(repo, settings, now))
     # Then it is FAILED, and the detail says why
     assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     assert done.status is TaskStatus.FAILED
     assert done.detail is not None and "HTTP 500" in done.detail
     assert done.fired_at is not None
@@ -232,7 +193,7 @@ def test_http_200_receives_the_idempotency_key(
     report = executor.run_batch(claim_batch(repo, settings, now))
     # Then the target got one POST with the payload, the idempotency key and the task's headers
     assert report.succeeded == 1
-    assert stored(repo, task.task_id).status is TaskStatus.SUCCEEDED
+    assert read_task(repo, task.task_id).status is TaskStatus.SUCCEEDED
     assert len(target.requests) == 1
     request = target.requests[0]
     assert request["path"] == "/ok"
@@ -258,7 +219,7 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     report = executor.run_batch(event)
     # Then it is not fired but recorded MISSED, with the reason
     assert (report.armed, report.fired, report.missed) == (1, 0, 1)
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     assert done.status is TaskStatus.MISSED
     assert done.fired_at is None
     assert done.detail is not None and "past its grace of 0 ms" in done.detail
@@ -280,9 +241,7 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     reports = []
     runner = threading.Thread(target=lambda: reports.append(executor.run_batch(event)))
     runner.start()
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(stored(repo, t.task_id).status is not TaskStatus.ARMED for t in created):
-        time.sleep(0.02)
+    wait_until(lambda: all(read_task(repo, t.task_id).status is TaskStatus.ARMED for t in created), 2.0, 0.02)
     # When the executor is asked to stop (SIGTERM in the local runtime)
     executor.request_stop()
     runner.join(timeout=10)
@@ -292,7 +251,7 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     assert (report.armed, report.fired, report.released) == (3, 0, 3)
     assert int(clock.wall_ms()) < now + 3_000
     for task in created:
-        back = stored(repo, task.task_id)
+        back = read_task(repo, task.task_id)
         assert back.status is TaskStatus.PENDING
         assert back.fired_at is None and back.armed_by is None
     # And the next poll finds and claims them again

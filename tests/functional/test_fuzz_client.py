@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import string
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,35 +27,30 @@ from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.keys import from_ms, to_ms
 from punctual.model import HttpAction, LogAction, Task, TaskStatus, canonical_json, known_action_kinds
 from punctual.settings import Settings
+from support import (
+    FIXED_NOW_MS,
+    FakeClock,
+    Opaque,
+    clean_text,
+    json_payloads,
+    path_segments,
+    reorder_keys,
+    task_ids,
+    zones,
+)
 
 fuzz = fuzz_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 DAY_MS = 86_400_000
 
 
-class StoppedClock:
-    """A wall clock that stays at the functional tier's fixed "now"."""
-
-    def __init__(self, wall_ms: int) -> None:
-        self.now_ms = wall_ms
-
-    def wall_ms(self) -> float:
-        return float(self.now_ms)
-
-    def monotonic(self) -> float:
-        return self.now_ms / 1000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.now_ms += int(seconds * 1000)
-
-
 @pytest.fixture
 def client(dynamodb: Any, settings: Settings, now_ms: int) -> Client:
-    # The strategies below are built at import time from this module's copies of "now" and the limits.
+    # The strategies below are built at import time from NOW_MS and the default limits; the fixtures must agree.
     assert now_ms == NOW_MS
     assert (settings.max_horizon_days, settings.max_payload_bytes) == (DEFAULTS.max_horizon_days, MAX_PAYLOAD)
     assert settings.default_misfire_grace_ms == DEFAULTS.default_misfire_grace_ms
-    return Client(settings, dynamodb=dynamodb, clock=StoppedClock(now_ms))
+    return Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
 
 
 def stored_count(dynamodb: Any, settings: Settings) -> int:
@@ -72,33 +67,17 @@ def empty_table(dynamodb: Any, settings: Settings) -> None:
 
 
 # -- strategies --------------------------------------------------------------------------------------------
-# NOW is the functional tier's fixed "now" (tests/functional/conftest.py); the settings there keep the
-# default horizon (366 days), payload limit (256 KiB) and misfire grace (60 s).
-NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
+# NOW_MS is the functional tier's fixed "now" (its conftest's now_ms); the settings there keep the default
+# horizon (366 days), payload limit (256 KiB) and misfire grace (60 s). Zones, task ids, clean text, JSON
+# payloads and path segments are tests/support.py's, shared with tests/unit/test_fuzz_model.py.
+NOW_MS = FIXED_NOW_MS
 DEFAULTS = Settings()
 HORIZON_MS = DEFAULTS.max_horizon_days * DAY_MS
 MAX_PAYLOAD = DEFAULTS.max_payload_bytes
 
-zones = (
-    st.just(UTC)
-    | st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map(lambda m: timezone(timedelta(minutes=m)))
-    | st.timezones()
-)
-task_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
-json_payloads = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | clean_text,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(clean_text, children, max_size=4),
-    max_leaves=20,
-)
 hosts = st.from_regex(r"\A[a-z0-9](?:[a-z0-9-]{0,10}[a-z0-9])?\Z").map(
     lambda label: f"{label}.example"
 ) | st.ip_addresses(v=4).map(str)
-path_segments = st.text(string.ascii_letters + string.digits + "-._~", min_size=1, max_size=8)
 http_urls = st.builds(
     lambda scheme, host, path: f"{scheme}://{host}/{'/'.join(path)}",
     st.sampled_from(["http", "https"]),
@@ -144,11 +123,6 @@ def good_inputs(draw: st.DrawFn) -> dict[str, Any]:
         "payload": draw(json_payloads),
         "misfire_grace": grace,
     }
-
-
-class Opaque:
-    def __repr__(self) -> str:
-        return "Opaque()"
 
 
 not_json = (
@@ -330,14 +304,6 @@ def test_a_scheduled_task_reads_back_equal(
 
 
 # -- idempotency -------------------------------------------------------------------------------------------------
-def reorder_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: reorder_keys(value[k]) for k in reversed(list(value))}
-    if isinstance(value, list):
-        return [reorder_keys(v) for v in value]
-    return value
-
-
 @fuzz
 @given(good_inputs(), zones, st.integers(0, 999), st.booleans())
 def test_the_same_id_with_equal_content_returns_the_stored_task(

@@ -33,6 +33,7 @@ from punctual import metrics as names
 from punctual.local.worker import load_handler_module
 from punctual.runtime import build_poller
 from punctual.settings import Settings
+from support import RecordingInvoker
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ACCOUNT = "123456789012"
@@ -71,16 +72,6 @@ def scheduled_event() -> dict[str, Any]:
         "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/punctual-PollerFunctionEveryMinute-1A2B3C4D5E6F"],
         "detail": {},
     }
-
-
-class RecordingInvoker:
-    """Stands in for Lambda async invoke: keeps each payload exactly as the poller passed it."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        self.payloads.append(payload)
 
 
 @dataclass

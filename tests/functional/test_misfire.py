@@ -17,24 +17,7 @@ from punctual.model import LogAction, Task, TaskStatus, misfire_decision
 from punctual.poller import Poller
 from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
-
-
-class RecordingInvoker:
-    def __init__(self) -> None:
-        self.events: list[BatchEvent] = []
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        self.events.append(BatchEvent.model_validate(payload))
-
-    @property
-    def task_ids(self) -> list[str]:
-        return sorted(t.task_id for e in self.events for t in e.tasks)
-
-
-def stored(repo: DynamoTaskRepository, task_id: str) -> Task:
-    task = repo.get(task_id)
-    assert task is not None
-    return task
+from support import FakeClock, RecordingInvoker, read_task
 
 
 @pytest.mark.parametrize(
@@ -61,8 +44,8 @@ def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
     late = tasks.create(now_ms + 5_000, "late", misfire_policy="fire_late")
     # Then both are stored with their policy, and read back with it
     assert read_raw(default.task_id)["misfire_policy"] == {"S": "skip"}
-    assert stored(repo, late.task_id).misfire_policy == "fire_late"
-    assert stored(repo, default.task_id).misfire_policy == "skip"
+    assert read_task(repo, late.task_id).misfire_policy == "fire_late"
+    assert read_task(repo, default.task_id).misfire_policy == "skip"
     # And the policy is part of the task's content: same id, other policy is a conflict, but the default
     # leaves the hash of a task stored before the policy existed unchanged
     assert default.content_hash() != default.model_copy(update={"misfire_policy": "fire_late"}).content_hash()
@@ -80,7 +63,7 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
     # When it is read, and found as a candidate
     found = repo.candidates([task.task_id])
     # Then it is a "skip" task
-    assert stored(repo, "old").misfire_policy == "skip"
+    assert read_task(repo, "old").misfire_policy == "skip"
     assert found[0].misfire_policy == "skip"
 
 
@@ -101,11 +84,11 @@ def test_poller_applies_the_policy_one_ms_past_the_grace(
     if policy == "skip":
         assert (report.claimed, report.missed) == (1, 1)
         assert invoker.task_ids == [at_edge.task_id]
-        assert stored(repo, beyond.task_id).status is TaskStatus.MISSED
+        assert read_task(repo, beyond.task_id).status is TaskStatus.MISSED
     else:
         assert (report.claimed, report.missed) == (2, 0)
-        assert invoker.task_ids == sorted([at_edge.task_id, beyond.task_id])
-        assert stored(repo, beyond.task_id).status is TaskStatus.CLAIMED
+        assert sorted(invoker.task_ids) == sorted([at_edge.task_id, beyond.task_id])
+        assert read_task(repo, beyond.task_id).status is TaskStatus.CLAIMED
         assert {t.misfire_policy for e in invoker.events for t in e.tasks} == {"fire_late"}
 
 
@@ -139,7 +122,7 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
                                                                misfire_policy=policy)])
     # When the executor runs it
     report = executor.run_batch(event)
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     if policy == "skip":
         # Then (skip) it is not fired but recorded MISSED
         assert (report.fired, report.missed, report.late) == (0, 1, 0)
@@ -156,11 +139,7 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
     dynamodb: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a client
-    class Stopped:
-        def wall_ms(self) -> float:
-            return float(now_ms)
-
-    client = Client(settings, dynamodb=dynamodb, clock=Stopped())  # type: ignore[arg-type]
+    client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
     from punctual.errors import InvalidTaskError
     from punctual.keys import from_ms
 

@@ -6,33 +6,12 @@ from typing import Any
 
 import pytest
 
-from punctual.events import BatchEvent
 from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.model import TaskStatus
 from punctual.poller import Poller, make_batches
 from punctual.repository import Candidate, DynamoTaskRepository
 from punctual.settings import Settings
-
-
-class RecordingInvoker:
-    """Stands in for Lambda async invoke: keeps each payload; raises while ``failing`` is set."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        self.failing = False
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        if self.failing:
-            raise RuntimeError("throttled")
-        self.payloads.append(payload)
-
-    @property
-    def events(self) -> list[BatchEvent]:
-        return [BatchEvent.model_validate(p) for p in self.payloads]
-
-    @property
-    def task_ids(self) -> list[str]:
-        return [t.task_id for e in self.events for t in e.tasks]
+from support import RecordingInvoker, read_task
 
 
 @pytest.fixture
@@ -43,12 +22,6 @@ def invoker() -> RecordingInvoker:
 @pytest.fixture
 def poller(repo: DynamoTaskRepository, invoker: RecordingInvoker, settings: Settings) -> Poller:
     return Poller(repo, invoker, settings, poller_id="poller-test")
-
-
-def status_of(repo: DynamoTaskRepository, task_id: str) -> TaskStatus:
-    task = repo.get(task_id)
-    assert task is not None
-    return task.status
 
 
 def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
@@ -88,8 +61,8 @@ def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
     assert report.window_end_ms == now_ms + lead
     assert report.queries == report.buckets * settings.shard_count
     assert sorted(invoker.task_ids) == sorted(inside)
-    assert all(status_of(repo, t) is TaskStatus.CLAIMED for t in inside)
-    assert all(status_of(repo, t) is TaskStatus.PENDING for t in outside)
+    assert all(read_task(repo, t).status is TaskStatus.CLAIMED for t in inside)
+    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in outside)
 
 
 def test_batch_payloads_validate_and_match_the_claims(
@@ -151,7 +124,7 @@ def test_overdue_within_grace_is_claimed_and_beyond_grace_is_missed(
     assert report.claimed == 1
     assert report.missed == 1
     assert invoker.task_ids == [at_edge.task_id]
-    assert status_of(repo, at_edge.task_id) is TaskStatus.CLAIMED
+    assert read_task(repo, at_edge.task_id).status is TaskStatus.CLAIMED
     missed = repo.get(beyond.task_id)
     assert missed is not None
     assert missed.status is TaskStatus.MISSED
@@ -210,7 +183,7 @@ def test_expired_armed_lease_is_recovered(
     assert poller.poll(armed_until).claimed == 0
     report = poller.poll(armed_until + 1)
     assert (report.claimed, report.recovered) == (1, 1)
-    assert status_of(repo, task.task_id) is TaskStatus.CLAIMED
+    assert read_task(repo, task.task_id).status is TaskStatus.CLAIMED
 
 
 def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
@@ -230,7 +203,7 @@ def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
     assert report.invoke_failures == 1
     assert report.batches == 0
     assert report.claimed == 3
-    assert all(status_of(repo, t) is TaskStatus.CLAIMED for t in created)
+    assert all(read_task(repo, t).status is TaskStatus.CLAIMED for t in created)
     # And once the invoker works again, the tasks are claimed again only after their lease expires
     invoker.failing = False
     assert poller.poll(now_ms + settings.claim_lease_ms).claimed == 0
@@ -284,7 +257,7 @@ def test_first_poll_without_watermark_reaches_the_oldest_active_task(
     report = poller.poll(now_ms)
     # Then it reaches back to that bucket and claims the task
     assert report.claimed == 1
-    assert status_of(repo, task.task_id) is TaskStatus.CLAIMED
+    assert read_task(repo, task.task_id).status is TaskStatus.CLAIMED
     assert report.buckets >= 30
 
 
@@ -303,8 +276,8 @@ def test_task_from_an_old_watermark_era_is_still_found(
     assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
     assert report.candidates == 2
     assert invoker.task_ids == [claimable.task_id]
-    assert status_of(repo, claimable.task_id) is TaskStatus.CLAIMED
-    assert status_of(repo, too_late.task_id) is TaskStatus.MISSED
+    assert read_task(repo, claimable.task_id).status is TaskStatus.CLAIMED
+    assert read_task(repo, too_late.task_id).status is TaskStatus.MISSED
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(

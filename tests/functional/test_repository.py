@@ -8,18 +8,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
 
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
 from punctual.model import LogAction, Task, TaskStatus
-from punctual.repository import Candidate, DynamoTaskRepository, FireRecord, item_to_task
+from punctual.repository import DynamoTaskRepository, FireRecord, item_to_task
+from support import candidate_of, json_payloads
 
 LEASE_MS = 30_000
-
-
-def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:
-    return Candidate(task.task_id, task.due_ms, status, lease_until_ms, task.misfire_grace_ms)
 
 
 def due_ids(repo: DynamoTaskRepository, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
@@ -573,20 +569,8 @@ def test_scan_filters_by_status_and_due_range(repo: DynamoTaskRepository, tasks:
 
 
 # -- payload round trip through the store -------------------------------------------------------------------
-json_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | json_text,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(json_text, children, max_size=4),
-    max_leaves=20,
-)
-
-
 @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(payload=json_values)
+@given(payload=json_payloads)
 def test_any_json_payload_round_trips_through_the_table(
     repo: DynamoTaskRepository, dynamodb: Any, now_ms: int, payload: Any
 ) -> None:

@@ -3,91 +3,52 @@ HTTP action again per its policy until it succeeds or the attempts / the age run
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
+from email.message import Message
 from typing import Any
 
 import pytest
 
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.events import BatchEvent
+from punctual.clock import SystemClock
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
 from punctual.model import HttpAction, Task, TaskStatus
-from punctual.poller import Poller
 from punctual.repository import Candidate, DynamoTaskRepository, FireRecord
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
+from support import StubTarget, candidate_of, read_task, run_until_done, serving
 
 
-class RecordingInvoker:
-    def __init__(self) -> None:
-        self.events: list[BatchEvent] = []
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        self.events.append(BatchEvent.model_validate(payload))
-
-
-class FlakyTarget(http.server.ThreadingHTTPServer):
+class FlakyTarget(StubTarget):
     """Answers 500 to the first ``failures`` POSTs, then 200; keeps each request's idempotency key."""
 
     def __init__(self, failures: int) -> None:
+        super().__init__()
         self.failures = failures
         self.keys: list[str] = []
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
 
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: FlakyTarget
-
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        with self.server.lock:
-            self.server.keys.append(self.headers["Idempotency-Key"])
-            status = 500 if len(self.server.keys) <= self.server.failures else 200
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        pass
-
-
-def serve(failures: int) -> Iterator[FlakyTarget]:
-    server = FlakyTarget(failures)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    def answer(self, path: str, headers: Message, body: bytes) -> int:
+        with self.lock:
+            self.keys.append(headers["Idempotency-Key"])
+            return 500 if len(self.keys) <= self.failures else 200
 
 
 @pytest.fixture
 def failing_twice() -> Iterator[FlakyTarget]:
-    yield from serve(2)
+    with serving(FlakyTarget(2)) as server:
+        yield server
 
 
 @pytest.fixture
 def always_failing() -> Iterator[FlakyTarget]:
-    yield from serve(10**6)
-
-
-def stored(repo: DynamoTaskRepository, task_id: str) -> Task:
-    task = repo.get(task_id)
-    assert task is not None
-    return task
+    with serving(FlakyTarget(10**6)) as server:
+        yield server
 
 
 def armed_task(repo: DynamoTaskRepository, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, claimed and armed by ``exec-1``."""
     task = tasks.create(now_ms + 10_000, **fields)
-    candidate = Candidate(task.task_id, task.due_ms, TaskStatus.PENDING, None, task.misfire_grace_ms)
-    assert repo.claim(candidate, "b1", "p1", now_ms, 30_000)
+    assert repo.claim(candidate_of(task), "b1", "p1", now_ms, 30_000)
     assert repo.arm(task.task_id, "b1", "exec-1", now_ms + 200_000) is not None
     return task
 
@@ -104,7 +65,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert repo.record_many("exec-1", [retry]) == [True]
     # Then the task is PENDING, due at the next try, back in the due index under that instant's bucket,
     # flagged for the fast path, with its first due, attempt and last error kept, and no lease
-    back = stored(repo, task.task_id)
+    back = read_task(repo, task.task_id)
     raw = read_raw(task.task_id)
     assert back.status is TaskStatus.PENDING
     assert back.due_ms == failed_at + 700
@@ -118,7 +79,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     # And the next claim makes it attempt 2, its first due still the original one
     again = Candidate(task.task_id, back.due_ms, TaskStatus.PENDING, None, task.misfire_grace_ms)
     assert repo.claim(again, "b2", "p1", failed_at + 700, 30_000)
-    claimed = stored(repo, task.task_id)
+    claimed = read_task(repo, task.task_id)
     assert claimed.attempt == 2 and claimed.first_due_at == task.due_at
 
 
@@ -136,7 +97,7 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskRepository, tasks: A
                         retry_due_ms=now_ms + 12_000, first_due_ms=now_ms + 11_000)
     assert repo.record("exec-2", second)
     # Then the first due written by the first retry stands
-    assert stored(repo, task.task_id).first_due_at == task.due_at
+    assert read_task(repo, task.task_id).first_due_at == task.due_at
 
 
 def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
@@ -147,7 +108,7 @@ def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskRepository
     # When another executor tries to write the retry
     # Then the condition refuses it and the task stays ARMED by exec-1
     assert repo.record_many("exec-2", [record]) == [False]
-    assert stored(repo, task.task_id).status is TaskStatus.ARMED
+    assert read_task(repo, task.task_id).status is TaskStatus.ARMED
 
 
 def test_a_retry_write_repeated_by_botocore_counts_as_done(
@@ -166,82 +127,67 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(
     assert not repo.record("exec-1", other)
 
 
-def run_until_done(repo: DynamoTaskRepository, settings: Settings, task_id: str, rounds: int) -> list[Any]:
-    """Poll and run each batch, like the poller and the executors do, until the task is finished."""
-    clock = SystemClock()
-    executor = Executor(repo, settings, clock, OffsetProbe(None, 0.5))
-    reports = []
-    for _ in range(rounds):
-        invoker = RecordingInvoker()
-        Poller(repo, invoker, settings).poll(int(clock.wall_ms()))
-        for event in invoker.events:
-            reports.append(executor.run_batch(event))
-        if not stored(repo, task_id).status.is_active:
-            break
-    return reports
-
-
 def test_a_failing_action_is_retried_until_it_succeeds(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, failing_twice: FlakyTarget
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, failing_twice: FlakyTarget
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
     task = tasks.create(now + 300, "flaky", now_ms=now, action=HttpAction(url=failing_twice.url(), timeout_s=5),
                         retry=RetryPolicy(max_attempts=5, backoff_ms=50, max_backoff_ms=50))
     # When the poller and the executor run until it is finished
-    reports = run_until_done(repo, settings, task.task_id, rounds=6)
+    reports = run_until_done(repo, settings, executor, task.task_id, rounds=6)
     # Then it fired three times with the same idempotency key (same occurrence), and succeeded on attempt 3
     assert failing_twice.keys == ["flaky:0"] * 3
     assert [r.retried for r in reports] == [1, 1, 0]
     assert sum(r.fired for r in reports) == 3
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     assert done.status is TaskStatus.SUCCEEDED
     assert done.attempt == 3
     assert done.first_due_at == task.due_at
 
 
 def test_the_last_attempt_leaves_the_task_failed(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
     task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5),
                         retry=RetryPolicy(max_attempts=2, backoff_ms=20))
     # When the poller and the executor run until it is finished
-    reports = run_until_done(repo, settings, task.task_id, rounds=4)
+    reports = run_until_done(repo, settings, executor, task.task_id, rounds=4)
     # Then it fired twice and is FAILED, saying its attempts are spent
     assert always_failing.keys == ["poison:0"] * 2
     assert [(r.retried, r.failed) for r in reports] == [(1, 0), (0, 1)]
-    done = stored(repo, task.task_id)
+    done = read_task(repo, task.task_id)
     assert done.status is TaskStatus.FAILED
     assert done.detail is not None and "attempt 2 of 2 failed, no retry left" in done.detail
     assert done.attempt == 2
 
 
 def test_no_retry_once_the_occurrence_is_older_than_max_age(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with attempts to spare but a maximum age of 0 ms (any failure is too late)
     now = int(SystemClock().wall_ms())
     task = tasks.create(now + 300, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5),
                         retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=0))
     # When it runs
-    reports = run_until_done(repo, settings, task.task_id, rounds=2)
+    reports = run_until_done(repo, settings, executor, task.task_id, rounds=2)
     # Then it fired once and is FAILED
     assert len(always_failing.keys) == 1
     assert [r.failed for r in reports] == [1]
-    assert stored(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
 
 
 def test_a_task_without_a_retry_policy_fails_at_once(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())
     task = tasks.create(now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5))
     # When it runs / Then it is FAILED after one fire, its detail the error alone (as before retries existed)
-    run_until_done(repo, settings, task.task_id, rounds=2)
-    done = stored(repo, task.task_id)
+    run_until_done(repo, settings, executor, task.task_id, rounds=2)
+    done = read_task(repo, task.task_id)
     assert done.status is TaskStatus.FAILED and len(always_failing.keys) == 1
     assert done.detail is not None and "HTTP 500" in done.detail and "attempt" not in done.detail
 

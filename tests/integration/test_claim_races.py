@@ -10,15 +10,13 @@ Only counts and states are asserted, never how long anything took.
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -30,79 +28,40 @@ from punctual.errors import TaskStateError
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.keys import bucket_start
-from punctual.local.dynamodb_local import make_client
 from punctual.model import LogAction, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.repository import Candidate, DynamoTaskRepository
 from punctual.settings import Settings
+from support import RecordingInvoker, candidate_of, create_all, make_tasks, now_ms, repo_for, run_threads
 
 SHARDS = 4
 CLAIM_LEASE_MS = 30_000
 JOIN_TIMEOUT_S = 120
 
-T = TypeVar("T")
-
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def log_tasks(prefix: str, count: int, due_ms: Callable[[int], int]) -> list[Task]:
+    """``count`` log tasks, the i-th due at ``due_ms(i)``."""
+    return make_tasks(prefix, [due_ms(i) for i in range(count)], LogAction(message=prefix))
 
 
-def repo_for(endpoint: str, table: str) -> DynamoTaskRepository:
-    """A repository with a boto3 client of its own (one per thread in the races)."""
-    return DynamoTaskRepository(make_client(endpoint), table, SHARDS)
+def claim_each(repo: DynamoTaskRepository, tasks: list[Task], batch_id: str, poller_id: str) -> dict[str, bool]:
+    """Claim every task (as PENDING, now) into ``batch_id``, last due first; whether each claim won."""
+    return {
+        t.task_id: repo.claim(candidate_of(t), batch_id, poller_id, now_ms(), CLAIM_LEASE_MS) for t in reversed(tasks)
+    }
 
 
-def run_threads(targets: list[Callable[[], T]], timeout: float = JOIN_TIMEOUT_S) -> list[T]:
-    """Run each target in its own thread, released together by a barrier; their results, in order.
-
-    Fails (instead of hanging) when a thread does not finish within ``timeout``; re-raises a thread's error.
-    """
-    barrier = threading.Barrier(len(targets))
-    results: list[Any] = [None] * len(targets)
-    errors: list[BaseException] = []
-
-    def run(i: int, target: Callable[[], T]) -> None:
+def cancel_each(repo: DynamoTaskRepository, tasks: list[Task]) -> dict[str, TaskStatus | None]:
+    """Cancel every task, first due first: None where the cancel won, else the status of the task that refused it."""
+    outcome: dict[str, TaskStatus | None] = {}
+    for task in tasks:
         try:
-            barrier.wait(timeout=30)
-            results[i] = target()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i, t), daemon=True, name=f"race-{i}") for i, t in enumerate(targets)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), f"race threads still running after {timeout} s"
-    if errors:
-        raise errors[0]
-    return results
-
-
-def make_tasks(prefix: str, count: int, due_ms: Callable[[int], int], grace_ms: int = 60_000) -> list[Task]:
-    return [
-        Task(
-            task_id=f"{prefix}-{i:04d}",
-            due_at=datetime.fromtimestamp(due_ms(i) / 1000, UTC),
-            action=LogAction(message=prefix),
-            payload={"i": i},
-            misfire_grace_ms=grace_ms,
-        )
-        for i in range(count)
-    ]
-
-
-def create_all(repo: DynamoTaskRepository, tasks: list[Task]) -> None:
-    created_at = now_ms()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda t: repo.create(t, created_at), tasks))
-    assert all(created for _, created in results)
-
-
-def candidate(task: Task) -> Candidate:
-    return Candidate(task.task_id, task.due_ms, TaskStatus.PENDING, None, task.misfire_grace_ms)
+            repo.cancel(task.task_id, now_ms())
+            outcome[task.task_id] = None
+        except TaskStateError as exc:
+            outcome[task.task_id] = exc.task.status
+    return outcome
 
 
 def raw_items(client: Any, table: str, task_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -114,18 +73,6 @@ def raw_items(client: Any, table: str, task_ids: list[str]) -> dict[str, dict[st
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(zip(task_ids, pool.map(get, task_ids), strict=True))
-
-
-class CollectingInvoker:
-    """Stands in for Lambda async invoke: keeps every payload it is given."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        with self._lock:
-            self.payloads.append(payload)
 
 
 @pytest.fixture
@@ -147,16 +94,16 @@ def fire_log(tmp_path: Path) -> Iterator[Path]:
 # -- claim -----------------------------------------------------------------------------------------------------
 @pytest.mark.timeout(180)
 def test_sixteen_claimers_racing_for_500_tasks_leave_exactly_one_winner_each(
-    ddb_local: str, ddb_local_client: Any, local_table: str
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 500 PENDING tasks
     base = now_ms() + 60_000
-    tasks = make_tasks("race", 500, lambda i: base + 37 * i)
-    create_all(repo_for(ddb_local, local_table), tasks)
+    tasks = log_tasks("race", 500, lambda i: base + 37 * i)
+    create_all(repo_for(settings), tasks)
     # ... and 16 claimers, each with its own client, batch id and poller id, each going through all 500 in an
     # order of its own
     claimers = 16
-    repos = [repo_for(ddb_local, local_table) for _ in range(claimers)]
+    repos = [repo_for(settings) for _ in range(claimers)]
     batch_ids = [f"batch-{k:02d}-{uuid.uuid4().hex[:6]}" for k in range(claimers)]
 
     def claim_all(k: int) -> dict[str, bool]:
@@ -166,12 +113,12 @@ def test_sixteen_claimers_racing_for_500_tasks_leave_exactly_one_winner_each(
         won = {}
         for task in order:
             won[task.task_id] = repos[k].claim(
-                candidate(task), batch_ids[k], f"poller-{k:02d}", now_ms(), CLAIM_LEASE_MS
+                candidate_of(task), batch_ids[k], f"poller-{k:02d}", now_ms(), CLAIM_LEASE_MS
             )
         return won
 
     # When they all claim at once
-    results = run_threads([lambda k=k: claim_all(k) for k in range(claimers)])
+    results = run_threads([lambda k=k: claim_all(k) for k in range(claimers)], timeout=JOIN_TIMEOUT_S)
 
     # Then every task has exactly one winner
     winners: dict[str, list[int]] = {t.task_id: [] for t in tasks}
@@ -196,18 +143,18 @@ def test_sixteen_claimers_racing_for_500_tasks_leave_exactly_one_winner_each(
 
 @pytest.mark.timeout(120)
 def test_concurrent_creates_of_the_same_task_store_it_once(
-    ddb_local: str, ddb_local_client: Any, local_table: str
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 30 tasks, and 8 clients that all schedule each of them (the same id, the same content)
     base = now_ms() + 60_000
-    tasks = make_tasks("same", 30, lambda i: base + i)
-    repos = [repo_for(ddb_local, local_table) for _ in range(8)]
+    tasks = log_tasks("same", 30, lambda i: base + i)
+    repos = [repo_for(settings) for _ in range(8)]
 
     def create_each(k: int) -> list[bool]:
         return [repos[k].create(task, now_ms())[1] for task in (tasks if k % 2 else tasks[::-1])]
 
     # When they race
-    results = run_threads([lambda k=k: create_each(k) for k in range(len(repos))])
+    results = run_threads([lambda k=k: create_each(k) for k in range(len(repos))], timeout=JOIN_TIMEOUT_S)
 
     # Then each task was created exactly once (the others got the existing task back) and is PENDING
     created = Counter()
@@ -222,7 +169,7 @@ def test_concurrent_creates_of_the_same_task_store_it_once(
 # -- poll ------------------------------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch(
-    ddb_local: str, ddb_local_client: Any, local_table: str, settings: Settings
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 200 tasks due within the poll window (scheduled through the client), small batches
     start = now_ms()
@@ -237,15 +184,15 @@ def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch
         for i in range(200)
     ]
     poll_settings = settings.model_copy(update={"max_batch_size": 40})
-    invokers = [CollectingInvoker(), CollectingInvoker()]
+    invokers = [RecordingInvoker(), RecordingInvoker()]
     pollers = [
-        Poller(repo_for(ddb_local, local_table), invoker, poll_settings, poller_id=f"poller-{k}")
+        Poller(repo_for(settings), invoker, poll_settings, poller_id=f"poller-{k}")
         for k, invoker in enumerate(invokers)
     ]
 
     # When both poll the same instant at the same time
     at = now_ms()
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers])
+    reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=JOIN_TIMEOUT_S)
 
     # Then every task is in exactly one batch payload of one of them
     seen = Counter()
@@ -272,22 +219,22 @@ def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch
 # -- arm: a batch delivered twice ------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
-    ddb_local: str, ddb_local_client: Any, local_table: str, settings: Settings, fire_log: Path
+    ddb_local_client: Any, local_table: str, settings: Settings, fire_log: Path
 ) -> None:
     # Given 40 log tasks due in about 2 s, claimed by a poller into one batch
     n = 40
     prefix = f"dup-{uuid.uuid4().hex[:6]}-"
     due = now_ms() + 2_000
-    tasks = make_tasks(prefix.rstrip("-"), n, lambda i: due + 5 * (i % 4))
-    create_all(repo_for(ddb_local, local_table), tasks)
-    invoker = CollectingInvoker()
-    Poller(repo_for(ddb_local, local_table), invoker, settings).poll(now_ms())
+    tasks = log_tasks(prefix.rstrip("-"), n, lambda i: due + 5 * (i % 4))
+    create_all(repo_for(settings), tasks)
+    invoker = RecordingInvoker()
+    Poller(repo_for(settings), invoker, settings).poll(now_ms())
     assert len(invoker.payloads) == 1
     event = BatchEvent.model_validate(invoker.payloads[0])
     assert len(event.tasks) == n
     # ... and two executors (two Lambda environments), each with its own client, on the real clock
     executors = [
-        Executor(repo_for(ddb_local, local_table), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)
+        Executor(repo_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)
     ]
 
     # When the same batch is delivered to both at once
@@ -312,37 +259,24 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
 # -- cancel, reschedule against claim and arm ------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_cancel_racing_claim_never_leaves_a_task_both_cancelled_and_armed(
-    ddb_local: str, ddb_local_client: Any, local_table: str
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 200 PENDING tasks
     base = now_ms() + 60_000
-    tasks = make_tasks("cxl", 200, lambda i: base + 11 * i)
-    create_all(repo_for(ddb_local, local_table), tasks)
-    canceller, claimer, armer = (repo_for(ddb_local, local_table) for _ in range(3))
+    tasks = log_tasks("cxl", 200, lambda i: base + 11 * i)
+    create_all(repo_for(settings), tasks)
+    canceller, claimer, armer = (repo_for(settings) for _ in range(3))
     batch_id = f"batch-{uuid.uuid4().hex[:8]}"
 
-    def cancel_all() -> dict[str, bool]:
-        outcome = {}
-        for task in tasks:
-            try:
-                canceller.cancel(task.task_id, now_ms())
-                outcome[task.task_id] = True
-            except TaskStateError:
-                outcome[task.task_id] = False
-        return outcome
-
-    def claim_all() -> dict[str, bool]:
-        return {
-            t.task_id: claimer.claim(candidate(t), batch_id, "poller-x", now_ms(), CLAIM_LEASE_MS)
-            for t in reversed(tasks)
-        }
-
     # When one thread cancels every task while another claims every task (in the opposite order)
-    cancelled, claimed = run_threads([cancel_all, claim_all])
+    cancel_lost_to, claimed = run_threads(
+        [lambda: cancel_each(canceller, tasks), lambda: claim_each(claimer, tasks, batch_id, "poller-x")],
+        timeout=JOIN_TIMEOUT_S,
+    )
 
     # Then every task is cancelled: a claim either lost to an earlier cancel or was overridden by a later one
     # (a CLAIMED task can still be cancelled; per the repository docstring, its executor then loses at ARM)
-    assert all(cancelled.values())
+    assert {task_id: status for task_id, status in cancel_lost_to.items() if status is not None} == {}
     # ... so arming every claimed task afterwards fails for each of them
     armed = {
         task_id: armer.arm(task_id, batch_id, "x-late", now_ms() + 120_000) for task_id, ok in claimed.items() if ok
@@ -357,27 +291,16 @@ def test_cancel_racing_claim_never_leaves_a_task_both_cancelled_and_armed(
 
 @pytest.mark.timeout(120)
 def test_cancel_racing_arm_has_exactly_one_winner_per_task(
-    ddb_local: str, ddb_local_client: Any, local_table: str
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 120 tasks claimed into one batch
     base = now_ms() + 60_000
-    tasks = make_tasks("arm", 120, lambda i: base + 11 * i)
-    repo = repo_for(ddb_local, local_table)
+    tasks = log_tasks("arm", 120, lambda i: base + 11 * i)
+    repo = repo_for(settings)
     create_all(repo, tasks)
     batch_id = f"batch-{uuid.uuid4().hex[:8]}"
-    assert all(repo.claim(candidate(t), batch_id, "poller-y", now_ms(), CLAIM_LEASE_MS) for t in tasks)
-    canceller, armer = repo_for(ddb_local, local_table), repo_for(ddb_local, local_table)
-
-    def cancel_all() -> dict[str, TaskStatus | None]:
-        """None when the cancel won, else the status the losing cancel saw."""
-        outcome: dict[str, TaskStatus | None] = {}
-        for task in tasks:
-            try:
-                canceller.cancel(task.task_id, now_ms())
-                outcome[task.task_id] = None
-            except TaskStateError as exc:
-                outcome[task.task_id] = exc.task.status
-        return outcome
+    assert all(repo.claim(candidate_of(t), batch_id, "poller-y", now_ms(), CLAIM_LEASE_MS) for t in tasks)
+    canceller, armer = repo_for(settings), repo_for(settings)
 
     def arm_all() -> dict[str, bool]:
         return {
@@ -385,7 +308,7 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(
         }
 
     # When one thread cancels while another arms (in the opposite order)
-    cancel_lost_to, armed = run_threads([cancel_all, arm_all])
+    cancel_lost_to, armed = run_threads([lambda: cancel_each(canceller, tasks), arm_all], timeout=JOIN_TIMEOUT_S)
 
     # Then per task exactly one of them won
     for task in tasks:
@@ -405,13 +328,13 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(
 
 @pytest.mark.timeout(120)
 def test_reschedule_racing_claim_leaves_every_task_pending_at_its_new_time(
-    ddb_local: str, ddb_local_client: Any, local_table: str
+    ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 60 PENDING tasks
     base = now_ms() + 60_000
-    tasks = make_tasks("move", 60, lambda i: base + 13 * i)
-    create_all(repo_for(ddb_local, local_table), tasks)
-    mover, claimer, armer = (repo_for(ddb_local, local_table) for _ in range(3))
+    tasks = log_tasks("move", 60, lambda i: base + 13 * i)
+    create_all(repo_for(settings), tasks)
+    mover, claimer, armer = (repo_for(settings) for _ in range(3))
     batch_id = f"batch-{uuid.uuid4().hex[:8]}"
     moved_by_ms = 120_000
 
@@ -419,14 +342,10 @@ def test_reschedule_racing_claim_leaves_every_task_pending_at_its_new_time(
         for task in tasks:
             mover.reschedule(task.task_id, task.due_ms + moved_by_ms, now_ms())
 
-    def claim_all() -> dict[str, bool]:
-        return {
-            t.task_id: claimer.claim(candidate(t), batch_id, "poller-z", now_ms(), CLAIM_LEASE_MS)
-            for t in reversed(tasks)
-        }
-
     # When one thread reschedules every task while another claims it at its old due time
-    _, claimed = run_threads([reschedule_all, claim_all])
+    _, claimed = run_threads(
+        [reschedule_all, lambda: claim_each(claimer, tasks, batch_id, "poller-z")], timeout=JOIN_TIMEOUT_S
+    )
 
     # Then every task is PENDING at its new due time (a claim at the old time lost, or was undone)
     items = raw_items(ddb_local_client, local_table, [t.task_id for t in tasks])

@@ -11,16 +11,10 @@ from punctual.errors import InvalidTaskError
 from punctual.keys import from_ms
 from punctual.model import HttpAction, LogAction
 from punctual.settings import Settings
+from support import FakeClock, NoRepository
 
 NOW_MS = 1_700_000_000_000
 DAY_MS = 86_400_000
-
-
-class NoRepository:
-    """build_task must never touch the store: any attribute access fails the test."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"build_task used the repository ({name})")
 
 
 @pytest.fixture
@@ -29,8 +23,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def client(settings: Settings, make_clock: type) -> Client:
-    return Client(settings, repository=NoRepository(), clock=make_clock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
+def client(settings: Settings) -> Client:
+    return Client(settings, repository=NoRepository(), clock=FakeClock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
 
 
 def at(ms: int) -> datetime:

@@ -43,6 +43,7 @@ from punctual.model import (
     parse_action,
 )
 from punctual.settings import Settings
+from support import NoRepository, Opaque, clean_text, json_payloads, path_segments, reorder_keys, task_ids, zones
 
 fuzz = fuzz_settings(max_examples=100, deadline=None)
 
@@ -50,11 +51,7 @@ NOW_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z, the client's clock below
 DAY_MS = 86_400_000
 
 # -- strategies: valid input ----------------------------------------------------------------------------------
-# Every UTC offset a datetime can carry (strictly inside +-24 h), and real zones with their DST rules.
-fixed_offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map(
-    lambda minutes: timezone(timedelta(minutes=minutes))
-)
-zones = st.just(UTC) | fixed_offsets | st.timezones()
+# (zones, task ids, clean text, JSON payloads and path segments: tests/support.py, shared with test_fuzz_client)
 
 # One day inside the calendar's ends: with any offset the instant still exists in UTC. The last day at
 # either end is the subject of test_aware_datetime_at_the_calendar_edge_* (refused with a field error).
@@ -62,26 +59,12 @@ SAFE_MIN, SAFE_MAX = datetime(1, 1, 2), datetime(9999, 12, 30)
 aware_datetimes = st.datetimes(min_value=SAFE_MIN, max_value=SAFE_MAX, timezones=zones)
 naive_datetimes = st.datetimes(min_value=SAFE_MIN, max_value=SAFE_MAX)
 
-task_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
-
-json_payloads = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)  # JSON integers have no size limit
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | clean_text,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(clean_text, children, max_size=4),
-    max_leaves=20,
-)
-
 host_labels = st.from_regex(r"\A[a-z0-9](?:[a-z0-9-]{0,10}[a-z0-9])?\Z")
 hosts = (
     st.lists(host_labels, min_size=1, max_size=3).map(lambda labels: ".".join([*labels, "example"]))
     | st.ip_addresses(v=4).map(str)
     | st.just("localhost")
 )
-path_segments = st.text(string.ascii_letters + string.digits + "-._~", min_size=1, max_size=8)
 http_urls = st.builds(
     lambda scheme, host, port, path, query: f"{scheme}://{host}{port}/{'/'.join(path)}{query}",
     st.sampled_from(["http", "https", "HTTP", "Https"]),
@@ -137,15 +120,6 @@ VALID_FIELDS: dict[str, Any] = {
 }
 
 
-def reorder_keys(value: Any) -> Any:
-    """The same JSON value with every object's keys in reverse order."""
-    if isinstance(value, dict):
-        return {k: reorder_keys(value[k]) for k in reversed(list(value))}
-    if isinstance(value, list):
-        return [reorder_keys(v) for v in value]
-    return value
-
-
 def refused_by_model(field: str, value: Any) -> ValidationError:
     """Build a task that is valid except for ``field``; it must be refused, naming only that field."""
     # When the task is built
@@ -158,13 +132,6 @@ def refused_by_model(field: str, value: Any) -> ValidationError:
 
 
 # -- strategies: invalid input --------------------------------------------------------------------------------
-class Opaque:
-    """An object no validator knows."""
-
-    def __repr__(self) -> str:
-        return "Opaque()"
-
-
 opaque = st.builds(Opaque)
 containers = st.lists(st.integers(), max_size=3) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=3)
 not_json = (
@@ -547,13 +514,6 @@ def test_lax_coercions_of_wrong_types_are_refused(field: str, value: Any) -> Non
 
 # -- the client's validation (build_task, no store) ------------------------------------------------------------
 LIMITS = Settings(ntp_server=None, max_horizon_days=30, max_payload_bytes=1_000, default_misfire_grace_ms=5_000)
-
-
-class NoRepository:
-    """build_task must never touch the store."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"build_task used the repository ({name})")
 
 
 class StoppedClock:

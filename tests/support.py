@@ -1,0 +1,298 @@
+"""Helpers that more than one test module uses, whatever its tier (``tests/`` is on ``sys.path``, so a test
+module imports them with ``from support import ...``; fixtures stay in the conftest.py files).
+
+* time: :func:`now_ms`, :func:`wait_until`, :class:`FakeClock`, and the functional tier's fixed
+  :data:`FIXED_NOW_MS`;
+* threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
+  a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
+  subprocess);
+* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`repo_for`, :func:`read_task`,
+  :func:`candidate_of`, :func:`run_until_done`;
+* stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`;
+* Hypothesis strategies the fuzz tests share, and :func:`reorder_keys`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import signal
+import string
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta, timezone
+from email.message import Message
+from socketserver import BaseServer
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+
+from punctual.clock import SystemClock
+from punctual.events import BatchEvent, BatchReport
+from punctual.executor import Executor
+from punctual.keys import from_ms
+from punctual.local.dynamodb_local import make_client
+from punctual.model import Action, Task, TaskStatus
+from punctual.poller import Poller
+from punctual.repository import Candidate, DynamoTaskRepository
+from punctual.settings import Settings
+
+T = TypeVar("T")
+R = TypeVar("R", bound=DynamoTaskRepository)
+S = TypeVar("S", bound=BaseServer)
+
+# The functional tier's "now" for tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
+FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
+
+
+# -- time ----------------------------------------------------------------------------------------------------
+def now_ms() -> int:
+    """The wall clock, in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    """Whether ``condition`` became true within ``timeout`` s, asked every ``interval`` s (and once at the end)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+class FakeClock:
+    """A clock that only moves when told to; ``sleep`` advances it instead of waiting."""
+
+    def __init__(self, wall_ms: float = 1_700_000_000_000.0, monotonic: float = 1_000.0) -> None:
+        self._wall_ms = wall_ms
+        self._monotonic = monotonic
+
+    def wall_ms(self) -> float:
+        return self._wall_ms
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
+
+    def advance(self, seconds: float) -> None:
+        self._wall_ms += seconds * 1000.0
+        self._monotonic += seconds
+
+
+# -- threads and processes -----------------------------------------------------------------------------------
+def join_all(threads: Iterable[threading.Thread], timeout: float, what: str = "threads") -> None:
+    """Wait for every thread, ``timeout`` s in all; fail (instead of hanging) when one is still running."""
+    threads = list(threads)
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"{what} still running after {timeout} s"
+
+
+def run_threads(targets: list[Callable[[], T]], timeout: float = 60) -> list[T]:
+    """Run each target in a thread of its own, all released together by a barrier; their results, in order.
+
+    A thread's error is re-raised; a thread still running after ``timeout`` s fails the test instead of hanging it.
+    """
+    barrier = threading.Barrier(len(targets))
+    results: list[Any] = [None] * len(targets)
+    errors: list[BaseException] = []
+
+    def run(i: int, target: Callable[[], T]) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = target()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, t), daemon=True, name=f"race-{i}") for i, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, timeout, "race threads")
+    if errors:
+        raise errors[0]
+    return results
+
+
+@contextlib.contextmanager
+def serving(server: S) -> Iterator[S]:
+    """Serve ``server`` (an ``http.server`` one, bound already) on a daemon thread; shut it down afterwards."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class StubTarget(http.server.ThreadingHTTPServer):
+    """An HTTP target on a free loopback port (serve it with :func:`serving`): every POST gets the status that
+    :meth:`answer` gives, and an empty body. This one always answers 500; subclasses answer otherwise, and
+    keep what they need of each request (under ``lock``: requests arrive on threads of their own)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _StubHandler)
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+    def answer(self, path: str, headers: Message, body: bytes) -> int:
+        return 500
+
+
+class _StubHandler(http.server.BaseHTTPRequestHandler):
+    server: StubTarget
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(self.server.answer(self.path, self.headers, body))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        pass
+
+
+def interrupt(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Ctrl-C ``process`` (SIGINT: a clean stop) and reap it; kill it when it has not ended within ``timeout`` s."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+# -- tasks and the store -------------------------------------------------------------------------------------
+def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
+    """One task per due instant (epoch ms): ids ``{prefix}-0000``, ``{prefix}-0001``, ..., payload ``{"i": n}``."""
+    return [
+        Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due), action=action, payload={"i": i},
+             misfire_grace_ms=grace_ms, **fields)
+        for i, due in enumerate(dues)
+    ]
+
+
+def create_all(repo: DynamoTaskRepository, tasks: list[Task], created_ms: int | None = None) -> None:
+    """Store the tasks (as the client does, written at ``created_ms``, by default now), 8 at a time."""
+    at = now_ms() if created_ms is None else created_ms
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda t: repo.create(t, at), tasks))
+    assert all(created for _, created in results)
+
+
+def repo_for(settings: Settings, cls: type[R] = DynamoTaskRepository) -> R:  # type: ignore[assignment]
+    """A repository (of class ``cls``) on ``settings.endpoint_url`` (DynamoDB Local), with a boto3 client of its
+    own (one per thread in the races)."""
+    return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
+
+
+def read_task(repo: DynamoTaskRepository, task_id: str) -> Task:
+    """The stored task, which must exist."""
+    task = repo.get(task_id)
+    assert task is not None, task_id
+    return task
+
+
+def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:
+    """The task as a poll finds it in the due index (by default PENDING, no lease)."""
+    return Candidate(task.task_id, task.due_ms, status, lease_until_ms, task.misfire_grace_ms)
+
+
+def run_until_done(
+    repo: DynamoTaskRepository, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
+) -> list[BatchReport]:
+    """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
+    task is finished or ``rounds`` polls have run; the executor's reports."""
+    clock = SystemClock()
+    reports = []
+    for _ in range(rounds):
+        invoker = RecordingInvoker()
+        Poller(repo, invoker, settings).poll(int(clock.wall_ms()))
+        reports.extend(executor.run_batch(event) for event in invoker.events)
+        if not read_task(repo, task_id).status.is_active:
+            break
+    return reports
+
+
+# -- stand-ins -----------------------------------------------------------------------------------------------
+class RecordingInvoker:
+    """Stands in for Lambda's async invoke: keeps every payload exactly as it was passed (from any thread) and
+    runs nothing; raises while ``failing`` is set (an invoke that is throttled)."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self.failing = False
+        self._lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        if self.failing:
+            raise RuntimeError("throttled")
+        with self._lock:
+            self.payloads.append(payload)
+
+    @property
+    def events(self) -> list[BatchEvent]:
+        """The payloads as batch events (each must validate as one)."""
+        return [BatchEvent.model_validate(p) for p in self.payloads]
+
+    @property
+    def task_ids(self) -> list[str]:
+        """The ids of the tasks in every batch, in the order they were sent."""
+        return [t.task_id for e in self.events for t in e.tasks]
+
+
+class NoRepository:
+    """A repository that ``Client.build_task`` must never touch: any attribute access fails the test."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"build_task used the repository ({name})")
+
+
+# -- Hypothesis strategies -----------------------------------------------------------------------------------
+# Every UTC offset a datetime can carry (strictly inside +-24 h), and real zones with their DST rules.
+fixed_offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map(
+    lambda minutes: timezone(timedelta(minutes=minutes))
+)
+zones = st.just(UTC) | fixed_offsets | st.timezones()
+
+task_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
+clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
+
+json_payloads = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)  # JSON integers have no size limit
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | clean_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(clean_text, children, max_size=4),
+    max_leaves=20,
+)
+
+path_segments = st.text(string.ascii_letters + string.digits + "-._~", min_size=1, max_size=8)
+
+
+class Opaque:
+    """An object no validator knows."""
+
+    def __repr__(self) -> str:
+        return "Opaque()"
+
+
+def reorder_keys(value: Any) -> Any:
+    """The same JSON value with every object's keys in reverse order."""
+    if isinstance(value, dict):
+        return {k: reorder_keys(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [reorder_keys(v) for v in value]
+    return value
