@@ -37,7 +37,7 @@ from typing import Any
 from punctual.actions import FireContext, FireLog, run_action
 from punctual.client import Client
 from punctual.clock import SystemClock
-from punctual.demo import read_fires
+from punctual.demo import FireLogTail
 from punctual.dispatcher import Dispatcher
 from punctual.keys import from_ms, next_tick
 from punctual.local.stack import LocalStack, StackConfig
@@ -86,11 +86,12 @@ def floor_burst(count: int, fire_log: Path) -> list[float]:
 
 # -- the system ------------------------------------------------------------------------------------------
 def wait_for_fires(fire_log: Path, prefix: str, expected: int, until_ms: float) -> list[dict[str, Any]]:
+    tail = FireLogTail(fire_log, prefix)
     while True:
-        fires = read_fires(fire_log, prefix)
+        fires = tail.read()
         if len({f["task_id"] for f in fires}) >= expected or time.time() * 1000 > until_ms:
             time.sleep(1.0)
-            return read_fires(fire_log, prefix)
+            return list(tail.read())
         time.sleep(1.0)
 
 

@@ -44,7 +44,7 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
 from punctual.checker import Verdict
-from punctual.demo import check_fire_log, read_fires
+from punctual.demo import FireLogTail, check_fire_log
 from punctual.errors import InvalidTaskError, TaskConflictError, TaskStateError
 from punctual.keys import to_ms
 from punctual.local.stack import read_state
@@ -282,9 +282,10 @@ def check_run(run: Run) -> Verdict | None:
     to_fire = {task_id for task_id in due if task_id not in cancelled}
     deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
     progress = Progress()
+    tail = FireLogTail(fire_log, run.prefix)
     try:
         while True:
-            fired = len({f["task_id"] for f in read_fires(fire_log, run.prefix)} & to_fire)
+            fired = len({f["task_id"] for f in tail.read()} & to_fire)
             left_s = (deadline_ms - time.time() * 1000) / 1000
             progress.show(fired, len(to_fire), max(left_s, 0.0))
             if fired >= len(to_fire) or left_s <= 0:
@@ -296,7 +297,7 @@ def check_run(run: Run) -> Verdict | None:
         print("load test check interrupted: no verdict", flush=True)
         return None
     progress.done()
-    verdict = check_fire_log(client, due, read_fires(fire_log, run.prefix), epsilon_ms=EPSILON_MS,
+    verdict = check_fire_log(client, due, list(tail.read()), epsilon_ms=EPSILON_MS,
                              grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
     print(verdict.format(f"load test {run.run_id} checker"), flush=True)
     return verdict

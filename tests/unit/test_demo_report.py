@@ -273,3 +273,21 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
     assert result == code
     assert report["checker"]["ok"] is (code == 0)
     assert report["checker"]["epsilon_ms"] == 20
+
+
+def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_line(tmp_path: Path) -> None:
+    from punctual.demo import FireLogTail, read_fires
+
+    log = tmp_path / "fires.jsonl"
+    tail = FireLogTail(log, "run-a-")
+    assert tail.read() == []  # no log yet
+    first = {"task_id": "run-a-1", "key": "run-a-1:0", "due_ms": 1, "fired_ms": 2}
+    other = {"task_id": "run-b-1", "key": "run-b-1:0", "due_ms": 1, "fired_ms": 2}
+    second = {"task_id": "run-a-2", "key": "run-a-2:0", "due_ms": 3, "fired_ms": 4}
+    log.write_text(json.dumps(first) + "\n" + json.dumps(other) + "\n" + json.dumps(second)[:10])
+    assert tail.read() == [first]  # the half-written line is not taken yet
+    with log.open("a") as handle:
+        handle.write(json.dumps(second)[10:] + "\n")
+    assert tail.read() == [first, second]
+    assert tail.read() == [first, second]  # nothing new: nothing added twice
+    assert read_fires(log, "run-a-") == [first, second]

@@ -94,3 +94,10 @@ def test_ntp_can_be_switched_off_by_override_or_argument() -> None:
     assert Settings(ntp_server="off").ntp_server is None
     assert Settings().ntp_server == "time.aws.com"
     assert Settings.from_env({}).ntp_server == "time.aws.com"
+
+
+def test_background_cpus_is_checked_when_the_settings_load() -> None:
+    assert Settings.from_env(background_cpus=" 1-3 ").background_cpus == "1-3"
+    assert Settings.from_env(background_cpus="").background_cpus is None
+    with pytest.raises(SettingsError, match="PUNCTUAL_BACKGROUND_CPUS"):
+        Settings.from_env(background_cpus="one")

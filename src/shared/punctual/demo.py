@@ -57,21 +57,41 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first))
 
 
-def read_fires(fire_log: Path, prefix: str) -> list[dict[str, Any]]:
-    """Fire-log entries whose task id starts with ``prefix``."""
-    if not fire_log.exists():
-        return []
-    entries = []
-    with fire_log.open() as handle:
-        for line in handle:
+class FireLogTail:
+    """Follows a fire log: each :meth:`read` parses only what was appended since the last one (a watcher that
+    re-parsed the whole log every half second would take a core from the executors it watches), and returns
+    every entry so far whose task id starts with ``prefix``."""
+
+    def __init__(self, fire_log: Path, prefix: str) -> None:
+        self.path = fire_log
+        self.prefix = prefix
+        self.entries: list[dict[str, Any]] = []
+        self._offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return self.entries
+        end = data.rfind(b"\n") + 1  # a line being written right now waits for the next read
+        self._offset += end
+        prefix = self.prefix.encode()
+        for line in data[:end].splitlines():
             if prefix in line:
                 try:
                     entry = json.loads(line)
                 except ValueError:
-                    continue  # a line being written right now
-                if entry.get("task_id", "").startswith(prefix):
-                    entries.append(entry)
-    return entries
+                    continue  # not a fire-log line
+                if entry.get("task_id", "").startswith(self.prefix):
+                    self.entries.append(entry)
+        return self.entries
+
+
+def read_fires(fire_log: Path, prefix: str) -> list[dict[str, Any]]:
+    """Fire-log entries whose task id starts with ``prefix`` (one pass over the whole log)."""
+    return list(FireLogTail(fire_log, prefix).read())
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:
@@ -103,10 +123,10 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
 
     deadline_ms = plan.last_due_ms + min(grace, 30_000) + 15_000
     total = len(plan.due_ms)
-    fires: list[dict[str, Any]] = []
+    tail = FireLogTail(fire_log, prefix)
     while True:
         now = time.time() * 1000
-        fires = read_fires(fire_log, prefix)
+        fires = tail.read()
         fired = len({f["task_id"] for f in fires})
         if out is not None:
             wait = (plan.first_due_ms - now) / 1000
@@ -120,8 +140,7 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
     if out is not None:
         out.write("\n")
     time.sleep(1.0)  # let the last outcomes be recorded
-    fires = read_fires(fire_log, prefix)
-    return build_report(client, plan, fires, epsilon_ms)
+    return build_report(client, plan, list(tail.read()), epsilon_ms)
 
 
 def check_fire_log(client: Client, due_ms: Mapping[str, int], fires: Iterable[Mapping[str, Any]], *,

@@ -10,11 +10,14 @@ from .dlq import build_dead_letter_queue
 from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
+from .priority import set_background_cpus
 from .repository import DynamoTaskRepository
 from .settings import Settings
 
 
 def build_repository(settings: Settings, dynamodb: Any = None) -> DynamoTaskRepository:
+    """The repository (every service is built on one: this is also where ``background_cpus`` takes effect)."""
+    set_background_cpus(settings.background_cpus)
     client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
     return DynamoTaskRepository.from_settings(client, settings)
 

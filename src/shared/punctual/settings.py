@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .priority import parse_cpu_list
+
 ENV_PREFIX = "PUNCTUAL_"
 
 
@@ -58,6 +60,10 @@ class Settings(BaseModel):
         description="many claims / arms / records as single UpdateItems in parallel (AWS: 1 write unit each) or "
         "as TransactWriteItems of up to 100 (2 units each, but ~10x less CPU per item: the local runtime's choice)",
     )
+    background_cpus: str | None = Field(
+        None, description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: any. '
+        "The local runtime leaves one core out, so that a firing thread always finds one free",
+    )
     retention_days: int = Field(
         30, ge=1, le=3_650, description="finished tasks carry expires_at = finished + this; DynamoDB TTL deletes them"
     )
@@ -66,6 +72,14 @@ class Settings(BaseModel):
         None, description="local only: JSON-lines file standing in for the SQS dead-letter queue (when no URL is set)"
     )
     fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
+
+    @field_validator("background_cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parse_cpu_list(value)  # a clear error now rather than at the first lowered thread
+        return value.strip()
 
     @field_validator("ntp_server", mode="before")
     @classmethod

@@ -25,7 +25,7 @@ from ..events import PollReport
 from ..fastpath import FastPathReport, dispatch_stream_records
 from ..keys import next_tick
 from ..poller import Poller
-from ..priority import lower_current_thread
+from ..priority import default_background_cpus, lower_current_thread, set_background_cpus
 from ..runtime import build_repository
 from ..schema import ensure_table, stream_filter_patterns
 from ..settings import Settings
@@ -141,12 +141,17 @@ class LocalStack:
         cfg.home.mkdir(parents=True, exist_ok=True)
         (cfg.home / "logs").mkdir(exist_ok=True)
         self._clean_stale()
+        # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
+        background_cpus = cfg.settings_overrides.get(
+            "background_cpus", os.environ.get("PUNCTUAL_BACKGROUND_CPUS") or default_background_cpus())
+        set_background_cpus(background_cpus)
         self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
                                  in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log")
         endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
         overrides = {"endpoint_url": endpoint, "poll_interval_ms": int(cfg.poll_interval_s * 1000),
                      "fire_log_path": str(self.fire_log), "write_batch": cfg.write_batch,
+                     "background_cpus": background_cpus,
                      "dead_letter_path": str(self.dead_letter_path), **cfg.settings_overrides}
         self.settings = settings = Settings.from_env(**overrides)
         repository = build_repository(settings)

@@ -1,0 +1,79 @@
+"""Background CPU confinement: background work (lowered threads, DynamoDB Local) stays off the firing core."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from punctual import priority
+from punctual.priority import default_background_cpus, lower_current_thread, parse_cpu_list, set_background_cpus
+
+USABLE = sorted(os.sched_getaffinity(0))
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    yield
+    set_background_cpus(None)
+
+
+@pytest.mark.parametrize(("spec", "cpus"), [
+    ("1", {1}), ("0-2", {0, 1, 2}), ("0,2-3", {0, 2, 3}), (" 1 , 3 ", {1, 3}), ("2-2", {2}),
+])
+def test_cpu_lists_parse(spec: str, cpus: set[int]) -> None:
+    assert parse_cpu_list(spec) == cpus
+
+
+@pytest.mark.parametrize("spec", ["", "x", "1-", "-1", "3-1", "1,,2", "1.5", "1-2-3"])
+def test_a_bad_cpu_list_is_refused_with_the_list_named(spec: str) -> None:
+    with pytest.raises(ValueError, match="invalid CPU list"):
+        parse_cpu_list(spec)
+
+
+def test_the_default_leaves_the_first_usable_cpu_out() -> None:
+    default = default_background_cpus()
+    if len(USABLE) < 2:
+        assert default is None
+    else:
+        assert parse_cpu_list(default) == set(USABLE[1:])
+
+
+def _affinity_after_lowering() -> set[int]:
+    seen: list[set[int]] = []
+
+    def body() -> None:
+        lower_current_thread()
+        seen.append(set(os.sched_getaffinity(0)))
+        child = threading.Thread(target=lambda: seen.append(set(os.sched_getaffinity(0))))
+        child.start()  # a thread started by a lowered thread inherits its CPU set
+        child.join()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert len(seen) == 2 and seen[0] == seen[1]
+    return seen[0]
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable CPUs")
+def test_a_lowered_thread_runs_only_on_the_background_cpus_and_the_caller_is_untouched() -> None:
+    before = set(os.sched_getaffinity(0))
+    set_background_cpus(str(USABLE[-1]))
+    assert _affinity_after_lowering() == {USABLE[-1]}
+    assert set(os.sched_getaffinity(0)) == before  # only the lowered thread changed
+
+
+def test_without_background_cpus_a_lowered_thread_keeps_every_cpu() -> None:
+    set_background_cpus(None)
+    assert _affinity_after_lowering() == set(os.sched_getaffinity(0))
+
+
+def test_cpus_this_process_may_not_use_are_ignored_and_none_left_means_no_confinement() -> None:
+    set_background_cpus(f"{max(USABLE) + 1000}")
+    assert priority._background_cpus is None  # noqa: SLF001 - the module's state is what is under test
+    if len(USABLE) >= 2:
+        set_background_cpus(f"{USABLE[1]},{max(USABLE) + 1000}")
+        assert priority._background_cpus == {USABLE[1]}  # noqa: SLF001
