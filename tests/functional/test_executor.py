@@ -95,6 +95,30 @@ def test_a_batch_fires_every_task_and_records_it(
         assert done.finished_at >= done.fired_at
 
 
+def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
+    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three tasks due together 0.3 s from now, and a record_many that notes which thread calls it
+    now = int(clock.wall_ms())
+    for _ in range(3):
+        tasks.create(now + 300, now_ms=now)
+    event = claim_batch(repo, settings, now)
+    callers: list[str] = []
+    record_many = repo.record_many
+
+    def spy(executor_id: str, records: list[Any]) -> list[bool]:
+        callers.append(threading.current_thread().name)
+        return record_many(executor_id, records)
+
+    monkeypatch.setattr(repo, "record_many", spy)
+    # When the executor runs the batch (nothing of it is left to fire once they have fired)
+    report = executor.run_batch(event)
+    # Then the outcomes were written by the lowered background writer, not by the recorder itself
+    assert report.succeeded == 3
+    assert callers and all(name.startswith("record-bg") for name in callers)
+
+
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:

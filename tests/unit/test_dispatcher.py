@@ -121,6 +121,23 @@ def test_seconds_to_next_fire(single: Dispatcher[str], recorder: Recorder) -> No
     assert single.seconds_to_next_fire() == float("inf")
 
 
+def test_busy_until_names_the_last_fire_before_the_first_quiet_gap(single: Dispatcher[str]) -> None:
+    # Given an empty dispatcher: quiet now
+    before = time.monotonic()
+    assert before <= single.busy_until(0.025) <= time.monotonic()
+    # When fires are queued 10 ms apart from +5 s to +5.03 s, then one at +12 s
+    for i in range(4):
+        single.add(before + 5 + i * 0.01, f"close-{i}")
+    single.add(before + 12, "after-a-gap")
+    # Then the first gap of 5.5 s starts after the fire at +5.03 s (the first fire is nearer than 5.5 s)
+    assert single.busy_until(5.5) == pytest.approx(before + 5.03)
+    # And a gap of 4.9 s starts now (the first fire is 5 s away)
+    assert before <= single.busy_until(4.9) <= time.monotonic()
+    # And with no gap as long as asked for, it is the last queued fire
+    assert single.busy_until(10) == pytest.approx(before + 12)
+    single.cancel_pending()
+
+
 def test_wait_idle_times_out_while_items_are_pending(single: Dispatcher[str], recorder: Recorder) -> None:
     # Given an item due in 0.3 s
     single.add(time.monotonic() + 0.3, "x")

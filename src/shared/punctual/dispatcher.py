@@ -77,6 +77,20 @@ class Dispatcher(Generic[T]):
             return float("inf")
         return deadline - self._clock.monotonic()
 
+    def busy_until(self, min_gap_s: float) -> float:
+        """The monotonic instant of the last queued deadline before the first gap of at least ``min_gap_s``
+        between fires (now, if the next fire is at least that far away): a caller that wants a quiet moment
+        sleeps until then instead of waking after every fire."""
+        now = self._clock.monotonic()
+        with self._cond:
+            deadlines = sorted(entry[0] for entry in self._heap)
+        previous = now
+        for deadline in deadlines:
+            if deadline - previous >= min_gap_s:
+                return previous
+            previous = max(previous, deadline)
+        return previous
+
     def cancel_pending(self) -> list[T]:
         """Take back every item that has not been handed to a worker yet (for a clean shutdown)."""
         with self._cond:

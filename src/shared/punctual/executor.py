@@ -5,7 +5,9 @@ Order of work, so that nothing but the action runs between wake-up and fire:
 1. **arm** every task of the batch (conditional write CLAIMED → ARMED); a duplicate delivery loses here;
 2. **fire** from one dispatcher thread into the worker pool, each task at its due instant;
 3. **record** outcome, ``fired_at`` and drift (conditional write ARMED → outcome), only in the quiet gaps
-   between fires, so that recording never holds the interpreter when the dispatcher must wake. A failed action
+   between fires, so that recording never holds the interpreter when the dispatcher must wake; with no fire
+   of this process within :data:`BACKGROUND_S`, as background work (lowered, see :mod:`punctual.priority`),
+   so that it never takes a core from another executor's dispatcher either. A failed action
    whose retry policy allows another attempt is recorded as a RETRY instead (ARMED → PENDING, due after a
    backoff drawn by :func:`punctual.retry.retry_delay_ms`; the next try's instant is fixed when the record
    is written, so a record delayed by a burst does not eat into the backoff).
@@ -19,6 +21,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from .actions import FireContext, run_action
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 QUIET_S = 0.025  # record only when the next fire is at least this far away
 SETTLE_S = 0.2  # ... and at least this long after the latest fire (a burst may still be firing elsewhere)
+BACKGROUND_S = 1.0  # with no fire of this process this close, recording is background work (lowered)
 RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 
@@ -97,6 +101,10 @@ class Executor:
         # (a starved recorder holding the interpreter would stall the dispatcher), so it is started here too.
         self._record_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         threading.Thread(target=_run_jobs, args=(self._record_jobs,), name="recorder", daemon=True).start()
+        # ... but with no fire of this process near, its writes run here, as background work, so that they
+        # never take a core from another executor's dispatcher (on a machine the executors share).
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-bg",
+                                              initializer=lower_current_thread)
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
 
@@ -187,12 +195,18 @@ class Executor:
                     settle = SETTLE_S - (clock.monotonic() - last_fire[0])
                     if gap >= QUIET_S and settle <= 0:
                         break
-                    clock.sleep(max(settle, 0.0) if gap >= QUIET_S else max(gap, 0.0) + 0.003)
+                    if gap >= QUIET_S:
+                        clock.sleep(settle)
+                    else:  # fires follow each other closely: sleep past them all, not after each one
+                        clock.sleep(max(dispatcher.busy_until(QUIET_S) - clock.monotonic(), 0.0) + 0.003)
                 now_ms = int(clock.wall_ms())  # a retry's next try: now + its delay
                 chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
                          for r in chunk]
                 try:
-                    written = self._repo.record_many(executor_id, chunk)
+                    if dispatcher.seconds_to_next_fire() >= BACKGROUND_S:
+                        written = self._background.submit(self._repo.record_many, executor_id, chunk).result()
+                    else:
+                        written = self._repo.record_many(executor_id, chunk)
                 except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
                     log.exception("recording %d outcomes failed", len(chunk))
                     written = [False] * len(chunk)
