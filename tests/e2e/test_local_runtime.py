@@ -32,7 +32,7 @@ from punctual.local.dynamodb_local import DynamoDBLocal, find_project_root, make
 from punctual.local.invoker import LocalInvoker
 from punctual.local.stack import LocalStack, StackConfig, read_state, settings_env
 from punctual.model import LogAction, TaskStatus
-from punctual.settings import Settings
+from punctual.settings import Settings, SettingsError
 from support import interrupt, now_ms, wait_until
 
 ROOT = find_project_root()
@@ -157,6 +157,35 @@ def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(
     assert done, f"final states: {Counter(final.values())}"
     fires = Counter(f["task_id"] for f in read_fires(tmp_path / "fires.jsonl", prefix))
     assert fires == Counter(dict.fromkeys(ids, 1))
+
+
+def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anything_starts(tmp_path: Path) -> None:
+    # Given a stack told to confine background work to "one"
+    config = StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0,
+                         settings_overrides={"background_cpus": "one"})
+    # When it starts, Then it refuses with the variable named, and nothing was started
+    with pytest.raises(SettingsError, match="PUNCTUAL_BACKGROUND_CPUS"):
+        LocalStack(config).start()
+    assert read_state(tmp_path) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+@pytest.mark.timeout(90)
+def test_dynamodb_local_runs_only_on_the_background_cpus(tmp_path: Path, fresh_table_name: str) -> None:
+    # Given a stack with the default confinement (every usable CPU but the first)
+    usable = sorted(os.sched_getaffinity(0))
+    config = StackConfig(home=tmp_path, port=0, in_memory=True, poll_interval_s=60, prewarm=0, fast_path=False,
+                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    with LocalStack(config) as stack:
+        # Then DynamoDB Local (every thread of the JVM) may not run on the first CPU, which firing keeps
+        assert stack.settings.background_cpus is not None
+        assert stack.ddb is not None and stack.ddb.pid is not None
+        pid = stack.ddb.pid
+        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        assert threads
+        for tid in threads:
+            with contextlib.suppress(ProcessLookupError):
+                assert os.sched_getaffinity(tid) == set(usable[1:])
 
 
 @pytest.mark.timeout(90)

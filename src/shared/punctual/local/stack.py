@@ -142,8 +142,9 @@ class LocalStack:
         (cfg.home / "logs").mkdir(exist_ok=True)
         self._clean_stale()
         # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
-        background_cpus = cfg.settings_overrides.get(
-            "background_cpus", os.environ.get("PUNCTUAL_BACKGROUND_CPUS") or default_background_cpus())
+        background_cpus = Settings.from_env(background_cpus=cfg.settings_overrides.get(  # checked before any start
+            "background_cpus", os.environ.get("PUNCTUAL_BACKGROUND_CPUS") or default_background_cpus()),
+        ).background_cpus
         set_background_cpus(background_cpus)
         self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
                                  in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log")
