@@ -49,6 +49,7 @@ from punctual.errors import InvalidTaskError, TaskConflictError, TaskStateError
 from punctual.keys import to_ms
 from punctual.local.stack import read_state
 from punctual.model import Task, TaskStatus
+from punctual.progress import ProgressLine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,27 +244,6 @@ def _resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, 
     return due, cancelled
 
 
-class Progress:
-    """The waiting line on stderr: rewritten in place on a terminal, one line every 5 s otherwise."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self._last = -1e9
-
-    def show(self, fired: int, total: int, left_s: float) -> None:
-        line = f"load test check: {fired}/{total} expected tasks fired, waiting at most {left_s:.0f} s more"
-        if self.tty:
-            sys.stderr.write(f"\r{line}    ")
-        elif time.monotonic() - self._last >= 5:
-            sys.stderr.write(line + "\n")
-            self._last = time.monotonic()
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
-
-
 def check_run(run: Run) -> Verdict | None:
     """Wait for the run's expected fires (bounded), then the checker's verdict; None when there is nothing to
     read (no local stack) or nothing was scheduled."""
@@ -281,22 +261,24 @@ def check_run(run: Run) -> Verdict | None:
     due, cancelled = _resolve(client, ledger)
     to_fire = {task_id for task_id in due if task_id not in cancelled}
     deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
-    progress = Progress()
+    progress = ProgressLine(sys.stderr)
     tail = FireLogTail(fire_log, run.prefix)
     try:
         while True:
             fired = len({f["task_id"] for f in tail.read()} & to_fire)
             left_s = (deadline_ms - time.time() * 1000) / 1000
-            progress.show(fired, len(to_fire), max(left_s, 0.0))
+            line = (f"load test check: {fired}/{len(to_fire)} expected tasks fired, "
+                    f"waiting at most {max(left_s, 0.0):.0f} s more")
             if fired >= len(to_fire) or left_s <= 0:
+                progress.end(line)
                 break
+            progress.show(line)
             time.sleep(1.0)
         time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
     except KeyboardInterrupt:
-        progress.done()
+        progress.end()
         print("load test check interrupted: no verdict", flush=True)
         return None
-    progress.done()
     verdict = check_fire_log(client, due, list(tail.read()), epsilon_ms=EPSILON_MS,
                              grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
     print(verdict.format(f"load test {run.run_id} checker"), flush=True)

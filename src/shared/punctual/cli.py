@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidTaskError, PunctualError
+from .progress import CLEAR_LINE
 from .settings import Settings
 
 log = logging.getLogger("punctual")
@@ -35,8 +36,10 @@ def _setup_logging(verbose: bool) -> Callable[[], None]:
     """The command's logging; returns what puts the previous set-up back (main() run in-process, by tests)."""
     root = logging.getLogger()
     before = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in _NOISY})
+    # On a terminal each log line first clears the line, so that it never lands on the end of a progress line.
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s", datefmt="%H:%M:%S")
+                        format=(CLEAR_LINE if sys.stderr.isatty() else "")
+                        + "%(asctime)s %(levelname).1s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

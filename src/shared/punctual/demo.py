@@ -24,6 +24,7 @@ from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_lo
 from .client import Client
 from .keys import from_ms, next_tick
 from .model import LogAction, TaskStatus
+from .progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
 
@@ -113,32 +114,30 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
         client.schedule(from_ms(item[1]), action, {"run": plan.run_id}, task_id=item[0])
 
     started = time.monotonic()
+    total = len(plan.due_ms)
+    progress = ProgressLine(out)
     with ThreadPoolExecutor(max_workers=schedule_threads) as pool:
         for i, _ in enumerate(pool.map(schedule, plan.due_ms.items()), 1):
-            if out is not None and (i % 50 == 0 or i == len(plan.due_ms)):
-                out.write(f"\rscheduling {_bar(i, len(plan.due_ms))} {i}/{len(plan.due_ms)}")
-                out.flush()
-    if out is not None:
-        out.write(f"  ({time.monotonic() - started:.1f} s)\n")
+            if i % 50 == 0 or i == total:
+                progress.show(f"scheduling {_bar(i, total)} {i}/{total}")
+    progress.end(f"scheduling {_bar(total, total)} {total}/{total}  ({time.monotonic() - started:.1f} s)")
 
     deadline_ms = plan.last_due_ms + min(grace, 30_000) + 15_000
-    total = len(plan.due_ms)
     tail = FireLogTail(fire_log, prefix)
+    progress = ProgressLine(out)
     while True:
         now = time.time() * 1000
         fires = tail.read()
         fired = len({f["task_id"] for f in fires})
-        if out is not None:
-            wait = (plan.first_due_ms - now) / 1000
-            left = max(0.0, (plan.last_due_ms - now) / 1000)
-            note = f"first due in {wait:.0f} s" if wait > 0 else f"last due in {left:.0f} s"
-            out.write(f"\rwaiting    {_bar(fired, total)} {fired}/{total} fired  ({note})    ")
-            out.flush()
+        wait = (plan.first_due_ms - now) / 1000
+        left = max(0.0, (plan.last_due_ms - now) / 1000)
+        note = f"first due in {wait:.0f} s" if wait > 0 else f"last due in {left:.0f} s"
+        line = f"waiting    {_bar(fired, total)} {fired}/{total} fired  ({note})"
         if fired >= total or now > deadline_ms:
+            progress.end(line)
             break
+        progress.show(line)
         time.sleep(0.5)
-    if out is not None:
-        out.write("\n")
     time.sleep(1.0)  # let the last outcomes be recorded
     return build_report(client, plan, list(tail.read()), epsilon_ms)
 
