@@ -291,3 +291,28 @@ def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_l
     assert tail.read() == [first, second]
     assert tail.read() == [first, second]  # nothing new: nothing added twice
     assert read_fires(log, "run-a-") == [first, second]
+
+
+def test_a_fire_log_tail_starts_over_when_the_log_is_truncated_and_skips_lines_that_are_not_objects(
+    tmp_path: Path,
+) -> None:
+    from punctual.demo import FireLogTail
+
+    log = tmp_path / "fires.jsonl"
+    old = {"task_id": "run-a-old-with-a-long-id", "key": "k:0", "due_ms": 1, "fired_ms": 2}
+    log.write_text(json.dumps(old) + "\n" + json.dumps("run-a-not-an-object") + "\n" + json.dumps([1]) + "\n")
+    tail = FireLogTail(log, "run-a-")
+    assert tail.read() == [old]  # valid JSON that is not an object is skipped, not fatal
+    new = {"task_id": "run-a-new", "key": "n:0", "due_ms": 3, "fired_ms": 4}
+    log.write_text(json.dumps(new) + "\n")  # truncated and rewritten, shorter than before
+    assert tail.read() == [new]
+
+
+@pytest.mark.parametrize("epsilon", ["-1", "nan", "inf", "ten"])
+def test_the_demo_refuses_an_epsilon_that_is_not_a_finite_non_negative_number(
+    epsilon: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--epsilon-ms", epsilon])
+    assert exit_info.value.code == 2
+    assert "--epsilon-ms" in capsys.readouterr().err

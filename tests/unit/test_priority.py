@@ -77,3 +77,8 @@ def test_cpus_this_process_may_not_use_are_ignored_and_none_left_means_no_confin
     if len(USABLE) >= 2:
         set_background_cpus(f"{USABLE[1]},{max(USABLE) + 1000}")
         assert priority._background_cpus == {USABLE[1]}  # noqa: SLF001
+
+
+def test_a_cpu_beyond_what_linux_allows_is_refused_rather_than_enumerated() -> None:
+    with pytest.raises(ValueError, match="beyond the largest"):
+        parse_cpu_list("0-99999999999")

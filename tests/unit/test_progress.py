@@ -38,3 +38,13 @@ def test_an_end_without_text_after_nothing_shown_writes_nothing_and_none_is_sile
     silent = ProgressLine(None)
     silent.show("x")
     silent.end("y")
+
+
+def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch) -> None:  # noqa: ANN001
+    import os
+    import shutil
+
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((40, 24)))
+    out = Terminal()
+    ProgressLine(out).show("x" * 100)
+    assert out.getvalue() == CLEAR_LINE + "x" * 39

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import signal
 import sys
@@ -50,6 +51,17 @@ def _setup_logging(verbose: bool) -> Callable[[], None]:
             logging.getLogger(name).setLevel(level)
 
     return restore
+
+
+def _non_negative_ms(text: str) -> float:
+    """An argparse type: a finite number of milliseconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds, 0 or more: {text!r}")
+    return value
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -291,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tasks", type=int, default=300, help="tasks spread over --over seconds")
     demo.add_argument("--over", type=float, default=20.0, metavar="SECONDS")
     demo.add_argument("--burst", type=int, default=200, help="tasks due at one single instant")
-    demo.add_argument("--epsilon-ms", type=float, default=None, metavar="MS",
+    demo.add_argument("--epsilon-ms", type=_non_negative_ms, default=None, metavar="MS",
                       help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
                            "one earlier than due - this fails the verdict")
     demo.add_argument("--json", action="store_true", help="print one JSON object")

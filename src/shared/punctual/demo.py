@@ -11,6 +11,7 @@ action started. :func:`check_fire_log` is the same judgement for any plan; the l
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -68,10 +69,15 @@ class FireLogTail:
         self.prefix = prefix
         self.entries: list[dict[str, Any]] = []
         self._offset = 0
+        self._inode: int | None = None
 
     def read(self) -> list[dict[str, Any]]:
         try:
             with self.path.open("rb") as handle:
+                stat = os.fstat(handle.fileno())
+                if stat.st_size < self._offset or (self._inode is not None and stat.st_ino != self._inode):
+                    self._offset, self.entries = 0, []  # truncated or replaced: read the new file from its start
+                self._inode = stat.st_ino
                 handle.seek(self._offset)
                 data = handle.read()
         except FileNotFoundError:
@@ -85,7 +91,8 @@ class FireLogTail:
                     entry = json.loads(line)
                 except ValueError:
                     continue  # not a fire-log line
-                if entry.get("task_id", "").startswith(self.prefix):
+                task_id = entry.get("task_id") if isinstance(entry, dict) else None
+                if isinstance(task_id, str) and task_id.startswith(self.prefix):
                     self.entries.append(entry)
         return self.entries
 

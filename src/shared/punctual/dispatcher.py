@@ -82,8 +82,9 @@ class Dispatcher(Generic[T]):
         between fires (now, if the next fire is at least that far away): a caller that wants a quiet moment
         sleeps until then instead of waking after every fire."""
         now = self._clock.monotonic()
-        with self._cond:
-            deadlines = sorted(entry[0] for entry in self._heap)
+        with self._cond:  # the dispatcher takes this lock at the fire instant: copy, sort outside it
+            deadlines = [entry[0] for entry in self._heap]
+        deadlines.sort()
         previous = now
         for deadline in deadlines:
             if deadline - previous >= min_gap_s:

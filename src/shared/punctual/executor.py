@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 QUIET_S = 0.025  # record only when the next fire is at least this far away
 SETTLE_S = 0.2  # ... and at least this long after the latest fire (a burst may still be firing elsewhere)
+MAX_NAP_S = 0.25  # the longest the recorder sleeps before it looks again
 BACKGROUND_S = 1.0  # with no fire of this process this close, recording is background work (lowered)
 RECORD_CHUNK = 100  # outcomes written in one transaction
 MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
@@ -197,8 +198,10 @@ class Executor:
                         break
                     if gap >= QUIET_S:
                         clock.sleep(settle)
-                    else:  # fires follow each other closely: sleep past them all, not after each one
-                        clock.sleep(max(dispatcher.busy_until(QUIET_S) - clock.monotonic(), 0.0) + 0.003)
+                    else:  # fires follow each other closely: sleep past them all, not after each one (in
+                        # steps of at most MAX_NAP_S, so that a stop, which empties the heap, is seen soon)
+                        nap = max(dispatcher.busy_until(QUIET_S) - clock.monotonic(), 0.0) + 0.003
+                        clock.sleep(min(nap, MAX_NAP_S))
                 now_ms = int(clock.wall_ms())  # a retry's next try: now + its delay
                 chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
                          for r in chunk]

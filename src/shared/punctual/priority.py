@@ -20,6 +20,7 @@ import os
 import threading
 
 BACKGROUND_NICE = 10
+MAX_CPU = 8191  # Linux's largest NR_CPUS
 
 _background_cpus: frozenset[int] | None = None
 
@@ -33,6 +34,8 @@ def parse_cpu_list(spec: str) -> frozenset[int]:
         if not low.isdigit() or (sep and not high.isdigit()):
             raise ValueError(f"invalid CPU list {spec!r}: expected numbers and ranges such as '1' or '1-3,5'")
         first, last = int(low), int(high) if sep else int(low)
+        if last > MAX_CPU:
+            raise ValueError(f"invalid CPU list {spec!r}: CPU {last} is beyond the largest Linux allows ({MAX_CPU})")
         if last < first:
             raise ValueError(f"invalid CPU list {spec!r}: range {part!r} runs backwards")
         cpus.update(range(first, last + 1))

@@ -8,6 +8,7 @@ carriage-return bar would be one unreadable line, so the progress is printed as 
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import TextIO
 
@@ -28,8 +29,8 @@ class ProgressLine:
     def show(self, text: str, *, force: bool = False) -> None:
         if self.out is None:
             return
-        if self.tty:
-            self.out.write(CLEAR_LINE + text)
+        if self.tty:  # cut to the terminal's width: a wrapped line could not be cleared
+            self.out.write(CLEAR_LINE + text[: max(shutil.get_terminal_size().columns - 1, 20)])
             self._open = True
         elif force or time.monotonic() - self._last >= self.every_s:
             self.out.write(text + "\n")

@@ -256,6 +256,7 @@ class LocalStack:
             self.invoker.shutdown()
         if self.ddb is not None:
             self.ddb.stop()
+        set_background_cpus(None)  # the confinement is process-wide: it ends with the stack
         with contextlib.suppress(OSError):
             state = read_state(self.config.home)
             if state and state.get("pid") == os.getpid():
