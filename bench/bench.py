@@ -85,14 +85,11 @@ def floor_burst(count: int, fire_log: Path) -> list[float]:
 
 
 # -- the system ------------------------------------------------------------------------------------------
-def wait_for_fires(fire_log: Path, prefix: str, expected: int, until_ms: float) -> list[dict[str, Any]]:
+def wait_for_fires(fire_log: Path, prefix: str, task_ids: list[str], until_ms: float) -> list[dict[str, Any]]:
     tail = FireLogTail(fire_log, prefix)
-    while True:
-        fires = tail.read()
-        if len({f["task_id"] for f in fires}) >= expected or time.time() * 1000 > until_ms:
-            time.sleep(1.0)
-            return list(tail.read())
-        time.sleep(1.0)
+    tail.wait(task_ids, until_ms)
+    time.sleep(1.0)  # a late duplicate shows too
+    return list(tail.read())
 
 
 def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
@@ -114,6 +111,7 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
     client = Client(stack.settings)
     prefix = f"steady-{uuid.uuid4().hex[:6]}-"
     total = int(rate * seconds)
+    task_ids = [f"{prefix}{i:07d}" for i in range(total)]
     errors: list[str] = []
     if concurrent_writes:
         start = time.time() + 0.5
@@ -124,7 +122,7 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
             if delay > 0:
                 time.sleep(delay)
             try:
-                client.schedule(from_ms(int(at * 1000 + lead_s * 1000)), ACTION, None, task_id=f"{prefix}{i:07d}")
+                client.schedule(from_ms(int(at * 1000 + lead_s * 1000)), ACTION, None, task_id=task_ids[i])
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 errors.append(repr(exc))
 
@@ -135,7 +133,7 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
         first_due = next_tick(int(time.time() * 1000) + 5 * total + 5_000, interval) + 15_000
 
         def write(i: int) -> None:
-            client.schedule(from_ms(int(first_due + i * 1000 / rate)), ACTION, None, task_id=f"{prefix}{i:07d}")
+            client.schedule(from_ms(int(first_due + i * 1000 / rate)), ACTION, None, task_id=task_ids[i])
 
         log(f"system/steady: scheduling {total} tasks due at {rate:g}/s for {seconds:g} s, "
             f"the first {(first_due - time.time() * 1000) / 1000:.0f} s ahead")
@@ -143,7 +141,7 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
         list(pool.map(write, range(total)))
     log(f"system/steady: written ({len(errors)} errors); waiting for the last fires")
     last_due = first_due + (total - 1) * 1000 / rate
-    fires = wait_for_fires(stack.fire_log, prefix, total, last_due + 20_000)
+    fires = wait_for_fires(stack.fire_log, prefix, task_ids, last_due + 20_000)
     drifts, fired, dup = drift_of(fires)
     return {"scheduled": total, "write_errors": len(errors), "fired": fired, "duplicates": dup, "drift": drifts}
 
@@ -151,13 +149,13 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
 def system_burst(stack: LocalStack, count: int) -> dict[str, Any]:
     client = Client(stack.settings)
     prefix = f"burst-{uuid.uuid4().hex[:6]}-"
+    task_ids = [f"{prefix}{i:06d}" for i in range(count)]
     interval = stack.settings.poll_interval_ms
     due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, interval) + 15_000
     log(f"system/burst: scheduling {count} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s ahead")
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: client.schedule(from_ms(due), ACTION, None, task_id=f"{prefix}{i:06d}"),
-                      range(count)))
-    fires = wait_for_fires(stack.fire_log, prefix, count, due + 30_000)
+        list(pool.map(lambda task_id: client.schedule(from_ms(due), ACTION, None, task_id=task_id), task_ids))
+    fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + 30_000)
     drifts, fired, dup = drift_of(fires)
     return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drifts}
 

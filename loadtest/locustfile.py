@@ -262,18 +262,18 @@ def check_run(run: Run) -> Verdict | None:
     to_fire = {task_id for task_id in due if task_id not in cancelled}
     deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
     progress = ProgressLine(sys.stderr)
+
+    def show(fired: int, last: bool) -> None:
+        left_s = max((deadline_ms - time.time() * 1000) / 1000, 0.0)
+        line = f"load test check: {fired}/{len(to_fire)} expected tasks fired, waiting at most {left_s:.0f} s more"
+        if last:
+            progress.end(line)
+        else:
+            progress.show(line)
+
     tail = FireLogTail(fire_log, run.prefix)
     try:
-        while True:
-            fired = len({f["task_id"] for f in tail.read()} & to_fire)
-            left_s = (deadline_ms - time.time() * 1000) / 1000
-            line = (f"load test check: {fired}/{len(to_fire)} expected tasks fired, "
-                    f"waiting at most {max(left_s, 0.0):.0f} s more")
-            if fired >= len(to_fire) or left_s <= 0:
-                progress.end(line)
-                break
-            progress.show(line)
-            time.sleep(1.0)
+        tail.wait(to_fire, deadline_ms, progress=show)
         time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
     except KeyboardInterrupt:
         progress.end()

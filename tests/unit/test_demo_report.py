@@ -316,3 +316,27 @@ def test_the_demo_refuses_an_epsilon_that_is_not_a_finite_non_negative_number(
         main(["demo", "--epsilon-ms", epsilon])
     assert exit_info.value.code == 2
     assert "--epsilon-ms" in capsys.readouterr().err
+
+
+def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(tmp_path: Path) -> None:
+    import time
+
+    from punctual.demo import FireLogTail
+
+    log = tmp_path / "fires.jsonl"
+    fire = {"task_id": "run-a-1", "key": "run-a-1:0", "due_ms": 1, "fired_ms": 2}
+    log.write_text(json.dumps(fire) + "\n")
+    seen: list[tuple[int, bool]] = []
+    far = time.time() * 1000 + 60_000
+    # Every task fired: the first read ends the wait, reported as the last one
+    assert FireLogTail(log, "run-a-").wait(["run-a-1"], far, progress=lambda n, last: seen.append((n, last))) \
+        == [fire]
+    assert seen == [(1, True)]
+    # One task never fires: the wait reads until the deadline, then ends with what it has
+    seen.clear()
+    started = time.monotonic()
+    entries = FireLogTail(log, "run-a-").wait(["run-a-1", "run-a-2"], time.time() * 1000 + 300, interval_s=0.05,
+                                              progress=lambda n, last: seen.append((n, last)))
+    assert entries == [fire]
+    assert 0.25 <= time.monotonic() - started < 5
+    assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1]) and len(seen) >= 3

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +96,20 @@ class FireLogTail:
                     self.entries.append(entry)
         return self.entries
 
+    def wait(self, task_ids: Collection[str], until_ms: float, interval_s: float = 1.0,
+             progress: Callable[[int, bool], None] | None = None) -> list[dict[str, Any]]:
+        """Read every ``interval_s`` until each of ``task_ids`` has fired or the wall clock passes ``until_ms``;
+        ``progress(fired, last)`` after each read. Returns every entry read so far."""
+        wanted = set(task_ids)
+        while True:
+            fired = len({entry["task_id"] for entry in self.read()} & wanted)
+            last = fired >= len(wanted) or time.time() * 1000 > until_ms
+            if progress is not None:
+                progress(fired, last)
+            if last:
+                return self.entries
+            time.sleep(interval_s)
+
 
 def read_fires(fire_log: Path, prefix: str) -> list[dict[str, Any]]:
     """Fire-log entries whose task id starts with ``prefix`` (one pass over the whole log)."""
@@ -129,22 +143,21 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
                 progress.show(f"scheduling {_bar(i, total)} {i}/{total}")
     progress.end(f"scheduling {_bar(total, total)} {total}/{total}  ({time.monotonic() - started:.1f} s)")
 
-    deadline_ms = plan.last_due_ms + min(grace, 30_000) + 15_000
-    tail = FireLogTail(fire_log, prefix)
     progress = ProgressLine(out)
-    while True:
+
+    def show(fired: int, last: bool) -> None:
         now = time.time() * 1000
-        fires = tail.read()
-        fired = len({f["task_id"] for f in fires})
         wait = (plan.first_due_ms - now) / 1000
         left = max(0.0, (plan.last_due_ms - now) / 1000)
         note = f"first due in {wait:.0f} s" if wait > 0 else f"last due in {left:.0f} s"
         line = f"waiting    {_bar(fired, total)} {fired}/{total} fired  ({note})"
-        if fired >= total or now > deadline_ms:
+        if last:
             progress.end(line)
-            break
-        progress.show(line)
-        time.sleep(0.5)
+        else:
+            progress.show(line)
+
+    tail = FireLogTail(fire_log, prefix)
+    tail.wait(plan.due_ms, plan.last_due_ms + min(grace, 30_000) + 15_000, interval_s=0.5, progress=show)
     time.sleep(1.0)  # let the last outcomes be recorded
     return build_report(client, plan, list(tail.read()), epsilon_ms)
 
