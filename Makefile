@@ -47,7 +47,7 @@ bench: setup
 
 ## cost: count what a task costs on moto and regenerate the generated block of docs/cost.md
 cost: setup
-	$(BIN)/python -m punctual.cost --write docs/cost.md
+	$(BIN)/python -m punctual_tools.cost --write docs/cost.md
 
 ## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
 lint: setup

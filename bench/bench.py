@@ -37,12 +37,12 @@ from typing import Any
 from punctual.actions import FireContext, FireLog, run_action
 from punctual.client import Client
 from punctual.clock import SystemClock
-from punctual.demo import FireLogTail
 from punctual.dispatcher import Dispatcher
 from punctual.keys import from_ms, next_tick
-from punctual.local.stack import LocalStack, StackConfig
 from punctual.model import LogAction
-from punctual.stats import summarize
+from punctual_tools.demo import FireLogTail
+from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.stats import summarize
 
 ACTION = LogAction(message="bench")
 TARGETS = {"steady_p99_ms": 0.5, "burst_vs_floor": 1.5, "fast_path_p99_ms": 10.0}

@@ -1,5 +1,5 @@
 """Load test: many users scheduling tasks through the client helper against a running local stack, judged at the
-end by the checker (:mod:`punctual.checker`).
+end by the checker (:mod:`punctual_tools.checker`).
 
     .venv/bin/pip install -e '.[load]'                        # (also in the dev extra)
     .venv/bin/punctual up &                                   # or any stack: set PUNCTUAL_* for AWS
@@ -43,13 +43,13 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
-from punctual.checker import Verdict
-from punctual.demo import FireLogTail, check_fire_log
 from punctual.errors import InvalidTaskError, TaskConflictError, TaskStateError
 from punctual.keys import to_ms
-from punctual.local.stack import read_state
 from punctual.model import Task, TaskStatus
-from punctual.progress import ProgressLine
+from punctual_tools.checker import Verdict
+from punctual_tools.demo import FireLogTail, check_fire_log
+from punctual_tools.local.stack import read_state
+from punctual_tools.progress import ProgressLine
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,8 +27,8 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
         os.environ[_name] = "testing"
     os.environ.pop("AWS_PROFILE", None)
 
-from punctual.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
-from punctual.schema import ensure_table  # noqa: E402
+from punctual.dynamodb.schema import ensure_table  # noqa: E402
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
 TIER_MARKERS = {"integration": "integration", "e2e": "e2e"}

@@ -31,17 +31,17 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 
 from punctual.clock import SystemClock
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.keys import from_ms
-from punctual.local.dynamodb_local import make_client
-from punctual.model import Action, Task, TaskStatus
+from punctual.model import Action, Candidate, Task, TaskStatus
 from punctual.poller import Poller
-from punctual.repository import Candidate, DynamoTaskRepository
 from punctual.settings import Settings
+from punctual_tools.local.dynamodb_local import make_client
 
 T = TypeVar("T")
-R = TypeVar("R", bound=DynamoTaskRepository)
+R = TypeVar("R", bound=DynamoTaskStore)
 S = TypeVar("S", bound=BaseServer)
 
 # The functional tier's "now" for tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
@@ -183,7 +183,7 @@ def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int =
     ]
 
 
-def create_all(repo: DynamoTaskRepository, tasks: list[Task], created_ms: int | None = None) -> None:
+def create_all(repo: DynamoTaskStore, tasks: list[Task], created_ms: int | None = None) -> None:
     """Store the tasks (as the client does, written at ``created_ms``, by default now), 8 at a time."""
     at = now_ms() if created_ms is None else created_ms
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -191,17 +191,22 @@ def create_all(repo: DynamoTaskRepository, tasks: list[Task], created_ms: int | 
     assert all(created for _, created in results)
 
 
-def repo_for(settings: Settings, cls: type[R] = DynamoTaskRepository) -> R:  # type: ignore[assignment]
+def repo_for(settings: Settings, cls: type[R] = DynamoTaskStore) -> R:  # type: ignore[assignment]
     """A repository (of class ``cls``) on ``settings.endpoint_url`` (DynamoDB Local), with a boto3 client of its
     own (one per thread in the races)."""
     return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
 
 
-def read_task(repo: DynamoTaskRepository, task_id: str) -> Task:
+def read_task(repo: DynamoTaskStore, task_id: str) -> Task:
     """The stored task, which must exist."""
     task = repo.get(task_id)
     assert task is not None, task_id
     return task
+
+
+def due_candidates(store: DynamoTaskStore, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
+    """What one shard of one minute bucket of the due index lists up to ``until_ms``, read back from the table."""
+    return store.candidates([e.task_id for e in store.query_index(bucket_ms, shard, until_ms)])
 
 
 def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:
@@ -210,7 +215,7 @@ def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_unti
 
 
 def run_until_done(
-    repo: DynamoTaskRepository, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
+    repo: DynamoTaskStore, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
 ) -> list[BatchReport]:
     """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
     task is finished or ``rounds`` polls have run; the executor's reports."""

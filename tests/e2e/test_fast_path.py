@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from punctual.client import Client
-from punctual.demo import read_fires
 from punctual.keys import from_ms, next_tick
-from punctual.local.stack import LocalStack, StackConfig
 from punctual.model import LogAction, TaskStatus
+from punctual_tools.demo import read_fires
+from punctual_tools.local.stack import LocalStack, StackConfig
 from support import now_ms, wait_until
 
 POLL_INTERVAL_S = 60

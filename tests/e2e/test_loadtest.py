@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from punctual.local.dynamodb_local import find_project_root
-from punctual.local.stack import LocalStack, StackConfig
+from punctual_tools.local.dynamodb_local import find_project_root
+from punctual_tools.local.stack import LocalStack, StackConfig
 
 ROOT = find_project_root()
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"

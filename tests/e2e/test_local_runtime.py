@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from punctual.client import Client
-from punctual.demo import read_fires, run_demo
-from punctual.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client
-from punctual.local.invoker import LocalInvoker
-from punctual.local.stack import LocalStack, StackConfig, read_state, settings_env
 from punctual.model import LogAction, TaskStatus
 from punctual.settings import Settings, SettingsError
+from punctual_tools.demo import read_fires, run_demo
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client
+from punctual_tools.local.invoker import LocalInvoker
+from punctual_tools.local.stack import LocalStack, StackConfig, read_state, settings_env
 from support import interrupt, now_ms, wait_until
 
 ROOT = find_project_root()

@@ -14,10 +14,10 @@ import pytest
 
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dlq import DeadLetterQueue
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
-from punctual.local.target import TargetServer
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
+from punctual_tools.local.target import TargetServer
 
 SHARDS = 4
 
@@ -52,7 +52,7 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
     """Executors on the real clock (one per Lambda environment); their dispatchers are closed afterwards."""
     made: list[Executor] = []
 
-    def make(repo: DynamoTaskRepository, settings: Settings, offset: OffsetProbe | None = None,
+    def make(repo: DynamoTaskStore, settings: Settings, offset: OffsetProbe | None = None,
              dead_letters: DeadLetterQueue | None = None) -> Executor:
         executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
         made.append(executor)

@@ -17,12 +17,12 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from punctual.checker import Verdict, check, expected_from_tasks, fires_from_target
+from punctual.dynamodb.store import DynamoTaskStore, IndexEntry
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.local.target import TargetServer
-from punctual.model import HttpAction, Task
-from punctual.repository import DynamoTaskRepository, FireRecord, IndexEntry
+from punctual.model import FireRecord, HttpAction, Task
+from punctual_tools.checker import Verdict, check, expected_from_tasks, fires_from_target
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, join_all, make_tasks
 
 EPSILON_MS = 1_500  # "late" / "early" tolerance: generous, timing figures are the benchmark's business
@@ -71,7 +71,7 @@ class InlineInvoker:
 
 
 # -- injected faults ----------------------------------------------------------------------------------------
-class DiesAfterArm(DynamoTaskRepository):
+class DiesAfterArm(DynamoTaskStore):
     """The store as an executor process sees it when the process dies after arming: nothing it would write
     afterwards (a release on stop, an outcome) reaches the table."""
 
@@ -85,7 +85,7 @@ class DiesAfterArm(DynamoTaskRepository):
         return [False] * len(records)
 
 
-class DiesAfterFire(DynamoTaskRepository):
+class DiesAfterFire(DynamoTaskStore):
     """The executor fires, then its process dies before recording: the outcome write never arrives."""
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
@@ -95,7 +95,7 @@ class DiesAfterFire(DynamoTaskRepository):
         raise ConnectionError("executor process died before recording")
 
 
-class LaggingIndex(DynamoTaskRepository):
+class LaggingIndex(DynamoTaskStore):
     """A due index whose entries for ``hidden`` task ids have not been written yet (GSIs are eventually
     consistent): queries leave them out until the test clears ``hidden``."""
 
@@ -166,7 +166,7 @@ class Throttle:
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
-def judge(title: str, repo: DynamoTaskRepository, task_ids: Iterable[str], target: TargetServer,
+def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: TargetServer,
           allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False) -> Verdict:
     """The checker's verdict on these tasks (as the table has them now) against the target's records;
     printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it fail)."""

@@ -14,10 +14,10 @@ from fault_tools import InlineInvoker, http_tasks, judge
 
 from punctual.errors import TaskStateError
 from punctual.executor import Executor
-from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.local.target import TargetServer
 from support import create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration

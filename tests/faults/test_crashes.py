@@ -18,10 +18,10 @@ from fault_tools import DiesAfterArm, DiesAfterFire, InlineInvoker, http_tasks, 
 
 from punctual.events import BatchEvent
 from punctual.executor import Executor
-from punctual.local.target import TargetServer
 from punctual.model import Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ from fault_tools import http_tasks, judge
 
 from punctual.client import Client
 from punctual.keys import from_ms
-from punctual.local.stack import LocalStack, StackConfig
-from punctual.local.target import TargetServer
 from punctual.model import HttpAction, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ from fault_tools import http_tasks, judge
 
 from punctual.dlq import FileDeadLetterQueue
 from punctual.executor import Executor
-from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from fault_tools import DroppingInvoker, InlineInvoker, LaggingIndex, http_tasks
 
 from punctual.executor import Executor
 from punctual.keys import bucket_start
-from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads, wait_until
 
 pytestmark = pytest.mark.integration

@@ -33,12 +33,12 @@ from fault_tools import judge
 
 from punctual.client import Client
 from punctual.keys import from_ms
-from punctual.local.dynamodb_local import find_project_root
-from punctual.local.stack import read_state
-from punctual.local.target import TargetServer
 from punctual.model import HttpAction, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.local.dynamodb_local import find_project_root
+from punctual_tools.local.stack import read_state
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, interrupt, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -65,7 +65,7 @@ class Runtime:
 
     def start(self) -> dict[str, Any]:
         log = (self.home / f"up-{len(self.processes)}.log").open("wb")
-        command = [sys.executable, "-m", "punctual.cli", "--home", str(self.home), "up", "--port", "0",
+        command = [sys.executable, "-m", "punctual_tools.cli", "--home", str(self.home), "up", "--port", "0",
                    "--poll-interval", str(POLL_INTERVAL_S), "--table", self.table]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")} | RUNTIME_ENV
         env[MARKER] = str(self.home)  # inherited by everything it starts: how cleanup() finds them

@@ -9,13 +9,13 @@ import pytest
 from fault_tools import Throttle, http_tasks, judge
 
 from punctual.clock import OffsetProbe, measure_offset
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
-from punctual.local.dynamodb_local import make_client
-from punctual.local.target import TargetServer
 from punctual.model import TaskStatus
 from punctual.poller import Poller
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
+from punctual_tools.local.dynamodb_local import make_client
+from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads
 
 pytestmark = pytest.mark.integration
@@ -33,8 +33,8 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     settings = make_settings(write_batch=write_batch, max_batch_size=12, db_threads=8)
     throttle = Throttle(rate=0.2, max_in_a_row=2)
 
-    def throttled() -> DynamoTaskRepository:
-        return DynamoTaskRepository.from_settings(throttle.install(make_client(settings.endpoint_url)), settings)
+    def throttled() -> DynamoTaskStore:
+        return DynamoTaskStore.from_settings(throttle.install(make_client(settings.endpoint_url)), settings)
 
     # When 24 tasks due in ~5 s (written by an unthrottled client) are polled by two pollers at once and run
     # by their executors, all on the throttling store

@@ -10,11 +10,11 @@ import pytest
 from moto import mock_aws
 
 from punctual.clock import OffsetProbe, SystemClock
+from punctual.dynamodb.schema import ensure_table
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import from_ms
 from punctual.model import LogAction, Task
-from punctual.repository import DynamoTaskRepository
-from punctual.schema import ensure_table
 from punctual.settings import Settings
 from support import FIXED_NOW_MS
 
@@ -37,15 +37,15 @@ def settings() -> Settings:
 
 
 @pytest.fixture(params=["single", "transaction"])
-def repo(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskRepository:
+def repo(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskStore:
     """The repository, once per way of writing many items at once (``Settings.write_batch``)."""
-    return DynamoTaskRepository.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
+    return DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
 
 class TaskFactory:
     """Builds tasks with sensible defaults and stores them through the repository."""
 
-    def __init__(self, repo: DynamoTaskRepository) -> None:
+    def __init__(self, repo: DynamoTaskStore) -> None:
         self.repo = repo
         self._n = 0
 
@@ -62,7 +62,7 @@ class TaskFactory:
 
 
 @pytest.fixture
-def tasks(repo: DynamoTaskRepository) -> TaskFactory:
+def tasks(repo: DynamoTaskStore) -> TaskFactory:
     return TaskFactory(repo)
 
 
@@ -83,6 +83,6 @@ def now_ms() -> int:
 
 
 @pytest.fixture
-def executor(repo: DynamoTaskRepository, settings: Settings) -> Executor:
+def executor(repo: DynamoTaskStore, settings: Settings) -> Executor:
     """An executor on the real clock, its NTP probe off."""
     return Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5))

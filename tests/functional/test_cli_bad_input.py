@@ -1,7 +1,7 @@
 """``punctual schedule`` with bad arguments: a non-zero exit, one error line naming the field, no traceback,
 nothing stored.
 
-The CLI runs in-process (``punctual.cli.main``) with ``--aws``: it builds its client from ``PUNCTUAL_*``
+The CLI runs in-process (``punctual_tools.cli.main``) with ``--aws``: it builds its client from ``PUNCTUAL_*``
 settings exactly as it does against AWS, and moto answers for AWS (the functional tier's table). What this
 leaves out is only the lookup of a running local stack's state file, which picks the endpoint; argument
 parsing, validation, the client's write and the error printing are the CLI's own code. An exception that
@@ -27,8 +27,8 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from punctual.cli import main
-from punctual.schema import ensure_table
+from punctual.dynamodb.schema import ensure_table
+from punctual_tools.cli import main
 
 fuzz = fuzz_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from punctual.client import Client
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import from_ms
 from punctual.model import HttpAction, LogAction, TaskStatus
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
 from support import FakeClock
 
@@ -41,7 +41,7 @@ def test_schedule_get_and_idempotent_retry(client: Client, now_ms: int) -> None:
         client.schedule(due, HttpAction(url="https://example.com/hook"), {"video": "v-2"}, task_id="pub-v-1")
 
 
-def test_invalid_task_is_not_stored(client: Client, repo: DynamoTaskRepository, now_ms: int) -> None:
+def test_invalid_task_is_not_stored(client: Client, repo: DynamoTaskStore, now_ms: int) -> None:
     with pytest.raises(InvalidTaskError):
         client.schedule(from_ms(now_ms - 3_600_000), LogAction(), task_id="too-late")
     assert repo.get("too-late") is None

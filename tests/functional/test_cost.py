@@ -14,9 +14,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from punctual import cost
+from punctual.dynamodb.schema import ensure_table
 from punctual.keys import bucket_start, buckets_between
-from punctual.schema import ensure_table
+from punctual_tools import cost
 
 TASKS = 300
 

@@ -11,15 +11,15 @@ from typing import Any
 import boto3
 import pytest
 
-from punctual.cli import main
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import HttpAction, Task, TaskStatus
-from punctual.repository import DynamoTaskRepository, FireRecord
+from punctual.model import FireRecord, HttpAction, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
+from punctual_tools.cli import main
 from support import StubTarget, candidate_of, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
@@ -42,7 +42,7 @@ def queue_url(sqs: Any) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 
-def make_failed(repo: DynamoTaskRepository, tasks: Any, task_id: str, now_ms: int) -> Task:
+def make_failed(repo: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
     """A task that went through claim and arm and was recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
     assert repo.claim(candidate_of(task), "b", "p", now_ms, 30_000)
@@ -99,7 +99,7 @@ def test_the_queue_is_sqs_when_a_url_is_set_else_the_file(tmp_path: Path, sqs: A
 
 # -- the executor --------------------------------------------------------------------------------------------
 def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
 ) -> None:
     # Given an executor with a file dead-letter queue, and a task that always fails, with two attempts
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
@@ -118,7 +118,7 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
 
 
 def test_a_failed_send_leaves_the_task_failed_in_the_table(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, failing_url: str
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, failing_url: str
 ) -> None:
     # Given a dead-letter queue that is down
     class Down:
@@ -136,7 +136,7 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
 
 # -- the REDRIVE write ---------------------------------------------------------------------------------------
 def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a FAILED task, and a SUCCEEDED-never-failed one (still PENDING)
     failed = make_failed(repo, tasks, "f1", now_ms)
@@ -171,7 +171,7 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
-    repo: DynamoTaskRepository, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    repo: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given two FAILED tasks with dead letters, and one FAILED task whose letter was never sent
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
@@ -194,7 +194,7 @@ def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
 
 
 def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
-    repo: DynamoTaskRepository, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    repo: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given FAILED tasks a and b with letters, and a stale letter for s (redriven earlier, its letter left)
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
@@ -211,7 +211,7 @@ def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
 
 
 def test_cli_redrive_on_sqs(
-    repo: DynamoTaskRepository, tasks: Any, sqs: Any, queue_url: str, now_ms: int, tmp_path: Path,
+    repo: DynamoTaskStore, tasks: Any, sqs: Any, queue_url: str, now_ms: int, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given AWS settings naming the table and the SQS dead-letter queue, and two dead-lettered FAILED tasks

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from punctual.clock import ClockOffset, SystemClock
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.model import HttpAction, Task, TaskStatus
 from punctual.poller import Poller
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
-from support import RecordingInvoker, StubTarget, read_task, serving, wait_until
+from support import RecordingInvoker, StubTarget, due_candidates, read_task, serving, wait_until
 
 
 class FixedOffset:
@@ -58,7 +58,7 @@ def clock() -> SystemClock:
     return SystemClock()
 
 
-def claim_batch(repo: DynamoTaskRepository, settings: Settings, now_ms: int) -> BatchEvent:
+def claim_batch(repo: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
     """Run the poller once and return the single batch it sent."""
     invoker = RecordingInvoker()
     Poller(repo, invoker, settings).poll(now_ms)
@@ -67,7 +67,7 @@ def claim_batch(repo: DynamoTaskRepository, settings: Settings, now_ms: int) -> 
 
 
 def test_a_batch_fires_every_task_and_records_it(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given five log tasks due 0.3-0.7 s from now, claimed by the poller
     now = int(clock.wall_ms())
@@ -96,7 +96,7 @@ def test_a_batch_fires_every_task_and_records_it(
 
 
 def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock,
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given three tasks due together 0.3 s from now, and a record_many that notes which thread calls it
@@ -120,7 +120,7 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
 
 
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
     executor = Executor(repo, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
@@ -136,7 +136,7 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
 
 
 def test_duplicate_delivery_fires_nothing(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of three tasks, delivered and run once
     now = int(clock.wall_ms())
@@ -156,7 +156,7 @@ def test_duplicate_delivery_fires_nothing(
 
 
 def test_a_task_cancelled_after_its_claim_is_not_fired(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given two claimed tasks, one of which the client then cancels
     now = int(clock.wall_ms())
@@ -176,7 +176,7 @@ def test_a_task_cancelled_after_its_claim_is_not_fired(
 
 def test_http_500_is_recorded_failed_with_detail(
     executor: Executor,
-    repo: DynamoTaskRepository,
+    repo: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -198,7 +198,7 @@ def test_http_500_is_recorded_failed_with_detail(
 
 def test_http_200_receives_the_idempotency_key(
     executor: Executor,
-    repo: DynamoTaskRepository,
+    repo: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -230,13 +230,13 @@ def test_http_200_receives_the_idempotency_key(
 
 
 def test_task_past_its_grace_at_fire_time_is_missed(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, clock: SystemClock
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, clock: SystemClock
 ) -> None:
     # Given a task with no grace, due 5 s ago, written on time by a client and claimed (its executor came late)
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0)
-    candidate = next(c for c in repo.query_due(now, _shard(repo, task), now) if c.task_id == task.task_id)
+    candidate = next(c for c in due_candidates(repo, now, _shard(repo, task), now) if c.task_id == task.task_id)
     assert repo.claim(candidate, "late-batch", "poller-1", now, 30_000)
     event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0)])
     # When the executor runs it
@@ -249,14 +249,14 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     assert done.detail is not None and "past its grace of 0 ms" in done.detail
 
 
-def _shard(repo: DynamoTaskRepository, task: Task) -> int:
+def _shard(repo: DynamoTaskStore, task: Task) -> int:
     from punctual.keys import shard_of
 
     return shard_of(task.task_id, repo.shard_count)
 
 
 def test_stop_releases_armed_tasks_that_have_not_fired(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of tasks due in 3 s, armed and waiting in the dispatcher
     now = int(clock.wall_ms())

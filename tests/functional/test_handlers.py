@@ -30,9 +30,9 @@ from pydantic import ValidationError
 
 from punctual import Client, LogAction, Task, TaskStatus
 from punctual import metrics as names
-from punctual.local.worker import load_handler_module
 from punctual.runtime import build_poller
 from punctual.settings import Settings
+from punctual_tools.local.worker import load_handler_module
 from support import RecordingInvoker
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -9,15 +9,16 @@ import pytest
 
 from punctual.client import Client
 from punctual.clock import OffsetProbe, SystemClock
+from punctual.decisions import misfire_decision
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.fastpath import candidate_of_record
 from punctual.keys import BUCKET_MS, shard_of
-from punctual.model import LogAction, Task, TaskStatus, misfire_decision
+from punctual.model import LogAction, Task, TaskStatus
 from punctual.poller import Poller
-from punctual.repository import DynamoTaskRepository
 from punctual.settings import Settings
-from support import FakeClock, RecordingInvoker, read_task
+from support import FakeClock, RecordingInvoker, due_candidates, read_task
 
 
 @pytest.mark.parametrize(
@@ -37,7 +38,7 @@ def test_misfire_decision_edges(late_ms: float, policy: str, decision: str) -> N
 
 
 def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task with the default policy and one with fire_late
     default = tasks.create(now_ms + 5_000, "default")
@@ -54,7 +55,7 @@ def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
 
 
 def test_an_item_written_before_the_policy_existed_reads_as_skip(
-    repo: DynamoTaskRepository, tasks: Any, dynamodb: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, dynamodb: Any, now_ms: int
 ) -> None:
     # Given a stored task whose item has no misfire_policy attribute (an older writer)
     task = tasks.create(now_ms + 5_000, "old")
@@ -69,7 +70,7 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_poller_applies_the_policy_one_ms_past_the_grace(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, now_ms: int, policy: str
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int, policy: str
 ) -> None:
     # Given two tasks with a 60 s grace and this policy, written on time long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -107,7 +108,7 @@ def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
-    repo: DynamoTaskRepository, tasks: Any, settings: Settings, policy: str
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, policy: str
 ) -> None:
     # Given a task with no grace, due 5 s ago, claimed on time (its executor came late)
     clock = SystemClock()
@@ -115,7 +116,7 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)
-    candidate = next(c for c in repo.query_due(due, shard_of(task.task_id, repo.shard_count), now)
+    candidate = next(c for c in due_candidates(repo, due, shard_of(task.task_id, repo.shard_count), now)
                      if c.task_id == task.task_id)
     assert repo.claim(candidate, "late-batch", "poller-1", now, 30_000)
     event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0,

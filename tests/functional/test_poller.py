@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
-from punctual.model import TaskStatus
+from punctual.model import Candidate, TaskStatus
 from punctual.poller import Poller, make_batches
-from punctual.repository import Candidate, DynamoTaskRepository
 from punctual.settings import Settings
 from support import RecordingInvoker, read_task
 
@@ -20,14 +20,14 @@ def invoker() -> RecordingInvoker:
 
 
 @pytest.fixture
-def poller(repo: DynamoTaskRepository, invoker: RecordingInvoker, settings: Settings) -> Poller:
+def poller(repo: DynamoTaskStore, invoker: RecordingInvoker, settings: Settings) -> Poller:
     return Poller(repo, invoker, settings, poller_id="poller-test")
 
 
 def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
     poller: Poller,
     invoker: RecordingInvoker,
-    repo: DynamoTaskRepository,
+    repo: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     now_ms: int,
@@ -66,7 +66,7 @@ def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
 
 
 def test_batch_payloads_validate_and_match_the_claims(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a few tasks due soon
     created = [tasks.create(now_ms + 1_000 * i) for i in range(5)]
@@ -86,7 +86,7 @@ def test_batch_payloads_validate_and_match_the_claims(
 
 
 def test_batches_are_cut_at_max_batch_size_in_due_order(
-    repo: DynamoTaskRepository, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a batch size of 3 and 7 tasks due soon
     poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 3}))
@@ -111,7 +111,7 @@ def test_make_batches() -> None:
 
 
 def test_overdue_within_grace_is_claimed_and_beyond_grace_is_missed(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given two tasks with a 60 s grace, written on time by a client long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -149,7 +149,7 @@ def test_a_second_poll_claims_nothing_new(poller: Poller, invoker: RecordingInvo
 def test_expired_claim_lease_is_recovered_one_ms_after_it_ends(
     poller: Poller,
     invoker: RecordingInvoker,
-    repo: DynamoTaskRepository,
+    repo: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     now_ms: int,
@@ -172,7 +172,7 @@ def test_expired_claim_lease_is_recovered_one_ms_after_it_ends(
 
 
 def test_expired_armed_lease_is_recovered(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a task armed by an executor that died before recording
     task = tasks.create(now_ms + 10_000, misfire_grace_ms=3_600_000)
@@ -189,7 +189,7 @@ def test_expired_armed_lease_is_recovered(
 def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
     poller: Poller,
     invoker: RecordingInvoker,
-    repo: DynamoTaskRepository,
+    repo: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     now_ms: int,
@@ -215,7 +215,7 @@ def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
 
 
 def test_watermark_stays_overdue_safety_behind_now(
-    poller: Poller, repo: DynamoTaskRepository, settings: Settings, now_ms: int
+    poller: Poller, repo: DynamoTaskStore, settings: Settings, now_ms: int
 ) -> None:
     # Given an empty table
     # When the poller runs twice, a few minutes apart
@@ -228,7 +228,7 @@ def test_watermark_stays_overdue_safety_behind_now(
 
 
 def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
-    poller: Poller, repo: DynamoTaskRepository, tasks: Any, settings: Settings, now_ms: int
+    poller: Poller, repo: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a task due 10 minutes ago with a long grace, written on time (so in its own, old bucket)
     old_due = now_ms - 10 * BUCKET_MS
@@ -248,7 +248,7 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
 
 
 def test_first_poll_without_watermark_reaches_the_oldest_active_task(
-    poller: Poller, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
     task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
@@ -262,7 +262,7 @@ def test_first_poll_without_watermark_reaches_the_oldest_active_task(
 
 
 def test_task_from_an_old_watermark_era_is_still_found(
-    repo: DynamoTaskRepository, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a watermark left at an old bucket by an earlier poll
     old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
@@ -281,7 +281,7 @@ def test_task_from_an_old_watermark_era_is_still_found(
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a poll that moved the watermark up to the safety margin
     poller.poll(now_ms)
@@ -293,7 +293,7 @@ def test_task_written_late_after_the_watermark_moved_is_found(
 
 
 def test_cancelled_and_finished_tasks_are_not_claimed(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     cancelled = tasks.create(now_ms + 5_000)
     kept = tasks.create(now_ms + 6_000)

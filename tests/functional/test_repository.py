@@ -9,28 +9,29 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
+from punctual.dynamodb.codec import item_to_task
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
-from punctual.model import LogAction, Task, TaskStatus
-from punctual.repository import DynamoTaskRepository, FireRecord, item_to_task
-from support import candidate_of, json_payloads
+from punctual.model import FireRecord, LogAction, Task, TaskStatus
+from support import candidate_of, due_candidates, json_payloads
 
 LEASE_MS = 30_000
 
 
-def due_ids(repo: DynamoTaskRepository, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
+def due_ids(repo: DynamoTaskStore, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
     shard = shard_of(task.task_id, repo.shard_count)
-    return [c.task_id for c in repo.query_due(bucket_of_ms, shard, until_ms)]
+    return [c.task_id for c in due_candidates(repo, bucket_of_ms, shard, until_ms)]
 
 
-def claimed(repo: DynamoTaskRepository, task: Task, now_ms: int, batch: str = "batch-1") -> int:
+def claimed(repo: DynamoTaskStore, task: Task, now_ms: int, batch: str = "batch-1") -> int:
     """Claim a PENDING task; returns its lease end."""
     assert repo.claim(candidate_of(task), batch, "poller-1", now_ms, LEASE_MS)
     return now_ms + LEASE_MS
 
 
 # -- create / get -------------------------------------------------------------------------------------------
-def test_create_stores_a_pending_task_and_get_reads_it(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_create_stores_a_pending_task_and_get_reads_it(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a new task
     task = tasks.build(now_ms + 10_000, "t-new", payload={"video": "v-1", "n": [1, 2.5, None]})
     # When it is created
@@ -49,11 +50,11 @@ def test_create_stores_a_pending_task_and_get_reads_it(repo: DynamoTaskRepositor
     assert got.created_at is not None and got.created_at.timestamp() * 1000 == now_ms
 
 
-def test_get_of_an_unknown_task_is_none(repo: DynamoTaskRepository) -> None:
+def test_get_of_an_unknown_task_is_none(repo: DynamoTaskStore) -> None:
     assert repo.get("no-such-task") is None
 
 
-def test_create_is_idempotent_on_equal_content(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_create_is_idempotent_on_equal_content(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a stored task
     task = tasks.build(now_ms + 10_000, "t-same")
     repo.create(task, now_ms)
@@ -65,7 +66,7 @@ def test_create_is_idempotent_on_equal_content(repo: DynamoTaskRepository, tasks
     assert existing.created_at is not None and existing.created_at.timestamp() * 1000 == now_ms
 
 
-def test_create_with_different_content_conflicts(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_create_with_different_content_conflicts(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a stored task
     task = tasks.build(now_ms + 10_000, "t-conflict", payload={"a": 1})
     repo.create(task, now_ms)
@@ -82,7 +83,7 @@ def test_create_with_different_content_conflicts(repo: DynamoTaskRepository, tas
 
 
 def test_create_due_in_the_past_lands_in_the_current_bucket(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task due 5 minutes ago, written now
     task = tasks.create(now_ms - 5 * BUCKET_MS, "t-late")
@@ -94,14 +95,14 @@ def test_create_due_in_the_past_lands_in_the_current_bucket(
 
 
 def test_create_due_in_the_future_lands_in_its_due_bucket(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     task = tasks.create(now_ms + 5 * BUCKET_MS, "t-future")
     assert read_raw("t-future")["due_bucket"]["S"] == index_key(task.due_ms, shard_of("t-future", repo.shard_count))
 
 
 # -- claim and its lease --------------------------------------------------------------------------------------
-def test_claim_pending_then_second_claim_loses(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_pending_then_second_claim_loses(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a PENDING task
     task = tasks.create(now_ms + 10_000)
     # When two pollers claim it at the same instant
@@ -118,7 +119,7 @@ def test_claim_pending_then_second_claim_loses(repo: DynamoTaskRepository, tasks
     assert stored.lease_until is not None and stored.lease_until.timestamp() * 1000 == now_ms + LEASE_MS
 
 
-def test_claim_lease_edge_is_exact(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_lease_edge_is_exact(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a CLAIMED task whose lease ends at L
     task = tasks.create(now_ms + 10_000)
     lease_end = claimed(repo, task, now_ms)
@@ -133,7 +134,7 @@ def test_claim_lease_edge_is_exact(repo: DynamoTaskRepository, tasks: Any, now_m
     assert (again.batch_id, again.claimed_by, again.attempt) == ("batch-2", "poller-2", 2)
 
 
-def test_armed_lease_edge_is_exact(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_armed_lease_edge_is_exact(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by an executor until L (which then died)
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -147,7 +148,7 @@ def test_armed_lease_edge_is_exact(repo: DynamoTaskRepository, tasks: Any, now_m
     assert repo.record("exec-1", FireRecord(task.task_id, TaskStatus.SUCCEEDED, 1.0, lease_end + 2, 0.5, None)) is False
 
 
-def test_claim_requires_the_due_time_the_index_showed(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_requires_the_due_time_the_index_showed(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a candidate read from the index before the task was rescheduled
     task = tasks.create(now_ms + 10_000)
     old = candidate_of(task)
@@ -156,14 +157,14 @@ def test_claim_requires_the_due_time_the_index_showed(repo: DynamoTaskRepository
     assert repo.claim(old, "batch-1", "poller-1", now_ms, LEASE_MS) is False
 
 
-def test_claim_of_a_finished_task_loses(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_of_a_finished_task_loses(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     repo.cancel(task.task_id, now_ms)
     assert repo.claim(candidate_of(task), "batch-1", "poller-1", now_ms, LEASE_MS) is False
 
 
 # -- arm and record -------------------------------------------------------------------------------------------
-def test_arm_requires_the_matching_batch(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_arm_requires_the_matching_batch(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task claimed under batch-1
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -177,12 +178,12 @@ def test_arm_requires_the_matching_batch(repo: DynamoTaskRepository, tasks: Any,
     assert armed.lease_until is not None and armed.lease_until.timestamp() * 1000 == now_ms + 200_000
 
 
-def test_arm_of_a_pending_task_loses(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_arm_of_a_pending_task_loses(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     assert repo.arm(task.task_id, "batch-1", "exec-1", now_ms + 200_000) is None
 
 
-def test_duplicate_delivery_loses_at_arm(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_duplicate_delivery_loses_at_arm(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a batch armed by one executor
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -194,7 +195,7 @@ def test_duplicate_delivery_loses_at_arm(repo: DynamoTaskRepository, tasks: Any,
     assert repo.get(task.task_id).armed_by == "exec-1"  # type: ignore[union-attr]
 
 
-def test_record_only_by_the_armed_executor(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_record_only_by_the_armed_executor(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -223,7 +224,7 @@ def test_record_only_by_the_armed_executor(repo: DynamoTaskRepository, tasks: An
 
 
 def test_record_removes_the_task_from_the_due_index(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given an armed task that the index lists
     task = tasks.create(now_ms + 10_000)
@@ -244,7 +245,7 @@ def test_record_removes_the_task_from_the_due_index(
 
 
 def test_finished_tasks_carry_a_ttl_of_the_retention(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a recorded, a cancelled and a missed task
     done, cancelled, missed = (tasks.create(now_ms + 10_000 + i) for i in range(3))
@@ -263,7 +264,7 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(
 
 
 def test_fast_path_flag_marks_tasks_due_before_the_next_poll(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given tasks due one ms before and exactly at the next poll's reach (poll interval + margin), written now
     inside = repo.create(tasks.build(now_ms + repo.fast_path_within_ms - 1), now_ms)[0]
@@ -279,7 +280,7 @@ def test_fast_path_flag_marks_tasks_due_before_the_next_poll(
 
 
 def test_candidates_read_status_from_the_table_and_skip_finished(
-    repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a pending, a claimed and a cancelled task, and an id that does not exist
     pending, taken, gone = (tasks.create(now_ms + 10_000 + i) for i in range(3))
@@ -293,7 +294,7 @@ def test_candidates_read_status_from_the_table_and_skip_finished(
     assert found[taken.task_id] == candidate_of(taken, TaskStatus.CLAIMED, lease)
 
 
-def test_query_index_lists_keys_of_one_shard_up_to_the_end(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_query_index_lists_keys_of_one_shard_up_to_the_end(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given two tasks in the same minute and shard, one due after the window's end
     first = tasks.create(now_ms + 10_000)
     shard = shard_of(first.task_id, repo.shard_count)
@@ -307,7 +308,7 @@ def test_query_index_lists_keys_of_one_shard_up_to_the_end(repo: DynamoTaskRepos
 
 
 # -- many writes at once (one UpdateItem each, in parallel) --------------------------------------------------
-def test_claim_many_keeps_each_condition(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_many_keeps_each_condition(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given 101 pending tasks, of which one is already claimed by another poller and one is cancelled
     created = [tasks.create(now_ms + 10_000 + i) for i in range(101)]
     taken, cancelled = created[5], created[100]
@@ -333,7 +334,7 @@ def test_claim_many_keeps_each_condition(repo: DynamoTaskRepository, tasks: Any,
             )
 
 
-def test_claim_many_of_one_and_of_none(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_claim_many_of_one_and_of_none(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     assert repo.claim_many([], "poller-1", now_ms, LEASE_MS) == []
     assert repo.claim_many([(candidate_of(task), "b")], "poller-1", now_ms, LEASE_MS) == [True]
@@ -342,7 +343,7 @@ def test_claim_many_of_one_and_of_none(repo: DynamoTaskRepository, tasks: Any, n
     assert repo.claim_many([(candidate_of(task), "b")], "poller-1", now_ms, LEASE_MS) == [True]
 
 
-def test_arm_many_returns_the_armed_tasks_in_order(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_arm_many_returns_the_armed_tasks_in_order(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given three tasks claimed under batch-1, one claimed under another batch, and an unknown id
     mine = [tasks.create(now_ms + 10_000 + i) for i in range(3)]
     other = tasks.create(now_ms + 10_000)
@@ -360,7 +361,7 @@ def test_arm_many_returns_the_armed_tasks_in_order(repo: DynamoTaskRepository, t
     assert repo.arm_many([(t.task_id, now_ms + 200_000) for t in mine], "batch-1", "exec-2") == [None] * 3
 
 
-def test_record_many_writes_only_what_this_executor_owns(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_record_many_writes_only_what_this_executor_owns(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given two tasks armed by exec-1 and one armed by exec-2
     created = [tasks.create(now_ms + 10_000 + i) for i in range(3)]
     for i, task in enumerate(created):
@@ -379,7 +380,7 @@ def test_record_many_writes_only_what_this_executor_owns(repo: DynamoTaskReposit
     assert repo.record_many("exec-1", []) == []
 
 
-def test_get_many(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_get_many(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     created = [tasks.create(now_ms + 10_000 + i) for i in range(105)]
     found = repo.get_many([t.task_id for t in created] + ["unknown-task"])
     assert set(found) == {t.task_id for t in created}
@@ -387,7 +388,7 @@ def test_get_many(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
     assert repo.get_many([]) == {}
 
 
-def test_release_hands_an_armed_task_back(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_release_hands_an_armed_task_back(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -408,7 +409,7 @@ def test_release_hands_an_armed_task_back(repo: DynamoTaskRepository, tasks: Any
 
 
 # -- cancel and reschedule ----------------------------------------------------------------------------------
-def test_cancel_pending(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_cancel_pending(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     cancelled = repo.cancel(task.task_id, now_ms + 1)
     assert cancelled.status is TaskStatus.CANCELLED
@@ -416,7 +417,7 @@ def test_cancel_pending(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> 
     assert due_ids(repo, task, task.due_ms, task.due_ms) == []
 
 
-def test_cancel_claimed_then_arm_fails(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_cancel_claimed_then_arm_fails(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task claimed by a poller, its executor not yet armed
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -427,7 +428,7 @@ def test_cancel_claimed_then_arm_fails(repo: DynamoTaskRepository, tasks: Any, n
     assert repo.get(task.task_id).status is TaskStatus.CANCELLED  # type: ignore[union-attr]
 
 
-def test_cancel_armed_within_its_lease_is_refused(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_cancel_armed_within_its_lease_is_refused(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed until L
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
@@ -444,7 +445,7 @@ def test_cancel_armed_within_its_lease_is_refused(repo: DynamoTaskRepository, ta
     assert repo.cancel(task.task_id, lease_end + 1).status is TaskStatus.CANCELLED
 
 
-def test_cancel_of_a_finished_task_is_refused(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_cancel_of_a_finished_task_is_refused(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     repo.cancel(task.task_id, now_ms)
     with pytest.raises(TaskStateError) as info:
@@ -452,7 +453,7 @@ def test_cancel_of_a_finished_task_is_refused(repo: DynamoTaskRepository, tasks:
     assert info.value.task.status is TaskStatus.CANCELLED
 
 
-def test_cancel_or_reschedule_of_an_unknown_task(repo: DynamoTaskRepository, now_ms: int) -> None:
+def test_cancel_or_reschedule_of_an_unknown_task(repo: DynamoTaskStore, now_ms: int) -> None:
     with pytest.raises(TaskNotFoundError):
         repo.cancel("nobody", now_ms)
     with pytest.raises(TaskNotFoundError):
@@ -460,7 +461,7 @@ def test_cancel_or_reschedule_of_an_unknown_task(repo: DynamoTaskRepository, now
 
 
 def test_reschedule_moves_due_and_bucket_and_old_batch_loses(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task claimed by batch-1
     task = tasks.create(now_ms + 10_000)
@@ -481,7 +482,7 @@ def test_reschedule_moves_due_and_bucket_and_old_batch_loses(
     assert repo.arm(task.task_id, "batch-1", "exec-1", now_ms + 200_000) is None
 
 
-def test_reschedule_armed_within_lease_is_refused(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_reschedule_armed_within_lease_is_refused(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     claimed(repo, task, now_ms)
     repo.arm(task.task_id, "batch-1", "exec-1", now_ms + 200_000)
@@ -491,7 +492,7 @@ def test_reschedule_armed_within_lease_is_refused(repo: DynamoTaskRepository, ta
 
 
 def test_create_after_reschedule_is_idempotent_on_the_new_content(
-    repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     task = tasks.create(now_ms + 10_000, "t-moved")
     moved = repo.reschedule("t-moved", now_ms + 20_000, now_ms)
@@ -501,7 +502,7 @@ def test_create_after_reschedule_is_idempotent_on_the_new_content(
 
 
 # -- missed, watermark, oldest --------------------------------------------------------------------------------
-def test_mark_missed(repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int) -> None:
+def test_mark_missed(repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int) -> None:
     # Given a pending task long overdue
     task = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS)
     # When the poller declares it missed
@@ -516,7 +517,7 @@ def test_mark_missed(repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_
     assert repo.mark_missed(candidate_of(task), now_ms, "again") is False
 
 
-def test_mark_missed_respects_a_live_lease(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_mark_missed_respects_a_live_lease(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     task = tasks.create(now_ms + 10_000)
     lease_end = claimed(repo, task, now_ms)
     stale = candidate_of(task, TaskStatus.CLAIMED, lease_end)
@@ -524,7 +525,7 @@ def test_mark_missed_respects_a_live_lease(repo: DynamoTaskRepository, tasks: An
     assert repo.mark_missed(stale, lease_end + 1, "x") is True
 
 
-def test_watermark_only_moves_forward(repo: DynamoTaskRepository, now_ms: int) -> None:
+def test_watermark_only_moves_forward(repo: DynamoTaskStore, now_ms: int) -> None:
     # Given no watermark yet
     assert repo.get_watermark() is None
     start = bucket_start(now_ms)
@@ -538,15 +539,15 @@ def test_watermark_only_moves_forward(repo: DynamoTaskRepository, now_ms: int) -
     assert repo.get_watermark() == start + BUCKET_MS
 
 
-def test_watermark_item_is_not_a_task(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_watermark_item_is_not_a_task(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     repo.advance_watermark(bucket_start(now_ms))
     tasks.create(now_ms + 10_000, "t-listed")
     # The watermark shares the table but is never listed as a task
-    assert [t.task_id for t in repo.scan()] == ["t-listed"]
+    assert [t.task_id for t in repo.list_tasks()] == ["t-listed"]
     assert repo.get_watermark() == bucket_start(now_ms)
 
 
-def test_oldest_active_due(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_oldest_active_due(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given an empty index
     assert repo.oldest_active_due() is None
     # When tasks are due at several times, and the oldest of them is finished
@@ -558,21 +559,21 @@ def test_oldest_active_due(repo: DynamoTaskRepository, tasks: Any, now_ms: int) 
     assert repo.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
-def test_scan_filters_by_status_and_due_range(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_scan_filters_by_status_and_due_range(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     a = tasks.create(now_ms + 1_000)
     b = tasks.create(now_ms + 2_000)
     c = tasks.create(now_ms + 3_000)
     repo.cancel(b.task_id, now_ms)
-    assert {t.task_id for t in repo.scan([TaskStatus.PENDING])} == {a.task_id, c.task_id}
-    assert {t.task_id for t in repo.scan(due_from_ms=now_ms + 2_000, due_to_ms=now_ms + 3_000)} == {b.task_id}
-    assert len(list(repo.scan(limit=2))) == 2
+    assert {t.task_id for t in repo.list_tasks([TaskStatus.PENDING])} == {a.task_id, c.task_id}
+    assert {t.task_id for t in repo.list_tasks(due_from_ms=now_ms + 2_000, due_to_ms=now_ms + 3_000)} == {b.task_id}
+    assert len(list(repo.list_tasks(limit=2))) == 2
 
 
 # -- payload round trip through the store -------------------------------------------------------------------
 @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payload=json_payloads)
 def test_any_json_payload_round_trips_through_the_table(
-    repo: DynamoTaskRepository, dynamodb: Any, now_ms: int, payload: Any
+    repo: DynamoTaskStore, dynamodb: Any, now_ms: int, payload: Any
 ) -> None:
     # Given a task with any JSON payload, written by the repository
     task = Task(task_id=f"p-{uuid.uuid4().hex}", due_at=from_ms(now_ms + 10_000), action=LogAction(), payload=payload)

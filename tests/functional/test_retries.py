@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from punctual.clock import SystemClock
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import HttpAction, Task, TaskStatus
-from punctual.repository import Candidate, DynamoTaskRepository, FireRecord
+from punctual.model import Candidate, FireRecord, HttpAction, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from support import StubTarget, candidate_of, read_task, run_until_done, serving
@@ -45,7 +45,7 @@ def always_failing() -> Iterator[FlakyTarget]:
         yield server
 
 
-def armed_task(repo: DynamoTaskRepository, tasks: Any, now_ms: int, **fields: Any) -> Task:
+def armed_task(repo: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, claimed and armed by ``exec-1``."""
     task = tasks.create(now_ms + 10_000, **fields)
     assert repo.claim(candidate_of(task), "b1", "p1", now_ms, 30_000)
@@ -54,7 +54,7 @@ def armed_task(repo: DynamoTaskRepository, tasks: Any, now_ms: int, **fields: An
 
 
 def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
-    repo: DynamoTaskRepository, tasks: Any, read_raw: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task armed by exec-1 (first attempt), whose action failed 10 s later
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
@@ -83,7 +83,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert claimed.attempt == 2 and claimed.first_due_at == task.due_at
 
 
-def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task already retried once (first due = its original due), armed again by exec-1
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     first = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e1",
@@ -100,7 +100,7 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskRepository, tasks: A
     assert read_task(repo, task.task_id).first_due_at == task.due_at
 
 
-def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskRepository, tasks: Any, now_ms: int) -> None:
+def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e",
@@ -112,7 +112,7 @@ def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskRepository
 
 
 def test_a_retry_write_repeated_by_botocore_counts_as_done(
-    repo: DynamoTaskRepository, tasks: Any, now_ms: int
+    repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
@@ -128,7 +128,7 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(
 
 
 def test_a_failing_action_is_retried_until_it_succeeds(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, failing_twice: FlakyTarget
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, failing_twice: FlakyTarget
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
@@ -147,7 +147,7 @@ def test_a_failing_action_is_retried_until_it_succeeds(
 
 
 def test_the_last_attempt_leaves_the_task_failed(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
@@ -165,7 +165,7 @@ def test_the_last_attempt_leaves_the_task_failed(
 
 
 def test_no_retry_once_the_occurrence_is_older_than_max_age(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with attempts to spare but a maximum age of 0 ms (any failure is too late)
     now = int(SystemClock().wall_ms())
@@ -180,7 +180,7 @@ def test_no_retry_once_the_occurrence_is_older_than_max_age(
 
 
 def test_a_task_without_a_retry_policy_fails_at_once(
-    executor: Executor, repo: DynamoTaskRepository, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())

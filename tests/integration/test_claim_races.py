@@ -23,16 +23,25 @@ import pytest
 from punctual.actions import FireLog
 from punctual.client import Client
 from punctual.clock import OffsetProbe, SystemClock
-from punctual.demo import read_fires
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import TaskStateError
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.keys import bucket_start
-from punctual.model import LogAction, Task, TaskStatus
+from punctual.model import Candidate, LogAction, Task, TaskStatus
 from punctual.poller import Poller
-from punctual.repository import Candidate, DynamoTaskRepository
 from punctual.settings import Settings
-from support import RecordingInvoker, candidate_of, create_all, make_tasks, now_ms, repo_for, run_threads
+from punctual_tools.demo import read_fires
+from support import (
+    RecordingInvoker,
+    candidate_of,
+    create_all,
+    due_candidates,
+    make_tasks,
+    now_ms,
+    repo_for,
+    run_threads,
+)
 
 SHARDS = 4
 CLAIM_LEASE_MS = 30_000
@@ -45,14 +54,14 @@ def log_tasks(prefix: str, count: int, due_ms: Callable[[int], int]) -> list[Tas
     return make_tasks(prefix, [due_ms(i) for i in range(count)], LogAction(message=prefix))
 
 
-def claim_each(repo: DynamoTaskRepository, tasks: list[Task], batch_id: str, poller_id: str) -> dict[str, bool]:
+def claim_each(repo: DynamoTaskStore, tasks: list[Task], batch_id: str, poller_id: str) -> dict[str, bool]:
     """Claim every task (as PENDING, now) into ``batch_id``, last due first; whether each claim won."""
     return {
         t.task_id: repo.claim(candidate_of(t), batch_id, poller_id, now_ms(), CLAIM_LEASE_MS) for t in reversed(tasks)
     }
 
 
-def cancel_each(repo: DynamoTaskRepository, tasks: list[Task]) -> dict[str, TaskStatus | None]:
+def cancel_each(repo: DynamoTaskStore, tasks: list[Task]) -> dict[str, TaskStatus | None]:
     """Cancel every task, first due first: None where the cancel won, else the status of the task that refused it."""
     outcome: dict[str, TaskStatus | None] = {}
     for task in tasks:
@@ -360,7 +369,7 @@ def test_reschedule_racing_claim_leaves_every_task_pending_at_its_new_time(
         c.task_id
         for bucket in {bucket_start(t.due_ms + moved_by_ms) for t in tasks} | {bucket_start(now_ms())}
         for shard in range(SHARDS)
-        for c in armer.query_due(bucket, shard, base + 10 * 60_000)
+        for c in due_candidates(armer, bucket, shard, base + 10 * 60_000)
     }
     assert found == {t.task_id for t in tasks}
     moved = [Candidate(t.task_id, t.due_ms + moved_by_ms, TaskStatus.PENDING, None, t.misfire_grace_ms) for t in tasks]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from punctual.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
-from punctual.schema import DUE_INDEX, TABLE_RESOURCE, ensure_table, load_template
+from punctual.dynamodb.schema import DUE_INDEX, TABLE_RESOURCE, ensure_table, load_template
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
 
 
 def _template_table() -> dict[str, Any]:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual.checker import (
+from punctual.model import LogAction, Task, TaskStatus
+from punctual_tools.checker import (
     Expected,
     Fire,
     check,
@@ -24,8 +25,7 @@ from punctual.checker import (
     fires_from_fire_log,
     fires_from_target,
 )
-from punctual.local.target import TargetServer
-from punctual.model import LogAction, Task, TaskStatus
+from punctual_tools.local.target import TargetServer
 
 relaxed = settings(deadline=None)
 DUE = 1_900_000_000_000

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from punctual import demo
-from punctual.cli import main
-from punctual.demo import DemoPlan, build_report, check_fire_log, format_report
 from punctual.keys import from_ms
 from punctual.model import LogAction, Task, TaskStatus
 from punctual.settings import Settings
+from punctual_tools import demo
+from punctual_tools.cli import main
+from punctual_tools.demo import DemoPlan, build_report, check_fire_log, format_report
 
 DUE_MS = 1_900_000_000_000  # 2030-03-17T17:46:40Z
 GRACE_MS = 60_000
@@ -276,7 +276,7 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
 
 
 def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_line(tmp_path: Path) -> None:
-    from punctual.demo import FireLogTail, read_fires
+    from punctual_tools.demo import FireLogTail, read_fires
 
     log = tmp_path / "fires.jsonl"
     tail = FireLogTail(log, "run-a-")
@@ -296,7 +296,7 @@ def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_l
 def test_a_fire_log_tail_starts_over_when_the_log_is_truncated_and_skips_lines_that_are_not_objects(
     tmp_path: Path,
 ) -> None:
-    from punctual.demo import FireLogTail
+    from punctual_tools.demo import FireLogTail
 
     log = tmp_path / "fires.jsonl"
     old = {"task_id": "run-a-old-with-a-long-id", "key": "k:0", "due_ms": 1, "fired_ms": 2}
@@ -321,7 +321,7 @@ def test_the_demo_refuses_an_epsilon_that_is_not_a_finite_non_negative_number(
 def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(tmp_path: Path) -> None:
     import time
 
-    from punctual.demo import FireLogTail
+    from punctual_tools.demo import FireLogTail
 
     log = tmp_path / "fires.jsonl"
     fire = {"task_id": "run-a-1", "key": "run-a-1:0", "due_ms": 1, "fired_ms": 2}

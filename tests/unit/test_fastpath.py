@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from punctual.dynamodb.schema import stream_filter_patterns
 from punctual.fastpath import candidate_of_record, matches
 from punctual.model import TaskStatus
-from punctual.schema import stream_filter_patterns
 
 
 def record(event_name: str = "INSERT", status: str = "PENDING", fast: str | None = "1",

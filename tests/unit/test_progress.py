@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from punctual.progress import CLEAR_LINE, ProgressLine
+from punctual_tools.progress import CLEAR_LINE, ProgressLine
 
 
 class Terminal(io.StringIO):

@@ -8,12 +8,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from .clock import Clock, SystemClock
+from .decisions import misfire_decision
 from .errors import InvalidTaskError
 from .keys import to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
-from .repository import DynamoTaskRepository
 from .retry import RetryPolicy
 from .settings import Settings
+from .store import TaskStore
 
 _MISSING = object()
 
@@ -44,6 +45,8 @@ class Client:
         Table name, endpoint, shard count and limits; defaults to ``Settings.from_env()``.
     dynamodb:
         A boto3 DynamoDB client to use (for example one bound to DynamoDB Local or moto).
+    store:
+        The task store to use instead (any :class:`~punctual.store.TaskStore`); ``dynamodb`` is then unused.
     clock:
         Where "now" comes from (for the horizon check and the index bucket of late writes).
 
@@ -65,31 +68,31 @@ class Client:
     """
 
     def __init__(self, settings: Settings | None = None, *, dynamodb: Any = None,
-                 clock: Clock | None = None, repository: DynamoTaskRepository | None = None) -> None:
+                 clock: Clock | None = None, store: TaskStore | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()
-        if repository is None:
-            if dynamodb is None:
-                from .aws import make_dynamodb_client
+        if store is None:
+            from .runtime import build_store
 
-                dynamodb = make_dynamodb_client(self.settings)
-            repository = DynamoTaskRepository.from_settings(dynamodb, self.settings)
-        self._repo = repository
+            store = build_store(self.settings, dynamodb)
+        self._store = store
 
     def _now_ms(self) -> int:
         return int(self._clock.wall_ms())
 
-    def _check_due(self, due_ms: int, grace_ms: int, now_ms: int, fire_late: bool = False) -> None:
+    def _check_due(self, task: Task, now_ms: int) -> None:
         horizon = now_ms + self.settings.max_horizon_days * 86_400_000
-        if due_ms > horizon:
+        if task.due_ms > horizon:
             raise InvalidTaskError(
                 f"invalid due_at: more than {self.settings.max_horizon_days} days ahead (the horizon)",
                 field="due_at",
             )
-        if now_ms - due_ms > grace_ms and not fire_late:  # a fire_late task due in the past fires at once, late
+        # The executor's own rule: a task that could only start past its grace under "skip" would be MISSED (a
+        # "fire_late" task due in the past is accepted: it fires at once, flagged late).
+        if misfire_decision(now_ms - task.due_ms, task.misfire_grace_ms, task.misfire_policy) == "miss":
             raise InvalidTaskError(
-                f"invalid due_at: {(now_ms - due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
-                f"{grace_ms} ms: it could only be recorded MISSED",
+                f"invalid due_at: {(now_ms - task.due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
+                f"{task.misfire_grace_ms} ms: it could only be recorded MISSED",
                 field="due_at",
             )
 
@@ -126,7 +129,7 @@ class Client:
                 f"invalid payload: {size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}",
                 field="payload",
             )
-        self._check_due(task.due_ms, task.misfire_grace_ms, now_ms, fire_late=task.misfire_policy == "fire_late")
+        self._check_due(task, now_ms)
         return task
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
@@ -166,12 +169,12 @@ class Client:
         now_ms = self._now_ms()
         task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
                                misfire_policy=misfire_policy, retry=retry, now_ms=now_ms)
-        stored, _created = self._repo.create(task, now_ms)
+        stored, _created = self._store.create(task, now_ms)
         return stored
 
     def get(self, task_id: str) -> Task | None:
         """The task as stored now, or None if there is no such task."""
-        return self._repo.get(task_id)
+        return self._store.get(task_id)
 
     def list(self, status: TaskStatus | str | list[TaskStatus | str] | None = None,
              due_from: datetime | None = None, due_to: datetime | None = None,
@@ -184,7 +187,7 @@ class Client:
                 statuses = [TaskStatus(s) for s in raw]
             except ValueError as exc:
                 raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
-        tasks = list(self._repo.scan(
+        tasks = list(self._store.list_tasks(
             statuses,
             None if due_from is None else to_ms(due_from),
             None if due_to is None else to_ms(due_to),
@@ -198,12 +201,12 @@ class Client:
         Race-safe against a concurrent claim: either the cancel wins and the task never fires, or the task
         was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
         """
-        return self._repo.cancel(task_id, self._now_ms())
+        return self._store.cancel(task_id, self._now_ms())
 
     def reschedule(self, task_id: str, due_at: datetime) -> Task:
         """Move a task that has not been armed yet to ``due_at``. Race-safe like :meth:`cancel`."""
         now_ms = self._now_ms()
-        current = self._repo.get(task_id)
+        current = self._store.get(task_id)
         if current is None:
             from .errors import TaskNotFoundError
 
@@ -211,4 +214,4 @@ class Client:
         task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
                                misfire_grace=current.misfire_grace_ms,
                                misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
-        return self._repo.reschedule(task_id, task.due_ms, now_ms)
+        return self._store.reschedule(task_id, task.due_ms, now_ms)

@@ -1,9 +1,9 @@
 """The short-lead fast path: tasks written due before the next poll could dispatch them in time.
 
-The repository flags such a task (``fast_path = 1``) when it is created or rescheduled. The table's stream
+The store flags such a task (``fast_path = 1``) when it is created or rescheduled. The table's stream
 (``NEW_IMAGE``) delivers the write; in AWS the event source mapping's filter (in ``template.yaml``) lets only
 inserted or modified items that are PENDING and flagged reach the fast-path Lambda, and locally
-:mod:`punctual.local.stream` applies the same filter, read from the template. Either way the records end
+:mod:`punctual_tools.local.stream` applies the same filter, read from the template. Either way the records end
 here: each becomes a :class:`Candidate` and goes through :meth:`Poller.dispatch`, the very claim-and-invoke
 step of a poll. The claim's condition makes the fast path and the poller race-safe: whichever claims first
 owns the task, and a stale record (the task has since been claimed, rescheduled or cancelled) just loses.
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .dynamodb.codec import candidate_of_item
 from .events import FastPathReport
-from .model import TaskStatus
+from .model import Candidate, TaskStatus
 from .poller import Poller
-from .repository import Candidate, candidate_of_item
 
 FAST_PATH_EVENTS = ("INSERT", "MODIFY")
 

@@ -1,7 +1,7 @@
 """The ``Invoker`` port: how the poller hands a batch to an executor, asynchronously.
 
 In AWS it is Lambda's async invoke (``InvocationType="Event"``: at-least-once delivery, retried on error);
-locally, :class:`punctual.local.invoker.LocalInvoker` gives the same semantics with worker processes.
+locally, :class:`punctual_tools.local.invoker.LocalInvoker` gives the same semantics with worker processes.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -143,23 +144,6 @@ records it MISSED without firing; ``"fire_late"`` fires it anyway and flags the 
 DEFAULT_MISFIRE_POLICY: MisfirePolicy = "skip"
 
 
-def misfire_decision(late_ms: float, grace_ms: int, policy: str) -> Literal["fire", "fire_late", "miss"]:
-    """What to do with an occurrence that would start ``late_ms`` after its due instant.
-
-    Within the grace (``late_ms <= grace_ms``, the edge included) it fires; one past it, its policy applies.
-
-    Examples
-    --------
-    >>> misfire_decision(1_000, 1_000, "skip"), misfire_decision(1_001, 1_000, "skip")
-    ('fire', 'miss')
-    >>> misfire_decision(1_001, 1_000, "fire_late")
-    'fire_late'
-    """
-    if late_ms <= grace_ms:
-        return "fire"
-    return "fire_late" if policy == "fire_late" else "miss"
-
-
 def truncate_to_ms(moment: datetime) -> datetime:
     return from_ms(to_ms(moment))
 
@@ -253,3 +237,53 @@ class Task(BaseModel):
 
 def is_valid_task_id(task_id: str) -> bool:
     return _TASK_ID_RE.fullmatch(task_id) is not None
+
+
+# -- what the store hands the services, and what they hand back ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A task a look for due work says may be claimable (the due index may lag: the claim's condition decides)."""
+
+    task_id: str
+    due_ms: int
+    status: TaskStatus
+    lease_until_ms: int | None
+    misfire_grace_ms: int
+    misfire_policy: str = DEFAULT_MISFIRE_POLICY
+
+    def claimable_at(self, now_ms: int) -> bool:
+        """PENDING, or CLAIMED/ARMED with a lease that ended before ``now_ms`` (at ``lease_until_ms`` it is
+        still owned; one millisecond later it is not)."""
+        if self.status is TaskStatus.PENDING:
+            return True
+        return self.lease_until_ms is not None and self.lease_until_ms < now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class DueScan:
+    """What one look for due work found: the active tasks due up to its end (overdue included), and how far
+    back it looked (``watermark_ms``: before it, no active task was seen) over how many index reads."""
+
+    candidates: list[Candidate]
+    watermark_ms: int
+    buckets: int = 0
+    queries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FireRecord:
+    """What an executor writes after a fire (or after deciding not to fire)."""
+
+    task_id: str
+    outcome: TaskStatus
+    fired_ms: float | None
+    finished_ms: int
+    drift_ms: float | None
+    drift_corrected_ms: float | None
+    detail: str | None = None
+    late: bool = False  # fired past its grace (misfire policy fire_late)
+    # A retry (``outcome`` PENDING): the delay the executor drew, and the instant of the next try (set when the
+    # record is written: now + delay), with the occurrence's first due (kept for the retry policy's max age).
+    retry_delay_ms: int | None = None
+    retry_due_ms: int | None = None
+    first_due_ms: int | None = None

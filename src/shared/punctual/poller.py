@@ -1,26 +1,23 @@
-"""The poller service: find due and overdue tasks in the due index, claim them, hand them to executors.
+"""The poller service: find due and overdue tasks, claim them, hand them to executors.
 
-Each tick queries every shard of every minute bucket from the watermark (the oldest bucket that may still
-hold an active task) up to ``now + lead``. Overdue tasks are always included: scheduled rules can be ~119 s
-apart and index writes lag, so the watermark stays at least ``overdue_safety_ms`` behind now and never passes
-a bucket in which an active task was seen.
+Each tick asks the store for every active task due up to ``now + lead``, overdue ones included however old
+(scheduled rules can be ~119 s apart and index writes lag: how the store keeps that promise is its business,
+see :meth:`punctual.store.TaskStore.find_due`).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
+from .decisions import misfire_decision
 from .events import BatchEvent, BatchTask, DispatchReport, PollReport
 from .invoker import Invoker
-from .keys import bucket_start, buckets_between
-from .model import TaskStatus, misfire_decision
-from .repository import Candidate, DynamoTaskRepository
+from .model import Candidate, TaskStatus
 from .settings import Settings
+from .store import TaskStore
 
 log = logging.getLogger(__name__)
-
 
 
 def _missed_detail(candidate: Candidate, now_ms: int) -> str:
@@ -43,36 +40,20 @@ class Poller:
     """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
     hands the tasks it sees to :meth:`dispatch`, the same claim-and-invoke step the poll ends with."""
 
-    def __init__(self, repository: DynamoTaskRepository, invoker: Invoker, settings: Settings,
+    def __init__(self, store: TaskStore, invoker: Invoker, settings: Settings,
                  poller_id: str | None = None) -> None:
-        self._repo = repository
+        self._store = store
         self._invoker = invoker
         self._settings = settings
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
 
     def poll(self, now_ms: int) -> PollReport:
-        s = self._settings
-        end_ms = now_ms + s.lead_ms
-        safety_bucket = bucket_start(now_ms - s.overdue_safety_ms)
-        watermark = self._repo.get_watermark()
-        if watermark is None:
-            oldest = self._repo.oldest_active_due()
-            watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
-        buckets = buckets_between(watermark, end_ms)
-        queries = [(b, sh) for b in buckets for sh in range(self._repo.shard_count)]
-        with ThreadPoolExecutor(max_workers=s.db_threads, thread_name_prefix="poll") as pool:
-            pages = list(pool.map(lambda q: self._repo.query_index(q[0], q[1], end_ms), queries))
-        # The watermark may advance to the oldest bucket still holding an active task, but never closer to
-        # now than the safety margin (index lag, late rules, clock skew of writers).
-        new_watermark = min([safety_bucket, *(b for (b, _), page in zip(queries, pages, strict=True) if page)])
-        # The index may briefly list a rescheduled task under its old and new key: read each task once, from
-        # the base table, which also says whether it is still claimable.
-        task_ids = list(dict.fromkeys(e.task_id for page in pages for e in page))
-        found = self._repo.candidates(task_ids)
-        done = self.dispatch([c for c in found if c.due_ms <= end_ms], now_ms)
-        self._repo.advance_watermark(new_watermark)
-        report = PollReport(now_ms=now_ms, window_end_ms=end_ms, watermark_ms=new_watermark, buckets=len(buckets),
-                            queries=len(queries), candidates=len(found), **done.model_dump())
+        """One tick: find every active task due up to ``now + lead`` (overdue included), then :meth:`dispatch`."""
+        end_ms = now_ms + self._settings.lead_ms
+        scan = self._store.find_due(now_ms, end_ms)
+        done = self.dispatch(scan.candidates, now_ms)
+        report = PollReport(now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms, buckets=scan.buckets,
+                            queries=scan.queries, candidates=len(scan.candidates), **done.model_dump())
         log.info("poll: %s", report.model_dump())
         return report
 
@@ -87,10 +68,10 @@ class Poller:
         decisions = [misfire_decision(now_ms - c.due_ms, c.misfire_grace_ms, c.misfire_policy) for c in claimable]
         overdue = [c for c, d in zip(claimable, decisions, strict=True) if d == "miss"]
         to_claim = [c for c, d in zip(claimable, decisions, strict=True) if d != "miss"]
-        missed = sum(self._repo.mark_missed_many([(c, _missed_detail(c, now_ms)) for c in overdue], now_ms))
+        missed = sum(self._store.mark_missed_many([(c, _missed_detail(c, now_ms)) for c in overdue], now_ms))
         batches = make_batches(to_claim, s.max_batch_size)
         batch_ids = {c.task_id: batch_id for batch in batches for batch_id in [uuid.uuid4().hex] for c in batch}
-        won = self._repo.claim_many([(c, batch_ids[c.task_id]) for c in to_claim], self.poller_id, now_ms,
+        won = self._store.claim_many([(c, batch_ids[c.task_id]) for c in to_claim], self.poller_id, now_ms,
                                     s.claim_lease_ms)
         claimed_ids = {c.task_id for c, ok in zip(to_claim, won, strict=True) if ok}
         recovered = sum(1 for c in to_claim if c.task_id in claimed_ids and c.status is not TaskStatus.PENDING)

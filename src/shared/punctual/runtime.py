@@ -7,19 +7,20 @@ from typing import Any
 from .aws import make_dynamodb_client
 from .clock import SystemClock, offset_probe
 from .dlq import build_dead_letter_queue
+from .dynamodb import DynamoTaskStore
 from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
 from .priority import set_background_cpus
-from .repository import DynamoTaskRepository
 from .settings import Settings
 
 
-def build_repository(settings: Settings, dynamodb: Any = None) -> DynamoTaskRepository:
-    """The repository (every service is built on one: this is also where ``background_cpus`` takes effect)."""
+def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
+    """The task store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client
+    (this is also where ``background_cpus`` takes effect)."""
     set_background_cpus(settings.background_cpus)
     client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
-    return DynamoTaskRepository.from_settings(client, settings)
+    return DynamoTaskStore.from_settings(client, settings)
 
 
 def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: Any = None,
@@ -31,12 +32,12 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
 
             lambda_client = boto3.client("lambda", region_name=settings.region)
         invoker = LambdaInvoker(lambda_client, settings.executor_function)
-    return Poller(build_repository(settings, dynamodb), invoker, settings, poller_id)
+    return Poller(build_store(settings, dynamodb), invoker, settings, poller_id)
 
 
 def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None) -> Executor:
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
     queue is SQS when ``dead_letter_queue_url`` is set, else the local file at ``dead_letter_path``, if any."""
-    return Executor(build_repository(settings, dynamodb), settings, SystemClock(),
+    return Executor(build_store(settings, dynamodb), settings, SystemClock(),
                     offset_probe(settings.ntp_server, settings.ntp_timeout_s),
                     dead_letters=build_dead_letter_queue(settings, sqs_client))

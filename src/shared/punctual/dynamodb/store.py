@@ -1,15 +1,5 @@
-"""The only module that speaks DynamoDB: the Tasks table and its sparse ``due`` index.
-
-Item layout (one item per task, base key ``task_id``)::
-
-    task_id S | due_ms N | due_at S (ISO) | due_bucket S (only while active) | status S
-    action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | misfire_policy S | occurrence N
-    attempt N | late BOOL (fired past its grace under the fire_late policy)
-    retry S (JSON RetryPolicy, only when set) | first_due_ms N (the occurrence's due before a retry moved it)
-    redriven_ms N (when ``punctual redrive`` last put it back from FAILED)
-    lease_until_ms N | batch_id S | claimed_by S | armed_by S
-    created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
-    fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
+"""The DynamoDB implementation of the store port (:class:`punctual.store.TaskStore`): the only module that
+speaks DynamoDB. The Tasks table and its sparse ``due`` index; items are encoded by :mod:`.codec`.
 
 ``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, CLAIMED,
 ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The
@@ -43,6 +33,8 @@ conditional write on the base table; the index is only used to find candidates):
                       (misfire policy "skip", the default; a "fire_late" task is claimed like any other,
                        and its executor fires it and records it with late = true)
 
+    kind        condition (every write names its kind: a retried request whose first attempt was applied is
+                recognised from its kind and the item it finds, see ``_already_applied``)
     CREATE      attribute_not_exists(task_id)
     CLAIM       due_ms = :due AND (status = PENDING OR (status IN (CLAIMED, ARMED) AND lease_until_ms < :now))
     MISS        same as CLAIM (only a claimable task can be declared missed by the poller; skip policy only)
@@ -53,8 +45,8 @@ conditional write on the base table; the index is only used to find candidates):
                 ADDs 1), armed_by kept (so that botocore's retry of this very write can recognise it)
     REDRIVE     status = FAILED                               -- a second redrive of the same task is a no-op
     RELEASE     same as RECORD: an executor shutting down hands its unfired tasks back (ARMED → PENDING)
-    CHANGE      status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
-                (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
+    CANCEL,     status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
+    RESCHEDULE  (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
                  loses at ARM. Once armed and within its lease, the task belongs to its executor.)
 
 A lease expires at ``lease_until_ms``: at that millisecond the task is still owned; one millisecond later
@@ -64,26 +56,31 @@ detail saying its executor was lost after arming it. That is the crash window (t
 before recording): the task may or may not have fired, and it is never fired a second time by Punctual. A
 second fire can only come from outside (an at-least-once target retrying); every fire carries the same
 idempotency key (task id + occurrence) so that targets can drop a duplicate.
+
+Finding due work (:meth:`DynamoTaskStore.find_due`): every shard of every minute bucket from the watermark (the
+oldest bucket that may still hold an active task) up to the end of the window. Overdue tasks are always
+included: scheduled rules can be ~119 s apart and index writes lag, so the watermark (an item of its own,
+``#poller-watermark``) stays at least ``overdue_safety_ms`` behind now and never passes a bucket in which an
+active task was seen. With no watermark yet, one scan of the sparse index finds the oldest active task.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from decimal import Decimal
+from enum import Enum
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from .errors import TaskConflictError, TaskNotFoundError, TaskStateError
-from .keys import BUCKET_MS, bucket_start, from_ms, index_key, shard_of
-from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
+from ..errors import TaskConflictError, TaskNotFoundError, TaskStateError
+from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
+from ..model import Candidate, DueScan, FireRecord, Task, TaskStatus
+from ..settings import Settings
+from .codec import candidate_of_item, item_to_task, new_task_item, number_of, text_of, to_av
 from .schema import DUE_INDEX
-from .settings import Settings
 
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
@@ -95,53 +92,56 @@ CLAIMABLE = "due_ms = :due AND (#st = :pending OR (#st IN (:claimed, :armed) AND
 ARMABLE = "#st = :claimed AND batch_id = :batch"
 RECORDABLE = "#st = :armed AND armed_by = :executor"
 CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
-
-_ser = TypeSerializer()
-_deser = TypeDeserializer()
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    """One entry of the keys-only due index: a task that was active when the index was last written."""
-
-    task_id: str
-    due_ms: int
+REDRIVABLE = "#st = :failed"
+CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy"
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A task the due index says may be claimable (the index may lag; the claim's condition decides)."""
+class WriteKind(Enum):
+    """Which life-cycle change a conditional write is (the table in the module docstring)."""
 
-    task_id: str
-    due_ms: int
-    status: TaskStatus
-    lease_until_ms: int | None
-    misfire_grace_ms: int
-    misfire_policy: str = "skip"
-
-    def claimable_at(self, now_ms: int) -> bool:
-        if self.status is TaskStatus.PENDING:
-            return True
-        return self.lease_until_ms is not None and self.lease_until_ms < now_ms
+    CLAIM = "claim"
+    MISS = "miss"
+    ARM = "arm"
+    RECORD = "record"
+    RETRY = "retry"
+    RELEASE = "release"
+    REDRIVE = "redrive"
+    CANCEL = "cancel"
+    RESCHEDULE = "reschedule"
 
 
 @dataclass(frozen=True, slots=True)
-class FireRecord:
-    """What an executor writes after a fire (or after deciding not to fire)."""
+class Write:
+    """One conditional UpdateItem, named by its kind. ``owner`` is the batch (CLAIM) or executor (ARM, RECORD,
+    RETRY, RELEASE) it writes; ``status`` the status it writes; ``marker`` the number only this very write puts
+    on the item (a retry's next due, a redrive's instant), for the kinds where owner and status are not enough."""
 
+    kind: WriteKind
     task_id: str
-    outcome: TaskStatus
-    fired_ms: float | None
-    finished_ms: int
-    drift_ms: float | None
-    drift_corrected_ms: float | None
-    detail: str | None = None
-    late: bool = False  # fired past its grace (misfire policy fire_late)
-    # A retry (``outcome`` PENDING): the delay the executor drew, and the instant of the next try (set when the
-    # record is written: now + delay), with the occurrence's first due (kept for the retry policy's max age).
-    retry_delay_ms: int | None = None
-    retry_due_ms: int | None = None
-    first_due_ms: int | None = None
+    request: dict[str, Any]
+    status: str
+    owner: str | None = None
+    marker: tuple[str, int] | None = None
+
+
+def _already_applied(write: Write, old: dict[str, Any] | None) -> bool:
+    """Whether ``old`` (the item a failed condition found) already shows ``write``: botocore retries a request
+    whose response was lost, and the retry then finds its own change. Decided from the write's kind and the
+    item alone."""
+    if not old or text_of(old, "status") != write.status:
+        return False
+    match write.kind:
+        case WriteKind.CLAIM:
+            return text_of(old, "batch_id") == write.owner
+        case WriteKind.ARM | WriteKind.RECORD:
+            return text_of(old, "armed_by") == write.owner
+        case WriteKind.RETRY | WriteKind.REDRIVE:
+            assert write.marker is not None
+            name, value = write.marker
+            return (write.kind is WriteKind.REDRIVE or text_of(old, "armed_by") == write.owner) and \
+                number_of(old, name) == value
+        case _:  # MISS, RELEASE, CANCEL, RESCHEDULE: a second attempt reports what it finds
+            return False
 
 
 def _is_conditional_failure(exc: ClientError) -> bool:
@@ -152,96 +152,15 @@ def _old_item(exc: ClientError) -> dict[str, Any] | None:
     return exc.response.get("Item")
 
 
-def _already_applied(request: dict[str, Any], old: dict[str, Any] | None) -> bool:
-    """For CLAIM, ARM and RECORD: does ``old`` already carry this request's owner (batch or executor) and
-    target status? (Then the request was applied by an earlier attempt of the same call.)"""
-    if not old:
-        return False
-    values = request["ExpressionAttributeValues"]
-    update = request["UpdateExpression"]
-    status = old.get("status", {}).get("S")
-    if "#st = :claimed" in update:
-        return status == _C and old.get("batch_id") == values[":batch"]
-    if "#st = :armed" in update:
-        return status == _A and old.get("armed_by") == values[":executor"]
-    if "#st = :outcome" in update:
-        return status == values[":outcome"]["S"] and old.get("armed_by") == values[":executor"]
-    if "#st = :retrying" in update:
-        return (status == _P and old.get("armed_by") == values[":executor"]
-                and old.get("due_ms") == values[":retry_due"])
-    if "#st = :redriven" in update:
-        return status == _P and old.get("redriven_ms") == values[":now"]
-    return False
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One entry of the keys-only due index: a task that was active when the index was last written."""
+
+    task_id: str
+    due_ms: int
 
 
-def _num(value: float | int) -> Decimal:
-    return Decimal(str(round(value, 3))) if isinstance(value, float) else Decimal(value)
-
-
-def _to_av(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: _ser.serialize(_num(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
-            for k, v in values.items()}
-
-
-def _from_av(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deser.deserialize(v) for k, v in item.items()}
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _ms_dt(value: Any) -> Any:
-    return None if value is None else from_ms(float(value))
-
-
-def item_to_task(item: dict[str, Any]) -> Task:
-    """Turn a raw (attribute-value) item into a :class:`Task`."""
-    v = _from_av(item)
-    return Task(
-        task_id=v["task_id"],
-        due_at=from_ms(int(v["due_ms"])),
-        action=json.loads(v["action"]),
-        payload=json.loads(v["payload"]) if "payload" in v else None,
-        misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
-        misfire_policy=v.get("misfire_policy", "skip"),  # items written before the policy existed: skip
-        occurrence=int(v.get("occurrence", 0)),
-        status=TaskStatus(v["status"]),
-        attempt=int(v.get("attempt", 0)),
-        lease_until=_ms_dt(v.get("lease_until_ms")),
-        batch_id=v.get("batch_id"),
-        claimed_by=v.get("claimed_by"),
-        armed_by=v.get("armed_by"),
-        created_at=_ms_dt(v.get("created_ms")),
-        fired_at=_ms_dt(v.get("fired_ms")),
-        finished_at=_ms_dt(v.get("finished_ms")),
-        drift_ms=float(v["drift_ms"]) if "drift_ms" in v else None,
-        drift_corrected_ms=float(v["drift_corrected_ms"]) if "drift_corrected_ms" in v else None,
-        detail=v.get("detail"),
-        late=bool(v.get("late", False)),
-        retry=json.loads(v["retry"]) if "retry" in v else None,
-        first_due_at=_ms_dt(v.get("first_due_ms")),
-    )
-
-
-def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
-    """The :class:`Candidate` a raw (attribute-value) item stands for, or None when the task is no longer
-    active (finished). The poller reads items from the table; the fast path gets them as stream images."""
-    v = _from_av(item)
-    status = TaskStatus(v["status"])
-    if status not in (TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED):
-        return None
-    return Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
-                     lease_until_ms=_int(v.get("lease_until_ms")),
-                     misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
-                     misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY))
-
-
-def encode_action(action: Action) -> str:
-    return canonical_json(action.model_dump(mode="json"))
-
-
-class DynamoTaskRepository:
+class DynamoTaskStore:
     """Tasks in DynamoDB: the conditional writes of the task life cycle, and the due-index queries.
 
     Parameters
@@ -260,15 +179,19 @@ class DynamoTaskRepository:
         Parallel requests for the many-item writes and reads.
     write_batch:
         "single" (UpdateItem each) or "transaction" (TransactWriteItems of up to 100): see the module docstring.
+    overdue_safety_ms:
+        :meth:`find_due` never moves its watermark closer to now than this.
     """
 
     def __init__(self, client: Any, table_name: str, shard_count: int, *, fast_path_within_ms: int = 70_000,
-                 retention_days: int = 30, db_threads: int = 8, write_batch: str = "single") -> None:
+                 retention_days: int = 30, db_threads: int = 8, write_batch: str = "single",
+                 overdue_safety_ms: int = 180_000) -> None:
         self._client = client
         self.table_name = table_name
         self.shard_count = shard_count
         self.fast_path_within_ms = fast_path_within_ms
         self.retention_ms = retention_days * 86_400_000
+        self.overdue_safety_ms = overdue_safety_ms
         self._db_threads = db_threads
         if write_batch not in ("single", "transaction"):
             raise ValueError(f"write_batch must be 'single' or 'transaction', not {write_batch!r}")
@@ -277,11 +200,11 @@ class DynamoTaskRepository:
         self._pool_lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskRepository:
+    def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskStore:
         return cls(client, settings.table_name, settings.shard_count,
                    fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
                    retention_days=settings.retention_days, db_threads=settings.db_threads,
-                   write_batch=settings.write_batch)
+                   write_batch=settings.write_batch, overdue_safety_ms=settings.overdue_safety_ms)
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
@@ -293,47 +216,40 @@ class DynamoTaskRepository:
     def _expires_at(self, finished_ms: int) -> int:
         return (finished_ms + self.retention_ms) // 1000
 
-    def _request(self, task_id: str, update: str, condition: str, values: dict[str, Any],
-                 names: dict[str, str] | None = None) -> dict[str, Any]:
-        """The arguments of one conditional UpdateItem."""
-        return {
+    def _write(self, kind: WriteKind, task_id: str, update: str, condition: str, values: dict[str, Any], *,
+               status: str, owner: str | None = None, marker: tuple[str, int] | None = None) -> Write:
+        """One conditional UpdateItem of ``kind``."""
+        request = {
             "TableName": self.table_name,
             "Key": {"task_id": {"S": task_id}},
             "UpdateExpression": update,
             "ConditionExpression": condition,
-            "ExpressionAttributeNames": {"#st": "status", **(names or {})},
-            "ExpressionAttributeValues": _to_av(values),
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": to_av(values),
         }
+        return Write(kind, task_id, request, status, owner, marker)
 
-    def _update(self, task_id: str, update: str, condition: str, values: dict[str, Any],
-                names: dict[str, str] | None = None, return_values: str = "NONE") -> dict[str, Any]:
-        return self._client.update_item(
-            **self._request(task_id, update, condition, values, names),
-            ReturnValues=return_values,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )
-
-    def _single_item(self, request: dict[str, Any]) -> dict[str, Any] | None:
+    def _single_item(self, write: Write) -> dict[str, Any] | None:
         """One conditional update returning the item as it now is (ALL_NEW), or None if the condition failed.
 
-        A failed condition whose old item already shows this very change counts as done: botocore retries a
-        request whose response was lost, and the retry then finds its own write."""
+        A failed condition whose old item already shows this very change counts as done (see
+        :func:`_already_applied`)."""
         try:
             return self._client.update_item(
-                **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+                **write.request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
             )["Attributes"]
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 old = _old_item(exc)
-                return old if old is not None and _already_applied(request, old) else None
+                return old if old is not None and _already_applied(write, old) else None
             raise
 
-    def _single(self, request: dict[str, Any]) -> bool:
+    def _single(self, write: Write) -> bool:
         """:meth:`_single_item`, answering only whether the change holds."""
-        return self._single_item(request) is not None
+        return self._single_item(write) is not None
 
     def _parallel(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        """``work`` over ``items`` on the repository's thread pool (in order); inline for a single item.
+        """``work`` over ``items`` on the store's thread pool (in order); inline for a single item.
         The pool's threads are started by the first caller and inherit its CPU priority."""
         if len(items) <= 1:
             return [work(item) for item in items]
@@ -342,28 +258,28 @@ class DynamoTaskRepository:
                 self._pool = ThreadPoolExecutor(max_workers=self._db_threads, thread_name_prefix="ddb")
         return list(self._pool.map(work, items))
 
-    def _apply_many(self, requests: list[dict[str, Any]]) -> list[bool]:
+    def _apply_many(self, writes: list[Write]) -> list[bool]:
         """Many conditional updates, each decided by its own condition: which ones held."""
         if self.write_batch == "transaction":
-            return self._transact(requests)
-        return self._parallel(self._single, requests)
+            return self._transact(writes)
+        return self._parallel(self._single, writes)
 
-    def _transact(self, requests: list[dict[str, Any]], attempts: int = 4) -> list[bool]:
+    def _transact(self, writes: list[Write], attempts: int = 4) -> list[bool]:
         """Many conditional updates with few requests: TransactWriteItems of up to 100 (chunks in parallel).
 
         A transaction is all or nothing, so when some conditions fail the others are retried without them
         (``CancellationReasons`` names the failed ones). Whatever is still undecided after ``attempts`` goes
         one UpdateItem at a time.
         """
-        result: list[bool | None] = [None] * len(requests)
+        result: list[bool | None] = [None] * len(writes)
 
         def run(chunk: list[int]) -> list[int]:
             """One transaction; returns the indexes to try again."""
             if len(chunk) == 1:
-                result[chunk[0]] = self._single(requests[chunk[0]])
+                result[chunk[0]] = self._single(writes[chunk[0]])
                 return []
             try:
-                self._client.transact_write_items(TransactItems=[{"Update": requests[i]} for i in chunk])
+                self._client.transact_write_items(TransactItems=[{"Update": writes[i].request} for i in chunk])
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                     raise
@@ -380,19 +296,19 @@ class DynamoTaskRepository:
                 result[index] = True
             return []
 
-        pending = list(range(len(requests)))
+        pending = list(range(len(writes)))
         for _ in range(attempts):
             chunks = [pending[i : i + TRANSACTION_LIMIT] for i in range(0, len(pending), TRANSACTION_LIMIT)]
             pending = [index for retry in self._parallel(run, chunks) for index in retry]
             if not pending:
                 break
         for index in pending:
-            result[index] = self._single(requests[index])
+            result[index] = self._single(writes[index])
         return [bool(r) for r in result]
 
     # -- client side -------------------------------------------------------------------------------------
     def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
-        """Store a new PENDING task; idempotent on ``task_id`` with equal content.
+        """CREATE a new PENDING task; idempotent on ``task_id`` with equal content.
 
         Returns the stored task and whether it was created now (False: an equal task already existed).
 
@@ -401,29 +317,12 @@ class DynamoTaskRepository:
         TaskConflictError
             A task with this id exists with different content.
         """
-        content_hash = task.content_hash()
-        values: dict[str, Any] = {
-            "task_id": task.task_id,
-            "due_ms": task.due_ms,
-            "due_at": task.due_at.isoformat(timespec="milliseconds"),
-            "due_bucket": self._index_key(task.task_id, task.due_ms, now_ms),
-            "status": _P,
-            "action": encode_action(task.action),
-            "payload": canonical_json(task.payload),
-            "content_hash": content_hash,
-            "misfire_grace_ms": task.misfire_grace_ms,
-            "misfire_policy": task.misfire_policy,
-            "occurrence": task.occurrence,
-            "attempt": 0,
-            "created_ms": now_ms,
-            "fast_path": self._fast_path(task.due_ms, now_ms),
-        }
-        if task.retry is not None:
-            values["retry"] = canonical_json(task.retry.model_dump(mode="json"))
+        item = new_task_item(task, due_bucket=self._index_key(task.task_id, task.due_ms, now_ms),
+                             fast_path=self._fast_path(task.due_ms, now_ms), created_ms=now_ms)
         try:
             self._client.put_item(
                 TableName=self.table_name,
-                Item=_to_av(values),
+                Item=item,
                 ConditionExpression="attribute_not_exists(task_id)",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
@@ -434,14 +333,14 @@ class DynamoTaskRepository:
             if old is None:  # deleted between the two calls: try once more
                 return self.create(task, now_ms)
             existing = item_to_task(old)
-            if old.get("content_hash", {}).get("S") == content_hash:
+            if text_of(old, "content_hash") == text_of(item, "content_hash"):
                 return existing, False
             raise TaskConflictError(
                 f"task {task.task_id!r} already exists with different content "
                 f"(due {existing.due_at.isoformat()}, status {existing.status})",
                 existing=existing,
             ) from exc
-        return item_to_task({**_to_av(values)}), True
+        return item_to_task(item), True
 
     def _get_item(self, task_id: str) -> dict[str, Any] | None:
         response = self._client.get_item(
@@ -455,24 +354,25 @@ class DynamoTaskRepository:
         return None if item is None else item_to_task(item)
 
     def cancel(self, task_id: str, now_ms: int) -> Task:
-        """PENDING or CLAIMED (not yet armed) → CANCELLED; the task leaves the due index.
+        """CANCEL: PENDING or CLAIMED (not yet armed) → CANCELLED; the task leaves the due index.
 
         Raises
         ------
         TaskNotFoundError, TaskStateError
             No such task; or it is armed (its executor owns it) or already finished.
         """
-        return self._change(
-            task_id,
-            now_ms,
+        return self._change(self._write(
+            WriteKind.CANCEL, task_id,
             "SET #st = :cancelled, finished_ms = :now, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms, batch_id",
-            {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
-            verb="cancel",
-        )
+            f"attribute_exists(task_id) AND ({CHANGEABLE})",
+            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+             ":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
+            status=TaskStatus.CANCELLED.value,
+        ))
 
     def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
-        """Move a PENDING or CLAIMED task to a new due time; it is PENDING again and is claimed afresh.
+        """RESCHEDULE a PENDING or CLAIMED task to a new due time; it is PENDING again and is claimed afresh.
 
         Raises
         ------
@@ -483,46 +383,40 @@ class DynamoTaskRepository:
         if current is None:
             raise TaskNotFoundError(f"no task {task_id!r}")
         moved = current.model_copy(update={"due_at": from_ms(due_ms)})
-        return self._change(
-            task_id,
-            now_ms,
+        return self._change(self._write(
+            WriteKind.RESCHEDULE, task_id,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
             "content_hash = :hash, fast_path = :fast REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
-            {
-                ":fast": self._fast_path(due_ms, now_ms),
-                ":new_due": due_ms,
-                ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
-                ":bucket": self._index_key(task_id, due_ms, now_ms),
-                ":hash": moved.content_hash(),
-            },
-            verb="reschedule",
-        )
+            f"attribute_exists(task_id) AND ({CHANGEABLE})",
+            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+             ":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
+             ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
+             ":bucket": self._index_key(task_id, due_ms, now_ms), ":hash": moved.content_hash()},
+            status=_P,
+        ))
 
-    def _change(self, task_id: str, now_ms: int, update: str, extra: dict[str, Any], verb: str) -> Task:
-        values = {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **extra}
+    def _change(self, write: Write) -> Task:
+        """CANCEL or RESCHEDULE: the task as it now is, or the error saying why the change was refused."""
         try:
-            response = self._update(
-                task_id,
-                update,
-                f"attribute_exists(task_id) AND ({CHANGEABLE})",
-                values,
-                return_values="ALL_NEW",
-            )
+            response = self._client.update_item(**write.request, ReturnValues="ALL_NEW",
+                                                ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as exc:
             if not _is_conditional_failure(exc):
                 raise
             old = _old_item(exc)
             if old is None:
-                raise TaskNotFoundError(f"no task {task_id!r}") from exc
+                raise TaskNotFoundError(f"no task {write.task_id!r}") from exc
             task = item_to_task(old)
             why = "it is armed and about to fire" if task.status is TaskStatus.ARMED else f"it is {task.status}"
-            raise TaskStateError(f"cannot {verb} task {task_id!r}: {why}", task=task) from exc
+            raise TaskStateError(f"cannot {write.kind.value} task {write.task_id!r}: {why}", task=task) from exc
         return item_to_task(response["Attributes"])
 
-    def scan(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-             due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+    def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
+                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
         """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
-        filters, values, names = [], {}, {}
+        filters: list[str] = []
+        values: dict[str, Any] = {}
+        names: dict[str, str] = {}
         status_list = list(statuses or [])
         if status_list:
             keys = [f":s{i}" for i in range(len(status_list))]
@@ -538,7 +432,7 @@ class DynamoTaskRepository:
         filters.append("attribute_exists(due_ms)")
         kwargs: dict[str, Any] = {"TableName": self.table_name, "FilterExpression": " AND ".join(filters)}
         if values:
-            kwargs["ExpressionAttributeValues"] = _to_av(values)
+            kwargs["ExpressionAttributeValues"] = to_av(values)
         if names:
             kwargs["ExpressionAttributeNames"] = names
         count = 0
@@ -550,6 +444,30 @@ class DynamoTaskRepository:
                     return
 
     # -- poller side -------------------------------------------------------------------------------------
+    def find_due(self, now_ms: int, until_ms: int) -> DueScan:
+        """Every active task due at or before ``until_ms``, overdue included (see "Finding due work" in the
+        module docstring): the due index from the watermark to ``until_ms``, every shard of every minute
+        bucket, read in parallel; then status and lease of each task found, from the base table. The watermark
+        moves forward to the oldest bucket in which an active task was seen, never closer to now than
+        ``overdue_safety_ms``."""
+        safety_bucket = bucket_start(now_ms - self.overdue_safety_ms)
+        watermark = self.get_watermark()
+        if watermark is None:
+            oldest = self.oldest_active_due()
+            watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
+        buckets = buckets_between(watermark, until_ms)
+        queries = [(b, shard) for b in buckets for shard in range(self.shard_count)]
+        pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
+        new_watermark = min([safety_bucket, *(b for (b, _), page in zip(queries, pages, strict=True) if page)])
+        # The index may briefly list a rescheduled task under its old and new key: read each task once, from
+        # the base table, which also says whether it is still claimable.
+        task_ids = list(dict.fromkeys(e.task_id for page in pages for e in page))
+        found = [c for c in self.candidates(task_ids) if c.due_ms <= until_ms]
+        # Safe before the caller dispatches: a task seen here stays active (and its bucket stays at or after
+        # the new watermark) until it finishes.
+        self.advance_watermark(new_watermark)
+        return DueScan(candidates=found, watermark_ms=new_watermark, buckets=len(buckets), queries=len(queries))
+
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
         """Entries of one shard of one minute bucket of the (keys-only) due index, due at or before
         ``until_ms``. The index is eventually consistent: an entry may be stale or not there yet."""
@@ -558,7 +476,7 @@ class DynamoTaskRepository:
             TableName=self.table_name,
             IndexName=DUE_INDEX,
             KeyConditionExpression="due_bucket = :pk AND due_ms <= :until",
-            ExpressionAttributeValues=_to_av({":pk": index_key(bucket_ms, shard), ":until": until_ms}),
+            ExpressionAttributeValues=to_av({":pk": index_key(bucket_ms, shard), ":until": until_ms}),
             ProjectionExpression="task_id, due_ms",
         ):
             entries.extend(IndexEntry(raw["task_id"]["S"], int(raw["due_ms"]["N"])) for raw in page.get("Items", []))
@@ -568,22 +486,17 @@ class DynamoTaskRepository:
         """The still-active tasks among ``task_ids``, with status and lease as the base table has them
         (BatchGetItem, eventually consistent: the claim's condition decides anyway). Finished or deleted
         tasks are left out."""
-        items = self._batch_get(task_ids, consistent=False,
-                                projection="task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy")
+        items = self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION)
         return [c for c in map(candidate_of_item, items) if c is not None]
 
-    def query_due(self, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
-        """:meth:`query_index` then :meth:`candidates`: the claimable-looking tasks of one index shard."""
-        return self.candidates([e.task_id for e in self.query_index(bucket_ms, shard, until_ms)])
-
-    def _claim_request(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int,
-                       lease_ms: int) -> dict[str, Any]:
-        return self._request(
-            candidate.task_id,
+    def _claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> Write:
+        return self._write(
+            WriteKind.CLAIM, candidate.task_id,
             "SET #st = :claimed, lease_until_ms = :lease, batch_id = :batch, claimed_by = :poller ADD attempt :one",
             CLAIMABLE,
             {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
              ":lease": now_ms + lease_ms, ":batch": batch_id, ":poller": poller_id, ":one": 1},
+            status=_C, owner=batch_id,
         )
 
     def claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> bool:
@@ -592,23 +505,27 @@ class DynamoTaskRepository:
         False when the condition failed: another poller claimed it, it was cancelled or rescheduled, or its
         lease is still live. A task whose lease ends at ``lease_until_ms`` is claimable from the next ms.
         """
-        return self._single(self._claim_request(candidate, batch_id, poller_id, now_ms, lease_ms))
+        return self._single(self._claim(candidate, batch_id, poller_id, now_ms, lease_ms))
 
     def claim_many(self, claims: list[tuple[Candidate, str]], poller_id: str, now_ms: int,
                    lease_ms: int) -> list[bool]:
         """:meth:`claim` for many ``(candidate, batch_id)`` pairs (see ``write_batch``)."""
-        return self._apply_many([self._claim_request(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
+        return self._apply_many([self._claim(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
 
-    def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
-        """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
-        return self._single(self._request(
-            candidate.task_id,
+    def _miss(self, candidate: Candidate, now_ms: int, detail: str) -> Write:
+        return self._write(
+            WriteKind.MISS, candidate.task_id,
             "SET #st = :missed, finished_ms = :now, detail = :detail, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms",
             CLAIMABLE,
             {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
              ":missed": TaskStatus.MISSED.value, ":detail": detail, ":expires": self._expires_at(now_ms)},
-        ))
+            status=TaskStatus.MISSED.value,
+        )
+
+    def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
+        """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
+        return self._single(self._miss(candidate, now_ms, detail))
 
     def mark_missed_many(self, missed: list[tuple[Candidate, str]], now_ms: int) -> list[bool]:
         """:meth:`mark_missed` for many ``(candidate, detail)`` pairs (in parallel)."""
@@ -638,8 +555,8 @@ class DynamoTaskRepository:
         return True
 
     def oldest_active_due(self) -> int | None:
-        """Earliest due time in the whole due index (a scan of the sparse index; used only once, when no
-        watermark exists yet)."""
+        """The bucket before the earliest due time in the whole due index (a scan of the sparse index; used
+        only once, when no watermark exists yet)."""
         oldest: int | None = None
         for page in self._client.get_paginator("scan").paginate(
             TableName=self.table_name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
@@ -650,18 +567,19 @@ class DynamoTaskRepository:
         return None if oldest is None else bucket_start(oldest) - BUCKET_MS
 
     # -- executor side -----------------------------------------------------------------------------------
-    def _arm_request(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> dict[str, Any]:
-        return self._request(
-            task_id,
+    def _arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Write:
+        return self._write(
+            WriteKind.ARM, task_id,
             "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease",
             ARMABLE,
             {":claimed": _C, ":armed": _A, ":batch": batch_id, ":executor": executor_id, ":lease": lease_until_ms},
+            status=_A, owner=executor_id,
         )
 
     def arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Task | None:
         """ARM: CLAIMED by ``batch_id`` → ARMED by ``executor_id``. Returns the task, or None if it lost
         (a duplicate delivery, a re-claim after the claim lease expired, a cancel or reschedule)."""
-        item = self._single_item(self._arm_request(task_id, batch_id, executor_id, lease_until_ms))
+        item = self._single_item(self._arm(task_id, batch_id, executor_id, lease_until_ms))
         return None if item is None else item_to_task(item)
 
     def arm_many(self, leases: list[tuple[str, int]], batch_id: str, executor_id: str) -> list[Task | None]:
@@ -669,7 +587,7 @@ class DynamoTaskRepository:
         after transactions it is read back (one strongly consistent BatchGetItem per 100 armed tasks)."""
         if self.write_batch == "single":
             return self._parallel(lambda lease: self.arm(lease[0], batch_id, executor_id, lease[1]), leases)
-        won = self._transact([self._arm_request(t, batch_id, executor_id, lease) for t, lease in leases])
+        won = self._transact([self._arm(t, batch_id, executor_id, lease) for t, lease in leases])
         tasks = self.get_many([task_id for (task_id, _), ok in zip(leases, won, strict=True) if ok])
         return [tasks.get(task_id) if ok else None for (task_id, _), ok in zip(leases, won, strict=True)]
 
@@ -702,33 +620,30 @@ class DynamoTaskRepository:
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
-        return self._single(self._request(
-            task_id,
+        return self._single(self._write(
+            WriteKind.RELEASE, task_id,
             "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
             RECORDABLE,
             {":armed": _A, ":executor": executor_id, ":pending": _P},
+            status=_P,
         ))
 
-    def _record_request(self, executor_id: str, record: FireRecord) -> dict[str, Any]:
+    def _record(self, executor_id: str, record: FireRecord) -> Write:
         if record.retry_due_ms is not None:
-            return self._retry_request(executor_id, record, record.retry_due_ms)
+            return self._retry(executor_id, record, record.retry_due_ms)
         values: dict[str, Any] = {
             ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
             ":finished": record.finished_ms, ":expires": self._expires_at(record.finished_ms),
         }
-        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires"]
-        for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
-                            ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
-            if value is not None:
-                sets.append(f"{name} = :{name}")
-                values[f":{name}"] = value
+        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires", *_fire_fields(record, values)]
         if record.late:
             sets.append("late = :late")
             values[":late"] = True
-        return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
-                             RECORDABLE, values)
+        return self._write(WriteKind.RECORD, record.task_id,
+                           f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms", RECORDABLE, values,
+                           status=record.outcome.value, owner=executor_id)
 
-    def _retry_request(self, executor_id: str, record: FireRecord, due_ms: int) -> dict[str, Any]:
+    def _retry(self, executor_id: str, record: FireRecord, due_ms: int) -> Write:
         """RETRY: ARMED by this executor → PENDING, due at the next try (see the module docstring)."""
         now_ms = record.finished_ms
         values: dict[str, Any] = {
@@ -738,32 +653,30 @@ class DynamoTaskRepository:
             ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
         }
         sets = ["#st = :retrying", "due_ms = :retry_due", "due_at = :retry_due_at", "due_bucket = :bucket",
-                "fast_path = :fast", "first_due_ms = if_not_exists(first_due_ms, :first_due)"]
-        for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
-                            ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
-            if value is not None:
-                sets.append(f"{name} = :{name}")
-                values[f":{name}"] = value
-        return self._request(record.task_id, f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by",
-                             RECORDABLE, values)
+                "fast_path = :fast", "first_due_ms = if_not_exists(first_due_ms, :first_due)",
+                *_fire_fields(record, values)]
+        return self._write(WriteKind.RETRY, record.task_id,
+                           f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by", RECORDABLE, values,
+                           status=_P, owner=executor_id, marker=("due_ms", due_ms))
 
-    def _redrive_request(self, task_id: str, now_ms: int) -> dict[str, Any]:
-        return self._request(
-            task_id,
+    def _redrive(self, task_id: str, now_ms: int) -> Write:
+        return self._write(
+            WriteKind.REDRIVE, task_id,
             "SET #st = :redriven, attempt = :zero, due_ms = :now, due_at = :now_at, due_bucket = :bucket, "
             "fast_path = :fast, redriven_ms = :now "
             "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, claimed_by, armed_by, first_due_ms, late",
-            "#st = :failed",
+            REDRIVABLE,
             {":redriven": _P, ":failed": TaskStatus.FAILED.value, ":zero": 0, ":now": now_ms,
              ":now_at": from_ms(now_ms).isoformat(timespec="milliseconds"),
              ":bucket": self._index_key(task_id, now_ms, now_ms), ":fast": self._fast_path(now_ms, now_ms)},
+            status=_P, marker=("redriven_ms", now_ms),
         )
 
     def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
         """REDRIVE: FAILED → PENDING, due now, attempt 0 (a fresh set of attempts and a fresh max age), back in
         the due index (and flagged for the fast path); its TTL is removed. False for a task that is not FAILED
         (already redriven, never failed, or gone): a second redrive is a no-op. The content hash is kept."""
-        return self._apply_many([self._redrive_request(t, now_ms) for t in task_ids])
+        return self._apply_many([self._redrive(t, now_ms) for t in task_ids])
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
         """RECORD: ARMED by this executor → outcome; the task leaves the due index. A record whose
@@ -772,8 +685,19 @@ class DynamoTaskRepository:
         Returns False when this executor no longer owns the task (its lease expired and it was claimed
         again): the outcome is then not written, and the log says so.
         """
-        return self._single(self._record_request(executor_id, record))
+        return self._single(self._record(executor_id, record))
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
         """:meth:`record` for many outcomes (see ``write_batch``)."""
-        return self._apply_many([self._record_request(executor_id, r) for r in records])
+        return self._apply_many([self._record(executor_id, r) for r in records])
+
+
+def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
+    """SET clauses (and their values) for what a fire measured: fired_ms, drift and detail, where known."""
+    sets = []
+    for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
+                        ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
+        if value is not None:
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = value
+    return sets

@@ -3,7 +3,7 @@
 :class:`TargetServer` listens on ``127.0.0.1`` (a free port by default) and records every POST it receives:
 the ``Idempotency-Key`` header, the body, and the wall-clock receive time in ms, taken as soon as the request
 line and headers are read. It answers 200, or 500 for keys it was told to reject (a poison task: always, or
-only for the first N attempts). The records feed :func:`punctual.checker.fires_from_target`::
+only for the first N attempts). The records feed :func:`punctual_tools.checker.fires_from_target`::
 
     with TargetServer() as target:
         client.schedule(due, HttpAction(url=target.url), {"n": 1}, task_id="t-1")

@@ -1,7 +1,7 @@
 """One progress line for long waits (the demo, the load test's check).
 
 On a terminal the line is rewritten in place, and each redraw first clears what was there (a log line that
-arrived meanwhile starts on a cleared line too: see ``punctual.cli``). Anywhere else (a log file, CI) a
+arrived meanwhile starts on a cleared line too: see ``punctual_tools.cli``). Anywhere else (a log file, CI) a
 carriage-return bar would be one unreadable line, so the progress is printed as a plain line every
 ``every_s`` seconds, and always at the end.
 """

@@ -2,7 +2,7 @@
 
 Fires are observed at the target: every task's action is ``log``, which appends one line per fire to the
 stack's fire log (a JSON-lines file shared by all executor processes). The report's figures come from the
-checker (:mod:`punctual.checker`), fed with the plan, the fire log, and the table's outcome for each task that
+checker (:mod:`punctual_tools.checker`), fed with the plan, the fire log, and the table's outcome for each task that
 did not fire: fired (matched), duplicates (extra fires of a key), missed and failed (explicit outcomes in the
 table), lost (neither fired nor finished), late / early beyond ε, and drift percentiles measured when each
 action started. :func:`check_fire_log` is the same judgement for any plan; the load test uses it too.
@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from punctual.client import Client
+from punctual.keys import from_ms, next_tick
+from punctual.model import LogAction, TaskStatus
+
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
-from .client import Client
-from .keys import from_ms, next_tick
-from .model import LogAction, TaskStatus
 from .progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)

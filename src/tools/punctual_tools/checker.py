@@ -19,7 +19,7 @@ crash window (an executor died after firing and before recording), and it carrie
   than grace + ε after due, for an occurrence not allowed to fire late) fail the verdict.
 * **late** (observed more than ε after due) is reported; it fails the verdict only when the caller asks.
 
-Drift is ``observed - due`` in ms for each matched occurrence, summarized with :func:`punctual.stats.summarize`.
+Drift is ``observed - due`` in ms for each matched occurrence, summarized with :func:`punctual_tools.stats.summarize`.
 The observed time is the target's receive time (or the fire log's ``fired_ms``), so it includes the delivery.
 
 Examples
@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .keys import to_ms
+from punctual.keys import to_ms
+
 from .stats import summarize
 
 EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED"})
@@ -169,7 +170,7 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
         Tolerance for "early" and "late" (and added to the grace for "past grace").
     allowance:
         Keys for which one extra fire is explained (the crash window: fired, then the executor died before
-        recording; see ``punctual.repository``).
+        recording; see ``punctual.dynamodb.store``).
     late_is_failure:
         Count fires later than ``due + epsilon_ms`` as a failure (by default they are only reported).
 
@@ -245,14 +246,14 @@ class _Received(Protocol):
 
 
 def fires_from_target(records: Iterable[_Received]) -> list[Fire]:
-    """Fires as the loopback target (:class:`punctual.local.target.TargetServer`) recorded them: keyed by the
+    """Fires as the loopback target (:class:`punctual_tools.local.target.TargetServer`) recorded them: keyed by the
     ``Idempotency-Key`` header, observed at the receive time, rejected when it answered an error. A request
     without the header counts under the key ``"<none>"`` (an unknown key)."""
     return [Fire(r.key or "<none>", float(r.received_ms), r.status < 400) for r in records]
 
 
 def fires_from_fire_log(entries: Iterable[Mapping[str, Any]]) -> list[Fire]:
-    """Fires from the log action's fire log (the entries :func:`punctual.demo.read_fires` returns): keyed by
+    """Fires from the log action's fire log (the entries :func:`punctual_tools.demo.read_fires` returns): keyed by
     ``key``, observed at ``fired_ms`` (when the action started; the log action cannot fail)."""
     return [Fire(str(e.get("key") or f"{e.get('task_id')}:0"), float(e["fired_ms"])) for e in entries]
 

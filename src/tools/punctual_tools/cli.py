@@ -23,9 +23,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidTaskError, PunctualError
+from punctual.errors import InvalidTaskError, PunctualError
+from punctual.settings import Settings
+
 from .progress import CLEAR_LINE
-from .settings import Settings
 
 log = logging.getLogger("punctual")
 
@@ -89,7 +90,8 @@ def _print_poll(report: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from .client import Client
+    from punctual.client import Client
+
     from .demo import format_report, run_demo
     from .local.stack import LocalStack
 
@@ -123,7 +125,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .client import Client
+    from punctual.client import Client
+
     from .demo import EPSILON_MS, format_report, run_demo
     from .local.stack import LocalStack, _alive, read_state
 
@@ -187,7 +190,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from .client import Client
+    from punctual.client import Client
 
     return Client(_settings(args))
 
@@ -231,19 +234,19 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
     that is not FAILED any more (already redriven) is left alone and said so; its stale dead letters are removed.
     """
-    from .clock import SystemClock
-    from .dlq import build_dead_letter_queue
-    from .model import TaskStatus
-    from .runtime import build_repository
+    from punctual.clock import SystemClock
+    from punctual.dlq import build_dead_letter_queue
+    from punctual.model import TaskStatus
+    from punctual.runtime import build_store
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
     settings = _settings(args)
-    repo = build_repository(settings)
+    repo = build_store(settings)
     queue = build_dead_letter_queue(settings)
     letters = queue.receive() if queue is not None else []
     if args.all:
-        failed = [t.task_id for t in repo.scan([TaskStatus.FAILED])]
+        failed = [t.task_id for t in repo.list_tasks([TaskStatus.FAILED])]
         task_ids = list(dict.fromkeys([*(letter.task_id for letter in letters), *failed]))
     else:
         task_ids = list(dict.fromkeys(args.task_ids))

@@ -21,20 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..events import PollReport
-from ..fastpath import FastPathReport, dispatch_stream_records
-from ..keys import next_tick
-from ..poller import Poller
-from ..priority import default_background_cpus, lower_current_thread, set_background_cpus
-from ..runtime import build_repository
-from ..schema import ensure_table, stream_filter_patterns
-from ..settings import Settings
+from punctual.aws import make_dynamodb_client
+from punctual.dynamodb.schema import ensure_table, stream_filter_patterns
+from punctual.events import PollReport
+from punctual.fastpath import FastPathReport, dispatch_stream_records
+from punctual.keys import next_tick
+from punctual.poller import Poller
+from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
+from punctual.runtime import build_store
+from punctual.settings import Settings
+
 from ..stats import summarize
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
 from .stream import StreamReader
 
-log = logging.getLogger("punctual.local")
+log = logging.getLogger("punctual_tools.local")
 
 
 @dataclass
@@ -52,7 +54,7 @@ class StackConfig:
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
     # Claims, arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
-    # per item of single writes (see punctual.repository); AWS's default is "single", half the write units.
+    # per item of single writes (see punctual.dynamodb.store); AWS's default is "single", half the write units.
     write_batch: str = "transaction"
 
 
@@ -155,8 +157,9 @@ class LocalStack:
                      "background_cpus": background_cpus,
                      "dead_letter_path": str(self.dead_letter_path), **cfg.settings_overrides}
         self.settings = settings = Settings.from_env(**overrides)
-        repository = build_repository(settings)
-        created = ensure_table(repository._client, settings.table_name)  # noqa: SLF001 - same process, setup
+        client = make_dynamodb_client(settings)
+        created = ensure_table(client, settings.table_name)
+        store = build_store(settings, client)
         log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
         worker_env = {
             **settings_env(settings),
@@ -173,10 +176,10 @@ class LocalStack:
             prewarm=cfg.prewarm, retry_delays=cfg.retry_delays, duplicate_rate=cfg.duplicate_rate,
             on_result=self._batch_done, on_worker_started=lambda _pid: self._write_state(),
         )
-        self.poller = Poller(repository, self.invoker, settings)
+        self.poller = Poller(store, self.invoker, settings)
         if cfg.fast_path:
             # Its own poller id, so that a task's claimed_by tells which path dispatched it.
-            self.fast_poller = Poller(repository, self.invoker, settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
+            self.fast_poller = Poller(store, self.invoker, settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
             self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
                                        stream_filter_patterns()).start()
         self._write_state()

@@ -19,9 +19,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..aws import aws_client
-from ..fastpath import matches
-from ..priority import lower_current_thread
+from punctual.aws import aws_client
+from punctual.fastpath import matches
+from punctual.priority import lower_current_thread
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,131 @@
+"""Item encoding and decoding: a task as DynamoDB holds it (attribute values), in one place.
+
+Used by the store for every read and write, and by the fast path for the table stream's images (a stream
+image has the same attribute-value form as an item).
+
+Item layout (one item per task, base key ``task_id``)::
+
+    task_id S | due_ms N | due_at S (ISO) | due_bucket S (only while active) | status S
+    action S (JSON) | payload S (JSON) | content_hash S | misfire_grace_ms N | misfire_policy S | occurrence N
+    attempt N | late BOOL (fired past its grace under the fire_late policy)
+    retry S (JSON RetryPolicy, only when set) | first_due_ms N (the occurrence's due before a retry moved it)
+    redriven_ms N (when ``punctual redrive`` last put it back from FAILED)
+    lease_until_ms N | batch_id S | claimed_by S | armed_by S
+    created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
+    fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from ..keys import from_ms
+from ..model import ACTIVE_STATUSES, DEFAULT_MISFIRE_POLICY, Action, Candidate, Task, TaskStatus, canonical_json
+
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+
+
+def _num(value: float | int) -> Decimal:
+    return Decimal(str(round(value, 3))) if isinstance(value, float) else Decimal(value)
+
+
+def to_av(values: dict[str, Any]) -> dict[str, Any]:
+    """Plain values (numbers, strings, booleans) as attribute values; floats kept to the microsecond."""
+    return {k: _ser.serialize(_num(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+            for k, v in values.items()}
+
+
+def from_av(item: dict[str, Any]) -> dict[str, Any]:
+    """Attribute values as plain values (numbers come back as Decimal)."""
+    return {k: _deser.deserialize(v) for k, v in item.items()}
+
+
+def text_of(item: dict[str, Any] | None, name: str) -> str | None:
+    """A string attribute of a raw item, or None."""
+    value = (item or {}).get(name)
+    return None if value is None else value.get("S")
+
+
+def number_of(item: dict[str, Any] | None, name: str) -> int | None:
+    """An integral number attribute of a raw item, or None."""
+    value = (item or {}).get(name)
+    return None if value is None or "N" not in value else int(Decimal(value["N"]))
+
+
+def _ms_dt(value: Any) -> Any:
+    return None if value is None else from_ms(float(value))
+
+
+def encode_action(action: Action) -> str:
+    return canonical_json(action.model_dump(mode="json"))
+
+
+def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: int) -> dict[str, Any]:
+    """The raw item of a new PENDING task (what CREATE puts)."""
+    values: dict[str, Any] = {
+        "task_id": task.task_id,
+        "due_ms": task.due_ms,
+        "due_at": task.due_at.isoformat(timespec="milliseconds"),
+        "due_bucket": due_bucket,
+        "status": TaskStatus.PENDING.value,
+        "action": encode_action(task.action),
+        "payload": canonical_json(task.payload),
+        "content_hash": task.content_hash(),
+        "misfire_grace_ms": task.misfire_grace_ms,
+        "misfire_policy": task.misfire_policy,
+        "occurrence": task.occurrence,
+        "attempt": 0,
+        "created_ms": created_ms,
+        "fast_path": fast_path,
+    }
+    if task.retry is not None:
+        values["retry"] = canonical_json(task.retry.model_dump(mode="json"))
+    return to_av(values)
+
+
+def item_to_task(item: dict[str, Any]) -> Task:
+    """Turn a raw (attribute-value) item into a :class:`Task` (raises ValueError or KeyError if it is not one)."""
+    v = from_av(item)
+    return Task(
+        task_id=v["task_id"],
+        due_at=from_ms(int(v["due_ms"])),
+        action=json.loads(v["action"]),
+        payload=json.loads(v["payload"]) if "payload" in v else None,
+        misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+        misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY),  # items older than the policy: skip
+        occurrence=int(v.get("occurrence", 0)),
+        status=TaskStatus(v["status"]),
+        attempt=int(v.get("attempt", 0)),
+        lease_until=_ms_dt(v.get("lease_until_ms")),
+        batch_id=v.get("batch_id"),
+        claimed_by=v.get("claimed_by"),
+        armed_by=v.get("armed_by"),
+        created_at=_ms_dt(v.get("created_ms")),
+        fired_at=_ms_dt(v.get("fired_ms")),
+        finished_at=_ms_dt(v.get("finished_ms")),
+        drift_ms=float(v["drift_ms"]) if "drift_ms" in v else None,
+        drift_corrected_ms=float(v["drift_corrected_ms"]) if "drift_corrected_ms" in v else None,
+        detail=v.get("detail"),
+        late=bool(v.get("late", False)),
+        retry=json.loads(v["retry"]) if "retry" in v else None,
+        first_due_at=_ms_dt(v.get("first_due_ms")),
+    )
+
+
+def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
+    """The :class:`Candidate` a raw item (or stream image) stands for, or None when the task is no longer active.
+    Raises ValueError or KeyError when the item is not a task."""
+    v = from_av(item)
+    status = TaskStatus(v["status"])
+    if status not in ACTIVE_STATUSES:
+        return None
+    lease = v.get("lease_until_ms")
+    return Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
+                     lease_until_ms=None if lease is None else int(lease),
+                     misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
+                     misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY))

@@ -1,0 +1,198 @@
+"""Recording what a batch's fires came to, without getting in the way of the next fire.
+
+Records are written only in the quiet gaps between fires (the next fire of this process at least
+:data:`QUIET_S` away and the latest at least :data:`SETTLE_S` ago), so that recording never holds the
+interpreter when the dispatcher must wake; with no fire of this process within :data:`BACKGROUND_S`, as
+background work (lowered, see :mod:`punctual.priority`), so that it never takes a core from another
+executor's dispatcher either. A retry's next try is fixed when its record is written (now + its delay), so a
+record delayed by a burst does not eat into the backoff. After a FAILED record is written, the task goes to
+the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from .clock import Clock
+from .dispatcher import Dispatcher
+from .dlq import DeadLetterQueue
+from .keys import from_ms
+from .model import FireRecord, Task, TaskStatus
+from .priority import lower_current_thread
+from .store import TaskStore
+
+log = logging.getLogger("punctual.executor")
+
+QUIET_S = 0.025  # record only when the next fire is at least this far away
+SETTLE_S = 0.2  # ... and at least this long after the latest fire (a burst may still be firing elsewhere)
+MAX_NAP_S = 0.25  # the longest the recorder sleeps before it looks again
+BACKGROUND_S = 1.0  # with no fire of this process this close, recording is background work (lowered)
+RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
+
+
+def task_log_keys(task_id: str, **keys: object) -> dict[str, object]:
+    """``extra`` of a per-task log line: under Powertools (the Lambda handlers) the line's correlation id is
+    the task id, and it carries ``task_id`` too."""
+    return {"task_id": task_id, "correlation_id": task_id, **keys}
+
+
+def _log_outcome(record: FireRecord) -> None:
+    """One line per recorded outcome: DEBUG when it succeeded (the table holds it), WARNING otherwise."""
+    level = logging.DEBUG if record.outcome is TaskStatus.SUCCEEDED else logging.WARNING
+    if log.isEnabledFor(level):
+        log.log(level, "task %s: %s", record.task_id, record.outcome.value,
+                extra=task_log_keys(record.task_id, outcome=record.outcome.value, drift_ms=record.drift_ms,
+                                    detail=record.detail))
+
+
+@dataclass
+class Recording:
+    """One batch's recording: :meth:`put` one result per armed task (None for a task released unfired), then
+    :meth:`wait` for what was written."""
+
+    executor_id: str
+    tasks: dict[str, Task]
+    results: queue.SimpleQueue[FireRecord | None] = field(default_factory=queue.SimpleQueue)
+    recorded: list[FireRecord] = field(default_factory=list)
+    not_recorded: int = 0
+    dead_lettered: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, record: FireRecord | None) -> None:
+        self.results.put(record)
+
+    def wait(self) -> Recording:
+        self.done.wait()
+        return self
+
+
+class Recorder:
+    """Writes outcomes for an executor: one recorder thread (default priority: it runs while a batch fires,
+    and a starved thread holding the interpreter would stall the dispatcher) and one lowered background thread.
+    Built by the thread that builds the executor, whose CPU priority its threads inherit."""
+
+    def __init__(self, store: TaskStore, clock: Clock, dispatcher: Dispatcher, *,
+                 dead_letters: DeadLetterQueue | None = None) -> None:
+        self._store = store
+        self._clock = clock
+        self._dispatcher = dispatcher
+        self._dead_letters = dead_letters
+        self.last_fire = clock.monotonic()
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._run_jobs, name="recorder", daemon=True).start()
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-bg",
+                                              initializer=lower_current_thread)
+
+    def note_fire(self) -> None:
+        """Called by each fire, as it starts: recording waits until fires have settled."""
+        self.last_fire = self._clock.monotonic()
+
+    def start(self, executor_id: str, tasks: dict[str, Task]) -> Recording:
+        """Start recording a batch of ``tasks`` (by id) armed by ``executor_id``."""
+        recording = Recording(executor_id, tasks)
+        self._jobs.put(lambda: self._record(recording))
+        return recording
+
+    def _run_jobs(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a failed job must not end the thread
+                log.exception("recorder job failed")
+
+    def _record(self, recording: Recording) -> None:
+        try:
+            remaining = len(recording.tasks)
+            while remaining:
+                chunk, taken = self._next_chunk(recording.results, remaining)
+                remaining -= taken
+                if chunk:
+                    self._wait_for_quiet()
+                    self._write(recording, chunk)
+        finally:
+            recording.done.set()
+
+    @staticmethod
+    def _next_chunk(results: queue.SimpleQueue[FireRecord | None],
+                    remaining: int) -> tuple[list[FireRecord], int]:
+        """Up to :data:`RECORD_CHUNK` results: wait for one, then take what is already there."""
+        first = results.get()
+        taken = 1
+        chunk = [] if first is None else [first]
+        while taken < remaining and len(chunk) < RECORD_CHUNK:
+            try:
+                more = results.get_nowait()
+            except queue.Empty:
+                break
+            taken += 1
+            if more is not None:
+                chunk.append(more)
+        return chunk, taken
+
+    def _wait_for_quiet(self) -> None:
+        """Sleep until the next fire is at least QUIET_S away and the latest at least SETTLE_S ago."""
+        clock, dispatcher = self._clock, self._dispatcher
+        while True:
+            gap = dispatcher.seconds_to_next_fire()
+            settle = SETTLE_S - (clock.monotonic() - self.last_fire)
+            if gap >= QUIET_S and settle <= 0:
+                return
+            if gap >= QUIET_S:
+                clock.sleep(settle)
+            else:  # fires follow each other closely: sleep past them all, not after each one (in steps of at
+                # most MAX_NAP_S, so that a stop, which empties the heap, is seen soon)
+                nap = max(dispatcher.busy_until(QUIET_S) - clock.monotonic(), 0.0) + 0.003
+                clock.sleep(min(nap, MAX_NAP_S))
+
+    def _write(self, recording: Recording, chunk: list[FireRecord]) -> None:
+        dispatcher = self._dispatcher
+        now_ms = int(self._clock.wall_ms())  # a retry's next try: now + its delay
+        chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
+                 for r in chunk]
+        try:
+            if dispatcher.seconds_to_next_fire() >= BACKGROUND_S:
+                written = self._background.submit(self._store.record_many, recording.executor_id, chunk).result()
+            else:
+                written = self._store.record_many(recording.executor_id, chunk)
+        except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
+            log.exception("recording %d outcomes failed", len(chunk))
+            written = [False] * len(chunk)
+        if dispatcher.seconds_to_next_fire() >= QUIET_S:
+            gc.collect(1)  # the automatic collector is off while firing: collect in the quiet gap
+        failed = []
+        for record, ok in zip(chunk, written, strict=True):
+            if ok:
+                recording.recorded.append(record)
+                _log_outcome(record)
+                if record.outcome is TaskStatus.FAILED:
+                    failed.append(record)
+            else:
+                recording.not_recorded += 1
+                log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
+                            record.task_id, record.outcome.value,
+                            extra=task_log_keys(record.task_id, outcome=record.outcome.value))
+        recording.dead_lettered += self._send_dead_letters(failed, recording.tasks)
+
+    def _send_dead_letters(self, failed: list[FireRecord], tasks: dict[str, Task]) -> int:
+        """After their FAILED records are written: one dead letter per task (a failed send is logged; the
+        task is FAILED in the table, where ``punctual redrive --all`` finds it too)."""
+        if self._dead_letters is None or not failed:
+            return 0
+        sent = 0
+        for record in failed:
+            task = tasks[record.task_id].model_copy(update={
+                "status": TaskStatus.FAILED, "finished_at": from_ms(record.finished_ms), "detail": record.detail})
+            try:
+                self._dead_letters.send(task, record.detail or "failed")
+                sent += 1
+            except Exception:  # noqa: BLE001 - the table holds the FAILED task anyway
+                log.exception("task %s: sending it to the dead-letter queue failed (it is FAILED in the table)",
+                              record.task_id, extra=task_log_keys(record.task_id))
+        return sent
