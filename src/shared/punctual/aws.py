@@ -14,7 +14,7 @@ _CONFIG = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeou
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
-def aws_client(service: str, endpoint_url: str | None, region: str) -> Any:
+def aws_client(service: Any, endpoint_url: str | None, region: str) -> Any:
     """A client of ``service``: standard retries (8 attempts), 5/30 s timeouts, 64 pooled connections (the
     worker threads share it). With ``endpoint_url`` it signs with dummy credentials (DynamoDB Local accepts
     any). Each client comes from its own session: creating clients from the default session is not
@@ -23,7 +23,8 @@ def aws_client(service: str, endpoint_url: str | None, region: str) -> Any:
     if endpoint_url is None:
         return session.client(service, region_name=region, config=_CONFIG)
     return session.client(service, region_name=region, endpoint_url=endpoint_url, config=_CONFIG,
-                          **LOCAL_CREDENTIALS)
+                          aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+                          aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"])
 
 
 def dynamodb_client(endpoint_url: str | None, region: str) -> Any:

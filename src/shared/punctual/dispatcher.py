@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from .clock import Clock, SystemClock
 
@@ -163,12 +163,12 @@ class Dispatcher(Generic[T]):
             entry = get()
             if entry is _STOP:
                 return
-            item, deadline = entry  # type: ignore[misc]
+            item, deadline = cast("tuple[T, float | None]", entry)
             if deadline is not None:
                 while clock.monotonic() < deadline:
                     pass
             try:
-                fire(item)  # type: ignore[arg-type]
+                fire(item)
             except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
                 log.exception("fire callback failed")
             finally:

@@ -149,7 +149,9 @@ def _is_conditional_failure(exc: ClientError) -> bool:
 
 
 def _old_item(exc: ClientError) -> dict[str, Any] | None:
-    return exc.response.get("Item")
+    """The item a failed condition found (``ReturnValuesOnConditionCheckFailure="ALL_OLD"``), if any."""
+    item: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+    return item
 
 
 @dataclass(frozen=True, slots=True)
