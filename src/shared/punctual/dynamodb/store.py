@@ -363,15 +363,13 @@ class DynamoTaskStore:
         TaskNotFoundError, TaskStateError
             No such task; or it is armed (its executor owns it) or already finished.
         """
-        return self._change(self._write(
-            WriteKind.CANCEL, task_id,
+        return self._change(
+            WriteKind.CANCEL, task_id, now_ms,
             "SET #st = :cancelled, finished_ms = :now, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms, batch_id",
-            f"attribute_exists(task_id) AND ({CHANGEABLE})",
-            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
+            {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
             status=TaskStatus.CANCELLED.value,
-        ))
+        )
 
     def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
         """RESCHEDULE a PENDING or CLAIMED task to a new due time; it is PENDING again and is claimed afresh.
@@ -385,20 +383,22 @@ class DynamoTaskStore:
         if current is None:
             raise TaskNotFoundError(f"no task {task_id!r}")
         moved = current.model_copy(update={"due_at": from_ms(due_ms)})
-        return self._change(self._write(
-            WriteKind.RESCHEDULE, task_id,
+        return self._change(
+            WriteKind.RESCHEDULE, task_id, now_ms,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
             "content_hash = :hash, fast_path = :fast REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
-            f"attribute_exists(task_id) AND ({CHANGEABLE})",
-            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
+            {":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
              ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
              ":bucket": self._index_key(task_id, due_ms, now_ms), ":hash": moved.content_hash()},
             status=_P,
-        ))
+        )
 
-    def _change(self, write: Write) -> Task:
-        """CANCEL or RESCHEDULE: the task as it now is, or the error saying why the change was refused."""
+    def _change(self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *,
+                status: str) -> Task:
+        """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the
+        change was refused."""
+        write = self._write(kind, task_id, update, f"attribute_exists(task_id) AND ({CHANGEABLE})",
+                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **values}, status=status)
         try:
             response = self._client.update_item(**write.request, ReturnValues="ALL_NEW",
                                                 ReturnValuesOnConditionCheckFailure="ALL_OLD")
