@@ -13,22 +13,21 @@ invocation, so a warm start does not inherit the previous batch's. Metrics (EMF,
 ``FireDrift`` in ms at high resolution, one value per fired task; ``TasksFired``, ``TasksFailed``,
 ``TasksMissed`` and ``ArmConflicts``, one value each per batch.
 
-Loading this module is the cold start: it builds the executor (its dispatcher and worker threads), then
-lowers the priority of the thread that loaded it, which also runs the handler (see below). The local
-invoker loads it by path, in a worker process, the same way.
+Loading this module is the cold start: it shortens the GIL switch interval, builds the executor (its
+dispatcher and worker threads), then lowers the priority of the thread that loaded it, which also runs the
+handler (see below). The local invoker loads it by path, in a worker process, the same way; that worker sets
+the local-only parts (CPU confinement, fire log) before.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from punctual.actions import FireLog
 from punctual.events import BatchEvent
 from punctual.metrics import (
     ARM_CONFLICTS,
@@ -42,13 +41,11 @@ from punctual.priority import lower_current_thread
 from punctual.runtime import build_executor
 from punctual.settings import Settings
 
-# The dispatcher thread must get the interpreter back quickly after its sleep: shorten the GIL switch
-# interval from 5 ms so that recording threads cannot hold it for long.
-sys.setswitchinterval(float(os.environ.get("PUNCTUAL_SWITCH_INTERVAL_S", "0.001")))
-
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()
-FireLog.configure(settings.fire_log_path)
+# The dispatcher thread must get the interpreter back quickly after its sleep: shorten the GIL switch
+# interval from 5 ms so that recording threads cannot hold it for long.
+sys.setswitchinterval(settings.switch_interval_s)
 executor = build_executor(settings)
 # Everything loaded so far lives as long as the process: move it out of the collector's sight, so that a
 # collection during a batch scans only what the batch allocated (a full one would stall the dispatcher).

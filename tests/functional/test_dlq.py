@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from punctual.clock import OffsetProbe, SystemClock
-from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue
+from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
@@ -89,11 +89,13 @@ def test_sqs_queue_sends_json_and_deletes_what_is_acknowledged(sqs: Any, queue_u
     assert (again.task_id, again.attempt, again.reason) == ("t2", 1, "HTTP 503")
 
 
-def test_the_queue_is_sqs_when_a_url_is_set_else_the_file(tmp_path: Path, sqs: Any, queue_url: str) -> None:
-    assert isinstance(build_dead_letter_queue(Settings(dead_letter_queue_url=queue_url,
-                                                       dead_letter_path=str(tmp_path / "q")), sqs),
-                      SqsDeadLetterQueue)
-    assert isinstance(build_dead_letter_queue(Settings(dead_letter_path=str(tmp_path / "q"))), FileDeadLetterQueue)
+def test_the_queue_is_the_one_the_url_names(tmp_path: Path, sqs: Any, queue_url: str) -> None:
+    # Given an SQS queue URL, a file URL (its path with a space, so percent-encoded), and no URL
+    path = tmp_path / "dead letters" / "dlq.jsonl"
+    # When each builds the dead-letter queue  Then it is SQS, the very file, and none
+    assert isinstance(build_dead_letter_queue(Settings(dead_letter_queue_url=queue_url), sqs), SqsDeadLetterQueue)
+    local = build_dead_letter_queue(Settings(dead_letter_queue_url=file_queue_url(path)))
+    assert isinstance(local, FileDeadLetterQueue) and local.path == path
     assert build_dead_letter_queue(Settings()) is None
 
 
@@ -165,7 +167,8 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     (home / "stack.json").write_text(json.dumps({
-        "endpoint_url": None, "table_name": TABLE, "shard_count": 4, "dead_letter_path": str(home / "dlq.jsonl")}))
+        "endpoint_url": None, "table_name": TABLE, "shard_count": 4,
+        "dead_letter_queue_url": file_queue_url(home / "dlq.jsonl")}))
     monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
     return home
 

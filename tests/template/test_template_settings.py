@@ -1,5 +1,6 @@
-"""The functions' environment in template.yaml against what the code reads: ``Settings`` fields, Powertools'
-service and namespace, and the layer's requirements against pyproject.toml."""
+"""The functions' environment in template.yaml against what the code reads: ``Settings`` fields (never the local
+runtime's own ``LocalSettings`` ones), Powertools' service and namespace, and the layer's requirements against
+pyproject.toml."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from template_tools import ROOT
 
 from punctual import metrics
 from punctual.settings import ENV_PREFIX, Settings
+from punctual_tools.settings import LocalSettings
 
 FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction")
 
@@ -29,11 +31,14 @@ def _all_variables(sam_template: dict[str, Any]) -> set[str]:
 
 def test_every_punctual_variable_names_a_settings_field(sam_template: dict[str, Any]) -> None:
     # Given every PUNCTUAL_* variable the template sets  Then each is PUNCTUAL_<a Settings field>
-    # (Settings.from_env reads only its fields' names: a misspelt variable would be silently ignored)
+    # (Settings.from_env reads only its fields' names: a misspelt variable would be silently ignored, and so
+    # would a local-only one, which only the local runtime's LocalSettings has)
     names = {n for n in _all_variables(sam_template) if n.startswith(ENV_PREFIX)}
     assert names, "the template sets no PUNCTUAL_* variable"
     unknown = {n for n in names if n[len(ENV_PREFIX):].lower() not in Settings.model_fields}
     assert not unknown, f"not Settings fields: {sorted(unknown)}"
+    local_only = set(LocalSettings.model_fields) - set(Settings.model_fields)
+    assert local_only and not {n[len(ENV_PREFIX):].lower() for n in names} & local_only
 
 
 def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
@@ -50,6 +55,8 @@ def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
         assert _environment(sam_template, function)["PUNCTUAL_EXECUTOR_FUNCTION"] == {"Ref": "ExecutorFunction"}
     executor = _environment(sam_template, "ExecutorFunction")
     assert executor["PUNCTUAL_DEAD_LETTER_QUEUE_URL"] == {"Ref": "TaskDeadLetterQueue"}
+    # (an SQS queue's Ref is its https:// URL, which is what Settings.dead_letter_queue_url accepts)
+    assert sam_template["Resources"]["TaskDeadLetterQueue"]["Type"] == "AWS::SQS::Queue"
     assert "PUNCTUAL_EXECUTOR_FUNCTION" not in executor
 
 

@@ -1,10 +1,43 @@
-"""Settings.from_env: PUNCTUAL_* variables in, one validated object out, or an error naming the variable."""
+"""Settings.from_env: PUNCTUAL_* variables in, one validated object out, or an error naming the variable.
+
+Two models: ``Settings`` (what the Lambdas and the client load) and ``LocalSettings`` (the local runtime's,
+which adds what only one machine needs). Every ``PUNCTUAL_*`` variable the code reads is a field of one of
+them, and the wiring (``build_store``) has no process-wide effect: the local worker applies the local-only ones.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import boto3
 import pytest
 
-from punctual.settings import Settings, SettingsError
+from punctual import priority
+from punctual.actions import FireLog
+from punctual.runtime import build_store
+from punctual.settings import ENV_PREFIX, Settings, SettingsError
+from punctual_tools.local.invoker import LocalInvoker
+from punctual_tools.local.stack import settings_env
+from punctual_tools.settings import LocalSettings
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+LOCAL_ONLY = {"background_cpus", "fire_log_path", "dynamodb_java_opts", "local_timeout_s"}
+# A valid value, other than the default, for every field of both models (as a variable would give it).
+SAMPLES = {
+    "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",
+    "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "claim_lease_ms": "20000",
+    "arm_margin_ms": "20000", "overdue_safety_ms": "240000", "max_batch_size": "100",
+    "default_misfire_grace_ms": "1000", "max_horizon_days": "30", "max_payload_bytes": "1024",
+    "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",
+    "worker_threads": "4", "db_threads": "2", "write_batch": "transaction", "retention_days": "7",
+    "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq", "switch_interval_s": "0.002",
+    "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
+    "local_timeout_s": "60",
+}
 
 
 def test_defaults_without_any_variable() -> None:
@@ -97,7 +130,136 @@ def test_ntp_can_be_switched_off_by_override_or_argument() -> None:
 
 
 def test_background_cpus_is_checked_when_the_settings_load() -> None:
-    assert Settings.from_env(background_cpus=" 1-3 ").background_cpus == "1-3"
-    assert Settings.from_env(background_cpus="").background_cpus is None
+    assert LocalSettings.from_env({}, background_cpus=" 1-3 ").background_cpus == "1-3"
+    assert LocalSettings.from_env({}, background_cpus="").background_cpus is None
     with pytest.raises(SettingsError, match="PUNCTUAL_BACKGROUND_CPUS"):
-        Settings.from_env(background_cpus="one")
+        LocalSettings.from_env({}, background_cpus="one")
+
+
+# -- every variable through one of the two models ------------------------------------------------------------
+def test_the_samples_cover_every_field_of_both_models() -> None:
+    # Given the sample values below  Then there is one for every field (a new field gets one, and is tested)
+    assert set(SAMPLES) == set(LocalSettings.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLES))
+def test_each_variable_is_read_into_its_field(field: str) -> None:
+    # Given PUNCTUAL_<FIELD> set to a valid value that is not the default
+    env = {ENV_PREFIX + field.upper(): SAMPLES[field]}
+    default = LocalSettings().model_dump()[field]
+    # When the local settings are read
+    value = LocalSettings.from_env(env).model_dump()[field]
+    # Then the field holds it, converted to its type
+    assert value != default
+    assert str(value) == SAMPLES[field] or value == type(value)(SAMPLES[field])
+    # And the Lambdas' model reads it too, unless it is local-only (then it ignores the variable)
+    if field in LOCAL_ONLY:
+        assert field not in Settings.model_fields
+        assert Settings.from_env(env) == Settings()
+    else:
+        assert getattr(Settings.from_env(env), field) == value
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PUNCTUAL_SWITCH_INTERVAL_S", "0"),
+        ("PUNCTUAL_SWITCH_INTERVAL_S", "fast"),
+        ("PUNCTUAL_DEAD_LETTER_QUEUE_URL", "/tmp/dlq.jsonl"),
+        ("PUNCTUAL_DEAD_LETTER_QUEUE_URL", "file://host/dlq.jsonl"),
+        ("PUNCTUAL_DEAD_LETTER_QUEUE_URL", "sqs:dlq"),
+        ("PUNCTUAL_LOCAL_TIMEOUT_S", "-1"),
+        ("PUNCTUAL_LOCAL_TIMEOUT_S", "901"),
+        ("PUNCTUAL_BACKGROUND_CPUS", "3-1"),
+    ],
+)
+def test_a_bad_new_variable_is_named(name: str, value: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        LocalSettings.from_env({name: value})
+    assert name in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+                                 "http://localhost:4566/000000000000/dlq", "file:///var/punctual/dlq.jsonl",
+                                 "file:///tmp/dead%20letters/dlq.jsonl"])
+def test_a_dead_letter_queue_is_an_sqs_url_or_a_local_file_url(url: str) -> None:
+    assert Settings.from_env({"PUNCTUAL_DEAD_LETTER_QUEUE_URL": url}).dead_letter_queue_url == url
+
+
+def test_the_local_only_fields_are_not_in_what_the_lambdas_load() -> None:
+    # Given the two models  Then LocalSettings adds exactly the local-only fields to Settings
+    assert set(LocalSettings.model_fields) - set(Settings.model_fields) == LOCAL_ONLY
+    assert set(Settings.model_fields) <= set(LocalSettings.model_fields)
+    # And Settings refuses them as overrides, naming the variable
+    with pytest.raises(SettingsError, match="PUNCTUAL_FIRE_LOG_PATH"):
+        Settings.from_env({}, fire_log_path="/tmp/fires.jsonl")
+
+
+def test_settings_env_round_trips_through_both_models() -> None:
+    # Given local settings with every field set, and NTP off
+    local = LocalSettings.from_env({ENV_PREFIX + k.upper(): v for k, v in SAMPLES.items()}, ntp_server=None)
+    # When they are turned into a worker's environment and read back
+    env = settings_env(local)
+    # Then the worker reads the same local settings, and its handler the Settings part of them
+    assert LocalSettings.from_env(env) == local
+    assert Settings.from_env(env) == Settings.model_validate(local.model_dump(include=set(Settings.model_fields)))
+
+
+def test_no_punctual_variable_is_read_outside_the_settings_models() -> None:
+    # Given every source file  Then none reads a PUNCTUAL_* variable from the environment by name
+    read = re.compile(r"""(environ\.get|environ\[|getenv)\(?\s*["']PUNCTUAL_""")
+    offenders = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if read.search(path.read_text("utf-8"))]
+    assert offenders == []
+
+
+# -- no process-wide effect in the wiring; the local worker applies the local-only settings ------------------
+def test_build_store_leaves_cpu_confinement_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a process whose background work is confined to CPU 0 (as the local stack may have set)
+    monkeypatch.setattr(priority, "_background_cpus", frozenset({0}))
+    client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    # When the store is built (no request is sent)
+    build_store(Settings(), client)
+    # Then the confinement is as it was
+    assert priority._background_cpus == frozenset({0})  # noqa: SLF001 - the module's state is what is under test
+
+
+HANDLER = """
+from punctual import priority
+from punctual.actions import FireLog
+
+AT_LOAD = {"cpus": sorted(priority._background_cpus or []), "fire_log": FireLog._path}
+
+
+def handler(event, context):
+    return {**AT_LOAD, "function": context.function_name, "remaining_ms": context.get_remaining_time_in_millis()}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler(tmp_path: Path) -> None:
+    # Given a handler that reports the CPU confinement and fire log it found when it loaded, behind a local
+    # invoker whose workers get local settings as PUNCTUAL_* variables
+    usable = sorted(os.sched_getaffinity(0))
+    settings = LocalSettings(background_cpus=str(usable[-1]), fire_log_path=str(tmp_path / "fires.jsonl"),
+                             executor_function="exec-local", local_timeout_s=60, ntp_server=None)
+    handler = tmp_path / "report_handler.py"
+    handler.write_text(HANDLER)
+    results: list[dict[str, Any]] = []
+    done = threading.Event()
+    invoker = LocalInvoker(handler, settings_env(settings), log_file=tmp_path / "worker.log", prewarm=0,
+                           retry_delays=(), on_result=lambda _event, result: (results.append(result), done.set()))
+    try:
+        # When one event is invoked
+        invoker.invoke_async({"batch_id": "b-1"})
+        assert done.wait(45), (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
+    finally:
+        invoker.shutdown(timeout=10)
+    # Then the worker had confined background work and opened the fire log before the handler loaded, and
+    # gives the handler the function name and the timeout from the settings
+    (result,) = results
+    assert result["cpus"] == [usable[-1]]
+    assert result["fire_log"] == str(tmp_path / "fires.jsonl")
+    assert result["function"] == "exec-local"
+    assert 0 < result["remaining_ms"] <= 60_000
+    # And this process's own state was left alone
+    assert FireLog._path != str(tmp_path / "fires.jsonl")  # noqa: SLF001

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 from .model import Task
 from .settings import Settings
@@ -136,7 +137,8 @@ class SqsDeadLetterQueue:
 
 
 class FileDeadLetterQueue:
-    """The local runtime's dead-letter queue: a JSON-lines file (``Settings.dead_letter_path``).
+    """The local runtime's dead-letter queue: a JSON-lines file (``Settings.dead_letter_queue_url`` =
+    ``file:///path/dlq.jsonl``, see :func:`file_queue_url`).
 
     Each message is one line, appended and fsynced; an advisory lock (``<file>.lock``) keeps the executors'
     appends and a redrive's rewrite (a new file renamed over the old one) from interleaving.
@@ -210,14 +212,20 @@ class FileDeadLetterQueue:
         """Nothing to do: reading the file hides nothing."""
 
 
-def build_dead_letter_queue(settings: Settings, sqs_client: Any = None) -> RedrivableQueue | None:
-    """SQS when ``dead_letter_queue_url`` is set, else the file at ``dead_letter_path`` if set, else None."""
-    if settings.dead_letter_queue_url:
-        if sqs_client is None:
-            import boto3
+def file_queue_url(path: str | Path) -> str:
+    """The ``dead_letter_queue_url`` that names a local JSON-lines file (made absolute)."""
+    return Path(path).absolute().as_uri()
 
-            sqs_client = boto3.client("sqs", region_name=settings.region)
-        return SqsDeadLetterQueue(sqs_client, settings.dead_letter_queue_url)
-    if settings.dead_letter_path:
-        return FileDeadLetterQueue(settings.dead_letter_path)
-    return None
+
+def build_dead_letter_queue(settings: Settings, sqs_client: Any = None) -> RedrivableQueue | None:
+    """The queue ``settings.dead_letter_queue_url`` names: a local file for ``file://``, else SQS; None if unset."""
+    url = settings.dead_letter_queue_url
+    if not url:
+        return None
+    if url.startswith("file:"):
+        return FileDeadLetterQueue(unquote(urlsplit(url).path))
+    if sqs_client is None:
+        import boto3
+
+        sqs_client = boto3.client("sqs", region_name=settings.region)
+    return SqsDeadLetterQueue(sqs_client, url)

@@ -1,4 +1,8 @@
-"""Wiring: build the services from :class:`Settings` (what the Lambda handlers and the local runtime share)."""
+"""Wiring: build the services from :class:`Settings` (what the Lambda handlers and the local runtime share).
+
+Building has no process-wide effect: CPU confinement and the fire log are the local runtime's business
+(``punctual_tools.local.worker``), the GIL switch interval the executor handler's.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,11 @@ from .dynamodb import DynamoTaskStore
 from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
-from .priority import set_background_cpus
 from .settings import Settings
 
 
 def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
-    """The task store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client
-    (this is also where ``background_cpus`` takes effect)."""
-    set_background_cpus(settings.background_cpus)
+    """The task store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client."""
     client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
     return DynamoTaskStore.from_settings(client, settings)
 
@@ -37,7 +38,7 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
 
 def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None) -> Executor:
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
-    queue is SQS when ``dead_letter_queue_url`` is set, else the local file at ``dead_letter_path``, if any."""
+    queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any."""
     return Executor(build_store(settings, dynamodb), settings, SystemClock(),
                     offset_probe(settings.ntp_server, settings.ntp_timeout_s),
                     dead_letters=build_dead_letter_queue(settings, sqs_client))

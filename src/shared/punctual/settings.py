@@ -1,17 +1,18 @@
 """One validated settings object, read once from the environment by the adapters (handlers, CLI).
 
-Services never read ``os.environ``: they receive a :class:`Settings` instance.
+Services never read ``os.environ``: they receive a :class:`Settings` instance. :class:`Settings` holds what
+the Lambdas and the client need; the local runtime's own settings (CPU confinement, fire log, DynamoDB Local)
+extend it in ``punctual_tools.settings.LocalSettings``, outside what the Lambda layer holds.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from .priority import parse_cpu_list
 
 ENV_PREFIX = "PUNCTUAL_"
 
@@ -24,9 +25,10 @@ class SettingsError(ValueError):
 
 
 class Settings(BaseModel):
-    """Everything the poller, the executor, the client and the local runtime can be tuned with.
+    """Everything the poller, the fast path, the executor and the client can be tuned with.
 
-    Each field can be set from the environment as ``PUNCTUAL_<FIELD NAME IN UPPER CASE>``.
+    Each field can be set from the environment as ``PUNCTUAL_<FIELD NAME IN UPPER CASE>`` (see
+    :meth:`from_env`); a subclass adds fields the same way.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,26 +62,29 @@ class Settings(BaseModel):
         description="many claims / arms / records as single UpdateItems in parallel (AWS: 1 write unit each) or "
         "as TransactWriteItems of up to 100 (2 units each, but ~10x less CPU per item: the local runtime's choice)",
     )
-    background_cpus: str | None = Field(
-        None, description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: any. '
-        "The local runtime leaves one core out, so that a firing thread always finds one free",
-    )
     retention_days: int = Field(
         30, ge=1, le=3_650, description="finished tasks carry expires_at = finished + this; DynamoDB TTL deletes them"
     )
-    dead_letter_queue_url: str | None = Field(None, description="SQS queue for tasks that exhaust their retries")
-    dead_letter_path: str | None = Field(
-        None, description="local only: JSON-lines file standing in for the SQS dead-letter queue (when no URL is set)"
+    dead_letter_queue_url: str | None = Field(
+        None, description="where tasks that exhaust their retries go: an SQS queue URL (https://...), or locally a "
+        "JSON-lines file (file:///path/dlq.jsonl)",
     )
-    fire_log_path: str | None = Field(None, description="local only: JSON-lines file the log action appends to")
+    switch_interval_s: float = Field(
+        0.001, gt=0, le=0.1, description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
+        "that the dispatcher gets the interpreter back soon after its sleep",
+    )
 
-    @field_validator("background_cpus")
+    @field_validator("dead_letter_queue_url")
     @classmethod
-    def _cpu_list(cls, value: str | None) -> str | None:
+    def _queue_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        parse_cpu_list(value)  # a clear error now rather than at the first lowered thread
-        return value.strip()
+        url = urlsplit(value.strip())
+        if url.scheme in ("https", "http") and url.netloc:
+            return value.strip()
+        if url.scheme == "file" and url.netloc in ("", "localhost") and url.path.startswith("/"):
+            return value.strip()
+        raise ValueError(f"{value!r} is neither an SQS queue URL (https://...) nor a file URL (file:///path)")
 
     @field_validator("ntp_server", mode="before")
     @classmethod
@@ -89,8 +94,22 @@ class Settings(BaseModel):
         return value
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Build settings from ``PUNCTUAL_*`` variables, then apply ``overrides``.
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Self:
+        """Build settings from ``PUNCTUAL_*`` variables (``os.environ`` unless ``env`` is given), then apply
+        ``overrides``. Only this class's fields are read: a subclass reads its own as well.
+
+        Parameters
+        ----------
+        env
+            The variables to read; ``None`` means ``os.environ``. An empty value means the default (for
+            ``ntp_server``: no NTP).
+        **overrides
+            Field values that win over the environment; ``None`` is ignored (except for ``ntp_server``).
+
+        Returns
+        -------
+        Self
+            The validated, frozen settings.
 
         Raises
         ------

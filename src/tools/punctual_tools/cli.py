@@ -178,6 +178,8 @@ def _parse_when(args: argparse.Namespace) -> datetime:
 
 def _settings(args: argparse.Namespace) -> Settings:
     """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one."""
+    from punctual.dlq import file_queue_url
+
     from .local.stack import read_state
 
     state = read_state(_home(args))
@@ -185,7 +187,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     if state and not args.aws:
         overrides = {"endpoint_url": state["endpoint_url"], "table_name": state["table_name"],
                      "shard_count": state["shard_count"],
-                     "dead_letter_path": state.get("dead_letter_path") or str(_home(args) / "dlq.jsonl")}
+                     "dead_letter_queue_url": state.get("dead_letter_queue_url")
+                     or file_queue_url(_home(args) / "dlq.jsonl")}
     return Settings.from_env(**overrides)
 
 

@@ -1,12 +1,12 @@
 """The table definition, read from ``template.yaml`` (the one place it is written down).
 
 ``create_table_kwargs`` turns the CloudFormation ``AWS::DynamoDB::Table`` properties into the arguments of
-DynamoDB's ``CreateTable`` so that the local runtime and the tests build exactly the table AWS gets.
+DynamoDB's ``CreateTable`` so that the local runtime and the tests build exactly the table AWS gets. Only they
+read the template, from the source checkout they run in (the Lambda layer holds none).
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,15 +36,13 @@ _CfnLoader.add_multi_constructor("!", _intrinsic)
 
 
 def find_template() -> Path:
-    """``$PUNCTUAL_TEMPLATE``, else the ``template.yaml`` at the top of the source checkout."""
-    override = os.environ.get("PUNCTUAL_TEMPLATE")
-    if override:
-        return Path(override)
+    """The ``template.yaml`` at the top of the source checkout."""
     for parent in Path(__file__).resolve().parents:
         candidate = parent / "template.yaml"
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError("template.yaml not found; set PUNCTUAL_TEMPLATE to its path")
+    raise FileNotFoundError(f"no template.yaml above {Path(__file__).resolve()}: the table definition is read "
+                            "from a Punctual source checkout")
 
 
 @lru_cache(maxsize=4)

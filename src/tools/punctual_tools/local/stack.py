@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from punctual.aws import make_dynamodb_client
+from punctual.dlq import file_queue_url
 from punctual.dynamodb.schema import ensure_table, stream_filter_patterns
 from punctual.events import PollReport
 from punctual.fastpath import FastPathReport, dispatch_stream_records
@@ -31,6 +32,7 @@ from punctual.priority import default_background_cpus, lower_current_thread, set
 from punctual.runtime import build_store
 from punctual.settings import Settings
 
+from ..settings import LocalSettings
 from ..stats import summarize
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
@@ -59,7 +61,9 @@ class StackConfig:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives a process (an executor worker) exactly these settings."""
+    """The environment that gives a process (an executor worker) exactly these settings: every field of the
+    model given, so a worker's ``LocalSettings.from_env`` reads the local-only ones and its handler's
+    ``Settings.from_env`` the rest."""
     env = {f"PUNCTUAL_{name.upper()}": str(value) for name, value in settings.model_dump().items()
            if value is not None}
     if settings.ntp_server is None:
@@ -107,7 +111,7 @@ class LocalStack:
         self.ddb: DynamoDBLocal | None = None
         self.invoker: LocalInvoker | None = None
         self.poller: Poller | None = None
-        self.settings: Settings | None = None
+        self.settings: LocalSettings | None = None
         self.stream: StreamReader | None = None
         self.fast_poller: Poller | None = None
         self._state_lock = threading.Lock()
@@ -120,7 +124,8 @@ class LocalStack:
 
     @property
     def dead_letter_path(self) -> Path:
-        """The local dead-letter queue (JSON lines): tasks whose last attempt failed."""
+        """The local dead-letter queue (JSON lines): tasks whose last attempt failed (unless
+        ``PUNCTUAL_DEAD_LETTER_QUEUE_URL`` or the settings overrides name another queue)."""
         return self.config.home / "dlq.jsonl"
 
     def _clean_stale(self) -> None:
@@ -143,20 +148,21 @@ class LocalStack:
         cfg.home.mkdir(parents=True, exist_ok=True)
         (cfg.home / "logs").mkdir(exist_ok=True)
         self._clean_stale()
+        overrides = {"poll_interval_ms": int(cfg.poll_interval_s * 1000), "fire_log_path": str(self.fire_log),
+                     "write_batch": cfg.write_batch, **cfg.settings_overrides}
+        wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
         # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
-        background_cpus = Settings.from_env(background_cpus=cfg.settings_overrides.get(  # checked before any start
-            "background_cpus", os.environ.get("PUNCTUAL_BACKGROUND_CPUS") or default_background_cpus()),
-        ).background_cpus
+        background_cpus = wanted.background_cpus or default_background_cpus()
         set_background_cpus(background_cpus)
         self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
-                                 in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log")
+                                 in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log",
+                                 java_opts=wanted.dynamodb_java_opts)
         endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
-        overrides = {"endpoint_url": endpoint, "poll_interval_ms": int(cfg.poll_interval_s * 1000),
-                     "fire_log_path": str(self.fire_log), "write_batch": cfg.write_batch,
-                     "background_cpus": background_cpus,
-                     "dead_letter_path": str(self.dead_letter_path), **cfg.settings_overrides}
-        self.settings = settings = Settings.from_env(**overrides)
+        self.settings = settings = LocalSettings.model_validate({
+            **wanted.model_dump(), "endpoint_url": endpoint, "background_cpus": background_cpus,
+            "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
+        })
         client = make_dynamodb_client(settings)
         created = ensure_table(client, settings.table_name)
         store = build_store(settings, client)
@@ -202,7 +208,7 @@ class LocalStack:
             "shard_count": self.settings.shard_count,
             "poll_interval_ms": self.settings.poll_interval_ms,
             "fire_log": str(self.fire_log),
-            "dead_letter_path": self.settings.dead_letter_path,
+            "dead_letter_queue_url": self.settings.dead_letter_queue_url,
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
         }

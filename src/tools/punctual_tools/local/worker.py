@@ -6,6 +6,10 @@ the handler (Lambda's init phase), not a CPU-second of imports that would compet
 firing. The worker imports the handler module once, then serves invocations one at a time, like Lambda:
 one request in, one response out, over a pipe. stdout and stderr (the handler's logs and metrics) go to the
 log file. SIGTERM asks the executor to stop: unfired tasks are released back to PENDING.
+
+The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the environment the stack gives it,
+and sets up what is local-only before it loads the handler: CPU confinement for the background threads the
+handler lowers, and the fire log the log action appends to. The handler itself reads only ``Settings``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,17 @@ from multiprocessing.connection import Connection
 from types import ModuleType
 from typing import Any
 
+from punctual.actions import FireLog
+from punctual.priority import set_background_cpus
+
+from ..settings import LocalSettings
+
 # What the forkserver imports once, before forking workers.
 PRELOAD = [
     "boto3", "botocore.session", "botocore.client", "pydantic", "ntplib", "json", "urllib.request",
     "aws_lambda_powertools", "aws_lambda_powertools.metrics", "aws_lambda_powertools.logging",
     "aws_lambda_powertools.utilities.typing", "punctual.runtime", "punctual.actions", "punctual.events",
+    "punctual_tools.settings",
 ]
 
 
@@ -64,6 +74,9 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
         os.close(fd)
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
+    settings = LocalSettings.from_env()
+    set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
+    FireLog.configure(settings.fire_log_path)
     module = load_handler_module(handler_path)
     stopping = threading.Event()
 
@@ -74,8 +87,6 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
             threading.Thread(target=stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
-    function_name = os.environ.get("PUNCTUAL_EXECUTOR_FUNCTION", "punctual-executor")
-    timeout_s = float(os.environ.get("PUNCTUAL_LOCAL_TIMEOUT_S", "900"))
     conn.send({"ready": True, "pid": os.getpid()})
     while True:
         try:
@@ -85,7 +96,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
         if payload is None:
             return
         try:
-            body = module.handler(payload, LocalContext(function_name, timeout_s))
+            body = module.handler(payload, LocalContext(settings.executor_function, settings.local_timeout_s))
             response = {"ok": True, "result": body}
         except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
             traceback.print_exc()
