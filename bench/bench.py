@@ -196,7 +196,7 @@ def main() -> int:
 
     config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
                          fast_path=args.fast_path, settings_overrides={"ntp_server": None})
-    with LocalStack(config, on_poll=lambda r: log(f"poll: claimed {r.claimed} in {r.batches} batch(es)"),
+    with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
                     on_batch=lambda r: None) as stack:
         log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
         s_steady = system_steady(stack, args.steady_rate, args.steady_seconds)

@@ -33,8 +33,10 @@ from punctual.metrics import (
     ARM_CONFLICTS,
     FIRE_DRIFT,
     TASKS_FAILED,
+    TASKS_FENCED,
     TASKS_FIRED,
     TASKS_MISSED,
+    TASKS_TAKEN_OVER,
 )
 from punctual.observability import add_counts, handler_tools
 from punctual.priority import lower_current_thread
@@ -69,7 +71,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
                            resolution=MetricResolution.High)
     add_counts(metrics, {TASKS_FIRED: report.fired, TASKS_FAILED: report.failed, TASKS_MISSED: report.missed,
-                         ARM_CONFLICTS: report.lost_arm})
+                         ARM_CONFLICTS: report.lost_arm, TASKS_TAKEN_OVER: report.taken_over,
+                         TASKS_FENCED: report.fenced})
     summary = report.model_dump(exclude={"drift_ms"})
     logger.info("batch done", extra={"report": summary})
     return {**summary, "drift_ms": report.drift_ms}

@@ -14,14 +14,13 @@ anyway.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from punctual.fastpath import dispatch_stream_records
-from punctual.metrics import CLAIM_CONFLICTS, INVOKE_FAILURES, TASKS_CLAIMED, TASKS_MISSED
+from punctual.metrics import INVOKE_FAILURES, TASKS_DISPATCHED
 from punctual.observability import add_counts, handler_tools
 from punctual.runtime import build_poller
 from punctual.settings import Settings
@@ -40,8 +39,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records")
     if not isinstance(records, list):
         raise ValueError("a DynamoDB stream event has a list of Records")
-    report = dispatch_stream_records(poller, records, now_ms=int(time.time() * 1000))
-    add_counts(metrics, {TASKS_CLAIMED: report.claimed, CLAIM_CONFLICTS: report.conflicts,
-                         TASKS_MISSED: report.missed, INVOKE_FAILURES: report.invoke_failures})
+    report = dispatch_stream_records(poller, records)
+    add_counts(metrics, {TASKS_DISPATCHED: report.dispatched, INVOKE_FAILURES: report.invoke_failures})
     logger.info("fast path batch", extra={"report": report.model_dump()})
     return report.model_dump()

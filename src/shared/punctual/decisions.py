@@ -4,6 +4,7 @@ comes to (outcome, retry, lateness). The client, the poller and the executor all
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from .keys import to_ms
@@ -32,31 +33,69 @@ def misfire_decision(late_ms: float, grace_ms: int, policy: str) -> Misfire:
     return "fire_late" if policy == "fire_late" else "miss"
 
 
-def decide_before_fire(task: Task, due_ms: int, now_ms: float) -> Misfire:
-    """:func:`misfire_decision` for ``task`` due at ``due_ms`` and reached at ``now_ms``."""
-    return misfire_decision(now_ms - due_ms, task.misfire_grace_ms, task.misfire_policy)
+@dataclass(frozen=True, slots=True)
+class FireDecision:
+    """What to do at fire time, and the note the record keeps (None: fire, nothing to say)."""
+
+    action: Misfire
+    note: str | None = None
 
 
-def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int, *, decision: Misfire,
+LOST_EXECUTOR = "its executor was lost after arming it: it may have fired before recording"
+
+
+def decide_before_fire(task: Task, due_ms: int, now_ms: float, taken_over_until_ms: int | None = None) -> FireDecision:
+    """Whether ``task`` (due at ``due_ms``), reached at ``now_ms``, fires.
+
+    A task taken over from a dead executor that was due while that executor may still have fired it
+    (``due_ms <= taken_over_until_ms``: the crash window) is never fired twice under ``"skip"``: it is missed;
+    under ``"fire_late"`` it fires again, with the same idempotency key, flagged late. Otherwise
+    :func:`misfire_decision` decides.
+
+    Examples
+    --------
+    >>> from punctual.model import LogAction, Task
+    >>> from punctual.keys import from_ms
+    >>> task = Task(task_id="t", due_at=from_ms(10_000), action=LogAction(), misfire_grace_ms=1_000)
+    >>> decide_before_fire(task, 10_000, 10_500).action, decide_before_fire(task, 10_000, 11_001).action
+    ('fire', 'miss')
+    >>> decide_before_fire(task, 10_000, 10_001, taken_over_until_ms=10_000).action
+    'miss'
+    """
+    late = now_ms - due_ms
+    if taken_over_until_ms is not None and due_ms <= taken_over_until_ms:
+        if task.misfire_policy == "fire_late":
+            return FireDecision("fire_late", f"{LOST_EXECUTOR}; fired again with the same idempotency key "
+                                             f"(policy fire_late)")
+        return FireDecision("miss", f"{LOST_EXECUTOR} (reached {late:.0f} ms after due)")
+    action = misfire_decision(late, task.misfire_grace_ms, task.misfire_policy)
+    if action == "miss":
+        return FireDecision(action, f"would fire {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms")
+    if action == "fire_late":
+        return FireDecision(action, f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms "
+                                    f"(policy fire_late)")
+    return FireDecision(action)
+
+
+def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int, *, decision: FireDecision,
                    error: str | None, offset_ms: float | None) -> FireRecord:
     """What an executor records for ``task`` (due at ``due_ms``) that it reached at ``started_ms``.
 
-    ``decision`` is :func:`decide_before_fire`'s answer at ``started_ms``; ``error`` says how the action failed
-    (None: it succeeded; ignored when the decision was to miss, as the action did not run). A failed action
-    whose retry policy allows another attempt becomes a retry (outcome PENDING with the backoff drawn now);
-    past its last attempt it is FAILED. A fire past the grace under ``fire_late`` is flagged late.
+    ``decision`` is :func:`decide_before_fire`'s answer at ``started_ms`` (its note goes into the detail);
+    ``error`` says how the action failed (None: it succeeded; ignored when the decision was to miss, as the
+    action did not run). A failed action whose retry policy allows another attempt becomes a retry (outcome
+    PENDING with the backoff drawn now); past its last attempt it is FAILED. A fire past the grace under
+    ``fire_late`` is flagged late.
     """
     late = started_ms - due_ms
-    if decision == "miss":
-        return FireRecord(task.task_id, TaskStatus.MISSED, None, int(started_ms), None, None,
-                          f"would fire {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms")
+    if decision.action == "miss":
+        return FireRecord(task.task_id, TaskStatus.MISSED, None, int(started_ms), None, None, decision.note)
     corrected = None if offset_ms is None else late + offset_ms
     outcome = TaskStatus.SUCCEEDED if error is None else TaskStatus.FAILED
     detail = error
-    if decision == "fire_late":
-        note = f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms (policy fire_late)"
-        detail = note if detail is None else f"{note}; {detail}"
-    is_late = decision == "fire_late"
+    if decision.note is not None:
+        detail = decision.note if detail is None else f"{decision.note}; {detail}"
+    is_late = decision.action == "fire_late"
     if outcome is TaskStatus.FAILED and task.retry is not None:
         first_due = due_ms if task.first_due_at is None else to_ms(task.first_due_at)
         delay = retry_delay_ms(task.retry, task.attempt, first_due, finished_ms)

@@ -14,7 +14,9 @@ class BatchTask(BaseModel):
 
 
 class BatchEvent(BaseModel):
-    """What the poller sends (async) to one executor: tasks it claimed under ``batch_id``."""
+    """What the poller or the fast path sends (async) to one executor: tasks it found armable, each with the
+    due time it was found at. ``claimed_by`` names the dispatcher (kept under its old name: events in flight
+    across an upgrade still validate)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     batch_id: str = Field(min_length=1)
@@ -23,14 +25,15 @@ class BatchEvent(BaseModel):
 
 
 class DispatchReport(BaseModel):
-    """What claiming and dispatching a set of candidates did (a poll's last step, and the fast path's)."""
+    """What dispatching a set of candidates did (a poll's last step, and the fast path's): tasks sent in
+    ``batches`` invocations; ``recovered`` of them taken from a dead executor or an ended lease; invocations
+    that failed; tasks not sent because time ran out (the next poll finds them)."""
 
-    claimed: int
+    dispatched: int
     recovered: int
-    conflicts: int
-    missed: int
     batches: int
     invoke_failures: int
+    undispatched: int = 0
 
 
 class PollReport(DispatchReport):
@@ -40,6 +43,8 @@ class PollReport(DispatchReport):
     buckets: int
     queries: int
     candidates: int
+    undecodable: int = 0  # items that were not tasks (recorded FAILED)
+    complete: bool = True  # False when the tick ran out of time before it read or dispatched everything
 
 
 class FastPathReport(DispatchReport):
@@ -62,5 +67,7 @@ class BatchReport(BaseModel):
     dead_lettered: int = 0  # FAILED tasks sent to the dead-letter queue
     not_recorded: int
     released: int = 0
+    taken_over: int = 0  # armed by taking them over from an executor found dead
+    fenced: int = 0  # reached after this executor's own lease ended (it could not renew it): not fired, released
     clock_offset_ms: float | None
     drift_ms: list[float] = Field(default_factory=list)

@@ -2,9 +2,12 @@
 
 Order of work, so that nothing but the action runs between wake-up and fire:
 
-1. **arm** every task of the batch (conditional write CLAIMED → ARMED); a duplicate delivery loses here;
-2. **fire** from one dispatcher thread into the worker pool, each task at its due instant; what a fire comes
-   to (missed, succeeded, failed, retried, late) is decided by :mod:`punctual.decisions`;
+1. **arm** every task of the batch (conditional write PENDING → ARMED, or a takeover from a dead executor),
+   under a heartbeat that shows this executor alive while it holds them (:mod:`punctual.heartbeat`); a
+   duplicate delivery, a second poller or the fast path racing a poll lose here;
+2. **fire** from one dispatcher thread into the worker pool, each task at its due instant, and only within
+   this executor's lease; what a fire comes to (missed, succeeded, failed, retried, late) is decided by
+   :mod:`punctual.decisions`;
 3. **record** outcome, ``fired_at`` and drift (conditional write ARMED → outcome) through the
    :class:`~punctual.recorder.Recorder`, only in the quiet gaps between fires.
 """
@@ -25,7 +28,8 @@ from .decisions import decide_before_fire, decide_outcome
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
 from .events import BatchEvent, BatchReport
-from .model import FireRecord, Task, TaskStatus
+from .heartbeat import Heartbeat
+from .model import Armed, ArmRequest, FireRecord, Task, TaskStatus
 from .priority import lower_current_thread
 from .recorder import Recorder, Recording, task_log_keys
 from .settings import Settings
@@ -40,6 +44,7 @@ MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
 class _Armed:
     task: Task
     due_ms: int
+    taken_over_until_ms: int | None = None
 
 
 _Item = tuple[_Armed, Callable[[_Armed], None]]
@@ -67,6 +72,9 @@ class Executor:
             _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
         )
         self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters)
+        self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
+                                    seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
+        self._fenced: list[_Armed] = []
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
 
@@ -82,8 +90,19 @@ class Executor:
     def run_batch(self, event: BatchEvent) -> BatchReport:
         """Arm the batch, fire each armed task at its instant, record what each came to."""
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
+        if not self._heartbeat.start(executor_id):
+            log.error("batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
+                      event.batch_id)
+            return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
+        try:
+            return self._run_armed(event, executor_id)
+        finally:
+            self._heartbeat.stop()
+
+    def _run_armed(self, event: BatchEvent, executor_id: str) -> BatchReport:
         armed, lost = self._arm(event, executor_id)
         offset = self._offset.current()
+        self._fenced = []
         recording = self._recorder.start(executor_id, {entry.task.task_id: entry.task for entry in armed})
         # A full garbage collection holds the interpreter for tens of ms: no automatic collection while this
         # batch fires (the recorder collects the young generations in quiet gaps).
@@ -95,8 +114,13 @@ class Executor:
         recording.wait()
         if gc_enabled:
             gc.enable()
-        released = sum(1 for entry in cancelled if self._store.release(entry.task.task_id, executor_id))
-        return _report(event, executor_id, len(armed), lost, recording, released, offset)
+        # Tasks a stop took back, or that reached their instant after this executor's lease ended (it could not
+        # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
+        unfired = [*cancelled, *self._fenced]
+        released = sum(1 for entry in unfired if self._store.release(entry.task.task_id, executor_id))
+        return _report(event, executor_id, len(armed), lost, recording, released, offset,
+                       taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
+                       fenced=len(self._fenced))
 
     def _fire(self, armed: list[_Armed], fire: Callable[[_Armed], None]) -> list[_Armed]:
         """Hand every armed task to the dispatcher at its instant and wait until all have fired; returns the
@@ -117,13 +141,17 @@ class Executor:
 
     def _fire_one(self, recording: Recording, offset: ClockOffset, entry: _Armed) -> None:
         """A worker thread at the task's instant: decide, run the action, hand the record to the recorder."""
+        if self._clock.monotonic() > self._heartbeat.fence:  # past its own lease: another may take over
+            self._fenced.append(entry)
+            recording.put(None)
+            return
         started = self._clock.wall_ms()
         self._recorder.note_fire()
         task = entry.task
         try:
-            decision = decide_before_fire(task, entry.due_ms, started)
+            decision = decide_before_fire(task, entry.due_ms, started, entry.taken_over_until_ms)
             error = None
-            if decision != "miss":
+            if decision.action != "miss":
                 try:
                     run_action(task.action, FireContext(task.task_id, task.occurrence, entry.due_ms, started,
                                                         task.payload))
@@ -137,50 +165,53 @@ class Executor:
         recording.put(record)
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
-        """ARM each task; returns the armed ones and how many were lost to another owner."""
-        now = self._clock.wall_ms()
+        """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost
+        to another owner."""
+        now = int(self._clock.wall_ms())
         margin = self._settings.arm_margin_ms
-
-        # The armed lease outlives every legitimate fire: due (or now, if late) + grace + the longest action
-        # timeout + a margin. Past it the task is claimable again (its executor is presumed dead).
-        leases = [(e.task_id, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin))
-                  for e in event.tasks]
-        outcome: list[list[Task | None]] = []
+        # The task's own lease is a backstop that outlives every legitimate fire: due (or now, if late) + grace
+        # + the longest action timeout + a margin. A dead executor's tasks are taken over long before, when its
+        # heartbeat lapses.
+        requests = [ArmRequest(e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS
+                                                        + margin)) for e in event.tasks]
+        outcome: list[list[Armed | None]] = []
 
         def arm() -> None:
             # Background work: at a lower CPU priority (this thread only; nothing of this batch is firing
             # yet), so that arming a new batch never takes a core from another executor's dispatcher.
             lower_current_thread()
             try:
-                outcome.append(self._store.arm_many(leases, event.batch_id, executor_id))
+                outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now))
             except Exception:  # noqa: BLE001 - some chunks may have been armed before the error: read back
                 log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
                 try:
-                    stored = self._store.get_many([task_id for task_id, _ in leases])
-                except Exception:  # noqa: BLE001 - what was armed becomes claimable when its lease expires
+                    stored = self._store.get_many([r.task_id for r in requests])
+                except Exception:  # noqa: BLE001 - what was armed is taken over once this heartbeat ends
                     log.exception("reading back batch %s failed", event.batch_id)
                     return
                 outcome.append([
-                    t if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
-                    for t in (stored.get(task_id) for task_id, _ in leases)
+                    Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
+                    for t in (stored.get(r.task_id) for r in requests)
                 ])
 
         thread = threading.Thread(target=arm, name="arm")
         thread.start()
         thread.join()
-        tasks = outcome[0] if outcome else [None] * len(leases)
-        armed = [_Armed(t, t.due_ms) for t in tasks if t is not None]
-        for (task_id, _), task in zip(leases, tasks, strict=False):  # aligned; a log line never raises
-            if task is None:
-                log.info("task %s: not armed (another owner has it: a duplicate delivery, a new claim, a cancel "
-                         "or a reschedule; or arming failed)", task_id, extra=task_log_keys(task_id))
-        return armed, len(tasks) - len(armed)
+        results = outcome[0] if outcome else [None] * len(requests)
+        armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
+        for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
+            if result is None:
+                log.info("task %s: not armed (another executor has it: a duplicate delivery, a second dispatch; "
+                         "or it was cancelled, rescheduled or finished; or arming failed)", request.task_id,
+                         extra=task_log_keys(request.task_id))
+        return armed, len(results) - len(armed)
 
 
-def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recording: Recording, released: int,
-            offset: ClockOffset) -> BatchReport:
+def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recording: Recording | None,
+            released: int, offset: ClockOffset, *, taken_over: int = 0, fenced: int = 0) -> BatchReport:
+    recorded = [] if recording is None else recording.recorded
     count = {status: 0 for status in TaskStatus}
-    for record in recording.recorded:
+    for record in recorded:
         count[record.outcome] += 1
     return BatchReport(
         batch_id=event.batch_id,
@@ -192,11 +223,13 @@ def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recordin
         succeeded=count[TaskStatus.SUCCEEDED],
         failed=count[TaskStatus.FAILED],
         missed=count[TaskStatus.MISSED],
-        late=sum(1 for r in recording.recorded if r.late),
+        late=sum(1 for r in recorded if r.late),
         retried=count[TaskStatus.PENDING],
-        dead_lettered=recording.dead_lettered,
-        not_recorded=recording.not_recorded,
+        dead_lettered=0 if recording is None else recording.dead_lettered,
+        not_recorded=0 if recording is None else recording.not_recorded,
         released=released,
+        taken_over=taken_over,
+        fenced=fenced,
         clock_offset_ms=offset.offset_ms,
-        drift_ms=[r.drift_ms for r in recording.recorded if r.drift_ms is not None],
+        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None],
     )

@@ -4,9 +4,9 @@ The store flags such a task (``fast_path = 1``) when it is created or reschedule
 (``NEW_IMAGE``) delivers the write; in AWS the event source mapping's filter (in ``template.yaml``) lets only
 inserted or modified items that are PENDING and flagged reach the fast-path Lambda, and locally
 :mod:`punctual_tools.local.stream` applies the same filter, read from the template. Either way the records end
-here: each becomes a :class:`Candidate` and goes through :meth:`Poller.dispatch`, the very claim-and-invoke
-step of a poll. The claim's condition makes the fast path and the poller race-safe: whichever claims first
-owns the task, and a stale record (the task has since been claimed, rescheduled or cancelled) just loses.
+here: each becomes a :class:`Candidate` and goes through :meth:`Poller.dispatch`, the very batch-and-invoke
+step of a poll. The executors' ARM condition makes the fast path and the poller race-safe: whichever executor
+arms first owns the task, and a stale record (the task has since been armed, rescheduled or cancelled) loses.
 If the fast path is down, nothing is lost: the task is in the due index and the next poll finds it.
 """
 
@@ -38,15 +38,15 @@ def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
         return None  # the watermark item, or something that is not a task
 
 
-def dispatch_stream_records(poller: Poller, records: Iterable[Mapping[str, Any]], now_ms: int) -> FastPathReport:
-    """Claim and dispatch the fast-path tasks among ``records`` (a stream batch, oldest first)."""
+def dispatch_stream_records(poller: Poller, records: Iterable[Mapping[str, Any]]) -> FastPathReport:
+    """Dispatch the fast-path tasks among ``records`` (a stream batch, oldest first)."""
     records = list(records)
     latest: dict[str, Candidate] = {}
     for record in records:  # a task written twice in one batch: its latest image wins
         candidate = candidate_of_record(record)
         if candidate is not None:
             latest[candidate.task_id] = candidate
-    done = poller.dispatch(list(latest.values()), now_ms)
+    done = poller.dispatch(list(latest.values()))
     return FastPathReport(records=len(records), candidates=len(latest), **done.model_dump())
 
 

@@ -10,14 +10,17 @@ NAMESPACE = "Punctual"
 SERVICE = "punctual"
 
 FIRE_DRIFT = "FireDrift"  # ms, high resolution (1 s): action start - due, one value per fired task
-TASKS_CLAIMED = "TasksClaimed"  # poller and fast path: tasks claimed this invocation
-TASKS_RECOVERED = "TasksRecovered"  # ... of which were CLAIMED/ARMED with an expired lease
-CLAIM_CONFLICTS = "ClaimConflicts"  # claims that lost their condition (another poller, cancel, reschedule)
-TASKS_MISSED = "TasksMissed"  # recorded MISSED (past their grace) by the poller or an executor
+TASKS_DISPATCHED = "TasksDispatched"  # poller and fast path: tasks sent to executors this invocation
+TASKS_RECOVERED = "TasksRecovered"  # ... of which were held by an executor found dead (or under an ended lease)
+UNDECODABLE_ITEMS = "UndecodableItems"  # items of the due index that were not tasks (recorded FAILED)
+TASKS_UNDISPATCHED = "TasksUndispatched"  # found but not sent: the tick ran out of time (the next one sends them)
+TASKS_MISSED = "TasksMissed"  # recorded MISSED (past their grace, or in a dead executor's crash window)
 TASKS_FIRED = "TasksFired"
 TASKS_FAILED = "TasksFailed"
 INVOKE_FAILURES = "InvokeFailures"  # executor invocations the poller could not queue
-ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (duplicate delivery, re-claim, change)
+ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (a second dispatch, a duplicate delivery, a change)
+TASKS_TAKEN_OVER = "TasksTakenOver"  # tasks an executor armed by taking them over from a dead one
+TASKS_FENCED = "TasksFenced"  # tasks an executor did not fire because its own lease had ended (it was cut off)
 
-ALL = (FIRE_DRIFT, TASKS_CLAIMED, TASKS_RECOVERED, CLAIM_CONFLICTS, TASKS_MISSED, TASKS_FIRED, TASKS_FAILED,
-       INVOKE_FAILURES, ARM_CONFLICTS)
+ALL = (FIRE_DRIFT, TASKS_DISPATCHED, TASKS_RECOVERED, UNDECODABLE_ITEMS, TASKS_UNDISPATCHED, TASKS_MISSED,
+       TASKS_FIRED, TASKS_FAILED, INVOKE_FAILURES, ARM_CONFLICTS, TASKS_TAKEN_OVER, TASKS_FENCED)

@@ -242,7 +242,8 @@ def is_valid_task_id(task_id: str) -> bool:
 # -- what the store hands the services, and what they hand back ------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A task a look for due work says may be claimable (the due index may lag: the claim's condition decides)."""
+    """A task a look for due work found that an executor may arm: PENDING, or ARMED by an executor found dead
+    (``owner``), or held under a lease that ended. The due index may lag: the arm's condition decides."""
 
     task_id: str
     due_ms: int
@@ -250,24 +251,47 @@ class Candidate:
     lease_until_ms: int | None
     misfire_grace_ms: int
     misfire_policy: str = DEFAULT_MISFIRE_POLICY
+    owner: str | None = None  # the executor that armed it, when ARMED
 
-    def claimable_at(self, now_ms: int) -> bool:
-        """PENDING, or CLAIMED/ARMED with a lease that ended before ``now_ms`` (at ``lease_until_ms`` it is
-        still owned; one millisecond later it is not)."""
-        if self.status is TaskStatus.PENDING:
-            return True
+    def lease_ended_at(self, now_ms: int) -> bool:
+        """Whether a per-task lease ended before ``now_ms`` (at ``lease_until_ms`` it is still held; one
+        millisecond later it is not)."""
         return self.lease_until_ms is not None and self.lease_until_ms < now_ms
 
 
 @dataclass(frozen=True, slots=True)
+class ArmRequest:
+    """What an executor asks the store to arm: the task as the dispatcher saw it (its due time must still
+    match), and the task's armed lease (a backstop: past it the task is armable again whatever its owner)."""
+
+    task_id: str
+    due_ms: int
+    lease_until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Armed:
+    """A task this executor now owns. ``taken_over_until_ms`` is set when it was taken over from an executor
+    found dead: that executor may have fired it if it was due at or before this instant (its last lease)."""
+
+    task: Task
+    taken_over_until_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DueScan:
-    """What one look for due work found: the active tasks due up to its end (overdue included), and how far
-    back it looked (``watermark_ms``: before it, no active task was seen) over how many index reads."""
+    """What one look for due work found: the armable tasks due up to its end (overdue included), and how far
+    back it looked (``watermark_ms``: before it, no active task was seen) over how many index reads.
+    ``recovered`` counts the candidates taken from a dead executor or an ended lease; ``undecodable`` the
+    items that were not tasks (recorded FAILED, or skipped); ``complete`` is False when time ran out first."""
 
     candidates: list[Candidate]
     watermark_ms: int
     buckets: int = 0
     queries: int = 0
+    recovered: int = 0
+    undecodable: int = 0
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,13 @@ class Settings(BaseModel):
         10_000, ge=0, le=600_000,
         description="a task written due sooner than poll interval + this goes to the stream fast path",
     )
-    claim_lease_ms: int = Field(30_000, ge=1_000, description="how long a claim waits for its executor to arm")
+    claim_lease_ms: int = Field(30_000, ge=1_000, description="legacy: claims are no longer written")
+    executor_lease_ms: int = Field(
+        20_000, ge=5_000, le=600_000,
+        description="an executor holding armed tasks is alive until its last heartbeat + this; past it (+ a poll) "
+        "its unfired tasks are taken over",
+    )
+    heartbeat_interval_ms: int = Field(5_000, ge=500, le=120_000, description="how often an executor renews it")
     arm_margin_ms: int = Field(30_000, ge=1_000, description="armed lease beyond due + grace + action timeout")
     overdue_safety_ms: int = Field(
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"

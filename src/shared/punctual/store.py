@@ -7,11 +7,15 @@ one is done when it passes the contract suite (``tests/contract``), which pins e
 Life-cycle rules every implementation keeps (each change is atomic and conditional on the task's state):
 
 * **create** stores a PENDING task; the same id with equal content is a no-op, with other content a conflict.
-* **claim** (poller or fast path): PENDING, or CLAIMED/ARMED whose lease ended (``lease_until_ms < now``), and
-  still due when the claimer saw it, becomes CLAIMED by a batch for a lease; ``attempt`` goes up by one.
-* **miss**: a claimable task past its misfire grace becomes MISSED without firing.
-* **arm** (executor): CLAIMED by exactly this batch becomes ARMED by this executor (a duplicate delivery, a
-  re-claim, a cancel or a reschedule makes it lose).
+* **find due**: the poller and the fast path only read; they write nothing per task. What they find is
+  PENDING, or ARMED by an executor found dead (its heartbeat lapsed), or held under a per-task lease that ended.
+* **arm** (executor): a task still due when the dispatcher saw it becomes ARMED by this executor, from PENDING
+  (or a legacy CLAIMED whose lease ended); ``attempt`` goes up by one. Arming a task ARMED by another executor
+  is a **takeover**, allowed only when that executor's heartbeat has lapsed (checked in the same atomic write)
+  or the task's own lease ended: the new owner learns until when the old one may have fired it. Two pollers, a
+  duplicate delivery, the fast path racing a poll: all but one arm lose.
+* **heartbeat**: an executor holding armed tasks renews its liveness (``alive_until``) while it runs; once
+  taken over it can never renew (so it can never fire a task taken from it: it fires only within its lease).
 * **record**: ARMED by this executor becomes its outcome (SUCCEEDED, FAILED, MISSED), or PENDING again due at
   the next try (a retry). **release**: ARMED by this executor goes back to PENDING (a stop before firing).
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
@@ -23,10 +27,10 @@ owner and target state): callers get the same answer as for the first attempt.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from .model import Candidate, DueScan, FireRecord, Task, TaskStatus
+from .model import Armed, ArmRequest, DueScan, FireRecord, Task, TaskStatus
 
 
 class TaskStore(Protocol):
@@ -60,22 +64,20 @@ class TaskStore(Protocol):
         ...
 
     # -- poller and fast path ----------------------------------------------------------------------------
-    def find_due(self, now_ms: int, until_ms: int) -> DueScan:
-        """The active tasks due at or before ``until_ms``, overdue ones included however old, each once."""
-        ...
-
-    def claim_many(self, claims: list[tuple[Candidate, str]], poller_id: str, now_ms: int,
-                   lease_ms: int) -> list[bool]:
-        """CLAIM each ``(candidate, batch_id)`` for ``lease_ms``: whether this claimer now owns it."""
-        ...
-
-    def mark_missed_many(self, missed: list[tuple[Candidate, str]], now_ms: int) -> list[bool]:
-        """MISS each claimable ``(candidate, detail)``: whether it is now MISSED by this call."""
+    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None) -> DueScan:
+        """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once. When
+        ``out_of_time()`` turns true it stops early: what it did not reach is found by the next call."""
         ...
 
     # -- executor ----------------------------------------------------------------------------------------
-    def arm_many(self, leases: list[tuple[str, int]], batch_id: str, executor_id: str) -> list[Task | None]:
-        """ARM each ``(task_id, lease_until_ms)`` claimed by ``batch_id``: the armed task, or None if it lost."""
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        """Renew ``executor_id``'s liveness to ``alive_until_ms``: False once it has been taken over from."""
+        ...
+
+    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                 now_ms: int) -> list[Armed | None]:
+        """ARM each request for ``executor_id`` (taking over from dead executors): the armed task, or None where
+        another owner holds it, it changed (cancelled, rescheduled, done) or it cannot be read."""
         ...
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:

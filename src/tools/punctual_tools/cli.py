@@ -80,10 +80,11 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float) -> Any:
 
 
 def _print_poll(report: Any) -> None:
-    if report.candidates or report.claimed or report.missed:
-        log.info("poll: %d due by %s claimed in %d batch(es) (%d recovered, %d conflicts, %d missed)",
-                 report.claimed, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
-                 report.batches, report.recovered, report.conflicts, report.missed)
+    if report.candidates or report.dispatched or report.undecodable:
+        log.info("poll: %d due by %s dispatched in %d batch(es) (%d recovered, %d left for the next tick, "
+                 "%d undecodable)",
+                 report.dispatched, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
+                 report.batches, report.recovered, report.undispatched, report.undecodable)
     else:
         log.info("poll: nothing due by %s",
                  datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"))

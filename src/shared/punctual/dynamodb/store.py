@@ -1,61 +1,67 @@
 """The DynamoDB implementation of the store port (:class:`punctual.store.TaskStore`): the only module that
 speaks DynamoDB. The Tasks table and its sparse ``due`` index; items are encoded by :mod:`.codec`.
 
-``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, CLAIMED,
-ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The
-bucket is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or in a
-minute the poller already swept) always lands at or after the poller's watermark. The index projects keys
-only: no claim, arm or record changes an indexed attribute, so none of them costs an index write; the poller
-reads status and lease of what it found from the base table (eventually consistent, 0.5 read unit a task).
+``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, ARMED,
+or a legacy CLAIMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to
+fire. The bucket is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or
+in a minute the poller already swept) always lands at or after the poller's watermark. The index projects keys
+only: no arm or record changes an indexed attribute, so none of them costs an index write; the poller reads
+status, lease and owner of what it found from the base table (eventually consistent, 0.5 read unit a task).
 
 A task written due sooner than the next poll can dispatch it (``due_ms - now < poll interval + margin``)
-carries ``fast_path = 1``: the table stream hands it to the fast path, which claims and dispatches it like the
-poller does (the claim condition makes the two race-safe; the poller still finds it in the index if the
-fast path does not).
+carries ``fast_path = 1``: the table stream hands it to the fast path, which dispatches it like the poller
+does (the ARM condition makes the two race-safe; the poller still finds it in the index if the fast path
+does not).
 
-Many conditional writes at once (claims, arms, records) go one of two ways, by ``Settings.write_batch``. In AWS
+Many conditional writes at once (arms, records) go one of two ways, by ``Settings.write_batch``. In AWS
 ("single", the default) each is an UpdateItem, run in parallel on a small thread pool: 1 write unit per KB.
 Locally ("transaction") they go as TransactWriteItems of up to 100, each item keeping its own condition: that
 costs 2 write units an item in AWS, but on DynamoDB Local and 2 cores it takes about a tenth of the CPU per
 item (one HTTP request and one botocore call for 100 items), which is what lets the local runtime keep up.
-Either way each item's condition alone decides its fate.
+Either way each item's condition alone decides its fate. Transactions carry an idempotency token, so that
+botocore's retry of one whose response was lost succeeds instead of failing its own conditions.
 
 The life of a task, and the condition expression that guards each arrow (every state change is one
-conditional write on the base table; the index is only used to find candidates)::
+conditional write on the base table; the index is only used to find candidates; the poller writes nothing)::
 
-    schedule ─▶ PENDING ──claim (poller)──▶ CLAIMED ──arm (executor)──▶ ARMED ──fire──▶ record ─▶ outcome
-                ▲ ▲ │  ▲                      │ lease = claim + claim_lease   │ lease = due + grace    │
-                │ │ │  └──── reschedule ──────┤                               │   + timeout + margin   │
-                │ │ ├───── cancel ────────────┴──▶ CANCELLED                  │                        │
-                │ │ └── overdue past grace ──▶ MISSED     (any lease expired ──▶ claimable again)     │
-                │ └──── retry: the action failed, attempts remain (due = now + backoff) ◀─────────────┤
+    schedule ─▶ PENDING ─────────arm (executor)─────────▶ ARMED ──fire──▶ record ─▶ SUCCEEDED / FAILED / MISSED
+                ▲ ▲ │  ▲                                   │ ▲  lease = due + grace + timeout + margin
+                │ │ │  └──── reschedule ───────────────────┤ │  (a backstop; the owner's heartbeat decides)
+                │ │ └───── cancel ──────▶ CANCELLED ◀──────┘ └── takeover (another executor): the owner's
+                │ │                   (only past the lease)       heartbeat lapsed, or the task lease ended
+                │ └──── retry: the action failed, attempts remain (due = now + backoff) ◀──── record ─┤
                 └────── redrive (punctual redrive): FAILED ──▶ PENDING, attempt 0, due = now ◀── FAILED
-                      (misfire policy "skip", the default; a "fire_late" task is claimed like any other,
-                       and its executor fires it and records it with late = true)
+          (an executor reaching a task past its grace records it MISSED under "skip" and fires it flagged late
+           under "fire_late"; one that took a task over fires it only if it was due after the dead owner's
+           last lease: the crash window, see punctual.decisions.decide_before_fire)
 
     kind        condition (every write names its kind: a retried request whose first attempt was applied is
                 recognised from its kind and the item it finds, see ``_already_applied``)
     CREATE      attribute_not_exists(task_id)
-    CLAIM       due_ms = :due AND (status = PENDING OR (status IN (CLAIMED, ARMED) AND lease_until_ms < :now))
-    MISS        same as CLAIM (only a claimable task can be declared missed by the poller; skip policy only)
-    ARM         status = CLAIMED AND batch_id = :batch        -- a duplicate delivery of a batch loses here
+    ARM         due_ms = :due AND (status = PENDING OR (status = CLAIMED AND lease_until_ms < :now))
+                                                    -- two dispatches of one task: all but one executor lose
+    TAKEOVER    due_ms = :due AND status = ARMED AND armed_by = :owner, in one transaction with the owner's
+                heartbeat item: alive_until_ms = :seen (what the taker read, already < now; the item is marked
+                taken_over, so the owner can never renew); or, without the owner check, lease_until_ms < :now
+    HEARTBEAT   attribute_not_exists(taken_over)  (on "#executor#<id>": alive_until_ms = now + lease)
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
     RETRY       same as RECORD, writing PENDING instead of an outcome: due_ms = the next try, due_bucket and
-                fast_path recomputed, first_due_ms kept (set on the first retry), attempt kept (the next claim
+                fast_path recomputed, first_due_ms kept (set on the first retry), attempt kept (the next arm
                 ADDs 1), armed_by kept (so that botocore's retry of this very write can recognise it)
     REDRIVE     status = FAILED                               -- a second redrive of the same task is a no-op
-    RELEASE     same as RECORD: an executor shutting down hands its unfired tasks back (ARMED → PENDING)
+    RELEASE     same as RECORD: an executor handing back what it did not fire (a stop, its lease ended)
+    QUARANTINE  attribute_exists(due_bucket) AND status = <what was read>: an active item that cannot be
+                decoded becomes FAILED with a detail and leaves the index (one bad item never stops a poll)
     CANCEL,     status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
-    RESCHEDULE  (cancel, reschedule: a claimed-but-not-armed task can still be changed; its executor then
-                 loses at ARM. Once armed and within its lease, the task belongs to its executor.)
+    RESCHEDULE  (once armed and within its lease, the task belongs to its executor)
 
-A lease expires at ``lease_until_ms``: at that millisecond the task is still owned; one millisecond later
-(``lease_until_ms < now``) it is claimable again. An ARMED lease lasts until due + grace + the longest action
-timeout + a margin, so by the time it expires the task is past its grace: the poller records it MISSED with a
-detail saying its executor was lost after arming it. That is the crash window (the executor died after arming,
-before recording): the task may or may not have fired, and it is never fired a second time by Punctual. A
-second fire can only come from outside (an at-least-once target retrying); every fire carries the same
-idempotency key (task id + occurrence) so that targets can drop a duplicate.
+A lease expires at ``lease_until_ms`` (a task's) or ``alive_until_ms`` (an executor's): at that millisecond it
+is still held; one millisecond later (``< now``) it is not. An executor fires only within its own lease (it
+stops ``heartbeat.SAFETY_MS`` before), so an executor found dead can have fired only tasks due up to its last
+``alive_until_ms``: those (the crash window) are never fired a second time under "skip" (MISSED) and fired
+again with the same idempotency key under "fire_late"; every later task it held fires on time, once, from the
+executor that took it over. A second fire can only come from outside (an at-least-once target retrying);
+every fire carries the same idempotency key (task id + occurrence) so that targets can drop a duplicate.
 
 Finding due work (:meth:`DynamoTaskStore.find_due`): every shard of every minute bucket from the watermark (the
 oldest bucket that may still hold an active task) up to the end of the window. Overdue tasks are always
@@ -66,7 +72,9 @@ active task was seen. With no watermark yet, one scan of the sparse index finds 
 
 from __future__ import annotations
 
+import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -77,10 +85,12 @@ from botocore.exceptions import ClientError
 
 from ..errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
-from ..model import Candidate, DueScan, FireRecord, Task, TaskStatus
+from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 from ..settings import Settings
 from .codec import candidate_of_item, item_to_task, new_task_item, number_of, text_of, to_av
 from .schema import DUE_INDEX
+
+log = logging.getLogger(__name__)
 
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
@@ -88,20 +98,23 @@ WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never coll
 
 _P, _C, _A = TaskStatus.PENDING.value, TaskStatus.CLAIMED.value, TaskStatus.ARMED.value
 
-CLAIMABLE = "due_ms = :due AND (#st = :pending OR (#st IN (:claimed, :armed) AND lease_until_ms < :now))"
-ARMABLE = "#st = :claimed AND batch_id = :batch"
+ARMABLE = "due_ms = :due AND (#st = :pending OR (#st = :claimed AND lease_until_ms < :now))"
+TAKEABLE = "due_ms = :due AND #st = :armed AND armed_by = :owner"
+OWNER_DEAD = "alive_until_ms = :seen"  # on the owner's heartbeat item, in the same transaction as the takeover
+EXECUTOR_PREFIX = "#executor#"  # heartbeat items: not valid task ids, never in the due index
 RECORDABLE = "#st = :armed AND armed_by = :executor"
 CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
 REDRIVABLE = "#st = :failed"
-CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy"
+CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by"
+DECODE_ERRORS = (KeyError, ValueError, TypeError, ArithmeticError)  # what a malformed item raises in the codec
 
 
 class WriteKind(Enum):
     """Which life-cycle change a conditional write is (the table in the module docstring)."""
 
-    CLAIM = "claim"
-    MISS = "miss"
     ARM = "arm"
+    TAKEOVER = "takeover"
+    QUARANTINE = "quarantine"
     RECORD = "record"
     RETRY = "retry"
     RELEASE = "release"
@@ -112,8 +125,8 @@ class WriteKind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One conditional UpdateItem, named by its kind. ``owner`` is the batch (CLAIM) or executor (ARM, RECORD,
-    RETRY, RELEASE) it writes; ``status`` the status it writes; ``marker`` the number only this very write puts
+    """One conditional UpdateItem, named by its kind. ``owner`` is the executor (ARM, TAKEOVER, RECORD, RETRY)
+    it writes; ``status`` the status it writes; ``marker`` the number only this very write puts
     on the item (a retry's next due, a redrive's instant), for the kinds where owner and status are not enough."""
 
     kind: WriteKind
@@ -131,16 +144,14 @@ def _already_applied(write: Write, old: dict[str, Any] | None) -> bool:
     if not old or text_of(old, "status") != write.status:
         return False
     match write.kind:
-        case WriteKind.CLAIM:
-            return text_of(old, "batch_id") == write.owner
-        case WriteKind.ARM | WriteKind.RECORD:
+        case WriteKind.ARM | WriteKind.TAKEOVER | WriteKind.RECORD:
             return text_of(old, "armed_by") == write.owner
         case WriteKind.RETRY | WriteKind.REDRIVE:
             assert write.marker is not None
             name, value = write.marker
             return (write.kind is WriteKind.REDRIVE or text_of(old, "armed_by") == write.owner) and \
                 number_of(old, name) == value
-        case _:  # MISS, RELEASE, CANCEL, RESCHEDULE: a second attempt reports what it finds
+        case _:  # QUARANTINE, RELEASE, CANCEL, RESCHEDULE: a second attempt reports what it finds
             return False
 
 
@@ -281,7 +292,9 @@ class DynamoTaskStore:
                 result[chunk[0]] = self._single(writes[chunk[0]])
                 return []
             try:
-                self._client.transact_write_items(TransactItems=[{"Update": writes[i].request} for i in chunk])
+                # The token makes botocore's retry of a transaction whose response was lost a no-op success.
+                self._client.transact_write_items(TransactItems=[{"Update": writes[i].request} for i in chunk],
+                                                  ClientRequestToken=uuid.uuid4().hex)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                     raise
@@ -439,36 +452,55 @@ class DynamoTaskStore:
             kwargs["ExpressionAttributeNames"] = names
         count = 0
         for page in self._client.get_paginator("scan").paginate(**kwargs):
-            for item in page.get("Items", []):
-                yield item_to_task(item)
+            for task in _decoded(page.get("Items", [])):
+                yield task
                 count += 1
                 if limit is not None and count >= limit:
                     return
 
     # -- poller side -------------------------------------------------------------------------------------
-    def find_due(self, now_ms: int, until_ms: int) -> DueScan:
-        """Every active task due at or before ``until_ms``, overdue included (see "Finding due work" in the
+    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None) -> DueScan:
+        """Every armable task due at or before ``until_ms``, overdue included (see "Finding due work" in the
         module docstring): the due index from the watermark to ``until_ms``, every shard of every minute
-        bucket, read in parallel; then status and lease of each task found, from the base table. The watermark
-        moves forward to the oldest bucket in which an active task was seen, never closer to now than
-        ``overdue_safety_ms``."""
+        bucket, oldest bucket first, read in parallel; then status, lease and owner of each task found, from
+        the base table, and the heartbeats of the owners of ARMED ones. The watermark moves forward to the
+        oldest bucket in which an active task was seen, never closer to now than ``overdue_safety_ms``, and
+        never past a bucket it did not read (when ``out_of_time()`` stopped it)."""
         safety_bucket = bucket_start(now_ms - self.overdue_safety_ms)
         watermark = self.get_watermark()
         if watermark is None:
             oldest = self.oldest_active_due()
             watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
         buckets = buckets_between(watermark, until_ms)
-        queries = [(b, shard) for b in buckets for shard in range(self.shard_count)]
-        pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
-        new_watermark = min([safety_bucket, *(b for (b, _), page in zip(queries, pages, strict=True) if page)])
+        found_in: list[int] = []  # buckets in which an active task was seen
+        first_unread: list[int] = []  # the first bucket not read, when time ran out
+        entries: list[IndexEntry] = []
+        step = max(1, self._db_threads // self.shard_count)  # buckets read at once: one query per shard each
+        for start in range(0, len(buckets), step):
+            if out_of_time is not None and out_of_time():
+                first_unread.append(buckets[start])
+                break
+            queries = [(b, shard) for b in buckets[start : start + step] for shard in range(self.shard_count)]
+            pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
+            for (bucket, _), page in zip(queries, pages, strict=True):
+                if page:
+                    found_in.append(bucket)
+                    entries.extend(page)
+        new_watermark = min([safety_bucket, *found_in, *first_unread])
         # The index may briefly list a rescheduled task under its old and new key: read each task once, from
-        # the base table, which also says whether it is still claimable.
-        task_ids = list(dict.fromkeys(e.task_id for page in pages for e in page))
-        found = [c for c in self.candidates(task_ids) if c.due_ms <= until_ms]
+        # the base table, which also says whether it is still armable.
+        task_ids = list(dict.fromkeys(e.task_id for e in entries))
+        found, undecodable = self._candidates(task_ids, now_ms)
+        found = [c for c in found if c.due_ms <= until_ms]
+        owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner}, consistent=False)
+        armable = [c for c in found if _armable(c, now_ms, owners)]
         # Safe before the caller dispatches: a task seen here stays active (and its bucket stays at or after
         # the new watermark) until it finishes.
         self.advance_watermark(new_watermark)
-        return DueScan(candidates=found, watermark_ms=new_watermark, buckets=len(buckets), queries=len(queries))
+        return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
+                       queries=len(buckets) * self.shard_count,
+                       recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
+                       undecodable=undecodable, complete=not first_unread)
 
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
         """Entries of one shard of one minute bucket of the (keys-only) due index, due at or before
@@ -484,54 +516,65 @@ class DynamoTaskStore:
             entries.extend(IndexEntry(raw["task_id"]["S"], int(raw["due_ms"]["N"])) for raw in page.get("Items", []))
         return entries
 
-    def candidates(self, task_ids: list[str]) -> list[Candidate]:
-        """The still-active tasks among ``task_ids``, with status and lease as the base table has them
-        (BatchGetItem, eventually consistent: the claim's condition decides anyway). Finished or deleted
-        tasks are left out."""
-        items = self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION)
-        return [c for c in map(candidate_of_item, items) if c is not None]
+    def candidates(self, task_ids: list[str], now_ms: int = 0) -> list[Candidate]:
+        """The still-active tasks among ``task_ids``, with status, lease and owner as the base table has them
+        (BatchGetItem, eventually consistent: the arm's condition decides anyway). Finished or deleted tasks
+        are left out, and so are items that are not tasks (see :meth:`_candidates`)."""
+        return self._candidates(task_ids, now_ms)[0]
 
-    def _claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> Write:
-        return self._write(
-            WriteKind.CLAIM, candidate.task_id,
-            "SET #st = :claimed, lease_until_ms = :lease, batch_id = :batch, claimed_by = :poller ADD attempt :one",
-            CLAIMABLE,
-            {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":lease": now_ms + lease_ms, ":batch": batch_id, ":poller": poller_id, ":one": 1},
-            status=_C, owner=batch_id,
-        )
+    def _candidates(self, task_ids: list[str], now_ms: int) -> tuple[list[Candidate], int]:
+        """:meth:`candidates`, and how many items could not be decoded. Each item is decoded on its own: one
+        that is not a task (a hand-written status, a missing due time) is recorded FAILED with a detail and
+        leaves the due index (:meth:`_quarantine`); the others go on."""
+        found: list[Candidate] = []
+        bad = 0
+        for item in self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION):
+            try:
+                candidate = candidate_of_item(item)
+            except DECODE_ERRORS as exc:
+                bad += 1
+                self._quarantine(item, now_ms, f"undecodable item: {type(exc).__name__}: {exc}")
+                continue
+            if candidate is not None:
+                found.append(candidate)
+        return found, bad
 
-    def claim(self, candidate: Candidate, batch_id: str, poller_id: str, now_ms: int, lease_ms: int) -> bool:
-        """CLAIM (see the module docstring): True if this poller now owns the task for ``lease_ms``.
-
-        False when the condition failed: another poller claimed it, it was cancelled or rescheduled, or its
-        lease is still live. A task whose lease ends at ``lease_until_ms`` is claimable from the next ms.
-        """
-        return self._single(self._claim(candidate, batch_id, poller_id, now_ms, lease_ms))
-
-    def claim_many(self, claims: list[tuple[Candidate, str]], poller_id: str, now_ms: int,
-                   lease_ms: int) -> list[bool]:
-        """:meth:`claim` for many ``(candidate, batch_id)`` pairs (see ``write_batch``)."""
-        return self._apply_many([self._claim(c, b, poller_id, now_ms, lease_ms) for c, b in claims])
-
-    def _miss(self, candidate: Candidate, now_ms: int, detail: str) -> Write:
-        return self._write(
-            WriteKind.MISS, candidate.task_id,
-            "SET #st = :missed, finished_ms = :now, detail = :detail, expires_at = :expires "
+    def _quarantine(self, item: dict[str, Any], now_ms: int, detail: str) -> bool:
+        """QUARANTINE: an active item that cannot be decoded becomes FAILED with ``detail`` and leaves the due
+        index, unless it changed since it was read. Never raises: a failure is logged (and the item is then
+        met again, and counted again, by the next look)."""
+        task_id = text_of(item, "task_id") or "?"
+        raw_status = item.get("status")
+        condition = "attribute_exists(due_bucket) AND " + ("#st = :raw" if raw_status else "attribute_not_exists(#st)")
+        write = self._write(
+            WriteKind.QUARANTINE, task_id,
+            "SET #st = :failed, detail = :detail, finished_ms = :now, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms",
-            CLAIMABLE,
-            {":due": candidate.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":missed": TaskStatus.MISSED.value, ":detail": detail, ":expires": self._expires_at(now_ms)},
-            status=TaskStatus.MISSED.value,
+            condition,
+            {":failed": TaskStatus.FAILED.value, ":detail": detail[:1000], ":now": now_ms,
+             ":expires": self._expires_at(now_ms)},
+            status=TaskStatus.FAILED.value,
         )
+        if raw_status:
+            write.request["ExpressionAttributeValues"][":raw"] = raw_status
+        try:
+            done = self._single(write)
+        except Exception:  # noqa: BLE001 - one bad item must not stop a poll
+            log.exception("task %s: undecodable (%s); recording it FAILED failed too", task_id, detail)
+            return False
+        log.error("task %s: %s; %s", task_id, detail, "recorded FAILED" if done else "it changed meanwhile",
+                  extra={"task_id": task_id})
+        return done
 
-    def mark_missed(self, candidate: Candidate, now_ms: int, detail: str) -> bool:
-        """MISS: a claimable task already past its misfire grace is recorded MISSED without firing."""
-        return self._single(self._miss(candidate, now_ms, detail))
-
-    def mark_missed_many(self, missed: list[tuple[Candidate, str]], now_ms: int) -> list[bool]:
-        """:meth:`mark_missed` for many ``(candidate, detail)`` pairs (in parallel)."""
-        return self._parallel(lambda m: self.mark_missed(m[0], now_ms, m[1]), missed)
+    def _owners(self, executor_ids: set[str], consistent: bool) -> dict[str, int | None]:
+        """Each executor's heartbeat: the instant it is alive until, or None when it has no heartbeat item."""
+        if not executor_ids:
+            return {}
+        items = self._batch_get([EXECUTOR_PREFIX + e for e in executor_ids], consistent=consistent,
+                                projection="task_id, alive_until_ms")
+        seen = {text_of(i, "task_id")[len(EXECUTOR_PREFIX):]: number_of(i, "alive_until_ms")  # type: ignore[index]
+                for i in items}
+        return {e: seen.get(e) for e in executor_ids}
 
     def get_watermark(self) -> int | None:
         """Bucket start before which the index holds no active task (as of the last poll), or None."""
@@ -569,29 +612,151 @@ class DynamoTaskStore:
         return None if oldest is None else bucket_start(oldest) - BUCKET_MS
 
     # -- executor side -----------------------------------------------------------------------------------
-    def _arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Write:
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        """HEARTBEAT: ``executor_id`` is alive until ``alive_until_ms``. False once a takeover marked it dead:
+        it must then fire nothing more."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"task_id": {"S": EXECUTOR_PREFIX + executor_id}},
+                UpdateExpression="SET alive_until_ms = :until, beat_ms = :now, expires_at = :expires",
+                ConditionExpression="attribute_not_exists(taken_over)",
+                ExpressionAttributeValues=to_av({":until": alive_until_ms, ":now": now_ms,
+                                                 ":expires": self._expires_at(alive_until_ms)}),
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def _arm(self, request: ArmRequest, batch_id: str, executor_id: str, now_ms: int) -> Write:
         return self._write(
-            WriteKind.ARM, task_id,
-            "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease",
+            WriteKind.ARM, request.task_id,
+            "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease, batch_id = :batch ADD attempt :one",
             ARMABLE,
-            {":claimed": _C, ":armed": _A, ":batch": batch_id, ":executor": executor_id, ":lease": lease_until_ms},
+            {":due": request.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
+             ":batch": batch_id, ":executor": executor_id, ":lease": request.lease_until_ms, ":one": 1},
             status=_A, owner=executor_id,
         )
 
-    def arm(self, task_id: str, batch_id: str, executor_id: str, lease_until_ms: int) -> Task | None:
-        """ARM: CLAIMED by ``batch_id`` → ARMED by ``executor_id``. Returns the task, or None if it lost
-        (a duplicate delivery, a re-claim after the claim lease expired, a cancel or reschedule)."""
-        item = self._single_item(self._arm(task_id, batch_id, executor_id, lease_until_ms))
-        return None if item is None else item_to_task(item)
-
-    def arm_many(self, leases: list[tuple[str, int]], batch_id: str, executor_id: str) -> list[Task | None]:
-        """:meth:`arm` for many ``(task_id, lease_until_ms)``. Single writes return the armed tasks' content;
-        after transactions it is read back (one strongly consistent BatchGetItem per 100 armed tasks)."""
+    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                 now_ms: int) -> list[Armed | None]:
+        """ARM each request (see the module docstring), then TAKEOVER what another executor holds whose
+        heartbeat lapsed (or whose task lease ended). Single writes return the armed items; after transactions
+        they are read back (one strongly consistent BatchGetItem per 100). An item armed here that cannot be
+        decoded is recorded FAILED at once, with a detail, and is not returned."""
+        writes = [self._arm(r, batch_id, executor_id, now_ms) for r in requests]
         if self.write_batch == "single":
-            return self._parallel(lambda lease: self.arm(lease[0], batch_id, executor_id, lease[1]), leases)
-        won = self._transact([self._arm(t, batch_id, executor_id, lease) for t, lease in leases])
-        tasks = self.get_many([task_id for (task_id, _), ok in zip(leases, won, strict=True) if ok])
-        return [tasks.get(task_id) if ok else None for (task_id, _), ok in zip(leases, won, strict=True)]
+            items = self._parallel(self._single_item, writes)
+        else:
+            won = self._transact(writes)
+            got = {text_of(i, "task_id"): i for i in self._batch_get(
+                [r.task_id for r, ok in zip(requests, won, strict=True) if ok], consistent=True)}
+            items = [got.get(r.task_id) if ok else None for r, ok in zip(requests, won, strict=True)]
+        result: list[Armed | None] = []
+        lost: list[int] = []
+        for index, (request, item) in enumerate(zip(requests, items, strict=True)):
+            if item is None:
+                lost.append(index)
+                result.append(None)
+            else:
+                task = self._decode_armed(item, request.task_id, executor_id, now_ms)
+                result.append(None if task is None else Armed(task))
+        if lost:
+            taken = self._take_over([requests[i] for i in lost], batch_id, executor_id, now_ms)
+            for index, armed in zip(lost, taken, strict=True):
+                result[index] = armed
+        return result
+
+    def _decode_armed(self, item: dict[str, Any], task_id: str, executor_id: str, now_ms: int) -> Task | None:
+        """The task of an item this executor armed; one that cannot be decoded is recorded FAILED right away."""
+        try:
+            return item_to_task(item)
+        except DECODE_ERRORS as exc:
+            detail = f"undecodable item: {type(exc).__name__}: {exc}"[:1000]
+            log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
+            self.record(executor_id, FireRecord(task_id, TaskStatus.FAILED, None, now_ms, None, None, detail))
+            return None
+
+    def _take_over(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                   now_ms: int) -> list[Armed | None]:
+        """TAKEOVER the requested tasks that another executor holds ARMED (at the requested due time) when that
+        executor is dead - its heartbeat ended before ``now_ms``, checked in the same transaction as the
+        takeover (which also marks it taken over, so that it can never renew) - or the task's own lease ended.
+        Each taken task says until when its old owner may have fired it."""
+        items = {text_of(i, "task_id"): i for i in self._batch_get([r.task_id for r in requests], consistent=True)}
+        held: dict[str, list[tuple[ArmRequest, dict[str, Any]]]] = {}
+        for request in requests:
+            item = items.get(request.task_id)
+            owner = text_of(item, "armed_by")
+            if (item is not None and owner and owner != executor_id and text_of(item, "status") == _A
+                    and number_of(item, "due_ms") == request.due_ms):
+                held.setdefault(owner, []).append((request, item))
+        taken: dict[str, Armed] = {}
+        alive = self._owners(set(held), consistent=True)
+        for owner, pairs in held.items():
+            until = alive[owner]
+            if until is None or until < now_ms:  # dead: it may have fired what was due up to its last lease
+                taken.update(self._take_from(owner, until, [r for r, _ in pairs], batch_id, executor_id, now_ms))
+            else:  # alive: only a task whose own lease ended (a backstop) can be taken
+                for request, item in pairs:
+                    lease = number_of(item, "lease_until_ms")
+                    if lease is not None and lease < now_ms:
+                        taken.update(self._take_from(owner, None, [request], batch_id, executor_id, now_ms,
+                                                     lease_ended=lease))
+        return [taken.get(r.task_id) for r in requests]
+
+    def _take_from(self, owner: str, seen_until: int | None, requests: list[ArmRequest], batch_id: str,
+                   executor_id: str, now_ms: int, lease_ended: int | None = None) -> dict[str, Armed]:
+        """TAKEOVER ``requests`` from ``owner`` in transactions of up to 99 tasks. Unless a task lease ended
+        (``lease_ended``), each transaction also updates the owner's heartbeat item on condition that it still
+        shows ``seen_until`` (None: no heartbeat item), marking it taken over."""
+        bound = lease_ended if lease_ended is not None else (now_ms if seen_until is None else seen_until)
+        writes = [self._write(
+            WriteKind.TAKEOVER, r.task_id,
+            "SET armed_by = :executor, lease_until_ms = :lease, batch_id = :batch, taken_from = :owner, "
+            "taken_until_ms = :bound ADD attempt :one",
+            TAKEABLE + (" AND lease_until_ms < :now" if lease_ended is not None else ""),
+            {":due": r.due_ms, ":armed": _A, ":owner": owner, ":executor": executor_id, ":batch": batch_id,
+             ":lease": r.lease_until_ms, ":bound": bound, ":one": 1,
+             **({":now": now_ms} if lease_ended is not None else {})},
+            status=_A, owner=executor_id) for r in requests]
+        guard: list[dict[str, Any]] = []
+        if lease_ended is None:
+            values = {":true": {"BOOL": True}, **({":seen": {"N": str(seen_until)}} if seen_until is not None else {})}
+            guard = [{"Update": {
+                "TableName": self.table_name, "Key": {"task_id": {"S": EXECUTOR_PREFIX + owner}},
+                "UpdateExpression": "SET taken_over = :true",
+                "ConditionExpression": OWNER_DEAD if seen_until is not None else "attribute_not_exists(alive_until_ms)",
+                "ExpressionAttributeValues": values}}]
+        won: dict[str, Armed] = {}
+        for start in range(0, len(writes), TRANSACTION_LIMIT - 1):
+            chunk = writes[start : start + TRANSACTION_LIMIT - 1]
+            for _ in range(4):
+                try:
+                    self._client.transact_write_items(
+                        TransactItems=[*guard, *({"Update": w.request} for w in chunk)],
+                        ClientRequestToken=uuid.uuid4().hex)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                        raise
+                    codes = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
+                    if guard and codes and codes[0] == "ConditionalCheckFailed":
+                        return won  # the owner renewed (it is alive) or another takeover changed its item
+                    failed = {w.task_id for w, code in zip(chunk, codes[len(guard):], strict=False)
+                              if code == "ConditionalCheckFailed"}
+                    chunk = [w for w in chunk if w.task_id not in failed]
+                    if not chunk:
+                        break
+                    continue
+                for task_id, item in ((w.task_id, i) for w in chunk
+                                      for i in self._batch_get([w.task_id], consistent=True)):
+                    task = self._decode_armed(item, task_id, executor_id, now_ms)
+                    if task is not None:
+                        won[task_id] = Armed(task, taken_over_until_ms=bound)
+                break
+        return won
 
     def _batch_get(self, task_ids: list[str], consistent: bool, projection: str | None = None) -> list[dict[str, Any]]:
         """Raw items by id: BatchGetItem, 100 ids a request (in parallel), unprocessed keys retried."""
@@ -617,8 +782,8 @@ class DynamoTaskStore:
         return [item for part in self._parallel(fetch, chunks) for item in part]
 
     def get_many(self, task_ids: list[str]) -> dict[str, Task]:
-        """Tasks by id (strongly consistent BatchGetItem)."""
-        return {task.task_id: task for task in map(item_to_task, self._batch_get(task_ids, consistent=True))}
+        """Tasks by id (strongly consistent BatchGetItem); an item that cannot be decoded is left out (logged)."""
+        return {task.task_id: task for task in _decoded(self._batch_get(task_ids, consistent=True))}
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
@@ -692,6 +857,27 @@ class DynamoTaskStore:
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
         """:meth:`record` for many outcomes (see ``write_batch``)."""
         return self._apply_many([self._record(executor_id, r) for r in records])
+
+
+def _decoded(items: Iterable[dict[str, Any]]) -> Iterator[Task]:
+    """The tasks of ``items``, each decoded on its own: one that is not a task is logged and skipped."""
+    for item in items:
+        try:
+            yield item_to_task(item)
+        except DECODE_ERRORS as exc:
+            log.warning("item %s is not a readable task (%s: %s): skipped", text_of(item, "task_id"),
+                        type(exc).__name__, exc)
+
+
+def _armable(candidate: Candidate, now_ms: int, owners: dict[str, int | None]) -> bool:
+    """Whether an executor may arm ``candidate`` now: PENDING; held under a lease that ended; or ARMED by an
+    executor whose heartbeat ended before now (or that has none)."""
+    if candidate.status is TaskStatus.PENDING or candidate.lease_ended_at(now_ms):
+        return True
+    if candidate.status is TaskStatus.ARMED and candidate.owner is not None:
+        until = owners.get(candidate.owner)
+        return until is None or until < now_ms
+    return False
 
 
 def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:

@@ -144,7 +144,7 @@ class LocalInvoker:
         try:
             worker = self._take_worker()
         except InvokerStoppedError:
-            # Not delivered: its tasks stay CLAIMED and are claimed again once the claim lease expires.
+            # Not delivered: its tasks stay PENDING, and the next poll dispatches them again.
             with self._lock:
                 self.stats["dropped"] += 1
             return

@@ -228,7 +228,7 @@ class LocalStack:
 
     def _fast_path(self, records: list[dict[str, Any]]) -> None:
         assert self.fast_poller is not None
-        report = dispatch_stream_records(self.fast_poller, records, int(time.time() * 1000))
+        report = dispatch_stream_records(self.fast_poller, records)
         self.fast_path_reports.append(report)
         log.info("fast path: %s", report.model_dump())
 

@@ -1,0 +1,119 @@
+"""An executor's heartbeat: how it shows it is alive while it holds armed tasks, and how it knows to stop.
+
+While a batch runs, the executor renews ``alive_until = now + lease`` in the store every ``interval`` (a small
+write to an item of its own, never the tasks: cost does not grow with the batch). If it dies, its heartbeat
+lapses; the next poll finds its unfired tasks ARMED by a dead owner and another executor takes them over
+(:meth:`punctual.store.TaskStore.arm_many`), knowing that the dead one may have fired only what was due up to
+its last ``alive_until``: tasks due later fire on time, once.
+
+That holds because an executor fires only within its own lease: :attr:`Heartbeat.fence` is the monotonic
+instant ``lease - safety`` after the start of its last successful renewal, and the executor checks it before
+each fire (one comparison). A renewal that fails leaves the fence where it was, so an executor cut off from
+the store stops firing before anyone may take over; one that finds itself taken over (a takeover marks it)
+stops at once and for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .clock import Clock
+from .store import TaskStore
+
+log = logging.getLogger("punctual.executor")
+
+SAFETY_MS = 2_000  # the executor stops firing this long before its lease ends (clock skew, a slow write)
+MAX_QUIET_WAIT_S = 1.0  # a renewal waits at most this long for a gap between fires
+
+
+class Heartbeat:
+    """Renews one executor's lease from a thread of its own, between :meth:`start` and :meth:`stop`.
+
+    Parameters
+    ----------
+    store, clock:
+        Where the lease is written, and the clock (wall for the lease, monotonic for the fence).
+    lease_ms, interval_ms:
+        How long a renewal keeps the executor alive, and how often it renews (several renewals per lease).
+    seconds_to_next_fire:
+        When given, a renewal waits (up to :data:`MAX_QUIET_WAIT_S`) until the next fire is at least
+        ``quiet_s`` away, so that its write does not hold the interpreter as a fire is due.
+    """
+
+    def __init__(self, store: TaskStore, clock: Clock, lease_ms: int, interval_ms: int, *,
+                 seconds_to_next_fire: object = None, quiet_s: float = 0.025) -> None:
+        if interval_ms * 2 > lease_ms - SAFETY_MS:
+            raise ValueError(f"heartbeat interval {interval_ms} ms leaves no renewal to spare in a lease of "
+                             f"{lease_ms} ms (safety {SAFETY_MS} ms)")
+        self._store = store
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._interval_s = interval_ms / 1000
+        self._gap = seconds_to_next_fire
+        self._quiet_s = quiet_s
+        self.fence = float("-inf")  # no lease yet: fire nothing
+        self.executor_id: str | None = None
+        self.taken_over = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, executor_id: str) -> bool:
+        """Take the first lease (synchronously) and start renewing it; False if the first write failed, and
+        then nothing may be armed."""
+        self.executor_id, self.taken_over = executor_id, False
+        self.fence = float("-inf")
+        self._stop.clear()
+        if not self.beat():
+            return False
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+        return True
+
+    def beat(self, retire: bool = False) -> bool:
+        """One renewal (with ``retire``: alive until now, the batch is over). Never raises."""
+        assert self.executor_id is not None
+        mono, wall = self._clock.monotonic(), int(self._clock.wall_ms())
+        until = wall if retire else wall + self._lease_ms
+        try:
+            ok = self._store.heartbeat(self.executor_id, wall, until)
+        except Exception:  # noqa: BLE001 - the fence stays where it was: past it, this executor stops firing
+            log.exception("executor %s: heartbeat failed; firing stops %.1f s from now unless one succeeds",
+                          self.executor_id, max(self.fence - self._clock.monotonic(), 0.0))
+            return False
+        if not ok:
+            self.taken_over = True
+            self.fence = float("-inf")
+            log.error("executor %s: taken over (presumed dead): it fires nothing more", self.executor_id)
+            return False
+        if not retire:
+            self.fence = mono + (self._lease_ms - SAFETY_MS) / 1000
+        return True
+
+    def stop(self) -> None:
+        """Stop renewing and retire the lease (alive until now): what this executor still holds ARMED after a
+        batch was fired or failed to record, and may be taken over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if not self.taken_over:
+            self.beat(retire=True)
+        self.fence = float("-inf")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._wait_for_quiet()
+            if self._stop.is_set() or (not self.beat() and self.taken_over):
+                return
+
+    def _wait_for_quiet(self) -> None:
+        gap = self._gap
+        if not callable(gap):
+            return
+        give_up = self._clock.monotonic() + MAX_QUIET_WAIT_S
+        while not self._stop.is_set() and self._clock.monotonic() < give_up:
+            ahead = gap()
+            if ahead >= self._quiet_s:
+                return
+            self._clock.sleep(min(max(ahead, 0.0) + self._quiet_s, 0.1))
