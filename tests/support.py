@@ -35,7 +35,7 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.keys import from_ms
-from punctual.model import Action, Candidate, Task, TaskStatus
+from punctual.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.dynamodb_local import make_client
@@ -301,3 +301,11 @@ def reorder_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [reorder_keys(v) for v in value]
     return value
+
+
+def arm(store: DynamoTaskStore, task: Task, executor_id: str, now_ms: int, lease_until_ms: int | None = None,
+        batch_id: str = "batch-test") -> Armed | None:
+    """ARM one task (at the due time it was created with) for ``executor_id``; its task lease defaults to an
+    hour past its due time."""
+    lease = task.due_ms + 3_600_000 if lease_until_ms is None else lease_until_ms
+    return store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], batch_id, executor_id, now_ms)[0]

@@ -20,7 +20,7 @@ from punctual.model import FireRecord, HttpAction, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from punctual_tools.cli import main
-from support import StubTarget, candidate_of, read_task, run_until_done, serving
+from support import StubTarget, arm, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
 
@@ -43,10 +43,9 @@ def queue_url(sqs: Any) -> str:
 
 
 def make_failed(repo: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
-    """A task that went through claim and arm and was recorded FAILED."""
+    """A task that was armed and recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
-    assert repo.claim(candidate_of(task), "b", "p", now_ms, 30_000)
-    assert repo.arm(task_id, "b", "x", now_ms + 200_000) is not None
+    assert arm(repo, task, "x", now_ms) is not None
     assert repo.record("x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom"))
     return read_task(repo, task_id)
 

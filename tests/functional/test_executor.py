@@ -69,7 +69,7 @@ def claim_batch(repo: DynamoTaskStore, settings: Settings, now_ms: int) -> Batch
 def test_a_batch_fires_every_task_and_records_it(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
-    # Given five log tasks due 0.3-0.7 s from now, claimed by the poller
+    # Given five log tasks due 0.3-0.7 s from now, dispatched by the poller
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 100 * i, now_ms=now) for i in range(5)]
     event = claim_batch(repo, settings, now)
@@ -158,7 +158,7 @@ def test_duplicate_delivery_fires_nothing(
 def test_a_task_cancelled_after_its_claim_is_not_fired(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
-    # Given two claimed tasks, one of which the client then cancels
+    # Given two dispatched tasks, one of which the client then cancels
     now = int(clock.wall_ms())
     kept = tasks.create(now + 300, now_ms=now)
     cancelled = tasks.create(now + 350, now_ms=now)
@@ -232,12 +232,11 @@ def test_http_200_receives_the_idempotency_key(
 def test_task_past_its_grace_at_fire_time_is_missed(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, clock: SystemClock
 ) -> None:
-    # Given a task with no grace, due 5 s ago, written on time by a client and claimed (its executor came late)
+    # Given a task with no grace, due 5 s ago, written on time by a client and dispatched (its executor came late)
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0)
-    candidate = next(c for c in due_candidates(repo, now, _shard(repo, task), now) if c.task_id == task.task_id)
-    assert repo.claim(candidate, "late-batch", "poller-1", now, 30_000)
+    assert any(c.task_id == task.task_id for c in due_candidates(repo, now, _shard(repo, task), now))
     event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0)])
     # When the executor runs it
     report = executor.run_batch(event)
@@ -278,5 +277,5 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
         back = read_task(repo, task.task_id)
         assert back.status is TaskStatus.PENDING
         assert back.fired_at is None and back.armed_by is None
-    # And the next poll finds and claims them again
+    # And the next poll finds and dispatches them again
     assert claim_batch(repo, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id

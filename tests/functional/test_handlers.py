@@ -30,10 +30,12 @@ from pydantic import ValidationError
 
 from punctual import Client, LogAction, Task, TaskStatus
 from punctual import metrics as names
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.model import ArmRequest
 from punctual.runtime import build_poller
 from punctual.settings import Settings
 from punctual_tools.local.worker import load_handler_module
-from support import RecordingInvoker
+from support import RecordingInvoker, arm
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ACCOUNT = "123456789012"
@@ -259,7 +261,7 @@ def assert_emf_envelope(output: Output) -> None:
         assert {d["Name"] for d in directive["Metrics"]} <= set(names.ALL)
 
 
-def test_poller_handler_claims_on_a_scheduled_event_and_emits_its_metrics(cold_start: ColdStart) -> None:
+def test_poller_handler_dispatches_on_a_scheduled_event_and_emits_its_metrics(cold_start: ColdStart) -> None:
     # Given both functions at a cold start, and three tasks due within the poller's lead window
     handlers = cold_start()
     task_ids = schedule(handlers, 3)
@@ -267,19 +269,19 @@ def test_poller_handler_claims_on_a_scheduled_event_and_emits_its_metrics(cold_s
     # When EventBridge's scheduled event reaches the poller handler
     event, answer = handlers.poll()
     output = handlers.read()
-    # Then it claims all three and hands them to one executor invocation
-    assert answer["claimed"] == 3
+    # Then it hands all three to one executor invocation, writing nothing per task
+    assert answer["dispatched"] == 3
     (payload,) = handlers.invoker.payloads
     assert sorted(t["task_id"] for t in payload["tasks"]) == task_ids
-    assert all(handlers.status(t) is TaskStatus.CLAIMED for t in task_ids)
+    assert all(handlers.status(t) is TaskStatus.PENDING for t in task_ids)
     # And its EMF blob holds one value of each poller metric, under the Punctual namespace
     assert_emf_envelope(output)
-    assert output.metric_names() == {names.TASKS_CLAIMED, names.TASKS_RECOVERED, names.CLAIM_CONFLICTS,
-                                     names.TASKS_MISSED, names.INVOKE_FAILURES}
-    claimed, values = output.metric(names.TASKS_CLAIMED)
-    assert claimed == {"Name": "TasksClaimed", "Unit": "Count"}
+    assert output.metric_names() == {names.TASKS_DISPATCHED, names.TASKS_RECOVERED, names.TASKS_UNDISPATCHED,
+                                     names.UNDECODABLE_ITEMS, names.INVOKE_FAILURES}
+    dispatched, values = output.metric(names.TASKS_DISPATCHED)
+    assert dispatched == {"Name": "TasksDispatched", "Unit": "Count"}
     assert values == [3.0]
-    for name in (names.TASKS_RECOVERED, names.CLAIM_CONFLICTS, names.TASKS_MISSED, names.INVOKE_FAILURES):
+    for name in (names.TASKS_RECOVERED, names.TASKS_UNDISPATCHED, names.UNDECODABLE_ITEMS, names.INVOKE_FAILURES):
         assert output.metric(name)[1] == [0.0]
     # And its log lines (the package's "poll" line among them) are JSON with the event's id as correlation id
     (poll_line,) = [line for line in output.logs if line["message"].startswith("poll:")]
@@ -291,7 +293,7 @@ def test_poller_handler_claims_on_a_scheduled_event_and_emits_its_metrics(cold_s
 
 
 def test_executor_handler_fires_the_batch_the_poller_sent(cold_start: ColdStart) -> None:
-    # Given both functions at a cold start, three tasks claimed by the poller handler, and the payload it
+    # Given both functions at a cold start, three tasks dispatched by the poller handler, and the payload it
     # passed to invoke_async
     handlers = cold_start()
     task_ids = schedule(handlers, 3)
@@ -311,13 +313,14 @@ def test_executor_handler_fires_the_batch_the_poller_sent(cold_start: ColdStart)
     # And the EMF output holds FireDrift at high resolution, one value per fired task, and the counts
     assert_emf_envelope(output)
     assert output.metric_names() == {names.FIRE_DRIFT, names.TASKS_FIRED, names.TASKS_FAILED, names.TASKS_MISSED,
-                                     names.ARM_CONFLICTS}
+                                     names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER, names.TASKS_FENCED}
     drift, drift_values = output.metric(names.FIRE_DRIFT)
     assert drift == {"Name": "FireDrift", "Unit": "Milliseconds", "StorageResolution": 1}
     assert drift_values == pytest.approx(answer["drift_ms"])
     assert len(drift_values) == 3
     assert output.metric(names.TASKS_FIRED) == ({"Name": "TasksFired", "Unit": "Count"}, [3.0])
-    for name in (names.TASKS_FAILED, names.TASKS_MISSED, names.ARM_CONFLICTS):
+    for name in (names.TASKS_FAILED, names.TASKS_MISSED, names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER,
+                 names.TASKS_FENCED):
         assert output.metric(name)[1] == [0.0]
     # And every log line is JSON carrying the batch id and the Lambda context
     batch_id = payload["batch_id"]
@@ -371,7 +374,7 @@ def test_a_duplicate_delivery_fires_nothing_and_counts_arm_conflicts(cold_start:
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_an_executor_event_without_tasks_is_rejected_before_anything_is_armed(cold_start: ColdStart) -> None:
-    # Given both functions at a cold start, and a claimed batch, delivered with its task list missing
+    # Given both functions at a cold start, and a dispatched batch, delivered with its task list missing
     handlers = cold_start()
     task_ids = schedule(handlers, 2, first_in_ms=5_000)
     handlers.poll()
@@ -383,7 +386,7 @@ def test_an_executor_event_without_tasks_is_rejected_before_anything_is_armed(co
         handlers.executor_app.handler(malformed, LambdaContext("punctual-executor"))
     # Then validation names the missing field, nothing is armed, and no metrics are emitted
     assert [error["loc"] for error in raised.value.errors()] == [("tasks",)]
-    assert all(handlers.status(t) is TaskStatus.CLAIMED for t in task_ids)
+    assert all(handlers.status(t) is TaskStatus.PENDING for t in task_ids)
     assert handlers.read().emf == []
 
 
@@ -415,36 +418,46 @@ def stream_record(handlers: Handlers, event_name: str, task_id: str, sequence: i
     }
 
 
-def test_fast_path_handler_claims_short_lead_inserts_and_ignores_the_rest(cold_start: ColdStart) -> None:
-    # Given the functions at a cold start; a task already claimed by the poller; then two tasks written 1 s
+def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(cold_start: ColdStart) -> None:
+    # Given the functions at a cold start; a task already armed by an executor; then two tasks written 1 s
     # before due (flagged for the fast path) and one written an hour ahead (the poller's)
     handlers = cold_start()
-    taken = handlers.client.schedule(datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"), None,
-                                     task_id="taken-task").task_id
-    handlers.poll()
-    assert handlers.status(taken) is TaskStatus.CLAIMED
+    taken_task = handlers.client.schedule(datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"),
+                                          None, task_id="taken-task")
+    taken = taken_task.task_id
+    store = DynamoTaskStore.from_settings(handlers.dynamodb, handlers.poller_app.settings)
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    assert store.heartbeat("x-live", now, now + 600_000)
+    assert arm(store, taken_task, "x-live", now) is not None
     near = schedule(handlers, 2, first_in_ms=1_000)
     far = handlers.client.schedule(datetime.now(UTC) + timedelta(hours=1), LogAction(message="far"), None,
                                    task_id="far-task").task_id
     handlers.invoker.payloads.clear()
     handlers.read()
-    # When a stream batch arrives with their INSERTs, a MODIFY of the claimed one and a REMOVE
+    # When a stream batch arrives with their INSERTs, a MODIFY of the armed one and a REMOVE
     records = [stream_record(handlers, "INSERT", t, i) for i, t in enumerate([*near, far])]
     records += [stream_record(handlers, "MODIFY", taken, 10), stream_record(handlers, "REMOVE", "gone-task", 11)]
     answer = handlers.fastpath_app.handler({"Records": records}, LambdaContext("punctual-fastpath"))
     output = handlers.read()
-    # Then only the two short-lead tasks are claimed, by the fast path, and sent to one executor
-    assert (answer["records"], answer["candidates"], answer["claimed"]) == (5, 2, 2)
+    # Then only the two short-lead tasks are dispatched, by the fast path, to one executor
+    assert (answer["records"], answer["candidates"], answer["dispatched"]) == (5, 2, 2)
     (payload,) = handlers.invoker.payloads
     assert sorted(t["task_id"] for t in payload["tasks"]) == near
-    assert {handlers.task(t).claimed_by for t in near} == {handlers.fastpath_app.poller.poller_id}
+    assert payload["claimed_by"] == handlers.fastpath_app.poller.poller_id
     assert handlers.status(far) is TaskStatus.PENDING
     # And the EMF blob counts them; every log line carries the first record's event id as correlation id
     assert_emf_envelope(output)
-    assert output.metric(names.TASKS_CLAIMED)[1] == [2.0]
-    assert output.metric(names.CLAIM_CONFLICTS)[1] == [0.0]
+    assert output.metric(names.TASKS_DISPATCHED)[1] == [2.0]
+    assert output.metric(names.INVOKE_FAILURES)[1] == [0.0]
     assert all(line["correlation_id"] == records[0]["eventID"] for line in output.logs)
-    # And the same batch delivered again (Lambda retries a failed batch) claims nothing a second time
+    # And the same batch delivered again (Lambda retries a failed batch) dispatches them again: the second
+    # executor to arm them loses at ARM, so each fires once
     again = handlers.fastpath_app.handler({"Records": records}, LambdaContext("punctual-fastpath"))
-    assert (again["claimed"], again["conflicts"]) == (0, 2)  # the stale images lose their claims
-    assert len(handlers.invoker.payloads) == 1
+    assert again["dispatched"] == 2
+    first, second = (delivered(p) for p in handlers.invoker.payloads)
+    for executor_id in ("x-1", "x-2"):
+        assert store.heartbeat(executor_id, now, now + 600_000)
+    requests = [[ArmRequest(t["task_id"], t["due_ms"], t["due_ms"] + 60_000) for t in p["tasks"]]
+                for p in (first, second)]
+    assert None not in store.arm_many(requests[0], first["batch_id"], "x-1", now)
+    assert store.arm_many(requests[1], second["batch_id"], "x-2", now) == [None, None]

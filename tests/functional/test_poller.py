@@ -11,7 +11,7 @@ from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.model import Candidate, TaskStatus
 from punctual.poller import Poller, make_batches
 from punctual.settings import Settings
-from support import RecordingInvoker, read_task
+from support import RecordingInvoker, arm, read_task
 
 
 @pytest.fixture
@@ -54,32 +54,29 @@ def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
     # When the poller runs
     report = poller.poll(now_ms)
 
-    # Then every task in the window is claimed and handed to an executor, and no later one
-    assert report.claimed == len(inside)
-    assert report.missed == 0
+    # Then every task in the window is handed to an executor, and no later one; the poller writes nothing
+    assert report.dispatched == len(inside)
     assert report.recovered == 0
     assert report.window_end_ms == now_ms + lead
     assert report.queries == report.buckets * settings.shard_count
     assert sorted(invoker.task_ids) == sorted(inside)
-    assert all(read_task(repo, t).status is TaskStatus.CLAIMED for t in inside)
-    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in outside)
+    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in inside + outside)
 
 
-def test_batch_payloads_validate_and_match_the_claims(
+def test_batch_payloads_validate_and_carry_what_the_arm_checks(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a few tasks due soon
     created = [tasks.create(now_ms + 1_000 * i) for i in range(5)]
     # When they are polled
     poller.poll(now_ms)
-    # Then each payload is a BatchEvent whose tasks carry their due time and grace, claimed under its batch id
+    # Then each payload is a BatchEvent whose tasks carry their due time (the ARM condition) and grace
     for event in invoker.events:
         assert event.claimed_by == "poller-test"
         for entry in event.tasks:
             stored = repo.get(entry.task_id)
             assert stored is not None
-            assert stored.batch_id == event.batch_id
-            assert stored.claimed_by == "poller-test"
+            assert stored.status is TaskStatus.PENDING
             assert entry.due_ms == stored.due_ms
             assert entry.grace_ms == stored.misfire_grace_ms
     assert sorted(invoker.task_ids) == sorted(t.task_id for t in created)
@@ -93,12 +90,12 @@ def test_batches_are_cut_at_max_batch_size_in_due_order(
     created = [tasks.create(now_ms + 30_000 - 1_000 * i) for i in range(7)]
     # When they are polled
     report = poller.poll(now_ms)
-    # Then there are 3 batches of at most 3, each with its own id, in due order overall
-    sizes = [len(e.tasks) for e in invoker.events]
-    assert sizes == [3, 3, 1]
+    # Then there are 3 batches of at most 3, each with its own id, cut in due order (they are sent in parallel)
+    events = sorted(invoker.events, key=lambda e: e.tasks[0].due_ms)
+    assert [len(e.tasks) for e in events] == [3, 3, 1]
     assert report.batches == 3
-    assert len({e.batch_id for e in invoker.events}) == 3
-    dues = [t.due_ms for e in invoker.events for t in e.tasks]
+    assert len({e.batch_id for e in events}) == 3
+    dues = [t.due_ms for e in events for t in e.tasks]
     assert dues == sorted(dues)
     assert sorted(invoker.task_ids) == sorted(t.task_id for t in created)
 
@@ -110,7 +107,7 @@ def test_make_batches() -> None:
     assert make_batches([], 2) == []
 
 
-def test_overdue_within_grace_is_claimed_and_beyond_grace_is_missed(
+def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given two tasks with a 60 s grace, written on time by a client long ago: one overdue by exactly its
@@ -120,98 +117,115 @@ def test_overdue_within_grace_is_claimed_and_beyond_grace_is_missed(
     beyond = tasks.create(now_ms - grace - 1, "beyond", now_ms=now_ms - 10 * BUCKET_MS, misfire_grace_ms=grace)
     # When the poller finds them
     report = poller.poll(now_ms)
-    # Then the first can still fire within its grace and is claimed; the second is recorded MISSED
-    assert report.claimed == 1
-    assert report.missed == 1
-    assert invoker.task_ids == [at_edge.task_id]
-    assert read_task(repo, at_edge.task_id).status is TaskStatus.CLAIMED
-    missed = repo.get(beyond.task_id)
-    assert missed is not None
-    assert missed.status is TaskStatus.MISSED
-    assert missed.detail and "60001 ms after due" in missed.detail
+    # Then both go to an executor, with their grace (it fires the first and records the second MISSED); the
+    # poller writes neither
+    assert report.dispatched == 2
+    assert sorted(invoker.task_ids) == ["at-edge", "beyond"]
+    assert {t.task_id: t.grace_ms for e in invoker.events for t in e.tasks} == {"at-edge": grace, "beyond": grace}
+    assert read_task(repo, at_edge.task_id).status is TaskStatus.PENDING
+    assert read_task(repo, beyond.task_id).status is TaskStatus.PENDING
 
 
-def test_a_second_poll_claims_nothing_new(poller: Poller, invoker: RecordingInvoker, tasks: Any, now_ms: int) -> None:
-    # Given a poll that claimed two tasks
-    for i in range(2):
-        tasks.create(now_ms + 5_000 + i)
-    assert poller.poll(now_ms).claimed == 2
-    # When the next poll runs while their claim leases are live
+def test_a_second_poll_sends_nothing_an_executor_armed(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+) -> None:
+    # Given a poll that dispatched two tasks, which a live executor armed
+    created = [tasks.create(now_ms + 5_000 + i) for i in range(2)]
+    assert poller.poll(now_ms).dispatched == 2
+    assert repo.heartbeat("x-live", now_ms, now_ms + 20_000)
+    assert all(arm(repo, t, "x-live", now_ms) for t in created)
+    # When the next poll runs while the executor is alive
     report = poller.poll(now_ms + 1_000)
-    # Then it sees them but claims nothing and sends nothing
-    assert report.candidates == 2
-    assert report.claimed == 0
-    assert report.conflicts == 0
+    # Then it sends nothing
+    assert report.candidates == 0
+    assert report.dispatched == 0
     assert report.batches == 0
     assert len(invoker.payloads) == 1
 
 
-def test_expired_claim_lease_is_recovered_one_ms_after_it_ends(
-    poller: Poller,
-    invoker: RecordingInvoker,
-    repo: DynamoTaskStore,
-    tasks: Any,
-    settings: Settings,
-    now_ms: int,
+def test_a_task_no_executor_armed_is_dispatched_again_by_the_next_poll(
+    poller: Poller, invoker: RecordingInvoker, tasks: Any, now_ms: int
 ) -> None:
-    # Given a task claimed at now whose executor never armed it (the invocation was lost)
-    task = tasks.create(now_ms + 10_000)
-    assert poller.poll(now_ms).claimed == 1
-    lease_end = now_ms + settings.claim_lease_ms
-    # When a poll runs exactly at the end of the claim lease, the task is still owned
-    assert poller.poll(lease_end).claimed == 0
-    # And one millisecond later it is claimed again, as a recovery
-    report = poller.poll(lease_end + 1)
-    assert report.claimed == 1
-    assert report.recovered == 1
+    # Given a poll that dispatched a task whose invocation was lost (no executor armed it)
+    task = tasks.create(now_ms + 50_000)
+    assert poller.poll(now_ms).dispatched == 1
+    # When the next poll runs
+    report = poller.poll(now_ms + 10_000)
+    # Then it dispatches the task again (an executor arms it once: a second delivery loses at ARM)
+    assert report.dispatched == 1
     assert invoker.task_ids == [task.task_id, task.task_id]
-    stored = repo.get(task.task_id)
-    assert stored is not None
-    assert stored.attempt == 2
-    assert stored.batch_id == invoker.events[-1].batch_id
 
 
-def test_expired_armed_lease_is_recovered(
+def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
-    # Given a task armed by an executor that died before recording
+    # Given a task armed by an executor whose last heartbeat said it is alive until now + 20 s, then died
+    task = tasks.create(now_ms + 60_000)
+    alive_until = now_ms + 20_000
+    assert repo.heartbeat("x-dead", now_ms, alive_until)
+    assert arm(repo, task, "x-dead", now_ms) is not None
+    # When polls run at the end of its lease, and one millisecond later
+    at_edge = poller.poll(alive_until)
+    after = poller.poll(alive_until + 1)
+    # Then at its last millisecond it still holds the task; one ms later the task is recovered
+    assert (at_edge.dispatched, at_edge.recovered) == (0, 0)
+    assert (after.dispatched, after.recovered) == (1, 1)
+    assert invoker.task_ids == [task.task_id]
+    assert read_task(repo, task.task_id).status is TaskStatus.ARMED  # until an executor takes it over
+
+
+def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+) -> None:
+    # Given a task armed by a live executor, with its own (backstop) lease ending at now + 100 s
     task = tasks.create(now_ms + 10_000, misfire_grace_ms=3_600_000)
-    poller.poll(now_ms)
-    armed_until = now_ms + 100_000
-    assert repo.arm(task.task_id, invoker.events[0].batch_id, "dead-executor", armed_until) is not None
-    # Then the armed lease holds it at its last millisecond, and it is claimed again one ms later
-    assert poller.poll(armed_until).claimed == 0
-    report = poller.poll(armed_until + 1)
-    assert (report.claimed, report.recovered) == (1, 1)
-    assert read_task(repo, task.task_id).status is TaskStatus.CLAIMED
+    lease = now_ms + 100_000
+    assert repo.heartbeat("x-live", now_ms, now_ms + 10_000_000)
+    assert arm(repo, task, "x-live", now_ms, lease_until_ms=lease) is not None
+    # Then the lease holds it at its last millisecond, and it is recovered one ms later
+    assert poller.poll(lease).dispatched == 0
+    report = poller.poll(lease + 1)
+    assert (report.dispatched, report.recovered) == (1, 1)
 
 
-def test_failing_invoker_leaves_tasks_claimed_until_the_lease_expires(
-    poller: Poller,
-    invoker: RecordingInvoker,
-    repo: DynamoTaskStore,
-    tasks: Any,
-    settings: Settings,
-    now_ms: int,
+def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given an invoker that refuses every invocation
     created = [tasks.create(now_ms + 5_000 + i).task_id for i in range(3)]
     invoker.failing = True
     # When the poller runs
     report = poller.poll(now_ms)
-    # Then the failure is counted, nothing is sent, and the tasks stay CLAIMED
+    # Then the failure is counted, nothing is sent, and the tasks stay PENDING
     assert report.invoke_failures == 1
-    assert report.batches == 0
-    assert report.claimed == 3
-    assert all(read_task(repo, t).status is TaskStatus.CLAIMED for t in created)
-    # And once the invoker works again, the tasks are claimed again only after their lease expires
+    assert (report.batches, report.dispatched) == (0, 0)
+    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in created)
+    # And once the invoker works again, the next poll sends them
     invoker.failing = False
-    assert poller.poll(now_ms + settings.claim_lease_ms).claimed == 0
-    report = poller.poll(now_ms + settings.claim_lease_ms + 1)
-    assert report.claimed == 3
-    assert report.recovered == 3
-    assert report.invoke_failures == 0
+    report = poller.poll(now_ms + 1_000)
+    assert (report.dispatched, report.invoke_failures) == (3, 0)
     assert sorted(invoker.task_ids) == sorted(created)
+
+
+def test_a_tick_out_of_time_dispatches_nothing_more_and_leaves_the_rest_findable(
+    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+) -> None:
+    # Given 7 tasks in batches of 2, and a tick whose time runs out after its second invocation
+    poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 2}))
+    created = [tasks.create(now_ms + 10_000 + i).task_id for i in range(7)]
+    calls = {"n": 0}
+
+    def out_of_time() -> bool:
+        calls["n"] += 1
+        return len(invoker.payloads) >= 2
+
+    # When it polls
+    report = poller.poll(now_ms, out_of_time)
+    # Then it sent 2 batches, says it left 3 tasks, and the next tick (with time) sends those and the others
+    assert (report.batches, report.dispatched, report.undispatched, report.complete) == (2, 4, 3, False)
+    follow = poller.poll(now_ms + 1_000)
+    assert follow.dispatched == 7 and follow.complete
+    assert set(invoker.task_ids) == set(created)
 
 
 def test_watermark_stays_overdue_safety_behind_now(
@@ -233,7 +247,7 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
     # Given a task due 10 minutes ago with a long grace, written on time (so in its own, old bucket)
     old_due = now_ms - 10 * BUCKET_MS
     task = tasks.create(old_due, now_ms=old_due - 1_000, misfire_grace_ms=3_600_000)
-    # When polls run while it is active (claimed, lease live), a minute apart
+    # When polls run while it is active, a minute apart
     for now in (now_ms, now_ms + 1_000, now_ms + 20_000):
         report = poller.poll(now)
         # Then the watermark stays at its bucket
@@ -255,10 +269,10 @@ def test_first_poll_without_watermark_reaches_the_oldest_active_task(
     assert repo.get_watermark() is None
     # When the first poll runs
     report = poller.poll(now_ms)
-    # Then it reaches back to that bucket and claims the task
-    assert report.claimed == 1
-    assert read_task(repo, task.task_id).status is TaskStatus.CLAIMED
+    # Then it reaches back to that bucket and dispatches the task
+    assert report.dispatched == 1
     assert report.buckets >= 30
+    assert repo.get_watermark() is not None
 
 
 def test_task_from_an_old_watermark_era_is_still_found(
@@ -272,12 +286,10 @@ def test_task_from_an_old_watermark_era_is_still_found(
     too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
     # When a fresh poller (a new cold start) runs now
     report = Poller(repo, invoker, settings).poll(now_ms)
-    # Then it queries from the stored watermark and finds both: one claimed, one recorded MISSED
+    # Then it queries from the stored watermark and finds both (the executor fires one, misses the other)
     assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
     assert report.candidates == 2
-    assert invoker.task_ids == [claimable.task_id]
-    assert read_task(repo, claimable.task_id).status is TaskStatus.CLAIMED
-    assert read_task(repo, too_late.task_id).status is TaskStatus.MISSED
+    assert sorted(invoker.task_ids) == sorted([claimable.task_id, too_late.task_id])
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(
@@ -287,12 +299,12 @@ def test_task_written_late_after_the_watermark_moved_is_found(
     poller.poll(now_ms)
     # When a task due 30 s ago is written now (index writes lag; clients run late)
     task = tasks.create(now_ms - 30_000, now_ms=now_ms + 1_000)
-    # Then the next poll finds it in the current bucket and claims it
-    assert poller.poll(now_ms + 2_000).claimed == 1
+    # Then the next poll finds it in the current bucket and dispatches it
+    assert poller.poll(now_ms + 2_000).dispatched == 1
     assert invoker.task_ids == [task.task_id]
 
 
-def test_cancelled_and_finished_tasks_are_not_claimed(
+def test_cancelled_and_finished_tasks_are_not_dispatched(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     cancelled = tasks.create(now_ms + 5_000)

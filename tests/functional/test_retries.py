@@ -13,10 +13,10 @@ from punctual.clock import SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import Candidate, FireRecord, HttpAction, Task, TaskStatus
+from punctual.model import FireRecord, HttpAction, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
-from support import StubTarget, candidate_of, read_task, run_until_done, serving
+from support import StubTarget, arm, read_task, run_until_done, serving
 
 
 class FlakyTarget(StubTarget):
@@ -46,10 +46,9 @@ def always_failing() -> Iterator[FlakyTarget]:
 
 
 def armed_task(repo: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -> Task:
-    """A task due 10 s after ``now_ms``, claimed and armed by ``exec-1``."""
+    """A task due 10 s after ``now_ms``, armed by ``exec-1``."""
     task = tasks.create(now_ms + 10_000, **fields)
-    assert repo.claim(candidate_of(task), "b1", "p1", now_ms, 30_000)
-    assert repo.arm(task.task_id, "b1", "exec-1", now_ms + 200_000) is not None
+    assert arm(repo, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
     return task
 
 
@@ -76,11 +75,10 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert back.detail == "HTTP 500"
     assert back.lease_until is None and back.batch_id is None
     assert raw["content_hash"]["S"] == task.content_hash()  # what the client asked for is unchanged
-    # And the next claim makes it attempt 2, its first due still the original one
-    again = Candidate(task.task_id, back.due_ms, TaskStatus.PENDING, None, task.misfire_grace_ms)
-    assert repo.claim(again, "b2", "p1", failed_at + 700, 30_000)
-    claimed = read_task(repo, task.task_id)
-    assert claimed.attempt == 2 and claimed.first_due_at == task.due_at
+    # And the next arm makes it attempt 2, its first due still the original one
+    assert arm(repo, back, "exec-2", failed_at + 700) is not None
+    again = read_task(repo, task.task_id)
+    assert again.attempt == 2 and again.first_due_at == task.due_at
 
 
 def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
@@ -89,9 +87,7 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, n
     first = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e1",
                        retry_due_ms=now_ms + 11_000, first_due_ms=task.due_ms)
     assert repo.record("exec-1", first)
-    assert repo.claim(Candidate(task.task_id, now_ms + 11_000, TaskStatus.PENDING, None, 60_000), "b2", "p1",
-                      now_ms + 11_000, 30_000)
-    assert repo.arm(task.task_id, "b2", "exec-2", now_ms + 200_000) is not None
+    assert arm(repo, read_task(repo, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     second = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 11_010, None, None, "e2",
                         retry_due_ms=now_ms + 12_000, first_due_ms=now_ms + 11_000)

@@ -29,7 +29,8 @@ LOCAL_ONLY = {"background_cpus", "fire_log_path", "dynamodb_java_opts", "local_t
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
     "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",
-    "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "claim_lease_ms": "20000",
+    "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "executor_lease_ms": "30000",
+    "heartbeat_interval_ms": "4000",
     "arm_margin_ms": "20000", "overdue_safety_ms": "240000", "max_batch_size": "100",
     "default_misfire_grace_ms": "1000", "max_horizon_days": "30", "max_payload_bytes": "1024",
     "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",

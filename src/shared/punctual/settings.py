@@ -43,7 +43,6 @@ class Settings(BaseModel):
         10_000, ge=0, le=600_000,
         description="a task written due sooner than poll interval + this goes to the stream fast path",
     )
-    claim_lease_ms: int = Field(30_000, ge=1_000, description="legacy: claims are no longer written")
     executor_lease_ms: int = Field(
         20_000, ge=5_000, le=600_000,
         description="an executor holding armed tasks is alive until its last heartbeat + this; past it (+ a poll) "

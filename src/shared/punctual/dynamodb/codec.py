@@ -128,4 +128,5 @@ def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
     return Candidate(task_id=v["task_id"], due_ms=int(v["due_ms"]), status=status,
                      lease_until_ms=None if lease is None else int(lease),
                      misfire_grace_ms=int(v.get("misfire_grace_ms", 0)),
-                     misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY))
+                     misfire_policy=v.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
+                     owner=v.get("armed_by") if status is TaskStatus.ARMED else None)
