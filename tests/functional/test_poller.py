@@ -262,7 +262,7 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
 
 
 def test_first_poll_without_watermark_reaches_the_oldest_active_task(
-    poller: Poller, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
     task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
@@ -271,6 +271,7 @@ def test_first_poll_without_watermark_reaches_the_oldest_active_task(
     report = poller.poll(now_ms)
     # Then it reaches back to that bucket and dispatches the task
     assert report.dispatched == 1
+    assert invoker.task_ids == [task.task_id]
     assert report.buckets >= 30
     assert repo.get_watermark() is not None
 
