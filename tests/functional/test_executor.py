@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from punctual.clock import ClockOffset, SystemClock
+from punctual.clock import ClockOffset, OffsetProbe, SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.model import HttpAction, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
-from support import RecordingInvoker, StubTarget, due_candidates, read_task, serving, wait_until
+from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until
 
 
 class FixedOffset:
@@ -279,3 +279,69 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
         assert back.fired_at is None and back.armed_by is None
     # And the next poll finds and dispatches them again
     assert claim_batch(repo, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
+
+
+class JumpingClock(SystemClock):
+    """The system clock whose monotonic time can be moved ahead: a process that was paused, or cut off."""
+
+    def __init__(self) -> None:
+        self.jump_s = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.jump_s
+
+
+class JumpAfterArm:
+    """The real store, but once a batch is armed the executor's monotonic clock jumps past its own lease."""
+
+    def __init__(self, store: DynamoTaskStore, clock: JumpingClock, jump_s: float) -> None:
+        self._store, self._clock, self._jump_s = store, clock, jump_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def arm_many(self, *args: Any, **kwargs: Any) -> Any:
+        armed = self._store.arm_many(*args, **kwargs)
+        self._clock.jump_s += self._jump_s
+        return armed
+
+
+def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
+    repo: DynamoTaskStore, tasks: Any, settings: Settings
+) -> None:
+    # Given an executor whose clock, once it has armed, is past the end of its lease (it could not renew it:
+    # another executor may take its tasks over from now on)
+    clock = JumpingClock()
+    executor = Executor(JumpAfterArm(repo, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+                        settings, clock, OffsetProbe(None, 0.5))
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 300 + i, now_ms=now) for i in range(2)]
+    event = claim_batch(repo, settings, now)
+    # When it runs the batch
+    report = executor.run_batch(event)
+    # Then it armed both, fired neither, and released both (PENDING again, for the next dispatch)
+    assert (report.armed, report.fired, report.fenced, report.released) == (2, 0, 2, 2)
+    assert all(read_task(repo, t.task_id).status is TaskStatus.PENDING for t in created)
+
+
+def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_crash_window(
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given an executor that armed three tasks and died, its last lease having ended 1 s ago: one task was due
+    # 2 s ago (it may have fired it before dying), two are due shortly after now
+    now = int(clock.wall_ms())
+    window = tasks.create(now - 2_000, now_ms=now - 60_000, misfire_grace_ms=120_000)
+    later = [tasks.create(now + 400 + i, now_ms=now - 60_000) for i in range(2)]
+    assert repo.heartbeat("x-dead", now - 60_000, now - 1_000)
+    for task in (window, *later):
+        assert arm(repo, task, "x-dead", now - 60_000) is not None
+    # When the next poll dispatches them and a live executor runs the batch
+    event = claim_batch(repo, settings, now)
+    report = executor.run_batch(event)
+    # Then it took all three over; the two due after the dead one's lease fired once; the one in its crash
+    # window is recorded MISSED (never fired a second time), saying why
+    assert (report.armed, report.taken_over, report.fired, report.missed) == (3, 3, 2, 1)
+    assert all(read_task(repo, t.task_id).status is TaskStatus.SUCCEEDED for t in later)
+    missed = read_task(repo, window.task_id)
+    assert missed.status is TaskStatus.MISSED and missed.fired_at is None
+    assert missed.detail is not None and "executor was lost" in missed.detail

@@ -1,0 +1,90 @@
+"""The executor's heartbeat on an explicit clock: the fence it keeps, renewals that fail, a takeover."""
+
+from __future__ import annotations
+
+import pytest
+
+from punctual.heartbeat import SAFETY_MS, Heartbeat
+from support import FakeClock
+
+
+class Beats:
+    """A store that records heartbeats; it can fail or say the executor was taken over."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, int, int]] = []
+        self.fail = False
+        self.taken_over = False
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        if self.fail:
+            raise ConnectionError("store unreachable")
+        self.writes.append((executor_id, now_ms, alive_until_ms))
+        return not self.taken_over
+
+
+def make(store: Beats, clock: FakeClock) -> Heartbeat:
+    return Heartbeat(store, clock, lease_ms=20_000, interval_ms=5_000)  # type: ignore[arg-type]
+
+
+def test_a_lease_sets_the_fence_safety_before_its_end_and_stop_retires_it() -> None:
+    # Given a heartbeat on a stopped clock
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    # When it starts
+    assert beat.start("x-1")
+    # Then it wrote alive_until = now + lease, and fires may go on until lease - safety from now
+    assert store.writes == [("x-1", int(clock.wall_ms()), int(clock.wall_ms()) + 20_000)]
+    assert beat.fence == pytest.approx(clock.monotonic() + (20_000 - SAFETY_MS) / 1000)
+    # And stopping it retires the lease (alive until now) and closes the fence
+    beat.stop()
+    assert store.writes[-1] == ("x-1", int(clock.wall_ms()), int(clock.wall_ms()))
+    assert beat.fence == float("-inf")
+
+
+def test_a_failed_renewal_leaves_the_fence_where_it_was() -> None:
+    # Given a running lease
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    assert beat.start("x-1")
+    fence = beat.fence
+    # When, 5 s later, the store cannot be reached
+    clock.advance(5)
+    store.fail = True
+    # Then the renewal fails without raising, and the fence does not move: firing stops when the lease ends
+    assert beat.beat() is False
+    assert beat.fence == fence and not beat.taken_over
+    # And a later renewal that succeeds moves it forward again
+    store.fail = False
+    clock.advance(1)
+    assert beat.beat()
+    assert beat.fence == pytest.approx(clock.monotonic() + (20_000 - SAFETY_MS) / 1000)
+    beat.stop()
+
+
+def test_a_taken_over_executor_stops_firing_for_good() -> None:
+    # Given a running lease, then a takeover by another executor (the store refuses renewals from now on)
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    assert beat.start("x-1")
+    store.taken_over = True
+    # When it renews
+    assert beat.beat() is False
+    # Then its fence is closed, and stopping it does not write a retirement over the takeover
+    assert beat.taken_over and beat.fence == float("-inf")
+    writes = len(store.writes)
+    beat.stop()
+    assert len(store.writes) == writes
+
+
+def test_a_first_lease_that_cannot_be_written_means_nothing_may_be_armed() -> None:
+    store, clock = Beats(), FakeClock()
+    store.fail = True
+    beat = make(store, clock)
+    assert beat.start("x-1") is False
+    assert beat.fence == float("-inf")
+
+
+def test_an_interval_that_leaves_no_renewal_to_spare_is_refused() -> None:
+    with pytest.raises(ValueError, match="no renewal to spare"):
+        Heartbeat(Beats(), FakeClock(), lease_ms=10_000, interval_ms=5_000)  # type: ignore[arg-type]
