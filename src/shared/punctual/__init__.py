@@ -1,6 +1,6 @@
 """Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local."""
 
-from .client import Client
+from .client import Client, ScheduleResult
 from .errors import InvalidTaskError, PunctualError, TaskConflictError, TaskNotFoundError, TaskStateError
 from .model import Action, HttpAction, LogAction, Task, TaskStatus
 from .settings import Settings
@@ -12,6 +12,7 @@ __all__ = [
     "InvalidTaskError",
     "LogAction",
     "PunctualError",
+    "ScheduleResult",
     "Settings",
     "Task",
     "TaskConflictError",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from .clock import Clock, SystemClock
 from .decisions import misfire_decision
-from .errors import InvalidTaskError
+from .errors import InvalidTaskError, TaskConflictError
 from .keys import to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .retry import RetryPolicy
@@ -17,6 +21,28 @@ from .settings import Settings
 from .store import TaskStore
 
 _MISSING = object()
+SCHEDULE_FIELDS = frozenset({"due_at", "action", "payload", "task_id", "misfire_grace", "misfire_policy", "retry"})
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    """What :meth:`Client.schedule_many` did with one task, in the order given.
+
+    ``outcome`` is ``"created"``, ``"exists"`` (the same id with equal content was already stored: nothing
+    written), ``"invalid"`` (bad input: nothing stored; ``field`` names it), ``"conflict"`` (the id exists with
+    other content) or ``"error"`` (the write failed, e.g. throttled past its retries: safe to send again).
+    """
+
+    index: int
+    task_id: str | None
+    outcome: Literal["created", "exists", "invalid", "conflict", "error"]
+    task: Task | None = None
+    error: str | None = None
+    field: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("created", "exists")
 
 
 def _field_error(exc: ValidationError) -> InvalidTaskError:
@@ -172,6 +198,81 @@ class Client:
         stored, _created = self._store.create(task, now_ms)
         return stored
 
+    def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
+                      on_progress: Callable[[int, int], None] | None = None) -> list[ScheduleResult]:
+        """Schedule many tasks at once: each a mapping of :meth:`schedule`'s arguments (``due_at``, ``action``,
+        ``payload``, ``task_id``, ``misfire_grace``, ``misfire_policy``, ``retry``), written as parallel
+        conditional writes. Returns one :class:`ScheduleResult` per task, in order: a bad task does not stop
+        the others, and nothing is stored for it. Idempotent on ids, like :meth:`schedule`: sending the same
+        list again reports ``"exists"`` for what was stored. ``on_progress(done, total)`` is called as writes
+        complete (from worker threads).
+
+        Examples
+        --------
+        >>> results = client.schedule_many(                          # doctest: +SKIP
+        ...     {"due_at": nine_am, "action": HttpAction(url=hook), "payload": {"user": u}, "task_id": f"remind-{u}"}
+        ...     for u in users)
+        >>> [r for r in results if not r.ok]                         # doctest: +SKIP
+        []
+        """
+        specs = list(tasks)
+        total = len(specs)
+        done = [0]
+        lock = threading.Lock()
+
+        def one(indexed: tuple[int, Mapping[str, Any]]) -> ScheduleResult:
+            index, spec = indexed
+            try:
+                result = self._schedule_one(index, spec)
+            except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
+                result = ScheduleResult(index, _task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
+            if on_progress is not None:
+                with lock:
+                    done[0] += 1
+                    count = done[0]
+                on_progress(count, total)
+            return result
+
+        if total <= 1:
+            return [one(item) for item in enumerate(specs)]
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, total)), thread_name_prefix="schedule") as pool:
+            return list(pool.map(one, enumerate(specs)))
+
+    def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
+        task_id = _task_id_of(spec)
+        unknown = sorted(set(spec) - SCHEDULE_FIELDS) if isinstance(spec, Mapping) else []
+        if not isinstance(spec, Mapping) or unknown or "due_at" not in spec or "action" not in spec:
+            why = (f"unknown field(s) {', '.join(unknown)}" if unknown else "each task needs due_at and action")
+            return ScheduleResult(index, task_id, "invalid", error=f"invalid task: {why}")
+        now_ms = self._now_ms()
+        try:
+            task = self.build_task(spec["due_at"], spec["action"], spec.get("payload"), task_id=spec.get("task_id"),
+                                   misfire_grace=spec.get("misfire_grace"),
+                                   misfire_policy=spec.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
+                                   retry=spec.get("retry"), now_ms=now_ms)
+        except InvalidTaskError as exc:
+            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+        try:
+            stored, created = self._store.create(task, now_ms)
+        except TaskConflictError as exc:
+            return ScheduleResult(index, task.task_id, "conflict", task=exc.existing, error=str(exc))
+        return ScheduleResult(index, task.task_id, "created" if created else "exists", task=stored)
+
+    def to_item(self, task: Task, now_ms: int | None = None) -> dict[str, Any]:
+        """The DynamoDB item of ``task`` (from :meth:`build_task`), for writing with plain boto3::
+
+            client.put_item(TableName=table, Item=punctual_client.to_item(task),
+                            ConditionExpression="attribute_not_exists(task_id)")
+
+        The item is what :meth:`schedule` writes (its format is documented in :mod:`punctual.dynamodb.codec`),
+        with its due-index key and fast-path flag computed for ``now_ms`` (now by default): write it soon."""
+        from .dynamodb.store import DynamoTaskStore
+
+        now = self._now_ms() if now_ms is None else now_ms
+        store = self._store if isinstance(self._store, DynamoTaskStore) else DynamoTaskStore.from_settings(
+            None, self.settings)
+        return store.item_of(task, now)
+
     def get(self, task_id: str) -> Task | None:
         """The task as stored now, or None if there is no such task."""
         return self._store.get(task_id)
@@ -215,3 +316,8 @@ class Client:
                                misfire_grace=current.misfire_grace_ms,
                                misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
         return self._store.reschedule(task_id, task.due_ms, now_ms)
+
+
+def _task_id_of(spec: Any) -> str | None:
+    task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
+    return task_id if isinstance(task_id, str) else None

@@ -26,7 +26,7 @@ from typing import Any
 from punctual.errors import InvalidTaskError, PunctualError
 from punctual.settings import Settings
 
-from .progress import CLEAR_LINE
+from .progress import CLEAR_LINE, ProgressLine
 
 log = logging.getLogger("punctual")
 
@@ -62,6 +62,17 @@ def _non_negative_ms(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds, 0 or more: {text!r}")
+    return value
+
+
+def _threads(text: str) -> int:
+    """A thread count from the command line: a whole number from 1 to 256 (argparse reports the error)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 256, not {value}")
     return value
 
 
@@ -210,6 +221,58 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_task_lines(path: str) -> list[dict[str, Any]]:
+    """Tasks from a JSON-lines file (``-``: standard input), one object a line, in ``Client.schedule_many``'s
+    terms with JSON values: ``due_at`` (ISO-8601 with a timezone), ``action`` (an object with its ``kind``),
+    ``payload``, ``task_id``, ``misfire_grace`` (ms), ``misfire_policy``, ``retry``. A line that is not a JSON
+    object is an error naming its line number; a bad field is reported per task by ``schedule_many``."""
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+    specs: list[dict[str, Any]] = []
+    try:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                spec = json.loads(line)
+            except ValueError as exc:
+                raise PunctualError(f"{path}:{number}: not JSON ({exc})") from exc
+            if not isinstance(spec, dict):
+                raise PunctualError(f"{path}:{number}: each line must be a JSON object")
+            if isinstance(spec.get("due_at"), str):
+                try:
+                    spec["due_at"] = datetime.fromisoformat(spec["due_at"])
+                except ValueError as exc:
+                    raise PunctualError(f"{path}:{number}: invalid due_at ({exc})") from exc
+            specs.append(spec)
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+    return specs
+
+
+def cmd_schedule_many(args: argparse.Namespace) -> int:
+    """Schedule every task of a JSON-lines file at once, with a progress line; exit 1 if any was refused."""
+    specs = read_task_lines(args.file)
+    progress = ProgressLine(None if args.quiet else sys.stderr)
+    started = time.monotonic()
+
+    def show(done: int, total: int) -> None:
+        rate = done / max(time.monotonic() - started, 1e-6)
+        progress.show(f"scheduling: {done}/{total} ({rate:,.0f}/s)")
+
+    results = _client(args).schedule_many(specs, threads=args.threads, on_progress=show)
+    counts = {outcome: sum(1 for r in results if r.outcome == outcome)
+              for outcome in ("created", "exists", "invalid", "conflict", "error")}
+    progress.end(f"scheduled {len(results)} in {time.monotonic() - started:.1f} s: "
+                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n))
+    for result in [r for r in results if not r.ok][: args.show_errors]:
+        print(f"task {result.index + 1} ({result.task_id or 'no id'}): {result.outcome}: {result.error}",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps({"total": len(results), **counts}))
+    return 0 if all(r.ok for r in results) else 1
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     task = _client(args).get(args.task_id)
     if task is None:
@@ -327,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     sched.add_argument("--payload", help="JSON payload")
     sched.add_argument("--id", help="task id (idempotent)")
     sched.set_defaults(func=cmd_schedule)
+    many = sub.add_parser("schedule-many", help="schedule every task of a JSON-lines file (- for stdin) at once")
+    many.add_argument("file", help="one JSON object a line: due_at, action, payload, task_id, ...")
+    many.add_argument("--threads", type=_threads, default=16, help="conditional writes in flight (1-256)")
+    many.add_argument("--show-errors", type=int, default=20, metavar="N", help="print the first N refusals")
+    many.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    many.add_argument("--quiet", action="store_true", help="no progress line")
+    many.set_defaults(func=cmd_schedule_many)
     for name, func in (("get", cmd_get), ("cancel", cmd_cancel)):
         p = sub.add_parser(name, help=f"{name} one task")
         p.add_argument("task_id")
@@ -339,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("--all", action="store_true", help="every dead-lettered task and every FAILED task")
     redrive.add_argument("task_ids", nargs="*", metavar="TASK_ID")
     redrive.set_defaults(func=cmd_redrive)
-    for p in (sched, lst, redrive, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
+    for p in (sched, many, lst, redrive, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     return parser
 

@@ -332,8 +332,7 @@ class DynamoTaskStore:
         TaskConflictError
             A task with this id exists with different content.
         """
-        item = new_task_item(task, due_bucket=self._index_key(task.task_id, task.due_ms, now_ms),
-                             fast_path=self._fast_path(task.due_ms, now_ms), created_ms=now_ms)
+        item = self.item_of(task, now_ms)
         try:
             self._client.put_item(
                 TableName=self.table_name,
@@ -356,6 +355,11 @@ class DynamoTaskStore:
                 existing=existing,
             ) from exc
         return item_to_task(item), True
+
+    def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
+        """The raw item CREATE puts for ``task`` written at ``now_ms`` (its due-index key and fast-path flag)."""
+        return new_task_item(task, due_bucket=self._index_key(task.task_id, task.due_ms, now_ms),
+                             fast_path=self._fast_path(task.due_ms, now_ms), created_ms=now_ms)
 
     def _get_item(self, task_id: str) -> dict[str, Any] | None:
         response = self._client.get_item(
