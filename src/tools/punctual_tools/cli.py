@@ -5,6 +5,7 @@
     punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --payload JSON)
     punctual get ID | punctual cancel ID | punctual list [--status S]
     punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
+    punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 """
 
 from __future__ import annotations
@@ -345,6 +346,37 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drift(args: argparse.Namespace) -> int:
+    """Drift pictures (histogram, timeline, CDF) from a fire log, or from the table's fired tasks."""
+    from .drift import entries_from_tasks, read_fire_log, save_pictures, series_of
+
+    if args.table:
+        from punctual.model import TaskStatus
+        from punctual.runtime import build_store
+
+        statuses = [TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.PENDING]  # PENDING: a retry after a fire
+        tasks = build_store(_settings(args)).list_tasks(statuses)
+        entries = entries_from_tasks(t for t in tasks if t.task_id.startswith(args.prefix))
+        source = f"table {_settings(args).table_name}"
+    else:
+        from .local.stack import read_state
+
+        state = read_state(_home(args)) or {}
+        path = Path(args.fire_log or state.get("fire_log") or _home(args) / "fires.jsonl")
+        if not path.is_file():
+            raise PunctualError(f"no fire log at {path}: give --fire-log PATH, or --table")
+        entries = read_fire_log(path, args.prefix)
+        source = str(path)
+    series = series_of(args.name or (args.prefix.rstrip("-") or "drift"), entries)
+    if not series.fires:
+        which = f" for tasks starting with {args.prefix!r}" if args.prefix else ""
+        raise PunctualError(f"no fires in {source}{which}")
+    out = Path(args.out) if args.out else _home(args) / "drift"
+    for path in save_pictures(series, out):
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="punctual", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -409,6 +441,16 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("--all", action="store_true", help="every dead-lettered task and every FAILED task")
     redrive.add_argument("task_ids", nargs="*", metavar="TASK_ID")
     redrive.set_defaults(func=cmd_redrive)
+    drift = sub.add_parser("drift", help="drift pictures (histogram, timeline, CDF as PNG) from a fire log or table")
+    source = drift.add_mutually_exclusive_group()
+    source.add_argument("--fire-log", metavar="PATH", help="JSON lines with task_id, due_ms, fired_ms (default: the "
+                        "running stack's, else <home>/fires.jsonl)")
+    source.add_argument("--table", action="store_true", help="the fired tasks in the table (drift_ms) instead")
+    drift.add_argument("--prefix", default="", help="only tasks whose id starts with this")
+    drift.add_argument("--out", metavar="DIR", help="where the PNGs go (default <home>/drift)")
+    drift.add_argument("--name", help="the pictures' title and file-name stem (default: the prefix, or 'drift')")
+    drift.add_argument("--aws", action="store_true", help="with --table: AWS (PUNCTUAL_* settings)")
+    drift.set_defaults(func=cmd_drift)
     for p in (sched, many, lst, redrive, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     return parser
