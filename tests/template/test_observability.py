@@ -1,16 +1,36 @@
-"""The dashboard and alarms of template.yaml read metrics the code writes (names from punctual.metrics)."""
+"""The dashboard and alarms of template.yaml read metrics that exist: Punctual's own (names from punctual.metrics,
+which the code writes) and AWS's (the metric and dimension names AWS documents), on resources of this stack, with
+thresholds that follow the template's parameters and the poller's timeout."""
 
 from __future__ import annotations
 
+import ast
 import json
 from typing import Any
 
 import pytest
-from template_tools import SUB_VARIABLE, sub_text, substitute
+from template_tools import ROOT, SUB_VARIABLE, sub_text, substitute
 
 from punctual import metrics
 
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName", "AWS::URLSuffix"}
+DUE_INDEX = "due"
+# The AWS metrics the template may read, each with the dimension sets AWS publishes it under (a row or alarm
+# with other dimensions shows no data and never goes off). Sources:
+# Lambda: https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html
+# SQS: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
+# DynamoDB: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/metrics-dimensions.html and
+# .../TroubleshootingThrottling-cloudwatch.html (throttle events per table, and per table + index).
+_FUNCTION = {("FunctionName",)}
+_TABLE_OR_INDEX = {("TableName",), ("TableName", "GlobalSecondaryIndexName")}
+AWS_METRICS: dict[str, dict[str, set[tuple[str, ...]]]] = {
+    "AWS/Lambda": {name: _FUNCTION for name in ("Invocations", "Errors", "Throttles", "Duration",
+                                                "ConcurrentExecutions", "IteratorAge", "AsyncEventsReceived",
+                                                "AsyncEventAge", "AsyncEventsDropped")},
+    "AWS/SQS": {"ApproximateNumberOfMessagesVisible": {("QueueName",)}},
+    "AWS/DynamoDB": {name: _TABLE_OR_INDEX for name in ("ReadThrottleEvents", "WriteThrottleEvents",
+                                                        "ConsumedReadCapacityUnits", "ConsumedWriteCapacityUnits")},
+}
 
 
 def _dashboard_text(cfn_resources: dict[str, Any]) -> str:
@@ -66,60 +86,189 @@ def test_punctual_metrics_on_the_dashboard_are_those_the_code_writes(metric_rows
     for _, metric, dims, _ in punctual_rows:
         assert metric in metrics.ALL, metric
         assert dims == {"service": metrics.SERVICE}, (metric, dims)
-    assert {r[0] for r in metric_rows} <= {metrics.NAMESPACE, "AWS/Lambda", "AWS/SQS"}
+    assert {r[0] for r in metric_rows} <= {metrics.NAMESPACE, *AWS_METRICS}
 
 
 def test_the_dashboard_shows_what_the_issue_asks_for(metric_rows: list[Any]) -> None:
-    # Given the dashboard's rows  Then drift percentiles, outcomes, claims, executor concurrency, throttles,
-    # async event age and drops, and the dead-letter queue's depth are all there
+    # Given the dashboard's rows  Then drift percentiles, every metric the code writes, executor concurrency,
+    # throttles, async event age and drops, poll duration, fast-path lag, the table's throttles and the
+    # dead-letter queue's depth are all there
     seen = {(namespace, metric, tuple(sorted(dims.items())), stat) for namespace, metric, dims, stat in metric_rows}
     service = (("service", metrics.SERVICE),)
     executor = (("FunctionName", "${ExecutorFunction}"),)
     for stat in ("p50", "p90", "p99", "Maximum"):
         assert (metrics.NAMESPACE, metrics.FIRE_DRIFT, service, stat) in seen
     names = {(namespace, metric, dims) for namespace, metric, dims, _ in seen}
-    for metric in (metrics.TASKS_FIRED, metrics.TASKS_MISSED, metrics.TASKS_FAILED, metrics.TASKS_CLAIMED,
-                   metrics.CLAIM_CONFLICTS):
+    for metric in metrics.ALL:
         assert (metrics.NAMESPACE, metric, service) in names, metric
     for metric in ("ConcurrentExecutions", "Throttles", "AsyncEventAge", "AsyncEventsDropped"):
         assert ("AWS/Lambda", metric, executor) in names, metric
+    assert ("AWS/Lambda", "Duration", (("FunctionName", "${PollerFunction}"),)) in names
+    assert ("AWS/Lambda", "IteratorAge", (("FunctionName", "${FastPathFunction}"),)) in names
+    for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        assert ("AWS/DynamoDB", metric, (("TableName", "${TasksTable}"),)) in names
+        on_index = (("GlobalSecondaryIndexName", DUE_INDEX), ("TableName", "${TasksTable}"))
+        assert ("AWS/DynamoDB", metric, on_index) in names
     assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible",
             (("QueueName", "${TaskDeadLetterQueue.QueueName}"),)) in names
 
 
+# -- alarms ----------------------------------------------------------------------------------------------
 def _alarms(cfn_resources: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: r["Properties"] for name, r in cfn_resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
 
 
-def test_punctual_alarms_watch_metrics_the_code_writes(cfn_resources: dict[str, Any]) -> None:
-    for name, alarm in _alarms(cfn_resources).items():
-        if alarm["Namespace"] == metrics.NAMESPACE:
-            assert alarm["MetricName"] in metrics.ALL, name
-            assert alarm["Dimensions"] == [{"Name": "service", "Value": metrics.SERVICE}], name
+def _placeholder(value: Any) -> str:
+    """A dimension value as the dashboard spells it: ``${X}`` for a Ref, ``${X.Attr}`` for a GetAtt."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return f"${{{value['Ref']}}}"
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        return f"${{{'.'.join(value['Fn::GetAtt'])}}}"
+    assert isinstance(value, str), value
+    return value
 
 
-def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dimension: dict[str, Any]) -> dict:
+def _watched(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, str], str]]:
+    """``(namespace, metric, dimensions, statistic)`` of every metric an alarm reads: its one metric, or each
+    MetricStat of a metric-math alarm."""
+    if "MetricName" in alarm:
+        stat = alarm.get("Statistic") or alarm["ExtendedStatistic"]
+        return [(alarm["Namespace"], alarm["MetricName"],
+                 {d["Name"]: _placeholder(d["Value"]) for d in alarm.get("Dimensions", [])}, stat)]
+    found = []
+    for query in alarm["Metrics"]:
+        if "MetricStat" in query:
+            stat, metric = query["MetricStat"], query["MetricStat"]["Metric"]
+            found.append((metric["Namespace"], metric["MetricName"],
+                          {d["Name"]: _placeholder(d["Value"]) for d in metric.get("Dimensions", [])}, stat["Stat"]))
+    return found
+
+
+def _all_watched(cfn_resources: dict[str, Any]) -> list[tuple[str, str, dict[str, str], str]]:
+    return [w for alarm in _alarms(cfn_resources).values() for w in _watched(alarm)]
+
+
+def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], metric_rows: list[Any]) -> None:
+    # Given every metric of every alarm (metric math included) and of every dashboard row  Then a Punctual one is
+    # in punctual.metrics.ALL under exactly the service dimension; an AWS one is a metric AWS publishes, under a
+    # dimension set it publishes it with, naming a resource of this stack (the function, queue, table, index)
+    indexes = {i["IndexName"] for i in cfn_resources["TasksTable"]["Properties"]["GlobalSecondaryIndexes"]}
+    assert DUE_INDEX in indexes
+    read = [(ns, m, d) for ns, m, d, _ in _all_watched(cfn_resources)] + [(ns, m, d) for ns, m, d, _ in metric_rows]
+    assert {ns for ns, _, _ in read} == {metrics.NAMESPACE, *AWS_METRICS}
+    for namespace, metric, dims in read:
+        if namespace == metrics.NAMESPACE:
+            assert metric in metrics.ALL, metric
+            assert dims == {"service": metrics.SERVICE}, (metric, dims)
+            continue
+        assert metric in AWS_METRICS[namespace], (namespace, metric)
+        assert tuple(sorted(dims)) in {tuple(sorted(s)) for s in AWS_METRICS[namespace][metric]}, (metric, dims)
+        for name, value in dims.items():
+            if name == "GlobalSecondaryIndexName":
+                assert value in indexes, (metric, value)
+                continue
+            assert value.startswith("${") and value.endswith("}"), (metric, name, value)
+            resource, _, attribute = value[2:-1].partition(".")
+            expected = {"FunctionName": ("AWS::Lambda::Function", ""), "QueueName": ("AWS::SQS::Queue", "QueueName"),
+                        "TableName": ("AWS::DynamoDB::Table", "")}[name]
+            assert (cfn_resources[resource]["Type"], attribute) == expected, (metric, name, value)
+
+
+def test_every_alarm_notifies_and_is_on_the_dashboard(cfn_resources: dict[str, Any]) -> None:
+    # Given every alarm  Then it notifies the alarm topic when there is one, treats missing data as fine unless
+    # silence is the fault itself (the poller not running), and is listed in the dashboard's alarm widget
+    text = json.loads(substitute(_dashboard_text(cfn_resources).replace('"${', '"@{')))
+    listed = {a.removeprefix("@{").removesuffix(".Arn}") for w in text["widgets"] if w["type"] == "alarm"
+              for a in w["properties"]["alarms"]}
+    alarms = _alarms(cfn_resources)
+    assert listed == set(alarms)
+    for name, alarm in alarms.items():
+        assert alarm["AlarmActions"] == {"Fn::If": ["HasAlarmEmail", [{"Ref": "AlarmTopic"}], {"Ref": "AWS::NoValue"}]}
+        expected = "breaching" if name == "PollerStoppedAlarm" else "notBreaching"
+        assert alarm["TreatMissingData"] == expected, name
+
+
+def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dims: dict[str, str]) -> dict:
     found = [a for a in _alarms(cfn_resources).values()
-             if (a["Namespace"], a["MetricName"]) == (namespace, metric) and a["Dimensions"] == [dimension]]
-    assert len(found) == 1, (namespace, metric, dimension)
+             if any((ns, m, d) == (namespace, metric, dims) for ns, m, d, _ in _watched(a))]
+    assert len(found) == 1, (namespace, metric, dims)
     return found[0]
 
 
+def _above_zero(alarm: dict[str, Any]) -> bool:
+    return alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+SERVICE = {"service": metrics.SERVICE}
+
+
 def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
-    # Given the alarms  Then: drift p99 above DriftP99AlarmMs; the dead-letter queue not empty; any poller
-    # error; any executor event dropped
-    drift = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.FIRE_DRIFT,
-                      {"Name": "service", "Value": metrics.SERVICE})
+    # Given the alarms  Then: drift p99 above DriftP99AlarmMs; any task MISSED in a minute; the dead-letter queue
+    # not empty; any poller error; any executor event dropped or throttled; any throttle event on the table or
+    # its due index; anything a tick left undispatched or could not invoke; any undecodable item
+    drift = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.FIRE_DRIFT, SERVICE)
     assert (drift["ExtendedStatistic"], drift["Threshold"], drift["ComparisonOperator"]) == (
         "p99", {"Ref": "DriftP99AlarmMs"}, "GreaterThanThreshold")
-
-    def above_zero(alarm: dict[str, Any]) -> bool:
-        return alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
-
+    missed = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.TASKS_MISSED, SERVICE)
+    assert (missed["Statistic"], missed["Period"], missed["EvaluationPeriods"]) == ("Sum", 60, 1)
     dlq = _alarm_on(cfn_resources, "AWS/SQS", "ApproximateNumberOfMessagesVisible",
-                    {"Name": "QueueName", "Value": {"Fn::GetAtt": ["TaskDeadLetterQueue", "QueueName"]}})
-    poller = _alarm_on(cfn_resources, "AWS/Lambda", "Errors",
-                       {"Name": "FunctionName", "Value": {"Ref": "PollerFunction"}})
-    dropped = _alarm_on(cfn_resources, "AWS/Lambda", "AsyncEventsDropped",
-                        {"Name": "FunctionName", "Value": {"Ref": "ExecutorFunction"}})
-    assert above_zero(dlq) and above_zero(poller) and above_zero(dropped)
+                    {"QueueName": "${TaskDeadLetterQueue.QueueName}"})
+    poller = _alarm_on(cfn_resources, "AWS/Lambda", "Errors", {"FunctionName": "${PollerFunction}"})
+    dropped = _alarm_on(cfn_resources, "AWS/Lambda", "AsyncEventsDropped", {"FunctionName": "${ExecutorFunction}"})
+    throttled = _alarm_on(cfn_resources, "AWS/Lambda", "Throttles", {"FunctionName": "${ExecutorFunction}"})
+    undecodable = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.UNDECODABLE_ITEMS, SERVICE)
+    for alarm in (missed, dlq, poller, dropped, throttled, undecodable):
+        assert _above_zero(alarm), alarm["AlarmDescription"]
+
+    table = _alarm_on(cfn_resources, "AWS/DynamoDB", "WriteThrottleEvents", {"TableName": "${TasksTable}"})
+    watched = {(m, tuple(sorted(d.items())), stat) for _, m, d, stat in _watched(table)}
+    assert watched == {(m, dims, "Sum") for m in ("ReadThrottleEvents", "WriteThrottleEvents")
+                       for dims in ((("TableName", "${TasksTable}"),),
+                                    (("GlobalSecondaryIndexName", DUE_INDEX), ("TableName", "${TasksTable}")))}
+    shortfall = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.TASKS_UNDISPATCHED, SERVICE)
+    assert {m for _, m, _, _ in _watched(shortfall)} == {metrics.TASKS_UNDISPATCHED, metrics.INVOKE_FAILURES}
+    for alarm in (table, shortfall):
+        assert _above_zero(alarm), alarm["AlarmDescription"]
+        (output,) = [q for q in alarm["Metrics"] if q.get("ReturnData", True)]
+        ids = [q["Id"] for q in alarm["Metrics"] if "MetricStat" in q]
+        # every metric is summed in, each with its gaps read as 0 (these metrics are only sent when not zero)
+        assert sorted(output["Expression"].split(" + ")) == sorted(f"FILL({i}, 0)" for i in ids)
+
+
+def _poller_deadline_margin_ms() -> int:
+    """DEADLINE_MARGIN_MS of src/poller/app.py, read from its source (importing it builds AWS clients)."""
+    tree = ast.parse((ROOT / "src/poller/app.py").read_text(encoding="utf-8"))
+    (value,) = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEADLINE_MARGIN_MS"]]
+    return int(value)
+
+
+def test_the_poll_duration_alarm_follows_the_poller_timeout(cfn_resources: dict[str, Any],
+                                                            dashboard: dict[str, Any]) -> None:
+    # Given the poller's Timeout  Then its Duration alarm goes off at 80% of it, before a tick is cut short by its
+    # own deadline (timeout - DEADLINE_MARGIN_MS); the dashboard marks both the alarm and the timeout
+    timeout_ms = cfn_resources["PollerFunction"]["Properties"]["Timeout"] * 1000
+    alarm = _alarm_on(cfn_resources, "AWS/Lambda", "Duration", {"FunctionName": "${PollerFunction}"})
+    assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
+    assert alarm["Threshold"] == 0.8 * timeout_ms
+    assert alarm["Threshold"] < timeout_ms - _poller_deadline_margin_ms()
+    (widget,) = [w for w in dashboard["widgets"] if w["type"] == "metric"
+                 and any("Duration" in row for row in w["properties"]["metrics"])]
+    assert {a["value"] for a in widget["properties"]["annotations"]["horizontal"]} == {alarm["Threshold"], timeout_ms}
+
+
+def test_the_fast_path_lag_alarm_follows_its_parameter(cfn_resources: dict[str, Any],
+                                                       sam_template: dict[str, Any]) -> None:
+    # Given FastPathIteratorAgeAlarmMs  Then the fast path's IteratorAge alarm uses it, and so does the dashboard
+    alarm = _alarm_on(cfn_resources, "AWS/Lambda", "IteratorAge", {"FunctionName": "${FastPathFunction}"})
+    assert (alarm["Statistic"], alarm["Threshold"]) == ("Maximum", {"Ref": "FastPathIteratorAgeAlarmMs"})
+    assert "FastPathIteratorAgeAlarmMs" in sam_template["Parameters"]
+    assert '"value": ${FastPathIteratorAgeAlarmMs}' in _dashboard_text(cfn_resources)
+    assert '"value": ${DriftP99AlarmMs}' in _dashboard_text(cfn_resources)
+
+
+@pytest.mark.parametrize("parameter", ["DriftP99AlarmMs", "FastPathIteratorAgeAlarmMs"])
+def test_threshold_parameters_reach_the_alarm_descriptions(cfn_resources: dict[str, Any], parameter: str) -> None:
+    # Given a threshold parameter  Then the alarm it sets says the threshold in its description
+    (alarm,) = [a for a in _alarms(cfn_resources).values() if a["Threshold"] == {"Ref": parameter}]
+    assert f"${{{parameter}}}" in sub_text(alarm["AlarmDescription"])

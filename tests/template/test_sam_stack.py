@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +22,11 @@ TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
 EXECUTOR = "ExecutorFunction.Arn"
 TRACES = {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
-# Actions without resource-level permissions: the only ones allowed on "*".
-FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# Actions without resource-level permissions: the only ones allowed on "*" (and only on "*": the Service
+# Authorization Reference lists no resource type for them, so an ARN in Resource would never match).
+FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
+# Which DynamoDB resource type a grant's resource is, as the Service Authorization Reference names them.
+DYNAMODB_RESOURCE_TYPES = {TABLE: "table", DUE_INDEX: "index", "TasksTable.StreamArn": "stream"}
 
 
 def _of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -188,7 +192,7 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
                 assert resource.split(".")[0] in cfn_resources, f"{name}: {action} on {resource}"
 
 
-def test_the_poller_may_read_the_index_claim_tasks_and_invoke_the_executor(cfn_resources: dict[str, Any]) -> None:
+def test_the_poller_may_read_the_index_and_tasks_and_invoke_the_executor(cfn_resources: dict[str, Any]) -> None:
     statements = role_statements(_role_of(cfn_resources, "PollerFunction"))
     assert grants(statements) == {
         ("dynamodb:Query", DUE_INDEX), ("dynamodb:Scan", DUE_INDEX),
@@ -197,15 +201,45 @@ def test_the_poller_may_read_the_index_claim_tasks_and_invoke_the_executor(cfn_r
     } | _logs("PollerLogGroup") | TRACES
 
 
-def test_the_fast_path_may_read_the_stream_claim_tasks_and_invoke_the_executor(cfn_resources: dict[str, Any]) -> None:
+def test_the_fast_path_may_read_its_stream_and_invoke_the_executor(cfn_resources: dict[str, Any]) -> None:
+    # Given the fast path's role  Then it reads this table's stream only (ListStreams, which lists without
+    # reading, on "*": it has no resource-level permission), and has no access to the table itself: it only
+    # hands the records' tasks to executors
     statements = role_statements(_role_of(cfn_resources, "FastPathFunction"))
     stream = "TasksTable.StreamArn"
     assert grants(statements) == {
         ("dynamodb:DescribeStream", stream), ("dynamodb:GetRecords", stream), ("dynamodb:GetShardIterator", stream),
-        ("dynamodb:ListStreams", "${TasksTable.Arn}/stream/*"),
-        ("dynamodb:GetItem", TABLE), ("dynamodb:BatchGetItem", TABLE), ("dynamodb:UpdateItem", TABLE),
+        ("dynamodb:ListStreams", "*"),
         ("lambda:InvokeFunction", EXECUTOR),
     } | _logs("FastPathLogGroup") | TRACES
+
+
+def _authorization_reference() -> dict[str, Any]:
+    """cfn-lint's offline copy of the Service Authorization Reference: per service prefix, each action (lower
+    case) with the resource types it accepts (none: the action has no resource-level permission)."""
+    import cfnlint
+
+    path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_every_grant_is_written_the_way_iam_evaluates_it(cfn_resources: dict[str, Any]) -> None:
+    # Given every Allow of every role, and the Service Authorization Reference  Then each action exists; an
+    # action without resource types is granted on "*" (an ARN would never match it) and is one of
+    # FORCED_WILDCARD_ACTIONS; one with resource types never on "*"; and a DynamoDB grant names a resource of a
+    # type the action accepts (table, index or stream)
+    reference = _authorization_reference()
+    for name, role in _of_type(cfn_resources, "AWS::IAM::Role").items():
+        for action, resource in grants(role_statements(role)):
+            service, _, verb = action.partition(":")
+            assert verb.lower() in reference[service]["Actions"], f"{name}: no such action {action}"
+            types = reference[service]["Actions"][verb.lower()].get("Resources", [])
+            if not types:
+                assert resource == "*" and action in FORCED_WILDCARD_ACTIONS, f"{name}: {action} on {resource}"
+            else:
+                assert resource != "*", f"{name}: {action} on *"
+            if service == "dynamodb" and types:
+                assert DYNAMODB_RESOURCE_TYPES[resource] in types, f"{name}: {action} on {resource}"
 
 
 def test_the_executor_may_arm_record_and_send_to_its_queues(cfn_resources: dict[str, Any]) -> None:
