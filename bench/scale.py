@@ -1,0 +1,710 @@
+"""Scale benchmark: CPU per task of the real poller and executor, the AWS model built from it, and the local
+stack's sustained rate and 20,000-task burst.
+
+    .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--rates 250,500,1000] [--burst 20000] [--json]
+
+1. **CPU per task** at each size (tasks due in one poll window), measured with ``time.process_time()`` of this
+   process only (DynamoDB Local runs in its own JVM; the benchmark's own set-up is outside the measurement):
+   - a poll: ``Poller.poll`` (find_due: index queries, BatchGetItem of status; cut batches; invoke) with an
+     invoker that records the payloads; with HTTP stubbed, also with a real Lambda client (botocore invoke);
+   - an executor: ``Executor.run_batch`` over those batches one after another, as one warm Lambda would
+     (arm + heartbeat + fire a log action + record);
+   on **stubs** (a botocore ``before-send`` hook answers canned responses from an in-memory copy of the items,
+   so only our CPU is measured; the hook's own CPU is measured and taken off) and on **DynamoDB Local**
+   (items written with BatchWriteItem of the items ``Client.to_item`` makes, not through the client: faster).
+2. **The model** at the template's memory sizes (1,769 MB = 1 vCPU): tasks a tick can dispatch before its
+   timeout, executors and write units at 1k/s and 10k/s, and 1M tasks due in one minute (pollers by shard
+   group), from the stubbed figures (AWS's write mode, "single"), the arithmetic printed.
+3. **The local stack** (2 cores): rates tried in order (tasks due per second, each written ``--sustain-lead`` s
+   ahead by a writer that schedules at the same rate while they fire) until one fails: every task fired once
+   with p99 <= 10 ms; then ``--burst`` tasks due at one instant, against the floor burst of this run.
+
+Drift pictures of the local phases go to the run's directory. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import re
+import resource
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
+
+from punctual.actions import FireLog
+from punctual.client import Client
+from punctual.clock import SystemClock, offset_probe
+from punctual.dynamodb import DynamoTaskStore
+from punctual.dynamodb.schema import ensure_table, load_template
+from punctual.events import BatchEvent, BatchTask
+from punctual.executor import Executor
+from punctual.invoker import LambdaInvoker
+from punctual.keys import bucket_start, from_ms, next_tick
+from punctual.model import LogAction, Task
+from punctual.poller import Poller
+from punctual.settings import Settings
+from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
+from punctual_tools.local.dynamodb_local import DynamoDBLocal
+from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.stats import summarize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle  # noqa: E402
+
+ACTION = LogAction(message="scale")
+GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
+VCPU_MB = 1769  # Lambda: 1,769 MB of memory = one vCPU
+P99_TARGET_MS = 10.0
+ITEM_PAGE_BYTES = 1024 * 1024  # DynamoDB's query page
+
+log_lock = threading.Lock()
+
+
+def log(message: str) -> None:
+    with log_lock:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def make_tasks(prefix: str, count: int, first_due_ms: int, span_ms: int) -> list[Task]:
+    return [Task(task_id=f"{prefix}{i:07d}", due_at=from_ms(first_due_ms + span_ms * i // max(count, 1)),
+                 action=ACTION, misfire_grace_ms=GRACE_MS) for i in range(count)]
+
+
+# -- measuring -------------------------------------------------------------------------------------------
+class CpuMeter:
+    """CPU seconds of this process (every thread), wall seconds, and user/system split, over a ``with`` block."""
+
+    def __enter__(self) -> CpuMeter:
+        self._usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.cpu_s = time.process_time() - self._cpu
+        self.wall_s = time.perf_counter() - self._wall
+        self.user_s = usage.ru_utime - self._usage.ru_utime
+        self.sys_s = usage.ru_stime - self._usage.ru_stime
+
+
+_ASSIGNMENT = re.compile(r"([#\w]+) = (:\w+)")
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+class StubDynamoDB:
+    """A botocore ``before-send`` hook that answers DynamoDB calls from an in-memory copy of the items, without
+    HTTP: just enough of Query (keys-only index, 1 MB pages), BatchGetItem (projection), UpdateItem (ARM, RECORD,
+    heartbeat; conditions are not evaluated: every write wins), TransactWriteItems, GetItem and PutItem for the
+    poller and the executor. ``cpu_s`` is the hook's own CPU (request parsing, response building), which the
+    measurement takes off: what is left is botocore's and ours, as against real DynamoDB."""
+
+    def __init__(self, items: dict[str, dict[str, Any]], index: dict[str, list[tuple[int, str]]]) -> None:
+        self.items = items
+        self.index = index
+        self.cpu_s = 0.0
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse:
+        started = time.thread_time()
+        operation = request.headers["X-Amz-Target"]
+        operation = (operation.decode() if isinstance(operation, bytes) else operation).split(".")[-1]
+        body = json.loads(request.body or b"{}")
+        answer = getattr(self, "_" + operation)(body)
+        response = AWSResponse(request.url, 200, {"x-amzn-requestid": "stub"}, _Raw(json.dumps(answer).encode()))
+        with self._lock:
+            self.cpu_s += time.thread_time() - started
+            self.calls[operation] = self.calls.get(operation, 0) + 1
+        return response
+
+    def _GetItem(self, body: dict[str, Any]) -> dict[str, Any]:
+        item = self.items.get(body["Key"]["task_id"]["S"])
+        return {"Item": item} if item is not None else {}
+
+    def _PutItem(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.items[body["Item"]["task_id"]["S"]] = body["Item"]
+        return {}
+
+    def _apply(self, update: dict[str, Any]) -> dict[str, Any]:
+        """The plain ``name = :value`` assignments of the update's SET clause (status, owner, outcome...)."""
+        key = update["Key"]["task_id"]["S"]
+        values = update.get("ExpressionAttributeValues", {})
+        names = update.get("ExpressionAttributeNames", {})
+        item = self.items.setdefault(key, {"task_id": {"S": key}})
+        for name, value in _ASSIGNMENT.findall(update.get("UpdateExpression", "")):
+            if value in values:
+                item[names.get(name, name)] = values[value]
+        return item
+
+    def _UpdateItem(self, body: dict[str, Any]) -> dict[str, Any]:
+        item = self._apply(body)
+        return {"Attributes": item} if body.get("ReturnValues") == "ALL_NEW" else {}
+
+    def _TransactWriteItems(self, body: dict[str, Any]) -> dict[str, Any]:
+        for entry in body["TransactItems"]:
+            if "Update" in entry:
+                self._apply(entry["Update"])
+        return {}
+
+    def _BatchGetItem(self, body: dict[str, Any]) -> dict[str, Any]:
+        responses: dict[str, list[dict[str, Any]]] = {}
+        for table, request in body["RequestItems"].items():
+            names = request.get("ExpressionAttributeNames", {})
+            projection = [names.get(p.strip(), p.strip()) for p in request["ProjectionExpression"].split(",")] \
+                if "ProjectionExpression" in request else None
+            found = []
+            for key in request["Keys"]:
+                item = self.items.get(key["task_id"]["S"])
+                if item is not None:
+                    found.append(item if projection is None else {k: item[k] for k in projection if k in item})
+            responses[table] = found
+        return {"Responses": responses, "UnprocessedKeys": {}}
+
+    def _Query(self, body: dict[str, Any]) -> dict[str, Any]:
+        values = body["ExpressionAttributeValues"]
+        pk, until = values[":pk"]["S"], int(values[":until"]["N"])
+        entries = self.index.get(pk, [])
+        start = 0
+        if "ExclusiveStartKey" in body:
+            last = (int(body["ExclusiveStartKey"]["due_ms"]["N"]), body["ExclusiveStartKey"]["task_id"]["S"])
+            start = next((i + 1 for i, e in enumerate(entries) if e == last), len(entries))
+        page, size = [], 0
+        for due, task_id in entries[start:]:
+            if due > until or size >= ITEM_PAGE_BYTES:
+                break
+            page.append({"task_id": {"S": task_id}, "due_ms": {"N": str(due)}})
+            size += len(task_id) + len(pk) + 40  # keys-only: task id, index key, due time, names
+        answer: dict[str, Any] = {"Items": page, "Count": len(page), "ScannedCount": len(page)}
+        if page and start + len(page) < len(entries) and size >= ITEM_PAGE_BYTES:
+            last_due, last_id = entries[start + len(page) - 1]
+            answer["LastEvaluatedKey"] = {"task_id": {"S": last_id}, "due_bucket": {"S": pk},
+                                          "due_ms": {"N": str(last_due)}}
+        return answer
+
+    def _Scan(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"Items": [], "Count": 0, "ScannedCount": 0}
+
+
+class StubLambda:
+    """``before-send`` for Lambda: every async invoke is accepted (202)."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.invokes = 0
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse:
+        started = time.thread_time()
+        response = AWSResponse(request.url, 202, {"x-amzn-requestid": "stub"}, _Raw(b""))
+        self.cpu_s += time.thread_time() - started
+        self.invokes += 1
+        return response
+
+
+class RecordingInvoker:
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            self.payloads.append(payload)
+
+
+def _client(service: str, endpoint: str | None, threads: int = 32) -> Any:
+    return boto3.client(service, region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="local",
+                        aws_secret_access_key="local",
+                        config=Config(max_pool_connections=threads, retries={"mode": "standard"}))
+
+
+# -- 1. CPU per task -------------------------------------------------------------------------------------
+def cpu_run(backend: str, count: int, settings: Settings, work: Path, endpoint: str | None,
+            limits: dict[str, int]) -> dict[str, Any]:
+    """One size on one backend: write ``count`` tasks due in one window, measure a poll, then the executors.
+
+    Everything is warmed first, as in a warm Lambda (botocore loads an operation's model on its first call, thread
+    pools start on first use): each executor runs one small batch of its own, and one poll runs unmeasured (a
+    poll writes nothing per task, so the measured poll finds the same tasks again)."""
+    prefix = f"cpu-{uuid.uuid4().hex[:6]}-"
+    table = f"scale-{backend}-{count}-{uuid.uuid4().hex[:4]}"
+    settings = settings.model_copy(update={"table_name": table})
+    client = _client("dynamodb", endpoint or "http://stub.invalid")
+    now = int(time.time() * 1000)
+    span_ms = min(20_000, max(2_000, count // 5))
+    first_due = now + 5_000 + (count // 1000) * 40  # writing takes time: the first due stays ahead of the poll
+    tasks = make_tasks(prefix, count, first_due, span_ms)
+    warm = {mode: make_tasks(f"warm-{mode}-{prefix}", 50, now - 1_000, 0) for mode in limits}
+    writer = Client(settings, dynamodb=client)
+    items = [writer.to_item(task, now) for task in tasks]
+    warm_items = [writer.to_item(task, now) for group in warm.values() for task in group]
+    stub: StubDynamoDB | None = None
+    setup = time.perf_counter()
+    if backend == "stub":
+        index: dict[str, list[tuple[int, str]]] = {}
+        for item in [*items, *warm_items]:
+            index.setdefault(item["due_bucket"]["S"], []).append((int(item["due_ms"]["N"]), item["task_id"]["S"]))
+        for entries in index.values():
+            entries.sort()
+        stub = StubDynamoDB({i["task_id"]["S"]: dict(i) for i in [*items, *warm_items]}, index)
+        client.meta.events.register("before-send.dynamodb", stub)
+    else:
+        ensure_table(client, table)
+        batch_write(client, table, [*items, *warm_items])
+    write_s = time.perf_counter() - setup
+    store = DynamoTaskStore.from_settings(client, settings)
+    store.advance_watermark(bucket_start(now - settings.overdue_safety_ms))  # the steady state: not a first poll
+    result: dict[str, Any] = {"backend": backend, "tasks": count, "setup_s": round(write_s, 1)}
+
+    executors = {}
+    FireLog.configure(str(work / "cpu-warm-up.jsonl"))
+    for mode, group in warm.items():
+        mode_store = DynamoTaskStore.from_settings(client, settings.model_copy(update={"write_batch": mode}))
+        executors[mode] = Executor(mode_store, settings, SystemClock(), offset_probe(None, 0.1))
+        executors[mode].run_batch(BatchEvent(batch_id=uuid.uuid4().hex, claimed_by="warm-up", tasks=[
+            BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=GRACE_MS) for t in group]))
+    FireLog.configure(None)
+
+    invoker = RecordingInvoker()
+    poller = Poller(store, invoker, settings)
+    with CpuMeter() as meter:
+        poller.poll(int(time.time() * 1000))
+    result["poll_first"] = _figures(meter, 0.0, count)
+    invoker.payloads.clear()
+    stub_before = stub.cpu_s if stub else 0.0
+    with CpuMeter() as meter:
+        report = poller.poll(int(time.time() * 1000))
+    hook = (stub.cpu_s - stub_before) if stub else 0.0
+    result["poll"] = _figures(meter, hook, report.dispatched, extra={"batches": report.batches,
+                                                                        "queries": report.queries})
+    if report.dispatched != count:
+        log(f"  poll dispatched {report.dispatched} of {count}")
+    log(f"{backend} {count}: poll {result['poll']['cpu_us_per_task']:.1f} us/task "
+        f"({meter.cpu_s:.2f} s CPU, {meter.wall_s:.2f} s wall, {report.batches} batches; first poll of the "
+        f"process {result['poll_first']['cpu_us_per_task']:.1f})")
+    if stub is not None:  # the same poll, invoking through botocore's Lambda client (HTTP stubbed)
+        lam = _client("lambda", "http://stub.invalid")
+        lam_stub = StubLambda()
+        lam.meta.events.register("before-send.lambda", lam_stub)
+        lam_poller = Poller(store, LambdaInvoker(lam, "punctual-executor"), settings)
+        lam_poller.dispatch([])
+        LambdaInvoker(lam, "warm-up").invoke_async({})  # the invoke operation's model, loaded once
+        stub_before, lam_before = stub.cpu_s, lam_stub.cpu_s
+        with CpuMeter() as meter:
+            lam_report = lam_poller.poll(int(time.time() * 1000))
+        hook = stub.cpu_s - stub_before + lam_stub.cpu_s - lam_before
+        result["poll_lambda_invoke"] = _figures(meter, hook, lam_report.dispatched)
+        log(f"{backend} {count}: poll with Lambda invoke {result['poll_lambda_invoke']['cpu_us_per_task']:.1f} "
+            f"us/task")
+
+    events = [BatchEvent.model_validate(p) for p in invoker.payloads]
+    modes = list(limits)
+    for mode in modes:
+        if count > limits[mode]:
+            result[f"executor_{mode}"] = {"skipped": f"over --{mode}-limit {limits[mode]}"}
+            continue
+        result[f"executor_{mode}"] = run_executors(backend, mode, executors[mode], events, stub, work, prefix)
+        if mode != modes[-1]:  # the next mode arms the same tasks again: put them back
+            reset_tasks(backend, client, table, items, stub)
+    return result
+
+
+def reset_tasks(backend: str, client: Any, table: str, items: list[dict[str, Any]], stub: StubDynamoDB | None) -> None:
+    if stub is not None:
+        stub.items.update({i["task_id"]["S"]: dict(i) for i in items})
+    else:
+        batch_write(client, table, items)
+
+
+def run_executors(backend: str, mode: str, executor: Executor, events: list[BatchEvent],
+                  stub: StubDynamoDB | None, work: Path, prefix: str) -> dict[str, Any]:
+    """The batches one after another through one Executor (a warm Lambda) whose store writes in ``mode``."""
+    fire_log = work / f"cpu-{prefix}{mode}.jsonl"
+    FireLog.configure(str(fire_log))
+    tasks = sum(len(e.tasks) for e in events)
+    stub_before = stub.cpu_s if stub else 0.0
+    armed = fired = 0
+    with CpuMeter() as meter:
+        for event in events:
+            report = executor.run_batch(event)
+            armed += report.armed
+            fired += report.fired
+    hook = (stub.cpu_s - stub_before) if stub else 0.0
+    FireLog.configure(None)
+    logged = series_of("x", read_fire_log(fire_log, prefix))
+    figures = _figures(meter, hook, tasks, extra={"armed": armed, "fired": fired, "logged": len(logged.fires),
+                                                  "duplicates": logged.duplicates, "batches": len(events)})
+    log(f"{backend} {tasks}: executor ({mode}) {figures['cpu_us_per_task']:.1f} us/task "
+        f"({meter.cpu_s:.2f} s CPU, {meter.wall_s:.1f} s wall; armed {armed}, fired {fired})")
+    return figures
+
+
+def _figures(meter: CpuMeter, hook_s: float, tasks: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    cpu = max(meter.cpu_s - hook_s, 0.0)
+    return {"tasks": tasks, "cpu_s": round(cpu, 3), "stub_cpu_s": round(hook_s, 3), "wall_s": round(meter.wall_s, 2),
+            "user_s": round(meter.user_s, 3), "sys_s": round(meter.sys_s, 3),
+            "cpu_us_per_task": round(cpu / tasks * 1e6, 1) if tasks else None, **(extra or {})}
+
+
+def batch_write(client: Any, table: str, items: list[dict[str, Any]], threads: int = 4) -> None:
+    """Items written with BatchWriteItem, 25 a request (unprocessed ones retried): set-up, not measured."""
+
+    def write(chunk: list[dict[str, Any]]) -> None:
+        requests = [{"PutRequest": {"Item": item}} for item in chunk]
+        for _ in range(20):
+            left = client.batch_write_item(RequestItems={table: requests}).get("UnprocessedItems", {}).get(table)
+            if not left:
+                return
+            requests = left
+            time.sleep(0.05)
+        raise RuntimeError("BatchWriteItem left items unprocessed")
+
+    chunks = [items[i : i + 25] for i in range(0, len(items), 25)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(write, chunks))
+
+
+# -- 2. the model ----------------------------------------------------------------------------------------
+def memory_sizes(template: dict[str, Any]) -> dict[str, int]:
+    """MemorySize of each function in template.yaml (a parameter's default where it is a !Ref)."""
+    sizes = {}
+    for name, resource_ in template["Resources"].items():
+        if resource_.get("Type") != "AWS::Serverless::Function":
+            continue
+        size = resource_["Properties"].get("MemorySize", 128)
+        if isinstance(size, dict):
+            size = template["Parameters"][next(iter(size.values()))]["Default"]
+        sizes[name] = int(size)
+    return sizes
+
+
+def timeout_of(template: dict[str, Any], function: str) -> int:
+    return int(template["Resources"][function]["Properties"]["Timeout"])
+
+
+def build_model(poll_us: float, executor_us: float, template: dict[str, Any], settings: Settings,
+                item_bytes: int) -> tuple[list[str], dict[str, Any]]:
+    """The figures a deployment needs, from measured CPU per task (µs). Returns the printed lines and the dict."""
+    sizes = memory_sizes(template)
+    poller_mb, executor_mb = sizes["PollerFunction"], sizes["ExecutorFunction"]
+    poller_vcpu, executor_vcpu = poller_mb / VCPU_MB, executor_mb / VCPU_MB
+    timeout = timeout_of(template, "PollerFunction")
+    batch, lead_s = settings.max_batch_size, settings.lead_ms / 1000
+    lines = [f"memory (template.yaml): poller {poller_mb} MB = {poller_vcpu:.3f} vCPU, executor {executor_mb} MB = "
+             f"{executor_vcpu:.3f} vCPU (1,769 MB = 1 vCPU); poller timeout {timeout} s; batch {batch}, lead "
+             f"{lead_s:g} s",
+             f"measured (HTTP stubbed, AWS's write mode 'single'): poll {poll_us:.1f} us/task, executor "
+             f"{executor_us:.1f} us/task (arm + heartbeat + fire + record)"]
+    model: dict[str, Any] = {"poller_mb": poller_mb, "executor_mb": executor_mb, "poll_us": poll_us,
+                             "executor_us": executor_us}
+    usable = timeout - 5  # a tick stops dispatching before its deadline
+    per_tick = usable * poller_vcpu / (poll_us * 1e-6)
+    per_tick_1vcpu = usable / (poll_us * 1e-6)
+    lines.append(f"tasks one tick dispatches: ({timeout} - 5) s x {poller_vcpu:.3f} vCPU / {poll_us:.1f} us = "
+                 f"{per_tick:,.0f} (at 1,769 MB: {per_tick_1vcpu:,.0f}), CPU-bound (reads in parallel, 8 threads)")
+    model["tasks_per_tick"] = round(per_tick)
+    model["tasks_per_tick_1vcpu"] = round(per_tick_1vcpu)
+    wcu_item = max(1, math.ceil(item_bytes / 1024))
+    model["rates"] = {}
+    for rate in (1_000, 10_000):
+        in_flight = math.ceil(rate * lead_s / batch)
+        cpu_vcpu = rate * executor_us * 1e-6
+        by_cpu = math.ceil(cpu_vcpu / executor_vcpu)
+        executors = max(in_flight, by_cpu)
+        base_wcu = rate * 3 * wcu_item
+        index_wcu = rate * 2
+        beats = executors / (settings.heartbeat_interval_ms / 1000)
+        shards = 2 ** math.ceil(math.log2(max(1, math.ceil(rate * 2 / 1000))))
+        poll_share = rate * 60 * poll_us * 1e-6 / (usable * poller_vcpu)
+        lines.append(
+            f"{rate:,}/s: executors = max(in flight {rate:,} x {lead_s:g} s / {batch} = {in_flight}, CPU {rate:,} x "
+            f"{executor_us:.0f} us = {cpu_vcpu:.2f} vCPU / {executor_vcpu:.3f} = {by_cpu}) = {executors} concurrent; "
+            f"write units/s = {rate:,} x 3 writes (create, arm, record) x {wcu_item} WCU = {base_wcu:,} + index "
+            f"{index_wcu:,} (insert, delete) + heartbeats {beats:,.0f} = {base_wcu + index_wcu + beats:,.0f}; "
+            f"reads: poll 0.5 RCU x {rate:,} = {rate // 2:,}/s; due-index shards >= {rate:,} x 2 / 1,000 -> {shards}; "
+            f"one poller needs {poll_share:.0%} of its tick: pollers (shard groups) >= {math.ceil(poll_share)}")
+        model["rates"][str(rate)] = {"executors": executors, "executors_in_flight": in_flight,
+                                     "executors_by_cpu": by_cpu, "wcu_per_s": round(base_wcu + index_wcu + beats),
+                                     "rcu_per_s": rate // 2,
+                                     "shards": shards, "poll_tick_share": round(poll_share, 3),
+                                     "pollers": math.ceil(poll_share)}
+    million = 1_000_000
+    window = settings.lead_ms / 1000 - settings.poll_interval_ms / 1000  # the worst phase of a tick before a due
+    arm_margin = 5.0  # the last executor invoked still arms its batch before its first task is due
+    budget = min(window, usable) - arm_margin
+    cpu_total = million * poll_us * 1e-6
+    pollers = math.ceil(cpu_total / (budget * poller_vcpu))
+    pollers_1vcpu = math.ceil(cpu_total / budget)
+    shards = 2 ** math.ceil(math.log2(max(pollers, math.ceil(million / 60 * 2 / 1000))))
+    lines.append(
+        f"1M due in one minute: the tick that first sees them runs at worst {window:g} s (lead {lead_s:g} s - "
+        f"interval {settings.poll_interval_ms / 1000:g} s) before the first is due; less {arm_margin:g} s for the "
+        f"last batch to arm: {budget:g} s. Poll CPU {million:,} x {poll_us:.1f} us = {cpu_total:.1f} s -> pollers >= "
+        f"{cpu_total:.1f} / ({budget:g} x {poller_vcpu:.3f}) = {pollers} at {poller_mb} MB ({pollers_1vcpu} at "
+        f"1,769 MB), each polling its own group of {shards} / {pollers} shards (shards >= 16,667/s x 2 / 1,000 "
+        f"-> {shards}); executors {million // batch:,} concurrent (raise Lambda concurrency from 1,000), "
+        f"{million * 3 * wcu_item / 60:,.0f} WCU/s averaged over the minute (arms within {budget:g} s: "
+        f"{million * wcu_item / budget:,.0f}/s; on-demand tables need a warm-up or provisioned capacity)")
+    model["million_in_a_minute"] = {"budget_s": budget, "poll_cpu_s": round(cpu_total, 1), "pollers": pollers,
+                                    "pollers_1vcpu": pollers_1vcpu, "shards": shards, "executors": million // batch,
+                                    "feasible": pollers <= shards}
+    return lines, model
+
+
+# -- 3. the local stack ----------------------------------------------------------------------------------
+def write_paced(stack: LocalStack, tasks: list[Task], write_at: list[float], writer: str) -> dict[str, Any]:
+    """Write each task at (about) its ``write_at`` instant, in chunks of 100 ms; returns errors and lag."""
+    assert stack.settings is not None
+    client = Client(stack.settings)
+    raw = _client("dynamodb", stack.settings.endpoint_url)
+    errors: list[str] = []
+    lag = 0.0
+    chunks: dict[int, list[Task]] = {}
+    origin = write_at[0] if write_at else time.time()
+    for task, at in zip(tasks, write_at, strict=True):
+        chunks.setdefault(int((at - origin) * 10), []).append(task)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for slot in sorted(chunks):
+            delay = origin + slot / 10 - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            lag = max(lag, -delay)
+            chunk = chunks[slot]
+            try:
+                if writer == "schedule_many":
+                    results = client.schedule_many(
+                        [{"task_id": t.task_id, "due_at": t.due_at, "action": ACTION} for t in chunk], threads=8)
+                    errors.extend(r.error or "" for r in results if not r.ok)
+                else:
+                    now = int(time.time() * 1000)
+                    items = [client.to_item(t, now) for t in chunk]
+                    list(pool.map(lambda part: batch_write(raw, stack.settings.table_name, part, threads=1),
+                                  [items[i : i + 100] for i in range(0, len(items), 100)]))
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                errors.append(repr(exc))
+    return {"write_errors": len(errors), "max_write_lag_s": round(lag, 2)}
+
+
+def sustained(stack: LocalStack, rate: int, seconds: float, lead_s: float, writer: str) -> dict[str, Any]:
+    prefix = f"rate{rate}-{uuid.uuid4().hex[:6]}-"
+    total = int(rate * seconds)
+    start = time.time() + 1.0
+    write_at = [start + i / rate for i in range(total)]
+    tasks = [Task(task_id=f"{prefix}{i:07d}", due_at=from_ms(int((at + lead_s) * 1000)), action=ACTION)
+             for i, at in enumerate(write_at)]
+    log(f"sustained {rate}/s: writing {total} tasks over {seconds:g} s ({writer}), each due {lead_s:g} s later")
+    written = write_paced(stack, tasks, write_at, writer)
+    last_due = (write_at[-1] + lead_s) * 1000
+    fires = wait_for_fires(stack.fire_log, prefix, [t.task_id for t in tasks], last_due + 30_000)
+    drifts, fired, dup = drift_of(fires)
+    p99 = summarize(drifts)["p99"]
+    ok = fired == total and dup == 0 and written["write_errors"] == 0 and p99 is not None and p99 <= P99_TARGET_MS
+    return {"rate": rate, "scheduled": total, "fired": fired, "duplicates": dup, **written, **summarize(drifts),
+            "ok": ok, "fires": fires}
+
+
+def burst(stack: LocalStack, count: int, writer: str) -> dict[str, Any]:
+    assert stack.settings is not None
+    prefix = f"burst-{uuid.uuid4().hex[:6]}-"
+    write_s = count / 2_000 + 5  # BatchWriteItem on DynamoDB Local: a few thousand items a second
+    due = next_tick(int((time.time() + write_s) * 1000), stack.settings.poll_interval_ms) + \
+        stack.settings.lead_ms - stack.settings.poll_interval_ms + 2_000
+    tasks = [Task(task_id=f"{prefix}{i:06d}", due_at=from_ms(due), action=ACTION) for i in range(count)]
+    log(f"burst: writing {count} tasks due at one instant, {(due / 1000 - time.time()):.0f} s ahead ({writer})")
+    now = time.time()
+    written = write_paced(stack, tasks, [now] * count, writer)
+    log(f"burst: written in {time.time() - now:.1f} s; the instant is {(due / 1000 - time.time()):.0f} s ahead")
+    fires = wait_for_fires(stack.fire_log, prefix, [t.task_id for t in tasks], due + 90_000)
+    drifts, fired, dup = drift_of(fires)
+    return {"scheduled": count, "fired": fired, "duplicates": dup, **written, **summarize(drifts), "fires": fires}
+
+
+# -- main ------------------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000", help="tasks in one window, comma-separated")
+    parser.add_argument("--backends", default="stub,dynamodb-local")
+    parser.add_argument("--single-limit", type=int, default=10_000,
+                        help="run the executors writing single UpdateItems (AWS's mode) up to this many tasks: an "
+                             "executor works per batch, so its cost per task does not grow with the window")
+    parser.add_argument("--transaction-limit", type=int, default=100_000,
+                        help="the same for executors writing transactions (the local runtime's mode)")
+    parser.add_argument("--rates", default="250,500,1000", help="sustained rates to try, in order (tasks/s)")
+    parser.add_argument("--rate-seconds", type=float, default=25)
+    parser.add_argument("--sustain-lead", type=float, default=30, help="seconds between writing and due")
+    parser.add_argument("--burst", type=int, default=20_000)
+    parser.add_argument("--writer", choices=("batch_write", "schedule_many"), default="batch_write",
+                        help="how the local phases write tasks: BatchWriteItem of Client.to_item items (the "
+                             "documented item, 25 a request) or Client.schedule_many (a conditional put each)")
+    parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--no-cpu", dest="cpu", action="store_false")
+    parser.add_argument("--no-local", dest="local", action="store_false")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--json", action="store_true", help="(the last line is always one JSON object)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
+    work = args.out or Path(tempfile.mkdtemp(prefix="punctual-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    settings = Settings(ntp_server=None, write_batch="single")
+    template = load_template()
+    out: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} cores)", "run_dir": str(work),
+                           "load_avg_before": load_before, "cpu": []}
+    started = time.perf_counter()
+
+    # 1. CPU per task
+    if args.cpu:
+        for backend in args.backends.split(","):
+            ddb = None
+            endpoint = None
+            if backend == "dynamodb-local":
+                ddb = DynamoDBLocal(in_memory=True, port=0, log_path=work / "dynamodb-local.log")
+                endpoint = ddb.start()
+            try:
+                for count in sizes:
+                    t0 = time.perf_counter()
+                    limits = {"single": args.single_limit, "transaction": args.transaction_limit}
+                    out["cpu"].append(cpu_run(backend, count, settings, work, endpoint, limits))
+                    out["cpu"][-1]["elapsed_s"] = round(time.perf_counter() - t0, 1)
+                    log(f"{backend} {count}: {out['cpu'][-1]['elapsed_s']:.0f} s in all")
+            finally:
+                if ddb is not None:
+                    ddb.stop()
+        print_cpu(out["cpu"])
+
+        # 2. the model, from the largest stubbed size
+        stubbed = [r for r in out["cpu"] if r["backend"] == "stub"]
+        if stubbed:
+            largest = max(stubbed, key=lambda r: r["tasks"])
+            poll_us = largest["poll"]["cpu_us_per_task"]
+            ran = [r for r in stubbed if "cpu_us_per_task" in r.get("executor_single", {})]
+            executor_us = max(ran, key=lambda r: r["tasks"])["executor_single"]["cpu_us_per_task"] if ran else 0.0
+            item = Client(settings).to_item(make_tasks("x-", 1, int(time.time() * 1000), 0)[0])
+            item_bytes = sum(len(k) + len(json.dumps(v)) for k, v in item.items())
+            lines, out["model"] = build_model(poll_us, executor_us, template, settings, item_bytes)
+            print("\nModel (AWS, from the stubbed figures; arithmetic shown):")
+            for line in lines:
+                print("  " + line)
+        out["poll_cpu_us_per_task"] = (out.get("model") or {}).get("poll_us")
+
+    # 3. the local stack
+    if args.local:
+        out.update(run_local(args, work))
+    out["elapsed_s"] = round(time.perf_counter() - started, 1)
+    out["load_avg_after"] = os.getloadavg()
+    print(f"\nscale benchmark: {out['elapsed_s']:.0f} s in all; load average before {load_before[0]:.2f}, after "
+          f"{out['load_avg_after'][0]:.2f}")
+    print(json.dumps(out))
+    return 0
+
+
+def print_cpu(rows: list[dict[str, Any]]) -> None:
+    print("\nCPU per task (this process only; us/task, stub hooks' own CPU taken off; wall s in brackets)")
+    print(f"{'backend':<16}{'tasks':>8}{'poll':>16}{'poll+Lambda':>16}{'exec single':>18}{'exec transact':>18}")
+
+    def cell(figures: dict[str, Any] | None) -> str:
+        if not figures:
+            return "-"
+        if "skipped" in figures:
+            return "skipped"
+        return f"{figures['cpu_us_per_task']:.1f} [{figures['wall_s']:.0f}]"
+
+    for r in rows:
+        print(f"{r['backend']:<16}{r['tasks']:>8}{cell(r.get('poll')):>16}{cell(r.get('poll_lambda_invoke')):>16}"
+              f"{cell(r.get('executor_single')):>18}{cell(r.get('executor_transaction')):>18}")
+
+
+def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The sustained-rate search and the burst on the local stack, with their floors measured first."""
+    rates = [int(r) for r in args.rates.split(",") if r]
+    log(f"floor/steady: {max(rates)}/s for 10 s; floor/burst: {args.burst} at one instant (no database)")
+    f_steady = floor_steady(max(rates), 10, work / "floor.jsonl")
+    time.sleep(args.settle)
+    f_burst = floor_burst(args.burst, work / "floor.jsonl")
+    # No task of these phases is due within a poll interval of its writing: the stream fast path is off (locally
+    # its reader would parse every write's stream record in this process). A short lead and big batches keep
+    # the number of executor processes in flight small: rate x lead / batch.
+    overrides = {"ntp_server": None, "lead_ms": 20_000, "max_batch_size": 2_000}
+    config = StackConfig(home=work / "stack", port=0, poll_interval_s=5, prewarm=16, max_concurrency=48,
+                         fast_path=False, settings_overrides=overrides)
+    phases: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
+                              "local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer}}
+    with LocalStack(config, on_batch=lambda r: None) as stack:
+        best = 0
+        for rate in rates:
+            wait = wait_until_idle(stack, args.settle)
+            phase = {**sustained(stack, rate, args.rate_seconds, args.sustain_lead, args.writer), **wait}
+            phases.append(phase)
+            log(f"sustained {rate}/s: fired {phase['fired']} of {phase['scheduled']}, dup {phase['duplicates']}, "
+                f"p99 {phase['p99']} ms, write lag {phase['max_write_lag_s']} s -> {'OK' if phase['ok'] else 'FAILED'}")
+            if not phase["ok"]:
+                break
+            best = rate
+        wait = wait_until_idle(stack, args.settle)
+        burst_phase = {**burst(stack, args.burst, args.writer), **wait}
+        result["invoker"] = dict(stack.invoker.stats) if stack.invoker else {}
+    floor_p99 = summarize(f_burst)["p99"]
+    burst_p99 = burst_phase["p99"]
+    ratio = burst_p99 / floor_p99 if burst_p99 is not None and floor_p99 else None
+    print("\nLocal stack (2 cores; poll every 5 s, lead 20 s, batches of 2,000, fast path off; writer "
+          f"{args.writer})")
+    print(f"{'phase':<18}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>10}")
+    for name, s in (("floor/steady", summarize(f_steady)), ("floor/burst", summarize(f_burst))):
+        print(f"{name:<18}{s['count']:>8}{_ms(s['p50'])}{_ms(s['p90'])}{_ms(s['p99'])}{_ms(s['max'], 10)}")
+    for p in [*phases, {**burst_phase, "rate": None}]:
+        name = f"sustained {p['rate']}/s" if p["rate"] else f"burst {args.burst}"
+        print(f"{name:<18}{p['count']:>8}{_ms(p['p50'])}{_ms(p['p90'])}{_ms(p['p99'])}{_ms(p['max'], 10)}  "
+              f"scheduled {p['scheduled']}, fired {p['fired']}, dup {p['duplicates']}, write errors "
+              f"{p['write_errors']}, write lag {p['max_write_lag_s']} s, idle wait {p['idle_wait_s']} s")
+    print(f"highest sustained rate with every task fired once and p99 <= {P99_TARGET_MS:g} ms: {best}/s")
+    print(f"burst {args.burst}: p99 {_ms(burst_p99).strip()} ms = "
+          f"{'-' if ratio is None else f'{ratio:.2f}x'} floor/burst ({_ms(floor_p99).strip()} ms)")
+    pictures = []
+    try:
+        series = [series_of(f"sustained {p['rate']}-s", p["fires"]) for p in phases]
+        series.append(series_of(f"burst {args.burst}", burst_phase["fires"]))
+        series.insert(0, series_of("floor-burst", read_fire_log(work / "floor.jsonl", "floor-burst-")))
+        pictures = [str(path) for s in series for path in save_pictures(s, work / "pictures")]
+        pictures.append(str(save_cdf(series, work / "pictures" / "all-phases-cdf.png", title="scale: drift CDF")))
+        print("drift pictures:\n" + "\n".join(f"  {p}" for p in pictures))
+    except PlotsUnavailableError as exc:
+        log(f"no drift pictures: {exc}")
+    strip = ("fires",)
+    result.update({
+        "sustained_rate_per_s": best,
+        "sustained": [{k: v for k, v in p.items() if k not in strip} for p in phases],
+        "burst": {**{k: v for k, v in burst_phase.items() if k not in strip}, "p99_ms": burst_p99,
+                  "floor_p99_ms": floor_p99, "vs_floor": ratio},
+        "pictures": pictures,
+    })
+    return result
+
+
+def _ms(value: float | None, width: int = 9) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
