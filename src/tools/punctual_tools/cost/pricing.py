@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from punctual import metrics as metric_names
+import punctual.metrics as metric_names
 from punctual.dynamodb.schema import load_template
 
 from .scenario import Counts, Scenario

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from punctual import metrics as metric_names
+import punctual.metrics as metric_names
 from punctual.dynamodb.schema import find_template, load_template
 from punctual.keys import from_ms
 from punctual_tools.doubles import (
