@@ -326,12 +326,22 @@ def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: Tas
         (TaskStatus.CLAIMED, 1)}
 
 
-@pytest.mark.xfail(strict=True, reason="a lost cancel response: the retry raises TaskStateError (CANCELLED)")
 def test_a_retried_cancel_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
-    """Not so today: ``_already_applied`` lets a second CANCEL report what it finds, so a client whose cancel went
-    through but whose response was lost is told the task cannot be cancelled because it is CANCELLED."""
+    """A client whose cancel went through but whose response was lost hears that it cancelled the task (the
+    retry finds CANCELLED at the cancel's own instant), not that the task cannot be cancelled."""
     # Given a PENDING task, and the response to its cancel lost, the write applied
     task = tasks.create(NOW + 10_000)
     # When botocore sends the cancel again / Then the client hears that it cancelled the task
-    with responses_lost(backend.client, "UpdateItem"):
+    with responses_lost(backend.client, "UpdateItem") as dropped:
         assert backend.store.cancel(task.task_id, NOW).status is TaskStatus.CANCELLED
+    assert dropped == [1]
+
+
+def test_a_retried_reschedule_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a PENDING task, and the response to its reschedule lost, the write applied
+    task = tasks.create(NOW + 10_000)
+    # When botocore sends the reschedule again / Then the client gets the moved task, not a refusal
+    with responses_lost(backend.client, "UpdateItem") as dropped:
+        moved = backend.store.reschedule(task.task_id, NOW + 20_000, NOW)
+    assert dropped == [1]
+    assert (moved.status, moved.due_ms) == (TaskStatus.PENDING, NOW + 20_000)
