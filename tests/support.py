@@ -8,41 +8,40 @@ module imports them with ``from support import ...``; fixtures stay in the conft
   subprocess);
 * tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`repo_for`, :func:`read_task`,
   :func:`candidate_of`, :func:`run_until_done`;
-* stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`;
+* stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
+  :func:`serving`, :class:`StubTarget` and :class:`RecordingInvoker` come from :mod:`punctual_tools.doubles`,
+  which the cost model uses too;
 * Hypothesis strategies the fuzz tests share, and :func:`reorder_keys`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.server
 import signal
 import string
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
-from email.message import Message
-from socketserver import BaseServer
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
 from punctual.clock import SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent, BatchReport
+from punctual.events import BatchReport
 from punctual.executor import Executor
 from punctual.keys import from_ms
 from punctual.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
+from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.dynamodb_local import make_client
 
 T = TypeVar("T")
 R = TypeVar("R", bound=DynamoTaskStore)
-S = TypeVar("S", bound=BaseServer)
 
 # The functional tier's "now" for tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
 FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
@@ -62,27 +61,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return condition()
-
-
-class FakeClock:
-    """A clock that only moves when told to; ``sleep`` advances it instead of waiting."""
-
-    def __init__(self, wall_ms: float = 1_700_000_000_000.0, monotonic: float = 1_000.0) -> None:
-        self._wall_ms = wall_ms
-        self._monotonic = monotonic
-
-    def wall_ms(self) -> float:
-        return self._wall_ms
-
-    def monotonic(self) -> float:
-        return self._monotonic
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(max(seconds, 0.0))
-
-    def advance(self, seconds: float) -> None:
-        self._wall_ms += seconds * 1000.0
-        self._monotonic += seconds
 
 
 # -- threads and processes -----------------------------------------------------------------------------------
@@ -118,48 +96,6 @@ def run_threads(targets: list[Callable[[], T]], timeout: float = 60) -> list[T]:
     if errors:
         raise errors[0]
     return results
-
-
-@contextlib.contextmanager
-def serving(server: S) -> Iterator[S]:
-    """Serve ``server`` (an ``http.server`` one, bound already) on a daemon thread; shut it down afterwards."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-class StubTarget(http.server.ThreadingHTTPServer):
-    """An HTTP target on a free loopback port (serve it with :func:`serving`): every POST gets the status that
-    :meth:`answer` gives, and an empty body. This one always answers 500; subclasses answer otherwise, and
-    keep what they need of each request (under ``lock``: requests arrive on threads of their own)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _StubHandler)
-
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
-
-    def answer(self, path: str, headers: Message, body: bytes) -> int:
-        return 500
-
-
-class _StubHandler(http.server.BaseHTTPRequestHandler):
-    server: StubTarget
-
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(self.server.answer(self.path, self.headers, body))
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        pass
 
 
 def interrupt(process: subprocess.Popen[Any], timeout: float = 30) -> None:
@@ -231,32 +167,6 @@ def run_until_done(
 
 
 # -- stand-ins -----------------------------------------------------------------------------------------------
-class RecordingInvoker:
-    """Stands in for Lambda's async invoke: keeps every payload exactly as it was passed (from any thread) and
-    runs nothing; raises while ``failing`` is set (an invoke that is throttled)."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        self.failing = False
-        self._lock = threading.Lock()
-
-    def invoke_async(self, payload: dict[str, Any]) -> None:
-        if self.failing:
-            raise RuntimeError("throttled")
-        with self._lock:
-            self.payloads.append(payload)
-
-    @property
-    def events(self) -> list[BatchEvent]:
-        """The payloads as batch events (each must validate as one)."""
-        return [BatchEvent.model_validate(p) for p in self.payloads]
-
-    @property
-    def task_ids(self) -> list[str]:
-        """The ids of the tasks in every batch, in the order they were sent."""
-        return [t.task_id for e in self.events for t in e.tasks]
-
-
 class NoRepository:
     """A repository that ``Client.build_task`` must never touch: any attribute access fails the test."""
 

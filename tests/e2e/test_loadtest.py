@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None,
                                 reason="the load test needs locust (the dev and load extras install it)")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(210)
 def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: Path) -> None:
     # Given a local stack polling every 2 s (DynamoDB Local in memory, on a free loopback port)
     config = StackConfig(
@@ -51,17 +51,18 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
             **os.environ,
             "LOAD_HOME": str(tmp_path),
             "LOAD_LEAD_S": "3,6",
-            "LOAD_MARGIN_S": "15",
+            "LOAD_MARGIN_S": "60",  # how long past the last due it waits at most (it ends once all fired)
             "PUNCTUAL_NTP_SERVER": LOOPBACK_NTP,
+            "PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS": "300000",  # its tasks' grace: a slow machine makes fires late only
         }
         command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
                    "-u", "4", "-r", "4", "-t", "8s", "--only-summary"]
 
         # When 4 users schedule, read, reschedule and cancel tasks for 8 s, and the load test checks the fires
         try:
-            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=75)
+            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
         except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"locust did not finish within 75 s; stderr: {str(exc.stderr)[-3000:]}")
+            pytest.fail(f"locust did not finish within 150 s; stderr: {str(exc.stderr)[-3000:]}")
 
     # Then locust exits 0, and printed the checker's verdict: OK, some tasks expected, none lost, no extra fire
     output = run.stdout + run.stderr

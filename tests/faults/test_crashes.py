@@ -48,8 +48,9 @@ def lease_ends(settings: Settings, task_ids: list[str]) -> list[int]:
 def test_tasks_armed_by_an_executor_that_died_before_firing_are_recorded_missed_when_the_lease_ends(
     settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
 ) -> None:
-    # Given 30 tasks due in ~6 s, claimed into one batch
-    due = now_ms() + 6_000
+    # Given 30 tasks due in ~60 s (far beyond what arming and stopping can take: none may fire), claimed into
+    # one batch
+    due = now_ms() + 60_000
     tasks = http_tasks("crash-arm", [due + 10 * i for i in range(30)], target.url)
     ids = [t.task_id for t in tasks]
     create_all(repo_for(settings), tasks)
@@ -61,10 +62,11 @@ def test_tasks_armed_by_an_executor_that_died_before_firing_are_recorded_missed_
     runner = threading.Thread(target=executor.run_batch, args=(event,), daemon=True)
     runner.start()
     assert wait_until(lambda: {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.ARMED},
-                      timeout=4, interval=0.05)
+                      timeout=40, interval=0.05)
     executor.request_stop()
-    runner.join(10)
+    runner.join(30)
     assert not runner.is_alive()
+    assert now_ms() < due
     leases = lease_ends(settings, ids)
     assert leases[0] > due + tasks[0].misfire_grace_ms  # the armed lease outlives the grace
     # ... and polls run at the first lease's last ms, one ms after it, and one ms after the last lease

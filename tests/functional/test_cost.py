@@ -1,7 +1,7 @@
 """The cost model: the capacity rules of the meter, the per-task counts of a real run on moto, and
 docs/cost.md, whose generated block must equal what this run counts (``make cost`` regenerates it).
 
-The expected counts come from the design (repository.py's life cycle, the keys-only ``due`` index of
+The expected counts come from the design (the store's life cycle, the keys-only ``due`` index of
 template.yaml), not from a previous run: one conditional write per step, each within one write unit, the index
 written only when a task enters or leaves it, the poll's fixed reads exactly one query per shard and bucket.
 """
@@ -80,6 +80,14 @@ def test_the_meter_counts_failed_conditions_and_eventually_consistent_reads() ->
 # -- the counted run ---------------------------------------------------------------------------------------
 def test_every_task_fires_and_is_recorded(counted: cost.Counts) -> None:
     assert counted.scenario.outcomes == {"SUCCEEDED": TASKS}
+
+
+def test_the_handlers_logs_are_measured_by_the_child_process(counted: cost.Counts) -> None:
+    # Given the run (which starts `python -m punctual_tools.cost --measure-logs` beside it)
+    logs = counted.scenario.logs
+    # Then the child ran the real handlers and measured what they print: a poll, a batch and each task log bytes
+    assert logs.measured
+    assert logs.per_poll > 0 and logs.per_batch > 0 and logs.per_task > 0
 
 
 def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.Counts) -> None:

@@ -257,22 +257,23 @@ def _shard(repo: DynamoTaskStore, task: Task) -> int:
 def test_stop_releases_armed_tasks_that_have_not_fired(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
-    # Given a batch of tasks due in 3 s, armed and waiting in the dispatcher
+    # Given a batch of tasks due in 60 s (far beyond what arming and stopping can take), armed and waiting in
+    # the dispatcher
     now = int(clock.wall_ms())
-    created = [tasks.create(now + 3_000 + i, now_ms=now) for i in range(3)]
+    created = [tasks.create(now + 60_000 + i, now_ms=now) for i in range(3)]
     event = claim_batch(repo, settings, now)
     reports = []
     runner = threading.Thread(target=lambda: reports.append(executor.run_batch(event)))
     runner.start()
-    wait_until(lambda: all(read_task(repo, t.task_id).status is TaskStatus.ARMED for t in created), 2.0, 0.02)
+    assert wait_until(lambda: all(read_task(repo, t.task_id).status is TaskStatus.ARMED for t in created), 30, 0.02)
     # When the executor is asked to stop (SIGTERM in the local runtime)
     executor.request_stop()
-    runner.join(timeout=10)
+    runner.join(timeout=30)
     # Then run_batch returns before the due time, fires nothing, and hands every task back as PENDING
     assert not runner.is_alive()
     (report,) = reports
     assert (report.armed, report.fired, report.released) == (3, 0, 3)
-    assert int(clock.wall_ms()) < now + 3_000
+    assert int(clock.wall_ms()) < now + 60_000
     for task in created:
         back = read_task(repo, task.task_id)
         assert back.status is TaskStatus.PENDING

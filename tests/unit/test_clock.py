@@ -1,4 +1,9 @@
-"""The wall-clock offset from NTP, against a tiny NTP responder on the loopback interface."""
+"""The wall-clock offset from NTP, against a tiny NTP responder on the loopback interface.
+
+No assertion depends on how fast the machine is: a measured offset may be off by half the round trip (which a
+busy machine stretches), so it is checked within a second of the responder's 2.5 s skew; a timeout is checked
+by what is asked of ntplib and by waiting at least that long, never by an upper bound on the time taken.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from punctual.settings import Settings
 NTP_EPOCH_OFFSET = 2_208_988_800  # seconds from 1900-01-01 (NTP) to 1970-01-01 (Unix)
 PACKET = struct.Struct("!B B B b 11I")
 SKEW_S = 2.5
+OFFSET_TOLERANCE_MS = 1_000  # half a round trip on a busy machine; still far from both 0 and 2 x SKEW_S
 
 
 def _ntp_parts(unix_seconds: float) -> tuple[int, int]:
@@ -107,7 +113,7 @@ def test_measure_offset_against_a_server_2_5_s_ahead(ntp_server: NtpResponder) -
     assert offset.corrected
     assert offset.server == ntp_server.address
     assert offset.offset_ms is not None
-    assert abs(offset.offset_ms - 2_500) <= 200
+    assert abs(offset.offset_ms - 2_500) <= OFFSET_TOLERANCE_MS
     assert ntp_server.requests == 1
 
 
@@ -115,30 +121,51 @@ def test_settings_accept_host_and_port_for_ntp(ntp_server: NtpResponder) -> None
     settings = Settings.from_env({"PUNCTUAL_NTP_SERVER": ntp_server.address, "PUNCTUAL_NTP_TIMEOUT_S": "2"})
     offset = measure_offset(settings.ntp_server, settings.ntp_timeout_s)
     assert offset.offset_ms is not None
-    assert abs(offset.offset_ms - 2_500) <= 200
+    assert abs(offset.offset_ms - 2_500) <= OFFSET_TOLERANCE_MS
 
 
-def test_unreachable_server_gives_no_offset_within_the_timeout() -> None:
+@pytest.fixture
+def requested_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The timeout of every request measure_offset makes of ntplib (which then really asks the server)."""
+    import ntplib
+
+    asked: list[float] = []
+    request = ntplib.NTPClient.request
+
+    def spy(self: ntplib.NTPClient, *args: object, **kwargs: object) -> object:
+        asked.append(kwargs["timeout"])  # type: ignore[arg-type]
+        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ntplib.NTPClient, "request", spy)
+    return asked
+
+
+@pytest.mark.timeout(30)
+def test_unreachable_server_gives_no_offset_within_the_timeout(requested_timeouts: list[float]) -> None:
     # Given a port nothing listens on
     address = f"127.0.0.1:{closed_port()}"
     # When the offset is measured with a 0.3 s timeout
-    started = time.monotonic()
     offset = measure_offset(address, timeout_s=0.3)
-    elapsed = time.monotonic() - started
-    # Then it is unknown, says why, and the call did not outlast the timeout by much
+    # Then it is unknown and says why, after one request bounded by that timeout
     assert offset.offset_ms is None
     assert not offset.corrected
     assert offset.error
-    assert elapsed < 0.3 + 1.0
+    assert requested_timeouts == [0.3]
 
 
-def test_silent_server_gives_no_offset_within_the_timeout(silent_server: NtpResponder) -> None:
+@pytest.mark.timeout(30)
+def test_silent_server_gives_no_offset_within_the_timeout(
+    silent_server: NtpResponder, requested_timeouts: list[float]
+) -> None:
+    # Given a server that reads requests and never answers
+    # When the offset is measured with a 0.3 s timeout
     started = time.monotonic()
     offset = measure_offset(silent_server.address, timeout_s=0.3)
-    elapsed = time.monotonic() - started
+    # Then it is unknown and says why, after one request bounded by that timeout, which it waited out
     assert offset.offset_ms is None
     assert offset.error
-    assert elapsed < 0.3 + 1.0
+    assert requested_timeouts == [0.3]
+    assert time.monotonic() - started >= 0.3 - 0.01
 
 
 @pytest.mark.parametrize("server", [None, ""])
@@ -148,18 +175,20 @@ def test_no_server_configured(server: str | None) -> None:
 
 
 def test_offset_probe_current_never_blocks(silent_server: NtpResponder) -> None:
-    # Given a probe against a server that never answers, with a 1 s timeout
-    started = time.monotonic()
-    probe = OffsetProbe(silent_server.address, timeout_s=1.0)
+    # Given a probe against a server that never answers, with a timeout far longer than this test can take
+    probe = OffsetProbe(silent_server.address, timeout_s=60.0)
     # When the offset is read at once
     current = probe.current()
-    elapsed = time.monotonic() - started
-    # Then the reader gets "unknown" without waiting for the measurement
+    # Then the reader gets "unknown": it did not wait for the measurement (which cannot be over yet)
     assert current.offset_ms is None
     assert current.error == "not measured yet"
-    assert elapsed < 0.5
-    # And once the measurement has timed out, the result says why
-    final = probe.wait(timeout=5)
+
+
+def test_offset_probe_says_why_once_its_measurement_timed_out(silent_server: NtpResponder) -> None:
+    # Given a probe against a server that never answers, with a 0.3 s timeout
+    probe = OffsetProbe(silent_server.address, timeout_s=0.3)
+    # When its measurement has timed out / Then the result says why
+    final = probe.wait(timeout=30)
     assert final.offset_ms is None
     assert final.error and final.error != "not measured yet"
 
@@ -168,7 +197,7 @@ def test_offset_probe_publishes_the_measured_offset(ntp_server: NtpResponder) ->
     probe = OffsetProbe(ntp_server.address, timeout_s=2.0)
     result = probe.wait(timeout=5)
     assert result.offset_ms is not None
-    assert abs(result.offset_ms - 2_500) <= 200
+    assert abs(result.offset_ms - 2_500) <= OFFSET_TOLERANCE_MS
     assert probe.current() == result
 
 
@@ -184,7 +213,9 @@ def test_offset_probe_is_measured_once_per_server(ntp_server: NtpResponder) -> N
 
 def test_system_clock() -> None:
     clock = SystemClock()
-    assert abs(clock.wall_ms() - time.time() * 1000) < 1_000
+    before = time.time_ns() / 1e6
+    wall = clock.wall_ms()
+    assert before <= wall <= time.time_ns() / 1e6
     before = clock.monotonic()
     clock.sleep(0.01)
     clock.sleep(-1)  # a negative sleep returns at once

@@ -318,25 +318,44 @@ def test_the_demo_refuses_an_epsilon_that_is_not_a_finite_non_negative_number(
     assert "--epsilon-ms" in capsys.readouterr().err
 
 
-def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(tmp_path: Path) -> None:
-    import time
+class SteppingTime:
+    """Stands in for the ``time`` module of :mod:`punctual_tools.demo`: ``time()`` only moves when ``sleep`` is
+    called, by exactly that long (so a wait's reads and its deadline do not depend on the machine's speed)."""
 
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now_s += seconds
+
+
+def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from punctual_tools.demo import FireLogTail
 
+    clock = SteppingTime(1_000_000.0)
+    monkeypatch.setattr(demo, "time", clock)
     log = tmp_path / "fires.jsonl"
     fire = {"task_id": "run-a-1", "key": "run-a-1:0", "due_ms": 1, "fired_ms": 2}
     log.write_text(json.dumps(fire) + "\n")
     seen: list[tuple[int, bool]] = []
-    far = time.time() * 1000 + 60_000
-    # Every task fired: the first read ends the wait, reported as the last one
+    far = clock.now_s * 1000 + 60_000
+    # Every task fired: the first read ends the wait, reported as the last one, without sleeping
     assert FireLogTail(log, "run-a-").wait(["run-a-1"], far, progress=lambda n, last: seen.append((n, last))) \
         == [fire]
-    assert seen == [(1, True)]
-    # One task never fires: the wait reads until the deadline, then ends with what it has
+    assert (seen, clock.sleeps) == ([(1, True)], [])
+    # One task never fires: the wait reads every 50 ms until the deadline (300 ms on), then ends with what it has
     seen.clear()
-    started = time.monotonic()
-    entries = FireLogTail(log, "run-a-").wait(["run-a-1", "run-a-2"], time.time() * 1000 + 300, interval_s=0.05,
+    deadline_ms = clock.now_s * 1000 + 300
+    entries = FireLogTail(log, "run-a-").wait(["run-a-1", "run-a-2"], deadline_ms, interval_s=0.05,
                                               progress=lambda n, last: seen.append((n, last)))
     assert entries == [fire]
-    assert 0.25 <= time.monotonic() - started < 5
-    assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1]) and len(seen) >= 3
+    assert clock.now_s * 1000 > deadline_ms
+    assert set(clock.sleeps) == {0.05} and len(seen) == len(clock.sleeps) + 1 >= 6
+    assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1])

@@ -2,6 +2,9 @@
 
 Only orders, counts and the "never early" rule are asserted: the dispatcher spins until each deadline, so an
 item can never fire before it, whatever the machine's load. How *late* it fires is a benchmark's business.
+Where a test needs every item queued before the first deadline (an order, a time left, a wait that must not
+be over yet), the dispatcher's clock is held still meanwhile (:class:`HeldClock`), so that a slow machine
+cannot reach a deadline before the test is ready.
 """
 
 from __future__ import annotations
@@ -12,7 +15,30 @@ from collections.abc import Iterator
 
 import pytest
 
+from punctual.clock import SystemClock
 from punctual.dispatcher import Dispatcher
+from support import wait_until
+
+
+class HeldClock(SystemClock):
+    """The real clocks, except that :meth:`monotonic` stands still from :meth:`hold` until :meth:`release`: a
+    dispatcher on it cannot reach a deadline after the held instant, however slowly the test runs meanwhile.
+    Released, it is the real monotonic clock again (never behind the held value)."""
+
+    def __init__(self) -> None:
+        self._held: float | None = None
+
+    def hold(self) -> float:
+        """Stop the monotonic clock now; returns the instant it stands at."""
+        self._held = time.monotonic()
+        return self._held
+
+    def release(self) -> None:
+        self._held = None
+
+    def monotonic(self) -> float:
+        held = self._held
+        return time.monotonic() if held is None else held
 
 
 class Recorder:
@@ -38,9 +64,14 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-def single(recorder: Recorder) -> Iterator[Dispatcher[str]]:
+def clock() -> HeldClock:
+    return HeldClock()
+
+
+@pytest.fixture
+def single(recorder: Recorder, clock: HeldClock) -> Iterator[Dispatcher[str]]:
     """One worker: fires run one after the other, in the order the dispatcher hands them over."""
-    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=1, name="test-dispatcher")
+    dispatcher: Dispatcher[str] = Dispatcher(recorder, workers=1, clock=clock, name="test-dispatcher")
     yield dispatcher
     dispatcher.close()
 
@@ -60,44 +91,51 @@ def test_every_item_fires_exactly_once(recorder: Recorder) -> None:
         assert fired >= deadlines[item]
 
 
-def test_distinct_deadlines_fire_in_deadline_order(single: Dispatcher[str], recorder: Recorder) -> None:
-    # Given items added in shuffled order, deadlines 20 ms apart
-    start = time.monotonic() + 0.05
+def test_distinct_deadlines_fire_in_deadline_order(
+    single: Dispatcher[str], recorder: Recorder, clock: HeldClock
+) -> None:
+    # Given items added in shuffled order, deadlines 20 ms apart, all queued before the first deadline
+    start = clock.hold() + 0.05
     offsets = {"d": 3, "a": 0, "e": 4, "c": 2, "b": 1}
     for item, k in offsets.items():
         single.add(start + k * 0.02, item)
-    # When they have all fired
-    assert single.wait_idle(timeout=10)
+    # When time runs on and they have all fired
+    clock.release()
+    assert single.wait_idle(timeout=30)
     # Then they fired by deadline, each at or after it
     assert recorder.order == ["a", "b", "c", "d", "e"]
     for item, fired in recorder.fired:
         assert fired >= start + offsets[item] * 0.02
 
 
-def test_past_deadlines_fire_immediately(single: Dispatcher[str], recorder: Recorder) -> None:
-    # Given one item due in 1 s and one already 1 s overdue
-    now = time.monotonic()
-    single.add(now + 1.0, "later")
+def test_past_deadlines_fire_immediately(single: Dispatcher[str], recorder: Recorder, clock: HeldClock) -> None:
+    # Given one item due in 0.5 s and one already 1 s overdue, the clock held before the later one's deadline
+    now = clock.hold()
+    single.add(now + 0.5, "later")
     single.add(now - 1.0, "overdue")
     # When we wait for the first fire
-    deadline = now + 0.9
-    while not recorder.fired and time.monotonic() < deadline:
-        time.sleep(0.005)
-    # Then the overdue item has fired before the later one's deadline
+    assert wait_until(lambda: bool(recorder.fired), timeout=30, interval=0.005)
+    # Then the overdue item has fired, without waiting for the later one's deadline
     assert recorder.order == ["overdue"]
-    assert recorder.fired[0][1] < now + 1.0
-    assert single.wait_idle(timeout=10)
+    # And the later one fires once its deadline is reached
+    clock.release()
+    assert single.wait_idle(timeout=30)
     assert recorder.order == ["overdue", "later"]
+    assert recorder.fired[1][1] >= now + 0.5
 
 
-def test_item_added_later_with_earlier_deadline_fires_first(single: Dispatcher[str], recorder: Recorder) -> None:
-    # Given an item queued for +0.6 s, with the dispatcher already sleeping towards it
-    now = time.monotonic()
+def test_item_added_later_with_earlier_deadline_fires_first(
+    single: Dispatcher[str], recorder: Recorder, clock: HeldClock
+) -> None:
+    # Given an item queued for +0.6 s, with the dispatcher already sleeping towards it (the clock held before
+    # any deadline, so that the newcomer arrives in time however slow the machine)
+    now = clock.hold()
     single.add(now + 0.6, "queued-first")
     time.sleep(0.05)
-    # When an item due sooner is added
+    # When an item due sooner is added, and time runs on
     single.add(now + 0.2, "added-later")
-    assert single.wait_idle(timeout=10)
+    clock.release()
+    assert single.wait_idle(timeout=30)
     # Then the newcomer fires first, and neither fires early
     assert recorder.order == ["added-later", "queued-first"]
     fired = dict(recorder.fired)
@@ -105,26 +143,26 @@ def test_item_added_later_with_earlier_deadline_fires_first(single: Dispatcher[s
     assert fired["queued-first"] >= now + 0.6
 
 
-def test_seconds_to_next_fire(single: Dispatcher[str], recorder: Recorder) -> None:
+def test_seconds_to_next_fire(single: Dispatcher[str], recorder: Recorder, clock: HeldClock) -> None:
     # Given an empty dispatcher
     assert single.seconds_to_next_fire() == float("inf")
-    # When items are queued for +1.5 s and +1 s
-    before = time.monotonic()
+    # When items are queued for +1.5 s and +1 s (the clock held meanwhile)
+    before = clock.hold()
     single.add(before + 1.5, "far")
     single.add(before + 1.0, "near")
     # Then it tells the time to the earliest one
-    remaining = single.seconds_to_next_fire()
-    assert 0.5 < remaining <= 1.0
+    assert single.seconds_to_next_fire() == pytest.approx(1.0)
     assert recorder.fired == []
     # And after both fired, nothing is queued again
-    assert single.wait_idle(timeout=10)
+    clock.release()
+    assert single.wait_idle(timeout=30)
     assert single.seconds_to_next_fire() == float("inf")
 
 
-def test_busy_until_names_the_last_fire_before_the_first_quiet_gap(single: Dispatcher[str]) -> None:
-    # Given an empty dispatcher: quiet now
-    before = time.monotonic()
-    assert before <= single.busy_until(0.025) <= time.monotonic()
+def test_busy_until_names_the_last_fire_before_the_first_quiet_gap(single: Dispatcher[str], clock: HeldClock) -> None:
+    # Given an empty dispatcher: quiet now (the clock held, so that "now" is one instant)
+    before = clock.hold()
+    assert single.busy_until(0.025) == before
     # When fires are queued 10 ms apart from +5 s to +5.03 s, then one at +12 s
     for i in range(4):
         single.add(before + 5 + i * 0.01, f"close-{i}")
@@ -132,18 +170,21 @@ def test_busy_until_names_the_last_fire_before_the_first_quiet_gap(single: Dispa
     # Then the first gap of 5.5 s starts after the fire at +5.03 s (the first fire is nearer than 5.5 s)
     assert single.busy_until(5.5) == pytest.approx(before + 5.03)
     # And a gap of 4.9 s starts now (the first fire is 5 s away)
-    assert before <= single.busy_until(4.9) <= time.monotonic()
+    assert single.busy_until(4.9) == before
     # And with no gap as long as asked for, it is the last queued fire
     assert single.busy_until(10) == pytest.approx(before + 12)
     single.cancel_pending()
 
 
-def test_wait_idle_times_out_while_items_are_pending(single: Dispatcher[str], recorder: Recorder) -> None:
-    # Given an item due in 0.3 s
-    single.add(time.monotonic() + 0.3, "x")
-    # Then waiting a short time is not enough, and waiting long enough is
+def test_wait_idle_times_out_while_items_are_pending(
+    single: Dispatcher[str], recorder: Recorder, clock: HeldClock
+) -> None:
+    # Given an item due in 0.3 s, the clock held before its deadline
+    single.add(clock.hold() + 0.3, "x")
+    # Then waiting while it cannot be due is not enough, and waiting once time runs on is
     assert single.wait_idle(timeout=0.01) is False
-    assert single.wait_idle(timeout=10) is True
+    clock.release()
+    assert single.wait_idle(timeout=30) is True
     assert recorder.order == ["x"]
     # And an idle dispatcher answers at once
     assert single.wait_idle(timeout=0) is True
@@ -199,7 +240,7 @@ def test_a_failing_callback_does_not_stop_later_fires() -> None:
     dispatcher.add(now, "boom")
     dispatcher.add(now + 0.05, "after")
     # Then the next item still fires
-    assert dispatcher.wait_idle(timeout=1)
+    assert dispatcher.wait_idle(timeout=30)
     assert fired == ["after"]
     dispatcher.close()
 

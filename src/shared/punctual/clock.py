@@ -72,6 +72,12 @@ def measure_offset(server: str | None, timeout_s: float) -> ClockOffset:
     return ClockOffset(response.offset * 1000.0, server)
 
 
+class OffsetSource(Protocol):
+    """Where the executor reads the clock offset from (an :class:`OffsetProbe`, or a fixed one in tests)."""
+
+    def current(self) -> ClockOffset: ...
+
+
 class OffsetProbe:
     """Measures the clock offset once, in a background thread, and never blocks a reader for it."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from .actions import FireContext, run_action
-from .clock import Clock, ClockOffset, OffsetProbe
+from .clock import Clock, ClockOffset, OffsetSource
 from .decisions import decide_before_fire, decide_outcome
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
@@ -59,7 +59,7 @@ class Executor:
     """Runs batches. One instance per process; dependencies are injected."""
 
     def __init__(self, store: TaskStore, settings: Settings, clock: Clock,
-                 offset: OffsetProbe, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None) -> None:
+                 offset: OffsetSource, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None) -> None:
         self._store = store
         self._settings = settings
         self._clock = clock

@@ -28,7 +28,7 @@ def _intrinsic(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> dic
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
     else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        value = loader.construct_mapping(node, deep=True)
     return {name: value}
 
 

@@ -146,12 +146,12 @@ def _already_applied(write: Write, old: dict[str, Any] | None) -> bool:
     match write.kind:
         case WriteKind.ARM | WriteKind.TAKEOVER | WriteKind.RECORD:
             return text_of(old, "armed_by") == write.owner
-        case WriteKind.RETRY | WriteKind.REDRIVE:
+        case WriteKind.RETRY | WriteKind.REDRIVE | WriteKind.CANCEL | WriteKind.RESCHEDULE:
             assert write.marker is not None
             name, value = write.marker
-            return (write.kind is WriteKind.REDRIVE or text_of(old, "armed_by") == write.owner) and \
+            return (write.kind is not WriteKind.RETRY or text_of(old, "armed_by") == write.owner) and \
                 number_of(old, name) == value
-        case _:  # QUARANTINE, RELEASE, CANCEL, RESCHEDULE: a second attempt reports what it finds
+        case _:  # QUARANTINE, RELEASE: a second attempt reports what it finds
             return False
 
 
@@ -385,7 +385,7 @@ class DynamoTaskStore:
             "SET #st = :cancelled, finished_ms = :now, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms, batch_id",
             {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
-            status=TaskStatus.CANCELLED.value,
+            status=TaskStatus.CANCELLED.value, marker=("finished_ms", now_ms),
         )
 
     def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
@@ -407,15 +407,17 @@ class DynamoTaskStore:
             {":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
              ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
              ":bucket": self._index_key(task_id, due_ms, now_ms), ":hash": moved.content_hash()},
-            status=_P,
+            status=_P, marker=("due_ms", due_ms),
         )
 
     def _change(self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *,
-                status: str) -> Task:
+                status: str, marker: tuple[str, int]) -> Task:
         """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the
-        change was refused."""
+        change was refused. A retried request that finds its own change (the cancel's instant, the new due
+        time) answers as the first attempt would have."""
         write = self._write(kind, task_id, update, f"attribute_exists(task_id) AND ({CHANGEABLE})",
-                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **values}, status=status)
+                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **values}, status=status,
+                            marker=marker)
         try:
             response = self._client.update_item(**write.request, ReturnValues="ALL_NEW",
                                                 ReturnValuesOnConditionCheckFailure="ALL_OLD")
@@ -425,6 +427,8 @@ class DynamoTaskStore:
             old = _old_item(exc)
             if old is None:
                 raise TaskNotFoundError(f"no task {write.task_id!r}") from exc
+            if _already_applied(write, old):
+                return item_to_task(old)
             task = item_to_task(old)
             why = "it is armed and about to fire" if task.status is TaskStatus.ARMED else f"it is {task.status}"
             raise TaskStateError(f"cannot {write.kind.value} task {write.task_id!r}: {why}", task=task) from exc

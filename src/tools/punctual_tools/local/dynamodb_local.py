@@ -372,7 +372,8 @@ class DynamoDBLocal:
             region_name="us-east-1",
             endpoint_url=self.endpoint_url,
             config=Config(connect_timeout=1, read_timeout=5, retries={"total_max_attempts": 1}),
-            **LOCAL_CREDENTIALS,
+            aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
         )
         try:
             while True:

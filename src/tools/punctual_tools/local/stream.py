@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -50,7 +50,7 @@ class StreamReader:
 
     def __init__(self, endpoint_url: str | None, region: str, table_name: str,
                  on_records: Callable[[list[dict[str, Any]]], None],
-                 patterns: list[Mapping[str, Any]] | None = None, interval_s: float = 0.25,
+                 patterns: Sequence[Mapping[str, Any]] | None = None, interval_s: float = 0.25,
                  batch_window_s: float = 0.25, refresh_s: float = 1.0) -> None:
         self._streams = aws_client("dynamodbstreams", endpoint_url, region)
         self._dynamodb = aws_client("dynamodb", endpoint_url, region)

@@ -215,7 +215,7 @@ class TargetServer:
         def arrived(records: list[Received]) -> bool:
             nonlocal seen
             for record in records[seen:]:  # only the new ones: cheap for a load test's thousands of keys
-                missing.discard(record.key)  # type: ignore[arg-type]
+                missing.discard(record.key)
             seen = len(records)
             return not missing
 

@@ -1,0 +1,169 @@
+"""Pricing: the counts of a scenario run at a monthly volume, in dollars, next to the alternatives.
+
+:func:`monthly_cost` prices DynamoDB (per task and per poll tick), the executor and poller Lambdas, storage
+and observability at a volume, reading memory sizes, retention, alarms and the dashboard from
+``template.yaml``; :func:`executor_seconds_per_tick` models how long executors are awake (billed while they
+wait for their batch's last due instant) and :func:`measured_executor_seconds` gives the same from a run, to
+check the model; :func:`break_even` finds the volume from which the target is met.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import punctual.metrics as metric_names
+from punctual.dynamodb.schema import load_template
+
+from .scenario import Counts, Scenario
+
+# == prices: us-east-1, public price pages as of 2025 ======================================================
+PRICES_AS_OF = "us-east-1 list prices (AWS pricing pages, 2025; DynamoDB on-demand after the November 2024 cut)"
+DDB_WRU_USD = 0.625 / 1e6  # per write request unit, on-demand, standard table class
+DDB_RRU_USD = 0.125 / 1e6  # per read request unit
+DDB_STORAGE_GB_MONTH_USD = 0.25  # standard table class (the first 25 GB a month are free: ignored)
+DDB_PITR_GB_MONTH_USD = 0.20  # continuous backups (the template enables point-in-time recovery)
+DDB_ITEM_OVERHEAD_BYTES = 100  # DynamoDB's per-item storage overhead
+LAMBDA_GB_S_ARM_USD = 0.0000133334  # arm64, first 6 billion GB-s a month
+LAMBDA_REQUEST_USD = 0.20 / 1e6
+CW_LOGS_INGEST_GB_USD = 0.50
+CW_CUSTOM_METRIC_MONTH_USD = 0.30  # first 10,000 metrics; EMF metrics are custom metrics
+CW_DASHBOARD_MONTH_USD = 3.00
+CW_ALARM_MONTH_USD = 0.10  # standard resolution; high resolution is 0.30
+CW_ALARM_HIGH_RES_MONTH_USD = 0.30
+XRAY_TRACE_USD = 5.00 / 1e6  # traces recorded (the first 100,000 a month are free: ignored)
+EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD = 1.00 / 1e6
+STEP_FUNCTIONS_PER_TRANSITION_USD = 25.0 / 1e6  # standard workflows ($0.025 per 1,000)
+STEP_FUNCTIONS_TRANSITIONS = (3, 4)  # Wait + action Task (+ end) ... + a Choice/Pass: per task
+
+# -- assumptions the counts cannot give (latencies in AWS, not on moto) -----------------------------------
+DDB_LATENCY_S = 0.006  # one DynamoDB request from Lambda, same region
+INVOKE_LATENCY_S = 0.025  # one async Lambda invoke call
+POLLER_OVERHEAD_S = 0.05  # handler, logging and metrics flush per poll
+RECORD_TAIL_S = 0.25  # executor: after the last fire, the settle gap (0.2 s) and the last record writes
+AHEAD_DAYS = 1.0  # how long a task waits in the table before it is due (storage while pending)
+MONTH_MS = 30 * 86_400_000
+TARGET_USD_PER_MILLION = 5.0
+
+
+# == the monthly model =====================================================================================
+def _template_param(name: str, default: float, template_path: str | None = None) -> float:
+    params = load_template(template_path).get("Parameters", {})
+    return float(params.get(name, {}).get("Default", default))
+
+
+def memory_mb(function: str, default: int, template_path: str | None = None) -> int:
+    """The memory size of ``function`` in the template (its parameter's default when it is a Ref)."""
+    resources = load_template(template_path)["Resources"]
+    value = resources.get(function, {}).get("Properties", {}).get("MemorySize", default)
+    if isinstance(value, dict) and "Ref" in value:
+        return int(_template_param(value["Ref"], default, template_path))
+    return int(value)
+
+
+def executor_seconds_per_tick(n: float, max_batch: int, lead_ms: int, interval_ms: int) -> tuple[float, float]:
+    """(executor invocations, executor seconds) per poll tick holding ``n`` tasks due at random over the
+    tick's window of due times. The poller cuts the window's tasks in due order into batches of at most
+    ``max_batch``; each batch's executor lives from the tick to its last due instant (the k-th of n uniform
+    instants falls at k / (n + 1) of the window on average) plus the record tail."""
+    if n <= 0:
+        return 0.0, 0.0
+    head = (lead_ms - interval_ms) / 1000
+    window = interval_ms / 1000
+    if n < 1:  # a tick holds a task with probability 1 - e^-n; a lone task is due mid-window on average
+        p = 1 - math.exp(-n)
+        return p, p * (head + window / 2 + RECORD_TAIL_S)
+    b = math.ceil(n / max_batch)
+    seconds = sum(head + window * min(i * max_batch, n) / (n + 1) + RECORD_TAIL_S for i in range(1, b + 1))
+    return float(b), seconds
+
+
+@dataclass(frozen=True)
+class Line:
+    item: str
+    usd: float  # per month
+    kind: str  # "per task" | "fixed"
+    in_target: bool = True
+
+
+@dataclass(frozen=True)
+class Month:
+    tasks: float
+    lines: list[Line]
+
+    def usd(self, in_target: bool | None = True) -> float:
+        return sum(x.usd for x in self.lines if in_target is None or x.in_target == in_target)
+
+    def per_million(self, in_target: bool | None = True) -> float:
+        return self.usd(in_target) / (self.tasks / 1e6)
+
+
+def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None,
+                 template_path: str | None = None) -> Month:
+    s = c.scenario.settings
+    interval, lead, max_batch = s["poll_interval_ms"], s["lead_ms"], s["max_batch_size"]
+    ticks = MONTH_MS / interval
+    n = tasks_per_month / ticks
+    exec_mb = executor_memory_mb or memory_mb("ExecutorFunction", 256, template_path)
+    poll_mb = memory_mb("PollerFunction", 512, template_path)
+    invocations, seconds = executor_seconds_per_tick(n, max_batch, lead, interval)
+    threads = s["db_threads"]
+    poll_s = (POLLER_OVERHEAD_S + DDB_LATENCY_S * (2 + c.tick_requests / threads)
+              + DDB_LATENCY_S * n * c.task_requests("poll", "claim") / threads + INVOKE_LATENCY_S * invocations)
+    retention = _template_param("RetentionDays", s["retention_days"], template_path)
+    stored_gb = tasks_per_month * (retention + AHEAD_DAYS) / 30 * (c.scenario.final_item_bytes
+                                                                  + DDB_ITEM_OVERHEAD_BYTES) / 1e9
+    logs = c.scenario.logs
+    log_gb = (ticks * logs.per_poll + ticks * invocations * logs.per_batch + tasks_per_month * logs.per_task) / 1e9
+    traces = ticks * (1 + invocations)  # X-Ray (Tracing: Active): a trace per invocation, all under 1 a second
+    template = load_template(template_path)
+    resources = template["Resources"].values()
+    tracing = template.get("Globals", {}).get("Function", {}).get("Tracing") == "Active"
+    alarms = [r for r in resources if r.get("Type") == "AWS::CloudWatch::Alarm"]
+    high_res = sum(1 for a in alarms if int(a.get("Properties", {}).get("Period", 60) or 60) < 60)
+    dashboards = sum(1 for r in resources if r.get("Type") == "AWS::CloudWatch::Dashboard")
+    lines = [
+        Line("DynamoDB writes, per task", tasks_per_month * c.task_wru * DDB_WRU_USD, "per task"),
+        Line("DynamoDB reads, per task", tasks_per_month * c.task_rru * DDB_RRU_USD, "per task"),
+        Line("DynamoDB poll (empty-tick reads and writes)",
+             ticks * (c.tick_wru * DDB_WRU_USD + c.tick_rru * DDB_RRU_USD), "fixed"),
+        Line(f"Lambda executor ({exec_mb} MB, awake until its last task)",
+             ticks * seconds * exec_mb / 1024 * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
+             "per task" if n >= max_batch else "fixed"),
+        Line(f"Lambda poller ({poll_mb} MB, every {interval // 1000} s)",
+             ticks * (poll_s * poll_mb / 1024 * LAMBDA_GB_S_ARM_USD + LAMBDA_REQUEST_USD), "fixed"),
+        Line(f"DynamoDB storage + PITR ({retention:.0f} d retention + {AHEAD_DAYS:.0f} d ahead)",
+             stored_gb * (DDB_STORAGE_GB_MONTH_USD + DDB_PITR_GB_MONTH_USD), "per task", in_target=False),
+        Line("CloudWatch Logs ingestion" + ("" if logs.measured else " (not measured)"),
+             log_gb * CW_LOGS_INGEST_GB_USD, "per task", in_target=False),
+        Line("X-Ray traces (one per invocation)", traces * XRAY_TRACE_USD if tracing else 0.0, "fixed",
+             in_target=False),
+        Line(f"CloudWatch: {len(metric_names.ALL)} EMF metrics, {len(alarms)} alarms, {dashboards} dashboard(s)",
+             len(metric_names.ALL) * CW_CUSTOM_METRIC_MONTH_USD + (len(alarms) - high_res) * CW_ALARM_MONTH_USD
+             + high_res * CW_ALARM_HIGH_RES_MONTH_USD + dashboards * CW_DASHBOARD_MONTH_USD, "fixed",
+             in_target=False),
+    ]
+    return Month(tasks_per_month, lines)
+
+
+def measured_executor_seconds(s: Scenario) -> float:
+    """Executor seconds the scenario's batches needed: from the tick that invoked each to its last due
+    instant, plus the record tail."""
+    return sum((b.last_due_ms - b.invoked_ms) / 1000 + RECORD_TAIL_S for b in s.batches)
+
+
+def break_even(c: Counts, target: float = TARGET_USD_PER_MILLION, template_path: str | None = None) -> float | None:
+    """The monthly volume from which the target's scope costs at most ``target`` per million tasks (None when
+    no volume up to 10 billion a month does)."""
+    def ok(volume: float) -> bool:
+        return monthly_cost(c, volume, template_path=template_path).per_million(True) <= target
+
+    low, high = 1e5, 1e10
+    if not ok(high):
+        return None
+    if ok(low):
+        return low
+    for _ in range(60):
+        mid = math.sqrt(low * high)
+        low, high = (low, mid) if ok(mid) else (mid, high)
+    return high

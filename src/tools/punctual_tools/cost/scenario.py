@@ -1,0 +1,468 @@
+"""The scenario: a run of the real code on moto, schedule → poll → execute, counted by the meter.
+
+:func:`run_scenario` schedules tasks through :class:`~punctual.client.Client`, runs the real poller every
+``poll_interval`` of a simulated clock and every batch it hands over through the real executor, and keeps every
+request the :class:`~punctual_tools.cost.meter.CapacityMeter` counted; :func:`counts` turns them into figures
+per task and per poll tick. Meanwhile a child process measures the bytes the real handlers log
+(:class:`LogBytes`). The stand-ins (HTTP target, recording invoker, clocks) are those of
+:mod:`punctual_tools.doubles`, which the tests use too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import punctual.metrics as metric_names
+from punctual.dynamodb.schema import find_template, load_template
+from punctual.keys import from_ms
+from punctual_tools.doubles import (
+    FakeClock,
+    FixedOffset,
+    LambdaContext,
+    RecordingInvoker,
+    ShiftedClock,
+    StubTarget,
+    scheduled_event,
+    serving,
+)
+
+from .meter import ACTIVE, Call, CapacityMeter, TableSpec, item_size, key_id, status_label
+
+SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
+TARGET_PATH = "/hooks/publish"  # the tasks' action URL path (its length is part of every item's size)
+
+
+# == what a run counts ====================================================================================
+LAMBDA_PLATFORM_LOG_BYTES = 450  # START, END and REPORT lines of one invocation (text format, with X-Ray ids)
+LOG_EVENT_OVERHEAD_BYTES = 26  # CloudWatch Logs counts 26 bytes per log event on top of the message
+LOG_SAMPLE_TASKS = (1, 41)  # batch sizes the measurement runs; the difference gives the per-task bytes
+
+
+@dataclass(frozen=True)
+class LogBytes:
+    """Bytes ingested by CloudWatch Logs (lines + 26 bytes each + Lambda's platform lines)."""
+
+    per_poll: float
+    per_batch: float
+    per_task: float
+    measured: bool
+
+
+LOG_BYTES_UNMEASURED = LogBytes(per_poll=0.0, per_batch=0.0, per_task=0.0, measured=False)
+
+
+@dataclass
+class BatchRun:
+    """One executor invocation of the run: the tick that invoked it and the batch it was handed."""
+
+    tick: int
+    invoked_ms: int
+    tasks: int
+    first_due_ms: int
+    last_due_ms: int
+    payload_bytes: int
+
+
+@dataclass
+class Scenario:
+    """What a scenario run counted."""
+
+    tasks: int
+    windows: int
+    start_ms: int
+    payload_bytes: int
+    settings: dict[str, Any]
+    calls: list[Call]
+    ticks: int
+    baseline_ticks: list[int]
+    work_ticks: list[int]
+    batches: list[BatchRun]
+    outcomes: dict[str, int]
+    final_item_bytes: float
+    max_item_bytes: int
+    poll_wall_s: list[float]
+    logs: LogBytes = field(default_factory=lambda: LOG_BYTES_UNMEASURED)
+
+
+# == the run ==============================================================================================
+class _Gate:
+    """Holds outcome writes (writes to an ARMED task) until simulated time reaches the task's due instant."""
+
+    def __init__(self, settle_ms: int) -> None:
+        self.world_ms = 0
+        self.settle_ms = settle_ms
+        self.held: dict[int, set[str]] = {}
+        self._cond = threading.Condition()
+
+    def hold(self, op: str, befores: list[dict[str, Any] | None]) -> None:
+        armed = [b for b in befores if b and b.get("status", {}).get("S") == "ARMED"]
+        if not armed:
+            return
+        release_at = max(int(b["due_ms"]["N"]) for b in armed) + self.settle_ms
+        ids = {b["task_id"]["S"] for b in armed}
+        me = threading.get_ident()
+        with self._cond:
+            self.held[me] = ids
+            self._cond.wait_for(lambda: self.world_ms >= release_at)
+            del self.held[me]
+
+    def advance(self, world_ms: int) -> None:
+        with self._cond:
+            self.world_ms = world_ms
+            self._cond.notify_all()
+
+    def held_ids(self) -> set[str]:
+        with self._cond:
+            return {t for ids in self.held.values() for t in ids}
+
+
+def _recorded_or_held(task_ids: list[str], due_times: list[int], until_ms: int,
+                      status: Callable[[str], str | None], held_ids: Callable[[], set[str]]) -> bool:
+    """Every task due by ``until_ms`` has its outcome written, or its outcome write is held by the gate."""
+    held = held_ids()
+    return all(status(t) not in ACTIVE or t in held
+               for t, due in zip(task_ids, due_times, strict=False) if due <= until_ms)
+
+
+def _armed_or_done(task_ids: list[str], status: Callable[[str], str | None]) -> bool:
+    """No task of ``task_ids`` is still CLAIMED (its executor armed it, or it is finished)."""
+    return all(status(t) != "CLAIMED" for t in task_ids)
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"scenario: timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
+                 template_path: str | None = None, measure_logs: bool = True) -> Scenario:
+    """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto.
+
+    Timeline (simulated, poll interval ``I`` and lead ``L`` from the default settings): poll ticks every
+    ``I``; tick 0 has no watermark yet (set-up, not counted); the client schedules every task just after it,
+    due evenly over ``windows`` poll windows starting 3 ticks later (ticks 1-2 are empty: the fixed cost of a
+    poll); the run goes on until two empty ticks follow the last task. After each tick every batch the poller
+    handed over runs in an executor of its own (a Lambda container, reused when idle) and arms at once; its
+    outcome writes are held until simulated time reaches the task's due instant (plus the recorder's settle
+    gap), so the next ticks see the tasks still ARMED exactly as they would in AWS. The executor's clock is
+    moved to the batch's last due instant, so a batch fires as one burst in real time; tasks carry a
+    5-minute grace so that the burst's drift (up to one poll interval) still records SUCCEEDED.
+    """
+    import os
+
+    import boto3
+    from moto import mock_aws
+
+    from punctual.client import Client
+    from punctual.dynamodb.schema import ensure_table
+    from punctual.executor import Executor
+    from punctual.model import HttpAction
+    from punctual.poller import Poller
+    from punctual.recorder import SETTLE_S
+    from punctual.runtime import build_store
+    from punctual.settings import Settings
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    table = "punctual-cost"
+    settings = Settings(table_name=table, ntp_server=None, worker_threads=1)
+    interval, lead = settings.poll_interval_ms, settings.lead_ms
+    spec = TableSpec.from_template(template_path)
+    t0 = SCENARIO_START_MS
+    first_due = t0 + 3 * interval + (lead - interval)  # the first instant tick 3 is the first to reach
+    span = windows * interval
+    due_times = [first_due + int((i + 0.5) * span / tasks) for i in range(tasks)]
+    last_tick = (due_times[-1] + int(SETTLE_S * 1000) - t0) // interval + 3
+    gate = _Gate(settle_ms=int(SETTLE_S * 1000))
+    log_level = str(load_template(template_path).get("Parameters", {}).get("LogLevel", {}).get("Default", "INFO"))
+    log_measurement = _start_log_measurement(log_level) if measure_logs else None
+    executors: list[tuple[Executor, ShiftedClock, list[bool]]] = []
+    threads: list[threading.Thread] = []
+    batches: list[BatchRun] = []
+    poll_wall: list[float] = []
+    try:
+        with serving(StubTarget(status=200)) as target, mock_aws():
+            client = boto3.client("dynamodb", region_name=settings.region)
+            raw = boto3.client("dynamodb", region_name=settings.region)
+            ensure_table(raw, table)
+            invoker = RecordingInvoker()
+            poller = Poller(build_store(settings, client), invoker, settings, poller_id="p-cost")
+            scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))  # schedules after tick 0
+            action = HttpAction(url=target.url(TARGET_PATH))
+            with CapacityMeter(client, raw, table, spec, label=status_label, hold=gate.hold) as meter:
+
+                def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
+                    from punctual.events import BatchEvent
+
+                    executor, replay, busy = entry
+                    event = BatchEvent.model_validate(payload)
+                    replay.shift_ms = max(t.due_ms for t in event.tasks) + 1 - time.time_ns() / 1_000_000
+                    try:
+                        executor.run_batch(event)
+                    finally:
+                        busy[0] = False
+
+                def container() -> tuple[Executor, ShiftedClock, list[bool]]:
+                    for entry in executors:
+                        if not entry[2][0]:
+                            entry[2][0] = True
+                            return entry
+                    replay = ShiftedClock()
+                    # a measured NTP offset, so that drift is also recorded corrected, as in AWS
+                    entry = (Executor(build_store(settings, client), settings, replay,
+                                      FixedOffset(0.4)),
+                             replay, [True])
+                    executors.append(entry)
+                    return entry
+
+                key_ids: dict[str, str] = {}
+
+                def status(task_id: str) -> str | None:
+                    kid = key_ids.get(task_id) or key_ids.setdefault(task_id, key_id({"task_id": {"S": task_id}}))
+                    item = meter.items.get(kid)
+                    return None if item is None else item.get("status", {}).get("S")
+
+                task_ids: list[str] = []
+                for tick in range(last_tick + 1):
+                    now = t0 + tick * interval
+                    gate.advance(now)
+                    _wait(partial(_recorded_or_held, task_ids, due_times, now - gate.settle_ms, status, gate.held_ids),
+                          "outcomes due before the tick")
+                    meter.phase, meter.tick = ("setup" if tick == 0 else "poll"), tick
+                    started = time.perf_counter()
+                    poller.poll(now)
+                    poll_wall.append(time.perf_counter() - started)
+                    meter.phase = "execute"
+                    sent = invoker.take()
+                    for payload in sent:
+                        dues = [t["due_ms"] for t in payload["tasks"]]
+                        batches.append(BatchRun(tick, now, len(dues), min(dues), max(dues),
+                                                len(json.dumps(payload).encode())))
+                        thread = threading.Thread(target=run_batch, args=(container(), payload), daemon=True)
+                        thread.start()
+                        threads.append(thread)
+                    claimed = [t["task_id"] for p in sent for t in p["tasks"]]
+                    _wait(partial(_armed_or_done, claimed, status), "arming")
+                    if tick == 0:  # schedule just after the first poll
+                        meter.phase = "schedule"
+                        for i, due in enumerate(due_times):
+                            payload = {"video": f"v-{i:06d}", "n": i, "note": ""}
+                            pad = payload_bytes - len(json.dumps(payload, separators=(",", ":")))
+                            payload["note"] = "x" * max(pad, 0)
+                            task = scheduler.schedule(from_ms(due), action, payload, task_id=f"cost-{i:06d}",
+                                                      misfire_grace=300_000)
+                            task_ids.append(task.task_id)
+                gate.advance(2**62)
+                for thread in threads:
+                    thread.join(timeout=30)
+                final = [meter.item({"task_id": {"S": t}}) for t in task_ids]
+            for executor, _, _ in executors:
+                executor.request_stop()
+    finally:
+        logs = LOG_BYTES_UNMEASURED if log_measurement is None else _finish_log_measurement(log_measurement)
+    outcomes: dict[str, int] = defaultdict(int)
+    for item in final:
+        outcomes[(item or {}).get("status", {}).get("S", "GONE")] += 1
+    sizes = [item_size(i) for i in final]
+    baseline = [1, 2]
+    return Scenario(
+        tasks=tasks, windows=windows, start_ms=t0, payload_bytes=payload_bytes,
+        settings={"shard_count": settings.shard_count, "lead_ms": lead, "poll_interval_ms": interval,
+                  "max_batch_size": settings.max_batch_size, "retention_days": settings.retention_days,
+                  "db_threads": settings.db_threads, "overdue_safety_ms": settings.overdue_safety_ms},
+        calls=list(meter.calls), ticks=last_tick + 1, baseline_ticks=baseline,
+        work_ticks=list(range(3, last_tick + 1)), batches=batches, outcomes=dict(outcomes),
+        final_item_bytes=sum(sizes) / len(sizes), max_item_bytes=max(c for call in meter.calls for c in call.sizes),
+        poll_wall_s=poll_wall, logs=logs,
+    )
+
+# == turning counts into per-task and per-tick figures =====================================================
+@dataclass(frozen=True)
+class Row:
+    step: str
+    op: str
+    requests: float
+    wru: float
+    wru_index: float
+    rru: float
+
+
+PHASE_ORDER = ("schedule", "poll", "claim", "arm", "record", "execute", "miss")
+
+
+def _rows(calls: Iterable[Call], divide: float) -> list[Row]:
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for c in calls:
+        a = acc[(c.label, c.op)]
+        a[0] += 1
+        a[1] += c.wru
+        a[2] += c.wru_index
+        a[3] += c.rru
+    order = {p: i for i, p in enumerate(PHASE_ORDER)}
+    return [Row(label, op, *(v / divide for v in values))
+            for (label, op), values in sorted(acc.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1]))]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per task (variable) and per poll tick (fixed) figures of a scenario."""
+
+    per_task: list[Row]
+    per_tick: list[Row]
+    scenario: Scenario
+
+    @property
+    def task_wru(self) -> float:
+        return sum(r.wru + r.wru_index for r in self.per_task)
+
+    @property
+    def task_rru(self) -> float:
+        return sum(r.rru for r in self.per_task)
+
+    @property
+    def tick_wru(self) -> float:
+        return sum(r.wru + r.wru_index for r in self.per_tick)
+
+    @property
+    def tick_rru(self) -> float:
+        return sum(r.rru for r in self.per_tick)
+
+    @property
+    def tick_requests(self) -> float:
+        return sum(r.requests for r in self.per_tick)
+
+    def task_requests(self, *steps: str) -> float:
+        return sum(r.requests for r in self.per_task if not steps or r.step in steps)
+
+
+def counts(s: Scenario) -> Counts:
+    """Per-tick fixed cost = the mean of the empty ticks; per task = everything else, minus that fixed cost
+    for every tick of the working span, divided by the number of tasks."""
+    base = [c for c in s.calls if c.tick in s.baseline_ticks and c.label == "poll"]
+    per_tick = _rows(base, len(s.baseline_ticks))
+    work = [c for c in s.calls if c.label != "setup" and (c.tick is None or c.tick not in s.baseline_ticks)]
+    rows = _rows(work, s.tasks)
+    fixed = {(r.step, r.op): r for r in per_tick}
+    n_work = len(s.work_ticks)
+    out: list[Row] = []
+    for r in rows:
+        f = fixed.get((r.step, r.op))
+        if f is not None:
+            r = Row(r.step, r.op, *(max(0.0, v - n_work * fv / s.tasks) for v, fv in
+                                    ((r.requests, f.requests), (r.wru, f.wru), (r.wru_index, f.wru_index),
+                                     (r.rru, f.rru))))
+        if r.requests > 1e-9 or r.wru or r.rru:
+            out.append(r)
+    return Counts(out, per_tick, s)
+
+
+
+# == CloudWatch Logs: what the handlers print, measured ====================================================
+def measure_handler_logs() -> dict[str, float]:
+    """Run the real poller and executor handlers (loaded by path, inside moto) on batches of 1 and 41 HTTP
+    tasks due a moment ahead, and count the bytes they print (Powertools JSON lines and EMF blobs)."""
+    import contextlib
+    import io
+    from datetime import UTC, datetime, timedelta
+
+    import boto3
+    from moto import mock_aws
+
+    from punctual.client import Client
+    from punctual.dynamodb.schema import ensure_table
+    from punctual.model import HttpAction
+    from punctual.runtime import build_poller
+    from punctual_tools.local.worker import load_handler_module
+
+    src = find_template().parent / "src"
+    out = io.StringIO()
+    invoker = RecordingInvoker()
+
+    def context(function_name: str) -> LambdaContext:  # a fresh request id for each invocation
+        return LambdaContext(function_name, memory_limit_in_mb=256)
+
+    def lines_bytes(text: str) -> int:
+        return sum(len(line.encode()) + LOG_EVENT_OVERHEAD_BYTES for line in text.splitlines() if line.strip())
+
+    def taken() -> int:
+        text = out.getvalue()
+        out.seek(0)
+        out.truncate()
+        return lines_bytes(text)
+
+    with serving(StubTarget(status=200)) as target, mock_aws(), contextlib.redirect_stdout(out):
+        ensure_table(boto3.client("dynamodb", region_name="us-east-1"), "punctual-cost-logs")
+        poller_app: Any = load_handler_module(str(src / "poller" / "app.py"))
+        loaded: list[Any] = []
+        loader = threading.Thread(target=lambda: loaded.append(
+            load_handler_module(str(src / "executor" / "app.py"))), name="cold-start")
+        loader.start()
+        loader.join()
+        (executor_app,) = loaded
+        poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
+        client = Client(poller_app.settings, dynamodb=boto3.client("dynamodb", region_name="us-east-1"))
+        taken()
+        poller_app.handler(scheduled_event(), context("punctual-poller"))
+        empty_poll = taken()
+        sizes: dict[int, tuple[int, int]] = {}
+        for count in LOG_SAMPLE_TASKS:
+            start = datetime.now(UTC) + timedelta(milliseconds=600)
+            for i in range(count):
+                client.schedule(start + timedelta(milliseconds=5 * i), HttpAction(url=target.url(TARGET_PATH)),
+                                {"video": f"v-{i:06d}", "note": "x" * 160}, task_id=f"logs-{count}-{i}")
+            taken()
+            poller_app.handler(scheduled_event(), context("punctual-poller"))
+            poll = taken()
+            (payload,) = invoker.take()
+            answer = executor_app.handler(json.loads(json.dumps(payload)), context("punctual-executor"))
+            if answer["succeeded"] != count:  # a failed fire logs a line of its own: not the normal case
+                raise RuntimeError(f"log measurement: {answer}")
+            sizes[count] = (poll, taken())
+    (small, (poll_s, exec_s)), (large, (poll_l, exec_l)) = sorted(sizes.items())
+    per_task_exec = (exec_l - exec_s) / (large - small)
+    per_task_poll = (poll_l - poll_s) / (large - small)
+    return {"per_poll": empty_poll + LAMBDA_PLATFORM_LOG_BYTES,
+            "per_batch": exec_s - small * per_task_exec + LAMBDA_PLATFORM_LOG_BYTES,
+            "per_task": per_task_exec + per_task_poll}
+
+
+def _start_log_measurement(level: str) -> Any:
+    """The log measurement runs in a process of its own (the handlers' module-level set-up stays out of this
+    one), meanwhile the scenario runs here."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "PUNCTUAL_TABLE_NAME": "punctual-cost-logs",
+           "PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_WORKER_THREADS": "4", "PUNCTUAL_REGION": "us-east-1",
+           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": level,
+           "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE, "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE}
+    for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED",
+                 "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(name, None)
+    return subprocess.Popen([sys.executable, "-m", "punctual_tools.cost", "--measure-logs"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish_log_measurement(process: Any) -> LogBytes:
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except Exception:  # noqa: BLE001 - a measurement that does not finish is reported as not measured
+        process.kill()
+        return LOG_BYTES_UNMEASURED
+    if process.returncode != 0:
+        print(f"punctual_tools.cost: log measurement failed:\n{stderr[-2000:]}", file=sys.stderr)
+        return LOG_BYTES_UNMEASURED
+    values = json.loads(stdout.strip().splitlines()[-1])
+    return LogBytes(measured=True, **values)

@@ -1,0 +1,248 @@
+"""What the contract suite of the store port (:class:`punctual.store.TaskStore`) runs on, and its helpers.
+
+Every implementation of the port is one :class:`StoreKind` in :data:`STORE_KINDS`: a name (the test id, such as
+``moto-single``) and a way to open a fresh, empty store of that kind. The fixtures of ``conftest.py`` run every
+contract test once per kind; adding an implementation is adding one entry here (and passing the suite).
+
+The helpers talk to the store through the port's methods only, with an explicit ``now`` everywhere, so that
+no property of the suite depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from punctual.dynamodb.schema import ensure_table
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.keys import from_ms, to_ms
+from punctual.model import Candidate, FireRecord, LogAction, Task, TaskStatus
+from punctual.store import TaskStore
+from punctual_tools.local.dynamodb_local import make_client
+from support import FIXED_NOW_MS
+
+NOW = FIXED_NOW_MS  # the suite's "now": 2030-06-01T12:00:20.000Z, 20 s into a minute
+LEASE_MS = 30_000  # a claim lease
+ARMED_LEASE_MS = 200_000  # an armed lease, counted from NOW (due + grace + timeout + margin, roughly)
+SHARDS = 2  # more than one, so that a look for due work reads several shards; few, so that it stays quick
+
+
+# -- the implementations ---------------------------------------------------------------------------------------
+@dataclass
+class Backend:
+    """One opened store of some kind: ``store`` is what a test uses; ``new_store`` gives another store on the
+    same data with a connection of its own (one per thread in the races, as separate processes would have)."""
+
+    store: TaskStore
+    new_store: Callable[[], TaskStore]
+    kind: StoreKind | None = None  # what it is, set by the fixture
+
+
+@dataclass
+class DynamoBackend(Backend):
+    """A DynamoDB store (AWS, DynamoDB Local or moto), with its low-level client and table for the tests of
+    the adapter itself (``test_dynamodb_adapter.py``)."""
+
+    client: Any = None
+    table_name: str = ""
+
+    @property
+    def dynamo(self) -> DynamoTaskStore:
+        assert isinstance(self.store, DynamoTaskStore)
+        return self.store
+
+    def raw_item(self, task_id: str) -> dict[str, Any]:
+        """The stored item as DynamoDB holds it (attribute values), read consistently."""
+        return self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}},
+                                    ConsistentRead=True)["Item"]
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """One implementation of the port under test.
+
+    ``open(request)`` yields a :class:`Backend` on a fresh, empty store and cleans up afterwards. ``atomic``:
+    its conditional writes stay atomic under real concurrency (the races run only there; moto's server is
+    not). ``dynamodb``: it is the DynamoDB adapter (its own tests run on it). ``marks``: pytest marks of its
+    tests (a store that needs a server started by the session is ``integration``)."""
+
+    name: str
+    open: Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Backend]]
+    atomic: bool = False
+    dynamodb: bool = False
+    marks: tuple[Any, ...] = field(default=())
+
+
+@contextlib.contextmanager
+def dynamo_backend(client: Any, new_client: Callable[[int], Any], table: str, write_batch: str) -> Iterator[Backend]:
+    """DynamoDB stores on ``table`` (built from template.yaml first): the first on ``client``, the n-th further
+    one on ``new_client(n)``, a client of its own. Their thread pools are shut down afterwards."""
+    ensure_table(client, table)
+    opened: list[DynamoTaskStore] = []
+
+    def open_store(on: Any) -> DynamoTaskStore:
+        opened.append(DynamoTaskStore(on, table, SHARDS, write_batch=write_batch, db_threads=4))
+        return opened[-1]
+
+    try:
+        yield DynamoBackend(open_store(client), lambda: open_store(new_client(len(opened))), client=client,
+                            table_name=table)
+    finally:
+        for store in opened:
+            if store._pool is not None:  # the store has no close(): its pool lives as long as it does
+                store._pool.shutdown(wait=False)
+
+
+@functools.cache
+def _moto_client() -> Any:
+    """One moto client for the whole session (building a boto3 client costs more than most tests): moto's hook
+    is on every client, active only inside ``mock_aws``, and each ``mock_aws`` starts from empty tables."""
+    return boto3.client("dynamodb", region_name="us-east-1")
+
+
+@functools.cache
+def _local_client(endpoint: str, n: int = 0) -> Any:
+    """The n-th client of the session's DynamoDB Local: a test's n-th store uses it (so that each racing thread
+    has a client of its own), and the tests share them (building a client costs more than most tests)."""
+    return make_client(endpoint)
+
+
+def moto_backend(write_batch: str) -> Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Backend]]:
+    """DynamoDB as moto mocks it."""
+
+    @contextlib.contextmanager
+    def open_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+        with mock_aws(), dynamo_backend(_moto_client(), lambda n: boto3.client("dynamodb", region_name="us-east-1"),
+                                        "punctual-contract", write_batch) as backend:
+            yield backend
+
+    return open_backend
+
+
+def dynamodb_local_backend(
+    write_batch: str,
+) -> Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Backend]]:
+    """The session's DynamoDB Local (fixture ``ddb_local``), a fresh table each time (dropped afterwards)."""
+
+    @contextlib.contextmanager
+    def open_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+        endpoint: str = request.getfixturevalue("ddb_local")
+        client = _local_client(endpoint)
+        table = f"punctual-contract-{uuid.uuid4().hex[:8]}"
+        try:
+            with dynamo_backend(client, lambda n: _local_client(endpoint, n), table, write_batch) as backend:
+                yield backend
+        finally:
+            with contextlib.suppress(client.exceptions.ResourceNotFoundException):
+                client.delete_table(TableName=table)
+
+    return open_backend
+
+
+STORE_KINDS = [
+    StoreKind("moto-single", moto_backend("single"), dynamodb=True),
+    StoreKind("moto-transaction", moto_backend("transaction"), dynamodb=True),
+    StoreKind("dynamodb-local-single", dynamodb_local_backend("single"), atomic=True, dynamodb=True,
+              marks=(pytest.mark.integration,)),
+    StoreKind("dynamodb-local-transaction", dynamodb_local_backend("transaction"), atomic=True, dynamodb=True,
+              marks=(pytest.mark.integration,)),
+]
+
+
+def store_params(select: Callable[[StoreKind], bool] = lambda kind: True) -> list[Any]:
+    """The kinds ``select`` keeps, as fixture params named by the store."""
+    return [pytest.param(kind, id=kind.name, marks=kind.marks) for kind in STORE_KINDS if select(kind)]
+
+
+# -- tasks -------------------------------------------------------------------------------------------------------
+class TaskFactory:
+    """Builds tasks with distinct ids and payloads, and creates them through the store (at NOW by default)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self._n = 0
+
+    def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
+        self._n += 1
+        fields.setdefault("action", LogAction(message="contract"))
+        fields.setdefault("payload", {"n": self._n})
+        return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
+
+    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = NOW, **fields: Any) -> Task:
+        stored, created = self.store.create(self.build(due_ms, task_id, **fields), now_ms)
+        assert created
+        return stored
+
+
+def stored(store: TaskStore, task_id: str) -> Task:
+    """The task as stored now; it must exist."""
+    task = store.get(task_id)
+    assert task is not None, task_id
+    return task
+
+
+def ms(moment: Any) -> int | None:
+    """A stored instant in epoch ms (None stays None)."""
+    return None if moment is None else to_ms(moment)
+
+
+def candidate(task: Task) -> Candidate:
+    """The task as a look for due work would show it: its due time, status and lease as given."""
+    return Candidate(task.task_id, task.due_ms, task.status, ms(task.lease_until), task.misfire_grace_ms,
+                     task.misfire_policy)
+
+
+def claim(store: TaskStore, task: Task, now_ms: int = NOW, batch: str = "batch-1", poller: str = "poller-1",
+          lease_ms: int = LEASE_MS) -> bool:
+    """CLAIM one task at ``now_ms`` (by its due time as given): whether this claimer now owns it."""
+    (won,) = store.claim_many([(candidate(task), batch)], poller, now_ms, lease_ms)
+    return won
+
+
+def arm(store: TaskStore, task_id: str, batch: str = "batch-1", executor: str = "exec-1",
+        lease_until_ms: int = NOW + ARMED_LEASE_MS) -> Task | None:
+    """ARM one task: the armed task, or None if this executor lost it."""
+    (armed,) = store.arm_many([(task_id, lease_until_ms)], batch, executor)
+    return armed
+
+
+def record(store: TaskStore, executor: str, fire: FireRecord) -> bool:
+    """RECORD one outcome (or a RETRY): whether it was written."""
+    (written,) = store.record_many(executor, [fire])
+    return written
+
+
+def miss(store: TaskStore, task: Task, now_ms: int, detail: str = "missed") -> bool:
+    """MISS one task: whether this call made it MISSED."""
+    (missed,) = store.mark_missed_many([(candidate(task), detail)], now_ms)
+    return missed
+
+
+def succeeded(task: Task, finished_ms: int | None = None, outcome: TaskStatus = TaskStatus.SUCCEEDED,
+              detail: str | None = None) -> FireRecord:
+    """The record of a fire exactly at the task's due time, finished 2 ms later (or at ``finished_ms``)."""
+    end = task.due_ms + 2 if finished_ms is None else finished_ms
+    return FireRecord(task.task_id, outcome, float(task.due_ms), end, 0.0, None, detail)
+
+
+def armed_task(store: TaskStore, tasks: TaskFactory, due_ms: int = NOW + 10_000, executor: str = "exec-1",
+               lease_until_ms: int = NOW + ARMED_LEASE_MS, **fields: Any) -> Task:
+    """A new task claimed at NOW into ``batch-1`` and armed by ``executor`` until ``lease_until_ms``."""
+    task = tasks.create(due_ms, **fields)
+    assert claim(store, task)
+    armed = arm(store, task.task_id, executor=executor, lease_until_ms=lease_until_ms)
+    assert armed is not None
+    return armed
+
+
+def due_ids(store: TaskStore, until_ms: int, now_ms: int = NOW) -> list[str]:
+    """The ids a look for due work at ``now_ms`` finds up to ``until_ms``, in the order found."""
+    return [c.task_id for c in store.find_due(now_ms, until_ms).candidates]

@@ -1,0 +1,347 @@
+"""The DynamoDB adapter (:class:`punctual.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
+items out (the sparse due index, its minute buckets, the fast-path flag, the TTL), the watermark behind
+``find_due``, writes split over several requests, and a retried write whose first response was lost.
+
+Not part of the contract: another implementation of the port has none of this. Runs on every DynamoDB kind
+of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from contract_tools import (
+    ARMED_LEASE_MS,
+    LEASE_MS,
+    NOW,
+    DynamoBackend,
+    TaskFactory,
+    arm,
+    armed_task,
+    candidate,
+    claim,
+    miss,
+    record,
+    stored,
+    succeeded,
+)
+
+import punctual.dynamodb.store as dynamodb_store
+from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
+from punctual.model import FireRecord, Task, TaskStatus
+from punctual.retry import RetryPolicy
+
+
+@pytest.fixture
+def backend(dynamo_backend: DynamoBackend) -> DynamoBackend:
+    return dynamo_backend
+
+
+@pytest.fixture
+def tasks(dynamo_backend: DynamoBackend) -> TaskFactory:
+    return TaskFactory(dynamo_backend.store)
+
+
+def index_ids(backend: DynamoBackend, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
+    """What the due index lists for the task's shard in the minute of ``bucket_of_ms``, up to ``until_ms``."""
+    repo = backend.dynamo
+    return [e.task_id for e in repo.query_index(bucket_of_ms, shard_of(task.task_id, repo.shard_count), until_ms)]
+
+
+def bucket_of(backend: DynamoBackend, task_id: str, at_ms: int) -> str:
+    return index_key(at_ms, shard_of(task_id, backend.dynamo.shard_count))
+
+
+# -- item layout -------------------------------------------------------------------------------------------------
+def test_a_task_written_due_in_the_past_lands_in_the_bucket_of_now(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a task due 5 minutes ago, written now
+    task = tasks.create(NOW - 5 * BUCKET_MS, "t-late")
+    # Then its index key is the minute of now (at or after any watermark), not that of its due time
+    assert backend.raw_item("t-late")["due_bucket"]["S"] == bucket_of(backend, "t-late", NOW)
+    assert index_ids(backend, task, NOW, NOW) == ["t-late"]
+    assert index_ids(backend, task, task.due_ms, NOW) == []
+
+
+def test_a_task_written_due_in_the_future_lands_in_its_due_bucket(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a task due in 5 minutes / Then its index key is the minute it is due in
+    task = tasks.create(NOW + 5 * BUCKET_MS, "t-future")
+    assert backend.raw_item("t-future")["due_bucket"]["S"] == bucket_of(backend, "t-future", task.due_ms)
+
+
+def test_the_fast_path_flag_marks_tasks_due_before_the_next_poll(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given tasks due one ms before and exactly at the next poll's reach (poll interval + margin), written now
+    reach = backend.dynamo.fast_path_within_ms
+    inside = tasks.create(NOW + reach - 1)
+    outside = tasks.create(NOW + reach)
+    # Then only the one the poller may have swept past is flagged for the stream's fast path
+    assert backend.raw_item(inside.task_id)["fast_path"]["N"] == "1"
+    assert backend.raw_item(outside.task_id)["fast_path"]["N"] == "0"
+    # When the far one is moved to 2 s ahead, and the near one far away / Then the flags follow
+    backend.store.reschedule(outside.task_id, NOW + 2_000, NOW)
+    backend.store.reschedule(inside.task_id, NOW + 10 * reach, NOW)
+    assert backend.raw_item(outside.task_id)["fast_path"]["N"] == "1"
+    assert backend.raw_item(inside.task_id)["fast_path"]["N"] == "0"
+
+
+def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a recorded, a cancelled and a missed task
+    done = armed_task(backend.store, tasks)
+    assert record(backend.store, "exec-1", succeeded(done, NOW + 10_050))
+    cancelled, missed = tasks.create(NOW + 10_001), tasks.create(NOW + 10_002)
+    backend.store.cancel(cancelled.task_id, NOW + 1)
+    assert miss(backend.store, missed, NOW + 2, "late")
+    # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
+    # unit of DynamoDB's TTL)
+    assert [name for name in (done, cancelled, missed) if "due_bucket" in backend.raw_item(name.task_id)] == []
+    retention_s = backend.dynamo.retention_ms // 1000
+    assert int(backend.raw_item(done.task_id)["expires_at"]["N"]) == (NOW + 10_050) // 1000 + retention_s
+    assert int(backend.raw_item(cancelled.task_id)["expires_at"]["N"]) == (NOW + 1) // 1000 + retention_s
+    assert int(backend.raw_item(missed.task_id)["expires_at"]["N"]) == (NOW + 2) // 1000 + retention_s
+    # And an active task has none
+    assert "expires_at" not in backend.raw_item(tasks.create(NOW + 20_000).task_id)
+
+
+def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given an armed task, which the index still lists
+    task = tasks.create(NOW + 10_000)
+    assert index_ids(backend, task, task.due_ms, task.due_ms) == [task.task_id]
+    assert claim(backend.store, task)
+    assert arm(backend.store, task.task_id) is not None
+    assert index_ids(backend, task, task.due_ms, task.due_ms) == [task.task_id]
+    # When its outcome is recorded
+    assert record(backend.store, "exec-1", FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100,
+                                                      0.0, None, "HTTP 500"))
+    # Then the index no longer lists it, and the item keeps the outcome
+    assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
+    item = backend.raw_item(task.task_id)
+    assert "due_bucket" not in item and "lease_until_ms" not in item
+    assert (item["status"]["S"], item["detail"]["S"]) == ("FAILED", "HTTP 500")
+
+
+def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1 whose action failed at F
+    task = armed_task(backend.store, tasks, retry=RetryPolicy(max_attempts=3))
+    failed_at = NOW + 10_005
+    # When the retry is recorded, due 700 ms later
+    assert record(backend.store, "exec-1", FireRecord(task.task_id, TaskStatus.PENDING, None, failed_at, None, None,
+                                                      "HTTP 500", retry_due_ms=failed_at + 700,
+                                                      first_due_ms=task.due_ms))
+    # Then it is back in the due index under that instant's minute, flagged for the fast path, its hash kept
+    raw = backend.raw_item(task.task_id)
+    assert raw["due_bucket"]["S"] == bucket_of(backend, task.task_id, failed_at + 700)
+    assert raw["fast_path"] == {"N": "1"}
+    assert raw["content_hash"]["S"] == task.content_hash()
+
+
+def test_reschedule_moves_the_index_key_and_the_content_hash(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a claimed task
+    task = tasks.create(NOW + 10_000)
+    assert claim(backend.store, task)
+    new_due = NOW + 10 * BUCKET_MS + 123
+    # When it is moved ten minutes later
+    moved = backend.store.reschedule(task.task_id, new_due, NOW + 1)
+    # Then its index key is the minute of its new due time, and its hash that of the moved task
+    item = backend.raw_item(task.task_id)
+    assert item["due_bucket"]["S"] == bucket_of(backend, task.task_id, new_due)
+    assert item["content_hash"]["S"] == task.model_copy(update={"due_at": moved.due_at}).content_hash()
+    assert "batch_id" not in item and "lease_until_ms" not in item
+    assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
+    assert index_ids(backend, task, new_due, new_due) == [task.task_id]
+
+
+# -- reading the index ---------------------------------------------------------------------------------------------
+def test_candidates_read_status_from_the_table_and_skip_finished(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a pending, a claimed and a cancelled task, and an id that does not exist
+    pending, taken, gone = (tasks.create(NOW + 10_000 + i) for i in range(3))
+    assert claim(backend.store, taken)
+    backend.store.cancel(gone.task_id, NOW)
+    # When their candidates are read
+    found = {c.task_id: c for c in backend.dynamo.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])}
+    # Then the active ones come with the table's status and lease; the finished and missing ones do not
+    assert set(found) == {pending.task_id, taken.task_id}
+    assert found[pending.task_id] == candidate(pending)
+    assert found[taken.task_id] == candidate(stored(backend.store, taken.task_id))
+    assert found[taken.task_id].lease_until_ms == NOW + LEASE_MS
+
+
+def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given two tasks in the same minute and shard, one due after the window's end
+    repo = backend.dynamo
+    first = tasks.create(NOW + 10_000)
+    shard = shard_of(first.task_id, repo.shard_count)
+    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", repo.shard_count) == shard)
+    later = tasks.create(NOW + 20_000, later_id)
+    # When the index is queried up to between them / Then only the first is listed, with its due time
+    assert [(e.task_id, e.due_ms) for e in repo.query_index(NOW, shard, NOW + 15_000)] == [(first.task_id,
+                                                                                           first.due_ms)]
+    assert later.task_id in [e.task_id for e in repo.query_index(NOW, shard, NOW + 20_000)]
+
+
+def test_the_watermark_only_moves_forward(backend: DynamoBackend) -> None:
+    # Given no watermark yet
+    repo = backend.dynamo
+    assert repo.get_watermark() is None
+    start = bucket_start(NOW)
+    # When it is set, then moved back, then to the same value, then forward
+    assert repo.advance_watermark(start) is True
+    assert repo.advance_watermark(start - BUCKET_MS) is False
+    assert repo.advance_watermark(start) is False
+    assert repo.get_watermark() == start
+    assert repo.advance_watermark(start + BUCKET_MS) is True
+    # Then only the forward moves took effect
+    assert repo.get_watermark() == start + BUCKET_MS
+
+
+def test_the_watermark_item_is_not_a_task(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a watermark and a task in the same table
+    backend.dynamo.advance_watermark(bucket_start(NOW))
+    tasks.create(NOW + 10_000, "t-listed")
+    # Then only the task is listed, and the watermark is still there
+    assert [t.task_id for t in backend.store.list_tasks()] == ["t-listed"]
+    assert backend.dynamo.get_watermark() == bucket_start(NOW)
+
+
+def test_find_due_moves_the_watermark_no_closer_than_its_safety_and_never_past_an_active_task(
+    backend: DynamoBackend, tasks: TaskFactory
+) -> None:
+    # Given an active task due 10 minutes ago
+    repo = backend.dynamo
+    old = tasks.create(NOW - 10 * BUCKET_MS, now_ms=NOW - 11 * BUCKET_MS)
+    # When due work is looked for now / Then the watermark stops at the old task's minute
+    assert repo.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == repo.get_watermark()
+    # When the old task is finished and due work is looked for again / Then the watermark moves on, but stays
+    # at least the overdue safety behind now
+    repo.cancel(old.task_id, NOW)
+    assert repo.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - repo.overdue_safety_ms)
+    assert repo.get_watermark() == bucket_start(NOW - repo.overdue_safety_ms)
+
+
+def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given an empty index
+    repo = backend.dynamo
+    assert repo.oldest_active_due() is None
+    # When tasks are due at several times, and the oldest of them is finished
+    done = tasks.create(NOW - 9 * BUCKET_MS, now_ms=NOW - 10 * BUCKET_MS)
+    oldest_active = tasks.create(NOW - 3 * BUCKET_MS + 7, now_ms=NOW - 4 * BUCKET_MS)
+    tasks.create(NOW + 2 * BUCKET_MS)
+    backend.store.cancel(done.task_id, NOW)
+    # Then it answers one minute before the minute of the oldest active due time
+    assert repo.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
+
+
+# -- many items in several requests --------------------------------------------------------------------------------
+def test_many_writes_keep_each_condition_across_requests(
+    backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given requests of at most 10 items (100 in DynamoDB: smaller here, to cross the limit with few tasks),
+    # and 21 PENDING tasks of which the 6th is claimed by another poller and the last cancelled
+    if backend.dynamo.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
+        pytest.skip("moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
+                    "the transactions that ran beside it (the store sends a request's chunks in parallel)")
+    monkeypatch.setattr(dynamodb_store, "TRANSACTION_LIMIT", 10)
+    monkeypatch.setattr(dynamodb_store, "BATCH_GET_LIMIT", 10)
+    created = [tasks.create(NOW + 10_000 + i) for i in range(21)]
+    assert claim(backend.store, created[5], batch="other-batch")
+    backend.store.cancel(created[20].task_id, NOW)
+    # When all of them are claimed at once, into batches of 7
+    won = backend.store.claim_many([(candidate(t), f"batch-{i // 7}") for i, t in enumerate(created)], "poller-1",
+                                   NOW, LEASE_MS)
+    # Then exactly the two whose condition fails lose, and every other claim is written with its batch
+    assert [i for i, ok in enumerate(won) if not ok] == [5, 20]
+    after = backend.store.get_many([t.task_id for t in created] + ["unknown"])
+    assert len(after) == 21
+    assert [after[t.task_id].batch_id for t in created[:7]] == ["batch-0"] * 5 + ["other-batch", "batch-0"]
+    assert {after[t.task_id].batch_id for t in created[7:20]} == {"batch-1", "batch-2"}
+    # And arming and recording them in several requests answers position by position too
+    mine = [t.task_id for t in created[:5]]
+    armed = backend.store.arm_many([(t, NOW + ARMED_LEASE_MS) for t in [*mine, created[5].task_id]], "batch-0",
+                                   "exec-1")
+    assert [a.task_id if a else None for a in armed] == [*mine, None]
+    assert backend.store.record_many("exec-1", [succeeded(after[t]) for t in mine]) == [True] * 5
+
+
+# -- a write whose response was lost -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def responses_lost(client: Any, operation: str, times: int = 1) -> Iterator[list[int]]:
+    """The next ``times`` successful responses to ``operation`` are lost on the way back: the write was applied,
+    and botocore (which sees no answer) sends the very same request again. Yields the attempts whose response
+    was dropped."""
+    dropped: list[int] = []
+
+    def lose(response: Any = None, attempts: int = 0, **_: Any) -> int | None:
+        if response is not None and response[0].status_code == 200 and len(dropped) < times:
+            dropped.append(attempts)
+            return 0  # "retry after 0 s", as botocore's own handler answers for a lost connection
+        return None
+
+    event = f"needs-retry.dynamodb.{operation}"
+    client.meta.events.register_first(event, lose)
+    try:
+        yield dropped
+    finally:
+        client.meta.events.unregister(event, lose)
+
+
+def test_a_retried_claim_arm_record_retry_and_redrive_count_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a task at each step of its life, and every UpdateItem response lost once, the write applied
+    store = backend.store
+    task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=2))
+    retry = FireRecord(task.task_id, TaskStatus.PENDING, None, NOW + 10_010, None, None, "e",
+                       retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms)
+    steps = [
+        ("claim", lambda: claim(store, task)),
+        ("arm", lambda: arm(store, task.task_id) is not None),
+        ("retry", lambda: record(store, "exec-1", retry)),
+        ("claim again", lambda: claim(store, stored(store, task.task_id), NOW + 11_000, batch="batch-2")),
+        ("arm again", lambda: arm(store, task.task_id, batch="batch-2") is not None),
+        ("record", lambda: record(store, "exec-1", succeeded(task, outcome=TaskStatus.FAILED))),
+        ("redrive", lambda: store.redrive_many([task.task_id], NOW + 60_000) == [True]),
+    ]
+    for name, step in steps:
+        # When the step's write is sent again after its response was lost
+        with responses_lost(backend.client, "UpdateItem") as dropped:
+            answered = step()
+        # Then it was applied once and the retry recognises it as done: the caller hears it won
+        assert (name, dropped, answered) == (name, [1], True)
+    final = stored(store, task.task_id)
+    assert (final.status, final.attempt, final.due_ms) == (TaskStatus.PENDING, 0, NOW + 60_000)
+
+
+def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given the transaction write mode, and the response to a transaction of three claims lost, the write applied
+    if backend.dynamo.write_batch != "transaction":
+        pytest.skip("only the transaction write mode sends TransactWriteItems")
+    if backend.kind is None or backend.kind.name.startswith("moto"):
+        pytest.skip("moto ignores TransactWriteItems' ClientRequestToken (DynamoDB and DynamoDB Local honour it)")
+    created = [tasks.create(NOW + 10_000 + i) for i in range(3)]
+    # When botocore sends it again (with the same ClientRequestToken, which botocore fills in once)
+    with responses_lost(backend.client, "TransactWriteItems") as dropped:
+        won = backend.store.claim_many([(candidate(t), "batch-1") for t in created], "poller-1", NOW, LEASE_MS)
+    # Then DynamoDB answers the retry as the first attempt: every claim won, each counted once
+    assert (dropped, won) == ([1], [True] * 3)
+    assert {(t.status, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()} == {
+        (TaskStatus.CLAIMED, 1)}
+
+
+def test_a_retried_cancel_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    """A client whose cancel went through but whose response was lost hears that it cancelled the task (the
+    retry finds CANCELLED at the cancel's own instant), not that the task cannot be cancelled."""
+    # Given a PENDING task, and the response to its cancel lost, the write applied
+    task = tasks.create(NOW + 10_000)
+    # When botocore sends the cancel again / Then the client hears that it cancelled the task
+    with responses_lost(backend.client, "UpdateItem") as dropped:
+        assert backend.store.cancel(task.task_id, NOW).status is TaskStatus.CANCELLED
+    assert dropped == [1]
+
+
+def test_a_retried_reschedule_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a PENDING task, and the response to its reschedule lost, the write applied
+    task = tasks.create(NOW + 10_000)
+    # When botocore sends the reschedule again / Then the client gets the moved task, not a refusal
+    with responses_lost(backend.client, "UpdateItem") as dropped:
+        moved = backend.store.reschedule(task.task_id, NOW + 20_000, NOW)
+    assert dropped == [1]
+    assert (moved.status, moved.due_ms) == (TaskStatus.PENDING, NOW + 20_000)
