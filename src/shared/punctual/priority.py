@@ -10,7 +10,8 @@ A low priority alone does not keep a core free: measured here (2 cores, kernel 6
 busy loops still delay a waking heap dispatcher by a scheduler slice (~3 ms) on ~3.5% of its fires. So the
 local runtime also confines background work to a CPU set that leaves one core out
 (``punctual_tools.settings.LocalSettings.background_cpus``, see :func:`set_background_cpus`): a firing thread
-always finds a core that no background thread may take. Unset (the default, and in AWS), background work may run on any CPU.
+always finds a core that no background thread may take. Unset (the default, and in AWS), background work may
+run on any CPU.
 """
 
 from __future__ import annotations
