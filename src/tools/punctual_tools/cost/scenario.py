@@ -133,8 +133,8 @@ def _recorded_or_held(task_ids: list[str], due_times: list[int], until_ms: int,
 
 
 def _armed_or_done(task_ids: list[str], status: Callable[[str], str | None]) -> bool:
-    """No task of ``task_ids`` is still CLAIMED (its executor armed it, or it is finished)."""
-    return all(status(t) != "CLAIMED" for t in task_ids)
+    """No task of ``task_ids`` is still PENDING (its executor armed it, or it is finished)."""
+    return all(status(t) != "PENDING" for t in task_ids)
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -176,7 +176,12 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
     table = "punctual-cost"
-    settings = Settings(table_name=table, ntp_server=None, worker_threads=1)
+    # An executor's lease outlives the simulated ticks its outcome writes are held for (its heartbeat runs on
+    # real time, while the scenario's ticks are simulated): no executor looks dead to a later tick. Heartbeat
+    # writes are then one at the start and one at the end of each batch; pricing adds the renewals a batch
+    # makes in AWS over its life (see pricing.heartbeat_writes_per_batch).
+    settings = Settings(table_name=table, ntp_server=None, worker_threads=1, executor_lease_ms=600_000,
+                        heartbeat_interval_ms=120_000)
     interval, lead = settings.poll_interval_ms, settings.lead_ms
     spec = TableSpec.from_template(template_path)
     t0 = SCENARIO_START_MS
@@ -252,8 +257,8 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                         thread = threading.Thread(target=run_batch, args=(container(), payload), daemon=True)
                         thread.start()
                         threads.append(thread)
-                    claimed = [t["task_id"] for p in sent for t in p["tasks"]]
-                    _wait(partial(_armed_or_done, claimed, status), "arming")
+                    dispatched = [t["task_id"] for p in sent for t in p["tasks"]]
+                    _wait(partial(_armed_or_done, dispatched, status), "arming")
                     if tick == 0:  # schedule just after the first poll
                         meter.phase = "schedule"
                         for i, due in enumerate(due_times):
