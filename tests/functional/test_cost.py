@@ -2,8 +2,10 @@
 docs/cost.md, whose generated block must equal what this run counts (``make cost`` regenerates it).
 
 The expected counts come from the design (the store's life cycle, the keys-only ``due`` index of
-template.yaml), not from a previous run: one conditional write per step, each within one write unit, the index
-written only when a task enters or leaves it, the poll's fixed reads exactly one query per shard and bucket.
+template.yaml), not from a previous run: one conditional write per step (schedule, arm straight from PENDING,
+record), each within one write unit, the index written only when a task enters or leaves it, a poll that
+writes nothing per task and whose fixed reads are exactly one query per shard and bucket, and heartbeat writes
+per executor batch, not per task.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_a_keys_only_index_costs_a_write_only_when_its_keys_change() -> None:
     base = {"task_id": {"S": "t"}, "status": {"S": "PENDING"}, "payload": {"S": "x" * 900}}
     active = {**base, "due_bucket": {"S": "2030-01-01T00:00#1"}, "due_ms": {"N": "1"}}
     assert spec.index_writes(None, active) == {"due": 1}  # enters the index
-    assert spec.index_writes(active, {**active, "status": {"S": "CLAIMED"}}) == {}  # not projected
+    assert spec.index_writes(active, {**active, "status": {"S": "ARMED"}}) == {}  # not projected
     assert spec.index_writes(active, {**active, "due_ms": {"N": "2"}}) == {"due": 2}  # key change: delete + put
     assert spec.index_writes(active, base) == {"due": 1}  # leaves the index
     assert spec.index_writes(base, {**base, "status": {"S": "SUCCEEDED"}}) == {}
@@ -77,6 +79,20 @@ def test_the_meter_counts_failed_conditions_and_eventually_consistent_reads() ->
         assert delete.wru == 2
 
 
+def test_writes_are_labelled_by_the_item_and_status_change_they_make() -> None:
+    task = {"task_id": {"S": "t"}}
+    beat = {"task_id": {"S": "#executor#x-1"}, "alive_until_ms": {"N": "5"}}
+    assert cost.status_label(None, {**task, "status": {"S": "PENDING"}}) == "schedule"
+    assert cost.status_label({**task, "status": {"S": "PENDING"}}, {**task, "status": {"S": "ARMED"}}) == "arm"
+    assert cost.status_label({**task, "status": {"S": "ARMED"}}, {**task, "status": {"S": "SUCCEEDED"}}) == "record"
+    # an executor's heartbeat item, whether it is created or renewed
+    assert cost.status_label(None, beat) == "heartbeat"
+    assert cost.status_label(beat, {**beat, "alive_until_ms": {"N": "6"}}) == "heartbeat"
+    # the poller reading owners' heartbeats is a step of its own; reading tasks is not labelled by key
+    assert cost.heartbeat_read_label([{"task_id": {"S": "#executor#x-1"}}]) == "heartbeat check"
+    assert cost.heartbeat_read_label([{"task_id": {"S": "t"}}, {"task_id": {"S": "#executor#x-1"}}]) is None
+
+
 # -- the counted run ---------------------------------------------------------------------------------------
 def test_every_task_fires_and_is_recorded(counted: cost.Counts) -> None:
     assert counted.scenario.outcomes == {"SUCCEEDED": TASKS}
@@ -95,28 +111,65 @@ def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.C
     assert set(rows(counted, "schedule")) == {"PutItem"}
     put = rows(counted, "schedule")["PutItem"]
     assert (put.requests, put.wru, put.wru_index, put.rru) == (1, 1, 1, 0)
-    # claim and arm: one UpdateItem each; neither touches an indexed attribute (keys-only index)
-    for step in ("claim", "arm"):
-        assert set(rows(counted, step)) == {"UpdateItem"}, step
-        update = rows(counted, step)["UpdateItem"]
-        assert (update.requests, update.wru, update.wru_index, update.rru) == (1, 1, 0, 0), step
+    # arm: one UpdateItem, straight from PENDING (no claim before it); it touches no indexed attribute
+    assert set(rows(counted, "arm")) == {"UpdateItem"}
+    arm = rows(counted, "arm")["UpdateItem"]
+    assert (arm.requests, arm.wru, arm.wru_index, arm.rru) == (1, 1, 0, 0)
     # record: one UpdateItem that also takes the task out of the index
+    assert set(rows(counted, "record")) == {"UpdateItem"}
     record = rows(counted, "record")["UpdateItem"]
     assert (record.requests, record.wru, record.wru_index, record.rru) == (1, 1, 1, 0)
     # every item stays under one write unit
     assert counted.scenario.max_item_bytes <= 1024
-    # and nothing else writes per task: no transactions, no reads by the executor, nothing missed
-    assert {r.step for r in counted.per_task} <= {"schedule", "poll", "claim", "arm", "record"}
-    assert not [r for r in counted.per_task if r.step == "poll" and (r.wru or r.wru_index)]
+    # and nothing else writes per task: no claim, no transactions, no reads by the executor, nothing missed
+    assert {r.step for r in counted.per_task} <= {"schedule", "poll", "heartbeat check", "arm", "record"}
+    assert sum(r.wru for r in counted.per_task) == 3 and sum(r.wru_index for r in counted.per_task) == 2
+
+
+def test_the_poll_writes_nothing_per_task(counted: cost.Counts) -> None:
+    # Given the per-task rows of the poller's steps (beyond what an empty poll costs)
+    polled = [r for r in counted.per_task if r.step in ("poll", "heartbeat check")]
+    # Then they are reads only: BatchGetItem of tasks and of owners' heartbeats, no write of any kind
+    assert {r.op for r in polled} == {"BatchGetItem"}
+    assert not [r for r in polled if r.wru or r.wru_index]
 
 
 def test_the_poll_reads_each_task_from_the_table_once_or_twice(counted: cost.Counts) -> None:
     # Each task is found in the keys-only index and read (eventually consistent, 0.5 unit) at the tick that
-    # claims it; those still ARMED at the next tick (due after it) are read once more.
+    # dispatches it; those still ARMED at the next tick (due after it) are read once more.
     poll = rows(counted, "poll")
     reads = sum(r.rru for r in poll.values())
     assert 0.5 <= reads <= 1.0
     assert poll["BatchGetItem"].requests <= 2 / 100 + 1e-9  # 100 keys a request, at most two sightings
+
+
+def test_the_poll_reads_the_heartbeat_of_each_owner_of_armed_tasks_it_sees(counted: cost.Counts) -> None:
+    # Given the batches of the run, each executor still holding ARMED tasks at the next tick (its last due
+    # instant is after it) is seen by that tick, once (no batch lives two intervals)
+    s = counted.scenario
+    interval = s.settings["poll_interval_ms"]
+    assert all(b.last_due_ms < b.invoked_ms + 2 * interval for b in s.batches)
+    seen = sum(1 for b in s.batches if b.last_due_ms > b.invoked_ms + interval)
+    assert seen >= 1
+    # Then the poller reads each such owner's heartbeat item once, eventually consistent (0.5 unit)
+    check = rows(counted, "heartbeat check")
+    assert set(check) == {"BatchGetItem"}
+    assert check["BatchGetItem"].rru * TASKS == pytest.approx(0.5 * seen)
+    assert check["BatchGetItem"].requests * TASKS == pytest.approx(1)  # one tick saw them, in one request
+
+
+def test_heartbeats_are_written_per_batch_not_per_task(counted: cost.Counts) -> None:
+    # Given the run, whose executors live a few seconds (the scenario's heartbeat interval is longer)
+    # Then each batch writes its heartbeat item twice (before it arms, and retiring at its end): one unit
+    # each, never the index
+    assert counted.per_batch == [cost.Row("heartbeat", "UpdateItem", 2, 2, 0, 0)]
+    assert "heartbeat" not in {r.step for r in counted.per_task}
+    # And in AWS a tick's executors add a renewal every heartbeat interval over their life (Settings default)
+    s = counted.scenario.settings
+    invocations, seconds = cost.executor_seconds_per_tick(2_315, s["max_batch_size"], s["lead_ms"],
+                                                          s["poll_interval_ms"])
+    assert cost.heartbeat_interval_ms() == 5_000
+    assert cost.heartbeat_writes_per_tick(invocations, seconds, 2) == pytest.approx(2 * invocations + seconds / 5)
 
 
 def test_an_empty_poll_costs_one_query_per_shard_and_bucket(counted: cost.Counts) -> None:
@@ -148,9 +201,20 @@ def test_costs_per_million_fall_with_volume_and_beat_step_functions(counted: cos
     low, high = (cost.monthly_cost(counted, v) for v in (1e6, 100e6))
     assert high.per_million() < low.per_million()
     assert high.per_million() < 25.0 * cost.STEP_FUNCTIONS_TRANSITIONS[0]
-    # per task, DynamoDB alone is 4 + 2 write units and ~0.75 read unit: about $3.85 a million
+    # per task, DynamoDB alone is 3 + 2 write units, ~0.75 read unit and a share of heartbeats: about $3.26
+    # a million at 100 M tasks a month
     dynamodb = sum(x.usd for x in high.lines if x.item.startswith("DynamoDB") and x.in_target) / 100
-    assert 3.7 < dynamodb < 4.0
+    assert 3.1 < dynamodb < 3.4
+
+
+def test_heartbeats_cost_less_than_the_write_a_task_the_claim_took(counted: cost.Counts) -> None:
+    # The claim's write unit a task is gone; the heartbeats that replace it as a sign of life cost less at
+    # both volumes (at 1 M a month one executor renews all the time for ~23 tasks a tick, at 100 M ten share
+    # ~2,300)
+    for volume in (1e6, 100e6):
+        month = cost.monthly_cost(counted, volume)
+        (heartbeats,) = [x for x in month.lines if x.item.startswith("DynamoDB heartbeats")]
+        assert 0 < heartbeats.usd < volume * 0.625 / 1e6, volume
 
 
 def test_docs_cost_md_holds_what_was_counted(counted: cost.Counts) -> None:

@@ -5,8 +5,8 @@ Four parts, each a module:
 * :mod:`.meter`: :class:`CapacityMeter` turns each DynamoDB call into the capacity units DynamoDB bills for it
   (on-demand rules, item sizes, the table's index as ``template.yaml`` defines it);
 * :mod:`.scenario`: :func:`run_scenario` runs the real client, poller and executor on moto under the meter,
-  and :func:`counts` turns the calls into figures per task and per poll tick; it also measures the bytes the
-  handlers log;
+  and :func:`counts` turns the calls into figures per task, per poll tick and per executor batch (heartbeats);
+  it also measures the bytes the handlers log;
 * :mod:`.pricing`: :func:`monthly_cost` prices the counts at a monthly volume (DynamoDB, Lambda, storage,
   observability), next to EventBridge Scheduler and Step Functions;
 * :mod:`.render`: :func:`render` writes the generated block of ``docs/cost.md``.
@@ -15,7 +15,16 @@ Four parts, each a module:
 (``make cost``). Tooling only: moto is imported by the scenario, never by the runtime.
 """
 
-from .meter import Call, CapacityMeter, IndexSpec, TableSpec, item_size, status_label, value_size
+from .meter import (
+    Call,
+    CapacityMeter,
+    IndexSpec,
+    TableSpec,
+    heartbeat_read_label,
+    item_size,
+    status_label,
+    value_size,
+)
 from .pricing import (
     STEP_FUNCTIONS_TRANSITIONS,
     TARGET_USD_PER_MILLION,
@@ -23,6 +32,8 @@ from .pricing import (
     Month,
     break_even,
     executor_seconds_per_tick,
+    heartbeat_interval_ms,
+    heartbeat_writes_per_tick,
     measured_executor_seconds,
     monthly_cost,
 )
@@ -51,6 +62,9 @@ __all__ = [
     "doc_path",
     "executor_seconds_per_tick",
     "extract_block",
+    "heartbeat_interval_ms",
+    "heartbeat_read_label",
+    "heartbeat_writes_per_tick",
     "item_size",
     "measured_executor_seconds",
     "monthly_cost",

@@ -35,11 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from punctual.dynamodb.schema import TABLE_RESOURCE, load_template
+from punctual.dynamodb.store import EXECUTOR_PREFIX
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
 READ_OPS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
-ACTIVE = frozenset({"PENDING", "CLAIMED", "ARMED"})
+ACTIVE = frozenset({"PENDING", "CLAIMED", "ARMED"})  # CLAIMED: a legacy status, still active
+HEARTBEAT, HEARTBEAT_CHECK = "heartbeat", "heartbeat check"
 
 
 # == item sizes ============================================================================================
@@ -195,7 +197,10 @@ class CapacityMeter:
     table_name, spec:
         The table counted, and its keys and indexes (from the template).
     label:
-        ``label(before, after)`` names a write by the status change it made (``None``: the current phase).
+        ``label(before, after)`` names a write by the item and status change it made (``None``: the current
+        phase).
+    read_label:
+        ``read_label(keys)`` names a read by the keys it asks for (``None``: the current phase).
     hold:
         ``hold(op, before_items)`` is called before each write is sent; it may block (the scenario holds
         outcome writes until simulated time reaches the task's due instant).
@@ -203,9 +208,11 @@ class CapacityMeter:
 
     def __init__(self, client: Any, raw: Any, table_name: str, spec: TableSpec,
                  label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,
-                 hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None) -> None:
+                 hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None,
+                 read_label: Callable[[list[dict[str, Any]]], str | None] | None = None) -> None:
         self._client, self._raw, self.table, self.spec = client, raw, table_name, spec
         self._label = label or (lambda before, after: None)
+        self._read_label = read_label or (lambda keys: None)
         self._hold = hold
         self.phase = "other"
         self.tick: int | None = None
@@ -369,9 +376,11 @@ class CapacityMeter:
                 half = 1.0 if params.get("ConsistentRead") else 0.5
                 call.items = 1
                 call.rru = half * _units(item_size(self.item(params["Key"])), FOUR_KB)
+                call.label = self._read_label([params["Key"]]) or call.label
         elif op == "BatchGetItem":
             request = params.get("RequestItems", {}).get(self.table)
             if request:
+                call.label = self._read_label(request["Keys"]) or call.label
                 half = 1.0 if request.get("ConsistentRead") else 0.5
                 left = {key_id(k) for k in parsed.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", [])}
                 for key in request["Keys"]:
@@ -386,20 +395,34 @@ class CapacityMeter:
         return call
 
 
+def _is_heartbeat(item: dict[str, Any] | None) -> bool:
+    task_id = (item or {}).get("task_id", {}).get("S")
+    return isinstance(task_id, str) and task_id.startswith(EXECUTOR_PREFIX)
+
+
 def status_label(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
-    """The life-cycle step a write made, by the task status before and after it (None: not a task change)."""
+    """The life-cycle step a write made, by the task status before and after it; an executor's heartbeat
+    item (``#executor#<id>``) is ``"heartbeat"`` (None: not a task change)."""
+    if _is_heartbeat(after) or _is_heartbeat(before):
+        return HEARTBEAT
     old = (before or {}).get("status", {}).get("S")
     new = (after or {}).get("status", {}).get("S")
     if new is None or old == new:
         return None
     if old is None:
         return "schedule"
-    if new == "CLAIMED":
-        return "claim"
-    if new == "ARMED":
+    if new == "ARMED":  # from PENDING (or a legacy CLAIMED whose lease ended)
         return "arm"
     if old == "ARMED" and new not in ACTIVE:
         return "record"
     if new == "MISSED":
         return "miss"
+    return None
+
+
+def heartbeat_read_label(keys: list[dict[str, Any]]) -> str | None:
+    """``"heartbeat check"`` for a read of executors' heartbeat items only (the poller asking whether the
+    owners of the ARMED tasks it found are alive); None otherwise."""
+    if keys and all(_is_heartbeat(key) for key in keys):
+        return HEARTBEAT_CHECK
     return None

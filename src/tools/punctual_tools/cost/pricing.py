@@ -4,7 +4,8 @@
 and observability at a volume, reading memory sizes, retention, alarms and the dashboard from
 ``template.yaml``; :func:`executor_seconds_per_tick` models how long executors are awake (billed while they
 wait for their batch's last due instant) and :func:`measured_executor_seconds` gives the same from a run, to
-check the model; :func:`break_even` finds the volume from which the target is met.
+check the model; :func:`heartbeat_writes_per_tick` adds the heartbeat renewals an executor makes over that
+life; :func:`break_even` finds the volume from which the target is met.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import punctual.metrics as metric_names
 from punctual.dynamodb.schema import load_template
+from punctual.poller import INVOKE_THREADS
+from punctual.settings import Settings
 
 from .scenario import Counts, Scenario
 
@@ -38,7 +41,7 @@ STEP_FUNCTIONS_TRANSITIONS = (3, 4)  # Wait + action Task (+ end) ... + a Choice
 
 # -- assumptions the counts cannot give (latencies in AWS, not on moto) -----------------------------------
 DDB_LATENCY_S = 0.006  # one DynamoDB request from Lambda, same region
-INVOKE_LATENCY_S = 0.025  # one async Lambda invoke call
+INVOKE_LATENCY_S = 0.025  # one async Lambda invoke call (the poller has INVOKE_THREADS in flight at once)
 POLLER_OVERHEAD_S = 0.05  # handler, logging and metrics flush per poll
 RECORD_TAIL_S = 0.25  # executor: after the last fire, the settle gap (0.2 s) and the last record writes
 AHEAD_DAYS = 1.0  # how long a task waits in the table before it is due (storage while pending)
@@ -78,6 +81,20 @@ def executor_seconds_per_tick(n: float, max_batch: int, lead_ms: int, interval_m
     return float(b), seconds
 
 
+def heartbeat_interval_ms() -> int:
+    """How often an executor renews its heartbeat in AWS: the Settings default (the template sets none)."""
+    return int(Settings.model_fields["heartbeat_interval_ms"].default)
+
+
+def heartbeat_writes_per_tick(invocations: float, seconds: float, counted_per_batch: float,
+                              interval_ms: int | None = None) -> float:
+    """Heartbeat writes of a tick's executors: what a batch writes in any case (counted by the run: the first
+    beat, before it arms, and the retiring one at its end), plus one renewal every ``interval_ms`` (the
+    Settings default) over the executors' ``seconds`` of life (from the tick to the last record)."""
+    interval = interval_ms or heartbeat_interval_ms()
+    return invocations * counted_per_batch + seconds * 1000 / interval
+
+
 @dataclass(frozen=True)
 class Line:
     item: str
@@ -108,8 +125,13 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
     poll_mb = memory_mb("PollerFunction", 512, template_path)
     invocations, seconds = executor_seconds_per_tick(n, max_batch, lead, interval)
     threads = s["db_threads"]
+    invoke_rounds = invocations if invocations <= 1 else math.ceil(invocations / INVOKE_THREADS)
     poll_s = (POLLER_OVERHEAD_S + DDB_LATENCY_S * (2 + c.tick_requests / threads)
-              + DDB_LATENCY_S * n * c.task_requests("poll", "claim") / threads + INVOKE_LATENCY_S * invocations)
+              + DDB_LATENCY_S * n * c.task_requests("poll", "heartbeat check") / threads
+              + INVOKE_LATENCY_S * invoke_rounds)
+    beats = heartbeat_writes_per_tick(invocations, seconds, c.batch_requests)
+    beat_wru = c.batch_wru / c.batch_requests if c.batch_requests else 1.0
+    interval_s = heartbeat_interval_ms() / 1000
     retention = _template_param("RetentionDays", s["retention_days"], template_path)
     stored_gb = tasks_per_month * (retention + AHEAD_DAYS) / 30 * (c.scenario.final_item_bytes
                                                                   + DDB_ITEM_OVERHEAD_BYTES) / 1e9
@@ -127,6 +149,8 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
         Line("DynamoDB reads, per task", tasks_per_month * c.task_rru * DDB_RRU_USD, "per task"),
         Line("DynamoDB poll (empty-tick reads and writes)",
              ticks * (c.tick_wru * DDB_WRU_USD + c.tick_rru * DDB_RRU_USD), "fixed"),
+        Line(f"DynamoDB heartbeats (per executor: first, last, one every {interval_s:g} s)",
+             ticks * beats * beat_wru * DDB_WRU_USD, "per task" if n >= max_batch else "fixed"),
         Line(f"Lambda executor ({exec_mb} MB, awake until its last task)",
              ticks * seconds * exec_mb / 1024 * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
              "per task" if n >= max_batch else "fixed"),

@@ -22,6 +22,8 @@ from .pricing import (
     TARGET_USD_PER_MILLION,
     break_even,
     executor_seconds_per_tick,
+    heartbeat_interval_ms,
+    heartbeat_writes_per_tick,
     measured_executor_seconds,
     memory_mb,
     monthly_cost,
@@ -58,7 +60,8 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         f"outcome: {s.final_item_bytes:.0f} bytes on average; largest item written: {s.max_item_bytes} bytes "
         f"(one write unit up to 1,024).",
         "",
-        "**Per task** (requests and capacity units; the poll row is what tasks add to a poll beyond an empty one):",
+        "**Per task** (requests and capacity units; the poll rows are what tasks add to a poll beyond an empty "
+        "one; executors' heartbeats are per batch, below):",
         "",
         "| step | request | requests | write units | index write units | read units |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
@@ -80,13 +83,39 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
     for r in c.per_tick:
         lines.append(f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
                      f"{_fmt(r.rru, 2)} |")
+    lines += [
+        "",
+        f"**Per executor batch** (heartbeat writes on the executor's own item, mean of {len(s.batches)} "
+        "batches; the run's executors live seconds, so it counts no renewal):",
+        "",
+        "| step | request | requests | write units | index write units | read units |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in c.per_batch:
+        lines.append(f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
+                     f"{_fmt(r.rru, 2)} |")
     executor_s = measured_executor_seconds(s)
     n = per_tick_tasks
     inv, model_s = executor_seconds_per_tick(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
+    beat_wru = c.batch_wru / c.batch_requests if c.batch_requests else 1.0
+    per_volume = []
+    for v in volumes:
+        vn = v / (MONTH_MS / st["poll_interval_ms"])
+        v_inv, v_s = executor_seconds_per_tick(vn, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
+        v_beats = heartbeat_writes_per_tick(v_inv, v_s, c.batch_requests)
+        per_volume.append(f"{v / 1e6:,.0f} M tasks/month, {v_beats / v_inv:.1f} heartbeat writes a batch, so "
+                          f"{c.task_wru + v_beats * beat_wru / vn:.3f} write units a task in all "
+                          f"({v_beats * beat_wru / vn:.3f} of them heartbeats)")
+    lines += [
+        "",
+        f"In AWS a batch also renews its heartbeat every {heartbeat_interval_ms() / 1000:g} s (the default "
+        "`heartbeat_interval_ms`) from its invocation to its last record, as long as the executor is awake "
+        f"(model below): at {' and '.join(per_volume)}.",
+    ]
     lines += [
         "",
         f"**Lambda, counted:** {len(s.batches)} executor invocations for {s.tasks} tasks "
-        f"(batches of {', '.join(str(b.tasks) for b in s.batches)}); "
+        f"(batches of {', '.join(str(b.tasks) for b in sorted(s.batches, key=lambda b: (b.tick, b.first_due_ms)))}); "
         f"executors awake {executor_s / s.tasks:.3f} s a task "
         f"(invoke at the tick → last due instant of the batch + {RECORD_TAIL_S} s); the model below gives "
         f"{model_s / n:.3f} s a task at {n:.0f} tasks a tick ({inv:.0f} batch(es) a tick). "

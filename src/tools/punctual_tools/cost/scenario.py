@@ -34,7 +34,17 @@ from punctual_tools.doubles import (
     serving,
 )
 
-from .meter import ACTIVE, Call, CapacityMeter, TableSpec, item_size, key_id, status_label
+from .meter import (
+    ACTIVE,
+    HEARTBEAT,
+    Call,
+    CapacityMeter,
+    TableSpec,
+    heartbeat_read_label,
+    item_size,
+    key_id,
+    status_label,
+)
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
 TARGET_PATH = "/hooks/publish"  # the tasks' action URL path (its length is part of every item's size)
@@ -179,7 +189,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     # An executor's lease outlives the simulated ticks its outcome writes are held for (its heartbeat runs on
     # real time, while the scenario's ticks are simulated): no executor looks dead to a later tick. Heartbeat
     # writes are then one at the start and one at the end of each batch; pricing adds the renewals a batch
-    # makes in AWS over its life (see pricing.heartbeat_writes_per_batch).
+    # makes in AWS over its life (see pricing.heartbeat_writes_per_tick).
     settings = Settings(table_name=table, ntp_server=None, worker_threads=1, executor_lease_ms=600_000,
                         heartbeat_interval_ms=120_000)
     interval, lead = settings.poll_interval_ms, settings.lead_ms
@@ -205,7 +215,8 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
             poller = Poller(build_store(settings, client), invoker, settings, poller_id="p-cost")
             scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))  # schedules after tick 0
             action = HttpAction(url=target.url(TARGET_PATH))
-            with CapacityMeter(client, raw, table, spec, label=status_label, hold=gate.hold) as meter:
+            with CapacityMeter(client, raw, table, spec, label=status_label, hold=gate.hold,
+                               read_label=heartbeat_read_label) as meter:
 
                 def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
                     from punctual.events import BatchEvent
@@ -303,7 +314,7 @@ class Row:
     rru: float
 
 
-PHASE_ORDER = ("schedule", "poll", "claim", "arm", "record", "execute", "miss")
+PHASE_ORDER = ("schedule", "poll", "heartbeat check", "arm", "heartbeat", "record", "execute", "miss")
 
 
 def _rows(calls: Iterable[Call], divide: float) -> list[Row]:
@@ -321,10 +332,12 @@ def _rows(calls: Iterable[Call], divide: float) -> list[Row]:
 
 @dataclass(frozen=True)
 class Counts:
-    """Per task (variable) and per poll tick (fixed) figures of a scenario."""
+    """Per task (variable), per poll tick (fixed) and per executor batch (heartbeat writes) figures of a
+    scenario."""
 
     per_task: list[Row]
     per_tick: list[Row]
+    per_batch: list[Row]
     scenario: Scenario
 
     @property
@@ -350,13 +363,24 @@ class Counts:
     def task_requests(self, *steps: str) -> float:
         return sum(r.requests for r in self.per_task if not steps or r.step in steps)
 
+    @property
+    def batch_wru(self) -> float:
+        return sum(r.wru + r.wru_index for r in self.per_batch)
+
+    @property
+    def batch_requests(self) -> float:
+        return sum(r.requests for r in self.per_batch)
+
 
 def counts(s: Scenario) -> Counts:
-    """Per-tick fixed cost = the mean of the empty ticks; per task = everything else, minus that fixed cost
-    for every tick of the working span, divided by the number of tasks."""
+    """Per-tick fixed cost = the mean of the empty ticks; per batch = the heartbeat writes, divided by the
+    number of executor invocations; per task = everything else, minus that fixed cost for every tick of the
+    working span, divided by the number of tasks."""
     base = [c for c in s.calls if c.tick in s.baseline_ticks and c.label == "poll"]
     per_tick = _rows(base, len(s.baseline_ticks))
-    work = [c for c in s.calls if c.label != "setup" and (c.tick is None or c.tick not in s.baseline_ticks)]
+    per_batch = _rows([c for c in s.calls if c.label == HEARTBEAT], max(len(s.batches), 1))
+    work = [c for c in s.calls if c.label not in ("setup", HEARTBEAT)
+            and (c.tick is None or c.tick not in s.baseline_ticks)]
     rows = _rows(work, s.tasks)
     fixed = {(r.step, r.op): r for r in per_tick}
     n_work = len(s.work_ticks)
@@ -369,7 +393,7 @@ def counts(s: Scenario) -> Counts:
                                      (r.rru, f.rru))))
         if r.requests > 1e-9 or r.wru or r.rru:
             out.append(r)
-    return Counts(out, per_tick, s)
+    return Counts(out, per_tick, per_batch, s)
 
 
 
