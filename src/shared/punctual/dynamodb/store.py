@@ -758,8 +758,8 @@ class DynamoTaskStore:
                     if not chunk:
                         break
                     continue
-                for task_id, item in ((w.task_id, i) for w in chunk
-                                      for i in self._batch_get([w.task_id], consistent=True)):
+                for item in self._batch_get([w.task_id for w in chunk], consistent=True):
+                    task_id = text_of(item, "task_id") or "?"
                     task = self._decode_armed(item, task_id, executor_id, now_ms)
                     if task is not None:
                         won[task_id] = Armed(task, taken_over_until_ms=bound)
