@@ -129,7 +129,7 @@ def client_settings(state: dict[str, Any]) -> Settings:
                     ntp_server=None)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_nothing_and_doubles_nothing(
     runtime: Runtime, target: TargetServer
 ) -> None:
@@ -157,13 +157,17 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     state = runtime.start()
     repo = repo_for(client_settings(state))
 
+    # Only a task that was ARMED at the kill (by an executor the kill ended) may stay ARMED: one armed by the
+    # restarted runtime's executors finishes (on a loaded machine, well after its due time).
+    held_by_the_killed = {task_id for task_id, status in at_kill.items() if status is TaskStatus.ARMED}
+
     def settled() -> bool:
         stored = repo.get_many(ids).values()
-        return now_ms() > dues[-1] + 3_000 and all(t.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED,
-                                                                 TaskStatus.MISSED, TaskStatus.ARMED)
-                                                   for t in stored)
+        return now_ms() > dues[-1] + 3_000 and all(
+            not t.status.is_active or (t.status is TaskStatus.ARMED and t.task_id in held_by_the_killed)
+            for t in stored)
 
-    assert wait_until(settled, timeout=150, interval=0.5), \
+    assert wait_until(settled, timeout=240, interval=0.5), \
         f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
     # ... then, for tasks left ARMED by a killed executor (the crash window), the poll after their lease
     armed = [t for t in repo.get_many(ids).values() if t.status is TaskStatus.ARMED]

@@ -13,6 +13,7 @@ Item layout (one item per task, base key ``task_id``)::
     lease_until_ms N | batch_id S | claimed_by S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
+    change_token S (the last cancel or reschedule: lets a retried request recognise its own change)
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class Write:
     request: dict[str, Any]
     status: str
     owner: str | None = None
-    marker: tuple[str, int] | None = None
+    marker: tuple[str, int | str] | None = None
 
 
 def _already_applied(write: Write, old: dict[str, Any] | None) -> bool:
@@ -149,8 +149,8 @@ def _already_applied(write: Write, old: dict[str, Any] | None) -> bool:
         case WriteKind.RETRY | WriteKind.REDRIVE | WriteKind.CANCEL | WriteKind.RESCHEDULE:
             assert write.marker is not None
             name, value = write.marker
-            return (write.kind is not WriteKind.RETRY or text_of(old, "armed_by") == write.owner) and \
-                number_of(old, name) == value
+            found = text_of(old, name) if isinstance(value, str) else number_of(old, name)
+            return (write.kind is not WriteKind.RETRY or text_of(old, "armed_by") == write.owner) and found == value
         case _:  # QUARANTINE, RELEASE: a second attempt reports what it finds
             return False
 
@@ -230,7 +230,7 @@ class DynamoTaskStore:
         return (finished_ms + self.retention_ms) // 1000
 
     def _write(self, kind: WriteKind, task_id: str, update: str, condition: str, values: dict[str, Any], *,
-               status: str, owner: str | None = None, marker: tuple[str, int] | None = None) -> Write:
+               status: str, owner: str | None = None, marker: tuple[str, int | str] | None = None) -> Write:
         """One conditional UpdateItem of ``kind``."""
         request = {
             "TableName": self.table_name,
@@ -382,10 +382,10 @@ class DynamoTaskStore:
         """
         return self._change(
             WriteKind.CANCEL, task_id, now_ms,
-            "SET #st = :cancelled, finished_ms = :now, expires_at = :expires "
+            "SET #st = :cancelled, finished_ms = :now, expires_at = :expires, change_token = :token "
             "REMOVE due_bucket, lease_until_ms, batch_id",
             {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
-            status=TaskStatus.CANCELLED.value, marker=("finished_ms", now_ms),
+            status=TaskStatus.CANCELLED.value,
         )
 
     def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
@@ -403,21 +403,24 @@ class DynamoTaskStore:
         return self._change(
             WriteKind.RESCHEDULE, task_id, now_ms,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
-            "content_hash = :hash, fast_path = :fast REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
+            "content_hash = :hash, fast_path = :fast, change_token = :token "
+            "REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
             {":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
              ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
              ":bucket": self._index_key(task_id, due_ms, now_ms), ":hash": moved.content_hash()},
-            status=_P, marker=("due_ms", due_ms),
+            status=_P,
         )
 
     def _change(self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *,
-                status: str, marker: tuple[str, int]) -> Task:
+                status: str) -> Task:
         """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the
-        change was refused. A retried request that finds its own change (the cancel's instant, the new due
-        time) answers as the first attempt would have."""
+        change was refused. Each call writes a token of its own (``change_token``): botocore's retry of a
+        request whose response was lost finds its own token and answers as the first attempt would have, while
+        a second call (another token) is refused as before."""
+        token = uuid.uuid4().hex
         write = self._write(kind, task_id, update, f"attribute_exists(task_id) AND ({CHANGEABLE})",
-                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, **values}, status=status,
-                            marker=marker)
+                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, ":token": token, **values},
+                            status=status, marker=("change_token", token))
         try:
             response = self._client.update_item(**write.request, ReturnValues="ALL_NEW",
                                                 ReturnValuesOnConditionCheckFailure="ALL_OLD")
