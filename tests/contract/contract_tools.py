@@ -27,11 +27,11 @@ from punctual.keys import from_ms, to_ms
 from punctual.model import Candidate, FireRecord, LogAction, Task, TaskStatus
 from punctual.store import TaskStore
 from punctual_tools.local.dynamodb_local import make_client
-from support import FIXED_NOW_MS
+from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
 
 NOW = FIXED_NOW_MS  # the suite's "now": 2030-06-01T12:00:20.000Z, 20 s into a minute
-LEASE_MS = 30_000  # a claim lease
-ARMED_LEASE_MS = 200_000  # an armed lease, counted from NOW (due + grace + timeout + margin, roughly)
+ARMED_LEASE_MS = 200_000  # a task's armed lease, counted from NOW (due + grace + timeout + margin, roughly)
+ALIVE_MS = 3_600_000  # how long a live executor's heartbeat holds, from NOW: past every instant of a test
 SHARDS = 2  # more than one, so that a look for due work reads several shards; few, so that it stays quick
 
 
@@ -195,35 +195,20 @@ def ms(moment: Any) -> int | None:
 
 
 def candidate(task: Task) -> Candidate:
-    """The task as a look for due work would show it: its due time, status and lease as given."""
+    """The task as a look for due work shows it: its due time, status, lease and (when ARMED) owner."""
     return Candidate(task.task_id, task.due_ms, task.status, ms(task.lease_until), task.misfire_grace_ms,
-                     task.misfire_policy)
+                     task.misfire_policy, task.armed_by if task.status is TaskStatus.ARMED else None)
 
 
-def claim(store: TaskStore, task: Task, now_ms: int = NOW, batch: str = "batch-1", poller: str = "poller-1",
-          lease_ms: int = LEASE_MS) -> bool:
-    """CLAIM one task at ``now_ms`` (by its due time as given): whether this claimer now owns it."""
-    (won,) = store.claim_many([(candidate(task), batch)], poller, now_ms, lease_ms)
-    return won
-
-
-def arm(store: TaskStore, task_id: str, batch: str = "batch-1", executor: str = "exec-1",
-        lease_until_ms: int = NOW + ARMED_LEASE_MS) -> Task | None:
-    """ARM one task: the armed task, or None if this executor lost it."""
-    (armed,) = store.arm_many([(task_id, lease_until_ms)], batch, executor)
-    return armed
+def alive(store: TaskStore, executor: str, until_ms: int, now_ms: int = NOW) -> None:
+    """HEARTBEAT: ``executor`` is alive until ``until_ms`` (written at ``now_ms``); it must not be taken over."""
+    assert store.heartbeat(executor, now_ms, until_ms) is True
 
 
 def record(store: TaskStore, executor: str, fire: FireRecord) -> bool:
     """RECORD one outcome (or a RETRY): whether it was written."""
     (written,) = store.record_many(executor, [fire])
     return written
-
-
-def miss(store: TaskStore, task: Task, now_ms: int, detail: str = "missed") -> bool:
-    """MISS one task: whether this call made it MISSED."""
-    (missed,) = store.mark_missed_many([(candidate(task), detail)], now_ms)
-    return missed
 
 
 def succeeded(task: Task, finished_ms: int | None = None, outcome: TaskStatus = TaskStatus.SUCCEEDED,
@@ -233,14 +218,16 @@ def succeeded(task: Task, finished_ms: int | None = None, outcome: TaskStatus = 
     return FireRecord(task.task_id, outcome, float(task.due_ms), end, 0.0, None, detail)
 
 
-def armed_task(store: TaskStore, tasks: TaskFactory, due_ms: int = NOW + 10_000, executor: str = "exec-1",
-               lease_until_ms: int = NOW + ARMED_LEASE_MS, **fields: Any) -> Task:
-    """A new task claimed at NOW into ``batch-1`` and armed by ``executor`` until ``lease_until_ms``."""
+def armed_task(store: TaskStore, tasks: TaskFactory, executor: str = "exec-1", *, due_ms: int = NOW + 10_000,
+               lease_until_ms: int = NOW + ARMED_LEASE_MS, alive_until_ms: int = NOW + ALIVE_MS,
+               **fields: Any) -> Task:
+    """A new task armed at NOW by ``executor`` (batch ``batch-1``), its task lease until ``lease_until_ms``; the
+    executor's heartbeat, written at NOW first, holds until ``alive_until_ms``."""
     task = tasks.create(due_ms, **fields)
-    assert claim(store, task)
-    armed = arm(store, task.task_id, executor=executor, lease_until_ms=lease_until_ms)
-    assert armed is not None
-    return armed
+    alive(store, executor, alive_until_ms)
+    armed = arm(store, task, executor, NOW, lease_until_ms, batch_id="batch-1")
+    assert armed is not None and armed.taken_over_until_ms is None
+    return armed.task
 
 
 def due_ids(store: TaskStore, until_ms: int, now_ms: int = NOW) -> list[str]:

@@ -1,6 +1,7 @@
 """The DynamoDB adapter (:class:`punctual.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
-items out (the sparse due index, its minute buckets, the fast-path flag, the TTL), the watermark behind
-``find_due``, writes split over several requests, and a retried write whose first response was lost.
+items out (the sparse due index, its minute buckets, the fast-path flag, the TTL, the heartbeat items), the
+watermark behind ``find_due``, legacy CLAIMED items, items that are not tasks (quarantined), writes split over
+several requests, a takeover whose owner renews mid-way, and a retried write whose first response was lost.
 
 Not part of the contract: another implementation of the port has none of this. Runs on every DynamoDB kind
 of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
@@ -14,24 +15,25 @@ from typing import Any
 
 import pytest
 from contract_tools import (
+    ALIVE_MS,
     ARMED_LEASE_MS,
-    LEASE_MS,
     NOW,
     DynamoBackend,
     TaskFactory,
+    alive,
     arm,
     armed_task,
     candidate,
-    claim,
-    miss,
+    due_ids,
     record,
     stored,
     succeeded,
 )
 
 import punctual.dynamodb.store as dynamodb_store
+from punctual.dynamodb.codec import to_av
 from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
-from punctual.model import FireRecord, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 
 
@@ -88,11 +90,11 @@ def test_the_fast_path_flag_marks_tasks_due_before_the_next_poll(backend: Dynamo
 
 def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given a recorded, a cancelled and a missed task
-    done = armed_task(backend.store, tasks)
+    done, missed = armed_task(backend.store, tasks), armed_task(backend.store, tasks)
     assert record(backend.store, "exec-1", succeeded(done, NOW + 10_050))
-    cancelled, missed = tasks.create(NOW + 10_001), tasks.create(NOW + 10_002)
+    cancelled = tasks.create(NOW + 10_001)
     backend.store.cancel(cancelled.task_id, NOW + 1)
-    assert miss(backend.store, missed, NOW + 2, "late")
+    assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=TaskStatus.MISSED, detail="late"))
     # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
     # unit of DynamoDB's TTL)
     assert [name for name in (done, cancelled, missed) if "due_bucket" in backend.raw_item(name.task_id)] == []
@@ -108,8 +110,7 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     # Given an armed task, which the index still lists
     task = tasks.create(NOW + 10_000)
     assert index_ids(backend, task, task.due_ms, task.due_ms) == [task.task_id]
-    assert claim(backend.store, task)
-    assert arm(backend.store, task.task_id) is not None
+    assert arm(backend.store, task, "exec-1", NOW) is not None
     assert index_ids(backend, task, task.due_ms, task.due_ms) == [task.task_id]
     # When its outcome is recorded
     assert record(backend.store, "exec-1", FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100,
@@ -137,9 +138,8 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
 
 
 def test_reschedule_moves_the_index_key_and_the_content_hash(backend: DynamoBackend, tasks: TaskFactory) -> None:
-    # Given a claimed task
+    # Given a PENDING task
     task = tasks.create(NOW + 10_000)
-    assert claim(backend.store, task)
     new_due = NOW + 10 * BUCKET_MS + 123
     # When it is moved ten minutes later
     moved = backend.store.reschedule(task.task_id, new_due, NOW + 1)
@@ -154,17 +154,17 @@ def test_reschedule_moves_the_index_key_and_the_content_hash(backend: DynamoBack
 
 # -- reading the index ---------------------------------------------------------------------------------------------
 def test_candidates_read_status_from_the_table_and_skip_finished(backend: DynamoBackend, tasks: TaskFactory) -> None:
-    # Given a pending, a claimed and a cancelled task, and an id that does not exist
-    pending, taken, gone = (tasks.create(NOW + 10_000 + i) for i in range(3))
-    assert claim(backend.store, taken)
+    # Given a pending, an armed and a cancelled task, and an id that does not exist
+    pending, gone = (tasks.create(NOW + 10_000 + i) for i in range(2))
+    taken = armed_task(backend.store, tasks, "exec-1")
     backend.store.cancel(gone.task_id, NOW)
     # When their candidates are read
     found = {c.task_id: c for c in backend.dynamo.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])}
-    # Then the active ones come with the table's status and lease; the finished and missing ones do not
+    # Then the active ones come with the table's status, lease and owner; the finished and missing ones do not
     assert set(found) == {pending.task_id, taken.task_id}
     assert found[pending.task_id] == candidate(pending)
     assert found[taken.task_id] == candidate(stored(backend.store, taken.task_id))
-    assert found[taken.task_id].lease_until_ms == NOW + LEASE_MS
+    assert (found[taken.task_id].lease_until_ms, found[taken.task_id].owner) == (NOW + ARMED_LEASE_MS, "exec-1")
 
 
 def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBackend, tasks: TaskFactory) -> None:
@@ -195,13 +195,18 @@ def test_the_watermark_only_moves_forward(backend: DynamoBackend) -> None:
     assert repo.get_watermark() == start + BUCKET_MS
 
 
-def test_the_watermark_item_is_not_a_task(backend: DynamoBackend, tasks: TaskFactory) -> None:
-    # Given a watermark and a task in the same table
+def test_the_watermark_and_heartbeat_items_are_not_tasks(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a watermark, an executor's heartbeat and a task in the same table
     backend.dynamo.advance_watermark(bucket_start(NOW))
+    alive(backend.store, "exec-1", NOW + 20_000)
     tasks.create(NOW + 10_000, "t-listed")
-    # Then only the task is listed, and the watermark is still there
+    # Then only the task is listed or found due, and the watermark and the heartbeat are still there
     assert [t.task_id for t in backend.store.list_tasks()] == ["t-listed"]
+    assert due_ids(backend.store, NOW + 90_000) == ["t-listed"]
     assert backend.dynamo.get_watermark() == bucket_start(NOW)
+    heartbeat = backend.raw_item(dynamodb_store.EXECUTOR_PREFIX + "exec-1")
+    assert (heartbeat["alive_until_ms"]["N"], heartbeat["beat_ms"]["N"]) == (str(NOW + 20_000), str(NOW))
+    assert "due_bucket" not in heartbeat
 
 
 def test_find_due_moves_the_watermark_no_closer_than_its_safety_and_never_past_an_active_task(
@@ -232,35 +237,175 @@ def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
     assert repo.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
+def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it_did_not_read(
+    backend: DynamoBackend, tasks: TaskFactory
+) -> None:
+    # Given a watermark 10 minutes back, and a task due 5 minutes ago (written in time: in its own minute)
+    repo = backend.dynamo
+    start = bucket_start(NOW - 10 * BUCKET_MS)
+    assert repo.advance_watermark(start)
+    old = tasks.create(NOW - 5 * BUCKET_MS, now_ms=NOW - 6 * BUCKET_MS)
+    step = max(1, repo._db_threads // repo.shard_count)  # minutes read at once, before out_of_time is asked again
+    assert start + step * BUCKET_MS < bucket_start(old.due_ms)
+    asked: list[int] = []
+
+    def out_of_time_after_one_step() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    # When a look runs out of time after its first step
+    stopped = repo.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
+    # Then it did not reach the task, and its watermark stops at the first minute it did not read
+    assert (stopped.candidates, stopped.complete) == ([], False)
+    assert stopped.watermark_ms == start + step * BUCKET_MS == repo.get_watermark()
+    # And the next look finds the task, the watermark then at the task's minute
+    full = repo.find_due(NOW, NOW + 90_000)
+    assert ([c.task_id for c in full.candidates], full.complete) == ([old.task_id], True)
+    assert full.watermark_ms == bucket_start(old.due_ms) == repo.get_watermark()
+
+
+# -- items written by others: a legacy claim, items that are not tasks --------------------------------------------
+def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
+    backend: DynamoBackend, tasks: TaskFactory
+) -> None:
+    # Given two tasks CLAIMED by a poller of an older version (no longer written), their claim leases ending at L
+    lease_end = NOW + 30_000
+    claimed = [tasks.create(NOW + 10_000 + i) for i in range(2)]
+    for task in claimed:
+        backend.client.update_item(
+            TableName=backend.table_name, Key={"task_id": {"S": task.task_id}},
+            UpdateExpression="SET #st = :claimed, lease_until_ms = :lease, claimed_by = :poller, batch_id = :batch, "
+                             "attempt = :one",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=to_av({":claimed": "CLAIMED", ":lease": lease_end, ":poller": "poller-old",
+                                             ":batch": "batch-old", ":one": 1}))
+    task, other = claimed
+    # When a look for due work and an executor come at L / Then the claim still holds; a cancel wins over it
+    assert due_ids(backend.store, NOW + 90_000, lease_end) == []
+    assert arm(backend.store, task, "exec-1", lease_end) is None
+    assert backend.store.cancel(other.task_id, lease_end).status is TaskStatus.CANCELLED
+    # When they come at L + 1 / Then it is found, recovered, and armed (a plain arm: no executor is taken over)
+    scan = backend.store.find_due(lease_end + 1, NOW + 90_000)
+    assert ([(c.task_id, c.status) for c in scan.candidates], scan.recovered) == ([(task.task_id,
+                                                                                     TaskStatus.CLAIMED)], 1)
+    armed = arm(backend.store, task, "exec-1", lease_end + 1)
+    assert armed is not None and (armed.task.status, armed.task.armed_by, armed.task.attempt,
+                                  armed.taken_over_until_ms) == (TaskStatus.ARMED, "exec-1", 2, None)
+
+
+def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
+    backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two tasks, and three items written by hand in the due index: one with status "pending", one with an
+    # unknown action kind, and one that loses its due_ms once the index has listed it (the index lags the table)
+    repo, store = backend.dynamo, backend.store
+    good = [tasks.create(NOW + 10_000 + i, f"good-{i}") for i in range(2)]
+
+    def put(task_id: str, **changes: Any) -> None:
+        item = {**repo.item_of(tasks.build(NOW + 10_005, task_id), NOW), **to_av(changes)}
+        backend.client.put_item(TableName=backend.table_name, Item=item)
+
+    put("bad-status", status="pending")
+    put("bad-action", action='{"kind":"carrier-pigeon"}')
+    put("bad-due")
+    query_index = repo.query_index
+
+    def index_lagging_the_table(bucket_ms: int, shard: int, until_ms: int) -> list[Any]:
+        entries = query_index(bucket_ms, shard, until_ms)
+        if any(e.task_id == "bad-due" for e in entries):
+            backend.client.update_item(TableName=backend.table_name, Key={"task_id": {"S": "bad-due"}},
+                                       UpdateExpression="REMOVE due_ms")
+        return entries
+
+    monkeypatch.setattr(repo, "query_index", index_lagging_the_table)
+    ids = ["bad-status", "bad-action", "bad-due", *(t.task_id for t in good)]
+    # When due work is looked for
+    scan = store.find_due(NOW, NOW + 90_000)
+    # Then the tasks are found (the action is read only when armed), the two unreadable items are counted and
+    # recorded FAILED with what is wrong, out of the due index
+    assert (sorted(c.task_id for c in scan.candidates), scan.undecodable) == (
+        ["bad-action", "good-0", "good-1"], 2)
+    for task_id, why in (("bad-status", "ValueError"), ("bad-due", "KeyError")):
+        item = backend.raw_item(task_id)
+        assert (item["status"]["S"], "due_bucket" in item) == ("FAILED", False)
+        assert item["detail"]["S"].startswith(f"undecodable item: {why}")
+    # When an executor arms what was found, and the item already FAILED
+    alive(store, "exec-1", NOW + ALIVE_MS)
+    armed = store.arm_many([ArmRequest(t, NOW + 10_000 + i if t.startswith("good") else NOW + 10_005,
+                                       NOW + ARMED_LEASE_MS)
+                            for t, i in (("good-0", 0), ("bad-action", 0), ("bad-status", 0), ("good-1", 1))],
+                           "batch-1", "exec-1", NOW)
+    # Then it gets the tasks; the one with the unknown action is recorded FAILED at once, with what is wrong
+    assert [a.task.task_id if a else None for a in armed] == ["good-0", None, None, "good-1"]
+    bad_action = backend.raw_item("bad-action")
+    assert (bad_action["status"]["S"], "due_bucket" in bad_action) == ("FAILED", False)
+    assert "carrier-pigeon" in bad_action["detail"]["S"]
+    # ... reads skip what they cannot read (the FAILED item with status "pending" now reads as a task)
+    assert sorted(store.get_many(ids)) == ["bad-status", "good-0", "good-1"]
+    assert sorted(t.task_id for t in store.list_tasks()) == ["bad-status", "good-0", "good-1"]
+    assert stored(store, "bad-status").detail.startswith("undecodable item: ValueError")  # type: ignore[union-attr]
+    # ... and the next look meets none of them again
+    again = store.find_due(NOW + 1, NOW + 90_000)
+    assert (again.candidates, again.undecodable) == ([], 0)
+
+
+# -- a takeover and the owner's heartbeat --------------------------------------------------------------------------
+def test_a_takeover_loses_when_the_owner_renews_between_its_read_and_its_write(
+    backend: DynamoBackend, tasks: TaskFactory
+) -> None:
+    # Given a task armed by exec-1, alive until T, and exec-1 renewing (late, on a client of its own) just
+    # after exec-2 read its heartbeat and before exec-2's takeover is written
+    until = NOW + 20_000
+    task = armed_task(backend.store, tasks, "exec-1", alive_until_ms=until)
+    owner = backend.new_store()
+    renewed: list[bool] = []
+
+    def renew(**_: Any) -> None:
+        if not renewed:
+            renewed.append(owner.heartbeat("exec-1", until + 1, until + 20_000))
+
+    event = "before-call.dynamodb.TransactWriteItems"
+    backend.client.meta.events.register(event, renew)
+    try:
+        # When exec-2 arms the task at T + 1
+        taken = arm(backend.store, task, "exec-2", until + 1)
+    finally:
+        backend.client.meta.events.unregister(event, renew)
+    # Then the takeover lost to the renewal: exec-1 still holds the task, and its heartbeat still renews
+    assert (renewed, taken) == ([True], None)
+    assert stored(backend.store, task.task_id).armed_by == "exec-1"
+    assert backend.store.heartbeat("exec-1", until + 2, until + 30_000) is True
+
+
 # -- many items in several requests --------------------------------------------------------------------------------
 def test_many_writes_keep_each_condition_across_requests(
     backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given requests of at most 10 items (100 in DynamoDB: smaller here, to cross the limit with few tasks),
-    # and 21 PENDING tasks of which the 6th is claimed by another poller and the last cancelled
+    # and 21 PENDING tasks of which the 6th is armed by a live executor and the last cancelled
     if backend.dynamo.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
         pytest.skip("moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
                     "the transactions that ran beside it (the store sends a request's chunks in parallel)")
     monkeypatch.setattr(dynamodb_store, "TRANSACTION_LIMIT", 10)
     monkeypatch.setattr(dynamodb_store, "BATCH_GET_LIMIT", 10)
+    store = backend.store
     created = [tasks.create(NOW + 10_000 + i) for i in range(21)]
-    assert claim(backend.store, created[5], batch="other-batch")
-    backend.store.cancel(created[20].task_id, NOW)
-    # When all of them are claimed at once, into batches of 7
-    won = backend.store.claim_many([(candidate(t), f"batch-{i // 7}") for i, t in enumerate(created)], "poller-1",
-                                   NOW, LEASE_MS)
-    # Then exactly the two whose condition fails lose, and every other claim is written with its batch
-    assert [i for i, ok in enumerate(won) if not ok] == [5, 20]
-    after = backend.store.get_many([t.task_id for t in created] + ["unknown"])
+    alive(store, "exec-2", NOW + ALIVE_MS)
+    assert arm(store, created[5], "exec-2", NOW, batch_id="other-batch") is not None
+    store.cancel(created[20].task_id, NOW)
+    # When exec-1 arms all of them at once
+    armed = store.arm_many([ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-0",
+                           "exec-1", NOW)
+    # Then exactly the two whose condition fails lose, and every other arm is written and read back whole
+    assert [i for i, a in enumerate(armed) if a is None] == [5, 20]
+    assert [(a.task.task_id, a.task.payload) for a in armed if a] == [
+        (t.task_id, t.payload) for i, t in enumerate(created) if i not in (5, 20)]
+    after = store.get_many([t.task_id for t in created] + ["unknown"])
     assert len(after) == 21
-    assert [after[t.task_id].batch_id for t in created[:7]] == ["batch-0"] * 5 + ["other-batch", "batch-0"]
-    assert {after[t.task_id].batch_id for t in created[7:20]} == {"batch-1", "batch-2"}
-    # And arming and recording them in several requests answers position by position too
-    mine = [t.task_id for t in created[:5]]
-    armed = backend.store.arm_many([(t, NOW + ARMED_LEASE_MS) for t in [*mine, created[5].task_id]], "batch-0",
-                                   "exec-1")
-    assert [a.task_id if a else None for a in armed] == [*mine, None]
-    assert backend.store.record_many("exec-1", [succeeded(after[t]) for t in mine]) == [True] * 5
+    assert [(after[t.task_id].armed_by, after[t.task_id].batch_id) for t in created[:20]] == [
+        ("exec-2", "other-batch") if i == 5 else ("exec-1", "batch-0") for i in range(20)]
+    # And recording them in several requests answers position by position too
+    assert store.record_many("exec-1", [succeeded(t) for t in created]) == [i not in (5, 20) for i in range(21)]
 
 
 # -- a write whose response was lost -----------------------------------------------------------------------------
@@ -285,18 +430,22 @@ def responses_lost(client: Any, operation: str, times: int = 1) -> Iterator[list
         client.meta.events.unregister(event, lose)
 
 
-def test_a_retried_claim_arm_record_retry_and_redrive_count_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given a task at each step of its life, and every UpdateItem response lost once, the write applied
     store = backend.store
     task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=2))
+    alive(store, "exec-1", NOW + ALIVE_MS)
     retry = FireRecord(task.task_id, TaskStatus.PENDING, None, NOW + 10_010, None, None, "e",
                        retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms)
+
+    def armed_as_attempt(attempt: int, now_ms: int) -> bool:
+        armed = arm(store, stored(store, task.task_id), "exec-1", now_ms)
+        return armed is not None and armed.task.attempt == attempt == stored(store, task.task_id).attempt
+
     steps = [
-        ("claim", lambda: claim(store, task)),
-        ("arm", lambda: arm(store, task.task_id) is not None),
+        ("arm", lambda: armed_as_attempt(1, NOW)),
         ("retry", lambda: record(store, "exec-1", retry)),
-        ("claim again", lambda: claim(store, stored(store, task.task_id), NOW + 11_000, batch="batch-2")),
-        ("arm again", lambda: arm(store, task.task_id, batch="batch-2") is not None),
+        ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),
         ("record", lambda: record(store, "exec-1", succeeded(task, outcome=TaskStatus.FAILED))),
         ("redrive", lambda: store.redrive_many([task.task_id], NOW + 60_000) == [True]),
     ]
@@ -310,20 +459,42 @@ def test_a_retried_claim_arm_record_retry_and_redrive_count_as_done(backend: Dyn
     assert (final.status, final.attempt, final.due_ms) == (TaskStatus.PENDING, 0, NOW + 60_000)
 
 
-def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
-    # Given the transaction write mode, and the response to a transaction of three claims lost, the write applied
-    if backend.dynamo.write_batch != "transaction":
-        pytest.skip("only the transaction write mode sends TransactWriteItems")
+def _skip_where_tokens_are_ignored(backend: DynamoBackend) -> None:
     if backend.kind is None or backend.kind.name.startswith("moto"):
         pytest.skip("moto ignores TransactWriteItems' ClientRequestToken (DynamoDB and DynamoDB Local honour it)")
+
+
+def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given the transaction write mode, and the response to a transaction of three arms lost, the write applied
+    if backend.dynamo.write_batch != "transaction":
+        pytest.skip("only the transaction write mode sends TransactWriteItems for arms")
+    _skip_where_tokens_are_ignored(backend)
     created = [tasks.create(NOW + 10_000 + i) for i in range(3)]
-    # When botocore sends it again (with the same ClientRequestToken, which botocore fills in once)
+    alive(backend.store, "exec-1", NOW + ALIVE_MS)
+    # When botocore sends it again (with the same ClientRequestToken)
     with responses_lost(backend.client, "TransactWriteItems") as dropped:
-        won = backend.store.claim_many([(candidate(t), "batch-1") for t in created], "poller-1", NOW, LEASE_MS)
-    # Then DynamoDB answers the retry as the first attempt: every claim won, each counted once
-    assert (dropped, won) == ([1], [True] * 3)
-    assert {(t.status, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()} == {
-        (TaskStatus.CLAIMED, 1)}
+        armed = backend.store.arm_many([ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created],
+                                       "batch-1", "exec-1", NOW)
+    # Then DynamoDB answers the retry as the first attempt: every arm won, each counted once
+    assert (dropped, [a.task.task_id if a else None for a in armed]) == ([1], [t.task_id for t in created])
+    assert {(t.status, t.armed_by, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()
+            } == {(TaskStatus.ARMED, "exec-1", 1)}
+
+
+def test_a_retried_takeover_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, alive until T, and the response to exec-2's takeover at T + 1 lost, the
+    # write applied (the task's and the heartbeat's)
+    _skip_where_tokens_are_ignored(backend)
+    until = NOW + 20_000
+    task = armed_task(backend.store, tasks, "exec-1", alive_until_ms=until)
+    # When botocore sends the takeover again (with the same ClientRequestToken)
+    with responses_lost(backend.client, "TransactWriteItems") as dropped:
+        taken = arm(backend.store, task, "exec-2", until + 1)
+    # Then exec-2 hears it took the task over, counted once, and exec-1 is marked taken over
+    assert dropped == [1]
+    assert taken is not None and (taken.task.armed_by, taken.task.attempt, taken.taken_over_until_ms) == (
+        "exec-2", 2, until)
+    assert backend.store.heartbeat("exec-1", until + 2, until + 20_000) is False
 
 
 def test_a_retried_cancel_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:

@@ -1,9 +1,10 @@
 """The contract of the store port (:class:`punctual.store.TaskStore`), run on every implementation.
 
 Each test talks to the store through the port's methods only, with an explicit ``now`` everywhere: the
-life-cycle rules of the port's docstring, each transition allowed and refused, lease ends to the millisecond,
-what the loser of a conditional write sees, idempotent create, retry and redrive, and what a look for due
-work finds. A new implementation is done when it passes this suite (see ``contract_tools.STORE_KINDS``).
+life-cycle rules of the port's docstring, each transition allowed and refused, the ends of an executor's
+heartbeat and of a task's lease to the millisecond (a takeover at the next one, never before), what the loser
+of a conditional write sees, idempotent create, retry and redrive, and what a look for due work finds. A new
+implementation is done when it passes this suite (see ``contract_tools.STORE_KINDS``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ from typing import Any
 
 import pytest
 from contract_tools import (
+    ALIVE_MS,
     ARMED_LEASE_MS,
-    LEASE_MS,
     NOW,
     TaskFactory,
+    alive,
     arm,
     armed_task,
     candidate,
-    claim,
     due_ids,
-    miss,
     ms,
     record,
     stored,
@@ -34,12 +34,12 @@ from hypothesis import settings as hypothesis_settings
 
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import FireRecord, LogAction, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, LogAction, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.store import TaskStore
 from support import json_payloads
 
-P, C, A = TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED
+P, A = TaskStatus.PENDING, TaskStatus.ARMED
 S, F, M, X = TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED
 
 
@@ -134,9 +134,11 @@ def test_get_many_reads_every_existing_task(store: TaskStore, tasks: TaskFactory
 
 
 def test_list_tasks_filters_by_status_and_due_range(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given three tasks, the middle one cancelled, and a look for due work (which may keep its own bookkeeping)
+    # Given three tasks, the middle one cancelled, a heartbeat and a look for due work (the store may keep
+    # bookkeeping of its own for both)
     a, b, c = (tasks.create(NOW + 1_000 * i) for i in (1, 2, 3))
     store.cancel(b.task_id, NOW)
+    alive(store, "exec-1", NOW + ALIVE_MS)
     store.find_due(NOW, NOW + 90_000)
     # When tasks are listed / Then only tasks are listed, by status, by due range (from included, to excluded),
     # and at most ``limit`` of them
@@ -150,27 +152,26 @@ def test_list_tasks_filters_by_status_and_due_range(store: TaskStore, tasks: Tas
 
 # -- every life-cycle edge ---------------------------------------------------------------------------------------
 AT = NOW + 100_000  # when the change under test is tried
-STATES = ["PENDING", "CLAIMED", "CLAIMED, lease ended", "ARMED", "ARMED, lease ended",
-          "SUCCEEDED", "FAILED", "MISSED", "CANCELLED"]
+STATES = ["PENDING", "ARMED", "ARMED, owner dead", "ARMED, lease ended", "SUCCEEDED", "FAILED", "MISSED",
+          "CANCELLED"]
 
 
 def put_in_every_state(store: TaskStore, tasks: TaskFactory) -> dict[str, Task]:
-    """One new task (due NOW + 10 s) in each of STATES, as seen at AT: claimed into ``batch-1``, armed by
-    ``exec-1``; finished ones by another executor (``exec-0``). Batched, so that the table stays quick."""
+    """One new task (due NOW + 10 s) in each of STATES, as seen at AT, armed at NOW: by ``exec-1`` (alive past
+    AT; the lease of "lease ended" ends at AT - 1) or by ``exec-dead`` (alive until AT - 1); finished ones by
+    ``exec-0``. Batched, so that the table stays quick."""
     t = {state: tasks.create(NOW + 10_000, task_id=f"t-{i}") for i, state in enumerate(STATES)}
 
-    def claim_all(states: list[str], now_ms: int) -> None:
-        assert store.claim_many([(candidate(t[s]), "batch-1") for s in states], "poller-1", now_ms, LEASE_MS) == [
-            True] * len(states)
+    def arm_all(executor: str, alive_until_ms: int, leases: dict[str, int]) -> None:
+        alive(store, executor, alive_until_ms)
+        requests = [ArmRequest(t[s].task_id, t[s].due_ms, lease) for s, lease in leases.items()]
+        assert None not in store.arm_many(requests, "batch-1", executor, NOW)
 
-    claim_all(["CLAIMED"], AT - 1_000)  # lease until AT + 29 s
-    claim_all(["CLAIMED, lease ended"], AT - LEASE_MS - 1)  # lease until AT - 1
-    claim_all(["ARMED", "ARMED, lease ended", "SUCCEEDED", "FAILED"], NOW)
-    leases = [(t["ARMED"].task_id, AT + ARMED_LEASE_MS), (t["ARMED, lease ended"].task_id, AT - 1)]
-    assert None not in store.arm_many(leases, "batch-1", "exec-1")
-    assert None not in store.arm_many([(t[s].task_id, AT) for s in ("SUCCEEDED", "FAILED")], "batch-1", "exec-0")
-    assert store.record_many("exec-0", [succeeded(t["SUCCEEDED"]), succeeded(t["FAILED"], outcome=F)]) == [True] * 2
-    assert miss(store, t["MISSED"], NOW)
+    arm_all("exec-1", AT + ALIVE_MS, {"ARMED": AT + ARMED_LEASE_MS, "ARMED, lease ended": AT - 1})
+    arm_all("exec-dead", AT - 1, {"ARMED, owner dead": AT + ARMED_LEASE_MS})
+    arm_all("exec-0", AT + ALIVE_MS, {s: AT for s in ("SUCCEEDED", "FAILED", "MISSED")})
+    assert store.record_many("exec-0", [succeeded(t["SUCCEEDED"]), succeeded(t["FAILED"], outcome=F),
+                                        succeeded(t["MISSED"], outcome=M)]) == [True] * 3
     store.cancel(t["CANCELLED"].task_id, NOW)
     now = store.get_many([task.task_id for task in t.values()])
     return {state: now[task.task_id] for state, task in t.items()}
@@ -191,20 +192,22 @@ def _retry(task: Task) -> FireRecord:
                       retry_due_ms=AT + 1_000, first_due_ms=task.due_ms)
 
 
+def _holder(task: Task) -> str:
+    """Who records or releases: the executor that holds the task ARMED (alive or not), else one that never did."""
+    return task.armed_by if task.status is A and task.armed_by else "exec-1"
+
+
+HELD = {"ARMED", "ARMED, owner dead", "ARMED, lease ended"}
 CHANGES: dict[str, tuple[Callable[[TaskStore, Task], bool], TaskStatus, set[str]]] = {
     # change: (how it is tried at AT, the status it leads to, the states it is allowed from)
-    "claim": (lambda s, t: claim(s, t, AT, batch="batch-2", poller="poller-2"), C,
-              {"PENDING", "CLAIMED, lease ended", "ARMED, lease ended"}),
-    "miss": (lambda s, t: miss(s, t, AT), M, {"PENDING", "CLAIMED, lease ended", "ARMED, lease ended"}),
-    "arm": (lambda s, t: arm(s, t.task_id, "batch-1", "exec-2", AT + ARMED_LEASE_MS) is not None, A,
-            {"CLAIMED", "CLAIMED, lease ended"}),
-    "record": (lambda s, t: record(s, "exec-1", succeeded(t, AT)), S, {"ARMED", "ARMED, lease ended"}),
-    "retry": (lambda s, t: record(s, "exec-1", _retry(t)), P, {"ARMED", "ARMED, lease ended"}),
-    "release": (lambda s, t: s.release(t.task_id, "exec-1"), P, {"ARMED", "ARMED, lease ended"}),
-    "cancel": (lambda s, t: _changed(lambda: s.cancel(t.task_id, AT)), X,
-               {"PENDING", "CLAIMED", "CLAIMED, lease ended", "ARMED, lease ended"}),
+    "arm": (lambda s, t: arm(s, t, "exec-2", AT, AT + ARMED_LEASE_MS) is not None, A,
+            {"PENDING", "ARMED, owner dead", "ARMED, lease ended"}),
+    "record": (lambda s, t: record(s, _holder(t), succeeded(t, AT)), S, HELD),
+    "retry": (lambda s, t: record(s, _holder(t), _retry(t)), P, HELD),
+    "release": (lambda s, t: s.release(t.task_id, _holder(t)), P, HELD),
+    "cancel": (lambda s, t: _changed(lambda: s.cancel(t.task_id, AT)), X, {"PENDING", "ARMED, lease ended"}),
     "reschedule": (lambda s, t: _changed(lambda: s.reschedule(t.task_id, AT + 60_000, AT)), P,
-                   {"PENDING", "CLAIMED", "CLAIMED, lease ended", "ARMED, lease ended"}),
+                   {"PENDING", "ARMED, lease ended"}),
     "redrive": (lambda s, t: s.redrive_many([t.task_id], AT) == [True], P, {"FAILED"}),
 }
 
@@ -226,172 +229,163 @@ def test_each_change_is_allowed_exactly_from_the_states_the_life_cycle_says(
     assert outcome == expected
 
 
-# -- claim and its lease -------------------------------------------------------------------------------------------
-def test_a_claim_takes_the_task_for_its_lease_and_a_second_claimer_loses(store: TaskStore, tasks: TaskFactory) -> None:
+# -- arm -----------------------------------------------------------------------------------------------------------
+def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a PENDING task
+    task = tasks.create(NOW + 10_000, payload={"k": "v"})
+    alive(store, "exec-1", NOW + ALIVE_MS)
+    # When exec-1 arms it / Then it gets the whole task back, ARMED by it until its lease, attempt 1, not taken over
+    armed = arm(store, task, "exec-1", NOW, NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    assert armed is not None and armed.taken_over_until_ms is None
+    got = armed.task
+    assert (got.status, got.armed_by, got.batch_id, ms(got.lease_until), got.attempt) == (
+        A, "exec-1", "batch-1", NOW + ARMED_LEASE_MS, 1)
+    assert (got.payload, got.action, got.due_ms) == (task.payload, task.action, task.due_ms)
+    # When exec-1 arms it again (a retried request) / Then it answers the same, counted once
+    again = arm(store, task, "exec-1", NOW + 1, NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    assert again is not None and (again.task.armed_by, again.task.attempt, again.taken_over_until_ms) == (
+        "exec-1", 1, None)
+
+
+def test_arm_of_a_task_due_at_another_time_loses(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a PENDING task due at D
     task = tasks.create(NOW + 10_000)
-    # When two pollers claim it at the same instant
-    first = claim(store, task, NOW, batch="batch-a", poller="poller-a")
-    second = claim(store, task, NOW, batch="batch-b", poller="poller-b")
-    # Then only the first owns it, for the lease, and the attempt count went up by one
-    assert (first, second) == (True, False)
-    got = stored(store, task.task_id)
-    assert (got.status, got.batch_id, got.claimed_by, got.attempt) == (C, "batch-a", "poller-a", 1)
-    assert ms(got.lease_until) == NOW + LEASE_MS
-
-
-def test_a_claim_lease_ends_at_its_exact_millisecond(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a CLAIMED task whose lease ends at L
-    task = tasks.create(NOW + 10_000)
-    assert claim(store, task, NOW)
-    lease_end = NOW + LEASE_MS
-    held = stored(store, task.task_id)
-    assert ms(held.lease_until) == lease_end
-    assert candidate(held).claimable_at(lease_end) is False
-    assert candidate(held).claimable_at(lease_end + 1) is True
-    # When another poller claims or misses it at L / Then it is still owned
-    assert claim(store, held, lease_end, batch="batch-2", poller="poller-2") is False
-    assert miss(store, held, lease_end) is False
-    # When it claims it at L + 1 / Then it takes it over: a new batch, a new lease, attempt 2
-    assert claim(store, held, lease_end + 1, batch="batch-2", poller="poller-2") is True
-    again = stored(store, task.task_id)
-    assert (again.batch_id, again.claimed_by, again.attempt) == ("batch-2", "poller-2", 2)
-    assert ms(again.lease_until) == lease_end + 1 + LEASE_MS
-    # And the first batch can no longer arm it
-    assert arm(store, task.task_id, batch="batch-1") is None
-
-
-def test_a_claim_lease_that_ended_can_be_missed_at_the_next_millisecond(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a CLAIMED task whose lease ends at L (its executor never came)
-    task = tasks.create(NOW + 10_000)
-    assert claim(store, task, NOW)
-    lease_end = NOW + LEASE_MS
-    # When the poller finds it past its grace at L + 1 / Then it is MISSED
-    assert miss(store, stored(store, task.task_id), lease_end + 1, "no executor armed it") is True
-    assert stored(store, task.task_id).status is M
-
-
-def test_an_armed_lease_ends_at_its_exact_millisecond(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task armed until L by an executor that then died
-    lease_end = NOW + ARMED_LEASE_MS
-    held = armed_task(store, tasks, lease_until_ms=lease_end)
-    assert ms(held.lease_until) == lease_end
-    # When a poller, a cancel or a reschedule comes at L / Then the executor still owns it
-    assert claim(store, held, lease_end, batch="batch-2", poller="poller-2") is False
-    assert miss(store, held, lease_end) is False
-    with pytest.raises(TaskStateError):
-        store.cancel(held.task_id, lease_end)
-    with pytest.raises(TaskStateError):
-        store.reschedule(held.task_id, lease_end + 60_000, lease_end)
-    # When a poller comes at L + 1 / Then it takes it over
-    assert claim(store, held, lease_end + 1, batch="batch-2", poller="poller-2") is True
-    # And the old executor can no longer record it
-    assert record(store, "exec-1", succeeded(held, lease_end + 2)) is False
-    assert stored(store, held.task_id).status is C
-
-
-def test_an_executor_can_still_record_after_its_lease_while_no_one_took_the_task_over(
-    store: TaskStore, tasks: TaskFactory
-) -> None:
-    # Given a task armed until L, its executor late (nobody claimed the task after L)
-    held = armed_task(store, tasks, lease_until_ms=NOW + 20_000)
-    # When the executor records its outcome after L / Then it is written: the task was still its own
-    assert record(store, "exec-1", succeeded(held, NOW + 25_000)) is True
-    assert stored(store, held.task_id).status is S
-
-
-def test_a_claim_requires_the_due_time_the_look_showed(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a candidate seen before the task was rescheduled
-    task = tasks.create(NOW + 10_000)
+    # When it is armed as due one ms later (a stale look) / Then the arm loses
+    assert store.arm_many([ArmRequest(task.task_id, task.due_ms + 1, NOW + ARMED_LEASE_MS)], "b", "exec-1",
+                          NOW) == [None]
+    # When it is rescheduled after a look saw it, and armed by the due time that look showed / Then it loses
     store.reschedule(task.task_id, NOW + 20_000, NOW)
-    # When it is claimed or missed by its old due time / Then both lose, and the task is PENDING at its new time
-    assert claim(store, task, NOW) is False
-    assert miss(store, task, NOW) is False
+    assert arm(store, task, "exec-1", NOW + 1) is None
     assert (stored(store, task.task_id).status, stored(store, task.task_id).due_ms) == (P, NOW + 20_000)
 
 
-def test_claim_many_keeps_each_condition(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given 21 PENDING tasks, one claimed by another poller already and one cancelled
-    created = [tasks.create(NOW + 10_000 + i) for i in range(21)]
-    taken, cancelled = created[5], created[20]
-    assert claim(store, taken, NOW, batch="other-batch")
-    store.cancel(cancelled.task_id, NOW)
-    # When all of them are claimed at once, into two batches
-    won = store.claim_many([(candidate(t), f"batch-{i // 10}") for i, t in enumerate(created)], "poller-1", NOW,
-                           LEASE_MS)
-    # Then exactly the two whose condition fails lose, and every other claim is written with its own batch
-    assert [i for i, ok in enumerate(won) if not ok] == [5, 20]
-    after = store.get_many([t.task_id for t in created])
-    assert (after[taken.task_id].batch_id, after[cancelled.task_id].status) == ("other-batch", X)
-    assert {t.task_id: (after[t.task_id].status, after[t.task_id].batch_id, after[t.task_id].claimed_by)
-            for i, t in enumerate(created) if i not in (5, 20)} == {
-        t.task_id: (C, f"batch-{i // 10}", "poller-1") for i, t in enumerate(created) if i not in (5, 20)}
-
-
-def test_claim_many_of_one_and_of_none(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a PENDING task
+def test_two_executors_arming_one_task_leave_one_winner(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a PENDING task, and two live executors to which it was dispatched (two pollers, a duplicate delivery)
     task = tasks.create(NOW + 10_000)
-    # When nothing is claimed / Then nothing is answered
-    assert store.claim_many([], "poller-1", NOW, LEASE_MS) == []
-    # When it is claimed, then by another batch, then by the same batch again (a retried request)
-    assert store.claim_many([(candidate(task), "b")], "poller-1", NOW, LEASE_MS) == [True]
-    assert store.claim_many([(candidate(task), "c")], "poller-2", NOW, LEASE_MS) == [False]
-    assert store.claim_many([(candidate(task), "b")], "poller-1", NOW, LEASE_MS) == [True]
-    # Then the first claim stands, counted once
+    alive(store, "exec-1", NOW + ALIVE_MS)
+    alive(store, "exec-2", NOW + ALIVE_MS)
+    # When both arm it at the same instant
+    first, second = arm(store, task, "exec-1", NOW), arm(store, task, "exec-2", NOW)
+    # Then only the first owns it, armed once
+    assert first is not None and second is None
     got = stored(store, task.task_id)
-    assert (got.batch_id, got.claimed_by, got.attempt) == ("b", "poller-1", 1)
-
-
-# -- arm -----------------------------------------------------------------------------------------------------------
-def test_arm_requires_the_batch_that_claimed_the_task(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task claimed under batch-1
-    task = tasks.create(NOW + 10_000, payload={"k": "v"})
-    assert claim(store, task, NOW)
-    # When an executor holding another batch id arms it / Then it loses
-    assert arm(store, task.task_id, batch="batch-other") is None
-    # When the executor of batch-1 arms it / Then it gets the whole task back, ARMED by it until its lease
-    armed = arm(store, task.task_id, batch="batch-1", executor="exec-1", lease_until_ms=NOW + ARMED_LEASE_MS)
-    assert armed is not None
-    assert (armed.status, armed.armed_by, armed.batch_id, ms(armed.lease_until)) == (
-        A, "exec-1", "batch-1", NOW + ARMED_LEASE_MS)
-    assert (armed.payload, armed.action, armed.due_ms, armed.attempt) == (task.payload, task.action, task.due_ms, 1)
-    # And arming it again by the same executor (a retried request) answers the same
-    again = arm(store, task.task_id, batch="batch-1", executor="exec-1", lease_until_ms=NOW + ARMED_LEASE_MS)
-    assert again is not None and again.armed_by == "exec-1"
-
-
-def test_a_duplicate_delivery_loses_at_arm(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a batch armed by one executor
-    task = armed_task(store, tasks, executor="exec-1")
-    # When the same batch is delivered again to another executor
-    second = arm(store, task.task_id, batch="batch-1", executor="exec-2")
-    # Then the second arm loses and the first executor still owns the task
-    assert second is None
-    assert stored(store, task.task_id).armed_by == "exec-1"
+    assert (got.status, got.armed_by, got.attempt) == (A, "exec-1", 1)
 
 
 def test_arm_many_answers_position_by_position(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given three tasks claimed under batch-1, one claimed under batch-2, and an unknown id
-    mine = [tasks.create(NOW + 10_000 + i) for i in range(3)]
-    other = tasks.create(NOW + 10_000)
-    assert all(claim(store, t, NOW, batch="batch-1") for t in mine)
-    assert claim(store, other, NOW, batch="batch-2")
-    ids = [mine[0].task_id, other.task_id, mine[1].task_id, "unknown-task", mine[2].task_id]
-    # When the executor of batch-1 arms them all
-    armed = store.arm_many([(t, NOW + ARMED_LEASE_MS) for t in ids], "batch-1", "exec-1")
-    # Then it gets its own tasks back, armed, and None for the others, position by position
-    assert [a.task_id if a else None for a in armed] == [mine[0].task_id, None, mine[1].task_id, None, mine[2].task_id]
-    assert all(a.status is A and a.armed_by == "exec-1" for a in armed if a is not None)
-    assert stored(store, other.task_id).status is C
-    # And a duplicate delivery arms nothing; nothing to arm answers nothing
-    assert store.arm_many([(t.task_id, NOW + ARMED_LEASE_MS) for t in mine], "batch-1", "exec-2") == [None] * 3
-    assert store.arm_many([], "batch-1", "exec-1") == []
+    # Given two PENDING tasks, one held by a live executor, one by a dead one (alive until NOW), one cancelled
+    mine = [tasks.create(NOW + 10_000 + i) for i in range(2)]
+    held = armed_task(store, tasks, "exec-2")
+    dead = armed_task(store, tasks, "exec-dead", alive_until_ms=NOW)
+    gone = tasks.create(NOW + 10_000)
+    store.cancel(gone.task_id, NOW)
+    order = [mine[0], held, dead, gone, mine[1]]
+    requests = [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in order]
+    requests.insert(4, ArmRequest("unknown-task", NOW + 10_000, NOW + ARMED_LEASE_MS))
+    # When exec-1 arms them all at NOW + 1
+    armed = store.arm_many(requests, "batch-1", "exec-1", NOW + 1)
+    # Then it gets the PENDING ones and the dead executor's, armed by it, and None for the others, in order
+    assert [(a.task.task_id, a.taken_over_until_ms) if a else None for a in armed] == [
+        (mine[0].task_id, None), None, (dead.task_id, NOW), None, None, (mine[1].task_id, None)]
+    assert all(a.task.status is A and a.task.armed_by == "exec-1" for a in armed if a is not None)
+    assert stored(store, held.task_id).armed_by == "exec-2"
+    # And nothing to arm answers nothing
+    assert store.arm_many([], "batch-1", "exec-1", NOW) == []
+
+
+# -- heartbeat and takeover ------------------------------------------------------------------------------------------
+def test_a_heartbeat_keeps_its_executor_alive_until_the_instant_it_names(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, alive until T
+    until = NOW + 20_000
+    task = armed_task(store, tasks, "exec-1", alive_until_ms=until)
+    # When exec-1 renews before T, to T + 15 s
+    assert store.heartbeat("exec-1", until - 5_000, until + 15_000) is True
+    # Then past T the task is still its own: no look for due work finds it, another executor's arm loses
+    assert due_ids(store, NOW + 90_000, until + 1) == []
+    assert arm(store, task, "exec-2", until + 1) is None
+    # When it retires (alive until now: its batch is over) at R / Then at R it still holds it, at R + 1 not
+    retired = until + 2
+    assert store.heartbeat("exec-1", retired, retired) is True
+    assert due_ids(store, NOW + 90_000, retired) == []
+    assert due_ids(store, NOW + 90_000, retired + 1) == [task.task_id]
+
+
+def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, alive until T (it then died), and exec-2 alive
+    until = NOW + 20_000
+    task = armed_task(store, tasks, "exec-1", alive_until_ms=until)
+    alive(store, "exec-2", NOW + ALIVE_MS)
+    # When a look for due work and exec-2 come at T / Then exec-1 still holds it
+    assert due_ids(store, NOW + 90_000, until) == []
+    assert arm(store, task, "exec-2", until) is None
+    # When they come at T + 1 / Then the look finds it, recovered, ARMED by exec-1
+    scan = store.find_due(until + 1, NOW + 90_000)
+    assert (scan.candidates, scan.recovered) == ([candidate(stored(store, task.task_id))], 1)
+    assert (scan.candidates[0].status, scan.candidates[0].owner) == (A, "exec-1")
+    # ... an arm by another due time still loses; exec-2 takes it over, told exec-1 may have fired it up to T
+    assert store.arm_many([ArmRequest(task.task_id, task.due_ms + 1, until + ARMED_LEASE_MS)], "batch-2", "exec-2",
+                          until + 1) == [None]
+    taken = arm(store, task, "exec-2", until + 1, until + ARMED_LEASE_MS, batch_id="batch-2")
+    assert taken is not None and taken.taken_over_until_ms == until
+    assert (taken.task.status, taken.task.armed_by, taken.task.batch_id, taken.task.attempt,
+            ms(taken.task.lease_until)) == (A, "exec-2", "batch-2", 2, until + ARMED_LEASE_MS)
+    # And exec-1 can no longer record it, nor ever renew; a third executor loses to exec-2, which is alive
+    assert record(store, "exec-1", succeeded(task, until + 2)) is False
+    assert store.heartbeat("exec-1", until + 2, until + 20_000) is False
+    assert store.heartbeat("exec-1", until + 3, until + 3) is False
+    assert arm(store, task, "exec-3", until + 2) is None
+    assert (stored(store, task.task_id).armed_by, store.heartbeat("exec-2", until + 2, NOW + ALIVE_MS)) == (
+        "exec-2", True)
+
+
+def test_an_owner_that_renewed_after_it_was_found_dead_is_not_taken_over(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, alive until T, which a look for due work at T + 1 found (exec-1 looked dead)
+    until = NOW + 20_000
+    task = armed_task(store, tasks, "exec-1", alive_until_ms=until)
+    assert due_ids(store, NOW + 90_000, until + 1) == [task.task_id]
+    # When exec-1 renews (late, but before anyone took over) and exec-2 then arms the task
+    assert store.heartbeat("exec-1", until + 1, until + 20_000) is True
+    # Then the arm loses: exec-1 still holds the task and may go on renewing
+    assert arm(store, task, "exec-2", until + 1) is None
+    assert stored(store, task.task_id).armed_by == "exec-1"
+    assert store.heartbeat("exec-1", until + 2, until + 30_000) is True
+
+
+def test_an_owner_without_a_heartbeat_is_dead(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by an executor that never wrote a heartbeat
+    task = tasks.create(NOW + 10_000)
+    assert arm(store, task, "exec-ghost", NOW) is not None
+    # When a look for due work and exec-2 come one ms later / Then it is found, recovered, and taken over; as
+    # nothing says until when the ghost lived, it may have fired anything due up to the takeover
+    scan = store.find_due(NOW + 1, NOW + 90_000)
+    assert ([c.task_id for c in scan.candidates], scan.recovered) == ([task.task_id], 1)
+    taken = arm(store, task, "exec-2", NOW + 1)
+    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
+    # And the ghost can never start a heartbeat afterwards
+    assert store.heartbeat("exec-ghost", NOW + 2, NOW + 20_000) is False
+
+
+def test_a_task_whose_own_lease_ended_is_taken_even_from_a_live_owner(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed until L by exec-1, which stays alive throughout
+    lease_end = NOW + 30_000
+    task = armed_task(store, tasks, "exec-1", lease_until_ms=lease_end)
+    # When a look for due work and exec-2 come at L / Then exec-1 still holds it
+    assert due_ids(store, NOW + 90_000, lease_end) == []
+    assert arm(store, task, "exec-2", lease_end) is None
+    # When they come at L + 1 / Then it is found, recovered, and exec-2 takes it, told the old lease was L
+    scan = store.find_due(lease_end + 1, NOW + 90_000)
+    assert ([c.task_id for c in scan.candidates], scan.recovered) == ([task.task_id], 1)
+    taken = arm(store, task, "exec-2", lease_end + 1)
+    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", lease_end)
+    # And exec-1 is not marked dead (it renews), but the task is no longer its own
+    assert store.heartbeat("exec-1", lease_end + 2, NOW + ALIVE_MS) is True
+    assert record(store, "exec-1", succeeded(task, lease_end + 2)) is False
 
 
 # -- record ----------------------------------------------------------------------------------------------------------
 def test_only_the_executor_that_armed_a_task_records_it(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a task armed by exec-1
-    task = armed_task(store, tasks, executor="exec-1")
+    task = armed_task(store, tasks, "exec-1")
     fired = NOW + 10_000.25
     outcome = FireRecord(task.task_id, S, fired, NOW + 10_003, 0.25, 1.75, None)
     # When another executor records it / Then nothing is written
@@ -410,22 +404,37 @@ def test_only_the_executor_that_armed_a_task_records_it(store: TaskStore, tasks:
     assert stored(store, task.task_id).status is S
 
 
-def test_a_failure_and_a_late_fire_are_recorded_with_their_details(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given two armed tasks
-    failing, late = armed_task(store, tasks), armed_task(store, tasks, misfire_policy="fire_late")
-    # When one is recorded FAILED with an error, the other SUCCEEDED but fired past its grace
+def test_an_executor_past_its_leases_still_records_while_no_one_took_the_task_over(
+    store: TaskStore, tasks: TaskFactory
+) -> None:
+    # Given a task armed until L by exec-1, alive until L too, late (nobody took the task over after L)
+    lease_end = NOW + 20_000
+    held = armed_task(store, tasks, "exec-1", lease_until_ms=lease_end, alive_until_ms=lease_end)
+    # When the executor records its outcome after L / Then it is written: the task was still its own
+    assert record(store, "exec-1", succeeded(held, lease_end + 5_000)) is True
+    assert stored(store, held.task_id).status is S
+
+
+def test_a_failure_a_miss_and_a_late_fire_are_recorded_with_their_details(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given three armed tasks
+    failing, missed = armed_task(store, tasks), armed_task(store, tasks)
+    late = armed_task(store, tasks, misfire_policy="fire_late")
+    # When one is recorded FAILED with an error, one MISSED, one SUCCEEDED but fired past its grace
     assert store.record_many("exec-1", [
         FireRecord(failing.task_id, F, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+        FireRecord(missed.task_id, M, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
         FireRecord(late.task_id, S, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
-    ]) == [True, True]
-    # Then each keeps what was recorded
+    ]) == [True, True, True]
+    # Then each keeps what was recorded, and no look for due work finds any of them
     assert (stored(store, failing.task_id).status, stored(store, failing.task_id).detail) == (F, "HTTP 500")
+    assert (stored(store, missed.task_id).status, stored(store, missed.task_id).fired_at) == (M, None)
     assert (stored(store, late.task_id).late, stored(store, late.task_id).drift_ms) == (True, 85_000.0)
+    assert due_ids(store, NOW + 90_000) == []
 
 
 def test_record_many_writes_only_what_this_executor_owns(store: TaskStore, tasks: TaskFactory) -> None:
     # Given two tasks armed by exec-1 and one armed by exec-2
-    created = [armed_task(store, tasks, executor="exec-2" if i == 1 else "exec-1") for i in range(3)]
+    created = [armed_task(store, tasks, "exec-2" if i == 1 else "exec-1") for i in range(3)]
     # When exec-1 records all three
     written = store.record_many("exec-1", [succeeded(t) for t in created])
     # Then its own two are written and the third is left to its owner
@@ -453,19 +462,17 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: TaskStore,
                                     retry=RetryPolicy(max_attempts=3)), NOW)[1] is False
     # ... and a look for due work finds it at its new time
     assert due_ids(store, failed_at + 700, failed_at) == [task.task_id]
-    # When it is claimed again / Then it is attempt 2, its first due still the original one
-    assert claim(store, back, failed_at + 700, batch="batch-2")
-    again = stored(store, task.task_id)
-    assert (again.attempt, again.first_due_at) == (2, task.due_at)
+    # When it is armed again at its new time / Then it is attempt 2, its first due still the original one
+    again = arm(store, back, "exec-1", failed_at + 700)
+    assert again is not None and (again.task.attempt, again.task.first_due_at) == (2, task.due_at)
 
 
 def test_a_second_retry_keeps_the_first_due(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task retried once (first due = its original due), claimed and armed again by exec-2
+    # Given a task retried once (first due = its original due), armed again by exec-2
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     assert record(store, "exec-1", FireRecord(task.task_id, P, None, NOW + 10_010, None, None, "e1",
                                               retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms))
-    assert claim(store, stored(store, task.task_id), NOW + 11_000, batch="batch-2")
-    assert arm(store, task.task_id, batch="batch-2", executor="exec-2") is not None
+    assert arm(store, stored(store, task.task_id), "exec-2", NOW + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     assert record(store, "exec-2", FireRecord(task.task_id, P, None, NOW + 11_010, None, None, "e2",
                                               retry_due_ms=NOW + 12_000, first_due_ms=NOW + 11_000))
@@ -501,20 +508,19 @@ def test_the_same_retry_again_counts_as_done_and_another_does_not(store: TaskSto
 
 # -- release ---------------------------------------------------------------------------------------------------------
 def test_release_hands_an_armed_task_back(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task armed by exec-1
-    task = armed_task(store, tasks, executor="exec-1")
+    # Given a task armed by exec-1, alive
+    task = armed_task(store, tasks, "exec-1")
     # When another executor releases it / Then nothing happens
     assert store.release(task.task_id, "exec-2") is False
     assert stored(store, task.task_id).status is A
-    # When exec-1 releases it (a clean shutdown before the fire)
+    # When exec-1 releases it (a stop before the fire)
     assert store.release(task.task_id, "exec-1") is True
-    # Then it is PENDING again, without owner or lease, found by a look for due work, and claimable at once
+    # Then it is PENDING again, without owner or lease, found by a look for due work, and armable at once
     back = stored(store, task.task_id)
     assert (back.status, back.batch_id, back.armed_by, back.lease_until) == (P, None, None, None)
-    assert due_ids(store, task.due_ms) == [task.task_id]
-    assert claim(store, back, NOW + 1, batch="batch-2") is True
-    # And the batch it was armed for can no longer arm it
-    assert arm(store, task.task_id, batch="batch-1") is None
+    assert due_ids(store, task.due_ms, NOW + 1) == [task.task_id]
+    again = arm(store, back, "exec-2", NOW + 1)
+    assert again is not None and (again.task.armed_by, again.taken_over_until_ms) == ("exec-2", None)
 
 
 # -- redrive ---------------------------------------------------------------------------------------------------------
@@ -523,8 +529,7 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: TaskS
     task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=3))
     for attempt in (1, 2, 3):
         current = stored(store, task.task_id)
-        assert claim(store, current, current.due_ms, batch=f"batch-{attempt}")
-        assert arm(store, task.task_id, batch=f"batch-{attempt}") is not None
+        assert arm(store, current, "exec-1", current.due_ms, batch_id=f"batch-{attempt}") is not None
         last, finished = attempt == 3, current.due_ms + 5
         assert record(store, "exec-1", FireRecord(
             task.task_id, F if last else P, float(current.due_ms), finished, 0.0, None, "HTTP 500",
@@ -539,10 +544,10 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: TaskS
     assert (back.status, back.due_ms, back.attempt) == (P, later, 0)
     assert (back.finished_at, back.lease_until, back.batch_id, back.armed_by, back.first_due_at, back.late) == (
         None, None, None, None, None, False)
-    # ... found by a look for due work, and claimed as attempt 1
+    # ... found by a look for due work, and armed as attempt 1
     assert due_ids(store, later, later) == [task.task_id]
-    assert claim(store, back, later, batch="batch-redriven")
-    assert stored(store, task.task_id).attempt == 1
+    again = arm(store, back, "exec-2", later)
+    assert again is not None and again.task.attempt == 1
 
 
 def test_redrive_of_anything_but_a_failed_task_changes_nothing(store: TaskStore, tasks: TaskFactory) -> None:
@@ -563,8 +568,8 @@ def test_redrive_of_anything_but_a_failed_task_changes_nothing(store: TaskStore,
 
 
 # -- cancel and reschedule -------------------------------------------------------------------------------------------
-def test_cancel_of_a_pending_task(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a PENDING task
+def test_cancel_of_a_pending_task_makes_the_arm_that_was_coming_lose(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a PENDING task, dispatched to an executor that has not armed it yet
     task = tasks.create(NOW + 10_000)
     # When it is cancelled
     cancelled = store.cancel(task.task_id, NOW + 1)
@@ -572,32 +577,24 @@ def test_cancel_of_a_pending_task(store: TaskStore, tasks: TaskFactory) -> None:
     assert (cancelled.status, ms(cancelled.finished_at)) == (X, NOW + 1)
     assert stored(store, task.task_id).status is X
     assert due_ids(store, task.due_ms) == []
-
-
-def test_cancel_of_a_claimed_task_makes_its_executor_lose_at_arm(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task claimed by a poller, its executor not yet armed
-    task = tasks.create(NOW + 10_000)
-    assert claim(store, task, NOW)
-    # When the client cancels it
-    assert store.cancel(task.task_id, NOW + 1).status is X
-    # Then its executor loses at arm: it will never fire
-    assert arm(store, task.task_id, batch="batch-1") is None
+    # ... and the executor loses at arm: it will never fire
+    assert arm(store, task, "exec-1", NOW + 2) is None
     assert stored(store, task.task_id).status is X
 
 
 def test_cancel_of_an_armed_task_within_its_lease_is_refused_with_the_task(
     store: TaskStore, tasks: TaskFactory
 ) -> None:
-    # Given a task armed until L
+    # Given a task armed until L by an executor found dead long before (its task lease decides a cancel)
     lease_end = NOW + ARMED_LEASE_MS
-    task = armed_task(store, tasks, executor="exec-1", lease_until_ms=lease_end)
+    task = armed_task(store, tasks, "exec-1", lease_until_ms=lease_end, alive_until_ms=NOW + 1)
     # When the client cancels it while the lease is live (up to and including L)
-    for at in (NOW + 1, lease_end):
+    for at in (NOW + 2, lease_end):
         with pytest.raises(TaskStateError) as info:
             store.cancel(task.task_id, at)
         # Then the error carries the task as it was: ARMED, owned by its executor
         assert (info.value.task.status, info.value.task.armed_by) == (A, "exec-1")
-    # And one millisecond after the lease, the cancel wins (the executor is presumed dead)
+    # And one millisecond after the lease, the cancel wins
     assert store.cancel(task.task_id, lease_end + 1).status is X
 
 
@@ -623,10 +620,9 @@ def test_cancel_or_reschedule_of_an_unknown_task_is_not_found(store: TaskStore) 
     assert store.get("nobody") is None
 
 
-def test_reschedule_moves_the_due_time_and_the_old_batch_loses(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task claimed by batch-1
+def test_reschedule_moves_the_due_time_and_an_arm_by_the_old_one_loses(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a PENDING task, dispatched at its due time
     task = tasks.create(NOW + 10_000)
-    assert claim(store, task, NOW)
     new_due = NOW + 10 * BUCKET_MS + 123
     # When the client moves it ten minutes later
     moved = store.reschedule(task.task_id, new_due, NOW + 1)
@@ -637,8 +633,8 @@ def test_reschedule_moves_the_due_time_and_the_old_batch_loses(store: TaskStore,
     # ... a look up to its old time no longer finds it, one up to its new time does
     assert due_ids(store, task.due_ms + BUCKET_MS) == []
     assert due_ids(store, new_due) == [task.task_id]
-    # ... and the executor of the old batch loses at arm
-    assert arm(store, task.task_id, batch="batch-1") is None
+    # ... and the executor it was dispatched to by the old due time loses at arm
+    assert arm(store, task, "exec-1", NOW + 2) is None
 
 
 def test_reschedule_of_an_armed_task_within_its_lease_is_refused(store: TaskStore, tasks: TaskFactory) -> None:
@@ -651,35 +647,9 @@ def test_reschedule_of_an_armed_task_within_its_lease_is_refused(store: TaskStor
     assert stored(store, task.task_id).due_ms == task.due_ms
 
 
-# -- miss ------------------------------------------------------------------------------------------------------------
-def test_a_missed_task_is_finished_with_its_reason(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a PENDING task long overdue
-    task = tasks.create(NOW - 5 * BUCKET_MS, now_ms=NOW - 6 * BUCKET_MS)
-    # When the poller declares it missed
-    assert miss(store, task, NOW, "found 300000 ms after due") is True
-    # Then it is MISSED, finished then, with the reason, and no look for due work finds it any more
-    missed = stored(store, task.task_id)
-    assert (missed.status, missed.detail, ms(missed.finished_at)) == (M, "found 300000 ms after due", NOW)
-    assert due_ids(store, NOW + 90_000) == []
-    # And a second declaration (another poller) loses
-    assert miss(store, task, NOW, "again") is False
-    assert stored(store, task.task_id).detail == "found 300000 ms after due"
-
-
-def test_mark_missed_many_answers_position_by_position(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a PENDING task, a claimed one (live lease) and a cancelled one
-    pending, held, gone = (tasks.create(NOW - 100_000 + i, now_ms=NOW - 200_000) for i in range(3))
-    assert claim(store, held, NOW)
-    store.cancel(gone.task_id, NOW)
-    # When all three are missed at once / Then only the claimable one is
-    assert store.mark_missed_many([(candidate(t), "late") for t in (pending, held, gone)], NOW + 1) == [
-        True, False, False]
-    assert store.mark_missed_many([], NOW) == []
-
-
 # -- finding due work ------------------------------------------------------------------------------------------------
 def test_find_due_includes_overdue_tasks_however_old(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given a task due 12 minutes ago and one due 2 minutes ago, both never claimed
+    # Given a task due 12 minutes ago and one due 2 minutes ago, both never armed
     old = tasks.create(NOW - 12 * BUCKET_MS, now_ms=NOW - 13 * BUCKET_MS)
     recent = tasks.create(NOW - 2 * BUCKET_MS, now_ms=NOW - 3 * BUCKET_MS)
     # When the store is asked for what is due now, again, and again 5 minutes later
@@ -690,6 +660,7 @@ def test_find_due_includes_overdue_tasks_however_old(store: TaskStore, tasks: Ta
     for scan in (first, second, later):
         assert sorted(c.task_id for c in scan.candidates) == sorted([old.task_id, recent.task_id])
         assert scan.watermark_ms <= old.due_ms
+        assert (scan.recovered, scan.undecodable, scan.complete) == (0, 0, True)
 
 
 def test_find_due_finds_a_task_written_late_after_an_earlier_look(store: TaskStore, tasks: TaskFactory) -> None:
@@ -712,37 +683,83 @@ def test_find_due_window_ends_at_until_included(store: TaskStore, tasks: TaskFac
 
 
 def test_find_due_leaves_finished_tasks_out(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given tasks due soon: one recorded, one failed, one missed, one cancelled, one PENDING
-    done, failed = armed_task(store, tasks), armed_task(store, tasks)
-    assert record(store, "exec-1", succeeded(done))
-    assert record(store, "exec-1", succeeded(failed, outcome=F))
-    missed, cancelled, pending = (tasks.create(NOW + 10_000 + i) for i in range(3))
-    assert miss(store, missed, NOW)
+    # Given tasks due soon, armed by an executor that is gone: one recorded, one failed, one missed; and one
+    # cancelled and one PENDING
+    done, failed, missed = (armed_task(store, tasks, alive_until_ms=NOW) for _ in range(3))
+    assert store.record_many("exec-1", [succeeded(done), succeeded(failed, outcome=F),
+                                        succeeded(missed, outcome=M)]) == [True] * 3
+    cancelled, pending = (tasks.create(NOW + 10_000 + i) for i in range(2))
     store.cancel(cancelled.task_id, NOW)
     # When the store is asked for what is due / Then only the active one is found
-    assert due_ids(store, NOW + 90_000) == [pending.task_id]
+    assert due_ids(store, NOW + 90_000, NOW + 1) == [pending.task_id]
+
+
+def test_find_due_recovers_from_the_dead_and_leaves_the_live_owners_tasks_out(
+    store: TaskStore, tasks: TaskFactory
+) -> None:
+    # Given at T: a PENDING task; one armed by an executor alive until T - 1; one armed by an executor alive
+    # throughout whose task lease ended at T - 1; and one armed by an executor alive until T
+    at = NOW + 30_000
+    pending = tasks.create(NOW + 10_000)
+    dead_owners = armed_task(store, tasks, "exec-dead", alive_until_ms=at - 1)
+    lease_ended = armed_task(store, tasks, "exec-1", lease_until_ms=at - 1)
+    live = armed_task(store, tasks, "exec-live", alive_until_ms=at)
+    # When due work is looked for at T
+    scan = store.find_due(at, NOW + 90_000)
+    # Then the first three are found, the two armed ones counted as recovered, each as the store has it
+    assert sorted(scan.candidates, key=lambda c: c.task_id) == sorted(
+        (candidate(stored(store, t.task_id)) for t in (pending, dead_owners, lease_ended)), key=lambda c: c.task_id)
+    assert (scan.recovered, scan.undecodable, scan.complete) == (2, 0, True)
+    # ... and the live executor's task one millisecond later
+    assert live.task_id in due_ids(store, NOW + 90_000, at + 1)
 
 
 def test_find_due_lists_each_active_task_once_with_its_status_and_lease(store: TaskStore, tasks: TaskFactory) -> None:
-    # Given 40 tasks due over 4 minutes (several minutes and shards), one claimed, one armed, one rescheduled
-    # within the window and one rescheduled out of it
+    # Given 40 tasks due over 4 minutes (several minutes and shards), one armed by an executor found dead, one
+    # armed by a live one, one rescheduled within the window and one rescheduled out of it
     created = [tasks.create(NOW - BUCKET_MS + 6_007 * i, now_ms=NOW - 2 * BUCKET_MS) for i in range(40)]
-    held, armed_one, moved_in, moved_out = created[3], created[4], created[5], created[6]
-    assert claim(store, held, NOW)
-    assert claim(store, armed_one, NOW, batch="batch-9")
-    assert arm(store, armed_one.task_id, batch="batch-9", lease_until_ms=NOW + ARMED_LEASE_MS)
+    dead_ones, live_ones, moved_in, moved_out = created[3], created[4], created[5], created[6]
+    alive(store, "exec-dead", NOW - 1)
+    alive(store, "exec-live", NOW + ALIVE_MS)
+    assert arm(store, dead_ones, "exec-dead", NOW - 2, NOW + ARMED_LEASE_MS) is not None
+    assert arm(store, live_ones, "exec-live", NOW - 2, NOW + ARMED_LEASE_MS) is not None
     store.reschedule(moved_in.task_id, NOW + 2 * BUCKET_MS, NOW)
     store.reschedule(moved_out.task_id, NOW + 60 * BUCKET_MS, NOW)
     until = NOW + 3 * BUCKET_MS
     # When the store is asked for what is due up to 3 minutes from now
-    found = store.find_due(NOW, until).candidates
-    # Then each task in the window is there once, as the store has it now
-    ids = [c.task_id for c in found]
+    scan = store.find_due(NOW, until)
+    # Then each armable task in the window is there once, as the store has it now
+    ids = [c.task_id for c in scan.candidates]
     assert len(ids) == len(set(ids))
-    assert set(ids) == {t.task_id for t in created} - {moved_out.task_id}
-    by_id = {c.task_id: c for c in found}
-    assert (by_id[held.task_id].status, by_id[held.task_id].lease_until_ms) == (C, NOW + LEASE_MS)
-    assert (by_id[armed_one.task_id].status, by_id[armed_one.task_id].lease_until_ms) == (A, NOW + ARMED_LEASE_MS)
+    assert set(ids) == {t.task_id for t in created} - {moved_out.task_id, live_ones.task_id}
+    by_id = {c.task_id: c for c in scan.candidates}
+    assert (by_id[dead_ones.task_id].status, by_id[dead_ones.task_id].lease_until_ms,
+            by_id[dead_ones.task_id].owner) == (A, NOW + ARMED_LEASE_MS, "exec-dead")
     assert by_id[moved_in.task_id].due_ms == NOW + 2 * BUCKET_MS
     assert by_id[created[0].task_id] == candidate(stored(store, created[0].task_id))
-    assert all(c.due_ms <= until for c in found)
+    assert all(c.due_ms <= until for c in scan.candidates)
+    assert scan.recovered == 1
+
+
+def test_find_due_out_of_time_stops_early_and_the_next_call_finds_the_rest(
+    store: TaskStore, tasks: TaskFactory
+) -> None:
+    # Given 8 PENDING tasks due over the last 8 minutes (written before each was due)
+    created = [tasks.create(NOW - k * BUCKET_MS, now_ms=NOW - 9 * BUCKET_MS) for k in range(1, 9)]
+    everything = {t.task_id for t in created}
+    asked: list[int] = []
+
+    def out_of_time_after_one_look() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    # When a look runs out of time at once / Then it is incomplete and has found nothing
+    stopped = store.find_due(NOW, NOW + 90_000, out_of_time=lambda: True)
+    assert (stopped.candidates, stopped.complete) == ([], False)
+    # When one runs out of time after its first step / Then it is incomplete and found only some of them
+    partial = store.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_look)
+    assert partial.complete is False
+    assert {c.task_id for c in partial.candidates} < everything
+    # And the next look, with time enough, finds every one of them
+    full = store.find_due(NOW, NOW + 90_000, out_of_time=lambda: False)
+    assert ({c.task_id for c in full.candidates}, full.complete) == (everything, True)

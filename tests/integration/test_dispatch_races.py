@@ -1,11 +1,13 @@
 """Races that need the poller or the executor, with real threads against DynamoDB Local: two pollers polling
-the same instant, and one batch delivered to two executors at once.
+the same instant (each dispatches every task; the executors of all their batches arm each task once), and one
+batch delivered to two executors at once.
 
-The races on the store's conditional writes alone (claimers, creates, arms, cancels and reschedules colliding)
-are part of the store contract: ``tests/contract/test_store_races.py``.
+The races on the store's conditional writes alone (executors arming and taking over, creates, cancels and
+reschedules colliding) are part of the store contract: ``tests/contract/test_store_races.py``.
 
 Only counts and states are asserted, never how long anything took; no property depends on the machine's
-speed (the pollers poll one fixed instant; the executors' tasks have a misfire grace of 10 minutes).
+speed (the pollers and their batches' arms use one fixed instant; the executors' tasks have a misfire grace of
+10 minutes).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from punctual.actions import FireLog
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.model import LogAction, Task
+from punctual.model import ArmRequest, LogAction, Task
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.demo import read_fires
@@ -70,7 +72,7 @@ def fire_log(tmp_path: Path) -> Iterator[Path]:
 
 # -- poll ------------------------------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
-def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch(
+def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_it_is_armed_once(
     ddb_local_client: Any, local_table: str, settings: Settings
 ) -> None:
     # Given 200 tasks due within the poll window of one fixed instant (written then), small batches
@@ -88,26 +90,44 @@ def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch
     # When both poll that instant at the same time
     reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=JOIN_TIMEOUT_S)
 
-    # Then every task is in exactly one batch payload of one of them
-    seen = Counter()
-    batch_of: dict[str, tuple[str, str]] = {}
+    # Then each poller put every task in exactly one of its batches, with the due time it was found at
+    events: list[BatchEvent] = []
     for invoker in invokers:
+        seen: Counter[str] = Counter()
         for payload in invoker.payloads:
             event = BatchEvent.model_validate(payload)
             assert len(event.tasks) <= poll_settings.max_batch_size
-            for task in event.tasks:
-                seen[task.task_id] += 1
-                batch_of[task.task_id] = (event.batch_id, event.claimed_by)
-    assert set(seen) == set(ids)
-    assert {task_id: n for task_id, n in seen.items() if n != 1} == {}
-    # ... the reports add up: one claim per task, the other poller's attempt counted as a conflict
-    assert sum(r.claimed for r in reports) == len(ids)
-    assert sum(r.conflicts for r in reports) == len(ids)
-    assert sum(r.batches for r in reports) == sum(len(i.payloads) for i in invokers)
-    # ... and the table names the same batch and poller as the payload that carries the task
+            seen.update(task.task_id for task in event.tasks)
+            events.append(event)
+        assert seen == Counter(ids)
+    due = {t.task_id: t.due_ms for t in tasks}
+    assert all(task.due_ms == due[task.task_id] for event in events for task in event.tasks)
+    # ... the reports add up: every task found and dispatched by each, none recovered, nothing left over
+    assert [(r.candidates, r.dispatched, r.recovered, r.undispatched, r.complete) for r in reports] == [
+        (len(ids), len(ids), 0, 0, True)] * 2
+    assert sum(r.batches for r in reports) == len(events)
+    # ... and neither wrote anything to a task: all PENDING, without batch or owner
     items = raw_items(ddb_local_client, local_table, ids)
-    assert {task_id: (item["batch_id"], item["claimed_by"]) for task_id, item in items.items()} == batch_of
-    assert {item["status"] for item in items.values()} == {"CLAIMED"}
+    assert {(item["status"], "batch_id" in item, "armed_by" in item) for item in items.values()} == {
+        ("PENDING", False, False)}
+
+    # When every batch of both is armed at that instant, each by a live executor of its own, all at once
+    executors = [repo_for(settings) for _ in events]
+    assert all(store.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
+
+    def arm_batch(k: int, event: BatchEvent) -> list[str]:
+        armed = executors[k].arm_many([ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
+                                      event.batch_id, f"exec-{k}", at)
+        return [a.task.task_id for a in armed if a is not None]
+
+    won = run_threads([lambda k=k, e=e: arm_batch(k, e) for k, e in enumerate(events)], timeout=JOIN_TIMEOUT_S)
+
+    # Then each task was armed exactly once, by the executor of one of the two batches that carried it
+    assert Counter(task_id for armed in won for task_id in armed) == Counter(ids)
+    items = raw_items(ddb_local_client, local_table, ids)
+    assert {task_id: (item["status"], item["armed_by"], item["batch_id"], item["attempt"])
+            for task_id, item in items.items()} == {
+        task_id: ("ARMED", f"exec-{k}", events[k].batch_id, "1") for k, armed in enumerate(won) for task_id in armed}
 
 
 # -- arm: a batch delivered twice ------------------------------------------------------------------------------
@@ -115,8 +135,8 @@ def test_two_pollers_polling_the_same_instant_put_each_task_in_exactly_one_batch
 def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     ddb_local_client: Any, local_table: str, settings: Settings, fire_log: Path
 ) -> None:
-    # Given 40 log tasks due in about 2 s (a grace of minutes: late on a slow machine is still on time), claimed
-    # by a poller into one batch
+    # Given 40 log tasks due in about 2 s (a grace of minutes: late on a slow machine is still on time), found
+    # by a poller and put in one batch
     n = 40
     prefix = f"dup-{uuid.uuid4().hex[:6]}-"
     due = now_ms() + 2_000
@@ -135,8 +155,9 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     # When the same batch is delivered to both at once
     reports: list[BatchReport] = run_threads([lambda x=x: x.run_batch(event) for x in executors], timeout=90)
 
-    # Then each task was armed by exactly one of them; the other lost it at ARM
+    # Then each task was armed by exactly one of them (none taken over: both were alive); the other lost it at ARM
     assert sum(r.armed for r in reports) == n
+    assert sum(r.taken_over for r in reports) == 0
     assert sum(r.lost_arm for r in reports) == n
     assert all(r.armed + r.lost_arm == n for r in reports)
     # ... every task fired exactly once (one fire-log line each) and was recorded SUCCEEDED by its owner
