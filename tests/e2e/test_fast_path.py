@@ -1,9 +1,9 @@
-"""The short-lead fast path on the local runtime: DynamoDB Local's table stream → claim → executor.
+"""The short-lead fast path on the local runtime: DynamoDB Local's table stream → dispatch → executor (arm).
 
-A task scheduled 2 s before it is due cannot wait for the next poll (up to a minute away in AWS): the stream
-delivers its write, the fast path claims and dispatches it, and it fires once. Drift figures for this path
-are the benchmark's (``bench/bench.py``); here it is asserted that the fast path, not the poller, claimed
-every task, and that each fired exactly once and SUCCEEDED.
+A task scheduled 2 s before it is due cannot wait for the next poll (up to a minute away): the stream
+delivers its write, the fast path dispatches it (writing nothing: the executor arms it from PENDING), and it
+fires once. Drift figures for this path are the benchmark's (``bench/bench.py``); here it is asserted that the
+fast path, not the poller, dispatched every task, and that each fired exactly once and SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from punctual.client import Client
 from punctual.keys import from_ms, next_tick
 from punctual.model import LogAction, TaskStatus
+from punctual_tools.checker import check, expected_from_tasks, fires_from_fire_log
 from punctual_tools.demo import read_fires
 from punctual_tools.local.stack import LocalStack, StackConfig
 from support import now_ms, wait_until
@@ -39,6 +40,7 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         to_next_poll = next_tick(now_ms(), POLL_INTERVAL_S * 1000) - now_ms()
         if to_next_poll < QUIET_S * 1000:
             time.sleep(to_next_poll / 1000 + 1)
+        polls_before = len(stack.polls)
         client = Client(stack.settings)
         prefix = f"fast-{uuid.uuid4().hex[:6]}-"
 
@@ -50,11 +52,18 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
             ids.append(task.task_id)
             time.sleep(0.1)
 
-        # Then each fires exactly once (the fire log), SUCCEEDED, claimed by the fast path
+        # Then each fires exactly once (the fire log) and SUCCEEDED, armed once
         assert wait_until(lambda: len(read_fires(stack.fire_log, prefix)) >= 30, timeout=QUIET_S)
         assert wait_until(lambda: all(client.get(t).status is TaskStatus.SUCCEEDED for t in ids), timeout=QUIET_S)
         fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, prefix))
         assert set(fires) == set(ids) and set(fires.values()) == {1}
-        stored = [client.get(t) for t in ids]
-        assert {t.claimed_by for t in stored} == {stack.fast_poller.poller_id}
-        assert sum(r.claimed for r in stack.fast_path_reports) == 30
+        assert {client.get(t).attempt for t in ids} == {1}
+        # ... dispatched by the fast path, once each (its stream filter passes only PENDING images, so the
+        # ARM and RECORD writes that follow dispatch nothing more); no poll dispatched any of them
+        assert sum(r.dispatched for r in stack.fast_path_reports) == 30
+        assert sum(r.dispatched for r in stack.polls[polls_before:]) == 0
+        # ... and the checker agrees: 0 lost, 0 extra fires
+        verdict = check(expected_from_tasks(client.get(t) for t in ids),
+                        fires_from_fire_log(read_fires(stack.fire_log, prefix)), epsilon_ms=1_500)
+        print(f"\n{verdict.format('fast path, tasks scheduled 2 s ahead')}")
+        assert verdict.ok and not verdict.lost and not verdict.extra

@@ -1,10 +1,13 @@
-"""What the fault scenarios share: tasks aimed at the loopback target, stand-in invokers, injected faults
-(repositories that die at a chosen step, an index that lags, a throttling store), and the verdict. What the
-other tiers use too (``now_ms``, ``wait_until``, ``create_all``, ``repo_for``, ``run_threads``,
-``RecordingInvoker``) is in tests/support.py.
+"""What the fault scenarios share: tasks aimed at the loopback target, stand-in invokers (one that loses the
+batch, one that runs it at once, one that kills the poller half way), injected faults (stores as a process
+sees them when it dies at a chosen step, an index that lags, a throttling store), the raw items a scenario
+inspects (a heartbeat, a task's takeover marks), and the verdict. What the other tiers use too (``now_ms``,
+``wait_until``, ``create_all``, ``repo_for``, ``run_threads``, ``RecordingInvoker``, ``arm``) is in
+tests/support.py.
 
 Each scenario ends with :func:`judge`: the checker's verdict from the tasks as the table has them and the fires
-the loopback target saw, printed (``make faults`` shows it) and asserted: 0 lost, 0 unexplained extras.
+the loopback target saw (or fires a scenario recorded itself), printed (``make faults`` shows it) and
+asserted: 0 lost, 0 unexplained extras.
 """
 
 from __future__ import annotations
@@ -12,21 +15,29 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from punctual.dynamodb.store import DynamoTaskStore, IndexEntry
+from punctual.dynamodb.codec import number_of, text_of
+from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore, IndexEntry
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.model import FireRecord, HttpAction, Task
-from punctual_tools.checker import Verdict, check, expected_from_tasks, fires_from_target
+from punctual.model import Armed, ArmRequest, FireRecord, HttpAction, Task
+from punctual.settings import Settings
+from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
+from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, join_all, make_tasks
+from support import RecordingInvoker, join_all, make_tasks, repo_for
 
 EPSILON_MS = 1_500  # "late" / "early" tolerance: generous, timing figures are the benchmark's business
 JOIN_TIMEOUT_S = 60
+# Executor leases for real-time scenarios: short enough that a takeover happens within the test, generous
+# enough that a slow machine never misses a renewal (a renewal every second, 3 s of fencing to spare).
+SHORT_LEASE = {"executor_lease_ms": 5_000, "heartbeat_interval_ms": 1_000}
 
 
 # -- tasks --------------------------------------------------------------------------------------------------
@@ -35,10 +46,57 @@ def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_00
     return make_tasks(prefix, dues, HttpAction(url=url, timeout_s=5), grace_ms, **fields)
 
 
+def put_all(settings: Settings, tasks: list[Task], created_ms: int) -> None:
+    """Store many tasks fast: the items CREATE would put (written at ``created_ms``), by BatchWriteItem, 25 a
+    request, 8 requests at a time (for volume scenarios; the tasks must be new)."""
+    store = repo_for(settings)
+    items = [store.item_of(t, created_ms) for t in tasks]
+    chunks = [items[i : i + 25] for i in range(0, len(items), 25)]
+    local = threading.local()
+
+    def write(chunk: list[dict[str, Any]]) -> None:
+        if not hasattr(local, "client"):
+            local.client = make_client(settings.endpoint_url)
+        requests = {settings.table_name: [{"PutRequest": {"Item": item}} for item in chunk]}
+        for _ in range(20):
+            requests = local.client.batch_write_item(RequestItems=requests).get("UnprocessedItems") or {}
+            if not requests:
+                return
+        raise AssertionError("BatchWriteItem left items unprocessed after 20 attempts")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(write, chunks))
+
+
+# -- raw items ----------------------------------------------------------------------------------------------
+def raw_item(settings: Settings, key: str) -> dict[str, Any] | None:
+    """The stored item under ``key`` (a task id, or a heartbeat's key), strongly consistent, or None."""
+    client = make_client(settings.endpoint_url)
+    return client.get_item(TableName=settings.table_name, Key={"task_id": {"S": key}}, ConsistentRead=True).get("Item")
+
+
+def alive_until(settings: Settings, executor_id: str) -> int | None:
+    """The last ``alive_until_ms`` an executor's heartbeat wrote (None: it never wrote one)."""
+    return number_of(raw_item(settings, EXECUTOR_PREFIX + executor_id), "alive_until_ms")
+
+
+def was_taken_over(settings: Settings, executor_id: str) -> bool:
+    """Whether a takeover marked this executor's heartbeat (it can never renew it again)."""
+    item = raw_item(settings, EXECUTOR_PREFIX + executor_id) or {}
+    return bool(item.get("taken_over", {}).get("BOOL"))
+
+
+def takeover_marks(settings: Settings, task_id: str) -> tuple[str | None, int | None]:
+    """Whom a task was taken over from and until when that executor may have fired it (None, None: never
+    taken over). The marks stay on the item after its outcome is recorded."""
+    item = raw_item(settings, task_id)
+    return text_of(item, "taken_from"), number_of(item, "taken_until_ms")
+
+
 # -- invokers (Lambda async invoke stand-ins) -----------------------------------------------------------------
 class DroppingInvoker(RecordingInvoker):
-    """Accepts the batch and loses it: the poller crashed right after claiming (or the event was lost). The
-    payloads are kept only to count what was lost."""
+    """Accepts the batch and loses it: the poller crashed right after invoking (or the event was lost before
+    any executor got it). The payloads are kept only to count what was lost."""
 
 
 class InlineInvoker:
@@ -47,6 +105,7 @@ class InlineInvoker:
     def __init__(self, make_executor: Callable[[], Executor]) -> None:
         self._make = make_executor
         self.reports: list[BatchReport] = []
+        self.events: list[BatchEvent] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -62,7 +121,14 @@ class InlineInvoker:
         thread = threading.Thread(target=run, name="inline-executor", daemon=True)
         with self._lock:
             self._threads.append(thread)
+            self.events.append(event)
         thread.start()
+
+    @property
+    def task_ids(self) -> list[str]:
+        """The ids of the tasks in every batch invoked so far."""
+        with self._lock:
+            return [t.task_id for e in self.events for t in e.tasks]
 
     def join(self, timeout: float = JOIN_TIMEOUT_S) -> None:
         with self._lock:
@@ -70,29 +136,131 @@ class InlineInvoker:
         join_all(threads, timeout, "executors")
 
 
+class PollerKilled(BaseException):  # noqa: N818 - not an error the poller may handle: its process ends here
+    """The poller's process dies (out of memory, a runtime crash) in the middle of an invocation."""
+
+
+class KillsPollerAfter(InlineInvoker):
+    """Runs the first ``accepted`` invocations (as :class:`InlineInvoker`), then kills the poller: every
+    further invocation raises :class:`PollerKilled`, which no ``except Exception`` stops."""
+
+    def __init__(self, make_executor: Callable[[], Executor], accepted: int) -> None:
+        super().__init__(make_executor)
+        self.accepted = accepted
+        self.refused = 0
+        self._count_lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        with self._count_lock:
+            if self.accepted <= 0:
+                self.refused += 1
+                raise PollerKilled("the poller died mid-dispatch")
+            self.accepted -= 1
+        super().invoke_async(payload)
+
+
+class TickBudget:
+    """A tick's remaining time on a clock the scenario moves (Lambda's ``get_remaining_time_in_millis``): work
+    :meth:`spend` s of it; :meth:`out_of_time` is true once the budget is used up."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.used_s = 0.0
+        self._lock = threading.Lock()
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self.used_s += seconds
+
+    def out_of_time(self) -> bool:
+        with self._lock:
+            return self.used_s >= self.budget_s
+
+
+class SlowInvoker:
+    """Wraps an invoker: each invocation costs ``cost_s`` of a :class:`TickBudget`."""
+
+    def __init__(self, invoker: Any, budget: TickBudget, cost_s: float) -> None:
+        self._invoker, self._budget, self._cost_s = invoker, budget, cost_s
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        self._budget.spend(self._cost_s)
+        self._invoker.invoke_async(payload)
+
+
 # -- injected faults ----------------------------------------------------------------------------------------
+class ProcessDied(ConnectionError):
+    """What a write of a dead executor process comes to: it never reaches the table."""
+
+
 class DiesAfterArm(DynamoTaskStore):
-    """The store as an executor process sees it when the process dies after arming: nothing it would write
-    afterwards (a release on stop, an outcome) reaches the table."""
+    """The store as an executor process sees it when Lambda drops the process right after it armed its batch
+    (out of memory, a runtime crash): from then on nothing it would write reaches the table - no heartbeat
+    renewal (so its heartbeat is never retired either: it simply lapses), no outcome, no release.
+
+    ``on_armed`` is called once the batch is armed; a scenario passes the executor's ``request_stop`` there,
+    so that the dropped executor fires nothing either (its dispatcher is emptied before the first fire)."""
+
+    on_armed: Callable[[], None] | None = None
+    dead = False
+
+    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                 now_ms: int) -> list[Armed | None]:
+        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+        self.dead = True
+        if self.on_armed is not None:
+            self.on_armed()
+        return result
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        if self.dead:
+            raise ProcessDied("executor process died: its heartbeat stopped")
+        return super().heartbeat(executor_id, now_ms, alive_until_ms)
 
     def release(self, task_id: str, executor_id: str) -> bool:
-        return False
+        return False if self.dead else super().release(task_id, executor_id)
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
-        return False
+        return False if self.dead else super().record(executor_id, record)
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        return [False] * len(records)
+        return [False] * len(records) if self.dead else super().record_many(executor_id, records)
 
 
 class DiesAfterFire(DynamoTaskStore):
-    """The executor fires, then its process dies before recording: the outcome write never arrives."""
+    """The executor fires, then its process dies as it starts recording: no outcome reaches the table, and
+    from that moment its heartbeat is no longer renewed (nor retired): it lapses at its last ``alive_until``."""
+
+    dead = False
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
-        raise ConnectionError("executor process died before recording")
+        self.dead = True
+        raise ProcessDied("executor process died before recording")
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        raise ConnectionError("executor process died before recording")
+        self.dead = True
+        raise ProcessDied("executor process died before recording")
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        if self.dead:
+            raise ProcessDied("executor process died: its heartbeat stopped")
+        return super().heartbeat(executor_id, now_ms, alive_until_ms)
+
+    def release(self, task_id: str, executor_id: str) -> bool:
+        return False if self.dead else super().release(task_id, executor_id)
+
+
+class NotesArmTime(DynamoTaskStore):
+    """The real store, noting when ``arm_many`` returned (wall ms, the store's clock): the instant an executor
+    taking over a dead one's tasks owns them (the end of the crash window)."""
+
+    armed_at_ms: int | None = None
+
+    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                 now_ms: int) -> list[Armed | None]:
+        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+        self.armed_at_ms = time.time_ns() // 1_000_000
+        return result
 
 
 class LaggingIndex(DynamoTaskStore):
@@ -104,6 +272,18 @@ class LaggingIndex(DynamoTaskStore):
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
         hidden = self.hidden
         return [e for e in super().query_index(bucket_ms, shard, until_ms) if e.task_id not in hidden]
+
+
+class SlowIndex(DynamoTaskStore):
+    """A due index whose every query costs ``cost_s`` of a :class:`TickBudget` (a tick reading many pages)."""
+
+    budget: TickBudget | None = None
+    cost_s = 1.0
+
+    def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
+        if self.budget is not None:
+            self.budget.spend(self.cost_s)
+        return super().query_index(bucket_ms, shard, until_ms)
 
 
 class _Body:
@@ -166,14 +346,17 @@ class Throttle:
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
-def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: TargetServer,
-          allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False) -> Verdict:
-    """The checker's verdict on these tasks (as the table has them now) against the target's records;
-    printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it fail)."""
+def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: TargetServer | Iterable[Fire],
+          allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False,
+          extra_expected: Iterable[Expected] = ()) -> Verdict:
+    """The checker's verdict on these tasks (as the table has them now) against the fires the target saw (or
+    the fires given), printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it
+    fail). ``extra_expected`` adds occurrences the table cannot hand back as tasks (items that are not tasks)."""
     ids = list(task_ids)
     stored = repo.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
-    verdict = check(expected_from_tasks(stored.values()), fires_from_target(target.records()),
+    fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
+    verdict = check([*expected_from_tasks(stored.values()), *extra_expected], fires,
                     epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure)
     print(f"\n{verdict.format(title)}")
     assert verdict.ok, verdict.format(title)

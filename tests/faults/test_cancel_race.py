@@ -1,13 +1,16 @@
-"""Fault: a client cancels tasks while a poll claims them and executors arm them (real threads).
+"""Fault: a client cancels tasks while a poll dispatches them and executors arm them (real threads).
 
-CHANGE (cancel) holds while the task is PENDING or only CLAIMED; ARM needs it still CLAIMED by the batch. So
-per task exactly one side wins: the cancel (the task ends CANCELLED and never fires; its executor, if any,
-loses at arm) or the executor (the cancel raises TaskStateError because it is armed, and it fires once).
+CANCEL holds while the task is PENDING (or ARMED past its own lease, which cannot happen here); ARM needs it
+still PENDING. So per task exactly one side wins: the cancel (the task ends CANCELLED and never fires; its
+executor loses at arm) or the executor (the cancel raises TaskStateError because it is armed, and it fires
+once).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fault_tools import InlineInvoker, http_tasks, judge
@@ -18,7 +21,7 @@ from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.target import TargetServer
-from support import create_all, now_ms, repo_for, run_threads, wait_until
+from support import create_all, now_ms, repo_for, run_threads
 
 pytestmark = pytest.mark.integration
 LOST_TO_EXECUTOR = (TaskStatus.ARMED, TaskStatus.SUCCEEDED, TaskStatus.FAILED)
@@ -26,29 +29,38 @@ LOST_TO_EXECUTOR = (TaskStatus.ARMED, TaskStatus.SUCCEEDED, TaskStatus.FAILED)
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("write_batch", ["single", "transaction"])
-def test_cancel_racing_claim_and_arm_has_one_winner_per_task_and_cancelled_tasks_never_fire(
+def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fire(
     write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
-    # Given 80 tasks due in ~5 s; a poller whose executors start (and arm) as soon as a batch is claimed
+    # Given 80 tasks due in ~5 s; a poller whose executors start (and arm) as soon as a batch is dispatched
     settings = make_settings(write_batch=write_batch, max_batch_size=20)
     due = now_ms() + 5_000
     tasks = http_tasks(f"cxl-{write_batch}", [due + 5 * i for i in range(80)], target.url)
     ids = [t.task_id for t in tasks]
     create_all(repo_for(settings), tasks)
     invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
-    poller = Poller(repo_for(settings), invoker, settings)
+    dispatching = threading.Event()
+
+    class SignalsDispatch:
+        """The poller's invoker: says that dispatching has begun, then invokes (executors start at once)."""
+
+        def invoke_async(self, payload: dict[str, Any]) -> None:
+            dispatching.set()
+            invoker.invoke_async(payload)
+
+    poller = Poller(repo_for(settings), SignalsDispatch(), settings)
     canceller = repo_for(settings)
     timing: list[int] = []
 
     def cancel_all() -> dict[str, bool]:
         """True where the cancel won; False where it lost because the task was already armed."""
         won = {}
-        # Start once the poll has begun claiming (batches go in due order), so that cancels meet claims and
-        # arms in flight rather than all landing before the poll's index queries are done
-        wait_until(lambda: canceller.get(ids[0]).status is not TaskStatus.PENDING, timeout=5, interval=0.002)
+        # Start as the first batch is invoked (the poller writes nothing, so the table cannot tell), so that
+        # cancels meet the executors' arms in flight rather than all landing before the poll's reads are done
+        assert dispatching.wait(timeout=30)
         timing.append(now_ms())
-        for task_id in reversed(ids):  # from the other end than the claims
+        for task_id in reversed(ids):  # from the other end than the arms
             try:
                 canceller.cancel(task_id, now_ms())
                 won[task_id] = True
@@ -58,7 +70,7 @@ def test_cancel_racing_claim_and_arm_has_one_winner_per_task_and_cancelled_tasks
         timing.append(now_ms())
         return won
 
-    # When a poll (and its executors' arming) races a client cancelling every task
+    # When a poll's executors' arming races a client cancelling every task
     report, cancel_won = run_threads([lambda: poller.poll(now_ms()), cancel_all])
     invoker.join()
 
@@ -71,8 +83,8 @@ def test_cancel_racing_claim_and_arm_has_one_winner_per_task_and_cancelled_tasks
     assert {task_id for task_id in ids if f"{task_id}:0" in fired} == {t for t in ids if not cancel_won[t]}
     cancels = sum(cancel_won.values())
     print(f"\ncancels ran from due{timing[0] - due:+d} ms to due{timing[1] - due:+d} ms; cancel won {cancels}, "
-          f"executor won {len(ids) - cancels}; poll claimed {report.claimed}, "
+          f"executor won {len(ids) - cancels}; poll dispatched {report.dispatched}, "
           f"executors armed {sum(r.armed for r in invoker.reports)}")
     # ... and the checker agrees: no cancelled task fired, nothing lost, nothing doubled
-    verdict = judge(f"cancel racing claim and arm ({write_batch})", repo_for(settings), ids, target)
+    verdict = judge(f"cancel racing arm ({write_batch})", repo_for(settings), ids, target)
     assert len(verdict.cancelled) + len(verdict.matched) == len(ids)

@@ -1,20 +1,33 @@
-"""Faults inside an executor: it dies after arming, it dies after firing but before recording, or it starts only
-after the tasks' grace has passed.
+"""Faults inside an executor: it dies after arming (with tasks due long after), it dies after firing but before
+recording, or it starts only after the tasks' grace has passed.
 
-Per the repository's docstring (the crash window): an ARMED task whose executor died keeps its lease until
-due + grace + the longest action timeout + a margin; the poll after that records it MISSED with a detail
-saying its executor was lost. It may have fired (then the target saw one fire, with its idempotency key) or
-not; Punctual never fires it a second time. Polls after the lease run with an explicit, simulated ``now_ms``
-rather than waiting out the lease.
+An executor shows it is alive with a heartbeat (``alive_until = now + executor_lease_ms``, renewed every
+``heartbeat_interval_ms``) and fires only within it. When it dies, the heartbeat lapses; the first poll after
+its last ``alive_until`` (A) dispatches its ARMED tasks, and the executor that gets them takes them over.
+Only the crash window may be lost: a task due at or before A may have fired, so it is MISSED under the misfire
+policy "skip" and fired again with the same idempotency key under "fire_late"; a task due after A fires, once
+(late only if it was due before the takeover). Polls run on an explicit clock (at A, and one ms after it);
+executors run on the real clock with a 5 s executor lease (renewed every second), so that A comes within
+seconds and a slow machine still renews in time.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
-from fault_tools import DiesAfterArm, DiesAfterFire, InlineInvoker, http_tasks, judge
+from fault_tools import (
+    EPSILON_MS,
+    SHORT_LEASE,
+    DiesAfterArm,
+    DiesAfterFire,
+    NotesArmTime,
+    alive_until,
+    http_tasks,
+    judge,
+    takeover_marks,
+    was_taken_over,
+)
 
 from punctual.events import BatchEvent
 from punctual.executor import Executor
@@ -25,136 +38,138 @@ from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
 
 pytestmark = pytest.mark.integration
-HAS_MISFIRE_POLICY = "misfire_policy" in Task.model_fields
 
 
-def claim_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None = None) -> BatchEvent:
+def dispatch_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None = None) -> BatchEvent:
+    """One poll (at ``at_ms``, by default now); the single batch it dispatched, holding every task."""
     invoker = RecordingInvoker()
     report = Poller(repo_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
-    assert report.claimed == len(tasks)
+    assert report.dispatched == len(tasks)
     (event,) = invoker.events
     return event
 
 
-def lease_ends(settings: Settings, task_ids: list[str]) -> list[int]:
-    """The armed leases' last ms, in order (each task's lease follows its own due time)."""
-    stored = repo_for(settings).get_many(task_ids).values()
-    assert {t.status for t in stored} == {TaskStatus.ARMED}
-    return sorted(int(t.lease_until.timestamp() * 1000) for t in stored if t.lease_until is not None)
+def wait_past(instant_ms: int) -> None:
+    """Sleep until the wall clock is past ``instant_ms``."""
+    assert wait_until(lambda: now_ms() > instant_ms, timeout=(instant_ms - now_ms()) / 1000 + 10, interval=0.02)
 
 
-# -- 4. crash after arm, before fire ------------------------------------------------------------------------
-@pytest.mark.timeout(120)
-def test_tasks_armed_by_an_executor_that_died_before_firing_are_recorded_missed_when_the_lease_ends(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+# -- 4. an executor dies after arming, holding tasks due over the next seconds --------------------------------
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("policy", ["skip", "fire_late"])
+def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
+    policy: str, make_settings: Callable[..., Settings], target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
-    # Given 30 tasks due in ~60 s (far beyond what arming and stopping can take: none may fire), claimed into
-    # one batch
-    due = now_ms() + 60_000
-    tasks = http_tasks("crash-arm", [due + 10 * i for i in range(30)], target.url)
+    # Given 250 tasks due from 4 s to 44 s from now (Lambda's case is 80 s; the property is the same at any
+    # length; 40 s leave room for a slow machine's arming before the 5 s lease ends and still keep tasks due
+    # after it), dispatched in one batch; executor leases of 5 s
+    settings = make_settings(**SHORT_LEASE, max_batch_size=250, db_threads=8)
+    base = now_ms() + 4_000
+    tasks = http_tasks(f"drop-{policy}", [base + 160 * i for i in range(250)], target.url, misfire_policy=policy)
     ids = [t.task_id for t in tasks]
+    due = {t.task_id: t.due_ms for t in tasks}
     create_all(repo_for(settings), tasks)
-    event = claim_one_batch(settings, tasks)
+    event = dispatch_one_batch(settings, tasks)
 
-    # When an executor arms them, then its process dies before they are due (no release, no record reaches
-    # the table: the real executor, stopped, over a store that the dead process can no longer write to)
-    executor = make_executor(repo_for(settings, DiesAfterArm), settings)
-    runner = threading.Thread(target=executor.run_batch, args=(event,), daemon=True)
-    runner.start()
-    assert wait_until(lambda: {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.ARMED},
-                      timeout=40, interval=0.05)
-    executor.request_stop()
-    runner.join(30)
-    assert not runner.is_alive()
-    assert now_ms() < due
-    leases = lease_ends(settings, ids)
-    assert leases[0] > due + tasks[0].misfire_grace_ms  # the armed lease outlives the grace
-    # ... and polls run at the first lease's last ms, one ms after it, and one ms after the last lease
+    # When an executor arms them and is dropped right after (Lambda ends its environment): its heartbeat is
+    # neither renewed nor retired, it fires nothing and writes nothing more
+    dying = repo_for(settings, DiesAfterArm)
+    dead = make_executor(dying, settings)
+    dying.on_armed = dead.request_stop
+    dead_report = dead.run_batch(event)
+    assert (dead_report.armed, dead_report.fired, dead_report.released) == (len(tasks), 0, 0)
+    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.ARMED}
+    last_alive = alive_until(settings, dead_report.executor_id)
+    assert last_alive is not None
+    window = sorted(task_id for task_id in ids if due[task_id] <= last_alive)
+    assert 0 < len(window) < len(tasks), "the crash window should hold some of the tasks, not all"
+    # ... polls (on a clock the scenario controls) run at its last alive instant and one ms after it
     invoker = RecordingInvoker()
     poller = Poller(repo_for(settings), invoker, settings)
-    at_edge = poller.poll(leases[0])
-    just_after = poller.poll(leases[0] + 1)
-    after = poller.poll(leases[-1] + 1)
+    at_edge = poller.poll(last_alive)
+    after = poller.poll(last_alive + 1)
+    # ... and the executor the second poll invoked runs once that instant has passed (on the real clock)
+    wait_past(last_alive + 1)
+    taker_store = repo_for(settings, NotesArmTime)
+    (taken_event,) = invoker.events
+    taker = make_executor(taker_store, settings).run_batch(taken_event)
+    detected = taker_store.armed_at_ms
+    assert detected is not None
 
-    # Then nothing was touched while the leases were live; after them every task is MISSED, none claimed again
-    assert (at_edge.claimed, at_edge.missed) == (0, 0)
-    assert (just_after.claimed, just_after.missed) == (0, 1)
-    assert (after.claimed, after.missed) == (0, len(tasks) - 1)
-    assert not invoker.payloads
+    # Then at its last alive ms the dead executor still held every task; one ms later all were dispatched
+    assert (at_edge.dispatched, at_edge.recovered) == (0, 0)
+    assert (after.dispatched, after.recovered) == (len(tasks), len(tasks))
+    # ... the new executor took every one over, and the dead one can never renew its heartbeat
+    assert (taker.armed, taker.taken_over) == (len(tasks), len(tasks))
+    assert was_taken_over(settings, dead_report.executor_id)
+    assert takeover_marks(settings, ids[0]) == (dead_report.executor_id, last_alive)
     stored = repo_for(settings).get_many(ids)
-    assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
-    assert all("executor was lost after arming" in (t.detail or "") for t in stored.values())
-    # ... and the target saw no fire: all explicitly MISSED, none lost
-    verdict = judge("crash after arm, before fire (skip policy)", repo_for(settings), ids, target)
-    assert len(verdict.explicitly_missed) == len(tasks) and verdict.fires == 0
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.skipif(not HAS_MISFIRE_POLICY, reason="needs the per-task misfire policy fire_late: issue #4 part 3")
-def test_a_fire_late_task_whose_executor_died_after_arming_fires_once_late_when_its_lease_ends(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
-) -> None:
-    # Given 10 fire_late tasks (grace 1 s) due 100 s ago, armed by an executor that died, whose armed lease
-    # (due + grace + the longest action timeout + a margin) ran out 8 s ago
-    now = now_ms()
-    due = now - 100_000
-    tasks = http_tasks("crash-arm-late", [due + 10 * i for i in range(10)], target.url, grace_ms=1_000,
-                       misfire_policy="fire_late")
-    ids = [t.task_id for t in tasks]
-    repo = repo_for(settings)
-    create_all(repo, tasks, created_ms=due - 10_000)
-    event = claim_one_batch(settings, tasks, at_ms=due - 5_000)
-    armed = repo.arm_many([(t.task_id, now - 8_000) for t in tasks], event.batch_id, "x-dead")
-    assert all(armed)
-
-    # When the next poll runs (now), with executors that start at once
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
-    report = Poller(repo, invoker, settings).poll(now)
-    invoker.join()
-
-    # Then each was recovered and fired once, ~100 s late, flagged late (not MISSED)
-    assert (report.recovered, report.missed) == (len(tasks), 0)
-    stored = repo.get_many(ids)
-    assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
-    assert all(getattr(t, "late", False) for t in stored.values())
-    verdict = judge("crash after arm, before fire (fire_late policy)", repo, ids, target)
-    assert len(verdict.late) == len(tasks) and not verdict.past_grace
+    if policy == "skip":
+        # ... only the crash window (due at or before its last alive instant) is MISSED, saying why
+        assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
+        assert all("executor was lost" in (stored[t].detail or "") for t in window)
+        assert taker.missed == len(window) and taker.fired == len(tasks) - len(window)
+    else:
+        # ... the crash window fires again (it may have fired: same idempotency key), flagged late
+        assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
+        assert sorted(t for t, task in stored.items() if task.late) == window
+        assert all("fired again with the same idempotency key" in (stored[t].detail or "") for t in window)
+    # ... every later task SUCCEEDED, fired once; those due after the takeover (+ ε) fired on time
+    assert {stored[t].status for t in ids if due[t] > last_alive} == {TaskStatus.SUCCEEDED}
+    keys = [f"{t}:0" for t in window] if policy == "fire_late" else []
+    verdict = judge(f"executor dropped after arming 250 tasks ({policy})", repo_for(settings), ids, target,
+                    allowance=keys)
+    assert len(verdict.explicitly_missed) == (len(window) if policy == "skip" else 0)
+    on_time_from = detected + EPSILON_MS
+    assert [key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from] == []
+    print(f"crash window: {len(window)} tasks due up to {last_alive - base} ms after the first; taken over "
+          f"{detected - last_alive} ms after it lapsed; {sum(1 for t in ids if due[t] > on_time_from)} due later")
 
 
 # -- 5. crash after fire, before record -----------------------------------------------------------------------
 @pytest.mark.timeout(120)
-def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_the_lease_and_never_refired(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_its_lease_and_never_refired(
+    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
 ) -> None:
-    # Given 30 tasks due in ~3 s, claimed into one batch
+    # Given 30 tasks due in ~3 s, dispatched into one batch; executor leases of 5 s
+    settings = make_settings(**SHORT_LEASE)
     due = now_ms() + 3_000
     tasks = http_tasks("crash-fire", [due + 10 * i for i in range(30)], target.url)
     ids = [t.task_id for t in tasks]
     keys = [f"{task_id}:0" for task_id in ids]
     create_all(repo_for(settings), tasks)
-    event = claim_one_batch(settings, tasks)
+    event = dispatch_one_batch(settings, tasks)
 
-    # When an executor arms and fires them, and dies before its outcomes reach the table
+    # When an executor arms and fires them, and its process dies as it starts recording (no outcome, no more
+    # heartbeat)
     report = make_executor(repo_for(settings, DiesAfterFire), settings).run_batch(event)
     assert report.armed == len(tasks) and report.not_recorded == len(tasks)
-    assert target.wait_for_keys(keys, timeout=5)
-    # ... Lambda delivers the failed invocation again (at least once): a new executor gets the same batch
+    assert target.wait_for_keys(keys, timeout=30)
+    last_alive = alive_until(settings, report.executor_id)
+    assert last_alive is not None and last_alive > now_ms()
+    # ... Lambda delivers the failed invocation again at once (at least once): a new executor gets the batch
     retry = make_executor(repo_for(settings), settings).run_batch(event)
-    # ... and the poll after the armed lease ends finds them
-    leases = lease_ends(settings, ids)
+    # ... polls run at the dead executor's last alive instant and one ms after it, and the executor invoked by
+    # the second runs once that instant has passed
     invoker = RecordingInvoker()
-    after = Poller(repo_for(settings), invoker, settings).poll(leases[-1] + 1)
+    poller = Poller(repo_for(settings), invoker, settings)
+    at_edge = poller.poll(last_alive)
+    after = poller.poll(last_alive + 1)
+    wait_past(last_alive + 1)
+    taker = make_executor(repo_for(settings), settings).run_batch(invoker.events[0])
 
-    # Then the redelivery armed nothing (they are ARMED by the dead executor, not CLAIMED) and fired nothing
-    assert (retry.armed, retry.fired) == (0, 0)
-    # ... the poll records them MISSED, saying they may have fired, and claims nothing again
-    assert (after.claimed, after.missed) == (0, len(tasks))
-    assert not invoker.payloads
+    # Then the redelivery, while the dead one's heartbeat held, armed nothing and fired nothing
+    assert (retry.armed, retry.fired, retry.lost_arm) == (0, 0, len(tasks))
+    # ... the first poll after its heartbeat lapsed dispatched them; the taker recorded them MISSED (all due
+    # before its last alive instant: the crash window), saying they may have fired, and fired none again
+    assert (at_edge.dispatched, after.dispatched, after.recovered) == (0, len(tasks), len(tasks))
+    assert (taker.taken_over, taker.fired, taker.missed) == (len(tasks), 0, len(tasks))
     stored = repo_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     assert all("may have fired" in (t.detail or "") for t in stored.values())
-    # ... and the target saw each fire once: at most one extra per key is allowed here, none happened
-    verdict = judge("crash after fire, before record", repo_for(settings), ids, target, allowance=keys)
+    # ... and the target saw each fire once: no extra allowed, none happened
+    verdict = judge("crash after fire, before record", repo_for(settings), ids, target)
     assert len(verdict.matched) == len(tasks) and not verdict.extra
 
 
@@ -163,21 +178,53 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
 def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_without_firing(
     settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
 ) -> None:
-    # Given 20 tasks with a 1 s grace, due 5 s ago, claimed on time (by a poll 6 s ago) into one batch
+    # Given 20 tasks with a 1 s grace, due 5 s ago, dispatched on time (by a poll 6 s ago) into one batch
     now = now_ms()
     due = now - 5_000
     tasks = http_tasks("late-exec", [due + 10 * i for i in range(20)], target.url, grace_ms=1_000)
     ids = [t.task_id for t in tasks]
     create_all(repo_for(settings), tasks, created_ms=due - 10_000)
-    event = claim_one_batch(settings, tasks, at_ms=due - 1_000)
+    event = dispatch_one_batch(settings, tasks, at_ms=due - 1_000)
 
     # When the executor starts only now (a cold start stuck, the async queue backed up), past their grace
     report = make_executor(repo_for(settings), settings).run_batch(event)
 
-    # Then it armed them, fired none, and recorded each MISSED
+    # Then it armed them (from PENDING), fired none, and recorded each MISSED
     assert (report.armed, report.fired, report.missed) == (len(tasks), 0, len(tasks))
     stored = repo_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     verdict = judge("executor started after the grace", repo_for(settings), ids, target)
     assert len(verdict.explicitly_missed) == len(tasks) and verdict.fires == 0
 
+
+# -- 4b. Lambda's retry of a dead executor's invocation -------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbeat_lapsed(
+    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+) -> None:
+    # Given 40 tasks due from 4 s to 12 s from now, in one batch armed by an executor dropped right after
+    settings = make_settings(**SHORT_LEASE)
+    base = now_ms() + 4_000
+    tasks = http_tasks("retry-takeover", [base + 200 * i for i in range(40)], target.url)
+    ids = [t.task_id for t in tasks]
+    due = {t.task_id: t.due_ms for t in tasks}
+    create_all(repo_for(settings), tasks)
+    event = dispatch_one_batch(settings, tasks)
+    dying = repo_for(settings, DiesAfterArm)
+    dead = make_executor(dying, settings)
+    dying.on_armed = dead.request_stop
+    dead_id = dead.run_batch(event).executor_id
+    last_alive = alive_until(settings, dead_id)
+    assert last_alive is not None
+
+    # When Lambda retries that invocation (the same event) after the dead one's heartbeat lapsed, with no
+    # poll in between
+    wait_past(last_alive + 1)
+    report = make_executor(repo_for(settings), settings).run_batch(event)
+
+    # Then the retry took every task over: the crash window MISSED, every later task fired once
+    window = sorted(t for t in ids if due[t] <= last_alive)
+    assert (report.armed, report.taken_over, report.missed) == (len(tasks), len(tasks), len(window))
+    stored = repo_for(settings).get_many(ids)
+    assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
+    judge("Lambda's retry takes over a dead executor's batch", repo_for(settings), ids, target)

@@ -1,7 +1,9 @@
 """Fault: Lambda's async invoke delivers at least once - the same batch reaches two executors, or one twice.
 
-The ARM condition (``status = CLAIMED AND batch_id = :batch``) lets exactly one executor arm each task; the
-other loses at arm and fires nothing. Observed at the loopback target: every task fires once.
+The ARM condition (``status = PENDING`` at the due time the batch carries) lets exactly one executor arm each
+task; the other loses at arm and fires nothing - and cannot take it over either, as the winner's heartbeat is
+alive (and once the winner has recorded, the task is no longer ARMED at all). Observed at the loopback target:
+every task fires once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
     make_executor: Callable[..., Any],
 ) -> None:
-    # Given 30 tasks due in ~2.5 s, claimed by one poll into one batch
+    # Given 30 tasks due in ~2.5 s, dispatched by one poll in one batch
     settings = make_settings(write_batch=write_batch)
     repo = repo_for(settings)
     due = now_ms() + 2_500

@@ -74,7 +74,7 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     poller = Poller(repo_for(settings), RecordingInvoker(), settings)
 
     # When the poller and the executor run until every task has an outcome (each retry is a PENDING task
-    # again, due after its backoff, which a later poll claims)
+    # again, due after its backoff, which a later poll dispatches)
     def finished() -> bool:
         return all(not t.status.is_active for t in repo_for(settings).get_many(ids).values())
 

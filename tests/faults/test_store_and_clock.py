@@ -36,8 +36,8 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     def throttled() -> DynamoTaskStore:
         return DynamoTaskStore.from_settings(throttle.install(make_client(settings.endpoint_url)), settings)
 
-    # When 24 tasks due in ~5 s (written by an unthrottled client) are polled by two pollers at once and run
-    # by their executors, all on the throttling store
+    # When 24 tasks due in ~5 s (written by an unthrottled client) are polled by two pollers at once (each
+    # dispatches every task) and run by their executors (heartbeats, arms, records), all on the throttling store
     due = now_ms() + 5_000
     tasks = http_tasks(f"throttle-{write_batch}", [due + 20 * i for i in range(24)], target.url)
     create_all(repo_for(settings), tasks)
@@ -49,10 +49,12 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     reports = run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
     print(f"\ninjected throttling errors by operation: {throttle.injected} ({throttle.sent} requests sent)")
 
-    # Then throttling happened, and was retried through: every task armed, fired and recorded once
+    # Then throttling happened, and was retried through: every task armed (one of its two dispatches lost at
+    # ARM), fired and recorded once
     assert sum(throttle.injected.values()) >= 5
     assert sum(n for op, n in throttle.injected.items() if op in Throttle.WRITES) >= 2
     assert sum(r.armed for r in reports) == len(tasks)
+    assert sum(r.lost_arm for r in reports) == len(tasks)
     assert sum(r.not_recorded for r in reports) == 0
     ids = [t.task_id for t in tasks]
     assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
@@ -69,16 +71,15 @@ def silent_ntp() -> Iterator[str]:
 
 
 @pytest.mark.timeout(60)
-def test_with_ntp_unreachable_tasks_fire_without_waiting_and_drift_is_recorded_uncorrected(
+def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrected(
     make_settings: Callable[..., Settings], silent_ntp: str, target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
-    # Given an executor whose cold-start NTP probe asks a server that never answers, with a timeout longer
-    # than this test may take (so that "the fires did not wait for it" does not depend on the machine's speed)
-    settings = make_settings(ntp_server=silent_ntp)
-    probe = OffsetProbe(settings.ntp_server, timeout_s=120)
+    # Given an executor whose cold-start NTP probe asks a server that never answers (4 s timeout)
+    settings = make_settings(ntp_server=silent_ntp, ntp_timeout_s=4)
+    probe = OffsetProbe(settings.ntp_server, settings.ntp_timeout_s)
     executor = make_executor(repo_for(settings), settings, offset=probe)
-    # ... and 20 tasks due in ~2.5 s, claimed into one batch
+    # ... and 20 tasks due in ~2.5 s, dispatched in one batch (the probe is still waiting when they fire)
     due = now_ms() + 2_500
     tasks = http_tasks("ntp", [due + 10 * i for i in range(20)], target.url)
     ids = [t.task_id for t in tasks]
@@ -89,17 +90,18 @@ def test_with_ntp_unreachable_tasks_fire_without_waiting_and_drift_is_recorded_u
 
     # When the batch runs
     report = executor.run_batch(event)
+    offset = probe.wait(6)
 
-    # Then every task fired and was recorded while the probe was still waiting: the fires did not wait for it
-    assert probe.current().error == "not measured yet"
+    # Then the probe found no offset, and the fires did not wait for it
+    assert offset.offset_ms is None and offset.error
     assert report.clock_offset_ms is None
     stored = repo_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     # ... drift is recorded raw, with no corrected figure
     assert all(t.drift_ms is not None and t.drift_corrected_ms is None for t in stored.values())
-    # ... and the target saw every task fire once (how late is the benchmark's figure, not an assertion here)
-    verdict = judge("NTP unreachable", repo_for(settings), ids, target)
-    assert len(verdict.matched) == len(ids)
+    # ... and the target saw every task fire once and on time (within ε)
+    verdict = judge("NTP unreachable", repo_for(settings), ids, target, late_is_failure=True)
+    assert not verdict.late
 
 
 def test_an_ntp_server_on_a_closed_port_gives_no_offset_quickly() -> None:

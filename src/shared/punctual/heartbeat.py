@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from .clock import Clock
 from .store import TaskStore
@@ -28,7 +29,11 @@ MAX_QUIET_WAIT_S = 1.0  # a renewal waits at most this long for a gap between fi
 
 
 class Heartbeat:
-    """Renews one executor's lease from a thread of its own, between :meth:`start` and :meth:`stop`.
+    """Renews one executor's lease between :meth:`start` and :meth:`stop`, from a thread of its own.
+
+    The thread is started here, by the thread that builds the executor, and lives as long as the process (a
+    warm start reuses it): it inherits that thread's CPU priority, the default, so that a busy machine cannot
+    starve a renewal (a lowered thread could wait past the lease, and the executor would stop firing).
 
     Parameters
     ----------
@@ -42,7 +47,7 @@ class Heartbeat:
     """
 
     def __init__(self, store: TaskStore, clock: Clock, lease_ms: int, interval_ms: int, *,
-                 seconds_to_next_fire: object = None, quiet_s: float = 0.025) -> None:
+                 seconds_to_next_fire: Callable[[], float] | None = None, quiet_s: float = 0.025) -> None:
         if interval_ms * 2 > lease_ms - SAFETY_MS:
             raise ValueError(f"heartbeat interval {interval_ms} ms leaves no renewal to spare in a lease of "
                              f"{lease_ms} ms (safety {SAFETY_MS} ms)")
@@ -55,19 +60,22 @@ class Heartbeat:
         self.fence = float("-inf")  # no lease yet: fire nothing
         self.executor_id: str | None = None
         self.taken_over = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._cv = threading.Condition()
+        self._lease = 0  # counts leases taken; the renewing thread renews only the current one
+        self._active = False
+        threading.Thread(target=self._run, name="heartbeat", daemon=True).start()
 
     def start(self, executor_id: str) -> bool:
-        """Take the first lease (synchronously) and start renewing it; False if the first write failed, and
-        then nothing may be armed."""
-        self.executor_id, self.taken_over = executor_id, False
-        self.fence = float("-inf")
-        self._stop.clear()
-        if not self.beat():
-            return False
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-        self._thread.start()
+        """Take the first lease (synchronously) and have it renewed; False if the first write failed, and then
+        nothing may be armed."""
+        with self._cv:
+            self.executor_id, self.taken_over = executor_id, False
+            self.fence = float("-inf")
+            if not self.beat():
+                return False
+            self._lease += 1
+            self._active = True
+            self._cv.notify_all()
         return True
 
     def beat(self, retire: bool = False) -> bool:
@@ -92,27 +100,37 @@ class Heartbeat:
 
     def stop(self) -> None:
         """Stop renewing and retire the lease (alive until now): what this executor still holds ARMED after a
-        batch was fired or failed to record, and may be taken over at once."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if not self.taken_over:
-            self.beat(retire=True)
-        self.fence = float("-inf")
+        batch (fired but not recorded) may be taken over at once."""
+        with self._cv:
+            self._active = False
+            self._cv.notify_all()
+            if self.executor_id is not None and not self.taken_over:
+                self.beat(retire=True)
+            self.fence = float("-inf")
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._wait_for_quiet()
-            if self._stop.is_set() or (not self.beat() and self.taken_over):
-                return
+        with self._cv:
+            while True:
+                while not self._active:
+                    self._cv.wait()
+                lease = self._lease
+                self._cv.wait(self._interval_s)  # woken early by stop(), or by the next start()
+                if not self._active or lease != self._lease:
+                    continue
+                self._cv.release()  # wait for a gap between fires without holding up start() or stop()
+                try:
+                    self._wait_for_quiet()
+                finally:
+                    self._cv.acquire()
+                if self._active and lease == self._lease and not self.beat() and self.taken_over:
+                    self._active = False
 
     def _wait_for_quiet(self) -> None:
         gap = self._gap
-        if not callable(gap):
+        if gap is None:
             return
         give_up = self._clock.monotonic() + MAX_QUIET_WAIT_S
-        while not self._stop.is_set() and self._clock.monotonic() < give_up:
+        while self._clock.monotonic() < give_up:
             ahead = gap()
             if ahead >= self._quiet_s:
                 return
