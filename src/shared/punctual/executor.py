@@ -117,10 +117,19 @@ class Executor:
         # Tasks a stop took back, or that reached their instant after this executor's lease ended (it could not
         # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
         unfired = [*cancelled, *self._fenced]
-        released = sum(1 for entry in unfired if self._store.release(entry.task.task_id, executor_id))
+        released = sum(1 for entry in unfired if self._release(entry.task.task_id, executor_id))
         return _report(event, executor_id, len(armed), lost, recording, released, offset,
                        taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
                        fenced=len(self._fenced))
+
+    def _release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE one unfired task; a failure is logged (the task is taken over once this heartbeat ends)."""
+        try:
+            return self._store.release(task_id, executor_id)
+        except Exception:  # noqa: BLE001 - one failed write must not lose the batch's report
+            log.exception("task %s: handing it back failed; it is taken over once this executor's lease ends",
+                          task_id, extra=task_log_keys(task_id))
+            return False
 
     def _fire(self, armed: list[_Armed], fire: Callable[[_Armed], None]) -> list[_Armed]:
         """Hand every armed task to the dispatcher at its instant and wait until all have fired; returns the
