@@ -38,9 +38,10 @@ typecheck: setup
 	$(BIN)/mypy src/shared src/tools
 	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py; do $(BIN)/mypy $$handler || exit 1; done
 
-## faults: the fault suite (issue #4) and the checker's tests, printing each scenario's verdict (also in `make test`)
+## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
+## each scenario's verdict
 faults: setup
-	$(BIN)/python -m pytest -q -s tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
 
 ## run: the local runtime with a demo workload
 run: setup

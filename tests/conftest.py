@@ -35,9 +35,18 @@ TESTS_DIR = Path(__file__).resolve().parent
 TIER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contract"}
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the scenarios marked slow (make faults does; make test leaves them out)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, taken from the first directory below ``tests/``."""
+    """Mark each test with its tier, taken from the first directory below ``tests/``; without ``--slow``, skip
+    the scenarios marked ``slow`` (a minute or more each: ``make faults`` runs them)."""
+    skip_slow = None if config.getoption("--slow") else pytest.mark.skip(reason="slow scenario: make faults runs it")
     for item in items:
+        if skip_slow is not None and item.get_closest_marker("slow") is not None:
+            item.add_marker(skip_slow)
         try:
             tier = Path(item.path).resolve().relative_to(TESTS_DIR).parts[0]
         except ValueError:

@@ -55,6 +55,7 @@ def wait_past(instant_ms: int) -> None:
 
 
 # -- 4. an executor dies after arming, holding tasks due over the next seconds --------------------------------
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(

@@ -120,6 +120,7 @@ def own_ddb_local() -> Iterator[str]:
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_once(own_ddb_local: str) -> None:
     # Given 10,000 tasks due within the window of one fixed instant (written then), batches of 250

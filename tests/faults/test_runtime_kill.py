@@ -131,6 +131,7 @@ def client_settings(state: dict[str, Any]) -> Settings:
                     ntp_server=None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_nothing_and_doubles_nothing(
     runtime: Runtime, target: TargetServer
