@@ -17,7 +17,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -34,46 +34,12 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.model import ArmRequest
 from punctual.runtime import build_poller
 from punctual.settings import Settings
+from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
 from punctual_tools.local.worker import load_handler_module
 from support import RecordingInvoker, arm
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ACCOUNT = "123456789012"
-REGION = "us-east-1"
 POWERTOOLS_ATTRIBUTES = ("init", "powertools_handler", "powertools_buffer_config", "powertools_buffer_cache")
-
-
-@dataclass
-class LambdaContext:
-    """The parts of Lambda's context object that the handlers and Powertools read."""
-
-    function_name: str
-    memory_limit_in_mb: int = 1024
-    function_version: str = "$LATEST"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
-
-
-def scheduled_event() -> dict[str, Any]:
-    """What EventBridge delivers for the poller's ``rate(1 minute)`` rule."""
-    minute = datetime.now(UTC).replace(second=0, microsecond=0)
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": ACCOUNT,
-        "time": minute.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/punctual-PollerFunctionEveryMinute-1A2B3C4D5E6F"],
-        "detail": {},
-    }
 
 
 @dataclass
