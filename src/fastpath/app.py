@@ -2,12 +2,12 @@
 
 A thin adapter: the event source mapping (``template.yaml``) filters the stream to inserted or modified items
 that are PENDING and flagged ``fast_path = 1``; the batch's records go to
-:func:`punctual.fastpath.dispatch_stream_records`, which claims and invokes executors exactly as a poll does
-(:meth:`punctual.poller.Poller.dispatch`). ``now`` is read here and passed in.
+:func:`punctual.fastpath.dispatch_stream_records`, which invokes executors exactly as a poll does
+(:meth:`punctual.poller.Poller.dispatch`), writing nothing per task: the executors arm them.
 
 Logs (JSON, Powertools): every line of an invocation carries ``correlation_id`` = the first record's
-``eventID``, and the per-batch report. Metrics (EMF, names from :mod:`punctual.metrics`): ``TasksClaimed``,
-``ClaimConflicts``, ``TasksMissed`` and ``InvokeFailures`` per stream batch. An exception fails the batch:
+``eventID``, and the per-batch report. Metrics (EMF, names from :mod:`punctual.metrics`): ``TasksDispatched``
+and ``InvokeFailures`` per stream batch. An exception fails the batch:
 Lambda retries it (bisecting, per the template); the tasks are in the due index, so the poller finds them
 anyway.
 """

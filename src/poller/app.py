@@ -1,4 +1,4 @@
-"""Poller Lambda, on ``rate(1 minute)``: claim due and overdue tasks and hand them to executors.
+"""Poller Lambda, on ``rate(1 minute)``: find due and overdue tasks and hand them to executors.
 
 A thin adapter: the EventBridge scheduled event only triggers the poll (it is validated, and its ``id`` and
 ``time`` go into the logs); ``now`` is read here, from the clock, and passed in.

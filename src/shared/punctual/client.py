@@ -299,7 +299,7 @@ class Client:
     def cancel(self, task_id: str) -> Task:
         """Cancel a task that has not been armed for firing yet.
 
-        Race-safe against a concurrent claim: either the cancel wins and the task never fires, or the task
+        Race-safe against a concurrent arm: either the cancel wins and the task never fires, or the task
         was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
         """
         return self._store.cancel(task_id, self._now_ms())

@@ -56,7 +56,7 @@ def poll_tick(now_ms: int, interval_ms: int) -> int:
 def poll_window(now_ms: int, interval_ms: int, lead_ms: int) -> tuple[int, int]:
     """The half-open window ``(start, end]`` of due times that this tick is first responsible for.
 
-    The poller claims everything due up to ``end`` (overdue included); the window says which instants are
+    The poller dispatches everything due up to ``end`` (overdue included); the window says which instants are
     *new* to this tick. Consecutive ticks tile the time line: every instant falls in exactly one window.
     """
     end = poll_tick(now_ms, interval_ms) + lead_ms

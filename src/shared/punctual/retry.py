@@ -1,6 +1,6 @@
 """Retries of a failed action: the per-task policy and the backoff (exponential, with full jitter).
 
-``attempt`` counts the claims of an occurrence (every claim ADDs 1, so the first try runs as attempt 1). After
+``attempt`` counts the arms of an occurrence (every arm ADDs 1, so the first try runs as attempt 1). After
 attempt *n* fails, the next try is due ``random(0, min(max_backoff_ms, backoff_ms * 2 ** (n - 1)))`` ms later,
 unless *n* is already ``max_attempts`` or the occurrence is older than ``max_age_ms`` (now - first due).
 """

@@ -37,7 +37,7 @@ class Settings(BaseModel):
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, description="DynamoDB endpoint; None means AWS itself")
     shard_count: int = Field(4, ge=1, le=256, description="shards per minute bucket in the due index")
-    lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller claims")
+    lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller dispatches")
     poll_interval_ms: int = Field(60_000, ge=1_000, le=600_000)
     fast_path_margin_ms: int = Field(
         10_000, ge=0, le=600_000,
@@ -61,10 +61,10 @@ class Settings(BaseModel):
     ntp_timeout_s: float = Field(0.5, gt=0, le=5)
     executor_function: str = "punctual-executor"
     worker_threads: int = Field(32, ge=1, le=512, description="action worker threads per executor")
-    db_threads: int = Field(8, ge=1, le=64, description="threads for claim / arm / record writes")
+    db_threads: int = Field(8, ge=1, le=64, description="threads for index reads and arm / record writes")
     write_batch: Literal["single", "transaction"] = Field(
         "single",
-        description="many claims / arms / records as single UpdateItems in parallel (AWS: 1 write unit each) or "
+        description="many arms / records as single UpdateItems in parallel (AWS: 1 write unit each) or "
         "as TransactWriteItems of up to 100 (2 units each, but ~10x less CPU per item: the local runtime's choice)",
     )
     retention_days: int = Field(

@@ -45,7 +45,7 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant.
 
     Everything is due at least ``lead_ms`` after the first poll tick that comes once scheduling is surely
-    done: the poller claims tasks ahead of time (30-90 s in AWS), which is what the demo shows; tasks
+    done: the poller dispatches tasks ahead of time (30-90 s in AWS), which is what the demo shows; tasks
     scheduled closer to their due time than one poll interval are the stream fast path's job.
     """
     run_id = run_id or uuid.uuid4().hex[:8]

@@ -55,7 +55,7 @@ class StackConfig:
     retry_delays: tuple[float, ...] = (1.0, 2.0)
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
-    # Claims, arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
+    # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
     # per item of single writes (see punctual.dynamodb.store); AWS's default is "single", half the write units.
     write_batch: str = "transaction"
 
