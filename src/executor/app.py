@@ -4,7 +4,7 @@ A thin adapter: parse the async event (the poller's batch) into a ``BatchEvent``
 metrics.
 
 Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.executor`` and the
-threads it runs, carries ``batch_id`` (the id the poller dispatched the tasks under, also stored on each task once armed).
+threads it runs, carries ``batch_id`` (the id the poller dispatched the tasks under, stored on each armed task).
 ``correlation_id`` names what a line is about: the batch on batch-level lines (taken from the event, so a
 malformed event without a batch id logs none), the task on per-task lines, which carry ``task_id`` as well:
 a task this executor could not arm (INFO), an outcome FAILED or MISSED (WARNING) or SUCCEEDED (DEBUG: the
