@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -210,22 +211,40 @@ def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
 def test_a_tick_out_of_time_dispatches_nothing_more_and_leaves_the_rest_findable(
     repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
-    # Given 7 tasks in batches of 2, and a tick whose time runs out after its second invocation
+    # Given 7 tasks in batches of 2 (4 batches), found by a poll, and a time budget that allows 2 invocations
+    # (each batch asks once before it is sent; the batches are sent in parallel, so which 2 go is not fixed)
     poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 2}))
     created = [tasks.create(now_ms + 10_000 + i).task_id for i in range(7)]
-    calls = {"n": 0}
+    found = repo.find_due(now_ms, now_ms + settings.lead_ms).candidates
+    asked = {"n": 0}
+    lock = threading.Lock()
 
     def out_of_time() -> bool:
-        calls["n"] += 1
-        return len(invoker.payloads) >= 2
+        with lock:
+            asked["n"] += 1
+            return asked["n"] > 2
 
-    # When it polls
-    report = poller.poll(now_ms, out_of_time)
-    # Then it sent 2 batches, says it left 3 tasks, and the next tick (with time) sends those and the others
-    assert (report.batches, report.dispatched, report.undispatched, report.complete) == (2, 4, 3, False)
+    # When it dispatches them
+    report = poller.dispatch(found, out_of_time)
+    # Then it sent exactly 2 batches and says how many tasks it left; nothing was written, so the next tick
+    # (with time) finds and sends all 7
+    assert (report.batches, report.invoke_failures) == (2, 0)
+    assert report.dispatched + report.undispatched == 7 and report.dispatched in (3, 4)
+    assert len(invoker.payloads) == 2
     follow = poller.poll(now_ms + 1_000)
     assert follow.dispatched == 7 and follow.complete
     assert set(invoker.task_ids) == set(created)
+
+
+def test_a_tick_out_of_time_before_it_reads_reports_itself_incomplete(
+    poller: Poller, invoker: RecordingInvoker, tasks: Any, now_ms: int
+) -> None:
+    # Given a task due soon, and a tick whose time is already up
+    tasks.create(now_ms + 10_000)
+    # When it polls / Then it reads and sends nothing, says so, and the next tick sends the task
+    report = poller.poll(now_ms, lambda: True)
+    assert (report.dispatched, report.complete) == (0, False)
+    assert poller.poll(now_ms + 1_000).dispatched == 1
 
 
 def test_watermark_stays_overdue_safety_behind_now(
