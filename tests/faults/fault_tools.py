@@ -193,7 +193,22 @@ class ProcessDied(ConnectionError):
     """What a write of a dead executor process comes to: it never reaches the table."""
 
 
-class DiesAfterArm(DynamoTaskStore):
+class _DyingStore(DynamoTaskStore):
+    """A store whose executor process has died once ``dead`` is set: its heartbeat is no longer renewed (nor
+    retired: it lapses at its last ``alive_until``) and nothing it hands back reaches the table."""
+
+    dead = False
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        if self.dead:
+            raise ProcessDied("executor process died: its heartbeat stopped")
+        return super().heartbeat(executor_id, now_ms, alive_until_ms)
+
+    def release(self, task_id: str, executor_id: str) -> bool:
+        return False if self.dead else super().release(task_id, executor_id)
+
+
+class DiesAfterArm(_DyingStore):
     """The store as an executor process sees it when Lambda drops the process right after it armed its batch
     (out of memory, a runtime crash): from then on nothing it would write reaches the table - no heartbeat
     renewal (so its heartbeat is never retired either: it simply lapses), no outcome, no release.
@@ -202,7 +217,6 @@ class DiesAfterArm(DynamoTaskStore):
     so that the dropped executor fires nothing either (its dispatcher is emptied before the first fire)."""
 
     on_armed: Callable[[], None] | None = None
-    dead = False
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
                  now_ms: int) -> list[Armed | None]:
@@ -212,14 +226,6 @@ class DiesAfterArm(DynamoTaskStore):
             self.on_armed()
         return result
 
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
-        if self.dead:
-            raise ProcessDied("executor process died: its heartbeat stopped")
-        return super().heartbeat(executor_id, now_ms, alive_until_ms)
-
-    def release(self, task_id: str, executor_id: str) -> bool:
-        return False if self.dead else super().release(task_id, executor_id)
-
     def record(self, executor_id: str, record: FireRecord) -> bool:
         return False if self.dead else super().record(executor_id, record)
 
@@ -227,11 +233,9 @@ class DiesAfterArm(DynamoTaskStore):
         return [False] * len(records) if self.dead else super().record_many(executor_id, records)
 
 
-class DiesAfterFire(DynamoTaskStore):
+class DiesAfterFire(_DyingStore):
     """The executor fires, then its process dies as it starts recording: no outcome reaches the table, and
     from that moment its heartbeat is no longer renewed (nor retired): it lapses at its last ``alive_until``."""
-
-    dead = False
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
         self.dead = True
@@ -240,14 +244,6 @@ class DiesAfterFire(DynamoTaskStore):
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
         self.dead = True
         raise ProcessDied("executor process died before recording")
-
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
-        if self.dead:
-            raise ProcessDied("executor process died: its heartbeat stopped")
-        return super().heartbeat(executor_id, now_ms, alive_until_ms)
-
-    def release(self, task_id: str, executor_id: str) -> bool:
-        return False if self.dead else super().release(task_id, executor_id)
 
 
 class NotesArmTime(DynamoTaskStore):
