@@ -55,7 +55,7 @@ bench: setup
 	$(BIN)/python bench/bench.py --json
 
 ## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst
-## (not in `make test`; about 20-30 minutes on 2 cores)
+## (not in `make test`; about 30 minutes on 2 cores)
 scale: setup
 	$(BIN)/python bench/scale.py
 
