@@ -44,11 +44,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import boto3
 from botocore.awsrequest import AWSResponse
-from botocore.config import Config
 
 from punctual.actions import FireLog
+from punctual.aws import aws_client, dynamodb_client
 from punctual.client import Client
 from punctual.clock import SystemClock, offset_probe
 from punctual.dynamodb import DynamoTaskStore
@@ -234,10 +233,11 @@ class RecordingInvoker:
             self.payloads.append(payload)
 
 
-def _client(service: str, endpoint: str | None, threads: int = 32) -> Any:
-    return boto3.client(service, region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="local",
-                        aws_secret_access_key="local",
-                        config=Config(max_pool_connections=threads, retries={"mode": "standard"}))
+def _client(service: str, endpoint: str) -> Any:
+    """The client the Lambda functions build (the same configuration), aimed at ``endpoint``."""
+    if service == "dynamodb":
+        return dynamodb_client(endpoint, "us-east-1")
+    return aws_client(service, endpoint, "us-east-1")
 
 
 # -- 1. CPU per task -------------------------------------------------------------------------------------

@@ -236,7 +236,7 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0)
-    assert any(c.task_id == task.task_id for c in due_candidates(repo, now, _shard(repo, task), now))
+    assert any(c.task_id == task.task_id for c in due_candidates(repo, due, _shard(repo, task), now))
     event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0)])
     # When the executor runs it
     report = executor.run_batch(event)

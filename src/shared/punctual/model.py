@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     AnyHttpUrl,
@@ -142,6 +142,7 @@ MisfirePolicy = Literal["skip", "fire_late"]
 records it MISSED without firing; ``"fire_late"`` fires it anyway and flags the record ``late``."""
 
 DEFAULT_MISFIRE_POLICY: MisfirePolicy = "skip"
+MISFIRE_POLICIES: frozenset[str] = frozenset(get_args(MisfirePolicy))
 
 
 def truncate_to_ms(moment: datetime) -> datetime:

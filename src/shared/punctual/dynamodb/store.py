@@ -88,6 +88,7 @@ from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key,
 from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 from ..settings import Settings
 from .codec import candidate_of_item, item_to_task, new_task_item, number_of, text_of, to_av
+from .reads import register_fast_reads
 from .schema import DUE_INDEX
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,7 @@ class DynamoTaskStore:
                  retention_days: int = 30, db_threads: int = 8, write_batch: str = "single",
                  overdue_safety_ms: int = 180_000) -> None:
         self._client = client
+        register_fast_reads(client)
         self.table_name = table_name
         self.shard_count = shard_count
         self.fast_path_within_ms = fast_path_within_ms
