@@ -296,8 +296,9 @@ def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
 def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given two tasks, and three items written by hand in the due index: one with status "pending", one with an
-    # unknown action kind, and one that loses its due_ms once the index has listed it (the index lags the table)
+    # Given two tasks, and five items written by hand in the due index: one with status "pending", one with a
+    # status that is a number, one with an unknown misfire policy, one with an unknown action kind, and one that
+    # loses its due_ms once the index has listed it (the index lags the table)
     repo, store = backend.dynamo, backend.store
     good = [tasks.create(NOW + 10_000 + i, f"good-{i}") for i in range(2)]
 
@@ -306,6 +307,8 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
         backend.client.put_item(TableName=backend.table_name, Item=item)
 
     put("bad-status", status="pending")
+    put("bad-type", status=7)
+    put("bad-policy", misfire_policy="whenever")
     put("bad-action", action='{"kind":"carrier-pigeon"}')
     put("bad-due")
     query_index = repo.query_index
@@ -318,14 +321,15 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
         return entries
 
     monkeypatch.setattr(repo, "query_index", index_lagging_the_table)
-    ids = ["bad-status", "bad-action", "bad-due", *(t.task_id for t in good)]
+    ids = ["bad-status", "bad-type", "bad-policy", "bad-action", "bad-due", *(t.task_id for t in good)]
     # When due work is looked for
     scan = store.find_due(NOW, NOW + 90_000)
     # Then the tasks are found (the action is read only when armed), the two unreadable items are counted and
     # recorded FAILED with what is wrong, out of the due index
     assert (sorted(c.task_id for c in scan.candidates), scan.undecodable) == (
-        ["bad-action", "good-0", "good-1"], 2)
-    for task_id, why in (("bad-status", "ValueError"), ("bad-due", "KeyError")):
+        ["bad-action", "good-0", "good-1"], 4)
+    for task_id, why in (("bad-status", "ValueError"), ("bad-type", "KeyError"), ("bad-policy", "ValueError"),
+                         ("bad-due", "KeyError")):
         item = backend.raw_item(task_id)
         assert (item["status"]["S"], "due_bucket" in item) == ("FAILED", False)
         assert item["detail"]["S"].startswith(f"undecodable item: {why}")
@@ -340,9 +344,11 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     bad_action = backend.raw_item("bad-action")
     assert (bad_action["status"]["S"], "due_bucket" in bad_action) == ("FAILED", False)
     assert "carrier-pigeon" in bad_action["detail"]["S"]
-    # ... reads skip what they cannot read (the FAILED item with status "pending" now reads as a task)
-    assert sorted(store.get_many(ids)) == ["bad-status", "good-0", "good-1"]
-    assert sorted(t.task_id for t in store.list_tasks()) == ["bad-status", "good-0", "good-1"]
+    # ... reads skip what they cannot read (the FAILED items with a bad status now read as tasks; the unknown
+    # policy still cannot be read)
+    readable = ["bad-status", "bad-type", "good-0", "good-1"]
+    assert sorted(store.get_many(ids)) == readable
+    assert sorted(t.task_id for t in store.list_tasks()) == readable
     assert stored(store, "bad-status").detail.startswith("undecodable item: ValueError")  # type: ignore[union-attr]
     # ... and the next look meets none of them again
     again = store.find_due(NOW + 1, NOW + 90_000)
