@@ -237,6 +237,35 @@ def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
     assert repo.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
+def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: DynamoBackend, tasks: TaskFactory) -> None:
+    # Given the same table seen by a store split into two poll groups, 40 tasks due within the minute and one
+    # task 10 minutes overdue (in whichever group its id falls)
+    repo = backend.dynamo
+    assert repo.shard_count % 2 == 0
+    grouped = dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, repo.shard_count, poll_groups=2,
+                                             write_batch=repo.write_batch)
+    due_soon = [tasks.create(NOW + 1_000 + i, f"g-{i}") for i in range(40)]
+    old = tasks.create(NOW - 10 * BUCKET_MS, "g-old", now_ms=NOW - 11 * BUCKET_MS)
+    old_group = 0 if shard_of(old.task_id, repo.shard_count) in grouped.group_shards(0) else 1
+    # When each group looks for due work
+    found = {g: sorted(c.task_id for c in grouped.find_due(NOW, NOW + 90_000, group=g).candidates) for g in (0, 1)}
+    # Then each finds exactly the tasks of its shards: together every task, none twice
+    for g in (0, 1):
+        assert found[g] and all(shard_of(t, repo.shard_count) in grouped.group_shards(g) for t in found[g])
+    assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
+    # And each group keeps its own watermark: the old task holds back only its own group's
+    marks = {g: grouped.get_watermark(g) for g in (0, 1)}
+    assert marks[old_group] == bucket_start(old.due_ms)
+    assert marks[1 - old_group] == bucket_start(NOW - repo.overdue_safety_ms)
+    assert repo.get_watermark() is None  # the ungrouped store's watermark item is another item
+    assert len({grouped.watermark_key(0), grouped.watermark_key(1), repo.watermark_key()}) == 3
+    # And a group that does not exist, or a group count that does not divide the shards, is refused
+    with pytest.raises(ValueError, match="poll group 2"):
+        grouped.find_due(NOW, NOW + 90_000, group=2)
+    with pytest.raises(ValueError, match="must divide"):
+        dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, repo.shard_count, poll_groups=3)
+
+
 def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it_did_not_read(
     backend: DynamoBackend, tasks: TaskFactory
 ) -> None:

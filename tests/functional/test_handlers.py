@@ -369,6 +369,70 @@ def test_the_poller_handler_rejects_an_event_that_is_not_a_scheduled_event(cold_
     assert handlers.status(task_id) is TaskStatus.PENDING
 
 
+class FailingInvoker:
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        raise RuntimeError("throttled")
+
+
+def test_with_two_poll_groups_the_scheduled_poller_starts_the_other_group_and_each_dispatches_its_share(
+    cold_start: ColdStart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the functions at a cold start with two poll groups, and twelve tasks due within the lead window
+    monkeypatch.setenv("PUNCTUAL_POLL_GROUPS", "2")
+    handlers = cold_start()
+    groups = RecordingInvoker()
+    handlers.poller_app.group_invoker = groups
+    task_ids = schedule(handlers, 12)
+    handlers.read()
+    # When EventBridge's scheduled event reaches the poller
+    event, first = handlers.poll()
+    # Then it starts group 1's poller with the event's id and time, and polls group 0 itself
+    assert groups.payloads == [{"id": event["id"], "time": event["time"].replace("Z", "+00:00"), "poll_group": 1,
+                                "poll_groups": 2}]
+    assert first["group"] == 0
+    # When group 1's invocation arrives (through JSON, as Lambda delivers it)
+    second = handlers.poller_app.handler(json.loads(json.dumps(groups.payloads[0])),
+                                         LambdaContext("punctual-poller"))
+    # Then it polls group 1 only, and between them every task went to an executor exactly once
+    assert second["group"] == 1
+    dispatched = [t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]]
+    assert sorted(dispatched) == sorted(task_ids)
+    assert first["dispatched"] > 0 and second["dispatched"] > 0
+    assert first["dispatched"] + second["dispatched"] == 12
+    # And both invocations logged under the scheduled event's id, and counted what they dispatched
+    output = handlers.read()
+    assert all(line["correlation_id"] == event["id"] for line in output.logs)
+    assert sorted(output.metric(names.TASKS_DISPATCHED)[1]) == sorted([first["dispatched"], second["dispatched"]])
+
+
+def test_a_poll_group_that_cannot_be_started_is_polled_by_the_scheduled_poller(
+    cold_start: ColdStart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two poll groups, twelve tasks due, and starting another poller fails (throttled)
+    monkeypatch.setenv("PUNCTUAL_POLL_GROUPS", "2")
+    handlers = cold_start()
+    handlers.poller_app.group_invoker = FailingInvoker()
+    task_ids = schedule(handlers, 12)
+    # When the scheduled event arrives
+    _, answer = handlers.poll()
+    # Then the scheduled poller polled both groups itself, and every task went to an executor once
+    assert [r["group"] for r in answer["groups"]] == [0, 1]
+    assert sorted(t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]) == sorted(task_ids)
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_a_poll_group_event_from_another_configuration_is_ignored(cold_start: ColdStart) -> None:
+    # Given one poll group (the default), and a task due
+    handlers = cold_start()
+    schedule(handlers, 1)
+    # When a group event sent under a two-group configuration arrives
+    answer = handlers.poller_app.handler({"id": "e-1", "time": "2026-11-23T00:00:00+00:00", "poll_group": 1,
+                                          "poll_groups": 2}, LambdaContext("punctual-poller"))
+    # Then it polls nothing (the next scheduled tick covers every group)
+    assert answer == {"ignored": True}
+    assert handlers.invoker.payloads == []
+
+
 def stream_record(handlers: Handlers, event_name: str, task_id: str, sequence: int) -> dict[str, Any]:
     """A DynamoDB stream record as Lambda delivers it (NEW_IMAGE view), the image read from the table."""
     keys = {"task_id": {"S": task_id}}

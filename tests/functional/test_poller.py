@@ -144,17 +144,35 @@ def test_a_second_poll_sends_nothing_an_executor_armed(
     assert len(invoker.payloads) == 1
 
 
-def test_a_task_no_executor_armed_is_dispatched_again_by_the_next_poll(
-    poller: Poller, invoker: RecordingInvoker, tasks: Any, now_ms: int
+def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time_to_arm_it(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a poll that dispatched a task whose invocation was lost (no executor armed it)
     task = tasks.create(now_ms + 50_000)
+    wait = settings.redispatch_after_ms
+    assert wait > 1
     assert poller.poll(now_ms).dispatched == 1
-    # When the next poll runs
-    report = poller.poll(now_ms + 10_000)
-    # Then it dispatches the task again (an executor arms it once: a second delivery loses at ARM)
-    assert report.dispatched == 1
-    assert invoker.task_ids == [task.task_id, task.task_id]
+    # When the next poll runs before redispatch_after_ms has passed / Then it holds the task back (its executor
+    # may still be arming it: sending it again would only make two executors race at ARM)
+    early = poller.poll(now_ms + wait - 1)
+    assert (early.candidates, early.held_back, early.dispatched) == (1, 1, 0)
+    # ... but another poller (a new process: no memory of it) sends it at once
+    assert Poller(repo, invoker, settings).poll(now_ms + 1).dispatched == 1
+    # When a poll runs once redispatch_after_ms has passed / Then it dispatches the task again (an executor arms
+    # it once: a second delivery loses at ARM)
+    report = poller.poll(now_ms + wait)
+    assert (report.held_back, report.dispatched) == (0, 1)
+    assert invoker.task_ids == [task.task_id] * 3
+
+
+def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
+    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
+) -> None:
+    # Given a poller that remembers nothing, and a task no executor armed
+    poller = Poller(repo, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
+    tasks.create(now_ms + 50_000)
+    # When it polls twice, a millisecond apart / Then it sends the task both times
+    assert [poller.poll(now_ms + i).dispatched for i in range(2)] == [1, 1]
 
 
 def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from template_tools import ROOT, evaluate_condition, grants, resource_ref, role_statements
+from template_tools import ROOT, as_list, evaluate_condition, grants, resource_ref, role_statements
 
 from punctual.executor import MAX_ACTION_TIMEOUT_MS
 
@@ -171,8 +171,22 @@ def test_no_role_gets_a_managed_policy(cfn_resources: dict[str, Any]) -> None:
     assert set(roles) == {"PollerRole", "ExecutorRole", "FastPathRole"}
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"], name
-    assert not _of_type(cfn_resources, "AWS::IAM::Policy")
+    assert set(_of_type(cfn_resources, "AWS::IAM::Policy")) == {"PollerFanOutPolicy"}  # see the next test
     assert not _of_type(cfn_resources, "AWS::IAM::ManagedPolicy")
+
+
+def test_only_a_fanned_out_poller_may_invoke_itself(sam_template: dict[str, Any],
+                                                    cfn_resources: dict[str, Any]) -> None:
+    # Given the one policy outside the roles (the poller's role cannot name its own function: a cycle)
+    policy = cfn_resources["PollerFanOutPolicy"]
+    # Then it exists only with more than one poll group, is the poller role's, and lets it invoke itself only
+    assert policy["Condition"] == "HasPollGroups"
+    assert not evaluate_condition(sam_template, "HasPollGroups", {})
+    assert evaluate_condition(sam_template, "HasPollGroups", {"PollGroups": "4"})
+    assert policy["Properties"]["Roles"] == [{"Ref": "PollerRole"}]
+    statements = [policy["Properties"]["PolicyDocument"]["Statement"]]
+    assert grants([s for group in statements for s in as_list(group)]) == {
+        ("lambda:InvokeFunction", "PollerFunction.Arn")}
 
 
 def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]) -> None:

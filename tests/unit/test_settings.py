@@ -32,6 +32,7 @@ SAMPLES = {
     "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "executor_lease_ms": "30000",
     "heartbeat_interval_ms": "4000",
     "arm_margin_ms": "20000", "overdue_safety_ms": "240000", "max_batch_size": "100",
+    "poll_groups": "2", "redispatch_after_ms": "10000",
     "default_misfire_grace_ms": "1000", "max_horizon_days": "30", "max_payload_bytes": "1024",
     "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",
     "worker_threads": "4", "db_threads": "2", "write_batch": "transaction", "retention_days": "7",
@@ -101,6 +102,13 @@ def test_bad_value_raises_settings_error_naming_the_variable(name: str, value: s
         Settings.from_env({name: value})
     assert name in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_poll_groups_must_divide_the_shard_count() -> None:
+    # Given 4 shards / Then 1, 2 and 4 groups are accepted, and 3 is refused with both settings named
+    assert [Settings.from_env({"PUNCTUAL_POLL_GROUPS": str(g)}).poll_groups for g in (1, 2, 4)] == [1, 2, 4]
+    with pytest.raises(SettingsError, match=r"poll_groups \(3\) must divide shard_count \(4\)"):
+        Settings.from_env({"PUNCTUAL_POLL_GROUPS": "3"})
 
 
 def test_every_bad_variable_is_named() -> None:

@@ -36,13 +36,27 @@ class DispatchReport(BaseModel):
     undispatched: int = 0
 
 
+class PollGroupEvent(BaseModel):
+    """What the scheduled poller sends each other poll group's poller (see ``Poller.poll_all_groups``): the
+    scheduled event's ``id`` (the logs' correlation id) and ``time``, and the group to poll."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=200)
+    time: str = Field(min_length=1, max_length=64)
+    poll_group: int = Field(ge=0, le=63)
+    poll_groups: int = Field(ge=1, le=64)
+
+
 class PollReport(DispatchReport):
+    group: int = 0  # the poll group (of settings.poll_groups) this tick read
     now_ms: int
     window_end_ms: int
     watermark_ms: int
     buckets: int
     queries: int
     candidates: int
+    held_back: int = 0  # still PENDING, dispatched by this poller less than redispatch_after_ms ago: not sent again
     undecodable: int = 0  # items that were not tasks (recorded FAILED)
     complete: bool = True  # False when the tick ran out of time before it read or dispatched everything
 

@@ -55,23 +55,64 @@ class Poller:
         self._invoker = invoker
         self._settings = settings
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
+        # (task id, due) -> when this poller last sent it: a task still PENDING a poll later is usually one its
+        # executor is still arming (a burst of thousands, on a slow store), not one that got lost; sending it
+        # again would only make two executors race for it at ARM. A memory, not a guarantee: a new process
+        # starts empty, and every dispatch stays safe at ARM.
+        self._sent: dict[tuple[str, int], int] = {}
+        self._sent_lock = threading.Lock()
 
-    def poll(self, now_ms: int, out_of_time: Callable[[], bool] | None = None) -> PollReport:
-        """One tick: find every armable task due up to ``now + lead`` (overdue included), then :meth:`dispatch`;
-        both stop early once ``out_of_time()`` is true."""
+    def poll(self, now_ms: int, out_of_time: Callable[[], bool] | None = None, group: int = 0) -> PollReport:
+        """One tick of poll group ``group`` (of ``settings.poll_groups``; the only one by default): find every
+        armable task of the group due up to ``now + lead`` (overdue included), then :meth:`dispatch`; both
+        stop early once ``out_of_time()`` is true."""
         end_ms = now_ms + self._settings.lead_ms
-        scan = self._store.find_due(now_ms, end_ms, out_of_time)
-        done = self.dispatch(scan.candidates, out_of_time)
-        report = PollReport(now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms, buckets=scan.buckets,
-                            queries=scan.queries, candidates=len(scan.candidates), undecodable=scan.undecodable,
+        scan = self._store.find_due(now_ms, end_ms, out_of_time, group)
+        to_send, held_back = self._not_sent_lately(scan.candidates, now_ms)
+        done = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
+        report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
+                            buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
+                            held_back=held_back, undecodable=scan.undecodable,
                             complete=scan.complete and done.undispatched == 0,
                             **done.model_dump())
         log.info("poll: %s", report.model_dump())
         return report
 
-    def dispatch(self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None) -> DispatchReport:
+    def poll_all_groups(self, now_ms: int, start_group: Callable[[int], None],
+                        out_of_time: Callable[[], bool] | None = None) -> list[PollReport]:
+        """The scheduled tick with fan-out over ``settings.poll_groups`` groups: start a poller for each group but
+        the first (``start_group(g)``: in AWS an async invoke of the poller function with the group), then poll
+        group 0 here; a group that could not be started (``start_group`` raised) is polled here afterwards, while
+        time is left. With one group this is :meth:`poll`. The reports of the groups polled here."""
+        unstarted: list[int] = []
+        for group in range(1, self._settings.poll_groups):
+            try:
+                start_group(group)
+            except Exception:  # noqa: BLE001 - its tasks are still found: by this tick below, or the next one
+                log.exception("starting the poller of group %d failed; polling it here", group)
+                unstarted.append(group)
+        reports = [self.poll(now_ms, out_of_time, group=0)]
+        for group in unstarted:
+            if out_of_time is not None and out_of_time():
+                break
+            reports.append(self.poll(now_ms, out_of_time, group=group))
+        return reports
+
+    def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int]:
+        """The candidates minus the PENDING ones this poller sent less than ``redispatch_after_ms`` before
+        ``now_ms`` (and how many those were); forgets what it sent before that."""
+        window = self._settings.redispatch_after_ms
+        with self._sent_lock:
+            self._sent = {key: at for key, at in self._sent.items() if now_ms - at < window}
+            keep = [c for c in candidates
+                    if c.status is not TaskStatus.PENDING or (c.task_id, c.due_ms) not in self._sent]
+        return keep, len(candidates) - len(keep)
+
+    def dispatch(self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None,
+                 sent_at_ms: int | None = None) -> DispatchReport:
         """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
-        ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them."""
+        ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
+        With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
         batches = make_batches(candidates, self._settings.max_batch_size)
         lock = threading.Lock()
         sent = {"batches": 0, "tasks": 0, "failures": 0, "skipped": 0}
@@ -93,6 +134,9 @@ class Poller:
             with lock:
                 sent["batches"] += 1
                 sent["tasks"] += len(batch)
+            if sent_at_ms is not None and self._settings.redispatch_after_ms:
+                with self._sent_lock:
+                    self._sent.update(((c.task_id, c.due_ms), sent_at_ms) for c in batch)
 
         if len(batches) <= 1:
             for batch in batches:

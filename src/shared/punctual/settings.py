@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "PUNCTUAL_"
 
@@ -37,6 +37,10 @@ class Settings(BaseModel):
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, description="DynamoDB endpoint; None means AWS itself")
     shard_count: int = Field(4, ge=1, le=256, description="shards per minute bucket in the due index")
+    poll_groups: int = Field(
+        1, ge=1, le=64, description="pollers a tick fans out to, each reading its own equal range of shards (a "
+        "divisor of shard_count; see docs/scale.md, section 5)",
+    )
     lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller dispatches")
     poll_interval_ms: int = Field(60_000, ge=1_000, le=600_000)
     fast_path_margin_ms: int = Field(
@@ -54,6 +58,11 @@ class Settings(BaseModel):
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
     )
     max_batch_size: int = Field(250, ge=1, le=5_000)
+    redispatch_after_ms: int = Field(
+        30_000, ge=0, le=600_000,
+        description="a poller does not send again a task still PENDING that it sent less than this ago (its executor "
+        "may still be arming it); past it, the task is sent again (the executor never got it). 0: always send",
+    )
     default_misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
     max_horizon_days: int = Field(366, ge=1, le=3_660)
     max_payload_bytes: int = Field(256 * 1024, ge=1, le=350 * 1024)
@@ -78,6 +87,13 @@ class Settings(BaseModel):
         0.001, gt=0, le=0.1, description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
         "that the dispatcher gets the interpreter back soon after its sleep",
     )
+
+    @model_validator(mode="after")
+    def _groups_divide_shards(self) -> Self:
+        if self.shard_count % self.poll_groups:
+            raise ValueError(f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
+                             "group reads an equal range of shards")
+        return self
 
     @field_validator("dead_letter_queue_url")
     @classmethod
@@ -131,5 +147,5 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            names = ", ".join(ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"])
+            names = ", ".join(ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"]) or "together"
             raise SettingsError(f"invalid setting(s) {names}: {exc}") from exc

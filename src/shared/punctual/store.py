@@ -64,9 +64,12 @@ class TaskStore(Protocol):
         ...
 
     # -- poller and fast path ----------------------------------------------------------------------------
-    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None) -> DueScan:
-        """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once. When
-        ``out_of_time()`` turns true it stops early: what it did not reach is found by the next call."""
+    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
+                 group: int = 0) -> DueScan:
+        """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once, among
+        poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
+        and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
+        is found by the next call."""
         ...
 
     # -- executor ----------------------------------------------------------------------------------------

@@ -92,13 +92,14 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float) -> Any:
 
 
 def _print_poll(report: Any) -> None:
+    name = f"poll (group {report.group})" if report.group else "poll"
     if report.candidates or report.dispatched or report.undecodable:
-        log.info("poll: %d due by %s dispatched in %d batch(es) (%d recovered, %d left for the next tick, "
-                 "%d undecodable)",
+        log.info("%s: %d due by %s dispatched in %d batch(es) (%d recovered, %d left for the next tick, "
+                 "%d undecodable)", name,
                  report.dispatched, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
                  report.batches, report.recovered, report.undispatched, report.undecodable)
     else:
-        log.info("poll: nothing due by %s",
+        log.info("%s: nothing due by %s", name,
                  datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"))
 
 

@@ -195,11 +195,17 @@ class DynamoTaskStore:
         "single" (UpdateItem each) or "transaction" (TransactWriteItems of up to 100): see the module docstring.
     overdue_safety_ms:
         :meth:`find_due` never moves its watermark closer to now than this.
+    poll_groups:
+        Groups the due index's shards are split into, one poller each (:meth:`group_shards`); divides
+        ``shard_count``.
     """
 
     def __init__(self, client: Any, table_name: str, shard_count: int, *, fast_path_within_ms: int = 70_000,
                  retention_days: int = 30, db_threads: int = 8, write_batch: str = "single",
-                 overdue_safety_ms: int = 180_000) -> None:
+                 overdue_safety_ms: int = 180_000, poll_groups: int = 1) -> None:
+        if poll_groups < 1 or shard_count % poll_groups:
+            raise ValueError(f"poll_groups ({poll_groups}) must divide shard_count ({shard_count})")
+        self.poll_groups = poll_groups
         self._client = client
         register_fast_reads(client)
         self.table_name = table_name
@@ -219,7 +225,8 @@ class DynamoTaskStore:
         return cls(client, settings.table_name, settings.shard_count,
                    fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
                    retention_days=settings.retention_days, db_threads=settings.db_threads,
-                   write_batch=settings.write_batch, overdue_safety_ms=settings.overdue_safety_ms)
+                   write_batch=settings.write_batch, overdue_safety_ms=settings.overdue_safety_ms,
+                   poll_groups=settings.poll_groups)
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
@@ -472,28 +479,38 @@ class DynamoTaskStore:
                     return
 
     # -- poller side -------------------------------------------------------------------------------------
-    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None) -> DueScan:
+    def group_shards(self, group: int) -> range:
+        """The shards poll group ``group`` reads (of ``poll_groups`` equal ranges)."""
+        if not 0 <= group < self.poll_groups:
+            raise ValueError(f"poll group {group} is not one of 0..{self.poll_groups - 1}")
+        size = self.shard_count // self.poll_groups
+        return range(group * size, (group + 1) * size)
+
+    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
+                 group: int = 0) -> DueScan:
         """Every armable task due at or before ``until_ms``, overdue included (see "Finding due work" in the
-        module docstring): the due index from the watermark to ``until_ms``, every shard of every minute
-        bucket, oldest bucket first, read in parallel; then status, lease and owner of each task found, from
-        the base table, and the heartbeats of the owners of ARMED ones. The watermark moves forward to the
-        oldest bucket in which an active task was seen, never closer to now than ``overdue_safety_ms``, and
-        never past a bucket it did not read (when ``out_of_time()`` stopped it)."""
+        module docstring), in poll group ``group``'s shards (every shard when there is one group): the due
+        index from the group's watermark to ``until_ms``, each of its shards of every minute bucket, oldest
+        bucket first, read in parallel; then status, lease and owner of each task found, from the base table,
+        and the heartbeats of the owners of ARMED ones. The group's watermark moves forward to the oldest
+        bucket in which an active task was seen, never closer to now than ``overdue_safety_ms``, and never
+        past a bucket it did not read (when ``out_of_time()`` stopped it)."""
+        shards = self.group_shards(group)
         safety_bucket = bucket_start(now_ms - self.overdue_safety_ms)
-        watermark = self.get_watermark()
+        watermark = self.get_watermark(group)
         if watermark is None:
-            oldest = self.oldest_active_due()
+            oldest = self.oldest_active_due(group)
             watermark = min(safety_bucket, oldest) if oldest is not None else safety_bucket
         buckets = buckets_between(watermark, until_ms)
         found_in: list[int] = []  # buckets in which an active task was seen
         first_unread: list[int] = []  # the first bucket not read, when time ran out
         entries: list[IndexEntry] = []
-        step = max(1, self._db_threads // self.shard_count)  # buckets read at once: one query per shard each
+        step = max(1, self._db_threads // len(shards))  # buckets read at once: one query per shard each
         for start in range(0, len(buckets), step):
             if out_of_time is not None and out_of_time():
                 first_unread.append(buckets[start])
                 break
-            queries = [(b, shard) for b in buckets[start : start + step] for shard in range(self.shard_count)]
+            queries = [(b, shard) for b in buckets[start : start + step] for shard in shards]
             pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
             for (bucket, _), page in zip(queries, pages, strict=True):
                 if page:
@@ -509,9 +526,9 @@ class DynamoTaskStore:
         armable = [c for c in found if _armable(c, now_ms, owners)]
         # Safe before the caller dispatches: a task seen here stays active (and its bucket stays at or after
         # the new watermark) until it finishes.
-        self.advance_watermark(new_watermark)
+        self.advance_watermark(new_watermark, group)
         return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
-                       queries=len(buckets) * self.shard_count,
+                       queries=len(buckets) * len(shards),
                        recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
                        undecodable=undecodable, complete=not first_unread)
 
@@ -589,19 +606,26 @@ class DynamoTaskStore:
                 for i in items}
         return {e: seen.get(e) for e in executor_ids}
 
-    def get_watermark(self) -> int | None:
-        """Bucket start before which the index holds no active task (as of the last poll), or None."""
+    def watermark_key(self, group: int = 0) -> str:
+        """The item holding poll group ``group``'s watermark: one per group (a group must not move another's
+        past a bucket it has not read); with one group, the historical single key."""
+        self.group_shards(group)
+        return WATERMARK_KEY if self.poll_groups == 1 else f"{WATERMARK_KEY}#{group}/{self.poll_groups}"
+
+    def get_watermark(self, group: int = 0) -> int | None:
+        """Bucket start before which the group's shards of the index hold no active task (as of its last poll),
+        or None."""
         item = self._client.get_item(
-            TableName=self.table_name, Key={"task_id": {"S": WATERMARK_KEY}}, ConsistentRead=True
+            TableName=self.table_name, Key={"task_id": {"S": self.watermark_key(group)}}, ConsistentRead=True
         ).get("Item")
         return None if item is None else int(item["watermark_ms"]["N"])
 
-    def advance_watermark(self, watermark_ms: int) -> bool:
-        """Move the watermark forward (never back: a concurrent poller may have moved it further)."""
+    def advance_watermark(self, watermark_ms: int, group: int = 0) -> bool:
+        """Move the group's watermark forward (never back: a concurrent poller may have moved it further)."""
         try:
             self._client.update_item(
                 TableName=self.table_name,
-                Key={"task_id": {"S": WATERMARK_KEY}},
+                Key={"task_id": {"S": self.watermark_key(group)}},
                 UpdateExpression="SET watermark_ms = :w",
                 ConditionExpression="attribute_not_exists(watermark_ms) OR watermark_ms < :w",
                 ExpressionAttributeValues={":w": {"N": str(watermark_ms)}},
@@ -612,14 +636,17 @@ class DynamoTaskStore:
             raise
         return True
 
-    def oldest_active_due(self) -> int | None:
-        """The bucket before the earliest due time in the whole due index (a scan of the sparse index; used
-        only once, when no watermark exists yet)."""
+    def oldest_active_due(self, group: int = 0) -> int | None:
+        """The bucket before the earliest due time in the group's shards of the due index (a scan of the sparse
+        index; used only once per group, when it has no watermark yet)."""
+        shards = {str(shard) for shard in self.group_shards(group)}
         oldest: int | None = None
         for page in self._client.get_paginator("scan").paginate(
             TableName=self.table_name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
         ):
             for raw in page.get("Items", []):
+                if raw["due_bucket"]["S"].rpartition("#")[2] not in shards:
+                    continue
                 due = int(raw["due_ms"]["N"])
                 oldest = due if oldest is None else min(oldest, due)
         return None if oldest is None else bucket_start(oldest) - BUCKET_MS

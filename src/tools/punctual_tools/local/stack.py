@@ -232,15 +232,35 @@ class LocalStack:
         self.fast_path_reports.append(report)
         log.info("fast path: %s", report.model_dump())
 
-    def poll_now(self) -> PollReport:
-        """Run one poll at once (the loop keeps its own ticks)."""
+    def poll_now(self) -> list[PollReport]:
+        """Run one tick at once (the loop keeps its own ticks): one poll per poll group, as in AWS
+        (``Poller.poll_all_groups``), the other groups' polls in threads of their own."""
         assert self.poller is not None
-        report = self.poller.poll(int(time.time() * 1000))
-        self.polls.append(report)
-        if self._on_poll is not None:
-            self._on_poll(report)
+        poller = self.poller
+        now = int(time.time() * 1000)
+        started: list[threading.Thread] = []
+        reports: list[PollReport] = []
+
+        def poll_group(group: int) -> None:
+            try:
+                reports.append(poller.poll(now, group=group))
+            except Exception:  # noqa: BLE001 - as a failed group Lambda: the next tick finds its tasks
+                log.exception("poll of group %d failed", group)
+
+        def start_group(group: int) -> None:
+            thread = threading.Thread(target=poll_group, args=(group,), name=f"poller-group-{group}", daemon=True)
+            thread.start()
+            started.append(thread)
+
+        reports.extend(poller.poll_all_groups(now, start_group))
+        for thread in started:
+            thread.join()
+        for report in sorted(reports, key=lambda r: r.group):
+            self.polls.append(report)
+            if self._on_poll is not None:
+                self._on_poll(report)
         self._write_state()
-        return report
+        return reports
 
     def _poll_loop(self) -> None:
         assert self.settings is not None
