@@ -42,14 +42,13 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from punctual.actions import FireContext, FireLog, run_action
+from punctual.actions import ActionEnv, FireContext, FireLog, LogAction, run_action
 from punctual.aws import make_dynamodb_client
 from punctual.client import Client
 from punctual.clock import SystemClock
 from punctual.dispatcher import Dispatcher
 from punctual.dynamodb.schema import DUE_INDEX
 from punctual.keys import from_ms, next_tick
-from punctual.model import LogAction
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
@@ -90,10 +89,11 @@ def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 3
     clock = SystemClock()
     drifts: list[float] = []
     lock = threading.Lock()
+    env = ActionEnv()
 
     def fire(item: tuple[str, float]) -> None:
         started = clock.wall_ms()
-        run_action(ACTION, FireContext(item[0], 0, int(item[1]), started, None))
+        run_action(ACTION, FireContext(item[0], 0, int(item[1]), started, None), env)
         with lock:
             drifts.append(started - item[1])
 

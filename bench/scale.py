@@ -46,7 +46,7 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from punctual.actions import FireLog
+from punctual.actions import FireLog, LogAction
 from punctual.aws import aws_client, dynamodb_client
 from punctual.client import Client
 from punctual.clock import SystemClock, offset_probe
@@ -56,7 +56,7 @@ from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.invoker import LambdaInvoker
 from punctual.keys import bucket_start, from_ms, next_tick
-from punctual.model import ArmRequest, FireRecord, LogAction, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of

@@ -21,10 +21,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from punctual.actions import LogAction
 from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import from_ms, to_ms
-from punctual.model import Candidate, FireRecord, LogAction, Task, TaskStatus
+from punctual.model import Candidate, FireRecord, Task, TaskStatus
 from punctual.store import TaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)

@@ -32,9 +32,10 @@ from contract_tools import (
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
+from punctual.actions import LogAction
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import ArmRequest, FireRecord, LogAction, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.store import TaskStore
 from support import json_payloads

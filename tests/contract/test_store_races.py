@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_ids
 
+from punctual.actions import LogAction
 from punctual.errors import TaskStateError
 from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import Armed, ArmRequest, LogAction, Task, TaskStatus
+from punctual.model import Armed, ArmRequest, Task, TaskStatus
 from punctual.store import TaskStore
 from support import run_threads
 

@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import LogAction
 from punctual.client import Client
-from punctual.model import LogAction, TaskStatus
+from punctual.model import TaskStatus
 from punctual.settings import Settings, SettingsError
 from punctual_tools.demo import read_fires, run_demo
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client

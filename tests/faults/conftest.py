@@ -28,7 +28,8 @@ def make_settings(ddb_local: str, local_table: str) -> Callable[..., Settings]:
 
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {"endpoint_url": ddb_local, "table_name": local_table, "ntp_server": None,
-                                  "shard_count": SHARDS, "worker_threads": 8, "db_threads": 4}
+                                  "shard_count": SHARDS, "worker_threads": 8, "db_threads": 4,
+                                  "allowed_targets": "127.0.0.1"}  # the loopback receiver, by configuration
         values.update(overrides)
         return Settings(**values)
 

@@ -22,11 +22,12 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
+from punctual.actions import HttpAction
 from punctual.dynamodb.codec import number_of, text_of
 from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore, IndexEntry
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.model import Armed, ArmRequest, FireRecord, HttpAction, Task
+from punctual.model import Armed, ArmRequest, FireRecord, Task
 from punctual.settings import Settings
 from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
 from punctual_tools.local.dynamodb_local import make_client

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from fault_tools import http_tasks, judge
 
+from punctual.actions import HttpAction
 from punctual.client import Client
 from punctual.keys import from_ms
-from punctual.model import HttpAction, TaskStatus
+from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.stack import LocalStack, StackConfig
@@ -70,7 +71,8 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
     # polling every 2 s, with no fast path (so that every task goes through a poll and a doubled invocation)
     config = StackConfig(home=tmp_path, port=0, in_memory=True, poll_interval_s=2, prewarm=2, duplicate_rate=1.0,
                          fast_path=False,
-                         settings_overrides={"table_name": f"faults-{uuid.uuid4().hex[:8]}", "ntp_server": None})
+                         settings_overrides={"table_name": f"faults-{uuid.uuid4().hex[:8]}", "ntp_server": None,
+                                             "allowed_targets": "127.0.0.1"})
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.invoker is not None
         client = Client(stack.settings)

@@ -33,12 +33,13 @@ from fault_tools import (
     put_all,
 )
 
+from punctual.actions import LogAction
 from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent
 from punctual.executor import Executor
 from punctual.keys import bucket_start
-from punctual.model import ArmRequest, LogAction, TaskStatus
+from punctual.model import ArmRequest, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.checker import Fire
@@ -125,6 +126,7 @@ def own_ddb_local() -> Iterator[str]:
 def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_once(own_ddb_local: str) -> None:
     # Given 10,000 tasks due within the window of one fixed instant (written then), batches of 250
     settings = Settings(endpoint_url=own_ddb_local, table_name="ten-k", ntp_server=None, shard_count=SHARDS,
+                        allowed_targets="127.0.0.1",
                         write_batch="transaction", db_threads=4, max_batch_size=250)
     ensure_table(make_client(own_ddb_local), settings.table_name)
     at = FIXED_NOW_MS

@@ -32,9 +32,10 @@ from typing import Any
 import pytest
 from fault_tools import alive_until, judge, takeover_marks, was_taken_over
 
+from punctual.actions import HttpAction
 from punctual.client import Client
 from punctual.keys import from_ms
-from punctual.model import HttpAction, TaskStatus
+from punctual.model import TaskStatus
 from punctual.settings import Settings
 from punctual_tools.local.dynamodb_local import find_project_root
 from punctual_tools.local.stack import read_state
@@ -51,6 +52,7 @@ RUNTIME_ENV = {
     "PUNCTUAL_HEARTBEAT_INTERVAL_MS": "1000",
     "PUNCTUAL_FAST_PATH_MARGIN_MS": "0",
     "PUNCTUAL_ARM_MARGIN_MS": "1000",
+    "PUNCTUAL_ALLOWED_TARGETS": "127.0.0.1",  # the loopback receiver, allowed by configuration
 }
 GRACE_MS = 180_000  # the restart takes ~7-10 s on 2 idle cores, far longer on a loaded box: tasks due meanwhile
 # fire late, within it (so that a MISSED task can only be a crash-window one)
@@ -128,7 +130,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
 def client_settings(state: dict[str, Any]) -> Settings:
     return Settings(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
                     shard_count=state["shard_count"], poll_interval_ms=POLL_INTERVAL_S * 1000, fast_path_margin_ms=0,
-                    ntp_server=None)
+                    ntp_server=None, allowed_targets="127.0.0.1")
 
 
 @pytest.mark.slow

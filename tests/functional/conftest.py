@@ -9,12 +9,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from punctual.actions import LogAction
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import from_ms
-from punctual.model import LogAction, Task
+from punctual.model import Task
 from punctual.settings import Settings
 from support import FIXED_NOW_MS
 
@@ -33,7 +34,9 @@ def dynamodb() -> Iterator[Any]:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(table_name=TABLE, shard_count=SHARDS, ntp_server=None, db_threads=4, worker_threads=8)
+    # Loopback receivers are allowed as the local runtime allows them: by configuration.
+    return Settings(table_name=TABLE, shard_count=SHARDS, ntp_server=None, db_threads=4, worker_threads=8,
+                    allowed_targets="127.0.0.1")
 
 
 @pytest.fixture(params=["single", "transaction"])

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import from_ms
-from punctual.model import HttpAction, LogAction, TaskStatus
+from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.cli import main

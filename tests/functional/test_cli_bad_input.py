@@ -172,7 +172,7 @@ def test_bad_arguments_are_refused_naming_the_field(cli: Any, stored: Any, args:
 
 ARGPARSE_ERRORS = [
     pytest.param(
-        ["--in", "30s", "--sqs", "https://sqs.example/q"], ["unrecognized arguments: --sqs"], id="unknown-action-kind"
+        ["--in", "30s", "--pigeon", "coo"], ["unrecognized arguments: --pigeon"], id="unknown-action-kind"
     ),
     pytest.param(["--in", "30s", "--kind", "lambda"], ["unrecognized arguments: --kind"], id="kind-option"),
     pytest.param(

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import from_ms
-from punctual.model import HttpAction, LogAction, TaskStatus
+from punctual.model import TaskStatus
 from punctual.settings import Settings
 from support import FakeClock
 

@@ -11,12 +11,13 @@ from typing import Any
 import boto3
 import pytest
 
+from punctual.actions import HttpAction
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, HttpAction, Task, TaskStatus
+from punctual.model import FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from punctual_tools.cli import main
@@ -106,7 +107,8 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5),
+    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5,
+                                                                            retry_transient=False),
                         retry=RetryPolicy(max_attempts=2, backoff_ms=20))
     # When it runs until finished
     reports = run_until_done(repo, settings, executor, task.task_id)
@@ -128,7 +130,8 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
 
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5))
+    task = tasks.create(now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5,
+                                                                            retry_transient=False))
     # When the task fails / Then the batch completes, the task is FAILED (redrive --all finds it in the table)
     (report,) = run_until_done(repo, settings, executor, task.task_id)
     assert (report.failed, report.dead_lettered) == (1, 0)

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import HttpAction
 from punctual.clock import ClockOffset, OffsetProbe, SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
-from punctual.model import HttpAction, Task, TaskStatus
+from punctual.model import Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until
@@ -193,7 +194,8 @@ def test_http_500_is_recorded_failed_with_detail(
     assert done.status is TaskStatus.FAILED
     assert done.detail is not None and "HTTP 500" in done.detail
     assert done.fired_at is not None
-    assert len(target.requests) == 1
+    # And a 500 being transient, it was tried three times within the grace, each with the task's key
+    assert [r["headers"]["Idempotency-Key"] for r in target.requests] == [f"{task.task_id}:0"] * 3
 
 
 def test_http_200_receives_the_idempotency_key(

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import LogAction
 from punctual.client import Client
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.decisions import misfire_decision
@@ -15,7 +16,7 @@ from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.fastpath import candidate_of_record
 from punctual.keys import BUCKET_MS, shard_of
-from punctual.model import LogAction, Task, TaskStatus
+from punctual.model import Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from support import FakeClock, RecordingInvoker, due_candidates, read_task

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import HttpAction
 from punctual.clock import SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, HttpAction, Task, TaskStatus
+from punctual.model import FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from support import StubTarget, arm, read_task, run_until_done, serving
@@ -128,7 +129,8 @@ def test_a_failing_action_is_retried_until_it_succeeds(
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "flaky", now_ms=now, action=HttpAction(url=failing_twice.url(), timeout_s=5),
+    task = tasks.create(now + 300, "flaky", now_ms=now, action=HttpAction(url=failing_twice.url(), timeout_s=5,
+                                                                            retry_transient=False),
                         retry=RetryPolicy(max_attempts=5, backoff_ms=50, max_backoff_ms=50))
     # When the poller and the executor run until it is finished
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=6)
@@ -147,7 +149,8 @@ def test_the_last_attempt_leaves_the_task_failed(
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5),
+    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
+                                                                            retry_transient=False),
                         retry=RetryPolicy(max_attempts=2, backoff_ms=20))
     # When the poller and the executor run until it is finished
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=4)
@@ -165,7 +168,8 @@ def test_no_retry_once_the_occurrence_is_older_than_max_age(
 ) -> None:
     # Given a failing task with attempts to spare but a maximum age of 0 ms (any failure is too late)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5),
+    task = tasks.create(now + 300, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
+                                                                            retry_transient=False),
                         retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=0))
     # When it runs
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=2)
@@ -180,7 +184,8 @@ def test_a_task_without_a_retry_policy_fails_at_once(
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5))
+    task = tasks.create(now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
+                                                                            retry_transient=False))
     # When it runs / Then it is FAILED after one fire, its detail the error alone (as before retries existed)
     run_until_done(repo, settings, executor, task.task_id, rounds=2)
     done = read_task(repo, task.task_id)
@@ -192,9 +197,9 @@ def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, set
     # Given a client
     from datetime import UTC, datetime, timedelta
 
+    from punctual.actions import LogAction
     from punctual.client import Client
     from punctual.errors import InvalidTaskError, TaskConflictError
-    from punctual.model import LogAction
 
     client = Client(settings, dynamodb=dynamodb)
     due = datetime.now(UTC) + timedelta(minutes=5)

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import FireLog
+from punctual.actions import FireLog, LogAction
 from punctual.clock import OffsetProbe, SystemClock
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
-from punctual.model import ArmRequest, LogAction, Task
+from punctual.model import ArmRequest, Task
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.demo import read_fires

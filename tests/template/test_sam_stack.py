@@ -189,6 +189,14 @@ def test_only_a_fanned_out_poller_may_invoke_itself(sam_template: dict[str, Any]
         ("lambda:InvokeFunction", "PollerFunction.Arn")}
 
 
+# Secrets a task names by reference, readable by the executor under the prefixes punctual.secrets allows only.
+TASK_SECRETS = {
+    "ssm:GetParameter": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/punctual/*",
+    "secretsmanager:GetSecretValue":
+        "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:punctual/*",
+}
+
+
 def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]) -> None:
     # Given every Allow statement of every role, under every condition  Then no action is a wildcard, and
     # every resource is an ARN of a resource in this stack (GetAtt / Ref / Sub of one), or the
@@ -200,6 +208,8 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
                 assert action in FORCED_WILDCARD_ACTIONS, f"{name}: {action} on *"
             elif resource.startswith("Ref:"):
                 assert resource[4:] in cfn_resources or resource == "Ref:ActionTargetArns", f"{name}: {resource}"
+            elif resource in TASK_SECRETS.values():
+                assert name == "ExecutorRole", f"{name}: {action} on {resource}"
             elif resource.startswith("${"):
                 assert resource[2:].split(".")[0].split("}")[0] in cfn_resources, f"{name}: {resource}"
             else:
@@ -258,12 +268,19 @@ def test_every_grant_is_written_the_way_iam_evaluates_it(cfn_resources: dict[str
 
 def test_the_executor_may_arm_record_and_send_to_its_queues(cfn_resources: dict[str, Any]) -> None:
     statements = role_statements(_role_of(cfn_resources, "ExecutorFunction"))
-    allowlisted = {(action, "Ref:ActionTargetArns")
-                   for action in ("lambda:InvokeFunction", "sqs:SendMessage", "sns:Publish", "events:PutEvents")}
+    allowlisted = {(action, "Ref:ActionTargetArns") for action in (
+        "lambda:InvokeFunction", "sqs:GetQueueUrl", "sqs:SendMessage", "sns:Publish", "events:PutEvents")}
     assert grants(statements) == {
         ("dynamodb:GetItem", TABLE), ("dynamodb:BatchGetItem", TABLE), ("dynamodb:UpdateItem", TABLE),
         ("sqs:SendMessage", "TaskDeadLetterQueue.Arn"), ("sqs:SendMessage", "ExecutorFailureQueue.Arn"),
-    } | allowlisted | _logs("ExecutorLogGroup") | TRACES
+    } | allowlisted | set(TASK_SECRETS.items()) | _logs("ExecutorLogGroup") | TRACES
+
+
+def test_the_executor_checks_targets_against_the_same_lists_as_the_template(cfn_resources: dict[str, Any]) -> None:
+    # Given the executor function  Then its allowlists come from the template's parameters
+    variables = cfn_resources["ExecutorFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["PUNCTUAL_ALLOWED_TARGETS"] == {"Ref": "AllowedTargets"}
+    assert variables["PUNCTUAL_ALLOWED_TARGET_ARNS"] == {"Fn::Join": [",", {"Ref": "ActionTargetArns"}]}
 
 
 @pytest.mark.parametrize(("value", "granted"), [("", False), ("arn:aws:sqs:us-east-1:123456789012:q", True),

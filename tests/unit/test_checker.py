@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual.model import LogAction, Task, TaskStatus
+from punctual.actions import LogAction
+from punctual.model import Task, TaskStatus
 from punctual_tools.checker import (
     Expected,
     Fire,

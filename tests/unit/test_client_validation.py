@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.errors import InvalidTaskError
 from punctual.keys import from_ms
-from punctual.model import HttpAction, LogAction
 from punctual.settings import Settings
 from support import FakeClock, NoRepository
 

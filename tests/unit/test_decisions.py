@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from punctual.actions import LogAction
 from punctual.decisions import LOST_EXECUTOR, decide_before_fire, decide_outcome
 from punctual.keys import from_ms
-from punctual.model import LogAction, Task, TaskStatus
+from punctual.model import Task, TaskStatus
 from punctual.retry import RetryPolicy
 
 DUE = 1_900_000_000_000

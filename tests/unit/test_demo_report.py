@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from punctual.actions import LogAction
 from punctual.keys import from_ms
-from punctual.model import LogAction, Task, TaskStatus
+from punctual.model import Task, TaskStatus
 from punctual.settings import Settings
 from punctual_tools import demo
 from punctual_tools.cli import main

@@ -29,12 +29,12 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.errors import InvalidTaskError
 from punctual.keys import from_ms, to_ms
 from punctual.model import (
-    HttpAction,
-    LogAction,
+    Action,
     Task,
     TaskStatus,
     canonical_json,
@@ -42,6 +42,7 @@ from punctual.model import (
     known_action_kinds,
     parse_action,
 )
+from punctual.netpolicy import TargetPolicy, TargetRefusedError
 from punctual.settings import Settings
 from support import NoRepository, Opaque, clean_text, json_payloads, path_segments, reorder_keys, task_ids, zones
 
@@ -86,6 +87,18 @@ log_actions = st.builds(LogAction, message=st.text(st.characters(exclude_categor
 action_models = http_actions | log_actions
 # The client accepts an action as a model or as the mapping its JSON form is.
 action_inputs = action_models | action_models.map(lambda action: action.model_dump(mode="json"))
+# ... when its target passes the default target rules too (https, a public address; see test_netpolicy.py).
+schedulable_actions = action_inputs.filter(
+    lambda action: (action.kind if isinstance(action, Action) else action["kind"]) != "http"
+    or _schedulable(str(action.url) if isinstance(action, Action) else action["url"]))
+
+
+def _schedulable(url: str) -> bool:
+    try:
+        TargetPolicy().check_url(url)
+    except TargetRefusedError:
+        return False
+    return True
 
 grace_ms = st.integers(min_value=0, max_value=86_400_000)
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
@@ -550,7 +563,7 @@ in_window = st.integers(min_value=NOW_MS - 5_000, max_value=NOW_MS + horizon_ms)
 
 
 @fuzz
-@given(in_window, zones, action_inputs, json_payloads.filter(lambda p: len(canonical_json(p).encode()) <= 1_000))
+@given(in_window, zones, schedulable_actions, json_payloads.filter(lambda p: len(canonical_json(p).encode()) <= 1_000))
 def test_the_client_accepts_what_is_in_bounds(due_ms: int, zone: Any, action: Any, payload: Any) -> None:
     # Given a due time inside [now - grace, now + horizon], in any zone, and a payload within the limit
     task = make_client().build_task(from_ms(due_ms).astimezone(zone), action, payload)

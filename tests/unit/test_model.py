@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError, create_model
 
+from punctual.actions import HttpAction, LogAction
 from punctual.model import (
     Action,
-    HttpAction,
-    LogAction,
     Task,
     TaskStatus,
     canonical_json,

@@ -39,6 +39,9 @@ SAMPLES = {
     "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq", "switch_interval_s": "0.002",
     "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
     "local_timeout_s": "60",
+    "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal", "allow_plain_http": "true",
+    "allowed_target_arns": "arn:aws:sqs:us-east-1:123456789012:q,arn:aws:lambda:us-east-1:123456789012:function:f",
+    "secrets_dir": "/run/secrets", "secret_cache_s": "60", "http_connections": "100", "http_connections_per_host": "50",
 }
 
 
@@ -272,3 +275,16 @@ def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler
     assert 0 < result["remaining_ms"] <= 60_000
     # And this process's own state was left alone
     assert FireLog._path != str(tmp_path / "fires.jsonl")  # noqa: SLF001
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("allowed_targets", "10.0.0.1/8"),
+    ("allowed_target_arns", "arn:aws:sqs:us-east-1:123456789012:*"),
+    ("allowed_target_arns", "*"),
+    ("allowed_target_arns", "arn:aws:dynamodb:us-east-1:123456789012:table/t"),
+])
+def test_a_bad_target_allowlist_is_refused_naming_its_variable(name: str, value: str) -> None:
+    # Given an allowlist entry that is not a host, address or CIDR / not the exact ARN of a target
+    # When settings load  Then they fail, naming the variable
+    with pytest.raises(SettingsError, match=ENV_PREFIX + name.upper()):
+        Settings.from_env({ENV_PREFIX + name.upper(): value})

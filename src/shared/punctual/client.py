@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .actions import TargetRules, check_action
 from .clock import Clock, SystemClock
 from .decisions import misfire_decision
 from .errors import InvalidTaskError, TaskConflictError
@@ -102,6 +103,7 @@ class Client:
 
             store = build_store(self.settings, dynamodb)
         self._store = store
+        self._rules = TargetRules.from_settings(self.settings)
 
     def _now_ms(self) -> int:
         return int(self._clock.wall_ms())
@@ -156,6 +158,7 @@ class Client:
                 field="payload",
             )
         self._check_due(task, now_ms)
+        check_action(task.action, self._rules)
         return task
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,

@@ -54,7 +54,8 @@ def decide_before_fire(task: Task, due_ms: int, now_ms: float, taken_over_until_
 
     Examples
     --------
-    >>> from punctual.model import LogAction, Task
+    >>> from punctual.actions import LogAction
+    >>> from punctual.model import Task
     >>> from punctual.keys import from_ms
     >>> task = Task(task_id="t", due_at=from_ms(10_000), action=LogAction(), misfire_grace_ms=1_000)
     >>> decide_before_fire(task, 10_000, 10_500).action, decide_before_fire(task, 10_000, 11_001).action

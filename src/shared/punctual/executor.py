@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from .actions import FireContext, run_action
+from .actions import ActionEnv, FireContext, longest_action_timeout_ms, start_action
 from .clock import Clock, ClockOffset, OffsetSource
-from .decisions import decide_before_fire, decide_outcome
+from .decisions import FireDecision, decide_before_fire, decide_outcome
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
 from .events import BatchEvent, BatchReport
@@ -37,7 +37,7 @@ from .store import TaskStore
 
 log = logging.getLogger(__name__)
 
-MAX_ACTION_TIMEOUT_MS = 60_000  # the largest timeout an action model allows
+MAX_ACTION_TIMEOUT_MS = longest_action_timeout_ms()  # the longest any action kind may run
 
 
 @dataclass(slots=True)
@@ -59,8 +59,10 @@ class Executor:
     """Runs batches. One instance per process; dependencies are injected."""
 
     def __init__(self, store: TaskStore, settings: Settings, clock: Clock,
-                 offset: OffsetSource, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None) -> None:
+                 offset: OffsetSource, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None,
+                 actions: ActionEnv | None = None) -> None:
         self._store = store
+        self._actions = actions or ActionEnv.from_settings(settings)
         self._settings = settings
         self._clock = clock
         self._offset = offset
@@ -74,6 +76,7 @@ class Executor:
         self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters)
         self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
                                     seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
+        _ = self._actions.fire_loop  # started here too: the loop's thread keeps the default CPU priority
         self._fenced: list[_Armed] = []
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
@@ -149,7 +152,9 @@ class Executor:
             return list(self._cancelled)
 
     def _fire_one(self, recording: Recording, offset: ClockOffset, entry: _Armed) -> None:
-        """A worker thread at the task's instant: decide, run the action, hand the record to the recorder."""
+        """A worker thread at the task's instant: decide, start the action, and hand its record to the
+        recorder when it ends (here for a plain runner; on the event loop, when its future completes, for a
+        coroutine runner: the worker is free for the next fire at once)."""
         if self._clock.monotonic() > self._heartbeat.fence:  # past its own lease: another may take over
             self._fenced.append(entry)
             recording.put(None)
@@ -157,20 +162,39 @@ class Executor:
         started = self._clock.wall_ms()
         self._recorder.note_fire()
         task = entry.task
+        finish = partial(self._finish, recording, offset, entry, started)
         try:
             decision = decide_before_fire(task, entry.due_ms, started, entry.taken_over_until_ms)
-            error = None
-            if decision.action != "miss":
-                try:
-                    run_action(task.action, FireContext(task.task_id, task.occurrence, entry.due_ms, started,
-                                                        task.payload))
-                except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                    error = f"{type(exc).__name__}: {exc}"
+            if decision.action == "miss":
+                finish(decision, None)
+                return
+            latest = entry.due_ms + task.misfire_grace_ms if decision.action == "fire" else None
+            context = FireContext(task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest)
+            try:
+                future = start_action(task.action, context, self._actions)
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                finish(decision, _failure(exc))
+                return
+            if future is None:
+                finish(decision, None)
+            else:
+                future.add_done_callback(lambda done: finish(decision, _failure(done.exception())))
+        except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+            finish(None, f"executor error: {exc!r}")
+
+    def _finish(self, recording: Recording, offset: ClockOffset, entry: _Armed, started: float,
+                decision: FireDecision | None, error: str | None) -> None:
+        """Hand the recorder the task's record (exactly one per task, whatever happens here)."""
+        task = entry.task
+        try:
+            if decision is None:
+                raise RuntimeError(error)
             record = decide_outcome(task, entry.due_ms, started, int(self._clock.wall_ms()), decision=decision,
                                     error=error, offset_ms=offset.offset_ms)
-        except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+        except BaseException as exc:  # noqa: BLE001
+            detail = error if decision is None else f"executor error: {exc!r}"
             record = FireRecord(task.task_id, TaskStatus.FAILED, started, int(self._clock.wall_ms()),
-                                started - entry.due_ms, None, f"executor error: {exc!r}"[:1000])
+                                started - entry.due_ms, None, (detail or "executor error")[:1000])
         recording.put(record)
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
@@ -214,6 +238,11 @@ class Executor:
                          "or it was cancelled, rescheduled or finished; or arming failed)", request.task_id,
                          extra=task_log_keys(request.task_id))
         return armed, len(results) - len(armed)
+
+
+def _failure(exc: BaseException | None) -> str | None:
+    """An action's failure as the record's detail (None: it succeeded)."""
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
 def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recording: Recording | None,

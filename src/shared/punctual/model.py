@@ -1,6 +1,7 @@
 """The task model: what to run (an action), when (``due_at``), with what (a JSON payload).
 
-Actions are a tagged union keyed on ``kind`` and open to new kinds through :func:`register_action_model`.
+Actions are a tagged union keyed on ``kind``: each kind is a plugin (:mod:`punctual.actions`) whose model
+registers here through :func:`register_action_model`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import (
-    AnyHttpUrl,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -58,45 +58,23 @@ class Action(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: str
 
+    # Fields a kind added after tasks of it were first stored: left out of the content hash while they hold
+    # their default, so that a task stored before they existed keeps its hash.
+    late_fields: ClassVar[frozenset[str]] = frozenset()
+
     @property
     def timeout_seconds(self) -> float:
         """Longest the action may run; kinds with a network call override it with a field."""
         return float(getattr(self, "timeout_s", 0.0))
 
-
-class HttpAction(Action):
-    """POST the payload as JSON to ``url`` with an ``Idempotency-Key`` header (task id + occurrence)."""
-
-    kind: Literal["http"] = "http"
-    url: AnyHttpUrl
-    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
-    timeout_s: float = Field(10.0, gt=0, le=60)
-
-    @field_validator("headers")
-    @classmethod
-    def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
-        """Names must be RFC 9110 tokens and values free of CR, LF and NUL (no header injection): refused
-        here, when the task is scheduled, not when it fires."""
-        for name, value in headers.items():
-            if not _HEADER_NAME_RE.fullmatch(name):
-                raise ValueError(f"header name {name!r} is not an RFC 9110 token")
-            if any(c in value for c in "\r\n\0"):
-                raise ValueError(f"header {name!r} has a CR, LF or NUL in its value")
-        return headers
-
-    @field_validator("url")
-    @classmethod
-    def _http_only(cls, url: AnyHttpUrl) -> AnyHttpUrl:
-        if url.scheme not in ("http", "https"):
-            raise ValueError("url must be http or https")
-        return url
-
-
-class LogAction(Action):
-    """Record that the task fired (a structured log line, plus the local fire log when one is set)."""
-
-    kind: Literal["log"] = "log"
-    message: str = Field("", max_length=1_000)
+    def stored_fields(self) -> dict[str, Any]:
+        """The action as stored and hashed: its JSON fields, the late ones left out at their default (see
+        :attr:`late_fields`)."""
+        fields = self.model_dump(mode="json")
+        for name in self.late_fields:
+            if getattr(self, name) == type(self).model_fields[name].get_default(call_default_factory=True):
+                fields.pop(name, None)
+        return fields
 
 
 _ACTION_MODELS: dict[str, type[Action]] = {}
@@ -109,10 +87,6 @@ def register_action_model(model: type[Action]) -> type[Action]:
         raise TypeError("an action model needs a string default for 'kind'")
     _ACTION_MODELS[kind] = model
     return model
-
-
-register_action_model(HttpAction)
-register_action_model(LogAction)
 
 
 def known_action_kinds() -> list[str]:
@@ -223,7 +197,7 @@ class Task(BaseModel):
         """Hash of what the client asked for (when, what, with what): equal hashes mean the same task."""
         content = {
             "due_ms": self.due_ms,
-            "action": self.action.model_dump(mode="json"),
+            "action": self.action.stored_fields(),
             "payload": self.payload,
             "misfire_grace_ms": self.misfire_grace_ms,
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .actions import ActionEnv
 from .aws import make_dynamodb_client
 from .clock import SystemClock, offset_probe
 from .dlq import build_dead_letter_queue
@@ -36,9 +37,13 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
     return Poller(build_store(settings, dynamodb), invoker, settings, poller_id)
 
 
-def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None) -> Executor:
+def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None,
+                   action_clients: dict[str, Any] | None = None) -> Executor:
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
-    queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any."""
+    queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any; its actions use
+    the target rules of ``settings`` and ``action_clients`` (boto3 clients by service name; others are made
+    when first needed)."""
     return Executor(build_store(settings, dynamodb), settings, SystemClock(),
                     offset_probe(settings.ntp_server, settings.ntp_timeout_s),
-                    dead_letters=build_dead_letter_queue(settings, sqs_client))
+                    dead_letters=build_dead_letter_queue(settings, sqs_client),
+                    actions=ActionEnv.from_settings(settings, action_clients))

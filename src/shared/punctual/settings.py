@@ -8,6 +8,7 @@ extend it in ``punctual_tools.settings.LocalSettings``, outside what the Lambda 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Literal, Self
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 ENV_PREFIX = "PUNCTUAL_"
 
 
+_TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:\d{12}:[A-Za-z0-9_.:/+=,@-]+")
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 
@@ -83,6 +85,22 @@ class Settings(BaseModel):
         None, description="where tasks that exhaust their retries go: an SQS queue URL (https://...), or locally a "
         "JSON-lines file (file:///path/dlq.jsonl)",
     )
+    allowed_targets: str = Field(
+        "", description="hosts and CIDRs (comma-separated) that http actions may reach although they are not public "
+        "addresses, e.g. \"127.0.0.1\" for a loopback receiver; plain http is allowed to them too",
+    )
+    allow_plain_http: bool = Field(False, description="http:// targets allowed anywhere (default: https only)")
+    allowed_target_arns: str = Field(
+        "", description="exact ARNs (comma-separated) of the Lambda functions, SQS queues, SNS topics and "
+        "EventBridge buses tasks may target; the executor's role is granted exactly these",
+    )
+    secrets_dir: str | None = Field(None, description="where file: secret references are read (locally)")
+    secret_cache_s: float = Field(300.0, ge=0, le=86_400, description="how long an executor keeps a resolved secret")
+    http_connections: int = Field(
+        768, ge=1, le=10_000, description="webhook connections an executor holds at most (Lambda allows 1,024 open "
+        "files a process)",
+    )
+    http_connections_per_host: int = Field(512, ge=1, le=10_000, description="... of them to one host")
     switch_interval_s: float = Field(
         0.001, gt=0, le=0.1, description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
         "that the dispatcher gets the interpreter back soon after its sleep",
@@ -94,6 +112,23 @@ class Settings(BaseModel):
             raise ValueError(f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
                              "group reads an equal range of shards")
         return self
+
+    @field_validator("allowed_targets")
+    @classmethod
+    def _target_list(cls, value: str) -> str:
+        from .netpolicy import TargetPolicy
+
+        TargetPolicy.from_settings(value)  # a bad entry is a ValueError naming it
+        return value
+
+    @field_validator("allowed_target_arns")
+    @classmethod
+    def _arn_list(cls, value: str) -> str:
+        for arn in (part.strip() for part in value.split(",")):
+            if arn and not _TARGET_ARN_RE.fullmatch(arn):
+                raise ValueError(f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or "
+                                 "EventBridge bus (no wildcards)")
+        return value
 
     @field_validator("dead_letter_queue_url")
     @classmethod

@@ -2,7 +2,8 @@
 
     punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
     punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
-    punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --payload JSON)
+    punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
+                                                   --eventbridge ARN, --payload JSON)
     punctual get ID | punctual cancel ID | punctual list [--status S]
     punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
     punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
@@ -217,10 +218,45 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload) if args.payload is not None else None
     except ValueError as exc:
         raise PunctualError(f"invalid --payload: not JSON ({exc})") from exc
-    action: dict[str, Any] = {"kind": "http", "url": args.http} if args.http else {"kind": "log", "message": args.log}
-    task = _client(args).schedule(_parse_when(args), action, payload, task_id=args.id)
+    task = _client(args).schedule(_parse_when(args), action_of_args(args), payload, task_id=args.id)
     print(task.model_dump_json(indent=2))
     return 0
+
+
+def _pairs(values: list[str] | None, separator: str, flag: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values or []:
+        name, sep, rest = value.partition(separator)
+        if not sep or not name.strip():
+            raise InvalidTaskError(f"invalid {flag} {value!r}: give NAME{separator}VALUE", field="action")
+        pairs[name.strip()] = rest.strip()
+    return pairs
+
+
+def action_of_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The action ``punctual schedule``'s flags describe (the model validates it): ``--http`` with its headers,
+    secret headers and signing secret; ``--lambda``, ``--sqs``, ``--sns``, ``--eventbridge``; else ``--log``."""
+    group = {"message_group_id": args.group_id} if args.group_id else {}
+    if args.http:
+        action: dict[str, Any] = {"kind": "http", "url": args.http, "headers": _pairs(args.header, ":", "--header"),
+                                  "secret_headers": _pairs(args.secret_header, "=", "--secret-header")}
+        if args.sign_secret:
+            action["signing_secret"] = args.sign_secret
+        if args.timeout is not None:
+            action["timeout_s"] = args.timeout
+        if args.no_retry:
+            action["retry_transient"] = False
+        return action
+    if args.lambda_:
+        return {"kind": "lambda", "function_arn": args.lambda_}
+    if args.sqs:
+        return {"kind": "sqs", "queue_arn": args.sqs, **group}
+    if args.sns:
+        return {"kind": "sns", "topic_arn": args.sns, **group}
+    if args.eventbridge:
+        extra = {k: v for k, v in (("source", args.source), ("detail_type", args.detail_type)) if v}
+        return {"kind": "eventbridge", "event_bus_arn": args.eventbridge, **extra}
+    return {"kind": "log", "message": args.log}
 
 
 def read_task_lines(path: str) -> list[dict[str, Any]]:
@@ -418,8 +454,26 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--at", help="ISO-8601 instant with a timezone")
     when.add_argument("--in", dest="in_", help="from now: 1500ms, 30s, 5m, 2h")
     what = sched.add_mutually_exclusive_group()
-    what.add_argument("--http", metavar="URL", help="POST the payload to this URL")
+    what.add_argument("--http", metavar="URL",
+                      help="POST the payload to this URL (https; see PUNCTUAL_ALLOWED_TARGETS)")
+    what.add_argument("--lambda", dest="lambda_", metavar="FUNCTION_ARN", help="invoke this Lambda function (async)")
+    what.add_argument("--sqs", metavar="QUEUE_ARN", help="send the payload to this SQS queue")
+    what.add_argument("--sns", metavar="TOPIC_ARN", help="publish the payload to this SNS topic")
+    what.add_argument("--eventbridge", metavar="BUS_ARN", help="put the payload on this EventBridge bus")
     what.add_argument("--log", default="", metavar="MESSAGE", help="a log action (the default)")
+    http = sched.add_argument_group("http options")
+    http.add_argument("--header", action="append", metavar="NAME:VALUE", help="a header to send (repeatable)")
+    http.add_argument("--secret-header", action="append", metavar="NAME=REF",
+                      help="a header whose value is the secret REF names, resolved when it fires: "
+                      "env:PUNCTUAL_SECRET_X, file:NAME, ssm:/punctual/X, secretsmanager:punctual/X[#key] (repeatable)")
+    http.add_argument("--sign-secret", metavar="REF", help="sign each fire (Standard Webhooks) with the secret(s) REF "
+                      "names (whsec_..., two separated by a space while rotating)")
+    http.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="each attempt's deadline")
+    http.add_argument("--no-retry", action="store_true", help="do not try a transient failure again")
+    aws_opts = sched.add_argument_group("AWS target options")
+    aws_opts.add_argument("--group-id", help="FIFO queue / topic message group (default: the task id)")
+    aws_opts.add_argument("--source", help="EventBridge source (default punctual)")
+    aws_opts.add_argument("--detail-type", help="EventBridge detail type (default punctual.fire)")
     sched.add_argument("--payload", help="JSON payload")
     sched.add_argument("--id", help="task id (idempotent)")
     sched.set_defaults(func=cmd_schedule)

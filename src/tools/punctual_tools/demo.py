@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from punctual.actions import LogAction
 from punctual.client import Client
 from punctual.keys import from_ms, next_tick
-from punctual.model import LogAction, TaskStatus
+from punctual.model import TaskStatus
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine

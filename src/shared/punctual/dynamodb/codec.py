@@ -76,12 +76,39 @@ def _integral(text: str) -> int:
         return int(Decimal(text))
 
 
+MAX_ITEM_BYTES = 400 * 1024  # DynamoDB's limit on one item
+ITEM_HEADROOM_BYTES = 8 * 1024  # what the life cycle adds to an item (lease, owner, fire record, detail)
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An upper bound of a raw item's size as DynamoDB counts it (names and values in UTF-8 bytes; a number at
+    most its digits)."""
+
+    def size(value: dict[str, Any]) -> int:
+        (kind, raw), = value.items()
+        if kind == "S":
+            return len(raw.encode())
+        if kind == "N":
+            return len(raw)
+        if kind == "B":
+            return len(raw)
+        if kind == "M":
+            return 3 + sum(len(k.encode()) + 1 + size(v) for k, v in raw.items())
+        if kind == "L":
+            return 3 + sum(1 + size(v) for v in raw)
+        if kind in ("SS", "NS", "BS"):
+            return sum(len(v.encode()) if isinstance(v, str) else len(v) for v in raw)
+        return 1  # BOOL, NULL
+
+    return sum(len(name.encode()) + size(value) for name, value in item.items())
+
+
 def _ms_dt(value: Any) -> Any:
     return None if value is None else from_ms(float(value))
 
 
 def encode_action(action: Action) -> str:
-    return canonical_json(action.model_dump(mode="json"))
+    return canonical_json(action.stored_fields())
 
 
 def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: int) -> dict[str, Any]:

@@ -83,11 +83,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import TaskConflictError, TaskNotFoundError, TaskStateError
+from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
 from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 from ..settings import Settings
-from .codec import candidate_of_item, item_to_task, new_task_item, number_of, text_of, to_av
+from .codec import (
+    ITEM_HEADROOM_BYTES,
+    MAX_ITEM_BYTES,
+    candidate_of_item,
+    item_size,
+    item_to_task,
+    new_task_item,
+    number_of,
+    text_of,
+    to_av,
+)
 from .reads import register_fast_reads
 from .schema import DUE_INDEX
 
@@ -342,6 +352,12 @@ class DynamoTaskStore:
             A task with this id exists with different content.
         """
         item = self.item_of(task, now_ms)
+        size = item_size(item)
+        if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
+            raise InvalidTaskError(
+                f"invalid task: its item would be {size} bytes; DynamoDB holds at most {MAX_ITEM_BYTES} and the task "
+                f"needs {ITEM_HEADROOM_BYTES} of them for its life cycle (make the payload or the headers smaller)",
+                field="payload")
         try:
             self._client.put_item(
                 TableName=self.table_name,

@@ -174,10 +174,10 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     import boto3
     from moto import mock_aws
 
+    from punctual.actions import HttpAction
     from punctual.client import Client
     from punctual.dynamodb.schema import ensure_table
     from punctual.executor import Executor
-    from punctual.model import HttpAction
     from punctual.poller import Poller
     from punctual.recorder import SETTLE_S
     from punctual.runtime import build_store
@@ -191,7 +191,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     # writes are then one at the start and one at the end of each batch; pricing adds the renewals a batch
     # makes in AWS over its life (see pricing.heartbeat_writes_per_tick).
     settings = Settings(table_name=table, ntp_server=None, worker_threads=1, executor_lease_ms=600_000,
-                        heartbeat_interval_ms=120_000)
+                        heartbeat_interval_ms=120_000, allowed_targets="127.0.0.1")  # the loopback stub target
     interval, lead = settings.poll_interval_ms, settings.lead_ms
     spec = TableSpec.from_template(template_path)
     t0 = SCENARIO_START_MS
@@ -408,9 +408,9 @@ def measure_handler_logs() -> dict[str, float]:
     import boto3
     from moto import mock_aws
 
+    from punctual.actions import HttpAction
     from punctual.client import Client
     from punctual.dynamodb.schema import ensure_table
-    from punctual.model import HttpAction
     from punctual.runtime import build_poller
     from punctual_tools.local.worker import load_handler_module
 
@@ -475,6 +475,7 @@ def _start_log_measurement(level: str) -> Any:
     env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "PUNCTUAL_TABLE_NAME": "punctual-cost-logs",
            "PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_WORKER_THREADS": "4", "PUNCTUAL_REGION": "us-east-1",
+           "PUNCTUAL_ALLOWED_TARGETS": "127.0.0.1",
            "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": level,
            "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE, "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE}
     for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED",

@@ -1,0 +1,47 @@
+"""Action kinds: what a fire does. Each kind is one module registering an :class:`ActionKind` (model, runner,
+longest timeout, the clients it needs, its schedule-time check); importing this package registers them all.
+"""
+
+from .aws import EventBridgeAction, LambdaAction, SnsAction, SqsAction
+from .http import HttpAction
+from .log import FireLog, LogAction
+from .registry import (
+    ActionEnv,
+    ActionFailedError,
+    ActionKind,
+    FireContext,
+    FireLoop,
+    TargetRules,
+    TransientActionError,
+    action_kinds,
+    check_action,
+    kind_of,
+    longest_action_timeout_ms,
+    register,
+    run_action,
+    start_action,
+)
+
+__all__ = [
+    "ActionEnv",
+    "ActionFailedError",
+    "ActionKind",
+    "EventBridgeAction",
+    "FireContext",
+    "FireLog",
+    "FireLoop",
+    "HttpAction",
+    "LambdaAction",
+    "LogAction",
+    "SnsAction",
+    "SqsAction",
+    "TargetRules",
+    "TransientActionError",
+    "action_kinds",
+    "check_action",
+    "kind_of",
+    "longest_action_timeout_ms",
+    "register",
+    "run_action",
+    "start_action",
+]

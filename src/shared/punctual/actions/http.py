@@ -1,0 +1,327 @@
+"""The ``http`` action: POST the payload as JSON to a URL, safely, with many requests in flight at once.
+
+Safety (the rules are :mod:`punctual.netpolicy`'s): https unless configured otherwise; the host's every
+address must be public unless allowlisted (``PUNCTUAL_ALLOWED_TARGETS``), checked when the task is scheduled
+and again when it fires, on the addresses the host resolves to then; the connection goes to a checked address
+(the resolver checks, the connector connects to what it returned: no second lookup). No redirect is followed,
+one deadline covers connect, send and read, at most :data:`BODY_CAP` bytes of the answer are read. Headers
+that would change how the request is framed or routed, or forge Punctual's own, are refused.
+
+Firing: runs on the process's event loop (:class:`~punctual.actions.registry.FireLoop`) through one aiohttp
+session with a keep-alive pool per host, so a slow target holds no thread and does not delay another fire.
+A transient failure (connection error, timeout, 429, 5xx) is tried again, with the same idempotency key,
+while the occurrence is still within its grace (``retry_transient=False`` turns this off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+from typing import Any, ClassVar, Literal
+
+from pydantic import AnyHttpUrl, Field, field_validator
+
+from ..errors import InvalidTaskError
+from ..model import Action, canonical_json
+from ..netpolicy import MAX_URL_LENGTH, Target, TargetPolicy, TargetRefusedError
+from ..secrets import SecretReferenceError, SecretUnavailableError, parse_secret_ref
+from ..signing import SigningSecretError, parse_signing_secrets, signature_headers
+from .registry import (
+    ActionEnv,
+    ActionFailedError,
+    ActionKind,
+    FireContext,
+    TargetRules,
+    TransientActionError,
+    register,
+)
+
+BODY_CAP = 64 * 1024  # bytes of an answer read; the rest is not read (and the connection not reused)
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 4_096  # characters of one header value
+MAX_HEADERS_TOTAL = 16_384  # characters of all names and values together
+MAX_ATTEMPTS = 3  # a transient failure is tried again at most twice, within the grace
+RETRY_DELAYS_S = (0.1, 0.5)
+USER_AGENT = "punctual/0.1"
+
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
+_HEADER_VALUE_RE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab
+# Headers a task may not set: they frame or route the request (the client sets them), or forge what Punctual
+# itself sends (the idempotency key, its own fields, the webhook signature), or would make an AWS API call.
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+                      "trailer", "expect", "proxy-authorization", "proxy-connection", "content-encoding"})
+_OWN = frozenset({"idempotency-key", "webhook-id", "webhook-timestamp", "webhook-signature"})
+_FORBIDDEN_PREFIXES = ("x-amz-", "x-amzn-", "x-punctual-", "proxy-")
+
+
+def _header_problem(name: str) -> str | None:
+    low = name.lower()
+    if not _HEADER_NAME_RE.fullmatch(name):
+        return "is not an RFC 9110 token (of at most 128 characters)"
+    if low in _FRAMING:
+        return "is set by the HTTP client and may not be given"
+    if low in _OWN or low.startswith(_FORBIDDEN_PREFIXES):
+        return "is reserved (Punctual's own, the webhook signature's, AWS's or a proxy's)"
+    return None
+
+
+class HttpAction(Action):
+    """POST the payload as JSON to ``url``, with an ``Idempotency-Key`` header (task id + occurrence).
+
+    ``headers`` are sent as given (visible ASCII; not the reserved ones). ``secret_headers`` maps a header to a
+    secret *reference* (``env:PUNCTUAL_SECRET_X``, ``file:name``, ``ssm:/punctual/x``,
+    ``secretsmanager:punctual/x#key``): the executor resolves it when it fires, so the table holds only the
+    reference. ``signing_secret`` names the endpoint's Standard Webhooks secret(s) the same way: each fire is
+    signed (``webhook-id`` = the idempotency key, ``webhook-timestamp``, ``webhook-signature``).
+    ``timeout_s`` bounds each attempt as a whole (connect, send, read).
+    """
+
+    kind: Literal["http"] = "http"
+    url: AnyHttpUrl
+    headers: dict[str, str] = Field(default_factory=dict, max_length=MAX_HEADERS)
+    secret_headers: dict[str, str] = Field(default_factory=dict, max_length=8)
+    signing_secret: str | None = Field(None, max_length=2_048)
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    retry_transient: bool = True
+
+    # Fields added after tasks were first stored: left out of the content hash while at their default.
+    late_fields: ClassVar[frozenset[str]] = frozenset({"secret_headers", "signing_secret", "retry_transient"})
+
+    @field_validator("url")
+    @classmethod
+    def _static_url_rules(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        """What is refused whatever the configuration: another scheme, credentials in the URL, an overlong URL
+        (the rest, which depends on the allowlist, is :func:`check_http`'s)."""
+        if url.scheme not in ("http", "https"):
+            raise ValueError("url must be http or https")
+        if url.username is not None or url.password is not None or "@" in (url.host or ""):
+            raise ValueError("url must not carry credentials (user:password@): use headers or secret_headers")
+        if len(str(url)) > MAX_URL_LENGTH:
+            raise ValueError(f"url is longer than {MAX_URL_LENGTH} characters")
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        """Names are RFC 9110 tokens and not reserved; values visible ASCII (no CR, LF or NUL: no header
+        injection; nothing that fails at every fire); sizes bounded. Refused when scheduled, not when fired."""
+        total = 0
+        for name, value in headers.items():
+            problem = _header_problem(name)
+            if problem:
+                raise ValueError(f"header {name[:64]!r} {problem}")
+            if not _HEADER_VALUE_RE.fullmatch(value):
+                raise ValueError(f"header {name!r} must be visible ASCII (no CR, LF, NUL or non-ASCII characters)")
+            if len(value) > MAX_HEADER_VALUE:
+                raise ValueError(f"header {name!r} is longer than {MAX_HEADER_VALUE} characters")
+            total += len(name) + len(value)
+        if total > MAX_HEADERS_TOTAL:
+            raise ValueError(f"headers add up to more than {MAX_HEADERS_TOTAL} characters")
+        return headers
+
+    @field_validator("secret_headers")
+    @classmethod
+    def _secret_header_refs(cls, refs: dict[str, str]) -> dict[str, str]:
+        for name, ref in refs.items():
+            problem = _header_problem(name)
+            if problem:
+                raise ValueError(f"secret header {name[:64]!r} {problem}")
+            try:
+                parse_secret_ref(ref)
+            except SecretReferenceError as exc:
+                raise ValueError(f"secret header {name!r}: {exc}") from None
+        return refs
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _signing_ref(cls, ref: str | None) -> str | None:
+        if ref is None:
+            return None
+        if ref.startswith("whsec_"):
+            raise ValueError("signing_secret is a reference to the secret (env:, file:, ssm:, secretsmanager:), "
+                             "not the secret itself: the table must never hold it")
+        try:
+            parse_secret_ref(ref)
+        except SecretReferenceError as exc:
+            raise ValueError(f"signing_secret: {exc}") from None
+        return ref
+
+
+def check_http(action: HttpAction, rules: TargetRules) -> None:
+    """The target rules at schedule time: scheme, allowlist, any spelling of a non-public address."""
+    try:
+        rules.urls.check_url(str(action.url))
+    except TargetRefusedError as exc:
+        raise InvalidTaskError(f"invalid action.url: {exc}", field="action.url") from None
+    for name, ref in action.secret_headers.items():
+        try:
+            parse_secret_ref(ref, rules.secrets)
+        except SecretReferenceError as exc:
+            raise InvalidTaskError(f"invalid action.secret_headers: {name}: {exc}",
+                                   field="action.secret_headers") from None
+    if action.signing_secret is not None:
+        try:
+            parse_secret_ref(action.signing_secret, rules.secrets)
+        except SecretReferenceError as exc:
+            raise InvalidTaskError(f"invalid action.signing_secret: {exc}", field="action.signing_secret") from None
+
+
+class _CheckingResolver:
+    """aiohttp's resolver interface: resolve once, refuse the host unless every address is allowed, and hand
+    the connector exactly the checked addresses (it connects to one of them)."""
+
+    def __init__(self, policy: TargetPolicy) -> None:
+        self._policy = policy
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM, family=family)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        allowed = self._policy.check_addresses(self._policy.check_url(f"https://{_bracketed(host)}/"), addresses)
+        return [{"hostname": host, "host": address, "port": port, "family": _family(address), "proto": 0,
+                 "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV} for address in allowed]
+
+    async def close(self) -> None:
+        return None
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+class HttpEngine:
+    """One aiohttp session per process (made on the event loop at first use): pooled keep-alive connections
+    per host, connected through :class:`_CheckingResolver`; no cookies, no proxies from the environment."""
+
+    def __init__(self, policy: TargetPolicy, connections: int, connections_per_host: int) -> None:
+        self._policy = policy
+        self._connections = connections
+        self._per_host = connections_per_host
+        self._session: Any = None
+
+    def _ensure_session(self) -> Any:
+        if self._session is None:
+            import aiohttp  # here, not at import: the poller and the client never fire a webhook
+
+            resolver = _CheckingResolver(self._policy)
+            connector = aiohttp.TCPConnector(limit=self._connections, limit_per_host=self._per_host,
+                                             resolver=resolver,  # type: ignore[arg-type]
+                                             ttl_dns_cache=10, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                                  trust_env=False, auto_decompress=False,
+                                                  skip_auto_headers=("Accept-Encoding",))
+        return self._session
+
+    async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
+                   timeout_s: float) -> tuple[int, bytes]:
+        """POST once; the status and the first :data:`BODY_CAP` bytes of the answer. Raises
+        :class:`TransientActionError` for connection errors and timeouts, :class:`ActionFailedError` for a
+        refused address; messages name ``scheme://host[:port]`` only."""
+        import aiohttp
+
+        session = self._ensure_session()
+        try:
+            async with session.post(url, data=body, headers=headers, allow_redirects=False,
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                head = bytearray()
+                while len(head) < BODY_CAP:
+                    chunk = await response.content.read(BODY_CAP - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+                return response.status, bytes(head)
+        except TargetRefusedError as exc:
+            raise ActionFailedError(f"POST {target.origin} refused: {exc}") from None
+        except TimeoutError:
+            raise TransientActionError(f"POST {target.origin} timed out after {timeout_s:g} s") from None
+        except aiohttp.ClientConnectorError as exc:
+            reason = exc.os_error.strerror or type(exc.os_error).__name__
+            raise TransientActionError(f"POST {target.origin} could not connect: {reason}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransientActionError(f"POST {target.origin} failed: {type(exc).__name__}") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _engine(env: ActionEnv) -> HttpEngine:
+    return env.resource("http", lambda: HttpEngine(env.rules.urls, env.http_connections,
+                                                  env.http_connections_per_host))
+
+
+async def _resolve(env: ActionEnv, ref: str) -> str:
+    """A secret's value, resolved off the loop (a first fetch is an AWS call; later ones hit the cache)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, env.secrets.resolve, ref)
+    except SecretUnavailableError as exc:
+        raise ActionFailedError(str(exc)) from None
+
+
+async def _secret_header(env: ActionEnv, name: str, ref: str) -> str:
+    value = await _resolve(env, ref)
+    if not _HEADER_VALUE_RE.fullmatch(value) or len(value) > MAX_HEADER_VALUE:
+        # Checked here because the value was never seen when the task was scheduled (no header injection).
+        raise ActionFailedError(f"secret header {name}: the value of {ref} is not a sendable header value "
+                                f"(visible ASCII, at most {MAX_HEADER_VALUE} characters)")
+    return value
+
+
+async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> None:
+    """POST the payload; 2xx succeeds, anything else fails (3xx too: redirects are not followed). Transient
+    failures are tried again while the occurrence may still start (``context.latest_start_ms``)."""
+    url = str(action.url)
+    try:
+        target = env.rules.urls.check_url(url)
+    except TargetRefusedError as exc:
+        raise ActionFailedError(f"target refused: {exc}") from None
+    body = canonical_json(context.payload).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **action.headers}
+    for name, ref in action.secret_headers.items():
+        headers[name] = await _secret_header(env, name, ref)
+    headers |= {"Idempotency-Key": context.idempotency_key, "X-Punctual-Task-Id": context.task_id,
+                "X-Punctual-Due-Ms": str(context.due_ms)}
+    signing = None
+    if action.signing_secret is not None:
+        try:
+            signing = parse_signing_secrets(await _resolve(env, action.signing_secret))
+        except SigningSecretError as exc:
+            raise ActionFailedError(f"signing secret {action.signing_secret}: {exc}") from None
+    engine = _engine(env)
+    attempts = MAX_ATTEMPTS if action.retry_transient else 1
+    for attempt in range(attempts):
+        if signing is not None:
+            headers |= signature_headers(signing, context.idempotency_key, int(time.time()), body)
+        try:
+            status, _ = await engine.post(target, url, headers, body, action.timeout_s)
+        except TransientActionError:
+            if not _may_retry(attempt, attempts, context):
+                raise
+        else:
+            if 200 <= status < 300:
+                return
+            error = f"HTTP {status} from {target.origin}"
+            if status == 429 or status >= 500:
+                if not _may_retry(attempt, attempts, context):
+                    raise TransientActionError(error)
+            else:
+                raise ActionFailedError(error + (" (redirects are not followed)" if 300 <= status < 400 else ""))
+        await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+
+
+def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
+    """Another attempt is left, and it would still start within the occurrence's grace."""
+    if attempt + 1 >= attempts:
+        return False
+    delay_ms = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)] * 1000
+    return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
+
+
+HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http))
+

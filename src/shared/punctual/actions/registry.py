@@ -1,0 +1,263 @@
+"""Action kinds as plugins: one registration carries a kind's model, its runner, its longest timeout and the
+boto3 clients it needs.
+
+A runner is a plain function (it runs in the executor's worker thread: a quick AWS call) or a coroutine
+function (it runs on the process's one event loop, :class:`FireLoop`: many requests in flight at once, none
+holding a thread while it waits). Everything a runner uses from outside comes from its :class:`ActionEnv`
+(the target rules, secrets, clients), built once per process from settings and injected in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..errors import InvalidTaskError
+from ..model import Action, JsonValue, register_action_model
+from ..netpolicy import TargetPolicy
+from ..secrets import SecretResolver, SecretRules
+
+if TYPE_CHECKING:
+    from ..settings import Settings
+
+A = TypeVar("A", bound=Action)
+
+
+class ActionFailedError(Exception):
+    """The action ran and failed (for example a 4xx answer, or a target the rules refuse)."""
+
+
+class TransientActionError(ActionFailedError):
+    """The action failed in a way that may pass if tried again soon (a connection error, a timeout, 429, 5xx):
+    runners that retry within the grace do so only for these."""
+
+
+@dataclass(frozen=True, slots=True)
+class FireContext:
+    """What a runner knows about the fire it performs. ``latest_start_ms``: past this instant (due + grace) the
+    occurrence may no longer start, so a runner's own retries stop before it."""
+
+    task_id: str
+    occurrence: int
+    due_ms: int
+    started_ms: float
+    payload: JsonValue
+    latest_start_ms: float | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.task_id}:{self.occurrence}"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRules:
+    """Where actions may go, as configured: URLs (:class:`~punctual.netpolicy.TargetPolicy`, from
+    ``PUNCTUAL_ALLOWED_TARGETS``), AWS target ARNs (``PUNCTUAL_ALLOWED_TARGET_ARNS``, exact ARNs) and which
+    secrets a task may name. The client checks a task against them when it is scheduled, the executor again
+    when it fires."""
+
+    urls: TargetPolicy = field(default_factory=TargetPolicy)
+    arns: frozenset[str] = frozenset()
+    secrets: SecretRules = field(default_factory=SecretRules)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TargetRules:
+        return cls(urls=TargetPolicy.from_settings(settings.allowed_targets, settings.allow_plain_http),
+                   arns=frozenset(split_list(settings.allowed_target_arns)))
+
+    def check_arn(self, arn: str, what: str, field_name: str) -> None:
+        """Refuse an AWS target not on the ARN allowlist (InvalidTaskError naming ``field_name``)."""
+        if arn not in self.arns:
+            raise InvalidTaskError(
+                f"invalid {field_name}: {what} {arn} is not an allowed target (PUNCTUAL_ALLOWED_TARGET_ARNS; the "
+                "executor's role may call only those)", field=field_name)
+
+
+def split_list(value: str | Iterable[str]) -> list[str]:
+    """A comma-separated setting as a list of its non-empty, stripped entries."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    return [p.strip() for p in parts if p.strip()]
+
+
+class FireLoop:
+    """One asyncio event loop in a daemon thread, for the life of the process: coroutine runners run here.
+    The thread is started by whichever thread first needs it and inherits that thread's CPU priority: the
+    executor starts it with its dispatcher, at the default priority."""
+
+    def __init__(self, name: str = "fire-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(ready.set)
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def submit(self, coroutine: Awaitable[Any]) -> Future[Any]:
+        """Run ``coroutine`` on the loop; the returned future completes with its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+
+
+class ActionEnv:
+    """What runners may use, built once per process (:meth:`from_settings`) or by a test with its own parts.
+
+    ``clients`` maps a boto3 service name to a client (tests hand in moto's); others are made on first use by
+    ``client_factory``. ``resources`` holds per-process objects a kind keeps (its connection pool), made once
+    by the factory a runner passes to :meth:`resource`.
+    """
+
+    def __init__(self, *, rules: TargetRules | None = None, secrets: SecretResolver | None = None,
+                 clients: dict[str, Any] | None = None, client_factory: Callable[[str], Any] | None = None,
+                 http_connections: int = 768, http_connections_per_host: int = 512) -> None:
+        self.rules = rules or TargetRules()
+        self.http_connections = http_connections
+        self.http_connections_per_host = http_connections_per_host
+        self._clients = dict(clients or {})
+        self._client_factory = client_factory
+        self._resources: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._loop: FireLoop | None = None
+        self.secrets = secrets or SecretResolver(rules=self.rules.secrets, client_factory=self.client)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clients: dict[str, Any] | None = None) -> ActionEnv:
+        from ..aws import aws_client
+
+        rules = TargetRules.from_settings(settings)
+        env = cls(rules=rules, clients=clients,
+                  client_factory=lambda service: aws_client(service, None, settings.region),
+                  http_connections=settings.http_connections,
+                  http_connections_per_host=settings.http_connections_per_host)
+        env.secrets = SecretResolver(rules=rules.secrets, secrets_dir=settings.secrets_dir,
+                                     client_factory=env.client, ttl_s=settings.secret_cache_s)
+        return env
+
+    def client(self, service: str) -> Any:
+        """The boto3 client of ``service`` (made once, on first use, unless one was handed in)."""
+        with self._lock:
+            client = self._clients.get(service)
+            if client is None:
+                if self._client_factory is None:
+                    raise ActionFailedError(f"no {service} client configured")
+                client = self._clients[service] = self._client_factory(service)
+            return client
+
+    def resource(self, name: str, make: Callable[[], Any]) -> Any:
+        """A per-process object of a kind (``make()`` once, then the same one)."""
+        with self._lock:
+            if name not in self._resources:
+                self._resources[name] = make()
+            return self._resources[name]
+
+    @property
+    def fire_loop(self) -> FireLoop:
+        """The process's event loop for coroutine runners, started on first use."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = FireLoop()
+            return self._loop
+
+    def close(self) -> None:
+        """Close what the kinds hold (a resource's ``async close()`` runs on the loop), then stop the loop."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+            resources, self._resources = list(self._resources.values()), {}
+        if loop is None:
+            return
+        for resource in resources:
+            closing = getattr(resource, "close", None)
+            if closing is not None and inspect.iscoroutinefunction(closing):
+                with contextlib.suppress(Exception):
+                    loop.submit(closing()).result(timeout=5)
+        loop.close()
+
+
+Runner = Callable[[A, FireContext, ActionEnv], None] | Callable[[A, FireContext, ActionEnv], Awaitable[None]]
+Check = Callable[[A, TargetRules], None]
+
+
+@dataclass(frozen=True)
+class ActionKind(Generic[A]):
+    """One action kind: its ``model`` (a pydantic :class:`~punctual.model.Action` with a ``kind`` literal), its
+    runner ``run`` (plain or ``async def``; raises :class:`ActionFailedError` to fail), the longest it may run
+    (``max_timeout_s``: the executor's leases allow for it), the boto3 services it calls (``clients``, for the
+    IAM it needs and for tests to inject) and ``check``, the target rules applied when a task is scheduled
+    (raises :class:`~punctual.errors.InvalidTaskError`; the runner applies them again when it fires)."""
+
+    model: type[A]
+    run: Runner[A]
+    max_timeout_s: float
+    clients: tuple[str, ...] = ()
+    check: Check[A] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.model.model_fields["kind"].default)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.run)
+
+
+_KINDS: dict[str, ActionKind[Any]] = {}
+
+
+def register(kind: ActionKind[A]) -> ActionKind[A]:
+    """Make an action kind known: to the task model (validation) and to executors (firing)."""
+    register_action_model(kind.model)
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def action_kinds() -> list[ActionKind[Any]]:
+    return [_KINDS[name] for name in sorted(_KINDS)]
+
+
+def kind_of(action: Action) -> ActionKind[Any]:
+    kind = _KINDS.get(action.kind)
+    if kind is None:
+        raise ActionFailedError(f"no runner registered for action kind {action.kind!r}")
+    return kind
+
+
+def longest_action_timeout_ms() -> int:
+    """The longest any registered kind may run, in ms (leases outlive it)."""
+    return int(max((k.max_timeout_s for k in _KINDS.values()), default=0.0) * 1000)
+
+
+def check_action(action: Action, rules: TargetRules) -> None:
+    """Apply ``action``'s kind's target rules (when a task is scheduled); raises InvalidTaskError."""
+    kind = _KINDS.get(action.kind)
+    if kind is not None and kind.check is not None:
+        kind.check(action, rules)
+
+
+def start_action(action: Action, context: FireContext, env: ActionEnv) -> Future[None] | None:
+    """Start ``action``: a plain runner runs to its end here (returns None; raises on failure); a coroutine
+    runner is handed to the event loop and its future returned (its exception is the failure)."""
+    kind = kind_of(action)
+    if kind.is_async:
+        return env.fire_loop.submit(kind.run(action, context, env))  # type: ignore[arg-type]
+    kind.run(action, context, env)
+    return None
+
+
+def run_action(action: Action, context: FireContext, env: ActionEnv) -> None:
+    """Run ``action`` to its end in this thread (waiting for a coroutine runner); raises on failure."""
+    future = start_action(action, context, env)
+    if future is not None:
+        future.result()

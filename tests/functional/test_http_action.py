@@ -1,0 +1,224 @@
+"""The ``http`` action against good and hostile loopback receivers (tests/functional/hostile_server.py): what a
+fire does with redirects, slow drips, huge bodies, transient failures, secrets, signatures and a burst.
+
+Loopback is reachable only because each test's rules allowlist 127.0.0.1, as the local runtime's do.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hostile_server import HostileServer
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from punctual.actions import ActionEnv, ActionFailedError, FireContext, HttpAction, TargetRules, TransientActionError
+from punctual.actions.http import BODY_CAP, HttpEngine
+from punctual.actions.registry import run_action, start_action
+from punctual.netpolicy import TargetPolicy
+from punctual.secrets import SecretResolver
+
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"o" * 32).decode()
+
+
+@pytest.fixture
+def server() -> Iterator[HostileServer]:
+    with HostileServer() as running:
+        yield running
+
+
+@pytest.fixture
+def env() -> Iterator[ActionEnv]:
+    rules = TargetRules(urls=TargetPolicy.from_settings("127.0.0.1"))
+    environ = {"PUNCTUAL_SECRET_TOKEN": "Bearer s3cr3t", "PUNCTUAL_SECRET_HOOK": f"{SECRET} {OLD_SECRET}",
+               "PUNCTUAL_SECRET_BAD": "a\r\nX-Injected: 1"}
+    made = ActionEnv(rules=rules, secrets=SecretResolver(rules=rules.secrets, environ=environ))
+    yield made
+    made.close()
+
+
+def context(task_id: str = "t-1", grace_ms: float = 60_000, payload: Any = None) -> FireContext:
+    now = time.time() * 1000
+    return FireContext(task_id, 0, int(now), now, {"n": 1} if payload is None else payload, now + grace_ms)
+
+
+def test_a_webhook_arrives_with_its_key_and_payload(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver  When a task fires at it
+    run_action(HttpAction(url=server.url("/ok")), context("t-ok"), env)
+    # Then one POST arrived with the idempotency key and the payload, and no tracing header was added
+    (seen,) = server.requests("/ok")
+    assert seen.headers["idempotency-key"] == "t-ok:0"
+    assert seen.body == b'{"n":1}'
+    assert not any(name.startswith("x-amzn-trace") for name in seen.headers)
+
+
+def test_a_redirect_is_not_followed(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver that redirects to the metadata endpoint  When a task fires at it
+    with pytest.raises(ActionFailedError, match="HTTP 302.*redirects are not followed"):
+        run_action(HttpAction(url=server.url("/redirect")), context(), env)
+    # Then the redirect was not followed (nothing else was requested) and the failure is not transient
+    assert [r.path for r in server.requests()] == ["/redirect"]
+
+
+def test_a_slow_drip_is_cut_at_the_attempts_deadline(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver that drips one byte every 0.25 s of a 10,000-byte answer (40 minutes)
+    action = HttpAction(url=server.url("/drip"), timeout_s=1, retry_transient=False)
+    started = time.monotonic()
+    # When a task with a 1 s deadline fires at it  Then the attempt fails on its deadline, not per read
+    with pytest.raises(TransientActionError, match="timed out after 1 s"):
+        run_action(action, context(), env)
+    assert time.monotonic() - started < 30  # the drip would take 2,500 s; generous for a slow machine
+
+
+def test_a_huge_answer_is_read_only_up_to_the_cap(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver that answers 200 with a 300 MiB body
+    # When a task fires at it  Then it succeeds without reading the body (the connection is dropped)
+    run_action(HttpAction(url=server.url("/huge"), timeout_s=30), context(), env)
+    time.sleep(0.5)
+    assert server.state.huge_sent < 64 * 1024 * 1024  # the socket buffers hold a few MiB; 300 MiB were offered
+    assert BODY_CAP == 64 * 1024
+
+
+def test_a_transient_failure_is_tried_again_with_the_same_key(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver that answers 503 twice, then 200  When a task fires at it
+    run_action(HttpAction(url=server.url("/flaky/2")), context("t-flaky"), env)
+    # Then it succeeded on the third attempt, each with the same idempotency key
+    assert [r.headers["idempotency-key"] for r in server.requests()] == ["t-flaky:0"] * 3
+
+
+def test_the_transient_retry_can_be_turned_off(server: HostileServer, env: ActionEnv) -> None:
+    with pytest.raises(TransientActionError, match="HTTP 503"):
+        run_action(HttpAction(url=server.url("/flaky/1"), retry_transient=False), context(), env)
+    assert len(server.requests()) == 1
+
+
+def test_no_retry_past_the_grace(server: HostileServer, env: ActionEnv) -> None:
+    # Given an occurrence whose grace ends now  When its first attempt gets a 503  Then no other attempt starts
+    with pytest.raises(TransientActionError):
+        run_action(HttpAction(url=server.url("/flaky/5")), context(grace_ms=0), env)
+    assert len(server.requests()) == 1
+
+
+def test_a_client_error_is_not_retried(server: HostileServer, env: ActionEnv) -> None:
+    with pytest.raises(ActionFailedError, match="HTTP 404") as failure:
+        run_action(HttpAction(url=server.url("/status/404")), context(), env)
+    assert not isinstance(failure.value, TransientActionError)
+    assert len(server.requests()) == 1
+
+
+def test_a_closed_port_is_a_transient_failure_naming_only_scheme_and_host(env: ActionEnv) -> None:
+    # Given a port nothing listens on, and a URL with a secret in its query
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # When a task fires at it  Then it fails as transient, and the message carries no path or query
+    with pytest.raises(TransientActionError) as failure:
+        run_action(HttpAction(url=f"http://127.0.0.1:{port}/hook?api_key=SECRET"), context(grace_ms=0), env)
+    assert f"http://127.0.0.1:{port}" in str(failure.value)
+    assert "SECRET" not in str(failure.value) and "/hook" not in str(failure.value)
+
+
+def test_connections_are_kept_alive_and_reused(server: HostileServer, env: ActionEnv) -> None:
+    # When 20 tasks fire one after another at one receiver
+    for i in range(20):
+        run_action(HttpAction(url=server.url("/ok")), context(f"t-{i}"), env)
+    # Then they went over one connection
+    assert len({r.peer_port for r in server.requests()}) == 1
+
+
+def test_a_burst_is_not_gated_by_a_pool_of_threads(server: HostileServer, env: ActionEnv) -> None:
+    # Given a receiver that holds every request until released  When 300 tasks fire at once
+    futures = [start_action(HttpAction(url=server.url("/hold"), timeout_s=60), context(f"b-{i}"), env)
+               for i in range(300)]
+    deadline = time.monotonic() + 60
+    while server.state.held < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Then all 300 are in flight at once (a pool of 32 blocking threads would hold 32)
+    peak = server.state.peak_held
+    server.release()
+    for future in futures:
+        assert future is not None
+        future.result(timeout=60)
+    assert peak == 300
+
+
+def test_a_signed_webhook_verifies_and_a_tampered_one_does_not(server: HostileServer, env: ActionEnv) -> None:
+    # Given an endpoint whose signing secret is being rotated (new and old both valid)
+    action = HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK")
+    # When a task fires
+    run_action(action, context("t-signed", payload={"order": 7}), env)
+    (seen,) = server.requests()
+    # Then the receiver verifies it with the reference library, with either secret; webhook-id is the key
+    assert seen.headers["webhook-id"] == "t-signed:0"
+    for secret in (SECRET, OLD_SECRET):
+        assert Webhook(secret).verify(seen.body, seen.headers) == {"order": 7}
+    # And a tampered body, or a wrong secret, does not verify
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(b'{"order":8}', seen.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + base64.b64encode(b"z" * 32).decode()).verify(seen.body, seen.headers)
+
+
+def test_a_secret_header_is_resolved_at_fire_time(server: HostileServer, env: ActionEnv) -> None:
+    action = HttpAction(url=server.url("/ok"), secret_headers={"Authorization": "env:PUNCTUAL_SECRET_TOKEN"})
+    # The action (what the table holds) carries the reference only
+    assert "s3cr3t" not in action.model_dump_json()
+    run_action(action, context(), env)
+    assert server.requests()[0].headers["authorization"] == "Bearer s3cr3t"
+
+
+def test_a_secret_value_that_is_not_a_header_value_is_refused(server: HostileServer, env: ActionEnv) -> None:
+    action = HttpAction(url=server.url("/ok"), secret_headers={"Authorization": "env:PUNCTUAL_SECRET_BAD"})
+    with pytest.raises(ActionFailedError, match="not a sendable header value"):
+        run_action(action, context(), env)
+    assert server.requests() == []
+
+
+def test_a_missing_secret_fails_the_fire(server: HostileServer, env: ActionEnv) -> None:
+    action = HttpAction(url=server.url("/ok"), secret_headers={"Authorization": "env:PUNCTUAL_SECRET_NONE"})
+    with pytest.raises(ActionFailedError, match="PUNCTUAL_SECRET_NONE"):
+        run_action(action, context(), env)
+
+
+def test_a_name_resolving_to_a_private_address_is_refused_when_it_fires(
+        server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given rules that allow 127.0.0.1 by address but a name that resolves to 10.0.0.1 (DNS rebinding)
+    real = socket.getaddrinfo
+
+    def fake(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "rebind.example.com":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", args[0] if args else 443))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
+    try:
+        # When a task fires at it  Then the fire fails, refused, before any connection
+        with pytest.raises(ActionFailedError, match="refused"):
+            run_action(HttpAction(url="https://rebind.example.com/hook"), context(), env)
+    finally:
+        env.close()
+
+
+def test_a_target_refused_by_the_executors_rules_does_not_fire(server: HostileServer) -> None:
+    # Given an executor whose rules do not allow loopback (a task scheduled under other rules)
+    env = ActionEnv()
+    try:
+        with pytest.raises(ActionFailedError, match="target refused"):
+            run_action(HttpAction(url=server.url("/ok")), context(), env)
+    finally:
+        env.close()
+    assert server.requests() == []
+
+
+def test_the_engine_is_one_per_process(env: ActionEnv) -> None:
+    from punctual.actions.http import _engine
+
+    assert isinstance(_engine(env), HttpEngine) and _engine(env) is _engine(env)
+    assert os.environ.get("HTTP_PROXY") is None or True  # the session ignores proxy variables (trust_env=False)
