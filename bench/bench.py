@@ -12,7 +12,12 @@ Phases (each prints its figures; drift = action start - due, ms):
 4. steady+writes the same while a client schedules the tasks during the run, each due 30 s after it is
                  written (the client's writes share the cores too);
 5. system/burst  ``--burst`` tasks scheduled ahead, all due at one instant;
-6. fast path     ``--fast-rate`` tasks/s for ``--fast-seconds`` s, each written 2 s before it is due (less than
+6. webhooks      ``floor/webhook``: the floor's heap thread firing webhooks with the executor's HTTP engine at a
+                 loopback receiver in its own process, ``--webhook-rate`` a second; ``webhook/spread``: the same
+                 rate through the stack, drift at the receiver; ``webhook/burst``: ``--webhook-burst`` webhooks
+                 due at one instant, the action starts the executors recorded judged against the log burst
+                 (system/burst), and the arrivals shown beside them;
+7. fast path     ``--fast-rate`` tasks/s for ``--fast-seconds`` s, each written 2 s before it is due (less than
                  one poll interval): the table stream's fast path dispatches them.
 
 Every target is judged twice (:func:`punctual_tools.drift.judge`): as a ratio to the floor measured in this
@@ -42,13 +47,15 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from punctual.actions import ActionEnv, FireContext, FireLog, LogAction, run_action
+from punctual.actions import ActionEnv, FireContext, FireLog, HttpAction, LogAction, TargetRules, start_action
 from punctual.aws import make_dynamodb_client
 from punctual.client import Client
 from punctual.clock import SystemClock
 from punctual.dispatcher import Dispatcher
 from punctual.dynamodb.schema import DUE_INDEX
 from punctual.keys import from_ms, next_tick
+from punctual.model import Action
+from punctual.netpolicy import TargetPolicy
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
@@ -60,6 +67,7 @@ from punctual_tools.drift import (
     save_pictures,
     series_of,
 )
+from punctual_tools.local.receiver import read_received, start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
 
@@ -75,6 +83,10 @@ TARGETS: dict[str, tuple[str, float, float]] = {
     "steady+writes": ("floor/writes", 10.0, 10.0),
     "system/burst": ("floor/burst", 1.5, 90.0),
     "fast path 2s": ("floor/steady", 200.0, 10.0),
+    # Webhooks (issue #11): spread ones at the receiver against the same engine firing from the floor's heap
+    # thread; a burst's action starts against the log-action burst of this run (1.5x, as the issue asks).
+    "webhook/spread": ("floor/webhook", 10.0, 2.0),
+    "webhook/burst": ("system/burst", 1.5, 135.0),
 }
 
 
@@ -83,17 +95,19 @@ def log(message: str) -> None:
 
 
 # -- the floor -------------------------------------------------------------------------------------------
-def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 32) -> list[float]:
-    """One dispatcher thread, the same action, no database: the precision floor of this machine."""
+def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 32, action: Action = ACTION,
+              env: ActionEnv | None = None) -> list[float]:
+    """One dispatcher thread, the same action, no database: the precision floor of this machine. A webhook is
+    started as the executor starts it (handed to the event loop, not awaited by the worker)."""
     FireLog.configure(str(fire_log))
     clock = SystemClock()
     drifts: list[float] = []
     lock = threading.Lock()
-    env = ActionEnv()
+    env = env or ActionEnv()
 
     def fire(item: tuple[str, float]) -> None:
         started = clock.wall_ms()
-        run_action(ACTION, FireContext(item[0], 0, int(item[1]), started, None), env)
+        start_action(action, FireContext(item[0], 0, int(item[1]), started, None), env)
         with lock:
             drifts.append(started - item[1])
 
@@ -245,6 +259,80 @@ def system_burst(stack: LocalStack, count: int) -> dict[str, Any]:
     return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
 
 
+# -- webhooks ---------------------------------------------------------------------------------------------
+def arrivals(received: Path, prefix: str) -> list[dict[str, Any]]:
+    """What the receiver got for ``prefix``, as fire-log-like entries: ``fired_ms`` is the arrival."""
+    return [{"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
+            for r in read_received(received) if str(r.get("task_id") or "").startswith(prefix)]
+
+
+def wait_for_arrivals(received: Path, prefix: str, count: int, until_ms: float) -> list[dict[str, Any]]:
+    while time.time() * 1000 < until_ms and len({a["task_id"] for a in arrivals(received, prefix)}) < count:
+        time.sleep(0.5)
+    time.sleep(1.0)  # a late duplicate shows too
+    return arrivals(received, prefix)
+
+
+def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list[float]:
+    """floor/webhook: the floor's heap thread firing the same webhook with the same engine (no database, no
+    stack) at ``rate``; drift = arrival at the receiver - due."""
+    prefix = "floor-webhook-"
+    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
+    env.warm()  # as an executor does at its cold start
+    start = time.time() * 1000 + 1000
+    count = int(rate * seconds)
+    try:
+        run_floor([start + i * 1000 / rate for i in range(count)], received.with_suffix(".floor-log"), prefix,
+                  action=HttpAction(url=url), env=env)
+        fires = wait_for_arrivals(received, prefix, count, time.time() * 1000 + 10_000)
+    finally:
+        env.close()
+    return drift_of(fires)[0]
+
+
+def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
+    """``rate`` webhooks/s for ``seconds`` through the stack, scheduled ahead; drift at the receiver."""
+    client = Client(stack.settings)
+    prefix = f"hook-{uuid.uuid4().hex[:6]}-"
+    total = int(rate * seconds)
+    first_due = next_tick(int(time.time() * 1000) + 5 * total + 5_000, stack.settings.poll_interval_ms) + 15_000
+    action = HttpAction(url=url)
+    log(f"webhook/spread: scheduling {total} webhooks at {rate:g}/s, the first "
+        f"{(first_due - time.time() * 1000) / 1000:.0f} s ahead")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: client.schedule(from_ms(int(first_due + i * 1000 / rate)), action, None,
+                                                task_id=f"{prefix}{i:06d}"), range(total)))
+    fires = wait_for_arrivals(received, prefix, total, first_due + seconds * 1000 + 20_000)
+    drifts, fired, dup = drift_of(fires)
+    return {"scheduled": total, "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
+
+
+def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> dict[str, Any]:
+    """``count`` webhooks due at one instant: the action starts the executors recorded (``drift``, judged
+    against the log-action burst of this run) and the arrivals at the receiver (``arrival``)."""
+    client = Client(stack.settings)
+    prefix = f"hookburst-{uuid.uuid4().hex[:6]}-"
+    task_ids = [f"{prefix}{i:06d}" for i in range(count)]
+    due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, stack.settings.poll_interval_ms) + 15_000
+    action = HttpAction(url=url)
+    log(f"webhook/burst: scheduling {count} webhooks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
+        "ahead")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda task_id: client.schedule(from_ms(due), action, None, task_id=task_id), task_ids))
+    fires = wait_for_arrivals(received, prefix, count, due + 30_000)
+    arrival, fired, dup = drift_of(fires)
+    deadline = time.time() + 60
+    while True:  # the executors' records (each task's action start): written after the burst, in quiet gaps
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            tasks = [t for t in pool.map(client.get, task_ids) if t is not None]
+        if all(t.drift_ms is not None for t in tasks) or time.time() > deadline:
+            break
+        time.sleep(1.0)
+    starts = [t.drift_ms for t in tasks if t.drift_ms is not None]
+    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": starts, "arrival": arrival,
+            "recorded": len(starts), "fires": fires}
+
+
 # -- between phases --------------------------------------------------------------------------------------
 def active_tasks(stack: LocalStack) -> int:
     """Tasks still in the (sparse) due index: PENDING or ARMED, i.e. not yet recorded."""
@@ -316,6 +404,10 @@ def main() -> int:
     parser.add_argument("--no-pictures", dest="pictures", action="store_false", help="draw no drift pictures")
     parser.add_argument("--no-fast-path", dest="fast_path", action="store_false",
                         help="run the stack without its stream fast path, and skip the fast-path phase")
+    parser.add_argument("--webhook-rate", type=float, default=20, help="spread webhooks a second")
+    parser.add_argument("--webhook-seconds", type=float, default=50)
+    parser.add_argument("--webhook-burst", type=int, default=2000, help="webhooks due at one instant")
+    parser.add_argument("--no-webhooks", dest="webhooks", action="store_false", help="skip the webhook phases")
     parser.add_argument("--no-writes", dest="with_writes", action="store_false",
                         help="skip the phase in which a client schedules tasks during the steady run")
     args = parser.parse_args()
@@ -329,9 +421,21 @@ def main() -> int:
     time.sleep(args.settle)
     log(f"floor/burst: {args.burst} at one instant")
     f_burst = floor_burst(args.burst, work / "floor.jsonl")
+    received = work / "received.jsonl"
+    f_webhook: list[float] = []
+    receiver = None
+    if args.webhooks:
+        receiver, port = start_receiver(received)
+        hook_url = f"http://127.0.0.1:{port}/hook"
+        time.sleep(args.settle)
+        log(f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its own "
+            "process), one heap thread, the executor's HTTP engine, no database")
+        f_webhook = floor_webhook(hook_url, args.webhook_rate, args.webhook_seconds, received)
 
+    # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
     config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
-                         fast_path=args.fast_path, settings_overrides={"ntp_server": None})
+                         fast_path=args.fast_path, settings_overrides={"ntp_server": None,
+                                                                       "allowed_targets": "127.0.0.1"})
     results: dict[str, dict[str, Any]] = {}
     waits: dict[str, dict[str, Any]] = {}
     with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
@@ -345,6 +449,10 @@ def main() -> int:
             plan.append(("steady+writes", lambda: system_steady(stack, args.steady_rate, args.steady_seconds,
                                                                 concurrent_writes=True)))
         plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
+        if args.webhooks:
+            plan.append(("webhook/spread", lambda: webhook_spread(stack, hook_url, args.webhook_rate,
+                                                                  args.webhook_seconds, received)))
+            plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
         if args.fast_path:
             plan.append(("fast path 2s", lambda: system_steady(stack, args.fast_rate, args.fast_seconds, lead_s=2.0,
                                                                concurrent_writes=True)))
@@ -354,9 +462,12 @@ def main() -> int:
             log(f"{name}: starting")
             results[name] = run()
         invoker_stats = dict(stack.invoker.stats) if stack.invoker else {}
+    if receiver is not None:
+        receiver.terminate()
     load_after = os.getloadavg()
 
     p99 = {"floor/steady": summarize(f_steady)["p99"], "floor/burst": summarize(f_burst)["p99"],
+           "floor/webhook": summarize(f_webhook)["p99"],
            **{name: summarize(r["drift"])["p99"] for name, r in results.items()}}
     judged = verdicts(p99)
 
@@ -367,6 +478,8 @@ def main() -> int:
     print(f"{'phase':<16}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
     print(row("floor/steady", f_steady))
     print(row("floor/burst", f_burst))
+    if f_webhook:
+        print(row("floor/webhook", f_webhook, "(arrival at the receiver)"))
     notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
                    f"{'30' if name == 'steady+writes' else '2'} s after its write)"
              for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}
@@ -375,8 +488,12 @@ def main() -> int:
             print(row(name, r["drift"], f"(floor's heap thread while a client writes {r['write_rate_per_s']:g}/s, "
                                         f"lag up to {r['max_write_lag_s']:g} s)"))
             continue
-        print(row(name, r["drift"], f"scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']} "
+        where = {"webhook/spread": "(arrival at the receiver) ",
+                 "webhook/burst": f"(action start, {r.get('recorded')} recorded) "}.get(name, "")
+        print(row(name, r["drift"], f"{where}scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']} "
                                     f"{notes.get(name, '')}".rstrip()))
+        if "arrival" in r:
+            print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
     print("\nidle waits before each phase: " + ", ".join(
         f"{name} {w['idle_wait_s']:.1f} s{'' if w['idle'] else ' (TIMED OUT, not idle)'} + {w['settle_s']:g} s"
         for name, w in waits.items()))
@@ -404,7 +521,10 @@ def main() -> int:
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
-            "phases": {name: {**summarize(r["drift"]), **{k: v for k, v in r.items() if k not in ("drift", "fires")},
+            "floor_webhook": summarize(f_webhook),
+            "phases": {name: {**summarize(r["drift"]),
+                              **{k: v for k, v in r.items() if k not in ("drift", "fires", "arrival")},
+                              **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
                               **waits[name]} for name, r in results.items()},
             "verdicts": [v.as_dict() for v in judged], "targets_met": all_met, "complete": complete,
             "invoker": invoker_stats, "pictures": pictures,

@@ -269,3 +269,83 @@ def test_any_text_is_either_one_stored_task_or_one_error_line(
     else:
         assert_refused(run)
         assert stored() == before
+
+
+# -- hostile targets (docs/targets.md: each row of its table names its test) --------------------------------
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:jobs"
+HOSTILE_TARGETS = [
+    pytest.param(["--http", "http://169.254.169.254/latest/meta-data/"], ["action.url", "metadata"],
+                 id="metadata-http"),
+    pytest.param(["--http", "https://169.254.169.254/latest/meta-data/"], ["action.url", "metadata"], id="metadata"),
+    pytest.param(["--http", "https://[::ffff:169.254.169.254]/"], ["action.url", "not a public"],
+                 id="metadata-v6-mapped"),
+    pytest.param(["--http", "https://2852039166/"], ["action.url", "not a public"], id="metadata-decimal"),
+    pytest.param(["--http", "https://0xa9fea9fe/"], ["action.url", "not a public"], id="metadata-hex"),
+    pytest.param(["--http", "https://[fd00:ec2::254]/"], ["action.url", "not a public"], id="metadata-ipv6"),
+    pytest.param(["--http", "https://127.0.0.1:22/"], ["action.url", "loopback"], id="loopback-ssh"),
+    pytest.param(["--http", "https://0x7f.1/"], ["action.url", "loopback"], id="loopback-hex-short"),
+    pytest.param(["--http", "https://2130706433/"], ["action.url", "loopback"], id="loopback-decimal"),
+    pytest.param(["--http", "https://[::1]/"], ["action.url", "loopback"], id="loopback-v6"),
+    pytest.param(["--http", "https://[::ffff:127.0.0.1]/"], ["action.url", "loopback"], id="loopback-v6-mapped"),
+    pytest.param(["--http", "https://localhost:8000/"], ["action.url", "localhost"], id="localhost"),
+    pytest.param(["--http", "https://10.0.0.5/"], ["action.url", "private"], id="private-10"),
+    pytest.param(["--http", "https://172.16.3.4/"], ["action.url", "private"], id="private-172"),
+    pytest.param(["--http", "https://192.168.1.1/"], ["action.url", "private"], id="private-192"),
+    pytest.param(["--http", "https://100.64.0.1/"], ["action.url", "not a public"], id="cgnat"),
+    pytest.param(["--http", "https://0.0.0.0/"], ["action.url", "not a public"], id="unspecified"),
+    pytest.param(["--http", "https://user:pass@example.com/"], ["action.url", "credentials"], id="credentials"),
+    pytest.param(["--http", "http://example.com/hook"], ["action.url", "https"], id="plain-http"),
+    pytest.param(["--http", "https://example.com/" + "a" * 2_100], ["action.url", "2048"], id="url-too-long"),
+    pytest.param(["--http", "https://example.com/", "--header", "Host:internal"], ["action.headers", "Host"],
+                 id="header-host"),
+    pytest.param(["--http", "https://example.com/", "--header", "Content-Length:0"], ["action.headers"],
+                 id="header-content-length"),
+    pytest.param(["--http", "https://example.com/", "--header", "X-Amz-Target:DynamoDB_20120810.DeleteTable"],
+                 ["action.headers", "reserved"], id="header-x-amz"),
+    pytest.param(["--http", "https://example.com/", "--header", "Idempotency-Key:forged"],
+                 ["action.headers", "reserved"], id="header-forged-key"),
+    pytest.param(["--http", "https://example.com/", "--header", "X-Name:Zoë"], ["action.headers", "ASCII"],
+                 id="header-not-ascii"),
+    pytest.param(["--http", "https://example.com/", "--header", "X-Big:" + "v" * 5_000], ["action.headers"],
+                 id="header-too-long"),
+    pytest.param(["--http", "https://example.com/", "--secret-header", "Authorization=env:AWS_SECRET_ACCESS_KEY"],
+                 ["action.secret_headers", "PUNCTUAL_SECRET_"], id="secret-ref-outside-prefix"),
+    pytest.param(["--http", "https://example.com/", "--sign-secret", "whsec_" + "A" * 40],
+                 ["action.signing_secret", "reference"], id="signing-secret-inline"),
+    pytest.param(["--sqs", QUEUE_ARN], ["action.queue_arn", "not an allowed target"], id="arn-not-allowlisted"),
+    pytest.param(["--lambda", "arn:aws:lambda:us-east-1:123456789012:function:*"], ["action.function_arn"],
+                 id="arn-wildcard"),
+]
+
+
+@pytest.mark.parametrize(("args", "names"), HOSTILE_TARGETS)
+def test_a_hostile_target_is_refused_and_nothing_is_stored(cli: Any, stored: Any, args: list[str],
+                                                           names: list[str]) -> None:
+    # Given the table as it is  When punctual schedule names a hostile target
+    before = stored()
+    run = cli("--in", "30s", *args)
+    # Then it exits 2 with one line saying why, and nothing is stored
+    assert_refused(run, *names)
+    assert stored() == before
+
+
+def test_a_loopback_receiver_allowed_by_configuration_is_accepted(cli: Any, stored: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given PUNCTUAL_ALLOWED_TARGETS=127.0.0.1 for the client (as for the stack)
+    monkeypatch.setenv("PUNCTUAL_ALLOWED_TARGETS", "127.0.0.1")
+    before = stored()
+    # When a task names a plain-http loopback receiver  Then it is stored
+    run = cli("--in", "30s", "--http", "http://127.0.0.1:8080/hook")
+    assert run.code == 0, run
+    assert stored() == before + 1
+    # But another private address still is not
+    assert_refused(cli("--in", "30s", "--http", "http://10.0.0.1/hook"), "action.url")
+
+
+def test_an_allowlisted_queue_is_accepted(cli: Any, stored: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PUNCTUAL_ALLOWED_TARGET_ARNS", QUEUE_ARN)
+    before = stored()
+    run = cli("--in", "30s", "--sqs", QUEUE_ARN, "--payload", '{"job": 1}')
+    assert run.code == 0, run
+    assert json.loads(run.stdout)["action"] == {"kind": "sqs", "queue_arn": QUEUE_ARN, "message_group_id": None}
+    assert stored() == before + 1

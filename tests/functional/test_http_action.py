@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -222,3 +223,26 @@ def test_the_engine_is_one_per_process(env: ActionEnv) -> None:
 
     assert isinstance(_engine(env), HttpEngine) and _engine(env) is _engine(env)
     assert os.environ.get("HTTP_PROXY") is None or True  # the session ignores proxy variables (trust_env=False)
+
+
+def _readme_receiver() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("<!-- receiver-verification -->", 1)[1]
+    return block.split("```python", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_receiver_code_verifies_a_fire_and_refuses_a_tampered_one(
+        server: HostileServer, env: ActionEnv) -> None:
+    # Given the receiver code the README shows, knowing only the old secret of a rotation
+    namespace: dict[str, Any] = {}
+    exec(_readme_receiver().replace('["whsec_..."]', repr([OLD_SECRET])), namespace)  # noqa: S102
+    # When a webhook signed with both secrets arrives
+    run_action(HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK"),
+               context("t-readme", payload={"a": 1}), env)
+    (seen,) = server.requests()
+    # Then it verifies, and a tampered body or headers do not
+    assert namespace["verify"](seen.body, seen.headers) == {"a": 1}
+    with pytest.raises(WebhookVerificationError):
+        namespace["verify"](b'{"a":2}', seen.headers)
+    with pytest.raises(WebhookVerificationError):
+        namespace["verify"](seen.body, {**seen.headers, "webhook-id": "other:0"})

@@ -76,7 +76,8 @@ class Executor:
         self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters)
         self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
                                     seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
-        _ = self._actions.fire_loop  # started here too: the loop's thread keeps the default CPU priority
+        # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
+        self._actions.warm()
         self._fenced: list[_Armed] = []
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together

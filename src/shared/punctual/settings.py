@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 ENV_PREFIX = "PUNCTUAL_"
 
 
-_TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:\d{12}:[A-Za-z0-9_.:/+=,@-]+")
+_TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:\d{12}:[A-Za-z0-9_.:/+=,@$-]+")
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 

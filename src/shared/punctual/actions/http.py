@@ -217,6 +217,10 @@ class HttpEngine:
                                                   skip_auto_headers=("Accept-Encoding",))
         return self._session
 
+    async def open(self) -> None:
+        """Make the session now (on the loop): the import and the pool are a cold start's, not a fire's."""
+        self._ensure_session()
+
     async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
                    timeout_s: float) -> tuple[int, bytes]:
         """POST once; the status and the first :data:`BODY_CAP` bytes of the answer. Raises
@@ -323,5 +327,9 @@ def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
     return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
 
 
-HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http))
+def warm_http(env: ActionEnv) -> None:
+    env.fire_loop.submit(_engine(env).open()).result(timeout=30)
+
+
+HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http, warm=warm_http))
 

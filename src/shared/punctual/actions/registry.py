@@ -135,11 +135,15 @@ class ActionEnv:
 
     @classmethod
     def from_settings(cls, settings: Settings, clients: dict[str, Any] | None = None) -> ActionEnv:
+        from botocore.config import Config
+
         from ..aws import aws_client
 
+        # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
+        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)
         rules = TargetRules.from_settings(settings)
         env = cls(rules=rules, clients=clients,
-                  client_factory=lambda service: aws_client(service, None, settings.region),
+                  client_factory=lambda service: aws_client(service, None, settings.region, config),
                   http_connections=settings.http_connections,
                   http_connections_per_host=settings.http_connections_per_host)
         env.secrets = SecretResolver(rules=rules.secrets, secrets_dir=settings.secrets_dir,
@@ -170,6 +174,13 @@ class ActionEnv:
             if self._loop is None:
                 self._loop = FireLoop()
             return self._loop
+
+    def warm(self) -> None:
+        """Start the event loop and let each kind prepare (at a cold start, not at the first fire)."""
+        _ = self.fire_loop
+        for kind in action_kinds():
+            if kind.warm is not None:
+                kind.warm(self)
 
     def close(self) -> None:
         """Close what the kinds hold (a resource's ``async close()`` runs on the loop), then stop the loop."""
@@ -203,6 +214,7 @@ class ActionKind(Generic[A]):
     max_timeout_s: float
     clients: tuple[str, ...] = ()
     check: Check[A] | None = None
+    warm: Callable[[ActionEnv], None] | None = None  # at the executor's cold start: imports, pools
 
     @property
     def name(self) -> str:
