@@ -29,9 +29,6 @@ from ..netpolicy import Target, TargetPolicy
 MAX_HEAD = 64 * 1024  # status line and headers of an answer
 DNS_TTL_S = 10.0  # how long a checked resolution is reused
 IDLE_S = 30.0  # a kept-alive connection unused this long is closed rather than reused
-# Connections being opened at once: a burst's first requests go out as soon as their connections are up,
-# instead of after every connection of the burst has been started.
-CONNECTING = 32
 
 
 class WireError(Exception):
@@ -259,7 +256,6 @@ class WirePool:
         self._all: asyncio.Semaphore | None = None
         self._connections = connections
         self._tls: ssl.SSLContext | None = None
-        self._connecting: asyncio.Semaphore | None = None
 
     async def post(self, target: Target, request: bytes, timeout_s: float) -> tuple[int, int]:
         """Send ``request`` (the whole request's bytes) to ``target`` and wait for its answer: its status and the
@@ -312,18 +308,12 @@ class WirePool:
         return addresses
 
     async def _connect(self, target: Target) -> _Connection:
+        loop = asyncio.get_running_loop()
         tls = None
         if target.scheme == "https":
             if self._tls is None:
                 self._tls = ssl.create_default_context()
             tls = self._tls
-        if self._connecting is None:
-            self._connecting = asyncio.Semaphore(CONNECTING)
-        async with self._connecting:
-            return await self._open(target, tls)
-
-    async def _open(self, target: Target, tls: ssl.SSLContext | None) -> _Connection:
-        loop = asyncio.get_running_loop()
         error: OSError | None = None
         for address in await self._addresses(target):
             try:

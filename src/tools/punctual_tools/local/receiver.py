@@ -1,43 +1,75 @@
-"""A lean loopback webhook receiver for benchmarks: Node's http server (``receiver.js``), in a process of its own.
+"""A lean loopback webhook receiver for benchmarks: asyncio, HTTP/1.1 keep-alive, one process of its own.
 
-It answers every POST 200 and appends one JSON line per request to a file: the ``Idempotency-Key``, the task id
-and due instant Punctual sends (``X-Punctual-Task-Id``, ``X-Punctual-Due-Ms``) and ``received_ms``, the
-wall-clock instant its headers were parsed. Node's parser is C: a burst of thousands of connections costs it
-little, so what a benchmark measures is the sender (a receiver in Python, asyncio included, took ~0.2 ms a
-request and was the bottleneck of a 2,000-webhook burst on two cores).
-:class:`~punctual_tools.local.target.TargetServer` (a thread per connection) is the receiver for tests.
+It answers every POST 200 and appends one JSON line per request to a file: the ``Idempotency-Key``, the
+task id and due instant Punctual sends (``X-Punctual-Task-Id``, ``X-Punctual-Due-Ms``) and ``received_ms``, the
+wall-clock instant its headers were read. :class:`~punctual_tools.local.target.TargetServer` (a thread per
+connection) is the receiver for tests; this one keeps a burst of thousands of connections cheap, so that what
+a benchmark measures is the sender.
 
-    process, port = start_receiver(Path("received.jsonl"))
+    receiver = start_receiver(Path("received.jsonl"))   # a process; returns (process, port)
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import shutil
-import subprocess
+import multiprocessing
+import os
+import time
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).with_name("receiver.js")
+_OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
 
 
-def start_receiver(path: Path) -> tuple[subprocess.Popen[str], int]:
-    """Start the receiver (``node``, needed anyway for DynamoDB Local); returns the process and its port on
-    127.0.0.1. Stop it with ``terminate()``: it flushes its last lines first."""
-    node = shutil.which("node")
-    if node is None:
-        raise RuntimeError("node not found on PATH: the benchmark's webhook receiver runs on Node")
-    process = subprocess.Popen([node, str(SCRIPT), str(path)], stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.strip().isdigit():
-        process.kill()
-        raise RuntimeError(f"the webhook receiver did not start (it said {line!r})")
-    return process, int(line)
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fd: int) -> None:
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            headers: dict[str, str] = {}
+            while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = header.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            received_ms = time.time_ns() / 1_000_000
+            await reader.readexactly(int(headers.get("content-length", "0")))
+            due = headers.get("x-punctual-due-ms", "")
+            entry = {"key": headers.get("idempotency-key"), "task_id": headers.get("x-punctual-task-id"),
+                     "due_ms": int(due) if due.isdigit() else None, "received_ms": round(received_ms, 3)}
+            os.write(fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+            writer.write(_OK)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+def serve(path: str, ports: Any) -> None:
+    """Run the receiver (in its own process): appends to ``path``, puts its port on ``ports``."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: _serve(r, w, fd), "127.0.0.1", 0, backlog=4096)
+        ports.put(server.sockets[0].getsockname()[1])
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def start_receiver(path: Path) -> tuple[multiprocessing.process.BaseProcess, int]:
+    """Start :func:`serve` in a spawned process; returns it and the port it listens on (127.0.0.1)."""
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    process = context.Process(target=serve, args=(str(path), ports), name="receiver", daemon=True)
+    process.start()
+    return process, int(ports.get(timeout=30))
 
 
 def read_received(path: Path) -> list[dict[str, Any]]:
-    """The requests received so far (lines are flushed every 100 ms)."""
+    """The requests received so far."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
