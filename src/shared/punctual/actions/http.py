@@ -2,13 +2,14 @@
 
 Safety (the rules are :mod:`punctual.netpolicy`'s): https unless configured otherwise; the host's every
 address must be public unless allowlisted (``PUNCTUAL_ALLOWED_TARGETS``), checked when the task is scheduled
-and again when it fires, on the addresses the host resolves to then; the connection goes to a checked address
-(the resolver checks, the connector connects to what it returned: no second lookup). No redirect is followed,
-one deadline covers connect, send and read, at most :data:`BODY_CAP` bytes of the answer are read. Headers
+and again when it fires, on the addresses the host resolves to then (resolved once, checked, and connected to
+one of exactly the checked addresses: no second lookup). No redirect is followed, one deadline covers
+connect, send and read, at most :data:`BODY_CAP` bytes of the answer are read. Headers
 that would change how the request is framed or routed, or forge Punctual's own, are refused.
 
-Firing: runs on the process's event loop (:class:`~punctual.actions.registry.FireLoop`) through one aiohttp
-session with a keep-alive pool per host, so a slow target holds no thread and does not delay another fire.
+Firing: runs on the process's event loop (:class:`~punctual.actions.registry.FireLoop`) through a small HTTP/1.1
+client (:mod:`punctual.actions.wire`) with a keep-alive pool per host, so a slow target holds no thread and does
+not delay another fire, and a burst of webhooks costs little interpreter time.
 A transient failure (connection error, timeout, 429, 5xx) is tried again, with the same idempotency key,
 while the occurrence is still within its grace (``retry_transient=False`` turns this off).
 """
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl, Field, field_validator
 
@@ -37,6 +38,7 @@ from .registry import (
     TransientActionError,
     register,
 )
+from .wire import WireError, WirePool
 
 BODY_CAP = 64 * 1024  # bytes of an answer read; the rest is not read (and the connection not reused)
 MAX_HEADERS = 32
@@ -168,91 +170,44 @@ def check_http(action: HttpAction, rules: TargetRules) -> None:
             raise InvalidTaskError(f"invalid action.signing_secret: {exc}", field="action.signing_secret") from None
 
 
-class _CheckingResolver:
-    """aiohttp's resolver interface: resolve once, refuse the host unless every address is allowed, and hand
-    the connector exactly the checked addresses (it connects to one of them)."""
-
-    def __init__(self, policy: TargetPolicy) -> None:
-        self._policy = policy
-
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM, family=family)
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        allowed = self._policy.check_addresses(self._policy.check_url(f"https://{_bracketed(host)}/"), addresses)
-        return [{"hostname": host, "host": address, "port": port, "family": _family(address), "proto": 0,
-                 "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV} for address in allowed]
-
-    async def close(self) -> None:
-        return None
-
-
-def _bracketed(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def _family(address: str) -> int:
-    return socket.AF_INET6 if ":" in address else socket.AF_INET
+def request_bytes(target: Target, url: str, headers: dict[str, str], body: bytes) -> bytes:
+    """The whole POST as sent: request line, ``Host``, ``Content-Length``, the headers (validated visible ASCII
+    when the task was scheduled, or when its secret was resolved), the body."""
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"POST {path} HTTP/1.1", f"Host: {target.origin.split('://', 1)[1]}", f"Content-Length: {len(body)}",
+             *(f"{name}: {value}" for name, value in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class HttpEngine:
-    """One aiohttp session per process (made on the event loop at first use): pooled keep-alive connections
-    per host, connected through :class:`_CheckingResolver`; no cookies, no proxies from the environment."""
+    """The process's webhook sender: one :class:`~punctual.actions.wire.WirePool` (kept-alive connections per
+    host, names resolved and checked once per :data:`~punctual.actions.wire.DNS_TTL_S`), used on the event loop."""
 
     def __init__(self, policy: TargetPolicy, connections: int, connections_per_host: int) -> None:
-        self._policy = policy
-        self._connections = connections
-        self._per_host = connections_per_host
-        self._session: Any = None
-
-    def _ensure_session(self) -> Any:
-        if self._session is None:
-            import aiohttp  # here, not at import: the poller and the client never fire a webhook
-
-            resolver = _CheckingResolver(self._policy)
-            connector = aiohttp.TCPConnector(limit=self._connections, limit_per_host=self._per_host,
-                                             resolver=resolver,  # type: ignore[arg-type]
-                                             ttl_dns_cache=10, keepalive_timeout=30)
-            self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                                                  trust_env=False, auto_decompress=False,
-                                                  skip_auto_headers=("Accept-Encoding",))
-        return self._session
+        self._pool = WirePool(policy, connections, connections_per_host, BODY_CAP)
 
     async def open(self) -> None:
-        """Make the session now (on the loop): the import and the pool are a cold start's, not a fire's."""
-        self._ensure_session()
+        """Nothing to prepare beyond the loop itself (kept for the kind's cold-start hook)."""
 
     async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
-                   timeout_s: float) -> tuple[int, bytes]:
-        """POST once; the status and the first :data:`BODY_CAP` bytes of the answer. Raises
+                   timeout_s: float) -> tuple[int, int]:
+        """POST once; the status and the body bytes read (at most :data:`BODY_CAP`). Raises
         :class:`TransientActionError` for connection errors and timeouts, :class:`ActionFailedError` for a
         refused address; messages name ``scheme://host[:port]`` only."""
-        import aiohttp
-
-        session = self._ensure_session()
         try:
-            async with session.post(url, data=body, headers=headers, allow_redirects=False,
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                head = bytearray()
-                while len(head) < BODY_CAP:
-                    chunk = await response.content.read(BODY_CAP - len(head))
-                    if not chunk:
-                        break
-                    head += chunk
-                return response.status, bytes(head)
+            return await self._pool.post(target, request_bytes(target, url, headers, body), timeout_s)
         except TargetRefusedError as exc:
             raise ActionFailedError(f"POST {target.origin} refused: {exc}") from None
         except TimeoutError:
             raise TransientActionError(f"POST {target.origin} timed out after {timeout_s:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            reason = exc.os_error.strerror or type(exc.os_error).__name__
-            raise TransientActionError(f"POST {target.origin} could not connect: {reason}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransientActionError(f"POST {target.origin} failed: {type(exc).__name__}") from None
+        except WireError as exc:
+            raise TransientActionError(f"POST {target.origin} failed: {exc}") from None
+        except OSError as exc:
+            raise TransientActionError(f"POST {target.origin} failed: {exc.strerror or type(exc).__name__}") from None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._pool.close()
 
 
 def _engine(env: ActionEnv) -> HttpEngine:
