@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from punctual.client import Client
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import from_ms
-from punctual.model import TaskStatus
+from punctual.model import Task, TaskStatus
 from punctual.settings import Settings
 from support import FakeClock
 
@@ -78,3 +79,17 @@ def test_list_orders_by_due_time_and_filters(client: Client, now_ms: int) -> Non
     with pytest.raises(InvalidTaskError) as info:
         client.list("NOT-A-STATUS")
     assert info.value.field == "status"
+
+
+def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(repo: Any, dynamodb: Any) -> None:
+    # Given a task built past the client's payload limit (as a caller of the store port could), whose item would
+    # be larger than DynamoDB's 400 KB less the room its life cycle needs
+    from punctual.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
+
+    big = Task(task_id="too-big", due_at=datetime.now(UTC) + timedelta(minutes=5), action=LogAction(),
+               payload="x" * (MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES))
+    # When it is created  Then it is an InvalidTaskError naming the payload (not a botocore error), nothing stored
+    with pytest.raises(InvalidTaskError, match="DynamoDB holds at most") as refused:
+        repo.create(big, int(datetime.now(UTC).timestamp() * 1000))
+    assert refused.value.field == "payload"
+    assert "Item" not in dynamodb.get_item(TableName=repo.table_name, Key={"task_id": {"S": "too-big"}})

@@ -80,27 +80,41 @@ MAX_ITEM_BYTES = 400 * 1024  # DynamoDB's limit on one item
 ITEM_HEADROOM_BYTES = 8 * 1024  # what the life cycle adds to an item (lease, owner, fire record, detail)
 
 
-def item_size(item: dict[str, Any]) -> int:
-    """An upper bound of a raw item's size as DynamoDB counts it (names and values in UTF-8 bytes; a number at
-    most its digits)."""
+def _number_size(text: str) -> int:
+    digits = text.lstrip("+-").lower().split("e")[0].replace(".", "").strip("0")
+    return (max(len(digits), 1) + 1) // 2 + 1
 
-    def size(value: dict[str, Any]) -> int:
-        (kind, raw), = value.items()
-        if kind == "S":
-            return len(raw.encode())
-        if kind == "N":
-            return len(raw)
-        if kind == "B":
-            return len(raw)
-        if kind == "M":
-            return 3 + sum(len(k.encode()) + 1 + size(v) for k, v in raw.items())
-        if kind == "L":
-            return 3 + sum(1 + size(v) for v in raw)
-        if kind in ("SS", "NS", "BS"):
-            return sum(len(v.encode()) if isinstance(v, str) else len(v) for v in raw)
-        return 1  # BOOL, NULL
 
-    return sum(len(name.encode()) + size(value) for name, value in item.items())
+def value_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value (low-level form, ``{"S": ...}``) by DynamoDB's sizing rules."""
+    (kind, v), = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "N":
+        return _number_size(v)
+    if kind == "B":
+        return len(v)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(s.encode()) for s in v)
+    if kind == "NS":
+        return sum(_number_size(n) for n in v)
+    if kind == "BS":
+        return sum(len(b) for b in v)
+    if kind == "L":
+        return 3 + sum(1 + value_size(e) for e in v)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + value_size(e) for k, e in v.items())
+    raise ValueError(f"unknown attribute type {kind!r}")
+
+
+def item_size(item: dict[str, Any] | None) -> int:
+    """Bytes of an item by DynamoDB's sizing rules: names plus values (0 for no item). The store refuses a task
+    whose item would not fit; the cost meter (``punctual_tools.cost``) prices write and read units with it."""
+    if not item:
+        return 0
+    return sum(len(name.encode()) + value_size(v) for name, v in item.items())
 
 
 def _ms_dt(value: Any) -> Any:

@@ -15,15 +15,15 @@ Four parts, each a module:
 (``make cost``). Tooling only: moto is imported by the scenario, never by the runtime.
 """
 
+from punctual.dynamodb.codec import item_size, value_size
+
 from .meter import (
     Call,
     CapacityMeter,
     IndexSpec,
     TableSpec,
     heartbeat_read_label,
-    item_size,
     status_label,
-    value_size,
 )
 from .pricing import (
     STEP_FUNCTIONS_TRANSITIONS,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from punctual.dynamodb.codec import item_size
 from punctual.dynamodb.schema import TABLE_RESOURCE, load_template
 from punctual.dynamodb.store import EXECUTOR_PREFIX
 
@@ -44,43 +45,7 @@ ACTIVE = frozenset({"PENDING", "CLAIMED", "ARMED"})  # CLAIMED: a legacy status,
 HEARTBEAT, HEARTBEAT_CHECK = "heartbeat", "heartbeat check"
 
 
-# == item sizes ============================================================================================
-def _number_size(text: str) -> int:
-    digits = text.lstrip("+-").lower().split("e")[0].replace(".", "").strip("0")
-    return (max(len(digits), 1) + 1) // 2 + 1
-
-
-def value_size(value: dict[str, Any]) -> int:
-    """Bytes of one attribute value (low-level form, ``{"S": ...}``) by DynamoDB's sizing rules."""
-    (kind, v), = value.items()
-    if kind == "S":
-        return len(v.encode())
-    if kind == "N":
-        return _number_size(v)
-    if kind == "B":
-        return len(v)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(s.encode()) for s in v)
-    if kind == "NS":
-        return sum(_number_size(n) for n in v)
-    if kind == "BS":
-        return sum(len(b) for b in v)
-    if kind == "L":
-        return 3 + sum(1 + value_size(e) for e in v)
-    if kind == "M":
-        return 3 + sum(1 + len(k.encode()) + value_size(e) for k, e in v.items())
-    raise ValueError(f"unknown attribute type {kind!r}")
-
-
-def item_size(item: dict[str, Any] | None) -> int:
-    """Bytes of an item: names plus values (0 for no item)."""
-    if not item:
-        return 0
-    return sum(len(name.encode()) + value_size(v) for name, v in item.items())
-
-
+# == item sizes: punctual.dynamodb.codec.item_size / value_size (the store refuses an item too large with it) ==
 def _units(size: int, unit: int) -> int:
     return max(1, math.ceil(size / unit))
 
