@@ -29,7 +29,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -117,10 +117,32 @@ def _arn_match(pattern: re.Pattern[str], arn: str) -> re.Match[str]:
     return match
 
 
-def _group_id_rule(value: str | None) -> str | None:
-    if value is not None and not _GROUP_ID_RE.fullmatch(value):
-        raise ValueError("message_group_id must be 1 to 128 letters, digits or punctuation (no spaces)")
-    return value
+class _FifoTarget(Action):
+    """A queue or topic that may be FIFO (its name ends in ``.fifo``): ``message_group_id`` is accepted only
+    then. Subclasses name their ARN field (:meth:`target_arn`) and what they are (``fifo_what``)."""
+
+    message_group_id: str | None = None
+    fifo_what: ClassVar[str] = "FIFO targets"
+
+    @field_validator("message_group_id")
+    @classmethod
+    def _group_id_shape(cls, value: str | None) -> str | None:
+        if value is not None and not _GROUP_ID_RE.fullmatch(value):
+            raise ValueError("message_group_id must be 1 to 128 letters, digits or punctuation (no spaces)")
+        return value
+
+    @model_validator(mode="after")
+    def _group_only_for_fifo(self) -> _FifoTarget:
+        if self.message_group_id is not None and not self.is_fifo:
+            raise ValueError(f"message_group_id is for {self.fifo_what} only (a name ending in .fifo)")
+        return self
+
+    def target_arn(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def is_fifo(self) -> bool:
+        return self.target_arn().endswith(".fifo")
 
 
 # -- failures ----------------------------------------------------------------------------------------------------
@@ -200,7 +222,7 @@ def run_lambda(action: LambdaAction, context: FireContext, env: ActionEnv) -> No
 
 
 # -- sqs ---------------------------------------------------------------------------------------------------------
-class SqsAction(Action):
+class SqsAction(_FifoTarget):
     """Send the message body to an SQS queue, with the message attribute ``idempotency_key``.
 
     ``queue_arn``: ``arn:aws:sqs:<region>:<account>:<name>``, on the allowlist and in the stack's region (the
@@ -211,7 +233,7 @@ class SqsAction(Action):
 
     kind: Literal["sqs"] = "sqs"
     queue_arn: str
-    message_group_id: str | None = None
+    fifo_what: ClassVar[str] = "FIFO queues"
 
     @field_validator("queue_arn")
     @classmethod
@@ -221,16 +243,8 @@ class SqsAction(Action):
                              "<name> (1 to 80 letters, digits, - or _, with .fifo for a FIFO queue)")
         return arn
 
-    @field_validator("message_group_id")
-    @classmethod
-    def _group_id_shape(cls, value: str | None) -> str | None:
-        return _group_id_rule(value)
-
-    @model_validator(mode="after")
-    def _group_only_for_fifo(self) -> SqsAction:
-        if self.message_group_id is not None and not self.is_fifo:
-            raise ValueError("message_group_id is for FIFO queues only (a name ending in .fifo)")
-        return self
+    def target_arn(self) -> str:
+        return self.queue_arn
 
     @property
     def queue_name(self) -> str:
@@ -240,9 +254,6 @@ class SqsAction(Action):
     def account(self) -> str:
         return _arn_match(_SQS_ARN_RE, self.queue_arn)["account"]
 
-    @property
-    def is_fifo(self) -> bool:
-        return self.queue_arn.endswith(".fifo")
 
 
 def check_sqs(action: SqsAction, rules: TargetRules) -> None:
@@ -276,7 +287,7 @@ def run_sqs(action: SqsAction, context: FireContext, env: ActionEnv) -> None:
 
 
 # -- sns ---------------------------------------------------------------------------------------------------------
-class SnsAction(Action):
+class SnsAction(_FifoTarget):
     """Publish the message body to an SNS topic, with the message attribute ``idempotency_key``.
 
     ``topic_arn``: ``arn:aws:sns:<region>:<account>:<name>``, on the allowlist and in the stack's region. A
@@ -286,7 +297,7 @@ class SnsAction(Action):
 
     kind: Literal["sns"] = "sns"
     topic_arn: str
-    message_group_id: str | None = None
+    fifo_what: ClassVar[str] = "FIFO topics"
 
     @field_validator("topic_arn")
     @classmethod
@@ -296,20 +307,8 @@ class SnsAction(Action):
                              "<name> (1 to 256 letters, digits, - or _, with .fifo for a FIFO topic)")
         return arn
 
-    @field_validator("message_group_id")
-    @classmethod
-    def _group_id_shape(cls, value: str | None) -> str | None:
-        return _group_id_rule(value)
-
-    @model_validator(mode="after")
-    def _group_only_for_fifo(self) -> SnsAction:
-        if self.message_group_id is not None and not self.is_fifo:
-            raise ValueError("message_group_id is for FIFO topics only (a name ending in .fifo)")
-        return self
-
-    @property
-    def is_fifo(self) -> bool:
-        return self.topic_arn.endswith(".fifo")
+    def target_arn(self) -> str:
+        return self.topic_arn
 
 
 def check_sns(action: SnsAction, rules: TargetRules) -> None:
