@@ -50,7 +50,13 @@ def exchange(answer: bytes, pieces: list[int] | None = None, cap: int = 1_000, t
         except TimeoutError:
             return None, transport.closed
 
-    return asyncio.run(run())
+    # A loop of its own, not asyncio.run: that leaves the main thread's current loop set to None, which code
+    # run later in the same session (asyncio.get_event_loop() in the main thread) trips over.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"

@@ -187,16 +187,16 @@ class Executor:
                 decision: FireDecision | None, error: str | None) -> None:
         """Hand the recorder the task's record (exactly one per task, whatever happens here)."""
         task = entry.task
-        try:
-            if decision is None:
-                raise RuntimeError(error)
-            record = decide_outcome(task, entry.due_ms, started, int(self._clock.wall_ms()), decision=decision,
-                                    error=error, offset_ms=offset.offset_ms)
-        except BaseException as exc:  # noqa: BLE001
-            detail = error if decision is None else f"executor error: {exc!r}"
-            record = FireRecord(task.task_id, TaskStatus.FAILED, started, int(self._clock.wall_ms()),
-                                started - entry.due_ms, None, (detail or "executor error")[:1000])
-        recording.put(record)
+        detail = error  # decision None: the executor failed before deciding; ``error`` says how
+        if decision is not None:
+            try:
+                recording.put(decide_outcome(task, entry.due_ms, started, int(self._clock.wall_ms()),
+                                             decision=decision, error=error, offset_ms=offset.offset_ms))
+                return
+            except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+                detail = f"executor error: {exc!r}"
+        recording.put(FireRecord(task.task_id, TaskStatus.FAILED, started, int(self._clock.wall_ms()),
+                                 started - entry.due_ms, None, (detail or "executor error")[:1000]))
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
         """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost

@@ -187,9 +187,6 @@ class HttpEngine:
     def __init__(self, policy: TargetPolicy, connections: int, connections_per_host: int) -> None:
         self._pool = WirePool(policy, connections, connections_per_host, BODY_CAP)
 
-    async def open(self) -> None:
-        """Nothing to prepare beyond the loop itself (kept for the kind's cold-start hook)."""
-
     async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
                    timeout_s: float) -> tuple[int, int]:
         """POST once; the status and the body bytes read (at most :data:`BODY_CAP`). Raises
@@ -282,9 +279,5 @@ def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
     return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
 
 
-def warm_http(env: ActionEnv) -> None:
-    env.fire_loop.submit(_engine(env).open()).result(timeout=30)
-
-
-HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http, warm=warm_http))
+HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http))
 

@@ -122,7 +122,8 @@ class ActionEnv:
 
     def __init__(self, *, rules: TargetRules | None = None, secrets: SecretResolver | None = None,
                  clients: dict[str, Any] | None = None, client_factory: Callable[[str], Any] | None = None,
-                 http_connections: int = 768, http_connections_per_host: int = 512) -> None:
+                 http_connections: int = 768, http_connections_per_host: int = 512,
+                 secrets_dir: str | None = None, secret_cache_s: float = 300.0) -> None:
         self.rules = rules or TargetRules()
         self.http_connections = http_connections
         self.http_connections_per_host = http_connections_per_host
@@ -131,7 +132,8 @@ class ActionEnv:
         self._resources: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._loop: FireLoop | None = None
-        self.secrets = secrets or SecretResolver(rules=self.rules.secrets, client_factory=self.client)
+        self.secrets = secrets or SecretResolver(rules=self.rules.secrets, secrets_dir=secrets_dir,
+                                                 client_factory=self.client, ttl_s=secret_cache_s)
 
     @classmethod
     def from_settings(cls, settings: Settings, clients: dict[str, Any] | None = None) -> ActionEnv:
@@ -142,13 +144,11 @@ class ActionEnv:
         # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)
         rules = TargetRules.from_settings(settings)
-        env = cls(rules=rules, clients=clients,
-                  client_factory=lambda service: aws_client(service, None, settings.region, config),
-                  http_connections=settings.http_connections,
-                  http_connections_per_host=settings.http_connections_per_host)
-        env.secrets = SecretResolver(rules=rules.secrets, secrets_dir=settings.secrets_dir,
-                                     client_factory=env.client, ttl_s=settings.secret_cache_s)
-        return env
+        return cls(rules=rules, clients=clients,
+                   client_factory=lambda service: aws_client(service, None, settings.region, config),
+                   http_connections=settings.http_connections,
+                   http_connections_per_host=settings.http_connections_per_host,
+                   secrets_dir=settings.secrets_dir, secret_cache_s=settings.secret_cache_s)
 
     def client(self, service: str) -> Any:
         """The boto3 client of ``service`` (made once, on first use, unless one was handed in)."""
@@ -176,11 +176,8 @@ class ActionEnv:
             return self._loop
 
     def warm(self) -> None:
-        """Start the event loop and let each kind prepare (at a cold start, not at the first fire)."""
+        """Start the event loop now (at a cold start), not at the first fire."""
         _ = self.fire_loop
-        for kind in action_kinds():
-            if kind.warm is not None:
-                kind.warm(self)
 
     def close(self) -> None:
         """Close what the kinds hold (a resource's ``async close()`` runs on the loop), then stop the loop."""
@@ -214,7 +211,6 @@ class ActionKind(Generic[A]):
     max_timeout_s: float
     clients: tuple[str, ...] = ()
     check: Check[A] | None = None
-    warm: Callable[[ActionEnv], None] | None = None  # at the executor's cold start: imports, pools
 
     @property
     def name(self) -> str:
