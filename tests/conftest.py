@@ -56,6 +56,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, marker))
 
 
+@pytest.fixture(autouse=True)
+def _close_executors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every executor a test builds when the test ends: its threads (dispatcher, workers, heartbeat,
+    recorder, event loop) would otherwise live on for the rest of the session, and a heartbeat left renewing
+    after its moto mock ended would call real AWS."""
+    from punctual.executor import Executor
+
+    built: list[Executor] = []
+    init = Executor.__init__
+
+    def tracked(self: Executor, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(Executor, "__init__", tracked)
+    yield
+    for executor in built:
+        executor.close()
+
+
 @pytest.fixture(scope="session")
 def ddb_local() -> Iterator[str]:
     """The endpoint URL of one in-memory DynamoDB Local shared by the whole session."""

@@ -67,6 +67,24 @@ def claim_batch(repo: DynamoTaskStore, settings: Settings, now_ms: int) -> Batch
     return invoker.events[0]
 
 
+def test_close_ends_every_thread_the_executor_started(
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock, target: Target
+) -> None:
+    # Given an executor that has run a batch with a webhook (its event loop and connection pool in use)
+    offset = OffsetProbe(None, 0.5)
+    before = set(threading.enumerate())
+    executor = Executor(repo, settings, clock, offset)
+    now = int(clock.wall_ms())
+    tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/ok")))
+    assert executor.run_batch(claim_batch(repo, settings, now)).succeeded == 1
+    started = {t for t in threading.enumerate() if t not in before and not t.name.startswith("ddb")}
+    assert {"heartbeat", "recorder", "fire-loop", "dispatch"} <= {t.name for t in started}
+    # When it is closed
+    executor.close()
+    # Then every thread it started has ended (the store's own pool belongs to the store)
+    assert [t.name for t in started if t.is_alive()] == []
+
+
 def test_a_batch_fires_every_task_and_records_it(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:

@@ -88,3 +88,52 @@ def test_a_first_lease_that_cannot_be_written_means_nothing_may_be_armed() -> No
 def test_an_interval_that_leaves_no_renewal_to_spare_is_refused() -> None:
     with pytest.raises(ValueError, match="no renewal to spare"):
         Heartbeat(Beats(), FakeClock(), lease_ms=10_000, interval_ms=5_000)  # type: ignore[arg-type]
+
+
+def test_a_second_stop_writes_nothing_and_close_ends_the_renewing_thread() -> None:
+    # Given a lease that was started and stopped (retired once)
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    assert beat.start("x-1")
+    beat.stop()
+    writes = len(store.writes)
+    # When it is stopped again and closed (a runtime shutting down after its last batch)
+    beat.stop()
+    beat.close()
+    # Then nothing more is written (no second retirement, which after a test's mock would reach real AWS)
+    assert len(store.writes) == writes
+    # And the renewing thread has ended: it does not wait out a renewal interval first
+    assert not beat._thread.is_alive()
+
+
+def test_closing_a_running_lease_retires_it_and_ends_the_thread() -> None:
+    # Given a running lease
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    assert beat.start("x-1")
+    # When the heartbeat is closed
+    beat.close()
+    # Then the lease is retired (alive until now), firing is fenced off, and the thread has ended
+    assert store.writes[-1] == ("x-1", int(clock.wall_ms()), int(clock.wall_ms()))
+    assert beat.fence == float("-inf")
+    assert not beat._thread.is_alive()
+
+
+def test_repeated_failures_log_one_traceback_until_a_renewal_succeeds(caplog: pytest.LogCaptureFixture) -> None:
+    # Given a running lease whose store becomes unreachable
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    assert beat.start("x-1")
+    store.fail = True
+    # When three renewals fail, one succeeds, and another fails
+    with caplog.at_level("ERROR", logger="punctual.executor"):
+        for _ in range(3):
+            assert beat.beat() is False
+        store.fail = False
+        assert beat.beat()
+        store.fail = True
+        assert beat.beat() is False
+    # Then a traceback is logged at the first failure of each run of failures, a line for the others
+    with_trace = [r for r in caplog.records if r.exc_info]
+    assert len(caplog.records) == 4 and len(with_trace) == 2
+    assert "failed again (ConnectionError)" in caplog.records[1].getMessage()

@@ -38,6 +38,7 @@ from .store import TaskStore
 log = logging.getLogger(__name__)
 
 MAX_ACTION_TIMEOUT_MS = longest_action_timeout_ms()  # the longest any action kind may run
+CLOSE_WAIT_S = 10.0  # close() waits this long for fires already handed to a worker
 
 
 @dataclass(slots=True)
@@ -90,6 +91,17 @@ class Executor:
             current = self._current
             if current is not None:
                 self._cancelled.extend(item[0] for item in current.cancel_pending())
+
+    def close(self) -> None:
+        """End this executor's threads and its actions' event loop and connections (a process that ends its
+        executor before it exits: tests, a runtime shutting down). What is still queued is taken back first."""
+        self.request_stop()
+        self._dispatcher.cancel_pending()
+        if self._dispatcher.wait_idle(CLOSE_WAIT_S):  # a fire still running ends first (else left to its thread)
+            self._dispatcher.close()
+        self._heartbeat.close()
+        self._recorder.close()
+        self._actions.close()
 
     def run_batch(self, event: BatchEvent) -> BatchReport:
         """Arm the batch, fire each armed task at its instant, record what each came to."""

@@ -63,7 +63,10 @@ class Heartbeat:
         self._cv = threading.Condition()
         self._lease = 0  # counts leases taken; the renewing thread renews only the current one
         self._active = False
-        threading.Thread(target=self._run, name="heartbeat", daemon=True).start()
+        self._closed = False
+        self._failing = False  # the last renewal failed: further failures log a line, not a traceback
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
 
     def start(self, executor_id: str) -> bool:
         """Take the first lease (synchronously) and have it renewed; False if the first write failed, and then
@@ -85,10 +88,17 @@ class Heartbeat:
         until = wall if retire else wall + self._lease_ms
         try:
             ok = self._store.heartbeat(self.executor_id, wall, until)
-        except Exception:  # noqa: BLE001 - the fence stays where it was: past it, this executor stops firing
-            log.exception("executor %s: heartbeat failed; firing stops %.1f s from now unless one succeeds",
-                          self.executor_id, max(self.fence - self._clock.monotonic(), 0.0))
+        except Exception as exc:  # noqa: BLE001 - the fence stays where it was: past it, this executor stops firing
+            left = max(self.fence - self._clock.monotonic(), 0.0)
+            if self._failing:  # the traceback was logged at the first failure of this run of failures
+                log.error("executor %s: heartbeat failed again (%s); firing stops %.1f s from now unless one "
+                          "succeeds", self.executor_id, type(exc).__name__, left)
+            else:
+                log.exception("executor %s: heartbeat failed; firing stops %.1f s from now unless one succeeds",
+                              self.executor_id, left)
+            self._failing = True
             return False
+        self._failing = False
         if not ok:
             self.taken_over = True
             self.fence = float("-inf")
@@ -102,19 +112,30 @@ class Heartbeat:
         """Stop renewing and retire the lease (alive until now): what this executor still holds ARMED after a
         batch (fired but not recorded) may be taken over at once."""
         with self._cv:
-            self._active = False
+            held, self._active = self._active, False
             self._cv.notify_all()
-            if self.executor_id is not None and not self.taken_over:
+            if held and not self.taken_over:
                 self.beat(retire=True)
             self.fence = float("-inf")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop (retiring a lease still held) and end the renewing thread: for a process that ends its
+        executor before it exits (tests, a runtime shutting down)."""
+        self.stop()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout_s)
 
     def _run(self) -> None:
         with self._cv:
             while True:
-                while not self._active:
+                while not self._active and not self._closed:
                     self._cv.wait()
+                if self._closed:
+                    return
                 lease = self._lease
-                self._cv.wait(self._interval_s)  # woken early by stop(), or by the next start()
+                self._cv.wait(self._interval_s)  # woken early by stop(), close(), or by the next start()
                 if not self._active or lease != self._lease:
                     continue
                 self._cv.release()  # wait for a gap between fires without holding up start() or stop()

@@ -36,6 +36,10 @@ BACKGROUND_S = 1.0  # with no fire of this process this close, recording is back
 RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
 
 
+def _STOP() -> None:  # the job that ends the recorder thread (:meth:`Recorder.close`)
+    """Never run: ``_run_jobs`` returns when it takes this job."""
+
+
 def task_log_keys(task_id: str, **keys: object) -> dict[str, object]:
     """``extra`` of a per-task log line: under Powertools (the Lambda handlers) the line's correlation id is
     the task id, and it carries ``task_id`` too."""
@@ -85,7 +89,8 @@ class Recorder:
         self._dead_letters = dead_letters
         self.last_fire = clock.monotonic()
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._run_jobs, name="recorder", daemon=True).start()
+        self._thread = threading.Thread(target=self._run_jobs, name="recorder", daemon=True)
+        self._thread.start()
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-bg",
                                               initializer=lower_current_thread)
 
@@ -99,9 +104,17 @@ class Recorder:
         self._jobs.put(lambda: self._record(recording))
         return recording
 
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the recorder's threads once the jobs already queued are done (a batch still recording finishes)."""
+        self._jobs.put(_STOP)
+        self._thread.join(timeout_s)
+        self._background.shutdown(wait=False, cancel_futures=True)
+
     def _run_jobs(self) -> None:
         while True:
             job = self._jobs.get()
+            if job is _STOP:
+                return
             try:
                 job()
             except Exception:  # noqa: BLE001 - a failed job must not end the thread

@@ -108,8 +108,11 @@ class FireLoop:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the loop, end its thread and free the loop's file descriptors."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 class ActionEnv:

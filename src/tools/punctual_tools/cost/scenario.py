@@ -10,15 +10,16 @@ per task and per poll tick. Meanwhile a child process measures the bytes the rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import punctual.metrics as metric_names
 from punctual.dynamodb.schema import find_template, load_template
@@ -109,7 +110,7 @@ class _Gate:
     def __init__(self, settle_ms: int) -> None:
         self.world_ms = 0
         self.settle_ms = settle_ms
-        self.held: dict[int, set[str]] = {}
+        self.held: dict[int, tuple[int, set[str]]] = {}  # by thread: (release instant, task ids)
         self._cond = threading.Condition()
 
     def hold(self, op: str, befores: list[dict[str, Any] | None]) -> None:
@@ -120,7 +121,7 @@ class _Gate:
         ids = {b["task_id"]["S"] for b in armed}
         me = threading.get_ident()
         with self._cond:
-            self.held[me] = ids
+            self.held[me] = (release_at, ids)
             self._cond.wait_for(lambda: self.world_ms >= release_at)
             del self.held[me]
 
@@ -130,8 +131,57 @@ class _Gate:
             self._cond.notify_all()
 
     def held_ids(self) -> set[str]:
+        """Tasks whose outcome write is held still (a released write is not: it may not have ended yet)."""
         with self._cond:
-            return {t for ids in self.held.values() for t in ids}
+            return {t for release_at, ids in self.held.values() if release_at > self.world_ms for t in ids}
+
+
+class _DeferredRecords:
+    """An executor's store whose outcome writes are each made in a thread of their own and not waited for.
+
+    The gate holds an outcome write until simulated time reaches its task's due instant. Waited for, a held
+    write would hold what the recorder writes after it: a batch fires as one burst, its webhooks end in any
+    order, so a chunk of outcomes mixes due instants, and a held write of a late task (or a pool thread it
+    takes) would keep an earlier task's outcome from ever being written. Not waited for, each outcome is
+    written as soon as its own instant is reached (the scenario's writes all succeed: each executor owns what
+    it records). The executor retires its lease (a heartbeat "alive until now") only once they are all written,
+    as it does when it waits for them: a poll never finds a live executor's tasks ARMED by a retired one.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.writers: list[threading.Thread] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def record_many(self, executor_id: str, records: list[Any]) -> list[bool]:
+        for record in records:
+            writer = threading.Thread(target=self._store.record_many, args=(executor_id, [record]), daemon=True)
+            writer.start()
+            self.writers.append(writer)
+        return [True] * len(records)
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+        if alive_until_ms <= now_ms:  # retiring: after this batch's outcomes are written
+            self.join()
+        return bool(self._store.heartbeat(executor_id, now_ms, alive_until_ms))
+
+    def join(self) -> None:
+        for writer in self.writers:
+            writer.join()
+
+
+@contextlib.contextmanager
+def _ending(gate: _Gate, executors: list[tuple[Any, ShiftedClock, list[bool]]]) -> Iterator[None]:
+    """However the run ends (inside its moto mock): no write is left held, and every executor is closed (a
+    thread waiting on the gate, or a heartbeat renewing, would outlive the run)."""
+    try:
+        yield
+    finally:
+        gate.advance(2**62)
+        for executor, _, _ in executors:
+            executor.close()
 
 
 def _recorded_or_held(task_ids: list[str], due_times: list[int], until_ms: int,
@@ -182,6 +232,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     from punctual.recorder import SETTLE_S
     from punctual.runtime import build_store
     from punctual.settings import Settings
+    from punctual.store import TaskStore
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
@@ -207,7 +258,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     batches: list[BatchRun] = []
     poll_wall: list[float] = []
     try:
-        with serving(StubTarget(status=200)) as target, mock_aws():
+        with serving(StubTarget(status=200)) as target, mock_aws(), _ending(gate, executors):
             client = boto3.client("dynamodb", region_name=settings.region)
             raw = boto3.client("dynamodb", region_name=settings.region)
             ensure_table(raw, table)
@@ -235,10 +286,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                             entry[2][0] = True
                             return entry
                     replay = ShiftedClock()
+                    store = _DeferredRecords(build_store(settings, client))
                     # a measured NTP offset, so that drift is also recorded corrected, as in AWS
-                    entry = (Executor(build_store(settings, client), settings, replay,
-                                      FixedOffset(0.4)),
-                             replay, [True])
+                    entry = (Executor(cast(TaskStore, store), settings, replay, FixedOffset(0.4)), replay, [True])
                     executors.append(entry)
                     return entry
 
@@ -280,11 +330,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                                                       misfire_grace=300_000)
                             task_ids.append(task.task_id)
                 gate.advance(2**62)
-                for thread in threads:
+                for thread in threads:  # each batch ends once its outcomes are written (its retiring heartbeat)
                     thread.join(timeout=30)
                 final = [meter.item({"task_id": {"S": t}}) for t in task_ids]
-            for executor, _, _ in executors:
-                executor.request_stop()
     finally:
         logs = LOG_BYTES_UNMEASURED if log_measurement is None else _finish_log_measurement(log_measurement)
     outcomes: dict[str, int] = defaultdict(int)
