@@ -32,6 +32,7 @@ from punctual.dynamodb.schema import ensure_table  # noqa: E402
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parent
+EXIT_WATCHDOG_S = 120
 TIER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contract"}
 
 
@@ -54,6 +55,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = TIER_MARKERS.get(tier)
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session is over: if a thread left running keeps the interpreter from exiting (Python joins the
+    threads of every thread pool at exit), print every thread's stack and exit with status 1 after 120 s,
+    instead of hanging until CI's own limit with nothing said."""
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
 
 
 @pytest.fixture(autouse=True)

@@ -76,7 +76,8 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
     report = build_report(client, plan, on_time(plan))
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
-    assert set(report) == {"run_id", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms", "checker"}
+    assert set(report) == {"run_id", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms", "webhook_drift_ms",
+                           "checker"}
     assert report["run_id"] == "r1"
     assert figures(report) == (5, 5, 0, 0, 0, 0)
     assert report["drift_ms"] == {"p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}
@@ -360,3 +361,36 @@ def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     assert clock.now_s * 1000 > deadline_ms
     assert set(clock.sleeps) == {0.05} and len(seen) == len(clock.sleeps) + 1 >= 6
     assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1])
+
+
+def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the_spread_figures(
+    tmp_path: Path,
+) -> None:
+    from punctual_tools.demo import FireLogTail, plan_demo
+
+    # Given a plan with 4 spread log tasks and 2 webhooks between them, no burst
+    plan = plan_demo(4, 3.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, webhooks=2)
+    assert len(plan.webhook_ids) == 2 and len(plan.due_ms) == 6
+    hooks = sorted(plan.webhook_ids, key=plan.due_ms.__getitem__)
+    spread = sorted(set(plan.due_ms) - plan.webhook_ids, key=plan.due_ms.__getitem__)
+    assert plan.due_ms[spread[0]] < plan.due_ms[hooks[0]] < plan.due_ms[spread[1]]  # halfway between
+    # And a fire log with the log tasks 1 ms late, and a receiver log (its own format) with the webhooks 7 ms late
+    fire_log, received = tmp_path / "fires.jsonl", tmp_path / "received.jsonl"
+    fire_log.write_text("".join(json.dumps(fire(t, plan.due_ms[t] + 1)) + "\n" for t in spread))
+    received.write_text("".join(json.dumps({"key": f"{t}:0", "task_id": t, "due_ms": plan.due_ms[t],
+                                            "received_ms": plan.due_ms[t] + 7.0}) + "\n" for t in hooks))
+    # When the demo follows both and builds its report
+    entries = FireLogTail(fire_log, "demo-r1-", received).read()
+    report = build_report(FakeClient(), plan, entries)
+    # Then all 6 fired on time; the webhooks' drift is the receiver's, the spread row holds only the log tasks
+    assert report["fired"] == 6 and report["checker"]["ok"]
+    assert report["webhook_drift_ms"]["count"] == 2 and report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
+    assert report["steady_drift_ms"]["count"] == 4 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert "webhooks (arrival at the loopback receiver)" in format_report(report)
+
+
+def test_loopback_webhooks_need_the_receiver_address_allowed() -> None:
+    assert not demo.loopback_allowed("")
+    assert not demo.loopback_allowed("10.0.0.0/8, hooks.example.com")
+    assert demo.loopback_allowed("127.0.0.1")
+    assert demo.loopback_allowed("hooks.example.com,127.0.0.0/8")

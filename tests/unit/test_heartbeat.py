@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from punctual.heartbeat import SAFETY_MS, Heartbeat
@@ -23,8 +25,23 @@ class Beats:
         return not self.taken_over
 
 
+MADE: list[Heartbeat] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_heartbeats() -> Iterator[None]:
+    """Each test's heartbeats are closed when it ends (a renewing thread would go on logging after it)."""
+    yield
+    while MADE:
+        beat = MADE.pop()
+        beat._store.fail = False  # type: ignore[attr-defined]
+        beat.close()
+
+
 def make(store: Beats, clock: FakeClock) -> Heartbeat:
-    return Heartbeat(store, clock, lease_ms=20_000, interval_ms=5_000)  # type: ignore[arg-type]
+    beat = Heartbeat(store, clock, lease_ms=20_000, interval_ms=5_000)  # type: ignore[arg-type]
+    MADE.append(beat)
+    return beat
 
 
 def test_a_lease_sets_the_fence_safety_before_its_end_and_stop_retires_it() -> None:

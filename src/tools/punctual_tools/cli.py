@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -84,10 +85,16 @@ def _home(args: argparse.Namespace) -> Path:
     return Path(args.home) if args.home else find_project_root() / ".punctual"
 
 
-def _stack_config(args: argparse.Namespace, poll_interval_s: float) -> Any:
+def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webhooks: bool = False) -> Any:
+    """The local stack's configuration; with ``demo_webhooks``, its executors (and the demo's client) may also
+    reach the demo's loopback receiver: ``127.0.0.1`` is added to ``PUNCTUAL_ALLOWED_TARGETS``."""
+    from .demo import RECEIVER_HOST, loopback_allowed
     from .local.stack import StackConfig
 
     overrides = {"shard_count": args.shards, "table_name": args.table}
+    allowed = os.environ.get("PUNCTUAL_ALLOWED_TARGETS", "")
+    if demo_webhooks and not loopback_allowed(allowed):
+        overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
                        settings_overrides={k: v for k, v in overrides.items() if v is not None})
 
@@ -113,7 +120,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stack = LocalStack(_stack_config(args, args.poll_interval), on_poll=_print_poll)
+    webhooks = args.demo_webhooks if args.demo else 0
+    stack = LocalStack(_stack_config(args, args.poll_interval, demo_webhooks=webhooks > 0), on_poll=_print_poll)
     log.info("starting DynamoDB Local and the runtime (data in %s)", stack.config.home)
     stack.start()
     assert stack.settings is not None
@@ -123,7 +131,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.demo:
             def demo() -> None:
                 report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
-                                  args.demo_burst, stack.settings.poll_interval_ms)  # type: ignore[union-attr]
+                                  args.demo_burst, stack.settings.poll_interval_ms,  # type: ignore[union-attr]
+                                  webhooks=webhooks)
                 print(format_report(report), flush=True)
                 log.info("demo done; the stack keeps running until Ctrl-C")
 
@@ -142,26 +151,32 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from punctual.client import Client
 
-    from .demo import EPSILON_MS, format_report, run_demo
+    from .demo import EPSILON_MS, format_report, loopback_allowed, run_demo
     from .local.stack import LocalStack, _alive, read_state
 
     state = read_state(_home(args))
     stack = None
+    webhooks = args.webhooks
     if state and _alive(state.get("pid")):
         settings = Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
-                                     shard_count=state["shard_count"])
+                                     shard_count=state["shard_count"],
+                                     allowed_targets=state.get("allowed_targets", ""))
         fire_log, interval = Path(state["fire_log"]), int(state["poll_interval_ms"])
         log.info("using the running stack at %s (poll every %g s)", state["endpoint_url"], interval / 1000)
+        if webhooks and not loopback_allowed(settings.allowed_targets):
+            log.warning("the running stack's executors may not reach a loopback receiver (its "
+                        "PUNCTUAL_ALLOWED_TARGETS has no 127.0.0.1): the demo schedules no webhooks")
+            webhooks = 0
     else:
         log.info("no running stack: starting one for this demo (poll every %g s)", args.poll_interval)
-        stack = LocalStack(_stack_config(args, args.poll_interval), on_poll=_print_poll,
-                           on_batch=lambda result: None).start()
+        stack = LocalStack(_stack_config(args, args.poll_interval, demo_webhooks=webhooks > 0),
+                           on_poll=_print_poll, on_batch=lambda result: None).start()
         assert stack.settings is not None
         settings, fire_log, interval = stack.settings, stack.fire_log, stack.settings.poll_interval_ms
     try:
         report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
                           out=None if args.quiet else sys.stderr,
-                          epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms)
+                          epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks)
     finally:
         if stack is not None:
             stack.stop()
@@ -434,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-tasks", type=int, default=300)
     up.add_argument("--demo-over", type=float, default=20.0)
     up.add_argument("--demo-burst", type=int, default=200)
+    up.add_argument("--demo-webhooks", type=int, default=100,
+                    help="of the demo's tasks, this many more POST to a loopback receiver (0: none)")
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     up.set_defaults(func=cmd_up)
 
@@ -442,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tasks", type=int, default=300, help="tasks spread over --over seconds")
     demo.add_argument("--over", type=float, default=20.0, metavar="SECONDS")
     demo.add_argument("--burst", type=int, default=200, help="tasks due at one single instant")
+    demo.add_argument("--webhooks", type=int, default=100,
+                      help="webhooks spread over --over seconds to a loopback receiver the demo starts (0: none)")
     demo.add_argument("--epsilon-ms", type=_non_negative_ms, default=None, metavar="MS",
                       help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
                            "one earlier than due - this fails the verdict")

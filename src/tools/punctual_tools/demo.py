@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from punctual.actions import LogAction
+from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.keys import from_ms, next_tick
-from punctual.model import TaskStatus
+from punctual.model import Action, TaskStatus
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
+RECEIVER_HOST = "127.0.0.1"  # the demo's webhook receiver listens here
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,13 @@ class DemoPlan:
     burst_ids: frozenset[str]
     first_due_ms: int
     last_due_ms: int
+    webhook_ids: frozenset[str] = frozenset()  # POSTed to the demo's loopback receiver, not logged
 
 
 def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
-              run_id: str | None = None, lead_ms: int = 10_000) -> DemoPlan:
-    """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant.
+              run_id: str | None = None, lead_ms: int = 10_000, webhooks: int = 0) -> DemoPlan:
+    """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant, and ``webhooks``
+    more evenly over the same seconds, halfway between the others.
 
     Everything is due at least ``lead_ms`` after the first poll tick that comes once scheduling is surely
     done: the poller dispatches tasks ahead of time (30-90 s in AWS), which is what the demo shows; tasks
@@ -58,22 +61,24 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     burst_at = first + span_ms // 2
     burst_ids = frozenset(f"demo-{run_id}-b{i:06d}" for i in range(burst))
     due.update({task_id: burst_at for task_id in burst_ids})
-    return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first))
+    step = span_ms / max(webhooks, 1)
+    webhook_due = {f"demo-{run_id}-w{i:06d}": first + int(step * (i + 0.5)) for i in range(webhooks)}
+    due.update(webhook_due)
+    return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first),
+                    frozenset(webhook_due))
 
 
-class FireLogTail:
-    """Follows a fire log: each :meth:`read` parses only what was appended since the last one (a watcher that
-    re-parsed the whole log every half second would take a core from the executors it watches), and returns
-    every entry so far whose task id starts with ``prefix``."""
+class _Follow:
+    """One JSON-lines file followed from where the last read stopped (a file truncated or replaced is read
+    again from its start)."""
 
-    def __init__(self, fire_log: Path, prefix: str) -> None:
-        self.path = fire_log
-        self.prefix = prefix
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.entries: list[dict[str, Any]] = []
         self._offset = 0
         self._inode: int | None = None
 
-    def read(self) -> list[dict[str, Any]]:
+    def new_lines(self) -> list[bytes]:
         try:
             with self.path.open("rb") as handle:
                 stat = os.fstat(handle.fileno())
@@ -83,19 +88,48 @@ class FireLogTail:
                 handle.seek(self._offset)
                 data = handle.read()
         except FileNotFoundError:
-            return self.entries
+            return []
         end = data.rfind(b"\n") + 1  # a line being written right now waits for the next read
         self._offset += end
+        return data[:end].splitlines()
+
+
+class FireLogTail:
+    """Follows a fire log: each :meth:`read` parses only what was appended since the last one (a watcher that
+    re-parsed the whole log every half second would take a core from the executors it watches), and returns
+    every entry so far whose task id starts with ``prefix``.
+
+    With ``received``, the log of the demo's webhook receiver (:mod:`punctual_tools.local.receiver`) is followed
+    too: each request it got is an entry of the same shape, its ``fired_ms`` the instant the receiver read it
+    (``at: "receiver"``), so a webhook's drift is measured where its target stands.
+    """
+
+    def __init__(self, fire_log: Path, prefix: str, received: Path | None = None) -> None:
+        self.path = fire_log
+        self.prefix = prefix
+        self._files = [(_Follow(fire_log), False)] + ([(_Follow(received), True)] if received else [])
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        return [entry for follow, _ in self._files for entry in follow.entries]
+
+    def read(self) -> list[dict[str, Any]]:
         prefix = self.prefix.encode()
-        for line in data[:end].splitlines():
-            if prefix in line:
+        for follow, at_receiver in self._files:
+            for line in follow.new_lines():
+                if prefix not in line:
+                    continue
                 try:
                     entry = json.loads(line)
                 except ValueError:
                     continue  # not a fire-log line
                 task_id = entry.get("task_id") if isinstance(entry, dict) else None
-                if isinstance(task_id, str) and task_id.startswith(self.prefix):
-                    self.entries.append(entry)
+                if not (isinstance(task_id, str) and task_id.startswith(self.prefix)):
+                    continue
+                if at_receiver:
+                    entry = {"key": entry.get("key"), "task_id": task_id, "fired_ms": entry["received_ms"],
+                             "at": "receiver"}
+                follow.entries.append(entry)
         return self.entries
 
     def wait(self, task_ids: Collection[str], until_ms: float, interval_s: float = 1.0,
@@ -123,18 +157,46 @@ def _bar(done: int, total: int, width: int = 30) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
+def loopback_allowed(allowed_targets: str) -> bool:
+    """Whether a target list (``PUNCTUAL_ALLOWED_TARGETS``) lets webhooks reach the demo's loopback receiver."""
+    from ipaddress import ip_address
+
+    from punctual.netpolicy import TargetPolicy
+
+    return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST))
+
+
 def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
              out: TextIO | None = sys.stderr, schedule_threads: int = 16,
-             epsilon_ms: float = EPSILON_MS) -> dict[str, Any]:
+             epsilon_ms: float = EPSILON_MS, webhooks: int = 0) -> dict[str, Any]:
     """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
-    :func:`build_report`)."""
-    plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms)
+    :func:`build_report`). ``webhooks`` tasks POST to a loopback receiver started here (in a process of its
+    own), which the stack's executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``)."""
+    plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks)
     prefix = f"demo-{plan.run_id}-"
-    action = LogAction(message=f"demo {plan.run_id}")
     grace = client.settings.default_misfire_grace_ms
+    received = fire_log.parent / f"{prefix}received.jsonl" if plan.webhook_ids else None
+    receiver = None
+    try:
+        if received is not None:
+            from .local.receiver import start_receiver
 
+            receiver, port = start_receiver(received)
+            hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
+        log_action: Action = LogAction(message=f"demo {plan.run_id}")
+        return _run_plan(client, fire_log, received, plan, prefix, grace, out, schedule_threads, epsilon_ms,
+                         lambda task_id: hook if task_id in plan.webhook_ids else log_action)
+    finally:
+        if receiver is not None:
+            receiver.terminate()
+            receiver.join(5)
+
+
+def _run_plan(client: Client, fire_log: Path, received: Path | None, plan: DemoPlan, prefix: str, grace: int,
+              out: TextIO | None, schedule_threads: int, epsilon_ms: float,
+              action_of: Callable[[str], Action]) -> dict[str, Any]:
     def schedule(item: tuple[str, int]) -> None:
-        client.schedule(from_ms(item[1]), action, {"run": plan.run_id}, task_id=item[0])
+        client.schedule(from_ms(item[1]), action_of(item[0]), {"run": plan.run_id}, task_id=item[0])
 
     started = time.monotonic()
     total = len(plan.due_ms)
@@ -158,7 +220,7 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
         else:
             progress.show(line)
 
-    tail = FireLogTail(fire_log, prefix)
+    tail = FireLogTail(fire_log, prefix, received)
     tail.wait(plan.due_ms, plan.last_due_ms + min(grace, 30_000) + 15_000, interval_s=0.5, progress=show)
     time.sleep(1.0)  # let the last outcomes be recorded
     return build_report(client, plan, list(tail.read()), epsilon_ms)
@@ -231,7 +293,7 @@ def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
     grace = client.settings.default_misfire_grace_ms
     verdict = check_fire_log(client, plan.due_ms, fires, epsilon_ms=epsilon_ms, grace_ms=grace)
     observed = fires_from_fire_log(fires)
-    steady_ids = [task_id for task_id in plan.due_ms if task_id not in plan.burst_ids]
+    steady_ids = [task_id for task_id in plan.due_ms if task_id not in plan.burst_ids | plan.webhook_ids]
     drift = verdict.drift
     return {
         "run_id": plan.run_id,
@@ -244,6 +306,7 @@ def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
         "drift_ms": {k: drift[k] for k in ("p50", "p90", "p99", "max")},
         "steady_drift_ms": _drift_of(plan.due_ms, observed, steady_ids, epsilon_ms),
         "burst_drift_ms": _drift_of(plan.due_ms, observed, plan.burst_ids, epsilon_ms),
+        "webhook_drift_ms": _drift_of(plan.due_ms, observed, plan.webhook_ids, epsilon_ms),
         "checker": verdict_summary(verdict),
     }
 
@@ -257,9 +320,13 @@ def format_report(report: dict[str, Any]) -> str:
         f"  scheduled {report['scheduled']}   fired {report['fired']}   missed {report['missed']}   "
         f"failed {report['failed']}   duplicates {report['duplicates']}   lost {report['lost']}",
         "",
-        "  drift (ms, fired_at - due_at, at action start)     count      p50      p90      p99      max",
+        "  drift (ms, fired_at - due_at)                      count      p50      p90      p99      max",
     ]
-    for label, key in (("all", None), ("spread", "steady_drift_ms"), ("burst", "burst_drift_ms")):
+    rows = [("all", None), ("spread (log: at action start)", "steady_drift_ms"),
+            ("burst (log: at action start)", "burst_drift_ms")]
+    if report.get("webhook_drift_ms", {}).get("count"):
+        rows.append(("webhooks (arrival at the loopback receiver)", "webhook_drift_ms"))
+    for label, key in rows:
         stats = report[key] if key else {**report["drift_ms"], "count": report["fired"]}
         lines.append(f"  {label:<50} {stats['count']:>6} {ms(stats['p50'])} {ms(stats['p90'])} "
                      f"{ms(stats['p99'])} {ms(stats['max'])}")

@@ -209,6 +209,7 @@ class LocalStack:
             "poll_interval_ms": self.settings.poll_interval_ms,
             "fire_log": str(self.fire_log),
             "dead_letter_queue_url": self.settings.dead_letter_queue_url,
+            "allowed_targets": self.settings.allowed_targets,
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
         }
