@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
@@ -92,7 +91,7 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
     from .local.stack import StackConfig
 
     overrides = {"shard_count": args.shards, "table_name": args.table}
-    allowed = os.environ.get("PUNCTUAL_ALLOWED_TARGETS", "")
+    allowed = Settings.from_env().allowed_targets
     if demo_webhooks and not loopback_allowed(allowed):
         overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
