@@ -69,23 +69,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _close_executors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Close every executor a test builds when the test ends: its threads (dispatcher, workers, heartbeat,
-    recorder, event loop) would otherwise live on for the rest of the session, and a heartbeat left renewing
-    after its moto mock ended would call real AWS."""
+def _close_executors(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Close every executor a test builds when the test ends, before the fixtures it was built from (its moto
+    mock, its table, its target) are torn down: its threads (dispatcher, workers, heartbeat, recorder, event
+    loop) would otherwise live on for the rest of the session, and a heartbeat left renewing after its moto
+    mock ended would call real AWS."""
     from punctual.executor import Executor
 
-    built: list[Executor] = []
     init = Executor.__init__
 
     def tracked(self: Executor, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        built.append(self)
+        request.node.addfinalizer(self.close)  # added last, run first: before the test's fixtures are torn down
 
     monkeypatch.setattr(Executor, "__init__", tracked)
-    yield
-    for executor in built:
-        executor.close()
 
 
 @pytest.fixture(scope="session")

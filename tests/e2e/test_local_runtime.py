@@ -246,6 +246,8 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
         "5",
         "--burst",
         "40",
+        "--webhooks",
+        "20",
         "--json",
         "--port",
         "0",
@@ -261,12 +263,14 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
         _stop_cli(process, home)
         pytest.fail("punctual demo did not finish within 180 s")
 
-    # Then it exits 0 and prints one JSON report: 100 fired, no duplicate, none lost
+    # Then it exits 0 and prints one JSON report: 120 fired (20 of them webhooks, which the stack it started
+    # was allowed to send to the demo's loopback receiver), no duplicate, none lost
     assert process.returncode == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert {"scheduled", "fired", "missed", "failed", "duplicates", "lost", "drift_ms"} <= set(report)
     assert set(report["drift_ms"]) >= {"p50", "p90", "p99", "max"}
-    assert (report["scheduled"], report["fired"], report["duplicates"], report["lost"]) == (100, 100, 0, 0)
+    assert (report["scheduled"], report["fired"], report["duplicates"], report["lost"]) == (120, 120, 0, 0)
+    assert report["webhook_drift_ms"]["count"] == 20
     assert (report["missed"], report["failed"]) == (0, 0)
     assert all(isinstance(report["drift_ms"][k], int | float) for k in ("p50", "p90", "p99", "max"))
     # ... and the stack it started is gone (no state file left behind)

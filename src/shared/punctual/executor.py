@@ -82,6 +82,8 @@ class Executor:
         self._fenced: list[_Armed] = []
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
+        self._idle = threading.Event()  # no batch running (close() waits for one)
+        self._idle.set()
 
     def request_stop(self) -> None:
         """Stop firing: tasks not yet handed to a worker are released back to PENDING (ARMED → PENDING)
@@ -96,24 +98,29 @@ class Executor:
         """End this executor's threads and its actions' event loop and connections (a process that ends its
         executor before it exits: tests, a runtime shutting down). What is still queued is taken back first."""
         self.request_stop()
-        self._dispatcher.cancel_pending()
-        if self._dispatcher.wait_idle(CLOSE_WAIT_S):  # a fire still running ends first (else left to its thread)
+        # A batch still running hands back what it has not fired, waits for its fires and records them, and
+        # retires its lease: wait for it (a bounded wait: a batch that does not end is left to its thread).
+        if self._idle.wait(CLOSE_WAIT_S) and self._dispatcher.wait_idle(CLOSE_WAIT_S):
             self._dispatcher.close()
-        self._heartbeat.close()
         self._recorder.close()
+        self._heartbeat.close()
         self._actions.close()
 
     def run_batch(self, event: BatchEvent) -> BatchReport:
         """Arm the batch, fire each armed task at its instant, record what each came to."""
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
-        if not self._heartbeat.start(executor_id):
-            log.error("batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
-                      event.batch_id)
-            return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
+        self._idle.clear()
         try:
-            return self._run_armed(event, executor_id)
+            if not self._heartbeat.start(executor_id):
+                log.error("batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
+                          event.batch_id)
+                return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
+            try:
+                return self._run_armed(event, executor_id)
+            finally:
+                self._heartbeat.stop()
         finally:
-            self._heartbeat.stop()
+            self._idle.set()
 
     def _run_armed(self, event: BatchEvent, executor_id: str) -> BatchReport:
         armed, lost = self._arm(event, executor_id)

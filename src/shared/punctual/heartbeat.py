@@ -114,9 +114,9 @@ class Heartbeat:
         with self._cv:
             held, self._active = self._active, False
             self._cv.notify_all()
+            self.fence = float("-inf")  # no fire from here on, before the lease is retired
             if held and not self.taken_over:
                 self.beat(retire=True)
-            self.fence = float("-inf")
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop (retiring a lease still held) and end the renewing thread: for a process that ends its

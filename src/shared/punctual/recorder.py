@@ -108,7 +108,7 @@ class Recorder:
         """End the recorder's threads once the jobs already queued are done (a batch still recording finishes)."""
         self._jobs.put(_STOP)
         self._thread.join(timeout_s)
-        self._background.shutdown(wait=False, cancel_futures=True)
+        self._background.shutdown(wait=not self._thread.is_alive(), cancel_futures=True)
 
     def _run_jobs(self) -> None:
         while True:

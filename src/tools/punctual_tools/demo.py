@@ -53,7 +53,7 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     scheduled closer to their due time than one poll interval are the stream fast path's job.
     """
     run_id = run_id or uuid.uuid4().hex[:8]
-    scheduling_ms = 2_000 + 3 * (tasks + burst)
+    scheduling_ms = 2_000 + 3 * (tasks + burst + webhooks)
     first = next_tick(now_ms + scheduling_ms, poll_interval_ms) + lead_ms
     span_ms = int(over_s * 1000)
     due = {f"demo-{run_id}-s{i:06d}": first + (span_ms * i // max(tasks - 1, 1) if tasks > 1 else 0)

@@ -65,7 +65,11 @@ def start_receiver(path: Path) -> tuple[multiprocessing.process.BaseProcess, int
     ports = context.Queue()
     process = context.Process(target=serve, args=(str(path), ports), name="receiver", daemon=True)
     process.start()
-    return process, int(ports.get(timeout=30))
+    try:
+        return process, int(ports.get(timeout=30))
+    except BaseException:
+        process.kill()  # it never said where it listens: not left running
+        raise
 
 
 def read_received(path: Path) -> list[dict[str, Any]]:
