@@ -91,9 +91,10 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
     from .local.stack import StackConfig
 
     overrides = {"shard_count": args.shards, "table_name": args.table}
-    allowed = Settings.from_env().allowed_targets
-    if demo_webhooks and not loopback_allowed(allowed):
-        overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
+    if demo_webhooks:
+        allowed = Settings.from_env().allowed_targets
+        if not loopback_allowed(allowed):
+            overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
                        settings_overrides={k: v for k, v in overrides.items() if v is not None})
 

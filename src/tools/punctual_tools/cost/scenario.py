@@ -150,7 +150,7 @@ class _DeferredRecords:
 
     def __init__(self, store: Any) -> None:
         self._store = store
-        self.writers: list[threading.Thread] = []
+        self._writers: list[threading.Thread] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -159,7 +159,7 @@ class _DeferredRecords:
         for record in records:
             writer = threading.Thread(target=self._store.record_many, args=(executor_id, [record]), daemon=True)
             writer.start()
-            self.writers.append(writer)
+            self._writers.append(writer)
         return [True] * len(records)
 
     def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
@@ -168,7 +168,7 @@ class _DeferredRecords:
         return bool(self._store.heartbeat(executor_id, now_ms, alive_until_ms))
 
     def join(self) -> None:
-        for writer in self.writers:
+        for writer in self._writers:
             writer.join()
 
 
