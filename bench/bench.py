@@ -16,7 +16,9 @@ Phases (each prints its figures; drift = action start - due, ms):
                  loopback receiver in its own process, ``--webhook-rate`` a second; ``webhook/spread``: the same
                  rate through the stack, drift at the receiver; ``webhook/burst``: ``--webhook-burst`` webhooks
                  due at one instant, the action starts the executors recorded judged against the log burst
-                 (system/burst), and the arrivals shown beside them;
+                 (system/burst), and their arrivals at the receiver judged against ``floor/webhook-burst``: the
+                 same burst from one process per batch (as the stack's executors), each with the floor's heap
+                 thread and the executor's engine (connections warmed as an executor warms them), no database;
 7. fast path     ``--fast-rate`` tasks/s for ``--fast-seconds`` s, each written 2 s before it is due (less than
                  one poll interval): the table stream's fast path dispatches them.
 
@@ -47,7 +49,16 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from punctual.actions import ActionEnv, FireContext, FireLog, HttpAction, LogAction, TargetRules, start_action
+from punctual.actions import (
+    ActionEnv,
+    FireContext,
+    FireLog,
+    HttpAction,
+    LogAction,
+    TargetRules,
+    prepare_actions,
+    start_action,
+)
 from punctual.aws import make_dynamodb_client
 from punctual.client import Client
 from punctual.clock import SystemClock
@@ -87,6 +98,9 @@ TARGETS: dict[str, tuple[str, float, float]] = {
     # thread; a burst's action starts against the log-action burst of this run (1.5x, as the issue asks).
     "webhook/spread": ("floor/webhook", 10.0, 2.0),
     "webhook/burst": ("system/burst", 1.5, 135.0),
+    # ... and the same burst's arrivals at the receiver, against the same burst fired by the floor's heap
+    # threads (one process per batch, as the stack's executors) with the same engine to the same receiver.
+    "webhook/burst arrival": ("floor/webhook-burst", 1.5, 300.0),
 }
 
 
@@ -98,7 +112,8 @@ def log(message: str) -> None:
 def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 32, action: Action = ACTION,
               env: ActionEnv | None = None) -> list[float]:
     """One dispatcher thread, the same action, no database: the precision floor of this machine. A webhook is
-    started as the executor starts it (handed to the event loop, not awaited by the worker)."""
+    started as the executor starts it (handed to the event loop, not awaited by the worker), and its
+    connections warmed as the executor warms them (:func:`~punctual.actions.prepare_actions`)."""
     FireLog.configure(str(fire_log))
     clock = SystemClock()
     drifts: list[float] = []
@@ -115,6 +130,7 @@ def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 3
         wall, mono = clock.wall_ms(), clock.monotonic()
         for i, due in enumerate(due_ms):
             dispatcher.add(mono + (due - wall) / 1000, (f"{prefix}{i:07d}", due))
+        prepare_actions([(action, (due - wall) / 1000) for due in due_ms], env)
     FireLog.configure(None)
     return drifts
 
@@ -290,6 +306,37 @@ def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list
     return drift_of(fires)[0]
 
 
+def _hook_burst_share(url: str, prefix: str, due: int, count: int, fire_log: str) -> int:
+    """One process's share of floor/webhook-burst (as one executor's batch: its own heap thread and engine)."""
+    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
+    env.warm()
+    try:
+        run_floor([due] * count, Path(fire_log), prefix, action=HttpAction(url=url), env=env)
+        time.sleep(2.0)  # the answers come back before the engine closes its connections
+    finally:
+        env.close()
+    return count
+
+
+def floor_webhook_burst(url: str, count: int, batch: int, received: Path) -> list[float]:
+    """floor/webhook-burst: ``count`` webhooks due at one instant, fired as the stack fires them - one process
+    per ``batch`` of them (an executor's share), each with the floor's heap thread and the executor's engine
+    (its connections warmed as an executor warms them) - to the same receiver, with no database, poller or
+    record; drift = arrival - due. What this machine and this receiver allow such a burst; webhook/burst's
+    arrivals are judged against it."""
+    prefix = f"floor-hookburst-{uuid.uuid4().hex[:6]}-"
+    shares = [min(batch, count - i) for i in range(0, count, batch)]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
+        list(pool.map(time.sleep, [0.5] * len(shares)))  # every process started and imported before the instant
+        due = int(time.time() * 1000) + 3000
+        jobs = [pool.submit(_hook_burst_share, url, f"{prefix}{i}-", due, n, str(received.with_suffix(".floor-log")))
+                for i, n in enumerate(shares)]
+        for job in jobs:
+            job.result()
+    return drift_of(wait_for_arrivals(received, prefix, count, time.time() * 1000 + 30_000))[0]
+
+
 def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
     """``rate`` webhooks/s for ``seconds`` through the stack, scheduled ahead; drift at the receiver."""
     client = Client(stack.settings)
@@ -423,6 +470,7 @@ def main() -> int:
     f_burst = floor_burst(args.burst, work / "floor.jsonl")
     received = work / "received.jsonl"
     f_webhook: list[float] = []
+    f_webhook_burst: list[float] = []
     receiver = None
     if args.webhooks:
         receiver, port = start_receiver(received)
@@ -431,6 +479,11 @@ def main() -> int:
         log(f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its own "
             "process), one heap thread, the executor's HTTP engine, no database")
         f_webhook = floor_webhook(hook_url, args.webhook_rate, args.webhook_seconds, received)
+        time.sleep(args.settle)
+        log(f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, from one "
+            f"process per {Settings().max_batch_size} (an executor's batch), each with the floor's heap thread and "
+            "the executor's HTTP engine, no database")
+        f_webhook_burst = floor_webhook_burst(hook_url, args.webhook_burst, Settings().max_batch_size, received)
 
     # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
     config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
@@ -467,8 +520,9 @@ def main() -> int:
     load_after = os.getloadavg()
 
     p99 = {"floor/steady": summarize(f_steady)["p99"], "floor/burst": summarize(f_burst)["p99"],
-           "floor/webhook": summarize(f_webhook)["p99"],
-           **{name: summarize(r["drift"])["p99"] for name, r in results.items()}}
+           "floor/webhook": summarize(f_webhook)["p99"], "floor/webhook-burst": summarize(f_webhook_burst)["p99"],
+           **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
+           **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r}}
     judged = verdicts(p99)
 
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
@@ -480,6 +534,8 @@ def main() -> int:
     print(row("floor/burst", f_burst))
     if f_webhook:
         print(row("floor/webhook", f_webhook, "(arrival at the receiver)"))
+    if f_webhook_burst:
+        print(row("floor/hookburst", f_webhook_burst, "(arrival at the receiver)"))
     notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
                    f"{'30' if name == 'steady+writes' else '2'} s after its write)"
              for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}
@@ -521,7 +577,7 @@ def main() -> int:
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
-            "floor_webhook": summarize(f_webhook),
+            "floor_webhook": summarize(f_webhook), "floor_webhook_burst": summarize(f_webhook_burst),
             "phases": {name: {**summarize(r["drift"]),
                               **{k: v for k, v in r.items() if k not in ("drift", "fires", "arrival")},
                               **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from punctual import executor as executor_module
 from punctual.actions import HttpAction
 from punctual.clock import ClockOffset, OffsetProbe, SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
@@ -248,6 +249,30 @@ def test_http_200_receives_the_idempotency_key(
     assert request["headers"]["X-Tenant"] == "t1"
     assert request["headers"]["Content-Type"] == "application/json"
     assert json.loads(request["body"]) == {"video": "v-123", "n": [1, 2]}
+
+
+def test_the_batchs_targets_are_prepared_once_it_is_armed(
+    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock,
+    target: Target, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three webhook tasks due 0.4-0.6 s from now
+    prepared: list[tuple[Any, float]] = []
+    real = executor_module.prepare_actions
+    monkeypatch.setattr(executor_module, "prepare_actions",
+                        lambda fires, env: (prepared.extend(fires), real(fires, env))[1])
+    now = int(clock.wall_ms())
+    action = HttpAction(url=target.url("/ok"), timeout_s=5)
+    created = [tasks.create(now + 400 + 100 * i, f"warm-{i}", now_ms=now, action=action) for i in range(3)]
+    # When the executor runs their batch
+    report = executor.run_batch(claim_batch(repo, settings, now))
+    # Then its actions were handed to be prepared (connections warmed) with the time left until each is due,
+    # and every task fired as usual
+    assert report.succeeded == 3
+    assert [p[0] for p in prepared] == [action] * 3
+    delays = sorted(p[1] for p in prepared)
+    assert delays[0] <= (created[0].due_ms - now) / 1000  # measured once armed: no earlier than the claim
+    assert [round(b - a, 6) for a, b in zip(delays, delays[1:], strict=False)] == [0.1, 0.1]
+    assert len(target.requests) == 3
 
 
 def test_task_past_its_grace_at_fire_time_is_missed(

@@ -18,9 +18,18 @@ import pytest
 from hostile_server import HostileServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from punctual.actions import ActionEnv, ActionFailedError, FireContext, HttpAction, TargetRules, TransientActionError
-from punctual.actions.http import BODY_CAP, HttpEngine
+from punctual.actions import (
+    ActionEnv,
+    ActionFailedError,
+    FireContext,
+    HttpAction,
+    TargetRules,
+    TransientActionError,
+    prepare_actions,
+)
+from punctual.actions.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
 from punctual.actions.registry import run_action, start_action
+from punctual.actions.wire import IDLE_S
 from punctual.netpolicy import TargetPolicy
 from punctual.secrets import SecretResolver
 
@@ -149,6 +158,83 @@ def test_a_burst_is_not_gated_by_a_pool_of_threads(server: HostileServer, env: A
     assert peak == 300
 
 
+def _wait_for(predicate: Any, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+def _warm(env: ActionEnv, url: str, count: int, fire_in_s: float = 0.0) -> int:
+    engine = _engine(env)
+    return int(env.fire_loop.submit(engine.warm(engine.target(url), count, fire_in_s)).result(timeout=60))
+
+
+def test_a_burst_finds_its_connections_opened_before_it_is_due(server: HostileServer, env: ActionEnv) -> None:
+    # Given 20 webhooks to one receiver due together, prepared as an executor prepares its batch (due in less
+    # than the warm-up's lead, so the warm-up starts at once)
+    action = HttpAction(url=server.url("/ok"))
+    assert WARM_MIN_S < 0.5 < WARM_LEAD_S
+    assert prepare_actions([(action, 0.5)] * 20, env) == 1  # one run of fires to one host: one warm-up
+    # When the warm-up has opened its connections, before anything is sent
+    assert _wait_for(lambda: server.state.connections == 20)
+    assert server.requests() == []
+    # and the 20 fire together
+    futures = [start_action(action, context(f"w-{i}"), env) for i in range(20)]
+    for future in futures:
+        assert future is not None
+        future.result(timeout=60)
+    # Then they arrived over those connections: none was opened at the fire
+    assert len(server.requests("/ok")) == 20
+    assert server.state.connections == 20
+
+
+def test_fires_due_soon_or_refused_get_no_warm_up(server: HostileServer, env: ActionEnv) -> None:
+    # Given webhooks due sooner than the warm-up's minimum, and one to a target the rules refuse
+    soon = [(HttpAction(url=server.url("/ok")), WARM_MIN_S / 2)] * 5
+    refused = [(HttpAction(url="https://10.0.0.1/hook"), 5.0)]
+    # When the batch is prepared  Then nothing is warmed (those fires connect, or report the refusal, themselves)
+    assert prepare_actions(soon + refused, env) == 0
+
+
+def test_a_warm_up_replaces_an_idle_connection_too_old_by_the_time_the_fires_are_due(
+        server: HostileServer, env: ActionEnv) -> None:
+    # Given one kept-alive connection, idle now
+    url = server.url("/ok")
+    run_action(HttpAction(url=url), context("t-first"), env)
+    assert server.state.connections == 1
+    # When a warm-up is asked for fires due after the pool's idle limit would have retired it
+    # Then it closes that connection now and opens a fresh one (the server counts it once its handler runs)
+    assert _warm(env, url, 1, fire_in_s=IDLE_S + 1) == 1
+    assert _wait_for(lambda: server.state.connections == 2)
+    # And a warm-up for fires due now finds the fresh one enough, and the next fire uses it (a new connection
+    # would have been counted before its request was answered)
+    assert _warm(env, url, 1) == 0
+    run_action(HttpAction(url=url), context("t-second"), env)
+    assert server.state.connections == 2
+
+
+def test_a_warm_up_opens_at_most_the_per_host_limit(server: HostileServer) -> None:
+    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")), http_connections=6,
+                    http_connections_per_host=4)
+    try:
+        with HostileServer() as other:
+            # When 20 fires due together to one host are warmed  Then 4 connections are opened, the host's limit
+            assert _warm(env, server.url("/ok"), 20) == 4
+            # And a second host gets only what is left of the overall limit (6)
+            assert _warm(env, other.url("/ok"), 20) == 2
+            assert _wait_for(lambda: (server.state.connections, other.state.connections) == (4, 2))
+    finally:
+        env.close()
+
+
+def test_a_warm_up_toward_a_closed_port_opens_nothing_and_raises_nothing(env: ActionEnv) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert _warm(env, f"http://127.0.0.1:{port}/hook", 10) == 0
+
+
 def test_a_signed_webhook_verifies_and_a_tampered_one_does_not(server: HostileServer, env: ActionEnv) -> None:
     # Given an endpoint whose signing secret is being rotated (new and old both valid)
     action = HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK")
@@ -219,8 +305,6 @@ def test_a_target_refused_by_the_executors_rules_does_not_fire(server: HostileSe
 
 
 def test_the_engine_is_one_per_process(env: ActionEnv) -> None:
-    from punctual.actions.http import _engine
-
     assert isinstance(_engine(env), HttpEngine) and _engine(env) is _engine(env)
     assert os.environ.get("HTTP_PROXY") is None or True  # the session ignores proxy variables (trust_env=False)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from .actions import ActionEnv, FireContext, longest_action_timeout_ms, start_action
+from .actions import ActionEnv, FireContext, longest_action_timeout_ms, prepare_actions, start_action
 from .clock import Clock, ClockOffset, OffsetSource
 from .decisions import FireDecision, decide_before_fire, decide_outcome
 from .dispatcher import Dispatcher
@@ -162,6 +162,8 @@ class Executor:
         wall, mono = self._clock.wall_ms(), self._clock.monotonic()
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
+        # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
+        prepare_actions([(entry.task.action, (entry.due_ms - wall) / 1000.0) for entry in armed], self._actions)
         with self._stop_lock:
             self._current = dispatcher
             if self._stopping.is_set():

@@ -9,7 +9,9 @@ that would change how the request is framed or routed, or forge Punctual's own, 
 
 Firing: runs on the process's event loop (:class:`~punctual.actions.registry.FireLoop`) through a small HTTP/1.1
 client (:mod:`punctual.actions.wire`) with a keep-alive pool per host, so a slow target holds no thread and does
-not delay another fire, and a burst of webhooks costs little interpreter time.
+not delay another fire, and a burst of webhooks costs little interpreter time. When an executor has armed its
+batch, :func:`prepare_http` opens the connections a run of webhooks due together will need, shortly before it
+is due, so that the burst does not pay for TCP (and TLS) handshakes at its instant.
 A transient failure (connection error, timeout, 429, 5xx) is tried again, with the same idempotency key,
 while the occurrence is still within its grace (``retry_transient=False`` turns this off).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from functools import partial
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -36,6 +39,7 @@ from .registry import (
     FireContext,
     TargetRules,
     TransientActionError,
+    Warmup,
     register,
 )
 from .wire import WireError, WirePool
@@ -47,6 +51,13 @@ MAX_HEADERS_TOTAL = 16_384  # characters of all names and values together
 MAX_ATTEMPTS = 3  # a transient failure is tried again at most twice, within the grace
 RETRY_DELAYS_S = (0.1, 0.5)
 USER_AGENT = "punctual/0.1"
+# Warm-ups (:func:`prepare_http`): webhooks due within TOGETHER_S of each other to one host get as many
+# connections opened WARM_LEAD_S before the first of them (well inside the pool's idle limit, and short enough
+# that a server's own keep-alive timeout, commonly 5 s or more, does not close them first).
+WARM_LEAD_S = 1.0
+TARGET_CACHE = 4_096  # checked URLs an engine remembers
+TOGETHER_S = 0.05
+WARM_MIN_S = 0.2
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 _HEADER_VALUE_RE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab
@@ -185,7 +196,20 @@ class HttpEngine:
     host, names resolved and checked once per :data:`~punctual.actions.wire.DNS_TTL_S`), used on the event loop."""
 
     def __init__(self, policy: TargetPolicy, connections: int, connections_per_host: int) -> None:
+        self._policy = policy
         self._pool = WirePool(policy, connections, connections_per_host, BODY_CAP)
+        self._targets: dict[str, Target] = {}
+
+    def target(self, url: str) -> Target:
+        """``url`` checked by the policy's static rules (raises TargetRefusedError), remembered: a burst's
+        webhooks mostly share a few URLs, and the check is pure (addresses are checked at connect time)."""
+        target = self._targets.get(url)
+        if target is None:
+            target = self._policy.check_url(url)
+            if len(self._targets) >= TARGET_CACHE:
+                self._targets.clear()
+            self._targets[url] = target
+        return target
 
     async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
                    timeout_s: float) -> tuple[int, int]:
@@ -202,6 +226,11 @@ class HttpEngine:
             raise TransientActionError(f"POST {target.origin} failed: {exc}") from None
         except OSError as exc:
             raise TransientActionError(f"POST {target.origin} failed: {exc.strerror or type(exc).__name__}") from None
+
+    async def warm(self, target: Target, count: int, fire_in_s: float) -> int:
+        """Open connections to ``target`` ahead of ``count`` fires due together in ``fire_in_s`` (see
+        ``WirePool.warm``)."""
+        return await self._pool.warm(target, count, fire_in_s)
 
     async def close(self) -> None:
         self._pool.close()
@@ -233,8 +262,9 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     """POST the payload; 2xx succeeds, anything else fails (3xx too: redirects are not followed). Transient
     failures are tried again while the occurrence may still start (``context.latest_start_ms``)."""
     url = str(action.url)
+    engine = _engine(env)
     try:
-        target = env.rules.urls.check_url(url)
+        target = engine.target(url)
     except TargetRefusedError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
     body = canonical_json(context.payload).encode()
@@ -249,7 +279,6 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
             signing = parse_signing_secrets(await _resolve(env, action.signing_secret))
         except SigningSecretError as exc:
             raise ActionFailedError(f"signing secret {action.signing_secret}: {exc}") from None
-    engine = _engine(env)
     attempts = MAX_ATTEMPTS if action.retry_transient else 1
     for attempt in range(attempts):
         if signing is not None:
@@ -279,5 +308,41 @@ def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
     return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
 
 
-HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http))
+def prepare_http(fires: list[tuple[HttpAction, float]], env: ActionEnv) -> list[Warmup]:
+    """Warm-ups for a batch's webhooks, ``fires`` being ``(action, seconds until due)``: per target host, each
+    run of fires due within :data:`TOGETHER_S` of its first is one warm-up of as many connections, at
+    :data:`WARM_LEAD_S` before that first fire (and none for fires due sooner than :data:`WARM_MIN_S`: warming
+    then would compete with them). A URL the rules refuse is skipped: its fire reports it."""
+    by_host: dict[tuple[str, str, int], tuple[Target, list[float]]] = {}
+    engine = _engine(env)
+    for action, delay_s in fires:
+        if delay_s < WARM_MIN_S:
+            continue
+        try:
+            target = engine.target(str(action.url))
+        except TargetRefusedError:
+            continue
+        by_host.setdefault((target.scheme, target.host, target.port), (target, []))[1].append(delay_s)
+    warmups: list[Warmup] = []
+    for target, delays in by_host.values():
+        for first_s, count in warm_plan(delays):
+            at = max(0.0, first_s - WARM_LEAD_S)
+            warmups.append(Warmup(at, partial(engine.warm, target, count, first_s - at)))
+    return warmups
+
+
+def warm_plan(delays_s: list[float]) -> list[tuple[float, int]]:
+    """Runs of fires to one host due together: ``(seconds until the first is due, how many)``, each run
+    holding the fires due within :data:`TOGETHER_S` of its first."""
+    runs: list[tuple[float, int]] = []
+    for delay in sorted(delays_s):
+        if runs and delay - runs[-1][0] <= TOGETHER_S:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((delay, 1))
+    return runs
+
+
+HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http,
+                           prepare=prepare_http))
 

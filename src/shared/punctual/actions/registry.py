@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import InvalidTaskError
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 A = TypeVar("A", bound=Action)
+log = logging.getLogger(__name__)
 
 
 class ActionFailedError(Exception):
@@ -92,6 +95,10 @@ class FireLoop:
 
     def __init__(self, name: str = "fire-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        self._tasks: set[asyncio.Task[Any]] = set()  # warm-ups running (a task needs a reference to survive)
+        self._lock = threading.Lock()
+        self._queued: list[tuple[Awaitable[Any], Future[Any]]] = []  # submitted, not yet started on the loop
+        self._closed = False
         ready = threading.Event()
 
         def run() -> None:
@@ -104,15 +111,76 @@ class FireLoop:
         ready.wait()
 
     def submit(self, coroutine: Awaitable[Any]) -> Future[Any]:
-        """Run ``coroutine`` on the loop; the returned future completes with its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
+        """Run ``coroutine`` on the loop; the returned future completes with its result.
+
+        Coroutines submitted together (a burst's fires, from many worker threads) wake the loop once: they are
+        queued, and only the first of a run asks the loop to start them (one self-pipe write, one wake-up,
+        where ``asyncio.run_coroutine_threadsafe`` costs each its own)."""
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._closed:
+                coroutine.close()  # type: ignore[attr-defined]
+                raise RuntimeError("the fire loop is closed")
+            self._queued.append((coroutine, future))
+            wake = len(self._queued) == 1
+        if wake:
+            self.loop.call_soon_threadsafe(self._start_queued)
+        return future
+
+    def _start_queued(self) -> None:
+        with self._lock:
+            queued, self._queued = self._queued, []
+        for coroutine, future in queued:
+            if not future.set_running_or_notify_cancel():
+                coroutine.close()  # type: ignore[attr-defined]
+                continue
+            task: asyncio.Task[Any] = self.loop.create_task(coroutine)  # type: ignore[arg-type]
+            task.add_done_callback(partial(_settle, future))
+
+    def schedule(self, warmups: list[Warmup]) -> None:
+        """Start each warm-up on the loop after its delay (from now); a failing one is logged."""
+        def start(warmup: Warmup) -> None:
+            task: asyncio.Task[Any] = self.loop.create_task(warmup.start())  # type: ignore[arg-type]
+            self._tasks.add(task)
+            task.add_done_callback(self._warmed)
+
+        def plan() -> None:
+            for warmup in warmups:
+                self.loop.call_later(warmup.delay_s, start, warmup)
+
+        self.loop.call_soon_threadsafe(plan)
+
+    def _warmed(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a warm-up failed: %r", task.exception())
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the loop, end its thread and free the loop's file descriptors."""
+        """Stop the loop, end its thread and free the loop's file descriptors. A coroutine submitted but not
+        yet started fails (its caller is told, not left waiting)."""
+        with self._lock:
+            self._closed = True
+            queued, self._queued = self._queued, []
+        for coroutine, future in queued:
+            coroutine.close()  # type: ignore[attr-defined]
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RuntimeError("the fire loop closed before the coroutine started"))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout_s)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def _settle(future: Future[Any], task: asyncio.Task[Any]) -> None:
+    """Copy a finished task's outcome to the future :meth:`FireLoop.submit` returned."""
+    if task.cancelled():
+        future.set_exception(CancelledError("the fire loop stopped before the coroutine ended"))
+        return
+    exc = task.exception()
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(task.result())
 
 
 class ActionEnv:
@@ -197,8 +265,18 @@ class ActionEnv:
         loop.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """Work a kind does ahead of its fires (opening connections): ``start()`` runs on the event loop
+    ``delay_s`` seconds after the batch is prepared."""
+
+    delay_s: float
+    start: Callable[[], Awaitable[Any]]
+
+
 Runner = Callable[[A, FireContext, ActionEnv], None] | Callable[[A, FireContext, ActionEnv], Awaitable[None]]
 Check = Callable[[A, TargetRules], None]
+Prepare = Callable[[list[tuple[A, float]], ActionEnv], list[Warmup]]
 
 
 @dataclass(frozen=True)
@@ -206,14 +284,16 @@ class ActionKind(Generic[A]):
     """One action kind: its ``model`` (a pydantic :class:`~punctual.model.Action` with a ``kind`` literal), its
     runner ``run`` (plain or ``async def``; raises :class:`ActionFailedError` to fail), the longest it may run
     (``max_timeout_s``: the executor's leases allow for it), the boto3 services it calls (``clients``, for the
-    IAM it needs and for tests to inject) and ``check``, the target rules applied when a task is scheduled
-    (raises :class:`~punctual.errors.InvalidTaskError`; the runner applies them again when it fires)."""
+    IAM it needs and for tests to inject), ``check``, the target rules applied when a task is scheduled
+    (raises :class:`~punctual.errors.InvalidTaskError`; the runner applies them again when it fires), and
+    ``prepare``, the warm-ups a batch's fires of this kind want (given ``(action, seconds until due)``)."""
 
     model: type[A]
     run: Runner[A]
     max_timeout_s: float
     clients: tuple[str, ...] = ()
     check: Check[A] | None = None
+    prepare: Prepare[A] | None = None
 
     @property
     def name(self) -> str:
@@ -265,6 +345,26 @@ def start_action(action: Action, context: FireContext, env: ActionEnv) -> Future
         return env.fire_loop.submit(kind.run(action, context, env))  # type: ignore[arg-type]
     kind.run(action, context, env)
     return None
+
+
+def prepare_actions(fires: Iterable[tuple[Action, float]], env: ActionEnv) -> int:
+    """Schedule the warm-ups the kinds want for ``fires`` (``(action, seconds until due)``, a batch just armed)
+    on the event loop; returns how many. Best effort: a kind's error is logged, never raised, and a warm-up's
+    failure only means its fires open their own connections."""
+    by_kind: dict[str, list[tuple[Action, float]]] = {}
+    for action, delay_s in fires:
+        kind = _KINDS.get(action.kind)
+        if kind is not None and kind.prepare is not None:
+            by_kind.setdefault(kind.name, []).append((action, delay_s))
+    warmups: list[Warmup] = []
+    for name, items in by_kind.items():
+        try:
+            warmups += _KINDS[name].prepare(items, env)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - a warm-up is an optimisation; the fires do not depend on it
+            log.exception("preparing %s fires failed", name)
+    if warmups:
+        env.fire_loop.schedule(warmups)
+    return len(warmups)
 
 
 def run_action(action: Action, context: FireContext, env: ActionEnv) -> None:

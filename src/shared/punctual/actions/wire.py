@@ -13,6 +13,9 @@ connection goes to one of exactly those addresses. No redirect is followed (a 3x
 other). One deadline covers the wait for a connection, connecting, sending and reading. At most ``body_cap``
 bytes of an answer are read; beyond, the connection is closed. An answer's head is at most :data:`MAX_HEAD`
 bytes.
+
+A burst does not pay for its connections at its instant: :meth:`WirePool.warm` opens them ahead (the executor
+asks when it knows its batch's targets, shortly before they are due), so that the fires find them idle.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from ..netpolicy import Target, TargetPolicy
 MAX_HEAD = 64 * 1024  # status line and headers of an answer
 DNS_TTL_S = 10.0  # how long a checked resolution is reused
 IDLE_S = 30.0  # a kept-alive connection unused this long is closed rather than reused
+WARM_AT_ONCE = 32  # connections a warm-up opens together (the loop stays free for fires between the groups)
+WARM_CONNECT_S = 5.0  # a warm-up gives up on a connection that takes longer to open
 
 
 class WireError(Exception):
@@ -55,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = time.monotonic()
         self.requests = 0
+        self.was_idle = False  # it waited in the pool (after an answer, or opened ahead by a warm-up)
         self._buffer = bytearray()
         self._waiter: asyncio.Future[_Answer] | None = None
         self._answer = _Answer()
@@ -73,7 +79,7 @@ class _Connection(asyncio.Protocol):
             return
         if self._state == "until-close":
             self._finish(reusable=False)
-        elif not self._got_bytes and self.requests > 1:
+        elif not self._got_bytes and self.was_idle:
             waiter.set_exception(StaleConnectionError("the kept-alive connection was closed"))
         else:
             waiter.set_exception(WireError("the connection closed before the answer was complete"))
@@ -241,6 +247,12 @@ class _Connection(asyncio.Protocol):
 class _Host:
     idle: deque[_Connection] = field(default_factory=deque)
     slots: asyncio.Semaphore | None = None
+    busy: int = 0  # connections a request is using (or being opened for one)
+    warming: int = 0  # connections a warm-up is opening
+
+    @property
+    def open(self) -> int:
+        return len(self.idle) + self.busy + self.warming
 
 
 class WirePool:
@@ -261,29 +273,75 @@ class WirePool:
         """Send ``request`` (the whole request's bytes) to ``target`` and wait for its answer: its status and the
         body bytes read. Raises :class:`WireError` (or TimeoutError, or the policy's TargetRefusedError)."""
         async with asyncio.timeout(timeout_s):
-            key = (target.scheme, target.host, target.port)
-            host = self._hosts.get(key)
-            if host is None:
-                host = self._hosts[key] = _Host(slots=asyncio.Semaphore(self._per_host))
-            if self._all is None:
-                self._all = asyncio.Semaphore(self._connections)
-            assert host.slots is not None
+            host = self._host(target)
+            assert host.slots is not None and self._all is not None
             async with self._all, host.slots:
-                for attempt in range(2):
-                    connection = self._idle(host) if attempt == 0 else None
-                    if connection is None:
-                        connection = await self._connect(target)
-                    try:
-                        answer = await connection.send(request)
-                    except StaleConnectionError:
-                        continue  # the server had closed it while idle: once more, on a new connection
-                    except BaseException:
-                        connection.abort()
-                        raise
-                    if answer.reusable and not connection.closed:
-                        host.idle.append(connection)
-                    return answer.status, answer.body_read
-                raise WireError("the connection closed before the answer")
+                host.busy += 1
+                try:
+                    return await self._exchange(target, host, request)
+                finally:
+                    host.busy -= 1
+
+    async def _exchange(self, target: Target, host: _Host, request: bytes) -> tuple[int, int]:
+        for attempt in range(2):
+            connection = self._idle(host) if attempt == 0 else None
+            if connection is None:
+                connection = await self._connect(target)
+            try:
+                answer = await connection.send(request)
+            except StaleConnectionError:
+                continue  # the server had closed it while idle: once more, on a new connection
+            except BaseException:
+                connection.abort()
+                raise
+            if answer.reusable and not connection.closed:
+                connection.was_idle = True
+                host.idle.append(connection)
+            return answer.status, answer.body_read
+        raise WireError("the connection closed before the answer")
+
+    async def warm(self, target: Target, count: int, fire_in_s: float = 0.0) -> int:
+        """Open connections to ``target`` ahead of its fires (due in ``fire_in_s``), so that ``count`` requests
+        sent together (at most the per-host and overall limits) find one idle; returns how many were opened.
+        An idle connection that would be past :data:`IDLE_S` by then is closed now (the fire would otherwise
+        drop it and connect at its instant). Connections being opened count; one that cannot be opened is not
+        an error here (the fire connects, and reports)."""
+        host = self._host(target)
+        oldest = time.monotonic() + fire_in_s - IDLE_S
+        for connection in [c for c in host.idle if c.closed or c.idle_since <= oldest]:
+            host.idle.remove(connection)
+            connection.abort()
+        idle = len(host.idle)
+        room = self._connections - sum(h.open for h in self._hosts.values())
+        wanted = max(0, min(count, self._per_host) - idle - host.warming)
+        opened = 0
+        limit = min(wanted, room)
+        for start in range(0, limit, WARM_AT_ONCE):
+            group = min(WARM_AT_ONCE, limit - start)
+            host.warming += group
+            try:
+                results = await asyncio.gather(
+                    *(asyncio.wait_for(self._connect(target), WARM_CONNECT_S) for _ in range(group)),
+                    return_exceptions=True)
+            finally:
+                host.warming -= group
+            for result in results:
+                if isinstance(result, _Connection):
+                    result.was_idle = True
+                    host.idle.append(result)
+                    opened += 1
+            if opened < start + group:
+                break  # the target refuses or cannot be reached: its fires will say so
+        return opened
+
+    def _host(self, target: Target) -> _Host:
+        key = (target.scheme, target.host, target.port)
+        host = self._hosts.get(key)
+        if host is None:
+            host = self._hosts[key] = _Host(slots=asyncio.Semaphore(self._per_host))
+        if self._all is None:
+            self._all = asyncio.Semaphore(self._connections)
+        return host
 
     def _idle(self, host: _Host) -> _Connection | None:
         now = time.monotonic()

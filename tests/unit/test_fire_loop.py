@@ -1,0 +1,76 @@
+"""punctual.actions.registry.FireLoop: coroutines handed over from many threads each run once and report their
+outcome; a closed loop refuses work instead of leaving a caller waiting; warm-ups run after their delay."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from punctual.actions import FireLoop, Warmup
+
+
+@pytest.fixture
+def loop() -> Iterator[FireLoop]:
+    running = FireLoop(name="test-fire-loop")
+    yield running
+    running.close()
+
+
+async def double(n: int) -> int:
+    await asyncio.sleep(0)
+    return 2 * n
+
+
+async def fail() -> None:
+    raise ValueError("boom")
+
+
+def test_coroutines_submitted_together_from_many_threads_each_run_once(loop: FireLoop) -> None:
+    # When 32 threads hand over 2,000 coroutines at once
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        futures = list(pool.map(lambda n: loop.submit(double(n)), range(2_000)))
+    # Then each one ran and its future holds its own result
+    assert [f.result(timeout=30) for f in futures] == [2 * n for n in range(2_000)]
+
+
+def test_a_failing_coroutine_fails_its_future_only(loop: FireLoop) -> None:
+    failing, fine = loop.submit(fail()), loop.submit(double(4))
+    with pytest.raises(ValueError, match="boom"):
+        failing.result(timeout=30)
+    assert fine.result(timeout=30) == 8
+
+
+def test_a_closed_loop_refuses_a_coroutine_instead_of_leaving_its_caller_waiting() -> None:
+    closed = FireLoop(name="test-closed-loop")
+    closed.close()
+    coroutine = double(1)
+    with pytest.raises(RuntimeError, match="closed"):
+        closed.submit(coroutine)
+    assert coroutine.cr_frame is None  # closed, not left to warn "never awaited"
+
+
+def test_warm_ups_run_after_their_delay_and_a_failing_one_is_logged(
+        loop: FireLoop, caplog: pytest.LogCaptureFixture) -> None:
+    ran: list[str] = []
+    done = threading.Event()
+
+    async def note(name: str) -> None:
+        ran.append(name)
+        if len(ran) == 2:
+            done.set()
+
+    async def broken() -> None:
+        raise OSError("unreachable")
+
+    # When three warm-ups are scheduled, the failing one first
+    with caplog.at_level(logging.WARNING, logger="punctual.actions.registry"):
+        loop.schedule([Warmup(0.0, broken), Warmup(0.2, lambda: note("later")), Warmup(0.0, lambda: note("now"))])
+        assert done.wait(30)
+    # Then the others ran, in the order of their delays, and the failure was logged
+    assert ran == ["now", "later"]
+    assert any("warm-up failed" in r.getMessage() for r in caplog.records)
