@@ -431,7 +431,7 @@ def row(name: str, drifts: list[float], extra: str = "") -> str:
     def f(v: float | None) -> str:
         return "       -" if v is None else f"{v:8.3f}"
 
-    return f"{name:<16}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
+    return f"{name:<20}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
 
 
 def verdicts(p99: dict[str, float | None]) -> list[Verdict]:
@@ -537,13 +537,13 @@ def main() -> int:
     print(f"\nPunctual drift benchmark - {machine}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print("drift = action start - due (ms)\n")
-    print(f"{'phase':<16}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
+    print(f"{'phase':<20}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
     print(row("floor/steady", f_steady))
     print(row("floor/burst", f_burst))
     if f_webhook:
         print(row("floor/webhook", f_webhook, "(arrival at the receiver)"))
     if f_webhook_burst:
-        print(row("floor/hookburst", f_webhook_burst, "(arrival at the receiver)"))
+        print(row("floor/webhook-burst", f_webhook_burst, "(arrival at the receiver)"))
     notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
                    f"{'30' if name == 'steady+writes' else '2'} s after its write)"
              for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}

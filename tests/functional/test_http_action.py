@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from punctual.actions import (
 )
 from punctual.actions.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
 from punctual.actions.registry import run_action, start_action
-from punctual.actions.wire import IDLE_S
+from punctual.actions.wire import IDLE_S, WARM_AT_ONCE
 from punctual.netpolicy import TargetPolicy
 from punctual.secrets import SecretResolver
 
@@ -190,11 +191,57 @@ def test_a_burst_finds_its_connections_opened_before_it_is_due(server: HostileSe
 
 
 def test_fires_due_soon_or_refused_get_no_warm_up(server: HostileServer, env: ActionEnv) -> None:
-    # Given webhooks due sooner than the warm-up's minimum, and one to a target the rules refuse
+    # Given webhooks due sooner than the warm-up's minimum, one to a target the rules refuse, and one due later
     soon = [(HttpAction(url=server.url("/ok")), WARM_MIN_S / 2)] * 5
     refused = [(HttpAction(url="https://10.0.0.1/hook"), 5.0)]
-    # When the batch is prepared  Then nothing is warmed (those fires connect, or report the refusal, themselves)
-    assert prepare_actions(soon + refused, env) == 0
+    later = [(HttpAction(url=server.url("/later")), 0.5)]
+    # When the batch is prepared  Then only the later one is warmed (the others connect, or report the
+    # refusal, themselves), and the refused one did not keep it from being prepared
+    assert prepare_actions(soon + refused + later, env) == 1
+    assert _wait_for(lambda: server.state.connections == 1)
+
+
+def test_a_warm_up_stops_opening_connections_once_its_fires_are_due(server: HostileServer, env: ActionEnv) -> None:
+    # When 100 connections are asked for fires due now  Then one group is opened, and no more: past their
+    # instant the fires connect for themselves
+    assert _warm(env, server.url("/ok"), 100, fire_in_s=0.0) == WARM_AT_ONCE < 100
+
+
+def test_a_warmed_connection_the_server_drops_unanswered_is_replaced_for_the_fire(env: ActionEnv) -> None:
+    # Given a server that reads the first request of each connection and drops the connection without an answer,
+    # except on its second connection, where it answers 200
+    accepted: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                if len(accepted) == 2:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    try:
+        # and one connection warmed ahead of a fire
+        assert _warm(env, url, 1) == 1
+        # When a task that does not retry fires  Then it succeeds: the warmed connection closed before any byte
+        # of an answer counts as a stale kept-alive one, and the request goes once more on a new connection
+        run_action(HttpAction(url=url, retry_transient=False), context("t-stale"), env)
+        assert len(accepted) == 2
+    finally:
+        listener.close()
 
 
 def test_a_warm_up_replaces_an_idle_connection_too_old_by_the_time_the_fires_are_due(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -71,6 +72,41 @@ def test_warm_ups_run_after_their_delay_and_a_failing_one_is_logged(
     with caplog.at_level(logging.WARNING, logger="punctual.actions.registry"):
         loop.schedule([Warmup(0.0, broken), Warmup(0.2, lambda: note("later")), Warmup(0.0, lambda: note("now"))])
         assert done.wait(30)
-    # Then the others ran, in the order of their delays, and the failure was logged
-    assert ran == ["now", "later"]
-    assert any("warm-up failed" in r.getMessage() for r in caplog.records)
+        # Then the others ran, in the order of their delays, and the failure was logged
+        assert ran == ["now", "later"]
+        assert _eventually(lambda: any("warm-up failed" in r.getMessage() for r in caplog.records))
+
+
+def _eventually(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_close_fails_a_coroutine_submitted_but_not_started() -> None:
+    # Given a loop kept busy by a coroutine that blocks its thread, and a second coroutine queued behind it
+    closing = FireLoop(name="test-closing-loop")
+    started, release = threading.Event(), threading.Event()
+
+    async def block() -> None:
+        started.set()
+        release.wait(60)
+
+    blocker = closing.submit(block())
+    assert started.wait(30)
+    queued = closing.submit(double(1))
+    # When the loop is closed (from another thread: close waits for the loop thread, which is blocked)
+    closer = threading.Thread(target=closing.close)
+    closer.start()
+    # Then the queued one fails at once instead of leaving its caller waiting
+    with pytest.raises(RuntimeError, match="closed before the coroutine started"):
+        queued.result(timeout=30)
+    release.set()
+    closer.join(30)
+    assert blocker.done() or not closer.is_alive()
+
+
+def test_only_coroutines_are_accepted(loop: FireLoop) -> None:
+    with pytest.raises(TypeError, match="coroutine is required"):
+        loop.submit(asyncio.sleep)  # type: ignore[arg-type]

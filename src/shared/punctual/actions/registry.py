@@ -116,10 +116,12 @@ class FireLoop:
         Coroutines submitted together (a burst's fires, from many worker threads) wake the loop once: they are
         queued, and only the first of a run asks the loop to start them (one self-pipe write, one wake-up,
         where ``asyncio.run_coroutine_threadsafe`` costs each its own)."""
+        if not asyncio.iscoroutine(coroutine):
+            raise TypeError(f"a coroutine is required, not {type(coroutine).__name__}")
         future: Future[Any] = Future()
         with self._lock:
-            if self._closed:
-                coroutine.close()  # type: ignore[attr-defined]
+            if self._closed or not self._thread.is_alive():
+                coroutine.close()
                 raise RuntimeError("the fire loop is closed")
             self._queued.append((coroutine, future))
             wake = len(self._queued) == 1
@@ -134,7 +136,11 @@ class FireLoop:
             if not future.set_running_or_notify_cancel():
                 coroutine.close()  # type: ignore[attr-defined]
                 continue
-            task: asyncio.Task[Any] = self.loop.create_task(coroutine)  # type: ignore[arg-type]
+            try:
+                task: asyncio.Task[Any] = self.loop.create_task(coroutine)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - this one fails; the others of the run still start
+                future.set_exception(exc)
+                continue
             task.add_done_callback(partial(_settle, future))
 
     def schedule(self, warmups: list[Warmup]) -> None:
@@ -148,7 +154,10 @@ class FireLoop:
             for warmup in warmups:
                 self.loop.call_later(warmup.delay_s, start, warmup)
 
-        self.loop.call_soon_threadsafe(plan)
+        with self._lock:
+            if self._closed:
+                return  # nothing is warmed for a loop that is closing
+            self.loop.call_soon_threadsafe(plan)
 
     def _warmed(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -363,7 +372,11 @@ def prepare_actions(fires: Iterable[tuple[Action, float]], env: ActionEnv) -> in
         except Exception:  # noqa: BLE001 - a warm-up is an optimisation; the fires do not depend on it
             log.exception("preparing %s fires failed", name)
     if warmups:
-        env.fire_loop.schedule(warmups)
+        try:
+            env.fire_loop.schedule(warmups)
+        except Exception:  # noqa: BLE001 - the loop is closing (the executor is ending): nothing to warm
+            log.exception("scheduling warm-ups failed")
+            return 0
     return len(warmups)
 
 

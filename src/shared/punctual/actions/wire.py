@@ -25,7 +25,9 @@ import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..netpolicy import Target, TargetPolicy
 
@@ -54,8 +56,11 @@ class _Answer:
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: one request at a time, its answer parsed as it arrives."""
 
-    def __init__(self, body_cap: int) -> None:
+    def __init__(self, body_cap: int, on_open: Callable[[], None] | None = None,
+                 on_lost: Callable[[], None] | None = None) -> None:
         self._body_cap = body_cap
+        self._on_open, self._on_lost = on_open, on_lost  # the pool's count of open connections
+        self._counted = False
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = time.monotonic()
@@ -71,9 +76,15 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self._on_open is not None:
+            self._on_open()
+            self._counted = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._counted and self._on_lost is not None:
+            self._counted = False
+            self._on_lost()
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
@@ -247,12 +258,8 @@ class _Connection(asyncio.Protocol):
 class _Host:
     idle: deque[_Connection] = field(default_factory=deque)
     slots: asyncio.Semaphore | None = None
-    busy: int = 0  # connections a request is using (or being opened for one)
+    live: int = 0  # connections open (idle, in use, or closing)
     warming: int = 0  # connections a warm-up is opening
-
-    @property
-    def open(self) -> int:
-        return len(self.idle) + self.busy + self.warming
 
 
 class WirePool:
@@ -268,6 +275,8 @@ class WirePool:
         self._all: asyncio.Semaphore | None = None
         self._connections = connections
         self._tls: ssl.SSLContext | None = None
+        self._live = 0  # connections open, to every host
+        self._warming = 0  # connections warm-ups are opening
 
     async def post(self, target: Target, request: bytes, timeout_s: float) -> tuple[int, int]:
         """Send ``request`` (the whole request's bytes) to ``target`` and wait for its answer: its status and the
@@ -276,17 +285,13 @@ class WirePool:
             host = self._host(target)
             assert host.slots is not None and self._all is not None
             async with self._all, host.slots:
-                host.busy += 1
-                try:
-                    return await self._exchange(target, host, request)
-                finally:
-                    host.busy -= 1
+                return await self._exchange(target, host, request)
 
     async def _exchange(self, target: Target, host: _Host, request: bytes) -> tuple[int, int]:
         for attempt in range(2):
             connection = self._idle(host) if attempt == 0 else None
             if connection is None:
-                connection = await self._connect(target)
+                connection = await self._connect(target, host)
             try:
                 answer = await connection.send(request)
             except StaleConnectionError:
@@ -302,37 +307,43 @@ class WirePool:
 
     async def warm(self, target: Target, count: int, fire_in_s: float = 0.0) -> int:
         """Open connections to ``target`` ahead of its fires (due in ``fire_in_s``), so that ``count`` requests
-        sent together (at most the per-host and overall limits) find one idle; returns how many were opened.
-        An idle connection that would be past :data:`IDLE_S` by then is closed now (the fire would otherwise
-        drop it and connect at its instant). Connections being opened count; one that cannot be opened is not
-        an error here (the fire connects, and reports)."""
+        sent together find one idle, within the per-host and overall limits (counting every open connection);
+        returns how many were opened. An idle connection that would be past :data:`IDLE_S` by then is closed
+        now (the fire would otherwise drop it and connect at its instant). Connections are opened
+        :data:`WARM_AT_ONCE` at a time, and none after the fires are due (they connect for themselves); one that
+        cannot be opened ends the warm-up, without an error (its fire reports why)."""
         host = self._host(target)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + fire_in_s
         oldest = time.monotonic() + fire_in_s - IDLE_S
-        for connection in [c for c in host.idle if c.closed or c.idle_since <= oldest]:
-            host.idle.remove(connection)
-            connection.abort()
-        idle = len(host.idle)
-        room = self._connections - sum(h.open for h in self._hosts.values())
-        wanted = max(0, min(count, self._per_host) - idle - host.warming)
+        stale = [c for c in host.idle if c.closed or c.idle_since <= oldest]
+        if stale:
+            host.idle = deque(c for c in host.idle if not (c.closed or c.idle_since <= oldest))
+            for connection in stale:
+                connection.abort()
         opened = 0
-        limit = min(wanted, room)
-        for start in range(0, limit, WARM_AT_ONCE):
-            group = min(WARM_AT_ONCE, limit - start)
+        while True:
+            wanted = min(count, self._per_host) - len(host.idle) - host.warming
+            room = min(self._connections - self._live - self._warming, self._per_host - host.live - host.warming)
+            group = min(WARM_AT_ONCE, wanted, room)
+            if group <= 0 or (opened and loop.time() >= deadline):
+                return opened
             host.warming += group
+            self._warming += group
             try:
                 results = await asyncio.gather(
-                    *(asyncio.wait_for(self._connect(target), WARM_CONNECT_S) for _ in range(group)),
+                    *(asyncio.wait_for(self._connect(target, host), WARM_CONNECT_S) for _ in range(group)),
                     return_exceptions=True)
             finally:
                 host.warming -= group
-            for result in results:
-                if isinstance(result, _Connection):
-                    result.was_idle = True
-                    host.idle.append(result)
-                    opened += 1
-            if opened < start + group:
-                break  # the target refuses or cannot be reached: its fires will say so
-        return opened
+                self._warming -= group
+            made = [r for r in results if isinstance(r, _Connection)]
+            for connection in made:
+                connection.was_idle = True
+                host.idle.append(connection)
+            opened += len(made)
+            if len(made) < group:
+                return opened  # the target refuses or cannot be reached: its fires will say so
 
     def _host(self, target: Target) -> _Host:
         key = (target.scheme, target.host, target.port)
@@ -365,7 +376,15 @@ class WirePool:
         self._dns[key] = (now + DNS_TTL_S, addresses)
         return addresses
 
-    async def _connect(self, target: Target) -> _Connection:
+    def _opened(self, host: _Host) -> None:
+        host.live += 1
+        self._live += 1
+
+    def _lost(self, host: _Host) -> None:
+        host.live -= 1
+        self._live -= 1
+
+    async def _connect(self, target: Target, host: _Host) -> _Connection:
         loop = asyncio.get_running_loop()
         tls = None
         if target.scheme == "https":
@@ -376,7 +395,8 @@ class WirePool:
         for address in await self._addresses(target):
             try:
                 _, protocol = await loop.create_connection(
-                    lambda: _Connection(self._body_cap), host=address.split("%", 1)[0], port=target.port, ssl=tls,
+                    lambda: _Connection(self._body_cap, partial(self._opened, host), partial(self._lost, host)),
+                    host=address.split("%", 1)[0], port=target.port, ssl=tls,
                     server_hostname=target.host if tls is not None else None)
                 return protocol
             except OSError as exc:
