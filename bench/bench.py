@@ -296,12 +296,19 @@ def wait_for_arrivals(received: Path, prefix: str, count: int, until_ms: float,
     return arrivals(received, prefix)
 
 
+def loopback_env() -> ActionEnv:
+    """An executor's action environment for the floors' webhooks: loopback allowed, its event loop started (as
+    an executor starts it at a cold start)."""
+    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
+    env.warm()
+    return env
+
+
 def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list[float]:
     """floor/webhook: the floor's heap thread firing the same webhook with the same engine (no database, no
     stack) at ``rate``; drift = arrival at the receiver - due."""
     prefix = "floor-webhook-"
-    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
-    env.warm()  # as an executor does at its cold start
+    env = loopback_env()
     start = time.time() * 1000 + 1000
     count = int(rate * seconds)
     try:
@@ -315,8 +322,7 @@ def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list
 
 def _hook_burst_share(url: str, prefix: str, due: int, count: int, fire_log: str) -> int:
     """One process's share of floor/webhook-burst (as one executor's batch: its own heap thread and engine)."""
-    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
-    env.warm()
+    env = loopback_env()
     try:
         run_floor([due] * count, Path(fire_log), prefix, action=HttpAction(url=url), env=env)
         time.sleep(2.0)  # the answers come back before the engine closes its connections

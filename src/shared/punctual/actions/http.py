@@ -51,11 +51,11 @@ MAX_HEADERS_TOTAL = 16_384  # characters of all names and values together
 MAX_ATTEMPTS = 3  # a transient failure is tried again at most twice, within the grace
 RETRY_DELAYS_S = (0.1, 0.5)
 USER_AGENT = "punctual/0.1"
+TARGET_CACHE = 4_096  # checked URLs an engine remembers
 # Warm-ups (:func:`prepare_http`): webhooks due within TOGETHER_S of each other to one host get as many
 # connections opened WARM_LEAD_S before the first of them (well inside the pool's idle limit, and short enough
 # that a server's own keep-alive timeout, commonly 5 s or more, does not close them first).
 WARM_LEAD_S = 1.0
-TARGET_CACHE = 4_096  # checked URLs an engine remembers
 TOGETHER_S = 0.05
 WARM_MIN_S = 0.2
 

@@ -64,7 +64,6 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = time.monotonic()
-        self.requests = 0
         self.was_idle = False  # it waited in the pool (after an answer, or opened ahead by a warm-up)
         self._buffer = bytearray()
         self._waiter: asyncio.Future[_Answer] | None = None
@@ -115,7 +114,6 @@ class _Connection(asyncio.Protocol):
         self._answer = _Answer()
         self._state, self._got_bytes = "head", False
         self._buffer.clear()
-        self.requests += 1
         self.transport.write(request)
         return self._waiter
 
@@ -285,25 +283,22 @@ class WirePool:
             host = self._host(target)
             assert host.slots is not None and self._all is not None
             async with self._all, host.slots:
-                return await self._exchange(target, host, request)
-
-    async def _exchange(self, target: Target, host: _Host, request: bytes) -> tuple[int, int]:
-        for attempt in range(2):
-            connection = self._idle(host) if attempt == 0 else None
-            if connection is None:
-                connection = await self._connect(target, host)
-            try:
-                answer = await connection.send(request)
-            except StaleConnectionError:
-                continue  # the server had closed it while idle: once more, on a new connection
-            except BaseException:
-                connection.abort()
-                raise
-            if answer.reusable and not connection.closed:
-                connection.was_idle = True
-                host.idle.append(connection)
-            return answer.status, answer.body_read
-        raise WireError("the connection closed before the answer")
+                for attempt in range(2):
+                    connection = self._idle(host) if attempt == 0 else None
+                    if connection is None:
+                        connection = await self._connect(target, host)
+                    try:
+                        answer = await connection.send(request)
+                    except StaleConnectionError:
+                        continue  # the server had closed it while idle: once more, on a new connection
+                    except BaseException:
+                        connection.abort()
+                        raise
+                    if answer.reusable and not connection.closed:
+                        connection.was_idle = True
+                        host.idle.append(connection)
+                    return answer.status, answer.body_read
+                raise WireError("the connection closed before the answer")
 
     async def warm(self, target: Target, count: int, fire_in_s: float = 0.0) -> int:
         """Open connections to ``target`` ahead of its fires (due in ``fire_in_s``), so that ``count`` requests
@@ -316,11 +311,13 @@ class WirePool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + fire_in_s
         oldest = time.monotonic() + fire_in_s - IDLE_S
-        stale = [c for c in host.idle if c.closed or c.idle_since <= oldest]
-        if stale:
-            host.idle = deque(c for c in host.idle if not (c.closed or c.idle_since <= oldest))
-            for connection in stale:
+        fresh: deque[_Connection] = deque()
+        for connection in host.idle:
+            if connection.closed or connection.idle_since <= oldest:
                 connection.abort()
+            else:
+                fresh.append(connection)
+        host.idle = fresh
         opened = 0
         while True:
             wanted = min(count, self._per_host) - len(host.idle) - host.warming
