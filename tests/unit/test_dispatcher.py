@@ -262,3 +262,52 @@ def test_cancel_pending_takes_back_what_has_not_fired(recorder: Recorder) -> Non
     dispatcher.close()
     assert recorder.order == ["now"]
     assert dispatcher.cancel_pending() == []
+
+
+def test_fires_one_after_another_are_all_handed_to_the_same_worker() -> None:
+    # Given 8 workers and items added one at a time, each only once the previous one has fired
+    threads: list[int] = []
+    dispatcher: Dispatcher[str] = Dispatcher(lambda item: threads.append(threading.get_ident()), workers=8,
+                                             name="one-wake")
+    try:
+        for i in range(12):
+            dispatcher.add(time.monotonic(), f"item-{i}")
+            assert dispatcher.wait_idle(timeout=30)
+    finally:
+        dispatcher.close()
+    # Then every fire ran in one thread: a hand-off goes to the worker that finished last, and wakes no other
+    # (a shared queue passes its lock from waiter to waiter, so its fires rotate through the pool)
+    assert len(threads) == 12
+    assert len(set(threads)) == 1
+
+
+def test_items_due_while_every_worker_is_busy_wait_for_a_worker_and_then_fire() -> None:
+    # Given 2 workers held inside their first fires, and 6 more items due meanwhile
+    release = threading.Event()
+    fired: list[str] = []
+    lock = threading.Lock()
+
+    def fire(item: str) -> None:
+        with lock:
+            fired.append(item)
+        if item.startswith("hold"):
+            release.wait(30)
+
+    dispatcher: Dispatcher[str] = Dispatcher(fire, workers=2, name="backlog")
+    try:
+        now = time.monotonic()
+        dispatcher.add(now, "hold-0")
+        dispatcher.add(now, "hold-1")
+        assert wait_until(lambda: len(fired) == 2, timeout=30)
+        for i in range(6):
+            dispatcher.add(now, f"late-{i}")
+        # When the two held fires are still running, nothing else has fired; once they return, all of it fires
+        assert not dispatcher.wait_idle(timeout=0.2)
+        assert sorted(fired) == ["hold-0", "hold-1"]
+        release.set()
+        assert dispatcher.wait_idle(timeout=30)
+    finally:
+        release.set()
+        dispatcher.close()
+    # Then every item fired exactly once
+    assert sorted(fired) == sorted(["hold-0", "hold-1"] + [f"late-{i}" for i in range(6)])

@@ -1,10 +1,16 @@
 """The firing engine: one dispatcher thread over a heap of deadlines, and a pool of worker threads.
 
 The dispatcher sleeps until ``spin_s`` before the earliest deadline, spins on the monotonic clock for the
-rest, then hands every item that is due to the workers through a lock-free queue. One sleeping thread per
-task does not scale (1,000 sleeping threads on 2 cores give ~90 ms p99 error); one heap thread gives
-< 0.1 ms. Nothing but the hand-off happens between wake-up and fire: callers do their database work before
-``add`` and after the fire callback.
+rest, then hands every item that is due to an idle worker. One sleeping thread per task does not scale
+(1,000 sleeping threads on 2 cores give ~90 ms p99 error); one heap thread gives < 0.1 ms. Nothing but the
+hand-off happens between wake-up and fire: callers do their database work before ``add`` and after the fire
+callback.
+
+A hand-off wakes exactly one thread: the dispatcher gives the entry to a chosen idle worker and releases that
+worker's own lock. (A shared ``queue.SimpleQueue`` wakes two: the getter that takes the entry passes the
+queue's lock on to the next idle getter, which wakes, asks for the interpreter lock while the first spins
+to the instant, finds nothing and sleeps again. Seen with ``perf sched`` at every fire; on a busy machine
+that second thread's turn at the interpreter lock could fall on the instant itself.)
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
@@ -22,6 +28,18 @@ from .clock import Clock, SystemClock
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 _STOP = object()
+
+
+class _Worker:
+    """A worker thread's hand-off slot: ``wake`` is held while the worker has nothing to do; the dispatcher
+    sets ``entry`` and releases ``wake``."""
+
+    __slots__ = ("entry", "wake")
+
+    def __init__(self) -> None:
+        self.entry: object = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class Dispatcher(Generic[T]):
@@ -49,13 +67,17 @@ class Dispatcher(Generic[T]):
         self._heap: list[tuple[float, int, T]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._slots = [_Worker() for _ in range(workers)]
+        self._idle_workers = list(self._slots)  # a stack: the worker that finished last is handed the next entry
+        self._backlog: deque[object] = deque()  # entries due while every worker was busy, in order
+        self._hand_lock = threading.Lock()
         self._pending = 0  # added but not yet finished by a worker
         self._idle = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._dispatch, name=name, daemon=True)
         self._workers = [
-            threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True) for i in range(workers)
+            threading.Thread(target=self._work, args=(slot,), name=f"{name}-worker-{i}", daemon=True)
+            for i, slot in enumerate(self._slots)
         ]
         for worker in self._workers:
             worker.start()
@@ -116,7 +138,7 @@ class Dispatcher(Generic[T]):
             self._cond.notify()
         self._thread.join()
         for _ in self._workers:
-            self._queue.put(_STOP)
+            self._hand(_STOP)
         for worker in self._workers:
             worker.join()
 
@@ -129,7 +151,7 @@ class Dispatcher(Generic[T]):
     def _dispatch(self) -> None:
         clock, heap, cond = self._clock, self._heap, self._cond
         lead, handoff = self._spin_s + self._handoff_s, self._handoff_s
-        put = self._queue.put
+        put = self._hand
         while True:
             with cond:
                 while not heap:
@@ -157,22 +179,44 @@ class Dispatcher(Generic[T]):
                     pass
                 put((item, None))
 
-    def _work(self) -> None:
-        get, fire, clock = self._queue.get, self._fire, self._clock
-        while True:
-            entry = get()
-            if entry is _STOP:
+    def _hand(self, entry: object) -> None:
+        """Give ``entry`` to the idle worker that finished last, waking only it; with every worker busy, to the
+        backlog, which a worker empties before it goes idle."""
+        with self._hand_lock:
+            if not self._idle_workers:
+                self._backlog.append(entry)
                 return
-            item, deadline = cast("tuple[T, float | None]", entry)
-            if deadline is not None:
-                while clock.monotonic() < deadline:
-                    pass
-            try:
-                fire(item)
-            except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
-                log.exception("fire callback failed")
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    if self._pending == 0:
-                        self._idle.notify_all()
+            slot = self._idle_workers.pop()
+        slot.entry = entry
+        slot.wake.release()
+
+    def _next_or_idle(self, slot: _Worker) -> object:
+        """The backlog's next entry, or ``None`` once ``slot`` is back among the idle workers."""
+        with self._hand_lock:
+            if self._backlog:
+                return self._backlog.popleft()
+            self._idle_workers.append(slot)
+            return None
+
+    def _work(self, slot: _Worker) -> None:
+        fire, clock = self._fire, self._clock
+        while True:
+            slot.wake.acquire()
+            entry, slot.entry = slot.entry, None
+            while entry is not None:
+                if entry is _STOP:
+                    return
+                item, deadline = cast("tuple[T, float | None]", entry)
+                if deadline is not None:
+                    while clock.monotonic() < deadline:
+                        pass
+                try:
+                    fire(item)
+                except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
+                    log.exception("fire callback failed")
+                finally:
+                    with self._idle:
+                        self._pending -= 1
+                        if self._pending == 0:
+                            self._idle.notify_all()
+                entry = self._next_or_idle(slot)
