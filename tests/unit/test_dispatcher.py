@@ -311,3 +311,31 @@ def test_items_due_while_every_worker_is_busy_wait_for_a_worker_and_then_fire() 
         dispatcher.close()
     # Then every item fired exactly once
     assert sorted(fired) == sorted(["hold-0", "hold-1"] + [f"late-{i}" for i in range(6)])
+
+
+def test_items_due_together_reach_the_idle_workers_while_one_fire_is_still_running() -> None:
+    # Given 4 workers, one of them held inside a fire
+    release = threading.Event()
+    fired: list[str] = []
+    lock = threading.Lock()
+
+    def fire(item: str) -> None:
+        with lock:
+            fired.append(item)
+        if item == "held":
+            release.wait(30)
+
+    dispatcher: Dispatcher[str] = Dispatcher(fire, workers=4, name="chain")
+    try:
+        dispatcher.add(time.monotonic(), "held")
+        assert wait_until(lambda: fired == ["held"], timeout=30)
+        # When three items fall due together (each woken worker passes the next waiting item to another)
+        now = time.monotonic()
+        for i in range(3):
+            dispatcher.add(now, f"together-{i}")
+        # Then all three fire while the held fire still runs: none waits for a busy worker while one sleeps
+        assert wait_until(lambda: len(fired) == 4, timeout=30)
+        assert sorted(fired[1:]) == ["together-0", "together-1", "together-2"]
+    finally:
+        release.set()
+        dispatcher.close()

@@ -6,11 +6,14 @@ rest, then hands every item that is due to an idle worker. One sleeping thread p
 hand-off happens between wake-up and fire: callers do their database work before ``add`` and after the fire
 callback.
 
-A hand-off wakes exactly one thread: the dispatcher gives the entry to a chosen idle worker and releases that
-worker's own lock. (A shared ``queue.SimpleQueue`` wakes two: the getter that takes the entry passes the
-queue's lock on to the next idle getter, which wakes, asks for the interpreter lock while the first spins
-to the instant, finds nothing and sleeps again. Seen with ``perf sched`` at every fire; on a busy machine
-that second thread's turn at the interpreter lock could fall on the instant itself.)
+A hand-off wakes one thread, and only one that has an entry to fire: the dispatcher gives the entry to an idle
+worker and releases that worker's own lock. Entries due while a woken worker has not started yet wait in a
+backlog, and that worker, as it starts, passes the next of them to one more idle worker: a burst brings
+workers in one after another, as a shared queue does, without a crowd of threads woken at once fighting for
+the interpreter lock. (A shared ``queue.SimpleQueue`` also wakes the next idle getter after every entry
+taken, and at the end of a burst, or at every lone fire, that getter finds nothing: seen with ``perf sched``
+as a second wake-up and an interpreter-lock ping-pong at every fire, the second thread queued behind the one
+spinning to the instant.)
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Dispatcher(Generic[T]):
         self._idle_workers = list(self._slots)  # a stack: the worker that finished last is handed the next entry
         self._backlog: deque[object] = deque()  # entries due while every worker was busy, in order
         self._hand_lock = threading.Lock()
+        self._waking = 0  # workers handed an entry that have not started yet
         self._pending = 0  # added but not yet finished by a worker
         self._idle = threading.Condition()
         self._closing = False
@@ -180,14 +184,30 @@ class Dispatcher(Generic[T]):
                 put((item, None))
 
     def _hand(self, entry: object) -> None:
-        """Give ``entry`` to the idle worker that finished last, waking only it; with every worker busy, to the
-        backlog, which a worker empties before it goes idle."""
+        """Give ``entry`` to the idle worker that finished last, waking only it; to the backlog while a woken
+        worker has not started yet (it passes the backlog on, :meth:`_started`) or every worker is busy (a
+        worker empties the backlog before it goes idle)."""
         with self._hand_lock:
-            if not self._idle_workers:
+            if self._waking or self._backlog or not self._idle_workers:
                 self._backlog.append(entry)
                 return
             slot = self._idle_workers.pop()
+            self._waking += 1
         slot.entry = entry
+        slot.wake.release()
+
+    def _started(self) -> None:
+        """A woken worker has started: hand the backlog's next entry to one more idle worker, if any.
+
+        Invariant (under ``_hand_lock``): a non-empty backlog means a woken worker has yet to start, or no
+        worker is idle; so a waiting entry never waits while a worker sleeps."""
+        with self._hand_lock:
+            self._waking -= 1
+            if not (self._backlog and self._idle_workers):
+                return
+            slot = self._idle_workers.pop()
+            slot.entry = self._backlog.popleft()
+            self._waking += 1
         slot.wake.release()
 
     def _next_or_idle(self, slot: _Worker) -> object:
@@ -203,6 +223,7 @@ class Dispatcher(Generic[T]):
         while True:
             slot.wake.acquire()
             entry, slot.entry = slot.entry, None
+            self._started()
             while entry is not None:
                 if entry is _STOP:
                     return
