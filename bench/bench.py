@@ -67,6 +67,7 @@ from punctual.dynamodb.schema import DUE_INDEX
 from punctual.keys import from_ms, next_tick
 from punctual.model import Action
 from punctual.netpolicy import TargetPolicy
+from punctual.priority import raise_current_thread, set_realtime_firing
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
@@ -80,6 +81,7 @@ from punctual_tools.drift import (
 )
 from punctual_tools.local.receiver import read_received, start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
 
 ACTION = LogAction(message="bench")
@@ -109,6 +111,18 @@ def log(message: str) -> None:
 
 
 # -- the floor -------------------------------------------------------------------------------------------
+def firing_priority() -> str:
+    """Give this process's firing threads (the floor's) the priority the local runtime gives the executors'
+    (``LocalSettings.realtime_firing``, see :mod:`punctual.priority`), so that floor and system stand on the
+    same footing; returns the policy they get here."""
+    set_realtime_firing(LocalSettings.from_env().realtime_firing)
+    granted: list[bool] = []
+    probe = threading.Thread(target=lambda: granted.append(raise_current_thread()), name="priority-probe")
+    probe.start()
+    probe.join()
+    return "SCHED_FIFO" if granted[0] else "normal"
+
+
 def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 32, action: Action = ACTION,
               env: ActionEnv | None = None) -> list[float]:
     """One dispatcher thread, the same action, no database: the precision floor of this machine. A webhook is
@@ -322,6 +336,7 @@ def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list
 
 def _hook_burst_share(url: str, prefix: str, due: int, count: int, fire_log: str) -> int:
     """One process's share of floor/webhook-burst (as one executor's batch: its own heap thread and engine)."""
+    firing_priority()
     env = loopback_env()
     try:
         run_floor([due] * count, Path(fire_log), prefix, action=HttpAction(url=url), env=env)
@@ -477,6 +492,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    policy = firing_priority()
+    log(f"firing threads (the floor's and the executors'): {policy}")
     log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
     f_steady = floor_steady(args.steady_rate, args.steady_seconds, work / "floor.jsonl")
     time.sleep(args.settle)
@@ -589,6 +606,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
+            "firing_policy": policy,
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
             "floor_webhook": summarize(f_webhook), "floor_webhook_burst": summarize(f_webhook_burst),

@@ -1,15 +1,24 @@
-"""Background CPU confinement: background work (lowered threads, DynamoDB Local) stays off the firing core."""
+"""Background CPU confinement: background work (lowered threads, DynamoDB Local) stays off the firing core;
+firing threads run real-time where the runtime asks for it and the system allows it."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from punctual import priority
-from punctual.priority import default_background_cpus, lower_current_thread, parse_cpu_list, set_background_cpus
+from punctual.dispatcher import Dispatcher
+from punctual.priority import (
+    default_background_cpus,
+    lower_current_thread,
+    parse_cpu_list,
+    raise_current_thread,
+    set_background_cpus,
+    set_realtime_firing,
+)
 
 USABLE = sorted(os.sched_getaffinity(0))
 
@@ -18,6 +27,7 @@ USABLE = sorted(os.sched_getaffinity(0))
 def _reset() -> Iterator[None]:
     yield
     set_background_cpus(None)
+    set_realtime_firing(False)
 
 
 @pytest.mark.parametrize(("spec", "cpus"), [
@@ -82,3 +92,51 @@ def test_cpus_this_process_may_not_use_are_ignored_and_none_left_means_no_confin
 def test_a_cpu_beyond_what_linux_allows_is_refused_rather_than_enumerated() -> None:
     with pytest.raises(ValueError, match="beyond the largest"):
         parse_cpu_list("0-99999999999")
+
+
+def _in_a_thread(work: Callable[[], object]) -> object:
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(work()))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def _realtime_allowed() -> bool:
+    def probe() -> bool:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority.FIRING_RT_PRIORITY))
+        except OSError:
+            return False
+        return True
+
+    return bool(_in_a_thread(probe))
+
+
+def test_unasked_a_firing_thread_keeps_the_normal_policy() -> None:
+    assert _in_a_thread(lambda: (raise_current_thread(), os.sched_getscheduler(0))) == (False, os.SCHED_OTHER)
+
+
+def test_refused_a_firing_thread_stays_normal_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given real-time firing asked for, on a system that refuses it (no CAP_SYS_NICE, RLIMIT_RTPRIO 0)
+    set_realtime_firing(True)
+
+    def refuse(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    # Then the thread carries on, normal
+    assert _in_a_thread(lambda: (raise_current_thread(), os.sched_getscheduler(0))) == (False, os.SCHED_OTHER)
+
+
+@pytest.mark.skipif(not _realtime_allowed(), reason="this system does not allow SCHED_FIFO to this process")
+def test_asked_and_allowed_the_dispatcher_fires_from_real_time_threads_and_leaves_the_caller_alone() -> None:
+    # Given real-time firing asked for, on a system that allows it
+    set_realtime_firing(True)
+    policies: list[int] = []
+    # When a dispatcher fires an item
+    with Dispatcher(lambda _: policies.append(os.sched_getscheduler(0)), workers=2, name="rt") as dispatcher:
+        dispatcher.add(0.0, "item")
+    # Then its worker ran SCHED_FIFO, and the thread that built the dispatcher kept its policy
+    assert policies == [os.SCHED_FIFO]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER

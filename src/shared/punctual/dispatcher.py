@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
 from .clock import Clock, SystemClock
+from .priority import raise_current_thread
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ class Dispatcher(Generic[T]):
         self.close()
 
     def _dispatch(self) -> None:
+        raise_current_thread()  # real-time where the runtime asks for it and the system allows it (locally)
         clock, heap, cond = self._clock, self._heap, self._cond
         lead, handoff = self._spin_s + self._handoff_s, self._handoff_s
         put = self._hand
@@ -219,6 +221,7 @@ class Dispatcher(Generic[T]):
             return None
 
     def _work(self, slot: _Worker) -> None:
+        raise_current_thread()
         fire, clock = self._fire, self._clock
         while True:
             slot.wake.acquire()

@@ -12,6 +12,17 @@ local runtime also confines background work to a CPU set that leaves one core ou
 (``punctual_tools.settings.LocalSettings.background_cpus``, see :func:`set_background_cpus`): a firing thread
 always finds a core that no background thread may take. Unset (the default, and in AWS), background work may
 run on any CPU.
+
+Lowering the rest still leaves the firing threads to the normal scheduler: ~1% of a local steady run's fires
+(100/s across 40 executor processes) were 0.5-15 ms late, each time a dispatcher or worker that was runnable
+but not running (``perf sched``: queued behind another normal thread, or woken on a core that took a
+scheduler slice to answer). Where the process may use real-time scheduling (root, ``CAP_SYS_NICE`` or a
+non-zero ``RLIMIT_RTPRIO``) and the runtime asks for it (:func:`set_realtime_firing`; the local runtime does,
+``LocalSettings.realtime_firing``), each dispatcher and worker thread runs ``SCHED_FIFO`` at the lowest
+real-time priority (:func:`raise_current_thread`): a waking dispatcher or a spinning worker then takes a core
+from any normal thread at once. What they spin is bounded (``spin_s`` + ``handoff_s`` a fire), and the kernel's
+real-time throttling keeps 5% of each second for normal threads. Lambda does not allow it (and has no need: an
+executor has its own CPU there); where it is refused, the threads stay normal, silently.
 """
 
 from __future__ import annotations
@@ -23,7 +34,10 @@ import threading
 BACKGROUND_NICE = 10
 MAX_CPU = 8191  # Linux's largest NR_CPUS
 
+FIRING_RT_PRIORITY = 1  # the lowest SCHED_FIFO priority: above every normal thread, below the kernel's own
+
 _background_cpus: frozenset[int] | None = None
+_realtime_firing = False
 
 
 def parse_cpu_list(spec: str) -> frozenset[int]:
@@ -91,3 +105,23 @@ def lower_current_thread(nice: int = BACKGROUND_NICE) -> None:
 def lower_process_at_start(nice: int = BACKGROUND_NICE) -> None:
     """For ``subprocess.Popen(preexec_fn=...)``: the child starts as background work."""
     lower_current_thread(nice)
+
+
+def set_realtime_firing(enabled: bool) -> None:
+    """Whether firing threads started from now on in this process ask for real-time scheduling
+    (:func:`raise_current_thread`)."""
+    global _realtime_firing
+    _realtime_firing = enabled
+
+
+def raise_current_thread() -> bool:
+    """For a firing thread (a dispatcher or one of its workers): ``SCHED_FIFO`` at :data:`FIRING_RT_PRIORITY`
+    for the calling thread only, when :func:`set_realtime_firing` asked for it and the system allows it.
+    Whether the thread now runs real-time; refused or not asked, it keeps its policy."""
+    if not _realtime_firing:
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIRING_RT_PRIORITY))  # pid 0: the calling thread
+    except (AttributeError, OSError):  # not Linux, or not permitted (no CAP_SYS_NICE, RLIMIT_RTPRIO 0)
+        return False
+    return True

@@ -25,6 +25,10 @@ class LocalSettings(Settings):
         None, description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: the '
         "stack leaves the first usable CPU out, so that a firing thread always finds one free",
     )
+    realtime_firing: bool = Field(
+        True, description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
+        "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.priority",
+    )
     fire_log_path: str | None = Field(None, description="JSON-lines file the log action appends each fire to")
     dynamodb_java_opts: str | None = Field(
         None, description="JVM options of DynamoDB Local, split on spaces; unset: the stack's lean defaults",

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from punctual.actions import FireLog
-from punctual.priority import set_background_cpus
+from punctual.priority import set_background_cpus, set_realtime_firing
 
 from ..settings import LocalSettings
 
@@ -76,6 +76,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
     settings = LocalSettings.from_env()
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
+    set_realtime_firing(settings.realtime_firing)  # ... and before its dispatcher starts its firing threads
     FireLog.configure(settings.fire_log_path)
     module = load_handler_module(handler_path)
     stopping = threading.Event()
