@@ -19,7 +19,10 @@ Phases (each prints its figures; drift = action start - due, ms):
                  (system/burst), and their arrivals at the receiver judged against ``floor/webhook-burst``: the
                  same burst from one process per batch (as the stack's executors), each with the floor's heap
                  thread and the executor's engine (connections warmed as an executor warms them), no database;
-7. fast path     ``--fast-rate`` tasks/s for ``--fast-seconds`` s, each written 2 s before it is due (less than
+7. recurring 1s ``--recurring-schedules`` schedules of ``rate(1 second)``, their starts spread over a second,
+                 each firing for ``--recurring-seconds`` s: their occurrences are made by the poller's chain
+                 as the run goes, as in production (one fire per occurrence, judged like system/steady);
+8. fast path     ``--fast-rate`` tasks/s for ``--fast-seconds`` s, each written 2 s before it is due (less than
                  one poll interval): the table stream's fast path dispatches them.
 
 Every target is judged twice (:func:`punctual_tools.drift.judge`): as a ratio to the floor measured in this
@@ -68,6 +71,7 @@ from punctual.keys import from_ms, next_tick
 from punctual.model import Action
 from punctual.netpolicy import TargetPolicy
 from punctual.priority import raise_current_thread, set_realtime_firing
+from punctual.schedules import occurrence_id
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
@@ -96,6 +100,8 @@ TARGETS: dict[str, tuple[str, float, float]] = {
     "steady+writes": ("floor/writes", 10.0, 10.0),
     "system/burst": ("floor/burst", 1.5, 90.0),
     "fast path 2s": ("floor/steady", 200.0, 10.0),
+    # Recurring schedules (issue #12): occurrences are tasks the chain makes ahead; judged as system/steady.
+    "recurring 1s": ("floor/steady", 10.0, 0.5),
     # Webhooks (issue #11): spread ones at the receiver against the same engine firing from the floor's heap
     # thread; a burst's action starts against the log-action burst of this run (1.5x, as the issue asks).
     "webhook/spread": ("floor/webhook", 10.0, 2.0),
@@ -287,6 +293,26 @@ def system_burst(stack: LocalStack, count: int) -> dict[str, Any]:
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + 30_000)
     drifts, fired, dup = drift_of(fires)
     return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
+
+
+def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[str, Any]:
+    """``schedules`` recurring schedules of ``rate(1 second)``, started ``1000 / schedules`` ms apart, each for
+    ``seconds`` occurrences. Only the first few occurrences are made when a schedule is created: the poller
+    makes the rest as the run goes (a poll interval and its lead ahead), so the chain is part of what is timed."""
+    client = Client(stack.settings)
+    prefix = f"recurring-{uuid.uuid4().hex[:6]}-"
+    first = next_tick(int(time.time() * 1000) + 100 * schedules + 5_000, stack.settings.poll_interval_ms) + 15_000
+    task_ids: list[str] = []
+    for i in range(schedules):
+        schedule_id, start = f"{prefix}{i:03d}", first + i * 1000 // schedules
+        client.create_schedule(schedule_id, "rate(1 second)", ACTION, start_at=from_ms(start),
+                               end_at=from_ms(start + (seconds - 1) * 1000))
+        task_ids += [occurrence_id(schedule_id, start + k * 1000) for k in range(seconds)]
+    log(f"recurring 1s: {schedules} schedules of rate(1 second), {seconds} occurrences each, the first "
+        f"{(first - time.time() * 1000) / 1000:.0f} s ahead")
+    fires = wait_for_fires(stack.fire_log, prefix, task_ids, first + seconds * 1000 + 20_000)
+    drifts, fired, dup = drift_of(fires)
+    return {"scheduled": len(task_ids), "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
 
 
 # -- webhooks ---------------------------------------------------------------------------------------------
@@ -484,6 +510,9 @@ def main() -> int:
     parser.add_argument("--webhook-seconds", type=float, default=50)
     parser.add_argument("--webhook-burst", type=int, default=2000, help="webhooks due at one instant")
     parser.add_argument("--no-webhooks", dest="webhooks", action="store_false", help="skip the webhook phases")
+    parser.add_argument("--recurring-schedules", type=int, default=20,
+                        help="rate(1 second) schedules in the recurring phase (0: skip it)")
+    parser.add_argument("--recurring-seconds", type=int, default=40, help="occurrences of each")
     parser.add_argument("--no-writes", dest="with_writes", action="store_false",
                         help="skip the phase in which a client schedules tasks during the steady run")
     args = parser.parse_args()
@@ -537,6 +566,9 @@ def main() -> int:
             plan.append(("webhook/spread", lambda: webhook_spread(stack, hook_url, args.webhook_rate,
                                                                   args.webhook_seconds, received)))
             plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
+        if args.recurring_schedules > 0:
+            plan.append(("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules,
+                                                                  args.recurring_seconds)))
         if args.fast_path:
             plan.append(("fast path 2s", lambda: system_steady(stack, args.fast_rate, args.fast_seconds, lead_s=2.0,
                                                                concurrent_writes=True)))

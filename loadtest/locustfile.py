@@ -7,7 +7,9 @@ end by the checker (:mod:`punctual_tools.checker`).
 
 Each user schedules ``log`` tasks due ``LOAD_LEAD_S`` ahead (default ``30,90``: a random lead between 30 and 90 s,
 the poller's lead window; ``"5,15"`` or a single ``"10"`` for a shorter run), with a small JSON payload, and now
-and then reads one back, cancels one or reschedules one. Locust reports the client-side latency of each call.
+and then reads one back, cancels one or reschedules one. Now and then it also makes a recurring schedule
+(``rate(N seconds)``, N of 1, 2 or 5, starting within the lead and lasting ``LOAD_SCHEDULE_S``, default 10 s) and
+sometimes pauses one of its schedules. Locust reports the client-side latency of each call.
 
 Each user keeps a ledger of what its calls reported: task id -> the due time it should fire at, or "cancelled",
 or "unknown" (the call failed in a way that does not say whether it took effect, or the user was stopped in the
@@ -17,9 +19,11 @@ already armed: :class:`~punctual.errors.TaskStateError`) leaves the task due whe
 When the test stops, the load test waits (bounded: until the last due time + ``LOAD_MARGIN_S``, default 15 s,
 or until every expected task fired; a progress line on stderr), reads the stack's fire log (the path is in the
 stack's state file, ``<LOAD_HOME>/stack.json``, default ``.punctual``) and the table outcome of every task that
-did not fire, runs the checker (``LOAD_EPSILON_MS``, default 1000, is its tolerance for late / early), prints
-the verdict, and makes locust exit with status 1 when the verdict fails. Without a local stack (no state file:
-a stack in AWS, whose log action writes to CloudWatch) there is no fire log to read, and the check is skipped.
+did not fire (a schedule's occurrences are computed from its definition: every instant up to its end, or up to
+the moment it was paused, plus whatever occurrence it had made beyond that), runs the checker
+(``LOAD_EPSILON_MS``, default 1000, is its tolerance for late / early), prints the verdict, and makes locust exit
+with status 1 when the verdict fails. Without a local stack (no state file: a stack in AWS, whose log action
+writes to CloudWatch) there is no fire log to read, and the check is skipped.
 
 Traffic goes only to the stack's endpoint (loopback for the local stack). The run is bounded by ``-t``, and the
 check by the last due time + the margin. The checks run where the users run (locust's default local runner).
@@ -43,9 +47,17 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
-from punctual.errors import InvalidTaskError, TaskConflictError, TaskStateError
+from punctual.errors import (
+    InvalidTaskError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskConflictError,
+    TaskStateError,
+)
 from punctual.keys import to_ms
 from punctual.model import Task, TaskStatus
+from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
 from punctual_tools.checker import Verdict
 from punctual_tools.demo import FireLogTail, check_fire_log
 from punctual_tools.local.stack import read_state
@@ -82,6 +94,7 @@ def _number(name: str, default: float) -> float:
 LEAD_S = lead_range(os.environ.get("LOAD_LEAD_S", "30,90"))
 MARGIN_S = _number("LOAD_MARGIN_S", 15.0)
 EPSILON_MS = _number("LOAD_EPSILON_MS", 1_000.0)
+SCHEDULE_S = _number("LOAD_SCHEDULE_S", 10.0)
 HOME = Path(os.environ.get("LOAD_HOME") or ROOT / ".punctual")
 
 
@@ -119,12 +132,23 @@ class Expectation:
     due_ms: int
 
 
+@dataclass(frozen=True)
+class ScheduleExpectation:
+    """A recurring schedule as the calls reported it: its definition (None: the create's effect is unknown, the
+    table decides) and, once a pause was asked, the instant the call started (occurrences after it need not be
+    made; one made before it was either armed, and fires, or is CANCELLED)."""
+
+    schedule: Schedule | None
+    paused_from_ms: int | None = None
+
+
 class Run:
-    """One test run: its task-id prefix and every user's ledger."""
+    """One test run: its task-id prefix and every user's ledgers (tasks and recurring schedules)."""
 
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex[:8]
         self.ledgers: list[dict[str, Expectation]] = []
+        self.schedules: list[dict[str, ScheduleExpectation]] = []
 
     @property
     def prefix(self) -> str:
@@ -149,6 +173,8 @@ class SchedulingUser(User):
         self.ledger: dict[str, Expectation] = {}
         self.prefix = RUN.prefix
         RUN.ledgers.append(self.ledger)
+        self.schedules: dict[str, ScheduleExpectation] = {}
+        RUN.schedules.append(self.schedules)
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any, expected: tuple[type[Exception], ...] = (),
               **kwargs: Any) -> tuple[Any, Exception | None]:
@@ -227,6 +253,34 @@ class SchedulingUser(User):
             self._settled(task_id, exc)
 
 
+    @task(1)
+    def recurring(self) -> None:
+        schedule_id = f"{self.prefix}r{uuid.uuid4().hex[:8]}"
+        start = _due_in_lead()
+        self.schedules[schedule_id] = ScheduleExpectation(None)
+        made, exc = self._call("create_schedule", self.client.create_schedule, schedule_id,
+                               f"rate({random.choice((1, 2, 5))} seconds)", LogAction(message="load recurring"),
+                               {"n": random.random()}, start_at=start, end_at=start + timedelta(seconds=SCHEDULE_S))
+        if exc is None:
+            self.schedules[schedule_id] = ScheduleExpectation(made)
+        elif isinstance(exc, InvalidTaskError | ScheduleConflictError):
+            del self.schedules[schedule_id]  # refused: nothing was stored
+
+    @task(1)
+    def pause(self) -> None:
+        running = [sid for sid, e in self.schedules.items() if e.schedule is not None and e.paused_from_ms is None]
+        if not running or random.random() < 0.5:
+            return
+        schedule_id = random.choice(running)
+        before = self.schedules[schedule_id]
+        # From the moment the call starts, whatever its outcome: a pause that failed midway is finished by a poll.
+        self.schedules[schedule_id] = ScheduleExpectation(before.schedule, int(time.time() * 1000))
+        _, exc = self._call("pause_schedule", self.client.pause_schedule, schedule_id,
+                            expected=(ScheduleStateError, ScheduleNotFoundError))
+        if isinstance(exc, ScheduleStateError | ScheduleNotFoundError):
+            self.schedules[schedule_id] = before  # it had ended: nothing changed
+
+
 # -- the check, when the test stops --------------------------------------------------------------------------------
 def _resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, int], set[str]]:
     """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
@@ -244,6 +298,28 @@ def _resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, 
     return due, cancelled
 
 
+def _occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> dict[str, int]:
+    """The plan (task id -> due ms) of the recurring schedules: every instant of each definition up to its end (or
+    to when it was paused), plus any occurrence the schedule made beyond that (armed before the pause: it fires;
+    or CANCELLED: the table says so)."""
+    due: dict[str, int] = {}
+    for schedule_id, expectation in schedules.items():
+        stored = client.get_schedule(schedule_id)
+        if stored is None:
+            continue  # never stored
+        # A pause whose call failed in a way that says nothing took effect leaves the schedule ACTIVE.
+        paused_from = expectation.paused_from_ms if stored.state is ScheduleState.PAUSED else None
+        for at in instants_after(expectation.schedule or stored, 0):  # start to end (every schedule here has one)
+            if paused_from is not None and at > paused_from:
+                break
+            due[occurrence_id(schedule_id, at)] = at
+        for made in client.schedule_history(schedule_id):
+            split = split_occurrence_id(made.task_id)
+            if split is not None:
+                due[made.task_id] = split[1]
+    return due
+
+
 def check_run(run: Run) -> Verdict | None:
     """Wait for the run's expected fires (bounded), then the checker's verdict; None when there is nothing to
     read (no local stack) or nothing was scheduled."""
@@ -253,12 +329,14 @@ def check_run(run: Run) -> Verdict | None:
               flush=True)
         return None
     ledger = {task_id: e for user_ledger in run.ledgers for task_id, e in list(user_ledger.items())}
-    if not ledger:
+    schedules = {sid: e for user_schedules in run.schedules for sid, e in list(user_schedules.items())}
+    if not ledger and not schedules:
         print("load test check skipped: nothing was scheduled", flush=True)
         return None
     client = Client(_settings())
     fire_log = Path(state["fire_log"])
     due, cancelled = _resolve(client, ledger)
+    due.update(_occurrences(client, schedules))
     to_fire = {task_id for task_id in due if task_id not in cancelled}
     deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
     progress = ProgressLine(sys.stderr)

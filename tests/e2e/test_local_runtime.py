@@ -72,7 +72,8 @@ def test_500_tasks_over_30_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path:
         assert stack.settings.endpoint_url is not None and stack.settings.endpoint_url.startswith("http://127.0.0.1:")
 
         # When the demo schedules 500 log tasks spread over 30 s, a burst of 200 at one instant and 50 webhooks
-        # spread between them, and waits
+        # spread between them, beside two recurring schedules (every 500 ms and every second, 61 + 31
+        # occurrences), and waits
         report = run_demo(
             Client(stack.settings),
             stack.fire_log,
@@ -82,19 +83,21 @@ def test_500_tasks_over_30_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path:
             poll_interval_ms=stack.settings.poll_interval_ms,
             out=None,
             webhooks=50,
+            recurring_ms=(500, 1000),
         )
 
-        # Then all 750 fired, each exactly once, none late enough to be MISSED, none failed or lost
+        # Then all 842 fired, each exactly once, none late enough to be MISSED, none failed or lost
         assert {k: report[k] for k in ("scheduled", "fired", "duplicates", "lost", "missed", "failed")} == {
-            "scheduled": 750,
-            "fired": 750,
+            "scheduled": 842,
+            "fired": 842,
             "duplicates": 0,
             "lost": 0,
             "missed": 0,
             "failed": 0,
         }
         fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, f"demo-{report['run_id']}-"))
-        assert len(fires) == 700 and set(fires.values()) == {1}
+        assert len(fires) == 792 and set(fires.values()) == {1}
+        assert report["recurring_drift_ms"]["count"] == 92
         # ... the 50 webhooks were seen by the receiver (once each: duplicates above counts its fires too)
         assert report["webhook_drift_ms"]["count"] == 50
         # ... and the executors' invocations all completed (none retried, none dropped)
@@ -248,6 +251,8 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
         "40",
         "--webhooks",
         "20",
+        "--recurring",
+        "500",
         "--json",
         "--port",
         "0",
@@ -263,13 +268,15 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
         _stop_cli(process, home)
         pytest.fail("punctual demo did not finish within 180 s")
 
-    # Then it exits 0 and prints one JSON report: 120 fired (20 of them webhooks, which the stack it started
-    # was allowed to send to the demo's loopback receiver), no duplicate, none lost
+    # Then it exits 0 and prints one JSON report: 131 fired (20 of them webhooks, which the stack it started
+    # was allowed to send to the demo's loopback receiver, and 11 the occurrences of a schedule every 500 ms over
+    # the 5 s), no duplicate, none lost
     assert process.returncode == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert {"scheduled", "fired", "missed", "failed", "duplicates", "lost", "drift_ms"} <= set(report)
     assert set(report["drift_ms"]) >= {"p50", "p90", "p99", "max"}
-    assert (report["scheduled"], report["fired"], report["duplicates"], report["lost"]) == (120, 120, 0, 0)
+    assert (report["scheduled"], report["fired"], report["duplicates"], report["lost"]) == (131, 131, 0, 0)
+    assert report["recurring_drift_ms"]["count"] == 11
     assert report["webhook_drift_ms"]["count"] == 20
     assert (report["missed"], report["failed"]) == (0, 0)
     assert all(isinstance(report["drift_ms"][k], int | float) for k in ("p50", "p90", "p99", "max"))
@@ -452,3 +459,45 @@ def test_local_invoker_shutdown_ends_every_worker_even_with_an_invocation_waitin
             if process_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+# -- recurring schedules ------------------------------------------------------------------------------------------
+@pytest.mark.timeout(240)
+def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(tmp_path: Path,
+                                                                           fresh_table_name: str) -> None:
+    # Given the local stack polling every 2 s with a short lead, so that the poller (not the client) makes most of
+    # each chain's occurrences
+    config = StackConfig(home=tmp_path, port=0, in_memory=False, poll_interval_s=2,
+                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None,
+                                             "default_misfire_grace_ms": GRACE_MS, "lead_ms": 5_000,
+                                             "fast_path_margin_ms": 1_000})
+    with LocalStack(config) as stack:
+        assert stack.settings is not None
+        client = Client(stack.settings)
+        start = datetime.fromtimestamp((now_ms() + 3_000) / 1000, UTC)
+        # When a schedule every second and one every 500 ms run for 20 occurrences each
+        made = {
+            "every-second": client.create_schedule("every-second", "rate(1 second)", LogAction(message="1s"),
+                                                   start_at=start, max_occurrences=20),
+            "half-second": client.create_schedule("half-second", "rate(500 milliseconds)", LogAction(message=".5s"),
+                                                  start_at=start, max_occurrences=20),
+        }
+        assert all(s.created_count < 20 for s in made.values())  # the rest is the poller's to make
+
+        def fired(schedule_id: str) -> list[dict[str, Any]]:
+            return read_fires(stack.fire_log, schedule_id + "@")
+
+        assert wait_until(lambda: all(len(fired(s)) >= 20 for s in made), timeout=120, interval=0.5)
+        # Then each occurrence fired exactly once, at its own instant, with its own key
+        for schedule_id in made:
+            entries = fired(schedule_id)
+            step = 1000 if schedule_id == "every-second" else 500
+            expected = [int(start.timestamp() * 1000) + step * k for k in range(20)]
+            assert sorted(e["due_ms"] for e in entries) == expected
+            assert Counter(e["key"] for e in entries).most_common(1)[0][1] == 1
+            assert all(e["key"].startswith(f"{schedule_id}@") for e in entries)
+            ended = client.get_schedule(schedule_id)
+            assert ended is not None and ended.state == "ENDED" and ended.created_count == 20
+            # (an outcome is recorded just after the fire: the executor's recorder settles before it writes)
+            assert wait_until(lambda sid=schedule_id: {t.status for t in client.schedule_history(sid)}
+                              == {TaskStatus.SUCCEEDED}, timeout=60, interval=0.5)

@@ -28,6 +28,11 @@ def counted() -> cost.Counts:
     return cost.counts(cost.run_scenario(tasks=TASKS, windows=1))
 
 
+@pytest.fixture(scope="module")
+def recurring() -> tuple[cost.Recurring, ...]:
+    return tuple(cost.run_recurring(rate) for rate in cost.RECURRING_RATES_MS)
+
+
 def rows(c: cost.Counts, step: str) -> dict[str, cost.Row]:
     return {r.op: r for r in c.per_task if r.step == step}
 
@@ -46,13 +51,17 @@ def test_item_size_follows_dynamodbs_rules() -> None:
 
 def test_a_keys_only_index_costs_a_write_only_when_its_keys_change() -> None:
     spec = cost.TableSpec.from_template()
-    (due,) = spec.indexes
-    assert due.projection == "KEYS_ONLY"  # what template.yaml defines, read through punctual.schema
+    due, history = sorted(spec.indexes, key=lambda index: index.name)
+    assert (due.name, history.name) == ("due", "schedule")
+    assert due.projection == history.projection == "KEYS_ONLY"  # what template.yaml defines, via punctual.schema
     base = {"task_id": {"S": "t"}, "status": {"S": "PENDING"}, "payload": {"S": "x" * 900}}
     active = {**base, "due_bucket": {"S": "2030-01-01T00:00#1"}, "due_ms": {"N": "1"}}
     assert spec.index_writes(None, active) == {"due": 1}  # enters the index
     assert spec.index_writes(active, {**active, "status": {"S": "ARMED"}}) == {}  # not projected
     assert spec.index_writes(active, {**active, "due_ms": {"N": "2"}}) == {"due": 2}  # key change: delete + put
+    occurrence = {**active, "schedule_id": {"S": "s"}}  # a recurring schedule's occurrence: in its history too
+    assert spec.index_writes(None, occurrence) == {"due": 1, "schedule": 1}
+    assert spec.index_writes(occurrence, {**occurrence, "status": {"S": "ARMED"}}) == {}
     assert spec.index_writes(active, base) == {"due": 1}  # leaves the index
     assert spec.index_writes(base, {**base, "status": {"S": "SUCCEEDED"}}) == {}
 
@@ -217,8 +226,26 @@ def test_heartbeats_cost_less_than_the_write_a_task_the_claim_took(counted: cost
         assert 0 < heartbeats.usd < volume * 0.625 / 1e6, volume
 
 
-def test_docs_cost_md_holds_what_was_counted(counted: cost.Counts) -> None:
+def test_a_recurring_occurrence_is_made_by_one_transaction_shared_by_up_to_99(
+    recurring: tuple[cost.Recurring, ...],
+) -> None:
+    fast, slow = recurring
+    # A schedule every 250 ms makes 240 occurrences a poll: 3 chunks (99, 99, 42), each one consistent read of
+    # the schedule and one transaction. Each occurrence costs 2 write units (transactional) and 2 index writes
+    # (the due index and the schedule's history index); each chunk adds the cursor's 2 units, and the
+    # schedule item's 2 index writes as it moves in the due index.
+    assert fast.per_tick == 240 and fast.occurrences == 480
+    by_step = {r.step: r for r in fast.rows}
+    assert by_step["read schedule"].requests == pytest.approx(3 / 240)
+    assert by_step["make occurrence"].requests == pytest.approx(3 / 240)
+    assert by_step["make occurrence"].wru == pytest.approx(2 + 2 * 3 / 240)
+    assert by_step["make occurrence"].wru_index == pytest.approx(2 + 2 * 3 / 240)
+    # A schedule every minute makes one a poll, and pays the read and the cursor for it
+    assert slow.per_tick == 1 and slow.requests == 2 and slow.rru == 1 and slow.wru == 8
+
+
+def test_docs_cost_md_holds_what_was_counted(counted: cost.Counts, recurring: tuple[cost.Recurring, ...]) -> None:
     doc = cost.doc_path().read_text(encoding="utf-8")
-    fresh = cost.render(counted)
+    fresh = cost.render(counted, recurring=recurring)
     mismatches = cost.blocks_match(cost.extract_block(doc), fresh)
     assert not mismatches, "docs/cost.md is stale: run `make cost`\n" + "\n".join(mismatches)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from punctual.dynamodb.schema import DUE_INDEX, TABLE_RESOURCE, ensure_table, load_template
+from punctual.dynamodb.schema import DUE_INDEX, SCHEDULE_INDEX, TABLE_RESOURCE, ensure_table, load_template
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
 
 
@@ -18,18 +18,19 @@ def _template_table() -> dict[str, Any]:
 def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: Any, local_table: str) -> None:
     # Given the Tasks table created from template.yaml (by the local_table fixture)
     template = _template_table()
-    template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == DUE_INDEX)
 
     # When DynamoDB Local describes it
     table = ddb_local_client.describe_table(TableName=local_table)["Table"]
 
-    # Then the keys, the sparse "due" index and the stream are those of the template
+    # Then the keys, the sparse "due" and "schedule" indexes and the stream are those of the template
     assert table["TableStatus"] == "ACTIVE"
     assert table["KeySchema"] == template["KeySchema"]
     indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {DUE_INDEX}
-    assert indexes[DUE_INDEX]["KeySchema"] == template_index["KeySchema"]
-    assert indexes[DUE_INDEX]["Projection"]["ProjectionType"] == template_index["Projection"]["ProjectionType"]
+    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX}
+    for name in (DUE_INDEX, SCHEDULE_INDEX):
+        template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == name)
+        assert indexes[name]["KeySchema"] == template_index["KeySchema"]
+        assert indexes[name]["Projection"]["ProjectionType"] == template_index["Projection"]["ProjectionType"]
     assert table["StreamSpecification"] == {
         "StreamEnabled": True,
         "StreamViewType": template["StreamSpecification"]["StreamViewType"],

@@ -203,7 +203,7 @@ def test_format_prints_one_line_per_figure_with_examples_of_what_failed() -> Non
     assert lines[0] == "scenario x: FAIL: 7 lost"
     assert any(line.split()[:2] == ["lost", "7"] and "(2 more)" in line for line in lines)
     assert any(line.strip().startswith("drift ms") and "p50 1.000" in line for line in lines)
-    assert len(lines) == 14  # the verdict line and 13 figures
+    assert len(lines) == 15  # the verdict line and 14 figures
 
 
 # -- adapters ------------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
     assert set(report) == {"run_id", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms", "webhook_drift_ms",
-                           "checker"}
+                           "recurring_drift_ms", "recurring", "checker"}
     assert report["run_id"] == "r1"
     assert figures(report) == (5, 5, 0, 0, 0, 0)
     assert report["drift_ms"] == {"p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}
@@ -387,6 +387,36 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
     assert report["webhook_drift_ms"]["count"] == 2 and report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
     assert report["steady_drift_ms"]["count"] == 4 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
     assert "webhooks (arrival at the loopback receiver)" in format_report(report)
+
+
+def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row_of_their_own() -> None:
+    from punctual.schedules import split_occurrence_id
+    from punctual_tools.demo import plan_demo
+
+    # Given a plan of 3 spread tasks over 2 s and two schedules, every 250 ms and every 1,000 ms
+    plan = plan_demo(3, 2.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, recurring_ms=(250, 1000))
+    # Then each schedule expects an occurrence at every multiple of its rate from the first due instant to the
+    # end of the span, under the occurrence's own task id
+    assert [schedule_id for schedule_id, _ in plan.recurring] == ["demo-r1-every250ms", "demo-r1-every1000ms"]
+    by_schedule: dict[str, list[int]] = {}
+    for task_id in plan.occurrence_ids:
+        split = split_occurrence_id(task_id)
+        assert split is not None and plan.due_ms[task_id] == split[1]
+        by_schedule.setdefault(split[0], []).append(split[1])
+    first = plan.first_due_ms
+    assert sorted(by_schedule["demo-r1-every250ms"]) == [first + 250 * k for k in range(9)]
+    assert sorted(by_schedule["demo-r1-every1000ms"]) == [first, first + 1000, first + 2000]
+    assert len(plan.due_ms) == 3 + 9 + 3
+    # When they fire 2 ms late and the spread tasks 1 ms late, but one occurrence never fires
+    missing = max(plan.occurrence_ids)
+    entries = [fire(t, due + (2 if "@" in t else 1)) for t, due in plan.due_ms.items() if t != missing]
+    report = build_report(FakeClient(), plan, entries)
+    # Then the occurrences have their own drift row, the spread row keeps only the one-off tasks, and the
+    # unfired occurrence is lost: the verdict fails
+    assert report["recurring_drift_ms"]["count"] == 11 and report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
+    assert report["steady_drift_ms"]["count"] == 3 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert report["lost"] == 1 and not report["checker"]["ok"]
+    assert "recurring (2 schedules, sub-second rates)" in format_report(report)
 
 
 def test_loopback_webhooks_need_the_receiver_address_allowed() -> None:

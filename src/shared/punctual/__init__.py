@@ -2,8 +2,18 @@
 
 from .actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 from .client import Client, ScheduleResult
-from .errors import InvalidTaskError, PunctualError, TaskConflictError, TaskNotFoundError, TaskStateError
+from .errors import (
+    InvalidTaskError,
+    PunctualError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+)
 from .model import Action, Task, TaskStatus
+from .schedules import Schedule, ScheduleState
 from .settings import Settings
 
 __all__ = [
@@ -15,7 +25,12 @@ __all__ = [
     "LambdaAction",
     "LogAction",
     "PunctualError",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
     "ScheduleResult",
+    "ScheduleState",
+    "ScheduleStateError",
     "Settings",
     "SnsAction",
     "SqsAction",

@@ -38,3 +38,15 @@ class TaskStateError(PunctualError):
     def __init__(self, message: str, task: Any = None) -> None:
         super().__init__(message)
         self.task = task
+
+
+class ScheduleNotFoundError(TaskNotFoundError):
+    """No recurring schedule has this id."""
+
+
+class ScheduleConflictError(TaskConflictError):
+    """A schedule with this id exists with another definition (creating one is idempotent on equal content)."""
+
+
+class ScheduleStateError(TaskStateError):
+    """The schedule does not allow the change now (it changed since it was read, or its state forbids it)."""

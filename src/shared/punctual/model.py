@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, get_args
@@ -27,7 +27,8 @@ from pydantic import (
 from .keys import from_ms, to_ms
 from .retry import RetryPolicy
 
-TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+# A task's own id, or a schedule's occurrence: "<schedule id>@<yyyymmddThhmmss.fffZ>" (punctual.schedules)
+TASK_ID_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}|[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}@\d{8}T\d{6}\.\d{3}Z)$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
@@ -123,7 +124,27 @@ def truncate_to_ms(moment: datetime) -> datetime:
     return from_ms(to_ms(moment))
 
 
-class Task(BaseModel):
+class ActionAndPayload(BaseModel):
+    """The validators of what a task runs (``action``, ``payload``), shared by :class:`Task` and the recurring
+    schedule that makes tasks (:class:`punctual.schedules.Schedule`); each declares the fields itself."""
+
+    @field_validator("action", mode="before", check_fields=False)
+    @classmethod
+    def _parse_action(cls, value: Any) -> Action:
+        return parse_action(value)
+
+    @field_validator("payload", check_fields=False)
+    @classmethod
+    def _finite_json(cls, value: Any) -> Any:
+        """NaN and infinities are not JSON: refuse them rather than store a payload no target can parse."""
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError("payload must be JSON: NaN and Infinity are not allowed") from exc
+        return value
+
+
+class Task(ActionAndPayload):
     """One task: an action to start at ``due_at``, with its life-cycle fields.
 
     Times are timezone-aware UTC datetimes with millisecond precision; naive datetimes are rejected.
@@ -158,21 +179,8 @@ class Task(BaseModel):
     late: bool = False
     retry: RetryPolicy | None = None
     first_due_at: AwareDatetime | None = None  # the occurrence's due before a retry moved ``due_at``
-
-    @field_validator("action", mode="before")
-    @classmethod
-    def _parse_action(cls, value: Any) -> Action:
-        return parse_action(value)
-
-    @field_validator("payload")
-    @classmethod
-    def _finite_json(cls, value: Any) -> Any:
-        """NaN and infinities are not JSON: refuse them rather than store a payload no target can parse."""
-        try:
-            json.dumps(value, allow_nan=False)
-        except ValueError as exc:
-            raise ValueError("payload must be JSON: NaN and Infinity are not allowed") from exc
-        return value
+    schedule_id: str | None = None  # set on a recurring schedule's occurrence (punctual.schedules)
+    schedule_version: int | None = None  # the version of the schedule that created it
 
     @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at", "first_due_at")
     @classmethod
@@ -207,6 +215,8 @@ class Task(BaseModel):
             content["misfire_policy"] = self.misfire_policy
         if self.retry is not None:
             content["retry"] = self.retry.model_dump(mode="json")
+        if self.schedule_id is not None:
+            content["schedule"] = [self.schedule_id, self.schedule_version]
         return hashlib.sha256(canonical_json(content).encode()).hexdigest()
 
 
@@ -267,6 +277,7 @@ class DueScan:
     recovered: int = 0
     undecodable: int = 0
     complete: bool = True
+    schedules: list[str] = field(default_factory=list)  # recurring schedules whose next occurrences are due to be made
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from . import chain
 from .events import BatchEvent, BatchTask, DispatchReport, PollReport
 from .invoker import Invoker
 from .model import Candidate, TaskStatus
@@ -68,15 +69,39 @@ class Poller:
         stop early once ``out_of_time()`` is true."""
         end_ms = now_ms + self._settings.lead_ms
         scan = self._store.find_due(now_ms, end_ms, out_of_time, group)
-        to_send, held_back = self._not_sent_lately(scan.candidates, now_ms)
+        made, created = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
+        to_send, held_back = self._not_sent_lately(scan.candidates + made, now_ms)
         done = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
         report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
                             buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
-                            held_back=held_back, undecodable=scan.undecodable,
+                            held_back=held_back, undecodable=scan.undecodable, schedules=len(scan.schedules),
+                            occurrences_created=created,
                             complete=scan.complete and done.undispatched == 0,
                             **done.model_dump())
         log.info("poll: %s", report.model_dump())
         return report
+
+    def _extend_schedules(self, schedule_ids: list[str], now_ms: int, end_ms: int,
+                          out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int]:
+        """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
+        window), each schedule on its own: one that fails is logged and left for the next tick. The new
+        occurrences due within the window, as candidates to dispatch now (the index may not list them yet), and
+        how many occurrences were made."""
+        made: list[Candidate] = []
+        created = 0
+        for schedule_id in schedule_ids:
+            if out_of_time is not None and out_of_time():
+                break
+            try:
+                report = chain.extend(self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms)
+            except Exception:  # noqa: BLE001 - one schedule must not stop the poll; the next tick tries again
+                log.exception("schedule %s: making its next occurrences failed", schedule_id)
+                continue
+            created += len(report.created)
+            made.extend(Candidate(task_id=t.task_id, due_ms=t.due_ms, status=TaskStatus.PENDING, lease_until_ms=None,
+                                  misfire_grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
+                        for t in report.created if t.due_ms <= end_ms)
+        return made, created
 
     def poll_all_groups(self, now_ms: int, start_group: Callable[[int], None],
                         out_of_time: Callable[[], bool] | None = None) -> list[PollReport]:

@@ -34,9 +34,6 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError, CroniterError
-
 from .keys import from_ms, to_ms
 
 MIN_RATE_MS = 100  # each occurrence is a task (a create, an arm and a record): 10 a second at most per schedule
@@ -142,6 +139,9 @@ def _parse_rate(body: str) -> int:
 
 def _cron_fields(body: str) -> str:
     """croniter's fields for a five-field (common) or six-field (EventBridge) cron body, checked."""
+    from croniter import croniter  # imported here: the executor, which never reads an expression, does not pay for it
+    from croniter.croniter import CroniterError
+
     parts = body.split()
     if len(parts) == 5:
         fields = " ".join(parts)
@@ -244,6 +244,9 @@ def _cron_instants(fields: str, tz: ZoneInfo, after_ms: int) -> Iterator[int]:
     read from ``after + least offset`` (the earliest that can map after ``after``) and their instants held in a
     heap until no later wall time can map before them (a wall time ``w`` maps at or after ``w - greatest
     offset``)."""
+    from croniter import croniter
+    from croniter.croniter import CroniterBadDateError
+
     after = from_ms(after_ms)
     low, _ = _offset_bounds(tz, after)
     start = (after + low).replace(tzinfo=None)

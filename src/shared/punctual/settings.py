@@ -106,6 +106,12 @@ class Settings(BaseModel):
         "that the dispatcher gets the interpreter back soon after its sleep",
     )
 
+    @property
+    def schedule_ahead_ms(self) -> int:
+        """How far beyond a poll's window a recurring schedule's occurrences are made (a poll interval and the
+        fast-path margin: the poll before the one that dispatches an occurrence has already made it)."""
+        return self.poll_interval_ms + self.fast_path_margin_ms
+
     @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:
         if self.shard_count % self.poll_groups:

@@ -18,6 +18,10 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
   taken over it can never renew (so it can never fire a task taken from it: it fires only within its lease).
 * **record**: ARMED by this executor becomes its outcome (SUCCEEDED, FAILED, MISSED), or PENDING again due at
   the next try (a retry). **release**: ARMED by this executor goes back to PENDING (a stop before firing).
+* **schedules** (recurring): a schedule and its first occurrences are stored together; **advance** creates
+  the next occurrences and moves the schedule's cursor in one atomic write, conditional on the cursor and the
+  version read (two callers never both create, an occurrence's id is its instant); a **change** (pause,
+  resume, update, delete) is conditional on the version read and raises it by one.
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
   CLAIMED, or ARMED with an expired lease.
 
@@ -28,9 +32,13 @@ owner and target state): callers get the same answer as for the first attempt.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .model import Armed, ArmRequest, DueScan, FireRecord, Task, TaskStatus
+
+if TYPE_CHECKING:
+    from .dynamodb.schedules import AdvanceResult
+    from .schedules import Advance, Schedule
 
 
 class TaskStore(Protocol):
@@ -95,4 +103,38 @@ class TaskStore(Protocol):
     # -- redrive -----------------------------------------------------------------------------------------
     def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
         """REDRIVE each FAILED task: PENDING, due now, attempt 0. False for a task that is not FAILED."""
+        ...
+
+    # -- recurring schedules (punctual.schedules, punctual.chain) -------------------------------------------
+    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
+        """Store a new schedule with its first occurrences (at most 99), atomically; idempotent on an equal
+        definition (False: it existed). Raises ScheduleConflictError for another definition."""
+        ...
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule as stored now (strongly consistent), or None."""
+        ...
+
+    def list_schedules(self) -> Iterator[Schedule]:
+        """Every schedule (admin use)."""
+        ...
+
+    def advance_schedule(self, schedule: Schedule, step: Advance, occurrences: list[Task],
+                         now_ms: int) -> AdvanceResult:
+        """Create ``occurrences`` and move the cursor to ``step.next_due_ms``, atomically, if the schedule is still
+        as read (version, cursor, ACTIVE)."""
+        ...
+
+    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *,
+                        cleanup: bool) -> Schedule:
+        """Write ``changes`` one version up, if the schedule is still at the version read."""
+        ...
+
+    def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:
+        """Clear the cleanup flag of ``schedule`` (at the version read)."""
+        ...
+
+    def schedule_occurrence_ids(self, schedule_id: str, from_ms_: int | None = None,
+                                limit: int | None = None) -> list[str]:
+        """The schedule's occurrences' ids in due order (eventually consistent)."""
         ...

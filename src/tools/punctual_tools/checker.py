@@ -10,6 +10,8 @@ crash window (an executor died after firing and before recording), and it carrie
 * **lost**: expected, never fired, and no explicit outcome (no outcome, an active status, or SUCCEEDED without
   a fire that the target saw). A lost occurrence fails the verdict.
 * **explicitly missed / failed / cancelled**: never fired, and the table says why. Not lost.
+* **skipped**: an occurrence of a recurring schedule that fell while nothing ran (a downtime) and that the
+  schedule's downtime policy did not make (:func:`expected_from_schedule`). Not lost.
 * **extra**: fires beyond the first of a key, and fires of keys nobody expected. An extra is *explained* when
   its key is in the allowance (one extra per key: the crash window); any other extra fails the verdict.
 * **rejected attempts**: fires the target answered with an error (the action failed there). They match an
@@ -40,7 +42,8 @@ from punctual.keys import to_ms
 
 from .stats import summarize
 
-EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED"})
+EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED", "SKIPPED"})
+SKIPPED = "SKIPPED"  # a recurring schedule's occurrence not made after a downtime, by its policy
 _EXAMPLES = 5  # keys shown per non-zero figure in format()
 
 
@@ -87,6 +90,7 @@ class Verdict:
     explicitly_missed: tuple[str, ...]
     failed: tuple[str, ...]
     cancelled: tuple[str, ...]
+    skipped: tuple[str, ...]
     extra: tuple[Fire, ...]
     unexplained: tuple[Fire, ...]
     unknown: tuple[Fire, ...]
@@ -144,6 +148,7 @@ class Verdict:
             f"  explicitly missed      {len(self.explicitly_missed):6d}{keys(self.explicitly_missed)}",
             f"  failed (no fire)       {len(self.failed):6d}{keys(self.failed)}",
             f"  cancelled (no fire)    {len(self.cancelled):6d}",
+            f"  skipped (downtime)     {len(self.skipped):6d}",
             f"  extra fires            {len(self.extra):6d}   (explained {self.explained}, "
             f"unexplained {len(self.unexplained)}, unknown keys {len(self.unknown)}){keys(self.unexplained)}",
             f"  fired though cancelled {len(self.fired_cancelled):6d}{keys(self.fired_cancelled)}",
@@ -191,7 +196,7 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
     for fire in all_fires:
         observed.setdefault(fire.key, []).append(fire)
 
-    matched, lost, missed, failed, cancelled, fired_cancelled = [], [], [], [], [], []
+    matched, lost, missed, failed, cancelled, skipped, fired_cancelled = [], [], [], [], [], [], []
     late, early, past_grace, drifts = [], [], [], []
     extra, unexplained, unknown = [], [], []
     for key, occurrence in by_key.items():
@@ -204,6 +209,8 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
                 failed.append(key)
             elif occurrence.outcome == "CANCELLED":
                 cancelled.append(key)
+            elif occurrence.outcome == SKIPPED:
+                skipped.append(key)
             else:
                 lost.append(key)
             continue
@@ -231,6 +238,7 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
     return Verdict(
         epsilon_ms=epsilon_ms, expected=len(by_key), fires=len(all_fires), matched=tuple(matched),
         lost=tuple(lost), explicitly_missed=tuple(missed), failed=tuple(failed), cancelled=tuple(cancelled),
+        skipped=tuple(skipped),
         extra=tuple(extra), unexplained=tuple(unexplained), unknown=tuple(unknown),
         rejected=tuple(f for f in all_fires if not f.accepted), fired_cancelled=tuple(fired_cancelled),
         late=tuple(late), early=tuple(early), past_grace=tuple(past_grace), drift=summarize(drifts),
@@ -286,3 +294,27 @@ def expected_from_due(due_ms: Mapping[str, int], outcomes: Mapping[str, Any] | N
 
     return [Expected(task_id, occurrence, due, value(outcomes.get(task_id)), grace_ms)
             for task_id, due in due_ms.items()]
+
+
+def expected_from_schedule(schedule: Any, after_ms: int, until_ms: int, stored: Mapping[str, Any],
+                           downtime: Iterable[tuple[int, int]] = ()) -> list[Expected]:
+    """Every occurrence a recurring schedule's definition has in ``(after_ms, until_ms]``, computed from its
+    expression (:mod:`punctual.recurrence`), not from what the chain made; each with the outcome of its task in
+    ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
+    ``(start, end)`` more than its grace before the window ended is SKIPPED (the downtime policy), not lost."""
+    from punctual.schedules import instants_after, occurrence_id
+
+    windows = list(downtime)
+    expected: list[Expected] = []
+    for due in instants_after(schedule, after_ms):
+        if due > until_ms:
+            break
+        task_id = occurrence_id(schedule.schedule_id, due)
+        task = stored.get(task_id)
+        if task is not None:
+            expected.extend(expected_from_tasks([task]))
+            continue
+        down = any(start <= due < end - schedule.misfire_grace_ms for start, end in windows)
+        expected.append(Expected(task_id, 0, due, SKIPPED if down else None, schedule.misfire_grace_ms,
+                                 schedule.misfire_policy == "fire_late"))
+    return expected

@@ -4,6 +4,9 @@
     punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
     punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
                                                    --eventbridge ARN, --payload JSON)
+    punctual schedule --cron "0 9 ? * MON-FRI *" --tz Europe/Paris --log report   a recurring schedule (or --rate
+                                                   "500 milliseconds", --once-at LOCAL; --start, --end, --max)
+    punctual schedules [list | show | pause | resume | delete | history] [ID]
     punctual get ID | punctual cancel ID | punctual list [--status S]
     punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
     punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
@@ -20,12 +23,14 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from punctual.errors import InvalidTaskError, PunctualError
+from punctual.keys import from_ms
 from punctual.settings import Settings
 
 from .progress import CLEAR_LINE, ProgressLine
@@ -132,7 +137,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             def demo() -> None:
                 report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
                                   args.demo_burst, stack.settings.poll_interval_ms,  # type: ignore[union-attr]
-                                  webhooks=webhooks)
+                                  webhooks=webhooks, recurring_ms=args.demo_recurring)
                 print(format_report(report), flush=True)
                 log.info("demo done; the stack keeps running until Ctrl-C")
 
@@ -176,12 +181,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
                           out=None if args.quiet else sys.stderr,
-                          epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks)
+                          epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks,
+                          recurring_ms=args.recurring)
     finally:
         if stack is not None:
             stack.stop()
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     return 0 if report["checker"]["ok"] else 1
+
+
+DEMO_RATES = (250, 500, 1000)  # the demo's recurring schedules: rate(N milliseconds) each
+
+
+def _rates(text: str) -> tuple[int, ...]:
+    """``--recurring``: comma-separated rates in ms (each at least the shortest rate a schedule takes), or none."""
+    from punctual.recurrence import MIN_RATE_MS
+
+    if text.strip().lower() in ("", "none", "0"):
+        return ()
+    try:
+        rates = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole milliseconds, e.g. 250,500") from None
+    if any(rate < MIN_RATE_MS for rate in rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: a rate is {MIN_RATE_MS} ms at least")
+    return rates
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
@@ -233,8 +257,66 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload) if args.payload is not None else None
     except ValueError as exc:
         raise PunctualError(f"invalid --payload: not JSON ({exc})") from exc
+    if args.cron or args.rate or args.once_at:
+        schedule = _client(args).create_schedule(
+            args.id or f"s-{uuid.uuid4().hex[:12]}", _expression_of_args(args), action_of_args(args), payload,
+            timezone=args.tz,
+            start_at=_instant(args.start, "--start"), end_at=_instant(args.end, "--end"),
+            max_occurrences=args.max, downtime_policy=args.downtime)
+        print(schedule.model_dump_json(indent=2))
+        return 0
+    if args.tz != "UTC" or args.start or args.end or args.max is not None:
+        raise InvalidTaskError("--tz, --start, --end and --max go with --cron, --rate or --once-at", field="expression")
     task = _client(args).schedule(_parse_when(args), action_of_args(args), payload, task_id=args.id)
     print(task.model_dump_json(indent=2))
+    return 0
+
+
+def _expression_of_args(args: argparse.Namespace) -> str:
+    """The schedule expression ``--cron``, ``--rate`` or ``--once-at`` gives (wrapped as ``cron(...)`` etc.)."""
+    if args.once_at:
+        return f"at({args.once_at})"
+    kind, text = ("cron", args.cron.strip()) if args.cron else ("rate", args.rate.strip())
+    return text if text.lower().startswith(kind + "(") else f"{kind}({text})"
+
+
+def _instant(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidTaskError(f"invalid {flag}: not an ISO-8601 instant ({exc})", field=flag[2:]) from exc
+    if moment.tzinfo is None:
+        raise InvalidTaskError(f"invalid {flag}: give a timezone (e.g. 2026-12-01T09:00:00+01:00)", field=flag[2:])
+    return moment
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    """List recurring schedules, or show, pause, resume, delete one, or list its occurrences."""
+    client = _client(args)
+    if args.verb == "list":
+        for schedule in client.list_schedules():
+            nxt = "-" if schedule.next_due_ms is None else from_ms(schedule.next_due_ms).isoformat(
+                timespec="milliseconds")
+            print(f"{schedule.schedule_id}  {schedule.state}  {schedule.expression}  {schedule.timezone}  "
+                  f"next {nxt}  made {schedule.created_count}  skipped {schedule.skipped_count}")
+        return 0
+    if not args.schedule_id:
+        raise InvalidTaskError(f"punctual schedules {args.verb} needs a schedule id", field="schedule_id")
+    if args.verb == "history":
+        for task in client.schedule_history(args.schedule_id, limit=args.limit):
+            drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
+            print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
+        return 0
+    verbs: dict[str, Callable[[str], Any]] = {
+        "show": client.get_schedule, "pause": client.pause_schedule, "resume": client.resume_schedule,
+        "delete": client.delete_schedule}
+    schedule = verbs[args.verb](args.schedule_id)
+    if schedule is None:
+        print(f"no schedule {args.schedule_id!r}", file=sys.stderr)
+        return 1
+    print(schedule.model_dump_json(indent=2))
     return 0
 
 
@@ -451,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-burst", type=int, default=200)
     up.add_argument("--demo-webhooks", type=int, default=100,
                     help="of the demo's tasks, this many more POST to a loopback receiver (0: none)")
+    up.add_argument("--demo-recurring", type=_rates, default=DEMO_RATES, metavar="MS,MS,...",
+                    help="beside the tasks, one recurring schedule per rate in ms over the same seconds "
+                         f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)")
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     up.set_defaults(func=cmd_up)
 
@@ -461,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--burst", type=int, default=200, help="tasks due at one single instant")
     demo.add_argument("--webhooks", type=int, default=100,
                       help="webhooks spread over --over seconds to a loopback receiver the demo starts (0: none)")
+    demo.add_argument("--recurring", type=_rates, default=DEMO_RATES, metavar="MS,MS,...",
+                      help="one recurring schedule per rate in ms over --over seconds "
+                           f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)")
     demo.add_argument("--epsilon-ms", type=_non_negative_ms, default=None, metavar="MS",
                       help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
                            "one earlier than due - this fails the verdict")
@@ -468,10 +556,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
 
-    sched = sub.add_parser("schedule", help="schedule one task")
+    sched = sub.add_parser("schedule", help="schedule one task, or a recurring schedule (--cron, --rate)")
     when = sched.add_mutually_exclusive_group(required=True)
     when.add_argument("--at", help="ISO-8601 instant with a timezone")
     when.add_argument("--in", dest="in_", help="from now: 1500ms, 30s, 5m, 2h")
+    when.add_argument("--cron", metavar="EXPR", help="recurring: EventBridge's six fields ('0 9 ? * MON-FRI *') or "
+                      "the common five ('0 9 * * 1-5'), read in --tz")
+    when.add_argument("--rate", metavar="N UNIT", help="recurring: every N milliseconds/seconds/minutes/hours/days")
+    when.add_argument("--once-at", metavar="LOCAL", help="a schedule of one occurrence at a local time of --tz "
+                      "(yyyy-mm-ddThh:mm:ss)")
+    recurring = sched.add_argument_group("recurring schedule options (with --cron, --rate, --once-at)")
+    recurring.add_argument("--tz", default="UTC", help="IANA time zone the expression is read in (default UTC)")
+    recurring.add_argument("--start", metavar="ISO", help="no occurrence before this instant (a rate counts from it)")
+    recurring.add_argument("--end", metavar="ISO", help="no occurrence after this instant")
+    recurring.add_argument("--max", type=int, default=None, metavar="N", help="at most N occurrences")
+    recurring.add_argument("--downtime", choices=("skip", "fire_latest"), default="skip",
+                           help="occurrences missed while nothing ran: skip them, or fire the latest once")
     what = sched.add_mutually_exclusive_group()
     what.add_argument("--http", metavar="URL",
                       help="POST the payload to this URL (https; see PUNCTUAL_ALLOWED_TARGETS)")
@@ -494,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     aws_opts.add_argument("--source", help="EventBridge source (default punctual)")
     aws_opts.add_argument("--detail-type", help="EventBridge detail type (default punctual.fire)")
     sched.add_argument("--payload", help="JSON payload")
-    sched.add_argument("--id", help="task id (idempotent)")
+    sched.add_argument("--id", help="task id, or schedule id with --cron / --rate (idempotent)")
     sched.set_defaults(func=cmd_schedule)
     many = sub.add_parser("schedule-many", help="schedule every task of a JSON-lines file (- for stdin) at once")
     many.add_argument("file", help="one JSON object a line: due_at, action, payload, task_id, ...")
@@ -507,6 +607,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{name} one task")
         p.add_argument("task_id")
         p.set_defaults(func=func)
+    schedules = sub.add_parser("schedules", help="recurring schedules: list, show, pause, resume, delete, history")
+    schedules.add_argument("verb", nargs="?", default="list",
+                           choices=("list", "show", "pause", "resume", "delete", "history"))
+    schedules.add_argument("schedule_id", nargs="?")
+    schedules.add_argument("--limit", type=int, default=None, help="history: the last N occurrences")
+    schedules.set_defaults(func=cmd_schedules)
     lst = sub.add_parser("list", help="list tasks")
     lst.add_argument("--status", default=None)
     lst.add_argument("--limit", type=int, default=50)
@@ -525,7 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--name", help="the pictures' title and file-name stem (default: the prefix, or 'drift')")
     drift.add_argument("--aws", action="store_true", help="with --table: AWS (PUNCTUAL_* settings)")
     drift.set_defaults(func=cmd_drift)
-    for p in (sched, many, lst, redrive, *[a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]):
+    one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]
+    for p in (sched, many, lst, redrive, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     return parser
 

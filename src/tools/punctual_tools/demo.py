@@ -1,4 +1,5 @@
-"""The demo: schedule N tasks spread over S seconds plus a burst of B at one instant, watch them fire, report.
+"""The demo: schedule N tasks spread over S seconds plus a burst of B at one instant (and, beside them, a few
+recurring schedules with sub-second rates over the same seconds), watch them fire, report.
 
 Fires are observed at the target: every task's action is ``log``, which appends one line per fire to the
 stack's fire log (a JSON-lines file shared by all executor processes). The report's figures come from the
@@ -15,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.keys import from_ms, next_tick
 from punctual.model import Action, TaskStatus
+from punctual.schedules import occurrence_id
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine
@@ -41,12 +43,22 @@ class DemoPlan:
     first_due_ms: int
     last_due_ms: int
     webhook_ids: frozenset[str] = frozenset()  # POSTed to the demo's loopback receiver, not logged
+    recurring: tuple[tuple[str, int], ...] = ()  # (schedule id, rate ms): each from first_due over the span
+    span_ms: int = 0
+
+    @property
+    def occurrence_ids(self) -> frozenset[str]:
+        """The task ids of the recurring schedules' occurrences in the plan."""
+        return frozenset(task_id for task_id in self.due_ms if "@" in task_id)
 
 
 def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
-              run_id: str | None = None, lead_ms: int = 10_000, webhooks: int = 0) -> DemoPlan:
+              run_id: str | None = None, lead_ms: int = 10_000, webhooks: int = 0,
+              recurring_ms: Sequence[int] = ()) -> DemoPlan:
     """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant, and ``webhooks``
-    more evenly over the same seconds, halfway between the others.
+    more evenly over the same seconds, halfway between the others; and one recurring schedule per rate in
+    ``recurring_ms`` (``rate(N milliseconds)``, from the first due instant to the end of the span), whose
+    occurrences the plan expects at every multiple of its rate (a rate counts from its start).
 
     Everything is due at least ``lead_ms`` after the first poll tick that comes once scheduling is surely
     done: the poller dispatches tasks ahead of time (30-90 s in AWS), which is what the demo shows; tasks
@@ -64,8 +76,11 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     step = span_ms / max(webhooks, 1)
     webhook_due = {f"demo-{run_id}-w{i:06d}": first + int(step * (i + 0.5)) for i in range(webhooks)}
     due.update(webhook_due)
+    recurring = tuple((f"demo-{run_id}-every{rate}ms", rate) for rate in recurring_ms)
+    for schedule_id, rate in recurring:
+        due.update({occurrence_id(schedule_id, at): at for at in range(first, first + span_ms + 1, rate)})
     return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first),
-                    frozenset(webhook_due))
+                    frozenset(webhook_due), recurring, span_ms)
 
 
 class _Follow:
@@ -168,11 +183,14 @@ def loopback_allowed(allowed_targets: str) -> bool:
 
 def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
              out: TextIO | None = sys.stderr, schedule_threads: int = 16,
-             epsilon_ms: float = EPSILON_MS, webhooks: int = 0) -> dict[str, Any]:
+             epsilon_ms: float = EPSILON_MS, webhooks: int = 0,
+             recurring_ms: Sequence[int] = ()) -> dict[str, Any]:
     """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
-    :func:`build_report`). ``webhooks`` tasks POST to a loopback receiver started here (in a process of its
-    own), which the stack's executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``)."""
-    plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks)
+    :func:`build_report`). ``recurring_ms``: the rates of the recurring schedules made beside the tasks.
+    ``webhooks`` tasks POST to a loopback receiver started here (in a process of its own), which the stack's
+    executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``)."""
+    plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks,
+                     recurring_ms=recurring_ms)
     prefix = f"demo-{plan.run_id}-"
     grace = client.settings.default_misfire_grace_ms
     received = fire_log.parent / f"{prefix}received.jsonl" if plan.webhook_ids else None
@@ -201,8 +219,14 @@ def _run_plan(client: Client, fire_log: Path, received: Path | None, plan: DemoP
     started = time.monotonic()
     total = len(plan.due_ms)
     progress = ProgressLine(out)
+    for schedule_id, rate in plan.recurring:
+        client.create_schedule(schedule_id, f"rate({rate} milliseconds)", action_of(schedule_id),
+                               {"run": plan.run_id}, start_at=from_ms(plan.first_due_ms),
+                               end_at=from_ms(plan.first_due_ms + plan.span_ms))
+    occurrences = plan.occurrence_ids
+    one_offs = [item for item in plan.due_ms.items() if item[0] not in occurrences]
     with ThreadPoolExecutor(max_workers=schedule_threads) as pool:
-        for i, _ in enumerate(pool.map(schedule, plan.due_ms.items()), 1):
+        for i, _ in enumerate(pool.map(schedule, one_offs), len(plan.due_ms) - len(one_offs) + 1):
             if i % 50 == 0 or i == total:
                 progress.show(f"scheduling {_bar(i, total)} {i}/{total}")
     progress.end(f"scheduling {_bar(total, total)} {total}/{total}  ({time.monotonic() - started:.1f} s)")
@@ -293,7 +317,9 @@ def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
     grace = client.settings.default_misfire_grace_ms
     verdict = check_fire_log(client, plan.due_ms, fires, epsilon_ms=epsilon_ms, grace_ms=grace)
     observed = fires_from_fire_log(fires)
-    steady_ids = [task_id for task_id in plan.due_ms if task_id not in plan.burst_ids | plan.webhook_ids]
+    occurrences = plan.occurrence_ids
+    others = plan.burst_ids | plan.webhook_ids | occurrences
+    steady_ids = [task_id for task_id in plan.due_ms if task_id not in others]
     drift = verdict.drift
     return {
         "run_id": plan.run_id,
@@ -307,6 +333,8 @@ def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
         "steady_drift_ms": _drift_of(plan.due_ms, observed, steady_ids, epsilon_ms),
         "burst_drift_ms": _drift_of(plan.due_ms, observed, plan.burst_ids, epsilon_ms),
         "webhook_drift_ms": _drift_of(plan.due_ms, observed, plan.webhook_ids, epsilon_ms),
+        "recurring_drift_ms": _drift_of(plan.due_ms, observed, occurrences, epsilon_ms),
+        "recurring": [f"{schedule_id}: rate({rate} milliseconds)" for schedule_id, rate in plan.recurring],
         "checker": verdict_summary(verdict),
     }
 
@@ -324,6 +352,8 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     rows = [("all", None), ("spread (log: at action start)", "steady_drift_ms"),
             ("burst (log: at action start)", "burst_drift_ms")]
+    if report.get("recurring_drift_ms", {}).get("count"):
+        rows.append((f"recurring ({len(report['recurring'])} schedules, sub-second rates)", "recurring_drift_ms"))
     if report.get("webhook_drift_ms", {}).get("count"):
         rows.append(("webhooks (arrival at the loopback receiver)", "webhook_drift_ms"))
     for label, key in rows:

@@ -14,6 +14,10 @@ Item layout (one item per task, base key ``task_id``)::
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
     change_token S (the last cancel or reschedule: lets a retried request recognise its own change)
+    schedule_id S | schedule_version N (a recurring schedule's occurrence; the "schedule" index lists them)
+
+A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (see :func:`schedule_item`); it
+has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
 """
 
 from __future__ import annotations
@@ -145,6 +149,9 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     }
     if task.retry is not None:
         values["retry"] = canonical_json(task.retry.model_dump(mode="json"))
+    if task.schedule_id is not None:
+        values["schedule_id"] = task.schedule_id
+        values["schedule_version"] = task.schedule_version or 1
     return to_av(values)
 
 
@@ -174,6 +181,8 @@ def item_to_task(item: dict[str, Any]) -> Task:
         late=bool(v.get("late", False)),
         retry=json.loads(v["retry"]) if "retry" in v else None,
         first_due_at=_ms_dt(v.get("first_due_ms")),
+        schedule_id=v.get("schedule_id"),
+        schedule_version=int(v["schedule_version"]) if "schedule_version" in v else None,
     )
 
 

@@ -15,6 +15,7 @@ import yaml
 
 TABLE_RESOURCE = "TasksTable"
 DUE_INDEX = "due"
+SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
 
 
 class _CfnLoader(yaml.SafeLoader):

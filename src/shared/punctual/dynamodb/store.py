@@ -99,6 +99,7 @@ from .codec import (
     to_av,
 )
 from .reads import register_fast_reads
+from .schedules import SCHEDULE_PREFIX, ScheduleItems
 from .schema import DUE_INDEX
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class IndexEntry:
     due_ms: int
 
 
-class DynamoTaskStore:
+class DynamoTaskStore(ScheduleItems):
     """Tasks in DynamoDB: the conditional writes of the task life cycle, and the due-index queries.
 
     Parameters
@@ -212,10 +213,11 @@ class DynamoTaskStore:
 
     def __init__(self, client: Any, table_name: str, shard_count: int, *, fast_path_within_ms: int = 70_000,
                  retention_days: int = 30, db_threads: int = 8, write_batch: str = "single",
-                 overdue_safety_ms: int = 180_000, poll_groups: int = 1) -> None:
+                 overdue_safety_ms: int = 180_000, poll_groups: int = 1, schedule_ahead_ms: int = 70_000) -> None:
         if poll_groups < 1 or shard_count % poll_groups:
             raise ValueError(f"poll_groups ({poll_groups}) must divide shard_count ({shard_count})")
         self.poll_groups = poll_groups
+        self.schedule_ahead_ms = schedule_ahead_ms
         self._client = client
         register_fast_reads(client)
         self.table_name = table_name
@@ -236,7 +238,8 @@ class DynamoTaskStore:
                    fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
                    retention_days=settings.retention_days, db_threads=settings.db_threads,
                    write_batch=settings.write_batch, overdue_safety_ms=settings.overdue_safety_ms,
-                   poll_groups=settings.poll_groups)
+                   poll_groups=settings.poll_groups,
+                   schedule_ahead_ms=settings.schedule_ahead_ms)
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
@@ -480,7 +483,8 @@ class DynamoTaskStore:
         if due_to_ms is not None:
             filters.append("due_ms < :to")
             values[":to"] = due_to_ms
-        filters.append("attribute_exists(due_ms)")
+        filters.append("attribute_exists(due_ms) AND NOT begins_with(task_id, :schedule_prefix)")
+        values[":schedule_prefix"] = SCHEDULE_PREFIX
         kwargs: dict[str, Any] = {"TableName": self.table_name, "FilterExpression": " AND ".join(filters)}
         if values:
             kwargs["ExpressionAttributeValues"] = to_av(values)
@@ -536,7 +540,8 @@ class DynamoTaskStore:
         # The index may briefly list a rescheduled task under its old and new key: read each task once, from
         # the base table, which also says whether it is still armable.
         task_ids = list(dict.fromkeys(e.task_id for e in entries))
-        found, undecodable = self._candidates(task_ids, now_ms)
+        schedules = [t[len(SCHEDULE_PREFIX):] for t in task_ids if t.startswith(SCHEDULE_PREFIX)]
+        found, undecodable = self._candidates([t for t in task_ids if not t.startswith(SCHEDULE_PREFIX)], now_ms)
         found = [c for c in found if c.due_ms <= until_ms]
         owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner}, consistent=False)
         armable = [c for c in found if _armable(c, now_ms, owners)]
@@ -546,7 +551,7 @@ class DynamoTaskStore:
         return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
                        queries=len(buckets) * len(shards),
                        recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
-                       undecodable=undecodable, complete=not first_unread)
+                       undecodable=undecodable, complete=not first_unread, schedules=schedules)
 
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
         """Entries of one shard of one minute bucket of the (keys-only) due index, due at or before

@@ -38,9 +38,21 @@ from .pricing import (
     monthly_cost,
 )
 from .render import BEGIN_MARK, END_MARK, blocks_match, doc_path, extract_block, render, replace_block
-from .scenario import BatchRun, Counts, LogBytes, Row, Scenario, counts, run_scenario
+from .scenario import (
+    RECURRING_RATES_MS,
+    BatchRun,
+    Counts,
+    LogBytes,
+    Recurring,
+    Row,
+    Scenario,
+    counts,
+    run_recurring,
+    run_scenario,
+)
 
 __all__ = [
+    "RECURRING_RATES_MS",
     "BEGIN_MARK",
     "END_MARK",
     "STEP_FUNCTIONS_TRANSITIONS",
@@ -53,6 +65,7 @@ __all__ = [
     "Line",
     "LogBytes",
     "Month",
+    "Recurring",
     "Row",
     "Scenario",
     "TableSpec",
@@ -70,6 +83,7 @@ __all__ = [
     "monthly_cost",
     "render",
     "replace_block",
+    "run_recurring",
     "run_scenario",
     "status_label",
     "value_size",

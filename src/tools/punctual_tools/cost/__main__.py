@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import __doc__ as package_doc
 from .render import render, replace_block
-from .scenario import counts, measure_handler_logs, run_scenario
+from .scenario import RECURRING_RATES_MS, counts, measure_handler_logs, run_recurring, run_scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure_logs:  # the child process of run_scenario
         print(json.dumps(measure_handler_logs()))
         return 0
-    block = render(counts(run_scenario(tasks=args.tasks, windows=args.windows)))
+    block = render(counts(run_scenario(tasks=args.tasks, windows=args.windows)),
+                   recurring=tuple(run_recurring(rate) for rate in RECURRING_RATES_MS))
     if args.write:
         path = Path(args.write)
         path.write_text(replace_block(path.read_text(encoding="utf-8"), block), encoding="utf-8")

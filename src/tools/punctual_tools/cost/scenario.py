@@ -445,6 +445,102 @@ def counts(s: Scenario) -> Counts:
 
 
 
+# == recurring schedules: what making an occurrence costs ==================================================
+MAKE = "make occurrence"
+RECURRING_RATES_MS = (250, 60_000)  # the doc's schedules: 240 occurrences a poll (99 + 99 + 42), and one
+SCHEDULE_READ = "read schedule"
+
+
+@dataclass(frozen=True)
+class Recurring:
+    """What making a recurring schedule's occurrences cost on moto: ``rows`` per occurrence made (the poller's
+    consistent read of the schedule and the transaction that writes the occurrences and moves the cursor, a
+    chunk of at most 99 at a time), for a schedule of ``rate_ms`` that makes ``per_tick`` occurrences a poll."""
+
+    rate_ms: int
+    per_tick: float
+    occurrences: int
+    rows: list[Row]
+
+    @property
+    def wru(self) -> float:
+        return sum(r.wru + r.wru_index for r in self.rows)
+
+    @property
+    def rru(self) -> float:
+        return sum(r.rru for r in self.rows)
+
+    @property
+    def requests(self) -> float:
+        return sum(r.requests for r in self.rows)
+
+
+def _schedule_label(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
+    label = status_label(before, after)
+    return MAKE if label == "schedule" else label
+
+
+def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
+    from punctual.dynamodb.schedules import SCHEDULE_PREFIX
+
+    if keys and all(k.get("task_id", {}).get("S", "").startswith(SCHEDULE_PREFIX) for k in keys):
+        return SCHEDULE_READ
+    return heartbeat_read_label(keys)
+
+
+def run_recurring(rate_ms: int, ticks: int = 2, template_path: str | None = None) -> Recurring:
+    """Count what the real poller spends making the occurrences of one ``rate(rate_ms)`` schedule over
+    ``ticks`` polls (after the one that first finds it), on moto, and divide by the occurrences it made.
+
+    Only the schedule's own requests are counted (its item's reads and the transactions): the poll's queries
+    are the fixed cost of a tick, and an occurrence, once made, is armed, fired and recorded as a one-off task
+    is (the same item with two more small attributes, within the same write unit)."""
+    import os
+
+    import boto3
+    from moto import mock_aws
+
+    from punctual.actions import HttpAction
+    from punctual.client import Client
+    from punctual.dynamodb.schema import ensure_table
+    from punctual.poller import Poller
+    from punctual.runtime import build_store
+    from punctual.settings import Settings
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    table = "punctual-cost-recurring"
+    settings = Settings(table_name=table, ntp_server=None, allowed_targets="127.0.0.1")
+    interval = settings.poll_interval_ms
+    spec = TableSpec.from_template(template_path)
+    t0 = SCENARIO_START_MS
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=settings.region)
+        raw = boto3.client("dynamodb", region_name=settings.region)
+        ensure_table(raw, table)
+        poller = Poller(build_store(settings, client), RecordingInvoker(), settings, poller_id="p-cost")
+        scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))
+        start = t0 + 3 * interval + settings.lead_ms  # beyond what creating the schedule makes at once
+        scheduler.create_schedule("cost-recurring", f"rate({rate_ms} milliseconds)",
+                                  HttpAction(url=f"https://hooks.example.com{TARGET_PATH}"), {"n": 0},
+                                  start_at=from_ms(start))
+        with CapacityMeter(client, raw, table, spec, label=_schedule_label, read_label=_schedule_read_label) as meter:
+            first, tick = 0, 0
+            while not first or tick < first + ticks:  # (moto copies the whole table for each transaction: few ticks)
+                tick += 1
+                meter.phase, meter.tick = "poll", tick
+                made = poller.poll(t0 + tick * interval).occurrences_created
+                if made and not first:
+                    first = tick  # the tick that first reaches the schedule: counted from the next one
+                if tick > 10:
+                    raise RuntimeError("run_recurring: no poll made the schedule's occurrences")
+        counted = [c for c in meter.calls if c.tick is not None and first < c.tick <= first + ticks
+                   and c.label in (MAKE, SCHEDULE_READ)]
+        made_ids = [c for c in counted if c.label == MAKE]
+        occurrences = sum(len(c.sizes) for c in made_ids) - len(made_ids)  # each transaction also moves the cursor
+    return Recurring(rate_ms, occurrences / ticks, occurrences, _rows(counted, max(occurrences, 1)))
+
+
 # == CloudWatch Logs: what the handlers print, measured ====================================================
 def measure_handler_logs() -> dict[str, float]:
     """Run the real poller and executor handlers (loaded by path, inside moto) on batches of 1 and 41 HTTP

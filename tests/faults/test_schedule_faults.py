@@ -1,0 +1,341 @@
+"""Faults around recurring schedules, on DynamoDB Local with real executors firing at the loopback target, each
+ending with the checker's verdict over the occurrences the schedule's *definition* has (computed from its
+expression, not from what the chain made): 0 lost, 0 unexplained extras.
+
+* Two pollers at every tick, every batch delivered twice, and the executor of one occurrence dropped right
+  after arming it: the chain goes on, each occurrence fires once; only the dropped one's crash window may be
+  MISSED.
+* A crash at each other step of an occurrence's life: the poller's process dies right after it made the
+  occurrences (before it invoked anyone), an executor's dies after it fired, before it recorded. The chain
+  goes on; the occurrence fires on time (the next poll hands it on) or once, recorded MISSED "may have fired".
+* Pause racing an arm, both ways round (each is one conditional write; the first to land wins): paused first,
+  the batch's PENDING occurrences are CANCELLED and the arm loses; armed first, they fire and the pause
+  leaves them. Nothing after the pause is made or fired.
+* An hour of downtime (the schedule's chain last extended an hour ago, its early occurrences never run): the
+  downtime policy decides, never a storm: ``skip`` fires none of the missed hour, ``fire_latest`` fires its
+  latest occurrence once, flagged late; every occurrence after the restart fires on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fault_tools import EPSILON_MS, SHORT_LEASE, DiesAfterArm, DiesAfterFire, InlineInvoker, PollerKilled
+
+from punctual.actions import HttpAction
+from punctual.client import Client
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.events import BatchEvent
+from punctual.executor import Executor
+from punctual.keys import from_ms
+from punctual.model import Armed, ArmRequest, TaskStatus
+from punctual.poller import Poller
+from punctual.schedules import Schedule, occurrence_id, split_occurrence_id
+from punctual.settings import Settings
+from punctual_tools.checker import check, expected_from_schedule, fires_from_target
+from punctual_tools.doubles import FakeClock
+from punctual_tools.local.target import TargetServer
+from support import now_ms, repo_for, wait_until
+
+pytestmark = pytest.mark.integration
+
+# Short windows so that the poller, not the client, makes most occurrences: lead 5 s, a poll every second,
+# occurrences made 2 s beyond a poll's window.
+CHAIN = {"lead_ms": 5_000, "poll_interval_ms": 1_000, "fast_path_margin_ms": 1_000, **SHORT_LEASE}
+
+
+def verdict_of(title: str, settings: Settings, schedule: Schedule, after_ms: int, until_ms: int,
+               target: TargetServer, *, allowance: list[str] | None = None,
+               downtime: list[tuple[int, int]] | None = None) -> Any:
+    """The checker's verdict over the schedule's occurrences in ``(after, until]``, printed and returned."""
+    repo = repo_for(settings)
+    ids = repo.schedule_occurrence_ids(schedule.schedule_id)
+    stored = repo.get_many(ids)
+    expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
+    verdict = check(expected, [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],
+                    epsilon_ms=EPSILON_MS,
+                    allowance=allowance or [])
+    print(f"\n{verdict.format(title)}")
+    return verdict
+
+
+def _within(key: str, until_ms: int) -> bool:
+    """False only for a fire of an occurrence due after ``until_ms`` (the pollers ran on past the span checked);
+    any other key, known or not, is the checker's to judge."""
+    split = split_occurrence_id(key.rsplit(":", 1)[0])
+    return split is None or split[1] <= until_ms
+
+
+class DoublingInvoker(InlineInvoker):
+    """Lambda's at-least-once delivery at its worst: every batch runs twice, on two executors. The first batch
+    that holds ``victim`` runs first (to its end) on an executor whose process is dropped right after it armed
+    the batch; its second delivery then finds the batch armed by an executor still within its lease."""
+
+    def __init__(self, make: Callable[[Any], Executor], victim: str) -> None:
+        super().__init__(lambda: make(None))
+        self._make_with = make
+        self._victim = victim
+        self.dropped: list[str] = []
+        self._victim_lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        ids = [t["task_id"] for t in payload["tasks"]]
+        with self._victim_lock:
+            drop = self._victim in ids and not self.dropped
+            if drop:
+                self.dropped.extend(ids)
+        if drop:
+            report = self._make_with("dies").run_batch(BatchEvent.model_validate(payload))
+            assert report.armed > 0 and report.fired == 0
+        else:
+            super().invoke_async(payload)
+        super().invoke_async(payload)
+
+
+@pytest.mark.timeout(180)
+def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_per_occurrence(
+    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+) -> None:
+    # Given a schedule firing every second for 16 s at the loopback target
+    settings = make_settings(**CHAIN)
+    client = Client(settings)
+    start = now_ms() + 3_000
+    schedule = client.create_schedule("chain-faults", "rate(1 second)", HttpAction(url=target.url),
+                                      start_at=from_ms(start), end_at=from_ms(start + 15_000))
+    assert schedule.created_count < 16  # most of the chain is the pollers' to make
+    victim = occurrence_id("chain-faults", start + 5_000)
+
+    def make(kind: Any) -> Executor:
+        if kind != "dies":
+            return make_executor(repo_for(settings), settings)
+        dying = repo_for(settings, DiesAfterArm)
+        executor = make_executor(dying, settings)
+        dying.on_armed = executor.request_stop
+        return executor
+
+    invoker = DoublingInvoker(make, victim)
+    pollers = [Poller(repo_for(settings), invoker, settings, poller_id=f"p-{i}") for i in range(2)]
+    # When two pollers tick together every second until the last occurrence is due, and a few seconds more
+    # (the dropped executor's lease of 5 s must lapse for its tasks to be taken over)
+    made = 0
+    while now_ms() < start + 15_000 + 8_000:
+        at = now_ms()
+        made += sum(p.poll(at).occurrences_created for p in pollers)
+        time.sleep(1.0)
+    invoker.join()
+    # (the dropped batch's occurrences are recorded MISSED by the poller that finds its executor dead)
+    assert wait_until(lambda: len(target.records()) >= 16 - len(invoker.dropped), timeout=30)
+    # Then the chain was made once (no instant twice), the victim's batch was dropped after arming, and the
+    # checker finds every occurrence fired once or, for the dropped executor's crash window, MISSED
+    assert made + schedule.created_count == 16
+    assert invoker.dropped and victim in invoker.dropped
+    verdict = verdict_of("two pollers, duplicate delivery, an executor dropped after arm", settings, schedule,
+                         start - 1, start + 15_000, target)
+    assert verdict.ok and not verdict.lost and not verdict.unexplained
+    assert verdict.expected == 16
+    assert set(verdict.explicitly_missed) <= {f"{t}:0" for t in invoker.dropped}
+    assert len(verdict.matched) + len(verdict.explicitly_missed) == 16
+
+
+class FaultAtVictim(InlineInvoker):
+    """Runs each invocation as :class:`InlineInvoker` does, but the first whose batch holds ``victim`` is handed
+    to ``fault`` instead (which may raise :class:`PollerKilled`: the poller's process dies there)."""
+
+    def __init__(self, make_executor: Callable[[], Executor], victim: str,
+                 fault: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(make_executor)
+        self._victim, self._fault = victim, fault
+        self.hit: list[str] = []
+        self._hit_lock = threading.Lock()
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        ids = [t["task_id"] for t in payload["tasks"]]
+        with self._hit_lock:
+            hit = self._victim in ids and not self.hit
+            if hit:
+                self.hit.extend(ids)
+        if hit:
+            self._fault(payload)
+        else:
+            super().invoke_async(payload)
+
+
+def tick(settings: Settings, invoker: Any, until_ms: int, pollers: int = 1) -> None:
+    """Pollers tick every second until ``until_ms``; a poller whose process died is replaced at the next tick
+    (Lambda's next scheduled invocation)."""
+    while now_ms() < until_ms:
+        for i in range(pollers):
+            with contextlib.suppress(PollerKilled):
+                Poller(repo_for(settings), invoker, settings, poller_id=f"p-{i}").poll(now_ms())
+        time.sleep(1.0)
+
+
+def made_instants(settings: Settings, schedule_id: str) -> list[int]:
+    """The instants of the occurrences in the table, in order."""
+    ids = repo_for(settings).schedule_occurrence_ids(schedule_id)
+    return sorted(split_occurrence_id(i)[1] for i in ids)  # type: ignore[index]
+
+
+@pytest.mark.slow  # 45 s for the two: make faults runs them; make test keeps the two pollers and the pause race
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("step", ["poller dies after making", "executor dies after fire, before record"])
+def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
+    step: str, make_settings: Callable[..., Settings], target: TargetServer,
+    make_executor: Callable[..., Executor],
+) -> None:
+    # Given a schedule firing every second for 10 s at the loopback target
+    settings = make_settings(**CHAIN)
+    client = Client(settings)
+    start = now_ms() + 3_000
+    sid = f"crash-{step.split()[0]}"
+    schedule = client.create_schedule(sid, "rate(1 second)", HttpAction(url=target.url),
+                                      start_at=from_ms(start), end_at=from_ms(start + 9_000))
+    victim = occurrence_id(sid, start + 5_000)
+    dying = InlineInvoker(lambda: make_executor(repo_for(settings, DiesAfterFire), settings))
+
+    def fault(payload: dict[str, Any]) -> None:
+        if step == "poller dies after making":
+            raise PollerKilled("the poller's process died before it invoked anyone")
+        dying.invoke_async(payload)
+
+    invoker = FaultAtVictim(lambda: make_executor(repo_for(settings), settings), victim, fault)
+    # When one poller ticks every second, the fault striking the first batch that holds the victim, until the
+    # last occurrence is due and the dead executor's lease (5 s) has lapsed
+    tick(settings, invoker, start + 9_000 + 8_000)
+    dying.join()
+    invoker.join()
+    assert wait_until(lambda: not repo_for(settings).get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
+    # Then the chain is whole: every instant of the definition made once, no other
+    assert invoker.hit and victim in invoker.hit
+    assert made_instants(settings, sid) == list(range(start, start + 9_001, 1_000))
+    # ... and the checker finds every occurrence fired once: on time after a dead poller (the next tick handed
+    # them on), or once and recorded MISSED ("may have fired") after a dead executor
+    verdict = verdict_of(f"crash: {step}", settings, schedule, start - 1, start + 9_000, target)
+    assert verdict.ok and not verdict.lost and not verdict.unexplained and not verdict.extra
+    assert len(verdict.matched) == 10
+    if step == "poller dies after making":
+        assert verdict.explicitly_missed == () and verdict.late == ()
+    else:
+        dead = repo_for(settings).get_many(invoker.hit).values()
+        assert {t.status for t in dead} == {TaskStatus.MISSED}
+        assert all("may have fired" in (t.detail or "") for t in dead)
+
+
+class PausesAtArm(DynamoTaskStore):
+    """The store as an executor sees it while the schedule is paused by someone else: ``pause`` runs once, just
+    before (``first="pause"``) or just after (``first="arm"``) the executor's conditional arm writes land."""
+
+    pause: Callable[[], None] | None = None
+    first = "pause"
+
+    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
+                 now_ms: int) -> list[Armed | None]:
+        pause, self.pause = self.pause, None
+        if pause is not None and self.first == "pause":
+            pause()
+        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+        if pause is not None and self.first == "arm":
+            pause()
+        return result
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("first", ["pause", "arm"])
+def test_pause_racing_an_arm_has_one_outcome_either_way_round(
+    first: str, make_settings: Callable[..., Settings], target: TargetServer,
+    make_executor: Callable[..., Executor],
+) -> None:
+    # Given a schedule firing every second, and the executor of the batch holding its 4th occurrence
+    settings = make_settings(**CHAIN)
+    client = Client(settings)
+    start = now_ms() + 3_000
+    sid = f"race-{first}"
+    schedule = client.create_schedule(sid, "rate(1 second)", HttpAction(url=target.url),
+                                      start_at=from_ms(start), end_at=from_ms(start + 20_000))
+    victim = occurrence_id(sid, start + 3_000)
+    made_at_pause: list[list[int]] = []
+
+    def pause() -> None:
+        client.pause_schedule(sid)
+        made_at_pause.append(made_instants(settings, sid))
+
+    def make_racer() -> Executor:
+        store = repo_for(settings, PausesAtArm)
+        store.pause, store.first = pause, first
+        return make_executor(store, settings)
+
+    racer = InlineInvoker(make_racer)
+    invoker = FaultAtVictim(lambda: make_executor(repo_for(settings), settings), victim, racer.invoke_async)
+    # When polls run every second and, as that executor arms its batch, the schedule is paused: before its
+    # conditional writes land, or after
+    tick(settings, invoker, start + 8_000)
+    racer.join()
+    invoker.join()
+    (made,) = made_at_pause
+    stored = repo_for(settings).get_many(repo_for(settings).schedule_occurrence_ids(sid))
+    in_batch = [stored[t] for t in invoker.hit]
+    # Then paused first: the batch's occurrences are CANCELLED and none fired; armed first: they fired, as made
+    if first == "pause":
+        assert {t.status for t in in_batch} == {TaskStatus.CANCELLED}
+    else:
+        assert {t.status for t in in_batch} == {TaskStatus.SUCCEEDED}
+    # ... the occurrences before the batch fired, every one still PENDING at the pause was CANCELLED, and no
+    # poll after the pause made any
+    assert made_instants(settings, sid) == made
+    assert all(t.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED) for t in stored.values())
+    assert all(stored[occurrence_id(sid, ms)].status is TaskStatus.SUCCEEDED for ms in made if ms < start + 3_000)
+    # ... and the checker agrees: nothing lost, nothing fired though cancelled, nothing unexplained
+    verdict = verdict_of(f"pause racing arm ({first} first)", settings, schedule, start - 1, made[-1], target)
+    assert verdict.ok and not verdict.lost and not verdict.unexplained and not verdict.extra
+    fired = {key.rsplit(":", 1)[0] for key in verdict.matched}
+    assert fired == {t.task_id for t in stored.values() if t.status is TaskStatus.SUCCEEDED}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("policy", ["skip", "fire_latest"])
+def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
+    policy: str, make_settings: Callable[..., Settings], target: TargetServer,
+    make_executor: Callable[..., Executor],
+) -> None:
+    # Given a schedule every 5 s created an hour ago, whose chain nobody has extended since (the stack was
+    # stopped): its first occurrences were made then and never ran
+    settings = make_settings(**CHAIN)
+    hour_ago = now_ms() - 3_600_000
+    then = Client(settings.model_copy(update={"lead_ms": 30_000}), clock=FakeClock(wall_ms=hour_ago))
+    schedule = then.create_schedule(f"downtime-{policy}", "rate(5 seconds)", HttpAction(url=target.url),
+                                    misfire_grace=3_000, downtime_policy=policy)
+    stale = repo_for(settings).schedule_occurrence_ids(schedule.schedule_id)
+    restart = now_ms()
+    # When the stack comes back: a poller ticks every second for 14 s, executors fire what they are handed
+    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    poller = Poller(repo_for(settings), invoker, settings)
+    while now_ms() < restart + 14_000:
+        poller.poll(now_ms())
+        time.sleep(1.0)
+    invoker.join()
+    end = restart + 10_000
+    # Then the occurrences made an hour ago were recorded MISSED (their grace had passed), the hour that nobody
+    # ran was skipped (under fire_latest: but its latest occurrence, fired once, flagged late), and every
+    # occurrence after the restart fired on time
+    stored = repo_for(settings).get_many(repo_for(settings).schedule_occurrence_ids(schedule.schedule_id))
+    assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
+    late = [t for t in stored.values() if t.late]
+    verdict = verdict_of(f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target,
+                         downtime=[(hour_ago, restart)])
+    assert verdict.ok and not verdict.lost and not verdict.unexplained
+    assert len(verdict.explicitly_missed) == len(stale)
+    skipped = sorted(split_occurrence_id(key.rsplit(":", 1)[0])[1] for key in verdict.skipped)  # type: ignore[index]
+    assert len(skipped) >= 700  # the hour, at one every 5 s, but the few made then and those within the grace
+    if policy == "skip":
+        assert late == []
+    else:
+        assert len(late) == 1 and late[0].status is TaskStatus.SUCCEEDED
+        latest = split_occurrence_id(late[0].task_id)
+        assert latest is not None and skipped[-1] < latest[1] < restart
+    on_time = [key for key, _ in verdict.late if split_occurrence_id(key.rsplit(":", 1)[0])[1] > restart]  # type: ignore[index]
+    assert on_time == []

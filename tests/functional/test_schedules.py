@@ -1,0 +1,271 @@
+"""Recurring schedules on moto: the client's calls, the poller making the chain's next occurrences, pause /
+resume / update / delete, the downtime policies, and crashes of an occurrence at each step of its life."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from punctual.actions import LogAction
+from punctual.chain import extend
+from punctual.client import Client
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.errors import InvalidTaskError, ScheduleConflictError, ScheduleNotFoundError
+from punctual.keys import from_ms
+from punctual.model import ArmRequest, FireRecord, TaskStatus
+from punctual.poller import Poller
+from punctual.schedules import ScheduleState, occurrence_id, split_occurrence_id
+from punctual.settings import Settings
+from punctual_tools.doubles import FakeClock, RecordingInvoker
+
+START_MS = 1_900_000_020_000  # 20 s into a minute
+AHEAD_MS = 90_000 + 70_000  # the poll's lead and the schedule's ahead (a poll interval + the fast-path margin)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(wall_ms=START_MS)
+
+
+@pytest.fixture
+def client(repo: DynamoTaskStore, settings: Settings, clock: FakeClock) -> Client:
+    return Client(settings, store=repo, clock=clock)
+
+
+@pytest.fixture
+def poller(repo: DynamoTaskStore, settings: Settings) -> Poller:
+    return Poller(repo, RecordingInvoker(), settings, poller_id="p-test")
+
+
+def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
+    """The instants of the schedule's occurrences (in the table), of one status if given."""
+    return [split_occurrence_id(t.task_id)[1] for t in client.schedule_history(schedule_id)  # type: ignore[index]
+            if status is None or t.status is status]
+
+
+def log_action() -> dict[str, Any]:
+    return {"kind": "log", "message": "tick"}
+
+
+# -- creating ---------------------------------------------------------------------------------------------------
+def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, repo: DynamoTaskStore) -> None:
+    # Given a schedule every 10 s from now
+    schedule = client.create_schedule("every-10s", "rate(10 seconds)", log_action(), {"n": 1})
+    # Then its occurrences up to the poll's lead and the time to the next poll exist, each a PENDING task
+    expected = list(range(START_MS + 10_000, START_MS + AHEAD_MS + 1, 10_000))
+    assert instants(client, "every-10s") == expected
+    task = repo.get(occurrence_id("every-10s", expected[0]))
+    assert task is not None and task.status is TaskStatus.PENDING
+    assert (task.schedule_id, task.schedule_version, task.payload) == ("every-10s", 1, {"n": 1})
+    assert task.idempotency_key == f"every-10s@{from_ms(expected[0]).strftime('%Y%m%dT%H%M%S')}.000Z:0"
+    # And the schedule's cursor is the first one not made yet
+    assert schedule.state is ScheduleState.ACTIVE
+    assert (schedule.next_due_ms, schedule.created_count, schedule.version) == (expected[-1] + 10_000, 16, 1)
+
+
+def test_creating_is_idempotent_on_an_equal_definition(client: Client) -> None:
+    first = client.create_schedule("daily", "cron(0 9 * * ? *)", log_action(), timezone="Europe/Paris")
+    again = client.create_schedule("daily", "cron(0 9 * * ? *)", log_action(), timezone="Europe/Paris")
+    assert again.definition() == first.definition() and again.version == 1
+    with pytest.raises(ScheduleConflictError):
+        client.create_schedule("daily", "cron(0 10 * * ? *)", log_action(), timezone="Europe/Paris")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "says"),
+    [
+        ({"expression": "cron(0 9 * * * *)"}, "expression", "exactly one of day-of-month and day-of-week"),
+        ({"expression": "rate(1 fortnight)"}, "expression", "unit one of"),
+        ({"expression": "cron(0 0 30 2 ? *)"}, "expression", "no occurrence after now"),
+        ({"expression": "at(2020-01-01T00:00:00)"}, "expression", "no occurrence after now"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
+        ({"schedule_id": "has@at"}, "schedule_id", "pattern"),
+        ({"action": {"kind": "http", "url": "http://169.254.169.254/latest"}}, "action", ""),
+        ({"max_occurrences": 0}, "max_occurrences", ""),
+    ],
+)
+def test_a_bad_schedule_is_refused_and_nothing_is_stored(client: Client, kwargs: dict[str, Any], field: str,
+                                                         says: str) -> None:
+    args = {"schedule_id": "bad", "expression": "rate(1 minute)", "action": log_action(), **kwargs}
+    with pytest.raises(InvalidTaskError) as caught:
+        client.create_schedule(args.pop("schedule_id"), args.pop("expression"), args.pop("action"), **args)
+    assert (caught.value.field or "").startswith(field) and says in str(caught.value)
+    assert client.list_schedules() == []
+    assert client.list() == []
+
+
+def test_a_task_of_its_own_cannot_take_an_occurrences_id(client: Client) -> None:
+    with pytest.raises(InvalidTaskError, match="kept for the occurrences"):
+        client.schedule(from_ms(START_MS + 60_000), LogAction(message="x"),
+                        task_id=occurrence_id("daily", START_MS + 60_000))
+
+
+# -- the chain ----------------------------------------------------------------------------------------------------
+def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoTaskStore,
+                                                  settings: Settings) -> None:
+    client.create_schedule("every-10s", "rate(10 seconds)", log_action())
+    invoker = RecordingInvoker()
+    first_poller = Poller(repo, invoker, settings, poller_id="p-first")
+    other = Poller(repo, RecordingInvoker(), settings, poller_id="p-other")
+    for minute in range(1, 4):
+        now = START_MS + minute * 60_000
+        # When two pollers poll at the same instant
+        first = first_poller.poll(now)
+        second = other.poll(now)
+        # Then the occurrences up to the new horizon exist, each once, and only one poller made them
+        assert instants(client, "every-10s") == list(range(START_MS + 10_000, now + AHEAD_MS + 1, 10_000))
+        assert (first.occurrences_created, second.occurrences_created) == (6, 0)
+        # And the poll dispatched every occurrence due in its window (overdue ones included), each once
+        sent = invoker.task_ids
+        invoker.take()
+        assert sorted(sent) == [occurrence_id("every-10s", ms)
+                                for ms in range(START_MS + 10_000, now + 90_000 + 1, 10_000)]
+
+
+@pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
+def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(client: Client, repo: DynamoTaskStore,
+                                                                      poller: Poller, step: str) -> None:
+    # Given a schedule every 30 s whose first occurrence is left at some step of its life by a crash
+    client.create_schedule("half-minute", "rate(30 seconds)", log_action())
+    first = occurrence_id("half-minute", START_MS + 30_000)
+    if step != "pending":
+        (armed,) = repo.arm_many([ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead",
+                                 START_MS + 1_000)
+        assert armed is not None
+    if step == "recorded":
+        assert repo.record_many("e-dead", [FireRecord(first, TaskStatus.SUCCEEDED, START_MS + 30_000.4,
+                                                      START_MS + 30_010, 0.4, None)]) == [True]
+    # When the polls after it run
+    for minute in range(1, 6):
+        poller.poll(START_MS + minute * 60_000)
+    # Then every later occurrence exists exactly once: none lost, none forked
+    made = instants(client, "half-minute")
+    assert made == sorted(set(made))
+    assert made == list(range(START_MS + 30_000, START_MS + 5 * 60_000 + AHEAD_MS + 1, 30_000))
+
+
+def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(client: Client, repo: DynamoTaskStore,
+                                                                             clock: FakeClock) -> None:
+    # Given a schedule created long ago whose chain nobody extended (its next occurrence is due in 30 s)
+    client.create_schedule("slow", "rate(10 minutes)", log_action())
+    invoker = RecordingInvoker()
+    schedule_poller = Poller(repo, invoker, client.settings, poller_id="p-x")
+    now = START_MS + 600_000 - 30_000
+    # When a poll finds it
+    report = schedule_poller.poll(now)
+    # Then it makes the occurrence and dispatches it at once (the index may not list it yet)
+    assert report.occurrences_created >= 1
+    assert occurrence_id("slow", START_MS + 600_000) in invoker.task_ids
+
+
+# -- pause, resume, update, delete ------------------------------------------------------------------------------
+def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(client: Client, repo: DynamoTaskStore,
+                                                                      clock: FakeClock, poller: Poller) -> None:
+    client.create_schedule("pulse", "rate(20 seconds)", log_action())
+    armed_id = occurrence_id("pulse", START_MS + 20_000)
+    assert repo.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1",
+                         START_MS + 1_000)[0] is not None
+    # When it is paused
+    clock.advance(5)
+    paused = client.pause_schedule("pulse")
+    # Then the armed occurrence is left to fire, every other one is CANCELLED, and polls make no more
+    assert paused.state is ScheduleState.PAUSED and not paused.cleanup
+    assert instants(client, "pulse", TaskStatus.ARMED) == [START_MS + 20_000]
+    assert instants(client, "pulse", TaskStatus.PENDING) == []
+    made = len(instants(client, "pulse"))
+    assert poller.poll(START_MS + 120_000).occurrences_created == 0
+    assert len(instants(client, "pulse")) == made
+    # When it is resumed ten minutes later
+    clock.advance(600)
+    resumed = client.resume_schedule("pulse")
+    now = int(clock.wall_ms())
+    # Then the occurrences from then on are made (a CANCELLED instant of the old version may be made again),
+    # none for the time it was paused
+    assert resumed.state is ScheduleState.ACTIVE and resumed.version == 3
+    pending = instants(client, "pulse", TaskStatus.PENDING)
+    assert pending and min(pending) > now and max(pending) <= now + AHEAD_MS
+    assert all((ms - START_MS) % 20_000 == 0 for ms in pending)
+
+
+def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoTaskStore, clock: FakeClock) -> None:
+    client.create_schedule("job", "rate(30 seconds)", log_action())
+    armed_id = occurrence_id("job", START_MS + 30_000)
+    assert repo.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1",
+                         START_MS + 1_000)[0] is not None
+    # When its rate changes to every 15 s (with the same anchor, so instants every 30 s are in both)
+    updated = client.update_schedule("job", expression="rate(15 seconds)", payload={"v": 2})
+    # Then the old PENDING ones are replaced by the new definition, the armed old one stays and fires as it was,
+    # and no instant has two occurrences
+    assert updated.version == 2
+    history = client.schedule_history("job")
+    assert Counter(t.task_id for t in history).most_common(1)[0][1] == 1
+    pending = [t for t in history if t.status is TaskStatus.PENDING]
+    assert pending and all(t.schedule_version == 2 and t.payload == {"v": 2} for t in pending)
+    assert [split_occurrence_id(t.task_id)[1] for t in pending] == [  # type: ignore[index]
+        START_MS + 15_000, *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000)]
+    armed = repo.get(armed_id)
+    assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
+
+
+def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
+    client.create_schedule("gone", "rate(10 seconds)", log_action())
+    deleted = client.delete_schedule("gone")
+    assert deleted.state is ScheduleState.DELETED
+    assert instants(client, "gone", TaskStatus.PENDING) == []
+    assert poller.poll(START_MS + 60_000).occurrences_created == 0
+    with pytest.raises(ScheduleNotFoundError):
+        client.pause_schedule("gone")
+
+
+def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client, repo: DynamoTaskStore,
+                                                                 poller: Poller) -> None:
+    # Given a pause that was written but whose cleanup never ran (its caller died in between)
+    client.create_schedule("orphan", "rate(10 seconds)", log_action())
+    schedule = repo.get_schedule("orphan")
+    assert schedule is not None
+    repo.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    assert instants(client, "orphan", TaskStatus.PENDING)
+    # When the next poll runs
+    poller.poll(START_MS + 2_000)
+    # Then it cancelled the old version's PENDING occurrences and cleared the flag
+    assert instants(client, "orphan", TaskStatus.PENDING) == []
+    after = repo.get_schedule("orphan")
+    assert after is not None and not after.cleanup and after.state is ScheduleState.PAUSED
+
+
+# -- ends and downtime ----------------------------------------------------------------------------------------------
+def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Poller) -> None:
+    capped = client.create_schedule("five", "rate(1 minute)", log_action(), max_occurrences=5)
+    ended = client.create_schedule("until", "rate(1 minute)", log_action(), end_at=from_ms(START_MS + 150_000))
+    for minute in range(1, 8):
+        poller.poll(START_MS + minute * 60_000)
+    assert len(instants(client, "five")) == 5 and capped.max_occurrences == 5
+    assert instants(client, "until") == [START_MS + 60_000, START_MS + 120_000] and ended.end_at is not None
+    for schedule_id in ("five", "until"):
+        schedule = client.get_schedule(schedule_id)
+        assert schedule is not None and schedule.state is ScheduleState.ENDED and schedule.next_due_ms is None
+
+
+@pytest.mark.parametrize("policy", ["skip", "fire_latest"])
+def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStore, policy: str) -> None:
+    client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy,
+                           misfire_grace=10_000)
+    before = instants(client, "minutely")
+    # When nothing runs for an hour, then the chain is extended
+    now = START_MS + 3_600_000 + 5_000
+    report = extend(repo, "minutely", now, now + AHEAD_MS)
+    # Then none of the instants missed is made, but under fire_latest the latest one, to fire at once, flagged
+    made = [ms for ms in instants(client, "minutely") if ms not in before]
+    late = [ms for ms in made if ms < now - 10_000]
+    assert [ms for ms in made if ms >= now - 10_000] == list(range(START_MS + 3_600_000, now + AHEAD_MS + 1, 60_000))
+    if policy == "skip":
+        assert late == []
+    else:
+        assert late == [START_MS + 3_540_000]
+        task = repo.get(occurrence_id("minutely", late[0]))
+        assert task is not None and task.misfire_policy == "fire_late"
+    schedule = client.get_schedule("minutely")
+    assert schedule is not None and report.skipped == schedule.skipped_count
+    assert schedule.skipped_count == 59 - len(before) - len(late)  # instants 1..59 came before the resume
