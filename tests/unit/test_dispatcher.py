@@ -9,6 +9,7 @@ cannot reach a deadline before the test is ready.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from punctual.clock import SystemClock
-from punctual.dispatcher import Dispatcher
+from punctual.dispatcher import FIRE_SWITCH_INTERVAL_S, FIRE_WINDOWS, Dispatcher, FireWindows
 from support import wait_until
 
 
@@ -339,3 +340,40 @@ def test_items_due_together_reach_the_idle_workers_while_one_fire_is_still_runni
     finally:
         release.set()
         dispatcher.close()
+
+
+def test_the_switch_interval_is_short_while_a_fire_is_about_to_start() -> None:
+    # Given the process's ordinary switch interval, longer than the one used around fires
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    seen: list[float] = []
+    try:
+        # When items fire, alone and several at one instant
+        with Dispatcher(lambda _: seen.append(sys.getswitchinterval()), workers=4) as dispatcher:
+            start = time.monotonic()
+            dispatcher.add(start + 0.02, "alone")
+            for i in range(3):
+                dispatcher.add(start + 0.05, f"together-{i}")
+            assert dispatcher.wait_idle(timeout=30)
+            # Then each fire ran with the short interval, and the ordinary one is back once they are done
+            assert seen == [pytest.approx(FIRE_SWITCH_INTERVAL_S)] * 4
+            assert FIRE_WINDOWS.open == 0
+            assert sys.getswitchinterval() == 0.004
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_fire_windows_nest_and_restore_the_interval_the_process_had() -> None:
+    before = sys.getswitchinterval()
+    windows = FireWindows(0.0002)
+    try:
+        sys.setswitchinterval(0.003)
+        windows.enter()
+        windows.enter(2)
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+        windows.leave(2)
+        assert sys.getswitchinterval() == pytest.approx(0.0002) and windows.open == 1
+        windows.leave()
+        assert sys.getswitchinterval() == pytest.approx(0.003) and windows.open == 0
+    finally:
+        sys.setswitchinterval(before)
