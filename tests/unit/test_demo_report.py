@@ -403,17 +403,20 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
         split = split_occurrence_id(task_id)
         assert split is not None and plan.due_ms[task_id] == split[1]
         by_schedule.setdefault(split[0], []).append(split[1])
-    first = plan.first_due_ms
-    assert sorted(by_schedule["demo-r1-every250ms"]) == [first + 250 * k for k in range(9)]
-    assert sorted(by_schedule["demo-r1-every1000ms"]) == [first, first + 1000, first + 2000]
-    assert len(plan.due_ms) == 3 + 9 + 3
+    # (half a period after the span's start, so that no occurrence falls on the burst's instant, mid-span)
+    first = plan.first_ms
+    assert first == plan.first_due_ms
+    assert sorted(by_schedule["demo-r1-every250ms"]) == [first + 125 + 250 * k for k in range(8)]
+    assert sorted(by_schedule["demo-r1-every1000ms"]) == [first + 500, first + 1500]
+    assert all(plan.due_ms[t] != first + 1_000 for t in plan.occurrence_ids)  # mid-span: where a burst would be
+    assert len(plan.due_ms) == 3 + 8 + 2
     # When they fire 2 ms late and the spread tasks 1 ms late, but one occurrence never fires
     missing = max(plan.occurrence_ids)
     entries = [fire(t, due + (2 if "@" in t else 1)) for t, due in plan.due_ms.items() if t != missing]
     report = build_report(FakeClient(), plan, entries)
     # Then the occurrences have their own drift row, the spread row keeps only the one-off tasks, and the
     # unfired occurrence is lost: the verdict fails
-    assert report["recurring_drift_ms"]["count"] == 11 and report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
+    assert report["recurring_drift_ms"]["count"] == 9 and report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
     assert report["steady_drift_ms"]["count"] == 3 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
     assert report["lost"] == 1 and not report["checker"]["ok"]
     assert "recurring (2 schedules, sub-second rates)" in format_report(report)

@@ -43,8 +43,9 @@ class DemoPlan:
     first_due_ms: int
     last_due_ms: int
     webhook_ids: frozenset[str] = frozenset()  # POSTed to the demo's loopback receiver, not logged
-    recurring: tuple[tuple[str, int], ...] = ()  # (schedule id, rate ms): each from first_due over the span
+    recurring: tuple[tuple[str, int], ...] = ()  # (schedule id, rate ms): each over the span
     span_ms: int = 0
+    first_ms: int = 0  # where the span starts
 
     @property
     def occurrence_ids(self) -> frozenset[str]:
@@ -57,8 +58,8 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
               recurring_ms: Sequence[int] = ()) -> DemoPlan:
     """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant, and ``webhooks``
     more evenly over the same seconds, halfway between the others; and one recurring schedule per rate in
-    ``recurring_ms`` (``rate(N milliseconds)``, from the first due instant to the end of the span), whose
-    occurrences the plan expects at every multiple of its rate (a rate counts from its start).
+    ``recurring_ms`` (``rate(N milliseconds)``, from half a period after the first due instant to the end of
+    the span), whose occurrences the plan expects at every multiple of its rate (a rate counts from its start).
 
     Everything is due at least ``lead_ms`` after the first poll tick that comes once scheduling is surely
     done: the poller dispatches tasks ahead of time (30-90 s in AWS), which is what the demo shows; tasks
@@ -78,9 +79,10 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     due.update(webhook_due)
     recurring = tuple((f"demo-{run_id}-every{rate}ms", rate) for rate in recurring_ms)
     for schedule_id, rate in recurring:
-        due.update({occurrence_id(schedule_id, at): at for at in range(first, first + span_ms + 1, rate)})
+        start = first + rate // 2  # half a period in: its own row, not the burst's instant (first + span / 2)
+        due.update({occurrence_id(schedule_id, at): at for at in range(start, first + span_ms + 1, rate)})
     return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first),
-                    frozenset(webhook_due), recurring, span_ms)
+                    frozenset(webhook_due), recurring, span_ms, first)
 
 
 class _Follow:
@@ -221,8 +223,8 @@ def _run_plan(client: Client, fire_log: Path, received: Path | None, plan: DemoP
     progress = ProgressLine(out)
     for schedule_id, rate in plan.recurring:
         client.create_schedule(schedule_id, f"rate({rate} milliseconds)", action_of(schedule_id),
-                               {"run": plan.run_id}, start_at=from_ms(plan.first_due_ms),
-                               end_at=from_ms(plan.first_due_ms + plan.span_ms))
+                               {"run": plan.run_id}, start_at=from_ms(plan.first_ms + rate // 2),
+                               end_at=from_ms(plan.first_ms + plan.span_ms))
     occurrences = plan.occurrence_ids
     one_offs = [item for item in plan.due_ms.items() if item[0] not in occurrences]
     with ThreadPoolExecutor(max_workers=schedule_threads) as pool:
