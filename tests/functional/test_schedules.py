@@ -124,6 +124,67 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoT
                                 for ms in range(START_MS + 10_000, now + 90_000 + 1, 10_000)]
 
 
+def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(client: Client, repo: DynamoTaskStore,
+                                                                            settings: Settings) -> None:
+    # Given a one-off task due soon and a schedule whose chain nobody extended for five minutes
+    client.create_schedule("every-10s", "rate(10 seconds)", log_action())
+    client.schedule(from_ms(START_MS + 310_000), LogAction(message="one-off"), task_id="one-off")
+    order: list[str] = []
+
+    class Watching(RecordingInvoker):
+        def invoke_async(self, payload: dict[str, Any]) -> None:
+            order.extend(f"dispatch {t['task_id']}" for t in payload["tasks"])
+            super().invoke_async(payload)
+
+    advance = repo.advance_schedule
+
+    def watched_advance(*args: Any, **kwargs: Any) -> Any:
+        order.append("make occurrences")
+        return advance(*args, **kwargs)
+
+    repo.advance_schedule = watched_advance  # type: ignore[method-assign]
+    # When a poll runs
+    report = Poller(repo, Watching(), settings, poller_id="p-order").poll(START_MS + 300_000)
+    # Then the task it found went out before the schedule's transaction (a schedule never delays a dispatch),
+    # and the occurrences it made for its window went out after it, in the same poll
+    assert report.occurrences_created > 0
+    assert order.index("dispatch one-off") < order.index("make occurrences")
+    made_now = [entry for entry in order[order.index("make occurrences"):] if entry.startswith("dispatch every-10s@")]
+    assert made_now and report.dispatched == order.count("dispatch one-off") + len(
+        [entry for entry in order if entry.startswith("dispatch every-10s@")])
+
+
+def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(client: Client, repo: DynamoTaskStore,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a schedule, and DynamoDB cancelling the next transaction on it for a conflict with another writer
+    # (TransactionConflict: no condition failed)
+    client.create_schedule("busy", "rate(10 seconds)", log_action())
+    made = len(instants(client, "busy"))
+    transact = repo._transact_items
+    conflicts = [True]
+    monkeypatch.setattr(repo, "_transact_items", lambda items: ["None"] * (len(items) - 1) + ["TransactionConflict"]
+                        if conflicts and conflicts.pop() else transact(items))
+    # When a poll extends the chain
+    report = extend(repo, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
+    # Then the conflict was a race (read again, then made), not an error
+    assert report.raced and not conflicts
+    assert len(instants(client, "busy")) == made + len(report.created) > made
+
+
+def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, repo: DynamoTaskStore) -> None:
+    # Given a paused schedule whose pause died before it cancelled the older occurrences (cleanup pending)
+    client.create_schedule("half-paused", "rate(10 seconds)", log_action())
+    schedule = repo.get_schedule("half-paused")
+    assert schedule is not None
+    repo.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    assert instants(client, "half-paused", TaskStatus.PENDING)
+    # When it is updated while paused
+    updated = client.update_schedule("half-paused", payload={"v": 2})
+    # Then it stays paused, and the older occurrences are cancelled, not left to fire while it is paused
+    assert updated.state is ScheduleState.PAUSED and not updated.cleanup
+    assert instants(client, "half-paused", TaskStatus.PENDING) == []
+
+
 @pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
 def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(client: Client, repo: DynamoTaskStore,
                                                                       poller: Poller, step: str) -> None:

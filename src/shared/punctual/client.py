@@ -475,7 +475,10 @@ class Client:
         schedule = self._schedule_or_raise(schedule_id)
         self._valid_schedule({**schedule.model_dump(), **changes})
         if schedule.state is ScheduleState.PAUSED:
-            self._store.change_schedule(schedule, changes, now_ms, cleanup=False)
+            # a pause's cleanup its caller did not finish stays pending (and is finished here)
+            changed = self._store.change_schedule(schedule, changes, now_ms, cleanup=schedule.cleanup)
+            if schedule.cleanup:
+                chain.cleanup(self._store, changed, now_ms)
         else:
             self._restart(schedule, changes, now_ms, cleanup=True)
         return self._schedule_or_raise(schedule_id)

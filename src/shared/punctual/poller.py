@@ -69,9 +69,16 @@ class Poller:
         stop early once ``out_of_time()`` is true."""
         end_ms = now_ms + self._settings.lead_ms
         scan = self._store.find_due(now_ms, end_ms, out_of_time, group)
-        made, created = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
-        to_send, held_back = self._not_sent_lately(scan.candidates + made, now_ms)
+        to_send, held_back = self._not_sent_lately(scan.candidates, now_ms)
         done = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
+        # Schedules after the tasks found: making occurrences (a read and a transaction per 99) never delays a
+        # dispatch. Those due within the window go out now (the index may not list them yet).
+        made, created = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
+        if made:
+            more_send, more_held = self._not_sent_lately(made, now_ms)
+            more = self.dispatch(more_send, out_of_time, sent_at_ms=now_ms)
+            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
+            held_back += more_held
         report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
                             buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
                             held_back=held_back, undecodable=scan.undecodable, schedules=len(scan.schedules),
@@ -85,8 +92,7 @@ class Poller:
                           out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
         window), each schedule on its own: one that fails is logged and left for the next tick. The new
-        occurrences due within the window, as candidates to dispatch now (the index may not list them yet), and
-        how many occurrences were made."""
+        occurrences due within the window, as candidates to dispatch, and how many occurrences were made."""
         made: list[Candidate] = []
         created = 0
         for schedule_id in schedule_ids:

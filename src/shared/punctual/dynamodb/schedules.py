@@ -277,6 +277,8 @@ class ScheduleItems:
             return AdvanceResult(done=False)
         blocked = [t.task_id for t, code in zip(occurrences, codes[1:], strict=True)
                    if code == "ConditionalCheckFailed"]
+        if not blocked and "TransactionConflict" in codes:
+            return AdvanceResult(done=False)  # another writer on one of its items at that moment: read again
         if not blocked:
             raise ScheduleStateError(f"schedule {schedule.schedule_id!r}: advancing it failed ({', '.join(codes)})")
         return AdvanceResult(done=False, blocked=blocked)
