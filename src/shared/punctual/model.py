@@ -28,7 +28,9 @@ from .keys import from_ms, to_ms
 from .retry import RetryPolicy
 
 # A task's own id, or a schedule's occurrence: "<schedule id>@<yyyymmddThhmmss.fffZ>" (punctual.schedules)
-TASK_ID_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}|[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}@\d{8}T\d{6}\.\d{3}Z)$"
+SCHEDULE_ID = r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}"
+OCCURRENCE_INSTANT = r"\d{8}T\d{6}\.\d{3}"  # the instant in an occurrence's id, before its "Z"
+TASK_ID_PATTERN = rf"^(?:[A-Za-z0-9][A-Za-z0-9_.:\-]{{0,127}}|{SCHEDULE_ID}@{OCCURRENCE_INSTANT}Z)$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
@@ -124,6 +126,16 @@ def truncate_to_ms(moment: datetime) -> datetime:
     return from_ms(to_ms(moment))
 
 
+def utc_to_ms(value: datetime | None) -> datetime | None:
+    """An instant field as stored: truncated to the millisecond, in UTC (a field error outside years 1-9999)."""
+    if value is None:
+        return None
+    try:
+        return truncate_to_ms(value).astimezone(UTC)
+    except OverflowError as exc:  # pydantic turns ValueError, not OverflowError, into a field error
+        raise ValueError("must fall within the years 1 to 9999 in UTC") from exc
+
+
 class ActionAndPayload(BaseModel):
     """The validators of what a task runs (``action``, ``payload``), shared by :class:`Task` and the recurring
     schedule that makes tasks (:class:`punctual.schedules.Schedule`); each declares the fields itself."""
@@ -185,12 +197,7 @@ class Task(ActionAndPayload):
     @field_validator("due_at", "lease_until", "created_at", "fired_at", "finished_at", "first_due_at")
     @classmethod
     def _utc_ms(cls, value: datetime | None) -> datetime | None:
-        if value is None:
-            return None
-        try:
-            return truncate_to_ms(value).astimezone(UTC)
-        except OverflowError as exc:  # pydantic turns ValueError, not OverflowError, into a field error
-            raise ValueError("must fall within the years 1 to 9999 in UTC") from exc
+        return utc_to_ms(value)
 
     @property
     def due_ms(self) -> int:

@@ -34,14 +34,24 @@ from pydantic import (
 )
 
 from .keys import from_ms, to_ms
-from .model import DEFAULT_MISFIRE_POLICY, Action, ActionAndPayload, MisfirePolicy, Task, truncate_to_ms
+from .model import (
+    DEFAULT_MISFIRE_POLICY,
+    OCCURRENCE_INSTANT,
+    SCHEDULE_ID,
+    Action,
+    ActionAndPayload,
+    MisfirePolicy,
+    Task,
+    utc_to_ms,
+)
 from .recurrence import Expression, occurrences_after, parse_expression, zone
 from .retry import RetryPolicy
 
-SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}$"
-OCCURRENCE_SUFFIX = r"@\d{8}T\d{6}\.\d{3}Z"
-_OCCURRENCE_RE = re.compile(r"^(?P<schedule>[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99})@(?P<at>\d{8}T\d{6}\.\d{3})Z$")
+SCHEDULE_ID_PATTERN = rf"^{SCHEDULE_ID}$"
+_OCCURRENCE_RE = re.compile(rf"^(?P<schedule>{SCHEDULE_ID})@(?P<at>{OCCURRENCE_INSTANT})Z$")
 MAX_CHUNK = 99  # occurrences created with the cursor's move in one transaction (DynamoDB takes 100 items)
+TRANSACTION_BYTES = 3_500_000  # what a chunk's items may add up to (DynamoDB takes 4 MB a transaction)
+ITEM_OVERHEAD_BYTES = 2_048  # an occurrence's item beyond its action and payload (ids, times, status, ...)
 DowntimePolicy = Literal["skip", "fire_latest"]
 
 
@@ -118,7 +128,7 @@ class Schedule(ActionAndPayload):
     @field_validator("start_at", "end_at", "created_at", "updated_at")
     @classmethod
     def _utc_ms(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else truncate_to_ms(value).astimezone(UTC)
+        return utc_to_ms(value)
 
     @model_validator(mode="after")
     def _ordered(self) -> Schedule:
@@ -182,6 +192,13 @@ def instants_after(schedule: Schedule, after_ms: int) -> Iterator[int]:
         yield instant
 
 
+def chunk_size(schedule: Schedule) -> int:
+    """How many occurrences one transaction may create: 99, fewer when the action and payload are large (the
+    whole transaction must stay under DynamoDB's 4 MB)."""
+    item = len(schedule.model_dump_json(include={"action", "payload"}).encode()) + ITEM_OVERHEAD_BYTES
+    return max(1, min(MAX_CHUNK, TRANSACTION_BYTES // item))
+
+
 def plan_advance(schedule: Schedule, now_ms: int, until_ms: int, limit: int = MAX_CHUNK) -> Advance | None:
     """What to create next from the cursor: the occurrences due up to ``until_ms`` (at most ``limit``, and no
     more than ``max_occurrences`` in all), after applying the downtime policy to those already past their grace
@@ -190,6 +207,7 @@ def plan_advance(schedule: Schedule, now_ms: int, until_ms: int, limit: int = MA
     cursor = schedule.next_due_ms
     if schedule.state is not ScheduleState.ACTIVE or cursor is None or cursor > until_ms:
         return None
+    limit = min(limit, chunk_size(schedule))
     left = None if schedule.max_occurrences is None else schedule.max_occurrences - schedule.created_count
     missed_before = now_ms - schedule.misfire_grace_ms  # an occurrence due before this could only be MISSED
     skipped = 0

@@ -26,7 +26,7 @@ from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
 from punctual.keys import from_ms, next_tick
 from punctual.model import Action, TaskStatus
-from punctual.schedules import occurrence_id
+from punctual.schedules import is_occurrence_id, occurrence_id
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine
@@ -50,7 +50,7 @@ class DemoPlan:
     @property
     def occurrence_ids(self) -> frozenset[str]:
         """The task ids of the recurring schedules' occurrences in the plan."""
-        return frozenset(task_id for task_id in self.due_ms if "@" in task_id)
+        return frozenset(task_id for task_id in self.due_ms if is_occurrence_id(task_id))
 
 
 def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
