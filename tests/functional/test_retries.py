@@ -166,11 +166,13 @@ def test_the_last_attempt_leaves_the_task_failed(
 def test_no_retry_once_the_occurrence_is_older_than_max_age(
     executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
-    # Given a failing task with attempts to spare but a maximum age of 0 ms (any failure is too late)
+    # Given a failing task with attempts to spare, already 2 s overdue (within its grace), and a maximum age of
+    # 1 s: whenever it fails, it is older than that (a task due now with a maximum age of 0 ms was retried on a
+    # fast machine: failed within the millisecond it was due, it was exactly 0 ms old, which is still retried)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
-                                                                            retry_transient=False),
-                        retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=0))
+    task = tasks.create(now - 2_000, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
+                                                                              retry_transient=False),
+                        retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=1_000))
     # When it runs
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=2)
     # Then it fired once and is FAILED
