@@ -171,6 +171,33 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(client: C
     assert len(instants(client, "busy")) == made + len(report.created) > made
 
 
+@pytest.mark.parametrize("change", ["pause", "update", "delete"])
+def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(client: Client, repo: DynamoTaskStore,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         change: str) -> None:
+    # Given a schedule whose occurrences a poll made a moment ago: the eventually consistent history index does
+    # not list them yet
+    client.create_schedule("fresh", "rate(10 seconds)", log_action())
+    made = instants(client, "fresh", TaskStatus.PENDING)
+    assert made
+    monkeypatch.setattr(repo, "schedule_occurrence_ids", lambda *args, **kwargs: [])
+    # When the schedule is changed
+    if change == "pause":
+        client.pause_schedule("fresh")
+    elif change == "update":
+        client.update_schedule("fresh", expression="rate(7 seconds)")
+    else:
+        client.delete_schedule("fresh")
+    monkeypatch.undo()
+    # Then the older occurrences were found by their ids (computed from the definition as it was) and cancelled:
+    # none of them is left to fire (an instant both rates share holds the new version's occurrence now)
+    stored = repo.get_many([occurrence_id("fresh", ms) for ms in made])
+    assert len(stored) == len(made)
+    assert all(t.status is TaskStatus.CANCELLED or (change == "update" and t.schedule_version == 2)
+               for t in stored.values())
+    assert any(t.status is TaskStatus.CANCELLED for t in stored.values())
+
+
 def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, repo: DynamoTaskStore) -> None:
     # Given a paused schedule whose pause died before it cancelled the older occurrences (cleanup pending)
     client.create_schedule("half-paused", "rate(10 seconds)", log_action())

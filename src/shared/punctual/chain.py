@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 from .errors import TaskNotFoundError, TaskStateError
 from .model import Task, TaskStatus
-from .schedules import Schedule, plan_advance
+from .schedules import Schedule, instants_after, occurrence_id, plan_advance
 from .store import TaskStore
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 50  # transactions one call makes at most (99 occurrences each)
+MAX_NAMED = 10_000  # occurrences a cleanup names by id at most (a poll window of rate(100 milliseconds) is ~2,500)
 CLEANUP_LOOKBACK_MS = 86_400_000  # the longest misfire grace: an older PENDING occurrence cannot be older than this
 
 
@@ -90,10 +91,29 @@ def _cancel_older(store: TaskStore, schedule: Schedule, task: Task, now_ms: int)
     return True
 
 
-def cleanup(store: TaskStore, schedule: Schedule, now_ms: int) -> int:
+def cleanup(store: TaskStore, schedule: Schedule, now_ms: int, before: Schedule | None = None,
+            until_ms: int | None = None) -> int:
     """Cancel the occurrences older versions of ``schedule`` made that are still PENDING, then clear its
-    ``cleanup`` flag. How many were cancelled."""
+    ``cleanup`` flag. How many were cancelled.
+
+    They are listed by the ``schedule`` index, which is eventually consistent: an occurrence a poll made a
+    moment before the change may not be listed yet. So a caller that has the schedule as it was ``before`` the
+    change also names the occurrences its definition has from a grace ago up to ``until_ms`` (as far ahead as
+    any poll makes them), and those are read by id as well."""
     ids = store.schedule_occurrence_ids(schedule.schedule_id, from_ms_=now_ms - CLEANUP_LOOKBACK_MS)
+    if before is not None and until_ms is not None:
+        ids = list(dict.fromkeys([*ids, *_instants_made(before, now_ms, until_ms)]))
     cancelled = sum(1 for task in store.get_many(ids).values() if _cancel_older(store, schedule, task, now_ms))
     store.finish_cleanup(schedule, now_ms)
     return cancelled
+
+
+def _instants_made(before: Schedule, now_ms: int, until_ms: int) -> list[str]:
+    """The ids of the occurrences ``before``'s definition may have made that can still be PENDING: due from a grace
+    ago up to ``until_ms`` (at most MAX_NAMED of them)."""
+    ids: list[str] = []
+    for instant in instants_after(before, now_ms - before.misfire_grace_ms - 1):
+        if instant > until_ms or len(ids) >= MAX_NAMED:
+            break
+        ids.append(occurrence_id(before.schedule_id, instant))
+    return ids

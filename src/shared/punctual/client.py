@@ -446,7 +446,7 @@ class Client:
         if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
             raise ScheduleStateError(f"cannot pause schedule {schedule_id!r}: it is {schedule.state}")
         changed = self._store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
-        chain.cleanup(self._store, changed, now_ms)
+        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._schedule_or_raise(schedule_id)
 
     def resume_schedule(self, schedule_id: str) -> Schedule:
@@ -478,7 +478,7 @@ class Client:
             # a pause's cleanup its caller did not finish stays pending (and is finished here)
             changed = self._store.change_schedule(schedule, changes, now_ms, cleanup=schedule.cleanup)
             if schedule.cleanup:
-                chain.cleanup(self._store, changed, now_ms)
+                chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         else:
             self._restart(schedule, changes, now_ms, cleanup=True)
         return self._schedule_or_raise(schedule_id)
@@ -494,7 +494,7 @@ class Client:
             **changes, "state": ScheduleState.ACTIVE if active else ScheduleState.ENDED,
             "next_due_ms": first if active else None}, now_ms, cleanup=cleanup)
         if cleanup:
-            chain.cleanup(self._store, changed, now_ms)
+            chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         chain.extend(self._store, schedule.schedule_id, now_ms, self._until_ms(now_ms))
 
     def delete_schedule(self, schedule_id: str) -> Schedule:
@@ -504,7 +504,7 @@ class Client:
         schedule = self._schedule_or_raise(schedule_id)
         changed = self._store.change_schedule(schedule, {"state": ScheduleState.DELETED, "next_due_ms": None},
                                               now_ms, cleanup=True)
-        chain.cleanup(self._store, changed, now_ms)
+        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or changed
 
 
