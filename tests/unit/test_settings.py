@@ -38,6 +38,8 @@ SAMPLES = {
     "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",
     "worker_threads": "4", "db_threads": "2", "write_batch": "transaction", "retention_days": "7",
     "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq", "switch_interval_s": "0.002",
+    "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}', "api_url": "https://api.example.com/prod",
+    "api_token": "local-token",
     "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
     "local_timeout_s": "60", "realtime_firing": "false",
     "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal", "allow_plain_http": "true",
@@ -184,6 +186,9 @@ def test_each_variable_is_read_into_its_field(field: str) -> None:
         ("PUNCTUAL_LOCAL_TIMEOUT_S", "-1"),
         ("PUNCTUAL_LOCAL_TIMEOUT_S", "901"),
         ("PUNCTUAL_BACKGROUND_CPUS", "3-1"),
+        ("PUNCTUAL_TENANT_MAP", "not json"),
+        ("PUNCTUAL_TENANT_MAP", '["acme"]'),
+        ("PUNCTUAL_TENANT_MAP", '{"arn:aws:iam::123456789012:role/Acme": "Acme Corp"}'),
     ],
 )
 def test_a_bad_new_variable_is_named(name: str, value: str) -> None:

@@ -16,7 +16,14 @@ from . import chain
 from .actions import TargetRules, check_action
 from .clock import Clock, SystemClock
 from .decisions import misfire_decision
-from .errors import InvalidTaskError, ScheduleNotFoundError, ScheduleStateError, TaskConflictError
+from .errors import (
+    InvalidTaskError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+)
 from .keys import from_ms, to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .retry import RetryPolicy
@@ -115,8 +122,11 @@ class Client:
         self._store = store
         self._rules = TargetRules.from_settings(self.settings)
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """Now, by the client's clock (epoch ms)."""
         return int(self._clock.wall_ms())
+
+    _now_ms = now_ms
 
     def _check_due(self, task: Task, now_ms: int) -> None:
         horizon = now_ms + self.settings.max_horizon_days * 86_400_000
@@ -206,6 +216,13 @@ class Client:
         stored, _created = self._store.create(task, now_ms)
         return stored
 
+    def submit(self, task: Task) -> tuple[Task, bool]:
+        """Store a task :meth:`build_task` made; returns the stored task and whether it was created now (False:
+        an equal task was already stored). Raises as :meth:`schedule` does."""
+        now_ms = self._now_ms()
+        self._check_due(task, now_ms)  # it may have been built a while ago
+        return self._store.create(task, now_ms)
+
     def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
                       on_progress: Callable[[int, int], None] | None = None) -> list[ScheduleResult]:
         """Schedule many tasks at once: each a mapping of :meth:`schedule`'s arguments (``due_at``, ``action``,
@@ -289,20 +306,28 @@ class Client:
              due_from: datetime | None = None, due_to: datetime | None = None,
              limit: int | None = None) -> list[Task]:
         """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
+        tasks = self.list_page(status, due_from, due_to)
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def list_page(self, status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
+                  due_from: datetime | None = None, due_to: datetime | None = None, limit: int | None = None, *,
+                  id_prefix: str | None = None, after: str | None = None) -> builtins.list[Task]:
+        """Up to ``limit`` tasks as :meth:`list` selects them (and whose id starts with ``id_prefix``), in the
+        store's order, from after the task ``after`` (the last of the previous page)."""
         statuses = None
         if status is not None:
-            raw = status if isinstance(status, list) else [status]
+            raw = status if isinstance(status, builtins.list) else [status]
             try:
                 statuses = [TaskStatus(s) for s in raw]
             except ValueError as exc:
                 raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
-        tasks = list(self._store.list_tasks(
+        return builtins.list(self._store.list_tasks(
             statuses,
             None if due_from is None else to_ms(due_from),
             None if due_to is None else to_ms(due_to),
+            limit, id_prefix, after,
         ))
-        tasks.sort(key=lambda t: (t.due_at, t.task_id))
-        return tasks if limit is None else tasks[:limit]
 
     def cancel(self, task_id: str) -> Task:
         """Cancel a task that has not been armed for firing yet.
@@ -317,13 +342,29 @@ class Client:
         now_ms = self._now_ms()
         current = self._store.get(task_id)
         if current is None:
-            from .errors import TaskNotFoundError
-
             raise TaskNotFoundError(f"no task {task_id!r}")
         task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
                                misfire_grace=current.misfire_grace_ms,
                                misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
         return self._store.reschedule(task_id, task.due_ms, now_ms)
+
+    def run_now(self, task_id: str) -> Task:
+        """Fire a task that has not been armed yet now, instead of at its due time (a reschedule to now)."""
+        return self.reschedule(task_id, from_ms(self._now_ms()))
+
+    def redrive(self, task_id: str) -> Task:
+        """Send a FAILED task again: PENDING, due now, attempt 0. Raises TaskNotFoundError, or TaskStateError
+        (with the task) when it is not FAILED."""
+        if not self._store.redrive_many([task_id], self._now_ms())[0]:
+            current = self._store.get(task_id)
+            if current is None:
+                raise TaskNotFoundError(f"no task {task_id!r}")
+            raise TaskStateError(f"cannot redrive task {task_id!r}: it is {current.status}, not FAILED",
+                                 task=current)
+        redriven = self._store.get(task_id)
+        if redriven is None:  # deleted since (its record expired)
+            raise TaskNotFoundError(f"no task {task_id!r}")
+        return redriven
 
     # -- recurring schedules -----------------------------------------------------------------------------------
     def _check_payload(self, payload: Any) -> None:
@@ -420,9 +461,10 @@ class Client:
         """The schedule as stored now, or None."""
         return self._store.get_schedule(schedule_id)
 
-    def list_schedules(self) -> builtins.list[Schedule]:
-        """Every schedule (deleted ones included, with their state), by id."""
-        return sorted(self._store.list_schedules(), key=lambda s: s.schedule_id)
+    def list_schedules(self, id_prefix: str | None = None) -> builtins.list[Schedule]:
+        """Every schedule (deleted ones included, with their state), or those whose id starts with
+        ``id_prefix``, by id."""
+        return sorted(self._store.list_schedules(id_prefix), key=lambda s: s.schedule_id)
 
     def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
         """The schedule's occurrences (each a task with its own outcome), oldest first."""

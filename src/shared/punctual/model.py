@@ -26,11 +26,17 @@ from pydantic import (
 
 from .keys import from_ms, to_ms
 from .retry import RetryPolicy
+from .tenancy import TENANT
 
-# A task's own id, or a schedule's occurrence: "<schedule id>@<yyyymmddThhmmss.fffZ>" (punctual.schedules)
-SCHEDULE_ID = r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}"
+# A task's own id, or a schedule's occurrence: "<schedule id>@<yyyymmddThhmmss.fffZ>" (punctual.schedules);
+# either may start with its tenant, "<tenant>/" (punctual.tenancy). The *_NAME patterns are the tenant-free ids
+# (what the API takes).
+OWN_TASK_NAME = r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}"
+SCHEDULE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}"
+SCHEDULE_ID = rf"(?:{TENANT}/)?{SCHEDULE_NAME}"
 OCCURRENCE_INSTANT = r"\d{8}T\d{6}\.\d{3}"  # the instant in an occurrence's id, before its "Z"
-TASK_ID_PATTERN = rf"^(?:[A-Za-z0-9][A-Za-z0-9_.:\-]{{0,127}}|{SCHEDULE_ID}@{OCCURRENCE_INSTANT}Z)$"
+TASK_NAME = rf"(?:{OWN_TASK_NAME}|{SCHEDULE_NAME}@{OCCURRENCE_INSTANT}Z)"
+TASK_ID_PATTERN = rf"^(?:{TENANT}/)?{TASK_NAME}$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
@@ -94,6 +100,11 @@ def register_action_model(model: type[Action]) -> type[Action]:
 
 def known_action_kinds() -> list[str]:
     return sorted(_ACTION_MODELS)
+
+
+def action_models() -> list[type[Action]]:
+    """The model of every registered action kind, by kind."""
+    return [_ACTION_MODELS[kind] for kind in known_action_kinds()]
 
 
 def parse_action(value: Any) -> Action:

@@ -6,7 +6,7 @@ Building has no process-wide effect: CPU confinement and the fire log are the lo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .actions import ActionEnv
 from .aws import make_dynamodb_client
@@ -17,6 +17,9 @@ from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 
 def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
@@ -47,3 +50,14 @@ def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = N
                     offset_probe(settings.ntp_server, settings.ntp_timeout_s),
                     dead_letters=build_dead_letter_queue(settings, sqs_client),
                     actions=ActionEnv.from_settings(settings, action_clients))
+
+
+def build_api(settings: Settings, dynamodb: Any = None) -> APIGatewayRestResolver:
+    """The REST API's resolver (:mod:`punctual.api`): one store, a client per request over it, the tenant map of
+    ``settings``. Not thread-safe (the resolver holds the request it is answering): one per thread."""
+    from .api import build_app
+    from .client import Client
+    from .tenancy import TenantMap
+
+    store = build_store(settings, dynamodb)
+    return build_app(lambda: Client(settings, store=store), TenantMap.parse(settings.tenant_map))

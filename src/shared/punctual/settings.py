@@ -101,6 +101,15 @@ class Settings(BaseModel):
         "files a process)",
     )
     http_connections_per_host: int = Field(512, ge=1, le=10_000, description="... of them to one host")
+    tenant_map: str = Field(
+        "", description="the API's tenants: a JSON object of IAM role (or user) ARN to tenant name, e.g. "
+        '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}; a caller not in it is refused',
+    )
+    api_url: str | None = Field(
+        None, description="the client and CLI go through the API at this URL instead of writing the table "
+        "(AWS: SigV4-signed with the caller's credentials; locally: the token of api_token)",
+    )
+    api_token: str | None = Field(None, description="the local API's bearer token (punctual up writes one)")
     switch_interval_s: float = Field(
         0.001, gt=0, le=0.1, description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
         "that the dispatcher gets the interpreter back soon after its sleep",
@@ -125,6 +134,14 @@ class Settings(BaseModel):
         from .netpolicy import TargetPolicy
 
         TargetPolicy.from_settings(value)  # a bad entry is a ValueError naming it
+        return value
+
+    @field_validator("tenant_map")
+    @classmethod
+    def _tenant_map(cls, value: str) -> str:
+        from .tenancy import TenantMap
+
+        TenantMap.parse(value)
         return value
 
     @field_validator("allowed_target_arns")

@@ -59,8 +59,11 @@ class TaskStore(Protocol):
         ...
 
     def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
-        """Tasks with one of ``statuses`` and ``due_from_ms <= due < due_to_ms`` (admin use, not the hot path)."""
+                   due_to_ms: int | None = None, limit: int | None = None, id_prefix: str | None = None,
+                   after: str | None = None) -> Iterator[Task]:
+        """Tasks with one of ``statuses``, ``due_from_ms <= due < due_to_ms`` and an id starting with
+        ``id_prefix`` (admin use and the API's pages, not the hot path), in an order of the store's that holds
+        between calls: ``after`` (a task id the last call yielded) goes on from there."""
         ...
 
     def cancel(self, task_id: str, now_ms: int) -> Task:
@@ -115,8 +118,8 @@ class TaskStore(Protocol):
         """The schedule as stored now (strongly consistent), or None."""
         ...
 
-    def list_schedules(self) -> Iterator[Schedule]:
-        """Every schedule (admin use)."""
+    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
+        """Every schedule, or those whose id starts with ``id_prefix`` (a tenant's: ``"<tenant>/"``)."""
         ...
 
     def advance_schedule(self, schedule: Schedule, step: Advance, occurrences: list[Task],

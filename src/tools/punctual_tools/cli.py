@@ -7,7 +7,8 @@
     punctual schedule --cron "0 9 ? * MON-FRI *" --tz Europe/Paris --log report   a recurring schedule (or --rate
                                                    "500 milliseconds", --once-at LOCAL; --start, --end, --max)
     punctual schedules [list | show | pause | resume | delete | history] [ID]
-    punctual get ID | punctual cancel ID | punctual list [--status S]
+    punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--status S]
+                                                   (each of these, and schedule: --api goes through the REST API)
     punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
     punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 """
@@ -101,7 +102,8 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
         if not loopback_allowed(allowed):
             overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
-                       settings_overrides={k: v for k, v in overrides.items() if v is not None})
+                       settings_overrides={k: v for k, v in overrides.items() if v is not None},
+                       api_port=getattr(args, "api_port", 0))
 
 
 def _print_poll(report: Any) -> None:
@@ -247,9 +249,25 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _client(args: argparse.Namespace) -> Any:
+    """The client a command uses: the table directly, or the REST API with ``--api`` (or ``PUNCTUAL_API_URL``):
+    with ``--aws`` (or a URL set) AWS's, SigV4-signed; else the running local stack's, with its token."""
     from punctual.client import Client
 
-    return Client(_settings(args))
+    settings = _settings(args)
+    if not getattr(args, "api", False) and not settings.api_url:
+        return Client(settings)
+    from punctual.api_client import ApiClient
+
+    from .local.stack import read_state
+
+    if settings.api_url:
+        return ApiClient.from_settings(settings)
+    if args.aws:
+        raise PunctualError("--api --aws needs the API's URL in PUNCTUAL_API_URL (the stack's ApiUrl output)")
+    state = read_state(_home(args)) or {}
+    if not state.get("api_url") or not state.get("api_token_file"):
+        raise PunctualError("--api: no local stack serving the API is running (start one with punctual up)")
+    return ApiClient(state["api_url"], token=Path(state["api_token_file"]).read_text().strip())
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -422,6 +440,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_now(args: argparse.Namespace) -> int:
+    print(_client(args).run_now(args.task_id).model_dump_json(indent=2))
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     for task in _client(args).list(status=args.status, limit=args.limit):
         drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
@@ -527,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
     stack_options(up, 60.0)
+    up.add_argument("--api-port", type=int, default=8766, help="the REST API's loopback port (0 picks a free one)")
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
     up.add_argument("--demo-tasks", type=int, default=300)
     up.add_argument("--demo-over", type=float, default=20.0)
@@ -603,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     many.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     many.add_argument("--quiet", action="store_true", help="no progress line")
     many.set_defaults(func=cmd_schedule_many)
-    for name, func in (("get", cmd_get), ("cancel", cmd_cancel)):
+    for name, func in (("get", cmd_get), ("cancel", cmd_cancel), ("run-now", cmd_run_now)):
         p = sub.add_parser(name, help=f"{name} one task")
         p.add_argument("task_id")
         p.set_defaults(func=func)
@@ -631,9 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--name", help="the pictures' title and file-name stem (default: the prefix, or 'drift')")
     drift.add_argument("--aws", action="store_true", help="with --table: AWS (PUNCTUAL_* settings)")
     drift.set_defaults(func=cmd_drift)
-    one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel")]
+    one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel", "run-now")]
     for p in (sched, many, lst, redrive, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
+    for p in (sched, many, lst, schedules, *one_task):
+        p.add_argument("--api", action="store_true", help="go through the REST API (the local stack's, with its "
+                       "token; with --aws the one at PUNCTUAL_API_URL, SigV4-signed), not straight to the table")
     return parser
 
 

@@ -1,8 +1,10 @@
 """Recurring schedules in the Tasks table (the DynamoDB side of :mod:`punctual.schedules`).
 
-A schedule is one item keyed ``#schedule#<id>`` (not a valid task id, so it can never collide with one)::
+A schedule is one item keyed ``#schedule#<id>`` (not a valid task id, so it can never collide with one); a
+tenant's schedule ``<tenant>/<id>`` is keyed ``<tenant>/#schedule#<id>``, so that its key starts with its tenant
+as every key of that tenant does (:mod:`punctual.tenancy`)::
 
-    task_id S ("#schedule#<id>") | state S | version N | definition S (JSON: what the user asked for)
+    task_id S (schedule_key) | state S | version N | definition S (JSON: what the user asked for)
     next_due_ms N (the first occurrence not created yet; absent once ENDED) | created_count N | skipped_count N
     created_ms N | updated_ms N | cleanup N (1: occurrences of an older version may still be PENDING)
     due_ms N, due_bucket S: in the due index while the chain needs a hand: ACTIVE (at ``next_due_ms - ahead``,
@@ -36,6 +38,7 @@ from ..errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleState
 from ..keys import from_ms
 from ..model import Task, TaskStatus, canonical_json
 from ..schedules import Advance, Schedule, ScheduleState, occurrence_id
+from ..tenancy import SEPARATOR, split
 from .codec import from_av, to_av
 from .schema import SCHEDULE_INDEX
 
@@ -44,7 +47,16 @@ _ACTIVE = ScheduleState.ACTIVE.value
 
 
 def schedule_key(schedule_id: str) -> str:
-    return SCHEDULE_PREFIX + schedule_id
+    tenant, name = split(schedule_id)
+    return SCHEDULE_PREFIX + name if tenant is None else f"{tenant}{SEPARATOR}{SCHEDULE_PREFIX}{name}"
+
+
+def schedule_id_of_key(key: str) -> str | None:
+    """The schedule id of a schedule item's key; None for any other key (task ids never hold a ``#``)."""
+    head, marker, name = key.partition(SCHEDULE_PREFIX)
+    if not marker:
+        return None
+    return name if not head else head + name  # head is "<tenant>/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +183,15 @@ class ScheduleItems:
                                      ConsistentRead=True).get("Item")
         return None if item is None else schedule_of_item(item)
 
-    def list_schedules(self) -> Iterator[Schedule]:
-        """Every schedule (a filtered scan of the table: for admin use)."""
+    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
+        """Every schedule, or those whose id starts with ``id_prefix`` (a filtered scan of the table: for admin
+        use). With no prefix every tenant's schedules are listed too."""
+        if id_prefix is None:
+            condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
+        else:
+            condition, value = "begins_with(task_id, :prefix)", schedule_key(id_prefix)
         for page in self._client.get_paginator("scan").paginate(
-            TableName=self.table_name, FilterExpression="begins_with(task_id, :prefix)",
-            ExpressionAttributeValues=to_av({":prefix": SCHEDULE_PREFIX}),
+            TableName=self.table_name, FilterExpression=condition, ExpressionAttributeValues=to_av({":prefix": value}),
         ):
             for item in page.get("Items", []):
                 yield schedule_of_item(item)

@@ -99,7 +99,7 @@ from .codec import (
     to_av,
 )
 from .reads import register_fast_reads
-from .schedules import SCHEDULE_PREFIX, ScheduleItems
+from .schedules import SCHEDULE_PREFIX, ScheduleItems, schedule_id_of_key
 from .schema import DUE_INDEX
 
 log = logging.getLogger(__name__)
@@ -466,8 +466,10 @@ class DynamoTaskStore(ScheduleItems):
         return item_to_task(response["Attributes"])
 
     def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
-        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
+                   due_to_ms: int | None = None, limit: int | None = None, id_prefix: str | None = None,
+                   after: str | None = None) -> Iterator[Task]:
+        """Tasks filtered by status, due range and id prefix, in the scan's order from after the task ``after``
+        (a filtered scan: for admin use and the API's pages, not the hot path)."""
         filters: list[str] = []
         values: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -483,13 +485,18 @@ class DynamoTaskStore(ScheduleItems):
         if due_to_ms is not None:
             filters.append("due_ms < :to")
             values[":to"] = due_to_ms
-        filters.append("attribute_exists(due_ms) AND NOT begins_with(task_id, :schedule_prefix)")
+        filters.append("attribute_exists(due_ms) AND NOT contains(task_id, :schedule_prefix)")
         values[":schedule_prefix"] = SCHEDULE_PREFIX
+        if id_prefix is not None:
+            filters.append("begins_with(task_id, :id_prefix)")
+            values[":id_prefix"] = id_prefix
         kwargs: dict[str, Any] = {"TableName": self.table_name, "FilterExpression": " AND ".join(filters)}
         if values:
             kwargs["ExpressionAttributeValues"] = to_av(values)
         if names:
             kwargs["ExpressionAttributeNames"] = names
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"task_id": {"S": after}}
         count = 0
         for page in self._client.get_paginator("scan").paginate(**kwargs):
             for task in _decoded(page.get("Items", [])):
@@ -540,8 +547,9 @@ class DynamoTaskStore(ScheduleItems):
         # The index may briefly list a rescheduled task under its old and new key: read each task once, from
         # the base table, which also says whether it is still armable.
         task_ids = list(dict.fromkeys(e.task_id for e in entries))
-        schedules = [t[len(SCHEDULE_PREFIX):] for t in task_ids if t.startswith(SCHEDULE_PREFIX)]
-        found, undecodable = self._candidates([t for t in task_ids if not t.startswith(SCHEDULE_PREFIX)], now_ms)
+        schedule_of = {t: schedule_id_of_key(t) for t in task_ids}
+        schedules = [s for s in schedule_of.values() if s is not None]
+        found, undecodable = self._candidates([t for t in task_ids if schedule_of[t] is None], now_ms)
         found = [c for c in found if c.due_ms <= until_ms]
         owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner}, consistent=False)
         armable = [c for c in found if _armable(c, now_ms, owners)]

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import threading
 import time
@@ -29,11 +30,12 @@ from punctual.fastpath import FastPathReport, dispatch_stream_records
 from punctual.keys import next_tick
 from punctual.poller import Poller
 from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
-from punctual.runtime import build_store
+from punctual.runtime import build_api, build_store
 from punctual.settings import Settings
 
 from ..settings import LocalSettings
 from ..stats import summarize
+from .api_server import LOCAL_TENANT, LocalApi, write_token
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
 from .stream import StreamReader
@@ -58,6 +60,9 @@ class StackConfig:
     # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
     # per item of single writes (see punctual.dynamodb.store); AWS's default is "single", half the write units.
     write_batch: str = "transaction"
+    api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
+    api_port: int = 0  # 0: any free port (the state file says which)
+    api_tokens: dict[str, str] = field(default_factory=dict)  # more bearer tokens, each for its tenant
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -114,6 +119,7 @@ class LocalStack:
         self.settings: LocalSettings | None = None
         self.stream: StreamReader | None = None
         self.fast_poller: Poller | None = None
+        self.api: LocalApi | None = None
         self._state_lock = threading.Lock()
         self.fast_path_reports: list[FastPathReport] = []
         self.polls: list[PollReport] = []
@@ -121,6 +127,11 @@ class LocalStack:
     @property
     def fire_log(self) -> Path:
         return self.config.home / "fires.jsonl"
+
+    @property
+    def api_token_file(self) -> Path:
+        """The local API's bearer token for the tenant ``local`` (a new one at each start; mode 0600)."""
+        return self.config.home / "api-token"
 
     @property
     def dead_letter_path(self) -> Path:
@@ -188,6 +199,12 @@ class LocalStack:
             self.fast_poller = Poller(store, self.invoker, settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
             self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
                                        stream_filter_patterns()).start()
+        if cfg.api:
+            token = secrets.token_urlsafe(32)
+            write_token(self.api_token_file, token)
+            self.api = LocalApi(lambda: build_api(settings, make_dynamodb_client(settings)),
+                                {token: LOCAL_TENANT, **cfg.api_tokens}, cfg.api_port).start()
+            log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, LOCAL_TENANT, self.api_token_file)
         self._write_state()
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._thread.start()
@@ -212,6 +229,8 @@ class LocalStack:
             "allowed_targets": self.settings.allowed_targets,
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
+            "api_url": self.api.url if self.api else None,
+            "api_token_file": str(self.api_token_file) if self.api else None,
         }
         tmp = self.config.home / "stack.json.tmp"
         tmp.write_text(json.dumps(state, indent=2))
@@ -278,6 +297,8 @@ class LocalStack:
     def stop(self) -> None:
         """Stop polling, let executors hand back unfired tasks, stop DynamoDB Local, remove the state file."""
         self._stop.set()
+        if self.api is not None:
+            self.api.stop()
         if self.stream is not None:
             self.stream.stop()
         if self._thread is not None:

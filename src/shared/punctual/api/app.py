@@ -1,0 +1,299 @@
+"""The REST API: Powertools' REST resolver over :class:`~punctual.api.service.TenantService`.
+
+The same resolver serves API Gateway (IAM / SigV4 authentication: the caller's tenant comes from its principal
+through the tenant map) and the local runtime's loopback server (a bearer token, mapped to a tenant by the server
+itself, passed as the authorizer's ``tenant``). Bad input is a 4xx problem-details answer naming the field,
+never a 5xx; an unknown or other tenant's id is 404 whatever the operation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from http import HTTPStatus
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+from ..client import Client
+from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
+from ..model import TaskStatus
+from ..tenancy import TenantMap, is_tenant
+from .service import TenantService
+from .views import (
+    MAX_PAGE,
+    History,
+    Problem,
+    RescheduleIn,
+    ScheduleIn,
+    ScheduleList,
+    ScheduleName,
+    ScheduleOut,
+    ScheduleUpdate,
+    TaskIn,
+    TaskName,
+    TaskOut,
+    TaskPage,
+)
+
+log = logging.getLogger("punctual.api")
+PROBLEM = "application/problem+json"
+TITLE = "Punctual"
+VERSION = "1"
+
+
+INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$"  # RFC 3339, offset required
+
+
+def instant(value: str | None, field: str) -> datetime | None:
+    """An instant of a query (ISO 8601 with its offset), or an InvalidTaskError naming the field."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidTaskError(f"invalid {field}: {exc}", field=field) from exc
+
+
+class ForbiddenError(Exception):
+    """The caller has no tenant."""
+
+
+def _problem(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
+             kind: str | None = None) -> Response[str]:
+    """A problem-details answer; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
+    state, forbidden), so that a client need not read ``detail``."""
+    body = Problem(type=f"/problems/{kind}" if kind else "about:blank", title=HTTPStatus(status).phrase,
+                   status=status, detail=detail, field=field, errors=errors)
+    return Response(status_code=status, content_type=PROBLEM, body=body.model_dump_json(exclude_none=True))
+
+
+def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
+    return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}}
+            for code in codes}
+
+
+def _field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else [str(p) for p in loc]
+    return ".".join(parts) or None
+
+
+class JsonResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver that takes request bodies as JSON only: another media type is a 415 problem
+    before any parsing (Powertools would otherwise try forms and multipart, and fail on a malformed one with a
+    500)."""
+
+    def resolve(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
+        media_type = str(headers.get("content-type") or "").split(";")[0].strip().lower()
+        if event.get("body") and media_type and media_type != "application/json":
+            problem = Problem(type="/problems/invalid", title=HTTPStatus(415).phrase, status=415,
+                              detail=f"send the body as application/json, not {media_type[:100]}", field="body")
+            return {"statusCode": 415, "multiValueHeaders": {"Content-Type": [PROBLEM]},
+                    "body": problem.model_dump_json(exclude_none=True), "isBase64Encoded": False}
+        return super().resolve(event, context)
+
+
+def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> APIGatewayRestResolver:
+    """The resolver, with ``client_factory`` giving the client its operations go through (once per request: a
+    client is cheap; the store is shared by the factory) and ``tenant_map`` naming the tenants of principals."""
+    app = JsonResolver(enable_validation=True, strip_prefixes=None)
+
+    def service() -> TenantService:
+        context = app.current_event.request_context
+        authorizer = context.authorizer.raw_event if context.authorizer else {}
+        tenant = authorizer.get("tenant") if isinstance(authorizer, dict) else None
+        if not isinstance(tenant, str) or not tenant:
+            tenant = tenant_map.tenant_of(context.identity.user_arn)
+        if tenant is None or not is_tenant(tenant):
+            raise ForbiddenError("this principal is not mapped to a tenant (PUNCTUAL_TENANT_MAP)")
+        return TenantService(client_factory(), tenant)
+
+    # -- errors ----------------------------------------------------------------------------------------------
+    @app.exception_handler(RequestValidationError)
+    def _invalid(exc: RequestValidationError) -> Response[str]:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return _problem(400, "the body is not JSON", "body", kind="invalid")
+        found = [{"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", "invalid"))} for e in errors]
+        first = found[0] if found else {"field": None, "message": "invalid request"}
+        return _problem(422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found,
+                        kind="invalid")
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _media_type(exc: RequestUnsupportedContentType) -> Response[str]:
+        return _problem(415, "send the body as application/json", "body", kind="invalid")
+
+    @app.exception_handler(InvalidTaskError)
+    def _bad_task(exc: InvalidTaskError) -> Response[str]:
+        return _problem(422, str(exc), exc.field, kind="invalid")
+
+    @app.exception_handler(TaskNotFoundError)
+    def _not_found(exc: TaskNotFoundError) -> Response[str]:
+        return _problem(404, str(exc), kind="not-found")
+
+    @app.exception_handler(TaskConflictError)
+    def _conflict(exc: TaskConflictError) -> Response[str]:
+        return _problem(409, str(exc), kind="conflict")
+
+    @app.exception_handler(TaskStateError)
+    def _state(exc: TaskStateError) -> Response[str]:
+        return _problem(409, str(exc), kind="state")
+
+    @app.exception_handler(ForbiddenError)
+    def _forbidden(exc: ForbiddenError) -> Response[str]:
+        return _problem(403, str(exc), kind="forbidden")
+
+    @app.not_found
+    def _no_route(exc: Exception) -> Response[str]:
+        return _problem(404, f"no such resource: {app.current_event.http_method} {app.current_event.path}")
+
+    @app.exception_handler(Exception)
+    def _unexpected(exc: Exception) -> Response[str]:
+        log.exception("unexpected error in %s %s", app.current_event.http_method, app.current_event.path)
+        return _problem(500, f"internal error ({type(exc).__name__}); the request may be retried")
+
+    # -- tasks -----------------------------------------------------------------------------------------------
+    @app.post("/v1/tasks", summary="Schedule a task", tags=["tasks"],
+              responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
+                         200: {"description": "An equal task was already stored",
+                               "content": {"application/json": {"model": TaskOut}}},
+                         **_problems(400, 403, 409, 415, 422)})
+    def create_task(body: Annotated[TaskIn, Body()]) -> Response[TaskOut]:
+        task, created = service().create_task(body)
+        return Response(status_code=201 if created else 200, content_type="application/json", body=task)
+
+    @app.get("/v1/tasks", summary="List tasks", tags=["tasks"], responses={
+        200: {"description": "A page", "content": {"application/json": {"model": TaskPage}}},
+        **_problems(403, 422)})
+    def list_tasks(
+        status: Annotated[list[TaskStatus] | None, Query(description="one or more statuses")] = None,
+        due_from: Annotated[str | None, Query(pattern=INSTANT, description="an instant with its offset")] = None,
+        due_to: Annotated[str | None, Query(pattern=INSTANT, description="an instant with its offset")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        next_token: Annotated[str | None, Query(max_length=600)] = None,
+    ) -> TaskPage:
+        return service().list_tasks(status, instant(due_from, "due_from"), instant(due_to, "due_to"), limit,
+                                    next_token)
+
+    @app.get("/v1/tasks/<task_id>", summary="Get a task", tags=["tasks"], responses={
+        200: {"description": "The task", "content": {"application/json": {"model": TaskOut}}},
+        **_problems(403, 404, 422)})
+    def get_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
+        return service().get_task(task_id)
+
+    @app.post("/v1/tasks/<task_id>/cancel", summary="Cancel a task not armed yet", tags=["tasks"], responses={
+        200: {"description": "Cancelled", "content": {"application/json": {"model": TaskOut}}},
+        **_problems(403, 404, 409, 422)})
+    def cancel_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
+        return service().cancel_task(task_id)
+
+    @app.post("/v1/tasks/<task_id>/reschedule", summary="Move a task not armed yet", tags=["tasks"], responses={
+        200: {"description": "Rescheduled", "content": {"application/json": {"model": TaskOut}}},
+        **_problems(400, 403, 404, 409, 415, 422)})
+    def reschedule_task(task_id: Annotated[TaskName, Path()], body: Annotated[RescheduleIn, Body()]) -> TaskOut:
+        return service().reschedule_task(task_id, body.due_at)
+
+    @app.post("/v1/tasks/<task_id>/run-now", summary="Fire a task not armed yet now", tags=["tasks"], responses={
+        200: {"description": "Due now", "content": {"application/json": {"model": TaskOut}}},
+        **_problems(403, 404, 409, 422)})
+    def run_task_now(task_id: Annotated[TaskName, Path()]) -> TaskOut:
+        return service().run_task_now(task_id)
+
+    @app.post("/v1/tasks/<task_id>/redrive", summary="Send a FAILED task again", tags=["tasks"], responses={
+        200: {"description": "PENDING, due now", "content": {"application/json": {"model": TaskOut}}},
+        **_problems(403, 404, 409, 422)})
+    def redrive_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
+        return service().redrive_task(task_id)
+
+    # -- schedules -------------------------------------------------------------------------------------------
+    @app.post("/v1/schedules", summary="Create a recurring schedule", tags=["schedules"], responses={
+        201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
+        200: {"description": "An equal schedule was already stored",
+              "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(400, 403, 409, 415, 422)})
+    def create_schedule(body: Annotated[ScheduleIn, Body()]) -> Response[ScheduleOut]:
+        schedule, created = service().create_schedule(body)
+        return Response(status_code=201 if created else 200, content_type="application/json", body=schedule)
+
+    @app.get("/v1/schedules", summary="List schedules", tags=["schedules"], responses={
+        200: {"description": "The tenant's schedules", "content": {"application/json": {"model": ScheduleList}}},
+        **_problems(403, 422)})
+    def list_schedules() -> ScheduleList:
+        return service().list_schedules()
+
+    @app.get("/v1/schedules/<schedule_id>", summary="Get a schedule", tags=["schedules"], responses={
+        200: {"description": "The schedule", "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(403, 404, 422)})
+    def get_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
+        return service().get_schedule(schedule_id)
+
+    @app.patch("/v1/schedules/<schedule_id>", summary="Change a schedule", tags=["schedules"], responses={
+        200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(400, 403, 404, 409, 415, 422)})
+    def update_schedule(schedule_id: Annotated[ScheduleName, Path()],
+                        body: Annotated[ScheduleUpdate, Body()]) -> ScheduleOut:
+        return service().update_schedule(schedule_id, body)
+
+    @app.delete("/v1/schedules/<schedule_id>", summary="Delete a schedule", tags=["schedules"], responses={
+        200: {"description": "Deleted", "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(403, 404, 409, 422)})
+    def delete_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
+        return service().delete_schedule(schedule_id)
+
+    @app.post("/v1/schedules/<schedule_id>/pause", summary="Pause a schedule", tags=["schedules"], responses={
+        200: {"description": "Paused", "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(403, 404, 409, 422)})
+    def pause_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
+        return service().pause_schedule(schedule_id)
+
+    @app.post("/v1/schedules/<schedule_id>/resume", summary="Resume a schedule", tags=["schedules"], responses={
+        200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
+        **_problems(403, 404, 409, 422)})
+    def resume_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
+        return service().resume_schedule(schedule_id)
+
+    @app.post("/v1/schedules/<schedule_id>/run-now", summary="One extra occurrence, due now", tags=["schedules"],
+              responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
+                         200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
+                         **_problems(403, 404, 409, 422)})
+    def run_schedule_now(schedule_id: Annotated[ScheduleName, Path()]) -> Response[TaskOut]:
+        task, created = service().run_schedule_now(schedule_id)
+        return Response(status_code=201 if created else 200, content_type="application/json", body=task)
+
+    @app.get("/v1/schedules/<schedule_id>/history", summary="A schedule's occurrences", tags=["schedules"],
+             responses={200: {"description": "Oldest first", "content": {"application/json": {"model": History}}},
+                        **_problems(403, 404, 422)})
+    def schedule_history(schedule_id: Annotated[ScheduleName, Path()],
+                         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> History:
+        return service().schedule_history(schedule_id, limit)
+
+    return app
+
+
+def openapi_document(app: APIGatewayRestResolver) -> str:
+    """The OpenAPI document of ``app``, as committed (``openapi.json``): stable key order, a final newline."""
+    from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer
+
+    schemes: dict[str, Any] = {
+        # API Gateway's IAM authorization: a SigV4 signature (service execute-api) in the Authorization header
+        "sigv4": APIKey(name="Authorization", in_=APIKeyIn.header,
+                        description="AWS: a SigV4 signature (service execute-api) of an IAM principal that the "
+                        "tenant map names"),
+        "localToken": HTTPBearer(description="the local runtime: the token punctual up writes to "
+                                 ".punctual/api-token"),
+    }
+    schema = json.loads(app.get_openapi_json_schema(
+        title=TITLE, version=VERSION, description=(
+            "Schedule tasks to fire at an exact instant. Every call is authenticated (AWS: IAM, SigV4; locally: a "
+            "bearer token) and scoped to the caller's tenant: another tenant's task or schedule is not found."),
+        security_schemes=schemes, security=[{"sigv4": []}, {"localToken": []}]))
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

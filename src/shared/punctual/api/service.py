@@ -1,0 +1,163 @@
+"""The API's operations for one tenant: every id it is given is qualified with the tenant before the client sees
+it, and every id it answers is stripped of it (:mod:`punctual.tenancy`). Another tenant's task or schedule is
+therefore out of reach by construction: whatever a caller names, the store is asked for the caller's own."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from ..client import Client
+from ..errors import (
+    InvalidTaskError,
+    PunctualError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskNotFoundError,
+)
+from ..model import Task, TaskStatus
+from ..schedules import Schedule, ScheduleState
+from ..tenancy import prefix, qualify
+from .views import (
+    MAX_PAGE,
+    History,
+    ScheduleIn,
+    ScheduleList,
+    ScheduleOut,
+    ScheduleUpdate,
+    TaskIn,
+    TaskOut,
+    TaskPage,
+    decode_token,
+    encode_token,
+)
+
+T = TypeVar("T")
+
+
+class TenantService:
+    """What one tenant may do, through a :class:`~punctual.client.Client` (its checks and its store)."""
+
+    def __init__(self, client: Client, tenant: str) -> None:
+        self.client = client
+        self.tenant = tenant
+        self._prefix = prefix(tenant)
+
+    def _own(self, name: str) -> str:
+        return qualify(self.tenant, name)
+
+    def _scrubbed(self, call: Callable[[], T]) -> T:
+        """Run ``call``; a domain error's message names ids without the tenant (the caller's own words)."""
+        try:
+            return call()
+        except PunctualError as exc:
+            exc.args = tuple(a.replace(self._prefix, "") if isinstance(a, str) else a for a in exc.args)
+            raise
+
+    def _task(self, task: Task) -> TaskOut:
+        return TaskOut.of(task, self.tenant)
+
+    def _schedule(self, schedule: Schedule) -> ScheduleOut:
+        return ScheduleOut.of(schedule, self.tenant)
+
+    # -- tasks ---------------------------------------------------------------------------------------------------
+    def create_task(self, body: TaskIn) -> tuple[TaskOut, bool]:
+        name = body.task_id or uuid.uuid4().hex
+
+        def create() -> tuple[Task, bool]:
+            task = self.client.build_task(body.due_at, body.action, body.payload, task_id=self._own(name),
+                                          misfire_grace=body.misfire_grace_ms, misfire_policy=body.misfire_policy,
+                                          retry=body.retry)
+            return self.client.submit(task)
+
+        stored, created = self._scrubbed(create)
+        return self._task(stored), created
+
+    def get_task(self, name: str) -> TaskOut:
+        task = self.client.get(self._own(name))
+        if task is None:
+            raise TaskNotFoundError(f"no task {name!r}")
+        return self._task(task)
+
+    def list_tasks(self, status: list[TaskStatus] | None, due_from: datetime | None, due_to: datetime | None,
+                   limit: int, next_token: str | None) -> TaskPage:
+        after = None
+        if next_token is not None:
+            try:
+                after = decode_token(next_token)
+            except ValueError as exc:
+                raise InvalidTaskError(f"invalid next_token: {exc}", field="next_token") from exc
+            if not after.startswith(self._prefix):
+                raise InvalidTaskError("invalid next_token: not a page token this API gave", field="next_token")
+        limit = max(1, min(limit, MAX_PAGE))
+        tasks = self.client.list_page(list(status) if status else None, due_from, due_to, limit,
+                                      id_prefix=self._prefix, after=after)
+        token = encode_token(tasks[-1].task_id) if len(tasks) == limit else None
+        return TaskPage(tasks=[self._task(t) for t in tasks], next_token=token)
+
+    def cancel_task(self, name: str) -> TaskOut:
+        return self._task(self._scrubbed(lambda: self.client.cancel(self._own(name))))
+
+    def reschedule_task(self, name: str, due_at: datetime) -> TaskOut:
+        return self._task(self._scrubbed(lambda: self.client.reschedule(self._own(name), due_at)))
+
+    def run_task_now(self, name: str) -> TaskOut:
+        return self._task(self._scrubbed(lambda: self.client.run_now(self._own(name))))
+
+    def redrive_task(self, name: str) -> TaskOut:
+        return self._task(self._scrubbed(lambda: self.client.redrive(self._own(name))))
+
+    # -- schedules -----------------------------------------------------------------------------------------------
+    def create_schedule(self, body: ScheduleIn) -> tuple[ScheduleOut, bool]:
+        existed = self.client.get_schedule(self._own(body.schedule_id)) is not None
+        fields = body.model_dump(exclude={"schedule_id", "expression", "action", "payload", "misfire_grace_ms"})
+        stored = self._scrubbed(lambda: self.client.create_schedule(
+            self._own(body.schedule_id), body.expression, body.action, body.payload,
+            misfire_grace=body.misfire_grace_ms, **fields))
+        return self._schedule(stored), not existed
+
+    def _live_schedule(self, name: str) -> Schedule:
+        schedule = self.client.get_schedule(self._own(name))
+        if schedule is None or schedule.state is ScheduleState.DELETED:
+            raise ScheduleNotFoundError(f"no schedule {name!r}")
+        return schedule
+
+    def get_schedule(self, name: str) -> ScheduleOut:
+        return self._schedule(self._live_schedule(name))
+
+    def list_schedules(self) -> ScheduleList:
+        schedules = self.client.list_schedules(id_prefix=self._prefix)
+        return ScheduleList(schedules=[self._schedule(s) for s in schedules if s.state is not ScheduleState.DELETED])
+
+    def pause_schedule(self, name: str) -> ScheduleOut:
+        return self._schedule(self._scrubbed(lambda: self.client.pause_schedule(self._own(name))))
+
+    def resume_schedule(self, name: str) -> ScheduleOut:
+        return self._schedule(self._scrubbed(lambda: self.client.resume_schedule(self._own(name))))
+
+    def update_schedule(self, name: str, body: ScheduleUpdate) -> ScheduleOut:
+        changes = body.model_dump(exclude_unset=True)
+        if "action" in changes:
+            changes["action"] = body.action
+        if "misfire_grace_ms" in changes:
+            changes["misfire_grace"] = changes.pop("misfire_grace_ms")
+        return self._schedule(self._scrubbed(lambda: self.client.update_schedule(self._own(name), **changes)))
+
+    def delete_schedule(self, name: str) -> ScheduleOut:
+        return self._schedule(self._scrubbed(lambda: self.client.delete_schedule(self._own(name))))
+
+    def schedule_history(self, name: str, limit: int) -> History:
+        self._live_schedule(name)
+        tasks = self.client.schedule_history(self._own(name), max(1, min(limit, MAX_PAGE)))
+        return History(occurrences=[self._task(t) for t in tasks])
+
+    def run_schedule_now(self, name: str) -> tuple[TaskOut, bool]:
+        """One extra occurrence of the schedule, due now (its next ones are unchanged)."""
+        schedule = self._live_schedule(name)
+        if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
+            raise ScheduleStateError(f"cannot run schedule {name!r}: it is {schedule.state}")
+        now_ms = self.client.now_ms()
+        stored, created = self._scrubbed(lambda: self.client.submit(schedule.occurrence(now_ms)))
+        return self._task(stored), created

@@ -1,0 +1,204 @@
+"""What the API takes and gives: its request and response bodies (the OpenAPI document's schemas).
+
+Ids are tenant-free here (:mod:`punctual.tenancy`): the API qualifies them with the caller's tenant and strips it
+from what it answers. A view holds what a caller may see of a task; the executor's bookkeeping (leases, owners,
+batches) stays inside.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Union
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+
+from .. import actions  # noqa: F401 - registers every action kind before the union below is built
+from ..keys import from_ms
+from ..model import (
+    OWN_TASK_NAME,
+    SCHEDULE_NAME,
+    TASK_NAME,
+    Action,
+    MisfirePolicy,
+    Task,
+    TaskStatus,
+    action_models,
+)
+from ..retry import RetryPolicy
+from ..schedules import DowntimePolicy, Schedule, ScheduleState
+from ..tenancy import unqualify
+
+if TYPE_CHECKING:
+    AnyAction = Action
+else:  # one schema per action kind, told apart by "kind"
+    AnyAction = Annotated[Union[tuple(action_models())], Field(discriminator="kind")]  # noqa: UP007
+
+TaskName = Annotated[str, Field(pattern=rf"^{TASK_NAME}$", examples=["invoice-42"])]
+ScheduleName = Annotated[str, Field(pattern=rf"^{SCHEDULE_NAME}$", examples=["daily-report"])]
+MAX_PAGE = 1_000
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskIn(_In):
+    """A task to schedule. ``task_id`` makes the call idempotent: the same id with the same content answers
+    200 with the stored task, with other content 409; without one a random id is given."""
+
+    task_id: str | None = Field(None, pattern=rf"^{OWN_TASK_NAME}$", examples=["invoice-42"])
+    due_at: AwareDatetime = Field(examples=["2026-12-01T09:00:00.000Z"])
+    action: AnyAction
+    payload: JsonValue = None
+    misfire_grace_ms: int | None = Field(None, ge=0, le=86_400_000, description="default 60000")
+    misfire_policy: MisfirePolicy = "skip"
+    retry: RetryPolicy | None = None
+
+
+class RescheduleIn(_In):
+    due_at: AwareDatetime
+
+
+class TaskOut(BaseModel):
+    """A task as its tenant sees it."""
+
+    task_id: str
+    due_at: datetime
+    action: AnyAction
+    payload: JsonValue = None
+    misfire_grace_ms: int
+    misfire_policy: MisfirePolicy
+    retry: RetryPolicy | None = None
+    status: TaskStatus
+    occurrence: int
+    attempt: int
+    created_at: datetime | None = None
+    fired_at: datetime | None = None
+    finished_at: datetime | None = None
+    drift_ms: float | None = None
+    detail: str | None = None
+    late: bool = False
+    first_due_at: datetime | None = None
+    schedule_id: str | None = None
+
+    @classmethod
+    def of(cls, task: Task, tenant: str) -> TaskOut:
+        fields = task.model_dump(include=set(cls.model_fields) - {"task_id", "schedule_id", "action"})
+        return cls(**fields, action=task.action, task_id=unqualify(tenant, task.task_id) or task.task_id,
+                   schedule_id=None if task.schedule_id is None else unqualify(tenant, task.schedule_id))
+
+
+class TaskPage(BaseModel):
+    """A page of tasks. ``next_token`` (absent on the last page) asks for the next one; a page may hold fewer
+    than ``limit`` tasks, even none, and still not be the last."""
+
+    tasks: list[TaskOut]
+    next_token: str | None = None
+
+
+class ScheduleIn(_In):
+    """A recurring schedule: ``action`` with ``payload`` at every occurrence of ``expression`` (``at(...)``,
+    ``rate(N unit)``, ``cron(...)`` of six fields or the common five), read in ``timezone``."""
+
+    schedule_id: str = Field(pattern=rf"^{SCHEDULE_NAME}$", examples=["daily-report"])
+    expression: str = Field(max_length=256, examples=["cron(0 9 ? * MON-FRI *)", "rate(5 minutes)"])
+    timezone: str = Field("UTC", max_length=64, examples=["Europe/Paris"])
+    start_at: AwareDatetime | None = None
+    end_at: AwareDatetime | None = None
+    max_occurrences: int | None = Field(None, ge=1, le=10_000_000)
+    action: AnyAction
+    payload: JsonValue = None
+    misfire_grace_ms: int | None = Field(None, ge=0, le=86_400_000, description="default 60000")
+    misfire_policy: MisfirePolicy = "skip"
+    retry: RetryPolicy | None = None
+    downtime_policy: DowntimePolicy = "skip"
+
+
+class ScheduleUpdate(_In):
+    """What to change of a schedule (the fields given; the others stay)."""
+
+    expression: str | None = Field(None, max_length=256)
+    timezone: str | None = Field(None, max_length=64)
+    start_at: AwareDatetime | None = None
+    end_at: AwareDatetime | None = None
+    max_occurrences: int | None = Field(None, ge=1, le=10_000_000)
+    action: AnyAction | None = None
+    payload: JsonValue = None
+    misfire_grace_ms: int | None = Field(None, ge=0, le=86_400_000)
+    misfire_policy: MisfirePolicy | None = None
+    retry: RetryPolicy | None = None
+    downtime_policy: DowntimePolicy | None = None
+
+
+class ScheduleOut(BaseModel):
+    """A schedule as its tenant sees it, with where its chain stands."""
+
+    schedule_id: str
+    expression: str
+    timezone: str
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_occurrences: int | None = None
+    action: AnyAction
+    payload: JsonValue = None
+    misfire_grace_ms: int
+    misfire_policy: MisfirePolicy
+    retry: RetryPolicy | None = None
+    downtime_policy: DowntimePolicy
+    state: ScheduleState
+    version: int
+    next_due_at: datetime | None = None
+    created_count: int
+    skipped_count: int
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def of(cls, schedule: Schedule, tenant: str) -> ScheduleOut:
+        fields = schedule.model_dump(include=set(cls.model_fields) - {"schedule_id", "action", "next_due_at"})
+        return cls(**fields, action=schedule.action,
+                   schedule_id=unqualify(tenant, schedule.schedule_id) or schedule.schedule_id,
+                   next_due_at=None if schedule.next_due_ms is None else from_ms(schedule.next_due_ms))
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleOut]
+
+
+class History(BaseModel):
+    """A schedule's occurrences, oldest first."""
+
+    occurrences: list[TaskOut]
+
+
+class FieldProblem(BaseModel):
+    field: str | None = None
+    message: str
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details: ``field`` names the input that was wrong, when one was."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    field: str | None = None
+    errors: list[FieldProblem] | None = None
+
+
+def encode_token(task_id: str) -> str:
+    return base64.urlsafe_b64encode(task_id.encode()).decode().rstrip("=")
+
+
+def decode_token(token: str) -> str:
+    """The task id a page token names; ValueError for a token this API did not give."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("not a page token this API gave") from exc
+    if not raw or len(raw) > 300:
+        raise ValueError("not a page token this API gave")
+    return raw

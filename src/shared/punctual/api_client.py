@@ -1,0 +1,295 @@
+"""The client through the REST API: :class:`ApiClient` has :class:`~punctual.client.Client`'s methods, with the
+same arguments and results, sent to Punctual's API instead of written to the table.
+
+Against AWS every request is signed with SigV4 (service ``execute-api``) with the caller's boto3 credentials;
+against the local runtime it carries the local API's bearer token. Errors come back as the client's own:
+InvalidTaskError (with ``field``), TaskNotFoundError / ScheduleNotFoundError, TaskConflictError,
+TaskStateError; an authentication failure is :class:`ApiError` with its status.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+from .client import SCHEDULE_FIELDS, ScheduleResult
+from .errors import (
+    InvalidTaskError,
+    PunctualError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+)
+from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus
+from .retry import RetryPolicy
+from .schedules import Schedule
+from .settings import Settings
+
+
+class ApiError(PunctualError):
+    """The API refused the call for a reason that is not the task's (authentication, limits, a server error)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+def _json_of(value: Any) -> Any:
+    if isinstance(value, Action | RetryPolicy):
+        return value.model_dump(mode="json")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    return value
+
+
+def _task(body: dict[str, Any]) -> Task:
+    return Task.model_validate({k: v for k, v in body.items() if k in Task.model_fields})
+
+
+def _schedule(body: dict[str, Any]) -> Schedule:
+    fields = {k: v for k, v in body.items() if k in Schedule.model_fields}
+    next_due = body.get("next_due_at")
+    if next_due is not None:
+        from .keys import to_ms
+
+        fields["next_due_ms"] = to_ms(datetime.fromisoformat(next_due.replace("Z", "+00:00")))
+    return Schedule.model_validate(fields)
+
+
+class ApiClient:
+    """Punctual through its REST API at ``base_url``: ``token`` for the local runtime's API, otherwise SigV4 with
+    ``credentials`` (default: boto3's) in ``region``."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, region: str = "us-east-1",
+                 credentials: Any = None, timeout_s: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._region = region
+        self._credentials = credentials
+        self._http = urllib3.PoolManager(timeout=urllib3.Timeout(total=timeout_s), retries=False)
+        if token is None and credentials is None:
+            import boto3
+
+            self._credentials = boto3.Session().get_credentials()
+            if self._credentials is None:
+                raise ApiError(401, "no AWS credentials to sign the API requests with, and no local API token")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ApiClient:
+        if not settings.api_url:
+            raise ValueError("settings.api_url is not set")
+        return cls(settings.api_url, token=settings.api_token, region=settings.region)
+
+    # -- the wire ------------------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+        return self._send(method, path, body, query)[1]
+
+    def _send(self, method: str, path: str, body: Any = None,
+              query: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """The status and the JSON answer of a request; a 4xx or 5xx raises the matching error."""
+        url = self.base_url + path
+        if query:
+            pairs = [(k, _json_of(v)) for k, v in query.items() if v is not None and not isinstance(v, list)]
+            pairs += [(k, _json_of(i)) for k, v in query.items() if isinstance(v, list) for i in v]
+            if pairs:
+                url += "?" + urlencode(pairs)
+        data = None if body is None else json.dumps(body, default=_json_of).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        else:
+            headers = self._signed(method, url, headers, data)
+        response = self._http.request(method, url, body=data, headers=headers)
+        text = response.data.decode("utf-8", errors="replace")
+        try:
+            answer = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            answer = {"detail": text[:200]}
+        if response.status >= 400:
+            self._raise(response.status, answer if isinstance(answer, dict) else {}, path)
+        return response.status, answer
+
+    def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        request = AWSRequest(method=method, url=url, data=data, headers=headers)
+        SigV4Auth(self._credentials, "execute-api", self._region).add_auth(request)
+        return dict(request.headers.items())
+
+    @staticmethod
+    def _raise(status: int, problem: dict[str, Any], path: str) -> None:
+        detail = str(problem.get("detail") or problem.get("message") or "no detail")
+        kind = str(problem.get("type", "")).rpartition("/")[2]
+        schedule = path.startswith("/v1/schedules")
+        if kind == "invalid":
+            raise InvalidTaskError(detail, field=problem.get("field"))
+        if kind == "not-found":
+            raise (ScheduleNotFoundError if schedule else TaskNotFoundError)(detail)
+        if kind == "conflict":
+            raise (ScheduleConflictError if schedule else TaskConflictError)(detail)
+        if kind == "state":
+            raise (ScheduleStateError if schedule else TaskStateError)(detail)
+        raise ApiError(status, detail)
+
+    # -- tasks ---------------------------------------------------------------------------------------------
+    def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
+                 task_id: str | None = None, misfire_grace: timedelta | int | None = None,
+                 misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+                 retry: RetryPolicy | dict[str, Any] | None = None) -> Task:
+        """As :meth:`Client.schedule <punctual.client.Client.schedule>`."""
+        return self._create(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
+                            misfire_policy=misfire_policy, retry=retry)[0]
+
+    def _create(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
+                task_id: str | None = None, misfire_grace: timedelta | int | None = None,
+                misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+                retry: RetryPolicy | dict[str, Any] | None = None) -> tuple[Task, bool]:
+        """The stored task, and whether this call created it (201) or found it stored (200)."""
+        if not isinstance(due_at, datetime) or due_at.tzinfo is None:
+            raise InvalidTaskError("invalid due_at: give a timezone-aware datetime", field="due_at")
+        body = {"due_at": due_at, "action": action, "payload": payload, "task_id": task_id,
+                "misfire_grace_ms": misfire_grace, "misfire_policy": misfire_policy, "retry": retry}
+        status, answer = self._send("POST", "/v1/tasks", {k: v for k, v in body.items()
+                                                          if v is not None or k == "payload"})
+        return _task(answer), status == 201
+
+    def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
+                      on_progress: Callable[[int, int], None] | None = None) -> builtins.list[ScheduleResult]:
+        """As :meth:`Client.schedule_many <punctual.client.Client.schedule_many>`: one request a task, ``threads``
+        in flight; a result per task, in order."""
+        specs = builtins.list(tasks)
+        done = [0]
+        lock = threading.Lock()
+
+        def one(indexed: tuple[int, Mapping[str, Any]]) -> ScheduleResult:
+            index, spec = indexed
+            task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
+            task_id = task_id if isinstance(task_id, str) else None
+            try:
+                if not isinstance(spec, Mapping) or "due_at" not in spec or "action" not in spec:
+                    raise InvalidTaskError("invalid task: each task needs due_at and action")
+                unknown = sorted(set(spec) - SCHEDULE_FIELDS)
+                if unknown:
+                    raise InvalidTaskError(f"invalid task: unknown field(s) {', '.join(unknown)}")
+                task, created = self._create(**spec)
+                result = ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
+            except InvalidTaskError as exc:
+                result = ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+            except TaskConflictError as exc:
+                result = ScheduleResult(index, task_id, "conflict", error=str(exc))
+            except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
+                result = ScheduleResult(index, task_id, "error", error=f"{type(exc).__name__}: {exc}")
+            if on_progress is not None:
+                with lock:
+                    done[0] += 1
+                    count = done[0]
+                on_progress(count, len(specs))
+            return result
+
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(specs) or 1))) as pool:
+            return builtins.list(pool.map(one, enumerate(specs)))
+
+    def get(self, task_id: str) -> Task | None:
+        try:
+            return _task(self._call("GET", f"/v1/tasks/{quote(task_id, safe='')}"))
+        except TaskNotFoundError:
+            return None
+
+    def list(self, status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
+             due_from: datetime | None = None, due_to: datetime | None = None,
+             limit: int | None = None) -> builtins.list[Task]:
+        """As :meth:`Client.list <punctual.client.Client.list>`: every page read, then sorted by due."""
+        statuses = None if status is None else [str(s) for s in (status if isinstance(status, builtins.list)
+                                                                  else [status])]
+        tasks: builtins.list[Task] = []
+        token = None
+        while True:
+            page = self._call("GET", "/v1/tasks", query={"status": statuses, "due_from": due_from,
+                                                          "due_to": due_to, "limit": 1000, "next_token": token})
+            tasks.extend(_task(t) for t in page["tasks"])
+            token = page.get("next_token")
+            if not token:
+                break
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def _task_call(self, task_id: str, verb: str, body: Any = None) -> Task:
+        return _task(self._call("POST", f"/v1/tasks/{quote(task_id, safe='')}/{verb}", body))
+
+    def cancel(self, task_id: str) -> Task:
+        return self._task_call(task_id, "cancel")
+
+    def reschedule(self, task_id: str, due_at: datetime) -> Task:
+        return self._task_call(task_id, "reschedule", {"due_at": due_at})
+
+    def run_now(self, task_id: str) -> Task:
+        return self._task_call(task_id, "run-now")
+
+    def redrive(self, task_id: str) -> Task:
+        return self._task_call(task_id, "redrive")
+
+    # -- schedules -----------------------------------------------------------------------------------------
+    def create_schedule(self, schedule_id: str, expression: str, action: Action | dict[str, Any],
+                        payload: Any = None, *, timezone: str = "UTC", start_at: datetime | None = None,
+                        end_at: datetime | None = None, max_occurrences: int | None = None,
+                        misfire_grace: timedelta | int | None = None, misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+                        retry: RetryPolicy | dict[str, Any] | None = None,
+                        downtime_policy: str = "skip") -> Schedule:
+        body = {"schedule_id": schedule_id, "expression": expression, "action": action, "payload": payload,
+                "timezone": timezone, "start_at": start_at, "end_at": end_at, "max_occurrences": max_occurrences,
+                "misfire_grace_ms": misfire_grace, "misfire_policy": misfire_policy, "retry": retry,
+                "downtime_policy": downtime_policy}
+        return _schedule(self._call("POST", "/v1/schedules", {k: v for k, v in body.items()
+                                                             if v is not None or k == "payload"}))
+
+    def _schedule_path(self, schedule_id: str) -> str:
+        return f"/v1/schedules/{quote(schedule_id, safe='')}"
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        try:
+            return _schedule(self._call("GET", self._schedule_path(schedule_id)))
+        except ScheduleNotFoundError:
+            return None
+
+    def list_schedules(self) -> builtins.list[Schedule]:
+        return [_schedule(s) for s in self._call("GET", "/v1/schedules")["schedules"]]
+
+    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
+        answer = self._call("GET", self._schedule_path(schedule_id) + "/history", query={"limit": limit or 1000})
+        return [_task(t) for t in answer["occurrences"]]
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("POST", self._schedule_path(schedule_id) + "/pause"))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("POST", self._schedule_path(schedule_id) + "/resume"))
+
+    def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        if "misfire_grace" in changes:
+            changes["misfire_grace_ms"] = changes.pop("misfire_grace")
+        return _schedule(self._call("PATCH", self._schedule_path(schedule_id), changes))
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("DELETE", self._schedule_path(schedule_id)))
+
+    def run_schedule_now(self, schedule_id: str) -> Task:
+        return _task(self._call("POST", self._schedule_path(schedule_id) + "/run-now"))
+
+

@@ -1,0 +1,283 @@
+"""The REST API (issue #13) on moto, through the local server and ApiClient: tenants cannot see each other,
+bad input is a 4xx problem naming the field, and the API gives what the direct client gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import urllib3
+
+from punctual.actions import HttpAction, LogAction
+from punctual.api import build_app
+from punctual.api_client import ApiClient, ApiError
+from punctual.client import Client
+from punctual.errors import (
+    InvalidTaskError,
+    ScheduleNotFoundError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+)
+from punctual.keys import from_ms
+from punctual.model import TaskStatus
+from punctual.settings import Settings
+from punctual.tenancy import TenantMap
+from punctual_tools.local.api_server import LocalApi
+from support import FakeClock
+
+TOKENS = {"token-acme": "acme", "token-beta": "beta"}
+
+
+@pytest.fixture
+def clock(now_ms: int) -> FakeClock:
+    return FakeClock(wall_ms=now_ms)
+
+
+@pytest.fixture
+def direct(dynamodb: Any, settings: Settings, clock: FakeClock) -> Client:
+    """The client straight to the table (no tenant)."""
+    return Client(settings, dynamodb=dynamodb, clock=clock)
+
+
+@pytest.fixture
+def api(dynamodb: Any, settings: Settings, clock: FakeClock) -> Iterator[LocalApi]:
+    def resolver() -> Any:
+        return build_app(lambda: Client(settings, dynamodb=dynamodb, clock=clock), TenantMap())
+
+    with LocalApi(resolver, TOKENS) as server:
+        yield server
+
+
+@pytest.fixture
+def acme(api: LocalApi) -> ApiClient:
+    return ApiClient(api.url, token="token-acme")
+
+
+@pytest.fixture
+def beta(api: LocalApi) -> ApiClient:
+    return ApiClient(api.url, token="token-beta")
+
+
+def raw(api: LocalApi, method: str, path: str, body: bytes | None = None, token: str | None = "token-acme",
+        ) -> tuple[int, str, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    response = urllib3.request(method, api.url + path, body=body, headers=headers, retries=False)
+    return response.status, response.headers.get("Content-Type", ""), json.loads(response.data or b"{}")
+
+
+# -- tenants ---------------------------------------------------------------------------------------------------
+def test_another_tenants_task_is_not_found_whatever_is_asked(acme: ApiClient, beta: ApiClient, direct: Client,
+                                                               now_ms: int) -> None:
+    # Given a task of tenant acme, and a FAILED one
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(message="a"), {"n": 1}, task_id="invoice-42")
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(message="f"), task_id="failed-1")
+    _fail(direct, "acme/failed-1")
+    # When tenant beta asks for them by their ids  Then every operation answers "not found"
+    assert beta.get("invoice-42") is None
+    assert beta.list() == []
+    for call in (lambda: beta.cancel("invoice-42"), lambda: beta.reschedule("invoice-42", from_ms(now_ms + 1_000)),
+                 lambda: beta.run_now("invoice-42"), lambda: beta.redrive("failed-1")):
+        with pytest.raises(TaskNotFoundError):
+            call()
+    # And acme's tasks are untouched
+    task = acme.get("invoice-42")
+    assert task is not None and task.status is TaskStatus.PENDING and task.due_ms == now_ms + 60_000
+    assert acme.redrive("failed-1").status is TaskStatus.PENDING
+
+
+def _fail(direct: Client, task_id: str) -> None:
+    """Make a task FAILED as an executor would: arm it, record the failure."""
+    from punctual.model import ArmRequest, FireRecord
+
+    store = direct._store
+    task = store.get(task_id)
+    assert task is not None
+    armed = store.arm_many([ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "executor-1",
+                           task.due_ms - 1_000)
+    assert armed[0] is not None
+    assert store.record_many("executor-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5,
+                                                       0.1, 0.1, detail="boom")]) == [True]
+
+
+def test_ids_of_other_tenants_cannot_be_spelled(api: LocalApi, acme: ApiClient, beta: ApiClient,
+                                                  now_ms: int) -> None:
+    # Given acme's task
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="secret")
+    # When beta names it with acme's prefix, raw or URL-encoded  Then no route or no such task: never acme's
+    for path in ("/v1/tasks/acme/secret", "/v1/tasks/acme%2Fsecret", "/v1/tasks/..%2Facme%2Fsecret"):
+        status, content_type, body = raw(api, "GET", path, token="token-beta")
+        assert status in (404, 422), (path, status)
+        assert content_type == "application/problem+json"
+        assert "due_at" not in body  # no task in the answer
+    # And a task id with a tenant in it is refused when scheduling (the field is named)
+    status, _, body = raw(api, "POST", "/v1/tasks", json.dumps({
+        "task_id": "acme/x", "due_at": from_ms(now_ms + 60_000).isoformat(), "action": {"kind": "log"}}).encode(),
+        token="token-beta")
+    assert (status, body["field"]) == (422, "task_id")
+
+
+def test_tenants_schedules_are_apart(acme: ApiClient, beta: ApiClient) -> None:
+    # Given a schedule of acme's and one of beta's with the same id
+    acme.create_schedule("daily", "rate(1 minute)", LogAction(message="acme"))
+    beta.create_schedule("daily", "rate(2 minutes)", LogAction(message="beta"))
+    # Then each sees its own, and its own occurrences
+    assert [s.expression for s in acme.list_schedules()] == ["rate(1 minute)"]
+    assert [s.expression for s in beta.list_schedules()] == ["rate(2 minutes)"]
+    assert all(t.task_id.startswith("daily@") for t in acme.schedule_history("daily"))
+    # When beta deletes its own  Then acme's goes on
+    beta.delete_schedule("daily")
+    assert beta.get_schedule("daily") is None
+    acme_daily = acme.get_schedule("daily")
+    assert acme_daily is not None and acme_daily.state == "ACTIVE"
+    for call in (lambda: beta.pause_schedule("daily"), lambda: beta.schedule_history("daily"),
+                 lambda: beta.update_schedule("daily", expression="rate(5 minutes)")):
+        with pytest.raises(ScheduleNotFoundError):
+            call()
+
+
+def test_keys_carry_the_tenant_for_leading_keys(acme: ApiClient, dynamodb: Any, settings: Settings,
+                                                now_ms: int) -> None:
+    # Given a task and a schedule made through the API
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="t1")
+    acme.create_schedule("s1", "rate(1 minute)", LogAction())
+    # Then every item of the tenant starts with "acme/" (what dynamodb:LeadingKeys confines a direct client to)
+    keys = [i["task_id"]["S"] for i in dynamodb.scan(TableName=settings.table_name)["Items"]]
+    tenant_keys = [k for k in keys if not k.startswith("#")]
+    assert tenant_keys and all(k.startswith("acme/") for k in tenant_keys)
+    assert "acme/#schedule#s1" in keys
+
+
+def test_a_direct_table_client_of_a_tenant_is_seen_by_the_api(acme: ApiClient, direct: Client,
+                                                              now_ms: int) -> None:
+    # Given a task written straight to the table under acme's key (a role confined by LeadingKeys "acme/*")
+    direct.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/from-boto3")
+    # And one of no tenant
+    direct.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="no-tenant")
+    # Then the API shows acme the first, by its tenant-free id, and not the other
+    assert [t.task_id for t in acme.list()] == ["from-boto3"]
+
+
+# -- the same results as the direct client ---------------------------------------------------------------------
+def test_the_api_gives_what_the_direct_client_gives(acme: ApiClient, direct: Client, now_ms: int) -> None:
+    due = from_ms(now_ms + 90_000)
+    action = HttpAction(url="https://example.com/hook", headers={"X-Team": "a"})
+    through_api = acme.schedule(due, action, {"n": [1, 2]}, task_id="same", misfire_grace=5_000,
+                                retry={"max_attempts": 3})
+    direct_task = direct.schedule(due, action, {"n": [1, 2]}, task_id="acme/same2", misfire_grace=5_000,
+                                  retry={"max_attempts": 3})
+    fields = {"due_at", "action", "payload", "misfire_grace_ms", "misfire_policy", "retry", "status", "attempt"}
+    assert through_api.model_dump(include=fields) == direct_task.model_dump(include=fields)
+    # And the life cycle answers alike
+    moved = acme.reschedule("same", from_ms(now_ms + 120_000))
+    assert moved.due_ms == now_ms + 120_000
+    assert acme.cancel("same").status is TaskStatus.CANCELLED
+    with pytest.raises(TaskStateError):
+        acme.cancel("same")
+    # And an idempotent retry answers the stored task; other content is a conflict
+    assert acme.schedule(due, action, {"n": [1, 2]}, task_id="again").task_id == "again"
+    assert acme.schedule(due, action, {"n": [1, 2]}, task_id="again").task_id == "again"
+    with pytest.raises(TaskConflictError):
+        acme.schedule(due, action, {"n": 3}, task_id="again")
+
+
+def test_run_now_moves_the_task_to_now(acme: ApiClient, now_ms: int) -> None:
+    acme.schedule(from_ms(now_ms + 3_600_000), LogAction(), task_id="later")
+    assert acme.run_now("later").due_ms == now_ms
+
+
+def test_schedule_many_through_the_api(acme: ApiClient, now_ms: int) -> None:
+    specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(), "task_id": f"bulk-{i}"}
+             for i in range(5)]
+    specs.append({"due_at": from_ms(now_ms + 60_000), "action": {"kind": "nope"}, "task_id": "bad"})
+    first = acme.schedule_many(specs, threads=4)
+    assert [r.outcome for r in first] == ["created"] * 5 + ["invalid"]
+    assert first[-1].field == "action"
+    assert [r.outcome for r in acme.schedule_many(specs[:5])] == ["exists"] * 5
+
+
+def test_pages_cover_a_tenants_tasks_once(acme: ApiClient, beta: ApiClient, api: LocalApi, now_ms: int) -> None:
+    for i in range(23):
+        acme.schedule(from_ms(now_ms + 60_000 + i), LogAction(), task_id=f"p-{i:02d}")
+    beta.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="p-beta")
+    seen: list[str] = []
+    token = None
+    for _ in range(10):
+        query = "?limit=10" + (f"&next_token={token}" if token else "")
+        status, _, page = raw(api, "GET", "/v1/tasks" + query)
+        assert status == 200
+        seen.extend(t["task_id"] for t in page["tasks"])
+        token = page.get("next_token")
+        if not token:
+            break
+    assert sorted(seen) == [f"p-{i:02d}" for i in range(23)]
+    # And a token this API did not give is refused, naming it
+    status, _, body = raw(api, "GET", "/v1/tasks?next_token=%%%")
+    assert (status, body["field"]) == (422, "next_token")
+
+
+# -- bad input -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("body", "field"), [
+    (b"{not json", "body"),
+    (b'{"due_at": "tomorrow", "action": {"kind": "log"}}', "due_at"),
+    (b'{"due_at": "{due}", "action": {"kind": "log"}}', "due_at"),
+    (b'{"due_at": "{due}Z", "action": {"kind": "ftp"}}', "action"),
+    (b'{"due_at": "{due}Z", "action": {"kind": "http", "url": "http://169.254.169.254/"}}',
+     "action.url"),
+    (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "extra": 1}', "extra"),
+    (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "misfire_grace_ms": -1}', "misfire_grace_ms"),
+    (b'[]', None),
+])
+def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(api: LocalApi, acme: ApiClient, body: bytes,
+                                                                     field: str | None, now_ms: int) -> None:
+    due = from_ms(now_ms + 60_000).replace(tzinfo=None).isoformat()
+    status, content_type, problem = raw(api, "POST", "/v1/tasks", body.replace(b"{due}", due.encode()))
+    assert status in (400, 422)
+    assert content_type == "application/problem+json"
+    assert problem["status"] == status and problem["detail"]
+    if field is not None:
+        assert problem["field"].split(".")[0] == field.split(".")[0], problem
+        if "." in field:
+            assert problem["field"].startswith(field) or field in problem["detail"], problem
+    assert acme.list() == []
+
+
+def test_unknown_routes_and_states_are_problems(api: LocalApi, acme: ApiClient, now_ms: int) -> None:
+    assert raw(api, "GET", "/v1/nothing")[0] == 404
+    assert raw(api, "GET", "/v1/tasks/nobody")[0] == 404
+    assert raw(api, "POST", "/v1/tasks/nobody/redrive")[0] == 404
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="pending")
+    status, _, problem = raw(api, "POST", "/v1/tasks/pending/redrive")
+    assert (status, problem["type"]) == (409, "/problems/state")
+    with pytest.raises(InvalidTaskError):
+        acme.reschedule("pending", from_ms(now_ms + 400 * 86_400_000))
+
+
+def test_no_token_or_a_wrong_one_is_401_and_an_unmapped_principal_403(api: LocalApi, dynamodb: Any,
+                                                                       settings: Settings) -> None:
+    assert raw(api, "GET", "/v1/tasks", token=None)[0] == 401
+    assert raw(api, "GET", "/v1/tasks", token="token-acme-not")[0] == 401
+    with pytest.raises(ApiError) as info:
+        ApiClient(api.url, token="wrong").list()
+    assert info.value.status == 401
+    # And through API Gateway's event: a principal the tenant map does not name is refused
+    app = build_app(lambda: Client(settings, dynamodb=dynamodb), TenantMap.parse(
+        '{"arn:aws:iam::123456789012:role/Acme": "acme"}'))
+    unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)
+    assert unmapped["statusCode"] == 403
+    mapped = app.resolve(gateway_event("GET", "/v1/tasks",
+                                       "arn:aws:sts::123456789012:assumed-role/Acme/session-1"), None)
+    assert mapped["statusCode"] == 200
+
+
+def gateway_event(method: str, path: str, user_arn: str | None, body: str | None = None) -> dict[str, Any]:
+    """An API Gateway REST proxy event as IAM authentication leaves it (no authorizer)."""
+    return {"resource": "/{proxy+}", "path": path, "httpMethod": method, "headers": {}, "multiValueHeaders": {},
+            "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
+            "stageVariables": None, "body": body, "isBase64Encoded": False,
+            "requestContext": {"requestId": "r-1", "stage": "prod", "httpMethod": method, "path": path,
+                               "identity": {"sourceIp": "10.0.0.1", "userArn": user_arn}}}

@@ -1,0 +1,62 @@
+"""The API fuzzed from its OpenAPI document (schemathesis), against the local API server on DynamoDB Local.
+
+Every operation gets valid and invalid requests, bounded in number; whatever is sent, the API never answers a
+5xx, answers only the statuses and content types its document lists, with bodies that match its schemas, and
+refuses what the document says is invalid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from schemathesis.generation import GenerationMode
+
+from punctual.runtime import build_api
+from punctual.settings import Settings
+from punctual_tools.local.api_server import LocalApi
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "fuzz-token"
+EXAMPLES = 30  # per operation and mode (16 operations, valid and invalid): about 1,000 requests, ~25 s
+schema = schemathesis.openapi.from_path(ROOT / "openapi.json")
+schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES,
+                                deterministic=True)
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          negative_data_rejection]
+
+
+@pytest.fixture(scope="module")
+def api(ddb_local: str) -> Iterator[LocalApi]:
+    import uuid
+
+    from punctual.aws import make_dynamodb_client
+    from punctual.dynamodb.schema import ensure_table
+
+    settings = Settings(table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}", endpoint_url=ddb_local, ntp_server=None,
+                        allowed_targets="127.0.0.1")
+    client = make_dynamodb_client(settings)
+    ensure_table(client, settings.table_name)
+    try:
+        with LocalApi(lambda: build_api(settings, make_dynamodb_client(settings)), {TOKEN: "fuzz"}) as server:
+            yield server
+    finally:
+        client.delete_table(TableName=settings.table_name)
+
+
+@schema.parametrize()
+@settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_the_api_holds_to_its_document(case: Any, api: LocalApi) -> None:
+    case.call_and_validate(base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS)
