@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -91,7 +91,7 @@ class JsonResolver(APIGatewayRestResolver):
     before any parsing (Powertools would otherwise try forms and multipart, and fail on a malformed one with a
     500)."""
 
-    def resolve(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
         media_type = str(headers.get("content-type") or "").split(";")[0].strip().lower()
         if event.get("body") and media_type and media_type != "application/json":
