@@ -21,8 +21,11 @@ DUE_INDEX = "due"
 # SQS: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
 # DynamoDB: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/metrics-dimensions.html and
 # .../TroubleshootingThrottling-cloudwatch.html (throttle events per table, and per table + index).
+# API Gateway (REST): https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-metrics-and-dimensions.html
+# (per API name, and per API name + stage).
 _FUNCTION = {("FunctionName",)}
 _TABLE_OR_INDEX = {("TableName",), ("TableName", "GlobalSecondaryIndexName")}
+_REST_API = {("ApiName",), ("ApiName", "Stage")}
 AWS_METRICS: dict[str, dict[str, set[tuple[str, ...]]]] = {
     "AWS/Lambda": {name: _FUNCTION for name in ("Invocations", "Errors", "Throttles", "Duration",
                                                 "ConcurrentExecutions", "IteratorAge", "AsyncEventsReceived",
@@ -30,6 +33,7 @@ AWS_METRICS: dict[str, dict[str, set[tuple[str, ...]]]] = {
     "AWS/SQS": {"ApproximateNumberOfMessagesVisible": {("QueueName",)}},
     "AWS/DynamoDB": {name: _TABLE_OR_INDEX for name in ("ReadThrottleEvents", "WriteThrottleEvents",
                                                         "ConsumedReadCapacityUnits", "ConsumedWriteCapacityUnits")},
+    "AWS/ApiGateway": {name: _REST_API for name in ("Count", "4XXError", "5XXError", "Latency", "IntegrationLatency")},
 }
 
 
@@ -113,17 +117,30 @@ def test_the_dashboard_shows_what_the_issue_asks_for(metric_rows: list[Any]) -> 
             (("QueueName", "${TaskDeadLetterQueue.QueueName}"),)) in names
 
 
+def test_the_dashboard_shows_the_api(cfn_resources: dict[str, Any], metric_rows: list[Any]) -> None:
+    # Given the dashboard's rows  Then the REST API's requests, 4xx, 5xx and latency are there, and the API
+    # function's errors next to the other functions'
+    api = (("ApiName", _rest_api_dimensions(cfn_resources)["ApiName"]),)
+    names = {(namespace, metric, tuple(sorted(dims.items()))) for namespace, metric, dims, _ in metric_rows}
+    for metric in ("Count", "4XXError", "5XXError", "Latency"):
+        assert ("AWS/ApiGateway", metric, api) in names, metric
+    assert ("AWS/Lambda", "Errors", (("FunctionName", "${ApiFunction}"),)) in names
+
+
 # -- alarms ----------------------------------------------------------------------------------------------
 def _alarms(cfn_resources: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: r["Properties"] for name, r in cfn_resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
 
 
 def _placeholder(value: Any) -> str:
-    """A dimension value as the dashboard spells it: ``${X}`` for a Ref, ``${X.Attr}`` for a GetAtt."""
+    """A dimension value as the dashboard spells it: ``${X}`` for a Ref, ``${X.Attr}`` for a GetAtt, the
+    template text of a Sub."""
     if isinstance(value, dict) and set(value) == {"Ref"}:
         return f"${{{value['Ref']}}}"
     if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
         return f"${{{'.'.join(value['Fn::GetAtt'])}}}"
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"}:
+        return sub_text(value)
     assert isinstance(value, str), value
     return value
 
@@ -148,6 +165,13 @@ def _all_watched(cfn_resources: dict[str, Any]) -> list[tuple[str, str, dict[str
     return [w for alarm in _alarms(cfn_resources).values() for w in _watched(alarm)]
 
 
+def _rest_api_dimensions(cfn_resources: dict[str, Any]) -> dict[str, str]:
+    """The REST API's ``ApiName`` (its Name, as the template spells it) and ``Stage`` dimension values."""
+    (api,) = [r["Properties"] for r in cfn_resources.values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    (stage,) = [r["Properties"] for r in cfn_resources.values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    return {"ApiName": _placeholder(api["Name"]), "Stage": stage["StageName"]}
+
+
 def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], metric_rows: list[Any]) -> None:
     # Given every metric of every alarm (metric math included) and of every dashboard row  Then a Punctual one is
     # in punctual.metrics.ALL under exactly the service dimension; an AWS one is a metric AWS publishes, under a
@@ -166,6 +190,9 @@ def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], m
         for name, value in dims.items():
             if name == "GlobalSecondaryIndexName":
                 assert value in indexes, (metric, value)
+                continue
+            if name in ("ApiName", "Stage"):
+                assert value == _rest_api_dimensions(cfn_resources)[name], (metric, name, value)
                 continue
             assert value.startswith("${") and value.endswith("}"), (metric, name, value)
             resource, _, attribute = value[2:-1].partition(".")
@@ -205,7 +232,8 @@ SERVICE = {"service": metrics.SERVICE}
 def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
     # Given the alarms  Then: drift p99 above DriftP99AlarmMs; any task MISSED in a minute; the dead-letter queue
     # not empty; any poller error; any executor event dropped or throttled; any throttle event on the table or
-    # its due index; anything a tick left undispatched or could not invoke; any undecodable item
+    # its due index; anything a tick left undispatched or could not invoke; any undecodable item; any 5xx answer
+    # of the REST API
     drift = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.FIRE_DRIFT, SERVICE)
     assert (drift["ExtendedStatistic"], drift["Threshold"], drift["ComparisonOperator"]) == (
         "p99", {"Ref": "DriftP99AlarmMs"}, "GreaterThanThreshold")
@@ -217,7 +245,10 @@ def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
     dropped = _alarm_on(cfn_resources, "AWS/Lambda", "AsyncEventsDropped", {"FunctionName": "${ExecutorFunction}"})
     throttled = _alarm_on(cfn_resources, "AWS/Lambda", "Throttles", {"FunctionName": "${ExecutorFunction}"})
     undecodable = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.UNDECODABLE_ITEMS, SERVICE)
-    for alarm in (missed, dlq, poller, dropped, throttled, undecodable):
+    api_errors = _alarm_on(cfn_resources, "AWS/ApiGateway", "5XXError",
+                           {"ApiName": _rest_api_dimensions(cfn_resources)["ApiName"]})
+    assert (api_errors["Statistic"], api_errors["Period"]) == ("Sum", 60)
+    for alarm in (missed, dlq, poller, dropped, throttled, undecodable, api_errors):
         assert _above_zero(alarm), alarm["AlarmDescription"]
 
     table = _alarm_on(cfn_resources, "AWS/DynamoDB", "WriteThrottleEvents", {"TableName": "${TasksTable}"})

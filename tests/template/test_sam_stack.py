@@ -1,32 +1,38 @@
 """What CloudFormation gets from template.yaml after the SAM transform: code packaging, triggers, async
-invoke settings, queues, and least-privilege IAM."""
+invoke settings, queues, the REST API, and least-privilege IAM."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from template_tools import ROOT, as_list, evaluate_condition, grants, resource_ref, role_statements
+from template_tools import ROOT, as_list, evaluate_condition, grants, resource_ref, role_statements, sub_text
 
+from punctual import tenancy
 from punctual.executor import MAX_ACTION_TIMEOUT_MS
 
-FUNCTIONS = {"PollerFunction": "src/poller/", "ExecutorFunction": "src/executor/", "FastPathFunction": "src/fastpath/"}
+FUNCTIONS = {"PollerFunction": "src/poller/", "ExecutorFunction": "src/executor/", "FastPathFunction": "src/fastpath/",
+             "ApiFunction": "src/api/"}
 FAST_PATH_PATTERN = (
     '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"status": {"S": ["PENDING"]}, '
     '"fast_path": {"N": ["1"]}}}}'
 )
 TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
+SCHEDULE_INDEX = "${TasksTable.Arn}/index/schedule"
 EXECUTOR = "ExecutorFunction.Arn"
 TRACES = {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
 # Actions without resource-level permissions: the only ones allowed on "*" (and only on "*": the Service
 # Authorization Reference lists no resource type for them, so an ARN in Resource would never match).
 FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
 # Which DynamoDB resource type a grant's resource is, as the Service Authorization Reference names them.
-DYNAMODB_RESOURCE_TYPES = {TABLE: "table", DUE_INDEX: "index", "TasksTable.StreamArn": "stream"}
+DYNAMODB_RESOURCE_TYPES = {
+    TABLE: "table", DUE_INDEX: "index", SCHEDULE_INDEX: "index", "TasksTable.StreamArn": "stream",
+}
 
 
 def _of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -44,7 +50,7 @@ def _logs(group: str) -> set[tuple[str, str]]:
 
 
 # -- code ----------------------------------------------------------------------------------------------
-def test_the_three_functions_run_their_handler_on_the_shared_layer(cfn_resources: dict[str, Any]) -> None:
+def test_every_function_runs_its_handler_on_the_shared_layer(cfn_resources: dict[str, Any]) -> None:
     # Given the transformed template  Then each function ships only its own directory, runs app.handler on
     # python3.11/arm64 with tracing, and loads the one shared layer
     (layer_name, layer), = _of_type(cfn_resources, "AWS::Lambda::LayerVersion").items()
@@ -168,7 +174,7 @@ def test_no_role_gets_a_managed_policy(cfn_resources: dict[str, Any]) -> None:
     # (SAM would otherwise attach AWSLambdaBasicExecutionRole, AWSXrayWriteOnlyAccess and
     # AWSLambdaDynamoDBExecutionRole, all on "*")
     roles = _of_type(cfn_resources, "AWS::IAM::Role")
-    assert set(roles) == {"PollerRole", "ExecutorRole", "FastPathRole"}
+    assert set(roles) == {"PollerRole", "ExecutorRole", "FastPathRole", "ApiRole", "TenantDirectClientRole"}
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"], name
     assert set(_of_type(cfn_resources, "AWS::IAM::Policy")) == {"PollerFanOutPolicy"}  # see the next test
@@ -313,3 +319,153 @@ def test_the_outputs_name_what_a_client_and_an_operator_need(cfn_template: dict[
     url = outputs["DashboardUrl"]["Value"]["Fn::Sub"]
     assert url.startswith("https://${AWS::Region}.console.aws.amazon.com/cloudwatch/home?region=${AWS::Region}")
     assert url.endswith("#dashboards:name=${Dashboard}")
+
+
+# -- REST API ------------------------------------------------------------------------------------------------
+STAGE = "prod"
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "x-amazon-apigateway-any-method"}
+
+
+def _rest_api(cfn_resources: dict[str, Any]) -> dict[str, Any]:
+    (api,) = _of_type(cfn_resources, "AWS::ApiGateway::RestApi").values()
+    return api["Properties"]
+
+
+def _methods(api: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, verb, method) for path, item in api["Body"]["paths"].items()
+            for verb, method in item.items() if verb in HTTP_METHODS]
+
+
+def test_every_api_method_requires_a_sigv4_signature(sam_resources: dict[str, Any],
+                                                     cfn_resources: dict[str, Any]) -> None:
+    # Given the one REST API, as written and after the transform
+    assert sam_resources["Api"]["Properties"]["Auth"]["DefaultAuthorizer"] == "AWS_IAM"
+    api = _rest_api(cfn_resources)
+    schemes = api["Body"]["components"]["securitySchemes"]
+    # Then every method of its definition requires IAM authentication (SigV4), and none is defined elsewhere
+    methods = _methods(api)
+    assert methods
+    for path, verb, method in methods:
+        assert method["security"] == [{"AWS_IAM": []}], (path, verb)
+    assert schemes["AWS_IAM"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+    assert not _of_type(cfn_resources, "AWS::ApiGateway::Method")
+    assert not _of_type(cfn_resources, "AWS::ApiGatewayV2::Api")
+    # ... and API Gateway calls the function with its own permission, not the caller's credentials (which would
+    # make every caller need lambda:InvokeFunction on the function)
+    for path, verb, method in methods:
+        assert "credentials" not in method["x-amazon-apigateway-integration"], (path, verb)
+    (permission,) = [p["Properties"] for p in _of_type(cfn_resources, "AWS::Lambda::Permission").values()
+                     if p["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}]
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    source, variables = permission["SourceArn"]["Fn::Sub"]
+    assert source.endswith("${__ApiId__}/${__Stage__}/*/v1/*") and variables["__ApiId__"] == {"Ref": "Api"}
+
+
+def test_the_api_hands_every_v1_route_to_the_function(cfn_resources: dict[str, Any]) -> None:
+    # Given the API's definition and the committed openapi.json  Then one catch-all under /v1 (any method) is
+    # proxied to ApiFunction, and every route of the API lies under it
+    methods = _methods(_rest_api(cfn_resources))
+    assert [(path, verb) for path, verb, _ in methods] == [("/v1/{proxy+}", "x-amazon-apigateway-any-method")]
+    integration = methods[0][2]["x-amazon-apigateway-integration"]
+    assert integration["type"] == "aws_proxy"
+    assert "${ApiFunction.Arn}" in sub_text(integration["uri"])
+    routes = json.loads((ROOT / "openapi.json").read_text(encoding="utf-8"))["paths"]
+    assert routes and all(route.startswith("/v1/") for route in routes)
+
+
+def test_the_api_has_one_traced_stage_and_its_url_is_an_output(cfn_template: dict[str, Any],
+                                                               cfn_resources: dict[str, Any]) -> None:
+    # Given the transformed template  Then the API has one stage (not SAM's extra "Stage"), traced, and the
+    # outputs give its URL (what ApiClient and PUNCTUAL_API_URL take) and the function's name
+    (stage,) = [s["Properties"] for s in _of_type(cfn_resources, "AWS::ApiGateway::Stage").values()]
+    assert (stage["StageName"], stage["TracingEnabled"], stage["RestApiId"]) == (STAGE, True, {"Ref": "Api"})
+    assert _rest_api(cfn_resources)["EndpointConfiguration"] == {"Types": ["REGIONAL"]}
+    outputs = cfn_template["Outputs"]
+    assert sub_text(outputs["ApiUrl"]["Value"]) == f"https://${{Api}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{STAGE}"
+    assert outputs["ApiFunctionName"]["Value"] == {"Ref": "ApiFunction"}
+
+
+def test_the_api_function_answers_before_api_gateway_gives_up(cfn_resources: dict[str, Any]) -> None:
+    # Given API Gateway's integration timeout (29 s)  Then the function times out before it, so a slow call is
+    # the function's own error in its log, not a bare 504
+    assert cfn_resources["ApiFunction"]["Properties"]["Timeout"] < 29
+
+
+@pytest.mark.parametrize(("value", "logged"), [("false", False), ("true", True)])
+def test_access_logs_are_written_only_when_asked(sam_template: dict[str, Any], cfn_resources: dict[str, Any],
+                                                 value: str, logged: bool) -> None:
+    # Given ApiAccessLogs = value  Then the stage writes JSON access lines (with the request id) to its own log
+    # group, kept LogRetentionInDays, only when asked (API Gateway needs the account's CloudWatch role for it)
+    (stage,) = [s["Properties"] for s in _of_type(cfn_resources, "AWS::ApiGateway::Stage").values()]
+    condition, setting, otherwise = stage["AccessLogSetting"]["Fn::If"]
+    assert (condition, otherwise) == ("HasApiAccessLogs", {"Ref": "AWS::NoValue"})
+    assert setting["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogGroup", "Arn"]}
+    assert json.loads(setting["Format"])["requestId"] == "$context.requestId"
+    group = cfn_resources["ApiAccessLogGroup"]
+    assert group["Condition"] == "HasApiAccessLogs"
+    assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionInDays"}
+    assert evaluate_condition(sam_template, "HasApiAccessLogs", {"ApiAccessLogs": value}) is logged
+
+
+# What the API may do on the table: what punctual.client.Client does through punctual.dynamodb, no more.
+API_GRANTS = {
+    ("dynamodb:GetItem", TABLE), ("dynamodb:BatchGetItem", TABLE), ("dynamodb:PutItem", TABLE),
+    ("dynamodb:UpdateItem", TABLE), ("dynamodb:Scan", TABLE), ("dynamodb:Query", SCHEDULE_INDEX),
+}
+
+
+def test_the_api_may_do_what_a_client_does_and_no_more(cfn_resources: dict[str, Any]) -> None:
+    # Given the API function's role  Then it reads and writes tasks and schedules (a transaction needs the
+    # permission of each of its items: PutItem, UpdateItem), scans the table (a tenant's list) and queries the
+    # schedule index (a schedule's history); it deletes nothing, invokes nothing, touches no queue or secret
+    statements = role_statements(_role_of(cfn_resources, "ApiFunction"))
+    granted = grants(statements)
+    assert granted == API_GRANTS | _logs("ApiLogGroup") | TRACES
+    actions = {action for action, _ in granted}
+    assert not actions & {"lambda:InvokeFunction", "dynamodb:DeleteItem", "dynamodb:DeleteTable",
+                          "dynamodb:BatchWriteItem", "dynamodb:UpdateTable", "sqs:SendMessage", "ssm:GetParameter",
+                          "secretsmanager:GetSecretValue"}
+    assert all(not statement.get("Condition") for statement in statements)
+
+
+def test_the_store_needs_no_other_table_permission() -> None:
+    # Given the DynamoDB adapter's source  Then it never deletes an item nor batch-writes, and its transactions
+    # hold Put and Update items only, which PutItem and UpdateItem cover (TransactWriteItems is no IAM action)
+    source = "\n".join(path.read_text(encoding="utf-8")
+                       for path in sorted((ROOT / "src/shared/punctual/dynamodb").glob("*.py")))
+    assert "transact_write_items(" in source
+    for call in (".delete_item(", ".batch_write_item(", ".execute_statement(", '"Delete":', '"ConditionCheck":'):
+        assert call not in source, call
+
+
+def test_the_direct_client_role_is_confined_to_its_tenant(sam_template: dict[str, Any],
+                                                          cfn_template: dict[str, Any],
+                                                          cfn_resources: dict[str, Any]) -> None:
+    # Given the example direct-table client role
+    role = cfn_resources["TenantDirectClientRole"]
+    # Then it exists only when a tenant is named, and the account's principals (that IAM lets) may assume it
+    assert role["Condition"] == "HasTenantDirectRole"
+    assert not evaluate_condition(sam_template, "HasTenantDirectRole", {})
+    assert evaluate_condition(sam_template, "HasTenantDirectRole", {"TenantDirectRoleTenant": "acme"})
+    assert cfn_template["Outputs"]["TenantDirectClientRoleArn"]["Condition"] == "HasTenantDirectRole"
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert (trust["Effect"], trust["Action"]) == ("Allow", "sts:AssumeRole")
+    assert sub_text(trust["Principal"]["AWS"]) == "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"
+    # ... it may only read and put items, each statement on keys that start with "<tenant>/"
+    statements = role_statements(role)
+    assert grants(statements) == {(action, TABLE) for action in (
+        "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")}
+    for statement in statements:
+        keys = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        assert [sub_text(k) for k in keys] == ["${TenantDirectRoleTenant}/*"]
+        assert set(statement["Condition"]) == {"ForAllValues:StringLike"}
+    # ... and never UpdateItem, Scan or Query (with ForAllValues, a request naming no key passes the condition)
+    assert not {a for a, _ in grants(statements)} & {"dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:Query"}
+
+
+@pytest.mark.parametrize("name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "x" * 41, "ac/me", "ac*"])
+def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: dict[str, Any], name: str) -> None:
+    # Given TenantDirectRoleTenant's pattern  Then it accepts exactly the tenant names of punctual.tenancy (or
+    # empty: no role), so its LeadingKeys prefix is the one the API writes
+    pattern = sam_template["Parameters"]["TenantDirectRoleTenant"]["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, name)) is (name == "" or tenancy.is_tenant(name))

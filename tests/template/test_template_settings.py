@@ -15,7 +15,7 @@ from punctual import metrics
 from punctual.settings import ENV_PREFIX, Settings
 from punctual_tools.settings import LocalSettings
 
-FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction")
+FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunction")
 
 
 def _environment(sam_template: dict[str, Any], function: str) -> dict[str, Any]:
@@ -58,6 +58,33 @@ def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
     # (an SQS queue's Ref is its https:// URL, which is what Settings.dead_letter_queue_url accepts)
     assert sam_template["Resources"]["TaskDeadLetterQueue"]["Type"] == "AWS::SQS::Queue"
     assert "PUNCTUAL_EXECUTOR_FUNCTION" not in executor
+
+
+def test_the_api_function_gets_the_tenant_map_and_the_client_checks(sam_template: dict[str, Any]) -> None:
+    # Given the API function's merged environment  Then its tenants come from the TenantMap parameter, and it
+    # checks targets against the same lists as the executor (which checks them again when it fires); it
+    # invokes nothing, and writes the table itself (no API URL: it is the API)
+    api = _environment(sam_template, "ApiFunction")
+    executor = _environment(sam_template, "ExecutorFunction")
+    assert api["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}
+    for name in ("PUNCTUAL_ALLOWED_TARGETS", "PUNCTUAL_ALLOWED_TARGET_ARNS"):
+        assert api[name] == executor[name], name
+    for name in ("PUNCTUAL_EXECUTOR_FUNCTION", "PUNCTUAL_DEAD_LETTER_QUEUE_URL", "PUNCTUAL_API_URL",
+                 "PUNCTUAL_API_TOKEN"):
+        assert name not in api, name
+    assert "PUNCTUAL_TENANT_MAP" not in _environment(sam_template, "ExecutorFunction")
+
+
+@pytest.mark.parametrize("value", ["default", '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", '
+                                   '"arn:aws:iam::123456789012:user/ci": "globex"}'])
+def test_the_tenant_map_parameter_is_a_valid_setting(sam_template: dict[str, Any], value: str) -> None:
+    # Given TenantMap's default, or a map of role and user ARNs  Then Settings accepts it (a bad map would fail
+    # every cold start of the API function); its length limit keeps it within Lambda's 4 KB of variables
+    parameter = sam_template["Parameters"]["TenantMap"]
+    text = parameter["Default"] if value == "default" else value
+    assert len(text) <= parameter["MaxLength"] < 4096
+    settings = Settings.from_env({"PUNCTUAL_TENANT_MAP": text})
+    assert settings.tenant_map == text
 
 
 def test_the_poll_interval_setting_is_the_poller_schedule(sam_template: dict[str, Any]) -> None:

@@ -101,7 +101,7 @@ def test_the_probe_sees_a_patched_botocore(tmp_path: Path) -> None:
     assert "dynamodb" in seen["subsegments"] and "## handler" in seen["subsegments"]
 
 
-@pytest.mark.parametrize("function", ["poller", "executor", "fastpath"])
+@pytest.mark.parametrize("function", ["poller", "executor", "fastpath", "api"])
 def test_each_handler_takes_its_tracer_from_handler_tools(function: str) -> None:
     # Given a handler module (read, not imported)  Then it builds no Tracer of its own: its tracer is the one
     # handler_tools() returns
