@@ -25,6 +25,10 @@ the moment it was paused, plus whatever occurrence it had made beyond that), run
 with status 1 when the verdict fails. Without a local stack (no state file: a stack in AWS, whose log action
 writes to CloudWatch) there is no fire log to read, and the check is skipped.
 
+With ``LOAD_VIA=api`` the users go through the REST API (the local stack's, with its token; or, with
+``PUNCTUAL_API_URL`` set, a deployed one, SigV4-signed) instead of writing the table: the same calls, the same
+ledger, and the same check (the checker reads the table directly, the API's tasks under the tenant ``local``).
+
 Traffic goes only to the stack's endpoint (loopback for the local stack). The run is bounded by ``-t``, and the
 check by the last due time + the margin. The checks run where the users run (locust's default local runner).
 """
@@ -47,6 +51,7 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
+from punctual.api_client import ApiClient
 from punctual.errors import (
     InvalidTaskError,
     ScheduleConflictError,
@@ -58,8 +63,10 @@ from punctual.errors import (
 from punctual.keys import to_ms
 from punctual.model import Task, TaskStatus
 from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
+from punctual.tenancy import qualify
 from punctual_tools.checker import Verdict
 from punctual_tools.demo import FireLogTail, check_fire_log
+from punctual_tools.local.api_server import LOCAL_TENANT
 from punctual_tools.local.stack import read_state
 from punctual_tools.progress import ProgressLine
 
@@ -96,6 +103,9 @@ MARGIN_S = _number("LOAD_MARGIN_S", 15.0)
 EPSILON_MS = _number("LOAD_EPSILON_MS", 1_000.0)
 SCHEDULE_S = _number("LOAD_SCHEDULE_S", 10.0)
 HOME = Path(os.environ.get("LOAD_HOME") or ROOT / ".punctual")
+VIA = os.environ.get("LOAD_VIA", "client")
+if VIA not in ("client", "api"):
+    raise ValueError(f"LOAD_VIA={VIA!r}: give client (the table, through punctual.Client) or api (the REST API)")
 
 
 def _stack() -> dict[str, Any] | None:
@@ -108,6 +118,24 @@ def _settings() -> Settings:
         return Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
                                  shard_count=state["shard_count"])
     return Settings.from_env()
+
+
+def _user_client() -> Any:
+    """What a user schedules with: the direct client, or with ``LOAD_VIA=api`` the REST API's."""
+    if VIA == "client":
+        return Client(_settings())
+    settings = _settings()
+    if settings.api_url:
+        return ApiClient.from_settings(settings)
+    state = _stack() or {}
+    if not state.get("api_url"):
+        raise RuntimeError(f"LOAD_VIA=api: the stack in {HOME} serves no API, and PUNCTUAL_API_URL is not set")
+    return ApiClient(state["api_url"], token=Path(state["api_token_file"]).read_text().strip())
+
+
+def _stored(task_id: str) -> str:
+    """The table's id of a task the users named: through the local API, the tenant ``local``'s."""
+    return qualify(LOCAL_TENANT, task_id) if VIA == "api" else task_id
 
 
 def _due_in_lead() -> datetime:
@@ -168,7 +196,7 @@ class SchedulingUser(User):
     wait_time = between(0.05, 0.2)
 
     def on_start(self) -> None:
-        self.client = Client(_settings())
+        self.client = _user_client()
         self.mine: list[str] = []  # tasks this user may still read, cancel or reschedule
         self.ledger: dict[str, Expectation] = {}
         self.prefix = RUN.prefix
@@ -189,7 +217,7 @@ class SchedulingUser(User):
         except Exception as exc:  # noqa: BLE001 - reported to locust
             exception = exc
         allowed = isinstance(exception, expected)
-        events.request.fire(request_type="punctual",
+        events.request.fire(request_type=f"punctual-{VIA}",
                             name=f"{name}: {type(exception).__name__}" if allowed else name,
                             response_time=(time.perf_counter() - start) * 1000, response_length=0,
                             exception=None if allowed else exception, context={})
@@ -328,8 +356,8 @@ def check_run(run: Run) -> Verdict | None:
         print(f"load test check skipped: no local stack state in {HOME} (set LOAD_HOME), so no fire log to read",
               flush=True)
         return None
-    ledger = {task_id: e for user_ledger in run.ledgers for task_id, e in list(user_ledger.items())}
-    schedules = {sid: e for user_schedules in run.schedules for sid, e in list(user_schedules.items())}
+    ledger = {_stored(task_id): e for user_ledger in run.ledgers for task_id, e in list(user_ledger.items())}
+    schedules = {_stored(sid): e for user_schedules in run.schedules for sid, e in list(user_schedules.items())}
     if not ledger and not schedules:
         print("load test check skipped: nothing was scheduled", flush=True)
         return None
@@ -349,7 +377,7 @@ def check_run(run: Run) -> Verdict | None:
         else:
             progress.show(line)
 
-    tail = FireLogTail(fire_log, run.prefix)
+    tail = FireLogTail(fire_log, _stored(run.prefix))
     try:
         tail.wait(to_fire, deadline_ms, progress=show)
         time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)

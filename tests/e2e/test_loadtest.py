@@ -34,7 +34,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None,
 
 
 @pytest.mark.timeout(210)
-def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["client", "api"])
+def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: Path, via: str) -> None:
     # Given a local stack polling every 2 s (DynamoDB Local in memory, on a free loopback port)
     config = StackConfig(
         home=tmp_path,
@@ -50,6 +51,7 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
         env = {
             **os.environ,
             "LOAD_HOME": str(tmp_path),
+            "LOAD_VIA": via,  # the users write the table, or go through the stack's REST API
             "LOAD_LEAD_S": "3,6",
             "LOAD_MARGIN_S": "60",  # how long past the last due it waits at most (it ends once all fired)
             "PUNCTUAL_NTP_SERVER": LOOPBACK_NTP,
@@ -74,3 +76,5 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
     assert expected > 0
     assert re.search(r"^\s+lost\s+0\b", run.stdout, re.MULTILINE)
     assert re.search(r"extra fires\s+0\b", run.stdout)
+    # And the calls went the way asked (locust's summary names them by request type)
+    assert f"punctual-{via}" in output

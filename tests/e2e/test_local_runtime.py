@@ -235,7 +235,8 @@ def _stop_cli(process: subprocess.Popen[str], home: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["table", "api"])
+def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path, via: str) -> None:
     # Given no running stack in a fresh home
     home = tmp_path / "home"
     command = [
@@ -257,6 +258,7 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
         "--port",
         "0",
         "--quiet",
+        *(["--api"] if via == "api" else []),
     ]
     env = {**os.environ, "PUNCTUAL_NTP_SERVER": LOOPBACK_NTP, "PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS": str(GRACE_MS)}
 
@@ -276,6 +278,7 @@ def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path) -> None:
     assert {"scheduled", "fired", "missed", "failed", "duplicates", "lost", "drift_ms"} <= set(report)
     assert set(report["drift_ms"]) >= {"p50", "p90", "p99", "max"}
     assert (report["scheduled"], report["fired"], report["duplicates"], report["lost"]) == (130, 130, 0, 0)
+    assert report["via"] == ("table" if via == "table" else "api (tenant local)")
     assert report["recurring_drift_ms"]["count"] == 10
     assert report["webhook_drift_ms"]["count"] == 20
     assert (report["missed"], report["failed"]) == (0, 0)

@@ -190,6 +190,19 @@ def test_run_now_moves_the_task_to_now(acme: ApiClient, now_ms: int) -> None:
     assert acme.run_now("later").due_ms == now_ms
 
 
+def test_concurrent_requests_are_each_answered_from_their_own_body(acme: ApiClient, direct: Client,
+                                                                    now_ms: int) -> None:
+    # Given 60 tasks scheduled through the API by 12 threads at once
+    specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(message=f"m{i}"), "payload": {"i": i},
+              "task_id": f"c-{i:02d}"} for i in range(60)]
+    results = acme.schedule_many(specs, threads=12)
+    # Then each was created, and each stored task holds its own request's content
+    assert [r.outcome for r in results] == ["created"] * 60
+    for i in range(60):
+        stored = direct.get(f"acme/c-{i:02d}")
+        assert stored is not None and stored.payload == {"i": i} and stored.due_ms == now_ms + 60_000 + i
+
+
 def test_schedule_many_through_the_api(acme: ApiClient, now_ms: int) -> None:
     specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(), "task_id": f"bulk-{i}"}
              for i in range(5)]

@@ -80,7 +80,7 @@ class ApiClient:
         self._token = token
         self._region = region
         self._credentials = credentials
-        self._http = urllib3.PoolManager(timeout=urllib3.Timeout(total=timeout_s), retries=False)
+        self._http = urllib3.PoolManager(maxsize=32, timeout=urllib3.Timeout(total=timeout_s), retries=False)
         if token is None and credentials is None:
             import boto3
 

@@ -3,7 +3,7 @@
 A tenant's task ``invoice-42`` is stored as ``acme/invoice-42``, its schedule ``daily`` as
 ``acme/#schedule#daily`` and that schedule's occurrences as ``acme/daily@<instant>Z``: every key of a tenant's
 items starts with ``<tenant>/``, so a client that writes the table directly can be confined to its own items
-with IAM's ``dynamodb:LeadingKeys`` condition (``"acme/*"``; docs/api.md has the role). A task id given on its
+with IAM's ``dynamodb:LeadingKeys`` condition (``"acme/*"``; docs/deploy.md has the role). A task id given on its
 own (no tenant: the direct client's default) has no ``/`` and belongs to no tenant; the API never shows it.
 
 The API (:mod:`punctual.api`) names every task by its tenant-free id and qualifies it with the caller's tenant

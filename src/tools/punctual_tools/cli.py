@@ -139,7 +139,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             def demo() -> None:
                 report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
                                   args.demo_burst, stack.settings.poll_interval_ms,  # type: ignore[union-attr]
-                                  webhooks=webhooks, recurring_ms=args.demo_recurring)
+                                  webhooks=webhooks, recurring_ms=args.demo_recurring, **_demo_api(args, stack))
                 print(format_report(report), flush=True)
                 log.info("demo done; the stack keeps running until Ctrl-C")
 
@@ -153,6 +153,27 @@ def cmd_up(args: argparse.Namespace) -> int:
         stack.stop()
         log.info("stopped")
     return 0
+
+
+def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
+    """With ``--api``: the demo schedules through the stack's REST API, as the local tenant (run_demo's
+    arguments); else nothing."""
+    if not args.api:
+        return {}
+    from punctual.api_client import ApiClient
+
+    from .local.api_server import LOCAL_TENANT
+    from .local.stack import read_state
+
+    if stack is not None and stack.api is not None:
+        url, token = stack.api.url, stack.api_token_file.read_text().strip()
+    else:
+        state = read_state(_home(args)) or {}
+        if not state.get("api_url"):
+            raise PunctualError("--api: the running stack serves no REST API")
+        url, token = state["api_url"], Path(state["api_token_file"]).read_text().strip()
+    log.info("the demo schedules through the REST API at %s (tenant %r)", url, LOCAL_TENANT)
+    return {"api": ApiClient(url, token=token), "tenant": LOCAL_TENANT}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -184,7 +205,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
                           out=None if args.quiet else sys.stderr,
                           epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks,
-                          recurring_ms=args.recurring)
+                          recurring_ms=args.recurring, **_demo_api(args, stack))
     finally:
         if stack is not None:
             stack.stop()
@@ -561,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="beside the tasks, one recurring schedule per rate in ms over the same seconds "
                          f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)")
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+    up.add_argument("--api", action="store_true", help="the demo schedules through the REST API, not the table")
     up.set_defaults(func=cmd_up)
 
     demo = sub.add_parser("demo", help="schedule tasks on the local stack and report their drift")
@@ -576,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epsilon-ms", type=_non_negative_ms, default=None, metavar="MS",
                       help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
                            "one earlier than due - this fails the verdict")
+    demo.add_argument("--api", action="store_true", help="schedule through the stack's REST API, not the table")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)

@@ -27,6 +27,7 @@ from punctual.client import Client
 from punctual.keys import from_ms, next_tick
 from punctual.model import Action, TaskStatus
 from punctual.schedules import is_occurrence_id, occurrence_id
+from punctual.tenancy import qualify, unqualify
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine
@@ -46,6 +47,17 @@ class DemoPlan:
     recurring: tuple[tuple[str, int], ...] = ()  # (schedule id, rate ms): each over the span
     span_ms: int = 0
     first_ms: int = 0  # where the span starts
+    tenant: str | None = None  # scheduled through the API as this tenant: every id above is the table's
+
+    @property
+    def prefix(self) -> str:
+        """What every task id of the plan starts with (in the table and the fire log)."""
+        base = f"demo-{self.run_id}-"
+        return base if self.tenant is None else qualify(self.tenant, base)
+
+    def name(self, task_id: str) -> str:
+        """The id the scheduler is given: the tenant-free one when the plan goes through the API."""
+        return task_id if self.tenant is None else unqualify(self.tenant, task_id) or task_id
 
     @property
     def occurrence_ids(self) -> frozenset[str]:
@@ -55,7 +67,7 @@ class DemoPlan:
 
 def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
               run_id: str | None = None, lead_ms: int = 10_000, webhooks: int = 0,
-              recurring_ms: Sequence[int] = ()) -> DemoPlan:
+              recurring_ms: Sequence[int] = (), tenant: str | None = None) -> DemoPlan:
     """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant, and ``webhooks``
     more evenly over the same seconds, halfway between the others; and one recurring schedule per rate in
     ``recurring_ms`` (``rate(N milliseconds)``, from half a period after the first due instant to the end of
@@ -66,23 +78,24 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     scheduled closer to their due time than one poll interval are the stream fast path's job.
     """
     run_id = run_id or uuid.uuid4().hex[:8]
+    prefix = DemoPlan(run_id, {}, frozenset(), 0, 0, tenant=tenant).prefix
     scheduling_ms = 2_000 + 3 * (tasks + burst + webhooks)
     first = next_tick(now_ms + scheduling_ms, poll_interval_ms) + lead_ms
     span_ms = int(over_s * 1000)
-    due = {f"demo-{run_id}-s{i:06d}": first + (span_ms * i // max(tasks - 1, 1) if tasks > 1 else 0)
+    due = {f"{prefix}s{i:06d}": first + (span_ms * i // max(tasks - 1, 1) if tasks > 1 else 0)
            for i in range(tasks)}
     burst_at = first + span_ms // 2
-    burst_ids = frozenset(f"demo-{run_id}-b{i:06d}" for i in range(burst))
+    burst_ids = frozenset(f"{prefix}b{i:06d}" for i in range(burst))
     due.update({task_id: burst_at for task_id in burst_ids})
     step = span_ms / max(webhooks, 1)
-    webhook_due = {f"demo-{run_id}-w{i:06d}": first + int(step * (i + 0.5)) for i in range(webhooks)}
+    webhook_due = {f"{prefix}w{i:06d}": first + int(step * (i + 0.5)) for i in range(webhooks)}
     due.update(webhook_due)
-    recurring = tuple((f"demo-{run_id}-every{rate}ms", rate) for rate in recurring_ms)
+    recurring = tuple((f"{prefix}every{rate}ms", rate) for rate in recurring_ms)
     for schedule_id, rate in recurring:
         start = first + rate // 2  # half a period in: its own row, not the burst's instant (first + span / 2)
         due.update({occurrence_id(schedule_id, at): at for at in range(start, first + span_ms + 1, rate)})
     return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first),
-                    frozenset(webhook_due), recurring, span_ms, first)
+                    frozenset(webhook_due), recurring, span_ms, first, tenant)
 
 
 class _Follow:
@@ -186,16 +199,18 @@ def loopback_allowed(allowed_targets: str) -> bool:
 def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
              out: TextIO | None = sys.stderr, schedule_threads: int = 16,
              epsilon_ms: float = EPSILON_MS, webhooks: int = 0,
-             recurring_ms: Sequence[int] = ()) -> dict[str, Any]:
+             recurring_ms: Sequence[int] = (), api: Any = None, tenant: str | None = None) -> dict[str, Any]:
     """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
     :func:`build_report`). ``recurring_ms``: the rates of the recurring schedules made beside the tasks.
     ``webhooks`` tasks POST to a loopback receiver started here (in a process of its own), which the stack's
-    executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``)."""
+    executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``). With ``api`` (an
+    :class:`~punctual.api_client.ApiClient` whose caller is ``tenant``) everything is scheduled through the REST
+    API; ``client`` (the table) still checks the outcomes."""
     plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks,
-                     recurring_ms=recurring_ms)
-    prefix = f"demo-{plan.run_id}-"
+                     recurring_ms=recurring_ms, tenant=tenant if api is not None else None)
+    prefix = plan.prefix
     grace = client.settings.default_misfire_grace_ms
-    received = fire_log.parent / f"{prefix}received.jsonl" if plan.webhook_ids else None
+    received = fire_log.parent / f"demo-{plan.run_id}-received.jsonl" if plan.webhook_ids else None
     receiver = None
     try:
         if received is not None:
@@ -204,25 +219,25 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
             receiver, port = start_receiver(received)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
         log_action: Action = LogAction(message=f"demo {plan.run_id}")
-        return _run_plan(client, fire_log, received, plan, prefix, grace, out, schedule_threads, epsilon_ms,
-                         lambda task_id: hook if task_id in plan.webhook_ids else log_action)
+        return _run_plan(client, api or client, fire_log, received, plan, prefix, grace, out, schedule_threads,
+                         epsilon_ms, lambda task_id: hook if task_id in plan.webhook_ids else log_action)
     finally:
         if receiver is not None:
             receiver.terminate()
             receiver.join(5)
 
 
-def _run_plan(client: Client, fire_log: Path, received: Path | None, plan: DemoPlan, prefix: str, grace: int,
-              out: TextIO | None, schedule_threads: int, epsilon_ms: float,
+def _run_plan(client: Client, scheduler: Any, fire_log: Path, received: Path | None, plan: DemoPlan, prefix: str,
+              grace: int, out: TextIO | None, schedule_threads: int, epsilon_ms: float,
               action_of: Callable[[str], Action]) -> dict[str, Any]:
     def schedule(item: tuple[str, int]) -> None:
-        client.schedule(from_ms(item[1]), action_of(item[0]), {"run": plan.run_id}, task_id=item[0])
+        scheduler.schedule(from_ms(item[1]), action_of(item[0]), {"run": plan.run_id}, task_id=plan.name(item[0]))
 
     started = time.monotonic()
     total = len(plan.due_ms)
     progress = ProgressLine(out)
     for schedule_id, rate in plan.recurring:
-        client.create_schedule(schedule_id, f"rate({rate} milliseconds)", action_of(schedule_id),
+        scheduler.create_schedule(plan.name(schedule_id), f"rate({rate} milliseconds)", action_of(schedule_id),
                                {"run": plan.run_id}, start_at=from_ms(plan.first_ms + rate // 2),
                                end_at=from_ms(plan.first_ms + plan.span_ms))
     occurrences = plan.occurrence_ids
@@ -325,6 +340,7 @@ def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
     drift = verdict.drift
     return {
         "run_id": plan.run_id,
+        "via": "table" if plan.tenant is None else f"api (tenant {plan.tenant})",
         "scheduled": len(plan.due_ms),
         "fired": len(verdict.matched),
         "missed": len(verdict.explicitly_missed),
@@ -346,7 +362,7 @@ def format_report(report: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:8.3f}"
 
     lines = [
-        f"Punctual demo {report['run_id']}",
+        f"Punctual demo {report['run_id']} (scheduled through the {report.get('via', 'table')})",
         f"  scheduled {report['scheduled']}   fired {report['fired']}   missed {report['missed']}   "
         f"failed {report['failed']}   duplicates {report['duplicates']}   lost {report['lost']}",
         "",

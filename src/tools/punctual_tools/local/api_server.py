@@ -12,7 +12,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import queue
 import secrets
 import threading
 import uuid
@@ -61,13 +60,18 @@ def problem(status: int, detail: str) -> tuple[int, dict[str, str], bytes]:
 
 
 class LocalApi:
-    """Serve ``resolver_factory()``'s resolvers (one per concurrent request: a resolver holds the request it
-    answers) on ``127.0.0.1:port`` (0: any free port). ``tokens`` maps bearer tokens to tenants."""
+    """Serve the resolver ``resolver_factory()`` builds on ``127.0.0.1:port`` (0: any free port). ``tokens`` maps
+    bearer tokens to tenants.
+
+    One request is resolved at a time: Powertools keeps the request being answered in a class attribute
+    (``BaseRouter.current_event``), shared by every resolver of the process, so two requests resolved at once
+    could each be answered from the other's body. In Lambda a process answers one request at a time anyway.
+    Connections are still served in parallel (reading and writing them)."""
 
     def __init__(self, resolver_factory: Callable[[], Any], tokens: dict[str, str], port: int = 0) -> None:
-        self._factory = resolver_factory
+        self._resolver = resolver_factory()
+        self._resolving = threading.Lock()
         self._tokens = dict(tokens)
-        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -137,14 +141,8 @@ class LocalApi:
                                 "to .punctual/api-token)")
         forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         event = proxy_event(method, target, forwarded, body, tenant)
-        try:
-            resolver = self._idle.get_nowait()
-        except queue.Empty:
-            resolver = self._factory()
-        try:
-            response = resolver.resolve(event, None)
-        finally:
-            self._idle.put(resolver)
+        with self._resolving:
+            response = self._resolver.resolve(event, None)
         out_headers = {k: str(v) for k, v in (response.get("headers") or {}).items()}
         for name, values in (response.get("multiValueHeaders") or {}).items():
             if values:
