@@ -37,6 +37,7 @@ from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, from_ms
 from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
+from punctual.schedules import Schedule
 from punctual.store import TaskStore
 from support import json_payloads
 
@@ -149,6 +150,42 @@ def test_list_tasks_filters_by_status_and_due_range(store: TaskStore, tasks: Tas
     assert {t.task_id for t in store.list_tasks(due_from_ms=b.due_ms, due_to_ms=c.due_ms)} == {b.task_id}
     assert {t.task_id for t in store.list_tasks([P], due_from_ms=b.due_ms)} == {c.task_id}
     assert len(list(store.list_tasks(limit=2))) == 2
+
+
+def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given 7 tasks of tenant acme (one cancelled), 2 of acme-2 (a tenant whose name starts like it), 2 of no
+    # tenant, and a schedule of acme's (its item is not a task)
+    acme = [tasks.create(NOW + 1_000 * i, task_id=f"acme/t-{i}") for i in range(7)]
+    store.cancel(acme[3].task_id, NOW)
+    for i in range(2):
+        tasks.create(NOW + 1_000, task_id=f"acme-2/t-{i}")
+        tasks.create(NOW + 1_000, task_id=f"t-{i}")
+    schedule = Schedule(schedule_id="acme/daily", expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW)
+    store.create_schedule(schedule, [], NOW)
+    # When acme's tasks are read 3 ids a page, until no page follows
+    seen: list[str] = []
+    after = None
+    for _ in range(10):
+        page, after = store.tenant_page("acme", limit=3, after=after)
+        assert len(page) <= 3
+        seen.extend(t.task_id for t in page)
+        if after is None:
+            break
+    # Then each of acme's tasks came once, in id order, and nothing else
+    assert seen == sorted(t.task_id for t in acme)
+    # And the filters hold within a page: status, and due range (from included, to excluded)
+    assert {t.task_id for t in store.tenant_page("acme", [X], limit=100)[0]} == {acme[3].task_id}
+    in_range = store.tenant_page("acme", [P], due_from_ms=acme[1].due_ms, due_to_ms=acme[4].due_ms, limit=100)[0]
+    assert {t.task_id for t in in_range} == {acme[1].task_id, acme[2].task_id}
+    assert store.tenant_page("nobody", limit=100) == ([], None)
+
+
+def test_a_tenants_schedules_are_listed_by_its_prefix(store: TaskStore) -> None:
+    for schedule_id in ("acme/a", "acme/b", "acme-2/a", "a"):
+        store.create_schedule(Schedule(schedule_id=schedule_id, expression="rate(1 hour)", action=LogAction(),
+                                       next_due_ms=NOW + 3_600_000), [], NOW)
+    assert sorted(s.schedule_id for s in store.list_schedules("acme/")) == ["acme/a", "acme/b"]
+    assert sorted(s.schedule_id for s in store.list_schedules()) == ["a", "acme-2/a", "acme/a", "acme/b"]
 
 
 # -- every life-cycle edge ---------------------------------------------------------------------------------------

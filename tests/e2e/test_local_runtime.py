@@ -180,6 +180,27 @@ def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anythin
     assert read_state(tmp_path) is None
 
 
+@pytest.mark.timeout(90)
+def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path) -> None:
+    import socket
+
+    # Given a loopback port another program listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stack = LocalStack(StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0, fast_path=False,
+                                       api_port=port))
+        # When a stack is told to serve its API there  Then it refuses, naming the way out
+        with pytest.raises(RuntimeError, match="--api-port"):
+            stack.start()
+    # And DynamoDB Local, started before, was stopped (its port refuses), and no state file says a stack runs
+    assert stack.ddb is not None and stack.ddb.pid is None
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", stack.ddb.port), timeout=2):
+        pass
+    assert read_state(tmp_path) is None
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
 @pytest.mark.timeout(90)
 def test_dynamodb_local_runs_only_on_the_background_cpus(tmp_path: Path, fresh_table_name: str) -> None:

@@ -294,3 +294,56 @@ def gateway_event(method: str, path: str, user_arn: str | None, body: str | None
             "stageVariables": None, "body": body, "isBase64Encoded": False,
             "requestContext": {"requestId": "r-1", "stage": "prod", "httpMethod": method, "path": path,
                                "identity": {"sourceIp": "10.0.0.1", "userArn": user_arn}}}
+
+
+# -- found by a review (each a 5xx or a leak before its fix) ----------------------------------------------------
+def test_a_forged_schedule_id_does_not_put_another_tenants_task_in_a_history(acme: ApiClient, direct: Client,
+                                                                            dynamodb: Any, settings: Settings,
+                                                                            now_ms: int) -> None:
+    # Given acme's schedule, and an item of beta's written straight to the table (a client confined to "beta/*"
+    # by LeadingKeys may do that) that names acme's schedule in its schedule_id attribute
+    acme.create_schedule("daily", "rate(1 minute)", LogAction())
+    forged = direct.build_task(from_ms(now_ms + 60_000), LogAction(), task_id="beta/forged")
+    item = direct.to_item(forged)
+    item["schedule_id"] = {"S": "acme/daily"}
+    dynamodb.put_item(TableName=settings.table_name, Item=item)
+    # Then acme's history holds only its own occurrences
+    history = acme.schedule_history("daily")
+    assert history and all(t.task_id.startswith("daily@") for t in history)
+
+
+def test_a_deeply_nested_body_is_a_400(api: LocalApi) -> None:
+    status, content_type, problem = raw(api, "POST", "/v1/tasks", b"[" * 100_000)
+    assert (status, content_type, problem["field"]) == (400, "application/problem+json", "body")
+
+
+@pytest.mark.parametrize("instant", ["0001-01-01T00:00%2B01:00", "9999-12-31T23:59-01:00"])
+def test_an_instant_outside_the_years_1_to_9999_in_utc_is_a_422(api: LocalApi, instant: str) -> None:
+    status, _, problem = raw(api, "GET", f"/v1/tasks?due_from={instant}")
+    assert (status, problem["field"]) == (422, "due_from")
+
+
+def test_a_status_named_many_times_is_one_filter(api: LocalApi, acme: ApiClient, now_ms: int) -> None:
+    acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="one")
+    status, _, page = raw(api, "GET", "/v1/tasks?" + "&".join(["status=PENDING"] * 150))
+    assert status == 200 and [t["task_id"] for t in page["tasks"]] == ["one"]
+
+
+def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClient, now_ms: int) -> None:
+    # Given 20 tasks with 250 KB payloads each (5 MB in all: more than a 4 MB page)
+    big = "x" * 250_000
+    for i in range(20):
+        acme.schedule(from_ms(now_ms + 60_000), LogAction(), {"blob": big}, task_id=f"big-{i:02d}")
+    # When they are listed 100 a page  Then each page is under 4 MB of JSON, and the pages hold all 20 once
+    seen: list[str] = []
+    token = None
+    for _ in range(5):
+        response = urllib3.request("GET", api.url + "/v1/tasks?limit=100" + (f"&next_token={token}" if token else ""),
+                                   headers={"Authorization": "Bearer token-acme"})
+        assert response.status == 200 and len(response.data) < 4_100_000
+        page = json.loads(response.data)
+        seen.extend(t["task_id"] for t in page["tasks"])
+        token = page.get("next_token")
+        if not token:
+            break
+    assert sorted(seen) == [f"big-{i:02d}" for i in range(20)]

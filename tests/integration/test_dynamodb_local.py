@@ -115,3 +115,22 @@ def test_stop_is_idempotent() -> None:
 
     # Then nothing runs
     assert server.pid is None
+
+
+def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any,
+                                                                   fresh_table_name: str) -> None:
+    from punctual.dynamodb.schema import TENANT_INDEX, create_table_kwargs, ensure_table
+
+    # Given a table made before the tenant index existed (a local stack's data kept on disk)
+    older = create_table_kwargs(fresh_table_name)
+    older["GlobalSecondaryIndexes"] = [i for i in older["GlobalSecondaryIndexes"] if i["IndexName"] != TENANT_INDEX]
+    older["AttributeDefinitions"] = [a for a in older["AttributeDefinitions"] if a["AttributeName"] != "tenant"]
+    ddb_local_client.create_table(**older)
+    try:
+        # When the runtime ensures its table  Then it is not re-created, and it has the index, active
+        assert ensure_table(ddb_local_client, fresh_table_name) is False
+        indexes = ddb_local_client.describe_table(TableName=fresh_table_name)["Table"]["GlobalSecondaryIndexes"]
+        assert {i["IndexName"]: i.get("IndexStatus", "ACTIVE") for i in indexes}[TENANT_INDEX] == "ACTIVE"
+        assert ensure_table(ddb_local_client, fresh_table_name) is False  # and again changes nothing
+    finally:
+        ddb_local_client.delete_table(TableName=fresh_table_name)

@@ -55,3 +55,9 @@ def test_a_role_session_is_mapped_through_its_role() -> None:
 def test_a_bad_tenant_map_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         TenantMap.parse(text)
+
+
+def test_a_role_with_a_path_is_matched_by_its_sessions() -> None:
+    # A role session's ARN names the role without its path: the map's entry is read without it too
+    tenants = TenantMap.parse('{"arn:aws:iam::123456789012:role/service-role/team/AcmeScheduler": "acme"}')
+    assert tenants.tenant_of("arn:aws:sts::123456789012:assumed-role/AcmeScheduler/s-1") == "acme"

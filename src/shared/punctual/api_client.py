@@ -36,6 +36,10 @@ from .retry import RetryPolicy
 from .schedules import Schedule
 from .settings import Settings
 
+# An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
+# hand the function the path still percent-encoded.
+ID_SAFE = ":@"
+
 
 class ApiError(PunctualError):
     """The API refused the call for a reason that is not the task's (authentication, limits, a server error)."""
@@ -130,7 +134,10 @@ class ApiClient:
         from botocore.awsrequest import AWSRequest
 
         request = AWSRequest(method=method, url=url, data=data, headers=headers)
-        SigV4Auth(self._credentials, "execute-api", self._region).add_auth(request)
+        # one consistent key, secret and token (refreshing credentials may change between separate reads)
+        frozen = self._credentials.get_frozen_credentials() if hasattr(self._credentials, "get_frozen_credentials") \
+            else self._credentials
+        SigV4Auth(frozen, "execute-api", self._region).add_auth(request)
         return dict(request.headers.items())
 
     @staticmethod
@@ -208,7 +215,7 @@ class ApiClient:
 
     def get(self, task_id: str) -> Task | None:
         try:
-            return _task(self._call("GET", f"/v1/tasks/{quote(task_id, safe='')}"))
+            return _task(self._call("GET", f"/v1/tasks/{quote(task_id, safe=ID_SAFE)}"))
         except TaskNotFoundError:
             return None
 
@@ -231,7 +238,7 @@ class ApiClient:
         return tasks if limit is None else tasks[:limit]
 
     def _task_call(self, task_id: str, verb: str, body: Any = None) -> Task:
-        return _task(self._call("POST", f"/v1/tasks/{quote(task_id, safe='')}/{verb}", body))
+        return _task(self._call("POST", f"/v1/tasks/{quote(task_id, safe=ID_SAFE)}/{verb}", body))
 
     def cancel(self, task_id: str) -> Task:
         return self._task_call(task_id, "cancel")
@@ -260,7 +267,7 @@ class ApiClient:
                                                              if v is not None or k == "payload"}))
 
     def _schedule_path(self, schedule_id: str) -> str:
-        return f"/v1/schedules/{quote(schedule_id, safe='')}"
+        return f"/v1/schedules/{quote(schedule_id, safe=ID_SAFE)}"
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         try:

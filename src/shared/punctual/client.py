@@ -306,15 +306,6 @@ class Client:
              due_from: datetime | None = None, due_to: datetime | None = None,
              limit: int | None = None) -> list[Task]:
         """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
-        tasks = self.list_page(status, due_from, due_to)
-        tasks.sort(key=lambda t: (t.due_at, t.task_id))
-        return tasks if limit is None else tasks[:limit]
-
-    def list_page(self, status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
-                  due_from: datetime | None = None, due_to: datetime | None = None, limit: int | None = None, *,
-                  id_prefix: str | None = None, after: str | None = None) -> builtins.list[Task]:
-        """Up to ``limit`` tasks as :meth:`list` selects them (and whose id starts with ``id_prefix``), in the
-        store's order, from after the task ``after`` (the last of the previous page)."""
         statuses = None
         if status is not None:
             raw = status if isinstance(status, builtins.list) else [status]
@@ -322,12 +313,21 @@ class Client:
                 statuses = [TaskStatus(s) for s in raw]
             except ValueError as exc:
                 raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
-        return builtins.list(self._store.list_tasks(
+        tasks = builtins.list(self._store.list_tasks(
             statuses,
             None if due_from is None else to_ms(due_from),
             None if due_to is None else to_ms(due_to),
-            limit, id_prefix, after,
         ))
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def list_tenant_page(self, tenant: str, status: builtins.list[TaskStatus] | None = None,
+                         due_from: datetime | None = None, due_to: datetime | None = None, limit: int = 100,
+                         after: str | None = None) -> tuple[builtins.list[Task], str | None]:
+        """One page of ``tenant``'s tasks (see :meth:`TaskStore.tenant_page <punctual.store.TaskStore.tenant_page>`):
+        the tasks, and the id the next page starts after (None: the last page)."""
+        return self._store.tenant_page(tenant, status, None if due_from is None else to_ms(due_from),
+                                       None if due_to is None else to_ms(due_to), limit, after)
 
     def cancel(self, task_id: str) -> Task:
         """Cancel a task that has not been armed for firing yet.

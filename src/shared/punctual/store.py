@@ -59,11 +59,16 @@ class TaskStore(Protocol):
         ...
 
     def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None, id_prefix: str | None = None,
-                   after: str | None = None) -> Iterator[Task]:
-        """Tasks with one of ``statuses``, ``due_from_ms <= due < due_to_ms`` and an id starting with
-        ``id_prefix`` (admin use and the API's pages, not the hot path), in an order of the store's that holds
-        between calls: ``after`` (a task id the last call yielded) goes on from there."""
+                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+        """Tasks with one of ``statuses`` and ``due_from_ms <= due < due_to_ms`` (admin use, not the hot path)."""
+        ...
+
+    def tenant_page(self, tenant: str, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
+                    due_to_ms: int | None = None, limit: int = 100,
+                    after: str | None = None) -> tuple[list[Task], str | None]:
+        """One page of a tenant's tasks (ids ``"<tenant>/..."``) in id order, from after the id ``after``: those
+        among the next ``limit`` of its items that match the filters (so a page may hold fewer, even none), and
+        the id the next page starts after (None: no more). Reads only the tenant's items."""
         ...
 
     def cancel(self, task_id: str, now_ms: int) -> Task:

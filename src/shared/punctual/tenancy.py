@@ -25,6 +25,7 @@ TENANT_PATTERN = rf"^{TENANT}$"
 SEPARATOR = "/"
 _TENANT_RE = re.compile(TENANT_PATTERN)
 # arn:aws:sts::<account>:assumed-role/<role>/<session> is the principal of a role's session
+_ROLE_WITH_PATH_RE = re.compile(r"^(?P<head>arn:aws[a-z-]*:iam::\d{12}:)role/(?:[^/]+/)+(?P<name>[^/]+)$")
 _ASSUMED_ROLE_RE = re.compile(r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[^/]+)/")
 
 
@@ -65,6 +66,13 @@ def role_arn(principal_arn: str) -> str:
     return f"arn:{match['partition']}:iam::{match['account']}:role/{match['role']}"
 
 
+def _without_path(arn: str) -> str:
+    """A role's ARN without its path (``role/service/X`` -> ``role/X``): a role session's ARN, which is what
+    API Gateway reports, names the role without it."""
+    match = _ROLE_WITH_PATH_RE.match(arn)
+    return f"{match['head']}role/{match['name']}" if match else arn
+
+
 @dataclass(frozen=True)
 class TenantMap:
     """Which principals belong to which tenant: IAM role or user ARNs (exact) to tenant names.
@@ -89,7 +97,7 @@ class TenantMap:
         bad = sorted(v for v in raw.values() if not is_tenant(v))
         if bad:
             raise ValueError(f"not tenant names: {', '.join(bad)} (lower-case letters, digits, '-'; at most 40)")
-        return cls(tuple(sorted(raw.items())))
+        return cls(tuple(sorted((_without_path(k), v) for k, v in raw.items())))
 
     def tenant_of(self, principal_arn: str | None) -> str | None:
         if not principal_arn:

@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from ..client import Client
 from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
+from ..keys import to_ms
 from ..model import TaskStatus
 from ..tenancy import TenantMap, is_tenant
 from .service import TenantService
@@ -58,9 +59,11 @@ def instant(value: str | None, field: str) -> datetime | None:
     if value is None:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        to_ms(moment)  # within years 1 to 9999 in UTC too
+    except (ValueError, OverflowError) as exc:
         raise InvalidTaskError(f"invalid {field}: {exc}", field=field) from exc
+    return moment
 
 
 class ForbiddenError(Exception):
@@ -131,6 +134,10 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
     @app.exception_handler(RequestUnsupportedContentType)
     def _media_type(exc: RequestUnsupportedContentType) -> Response[str]:
         return _problem(415, "send the body as application/json", "body", kind="invalid")
+
+    @app.exception_handler(RecursionError)
+    def _too_deep(exc: RecursionError) -> Response[str]:
+        return _problem(400, "the body is nested too deeply to be read", "body", kind="invalid")
 
     @app.exception_handler(InvalidTaskError)
     def _bad_task(exc: InvalidTaskError) -> Response[str]:

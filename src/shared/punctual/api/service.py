@@ -19,7 +19,7 @@ from ..errors import (
 )
 from ..model import Task, TaskStatus
 from ..schedules import Schedule, ScheduleState
-from ..tenancy import prefix, qualify
+from ..tenancy import prefix, qualify, split
 from .views import (
     MAX_PAGE,
     History,
@@ -35,6 +35,7 @@ from .views import (
 )
 
 T = TypeVar("T")
+PAGE_BYTES = 4_000_000  # a page's JSON at most: Lambda answers 6 MB at most, API Gateway 10 MB
 
 
 class TenantService:
@@ -91,11 +92,28 @@ class TenantService:
                 raise InvalidTaskError(f"invalid next_token: {exc}", field="next_token") from exc
             if not after.startswith(self._prefix):
                 raise InvalidTaskError("invalid next_token: not a page token this API gave", field="next_token")
-        limit = max(1, min(limit, MAX_PAGE))
-        tasks = self.client.list_page(list(status) if status else None, due_from, due_to, limit,
-                                      id_prefix=self._prefix, after=after)
-        token = encode_token(tasks[-1].task_id) if len(tasks) == limit else None
-        return TaskPage(tasks=[self._task(t) for t in tasks], next_token=token)
+        statuses = sorted(set(status)) if status else None  # a status named twice is one filter
+        tasks, more = self.client.list_tenant_page(self.tenant, statuses, due_from, due_to,
+                                                   max(1, min(limit, MAX_PAGE)), after)
+        views, cut = self._within_budget(tasks)
+        if cut:
+            more = tasks[len(views) - 1].task_id  # the next page goes on after the last task this one holds
+        return TaskPage(tasks=views, next_token=encode_token(more) if more else None)
+
+    def _within_budget(self, tasks: list[Task]) -> tuple[list[TaskOut], bool]:
+        """The views of ``tasks`` (the caller's own only) up to :data:`PAGE_BYTES` of JSON (Lambda answers at
+        most 6 MB; a payload may hold 256 KB), and whether some were left out for that."""
+        views: list[TaskOut] = []
+        size = 0
+        for task in tasks:
+            if split(task.task_id)[0] != self.tenant:
+                continue  # never another's (a forged attribute can put another tenant's item in an index)
+            view = self._task(task)
+            size += len(view.model_dump_json())
+            if views and size > PAGE_BYTES:
+                return views, True
+            views.append(view)
+        return views, False
 
     def cancel_task(self, name: str) -> TaskOut:
         return self._task(self._scrubbed(lambda: self.client.cancel(self._own(name))))
@@ -149,9 +167,11 @@ class TenantService:
         return self._schedule(self._scrubbed(lambda: self.client.delete_schedule(self._own(name))))
 
     def schedule_history(self, name: str, limit: int) -> History:
+        """The newest ``limit`` occurrences, oldest first (fewer when they would pass :data:`PAGE_BYTES`)."""
         self._live_schedule(name)
         tasks = self.client.schedule_history(self._own(name), max(1, min(limit, MAX_PAGE)))
-        return History(occurrences=[self._task(t) for t in tasks])
+        newest_first, _ = self._within_budget(tasks[::-1])
+        return History(occurrences=newest_first[::-1])
 
     def run_schedule_now(self, name: str) -> tuple[TaskOut, bool]:
         """One extra occurrence of the schedule, due now (its next ones are unchanged)."""

@@ -15,6 +15,7 @@ Item layout (one item per task, base key ``task_id``)::
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
     change_token S (the last cancel or reschedule: lets a retried request recognise its own change)
     schedule_id S | schedule_version N (a recurring schedule's occurrence; the "schedule" index lists them)
+    tenant S (a tenant's task, keyed "<tenant>/<id>"; the "tenant" index lists them: punctual.tenancy)
 
 A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (see :func:`schedule_item`); it
 has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
@@ -39,6 +40,7 @@ from ..model import (
     TaskStatus,
     canonical_json,
 )
+from ..tenancy import split
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
@@ -152,6 +154,9 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     if task.schedule_id is not None:
         values["schedule_id"] = task.schedule_id
         values["schedule_version"] = task.schedule_version or 1
+    tenant = split(task.task_id)[0]
+    if tenant is not None:
+        values["tenant"] = tenant  # the tenant index (written once, here: no later write changes it)
     return to_av(values)
 
 

@@ -118,6 +118,13 @@ class ScheduleItems:
     def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
         raise NotImplementedError
 
+    def tenant_keys(self, tenant: str, begins: str | None = None, after: str | None = None,
+                    limit: int | None = None) -> tuple[list[str], str | None]:
+        raise NotImplementedError
+
+    def _batch_items(self, keys: list[str]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
     # -- items ----------------------------------------------------------------------------------------------
     def _index_fields(self, schedule: Schedule, now_ms: int, cleanup: bool = False) -> dict[str, Any] | None:
         """``due_ms`` and ``due_bucket`` of the schedule's item, or None when it stays out of the due index."""
@@ -137,6 +144,9 @@ class ScheduleItems:
         }
         if schedule.next_due_ms is not None:
             values["next_due_ms"] = schedule.next_due_ms
+        tenant = split(schedule.schedule_id)[0]
+        if tenant is not None:
+            values["tenant"] = tenant  # the tenant index
         values.update(self._index_fields(schedule, now_ms) or {})
         return to_av(values)
 
@@ -184,8 +194,14 @@ class ScheduleItems:
         return None if item is None else schedule_of_item(item)
 
     def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
-        """Every schedule, or those whose id starts with ``id_prefix`` (a filtered scan of the table: for admin
-        use). With no prefix every tenant's schedules are listed too."""
+        """Every schedule (a filtered scan of the table: for admin use; every tenant's too), or those whose id
+        starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index."""
+        tenant = split(id_prefix)[0] if id_prefix is not None else None
+        if tenant is not None:
+            keys, _ = self.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
+            for item in self._batch_items(keys):
+                yield schedule_of_item(item)
+            return
         if id_prefix is None:
             condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
         else:
@@ -247,11 +263,12 @@ class ScheduleItems:
                                 limit: int | None = None) -> list[str]:
         """Ids of the schedule's occurrences in due order (from the instant ``from_ms_`` if given), from the
         ``schedule`` index (eventually consistent: a just-created occurrence may be missing for a moment)."""
-        condition = "schedule_id = :s"
-        values: dict[str, Any] = {":s": schedule_id}
-        if from_ms_ is not None:
-            condition += " AND task_id >= :from"
-            values[":from"] = occurrence_id(schedule_id, max(0, from_ms_))
+        # Only ids of its own occurrences ("<schedule id>@<instant>Z"): schedule_id is an attribute, and a client
+        # confined to its own keys (LeadingKeys) could still write another tenant's schedule id into an item.
+        condition = "schedule_id = :s AND task_id BETWEEN :from AND :to"
+        values: dict[str, Any] = {
+            ":s": schedule_id, ":to": f"{schedule_id}@~",  # "~" sorts after every digit of an instant
+            ":from": occurrence_id(schedule_id, max(0, from_ms_)) if from_ms_ is not None else f"{schedule_id}@"}
         ids: list[str] = []
         for page in self._client.get_paginator("query").paginate(
             TableName=self.table_name, IndexName=SCHEDULE_INDEX, KeyConditionExpression=condition,

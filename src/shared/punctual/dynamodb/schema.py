@@ -7,6 +7,7 @@ read the template, from the source checkout they run in (the Lambda layer holds 
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 TABLE_RESOURCE = "TasksTable"
 DUE_INDEX = "due"
 SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
+TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.tenancy)
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -70,12 +72,15 @@ def create_table_kwargs(table_name: str, template_path: str | None = None) -> di
 
 
 def ensure_table(client: Any, table_name: str) -> bool:
-    """Create the table if it does not exist and wait until it is active. Returns True if created."""
+    """Create the table if it does not exist and wait until it is active. Returns True if created. A table made
+    from an older template (a local stack's data kept on disk) gets the indexes it lacks."""
     try:
-        client.describe_table(TableName=table_name)
-        return False
+        existing = client.describe_table(TableName=table_name)["Table"]
     except client.exceptions.ResourceNotFoundException:
-        pass
+        existing = None
+    if existing is not None:
+        _add_missing_indexes(client, table_name, existing)
+        return False
     try:
         client.create_table(**create_table_kwargs(table_name))
     except client.exceptions.ResourceInUseException:
@@ -88,6 +93,26 @@ def ensure_table(client: Any, table_name: str) -> bool:
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
         )
     return True
+
+
+def _add_missing_indexes(client: Any, table_name: str, table: dict[str, Any]) -> None:
+    """Create, one at a time, each index of the template that ``table`` lacks (CloudFormation does this in AWS)."""
+    have = {index["IndexName"] for index in table.get("GlobalSecondaryIndexes", [])}
+    wanted = create_table_kwargs(table_name)
+    for index in wanted.get("GlobalSecondaryIndexes", []):
+        if index["IndexName"] in have:
+            continue
+        names = {key["AttributeName"] for key in index["KeySchema"]}
+        client.update_table(
+            TableName=table_name,
+            AttributeDefinitions=[a for a in wanted["AttributeDefinitions"] if a["AttributeName"] in names],
+            GlobalSecondaryIndexUpdates=[{"Create": index}],
+        )
+        for _ in range(300):
+            indexes = client.describe_table(TableName=table_name)["Table"].get("GlobalSecondaryIndexes", [])
+            if all(i.get("IndexStatus", "ACTIVE") == "ACTIVE" for i in indexes):
+                break
+            time.sleep(0.2)
 
 
 def _find_key(node: Any, key: str) -> list[Any]:

@@ -100,7 +100,7 @@ from .codec import (
 )
 from .reads import register_fast_reads
 from .schedules import SCHEDULE_PREFIX, ScheduleItems, schedule_id_of_key
-from .schema import DUE_INDEX
+from .schema import DUE_INDEX, TENANT_INDEX
 
 log = logging.getLogger(__name__)
 
@@ -466,10 +466,8 @@ class DynamoTaskStore(ScheduleItems):
         return item_to_task(response["Attributes"])
 
     def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None, id_prefix: str | None = None,
-                   after: str | None = None) -> Iterator[Task]:
-        """Tasks filtered by status, due range and id prefix, in the scan's order from after the task ``after``
-        (a filtered scan: for admin use and the API's pages, not the hot path)."""
+                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
         filters: list[str] = []
         values: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -487,16 +485,11 @@ class DynamoTaskStore(ScheduleItems):
             values[":to"] = due_to_ms
         filters.append("attribute_exists(due_ms) AND NOT contains(task_id, :schedule_prefix)")
         values[":schedule_prefix"] = SCHEDULE_PREFIX
-        if id_prefix is not None:
-            filters.append("begins_with(task_id, :id_prefix)")
-            values[":id_prefix"] = id_prefix
         kwargs: dict[str, Any] = {"TableName": self.table_name, "FilterExpression": " AND ".join(filters)}
         if values:
             kwargs["ExpressionAttributeValues"] = to_av(values)
         if names:
             kwargs["ExpressionAttributeNames"] = names
-        if after is not None:
-            kwargs["ExclusiveStartKey"] = {"task_id": {"S": after}}
         count = 0
         for page in self._client.get_paginator("scan").paginate(**kwargs):
             for task in _decoded(page.get("Items", [])):
@@ -504,6 +497,50 @@ class DynamoTaskStore(ScheduleItems):
                 count += 1
                 if limit is not None and count >= limit:
                     return
+
+    def tenant_keys(self, tenant: str, begins: str | None = None, after: str | None = None,
+                    limit: int | None = None) -> tuple[list[str], str | None]:
+        """Ids of ``tenant``'s items (starting with ``begins``, if given) in id order, from after the id
+        ``after``, ``limit`` at most, from the keys-only tenant index (eventually consistent); and the last id
+        read when more may follow (None: the end)."""
+        condition = "tenant = :t" + (" AND begins_with(task_id, :b)" if begins else "")
+        values = {":t": tenant, **({":b": begins} if begins else {})}
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "IndexName": TENANT_INDEX,
+                                  "KeyConditionExpression": condition, "ExpressionAttributeValues": to_av(values)}
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"tenant": {"S": tenant}, "task_id": {"S": after}}
+        ids: list[str] = []
+        while True:
+            if limit is not None:
+                kwargs["Limit"] = limit - len(ids)
+            page = self._client.query(**kwargs)
+            ids.extend(item["task_id"]["S"] for item in page.get("Items", []))
+            more = page.get("LastEvaluatedKey")
+            if not more:
+                return ids, None
+            if limit is not None and len(ids) >= limit:
+                return ids, ids[-1]
+            kwargs["ExclusiveStartKey"] = more
+
+    def _batch_items(self, keys: list[str]) -> list[dict[str, Any]]:
+        """Raw items of ``keys`` that exist, in the order of ``keys`` (strongly consistent)."""
+        found = {item["task_id"]["S"]: item for item in self._batch_get(keys, consistent=True)}
+        return [found[key] for key in keys if key in found]
+
+    def tenant_page(self, tenant: str, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
+                    due_to_ms: int | None = None, limit: int = 100,
+                    after: str | None = None) -> tuple[list[Task], str | None]:
+        """One page of ``tenant``'s tasks, in id order from after the id ``after``: of the next ``limit`` ids in
+        the tenant index, the tasks with one of ``statuses`` due in ``[due_from_ms, due_to_ms)``; and where the
+        next page starts (None: this was the last). A query of the tenant's own index: the page costs what it
+        reads, however large the table."""
+        keys, more = self.tenant_keys(tenant, after=after, limit=limit)
+        wanted = set(statuses or ())
+        tasks = [task for task in _decoded(self._batch_items([k for k in keys if schedule_id_of_key(k) is None]))
+                 if (not wanted or task.status in wanted)
+                 and (due_from_ms is None or task.due_ms >= due_from_ms)
+                 and (due_to_ms is None or task.due_ms < due_to_ms)]
+        return tasks, more
 
     # -- poller side -------------------------------------------------------------------------------------
     def group_shards(self, group: int) -> range:

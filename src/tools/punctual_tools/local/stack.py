@@ -202,8 +202,13 @@ class LocalStack:
         if cfg.api:
             token = secrets.token_urlsafe(32)
             write_token(self.api_token_file, token)
-            self.api = LocalApi(lambda: build_api(settings, make_dynamodb_client(settings)),
-                                {token: LOCAL_TENANT, **cfg.api_tokens}, cfg.api_port).start()
+            try:
+                self.api = LocalApi(lambda: build_api(settings, make_dynamodb_client(settings)),
+                                    {token: LOCAL_TENANT, **cfg.api_tokens}, cfg.api_port).start()
+            except OSError as exc:
+                self.stop()  # DynamoDB Local and the workers are up: nothing is left running
+                raise RuntimeError(f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
+                                   "another stack may hold the port; give another with --api-port (0: any)") from exc
             log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, LOCAL_TENANT, self.api_token_file)
         self._write_state()
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
