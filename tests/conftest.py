@@ -38,13 +38,14 @@ TIER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contrac
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the scenarios marked slow (make faults does; make test leaves them out)")
+                     help="also run the scenarios marked slow (make faults and make slow do; make test does not)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier, taken from the first directory below ``tests/``; without ``--slow``, skip
     the scenarios marked ``slow`` (a minute or more each: ``make faults`` runs them)."""
-    skip_slow = None if config.getoption("--slow") else pytest.mark.skip(reason="slow scenario: make faults runs it")
+    skip_slow = None if config.getoption("--slow") else pytest.mark.skip(
+        reason="slow scenario: make slow runs it (make faults too, for the fault suite's)")
     for item in items:
         if skip_slow is not None and item.get_closest_marker("slow") is not None:
             item.add_marker(skip_slow)

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None,
 
 
 @pytest.mark.timeout(210)
-@pytest.mark.parametrize("via", ["client", "api"])
+# Through the API (make test); straight to the table as well with --slow (make slow): the other e2e tests and
+# the fault suite schedule straight to the table already.
+@pytest.mark.parametrize("via", [pytest.param("client", marks=pytest.mark.slow), "api"])
 def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: Path, via: str) -> None:
     # Given a local stack polling every 2 s (DynamoDB Local in memory, on a free loopback port)
     config = StackConfig(

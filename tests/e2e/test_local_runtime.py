@@ -256,7 +256,8 @@ def _stop_cli(process: subprocess.Popen[str], home: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("via", ["table", "api"])
+# Through the API in make test (the demo of test_500_tasks_... schedules straight to the table); both with --slow.
+@pytest.mark.parametrize("via", [pytest.param("table", marks=pytest.mark.slow), "api"])
 def test_cli_demo_json_reports_every_task_fired_once(tmp_path: Path, via: str) -> None:
     # Given no running stack in a fresh home
     home = tmp_path / "home"

@@ -297,7 +297,7 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("policy", ["skip", "fire_latest"])
+@pytest.mark.parametrize("policy", ["skip", pytest.param("fire_latest", marks=pytest.mark.slow)])
 def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     policy: str, make_settings: Callable[..., Settings], target: TargetServer,
     make_executor: Callable[..., Executor],

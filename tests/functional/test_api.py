@@ -347,3 +347,14 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
         if not token:
             break
     assert sorted(seen) == [f"big-{i:02d}" for i in range(20)]
+
+
+def test_connect_goes_through_the_api_when_its_url_is_set(api: LocalApi, settings: Settings, dynamodb: Any,
+                                                          now_ms: int) -> None:
+    import punctual
+
+    through = punctual.connect(settings.model_copy(update={"api_url": api.url, "api_token": "token-acme"}))
+    assert isinstance(through, ApiClient)
+    through.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="via-connect")
+    assert Client(settings, dynamodb=dynamodb).get("acme/via-connect") is not None
+    assert isinstance(punctual.connect(settings), Client)

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from punctual.dynamodb.schema import DUE_INDEX, SCHEDULE_INDEX, TABLE_RESOURCE, ensure_table, load_template
+from punctual.dynamodb.schema import (
+    DUE_INDEX,
+    SCHEDULE_INDEX,
+    TABLE_RESOURCE,
+    TENANT_INDEX,
+    ensure_table,
+    load_template,
+)
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
 
 
@@ -26,7 +33,7 @@ def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: An
     assert table["TableStatus"] == "ACTIVE"
     assert table["KeySchema"] == template["KeySchema"]
     indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX}
+    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX}
     for name in (DUE_INDEX, SCHEDULE_INDEX):
         template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == name)
         assert indexes[name]["KeySchema"] == template_index["KeySchema"]

@@ -76,8 +76,8 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
     report = build_report(client, plan, on_time(plan))
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
-    assert set(report) == {"run_id", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms", "webhook_drift_ms",
-                           "recurring_drift_ms", "recurring", "checker"}
+    assert set(report) == {"run_id", "via", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms",
+                           "webhook_drift_ms", "recurring_drift_ms", "recurring", "checker"}
     assert report["run_id"] == "r1"
     assert figures(report) == (5, 5, 0, 0, 0, 0)
     assert report["drift_ms"] == {"p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}
@@ -225,7 +225,7 @@ def test_the_human_report_prints_the_verdict_under_the_table() -> None:
 
     # Then the figures come first and the checker's verdict block follows the drift table
     lines = text.splitlines()
-    assert lines[0] == "Punctual demo r1"
+    assert lines[0] == "Punctual demo r1 (scheduled through the table)"
     assert "lost 1" in lines[1]
     verdict_at = next(i for i, line in enumerate(lines) if line.strip().startswith("checker:"))
     assert verdict_at > next(i for i, line in enumerate(lines) if line.strip().startswith("burst"))

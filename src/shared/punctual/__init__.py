@@ -1,6 +1,7 @@
 """Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local."""
 
 from .actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
+from .api_client import ApiClient, ApiError
 from .client import Client, ScheduleResult
 from .errors import (
     InvalidTaskError,
@@ -16,8 +17,19 @@ from .model import Action, Task, TaskStatus
 from .schedules import Schedule, ScheduleState
 from .settings import Settings
 
+
+def connect(settings: Settings | None = None) -> Client | ApiClient:
+    """The client ``settings`` (default: ``PUNCTUAL_*``) point at: through the REST API when ``api_url`` is set
+    (SigV4-signed in AWS, or the local API's ``api_token``), else straight to the table. Both have the same
+    methods and answers."""
+    settings = settings or Settings.from_env()
+    return ApiClient.from_settings(settings) if settings.api_url else Client(settings)
+
+
 __all__ = [
     "Action",
+    "ApiClient",
+    "ApiError",
     "Client",
     "EventBridgeAction",
     "HttpAction",
@@ -39,4 +51,5 @@ __all__ = [
     "TaskNotFoundError",
     "TaskStateError",
     "TaskStatus",
+    "connect",
 ]

@@ -488,7 +488,7 @@ def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
     return heartbeat_read_label(keys)
 
 
-def run_recurring(rate_ms: int, ticks: int = 2, template_path: str | None = None) -> Recurring:
+def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None) -> Recurring:
     """Count what the real poller spends making the occurrences of one ``rate(rate_ms)`` schedule over
     ``ticks`` polls (after the one that first finds it), on moto, and divide by the occurrences it made.
 
