@@ -245,7 +245,7 @@ class PausesAtArm(DynamoTaskStore):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("first", ["pause", "arm"])
+@pytest.mark.parametrize("first", ["pause", pytest.param("arm", marks=pytest.mark.slow)])
 def test_pause_racing_an_arm_has_one_outcome_either_way_round(
     first: str, make_settings: Callable[..., Settings], target: TargetServer,
     make_executor: Callable[..., Executor],
@@ -328,7 +328,13 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     verdict = verdict_of(f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target,
                          downtime=[(hour_ago, restart)])
     assert verdict.ok and not verdict.lost and not verdict.unexplained
-    assert len(verdict.explicitly_missed) == len(stale)
+    # (besides the stale ones, the occurrence due within the grace before the restart is made again at the first
+    # poll, and fires late or is MISSED depending on how fast this machine gets to it: either is an explicit
+    # outcome the verdict accepts; nothing later may be MISSED)
+    missed = {key.rsplit(":", 1)[0] for key in verdict.explicitly_missed}
+    assert set(stale) <= missed
+    edge = [t for t in missed - set(stale) if split_occurrence_id(t)[1] > restart + 3_000]  # type: ignore[index]
+    assert edge == []
     skipped = sorted(split_occurrence_id(key.rsplit(":", 1)[0])[1] for key in verdict.skipped)  # type: ignore[index]
     assert len(skipped) >= 700  # the hour, at one every 5 s, but the few made then and those within the grace
     if policy == "skip":
