@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import builtins
 import json
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
 
-from .client import SCHEDULE_FIELDS, ScheduleResult
+from .client import ScheduleResult, schedule_each, spec_problem
 from .errors import (
     InvalidTaskError,
     PunctualError,
@@ -181,37 +179,21 @@ class ApiClient:
                       on_progress: Callable[[int, int], None] | None = None) -> builtins.list[ScheduleResult]:
         """As :meth:`Client.schedule_many <punctual.client.Client.schedule_many>`: one request a task, ``threads``
         in flight; a result per task, in order."""
-        specs = builtins.list(tasks)
-        done = [0]
-        lock = threading.Lock()
+        return schedule_each(tasks, self._schedule_one, threads, on_progress)
 
-        def one(indexed: tuple[int, Mapping[str, Any]]) -> ScheduleResult:
-            index, spec = indexed
-            task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
-            task_id = task_id if isinstance(task_id, str) else None
-            try:
-                if not isinstance(spec, Mapping) or "due_at" not in spec or "action" not in spec:
-                    raise InvalidTaskError("invalid task: each task needs due_at and action")
-                unknown = sorted(set(spec) - SCHEDULE_FIELDS)
-                if unknown:
-                    raise InvalidTaskError(f"invalid task: unknown field(s) {', '.join(unknown)}")
-                task, created = self._create(**spec)
-                result = ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
-            except InvalidTaskError as exc:
-                result = ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
-            except TaskConflictError as exc:
-                result = ScheduleResult(index, task_id, "conflict", error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
-                result = ScheduleResult(index, task_id, "error", error=f"{type(exc).__name__}: {exc}")
-            if on_progress is not None:
-                with lock:
-                    done[0] += 1
-                    count = done[0]
-                on_progress(count, len(specs))
-            return result
-
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(specs) or 1))) as pool:
-            return builtins.list(pool.map(one, enumerate(specs)))
+    def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
+        task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
+        task_id = task_id if isinstance(task_id, str) else None
+        problem = spec_problem(spec)
+        if problem is not None:
+            return ScheduleResult(index, task_id, "invalid", error=problem)
+        try:
+            task, created = self._create(**spec)
+        except InvalidTaskError as exc:
+            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+        except TaskConflictError as exc:
+            return ScheduleResult(index, task_id, "conflict", error=str(exc))
+        return ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
 
     def get(self, task_id: str) -> Task | None:
         try:

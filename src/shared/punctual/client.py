@@ -126,8 +126,6 @@ class Client:
         """Now, by the client's clock (epoch ms)."""
         return int(self._clock.wall_ms())
 
-    _now_ms = now_ms
-
     def _check_due(self, task: Task, now_ms: int) -> None:
         horizon = now_ms + self.settings.max_horizon_days * 86_400_000
         if task.due_ms > horizon:
@@ -151,7 +149,7 @@ class Client:
         """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
         import uuid
 
-        now_ms = self._now_ms() if now_ms is None else now_ms
+        now_ms = self.now_ms() if now_ms is None else now_ms
         if not isinstance(due_at, datetime):
             raise InvalidTaskError("invalid due_at: must be a datetime", field="due_at")
         if due_at.tzinfo is None or due_at.utcoffset() is None:
@@ -210,7 +208,7 @@ class Client:
         TaskConflictError
             The id exists with other content.
         """
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
                                misfire_policy=misfire_policy, retry=retry, now_ms=now_ms)
         stored, _created = self._store.create(task, now_ms)
@@ -219,7 +217,7 @@ class Client:
     def submit(self, task: Task) -> tuple[Task, bool]:
         """Store a task :meth:`build_task` made; returns the stored task and whether it was created now (False:
         an equal task was already stored). Raises as :meth:`schedule` does."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         self._check_due(task, now_ms)  # it may have been built a while ago
         return self._store.create(task, now_ms)
 
@@ -240,36 +238,14 @@ class Client:
         >>> [r for r in results if not r.ok]                         # doctest: +SKIP
         []
         """
-        specs = list(tasks)
-        total = len(specs)
-        done = [0]
-        lock = threading.Lock()
-
-        def one(indexed: tuple[int, Mapping[str, Any]]) -> ScheduleResult:
-            index, spec = indexed
-            try:
-                result = self._schedule_one(index, spec)
-            except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
-                result = ScheduleResult(index, _task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
-            if on_progress is not None:
-                with lock:
-                    done[0] += 1
-                    count = done[0]
-                on_progress(count, total)
-            return result
-
-        if total <= 1:
-            return [one(item) for item in enumerate(specs)]
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, total)), thread_name_prefix="schedule") as pool:
-            return list(pool.map(one, enumerate(specs)))
+        return schedule_each(tasks, self._schedule_one, threads, on_progress)
 
     def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
         task_id = _task_id_of(spec)
-        unknown = sorted(set(spec) - SCHEDULE_FIELDS) if isinstance(spec, Mapping) else []
-        if not isinstance(spec, Mapping) or unknown or "due_at" not in spec or "action" not in spec:
-            why = (f"unknown field(s) {', '.join(unknown)}" if unknown else "each task needs due_at and action")
-            return ScheduleResult(index, task_id, "invalid", error=f"invalid task: {why}")
-        now_ms = self._now_ms()
+        problem = spec_problem(spec)
+        if problem is not None:
+            return ScheduleResult(index, task_id, "invalid", error=problem)
+        now_ms = self.now_ms()
         try:
             task = self.build_task(spec["due_at"], spec["action"], spec.get("payload"), task_id=spec.get("task_id"),
                                    misfire_grace=spec.get("misfire_grace"),
@@ -293,7 +269,7 @@ class Client:
         with its due-index key and fast-path flag computed for ``now_ms`` (now by default): write it soon."""
         from .dynamodb.store import DynamoTaskStore
 
-        now = self._now_ms() if now_ms is None else now_ms
+        now = self.now_ms() if now_ms is None else now_ms
         store = self._store if isinstance(self._store, DynamoTaskStore) else DynamoTaskStore.from_settings(
             None, self.settings)
         return store.item_of(task, now)
@@ -335,11 +311,11 @@ class Client:
         Race-safe against a concurrent arm: either the cancel wins and the task never fires, or the task
         was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
         """
-        return self._store.cancel(task_id, self._now_ms())
+        return self._store.cancel(task_id, self.now_ms())
 
     def reschedule(self, task_id: str, due_at: datetime) -> Task:
         """Move a task that has not been armed yet to ``due_at``. Race-safe like :meth:`cancel`."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         current = self._store.get(task_id)
         if current is None:
             raise TaskNotFoundError(f"no task {task_id!r}")
@@ -350,12 +326,12 @@ class Client:
 
     def run_now(self, task_id: str) -> Task:
         """Fire a task that has not been armed yet now, instead of at its due time (a reschedule to now)."""
-        return self.reschedule(task_id, from_ms(self._now_ms()))
+        return self.reschedule(task_id, from_ms(self.now_ms()))
 
     def redrive(self, task_id: str) -> Task:
         """Send a FAILED task again: PENDING, due now, attempt 0. Raises TaskNotFoundError, or TaskStateError
         (with the task) when it is not FAILED."""
-        if not self._store.redrive_many([task_id], self._now_ms())[0]:
+        if not self._store.redrive_many([task_id], self.now_ms())[0]:
             current = self._store.get(task_id)
             if current is None:
                 raise TaskNotFoundError(f"no task {task_id!r}")
@@ -433,7 +409,7 @@ class Client:
         >>> client.create_schedule("report", "cron(0 9 ? * MON-FRI *)", {"kind": "log", "message": "report"},
         ...                        timezone="Europe/Paris")              # doctest: +SKIP
         """
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         schedule = self._valid_schedule({
             "schedule_id": schedule_id, "expression": expression, "timezone": timezone, "start_at": start_at,
             "end_at": end_at, "max_occurrences": max_occurrences, "action": action, "payload": payload,
@@ -481,7 +457,7 @@ class Client:
     def pause_schedule(self, schedule_id: str) -> Schedule:
         """Stop making occurrences and cancel those made and not armed yet (an armed one still fires: its
         executor owns it). Pausing a paused schedule changes nothing."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
         if schedule.state is ScheduleState.PAUSED and not schedule.cleanup:
             return schedule
@@ -493,7 +469,7 @@ class Client:
 
     def resume_schedule(self, schedule_id: str) -> Schedule:
         """Make occurrences again from now on (those that fell while paused are not made)."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
         if schedule.state is not ScheduleState.PAUSED:
             if schedule.state is ScheduleState.ACTIVE:
@@ -513,7 +489,7 @@ class Client:
         if "misfire_grace" in changes:
             grace = changes.pop("misfire_grace")
             changes["misfire_grace_ms"] = _grace_ms(grace, self.settings.default_misfire_grace_ms)
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
         self._valid_schedule({**schedule.model_dump(), **changes})
         if schedule.state is ScheduleState.PAUSED:
@@ -542,12 +518,51 @@ class Client:
     def delete_schedule(self, schedule_id: str) -> Schedule:
         """Delete a schedule: no more occurrences; those made and not armed yet are cancelled (an armed one still
         fires). Its history stays listable until the finished occurrences expire."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
         changed = self._store.change_schedule(schedule, {"state": ScheduleState.DELETED, "next_due_ms": None},
                                               now_ms, cleanup=True)
         chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or changed
+
+
+def spec_problem(spec: Any) -> str | None:
+    """Why ``spec`` is not one task of :meth:`Client.schedule_many` (a mapping of its fields, ``due_at`` and
+    ``action`` among them), or None."""
+    unknown = sorted(set(spec) - SCHEDULE_FIELDS) if isinstance(spec, Mapping) else []
+    if not isinstance(spec, Mapping) or unknown or "due_at" not in spec or "action" not in spec:
+        why = f"unknown field(s) {', '.join(unknown)}" if unknown else "each task needs due_at and action"
+        return f"invalid task: {why}"
+    return None
+
+
+def schedule_each(tasks: Iterable[Any], one: Callable[[int, Any], ScheduleResult], threads: int,
+                  on_progress: Callable[[int, int], None] | None) -> list[ScheduleResult]:
+    """``one(index, spec)`` for each of ``tasks``, ``threads`` at a time, a result each in order (an exception is
+    that task's ``"error"``: the others go on); ``on_progress(done, total)`` as each completes. What
+    :meth:`Client.schedule_many` and the API client's run."""
+    specs = list(tasks)
+    total = len(specs)
+    done = [0]
+    lock = threading.Lock()
+
+    def each(indexed: tuple[int, Any]) -> ScheduleResult:
+        index, spec = indexed
+        try:
+            result = one(index, spec)
+        except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
+            result = ScheduleResult(index, _task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
+        if on_progress is not None:
+            with lock:
+                done[0] += 1
+                count = done[0]
+            on_progress(count, total)
+        return result
+
+    if total <= 1:
+        return [each(item) for item in enumerate(specs)]
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, total)), thread_name_prefix="schedule") as pool:
+        return list(pool.map(each, enumerate(specs)))
 
 
 def _task_id_of(spec: Any) -> str | None:
