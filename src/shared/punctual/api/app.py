@@ -70,13 +70,19 @@ class ForbiddenError(Exception):
     """The caller has no tenant."""
 
 
-def _problem(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
-             kind: str | None = None) -> Response[str]:
-    """A problem-details answer; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
+def problem_json(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
+                 kind: str | None = None) -> str:
+    """A problem-details body; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
     state, forbidden), so that a client need not read ``detail``."""
     body = Problem(type=f"/problems/{kind}" if kind else "about:blank", title=HTTPStatus(status).phrase,
                    status=status, detail=detail, field=field, errors=errors)
-    return Response(status_code=status, content_type=PROBLEM, body=body.model_dump_json(exclude_none=True))
+    return body.model_dump_json(exclude_none=True)
+
+
+def _problem(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
+             kind: str | None = None) -> Response[str]:
+    """A problem-details answer (:func:`problem_json`)."""
+    return Response(status_code=status, content_type=PROBLEM, body=problem_json(status, detail, field, errors, kind))
 
 
 def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
@@ -98,10 +104,10 @@ class JsonResolver(APIGatewayRestResolver):
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
         media_type = str(headers.get("content-type") or "").split(";")[0].strip().lower()
         if event.get("body") and media_type and media_type != "application/json":
-            problem = Problem(type="/problems/invalid", title=HTTPStatus(415).phrase, status=415,
-                              detail=f"send the body as application/json, not {media_type[:100]}", field="body")
-            return {"statusCode": 415, "multiValueHeaders": {"Content-Type": [PROBLEM]},
-                    "body": problem.model_dump_json(exclude_none=True), "isBase64Encoded": False}
+            body = problem_json(415, f"send the body as application/json, not {media_type[:100]}", "body",
+                                kind="invalid")
+            return {"statusCode": 415, "multiValueHeaders": {"Content-Type": [PROBLEM]}, "body": body,
+                    "isBase64Encoded": False}
         return super().resolve(event, context)
 
 

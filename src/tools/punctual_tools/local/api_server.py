@@ -10,18 +10,17 @@ same REST proxy event, with the tenant as the authorizer's, and answers what the
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import secrets
 import threading
 import uuid
 from collections.abc import Callable
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from punctual.api.app import PROBLEM, problem_json
 from punctual.priority import lower_current_thread
 
 log = logging.getLogger("punctual_tools.local.api")
@@ -55,8 +54,8 @@ def proxy_event(method: str, target: str, headers: dict[str, str], body: bytes |
 
 
 def problem(status: int, detail: str) -> tuple[int, dict[str, str], bytes]:
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
-    return status, {"Content-Type": "application/problem+json"}, json.dumps(body).encode()
+    """The server's own answer (before the resolver: authentication, size), in the API's problem format."""
+    return status, {"Content-Type": PROBLEM}, problem_json(status, detail).encode()
 
 
 class LocalApi:
