@@ -52,8 +52,7 @@ class DemoPlan:
     @property
     def prefix(self) -> str:
         """What every task id of the plan starts with (in the table and the fire log)."""
-        base = f"demo-{self.run_id}-"
-        return base if self.tenant is None else qualify(self.tenant, base)
+        return demo_prefix(self.run_id, self.tenant)
 
     def name(self, task_id: str) -> str:
         """The id the scheduler is given: the tenant-free one when the plan goes through the API."""
@@ -63,6 +62,12 @@ class DemoPlan:
     def occurrence_ids(self) -> frozenset[str]:
         """The task ids of the recurring schedules' occurrences in the plan."""
         return frozenset(task_id for task_id in self.due_ms if is_occurrence_id(task_id))
+
+
+def demo_prefix(run_id: str, tenant: str | None) -> str:
+    """What the ids of a demo run start with: ``demo-<run>-``, after ``<tenant>/`` when it goes through the API."""
+    base = f"demo-{run_id}-"
+    return base if tenant is None else qualify(tenant, base)
 
 
 def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
@@ -78,7 +83,7 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     scheduled closer to their due time than one poll interval are the stream fast path's job.
     """
     run_id = run_id or uuid.uuid4().hex[:8]
-    prefix = DemoPlan(run_id, {}, frozenset(), 0, 0, tenant=tenant).prefix
+    prefix = demo_prefix(run_id, tenant)
     scheduling_ms = 2_000 + 3 * (tasks + burst + webhooks)
     first = next_tick(now_ms + scheduling_ms, poll_interval_ms) + lead_ms
     span_ms = int(over_s * 1000)
