@@ -41,7 +41,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -60,12 +59,18 @@ from punctual.errors import (
     TaskConflictError,
     TaskStateError,
 )
-from punctual.keys import to_ms
-from punctual.model import Task, TaskStatus
-from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
+from punctual.model import TaskStatus
 from punctual.tenancy import qualify
 from punctual_tools.checker import Verdict
-from punctual_tools.demo import FireLogTail, check_fire_log
+from punctual_tools.loadcheck import (
+    CANCELLED,
+    DUE,
+    UNKNOWN,
+    Expectation,
+    ScheduleExpectation,
+    check_ledgers,
+    due_ms_of,
+)
 from punctual_tools.local.api_server import LOCAL_TENANT
 from punctual_tools.local.stack import read_state
 from punctual_tools.progress import ProgressLine
@@ -142,34 +147,6 @@ def _due_in_lead() -> datetime:
     return datetime.now(UTC) + timedelta(seconds=random.uniform(*LEAD_S))
 
 
-def _due_ms(task: Task) -> int:
-    """The occurrence's own due instant (a retry moves ``due_at`` and keeps the first in ``first_due_at``)."""
-    return to_ms(task.first_due_at) if task.first_due_at is not None else task.due_ms
-
-
-# -- what the calls reported -------------------------------------------------------------------------------------
-DUE, CANCELLED, UNKNOWN = "due", "cancelled", "unknown"
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """What a task should do, as its last call reported: fire at ``due_ms`` (DUE), not fire (CANCELLED), or
-    UNKNOWN (the call's effect is unknown: the table decides)."""
-
-    state: str
-    due_ms: int
-
-
-@dataclass(frozen=True)
-class ScheduleExpectation:
-    """A recurring schedule as the calls reported it: its definition (None: the create's effect is unknown, the
-    table decides) and, once a pause was asked, the instant the call started (occurrences after it need not be
-    made; one made before it was either armed, and fires, or is CANCELLED)."""
-
-    schedule: Schedule | None
-    paused_from_ms: int | None = None
-
-
 class Run:
     """One test run: its task-id prefix and every user's ledgers (tasks and recurring schedules)."""
 
@@ -228,7 +205,7 @@ class SchedulingUser(User):
         the error's copy of the task shows."""
         if exc.task is not None:
             state = CANCELLED if exc.task.status is TaskStatus.CANCELLED else DUE
-            self.ledger[task_id] = Expectation(state, _due_ms(exc.task))
+            self.ledger[task_id] = Expectation(state, due_ms_of(exc.task))
         else:
             self.ledger[task_id] = Expectation(UNKNOWN, self.ledger[task_id].due_ms)
 
@@ -309,45 +286,6 @@ class SchedulingUser(User):
             self.schedules[schedule_id] = before  # it had ended: nothing changed
 
 
-# -- the check, when the test stops --------------------------------------------------------------------------------
-def _resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, int], set[str]]:
-    """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
-    due: dict[str, int] = {}
-    cancelled: set[str] = set()
-    for task_id, expectation in ledger.items():
-        if expectation.state == UNKNOWN:
-            stored = client.get(task_id)
-            if stored is None:
-                continue  # never stored
-            expectation = Expectation(CANCELLED if stored.status is TaskStatus.CANCELLED else DUE, _due_ms(stored))
-        due[task_id] = expectation.due_ms
-        if expectation.state == CANCELLED:
-            cancelled.add(task_id)
-    return due, cancelled
-
-
-def _occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> dict[str, int]:
-    """The plan (task id -> due ms) of the recurring schedules: every instant of each definition up to its end (or
-    to when it was paused), plus any occurrence the schedule made beyond that (armed before the pause: it fires;
-    or CANCELLED: the table says so)."""
-    due: dict[str, int] = {}
-    for schedule_id, expectation in schedules.items():
-        stored = client.get_schedule(schedule_id)
-        if stored is None:
-            continue  # never stored
-        # A pause whose call failed in a way that says nothing took effect leaves the schedule ACTIVE.
-        paused_from = expectation.paused_from_ms if stored.state is ScheduleState.PAUSED else None
-        for at in instants_after(expectation.schedule or stored, 0):  # start to end (every schedule here has one)
-            if paused_from is not None and at > paused_from:
-                break
-            due[occurrence_id(schedule_id, at)] = at
-        for made in client.schedule_history(schedule_id):
-            split = split_occurrence_id(made.task_id)
-            if split is not None:
-                due[made.task_id] = split[1]
-    return due
-
-
 def check_run(run: Run) -> Verdict | None:
     """Wait for the run's expected fires (bounded), then the checker's verdict; None when there is nothing to
     read (no local stack) or nothing was scheduled."""
@@ -361,32 +299,22 @@ def check_run(run: Run) -> Verdict | None:
     if not ledger and not schedules:
         print("load test check skipped: nothing was scheduled", flush=True)
         return None
-    client = Client(_settings())
-    fire_log = Path(state["fire_log"])
-    due, cancelled = _resolve(client, ledger)
-    due.update(_occurrences(client, schedules))
-    to_fire = {task_id for task_id in due if task_id not in cancelled}
-    deadline_ms = max((due[t] for t in to_fire), default=0) + MARGIN_S * 1000
-    progress = ProgressLine(sys.stderr)
+    line = ProgressLine(sys.stderr)
 
-    def show(fired: int, last: bool) -> None:
-        left_s = max((deadline_ms - time.time() * 1000) / 1000, 0.0)
-        line = f"load test check: {fired}/{len(to_fire)} expected tasks fired, waiting at most {left_s:.0f} s more"
+    def show(fired: int, expected: int, left_s: float, last: bool) -> None:
+        text = f"load test check: {fired}/{expected} expected tasks fired, waiting at most {left_s:.0f} s more"
         if last:
-            progress.end(line)
+            line.end(text)
         else:
-            progress.show(line)
+            line.show(text)
 
-    tail = FireLogTail(fire_log, _stored(run.prefix))
     try:
-        tail.wait(to_fire, deadline_ms, progress=show)
-        time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
+        verdict = check_ledgers(Client(_settings()), Path(state["fire_log"]), _stored(run.prefix), ledger, schedules,
+                                margin_s=MARGIN_S, epsilon_ms=EPSILON_MS, progress=show)
     except KeyboardInterrupt:
-        progress.end()
+        line.end()
         print("load test check interrupted: no verdict", flush=True)
         return None
-    verdict = check_fire_log(client, due, list(tail.read()), epsilon_ms=EPSILON_MS,
-                             grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
     print(verdict.format(f"load test {run.run_id} checker"), flush=True)
     return verdict
 

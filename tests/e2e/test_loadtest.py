@@ -70,9 +70,10 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
 
     # Then locust exits 0, and printed the checker's verdict: OK, some tasks expected, none lost, no extra fire
     output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-4000:]
+    shown = f"{run.stdout[-3000:]}\n--- stderr ---\n{run.stderr[-2000:]}"  # the verdict is on stdout
+    assert run.returncode == 0, shown
     verdict = re.search(r"load test \w+ checker: (.*)", run.stdout)
-    assert verdict is not None, output[-4000:]
+    assert verdict is not None, shown
     assert verdict.group(1) == "OK", run.stdout[-4000:]
     expected = int(re.search(r"expected occurrences\s+(\d+)", run.stdout).group(1))  # type: ignore[union-attr]
     assert expected > 0

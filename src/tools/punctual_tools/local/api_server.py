@@ -85,13 +85,17 @@ class LocalApi:
 
             def _answer(self) -> None:
                 status, headers, body = api.handle(self.command, self.path, dict(self.headers.items()), self.rfile)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    log.debug("%s left before its answer", self.address_string())  # what it asked was done
 
             def __getattr__(self, name: str) -> Any:
                 # every method reaches the resolver (which answers a problem for one it does not route), as every

@@ -1,0 +1,117 @@
+"""The load test's ledgers and its check (:mod:`loadtest.locustfile`): what each user's calls reported, and, when
+the test stops, the plan they add up to judged against the stack's fire log by the checker. Apart from locust, so
+that it can be tested without it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from punctual import Client
+from punctual.keys import to_ms
+from punctual.model import Task, TaskStatus
+from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
+
+from .checker import Verdict
+from .demo import FireLogTail, check_fire_log
+
+# -- what the calls reported ------------------------------------------------------------------------------------
+DUE, CANCELLED, UNKNOWN = "due", "cancelled", "unknown"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a task should do, as its last call reported: fire at ``due_ms`` (DUE), not fire (CANCELLED), or
+    UNKNOWN (the call's effect is unknown: the table decides)."""
+
+    state: str
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class ScheduleExpectation:
+    """A recurring schedule as the calls reported it: its definition (None: the create's effect is unknown, the
+    table decides) and, once a pause was asked, the instant the call started (occurrences after it need not be
+    made; one made before it was either armed, and fires, or is CANCELLED)."""
+
+    schedule: Schedule | None
+    paused_from_ms: int | None = None
+
+
+def due_ms_of(task: Task) -> int:
+    """The occurrence's own due instant (a retry moves ``due_at`` and keeps the first in ``first_due_at``)."""
+    return to_ms(task.first_due_at) if task.first_due_at is not None else task.due_ms
+
+
+# -- the check -----------------------------------------------------------------------------------------------------
+def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, int], set[str]]:
+    """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
+    due: dict[str, int] = {}
+    cancelled: set[str] = set()
+    for task_id, expectation in ledger.items():
+        if expectation.state == UNKNOWN:
+            stored = client.get(task_id)
+            if stored is None:
+                continue  # never stored
+            expectation = Expectation(CANCELLED if stored.status is TaskStatus.CANCELLED else DUE, due_ms_of(stored))
+        due[task_id] = expectation.due_ms
+        if expectation.state == CANCELLED:
+            cancelled.add(task_id)
+    return due, cancelled
+
+
+def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> dict[str, int]:
+    """The plan (task id -> due ms) of the recurring schedules: every instant of each definition up to its end (or
+    to when it was paused), plus any occurrence the schedule made beyond that (armed before the pause: it fires;
+    or CANCELLED: the table says so)."""
+    due: dict[str, int] = {}
+    for schedule_id, expectation in schedules.items():
+        stored = client.get_schedule(schedule_id)
+        if stored is None:
+            continue  # never stored
+        # A pause whose call failed in a way that says nothing took effect leaves the schedule ACTIVE.
+        paused_from = expectation.paused_from_ms if stored.state is ScheduleState.PAUSED else None
+        for at in instants_after(expectation.schedule or stored, 0):  # start to end (every schedule here has one)
+            if paused_from is not None and at > paused_from:
+                break
+            due[occurrence_id(schedule_id, at)] = at
+        for made in client.schedule_history(schedule_id):
+            split = split_occurrence_id(made.task_id)
+            if split is not None:
+                due[made.task_id] = split[1]
+    return due
+
+
+
+def check_ledgers(client: Client, fire_log: Path, prefix: str, ledger: dict[str, Expectation],
+                  schedules: dict[str, ScheduleExpectation], *, margin_s: float, epsilon_ms: float,
+                  progress: Callable[[int, int, float, bool], None] | None = None) -> Verdict:
+    """Wait (until every expected task fired, or the last due time + ``margin_s``) for the fires the ledgers
+    expect in ``fire_log`` (ids starting with ``prefix``), then the checker's verdict. ``progress(fired,
+    expected, seconds_left, last)`` after each read of the log."""
+    due, cancelled = resolve(client, ledger)
+    due.update(occurrences(client, schedules))
+    to_fire = {task_id for task_id in due if task_id not in cancelled}
+    deadline_ms = max((due[t] for t in to_fire), default=0) + margin_s * 1000
+
+    def show(fired: int, last: bool) -> None:
+        if progress is not None:
+            progress(fired, len(to_fire), max((deadline_ms - time.time() * 1000) / 1000, 0.0), last)
+
+    tail = FireLogTail(fire_log, prefix)
+    tail.wait(to_fire, deadline_ms, progress=show)
+    # A call its user was stopped in the middle of can land after the first read: the API server finishes a request
+    # whose caller has gone. Read those calls' tasks again, and wait for any that is there now.
+    unread = {task_id: e for task_id, e in ledger.items() if e.state == UNKNOWN and task_id not in due}
+    landed, landed_cancelled = resolve(client, unread)
+    if landed:
+        due.update(landed)
+        cancelled |= landed_cancelled
+        to_fire |= {task_id for task_id in landed if task_id not in landed_cancelled}
+        deadline_ms = max(deadline_ms, max(landed.values()) + margin_s * 1000)
+        tail.wait(to_fire, deadline_ms, progress=show)
+    time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
+    return check_fire_log(client, due, list(tail.read()), epsilon_ms=epsilon_ms,
+                          grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)

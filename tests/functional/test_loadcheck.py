@@ -1,0 +1,81 @@
+"""The load test's check (punctual_tools.loadcheck): the ledgers the users kept, judged against a fire log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from punctual import Client, LogAction
+from punctual.keys import from_ms
+from punctual.model import Task
+from punctual.settings import Settings
+from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, check_ledgers
+from support import FakeClock
+
+PREFIX = "load-run1-"
+
+
+class LandsLate(Client):
+    """A client whose first read of ``late_id`` finds nothing and then stores it: the write of a call its user was
+    stopped in the middle of, which the server finished after the check's first read."""
+
+    def __init__(self, *args: Any, late_id: str, due_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.late_id, self.late_due_ms, self.reads = late_id, due_ms, 0
+
+    def get(self, task_id: str) -> Task | None:
+        found = super().get(task_id)
+        if task_id == self.late_id:
+            self.reads += 1
+            if self.reads == 1:
+                self.schedule(from_ms(self.late_due_ms), LogAction(message="load"), {}, task_id=task_id)
+        return found
+
+
+def fire_log(tmp_path: Path, fires: dict[str, int]) -> Path:
+    path = tmp_path / "fires.jsonl"
+    path.write_text("".join(json.dumps({"task_id": t, "key": f"{t}:0", "fired_ms": at}) + "\n"
+                            for t, at in fires.items()))
+    return path
+
+
+@pytest.fixture
+def client(dynamodb: Any, settings: Settings, now_ms: int) -> LandsLate:
+    return LandsLate(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms), late_id=f"{PREFIX}late",
+                     due_ms=now_ms + 40_000)
+
+
+def test_a_call_that_lands_after_the_first_read_is_expected_not_an_extra_fire(
+    client: LandsLate, tmp_path: Path, now_ms: int
+) -> None:
+    # Given one task a call reported stored, and one whose call was cut off (unknown) that the server stored later
+    due = now_ms + 30_000
+    client.schedule(from_ms(due), LogAction(message="load"), {}, task_id=f"{PREFIX}known")
+    ledger = {f"{PREFIX}known": Expectation(DUE, due), f"{PREFIX}late": Expectation(UNKNOWN, 0)}
+    log = fire_log(tmp_path, {f"{PREFIX}known": due + 3, f"{PREFIX}late": client.late_due_ms + 4})
+
+    # When the check reads the ledgers and the fire log
+    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)
+
+    # Then the late one was read again, found, and expected: both fired once, nothing extra
+    assert client.reads >= 2
+    assert verdict.ok, verdict.format("check")
+    assert (verdict.expected, len(verdict.matched), len(verdict.extra)) == (2, 2, 0)
+
+
+def test_a_fire_no_call_accounts_for_fails_the_check(client: LandsLate, tmp_path: Path, now_ms: int) -> None:
+    # Given a ledger with one task, and a fire log with that task and one of the run's ids nobody scheduled
+    due = now_ms + 30_000
+    client.schedule(from_ms(due), LogAction(message="load"), {}, task_id=f"{PREFIX}known")
+    ledger = {f"{PREFIX}known": Expectation(DUE, due)}
+    log = fire_log(tmp_path, {f"{PREFIX}known": due + 3, f"{PREFIX}stranger": due + 5})
+
+    # When the check runs
+    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)
+
+    # Then the stranger is an extra fire, and the verdict fails
+    assert not verdict.ok
+    assert len(verdict.extra) == 1
