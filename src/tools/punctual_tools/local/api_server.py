@@ -58,6 +58,10 @@ def problem(status: int, detail: str) -> tuple[int, dict[str, str], bytes]:
     return status, {"Content-Type": PROBLEM}, problem_json(status, detail).encode()
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # connections waiting to be accepted (socketserver's default is 5): a client's pool
+
+
 class LocalApi:
     """Serve the resolver ``resolver_factory()`` builds on ``127.0.0.1:port`` (0: any free port). ``tokens`` maps
     bearer tokens to tenants.
@@ -104,7 +108,7 @@ class LocalApi:
                     return self._answer
                 raise AttributeError(name)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = _Server(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -144,8 +148,12 @@ class LocalApi:
                                 "to .punctual/api-token)")
         forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         event = proxy_event(method, target, forwarded, body, tenant)
-        with self._resolving:
-            response = self._resolver.resolve(event, None)
+        try:
+            with self._resolving:
+                response = self._resolver.resolve(event, None)
+        except Exception:  # noqa: BLE001 - the caller gets an answer (API Gateway's would be a 502), the log the cause
+            log.exception("the API failed on %s %s", method, urlsplit(target).path)
+            return problem(500, "the API failed on this request; the local stack's log has the cause")
         out_headers = {k: str(v) for k, v in (response.get("headers") or {}).items()}
         for name, values in (response.get("multiValueHeaders") or {}).items():
             if values:

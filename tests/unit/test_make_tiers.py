@@ -1,0 +1,24 @@
+"""`make test` runs its tiers in two pytest runs (in-process tiers on every core, stack tiers one at a time): every
+folder of tests must be in exactly one of them, or its tests would silently not run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tiers(makefile: str, name: str) -> list[str]:
+    found = re.search(rf"^{name}\s*:=\s*(.*)$", makefile, re.MULTILINE)
+    assert found is not None, f"{name} is not defined in the Makefile"
+    return found.group(1).split()
+
+
+def test_every_test_folder_is_in_exactly_one_of_make_tests_runs() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    parallel, serial = _tiers(makefile, "PARALLEL_TIERS"), _tiers(makefile, "SERIAL_TIERS")
+    folders = sorted(f"tests/{d.name}" for d in (ROOT / "tests").iterdir()
+                     if d.is_dir() and any(d.glob("test_*.py")))
+    assert sorted(parallel + serial) == folders
+    assert "$(PARALLEL_TIERS)" in makefile and "$(SERIAL_TIERS)" in makefile
