@@ -11,8 +11,9 @@ import pytest
 from punctual.actions import LogAction
 from punctual.chain import extend
 from punctual.client import Client
+from punctual.dynamodb.schedules import schedule_key
 from punctual.dynamodb.store import DynamoTaskStore
-from punctual.errors import InvalidTaskError, ScheduleConflictError, ScheduleNotFoundError
+from punctual.errors import InvalidTaskError, ScheduleConflictError, ScheduleNotFoundError, UndecodableItemError
 from punctual.keys import from_ms
 from punctual.model import ArmRequest, FireRecord, TaskStatus
 from punctual.poller import Poller
@@ -357,3 +358,32 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStor
     schedule = client.get_schedule("minutely")
     assert schedule is not None and report.skipped == schedule.skipped_count
     assert schedule.skipped_count == 59 - len(before) - len(late)  # instants 1..59 came before the resume
+
+
+# -- a schedule item that cannot be read -------------------------------------------------------------------------
+def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_others_go_on(
+        client: Client, repo: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings) -> None:
+    # Given two schedules, one of whose items was then written by hand with a definition that is not JSON
+    client.create_schedule("good", "rate(10 seconds)", log_action())
+    client.create_schedule("bad", "rate(10 seconds)", log_action())
+    key = {"task_id": {"S": schedule_key("bad")}}
+    dynamodb.update_item(TableName=settings.table_name, Key=key, UpdateExpression="SET #d = :d",
+                         ExpressionAttributeNames={"#d": "definition"},
+                         ExpressionAttributeValues={":d": {"S": "{not json"}})
+    with pytest.raises(UndecodableItemError):
+        repo.get_schedule("bad")
+
+    # When a poll meets both
+    now = START_MS + 60_000
+    first = poller.poll(now)
+
+    # Then the good one is extended, and the bad one is counted, kept with a detail, and out of the due index
+    assert first.schedules == 2 and first.undecodable == 1
+    assert instants(client, "good")[-1] == now + AHEAD_MS - (now + AHEAD_MS - START_MS) % 10_000
+    item = dynamodb.get_item(TableName=settings.table_name, Key=key, ConsistentRead=True)["Item"]
+    assert "due_bucket" not in item
+    assert "cannot be read: JSONDecodeError" in item["detail"]["S"]
+    # And the next poll meets only the good one; listing shows the good one and skips the bad one
+    second = poller.poll(now + 60_000)
+    assert (second.schedules, second.undecodable) == (1, 0)
+    assert [s.schedule_id for s in client.list_schedules()] == ["good"]

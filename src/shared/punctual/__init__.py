@@ -12,6 +12,7 @@ from .errors import (
     TaskConflictError,
     TaskNotFoundError,
     TaskStateError,
+    UndecodableItemError,
 )
 from .model import Action, Task, TaskStatus
 from .schedules import Schedule, ScheduleState
@@ -51,5 +52,6 @@ __all__ = [
     "TaskNotFoundError",
     "TaskStateError",
     "TaskStatus",
+    "UndecodableItemError",
     "connect",
 ]

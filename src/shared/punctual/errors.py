@@ -50,3 +50,12 @@ class ScheduleConflictError(TaskConflictError):
 
 class ScheduleStateError(TaskStateError):
     """The schedule does not allow the change now (it changed since it was read, or its state forbids it)."""
+
+
+class UndecodableItemError(PunctualError):
+    """A stored item cannot be read as what its key says it is (written by hand, or by a version of Punctual that
+    stores something this one does not know); ``key`` names it. Reading it changed nothing."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key

@@ -57,7 +57,7 @@ class PollReport(DispatchReport):
     queries: int
     candidates: int
     held_back: int = 0  # still PENDING, dispatched by this poller less than redispatch_after_ms ago: not sent again
-    undecodable: int = 0  # items that were not tasks (recorded FAILED)
+    undecodable: int = 0  # items that could not be read: tasks (recorded FAILED), schedules (out of the due index)
     complete: bool = True  # False when the tick ran out of time before it read or dispatched everything
     schedules: int = 0  # recurring schedules found needing their next occurrences
     occurrences_created: int = 0  # ... and the occurrences this tick created for them

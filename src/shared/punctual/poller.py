@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from . import chain
+from .errors import UndecodableItemError
 from .events import BatchEvent, BatchTask, DispatchReport, PollReport
 from .invoker import Invoker
 from .model import Candidate, TaskStatus
@@ -73,7 +74,7 @@ class Poller:
         done = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
         # Schedules after the tasks found: making occurrences (a read and a transaction per 99) never delays a
         # dispatch. Those due within the window go out now (the index may not list them yet).
-        made, created = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
+        made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
         if made:
             more_send, more_held = self._not_sent_lately(made, now_ms)
             more = self.dispatch(more_send, out_of_time, sent_at_ms=now_ms)
@@ -81,7 +82,8 @@ class Poller:
             held_back += more_held
         report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
                             buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
-                            held_back=held_back, undecodable=scan.undecodable, schedules=len(scan.schedules),
+                            held_back=held_back, undecodable=scan.undecodable + unreadable,
+                            schedules=len(scan.schedules),
                             occurrences_created=created,
                             complete=scan.complete and done.undispatched == 0,
                             **done.model_dump())
@@ -89,17 +91,22 @@ class Poller:
         return report
 
     def _extend_schedules(self, schedule_ids: list[str], now_ms: int, end_ms: int,
-                          out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int]:
+                          out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int, int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
-        window), each schedule on its own: one that fails is logged and left for the next tick. The new
-        occurrences due within the window, as candidates to dispatch, and how many occurrences were made."""
+        window), each schedule on its own: one that fails is logged and left for the next tick, and one whose
+        item cannot be read leaves the due index (quarantined). The new occurrences due within the window, as
+        candidates to dispatch, how many occurrences were made, and how many items could not be read."""
         made: list[Candidate] = []
-        created = 0
+        created = unreadable = 0
         for schedule_id in schedule_ids:
             if out_of_time is not None and out_of_time():
                 break
             try:
                 report = chain.extend(self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms)
+            except UndecodableItemError as exc:  # it would fail at every poll: out of the due index, counted
+                unreadable += 1
+                self._store.quarantine_schedule(schedule_id, str(exc), now_ms)
+                continue
             except Exception:  # noqa: BLE001 - one schedule must not stop the poll; the next tick tries again
                 log.exception("schedule %s: making its next occurrences failed", schedule_id)
                 continue
@@ -107,7 +114,7 @@ class Poller:
             made.extend(Candidate(task_id=t.task_id, due_ms=t.due_ms, status=TaskStatus.PENDING, lease_until_ms=None,
                                   misfire_grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
                         for t in report.created if t.due_ms <= end_ms)
-        return made, created
+        return made, created, unreadable
 
     def poll_all_groups(self, now_ms: int, start_group: Callable[[int], None],
                         out_of_time: Callable[[], bool] | None = None) -> list[PollReport]:

@@ -127,6 +127,10 @@ class TaskStore(Protocol):
         """Every schedule, or those whose id starts with ``id_prefix`` (a tenant's: ``"<tenant>/"``)."""
         ...
 
+    def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
+        """Take a schedule item that cannot be read out of the due index, keeping ``detail``; never raises."""
+        ...
+
     def advance_schedule(self, schedule: Schedule, step: Advance, occurrences: list[Task],
                          now_ms: int) -> AdvanceResult:
         """Create ``occurrences`` and move the cursor to ``step.next_due_ms``, atomically, if the schedule is still

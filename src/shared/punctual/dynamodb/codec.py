@@ -220,3 +220,6 @@ def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
                      misfire_grace_ms=_int(item, "misfire_grace_ms") if "misfire_grace_ms" in item else 0,
                      misfire_policy=policy,
                      owner=_text(item, "armed_by") if status is TaskStatus.ARMED and "armed_by" in item else None)
+
+
+DECODE_ERRORS = (KeyError, ValueError, TypeError, ArithmeticError)  # what a malformed item raises when decoded

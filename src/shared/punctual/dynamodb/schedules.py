@@ -27,6 +27,7 @@ The chain's writes, each one conditional (see :meth:`ScheduleItems.advance_sched
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,13 +35,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError
+from ..errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from ..keys import from_ms
 from ..model import Task, TaskStatus, canonical_json
 from ..schedules import Advance, Schedule, ScheduleState, occurrence_id
 from ..tenancy import SEPARATOR, split
-from .codec import from_av, to_av
+from .codec import DECODE_ERRORS, from_av, to_av
 from .schema import SCHEDULE_INDEX
+
+log = logging.getLogger(__name__)
 
 SCHEDULE_PREFIX = "#schedule#"
 _ACTIVE = ScheduleState.ACTIVE.value
@@ -90,7 +93,16 @@ def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None,
 
 
 def schedule_of_item(item: dict[str, Any]) -> Schedule:
-    """The :class:`Schedule` a raw item holds."""
+    """The :class:`Schedule` a raw item holds; UndecodableItemError when it holds none."""
+    try:
+        return _schedule_of_item(item)
+    except DECODE_ERRORS as exc:
+        key = str(item.get("task_id", {}).get("S", "?"))
+        raise UndecodableItemError(f"schedule item {key!r} cannot be read: {type(exc).__name__}: {exc}"[:1000],
+                                   key) from exc
+
+
+def _schedule_of_item(item: dict[str, Any]) -> Schedule:
     v = from_av(item)
     return Schedule.model_validate({
         **json.loads(v["definition"]),
@@ -101,6 +113,16 @@ def schedule_of_item(item: dict[str, Any]) -> Schedule:
         "updated_at": from_ms(int(v["updated_ms"])) if "updated_ms" in v else None,
         "cleanup": bool(v.get("cleanup", 0)),
     })
+
+
+def _readable(items: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> Iterator[Schedule]:
+    """The schedules ``items`` hold; one that cannot be read is logged and left out (a list must not fail on one
+    bad item)."""
+    for item in items:
+        try:
+            yield schedule_of_item(item)
+        except UndecodableItemError as exc:
+            log.warning("%s; left out of the list", exc)
 
 
 class ScheduleItems:
@@ -199,8 +221,7 @@ class ScheduleItems:
         tenant = split(id_prefix)[0] if id_prefix is not None else None
         if tenant is not None:
             keys, _ = self.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
-            for item in self._batch_items(keys):
-                yield schedule_of_item(item)
+            yield from _readable(self._batch_items(keys))
             return
         if id_prefix is None:
             condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
@@ -209,8 +230,29 @@ class ScheduleItems:
         for page in self._client.get_paginator("scan").paginate(
             TableName=self.table_name, FilterExpression=condition, ExpressionAttributeValues=to_av({":prefix": value}),
         ):
-            for item in page.get("Items", []):
-                yield schedule_of_item(item)
+            yield from _readable(page.get("Items", []))
+
+    def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
+        """QUARANTINE: a schedule item that cannot be read leaves the due index (no poll meets it again) and keeps
+        ``detail``; the item is otherwise left as it is, for a person to mend or delete. False when it was not in
+        the index any more. Never raises: a failure is logged, and the next poll meets the item again."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule_id)}},
+                UpdateExpression="SET detail = :detail, quarantined_ms = :now REMOVE due_ms, due_bucket",
+                ConditionExpression="attribute_exists(due_bucket)",
+                ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            log.exception("schedule %s: taking it out of the due index failed", schedule_id)
+            return False
+        except Exception:  # noqa: BLE001 - one bad item must not stop a poll
+            log.exception("schedule %s: taking it out of the due index failed", schedule_id)
+            return False
+        log.error("schedule %s: %s; taken out of the due index (it makes no occurrence until mended)",
+                  schedule_id, detail, extra={"schedule_id": schedule_id})
+        return True
 
     def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *,
                         cleanup: bool) -> Schedule:

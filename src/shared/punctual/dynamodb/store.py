@@ -88,6 +88,7 @@ from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key,
 from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 from ..settings import Settings
 from .codec import (
+    DECODE_ERRORS,
     ITEM_HEADROOM_BYTES,
     MAX_ITEM_BYTES,
     candidate_of_item,
@@ -118,7 +119,6 @@ RECORDABLE = "#st = :armed AND armed_by = :executor"
 CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
 REDRIVABLE = "#st = :failed"
 CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by"
-DECODE_ERRORS = (KeyError, ValueError, TypeError, ArithmeticError)  # what a malformed item raises in the codec
 
 
 class WriteKind(Enum):
