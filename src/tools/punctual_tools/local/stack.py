@@ -294,8 +294,11 @@ class LocalStack:
         while not self._stop.is_set():
             try:
                 self.poll_now()
-            except Exception:  # noqa: BLE001 - a failed poll is retried at the next tick; nothing is lost
-                log.exception("poll failed")
+            except Exception as exc:  # noqa: BLE001 - a failed poll is retried at the next tick; nothing is lost
+                if self._stop.is_set():  # the stack stopped under it (its join timed out): DynamoDB Local is gone
+                    log.info("a poll still running when the stack stopped ended: %s", type(exc).__name__)
+                else:
+                    log.exception("poll failed")
             now = int(time.time() * 1000)
             self._stop.wait((next_tick(now, interval) - now) / 1000)
 
