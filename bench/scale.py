@@ -634,7 +634,9 @@ def main() -> int:
                              "~380 s of wall time for 10k tasks")
     parser.add_argument("--rates", default="100,200,300,500,1000",
                         help="sustained rates to try, in order, stopping at the first that fails (tasks/s)")
-    parser.add_argument("--local-lead", type=int, default=45, help="the local stack's lead (s)")
+    parser.add_argument("--local-lead", type=int, default=Settings().lead_ms // 1000,
+                        help="the local stack's lead (s; default the product's: a burst of N needs about N / the "
+                             "store's arm rate seconds of it)")
     parser.add_argument("--ceiling-items", type=int, default=5_000,
                         help="items written, armed and recorded to measure the store's ceiling")
     parser.add_argument("--rate-seconds", type=float, default=25)
