@@ -298,6 +298,18 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoT
     assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
 
 
+def test_a_deleted_schedules_id_is_refused_even_with_the_same_definition(client: Client) -> None:
+    # Given a schedule that was deleted
+    made = client.create_schedule("gone", "rate(10 seconds)", log_action(), start_at=from_ms(START_MS + 10_000))
+    client.delete_schedule("gone")
+    # When the same id is created again, even with the same definition
+    with pytest.raises(ScheduleConflictError, match="was deleted"):
+        client.create_schedule("gone", made.expression, log_action(), start_at=made.start_at)
+    # Then the deleted one stays as it was: nothing is made for it
+    stored = client.get_schedule("gone")
+    assert stored is not None and stored.state is ScheduleState.DELETED
+
+
 def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
     client.create_schedule("gone", "rate(10 seconds)", log_action())
     deleted = client.delete_schedule("gone")

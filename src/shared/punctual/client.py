@@ -402,7 +402,7 @@ class Client:
         InvalidTaskError
             Bad input (``.field`` names it), or an expression with no occurrence to come; nothing is stored.
         ScheduleConflictError
-            The id exists with another definition.
+            The id exists with another definition, or belonged to a schedule that was deleted.
 
         Examples
         --------

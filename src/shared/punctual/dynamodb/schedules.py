@@ -204,6 +204,10 @@ class ScheduleItems:
         if existing is None:
             raise ScheduleStateError(f"schedule {schedule.schedule_id!r}: its first occurrences could not be "
                                      f"created ({', '.join(codes)}); nothing was stored")
+        if existing.state is ScheduleState.DELETED:
+            raise ScheduleConflictError(
+                f"schedule {schedule.schedule_id!r} was deleted, and a deleted schedule's id cannot be used again "
+                f"(its occurrences' ids would meet the old ones'): choose another id", existing=existing)
         if existing.definition() == schedule.definition():
             return existing, False
         raise ScheduleConflictError(f"schedule {schedule.schedule_id!r} already exists with another definition",
