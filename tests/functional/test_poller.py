@@ -351,3 +351,45 @@ def test_cancelled_and_finished_tasks_are_not_dispatched(
     report = poller.poll(now_ms)
     assert report.candidates == 1
     assert invoker.task_ids == [kept.task_id]
+
+
+class ReadsNoted(DynamoTaskStore):
+    """The store, noting each read of the due index in ``log`` (shared with the invoker below)."""
+
+    log: list[str]
+
+    def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> Any:
+        self.log.append(f"read {bucket_ms}")
+        return super().query_index(bucket_ms, shard, until_ms)
+
+
+class InvokesNoted(RecordingInvoker):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def invoke_async(self, payload: dict[str, Any]) -> None:
+        self.log.append("invoke " + ",".join(t["task_id"] for t in payload["tasks"]))
+        super().invoke_async(payload)
+
+
+def test_a_poll_dispatches_each_read_of_the_index_before_it_makes_the_next(
+    dynamodb: Any, settings: Settings, tasks: Any, now_ms: int
+) -> None:
+    # Given a task due now and one at the window's end, in two buckets, which a poll reads one bucket at a time
+    narrow = settings.model_copy(update={"db_threads": 1})
+    log: list[str] = []
+    store = ReadsNoted.from_settings(dynamodb, narrow)
+    store.log = log
+    factory = type(tasks)(store)
+    first = factory.create(now_ms, "first").task_id
+    later = factory.create(now_ms + settings.lead_ms, "later").task_id
+    later_bucket = bucket_start(now_ms + settings.lead_ms)
+    assert later_bucket > bucket_start(now_ms)
+
+    # When the poller polls
+    report = Poller(store, InvokesNoted(log), narrow, poller_id="p-stream").poll(now_ms)
+
+    # Then the first was sent right after the read that found it, before the later bucket was read at all
+    assert report.dispatched == 2
+    assert log.index(f"invoke {first}") < log.index(f"read {later_bucket}") < log.index(f"invoke {later}"), log

@@ -2,8 +2,9 @@
 
 Each tick asks the store for every armable task due up to ``now + lead``, overdue ones included however old
 (scheduled rules can be ~119 s apart and index writes lag: how the store keeps that promise is its business,
-see :meth:`punctual.store.TaskStore.find_due`), cuts them into batches in due order and invokes one executor
-per batch, the invocations in parallel. The per-task conditional write (ARM) happens in the executors, in
+see :meth:`punctual.store.TaskStore.find_due`); as each part of that comes back, it cuts it into batches in due
+order and invokes one executor per batch, the invocations in parallel, before the store reads the next part.
+The per-task conditional write (ARM) happens in the executors, in
 parallel: two pollers at one instant, a duplicate async delivery, the fast path racing a poll all dispatch the
 same task, and all but one executor lose at ARM. A tick stops dispatching when ``out_of_time()`` says so (its
 Lambda's remaining time): what it did not dispatch is still PENDING, and the next tick finds it.
@@ -69,17 +70,24 @@ class Poller:
         armable task of the group due up to ``now + lead`` (overdue included), then :meth:`dispatch`; both
         stop early once ``out_of_time()`` is true."""
         end_ms = now_ms + self._settings.lead_ms
-        scan = self._store.find_due(now_ms, end_ms, out_of_time, group)
-        to_send, held_back = self._not_sent_lately(scan.candidates, now_ms)
-        done = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
+        done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
+        held_back = 0
+
+        def send(candidates: list[Candidate]) -> None:
+            nonlocal done, held_back
+            to_send, held = self._not_sent_lately(candidates, now_ms)
+            more = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
+            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
+            held_back += held
+
+        # Each read of the index is dispatched before the next one is made: the first batches do not wait for
+        # the whole window to be read.
+        scan = self._store.find_due(now_ms, end_ms, out_of_time, group, on_found=send)
         # Schedules after the tasks found: making occurrences (a read and a transaction per 99) never delays a
         # dispatch. Those due within the window go out now (the index may not list them yet).
         made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
         if made:
-            more_send, more_held = self._not_sent_lately(made, now_ms)
-            more = self.dispatch(more_send, out_of_time, sent_at_ms=now_ms)
-            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
-            held_back += more_held
+            send(made)
         report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
                             buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
                             held_back=held_back, undecodable=scan.undecodable + unreadable,

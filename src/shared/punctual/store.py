@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .model import Armed, ArmRequest, DueScan, FireRecord, Task, TaskStatus
+from .model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 
 if TYPE_CHECKING:
     from .dynamodb.schedules import AdvanceResult
@@ -81,11 +81,12 @@ class TaskStore(Protocol):
 
     # -- poller and fast path ----------------------------------------------------------------------------
     def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
-                 group: int = 0) -> DueScan:
+                 group: int = 0, on_found: Callable[[list[Candidate]], None] | None = None) -> DueScan:
         """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once, among
         poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
         and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
-        is found by the next call."""
+        is found by the next call. ``on_found(part)`` is handed each part of the result as soon as it is known
+        (each task in one part), before the rest is read."""
         ...
 
     # -- executor ----------------------------------------------------------------------------------------

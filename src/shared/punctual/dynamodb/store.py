@@ -551,14 +551,16 @@ class DynamoTaskStore(ScheduleItems):
         return range(group * size, (group + 1) * size)
 
     def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
-                 group: int = 0) -> DueScan:
+                 group: int = 0, on_found: Callable[[list[Candidate]], None] | None = None) -> DueScan:
         """Every armable task due at or before ``until_ms``, overdue included (see "Finding due work" in the
         module docstring), in poll group ``group``'s shards (every shard when there is one group): the due
         index from the group's watermark to ``until_ms``, each of its shards of every minute bucket, oldest
-        bucket first, read in parallel; then status, lease and owner of each task found, from the base table,
-        and the heartbeats of the owners of ARMED ones. The group's watermark moves forward to the oldest
-        bucket in which an active task was seen, never closer to now than ``overdue_safety_ms``, and never
-        past a bucket it did not read (when ``out_of_time()`` stopped it)."""
+        bucket first, read in parallel a few buckets at a time; after each read, the status, lease and owner of
+        each task it found, from the base table, and the heartbeats of the owners of ARMED ones, and
+        ``on_found(armable)`` with that read's armable tasks (so the caller can dispatch them before the next
+        read). The group's watermark moves forward to the oldest bucket in which an active task was seen, never
+        closer to now than ``overdue_safety_ms``, and never past a bucket it did not read (when
+        ``out_of_time()`` stopped it)."""
         shards = self.group_shards(group)
         safety_bucket = bucket_start(now_ms - self.overdue_safety_ms)
         watermark = self.get_watermark(group)
@@ -568,7 +570,10 @@ class DynamoTaskStore(ScheduleItems):
         buckets = buckets_between(watermark, until_ms)
         found_in: list[int] = []  # buckets in which an active task was seen
         first_unread: list[int] = []  # the first bucket not read, when time ran out
-        entries: list[IndexEntry] = []
+        seen: set[str] = set()
+        armable: list[Candidate] = []
+        schedules: list[str] = []
+        undecodable = 0
         step = max(1, self._db_threads // len(shards))  # buckets read at once: one query per shard each
         for start in range(0, len(buckets), step):
             if out_of_time is not None and out_of_time():
@@ -576,22 +581,30 @@ class DynamoTaskStore(ScheduleItems):
                 break
             queries = [(b, shard) for b in buckets[start : start + step] for shard in shards]
             pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
+            task_ids: list[str] = []
             for (bucket, _), page in zip(queries, pages, strict=True):
                 if page:
                     found_in.append(bucket)
-                    entries.extend(page)
+                    # The index may briefly list a rescheduled task under its old and new key: each task is read
+                    # once, from the base table, which also says whether it is still armable.
+                    for entry in page:
+                        if entry.task_id not in seen:
+                            seen.add(entry.task_id)
+                            task_ids.append(entry.task_id)
+            schedule_of = {t: schedule_id_of_key(t) for t in task_ids}
+            schedules.extend(s for s in schedule_of.values() if s is not None)
+            found, bad = self._candidates([t for t in task_ids if schedule_of[t] is None], now_ms)
+            undecodable += bad
+            found = [c for c in found if c.due_ms <= until_ms]
+            owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner},
+                                  consistent=False)
+            ready = [c for c in found if _armable(c, now_ms, owners)]
+            armable.extend(ready)
+            if ready and on_found is not None:
+                on_found(ready)
+        # Safe whatever the caller did with what it was handed meanwhile: every active task seen is in a bucket at
+        # or after the new watermark (a finished one needs no finding), and what was not read is after it too.
         new_watermark = min([safety_bucket, *found_in, *first_unread])
-        # The index may briefly list a rescheduled task under its old and new key: read each task once, from
-        # the base table, which also says whether it is still armable.
-        task_ids = list(dict.fromkeys(e.task_id for e in entries))
-        schedule_of = {t: schedule_id_of_key(t) for t in task_ids}
-        schedules = [s for s in schedule_of.values() if s is not None]
-        found, undecodable = self._candidates([t for t in task_ids if schedule_of[t] is None], now_ms)
-        found = [c for c in found if c.due_ms <= until_ms]
-        owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner}, consistent=False)
-        armable = [c for c in found if _armable(c, now_ms, owners)]
-        # Safe before the caller dispatches: a task seen here stays active (and its bucket stays at or after
-        # the new watermark) until it finishes.
         self.advance_watermark(new_watermark, group)
         return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
                        queries=len(buckets) * len(shards),
