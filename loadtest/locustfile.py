@@ -61,7 +61,7 @@ from punctual.errors import (
 )
 from punctual.model import TaskStatus
 from punctual.tenancy import qualify
-from punctual_tools.checker import Verdict
+from punctual_tools.checker import Verdict, occurrence_due_ms
 from punctual_tools.loadcheck import (
     CANCELLED,
     DUE,
@@ -69,7 +69,6 @@ from punctual_tools.loadcheck import (
     Expectation,
     ScheduleExpectation,
     check_ledgers,
-    due_ms_of,
 )
 from punctual_tools.local.api_server import LOCAL_TENANT
 from punctual_tools.local.stack import read_state
@@ -205,7 +204,7 @@ class SchedulingUser(User):
         the error's copy of the task shows."""
         if exc.task is not None:
             state = CANCELLED if exc.task.status is TaskStatus.CANCELLED else DUE
-            self.ledger[task_id] = Expectation(state, due_ms_of(exc.task))
+            self.ledger[task_id] = Expectation(state, occurrence_due_ms(exc.task))
         else:
             self.ledger[task_id] = Expectation(UNKNOWN, self.ledger[task_id].due_ms)
 

@@ -266,10 +266,10 @@ def fires_from_fire_log(entries: Iterable[Mapping[str, Any]]) -> list[Fire]:
     return [Fire(str(e.get("key") or f"{e.get('task_id')}:0"), float(e["fired_ms"])) for e in entries]
 
 
-def _first_due_ms(task: Any) -> float:
+def occurrence_due_ms(task: Any) -> int:
     """The occurrence's own due instant: a retry moves ``due_at`` and keeps the original in ``first_due_at``."""
     first = getattr(task, "first_due_at", None)
-    return float(to_ms(first)) if first is not None else float(task.due_ms)
+    return to_ms(first) if first is not None else int(task.due_ms)
 
 
 def expected_from_tasks(tasks: Iterable[Any]) -> list[Expected]:
@@ -277,8 +277,9 @@ def expected_from_tasks(tasks: Iterable[Any]) -> list[Expected]:
     outcome, their grace and misfire policy are checked; drift is measured from the occurrence's first due
     instant, before any retry moved it)."""
     return [
-        Expected(t.task_id, t.occurrence, _first_due_ms(t), str(t.status.value) if t.status is not None else None,
-                 t.misfire_grace_ms, getattr(t, "misfire_policy", "skip") == "fire_late")
+        Expected(t.task_id, t.occurrence, float(occurrence_due_ms(t)),
+                 str(t.status.value) if t.status is not None else None, t.misfire_grace_ms,
+                 getattr(t, "misfire_policy", "skip") == "fire_late")
         for t in tasks
     ]
 

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from punctual import Client
-from punctual.keys import to_ms
-from punctual.model import Task, TaskStatus
+from punctual.model import TaskStatus
 from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
 
-from .checker import Verdict
+from .checker import Verdict, occurrence_due_ms
 from .demo import FireLogTail, check_fire_log
 
 # -- what the calls reported ------------------------------------------------------------------------------------
@@ -40,11 +39,6 @@ class ScheduleExpectation:
     paused_from_ms: int | None = None
 
 
-def due_ms_of(task: Task) -> int:
-    """The occurrence's own due instant (a retry moves ``due_at`` and keeps the first in ``first_due_at``)."""
-    return to_ms(task.first_due_at) if task.first_due_at is not None else task.due_ms
-
-
 # -- the check -----------------------------------------------------------------------------------------------------
 def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, int], set[str]]:
     """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
@@ -55,7 +49,8 @@ def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, i
             stored = client.get(task_id)
             if stored is None:
                 continue  # never stored
-            expectation = Expectation(CANCELLED if stored.status is TaskStatus.CANCELLED else DUE, due_ms_of(stored))
+            state = CANCELLED if stored.status is TaskStatus.CANCELLED else DUE
+            expectation = Expectation(state, occurrence_due_ms(stored))
         due[task_id] = expectation.due_ms
         if expectation.state == CANCELLED:
             cancelled.add(task_id)

@@ -246,13 +246,11 @@ class ScheduleItems:
                 UpdateExpression="SET detail = :detail, quarantined_ms = :now REMOVE due_ms, due_bucket",
                 ConditionExpression="attribute_exists(due_bucket)",
                 ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            log.exception("schedule %s: taking it out of the due index failed", schedule_id)
-            return False
-        except Exception:  # noqa: BLE001 - one bad item must not stop a poll
-            log.exception("schedule %s: taking it out of the due index failed", schedule_id)
+        except Exception as exc:  # noqa: BLE001 - one bad item must not stop a poll
+            lost = isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == \
+                "ConditionalCheckFailedException"
+            if not lost:
+                log.exception("schedule %s: taking it out of the due index failed", schedule_id)
             return False
         log.error("schedule %s: %s; taken out of the due index (it makes no occurrence until mended)",
                   schedule_id, detail, extra={"schedule_id": schedule_id})
