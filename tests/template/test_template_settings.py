@@ -4,6 +4,7 @@ pyproject.toml."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from typing import Any
@@ -13,6 +14,7 @@ from template_tools import ROOT
 
 from punctual import metrics
 from punctual.settings import ENV_PREFIX, Settings
+from punctual.tenancy import TenantMap
 from punctual_tools.settings import LocalSettings
 
 FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunction")
@@ -72,19 +74,97 @@ def test_the_api_function_gets_the_tenant_map_and_the_client_checks(sam_template
     for name in ("PUNCTUAL_EXECUTOR_FUNCTION", "PUNCTUAL_DEAD_LETTER_QUEUE_URL", "PUNCTUAL_API_URL",
                  "PUNCTUAL_API_TOKEN"):
         assert name not in api, name
-    assert "PUNCTUAL_TENANT_MAP" not in _environment(sam_template, "ExecutorFunction")
 
 
-@pytest.mark.parametrize("value", ["default", '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", '
-                                   '"arn:aws:iam::123456789012:user/ci": "globex"}'])
+def test_the_executor_checks_tasks_against_the_api_tenant_map(sam_template: dict[str, Any]) -> None:
+    # Given each function's merged environment  Then the executor gets the same tenant map as the API function
+    # (it checks a tenant's task against its tenant's entry when it fires); the poller and the fast path, which
+    # only hand tasks over, do not (the map would take most of their 4 KB, and a bad one stop their cold starts)
+    for function in ("ApiFunction", "ExecutorFunction"):
+        assert _environment(sam_template, function)["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}, function
+    for function in ("PollerFunction", "FastPathFunction"):
+        assert "PUNCTUAL_TENANT_MAP" not in _environment(sam_template, function), function
+
+
+SHORT_TENANT_MAP = ('{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", '
+                    '"arn:aws:iam::123456789012:user/ci": "globex"}')
+# The full form: principals, each tenant's own targets, target ARNs and quotas, and default quotas.
+FULL_TENANT_MAP = json.dumps({
+    "principals": {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme",
+                   "arn:aws:iam::123456789012:user/ci": "globex"},
+    "tenants": {
+        "acme": {"targets": ["hooks.acme.example:443"],
+                 "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-jobs"],
+                 "quotas": {"active_tasks": 50000}},
+        "globex": {"targets": ["10.0.0.0/24"]},
+    },
+    "quotas": {"active_tasks": 10000},
+})
+
+
+def _full_form_is_read() -> bool:
+    """Whether :class:`punctual.tenancy.TenantMap` reads the full form yet (the short form it always has)."""
+    try:
+        TenantMap.parse('{"principals": {}, "tenants": {}}')
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", ["default", SHORT_TENANT_MAP, FULL_TENANT_MAP])
 def test_the_tenant_map_parameter_is_a_valid_setting(sam_template: dict[str, Any], value: str) -> None:
-    # Given TenantMap's default, or a map of role and user ARNs  Then Settings accepts it (a bad map would fail
-    # every cold start of the API function); its length limit keeps it within Lambda's 4 KB of variables
+    # Given TenantMap's default, or a map in either form  Then Settings accepts it (a bad map would fail every
+    # cold start of the API function and the executor) and its length limit admits it
+    if value == FULL_TENANT_MAP and not _full_form_is_read():
+        pytest.skip("punctual.tenancy.TenantMap does not read the full form yet")
     parameter = sam_template["Parameters"]["TenantMap"]
     text = parameter["Default"] if value == "default" else value
-    assert len(text) <= parameter["MaxLength"] < 4096
+    assert len(text) <= parameter["MaxLength"]
     settings = Settings.from_env({"PUNCTUAL_TENANT_MAP": text})
     assert settings.tenant_map == text
+
+
+def test_the_tenant_map_parameter_describes_both_forms(sam_template: dict[str, Any]) -> None:
+    # Given TenantMap's description (what `sam deploy --guided` and the console show)  Then it names both forms
+    # and every function that gets the map
+    description = " ".join(sam_template["Parameters"]["TenantMap"]["Description"].split())
+    for part in ('{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}', '"principals"', '"tenants"',
+                 '"targets"', '"target_arns"', '"quotas"', "API function", "executor", "4 KB"):
+        assert part in description, part
+
+
+# The longest value each Ref may take, where no parameter limit says it: a table name (DynamoDB allows 255
+# characters), a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name of 80 at most>), a region.
+LONGEST_REF = {"TasksTable": 255, "TaskDeadLetterQueue": 8 + 4 + 14 + 15 + 13 + 80, "AWS::Region": 14}
+LAMBDA_ENVIRONMENT_BYTES = 4096
+ALLOWLIST_BUDGET = 200  # what at least remains for AllowedTargets and ActionTargetArns, which have no limit
+
+
+def _longest(sam_template: dict[str, Any], value: Any) -> int:
+    """The longest a variable's value can be: a literal's length, a parameter's MaxLength, the longest of its
+    AllowedValues or the digits of its MaxValue, or :data:`LONGEST_REF`."""
+    if not isinstance(value, dict):
+        return len(str(value))
+    name = value["Ref"]
+    parameter = sam_template["Parameters"].get(name)
+    if parameter is None:
+        return LONGEST_REF[name]
+    if "MaxLength" in parameter:
+        return int(parameter["MaxLength"])
+    if "AllowedValues" in parameter:
+        return max(len(str(v)) for v in parameter["AllowedValues"])
+    return len(str(parameter["MaxValue"]))
+
+
+@pytest.mark.parametrize("function", ["ApiFunction", "ExecutorFunction"])
+def test_the_tenant_map_fits_the_environment(sam_template: dict[str, Any], function: str) -> None:
+    # Given a function that gets the tenant map, every variable at its longest (JSON quoting included) and the
+    # allowlists left out  Then TenantMap's MaxLength leaves room for them within Lambda's 4 KB of variables
+    env = _environment(sam_template, function)
+    assert env["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}
+    allowlists = {"PUNCTUAL_ALLOWED_TARGETS", "PUNCTUAL_ALLOWED_TARGET_ARNS"}
+    size = sum(len(name) + _longest(sam_template, value) + 6 for name, value in env.items() if name not in allowlists)
+    assert size + ALLOWLIST_BUDGET <= LAMBDA_ENVIRONMENT_BYTES, size
 
 
 def test_the_poll_interval_setting_is_the_poller_schedule(sam_template: dict[str, Any]) -> None:
