@@ -354,23 +354,104 @@ def test_every_api_method_requires_a_sigv4_signature(sam_resources: dict[str, An
     # make every caller need lambda:InvokeFunction on the function)
     for path, verb, method in methods:
         assert "credentials" not in method["x-amazon-apigateway-integration"], (path, verb)
-    (permission,) = [p["Properties"] for p in _of_type(cfn_resources, "AWS::Lambda::Permission").values()
-                     if p["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}]
-    assert permission["Principal"] == "apigateway.amazonaws.com"
-    source, variables = permission["SourceArn"]["Fn::Sub"]
-    assert source.endswith("${__ApiId__}/${__Stage__}/*/v1/*") and variables["__ApiId__"] == {"Ref": "Api"}
+    # (one permission a method, each for this API and stage only, and for a path under /v1)
+    permissions = [p["Properties"] for p in _of_type(cfn_resources, "AWS::Lambda::Permission").values()
+                   if p["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}]
+    assert len(permissions) == len(methods)
+    for permission in permissions:
+        assert permission["Principal"] == "apigateway.amazonaws.com"
+        source, variables = permission["SourceArn"]["Fn::Sub"]
+        assert "${__ApiId__}/${__Stage__}/" in source and variables["__ApiId__"] == {"Ref": "Api"}
+        assert source.split("${__ApiId__}/${__Stage__}/")[1].split("/", 1)[1].startswith("v1/")
 
 
-def test_the_api_hands_every_v1_route_to_the_function(cfn_resources: dict[str, Any]) -> None:
-    # Given the API's definition and the committed openapi.json  Then one catch-all under /v1 (any method) is
-    # proxied to ApiFunction, and every route of the API lies under it
-    methods = _methods(_rest_api(cfn_resources))
-    assert [(path, verb) for path, verb, _ in methods] == [("/v1/{proxy+}", "x-amazon-apigateway-any-method")]
-    integration = methods[0][2]["x-amazon-apigateway-integration"]
-    assert integration["type"] == "aws_proxy"
-    assert "${ApiFunction.Arn}" in sub_text(integration["uri"])
-    routes = json.loads((ROOT / "openapi.json").read_text(encoding="utf-8"))["paths"]
-    assert routes and all(route.startswith("/v1/") for route in routes)
+def _routes() -> set[tuple[str, str]]:
+    """``(path, verb)`` of every route of the committed openapi.json, the verb upper-case."""
+    paths = json.loads((ROOT / "openapi.json").read_text(encoding="utf-8"))["paths"]
+    return {(path, verb.upper()) for path, item in paths.items() for verb in item if verb in HTTP_METHODS}
+
+
+def _api_methods(cfn_resources: dict[str, Any]) -> set[tuple[str, str]]:
+    """``(resource path, verb)`` of every method of the API, ``ANY`` for API Gateway's any-method."""
+    return {(path, "ANY" if verb == "x-amazon-apigateway-any-method" else verb.upper())
+            for path, verb, _ in _methods(_rest_api(cfn_resources))}
+
+
+def test_each_route_is_a_method_of_the_api_and_the_rest_falls_to_a_catch_all(
+        cfn_resources: dict[str, Any]) -> None:
+    # Given the API's definition and the committed openapi.json  Then each route of openapi.json is a method of
+    # its own (what a stage's method setting can name), one catch-all under /v1 (any method) takes any other
+    # path, and every method is proxied to ApiFunction
+    routes = _routes()
+    assert routes and all(path.startswith("/v1/") for path, _ in routes)
+    assert _api_methods(cfn_resources) == routes | {("/v1/{proxy+}", "ANY")}
+    for path, verb, method in _methods(_rest_api(cfn_resources)):
+        integration = method["x-amazon-apigateway-integration"]
+        assert integration["type"] == "aws_proxy", (path, verb)
+        assert "${ApiFunction.Arn}" in sub_text(integration["uri"]), (path, verb)
+
+
+# -- REST API throttling ---------------------------------------------------------------------------------------
+# The writes that cost most, throttled tighter than the stage's default: a task, a schedule with its first
+# occurrences, and a change of a schedule (which may cancel occurrences).
+COSTLY_WRITES = {("/v1/tasks", "POST"), ("/v1/schedules", "POST"), ("/v1/schedules/{schedule_id}", "PATCH")}
+DEFAULT_THROTTLE = {"ThrottlingRateLimit": {"Ref": "ApiRateLimit"}, "ThrottlingBurstLimit": {"Ref": "ApiBurstLimit"}}
+WRITE_THROTTLE = {"ThrottlingRateLimit": {"Ref": "ApiWriteRateLimit"},
+                  "ThrottlingBurstLimit": {"Ref": "ApiWriteBurstLimit"}}
+
+
+def _method_settings(cfn_resources: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stage's method settings by ``(resource path, verb)``. A setting writes ``/`` and then the path with each
+    ``/`` as ``~1`` (``~`` as ``~0``): ``/~1v1~1tasks`` is ``/v1/tasks``; the default for every method is ``/*``,
+    here ``("*", "*")``."""
+    (stage,) = [s["Properties"] for s in _of_type(cfn_resources, "AWS::ApiGateway::Stage").values()]
+    settings = {}
+    for setting in stage["MethodSettings"]:
+        written = setting["ResourcePath"]
+        assert written.startswith("/"), written
+        path = written[1:].replace("~1", "/").replace("~0", "~")
+        settings[(path, setting["HttpMethod"])] = {k: v for k, v in setting.items() if k.startswith("Throttling")}
+    assert len(settings) == len(stage["MethodSettings"]), "two settings for one method"
+    return settings
+
+
+def _throttle_of(settings: dict[tuple[str, str], dict[str, Any]], path: str, verb: str) -> dict[str, Any]:
+    """The throttle a method gets: its own setting, else the stage's default for every method."""
+    return settings.get((path, verb)) or settings[("*", "*")]
+
+
+def test_every_route_of_the_api_is_throttled(cfn_resources: dict[str, Any]) -> None:
+    # Given the stage's method settings  Then a default covers every method (ApiRateLimit / ApiBurstLimit), so
+    # every route of openapi.json and the catch-all fall under a rate and a burst, and the costly writes under
+    # the tighter write limits
+    settings = _method_settings(cfn_resources)
+    assert settings[("*", "*")] == DEFAULT_THROTTLE
+    for path, verb in _routes() | {("/v1/{proxy+}", "ANY")}:
+        expected = WRITE_THROTTLE if (path, verb) in COSTLY_WRITES else DEFAULT_THROTTLE
+        assert _throttle_of(settings, path, verb) == expected, (path, verb)
+
+
+def test_each_route_throttle_names_a_method_of_the_api(cfn_resources: dict[str, Any]) -> None:
+    # Given the stage's method settings other than the default  Then each names a route of openapi.json that is a
+    # method of the API (a setting naming a path the API answers through its catch-all would throttle nothing)
+    own = set(_method_settings(cfn_resources)) - {("*", "*")}
+    assert own == COSTLY_WRITES
+    assert own <= _routes() & _api_methods(cfn_resources)
+
+
+def test_the_throttle_parameters_make_writes_the_tighter(sam_template: dict[str, Any]) -> None:
+    # Given the four throttle parameters  Then their defaults make the costly writes tighter than the default,
+    # every burst at least its rate, and no value exceeds API Gateway's default account quotas (10,000 requests
+    # per second, a burst of 5,000 in a region), above which a stage's setting would change nothing
+    params = sam_template["Parameters"]
+    rate, burst = params["ApiRateLimit"], params["ApiBurstLimit"]
+    write_rate, write_burst = params["ApiWriteRateLimit"], params["ApiWriteBurstLimit"]
+    assert write_rate["Default"] < rate["Default"] and write_burst["Default"] < burst["Default"]
+    assert burst["Default"] >= rate["Default"] and write_burst["Default"] >= write_rate["Default"]
+    for parameter in (rate, write_rate):
+        assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 10_000)
+    for parameter in (burst, write_burst):
+        assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 5_000)
 
 
 def test_the_api_has_one_traced_stage_and_its_url_is_an_output(cfn_template: dict[str, Any],
