@@ -153,6 +153,46 @@ def grants(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return pairs
 
 
+def string_like(pattern: str, value: str) -> bool:
+    """IAM's ``StringLike``: case-sensitive, ``*`` any run of characters (empty, or holding ``/``), ``?`` one
+    character; nothing else is special (``fnmatch`` would also read ``[...]`` as a set)."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None
+
+
+def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, list[str]],
+                     parameters: Mapping[str, str]) -> bool:
+    """Every operator of ``condition`` holds for ``context`` (multivalued keys; a key absent is an empty set).
+    Knows ``ForAllValues:StringLike`` (true for an empty set) and ``ForAnyValue:StringLike`` (false for one)."""
+    for operator, keys in condition.items():
+        for key, patterns in keys.items():
+            wanted = [substitute_parameters(sub_text(p), parameters) if isinstance(p, dict) else p
+                      for p in as_list(patterns)]
+            matches = [any(string_like(p, value) for p in wanted) for value in context.get(key, [])]
+            if operator == "ForAllValues:StringLike":
+                holds = all(matches)
+            elif operator == "ForAnyValue:StringLike":
+                holds = any(matches)
+            else:
+                raise NotImplementedError(operator)
+            if not holds:
+                return False
+    return True
+
+
+def decide(statements: list[dict[str, Any]], action: str, resource: str, context: Mapping[str, list[str]],
+           parameters: Mapping[str, str] | None = None) -> str:
+    """What IAM answers for ``action`` on ``resource`` (as :func:`resource_ref` spells it) under one identity's
+    ``statements``: an explicit Deny wins, then an Allow, else the implicit deny. Actions and resources are
+    compared exactly (the template writes no wildcard in either); conditions as :func:`_condition_holds`."""
+    applicable = [s["Effect"] for s in statements
+                  if action in as_list(s["Action"]) and resource in {resource_ref(r) for r in as_list(s["Resource"])}
+                  and _condition_holds(s.get("Condition", {}), context, parameters or {})]
+    if "Deny" in applicable:
+        return "ExplicitlyDenied"
+    return "Allowed" if "Allow" in applicable else "ImplicitlyDenied"
+
+
 # -- Fn::Sub -----------------------------------------------------------------------------------------------
 SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
 
@@ -166,3 +206,8 @@ def sub_text(node: Any) -> str:
 def substitute(text: str, placeholder: str = "0") -> str:
     """``text`` with every ``${...}`` replaced by ``placeholder`` (a bare number inside JSON is then 0)."""
     return SUB_VARIABLE.sub(placeholder, text)
+
+
+def substitute_parameters(text: str, parameters: Mapping[str, str]) -> str:
+    """``text`` with each ``${Name}`` replaced by ``parameters[Name]`` (a name not given is an error)."""
+    return SUB_VARIABLE.sub(lambda m: parameters[m.group(1)], text)

@@ -10,10 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from template_tools import ROOT, as_list, evaluate_condition, grants, resource_ref, role_statements, sub_text
+from template_tools import (
+    ROOT,
+    as_list,
+    decide,
+    evaluate_condition,
+    grants,
+    resource_ref,
+    role_statements,
+    string_like,
+    sub_text,
+)
 
 from punctual import tenancy
+from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
 from punctual.executor import MAX_ACTION_TIMEOUT_MS
+from punctual.schedules import occurrence_id
 
 FUNCTIONS = {"PollerFunction": "src/poller/", "ExecutorFunction": "src/executor/", "FastPathFunction": "src/fastpath/",
              "ApiFunction": "src/api/"}
@@ -532,16 +544,70 @@ def test_the_direct_client_role_is_confined_to_its_tenant(sam_template: dict[str
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert (trust["Effect"], trust["Action"]) == ("Allow", "sts:AssumeRole")
     assert sub_text(trust["Principal"]["AWS"]) == "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"
-    # ... it may only read and put items, each statement on keys that start with "<tenant>/"
+    # ... it may only read and put items, each Allow on keys that start with "<tenant>/"
     statements = role_statements(role)
     assert grants(statements) == {(action, TABLE) for action in (
         "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")}
-    for statement in statements:
+    for statement in (s for s in statements if s["Effect"] == "Allow"):
         keys = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
         assert [sub_text(k) for k in keys] == ["${TenantDirectRoleTenant}/*"]
         assert set(statement["Condition"]) == {"ForAllValues:StringLike"}
     # ... and never UpdateItem, Scan or Query (with ForAllValues, a request naming no key passes the condition)
     assert not {a for a, _ in grants(statements)} & {"dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:Query"}
+
+
+SCHEDULE_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+
+
+def test_the_direct_client_role_is_denied_every_write_of_a_schedule(cfn_resources: dict[str, Any]) -> None:
+    # Given the direct client role's statements  Then one Deny names every item write on the table, on any key
+    # that holds "#schedule#" (ForAnyValue: one such key among those a request names is enough), and no read
+    (deny,) = [s for s in role_statements(cfn_resources["TenantDirectClientRole"]) if s["Effect"] == "Deny"]
+    assert set(as_list(deny["Action"])) == SCHEDULE_WRITES
+    assert [resource_ref(r) for r in as_list(deny["Resource"])] == [TABLE]
+    assert deny["Condition"] == {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["*#schedule#*"]}}
+
+
+# What IAM answers the direct client of tenant "acme" (the keys a request names: its dynamodb:LeadingKeys).
+ACME_SCHEDULE = schedule_key(tenancy.qualify("acme", "daily"))  # acme/#schedule#daily
+DIRECT_CLIENT_DECISIONS = [
+    ("dynamodb:PutItem", ["acme/invoice-1"], "Allowed"),
+    ("dynamodb:PutItem", [occurrence_id(tenancy.qualify("acme", "daily"), 1_767_225_600_000)], "Allowed"),
+    ("dynamodb:PutItem", [ACME_SCHEDULE], "ExplicitlyDenied"),
+    ("dynamodb:PutItem", ["acme/x#schedule#y"], "ExplicitlyDenied"),  # a schedule's key to the store, too
+    ("dynamodb:PutItem", ["#schedule#daily"], "ExplicitlyDenied"),
+    ("dynamodb:PutItem", ["globex/invoice-1"], "ImplicitlyDenied"),
+    ("dynamodb:PutItem", ["acme/#SCHEDULE#daily"], "Allowed"),  # no schedule: the store's marker is lower-case
+    ("dynamodb:UpdateItem", ["acme/invoice-1"], "ImplicitlyDenied"),
+    ("dynamodb:UpdateItem", [ACME_SCHEDULE], "ExplicitlyDenied"),
+    ("dynamodb:DeleteItem", [ACME_SCHEDULE], "ExplicitlyDenied"),
+    ("dynamodb:BatchWriteItem", ["acme/invoice-1", ACME_SCHEDULE], "ExplicitlyDenied"),
+    ("dynamodb:GetItem", [ACME_SCHEDULE], "Allowed"),
+    ("dynamodb:BatchGetItem", [ACME_SCHEDULE, "acme/invoice-1"], "Allowed"),
+    ("dynamodb:BatchGetItem", [ACME_SCHEDULE, "globex/invoice-1"], "ImplicitlyDenied"),
+    ("dynamodb:ConditionCheckItem", [ACME_SCHEDULE], "Allowed"),
+]
+
+
+@pytest.mark.parametrize(("action", "keys", "decision"), DIRECT_CLIENT_DECISIONS)
+def test_the_direct_client_reads_its_schedules_but_never_writes_one(cfn_resources: dict[str, Any], action: str,
+                                                                     keys: list[str], decision: str) -> None:
+    # Given the direct client role of tenant "acme"  When it calls action on the table naming keys  Then IAM
+    # answers decision: its own tasks and occurrences it may put, a schedule's item (or another tenant's) never
+    statements = role_statements(cfn_resources["TenantDirectClientRole"])
+    context = {"dynamodb:LeadingKeys": keys}
+    assert decide(statements, action, TABLE, context, {"TenantDirectRoleTenant": "acme"}) == decision
+
+
+@pytest.mark.parametrize("key", ["acme/#schedule#daily", "acme/x#schedule#y", "#schedule#daily", "acme/invoice-1",
+                                 "acme/daily@20260101T000000.000Z", "acme/#schedule", "acme/schedule#x",
+                                 "acme/##schedule##x", "acme/#Schedule#x"])
+def test_the_deny_matches_exactly_the_keys_the_store_takes_for_schedules(cfn_resources: dict[str, Any],
+                                                                          key: str) -> None:
+    # Given a key  Then the Deny's pattern matches it exactly when the store reads it as a schedule's key
+    (deny,) = [s for s in role_statements(cfn_resources["TenantDirectClientRole"]) if s["Effect"] == "Deny"]
+    (pattern,) = deny["Condition"]["ForAnyValue:StringLike"]["dynamodb:LeadingKeys"]
+    assert string_like(pattern, key) is (schedule_id_of_key(key) is not None)
 
 
 @pytest.mark.parametrize("name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "x" * 41, "ac/me", "ac*"])
