@@ -7,7 +7,6 @@ Loopback is reachable only because each test's rules allowlist 127.0.0.1, as the
 from __future__ import annotations
 
 import base64
-import os
 import socket
 import threading
 import time
@@ -167,7 +166,7 @@ def _wait_for(predicate: Any, timeout_s: float = 30.0) -> bool:
 
 
 def _warm(env: ActionEnv, url: str, count: int, fire_in_s: float = 0.0) -> int:
-    engine = _engine(env)
+    engine = _engine(env, env.rules)
     return int(env.fire_loop.submit(engine.warm(engine.target(url), count, fire_in_s)).result(timeout=60))
 
 
@@ -176,7 +175,7 @@ def test_a_burst_finds_its_connections_opened_before_it_is_due(server: HostileSe
     # than the warm-up's lead, so the warm-up starts at once)
     action = HttpAction(url=server.url("/ok"))
     assert WARM_MIN_S < 0.5 < WARM_LEAD_S
-    assert prepare_actions([(action, 0.5)] * 20, env) == 1  # one run of fires to one host: one warm-up
+    assert prepare_actions([(action, 0.5, "t")] * 20, env) == 1  # one run of fires to one host: one warm-up
     # When the warm-up has opened its connections, before anything is sent
     assert _wait_for(lambda: server.state.connections == 20)
     assert server.requests() == []
@@ -192,9 +191,9 @@ def test_a_burst_finds_its_connections_opened_before_it_is_due(server: HostileSe
 
 def test_fires_due_soon_or_refused_get_no_warm_up(server: HostileServer, env: ActionEnv) -> None:
     # Given webhooks due sooner than the warm-up's minimum, one to a target the rules refuse, and one due later
-    soon = [(HttpAction(url=server.url("/ok")), WARM_MIN_S / 2)] * 5
-    refused = [(HttpAction(url="https://10.0.0.1/hook"), 5.0)]
-    later = [(HttpAction(url=server.url("/later")), 0.5)]
+    soon = [(HttpAction(url=server.url("/ok")), WARM_MIN_S / 2, "t")] * 5
+    refused = [(HttpAction(url="https://10.0.0.1/hook"), 5.0, "t")]
+    later = [(HttpAction(url=server.url("/later")), 0.5, "t")]
     # When the batch is prepared  Then only the later one is warmed (the others connect, or report the
     # refusal, themselves), and the refused one did not keep it from being prepared
     assert prepare_actions(soon + refused + later, env) == 1
@@ -351,9 +350,13 @@ def test_a_target_refused_by_the_executors_rules_does_not_fire(server: HostileSe
     assert server.requests() == []
 
 
-def test_the_engine_is_one_per_process(env: ActionEnv) -> None:
-    assert isinstance(_engine(env), HttpEngine) and _engine(env) is _engine(env)
-    assert os.environ.get("HTTP_PROXY") is None or True  # the session ignores proxy variables (trust_env=False)
+def test_the_engine_is_one_per_process_and_tenant(env: ActionEnv) -> None:
+    # Given the deployment's rules and two tenants'
+    acme, beta = env.rules.for_tenant("acme"), env.rules.for_tenant("beta")
+    # Then each has one engine for the process, and no two share one (nor its connections and addresses)
+    assert isinstance(_engine(env, env.rules), HttpEngine) and _engine(env, env.rules) is _engine(env, env.rules)
+    assert _engine(env, acme) is _engine(env, env.rules.of("acme/x"))
+    assert len({id(_engine(env, rules)) for rules in (env.rules, acme, beta)}) == 3
 
 
 def _readme_receiver() -> str:

@@ -532,12 +532,12 @@ def test_from_settings_parses_names_wildcards_ips_and_cidrs() -> None:
     policy = TargetPolicy.from_settings("host1, 10.0.0.0/8, 127.0.0.1, ::1, *.internal.example.com")
     # Then each entry lands where it belongs
     assert policy.allowlist == Allowlist(
-        names=frozenset({"host1"}),
-        suffixes=(".internal.example.com",),
+        names=frozenset({("host1", None)}),
+        suffixes=((".internal.example.com", None),),
         networks=(
-            ipaddress.ip_network("10.0.0.0/8"),
-            ipaddress.ip_network("127.0.0.1/32"),
-            ipaddress.ip_network("::1/128"),
+            (ipaddress.ip_network("10.0.0.0/8"), None),
+            (ipaddress.ip_network("127.0.0.1/32"), None),
+            (ipaddress.ip_network("::1/128"), None),
         ),
     )
     assert policy.allow_plain_http is False
@@ -553,8 +553,9 @@ def test_from_settings_takes_an_iterable_of_entries() -> None:
     # Given entries as a list (one of them itself comma-separated)
     policy = TargetPolicy.from_settings(["localhost", "127.0.0.1, ::ffff:10.0.0.0/104"], allow_plain_http=True)
     # Then all are parsed, the IPv4-mapped CIDR as IPv4
-    assert policy.allowlist.names == frozenset({"localhost"})
-    assert policy.allowlist.networks == (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("10.0.0.0/8"))
+    assert policy.allowlist.names == frozenset({("localhost", None)})
+    assert policy.allowlist.networks == ((ipaddress.ip_network("127.0.0.1/32"), None),
+                                         (ipaddress.ip_network("10.0.0.0/8"), None))
     assert policy.allow_plain_http
 
 
@@ -569,7 +570,7 @@ def test_from_settings_takes_an_iterable_of_entries() -> None:
         "foo*.example",
         "exa mple.com",
         "http://x",
-        "host:8080",
+        "host:0",
         "1.2.3.4.5",
         "4294967296",
         "[::1",
@@ -742,3 +743,39 @@ def test_the_verdict_on_a_literal_is_the_address_problem(value: int) -> None:
         with pytest.raises(TargetRefusedError) as refused:
             DEFAULT.check_url(f"https://{value}/")
         assert f"({problem})" in str(refused.value)
+
+
+# --- ports in the allowlist --------------------------------------------------------------------------------------
+
+
+def test_an_entry_with_a_port_opens_that_port_only() -> None:
+    # Given loopback allowed on port 9000 only, a name on 8443 and a network on every port
+    policy = TargetPolicy.from_settings("127.0.0.1:9000, [::1]:9000, hooks.internal:8443, 10.0.0.0/8")
+    # Then the allowed port passes, in every spelling of the address
+    assert policy.check_url("http://127.0.0.1:9000/hook").allowlisted
+    assert policy.check_url("http://0x7f.1:9000/hook").allowlisted
+    assert policy.check_url("http://[::1]:9000/").allowlisted
+    assert policy.check_url("https://hooks.internal:8443/").allowlisted
+    assert policy.check_url("http://10.1.2.3:5/").allowlisted
+    # And another port of the same host is refused (DynamoDB Local's, the API's, the scheme's default)
+    for url in ("http://127.0.0.1:8000/", "http://127.0.0.1/", "http://[::1]:8766/"):
+        with pytest.raises(TargetRefusedError, match="not a public address"):
+            policy.check_url(url)
+    assert not policy.check_url("https://hooks.internal/").allowlisted
+    # And a name's resolved addresses are judged on the target's port
+    target = policy.check_url("https://hooks.internal:8443/")
+    assert policy.check_addresses(target, ["10.9.9.9"]) == ["10.9.9.9"]
+    other = TargetPolicy.from_settings("hooks.internal:8443").check_url("https://hooks.internal:9443/")
+    with pytest.raises(TargetRefusedError, match="non-public"):
+        TargetPolicy.from_settings("hooks.internal:8443").check_addresses(other, ["127.0.0.1"])
+    # And "every port?" is answered by portless entries only
+    assert not policy.is_allowed_address(IPV4("127.0.0.1"))
+    assert policy.is_allowed_address(IPV4("127.0.0.1"), port=9000)
+    assert policy.is_allowed_address(IPV4("10.0.0.1"))
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:0", "127.0.0.1:65536", "host:x", "[::1", "[::1]x", "[::1]:",
+                                   "*.corp:99999"])
+def test_a_bad_port_in_an_entry_is_refused(entry: str) -> None:
+    with pytest.raises(ValueError, match="bad allowlist entry"):
+        TargetPolicy.from_settings(entry)

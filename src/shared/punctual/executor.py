@@ -163,7 +163,8 @@ class Executor:
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
         # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
-        prepare_actions([(entry.task.action, (entry.due_ms - wall) / 1000.0) for entry in armed], self._actions)
+        prepare_actions([(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed],
+                        self._actions)
         with self._stop_lock:
             self._current = dispatcher
             if self._stopping.is_set():

@@ -26,7 +26,7 @@ from pydantic import (
 
 from .keys import from_ms, to_ms
 from .retry import RetryPolicy
-from .tenancy import TENANT
+from .tenancy import TENANT, check_tenant_part, is_tenant, split
 
 # A task's own id, or a schedule's occurrence: "<schedule id>@<yyyymmddThhmmss.fffZ>" (punctual.schedules);
 # either may start with its tenant, "<tenant>/" (punctual.tenancy). The *_NAME patterns are the tenant-free ids
@@ -196,8 +196,8 @@ class Task(ActionAndPayload):
     created_at: AwareDatetime | None = None
     fired_at: AwareDatetime | None = None
     finished_at: AwareDatetime | None = None
-    drift_ms: float | None = None
-    drift_corrected_ms: float | None = None
+    drift_ms: float | None = Field(None, allow_inf_nan=False)
+    drift_corrected_ms: float | None = Field(None, allow_inf_nan=False)
     detail: str | None = None
     late: bool = False
     retry: RetryPolicy | None = None
@@ -209,6 +209,11 @@ class Task(ActionAndPayload):
     @classmethod
     def _utc_ms(cls, value: datetime | None) -> datetime | None:
         return utc_to_ms(value)
+
+    @field_validator("task_id")
+    @classmethod
+    def _tenant_name(cls, value: str) -> str:
+        return check_tenant_part(value)
 
     @property
     def due_ms(self) -> int:
@@ -239,7 +244,7 @@ class Task(ActionAndPayload):
 
 
 def is_valid_task_id(task_id: str) -> bool:
-    return _TASK_ID_RE.fullmatch(task_id) is not None
+    return _TASK_ID_RE.fullmatch(task_id) is not None and is_tenant(split(task_id)[0] or "0")
 
 
 # -- what the store hands the services, and what they hand back ------------------------------------------------

@@ -12,7 +12,8 @@ that is an IP address in any spelling a resolver accepts (``2130706433``, ``0x7f
 judged as that address; a host whose last label is numeric but which is no valid IPv4 address (``1.2.3.4.5``,
 ``4294967296``) is refused, because resolvers disagree about it. ``localhost`` names and cloud metadata names are
 refused; other names (``.internal`` too) are judged by what they resolve to. Only publicly routable addresses pass,
-unless the allowlist (``PUNCTUAL_ALLOWED_TARGETS``: host names, ``*.suffix`` wildcards, IPs and CIDRs) opens them.
+unless the allowlist (``PUNCTUAL_ALLOWED_TARGETS``, or a tenant's own: host names, ``*.suffix`` wildcards, IPs and
+CIDRs, each with an optional port) opens them.
 IPv6 forms that embed an IPv4 address are judged by it (IPv4-mapped, NAT64 64:ff9b::/96); the deprecated ones
 (IPv4-compatible, 6to4, Teredo) and local-use NAT64 (64:ff9b:1::/48) are refused outright.
 """
@@ -140,11 +141,12 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Allowlist:
-    """Parsed allowlist entries: exact names, ``*.suffix`` wildcards (kept as ``.suffix``) and networks."""
+    """Parsed allowlist entries: exact names, ``*.suffix`` wildcards (kept as ``.suffix``) and networks, each with
+    the one port it opens (None: every port)."""
 
-    names: frozenset[str] = frozenset()
-    suffixes: tuple[str, ...] = ()
-    networks: tuple[IPNetwork, ...] = ()
+    names: frozenset[tuple[str, int | None]] = frozenset()
+    suffixes: tuple[tuple[str, int | None], ...] = ()
+    networks: tuple[tuple[IPNetwork, int | None], ...] = ()
 
     @classmethod
     def parse(cls, entries: str | Iterable[str]) -> Allowlist:
@@ -153,7 +155,9 @@ class Allowlist:
         Parameters
         ----------
         entries
-            For example ``"hooks.example.com, *.corp.example, 127.0.0.1, ::1, 10.0.0.0/8"``.
+            For example ``"hooks.example.com, *.corp.example:8443, 127.0.0.1:9000, [::1]:9000, 10.0.0.0/8"``.
+            An entry with ``:port`` (an IPv6 address or network in brackets then) opens that port only; one
+            without opens every port of the host.
 
         Returns
         -------
@@ -164,39 +168,68 @@ class Allowlist:
         Raises
         ------
         ValueError
-            Naming the first bad entry: a malformed name or CIDR, host bits set in a CIDR, a wildcard other
-            than a leading ``*.``, a port or scheme, a numeric name that is no IPv4 address.
+            Naming the first bad entry: a malformed name, CIDR or port, host bits set in a CIDR, a wildcard other
+            than a leading ``*.``, a scheme, a numeric name that is no IPv4 address.
         """
         items = [entries] if isinstance(entries, str) else list(entries)
-        names: set[str] = set()
-        suffixes: list[str] = []
-        networks: list[IPNetwork] = []
+        names: set[tuple[str, int | None]] = set()
+        suffixes: list[tuple[str, int | None]] = []
+        networks: list[tuple[IPNetwork, int | None]] = []
         for item in items:
             for raw in item.split(","):
                 entry = raw.strip()
                 if not entry:
                     continue
                 try:
-                    parsed = _parse_entry(entry)
+                    host, port = _entry_port(entry)
+                    parsed = _parse_entry(host)
                 except ValueError as exc:
                     raise ValueError(f"bad allowlist entry {entry!r}: {exc}") from None
                 if not isinstance(parsed, str):
-                    networks.append(parsed)
+                    networks.append((parsed, port))
                 elif parsed.startswith("."):
-                    suffixes.append(parsed)
+                    suffixes.append((parsed, port))
                 else:
-                    names.add(parsed)
+                    names.add((parsed, port))
         return cls(frozenset(names), tuple(dict.fromkeys(suffixes)), tuple(dict.fromkeys(networks)))
 
-    def matches_name(self, host: str) -> bool:
-        """Whether the host name is an allowlisted name or a subdomain of an allowlisted ``*.suffix``."""
+    def matches_name(self, host: str, port: int | None = None) -> bool:
+        """Whether the host name is an allowlisted name or a subdomain of an allowlisted ``*.suffix``, on ``port``
+        (None: on every port, so only by an entry without one)."""
         name = _loose_name(host)
-        return name in self.names or any(name.endswith(suffix) for suffix in self.suffixes)
+        return (any(_opens(opened, port) for entry, opened in self.names if entry == name)
+                or any(name.endswith(suffix) and _opens(opened, port) for suffix, opened in self.suffixes))
 
-    def matches_address(self, address: IPAddress) -> bool:
-        """Whether the address (IPv4-mapped IPv6 counts as its IPv4 form) lies in an allowlisted network."""
+    def matches_address(self, address: IPAddress, port: int | None = None) -> bool:
+        """Whether the address (IPv4-mapped IPv6 counts as its IPv4 form) lies in an allowlisted network, on
+        ``port`` (None: on every port)."""
         judged = _unmap(address)
-        return any(judged in network for network in self.networks)
+        return any(judged in network and _opens(opened, port) for network, opened in self.networks)
+
+
+def _opens(opened: int | None, port: int | None) -> bool:
+    """Whether an entry opening ``opened`` (None: every port) allows ``port`` (None: every port)."""
+    return opened is None or opened == port
+
+
+def _entry_port(entry: str) -> tuple[str, int | None]:
+    """An allowlist entry split into its host part and its port (None when it names none): ``host:port``,
+    ``[v6]:port`` or ``[v6/len]``; an unbracketed IPv6 address or network has no port."""
+    if entry.startswith("["):
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError("an IPv6 entry in brackets is [address] or [address]:port")
+        return host, _entry_port_number(rest[1:]) if rest else None
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        return host, _entry_port_number(port)
+    return entry, None
+
+
+def _entry_port_number(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError("a port is a number from 1 to 65535")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +246,9 @@ class TargetPolicy:
         Parameters
         ----------
         allowed_targets
-            ``PUNCTUAL_ALLOWED_TARGETS``: comma-separated host names, ``*.suffix`` wildcards, IPs and CIDRs, e.g.
-            ``"hooks.example.com, *.corp.example, 10.0.0.0/8, 127.0.0.1, ::1"``; empty means no exceptions.
+            ``PUNCTUAL_ALLOWED_TARGETS``: comma-separated host names, ``*.suffix`` wildcards, IPs and CIDRs, each
+            with an optional ``:port``, e.g. ``"hooks.example.com, *.corp.example, 10.0.0.0/8:443, 127.0.0.1:9000,
+            [::1]:9000"``; empty means no exceptions.
         allow_plain_http
             Whether ``http://`` is allowed for every target (it always is for allowlisted ones).
 
@@ -281,7 +315,7 @@ class TargetPolicy:
 
         origin = _format_origin(scheme, host, port)
         if literal is not None:
-            allowlisted = self.allowlist.matches_address(literal)
+            allowlisted = self.allowlist.matches_address(literal, port)
             problem = None if allowlisted else public_address_problem(literal)
             if problem is not None:
                 written = host_raw.lower()
@@ -290,7 +324,7 @@ class TargetPolicy:
                 spelled = f" (written {as_written})" if written != shown and host_raw.isprintable() else ""
                 raise TargetRefusedError(f"{origin}{spelled}: not a public address ({problem})")
         else:
-            allowlisted = self.allowlist.matches_name(host)
+            allowlisted = self.allowlist.matches_name(host, port)
             if not allowlisted and (host in _LOOPBACK_NAMES or host.endswith(".localhost")):
                 raise TargetRefusedError(f"{origin}: localhost names resolve to loopback")
             if not allowlisted and host in _METADATA_NAMES:
@@ -337,7 +371,7 @@ class TargetPolicy:
                     f"{target.origin}: the host resolved to something that is not an IP address"
                 ) from None
             judged = _unmap(resolved)
-            if not self.is_allowed_address(judged, host=target.host):
+            if not self.is_allowed_address(judged, host=target.host, port=target.port):
                 problem = public_address_problem(judged)
                 raise TargetRefusedError(f"{target.origin}: the host resolves to a non-public address ({problem})")
             normalised = str(judged) if judged.version == 4 else str(resolved)
@@ -345,8 +379,8 @@ class TargetPolicy:
                 allowed.append(normalised)
         return allowed
 
-    def is_allowed_address(self, address: IPAddress, host: str | None = None) -> bool:
-        """Whether ``address`` may be connected to (for the name ``host``, when given).
+    def is_allowed_address(self, address: IPAddress, host: str | None = None, port: int | None = None) -> bool:
+        """Whether ``address`` may be connected to (for the name ``host``, when given) on ``port``.
 
         Parameters
         ----------
@@ -354,16 +388,18 @@ class TargetPolicy:
             The address; IPv4-mapped IPv6 is judged as its IPv4 form, a zone id is ignored.
         host
             The name it was resolved from: an allowlisted name allows whatever it resolves to.
+        port
+            The port called; None asks whether every port is open (only an entry without a port opens them).
 
         Returns
         -------
         bool
             True when the host name is allowlisted, the address lies in an allowlisted network, or it is public.
         """
-        if host is not None and self.allowlist.matches_name(host):
+        if host is not None and self.allowlist.matches_name(host, port):
             return True
         judged = _unmap(address)
-        return self.allowlist.matches_address(judged) or public_address_problem(judged) is None
+        return self.allowlist.matches_address(judged, port) or public_address_problem(judged) is None
 
 
 def parse_ip_literal(host: str) -> IPAddress | None:

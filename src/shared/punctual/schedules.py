@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     ConfigDict,
     Field,
@@ -46,6 +47,7 @@ from .model import (
 )
 from .recurrence import Expression, occurrences_after, parse_expression, zone
 from .retry import RetryPolicy
+from .tenancy import check_tenant_part
 
 SCHEDULE_ID_PATTERN = rf"^{SCHEDULE_ID}$"
 _OCCURRENCE_RE = re.compile(rf"^(?P<schedule>{SCHEDULE_ID})@(?P<at>{OCCURRENCE_INSTANT})Z$")
@@ -91,7 +93,7 @@ class Schedule(ActionAndPayload):
 
     model_config = ConfigDict(extra="forbid")
 
-    schedule_id: str = Field(pattern=SCHEDULE_ID_PATTERN, strict=True)
+    schedule_id: Annotated[str, AfterValidator(check_tenant_part)] = Field(pattern=SCHEDULE_ID_PATTERN, strict=True)
     expression: str = Field(max_length=256)
     timezone: str = "UTC"
     start_at: AwareDatetime | None = None

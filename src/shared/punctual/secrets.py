@@ -73,12 +73,18 @@ class SecretRef:
 
 @dataclass(frozen=True, slots=True)
 class SecretRules:
-    """Which secrets a reference may name: env variables starting with ``env_prefix``, SSM parameters and Secrets
-    Manager secrets whose names (the name part, for an ARN) start with one of their prefixes."""
+    """Which secrets a reference may name: env variables starting with ``env_prefix``, files under ``file_prefix``
+    of the secrets directory, SSM parameters and Secrets Manager secrets whose names (the name part, for an ARN)
+    start with one of their prefixes.
+
+    These are the deployment's rules, for tasks without a tenant (the operator's). A tenant's tasks keep to
+    :meth:`for_tenant`'s: its own namespace inside these, which no other tenant's overlaps.
+    """
 
     env_prefix: str = "PUNCTUAL_SECRET_"
     ssm_prefixes: tuple[str, ...] = ("/punctual/",)
     secretsmanager_prefixes: tuple[str, ...] = ("punctual/",)
+    file_prefix: str = ""
 
     def __post_init__(self) -> None:
         # An empty prefix would allow every name; a bare string would be read character by character ("/" ...).
@@ -88,6 +94,29 @@ class SecretRules:
                                 ("secretsmanager_prefixes", self.secretsmanager_prefixes)):
             if not isinstance(prefixes, tuple) or not all(isinstance(p, str) and p for p in prefixes):
                 raise ValueError(f"{field} must be a tuple of non-empty strings")
+
+    def for_tenant(self, tenant: str | None) -> SecretRules:
+        """The rules of ``tenant``'s tasks (None: these, the operator's): ``env:PUNCTUAL_SECRET_TENANT_<T>__*``
+        (``<T>``: the name upper-case, ``-`` as ``_``), ``file:tenants/<tenant>/*``, and ``tenants/<tenant>/``
+        under each SSM and Secrets Manager prefix (``ssm:/punctual/tenants/acme/*``). Tenant names are words
+        joined by single hyphens, so no tenant's namespace holds another's. A name that is no tenant's gets a
+        namespace no reference can reach."""
+        from .tenancy import is_tenant
+
+        if tenant is None:
+            return self
+        if not is_tenant(tenant):
+            return SecretRules(env_prefix="\0", ssm_prefixes=("\0",), secretsmanager_prefixes=("\0",),
+                               file_prefix="\0")
+        return SecretRules(env_prefix=f"{self.env_prefix}TENANT_{tenant.upper().replace('-', '_')}__",
+                           ssm_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.ssm_prefixes),
+                           secretsmanager_prefixes=tuple(_under(p, f"tenants/{tenant}/")
+                                                         for p in self.secretsmanager_prefixes),
+                           file_prefix=f"{self.file_prefix}tenants/{tenant}/")
+
+
+def _under(prefix: str, path: str) -> str:
+    return prefix + path if prefix.endswith("/") else f"{prefix}/{path}"
 
 
 def _refuse(value: str, reason: str) -> SecretReferenceError:
@@ -153,6 +182,8 @@ def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRe
             raise _refuse(value, "file names are '/'-separated parts of letters, digits, '_', '.' and '-'")
         if any(part in (".", "..") for part in rest.split("/")):
             raise _refuse(value, "file names may not have '.' or '..' parts")
+        if not rest.startswith(rules.file_prefix) or rest == rules.file_prefix:
+            raise _refuse(value, f"file names must start with {rules.file_prefix!r}")
         return SecretRef("file", rest)
     if kind == "ssm":
         arn = _SSM_ARN.fullmatch(rest)
@@ -246,13 +277,16 @@ class SecretResolver:
         return (f"SecretResolver(rules={self.rules!r}, secrets_dir={self.secrets_dir!r}, ttl_s={self.ttl_s!r}, "
                 f"cached={len(self._cache)})")
 
-    def resolve(self, ref: SecretRef | str) -> str:
+    def resolve(self, ref: SecretRef | str, rules: SecretRules | None = None) -> str:
         """The value of a secret reference, from the cache while it is fresh.
 
         Parameters
         ----------
         ref : SecretRef | str
             The reference (a string is parsed with the resolver's rules).
+        rules : SecretRules, optional
+            The rules this reference must keep to instead of the resolver's (a tenant's task: its own namespace,
+            :meth:`SecretRules.for_tenant`), checked before the cache is read.
 
         Returns
         -------
@@ -267,7 +301,7 @@ class SecretResolver:
         SecretUnavailableError
             If the secret cannot be read now (missing, access denied, not JSON, no such key, ...).
         """
-        ref = parse_secret_ref(str(ref) if isinstance(ref, SecretRef) else ref, self.rules)
+        ref = parse_secret_ref(str(ref) if isinstance(ref, SecretRef) else ref, rules or self.rules)
         with self._lock:
             cached = self._fresh(ref)
             if cached is not None:

@@ -22,6 +22,13 @@ _TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 
+def check_target_arn(arn: str) -> None:
+    """Refuse (ValueError) anything but the exact ARN of a Lambda function, SQS queue, SNS topic or event bus."""
+    if not _TARGET_ARN_RE.fullmatch(arn):
+        raise ValueError(f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or "
+                         "EventBridge bus (no wildcards)")
+
+
 class SettingsError(ValueError):
     """The environment holds a setting that does not validate."""
 
@@ -148,9 +155,8 @@ class Settings(BaseModel):
     @classmethod
     def _arn_list(cls, value: str) -> str:
         for arn in (part.strip() for part in value.split(",")):
-            if arn and not _TARGET_ARN_RE.fullmatch(arn):
-                raise ValueError(f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or "
-                                 "EventBridge bus (no wildcards)")
+            if arn:
+                check_target_arn(arn)
         return value
 
     @field_validator("dead_letter_queue_url")

@@ -71,6 +71,11 @@ class TaskStore(Protocol):
         the id the next page starts after (None: no more). Reads only the tenant's items."""
         ...
 
+    def count_active(self, tenant: str) -> int:
+        """How many of ``tenant``'s tasks (occurrences included) are PENDING or ARMED, as the store's index saw
+        them a moment ago (eventually consistent: a task created or finished just now may not be counted yet)."""
+        ...
+
     def cancel(self, task_id: str, now_ms: int) -> Task:
         """CANCEL; raises TaskNotFoundError, or TaskStateError (with the task as it was) when armed or done."""
         ...

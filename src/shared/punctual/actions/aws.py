@@ -146,10 +146,11 @@ class _FifoTarget(Action):
 
 
 # -- failures ----------------------------------------------------------------------------------------------------
-def _allow(env: ActionEnv, arn: str, what: str, field_name: str) -> None:
-    """The allowlist again when firing: a target refused since the task was scheduled is not called."""
+def _allow(env: ActionEnv, context: FireContext, arn: str, what: str, field_name: str) -> None:
+    """The allowlist again when firing, the task's tenant's (from its key): a target refused since the task was
+    scheduled, or never allowed to its tenant, is not called."""
     try:
-        env.rules.check_arn(arn, what, field_name)
+        env.rules.of(context.task_id).check_arn(arn, what, field_name)
     except InvalidTaskError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
 
@@ -205,7 +206,7 @@ def check_lambda(action: LambdaAction, rules: TargetRules) -> None:
 def run_lambda(action: LambdaAction, context: FireContext, env: ActionEnv) -> None:
     """Queue the event; anything but 202 without a function error fails."""
     arn = action.function_arn
-    _allow(env, arn, "Lambda function", "action.function_arn")
+    _allow(env, context, arn, "Lambda function", "action.function_arn")
     with _aws_errors("Invoke", arn):
         response = env.client("lambda").invoke(FunctionName=arn, InvocationType="Event",
                                                Payload=message_body(context).encode())
@@ -276,7 +277,7 @@ def _queue_url(env: ActionEnv, action: SqsAction) -> str:
 def run_sqs(action: SqsAction, context: FireContext, env: ActionEnv) -> None:
     """SendMessage (FIFO: with the deduplication id and the group)."""
     arn = action.queue_arn
-    _allow(env, arn, "SQS queue", "action.queue_arn")
+    _allow(env, context, arn, "SQS queue", "action.queue_arn")
     key = context.idempotency_key
     params: dict[str, Any] = {"QueueUrl": _queue_url(env, action), "MessageBody": message_body(context),
                               "MessageAttributes": _key_attribute(key)}
@@ -319,7 +320,7 @@ def check_sns(action: SnsAction, rules: TargetRules) -> None:
 def run_sns(action: SnsAction, context: FireContext, env: ActionEnv) -> None:
     """Publish (FIFO: with the deduplication id and the group)."""
     arn = action.topic_arn
-    _allow(env, arn, "SNS topic", "action.topic_arn")
+    _allow(env, context, arn, "SNS topic", "action.topic_arn")
     key = context.idempotency_key
     params: dict[str, Any] = {"TopicArn": arn, "Message": message_body(context),
                               "MessageAttributes": _key_attribute(key)}
@@ -361,16 +362,31 @@ class EventBridgeAction(Action):
         return source
 
 
+def tenant_source(tenant: str) -> str:
+    """What a tenant's events' ``source`` starts with: ``punctual.<tenant>`` (no tenant's is another's)."""
+    return f"punctual.{tenant}"
+
+
 def check_eventbridge(action: EventBridgeAction, rules: TargetRules) -> None:
-    """Refuse a bus not on the ARN allowlist (InvalidTaskError on ``action.event_bus_arn``)."""
+    """Refuse a bus not on the ARN allowlist (InvalidTaskError on ``action.event_bus_arn``), and a tenant's event
+    whose ``source`` is not its own (``punctual.<tenant>`` or below it): a bus's rules match on the source, so
+    no tenant may speak as another or as the operator."""
     rules.check_arn(action.event_bus_arn, "EventBridge event bus", "action.event_bus_arn")
+    if rules.tenant is not None:
+        own = tenant_source(rules.tenant)
+        if action.source != own and not action.source.startswith(own + "."):
+            raise InvalidTaskError(f"invalid action.source: a tenant's events have the source {own!r} or one "
+                                   f"starting with {own + '.'!r}", field="action.source")
 
 
 def run_eventbridge(action: EventBridgeAction, context: FireContext, env: ActionEnv) -> None:
     """PutEvents with one entry; the entry failing (``FailedEntryCount``) fails the fire, with its error code
     and message (transient for throttling and internal failures)."""
     arn = action.event_bus_arn
-    _allow(env, arn, "EventBridge event bus", "action.event_bus_arn")
+    try:  # the bus and the source again, by the tenant of the task's key
+        check_eventbridge(action, env.rules.of(context.task_id))
+    except InvalidTaskError as exc:
+        raise ActionFailedError(f"target refused: {exc}") from None
     entry = {"EventBusName": arn, "Source": action.source, "DetailType": action.detail_type,
              "Detail": message_body(context)}
     with _aws_errors("PutEvents", arn):

@@ -236,21 +236,25 @@ class HttpEngine:
         self._pool.close()
 
 
-def _engine(env: ActionEnv) -> HttpEngine:
-    return env.resource("http", lambda: HttpEngine(env.rules.urls, env.http_connections,
-                                                  env.http_connections_per_host))
+def _engine(env: ActionEnv, rules: TargetRules) -> HttpEngine:
+    """The engine of ``rules``' tenant (the deployment's for a task without one): each tenant's connections and
+    resolved addresses are its own, checked by its own allowlist, so a connection or an address another tenant
+    may use is never reused for it."""
+    name = "http" if rules.tenant is None else f"http:{rules.tenant}"
+    return env.resource(name, lambda: HttpEngine(rules.urls, env.http_connections, env.http_connections_per_host))
 
 
-async def _resolve(env: ActionEnv, ref: str) -> str:
-    """A secret's value, resolved off the loop (a first fetch is an AWS call; later ones hit the cache)."""
+async def _resolve(env: ActionEnv, rules: TargetRules, ref: str) -> str:
+    """A secret's value, resolved off the loop (a first fetch is an AWS call; later ones hit the cache), if the
+    task's tenant may name it."""
     try:
-        return await asyncio.get_running_loop().run_in_executor(None, env.secrets.resolve, ref)
-    except SecretUnavailableError as exc:
+        return await asyncio.get_running_loop().run_in_executor(None, env.secrets.resolve, ref, rules.secrets)
+    except (SecretUnavailableError, SecretReferenceError) as exc:
         raise ActionFailedError(str(exc)) from None
 
 
-async def _secret_header(env: ActionEnv, name: str, ref: str) -> str:
-    value = await _resolve(env, ref)
+async def _secret_header(env: ActionEnv, rules: TargetRules, name: str, ref: str) -> str:
+    value = await _resolve(env, rules, ref)
     if not _HEADER_VALUE_RE.fullmatch(value) or len(value) > MAX_HEADER_VALUE:
         # Checked here because the value was never seen when the task was scheduled (no header injection).
         raise ActionFailedError(f"secret header {name}: the value of {ref} is not a sendable header value "
@@ -262,7 +266,8 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     """POST the payload; 2xx succeeds, anything else fails (3xx too: redirects are not followed). Transient
     failures are tried again while the occurrence may still start (``context.latest_start_ms``)."""
     url = str(action.url)
-    engine = _engine(env)
+    rules = env.rules.of(context.task_id)  # the tenant of the task's key, whatever its item says
+    engine = _engine(env, rules)
     try:
         target = engine.target(url)
     except TargetRefusedError as exc:
@@ -270,13 +275,13 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     body = canonical_json(context.payload).encode()
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **action.headers}
     for name, ref in action.secret_headers.items():
-        headers[name] = await _secret_header(env, name, ref)
+        headers[name] = await _secret_header(env, rules, name, ref)
     headers |= {"Idempotency-Key": context.idempotency_key, "X-Punctual-Task-Id": context.task_id,
                 "X-Punctual-Due-Ms": str(context.due_ms)}
     signing = None
     if action.signing_secret is not None:
         try:
-            signing = parse_signing_secrets(await _resolve(env, action.signing_secret))
+            signing = parse_signing_secrets(await _resolve(env, rules, action.signing_secret))
         except SigningSecretError as exc:
             raise ActionFailedError(f"signing secret {action.signing_secret}: {exc}") from None
     attempts = MAX_ATTEMPTS if action.retry_transient else 1
@@ -308,23 +313,26 @@ def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
     return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
 
 
-def prepare_http(fires: list[tuple[HttpAction, float]], env: ActionEnv) -> list[Warmup]:
-    """Warm-ups for a batch's webhooks, ``fires`` being ``(action, seconds until due)``: per target host, each
+def prepare_http(fires: list[tuple[HttpAction, float, str]], env: ActionEnv) -> list[Warmup]:
+    """Warm-ups for a batch's webhooks, ``fires`` being ``(action, seconds until due, task id)``: per tenant and
+    target host, each
     run of fires due within :data:`TOGETHER_S` of its first is one warm-up of as many connections, at
     :data:`WARM_LEAD_S` before that first fire (and none for fires due sooner than :data:`WARM_MIN_S`: warming
     then would compete with them). A URL the rules refuse is skipped: its fire reports it."""
-    by_host: dict[tuple[str, str, int], tuple[Target, list[float]]] = {}
-    engine = _engine(env)
-    for action, delay_s in fires:
+    by_host: dict[tuple[str | None, str, str, int], tuple[HttpEngine, Target, list[float]]] = {}
+    for action, delay_s, task_id in fires:
         if delay_s < WARM_MIN_S:
             continue
+        rules = env.rules.of(task_id)
+        engine = _engine(env, rules)
         try:
             target = engine.target(str(action.url))
         except TargetRefusedError:
             continue
-        by_host.setdefault((target.scheme, target.host, target.port), (target, []))[1].append(delay_s)
+        key = (rules.tenant, target.scheme, target.host, target.port)
+        by_host.setdefault(key, (engine, target, []))[2].append(delay_s)
     warmups: list[Warmup] = []
-    for target, delays in by_host.values():
+    for engine, target, delays in by_host.values():
         for first_s, count in warm_plan(delays):
             at = max(0.0, first_s - WARM_LEAD_S)
             warmups.append(Warmup(at, partial(engine.warm, target, count, first_s - at)))

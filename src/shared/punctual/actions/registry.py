@@ -24,6 +24,7 @@ from ..errors import InvalidTaskError
 from ..model import Action, JsonValue, register_action_model
 from ..netpolicy import TargetPolicy
 from ..secrets import SecretResolver, SecretRules
+from ..tenancy import Quotas, TenantMap, TenantPolicy, is_tenant, split
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -62,24 +63,62 @@ class FireContext:
 class TargetRules:
     """Where actions may go, as configured: URLs (:class:`~punctual.netpolicy.TargetPolicy`, from
     ``PUNCTUAL_ALLOWED_TARGETS``), AWS target ARNs (``PUNCTUAL_ALLOWED_TARGET_ARNS``, exact ARNs) and which
-    secrets a task may name. The client checks a task against them when it is scheduled, the executor again
-    when it fires."""
+    secrets a task may name. These are the deployment's rules, for tasks without a tenant; a tenant's task keeps
+    to its tenant's (:meth:`of`), from the tenant map. The client checks a task against them when it is
+    scheduled, the executor again when it fires."""
 
     urls: TargetPolicy = field(default_factory=TargetPolicy)
     arns: frozenset[str] = frozenset()
     secrets: SecretRules = field(default_factory=SecretRules)
+    tenants: TenantMap = field(default_factory=TenantMap)
+    tenant: str | None = None  # whose rules these are (None: the deployment's)
+    quotas: Quotas | None = None  # the tenant's quotas (None: a task without a tenant has none)
+    deployment: TargetRules | None = field(default=None, compare=False, repr=False)  # a tenant's: whose they narrow
+    _by_tenant: dict[str, TargetRules] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TargetRules:
         return cls(urls=TargetPolicy.from_settings(settings.allowed_targets, settings.allow_plain_http),
-                   arns=frozenset(split_list(settings.allowed_target_arns)))
+                   arns=frozenset(split_list(settings.allowed_target_arns)),
+                   tenants=TenantMap.parse(settings.tenant_map))
+
+    def of(self, task_id: str) -> TargetRules:
+        """The rules of the task ``task_id``: its tenant's (from the key, whatever the item says), or these for a
+        task without one."""
+        return self.for_tenant(split(task_id)[0])
+
+    def for_tenant(self, tenant: str | None) -> TargetRules:
+        """``tenant``'s rules: the hosts and ARNs of its entry in the tenant map (none without one), its own
+        secret namespace (:meth:`SecretRules.for_tenant`) and its quotas. None: the deployment's rules."""
+        if tenant == self.tenant:
+            return self
+        base = self.deployment or self
+        if tenant is None:
+            return base
+        rules = base._by_tenant.get(tenant)
+        if rules is None:
+            if len(base._by_tenant) >= 4096:
+                base._by_tenant.clear()
+            rules = base._by_tenant[tenant] = _tenant_rules(base, tenant)
+        return rules
 
     def check_arn(self, arn: str, what: str, field_name: str) -> None:
         """Refuse an AWS target not on the ARN allowlist (InvalidTaskError naming ``field_name``)."""
         if arn not in self.arns:
+            setting = (f"tenant {self.tenant}'s target_arns in the tenant map" if self.tenant is not None
+                       else "PUNCTUAL_ALLOWED_TARGET_ARNS")
             raise InvalidTaskError(
-                f"invalid {field_name}: {what} {arn} is not an allowed target (PUNCTUAL_ALLOWED_TARGET_ARNS; the "
-                "executor's role may call only those)", field=field_name)
+                f"invalid {field_name}: {what} {arn} is not an allowed target ({setting}; the executor's role may "
+                "call only those)", field=field_name)
+
+
+def _tenant_rules(base: TargetRules, tenant: str) -> TargetRules:
+    """A tenant's rules, narrowing the deployment's ``base``."""
+    # A name no tenant map can hold gets nothing beyond public https, no ARN, no secret.
+    policy = base.tenants.policy_of(tenant) if is_tenant(tenant) else TenantPolicy(quotas=base.tenants.quotas)
+    return TargetRules(urls=TargetPolicy.from_settings(policy.targets, base.urls.allow_plain_http),
+                       arns=policy.target_arns, secrets=base.secrets.for_tenant(tenant), tenants=base.tenants,
+                       tenant=tenant, quotas=policy.quotas, deployment=base)
 
 
 def split_list(value: str | Iterable[str]) -> list[str]:
@@ -285,7 +324,7 @@ class Warmup:
 
 Runner = Callable[[A, FireContext, ActionEnv], None] | Callable[[A, FireContext, ActionEnv], Awaitable[None]]
 Check = Callable[[A, TargetRules], None]
-Prepare = Callable[[list[tuple[A, float]], ActionEnv], list[Warmup]]
+Prepare = Callable[[list[tuple[A, float, str]], ActionEnv], list[Warmup]]
 
 
 @dataclass(frozen=True)
@@ -295,7 +334,7 @@ class ActionKind(Generic[A]):
     (``max_timeout_s``: the executor's leases allow for it), the boto3 services it calls (``clients``, for the
     IAM it needs and for tests to inject), ``check``, the target rules applied when a task is scheduled
     (raises :class:`~punctual.errors.InvalidTaskError`; the runner applies them again when it fires), and
-    ``prepare``, the warm-ups a batch's fires of this kind want (given ``(action, seconds until due)``)."""
+    ``prepare``, the warm-ups a batch's fires of this kind want (given ``(action, seconds until due, task id)``)."""
 
     model: type[A]
     run: Runner[A]
@@ -356,15 +395,16 @@ def start_action(action: Action, context: FireContext, env: ActionEnv) -> Future
     return None
 
 
-def prepare_actions(fires: Iterable[tuple[Action, float]], env: ActionEnv) -> int:
-    """Schedule the warm-ups the kinds want for ``fires`` (``(action, seconds until due)``, a batch just armed)
+def prepare_actions(fires: Iterable[tuple[Action, float, str]], env: ActionEnv) -> int:
+    """Schedule the warm-ups the kinds want for ``fires`` (``(action, seconds until due, task id)``, a batch just
+    armed)
     on the event loop; returns how many. Best effort: a kind's error is logged, never raised, and a warm-up's
     failure only means its fires open their own connections."""
-    by_kind: dict[str, list[tuple[Action, float]]] = {}
-    for action, delay_s in fires:
+    by_kind: dict[str, list[tuple[Action, float, str]]] = {}
+    for action, delay_s, task_id in fires:
         kind = _KINDS.get(action.kind)
         if kind is not None and kind.prepare is not None:
-            by_kind.setdefault(kind.name, []).append((action, delay_s))
+            by_kind.setdefault(kind.name, []).append((action, delay_s, task_id))
     warmups: list[Warmup] = []
     for name, items in by_kind.items():
         try:

@@ -17,6 +17,9 @@ Item layout (one item per task, base key ``task_id``)::
     schedule_id S | schedule_version N (a recurring schedule's occurrence; the "schedule" index lists them)
     tenant S (a tenant's task, keyed "<tenant>/<id>"; the "tenant" index lists them: punctual.tenancy)
 
+An item is read as what its key says: one whose ``tenant`` names another tenant than its key's, or whose
+``schedule_id`` is not the schedule its key names, is no task (undecodable: quarantined, counted, never acted on).
+
 A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (see :func:`schedule_item`); it
 has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
 """
@@ -160,9 +163,29 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     return to_av(values)
 
 
+def check_owner(key: str, tenant: Any) -> None:
+    """Refuse (ValueError) an item whose ``tenant`` attribute names another tenant than its key: what an item says
+    of its owner never overrides the key (the only part IAM confines)."""
+    if tenant is not None and tenant != split(key)[0]:
+        raise ValueError(f"its tenant attribute {str(tenant)[:64]!r} is not its key's tenant")
+
+
+def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:
+    """Refuse (ValueError) an item whose ``schedule_id`` is not the schedule its key names (an occurrence's key is
+    ``<schedule id>@<instant>Z``; a task of its own names none)."""
+    from ..schedules import split_occurrence_id
+
+    named = split_occurrence_id(task_id)
+    if schedule_id is not None and (named is None or named[0] != schedule_id):
+        raise ValueError(f"its schedule_id {str(schedule_id)[:64]!r} is not the schedule its key names")
+
+
 def item_to_task(item: dict[str, Any]) -> Task:
-    """Turn a raw (attribute-value) item into a :class:`Task` (raises ValueError or KeyError if it is not one)."""
+    """Turn a raw (attribute-value) item into a :class:`Task` (raises ValueError or KeyError if it is not one, or
+    if what it says of its tenant or schedule is not what its key says)."""
     v = from_av(item)
+    check_owner(v["task_id"], v.get("tenant"))
+    check_schedule_of_occurrence(v["task_id"], v.get("schedule_id"))
     return Task(
         task_id=v["task_id"],
         due_at=from_ms(int(v["due_ms"])),
@@ -215,7 +238,10 @@ def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
     policy = _text(item, "misfire_policy") if "misfire_policy" in item else DEFAULT_MISFIRE_POLICY
     if policy not in MISFIRE_POLICIES:
         raise ValueError(f"unknown misfire policy {policy!r}")
-    return Candidate(task_id=_text(item, "task_id"), due_ms=_int(item, "due_ms"), status=status,
+    task_id = _text(item, "task_id")
+    if "tenant" in item:
+        check_owner(task_id, _text(item, "tenant"))
+    return Candidate(task_id=task_id, due_ms=_int(item, "due_ms"), status=status,
                      lease_until_ms=_int(item, "lease_until_ms") if "lease_until_ms" in item else None,
                      misfire_grace_ms=_int(item, "misfire_grace_ms") if "misfire_grace_ms" in item else 0,
                      misfire_policy=policy,

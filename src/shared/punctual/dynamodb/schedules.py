@@ -40,7 +40,7 @@ from ..keys import from_ms
 from ..model import Task, TaskStatus, canonical_json
 from ..schedules import Advance, Schedule, ScheduleState, occurrence_id
 from ..tenancy import SEPARATOR, split
-from .codec import DECODE_ERRORS, from_av, to_av
+from .codec import DECODE_ERRORS, check_owner, from_av, to_av
 from .schema import SCHEDULE_INDEX
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,13 @@ def schedule_of_item(item: dict[str, Any]) -> Schedule:
 
 def _schedule_of_item(item: dict[str, Any]) -> Schedule:
     v = from_av(item)
+    definition = json.loads(v["definition"])
+    key = v["task_id"]
+    if not isinstance(definition, dict) or definition.get("schedule_id") != schedule_id_of_key(key):
+        raise ValueError("its definition's schedule_id is not the schedule its key names")
+    check_owner(key, v.get("tenant"))
     return Schedule.model_validate({
-        **json.loads(v["definition"]),
+        **definition,
         "state": v["state"], "version": int(v["version"]),
         "next_due_ms": int(v["next_due_ms"]) if "next_due_ms" in v else None,
         "created_count": int(v.get("created_count", 0)), "skipped_count": int(v.get("skipped_count", 0)),

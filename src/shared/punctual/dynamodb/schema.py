@@ -18,6 +18,7 @@ TABLE_RESOURCE = "TasksTable"
 DUE_INDEX = "due"
 SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
 TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.tenancy)
+TENANT_ACTIVE_INDEX = "tenant_active"  # a tenant's active items (what the active-task quota counts)
 
 
 class _CfnLoader(yaml.SafeLoader):

@@ -87,6 +87,7 @@ from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, Tas
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
 from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
 from ..settings import Settings
+from ..tenancy import prefix
 from .codec import (
     DECODE_ERRORS,
     ITEM_HEADROOM_BYTES,
@@ -101,7 +102,7 @@ from .codec import (
 )
 from .reads import register_fast_reads
 from .schedules import SCHEDULE_PREFIX, ScheduleItems, schedule_id_of_key
-from .schema import DUE_INDEX, TENANT_INDEX
+from .schema import DUE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
 
 log = logging.getLogger(__name__)
 
@@ -503,8 +504,11 @@ class DynamoTaskStore(ScheduleItems):
         """Ids of ``tenant``'s items (starting with ``begins``, if given) in id order, from after the id
         ``after``, ``limit`` at most, from the keys-only tenant index (eventually consistent); and the last id
         read when more may follow (None: the end)."""
-        condition = "tenant = :t" + (" AND begins_with(task_id, :b)" if begins else "")
-        values = {":t": tenant, **({":b": begins} if begins else {})}
+        # The key's prefix bounds the read as well as the tenant attribute does: an item whose tenant attribute
+        # was forged (keyed under another tenant) is never read, and a page never ends on one.
+        begins = begins if begins is not None and begins.startswith(prefix(tenant)) else prefix(tenant)
+        condition = "tenant = :t AND begins_with(task_id, :b)"
+        values = {":t": tenant, ":b": begins}
         kwargs: dict[str, Any] = {"TableName": self.table_name, "IndexName": TENANT_INDEX,
                                   "KeyConditionExpression": condition, "ExpressionAttributeValues": to_av(values)}
         if after is not None:
@@ -526,6 +530,24 @@ class DynamoTaskStore(ScheduleItems):
         """Raw items of ``keys`` that exist, in the order of ``keys`` (strongly consistent)."""
         found = {item["task_id"]["S"]: item for item in self._batch_get(keys, consistent=True)}
         return [found[key] for key in keys if key in found]
+
+    def count_active(self, tenant: str) -> int:
+        """How many of ``tenant``'s tasks are PENDING or ARMED: a COUNT query of the sparse ``tenant_active``
+        index (only items carrying tenant and due_bucket are in it), schedules' own items left out. Reads a
+        keys-only entry per active task (about 40 to a read unit)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "IndexName": TENANT_ACTIVE_INDEX, "Select": "COUNT",
+            "KeyConditionExpression": "tenant = :t", "FilterExpression": "begins_with(task_id, :p) AND NOT "
+            "contains(task_id, :s)", "ExpressionAttributeValues": to_av({":t": tenant, ":p": prefix(tenant),
+                                                                          ":s": SCHEDULE_PREFIX})}
+        count = 0
+        while True:
+            page = self._client.query(**kwargs)
+            count += int(page.get("Count", 0))
+            more = page.get("LastEvaluatedKey")
+            if not more:
+                return count
+            kwargs["ExclusiveStartKey"] = more
 
     def tenant_page(self, tenant: str, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
                     due_to_ms: int | None = None, limit: int = 100,
