@@ -278,8 +278,9 @@ def test_executor_handler_fires_the_batch_the_poller_sent(cold_start: ColdStart)
         assert task.batch_id == payload["batch_id"]
     # And the EMF output holds FireDrift at high resolution, one value per fired task, and the counts
     assert_emf_envelope(output)
-    assert output.metric_names() == {names.FIRE_DRIFT, names.TASKS_FIRED, names.TASKS_FAILED, names.TASKS_MISSED,
-                                     names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER, names.TASKS_FENCED}
+    assert output.metric_names() == {names.FIRE_DRIFT, names.TASKS_FIRED, names.TASKS_FIRED_LATE, names.TASKS_FAILED,
+                                     names.TASKS_MISSED, names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER,
+                                     names.TASKS_FENCED}
     drift, drift_values = output.metric(names.FIRE_DRIFT)
     assert drift == {"Name": "FireDrift", "Unit": "Milliseconds", "StorageResolution": 1}
     assert drift_values == pytest.approx(answer["drift_ms"])

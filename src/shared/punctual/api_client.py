@@ -24,6 +24,7 @@ from .client import ScheduleResult, schedule_each, spec_problem
 from .errors import (
     InvalidTaskError,
     PunctualError,
+    QuotaExceededError,
     ScheduleConflictError,
     ScheduleNotFoundError,
     ScheduleStateError,
@@ -53,6 +54,16 @@ class ApiError(PunctualError):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+def _is_quota_problem(response: Any) -> bool:
+    """Whether an answer is the API's own quota problem (a 429 no retry can help), not a gateway's throttle."""
+    if response.status != 429:
+        return False
+    try:
+        return str(json.loads(response.data).get("type", "")).endswith("/quota")
+    except (ValueError, AttributeError):
+        return False
 
 
 def _json_of(value: Any) -> Any:
@@ -153,7 +164,8 @@ class ApiClient:
                     raise ApiError(0, f"no answer from {self.base_url} to {method} {path} ({attempt} tries){effect}: "
                                       f"{exc}") from exc
             else:
-                if not (repeatable and response.status in GATEWAY_RETRY) or attempt == ATTEMPTS:
+                if not (repeatable and response.status in GATEWAY_RETRY) or attempt == ATTEMPTS \
+                        or _is_quota_problem(response):
                     return response
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -176,6 +188,9 @@ class ApiClient:
         schedule = path.startswith("/v1/schedules")
         if kind == "invalid":
             raise InvalidTaskError(detail, field=problem.get("field"))
+        if kind == "quota":
+            raise QuotaExceededError(detail, quota=str(problem.get("quota") or "unknown"), limit=float("nan"),
+                                     field=problem.get("field"))
         if kind == "not-found":
             raise (ScheduleNotFoundError if schedule else TaskNotFoundError)(detail)
         if kind == "conflict":

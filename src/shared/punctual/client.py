@@ -18,6 +18,7 @@ from .clock import Clock, SystemClock
 from .decisions import misfire_decision
 from .errors import (
     InvalidTaskError,
+    QuotaExceededError,
     ScheduleNotFoundError,
     ScheduleStateError,
     TaskConflictError,
@@ -26,6 +27,7 @@ from .errors import (
 )
 from .keys import from_ms, to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
+from .quotas import QuotaGuard, check_retry
 from .retry import RetryPolicy
 from .schedules import (
     DEFINITION_FIELDS,
@@ -37,6 +39,7 @@ from .schedules import (
 )
 from .settings import Settings
 from .store import TaskStore
+from .tenancy import split
 
 _MISSING = object()
 SCHEDULE_FIELDS = frozenset({"due_at", "action", "payload", "task_id", "misfire_grace", "misfire_policy", "retry"})
@@ -121,14 +124,15 @@ class Client:
             store = build_store(self.settings, dynamodb)
         self._store = store
         self._rules = TargetRules.from_settings(self.settings)
+        self._quota = QuotaGuard(store)
 
     def now_ms(self) -> int:
         """Now, by the client's clock (epoch ms)."""
         return int(self._clock.wall_ms())
 
     def _check_due(self, task: Task, now_ms: int) -> None:
-        horizon = now_ms + self.settings.max_horizon_days * 86_400_000
-        if task.due_ms > horizon:
+        horizon_ms = self.settings.max_horizon_days * 86_400_000
+        if task.due_ms > now_ms + horizon_ms:
             raise InvalidTaskError(
                 f"invalid due_at: more than {self.settings.max_horizon_days} days ahead (the horizon)",
                 field="due_at",
@@ -141,6 +145,9 @@ class Client:
                 f"{task.misfire_grace_ms} ms: it could only be recorded MISSED",
                 field="due_at",
             )
+        if task.due_ms < now_ms - horizon_ms:  # fire_late too: a date that far back is a mistake, not a plan
+            raise InvalidTaskError(
+                f"invalid due_at: more than {self.settings.max_horizon_days} days in the past", field="due_at")
 
     def build_task(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                    task_id: str | None = None, misfire_grace: timedelta | int | None = None,
@@ -171,8 +178,18 @@ class Client:
             raise _field_error(exc) from exc
         self._check_payload(task.payload)
         self._check_due(task, now_ms)
-        check_action(task.action, self._rules)
+        rules = self._rules.of(task.task_id)  # the tenant's own targets, secrets and quotas
+        check_action(task.action, rules)
+        check_retry(task.retry, rules.quotas)
         return task
+
+    def _create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
+        """Store a built task, if its tenant has room for one more active task."""
+        quotas = self._rules.of(task.task_id).quotas
+        tenant = split(task.task_id)[0]
+        if quotas is not None and tenant is not None:
+            self._quota.admit_tasks(tenant, quotas, 1)
+        return self._store.create(task, now_ms)
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                  task_id: str | None = None, misfire_grace: timedelta | int | None = None,
@@ -211,7 +228,7 @@ class Client:
         now_ms = self.now_ms()
         task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
                                misfire_policy=misfire_policy, retry=retry, now_ms=now_ms)
-        stored, _created = self._store.create(task, now_ms)
+        stored, _created = self._create(task, now_ms)
         return stored
 
     def submit(self, task: Task) -> tuple[Task, bool]:
@@ -219,7 +236,7 @@ class Client:
         an equal task was already stored). Raises as :meth:`schedule` does."""
         now_ms = self.now_ms()
         self._check_due(task, now_ms)  # it may have been built a while ago
-        return self._store.create(task, now_ms)
+        return self._create(task, now_ms)
 
     def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
                       on_progress: Callable[[int, int], None] | None = None) -> list[ScheduleResult]:
@@ -254,7 +271,9 @@ class Client:
         except InvalidTaskError as exc:
             return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
         try:
-            stored, created = self._store.create(task, now_ms)
+            stored, created = self._create(task, now_ms)
+        except QuotaExceededError as exc:
+            return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field)
         except TaskConflictError as exc:
             return ScheduleResult(index, task.task_id, "conflict", task=exc.existing, error=str(exc))
         return ScheduleResult(index, task.task_id, "created" if created else "exists", task=stored)
@@ -360,8 +379,19 @@ class Client:
         except ValidationError as exc:
             raise _field_error(exc) from exc
         self._check_payload(schedule.payload)
-        check_action(schedule.action, self._rules)
+        rules = self._rules.of(schedule.schedule_id)
+        check_action(schedule.action, rules)
+        check_retry(schedule.retry, rules.quotas)
         return schedule
+
+    def _admit_schedule(self, schedule: Schedule, occurrences: int = 0) -> None:
+        """Room among its tenant's quotas for ``schedule`` as it will be stored, and its first ``occurrences``."""
+        tenant = split(schedule.schedule_id)[0]
+        quotas = self._rules.of(schedule.schedule_id).quotas
+        if tenant is None or quotas is None:
+            return
+        self._quota.admit_schedule(tenant, quotas, schedule)
+        self._quota.admit_tasks(tenant, quotas, occurrences)
 
     def _until_ms(self, now_ms: int) -> int:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
@@ -424,11 +454,16 @@ class Client:
         schedule = schedule.model_copy(update={"next_due_ms": first})
         step = plan_advance(schedule, now_ms, self._until_ms(now_ms))
         occurrences = [] if step is None else step.occurrences
-        stored, created = self._store.create_schedule(schedule.model_copy(update={
+        to_store = schedule.model_copy(update={
             "next_due_ms": first if step is None else step.next_due_ms,
             "state": ScheduleState.ENDED if step is not None and step.next_due_ms is None else ScheduleState.ACTIVE,
             "created_count": len(occurrences),
-        }), [schedule.occurrence(ms) for ms in occurrences], now_ms)
+        })
+        existing = self._store.get_schedule(schedule_id)
+        if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
+            self._admit_schedule(to_store, len(occurrences))
+        stored, created = self._store.create_schedule(to_store, [schedule.occurrence(ms) for ms in occurrences],
+                                                      now_ms)
         if created:
             chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or stored
@@ -475,6 +510,7 @@ class Client:
             if schedule.state is ScheduleState.ACTIVE:
                 return schedule
             raise ScheduleStateError(f"cannot resume schedule {schedule_id!r}: it is {schedule.state}")
+        self._admit_schedule(schedule.model_copy(update={"state": ScheduleState.ACTIVE}))
         self._restart(schedule, {}, now_ms, cleanup=schedule.cleanup)
         return self._schedule_or_raise(schedule_id)
 
@@ -491,7 +527,7 @@ class Client:
             changes["misfire_grace_ms"] = _grace_ms(grace, self.settings.default_misfire_grace_ms)
         now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
-        self._valid_schedule({**schedule.model_dump(), **changes})
+        self._admit_schedule(self._valid_schedule({**schedule.model_dump(), **changes}))
         if schedule.state is ScheduleState.PAUSED:
             # a pause's cleanup its caller did not finish stays pending (and is finished here)
             changed = self._store.change_schedule(schedule, changes, now_ms, cleanup=schedule.cleanup)

@@ -79,14 +79,14 @@ def decide_before_fire(task: Task, due_ms: int, now_ms: float, taken_over_until_
 
 
 def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int, *, decision: FireDecision,
-                   error: str | None, offset_ms: float | None) -> FireRecord:
+                   error: str | None, offset_ms: float | None, max_attempts: int | None = None) -> FireRecord:
     """What an executor records for ``task`` (due at ``due_ms``) that it reached at ``started_ms``.
 
     ``decision`` is :func:`decide_before_fire`'s answer at ``started_ms`` (its note goes into the detail);
     ``error`` says how the action failed (None: it succeeded; ignored when the decision was to miss, as the
     action did not run). A failed action whose retry policy allows another attempt becomes a retry (outcome
     PENDING with the backoff drawn now); past its last attempt it is FAILED. A fire past the grace under
-    ``fire_late`` is flagged late.
+    ``fire_late`` is flagged late. ``max_attempts`` caps the policy's attempts (the tenant's quota).
     """
     late = started_ms - due_ms
     if decision.action == "miss":
@@ -98,12 +98,15 @@ def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int,
         detail = decision.note if detail is None else f"{decision.note}; {detail}"
     is_late = decision.action == "fire_late"
     if outcome is TaskStatus.FAILED and task.retry is not None:
+        policy = task.retry
+        if max_attempts is not None and policy.max_attempts > max_attempts:
+            policy = policy.model_copy(update={"max_attempts": max(1, max_attempts)})
         first_due = due_ms if task.first_due_at is None else to_ms(task.first_due_at)
-        delay = retry_delay_ms(task.retry, task.attempt, first_due, finished_ms)
+        delay = retry_delay_ms(policy, task.attempt, first_due, finished_ms)
         if delay is not None:
-            detail = f"attempt {task.attempt} of {task.retry.max_attempts} failed, next in {delay} ms: {detail}"
+            detail = f"attempt {task.attempt} of {policy.max_attempts} failed, next in {delay} ms: {detail}"
             return FireRecord(task.task_id, TaskStatus.PENDING, started_ms, finished_ms, late, corrected,
                               detail[:DETAIL_LIMIT], late=is_late, retry_delay_ms=delay, first_due_ms=first_due)
-        detail = f"attempt {task.attempt} of {task.retry.max_attempts} failed, no retry left: {detail}"
+        detail = f"attempt {task.attempt} of {policy.max_attempts} failed, no retry left: {detail}"
     return FireRecord(task.task_id, outcome, started_ms, finished_ms, late, corrected,
                       None if detail is None else detail[:DETAIL_LIMIT], late=is_late)

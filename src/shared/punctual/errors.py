@@ -17,6 +17,16 @@ class InvalidTaskError(PunctualError, ValueError):
         self.field = field
 
 
+class QuotaExceededError(InvalidTaskError):
+    """The call would pass one of the tenant's quotas; ``quota`` names it and ``limit`` is its value. Nothing was
+    stored."""
+
+    def __init__(self, message: str, *, quota: str, limit: float, field: str | None = None) -> None:
+        super().__init__(message, field)
+        self.quota = quota
+        self.limit = limit
+
+
 class TaskNotFoundError(PunctualError, LookupError):
     """No task has this id."""
 

@@ -212,8 +212,10 @@ class Executor:
         detail = error  # decision None: the executor failed before deciding; ``error`` says how
         if decision is not None:
             try:
+                quotas = self._actions.rules.of(task.task_id).quotas  # the key's tenant's, whatever the item says
                 recording.put(decide_outcome(task, entry.due_ms, started, int(self._clock.wall_ms()),
-                                             decision=decision, error=error, offset_ms=offset.offset_ms))
+                                             decision=decision, error=error, offset_ms=offset.offset_ms,
+                                             max_attempts=None if quotas is None else quotas.retry_attempts))
                 return
             except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
                 detail = f"executor error: {exc!r}"
@@ -292,5 +294,6 @@ def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recordin
         taken_over=taken_over,
         fenced=fenced,
         clock_offset_ms=offset.offset_ms,
-        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None],
+        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
+        late_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
     )

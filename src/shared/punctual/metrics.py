@@ -9,7 +9,9 @@ from __future__ import annotations
 NAMESPACE = "Punctual"
 SERVICE = "punctual"
 
-FIRE_DRIFT = "FireDrift"  # ms, high resolution (1 s): action start - due, one value per fired task
+FIRE_DRIFT = "FireDrift"  # ms, high resolution (1 s): action start - due, one value per task fired within its grace
+LATE_FIRE_DELAY = "LateFireDelay"  # ms: action start - due of a task fired past its grace (fire_late), apart
+TASKS_FIRED_LATE = "TasksFiredLate"  # ... how many (also counted in TasksFired)
 TASKS_DISPATCHED = "TasksDispatched"  # poller and fast path: tasks sent to executors this invocation
 TASKS_RECOVERED = "TasksRecovered"  # ... of which were held by an executor found dead (or under an ended lease)
 UNDECODABLE_ITEMS = "UndecodableItems"  # items of the due index that were not tasks (recorded FAILED)
@@ -22,5 +24,6 @@ ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (a second dispat
 TASKS_TAKEN_OVER = "TasksTakenOver"  # tasks an executor armed by taking them over from a dead one
 TASKS_FENCED = "TasksFenced"  # tasks an executor did not fire because its own lease had ended (it was cut off)
 
-ALL = (FIRE_DRIFT, TASKS_DISPATCHED, TASKS_RECOVERED, UNDECODABLE_ITEMS, TASKS_UNDISPATCHED, TASKS_MISSED,
+ALL = (FIRE_DRIFT, LATE_FIRE_DELAY, TASKS_FIRED_LATE,
+       TASKS_DISPATCHED, TASKS_RECOVERED, UNDECODABLE_ITEMS, TASKS_UNDISPATCHED, TASKS_MISSED,
        TASKS_FIRED, TASKS_FAILED, INVOKE_FAILURES, ARM_CONFLICTS, TASKS_TAKEN_OVER, TASKS_FENCED)

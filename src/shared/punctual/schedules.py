@@ -45,7 +45,7 @@ from .model import (
     Task,
     utc_to_ms,
 )
-from .recurrence import Expression, occurrences_after, parse_expression, zone
+from .recurrence import At, Expression, occurrences_after, parse_expression, wall_to_ms, zone
 from .retry import RetryPolicy
 from .tenancy import check_tenant_part
 
@@ -136,6 +136,12 @@ class Schedule(ActionAndPayload):
     def _ordered(self) -> Schedule:
         if self.start_at is not None and self.end_at is not None and self.end_at < self.start_at:
             raise ValueError("end_at is before start_at")
+        parsed = self.parsed
+        if isinstance(parsed, At):
+            try:
+                wall_to_ms(parsed.local, zone(self.timezone))
+            except OverflowError:
+                raise ValueError(f"{self.expression} in {self.timezone} is past the year 9999 in UTC") from None
         return self
 
     @property

@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from ..client import Client
-from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
+from ..errors import InvalidTaskError, QuotaExceededError, TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import to_ms
 from ..model import TaskStatus
 from ..tenancy import TenantMap, is_tenant
@@ -71,18 +71,19 @@ class ForbiddenError(Exception):
 
 
 def problem_json(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
-                 kind: str | None = None) -> str:
+                 kind: str | None = None, quota: str | None = None) -> str:
     """A problem-details body; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
-    state, forbidden), so that a client need not read ``detail``."""
+    state, forbidden, quota), so that a client need not read ``detail``; ``quota`` names the quota passed."""
     body = Problem(type=f"/problems/{kind}" if kind else "about:blank", title=HTTPStatus(status).phrase,
-                   status=status, detail=detail, field=field, errors=errors)
+                   status=status, detail=detail, field=field, errors=errors, quota=quota)
     return body.model_dump_json(exclude_none=True)
 
 
 def _problem(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
-             kind: str | None = None) -> Response[str]:
+             kind: str | None = None, quota: str | None = None) -> Response[str]:
     """A problem-details answer (:func:`problem_json`)."""
-    return Response(status_code=status, content_type=PROBLEM, body=problem_json(status, detail, field, errors, kind))
+    return Response(status_code=status, content_type=PROBLEM,
+                    body=problem_json(status, detail, field, errors, kind, quota))
 
 
 def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
@@ -149,6 +150,10 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
     def _bad_task(exc: InvalidTaskError) -> Response[str]:
         return _problem(422, str(exc), exc.field, kind="invalid")
 
+    @app.exception_handler(QuotaExceededError)
+    def _over_quota(exc: QuotaExceededError) -> Response[str]:
+        return _problem(429, str(exc), exc.field, kind="quota", quota=exc.quota)
+
     @app.exception_handler(TaskNotFoundError)
     def _not_found(exc: TaskNotFoundError) -> Response[str]:
         return _problem(404, str(exc), kind="not-found")
@@ -179,7 +184,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
               responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
                          200: {"description": "An equal task was already stored",
                                "content": {"application/json": {"model": TaskOut}}},
-                         **_problems(400, 403, 409, 415, 422)})
+                         **_problems(400, 403, 409, 415, 422, 429)})
     def create_task(body: Annotated[TaskIn, Body()]) -> Response[TaskOut]:
         task, created = service().create_task(body)
         return Response(status_code=201 if created else 200, content_type="application/json", body=task)
@@ -232,7 +237,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
         201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
         200: {"description": "An equal schedule was already stored",
               "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(400, 403, 409, 415, 422)})
+        **_problems(400, 403, 409, 415, 422, 429)})
     def create_schedule(body: Annotated[ScheduleIn, Body()]) -> Response[ScheduleOut]:
         schedule, created = service().create_schedule(body)
         return Response(status_code=201 if created else 200, content_type="application/json", body=schedule)
@@ -251,7 +256,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
 
     @app.patch("/v1/schedules/<schedule_id>", summary="Change a schedule", tags=["schedules"], responses={
         200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(400, 403, 404, 409, 415, 422)})
+        **_problems(400, 403, 404, 409, 415, 422, 429)})
     def update_schedule(schedule_id: Annotated[ScheduleName, Path()],
                         body: Annotated[ScheduleUpdate, Body()]) -> ScheduleOut:
         return service().update_schedule(schedule_id, body)
@@ -270,14 +275,14 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
 
     @app.post("/v1/schedules/<schedule_id>/resume", summary="Resume a schedule", tags=["schedules"], responses={
         200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(403, 404, 409, 422)})
+        **_problems(403, 404, 409, 422, 429)})
     def resume_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
         return service().resume_schedule(schedule_id)
 
     @app.post("/v1/schedules/<schedule_id>/run-now", summary="One extra occurrence, due now", tags=["schedules"],
               responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
                          200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
-                         **_problems(403, 404, 409, 422)})
+                         **_problems(403, 404, 409, 422, 429)})
     def run_schedule_now(schedule_id: Annotated[ScheduleName, Path()]) -> Response[TaskOut]:
         task, created = service().run_schedule_now(schedule_id)
         return Response(status_code=201 if created else 200, content_type="application/json", body=task)

@@ -179,7 +179,8 @@ class FieldProblem(BaseModel):
 
 
 class Problem(BaseModel):
-    """An error, as RFC 9457 problem details: ``field`` names the input that was wrong, when one was."""
+    """An error, as RFC 9457 problem details: ``field`` names the input that was wrong, when one was; ``quota`` the
+    tenant's quota a call would have passed (429, type ``/problems/quota``)."""
 
     type: str = "about:blank"
     title: str
@@ -187,6 +188,7 @@ class Problem(BaseModel):
     detail: str
     field: str | None = None
     errors: list[FieldProblem] | None = None
+    quota: str | None = None
 
 
 def encode_token(task_id: str) -> str:

@@ -1,0 +1,121 @@
+"""Quotas per tenant: what one tenant may hold and make Punctual do (:class:`~punctual.tenancy.Quotas`, from the
+tenant map), checked when a task or schedule is created or changed. Past a quota the call fails with
+:class:`QuotaExceededError` naming it, and nothing is stored.
+
+* **active tasks**: counted from the store's ``tenant_active`` index (PENDING and ARMED only), a count at most
+  :data:`COUNT_TTL_S` old plus what this process created since. The count is eventually consistent and each
+  process keeps its own, so callers creating at once in many processes may pass the quota by what they create
+  within that window: it bounds a tenant's holding, it is no exact meter.
+* **schedules** and **the fire rate a tenant's schedules add up to**: read from the tenant's schedules when one is
+  created, changed or resumed (a ``rate(...)`` counts its own rate, a ``cron(...)`` one a minute, its finest
+  step; an ``at(...)`` none).
+* **retry attempts**: a task's retry policy may not ask for more; the executor never makes more, whatever an
+  item says (:func:`punctual.decisions.decide_outcome`'s ``max_attempts``).
+
+Tasks without a tenant (the operator's) have no quota.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from .errors import QuotaExceededError
+from .recurrence import At, Rate, parse_expression
+from .retry import RetryPolicy
+from .schedules import Schedule, ScheduleState
+from .store import TaskStore
+from .tenancy import Quotas, prefix
+
+COUNT_TTL_S = 5.0  # how long a tenant's count of active tasks is reused (plus this process's creates since)
+CRON_STEP_S = 60.0  # a cron expression's finest step: a minute
+
+
+def schedule_rate_per_s(expression: str) -> float:
+    """The most fires per second ``expression`` makes: a rate's own, a minute's for a cron, none for an ``at``."""
+    parsed = parse_expression(expression)
+    if isinstance(parsed, Rate):
+        return 1000.0 / parsed.every_ms
+    if isinstance(parsed, At):
+        return 0.0
+    return 1.0 / CRON_STEP_S
+
+
+def check_retry(retry: RetryPolicy | None, quotas: Quotas | None) -> None:
+    """Refuse a retry policy asking for more attempts than the tenant's quota."""
+    if quotas is not None and retry is not None and retry.max_attempts > quotas.retry_attempts:
+        raise QuotaExceededError(
+            f"retry.max_attempts {retry.max_attempts} is more than the tenant's quota of {quotas.retry_attempts} "
+            "attempts (retry_attempts)", quota="retry_attempts", limit=quotas.retry_attempts,
+            field="retry.max_attempts")
+
+
+class QuotaGuard:
+    """Checks creates against a tenant's quotas (one per client; thread-safe).
+
+    Parameters
+    ----------
+    store : TaskStore
+        Where active tasks are counted and a tenant's schedules read.
+    monotonic : Callable[[], float]
+        The clock of the count's cache (injected in tests).
+    """
+
+    def __init__(self, store: TaskStore, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._counts: dict[str, tuple[int, float]] = {}  # tenant -> (active tasks, counted at)
+
+    def admit_tasks(self, tenant: str, quotas: Quotas, count: int) -> None:
+        """Room for ``count`` more active tasks of ``tenant``, or QuotaExceededError (``active_tasks``). Admitted
+        tasks are added to the cached count (the caller goes on to create them)."""
+        if count <= 0:
+            return
+        active = self._active(tenant, fresh=False)
+        if active + count > quotas.active_tasks:
+            active = self._active(tenant, fresh=True)  # the cache may hold tasks that finished since
+        if active + count > quotas.active_tasks:
+            raise QuotaExceededError(
+                f"the tenant holds {active} active tasks; {count} more would pass its quota of "
+                f"{quotas.active_tasks} (active_tasks)", quota="active_tasks", limit=quotas.active_tasks)
+        with self._lock:
+            held, at = self._counts.get(tenant, (active, self._monotonic()))
+            self._counts[tenant] = (held + count, at)
+
+    def _active(self, tenant: str, *, fresh: bool) -> int:
+        now = self._monotonic()
+        with self._lock:
+            cached = self._counts.get(tenant)
+        if cached is not None and not fresh and now - cached[1] < COUNT_TTL_S:
+            return cached[0]
+        active = self._store.count_active(tenant)
+        with self._lock:
+            self._counts[tenant] = (active, now)
+        return active
+
+    def admit_schedule(self, tenant: str, quotas: Quotas, schedule: Schedule) -> None:
+        """Room for ``schedule`` (new, or changed: it replaces the stored one of its id) among ``tenant``'s: the
+        number of schedules not deleted (``schedules``) and, if it is to run, the fire rate of the active ones
+        (``schedule_rate_per_s``). QuotaExceededError names the quota passed."""
+        others = [s for s in self._store.list_schedules(prefix(tenant))
+                  if s.schedule_id != schedule.schedule_id and s.state is not ScheduleState.DELETED]
+        if len(others) + 1 > quotas.schedules:
+            raise QuotaExceededError(
+                f"the tenant has {len(others)} schedules; one more would pass its quota of {quotas.schedules} "
+                "(schedules)", quota="schedules", limit=quotas.schedules)
+        if schedule.state is not ScheduleState.ACTIVE:
+            return
+        rate = total_rate(s.expression for s in others if s.state is ScheduleState.ACTIVE)
+        mine = schedule_rate_per_s(schedule.expression)
+        if rate + mine > quotas.schedule_rate_per_s + 1e-9:
+            raise QuotaExceededError(
+                f"the tenant's active schedules fire {rate:g} times a second; {schedule.expression} adds {mine:g}, "
+                f"past its quota of {quotas.schedule_rate_per_s:g} (schedule_rate_per_s)",
+                quota="schedule_rate_per_s", limit=quotas.schedule_rate_per_s, field="expression")
+
+
+def total_rate(expressions: Iterable[str]) -> float:
+    """The fires per second ``expressions`` add up to at most."""
+    return sum(schedule_rate_per_s(expression) for expression in expressions)
