@@ -36,6 +36,8 @@ FAST_PATH_PATTERN = (
 TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
 SCHEDULE_INDEX = "${TasksTable.Arn}/index/schedule"
+TENANT_INDEX = "${TasksTable.Arn}/index/tenant"
+TENANT_ACTIVE_INDEX = "${TasksTable.Arn}/index/tenant_active"
 EXECUTOR = "ExecutorFunction.Arn"
 TRACES = {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
 # Actions without resource-level permissions: the only ones allowed on "*" (and only on "*": the Service
@@ -43,7 +45,8 @@ TRACES = {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
 FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
 # Which DynamoDB resource type a grant's resource is, as the Service Authorization Reference names them.
 DYNAMODB_RESOURCE_TYPES = {
-    TABLE: "table", DUE_INDEX: "index", SCHEDULE_INDEX: "index", "TasksTable.StreamArn": "stream",
+    TABLE: "table", DUE_INDEX: "index", SCHEDULE_INDEX: "index", TENANT_INDEX: "index", TENANT_ACTIVE_INDEX: "index",
+    "TasksTable.StreamArn": "stream",
 }
 
 
@@ -503,19 +506,21 @@ def test_access_logs_are_written_only_when_asked(sam_template: dict[str, Any], c
 # What the API may do on the table: what punctual.client.Client does through punctual.dynamodb, no more.
 API_GRANTS = {
     ("dynamodb:GetItem", TABLE), ("dynamodb:BatchGetItem", TABLE), ("dynamodb:PutItem", TABLE),
-    ("dynamodb:UpdateItem", TABLE), ("dynamodb:Scan", TABLE), ("dynamodb:Query", SCHEDULE_INDEX),
+    ("dynamodb:UpdateItem", TABLE), ("dynamodb:Query", SCHEDULE_INDEX), ("dynamodb:Query", TENANT_INDEX),
+    ("dynamodb:Query", TENANT_ACTIVE_INDEX),
 }
 
 
 def test_the_api_may_do_what_a_client_does_and_no_more(cfn_resources: dict[str, Any]) -> None:
     # Given the API function's role  Then it reads and writes tasks and schedules (a transaction needs the
-    # permission of each of its items: PutItem, UpdateItem), scans the table (a tenant's list) and queries the
-    # schedule index (a schedule's history); it deletes nothing, invokes nothing, touches no queue or secret
+    # permission of each of its items: PutItem, UpdateItem) and queries the schedule index (a schedule's history)
+    # and the tenant indexes (a tenant's list, its active count); it scans nothing, deletes nothing, invokes
+    # nothing, touches no queue or secret
     statements = role_statements(_role_of(cfn_resources, "ApiFunction"))
     granted = grants(statements)
     assert granted == API_GRANTS | _logs("ApiLogGroup") | TRACES
     actions = {action for action, _ in granted}
-    assert not actions & {"lambda:InvokeFunction", "dynamodb:DeleteItem", "dynamodb:DeleteTable",
+    assert not actions & {"lambda:InvokeFunction", "dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:DeleteTable",
                           "dynamodb:BatchWriteItem", "dynamodb:UpdateTable", "sqs:SendMessage", "ssm:GetParameter",
                           "secretsmanager:GetSecretValue"}
     assert all(not statement.get("Condition") for statement in statements)
@@ -610,7 +615,8 @@ def test_the_deny_matches_exactly_the_keys_the_store_takes_for_schedules(cfn_res
     assert string_like(pattern, key) is (schedule_id_of_key(key) is not None)
 
 
-@pytest.mark.parametrize("name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "x" * 41, "ac/me", "ac*"])
+@pytest.mark.parametrize("name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "acme-", "a--b", "x" * 41,
+                                  "ac/me", "ac*"])
 def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: dict[str, Any], name: str) -> None:
     # Given TenantDirectRoleTenant's pattern  Then it accepts exactly the tenant names of punctual.tenancy (or
     # empty: no role), so its LeadingKeys prefix is the one the API writes

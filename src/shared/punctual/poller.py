@@ -25,6 +25,7 @@ from .invoker import Invoker
 from .model import Candidate, TaskStatus
 from .settings import Settings
 from .store import TaskStore
+from .tenancy import interleave_by_tenant
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +102,14 @@ class Poller:
     def _extend_schedules(self, schedule_ids: list[str], now_ms: int, end_ms: int,
                           out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int, int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
-        window), each schedule on its own: one that fails is logged and left for the next tick, and one whose
+        window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next tick, and one whose
         item cannot be read leaves the due index (quarantined). The new occurrences due within the window, as
         candidates to dispatch, how many occurrences were made, and how many items could not be read."""
         made: list[Candidate] = []
         created = unreadable = 0
-        for schedule_id in schedule_ids:
+        # A tenant at a time, round robin: a tick that runs out of time has given each tenant its share, however
+        # many schedules another holds.
+        for schedule_id in interleave_by_tenant(schedule_ids):
             if out_of_time is not None and out_of_time():
                 break
             try:
