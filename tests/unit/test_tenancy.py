@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
 from punctual.model import SCHEDULE_NAME, TENANT
-from punctual.tenancy import TenantMap, is_tenant, qualify, role_arn, split, unqualify
+from punctual.actions import TargetRules
+from punctual.netpolicy import TargetRefusedError
+from punctual.secrets import SecretRules
+from punctual.settings import Settings
+from punctual.tenancy import (
+    Quotas,
+    TenantMap,
+    TenantPolicy,
+    interleave_by_tenant,
+    is_tenant,
+    qualify,
+    role_arn,
+    split,
+    unqualify,
+)
 
 tenants = st.from_regex(rf"\A{TENANT}\Z").filter(is_tenant)
 names = st.from_regex(rf"\A{SCHEDULE_NAME}\Z")
@@ -61,3 +77,80 @@ def test_a_role_with_a_path_is_matched_by_its_sessions() -> None:
     # A role session's ARN names the role without its path: the map's entry is read without it too
     tenants = TenantMap.parse('{"arn:aws:iam::123456789012:role/service-role/team/AcmeScheduler": "acme"}')
     assert tenants.tenant_of("arn:aws:sts::123456789012:assumed-role/AcmeScheduler/s-1") == "acme"
+
+
+# -- the tenant map's full form, and each tenant's rules ---------------------------------------------------------
+FULL = json.dumps({
+    "principals": {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"},
+    "tenants": {"acme": {"targets": ["127.0.0.1:9000", "hooks.acme.example"],
+                         "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-orders"],
+                         "quotas": {"active_tasks": 50, "retry_attempts": 2}}},
+    "quotas": {"schedules": 7},
+})
+
+
+def test_the_full_form_carries_each_tenants_targets_and_quotas_over_the_defaults() -> None:
+    # Given the full form  When it is read
+    tenants = TenantMap.parse(FULL)
+    # Then a principal maps as in the short form, a tenant's entry overrides the default quotas it names, and a
+    # tenant without an entry gets public targets only and the defaults
+    assert tenants.tenant_of("arn:aws:sts::123456789012:assumed-role/AcmeScheduler/s") == "acme"
+    acme = tenants.policy_of("acme")
+    assert acme.targets == ("127.0.0.1:9000", "hooks.acme.example")
+    assert acme.target_arns == frozenset({"arn:aws:sqs:us-east-1:123456789012:acme-orders"})
+    assert acme.quotas == Quotas(active_tasks=50, schedules=7, schedule_rate_per_s=10.0, retry_attempts=2)
+    assert tenants.policy_of("beta") == TenantPolicy(quotas=Quotas(schedules=7))
+
+
+@pytest.mark.parametrize("text", [
+    '{"principals": {}, "extra": 1}', '{"tenants": {"Acme": {}}}', '{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}',
+    '{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}', '{"tenants": {"acme": {"quotas": {"tasks": 1}}}}',
+    '{"quotas": {"active_tasks": -1}}', '{"quotas": {"schedules": 1.5}}', '{"quotas": {"retry_attempts": true}}',
+    '{"tenants": {"acme": {"colour": "red"}}}', '{"tenants": []}'])
+def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
+    with pytest.raises(ValueError):
+        TenantMap.parse(text)
+
+
+def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
+    # Given a deployment allowing loopback on every port and one ARN, and acme's own entry
+    base = TargetRules.from_settings(Settings(allowed_targets="127.0.0.1",
+                                              allowed_target_arns="arn:aws:sqs:us-east-1:123456789012:ops",
+                                              tenant_map=FULL))
+    acme, beta = base.of("acme/t-1"), base.of("beta/t-1")
+    # Then a task without a tenant keeps the deployment's rules; acme's task only acme's port and ARN
+    assert base.of("t-1") is base and base.quotas is None
+    assert base.urls.check_url("http://127.0.0.1:8000/").allowlisted
+    assert acme.urls.check_url("http://127.0.0.1:9000/").allowlisted
+    with pytest.raises(TargetRefusedError):
+        acme.urls.check_url("http://127.0.0.1:8000/")  # another port of the same host
+    assert acme.arns == frozenset({"arn:aws:sqs:us-east-1:123456789012:acme-orders"})
+    # And beta (no entry) has no private target, no ARN; each tenant its own secret namespace and quotas
+    with pytest.raises(TargetRefusedError):
+        beta.urls.check_url("http://127.0.0.1:9000/")
+    assert beta.arns == frozenset()
+    assert acme.secrets.env_prefix == "PUNCTUAL_SECRET_TENANT_ACME__"
+    assert beta.secrets.ssm_prefixes == ("/punctual/tenants/beta/",)
+    assert acme.quotas is not None and acme.quotas.retry_attempts == 2
+    # And the same rules come back for the same tenant, from any of them
+    assert acme.of("acme/other") is acme and beta.of("acme/x") is acme and acme.of("plain") is base
+
+
+@given(tenants, tenants)
+def test_no_tenants_secret_namespace_holds_anothers(first: str, second: str) -> None:
+    # Given two different tenants  Then no name in one's namespace is in the other's, in any kind of reference
+    if first == second:
+        return
+    one, other = SecretRules().for_tenant(first), SecretRules().for_tenant(second)
+    assert not one.env_prefix.startswith(other.env_prefix) and not other.env_prefix.startswith(one.env_prefix)
+    assert not one.file_prefix.startswith(other.file_prefix)
+    assert not one.ssm_prefixes[0].startswith(other.ssm_prefixes[0])
+    assert not one.secretsmanager_prefixes[0].startswith(other.secretsmanager_prefixes[0])
+
+
+def test_schedules_are_worked_a_tenant_at_a_time() -> None:
+    # Given one tenant's many schedules found before another's few and an operator's
+    ids = [f"acme/s-{i}" for i in range(5)] + ["beta/s-0", "beta/s-1", "ops"]
+    # Then they are taken round robin: each tenant's first comes before anyone's second
+    assert interleave_by_tenant(ids) == ["acme/s-0", "beta/s-0", "ops", "acme/s-1", "beta/s-1", "acme/s-2",
+                                         "acme/s-3", "acme/s-4"]

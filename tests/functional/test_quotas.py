@@ -1,0 +1,151 @@
+"""A tenant's quotas on moto: active tasks counted from the tenant_active index, schedules and their fire rate,
+retry attempts at schedule time and at fire time. Past a quota: an error naming it, nothing stored."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from punctual.actions import LogAction
+from punctual.client import Client
+from punctual.decisions import FireDecision, decide_outcome
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.errors import QuotaExceededError
+from punctual.keys import from_ms
+from punctual.model import Task, TaskStatus
+from punctual.quotas import QuotaGuard, schedule_rate_per_s
+from punctual.retry import RetryPolicy
+from punctual.settings import Settings
+from punctual.tenancy import Quotas
+from support import FakeClock
+
+QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}
+
+
+@pytest.fixture
+def tenant_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": QUOTAS}}})})
+
+
+@pytest.fixture
+def client(dynamodb: Any, tenant_settings: Settings, now_ms: int) -> Client:
+    return Client(tenant_settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+
+
+def _stored_ids(dynamodb: Any, settings: Settings) -> set[str]:
+    return {item["task_id"]["S"] for item in dynamodb.scan(TableName=settings.table_name)["Items"]}
+
+
+def test_active_tasks_past_the_quota_are_refused_naming_it_and_nothing_is_stored(
+        client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int) -> None:
+    # Given acme at its quota of 3 active tasks, and tasks of another tenant and of the operator
+    for i in range(3):
+        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="beta/t-0")
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="ops-0")
+    before = _stored_ids(dynamodb, tenant_settings)
+    # When acme schedules a fourth
+    with pytest.raises(QuotaExceededError) as refused:
+        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-3")
+    # Then the quota is named, nothing is stored, and other tenants and the operator are not held by it
+    assert refused.value.quota == "active_tasks" and "active_tasks" in str(refused.value)
+    assert _stored_ids(dynamodb, tenant_settings) == before
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="beta/t-1")
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="ops-1")
+    # And a finished task makes room again (the count is read anew when the cached one says "full")
+    client.cancel("acme/t-0")
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-3")
+
+
+def test_the_count_reads_only_the_tenants_own_active_keys(dynamodb: Any, tenant_settings: Settings,
+                                                          now_ms: int) -> None:
+    # Given acme's two active tasks, and an item keyed under beta that forges tenant="acme"
+    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    client = Client(tenant_settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    for i in range(2):
+        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
+    forged = client.to_item(client.build_task(from_ms(now_ms + 60_000), LogAction(), task_id="beta/junk"))
+    dynamodb.put_item(TableName=tenant_settings.table_name, Item={**forged, "tenant": {"S": "acme"}})
+    # Then acme's count is its own two: a forged attribute neither fills nor empties another's quota
+    assert store.count_active("acme") == 2
+    assert store.count_active("beta") == 0
+
+
+def test_the_cached_count_is_reused_then_read_again(dynamodb: Any, tenant_settings: Settings) -> None:
+    # Given a guard over a store that counts 1, with a clock the test moves
+    class Counting:
+        reads = 0
+
+        def count_active(self, tenant: str) -> int:
+            Counting.reads += 1
+            return 1
+
+    now = [100.0]
+    guard = QuotaGuard(Counting(), monotonic=lambda: now[0])  # type: ignore[arg-type]
+    quotas = Quotas(active_tasks=10)
+    # When three creates are admitted within the cache's life, then one after it
+    for _ in range(3):
+        guard.admit_tasks("acme", quotas, 1)
+    assert Counting.reads == 1
+    now[0] += 5.0
+    guard.admit_tasks("acme", quotas, 1)
+    # Then the store was read once, then again once the count was 5 s old
+    assert Counting.reads == 2
+    # And a count that says "full" is read again before refusing
+    with pytest.raises(QuotaExceededError):
+        guard.admit_tasks("acme", Quotas(active_tasks=2), 5)
+    assert Counting.reads == 3
+
+
+def test_schedules_and_their_fire_rate_are_bounded(dynamodb: Any, settings: Settings, now_ms: int) -> None:
+    # Given acme allowed 2 schedules firing 1 a second in all (and room for their occurrences: a schedule makes
+    # those of the next minutes at once, and each is an active task)
+    quotas = {**QUOTAS, "active_tasks": 10_000}
+    client = Client(settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})}),
+                    dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    client.create_schedule("acme/slow", "rate(2 seconds)", LogAction())
+    # When a schedule would take the rate past it
+    with pytest.raises(QuotaExceededError) as too_fast:
+        client.create_schedule("acme/fast", "rate(1 second)", LogAction())
+    assert too_fast.value.quota == "schedule_rate_per_s" and too_fast.value.field == "expression"
+    assert client.get_schedule("acme/fast") is None
+    # And a third schedule, whatever its rate
+    client.create_schedule("acme/daily", "cron(0 9 * * ? *)", LogAction())
+    with pytest.raises(QuotaExceededError) as too_many:
+        client.create_schedule("acme/third", "at(2099-01-01T00:00:00)", LogAction())
+    assert too_many.value.quota == "schedules" and client.get_schedule("acme/third") is None
+    # And an update that speeds one up past the rate is refused, the schedule unchanged
+    with pytest.raises(QuotaExceededError):
+        client.update_schedule("acme/slow", expression="rate(500 milliseconds)")
+    assert client.get_schedule("acme/slow").expression == "rate(2 seconds)"  # type: ignore[union-attr]
+    # And a paused schedule's rate is free for another, until it resumes
+    client.pause_schedule("acme/slow")
+    client.update_schedule("acme/daily", expression="rate(1 second)")
+    with pytest.raises(QuotaExceededError):
+        client.resume_schedule("acme/slow")
+
+
+@pytest.mark.parametrize(("expression", "rate"), [("rate(100 milliseconds)", 10.0), ("rate(2 minutes)", 1 / 120),
+                                                  ("cron(* * * * ? *)", 1 / 60), ("*/5 * * * *", 1 / 60),
+                                                  ("at(2030-01-01T00:00:00)", 0.0)])
+def test_a_schedules_rate_is_its_most_fires_a_second(expression: str, rate: float) -> None:
+    assert schedule_rate_per_s(expression) == pytest.approx(rate)
+
+
+def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired(client: Client,
+                                                                                 now_ms: int) -> None:
+    # Given acme allowed 2 attempts a task
+    with pytest.raises(QuotaExceededError) as refused:
+        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/r",
+                        retry=RetryPolicy(max_attempts=3, backoff_ms=1_000))
+    assert refused.value.quota == "retry_attempts" and refused.value.field == "retry.max_attempts"
+    assert client.get("acme/r") is None
+    # When a task (a forged item, say) asks for 100 attempts and its second attempt fails
+    task = Task(task_id="acme/r", due_at=from_ms(now_ms), action=LogAction(), status=TaskStatus.ARMED, attempt=2,
+                retry=RetryPolicy(max_attempts=100, backoff_ms=0))
+    record = decide_outcome(task, now_ms, now_ms, now_ms + 5, decision=FireDecision("fire"), error="HTTP 500",
+                            offset_ms=None, max_attempts=2)
+    # Then it is FAILED: no third attempt, whatever the item said
+    assert record.outcome is TaskStatus.FAILED and "attempt 2 of 2" in (record.detail or "")
