@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from punctual.actions import TargetRules
 from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
 from punctual.model import SCHEDULE_NAME, TENANT
-from punctual.actions import TargetRules
 from punctual.netpolicy import TargetRefusedError
 from punctual.secrets import SecretRules
 from punctual.settings import Settings

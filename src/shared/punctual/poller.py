@@ -102,9 +102,10 @@ class Poller:
     def _extend_schedules(self, schedule_ids: list[str], now_ms: int, end_ms: int,
                           out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int, int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
-        window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next tick, and one whose
-        item cannot be read leaves the due index (quarantined). The new occurrences due within the window, as
-        candidates to dispatch, how many occurrences were made, and how many items could not be read."""
+        window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next
+        tick, and one whose item cannot be read leaves the due index (quarantined). The new occurrences due within
+        the window, as candidates to dispatch, how many occurrences were made, and how many items could not be
+        read."""
         made: list[Candidate] = []
         created = unreadable = 0
         # A tenant at a time, round robin: a tick that runs out of time has given each tenant its share, however
