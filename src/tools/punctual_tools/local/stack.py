@@ -30,12 +30,12 @@ from punctual.fastpath import FastPathReport, dispatch_stream_records
 from punctual.keys import next_tick
 from punctual.poller import Poller
 from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
-from punctual.runtime import build_api, build_store
+from punctual.runtime import build_store
 from punctual.settings import Settings
 
 from ..settings import LocalSettings
 from ..stats import summarize
-from .api_server import LOCAL_TENANT, LocalApi, write_token
+from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_token
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
 from .stream import StreamReader
@@ -63,6 +63,7 @@ class StackConfig:
     api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
     api_port: int = 0  # 0: any free port (the state file says which)
     api_tokens: dict[str, str] = field(default_factory=dict)  # more bearer tokens, each for its tenant
+    api_workers: int = 3  # processes resolving API requests at once (0: in the stack's process, one at a time)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -203,8 +204,8 @@ class LocalStack:
             token = secrets.token_urlsafe(32)
             write_token(self.api_token_file, token)
             try:
-                self.api = LocalApi(lambda: build_api(settings, make_dynamodb_client(settings)),
-                                    {token: LOCAL_TENANT, **cfg.api_tokens}, cfg.api_port).start()
+                self.api = LocalApi(ApiResolverFactory(settings), {token: LOCAL_TENANT, **cfg.api_tokens},
+                                    cfg.api_port, workers=cfg.api_workers, background_cpus=background_cpus).start()
             except OSError as exc:
                 self.stop()  # DynamoDB Local and the workers are up: nothing is left running
                 raise RuntimeError(f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "

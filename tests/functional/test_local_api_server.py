@@ -1,0 +1,241 @@
+"""The local REST API server on loopback: a request is authenticated before its body is read, a slow caller is
+cut off, a flood of connections is refused, and a slow request does not hold the others."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
+from punctual_tools.local.api_server import LocalApi
+
+TOKENS = {"tok-acme": "acme"}
+WAIT_S = 60.0  # a bound for what should take milliseconds: a loaded machine must not fail the test
+
+
+class Echo:
+    """A resolver that answers what it was given: the tenant, the path and the body. It pickles (a class)."""
+
+    calls = 0
+
+    def __call__(self) -> Echo:
+        return self
+
+    def resolve(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        Echo.calls += 1
+        authorizer = event["requestContext"]["authorizer"] or {}
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json"},
+                "body": json.dumps({"tenant": authorizer.get("tenant"), "path": event["path"],
+                                    "body": event["body"]})}
+
+
+class HoldingApi:
+    """Builds (in a worker process) a Powertools resolver whose ``GET /hold`` waits, once it has said so in
+    ``<folder>/entered``, until ``<folder>/release`` exists, and whose ``POST /echo`` answers its own body."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __call__(self) -> APIGatewayRestResolver:
+        app = APIGatewayRestResolver()
+        folder = Path(self.folder)
+
+        @app.get("/hold")
+        def hold() -> dict[str, Any]:
+            (folder / "entered").touch()
+            deadline = time.monotonic() + WAIT_S
+            while not (folder / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {"held": True}
+
+        @app.post("/echo")
+        def echo() -> dict[str, Any]:
+            body = app.current_event.json_body  # read, then a pause: time for another request to overwrite it
+            time.sleep(0.02)
+            return {"body": body, "again": app.current_event.json_body}
+
+        return app
+
+
+@pytest.fixture
+def echo_api() -> Iterator[LocalApi]:
+    with LocalApi(Echo(), {"tok-acme": "acme"}, timeout_s=WAIT_S) as server:
+        yield server
+
+
+def connect(api: LocalApi) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", int(api.url.rsplit(":", 1)[1])), timeout=WAIT_S)
+    return sock
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (``WAIT_S`` at most)."""
+    received = b""
+    while data := sock.recv(65536):
+        received += data
+    return received
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def get(api: LocalApi, path: str, token: str = "tok-acme") -> urllib3.BaseHTTPResponse:
+    return urllib3.request("GET", api.url + path, headers={"Authorization": f"Bearer {token}"}, retries=False,
+                           timeout=WAIT_S)
+
+
+# -- refused on the headers ------------------------------------------------------------------------------------
+def test_an_unauthenticated_request_is_refused_before_its_body_arrives(echo_api: LocalApi) -> None:
+    # Given a request with no token that announces a body and sends none of it
+    Echo.calls = 0
+    with connect(echo_api) as sock:
+        sock.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+        # When the server answers  Then it is a 401 problem, without waiting for the body (waiting would have
+        # ended, WAIT_S later, in a closed connection and no answer), and the connection is closed after it
+        answer = read_to_end(sock)
+    assert status_of(answer) == 401
+    assert b"Connection: close" in answer and b"application/problem+json" in answer
+    assert Echo.calls == 0
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    (b"Content-Length: 2000000\r\n", 413),
+    (b"Content-Length: -5\r\n", 400),
+    (b"Content-Length: 1_0\r\n", 400),
+    (b"Transfer-Encoding: chunked\r\n", 411),
+])
+def test_a_body_the_server_will_not_read_is_refused_at_once_and_the_connection_closed(
+        echo_api: LocalApi, headers: bytes, status: int) -> None:
+    with connect(echo_api) as sock:
+        sock.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\n" + headers + b"\r\n")
+        answer = read_to_end(sock)
+    assert status_of(answer) == status
+    assert b"Connection: close" in answer
+
+
+def test_a_refused_request_whose_body_was_sent_gets_its_answer(echo_api: LocalApi) -> None:
+    # Given a wrong token on a request whose body is sent whole: the server answers without reading it
+    body = b"x" * 200_000
+    response = urllib3.request("POST", echo_api.url + "/v1/tasks", body=body, retries=False, timeout=WAIT_S,
+                               headers={"Authorization": "Bearer wrong"})
+    # Then the caller still reads its 401 (the unread body did not reset the connection under it)
+    assert response.status == 401
+
+
+def test_a_caller_that_asks_before_sending_its_body_is_refused_or_told_to_go_on(echo_api: LocalApi) -> None:
+    head = b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n"
+    # Given a caller without a token that asks whether to send its body  Then it is refused, not told to go on
+    with connect(echo_api) as sock:
+        sock.sendall(head + b"\r\n")
+        refused = read_to_end(sock)
+    assert status_of(refused) == 401 and b"100 Continue" not in refused
+    # And a caller with one is told to go on, and answered from its body
+    with connect(echo_api) as sock:
+        sock.sendall(head + b"Authorization: Bearer tok-acme\r\n\r\n")
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100")
+        sock.sendall(b"{}")
+        sock.shutdown(socket.SHUT_WR)  # no other request: the server closes after its answer
+        answer = read_to_end(sock)
+    assert status_of(answer) == 200 and answer.endswith(b'"body": "{}"}')
+
+
+def test_a_port_in_use_is_an_os_error(echo_api: LocalApi) -> None:
+    with pytest.raises(OSError):
+        LocalApi(Echo(), TOKENS, int(echo_api.url.rsplit(":", 1)[1]))
+
+
+# -- slow callers -------------------------------------------------------------------------------------------
+def test_a_caller_that_stalls_is_cut_off_while_another_is_answered() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=0.5) as api, connect(api) as stalled:
+        # Given a caller that sends its headers, announces a body and stalls
+        started = time.monotonic()
+        stalled.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\n"
+                        b"Content-Length: 10\r\n\r\n")
+        # When another caller asks meanwhile  Then it is answered
+        assert get(api, "/v1/tasks").status == 200
+        # And the stalled caller's connection is closed, unanswered, once its time is up (not before)
+        assert read_to_end(stalled) == b""
+        assert time.monotonic() - started >= 0.5
+
+
+def test_a_caller_that_trickles_its_headers_is_cut_off_at_its_deadline() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=0.5) as api, connect(api) as trickling:
+        # Given a caller that sends one byte of its request line every 0.1 s (each within any per-read timeout)
+        deadline = time.monotonic() + WAIT_S
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            trickling.send(b"G")
+            readable, _, _ = select.select([trickling], [], [], 0.1)
+            closed = bool(readable) and trickling.recv(1024) == b""
+        # Then the server closes it: the request had 0.5 s in all to arrive
+        assert closed
+
+
+def test_an_idle_connection_is_closed_after_the_timeout() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=0.5) as api, connect(api) as idle:
+        assert read_to_end(idle) == b""
+
+
+def test_past_the_connection_limit_a_new_connection_is_answered_503_at_once() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=WAIT_S, max_connections=2) as api:
+        # Given two connections that hold the server's two slots (idle: their threads wait for a request)
+        held = [connect(api), connect(api)]
+        try:
+            # When a third caller asks  Then it gets a 503 problem at once (not after WAIT_S)
+            response = get(api, "/v1/tasks")
+            assert response.status == 503
+            assert response.headers["Content-Type"] == "application/problem+json"
+            assert response.headers["Retry-After"] == "1"
+        finally:
+            for sock in held:
+                sock.close()
+        # And once they are gone, a caller is served again
+        deadline = time.monotonic() + WAIT_S
+        while (status := get(api, "/v1/tasks").status) == 503 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == 200
+
+
+# -- resolving in worker processes --------------------------------------------------------------------------------
+def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path) -> None:
+    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, \
+            ThreadPoolExecutor(1) as pool:
+        # Given a request held inside the resolver of one worker process
+        held = pool.submit(get, api, "/hold")
+        deadline = time.monotonic() + WAIT_S
+        while not (tmp_path / "entered").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (tmp_path / "entered").exists()
+        # When another request comes  Then it is answered while the first is still held
+        response = urllib3.request("POST", api.url + "/echo", json={"n": 1}, retries=False, timeout=WAIT_S,
+                                   headers={"Authorization": "Bearer tok-acme"})
+        assert response.status == 200 and response.json() == {"body": {"n": 1}, "again": {"n": 1}}
+        assert not held.done()
+        (tmp_path / "release").touch()
+        assert held.result(timeout=WAIT_S).json() == {"held": True}
+
+
+def test_requests_resolved_at_once_are_each_answered_from_their_own_body(tmp_path: Path) -> None:
+    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, \
+            ThreadPoolExecutor(8) as pool:
+        def echo(n: int) -> Any:
+            return urllib3.request("POST", api.url + "/echo", json={"n": n}, retries=False, timeout=WAIT_S,
+                                   headers={"Authorization": "Bearer tok-acme"}).json()
+
+        answers = list(pool.map(echo, range(24)))
+    assert answers == [{"body": {"n": n}, "again": {"n": n}} for n in range(24)]
+
+
+def test_worker_processes_need_a_resolver_factory_that_pickles() -> None:
+    with pytest.raises(TypeError, match="pickles"):
+        LocalApi(lambda: Echo(), TOKENS, workers=2)
