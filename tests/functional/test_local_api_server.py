@@ -1,11 +1,14 @@
 """The local REST API server on loopback: a request is authenticated before its body is read, a slow caller is
-cut off, a flood of connections is refused, and a slow request does not hold the others."""
+cut off, a flood of connections is refused, a slow request does not hold the others, and each tenant's token
+names it."""
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +19,10 @@ import pytest
 import urllib3
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from punctual_tools.local.api_server import LocalApi
+from punctual.errors import PunctualError
+from punctual_tools.cli import _api_token
+from punctual_tools.local.api_server import LOCAL_TENANT, LocalApi
+from punctual_tools.local.stack import LocalStack, StackConfig
 
 TOKENS = {"tok-acme": "acme"}
 WAIT_S = 60.0  # a bound for what should take milliseconds: a loaded machine must not fail the test
@@ -87,6 +93,10 @@ def read_to_end(sock: socket.socket) -> bytes:
 
 def status_of(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
 
 
 def get(api: LocalApi, path: str, token: str = "tok-acme") -> urllib3.BaseHTTPResponse:
@@ -239,3 +249,38 @@ def test_requests_resolved_at_once_are_each_answered_from_their_own_body(tmp_pat
 def test_worker_processes_need_a_resolver_factory_that_pickles() -> None:
     with pytest.raises(TypeError, match="pickles"):
         LocalApi(lambda: Echo(), TOKENS, workers=2)
+
+
+# -- tenants ------------------------------------------------------------------------------------------------
+def test_each_tenants_token_file_names_its_own_tenant(tmp_path: Path) -> None:
+    # Given a stack home holding a token file of a tenant no longer served
+    stack = LocalStack(StackConfig(home=tmp_path, tenants=("beta", "zeta", "beta", LOCAL_TENANT)))
+    (tmp_path / "tokens").mkdir()
+    (tmp_path / "tokens" / "gone").write_text("old\n")
+    # When the stack writes its tokens
+    tokens = stack._write_tokens()
+    # Then local's is api-token, each other tenant's tokens/<tenant>, each 0600; the stale one is gone
+    files = {tenant: str(path) for tenant, path in stack.api_token_files.items()}
+    assert files == {"local": str(tmp_path / "api-token"), "beta": str(tmp_path / "tokens" / "beta"),
+                     "zeta": str(tmp_path / "tokens" / "zeta")}
+    assert sorted(tokens.values()) == ["beta", "local", "zeta"]
+    assert not (tmp_path / "tokens" / "gone").exists()
+    assert all(mode_of(Path(path)) == 0o600 for path in files.values())
+    assert mode_of(tmp_path / "tokens") == 0o700
+    # And a request with each tenant's token (as the CLI reads it from the state file) acts as that tenant
+    state = {"api_token_files": files}
+    with LocalApi(Echo(), tokens) as api:
+        for tenant in ("local", "beta", "zeta"):
+            assert get(api, "/v1/tasks", token=_api_token(state, tenant)).json()["tenant"] == tenant
+        assert get(api, "/v1/tasks", token="old").status == 401
+    with pytest.raises(PunctualError, match="punctual up --tenant omega"):
+        _api_token(state, "omega")
+
+
+def test_a_stack_given_a_bad_tenant_name_does_not_start(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    with pytest.raises(ValueError, match="not tenant names"):
+        LocalStack(StackConfig(home=tmp_path / "home", tenants=("Beta",))).start()
+    assert not (tmp_path / "home").exists()
+    assert os.umask(umask) == umask  # left as it was

@@ -1,6 +1,7 @@
 """The ``punctual`` command: run the local stack, run the demo, and schedule or inspect tasks.
 
     punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
+                [--tenant NAME ...]                the REST API also serves these tenants, a token each
     punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
     punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
                                                    --eventbridge ARN, --payload JSON)
@@ -8,7 +9,8 @@
                                                    "500 milliseconds", --once-at LOCAL; --start, --end, --max)
     punctual schedules [list | show | pause | resume | delete | history] [ID]
     punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--status S]
-                                                   (each of these, and schedule: --api goes through the REST API)
+                                                   (each of these, and schedule: --api goes through the REST API,
+                                                   as the local stack's tenant --tenant, default local)
     punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
     punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 """
@@ -84,6 +86,15 @@ def _threads(text: str) -> int:
     return value
 
 
+def _tenant(text: str) -> str:
+    """A tenant's name from the command line (argparse reports a bad one)."""
+    from punctual.tenancy import is_tenant
+
+    if not is_tenant(text):
+        raise argparse.ArgumentTypeError(f"not a tenant name: {text!r} (lower-case letters, digits and '-')")
+    return text
+
+
 def _home(args: argparse.Namespace) -> Path:
     from .local.dynamodb_local import find_project_root
 
@@ -101,9 +112,11 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
         allowed = Settings.from_env().allowed_targets
         if not loopback_allowed(allowed):
             overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
+    # up serves the tenants its --tenant names; demo, when it starts the stack, the one it acts as
+    tenants = [*(getattr(args, "tenants", None) or ()), *filter(None, [getattr(args, "tenant", None)])]
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
                        settings_overrides={k: v for k, v in overrides.items() if v is not None},
-                       api_port=getattr(args, "api_port", 0))
+                       api_port=getattr(args, "api_port", 0), tenants=tuple(dict.fromkeys(tenants)))
 
 
 def _print_poll(report: Any) -> None:
@@ -155,25 +168,51 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _api_tenant(args: argparse.Namespace) -> str:
+    """The local stack's tenant a command acts as through the REST API (``--tenant``, default ``local``)."""
+    from .local.api_server import LOCAL_TENANT
+
+    tenant = getattr(args, "tenant", None)
+    if tenant is not None and not getattr(args, "api", False):
+        raise PunctualError(f"--tenant {tenant} acts through the local stack's REST API: add --api")
+    return tenant or LOCAL_TENANT
+
+
+def _api_token(state: dict[str, Any], tenant: str) -> str:
+    """The bearer token of ``tenant`` the running stack (its state file, ``state``) wrote."""
+    from .local.api_server import LOCAL_TENANT
+
+    files = state.get("api_token_files") or {}
+    if tenant == LOCAL_TENANT and not files and state.get("api_token_file"):
+        files = {LOCAL_TENANT: state["api_token_file"]}  # a stack that serves the tenant local only
+    if tenant not in files:
+        raise PunctualError(f"the running stack's REST API does not serve the tenant {tenant!r} (it serves "
+                            f"{', '.join(sorted(files)) or 'none'}): start it with punctual up --tenant {tenant}")
+    try:
+        return Path(files[tenant]).read_text().strip()
+    except OSError as exc:
+        raise PunctualError(f"cannot read the tenant {tenant!r}'s API token at {files[tenant]}: {exc}") from exc
+
+
 def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
-    """With ``--api``: the demo schedules through the stack's REST API, as the local tenant (run_demo's
-    arguments); else nothing."""
+    """With ``--api``: the demo schedules through the stack's REST API, as the tenant ``--tenant`` (default
+    ``local``; run_demo's arguments); else nothing."""
+    tenant = _api_tenant(args)
     if not args.api:
         return {}
     from punctual.api_client import ApiClient
 
-    from .local.api_server import LOCAL_TENANT
     from .local.stack import read_state
 
     if stack is not None and stack.api is not None:
-        url, token = stack.api.url, stack.api_token_file.read_text().strip()
+        url, token = stack.api.url, stack.api_token_path(tenant).read_text().strip()
     else:
         state = read_state(_home(args)) or {}
         if not state.get("api_url"):
             raise PunctualError("--api: the running stack serves no REST API")
-        url, token = state["api_url"], Path(state["api_token_file"]).read_text().strip()
-    log.info("the demo schedules through the REST API at %s (tenant %r)", url, LOCAL_TENANT)
-    return {"api": ApiClient(url, token=token), "tenant": LOCAL_TENANT}
+        url, token = state["api_url"], _api_token(state, tenant)
+    log.info("the demo schedules through the REST API at %s (tenant %r)", url, tenant)
+    return {"api": ApiClient(url, token=token), "tenant": tenant}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -182,6 +221,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import EPSILON_MS, format_report, loopback_allowed, run_demo
     from .local.stack import LocalStack, _alive, read_state
 
+    _api_tenant(args)  # a --tenant without --api is refused before anything starts
     state = read_state(_home(args))
     stack = None
     webhooks = args.webhooks
@@ -275,20 +315,24 @@ def _client(args: argparse.Namespace) -> Any:
     from punctual.client import Client
 
     settings = _settings(args)
+    tenant = _api_tenant(args)
     if not getattr(args, "api", False) and not settings.api_url:
         return Client(settings)
     from punctual.api_client import ApiClient
 
     from .local.stack import read_state
 
+    if getattr(args, "tenant", None) is not None and (args.aws or settings.api_url):
+        raise PunctualError("--tenant picks a token of the local stack's; through PUNCTUAL_API_URL or --aws the "
+                            "tenant is the caller's (its IAM principal, or PUNCTUAL_API_TOKEN)")
     if settings.api_url:
         return ApiClient.from_settings(settings)
     if args.aws:
         raise PunctualError("--api --aws needs the API's URL in PUNCTUAL_API_URL (the stack's ApiUrl output)")
     state = read_state(_home(args)) or {}
-    if not state.get("api_url") or not state.get("api_token_file"):
+    if not state.get("api_url"):
         raise PunctualError("--api: no local stack serving the API is running (start one with punctual up)")
-    return ApiClient(state["api_url"], token=Path(state["api_token_file"]).read_text().strip())
+    return ApiClient(state["api_url"], token=_api_token(state, tenant))
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -572,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
     stack_options(up, 60.0)
     up.add_argument("--api-port", type=int, default=8766, help="the REST API's loopback port (0 picks a free one)")
+    up.add_argument("--tenant", dest="tenants", action="append", type=_tenant, metavar="NAME",
+                    help="the REST API also serves this tenant, with a token of its own in <home>/tokens/NAME "
+                         "(repeatable; the tenant local, token in <home>/api-token, is always served)")
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
     up.add_argument("--demo-tasks", type=int, default=300)
     up.add_argument("--demo-over", type=float, default=20.0)
@@ -599,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
                            "one earlier than due - this fails the verdict")
     demo.add_argument("--api", action="store_true", help="schedule through the stack's REST API, not the table")
+    demo.add_argument("--tenant", type=_tenant, default=None, metavar="NAME",
+                      help="with --api: as this tenant (default local; a stack the demo starts serves it)")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
@@ -684,6 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (sched, many, lst, schedules, *one_task):
         p.add_argument("--api", action="store_true", help="go through the REST API (the local stack's, with its "
                        "token; with --aws the one at PUNCTUAL_API_URL, SigV4-signed), not straight to the table")
+        p.add_argument("--tenant", type=_tenant, default=None, metavar="NAME",
+                       help="with --api: as this tenant of the local stack, with its token (default local; "
+                            "punctual up --tenant NAME serves it)")
     return parser
 
 

@@ -1,10 +1,10 @@
-"""The REST API on loopback: the same resolver as the API Lambda (:mod:`punctual.api`), behind a bearer token.
+"""The REST API on loopback: the same resolver as the API Lambda (:mod:`punctual.api`), behind bearer tokens.
 
 API Gateway authenticates a caller (SigV4) and hands the Lambda a proxy event; here :class:`LocalApi` does both:
 it checks ``Authorization: Bearer <token>`` against its tokens (each names a tenant), turns the request into the
 same REST proxy event, with the tenant as the authorizer's, and answers what the resolver answers. It listens on
-127.0.0.1 only. ``punctual up`` writes its first token to ``<home>/api-token`` (mode 0600), for the tenant
-``local``.
+127.0.0.1 only. ``punctual up`` writes one token per tenant it serves: ``<home>/api-token`` for the tenant
+``local``, ``<home>/tokens/<tenant>`` for each other (mode 0600).
 
 What a caller cannot make it do:
 
@@ -433,7 +433,7 @@ class LocalApi:
         lowered = {k.lower(): v for k, v in headers.items()}
         if self.tenant_of(lowered.get("authorization")) is None:
             return problem(401, "give the local API's token: Authorization: Bearer <token> (punctual up wrote it "
-                                "to .punctual/api-token)",
+                                "to .punctual/api-token, and another tenant's to .punctual/tokens/<tenant>)",
                            close=True)
         if "transfer-encoding" in lowered:
             return problem(411, "give the body's length in Content-Length (no Transfer-Encoding)", close=True)

@@ -2,8 +2,8 @@
 stream, executors in worker processes.
 
 ``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
-Its state file (``.punctual/stack.json``) lets other commands find a running stack, and lets a restart clean
-up after a stack that was killed.
+Its state file (``.punctual/stack.json``) lets other commands find a running stack (and each tenant's API
+token: ``api_token_files``), and lets a restart clean up after a stack that was killed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from punctual.poller import Poller
 from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
 from punctual.runtime import build_store
 from punctual.settings import Settings
+from punctual.tenancy import is_tenant
 
 from ..settings import LocalSettings
 from ..stats import summarize
@@ -63,7 +64,13 @@ class StackConfig:
     api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
     api_port: int = 0  # 0: any free port (the state file says which)
     api_tokens: dict[str, str] = field(default_factory=dict)  # more bearer tokens, each for its tenant
+    # Tenants served besides "local", each with a token written to <home>/tokens/<tenant> at each start
+    tenants: tuple[str, ...] = ()
     api_workers: int = 3  # processes resolving API requests at once (0: in the stack's process, one at a time)
+
+    def served_tenants(self) -> tuple[str, ...]:
+        """``local`` and then ``tenants``, each once."""
+        return tuple(dict.fromkeys((LOCAL_TENANT, *self.tenants)))
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -134,6 +141,16 @@ class LocalStack:
         """The local API's bearer token for the tenant ``local`` (a new one at each start; mode 0600)."""
         return self.config.home / "api-token"
 
+    def api_token_path(self, tenant: str) -> Path:
+        """Where a served tenant's bearer token is written: ``local``'s at :attr:`api_token_file`, another's
+        at ``<home>/tokens/<tenant>``."""
+        return self.api_token_file if tenant == LOCAL_TENANT else self.config.home / "tokens" / tenant
+
+    @property
+    def api_token_files(self) -> dict[str, Path]:
+        """Each served tenant's token file (``StackConfig.served_tenants``)."""
+        return {tenant: self.api_token_path(tenant) for tenant in self.config.served_tenants()}
+
     @property
     def dead_letter_path(self) -> Path:
         """The local dead-letter queue (JSON lines): tasks whose last attempt failed (unless
@@ -156,6 +173,9 @@ class LocalStack:
         time.sleep(0.2)
 
     def start(self) -> LocalStack:
+        bad = [tenant for tenant in self.config.tenants if not is_tenant(tenant)]
+        if bad:
+            raise ValueError(f"not tenant names: {bad} (lower-case letters, digits and '-', up to 40)")
         cfg = self.config
         cfg.home.mkdir(parents=True, exist_ok=True)
         (cfg.home / "logs").mkdir(exist_ok=True)
@@ -201,20 +221,37 @@ class LocalStack:
             self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
                                        stream_filter_patterns()).start()
         if cfg.api:
-            token = secrets.token_urlsafe(32)
-            write_token(self.api_token_file, token)
+            tokens = self._write_tokens()
             try:
-                self.api = LocalApi(ApiResolverFactory(settings), {token: LOCAL_TENANT, **cfg.api_tokens},
-                                    cfg.api_port, workers=cfg.api_workers, background_cpus=background_cpus).start()
+                self.api = LocalApi(ApiResolverFactory(settings), {**tokens, **cfg.api_tokens}, cfg.api_port,
+                                    workers=cfg.api_workers, background_cpus=background_cpus).start()
             except OSError as exc:
                 self.stop()  # DynamoDB Local and the workers are up: nothing is left running
                 raise RuntimeError(f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
                                    "another stack may hold the port; give another with --api-port (0: any)") from exc
-            log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, LOCAL_TENANT, self.api_token_file)
+            for tenant, path in self.api_token_files.items():
+                log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
         self._write_state()
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._thread.start()
         return self
+
+    def _write_tokens(self) -> dict[str, str]:
+        """A new token for each served tenant, written to its file (0600); a token file of a tenant not served
+        now is removed. Returns token -> tenant."""
+        folder = self.config.home / "tokens"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+        tokens = {}
+        for tenant, path in self.api_token_files.items():
+            token = secrets.token_urlsafe(32)
+            write_token(path, token)
+            tokens[token] = tenant
+        served = set(self.api_token_files.values())
+        for stale in folder.glob("*"):
+            if stale not in served and stale.is_file():
+                stale.unlink()
+        return tokens
 
     def _write_state(self) -> None:
         """Write the state file (atomically; workers started on demand call this from their threads)."""
@@ -236,7 +273,8 @@ class LocalStack:
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
             "api_url": self.api.url if self.api else None,
-            "api_token_file": str(self.api_token_file) if self.api else None,
+            "api_token_file": str(self.api_token_file) if self.api else None,  # the tenant local's
+            "api_token_files": {t: str(p) for t, p in self.api_token_files.items()} if self.api else {},
         }
         tmp = self.config.home / "stack.json.tmp"
         tmp.write_text(json.dumps(state, indent=2))
