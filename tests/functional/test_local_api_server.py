@@ -1,6 +1,6 @@
 """The local REST API server on loopback: a request is authenticated before its body is read, a slow caller is
-cut off, a flood of connections is refused, a slow request does not hold the others, and each tenant's token
-names it."""
+cut off, a flood of connections is refused, a slow request does not hold the others, each tenant's token names
+it, and the stack's home is private."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from punctual.errors import PunctualError
 from punctual_tools.cli import _api_token
 from punctual_tools.local.api_server import LOCAL_TENANT, LocalApi
-from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.local.stack import LocalStack, StackConfig, make_private
 
 TOKENS = {"tok-acme": "acme"}
 WAIT_S = 60.0  # a bound for what should take milliseconds: a loaded machine must not fail the test
@@ -284,3 +284,38 @@ def test_a_stack_given_a_bad_tenant_name_does_not_start(tmp_path: Path) -> None:
         LocalStack(StackConfig(home=tmp_path / "home", tenants=("Beta",))).start()
     assert not (tmp_path / "home").exists()
     assert os.umask(umask) == umask  # left as it was
+
+
+# -- a private home ---------------------------------------------------------------------------------------------
+def test_a_homes_stack_files_are_made_private_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    # Given a home an earlier run left readable by everyone, with a file of the user's own and a link out
+    home = tmp_path / "home"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    outside.chmod(0o644)
+    for folder in ("dynamodb/sub", "logs", "tokens"):
+        (home / folder).mkdir(parents=True)
+    for name in ("dynamodb/shared-local-instance.db", "dynamodb/sub/x", "logs/executor.log", "tokens/beta",
+                 "stack.json", "api-token", "fires.jsonl", "dlq.jsonl", "notes.txt"):
+        (home / name).write_text("x")
+        (home / name).chmod(0o644)
+    (home / "logs" / "link").symlink_to(outside)
+    for folder in (home, home / "dynamodb", home / "dynamodb" / "sub", home / "logs", home / "tokens"):
+        folder.chmod(0o755)
+    # When the stack makes it private
+    make_private(home)
+    # Then the home and the stack's folders are 0700, its files 0600
+    assert mode_of(home) == 0o700
+    for folder in ("dynamodb", "dynamodb/sub", "logs", "tokens"):
+        assert mode_of(home / folder) == 0o700, folder
+    for name in ("dynamodb/shared-local-instance.db", "dynamodb/sub/x", "logs/executor.log", "tokens/beta",
+                 "stack.json", "api-token", "fires.jsonl", "dlq.jsonl"):
+        assert mode_of(home / name) == 0o600, name
+    # And what is not the stack's is left as it was, a link's target included
+    assert mode_of(home / "notes.txt") == 0o644
+    assert mode_of(outside) == 0o644
+
+
+def test_a_home_that_is_not_there_is_made_private(tmp_path: Path) -> None:
+    make_private(tmp_path / "a" / "home")
+    assert mode_of(tmp_path / "a" / "home") == 0o700

@@ -26,6 +26,7 @@ import hmac
 import io
 import logging
 import multiprocessing
+import os
 import pickle
 import queue
 import secrets
@@ -489,9 +490,15 @@ class LocalApi:
         self.stop()
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a file only this user can read (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # a file that was there keeps its mode through O_CREAT
+        out.write(text)
+
+
 def write_token(path: Path, token: str) -> None:
-    """Write ``token`` where only this user can read it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(token + "\n")
+    """Write ``token`` where only this user can read it (the file 0600; a folder it needs made 0700)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(path, token + "\n")

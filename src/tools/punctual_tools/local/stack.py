@@ -4,6 +4,10 @@ stream, executors in worker processes.
 ``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
 Its state file (``.punctual/stack.json``) lets other commands find a running stack (and each tenant's API
 token: ``api_token_files``), and lets a restart clean up after a stack that was killed.
+
+The home is private: the stack makes it 0700 and what it keeps there 0600 (folders 0700), those of an earlier
+run included (:func:`make_private`), and writes with a umask of 0o077 while it runs, which DynamoDB Local and the
+executors' worker processes inherit.
 """
 
 from __future__ import annotations
@@ -36,12 +40,17 @@ from punctual.tenancy import is_tenant
 
 from ..settings import LocalSettings
 from ..stats import summarize
-from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_token
+from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
 from .stream import StreamReader
 
 log = logging.getLogger("punctual_tools.local")
+
+PRIVATE_UMASK = 0o077
+# What the stack keeps in its home (a folder's content included): what make_private fixes the mode of
+STACK_FILES = ("dynamodb", "logs", "tokens", "api-token", "stack.json", "stack.json.tmp", "fires.jsonl",
+               "dlq.jsonl", "dlq.jsonl.lock", "dlq.jsonl.tmp")
 
 
 @dataclass
@@ -91,6 +100,23 @@ def read_state(home: Path) -> dict[str, Any] | None:
         return None
 
 
+def make_private(home: Path) -> None:
+    """Create ``home`` if need be and make it 0700, and what the stack keeps there (:data:`STACK_FILES`, with
+    what their folders hold) readable by this user only: files 0600 (no bit beyond the owner's), folders 0700.
+    Other entries of ``home`` are left alone (a ``--home`` given may hold more than the stack's), and so are
+    symbolic links (a chmod would follow them out)."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    home.chmod(0o700)
+    for name in STACK_FILES:
+        top = home / name
+        if top.is_symlink() or not top.exists():
+            continue
+        for path in [top, *top.rglob("*")] if top.is_dir() else [top]:
+            with contextlib.suppress(FileNotFoundError):  # gone since it was listed
+                if not path.is_symlink():
+                    path.chmod(0o700 if path.is_dir() else path.stat().st_mode & 0o600)
+
+
 def _alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -129,6 +155,7 @@ class LocalStack:
         self.fast_poller: Poller | None = None
         self.api: LocalApi | None = None
         self._state_lock = threading.Lock()
+        self._umask_before: int | None = None
         self.fast_path_reports: list[FastPathReport] = []
         self.polls: list[PollReport] = []
 
@@ -173,13 +200,30 @@ class LocalStack:
         time.sleep(0.2)
 
     def start(self) -> LocalStack:
+        """Start everything (with a umask of 0o077 until :meth:`stop`: every file written from now on in this
+        process, and in the processes it starts, is private)."""
         bad = [tenant for tenant in self.config.tenants if not is_tenant(tenant)]
         if bad:
             raise ValueError(f"not tenant names: {bad} (lower-case letters, digits and '-', up to 40)")
+        self._umask_before = os.umask(PRIVATE_UMASK)
+        try:
+            return self._start()
+        except BaseException:
+            self._restore_umask()
+            raise
+
+    def _restore_umask(self) -> None:
+        if self._umask_before is not None:
+            os.umask(self._umask_before)
+            self._umask_before = None
+
+    def _start(self) -> LocalStack:
         cfg = self.config
-        cfg.home.mkdir(parents=True, exist_ok=True)
-        (cfg.home / "logs").mkdir(exist_ok=True)
+        make_private(cfg.home)
+        (cfg.home / "logs").mkdir(mode=0o700, exist_ok=True)
         self._clean_stale()
+        for path in (self.fire_log, self.dead_letter_path, cfg.home / "logs" / "executor.log"):
+            path.touch(mode=0o600)  # created now: a process that appends to it later keeps this mode
         overrides = {"poll_interval_ms": int(cfg.poll_interval_s * 1000), "fire_log_path": str(self.fire_log),
                      "write_batch": cfg.write_batch, **cfg.settings_overrides}
         wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
@@ -277,7 +321,7 @@ class LocalStack:
             "api_token_files": {t: str(p) for t, p in self.api_token_files.items()} if self.api else {},
         }
         tmp = self.config.home / "stack.json.tmp"
-        tmp.write_text(json.dumps(state, indent=2))
+        write_private(tmp, json.dumps(state, indent=2))
         tmp.replace(self.config.home / "stack.json")
 
     def _batch_done(self, event: dict[str, Any], result: dict[str, Any]) -> None:
@@ -359,6 +403,7 @@ class LocalStack:
             state = read_state(self.config.home)
             if state and state.get("pid") == os.getpid():
                 (self.config.home / "stack.json").unlink()
+        self._restore_umask()
 
     def __enter__(self) -> LocalStack:
         return self.start()
