@@ -103,15 +103,18 @@ def _home(args: argparse.Namespace) -> Path:
 
 def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webhooks: bool = False) -> Any:
     """The local stack's configuration; with ``demo_webhooks``, its executors (and the demo's client) may also
-    reach the demo's loopback receiver: ``127.0.0.1`` is added to ``PUNCTUAL_ALLOWED_TARGETS``."""
+    reach the demo's loopback receiver: ``127.0.0.1:<receiver port>`` is added to ``PUNCTUAL_ALLOWED_TARGETS``
+    (the tenants' own targets hold it already)."""
     from .demo import RECEIVER_HOST, loopback_allowed
     from .local.stack import StackConfig
+    from .settings import LocalSettings
 
     overrides = {"shard_count": args.shards, "table_name": args.table}
     if demo_webhooks:
-        allowed = Settings.from_env().allowed_targets
-        if not loopback_allowed(allowed):
-            overrides["allowed_targets"] = ",".join(filter(None, [allowed, RECEIVER_HOST]))
+        local = LocalSettings.from_env()
+        if not loopback_allowed(local.allowed_targets, local.receiver_port):
+            receiver = f"{RECEIVER_HOST}:{local.receiver_port}"
+            overrides["allowed_targets"] = ",".join(filter(None, [local.allowed_targets, receiver]))
     # up serves the tenants its --tenant names; demo, when it starts the stack, the one it acts as
     tenants = [*(getattr(args, "tenants", None) or ()), *filter(None, [getattr(args, "tenant", None)])]
     return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
@@ -152,7 +155,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             def demo() -> None:
                 report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
                                   args.demo_burst, stack.settings.poll_interval_ms,  # type: ignore[union-attr]
-                                  webhooks=webhooks, recurring_ms=args.demo_recurring, **_demo_api(args, stack))
+                                  webhooks=webhooks, recurring_ms=args.demo_recurring,
+                                  receiver_port=stack.settings.receiver_port,  # type: ignore[union-attr]
+                                  **_demo_api(args, stack))
                 print(format_report(report), flush=True)
                 log.info("demo done; the stack keeps running until Ctrl-C")
 
@@ -230,10 +235,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                      shard_count=state["shard_count"],
                                      allowed_targets=state.get("allowed_targets", ""))
         fire_log, interval = Path(state["fire_log"]), int(state["poll_interval_ms"])
+        receiver_port = int(state.get("receiver_port") or 0)
         log.info("using the running stack at %s (poll every %g s)", state["endpoint_url"], interval / 1000)
-        if webhooks and not loopback_allowed(settings.allowed_targets):
-            log.warning("the running stack's executors may not reach a loopback receiver (its "
-                        "PUNCTUAL_ALLOWED_TARGETS has no 127.0.0.1): the demo schedules no webhooks")
+        if webhooks and not args.api and not loopback_allowed(settings.allowed_targets, receiver_port or None):
+            log.warning("the running stack's executors may not reach the demo's loopback receiver (its "
+                        "PUNCTUAL_ALLOWED_TARGETS has no 127.0.0.1:%s): the demo schedules no webhooks",
+                        receiver_port)
             webhooks = 0
     else:
         log.info("no running stack: starting one for this demo (poll every %g s)", args.poll_interval)
@@ -241,11 +248,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                            on_poll=_print_poll, on_batch=lambda result: None).start()
         assert stack.settings is not None
         settings, fire_log, interval = stack.settings, stack.fire_log, stack.settings.poll_interval_ms
+        receiver_port = stack.settings.receiver_port
     try:
         report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
                           out=None if args.quiet else sys.stderr,
                           epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks,
-                          recurring_ms=args.recurring, **_demo_api(args, stack))
+                          recurring_ms=args.recurring, receiver_port=receiver_port, **_demo_api(args, stack))
     finally:
         if stack is not None:
             stack.stop()

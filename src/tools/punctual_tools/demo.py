@@ -192,25 +192,28 @@ def _bar(done: int, total: int, width: int = 30) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def loopback_allowed(allowed_targets: str) -> bool:
-    """Whether a target list (``PUNCTUAL_ALLOWED_TARGETS``) lets webhooks reach the demo's loopback receiver."""
+def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
+    """Whether a target list (``PUNCTUAL_ALLOWED_TARGETS``) lets webhooks reach the demo's loopback receiver on
+    ``port`` (None: on any port)."""
     from ipaddress import ip_address
 
     from punctual.netpolicy import TargetPolicy
 
-    return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST))
+    return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
 
 def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
              out: TextIO | None = sys.stderr, schedule_threads: int = 16,
              epsilon_ms: float = EPSILON_MS, webhooks: int = 0,
-             recurring_ms: Sequence[int] = (), api: Any = None, tenant: str | None = None) -> dict[str, Any]:
+             recurring_ms: Sequence[int] = (), api: Any = None, tenant: str | None = None,
+             receiver_port: int = 0) -> dict[str, Any]:
     """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
     :func:`build_report`). ``recurring_ms``: the rates of the recurring schedules made beside the tasks.
-    ``webhooks`` tasks POST to a loopback receiver started here (in a process of its own), which the stack's
-    executors and ``client`` must be allowed to reach (``PUNCTUAL_ALLOWED_TARGETS``). With ``api`` (an
-    :class:`~punctual.api_client.ApiClient` whose caller is ``tenant``) everything is scheduled through the REST
-    API; ``client`` (the table) still checks the outcomes."""
+    ``webhooks`` tasks POST to a loopback receiver started here on ``receiver_port`` (0: any free one; in a
+    process of its own), which the stack's executors and ``client`` must be allowed to reach
+    (``PUNCTUAL_ALLOWED_TARGETS``, and through the API the tenant's targets: the stack's ``receiver_port``).
+    With ``api`` (an :class:`~punctual.api_client.ApiClient` whose caller is ``tenant``) everything is scheduled
+    through the REST API; ``client`` (the table) still checks the outcomes."""
     plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks,
                      recurring_ms=recurring_ms, tenant=tenant if api is not None else None)
     prefix = plan.prefix
@@ -221,7 +224,7 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
         if received is not None:
             from .local.receiver import start_receiver
 
-            receiver, port = start_receiver(received)
+            receiver, port = start_receiver(received, receiver_port)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
         log_action: Action = LogAction(message=f"demo {plan.run_id}")
         return _run_plan(client, api or client, fire_log, received, plan, prefix, grace, out, schedule_threads,

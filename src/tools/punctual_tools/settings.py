@@ -33,6 +33,10 @@ class LocalSettings(Settings):
     dynamodb_java_opts: str | None = Field(
         None, description="JVM options of DynamoDB Local, split on spaces; unset: the stack's lean defaults",
     )
+    receiver_port: int = Field(
+        8767, ge=1, le=65_535, description="the loopback port of the demo's webhook receiver: the local tenants "
+        "may reach it (and no other loopback port) unless PUNCTUAL_TENANT_MAP says otherwise",
+    )
     local_timeout_s: float = Field(900.0, gt=0, le=900, description="an executor worker's invocation timeout "
                                    "(what the handler's context reports as remaining time; Lambda's at most)")
 

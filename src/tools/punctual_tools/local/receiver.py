@@ -46,12 +46,17 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fd:
         writer.close()
 
 
-def serve(path: str, ports: Any) -> None:
-    """Run the receiver (in its own process): appends to ``path``, puts its port on ``ports``."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def serve(path: str, ports: Any, port: int = 0) -> None:
+    """Run the receiver (in its own process) on ``port`` (0: any free one): appends to ``path``, puts the port it
+    listens on on ``ports`` (or, when it cannot listen, why)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     async def main() -> None:
-        server = await asyncio.start_server(lambda r, w: _serve(r, w, fd), "127.0.0.1", 0, backlog=4096)
+        try:
+            server = await asyncio.start_server(lambda r, w: _serve(r, w, fd), "127.0.0.1", port, backlog=4096)
+        except OSError as exc:
+            ports.put(f"cannot listen on 127.0.0.1:{port} ({exc.strerror})")
+            return
         ports.put(server.sockets[0].getsockname()[1])
         async with server:
             await server.serve_forever()
@@ -59,14 +64,18 @@ def serve(path: str, ports: Any) -> None:
     asyncio.run(main())
 
 
-def start_receiver(path: Path) -> tuple[multiprocessing.process.BaseProcess, int]:
-    """Start :func:`serve` in a spawned process; returns it and the port it listens on (127.0.0.1)."""
+def start_receiver(path: Path, port: int = 0) -> tuple[multiprocessing.process.BaseProcess, int]:
+    """Start :func:`serve` in a spawned process on ``port`` (0: any free one); returns it and the port it listens
+    on (127.0.0.1). Raises OSError when it cannot listen there (another demo's receiver holds the port)."""
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
-    process = context.Process(target=serve, args=(str(path), ports), name="receiver", daemon=True)
+    process = context.Process(target=serve, args=(str(path), ports, port), name="receiver", daemon=True)
     process.start()
     try:
-        return process, int(ports.get(timeout=30))
+        answer = ports.get(timeout=30)
+        if isinstance(answer, str):
+            raise OSError(f"the demo's webhook receiver {answer}")
+        return process, int(answer)
     except BaseException:
         process.kill()  # it never said where it listens: not left running
         raise

@@ -82,6 +82,14 @@ class StackConfig:
         return tuple(dict.fromkeys((LOCAL_TENANT, *self.tenants)))
 
 
+def local_tenant_map(tenants: tuple[str, ...], receiver_port: int) -> str:
+    """The tenant map of a local stack given none: each served tenant may reach the loopback port of the demo's
+    webhook receiver, and no other private address or port (not DynamoDB Local's, not the API's); the default
+    quotas."""
+    targets = [f"127.0.0.1:{receiver_port}"]
+    return json.dumps({"tenants": {tenant: {"targets": targets} for tenant in tenants}})
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a process (an executor worker) exactly these settings: every field of the
     model given, so a worker's ``LocalSettings.from_env`` reads the local-only ones and its handler's
@@ -227,6 +235,9 @@ class LocalStack:
         overrides = {"poll_interval_ms": int(cfg.poll_interval_s * 1000), "fire_log_path": str(self.fire_log),
                      "write_batch": cfg.write_batch, **cfg.settings_overrides}
         wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
+        if not wanted.tenant_map.strip():  # none given: each served tenant may reach the demo's receiver only
+            wanted = LocalSettings.from_env(**overrides, tenant_map=local_tenant_map(cfg.served_tenants(),
+                                                                                       wanted.receiver_port))
         # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
         background_cpus = wanted.background_cpus or default_background_cpus()
         set_background_cpus(background_cpus)
@@ -314,6 +325,7 @@ class LocalStack:
             "fire_log": str(self.fire_log),
             "dead_letter_queue_url": self.settings.dead_letter_queue_url,
             "allowed_targets": self.settings.allowed_targets,
+            "receiver_port": self.settings.receiver_port,
             "dynamodb_pid": self.ddb.pid,
             "worker_pids": self.invoker.worker_pids() if self.invoker else [],
             "api_url": self.api.url if self.api else None,
