@@ -11,6 +11,7 @@ from punctual.dynamodb.schema import (
     DUE_INDEX,
     SCHEDULE_INDEX,
     TABLE_RESOURCE,
+    TENANT_ACTIVE_INDEX,
     TENANT_INDEX,
     ensure_table,
     load_template,
@@ -29,12 +30,12 @@ def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: An
     # When DynamoDB Local describes it
     table = ddb_local_client.describe_table(TableName=local_table)["Table"]
 
-    # Then the keys, the sparse "due" and "schedule" indexes and the stream are those of the template
+    # Then the keys, the sparse indexes and the stream are those of the template
     assert table["TableStatus"] == "ACTIVE"
     assert table["KeySchema"] == template["KeySchema"]
     indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX}
-    for name in (DUE_INDEX, SCHEDULE_INDEX):
+    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX}
+    for name in (DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX):
         template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == name)
         assert indexes[name]["KeySchema"] == template_index["KeySchema"]
         assert indexes[name]["Projection"]["ProjectionType"] == template_index["Projection"]["ProjectionType"]
@@ -126,18 +127,20 @@ def test_stop_is_idempotent() -> None:
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any,
                                                                    fresh_table_name: str) -> None:
-    from punctual.dynamodb.schema import TENANT_INDEX, create_table_kwargs, ensure_table
+    from punctual.dynamodb.schema import create_table_kwargs, ensure_table
 
-    # Given a table made before the tenant index existed (a local stack's data kept on disk)
+    # Given a table made before the tenant indexes existed (a local stack's data kept on disk)
+    tenants = {TENANT_INDEX, TENANT_ACTIVE_INDEX}
     older = create_table_kwargs(fresh_table_name)
-    older["GlobalSecondaryIndexes"] = [i for i in older["GlobalSecondaryIndexes"] if i["IndexName"] != TENANT_INDEX]
+    older["GlobalSecondaryIndexes"] = [i for i in older["GlobalSecondaryIndexes"] if i["IndexName"] not in tenants]
     older["AttributeDefinitions"] = [a for a in older["AttributeDefinitions"] if a["AttributeName"] != "tenant"]
     ddb_local_client.create_table(**older)
     try:
-        # When the runtime ensures its table  Then it is not re-created, and it has the index, active
+        # When the runtime ensures its table  Then it is not re-created, and it has the indexes, active
         assert ensure_table(ddb_local_client, fresh_table_name) is False
         indexes = ddb_local_client.describe_table(TableName=fresh_table_name)["Table"]["GlobalSecondaryIndexes"]
-        assert {i["IndexName"]: i.get("IndexStatus", "ACTIVE") for i in indexes}[TENANT_INDEX] == "ACTIVE"
+        status = {i["IndexName"]: i.get("IndexStatus", "ACTIVE") for i in indexes}
+        assert status[TENANT_INDEX] == status[TENANT_ACTIVE_INDEX] == "ACTIVE"
         assert ensure_table(ddb_local_client, fresh_table_name) is False  # and again changes nothing
     finally:
         ddb_local_client.delete_table(TableName=fresh_table_name)

@@ -26,7 +26,7 @@ from punctual_tools.local.stack import settings_env
 from punctual_tools.settings import LocalSettings
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LOCAL_ONLY = {"background_cpus", "realtime_firing", "fire_log_path", "dynamodb_java_opts", "local_timeout_s"}
+LOCAL_ONLY = {"background_cpus", "realtime_firing", "fire_log_path", "dynamodb_java_opts", "local_timeout_s", "receiver_port"}
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
     "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",
@@ -41,7 +41,7 @@ SAMPLES = {
     "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}', "api_url": "https://api.example.com/prod",
     "api_token": "local-token",
     "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
-    "local_timeout_s": "60", "realtime_firing": "false",
+    "local_timeout_s": "60", "receiver_port": "9123", "realtime_firing": "false",
     "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal", "allow_plain_http": "true",
     "allowed_target_arns": "arn:aws:sqs:us-east-1:123456789012:q,arn:aws:lambda:us-east-1:123456789012:function:f",
     "secrets_dir": "/run/secrets", "secret_cache_s": "60", "http_connections": "100", "http_connections_per_host": "50",

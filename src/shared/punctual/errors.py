@@ -62,7 +62,7 @@ class ScheduleStateError(TaskStateError):
     """The schedule does not allow the change now (it changed since it was read, or its state forbids it)."""
 
 
-class UndecodableItemError(PunctualError):
+class UndecodableItemError(PunctualError, ValueError):
     """A stored item cannot be read as what its key says it is (written by hand, or by a version of Punctual that
     stores something this one does not know); ``key`` names it. Reading it changed nothing."""
 

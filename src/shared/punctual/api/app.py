@@ -24,7 +24,14 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from ..client import Client
-from ..errors import InvalidTaskError, QuotaExceededError, TaskConflictError, TaskNotFoundError, TaskStateError
+from ..errors import (
+    InvalidTaskError,
+    QuotaExceededError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+    UndecodableItemError,
+)
 from ..keys import to_ms
 from ..model import TaskStatus
 from ..tenancy import TenantMap, is_tenant
@@ -165,6 +172,12 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
     @app.exception_handler(TaskStateError)
     def _state(exc: TaskStateError) -> Response[str]:
         return _problem(409, str(exc), kind="state")
+
+    @app.exception_handler(UndecodableItemError)
+    def _unreadable(exc: UndecodableItemError) -> Response[str]:
+        # An item under the caller's own key that is no readable task or schedule (written by hand, or forged to
+        # name another tenant's): refused as it is, never acted on.
+        return _problem(409, f"{exc}"[:500], kind="state")
 
     @app.exception_handler(ForbiddenError)
     def _forbidden(exc: ForbiddenError) -> Response[str]:

@@ -43,6 +43,7 @@ from ..model import (
     TaskStatus,
     canonical_json,
 )
+from ..errors import UndecodableItemError
 from ..tenancy import split
 
 _ser = TypeSerializer()
@@ -181,8 +182,18 @@ def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:
 
 
 def item_to_task(item: dict[str, Any]) -> Task:
-    """Turn a raw (attribute-value) item into a :class:`Task` (raises ValueError or KeyError if it is not one, or
-    if what it says of its tenant or schedule is not what its key says)."""
+    """Turn a raw (attribute-value) item into a :class:`Task`; :class:`~punctual.errors.UndecodableItemError` (a
+    ValueError) naming it if it is not one, or if what it says of its tenant or schedule is not what its key
+    says."""
+    try:
+        return _item_to_task(item)
+    except DECODE_ERRORS as exc:
+        key = str((item.get("task_id") or {}).get("S", "?"))
+        raise UndecodableItemError(f"item {key!r} is not a readable task: {type(exc).__name__}: {exc}"[:1000],
+                                   key) from exc
+
+
+def _item_to_task(item: dict[str, Any]) -> Task:
     v = from_av(item)
     check_owner(v["task_id"], v.get("tenant"))
     check_schedule_of_occurrence(v["task_id"], v.get("schedule_id"))
