@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
@@ -70,7 +71,8 @@ lower_current_thread()
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     batch = BatchEvent.model_validate(event)
     logger.append_keys(batch_id=batch.batch_id)
-    report = executor.run_batch(batch)
+    deadline_ms = time.time() * 1000 + context.get_remaining_time_in_millis()  # when Lambda ends this invocation
+    report = executor.run_batch(batch, deadline_ms)
     for drift in report.drift_ms:
         metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
                            resolution=MetricResolution.High)

@@ -149,7 +149,7 @@ def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time
 ) -> None:
     # Given a poll that dispatched a task whose invocation was lost (no executor armed it)
     task = tasks.create(now_ms + 50_000)
-    wait = settings.redispatch_after_ms
+    wait = settings.redispatch_hold_back_ms
     assert wait > 1
     assert poller.poll(now_ms).dispatched == 1
     # When the next poll runs before redispatch_after_ms has passed / Then it holds the task back (its executor

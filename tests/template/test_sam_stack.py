@@ -29,16 +29,13 @@ from punctual.schedules import occurrence_id
 
 FUNCTIONS = {"PollerFunction": "src/poller/", "ExecutorFunction": "src/executor/", "FastPathFunction": "src/fastpath/",
              "ApiFunction": "src/api/"}
-FAST_PATH_PATTERN = (
-    '{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"status": {"S": ["PENDING"]}, '
-    '"fast_path": {"N": ["1"]}}}}'
-)
+FAST_PATH_PATTERN = '{"dynamodb": {"NewImage": {"status": {"S": ["PENDING"]}, "fast_path": {"N": ["1"]}}}}'
 TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
 SCHEDULE_INDEX = "${TasksTable.Arn}/index/schedule"
 TENANT_INDEX = "${TasksTable.Arn}/index/tenant"
 TENANT_ACTIVE_INDEX = "${TasksTable.Arn}/index/tenant_active"
-EXECUTOR = "ExecutorFunction.Arn"
+EXECUTOR = "Ref:ExecutorFunctionAliaslive"  # the executor's alias: what the poller and the fast path invoke
 TRACES = {("xray:PutTraceSegments", "*"), ("xray:PutTelemetryRecords", "*")}
 # Actions without resource-level permissions: the only ones allowed on "*" (and only on "*": the Service
 # Authorization Reference lists no resource type for them, so an ARN in Resource would never match).
@@ -157,6 +154,7 @@ def test_failed_executor_invocations_go_to_the_failure_queue(cfn_resources: dict
     # times, dropped past a bounded age, and what is given up on lands in ExecutorFailureQueue
     config = cfn_resources["ExecutorFunctionEventInvokeConfig"]["Properties"]
     assert config["FunctionName"] == {"Ref": "ExecutorFunction"}
+    assert config["Qualifier"] == "live"  # on the alias the poller and the fast path invoke
     assert 0 <= config["MaximumRetryAttempts"] <= 2
     assert 60 <= config["MaximumEventAgeInSeconds"] <= 21_600
     assert config["DestinationConfig"] == {
@@ -622,3 +620,28 @@ def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: 
     # empty: no role), so its LeadingKeys prefix is the one the API writes
     pattern = sam_template["Parameters"]["TenantDirectRoleTenant"]["AllowedPattern"]
     assert bool(re.fullmatch(pattern, name)) is (name == "" or tenancy.is_tenant(name))
+
+
+def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(sam_template: dict[str, Any],
+                                                                          cfn_resources: dict[str, Any]) -> None:
+    # Given the transformed template  Then the executor has the alias "live", provisioned only when asked
+    alias = cfn_resources["ExecutorFunctionAliaslive"]
+    assert alias["Type"] == "AWS::Lambda::Alias" and alias["Properties"]["Name"] == "live"
+    provisioned = alias["Properties"]["ProvisionedConcurrencyConfig"]
+    assert provisioned["Fn::If"][0] == "HasProvisionedConcurrency"
+    assert sam_template["Parameters"]["ExecutorProvisionedConcurrency"]["Default"] == 0
+
+
+def test_concurrency_is_reserved_for_the_poller_and_the_api_and_the_executor_is_capped(
+        sam_template: dict[str, Any], cfn_resources: dict[str, Any]) -> None:
+    # Given the template's defaults  Then the poller has room for a tick's groups and one more, the API its own,
+    # and the executor a cap (sleeping executors cannot take the account's whole pool)
+    parameters = sam_template["Parameters"]
+    assert parameters["PollerReservedConcurrency"]["Default"] >= parameters["PollGroups"]["Default"] + 1
+    assert parameters["PollerReservedConcurrency"]["MinValue"] >= 2
+    assert int(parameters["ExecutorReservedConcurrency"]["Default"]) > 0
+    properties = {name: cfn_resources[name]["Properties"] for name in FUNCTIONS}
+    assert properties["PollerFunction"]["ReservedConcurrentExecutions"] == {"Ref": "PollerReservedConcurrency"}
+    assert properties["ApiFunction"]["ReservedConcurrentExecutions"] == {"Ref": "ApiReservedConcurrency"}
+    assert properties["ExecutorFunction"]["ReservedConcurrentExecutions"]["Fn::If"][1] == {
+        "Ref": "ExecutorReservedConcurrency"}

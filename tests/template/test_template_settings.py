@@ -54,7 +54,7 @@ def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
                                 ("PUNCTUAL_RETENTION_DAYS", "RetentionDays"), ("POWERTOOLS_LOG_LEVEL", "LogLevel")]:
             assert env[name] == {"Ref": parameter}, (function, name)
     for function in ("PollerFunction", "FastPathFunction"):
-        assert _environment(sam_template, function)["PUNCTUAL_EXECUTOR_FUNCTION"] == {"Ref": "ExecutorFunction"}
+        assert _environment(sam_template, function)["PUNCTUAL_EXECUTOR_FUNCTION"] == {"Ref": "ExecutorFunction.Alias"}
     executor = _environment(sam_template, "ExecutorFunction")
     assert executor["PUNCTUAL_DEAD_LETTER_QUEUE_URL"] == {"Ref": "TaskDeadLetterQueue"}
     # (an SQS queue's Ref is its https:// URL, which is what Settings.dead_letter_queue_url accepts)

@@ -22,18 +22,20 @@ from punctual.actions import FireLog
 from punctual.runtime import build_store
 from punctual.settings import ENV_PREFIX, Settings, SettingsError
 from punctual_tools.local.invoker import LocalInvoker
+from punctual_tools.local.lambda_rules import FunctionLimits
 from punctual_tools.local.stack import settings_env
 from punctual_tools.settings import LocalSettings
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LOCAL_ONLY = {"background_cpus", "realtime_firing", "fire_log_path", "dynamodb_java_opts", "local_timeout_s", "receiver_port"}
+LOCAL_ONLY = {"profile", "lambda_time_scale", "background_cpus", "realtime_firing", "fire_log_path", "dynamodb_java_opts",
+              "local_timeout_s", "receiver_port"}
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
     "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",
     "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "executor_lease_ms": "30000",
     "heartbeat_interval_ms": "4000",
     "arm_margin_ms": "20000", "overdue_safety_ms": "240000", "max_batch_size": "100",
-    "poll_groups": "2", "redispatch_after_ms": "10000",
+    "poll_groups": "2", "redispatch_after_ms": "100000",
     "default_misfire_grace_ms": "1000", "max_horizon_days": "30", "max_payload_bytes": "1024",
     "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",
     "worker_threads": "4", "db_threads": "2", "write_batch": "transaction", "retention_days": "7",
@@ -41,7 +43,8 @@ SAMPLES = {
     "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}', "api_url": "https://api.example.com/prod",
     "api_token": "local-token",
     "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
-    "local_timeout_s": "60", "receiver_port": "9123", "realtime_firing": "false",
+    "local_timeout_s": "60", "receiver_port": "9123", "realtime_firing": "false", "profile": "local",
+    "lambda_time_scale": "0.01",
     "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal", "allow_plain_http": "true",
     "allowed_target_arns": "arn:aws:sqs:us-east-1:123456789012:q,arn:aws:lambda:us-east-1:123456789012:function:f",
     "secrets_dir": "/run/secrets", "secret_cache_s": "60", "http_connections": "100", "http_connections_per_host": "50",
@@ -245,11 +248,13 @@ HANDLER = """
 from punctual import priority
 from punctual.actions import FireLog
 
-AT_LOAD = {"cpus": sorted(priority._background_cpus or []), "fire_log": FireLog._path}
+AT_LOAD = {"cpus": sorted(priority._background_cpus or []), "fire_log": FireLog._path,
+           "realtime": priority._realtime_firing}
 
 
 def handler(event, context):
-    return {**AT_LOAD, "function": context.function_name, "remaining_ms": context.get_remaining_time_in_millis()}
+    return {**AT_LOAD, "function": context.function_name, "remaining_ms": context.get_remaining_time_in_millis(),
+            "memory_mb": context.memory_limit_in_mb}
 """
 
 
@@ -259,28 +264,44 @@ def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler
     # invoker whose workers get local settings as PUNCTUAL_* variables
     usable = sorted(os.sched_getaffinity(0))
     settings = LocalSettings(background_cpus=str(usable[-1]), fire_log_path=str(tmp_path / "fires.jsonl"),
-                             executor_function="exec-local", local_timeout_s=60, ntp_server=None)
+                             executor_function="exec-local", ntp_server=None)
     handler = tmp_path / "report_handler.py"
     handler.write_text(HANDLER)
     results: list[dict[str, Any]] = []
     done = threading.Event()
     invoker = LocalInvoker(handler, settings_env(settings), log_file=tmp_path / "worker.log", prewarm=0,
-                           retry_delays=(), on_result=lambda _event, result: (results.append(result), done.set()))
+                           limits=FunctionLimits("ExecutorFunction", memory_mb=256, timeout_s=60, max_retry_attempts=0),
+                           on_result=lambda _event, result: (results.append(result), done.set()))
     try:
         # When one event is invoked
         invoker.invoke_async({"batch_id": "b-1"})
         assert done.wait(45), (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
     finally:
         invoker.shutdown(timeout=10)
-    # Then the worker had confined background work and opened the fire log before the handler loaded, and
-    # gives the handler the function name and the timeout from the settings
+    # Then the worker had confined background work and opened the fire log before the handler loaded, left
+    # real-time firing off (the lambda profile, the default), and gives the handler the function name from the
+    # settings and the timeout and memory size of its limits
     (result,) = results
     assert result["cpus"] == [usable[-1]]
     assert result["fire_log"] == str(tmp_path / "fires.jsonl")
+    assert result["realtime"] is False
     assert result["function"] == "exec-local"
     assert 0 < result["remaining_ms"] <= 60_000
+    assert result["memory_mb"] == 256
     # And this process's own state was left alone
     assert FireLog._path != str(tmp_path / "fires.jsonl")  # noqa: SLF001
+
+
+def test_the_profile_decides_real_time_firing_and_the_lambda_profile_refuses_it() -> None:
+    # Given no real-time setting  Then the lambda profile (the default) fires at normal priority, the local one
+    # real-time; either may turn it off
+    assert LocalSettings.from_env({}).profile == "lambda"
+    assert LocalSettings.from_env({}).firing_realtime is False
+    assert LocalSettings.from_env({ENV_PREFIX + "PROFILE": "local"}).firing_realtime is True
+    assert LocalSettings.from_env({ENV_PREFIX + "PROFILE": "local"}, realtime_firing=False).firing_realtime is False
+    # And asking for it under the lambda profile is refused, naming the variable (Lambda gives none)
+    with pytest.raises(SettingsError, match="PUNCTUAL_REALTIME_FIRING"):
+        LocalSettings.from_env({ENV_PREFIX + "REALTIME_FIRING": "true"})
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -294,3 +315,14 @@ def test_a_bad_target_allowlist_is_refused_naming_its_variable(name: str, value:
     # When settings load  Then they fail, naming the variable
     with pytest.raises(SettingsError, match=ENV_PREFIX + name.upper()):
         Settings.from_env({ENV_PREFIX + name.upper(): value})
+
+
+def test_the_redispatch_hold_back_is_at_least_a_lead() -> None:
+    # Given a hold-back shorter than the lead (a throttled tick would send again what the last one sent)
+    # Then it is refused; a lead or more, or 0 (always send), is taken
+    with pytest.raises(SettingsError, match="redispatch_after_ms"):
+        Settings.from_env({ENV_PREFIX + "REDISPATCH_AFTER_MS": "30000", ENV_PREFIX + "LEAD_MS": "90000"})
+    assert Settings(redispatch_after_ms=90_000, lead_ms=90_000).redispatch_after_ms == 90_000
+    assert Settings(redispatch_after_ms=0).redispatch_after_ms == 0
+    assert Settings().redispatch_hold_back_ms == Settings().lead_ms
+    assert Settings(lead_ms=180_000).redispatch_hold_back_ms == 180_000

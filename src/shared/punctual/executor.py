@@ -80,6 +80,7 @@ class Executor:
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
         self._fenced: list[_Armed] = []
+        self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
         self._idle = threading.Event()  # no batch running (close() waits for one)
@@ -106,9 +107,11 @@ class Executor:
         self._heartbeat.close()
         self._actions.close()
 
-    def run_batch(self, event: BatchEvent) -> BatchReport:
-        """Arm the batch, fire each armed task at its instant, record what each came to."""
+    def run_batch(self, event: BatchEvent, deadline_ms: float | None = None) -> BatchReport:
+        """Arm the batch, fire each armed task at its instant, record what each came to. ``deadline_ms``: when
+        the invocation ends (Lambda's timeout; an action's own retries stop well before it)."""
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
+        self._deadline_ms = deadline_ms
         self._idle.clear()
         try:
             if not self._heartbeat.start(executor_id):
@@ -192,7 +195,8 @@ class Executor:
                 finish(decision, None)
                 return
             latest = entry.due_ms + task.misfire_grace_ms if decision.action == "fire" else None
-            context = FireContext(task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest)
+            context = FireContext(task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest,
+                                  self._deadline_ms)
             try:
                 future = start_action(task.action, context, self._actions)
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome

@@ -149,9 +149,9 @@ class Poller:
         return reports
 
     def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int]:
-        """The candidates minus the PENDING ones this poller sent less than ``redispatch_after_ms`` before
+        """The candidates minus the PENDING ones this poller sent less than ``redispatch_hold_back_ms`` before
         ``now_ms`` (and how many those were); forgets what it sent before that."""
-        window = self._settings.redispatch_after_ms
+        window = self._settings.redispatch_hold_back_ms
         with self._sent_lock:
             self._sent = {key: at for key, at in self._sent.items() if now_ms - at < window}
             keep = [c for c in candidates
@@ -184,7 +184,7 @@ class Poller:
             with lock:
                 sent["batches"] += 1
                 sent["tasks"] += len(batch)
-            if sent_at_ms is not None and self._settings.redispatch_after_ms:
+            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:
                 with self._sent_lock:
                     self._sent.update(((c.task_id, c.due_ms), sent_at_ms) for c in batch)
 

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from .backoff import backoff_s
 from .clock import Clock
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
-from .keys import from_ms
+from .keys import from_ms, to_ms
 from .model import FireRecord, Task, TaskStatus
 from .priority import lower_current_thread
 from .store import TaskStore
@@ -34,6 +35,8 @@ SETTLE_S = 0.2  # ... and at least this long after the latest fire (a burst may 
 MAX_NAP_S = 0.25  # the longest the recorder sleeps before it looks again
 BACKGROUND_S = 1.0  # with no fire of this process this close, recording is background work (lowered)
 RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
+RECORD_BACKOFF_CAP_S = 5.0  # the longest wait between two tries of a failed record write
+LEASE_MARGIN_MS = 2_000  # a failed record is tried again only while this far from the end of its tasks' lease
 
 
 def _STOP() -> None:  # the job that ends the recorder thread (:meth:`Recorder.close`)
@@ -169,14 +172,7 @@ class Recorder:
         now_ms = int(self._clock.wall_ms())  # a retry's next try: now + its delay
         chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
                  for r in chunk]
-        try:
-            if dispatcher.seconds_to_next_fire() >= BACKGROUND_S:
-                written = self._background.submit(self._store.record_many, recording.executor_id, chunk).result()
-            else:
-                written = self._store.record_many(recording.executor_id, chunk)
-        except Exception:  # noqa: BLE001 - keep recording the others; the lease recovers these
-            log.exception("recording %d outcomes failed", len(chunk))
-            written = [False] * len(chunk)
+        written = self._write_until_lease_end(recording, chunk)
         if dispatcher.seconds_to_next_fire() >= QUIET_S:
             gc.collect(1)  # the automatic collector is off while firing: collect in the quiet gap
         failed = []
@@ -192,6 +188,33 @@ class Recorder:
                             record.task_id, record.outcome.value,
                             extra=task_log_keys(record.task_id, outcome=record.outcome.value))
         recording.dead_lettered += self._send_dead_letters(failed, recording.tasks)
+
+    def _write_until_lease_end(self, recording: Recording, chunk: list[FireRecord]) -> list[bool]:
+        """``record_many`` of ``chunk``, tried again after a failed call (a throttle, a timeout) with a jittered,
+        growing wait for as long as every task of the chunk is still within its lease (less
+        :data:`LEASE_MARGIN_MS`): a fired task is not left ARMED by a transient error, to be recorded MISSED (or
+        fired again) by the next poll. The heartbeat keeps this executor alive meanwhile. Past that: not
+        recorded (logged)."""
+        leases = [task.lease_until for task in (recording.tasks.get(r.task_id) for r in chunk)
+                  if task is not None and task.lease_until is not None]
+        deadline_ms = min((to_ms(lease) for lease in leases), default=None)
+        attempt = 0
+        while True:
+            try:
+                if self._dispatcher.seconds_to_next_fire() >= BACKGROUND_S:
+                    return self._background.submit(self._store.record_many, recording.executor_id, chunk).result()
+                return self._store.record_many(recording.executor_id, chunk)
+            except Exception:  # noqa: BLE001 - tried again while the leases last; then the others go on
+                wait_s = backoff_s(attempt, cap_s=RECORD_BACKOFF_CAP_S)
+                attempt += 1
+                now_ms = self._clock.wall_ms()
+                if deadline_ms is None or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS:
+                    log.exception("recording %d outcomes failed %d time(s), up to the end of their lease; "
+                                  "the next poll finds them", len(chunk), attempt)
+                    return [False] * len(chunk)
+                log.warning("recording %d outcomes failed (try %d); again in %.2f s", len(chunk), attempt, wait_s,
+                            exc_info=True)
+                self._clock.sleep(wait_s)
 
     def _send_dead_letters(self, failed: list[FireRecord], tasks: dict[str, Task]) -> int:
         """After their FAILED records are written: one dead letter per task (a failed send is logged; the

@@ -67,10 +67,12 @@ class Settings(BaseModel):
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
     )
     max_batch_size: int = Field(250, ge=1, le=5_000)
-    redispatch_after_ms: int = Field(
-        30_000, ge=0, le=600_000,
+    redispatch_after_ms: int | None = Field(
+        None, ge=0, le=3_600_000,
         description="a poller does not send again a task still PENDING that it sent less than this ago (its executor "
-        "may still be arming it); past it, the task is sent again (the executor never got it). 0: always send",
+        "may still be arming it, or be queued behind a throttle); past it, the task is sent again (the executor never "
+        "got it). At least a lead (lead_ms, the default), so that a throttled tick does not send again what the "
+        "last one sent; 0: always send",
     )
     default_misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
     max_horizon_days: int = Field(366, ge=1, le=3_660)
@@ -127,6 +129,19 @@ class Settings(BaseModel):
         """How far beyond a poll's window a recurring schedule's occurrences are made (a poll interval and the
         fast-path margin: the poll before the one that dispatches an occurrence has already made it)."""
         return self.poll_interval_ms + self.fast_path_margin_ms
+
+    @property
+    def redispatch_hold_back_ms(self) -> int:
+        """How long a poller holds back a task it sent that is still PENDING (``redispatch_after_ms``, by default
+        a lead)."""
+        return self.lead_ms if self.redispatch_after_ms is None else self.redispatch_after_ms
+
+    @model_validator(mode="after")
+    def _hold_back_a_lead(self) -> Self:
+        if self.redispatch_after_ms and self.redispatch_after_ms < self.lead_ms:
+            raise ValueError(f"redispatch_after_ms ({self.redispatch_after_ms}) must be 0 or at least lead_ms "
+                             f"({self.lead_ms})")
+        return self
 
     @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:

@@ -52,6 +52,7 @@ MAX_ATTEMPTS = 3  # a transient failure is tried again at most twice, within the
 RETRY_DELAYS_S = (0.1, 0.5)
 USER_AGENT = "punctual/0.1"
 TARGET_CACHE = 4_096  # checked URLs an engine remembers
+INVOCATION_MARGIN_MS = 15_000  # a retry must end this long before the invocation does (to record the outcome)
 # Warm-ups (:func:`prepare_http`): webhooks due within TOGETHER_S of each other to one host get as many
 # connections opened WARM_LEAD_S before the first of them (well inside the pool's idle limit, and short enough
 # that a server's own keep-alive timeout, commonly 5 s or more, does not close them first).
@@ -291,26 +292,29 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
         try:
             status, _ = await engine.post(target, url, headers, body, action.timeout_s)
         except TransientActionError:
-            if not _may_retry(attempt, attempts, context):
+            if not _may_retry(attempt, attempts, context, action.timeout_s):
                 raise
         else:
             if 200 <= status < 300:
                 return
             error = f"HTTP {status} from {target.origin}"
             if status == 429 or status >= 500:
-                if not _may_retry(attempt, attempts, context):
+                if not _may_retry(attempt, attempts, context, action.timeout_s):
                     raise TransientActionError(error)
             else:
                 raise ActionFailedError(error + (" (redirects are not followed)" if 300 <= status < 400 else ""))
         await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
 
 
-def _may_retry(attempt: int, attempts: int, context: FireContext) -> bool:
-    """Another attempt is left, and it would still start within the occurrence's grace."""
+def _may_retry(attempt: int, attempts: int, context: FireContext, timeout_s: float) -> bool:
+    """Another attempt is left, it would still start within the occurrence's grace, and it would end (its
+    ``timeout_s`` at most) :data:`INVOCATION_MARGIN_MS` before the invocation does, leaving time to record."""
     if attempt + 1 >= attempts:
         return False
-    delay_ms = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)] * 1000
-    return context.latest_start_ms is None or time.time() * 1000 + delay_ms <= context.latest_start_ms
+    start_ms = time.time() * 1000 + RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)] * 1000
+    if context.latest_start_ms is not None and start_ms > context.latest_start_ms:
+        return False
+    return context.deadline_ms is None or start_ms + timeout_s * 1000 <= context.deadline_ms - INVOCATION_MARGIN_MS
 
 
 def prepare_http(fires: list[tuple[HttpAction, float, str]], env: ActionEnv) -> list[Warmup]:

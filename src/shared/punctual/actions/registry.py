@@ -45,7 +45,8 @@ class TransientActionError(ActionFailedError):
 @dataclass(frozen=True, slots=True)
 class FireContext:
     """What a runner knows about the fire it performs. ``latest_start_ms``: past this instant (due + grace) the
-    occurrence may no longer start, so a runner's own retries stop before it."""
+    occurrence may no longer start, so a runner's own retries stop before it. ``deadline_ms``: when the
+    invocation running it ends (Lambda's timeout): a runner's retries must be over well before it."""
 
     task_id: str
     occurrence: int
@@ -53,6 +54,7 @@ class FireContext:
     started_ms: float
     payload: JsonValue
     latest_start_ms: float | None = None
+    deadline_ms: float | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
+from ..errors import UndecodableItemError
 from ..keys import from_ms
 from ..model import (
     ACTIVE_STATUSES,
@@ -43,7 +44,6 @@ from ..model import (
     TaskStatus,
     canonical_json,
 )
-from ..errors import UndecodableItemError
 from ..tenancy import split
 
 _ser = TypeSerializer()

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +84,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..backoff import backoff_s
 from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
 from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
@@ -107,6 +109,10 @@ from .schema import DUE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
 log = logging.getLogger(__name__)
 
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
+BATCH_GET_ATTEMPTS = 8  # requests for one chunk's keys, the unprocessed ones again after a backoff (~5 s at most)
+UNREAD_ALIVE_UNTIL_MS = 2**62  # what a heartbeat that could not be read counts as: alive
+THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
+                              "RequestLimitExceeded"})
 TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
 WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 
@@ -232,6 +238,7 @@ class DynamoTaskStore(ScheduleItems):
         self.write_batch = write_batch
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._sleep: Callable[[float], None] = time.sleep  # between tries of unprocessed keys (tests inject it)
 
     @classmethod
     def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskStore:
@@ -602,9 +609,12 @@ class DynamoTaskStore(ScheduleItems):
                 first_unread.append(buckets[start])
                 break
             queries = [(b, shard) for b in buckets[start : start + step] for shard in shards]
-            pages = self._parallel(lambda q: self.query_index(q[0], q[1], until_ms), queries)
+            pages = self._parallel(lambda q: self._query_index_or_none(q[0], q[1], until_ms), queries)
             task_ids: list[str] = []
             for (bucket, _), page in zip(queries, pages, strict=True):
+                if page is None:  # throttled past botocore's retries: not read, so the watermark stays before it
+                    first_unread.append(bucket)
+                    continue
                 if page:
                     found_in.append(bucket)
                     # The index may briefly list a rescheduled task under its old and new key: each task is read
@@ -633,6 +643,18 @@ class DynamoTaskStore(ScheduleItems):
                        recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
                        undecodable=undecodable, complete=not first_unread, schedules=schedules)
 
+    def _query_index_or_none(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry] | None:
+        """:meth:`query_index`, or None when DynamoDB throttled it past botocore's own retries (a poll goes on
+        with the other shards and buckets; the next one reads this one)."""
+        try:
+            return self.query_index(bucket_ms, shard, until_ms)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in THROTTLING_CODES:
+                raise
+            log.warning("the due index's bucket %s shard %d was throttled: left for the next poll",
+                        from_ms(bucket_ms).isoformat(), shard)
+            return None
+
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
         """Entries of one shard of one minute bucket of the (keys-only) due index, due at or before
         ``until_ms``. The index is eventually consistent: an entry may be stale or not there yet."""
@@ -659,7 +681,7 @@ class DynamoTaskStore(ScheduleItems):
         leaves the due index (:meth:`_quarantine`); the others go on."""
         found: list[Candidate] = []
         bad = 0
-        for item in self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION):
+        for item in self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION, partial=True):
             try:
                 candidate = candidate_of_item(item)
             except DECODE_ERRORS as exc:
@@ -701,10 +723,13 @@ class DynamoTaskStore(ScheduleItems):
         """Each executor's heartbeat: the instant it is alive until, or None when it has no heartbeat item."""
         if not executor_ids:
             return {}
-        items = self._batch_get([EXECUTOR_PREFIX + e for e in executor_ids], consistent=consistent,
-                                projection="task_id, alive_until_ms")
+        items, unread = self._batch_get_read([EXECUTOR_PREFIX + e for e in executor_ids], consistent=consistent,
+                                             projection="task_id, alive_until_ms")
         seen = {text_of(i, "task_id")[len(EXECUTOR_PREFIX):]: number_of(i, "alive_until_ms")  # type: ignore[index]
                 for i in items}
+        # A heartbeat that could not be read (throttled) is taken as alive: its tasks wait for the next look
+        # rather than be taken over on a guess.
+        seen.update({key[len(EXECUTOR_PREFIX):]: UNREAD_ALIVE_UNTIL_MS for key in unread})
         return {e: seen.get(e) for e in executor_ids}
 
     def watermark_key(self, group: int = 0) -> str:
@@ -899,28 +924,46 @@ class DynamoTaskStore(ScheduleItems):
                 break
         return won
 
-    def _batch_get(self, task_ids: list[str], consistent: bool, projection: str | None = None) -> list[dict[str, Any]]:
-        """Raw items by id: BatchGetItem, 100 ids a request (in parallel), unprocessed keys retried."""
+    def _batch_get(self, task_ids: list[str], consistent: bool, projection: str | None = None, *,
+                   partial: bool = False) -> list[dict[str, Any]]:
+        """Raw items by id (:meth:`_batch_get_read`); keys still unprocessed after every attempt: with
+        ``partial``, left out (logged; a poll meets them again), else a RuntimeError."""
+        items, unread = self._batch_get_read(task_ids, consistent, projection)
+        if unread and not partial:
+            raise RuntimeError(f"BatchGetItem left {len(unread)} keys unprocessed after {BATCH_GET_ATTEMPTS} "
+                               "attempts")
+        return items
 
-        def fetch(ids: list[str]) -> list[dict[str, Any]]:
+    def _batch_get_read(self, task_ids: list[str], consistent: bool,
+                        projection: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Raw items by id, and the ids left unread: BatchGetItem, 100 ids a request (in parallel), unprocessed
+        keys (DynamoDB's answer to throttling) tried again after a jittered, growing wait
+        (:func:`~punctual.backoff.backoff_s`), up to :data:`BATCH_GET_ATTEMPTS` requests."""
+
+        def fetch(ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
             request: dict[str, Any] = {"Keys": [{"task_id": {"S": t}} for t in ids], "ConsistentRead": consistent}
             if projection:
                 request["ProjectionExpression"] = projection
                 if "#st" in projection:
                     request["ExpressionAttributeNames"] = {"#st": "status"}
             items: list[dict[str, Any]] = []
-            for _ in range(10):
+            keys: list[dict[str, Any]] = []
+            for attempt in range(BATCH_GET_ATTEMPTS):
+                if attempt:
+                    self._sleep(backoff_s(attempt - 1))
                 response = self._client.batch_get_item(RequestItems={self.table_name: request})
                 items.extend(response.get("Responses", {}).get(self.table_name, []))
                 keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
                 if not keys:
-                    return items
+                    return items, []
                 request = {**request, "Keys": keys}
-            raise RuntimeError(f"BatchGetItem left {len(keys)} keys unprocessed after 10 attempts")
+            log.warning("BatchGetItem left %d keys unprocessed after %d attempts", len(keys), BATCH_GET_ATTEMPTS)
+            return items, [key["task_id"]["S"] for key in keys]
 
         unique = list(dict.fromkeys(task_ids))
         chunks = [unique[i : i + BATCH_GET_LIMIT] for i in range(0, len(unique), BATCH_GET_LIMIT)]
-        return [item for part in self._parallel(fetch, chunks) for item in part]
+        parts = self._parallel(fetch, chunks)
+        return [item for items, _ in parts for item in items], [key for _, keys in parts for key in keys]
 
     def get_many(self, task_ids: list[str]) -> dict[str, Task]:
         """Tasks by id (strongly consistent BatchGetItem); an item that cannot be decoded is left out (logged)."""
