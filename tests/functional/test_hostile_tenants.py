@@ -1092,10 +1092,6 @@ class SlowCounting:
         return counted
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "QuotaGuard.admit_tasks checks and then adds outside one lock, and each thread that finds no fresh count "
-    "counts for itself: schedule_many's threads all count 0 active and all pass (12 created where the quota is "
-    "8)"))
 def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quota(
         dynamodb: Any, tsettings: Settings, clock: FakeClock) -> None:
     # Given a client writing acme's keys, whose store counts as slowly as DynamoDB does, and 12 good tasks where
@@ -1145,14 +1141,8 @@ def test_the_client_refuses_what_reaches_into_another_tenant(dynamodb: Any, tset
 
 
 # == unreadable items under the caller's own key ================================================================
-CANCEL_ACTS = pytest.mark.xfail(strict=True, reason=(
-    "POST /v1/tasks/<id>/cancel on an unreadable item under the caller's key writes CANCELLED (the store's "
-    "conditional write succeeds) and only then fails to read the item back: the answer is 409 'refused as it is' "
-    "while the item was changed"))
-
-
 @pytest.mark.parametrize("forged", ["tenant-beta", "schedule-of-beta"])
-@pytest.mark.parametrize("route", [pytest.param(r, marks=CANCEL_ACTS) if r == "cancel" else r for r in TASK_ROUTES])
+@pytest.mark.parametrize("route", list(TASK_ROUTES))
 def test_a_forged_task_item_naming_another_tenant_is_a_409_through_the_api(api: Api, beta: Beta, clock: FakeClock,
                                                                           route: str, forged: str) -> None:
     # Given an item under acme's key that says beta is its tenant, or that it is an occurrence of beta's schedule

@@ -330,6 +330,7 @@ class Client:
         Race-safe against a concurrent arm: either the cancel wins and the task never fires, or the task
         was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
         """
+        self._readable(task_id)
         return self._store.cancel(task_id, self.now_ms())
 
     def reschedule(self, task_id: str, due_at: datetime) -> Task:
@@ -343,6 +344,11 @@ class Client:
                                misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
         return self._store.reschedule(task_id, task.due_ms, now_ms)
 
+    def _readable(self, task_id: str) -> None:
+        """Raise UndecodableItemError before a change when the item under ``task_id`` is no readable task (one that
+        names another tenant or schedule than its key): such an item is refused as it is, never changed."""
+        self._store.get(task_id)
+
     def run_now(self, task_id: str) -> Task:
         """Fire a task that has not been armed yet now, instead of at its due time (a reschedule to now)."""
         return self.reschedule(task_id, from_ms(self.now_ms()))
@@ -350,6 +356,7 @@ class Client:
     def redrive(self, task_id: str) -> Task:
         """Send a FAILED task again: PENDING, due now, attempt 0. Raises TaskNotFoundError, or TaskStateError
         (with the task) when it is not FAILED."""
+        self._readable(task_id)
         if not self._store.redrive_many([task_id], self.now_ms())[0]:
             current = self._store.get(task_id)
             if current is None:

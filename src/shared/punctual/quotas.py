@@ -65,7 +65,8 @@ class QuotaGuard:
     def __init__(self, store: TaskStore, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._monotonic = monotonic
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _locks
+        self._locks: dict[str, threading.Lock] = {}  # a tenant's: its count is read and changed under it
         self._counts: dict[str, tuple[int, float]] = {}  # tenant -> (active tasks, counted at)
 
     def admit_tasks(self, tenant: str, quotas: Quotas, count: int) -> None:
@@ -73,26 +74,29 @@ class QuotaGuard:
         tasks are added to the cached count (the caller goes on to create them)."""
         if count <= 0:
             return
-        active = self._active(tenant, fresh=False)
-        if active + count > quotas.active_tasks:
-            active = self._active(tenant, fresh=True)  # the cache may hold tasks that finished since
-        if active + count > quotas.active_tasks:
-            raise QuotaExceededError(
-                f"the tenant holds {active} active tasks; {count} more would pass its quota of "
-                f"{quotas.active_tasks} (active_tasks)", quota="active_tasks", limit=quotas.active_tasks)
+        with self._tenant_lock(tenant):  # one check-and-add at a time per tenant: threads never share a count
+            active = self._active(tenant, fresh=False)
+            if active + count > quotas.active_tasks:
+                active = self._active(tenant, fresh=True)  # the cache may hold tasks that finished since
+            if active + count > quotas.active_tasks:
+                raise QuotaExceededError(
+                    f"the tenant holds {active} active tasks; {count} more would pass its quota of "
+                    f"{quotas.active_tasks} (active_tasks)", quota="active_tasks", limit=quotas.active_tasks)
+            _, at = self._counts[tenant]
+            self._counts[tenant] = (active + count, at)
+
+    def _tenant_lock(self, tenant: str) -> threading.Lock:
         with self._lock:
-            held, at = self._counts.get(tenant, (active, self._monotonic()))
-            self._counts[tenant] = (held + count, at)
+            return self._locks.setdefault(tenant, threading.Lock())
 
     def _active(self, tenant: str, *, fresh: bool) -> int:
+        """The tenant's count (caller holds its lock): the cached one while fresh, else read now."""
         now = self._monotonic()
-        with self._lock:
-            cached = self._counts.get(tenant)
+        cached = self._counts.get(tenant)
         if cached is not None and not fresh and now - cached[1] < COUNT_TTL_S:
             return cached[0]
         active = self._store.count_active(tenant)
-        with self._lock:
-            self._counts[tenant] = (active, now)
+        self._counts[tenant] = (active, now)
         return active
 
     def admit_schedule(self, tenant: str, quotas: Quotas, schedule: Schedule) -> None:

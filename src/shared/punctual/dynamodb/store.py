@@ -125,7 +125,8 @@ EXECUTOR_PREFIX = "#executor#"  # heartbeat items: not valid task ids, never in 
 RECORDABLE = "#st = :armed AND armed_by = :executor"
 CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
 REDRIVABLE = "#st = :failed"
-CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by"
+# tenant too: an item whose tenant is not its key's is met as undecodable by the poll already (codec)
+CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by, tenant"
 
 
 class WriteKind(Enum):
