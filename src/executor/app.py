@@ -72,7 +72,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     batch = BatchEvent.model_validate(event)
     logger.append_keys(batch_id=batch.batch_id)
     deadline_ms = time.time() * 1000 + context.get_remaining_time_in_millis()  # when Lambda ends this invocation
-    report = executor.run_batch(batch, deadline_ms)
+    report = executor.run_batch(batch, deadline_ms, context.aws_request_id)
     for drift in report.drift_ms:
         metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
                            resolution=MetricResolution.High)

@@ -202,10 +202,10 @@ class _DyingStore(DynamoTaskStore):
 
     dead = False
 
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
         if self.dead:
             raise ProcessDied("executor process died: its heartbeat stopped")
-        return super().heartbeat(executor_id, now_ms, alive_until_ms)
+        return super().heartbeat(executor_id, now_ms, alive_until_ms, invocation)
 
     def release(self, task_id: str, executor_id: str) -> bool:
         return False if self.dead else super().release(task_id, executor_id)
@@ -222,8 +222,8 @@ class DiesAfterArm(_DyingStore):
     on_armed: Callable[[], None] | None = None
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int) -> list[Armed | None]:
-        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+        result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         self.dead = True
         if self.on_armed is not None:
             self.on_armed()
@@ -256,8 +256,8 @@ class NotesArmTime(DynamoTaskStore):
     armed_at_ms: int | None = None
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int) -> list[Armed | None]:
-        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+        result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         self.armed_at_ms = time.time_ns() // 1_000_000
         return result
 

@@ -234,11 +234,11 @@ class PausesAtArm(DynamoTaskStore):
     first = "pause"
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int) -> list[Armed | None]:
+                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
         pause, self.pause = self.pause, None
         if pause is not None and self.first == "pause":
             pause()
-        result = super().arm_many(requests, batch_id, executor_id, now_ms)
+        result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         if pause is not None and self.first == "arm":
             pause()
         return result

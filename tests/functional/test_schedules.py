@@ -108,8 +108,9 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoT
                                                   settings: Settings) -> None:
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     invoker = RecordingInvoker()
-    first_poller = Poller(repo, invoker, settings, poller_id="p-first")
-    other = Poller(repo, RecordingInvoker(), settings, poller_id="p-other")
+    always = settings.model_copy(update={"redispatch_after_ms": 0})  # no executor arms them: each poll sends all
+    first_poller = Poller(repo, invoker, always, poller_id="p-first")
+    other = Poller(repo, RecordingInvoker(), always, poller_id="p-other")
     for minute in range(1, 4):
         now = START_MS + minute * 60_000
         # When two pollers poll at the same instant

@@ -18,7 +18,7 @@ class Beats:
         self.fail = False
         self.taken_over = False
 
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
         if self.fail:
             raise ConnectionError("store unreachable")
         self.writes.append((executor_id, now_ms, alive_until_ms))
@@ -154,3 +154,19 @@ def test_repeated_failures_log_one_traceback_until_a_renewal_succeeds(caplog: py
     with_trace = [r for r in caplog.records if r.exc_info]
     assert len(caplog.records) == 4 and len(with_trace) == 2
     assert "failed again (ConnectionError)" in caplog.records[1].getMessage()
+
+
+def test_a_lease_never_reaches_past_the_invocations_end() -> None:
+    # Given an invocation that Lambda ends 8 s from now (less than a lease of 20 s)
+    store, clock = Beats(), FakeClock()
+    beat = make(store, clock)
+    deadline = clock.wall_ms() + 8_000
+    # When the heartbeat starts, and renews 5 s later
+    assert beat.start("x-1", deadline_ms=deadline, invocation="req-1")
+    first = store.writes[-1]
+    clock.advance(5)
+    assert beat.beat()
+    # Then each lease ends at the invocation's end, and the fence safety before it
+    assert first[2] == store.writes[-1][2] == int(deadline)
+    assert beat.fence == pytest.approx(clock.monotonic() + (deadline - clock.wall_ms() - SAFETY_MS) / 1000)
+    beat.stop()

@@ -81,6 +81,7 @@ class Executor:
         self._actions.warm()
         self._fenced: list[_Armed] = []
         self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
+        self._invocation: str | None = None  # the current invocation's request id (run_batch)
         self._cancelled: list[_Armed] = []
         self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
         self._idle = threading.Event()  # no batch running (close() waits for one)
@@ -107,14 +108,17 @@ class Executor:
         self._heartbeat.close()
         self._actions.close()
 
-    def run_batch(self, event: BatchEvent, deadline_ms: float | None = None) -> BatchReport:
+    def run_batch(self, event: BatchEvent, deadline_ms: float | None = None,
+                  invocation: str | None = None) -> BatchReport:
         """Arm the batch, fire each armed task at its instant, record what each came to. ``deadline_ms``: when
-        the invocation ends (Lambda's timeout; an action's own retries stop well before it)."""
+        the invocation ends (Lambda's timeout: no lease outlives it, and an action's own retries stop well before
+        it); ``invocation``: its request id (Lambda keeps it when it retries: the retry fences its earlier
+        attempt and takes its tasks over at once)."""
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
-        self._deadline_ms = deadline_ms
+        self._deadline_ms, self._invocation = deadline_ms, invocation
         self._idle.clear()
         try:
-            if not self._heartbeat.start(executor_id):
+            if not self._heartbeat.start(executor_id, deadline_ms, invocation):
                 log.error("batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
                           event.batch_id)
                 return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
@@ -243,7 +247,7 @@ class Executor:
             # yet), so that arming a new batch never takes a core from another executor's dispatcher.
             lower_current_thread()
             try:
-                outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now))
+                outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now, self._invocation))
             except Exception:  # noqa: BLE001 - some chunks may have been armed before the error: read back
                 log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
                 try:

@@ -4,7 +4,10 @@ While a batch runs, the executor renews ``alive_until = now + lease`` in the sto
 write to an item of its own, never the tasks: cost does not grow with the batch). If it dies, its heartbeat
 lapses; the next poll finds its unfired tasks ARMED by a dead owner and another executor takes them over
 (:meth:`punctual.store.TaskStore.arm_many`), knowing that the dead one may have fired only what was due up to
-its last ``alive_until``: tasks due later fire on time, once.
+its last ``alive_until``: tasks due later fire on time, once. A lease never reaches past the end of the
+invocation running the executor (Lambda kills it then), and when death is known sooner (Lambda retries the
+invocation, whose retry finds its earlier attempt by the invocation's request id; a local restart stops the
+processes a killed stack left) the dead executor is fenced: alive until then at the latest, never renewed.
 
 That holds because an executor fires only within its own lease: :attr:`Heartbeat.fence` is the monotonic
 instant ``lease - safety`` after the start of its last successful renewal, and the executor checks it before
@@ -60,6 +63,8 @@ class Heartbeat:
         self.fence = float("-inf")  # no lease yet: fire nothing
         self.executor_id: str | None = None
         self.taken_over = False
+        self._deadline_ms: float | None = None  # the current invocation's end
+        self._invocation: str | None = None  # the current invocation's request id
         self._cv = threading.Condition()
         self._lease = 0  # counts leases taken; the renewing thread renews only the current one
         self._active = False
@@ -68,11 +73,13 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
         self._thread.start()
 
-    def start(self, executor_id: str) -> bool:
+    def start(self, executor_id: str, deadline_ms: float | None = None, invocation: str | None = None) -> bool:
         """Take the first lease (synchronously) and have it renewed; False if the first write failed, and then
-        nothing may be armed."""
+        nothing may be armed. ``deadline_ms``: when the invocation ends (Lambda kills it then), past which no
+        lease reaches; ``invocation``: its request id, written with the lease (a retry of it fences this one)."""
         with self._cv:
             self.executor_id, self.taken_over = executor_id, False
+            self._deadline_ms, self._invocation = deadline_ms, invocation
             self.fence = float("-inf")
             if not self.beat():
                 return False
@@ -86,8 +93,10 @@ class Heartbeat:
         assert self.executor_id is not None
         mono, wall = self._clock.monotonic(), int(self._clock.wall_ms())
         until = wall if retire else wall + self._lease_ms
+        if self._deadline_ms is not None:  # never alive past the invocation's end: it cannot be, and a takeover
+            until = max(wall, min(until, int(self._deadline_ms)))  # need not wait for a lease that outlives it
         try:
-            ok = self._store.heartbeat(self.executor_id, wall, until)
+            ok = self._store.heartbeat(self.executor_id, wall, until, self._invocation)
         except Exception as exc:  # noqa: BLE001 - the fence stays where it was: past it, this executor stops firing
             left = max(self.fence - self._clock.monotonic(), 0.0)
             if self._failing:  # the traceback was logged at the first failure of this run of failures
@@ -105,7 +114,7 @@ class Heartbeat:
             log.error("executor %s: taken over (presumed dead): it fires nothing more", self.executor_id)
             return False
         if not retire:
-            self.fence = mono + (self._lease_ms - SAFETY_MS) / 1000
+            self.fence = mono + (until - wall - SAFETY_MS) / 1000
         return True
 
     def stop(self) -> None:

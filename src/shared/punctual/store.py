@@ -95,12 +95,22 @@ class TaskStore(Protocol):
         ...
 
     # -- executor ----------------------------------------------------------------------------------------
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
-        """Renew ``executor_id``'s liveness to ``alive_until_ms``: False once it has been taken over from."""
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
+        """Renew ``executor_id``'s liveness to ``alive_until_ms`` (noting the ``invocation`` running it): False once
+        it has been taken over from or fenced."""
+        ...
+
+    def fence(self, executor_id: str, now_ms: int, invocation: str | None = None) -> bool:
+        """An executor known to be dead is alive until now at the latest and can never renew (with
+        ``invocation``: only if it ran that invocation). False when there was no live heartbeat to fence."""
+        ...
+
+    def fence_live_executors(self, now_ms: int) -> list[str]:
+        """Fence every executor whose heartbeat is alive (all are known dead: a local restart); which."""
         ...
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int) -> list[Armed | None]:
+                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
         """ARM each request for ``executor_id`` (taking over from dead executors): the armed task, or None where
         another owner holds it, it changed (cancelled, rescheduled, done) or it cannot be read."""
         ...

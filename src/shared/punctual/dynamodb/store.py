@@ -779,23 +779,67 @@ class DynamoTaskStore(ScheduleItems):
         return None if oldest is None else bucket_start(oldest) - BUCKET_MS
 
     # -- executor side -----------------------------------------------------------------------------------
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
-        """HEARTBEAT: ``executor_id`` is alive until ``alive_until_ms``. False once a takeover marked it dead:
-        it must then fire nothing more."""
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
+        """HEARTBEAT: ``executor_id`` is alive until ``alive_until_ms``. False once a takeover or a fence marked
+        it dead: it must then fire nothing more. ``invocation`` names the Lambda invocation running it (its
+        request id, which Lambda keeps when it retries the invocation): a retry knows its earlier attempt by it."""
+        values: dict[str, Any] = {":until": alive_until_ms, ":now": now_ms,
+                                  ":expires": self._expires_at(alive_until_ms)}
+        update = "SET alive_until_ms = :until, beat_ms = :now, expires_at = :expires"
+        if invocation is not None:
+            update += ", invocation = :invocation"
+            values[":invocation"] = invocation
         try:
             self._client.update_item(
                 TableName=self.table_name,
                 Key={"task_id": {"S": EXECUTOR_PREFIX + executor_id}},
-                UpdateExpression="SET alive_until_ms = :until, beat_ms = :now, expires_at = :expires",
-                ConditionExpression="attribute_not_exists(taken_over)",
-                ExpressionAttributeValues=to_av({":until": alive_until_ms, ":now": now_ms,
-                                                 ":expires": self._expires_at(alive_until_ms)}),
+                UpdateExpression=update,
+                ConditionExpression="attribute_not_exists(taken_over) AND attribute_not_exists(fenced)",
+                ExpressionAttributeValues=to_av(values),
             )
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 return False
             raise
         return True
+
+    def fence(self, executor_id: str, now_ms: int, invocation: str | None = None) -> bool:
+        """FENCE: an executor known to be dead (its process was stopped, or Lambda retried its invocation) is alive
+        until just before now at the latest, and can never renew: its tasks may be taken over at once, and only those due up
+        to now are its crash window. With ``invocation``, only if its heartbeat names that invocation. False when
+        it has no live heartbeat (nothing to fence) or names another invocation."""
+        condition = "alive_until_ms >= :now AND attribute_not_exists(taken_over)"
+        values: dict[str, Any] = {":now": now_ms, ":until": now_ms - 1, ":true": True}
+        if invocation is not None:
+            condition += " AND invocation = :invocation"
+            values[":invocation"] = invocation
+        try:
+            self._client.update_item(
+                TableName=self.table_name, Key={"task_id": {"S": EXECUTOR_PREFIX + executor_id}},
+                UpdateExpression="SET alive_until_ms = :until, fenced = :true", ConditionExpression=condition,
+                ExpressionAttributeValues=to_av(values))
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        log.warning("executor %s: fenced (known dead): its tasks are taken over from now", executor_id)
+        return True
+
+    def fence_live_executors(self, now_ms: int) -> list[str]:
+        """FENCE every executor whose heartbeat is still alive (a Scan of the heartbeat items): what a local
+        stack does when it restarts after stopping the processes a killed one left, all of whose executors it
+        knows to be dead. Returns the executors fenced."""
+        fenced: list[str] = []
+        for page in self._client.get_paginator("scan").paginate(
+            TableName=self.table_name, FilterExpression="begins_with(task_id, :prefix) AND alive_until_ms >= :now",
+            ExpressionAttributeValues=to_av({":prefix": EXECUTOR_PREFIX, ":now": now_ms}),
+            ProjectionExpression="task_id",
+        ):
+            for item in page.get("Items", []):
+                executor_id = item["task_id"]["S"][len(EXECUTOR_PREFIX):]
+                if self.fence(executor_id, now_ms):
+                    fenced.append(executor_id)
+        return fenced
 
     def _arm(self, request: ArmRequest, batch_id: str, executor_id: str, now_ms: int) -> Write:
         return self._write(
@@ -808,9 +852,10 @@ class DynamoTaskStore(ScheduleItems):
         )
 
     def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int) -> list[Armed | None]:
+                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
         """ARM each request (see the module docstring), then TAKEOVER what another executor holds whose
-        heartbeat lapsed (or whose task lease ended). Single writes return the armed items; after transactions
+        heartbeat lapsed (or whose task lease ended), or that ran this same ``invocation`` (an earlier attempt
+        Lambda retried: it is fenced first). Single writes return the armed items; after transactions
         they are read back (one strongly consistent BatchGetItem per 100). An item armed here that cannot be
         decoded is recorded FAILED at once, with a detail, and is not returned."""
         writes = [self._arm(r, batch_id, executor_id, now_ms) for r in requests]
@@ -831,7 +876,7 @@ class DynamoTaskStore(ScheduleItems):
                 task = self._decode_armed(item, request.task_id, executor_id, now_ms)
                 result.append(None if task is None else Armed(task))
         if lost:
-            taken = self._take_over([requests[i] for i in lost], batch_id, executor_id, now_ms)
+            taken = self._take_over([requests[i] for i in lost], batch_id, executor_id, now_ms, invocation)
             for index, armed in zip(lost, taken, strict=True):
                 result[index] = armed
         return result
@@ -847,7 +892,7 @@ class DynamoTaskStore(ScheduleItems):
             return None
 
     def _take_over(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                   now_ms: int) -> list[Armed | None]:
+                   now_ms: int, invocation: str | None = None) -> list[Armed | None]:
         """TAKEOVER the requested tasks that another executor holds ARMED (at the requested due time) when that
         executor is dead - its heartbeat ended before ``now_ms``, checked in the same transaction as the
         takeover (which also marks it taken over, so that it can never renew) - or the task's own lease ended.
@@ -862,6 +907,12 @@ class DynamoTaskStore(ScheduleItems):
                 held.setdefault(owner, []).append((request, item))
         taken: dict[str, Armed] = {}
         alive = self._owners(set(held), consistent=True)
+        if invocation is not None:
+            # An owner running this same invocation is its earlier attempt, which Lambda retried because it ended
+            # (an error, a timeout): dead, known now. Fenced, its tasks are taken over at once.
+            for owner in held:
+                if (alive[owner] or 0) >= now_ms and self.fence(owner, now_ms, invocation):
+                    alive[owner] = now_ms - 1
         for owner, pairs in held.items():
             until = alive[owner]
             if until is None or until < now_ms:  # dead: it may have fired what was due up to its last lease

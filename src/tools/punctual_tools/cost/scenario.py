@@ -162,10 +162,10 @@ class _DeferredRecords:
             self._writers.append(writer)
         return [True] * len(records)
 
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int) -> bool:
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
         if alive_until_ms <= now_ms:  # retiring: after this batch's outcomes are written
             self.join()
-        return bool(self._store.heartbeat(executor_id, now_ms, alive_until_ms))
+        return bool(self._store.heartbeat(executor_id, now_ms, alive_until_ms, invocation))
 
     def join(self) -> None:
         for writer in self._writers:
