@@ -805,9 +805,9 @@ class DynamoTaskStore(ScheduleItems):
 
     def fence(self, executor_id: str, now_ms: int, invocation: str | None = None) -> bool:
         """FENCE: an executor known to be dead (its process was stopped, or Lambda retried its invocation) is
-        alive until just before now at the latest, and can never renew: its tasks may be taken over at once, and only those due up
-        to now are its crash window. With ``invocation``, only if its heartbeat names that invocation. False when
-        it has no live heartbeat (nothing to fence) or names another invocation."""
+        alive until just before now at the latest, and can never renew: its tasks may be taken over at once, and
+        only those due up to now are its crash window. With ``invocation``, only if its heartbeat names that
+        invocation. False when it has no live heartbeat (nothing to fence) or names another invocation."""
         condition = "alive_until_ms >= :now AND attribute_not_exists(taken_over)"
         values: dict[str, Any] = {":now": now_ms, ":until": now_ms - 1, ":true": True}
         if invocation is not None:
