@@ -33,12 +33,14 @@ from punctual.settings import Settings, SettingsError
 from punctual_tools.demo import read_fires, run_demo
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker
+from punctual_tools.local.lambda_rules import FunctionLimits
 from punctual_tools.local.stack import LocalStack, StackConfig, read_state, settings_env
 from support import interrupt, now_ms, wait_until
 
 ROOT = find_project_root()
 LOOPBACK_NTP = "127.0.0.1:9"  # discard port: the NTP probe times out locally instead of asking time.aws.com
 GRACE_MS = 300_000  # the tasks' default misfire grace: a slow machine makes fires late, never MISSED
+TIME_SCALE = 0.004  # the local invoker's Lambda delays: its retries after 0.24 s and 0.48 s, not 1 and 2 minutes
 
 
 @pytest.fixture(autouse=True)
@@ -365,9 +367,7 @@ def make_invoker(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalInvoker, R
     """A LocalInvoker running a handler file written for the test; every one is shut down afterwards."""
     started: list[LocalInvoker] = []
 
-    def make(
-        mode: str, retry_delays: tuple[float, ...] = (0.2,), max_concurrency: int = 2
-    ) -> tuple[LocalInvoker, Results, Path]:
+    def make(mode: str, retries: int = 1, max_concurrency: int = 2) -> tuple[LocalInvoker, Results, Path]:
         calls = tmp_path / f"{mode}-calls.jsonl"
         handler = tmp_path / f"{mode}_handler.py"
         handler.write_text(HANDLER.format(calls=str(calls), mode=mode))
@@ -376,9 +376,10 @@ def make_invoker(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalInvoker, R
             handler,
             {},
             log_file=tmp_path / f"{mode}-worker.log",
+            limits=FunctionLimits("test", timeout_s=60, max_retry_attempts=retries),
             max_concurrency=max_concurrency,
             prewarm=1,
-            retry_delays=retry_delays,
+            time_scale=TIME_SCALE,
             on_result=results,
         )
         started.append(invoker)
@@ -396,7 +397,7 @@ def call_pids(calls: Path) -> list[int]:
 @pytest.mark.timeout(60)
 def test_local_invoker_retries_an_invocation_whose_handler_raised(make_invoker: Callable[..., Any]) -> None:
     # Given a handler that fails its first call and succeeds afterwards, behind an invoker retrying once
-    invoker, results, calls = make_invoker("raise_first", retry_delays=(0.2,))
+    invoker, results, calls = make_invoker("raise_first", retries=1)
 
     # When one event is invoked asynchronously
     invoker.invoke_async({"batch": "b-1"})
@@ -417,7 +418,7 @@ def test_local_invoker_retries_an_invocation_whose_handler_raised(make_invoker: 
 @pytest.mark.timeout(60)
 def test_local_invoker_retries_in_a_new_worker_when_the_worker_died(make_invoker: Callable[..., Any]) -> None:
     # Given a handler whose process dies (os._exit) on its first delivery
-    invoker, results, calls = make_invoker("die_first", retry_delays=(0.2,))
+    invoker, results, calls = make_invoker("die_first", retries=1)
 
     # When one event is invoked
     invoker.invoke_async({"batch": "b-2"})
@@ -436,7 +437,7 @@ def test_local_invoker_retries_in_a_new_worker_when_the_worker_died(make_invoker
 @pytest.mark.timeout(60)
 def test_local_invoker_drops_an_invocation_after_its_last_retry(make_invoker: Callable[..., Any]) -> None:
     # Given a handler that always fails, behind an invoker retrying twice
-    invoker, results, calls = make_invoker("always_raise", retry_delays=(0.1, 0.1))
+    invoker, results, calls = make_invoker("always_raise", retries=2)
 
     # When one event is invoked
     invoker.invoke_async({"batch": "b-3"})
@@ -467,7 +468,7 @@ def test_local_invoker_shutdown_ends_every_worker_even_with_an_invocation_waitin
     make_invoker: Callable[..., Any],
 ) -> None:
     # Given an invoker with one execution environment, busy with a slow invocation, and a second one queued
-    invoker, _results, calls = make_invoker("slow", retry_delays=(), max_concurrency=1)
+    invoker, _results, calls = make_invoker("slow", retries=0, max_concurrency=1)
     invoker.invoke_async({"batch": "busy"})
     assert wait_until(lambda: calls.exists() and len(call_pids(calls)) == 1, timeout=20)
     invoker.invoke_async({"batch": "queued"})

@@ -27,8 +27,8 @@ from punctual_tools.local.stack import settings_env
 from punctual_tools.settings import LocalSettings
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LOCAL_ONLY = {"profile", "lambda_time_scale", "background_cpus", "realtime_firing", "fire_log_path", "dynamodb_java_opts",
-              "local_timeout_s", "receiver_port"}
+LOCAL_ONLY = {"profile", "lambda_time_scale", "background_cpus", "realtime_firing", "fire_log_path",
+              "dynamodb_java_opts", "local_timeout_s", "receiver_port"}
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
     "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",

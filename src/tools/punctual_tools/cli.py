@@ -1,6 +1,7 @@
 """The ``punctual`` command: run the local stack, run the demo, and schedule or inspect tasks.
 
     punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
+                [--profile lambda|local]           executors as Lambda runs them (default), or on whole cores
                 [--tenant NAME ...]                the REST API also serves these tenants, a token each
     punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
     punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
@@ -109,7 +110,7 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
     from .local.stack import StackConfig
     from .settings import LocalSettings
 
-    overrides = {"shard_count": args.shards, "table_name": args.table}
+    overrides = {"shard_count": args.shards, "table_name": args.table, "profile": getattr(args, "profile", None)}
     if demo_webhooks:
         local = LocalSettings.from_env()
         if not loopback_allowed(local.allowed_targets, local.receiver_port):
@@ -150,6 +151,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     assert stack.settings is not None
     log.info("Punctual is up: DynamoDB Local at %s, table %s, poll every %g s. Ctrl-C stops.",
              stack.settings.endpoint_url, stack.settings.table_name, args.poll_interval)
+    for line in stack.describe_limits():
+        log.info("%s", line)
     try:
         if args.demo:
             def demo() -> None:
@@ -624,6 +627,10 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
     stack_options(up, 60.0)
     up.add_argument("--api-port", type=int, default=8766, help="the REST API's loopback port (0 picks a free one)")
+    up.add_argument("--profile", choices=("lambda", "local"), default=None,
+                    help="lambda (default, or PUNCTUAL_PROFILE): each executor as Lambda runs it, by template.yaml "
+                         "(its memory's CPU share, timeout, frozen while idle, retries, event age, concurrency); "
+                         "local: whole cores and real-time firing, for a stack on a server of its own")
     up.add_argument("--tenant", dest="tenants", action="append", type=_tenant, metavar="NAME",
                     help="the REST API also serves this tenant, with a token of its own in <home>/tokens/NAME "
                          "(repeatable; the tenant local, token in <home>/api-token, is always served)")

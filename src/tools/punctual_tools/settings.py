@@ -1,13 +1,16 @@
 """The local runtime's settings: :class:`punctual.settings.Settings` plus what only one machine needs.
 
 The Lambdas load :class:`~punctual.settings.Settings`; the local stack and its executor workers load
-:class:`LocalSettings`, which adds CPU confinement, the fire log, DynamoDB Local's JVM options and the workers'
-timeout. Each is read from ``PUNCTUAL_<FIELD NAME IN UPPER CASE>`` by the same ``from_env``.
+:class:`LocalSettings`, which adds the profile (Lambda's limits or the whole machine), CPU confinement, the fire
+log, DynamoDB Local's JVM options and the executor's timeout. Each is read from
+``PUNCTUAL_<FIELD NAME IN UPPER CASE>`` by the same ``from_env``.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Literal, Self
+
+from pydantic import Field, field_validator, model_validator
 
 from punctual.priority import parse_cpu_list
 from punctual.settings import Settings
@@ -21,13 +24,24 @@ class LocalSettings(Settings):
     it loads the executor handler, which reads only the :class:`~punctual.settings.Settings` part.
     """
 
+    profile: Literal["lambda", "local"] = Field(
+        "lambda", description='"lambda": each executor as Lambda runs it, by its configuration in template.yaml (the '
+        "CPU share its memory size buys, killed at its timeout, frozen while idle, async retries, event age and "
+        'throttling), firing at normal priority; "local": for a stack on a server of its own, whole cores and '
+        "real-time firing, no freezing and no timeout (retries, event age and throttling as under lambda)",
+    )
+    lambda_time_scale: float = Field(
+        1.0, gt=0, le=1, description="Lambda's async delays (retries after 1 and 2 minutes, throttle backoff) and "
+        "maximum event age, times this: 1 is Lambda's own; tests shorten them",
+    )
     background_cpus: str | None = Field(
         None, description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: the '
         "stack leaves the first usable CPU out, so that a firing thread always finds one free",
     )
-    realtime_firing: bool = Field(
-        True, description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
-        "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.priority",
+    realtime_firing: bool | None = Field(
+        None, description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
+        "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.priority. Unset: the profile's "
+        "(on under local; off under lambda, which refuses it: Lambda gives no real-time priority)",
     )
     fire_log_path: str | None = Field(None, description="JSON-lines file the log action appends each fire to")
     dynamodb_java_opts: str | None = Field(
@@ -37,8 +51,22 @@ class LocalSettings(Settings):
         8767, ge=1, le=65_535, description="the loopback port of the demo's webhook receiver: the local tenants "
         "may reach it (and no other loopback port) unless PUNCTUAL_TENANT_MAP says otherwise",
     )
-    local_timeout_s: float = Field(900.0, gt=0, le=900, description="an executor worker's invocation timeout "
-                                   "(what the handler's context reports as remaining time; Lambda's at most)")
+    local_timeout_s: float | None = Field(
+        None, gt=0, le=900, description="the executor's timeout (s) instead of its Timeout in template.yaml: what "
+        "its context reports as remaining time and, under the lambda profile, when it is killed",
+    )
+
+    @property
+    def firing_realtime(self) -> bool:
+        """Whether firing threads ask for real-time scheduling: ``realtime_firing``, else the profile's default."""
+        return self.profile == "local" if self.realtime_firing is None else self.realtime_firing
+
+    @model_validator(mode="after")
+    def _lambda_gives_no_realtime(self) -> Self:
+        if self.profile == "lambda" and self.realtime_firing:
+            raise ValueError("PUNCTUAL_REALTIME_FIRING=true: Lambda gives no real-time priority, so the lambda "
+                             "profile refuses it (PUNCTUAL_PROFILE=local allows it)")
+        return self
 
     @field_validator("background_cpus")
     @classmethod

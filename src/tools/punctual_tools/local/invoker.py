@@ -1,14 +1,27 @@
-"""Lambda async invoke, locally: executor invocations run in worker processes with Lambda's semantics.
+"""Lambda async invoke, locally: executor invocations run in worker processes, limited as Lambda limits them.
 
-- **Async**: ``invoke_async`` queues the event and returns at once (like ``InvocationType="Event"``).
+- **Async**: ``invoke_async`` queues the event and returns at once (like ``InvocationType="Event"``); Lambda's
+  queue rules apply (:class:`~punctual_tools.local.async_queue.AsyncEventQueue`): at most the function's
+  concurrency at once (others throttled and backed off), retries after a failure, events dropped past their age.
 - **Execution environments**: one invocation at a time per worker process; idle workers are reused (warm),
-  new ones are started on demand up to ``max_concurrency``. Workers are forked from a forkserver that has
-  the libraries imported already, so a cold start only loads the handler module (Lambda's init phase).
-- **At least once**: an invocation whose handler raised, or whose process died, is retried up to
-  ``len(retry_delays)`` times after those delays (Lambda: 2 retries, about 1 and 2 minutes apart). A
-  ``duplicate_rate`` delivers some events twice on purpose, for fault tests.
-- **Stop**: :meth:`shutdown` sends SIGTERM to busy workers (their executors hand unfired tasks back to
-  PENDING), waits, then ends every worker.
+  new ones are started on demand. Workers are forked from a forkserver that has the libraries imported already,
+  so a cold start only loads the handler module (Lambda's init phase). ``prewarm`` of them start at once, as
+  environments warm from earlier traffic would be.
+- **The Lambda profile** (``profile="lambda"``, the default) gives each environment what its function's
+  configuration (:class:`~punctual_tools.local.lambda_rules.FunctionLimits`, from ``template.yaml``) gives it:
+
+  - *CPU*: a cgroup of its own with the share of a core its memory size buys (:mod:`.cpu_quota`). Where no
+    cgroup can be written, the invoker warns once and says so in :attr:`LocalInvoker.cpu_quota`.
+  - *Timeout*: an invocation still running at the function's timeout is killed (SIGKILL: "Task timed out"),
+    and is retried as any failure.
+  - *Frozen while idle*: a worker is stopped (SIGSTOP) once its cold start or its invocation is over, and
+    continued (SIGCONT) when the next invocation arrives: nothing of it (a heartbeat thread, an NTP probe) runs
+    while Lambda would run nothing.
+
+  The ``local`` profile (a stack on a server of its own) gives whole cores, no timeout and no freezing.
+- **At least once**: a ``duplicate_rate`` delivers some events twice on purpose, for fault tests.
+- **Stop**: :meth:`LocalInvoker.shutdown` drops what waits, sends SIGTERM to busy workers (their executors hand
+  unfired tasks back to PENDING), waits, then continues and ends every worker and removes its cgroup.
 """
 
 from __future__ import annotations
@@ -17,7 +30,9 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -25,18 +40,19 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from .worker import PRELOAD, run_worker
+from .async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
+from .cpu_quota import CpuGroups, CpuQuotaStatus, quota_us
+from .lambda_rules import FunctionLimits, concurrency_cap
+from .worker import PRELOAD, WorkerSpec, run_worker
 
 log = logging.getLogger(__name__)
 
-ResultCallback = Callable[[dict[str, Any], dict[str, Any]], None]
+__all__ = ["InvokerStoppedError", "LocalInvoker", "Profile"]
 
-
-class InvokerStoppedError(RuntimeError):
-    """The invoker is shutting down and accepts no more events."""
-
+Profile = Literal["lambda", "local"]
+INIT_LIMIT_S = 10.0  # Lambda's init phase: past it, the init is done again within the invocation's timeout
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
@@ -46,157 +62,217 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 class _Worker:
     process: BaseProcess
     conn: Connection
+    cgroup: Path | None
     busy: bool = False
-    invocations: int = 0
+    frozen: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
+    init_error: str | None = None
 
     def alive(self) -> bool:
         return self.process.exitcode is None and self.process.is_alive()
 
 
-@dataclass
-class _Invocation:
-    payload: dict[str, Any]
-    attempt: int = 0
-    queued_at: float = field(default_factory=time.monotonic)
-
-
 class LocalInvoker:
-    """Runs ``handler_path``'s ``handler(event, context)`` in worker processes, asynchronously."""
+    """Runs ``handler_path``'s ``handler(event, context)`` in worker processes, asynchronously, within ``limits``
+    (Lambda's defaults unless given) under ``profile``. ``time_scale`` multiplies Lambda's async delays and
+    event age (1.0: Lambda's own)."""
 
-    def __init__(self, handler_path: Path, env: dict[str, str], log_file: Path | None = None,
-                 max_concurrency: int = 64, prewarm: int = 2, retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 duplicate_rate: float = 0.0, on_result: ResultCallback | None = None,
+    def __init__(self, handler_path: Path, env: dict[str, str], log_file: Path | None = None, *,
+                 limits: FunctionLimits | None = None, profile: Profile = "lambda", max_concurrency: int = 64,
+                 prewarm: int = 2, time_scale: float = 1.0, duplicate_rate: float = 0.0,
+                 on_result: ResultCallback | None = None,
                  on_worker_started: Callable[[int], None] | None = None) -> None:
         self._handler_path = str(handler_path)
         self._env = dict(env)
         self._log_file = str(log_file) if log_file else None
-        self._max = max_concurrency
-        self._retry_delays = retry_delays
+        self.limits = limits or FunctionLimits()
+        self.profile = profile
+        self._lambda = profile == "lambda"
         self._duplicate_rate = duplicate_rate
-        self._on_result = on_result
         self._on_worker_started = on_worker_started  # e.g. record the pid, so a restart after SIGKILL finds it
         self._lock = threading.Condition()
         self._idle: list[_Worker] = []
         self._workers: list[_Worker] = []
         self._stopping = False
-        self._in_flight = 0
-        self.stats = {"invoked": 0, "completed": 0, "errors": 0, "retries": 0, "dropped": 0, "cold_starts": 0}
-        for _ in range(prewarm):
-            self._idle.append(self._start_worker())
+        self._stats = {"cold_starts": 0, "timeouts": 0, "cpu_quota_failures": 0}
+        self._groups: CpuGroups | None = None
+        self.cpu_quota = self._open_cpu_groups()
+        self._queue = AsyncEventQueue(self._execute, self.limits, concurrency_cap(self.limits, max_concurrency),
+                                      time_scale, on_result)
+        for _ in range(min(prewarm, self._queue.concurrency)):
+            self._idle.append(self._start_worker(busy=False))
+
+    def _open_cpu_groups(self) -> CpuQuotaStatus:
+        if not self._lambda:
+            return CpuQuotaStatus(False, "profile local: whole cores")
+        self._groups, where = CpuGroups.open()
+        if self._groups is None:
+            log.warning("no CPU quota for the %s workers (%s): they run on whole cores, more than the %d MB Lambda "
+                        "gives (%.3f of a core); figures measured here say 'no CPU quota'", self.limits.function,
+                        where, self.limits.memory_mb, self.limits.cpu_share)
+            return CpuQuotaStatus(False, where)
+        return CpuQuotaStatus(True, f"{quota_us(self.limits.memory_mb)} us of CPU every 100000 us "
+                                    f"({self.limits.memory_mb} MB / 1769), {where}")
+
+    @property
+    def concurrency(self) -> int:
+        """Invocations that may run at once (the reserved concurrency, within the local cap)."""
+        return self._queue.concurrency
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts: invoked, completed, errors, retries, dropped (of which expired), throttles, cold starts,
+        timeouts, and workers that could not join their cgroup."""
+        with self._lock:
+            own = dict(self._stats)
+        return {**self._queue.stats, **own}
 
     # -- the port --------------------------------------------------------------------------------------
     def invoke_async(self, payload: dict[str, Any]) -> None:
-        with self._lock:
-            if self._stopping:
-                raise InvokerStoppedError("the local invoker is stopping")
-            self.stats["invoked"] += 1
-        self._launch(_Invocation(json.loads(json.dumps(payload))))
+        self._queue.put(json.loads(json.dumps(payload)))
         if self._duplicate_rate and random.random() < self._duplicate_rate:
-            self._launch(_Invocation(json.loads(json.dumps(payload))))
+            self._queue.put(json.loads(json.dumps(payload)), duplicate=True)
 
     # -- workers ---------------------------------------------------------------------------------------
-    def _start_worker(self) -> _Worker:
+    def _start_worker(self, *, busy: bool) -> _Worker:
+        group = None
+        if self._groups is not None:
+            try:
+                group = self._groups.create(self.limits.memory_mb)
+            except (OSError, ValueError) as exc:
+                log.error("no CPU quota for a new worker: cannot make its cgroup (%s)", exc)
+                with self._lock:
+                    self._stats["cpu_quota_failures"] += 1
+        spec = WorkerSpec(self.limits.timeout_s, self.limits.memory_mb, str(group) if group else None)
         parent_end, child_end = _CONTEXT.Pipe()
-        process = _CONTEXT.Process(target=run_worker, args=(self._handler_path, child_end, self._log_file, self._env),
+        process = _CONTEXT.Process(target=run_worker,
+                                   args=(self._handler_path, child_end, self._log_file, self._env, spec),
                                    name="punctual-executor", daemon=False)
         process.start()
         child_end.close()
-        worker = _Worker(process, parent_end)
+        worker = _Worker(process, parent_end, group, busy=busy)
         with self._lock:
             self._workers.append(worker)
-            self.stats["cold_starts"] += 1
+            self._stats["cold_starts"] += 1
+        threading.Thread(target=self._await_ready, args=(worker,), daemon=True, name="worker-init").start()
         if self._on_worker_started is not None and process.pid is not None:
             self._on_worker_started(process.pid)
         return worker
 
-    def _take_worker(self) -> _Worker:
-        with self._lock:
-            while True:
-                if self._stopping:
-                    raise InvokerStoppedError("the local invoker is stopping")
-                if self._idle:
-                    worker = self._idle.pop()
-                    if worker.alive():
-                        worker.busy = True
-                        return worker
-                    continue
-                if len([w for w in self._workers if w.alive()]) < self._max:
-                    break
-                self._lock.wait(0.5)
-        worker = self._start_worker()
-        worker.busy = True
-        return worker
-
-    def _launch(self, invocation: _Invocation) -> None:
-        with self._lock:
-            self._in_flight += 1
-        threading.Thread(target=self._run, args=(invocation,), daemon=True, name="invoke").start()
-
-    def _run(self, invocation: _Invocation) -> None:
+    def _await_ready(self, worker: _Worker) -> None:
+        """The cold start's end: the worker says it is ready (or dies); an idle one is frozen then."""
         try:
-            self._run_once(invocation)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._lock.notify_all()
-
-    def _run_once(self, invocation: _Invocation) -> None:
-        try:
-            worker = self._take_worker()
-        except InvokerStoppedError:
-            # Not delivered: its tasks stay PENDING, and the next poll dispatches them again.
-            with self._lock:
-                self.stats["dropped"] += 1
-            return
-        error: str | None = None
-        response: dict[str, Any] | None = None
-        try:
-            if not worker.invocations:  # wait for the cold start's "ready" message
-                worker.conn.recv()
-            worker.conn.send(invocation.payload)
-            worker.invocations += 1
-            response = worker.conn.recv()
-            if not response.get("ok"):
-                error = str(response.get("error"))
+            message = worker.conn.recv()
+            if message.get("cgroup_error"):
+                log.error("worker %s runs without its CPU quota: %s", worker.process.pid, message["cgroup_error"])
+                with self._lock:
+                    self._stats["cpu_quota_failures"] += 1
         except (OSError, EOFError) as exc:
             worker.process.join(1)
-            error = f"worker {worker.process.pid} died (exit code {worker.process.exitcode}): {exc!r}"
-            worker.process.kill()
-        finally:
-            with self._lock:
-                worker.busy = False
-                if worker.alive() and not self._stopping:
-                    self._idle.append(worker)
-                self._lock.notify_all()
-        if error is None and response is not None:
-            with self._lock:
-                self.stats["completed"] += 1
-            if self._on_result is not None:
-                self._on_result(invocation.payload, response.get("result") or {})
-            return
+            worker.init_error = (f"worker {worker.process.pid} died in its cold start (exit code "
+                                 f"{worker.process.exitcode}): {exc!r}")
         with self._lock:
-            self.stats["errors"] += 1
-            stopping = self._stopping
-        if invocation.attempt < len(self._retry_delays) and not stopping:
-            delay = self._retry_delays[invocation.attempt]
-            log.warning("executor invocation failed (%s); retry %d in %.1f s", error, invocation.attempt + 1, delay)
+            worker.ready.set()
+            if not worker.busy:
+                self._freeze(worker)
+
+    def _freeze(self, worker: _Worker) -> None:
+        """(Under the lock.) Stop an idle worker, under the Lambda profile, unless the invoker is stopping."""
+        if self._lambda and not self._stopping and not worker.frozen and worker.alive() and worker.process.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.process.pid, signal.SIGSTOP)
+                worker.frozen = True
+
+    def _thaw(self, worker: _Worker) -> None:
+        """(Under the lock.)"""
+        if worker.frozen and worker.process.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.process.pid, signal.SIGCONT)
+            worker.frozen = False
+
+    def _take_worker(self) -> _Worker:
+        """An idle worker (warm), or a new one (a cold start); either is busy from now on."""
+        dead = []
+        warm = None
+        with self._lock:
+            if self._stopping:
+                raise InvokerStoppedError("the local invoker is stopping")
+            while self._idle and warm is None:
+                worker = self._idle.pop()
+                if worker.alive():
+                    worker.busy = True
+                    warm = worker
+                else:
+                    dead.append(worker)
+        for gone in dead:
+            self._discard(gone)
+        return warm if warm is not None else self._start_worker(busy=True)
+
+    def _discard(self, worker: _Worker, wait_s: float = 5.0) -> None:
+        """End a worker (if it still runs), and remove its cgroup."""
+        with self._lock:
+            self._thaw(worker)
+            if worker in self._workers:
+                self._workers.remove(worker)
+        if worker.alive():
+            worker.process.kill()
+        worker.process.join(wait_s)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+        if worker.cgroup is not None and self._groups is not None:
+            self._groups.remove(worker.cgroup)
+
+    def _execute(self, payload: dict[str, Any]) -> Outcome:
+        """Run one invocation in an idle worker, or a new one (the queue keeps them within the concurrency)."""
+        worker = self._take_worker()
+        reusable = False
+        try:
+            timeout = self.limits.timeout_s if self._lambda else None
+            if not worker.ready.wait(None if timeout is None else INIT_LIMIT_S + timeout):
+                return self._time_out(worker, timeout)
+            if worker.init_error is not None:
+                return Outcome(error=worker.init_error)
             with self._lock:
-                self.stats["retries"] += 1
-            time.sleep(delay)
-            self._run_once(_Invocation(invocation.payload, invocation.attempt + 1, invocation.queued_at))
-        else:
-            with self._lock:
-                self.stats["dropped"] += 1
-            log.error("executor invocation dropped after %d attempts: %s", invocation.attempt + 1, error)
+                self._thaw(worker)
+            worker.conn.send(payload)
+            if not worker.conn.poll(timeout):
+                return self._time_out(worker, timeout)
+            response = worker.conn.recv()
+            reusable = True
+            if not response.get("ok"):
+                return Outcome(error=str(response.get("error")))
+            return Outcome(result=response.get("result") or {})
+        except (OSError, EOFError) as exc:
+            worker.process.join(1)
+            return Outcome(error=f"worker {worker.process.pid} died (exit code {worker.process.exitcode}): {exc!r}")
+        finally:
+            self._finish(worker, reusable)
+
+    def _time_out(self, worker: _Worker, timeout: float | None) -> Outcome:
+        with self._lock:
+            self._stats["timeouts"] += 1
+        log.error("%s: task timed out after %.2f seconds: worker %s killed", self.limits.function, timeout or 0,
+                  worker.process.pid)
+        worker.process.kill()
+        return Outcome(error=f"Task timed out after {timeout or 0:.2f} seconds")
+
+    def _finish(self, worker: _Worker, reusable: bool) -> None:
+        with self._lock:
+            worker.busy = False
+            if reusable and worker.alive() and not self._stopping:
+                self._freeze(worker)
+                self._idle.append(worker)
+                self._lock.notify_all()
+                return
+        if not reusable or not worker.alive():
+            self._discard(worker)
 
     # -- control ---------------------------------------------------------------------------------------
     def in_flight(self) -> int:
-        with self._lock:
-            return self._in_flight
+        return self._queue.in_flight()
 
     def wait_idle(self, timeout: float) -> bool:
-        with self._lock:
-            return self._lock.wait_for(lambda: self._in_flight == 0, timeout)
+        return self._queue.wait_idle(timeout)
 
     def busy_worker_pids(self) -> list[int]:
         with self._lock:
@@ -207,14 +283,18 @@ class LocalInvoker:
             return [w.process.pid for w in self._workers if w.alive() and w.process.pid]
 
     def shutdown(self, timeout: float = 15.0) -> None:
-        """Stop accepting events; ask busy executors to release unfired tasks; end every worker."""
+        """Stop accepting events and drop what waits; ask busy executors to release unfired tasks; end every
+        worker; remove the cgroups."""
         with self._lock:
-            self._stopping = True
+            self._stopping = True  # from now on no worker is frozen
             workers = list(self._workers)
+            for worker in workers:
+                self._thaw(worker)
+        self._queue.stop()
         for worker in workers:
             if worker.busy and worker.alive():
                 worker.process.terminate()  # SIGTERM: the executor releases its unfired tasks
-        self.wait_idle(timeout)
+        self._queue.wait_idle(timeout)
         with self._lock:
             workers = list(self._workers)  # including any started while the busy ones wound down
         for worker in workers:
@@ -224,7 +304,6 @@ class LocalInvoker:
         deadline = time.monotonic() + 5
         for worker in workers:
             worker.process.join(max(0.1, deadline - time.monotonic()))
-            if worker.process.exitcode is None:
-                worker.process.kill()
-                worker.process.join()
-            worker.conn.close()
+            self._discard(worker)
+        if self._groups is not None:
+            self._groups.close()

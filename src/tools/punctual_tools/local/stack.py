@@ -3,7 +3,13 @@ stream, executors in worker processes.
 
 ``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
 Its state file (``.punctual/stack.json``) lets other commands find a running stack (and each tenant's API
-token: ``api_token_files``), and lets a restart clean up after a stack that was killed.
+token: ``api_token_files``), and lets a restart clean up after a stack that was killed. It is written once every
+part is up, so that a client that finds it finds the API listening; it also says under which profile the
+executors run and whether their CPU quota took effect.
+
+The executors run under ``LocalSettings.profile``: ``lambda`` (the default) applies the executor function's
+configuration in ``template.yaml`` as Lambda does (see :mod:`punctual_tools.local.invoker`); ``local`` gives
+them whole cores and real-time firing.
 
 The home is private: the stack makes it 0700 and what it keeps there 0600 (folders 0700), those of an earlier
 run included (:func:`make_private`), and writes with a umask of 0o077 while it runs, which DynamoDB Local and the
@@ -22,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,7 @@ from ..stats import summarize
 from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
+from .lambda_rules import EXECUTOR_FUNCTION, TEMPLATE_FUNCTIONS, FunctionLimits, read_function_limits
 from .stream import StreamReader
 
 log = logging.getLogger("punctual_tools.local")
@@ -62,9 +69,8 @@ class StackConfig:
     in_memory: bool = False
     poll_interval_s: float = 60.0
     settings_overrides: dict[str, Any] = field(default_factory=dict)
-    max_concurrency: int = 64
+    max_concurrency: int = 64  # the machine's cap on executors at once (the template's reservation, if lower, wins)
     prewarm: int = 16  # warm executor processes, ready before the first batch (a cold start costs CPU)
-    retry_delays: tuple[float, ...] = (1.0, 2.0)
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
     # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
@@ -163,6 +169,8 @@ class LocalStack:
         self.fast_poller: Poller | None = None
         self.api: LocalApi | None = None
         self._state_lock = threading.Lock()
+        self._up = False  # every part started: the state file may be written
+        self.limits: FunctionLimits | None = None  # the executor's, as the workers get them
         self._umask_before: int | None = None
         self.fast_path_reports: list[FastPathReport] = []
         self.polls: list[PollReport] = []
@@ -263,11 +271,14 @@ class LocalStack:
             "AWS_ACCESS_KEY_ID": "local",
             "AWS_SECRET_ACCESS_KEY": "local",
         }
+        self.limits = read_function_limits(EXECUTOR_FUNCTION)
+        if settings.local_timeout_s is not None:
+            self.limits = replace(self.limits, timeout_s=settings.local_timeout_s)
         self.invoker = LocalInvoker(
             find_project_root() / "src" / "executor" / "app.py", worker_env,
-            log_file=cfg.home / "logs" / "executor.log", max_concurrency=cfg.max_concurrency,
-            prewarm=cfg.prewarm, retry_delays=cfg.retry_delays, duplicate_rate=cfg.duplicate_rate,
-            on_result=self._batch_done, on_worker_started=lambda _pid: self._write_state(),
+            log_file=cfg.home / "logs" / "executor.log", limits=self.limits, profile=settings.profile,
+            max_concurrency=cfg.max_concurrency, prewarm=cfg.prewarm, time_scale=settings.lambda_time_scale,
+            duplicate_rate=cfg.duplicate_rate, on_result=self._batch_done, on_worker_started=self._worker_started,
         )
         self.poller = Poller(store, self.invoker, settings)
         if cfg.fast_path:
@@ -286,10 +297,35 @@ class LocalStack:
                                    "another stack may hold the port; give another with --api-port (0: any)") from exc
             for tenant, path in self.api_token_files.items():
                 log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
-        self._write_state()
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._thread.start()
+        self._up = True
+        self._write_state()  # last: whoever finds it finds every part up
         return self
+
+    def _worker_started(self, _pid: int) -> None:
+        if self._up:  # (before, the state file is written at the end of the start)
+            self._write_state()
+
+    def describe_limits(self) -> list[str]:
+        """What the executors run with (the profile, the executor's limits and CPU quota, the local cap), and the
+        other functions' limits, which the local runtime does not apply: they run in the stack's own process."""
+        assert self.settings is not None and self.invoker is not None and self.limits is not None
+        invoker = self.invoker
+        lines = [f"profile {self.settings.profile}: "
+                 + ("each executor as Lambda runs it (its CPU share, killed at its timeout, frozen while idle, "
+                    "no real-time priority)" if self.settings.profile == "lambda"
+                    else "whole cores and real-time firing, no timeout, never frozen (more than Lambda gives)"),
+                 self.limits.describe(self.config.max_concurrency),
+                 f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
+                 f"{self.config.prewarm} warm at start"]
+        if self.settings.lambda_time_scale != 1:
+            lines.append(f"  Lambda's async delays and event age x {self.settings.lambda_time_scale:g}")
+        for function in TEMPLATE_FUNCTIONS:
+            if function != EXECUTOR_FUNCTION:
+                with contextlib.suppress(ValueError):
+                    lines.append(f"{read_function_limits(function).describe()} (not applied: runs in the stack)")
+        return lines
 
     def _write_tokens(self) -> dict[str, str]:
         """A new token for each served tenant, written to its file (0600); a token file of a tenant not served
@@ -312,7 +348,8 @@ class LocalStack:
         """Write the state file (atomically; workers started on demand call this from their threads)."""
         assert self.ddb is not None and self.settings is not None
         with self._state_lock:
-            self._write_state_locked()
+            if self._up:  # not once stop() has begun: it removes the file
+                self._write_state_locked()
 
     def _write_state_locked(self) -> None:
         assert self.ddb is not None and self.settings is not None
@@ -331,6 +368,10 @@ class LocalStack:
             "api_url": self.api.url if self.api else None,
             "api_token_file": str(self.api_token_file) if self.api else None,  # the tenant local's
             "api_token_files": {t: str(p) for t, p in self.api_token_files.items()} if self.api else {},
+            "profile": self.settings.profile,
+            "cpu_quota": self.invoker.cpu_quota.as_dict() if self.invoker else None,
+            "executor_limits": asdict(self.limits) if self.limits else None,
+            "lambda_time_scale": self.settings.lambda_time_scale,
         }
         tmp = self.config.home / "stack.json.tmp"
         write_private(tmp, json.dumps(state, indent=2))
@@ -400,6 +441,8 @@ class LocalStack:
     def stop(self) -> None:
         """Stop polling, let executors hand back unfired tasks, stop DynamoDB Local, remove the state file."""
         self._stop.set()
+        with self._state_lock:
+            self._up = False
         if self.api is not None:
             self.api.stop()
         if self.stream is not None:

@@ -7,6 +7,10 @@ firing. The worker imports the handler module once, then serves invocations one 
 one request in, one response out, over a pipe. stdout and stderr (the handler's logs and metrics) go to the
 log file. SIGTERM asks the executor to stop: unfired tasks are released back to PENDING.
 
+Under the Lambda profile the worker first joins the cgroup the invoker made for it (the CPU quota its function's
+memory size buys, see :mod:`punctual_tools.local.cpu_quota`), before anything else runs in it, the cold start
+included; its context reports the function's timeout and memory size (:class:`WorkerSpec`).
+
 The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the environment the stack gives it,
 and sets up what is local-only before it loads the handler: CPU confinement for the background threads the
 handler lowers, and the fire log the log action appends to. The handler itself reads only ``Settings``.
@@ -21,6 +25,7 @@ import threading
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import ModuleType
 from typing import Any
@@ -29,24 +34,34 @@ from punctual.actions import FireLog
 from punctual.priority import set_background_cpus, set_realtime_firing
 
 from ..settings import LocalSettings
+from .cpu_quota import join
 
 # What the forkserver imports once, before forking workers.
 PRELOAD = [
     "boto3", "botocore.session", "botocore.client", "pydantic", "ntplib", "json", "urllib.request",
     "aws_lambda_powertools", "aws_lambda_powertools.metrics", "aws_lambda_powertools.logging",
     "aws_lambda_powertools.utilities.typing", "punctual.runtime", "punctual.actions", "punctual.events",
-    "punctual_tools.settings",
+    "punctual_tools.settings", "punctual_tools.local.worker",
 ]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one execution environment is given: its function's timeout and memory size, and its cgroup."""
+
+    timeout_s: float
+    memory_mb: int
+    cgroup: str | None = None  # the group to join at once (the CPU quota); None: no quota
 
 
 class LocalContext:
     """The parts of Lambda's context object that the handlers and Powertools read."""
 
-    def __init__(self, function_name: str, timeout_s: float) -> None:
+    def __init__(self, function_name: str, timeout_s: float, memory_mb: int) -> None:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:local:000000000000:function:{function_name}"
-        self.memory_limit_in_mb = 1024
+        self.memory_limit_in_mb = memory_mb
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "local"
@@ -65,8 +80,15 @@ def load_handler_module(path: str) -> ModuleType:
     return module
 
 
-def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str]) -> None:
+def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str],
+               spec: WorkerSpec) -> None:
     """Serve invocations on ``conn`` until it closes, a ``None`` arrives, or SIGTERM stopped a batch."""
+    cgroup_error = None
+    if spec.cgroup:
+        try:
+            join(spec.cgroup)  # first: the cold start runs on the function's CPU too
+        except OSError as exc:
+            cgroup_error = f"cannot join {spec.cgroup}: {exc.strerror or exc}"
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(fd, 1)
@@ -76,7 +98,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
     settings = LocalSettings.from_env()
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
-    set_realtime_firing(settings.realtime_firing)  # ... and before its dispatcher starts its firing threads
+    set_realtime_firing(settings.firing_realtime)  # ... and before its dispatcher starts its firing threads
     FireLog.configure(settings.fire_log_path)
     module = load_handler_module(handler_path)
     stopping = threading.Event()
@@ -88,7 +110,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
             threading.Thread(target=stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
-    conn.send({"ready": True, "pid": os.getpid()})
+    conn.send({"ready": True, "pid": os.getpid(), "cgroup_error": cgroup_error})
     while True:
         try:
             payload = conn.recv()
@@ -97,7 +119,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
         if payload is None:
             return
         try:
-            body = module.handler(payload, LocalContext(settings.executor_function, settings.local_timeout_s))
+            body = module.handler(payload, LocalContext(settings.executor_function, spec.timeout_s, spec.memory_mb))
             response = {"ok": True, "result": body}
         except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
             traceback.print_exc()
