@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from fault_tools import http_tasks, judge, raw_item
+from fault_tools import http_tasks, judge, one_batch, raw_item
 
 from punctual.executor import Executor
 from punctual.poller import Poller
@@ -50,7 +50,7 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     invoker = RecordingInvoker()
     poller = Poller(repo, invoker, settings)
     first = poller.poll(now_ms())
-    (event,) = invoker.events
+    event = one_batch(invoker)
     report = make_executor(repo_for(settings), settings).run_batch(event)
     second = poller.poll(now_ms())
 

@@ -25,6 +25,7 @@ from fault_tools import (
     alive_until,
     http_tasks,
     judge,
+    one_batch,
     takeover_marks,
     was_taken_over,
 )
@@ -45,7 +46,7 @@ def dispatch_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None 
     invoker = RecordingInvoker()
     report = Poller(repo_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
     assert report.dispatched == len(tasks)
-    (event,) = invoker.events
+    event = one_batch(invoker)
     return event
 
 
@@ -93,7 +94,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     # ... and the executor the second poll invoked runs once that instant has passed (on the real clock)
     wait_past(last_alive + 1)
     taker_store = repo_for(settings, NotesArmTime)
-    (taken_event,) = invoker.events
+    taken_event = one_batch(invoker)
     taker = make_executor(taker_store, settings).run_batch(taken_event)
     detected = taker_store.armed_at_ms
     assert detected is not None

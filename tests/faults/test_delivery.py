@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import http_tasks, judge
+from fault_tools import http_tasks, judge, one_batch
 
 from punctual.actions import HttpAction
 from punctual.client import Client
@@ -43,7 +43,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     create_all(repo, tasks)
     invoker = RecordingInvoker()
     Poller(repo, invoker, settings).poll(now_ms())
-    (event,) = invoker.events
+    event = one_batch(invoker)
     assert len(event.tasks) == len(tasks)
 
     # When two executors (two Lambda environments) get that batch at the same time

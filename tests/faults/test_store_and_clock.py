@@ -6,7 +6,7 @@ import socket
 from collections.abc import Callable, Iterator
 
 import pytest
-from fault_tools import Throttle, http_tasks, judge
+from fault_tools import Throttle, http_tasks, judge, one_batch
 
 from punctual.clock import OffsetProbe, measure_offset
 from punctual.dynamodb.store import DynamoTaskStore
@@ -86,7 +86,7 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     create_all(repo_for(settings), tasks)
     invoker = RecordingInvoker()
     Poller(repo_for(settings), invoker, settings).poll(now_ms())
-    (event,) = invoker.events
+    event = one_batch(invoker)
 
     # When the batch runs
     report = executor.run_batch(event)

@@ -74,9 +74,12 @@ class Executor:
         self._dispatcher: Dispatcher[_Item] = Dispatcher(
             _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
         )
-        self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters)
         self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
                                     seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
+        # A failed record is tried again while this executor is alive by its own lease (past it, another may
+        # have taken its tasks over) and the task's lease lasts.
+        self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters,
+                                  alive=lambda: clock.monotonic() < self._heartbeat.fence)
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
         self._fenced: list[_Armed] = []

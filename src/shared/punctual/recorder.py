@@ -85,8 +85,9 @@ class Recorder:
     Built by the thread that builds the executor, whose CPU priority its threads inherit."""
 
     def __init__(self, store: TaskStore, clock: Clock, dispatcher: Dispatcher, *,
-                 dead_letters: DeadLetterQueue | None = None) -> None:
+                 dead_letters: DeadLetterQueue | None = None, alive: Callable[[], bool] | None = None) -> None:
         self._store = store
+        self._alive = alive or (lambda: True)  # whether the executor is still alive by its own lease
         self._clock = clock
         self._dispatcher = dispatcher
         self._dead_letters = dead_letters
@@ -192,9 +193,9 @@ class Recorder:
     def _write_until_lease_end(self, recording: Recording, chunk: list[FireRecord]) -> list[bool]:
         """``record_many`` of ``chunk``, tried again after a failed call (a throttle, a timeout) with a jittered,
         growing wait for as long as every task of the chunk is still within its lease (less
-        :data:`LEASE_MARGIN_MS`): a fired task is not left ARMED by a transient error, to be recorded MISSED (or
-        fired again) by the next poll. The heartbeat keeps this executor alive meanwhile. Past that: not
-        recorded (logged)."""
+        :data:`LEASE_MARGIN_MS`) and the executor within its own (the heartbeat renews it meanwhile; past it,
+        another executor may take the tasks over): a fired task is not left ARMED by a transient error, to be
+        recorded MISSED (or fired again) by the next poll. Past either: not recorded (logged)."""
         leases = [task.lease_until for task in (recording.tasks.get(r.task_id) for r in chunk)
                   if task is not None and task.lease_until is not None]
         deadline_ms = min((to_ms(lease) for lease in leases), default=None)
@@ -208,7 +209,8 @@ class Recorder:
                 wait_s = backoff_s(attempt, cap_s=RECORD_BACKOFF_CAP_S)
                 attempt += 1
                 now_ms = self._clock.wall_ms()
-                if deadline_ms is None or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS:
+                if (deadline_ms is None or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS
+                        or not self._alive()):
                     log.exception("recording %d outcomes failed %d time(s), up to the end of their lease; "
                                   "the next poll finds them", len(chunk), attempt)
                     return [False] * len(chunk)
