@@ -119,9 +119,9 @@ def log(message: str) -> None:
 # -- the floor -------------------------------------------------------------------------------------------
 def firing_priority() -> str:
     """Give this process's firing threads (the floor's) the priority the local runtime gives the executors'
-    (``LocalSettings.realtime_firing``, see :mod:`punctual.priority`), so that floor and system stand on the
+    (``LocalSettings.firing_realtime``, see :mod:`punctual.priority`), so that floor and system stand on the
     same footing; returns the policy they get here."""
-    set_realtime_firing(LocalSettings.from_env().realtime_firing)
+    set_realtime_firing(LocalSettings.from_env().firing_realtime)
     granted: list[bool] = []
     probe = threading.Thread(target=lambda: granted.append(raise_current_thread()), name="priority-probe")
     probe.start()
@@ -578,6 +578,10 @@ def main() -> int:
     with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
                     on_batch=lambda r: None) as stack:
         log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
+        for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
+            log(line)
+        profile = {"profile": stack.settings.profile,
+                   "cpu_quota": stack.invoker.cpu_quota.as_dict() if stack.invoker else None}
         plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))]
         if args.with_writes:
@@ -662,7 +666,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
-            "firing_policy": policy,
+            "firing_policy": policy, **profile,
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
             "floor_webhook": summarize(f_webhook), "floor_webhook_burst": summarize(f_webhook_burst),
