@@ -59,9 +59,9 @@ slow: setup
 openapi: setup
 	$(BIN)/python -m punctual.api > openapi.json
 
-## run: the local runtime with a demo workload
+## run: the local runtime with a demo workload, each AWS call judged against its function's IAM role
 run: setup
-	$(BIN)/punctual up --poll-interval 10 --demo
+	PUNCTUAL_IAM_CHECK=1 $(BIN)/punctual up --poll-interval 10 --demo
 
 demo: setup
 	$(BIN)/punctual demo --tasks 300 --over 20 --burst 200

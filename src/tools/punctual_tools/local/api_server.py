@@ -48,7 +48,10 @@ from punctual.api.app import PROBLEM, problem_json
 from punctual.priority import lower_current_thread, set_background_cpus
 from punctual.settings import Settings
 
+from ..iam import check_client, check_enabled, install_iam_check
+
 log = logging.getLogger("punctual_tools.local.api")
+API_FUNCTION = "ApiFunction"  # the template's function the local API stands for (its role, with the IAM check)
 MAX_BODY = 1024 * 1024  # API Gateway takes 10 MB; a task's item holds at most 400 KB
 LOCAL_TENANT = "local"
 READ_TIMEOUT_S = 10.0  # a request's time to arrive whole: the wait for it, its headers and its body
@@ -125,15 +128,20 @@ class _InProcess:
 
 
 _worker_resolver: Any = None  # in a worker process: the resolver its initializer built
+_in_worker = False  # a worker process: the IAM check, if on, was installed process-wide by its initializer
 
 
-def _start_worker(resolver_factory: Callable[[], Any], background_cpus: str | None) -> None:
+def _start_worker(resolver_factory: Callable[[], Any], background_cpus: str | None, iam_check: bool = False) -> None:
     """A worker process's initializer: background work (as the handler threads), deaf to Ctrl-C (the stack
-    stops it), with a resolver of its own."""
-    global _worker_resolver
+    stops it), with a resolver of its own. ``iam_check``: every client the resolver builds obeys the API
+    function's role (:func:`punctual_tools.iam.install_iam_check`), installed before the resolver is built."""
+    global _worker_resolver, _in_worker
+    _in_worker = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_background_cpus(background_cpus)
     lower_current_thread()
+    if iam_check:
+        install_iam_check(API_FUNCTION, getattr(resolver_factory, "settings", None), force=True)
     _worker_resolver = resolver_factory()
 
 
@@ -166,7 +174,7 @@ class _WorkerProcesses:
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         pool = concurrent.futures.ProcessPoolExecutor(
             self._workers, mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_start_worker, initargs=(self._factory, self._background_cpus))
+            initializer=_start_worker, initargs=(self._factory, self._background_cpus, check_enabled()))
         for _ in range(self._workers):  # each submit starts a worker while none is idle
             pool.submit(_ready).add_done_callback(_report_start_failure)
         return pool
@@ -206,7 +214,8 @@ def _report_start_failure(future: concurrent.futures.Future[None]) -> None:
 @dataclass(frozen=True)
 class ApiResolverFactory:
     """Builds the API's resolver over the table of ``settings`` (:func:`punctual.runtime.build_api`, with its
-    own DynamoDB client). A worker process calls it: unlike a lambda it pickles."""
+    own DynamoDB client). A worker process calls it: unlike a lambda it pickles. With ``PUNCTUAL_IAM_CHECK=1``
+    the client obeys the API function's role (in a worker process, the check installed there already watches it)."""
 
     settings: Settings
 
@@ -214,7 +223,10 @@ class ApiResolverFactory:
         from punctual.aws import make_dynamodb_client
         from punctual.runtime import build_api
 
-        return build_api(self.settings, make_dynamodb_client(self.settings))
+        client = make_dynamodb_client(self.settings)
+        if not _in_worker:
+            check_client(client, API_FUNCTION, self.settings)
+        return build_api(self.settings, client)
 
 
 # -- the wire -------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,9 @@ from punctual.runtime import build_store
 from punctual.settings import Settings
 from punctual.tenancy import is_tenant
 
+from ..iam import check_client, check_enabled
+from ..iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
+from ..iam.live import iam_check
 from ..settings import LocalSettings
 from ..stats import summarize
 from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
@@ -55,6 +58,8 @@ from .stream import StreamReader
 log = logging.getLogger("punctual_tools.local")
 
 PRIVATE_UMASK = 0o077
+POLLER_FUNCTION = "PollerFunction"  # the template's functions the stack's process stands for (their roles)
+FAST_PATH_FUNCTION = "FastPathFunction"
 # What the stack keeps in its home (a folder's content included): what make_private fixes the mode of
 STACK_FILES = ("dynamodb", "logs", "tokens", "api-token", "stack.json", "stack.json.tmp", "fires.jsonl",
                "dlq.jsonl", "dlq.jsonl.lock", "dlq.jsonl.tmp")
@@ -96,6 +101,13 @@ def local_tenant_map(tenants: tuple[str, ...], receiver_port: int) -> str:
     return json.dumps({"tenants": {tenant: {"targets": targets} for tenant in tenants}})
 
 
+def function_store(settings: Settings, function: str) -> Any:
+    """The store ``function`` (a logical id of the template) works through in the stack's process: a client of its
+    own, which obeys the function's role when ``PUNCTUAL_IAM_CHECK=1`` (the stack's own calls, such as creating
+    the table, are no function's and are not judged)."""
+    return build_store(settings, check_client(make_dynamodb_client(settings), function, settings))
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a process (an executor worker) exactly these settings: every field of the
     model given, so a worker's ``LocalSettings.from_env`` reads the local-only ones and its handler's
@@ -104,6 +116,25 @@ def settings_env(settings: Settings) -> dict[str, str]:
            if value is not None}
     if settings.ntp_server is None:
         env["PUNCTUAL_NTP_SERVER"] = "off"
+    return env
+
+
+def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the executors' worker processes: the settings (:func:`settings_env`), what Powertools
+    and boto3 read, and ``PUNCTUAL_IAM_CHECK`` as ``environ`` (default: this process's) has it, so that with the
+    check on the executors judge their calls against the executor's role."""
+    environ = os.environ if environ is None else environ
+    env = {
+        **settings_env(settings),
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_SERVICE_NAME": "punctual",
+        "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
+        "AWS_DEFAULT_REGION": settings.region,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+    }
+    if IAM_CHECK_VARIABLE in environ:
+        env[IAM_CHECK_VARIABLE] = environ[IAM_CHECK_VARIABLE]
     return env
 
 
@@ -260,17 +291,8 @@ class LocalStack:
         })
         client = make_dynamodb_client(settings)
         created = ensure_table(client, settings.table_name)
-        store = build_store(settings, client)
         log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
-        worker_env = {
-            **settings_env(settings),
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_SERVICE_NAME": "punctual",
-            "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
-            "AWS_DEFAULT_REGION": settings.region,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-        }
+        worker_env = executor_env(settings)
         self.limits = read_function_limits(EXECUTOR_FUNCTION)
         if settings.local_timeout_s is not None:
             self.limits = replace(self.limits, timeout_s=settings.local_timeout_s)
@@ -280,12 +302,20 @@ class LocalStack:
             max_concurrency=cfg.max_concurrency, prewarm=cfg.prewarm, time_scale=settings.lambda_time_scale,
             duplicate_rate=cfg.duplicate_rate, on_result=self._batch_done, on_worker_started=self._worker_started,
         )
-        self.poller = Poller(store, self.invoker, settings)
+        self.poller = Poller(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
         if cfg.fast_path:
             # Its own poller id, so that a task's claimed_by tells which path dispatched it.
-            self.fast_poller = Poller(store, self.invoker, settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
+            self.fast_poller = Poller(function_store(settings, FAST_PATH_FUNCTION), self.invoker, settings,
+                                      poller_id=f"fast-{uuid.uuid4().hex[:12]}")
             self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
-                                       stream_filter_patterns()).start()
+                                       stream_filter_patterns())
+            check_client(self.stream.streams_client, FAST_PATH_FUNCTION, settings)
+            self.stream.start()
+        if check_enabled():  # the local invoker makes no boto3 call: their lambda:InvokeFunction, judged once
+            for function in (POLLER_FUNCTION, *((FAST_PATH_FUNCTION,) if cfg.fast_path else ())):
+                iam_check(function, settings).authorize_executor_invoke()
+            log.info("IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
+                     "judged against its function's role in template.yaml")
         if cfg.api:
             tokens = self._write_tokens()
             try:

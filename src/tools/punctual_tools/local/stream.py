@@ -69,6 +69,12 @@ class StreamReader:
         self.records_seen = 0
         self.records_passed = 0
 
+    @property
+    def streams_client(self) -> Any:
+        """The ``dynamodbstreams`` client the reader follows the stream with (the calls Lambda's event source
+        mapping makes under the fast-path function's role): a check watches it before :meth:`start`."""
+        return self._streams
+
     def start(self) -> StreamReader:
         table = self._dynamodb.describe_table(TableName=self._table)["Table"]
         self.stream_arn = table.get("LatestStreamArn")

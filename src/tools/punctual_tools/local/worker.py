@@ -12,8 +12,10 @@ memory size buys, see :mod:`punctual_tools.local.cpu_quota`), before anything el
 included; its context reports the function's timeout and memory size (:class:`WorkerSpec`).
 
 The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the environment the stack gives it,
-and sets up what is local-only before it loads the handler: CPU confinement for the background threads the
-handler lowers, and the fire log the log action appends to. The handler itself reads only ``Settings``.
+and sets up what is local-only before it loads the handler: the IAM check when ``PUNCTUAL_IAM_CHECK=1`` (every
+boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`), CPU confinement
+for the background threads the handler lowers, and the fire log the log action appends to. The handler itself
+reads only ``Settings``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from punctual.actions import FireLog
 from punctual.priority import set_background_cpus, set_realtime_firing
 
+from ..iam import install_iam_check
 from ..settings import LocalSettings
 from .cpu_quota import join
 
@@ -97,6 +100,7 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
     settings = LocalSettings.from_env()
+    install_iam_check("ExecutorFunction", settings)  # PUNCTUAL_IAM_CHECK=1: every client the handler builds
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
     set_realtime_firing(settings.firing_realtime)  # ... and before its dispatcher starts its firing threads
     FireLog.configure(settings.fire_log_path)
