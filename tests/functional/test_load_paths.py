@@ -90,6 +90,7 @@ def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_th
     # When the poll runs  Then it does not fail, sends nothing, and keeps the watermark before the task
     report = poller.poll(now_ms)
     assert report.dispatched == 0 and invoker.events == []
+    assert not report.complete  # it says it left something unread
     assert report.watermark_ms <= created.due_ms
     # And the next poll, unthrottled, sends it
     assert poller.poll(now_ms + 1_000).dispatched == 1

@@ -600,6 +600,7 @@ class DynamoTaskStore(ScheduleItems):
         buckets = buckets_between(watermark, until_ms)
         found_in: list[int] = []  # buckets in which an active task was seen
         first_unread: list[int] = []  # the first bucket not read, when time ran out
+        left_unread = 0  # tasks the index named whose items stayed unprocessed (throttled): for the next poll
         seen: set[str] = set()
         armable: list[Candidate] = []
         schedules: list[str] = []
@@ -626,7 +627,8 @@ class DynamoTaskStore(ScheduleItems):
                             task_ids.append(entry.task_id)
             schedule_of = {t: schedule_id_of_key(t) for t in task_ids}
             schedules.extend(s for s in schedule_of.values() if s is not None)
-            found, bad = self._candidates([t for t in task_ids if schedule_of[t] is None], now_ms)
+            found, bad, unread = self._candidates([t for t in task_ids if schedule_of[t] is None], now_ms)
+            left_unread += unread
             undecodable += bad
             found = [c for c in found if c.due_ms <= until_ms]
             owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner},
@@ -642,7 +644,7 @@ class DynamoTaskStore(ScheduleItems):
         return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
                        queries=len(buckets) * len(shards),
                        recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
-                       undecodable=undecodable, complete=not first_unread, schedules=schedules)
+                       undecodable=undecodable, complete=not first_unread and not left_unread, schedules=schedules)
 
     def _query_index_or_none(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry] | None:
         """:meth:`query_index`, or None when DynamoDB throttled it past botocore's own retries (a poll goes on
@@ -676,13 +678,15 @@ class DynamoTaskStore(ScheduleItems):
         are left out, and so are items that are not tasks (see :meth:`_candidates`)."""
         return self._candidates(task_ids, now_ms)[0]
 
-    def _candidates(self, task_ids: list[str], now_ms: int) -> tuple[list[Candidate], int]:
-        """:meth:`candidates`, and how many items could not be decoded. Each item is decoded on its own: one
-        that is not a task (a hand-written status, a missing due time) is recorded FAILED with a detail and
-        leaves the due index (:meth:`_quarantine`); the others go on."""
+    def _candidates(self, task_ids: list[str], now_ms: int) -> tuple[list[Candidate], int, int]:
+        """:meth:`candidates`, how many items could not be decoded, and how many stayed unread (throttled past
+        every try: the next look reads them). Each item is decoded on its own: one that is not a task (a
+        hand-written status, a missing due time) is recorded FAILED with a detail and leaves the due index
+        (:meth:`_quarantine`); the others go on."""
         found: list[Candidate] = []
         bad = 0
-        for item in self._batch_get(task_ids, consistent=False, projection=CANDIDATE_PROJECTION, partial=True):
+        items, unread = self._batch_get_read(task_ids, consistent=False, projection=CANDIDATE_PROJECTION)
+        for item in items:
             try:
                 candidate = candidate_of_item(item)
             except DECODE_ERRORS as exc:
@@ -691,7 +695,7 @@ class DynamoTaskStore(ScheduleItems):
                 continue
             if candidate is not None:
                 found.append(candidate)
-        return found, bad
+        return found, bad, len(unread)
 
     def _quarantine(self, item: dict[str, Any], now_ms: int, detail: str) -> bool:
         """QUARANTINE: an active item that cannot be decoded becomes FAILED with ``detail`` and leaves the due
