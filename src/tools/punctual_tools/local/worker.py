@@ -13,9 +13,10 @@ included; its context reports the function's timeout and memory size (:class:`Wo
 
 The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the environment the stack gives it,
 and sets up what is local-only before it loads the handler: the IAM check when ``PUNCTUAL_IAM_CHECK=1`` (every
-boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`), CPU confinement
-for the background threads the handler lowers, and the fire log the log action appends to. The handler itself
-reads only ``Settings``.
+boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`; installed before
+the worker joins its cgroup, since the check's evaluator is no part of Lambda's cold start), CPU confinement for
+the background threads the handler lowers, and the fire log the log action appends to. The handler itself reads
+only ``Settings``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from typing import Any
 from punctual.actions import FireLog
 from punctual.priority import set_background_cpus, set_realtime_firing
 
-from ..iam import install_iam_check
+from ..iam import check_enabled, install_iam_check
 from ..settings import LocalSettings
 from .cpu_quota import join
+from .lambda_rules import EXECUTOR_FUNCTION
 
 # What the forkserver imports once, before forking workers.
 PRELOAD = [
@@ -86,6 +88,9 @@ def load_handler_module(path: str) -> ModuleType:
 def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str],
                spec: WorkerSpec) -> None:
     """Serve invocations on ``conn`` until it closes, a ``None`` arrives, or SIGTERM stopped a batch."""
+    if check_enabled(env):  # PUNCTUAL_IAM_CHECK=1: every client the handler builds obeys the executor's role.
+        # Tooling, not Lambda's: its node run is kept off the function's CPU quota, joined next.
+        install_iam_check(EXECUTOR_FUNCTION, LocalSettings.from_env(env), force=True)
     cgroup_error = None
     if spec.cgroup:
         try:
@@ -100,7 +105,6 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
     settings = LocalSettings.from_env()
-    install_iam_check("ExecutorFunction", settings)  # PUNCTUAL_IAM_CHECK=1: every client the handler builds
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
     set_realtime_firing(settings.firing_realtime)  # ... and before its dispatcher starts its firing threads
     FireLog.configure(settings.fire_log_path)
