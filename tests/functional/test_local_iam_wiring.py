@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from punctual.actions import LogAction
@@ -112,6 +113,36 @@ def test_with_the_check_on_the_in_process_api_client_obeys_the_api_role(
     monkeypatch.setattr(api_server, "check_client", recording)
     api_server.ApiResolverFactory(settings)()
     assert watched == ["ApiFunction"]
+
+
+def test_an_api_worker_process_installs_the_api_roles_check_before_building_its_resolver(
+        dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the initializer of an API worker process, told by the stack that the check is on (run here, with what
+    # it does to the process beside the check left out)
+    for name in ("lower_current_thread", "set_background_cpus"):
+        monkeypatch.setattr(api_server, name, lambda *args: None)
+    monkeypatch.setattr(api_server.signal, "signal", lambda *args: None)
+    monkeypatch.setattr(api_server, "_in_worker", False)
+    monkeypatch.setattr(api_server, "_worker_resolver", None)
+    monkeypatch.setenv(live.ENABLE_VARIABLE, "0")  # the worker's own environment does not decide
+    built: list[Any] = []
+
+    class Factory:
+        def __init__(self) -> None:
+            self.settings = settings
+
+        def __call__(self) -> Any:
+            built.append(boto3.client("dynamodb", region_name="us-east-1"))
+            return object()
+
+    try:
+        api_server._start_worker(Factory(), None, True)
+        # When the resolver's client deletes the table (never granted to the API)  Then it is refused as the API's
+        with pytest.raises(IamDeniedError, match="ApiFunction"):
+            built[0].delete_table(TableName=settings.table_name)
+    finally:
+        for check in live._checks.values():
+            check.uninstall()
 
 
 def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_does_not_grant(
