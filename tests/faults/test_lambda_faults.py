@@ -188,9 +188,9 @@ def test_an_executor_killed_by_its_timeout_mid_batch_is_taken_over_by_the_retry_
     # (only if every retry was killed too are tasks left ARMED: later polls take them over, as in AWS)
     extra_polls = finish_with_polls(repo, poller, ids, timeout=60)
 
-    # Then the retry took over what the killed attempt held, at once (no poll in between): the killed attempt's
-    # lease ended with its invocation (the local retry runs under a new request id, see the xfail below, so it
-    # is that end, not a fence by invocation, that lets it take over)
+    # Then the retry took over what the killed attempt held, at once (no poll in between): it runs under the
+    # same request id, which names the killed attempt's heartbeat, so it fences that attempt (whose lease ended
+    # with its invocation anyway)
     assert stats["retries"] >= 1 and stats["completed"] >= 1, stats
     stored = repo.get_many(ids)
     marks = {task_id: takeover_marks(settings, task_id) for task_id in ids}
@@ -220,9 +220,6 @@ def test_an_executor_killed_by_its_timeout_mid_batch_is_taken_over_by_the_retry_
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="the local runtime gives each attempt a new request id (LocalContext makes "
-                   "one per call); Lambda keeps it when it retries an async invocation, so locally a retry cannot "
-                   "fence its earlier attempt by its invocation")
 def test_lambdas_retry_of_an_invocation_keeps_its_request_id(tmp_path: Path) -> None:
     # Given a function with a 1 s timeout and one retry, whose handler notes its request id and never returns
     handler = tmp_path / "handler.py"

@@ -35,7 +35,7 @@ class StandIn:
     def gate(self, name: str) -> threading.Event:
         return self.gates.setdefault(name, threading.Event())
 
-    def __call__(self, payload: dict[str, Any]) -> Outcome:
+    def __call__(self, payload: dict[str, Any], request_id: str) -> Outcome:
         name = payload["name"]
         with self._lock:
             self.running += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,13 +49,14 @@ class Outcome:
         return self.error is None
 
 
-Execute = Callable[[dict[str, Any]], Outcome]
+Execute = Callable[[dict[str, Any], str], Outcome]  # (the event, its request id: the same on every retry)
 
 
 @dataclass
 class _Event:
     payload: dict[str, Any]
     queued_at: float = field(default_factory=time.monotonic)
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # Lambda keeps it when it retries
     attempts: int = 0
     retries: int = 0
     throttles: int = 0
@@ -184,7 +186,7 @@ class AsyncEventQueue:
                 continue
             event.attempts += 1
             try:
-                outcome = self._execute(event.payload)
+                outcome = self._execute(event.payload, event.request_id)
             except InvokerStoppedError:
                 self._release()
                 self._drop(event, "the invoker stopped")

@@ -222,8 +222,9 @@ class LocalInvoker:
         if worker.cgroup is not None and self._groups is not None:
             self._groups.remove(worker.cgroup)
 
-    def _execute(self, payload: dict[str, Any]) -> Outcome:
-        """Run one invocation in an idle worker, or a new one (the queue keeps them within the concurrency)."""
+    def _execute(self, payload: dict[str, Any], request_id: str) -> Outcome:
+        """Run one invocation in an idle worker, or a new one (the queue keeps them within the concurrency); its
+        context carries ``request_id``, as Lambda's does (the same on every retry of the event)."""
         worker = self._take_worker()
         reusable = False
         try:
@@ -234,7 +235,7 @@ class LocalInvoker:
                 return Outcome(error=worker.init_error)
             with self._lock:
                 self._thaw(worker)
-            worker.conn.send(payload)
+            worker.conn.send((payload, request_id))
             if not worker.conn.poll(timeout):
                 return self._time_out(worker, timeout)
             response = worker.conn.recv()

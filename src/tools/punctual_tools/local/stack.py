@@ -204,6 +204,7 @@ class LocalStack:
         self.limits: FunctionLimits | None = None  # the executor's, as the workers get them
         self._umask_before: int | None = None
         self.fast_path_reports: list[FastPathReport] = []
+        self.fenced_at_start: list[str] = []  # executors of a killed stack fenced when this one started
         self.polls: list[PollReport] = []
 
     @property
@@ -292,6 +293,8 @@ class LocalStack:
         client = make_dynamodb_client(settings)
         created = ensure_table(client, settings.table_name)
         log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
+        if not created:
+            self._fence_the_dead(client, settings)
         worker_env = executor_env(settings)
         self.limits = read_function_limits(EXECUTOR_FUNCTION)
         if settings.local_timeout_s is not None:
@@ -373,6 +376,17 @@ class LocalStack:
             if stale not in served and stale.is_file():
                 stale.unlink()
         return tokens
+
+    def _fence_the_dead(self, client: Any, settings: LocalSettings) -> None:
+        """Every executor still alive by its heartbeat belongs to a stack that is gone (this home runs one stack,
+        and a killed one's processes were stopped above): its death is known now, so it is fenced at once and
+        its tasks are taken over by the first poll (which runs as the stack starts), instead of after its lease.
+        Only tasks due between its last heartbeat and now are its crash window."""
+        fenced = build_store(settings, client).fence_live_executors(int(time.time() * 1000))
+        if fenced:
+            log.warning("fenced %d executor(s) of a stack that did not stop cleanly: their tasks are taken over "
+                        "by the first poll", len(fenced))
+        self.fenced_at_start = fenced
 
     def _write_state(self) -> None:
         """Write the state file (atomically; workers started on demand call this from their threads)."""

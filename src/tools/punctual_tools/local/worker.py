@@ -62,12 +62,12 @@ class WorkerSpec:
 class LocalContext:
     """The parts of Lambda's context object that the handlers and Powertools read."""
 
-    def __init__(self, function_name: str, timeout_s: float, memory_mb: int) -> None:
+    def __init__(self, function_name: str, timeout_s: float, memory_mb: int, request_id: str | None = None) -> None:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:local:000000000000:function:{function_name}"
         self.memory_limit_in_mb = memory_mb
-        self.aws_request_id = str(uuid.uuid4())
+        self.aws_request_id = request_id or str(uuid.uuid4())  # the invoker's: kept across retries, as Lambda's
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "local"
         self._deadline = time.monotonic() + timeout_s
@@ -121,13 +121,15 @@ def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: d
     conn.send({"ready": True, "pid": os.getpid(), "cgroup_error": cgroup_error})
     while True:
         try:
-            payload = conn.recv()
+            message = conn.recv()
         except (EOFError, OSError):
             return
-        if payload is None:
+        if message is None:
             return
+        payload, request_id = message if isinstance(message, tuple) else (message, None)
         try:
-            body = module.handler(payload, LocalContext(settings.executor_function, spec.timeout_s, spec.memory_mb))
+            context = LocalContext(settings.executor_function, spec.timeout_s, spec.memory_mb, request_id)
+            body = module.handler(payload, context)
             response = {"ok": True, "result": body}
         except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
             traceback.print_exc()
