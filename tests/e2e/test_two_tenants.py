@@ -27,7 +27,7 @@ from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
 from support import now_ms, wait_until
 
-BETA_TOKEN = "beta-token-value"  # beta's secret, in the executors' environment as beta's own reference
+BETA_TOKEN = "beta-token-value"  # beta's secret: a file of its own in the executors' secrets directory
 
 
 @pytest.fixture
@@ -41,13 +41,15 @@ def stack(tmp_path: Path, fresh_table_name: str, receivers: tuple[TargetServer, 
           monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
     attacker, victim = receivers
     monkeypatch.setenv("PUNCTUAL_NTP_SERVER", "127.0.0.1:9")
-    monkeypatch.setenv("PUNCTUAL_SECRET_TENANT_BETA__TOKEN", BETA_TOKEN)  # the executors inherit it
+    secrets_dir = tmp_path / "secrets"
+    (secrets_dir / "tenants" / "beta").mkdir(parents=True)
+    (secrets_dir / "tenants" / "beta" / "token").write_text(BETA_TOKEN)
     tenant_map = {"tenants": {"local": {"targets": [f"127.0.0.1:{attacker.port}"]},
                               "beta": {"targets": [f"127.0.0.1:{victim.port}"]}}}
     config = StackConfig(home=tmp_path / "home", port=0, in_memory=True, poll_interval_s=2.0, prewarm=2,
                          tenants=("beta",), api_port=0,
                          settings_overrides={"table_name": fresh_table_name, "tenant_map": json.dumps(tenant_map),
-                                             "default_misfire_grace_ms": 300_000})
+                                             "default_misfire_grace_ms": 300_000, "secrets_dir": str(secrets_dir)})
     with LocalStack(config) as running:
         yield running
 
@@ -74,7 +76,7 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
 
     # Given beta's task carrying its own secret to its own receiver, and beta's schedule
     beta_hook = HttpAction(url=f"http://127.0.0.1:{victim_receiver.port}/b",
-                           secret_headers={"X-Token": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"})
+                           secret_headers={"X-Token": "file:tenants/beta/token"})
     beta.schedule(soon, beta_hook, {"n": 1}, task_id="b-1")
     beta.create_schedule("reports", "cron(0 9 * * ? *)", LogAction(message="report"))
     reports_before = beta.get_schedule("reports")
@@ -82,7 +84,9 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     # When local asks, through the API, for beta's secret, beta's receiver, or another loopback port
     refused = {
         "beta's secret": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
-                                    secret_headers={"X-Stolen": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"}),
+                                    secret_headers={"X-Stolen": "file:tenants/beta/token"}),
+        "beta's secret by env": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
+                                           secret_headers={"X-Stolen": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"}),
         "the deployment's secrets": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
                                                signing_secret="env:PUNCTUAL_SECRET_BETA_WHSEC"),
         "beta's receiver": HttpAction(url=f"http://127.0.0.1:{victim_receiver.port}/x"),
@@ -98,7 +102,7 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     template = table.build_task(soon, LogAction(message="x"), task_id="template")
     stolen = table.to_item(template)
     stolen_action = HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/stolen",
-                               secret_headers={"X-Stolen": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"})
+                               secret_headers={"X-Stolen": "file:tenants/beta/token"})
     _forge(dynamodb, settings.table_name, stolen, task_id="local/steal", tenant="local",
            action=json.dumps(stolen_action.stored_fields()))
     for i in range(30):
@@ -111,10 +115,10 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
            cleanup=1, due_ms=now_ms(), due_bucket=stolen["due_bucket"]["S"])
 
     # Then beta's task fires at beta's receiver, with beta's secret, once
-    assert victim_receiver.wait_for_keys(["beta/b-1:0"], timeout=60)
+    assert victim_receiver.wait_for_keys(["beta/b-1:0"], timeout=60), table.get("beta/b-1")
     # And the forged task is never sent anywhere: it fails at fire time, its secret refused
     assert wait_until(lambda: (table.get("local/steal") or template).status is TaskStatus.FAILED, timeout=60)
-    assert "PUNCTUAL_SECRET_TENANT_LOCAL__" in (table.get("local/steal").detail or "")  # type: ignore[union-attr]
+    assert "tenants/local/" in (table.get("local/steal").detail or "")  # type: ignore[union-attr]
     # And the forged schedule is never acted on: API calls on it touch nothing of beta's, the poller takes it out
     with pytest.raises(Exception):  # noqa: B017 - any refusal; what matters is below: nothing of beta's changed
         local.run_schedule_now("evil")
