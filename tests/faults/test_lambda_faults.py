@@ -166,8 +166,9 @@ def test_an_executor_killed_by_its_timeout_mid_batch_is_taken_over_by_the_retry_
     lambda_executors: Callable[..., LambdaExecutors],
 ) -> None:
     started = time.monotonic()
-    # Given an executor function with a 4 s timeout (2 retries, Lambda's delays scaled to 1 s and 2 s), warm
-    settings = make_settings(**SHORT_LEASE, arm_margin_ms=1_000)
+    # Given an executor function with a 4 s timeout (2 retries, Lambda's delays scaled to 1 s and 2 s), warm (its
+    # pollers send again at once what is still PENDING: the scenario's later polls finish what retries left)
+    settings = make_settings(**SHORT_LEASE, arm_margin_ms=1_000, redispatch_after_ms=0)
     run = lambda_executors(settings, executor_limits(timeout_s=4, max_retry_attempts=2), prewarm=1)
     run.warm(1)
     repo = repo_for(settings)
@@ -309,7 +310,9 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     create_all(repo, tasks)
     ids = [t.task_id for t in tasks]
     poller = Poller(repo, run.invoker, settings)
-    poller.poll(now_ms())
+    found = RecordingInvoker()  # what one poll sends, as one batch (the tasks may span two reads of the index)
+    Poller(repo, found, settings).poll(now_ms())
+    run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
     assert wait_until(lambda: {t.status for t in repo.get_many(ids).values()} == {TaskStatus.ARMED}, timeout=30)
     owner = repo.get_many(ids)[ids[0]].armed_by
     assert owner is not None

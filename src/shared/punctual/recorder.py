@@ -36,6 +36,7 @@ MAX_NAP_S = 0.25  # the longest the recorder sleeps before it looks again
 BACKGROUND_S = 1.0  # with no fire of this process this close, recording is background work (lowered)
 RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
 RECORD_BACKOFF_CAP_S = 5.0  # the longest wait between two tries of a failed record write
+RECORD_ATTEMPTS = 6  # tries of a failed record write at most (waits of about 1.5 s in all, at the most)
 LEASE_MARGIN_MS = 2_000  # a failed record is tried again only while this far from the end of its tasks' lease
 
 
@@ -192,10 +193,11 @@ class Recorder:
 
     def _write_until_lease_end(self, recording: Recording, chunk: list[FireRecord]) -> list[bool]:
         """``record_many`` of ``chunk``, tried again after a failed call (a throttle, a timeout) with a jittered,
-        growing wait for as long as every task of the chunk is still within its lease (less
-        :data:`LEASE_MARGIN_MS`) and the executor within its own (the heartbeat renews it meanwhile; past it,
-        another executor may take the tasks over): a fired task is not left ARMED by a transient error, to be
-        recorded MISSED (or fired again) by the next poll. Past either: not recorded (logged)."""
+        growing wait, up to :data:`RECORD_ATTEMPTS` tries, for as long as every task of the chunk is still within
+        its lease (less :data:`LEASE_MARGIN_MS`) and the executor within its own (the heartbeat renews it
+        meanwhile; past it, another executor may take the tasks over): a fired task is not left ARMED by a
+        transient error, to be recorded MISSED (or fired again) by the next poll. Past any: not recorded
+        (logged)."""
         leases = [task.lease_until for task in (recording.tasks.get(r.task_id) for r in chunk)
                   if task is not None and task.lease_until is not None]
         deadline_ms = min((to_ms(lease) for lease in leases), default=None)
@@ -210,7 +212,7 @@ class Recorder:
                 attempt += 1
                 now_ms = self._clock.wall_ms()
                 if (deadline_ms is None or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS
-                        or not self._alive()):
+                        or not self._alive() or attempt >= RECORD_ATTEMPTS):
                     log.exception("recording %d outcomes failed %d time(s), up to the end of their lease; "
                                   "the next poll finds them", len(chunk), attempt)
                     return [False] * len(chunk)
