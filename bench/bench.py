@@ -1,12 +1,24 @@
 """Drift benchmark: the whole local system against the bare dispatcher floor, in one run.
 
-    .venv/bin/python bench/bench.py [--steady-rate 100] [--steady-seconds 60] [--burst 2000] [--json]
+    .venv/bin/python bench/bench.py [--profile lambda|local] [--steady-rate 100] [--steady-seconds 60]
+                                    [--burst 2000] [--json]
+
+The profile (``--profile``, default ``lambda``) is the footing of the run, printed first and kept in the JSON:
+
+- ``lambda``: each executor as Lambda runs it, at the template's executor memory (``ExecutorMemorySize``): a cgroup
+  with the CPU quota that memory buys, normal priority, killed at its timeout, frozen while idle. Every floor runs
+  on the same footing (:mod:`floors`): each floor process in a cgroup with one executor's quota, its firing
+  threads at the executors' priority, and a burst fired by one floor process per batch, as the stack's executors
+  fire it;
+- ``local``: whole cores and real-time firing (where the system allows it), for the executors and the floors:
+  more than Lambda gives, and labelled so.
 
 Phases (each prints its figures; drift = action start - due, ms):
 
 1. floor/steady  one heap dispatcher thread firing the log action into a thread pool, no database,
                  at ``--steady-rate`` tasks/s for ``--steady-seconds`` seconds;
-2. floor/burst   the same dispatcher, ``--burst`` tasks due at one instant;
+2. floor/burst   the same dispatcher, ``--burst`` tasks due at one instant (under lambda, one floor process per
+                 batch, as the executors share it);
 3. system/steady the local stack (DynamoDB Local on disk, poller every 10 s, executors in worker processes,
                  recording): ``--steady-rate`` tasks/s due for ``--steady-seconds`` seconds, scheduled ahead;
 4. steady+writes the same while a client schedules the tasks during the run, each due 30 s after it is
@@ -17,8 +29,8 @@ Phases (each prints its figures; drift = action start - due, ms):
                  rate through the stack, drift at the receiver; ``webhook/burst``: ``--webhook-burst`` webhooks
                  due at one instant, the action starts the executors recorded judged against the log burst
                  (system/burst), and their arrivals at the receiver judged against ``floor/webhook-burst``: the
-                 same burst from one process per batch (as the stack's executors), each with the floor's heap
-                 thread and the executor's engine (connections warmed as an executor warms them), no database;
+                 same burst from one floor process per batch (as the stack's executors), each with the floor's
+                 heap thread and the executor's engine (connections warmed as an executor warms them), no database;
 7. recurring 1s ``--recurring-schedules`` schedules of ``rate(1 second)``, their starts spread over a second,
                  each firing for ``--recurring-seconds`` s: their occurrences are made by the poller's chain
                  as the run goes, as in production (one fire per occurrence, judged like system/steady);
@@ -26,13 +38,15 @@ Phases (each prints its figures; drift = action start - due, ms):
                  one poll interval): the table stream's fast path dispatches them.
 
 Every target is judged twice (:func:`punctual_tools.drift.judge`): as a ratio to the floor measured in this
-run (floor/steady for the steady-like phases, floor/burst for the burst) - the verdict that counts, since a
-busy or slow machine moves the floor and the system together - and against an absolute figure, printed
-beside it. Before each system phase the stack must be idle (no executor invocation in flight, no active task
-left in the due index) and then rest ``--settle`` seconds, so that one phase's backlog cannot spill into the
+run on the same footing (floor/steady for the steady-like phases, floor/burst for the burst) - the verdict that
+counts, since a busy or slow machine moves the floor and the system together - and against an absolute figure,
+printed beside it. Before each system phase the stack must be idle (no executor invocation in flight, no active
+task left in the due index) and then rest ``--settle`` seconds, so that one phase's backlog cannot spill into the
 next; each wait is printed. Fires are observed at the target (the log action's fire log), so a lost or doubled
-fire shows in the counts. Drift pictures (histogram, timeline, CDF per phase, and one CDF of all phases) are
-saved in the run's directory. With ``--json`` the last line is one JSON object with every figure.
+fire shows in the counts. The CPU the executors used in each phase, and the time their cgroups were throttled
+(``cpu.stat``), are printed beside the drifts (:mod:`cpu_use`). Drift pictures (histogram, timeline, CDF per
+phase, and one CDF of all phases) are drawn from the same fires as the table, in the run's directory. With
+``--json`` the last line is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -52,75 +66,84 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from punctual.actions import (
-    ActionEnv,
-    FireContext,
-    FireLog,
-    HttpAction,
-    LogAction,
-    TargetRules,
-    prepare_actions,
-    start_action,
+from cpu_use import CpuUse, cpu_summary, delta, sample_all
+from floors import (
+    ACTION,
+    FloorJob,
+    FloorRunner,
+    burst_shares,
+    loopback_env,
+    merged,
+    run_floor,
+    steady_offsets,
 )
+
+from punctual.actions import HttpAction
 from punctual.aws import make_dynamodb_client
 from punctual.client import Client
-from punctual.clock import SystemClock
-from punctual.dispatcher import Dispatcher
 from punctual.dynamodb.schema import DUE_INDEX
-from punctual.keys import from_ms, next_tick
-from punctual.model import Action
-from punctual.netpolicy import TargetPolicy
+from punctual.keys import from_ms, next_tick, shard_of
 from punctual.priority import raise_current_thread, set_realtime_firing
 from punctual.schedules import occurrence_id
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
+    DriftSeries,
     PlotsUnavailableError,
     Verdict,
+    entries_from_tasks,
     judge,
-    read_fire_log,
     save_cdf,
     save_pictures,
     series_of,
 )
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import read_received, start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
 
-ACTION = LogAction(message="bench")
+__all__ = ["ACTION", "loopback_env", "run_floor"]  # the floors' parts, for the other benchmarks
 
-# Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). A ratio is the
-# absolute target over the floor of the quiet 2-core reference machine (README, session 3: floor/steady p99
+# Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). Under the local
+# profile a ratio is the absolute target over the floor of the quiet 2-core reference machine (floor/steady p99
 # ~0.05 ms, floor/burst p99 ~60 ms), so that both agree there; elsewhere the ratio is the verdict that counts.
 # steady+writes is judged against the floor measured under the same client writes (floor/writes), with the
 # same 10x allowance as system/steady: what the scheduler adds to what the machine allows under that load.
-TARGETS: dict[str, tuple[str, float, float]] = {
+LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
     "system/steady": ("floor/steady", 10.0, 0.5),
     "steady+writes": ("floor/writes", 10.0, 10.0),
     "system/burst": ("floor/burst", 1.5, 90.0),
     "fast path 2s": ("floor/steady", 200.0, 10.0),
-    # Recurring schedules (issue #12): occurrences are tasks the chain makes ahead; judged as system/steady.
+    # Recurring schedules: occurrences are tasks the chain makes ahead; judged as system/steady.
     "recurring 1s": ("floor/steady", 10.0, 0.5),
-    # Webhooks (issue #11): spread ones at the receiver against the same engine firing from the floor's heap
-    # thread; a burst's action starts against the log-action burst of this run (1.5x, as the issue asks).
+    # Webhooks: spread ones at the receiver against the same engine firing from the floor's heap thread; a
+    # burst's action starts against the log-action burst of this run.
     "webhook/spread": ("floor/webhook", 10.0, 2.0),
     "webhook/burst": ("system/burst", 1.5, 135.0),
     # ... and the same burst's arrivals at the receiver, against the same burst fired by the floor's heap
     # threads (one process per batch, as the stack's executors) with the same engine to the same receiver.
     "webhook/burst arrival": ("floor/webhook-burst", 1.5, 300.0),
 }
+# Under the lambda profile the floors stand on the executors' footing (the same CPU quota and priority), so the
+# scheduler may add at most half its floor to the steady, burst and webhook phases, and steady stays within 2 ms.
+LAMBDA_TARGETS: dict[str, tuple[str, float, float]] = {
+    **LOCAL_TARGETS,
+    "system/steady": ("floor/steady", 1.5, 2.0),
+    "recurring 1s": ("floor/steady", 1.5, 2.0),
+    "webhook/spread": ("floor/webhook", 1.5, 2.0),
+}
+TARGETS = {"lambda": LAMBDA_TARGETS, "local": LOCAL_TARGETS}
 
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# -- the floor -------------------------------------------------------------------------------------------
+# -- the floor, in this process (the scale benchmark's) --------------------------------------------------
 def firing_priority() -> str:
-    """Give this process's firing threads (the floor's) the priority the local runtime gives the executors'
-    (``LocalSettings.firing_realtime``, see :mod:`punctual.priority`), so that floor and system stand on the
-    same footing; returns the policy they get here."""
+    """Give this process's firing threads the priority the local runtime gives the executors'
+    (``LocalSettings.firing_realtime``, see :mod:`punctual.priority`); returns the policy they get here."""
     set_realtime_firing(LocalSettings.from_env().firing_realtime)
     granted: list[bool] = []
     probe = threading.Thread(target=lambda: granted.append(raise_current_thread()), name="priority-probe")
@@ -129,40 +152,36 @@ def firing_priority() -> str:
     return "SCHED_FIFO" if granted[0] else "normal"
 
 
-def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int = 32, action: Action = ACTION,
-              env: ActionEnv | None = None) -> list[float]:
-    """One dispatcher thread, the same action, no database: the precision floor of this machine. A webhook is
-    started as the executor starts it (handed to the event loop, not awaited by the worker), and its
-    connections warmed as the executor warms them (:func:`~punctual.actions.prepare_actions`)."""
-    FireLog.configure(str(fire_log))
-    clock = SystemClock()
-    drifts: list[float] = []
-    lock = threading.Lock()
-    env = env or ActionEnv()
-
-    def fire(item: tuple[str, float]) -> None:
-        started = clock.wall_ms()
-        start_action(action, FireContext(item[0], 0, int(item[1]), started, None), env)
-        with lock:
-            drifts.append(started - item[1])
-
-    with Dispatcher(fire, workers=workers, clock=clock) as dispatcher:
-        wall, mono = clock.wall_ms(), clock.monotonic()
-        for i, due in enumerate(due_ms):
-            dispatcher.add(mono + (due - wall) / 1000, (f"{prefix}{i:07d}", due))
-        prepare_actions([(action, (due - wall) / 1000) for due in due_ms], env)
-    FireLog.configure(None)
-    return drifts
-
-
 def floor_steady(rate: float, seconds: float, fire_log: Path, prefix: str = "floor-steady-") -> list[float]:
-    start = time.time() * 1000 + 1000
-    return run_floor([start + i * 1000 / rate for i in range(int(rate * seconds))], fire_log, prefix)
+    """floor/steady in this process (on its footing): the drifts."""
+    start = int(time.time() * 1000) + 1000
+    return drift_of(run_floor([start + o for o in steady_offsets(rate, seconds)], fire_log, prefix))[0]
 
 
 def floor_burst(count: int, fire_log: Path) -> list[float]:
+    """floor/burst in this process (on its footing): the drifts."""
     due = int(time.time() * 1000) + 1000
-    return run_floor([due] * count, fire_log, "floor-burst-")
+    return drift_of(run_floor([due] * count, fire_log, "floor-burst-"))[0]
+
+
+# -- the floors, on the executors' footing ---------------------------------------------------------------
+def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int) -> dict[str, Any]:
+    """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used."""
+    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes}
+
+
+def measure_floor_steady(runner: FloorRunner, rate: float, seconds: float, fire_log: Path) -> dict[str, Any]:
+    """floor/steady: one floor process at ``rate`` for ``seconds``."""
+    runs = runner.run([FloorJob("floor-steady-", steady_offsets(rate, seconds), str(fire_log))])
+    return floor_result(*merged(runs), processes=1)
+
+
+def measure_floor_burst(runner: FloorRunner, count: int, batch: int, fire_log: Path,
+                        prefix: str = "floor-burst-") -> dict[str, Any]:
+    """``count`` tasks due at one instant, one floor process per ``batch`` of them (as the executors share it)."""
+    shares = burst_shares(count, batch)
+    runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, str(fire_log)) for i, n in enumerate(shares)])
+    return floor_result(*merged(runs), processes=len(shares))
 
 
 # -- the system ------------------------------------------------------------------------------------------
@@ -219,39 +238,30 @@ def _write_in_a_process(settings: Settings, task_ids: list[str], rate: float, le
     return write_paced(Client(settings), task_ids, rate, lead_s, start)
 
 
-def _floor_in_a_process(dues: list[float], fire_log: Path, prefix: str) -> list[float]:
-    """:func:`run_floor` in a process of its own, set up as an executor's is (firing priority, switch interval)."""
-    firing_priority()
-    sys.setswitchinterval(Settings().switch_interval_s)
-    return run_floor(dues, fire_log, prefix)
-
-
-def floor_with_writes(stack: LocalStack, rate: float, seconds: float, fire_log: Path) -> dict[str, Any]:
-    """The floor under the steady+writes phase's load: the floor's heap thread fires at ``rate`` in this process
-    while the same client, in a process of its own (as in that phase, where the writer and the executors share
-    the cores but not an interpreter), writes at ``rate`` into the running stack's table - tasks due two hours
-    ahead, so that nothing of the system fires, deleted afterwards. What the machine allows while a client
+def floor_with_writes(stack: LocalStack, runner: FloorRunner, rate: float, seconds: float,
+                      fire_log: Path) -> dict[str, Any]:
+    """The floor under the steady+writes phase's load: a floor process (on the executors' footing) fires at
+    ``rate`` while the same client, in a process of its own (as in that phase, where the writer and the executors
+    share the cores but not an interpreter), writes at ``rate`` into the running stack's table - tasks due two
+    hours ahead, so that nothing of the system fires, deleted afterwards. What the machine allows while a client
     writes; the steady+writes phase is judged against it.
 
     The floor fires at the instants the client writes, as in steady+writes, where each task is due a fixed lead
     after its write and so falls due while a later one is written. Both run at ``rate``, so their phase holds for
-    the whole run: left to chance (session 11) it gave floors of 0.24 ms with fires on writes and 0.006 ms with
-    fires between them, 40x apart, against the same system.
+    the whole run: left to chance, floors 40x apart were seen against the same system (fires on writes, or
+    between them).
 
     The floor runs in a process of its own, as an executor does: in this process it would share the interpreter
-    with the running stack's poller, stream reader and invoker threads, which an executor does not (session 12:
-    a floor of 2.5 ms there against the system's 0.31 ms)."""
+    with the running stack's poller, stream reader and invoker threads, which an executor does not."""
     assert stack.settings is not None
     task_ids = [f"floor-writes-{uuid.uuid4().hex[:6]}-{i:07d}" for i in range(int(rate * seconds))]
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as writer, \
-            ProcessPoolExecutor(max_workers=1, mp_context=spawn) as floor:
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as writer, runner.processes(1) as [floor]:
         writer.submit(_write_in_a_process, stack.settings, task_ids[:1], 1.0, 7_200.0).result()  # warm, set up
-        floor.submit(_floor_in_a_process, [], fire_log, "floor-writes-").result()  # warm
-        start = time.time() + 1.0
-        written = writer.submit(_write_in_a_process, stack.settings, task_ids[1:], rate, 7_200.0, start)
-        dues = [(start + i / rate) * 1000 for i in range(len(task_ids) - 1)]  # fire i at write i
-        drifts = floor.submit(_floor_in_a_process, dues, fire_log, "floor-writes-").result()
+        start_ms = int(time.time() * 1000) + 1000
+        written = writer.submit(_write_in_a_process, stack.settings, task_ids[1:], rate, 7_200.0, start_ms / 1000)
+        offsets = [int(i * 1000 / rate) for i in range(len(task_ids) - 1)]  # fire i at write i
+        run = runner.submit(floor, FloorJob("floor-writes-", offsets, str(fire_log)), start_ms).result()
         result = written.result()
     raw = make_dynamodb_client(stack.settings)
     keys = [{"DeleteRequest": {"Key": {"task_id": {"S": t}}}} for t in task_ids]
@@ -260,7 +270,7 @@ def floor_with_writes(stack: LocalStack, rate: float, seconds: float, fire_log: 
         while requests:
             requests = raw.batch_write_item(RequestItems={stack.settings.table_name: requests}).get(
                 "UnprocessedItems", {}).get(stack.settings.table_name, [])
-    return {"drift": drifts, "write_rate_per_s": result["write_rate_per_s"],
+    return {**floor_result(run.fires, run.cpu, processes=1), "write_rate_per_s": result["write_rate_per_s"],
             "max_write_lag_s": result["max_write_lag_s"], "write_errors": len(result["errors"])}
 
 
@@ -305,18 +315,65 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
             "fires": fires, "write_rate_per_s": write_rate, "max_write_lag_s": max_lag}
 
 
-def system_burst(stack: LocalStack, count: int) -> dict[str, Any]:
+def one_shard_ids(prefix: str, count: int, shard_count: int, shard: int = 0) -> list[str]:
+    """``count`` task ids of the form ``<prefix><n>`` that all fall in ``shard`` of the due index: a poll finds
+    them in one read and hands them to one executor (when ``count`` is at most a batch)."""
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        task_id = f"{prefix}{n:07d}"
+        if shard_of(task_id, shard_count) == shard:
+            found.append(task_id)
+        n += 1
+    return found
+
+
+def after_a_poll(stack: LocalStack) -> None:
+    """Wait until the stack's next poll has ended: what is written now is found whole by the poll after it (a
+    poll that ran while a burst was being written would find part of it, and cut it into more batches)."""
+    assert stack.settings is not None
+    polls = len(stack.polls)
+    deadline = time.monotonic() + 3 * stack.settings.poll_interval_ms / 1000
+    while len(stack.polls) == polls and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def wait_quiet(stack: LocalStack, quiet_s: float = 1.0, timeout_s: float = 120.0) -> float:
+    """Until the executors' worker processes use no CPU for ``quiet_s`` (the warm ones have ended their cold
+    start): a phase's CPU is then its own. Returns the seconds waited."""
+    assert stack.invoker is not None
+    started = time.monotonic()
+    before = sample_all(stack.invoker.worker_pids())
+    while time.monotonic() - started < timeout_s:
+        time.sleep(quiet_s)
+        after = sample_all(stack.invoker.worker_pids())
+        if after.keys() == before.keys() and all(u.cpu_s == before[pid].cpu_s for pid, u in after.items()):
+            break
+        before = after
+    return time.monotonic() - started
+
+
+def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = None) -> dict[str, Any]:
+    """``count`` tasks (``task_ids`` if given) scheduled ahead, all due at one instant, written between two polls
+    so that one poll finds them all and cuts them into batches as a burst is cut (``batches``: how many)."""
+    assert stack.settings is not None
     client = Client(stack.settings)
     prefix = f"burst-{uuid.uuid4().hex[:6]}-"
-    task_ids = [f"{prefix}{i:06d}" for i in range(count)]
+    task_ids = task_ids or [f"{prefix}{i:06d}" for i in range(count)]
+    prefix = os.path.commonprefix(task_ids)
     interval = stack.settings.poll_interval_ms
+    after_a_poll(stack)
     due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, interval) + 15_000
-    log(f"system/burst: scheduling {count} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s ahead")
+    log(f"burst: scheduling {len(task_ids)} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
+        "ahead")
+    polls_before = len(stack.polls)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda task_id: client.schedule(from_ms(due), ACTION, None, task_id=task_id), task_ids))
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + 30_000)
     drifts, fired, dup = drift_of(fires)
-    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
+    batches = sum(report.batches for report in stack.polls[polls_before:])
+    return {"scheduled": len(task_ids), "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires,
+            "batches": batches}
 
 
 def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[str, Any]:
@@ -360,59 +417,29 @@ def wait_for_arrivals(received: Path, prefix: str, count: int, until_ms: float,
     return arrivals(received, prefix)
 
 
-def loopback_env() -> ActionEnv:
-    """An executor's action environment for the floors' webhooks: loopback allowed, its event loop started (as
-    an executor starts it at a cold start)."""
-    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")))
-    env.warm()
-    return env
-
-
-def floor_webhook(url: str, rate: float, seconds: float, received: Path) -> list[float]:
-    """floor/webhook: the floor's heap thread firing the same webhook with the same engine (no database, no
-    stack) at ``rate``; drift = arrival at the receiver - due."""
+def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
+    """floor/webhook: a floor process firing the same webhook with the same engine (no database, no stack) at
+    ``rate``; drift = arrival at the receiver - due."""
     prefix = "floor-webhook-"
-    env = loopback_env()
-    start = time.time() * 1000 + 1000
-    count = int(rate * seconds)
-    try:
-        run_floor([start + i * 1000 / rate for i in range(count)], received.with_suffix(".floor-log"), prefix,
-                  action=HttpAction(url=url), env=env)
-        fires = wait_for_arrivals(received, prefix, count, time.time() * 1000 + 10_000)
-    finally:
-        env.close()
-    return drift_of(fires)[0]
+    runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")),
+                                url)])
+    fires = wait_for_arrivals(received, prefix, len(runs[0].fires), time.time() * 1000 + 10_000)
+    return floor_result(fires, merged(runs)[1], processes=1)
 
 
-def _hook_burst_share(url: str, prefix: str, due: int, count: int, fire_log: str) -> int:
-    """One process's share of floor/webhook-burst (as one executor's batch: its own heap thread and engine)."""
-    firing_priority()
-    env = loopback_env()
-    try:
-        run_floor([due] * count, Path(fire_log), prefix, action=HttpAction(url=url), env=env)
-        time.sleep(2.0)  # the answers come back before the engine closes its connections
-    finally:
-        env.close()
-    return count
-
-
-def floor_webhook_burst(url: str, count: int, batch: int, received: Path) -> list[float]:
-    """floor/webhook-burst: ``count`` webhooks due at one instant, fired as the stack fires them - one process
-    per ``batch`` of them (an executor's share), each with the floor's heap thread and the executor's engine
-    (its connections warmed as an executor warms them) - to the same receiver, with no database, poller or
+def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, received: Path) -> dict[str, Any]:
+    """floor/webhook-burst: ``count`` webhooks due at one instant, fired as the stack fires them - one floor
+    process per ``batch`` of them (an executor's share), each with the floor's heap thread and the executor's
+    engine (its connections warmed as an executor warms them) - to the same receiver, with no database, poller or
     record; drift = arrival - due. What this machine and this receiver allow such a burst; webhook/burst's
     arrivals are judged against it."""
     prefix = f"floor-hookburst-{uuid.uuid4().hex[:6]}-"
-    shares = [min(batch, count - i) for i in range(0, count, batch)]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
-        list(pool.map(time.sleep, [0.5] * len(shares)))  # every process started and imported before the instant
-        due = int(time.time() * 1000) + 3000
-        jobs = [pool.submit(_hook_burst_share, url, f"{prefix}{i}-", due, n, str(received.with_suffix(".floor-log")))
-                for i, n in enumerate(shares)]
-        for job in jobs:
-            job.result()
-    return drift_of(wait_for_arrivals(received, prefix, count, time.time() * 1000 + 30_000))[0]
+    shares = burst_shares(count, batch)
+    floor_log = str(received.with_suffix(".floor-log"))
+    runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, floor_log, url) for i, n in enumerate(shares)],
+                      lead_ms=3000)
+    fires = wait_for_arrivals(received, prefix, count, time.time() * 1000 + 30_000)
+    return floor_result(fires, merged(runs)[1], processes=len(shares))
 
 
 def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
@@ -439,6 +466,7 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
     client = Client(stack.settings)
     prefix = f"hookburst-{uuid.uuid4().hex[:6]}-"
     task_ids = [f"{prefix}{i:06d}" for i in range(count)]
+    after_a_poll(stack)
     due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, stack.settings.poll_interval_ms) + 15_000
     action = HttpAction(url=url)
     log(f"webhook/burst: scheduling {count} webhooks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
@@ -454,9 +482,9 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
         if all(t.drift_ms is not None for t in tasks) or time.time() > deadline:
             break
         time.sleep(1.0)
-    starts = [t.drift_ms for t in tasks if t.drift_ms is not None]
-    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": starts, "arrival": arrival,
-            "recorded": len(starts), "fires": fires}
+    starts = entries_from_tasks(tasks)
+    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drift_of(starts)[0],
+            "fires": starts, "arrival": arrival, "arrival_fires": fires, "recorded": len(starts)}
 
 
 # -- between phases --------------------------------------------------------------------------------------
@@ -505,14 +533,78 @@ def row(name: str, drifts: list[float], extra: str = "") -> str:
     return f"{name:<20}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
 
 
-def verdicts(p99: dict[str, float | None]) -> list[Verdict]:
+def cpu_row(name: str, cpu: dict[str, Any]) -> str:
+    """One phase's executor CPU: how many worked, their CPU and their throttling (mean / largest per executor)."""
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    share = cpu.get("throttled_share")
+    return (f"{name:<20}{cpu['executors']:>5}  cpu {f(cpu['cpu_s'])} s (each {f(cpu['cpu_s_mean'])} / "
+            f"{f(cpu['cpu_s_max'])})  throttled {f(cpu['throttled_s'])} s (each {f(cpu['throttled_s_mean'])} / "
+            f"{f(cpu['throttled_s_max'])}) in {cpu['nr_throttled']} of {cpu['nr_periods']} periods"
+            + ("" if share is None else f" ({share:.1%})"))
+
+
+def floor_cpu_row(name: str, result: dict[str, Any]) -> str:
+    cpu: CpuUse = result["floor_cpu"]
+    return (f"{name:<20}{result['processes']:>5}  cpu {cpu.cpu_s:.3f} s  throttled {cpu.throttled_s:.3f} s in "
+            f"{cpu.nr_throttled} of {cpu.nr_periods} periods")
+
+
+def verdicts(p99: dict[str, float | None], profile: str = "lambda") -> list[Verdict]:
     """Each system phase's p99 judged against its floor's p99 (ratio, the verdict that counts) and in ms."""
     return [judge(name, p99[name], p99[floor], floor_name=floor, abs_target=absolute, ratio_target=ratio)
-            for name, (floor, ratio, absolute) in TARGETS.items() if name in p99]
+            for name, (floor, ratio, absolute) in TARGETS[profile].items() if name in p99]
+
+
+def phase_series(floors: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]) -> list[DriftSeries]:
+    """Each row of the table as a series of the fires it was computed from: the floors, each phase (a floor
+    measured with the stack up included), and a phase's arrivals at the receiver beside its action starts."""
+    series = [series_of(name, f["fires"]) for name, f in floors.items()]
+    for name, result in results.items():
+        series.append(series_of(name, result["fires"]))
+        if "arrival_fires" in result:
+            series.append(series_of(f"{name} arrival", result["arrival_fires"]))
+    return series
+
+
+def draw_pictures(out: Path, series: list[DriftSeries]) -> list[str]:
+    """Histogram, timeline and CDF of each series, and one CDF of all of them; returns the paths."""
+    try:
+        paths = [path for one in series for path in save_pictures(one, out)]
+        paths.append(save_cdf(series, out / "all-phases-cdf.png", title="drift CDF, every phase of this run"))
+    except PlotsUnavailableError as exc:
+        log(f"no drift pictures: {exc}")
+        return []
+    return [str(path) for path in paths]
+
+
+def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s result, with the CPU the executors' worker processes used meanwhile and their throttling."""
+    assert stack.invoker is not None
+    before = sample_all(stack.invoker.worker_pids())
+    result = run()
+    after = sample_all(stack.invoker.worker_pids())
+    if "floor_cpu" not in result:
+        result["cpu"] = cpu_summary(delta(before, after).values())
+    return result
+
+
+def profile_line(profile: str, memory_mb: int, quota_applied: bool | None) -> str:
+    """The footing every figure of the run stands on, as the table's first line says it."""
+    if profile == "local":
+        return ("profile local: whole cores and real-time firing where allowed, for the executors and the floors "
+                "(more than Lambda gives)")
+    quota = "" if quota_applied is None or quota_applied else "; NO CPU quota could be set: more than Lambda gives"
+    return (f"profile lambda: executors and floors at {memory_mb} MB's CPU ({memory_mb / 1769:.3f} of a core each), "
+            f"normal priority{quota}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=("lambda", "local"), default="lambda",
+                        help="lambda (default): executors and floors at the template's executor memory's CPU quota, "
+                        "normal priority; local: whole cores and real-time firing")
     parser.add_argument("--steady-rate", type=float, default=100)
     parser.add_argument("--steady-seconds", type=float, default=60)
     parser.add_argument("--burst", type=int, default=2000)
@@ -545,94 +637,104 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
-    policy = firing_priority()
-    log(f"firing threads (the floor's and the executors'): {policy}")
-    log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
-    f_steady = floor_steady(args.steady_rate, args.steady_seconds, work / "floor.jsonl")
-    time.sleep(args.settle)
-    log(f"floor/burst: {args.burst} at one instant")
-    f_burst = floor_burst(args.burst, work / "floor.jsonl")
-    received = work / "received.jsonl"
-    f_webhook: list[float] = []
-    f_webhook_burst: list[float] = []
-    receiver = None
-    if args.webhooks:
-        receiver, port = start_receiver(received)
-        hook_url = f"http://127.0.0.1:{port}/hook"
-        time.sleep(args.settle)
-        log(f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its own "
-            "process), one heap thread, the executor's HTTP engine, no database")
-        f_webhook = floor_webhook(hook_url, args.webhook_rate, args.webhook_seconds, received)
-        time.sleep(args.settle)
-        log(f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, from one "
-            f"process per {Settings().max_batch_size} (an executor's batch), each with the floor's heap thread and "
-            "the executor's HTTP engine, no database")
-        f_webhook_burst = floor_webhook_burst(hook_url, args.webhook_burst, Settings().max_batch_size, received)
-
-    # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
-    config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
-                         fast_path=args.fast_path, settings_overrides={"ntp_server": None,
-                                                                       "allowed_targets": "127.0.0.1"})
+    memory_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
+    batch = Settings().max_batch_size
+    runner = FloorRunner(args.profile, memory_mb)
+    log(runner.footing.line())
+    # Under lambda a burst is fired by one floor process per batch, as the executors share it; under local, by one
+    # process on whole cores.
+    burst_batch = batch if args.profile == "lambda" else max(args.burst, 1)
+    floor_log = work / "floor.jsonl"
+    floors: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
     waits: dict[str, dict[str, Any]] = {}
-    with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
-                    on_batch=lambda r: None) as stack:
-        log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
-        for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
-            log(line)
-        profile = {"profile": stack.settings.profile,
-                   "cpu_quota": stack.invoker.cpu_quota.as_dict() if stack.invoker else None}
-        plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))]
-        if args.with_writes:
-            plan.append(("floor/writes", lambda: floor_with_writes(stack, args.steady_rate, args.steady_seconds,
-                                                                   work / "floor.jsonl")))
-            plan.append(("steady+writes", lambda: system_steady(stack, args.steady_rate, args.steady_seconds,
-                                                                concurrent_writes=True)))
-        plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
+    receiver = None
+    try:
+        log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
+        floors["floor/steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
+        time.sleep(args.settle)
+        log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, burst_batch))} floor process(es)")
+        floors["floor/burst"] = measure_floor_burst(runner, args.burst, burst_batch, floor_log)
+        received = work / "received.jsonl"
         if args.webhooks:
-            plan.append(("webhook/spread", lambda: webhook_spread(stack, hook_url, args.webhook_rate,
-                                                                  args.webhook_seconds, received)))
-            plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
-        if args.recurring_schedules > 0:
-            plan.append(("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules,
-                                                                  args.recurring_seconds)))
-        if args.fast_path:
-            plan.append(("fast path 2s", lambda: system_steady(stack, args.fast_rate, args.fast_seconds, lead_s=2.0,
-                                                               concurrent_writes=True)))
-        for name, run in plan:
-            log(f"{name}: waiting until the stack is idle")
-            waits[name] = wait_until_idle(stack, args.settle)
-            log(f"{name}: starting")
-            results[name] = run()
-        invoker_stats = dict(stack.invoker.stats) if stack.invoker else {}
-    if receiver is not None:
-        receiver.terminate()
+            receiver, port = start_receiver(received)
+            hook_url = f"http://127.0.0.1:{port}/hook"
+            time.sleep(args.settle)
+            log(f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
+                "own process), one heap thread, the executor's HTTP engine, no database")
+            floors["floor/webhook"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds,
+                                                    received)
+            time.sleep(args.settle)
+            log(f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, one "
+                f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database")
+            floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch,
+                                                                received)
+
+        # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
+        config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
+                             fast_path=args.fast_path,
+                             settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1",
+                                                 "profile": args.profile})
+        with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
+                        on_batch=lambda r: None) as stack:
+            log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
+            for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
+                log(line)
+            assert stack.invoker is not None
+            profile = {"profile": stack.settings.profile, "cpu_quota": stack.invoker.cpu_quota.as_dict()}
+            quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
+            plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+                ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))]
+            if args.with_writes:
+                plan.append(("floor/writes", lambda: floor_with_writes(stack, runner, args.steady_rate,
+                                                                       args.steady_seconds, floor_log)))
+                plan.append(("steady+writes", lambda: system_steady(stack, args.steady_rate, args.steady_seconds,
+                                                                    concurrent_writes=True)))
+            plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
+            if args.webhooks:
+                plan.append(("webhook/spread", lambda: webhook_spread(stack, hook_url, args.webhook_rate,
+                                                                      args.webhook_seconds, received)))
+                plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
+            if args.recurring_schedules > 0:
+                plan.append(("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules,
+                                                                      args.recurring_seconds)))
+            if args.fast_path:
+                plan.append(("fast path 2s", lambda: system_steady(stack, args.fast_rate, args.fast_seconds,
+                                                                   lead_s=2.0, concurrent_writes=True)))
+            log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
+            for name, run in plan:
+                log(f"{name}: waiting until the stack is idle")
+                waits[name] = wait_until_idle(stack, args.settle)
+                log(f"{name}: starting")
+                results[name] = executor_cpu(stack, run)
+            invoker_stats = dict(stack.invoker.stats)
+    finally:
+        if receiver is not None:
+            receiver.terminate()
+        runner.close()
     load_after = os.getloadavg()
 
-    p99 = {"floor/steady": summarize(f_steady)["p99"], "floor/burst": summarize(f_burst)["p99"],
-           "floor/webhook": summarize(f_webhook)["p99"], "floor/webhook-burst": summarize(f_webhook_burst)["p99"],
+    p99 = {**{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
            **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
            **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r}}
-    judged = verdicts(p99)
+    judged = verdicts(p99, args.profile)
 
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
     print(f"\nPunctual drift benchmark - {machine}")
+    print(profile_line(args.profile, memory_mb, quota_applied))
+    print(runner.footing.line())
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print("drift = action start - due (ms)\n")
     print(f"{'phase':<20}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
-    print(row("floor/steady", f_steady))
-    print(row("floor/burst", f_burst))
-    if f_webhook:
-        print(row("floor/webhook", f_webhook, "(arrival at the receiver)"))
-    if f_webhook_burst:
-        print(row("floor/webhook-burst", f_webhook_burst, "(arrival at the receiver)"))
+    for name, f in floors.items():
+        where = " (arrival at the receiver)" if "webhook" in name else ""
+        print(row(name, f["drift"], f"({f['processes']} floor process(es)){where}"))
     notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
                    f"{'30' if name == 'steady+writes' else '2'} s after its write)"
              for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}
     for name, r in results.items():
         if "scheduled" not in r:  # a floor measured with the stack up
-            print(row(name, r["drift"], f"(floor's heap thread while a client writes {r['write_rate_per_s']:g}/s, "
+            print(row(name, r["drift"], f"(a floor process while a client writes {r['write_rate_per_s']:g}/s, "
                                         f"lag up to {r['max_write_lag_s']:g} s)"))
             continue
         where = {"webhook/spread": "(arrival at the receiver) ",
@@ -641,12 +743,18 @@ def main() -> int:
                                     f"{notes.get(name, '')}".rstrip()))
         if "arrival" in r:
             print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
+    print("\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
+          "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)")
+    for name, f in floors.items():
+        print(floor_cpu_row(name, f))
+    for name, r in results.items():
+        print(floor_cpu_row(name, r) if "floor_cpu" in r else cpu_row(name, r["cpu"]))
     print("\nidle waits before each phase: " + ", ".join(
         f"{name} {w['idle_wait_s']:.1f} s{'' if w['idle'] else ' (TIMED OUT, not idle)'} + {w['settle_s']:g} s"
         for name, w in waits.items()))
     print(f"executor invocations: {invoker_stats}")
-    print("\ntargets (p99; the ratio to this run's floor is the verdict that counts, the absolute one is shown "
-          "beside it):")
+    print(f"\ntargets ({args.profile} profile; p99; the ratio to this run's floor is the verdict that counts, the "
+          "absolute one is shown beside it):")
     for verdict in judged:
         print("  " + verdict.line())
     complete = all(r["fired"] == r["scheduled"] and not r["duplicates"]
@@ -659,40 +767,27 @@ def main() -> int:
 
     pictures: list[str] = []
     if args.pictures:
-        pictures = draw_pictures(work / "pictures", work / "floor.jsonl", results)
+        pictures = draw_pictures(work / "pictures", phase_series(floors, results))
         print("drift pictures:")
         for path in pictures:
             print(f"  {path}")
     if args.json:
+        hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
         print(json.dumps({
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
-            "firing_policy": policy, **profile,
+            **profile, "executor_memory_mb": memory_mb, "floor_footing": runner.footing.as_dict(),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "floor_steady": summarize(f_steady), "floor_burst": summarize(f_burst),
-            "floor_webhook": summarize(f_webhook), "floor_webhook_burst": summarize(f_webhook_burst),
+            "floors": {name: {**summarize(f["drift"]), "processes": f["processes"],
+                              "cpu": vars(f["floor_cpu"])} for name, f in floors.items()},
             "phases": {name: {**summarize(r["drift"]),
-                              **{k: v for k, v in r.items() if k not in ("drift", "fires", "arrival")},
+                              **{k: v for k, v in r.items() if k not in hidden},
+                              **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
                               **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
                               **waits[name]} for name, r in results.items()},
             "verdicts": [v.as_dict() for v in judged], "targets_met": all_met, "complete": complete,
             "invoker": invoker_stats, "pictures": pictures,
         }))
     return 0 if complete else 1
-
-
-def draw_pictures(out: Path, floor_log: Path, results: dict[str, dict[str, Any]]) -> list[str]:
-    """Histogram, timeline and CDF of each phase, and one CDF of all phases; returns the paths."""
-    try:
-        all_series = [series_of("floor/steady", read_fire_log(floor_log, "floor-steady-")),
-                      series_of("floor/burst", read_fire_log(floor_log, "floor-burst-")),
-                      *(series_of(name, r["fires"]) if "fires" in r else
-                        series_of(name, read_fire_log(floor_log, "floor-writes-")) for name, r in results.items())]
-        paths = [path for series in all_series for path in save_pictures(series, out)]
-        paths.append(save_cdf(all_series, out / "all-phases-cdf.png", title="drift CDF, every phase of this run"))
-    except PlotsUnavailableError as exc:
-        log(f"no drift pictures: {exc}")
-        return []
-    return [str(path) for path in paths]
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from punctual_tools.drift import (
     judge,
     read_fire_log,
     save_cdf,
+    save_frontier,
     save_pictures,
     series_of,
 )
@@ -87,6 +88,21 @@ def test_a_cdf_of_several_series_and_of_none(tmp_path: Path) -> None:
     empty = series_of("b", [])
     assert save_cdf([one, empty], tmp_path / "all.png").read_bytes()[:8] == PNG_MAGIC
     assert save_pictures(empty, tmp_path, "empty")[0].read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_caption_says_the_figures_of_its_fires_fractions_of_a_ms_included() -> None:
+    # Given fires due at fractional instants (a spread floor's), each started 0.017 ms after its instant
+    entries = [{"task_id": str(i), "due_ms": 1_000 + i * 1000 / 3, "fired_ms": 1_000 + i * 1000 / 3 + 0.017}
+               for i in range(9)]
+    # Then the series (what the pictures draw and caption) keeps that drift, not one rounded to the ms
+    series = series_of("floor/steady", entries)
+    assert series.drifts == pytest.approx([0.017] * 9)
+
+
+def test_the_frontier_picture_is_a_png_with_a_line_per_phase(tmp_path: Path) -> None:
+    lines = {"steady": [(9.77, 0.0, "1769 MB"), (4.2, 9.0, "256 MB")], "burst": [(4.2, 30.0, "256 MB")], "none": []}
+    path = save_frontier(lines, tmp_path / "pics" / "frontier.png", title="drift p99 against $/M")
+    assert path.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_without_matplotlib_the_error_says_which_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -3,8 +3,12 @@
 A drift is ``fired - due`` in ms, read from a fire log (JSON lines with ``task_id``, ``due_ms``, ``fired_ms``:
 what the log action writes, see :func:`punctual_tools.demo.read_fires`) or from the table (``drift_ms`` of
 the tasks that fired). :func:`save_pictures` draws three PNGs from them: a histogram, a timeline (drift
-against due time) and a CDF. matplotlib is an optional extra (``pip install 'punctual[plots]'``), imported
-only when a picture is drawn, with the Agg backend (no display needed).
+against due time) and a CDF; :func:`save_frontier` draws drift against cost, one point per executor memory size.
+matplotlib is an optional extra (``pip install 'punctual[plots]'``), imported only when a picture is drawn, with
+the Agg backend (no display needed).
+
+The pictures show the figures the tables print: a series holds the fires a table row was computed from (due
+instants and action starts as they were, fractions of a millisecond included).
 
 :func:`judge` is the benchmarks' verdict on one figure: as a ratio to the floor measured in the same run (the
 verdict that counts: a noisy machine moves the floor and the system together) and against an absolute target.
@@ -250,6 +254,31 @@ def save_cdf(all_series: Sequence[DriftSeries], path: Path, title: str | None = 
     if any(s.fires for s in all_series):
         ax.legend(fontsize=8, loc="lower right")
     ax.set_title(title or "drift CDF", fontsize=9)
+    _save(plt, fig, path)
+    return path
+
+
+def save_frontier(lines: Mapping[str, Sequence[tuple[float, float, str]]], path: Path, title: str,
+                  xlabel: str = "$ per million tasks", ylabel: str = "drift p99 (ms, log)") -> Path:
+    """One line per name of ``lines``, through its points ``(x, y, label)`` (e.g. cost per million, drift p99 and
+    the memory size), each point labelled; y on a log axis (values at or below :data:`SHOWN_MIN_MS` drawn at it)."""
+    plt = _pyplot()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, points in lines.items():
+        shown = sorted((x, max(y, SHOWN_MIN_MS), label) for x, y, label in points)
+        if not shown:
+            continue
+        ax.plot([p[0] for p in shown], [p[1] for p in shown], marker="o", linewidth=1, label=name)
+        for x, y, label in shown:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    if any(lines.values()):
+        ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
     _save(plt, fig, path)
     return path
 

@@ -1,0 +1,340 @@
+"""The precision/cost frontier: drift at each executor memory size against what a million tasks cost there.
+
+    .venv/bin/python bench/memory.py [--sizes 256,512,1024,1769] [--quick] [--out DIR]
+
+For each memory size (Lambda profile: each executor worker in a cgroup with the CPU quota the size buys,
+``MB / 1769`` of a core, normal priority), a local stack is started with the executor's ``MemorySize`` at that
+size (the rest of its configuration from ``template.yaml``, as a deployment with ``ExecutorMemorySize=<MB>``
+would run it) and four phases run, each judged against its floor measured at the same size in the same run
+(:mod:`floors`: one floor process per executor, each in a cgroup with the same quota, the same priority):
+
+- ``steady``: ``--steady-rate`` tasks/s for ``--steady-seconds`` s, scheduled ahead (floor: one process);
+- ``burst 250``: a batch of tasks due at one instant, all in one shard so that one executor fires them (floor:
+  one process);
+- ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch);
+- ``webhooks``: ``--webhook-rate`` webhooks/s for ``--webhook-seconds`` s, drift at a loopback receiver
+  (floor: one process firing them with the executor's HTTP engine).
+
+Each phase prints p50 / p99 / max, its floor's p99 and the ratio, the CPU the executors used and the time their
+cgroups were throttled (``cpu.stat``); each size, the cost per million tasks at that size from the cost model
+(:mod:`punctual_tools.cost`, the target's scope: Lambda, DynamoDB and the poller, at ``--volume`` tasks a month).
+The run ends with the frontier table, a picture of drift p99 against $ per million (``frontier.png``) and
+``memory.json`` in the run's directory. ``--quick`` is a smoke run (small counts, short phases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench import (
+    executor_cpu,
+    floor_webhook,
+    log,
+    measure_floor_burst,
+    measure_floor_steady,
+    one_shard_ids,
+    system_burst,
+    system_steady,
+    wait_quiet,
+    wait_until_idle,
+    webhook_spread,
+)
+from floors import FloorRunner
+
+import punctual_tools.local.stack as stack_module
+from punctual.settings import Settings
+from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, FunctionLimits, read_function_limits
+from punctual_tools.local.receiver import start_receiver
+from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.stats import summarize
+
+SIZES = (256, 512, 1024, 1769)
+PHASES = ("steady", "burst 250", "burst 2000", "webhooks")
+# Each phase's targets at a size: (ratio to its same-quota floor's p99, absolute p99 in ms). Steady must also stay
+# within 2 ms; the others have the burst's and the webhooks' absolute figures of the drift benchmark beside them.
+TARGETS: dict[str, tuple[float, float]] = {
+    "steady": (1.5, 2.0),
+    "burst 250": (1.5, 90.0),
+    "burst 2000": (1.5, 90.0),
+    "webhooks": (1.5, 2.0),
+}
+VOLUMES = (1e6, 100e6)
+
+
+# -- the executor's memory size ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def executor_memory(memory_mb: int) -> Iterator[None]:
+    """While it lasts, a local stack reads the executor's limits from ``template.yaml`` with ``MemorySize`` at
+    ``memory_mb``: its workers get that size's CPU quota and report that memory, as a deployment with
+    ``ExecutorMemorySize=<memory_mb>`` would run them. The other functions' limits are read as they are."""
+    original = stack_module.read_function_limits
+
+    def limits(function: str = EXECUTOR_FUNCTION, template_path: str | None = None) -> FunctionLimits:
+        found = original(function, template_path)
+        return replace(found, memory_mb=memory_mb) if function == EXECUTOR_FUNCTION else found
+
+    stack_module.read_function_limits = limits
+    try:
+        yield
+    finally:
+        stack_module.read_function_limits = original
+
+
+# -- cost ----------------------------------------------------------------------------------------------------
+def cost_per_million(sizes: tuple[int, ...], volumes: tuple[float, ...] = VOLUMES) -> dict[int, dict[float, float]]:
+    """$ per million tasks in the target's scope (Lambda, DynamoDB, the poller) at each size and monthly volume,
+    from the cost model's counts (its scenario on moto, handler logs not measured: they are outside that scope)."""
+    from punctual_tools.cost import counts, monthly_cost, run_scenario
+
+    counted = counts(run_scenario(measure_logs=False))
+    return {mb: {volume: monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True)
+                 for volume in volumes} for mb in sizes}
+
+
+# -- one size ------------------------------------------------------------------------------------------------
+def phase_figures(drift: list[float], floor: list[float], cpu: dict[str, Any] | None, target: tuple[float, float],
+                  name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A phase's row: its drift summary, its floor's p99, the verdict on the ratio and in ms, the executors' CPU."""
+    s = summarize(drift)
+    f = summarize(floor)
+    verdict = judge(name, s["p99"], f["p99"], floor_name=f"floor/{name}", abs_target=target[1],
+                    ratio_target=target[0])
+    return {**s, "floor": f, "ratio": verdict.ratio, "verdict": verdict.as_dict(), "cpu": cpu, **(extra or {})}
+
+
+def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: Path, work: Path) -> dict[str, Any]:
+    """Every floor, then every phase, at ``memory_mb``; returns the size's figures."""
+    batch = Settings().max_batch_size
+    floor_log = work / "floor.jsonl"
+    runner = FloorRunner("lambda", memory_mb)
+    log(runner.footing.line())
+    floors: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        log(f"{memory_mb} MB: floor/steady, {args.steady_rate:g}/s for {args.steady_seconds:g} s")
+        floors["steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
+        time.sleep(args.settle)
+        log(f"{memory_mb} MB: floor/burst {args.one_burst}, one floor process")
+        floors["burst 250"] = measure_floor_burst(runner, args.one_burst, batch, floor_log, prefix="floor-one-")
+        time.sleep(args.settle)
+        log(f"{memory_mb} MB: floor/burst {args.burst}, one floor process per {batch}")
+        floors["burst 2000"] = measure_floor_burst(runner, args.burst, batch, floor_log, prefix="floor-many-")
+        time.sleep(args.settle)
+        log(f"{memory_mb} MB: floor/webhook, {args.webhook_rate:g}/s for {args.webhook_seconds:g} s")
+        floors["webhooks"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
+
+        config = StackConfig(home=work / f"stack-{memory_mb}", port=0, poll_interval_s=args.poll_interval,
+                             prewarm=args.prewarm, fast_path=False, api=False,
+                             settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1",
+                                                 "profile": "lambda"})
+        with executor_memory(memory_mb), LocalStack(config, on_batch=lambda r: None) as stack:
+            for line in stack.describe_limits():
+                log(line)
+            assert stack.invoker is not None and stack.settings is not None
+            quota = stack.invoker.cpu_quota.as_dict()
+            shard_count = stack.settings.shard_count
+            one = one_shard_ids(f"one-{uuid.uuid4().hex[:6]}-", min(args.one_burst, batch), shard_count)
+            plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+                ("steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds)),
+                ("burst 250", lambda: system_burst(stack, len(one), one)),
+                ("burst 2000", lambda: system_burst(stack, args.burst)),
+                ("webhooks", lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds,
+                                                    received)),
+            ]
+            log(f"{memory_mb} MB: executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
+            waits = {}
+            for name, run in plan:
+                waits[name] = wait_until_idle(stack, args.settle)
+                log(f"{memory_mb} MB: {name}")
+                results[name] = executor_cpu(stack, run)
+            invoker = dict(stack.invoker.stats)
+    finally:
+        runner.close()
+    phases = {}
+    for name in PHASES:
+        r = results[name]
+        extra: dict[str, Any] = {k: r[k] for k in ("scheduled", "fired", "duplicates", "batches") if k in r}
+        phases[name] = phase_figures(r["drift"], floors[name]["drift"], r.get("cpu"), TARGETS[name], name,
+                                     {**extra, **waits[name], "floor_processes": floors[name]["processes"],
+                                      "floor_cpu": vars(floors[name]["floor_cpu"])})
+    return {"memory_mb": memory_mb, "cpu_share": round(memory_mb / MB_PER_VCPU, 4), "cpu_quota": quota,
+            "floor_footing": runner.footing.as_dict(), "phases": phases, "invoker": invoker,
+            "complete": all(r.get("fired") == r.get("scheduled") and not r.get("duplicates")
+                            for r in results.values())}
+
+
+# -- report --------------------------------------------------------------------------------------------------
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def size_lines(size: dict[str, Any], cost: dict[float, float], volume: float) -> list[str]:
+    """One size's table: each phase's drift, its floor, the ratio and verdicts, the executors' CPU."""
+    mb = size["memory_mb"]
+    quota = size["cpu_quota"] or {}
+    lines = [f"{mb} MB ({size['cpu_share']:.3f} of a core; CPU quota {'yes' if quota.get('applied') else 'NO'}), "
+             f"${cost[volume]:.2f} per million at {volume / 1e6:,.0f} M tasks/month"
+             + ("" if size["complete"] else "; NOT every task fired exactly once"),
+             f"  {'phase':<12}{'count':>6}{'p50':>9}{'p99':>9}{'max':>9}{'floor p99':>11}{'ratio':>8}  verdict "
+             "(ratio | ms)   executors: cpu s each (mean/max), throttled s each (mean/max), periods throttled"]
+    for name in PHASES:
+        p = size["phases"][name]
+        v = p["verdict"]
+        cpu = p["cpu"] or {}
+        batches = f" ({p['batches']} batches)" if p.get("batches") is not None else ""
+        executors = (f"{cpu.get('executors', 0)}{batches}: {_ms(cpu.get('cpu_s_mean'))}/{_ms(cpu.get('cpu_s_max'))}, "
+                     f"{_ms(cpu.get('throttled_s_mean'))}/{_ms(cpu.get('throttled_s_max'))}, "
+                     f"{cpu.get('nr_throttled', 0)} of {cpu.get('nr_periods', 0)}")
+        lines.append(f"  {name:<12}{p['count']:>6}{_ms(p['p50']):>9}{_ms(p['p99']):>9}{_ms(p['max']):>9}"
+                     f"{_ms(p['floor']['p99']):>11}{_ratio(p['ratio']):>8}  "
+                     f"{'MET' if v['ratio_met'] else 'MISSED'} | {'MET' if v['abs_met'] else 'MISSED'}   {executors}")
+    return lines
+
+
+def frontier_lines(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float,
+                   default_mb: int) -> list[str]:
+    """The frontier: per size, $ per million and each phase's p99 with its ratio to the same-quota floor."""
+    head = f"{'memory':<16}{'$/M':>8}" + "".join(f"{name + ' p99 (x floor)':>26}" for name in PHASES)
+    lines = [head]
+    for size in sizes:
+        mb = size["memory_mb"]
+        label = f"{mb} MB" + (" (default)" if mb == default_mb else "")
+        cells = "".join(f"{_ms(size['phases'][n]['p99']) + ' ms (' + _ratio(size['phases'][n]['ratio']) + ')':>26}"
+                        for n in PHASES)
+        lines.append(f"{label:<16}{costs[mb][volume]:>8.2f}{cells}")
+    return lines
+
+
+def frontier_points(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]],
+                    volume: float) -> dict[str, list[tuple[float, float, str]]]:
+    """The picture's lines: each phase's p99 (and steady's floor) against $ per million, a point per size."""
+    lines: dict[str, list[tuple[float, float, str]]] = {name: [] for name in (*PHASES, "floor/steady")}
+    for size in sizes:
+        mb = size["memory_mb"]
+        for name in PHASES:
+            p99 = size["phases"][name]["p99"]
+            if p99 is not None:
+                lines[name].append((costs[mb][volume], p99, f"{mb} MB"))
+        floor = size["phases"]["steady"]["floor"]["p99"]
+        if floor is not None:
+            lines["floor/steady"].append((costs[mb][volume], floor, f"{mb} MB"))
+    return lines
+
+
+def verdicts_of(size: dict[str, Any]) -> list[Verdict]:
+    """The size's verdicts, as the drift benchmark prints them."""
+    return [Verdict(**{k: p["verdict"][k] for k in ("name", "value", "floor", "floor_name", "abs_target",
+                                                     "ratio_target")})
+            for p in size["phases"].values()]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"256,512"`` -> (256, 512); each a memory size Lambda allows (128 to 10,240 MB)."""
+    sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    bad = [mb for mb in sizes if not 128 <= mb <= 10_240]
+    if not sizes or bad:
+        raise argparse.ArgumentTypeError(f"memory sizes are 128 to 10240 MB: {text!r}")
+    return sizes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=parse_sizes, default=SIZES, help="executor memory sizes, MB (comma-separated)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small counts, short phases")
+    parser.add_argument("--steady-rate", type=float, default=50)
+    parser.add_argument("--steady-seconds", type=float, default=30)
+    parser.add_argument("--one-burst", type=int, default=250, help="tasks due at one instant in one executor")
+    parser.add_argument("--burst", type=int, default=2000, help="tasks due at one instant across executors")
+    parser.add_argument("--webhook-rate", type=float, default=20)
+    parser.add_argument("--webhook-seconds", type=float, default=20)
+    parser.add_argument("--poll-interval", type=float, default=10)
+    parser.add_argument("--prewarm", type=int, default=24, help="warm executor processes at each size's start")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds of rest before each phase")
+    parser.add_argument("--volume", type=float, default=100e6, choices=VOLUMES,
+                        help="tasks a month the table and the picture price (1e6 or 1e8)")
+    parser.add_argument("--out", type=Path, default=None, help="the run's directory; default a new temporary one")
+    args = parser.parse_args()
+    if args.quick:
+        args.steady_rate, args.steady_seconds, args.one_burst, args.burst = 20.0, 5.0, 50, 500
+        args.webhook_rate, args.webhook_seconds, args.prewarm, args.settle = 10.0, 5.0, 6, 1.0
+
+    work = args.out or Path(tempfile.mkdtemp(prefix="punctual-memory-"))
+    work.mkdir(parents=True, exist_ok=True)
+    default_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
+    load_before = os.getloadavg()
+    log(f"run directory {work}; sizes {', '.join(map(str, args.sizes))} MB; template default {default_mb} MB")
+    log("cost model: counting a scenario on moto")
+    costs = cost_per_million(args.sizes)
+    received = work / "received.jsonl"
+    receiver, port = start_receiver(received)
+    hook_url = f"http://127.0.0.1:{port}/hook"
+    sizes: list[dict[str, Any]] = []
+    started = time.monotonic()
+    try:
+        for mb in args.sizes:
+            size_started = time.monotonic()
+            sizes.append(run_size(mb, args, hook_url, received, work))
+            sizes[-1]["seconds"] = round(time.monotonic() - size_started, 1)
+    finally:
+        receiver.terminate()
+    load_after = os.getloadavg()
+
+    machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
+    print(f"\nPunctual precision/cost frontier - {machine}")
+    print("profile lambda: each executor and each floor process in a cgroup with the CPU quota of its memory size "
+          "(MB / 1769 of a core), normal priority; drift = action start - due (ms; webhooks: arrival at the "
+          "receiver - due); each phase's floor measured at the same size in the same run")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
+          f"{time.monotonic() - started:.0f} s in all")
+    for size in sizes:
+        print()
+        print("\n".join(size_lines(size, costs[size["memory_mb"]], args.volume)))
+    print(f"\nfrontier ($ per million tasks: Lambda + DynamoDB + poller at {args.volume / 1e6:,.0f} M tasks/month; "
+          "p99 and its ratio to the same-quota floor):")
+    print("\n".join(frontier_lines(sizes, costs, args.volume, default_mb)))
+    for size in sizes:
+        judged = verdicts_of(size)
+        missed = [v.name for v in judged if not v.met]
+        print(f"{size['memory_mb']} MB: ratio targets {'all MET' if not missed else 'MISSED: ' + ', '.join(missed)}; "
+              f"absolute targets {sum(v.abs_met for v in judged)} of {len(judged)} met")
+
+    picture: str | None = None
+    try:
+        picture = str(save_frontier(frontier_points(sizes, costs, args.volume), work / "frontier.png",
+                                    title=f"drift p99 against $ per million tasks ({args.volume / 1e6:,.0f} M a "
+                                    "month), Lambda profile, a point per executor memory size"))
+        print(f"picture: {picture}")
+    except PlotsUnavailableError as exc:
+        log(f"no picture: {exc}")
+    report = {"machine": machine, "run_dir": str(work), "profile": "lambda", "load_avg_before": load_before,
+              "load_avg_after": load_after, "template_default_mb": default_mb,
+              "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "cost_scope": "Lambda + DynamoDB + poller (the cost model's target scope)",
+              "cost_per_million": {str(mb): {f"{v:g}": round(usd, 4) for v, usd in c.items()}
+                                   for mb, c in costs.items()},
+              "sizes": sizes, "picture": picture}
+    path = work / "memory.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"figures: {path}")
+    return 0 if all(size["complete"] for size in sizes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

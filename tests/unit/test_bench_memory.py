@@ -1,0 +1,102 @@
+"""The precision/cost frontier's pure parts: the executor's memory size for a run, the cost adapter, the rows,
+the verdicts and the picture's points."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import memory  # noqa: E402
+
+import punctual_tools.cost as cost  # noqa: E402
+import punctual_tools.local.stack as stack_module  # noqa: E402
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits  # noqa: E402
+
+
+def test_a_run_at_a_memory_size_gives_the_executor_that_size_only() -> None:
+    # Given the template's executor and poller limits
+    executor, poller = read_function_limits(EXECUTOR_FUNCTION), read_function_limits("PollerFunction")
+    # When a stack reads them within a run at 1,024 MB
+    with memory.executor_memory(1024):
+        inside = stack_module.read_function_limits(EXECUTOR_FUNCTION)
+        other = stack_module.read_function_limits("PollerFunction")
+    # Then the executor has that memory (and its CPU share) and the rest of its configuration as it was
+    assert inside.memory_mb == 1024 and inside.cpu_share == pytest.approx(1024 / 1769)
+    assert (inside.timeout_s, inside.max_retry_attempts) == (executor.timeout_s, executor.max_retry_attempts)
+    assert other == poller
+    # ... and after the run the stack reads the template as it is
+    assert stack_module.read_function_limits(EXECUTOR_FUNCTION) == executor
+
+
+def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a cost model whose price grows with the executor's memory
+    calls: list[tuple[float, int]] = []
+
+    class Month:
+        def __init__(self, mb: int) -> None:
+            self.mb = mb
+
+        def per_million(self, in_target: bool | None = True) -> float:
+            assert in_target is True
+            return self.mb / 100
+
+    def monthly_cost(counted: Any, volume: float, executor_memory_mb: int | None = None) -> Month:
+        assert counted == "counts" and executor_memory_mb is not None
+        calls.append((volume, executor_memory_mb))
+        return Month(executor_memory_mb)
+
+    monkeypatch.setattr(cost, "run_scenario", lambda measure_logs=True: "scenario")
+    monkeypatch.setattr(cost, "counts", lambda scenario: "counts")
+    monkeypatch.setattr(cost, "monthly_cost", monthly_cost)
+    # When two sizes are priced at two volumes
+    priced = memory.cost_per_million((256, 512), (1e6, 1e8))
+    # Then each size has its price at each volume, from the model's own function
+    assert priced == {256: {1e6: 2.56, 1e8: 2.56}, 512: {1e6: 5.12, 1e8: 5.12}}
+    assert sorted(calls) == [(1e6, 256), (1e6, 512), (1e8, 256), (1e8, 512)]
+
+
+def size(mb: int, p99s: dict[str, float], floor: float) -> dict[str, Any]:
+    phases = {name: memory.phase_figures([p99s[name] / 2, p99s[name]], [floor / 2, floor], None,
+                                         memory.TARGETS[name], name) for name in memory.PHASES}
+    return {"memory_mb": mb, "cpu_share": mb / 1769, "cpu_quota": {"applied": True}, "phases": phases,
+            "complete": True}
+
+
+def test_a_phase_is_judged_against_its_same_quota_floor() -> None:
+    figures = memory.phase_figures([1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady",
+                                   {"scheduled": 2})
+    assert (figures["p99"], figures["floor"]["p99"], figures["ratio"]) == (3.0, 2.0, 1.5)
+    assert figures["verdict"]["ratio_met"] and not figures["verdict"]["abs_met"]
+    assert figures["verdict"]["floor_name"] == "floor/steady"
+    assert figures["scheduled"] == 2 and figures["cpu"] == {"executors": 1}
+
+
+def test_the_frontier_table_and_its_picture_have_a_row_and_a_point_per_size() -> None:
+    sizes = [size(256, dict.fromkeys(memory.PHASES, 9.0), 3.0), size(1769, dict.fromkeys(memory.PHASES, 1.0), 1.0)]
+    costs = {256: {1e8: 4.2, 1e6: 16.5}, 1769: {1e8: 9.77, 1e6: 91.2}}
+    lines = memory.frontier_lines(sizes, costs, 1e8, default_mb=256)
+    assert lines[1].startswith("256 MB (default)") and "4.20" in lines[1] and "9.000 ms (3.00x)" in lines[1]
+    assert lines[2].startswith("1769 MB ") and "1.000 ms (1.00x)" in lines[2]
+    points = memory.frontier_points(sizes, costs, 1e8)
+    assert points["steady"] == [(4.2, 9.0, "256 MB"), (9.77, 1.0, "1769 MB")]
+    assert points["floor/steady"] == [(4.2, 3.0, "256 MB"), (9.77, 1.0, "1769 MB")]
+    table = memory.size_lines(sizes[0], costs[256], 1e8)
+    assert "$4.20 per million at 100 M tasks/month" in table[0]
+    rows = {name: next(line for line in table[2:] if line.strip().startswith(name)) for name in memory.PHASES}
+    assert "MISSED | MISSED" in rows["steady"]  # 3x its floor, and over 2 ms
+    assert "MISSED | MET" in rows["burst 250"]  # 3x its floor, within 90 ms
+    assert [v.met for v in memory.verdicts_of(sizes[1])] == [True] * 4
+
+
+def test_sizes_are_lambdas() -> None:
+    assert memory.parse_sizes("256,1769") == (256, 1769)
+    with pytest.raises(argparse.ArgumentTypeError):
+        memory.parse_sizes("64")
+    with pytest.raises(argparse.ArgumentTypeError):
+        memory.parse_sizes("")
