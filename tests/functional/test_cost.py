@@ -5,7 +5,8 @@ The expected counts come from the design (the store's life cycle, the keys-only 
 template.yaml), not from a previous run: one conditional write per step (schedule, arm straight from PENDING,
 record), each within one write unit, the index written only when a task enters or leaves it, a poll that
 writes nothing per task and whose fixed reads are exactly one query per shard and bucket, and heartbeat writes
-per executor batch, not per task.
+per executor batch, not per task. The fast path's premise is checked on the real code too: a stream batch
+becomes one executor invocation and no DynamoDB request.
 """
 
 from __future__ import annotations
@@ -16,9 +17,20 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from punctual.actions import HttpAction
+from punctual.client import Client
 from punctual.dynamodb.schema import ensure_table
-from punctual.keys import bucket_start, buckets_between
+from punctual.fastpath import dispatch_stream_records
+from punctual.keys import bucket_start, buckets_between, from_ms
+from punctual.poller import Poller
+from punctual.runtime import build_store
+from punctual.settings import Settings
 from punctual_tools import cost
+from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds
+from punctual_tools.cost.fastpath import fast_path_cost, fast_path_window_s, last_lead_s, stream_batch_tasks
+from punctual_tools.cost.pricing import eventbridge_scheduler_usd, marginal_per_million
+from punctual_tools.cost.scenario import SCENARIO_START_MS
+from punctual_tools.doubles import FakeClock, RecordingInvoker
 
 TASKS = 300
 
@@ -223,10 +235,10 @@ def test_costs_per_million_fall_with_volume_and_beat_step_functions(counted: cos
     assert 3.1 < dynamodb < 3.4
 
 
-def test_heartbeats_cost_less_than_the_write_a_task_the_claim_took(counted: cost.Counts) -> None:
-    # The claim's write unit a task is gone; the heartbeats that replace it as a sign of life cost less at
-    # both volumes (at 1 M a month one executor renews all the time for ~23 tasks a tick, at 100 M ten share
-    # ~2,300)
+def test_heartbeats_cost_less_than_a_write_unit_a_task(counted: cost.Counts) -> None:
+    # An executor's sign of life is its own heartbeat item, not a write on each task: at both volumes it costs
+    # less than one write unit a task (at 1 M a month one executor renews all the time for ~23 tasks a tick,
+    # at 100 M ten share ~2,300)
     for volume in (1e6, 100e6):
         month = cost.monthly_cost(counted, volume)
         (heartbeats,) = [x for x in month.lines if x.item.startswith("DynamoDB heartbeats")]
@@ -249,6 +261,100 @@ def test_a_recurring_occurrence_is_made_by_one_transaction_shared_by_up_to_99(
     assert by_step["make occurrence"].wru_index == pytest.approx(2 + 2 * 3 / 240)
     # A schedule every minute makes one a poll, and pays the read and the cursor for it
     assert slow.per_tick == 1 and slow.requests == 2 and slow.rru == 1 and slow.wru == 8
+
+
+# -- what the model adds beyond the counts: INIT, the fast path, EventBridge's free tier ----------------------
+def test_the_executors_init_is_measured_in_a_fresh_process(counted: cost.Counts) -> None:
+    # Given the run, which loads src/executor/app.py in fresh processes after it
+    init = counted.scenario.init
+    # Then the load was measured (CPU time, interpreter start included), and is billed on the memory size's share
+    # of a core: at 1,769 MB and above one core, below it proportionally longer
+    assert init.measured and init.runs == 3 and init.cpu_s > 0
+    assert init_seconds(init.cpu_s, FULL_CORE_MB) == init.cpu_s == init_seconds(init.cpu_s, 3538)
+    assert init_seconds(1.0, 256) == pytest.approx(FULL_CORE_MB / 256)
+
+
+def test_the_poll_path_keeps_the_ticks_batches_and_the_previous_ticks_late_ones_busy() -> None:
+    # Given 60 s polls, a 90 s lead and batches of 250: a tick's batches live from 30 s to 90 s after it, so
+    # those whose last task is due in the second half of the window are still waiting at the next tick
+    assert executor_environments(2_315, 250, 90_000, 60_000, 0.25) == 10 + 6  # 10 batches, the last 6 late
+    assert executor_environments(23, 250, 90_000, 60_000, 0.25) == 2  # one batch a tick, alive ~59 s
+    assert executor_environments(0.5, 250, 90_000, 60_000, 0.25) == 1
+    assert executor_environments(0, 250, 90_000, 60_000, 0.25) == 0
+
+
+def test_init_is_in_the_targets_scope_and_counts_each_environment_re_created(counted: cost.Counts) -> None:
+    month = cost.monthly_cost(counted, 100e6)
+    (init,) = [x for x in month.lines if x.timing]
+    assert init.item.startswith("Lambda INIT") and init.in_target
+    # 16 executor environments and the poller's, each new every 2 h over a 30-day month
+    assert month.cold_starts == pytest.approx(17 * 30 * 12)
+    assert 0 < init.usd < 1.0  # steady load: a few cents a month
+
+
+def test_eventbridge_scheduler_is_free_for_its_first_14_million_invocations_a_month() -> None:
+    assert eventbridge_scheduler_usd(1e6) == 0.0
+    assert eventbridge_scheduler_usd(14e6) == 0.0
+    assert eventbridge_scheduler_usd(100e6) == pytest.approx(86.0)
+
+
+def test_lambdas_free_tier_takes_off_at_most_its_allowance(counted: cost.Counts) -> None:
+    low, high = (cost.monthly_cost(counted, v) for v in (1e6, 100e6))
+    allowance = 400_000 * 0.0000133334 + 1e6 * 0.20 / 1e6
+    assert 0 < low.lambda_free_tier_usd() <= allowance
+    # at 100 M the GB-seconds pass the allowance; the invocations (one poll and ~11 executors a tick) do not
+    assert high.lambda_gb_s > 400_000 and high.lambda_requests == pytest.approx(43_200 * 11, rel=0.01)
+    assert high.lambda_free_tier_usd() == pytest.approx(400_000 * 0.0000133334 + high.lambda_requests * 0.20 / 1e6)
+
+
+def test_a_stream_batch_is_one_executor_invocation_and_no_dynamodb_request() -> None:
+    # Given tasks written 2 s ahead (so flagged for the fast path) and the stream records of their writes
+    settings = Settings(table_name="cost-fastpath", ntp_server=None, allowed_targets="127.0.0.1")
+    now = SCENARIO_START_MS
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=settings.region)
+        raw = boto3.client("dynamodb", region_name=settings.region)
+        ensure_table(raw, settings.table_name)
+        scheduler = Client(settings, dynamodb=client, clock=FakeClock(now))
+        action = HttpAction(url="http://127.0.0.1:9/hook")
+        ids = [scheduler.schedule(from_ms(now + 2_000 + i), action, {"n": i}).task_id for i in range(3)]
+        images = [raw.get_item(TableName=settings.table_name, Key={"task_id": {"S": t}})["Item"] for t in ids]
+        assert all(image["fast_path"]["N"] == "1" for image in images)
+        records = [{"eventName": "INSERT", "eventID": str(i), "dynamodb": {"NewImage": image}}
+                   for i, image in enumerate(images)]
+        invoker = RecordingInvoker()
+        poller = Poller(build_store(settings, client), invoker, settings, poller_id="fast-cost")
+        # When the fast path dispatches the stream batch, under the meter
+        with cost.CapacityMeter(client, raw, settings.table_name, cost.TableSpec.from_template()) as meter:
+            report = dispatch_stream_records(poller, records)
+    # Then one executor is invoked for the whole batch, and the fast path itself makes no DynamoDB request
+    assert report.dispatched == 3 and report.batches == 1
+    (payload,) = invoker.payloads
+    assert sorted(t["task_id"] for t in payload["tasks"]) == sorted(ids)
+    assert meter.calls == []
+
+
+def test_a_fast_path_task_costs_more_alone_and_further_ahead(counted: cost.Counts) -> None:
+    window = fast_path_window_s()
+    assert window == 70.0  # the poll interval + the fast-path margin, from Settings
+    assert last_lead_s(1, None, window) == 35.0 and last_lead_s(5, 2.0, window) == 2.0
+    one, five = (fast_path_cost(counted, k, 2.0, 1e6) for k in (1, 5))
+    assert one.per_million > five.per_million
+    assert fast_path_cost(counted, 1, 35.0, 1e6).per_million > one.per_million
+    # one task 2 s ahead: the executor is billed 2 s + the record tail at 256 MB, plus its request
+    assert one.executor_s == pytest.approx(2.25)
+    assert one.usd["executor"] == pytest.approx(2.25 * 0.25 * 0.0000133334 + 0.20 / 1e6)
+    # and it costs more than one more task on the poll path, at both volumes
+    for volume in (1e6, 100e6):
+        assert one.per_million > marginal_per_million(counted, volume)
+
+
+def test_a_stream_batch_holds_what_a_shard_received_in_a_quarter_second() -> None:
+    assert stream_batch_tasks(0) == 1.0
+    rate = 100e6 / (30 * 86_400)  # tasks a second at 100 M a month
+    expected = rate / 4
+    assert stream_batch_tasks(100e6) == pytest.approx(expected / (1 - math.exp(-expected)))
+    assert stream_batch_tasks(100e6, shards=4) < stream_batch_tasks(100e6)
 
 
 def test_docs_cost_md_holds_what_was_counted(counted: cost.Counts, recurring: tuple[cost.Recurring, ...]) -> None:

@@ -37,11 +37,12 @@ from typing import Any
 from punctual.dynamodb.codec import item_size
 from punctual.dynamodb.schema import TABLE_RESOURCE, load_template
 from punctual.dynamodb.store import EXECUTOR_PREFIX
+from punctual.model import ACTIVE_STATUSES
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
 READ_OPS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
-ACTIVE = frozenset({"PENDING", "CLAIMED", "ARMED"})  # CLAIMED: a legacy status, still active
+ACTIVE = frozenset(status.value for status in ACTIVE_STATUSES)
 HEARTBEAT, HEARTBEAT_CHECK = "heartbeat", "heartbeat check"
 
 
@@ -376,7 +377,7 @@ def status_label(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
         return None
     if old is None:
         return "schedule"
-    if new == "ARMED":  # from PENDING (or a legacy CLAIMED whose lease ended)
+    if new == "ARMED":
         return "arm"
     if old == "ARMED" and new not in ACTIVE:
         return "record"

@@ -1,11 +1,12 @@
 """Pricing: the counts of a scenario run at a monthly volume, in dollars, next to the alternatives.
 
-:func:`monthly_cost` prices DynamoDB (per task and per poll tick), the executor and poller Lambdas, storage
-and observability at a volume, reading memory sizes, retention, alarms and the dashboard from
-``template.yaml``; :func:`executor_seconds_per_tick` models how long executors are awake (billed while they
-wait for their batch's last due instant) and :func:`measured_executor_seconds` gives the same from a run, to
-check the model; :func:`heartbeat_writes_per_tick` adds the heartbeat renewals an executor makes over that
-life; :func:`break_even` finds the volume from which the target is met.
+:func:`monthly_cost` prices DynamoDB (per task and per poll tick), the executor and poller Lambdas (their
+invocations and their INIT phases), storage and observability at a volume, reading memory sizes, retention,
+alarms and the dashboard from ``template.yaml``; :func:`executor_seconds_per_tick` models how long executors are
+awake (billed while they wait for their batch's last due instant) and :func:`measured_executor_seconds` gives the
+same from a run, to check the model; :func:`heartbeat_writes_per_tick` adds the heartbeat renewals an executor
+makes over that life; :func:`break_even` finds the volume from which the target is met;
+:func:`eventbridge_scheduler_usd` prices the same volume on EventBridge Scheduler, free tier included.
 """
 
 from __future__ import annotations
@@ -18,10 +19,17 @@ from punctual.dynamodb.schema import load_template
 from punctual.poller import INVOKE_THREADS
 from punctual.settings import Settings
 
+from .coldstart import (
+    ENVIRONMENT_LIFETIME_S,
+    cold_starts_per_month,
+    executor_environments,
+    init_seconds,
+)
 from .scenario import Counts, Scenario
 
-# == prices: us-east-1, public price pages as of 2025 ======================================================
-PRICES_AS_OF = "us-east-1 list prices (AWS pricing pages, 2025; DynamoDB on-demand after the November 2024 cut)"
+# == prices: us-east-1 list prices; each one's source is named in docs/cost.md, "Prices and their sources" ====
+PRICES_AS_OF = ("us-east-1 list prices from the AWS pricing pages, DynamoDB on-demand after the November 2024 cut; "
+                "sources under \"Prices and their sources\"")
 DDB_WRU_USD = 0.625 / 1e6  # per write request unit, on-demand, standard table class
 DDB_RRU_USD = 0.125 / 1e6  # per read request unit
 DDB_STORAGE_GB_MONTH_USD = 0.25  # standard table class (the first 25 GB a month are free: ignored)
@@ -29,6 +37,8 @@ DDB_PITR_GB_MONTH_USD = 0.20  # continuous backups (the template enables point-i
 DDB_ITEM_OVERHEAD_BYTES = 100  # DynamoDB's per-item storage overhead
 LAMBDA_GB_S_ARM_USD = 0.0000133334  # arm64, first 6 billion GB-s a month
 LAMBDA_REQUEST_USD = 0.20 / 1e6
+LAMBDA_FREE_GB_S = 400_000  # Lambda's monthly free tier, account-wide: GB-seconds ...
+LAMBDA_FREE_REQUESTS = 1e6  # ... and requests
 CW_LOGS_INGEST_GB_USD = 0.50
 CW_CUSTOM_METRIC_MONTH_USD = 0.30  # first 10,000 metrics; EMF metrics are custom metrics
 CW_DASHBOARD_MONTH_USD = 3.00
@@ -36,6 +46,7 @@ CW_ALARM_MONTH_USD = 0.10  # standard resolution; high resolution is 0.30
 CW_ALARM_HIGH_RES_MONTH_USD = 0.30
 XRAY_TRACE_USD = 5.00 / 1e6  # traces recorded (the first 100,000 a month are free: ignored)
 EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD = 1.00 / 1e6
+EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS = 14e6  # a month, free (AWS price list, "ScheduledInvocation")
 STEP_FUNCTIONS_PER_TRANSITION_USD = 25.0 / 1e6  # standard workflows ($0.025 per 1,000)
 STEP_FUNCTIONS_TRANSITIONS = (3, 4)  # Wait + action Task (+ end) ... + a Choice/Pass: per task
 
@@ -46,6 +57,7 @@ POLLER_OVERHEAD_S = 0.05  # handler, logging and metrics flush per poll
 RECORD_TAIL_S = 0.25  # executor: after the last fire, the settle gap (0.2 s) and the last record writes
 AHEAD_DAYS = 1.0  # how long a task waits in the table before it is due (storage while pending)
 MONTH_MS = 30 * 86_400_000
+MONTH_S = MONTH_MS / 1000
 TARGET_USD_PER_MILLION = 5.0
 
 
@@ -101,18 +113,45 @@ class Line:
     usd: float  # per month
     kind: str  # "per task" | "fixed"
     in_target: bool = True
+    timing: bool = False  # follows a time measured on the machine that ran the model (the INIT's CPU)
 
 
 @dataclass(frozen=True)
 class Month:
     tasks: float
     lines: list[Line]
+    lambda_gb_s: float = 0.0  # the executors' and poller's GB-seconds (INIT included) ...
+    lambda_requests: float = 0.0  # ... and invocations: what Lambda's free tier would cover
+    cold_starts: float = 0.0  # new executor and poller environments a month
 
     def usd(self, in_target: bool | None = True) -> float:
         return sum(x.usd for x in self.lines if in_target is None or x.in_target == in_target)
 
     def per_million(self, in_target: bool | None = True) -> float:
         return self.usd(in_target) / (self.tasks / 1e6)
+
+    def lambda_free_tier_usd(self) -> float:
+        """What Lambda's monthly free tier takes off, if nothing else in the account uses it."""
+        return (min(self.lambda_gb_s, LAMBDA_FREE_GB_S) * LAMBDA_GB_S_ARM_USD
+                + min(self.lambda_requests, LAMBDA_FREE_REQUESTS) * LAMBDA_REQUEST_USD)
+
+
+def eventbridge_scheduler_usd(tasks_per_month: float) -> float:
+    """EventBridge Scheduler, one invocation a task: the first 14 million invocations a month are free."""
+    return max(0.0, tasks_per_month - EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS) * EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD
+
+
+def poll_path_cold_starts(n: float, max_batch: int, lead_ms: int, interval_ms: int) -> tuple[float, float]:
+    """(executor environments in use, new executor environments a month) at ``n`` tasks a tick: each environment
+    is re-created every :data:`~.coldstart.ENVIRONMENT_LIFETIME_S`; below one task a tick every invocation is
+    taken as a cold start (the environment idles between ticks)."""
+    if n <= 0:
+        return 0.0, 0.0
+    ticks = MONTH_MS / interval_ms
+    if n < 1:
+        return 1.0, ticks * (1 - math.exp(-n))
+    environments = executor_environments(n, max_batch, lead_ms, interval_ms, RECORD_TAIL_S)
+    return environments, cold_starts_per_month(environments, MONTH_S)
 
 
 def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None,
@@ -144,6 +183,13 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
     alarms = [r for r in resources if r.get("Type") == "AWS::CloudWatch::Alarm"]
     high_res = sum(1 for a in alarms if int(a.get("Properties", {}).get("Period", 60) or 60) < 60)
     dashboards = sum(1 for r in resources if r.get("Type") == "AWS::CloudWatch::Dashboard")
+    cpu_s = c.scenario.init.cpu_s
+    _, executor_colds = poll_path_cold_starts(n, max_batch, lead, interval)
+    poller_colds = cold_starts_per_month(1, MONTH_S)
+    init_gb_s = (executor_colds * init_seconds(cpu_s, exec_mb) * exec_mb
+                 + poller_colds * init_seconds(cpu_s, poll_mb) * poll_mb) / 1024
+    executor_gb_s = ticks * seconds * exec_mb / 1024
+    poller_gb_s = ticks * poll_s * poll_mb / 1024
     lines = [
         Line("DynamoDB writes, per task", tasks_per_month * c.task_wru * DDB_WRU_USD, "per task"),
         Line("DynamoDB reads, per task", tasks_per_month * c.task_rru * DDB_RRU_USD, "per task"),
@@ -152,10 +198,12 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
         Line(f"DynamoDB heartbeats (per executor: first, last, one every {interval_s:g} s)",
              ticks * beats * beat_wru * DDB_WRU_USD, "per task" if n >= max_batch else "fixed"),
         Line(f"Lambda executor ({exec_mb} MB, awake until its last task)",
-             ticks * seconds * exec_mb / 1024 * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
+             executor_gb_s * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
              "per task" if n >= max_batch else "fixed"),
         Line(f"Lambda poller ({poll_mb} MB, every {interval // 1000} s)",
-             ticks * (poll_s * poll_mb / 1024 * LAMBDA_GB_S_ARM_USD + LAMBDA_REQUEST_USD), "fixed"),
+             poller_gb_s * LAMBDA_GB_S_ARM_USD + ticks * LAMBDA_REQUEST_USD, "fixed"),
+        Line(f"Lambda INIT (cold starts: each environment new every {ENVIRONMENT_LIFETIME_S / 3600:g} h)",
+             init_gb_s * LAMBDA_GB_S_ARM_USD, "fixed", timing=True),
         Line(f"DynamoDB storage + PITR ({retention:.0f} d retention + {AHEAD_DAYS:.0f} d ahead)",
              stored_gb * (DDB_STORAGE_GB_MONTH_USD + DDB_PITR_GB_MONTH_USD), "per task", in_target=False),
         Line("CloudWatch Logs ingestion" + ("" if logs.measured else " (not measured)"),
@@ -167,7 +215,20 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
              + high_res * CW_ALARM_HIGH_RES_MONTH_USD + dashboards * CW_DASHBOARD_MONTH_USD, "fixed",
              in_target=False),
     ]
-    return Month(tasks_per_month, lines)
+    return Month(tasks_per_month, lines, lambda_gb_s=executor_gb_s + poller_gb_s + init_gb_s,
+                 lambda_requests=ticks * (invocations + 1), cold_starts=executor_colds + poller_colds)
+
+
+def marginal_per_million(c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None,
+                         template_path: str | None = None, step: float = 0.05) -> float:
+    """What one more million tasks a month adds to the target's scope at ``tasks_per_month`` (a central
+    difference over ±``step`` of the volume): at low volume the executors are awake anyway, so a task added to
+    the poll path costs little more than its DynamoDB writes."""
+    def usd(volume: float) -> float:
+        return monthly_cost(c, volume, executor_memory_mb, template_path).usd(True)
+
+    delta = step * tasks_per_month
+    return (usd(tasks_per_month + delta) - usd(tasks_per_month - delta)) / (2 * delta) * 1e6
 
 
 def measured_executor_seconds(s: Scenario) -> float:

@@ -9,13 +9,26 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from punctual.dynamodb.schema import find_template
 
+from .coldstart import ENVIRONMENT_LIFETIME_S, INIT_LIMIT_S, init_seconds
+from .fastpath import (
+    BENCH_LEAD_S,
+    STREAM_SHARDS,
+    fast_path_cost,
+    fast_path_window_s,
+    last_lead_s,
+    stream_batch_tasks,
+)
 from .pricing import (
     DDB_RRU_USD,
     DDB_WRU_USD,
-    EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD,
+    EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS,
+    LAMBDA_FREE_GB_S,
+    LAMBDA_FREE_REQUESTS,
+    LAMBDA_GB_S_ARM_USD,
     MONTH_MS,
     PRICES_AS_OF,
     RECORD_TAIL_S,
@@ -23,12 +36,15 @@ from .pricing import (
     STEP_FUNCTIONS_TRANSITIONS,
     TARGET_USD_PER_MILLION,
     break_even,
+    eventbridge_scheduler_usd,
     executor_seconds_per_tick,
     heartbeat_interval_ms,
     heartbeat_writes_per_tick,
+    marginal_per_million,
     measured_executor_seconds,
     memory_mb,
     monthly_cost,
+    poll_path_cold_starts,
 )
 from .scenario import Counts, Recurring
 
@@ -133,20 +149,28 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
     lines += [header, "| --- |" + " ---: | ---: |" * len(volumes)]
     for i, line in enumerate(months[0].lines):
         cells = " | ".join(f"{_usd(m.lines[i].usd)} | {_usd(m.lines[i].usd / (m.tasks / 1e6))}" for m in months)
-        mark = "" if line.in_target else " †"
+        mark = ("" if line.in_target else " †") + (" ‡" if line.timing else "")
         lines.append(f"| {line.item}{mark} | {cells} |")
     for label, scope in (("**Punctual: Lambda + DynamoDB + poller** (the target's scope)", True),
                          ("Punctual, everything above", None)):
         cells = " | ".join(f"{_usd(m.usd(scope))} | **{_usd(m.per_million(scope))}**" for m in months)
         lines.append(f"| {label} | {cells} |")
-    lines.append("| EventBridge Scheduler (one invocation a task) | " + " | ".join(
-        f"{_usd(m.tasks * EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD)} | "
-        f"{_usd(1e6 * EVENTBRIDGE_SCHEDULER_PER_INVOCATION_USD)}" for m in months) + " |")
+    lines.append(f"| Punctual's target scope less Lambda's free tier ({LAMBDA_FREE_GB_S:,} GB-s and "
+                 f"{LAMBDA_FREE_REQUESTS / 1e6:.0f} M requests a month, if nothing else in the account uses it) | "
+                 + " | ".join(f"{_usd(m.usd(True) - m.lambda_free_tier_usd())} | "
+                              f"{_usd((m.usd(True) - m.lambda_free_tier_usd()) / (m.tasks / 1e6))}" for m in months)
+                 + " |")
+    lines.append(f"| EventBridge Scheduler (one invocation a task; the first "
+                 f"{EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS / 1e6:.0f} M a month free) | " + " | ".join(
+                     f"{_usd(eventbridge_scheduler_usd(m.tasks))} | "
+                     f"{_usd(eventbridge_scheduler_usd(m.tasks) / (m.tasks / 1e6))}" for m in months) + " |")
     lo, hi = (n * STEP_FUNCTIONS_PER_TRANSITION_USD for n in STEP_FUNCTIONS_TRANSITIONS)
     lines.append(f"| Step Functions standard ({'–'.join(map(str, STEP_FUNCTIONS_TRANSITIONS))} transitions a task) | "
                  + " | ".join(f"{_usd(m.tasks * lo)}–{_usd(m.tasks * hi)} | {_usd(1e6 * lo)}–{_usd(1e6 * hi)}"
                               for m in months) + " |")
-    lines += ["", "† outside the target's scope (Lambda, DynamoDB requests and the poller).", ""]
+    lines += ["", "† outside the target's scope (Lambda, DynamoDB requests and the poller). ‡ follows a CPU time "
+              "measured on the machine that ran the model (below).", ""]
+    lines += _init_lines(c, months, template_path) + [""]
     template_mb = memory_mb("ExecutorFunction", 256, template_path)
     sweep = (1e6, 10e6, 100e6, 1e9)
     lines += [
@@ -176,9 +200,82 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
     lines.append("Target: " + "; ".join(verdicts) + ". " + (
         f"The target's scope reaches ${TARGET_USD_PER_MILLION:.0f} per million from about "
         f"{even / 1e6:,.0f} M tasks a month." if even else "No volume reaches it."))
+    lines += _fast_path_lines(c, months, template_path)
     lines += _recurring_lines(c, recurring, volumes[-1], template_path)
     lines += ["", END_MARK]
     return "\n".join(lines)
+
+
+def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:
+    """The INIT paragraph: the executor's measured load, what it bills at each memory size, how many a month."""
+    init = c.scenario.init
+    st = c.scenario.settings
+    exec_mb = memory_mb("ExecutorFunction", 256, template_path)
+    sizes = sorted({128, exec_mb, 512, 1024, 1769})
+    how = (f"took {init.cpu_s:.2f} s of CPU on the machine that ran `make cost` (median of {init.runs} fresh "
+           "processes, interpreter start included)" if init.measured else
+           f"could not be measured; {init.cpu_s:.2f} s of CPU is assumed")
+    at = ", ".join(f"{init_seconds(init.cpu_s, mb):.1f} s at {mb} MB" for mb in sizes)
+    per_cold = init_seconds(init.cpu_s, exec_mb) * exec_mb / 1024 * LAMBDA_GB_S_ARM_USD
+    volumes = []
+    for m in months:
+        n = m.tasks / (MONTH_MS / st["poll_interval_ms"])
+        envs, _ = poll_path_cold_starts(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
+        volumes.append(f"{envs:.0f} at {m.tasks / 1e6:,.0f} M tasks a month ({m.cold_starts:,.0f} cold starts a "
+                       f"month with the poller's, {_usd(next(x.usd for x in m.lines if x.timing))})")
+    return [
+        f"**Cold starts (INIT) ‡:** loading the executor (`src/executor/app.py`) {how}. On the share of a core "
+        f"the memory size buys (MemorySize / 1,769 MB), that is an INIT of {at} (Lambda allows "
+        f"{INIT_LIMIT_S:.0f} s, then runs it again inside the first invocation). One cold start of the executor "
+        f"costs {_usd(per_cold * 1e6)} per million cold starts at {exec_mb} MB. Executor environments the poll "
+        f"path keeps busy, each re-created every {ENVIRONMENT_LIFETIME_S / 3600:g} h: {'; '.join(volumes)}. "
+        "A load that swings pays one more cold start for each extra environment it needs.",
+    ]
+
+
+def _fast_path_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:
+    """The fast path per task, at each volume and batch size, next to the poll path at the same volume."""
+    window = fast_path_window_s()
+    leads: tuple[tuple[str, float | None], ...] = ((f"{BENCH_LEAD_S:g} s lead", BENCH_LEAD_S),
+                                                   (f"leads spread over 0–{window:g} s", None))
+    lines = [
+        "",
+        "**The fast path, per task** (a task written due within "
+        f"{window:g} s: each stream batch is one executor invocation, billed until the batch's last task is due; "
+        "DynamoDB as on the poll path). Tasks a stream batch: 1, 2 and 5, and the mean batch when every task of "
+        f"the volume takes the fast path, the stream has {STREAM_SHARDS} shard and Lambda reads it four times a "
+        "second. Leads: every task written "
+        f"{BENCH_LEAD_S:g} s ahead (the benchmark's fast-path phase), or leads spread evenly up to {window:g} s. "
+        "The poll path is given per task on average and for one more task (the executors it keeps awake are "
+        "billed anyway: what moving a task from the fast path to the poll path would cost):",
+        "",
+        "| fast-path tasks a month | tasks a stream batch | executor awake a batch | "
+        + " | ".join(f"$ per million, {name}" for name, _ in leads)
+        + " | poll path, $ per million: average / one more task |",
+        "| --- | ---: | ---: |" + " ---: |" * len(leads) + " ---: |",
+    ]
+    ratios: list[float] = []
+    for m in months:
+        mean_batch = stream_batch_tasks(m.tasks)
+        poll, more = m.per_million(True), marginal_per_million(c, m.tasks, template_path=template_path)
+        for k in sorted({k for k in (1.0, 2.0, 5.0) if abs(k - mean_batch) > 0.25} | {mean_batch}):
+            costs = [fast_path_cost(c, k, last_lead_s(k, lead, window), m.tasks, template_path=template_path)
+                     for _, lead in leads]
+            ratios += [x.per_million / more for x in costs]
+            label = f"{k:.1f} (the mean batch)" if k == mean_batch else f"{k:.0f}"
+            awake = " / ".join(f"{x.executor_s:.2f} s" for x in costs)
+            cells = " | ".join(f"**{_usd(x.per_million)}**" for x in costs)
+            lines.append(f"| {m.tasks / 1e6:,.0f} M | {label} | {awake} | {cells} | {_usd(poll)} / {_usd(more)} |")
+    one = fast_path_cost(c, 1.0, BENCH_LEAD_S, months[0].tasks, template_path=template_path)
+    parts = ", ".join(f"{name} {_usd(1e6 * usd)}" for name, usd in one.usd.items())
+    low, high = min(ratios), max(ratios)
+    verdict = ("**The fast path costs more per task than the poll path in every row**" if low > 1 else
+               "The fast path costs more per task than the poll path in most rows")
+    lines += ["", f"{verdict}: {low:.2f}× to {high:.0f}× what one more task costs on the poll path, because "
+              f"the poll path shares an executor's wait among up to {c.scenario.settings['max_batch_size']} tasks "
+              "and a stream batch among the few tasks written to a shard in the same quarter second. One task "
+              f"alone, {BENCH_LEAD_S:g} s ahead, per million: {parts}."]
+    return lines
 
 
 def _rate(ms: int) -> str:
@@ -237,11 +334,13 @@ def extract_block(doc: str) -> str:
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-def blocks_match(a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15) -> list[str]:
+def blocks_match(a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15,
+                 rel_timing: float = 0.5) -> list[str]:
     """Differences between two generated blocks beyond a small tolerance on every number (a rerun moves a few
     figures slightly: drift digits change item sizes by a byte). Rows marked † may move by ``rel_measured``:
     the log bytes they hold include drift values printed by the handlers, whose length depends on the
-    machine's timing. Returns the mismatching lines."""
+    machine's timing. Lines marked ‡ follow a CPU time measured on a busy machine and may move by
+    ``rel_timing``. Returns the mismatching lines."""
     bad: list[str] = []
     la, lb = a.splitlines(), b.splitlines()
     if len(la) != len(lb):
@@ -250,7 +349,7 @@ def blocks_match(a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_mea
         if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
             bad.append(f"{x!r} != {y!r}")
             continue
-        tolerance = rel_measured if "†" in x else rel
+        tolerance = rel_timing if "‡" in x else rel_measured if "†" in x else rel
         for p, q in zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True):
             u, v = float(p.replace(",", "")), float(q.replace(",", ""))
             if abs(u - v) > max(abs_, tolerance * max(abs(u), abs(v))):

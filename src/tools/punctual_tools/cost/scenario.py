@@ -4,8 +4,9 @@
 ``poll_interval`` of a simulated clock and every batch it hands over through the real executor, and keeps every
 request the :class:`~punctual_tools.cost.meter.CapacityMeter` counted; :func:`counts` turns them into figures
 per task and per poll tick. Meanwhile a child process measures the bytes the real handlers log
-(:class:`LogBytes`). The stand-ins (HTTP target, recording invoker, clocks) are those of
-:mod:`punctual_tools.doubles`, which the tests use too.
+(:class:`LogBytes`), and after it fresh processes time the executor's INIT
+(:class:`~punctual_tools.cost.coldstart.InitTime`). The stand-ins (HTTP target, recording invoker, clocks) are
+those of :mod:`punctual_tools.doubles`, which the tests use too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from punctual_tools.doubles import (
     serving,
 )
 
+from .coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
 from .meter import (
     ACTIVE,
     HEARTBEAT,
@@ -101,6 +103,7 @@ class Scenario:
     max_item_bytes: int
     poll_wall_s: list[float]
     logs: LogBytes = field(default_factory=lambda: LOG_BYTES_UNMEASURED)
+    init: InitTime = INIT_UNMEASURED
 
 
 # == the run ==============================================================================================
@@ -206,7 +209,8 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> 
 
 
 def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
-                 template_path: str | None = None, measure_logs: bool = True) -> Scenario:
+                 template_path: str | None = None, measure_logs: bool = True,
+                 measure_init: bool = True) -> Scenario:
     """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto.
 
     Timeline (simulated, poll interval ``I`` and lead ``L`` from the default settings): poll ticks every
@@ -217,7 +221,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     outcome writes are held until simulated time reaches the task's due instant (plus the recorder's settle
     gap), so the next ticks see the tasks still ARMED exactly as they would in AWS. The executor's clock is
     moved to the batch's last due instant, so a batch fires as one burst in real time; tasks carry a
-    5-minute grace so that the burst's drift (up to one poll interval) still records SUCCEEDED.
+    5-minute grace so that the burst's drift (up to one poll interval) still records SUCCEEDED. After the run,
+    ``measure_init`` loads the executor's handler in fresh processes to time its INIT
+    (:func:`~punctual_tools.cost.coldstart.measure_executor_init`).
     """
     import os
 
@@ -335,6 +341,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                 final = [meter.item({"task_id": {"S": t}}) for t in task_ids]
     finally:
         logs = LOG_BYTES_UNMEASURED if log_measurement is None else _finish_log_measurement(log_measurement)
+    init = measure_executor_init() if measure_init else INIT_UNMEASURED
     outcomes: dict[str, int] = defaultdict(int)
     for item in final:
         outcomes[(item or {}).get("status", {}).get("S", "GONE")] += 1
@@ -348,7 +355,7 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
         calls=list(meter.calls), ticks=last_tick + 1, baseline_ticks=baseline,
         work_ticks=list(range(3, last_tick + 1)), batches=batches, outcomes=dict(outcomes),
         final_item_bytes=sum(sizes) / len(sizes), max_item_bytes=max(c for call in meter.calls for c in call.sizes),
-        poll_wall_s=poll_wall, logs=logs,
+        poll_wall_s=poll_wall, logs=logs, init=init,
     )
 
 # == turning counts into per-task and per-tick figures =====================================================
