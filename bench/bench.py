@@ -70,6 +70,7 @@ from cpu_use import CpuUse, cpu_summary, delta, sample_all
 from floors import (
     ACTION,
     FloorJob,
+    FloorRun,
     FloorRunner,
     burst_shares,
     loopback_env,
@@ -165,15 +166,23 @@ def floor_burst(count: int, fire_log: Path) -> list[float]:
 
 
 # -- the floors, on the executors' footing ---------------------------------------------------------------
-def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int) -> dict[str, Any]:
-    """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used."""
-    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes}
+def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int, policy: str = "normal") -> dict[str, Any]:
+    """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used, and
+    the scheduling policy its firing threads got."""
+    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes,
+            "policy": policy}
+
+
+def policy_of(runs: list[FloorRun]) -> str:
+    """The firing threads' policy of floor processes (``mixed`` if they differ)."""
+    policies = {run.policy for run in runs}
+    return policies.pop() if len(policies) == 1 else "mixed"
 
 
 def measure_floor_steady(runner: FloorRunner, rate: float, seconds: float, fire_log: Path) -> dict[str, Any]:
     """floor/steady: one floor process at ``rate`` for ``seconds``."""
     runs = runner.run([FloorJob("floor-steady-", steady_offsets(rate, seconds), str(fire_log))])
-    return floor_result(*merged(runs), processes=1)
+    return floor_result(*merged(runs), processes=1, policy=policy_of(runs))
 
 
 def measure_floor_burst(runner: FloorRunner, count: int, batch: int, fire_log: Path,
@@ -181,7 +190,7 @@ def measure_floor_burst(runner: FloorRunner, count: int, batch: int, fire_log: P
     """``count`` tasks due at one instant, one floor process per ``batch`` of them (as the executors share it)."""
     shares = burst_shares(count, batch)
     runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, str(fire_log)) for i, n in enumerate(shares)])
-    return floor_result(*merged(runs), processes=len(shares))
+    return floor_result(*merged(runs), processes=len(shares), policy=policy_of(runs))
 
 
 # -- the system ------------------------------------------------------------------------------------------
@@ -270,8 +279,9 @@ def floor_with_writes(stack: LocalStack, runner: FloorRunner, rate: float, secon
         while requests:
             requests = raw.batch_write_item(RequestItems={stack.settings.table_name: requests}).get(
                 "UnprocessedItems", {}).get(stack.settings.table_name, [])
-    return {**floor_result(run.fires, run.cpu, processes=1), "write_rate_per_s": result["write_rate_per_s"],
-            "max_write_lag_s": result["max_write_lag_s"], "write_errors": len(result["errors"])}
+    return {**floor_result(run.fires, run.cpu, processes=1, policy=run.policy),
+            "write_rate_per_s": result["write_rate_per_s"], "max_write_lag_s": result["max_write_lag_s"],
+            "write_errors": len(result["errors"])}
 
 
 def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float = 30.0,
@@ -424,7 +434,7 @@ def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, re
     runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")),
                                 url)])
     fires = wait_for_arrivals(received, prefix, len(runs[0].fires), time.time() * 1000 + 10_000)
-    return floor_result(fires, merged(runs)[1], processes=1)
+    return floor_result(fires, merged(runs)[1], processes=1, policy=policy_of(runs))
 
 
 def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, received: Path) -> dict[str, Any]:
@@ -439,7 +449,7 @@ def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, r
     runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, floor_log, url) for i, n in enumerate(shares)],
                       lead_ms=3000)
     fires = wait_for_arrivals(received, prefix, count, time.time() * 1000 + 30_000)
-    return floor_result(fires, merged(runs)[1], processes=len(shares))
+    return floor_result(fires, merged(runs)[1], processes=len(shares), policy=policy_of(runs))
 
 
 def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
@@ -728,7 +738,7 @@ def main() -> int:
     print(f"{'phase':<20}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
     for name, f in floors.items():
         where = " (arrival at the receiver)" if "webhook" in name else ""
-        print(row(name, f["drift"], f"({f['processes']} floor process(es)){where}"))
+        print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}){where}"))
     notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
                    f"{'30' if name == 'steady+writes' else '2'} s after its write)"
              for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}
@@ -777,7 +787,7 @@ def main() -> int:
             "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
             **profile, "executor_memory_mb": memory_mb, "floor_footing": runner.footing.as_dict(),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "floors": {name: {**summarize(f["drift"]), "processes": f["processes"],
+            "floors": {name: {**summarize(f["drift"]), "processes": f["processes"], "policy": f["policy"],
                               "cpu": vars(f["floor_cpu"])} for name, f in floors.items()},
             "phases": {name: {**summarize(r["drift"]),
                               **{k: v for k, v in r.items() if k not in hidden},

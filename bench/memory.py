@@ -169,6 +169,7 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         extra: dict[str, Any] = {k: r[k] for k in ("scheduled", "fired", "duplicates", "batches") if k in r}
         phases[name] = phase_figures(r["drift"], floors[name]["drift"], r.get("cpu"), TARGETS[name], name,
                                      {**extra, **waits[name], "floor_processes": floors[name]["processes"],
+                                      "floor_policy": floors[name]["policy"],
                                       "floor_cpu": vars(floors[name]["floor_cpu"])})
     return {"memory_mb": memory_mb, "cpu_share": round(memory_mb / MB_PER_VCPU, 4), "cpu_quota": quota,
             "floor_footing": runner.footing.as_dict(), "phases": phases, "invoker": invoker,
