@@ -430,7 +430,7 @@ def wait_for_arrivals(received: Path, prefix: str, count: int, until_ms: float,
 def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
     """floor/webhook: a floor process firing the same webhook with the same engine (no database, no stack) at
     ``rate``; drift = arrival at the receiver - due."""
-    prefix = "floor-webhook-"
+    prefix = f"floor-webhook-{uuid.uuid4().hex[:6]}-"  # the receiver's file may hold an earlier floor's
     runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")),
                                 url)])
     fires = wait_for_arrivals(received, prefix, len(runs[0].fires), time.time() * 1000 + 10_000)

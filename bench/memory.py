@@ -260,13 +260,15 @@ def main() -> int:
     parser.add_argument("--sizes", type=parse_sizes, default=SIZES, help="executor memory sizes, MB (comma-separated)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small counts, short phases")
     parser.add_argument("--steady-rate", type=float, default=50)
-    parser.add_argument("--steady-seconds", type=float, default=30)
+    parser.add_argument("--steady-seconds", type=float, default=20)
     parser.add_argument("--one-burst", type=int, default=250, help="tasks due at one instant in one executor")
     parser.add_argument("--burst", type=int, default=2000, help="tasks due at one instant across executors")
     parser.add_argument("--webhook-rate", type=float, default=20)
     parser.add_argument("--webhook-seconds", type=float, default=20)
     parser.add_argument("--poll-interval", type=float, default=10)
-    parser.add_argument("--prewarm", type=int, default=24, help="warm executor processes at each size's start")
+    parser.add_argument("--prewarm", type=int, default=12,
+                        help="warm executor processes at each size's start (the largest phase, a burst of 2,000, "
+                        "needs 8)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of rest before each phase")
     parser.add_argument("--volume", type=float, default=100e6, choices=VOLUMES,
                         help="tasks a month the table and the picture price (1e6 or 1e8)")

@@ -4,7 +4,11 @@ the pictures drawn from the fires the table was computed from."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -100,3 +104,15 @@ def test_floors_under_the_local_profile_stand_on_whole_cores() -> None:
 def test_an_unknown_profile_is_refused() -> None:
     with pytest.raises(ValueError, match="no profile"):
         FloorRunner("fast", 256)
+
+
+def test_a_burst_is_written_once_the_next_poll_has_ended() -> None:
+    # Given a stack whose poller reports a poll 0.2 s from now
+    stack: Any = SimpleNamespace(polls=[object()], settings=SimpleNamespace(poll_interval_ms=1_000))
+    threading.Timer(0.2, lambda: stack.polls.append(object())).start()
+    # When the burst waits for it
+    started = time.monotonic()
+    bench.after_a_poll(stack)
+    # Then it returns once that poll is in, not before
+    assert len(stack.polls) == 2
+    assert 0.15 < time.monotonic() - started < 2.0

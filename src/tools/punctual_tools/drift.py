@@ -261,7 +261,8 @@ def save_cdf(all_series: Sequence[DriftSeries], path: Path, title: str | None = 
 def save_frontier(lines: Mapping[str, Sequence[tuple[float, float, str]]], path: Path, title: str,
                   xlabel: str = "$ per million tasks", ylabel: str = "drift p99 (ms, log)") -> Path:
     """One line per name of ``lines``, through its points ``(x, y, label)`` (e.g. cost per million, drift p99 and
-    the memory size), each point labelled; y on a log axis (values at or below :data:`SHOWN_MIN_MS` drawn at it)."""
+    the memory size), each point labelled; y on a log axis (values at or below :data:`SHOWN_MIN_MS` drawn at it).
+    A line whose name starts with ``floor`` (a reference, not a phase) is dashed."""
     plt = _pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -269,7 +270,8 @@ def save_frontier(lines: Mapping[str, Sequence[tuple[float, float, str]]], path:
         shown = sorted((x, max(y, SHOWN_MIN_MS), label) for x, y, label in points)
         if not shown:
             continue
-        ax.plot([p[0] for p in shown], [p[1] for p in shown], marker="o", linewidth=1, label=name)
+        ax.plot([p[0] for p in shown], [p[1] for p in shown], marker="o", linewidth=1, label=name,
+                linestyle="--" if name.startswith("floor") else "-")
         for x, y, label in shown:
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_yscale("log")
