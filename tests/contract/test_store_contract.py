@@ -376,6 +376,28 @@ def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: 
         "exec-2", True)
 
 
+def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_is_armed(
+        store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, alive until T (it then died), and a PENDING task; exec-2 alive
+    until = NOW + 20_000
+    held = armed_task(store, tasks, "exec-1", alive_until_ms=until)
+    pending = tasks.create(NOW + 30_000)
+    alive(store, "exec-2", NOW + ALIVE_MS)
+    # When exec-2 arms both at T + 1 as held (what a dispatcher that found them ARMED by a dead executor sends)
+    lease = until + ARMED_LEASE_MS
+    got = store.arm_many([ArmRequest(held.task_id, held.due_ms, lease, held=True),
+                          ArmRequest(pending.task_id, pending.due_ms, lease, held=True)], "batch-2", "exec-2", until + 1)
+    # Then the held one is taken over (exec-1 may have fired it up to T), the pending one armed as usual
+    assert [a is not None for a in got] == [True, True]
+    assert got[0] is not None and got[0].taken_over_until_ms == until and got[0].task.armed_by == "exec-2"
+    assert got[1] is not None and got[1].taken_over_until_ms is None and got[1].task.armed_by == "exec-2"
+    # ... and a held request for a task whose owner is alive loses, as an arm does
+    other = armed_task(store, tasks, "exec-3", alive_until_ms=NOW + ALIVE_MS)
+    assert store.arm_many([ArmRequest(other.task_id, other.due_ms, lease, held=True)], "batch-3", "exec-2",
+                          until + 1) == [None]
+    assert stored(store, other.task_id).armed_by == "exec-3"
+
+
 def test_an_owner_that_renewed_after_it_was_found_dead_is_not_taken_over(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a task armed by exec-1, alive until T, which a look for due work at T + 1 found (exec-1 looked dead)
     until = NOW + 20_000

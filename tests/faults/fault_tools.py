@@ -97,11 +97,33 @@ def was_taken_over(settings: Settings, executor_id: str) -> bool:
     return bool(item.get("taken_over", {}).get("BOOL"))
 
 
+def crash_window(settings: Settings, executor_id: str) -> tuple[int, int]:
+    """A dead executor's crash window: from its last sign of life (the last heartbeat it wrote) to the moment
+    its death was known (the instant a fence set, or the end of the lease a takeover found lapsed)."""
+    item = raw_item(settings, EXECUTOR_PREFIX + executor_id)
+    beat, until = number_of(item, "beat_ms"), number_of(item, "alive_until_ms")
+    assert beat is not None and until is not None, f"executor {executor_id} has no heartbeat"
+    return beat, until
+
+
 def takeover_marks(settings: Settings, task_id: str) -> tuple[str | None, int | None]:
     """Whom a task was taken over from and until when that executor may have fired it (None, None: never
     taken over). The marks stay on the item after its outcome is recorded."""
     item = raw_item(settings, task_id)
     return text_of(item, "taken_from"), number_of(item, "taken_until_ms")
+
+
+def all_takeover_marks(settings: Settings) -> dict[str, tuple[str, int | None]]:
+    """Every task taken over, by id: whom it was taken from and until when (one Scan, for many tasks)."""
+    client = make_client(settings.endpoint_url)
+    marks: dict[str, tuple[str, int | None]] = {}
+    for page in client.get_paginator("scan").paginate(
+        TableName=settings.table_name, FilterExpression="attribute_exists(taken_from)", ConsistentRead=True,
+        ProjectionExpression="task_id, taken_from, taken_until_ms",
+    ):
+        for item in page.get("Items", []):
+            marks[item["task_id"]["S"]] = (item["taken_from"]["S"], number_of(item, "taken_until_ms"))
+    return marks
 
 
 # -- invokers (Lambda async invoke stand-ins) -----------------------------------------------------------------
@@ -355,16 +377,18 @@ class Throttle:
 # -- the verdict --------------------------------------------------------------------------------------------
 def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: TargetServer | Iterable[Fire],
           allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False,
-          extra_expected: Iterable[Expected] = ()) -> Verdict:
+          extra_expected: Iterable[Expected] = (), windows: Iterable[tuple[float, float]] = ()) -> Verdict:
     """The checker's verdict on these tasks (as the table has them now) against the fires the target saw (or
     the fires given), printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it
-    fail). ``extra_expected`` adds occurrences the table cannot hand back as tasks (items that are not tasks)."""
+    fail). ``extra_expected`` adds occurrences the table cannot hand back as tasks (items that are not tasks);
+    ``windows`` are the crash windows (:func:`crash_window`): the verdict prints how many tasks were due in them
+    and how many of those were MISSED, and fails on a MISSED task due outside them."""
     ids = list(task_ids)
     stored = repo.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
     fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
     verdict = check([*expected_from_tasks(stored.values()), *extra_expected], fires,
-                    epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure)
+                    epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure, windows=windows)
     print(f"\n{verdict.format(title)}")
     assert verdict.ok, verdict.format(title)
     assert not verdict.lost and not verdict.unexplained

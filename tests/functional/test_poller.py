@@ -191,6 +191,8 @@ def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_
     assert (after.dispatched, after.recovered) == (1, 1)
     assert invoker.task_ids == [task.task_id]
     assert read_task(repo, task.task_id).status is TaskStatus.ARMED  # until an executor takes it over
+    # ... sent marked held, so that the executor takes it over without an ARM that could only fail
+    assert [t.held for e in invoker.events for t in e.tasks] == [True]
 
 
 def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(

@@ -149,3 +149,24 @@ def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired
                             offset_ms=None, max_attempts=2)
     # Then it is FAILED: no third attempt, whatever the item said
     assert record.outcome is TaskStatus.FAILED and "attempt 2 of 2" in (record.detail or "")
+
+
+def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:
+    # Given a store that counts 0 active tasks (what it holds before any write lands), a quota of 2, and a
+    # cache that expires between each admission
+    class Empty:
+        def count_active(self, tenant: str) -> int:
+            return 0
+
+    now = [100.0]
+    guard = QuotaGuard(Empty(), monotonic=lambda: now[0])  # type: ignore[arg-type]
+    quotas = Quotas(active_tasks=2)
+    # When two creates are admitted and still writing, and the count is read afresh for a third
+    with guard.admitting("acme", quotas, 1), guard.admitting("acme", quotas, 1):
+        now[0] += 10.0
+        # Then the third is refused: the two in flight count though the store cannot see them yet
+        with pytest.raises(QuotaExceededError):
+            guard.admit_tasks("acme", quotas, 1)
+    # ... and once their writes ended, the store's own count is what counts
+    now[0] += 10.0
+    guard.admit_tasks("acme", quotas, 1)

@@ -194,6 +194,31 @@ def test_a_fire_past_its_grace_fails_unless_its_policy_is_fire_late() -> None:
 
 
 # -- format --------------------------------------------------------------------------------------------------
+def test_crash_windows_count_what_was_due_in_them_and_a_missed_occurrence_outside_fails() -> None:
+    # Given two crash windows, [DUE, DUE+1000] and [DUE+5000, DUE+6000] (ends included), and occurrences due
+    # inside and outside them: two MISSED inside, one fired inside, one MISSED outside
+    expected = [occ("a", DUE, "MISSED"), occ("b", DUE + 1_000, "MISSED"), occ("c", DUE + 5_500, "SUCCEEDED"),
+                occ("d", DUE + 3_000, "MISSED"), occ("e", DUE + 9_000, "SUCCEEDED")]
+    fires = [Fire("c:0", DUE + 5_501), Fire("e:0", DUE + 9_001)]
+    windows = [(DUE + 5_000, DUE + 6_000), (DUE, DUE + 1_000)]
+
+    # When checked with the windows
+    verdict = check(expected, fires, epsilon_ms=50, windows=windows)
+
+    # Then the windows are counted, and the MISSED occurrence due between them fails the verdict
+    assert verdict.windows == ((DUE, DUE + 1_000), (DUE + 5_000, DUE + 6_000))
+    assert set(verdict.due_in_window) == {"a:0", "b:0", "c:0"}
+    assert set(verdict.missed_in_window) == {"a:0", "b:0"}
+    assert verdict.missed_outside_window == ("d:0",)
+    assert not verdict.ok and verdict.problems() == ["1 MISSED outside the crash windows"]
+    text = verdict.format("crash")
+    assert "due in the windows          3" in text and "MISSED in the windows       2" in text
+    assert "MISSED outside them         1   e.g. d:0" in text
+    # ... and without windows the same MISSED occurrences are explicit outcomes, not failures
+    plain = check(expected, fires, epsilon_ms=50)
+    assert plain.ok and plain.due_in_window == () and "crash windows" not in plain.format()
+
+
 def test_format_prints_one_line_per_figure_with_examples_of_what_failed() -> None:
     verdict = check([occ(f"t{i}") for i in range(8)], [Fire("t0:0", DUE + 1)], epsilon_ms=1_000)
 

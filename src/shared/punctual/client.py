@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -187,9 +188,10 @@ class Client:
         """Store a built task, if its tenant has room for one more active task."""
         quotas = self._rules.of(task.task_id).quotas
         tenant = split(task.task_id)[0]
-        if quotas is not None and tenant is not None:
-            self._quota.admit_tasks(tenant, quotas, 1)
-        return self._store.create(task, now_ms)
+        if quotas is None or tenant is None:
+            return self._store.create(task, now_ms)
+        with self._quota.admitting(tenant, quotas, 1):
+            return self._store.create(task, now_ms)
 
     def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
                  task_id: str | None = None, misfire_grace: timedelta | int | None = None,
@@ -391,14 +393,23 @@ class Client:
         check_retry(schedule.retry, rules.quotas)
         return schedule
 
-    def _admit_schedule(self, schedule: Schedule, occurrences: int = 0) -> None:
-        """Room among its tenant's quotas for ``schedule`` as it will be stored, and its first ``occurrences``."""
+    def _admit_schedule(self, schedule: Schedule) -> None:
+        """Room among its tenant's quotas for ``schedule`` as it will be stored."""
+        with self._admitting_schedule(schedule):
+            pass
+
+    @contextlib.contextmanager
+    def _admitting_schedule(self, schedule: Schedule, occurrences: int = 0) -> Iterator[None]:
+        """Room among its tenant's quotas for ``schedule`` as it will be stored, and for its first ``occurrences``
+        while the ``with`` block creates them."""
         tenant = split(schedule.schedule_id)[0]
         quotas = self._rules.of(schedule.schedule_id).quotas
         if tenant is None or quotas is None:
+            yield
             return
         self._quota.admit_schedule(tenant, quotas, schedule)
-        self._quota.admit_tasks(tenant, quotas, occurrences)
+        with self._quota.admitting(tenant, quotas, occurrences):
+            yield
 
     def _until_ms(self, now_ms: int) -> int:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
@@ -467,10 +478,12 @@ class Client:
             "created_count": len(occurrences),
         })
         existing = self._store.get_schedule(schedule_id)
+        admission: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
-            self._admit_schedule(to_store, len(occurrences))
-        stored, created = self._store.create_schedule(to_store, [schedule.occurrence(ms) for ms in occurrences],
-                                                      now_ms)
+            admission = self._admitting_schedule(to_store, len(occurrences))
+        with admission:
+            stored, created = self._store.create_schedule(to_store, [schedule.occurrence(ms) for ms in occurrences],
+                                                          now_ms)
         if created:
             chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or stored

@@ -11,6 +11,7 @@ class BatchTask(BaseModel):
     due_ms: int
     grace_ms: int = 0
     misfire_policy: str = "skip"  # informational: the executor acts on the policy of the task it armed
+    held: bool = False  # found ARMED by an executor found dead: a hint to take it over first (conditions decide)
 
 
 class BatchEvent(BaseModel):

@@ -242,7 +242,7 @@ class Executor:
         # + the longest action timeout + a margin. A dead executor's tasks are taken over long before, when its
         # heartbeat lapses.
         requests = [ArmRequest(e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS
-                                                        + margin)) for e in event.tasks]
+                                                        + margin), e.held) for e in event.tasks]
         outcome: list[list[Armed | None]] = []
 
         def arm() -> None:

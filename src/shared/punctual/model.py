@@ -270,11 +270,14 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class ArmRequest:
     """What an executor asks the store to arm: the task as the dispatcher saw it (its due time must still
-    match), and the task's armed lease (a backstop: past it the task is armable again whatever its owner)."""
+    match), and the task's armed lease (a backstop: past it the task is armable again whatever its owner).
+    ``held``: the dispatcher found it ARMED by an executor it found dead, so the store tries the TAKEOVER
+    first (an ARM of it would only fail) and the ARM only if that finds nothing to take."""
 
     task_id: str
     due_ms: int
     lease_until_ms: int
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

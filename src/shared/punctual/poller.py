@@ -44,7 +44,8 @@ def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
         batch_id=uuid.uuid4().hex,
         claimed_by=dispatcher_id,
         tasks=[BatchTask(task_id=c.task_id, due_ms=c.due_ms, grace_ms=c.misfire_grace_ms,
-                         **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}))
+                         **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}),
+                         **({"held": True} if c.status is TaskStatus.ARMED else {}))
                for c in batch],
     )
 

@@ -3,7 +3,8 @@ tenant map), checked when a task or schedule is created or changed. Past a quota
 :class:`QuotaExceededError` naming it, and nothing is stored.
 
 * **active tasks**: counted from the store's ``tenant_active`` index (PENDING and ARMED only), a count at most
-  :data:`COUNT_TTL_S` old plus what this process created since. The count is eventually consistent and each
+  :data:`COUNT_TTL_S` old plus what this process created since; a count read afresh adds what this process
+  admitted and is still writing. The count is eventually consistent and each
   process keeps its own, so callers creating at once in many processes may pass the quota by what they create
   within that window: it bounds a tenant's holding, it is no exact meter.
 * **schedules** and **the fire rate a tenant's schedules add up to**: read from the tenant's schedules when one is
@@ -17,9 +18,10 @@ Tasks without a tenant (the operator's) have no quota.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from .errors import QuotaExceededError
 from .recurrence import At, Rate, parse_expression
@@ -68,10 +70,25 @@ class QuotaGuard:
         self._lock = threading.Lock()  # guards _locks
         self._locks: dict[str, threading.Lock] = {}  # a tenant's: its count is read and changed under it
         self._counts: dict[str, tuple[int, float]] = {}  # tenant -> (active tasks, counted at)
+        self._writing: dict[str, int] = {}  # tenant -> tasks admitted whose creation has not ended yet
 
-    def admit_tasks(self, tenant: str, quotas: Quotas, count: int) -> None:
+    @contextlib.contextmanager
+    def admitting(self, tenant: str, quotas: Quotas, count: int) -> Iterator[None]:
+        """Room for ``count`` more active tasks of ``tenant`` while the caller creates them in the ``with`` block,
+        or QuotaExceededError (``active_tasks``) before it. Admitted tasks are added to the cached count, and,
+        until the block ends, to any count read afresh (the store cannot count a task not yet written)."""
+        self.admit_tasks(tenant, quotas, count, writing=True)
+        try:
+            yield
+        finally:
+            if count > 0:
+                with self._tenant_lock(tenant):
+                    self._writing[tenant] -= count
+
+    def admit_tasks(self, tenant: str, quotas: Quotas, count: int, *, writing: bool = False) -> None:
         """Room for ``count`` more active tasks of ``tenant``, or QuotaExceededError (``active_tasks``). Admitted
-        tasks are added to the cached count (the caller goes on to create them)."""
+        tasks are added to the cached count; ``writing``: also to counts read afresh, until :meth:`admitting`
+        ends."""
         if count <= 0:
             return
         with self._tenant_lock(tenant):  # one check-and-add at a time per tenant: threads never share a count
@@ -84,6 +101,8 @@ class QuotaGuard:
                     f"{quotas.active_tasks} (active_tasks)", quota="active_tasks", limit=quotas.active_tasks)
             _, at = self._counts[tenant]
             self._counts[tenant] = (active + count, at)
+            if writing:
+                self._writing[tenant] = self._writing.get(tenant, 0) + count
 
     def _tenant_lock(self, tenant: str) -> threading.Lock:
         with self._lock:
@@ -95,7 +114,7 @@ class QuotaGuard:
         cached = self._counts.get(tenant)
         if cached is not None and not fresh and now - cached[1] < COUNT_TTL_S:
             return cached[0]
-        active = self._store.count_active(tenant)
+        active = self._store.count_active(tenant) + self._writing.get(tenant, 0)
         self._counts[tenant] = (active, now)
         return active
 

@@ -20,6 +20,10 @@ crash window (an executor died after firing and before recording), and it carrie
 * **fired though cancelled**, **early** (observed more than ε before due) and **past grace** (observed more
   than grace + ε after due, for an occurrence not allowed to fire late) fail the verdict.
 * **late** (observed more than ε after due) is reported; it fails the verdict only when the caller asks.
+* **crash windows**: when the caller gives them (each from a dead executor's last sign of life to the moment its
+  death was known: a fence, a takeover, Lambda's retry), the verdict counts the occurrences due in them and the
+  explicitly missed ones among them; a MISSED occurrence due outside every window fails the verdict (a crash
+  may cost its window, nothing more).
 
 Drift is ``observed - due`` in ms for each matched occurrence, summarized with :func:`punctual_tools.stats.summarize`.
 The observed time is the target's receive time (or the fire log's ``fired_ms``), so it includes the delivery.
@@ -101,6 +105,10 @@ class Verdict:
     past_grace: tuple[tuple[str, float], ...]
     drift: dict[str, float | None] = field(default_factory=dict)
     late_is_failure: bool = False
+    windows: tuple[tuple[float, float], ...] = ()
+    due_in_window: tuple[str, ...] = ()
+    missed_in_window: tuple[str, ...] = ()
+    missed_outside_window: tuple[str, ...] = ()
 
     @property
     def explained(self) -> int:
@@ -111,13 +119,14 @@ class Verdict:
         """Nothing lost, no unexplained extra, nothing fired early, past its grace or though cancelled; and,
         if the caller asked for it, nothing late beyond ε."""
         return not (self.lost or self.unexplained or self.fired_cancelled or self.early or self.past_grace
-                    or (self.late_is_failure and self.late))
+                    or self.missed_outside_window or (self.late_is_failure and self.late))
 
     def problems(self) -> list[str]:
         """One phrase per failing figure (empty when ``ok``)."""
         found = [(len(self.lost), "lost"), (len(self.unexplained), "unexplained extra fires"),
                  (len(self.fired_cancelled), "fired though cancelled"), (len(self.early), "early beyond ε"),
-                 (len(self.past_grace), "fired past grace")]
+                 (len(self.past_grace), "fired past grace"),
+                 (len(self.missed_outside_window), "MISSED outside the crash windows")]
         if self.late_is_failure:
             found.append((len(self.late), "late beyond ε"))
         return [f"{n} {what}" for n, what in found if n]
@@ -158,11 +167,20 @@ class Verdict:
             f"  drift ms (observed-due) p50 {ms(d.get('p50'))}  p90 {ms(d.get('p90'))}  p99 {ms(d.get('p99'))}  "
             f"max {ms(d.get('max'))}  (n={d.get('count', 0)})",
         ]
+        if self.windows:
+            spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in self.windows)
+            lines += [
+                f"  crash windows          {len(self.windows):6d}   ({spans})",
+                f"  due in the windows     {len(self.due_in_window):6d}",
+                f"  MISSED in the windows  {len(self.missed_in_window):6d}",
+                f"  MISSED outside them    {len(self.missed_outside_window):6d}{keys(self.missed_outside_window)}",
+            ]
         return "\n".join(lines)
 
 
 def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float = 1_000.0,
-          allowance: Iterable[str] = (), *, late_is_failure: bool = False) -> Verdict:
+          allowance: Iterable[str] = (), *, late_is_failure: bool = False,
+          windows: Iterable[tuple[float, float]] = ()) -> Verdict:
     """Match ``expected`` occurrences to observed ``fires`` and judge the result (see the module docstring).
 
     Parameters
@@ -178,6 +196,10 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
         recording; see ``punctual.dynamodb.store``).
     late_is_failure:
         Count fires later than ``due + epsilon_ms`` as a failure (by default they are only reported).
+    windows:
+        Crash windows ``(start_ms, end_ms)``, both ends included: from a dead executor's last sign of life to
+        the moment its death was known. Given, they are counted, and a MISSED occurrence due outside all of
+        them fails the verdict.
 
     Raises
     ------
@@ -235,7 +257,15 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
             extra.extend(seen)
             unexplained.extend(seen)
 
+    spans = tuple(sorted((float(start), float(end)) for start, end in windows))
+
+    def in_a_window(key: str) -> bool:
+        return any(start <= by_key[key].due_ms <= end for start, end in spans)
+
     return Verdict(
+        windows=spans, due_in_window=tuple(k for k in by_key if in_a_window(k)) if spans else (),
+        missed_in_window=tuple(k for k in missed if in_a_window(k)) if spans else (),
+        missed_outside_window=tuple(k for k in missed if not in_a_window(k)) if spans else (),
         epsilon_ms=epsilon_ms, expected=len(by_key), fires=len(all_fires), matched=tuple(matched),
         lost=tuple(lost), explicitly_missed=tuple(missed), failed=tuple(failed), cancelled=tuple(cancelled),
         skipped=tuple(skipped),

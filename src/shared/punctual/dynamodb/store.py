@@ -861,7 +861,28 @@ class DynamoTaskStore(ScheduleItems):
         heartbeat lapsed (or whose task lease ended), or that ran this same ``invocation`` (an earlier attempt
         Lambda retried: it is fenced first). Single writes return the armed items; after transactions
         they are read back (one strongly consistent BatchGetItem per 100). An item armed here that cannot be
-        decoded is recorded FAILED at once, with a detail, and is not returned."""
+        decoded is recorded FAILED at once, with a detail, and is not returned. A ``held`` request (found ARMED
+        by a dead executor) is taken over first and armed only if there was nothing to take: after a crash or a
+        restart, the tasks a dead executor held cost no ARM that could only fail."""
+        result: list[Armed | None] = [None] * len(requests)
+        first_taken = [i for i, r in enumerate(requests) if r.held]
+        if first_taken:
+            taken = self._take_over([requests[i] for i in first_taken], batch_id, executor_id, now_ms, invocation)
+            for index, took in zip(first_taken, taken, strict=True):
+                result[index] = took
+        to_arm = [i for i, r in enumerate(requests) if result[i] is None]
+        armed = self._arm_fresh([requests[i] for i in to_arm], batch_id, executor_id, now_ms, invocation,
+                                {requests[i].task_id for i in first_taken})
+        for index, outcome in zip(to_arm, armed, strict=True):
+            result[index] = outcome
+        return result
+
+    def _arm_fresh(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int,
+                   invocation: str | None, held_tried: set[str]) -> list[Armed | None]:
+        """ARM each request, then TAKEOVER those lost to another owner (but those in ``held_tried``, whose
+        takeover was just tried)."""
+        if not requests:
+            return []
         writes = [self._arm(r, batch_id, executor_id, now_ms) for r in requests]
         if self.write_batch == "single":
             items = self._parallel(self._single_item, writes)
@@ -874,7 +895,8 @@ class DynamoTaskStore(ScheduleItems):
         lost: list[int] = []
         for index, (request, item) in enumerate(zip(requests, items, strict=True)):
             if item is None:
-                lost.append(index)
+                if request.task_id not in held_tried:
+                    lost.append(index)
                 result.append(None)
             else:
                 task = self._decode_armed(item, request.task_id, executor_id, now_ms)

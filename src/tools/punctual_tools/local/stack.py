@@ -319,6 +319,9 @@ class LocalStack:
                 iam_check(function, settings).authorize_executor_invoke()
             log.info("IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
                      "judged against its function's role in template.yaml")
+        # Polling starts before the API: after a restart, what the fenced executors held is due soonest.
+        self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
+        self._thread.start()
         if cfg.api:
             tokens = self._write_tokens()
             try:
@@ -330,8 +333,6 @@ class LocalStack:
                                    "another stack may hold the port; give another with --api-port (0: any)") from exc
             for tenant, path in self.api_token_files.items():
                 log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
-        self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
-        self._thread.start()
         self._up = True
         self._write_state()  # last: whoever finds it finds every part up
         return self
