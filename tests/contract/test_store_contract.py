@@ -385,8 +385,9 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     alive(store, "exec-2", NOW + ALIVE_MS)
     # When exec-2 arms both at T + 1 as held (what a dispatcher that found them ARMED by a dead executor sends)
     lease = until + ARMED_LEASE_MS
-    got = store.arm_many([ArmRequest(held.task_id, held.due_ms, lease, held=True),
-                          ArmRequest(pending.task_id, pending.due_ms, lease, held=True)], "batch-2", "exec-2", until + 1)
+    requests = [ArmRequest(held.task_id, held.due_ms, lease, held=True),
+                ArmRequest(pending.task_id, pending.due_ms, lease, held=True)]
+    got = store.arm_many(requests, "batch-2", "exec-2", until + 1)
     # Then the held one is taken over (exec-1 may have fired it up to T), the pending one armed as usual
     assert [a is not None for a in got] == [True, True]
     assert got[0] is not None and got[0].taken_over_until_ms == until and got[0].task.armed_by == "exec-2"
