@@ -58,7 +58,6 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -84,7 +83,6 @@ from punctual.aws import make_dynamodb_client
 from punctual.client import Client
 from punctual.dynamodb.schema import DUE_INDEX
 from punctual.keys import from_ms, next_tick, shard_of
-from punctual.priority import raise_current_thread, set_realtime_firing
 from punctual.schedules import occurrence_id
 from punctual.settings import Settings
 from punctual_tools.demo import FireLogTail
@@ -101,7 +99,6 @@ from punctual_tools.drift import (
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import read_received, start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
-from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
 
 __all__ = ["ACTION", "loopback_env", "run_floor"]  # the floors' parts, for the other benchmarks
@@ -141,18 +138,7 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# -- the floor, in this process (the scale benchmark's) --------------------------------------------------
-def firing_priority() -> str:
-    """Give this process's firing threads the priority the local runtime gives the executors'
-    (``LocalSettings.firing_realtime``, see :mod:`punctual.priority`); returns the policy they get here."""
-    set_realtime_firing(LocalSettings.from_env().firing_realtime)
-    granted: list[bool] = []
-    probe = threading.Thread(target=lambda: granted.append(raise_current_thread()), name="priority-probe")
-    probe.start()
-    probe.join()
-    return "SCHED_FIFO" if granted[0] else "normal"
-
-
+# -- the floor, in this process at its own priority (the scale benchmark's) -------------------------------
 def floor_steady(rate: float, seconds: float, fire_log: Path, prefix: str = "floor-steady-") -> list[float]:
     """floor/steady in this process (on its footing): the drifts."""
     start = int(time.time() * 1000) + 1000
@@ -288,7 +274,7 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
                   concurrent_writes: bool = False) -> dict[str, Any]:
     """``rate`` tasks/s due for ``seconds``.
 
-    Without ``concurrent_writes`` (the issue's scenario) every task is scheduled first and the run is the
+    Without ``concurrent_writes`` every task is scheduled first and the run is the
     poller claiming, executors arming, firing and recording. With it, a client writes the tasks during the
     run, each ``lead_s`` before it is due (:func:`write_paced`), so that scheduling shares the cores too.
     """
