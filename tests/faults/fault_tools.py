@@ -97,13 +97,25 @@ def was_taken_over(settings: Settings, executor_id: str) -> bool:
     return bool(item.get("taken_over", {}).get("BOOL"))
 
 
-def crash_window(settings: Settings, executor_id: str) -> tuple[int, int]:
-    """A dead executor's crash window: from its last sign of life (the last heartbeat it wrote) to the moment
-    its death was known (the instant a fence set, or the end of the lease a takeover found lapsed)."""
+def crash_window(settings: Settings, executor_id: str, held_due_ms: Iterable[int] = ()) -> tuple[int, int]:
+    """A dead executor's crash window: to the moment its death was known (the instant a fence set, or the end of
+    the lease a takeover found lapsed), from its last sign of life: its last heartbeat, or, if earlier, the due
+    instant of the first task it held and had not recorded (``held_due_ms``: the due instants of the tasks taken
+    from it; one it fired just before it died may not have been recorded yet)."""
     item = raw_item(settings, EXECUTOR_PREFIX + executor_id)
     beat, until = number_of(item, "beat_ms"), number_of(item, "alive_until_ms")
     assert beat is not None and until is not None, f"executor {executor_id} has no heartbeat"
-    return beat, until
+    return min([beat, *(due for due in held_due_ms if due <= until)]), until
+
+
+def crash_windows(settings: Settings, due_ms: dict[str, int], dead: Iterable[str] = ()) -> list[tuple[int, int]]:
+    """The crash window of every executor the tasks in ``due_ms`` (task id -> due instant) were last taken from,
+    and of the ``dead`` executors named (whose tasks may have been taken again since)."""
+    held: dict[str, list[int]] = {owner: [] for owner in dead}
+    for task_id, (owner, _) in all_takeover_marks(settings).items():
+        if task_id in due_ms:
+            held.setdefault(owner, []).append(due_ms[task_id])
+    return [crash_window(settings, owner, dues) for owner, dues in held.items()]
 
 
 def takeover_marks(settings: Settings, task_id: str) -> tuple[str | None, int | None]:
@@ -390,6 +402,7 @@ def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: Ta
     verdict = check([*expected_from_tasks(stored.values()), *extra_expected], fires,
                     epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure, windows=windows)
     print(f"\n{verdict.format(title)}")
-    assert verdict.ok, verdict.format(title)
+    outside = [(key, stored[key.rpartition(":")[0]].detail) for key in verdict.missed_outside_window[:5]]
+    assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")
     assert not verdict.lost and not verdict.unexplained
     return verdict

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import alive_until, all_takeover_marks, crash_window, judge, takeover_marks, was_taken_over
+from fault_tools import alive_until, all_takeover_marks, crash_windows, judge, takeover_marks, was_taken_over
 
 from punctual.actions import HttpAction
 from punctual.client import Client
@@ -304,7 +304,7 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     # fence), nothing lost, nothing fired twice
     stored = repo.get_many(ids)
     owners = {owner for task_id, (owner, _) in all_takeover_marks(settings).items() if task_id in due}
-    windows = [crash_window(settings, owner) for owner in owners]
+    windows = crash_windows(settings, due)
     assert all(was_taken_over(settings, owner) for owner in owners)
     verdict = judge("local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", repo, ids, target,
                     windows=windows)
