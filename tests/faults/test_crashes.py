@@ -23,6 +23,7 @@ from fault_tools import (
     DiesAfterFire,
     NotesArmTime,
     alive_until,
+    crash_window,
     http_tasks,
     judge,
     one_batch,
@@ -120,8 +121,9 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     # ... every later task SUCCEEDED, fired once; those due after the takeover (+ ε) fired on time
     assert {stored[t].status for t in ids if due[t] > last_alive} == {TaskStatus.SUCCEEDED}
     keys = [f"{t}:0" for t in window] if policy == "fire_late" else []
-    verdict = judge(f"executor dropped after arming 250 tasks ({policy})", repo_for(settings), ids, target,
-                    allowance=keys)
+    verdict = judge(f"executor dropped after arming 250 tasks, no retry: the lease path ({policy})",
+                    repo_for(settings), ids, target, allowance=keys,
+                    windows=[crash_window(settings, dead_report.executor_id, due.values())])
     assert len(verdict.explicitly_missed) == (len(window) if policy == "skip" else 0)
     on_time_from = detected + EPSILON_MS
     assert [key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from] == []
