@@ -195,6 +195,29 @@ def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_
     assert [t.held for e in invoker.events for t in e.tasks] == [True]
 
 
+def test_a_recovered_task_sent_lately_is_held_back_for_a_lease_unless_its_holder_changed(
+    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+) -> None:
+    # Given a task armed by an executor alive until T, then dead, and a poll at T + 1 that sent it
+    task = tasks.create(now_ms + 60_000)
+    until = now_ms + 20_000
+    assert repo.heartbeat("x-dead", now_ms, until)
+    assert arm(repo, task, "x-dead", now_ms) is not None
+    assert poller.poll(until + 1).dispatched == 1
+    lease = settings.executor_lease_ms
+    # When polls come while it is still held by the same dead executor / Then they hold it back for a lease
+    # (the executor it went to is taking it over), and send it again after
+    later = poller.poll(until + lease)
+    assert (later.dispatched, later.held_back) == (0, 1)
+    assert poller.poll(until + 1 + lease).dispatched == 1
+    # When the executor it went to took it over and died in turn / Then the next poll sends it at once
+    taker_until = until + lease + 5_000
+    assert repo.heartbeat("x-taker", until + lease + 2, taker_until)
+    assert arm(repo, task, "x-taker", until + lease + 2) is not None
+    assert poller.poll(taker_until + 1).dispatched == 1
+    assert invoker.task_ids == [task.task_id] * 3
+
+
 def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:

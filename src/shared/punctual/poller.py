@@ -38,6 +38,13 @@ def make_batches(candidates: list[Candidate], max_size: int) -> list[list[Candid
     return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
 
 
+def _sent_key(candidate: Candidate) -> tuple[str, int, str | None]:
+    """What a poller remembers of a candidate it sent: the task, its due time and who held it then (None: it
+    was PENDING; a task whose lease ended counts as held by its owner)."""
+    owner = None if candidate.status is TaskStatus.PENDING else (candidate.owner or "")
+    return candidate.task_id, candidate.due_ms, owner
+
+
 def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
     """The executor's event for one batch: each task with the due time it was found at (the ARM condition)."""
     return BatchEvent(
@@ -60,11 +67,12 @@ class Poller:
         self._invoker = invoker
         self._settings = settings
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
-        # (task id, due) -> when this poller last sent it: a task still PENDING a poll later is usually one its
-        # executor is still arming (a burst of thousands, on a slow store), not one that got lost; sending it
-        # again would only make two executors race for it at ARM. A memory, not a guarantee: a new process
-        # starts empty, and every dispatch stays safe at ARM.
-        self._sent: dict[tuple[str, int], int] = {}
+        # (task id, due, owner) -> when this poller last sent it: a task still PENDING a poll later is usually
+        # one its executor is still arming (a burst of thousands, on a slow store), not one that got lost, and a
+        # task still held by the same dead executor one its executor is still taking over; sending it again
+        # would only make two executors race for it. A memory, not a guarantee: a new process starts empty, and
+        # every dispatch stays safe at ARM and TAKEOVER.
+        self._sent: dict[tuple[str, int, str | None], int] = {}
         self._sent_lock = threading.Lock()
 
     def poll(self, now_ms: int, out_of_time: Callable[[], bool] | None = None, group: int = 0) -> PollReport:
@@ -150,13 +158,19 @@ class Poller:
         return reports
 
     def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int]:
-        """The candidates minus the PENDING ones this poller sent less than ``redispatch_hold_back_ms`` before
-        ``now_ms`` (and how many those were); forgets what it sent before that."""
-        window = self._settings.redispatch_hold_back_ms
+        """The candidates minus those this poller sent lately as they are now (and how many those were): a
+        PENDING one sent less than ``redispatch_hold_back_ms`` before ``now_ms``, one held by the same dead
+        executor sent less than an executor lease before (the executor it went to is taking it over; once that
+        one holds it, it is another candidate). Forgets what it sent before that."""
+        pending_window = self._settings.redispatch_hold_back_ms
+        held_window = min(pending_window, self._settings.executor_lease_ms)
+
+        def lately(key: tuple[str, int, str | None], at: int) -> bool:
+            return now_ms - at < (pending_window if key[2] is None else held_window)
+
         with self._sent_lock:
-            self._sent = {key: at for key, at in self._sent.items() if now_ms - at < window}
-            keep = [c for c in candidates
-                    if c.status is not TaskStatus.PENDING or (c.task_id, c.due_ms) not in self._sent]
+            self._sent = {key: at for key, at in self._sent.items() if lately(key, at)}
+            keep = [c for c in candidates if _sent_key(c) not in self._sent]
         return keep, len(candidates) - len(keep)
 
     def dispatch(self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None,
@@ -187,7 +201,7 @@ class Poller:
                 sent["tasks"] += len(batch)
             if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:
                 with self._sent_lock:
-                    self._sent.update(((c.task_id, c.due_ms), sent_at_ms) for c in batch)
+                    self._sent.update((_sent_key(c), sent_at_ms) for c in batch)
 
         if len(batches) <= 1:
             for batch in batches:
