@@ -273,18 +273,20 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     # When the runtime is killed with SIGKILL 8 s before the second burst, once its executors hold that burst
     # armed (a loaded machine may take longer to arm it: the kill then waits, and stays 8 s before the burst)
     burst_ids = [task_id for task_id in ids if task_id.startswith("burst-")]
+    sample = burst_ids[::20]  # a light look (the store is busy arming): 100 of the burst
+    armed_share = [0.0]
 
-    def burst_armed() -> int:
-        return sum(t.status is TaskStatus.ARMED for t in repo.get_many(burst_ids).values())
+    def burst_armed() -> bool:
+        armed_share[0] = sum(t.status is TaskStatus.ARMED for t in repo.get_many(sample).values()) / len(sample)
+        return armed_share[0] == 1.0
 
-    wait_until(lambda: now_ms() >= burst_at - 8_000 or (now_ms() > control_at and burst_armed() == BURST),
-               timeout=150, interval=0.5)
-    at_kill = Counter(t.status.value for t in repo.get_many(ids).values())  # (read just before it)
+    wait_until(lambda: now_ms() >= burst_at - 9_000 or (now_ms() > control_at and burst_armed()),
+               timeout=150, interval=2.0)
     time.sleep(max(0.0, (burst_at - 8_000 - now_ms()) / 1000))
     runtime.kill()
     killed_ms = now_ms()
-    print(f"\nwritten in {written_s:.1f} s; at the kill ({(burst_at - killed_ms) / 1000:.1f} s before the burst): "
-          f"{dict(at_kill)}; {len(target.records())} fires seen so far")
+    print(f"\nwritten in {written_s:.1f} s; killed {(burst_at - killed_ms) / 1000:.1f} s before the burst, "
+          f"{armed_share[0]:.0%} of it armed (a sample of 100); {len(target.records())} fires seen so far")
     # ... and started again on the same home 1 s later
     time.sleep(max(0.0, (killed_ms + 1_000 - now_ms()) / 1000))
     restart_ms = now_ms()
@@ -331,16 +333,16 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
           f"{len(verdict.missed_outside_window)})")
     print(f"due after the kill: {len(after_kill)}, arrived {arrived} = {share:.1%} (target >= 90%: "
           f"{'met' if share >= 0.9 else 'MISSED'})")
-    rows = [("spread before the kill", drifts("spread-", lambda d: d < killed_ms)),
+    rows = [("spread before the first burst", drifts("spread-", lambda d: d < control_at - 2_000)),
             ("spread due after the restart", drifts("spread-", lambda d: d > up_ms)),
-            (f"burst of {BURST} before the kill", drifts("control-", lambda d: True)),
-            (f"burst of {BURST} after the restart", drifts("burst-", lambda d: True))]
+            (f"burst of {BURST} before the kill", drifts("control-", lambda _: True)),
+            (f"burst of {BURST} after the restart", drifts("burst-", lambda _: True))]
     for name, values in rows:
         print(f"  {name:<34} {drift_summary(values)}")
     for name, before, after in (("spread", rows[0][1], rows[1][1]), ("burst", rows[2][1], rows[3][1])):
         p99_before, p99_after = summarize(before).get("p99"), summarize(after).get("p99")
         if p99_before and p99_after:
-            print(f"  {name}: p99 after the restart / before the kill = {p99_after / p99_before:.1f}x "
+            print(f"  {name}: p99 after the restart / before = {p99_after / p99_before:.1f}x "
                   f"({p99_after:.1f} ms against {p99_before:.1f} ms; target: within the run's own figure)")
     statuses = Counter(t.status.value for t in stored.values())
     recorded_missed = [t for t, task in stored.items() if task.status is TaskStatus.MISSED]

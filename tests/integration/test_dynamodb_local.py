@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,52 @@ def test_table_in_data_dir_survives_stop_and_start(tmp_path: Path) -> None:
         assert "punctual-persist" in client.list_tables()["TableNames"]
         got = client.get_item(TableName="punctual-persist", Key={"task_id": {"S": "kept"}}, ConsistentRead=True)
         assert got["Item"] == {"task_id": {"S": "kept"}}
+
+
+def test_a_server_left_running_is_adopted_with_its_data_and_stopped_by_its_new_owner(tmp_path: Path) -> None:
+    # Given a DynamoDB Local on disk holding a table with one item, whose owner is gone (it is not stopped)
+    data_dir = tmp_path / "ddb"
+    first = DynamoDBLocal(data_dir=data_dir)
+    endpoint = first.start()
+    pid, port = first.pid, first.port
+    assert pid is not None and port is not None
+    make_client(endpoint).put_item(TableName=ensure_and_name(endpoint), Item={"task_id": {"S": "kept"}})
+    try:
+        # When a new object on the same directory adopts it (and one asked for another port does not)
+        assert DynamoDBLocal(data_dir=data_dir, port=port + 1 if port < 65535 else 1).adopt(pid, port) is False
+        second = DynamoDBLocal(data_dir=data_dir)
+        assert second.adopt(pid, port) is True
+
+        # Then it serves the same data at the same address, as the same process
+        assert (second.endpoint_url, second.pid) == (endpoint, pid)
+        got = make_client(second.endpoint_url).get_item(TableName="punctual-adopted", Key={"task_id": {"S": "kept"}},
+                                                        ConsistentRead=True)
+        assert got["Item"] == {"task_id": {"S": "kept"}}
+        # ... and stopping it stops the process
+        second.stop()
+        assert second.pid is None
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    finally:
+        first.stop()
+
+
+def test_a_server_that_does_not_answer_is_not_adopted(tmp_path: Path) -> None:
+    # Given a pid that is no DynamoDB Local (this test's own process) and a port nobody serves
+    server = DynamoDBLocal(data_dir=tmp_path / "ddb")
+    # When it is offered for adoption / Then it is refused, and nothing is held
+    assert server.adopt(os.getpid(), _free_port(), timeout=1.0) is False
+    assert server.pid is None
+
+
+def ensure_and_name(endpoint: str) -> str:
+    ensure_table(make_client(endpoint), "punctual-adopted")
+    return "punctual-adopted"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_start_refuses_a_port_that_is_already_served(ddb_local: str) -> None:

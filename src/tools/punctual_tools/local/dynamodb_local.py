@@ -41,8 +41,10 @@ is the other way to confine it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -75,6 +77,28 @@ _BIND_RETRIES = 3
 
 class DynamoDBLocalError(PunctualError, RuntimeError):
     """DynamoDB Local could not be found, started or reached; the message says what to do."""
+
+
+def _answers(endpoint_url: str, timeout: float) -> bool:
+    """Whether a DynamoDB Local at ``endpoint_url`` answers ``ListTables`` within ``timeout`` s."""
+    probe = boto3.session.Session().client(
+        "dynamodb", region_name="us-east-1", endpoint_url=endpoint_url,
+        config=Config(connect_timeout=1, read_timeout=max(1, int(timeout)), retries={"total_max_attempts": 1}),
+        aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                probe.list_tables(Limit=1)
+                return True
+            except (BotoCoreError, ClientError):
+                if time.monotonic() > deadline:
+                    return False
+            time.sleep(_POLL_INTERVAL_S)
+    finally:
+        probe.close()
 
 
 def find_project_root() -> Path:
@@ -188,6 +212,37 @@ def _read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
         return ""
 
 
+class _AdoptedProcess:
+    """A DynamoDB Local process this one did not start (a stack that was killed left it running), seen through
+    the part of ``subprocess.Popen`` that :class:`DynamoDBLocal` uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return 0
+        return 0 if state in ("Z", "X") else None
+
+    def terminate(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(_POLL_INTERVAL_S)
+        return 0
+
+
 class DynamoDBLocal:
     """A DynamoDB Local server in a child ``java`` process; a context manager.
 
@@ -235,7 +290,7 @@ class DynamoDBLocal:
         self._requested_log_path = log_path
         self.java_opts = java_opts if java_opts is not None else DEFAULT_JAVA_OPTS
         self._port: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | _AdoptedProcess | None = None
         self._log_path: Path | None = None
         self._owns_log = False
         self._lock = threading.RLock()
@@ -312,6 +367,24 @@ class DynamoDBLocal:
                     if attempt == attempts:
                         raise DynamoDBLocalError(str(exc)) from None
             raise AssertionError("unreachable")  # pragma: no cover
+
+    def adopt(self, pid: int, port: int, timeout: float = 5.0) -> bool:
+        """Take over a DynamoDB Local that a killed stack left running on this data directory (``pid``, listening
+        on ``port``), if it answers ``ListTables`` within ``timeout`` s: a restart then keeps the store it had,
+        with its data, instead of stopping it and waiting for a new one. From then on :meth:`stop` stops it.
+        False (and nothing changed) when it does not answer, or when this server keeps no files or was asked
+        for another port."""
+        with self._lock:
+            if self.is_running() or self.in_memory or self._requested_port not in (0, port):
+                return False
+            process = _AdoptedProcess(pid)
+            if process.poll() is not None or not _answers(f"http://{LOOPBACK_HOST}:{port}", timeout):
+                return False  # (left as it is: the caller decides what becomes of it)
+            self._process, self._port = process, port
+            self._log_path = self._open_log_path()
+            atexit.register(self.stop)
+            self.startup_s = 0.0
+            return True
 
     def _start_once(self, java: str, jar: Path, timeout: float) -> str:
         self._port = self._requested_port or _pick_free_port()

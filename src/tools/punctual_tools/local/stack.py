@@ -232,20 +232,39 @@ class LocalStack:
         ``PUNCTUAL_DEAD_LETTER_QUEUE_URL`` or the settings overrides name another queue)."""
         return self.config.home / "dlq.jsonl"
 
-    def _clean_stale(self) -> None:
-        """A previous stack that was killed (SIGKILL) leaves its DynamoDB Local and workers running."""
+    def _clean_stale(self) -> tuple[int, int] | None:
+        """A previous stack that was killed (SIGKILL) leaves its DynamoDB Local and workers running: the workers
+        are stopped; its DynamoDB Local, if it serves this home's data directory, is returned (pid, port) for
+        the new stack to keep (a restart then waits for no new store), else stopped too."""
         state = read_state(self.config.home)
         if not state:
-            return
+            return None
         if _alive(state.get("pid")) and state.get("pid") != os.getpid() and _is_ours(state["pid"]):
             raise RuntimeError(f"a local stack already runs (pid {state['pid']}, {state.get('endpoint_url')}); "
                                "stop it first or use it (punctual demo finds it)")
-        for pid in [state.get("dynamodb_pid"), *state.get("worker_pids", [])]:
+        store = state.get("dynamodb_pid")
+        keep = self._keepable_store(store, state.get("endpoint_url"))
+        for pid in [None if keep else store, *state.get("worker_pids", [])]:
             if _alive(pid) and _is_ours(pid):
                 log.warning("stopping process %s left by a stack that did not stop cleanly", pid)
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
+        return keep
+
+    def _keepable_store(self, pid: int | None, endpoint_url: str | None) -> tuple[int, int] | None:
+        """(pid, port) of a killed stack's DynamoDB Local that serves this home's data directory, else None."""
+        if self.config.in_memory or not pid or not endpoint_url or not _alive(pid):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            port = int(endpoint_url.rsplit(":", 1)[1])
+        except (OSError, ValueError):
+            return None
+        data_dir = str((self.config.home / "dynamodb").resolve()).encode()
+        serves_here = b"-dbPath" in cmdline and cmdline[cmdline.index(b"-dbPath") + 1] == data_dir
+        wanted_port = self.config.port in (0, port)
+        return (pid, port) if b"DynamoDBLocal" in b" ".join(cmdline) and serves_here and wanted_port else None
 
     def start(self) -> LocalStack:
         """Start everything (with a umask of 0o077 until :meth:`stop`: every file written from now on in this
@@ -269,7 +288,7 @@ class LocalStack:
         cfg = self.config
         make_private(cfg.home)
         (cfg.home / "logs").mkdir(mode=0o700, exist_ok=True)
-        self._clean_stale()
+        stale_store = self._clean_stale()
         for path in (self.fire_log, self.dead_letter_path, cfg.home / "logs" / "executor.log"):
             path.touch(mode=0o600)  # created now: a process that appends to it later keeps this mode
         overrides = {"poll_interval_ms": int(cfg.poll_interval_s * 1000), "fire_log_path": str(self.fire_log),
@@ -284,7 +303,16 @@ class LocalStack:
         self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
                                  in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log",
                                  java_opts=wanted.dynamodb_java_opts)
-        endpoint = self.ddb.start()
+        if stale_store is not None and self.ddb.adopt(*stale_store):
+            log.warning("kept DynamoDB Local (pid %d) from a stack that did not stop cleanly, with its data",
+                        stale_store[0])
+            endpoint = self.ddb.endpoint_url
+        else:
+            if stale_store is not None and _alive(stale_store[0]):  # it did not answer: a new one replaces it
+                with contextlib.suppress(OSError):
+                    os.kill(stale_store[0], signal.SIGKILL)
+                time.sleep(0.2)
+            endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
         self.settings = settings = LocalSettings.model_validate({
             **wanted.model_dump(), "endpoint_url": endpoint, "background_cpus": background_cpus,
