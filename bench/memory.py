@@ -25,7 +25,6 @@ The run ends with the frontier table, a picture of drift p99 against $ per milli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -33,8 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +51,9 @@ from bench import (
 )
 from floors import FloorRunner
 
-import punctual_tools.local.stack as stack_module
 from punctual.settings import Settings
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
-from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, FunctionLimits, read_function_limits
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
 from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
@@ -72,25 +69,6 @@ TARGETS: dict[str, tuple[float, float]] = {
     "webhooks": (1.5, 2.0),
 }
 VOLUMES = (1e6, 100e6)
-
-
-# -- the executor's memory size ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def executor_memory(memory_mb: int) -> Iterator[None]:
-    """While it lasts, a local stack reads the executor's limits from ``template.yaml`` with ``MemorySize`` at
-    ``memory_mb``: its workers get that size's CPU quota and report that memory, as a deployment with
-    ``ExecutorMemorySize=<memory_mb>`` would run them. The other functions' limits are read as they are."""
-    original = stack_module.read_function_limits
-
-    def limits(function: str = EXECUTOR_FUNCTION, template_path: str | None = None) -> FunctionLimits:
-        found = original(function, template_path)
-        return replace(found, memory_mb=memory_mb) if function == EXECUTOR_FUNCTION else found
-
-    stack_module.read_function_limits = limits
-    try:
-        yield
-    finally:
-        stack_module.read_function_limits = original
 
 
 # -- cost ----------------------------------------------------------------------------------------------------
@@ -137,10 +115,10 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         floors["webhooks"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
 
         config = StackConfig(home=work / f"stack-{memory_mb}", port=0, poll_interval_s=args.poll_interval,
-                             prewarm=args.prewarm, fast_path=False, api=False,
+                             prewarm=args.prewarm, fast_path=False, api=False, executor_memory_mb=memory_mb,
                              settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1",
                                                  "profile": "lambda"})
-        with executor_memory(memory_mb), LocalStack(config, on_batch=lambda r: None) as stack:
+        with LocalStack(config, on_batch=lambda r: None) as stack:
             for line in stack.describe_limits():
                 log(line)
             assert stack.invoker is not None and stack.settings is not None

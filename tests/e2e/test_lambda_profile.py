@@ -306,3 +306,22 @@ def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(tmp_pa
     finally:
         started.join(60)
         stack.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_stack_given_an_executor_memory_size_gives_its_workers_that_sizes_cpu_quota(
+        tmp_path: Path, fresh_table_name: str) -> None:
+    # Given a stack told to run the executor at 512 MB (as a deployment with ExecutorMemorySize=512)
+    config = StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0, fast_path=False, api=False,
+                         executor_memory_mb=512,
+                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    # When it starts
+    with LocalStack(config) as stack:
+        assert stack.limits is not None and stack.invoker is not None
+        state = json.loads((tmp_path / "stack.json").read_text())
+        # Then its executor has that memory, the rest of its limits from the template, and that size's quota
+        template = read_function_limits(EXECUTOR_FUNCTION)
+        assert (stack.limits.memory_mb, stack.limits.timeout_s) == (512, template.timeout_s)
+        assert state["executor_limits"]["memory_mb"] == 512
+        if stack.invoker.cpu_quota.applied:
+            assert f"{100_000 * 512 // 1769} us of CPU" in stack.invoker.cpu_quota.detail

@@ -1,4 +1,4 @@
-"""The precision/cost frontier's pure parts: the executor's memory size for a run, the cost adapter, the rows,
+"""The precision/cost frontier's pure parts: the cost adapter, the rows,
 the verdicts and the picture's points."""
 
 from __future__ import annotations
@@ -15,23 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import memory  # noqa: E402
 
 import punctual_tools.cost as cost  # noqa: E402
-import punctual_tools.local.stack as stack_module  # noqa: E402
-from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits  # noqa: E402
-
-
-def test_a_run_at_a_memory_size_gives_the_executor_that_size_only() -> None:
-    # Given the template's executor and poller limits
-    executor, poller = read_function_limits(EXECUTOR_FUNCTION), read_function_limits("PollerFunction")
-    # When a stack reads them within a run at 1,024 MB
-    with memory.executor_memory(1024):
-        inside = stack_module.read_function_limits(EXECUTOR_FUNCTION)
-        other = stack_module.read_function_limits("PollerFunction")
-    # Then the executor has that memory (and its CPU share) and the rest of its configuration as it was
-    assert inside.memory_mb == 1024 and inside.cpu_share == pytest.approx(1024 / 1769)
-    assert (inside.timeout_s, inside.max_retry_attempts) == (executor.timeout_s, executor.max_retry_attempts)
-    assert other == poller
-    # ... and after the run the stack reads the template as it is
-    assert stack_module.read_function_limits(EXECUTOR_FUNCTION) == executor
 
 
 def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,6 +87,9 @@ class StackConfig:
     # Tenants served besides "local", each with a token written to <home>/tokens/<tenant> at each start
     tenants: tuple[str, ...] = ()
     api_workers: int = 3  # processes resolving API requests at once (0: in the stack's process, one at a time)
+    # The executor's MemorySize (its CPU quota under the Lambda profile), as a deployment with
+    # ExecutorMemorySize=<MB> runs it; None: template.yaml's
+    executor_memory_mb: int | None = None
 
     def served_tenants(self) -> tuple[str, ...]:
         """``local`` and then ``tenants``, each once."""
@@ -325,6 +328,8 @@ class LocalStack:
             self._fence_the_dead(client, settings)
         worker_env = executor_env(settings)
         self.limits = read_function_limits(EXECUTOR_FUNCTION)
+        if cfg.executor_memory_mb is not None:
+            self.limits = replace(self.limits, memory_mb=cfg.executor_memory_mb)
         if settings.local_timeout_s is not None:
             self.limits = replace(self.limits, timeout_s=settings.local_timeout_s)
         self.invoker = LocalInvoker(
