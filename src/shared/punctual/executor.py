@@ -82,7 +82,7 @@ class Executor:
         # A failed record is tried again while this executor is alive by its own lease (past it, another may
         # have taken its tasks over) and the task's lease lasts.
         self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters,
-                                  alive=lambda: clock.monotonic() < self._heartbeat.fence)
+                                  alive=lambda: clock.monotonic() < self._heartbeat.fence, cpu_share=cpu_share)
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
         self._fenced: list[_Armed] = []
