@@ -47,7 +47,8 @@ from punctual.actions import (
     start_action,
 )
 from punctual.clock import SystemClock
-from punctual.dispatcher import Dispatcher
+from punctual.cpu_share import detect_cpu_share
+from punctual.dispatcher import Dispatcher, FireTiming
 from punctual.model import Action
 from punctual.netpolicy import TargetPolicy
 from punctual.priority import raise_current_thread, set_realtime_firing
@@ -82,7 +83,8 @@ def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int | N
     gc_enabled = gc.isenabled()
     gc.disable()  # as an executor while its batch fires
     try:
-        with Dispatcher(fire, workers=workers or Settings().worker_threads, clock=clock) as dispatcher:
+        with Dispatcher(fire, workers=workers or Settings().worker_threads, clock=clock,
+                        timing=FireTiming.for_cpu_share(detect_cpu_share())) as dispatcher:  # as the executor's
             wall, mono = clock.wall_ms(), clock.monotonic()
             task_ids = [f"{prefix}{i:07d}" for i in range(len(due_ms))]
             for task_id, due in zip(task_ids, due_ms, strict=True):

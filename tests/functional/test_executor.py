@@ -142,6 +142,24 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     assert callers and all(name.startswith("record-bg") for name in callers)
 
 
+def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_recorded(
+    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given an executor built for 0.145 of a core (it sleeps where it would spin, records only where a gap has room)
+    executor = Executor(repo, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
+    event = claim_batch(repo, settings, now)
+    # When it runs a batch of lone and simultaneous fires
+    report = executor.run_batch(event)
+    # Then each fired once, never early, and each outcome was written
+    assert (report.armed, report.succeeded, report.not_recorded) == (9, 9, 0)
+    for task in created:
+        done = read_task(repo, task.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.drift_ms is not None and done.drift_ms > -5
+
+
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:

@@ -17,7 +17,15 @@ from collections.abc import Iterator
 import pytest
 
 from punctual.clock import SystemClock
-from punctual.dispatcher import FIRE_SWITCH_INTERVAL_S, FIRE_WINDOWS, Dispatcher, FireWindows
+from punctual.dispatcher import (
+    FIRE_SWITCH_INTERVAL_S,
+    FIRE_WINDOWS,
+    QUOTA_SPIN_S,
+    Dispatcher,
+    FireTiming,
+    FireWindows,
+    wait_for_deadline,
+)
 from support import wait_until
 
 
@@ -377,3 +385,47 @@ def test_fire_windows_nest_and_restore_the_interval_the_process_had() -> None:
         assert sys.getswitchinterval() == pytest.approx(0.003) and windows.open == 0
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize(("cpu_share", "expected"), [
+    (None, FireTiming()),
+    (1.0, FireTiming()),
+    (2.5, FireTiming()),
+    (0.999, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
+    (256 / 1769, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
+])
+def test_a_process_spins_milliseconds_before_a_fire_only_with_a_core_to_itself(
+        cpu_share: float | None, expected: FireTiming) -> None:
+    assert FireTiming.for_cpu_share(cpu_share) == expected
+
+
+def test_the_final_spin_is_the_whole_hand_off_unless_set_and_never_longer() -> None:
+    assert FireTiming().final_spin_s == FireTiming().handoff_s
+    assert FireTiming(fire_spin_s=0.0002).final_spin_s == 0.0002
+    assert FireTiming(handoff_s=0.001, fire_spin_s=0.5).final_spin_s == 0.001
+
+
+def test_wait_for_deadline_sleeps_most_of_the_way_and_never_returns_before_the_deadline() -> None:
+    clock = SystemClock()
+    before = time.thread_time()
+    for ahead_s in (0.0, 0.0001, 0.003, 0.02):
+        deadline = time.monotonic() + ahead_s
+        wait_for_deadline(clock, deadline, 0.0002)
+        assert time.monotonic() >= deadline
+    # spinning 0.2 ms of each wait: far less CPU than the 23 ms waited (a loose bound: a busy machine adds little)
+    assert time.thread_time() - before < 0.015
+
+
+def test_under_a_cpu_quota_every_item_fires_once_and_never_before_its_deadline(recorder: Recorder) -> None:
+    # Given a dispatcher timed for a small CPU share (it sleeps where it would spin)
+    with Dispatcher(recorder, workers=4, timing=FireTiming.for_cpu_share(0.145)) as dispatcher:
+        start = time.monotonic()
+        # When items are due alone and several at one instant
+        deadlines = {"alone-0": start + 0.02, "alone-1": start + 0.06}
+        deadlines |= {f"together-{i}": start + 0.04 for i in range(5)}
+        for item, deadline in deadlines.items():
+            dispatcher.add(deadline, item)
+        assert dispatcher.wait_idle(timeout=30)
+    # Then each fired once, none before its deadline
+    assert sorted(recorder.order) == sorted(deadlines)
+    assert all(fired >= deadlines[item] for item, fired in recorder.fired)

@@ -25,7 +25,7 @@ from functools import partial
 from .actions import ActionEnv, FireContext, longest_action_timeout_ms, prepare_actions, start_action
 from .clock import Clock, ClockOffset, OffsetSource
 from .decisions import FireDecision, decide_before_fire, decide_outcome
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, FireTiming
 from .dlq import DeadLetterQueue
 from .events import BatchEvent, BatchReport
 from .heartbeat import Heartbeat
@@ -57,11 +57,13 @@ def _fire_item(item: _Item) -> None:
 
 
 class Executor:
-    """Runs batches. One instance per process; dependencies are injected."""
+    """Runs batches. One instance per process; dependencies are injected. ``cpu_share``: the share of a core
+    this process may use (:func:`punctual.cpu_share.detect_cpu_share`; ``None``: whole cores), which decides
+    how the dispatcher waits for a deadline (:meth:`punctual.dispatcher.FireTiming.for_cpu_share`)."""
 
     def __init__(self, store: TaskStore, settings: Settings, clock: Clock,
-                 offset: OffsetSource, spin_s: float = 0.001, *, dead_letters: DeadLetterQueue | None = None,
-                 actions: ActionEnv | None = None) -> None:
+                 offset: OffsetSource, *, dead_letters: DeadLetterQueue | None = None,
+                 actions: ActionEnv | None = None, cpu_share: float | None = None) -> None:
         self._store = store
         self._actions = actions or ActionEnv.from_settings(settings)
         self._settings = settings
@@ -72,14 +74,15 @@ class Executor:
         # One dispatcher and worker pool, and one recorder, for the life of the process (a warm start reuses
         # them), created here, by the thread that builds the executor: their threads inherit its CPU priority.
         self._dispatcher: Dispatcher[_Item] = Dispatcher(
-            _fire_item, workers=settings.worker_threads, clock=clock, spin_s=spin_s, name="dispatch",
+            _fire_item, workers=settings.worker_threads, clock=clock, name="dispatch",
+            timing=FireTiming.for_cpu_share(cpu_share),
         )
         self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
                                     seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
         # A failed record is tried again while this executor is alive by its own lease (past it, another may
         # have taken its tasks over) and the task's lease lasts.
         self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters,
-                                  alive=lambda: clock.monotonic() < self._heartbeat.fence)
+                                  alive=lambda: clock.monotonic() < self._heartbeat.fence, cpu_share=cpu_share)
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
         self._fenced: list[_Armed] = []

@@ -20,8 +20,9 @@ scheduler slice to answer). Where the process may use real-time scheduling (root
 non-zero ``RLIMIT_RTPRIO``) and the runtime asks for it (:func:`set_realtime_firing`; the local runtime does,
 ``LocalSettings.realtime_firing``), each dispatcher and worker thread runs ``SCHED_FIFO`` at the lowest
 real-time priority (:func:`raise_current_thread`): a waking dispatcher or a spinning worker then takes a core
-from any normal thread at once. What they spin is bounded (``spin_s`` + ``handoff_s`` a fire), and the kernel's
-real-time throttling keeps 5% of each second for normal threads. Lambda does not allow it (and has no need: an
+from any normal thread at once. What they spin is bounded (``spin_s`` + ``handoff_s`` a fire at most, see
+:class:`~punctual.dispatcher.FireTiming`), and the kernel's real-time throttling keeps 5% of each second for normal
+threads. Lambda does not allow it (and has no need: an
 executor has its own CPU there); where it is refused, the threads stay normal, silently.
 """
 

@@ -2,7 +2,11 @@
 
 Records are written only in the quiet gaps between fires (the next fire of this process at least
 :data:`QUIET_S` away and the latest at least :data:`SETTLE_S` ago), so that recording never holds the
-interpreter when the dispatcher must wake; with no fire of this process within :data:`BACKGROUND_S`, as
+interpreter when the dispatcher must wake. Under a CPU quota of less than a core a write takes longer than its
+CPU (``cpu / share``), and a quota spent on it stops the whole process until the quota's next period: there a gap
+takes only the records whose writes end, at the CPU a record has been seen to need, a quota period before the
+next fire; the others wait for a longer gap, or the batch's last fire. With no fire of this process within
+:data:`BACKGROUND_S`, as
 background work (lowered, see :mod:`punctual.priority`), so that it never takes a core from another
 executor's dispatcher either. A retry's next try is fixed when its record is written (now + its delay), so a
 record delayed by a burst does not eat into the backoff. After a FAILED record is written, the task goes to
@@ -15,6 +19,7 @@ import gc
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -38,6 +43,8 @@ RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
 RECORD_BACKOFF_CAP_S = 5.0  # the longest wait between two tries of a failed record write
 RECORD_ATTEMPTS = 6  # tries of a failed record write at most (waits of about 1.5 s in all, at the most)
 LEASE_MARGIN_MS = 2_000  # a failed record is tried again only while this far from the end of its tasks' lease
+QUOTA_PERIOD_S = 0.1  # a CFS quota's period (the local runtime's, and the kernel's default)
+RECORD_CPU_S = 0.002  # the CPU one record's write is assumed to need until one has been measured
 
 
 def _STOP() -> None:  # the job that ends the recorder thread (:meth:`Recorder.close`)
@@ -86,8 +93,11 @@ class Recorder:
     Built by the thread that builds the executor, whose CPU priority its threads inherit."""
 
     def __init__(self, store: TaskStore, clock: Clock, dispatcher: Dispatcher, *,
-                 dead_letters: DeadLetterQueue | None = None, alive: Callable[[], bool] | None = None) -> None:
+                 dead_letters: DeadLetterQueue | None = None, alive: Callable[[], bool] | None = None,
+                 cpu_share: float | None = None) -> None:
         self._store = store
+        self._cpu_share = cpu_share if cpu_share is not None and cpu_share < 1.0 else None
+        self.record_cpu_s = RECORD_CPU_S  # CPU a record's write needs, as last measured
         self._alive = alive or (lambda: True)  # whether the executor is still alive by its own lease
         self._clock = clock
         self._dispatcher = dispatcher
@@ -131,9 +141,10 @@ class Recorder:
             while remaining:
                 chunk, taken = self._next_chunk(recording.results, remaining)
                 remaining -= taken
-                if chunk:
-                    self._wait_for_quiet()
-                    self._write(recording, chunk)
+                while chunk:
+                    room = self._wait_for_quiet(len(chunk))
+                    self._write(recording, chunk[:room])
+                    chunk = chunk[room:]
         finally:
             recording.done.set()
 
@@ -154,19 +165,31 @@ class Recorder:
                 chunk.append(more)
         return chunk, taken
 
-    def _wait_for_quiet(self) -> None:
-        """Sleep until the next fire is at least QUIET_S away and the latest at least SETTLE_S ago."""
+    def room_in(self, gap_s: float) -> float:
+        """How many records can be written in a gap of ``gap_s`` before the next fire (``inf`` on whole cores once
+        the gap is at least QUIET_S; under a quota, those whose CPU, at ``cpu / share`` of wall time, ends a quota
+        period and QUIET_S before the fire)."""
+        if self._cpu_share is None:
+            return float("inf") if gap_s >= QUIET_S else 0.0
+        return max(gap_s - QUIET_S - QUOTA_PERIOD_S, 0.0) * self._cpu_share / self.record_cpu_s
+
+    def _wait_for_quiet(self, count: int) -> int:
+        """Sleep until the next fire leaves room for at least one record and the latest was at least SETTLE_S ago;
+        returns how many of ``count`` records to write now."""
         clock, dispatcher = self._clock, self._dispatcher
         while True:
             gap = dispatcher.seconds_to_next_fire()
             settle = SETTLE_S - (clock.monotonic() - self.last_fire)
-            if gap >= QUIET_S and settle <= 0:
-                return
-            if gap >= QUIET_S:
+            room = self.room_in(gap)
+            if room >= 1 and settle <= 0:
+                return min(count, int(min(room, count)))
+            if room >= 1:
                 clock.sleep(settle)
             else:  # fires follow each other closely: sleep past them all, not after each one (in steps of at
                 # most MAX_NAP_S, so that a stop, which empties the heap, is seen soon)
-                nap = max(dispatcher.busy_until(QUIET_S) - clock.monotonic(), 0.0) + 0.003
+                one = QUIET_S if self._cpu_share is None else (
+                    QUIET_S + QUOTA_PERIOD_S + self.record_cpu_s / self._cpu_share)
+                nap = max(dispatcher.busy_until(one) - clock.monotonic(), 0.0) + 0.003
                 clock.sleep(min(nap, MAX_NAP_S))
 
     def _write(self, recording: Recording, chunk: list[FireRecord]) -> None:
@@ -174,7 +197,10 @@ class Recorder:
         now_ms = int(self._clock.wall_ms())  # a retry's next try: now + its delay
         chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
                  for r in chunk]
+        cpu_before = time.process_time()
         written = self._write_until_lease_end(recording, chunk)
+        # what a record's write costs this process (its pool's threads included), for the next gap's room
+        self.record_cpu_s = max((time.process_time() - cpu_before) / len(chunk), RECORD_CPU_S / 20)
         if dispatcher.seconds_to_next_fire() >= QUIET_S:
             gc.collect(1)  # the automatic collector is off while firing: collect in the quiet gap
         failed = []

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .actions import ActionEnv
 from .aws import make_dynamodb_client
 from .clock import SystemClock, offset_probe
+from .cpu_share import detect_cpu_share
 from .dlq import build_dead_letter_queue
 from .dynamodb import DynamoTaskStore
 from .executor import Executor
@@ -45,11 +46,11 @@ def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = N
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
     queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any; its actions use
     the target rules of ``settings`` and ``action_clients`` (boto3 clients by service name; others are made
-    when first needed)."""
+    when first needed). It fires as the CPU share this process may use allows (:func:`detect_cpu_share`)."""
     return Executor(build_store(settings, dynamodb), settings, SystemClock(),
                     offset_probe(settings.ntp_server, settings.ntp_timeout_s),
                     dead_letters=build_dead_letter_queue(settings, sqs_client),
-                    actions=ActionEnv.from_settings(settings, action_clients))
+                    actions=ActionEnv.from_settings(settings, action_clients), cpu_share=detect_cpu_share())
 
 
 def build_api(settings: Settings, dynamodb: Any = None) -> APIGatewayRestResolver:

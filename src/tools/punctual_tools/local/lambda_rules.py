@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from punctual.cpu_share import MB_PER_VCPU
 from punctual.dynamodb.schema import load_template
 
-MB_PER_VCPU = 1769  # Lambda: a function with 1,769 MB has the equivalent of one vCPU, less a share of it
 LAMBDA_DEFAULT_MEMORY_MB = 128
 LAMBDA_DEFAULT_TIMEOUT_S = 3.0
 LAMBDA_DEFAULT_RETRY_ATTEMPTS = 2
