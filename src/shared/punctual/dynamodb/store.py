@@ -871,16 +871,15 @@ class DynamoTaskStore(ScheduleItems):
             for index, took in zip(first_taken, taken, strict=True):
                 result[index] = took
         to_arm = [i for i, r in enumerate(requests) if result[i] is None]
-        armed = self._arm_fresh([requests[i] for i in to_arm], batch_id, executor_id, now_ms, invocation,
-                                {requests[i].task_id for i in first_taken})
+        armed = self._arm_fresh([requests[i] for i in to_arm], batch_id, executor_id, now_ms, invocation)
         for index, outcome in zip(to_arm, armed, strict=True):
             result[index] = outcome
         return result
 
     def _arm_fresh(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int,
-                   invocation: str | None, held_tried: set[str]) -> list[Armed | None]:
-        """ARM each request, then TAKEOVER those lost to another owner (but those in ``held_tried``, whose
-        takeover was just tried)."""
+                   invocation: str | None) -> list[Armed | None]:
+        """ARM each request, then TAKEOVER those lost to another owner (but the ``held`` ones, whose takeover
+        :meth:`arm_many` tried first)."""
         if not requests:
             return []
         writes = [self._arm(r, batch_id, executor_id, now_ms) for r in requests]
@@ -895,7 +894,7 @@ class DynamoTaskStore(ScheduleItems):
         lost: list[int] = []
         for index, (request, item) in enumerate(zip(requests, items, strict=True)):
             if item is None:
-                if request.task_id not in held_tried:
+                if not request.held:
                     lost.append(index)
                 result.append(None)
             else:

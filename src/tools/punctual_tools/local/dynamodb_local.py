@@ -79,14 +79,19 @@ class DynamoDBLocalError(PunctualError, RuntimeError):
     """DynamoDB Local could not be found, started or reached; the message says what to do."""
 
 
-def _answers(endpoint_url: str, timeout: float) -> bool:
-    """Whether a DynamoDB Local at ``endpoint_url`` answers ``ListTables`` within ``timeout`` s."""
-    probe = boto3.session.Session().client(
+def _probe_client(endpoint_url: str, read_timeout: int) -> Any:
+    """A DynamoDB client that asks once, for checking that a server answers."""
+    return boto3.session.Session().client(
         "dynamodb", region_name="us-east-1", endpoint_url=endpoint_url,
-        config=Config(connect_timeout=1, read_timeout=max(1, int(timeout)), retries={"total_max_attempts": 1}),
+        config=Config(connect_timeout=1, read_timeout=read_timeout, retries={"total_max_attempts": 1}),
         aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
         aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
     )
+
+
+def _answers(endpoint_url: str, timeout: float) -> bool:
+    """Whether a DynamoDB Local at ``endpoint_url`` answers ``ListTables`` within ``timeout`` s."""
+    probe = _probe_client(endpoint_url, max(1, int(timeout)))
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -440,14 +445,7 @@ class DynamoDBLocal:
 
     def _wait_until_ready(self, started: float, timeout: float) -> None:
         assert self._process is not None and self._log_path is not None
-        probe = boto3.session.Session().client(
-            "dynamodb",
-            region_name="us-east-1",
-            endpoint_url=self.endpoint_url,
-            config=Config(connect_timeout=1, read_timeout=5, retries={"total_max_attempts": 1}),
-            aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
-        )
+        probe = _probe_client(self.endpoint_url, 5)
         try:
             while True:
                 code = self._process.poll()
