@@ -11,8 +11,9 @@ import pytest
 from punctual import Client, LogAction
 from punctual.keys import from_ms
 from punctual.model import Task
+from punctual.schedules import Schedule, instants_after, occurrence_id
 from punctual.settings import Settings
-from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, check_ledgers
+from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, ScheduleExpectation, check_ledgers
 from support import FakeClock
 
 PREFIX = "load-run1-"
@@ -34,12 +35,28 @@ class LandsLate(Client):
                 self.schedule(from_ms(self.late_due_ms), LogAction(message="load"), {}, task_id=task_id)
         return found
 
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        found = super().get_schedule(schedule_id)
+        if schedule_id == self.late_id:
+            self.reads += 1
+            if self.reads == 1:
+                self.create_schedule(schedule_id, "rate(2 seconds)", LogAction(message="load recurring"), {},
+                                     start_at=from_ms(self.late_due_ms),
+                                     end_at=from_ms(self.late_due_ms + 6_000))
+        return found
+
 
 def fire_log(tmp_path: Path, fires: dict[str, int]) -> Path:
     path = tmp_path / "fires.jsonl"
     path.write_text("".join(json.dumps({"task_id": t, "key": f"{t}:0", "fired_ms": at}) + "\n"
                             for t, at in fires.items()))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_landing_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calls here land at once: no need to give a cut-off request time to land before the second read."""
+    monkeypatch.setattr("punctual_tools.loadcheck.LANDING_S", 0.0)
 
 
 @pytest.fixture
@@ -79,3 +96,28 @@ def test_a_fire_no_call_accounts_for_fails_the_check(client: LandsLate, tmp_path
     # Then the stranger is an extra fire, and the verdict fails
     assert not verdict.ok
     assert len(verdict.extra) == 1
+
+
+def test_a_schedule_whose_create_lands_after_the_first_read_is_expected_not_extra_fires(
+    client: LandsLate, tmp_path: Path, now_ms: int
+) -> None:
+    # Given a task a call reported stored, and a recurring schedule whose create was cut off (its effect unknown)
+    # that the server stored after the check's first read, and whose occurrences all fired
+    due = now_ms + 30_000
+    client.schedule(from_ms(due), LogAction(message="load"), {}, task_id=f"{PREFIX}known")
+    ledger = {f"{PREFIX}known": Expectation(DUE, due)}
+    schedules = {client.late_id: ScheduleExpectation(None)}
+    start = client.late_due_ms
+    instants = [start + k * 2_000 for k in range(4)]  # rate(2 seconds) from start to start + 6 s
+    fires = {f"{PREFIX}known": due + 3} | {occurrence_id(client.late_id, at): at + 2 for at in instants}
+    log = fire_log(tmp_path, fires)
+
+    # When the check reads the ledgers and the fire log
+    verdict = check_ledgers(client, log, PREFIX, ledger, schedules, margin_s=0, epsilon_ms=1_000)
+
+    # Then the schedule was read again and its occurrences expected: everything fired once, nothing extra
+    stored = client.get_schedule(client.late_id)
+    assert stored is not None and list(instants_after(stored, 0)) == instants
+    assert client.reads >= 2
+    assert verdict.ok, verdict.format("check")
+    assert (verdict.expected, len(verdict.matched), len(verdict.extra)) == (5, 5, 0)

@@ -18,6 +18,7 @@ from .demo import FireLogTail, check_fire_log
 
 # -- what the calls reported ------------------------------------------------------------------------------------
 DUE, CANCELLED, UNKNOWN = "due", "cancelled", "unknown"
+LANDING_S = 3.0  # a request the API server was still finishing when its caller stopped has landed by then
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,17 @@ def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, i
     return due, cancelled
 
 
-def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> dict[str, int]:
+def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> tuple[dict[str, int], set[str]]:
     """The plan (task id -> due ms) of the recurring schedules: every instant of each definition up to its end (or
     to when it was paused), plus any occurrence the schedule made beyond that (armed before the pause: it fires;
-    or CANCELLED: the table says so)."""
+    or CANCELLED: the table says so); and the ids of the schedules not stored (yet)."""
     due: dict[str, int] = {}
+    absent: set[str] = set()
     for schedule_id, expectation in schedules.items():
         stored = client.get_schedule(schedule_id)
         if stored is None:
-            continue  # never stored
+            absent.add(schedule_id)  # never stored, or a create its user was stopped in the middle of lands later
+            continue
         # A pause whose call failed in a way that says nothing took effect leaves the schedule ACTIVE.
         paused_from = expectation.paused_from_ms if stored.state is ScheduleState.PAUSED else None
         for at in instants_after(expectation.schedule or stored, 0):  # start to end (every schedule here has one)
@@ -76,7 +79,7 @@ def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> di
             split = split_occurrence_id(made.task_id)
             if split is not None:
                 due[made.task_id] = split[1]
-    return due
+    return due, absent
 
 
 
@@ -86,10 +89,15 @@ def check_ledgers(client: Client, fire_log: Path, prefix: str, ledger: dict[str,
     """Wait (until every expected task fired, or the last due time + ``margin_s``) for the fires the ledgers
     expect in ``fire_log`` (ids starting with ``prefix``), then the checker's verdict. ``progress(fired,
     expected, seconds_left, last)`` after each read of the log."""
+    began = time.monotonic()
     due, cancelled = resolve(client, ledger)
-    due.update(occurrences(client, schedules))
-    to_fire = {task_id for task_id in due if task_id not in cancelled}
-    deadline_ms = max((due[t] for t in to_fire), default=0) + margin_s * 1000
+    recurring, absent = occurrences(client, schedules)
+
+    def expected() -> tuple[set[str], float]:
+        to_fire = {task_id for task_id in due | recurring if task_id not in cancelled}
+        return to_fire, max(((due | recurring)[t] for t in to_fire), default=0) + margin_s * 1000
+
+    to_fire, deadline_ms = expected()
 
     def show(fired: int, last: bool) -> None:
         if progress is not None:
@@ -98,15 +106,17 @@ def check_ledgers(client: Client, fire_log: Path, prefix: str, ledger: dict[str,
     tail = FireLogTail(fire_log, prefix)
     tail.wait(to_fire, deadline_ms, progress=show)
     # A call its user was stopped in the middle of can land after the first read: the API server finishes a request
-    # whose caller has gone. Read those calls' tasks again, and wait for any that is there now.
+    # whose caller has gone. Read those calls' tasks and every schedule again (no sooner than LANDING_S after the
+    # first read: a create or a pause that landed since counts as it is now), and wait for what is expected now.
+    time.sleep(max(0.0, began + LANDING_S - time.monotonic()))
     unread = {task_id: e for task_id, e in ledger.items() if e.state == UNKNOWN and task_id not in due}
     landed, landed_cancelled = resolve(client, unread)
-    if landed:
-        due.update(landed)
-        cancelled |= landed_cancelled
-        to_fire |= {task_id for task_id in landed if task_id not in landed_cancelled}
-        deadline_ms = max(deadline_ms, max(landed.values()) + margin_s * 1000)
+    due.update(landed)
+    cancelled |= landed_cancelled
+    if landed or absent or any(e.paused_from_ms is not None for e in schedules.values()):
+        recurring, _ = occurrences(client, schedules)
+        to_fire, deadline_ms = expected()
         tail.wait(to_fire, deadline_ms, progress=show)
     time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
-    return check_fire_log(client, due, list(tail.read()), epsilon_ms=epsilon_ms,
+    return check_fire_log(client, due | recurring, list(tail.read()), epsilon_ms=epsilon_ms,
                           grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
