@@ -43,6 +43,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 HANDLER = ROOT / "src" / "executor" / "app.py"
 MODES = ("quota", "burst")
+ACTIONS = ("log", "webhook")  # drift at the action's start (fire log), or where a loopback target receives it
 MODE_TITLES = {"quota": "INIT at the quota", "burst": "INIT on a whole core (on-demand burst), handler at the quota"}
 ABS_TARGET_MS = 2.0  # the steady target: p99 within 2 ms ...
 RATIO_TARGET = 1.5  # ... and within 1.5x the same-quota floor's p99 (the verdict that counts)
@@ -185,10 +186,27 @@ def _floor(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(BENCH_DIR))
     from floors import run_floor
 
+    if spec.get("url"):
+        from floors import loopback_env
+
+        from punctual.actions import HttpAction
+
+        env = loopback_env()  # as an executor's INIT starts its event loop
+        action: Any = HttpAction(url=spec["url"])
+    else:
+        from floors import ACTION as action
+
+        env = None
     ready_ms = _now_ms()
     start = int(ready_ms) + FLOOR_AHEAD_MS
-    fires = run_floor([start + offset - spec["offsets_ms"][0] for offset in spec["offsets_ms"]],
-                      Path(spec["fire_log"]), spec["prefix"])
+    try:
+        fires = run_floor([start + offset - spec["offsets_ms"][0] for offset in spec["offsets_ms"]],
+                          Path(spec["fire_log"]), spec["prefix"], action=action, env=env)
+        if env is not None:
+            time.sleep(1.0)  # the requests complete before the engine closes its connections
+    finally:
+        if env is not None:
+            env.close()
     return {"main_ms": main_ms, "ready_ms": ready_ms, "fires": fires}
 
 
@@ -251,7 +269,7 @@ def wait_for(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
 class Bench:
     """DynamoDB Local, the table, the CPU groups: what every run shares. Close it at the end."""
 
-    def __init__(self, work: Path, batch: int) -> None:
+    def __init__(self, work: Path, batch: int, webhook: bool) -> None:
         from punctual.client import Client
         from punctual.dynamodb.schema import ensure_table
         from punctual.settings import Settings
@@ -269,7 +287,7 @@ class Bench:
         self.ddb = DynamoDBLocal(data_dir=None, in_memory=True)
         endpoint = self.ddb.start()
         self.settings = Settings(table_name=f"punctual-cold-{uuid.uuid4().hex[:6]}", endpoint_url=endpoint,
-                                 ntp_server=None)
+                                 ntp_server=None, allowed_targets="127.0.0.1")
         ensure_table(make_client(endpoint), self.settings.table_name)
         self.client = Client(self.settings)
         self.env = {key: value for key, value in os.environ.items()
@@ -280,8 +298,19 @@ class Bench:
         self.fire_log = work / "fires.jsonl"
         self.output = work / "children.log"
         self.leads = shortest_leads(self.settings)
+        self.received = work / "received.jsonl"
+        self.receiver: Any = None
+        self.url: str | None = None
+        if webhook:
+            from punctual_tools.local.receiver import start_receiver
+
+            self.receiver, port = start_receiver(self.received)
+            self.url = f"http://127.0.0.1:{port}/hook"
 
     def close(self) -> None:
+        if self.receiver is not None:
+            self.receiver.kill()
+            self.receiver.join()
         self.ddb.stop()
         if self.groups is not None:
             self.groups.close()
@@ -293,10 +322,22 @@ class Bench:
         if group is not None and self.groups is not None:
             self.groups.remove(group)
 
-    def run_executor(self, memory_mb: int, mode: str, lead_ms: int) -> dict[str, Any]:
+    def arrivals(self, prefix: str, task_id: str, until_ms: float) -> list[dict[str, Any]]:
+        """Fire-log-like entries of the requests the receiver got for ``prefix``: ``fired_ms`` is the arrival;
+        waits until ``task_id``'s has come or ``until_ms``."""
+        from punctual_tools.local.receiver import read_received
+
+        while True:
+            found = [{"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
+                     for r in read_received(self.received) if str(r.get("task_id") or "").startswith(prefix)]
+            if any(f["task_id"] == task_id for f in found) or _now_ms() > until_ms:
+                return found
+            time.sleep(0.05)
+
+    def run_executor(self, memory_mb: int, mode: str, lead_ms: int, action_kind: str = "log") -> dict[str, Any]:
         """One cold executor: write the batch's tasks, send the batch at a planned instant by starting the
         process, wait for it; its INIT, arm, slack and first-fire drift."""
-        from punctual.actions import LogAction
+        from punctual.actions import HttpAction, LogAction
         from punctual.keys import to_ms
         from punctual.model import Candidate, TaskStatus
         from punctual.poller import batch_event
@@ -305,7 +346,8 @@ class Bench:
         prefix = f"cold-{uuid.uuid4().hex[:8]}-"
         sent_ms = int(_now_ms()) + PREPARE_MS
         offsets = batch_offsets(self.batch, lead_ms)
-        tasks = [self.client.schedule(_at(sent_ms + offset), LogAction(message="cold"), task_id=f"{prefix}{i:03d}")
+        action = HttpAction(url=self.url) if action_kind == "webhook" and self.url else LogAction(message="cold")
+        tasks = [self.client.schedule(_at(sent_ms + offset), action, task_id=f"{prefix}{i:03d}")
                  for i, offset in enumerate(offsets)]
         event = batch_event([Candidate(t.task_id, to_ms(t.due_at), TaskStatus.PENDING, None, t.misfire_grace_ms)
                              for t in tasks], "coldstart").model_dump(mode="json", exclude_unset=True)
@@ -325,7 +367,7 @@ class Bench:
             self._remove(group)
         first = tasks[0]
         due_ms = to_ms(first.due_at)
-        run: dict[str, Any] = {"mode": mode, "memory_mb": memory_mb, "lead_ms": lead_ms,
+        run: dict[str, Any] = {"mode": mode, "action": action_kind, "memory_mb": memory_mb, "lead_ms": lead_ms,
                                "lead_measured_ms": due_ms - started_ms,
                                "exit": code, "throttling": throttled, "drift_ms": None, "init_ms": None,
                                "arm_ms": None, "slack_ms": None}
@@ -337,18 +379,21 @@ class Bench:
                        armed_at_ms=None if armed is None else armed - started_ms,
                        slack_ms=slack_ms(due_ms, armed), report={k: v for k, v in child["report"].items()
                                                                   if k not in ("drift_ms", "late_ms")})
-        run["drift_ms"] = first_fire_drift(read_fire_log(self.fire_log, prefix), first.task_id)
+        fires = (self.arrivals(prefix, first.task_id, _now_ms() + 5_000) if action_kind == "webhook"
+                 else read_fire_log(self.fire_log, prefix))
+        run["drift_ms"] = first_fire_drift(fires, first.task_id)
         stored = self.client.get(first.task_id)
         run["recorded"] = None if stored is None else {"status": stored.status.value, "drift_ms": stored.drift_ms}
         return run
 
-    def run_floor(self, memory_mb: int) -> dict[str, Any]:
+    def run_floor(self, memory_mb: int, action_kind: str = "log") -> dict[str, Any]:
         """One floor process: a fresh interpreter in a group with the quota, the bare dispatcher firing the batch's
         shape; its first fire's drift."""
         prefix = f"floor-{uuid.uuid4().hex[:8]}-"
         result_path = self.work / f"{prefix}result.json"
         spec = {"offsets_ms": batch_offsets(self.batch, FLOOR_AHEAD_MS), "fire_log": str(self.work / "floor.jsonl"),
-                "prefix": prefix, "result": str(result_path)}
+                "prefix": prefix, "result": str(result_path),
+                "url": self.url if action_kind == "webhook" else None}
         group = self._group(memory_mb)
         try:
             process, started_ms = launch("--floor", spec, self.work / f"{prefix}spec.json", group, self.env,
@@ -360,8 +405,11 @@ class Bench:
             return {"exit": code, "drift_ms": None}
         child = json.loads(result_path.read_text())
         fires = sorted(child["fires"], key=lambda f: f["due_ms"])
-        return {"exit": code, "import_ms": child["ready_ms"] - started_ms,
-                "drift_ms": fires[0]["fired_ms"] - fires[0]["due_ms"] if fires else None}
+        first = fires[0]["task_id"] if fires else ""
+        if action_kind == "webhook":
+            fires = self.arrivals(prefix, first, _now_ms() + 5_000)
+        return {"exit": code, "action": action_kind, "import_ms": child["ready_ms"] - started_ms,
+                "drift_ms": first_fire_drift(fires, first)}
 
 
 def _at(epoch_ms: int) -> Any:
@@ -374,28 +422,61 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def size_lines(memory_mb: int, rows: Mapping[str, Mapping[str, Any]], floor: Mapping[str, Any]) -> list[str]:
-    """The table of one size: a row per (lead, mode)."""
-    lines = [f"{memory_mb} MB ({memory_mb / 1769:.3f} of a core); floor/cold: first fire of a fresh interpreter's "
-             f"bare dispatcher at the same quota, p50 {_fmt(floor['p50'], 3)} / p99 {_fmt(floor['p99'], 3)} ms "
-             f"(its imports p50 {_fmt(floor['import_p50'], 0)} ms)",
-             f"  {'lead (ms)':<16} {'INIT':<6} {'INIT p50':>9} {'max':>7} {'arm p50':>8} {'slack p50':>10} "
-             f"{'min':>7} {'drift p50':>10} {'p99':>8} {'max':>8} {'ratio':>8}  abs {ABS_TARGET_MS:g} ms / "
-             f"{RATIO_TARGET:g}x floor"]
+def size_lines(memory_mb: int, rows: Mapping[str, Mapping[str, Any]],
+               floors: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The table of one size: a row per (lead, INIT's CPU, action), named ``"<lead> / <mode> / <action>"``."""
+    lines = [f"{memory_mb} MB ({memory_mb / 1769:.3f} of a core); floor/cold (the first fire of a fresh interpreter's "
+             "bare dispatcher at the same quota):"]
+    lines += [f"  {action}: p50 {_fmt(floor['p50'], 3)} / p99 {_fmt(floor['p99'], 3)} ms (its imports p50 "
+              f"{_fmt(floor['import_p50'], 0)} ms)" for action, floor in floors.items()]
+    lines.append(f"  {'lead ms':<8} {'INIT':<6} {'action':<8} {'INIT p50':>9} {'max':>7} {'arm p50':>8} "
+                 f"{'slack p50':>10} {'min':>7} {'drift p50':>10} {'p99':>8} {'max':>8} {'ratio':>9}  "
+                 f"abs {ABS_TARGET_MS:g} ms / {RATIO_TARGET:g}x floor")
     for name, row in rows.items():
-        lead, mode = name.split(" / ")
+        lead, mode, action = name.split(" / ")
         verdict = row["verdict"]
         ratio = verdict["ratio"]
         missing = row["runs"] - row["fired"]
         unfired = f" ({missing} of {row['runs']} runs without a fire)" if missing else ""
         lines.append(
-            f"  {lead:<16} {mode:<6} {_fmt(row['init_ms']['p50'], 0):>9} {_fmt(row['init_ms']['max'], 0):>7} "
-            f"{_fmt(row['arm_ms']['p50'], 0):>8} {_fmt(row['slack_ms']['p50'], 0):>10} "
-            f"{_fmt(row['slack_ms']['min'], 0):>7} {_fmt(row['drift_ms']['p50'], 3):>10} "
-            f"{_fmt(row['drift_ms']['p99'], 3):>8} {_fmt(row['drift_ms']['max'], 3):>8} "
-            f"{'-' if ratio is None else f'{ratio:.1f}x':>8}  "
+            f"  {lead:<8} {mode:<6} {action:<8} {_fmt(row['init_ms']['p50'], 0):>9} "
+            f"{_fmt(row['init_ms']['max'], 0):>7} {_fmt(row['arm_ms']['p50'], 0):>8} "
+            f"{_fmt(row['slack_ms']['p50'], 0):>10} {_fmt(row['slack_ms']['min'], 0):>7} "
+            f"{_fmt(row['drift_ms']['p50'], 3):>10} {_fmt(row['drift_ms']['p99'], 3):>8} "
+            f"{_fmt(row['drift_ms']['max'], 3):>8} {'-' if ratio is None else f'{ratio:.1f}x':>9}  "
             f"{'MET' if verdict['abs_met'] else 'MISSED'} / {'MET' if verdict['ratio_met'] else 'MISSED'}{unfired}")
     return lines
+
+
+def run_size(bench: Bench, memory_mb: int, args: argparse.Namespace, lead_values: list[int]) -> dict[str, Any]:
+    """Every run at one size: a floor per action, then a cold executor per lead, mode and action; the rows."""
+    floors: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        floors += [bench.run_floor(memory_mb, action) for action in args.actions]
+        for lead in lead_values:
+            for mode in args.modes:
+                for action in args.actions:
+                    run = bench.run_executor(memory_mb, mode, lead, action)
+                    runs.append(run)
+                    log(f"{memory_mb} MB, lead {lead} ms, {mode}, {action}, run {i + 1}/{args.runs}: INIT "
+                        f"{_fmt(run['init_ms'], 0)} ms, armed {_fmt(run.get('armed_at_ms'), 0)} ms after the send, "
+                        f"first fire {_fmt(run['drift_ms'], 3)} ms late; quota throttled {run['throttling']}")
+    floor_drifts = {action: [f["drift_ms"] for f in floors if f["action"] == action and f["drift_ms"] is not None]
+                    for action in args.actions}
+    rows = {}
+    for lead in lead_values:
+        for mode in args.modes:
+            for action in args.actions:
+                name = f"{lead} / {mode} / {action}"
+                rows[name] = summarize_runs([r for r in runs if (r["mode"], r["lead_ms"], r["action"]) ==
+                                             (mode, lead, action)], floor_drifts[action], f"cold first fire {name}")
+    floor = {action: {"p50": percentile(drifts, 50), "p99": percentile(drifts, 99),
+                      "import_p50": percentile([f["import_ms"] for f in floors
+                                                if f["action"] == action and f.get("import_ms") is not None], 50)}
+             for action, drifts in floor_drifts.items()}
+    return {"memory_mb": memory_mb, "cpu_share": memory_mb / 1769, "rows": rows, "floor": floor, "runs": runs,
+            "floors": floors}
 
 
 def main() -> int:
@@ -405,11 +486,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[default_mb, 1769],
                         help=f"executor memory sizes in MB (default: the template's {default_mb} and 1769)")
-    parser.add_argument("--runs", type=int, default=10, help="cold executors per size, mode and lead")
+    parser.add_argument("--runs", type=int, default=10, help="cold executors per size, lead, mode and action")
     parser.add_argument("--leads", type=int, nargs="+", default=None,
                         help="leads in ms (default: the fast path's 2000 and the poll's shortest)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         help="quota: INIT at the quota; burst: INIT on a whole core, then the handler at the quota")
+    parser.add_argument("--actions", nargs="+", choices=ACTIONS, default=list(ACTIONS),
+                        help="log: drift at the action's start; webhook: at a loopback receiver")
     parser.add_argument("--batch", type=int, default=10, help="tasks a batch (the first is judged)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs, the fast path's lead only")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
@@ -420,7 +503,7 @@ def main() -> int:
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-coldstart-"))
     work.mkdir(parents=True, exist_ok=True)
     log(f"run directory {work}; starting DynamoDB Local")
-    bench = Bench(work, args.batch)
+    bench = Bench(work, args.batch, webhook="webhook" in args.actions)
     leads = bench.leads
     lead_values = args.leads or ([leads["fast path"]["lead_ms"]] if args.quick
                                  else [leads["fast path"]["lead_ms"], leads["poll"]["lead_ms"]])
@@ -428,36 +511,17 @@ def main() -> int:
     sizes: list[dict[str, Any]] = []
     try:
         for mb in args.sizes:
-            floors, runs = [], []
-            for i in range(args.runs):
-                floors.append(bench.run_floor(mb))
-                for lead in lead_values:
-                    for mode in args.modes:
-                        run = bench.run_executor(mb, mode, lead)
-                        runs.append(run)
-                        log(f"{mb} MB, lead {lead} ms, {mode}, run {i + 1}/{args.runs}: INIT "
-                            f"{_fmt(run['init_ms'], 0)} ms, armed {_fmt(run.get('armed_at_ms'), 0)} ms after the "
-                            f"send, first fire {_fmt(run['drift_ms'], 3)} ms late; quota throttled {run['throttling']}")
-            floor_drifts = [f["drift_ms"] for f in floors if f["drift_ms"] is not None]
-            rows = {}
-            for lead in lead_values:
-                for mode in args.modes:
-                    name = f"{lead} / {mode}"
-                    rows[name] = summarize_runs([r for r in runs if r["mode"] == mode and r["lead_ms"] == lead],
-                                                floor_drifts, f"cold first fire {name}")
-            sizes.append({"memory_mb": mb, "cpu_share": mb / 1769, "rows": rows, "runs": runs, "floors": floors,
-                          "floor": {"p50": percentile(floor_drifts, 50), "p99": percentile(floor_drifts, 99),
-                                    "import_p50": percentile([f["import_ms"] for f in floors
-                                                              if f.get("import_ms") is not None], 50)}})
+            sizes.append(run_size(bench, mb, args, lead_values))
     finally:
         bench.close()
     print(f"\nA cold executor's first fire - {os.cpu_count()} cores, load average before {load_before[0]:.2f}, "
           f"after {os.getloadavg()[0]:.2f}{' (quick run)' if args.quick else ''}")
     print(f"CPU: {'cgroup ' + bench.cgroup_detail if bench.groups is not None else 'NO CPU quota: whole cores'}; "
-          "store: DynamoDB Local (in memory, loopback); action: log (drift at the action's start)")
+          "store: DynamoDB Local (in memory, loopback); drift of a batch's first task: log, at the action's start "
+          "(fire log); webhook, where a loopback receiver reads the request")
     print(f"INIT = process start -> {HANDLER.relative_to(ROOT)} loaded (a fresh interpreter: boto3, pydantic, "
           "Powertools, Punctual; tracing off, as the local stack runs it); arm = INIT's end -> the batch armed "
-          "(heartbeat and arm writes); slack = first due - armed; drift = first task's fire - due")
+          "(heartbeat and arm writes); slack = first due - armed")
     print(f"AWS gives an on-demand function's INIT the full vCPU burst for up to {INIT_BURST_LIMIT_S:g} s (the "
           "'burst' rows). Provisioned concurrency gets no such boost (the 'quota' rows: the pessimistic bound), "
           "but its INIT runs before traffic reaches it")
