@@ -13,16 +13,18 @@ ways of giving INIT its CPU:
   on-demand function's INIT the full vCPU burst for up to 10 s; the invocation runs at the quota.
 
 The store is DynamoDB Local (in memory, on loopback), the table built from template.yaml. The tasks use the log
-action and a fire log; drift = the action's start - due (ms), the first task of each batch only. The floor: a
-fresh interpreter in a group with the same quota, the bare dispatcher of ``floors.run_floor`` firing the same
-batch shape (first task ``FLOOR_AHEAD_MS`` after its imports), no store work. Verdict as the drift benchmark's
+action (drift = the action's start - due, from the fire log) or a webhook to a loopback receiver (drift = where
+the receiver read the request - due); the first task of each batch only. The floor: a fresh interpreter in a
+group with the same quota, the bare dispatcher of ``floors.run_floor`` firing the same action in the same batch
+shape (first task ``FLOOR_AHEAD_MS`` after its imports), no store work. Verdict as the drift benchmark's
 steady phase: p99 within 2 ms and within 1.5x the floor's p99 (the ratio counts).
 
 The shortest leads are read from the settings (:func:`shortest_leads`): a poll dispatches a task at least
 ``fast_path_margin_ms`` before it is due (a task written later than that goes to the fast path), and the fast
 path takes any lead down to none; ``bench/bench.py`` times its fast-path phase at 2 s, the default here.
 
-    .venv/bin/python bench/coldstart.py [--sizes 256 1769] [--runs 10] [--leads 2000 10000] [--quick] [--json]
+    .venv/bin/python bench/coldstart.py [--sizes 256 1769] [--runs 10] [--leads 2000 10000] [--modes quota burst]
+        [--actions log webhook] [--quick] [--json]
 """
 
 from __future__ import annotations
