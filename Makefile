@@ -80,7 +80,7 @@ bench-memory: setup
 
 ## bench-cold: a cold executor's start (a fresh interpreter loading the handler) at the template's memory size and 1769
 ## MB, its INIT at the CPU quota and on a whole core, and the drift of a batch's first task at the shortest leads the
-## fast path and the poll use, against a same-quota floor (not in `make test`; a few minutes); BENCH_ARGS adds options
+## fast path and the poll use, against a same-quota floor (not in `make test`; about 25 minutes); BENCH_ARGS adds options
 ## (--quick: a smoke run)
 bench-cold: setup
 	$(BIN)/python bench/coldstart.py $(BENCH_ARGS)
