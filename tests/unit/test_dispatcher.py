@@ -429,3 +429,34 @@ def test_under_a_cpu_quota_every_item_fires_once_and_never_before_its_deadline(r
     # Then each fired once, none before its deadline
     assert sorted(recorder.order) == sorted(deadlines)
     assert all(fired >= deadlines[item] for item, fired in recorder.fired)
+
+
+def test_fires_of_an_instant_still_waiting_for_a_worker_leave_no_quiet_gap() -> None:
+    # Given one worker held inside the first of 5 fires due at one instant (the other 4 wait for it)
+    release = threading.Event()
+    fired: list[str] = []
+
+    def fire(item: str) -> None:
+        fired.append(item)
+        if item == "0":
+            release.wait(30)
+
+    dispatcher: Dispatcher[str] = Dispatcher(fire, workers=1, name="burst")
+    try:
+        now = time.monotonic()
+        for i in range(5):
+            dispatcher.add(now, str(i))
+        assert wait_until(lambda: fired == ["0"], timeout=30)
+        # When the recorder or the heartbeat asks how far the next fire is, though the heap is empty
+        # Then the answer is now, and the first quiet moment is at least a gap away
+        assert wait_until(lambda: not dispatcher._heap, timeout=30)
+        assert dispatcher.seconds_to_next_fire() == 0.0
+        assert dispatcher.busy_until(0.5) >= time.monotonic() + 0.4
+        release.set()
+        assert dispatcher.wait_idle(timeout=30)
+        # and once they have all fired, nothing is queued
+        assert dispatcher.seconds_to_next_fire() == float("inf")
+    finally:
+        release.set()
+        dispatcher.close()
+    assert sorted(fired) == ["0", "1", "2", "3", "4"]

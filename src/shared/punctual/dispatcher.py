@@ -170,6 +170,7 @@ class Dispatcher(Generic[T]):
         self._hand_lock = threading.Lock()
         self._waking = 0  # workers handed an entry that have not started yet
         self._pending = 0  # added but not yet finished by a worker
+        self._handing = 0  # taken from the heap at a fire instant and not yet handed on (the dispatcher's own)
         self._idle = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._dispatch, name=name, daemon=True)
@@ -190,7 +191,10 @@ class Dispatcher(Generic[T]):
             self._cond.notify()
 
     def seconds_to_next_fire(self) -> float:
-        """Seconds until the earliest queued deadline (``inf`` when nothing is queued)."""
+        """Seconds until the earliest queued deadline (``inf`` when nothing is queued); 0 while fires of an
+        instant are still being handed on or wait for a worker (a burst is firing)."""
+        if self._handing or self._backlog:
+            return 0.0
         try:
             deadline = self._heap[0][0]  # read without the lock: the heap may empty meanwhile
         except IndexError:
@@ -205,7 +209,8 @@ class Dispatcher(Generic[T]):
         with self._cond:  # the dispatcher takes this lock at the fire instant: copy, sort outside it
             deadlines = [entry[0] for entry in self._heap]
         deadlines.sort()
-        previous = now
+        # fires of an instant still being handed on: not quiet before they have (at least a gap from now)
+        previous = now + min_gap_s if self._handing or self._backlog else now
         for deadline in deadlines:
             if deadline - previous >= min_gap_s:
                 return previous
@@ -270,14 +275,17 @@ class Dispatcher(Generic[T]):
                     due.append(heapq.heappop(heap))
             windows.enter(len(due))
             windows.leave()
+            self._handing = len(due)
             if len(due) == 1:
                 # A lone item goes to its worker ``handoff_s`` early and the worker waits for the deadline:
                 # waking a thread can take a scheduler slice on a busy machine, and this hides it.
                 put((due[0][2], due[0][0]))
+                self._handing = 0
                 continue
             for item_deadline, _, item in due:  # several at (nearly) one instant: each at its deadline
                 wait_for_deadline(clock, item_deadline, fire_spin)
                 put((item, None))
+                self._handing -= 1
 
     def _hand(self, entry: object) -> None:
         """Give ``entry`` to the idle worker that finished last, waking only it; to the backlog while a woken

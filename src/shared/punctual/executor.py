@@ -221,20 +221,25 @@ class Executor:
 
     def _finish(self, recording: Recording, offset: ClockOffset, entry: _Armed, started: float,
                 decision: FireDecision | None, error: str | None) -> None:
-        """Hand the recorder the task's record (exactly one per task, whatever happens here)."""
+        """Hand the recorder the task's record (exactly one per task, whatever happens here): the instant it
+        finished now, and the rest of the record to be made by the recorder's thread, off the fire's path."""
+        recording.put(partial(self._record_of, offset, entry, started, int(self._clock.wall_ms()), decision, error))
+
+    def _record_of(self, offset: ClockOffset, entry: _Armed, started: float, finished_ms: int,
+                   decision: FireDecision | None, error: str | None) -> FireRecord:
+        """What a fire comes to (:func:`~punctual.decisions.decide_outcome`); never raises."""
         task = entry.task
         detail = error  # decision None: the executor failed before deciding; ``error`` says how
         if decision is not None:
             try:
                 quotas = self._actions.rules.of(task.task_id).quotas  # the key's tenant's, whatever the item says
-                recording.put(decide_outcome(task, entry.due_ms, started, int(self._clock.wall_ms()),
-                                             decision=decision, error=error, offset_ms=offset.offset_ms,
-                                             max_attempts=None if quotas is None else quotas.retry_attempts))
-                return
+                return decide_outcome(task, entry.due_ms, started, finished_ms, decision=decision, error=error,
+                                      offset_ms=offset.offset_ms,
+                                      max_attempts=None if quotas is None else quotas.retry_attempts)
             except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
                 detail = f"executor error: {exc!r}"
-        recording.put(FireRecord(task.task_id, TaskStatus.FAILED, started, int(self._clock.wall_ms()),
-                                 started - entry.due_ms, None, (detail or "executor error")[:1000]))
+        return FireRecord(task.task_id, TaskStatus.FAILED, started, finished_ms, started - entry.due_ms, None,
+                          (detail or "executor error")[:1000])
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
         """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost

@@ -66,20 +66,29 @@ def _log_outcome(record: FireRecord) -> None:
                                     detail=record.detail))
 
 
+Result = FireRecord | Callable[[], FireRecord] | None
+"""What a fire hands the recorder: its record, or a function that makes it (called by the recorder's thread, so
+that deciding the outcome costs the fire nothing), or None for a task released unfired."""
+
+
+def _made(result: FireRecord | Callable[[], FireRecord]) -> FireRecord:
+    return result if isinstance(result, FireRecord) else result()
+
+
 @dataclass
 class Recording:
-    """One batch's recording: :meth:`put` one result per armed task (None for a task released unfired), then
-    :meth:`wait` for what was written."""
+    """One batch's recording: :meth:`put` one result per armed task (:data:`Result`), then :meth:`wait` for what
+    was written."""
 
     executor_id: str
     tasks: dict[str, Task]
-    results: queue.SimpleQueue[FireRecord | None] = field(default_factory=queue.SimpleQueue)
+    results: queue.SimpleQueue[Result] = field(default_factory=queue.SimpleQueue)
     recorded: list[FireRecord] = field(default_factory=list)
     not_recorded: int = 0
     dead_lettered: int = 0
     done: threading.Event = field(default_factory=threading.Event)
 
-    def put(self, record: FireRecord | None) -> None:
+    def put(self, record: Result) -> None:
         self.results.put(record)
 
     def wait(self) -> Recording:
@@ -149,12 +158,12 @@ class Recorder:
             recording.done.set()
 
     @staticmethod
-    def _next_chunk(results: queue.SimpleQueue[FireRecord | None],
-                    remaining: int) -> tuple[list[FireRecord], int]:
-        """Up to :data:`RECORD_CHUNK` results: wait for one, then take what is already there."""
+    def _next_chunk(results: queue.SimpleQueue[Result], remaining: int) -> tuple[list[FireRecord], int]:
+        """Up to :data:`RECORD_CHUNK` records: wait for one result, then take what is already there (a deferred
+        record is made here)."""
         first = results.get()
         taken = 1
-        chunk = [] if first is None else [first]
+        chunk = [] if first is None else [_made(first)]
         while taken < remaining and len(chunk) < RECORD_CHUNK:
             try:
                 more = results.get_nowait()
@@ -162,7 +171,7 @@ class Recorder:
                 break
             taken += 1
             if more is not None:
-                chunk.append(more)
+                chunk.append(_made(more))
         return chunk, taken
 
     def room_in(self, gap_s: float) -> float:

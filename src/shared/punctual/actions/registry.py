@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import threading
@@ -349,8 +350,9 @@ class ActionKind(Generic[A]):
     def name(self) -> str:
         return str(self.model.model_fields["kind"].default)
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
+        """Whether ``run`` is a coroutine function (asked at every fire: read once)."""
         return inspect.iscoroutinefunction(self.run)
 
 
