@@ -71,6 +71,7 @@ from floors import (
     FloorJob,
     FloorRun,
     FloorRunner,
+    burst_batch,
     burst_shares,
     loopback_env,
     merged,
@@ -634,12 +635,12 @@ def main() -> int:
     load_before = os.getloadavg()
     log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     memory_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
-    batch = Settings().max_batch_size
+    batch = burst_batch(memory_mb if args.profile == "lambda" else None)  # as the poller cuts a burst
     runner = FloorRunner(args.profile, memory_mb)
     log(runner.footing.line())
     # Under lambda a burst is fired by one floor process per batch, as the executors share it; under local, by one
     # process on whole cores.
-    burst_batch = batch if args.profile == "lambda" else max(args.burst, 1)
+    floor_batch = batch if args.profile == "lambda" else max(args.burst, 1)
     floor_log = work / "floor.jsonl"
     floors: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
@@ -649,8 +650,8 @@ def main() -> int:
         log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
         floors["floor/steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
         time.sleep(args.settle)
-        log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, burst_batch))} floor process(es)")
-        floors["floor/burst"] = measure_floor_burst(runner, args.burst, burst_batch, floor_log)
+        log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
+        floors["floor/burst"] = measure_floor_burst(runner, args.burst, floor_batch, floor_log)
         received = work / "received.jsonl"
         if args.webhooks:
             receiver, port = start_receiver(received)

@@ -266,8 +266,16 @@ def steady_offsets(rate: float, seconds: float) -> list[int]:
     return [int(i * 1000 / rate) for i in range(int(rate * seconds))]
 
 
+def burst_batch(memory_mb: int | None) -> int:
+    """How many tasks due at one instant the poller puts into one batch for executors of ``memory_mb`` (None:
+    whole cores): the batch size, or fewer, what the executor's quota fires in one period
+    (:attr:`~punctual.settings.Settings.max_fires_at_once`)."""
+    settings = Settings(executor_memory_mb=memory_mb)
+    return min(settings.max_batch_size, settings.max_fires_at_once or settings.max_batch_size)
+
+
 def burst_shares(count: int, batch: int) -> list[int]:
-    """A burst of ``count`` cut as the poller cuts it: batches of at most ``batch``."""
+    """A burst of ``count`` cut as the poller cuts it: batches of at most ``batch`` (:func:`burst_batch`)."""
     return [min(batch, count - i) for i in range(0, count, batch)]
 
 

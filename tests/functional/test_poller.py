@@ -108,6 +108,35 @@ def test_make_batches() -> None:
     assert make_batches([], 2) == []
 
 
+def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_one_quota_period() -> None:
+    # Given 5 tasks due at one instant, then 3 spread a second apart, and at most 2 fires a quota period
+    burst = [Candidate(f"b{i}", 10_000, TaskStatus.PENDING, None, 0) for i in range(5)]
+    spread = [Candidate(f"s{i}", 20_000 + 1_000 * i, TaskStatus.PENDING, None, 0) for i in range(3)]
+
+    # When they are cut into batches of up to 250
+    batches = make_batches(burst + spread, 250, max_at_once=2)
+
+    # Then the burst is shared among executors 2 at a time, and the spread tasks (never 2 within 100 ms) join the
+    # last of them
+    assert [[c.task_id for c in b] for b in batches] == [["b0", "b1"], ["b2", "b3"], ["b4", "s0", "s1", "s2"]]
+    # and a window's count starts again once the earlier tasks are a period behind
+    near = [Candidate(f"n{i}", 1_000 + 60 * i, TaskStatus.PENDING, None, 0) for i in range(4)]
+    assert [len(b) for b in make_batches(near, 250, max_at_once=2)] == [4]
+    assert [len(b) for b in make_batches(near, 250, max_at_once=1)] == [1, 1, 1, 1]
+    # and without a limit (whole cores), only the batch size cuts
+    assert [len(b) for b in make_batches(burst, 2, None)] == [2, 2, 1]
+
+
+def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(settings: Settings) -> None:
+    # Given the template's 256 MB executors, one of 1,769 MB, and none named (whole cores)
+    small = settings.model_copy(update={"executor_memory_mb": 256, "fire_cpu_us": 60.0})
+    large = settings.model_copy(update={"executor_memory_mb": 1769, "fire_cpu_us": 60.0})
+    # Then a batch at 256 MB holds fewer tasks due together than a period's quota could fire at 60 us each
+    assert small.max_fires_at_once is not None and small.max_fires_at_once * 60.0 <= 0.145 * 100_000
+    assert large.max_fires_at_once is not None and large.max_fires_at_once > settings.max_batch_size
+    assert settings.model_copy(update={"executor_memory_mb": None}).max_fires_at_once is None
+
+
 def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
     poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 MB_PER_VCPU = 1769  # Lambda: a function with 1,769 MB has the equivalent of one vCPU, less a share of it
+QUOTA_PERIOD_MS = 100  # a CFS quota's period: Firecracker's and the local runtime's (the kernel's default)
+FIRE_BUDGET = 0.7  # the share of a period's quota the fires due in it may plan on (the rest: the spin, the GIL)
 
 
 def cgroup_cpu_share(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> float | None:
@@ -72,3 +74,20 @@ def detect_cpu_share(env: Mapping[str, str] | None = None, proc_cgroup: str = "/
         return share
     memory = (os.environ if env is None else env).get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
     return int(memory) / MB_PER_VCPU if memory.isdigit() and int(memory) > 0 else None
+
+
+def fires_per_period(memory_mb: int, fire_cpu_us: float, budget: float = FIRE_BUDGET,
+                     period_ms: int = QUOTA_PERIOD_MS) -> int:
+    """How many fires due within one quota period an executor of ``memory_mb`` can start before its quota for
+    that period runs out, at ``fire_cpu_us`` of CPU a fire and ``budget`` of the quota (at least 1). A fire
+    past the quota waits for the next period: the rest of the period, tens of milliseconds at 256 MB.
+
+    >>> fires_per_period(256, 60.0)
+    168
+    >>> fires_per_period(1769, 60.0)
+    1166
+    >>> fires_per_period(128, 10_000.0)
+    1
+    """
+    quota_us = period_ms * 1000 * memory_mb / MB_PER_VCPU
+    return max(1, int(budget * quota_us / fire_cpu_us))

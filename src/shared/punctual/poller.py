@@ -6,8 +6,10 @@ see :meth:`punctual.store.TaskStore.find_due`); as each part of that comes back,
 order and invokes one executor per batch, the invocations in parallel, before the store reads the next part.
 The per-task conditional write (ARM) happens in the executors, in
 parallel: two pollers at one instant, a duplicate async delivery, the fast path racing a poll all dispatch the
-same task, and all but one executor lose at ARM. A tick stops dispatching when ``out_of_time()`` says so (its
-Lambda's remaining time): what it did not dispatch is still PENDING, and the next tick finds it.
+same task, and all but one executor lose at ARM. Each tick first notes its start in the store: the fast path
+reads it to leave to the next poll what that poll dispatches in time. A tick stops dispatching when
+``out_of_time()`` says so (its Lambda's remaining time): what it did not dispatch is still PENDING, and the next
+tick finds it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from . import chain
+from .cpu_share import QUOTA_PERIOD_MS
 from .errors import UndecodableItemError
 from .events import BatchEvent, BatchTask, DispatchReport, PollReport
 from .invoker import Invoker
@@ -32,10 +35,27 @@ log = logging.getLogger(__name__)
 INVOKE_THREADS = 8  # async invocations in flight at once
 
 
-def make_batches(candidates: list[Candidate], max_size: int) -> list[list[Candidate]]:
-    """Candidates in due order, cut into batches of at most ``max_size``."""
+def make_batches(candidates: list[Candidate], max_size: int, max_at_once: int | None = None,
+                 window_ms: int = QUOTA_PERIOD_MS) -> list[list[Candidate]]:
+    """Candidates in due order, cut into batches of at most ``max_size``, none holding more than ``max_at_once``
+    tasks due within ``window_ms`` of each other (what an executor's CPU quota can fire in one period; None: no
+    such limit)."""
     ordered = sorted(candidates, key=lambda c: (c.due_ms, c.task_id))
-    return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
+    if max_at_once is None or max_at_once >= max_size:
+        return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
+    batches: list[list[Candidate]] = []
+    batch: list[Candidate] = []
+    first_in_window = 0  # the batch's earliest task due within window_ms of the latest one
+    for candidate in ordered:
+        while first_in_window < len(batch) and batch[first_in_window].due_ms <= candidate.due_ms - window_ms:
+            first_in_window += 1
+        if len(batch) >= max_size or len(batch) - first_in_window >= max_at_once:
+            batches.append(batch)
+            batch, first_in_window = [], 0
+        batch.append(candidate)
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _sent_key(candidate: Candidate) -> tuple[str, int, str | None]:
@@ -75,11 +95,23 @@ class Poller:
         self._sent: dict[tuple[str, int, str | None], int] = {}
         self._sent_lock = threading.Lock()
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def last_polls(self) -> list[int | None]:
+        """When the last poll of each group started, as the store noted it (None: not known)."""
+        return self._store.last_polls()
+
     def poll(self, now_ms: int, out_of_time: Callable[[], bool] | None = None, group: int = 0) -> PollReport:
         """One tick of poll group ``group`` (of ``settings.poll_groups``; the only one by default): find every
         armable task of the group due up to ``now + lead`` (overdue included), then :meth:`dispatch`; both
         stop early once ``out_of_time()`` is true."""
         end_ms = now_ms + self._settings.lead_ms
+        try:  # before any read: a task the fast path leaves to the next poll is written after this poll's start
+            self._store.mark_polled(now_ms, group)
+        except Exception:  # noqa: BLE001 - the fast path then takes every short-lead task itself; nothing is lost
+            log.exception("noting the start of the poll of group %d failed", group)
         done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
         held_back = 0
 
@@ -178,7 +210,7 @@ class Poller:
         """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
         ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
         With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
-        batches = make_batches(candidates, self._settings.max_batch_size)
+        batches = make_batches(candidates, self._settings.max_batch_size, self._settings.max_fires_at_once)
         lock = threading.Lock()
         sent = {"batches": 0, "tasks": 0, "failures": 0, "skipped": 0}
 

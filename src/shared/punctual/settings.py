@@ -67,6 +67,17 @@ class Settings(BaseModel):
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
     )
     max_batch_size: int = Field(250, ge=1, le=5_000)
+    executor_memory_mb: int | None = Field(
+        None, ge=128, le=10_240,
+        description="the executor function's MemorySize (its CPU: MB / 1769 of a core); the poller and the fast path "
+        "put no more tasks due within one CPU-quota period (100 ms) into a batch than that CPU can fire in it "
+        "(fire_cpu_us). None: no such limit (whole cores)",
+    )
+    fire_cpu_us: float = Field(
+        60.0, gt=0, le=100_000,
+        description="the CPU one fire takes an executor (the dispatcher's hand-off, the action's start, the "
+        "outcome handed on), which sizes a batch of tasks due together (executor_memory_mb)",
+    )
     redispatch_after_ms: int | None = Field(
         None, ge=0, le=3_600_000,
         description="a poller does not send again a task still PENDING that it sent less than this ago (its executor "
@@ -129,6 +140,16 @@ class Settings(BaseModel):
         """How far beyond a poll's window a recurring schedule's occurrences are made (a poll interval and the
         fast-path margin: the poll before the one that dispatches an occurrence has already made it)."""
         return self.poll_interval_ms + self.fast_path_margin_ms
+
+    @property
+    def max_fires_at_once(self) -> int | None:
+        """The most tasks due within one CPU-quota period that a batch holds (None: no limit; see
+        ``executor_memory_mb``)."""
+        if self.executor_memory_mb is None:
+            return None
+        from .cpu_share import fires_per_period
+
+        return fires_per_period(self.executor_memory_mb, self.fire_cpu_us)
 
     @property
     def redispatch_hold_back_ms(self) -> int:

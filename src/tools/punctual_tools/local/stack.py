@@ -332,6 +332,9 @@ class LocalStack:
             self.limits = replace(self.limits, memory_mb=cfg.executor_memory_mb)
         if settings.local_timeout_s is not None:
             self.limits = replace(self.limits, timeout_s=settings.local_timeout_s)
+        if settings.profile == "lambda" and settings.executor_memory_mb is None:
+            # the executors' CPU, as the template tells the poller and the fast path in AWS: it sizes the batches
+            self.settings = settings = settings.model_copy(update={"executor_memory_mb": self.limits.memory_mb})
         self.invoker = LocalInvoker(
             find_project_root() / "src" / "executor" / "app.py", worker_env,
             log_file=cfg.home / "logs" / "executor.log", limits=self.limits, profile=settings.profile,
