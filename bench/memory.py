@@ -226,6 +226,26 @@ def verdicts_of(size: dict[str, Any]) -> list[Verdict]:
             for p in size["phases"].values()]
 
 
+def choose_size(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float) -> tuple[int, str]:
+    """The executor memory size this run's figures point to, and why: the cheapest size at which every ratio
+    target is met and every task fired once; if none, the size that meets the most ratio targets, the cheapest
+    of those (a size that lost or doubled a task is never chosen while another did not)."""
+    def met(size: dict[str, Any]) -> int:
+        return sum(v.ratio_met for v in verdicts_of(size))
+
+    complete = [s for s in sizes if s["complete"]] or sizes
+    best = max(met(s) for s in complete)
+    chosen = min((s for s in complete if met(s) == best), key=lambda s: (costs[s["memory_mb"]][volume], s["memory_mb"]))
+    mb, total = chosen["memory_mb"], len(chosen["phases"])
+    if best == total:
+        why = (f"the cheapest size at which every phase meets its ratio target (${costs[mb][volume]:.2f} per "
+               "million)")
+    else:
+        why = (f"no size meets every ratio target; {mb} MB meets the most ({best} of {total}) at the lowest cost "
+               f"(${costs[mb][volume]:.2f} per million)")
+    return mb, why
+
+
 def parse_sizes(text: str) -> tuple[int, ...]:
     """``"256,512"`` -> (256, 512); each a memory size Lambda allows (128 to 10,240 MB)."""
     sizes = tuple(int(part) for part in text.split(",") if part.strip())
@@ -297,6 +317,8 @@ def main() -> int:
         missed = [v.name for v in judged if not v.met]
         print(f"{size['memory_mb']} MB: ratio targets {'all MET' if not missed else 'MISSED: ' + ', '.join(missed)}; "
               f"absolute targets {sum(v.abs_met for v in judged)} of {len(judged)} met")
+    chosen_mb, why = choose_size(sizes, costs, args.volume)
+    print(f"this run's choice for ExecutorMemorySize: {chosen_mb} MB: {why} (the template's default: {default_mb} MB)")
 
     picture: str | None = None
     try:
@@ -312,7 +334,7 @@ def main() -> int:
               "cost_scope": "Lambda + DynamoDB + poller (the cost model's target scope)",
               "cost_per_million": {str(mb): {f"{v:g}": round(usd, 4) for v, usd in c.items()}
                                    for mb, c in costs.items()},
-              "sizes": sizes, "picture": picture}
+              "sizes": sizes, "picture": picture, "choice": {"memory_mb": chosen_mb, "why": why}}
     path = work / "memory.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"figures: {path}")

@@ -83,3 +83,28 @@ def test_sizes_are_lambdas() -> None:
         memory.parse_sizes("64")
     with pytest.raises(argparse.ArgumentTypeError):
         memory.parse_sizes("")
+
+
+def test_the_choice_is_the_cheapest_size_meeting_every_ratio_target() -> None:
+    # Given 256 MB missing the bursts' ratios, and 512 and 1,024 MB meeting everything at a higher price
+    p99s = {name: 1.0 for name in memory.PHASES}
+    bursty = {**p99s, "burst 250": 9.0, "burst 2000": 9.0}
+    sizes = [size(256, bursty, 1.0), size(512, p99s, 1.0), size(1024, p99s, 1.0)]
+    costs = {256: {1e8: 2.0}, 512: {1e8: 3.0}, 1024: {1e8: 5.0}}
+    # When the run chooses
+    mb, why = memory.choose_size(sizes, costs, 1e8)
+    # Then it is 512 MB, the cheaper of the two that meet every target
+    assert mb == 512 and "every phase" in why
+
+
+def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_loses_a_task() -> None:
+    # Given no size meeting every ratio target: 256 MB misses two, 512 MB one but lost a task, 1,024 MB one
+    p99s = {name: 1.0 for name in memory.PHASES}
+    sizes = [size(256, {**p99s, "burst 250": 9.0, "burst 2000": 9.0}, 1.0),
+             {**size(512, {**p99s, "burst 2000": 9.0}, 1.0), "complete": False},
+             size(1024, {**p99s, "burst 2000": 9.0}, 1.0)]
+    costs = {256: {1e8: 2.0}, 512: {1e8: 3.0}, 1024: {1e8: 5.0}}
+    # When the run chooses
+    mb, why = memory.choose_size(sizes, costs, 1e8)
+    # Then it is 1,024 MB: the most targets met among the sizes that fired every task once, and it says so
+    assert mb == 1024 and "3 of 4" in why
