@@ -2,8 +2,9 @@
 
 A thin adapter: the event source mapping (``template.yaml``) filters the stream to inserted or modified items
 that are PENDING and flagged ``fast_path = 1``; the batch's records go to
-:func:`punctual.fastpath.dispatch_stream_records`, which invokes executors exactly as a poll does
-(:meth:`punctual.poller.Poller.dispatch`), writing nothing per task: the executors arm them.
+:func:`punctual.fastpath.dispatch_stream_records` with the time read here, which reads when the last polls started
+(one read a batch), leaves to the next poll what it dispatches in time, and invokes executors for the rest exactly
+as a poll does (:meth:`punctual.poller.Poller.dispatch`), writing nothing per task: the executors arm them.
 
 Logs (JSON, Powertools): every line of an invocation carries ``correlation_id`` = the first record's
 ``eventID``, and the per-batch report. Metrics (EMF, names from :mod:`punctual.metrics`): ``TasksDispatched``
@@ -14,6 +15,7 @@ anyway.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -39,7 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records")
     if not isinstance(records, list):
         raise ValueError("a DynamoDB stream event has a list of Records")
-    report = dispatch_stream_records(poller, records)
+    report = dispatch_stream_records(poller, records, now_ms=int(time.time() * 1000))
     add_counts(metrics, {TASKS_DISPATCHED: report.dispatched, INVOKE_FAILURES: report.invoke_failures})
     logger.info("fast path batch", extra={"report": report.model_dump()})
     return report.model_dump()

@@ -824,3 +824,18 @@ def test_find_due_out_of_time_stops_early_and_the_next_call_finds_the_rest(
     # And the next look, with time enough, finds every one of them
     full = store.find_due(NOW, NOW + 90_000, out_of_time=lambda: False)
     assert ({c.task_id for c in full.candidates}, full.complete) == (everything, True)
+
+
+# -- the poll's start, for the fast path --------------------------------------------------------------------------
+def test_a_polls_noted_start_is_read_back_and_never_moves_back(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a store where no poll has started yet, and a due task  Then no start is known
+    assert store.last_polls() == [None]
+    tasks.create(NOW + 1_000, "t-due")
+    # When a poll notes its start, then an earlier start is noted
+    assert store.mark_polled(NOW) is True
+    assert store.mark_polled(NOW - 1) is False
+    # Then the later start is read back, and finding due work is not changed by it
+    assert store.last_polls() == [NOW]
+    assert [c.task_id for c in store.find_due(NOW, NOW + 90_000).candidates] == ["t-due"]
+    assert store.last_polls() == [NOW]
+    assert store.mark_polled(NOW + 60_000) is True and store.last_polls() == [NOW + 60_000]

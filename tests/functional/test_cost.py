@@ -5,8 +5,9 @@ The expected counts come from the design (the store's life cycle, the keys-only 
 template.yaml), not from a previous run: one conditional write per step (schedule, arm straight from PENDING,
 record), each within one write unit, the index written only when a task enters or leaves it, a poll that
 writes nothing per task and whose fixed reads are exactly one query per shard and bucket, and heartbeat writes
-per executor batch, not per task. The fast path's premise is checked on the real code too: a stream batch
-becomes one executor invocation and no DynamoDB request.
+per executor batch, not per task. The fast path's premises are checked on the real code too: a stream batch
+becomes one executor invocation and one read (when the last poll started), and what it keeps comes from its own
+decision.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from punctual.runtime import build_store
 from punctual.settings import Settings
 from punctual_tools import cost
 from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds
-from punctual_tools.cost.fastpath import fast_path_cost, fast_path_window_s, last_lead_s, stream_batch_tasks
+from punctual_tools.cost.fastpath import (
+    POLL_STARTS_RRU,
+    fast_path_cost,
+    fast_path_window_s,
+    kept_share,
+    last_lead_s,
+    left_to_poll_cost,
+    stream_batch_tasks,
+)
 from punctual_tools.cost.pricing import eventbridge_scheduler_usd, marginal_per_million
 from punctual_tools.cost.scenario import SCENARIO_START_MS
 from punctual_tools.doubles import FakeClock, RecordingInvoker
@@ -207,11 +216,12 @@ def test_an_empty_poll_costs_one_query_per_shard_and_bucket(counted: cost.Counts
     # from the watermark the previous tick left (its now - overdue safety margin) to now + lead
     buckets = buckets_between(bucket_start(now - interval - settings["overdue_safety_ms"]), now + settings["lead_ms"])
     fixed = {r.op: r for r in counted.per_tick}
-    assert set(fixed) == {"GetItem", "Query", "UpdateItem"}  # watermark read, index queries, watermark write
+    # the poll's start noted and the watermark read, index queries, watermark write
+    assert set(fixed) == {"GetItem", "Query", "UpdateItem"}
     assert fixed["Query"].requests == len(buckets) * settings["shard_count"]
     assert fixed["Query"].rru == 0.5 * fixed["Query"].requests  # empty: the minimum, eventually consistent
     assert (fixed["GetItem"].requests, fixed["GetItem"].rru) == (1, 1)
-    assert (fixed["UpdateItem"].requests, fixed["UpdateItem"].wru) == (1, 1)
+    assert (fixed["UpdateItem"].requests, fixed["UpdateItem"].wru) == (2, 2)
 
 
 def test_one_executor_per_batch_and_the_lambda_model_matches_the_run(counted: cost.Counts) -> None:
@@ -307,8 +317,9 @@ def test_lambdas_free_tier_takes_off_at_most_its_allowance(counted: cost.Counts)
     assert high.lambda_free_tier_usd() == pytest.approx(400_000 * 0.0000133334 + high.lambda_requests * 0.20 / 1e6)
 
 
-def test_a_stream_batch_is_one_executor_invocation_and_no_dynamodb_request() -> None:
-    # Given tasks written 2 s ahead (so flagged for the fast path) and the stream records of their writes
+def test_a_stream_batch_is_one_executor_invocation_and_one_read_of_the_last_polls() -> None:
+    # Given a poll that started 20 s ago, tasks written 2 s ahead (so flagged for the fast path, and due long before
+    # the next poll) and the stream records of their writes
     settings = Settings(table_name="cost-fastpath", ntp_server=None, allowed_targets="127.0.0.1")
     now = SCENARIO_START_MS
     with mock_aws():
@@ -324,14 +335,17 @@ def test_a_stream_batch_is_one_executor_invocation_and_no_dynamodb_request() -> 
                    for i, image in enumerate(images)]
         invoker = RecordingInvoker()
         poller = Poller(build_store(settings, client), invoker, settings, poller_id="fast-cost")
+        assert build_store(settings, raw).mark_polled(now - 20_000)
         # When the fast path dispatches the stream batch, under the meter
         with cost.CapacityMeter(client, raw, settings.table_name, cost.TableSpec.from_template()) as meter:
-            report = dispatch_stream_records(poller, records)
-    # Then one executor is invoked for the whole batch, and the fast path itself makes no DynamoDB request
-    assert report.dispatched == 3 and report.batches == 1
+            report = dispatch_stream_records(poller, records, now)
+    # Then one executor is invoked for the whole batch, and the fast path itself makes one DynamoDB request: the
+    # strongly consistent read of the poll's start (one read unit, the fast path's POLL_STARTS_RRU), no write
+    assert report.dispatched == 3 and report.batches == 1 and report.polls_known
     (payload,) = invoker.payloads
     assert sorted(t["task_id"] for t in payload["tasks"]) == sorted(ids)
-    assert meter.calls == []
+    (read,) = meter.calls
+    assert (read.op, read.rru, read.wru) == ("BatchGetItem", POLL_STARTS_RRU, 0)
 
 
 def test_a_fast_path_task_costs_more_alone_and_further_ahead(counted: cost.Counts) -> None:
@@ -347,6 +361,26 @@ def test_a_fast_path_task_costs_more_alone_and_further_ahead(counted: cost.Count
     # and it costs more than one more task on the poll path, at both volumes
     for volume in (1e6, 100e6):
         assert one.per_million > marginal_per_million(counted, volume)
+
+
+def test_the_fast_path_keeps_of_spread_leads_what_the_next_poll_does_not_reach_in_time() -> None:
+    # Given the default 60 s poll, 90 s lead and 10 s margin, and tasks written at a random phase of the poll cycle
+    # (x: time to the next poll) with leads spread over 0-70 s: the fast path keeps all within 10 s of the next poll
+    # (x < 10), else those due before x + 10 s
+    spread = kept_share()
+    # Then it keeps (10 * 70 + (70² - 20²) / 2) / (60 * 70) of them, whose leads spread up to 54.5 s on average
+    assert spread.kept == pytest.approx(2_950 / 4_200, abs=0.005)
+    assert spread.reach_s == pytest.approx((10 * 70**2 + (70**3 - 20**3) / 3) / 2_950, abs=0.3)
+    # And it keeps every task written 2 s ahead, and half of those written 50 s ahead (x < 10 or x > 40)
+    assert kept_share(lead_s=2.0).kept == 1.0
+    assert kept_share(lead_s=50.0).kept == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_task_left_to_the_poll_costs_one_more_poll_path_task_and_a_look(counted: cost.Counts) -> None:
+    # A task left to the poll costs one more poll-path task, and its share of the fast-path function's invocation
+    for volume in (1e6, 100e6):
+        more = marginal_per_million(counted, volume) / 1e6
+        assert more < left_to_poll_cost(counted, 5, volume) < left_to_poll_cost(counted, 1, volume) < 2 * more
 
 
 def test_a_stream_batch_holds_what_a_shard_received_in_a_quarter_second() -> None:

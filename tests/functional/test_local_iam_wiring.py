@@ -86,10 +86,16 @@ def test_with_the_check_on_the_pollers_store_obeys_the_pollers_role(
 
 @pytest.mark.usefixtures("iam_on")
 def test_with_the_check_on_the_fast_paths_store_obeys_the_fast_paths_role(dynamodb: Any, settings: Settings) -> None:
-    # Given the store the stack gives the fast path  When it reads the poller's watermark (the poller's grant, not
-    # the fast path's)  Then it is refused under the fast path's role
+    # Given the store the stack gives the fast path  When it reads when the last polls started  Then its role
+    # allows it
+    store = function_store(settings, "FastPathFunction")
+    assert store.last_polls() == [None]
+    # When it reads the poller's watermark (the poller's grant, not the fast path's)  Then it is refused
     with pytest.raises(IamDeniedError, match="FastPathFunction"):
-        function_store(settings, "FastPathFunction").get_watermark()
+        store.get_watermark()
+    # And so is reading a task
+    with pytest.raises(IamDeniedError, match="FastPathFunction"):
+        store.get("some-task")
 
 
 @pytest.mark.usefixtures("iam_off")

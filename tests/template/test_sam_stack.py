@@ -253,12 +253,17 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
     assert not actions & (NEVER_GRANTED["*"] | NEVER_GRANTED.get(function, set()))
     # A Scan only of the due index (the poller's first poll, to find its watermark), never of the table
     assert {resource for action, resource in granted if action == "dynamodb:Scan"} <= {DUE_INDEX}
-    # The fast path reads the stream only: no access to the table itself (the executors arm what it hands over)
+    # The fast path reads the stream, and of the table only the pollers' watermark items (when the last polls
+    # started): no task, no write (the executors arm what it hands over)
     if function == "FastPathFunction":
-        assert not {resource for action, resource in granted if action.startswith("dynamodb:")} & {TABLE}
-    # No condition on a function's grants (recorded calls carry dynamodb:LeadingKeys only: another key's
-    # condition could not be judged by test_iam_grants.py)
-    assert all(not statement.get("Condition") for statement in statements)
+        on_table = [s for s in statements if TABLE in {r for _, r in grants([s])}]
+        assert {action for s in on_table for action, _ in grants([s])} == {"dynamodb:BatchGetItem"}
+        assert [s["Condition"] for s in on_table] == [
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#poller-watermark*"]}}]
+    # No condition on a function's grants but on dynamodb:LeadingKeys (recorded calls carry it only: another
+    # key's condition could not be judged by test_iam_grants.py)
+    assert all(set(key for test in statement.get("Condition", {}).values() for key in test)
+               <= {"dynamodb:LeadingKeys"} for statement in statements)
 
 
 def _authorization_reference() -> dict[str, Any]:

@@ -1,14 +1,18 @@
-"""The fast path's record handling and the local stand-in for Lambda's event filter, against the template's
-own filter patterns."""
+"""The fast path's record handling, the local stand-in for Lambda's event filter against the template's own filter
+patterns, and the choice between the fast path and the next poll."""
 
 from __future__ import annotations
 
+import doctest
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from punctual import fastpath
 from punctual.dynamodb.schema import stream_filter_patterns
-from punctual.fastpath import candidate_of_record, matches
+from punctual.fastpath import candidate_of_record, choose_path, matches
 from punctual.model import TaskStatus
 
 
@@ -69,3 +73,53 @@ def test_matches_checks_nested_keys_and_allowed_values() -> None:
 def test_matches_refuses_filter_rules_it_does_not_implement() -> None:
     with pytest.raises(ValueError, match="not supported locally"):
         matches({"n": [{"numeric": [">", 1]}]}, {"n": 2})
+
+
+# -- which path: the fast path, or the next poll -------------------------------------------------------------
+def path_of(due_ms: int, now_ms: int, last: tuple[int | None, ...] = (0,)) -> str:
+    """60 s polls, a 90 s lead and a 10 s margin (the defaults)."""
+    return choose_path(due_ms, now_ms, last, interval_ms=60_000, lead_ms=90_000, margin_ms=10_000)
+
+
+@pytest.mark.parametrize(
+    ("due_ms", "now_ms", "last", "path"),
+    [
+        (69_999, 20_000, (0,), "fast path"),  # 1 ms short of the margin after the next poll (at 60 s)
+        (70_000, 20_000, (0,), "poll"),  # exactly the margin after it
+        (150_000, 20_000, (0,), "poll"),  # the next poll's reach (its start + the lead)
+        (150_001, 20_000, (0,), "fast path"),  # past it
+        (80_000, 50_000, (0,), "poll"),  # written exactly the margin before the next poll
+        (80_000, 50_001, (0,), "fast path"),  # 1 ms later: an early poll could miss it
+        (80_000, 70_000, (0,), "fast path"),  # the expected poll has not started: late, or under way
+        (80_000, 20_000, (None,), "fast path"),  # no poll known
+        (80_000, 20_000, (), "fast path"),
+        (71_999, 20_000, (0, 2_000), "fast path"),  # two groups: the margin after the later next poll
+        (72_000, 20_000, (0, 2_000), "poll"),
+        (80_000, 20_000, (0, None), "fast path"),  # one group's last poll not known
+    ],
+)
+def test_the_fast_path_leaves_to_the_next_poll_only_what_that_poll_dispatches_a_margin_ahead(
+    due_ms: int, now_ms: int, last: tuple[int | None, ...], path: str
+) -> None:
+    assert path_of(due_ms, now_ms, last) == path
+
+
+@settings(max_examples=500, deadline=None)
+@given(last=st.lists(st.integers(0, 120_000), min_size=1, max_size=4), now=st.integers(0, 200_000),
+       lead_after_now=st.integers(0, 200_000))
+def test_every_task_left_to_the_poll_is_in_each_groups_next_poll_a_margin_before_it_is_due(
+    last: list[int], now: int, lead_after_now: int
+) -> None:
+    # Given any last polls, any now and any due time after now  When the task is left to the poll
+    due = now + lead_after_now
+    if path_of(due, now, tuple(last)) != "poll":
+        return
+    # Then each group's next poll starts more than the margin after now, reaches the task, and starts at least the
+    # margin before it is due
+    for start in (t + 60_000 for t in last):
+        assert start - now >= 10_000
+        assert start + 10_000 <= due <= start + 90_000
+
+
+def test_the_decisions_examples_hold() -> None:
+    assert doctest.testmod(fastpath).failed == 0

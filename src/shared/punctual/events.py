@@ -67,6 +67,8 @@ class PollReport(DispatchReport):
 class FastPathReport(DispatchReport):
     records: int
     candidates: int
+    left_to_poll: int = 0  # candidates the next poll dispatches in time: not dispatched here
+    polls_known: bool = False  # whether the last polls' starts could be read (False: every candidate dispatched)
 
 
 class BatchReport(BaseModel):

@@ -94,6 +94,16 @@ class TaskStore(Protocol):
         (each task in one part), before the rest is read."""
         ...
 
+    def mark_polled(self, now_ms: int, group: int = 0) -> bool:
+        """Note that a poll of group ``group`` starts at ``now_ms``, before it reads anything (never moving the noted
+        start back: False when a later one is noted)."""
+        ...
+
+    def last_polls(self) -> list[int | None]:
+        """When the last poll of each group started, as :meth:`mark_polled` noted it, one entry a group (None: not
+        known), read consistently: the fast path reads it to tell when the next poll comes."""
+        ...
+
     # -- executor ----------------------------------------------------------------------------------------
     def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
         """Renew ``executor_id``'s liveness to ``alive_until_ms`` (noting the ``invocation`` running it): False once

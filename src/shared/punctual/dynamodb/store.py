@@ -10,8 +10,9 @@ status, lease and owner of what it found from the base table (eventually consist
 
 A task written due sooner than the next poll can dispatch it (``due_ms - now < poll interval + margin``)
 carries ``fast_path = 1``: the table stream hands it to the fast path, which dispatches it like the poller
-does (the ARM condition makes the two race-safe; the poller still finds it in the index if the fast path
-does not).
+does unless the next poll does so in time (each poll notes its start, ``polled_ms``, on its watermark item:
+:meth:`DynamoTaskStore.mark_polled`, read by :meth:`DynamoTaskStore.last_polls`). The ARM condition makes the
+two race-safe; the poller still finds the task in the index if the fast path does not dispatch it.
 
 Many conditional writes at once (arms, records) go one of two ways, by ``Settings.write_batch``. In AWS
 ("single", the default) each is an UpdateItem, run in parallel on a small thread pool: 1 write unit per KB.
@@ -749,7 +750,7 @@ class DynamoTaskStore(ScheduleItems):
         item = self._client.get_item(
             TableName=self.table_name, Key={"task_id": {"S": self.watermark_key(group)}}, ConsistentRead=True
         ).get("Item")
-        return None if item is None else int(item["watermark_ms"]["N"])
+        return None if item is None or "watermark_ms" not in item else int(item["watermark_ms"]["N"])
 
     def advance_watermark(self, watermark_ms: int, group: int = 0) -> bool:
         """Move the group's watermark forward (never back: a concurrent poller may have moved it further)."""
@@ -766,6 +767,33 @@ class DynamoTaskStore(ScheduleItems):
                 return False
             raise
         return True
+
+    def mark_polled(self, now_ms: int, group: int = 0) -> bool:
+        """Note on the group's watermark item that a poll of the group starts at ``now_ms`` (``polled_ms``), never
+        moving it back; False when a later start is already noted."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"task_id": {"S": self.watermark_key(group)}},
+                UpdateExpression="SET polled_ms = :now",
+                ConditionExpression="attribute_not_exists(polled_ms) OR polled_ms < :now",
+                ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def last_polls(self) -> list[int | None]:
+        """When the last poll of each group started (None: not known), from one strongly consistent BatchGetItem of
+        the groups' watermark items; a key DynamoDB leaves unprocessed (throttled) counts as not known."""
+        keys = [{"task_id": {"S": self.watermark_key(group)}} for group in range(self.poll_groups)]
+        response = self._client.batch_get_item(RequestItems={self.table_name: {
+            "Keys": keys, "ConsistentRead": True, "ProjectionExpression": "task_id, polled_ms"}})
+        polled = {text_of(item, "task_id"): number_of(item, "polled_ms")
+                  for item in response.get("Responses", {}).get(self.table_name, [])}
+        return [polled.get(self.watermark_key(group)) for group in range(self.poll_groups)]
 
     def oldest_active_due(self, group: int = 0) -> int | None:
         """The bucket before the earliest due time in the group's shards of the due index (a scan of the sparse

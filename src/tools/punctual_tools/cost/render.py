@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from punctual.dynamodb.schema import find_template
+from punctual.settings import Settings
 
 from .coldstart import ENVIRONMENT_LIFETIME_S, INIT_LIMIT_S, init_seconds
 from .fastpath import (
@@ -19,7 +20,9 @@ from .fastpath import (
     STREAM_SHARDS,
     fast_path_cost,
     fast_path_window_s,
+    kept_share,
     last_lead_s,
+    left_to_poll_cost,
     stream_batch_tasks,
 )
 from .pricing import (
@@ -234,47 +237,66 @@ def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list
 
 
 def _fast_path_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:
-    """The fast path per task, at each volume and batch size, next to the poll path at the same volume."""
-    window = fast_path_window_s()
-    leads: tuple[tuple[str, float | None], ...] = ((f"{BENCH_LEAD_S:g} s lead", BENCH_LEAD_S),
-                                                   (f"leads spread over 0–{window:g} s", None))
+    """The fast path per task, at each volume and batch size: the tasks it keeps, those it leaves to the poll, and
+    all short-lead tasks together, next to the poll path at the same volume."""
+    settings = Settings(ntp_server=None)
+    window = fast_path_window_s(settings)
+    margin = settings.fast_path_margin_ms / 1000
+    spread = kept_share(settings)
     lines = [
         "",
-        "**The fast path, per task** (a task written due within "
-        f"{window:g} s: each stream batch is one executor invocation, billed until the batch's last task is due; "
-        "DynamoDB as on the poll path). Tasks a stream batch: 1, 2 and 5, and the mean batch when every task of "
-        f"the volume takes the fast path, the stream has {STREAM_SHARDS} shard and Lambda reads it four times a "
-        "second. Leads: every task written "
-        f"{BENCH_LEAD_S:g} s ahead (the benchmark's fast-path phase), or leads spread evenly up to {window:g} s. "
-        "The poll path is given per task on average and for one more task (the executors it keeps awake are "
-        "billed anyway: what moving a task from the fast path to the poll path would cost):",
+        f"**The fast path, per task** (a task written due within {window:g} s reaches the fast-path function, which "
+        f"keeps it only if the next poll would not dispatch it {margin:g} s before it is due, or if that poll is "
+        f"less than {margin:g} s away; each stream batch of kept tasks is one executor invocation, billed until the "
+        "batch's last task is due; DynamoDB as on the poll path). Tasks a stream batch: 1, 2 and 5, and the mean "
+        "batch when every task of the volume is written with a short lead and kept, the stream has "
+        f"{STREAM_SHARDS} shard and Lambda reads it four times a second. Leads: every task written "
+        f"{BENCH_LEAD_S:g} s ahead (the benchmark's fast-path phase: the fast path keeps them all), or leads spread "
+        f"evenly over 0–{window:g} s at a random phase of the poll cycle: the fast path keeps "
+        f"{100 * spread.kept:.1f} % of those, due before the next poll's reach (their leads spread over 0 to "
+        f"{spread.reach_s:.1f} s on average), and leaves {100 * (1 - spread.kept):.1f} % to the poll, at what one more "
+        "poll-path task costs plus its share of the fast-path function's invocation. The poll path is given per task "
+        "on average and for one more task (the executors it keeps awake are billed anyway):",
         "",
-        "| fast-path tasks a month | tasks a stream batch | executor awake a batch | "
-        + " | ".join(f"$ per million, {name}" for name, _ in leads)
-        + " | poll path, $ per million: average / one more task |",
-        "| --- | ---: | ---: |" + " ---: |" * len(leads) + " ---: |",
+        "| short-lead tasks a month | tasks a stream batch | executor awake a batch | "
+        f"$ per million, {BENCH_LEAD_S:g} s lead | $ per million, kept of leads spread over 0–{window:g} s | "
+        "$ per million, left to the poll | $ per million, every task of leads spread over "
+        f"0–{window:g} s | poll path, $ per million: average / one more task |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     ratios: list[float] = []
+    blend_ratios: list[float] = []
     for m in months:
         mean_batch = stream_batch_tasks(m.tasks)
         poll, more = m.per_million(True), marginal_per_million(c, m.tasks, template_path=template_path)
         for k in sorted({k for k in (1.0, 2.0, 5.0) if abs(k - mean_batch) > 0.25} | {mean_batch}):
-            costs = [fast_path_cost(c, k, last_lead_s(k, lead, window), m.tasks, template_path=template_path)
-                     for _, lead in leads]
-            ratios += [x.per_million / more for x in costs]
+            bench = fast_path_cost(c, k, last_lead_s(k, BENCH_LEAD_S, window), m.tasks, template_path=template_path)
+            kept = fast_path_cost(c, k, last_lead_s(k, None, spread.reach_s), spread.kept * m.tasks,
+                                  template_path=template_path)
+            left = 1e6 * left_to_poll_cost(c, k, m.tasks, template_path=template_path)
+            blend = spread.kept * kept.per_million + (1 - spread.kept) * left
+            ratios += [bench.per_million / more, kept.per_million / more]
+            blend_ratios.append(blend / more)
             label = f"{k:.1f} (the mean batch)" if k == mean_batch else f"{k:.0f}"
-            awake = " / ".join(f"{x.executor_s:.2f} s" for x in costs)
-            cells = " | ".join(f"**{_usd(x.per_million)}**" for x in costs)
-            lines.append(f"| {m.tasks / 1e6:,.0f} M | {label} | {awake} | {cells} | {_usd(poll)} / {_usd(more)} |")
+            lines.append(f"| {m.tasks / 1e6:,.0f} M | {label} | {bench.executor_s:.2f} s / {kept.executor_s:.2f} s | "
+                         f"**{_usd(bench.per_million)}** | **{_usd(kept.per_million)}** | {_usd(left)} | "
+                         f"**{_usd(blend)}** | {_usd(poll)} / {_usd(more)} |")
     one = fast_path_cost(c, 1.0, BENCH_LEAD_S, months[0].tasks, template_path=template_path)
     parts = ", ".join(f"{name} {_usd(1e6 * usd)}" for name, usd in one.usd.items())
+    every = fast_path_cost(c, 1.0, last_lead_s(1.0, None, window), months[0].tasks, template_path=template_path)
+    kept_one = fast_path_cost(c, 1.0, last_lead_s(1.0, None, spread.reach_s), spread.kept * months[0].tasks,
+                              template_path=template_path)
     low, high = min(ratios), max(ratios)
-    verdict = ("**The fast path costs more per task than the poll path in every row**" if low > 1 else
-               "The fast path costs more per task than the poll path in most rows")
-    lines += ["", f"{verdict}: {low:.2f}× to {high:.0f}× what one more task costs on the poll path, because "
-              f"the poll path shares an executor's wait among up to {c.scenario.settings['max_batch_size']} tasks "
-              "and a stream batch among the few tasks written to a shard in the same quarter second. One task "
-              f"alone, {BENCH_LEAD_S:g} s ahead, per million: {parts}."]
+    verdict = ("**The fast path costs more per task than the poll path for every task it keeps**" if low > 1 else
+               "The fast path costs more per task than the poll path for most tasks it keeps")
+    lines += ["", f"{verdict}: {low:.2f}× to {high:.0f}× what one more task costs on the poll path, because the "
+              f"poll path shares an executor's wait among up to {c.scenario.settings['max_batch_size']} tasks and a "
+              "stream batch among the few tasks written to a shard in the same quarter second. Short-lead tasks of "
+              f"spread leads, those left to the poll included, cost {min(blend_ratios):.1f}× to "
+              f"{max(blend_ratios):.0f}× what one more poll-path task costs. One task alone, {BENCH_LEAD_S:g} s "
+              f"ahead, per million: {parts}. One alone of leads spread over 0–{window:g} s, at 1 M a month: "
+              f"{_usd(kept_one.per_million)} per million when kept, {_usd(every.per_million)} when the fast path keeps "
+              "every short-lead task (what it does when it cannot read when the last polls started)."]
     return lines
 
 
