@@ -9,9 +9,9 @@ would run it) and four phases run, each judged against its floor measured at the
 (:mod:`floors`: one floor process per executor, each in a cgroup with the same quota, the same priority):
 
 - ``steady``: ``--steady-rate`` tasks/s for ``--steady-seconds`` s, scheduled ahead (floor: one process);
-- ``burst 250``: tasks due at one instant, all in one shard so that one poll batch holds them (one executor,
-  unless the poller cuts it smaller for the size's quota: :attr:`~punctual.settings.Settings.max_fires_at_once`;
-  floor: one process per batch, cut the same way);
+- ``burst 250``: ``--one-burst`` tasks due at one instant in one shard, as many as one batch holds (fewer
+  where the poller cuts a burst smaller for the size's quota: :attr:`~punctual.settings.Settings.max_fires_at_once`),
+  so that one executor fires them (floor: one process, as many tasks);
 - ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch, cut as
   the poller cuts them);
 - ``webhooks``: ``--webhook-rate`` webhooks/s for ``--webhook-seconds`` s, drift at a loopback receiver
@@ -51,7 +51,7 @@ from bench import (
     wait_until_idle,
     webhook_spread,
 )
-from floors import FloorRunner, burst_batch, burst_shares
+from floors import FloorRunner, burst_batch
 
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
@@ -106,9 +106,9 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         log(f"{memory_mb} MB: floor/steady, {args.steady_rate:g}/s for {args.steady_seconds:g} s")
         floors["steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
         time.sleep(args.settle)
-        log(f"{memory_mb} MB: floor/burst {args.one_burst} in one shard, {len(burst_shares(args.one_burst, batch))} "
-            "floor process(es)")
-        floors["burst 250"] = measure_floor_burst(runner, args.one_burst, batch, floor_log, prefix="floor-one-")
+        one_batch = min(args.one_burst, batch)  # what one executor is given of a burst in one shard
+        log(f"{memory_mb} MB: floor/burst {one_batch}, one floor process")
+        floors["burst 250"] = measure_floor_burst(runner, one_batch, batch, floor_log, prefix="floor-one-")
         time.sleep(args.settle)
         log(f"{memory_mb} MB: floor/burst {args.burst}, one floor process per {batch}")
         floors["burst 2000"] = measure_floor_burst(runner, args.burst, batch, floor_log, prefix="floor-many-")

@@ -148,7 +148,11 @@ class Recorder:
         try:
             remaining = len(recording.tasks)
             while remaining:
-                chunk, taken = self._next_chunk(recording.results, remaining)
+                first = recording.results.get()
+                # Not even the records are made while fires are close: the thread that made them would take the
+                # interpreter from the fires of a burst.
+                self._wait_for_quiet(RECORD_CHUNK)
+                chunk, taken = self._next_chunk(first, recording.results, remaining)
                 remaining -= taken
                 while chunk:
                     room = self._wait_for_quiet(len(chunk))
@@ -158,10 +162,10 @@ class Recorder:
             recording.done.set()
 
     @staticmethod
-    def _next_chunk(results: queue.SimpleQueue[Result], remaining: int) -> tuple[list[FireRecord], int]:
-        """Up to :data:`RECORD_CHUNK` records: wait for one result, then take what is already there (a deferred
-        record is made here)."""
-        first = results.get()
+    def _next_chunk(first: Result, results: queue.SimpleQueue[Result],
+                    remaining: int) -> tuple[list[FireRecord], int]:
+        """Up to :data:`RECORD_CHUNK` records: ``first``, then the results already there (a deferred record is
+        made here)."""
         taken = 1
         chunk = [] if first is None else [_made(first)]
         while taken < remaining and len(chunk) < RECORD_CHUNK:
