@@ -73,10 +73,11 @@ bench: setup
 	$(BIN)/python bench/bench.py --json $(BENCH_ARGS)
 
 ## bench-memory: the precision/cost frontier at 256, 512, 1024 and 1769 MB (drift against the same-quota floor, the
-## executors' CPU and throttling, $ per million; a table, frontier.png, memory.json; not in `make test`; a few minutes
-## a size); BENCH_ARGS adds options (--quick: a smoke run)
+## executors' CPU and throttling, $ per million; a table, frontier.png, memory.json; not in `make test`; about 16
+## minutes); it writes docs/benchmarks/memory.md from this run and the one before; BENCH_ARGS adds options (--quick:
+## a smoke run, which leaves the page alone)
 bench-memory: setup
-	$(BIN)/python bench/memory.py $(BENCH_ARGS)
+	$(BIN)/python bench/memory.py --page docs/benchmarks/memory.md $(BENCH_ARGS)
 
 ## bench-cold: a cold executor's start (a fresh interpreter loading the handler) at the template's memory size and 1769
 ## MB, its INIT at the CPU quota and on a whole core, and the drift of a batch's first task at the shortest leads the

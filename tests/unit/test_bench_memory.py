@@ -4,6 +4,7 @@ the verdicts and the picture's points."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,47 @@ def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_l
     mb, why = memory.choose_size(sizes, costs, 1e8)
     # Then it is 1,024 MB: the most targets met among the sizes that fired every task once, and it says so
     assert mb == 1024 and "3 of 4" in why
+
+
+def report_of(sizes: list[dict[str, Any]], commit: str, choice: int) -> dict[str, Any]:
+    return {"machine": "vm (2 cores)", "commit": commit, "profile": "lambda", "load_avg_before": [0.5, 0, 0],
+            "load_avg_after": [0.6, 0, 0], "template_default_mb": 256, "args": {"volume": 1e8},
+            "cost_scope": "Lambda + DynamoDB + poller", "picture": None,
+            "cost_per_million": {str(s["memory_mb"]): {"1e+08": 4.0} for s in sizes}, "sizes": sizes,
+            "choice": {"memory_mb": choice, "why": "the cheapest"}}
+
+
+def test_the_page_shows_each_size_and_phase_and_whether_two_runs_agree(tmp_path: Path) -> None:
+    # Given two runs at 256 and 512 MB whose verdicts differ on one phase (512 MB's steady)
+    p99s = {name: 1.0 for name in memory.PHASES}
+    first = report_of([size(256, p99s, 1.0), size(512, p99s, 1.0)], "aaa1111", 256)
+    second = report_of([size(256, p99s, 1.0), size(512, {**p99s, "steady": 9.0}, 1.0)], "bbb2222", 256)
+    page = tmp_path / "benchmarks" / "memory.md"
+    # When each is published in turn
+    memory.publish(first, page)
+    memory.publish(second, page)
+    text = page.read_text()
+    # Then the page is the second run's, with both runs' verdicts side by side and the disagreement named
+    assert "commit: bbb2222" in text and "run 1 (aaa1111" in text and "run 2 (bbb2222" in text
+    for mb in (256, 512):
+        for name in memory.PHASES:
+            assert f"| {mb} MB | {name} |" in text
+    assert "| 512 MB | steady | met (1.00x) | missed (9.00x) | NO |" in text
+    assert "differ on 1" in text
+    # and both runs' figures stay beside it, from which the page is made again to the byte
+    again = memory.write_page(json.loads((page.parent / "memory.json").read_text()), tmp_path / "again.md",
+                              earlier=[json.loads((page.parent / "memory-previous.json").read_text())])
+    assert again.read_text() == text
+
+
+def test_the_published_frontier_page_is_the_one_its_figures_make(tmp_path: Path) -> None:
+    # Given the frontier page in docs/benchmarks and the figures beside it
+    docs = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+    latest, previous = docs / "memory.json", docs / "memory-previous.json"
+    if not latest.is_file():
+        pytest.skip("no frontier page published yet (make bench-memory writes it)")
+    # When the page is made again from them
+    earlier = [json.loads(previous.read_text())] if previous.is_file() else []
+    made = memory.write_page(json.loads(latest.read_text()), tmp_path / "memory.md", earlier=earlier)
+    # Then it is the page as published: nobody edited the figures by hand
+    assert made.read_text() == (docs / "memory.md").read_text()
