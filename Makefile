@@ -67,10 +67,11 @@ demo: setup
 	$(BIN)/punctual demo --tasks 300 --over 20 --burst 200
 
 ## bench: drift of the local stack against the floor of the same run, both under the Lambda profile at the template's
-## executor memory (ratio and absolute verdicts, pictures); BENCH_ARGS adds options (--profile local: whole cores)
+## executor memory (ratio and absolute verdicts, pictures), published to docs/benchmarks/drift-<profile>.md and the
+## README's figures; BENCH_ARGS adds options (--profile local: whole cores)
 BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python bench/bench.py --json $(BENCH_ARGS)
+	$(BIN)/python bench/bench.py --json --publish $(BENCH_ARGS)
 
 ## bench-memory: the precision/cost frontier at 256, 512, 1024 and 1769 MB (drift against the same-quota floor, the
 ## executors' CPU and throttling, $ per million; a table, frontier.png, memory.json; not in `make test`; about 16

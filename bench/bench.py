@@ -78,6 +78,7 @@ from floors import (
     run_floor,
     steady_offsets,
 )
+from pages import git_commit, publish_drift
 
 from punctual.actions import HttpAction
 from punctual.aws import make_dynamodb_client
@@ -607,6 +608,9 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--poll-interval", type=float, default=10)
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object (last line)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write docs/benchmarks/drift-<profile>.md from this run (its figures and CDF beside it) "
+                        "and the README's benchmark figures")
     parser.add_argument("--prewarm", type=int, default=40,
                         help="warm executor processes: the steady load keeps about 36 batches in flight "
                         "(90 s lead x 100 tasks/s / 250 per batch); Lambda's answer is provisioned concurrency")
@@ -768,22 +772,26 @@ def main() -> int:
         print("drift pictures:")
         for path in pictures:
             print(f"  {path}")
+    hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
+    report = {
+        "machine": machine, "commit": git_commit(), "run_dir": str(work), "load_avg_before": load_before,
+        "load_avg_after": load_after, **profile, "executor_memory_mb": memory_mb,
+        "floor_footing": runner.footing.as_dict(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "floors": {name: {**summarize(f["drift"]), "processes": f["processes"], "policy": f["policy"],
+                          "cpu": vars(f["floor_cpu"])} for name, f in floors.items()},
+        "phases": {name: {**summarize(r["drift"]),
+                          **{k: v for k, v in r.items() if k not in hidden},
+                          **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
+                          **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
+                          **waits[name]} for name, r in results.items()},
+        "verdicts": [v.as_dict() for v in judged], "targets_met": all_met, "complete": complete,
+        "invoker": invoker_stats, "pictures": pictures,
+    }
+    if args.publish:
+        print(f"page: {publish_drift(report)} (and the README's benchmark figures)")
     if args.json:
-        hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
-        print(json.dumps({
-            "machine": machine, "run_dir": str(work), "load_avg_before": load_before, "load_avg_after": load_after,
-            **profile, "executor_memory_mb": memory_mb, "floor_footing": runner.footing.as_dict(),
-            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "floors": {name: {**summarize(f["drift"]), "processes": f["processes"], "policy": f["policy"],
-                              "cpu": vars(f["floor_cpu"])} for name, f in floors.items()},
-            "phases": {name: {**summarize(r["drift"]),
-                              **{k: v for k, v in r.items() if k not in hidden},
-                              **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
-                              **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
-                              **waits[name]} for name, r in results.items()},
-            "verdicts": [v.as_dict() for v in judged], "targets_met": all_met, "complete": complete,
-            "invoker": invoker_stats, "pictures": pictures,
-        }))
+        print(json.dumps(report))
     return 0 if complete else 1
 
 

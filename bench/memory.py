@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ from bench import (
     webhook_spread,
 )
 from floors import FloorRunner, burst_batch
+from pages import PAGES, git_commit, write_readme_block
 
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
@@ -248,16 +248,6 @@ def choose_size(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]
     return mb, why
 
 
-def git_commit() -> str | None:
-    """The commit the benchmark ran (None outside a git checkout)."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                              capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
-
-
 def page_lines(report: dict[str, Any]) -> list[str]:
     """The frontier page (Markdown) of one run's ``memory.json``: where and what ran, the frontier, each size's
     phases with their floors and the executors' CPU, and the size the figures point to."""
@@ -358,7 +348,10 @@ def publish(report: dict[str, Any], page: Path) -> Path:
         latest.replace(previous)
     latest.write_text(json.dumps(report, indent=2) + "\n")
     earlier = [json.loads(previous.read_text())] if previous.is_file() else []
-    return write_page(report, page, earlier=earlier)
+    written = write_page(report, page, earlier=earlier)
+    if page.resolve().parent == PAGES.resolve():
+        write_readme_block()
+    return written
 
 
 def write_page(report: dict[str, Any], page: Path, earlier: list[dict[str, Any]] | None = None) -> Path:

@@ -1,0 +1,88 @@
+"""The benchmark pages and the README's benchmark figures: made from the published figures, never typed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import pages  # noqa: E402
+
+
+def verdict(name: str, value: float, floor: float, ratio_target: float = 1.5,
+            abs_target: float = 2.0) -> dict[str, Any]:
+    ratio = value / floor
+    return {"name": name, "value": value, "floor": floor, "floor_name": f"floor/{name}", "abs_target": abs_target,
+            "ratio_target": ratio_target, "ratio": ratio, "abs_met": value <= abs_target,
+            "ratio_met": ratio <= ratio_target, "met": ratio <= ratio_target}
+
+
+def summary(p99: float) -> dict[str, Any]:
+    return {"count": 10, "min": 0.0, "p50": p99 / 2, "p90": p99 * 0.9, "p99": p99, "max": p99 * 1.1}
+
+
+def drift_report(profile: str, steady: float, burst: float) -> dict[str, Any]:
+    return {"machine": "vm (2 cores)", "commit": "abc1234", "profile": profile, "executor_memory_mb": 256,
+            "cpu_quota": {"applied": profile == "lambda"}, "load_avg_before": [0.4, 0, 0],
+            "load_avg_after": [0.5, 0, 0], "complete": True,
+            "floors": {"floor/steady": {**summary(0.1), "processes": 1}},
+            "phases": {"system/steady": summary(steady), "system/burst": {**summary(burst), "arrival": summary(9.0)}},
+            "verdicts": [verdict("system/steady", steady, 0.1), verdict("system/burst", burst, 20.0, abs_target=90)],
+            "pictures": ["/tmp/run/pictures/all-phases-cdf.png"]}
+
+
+def test_a_drift_page_says_its_footing_and_judges_each_phase_against_its_floor(tmp_path: Path) -> None:
+    # Given a Lambda-profile run whose burst missed its ratio target
+    report = drift_report("lambda", 0.12, 45.0)
+    # When its page is written
+    page = pages.write_drift_page(report, tmp_path)
+    text = page.read_text()
+    # Then it names the footing, the commit, each verdict (the missed one marked) and the CDF picture
+    assert "Lambda profile: executors and floors at 256 MB's CPU (0.145 of a core)" in text
+    assert "commit: abc1234" in text
+    assert "| system/steady | 0.120 | floor/system/steady | 0.100 | 1.20× | 1.5×: met | 2 ms: met |" in text
+    assert "| system/burst | 45.000 | floor/system/burst | 20.000 | 2.25× | 1.5×: **missed** | 90 ms: met |" in text
+    assert "| system/burst, arrival at the receiver |" in text
+    assert "![drift CDF of every phase of the run](drift-lambda-cdf.png)" in text
+
+
+def test_the_readme_block_sets_the_lambda_profile_beside_the_local_one(tmp_path: Path) -> None:
+    # Given both profiles' published figures and a README with the block's markers
+    for profile, steady in (("lambda", 0.3), ("local", 0.05)):
+        (tmp_path / f"drift-{profile}.json").write_text(json.dumps(drift_report(profile, steady, 25.0)))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n\n{pages.BEGIN}\nold figures\n{pages.END}\n\nafter\n")
+    # When the block is made again
+    pages.write_readme_block(readme, tmp_path)
+    text = readme.read_text()
+    # Then each phase has a column per profile, each labelled with its footing, and the rest is untouched
+    assert "old figures" not in text and text.startswith("intro\n") and text.endswith("\nafter\n")
+    assert "| phase | lambda profile | local profile |" in text
+    assert "| system/steady | 0.300 (3.00×, **missed**) | 0.050 (0.50×) |" in text
+    assert "- **lambda**: Lambda profile: executors and floors at 256 MB's CPU" in text
+    assert "- **local**: local profile: whole cores and real-time firing" in text
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_readmes_benchmark_figures_are_the_ones_the_published_figures_make() -> None:
+    # Given the README and the figures published in docs/benchmarks
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(pages.BEGIN):text.index(pages.END) + len(pages.END)]
+    # Then the block is exactly what bench/pages.py makes of them: nobody typed a figure
+    assert block == "\n".join(pages.readme_block_lines(ROOT / "docs" / "benchmarks"))
+
+
+@pytest.mark.parametrize("profile", pages.PROFILES)
+def test_a_published_drift_page_is_the_one_its_figures_make(profile: str, tmp_path: Path) -> None:
+    published = ROOT / "docs" / "benchmarks" / f"drift-{profile}.json"
+    if not published.is_file():
+        pytest.skip(f"no {profile} drift page published yet (make bench writes it)")
+    made = pages.write_drift_page(json.loads(published.read_text()), tmp_path)
+    assert made.read_text() == published.with_suffix(".md").read_text()
