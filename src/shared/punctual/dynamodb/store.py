@@ -754,30 +754,23 @@ class DynamoTaskStore(ScheduleItems):
 
     def advance_watermark(self, watermark_ms: int, group: int = 0) -> bool:
         """Move the group's watermark forward (never back: a concurrent poller may have moved it further)."""
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"task_id": {"S": self.watermark_key(group)}},
-                UpdateExpression="SET watermark_ms = :w",
-                ConditionExpression="attribute_not_exists(watermark_ms) OR watermark_ms < :w",
-                ExpressionAttributeValues={":w": {"N": str(watermark_ms)}},
-            )
-        except ClientError as exc:
-            if _is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._move_forward(group, "watermark_ms", watermark_ms)
 
     def mark_polled(self, now_ms: int, group: int = 0) -> bool:
         """Note on the group's watermark item that a poll of the group starts at ``now_ms`` (``polled_ms``), never
         moving it back; False when a later start is already noted."""
+        return self._move_forward(group, "polled_ms", now_ms)
+
+    def _move_forward(self, group: int, attribute: str, value_ms: int) -> bool:
+        """Set ``attribute`` of the group's watermark item to ``value_ms`` unless it already holds as much or
+        more; False then."""
         try:
             self._client.update_item(
                 TableName=self.table_name,
                 Key={"task_id": {"S": self.watermark_key(group)}},
-                UpdateExpression="SET polled_ms = :now",
-                ConditionExpression="attribute_not_exists(polled_ms) OR polled_ms < :now",
-                ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                UpdateExpression=f"SET {attribute} = :v",
+                ConditionExpression=f"attribute_not_exists({attribute}) OR {attribute} < :v",
+                ExpressionAttributeValues={":v": {"N": str(value_ms)}},
             )
         except ClientError as exc:
             if _is_conditional_failure(exc):
