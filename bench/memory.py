@@ -53,7 +53,7 @@ from bench import (
     webhook_spread,
 )
 from floors import FloorRunner, burst_batch
-from pages import PAGES, git_commit, write_readme_block
+from pages import PAGES, fmt_ms, git_commit, write_readme_block
 
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
@@ -160,10 +160,6 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
 
 
 # -- report --------------------------------------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -182,11 +178,12 @@ def size_lines(size: dict[str, Any], cost: dict[float, float], volume: float) ->
         v = p["verdict"]
         cpu = p["cpu"] or {}
         batches = f" ({p['batches']} batches)" if p.get("batches") is not None else ""
-        executors = (f"{cpu.get('executors', 0)}{batches}: {_ms(cpu.get('cpu_s_mean'))}/{_ms(cpu.get('cpu_s_max'))}, "
-                     f"{_ms(cpu.get('throttled_s_mean'))}/{_ms(cpu.get('throttled_s_max'))}, "
+        executors = (f"{cpu.get('executors', 0)}{batches}: "
+                     f"{fmt_ms(cpu.get('cpu_s_mean'))}/{fmt_ms(cpu.get('cpu_s_max'))}, "
+                     f"{fmt_ms(cpu.get('throttled_s_mean'))}/{fmt_ms(cpu.get('throttled_s_max'))}, "
                      f"{cpu.get('nr_throttled', 0)} of {cpu.get('nr_periods', 0)}")
-        lines.append(f"  {name:<12}{p['count']:>6}{_ms(p['p50']):>9}{_ms(p['p99']):>9}{_ms(p['max']):>9}"
-                     f"{_ms(p['floor']['p99']):>11}{_ratio(p['ratio']):>8}  "
+        lines.append(f"  {name:<12}{p['count']:>6}{fmt_ms(p['p50']):>9}{fmt_ms(p['p99']):>9}{fmt_ms(p['max']):>9}"
+                     f"{fmt_ms(p['floor']['p99']):>11}{_ratio(p['ratio']):>8}  "
                      f"{'MET' if v['ratio_met'] else 'MISSED'} | {'MET' if v['abs_met'] else 'MISSED'}   {executors}")
     return lines
 
@@ -199,7 +196,7 @@ def frontier_lines(sizes: list[dict[str, Any]], costs: dict[int, dict[float, flo
     for size in sizes:
         mb = size["memory_mb"]
         label = f"{mb} MB" + (" (default)" if mb == default_mb else "")
-        cells = "".join(f"{_ms(size['phases'][n]['p99']) + ' ms (' + _ratio(size['phases'][n]['ratio']) + ')':>26}"
+        cells = "".join(f"{fmt_ms(size['phases'][n]['p99']) + ' ms (' + _ratio(size['phases'][n]['ratio']) + ')':>26}"
                         for n in PHASES)
         lines.append(f"{label:<16}{costs[mb][volume]:>8.2f}{cells}")
     return lines
@@ -281,7 +278,7 @@ def page_lines(report: dict[str, Any]) -> list[str]:
         for name in PHASES:
             p = size["phases"][name]
             mark = "" if p["verdict"]["ratio_met"] else " **missed**"
-            cells.append(f"{_ms(p['p99'])} ({_ratio(p['ratio'])}){mark}")
+            cells.append(f"{fmt_ms(p['p99'])} ({_ratio(p['ratio'])}){mark}")
         lines.append(f"| {label} | {costs[mb][volume]:.2f} | " + " | ".join(cells) + " |")
     choice = report.get("choice") or {}
     if choice:
@@ -298,12 +295,12 @@ def page_lines(report: dict[str, Any]) -> list[str]:
             v = p["verdict"]
             cpu = p.get("cpu") or {}
             lines.append(
-                f"| {name} | {p['count']} | {_ms(p['p50'])} | {_ms(p['p99'])} | {_ms(p['max'])} | "
-                f"{_ms(p['floor']['p99'])} | {_ratio(p['ratio'])} | {v['ratio_target']:g}×: "
+                f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p99'])} | {fmt_ms(p['max'])} | "
+                f"{fmt_ms(p['floor']['p99'])} | {_ratio(p['ratio'])} | {v['ratio_target']:g}×: "
                 f"{'met' if v['ratio_met'] else '**missed**'} | {v['abs_target']:g} ms: "
                 f"{'met' if v['abs_met'] else '**missed**'} | {cpu.get('executors', 0)} | "
-                f"{_ms(cpu.get('cpu_s_mean'))} / {_ms(cpu.get('cpu_s_max'))} | "
-                f"{_ms(cpu.get('throttled_s_mean'))} / {_ms(cpu.get('throttled_s_max'))} |")
+                f"{fmt_ms(cpu.get('cpu_s_mean'))} / {fmt_ms(cpu.get('cpu_s_max'))} | "
+                f"{fmt_ms(cpu.get('throttled_s_mean'))} / {fmt_ms(cpu.get('throttled_s_max'))} |")
         if not size["complete"]:
             lines += ["", "Not every task fired exactly once at this size."]
     return lines

@@ -36,7 +36,8 @@ def git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def _ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
+    """A figure in ms as the tables print it (``-`` for none)."""
     return "-" if value is None else f"{value:.3f}"
 
 
@@ -76,21 +77,21 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     ]
     for v in report["verdicts"]:
         ratio = "-" if v.get("ratio") is None else f"{v['ratio']:.2f}×"
-        lines.append(f"| {v['name']} | {_ms(v['value'])} | {v['floor_name']} | {_ms(v['floor'])} | {ratio} | "
+        lines.append(f"| {v['name']} | {fmt_ms(v['value'])} | {v['floor_name']} | {fmt_ms(v['floor'])} | {ratio} | "
                      f"{v['ratio_target']:g}×: {'met' if v['ratio_met'] else '**missed**'} | "
                      f"{v['abs_target']:g} ms: {'met' if v['abs_met'] else '**missed**'} |")
     lines += ["", "## Every phase", "", "| phase | count | p50 | p90 | p99 | max |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, f in report["floors"].items():
-        lines.append(f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {_ms(f['p50'])} | "
-                     f"{_ms(f['p90'])} | {_ms(f['p99'])} | {_ms(f['max'])} |")
+        lines.append(f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
+                     f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} |")
     for name, p in report["phases"].items():
-        lines.append(f"| {name} | {p['count']} | {_ms(p['p50'])} | {_ms(p['p90'])} | {_ms(p['p99'])} | "
-                     f"{_ms(p['max'])} |")
+        lines.append(f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p90'])} | {fmt_ms(p['p99'])} | "
+                     f"{fmt_ms(p['max'])} |")
         if "arrival" in p:
             a = p["arrival"]
-            lines.append(f"| {name}, arrival at the receiver | {a['count']} | {_ms(a['p50'])} | {_ms(a['p90'])} | "
-                         f"{_ms(a['p99'])} | {_ms(a['max'])} |")
+            lines.append(f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
+                         f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} |")
     if picture:
         lines += ["", f"![drift CDF of every phase of the run]({picture})"]
     return lines
@@ -154,7 +155,7 @@ def readme_block_lines(pages: Path = PAGES) -> list[str]:
                     cells.append("-")
                     continue
                 ratio = "-" if v.get("ratio") is None else f"{v['ratio']:.2f}×"
-                cells.append(f"{_ms(v['value'])} ({ratio}{'' if v['ratio_met'] else ', **missed**'})")
+                cells.append(f"{fmt_ms(v['value'])} ({ratio}{'' if v['ratio_met'] else ', **missed**'})")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     memory = load(pages, "memory.json")
     if memory is not None:
@@ -168,7 +169,7 @@ def readme_block_lines(pages: Path = PAGES) -> list[str]:
         for size in memory["sizes"]:
             mb = size["memory_mb"]
             usd = memory["cost_per_million"][str(mb)][f"{volume:g}"]
-            cells = [f"{_ms(p['p99'])} ({p['ratio']:.2f}×)" if p.get("ratio") is not None else _ms(p["p99"])
+            cells = [f"{fmt_ms(p['p99'])} ({p['ratio']:.2f}×)" if p.get("ratio") is not None else fmt_ms(p["p99"])
                      for p in size["phases"].values()]
             lines.append(f"| {mb} MB | {usd:.2f} | " + " | ".join(cells) + " |")
     lines += ["", END]

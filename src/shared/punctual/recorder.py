@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from .backoff import backoff_s
 from .clock import Clock
+from .cpu_share import QUOTA_PERIOD_MS
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
 from .keys import from_ms, to_ms
@@ -43,7 +44,7 @@ RECORD_CHUNK = 100  # outcomes written in one request (a transaction, locally)
 RECORD_BACKOFF_CAP_S = 5.0  # the longest wait between two tries of a failed record write
 RECORD_ATTEMPTS = 6  # tries of a failed record write at most (waits of about 1.5 s in all, at the most)
 LEASE_MARGIN_MS = 2_000  # a failed record is tried again only while this far from the end of its tasks' lease
-QUOTA_PERIOD_S = 0.1  # a CFS quota's period (the local runtime's, and the kernel's default)
+QUOTA_PERIOD_S = QUOTA_PERIOD_MS / 1000  # a CFS quota's period
 RECORD_CPU_S = 0.002  # the CPU one record's write is assumed to need until one has been measured
 
 
