@@ -35,14 +35,20 @@ FORCE:
 TEST_WORKERS ?= auto
 PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
 SERIAL_TIERS := tests/e2e tests/faults tests/aws
-test: setup typecheck
+test: setup style typecheck
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q $(SERIAL_TIERS) $(PYTEST_ARGS)
 
-## typecheck: mypy (pydantic plugin, boto3 stubs) on the runtime and the tooling, and on each handler by itself
-## (the three are all named app.py)
+## style: ruff's lint rules and its format, over everything ruff reads (make test runs it first)
+style: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, on the tooling, and on each handler by
+## itself (the handlers are all named app.py)
 typecheck: setup
-	$(BIN)/mypy src/shared src/tools
+	$(BIN)/mypy --strict src/shared
+	$(BIN)/mypy src/tools
 	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py; do $(BIN)/mypy $$handler || exit 1; done
 
 ## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
@@ -97,8 +103,7 @@ cost: setup
 	$(BIN)/python -m punctual_tools.cost --write docs/cost.md
 
 ## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
-lint: setup typecheck
-	$(BIN)/ruff check src tests bench loadtest
+lint: setup style typecheck
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/python -m pytest -q tests/template
 

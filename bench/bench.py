@@ -157,8 +157,7 @@ def floor_burst(count: int, fire_log: Path) -> list[float]:
 def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int, policy: str = "normal") -> dict[str, Any]:
     """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used, and
     the scheduling policy its firing threads got."""
-    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes,
-            "policy": policy}
+    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes, "policy": policy}
 
 
 def policy_of(runs: list[FloorRun]) -> str:
@@ -173,8 +172,9 @@ def measure_floor_steady(runner: FloorRunner, rate: float, seconds: float, fire_
     return floor_result(*merged(runs), processes=1, policy=policy_of(runs))
 
 
-def measure_floor_burst(runner: FloorRunner, count: int, batch: int, fire_log: Path,
-                        prefix: str = "floor-burst-") -> dict[str, Any]:
+def measure_floor_burst(
+    runner: FloorRunner, count: int, batch: int, fire_log: Path, prefix: str = "floor-burst-"
+) -> dict[str, Any]:
     """``count`` tasks due at one instant, one floor process per ``batch`` of them (as the executors share it)."""
     shares = burst_shares(count, batch)
     runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, str(fire_log)) for i, n in enumerate(shares)])
@@ -197,8 +197,9 @@ def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
     return [f["fired_ms"] - f["due_ms"] for f in first.values()], len(first), len(fires) - len(first)
 
 
-def write_paced(client: Client, task_ids: list[str], rate: float, lead_s: float,
-                start: float | None = None) -> dict[str, Any]:
+def write_paced(
+    client: Client, task_ids: list[str], rate: float, lead_s: float, start: float | None = None
+) -> dict[str, Any]:
     """A client scheduling ``task_ids`` at ``rate`` a second from ``start`` (epoch s; default in 0.5 s), each due
     ``lead_s`` after its write starts (even when the writer runs behind: a late write with a nominal due would
     measure the writer's lag, not the scheduler; the lag is reported). Paced writes block on DynamoDB Local's
@@ -226,17 +227,23 @@ def write_paced(client: Client, task_ids: list[str], rate: float, lead_s: float,
         list(pool.map(write, range(len(task_ids))))
     write_rate = len(task_ids) / max(time.time() - start, 1e-3)
     log(f"written ({len(errors)} errors, {write_rate:.0f} writes/s, lag up to {max(lags, default=0):.1f} s)")
-    return {"errors": errors, "dues": dues, "write_rate_per_s": round(write_rate, 1),
-            "max_write_lag_s": round(max(lags, default=0), 2)}
+    return {
+        "errors": errors,
+        "dues": dues,
+        "write_rate_per_s": round(write_rate, 1),
+        "max_write_lag_s": round(max(lags, default=0), 2),
+    }
 
 
-def _write_in_a_process(settings: Settings, task_ids: list[str], rate: float, lead_s: float,
-                        start: float | None = None) -> dict[str, Any]:
+def _write_in_a_process(
+    settings: Settings, task_ids: list[str], rate: float, lead_s: float, start: float | None = None
+) -> dict[str, Any]:
     return write_paced(Client(settings), task_ids, rate, lead_s, start)
 
 
-def floor_with_writes(stack: LocalStack, runner: FloorRunner, rate: float, seconds: float,
-                      fire_log: Path) -> dict[str, Any]:
+def floor_with_writes(
+    stack: LocalStack, runner: FloorRunner, rate: float, seconds: float, fire_log: Path
+) -> dict[str, Any]:
     """The floor under the steady+writes phase's load: a floor process (on the executors' footing) fires at
     ``rate`` while the same client, in a process of its own (as in that phase, where the writer and the executors
     share the cores but not an interpreter), writes at ``rate`` into the running stack's table - tasks due two
@@ -265,15 +272,22 @@ def floor_with_writes(stack: LocalStack, runner: FloorRunner, rate: float, secon
     for i in range(0, len(keys), 25):
         requests = keys[i : i + 25]
         while requests:
-            requests = raw.batch_write_item(RequestItems={stack.settings.table_name: requests}).get(
-                "UnprocessedItems", {}).get(stack.settings.table_name, [])
-    return {**floor_result(run.fires, run.cpu, processes=1, policy=run.policy),
-            "write_rate_per_s": result["write_rate_per_s"], "max_write_lag_s": result["max_write_lag_s"],
-            "write_errors": len(result["errors"])}
+            requests = (
+                raw.batch_write_item(RequestItems={stack.settings.table_name: requests})
+                .get("UnprocessedItems", {})
+                .get(stack.settings.table_name, [])
+            )
+    return {
+        **floor_result(run.fires, run.cpu, processes=1, policy=run.policy),
+        "write_rate_per_s": result["write_rate_per_s"],
+        "max_write_lag_s": result["max_write_lag_s"],
+        "write_errors": len(result["errors"]),
+    }
 
 
-def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float = 30.0,
-                  concurrent_writes: bool = False) -> dict[str, Any]:
+def system_steady(
+    stack: LocalStack, rate: float, seconds: float, lead_s: float = 30.0, concurrent_writes: bool = False
+) -> dict[str, Any]:
     """``rate`` tasks/s due for ``seconds``.
 
     Without ``concurrent_writes`` every task is scheduled first and the run is the
@@ -297,8 +311,10 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
         def write(i: int) -> None:
             client.schedule(from_ms(int(first_due + i * 1000 / rate)), ACTION, None, task_id=task_ids[i])
 
-        log(f"system/steady: scheduling {total} tasks due at {rate:g}/s for {seconds:g} s, "
-            f"the first {(first_due - time.time() * 1000) / 1000:.0f} s ahead")
+        log(
+            f"system/steady: scheduling {total} tasks due at {rate:g}/s for {seconds:g} s, "
+            f"the first {(first_due - time.time() * 1000) / 1000:.0f} s ahead"
+        )
         writing = time.time()
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(write, range(total)))
@@ -309,8 +325,16 @@ def system_steady(stack: LocalStack, rate: float, seconds: float, lead_s: float 
     log("waiting for the last fires")
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, last_due + 20_000)
     drifts, fired, dup = drift_of(fires)
-    return {"scheduled": total, "write_errors": len(errors), "fired": fired, "duplicates": dup, "drift": drifts,
-            "fires": fires, "write_rate_per_s": write_rate, "max_write_lag_s": max_lag}
+    return {
+        "scheduled": total,
+        "write_errors": len(errors),
+        "fired": fired,
+        "duplicates": dup,
+        "drift": drifts,
+        "fires": fires,
+        "write_rate_per_s": write_rate,
+        "max_write_lag_s": max_lag,
+    }
 
 
 def one_shard_ids(prefix: str, count: int, shard_count: int, shard: int = 0) -> list[str]:
@@ -362,16 +386,21 @@ def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = Non
     interval = stack.settings.poll_interval_ms
     after_a_poll(stack)
     due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, interval) + 15_000
-    log(f"burst: scheduling {len(task_ids)} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
-        "ahead")
+    log(f"burst: scheduling {len(task_ids)} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s ahead")
     polls_before = len(stack.polls)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda task_id: client.schedule(from_ms(due), ACTION, None, task_id=task_id), task_ids))
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + 30_000)
     drifts, fired, dup = drift_of(fires)
     batches = sum(report.batches for report in stack.polls[polls_before:])
-    return {"scheduled": len(task_ids), "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires,
-            "batches": batches}
+    return {
+        "scheduled": len(task_ids),
+        "fired": fired,
+        "duplicates": dup,
+        "drift": drifts,
+        "fires": fires,
+        "batches": batches,
+    }
 
 
 def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[str, Any]:
@@ -384,11 +413,14 @@ def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[st
     task_ids: list[str] = []
     for i in range(schedules):
         schedule_id, start = f"{prefix}{i:03d}", first + i * 1000 // schedules
-        client.create_schedule(schedule_id, "rate(1 second)", ACTION, start_at=from_ms(start),
-                               end_at=from_ms(start + (seconds - 1) * 1000))
+        client.create_schedule(
+            schedule_id, "rate(1 second)", ACTION, start_at=from_ms(start), end_at=from_ms(start + (seconds - 1) * 1000)
+        )
         task_ids += [occurrence_id(schedule_id, start + k * 1000) for k in range(seconds)]
-    log(f"recurring 1s: {schedules} schedules of rate(1 second), {seconds} occurrences each, the first "
-        f"{(first - time.time() * 1000) / 1000:.0f} s ahead")
+    log(
+        f"recurring 1s: {schedules} schedules of rate(1 second), {seconds} occurrences each, the first "
+        f"{(first - time.time() * 1000) / 1000:.0f} s ahead"
+    )
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, first + seconds * 1000 + 20_000)
     drifts, fired, dup = drift_of(fires)
     return {"scheduled": len(task_ids), "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
@@ -397,12 +429,16 @@ def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[st
 # -- webhooks ---------------------------------------------------------------------------------------------
 def arrivals(received: Path, prefix: str) -> list[dict[str, Any]]:
     """What the receiver got for ``prefix``, as fire-log-like entries: ``fired_ms`` is the arrival."""
-    return [{"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
-            for r in read_received(received) if str(r.get("task_id") or "").startswith(prefix)]
+    return [
+        {"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
+        for r in read_received(received)
+        if str(r.get("task_id") or "").startswith(prefix)
+    ]
 
 
-def wait_for_arrivals(received: Path, prefix: str, count: int, until_ms: float,
-                      last_due_ms: float | None = None) -> list[dict[str, Any]]:
+def wait_for_arrivals(
+    received: Path, prefix: str, count: int, until_ms: float, last_due_ms: float | None = None
+) -> list[dict[str, Any]]:
     """The arrivals of ``prefix``, once ``count`` are in (or at ``until_ms``). Nothing is read before the
     phase's last due instant has passed: reading the receiver's whole file every half second takes tens of ms
     of CPU on a 2-core machine that the receiver and the stack would otherwise have (the floors are not read
@@ -419,8 +455,7 @@ def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, re
     """floor/webhook: a floor process firing the same webhook with the same engine (no database, no stack) at
     ``rate``; drift = arrival at the receiver - due."""
     prefix = f"floor-webhook-{uuid.uuid4().hex[:6]}-"  # the receiver's file may hold an earlier floor's
-    runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")),
-                                url)])
+    runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")), url)])
     fires = wait_for_arrivals(received, prefix, len(runs[0].fires), time.time() * 1000 + 10_000)
     return floor_result(fires, merged(runs)[1], processes=1, policy=policy_of(runs))
 
@@ -434,8 +469,7 @@ def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, r
     prefix = f"floor-hookburst-{uuid.uuid4().hex[:6]}-"
     shares = burst_shares(count, batch)
     floor_log = str(received.with_suffix(".floor-log"))
-    runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, floor_log, url) for i, n in enumerate(shares)],
-                      lead_ms=3000)
+    runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, floor_log, url) for i, n in enumerate(shares)], lead_ms=3000)
     fires = wait_for_arrivals(received, prefix, count, time.time() * 1000 + 30_000)
     return floor_result(fires, merged(runs)[1], processes=len(shares), policy=policy_of(runs))
 
@@ -447,13 +481,22 @@ def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, rec
     total = int(rate * seconds)
     first_due = next_tick(int(time.time() * 1000) + 5 * total + 5_000, stack.settings.poll_interval_ms) + 15_000
     action = HttpAction(url=url)
-    log(f"webhook/spread: scheduling {total} webhooks at {rate:g}/s, the first "
-        f"{(first_due - time.time() * 1000) / 1000:.0f} s ahead")
+    log(
+        f"webhook/spread: scheduling {total} webhooks at {rate:g}/s, the first "
+        f"{(first_due - time.time() * 1000) / 1000:.0f} s ahead"
+    )
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: client.schedule(from_ms(int(first_due + i * 1000 / rate)), action, None,
-                                                task_id=f"{prefix}{i:06d}"), range(total)))
-    fires = wait_for_arrivals(received, prefix, total, first_due + seconds * 1000 + 20_000,
-                              last_due_ms=first_due + (total - 1) * 1000 / rate)
+        list(
+            pool.map(
+                lambda i: client.schedule(
+                    from_ms(int(first_due + i * 1000 / rate)), action, None, task_id=f"{prefix}{i:06d}"
+                ),
+                range(total),
+            )
+        )
+    fires = wait_for_arrivals(
+        received, prefix, total, first_due + seconds * 1000 + 20_000, last_due_ms=first_due + (total - 1) * 1000 / rate
+    )
     drifts, fired, dup = drift_of(fires)
     return {"scheduled": total, "fired": fired, "duplicates": dup, "drift": drifts, "fires": fires}
 
@@ -467,8 +510,10 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
     after_a_poll(stack)
     due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, stack.settings.poll_interval_ms) + 15_000
     action = HttpAction(url=url)
-    log(f"webhook/burst: scheduling {count} webhooks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
-        "ahead")
+    log(
+        f"webhook/burst: scheduling {count} webhooks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
+        "ahead"
+    )
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda task_id: client.schedule(from_ms(due), action, None, task_id=task_id), task_ids))
     fires = wait_for_arrivals(received, prefix, count, due + 30_000, last_due_ms=due)
@@ -481,8 +526,16 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
             break
         time.sleep(1.0)
     starts = entries_from_tasks(tasks)
-    return {"scheduled": count, "fired": fired, "duplicates": dup, "drift": drift_of(starts)[0],
-            "fires": starts, "arrival": arrival, "arrival_fires": fires, "recorded": len(starts)}
+    return {
+        "scheduled": count,
+        "fired": fired,
+        "duplicates": dup,
+        "drift": drift_of(starts)[0],
+        "fires": starts,
+        "arrival": arrival,
+        "arrival_fires": fires,
+        "recorded": len(starts),
+    }
 
 
 # -- between phases --------------------------------------------------------------------------------------
@@ -492,8 +545,12 @@ def active_tasks(stack: LocalStack) -> int:
     client = make_dynamodb_client(stack.settings)
     count, start = 0, None
     while True:
-        page = client.scan(TableName=stack.settings.table_name, IndexName=DUE_INDEX, Select="COUNT",
-                           **({"ExclusiveStartKey": start} if start else {}))
+        page = client.scan(
+            TableName=stack.settings.table_name,
+            IndexName=DUE_INDEX,
+            Select="COUNT",
+            **({"ExclusiveStartKey": start} if start else {}),
+        )
         count += page["Count"]
         start = page.get("LastEvaluatedKey")
         if not start:
@@ -516,8 +573,10 @@ def wait_until_idle(stack: LocalStack, settle_s: float, timeout_s: float = 300.0
     idle_s = time.monotonic() - started
     idle = in_flight == 0 and active == 0
     time.sleep(settle_s)
-    log(f"idle wait: {idle_s:.1f} s until {'idle' if idle else f'the timeout (in flight {in_flight}, active {active})'}"
-        f", then {settle_s:g} s of settle time")
+    log(
+        f"idle wait: {idle_s:.1f} s until {'idle' if idle else f'the timeout (in flight {in_flight}, active {active})'}"
+        f", then {settle_s:g} s of settle time"
+    )
     return {"idle_wait_s": round(idle_s, 2), "idle": idle, "settle_s": settle_s}
 
 
@@ -533,26 +592,34 @@ def row(name: str, drifts: list[float], extra: str = "") -> str:
 
 def cpu_row(name: str, cpu: dict[str, Any]) -> str:
     """One phase's executor CPU: how many worked, their CPU and their throttling (mean / largest per executor)."""
+
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}"
 
     share = cpu.get("throttled_share")
-    return (f"{name:<20}{cpu['executors']:>5}  cpu {f(cpu['cpu_s'])} s (each {f(cpu['cpu_s_mean'])} / "
-            f"{f(cpu['cpu_s_max'])})  throttled {f(cpu['throttled_s'])} s (each {f(cpu['throttled_s_mean'])} / "
-            f"{f(cpu['throttled_s_max'])}) in {cpu['nr_throttled']} of {cpu['nr_periods']} periods"
-            + ("" if share is None else f" ({share:.1%})"))
+    return (
+        f"{name:<20}{cpu['executors']:>5}  cpu {f(cpu['cpu_s'])} s (each {f(cpu['cpu_s_mean'])} / "
+        f"{f(cpu['cpu_s_max'])})  throttled {f(cpu['throttled_s'])} s (each {f(cpu['throttled_s_mean'])} / "
+        f"{f(cpu['throttled_s_max'])}) in {cpu['nr_throttled']} of {cpu['nr_periods']} periods"
+        + ("" if share is None else f" ({share:.1%})")
+    )
 
 
 def floor_cpu_row(name: str, result: dict[str, Any]) -> str:
     cpu: CpuUse = result["floor_cpu"]
-    return (f"{name:<20}{result['processes']:>5}  cpu {cpu.cpu_s:.3f} s  throttled {cpu.throttled_s:.3f} s in "
-            f"{cpu.nr_throttled} of {cpu.nr_periods} periods")
+    return (
+        f"{name:<20}{result['processes']:>5}  cpu {cpu.cpu_s:.3f} s  throttled {cpu.throttled_s:.3f} s in "
+        f"{cpu.nr_throttled} of {cpu.nr_periods} periods"
+    )
 
 
 def verdicts(p99: dict[str, float | None], profile: str = "lambda") -> list[Verdict]:
     """Each system phase's p99 judged against its floor's p99 (ratio, the verdict that counts) and in ms."""
-    return [judge(name, p99[name], p99[floor], floor_name=floor, abs_target=absolute, ratio_target=ratio)
-            for name, (floor, ratio, absolute) in TARGETS[profile].items() if name in p99]
+    return [
+        judge(name, p99[name], p99[floor], floor_name=floor, abs_target=absolute, ratio_target=ratio)
+        for name, (floor, ratio, absolute) in TARGETS[profile].items()
+        if name in p99
+    ]
 
 
 def phase_series(floors: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]) -> list[DriftSeries]:
@@ -591,47 +658,79 @@ def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[s
 def profile_line(profile: str, memory_mb: int, quota_applied: bool | None) -> str:
     """The footing every figure of the run stands on, as the table's first line says it."""
     if profile == "local":
-        return ("profile local: whole cores and real-time firing where allowed, for the executors and the floors "
-                "(more than Lambda gives)")
+        return (
+            "profile local: whole cores and real-time firing where allowed, for the executors and the floors "
+            "(more than Lambda gives)"
+        )
     quota = "" if quota_applied is None or quota_applied else "; NO CPU quota could be set: more than Lambda gives"
-    return (f"profile lambda: executors and floors at {memory_mb} MB's CPU ({memory_mb / 1769:.3f} of a core each), "
-            f"normal priority{quota}")
+    return (
+        f"profile lambda: executors and floors at {memory_mb} MB's CPU ({memory_mb / 1769:.3f} of a core each), "
+        f"normal priority{quota}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", choices=("lambda", "local"), default="lambda",
-                        help="lambda (default): executors and floors at the template's executor memory's CPU quota, "
-                        "normal priority; local: whole cores and real-time firing")
+    parser.add_argument(
+        "--profile",
+        choices=("lambda", "local"),
+        default="lambda",
+        help="lambda (default): executors and floors at the template's executor memory's CPU quota, "
+        "normal priority; local: whole cores and real-time firing",
+    )
     parser.add_argument("--steady-rate", type=float, default=100)
     parser.add_argument("--steady-seconds", type=float, default=60)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--poll-interval", type=float, default=10)
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object (last line)")
-    parser.add_argument("--publish", action="store_true",
-                        help="write docs/benchmarks/drift-<profile>.md from this run (its figures and CDF beside it) "
-                        "and the README's benchmark figures")
-    parser.add_argument("--prewarm", type=int, default=40,
-                        help="warm executor processes: the steady load keeps about 36 batches in flight "
-                        "(90 s lead x 100 tasks/s / 250 per batch); Lambda's answer is provisioned concurrency")
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="write docs/benchmarks/drift-<profile>.md from this run (its figures and CDF beside it) "
+        "and the README's benchmark figures",
+    )
+    parser.add_argument(
+        "--prewarm",
+        type=int,
+        default=40,
+        help="warm executor processes: the steady load keeps about 36 batches in flight "
+        "(90 s lead x 100 tasks/s / 250 per batch); Lambda's answer is provisioned concurrency",
+    )
     parser.add_argument("--fast-rate", type=float, default=10)
     parser.add_argument("--fast-seconds", type=float, default=30)
-    parser.add_argument("--settle", type=float, default=5.0,
-                        help="seconds of rest once the stack is idle, before each system phase")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the run's directory (stack data, fire logs, pictures); default a new temporary one")
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="seconds of rest once the stack is idle, before each system phase"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the run's directory (stack data, fire logs, pictures); default a new temporary one",
+    )
     parser.add_argument("--no-pictures", dest="pictures", action="store_false", help="draw no drift pictures")
-    parser.add_argument("--no-fast-path", dest="fast_path", action="store_false",
-                        help="run the stack without its stream fast path, and skip the fast-path phase")
+    parser.add_argument(
+        "--no-fast-path",
+        dest="fast_path",
+        action="store_false",
+        help="run the stack without its stream fast path, and skip the fast-path phase",
+    )
     parser.add_argument("--webhook-rate", type=float, default=20, help="spread webhooks a second")
     parser.add_argument("--webhook-seconds", type=float, default=50)
     parser.add_argument("--webhook-burst", type=int, default=2000, help="webhooks due at one instant")
     parser.add_argument("--no-webhooks", dest="webhooks", action="store_false", help="skip the webhook phases")
-    parser.add_argument("--recurring-schedules", type=int, default=20,
-                        help="rate(1 second) schedules in the recurring phase (0: skip it)")
+    parser.add_argument(
+        "--recurring-schedules",
+        type=int,
+        default=20,
+        help="rate(1 second) schedules in the recurring phase (0: skip it)",
+    )
     parser.add_argument("--recurring-seconds", type=int, default=40, help="occurrences of each")
-    parser.add_argument("--no-writes", dest="with_writes", action="store_false",
-                        help="skip the phase in which a client schedules tasks during the steady run")
+    parser.add_argument(
+        "--no-writes",
+        dest="with_writes",
+        action="store_false",
+        help="skip the phase in which a client schedules tasks during the steady run",
+    )
     args = parser.parse_args()
 
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-bench-"))
@@ -661,23 +760,32 @@ def main() -> int:
             receiver, port = start_receiver(received)
             hook_url = f"http://127.0.0.1:{port}/hook"
             time.sleep(args.settle)
-            log(f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
-                "own process), one heap thread, the executor's HTTP engine, no database")
-            floors["floor/webhook"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds,
-                                                    received)
+            log(
+                f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
+                "own process), one heap thread, the executor's HTTP engine, no database"
+            )
+            floors["floor/webhook"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
             time.sleep(args.settle)
-            log(f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, one "
-                f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database")
-            floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch,
-                                                                received)
+            log(
+                f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, one "
+                f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database"
+            )
+            floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch, received)
 
         # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
-        config = StackConfig(home=work / "stack", port=0, poll_interval_s=args.poll_interval, prewarm=args.prewarm,
-                             fast_path=args.fast_path,
-                             settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1",
-                                                 "profile": args.profile})
-        with LocalStack(config, on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
-                        on_batch=lambda r: None) as stack:
+        config = StackConfig(
+            home=work / "stack",
+            port=0,
+            poll_interval_s=args.poll_interval,
+            prewarm=args.prewarm,
+            fast_path=args.fast_path,
+            settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1", "profile": args.profile},
+        )
+        with LocalStack(
+            config,
+            on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
+            on_batch=lambda r: None,
+        ) as stack:
             log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
             for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
                 log(line)
@@ -685,23 +793,43 @@ def main() -> int:
             profile = {"profile": stack.settings.profile, "cpu_quota": stack.invoker.cpu_quota.as_dict()}
             quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))]
+                ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))
+            ]
             if args.with_writes:
-                plan.append(("floor/writes", lambda: floor_with_writes(stack, runner, args.steady_rate,
-                                                                       args.steady_seconds, floor_log)))
-                plan.append(("steady+writes", lambda: system_steady(stack, args.steady_rate, args.steady_seconds,
-                                                                    concurrent_writes=True)))
+                plan.append(
+                    (
+                        "floor/writes",
+                        lambda: floor_with_writes(stack, runner, args.steady_rate, args.steady_seconds, floor_log),
+                    )
+                )
+                plan.append(
+                    (
+                        "steady+writes",
+                        lambda: system_steady(stack, args.steady_rate, args.steady_seconds, concurrent_writes=True),
+                    )
+                )
             plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
             if args.webhooks:
-                plan.append(("webhook/spread", lambda: webhook_spread(stack, hook_url, args.webhook_rate,
-                                                                      args.webhook_seconds, received)))
+                plan.append(
+                    (
+                        "webhook/spread",
+                        lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds, received),
+                    )
+                )
                 plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
             if args.recurring_schedules > 0:
-                plan.append(("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules,
-                                                                      args.recurring_seconds)))
+                plan.append(
+                    ("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules, args.recurring_seconds))
+                )
             if args.fast_path:
-                plan.append(("fast path 2s", lambda: system_steady(stack, args.fast_rate, args.fast_seconds,
-                                                                   lead_s=2.0, concurrent_writes=True)))
+                plan.append(
+                    (
+                        "fast path 2s",
+                        lambda: system_steady(
+                            stack, args.fast_rate, args.fast_seconds, lead_s=2.0, concurrent_writes=True
+                        ),
+                    )
+                )
             log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
             for name, run in plan:
                 log(f"{name}: waiting until the stack is idle")
@@ -715,9 +843,11 @@ def main() -> int:
         runner.close()
     load_after = os.getloadavg()
 
-    p99 = {**{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
-           **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
-           **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r}}
+    p99 = {
+        **{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
+        **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
+        **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r},
+    }
     judged = verdicts(p99, args.profile)
 
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
@@ -730,41 +860,67 @@ def main() -> int:
     for name, f in floors.items():
         where = " (arrival at the receiver)" if "webhook" in name else ""
         print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}){where}"))
-    notes = {name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
-                   f"{'30' if name == 'steady+writes' else '2'} s after its write)"
-             for name, r in results.items() if "write_rate_per_s" in r and name != "system/steady"}
+    notes = {
+        name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
+        f"{'30' if name == 'steady+writes' else '2'} s after its write)"
+        for name, r in results.items()
+        if "write_rate_per_s" in r and name != "system/steady"
+    }
     for name, r in results.items():
         if "scheduled" not in r:  # a floor measured with the stack up
-            print(row(name, r["drift"], f"(a floor process while a client writes {r['write_rate_per_s']:g}/s, "
-                                        f"lag up to {r['max_write_lag_s']:g} s)"))
+            print(
+                row(
+                    name,
+                    r["drift"],
+                    f"(a floor process while a client writes {r['write_rate_per_s']:g}/s, "
+                    f"lag up to {r['max_write_lag_s']:g} s)",
+                )
+            )
             continue
-        where = {"webhook/spread": "(arrival at the receiver) ",
-                 "webhook/burst": f"(action start, {r.get('recorded')} recorded) "}.get(name, "")
-        print(row(name, r["drift"], f"{where}scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']} "
-                                    f"{notes.get(name, '')}".rstrip()))
+        where = {
+            "webhook/spread": "(arrival at the receiver) ",
+            "webhook/burst": f"(action start, {r.get('recorded')} recorded) ",
+        }.get(name, "")
+        print(
+            row(
+                name,
+                r["drift"],
+                f"{where}scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']} "
+                f"{notes.get(name, '')}".rstrip(),
+            )
+        )
         if "arrival" in r:
             print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
-    print("\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
-          "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)")
+    print(
+        "\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
+        "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)"
+    )
     for name, f in floors.items():
         print(floor_cpu_row(name, f))
     for name, r in results.items():
         print(floor_cpu_row(name, r) if "floor_cpu" in r else cpu_row(name, r["cpu"]))
-    print("\nidle waits before each phase: " + ", ".join(
-        f"{name} {w['idle_wait_s']:.1f} s{'' if w['idle'] else ' (TIMED OUT, not idle)'} + {w['settle_s']:g} s"
-        for name, w in waits.items()))
+    print(
+        "\nidle waits before each phase: "
+        + ", ".join(
+            f"{name} {w['idle_wait_s']:.1f} s{'' if w['idle'] else ' (TIMED OUT, not idle)'} + {w['settle_s']:g} s"
+            for name, w in waits.items()
+        )
+    )
     print(f"executor invocations: {invoker_stats}")
-    print(f"\ntargets ({args.profile} profile; p99; the ratio to this run's floor is the verdict that counts, the "
-          "absolute one is shown beside it):")
+    print(
+        f"\ntargets ({args.profile} profile; p99; the ratio to this run's floor is the verdict that counts, the "
+        "absolute one is shown beside it):"
+    )
     for verdict in judged:
         print("  " + verdict.line())
-    complete = all(r["fired"] == r["scheduled"] and not r["duplicates"]
-                   for r in results.values() if "scheduled" in r)
+    complete = all(r["fired"] == r["scheduled"] and not r["duplicates"] for r in results.values() if "scheduled" in r)
     all_met = all(v.met for v in judged)
     print(f"every task fired exactly once: {'yes' if complete else 'NO'}")
     missed = ", ".join(v.name for v in judged if not v.met)
-    print(f"verdict (ratio targets): {'all MET' if all_met else 'MISSED: ' + missed}"
-          f"; absolute targets: {sum(v.abs_met for v in judged)} of {len(judged)} met")
+    print(
+        f"verdict (ratio targets): {'all MET' if all_met else 'MISSED: ' + missed}"
+        f"; absolute targets: {sum(v.abs_met for v in judged)} of {len(judged)} met"
+    )
 
     pictures: list[str] = []
     if args.pictures:
@@ -774,19 +930,39 @@ def main() -> int:
             print(f"  {path}")
     hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
     report = {
-        "machine": machine, "commit": git_commit(), "run_dir": str(work), "load_avg_before": load_before,
-        "load_avg_after": load_after, **profile, "executor_memory_mb": memory_mb,
+        "machine": machine,
+        "commit": git_commit(),
+        "run_dir": str(work),
+        "load_avg_before": load_before,
+        "load_avg_after": load_after,
+        **profile,
+        "executor_memory_mb": memory_mb,
         "floor_footing": runner.footing.as_dict(),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "floors": {name: {**summarize(f["drift"]), "processes": f["processes"], "policy": f["policy"],
-                          "cpu": vars(f["floor_cpu"])} for name, f in floors.items()},
-        "phases": {name: {**summarize(r["drift"]),
-                          **{k: v for k, v in r.items() if k not in hidden},
-                          **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
-                          **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
-                          **waits[name]} for name, r in results.items()},
-        "verdicts": [v.as_dict() for v in judged], "targets_met": all_met, "complete": complete,
-        "invoker": invoker_stats, "pictures": pictures,
+        "floors": {
+            name: {
+                **summarize(f["drift"]),
+                "processes": f["processes"],
+                "policy": f["policy"],
+                "cpu": vars(f["floor_cpu"]),
+            }
+            for name, f in floors.items()
+        },
+        "phases": {
+            name: {
+                **summarize(r["drift"]),
+                **{k: v for k, v in r.items() if k not in hidden},
+                **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
+                **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
+                **waits[name],
+            }
+            for name, r in results.items()
+        },
+        "verdicts": [v.as_dict() for v in judged],
+        "targets_met": all_met,
+        "complete": complete,
+        "invoker": invoker_stats,
+        "pictures": pictures,
     }
     if args.publish:
         print(f"page: {publish_drift(report)} (and the README's benchmark figures)")

@@ -60,15 +60,19 @@ INIT_BURST_LIMIT_S = 10.0  # AWS: an on-demand function's INIT gets the full vCP
 def shortest_leads(settings: Any) -> dict[str, dict[str, Any]]:
     """The shortest leads (ms between a batch sent and its first task due) the dispatch paths use, by name."""
     return {
-        "poll": {"lead_ms": settings.fast_path_margin_ms,
-                 "why": f"fast_path_margin_ms: a task written due sooner than poll_interval_ms "
-                        f"({settings.poll_interval_ms}) + fast_path_margin_ms goes to the fast path, so the first "
-                        f"poll after a task's write finds it at least fast_path_margin_ms "
-                        f"({settings.fast_path_margin_ms}) ahead; one written before the previous poll, at least "
-                        f"lead_ms - poll_interval_ms ({settings.lead_ms - settings.poll_interval_ms}) ahead"},
-        "fast path": {"lead_ms": FAST_PATH_BENCH_LEAD_MS,
-                      "why": "the fast path has no minimum lead (a task may be written due now); bench/bench.py's "
-                             "fast-path phase writes each task 2 s ahead"},
+        "poll": {
+            "lead_ms": settings.fast_path_margin_ms,
+            "why": f"fast_path_margin_ms: a task written due sooner than poll_interval_ms "
+            f"({settings.poll_interval_ms}) + fast_path_margin_ms goes to the fast path, so the first "
+            f"poll after a task's write finds it at least fast_path_margin_ms "
+            f"({settings.fast_path_margin_ms}) ahead; one written before the previous poll, at least "
+            f"lead_ms - poll_interval_ms ({settings.lead_ms - settings.poll_interval_ms}) ahead",
+        },
+        "fast path": {
+            "lead_ms": FAST_PATH_BENCH_LEAD_MS,
+            "why": "the fast path has no minimum lead (a task may be written due now); bench/bench.py's "
+            "fast-path phase writes each task 2 s ahead",
+        },
     }
 
 
@@ -101,19 +105,27 @@ def judge_first_fire(drifts: Sequence[float], floor_drifts: Sequence[float], nam
     """The verdict on the first fires' p99 against the steady target and the floor's p99."""
     from punctual_tools.drift import judge
 
-    return judge(name, percentile(drifts, 99), percentile(floor_drifts, 99), floor_name="floor/cold",
-                 abs_target=ABS_TARGET_MS, ratio_target=RATIO_TARGET)
+    return judge(
+        name,
+        percentile(drifts, 99),
+        percentile(floor_drifts, 99),
+        floor_name="floor/cold",
+        abs_target=ABS_TARGET_MS,
+        ratio_target=RATIO_TARGET,
+    )
 
 
 def summarize_runs(runs: Sequence[Mapping[str, Any]], floor_drifts: Sequence[float], name: str) -> dict[str, Any]:
     """One row: INIT, arm, slack and first-fire drift over ``runs`` (dicts of one run each), and the verdict."""
+
     def values(key: str) -> list[float]:
         return [float(r[key]) for r in runs if r.get(key) is not None]
 
     init, armed, slack, drift = values("init_ms"), values("arm_ms"), values("slack_ms"), values("drift_ms")
     verdict = judge_first_fire(drift, floor_drifts, name)
     return {
-        "runs": len(runs), "fired": len(drift),
+        "runs": len(runs),
+        "fired": len(drift),
         "init_ms": {"p50": percentile(init, 50), "max": max(init, default=None)},
         "arm_ms": {"p50": percentile(armed, 50), "max": max(armed, default=None)},
         "slack_ms": {"p50": percentile(slack, 50), "min": min(slack, default=None)},
@@ -177,9 +189,15 @@ def _cold_executor(spec: dict[str, Any]) -> dict[str, Any]:
     store.arm_many = timed_arm_many
     handler_ms = _now_ms()
     report = module.handler(spec["event"], _Context(spec["memory_mb"], spec["timeout_s"]))
-    return {"main_ms": main_ms, "loaded_ms": loaded_ms, "handler_ms": handler_ms,
-            "arm_start_ms": arm.get("start_ms"), "arm_end_ms": arm.get("end_ms"), "done_ms": _now_ms(),
-            "report": report}
+    return {
+        "main_ms": main_ms,
+        "loaded_ms": loaded_ms,
+        "handler_ms": handler_ms,
+        "arm_start_ms": arm.get("start_ms"),
+        "arm_end_ms": arm.get("end_ms"),
+        "done_ms": _now_ms(),
+        "report": report,
+    }
 
 
 def _floor(spec: dict[str, Any]) -> dict[str, Any]:
@@ -202,8 +220,13 @@ def _floor(spec: dict[str, Any]) -> dict[str, Any]:
     ready_ms = _now_ms()
     start = int(ready_ms) + FLOOR_AHEAD_MS
     try:
-        fires = run_floor([start + offset - spec["offsets_ms"][0] for offset in spec["offsets_ms"]],
-                          Path(spec["fire_log"]), spec["prefix"], action=action, env=env)
+        fires = run_floor(
+            [start + offset - spec["offsets_ms"][0] for offset in spec["offsets_ms"]],
+            Path(spec["fire_log"]),
+            spec["prefix"],
+            action=action,
+            env=env,
+        )
         if env is not None:
             time.sleep(1.0)  # the requests complete before the engine closes its connections
     finally:
@@ -226,18 +249,19 @@ def log(message: str) -> None:
     print(f"[coldstart {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def launch(kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str],
-           output: Path) -> tuple[subprocess.Popen[bytes], float]:
+def launch(
+    kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str], output: Path
+) -> tuple[subprocess.Popen[bytes], float]:
     """Start a fresh interpreter on this script's ``kind`` part; with ``group``, a shell puts itself in the group
     before it execs Python, so that nothing of the interpreter runs outside the quota. Returns it and its start."""
     spec_path.write_text(json.dumps(spec))
     python = [sys.executable, str(Path(__file__).resolve()), kind, str(spec_path)]
-    command = (["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *python] if group
-               else python)
+    command = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *python] if group else python
     with output.open("ab") as out:
         started = _now_ms()
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
     return process, started
 
 
@@ -249,10 +273,16 @@ def throttling(group: Path | None) -> dict[str, int] | None:
         stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
     except (OSError, ValueError):
         return None
-    throttled_us = (int(stat["throttled_usec"]) if "throttled_usec" in stat  # v2; v1 counts ns
-                    else int(stat.get("throttled_time", 0)) // 1000)
-    return {"periods": int(stat.get("nr_periods", 0)), "throttled": int(stat.get("nr_throttled", 0)),
-            "throttled_us": throttled_us}
+    throttled_us = (
+        int(stat["throttled_usec"])
+        if "throttled_usec" in stat  # v2; v1 counts ns
+        else int(stat.get("throttled_time", 0)) // 1000
+    )
+    return {
+        "periods": int(stat.get("nr_periods", 0)),
+        "throttled": int(stat.get("nr_throttled", 0)),
+        "throttled_us": throttled_us,
+    }
 
 
 def wait_for(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
@@ -288,15 +318,21 @@ class Bench:
             log(f"NO CPU quota ({self.cgroup_detail}): every figure below is on whole cores")
         self.ddb = DynamoDBLocal(data_dir=None, in_memory=True)
         endpoint = self.ddb.start()
-        self.settings = Settings(table_name=f"punctual-cold-{uuid.uuid4().hex[:6]}", endpoint_url=endpoint,
-                                 ntp_server=None, allowed_targets="127.0.0.1")
+        self.settings = Settings(
+            table_name=f"punctual-cold-{uuid.uuid4().hex[:6]}",
+            endpoint_url=endpoint,
+            ntp_server=None,
+            allowed_targets="127.0.0.1",
+        )
         ensure_table(make_client(endpoint), self.settings.table_name)
         self.client = Client(self.settings)
-        self.env = {key: value for key, value in os.environ.items()
-                    if not key.startswith(("PUNCTUAL_", "POWERTOOLS_", "AWS_"))}
+        self.env = {
+            key: value for key, value in os.environ.items() if not key.startswith(("PUNCTUAL_", "POWERTOOLS_", "AWS_"))
+        }
         self.env.update(executor_env(self.settings, environ={}))
         self.env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(ROOT / "src" / "shared"), str(ROOT / "src" / "tools"), os.environ.get("PYTHONPATH")]))
+            filter(None, [str(ROOT / "src" / "shared"), str(ROOT / "src" / "tools"), os.environ.get("PYTHONPATH")])
+        )
         self.fire_log = work / "fires.jsonl"
         self.output = work / "children.log"
         self.leads = shortest_leads(self.settings)
@@ -330,8 +366,11 @@ class Bench:
         from punctual_tools.local.receiver import read_received
 
         while True:
-            found = [{"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
-                     for r in read_received(self.received) if str(r.get("task_id") or "").startswith(prefix)]
+            found = [
+                {"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
+                for r in read_received(self.received)
+                if str(r.get("task_id") or "").startswith(prefix)
+            ]
             if any(f["task_id"] == task_id for f in found) or _now_ms() > until_ms:
                 return found
             time.sleep(0.05)
@@ -349,40 +388,66 @@ class Bench:
         sent_ms = int(_now_ms()) + PREPARE_MS
         offsets = batch_offsets(self.batch, lead_ms)
         action = HttpAction(url=self.url) if action_kind == "webhook" and self.url else LogAction(message="cold")
-        tasks = [self.client.schedule(_at(sent_ms + offset), action, task_id=f"{prefix}{i:03d}")
-                 for i, offset in enumerate(offsets)]
-        event = batch_event([Candidate(t.task_id, to_ms(t.due_at), TaskStatus.PENDING, None, t.misfire_grace_ms)
-                             for t in tasks], "coldstart").model_dump(mode="json", exclude_unset=True)
+        tasks = [
+            self.client.schedule(_at(sent_ms + offset), action, task_id=f"{prefix}{i:03d}")
+            for i, offset in enumerate(offsets)
+        ]
+        event = batch_event(
+            [Candidate(t.task_id, to_ms(t.due_at), TaskStatus.PENDING, None, t.misfire_grace_ms) for t in tasks],
+            "coldstart",
+        ).model_dump(mode="json", exclude_unset=True)
         group = self._group(memory_mb)
         env = {**self.env, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb)}
         result_path = self.work / f"{prefix}result.json"
-        spec = {"handler": str(HANDLER), "fire_log": str(self.fire_log), "event": event, "memory_mb": memory_mb,
-                "timeout_s": self.limits.timeout_s, "result": str(result_path),
-                "join_after_init": str(group) if mode == "burst" and group is not None else None}
+        spec = {
+            "handler": str(HANDLER),
+            "fire_log": str(self.fire_log),
+            "event": event,
+            "memory_mb": memory_mb,
+            "timeout_s": self.limits.timeout_s,
+            "result": str(result_path),
+            "join_after_init": str(group) if mode == "burst" and group is not None else None,
+        }
         try:
             time.sleep(max(0.0, (sent_ms - _now_ms()) / 1000))
-            process, started_ms = launch("--child", spec, self.work / f"{prefix}spec.json",
-                                         group if mode == "quota" else None, env, self.output)
+            process, started_ms = launch(
+                "--child", spec, self.work / f"{prefix}spec.json", group if mode == "quota" else None, env, self.output
+            )
             code = wait_for(process, (offsets[-1] + 60_000) / 1000)
             throttled = throttling(group)
         finally:
             self._remove(group)
         first = tasks[0]
         due_ms = to_ms(first.due_at)
-        run: dict[str, Any] = {"mode": mode, "action": action_kind, "memory_mb": memory_mb, "lead_ms": lead_ms,
-                               "lead_measured_ms": due_ms - started_ms,
-                               "exit": code, "throttling": throttled, "drift_ms": None, "init_ms": None,
-                               "arm_ms": None, "slack_ms": None}
+        run: dict[str, Any] = {
+            "mode": mode,
+            "action": action_kind,
+            "memory_mb": memory_mb,
+            "lead_ms": lead_ms,
+            "lead_measured_ms": due_ms - started_ms,
+            "exit": code,
+            "throttling": throttled,
+            "drift_ms": None,
+            "init_ms": None,
+            "arm_ms": None,
+            "slack_ms": None,
+        }
         if result_path.exists():
             child = json.loads(result_path.read_text())
             armed = child.get("arm_end_ms")
-            run.update(init_ms=child["loaded_ms"] - started_ms, interpreter_ms=child["main_ms"] - started_ms,
-                       arm_ms=None if armed is None else armed - child["loaded_ms"],
-                       armed_at_ms=None if armed is None else armed - started_ms,
-                       slack_ms=slack_ms(due_ms, armed), report={k: v for k, v in child["report"].items()
-                                                                  if k not in ("drift_ms", "late_ms")})
-        fires = (self.arrivals(prefix, first.task_id, _now_ms() + 5_000) if action_kind == "webhook"
-                 else read_fire_log(self.fire_log, prefix))
+            run.update(
+                init_ms=child["loaded_ms"] - started_ms,
+                interpreter_ms=child["main_ms"] - started_ms,
+                arm_ms=None if armed is None else armed - child["loaded_ms"],
+                armed_at_ms=None if armed is None else armed - started_ms,
+                slack_ms=slack_ms(due_ms, armed),
+                report={k: v for k, v in child["report"].items() if k not in ("drift_ms", "late_ms")},
+            )
+        fires = (
+            self.arrivals(prefix, first.task_id, _now_ms() + 5_000)
+            if action_kind == "webhook"
+            else read_fire_log(self.fire_log, prefix)
+        )
         run["drift_ms"] = first_fire_drift(fires, first.task_id)
         stored = self.client.get(first.task_id)
         run["recorded"] = None if stored is None else {"status": stored.status.value, "drift_ms": stored.drift_ms}
@@ -393,13 +458,18 @@ class Bench:
         shape; its first fire's drift."""
         prefix = f"floor-{uuid.uuid4().hex[:8]}-"
         result_path = self.work / f"{prefix}result.json"
-        spec = {"offsets_ms": batch_offsets(self.batch, FLOOR_AHEAD_MS), "fire_log": str(self.work / "floor.jsonl"),
-                "prefix": prefix, "result": str(result_path),
-                "url": self.url if action_kind == "webhook" else None}
+        spec = {
+            "offsets_ms": batch_offsets(self.batch, FLOOR_AHEAD_MS),
+            "fire_log": str(self.work / "floor.jsonl"),
+            "prefix": prefix,
+            "result": str(result_path),
+            "url": self.url if action_kind == "webhook" else None,
+        }
         group = self._group(memory_mb)
         try:
-            process, started_ms = launch("--floor", spec, self.work / f"{prefix}spec.json", group, self.env,
-                                         self.output)
+            process, started_ms = launch(
+                "--floor", spec, self.work / f"{prefix}spec.json", group, self.env, self.output
+            )
             code = wait_for(process, 120.0)
         finally:
             self._remove(group)
@@ -410,8 +480,12 @@ class Bench:
         first = fires[0]["task_id"] if fires else ""
         if action_kind == "webhook":
             fires = self.arrivals(prefix, first, _now_ms() + 5_000)
-        return {"exit": code, "action": action_kind, "import_ms": child["ready_ms"] - started_ms,
-                "drift_ms": first_fire_drift(fires, first)}
+        return {
+            "exit": code,
+            "action": action_kind,
+            "import_ms": child["ready_ms"] - started_ms,
+            "drift_ms": first_fire_drift(fires, first),
+        }
 
 
 def _at(epoch_ms: int) -> Any:
@@ -424,16 +498,24 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def size_lines(memory_mb: int, rows: Mapping[str, Mapping[str, Any]],
-               floors: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def size_lines(
+    memory_mb: int, rows: Mapping[str, Mapping[str, Any]], floors: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     """The table of one size: a row per (lead, INIT's CPU, action), named ``"<lead> / <mode> / <action>"``."""
-    lines = [f"{memory_mb} MB ({memory_mb / 1769:.3f} of a core); floor/cold (the first fire of a fresh interpreter's "
-             "bare dispatcher at the same quota):"]
-    lines += [f"  {action}: p50 {_fmt(floor['p50'], 3)} / p99 {_fmt(floor['p99'], 3)} ms (its imports p50 "
-              f"{_fmt(floor['import_p50'], 0)} ms)" for action, floor in floors.items()]
-    lines.append(f"  {'lead ms':<8} {'INIT':<6} {'action':<8} {'INIT p50':>9} {'max':>7} {'arm p50':>8} "
-                 f"{'slack p50':>10} {'min':>7} {'drift p50':>10} {'p99':>8} {'max':>8} {'ratio':>9}  "
-                 f"abs {ABS_TARGET_MS:g} ms / {RATIO_TARGET:g}x floor")
+    lines = [
+        f"{memory_mb} MB ({memory_mb / 1769:.3f} of a core); floor/cold (the first fire of a fresh interpreter's "
+        "bare dispatcher at the same quota):"
+    ]
+    lines += [
+        f"  {action}: p50 {_fmt(floor['p50'], 3)} / p99 {_fmt(floor['p99'], 3)} ms (its imports p50 "
+        f"{_fmt(floor['import_p50'], 0)} ms)"
+        for action, floor in floors.items()
+    ]
+    lines.append(
+        f"  {'lead ms':<8} {'INIT':<6} {'action':<8} {'INIT p50':>9} {'max':>7} {'arm p50':>8} "
+        f"{'slack p50':>10} {'min':>7} {'drift p50':>10} {'p99':>8} {'max':>8} {'ratio':>9}  "
+        f"abs {ABS_TARGET_MS:g} ms / {RATIO_TARGET:g}x floor"
+    )
     for name, row in rows.items():
         lead, mode, action = name.split(" / ")
         verdict = row["verdict"]
@@ -446,7 +528,8 @@ def size_lines(memory_mb: int, rows: Mapping[str, Mapping[str, Any]],
             f"{_fmt(row['slack_ms']['p50'], 0):>10} {_fmt(row['slack_ms']['min'], 0):>7} "
             f"{_fmt(row['drift_ms']['p50'], 3):>10} {_fmt(row['drift_ms']['p99'], 3):>8} "
             f"{_fmt(row['drift_ms']['max'], 3):>8} {'-' if ratio is None else f'{ratio:.1f}x':>9}  "
-            f"{'MET' if verdict['abs_met'] else 'MISSED'} / {'MET' if verdict['ratio_met'] else 'MISSED'}{unfired}")
+            f"{'MET' if verdict['abs_met'] else 'MISSED'} / {'MET' if verdict['ratio_met'] else 'MISSED'}{unfired}"
+        )
     return lines
 
 
@@ -461,24 +544,43 @@ def run_size(bench: Bench, memory_mb: int, args: argparse.Namespace, lead_values
                 for action in args.actions:
                     run = bench.run_executor(memory_mb, mode, lead, action)
                     runs.append(run)
-                    log(f"{memory_mb} MB, lead {lead} ms, {mode}, {action}, run {i + 1}/{args.runs}: INIT "
+                    log(
+                        f"{memory_mb} MB, lead {lead} ms, {mode}, {action}, run {i + 1}/{args.runs}: INIT "
                         f"{_fmt(run['init_ms'], 0)} ms, armed {_fmt(run.get('armed_at_ms'), 0)} ms after the send, "
-                        f"first fire {_fmt(run['drift_ms'], 3)} ms late; quota throttled {run['throttling']}")
-    floor_drifts = {action: [f["drift_ms"] for f in floors if f["action"] == action and f["drift_ms"] is not None]
-                    for action in args.actions}
+                        f"first fire {_fmt(run['drift_ms'], 3)} ms late; quota throttled {run['throttling']}"
+                    )
+    floor_drifts = {
+        action: [f["drift_ms"] for f in floors if f["action"] == action and f["drift_ms"] is not None]
+        for action in args.actions
+    }
     rows = {}
     for lead in lead_values:
         for mode in args.modes:
             for action in args.actions:
                 name = f"{lead} / {mode} / {action}"
-                rows[name] = summarize_runs([r for r in runs if (r["mode"], r["lead_ms"], r["action"]) ==
-                                             (mode, lead, action)], floor_drifts[action], f"cold first fire {name}")
-    floor = {action: {"p50": percentile(drifts, 50), "p99": percentile(drifts, 99),
-                      "import_p50": percentile([f["import_ms"] for f in floors
-                                                if f["action"] == action and f.get("import_ms") is not None], 50)}
-             for action, drifts in floor_drifts.items()}
-    return {"memory_mb": memory_mb, "cpu_share": memory_mb / 1769, "rows": rows, "floor": floor, "runs": runs,
-            "floors": floors}
+                rows[name] = summarize_runs(
+                    [r for r in runs if (r["mode"], r["lead_ms"], r["action"]) == (mode, lead, action)],
+                    floor_drifts[action],
+                    f"cold first fire {name}",
+                )
+    floor = {
+        action: {
+            "p50": percentile(drifts, 50),
+            "p99": percentile(drifts, 99),
+            "import_p50": percentile(
+                [f["import_ms"] for f in floors if f["action"] == action and f.get("import_ms") is not None], 50
+            ),
+        }
+        for action, drifts in floor_drifts.items()
+    }
+    return {
+        "memory_mb": memory_mb,
+        "cpu_share": memory_mb / 1769,
+        "rows": rows,
+        "floor": floor,
+        "runs": runs,
+        "floors": floors,
+    }
 
 
 def main() -> int:
@@ -486,15 +588,35 @@ def main() -> int:
 
     default_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[default_mb, 1769],
-                        help=f"executor memory sizes in MB (default: the template's {default_mb} and 1769)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[default_mb, 1769],
+        help=f"executor memory sizes in MB (default: the template's {default_mb} and 1769)",
+    )
     parser.add_argument("--runs", type=int, default=10, help="cold executors per size, lead, mode and action")
-    parser.add_argument("--leads", type=int, nargs="+", default=None,
-                        help="leads in ms (default: the fast path's 2000 and the poll's shortest)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
-                        help="quota: INIT at the quota; burst: INIT on a whole core, then the handler at the quota")
-    parser.add_argument("--actions", nargs="+", choices=ACTIONS, default=list(ACTIONS),
-                        help="log: drift at the action's start; webhook: at a loopback receiver")
+    parser.add_argument(
+        "--leads",
+        type=int,
+        nargs="+",
+        default=None,
+        help="leads in ms (default: the fast path's 2000 and the poll's shortest)",
+    )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=list(MODES),
+        help="quota: INIT at the quota; burst: INIT on a whole core, then the handler at the quota",
+    )
+    parser.add_argument(
+        "--actions",
+        nargs="+",
+        choices=ACTIONS,
+        default=list(ACTIONS),
+        help="log: drift at the action's start; webhook: at a loopback receiver",
+    )
     parser.add_argument("--batch", type=int, default=10, help="tasks a batch (the first is judged)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs, the fast path's lead only")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
@@ -507,8 +629,9 @@ def main() -> int:
     log(f"run directory {work}; starting DynamoDB Local")
     bench = Bench(work, args.batch, webhook="webhook" in args.actions)
     leads = bench.leads
-    lead_values = args.leads or ([leads["fast path"]["lead_ms"]] if args.quick
-                                 else [leads["fast path"]["lead_ms"], leads["poll"]["lead_ms"]])
+    lead_values = args.leads or (
+        [leads["fast path"]["lead_ms"]] if args.quick else [leads["fast path"]["lead_ms"], leads["poll"]["lead_ms"]]
+    )
     load_before = os.getloadavg()
     sizes: list[dict[str, Any]] = []
     try:
@@ -516,26 +639,41 @@ def main() -> int:
             sizes.append(run_size(bench, mb, args, lead_values))
     finally:
         bench.close()
-    print(f"\nA cold executor's first fire - {os.cpu_count()} cores, load average before {load_before[0]:.2f}, "
-          f"after {os.getloadavg()[0]:.2f}{' (quick run)' if args.quick else ''}")
-    print(f"CPU: {'cgroup ' + bench.cgroup_detail if bench.groups is not None else 'NO CPU quota: whole cores'}; "
-          "store: DynamoDB Local (in memory, loopback); drift of a batch's first task: log, at the action's start "
-          "(fire log); webhook, where a loopback receiver reads the request")
-    print(f"INIT = process start -> {HANDLER.relative_to(ROOT)} loaded (a fresh interpreter: boto3, pydantic, "
-          "Powertools, Punctual; tracing off, as the local stack runs it); arm = INIT's end -> the batch armed "
-          "(heartbeat and arm writes); slack = first due - armed")
-    print(f"AWS gives an on-demand function's INIT the full vCPU burst for up to {INIT_BURST_LIMIT_S:g} s (the "
-          "'burst' rows). Provisioned concurrency gets no such boost (the 'quota' rows: the pessimistic bound), "
-          "but its INIT runs before traffic reaches it")
+    print(
+        f"\nA cold executor's first fire - {os.cpu_count()} cores, load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f}{' (quick run)' if args.quick else ''}"
+    )
+    print(
+        f"CPU: {'cgroup ' + bench.cgroup_detail if bench.groups is not None else 'NO CPU quota: whole cores'}; "
+        "store: DynamoDB Local (in memory, loopback); drift of a batch's first task: log, at the action's start "
+        "(fire log); webhook, where a loopback receiver reads the request"
+    )
+    print(
+        f"INIT = process start -> {HANDLER.relative_to(ROOT)} loaded (a fresh interpreter: boto3, pydantic, "
+        "Powertools, Punctual; tracing off, as the local stack runs it); arm = INIT's end -> the batch armed "
+        "(heartbeat and arm writes); slack = first due - armed"
+    )
+    print(
+        f"AWS gives an on-demand function's INIT the full vCPU burst for up to {INIT_BURST_LIMIT_S:g} s (the "
+        "'burst' rows). Provisioned concurrency gets no such boost (the 'quota' rows: the pessimistic bound), "
+        "but its INIT runs before traffic reaches it"
+    )
     for name, lead in leads.items():
         print(f"shortest lead, {name}: {lead['lead_ms']} ms ({lead['why']})")
     for size in sizes:
         print()
         print("\n".join(size_lines(size["memory_mb"], size["rows"], size["floor"])))
-    report = {"run_dir": str(work), "quick": args.quick, "cgroup": bench.cgroup_detail,
-              "quota": bench.groups is not None, "leads": leads, "lead_values": lead_values,
-              "targets": {"abs_ms": ABS_TARGET_MS, "ratio": RATIO_TARGET}, "sizes": sizes,
-              "load_avg_before": load_before}
+    report = {
+        "run_dir": str(work),
+        "quick": args.quick,
+        "cgroup": bench.cgroup_detail,
+        "quota": bench.groups is not None,
+        "leads": leads,
+        "lead_values": lead_values,
+        "targets": {"abs_ms": ABS_TARGET_MS, "ratio": RATIO_TARGET},
+        "sizes": sizes,
+        "load_avg_before": load_before,
+    }
     path = work / "coldstart.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nfigures: {path}")

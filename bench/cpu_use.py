@@ -28,18 +28,26 @@ class CpuUse:
     nr_periods: int = 0
 
     def __sub__(self, earlier: CpuUse) -> CpuUse:
-        return CpuUse(self.cpu_s - earlier.cpu_s, self.throttled_s - earlier.throttled_s,
-                      self.nr_throttled - earlier.nr_throttled, self.nr_periods - earlier.nr_periods)
+        return CpuUse(
+            self.cpu_s - earlier.cpu_s,
+            self.throttled_s - earlier.throttled_s,
+            self.nr_throttled - earlier.nr_throttled,
+            self.nr_periods - earlier.nr_periods,
+        )
 
     def __add__(self, other: CpuUse) -> CpuUse:
-        return CpuUse(self.cpu_s + other.cpu_s, self.throttled_s + other.throttled_s,
-                      self.nr_throttled + other.nr_throttled, self.nr_periods + other.nr_periods)
+        return CpuUse(
+            self.cpu_s + other.cpu_s,
+            self.throttled_s + other.throttled_s,
+            self.nr_throttled + other.nr_throttled,
+            self.nr_periods + other.nr_periods,
+        )
 
 
 def parse_proc_stat_cpu_s(text: str, ticks_per_s: int) -> float:
     """``utime + stime`` (seconds) from a ``/proc/<pid>/stat`` line; the command name may hold spaces and
     parentheses, so fields are counted from its last ``)``."""
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / ticks_per_s  # fields 14 and 15 of the line
 
 
@@ -51,8 +59,9 @@ def parse_cpu_stat(text: str) -> CpuUse:
         key, _, value = line.partition(" ")
         if value.strip().lstrip("-").isdigit():
             values[key] = int(value)
-    throttled_s = (values["throttled_time"] / 1e9 if "throttled_time" in values
-                   else values.get("throttled_usec", 0) / 1e6)
+    throttled_s = (
+        values["throttled_time"] / 1e9 if "throttled_time" in values else values.get("throttled_usec", 0) / 1e6
+    )
     return CpuUse(0.0, throttled_s, values.get("nr_throttled", 0), values.get("nr_periods", 0))
 
 

@@ -62,8 +62,14 @@ log = logging.getLogger("bench.floors")
 
 
 # -- one floor, in the process that runs it --------------------------------------------------------------
-def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int | None = None,
-              action: Action = ACTION, env: ActionEnv | None = None) -> list[dict[str, Any]]:
+def run_floor(
+    due_ms: list[float],
+    fire_log: Path,
+    prefix: str,
+    workers: int | None = None,
+    action: Action = ACTION,
+    env: ActionEnv | None = None,
+) -> list[dict[str, Any]]:
     """One dispatcher thread, the same action, no database: the precision floor of this process's footing.
     Returns one fire-log-like entry a task (``task_id``, ``due_ms``, ``fired_ms``: when its action started). A
     webhook is started as the executor starts it (handed to the event loop, not awaited by the worker), and its
@@ -83,14 +89,19 @@ def run_floor(due_ms: list[float], fire_log: Path, prefix: str, workers: int | N
     gc_enabled = gc.isenabled()
     gc.disable()  # as an executor while its batch fires
     try:
-        with Dispatcher(fire, workers=workers or Settings().worker_threads, clock=clock,
-                        timing=FireTiming.for_cpu_share(detect_cpu_share())) as dispatcher:  # as the executor's
+        with Dispatcher(
+            fire,
+            workers=workers or Settings().worker_threads,
+            clock=clock,
+            timing=FireTiming.for_cpu_share(detect_cpu_share()),
+        ) as dispatcher:  # as the executor's
             wall, mono = clock.wall_ms(), clock.monotonic()
             task_ids = [f"{prefix}{i:07d}" for i in range(len(due_ms))]
             for task_id, due in zip(task_ids, due_ms, strict=True):
                 dispatcher.add(mono + (due - wall) / 1000, (task_id, due))
-            prepare_actions([(action, (due - wall) / 1000, task_id)
-                             for task_id, due in zip(task_ids, due_ms, strict=True)], env)
+            prepare_actions(
+                [(action, (due - wall) / 1000, task_id) for task_id, due in zip(task_ids, due_ms, strict=True)], env
+            )
     finally:
         if gc_enabled:
             gc.enable()
@@ -158,8 +169,9 @@ def _run_job(job: FloorJob, start_ms: int) -> FloorRun:
     env = loopback_env() if job.url else ActionEnv()
     action: Action = HttpAction(url=job.url) if job.url else ACTION
     try:
-        fires = run_floor([start_ms + offset for offset in job.offsets_ms], Path(job.fire_log), job.prefix,
-                          action=action, env=env)
+        fires = run_floor(
+            [start_ms + offset for offset in job.offsets_ms], Path(job.fire_log), job.prefix, action=action, env=env
+        )
         if job.url:
             time.sleep(2.0)  # the answers come back before the engine closes its connections
     finally:
@@ -183,16 +195,26 @@ class Footing:
 
     def line(self) -> str:
         if self.profile == "lambda":
-            cpu = (f"{self.memory_mb} MB's CPU quota ({self.memory_mb / 1769:.3f} of a core: {self.detail})"
-                   if self.quota else f"NO CPU quota ({self.detail}): more than {self.memory_mb} MB buys")
+            cpu = (
+                f"{self.memory_mb} MB's CPU quota ({self.memory_mb / 1769:.3f} of a core: {self.detail})"
+                if self.quota
+                else f"NO CPU quota ({self.detail}): more than {self.memory_mb} MB buys"
+            )
         else:
             cpu = "whole cores (more than Lambda gives)"
-        return (f"floors: profile {self.profile}, each floor process on {cpu}, firing threads "
-                f"{'real-time where allowed' if self.realtime else 'at normal priority'}")
+        return (
+            f"floors: profile {self.profile}, each floor process on {cpu}, firing threads "
+            f"{'real-time where allowed' if self.realtime else 'at normal priority'}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"profile": self.profile, "memory_mb": self.memory_mb, "quota": self.quota,
-                "realtime": self.realtime, "detail": self.detail}
+        return {
+            "profile": self.profile,
+            "memory_mb": self.memory_mb,
+            "quota": self.quota,
+            "realtime": self.realtime,
+            "detail": self.detail,
+        }
 
 
 def profile_realtime(profile: str) -> bool:
@@ -211,8 +233,7 @@ class FloorRunner:
         detail = "whole cores"
         if profile == "lambda":
             self._groups, where = CpuGroups.open()
-            detail = (f"{quota_us(memory_mb)} us every {PERIOD_US} us, {where}" if self._groups is not None
-                      else where)
+            detail = f"{quota_us(memory_mb)} us every {PERIOD_US} us, {where}" if self._groups is not None else where
             if self._groups is None:
                 log.warning("no CPU quota for the floors (%s): they run on whole cores", where)
         self.footing = Footing(profile, memory_mb, self._groups is not None, profile_realtime(profile), detail)
@@ -228,9 +249,14 @@ class FloorRunner:
             for _ in range(count):
                 group = self._groups.create(self._memory_mb) if self._groups is not None else None
                 groups.append(group)
-                pools.append(ProcessPoolExecutor(
-                    max_workers=1, mp_context=spawn, initializer=_enter_footing,
-                    initargs=(str(group) if group else None, self.footing.realtime, self._switch_s)))
+                pools.append(
+                    ProcessPoolExecutor(
+                        max_workers=1,
+                        mp_context=spawn,
+                        initializer=_enter_footing,
+                        initargs=(str(group) if group else None, self.footing.realtime, self._switch_s),
+                    )
+                )
             for warm in [pool.submit(_warm, url) for pool in pools]:
                 warm.result()
             yield pools
@@ -247,8 +273,9 @@ class FloorRunner:
         url = next((job.url for job in jobs if job.url), None)
         with self.processes(len(jobs), url) as pools:
             start_ms = int(time.time() * 1000) + lead_ms
-            runs: list[Future[FloorRun]] = [pool.submit(_run_job, job, start_ms)
-                                            for pool, job in zip(pools, jobs, strict=True)]
+            runs: list[Future[FloorRun]] = [
+                pool.submit(_run_job, job, start_ms) for pool, job in zip(pools, jobs, strict=True)
+            ]
             return [run.result() for run in runs]
 
     def submit(self, pool: ProcessPoolExecutor, job: FloorJob, start_ms: int) -> Future[FloorRun]:

@@ -81,18 +81,25 @@ def cost_per_million(sizes: tuple[int, ...], volumes: tuple[float, ...] = VOLUME
     from punctual_tools.cost import counts, monthly_cost, run_scenario
 
     counted = counts(run_scenario(measure_logs=False))
-    return {mb: {volume: monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True)
-                 for volume in volumes} for mb in sizes}
+    return {
+        mb: {volume: monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True) for volume in volumes}
+        for mb in sizes
+    }
 
 
 # -- one size ------------------------------------------------------------------------------------------------
-def phase_figures(drift: list[float], floor: list[float], cpu: dict[str, Any] | None, target: tuple[float, float],
-                  name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def phase_figures(
+    drift: list[float],
+    floor: list[float],
+    cpu: dict[str, Any] | None,
+    target: tuple[float, float],
+    name: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A phase's row: its drift summary, its floor's p99, the verdict on the ratio and in ms, the executors' CPU."""
     s = summarize(drift)
     f = summarize(floor)
-    verdict = judge(name, s["p99"], f["p99"], floor_name=f"floor/{name}", abs_target=target[1],
-                    ratio_target=target[0])
+    verdict = judge(name, s["p99"], f["p99"], floor_name=f"floor/{name}", abs_target=target[1], ratio_target=target[0])
     return {**s, "floor": f, "ratio": verdict.ratio, "verdict": verdict.as_dict(), "cpu": cpu, **(extra or {})}
 
 
@@ -118,10 +125,16 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         log(f"{memory_mb} MB: floor/webhook, {args.webhook_rate:g}/s for {args.webhook_seconds:g} s")
         floors["webhooks"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
 
-        config = StackConfig(home=work / f"stack-{memory_mb}", port=0, poll_interval_s=args.poll_interval,
-                             prewarm=args.prewarm, fast_path=False, api=False, executor_memory_mb=memory_mb,
-                             settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1",
-                                                 "profile": "lambda"})
+        config = StackConfig(
+            home=work / f"stack-{memory_mb}",
+            port=0,
+            poll_interval_s=args.poll_interval,
+            prewarm=args.prewarm,
+            fast_path=False,
+            api=False,
+            executor_memory_mb=memory_mb,
+            settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1", "profile": "lambda"},
+        )
         with LocalStack(config, on_batch=lambda r: None) as stack:
             for line in stack.describe_limits():
                 log(line)
@@ -133,8 +146,10 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
                 ("steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds)),
                 ("burst 250", lambda: system_burst(stack, len(one), one)),
                 ("burst 2000", lambda: system_burst(stack, args.burst)),
-                ("webhooks", lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds,
-                                                    received)),
+                (
+                    "webhooks",
+                    lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds, received),
+                ),
             ]
             log(f"{memory_mb} MB: executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
             waits = {}
@@ -149,14 +164,29 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
     for name in PHASES:
         r = results[name]
         extra: dict[str, Any] = {k: r[k] for k in ("scheduled", "fired", "duplicates", "batches") if k in r}
-        phases[name] = phase_figures(r["drift"], floors[name]["drift"], r.get("cpu"), TARGETS[name], name,
-                                     {**extra, **waits[name], "floor_processes": floors[name]["processes"],
-                                      "floor_policy": floors[name]["policy"],
-                                      "floor_cpu": vars(floors[name]["floor_cpu"])})
-    return {"memory_mb": memory_mb, "cpu_share": round(memory_mb / MB_PER_VCPU, 4), "cpu_quota": quota,
-            "floor_footing": runner.footing.as_dict(), "phases": phases, "invoker": invoker,
-            "complete": all(r.get("fired") == r.get("scheduled") and not r.get("duplicates")
-                            for r in results.values())}
+        phases[name] = phase_figures(
+            r["drift"],
+            floors[name]["drift"],
+            r.get("cpu"),
+            TARGETS[name],
+            name,
+            {
+                **extra,
+                **waits[name],
+                "floor_processes": floors[name]["processes"],
+                "floor_policy": floors[name]["policy"],
+                "floor_cpu": vars(floors[name]["floor_cpu"]),
+            },
+        )
+    return {
+        "memory_mb": memory_mb,
+        "cpu_share": round(memory_mb / MB_PER_VCPU, 4),
+        "cpu_quota": quota,
+        "floor_footing": runner.footing.as_dict(),
+        "phases": phases,
+        "invoker": invoker,
+        "complete": all(r.get("fired") == r.get("scheduled") and not r.get("duplicates") for r in results.values()),
+    }
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -168,42 +198,52 @@ def size_lines(size: dict[str, Any], cost: dict[float, float], volume: float) ->
     """One size's table: each phase's drift, its floor, the ratio and verdicts, the executors' CPU."""
     mb = size["memory_mb"]
     quota = size["cpu_quota"] or {}
-    lines = [f"{mb} MB ({size['cpu_share']:.3f} of a core; CPU quota {'yes' if quota.get('applied') else 'NO'}), "
-             f"${cost[volume]:.2f} per million at {volume / 1e6:,.0f} M tasks/month"
-             + ("" if size["complete"] else "; NOT every task fired exactly once"),
-             f"  {'phase':<12}{'count':>6}{'p50':>9}{'p99':>9}{'max':>9}{'floor p99':>11}{'ratio':>8}  verdict "
-             "(ratio | ms)   executors: cpu s each (mean/max), throttled s each (mean/max), periods throttled"]
+    lines = [
+        f"{mb} MB ({size['cpu_share']:.3f} of a core; CPU quota {'yes' if quota.get('applied') else 'NO'}), "
+        f"${cost[volume]:.2f} per million at {volume / 1e6:,.0f} M tasks/month"
+        + ("" if size["complete"] else "; NOT every task fired exactly once"),
+        f"  {'phase':<12}{'count':>6}{'p50':>9}{'p99':>9}{'max':>9}{'floor p99':>11}{'ratio':>8}  verdict "
+        "(ratio | ms)   executors: cpu s each (mean/max), throttled s each (mean/max), periods throttled",
+    ]
     for name in PHASES:
         p = size["phases"][name]
         v = p["verdict"]
         cpu = p["cpu"] or {}
         batches = f" ({p['batches']} batches)" if p.get("batches") is not None else ""
-        executors = (f"{cpu.get('executors', 0)}{batches}: "
-                     f"{fmt_ms(cpu.get('cpu_s_mean'))}/{fmt_ms(cpu.get('cpu_s_max'))}, "
-                     f"{fmt_ms(cpu.get('throttled_s_mean'))}/{fmt_ms(cpu.get('throttled_s_max'))}, "
-                     f"{cpu.get('nr_throttled', 0)} of {cpu.get('nr_periods', 0)}")
-        lines.append(f"  {name:<12}{p['count']:>6}{fmt_ms(p['p50']):>9}{fmt_ms(p['p99']):>9}{fmt_ms(p['max']):>9}"
-                     f"{fmt_ms(p['floor']['p99']):>11}{_ratio(p['ratio']):>8}  "
-                     f"{'MET' if v['ratio_met'] else 'MISSED'} | {'MET' if v['abs_met'] else 'MISSED'}   {executors}")
+        executors = (
+            f"{cpu.get('executors', 0)}{batches}: "
+            f"{fmt_ms(cpu.get('cpu_s_mean'))}/{fmt_ms(cpu.get('cpu_s_max'))}, "
+            f"{fmt_ms(cpu.get('throttled_s_mean'))}/{fmt_ms(cpu.get('throttled_s_max'))}, "
+            f"{cpu.get('nr_throttled', 0)} of {cpu.get('nr_periods', 0)}"
+        )
+        lines.append(
+            f"  {name:<12}{p['count']:>6}{fmt_ms(p['p50']):>9}{fmt_ms(p['p99']):>9}{fmt_ms(p['max']):>9}"
+            f"{fmt_ms(p['floor']['p99']):>11}{_ratio(p['ratio']):>8}  "
+            f"{'MET' if v['ratio_met'] else 'MISSED'} | {'MET' if v['abs_met'] else 'MISSED'}   {executors}"
+        )
     return lines
 
 
-def frontier_lines(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float,
-                   default_mb: int) -> list[str]:
+def frontier_lines(
+    sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float, default_mb: int
+) -> list[str]:
     """The frontier: per size, $ per million and each phase's p99 with its ratio to the same-quota floor."""
     head = f"{'memory':<16}{'$/M':>8}" + "".join(f"{name + ' p99 (x floor)':>26}" for name in PHASES)
     lines = [head]
     for size in sizes:
         mb = size["memory_mb"]
         label = f"{mb} MB" + (" (default)" if mb == default_mb else "")
-        cells = "".join(f"{fmt_ms(size['phases'][n]['p99']) + ' ms (' + _ratio(size['phases'][n]['ratio']) + ')':>26}"
-                        for n in PHASES)
+        cells = "".join(
+            f"{fmt_ms(size['phases'][n]['p99']) + ' ms (' + _ratio(size['phases'][n]['ratio']) + ')':>26}"
+            for n in PHASES
+        )
         lines.append(f"{label:<16}{costs[mb][volume]:>8.2f}{cells}")
     return lines
 
 
-def frontier_points(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]],
-                    volume: float) -> dict[str, list[tuple[float, float, str]]]:
+def frontier_points(
+    sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float
+) -> dict[str, list[tuple[float, float, str]]]:
     """The picture's lines: each phase's p99 (and steady's floor) against $ per million, a point per size."""
     lines: dict[str, list[tuple[float, float, str]]] = {name: [] for name in (*PHASES, "floor/steady")}
     for size in sizes:
@@ -220,15 +260,17 @@ def frontier_points(sizes: list[dict[str, Any]], costs: dict[int, dict[float, fl
 
 def verdicts_of(size: dict[str, Any]) -> list[Verdict]:
     """The size's verdicts, as the drift benchmark prints them."""
-    return [Verdict(**{k: p["verdict"][k] for k in ("name", "value", "floor", "floor_name", "abs_target",
-                                                     "ratio_target")})
-            for p in size["phases"].values()]
+    return [
+        Verdict(**{k: p["verdict"][k] for k in ("name", "value", "floor", "floor_name", "abs_target", "ratio_target")})
+        for p in size["phases"].values()
+    ]
 
 
 def choose_size(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]], volume: float) -> tuple[int, str]:
     """The executor memory size this run's figures point to, and why: the cheapest size at which every ratio
     target is met and every task fired once; if none, the size that meets the most ratio targets, the cheapest
     of those (a size that lost or doubled a task is never chosen while another did not)."""
+
     def met(size: dict[str, Any]) -> int:
         return sum(v.ratio_met for v in verdicts_of(size))
 
@@ -237,11 +279,12 @@ def choose_size(sizes: list[dict[str, Any]], costs: dict[int, dict[float, float]
     chosen = min((s for s in complete if met(s) == best), key=lambda s: (costs[s["memory_mb"]][volume], s["memory_mb"]))
     mb, total = chosen["memory_mb"], len(chosen["phases"])
     if best == total:
-        why = (f"the cheapest size at which every phase meets its ratio target (${costs[mb][volume]:.2f} per "
-               "million)")
+        why = f"the cheapest size at which every phase meets its ratio target (${costs[mb][volume]:.2f} per million)"
     else:
-        why = (f"no size meets every ratio target; {mb} MB meets the most ({best} of {total}) at the lowest cost "
-               f"(${costs[mb][volume]:.2f} per million)")
+        why = (
+            f"no size meets every ratio target; {mb} MB meets the most ({best} of {total}) at the lowest cost "
+            f"(${costs[mb][volume]:.2f} per million)"
+        )
     return mb, why
 
 
@@ -286,10 +329,14 @@ def page_lines(report: dict[str, Any]) -> list[str]:
     if report.get("picture"):
         lines += ["", "![drift p99 against $ per million, a point per memory size](memory-frontier.png)"]
     for size in sizes:
-        lines += ["", f"## {size['memory_mb']} MB ({size['cpu_share']:.3f} of a core)", "",
-                  "| phase | count | p50 | p99 | max | floor p99 | ratio | ratio target | ms target | executors | "
-                  "CPU s each (mean / max) | throttled s each (mean / max) |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- |"]
+        lines += [
+            "",
+            f"## {size['memory_mb']} MB ({size['cpu_share']:.3f} of a core)",
+            "",
+            "| phase | count | p50 | p99 | max | floor p99 | ratio | ratio target | ms target | executors | "
+            "CPU s each (mean / max) | throttled s each (mean / max) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- |",
+        ]
         for name in PHASES:
             p = size["phases"][name]
             v = p["verdict"]
@@ -300,7 +347,8 @@ def page_lines(report: dict[str, Any]) -> list[str]:
                 f"{'met' if v['ratio_met'] else '**missed**'} | {v['abs_target']:g} ms: "
                 f"{'met' if v['abs_met'] else '**missed**'} | {cpu.get('executors', 0)} | "
                 f"{fmt_ms(cpu.get('cpu_s_mean'))} / {fmt_ms(cpu.get('cpu_s_max'))} | "
-                f"{fmt_ms(cpu.get('throttled_s_mean'))} / {fmt_ms(cpu.get('throttled_s_max'))} |")
+                f"{fmt_ms(cpu.get('throttled_s_mean'))} / {fmt_ms(cpu.get('throttled_s_max'))} |"
+            )
         if not size["complete"]:
             lines += ["", "Not every task fired exactly once at this size."]
     return lines
@@ -308,12 +356,18 @@ def page_lines(report: dict[str, Any]) -> list[str]:
 
 def agreement_lines(runs: list[dict[str, Any]]) -> list[str]:
     """Each size's ratio verdicts in each run, and whether the runs agree on every one."""
-    names = [f"run {i + 1} ({run.get('commit') or 'unknown'}, load {run['load_avg_before'][0]:.2f})"
-             for i, run in enumerate(runs)]
-    lines = ["## The runs compared", "",
-             "Ratio verdicts per size and phase (met / missed, the ratio in brackets), one column per run:", "",
-             "| memory | phase | " + " | ".join(names) + " | agree |",
-             "| --- | --- | " + " | ".join("---" for _ in runs) + " | --- |"]
+    names = [
+        f"run {i + 1} ({run.get('commit') or 'unknown'}, load {run['load_avg_before'][0]:.2f})"
+        for i, run in enumerate(runs)
+    ]
+    lines = [
+        "## The runs compared",
+        "",
+        "Ratio verdicts per size and phase (met / missed, the ratio in brackets), one column per run:",
+        "",
+        "| memory | phase | " + " | ".join(names) + " | agree |",
+        "| --- | --- | " + " | ".join("---" for _ in runs) + " | --- |",
+    ]
     disagree = 0
     for size in runs[-1]["sizes"]:
         mb = size["memory_mb"]
@@ -331,8 +385,11 @@ def agreement_lines(runs: list[dict[str, Any]]) -> list[str]:
             disagree += len(verdicts) > 1
             lines.append(f"| {mb} MB | {name} | " + " | ".join(cells) + f" | {'yes' if len(verdicts) == 1 else 'NO'} |")
     choices = [(run.get("choice") or {}).get("memory_mb") for run in runs]
-    lines += ["", f"The runs' verdicts {'agree on every size and phase' if not disagree else f'differ on {disagree}'}"
-              f"; the sizes they point to: {', '.join(f'{c} MB' for c in choices)}."]
+    lines += [
+        "",
+        f"The runs' verdicts {'agree on every size and phase' if not disagree else f'differ on {disagree}'}"
+        f"; the sizes they point to: {', '.join(f'{c} MB' for c in choices)}.",
+    ]
     return lines
 
 
@@ -385,18 +442,36 @@ def main() -> int:
     parser.add_argument("--webhook-rate", type=float, default=20)
     parser.add_argument("--webhook-seconds", type=float, default=20)
     parser.add_argument("--poll-interval", type=float, default=10)
-    parser.add_argument("--prewarm", type=int, default=12,
-                        help="warm executor processes at each size's start (the largest phase, a burst of 2,000, "
-                        "needs 8)")
+    parser.add_argument(
+        "--prewarm",
+        type=int,
+        default=12,
+        help="warm executor processes at each size's start (the largest phase, a burst of 2,000, needs 8)",
+    )
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of rest before each phase")
-    parser.add_argument("--volume", type=float, default=100e6, choices=VOLUMES,
-                        help="tasks a month the table and the picture price (1e6 or 1e8)")
+    parser.add_argument(
+        "--volume",
+        type=float,
+        default=100e6,
+        choices=VOLUMES,
+        help="tasks a month the table and the picture price (1e6 or 1e8)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="the run's directory; default a new temporary one")
-    parser.add_argument("--page", type=Path, default=None,
-                        help="also write the frontier page (Markdown, and its picture beside it) here")
-    parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="MEMORY_JSON",
-                        help="run nothing: write --page from the memory.json of earlier runs (the last one's tables, "
-                        "and whether the runs' verdicts agree)")
+    parser.add_argument(
+        "--page",
+        type=Path,
+        default=None,
+        help="also write the frontier page (Markdown, and its picture beside it) here",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="MEMORY_JSON",
+        help="run nothing: write --page from the memory.json of earlier runs (the last one's tables, "
+        "and whether the runs' verdicts agree)",
+    )
     args = parser.parse_args()
     if args.render is not None:
         if args.page is None:
@@ -432,40 +507,61 @@ def main() -> int:
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
     commit = git_commit()
     print(f"\nPunctual precision/cost frontier - {machine}")
-    print("profile lambda: each executor and each floor process in a cgroup with the CPU quota of its memory size "
-          "(MB / 1769 of a core), normal priority; drift = action start - due (ms; webhooks: arrival at the "
-          "receiver - due); each phase's floor measured at the same size in the same run")
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
-          f"{time.monotonic() - started:.0f} s in all")
+    print(
+        "profile lambda: each executor and each floor process in a cgroup with the CPU quota of its memory size "
+        "(MB / 1769 of a core), normal priority; drift = action start - due (ms; webhooks: arrival at the "
+        "receiver - due); each phase's floor measured at the same size in the same run"
+    )
+    print(
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
+        f"{time.monotonic() - started:.0f} s in all"
+    )
     for size in sizes:
         print()
         print("\n".join(size_lines(size, costs[size["memory_mb"]], args.volume)))
-    print(f"\nfrontier ($ per million tasks: Lambda + DynamoDB + poller at {args.volume / 1e6:,.0f} M tasks/month; "
-          "p99 and its ratio to the same-quota floor):")
+    print(
+        f"\nfrontier ($ per million tasks: Lambda + DynamoDB + poller at {args.volume / 1e6:,.0f} M tasks/month; "
+        "p99 and its ratio to the same-quota floor):"
+    )
     print("\n".join(frontier_lines(sizes, costs, args.volume, default_mb)))
     for size in sizes:
         judged = verdicts_of(size)
         missed = [v.name for v in judged if not v.met]
-        print(f"{size['memory_mb']} MB: ratio targets {'all MET' if not missed else 'MISSED: ' + ', '.join(missed)}; "
-              f"absolute targets {sum(v.abs_met for v in judged)} of {len(judged)} met")
+        print(
+            f"{size['memory_mb']} MB: ratio targets {'all MET' if not missed else 'MISSED: ' + ', '.join(missed)}; "
+            f"absolute targets {sum(v.abs_met for v in judged)} of {len(judged)} met"
+        )
     chosen_mb, why = choose_size(sizes, costs, args.volume)
     print(f"this run's choice for ExecutorMemorySize: {chosen_mb} MB: {why} (the template's default: {default_mb} MB)")
 
     picture: str | None = None
     try:
-        picture = str(save_frontier(frontier_points(sizes, costs, args.volume), work / "frontier.png",
-                                    title=f"drift p99 against $ per million tasks ({args.volume / 1e6:,.0f} M a "
-                                    "month), Lambda profile, a point per executor memory size"))
+        picture = str(
+            save_frontier(
+                frontier_points(sizes, costs, args.volume),
+                work / "frontier.png",
+                title=f"drift p99 against $ per million tasks ({args.volume / 1e6:,.0f} M a "
+                "month), Lambda profile, a point per executor memory size",
+            )
+        )
         print(f"picture: {picture}")
     except PlotsUnavailableError as exc:
         log(f"no picture: {exc}")
-    report = {"machine": machine, "commit": commit, "run_dir": str(work), "profile": "lambda",
-              "load_avg_before": load_before, "load_avg_after": load_after, "template_default_mb": default_mb,
-              "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "cost_scope": "Lambda + DynamoDB + poller (the cost model's target scope)",
-              "cost_per_million": {str(mb): {f"{v:g}": round(usd, 4) for v, usd in c.items()}
-                                   for mb, c in costs.items()},
-              "sizes": sizes, "picture": picture, "choice": {"memory_mb": chosen_mb, "why": why}}
+    report = {
+        "machine": machine,
+        "commit": commit,
+        "run_dir": str(work),
+        "profile": "lambda",
+        "load_avg_before": load_before,
+        "load_avg_after": load_after,
+        "template_default_mb": default_mb,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "cost_scope": "Lambda + DynamoDB + poller (the cost model's target scope)",
+        "cost_per_million": {str(mb): {f"{v:g}": round(usd, 4) for v, usd in c.items()} for mb, c in costs.items()},
+        "sizes": sizes,
+        "picture": picture,
+        "choice": {"memory_mb": chosen_mb, "why": why},
+    }
     path = work / "memory.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"figures: {path}")

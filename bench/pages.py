@@ -29,8 +29,9 @@ CDF = "all-phases-cdf.png"
 def git_commit() -> str | None:
     """The commit a benchmark ran (None outside a git checkout)."""
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=True)
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None
@@ -77,21 +78,34 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     ]
     for v in report["verdicts"]:
         ratio = "-" if v.get("ratio") is None else f"{v['ratio']:.2f}×"
-        lines.append(f"| {v['name']} | {fmt_ms(v['value'])} | {v['floor_name']} | {fmt_ms(v['floor'])} | {ratio} | "
-                     f"{v['ratio_target']:g}×: {'met' if v['ratio_met'] else '**missed**'} | "
-                     f"{v['abs_target']:g} ms: {'met' if v['abs_met'] else '**missed**'} |")
-    lines += ["", "## Every phase", "", "| phase | count | p50 | p90 | p99 | max |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        lines.append(
+            f"| {v['name']} | {fmt_ms(v['value'])} | {v['floor_name']} | {fmt_ms(v['floor'])} | {ratio} | "
+            f"{v['ratio_target']:g}×: {'met' if v['ratio_met'] else '**missed**'} | "
+            f"{v['abs_target']:g} ms: {'met' if v['abs_met'] else '**missed**'} |"
+        )
+    lines += [
+        "",
+        "## Every phase",
+        "",
+        "| phase | count | p50 | p90 | p99 | max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, f in report["floors"].items():
-        lines.append(f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
-                     f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} |")
+        lines.append(
+            f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
+            f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} |"
+        )
     for name, p in report["phases"].items():
-        lines.append(f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p90'])} | {fmt_ms(p['p99'])} | "
-                     f"{fmt_ms(p['max'])} |")
+        lines.append(
+            f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p90'])} | {fmt_ms(p['p99'])} | "
+            f"{fmt_ms(p['max'])} |"
+        )
         if "arrival" in p:
             a = p["arrival"]
-            lines.append(f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
-                         f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} |")
+            lines.append(
+                f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
+                f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} |"
+            )
     if picture:
         lines += ["", f"![drift CDF of every phase of the run]({picture})"]
     return lines
@@ -139,13 +153,21 @@ def readme_block_lines(pages: Path = PAGES) -> list[str]:
     lines = [BEGIN, ""]
     if any(drift.values()):
         runs = [(p, r) for p, r in drift.items() if r is not None]
-        lines += ["p99 drift in ms, with its ratio to the floor measured in the same run on the same footing (the "
-                  "verdict that counts):", ""]
+        lines += [
+            "p99 drift in ms, with its ratio to the floor measured in the same run on the same footing (the "
+            "verdict that counts):",
+            "",
+        ]
         for profile, report in runs:
-            lines.append(f"- **{profile}**: {footing(report)}; {report['machine']}, commit "
-                         f"{report.get('commit') or 'unknown'} ([page](docs/benchmarks/drift-{profile}.md))")
-        lines += ["", "| phase | " + " | ".join(f"{p} profile" for p, _ in runs) + " |",
-                  "| --- | " + " | ".join("---" for _ in runs) + " |"]
+            lines.append(
+                f"- **{profile}**: {footing(report)}; {report['machine']}, commit "
+                f"{report.get('commit') or 'unknown'} ([page](docs/benchmarks/drift-{profile}.md))"
+            )
+        lines += [
+            "",
+            "| phase | " + " | ".join(f"{p} profile" for p, _ in runs) + " |",
+            "| --- | " + " | ".join("---" for _ in runs) + " |",
+        ]
         names = [v["name"] for v in runs[0][1]["verdicts"]]
         for name in names:
             cells = []
@@ -160,17 +182,25 @@ def readme_block_lines(pages: Path = PAGES) -> list[str]:
     memory = load(pages, "memory.json")
     if memory is not None:
         volume = float(memory["args"]["volume"])
-        lines += ["", f"By executor memory size (`make bench-memory`, Lambda profile; commit "
-                  f"{memory.get('commit') or 'unknown'}; [page](docs/benchmarks/memory.md)), p99 ms (× floor) and $ "
-                  f"per million tasks at {volume / 1e6:,.0f} M a month:", ""]
+        lines += [
+            "",
+            f"By executor memory size (`make bench-memory`, Lambda profile; commit "
+            f"{memory.get('commit') or 'unknown'}; [page](docs/benchmarks/memory.md)), p99 ms (× floor) and $ "
+            f"per million tasks at {volume / 1e6:,.0f} M a month:",
+            "",
+        ]
         phases = list(memory["sizes"][0]["phases"])
-        lines += ["| memory | $ per million | " + " | ".join(phases) + " |",
-                  "| --- | ---: | " + " | ".join("---" for _ in phases) + " |"]
+        lines += [
+            "| memory | $ per million | " + " | ".join(phases) + " |",
+            "| --- | ---: | " + " | ".join("---" for _ in phases) + " |",
+        ]
         for size in memory["sizes"]:
             mb = size["memory_mb"]
             usd = memory["cost_per_million"][str(mb)][f"{volume:g}"]
-            cells = [f"{fmt_ms(p['p99'])} ({p['ratio']:.2f}×)" if p.get("ratio") is not None else fmt_ms(p["p99"])
-                     for p in size["phases"].values()]
+            cells = [
+                f"{fmt_ms(p['p99'])} ({p['ratio']:.2f}×)" if p.get("ratio") is not None else fmt_ms(p["p99"])
+                for p in size["phases"].values()
+            ]
             lines.append(f"| {mb} MB | {usd:.2f} | " + " | ".join(cells) + " |")
     lines += ["", END]
     return lines

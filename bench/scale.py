@@ -65,7 +65,7 @@ from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle  # noqa: E402
+from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
@@ -84,8 +84,15 @@ def log(message: str) -> None:
 
 
 def make_tasks(prefix: str, count: int, first_due_ms: int, span_ms: int) -> list[Task]:
-    return [Task(task_id=f"{prefix}{i:07d}", due_at=from_ms(first_due_ms + span_ms * i // max(count, 1)),
-                 action=ACTION, misfire_grace_ms=GRACE_MS) for i in range(count)]
+    return [
+        Task(
+            task_id=f"{prefix}{i:07d}",
+            due_at=from_ms(first_due_ms + span_ms * i // max(count, 1)),
+            action=ACTION,
+            misfire_grace_ms=GRACE_MS,
+        )
+        for i in range(count)
+    ]
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -175,8 +182,11 @@ class StubDynamoDB:
         responses: dict[str, list[dict[str, Any]]] = {}
         for table, request in body["RequestItems"].items():
             names = request.get("ExpressionAttributeNames", {})
-            projection = [names.get(p.strip(), p.strip()) for p in request["ProjectionExpression"].split(",")] \
-                if "ProjectionExpression" in request else None
+            projection = (
+                [names.get(p.strip(), p.strip()) for p in request["ProjectionExpression"].split(",")]
+                if "ProjectionExpression" in request
+                else None
+            )
             found = []
             for key in request["Keys"]:
                 item = self.items.get(key["task_id"]["S"])
@@ -202,8 +212,11 @@ class StubDynamoDB:
         answer: dict[str, Any] = {"Items": page, "Count": len(page), "ScannedCount": len(page)}
         if page and start + len(page) < len(entries) and size >= ITEM_PAGE_BYTES:
             last_due, last_id = entries[start + len(page) - 1]
-            answer["LastEvaluatedKey"] = {"task_id": {"S": last_id}, "due_bucket": {"S": pk},
-                                          "due_ms": {"N": str(last_due)}}
+            answer["LastEvaluatedKey"] = {
+                "task_id": {"S": last_id},
+                "due_bucket": {"S": pk},
+                "due_ms": {"N": str(last_due)},
+            }
         return answer
 
     def _Scan(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -243,8 +256,9 @@ def _client(service: str, endpoint: str) -> Any:
 
 
 # -- 1. CPU per task -------------------------------------------------------------------------------------
-def cpu_run(backend: str, count: int, settings: Settings, work: Path, endpoint: str | None,
-            limits: dict[str, int]) -> dict[str, Any]:
+def cpu_run(
+    backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, limits: dict[str, int]
+) -> dict[str, Any]:
     """One size on one backend: write ``count`` tasks due in one window, measure a poll, then the executors.
 
     Everything is warmed first, as in a warm Lambda (botocore loads an operation's model on its first call, thread
@@ -285,8 +299,13 @@ def cpu_run(backend: str, count: int, settings: Settings, work: Path, endpoint: 
     for mode, group in warm.items():
         mode_store = DynamoTaskStore.from_settings(client, settings.model_copy(update={"write_batch": mode}))
         executors[mode] = Executor(mode_store, settings, SystemClock(), offset_probe(None, 0.1))
-        executors[mode].run_batch(BatchEvent(batch_id=uuid.uuid4().hex, claimed_by="warm-up", tasks=[
-            BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=GRACE_MS) for t in group]))
+        executors[mode].run_batch(
+            BatchEvent(
+                batch_id=uuid.uuid4().hex,
+                claimed_by="warm-up",
+                tasks=[BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=GRACE_MS) for t in group],
+            )
+        )
     FireLog.configure(None)
 
     invoker = RecordingInvoker()
@@ -299,13 +318,16 @@ def cpu_run(backend: str, count: int, settings: Settings, work: Path, endpoint: 
     with CpuMeter() as meter:
         report = poller.poll(int(time.time() * 1000))
     hook = (stub.cpu_s - stub_before) if stub else 0.0
-    result["poll"] = _figures(meter, hook, report.dispatched, extra={"batches": report.batches,
-                                                                        "queries": report.queries})
+    result["poll"] = _figures(
+        meter, hook, report.dispatched, extra={"batches": report.batches, "queries": report.queries}
+    )
     if report.dispatched != count:
         log(f"  poll dispatched {report.dispatched} of {count}")
-    log(f"{backend} {count}: poll {result['poll']['cpu_us_per_task']:.1f} us/task "
+    log(
+        f"{backend} {count}: poll {result['poll']['cpu_us_per_task']:.1f} us/task "
         f"({meter.cpu_s:.2f} s CPU, {meter.wall_s:.2f} s wall, {report.batches} batches; first poll of the "
-        f"process {result['poll_first']['cpu_us_per_task']:.1f})")
+        f"process {result['poll_first']['cpu_us_per_task']:.1f})"
+    )
     if stub is not None:  # the same poll, invoking through botocore's Lambda client (HTTP stubbed)
         lam = _client("lambda", "http://stub.invalid")
         lam_stub = StubLambda()
@@ -318,8 +340,7 @@ def cpu_run(backend: str, count: int, settings: Settings, work: Path, endpoint: 
             lam_report = lam_poller.poll(int(time.time() * 1000))
         hook = stub.cpu_s - stub_before + lam_stub.cpu_s - lam_before
         result["poll_lambda_invoke"] = _figures(meter, hook, lam_report.dispatched)
-        log(f"{backend} {count}: poll with Lambda invoke {result['poll_lambda_invoke']['cpu_us_per_task']:.1f} "
-            f"us/task")
+        log(f"{backend} {count}: poll with Lambda invoke {result['poll_lambda_invoke']['cpu_us_per_task']:.1f} us/task")
 
     events = [BatchEvent.model_validate(p) for p in invoker.payloads]
     modes = list(limits)
@@ -340,8 +361,15 @@ def reset_tasks(backend: str, client: Any, table: str, items: list[dict[str, Any
         batch_write(client, table, items)
 
 
-def run_executors(backend: str, mode: str, executor: Executor, events: list[BatchEvent],
-                  stub: StubDynamoDB | None, work: Path, prefix: str) -> dict[str, Any]:
+def run_executors(
+    backend: str,
+    mode: str,
+    executor: Executor,
+    events: list[BatchEvent],
+    stub: StubDynamoDB | None,
+    work: Path,
+    prefix: str,
+) -> dict[str, Any]:
     """The batches one after another through one Executor (a warm Lambda) whose store writes in ``mode``."""
     fire_log = work / f"cpu-{prefix}{mode}.jsonl"
     FireLog.configure(str(fire_log))
@@ -356,18 +384,37 @@ def run_executors(backend: str, mode: str, executor: Executor, events: list[Batc
     hook = (stub.cpu_s - stub_before) if stub else 0.0
     FireLog.configure(None)
     logged = series_of("x", read_fire_log(fire_log, prefix))
-    figures = _figures(meter, hook, tasks, extra={"armed": armed, "fired": fired, "logged": len(logged.fires),
-                                                  "duplicates": logged.duplicates, "batches": len(events)})
-    log(f"{backend} {tasks}: executor ({mode}) {figures['cpu_us_per_task']:.1f} us/task "
-        f"({meter.cpu_s:.2f} s CPU, {meter.wall_s:.1f} s wall; armed {armed}, fired {fired})")
+    figures = _figures(
+        meter,
+        hook,
+        tasks,
+        extra={
+            "armed": armed,
+            "fired": fired,
+            "logged": len(logged.fires),
+            "duplicates": logged.duplicates,
+            "batches": len(events),
+        },
+    )
+    log(
+        f"{backend} {tasks}: executor ({mode}) {figures['cpu_us_per_task']:.1f} us/task "
+        f"({meter.cpu_s:.2f} s CPU, {meter.wall_s:.1f} s wall; armed {armed}, fired {fired})"
+    )
     return figures
 
 
 def _figures(meter: CpuMeter, hook_s: float, tasks: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     cpu = max(meter.cpu_s - hook_s, 0.0)
-    return {"tasks": tasks, "cpu_s": round(cpu, 3), "stub_cpu_s": round(hook_s, 3), "wall_s": round(meter.wall_s, 2),
-            "user_s": round(meter.user_s, 3), "sys_s": round(meter.sys_s, 3),
-            "cpu_us_per_task": round(cpu / tasks * 1e6, 1) if tasks else None, **(extra or {})}
+    return {
+        "tasks": tasks,
+        "cpu_s": round(cpu, 3),
+        "stub_cpu_s": round(hook_s, 3),
+        "wall_s": round(meter.wall_s, 2),
+        "user_s": round(meter.user_s, 3),
+        "sys_s": round(meter.sys_s, 3),
+        "cpu_us_per_task": round(cpu / tasks * 1e6, 1) if tasks else None,
+        **(extra or {}),
+    }
 
 
 def batch_write(client: Any, table: str, items: list[dict[str, Any]], threads: int = 4) -> None:
@@ -406,26 +453,35 @@ def timeout_of(template: dict[str, Any], function: str) -> int:
     return int(template["Resources"][function]["Properties"]["Timeout"])
 
 
-def build_model(poll_us: float, executor_us: float, template: dict[str, Any], settings: Settings,
-                item_bytes: int) -> tuple[list[str], dict[str, Any]]:
+def build_model(
+    poll_us: float, executor_us: float, template: dict[str, Any], settings: Settings, item_bytes: int
+) -> tuple[list[str], dict[str, Any]]:
     """The figures a deployment needs, from measured CPU per task (µs). Returns the printed lines and the dict."""
     sizes = memory_sizes(template)
     poller_mb, executor_mb = sizes["PollerFunction"], sizes["ExecutorFunction"]
     poller_vcpu, executor_vcpu = poller_mb / VCPU_MB, executor_mb / VCPU_MB
     timeout = timeout_of(template, "PollerFunction")
     batch, lead_s = settings.max_batch_size, settings.lead_ms / 1000
-    lines = [f"memory (template.yaml): poller {poller_mb} MB = {poller_vcpu:.3f} vCPU, executor {executor_mb} MB = "
-             f"{executor_vcpu:.3f} vCPU (1,769 MB = 1 vCPU); poller timeout {timeout} s; batch {batch}, lead "
-             f"{lead_s:g} s",
-             f"measured (HTTP stubbed, AWS's write mode 'single'): poll {poll_us:.1f} us/task, executor "
-             f"{executor_us:.1f} us/task (arm + heartbeat + fire + record)"]
-    model: dict[str, Any] = {"poller_mb": poller_mb, "executor_mb": executor_mb, "poll_us": poll_us,
-                             "executor_us": executor_us}
+    lines = [
+        f"memory (template.yaml): poller {poller_mb} MB = {poller_vcpu:.3f} vCPU, executor {executor_mb} MB = "
+        f"{executor_vcpu:.3f} vCPU (1,769 MB = 1 vCPU); poller timeout {timeout} s; batch {batch}, lead "
+        f"{lead_s:g} s",
+        f"measured (HTTP stubbed, AWS's write mode 'single'): poll {poll_us:.1f} us/task, executor "
+        f"{executor_us:.1f} us/task (arm + heartbeat + fire + record)",
+    ]
+    model: dict[str, Any] = {
+        "poller_mb": poller_mb,
+        "executor_mb": executor_mb,
+        "poll_us": poll_us,
+        "executor_us": executor_us,
+    }
     usable = timeout - 5  # a tick stops dispatching before its deadline
     per_tick = usable * poller_vcpu / (poll_us * 1e-6)
     per_tick_1vcpu = usable / (poll_us * 1e-6)
-    lines.append(f"tasks one tick dispatches: ({timeout} - 5) s x {poller_vcpu:.3f} vCPU / {poll_us:.1f} us = "
-                 f"{per_tick:,.0f} (at 1,769 MB: {per_tick_1vcpu:,.0f}), CPU-bound (reads in parallel, 8 threads)")
+    lines.append(
+        f"tasks one tick dispatches: ({timeout} - 5) s x {poller_vcpu:.3f} vCPU / {poll_us:.1f} us = "
+        f"{per_tick:,.0f} (at 1,769 MB: {per_tick_1vcpu:,.0f}), CPU-bound (reads in parallel, 8 threads)"
+    )
     model["tasks_per_tick"] = round(per_tick)
     model["tasks_per_tick_1vcpu"] = round(per_tick_1vcpu)
     wcu_item = max(1, math.ceil(item_bytes / 1024))
@@ -447,12 +503,18 @@ def build_model(poll_us: float, executor_us: float, template: dict[str, Any], se
             f"{index_wcu:,} (insert, delete) + heartbeats {beats:,.0f} = {base_wcu + index_wcu + beats:,.0f}; "
             f"reads: poll 0.5 RCU x {rate:,} = {rate // 2:,}/s; due-index shards >= {rate:,} x 2 / 1,000 -> {shards}; "
             f"one poller needs {poll_share:.0%} of its tick: poll groups (PUNCTUAL_POLL_GROUPS, a divisor of the "
-            f"shards) >= {_groups(poll_share, shards)}")
-        model["rates"][str(rate)] = {"executors": executors, "executors_in_flight": in_flight,
-                                     "executors_by_cpu": by_cpu, "wcu_per_s": round(base_wcu + index_wcu + beats),
-                                     "rcu_per_s": rate // 2,
-                                     "shards": shards, "poll_tick_share": round(poll_share, 3),
-                                     "pollers": _groups(poll_share, shards)}
+            f"shards) >= {_groups(poll_share, shards)}"
+        )
+        model["rates"][str(rate)] = {
+            "executors": executors,
+            "executors_in_flight": in_flight,
+            "executors_by_cpu": by_cpu,
+            "wcu_per_s": round(base_wcu + index_wcu + beats),
+            "rcu_per_s": rate // 2,
+            "shards": shards,
+            "poll_tick_share": round(poll_share, 3),
+            "pollers": _groups(poll_share, shards),
+        }
     million = 1_000_000
     window = settings.lead_ms / 1000 - settings.poll_interval_ms / 1000  # the worst phase of a tick before a due
     arm_margin = 5.0  # the last executor invoked still arms its batch before its first task is due
@@ -471,23 +533,35 @@ def build_model(poll_us: float, executor_us: float, template: dict[str, Any], se
         f"(shards >= 16,667/s x 2 / 1,000 -> {shards}), {shards // groups} shards a group; executors "
         f"{million // batch:,} concurrent (raise Lambda concurrency from 1,000), "
         f"{million * 3 * wcu_item / 60:,.0f} WCU/s averaged over the minute (arms within {budget:g} s: "
-        f"{million * wcu_item / budget:,.0f}/s; on-demand tables need a warm-up or provisioned capacity)")
-    model["million_in_a_minute"] = {"budget_s": budget, "poll_cpu_s": round(cpu_total, 1), "pollers": pollers,
-                                    "pollers_1vcpu": pollers_1vcpu, "poll_groups": groups,
-                                    "poll_groups_1vcpu": groups_1vcpu, "shards": shards, "executors": million // batch,
-                                    "feasible": pollers <= shards}
+        f"{million * wcu_item / budget:,.0f}/s; on-demand tables need a warm-up or provisioned capacity)"
+    )
+    model["million_in_a_minute"] = {
+        "budget_s": budget,
+        "poll_cpu_s": round(cpu_total, 1),
+        "pollers": pollers,
+        "pollers_1vcpu": pollers_1vcpu,
+        "poll_groups": groups,
+        "poll_groups_1vcpu": groups_1vcpu,
+        "shards": shards,
+        "executors": million // batch,
+        "feasible": pollers <= shards,
+    }
     return lines, model
 
 
 def _groups(pollers: float, shards: int) -> int:
     """The fewest poll groups that give at least ``pollers`` pollers and divide ``shards`` (a power of two)."""
-    return next(g for g in range(max(1, math.ceil(pollers)), shards + 1) if shards % g == 0) \
-        if math.ceil(pollers) <= shards else shards
+    return (
+        next(g for g in range(max(1, math.ceil(pollers)), shards + 1) if shards % g == 0)
+        if math.ceil(pollers) <= shards
+        else shards
+    )
 
 
 # -- 3. the local stack ----------------------------------------------------------------------------------
-def write_paced(stack: LocalStack, tasks: list[Task], write_after_s: list[float], writer: str,
-                threads: int = 8) -> dict[str, Any]:
+def write_paced(
+    stack: LocalStack, tasks: list[Task], write_after_s: list[float], writer: str, threads: int = 8
+) -> dict[str, Any]:
     """Write each task ``write_after_s`` seconds after the clients are ready: every 100 ms the tasks of that slot
     are handed to ``threads`` writers (pipelined: a slow write never delays the next slot's start). Returns the
     errors, how late the latest write finished after its slot began, and the rate the writes achieved."""
@@ -507,7 +581,8 @@ def write_paced(stack: LocalStack, tasks: list[Task], write_after_s: list[float]
         try:
             if writer == "schedule_many":
                 results = client.schedule_many(
-                    [{"task_id": t.task_id, "due_at": t.due_at, "action": ACTION} for t in part], threads=4)
+                    [{"task_id": t.task_id, "due_at": t.due_at, "action": ACTION} for t in part], threads=4
+                )
                 failed = [r.error or "" for r in results if not r.ok]
             else:
                 now = int(time.time() * 1000)
@@ -530,8 +605,11 @@ def write_paced(stack: LocalStack, tasks: list[Task], write_after_s: list[float]
             for i in range(0, len(chunk), 25):  # one BatchWriteItem each
                 pool.submit(write, slot_at, chunk[i : i + 25])
     elapsed = time.time() - origin
-    return {"write_errors": len(errors), "max_write_lag_s": round(max(lags, default=0.0), 2),
-            "write_rate_per_s": round(len(tasks) / elapsed, 1) if elapsed > 0 else None}
+    return {
+        "write_errors": len(errors),
+        "max_write_lag_s": round(max(lags, default=0.0), 2),
+        "write_rate_per_s": round(len(tasks) / elapsed, 1) if elapsed > 0 else None,
+    }
 
 
 def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
@@ -540,8 +618,9 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
     writer), arm and record (the executors' transactions of 100, four batches of 1,000 at once, through the
     store) - on a table of its own, and the tasks/s those imply (each task needs all three)."""
     assert stack.settings is not None
-    settings = stack.settings.model_copy(update={"table_name": f"ceiling-{uuid.uuid4().hex[:6]}",
-                                                 "write_batch": "transaction"})
+    settings = stack.settings.model_copy(
+        update={"table_name": f"ceiling-{uuid.uuid4().hex[:6]}", "write_batch": "transaction"}
+    )
     raw = _client("dynamodb", settings.endpoint_url or "")
     ensure_table(raw, settings.table_name)
     now = int(time.time() * 1000)
@@ -560,19 +639,27 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
         store.arm_many([ArmRequest(t.task_id, t.due_ms, now + 7_200_000) for t in chunk], "ceiling", "ceiling", now)
 
     def record(chunk: list[Task]) -> None:
-        store.record_many("ceiling", [FireRecord(t.task_id, TaskStatus.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0)
-                                      for t in chunk])
+        store.record_many(
+            "ceiling", [FireRecord(t.task_id, TaskStatus.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0) for t in chunk]
+        )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        rates = {"create": timed(lambda: batch_write(raw, settings.table_name, items, threads=8)),
-                 "arm": timed(lambda: list(pool.map(arm, chunks))),
-                 "record": timed(lambda: list(pool.map(record, chunks)))}
+        rates = {
+            "create": timed(lambda: batch_write(raw, settings.table_name, items, threads=8)),
+            "arm": timed(lambda: list(pool.map(arm, chunks))),
+            "record": timed(lambda: list(pool.map(record, chunks))),
+        }
     raw.delete_table(TableName=settings.table_name)
     tasks_per_s = 1 / sum(1 / r for r in rates.values())
-    log(f"store ceiling ({count} items): create {rates['create']:.0f}/s, arm {rates['arm']:.0f}/s, record "
-        f"{rates['record']:.0f}/s -> at most {tasks_per_s:.0f} tasks/s with nothing else running")
-    return {"items": count, **{f"{k}_per_s": round(v, 1) for k, v in rates.items()},
-            "tasks_per_s": round(tasks_per_s, 1)}
+    log(
+        f"store ceiling ({count} items): create {rates['create']:.0f}/s, arm {rates['arm']:.0f}/s, record "
+        f"{rates['record']:.0f}/s -> at most {tasks_per_s:.0f} tasks/s with nothing else running"
+    )
+    return {
+        "items": count,
+        **{f"{k}_per_s": round(v, 1) for k, v in rates.items()},
+        "tasks_per_s": round(tasks_per_s, 1),
+    }
 
 
 def sustained(stack: LocalStack, rate: int, seconds: float, lead_s: float, writer: str) -> dict[str, Any]:
@@ -580,8 +667,10 @@ def sustained(stack: LocalStack, rate: int, seconds: float, lead_s: float, write
     total = int(rate * seconds)
     start = time.time() + 3.0  # the writer's clients are ready by then
     write_at = [start + i / rate for i in range(total)]
-    tasks = [Task(task_id=f"{prefix}{i:07d}", due_at=from_ms(int((at + lead_s) * 1000)), action=ACTION)
-             for i, at in enumerate(write_at)]
+    tasks = [
+        Task(task_id=f"{prefix}{i:07d}", due_at=from_ms(int((at + lead_s) * 1000)), action=ACTION)
+        for i, at in enumerate(write_at)
+    ]
     log(f"sustained {rate}/s: writing {total} tasks over {seconds:g} s ({writer}), each due {lead_s:g} s later")
     while time.time() < start - 2.0:
         time.sleep(0.05)
@@ -593,10 +682,25 @@ def sustained(stack: LocalStack, rate: int, seconds: float, lead_s: float, write
     # The clients kept up if every write finished within 2 s of its slot (each task is due 30 s after it): a
     # rate over the whole phase would also count the last writes' latency against the writer.
     kept_up = written["max_write_lag_s"] <= MAX_WRITE_LAG_S
-    ok = (fired == total and dup == 0 and written["write_errors"] == 0 and kept_up and p99 is not None
-          and p99 <= P99_TARGET_MS)
-    return {"rate": rate, "scheduled": total, "fired": fired, "duplicates": dup, **written, **summarize(drifts),
-            "writes_kept_up": kept_up, "ok": ok, "fires": fires}
+    ok = (
+        fired == total
+        and dup == 0
+        and written["write_errors"] == 0
+        and kept_up
+        and p99 is not None
+        and p99 <= P99_TARGET_MS
+    )
+    return {
+        "rate": rate,
+        "scheduled": total,
+        "fired": fired,
+        "duplicates": dup,
+        **written,
+        **summarize(drifts),
+        "writes_kept_up": kept_up,
+        "ok": ok,
+        "fires": fires,
+    }
 
 
 def burst(stack: LocalStack, count: int, writer: str, write_rate: float) -> dict[str, Any]:
@@ -606,11 +710,17 @@ def burst(stack: LocalStack, count: int, writer: str, write_rate: float) -> dict
     assert stack.settings is not None
     prefix = f"burst-{uuid.uuid4().hex[:6]}-"
     write_s = count / max(write_rate, 50.0) * 1.5 + 5
-    due = next_tick(int((time.time() + write_s) * 1000), stack.settings.poll_interval_ms) + \
-        stack.settings.lead_ms - stack.settings.poll_interval_ms + 2_000
+    due = (
+        next_tick(int((time.time() + write_s) * 1000), stack.settings.poll_interval_ms)
+        + stack.settings.lead_ms
+        - stack.settings.poll_interval_ms
+        + 2_000
+    )
     tasks = [Task(task_id=f"{prefix}{i:06d}", due_at=from_ms(due), action=ACTION) for i in range(count)]
-    log(f"burst: writing {count} tasks due at one instant, {(due / 1000 - time.time()):.0f} s ahead ({writer}; "
-        f"{write_rate:.0f} writes/s expected)")
+    log(
+        f"burst: writing {count} tasks due at one instant, {(due / 1000 - time.time()):.0f} s ahead ({writer}; "
+        f"{write_rate:.0f} writes/s expected)"
+    )
     now = time.time()
     written = write_paced(stack, tasks, [0.0] * count, writer)
     log(f"burst: written in {time.time() - now:.1f} s; the instant is {(due / 1000 - time.time()):.0f} s ahead")
@@ -624,28 +734,55 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000", help="tasks in one window, comma-separated")
     parser.add_argument("--backends", default="stub,dynamodb-local")
-    parser.add_argument("--single-limit", type=int, default=10_000,
-                        help="run the executors writing single UpdateItems (AWS's mode) up to this many tasks: an "
-                             "executor works per batch, so its cost per task does not grow with the window")
-    parser.add_argument("--transaction-limit", type=int, default=10_000,
-                        help="the same for executors writing transactions (the local runtime's mode)")
-    parser.add_argument("--db-executor-limit", type=int, default=1_000,
-                        help="on DynamoDB Local, run the executors (both modes) only up to this many tasks: arming "
-                             "and recording run at background CPU priority, which on a busy 2-core machine took "
-                             "~380 s of wall time for 10k tasks")
-    parser.add_argument("--rates", default="100,200,300,500,1000",
-                        help="sustained rates to try, in order, stopping at the first that fails (tasks/s)")
-    parser.add_argument("--local-lead", type=int, default=Settings().lead_ms // 1000,
-                        help="the local stack's lead (s; default the product's: a burst of N needs about N / the "
-                             "store's arm rate seconds of it)")
-    parser.add_argument("--ceiling-items", type=int, default=5_000,
-                        help="items written, armed and recorded to measure the store's ceiling")
+    parser.add_argument(
+        "--single-limit",
+        type=int,
+        default=10_000,
+        help="run the executors writing single UpdateItems (AWS's mode) up to this many tasks: an "
+        "executor works per batch, so its cost per task does not grow with the window",
+    )
+    parser.add_argument(
+        "--transaction-limit",
+        type=int,
+        default=10_000,
+        help="the same for executors writing transactions (the local runtime's mode)",
+    )
+    parser.add_argument(
+        "--db-executor-limit",
+        type=int,
+        default=1_000,
+        help="on DynamoDB Local, run the executors (both modes) only up to this many tasks: arming "
+        "and recording run at background CPU priority, which on a busy 2-core machine took "
+        "~380 s of wall time for 10k tasks",
+    )
+    parser.add_argument(
+        "--rates",
+        default="100,200,300,500,1000",
+        help="sustained rates to try, in order, stopping at the first that fails (tasks/s)",
+    )
+    parser.add_argument(
+        "--local-lead",
+        type=int,
+        default=Settings().lead_ms // 1000,
+        help="the local stack's lead (s; default the product's: a burst of N needs about N / the "
+        "store's arm rate seconds of it)",
+    )
+    parser.add_argument(
+        "--ceiling-items",
+        type=int,
+        default=5_000,
+        help="items written, armed and recorded to measure the store's ceiling",
+    )
     parser.add_argument("--rate-seconds", type=float, default=25)
     parser.add_argument("--sustain-lead", type=float, default=30, help="seconds between writing and due")
     parser.add_argument("--burst", type=int, default=20_000)
-    parser.add_argument("--writer", choices=("batch_write", "schedule_many"), default="batch_write",
-                        help="how the local phases write tasks: BatchWriteItem of Client.to_item items (the "
-                             "documented item, 25 a request) or Client.schedule_many (a conditional put each)")
+    parser.add_argument(
+        "--writer",
+        choices=("batch_write", "schedule_many"),
+        default="batch_write",
+        help="how the local phases write tasks: BatchWriteItem of Client.to_item items (the "
+        "documented item, 25 a request) or Client.schedule_many (a conditional put each)",
+    )
     parser.add_argument("--settle", type=float, default=5.0)
     parser.add_argument("--no-cpu", dest="cpu", action="store_false")
     parser.add_argument("--no-local", dest="local", action="store_false")
@@ -662,8 +799,12 @@ def main() -> int:
     # next tick (60 s later, past any hold-back) would be.
     settings = Settings(ntp_server=None, write_batch="single", redispatch_after_ms=0)
     template = load_template()
-    out: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} cores)", "run_dir": str(work),
-                           "load_avg_before": load_before, "cpu": []}
+    out: dict[str, Any] = {
+        "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+        "run_dir": str(work),
+        "load_avg_before": load_before,
+        "cpu": [],
+    }
     started = time.perf_counter()
 
     # 1. CPU per task
@@ -708,8 +849,10 @@ def main() -> int:
         out.update(run_local(args, work))
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     out["load_avg_after"] = os.getloadavg()
-    print(f"\nscale benchmark: {out['elapsed_s']:.0f} s in all; load average before {load_before[0]:.2f}, after "
-          f"{out['load_avg_after'][0]:.2f}")
+    print(
+        f"\nscale benchmark: {out['elapsed_s']:.0f} s in all; load average before {load_before[0]:.2f}, after "
+        f"{out['load_avg_after'][0]:.2f}"
+    )
     print(json.dumps(out))
     return 0
 
@@ -726,15 +869,19 @@ def print_cpu(rows: list[dict[str, Any]]) -> None:
         return f"{figures['cpu_us_per_task']:.1f} [{figures['wall_s']:.0f}]"
 
     for r in rows:
-        print(f"{r['backend']:<16}{r['tasks']:>8}{cell(r.get('poll')):>16}{cell(r.get('poll_lambda_invoke')):>16}"
-              f"{cell(r.get('executor_single')):>18}{cell(r.get('executor_transaction')):>18}")
+        print(
+            f"{r['backend']:<16}{r['tasks']:>8}{cell(r.get('poll')):>16}{cell(r.get('poll_lambda_invoke')):>16}"
+            f"{cell(r.get('executor_single')):>18}{cell(r.get('executor_transaction')):>18}"
+        )
 
 
 def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The sustained-rate search and the burst on the local stack, with their floors measured first."""
     rates = [int(r) for r in args.rates.split(",") if r]
-    log(f"floor/steady at {', '.join(map(str, rates))}/s for 10 s each; floor/burst: {args.burst} at one instant "
-        "(no database)")
+    log(
+        f"floor/steady at {', '.join(map(str, rates))}/s for 10 s each; floor/burst: {args.burst} at one instant "
+        "(no database)"
+    )
     floors = {}
     for rate in rates:
         floors[rate] = floor_steady(rate, 10, work / "floor.jsonl")
@@ -746,12 +893,21 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # The lead leaves the executors time to arm a 20,000 burst (DynamoDB Local arms several hundred a second
     # here) before it is due.
     overrides = {"ntp_server": None, "lead_ms": args.local_lead * 1000, "max_batch_size": 2_000}
-    config = StackConfig(home=work / "stack", port=0, poll_interval_s=5, prewarm=16, max_concurrency=48,
-                         fast_path=False, settings_overrides=overrides)
+    config = StackConfig(
+        home=work / "stack",
+        port=0,
+        poll_interval_s=5,
+        prewarm=16,
+        max_concurrency=48,
+        fast_path=False,
+        settings_overrides=overrides,
+    )
     phases: list[dict[str, Any]] = []
-    result: dict[str, Any] = {"floor_steady": {str(r): summarize(f) for r, f in floors.items()},
-                              "floor_burst": summarize(f_burst),
-                              "local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer}}
+    result: dict[str, Any] = {
+        "floor_steady": {str(r): summarize(f) for r, f in floors.items()},
+        "floor_burst": summarize(f_burst),
+        "local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer},
+    }
     with LocalStack(config, on_batch=lambda r: None) as stack:
         result["store_ceiling"] = ceiling = store_ceiling(stack, args.ceiling_items)
         best = 0
@@ -759,9 +915,11 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             wait = wait_until_idle(stack, args.settle)
             phase = {**sustained(stack, rate, args.rate_seconds, args.sustain_lead, args.writer), **wait}
             phases.append(phase)
-            log(f"sustained {rate}/s: fired {phase['fired']} of {phase['scheduled']}, dup {phase['duplicates']}, "
+            log(
+                f"sustained {rate}/s: fired {phase['fired']} of {phase['scheduled']}, dup {phase['duplicates']}, "
                 f"p99 {phase['p99']} ms, writes {phase['write_rate_per_s']}/s (lag up to {phase['max_write_lag_s']} s)"
-                f" -> {'OK' if phase['ok'] else 'FAILED'}")
+                f" -> {'OK' if phase['ok'] else 'FAILED'}"
+            )
             if not phase["ok"]:
                 break
             best = rate
@@ -772,31 +930,43 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     floor_p99 = summarize(f_burst)["p99"]
     burst_p99 = burst_phase["p99"]
     ratio = burst_p99 / floor_p99 if burst_p99 is not None and floor_p99 else None
-    print(f"\nLocal stack (2 cores; poll every 5 s, lead {args.local_lead} s, batches of 2,000, fast path off; "
-          f"writer {args.writer})")
-    print(f"store ceiling (DynamoDB Local alone, {ceiling['items']} items): create {ceiling['create_per_s']}/s, "
-          f"arm {ceiling['arm_per_s']}/s, record {ceiling['record_per_s']}/s -> at most {ceiling['tasks_per_s']} "
-          "tasks/s (three writes a task)")
+    print(
+        f"\nLocal stack (2 cores; poll every 5 s, lead {args.local_lead} s, batches of 2,000, fast path off; "
+        f"writer {args.writer})"
+    )
+    print(
+        f"store ceiling (DynamoDB Local alone, {ceiling['items']} items): create {ceiling['create_per_s']}/s, "
+        f"arm {ceiling['arm_per_s']}/s, record {ceiling['record_per_s']}/s -> at most {ceiling['tasks_per_s']} "
+        "tasks/s (three writes a task)"
+    )
     print(f"{'phase':<18}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>10}")
-    for name, s in [*((f"floor/steady {r}/s", summarize(f)) for r, f in floors.items()),
-                    ("floor/burst", summarize(f_burst))]:
+    for name, s in [
+        *((f"floor/steady {r}/s", summarize(f)) for r, f in floors.items()),
+        ("floor/burst", summarize(f_burst)),
+    ]:
         print(f"{name:<18}{s['count']:>8}{_ms(s['p50'])}{_ms(s['p90'])}{_ms(s['p99'])}{_ms(s['max'], 10)}")
     for p in [*phases, {**burst_phase, "rate": None}]:
         name = f"sustained {p['rate']}/s" if p["rate"] else f"burst {args.burst}"
         floor = summarize(f_burst if p["rate"] is None else floors[p["rate"]])["p99"]
         ratio_text = "-" if p["p99"] is None or not floor else f"{p['p99'] / floor:.1f}x"
-        print(f"{name:<18}{p['count']:>8}{_ms(p['p50'])}{_ms(p['p90'])}{_ms(p['p99'])}{_ms(p['max'], 10)}  "
-              f"p99 = {ratio_text} its floor; scheduled {p['scheduled']}, fired {p['fired']}, dup {p['duplicates']}, "
-              f"write errors {p['write_errors']}, writes {p['write_rate_per_s']}/s "
-              f"(lag up to {p['max_write_lag_s']} s), idle wait {p['idle_wait_s']} s")
+        print(
+            f"{name:<18}{p['count']:>8}{_ms(p['p50'])}{_ms(p['p90'])}{_ms(p['p99'])}{_ms(p['max'], 10)}  "
+            f"p99 = {ratio_text} its floor; scheduled {p['scheduled']}, fired {p['fired']}, dup {p['duplicates']}, "
+            f"write errors {p['write_errors']}, writes {p['write_rate_per_s']}/s "
+            f"(lag up to {p['max_write_lag_s']} s), idle wait {p['idle_wait_s']} s"
+        )
     share = best / ceiling["tasks_per_s"] if ceiling["tasks_per_s"] else 0.0
-    print(f"highest sustained rate with every task fired once and p99 <= {P99_TARGET_MS:g} ms: {best}/s "
-          f"= {share:.2f}x the store's ceiling measured in this run ({ceiling['tasks_per_s']} tasks/s, three writes "
-          f"a task); target >= {CEILING_SHARE_TARGET:g}x: {'MET' if share >= CEILING_SHARE_TARGET else 'MISSED'} "
-          f"(the rate ladder's steps bound the share from below). The store's ceiling, not Punctual, bounds the "
-          "local rate: AWS's rates are the model's, from the CPU per task above")
-    print(f"burst {args.burst}: p99 {_ms(burst_p99).strip()} ms = "
-          f"{'-' if ratio is None else f'{ratio:.2f}x'} floor/burst ({_ms(floor_p99).strip()} ms)")
+    print(
+        f"highest sustained rate with every task fired once and p99 <= {P99_TARGET_MS:g} ms: {best}/s "
+        f"= {share:.2f}x the store's ceiling measured in this run ({ceiling['tasks_per_s']} tasks/s, three writes "
+        f"a task); target >= {CEILING_SHARE_TARGET:g}x: {'MET' if share >= CEILING_SHARE_TARGET else 'MISSED'} "
+        f"(the rate ladder's steps bound the share from below). The store's ceiling, not Punctual, bounds the "
+        "local rate: AWS's rates are the model's, from the CPU per task above"
+    )
+    print(
+        f"burst {args.burst}: p99 {_ms(burst_p99).strip()} ms = "
+        f"{'-' if ratio is None else f'{ratio:.2f}x'} floor/burst ({_ms(floor_p99).strip()} ms)"
+    )
     pictures = []
     try:
         series = [series_of(f"sustained {p['rate']} per s", p["fires"]) for p in phases]
@@ -808,15 +978,21 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     except PlotsUnavailableError as exc:
         log(f"no drift pictures: {exc}")
     strip = ("fires",)
-    result.update({
-        "sustained_rate_per_s": best,
-        "sustained_share_of_ceiling": round(share, 3),
-        "sustained_share_target": CEILING_SHARE_TARGET,
-        "sustained": [{k: v for k, v in p.items() if k not in strip} for p in phases],
-        "burst": {**{k: v for k, v in burst_phase.items() if k not in strip}, "p99_ms": burst_p99,
-                  "floor_p99_ms": floor_p99, "vs_floor": ratio},
-        "pictures": pictures,
-    })
+    result.update(
+        {
+            "sustained_rate_per_s": best,
+            "sustained_share_of_ceiling": round(share, 3),
+            "sustained_share_target": CEILING_SHARE_TARGET,
+            "sustained": [{k: v for k, v in p.items() if k not in strip} for p in phases],
+            "burst": {
+                **{k: v for k, v in burst_phase.items() if k not in strip},
+                "p99_ms": burst_p99,
+                "floor_p99_ms": floor_p99,
+                "vs_floor": ratio,
+            },
+            "pictures": pictures,
+        }
+    )
     return result
 
 

@@ -119,8 +119,9 @@ def _stack() -> dict[str, Any] | None:
 def _settings() -> Settings:
     state = _stack()
     if state:
-        return Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
-                                 shard_count=state["shard_count"])
+        return Settings.from_env(
+            endpoint_url=state["endpoint_url"], table_name=state["table_name"], shard_count=state["shard_count"]
+        )
     return Settings.from_env()
 
 
@@ -180,8 +181,9 @@ class SchedulingUser(User):
         self.schedules: dict[str, ScheduleExpectation] = {}
         RUN.schedules.append(self.schedules)
 
-    def _call(self, name: str, fn: Callable[..., Any], *args: Any, expected: tuple[type[Exception], ...] = (),
-              **kwargs: Any) -> tuple[Any, Exception | None]:
+    def _call(
+        self, name: str, fn: Callable[..., Any], *args: Any, expected: tuple[type[Exception], ...] = (), **kwargs: Any
+    ) -> tuple[Any, Exception | None]:
         """Run one client call, report it to locust, and return (result, exception). An exception in
         ``expected`` is an answer the scenario allows (reported under ``"<name>: <error class>"``, not a
         failure)."""
@@ -193,10 +195,14 @@ class SchedulingUser(User):
         except Exception as exc:  # noqa: BLE001 - reported to locust
             exception = exc
         allowed = isinstance(exception, expected)
-        events.request.fire(request_type=f"punctual-{VIA}",
-                            name=f"{name}: {type(exception).__name__}" if allowed else name,
-                            response_time=(time.perf_counter() - start) * 1000, response_length=0,
-                            exception=None if allowed else exception, context={})
+        events.request.fire(
+            request_type=f"punctual-{VIA}",
+            name=f"{name}: {type(exception).__name__}" if allowed else name,
+            response_time=(time.perf_counter() - start) * 1000,
+            response_length=0,
+            exception=None if allowed else exception,
+            context={},
+        )
         return result, exception
 
     def _settled(self, task_id: str, exc: TaskStateError) -> None:
@@ -214,8 +220,9 @@ class SchedulingUser(User):
         due = _due_in_lead()
         # Unknown until the call returns: a user stopped in the middle of it leaves it for the table to decide.
         self.ledger[task_id] = Expectation(UNKNOWN, 0)
-        stored, exc = self._call("schedule", self.client.schedule, due, LogAction(message="load"),
-                                 {"n": random.random()}, task_id=task_id)
+        stored, exc = self._call(
+            "schedule", self.client.schedule, due, LogAction(message="load"), {"n": random.random()}, task_id=task_id
+        )
         if exc is None:
             self.ledger[task_id] = Expectation(DUE, stored.due_ms)
             self.mine.append(task_id)
@@ -234,8 +241,9 @@ class SchedulingUser(User):
         task_id = random.choice(self.mine)
         before = self.ledger[task_id]
         self.ledger[task_id] = Expectation(UNKNOWN, before.due_ms)
-        moved, exc = self._call("reschedule", self.client.reschedule, task_id, _due_in_lead(),
-                                expected=(TaskStateError,))
+        moved, exc = self._call(
+            "reschedule", self.client.reschedule, task_id, _due_in_lead(), expected=(TaskStateError,)
+        )
         if exc is None:
             self.ledger[task_id] = Expectation(DUE, moved.due_ms)
         elif isinstance(exc, TaskStateError):
@@ -256,15 +264,21 @@ class SchedulingUser(User):
         elif isinstance(exc, TaskStateError):
             self._settled(task_id, exc)
 
-
     @task(1)
     def recurring(self) -> None:
         schedule_id = f"{self.prefix}r{uuid.uuid4().hex[:8]}"
         start = _due_in_lead()
         self.schedules[schedule_id] = ScheduleExpectation(None)
-        made, exc = self._call("create_schedule", self.client.create_schedule, schedule_id,
-                               f"rate({random.choice((1, 2, 5))} seconds)", LogAction(message="load recurring"),
-                               {"n": random.random()}, start_at=start, end_at=start + timedelta(seconds=SCHEDULE_S))
+        made, exc = self._call(
+            "create_schedule",
+            self.client.create_schedule,
+            schedule_id,
+            f"rate({random.choice((1, 2, 5))} seconds)",
+            LogAction(message="load recurring"),
+            {"n": random.random()},
+            start_at=start,
+            end_at=start + timedelta(seconds=SCHEDULE_S),
+        )
         if exc is None:
             self.schedules[schedule_id] = ScheduleExpectation(made)
         elif isinstance(exc, InvalidTaskError | ScheduleConflictError):
@@ -279,8 +293,12 @@ class SchedulingUser(User):
         before = self.schedules[schedule_id]
         # From the moment the call starts, whatever its outcome: a pause that failed midway is finished by a poll.
         self.schedules[schedule_id] = ScheduleExpectation(before.schedule, int(time.time() * 1000))
-        _, exc = self._call("pause_schedule", self.client.pause_schedule, schedule_id,
-                            expected=(ScheduleStateError, ScheduleNotFoundError))
+        _, exc = self._call(
+            "pause_schedule",
+            self.client.pause_schedule,
+            schedule_id,
+            expected=(ScheduleStateError, ScheduleNotFoundError),
+        )
         if isinstance(exc, ScheduleStateError | ScheduleNotFoundError):
             self.schedules[schedule_id] = before  # it had ended: nothing changed
 
@@ -290,8 +308,10 @@ def check_run(run: Run) -> Verdict | None:
     read (no local stack) or nothing was scheduled."""
     state = _stack()
     if not state or not state.get("fire_log"):
-        print(f"load test check skipped: no local stack state in {HOME} (set LOAD_HOME), so no fire log to read",
-              flush=True)
+        print(
+            f"load test check skipped: no local stack state in {HOME} (set LOAD_HOME), so no fire log to read",
+            flush=True,
+        )
         return None
     ledger = {_stored(task_id): e for user_ledger in run.ledgers for task_id, e in list(user_ledger.items())}
     schedules = {_stored(sid): e for user_schedules in run.schedules for sid, e in list(user_schedules.items())}
@@ -308,8 +328,16 @@ def check_run(run: Run) -> Verdict | None:
             line.show(text)
 
     try:
-        verdict = check_ledgers(Client(_settings()), Path(state["fire_log"]), _stored(run.prefix), ledger, schedules,
-                                margin_s=MARGIN_S, epsilon_ms=EPSILON_MS, progress=show)
+        verdict = check_ledgers(
+            Client(_settings()),
+            Path(state["fire_log"]),
+            _stored(run.prefix),
+            ledger,
+            schedules,
+            margin_s=MARGIN_S,
+            epsilon_ms=EPSILON_MS,
+            progress=show,
+        )
     except KeyboardInterrupt:
         line.end()
         print("load test check interrupted: no verdict", flush=True)

@@ -28,8 +28,8 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
         os.environ[_name] = "testing"
     os.environ.pop("AWS_PROFILE", None)
 
-from punctual.dynamodb.schema import ensure_table  # noqa: E402
-from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client  # noqa: E402
+from punctual.dynamodb.schema import ensure_table
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
 
 TESTS_DIR = Path(__file__).resolve().parent
 EXIT_WATCHDOG_S = 120
@@ -37,15 +37,22 @@ TIER_MARKERS = {"integration": "integration", "e2e": "e2e", "contract": "contrac
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the scenarios marked slow (make faults and make slow do; make test does not)")
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        default=False,
+        help="also run the scenarios marked slow (make faults and make slow do; make test does not)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier, taken from the first directory below ``tests/``; without ``--slow``, skip
     the scenarios marked ``slow`` (a minute or more each: ``make faults`` runs them)."""
-    skip_slow = None if config.getoption("--slow") else pytest.mark.skip(
-        reason="slow scenario: make slow runs it (make faults too, for the fault suite's)")
+    skip_slow = (
+        None
+        if config.getoption("--slow")
+        else pytest.mark.skip(reason="slow scenario: make slow runs it (make faults too, for the fault suite's)")
+    )
     for item in items:
         if skip_slow is not None and item.get_closest_marker("slow") is not None:
             item.add_marker(skip_slow)

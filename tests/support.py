@@ -113,8 +113,14 @@ def interrupt(process: subprocess.Popen[Any], timeout: float = 30) -> None:
 def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
     """One task per due instant (epoch ms): ids ``{prefix}-0000``, ``{prefix}-0001``, ..., payload ``{"i": n}``."""
     return [
-        Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due), action=action, payload={"i": i},
-             misfire_grace_ms=grace_ms, **fields)
+        Task(
+            task_id=f"{prefix}-{i:04d}",
+            due_at=from_ms(due),
+            action=action,
+            payload={"i": i},
+            misfire_grace_ms=grace_ms,
+            **fields,
+        )
         for i, due in enumerate(dues)
     ]
 
@@ -213,8 +219,14 @@ def reorder_keys(value: Any) -> Any:
     return value
 
 
-def arm(store: DynamoTaskStore, task: Task, executor_id: str, now_ms: int, lease_until_ms: int | None = None,
-        batch_id: str = "batch-test") -> Armed | None:
+def arm(
+    store: DynamoTaskStore,
+    task: Task,
+    executor_id: str,
+    now_ms: int,
+    lease_until_ms: int | None = None,
+    batch_id: str = "batch-test",
+) -> Armed | None:
     """ARM one task (at the due time it was created with) for ``executor_id``; its task lease defaults to an
     hour past its due time."""
     lease = task.due_ms + 3_600_000 if lease_until_ms is None else lease_until_ms

@@ -21,7 +21,6 @@ settings = Settings.from_env()
 app = build_api(settings)
 
 
-@logger.inject_lambda_context(log_event=False, correlation_id_path=correlation_paths.API_GATEWAY_REST,
-                              clear_state=True)
+@logger.inject_lambda_context(log_event=False, correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -74,14 +74,21 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     deadline_ms = time.time() * 1000 + context.get_remaining_time_in_millis()  # when Lambda ends this invocation
     report = executor.run_batch(batch, deadline_ms, context.aws_request_id)
     for drift in report.drift_ms:
-        metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift,
-                           resolution=MetricResolution.High)
+        metrics.add_metric(name=FIRE_DRIFT, unit=MetricUnit.Milliseconds, value=drift, resolution=MetricResolution.High)
     for late in report.late_ms:  # past the grace, under fire_late: apart, so it never skews the drift's figures
         metrics.add_metric(name=LATE_FIRE_DELAY, unit=MetricUnit.Milliseconds, value=late)
-    add_counts(metrics, {TASKS_FIRED: report.fired, TASKS_FIRED_LATE: report.late,
-                         TASKS_FAILED: report.failed, TASKS_MISSED: report.missed,
-                         ARM_CONFLICTS: report.lost_arm, TASKS_TAKEN_OVER: report.taken_over,
-                         TASKS_FENCED: report.fenced})
+    add_counts(
+        metrics,
+        {
+            TASKS_FIRED: report.fired,
+            TASKS_FIRED_LATE: report.late,
+            TASKS_FAILED: report.failed,
+            TASKS_MISSED: report.missed,
+            ARM_CONFLICTS: report.lost_arm,
+            TASKS_TAKEN_OVER: report.taken_over,
+            TASKS_FENCED: report.fenced,
+        },
+    )
     summary = report.model_dump(exclude={"drift_ms", "late_ms"})
     logger.info("batch done", extra={"report": summary})
     return {**summary, "drift_ms": report.drift_ms, "late_ms": report.late_ms}

@@ -59,8 +59,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.append_keys(scheduled_time=work.time, poll_group=work.poll_group)
         if work.poll_groups != settings.poll_groups or work.poll_group >= settings.poll_groups:
             # Sent under another configuration (a deploy in between): the next scheduled tick covers every group.
-            logger.warning("poll group %d of %d ignored: this function polls %d groups", work.poll_group,
-                           work.poll_groups, settings.poll_groups)
+            logger.warning(
+                "poll group %d of %d ignored: this function polls %d groups",
+                work.poll_group,
+                work.poll_groups,
+                settings.poll_groups,
+            )
             return {"ignored": True}
         reports = [poller.poll(now_ms=int(time.time() * 1000), out_of_time=out_of_time, group=work.poll_group)]
     else:
@@ -70,16 +74,24 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         def start_group(group: int) -> None:
             global group_invoker
             if group_invoker is None:
-                group_invoker = LambdaInvoker(aws_client("lambda", None, settings.region),
-                                              context.invoked_function_arn)
-            group_invoker.invoke_async(PollGroupEvent(id=trigger.id, time=trigger.time.isoformat(), poll_group=group,
-                                                      poll_groups=settings.poll_groups).model_dump())
+                group_invoker = LambdaInvoker(aws_client("lambda", None, settings.region), context.invoked_function_arn)
+            group_invoker.invoke_async(
+                PollGroupEvent(
+                    id=trigger.id, time=trigger.time.isoformat(), poll_group=group, poll_groups=settings.poll_groups
+                ).model_dump()
+            )
 
         reports = poller.poll_all_groups(int(time.time() * 1000), start_group, out_of_time)
-    add_counts(metrics, {TASKS_DISPATCHED: _total(reports, "dispatched"), TASKS_RECOVERED: _total(reports, "recovered"),
-                         TASKS_UNDISPATCHED: _total(reports, "undispatched"),
-                         UNDECODABLE_ITEMS: _total(reports, "undecodable"),
-                         INVOKE_FAILURES: _total(reports, "invoke_failures")})
+    add_counts(
+        metrics,
+        {
+            TASKS_DISPATCHED: _total(reports, "dispatched"),
+            TASKS_RECOVERED: _total(reports, "recovered"),
+            TASKS_UNDISPATCHED: _total(reports, "undispatched"),
+            UNDECODABLE_ITEMS: _total(reports, "undecodable"),
+            INVOKE_FAILURES: _total(reports, "invoke_failures"),
+        },
+    )
     return reports[0].model_dump() if len(reports) == 1 else {"groups": [r.model_dump() for r in reports]}
 
 

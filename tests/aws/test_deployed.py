@@ -74,12 +74,14 @@ def _schedule(client: Client, scheduled: list[Task], count: int, ahead: timedelt
     run = uuid.uuid4().hex[:8]
     first = datetime.now(UTC) + ahead
     for i in range(count):
-        scheduled.append(client.schedule(
-            due_at=first + i * spacing,
-            action=LogAction(message=f"deployed-suite {run} #{i}"),
-            payload={"run": run, "i": i},
-            task_id=f"deployed-{run}-{i}",
-        ))
+        scheduled.append(
+            client.schedule(
+                due_at=first + i * spacing,
+                action=LogAction(message=f"deployed-suite {run} #{i}"),
+                payload={"run": run, "i": i},
+                task_id=f"deployed-{run}-{i}",
+            )
+        )
 
 
 def _wait_finished(client: Client, tasks: list[Task], grace_s: float = 90.0) -> list[Task]:
@@ -94,7 +96,7 @@ def _wait_finished(client: Client, tasks: list[Task], grace_s: float = 90.0) -> 
 
 def _assert_fired_on_time(finished: list[Task], expected: int) -> None:
     report = [(t.task_id, t.status.value, t.drift_ms, t.claimed_by, t.detail) for t in finished]
-    print("deployed suite:", *report, sep="\n  ")  # noqa: T201 - the figures, for the record
+    print("deployed suite:", *report, sep="\n  ")  # the figures, for the record
     assert len(finished) == expected
     assert all(t.status is TaskStatus.SUCCEEDED for t in finished), report
     assert all(t.drift_ms is not None and abs(t.drift_ms) <= MAX_DRIFT_MS for t in finished), report
@@ -116,7 +118,17 @@ def test_a_task_due_before_the_next_poll_takes_the_fast_path(client: Client, sch
 
 
 def test_the_stack_outputs_what_docs_deploy_md_promises(outputs: dict[str, Any]) -> None:
-    for key in ("TasksTableName", "Region", "ShardCount", "LeadMs", "MisfireGraceMs", "PollerFunctionName",
-                "ExecutorFunctionName", "FastPathFunctionName", "TaskDeadLetterQueueUrl", "ExecutorFailureQueueUrl",
-                "DashboardUrl"):
+    for key in (
+        "TasksTableName",
+        "Region",
+        "ShardCount",
+        "LeadMs",
+        "MisfireGraceMs",
+        "PollerFunctionName",
+        "ExecutorFunctionName",
+        "FastPathFunctionName",
+        "TaskDeadLetterQueueUrl",
+        "ExecutorFailureQueueUrl",
+        "DashboardUrl",
+    ):
         assert outputs.get(key), key

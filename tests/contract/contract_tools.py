@@ -62,8 +62,9 @@ class DynamoBackend(Backend):
 
     def raw_item(self, task_id: str) -> dict[str, Any]:
         """The stored item as DynamoDB holds it (attribute values), read consistently."""
-        return self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}},
-                                    ConsistentRead=True)["Item"]
+        return self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True)[
+            "Item"
+        ]
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,9 @@ def dynamo_backend(client: Any, new_client: Callable[[int], Any], table: str, wr
         return opened[-1]
 
     try:
-        yield DynamoBackend(open_store(client), lambda: open_store(new_client(len(opened))), client=client,
-                            table_name=table)
+        yield DynamoBackend(
+            open_store(client), lambda: open_store(new_client(len(opened))), client=client, table_name=table
+        )
     finally:
         for store in opened:
             if store._pool is not None:  # the store has no close(): its pool lives as long as it does
@@ -121,8 +123,15 @@ def moto_backend(write_batch: str) -> Callable[[pytest.FixtureRequest], contextl
 
     @contextlib.contextmanager
     def open_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-        with mock_aws(), dynamo_backend(_moto_client(), lambda n: boto3.client("dynamodb", region_name="us-east-1"),
-                                        "punctual-contract", write_batch) as backend:
+        with (
+            mock_aws(),
+            dynamo_backend(
+                _moto_client(),
+                lambda n: boto3.client("dynamodb", region_name="us-east-1"),
+                "punctual-contract",
+                write_batch,
+            ) as backend,
+        ):
             yield backend
 
     return open_backend
@@ -151,10 +160,20 @@ def dynamodb_local_backend(
 STORE_KINDS = [
     StoreKind("moto-single", moto_backend("single"), dynamodb=True),
     StoreKind("moto-transaction", moto_backend("transaction"), dynamodb=True),
-    StoreKind("dynamodb-local-single", dynamodb_local_backend("single"), atomic=True, dynamodb=True,
-              marks=(pytest.mark.integration,)),
-    StoreKind("dynamodb-local-transaction", dynamodb_local_backend("transaction"), atomic=True, dynamodb=True,
-              marks=(pytest.mark.integration,)),
+    StoreKind(
+        "dynamodb-local-single",
+        dynamodb_local_backend("single"),
+        atomic=True,
+        dynamodb=True,
+        marks=(pytest.mark.integration,),
+    ),
+    StoreKind(
+        "dynamodb-local-transaction",
+        dynamodb_local_backend("transaction"),
+        atomic=True,
+        dynamodb=True,
+        marks=(pytest.mark.integration,),
+    ),
 ]
 
 
@@ -197,8 +216,15 @@ def ms(moment: Any) -> int | None:
 
 def candidate(task: Task) -> Candidate:
     """The task as a look for due work shows it: its due time, status, lease and (when ARMED) owner."""
-    return Candidate(task.task_id, task.due_ms, task.status, ms(task.lease_until), task.misfire_grace_ms,
-                     task.misfire_policy, task.armed_by if task.status is TaskStatus.ARMED else None)
+    return Candidate(
+        task.task_id,
+        task.due_ms,
+        task.status,
+        ms(task.lease_until),
+        task.misfire_grace_ms,
+        task.misfire_policy,
+        task.armed_by if task.status is TaskStatus.ARMED else None,
+    )
 
 
 def alive(store: TaskStore, executor: str, until_ms: int, now_ms: int = NOW) -> None:
@@ -212,16 +238,24 @@ def record(store: TaskStore, executor: str, fire: FireRecord) -> bool:
     return written
 
 
-def succeeded(task: Task, finished_ms: int | None = None, outcome: TaskStatus = TaskStatus.SUCCEEDED,
-              detail: str | None = None) -> FireRecord:
+def succeeded(
+    task: Task, finished_ms: int | None = None, outcome: TaskStatus = TaskStatus.SUCCEEDED, detail: str | None = None
+) -> FireRecord:
     """The record of a fire exactly at the task's due time, finished 2 ms later (or at ``finished_ms``)."""
     end = task.due_ms + 2 if finished_ms is None else finished_ms
     return FireRecord(task.task_id, outcome, float(task.due_ms), end, 0.0, None, detail)
 
 
-def armed_task(store: TaskStore, tasks: TaskFactory, executor: str = "exec-1", *, due_ms: int = NOW + 10_000,
-               lease_until_ms: int = NOW + ARMED_LEASE_MS, alive_until_ms: int = NOW + ALIVE_MS,
-               **fields: Any) -> Task:
+def armed_task(
+    store: TaskStore,
+    tasks: TaskFactory,
+    executor: str = "exec-1",
+    *,
+    due_ms: int = NOW + 10_000,
+    lease_until_ms: int = NOW + ARMED_LEASE_MS,
+    alive_until_ms: int = NOW + ALIVE_MS,
+    **fields: Any,
+) -> Task:
     """A new task armed at NOW by ``executor`` (batch ``batch-1``), its task lease until ``lease_until_ms``; the
     executor's heartbeat, written at NOW first, holds until ``alive_until_ms``."""
     task = tasks.create(due_ms, **fields)

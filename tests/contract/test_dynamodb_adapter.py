@@ -113,8 +113,11 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     assert arm(backend.store, task, "exec-1", NOW) is not None
     assert index_ids(backend, task, task.due_ms, task.due_ms) == [task.task_id]
     # When its outcome is recorded
-    assert record(backend.store, "exec-1", FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100,
-                                                      0.0, None, "HTTP 500"))
+    assert record(
+        backend.store,
+        "exec-1",
+        FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+    )
     # Then the index no longer lists it, and the item keeps the outcome
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
     item = backend.raw_item(task.task_id)
@@ -127,9 +130,21 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
     task = armed_task(backend.store, tasks, retry=RetryPolicy(max_attempts=3))
     failed_at = NOW + 10_005
     # When the retry is recorded, due 700 ms later
-    assert record(backend.store, "exec-1", FireRecord(task.task_id, TaskStatus.PENDING, None, failed_at, None, None,
-                                                      "HTTP 500", retry_due_ms=failed_at + 700,
-                                                      first_due_ms=task.due_ms))
+    assert record(
+        backend.store,
+        "exec-1",
+        FireRecord(
+            task.task_id,
+            TaskStatus.PENDING,
+            None,
+            failed_at,
+            None,
+            None,
+            "HTTP 500",
+            retry_due_ms=failed_at + 700,
+            first_due_ms=task.due_ms,
+        ),
+    )
     # Then it is back in the due index under that instant's minute, flagged for the fast path, its hash kept
     raw = backend.raw_item(task.task_id)
     assert raw["due_bucket"]["S"] == bucket_of(backend, task.task_id, failed_at + 700)
@@ -175,8 +190,9 @@ def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBa
     later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", repo.shard_count) == shard)
     later = tasks.create(NOW + 20_000, later_id)
     # When the index is queried up to between them / Then only the first is listed, with its due time
-    assert [(e.task_id, e.due_ms) for e in repo.query_index(NOW, shard, NOW + 15_000)] == [(first.task_id,
-                                                                                           first.due_ms)]
+    assert [(e.task_id, e.due_ms) for e in repo.query_index(NOW, shard, NOW + 15_000)] == [
+        (first.task_id, first.due_ms)
+    ]
     assert later.task_id in [e.task_id for e in repo.query_index(NOW, shard, NOW + 20_000)]
 
 
@@ -242,8 +258,9 @@ def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: Dynam
     # task 10 minutes overdue (in whichever group its id falls)
     repo = backend.dynamo
     assert repo.shard_count % 2 == 0
-    grouped = dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, repo.shard_count, poll_groups=2,
-                                             write_batch=repo.write_batch)
+    grouped = dynamodb_store.DynamoTaskStore(
+        backend.client, backend.table_name, repo.shard_count, poll_groups=2, write_batch=repo.write_batch
+    )
     due_soon = [tasks.create(NOW + 1_000 + i, f"g-{i}") for i in range(40)]
     old = tasks.create(NOW - 10 * BUCKET_MS, "g-old", now_ms=NOW - 11 * BUCKET_MS)
     old_group = 0 if shard_of(old.task_id, repo.shard_count) in grouped.group_shards(0) else 1
@@ -302,12 +319,15 @@ def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
     claimed = [tasks.create(NOW + 10_000 + i) for i in range(2)]
     for task in claimed:
         backend.client.update_item(
-            TableName=backend.table_name, Key={"task_id": {"S": task.task_id}},
+            TableName=backend.table_name,
+            Key={"task_id": {"S": task.task_id}},
             UpdateExpression="SET #st = :claimed, lease_until_ms = :lease, claimed_by = :poller, batch_id = :batch, "
-                             "attempt = :one",
+            "attempt = :one",
             ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues=to_av({":claimed": "CLAIMED", ":lease": lease_end, ":poller": "poller-old",
-                                             ":batch": "batch-old", ":one": 1}))
+            ExpressionAttributeValues=to_av(
+                {":claimed": "CLAIMED", ":lease": lease_end, ":poller": "poller-old", ":batch": "batch-old", ":one": 1}
+            ),
+        )
     task, other = claimed
     # When a look for due work and an executor come at L / Then the claim still holds; a cancel wins over it
     assert due_ids(backend.store, NOW + 90_000, lease_end) == []
@@ -315,11 +335,17 @@ def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
     assert backend.store.cancel(other.task_id, lease_end).status is TaskStatus.CANCELLED
     # When they come at L + 1 / Then it is found, recovered, and armed (a plain arm: no executor is taken over)
     scan = backend.store.find_due(lease_end + 1, NOW + 90_000)
-    assert ([(c.task_id, c.status) for c in scan.candidates], scan.recovered) == ([(task.task_id,
-                                                                                     TaskStatus.CLAIMED)], 1)
+    assert ([(c.task_id, c.status) for c in scan.candidates], scan.recovered) == (
+        [(task.task_id, TaskStatus.CLAIMED)],
+        1,
+    )
     armed = arm(backend.store, task, "exec-1", lease_end + 1)
-    assert armed is not None and (armed.task.status, armed.task.armed_by, armed.task.attempt,
-                                  armed.taken_over_until_ms) == (TaskStatus.ARMED, "exec-1", 2, None)
+    assert armed is not None and (
+        armed.task.status,
+        armed.task.armed_by,
+        armed.task.attempt,
+        armed.taken_over_until_ms,
+    ) == (TaskStatus.ARMED, "exec-1", 2, None)
 
 
 def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
@@ -345,8 +371,9 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     def index_lagging_the_table(bucket_ms: int, shard: int, until_ms: int) -> list[Any]:
         entries = query_index(bucket_ms, shard, until_ms)
         if any(e.task_id == "bad-due" for e in entries):
-            backend.client.update_item(TableName=backend.table_name, Key={"task_id": {"S": "bad-due"}},
-                                       UpdateExpression="REMOVE due_ms")
+            backend.client.update_item(
+                TableName=backend.table_name, Key={"task_id": {"S": "bad-due"}}, UpdateExpression="REMOVE due_ms"
+            )
         return entries
 
     monkeypatch.setattr(repo, "query_index", index_lagging_the_table)
@@ -355,19 +382,27 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     scan = store.find_due(NOW, NOW + 90_000)
     # Then the tasks are found (the action is read only when armed), the two unreadable items are counted and
     # recorded FAILED with what is wrong, out of the due index
-    assert (sorted(c.task_id for c in scan.candidates), scan.undecodable) == (
-        ["bad-action", "good-0", "good-1"], 4)
-    for task_id, why in (("bad-status", "ValueError"), ("bad-type", "KeyError"), ("bad-policy", "ValueError"),
-                         ("bad-due", "KeyError")):
+    assert (sorted(c.task_id for c in scan.candidates), scan.undecodable) == (["bad-action", "good-0", "good-1"], 4)
+    for task_id, why in (
+        ("bad-status", "ValueError"),
+        ("bad-type", "KeyError"),
+        ("bad-policy", "ValueError"),
+        ("bad-due", "KeyError"),
+    ):
         item = backend.raw_item(task_id)
         assert (item["status"]["S"], "due_bucket" in item) == ("FAILED", False)
         assert item["detail"]["S"].startswith(f"undecodable item: {why}")
     # When an executor arms what was found, and the item already FAILED
     alive(store, "exec-1", NOW + ALIVE_MS)
-    armed = store.arm_many([ArmRequest(t, NOW + 10_000 + i if t.startswith("good") else NOW + 10_005,
-                                       NOW + ARMED_LEASE_MS)
-                            for t, i in (("good-0", 0), ("bad-action", 0), ("bad-status", 0), ("good-1", 1))],
-                           "batch-1", "exec-1", NOW)
+    armed = store.arm_many(
+        [
+            ArmRequest(t, NOW + 10_000 + i if t.startswith("good") else NOW + 10_005, NOW + ARMED_LEASE_MS)
+            for t, i in (("good-0", 0), ("bad-action", 0), ("bad-status", 0), ("good-1", 1))
+        ],
+        "batch-1",
+        "exec-1",
+        NOW,
+    )
     # Then it gets the tasks; the one with the unknown action is recorded FAILED at once, with what is wrong
     assert [a.task.task_id if a else None for a in armed] == ["good-0", None, None, "good-1"]
     bad_action = backend.raw_item("bad-action")
@@ -419,8 +454,10 @@ def test_many_writes_keep_each_condition_across_requests(
     # Given requests of at most 10 items (100 in DynamoDB: smaller here, to cross the limit with few tasks),
     # and 21 PENDING tasks of which the 6th is armed by a live executor and the last cancelled
     if backend.dynamo.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
-        pytest.skip("moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
-                    "the transactions that ran beside it (the store sends a request's chunks in parallel)")
+        pytest.skip(
+            "moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
+            "the transactions that ran beside it (the store sends a request's chunks in parallel)"
+        )
     monkeypatch.setattr(dynamodb_store, "TRANSACTION_LIMIT", 10)
     monkeypatch.setattr(dynamodb_store, "BATCH_GET_LIMIT", 10)
     store = backend.store
@@ -429,16 +466,19 @@ def test_many_writes_keep_each_condition_across_requests(
     assert arm(store, created[5], "exec-2", NOW, batch_id="other-batch") is not None
     store.cancel(created[20].task_id, NOW)
     # When exec-1 arms all of them at once
-    armed = store.arm_many([ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-0",
-                           "exec-1", NOW)
+    armed = store.arm_many(
+        [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-0", "exec-1", NOW
+    )
     # Then exactly the two whose condition fails lose, and every other arm is written and read back whole
     assert [i for i, a in enumerate(armed) if a is None] == [5, 20]
     assert [(a.task.task_id, a.task.payload) for a in armed if a] == [
-        (t.task_id, t.payload) for i, t in enumerate(created) if i not in (5, 20)]
+        (t.task_id, t.payload) for i, t in enumerate(created) if i not in (5, 20)
+    ]
     after = store.get_many([t.task_id for t in created] + ["unknown"])
     assert len(after) == 21
     assert [(after[t.task_id].armed_by, after[t.task_id].batch_id) for t in created[:20]] == [
-        ("exec-2", "other-batch") if i == 5 else ("exec-1", "batch-0") for i in range(20)]
+        ("exec-2", "other-batch") if i == 5 else ("exec-1", "batch-0") for i in range(20)
+    ]
     # And recording them in several requests answers position by position too
     assert store.record_many("exec-1", [succeeded(t) for t in created]) == [i not in (5, 20) for i in range(21)]
 
@@ -470,8 +510,17 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
     store = backend.store
     task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=2))
     alive(store, "exec-1", NOW + ALIVE_MS)
-    retry = FireRecord(task.task_id, TaskStatus.PENDING, None, NOW + 10_010, None, None, "e",
-                       retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms)
+    retry = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        NOW + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=NOW + 11_000,
+        first_due_ms=task.due_ms,
+    )
 
     def armed_as_attempt(attempt: int, now_ms: int) -> bool:
         armed = arm(store, stored(store, task.task_id), "exec-1", now_ms)
@@ -508,12 +557,14 @@ def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: Tas
     alive(backend.store, "exec-1", NOW + ALIVE_MS)
     # When botocore sends it again (with the same ClientRequestToken)
     with responses_lost(backend.client, "TransactWriteItems") as dropped:
-        armed = backend.store.arm_many([ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created],
-                                       "batch-1", "exec-1", NOW)
+        armed = backend.store.arm_many(
+            [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-1", "exec-1", NOW
+        )
     # Then DynamoDB answers the retry as the first attempt: every arm won, each counted once
     assert (dropped, [a.task.task_id if a else None for a in armed]) == ([1], [t.task_id for t in created])
-    assert {(t.status, t.armed_by, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()
-            } == {(TaskStatus.ARMED, "exec-1", 1)}
+    assert {
+        (t.status, t.armed_by, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()
+    } == {(TaskStatus.ARMED, "exec-1", 1)}
 
 
 def test_a_retried_takeover_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
@@ -528,7 +579,10 @@ def test_a_retried_takeover_counts_as_done(backend: DynamoBackend, tasks: TaskFa
     # Then exec-2 hears it took the task over, counted once, and exec-1 is marked taken over
     assert dropped == [1]
     assert taken is not None and (taken.task.armed_by, taken.task.attempt, taken.taken_over_until_ms) == (
-        "exec-2", 2, until)
+        "exec-2",
+        2,
+        until,
+    )
     assert backend.store.heartbeat("exec-1", until + 2, until + 20_000) is False
 
 

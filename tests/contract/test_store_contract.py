@@ -182,16 +182,20 @@ def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: T
 
 def test_a_tenants_schedules_are_listed_by_its_prefix(store: TaskStore) -> None:
     for schedule_id in ("acme/a", "acme/b", "acme-2/a", "a"):
-        store.create_schedule(Schedule(schedule_id=schedule_id, expression="rate(1 hour)", action=LogAction(),
-                                       next_due_ms=NOW + 3_600_000), [], NOW)
+        store.create_schedule(
+            Schedule(
+                schedule_id=schedule_id, expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW + 3_600_000
+            ),
+            [],
+            NOW,
+        )
     assert sorted(s.schedule_id for s in store.list_schedules("acme/")) == ["acme/a", "acme/b"]
     assert sorted(s.schedule_id for s in store.list_schedules()) == ["a", "acme-2/a", "acme/a", "acme/b"]
 
 
 # -- every life-cycle edge ---------------------------------------------------------------------------------------
 AT = NOW + 100_000  # when the change under test is tried
-STATES = ["PENDING", "ARMED", "ARMED, owner dead", "ARMED, lease ended", "SUCCEEDED", "FAILED", "MISSED",
-          "CANCELLED"]
+STATES = ["PENDING", "ARMED", "ARMED, owner dead", "ARMED, lease ended", "SUCCEEDED", "FAILED", "MISSED", "CANCELLED"]
 
 
 def put_in_every_state(store: TaskStore, tasks: TaskFactory) -> dict[str, Task]:
@@ -208,8 +212,12 @@ def put_in_every_state(store: TaskStore, tasks: TaskFactory) -> dict[str, Task]:
     arm_all("exec-1", AT + ALIVE_MS, {"ARMED": AT + ARMED_LEASE_MS, "ARMED, lease ended": AT - 1})
     arm_all("exec-dead", AT - 1, {"ARMED, owner dead": AT + ARMED_LEASE_MS})
     arm_all("exec-0", AT + ALIVE_MS, {s: AT for s in ("SUCCEEDED", "FAILED", "MISSED")})
-    assert store.record_many("exec-0", [succeeded(t["SUCCEEDED"]), succeeded(t["FAILED"], outcome=F),
-                                        succeeded(t["MISSED"], outcome=M)]) == [True] * 3
+    assert (
+        store.record_many(
+            "exec-0", [succeeded(t["SUCCEEDED"]), succeeded(t["FAILED"], outcome=F), succeeded(t["MISSED"], outcome=M)]
+        )
+        == [True] * 3
+    )
     store.cancel(t["CANCELLED"].task_id, NOW)
     now = store.get_many([task.task_id for task in t.values()])
     return {state: now[task.task_id] for state, task in t.items()}
@@ -226,8 +234,18 @@ def _changed(change: Callable[[], Any]) -> bool:
 
 
 def _retry(task: Task) -> FireRecord:
-    return FireRecord(task.task_id, P, float(task.due_ms), AT, 0.0, None, "HTTP 500", retry_delay_ms=1_000,
-                      retry_due_ms=AT + 1_000, first_due_ms=task.due_ms)
+    return FireRecord(
+        task.task_id,
+        P,
+        float(task.due_ms),
+        AT,
+        0.0,
+        None,
+        "HTTP 500",
+        retry_delay_ms=1_000,
+        retry_due_ms=AT + 1_000,
+        first_due_ms=task.due_ms,
+    )
 
 
 def _holder(task: Task) -> str:
@@ -238,14 +256,20 @@ def _holder(task: Task) -> str:
 HELD = {"ARMED", "ARMED, owner dead", "ARMED, lease ended"}
 CHANGES: dict[str, tuple[Callable[[TaskStore, Task], bool], TaskStatus, set[str]]] = {
     # change: (how it is tried at AT, the status it leads to, the states it is allowed from)
-    "arm": (lambda s, t: arm(s, t, "exec-2", AT, AT + ARMED_LEASE_MS) is not None, A,
-            {"PENDING", "ARMED, owner dead", "ARMED, lease ended"}),
+    "arm": (
+        lambda s, t: arm(s, t, "exec-2", AT, AT + ARMED_LEASE_MS) is not None,
+        A,
+        {"PENDING", "ARMED, owner dead", "ARMED, lease ended"},
+    ),
     "record": (lambda s, t: record(s, _holder(t), succeeded(t, AT)), S, HELD),
     "retry": (lambda s, t: record(s, _holder(t), _retry(t)), P, HELD),
     "release": (lambda s, t: s.release(t.task_id, _holder(t)), P, HELD),
     "cancel": (lambda s, t: _changed(lambda: s.cancel(t.task_id, AT)), X, {"PENDING", "ARMED, lease ended"}),
-    "reschedule": (lambda s, t: _changed(lambda: s.reschedule(t.task_id, AT + 60_000, AT)), P,
-                   {"PENDING", "ARMED, lease ended"}),
+    "reschedule": (
+        lambda s, t: _changed(lambda: s.reschedule(t.task_id, AT + 60_000, AT)),
+        P,
+        {"PENDING", "ARMED, lease ended"},
+    ),
     "redrive": (lambda s, t: s.redrive_many([t.task_id], AT) == [True], P, {"FAILED"}),
 }
 
@@ -277,20 +301,29 @@ def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: Task
     assert armed is not None and armed.taken_over_until_ms is None
     got = armed.task
     assert (got.status, got.armed_by, got.batch_id, ms(got.lease_until), got.attempt) == (
-        A, "exec-1", "batch-1", NOW + ARMED_LEASE_MS, 1)
+        A,
+        "exec-1",
+        "batch-1",
+        NOW + ARMED_LEASE_MS,
+        1,
+    )
     assert (got.payload, got.action, got.due_ms) == (task.payload, task.action, task.due_ms)
     # When exec-1 arms it again (a retried request) / Then it answers the same, counted once
     again = arm(store, task, "exec-1", NOW + 1, NOW + ARMED_LEASE_MS, batch_id="batch-1")
     assert again is not None and (again.task.armed_by, again.task.attempt, again.taken_over_until_ms) == (
-        "exec-1", 1, None)
+        "exec-1",
+        1,
+        None,
+    )
 
 
 def test_arm_of_a_task_due_at_another_time_loses(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a PENDING task due at D
     task = tasks.create(NOW + 10_000)
     # When it is armed as due one ms later (a stale look) / Then the arm loses
-    assert store.arm_many([ArmRequest(task.task_id, task.due_ms + 1, NOW + ARMED_LEASE_MS)], "b", "exec-1",
-                          NOW) == [None]
+    assert store.arm_many([ArmRequest(task.task_id, task.due_ms + 1, NOW + ARMED_LEASE_MS)], "b", "exec-1", NOW) == [
+        None
+    ]
     # When it is rescheduled after a look saw it, and armed by the due time that look showed / Then it loses
     store.reschedule(task.task_id, NOW + 20_000, NOW)
     assert arm(store, task, "exec-1", NOW + 1) is None
@@ -324,7 +357,13 @@ def test_arm_many_answers_position_by_position(store: TaskStore, tasks: TaskFact
     armed = store.arm_many(requests, "batch-1", "exec-1", NOW + 1)
     # Then it gets the PENDING ones and the dead executor's, armed by it, and None for the others, in order
     assert [(a.task.task_id, a.taken_over_until_ms) if a else None for a in armed] == [
-        (mine[0].task_id, None), None, (dead.task_id, NOW), None, None, (mine[1].task_id, None)]
+        (mine[0].task_id, None),
+        None,
+        (dead.task_id, NOW),
+        None,
+        None,
+        (mine[1].task_id, None),
+    ]
     assert all(a.task.status is A and a.task.armed_by == "exec-1" for a in armed if a is not None)
     assert stored(store, held.task_id).armed_by == "exec-2"
     # And nothing to arm answers nothing
@@ -361,23 +400,32 @@ def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: 
     assert (scan.candidates, scan.recovered) == ([candidate(stored(store, task.task_id))], 1)
     assert (scan.candidates[0].status, scan.candidates[0].owner) == (A, "exec-1")
     # ... an arm by another due time still loses; exec-2 takes it over, told exec-1 may have fired it up to T
-    assert store.arm_many([ArmRequest(task.task_id, task.due_ms + 1, until + ARMED_LEASE_MS)], "batch-2", "exec-2",
-                          until + 1) == [None]
+    assert store.arm_many(
+        [ArmRequest(task.task_id, task.due_ms + 1, until + ARMED_LEASE_MS)], "batch-2", "exec-2", until + 1
+    ) == [None]
     taken = arm(store, task, "exec-2", until + 1, until + ARMED_LEASE_MS, batch_id="batch-2")
     assert taken is not None and taken.taken_over_until_ms == until
-    assert (taken.task.status, taken.task.armed_by, taken.task.batch_id, taken.task.attempt,
-            ms(taken.task.lease_until)) == (A, "exec-2", "batch-2", 2, until + ARMED_LEASE_MS)
+    assert (
+        taken.task.status,
+        taken.task.armed_by,
+        taken.task.batch_id,
+        taken.task.attempt,
+        ms(taken.task.lease_until),
+    ) == (A, "exec-2", "batch-2", 2, until + ARMED_LEASE_MS)
     # And exec-1 can no longer record it, nor ever renew; a third executor loses to exec-2, which is alive
     assert record(store, "exec-1", succeeded(task, until + 2)) is False
     assert store.heartbeat("exec-1", until + 2, until + 20_000) is False
     assert store.heartbeat("exec-1", until + 3, until + 3) is False
     assert arm(store, task, "exec-3", until + 2) is None
     assert (stored(store, task.task_id).armed_by, store.heartbeat("exec-2", until + 2, NOW + ALIVE_MS)) == (
-        "exec-2", True)
+        "exec-2",
+        True,
+    )
 
 
 def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_is_armed(
-        store: TaskStore, tasks: TaskFactory) -> None:
+    store: TaskStore, tasks: TaskFactory
+) -> None:
     # Given a task armed by exec-1, alive until T (it then died), and a PENDING task; exec-2 alive
     until = NOW + 20_000
     held = armed_task(store, tasks, "exec-1", alive_until_ms=until)
@@ -385,8 +433,10 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     alive(store, "exec-2", NOW + ALIVE_MS)
     # When exec-2 arms both at T + 1 as held (what a dispatcher that found them ARMED by a dead executor sends)
     lease = until + ARMED_LEASE_MS
-    requests = [ArmRequest(held.task_id, held.due_ms, lease, held=True),
-                ArmRequest(pending.task_id, pending.due_ms, lease, held=True)]
+    requests = [
+        ArmRequest(held.task_id, held.due_ms, lease, held=True),
+        ArmRequest(pending.task_id, pending.due_ms, lease, held=True),
+    ]
     got = store.arm_many(requests, "batch-2", "exec-2", until + 1)
     # Then the held one is taken over (exec-1 may have fired it up to T), the pending one armed as usual
     assert [a is not None for a in got] == [True, True]
@@ -394,8 +444,9 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     assert got[1] is not None and got[1].taken_over_until_ms is None and got[1].task.armed_by == "exec-2"
     # ... and a held request for a task whose owner is alive loses, as an arm does
     other = armed_task(store, tasks, "exec-3", alive_until_ms=NOW + ALIVE_MS)
-    assert store.arm_many([ArmRequest(other.task_id, other.due_ms, lease, held=True)], "batch-3", "exec-2",
-                          until + 1) == [None]
+    assert store.arm_many(
+        [ArmRequest(other.task_id, other.due_ms, lease, held=True)], "batch-3", "exec-2", until + 1
+    ) == [None]
     assert stored(store, other.task_id).armed_by == "exec-3"
 
 
@@ -481,11 +532,14 @@ def test_a_failure_a_miss_and_a_late_fire_are_recorded_with_their_details(store:
     failing, missed = armed_task(store, tasks), armed_task(store, tasks)
     late = armed_task(store, tasks, misfire_policy="fire_late")
     # When one is recorded FAILED with an error, one MISSED, one SUCCEEDED but fired past its grace
-    assert store.record_many("exec-1", [
-        FireRecord(failing.task_id, F, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
-        FireRecord(missed.task_id, M, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
-        FireRecord(late.task_id, S, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
-    ]) == [True, True, True]
+    assert store.record_many(
+        "exec-1",
+        [
+            FireRecord(failing.task_id, F, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+            FireRecord(missed.task_id, M, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
+            FireRecord(late.task_id, S, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
+        ],
+    ) == [True, True, True]
     # Then each keeps what was recorded, and no look for due work finds any of them
     assert (stored(store, failing.task_id).status, stored(store, failing.task_id).detail) == (F, "HTTP 500")
     assert (stored(store, missed.task_id).status, stored(store, missed.task_id).fired_at) == (M, None)
@@ -509,18 +563,37 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: TaskStore,
     # Given a task armed by exec-1 (first attempt), whose action failed at F
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     failed_at = NOW + 10_005
-    retry = FireRecord(task.task_id, P, NOW + 10_000.5, failed_at, 0.5, None, "HTTP 500",
-                       retry_delay_ms=700, retry_due_ms=failed_at + 700, first_due_ms=task.due_ms)
+    retry = FireRecord(
+        task.task_id,
+        P,
+        NOW + 10_000.5,
+        failed_at,
+        0.5,
+        None,
+        "HTTP 500",
+        retry_delay_ms=700,
+        retry_due_ms=failed_at + 700,
+        first_due_ms=task.due_ms,
+    )
     # When exec-1 records the retry
     assert record(store, "exec-1", retry) is True
     # Then the task is PENDING, due at the next try, with its first due, attempt and last error kept, no lease
     back = stored(store, task.task_id)
     assert (back.status, back.due_ms, back.first_due_at, back.attempt, back.detail) == (
-        P, failed_at + 700, task.due_at, 1, "HTTP 500")
+        P,
+        failed_at + 700,
+        task.due_at,
+        1,
+        "HTTP 500",
+    )
     assert (back.lease_until, back.batch_id) == (None, None)
     # ... what the client asked for is unchanged (creating it again is still the same task)
-    assert store.create(tasks.build(task.due_ms, task.task_id, payload=task.payload,
-                                    retry=RetryPolicy(max_attempts=3)), NOW)[1] is False
+    assert (
+        store.create(
+            tasks.build(task.due_ms, task.task_id, payload=task.payload, retry=RetryPolicy(max_attempts=3)), NOW
+        )[1]
+        is False
+    )
     # ... and a look for due work finds it at its new time
     assert due_ids(store, failed_at + 700, failed_at) == [task.task_id]
     # When it is armed again at its new time / Then it is attempt 2, its first due still the original one
@@ -531,12 +604,22 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: TaskStore,
 def test_a_second_retry_keeps_the_first_due(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a task retried once (first due = its original due), armed again by exec-2
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
-    assert record(store, "exec-1", FireRecord(task.task_id, P, None, NOW + 10_010, None, None, "e1",
-                                              retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms))
+    assert record(
+        store,
+        "exec-1",
+        FireRecord(
+            task.task_id, P, None, NOW + 10_010, None, None, "e1", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+        ),
+    )
     assert arm(store, stored(store, task.task_id), "exec-2", NOW + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
-    assert record(store, "exec-2", FireRecord(task.task_id, P, None, NOW + 11_010, None, None, "e2",
-                                              retry_due_ms=NOW + 12_000, first_due_ms=NOW + 11_000))
+    assert record(
+        store,
+        "exec-2",
+        FireRecord(
+            task.task_id, P, None, NOW + 11_010, None, None, "e2", retry_due_ms=NOW + 12_000, first_due_ms=NOW + 11_000
+        ),
+    )
     # Then the first due written by the first retry stands
     assert stored(store, task.task_id).first_due_at == task.due_at
 
@@ -544,8 +627,9 @@ def test_a_second_retry_keeps_the_first_due(store: TaskStore, tasks: TaskFactory
 def test_only_the_executor_that_armed_a_task_can_retry_it(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a task armed by exec-1
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
-    retry = FireRecord(task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000,
-                       first_due_ms=task.due_ms)
+    retry = FireRecord(
+        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+    )
     # When another executor writes the retry / Then it is refused and the task stays ARMED by exec-1
     assert store.record_many("exec-2", [retry]) == [False]
     assert (stored(store, task.task_id).status, stored(store, task.task_id).armed_by) == (A, "exec-1")
@@ -554,14 +638,16 @@ def test_only_the_executor_that_armed_a_task_can_retry_it(store: TaskStore, task
 def test_the_same_retry_again_counts_as_done_and_another_does_not(store: TaskStore, tasks: TaskFactory) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
-    retry = FireRecord(task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000,
-                       first_due_ms=task.due_ms)
+    retry = FireRecord(
+        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+    )
     assert record(store, "exec-1", retry)
     # When the very same write comes again / Then it is recognised as done, not as a lost race
     assert record(store, "exec-1", retry)
     # But a different retry (another next try) is refused, as is an outcome
-    other = FireRecord(task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 12_000,
-                       first_due_ms=task.due_ms)
+    other = FireRecord(
+        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 12_000, first_due_ms=task.due_ms
+    )
     assert record(store, "exec-1", other) is False
     assert record(store, "exec-1", succeeded(task)) is False
     assert stored(store, task.task_id).due_ms == NOW + 11_000
@@ -592,9 +678,21 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: TaskS
         current = stored(store, task.task_id)
         assert arm(store, current, "exec-1", current.due_ms, batch_id=f"batch-{attempt}") is not None
         last, finished = attempt == 3, current.due_ms + 5
-        assert record(store, "exec-1", FireRecord(
-            task.task_id, F if last else P, float(current.due_ms), finished, 0.0, None, "HTTP 500",
-            retry_due_ms=None if last else finished + 1_000, first_due_ms=task.due_ms))
+        assert record(
+            store,
+            "exec-1",
+            FireRecord(
+                task.task_id,
+                F if last else P,
+                float(current.due_ms),
+                finished,
+                0.0,
+                None,
+                "HTTP 500",
+                retry_due_ms=None if last else finished + 1_000,
+                first_due_ms=task.due_ms,
+            ),
+        )
     failed = stored(store, task.task_id)
     assert (failed.status, failed.attempt) == (F, 3)
     later = NOW + 3_600_000
@@ -604,7 +702,13 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: TaskS
     back = stored(store, task.task_id)
     assert (back.status, back.due_ms, back.attempt) == (P, later, 0)
     assert (back.finished_at, back.lease_until, back.batch_id, back.armed_by, back.first_due_at, back.late) == (
-        None, None, None, None, None, False)
+        None,
+        None,
+        None,
+        None,
+        None,
+        False,
+    )
     # ... found by a look for due work, and armed as attempt 1
     assert due_ids(store, later, later) == [task.task_id]
     again = arm(store, back, "exec-2", later)
@@ -620,7 +724,11 @@ def test_redrive_of_anything_but_a_failed_task_changes_nothing(store: TaskStore,
     # When all of them and an unknown id are redriven
     # Then only the FAILED one is, answered position by position
     assert store.redrive_many([pending.task_id, failed.task_id, "nope", done.task_id], NOW + 60_000) == [
-        False, True, False, False]
+        False,
+        True,
+        False,
+        False,
+    ]
     assert [stored(store, t.task_id).status for t in (pending, failed, done)] == [P, P, S]
     # And a second redrive, later, is a no-op that leaves the first one's due time
     assert store.redrive_many([failed.task_id], NOW + 60_001) == [False]
@@ -747,8 +855,10 @@ def test_find_due_leaves_finished_tasks_out(store: TaskStore, tasks: TaskFactory
     # Given tasks due soon, armed by an executor that is gone: one recorded, one failed, one missed; and one
     # cancelled and one PENDING
     done, failed, missed = (armed_task(store, tasks, alive_until_ms=NOW) for _ in range(3))
-    assert store.record_many("exec-1", [succeeded(done), succeeded(failed, outcome=F),
-                                        succeeded(missed, outcome=M)]) == [True] * 3
+    assert (
+        store.record_many("exec-1", [succeeded(done), succeeded(failed, outcome=F), succeeded(missed, outcome=M)])
+        == [True] * 3
+    )
     cancelled, pending = (tasks.create(NOW + 10_000 + i) for i in range(2))
     store.cancel(cancelled.task_id, NOW)
     # When the store is asked for what is due / Then only the active one is found
@@ -769,7 +879,8 @@ def test_find_due_recovers_from_the_dead_and_leaves_the_live_owners_tasks_out(
     scan = store.find_due(at, NOW + 90_000)
     # Then the first three are found, the two armed ones counted as recovered, each as the store has it
     assert sorted(scan.candidates, key=lambda c: c.task_id) == sorted(
-        (candidate(stored(store, t.task_id)) for t in (pending, dead_owners, lease_ended)), key=lambda c: c.task_id)
+        (candidate(stored(store, t.task_id)) for t in (pending, dead_owners, lease_ended)), key=lambda c: c.task_id
+    )
     assert (scan.recovered, scan.undecodable, scan.complete) == (2, 0, True)
     # ... and the live executor's task one millisecond later
     assert live.task_id in due_ids(store, NOW + 90_000, at + 1)
@@ -794,8 +905,11 @@ def test_find_due_lists_each_active_task_once_with_its_status_and_lease(store: T
     assert len(ids) == len(set(ids))
     assert set(ids) == {t.task_id for t in created} - {moved_out.task_id, live_ones.task_id}
     by_id = {c.task_id: c for c in scan.candidates}
-    assert (by_id[dead_ones.task_id].status, by_id[dead_ones.task_id].lease_until_ms,
-            by_id[dead_ones.task_id].owner) == (A, NOW + ARMED_LEASE_MS, "exec-dead")
+    assert (
+        by_id[dead_ones.task_id].status,
+        by_id[dead_ones.task_id].lease_until_ms,
+        by_id[dead_ones.task_id].owner,
+    ) == (A, NOW + ARMED_LEASE_MS, "exec-dead")
     assert by_id[moved_in.task_id].due_ms == NOW + 2 * BUCKET_MS
     assert by_id[created[0].task_id] == candidate(stored(store, created[0].task_id))
     assert all(c.due_ms <= until for c in scan.candidates)

@@ -25,11 +25,17 @@ CHUNK = 10  # tasks per arm_many call of one racer
 TIMEOUT_S = 120  # a hung racer fails the test instead of hanging it; no property depends on it
 
 
-def make_tasks(store: TaskStore, prefix: str, count: int, due_ms: Callable[[int], int] = lambda i: NOW + 60_000 + i,
-               ) -> list[Task]:
+def make_tasks(
+    store: TaskStore,
+    prefix: str,
+    count: int,
+    due_ms: Callable[[int], int] = lambda i: NOW + 60_000 + i,
+) -> list[Task]:
     """``count`` PENDING tasks created at NOW, the i-th due at ``due_ms(i)``."""
-    created = [Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due_ms(i)), action=LogAction(message=prefix),
-                    payload={"i": i}) for i in range(count)]
+    created = [
+        Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due_ms(i)), action=LogAction(message=prefix), payload={"i": i})
+        for i in range(count)
+    ]
     assert all(store.create(task, NOW)[1] for task in created)
     return created
 
@@ -47,8 +53,12 @@ def arm_each(store: TaskStore, tasks: list[Task], executor: str, now_ms: int) ->
     armed: dict[str, Armed | None] = {}
     for start in range(0, len(tasks), CHUNK):
         part = tasks[start : start + CHUNK]
-        got = store.arm_many([ArmRequest(t.task_id, t.due_ms, now_ms + ARMED_LEASE_MS) for t in part],
-                             f"batch-{executor}", executor, now_ms)
+        got = store.arm_many(
+            [ArmRequest(t.task_id, t.due_ms, now_ms + ARMED_LEASE_MS) for t in part],
+            f"batch-{executor}",
+            executor,
+            now_ms,
+        )
         armed.update(zip([t.task_id for t in part], got, strict=True))
     return armed
 
@@ -88,8 +98,10 @@ def test_six_executors_arming_one_batch_at_once_arm_each_task_once(race_backend:
         alive(executor, f"exec-{k}", NOW + ALIVE_MS)
 
     # When they all arm at one fixed instant
-    results = run_threads([lambda k=k: arm_each(executors[k], order_of(k, tasks), f"exec-{k}", NOW)
-                           for k in range(len(executors))], timeout=TIMEOUT_S)
+    results = run_threads(
+        [lambda k=k: arm_each(executors[k], order_of(k, tasks), f"exec-{k}", NOW) for k in range(len(executors))],
+        timeout=TIMEOUT_S,
+    )
 
     # Then each task was armed by exactly one of them, none taken over
     winners = one_winner_each(tasks, results)
@@ -97,7 +109,8 @@ def test_six_executors_arming_one_batch_at_once_arm_each_task_once(race_backend:
     # ... and the store names that executor, the task armed once
     after = race_backend.store.get_many(list(winners))
     assert {task_id: (t.status, t.armed_by, t.attempt) for task_id, t in after.items()} == {
-        task_id: (TaskStatus.ARMED, f"exec-{k}", 1) for task_id, k in winners.items()}
+        task_id: (TaskStatus.ARMED, f"exec-{k}", 1) for task_id, k in winners.items()
+    }
 
 
 def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_once(race_backend: Backend) -> None:
@@ -113,8 +126,10 @@ def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_on
         alive(taker, f"exec-{k}", NOW + ALIVE_MS)
 
     # When they all arm them at one fixed instant, T + 1
-    results = run_threads([lambda k=k: arm_each(takers[k], order_of(k, tasks), f"exec-{k}", until + 1)
-                           for k in range(len(takers))], timeout=TIMEOUT_S)
+    results = run_threads(
+        [lambda k=k: arm_each(takers[k], order_of(k, tasks), f"exec-{k}", until + 1) for k in range(len(takers))],
+        timeout=TIMEOUT_S,
+    )
 
     # Then each task was taken over by exactly one of them, each told the dead owner lived until T
     winners = one_winner_each(tasks, results)
@@ -122,14 +137,17 @@ def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_on
     # ... the store names the new owner, the task armed twice in all; the dead owner can never renew
     after = store.get_many(list(winners))
     assert {task_id: (t.status, t.armed_by, t.attempt) for task_id, t in after.items()} == {
-        task_id: (TaskStatus.ARMED, f"exec-{k}", 2) for task_id, k in winners.items()}
+        task_id: (TaskStatus.ARMED, f"exec-{k}", 2) for task_id, k in winners.items()
+    }
     assert store.heartbeat("exec-dead", until + 2, until + 20_000) is False
 
 
 def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend) -> None:
     # Given 20 tasks, and 8 clients that all create each of them (the same id, the same content)
-    tasks = [Task(task_id=f"same-{i:02d}", due_at=from_ms(NOW + 60_000 + i), action=LogAction(), payload={"i": i})
-             for i in range(20)]
+    tasks = [
+        Task(task_id=f"same-{i:02d}", due_at=from_ms(NOW + 60_000 + i), action=LogAction(), payload={"i": i})
+        for i in range(20)
+    ]
     clients = [race_backend.new_store() for _ in range(8)]
 
     def create_each(k: int) -> list[tuple[str, bool]]:
@@ -157,7 +175,8 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(race_backend: Backend
     # When one cancels while the other arms (in the opposite order)
     cancel_lost_to, armed = run_threads(
         [lambda: cancel_each(canceller, tasks, NOW + 1), lambda: arm_each(executor, tasks[::-1], "exec-0", NOW + 1)],
-        timeout=TIMEOUT_S)
+        timeout=TIMEOUT_S,
+    )
 
     # Then per task exactly one of them won; a cancel that lost was told the task is ARMED
     assert {t.task_id for t in tasks if (cancel_lost_to[t.task_id] is None) == (armed[t.task_id] is not None)} == set()
@@ -165,7 +184,8 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(race_backend: Backend
     # ... and the store says who: ARMED by the executor, or CANCELLED - never both; no look finds a cancelled one
     after = store.get_many([t.task_id for t in tasks])
     assert {task_id: (t.status, t.armed_by) for task_id, t in after.items()} == {
-        t.task_id: (TaskStatus.ARMED, "exec-0") if armed[t.task_id] else (TaskStatus.CANCELLED, None) for t in tasks}
+        t.task_id: (TaskStatus.ARMED, "exec-0") if armed[t.task_id] else (TaskStatus.CANCELLED, None) for t in tasks
+    }
     assert set(due_ids(store, NOW + 90_000, NOW + 2)) == set()
 
 
@@ -183,21 +203,24 @@ def test_reschedule_racing_arm_has_exactly_one_winner_per_task(race_backend: Bac
         for task in tasks:
             try:
                 moved[task.task_id] = mover.reschedule(task.task_id, task.due_ms + moved_by_ms, NOW + 1).status is (
-                    TaskStatus.PENDING)
+                    TaskStatus.PENDING
+                )
             except TaskStateError:
                 moved[task.task_id] = False
         return moved
 
     # When one moves every task while the other arms each by its old due time (in the opposite order)
-    moved, armed = run_threads([reschedule_each, lambda: arm_each(executor, tasks[::-1], "exec-0", NOW + 1)],
-                               timeout=TIMEOUT_S)
+    moved, armed = run_threads(
+        [reschedule_each, lambda: arm_each(executor, tasks[::-1], "exec-0", NOW + 1)], timeout=TIMEOUT_S
+    )
 
     # Then per task exactly one of them won: ARMED at its old due time, or PENDING at its new one
     assert {t.task_id for t in tasks if moved[t.task_id] == (armed[t.task_id] is not None)} == set()
     after = store.get_many([t.task_id for t in tasks])
     assert {task_id: (t.status, t.due_ms) for task_id, t in after.items()} == {
         t.task_id: (TaskStatus.ARMED, t.due_ms) if armed[t.task_id] else (TaskStatus.PENDING, t.due_ms + moved_by_ms)
-        for t in tasks}
+        for t in tasks
+    }
     # ... and a look for due work finds the moved ones once each, at their new time
     found = store.find_due(NOW + 2, NOW + moved_by_ms + 90_000).candidates
     assert sorted(c.task_id for c in found) == sorted(t.task_id for t in tasks if moved[t.task_id])

@@ -33,8 +33,13 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
     tmp_path: Path, fresh_table_name: str
 ) -> None:
     # Given the local stack polling every 10 minutes, and at least a minute before its next poll
-    config = StackConfig(home=tmp_path, port=0, poll_interval_s=POLL_INTERVAL_S, prewarm=2,
-                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        poll_interval_s=POLL_INTERVAL_S,
+        prewarm=2,
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
+    )
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.fast_poller is not None
         assert wait_until(lambda: len(stack.polls) >= 1, timeout=30)  # the start-up poll is over
@@ -48,8 +53,9 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         # When 30 tasks are scheduled, each due 2 s after it is written, over about 3 s
         ids = []
         for i in range(30):
-            task = client.schedule(from_ms(now_ms() + 2_000), LogAction(message="fast"), {"i": i},
-                                   task_id=f"{prefix}{i:02d}")
+            task = client.schedule(
+                from_ms(now_ms() + 2_000), LogAction(message="fast"), {"i": i}, task_id=f"{prefix}{i:02d}"
+            )
             ids.append(task.task_id)
             time.sleep(0.1)
 
@@ -64,7 +70,10 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         assert sum(r.dispatched for r in stack.fast_path_reports) == 30
         assert sum(r.dispatched for r in stack.polls[polls_before:]) == 0
         # ... and the checker agrees: 0 lost, 0 extra fires
-        verdict = check(expected_from_tasks(client.get(t) for t in ids),
-                        fires_from_fire_log(read_fires(stack.fire_log, prefix)), epsilon_ms=1_500)
+        verdict = check(
+            expected_from_tasks(client.get(t) for t in ids),
+            fires_from_fire_log(read_fires(stack.fire_log, prefix)),
+            epsilon_ms=1_500,
+        )
         print(f"\n{verdict.format('fast path, tasks scheduled 2 s ahead')}")
         assert verdict.ok and not verdict.lost and not verdict.extra

@@ -31,7 +31,7 @@ from support import wait_until
 
 SCALE = 0.01  # Lambda's retries after 0.6 s and 1.2 s instead of 1 and 2 minutes; its throttle backoff from 10 ms
 
-HANDLER = '''
+HANDLER = """
 import json
 import os
 import threading
@@ -77,7 +77,7 @@ def handler(event, context):
             time.sleep(0.01)
     _log(event, "end")
     return {{"pid": os.getpid(), "name": event["name"], "memory_mb": context.memory_limit_in_mb}}
-'''
+"""
 
 
 class Run:
@@ -105,17 +105,25 @@ def run_invoker(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     """An invoker of the test's handler; every one is shut down afterwards, and any worker left is ended."""
     made: list[Run] = []
 
-    def make(limits: FunctionLimits, *, profile: Profile = "lambda", max_concurrency: int = 4,
-             prewarm: int = 0) -> Run:
+    def make(limits: FunctionLimits, *, profile: Profile = "lambda", max_concurrency: int = 4, prewarm: int = 0) -> Run:
         home = tmp_path / f"run-{len(made)}"
         home.mkdir()
         handler = home / "handler.py"
-        handler.write_text(HANDLER.format(calls=str(home / "calls.jsonl"), ticks=str(home / "ticks"),
-                                          release=str(home / "release")))
+        handler.write_text(
+            HANDLER.format(calls=str(home / "calls.jsonl"), ticks=str(home / "ticks"), release=str(home / "release"))
+        )
         results: list[dict[str, Any]] = []
-        invoker = LocalInvoker(handler, {}, log_file=home / "worker.log", limits=limits, profile=profile,
-                               max_concurrency=max_concurrency, prewarm=prewarm, time_scale=SCALE,
-                               on_result=lambda _event, result: results.append(result))
+        invoker = LocalInvoker(
+            handler,
+            {},
+            log_file=home / "worker.log",
+            limits=limits,
+            profile=profile,
+            max_concurrency=max_concurrency,
+            prewarm=prewarm,
+            time_scale=SCALE,
+            on_result=lambda _event, result: results.append(result),
+        )
         run = Run(invoker, home)
         run.results = results
         made.append(run)
@@ -205,7 +213,12 @@ def test_an_invocation_past_its_timeout_is_killed_retried_and_dropped_after_the_
     assert run.results == []
     stats = run.invoker.stats
     assert {k: stats[k] for k in ("timeouts", "errors", "retries", "dropped", "completed")} == {
-        "timeouts": 3, "errors": 3, "retries": 2, "dropped": 1, "completed": 0}
+        "timeouts": 3,
+        "errors": 3,
+        "retries": 2,
+        "dropped": 1,
+        "completed": 0,
+    }
 
 
 @pytest.mark.timeout(60)
@@ -275,16 +288,28 @@ def test_with_concurrency_1_a_second_invocation_is_throttled_and_runs_after_the_
     run.release()
     assert run.invoker.wait_idle(30)
     assert [(c["name"], c["phase"]) for c in run.calls()] == [
-        ("first", "start"), ("first", "end"), ("second", "start"), ("second", "end")]
+        ("first", "start"),
+        ("first", "end"),
+        ("second", "start"),
+        ("second", "end"),
+    ]
     assert [r["name"] for r in run.results] == ["first", "second"]
 
 
 @pytest.mark.timeout(120)
-def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(tmp_path: Path,
-                                                                          fresh_table_name: str) -> None:
+def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(
+    tmp_path: Path, fresh_table_name: str
+) -> None:
     # Given a stack starting in a thread (with a warm worker, whose start used to write the state file early)
-    config = StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=1, fast_path=False, api_port=0,
-                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=True,
+        prewarm=1,
+        fast_path=False,
+        api_port=0,
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
+    )
     stack = LocalStack(config)
     started = threading.Thread(target=stack.start, daemon=True)
     started.start()
@@ -310,11 +335,19 @@ def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(tmp_pa
 
 @pytest.mark.timeout(120)
 def test_a_stack_given_an_executor_memory_size_gives_its_workers_that_sizes_cpu_quota(
-        tmp_path: Path, fresh_table_name: str) -> None:
+    tmp_path: Path, fresh_table_name: str
+) -> None:
     # Given a stack told to run the executor at 512 MB (as a deployment with ExecutorMemorySize=512)
-    config = StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0, fast_path=False, api=False,
-                         executor_memory_mb=512,
-                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=True,
+        prewarm=0,
+        fast_path=False,
+        api=False,
+        executor_memory_mb=512,
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
+    )
     # When it starts
     with LocalStack(config) as stack:
         assert stack.limits is not None and stack.invoker is not None

@@ -29,8 +29,9 @@ LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 LOOPBACK_NTP = "127.0.0.1:9"  # discard port, as in test_local_runtime: no probe leaves the machine
 
 # Not pytest.importorskip: importing locust would monkey-patch this process with gevent.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None,
-                                reason="the load test needs locust (the dev and load extras install it)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("locust") is None, reason="the load test needs locust (the dev and load extras install it)"
+)
 
 
 @pytest.mark.timeout(210)
@@ -59,8 +60,21 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
             "PUNCTUAL_NTP_SERVER": LOOPBACK_NTP,
             "PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS": "300000",  # its tasks' grace: a slow machine makes fires late only
         }
-        command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-                   "-u", "4", "-r", "4", "-t", "8s", "--only-summary"]
+        command = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "8s",
+            "--only-summary",
+        ]
 
         # When 4 users schedule, read, reschedule and cancel tasks for 8 s, and the load test checks the fires
         try:

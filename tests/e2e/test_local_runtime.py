@@ -66,8 +66,12 @@ def test_500_tasks_over_12_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path:
         port=0,
         in_memory=False,
         poll_interval_s=3,
-        settings_overrides={"table_name": fresh_table_name, "ntp_server": None, "default_misfire_grace_ms": GRACE_MS,
-                            "allowed_targets": "127.0.0.1"},
+        settings_overrides={
+            "table_name": fresh_table_name,
+            "ntp_server": None,
+            "default_misfire_grace_ms": GRACE_MS,
+            "allowed_targets": "127.0.0.1",
+        },
     )
     with LocalStack(config) as stack:
         assert stack.settings is not None
@@ -174,8 +178,9 @@ def test_a_clean_stop_hands_armed_tasks_back_and_a_restart_fires_them_once(
 
 def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anything_starts(tmp_path: Path) -> None:
     # Given a stack told to confine background work to "one"
-    config = StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0,
-                         settings_overrides={"background_cpus": "one"})
+    config = StackConfig(
+        home=tmp_path, port=0, in_memory=True, prewarm=0, settings_overrides={"background_cpus": "one"}
+    )
     # When it starts, Then it refuses with the variable named, and nothing was started
     with pytest.raises(SettingsError, match="PUNCTUAL_BACKGROUND_CPUS"):
         LocalStack(config).start()
@@ -191,8 +196,9 @@ def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        stack = LocalStack(StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0, fast_path=False,
-                                       api_port=port))
+        stack = LocalStack(
+            StackConfig(home=tmp_path, port=0, in_memory=True, prewarm=0, fast_path=False, api_port=port)
+        )
         # When a stack is told to serve its API there  Then it refuses, naming the way out
         with pytest.raises(RuntimeError, match="--api-port"):
             stack.start()
@@ -208,8 +214,15 @@ def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path
 def test_dynamodb_local_runs_only_on_the_background_cpus(tmp_path: Path, fresh_table_name: str) -> None:
     # Given a stack with the default confinement (every usable CPU but the first)
     usable = sorted(os.sched_getaffinity(0))
-    config = StackConfig(home=tmp_path, port=0, in_memory=True, poll_interval_s=60, prewarm=0, fast_path=False,
-                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=True,
+        poll_interval_s=60,
+        prewarm=0,
+        fast_path=False,
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
+    )
     with LocalStack(config) as stack:
         # Then DynamoDB Local (every thread of the JVM) may not run on the first CPU, which firing keeps
         assert stack.settings.background_cpus is not None
@@ -490,24 +503,36 @@ def test_local_invoker_shutdown_ends_every_worker_even_with_an_invocation_waitin
 # -- recurring schedules ------------------------------------------------------------------------------------------
 @pytest.mark.slow  # the demo above and the CLI demo (make test) run recurring schedules on the local stack too
 @pytest.mark.timeout(240)
-def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(tmp_path: Path,
-                                                                           fresh_table_name: str) -> None:
+def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(
+    tmp_path: Path, fresh_table_name: str
+) -> None:
     # Given the local stack polling every 2 s with a short lead, so that the poller (not the client) makes most of
     # each chain's occurrences
-    config = StackConfig(home=tmp_path, port=0, in_memory=False, poll_interval_s=2,
-                         settings_overrides={"table_name": fresh_table_name, "ntp_server": None,
-                                             "default_misfire_grace_ms": GRACE_MS, "lead_ms": 5_000,
-                                             "fast_path_margin_ms": 1_000})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=False,
+        poll_interval_s=2,
+        settings_overrides={
+            "table_name": fresh_table_name,
+            "ntp_server": None,
+            "default_misfire_grace_ms": GRACE_MS,
+            "lead_ms": 5_000,
+            "fast_path_margin_ms": 1_000,
+        },
+    )
     with LocalStack(config) as stack:
         assert stack.settings is not None
         client = Client(stack.settings)
         start = datetime.fromtimestamp((now_ms() + 3_000) / 1000, UTC)
         # When a schedule every second and one every 500 ms run for 20 occurrences each
         made = {
-            "every-second": client.create_schedule("every-second", "rate(1 second)", LogAction(message="1s"),
-                                                   start_at=start, max_occurrences=20),
-            "half-second": client.create_schedule("half-second", "rate(500 milliseconds)", LogAction(message=".5s"),
-                                                  start_at=start, max_occurrences=20),
+            "every-second": client.create_schedule(
+                "every-second", "rate(1 second)", LogAction(message="1s"), start_at=start, max_occurrences=20
+            ),
+            "half-second": client.create_schedule(
+                "half-second", "rate(500 milliseconds)", LogAction(message=".5s"), start_at=start, max_occurrences=20
+            ),
         }
         assert all(s.created_count < 20 for s in made.values())  # the rest is the poller's to make
 
@@ -526,5 +551,8 @@ def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(tmp_p
             ended = client.get_schedule(schedule_id)
             assert ended is not None and ended.state == "ENDED" and ended.created_count == 20
             # (an outcome is recorded just after the fire: the executor's recorder settles before it writes)
-            assert wait_until(lambda sid=schedule_id: {t.status for t in client.schedule_history(sid)}
-                              == {TaskStatus.SUCCEEDED}, timeout=60, interval=0.5)
+            assert wait_until(
+                lambda sid=schedule_id: {t.status for t in client.schedule_history(sid)} == {TaskStatus.SUCCEEDED},
+                timeout=60,
+                interval=0.5,
+            )

@@ -37,19 +37,35 @@ def receivers() -> Iterator[tuple[TargetServer, TargetServer]]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, fresh_table_name: str, receivers: tuple[TargetServer, TargetServer],
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
+def stack(
+    tmp_path: Path, fresh_table_name: str, receivers: tuple[TargetServer, TargetServer], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalStack]:
     attacker, victim = receivers
     monkeypatch.setenv("PUNCTUAL_NTP_SERVER", "127.0.0.1:9")
     secrets_dir = tmp_path / "secrets"
     (secrets_dir / "tenants" / "beta").mkdir(parents=True)
     (secrets_dir / "tenants" / "beta" / "token").write_text(BETA_TOKEN)
-    tenant_map = {"tenants": {"local": {"targets": [f"127.0.0.1:{attacker.port}"]},
-                              "beta": {"targets": [f"127.0.0.1:{victim.port}"]}}}
-    config = StackConfig(home=tmp_path / "home", port=0, in_memory=True, poll_interval_s=2.0, prewarm=2,
-                         tenants=("beta",), api_port=0,
-                         settings_overrides={"table_name": fresh_table_name, "tenant_map": json.dumps(tenant_map),
-                                             "default_misfire_grace_ms": 300_000, "secrets_dir": str(secrets_dir)})
+    tenant_map = {
+        "tenants": {
+            "local": {"targets": [f"127.0.0.1:{attacker.port}"]},
+            "beta": {"targets": [f"127.0.0.1:{victim.port}"]},
+        }
+    }
+    config = StackConfig(
+        home=tmp_path / "home",
+        port=0,
+        in_memory=True,
+        poll_interval_s=2.0,
+        prewarm=2,
+        tenants=("beta",),
+        api_port=0,
+        settings_overrides={
+            "table_name": fresh_table_name,
+            "tenant_map": json.dumps(tenant_map),
+            "default_misfire_grace_ms": 300_000,
+            "secrets_dir": str(secrets_dir),
+        },
+    )
     with LocalStack(config) as running:
         yield running
 
@@ -65,7 +81,8 @@ def _forge(dynamodb: Any, table: str, item: dict[str, Any], **attributes: Any) -
 
 @pytest.mark.timeout(180)
 def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
-        stack: LocalStack, receivers: tuple[TargetServer, TargetServer]) -> None:
+    stack: LocalStack, receivers: tuple[TargetServer, TargetServer]
+) -> None:
     attacker_receiver, victim_receiver = receivers
     settings = stack.settings
     assert settings is not None and stack.ddb is not None
@@ -75,20 +92,25 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     soon = from_ms(now_ms() + 4_000)
 
     # Given beta's task carrying its own secret to its own receiver, and beta's schedule
-    beta_hook = HttpAction(url=f"http://127.0.0.1:{victim_receiver.port}/b",
-                           secret_headers={"X-Token": "file:tenants/beta/token"})
+    beta_hook = HttpAction(
+        url=f"http://127.0.0.1:{victim_receiver.port}/b", secret_headers={"X-Token": "file:tenants/beta/token"}
+    )
     beta.schedule(soon, beta_hook, {"n": 1}, task_id="b-1")
     beta.create_schedule("reports", "cron(0 9 * * ? *)", LogAction(message="report"))
     reports_before = beta.get_schedule("reports")
 
     # When local asks, through the API, for beta's secret, beta's receiver, or another loopback port
     refused = {
-        "beta's secret": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
-                                    secret_headers={"X-Stolen": "file:tenants/beta/token"}),
-        "beta's secret by env": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
-                                           secret_headers={"X-Stolen": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"}),
-        "the deployment's secrets": HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/x",
-                                               signing_secret="env:PUNCTUAL_SECRET_BETA_WHSEC"),
+        "beta's secret": HttpAction(
+            url=f"http://127.0.0.1:{attacker_receiver.port}/x", secret_headers={"X-Stolen": "file:tenants/beta/token"}
+        ),
+        "beta's secret by env": HttpAction(
+            url=f"http://127.0.0.1:{attacker_receiver.port}/x",
+            secret_headers={"X-Stolen": "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"},
+        ),
+        "the deployment's secrets": HttpAction(
+            url=f"http://127.0.0.1:{attacker_receiver.port}/x", signing_secret="env:PUNCTUAL_SECRET_BETA_WHSEC"
+        ),
         "beta's receiver": HttpAction(url=f"http://127.0.0.1:{victim_receiver.port}/x"),
         "DynamoDB Local's port": HttpAction(url=f"http://127.0.0.1:{stack.ddb.port}/"),
     }
@@ -101,18 +123,42 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     # When local writes items under its own keys that name beta's secret, beta's schedule and beta as tenant
     template = table.build_task(soon, LogAction(message="x"), task_id="template")
     stolen = table.to_item(template)
-    stolen_action = HttpAction(url=f"http://127.0.0.1:{attacker_receiver.port}/stolen",
-                               secret_headers={"X-Stolen": "file:tenants/beta/token"})
-    _forge(dynamodb, settings.table_name, stolen, task_id="local/steal", tenant="local",
-           action=json.dumps(stolen_action.stored_fields()))
+    stolen_action = HttpAction(
+        url=f"http://127.0.0.1:{attacker_receiver.port}/stolen", secret_headers={"X-Stolen": "file:tenants/beta/token"}
+    )
+    _forge(
+        dynamodb,
+        settings.table_name,
+        stolen,
+        task_id="local/steal",
+        tenant="local",
+        action=json.dumps(stolen_action.stored_fields()),
+    )
     for i in range(30):
         _forge(dynamodb, settings.table_name, stolen, task_id=f"local/junk-{i:02d}", tenant="beta")
-    definition = {"schedule_id": "beta/reports", "expression": "rate(1 second)", "timezone": "UTC",
-                  "action": {"kind": "http", "url": f"http://127.0.0.1:{attacker_receiver.port}/evil"},
-                  "payload": None, "cleanup": True}
-    _forge(dynamodb, settings.table_name, {}, task_id="local/#schedule#evil", tenant="local", state="ACTIVE",
-           version=99, definition=json.dumps(definition), created_ms=now_ms(), next_due_ms=now_ms(),
-           cleanup=1, due_ms=now_ms(), due_bucket=stolen["due_bucket"]["S"])
+    definition = {
+        "schedule_id": "beta/reports",
+        "expression": "rate(1 second)",
+        "timezone": "UTC",
+        "action": {"kind": "http", "url": f"http://127.0.0.1:{attacker_receiver.port}/evil"},
+        "payload": None,
+        "cleanup": True,
+    }
+    _forge(
+        dynamodb,
+        settings.table_name,
+        {},
+        task_id="local/#schedule#evil",
+        tenant="local",
+        state="ACTIVE",
+        version=99,
+        definition=json.dumps(definition),
+        created_ms=now_ms(),
+        next_due_ms=now_ms(),
+        cleanup=1,
+        due_ms=now_ms(),
+        due_bucket=stolen["due_bucket"]["S"],
+    )
 
     # Then beta's task fires at beta's receiver, with beta's secret, once
     assert victim_receiver.wait_for_keys(["beta/b-1:0"], timeout=60), table.get("beta/b-1")
@@ -130,6 +176,7 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     assert attacker_receiver.records() == []
     assert [r.task_id for r in victim_receiver.records()] == ["beta/b-1"]
     # And the forged schedule is out of the due index, with a detail saying why
-    raw = dynamodb.get_item(TableName=settings.table_name, Key={"task_id": {"S": "local/#schedule#evil"}},
-                            ConsistentRead=True)["Item"]
+    raw = dynamodb.get_item(
+        TableName=settings.table_name, Key={"task_id": {"S": "local/#schedule#evil"}}, ConsistentRead=True
+    )["Item"]
     assert "due_bucket" not in raw and "detail" in raw

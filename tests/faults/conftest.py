@@ -27,9 +27,15 @@ def make_settings(ddb_local: str, local_table: str) -> Callable[..., Settings]:
     """Settings for this test's table on the session's DynamoDB Local; keyword arguments override."""
 
     def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"endpoint_url": ddb_local, "table_name": local_table, "ntp_server": None,
-                                  "shard_count": SHARDS, "worker_threads": 8, "db_threads": 4,
-                                  "allowed_targets": "127.0.0.1"}  # the loopback receiver, by configuration
+        values: dict[str, Any] = {
+            "endpoint_url": ddb_local,
+            "table_name": local_table,
+            "ntp_server": None,
+            "shard_count": SHARDS,
+            "worker_threads": 8,
+            "db_threads": 4,
+            "allowed_targets": "127.0.0.1",
+        }  # the loopback receiver, by configuration
         values.update(overrides)
         return Settings(**values)
 
@@ -53,8 +59,12 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
     """Executors on the real clock (one per Lambda environment); their dispatchers are closed afterwards."""
     made: list[Executor] = []
 
-    def make(repo: DynamoTaskStore, settings: Settings, offset: OffsetProbe | None = None,
-             dead_letters: DeadLetterQueue | None = None) -> Executor:
+    def make(
+        repo: DynamoTaskStore,
+        settings: Settings,
+        offset: OffsetProbe | None = None,
+        dead_letters: DeadLetterQueue | None = None,
+    ) -> Executor:
         executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
         made.append(executor)
         return executor

@@ -130,7 +130,9 @@ def all_takeover_marks(settings: Settings) -> dict[str, tuple[str, int | None]]:
     client = make_client(settings.endpoint_url)
     marks: dict[str, tuple[str, int | None]] = {}
     for page in client.get_paginator("scan").paginate(
-        TableName=settings.table_name, FilterExpression="attribute_exists(taken_from)", ConsistentRead=True,
+        TableName=settings.table_name,
+        FilterExpression="attribute_exists(taken_from)",
+        ConsistentRead=True,
         ProjectionExpression="task_id, taken_from, taken_until_ms",
     ):
         for item in page.get("Items", []):
@@ -181,7 +183,7 @@ class InlineInvoker:
         join_all(threads, timeout, "executors")
 
 
-class PollerKilled(BaseException):  # noqa: N818 - not an error the poller may handle: its process ends here
+class PollerKilled(BaseException):  # not an error the poller may handle: its process ends here
     """The poller's process dies (out of memory, a runtime crash) in the middle of an invocation."""
 
 
@@ -234,7 +236,7 @@ class SlowInvoker:
 
 
 # -- injected faults ----------------------------------------------------------------------------------------
-class ProcessDied(ConnectionError):
+class ProcessDiedError(ConnectionError):
     """What a write of a dead executor process comes to: it never reaches the table."""
 
 
@@ -246,7 +248,7 @@ class _DyingStore(DynamoTaskStore):
 
     def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
         if self.dead:
-            raise ProcessDied("executor process died: its heartbeat stopped")
+            raise ProcessDiedError("executor process died: its heartbeat stopped")
         return super().heartbeat(executor_id, now_ms, alive_until_ms, invocation)
 
     def release(self, task_id: str, executor_id: str) -> bool:
@@ -263,8 +265,9 @@ class DiesAfterArm(_DyingStore):
 
     on_armed: Callable[[], None] | None = None
 
-    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         self.dead = True
         if self.on_armed is not None:
@@ -284,11 +287,11 @@ class DiesAfterFire(_DyingStore):
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
         self.dead = True
-        raise ProcessDied("executor process died before recording")
+        raise ProcessDiedError("executor process died before recording")
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
         self.dead = True
-        raise ProcessDied("executor process died before recording")
+        raise ProcessDiedError("executor process died before recording")
 
 
 class NotesArmTime(DynamoTaskStore):
@@ -297,8 +300,9 @@ class NotesArmTime(DynamoTaskStore):
 
     armed_at_ms: int | None = None
 
-    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         self.armed_at_ms = time.time_ns() // 1_000_000
         return result
@@ -345,10 +349,12 @@ class Throttle:
     the thread that made it), well under the client's 8 attempts, so every request gets through in the end.
     """
 
-    BODY = json.dumps({
-        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
-        "message": "injected by the fault suite: the request rate is too high",
-    }).encode()
+    BODY = json.dumps(
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "message": "injected by the fault suite: the request rate is too high",
+        }
+    ).encode()
 
     WRITES = frozenset({"UpdateItem", "TransactWriteItems", "PutItem", "BatchWriteItem"})
 
@@ -387,9 +393,17 @@ class Throttle:
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
-def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: TargetServer | Iterable[Fire],
-          allowance: Iterable[str] = (), epsilon_ms: float = EPSILON_MS, late_is_failure: bool = False,
-          extra_expected: Iterable[Expected] = (), windows: Iterable[tuple[float, float]] = ()) -> Verdict:
+def judge(
+    title: str,
+    repo: DynamoTaskStore,
+    task_ids: Iterable[str],
+    target: TargetServer | Iterable[Fire],
+    allowance: Iterable[str] = (),
+    epsilon_ms: float = EPSILON_MS,
+    late_is_failure: bool = False,
+    extra_expected: Iterable[Expected] = (),
+    windows: Iterable[tuple[float, float]] = (),
+) -> Verdict:
     """The checker's verdict on these tasks (as the table has them now) against the fires the target saw (or
     the fires given), printed, then asserted: nothing lost, no unexplained extra (and whatever else makes it
     fail). ``extra_expected`` adds occurrences the table cannot hand back as tasks (items that are not tasks);
@@ -399,8 +413,14 @@ def judge(title: str, repo: DynamoTaskStore, task_ids: Iterable[str], target: Ta
     stored = repo.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
     fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
-    verdict = check([*expected_from_tasks(stored.values()), *extra_expected], fires,
-                    epsilon_ms=epsilon_ms, allowance=allowance, late_is_failure=late_is_failure, windows=windows)
+    verdict = check(
+        [*expected_from_tasks(stored.values()), *extra_expected],
+        fires,
+        epsilon_ms=epsilon_ms,
+        allowance=allowance,
+        late_is_failure=late_is_failure,
+        windows=windows,
+    )
     print(f"\n{verdict.format(title)}")
     outside = [(key, stored[key.rpartition(":")[0]].detail) for key in verdict.missed_outside_window[:5]]
     assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(120)
 def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 30 good tasks due in ~4 s, and among them (by due time) two hand-written items: one with status
     # "pending" (lower case), one whose action has a kind no one registered
@@ -41,8 +43,10 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     repo = repo_for(settings)
     create_all(repo, good, created_ms=now)
     client = make_client(settings.endpoint_url)
-    for task, change in ((lower_case, {"status": {"S": "pending"}}),
-                         (unknown_kind, {"action": {"S": json.dumps({"kind": "carrier-pigeon", "loft": "n"})}})):
+    for task, change in (
+        (lower_case, {"status": {"S": "pending"}}),
+        (unknown_kind, {"action": {"S": json.dumps({"kind": "carrier-pigeon", "loft": "n"})}}),
+    ):
         client.put_item(TableName=settings.table_name, Item={**repo.item_of(task, now), **change})
     bad = {lower_case.task_id: lower_case.due_ms, unknown_kind.task_id: unknown_kind.due_ms}
 
@@ -67,6 +71,11 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     # ... nothing is left for the next poll
     assert (second.undecodable, second.dispatched) == (0, 0)
     # ... and the checker agrees: every good task fired once, the bad ones FAILED without a fire
-    verdict = judge("bad items in a batch", repo, ids, target,
-                    extra_expected=[Expected(task_id, 0, due_ms, "FAILED") for task_id, due_ms in bad.items()])
+    verdict = judge(
+        "bad items in a batch",
+        repo,
+        ids,
+        target,
+        extra_expected=[Expected(task_id, 0, due_ms, "FAILED") for task_id, due_ms in bad.items()],
+    )
     assert len(verdict.matched) == len(good) and len(verdict.failed) == len(bad)

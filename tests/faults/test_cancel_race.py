@@ -30,7 +30,9 @@ LOST_TO_EXECUTOR = (TaskStatus.ARMED, TaskStatus.SUCCEEDED, TaskStatus.FAILED)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("write_batch", ["single", "transaction"])
 def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fire(
-    write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
+    write_batch: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given 80 tasks due in ~5 s; a poller whose executors start (and arm) as soon as a batch is dispatched
@@ -82,9 +84,11 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
     fired = {r.key for r in target.records()}
     assert {task_id for task_id in ids if f"{task_id}:0" in fired} == {t for t in ids if not cancel_won[t]}
     cancels = sum(cancel_won.values())
-    print(f"\ncancels ran from due{timing[0] - due:+d} ms to due{timing[1] - due:+d} ms; cancel won {cancels}, "
-          f"executor won {len(ids) - cancels}; poll dispatched {report.dispatched}, "
-          f"executors armed {sum(r.armed for r in invoker.reports)}")
+    print(
+        f"\ncancels ran from due{timing[0] - due:+d} ms to due{timing[1] - due:+d} ms; cancel won {cancels}, "
+        f"executor won {len(ids) - cancels}; poll dispatched {report.dispatched}, "
+        f"executors armed {sum(r.armed for r in invoker.reports)}"
+    )
     # ... and the checker agrees: no cancelled task fired, nothing lost, nothing doubled
     verdict = judge(f"cancel racing arm ({write_batch})", repo_for(settings), ids, target)
     assert len(verdict.cancelled) + len(verdict.matched) == len(ids)

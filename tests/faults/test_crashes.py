@@ -61,7 +61,9 @@ def wait_past(instant_ms: int) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
-    policy: str, make_settings: Callable[..., Settings], target: TargetServer,
+    policy: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given 250 tasks due from 4 s to 44 s from now (Lambda's case is 80 s; the property is the same at any
@@ -121,20 +123,29 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     # ... every later task SUCCEEDED, fired once; those due after the takeover (+ ε) fired on time
     assert {stored[t].status for t in ids if due[t] > last_alive} == {TaskStatus.SUCCEEDED}
     keys = [f"{t}:0" for t in window] if policy == "fire_late" else []
-    verdict = judge(f"executor dropped after arming 250 tasks, no retry: the lease path ({policy})",
-                    repo_for(settings), ids, target, allowance=keys,
-                    windows=[crash_window(settings, dead_report.executor_id, due.values())])
+    verdict = judge(
+        f"executor dropped after arming 250 tasks, no retry: the lease path ({policy})",
+        repo_for(settings),
+        ids,
+        target,
+        allowance=keys,
+        windows=[crash_window(settings, dead_report.executor_id, due.values())],
+    )
     assert len(verdict.explicitly_missed) == (len(window) if policy == "skip" else 0)
     on_time_from = detected + EPSILON_MS
     assert [key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from] == []
-    print(f"crash window: {len(window)} tasks due up to {last_alive - base} ms after the first; taken over "
-          f"{detected - last_alive} ms after it lapsed; {sum(1 for t in ids if due[t] > on_time_from)} due later")
+    print(
+        f"crash window: {len(window)} tasks due up to {last_alive - base} ms after the first; taken over "
+        f"{detected - last_alive} ms after it lapsed; {sum(1 for t in ids if due[t] > on_time_from)} due later"
+    )
 
 
 # -- 5. crash after fire, before record -----------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_its_lease_and_never_refired(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 30 tasks due in ~3 s, dispatched into one batch; executor leases of 5 s
     settings = make_settings(**SHORT_LEASE)
@@ -180,7 +191,9 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
 # -- 7. executor started after the grace ----------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_without_firing(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 20 tasks with a 1 s grace, due 5 s ago, dispatched on time (by a poll 6 s ago) into one batch
     now = now_ms()
@@ -204,7 +217,9 @@ def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_withou
 # -- 4b. Lambda's retry of a dead executor's invocation -------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbeat_lapsed(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 40 tasks due from 4 s to 12 s from now, in one batch armed by an executor dropped right after
     settings = make_settings(**SHORT_LEASE)

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("write_batch", ["single", "transaction"])
 def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each_task_once(
-    write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
+    write_batch: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Any],
 ) -> None:
     # Given 30 tasks due in ~2.5 s, dispatched by one poll in one batch
@@ -57,8 +59,9 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     assert sum(r.lost_arm for r in reports) == len(tasks)
     assert (late_report.armed, late_report.lost_arm) == (0, len(tasks))
     # ... and the target saw each task fire once: 0 lost, 0 extra
-    verdict = judge(f"duplicate delivery to two executors + a late retry ({write_batch})", repo,
-                    [t.task_id for t in tasks], target)
+    verdict = judge(
+        f"duplicate delivery to two executors + a late retry ({write_batch})", repo, [t.task_id for t in tasks], target
+    )
     assert len(verdict.matched) == len(tasks) and not verdict.extra
 
 
@@ -69,22 +72,41 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
 ) -> None:
     # Given the local runtime whose invoker delivers every executor invocation twice (duplicate_rate 1.0),
     # polling every 2 s, with no fast path (so that every task goes through a poll and a doubled invocation)
-    config = StackConfig(home=tmp_path, port=0, in_memory=True, poll_interval_s=2, prewarm=2, duplicate_rate=1.0,
-                         fast_path=False,
-                         settings_overrides={"table_name": f"faults-{uuid.uuid4().hex[:8]}", "ntp_server": None,
-                                             "allowed_targets": "127.0.0.1"})
+    config = StackConfig(
+        home=tmp_path,
+        port=0,
+        in_memory=True,
+        poll_interval_s=2,
+        prewarm=2,
+        duplicate_rate=1.0,
+        fast_path=False,
+        settings_overrides={
+            "table_name": f"faults-{uuid.uuid4().hex[:8]}",
+            "ntp_server": None,
+            "allowed_targets": "127.0.0.1",
+        },
+    )
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.invoker is not None
         client = Client(stack.settings)
         # When 40 tasks are scheduled, due 5-6 s from now (with a grace of minutes: a slow machine only makes
         # them late)
         start = now_ms() + 5_000
-        ids = [client.schedule(from_ms(start + 25 * i), HttpAction(url=target.url, timeout_s=5), {"i": i},
-                               task_id=f"twice-{i:03d}", misfire_grace=300_000).task_id for i in range(40)]
+        ids = [
+            client.schedule(
+                from_ms(start + 25 * i),
+                HttpAction(url=target.url, timeout_s=5),
+                {"i": i},
+                task_id=f"twice-{i:03d}",
+                misfire_grace=300_000,
+            ).task_id
+            for i in range(40)
+        ]
         repo = repo_for(stack.settings)
         fired = target.wait_for_keys([f"{task_id}:0" for task_id in ids], timeout=40)
-        finished = wait_until(lambda: all(t.status is TaskStatus.SUCCEEDED for t in repo.get_many(ids).values()),
-                              timeout=20)
+        finished = wait_until(
+            lambda: all(t.status is TaskStatus.SUCCEEDED for t in repo.get_many(ids).values()), timeout=20
+        )
         # (once every delivery has completed, every fire it made has reached the target: an action's POST is
         # answered before its executor records it and returns)
         assert stack.invoker.wait_idle(30)
@@ -96,4 +118,3 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         assert stats["completed"] == 2 * stats["invoked"]
         # ... and the target saw each task fire once
         judge("local runtime, every invocation delivered twice", repo, ids, target)
-

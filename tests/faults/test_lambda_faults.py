@@ -67,18 +67,34 @@ class LambdaExecutors:
     """A :class:`LocalInvoker` of the real executor handler, with these settings and limits, and the reports
     its invocations returned."""
 
-    def __init__(self, home: Path, settings: Settings, limits: FunctionLimits, *, max_concurrency: int,
-                 prewarm: int) -> None:
-        env = {**settings_env(settings), "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_SERVICE_NAME": "punctual",
-               "POWERTOOLS_METRICS_NAMESPACE": "Punctual", "AWS_DEFAULT_REGION": settings.region,
-               "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    def __init__(
+        self, home: Path, settings: Settings, limits: FunctionLimits, *, max_concurrency: int, prewarm: int
+    ) -> None:
+        env = {
+            **settings_env(settings),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": "punctual",
+            "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
+            "AWS_DEFAULT_REGION": settings.region,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+        }
         self.log = home / "executor.log"
         self.reports: list[dict[str, Any]] = []
         self.pids: list[int] = []
         self._lock = threading.Lock()
-        self.invoker = LocalInvoker(HANDLER, env, log_file=self.log, limits=limits, profile="lambda",
-                                    max_concurrency=max_concurrency, prewarm=prewarm, time_scale=SCALE,
-                                    on_result=self._done, on_worker_started=self.pids.append)
+        self.invoker = LocalInvoker(
+            HANDLER,
+            env,
+            log_file=self.log,
+            limits=limits,
+            profile="lambda",
+            max_concurrency=max_concurrency,
+            prewarm=prewarm,
+            time_scale=SCALE,
+            on_result=self._done,
+            on_worker_started=self.pids.append,
+        )
 
     def _done(self, _event: dict[str, Any], result: dict[str, Any]) -> None:
         with self._lock:
@@ -90,8 +106,9 @@ class LambdaExecutors:
 
     def warm(self, count: int, timeout: float = 60) -> None:
         """Wait until ``count`` prewarmed workers are through their cold start (frozen, idle)."""
-        assert wait_until(lambda: sum(process_state(p) == "T" for p in self.invoker.worker_pids()) >= count,
-                          timeout=timeout), f"workers not warm\n{self.log_tail()}"
+        assert wait_until(
+            lambda: sum(process_state(p) == "T" for p in self.invoker.worker_pids()) >= count, timeout=timeout
+        ), f"workers not warm\n{self.log_tail()}"
 
     def log_tail(self, chars: int = 3_000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
@@ -109,8 +126,9 @@ class LambdaExecutors:
 def lambda_executors(tmp_path: Path) -> Iterator[Callable[..., LambdaExecutors]]:
     made: list[LambdaExecutors] = []
 
-    def make(settings: Settings, limits: FunctionLimits, *, max_concurrency: int = 4,
-             prewarm: int = 1) -> LambdaExecutors:
+    def make(
+        settings: Settings, limits: FunctionLimits, *, max_concurrency: int = 4, prewarm: int = 1
+    ) -> LambdaExecutors:
         home = tmp_path / f"lambda-{len(made)}"
         home.mkdir()
         run = LambdaExecutors(home, settings, limits, max_concurrency=max_concurrency, prewarm=prewarm)
@@ -135,11 +153,13 @@ def heartbeats(settings: Settings) -> dict[str, dict[str, Any]]:
     client = make_client(settings.endpoint_url)
     items: dict[str, dict[str, Any]] = {}
     for page in client.get_paginator("scan").paginate(
-        TableName=settings.table_name, FilterExpression="begins_with(task_id, :p)",
-        ExpressionAttributeValues={":p": {"S": EXECUTOR_PREFIX}}, ConsistentRead=True,
+        TableName=settings.table_name,
+        FilterExpression="begins_with(task_id, :p)",
+        ExpressionAttributeValues={":p": {"S": EXECUTOR_PREFIX}},
+        ConsistentRead=True,
     ):
         for item in page.get("Items", []):
-            items[item["task_id"]["S"][len(EXECUTOR_PREFIX):]] = item
+            items[item["task_id"]["S"][len(EXECUTOR_PREFIX) :]] = item
     return items
 
 
@@ -166,7 +186,8 @@ TIMEOUT_S = 20
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_the_retry_then_by_a_poll(
-    make_settings: Callable[..., Settings], target: TargetServer,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],
 ) -> None:
     started = time.monotonic()
@@ -192,8 +213,9 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     poller.poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
     assert wait_until(lambda: run.invoker.stats["timeouts"] >= 1, timeout=60), run.log_tail()
-    assert wait_until(lambda: run.invoker.stats["retries"] >= 2 and run.invoker.stats["timeouts"] >= 3,
-                      timeout=120), f"{run.invoker.stats}\n{run.log_tail()}"
+    assert wait_until(lambda: run.invoker.stats["retries"] >= 2 and run.invoker.stats["timeouts"] >= 3, timeout=120), (
+        f"{run.invoker.stats}\n{run.log_tail()}"
+    )
     polls = finish_with_polls(repo, Poller(repo, run.invoker, settings), ids, timeout=150)
     assert run.invoker.wait_idle(90), run.log_tail()
     stats = run.invoker.stats
@@ -210,16 +232,23 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     retried = sum(n - 1 for n in Counter(text_of(item, "invocation") for item in dead.values()).values())
     fenced = sum(1 for item in dead.values() if item.get("fenced"))
     assert retried >= 2, f"no retry took over its earlier attempt: {stats}"
-    verdict = judge("executor killed at its timeout holding 250 tasks; Lambda's retries, then polls", repo, ids,
-                    target, windows=windows)
+    verdict = judge(
+        "executor killed at its timeout holding 250 tasks; Lambda's retries, then polls",
+        repo,
+        ids,
+        target,
+        windows=windows,
+    )
     stored = repo.get_many(ids)
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in sorted(windows))
     print(f"invoker: {stats}; polls {polls}; heartbeats {len(beats)}, invocations named {len(by_invocation)}")
-    print(f"killed attempts: {len(dead)} ({retried} taken over by a retry of their invocation, {fenced} of them "
-          f"fenced by it; {len(dead) - retried} by a poll); crash windows {spans}; "
-          f"due in them {len(verdict.due_in_window)}, MISSED {len(verdict.missed_in_window)} of 250; "
-          f"run {time.monotonic() - started:.1f} s")
+    print(
+        f"killed attempts: {len(dead)} ({retried} taken over by a retry of their invocation, {fenced} of them "
+        f"fenced by it; {len(dead) - retried} by a poll); crash windows {spans}; "
+        f"due in them {len(verdict.due_in_window)}, MISSED {len(verdict.missed_in_window)} of 250; "
+        f"run {time.monotonic() - started:.1f} s"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -232,10 +261,16 @@ def test_lambdas_retry_of_an_invocation_keeps_its_request_id(tmp_path: Path) -> 
         "def handler(event, context):\n"
         f"    with open({str(ids)!r}, 'a') as handle:\n"
         "        handle.write(context.aws_request_id + '\\n')\n"
-        "    time.sleep(3600)\n")
-    invoker = LocalInvoker(handler, {}, log_file=tmp_path / "worker.log",
-                           limits=FunctionLimits("retried", timeout_s=1, max_retry_attempts=1), prewarm=0,
-                           time_scale=0.01)
+        "    time.sleep(3600)\n"
+    )
+    invoker = LocalInvoker(
+        handler,
+        {},
+        log_file=tmp_path / "worker.log",
+        limits=FunctionLimits("retried", timeout_s=1, max_retry_attempts=1),
+        prewarm=0,
+        time_scale=0.01,
+    )
     try:
         # When one event is invoked (killed at its timeout, retried, killed again)
         invoker.invoke_async({"name": "hang"})
@@ -252,7 +287,8 @@ def test_lambdas_retry_of_an_invocation_keeps_its_request_id(tmp_path: Path) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_and_fired_once(
-    make_settings: Callable[..., Settings], target: TargetServer,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],
 ) -> None:
     started = time.monotonic()
@@ -272,8 +308,9 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     poller = Poller(repo, run.invoker, settings)
     report = poller.poll(now_ms())
     print(f"\npoll: {report}")
-    assert wait_until(lambda: all_final(repo, ids), timeout=180, interval=1), \
+    assert wait_until(lambda: all_final(repo, ids), timeout=180, interval=1), (
         f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{run.invoker.stats}\n{run.log_tail()}"
+    )
     assert run.invoker.wait_idle(60)
 
     # Then the invocations past the concurrency were throttled, queued and run later: none was dropped
@@ -287,16 +324,19 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     verdict = judge("burst of 2,000 with executor concurrency 2", repo, ids, target)
     assert len(verdict.matched) == len(ids)
     latest = max((drift for _, drift in verdict.late), default=0.0)
-    print(f"window: none (no crash); MISSED {len(verdict.explicitly_missed)}; {len(verdict.late)} late, the "
-          f"latest {latest:.0f} ms after the instant; {len(run.reports)} invocations; "
-          f"run {time.monotonic() - started:.1f} s")
+    print(
+        f"window: none (no crash); MISSED {len(verdict.explicitly_missed)}; {len(verdict.late)} late, the "
+        f"latest {latest:.0f} ms after the instant; {len(run.reports)} invocations; "
+        f"run {time.monotonic() - started:.1f} s"
+    )
 
 
 # -- 3. a worker frozen past its lease, then thawed ----------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_nothing_taken_from_it(
-    make_settings: Callable[..., Settings], target: TargetServer,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],
 ) -> None:
     started = time.monotonic()
@@ -348,14 +388,23 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     stored = repo.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     assert all(d > last_alive for d in dues)
-    print(f"\nfrozen {thawed_at - frozen_at} ms (lease lapsed at +{last_alive - t0} ms, thawed at +{thawed_at - t0} "
-          f"ms); its report: fired {report['fired']}, fenced {report.get('fenced')}, released "
-          f"{report.get('released')}")
+    print(
+        f"\nfrozen {thawed_at - frozen_at} ms (lease lapsed at +{last_alive - t0} ms, thawed at +{thawed_at - t0} "
+        f"ms); its report: fired {report['fired']}, fenced {report.get('fenced')}, released "
+        f"{report.get('released')}"
+    )
     # ... and the checker sees no extra fire: nothing the takeover took was fired by the thawed worker too
-    verdict = judge("worker frozen 10 s, past its lease, thawed after a takeover", repo, ids, target,
-                    windows=crash_windows(settings, dict(zip(ids, dues, strict=True)), [owner]))
-    print(f"window <= +{last_alive - t0} ms (no task due in it), MISSED {len(verdict.explicitly_missed)}, "
-          f"run {time.monotonic() - started:.1f} s")
+    verdict = judge(
+        "worker frozen 10 s, past its lease, thawed after a takeover",
+        repo,
+        ids,
+        target,
+        windows=crash_windows(settings, dict(zip(ids, dues, strict=True)), [owner]),
+    )
+    print(
+        f"window <= +{last_alive - t0} ms (no task due in it), MISSED {len(verdict.explicitly_missed)}, "
+        f"run {time.monotonic() - started:.1f} s"
+    )
 
 
 # -- 4. a record write throttled three times ---------------------------------------------------------------------
@@ -372,15 +421,23 @@ class ThrottlesRecords(DynamoTaskStore):
             if throttle:
                 self.failed += 1
         if throttle:
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
-                                         "Message": "injected by the fault suite: the request rate is too high"}},
-                              "TransactWriteItems")
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "ProvisionedThroughputExceededException",
+                        "Message": "injected by the fault suite: the request rate is too high",
+                    }
+                },
+                "TransactWriteItems",
+            )
         return super().record_many(executor_id, records)
 
 
 @pytest.mark.timeout(90)
 def test_a_record_write_throttled_three_times_is_recorded_after_its_retries_not_missed(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     started = time.monotonic()
     # Given 10 tasks due in ~3 s, dispatched in one batch, and an executor whose first three record writes are
@@ -428,7 +485,9 @@ class UnprocessedReads:
 
 @pytest.mark.timeout(90)
 def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_poll_sends_the_tasks(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     started = time.monotonic()
     # Given 12 tasks due in ~4 s, and a poller whose every BatchGetItem leaves all its keys unprocessed
@@ -457,7 +516,9 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     assert sorted(invoker.task_ids) == sorted(ids)
     invoker.join()
     assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
-    print(f"\nfirst poll: {first}\nsecond poll: {second}\nBatchGetItem refused {client.refused} times, "
-          f"backoff {sum(sleeps):.2f} s over {len(sleeps)} waits")
+    print(
+        f"\nfirst poll: {first}\nsecond poll: {second}\nBatchGetItem refused {client.refused} times, "
+        f"backoff {sum(sleeps):.2f} s over {len(sleeps)} waits"
+    )
     verdict = judge("every BatchGetItem of a poll left unprocessed", repo_for(settings), ids, target)
     print(f"window: none, MISSED {len(verdict.explicitly_missed)}, run {time.monotonic() - started:.1f} s")

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(120)
 def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicate(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 5 poison tasks (the target rejects their key every time) among 15 healthy ones, due in ~2.5 s
     due = now_ms() + 2_500
@@ -44,8 +46,9 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
     # When the batch runs
     for event in invoker.events:
         make_executor(repo_for(settings), settings).run_batch(event)
-    finished = wait_until(lambda: all(not t.status.is_active for t in repo_for(settings).get_many(ids).values()),
-                          timeout=30)
+    finished = wait_until(
+        lambda: all(not t.status.is_active for t in repo_for(settings).get_many(ids).values()), timeout=30
+    )
 
     # Then the poison tasks are FAILED with the target's answer, the others SUCCEEDED
     assert finished
@@ -60,7 +63,10 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
 
 @pytest.mark.timeout(120)
 def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor], tmp_path: Path,
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
+    tmp_path: Path,
 ) -> None:
     # Given 3 poison tasks (their key always gets a 500) and 3 healthy ones, each allowed 3 attempts
     policy = RetryPolicy(max_attempts=3, backoff_ms=200, max_backoff_ms=400)
@@ -81,7 +87,7 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     deadline = time.monotonic() + 60
     while not finished() and time.monotonic() < deadline:
         invoker = RecordingInvoker()
-        poller._invoker = invoker  # noqa: SLF001 - a fresh recording invoker per poll
+        poller._invoker = invoker  # a fresh recording invoker per poll
         poller.poll(now_ms())
         for event in invoker.events:
             executor.run_batch(event)

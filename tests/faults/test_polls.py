@@ -62,15 +62,20 @@ def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers
 def armed_or_done(settings: Settings, task_ids: list[str], timeout: float = 20) -> bool:
     """Wait until no task among ``task_ids`` is PENDING any more (their executors armed them)."""
     store = repo_for(settings)
-    return wait_until(lambda: all(t.status is not TaskStatus.PENDING for t in store.get_many(task_ids).values()),
-                      timeout=timeout, interval=0.05)
+    return wait_until(
+        lambda: all(t.status is not TaskStatus.PENDING for t in store.get_many(task_ids).values()),
+        timeout=timeout,
+        interval=0.05,
+    )
 
 
 # -- 2. two pollers at the same instant -----------------------------------------------------------------------
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("write_batch", ["single", "transaction"])
 def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_tasks_fire_each_task_once(
-    write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
+    write_batch: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given 60 tasks due in ~5 s, and small batches
@@ -125,9 +130,16 @@ def own_ddb_local() -> Iterator[str]:
 @pytest.mark.timeout(300)
 def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_once(own_ddb_local: str) -> None:
     # Given 10,000 tasks due within the window of one fixed instant (written then), batches of 250
-    settings = Settings(endpoint_url=own_ddb_local, table_name="ten-k", ntp_server=None, shard_count=SHARDS,
-                        allowed_targets="127.0.0.1",
-                        write_batch="transaction", db_threads=4, max_batch_size=250)
+    settings = Settings(
+        endpoint_url=own_ddb_local,
+        table_name="ten-k",
+        ntp_server=None,
+        shard_count=SHARDS,
+        allowed_targets="127.0.0.1",
+        write_batch="transaction",
+        db_threads=4,
+        max_batch_size=250,
+    )
     ensure_table(make_client(own_ddb_local), settings.table_name)
     at = FIXED_NOW_MS
     tasks = make_tasks("ten-k", [at + 5_000 + 8 * i for i in range(10_000)], LogAction(message="10k"))
@@ -181,7 +193,9 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
 # -- 3. an invocation lost after dispatch ---------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_a_batch_whose_invocation_was_lost_is_dispatched_again_by_the_next_poll_and_fires_once(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 40 tasks due in ~4 s
     repo = repo_for(settings)
@@ -212,7 +226,9 @@ def test_a_batch_whose_invocation_was_lost_is_dispatched_again_by_the_next_poll_
 # -- 3b. a poller killed mid-dispatch -------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_rest(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 200 tasks due in ~6 s, in batches of 20 (10 invocations)
     settings = make_settings(max_batch_size=20)
@@ -244,7 +260,9 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
 # -- 3c. a tick that hits its deadline ------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick_sends_the_rest(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 200 tasks due in ~6 s, in batches of 20 (10 invocations), and a tick with 4 s left, each
     # invocation taking 1 s of it (on a clock the scenario moves)
@@ -278,14 +296,15 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
 
 @pytest.mark.timeout(120)
 def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 10 tasks overdue by 150 s (a 10 min grace) and 30 due in ~4 s, all written before the oldest was
     # due; a tick with 8 s left, each index query taking 1 s of it (4 shards: a minute bucket costs 4 s)
     settings = make_settings()
     now = now_ms()
-    overdue = http_tasks("read-deadline-old", [now - 150_000 + 10 * i for i in range(10)], target.url,
-                         grace_ms=600_000)
+    overdue = http_tasks("read-deadline-old", [now - 150_000 + 10 * i for i in range(10)], target.url, grace_ms=600_000)
     upcoming = http_tasks("read-deadline-new", [now + 4_000 + 10 * i for i in range(30)], target.url)
     tasks = overdue + upcoming
     ids = [t.task_id for t in tasks]
@@ -308,15 +327,16 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
     assert second.watermark_ms <= bucket_start(overdue[0].due_ms)
     assert (second.dispatched, second.complete) == (len(tasks), True)
     print(f"\nfirst tick read {budget.used_s:.0f} queries of {first.queries} and found {first.candidates}")
-    verdict = judge("tick out of time while reading; the next tick found everything", repo_for(settings), ids,
-                    target)
+    verdict = judge("tick out of time while reading; the next tick found everything", repo_for(settings), ids, target)
     assert len(verdict.matched) == len(tasks) and not verdict.past_grace
 
 
 # -- 6. a ~119 s gap between polls ----------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_missed_explicitly(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given polls 119 s apart: the first (simulated) at t1 = now - 119 s, the next at t2 = now. The first
     # reaches up to t1 + lead (90 s) = now - 29 s; tasks due after that and before t2 fall in the gap.
@@ -324,10 +344,12 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     t1 = t2 - 119_000
     assert t1 + settings.lead_ms == t2 - 29_000
     gap_ok = http_tasks("gap-ok", [t2 - 25_000 + 1_000 * i for i in range(12)], target.url)  # grace 60 s
-    gap_tight_late = http_tasks("gap-tight", [t2 - 6_000 + 200 * i for i in range(10)], target.url,
-                                grace_ms=15_000)  # 4-6 s overdue at t2: within a 15 s grace
-    gap_tight_missed = http_tasks("gap-missed", [t2 - 28_000 + 1_000 * i for i in range(10)], target.url,
-                                  grace_ms=15_000)  # 19-28 s overdue at t2: past a 15 s grace
+    gap_tight_late = http_tasks(
+        "gap-tight", [t2 - 6_000 + 200 * i for i in range(10)], target.url, grace_ms=15_000
+    )  # 4-6 s overdue at t2: within a 15 s grace
+    gap_tight_missed = http_tasks(
+        "gap-missed", [t2 - 28_000 + 1_000 * i for i in range(10)], target.url, grace_ms=15_000
+    )  # 19-28 s overdue at t2: past a 15 s grace
     ahead = http_tasks("gap-ahead", [t2 + 2_500 + 10 * i for i in range(10)], target.url)
     tasks = gap_ok + gap_tight_late + gap_tight_missed + ahead
     repo = repo_for(settings)
@@ -358,7 +380,9 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
 # -- 8. the due index lags ------------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_a_task_whose_index_entry_lags_is_found_by_the_next_poll_and_fires_once(
-    settings: Settings, target: TargetServer, make_executor: Callable[..., Executor],
+    settings: Settings,
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given 20 tasks due in ~3 s and 10 written overdue (due 8 s ago, a 90 s grace), none of them in the due
     # index yet (GSI writes lag), and 10 more that are

@@ -60,8 +60,9 @@ MARKER = "FAULT_SUITE_HOME"
 class Runtime:
     """``punctual up`` in a subprocess on ``home``; every process it leaves behind is ended at :meth:`cleanup`."""
 
-    def __init__(self, home: Path, table: str, env: dict[str, str] | None = None,
-                 poll_interval_s: int = POLL_INTERVAL_S) -> None:
+    def __init__(
+        self, home: Path, table: str, env: dict[str, str] | None = None, poll_interval_s: int = POLL_INTERVAL_S
+    ) -> None:
         self.home = home
         self.table = table
         self.env = RUNTIME_ENV if env is None else env
@@ -70,15 +71,28 @@ class Runtime:
 
     def start(self) -> dict[str, Any]:
         log = (self.home / f"up-{len(self.processes)}.log").open("wb")
-        command = [sys.executable, "-m", "punctual_tools.cli", "--home", str(self.home), "up", "--port", "0",
-                   "--poll-interval", str(self.poll_interval_s), "--table", self.table]
+        command = [
+            sys.executable,
+            "-m",
+            "punctual_tools.cli",
+            "--home",
+            str(self.home),
+            "up",
+            "--port",
+            "0",
+            "--poll-interval",
+            str(self.poll_interval_s),
+            "--table",
+            self.table,
+        ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")} | self.env
         env[MARKER] = str(self.home)  # inherited by everything it starts: how cleanup() finds them
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.processes.append(process)
-        started = wait_until(lambda: (read_state(self.home) or {}).get("pid") == process.pid
-                             or process.poll() is not None, timeout=60)
+        started = wait_until(
+            lambda: (read_state(self.home) or {}).get("pid") == process.pid or process.poll() is not None, timeout=60
+        )
         state = read_state(self.home) or {}
         assert started and state.get("pid") == process.pid, f"punctual up did not start:\n{self.log_tail()}"
         return state
@@ -141,9 +155,15 @@ def runtime(make_runtime: Callable[..., Runtime]) -> Runtime:
 
 
 def client_settings(state: dict[str, Any]) -> Settings:
-    return Settings(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
-                    shard_count=state["shard_count"], poll_interval_ms=POLL_INTERVAL_S * 1000, fast_path_margin_ms=0,
-                    ntp_server=None, allowed_targets="127.0.0.1")
+    return Settings(
+        endpoint_url=state["endpoint_url"],
+        table_name=state["table_name"],
+        shard_count=state["shard_count"],
+        poll_interval_ms=POLL_INTERVAL_S * 1000,
+        fast_path_margin_ms=0,
+        ntp_server=None,
+        allowed_targets="127.0.0.1",
+    )
 
 
 @pytest.mark.slow
@@ -156,26 +176,35 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     state = runtime.start()
     client = Client(client_settings(state))
     base = now_ms() + 2_000
-    dues = ([base + 3_000 + 70 * i for i in range(30)] + [base + 8_000 + 400 * i for i in range(30)]
-            + [base + 25_000 + 100 * i for i in range(60)])
+    dues = (
+        [base + 3_000 + 70 * i for i in range(30)]
+        + [base + 8_000 + 400 * i for i in range(30)]
+        + [base + 25_000 + 100 * i for i in range(60)]
+    )
     ids = [f"kill-{i:03d}" for i in range(len(dues))]
     due = dict(zip(ids, dues, strict=True))
     action = HttpAction(url=target.url, timeout_s=5)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: client.schedule(from_ms(dues[i]), action, {"i": i}, task_id=ids[i],
-                                                misfire_grace=GRACE_MS), range(len(ids))))
+        list(
+            pool.map(
+                lambda i: client.schedule(from_ms(dues[i]), action, {"i": i}, task_id=ids[i], misfire_grace=GRACE_MS),
+                range(len(ids)),
+            )
+        )
 
     # When the runtime is killed with SIGKILL, 7 s into the run, once its executors hold armed tasks (a loaded
     # machine may take longer to get there)
     time.sleep(max(0.0, (base + 7_000 - now_ms()) / 1000))
     old = repo_for(client_settings(state))
-    assert wait_until(lambda: any(t.status is TaskStatus.ARMED for t in old.get_many(ids).values()), timeout=60,
-                      interval=0.1), f"no task was ever armed\n{runtime.log_tail()}"
+    assert wait_until(
+        lambda: any(t.status is TaskStatus.ARMED for t in old.get_many(ids).values()), timeout=60, interval=0.1
+    ), f"no task was ever armed\n{runtime.log_tail()}"
     runtime.kill()
     # ... (what the table held at that moment, read from the DynamoDB Local the kill left running)
     at_kill = {task_id: t.status for task_id, t in repo_for(client_settings(state)).get_many(ids).items()}
-    print(f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; "
-          f"{len(target.records())} fires seen so far")
+    print(
+        f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; {len(target.records())} fires seen so far"
+    )
     # ... and started again on the same home, until every task is final (nothing waits for a lease: the
     # killed executors' heartbeats lapse within seconds and the restarted stack takes their tasks over)
     state = runtime.start()
@@ -185,8 +214,9 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     def settled() -> bool:
         return now_ms() > dues[-1] + 3_000 and all(not t.status.is_active for t in repo.get_many(ids).values())
 
-    assert wait_until(settled, timeout=200, interval=0.5), \
+    assert wait_until(settled, timeout=200, interval=0.5), (
         f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
+    )
     stored = repo.get_many(ids)
     marks = {task_id: takeover_marks(settings, task_id) for task_id in ids}
     taken = {task_id: until for task_id, (owner, until) in marks.items() if owner is not None}
@@ -209,11 +239,14 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     assert pending, "nothing was pending at the kill: the scenario's timing went wrong"
     after_window = [task_id for task_id in taken if task_id not in window]
     assert after_window, "no task a killed executor held was due after its crash window: the timing went wrong"
-    assert {task_id: (fires[f"{task_id}:0"], stored[task_id].status) for task_id in pending + after_window} == \
-        dict.fromkeys(pending + after_window, (1, TaskStatus.SUCCEEDED))
-    print(f"taken over from killed executors: {len(taken)} ({len(after_window)} due after their crash window; "
-          f"{len(window)} in it, of which "
-          f"{len(missed)} MISSED and {sum(1 for t in missed if fires[f'{t}:0'])} had fired before their executor died)")
+    assert {
+        task_id: (fires[f"{task_id}:0"], stored[task_id].status) for task_id in pending + after_window
+    } == dict.fromkeys(pending + after_window, (1, TaskStatus.SUCCEEDED))
+    print(
+        f"taken over from killed executors: {len(taken)} ({len(after_window)} due after their crash window; "
+        f"{len(window)} in it, of which "
+        f"{len(missed)} MISSED and {sum(1 for t in missed if fires[f'{t}:0'])} had fired before their executor died)"
+    )
     # ... and the checker agrees: nothing lost, nothing fired twice (no allowance: under "skip" a task that
     # may have fired is never fired again)
     verdict = judge("local runtime SIGKILLed under load, restarted", repo, ids, target)
@@ -257,11 +290,16 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     t0 = now_ms()
     control_at, burst_at = t0 + 80_000, t0 + 100_000
     spread = [t0 + 50_000 + SPREAD_EVERY_MS * i for i in range(700)]
-    due = ({f"spread-{i:04d}": d for i, d in enumerate(spread)} | {f"control-{i:04d}": control_at for i in range(BURST)}
-           | {f"burst-{i:04d}": burst_at for i in range(BURST)})
+    due = (
+        {f"spread-{i:04d}": d for i, d in enumerate(spread)}
+        | {f"control-{i:04d}": control_at for i in range(BURST)}
+        | {f"burst-{i:04d}": burst_at for i in range(BURST)}
+    )
     action = HttpAction(url=target.url, timeout_s=10)
-    results = client.schedule_many({"due_at": from_ms(d), "action": action, "payload": {"id": task_id},
-                                    "task_id": task_id} for task_id, d in due.items())
+    results = client.schedule_many(
+        {"due_at": from_ms(d), "action": action, "payload": {"id": task_id}, "task_id": task_id}
+        for task_id, d in due.items()
+    )
     assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
     ids = list(due)
     written_s = (now_ms() - t0) / 1000
@@ -277,13 +315,16 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
         armed_share[0] = sum(t.status is TaskStatus.ARMED for t in repo.get_many(sample).values()) / len(sample)
         return armed_share[0] == 1.0
 
-    wait_until(lambda: now_ms() >= burst_at - 9_000 or (now_ms() > control_at and burst_armed()),
-               timeout=150, interval=2.0)
+    wait_until(
+        lambda: now_ms() >= burst_at - 9_000 or (now_ms() > control_at and burst_armed()), timeout=150, interval=2.0
+    )
     time.sleep(max(0.0, (burst_at - 8_000 - now_ms()) / 1000))
     runtime.kill()
     killed_ms = now_ms()
-    print(f"\nwritten in {written_s:.1f} s; killed {(burst_at - killed_ms) / 1000:.1f} s before the burst, "
-          f"{armed_share[0]:.0%} of it armed (a sample of 100); {len(target.records())} fires seen so far")
+    print(
+        f"\nwritten in {written_s:.1f} s; killed {(burst_at - killed_ms) / 1000:.1f} s before the burst, "
+        f"{armed_share[0]:.0%} of it armed (a sample of 100); {len(target.records())} fires seen so far"
+    )
     # ... and started again on the same home 1 s later
     time.sleep(max(0.0, (killed_ms + 1_000 - now_ms()) / 1000))
     restart_ms = now_ms()
@@ -293,11 +334,11 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     repo = repo_for(settings)
 
     def settled() -> bool:
-        return now_ms() > max(due.values()) + 3_000 and all(not t.status.is_active
-                                                            for t in repo.get_many(ids).values())
+        return now_ms() > max(due.values()) + 3_000 and all(not t.status.is_active for t in repo.get_many(ids).values())
 
-    assert wait_until(settled, timeout=240, interval=1.0), \
+    assert wait_until(settled, timeout=240, interval=1.0), (
         f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
+    )
 
     # Then MISSED only in the killed executors' crash windows (each from its last heartbeat to the restart's
     # fence), nothing lost, nothing fired twice
@@ -305,8 +346,9 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     owners = {owner for task_id, (owner, _) in all_takeover_marks(settings).items() if task_id in due}
     windows = crash_windows(settings, due)
     assert all(was_taken_over(settings, owner) for owner in owners)
-    verdict = judge("local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", repo, ids, target,
-                    windows=windows)
+    verdict = judge(
+        "local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", repo, ids, target, windows=windows
+    )
     # ... and what the user sees, printed against the targets (measured, not asserted)
     first: dict[str, float] = {}
     for record in target.records():
@@ -320,40 +362,57 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     arrived = sum(task_id in first for task_id in after_kill)
     share = arrived / len(after_kill)
     fence_ms = max((end for _, end in windows), default=None)
-    print(f"kill at +{(killed_ms - t0) / 1000:.1f} s, restart begun +{(restart_ms - killed_ms) / 1000:.1f} s after "
-          f"it, up after {(up_ms - restart_ms) / 1000:.1f} s, executors fenced at +"
-          f"{'-' if fence_ms is None else f'{(fence_ms - killed_ms) / 1000:.1f}'} s; burst due "
-          f"{(burst_at - killed_ms) / 1000:.1f} s after the kill")
-    print(f"crash windows: {len(windows)} executors, "
-          f"{', '.join(f'{(end - start) / 1000:.1f} s' for start, end in sorted(windows))}; due in them "
-          f"{len(verdict.due_in_window)}, MISSED {len(verdict.missed_in_window)} (outside them "
-          f"{len(verdict.missed_outside_window)})")
-    print(f"due after the kill: {len(after_kill)}, arrived {arrived} = {share:.1%} (target >= 90%: "
-          f"{'met' if share >= 0.9 else 'MISSED'})")
+    print(
+        f"kill at +{(killed_ms - t0) / 1000:.1f} s, restart begun +{(restart_ms - killed_ms) / 1000:.1f} s after "
+        f"it, up after {(up_ms - restart_ms) / 1000:.1f} s, executors fenced at +"
+        f"{'-' if fence_ms is None else f'{(fence_ms - killed_ms) / 1000:.1f}'} s; burst due "
+        f"{(burst_at - killed_ms) / 1000:.1f} s after the kill"
+    )
+    print(
+        f"crash windows: {len(windows)} executors, "
+        f"{', '.join(f'{(end - start) / 1000:.1f} s' for start, end in sorted(windows))}; due in them "
+        f"{len(verdict.due_in_window)}, MISSED {len(verdict.missed_in_window)} (outside them "
+        f"{len(verdict.missed_outside_window)})"
+    )
+    print(
+        f"due after the kill: {len(after_kill)}, arrived {arrived} = {share:.1%} (target >= 90%: "
+        f"{'met' if share >= 0.9 else 'MISSED'})"
+    )
     # the restart has caught up from the last task due after it that fired more than a second late
     late = [due[t] for t in ids if due[t] > up_ms and t in first and first[t] - due[t] > 1_000]
     caught_up_ms = max(late, default=up_ms)
     taken = [task_id for task_id in all_takeover_marks(settings) if task_id in due]
-    print(f"the restart took over {len(taken)} tasks; tasks due after it fired late until "
-          f"{(caught_up_ms - killed_ms) / 1000:.1f} s after the kill ({(caught_up_ms - up_ms) / 1000:.1f} s after the "
-          f"restarted stack was up), on time after")
-    rows = [("spread before the first burst", drifts("spread-", lambda d: d < control_at - 2_000)),
-            ("spread due after the restart", drifts("spread-", lambda d: d > up_ms)),
-            ("spread due after the takeover", drifts("spread-", lambda d: d > caught_up_ms)),
-            (f"burst of {BURST} before the kill", drifts("control-", lambda _: True)),
-            (f"burst of {BURST} after the restart", drifts("burst-", lambda _: True))]
+    print(
+        f"the restart took over {len(taken)} tasks; tasks due after it fired late until "
+        f"{(caught_up_ms - killed_ms) / 1000:.1f} s after the kill ({(caught_up_ms - up_ms) / 1000:.1f} s after the "
+        f"restarted stack was up), on time after"
+    )
+    rows = [
+        ("spread before the first burst", drifts("spread-", lambda d: d < control_at - 2_000)),
+        ("spread due after the restart", drifts("spread-", lambda d: d > up_ms)),
+        ("spread due after the takeover", drifts("spread-", lambda d: d > caught_up_ms)),
+        (f"burst of {BURST} before the kill", drifts("control-", lambda _: True)),
+        (f"burst of {BURST} after the restart", drifts("burst-", lambda _: True)),
+    ]
     for name, values in rows:
         print(f"  {name:<34} {drift_summary(values)}")
-    for name, before, after in (("spread", rows[0][1], rows[1][1]), ("spread after the takeover", rows[0][1],
-                                                                       rows[2][1]), ("burst", rows[3][1], rows[4][1])):
+    for name, before, after in (
+        ("spread", rows[0][1], rows[1][1]),
+        ("spread after the takeover", rows[0][1], rows[2][1]),
+        ("burst", rows[3][1], rows[4][1]),
+    ):
         p99_before, p99_after = summarize(before).get("p99"), summarize(after).get("p99")
         if p99_before and p99_after:
-            print(f"  {name}: p99 after the restart / before = {p99_after / p99_before:.1f}x "
-                  f"({p99_after:.1f} ms against {p99_before:.1f} ms; target: within the run's own figure)")
+            print(
+                f"  {name}: p99 after the restart / before = {p99_after / p99_before:.1f}x "
+                f"({p99_after:.1f} ms against {p99_before:.1f} ms; target: within the run's own figure)"
+            )
     statuses = Counter(t.status.value for t in stored.values())
     recorded_missed = [t for t, task in stored.items() if task.status is TaskStatus.MISSED]
-    print(f"outcomes: {dict(statuses)} ({sum(t in first for t in recorded_missed)} of the MISSED arrived: fired by "
-          f"an executor that died before recording; MISSED says 'may have fired'); run "
-          f"{time.monotonic() - started:.1f} s")
+    print(
+        f"outcomes: {dict(statuses)} ({sum(t in first for t in recorded_missed)} of the MISSED arrived: fired by "
+        f"an executor that died before recording; MISSED says 'may have fired'); run "
+        f"{time.monotonic() - started:.1f} s"
+    )
     assert not verdict.missed_outside_window
     runtime.stop()

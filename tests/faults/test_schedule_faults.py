@@ -49,17 +49,28 @@ pytestmark = pytest.mark.integration
 CHAIN = {"lead_ms": 5_000, "poll_interval_ms": 1_000, "fast_path_margin_ms": 1_000, **SHORT_LEASE}
 
 
-def verdict_of(title: str, settings: Settings, schedule: Schedule, after_ms: int, until_ms: int,
-               target: TargetServer, *, allowance: list[str] | None = None,
-               downtime: list[tuple[int, int]] | None = None) -> Any:
+def verdict_of(
+    title: str,
+    settings: Settings,
+    schedule: Schedule,
+    after_ms: int,
+    until_ms: int,
+    target: TargetServer,
+    *,
+    allowance: list[str] | None = None,
+    downtime: list[tuple[int, int]] | None = None,
+) -> Any:
     """The checker's verdict over the schedule's occurrences in ``(after, until]``, printed and returned."""
     repo = repo_for(settings)
     ids = repo.schedule_occurrence_ids(schedule.schedule_id)
     stored = repo.get_many(ids)
     expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
-    verdict = check(expected, [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],
-                    epsilon_ms=EPSILON_MS,
-                    allowance=allowance or [])
+    verdict = check(
+        expected,
+        [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],
+        epsilon_ms=EPSILON_MS,
+        allowance=allowance or [],
+    )
     print(f"\n{verdict.format(title)}")
     return verdict
 
@@ -99,14 +110,21 @@ class DoublingInvoker(InlineInvoker):
 
 @pytest.mark.timeout(180)
 def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_per_occurrence(
-    make_settings: Callable[..., Settings], target: TargetServer, make_executor: Callable[..., Executor],
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
+    make_executor: Callable[..., Executor],
 ) -> None:
     # Given a schedule firing every second for 16 s at the loopback target
     settings = make_settings(**CHAIN)
     client = Client(settings)
     start = now_ms() + 3_000
-    schedule = client.create_schedule("chain-faults", "rate(1 second)", HttpAction(url=target.url),
-                                      start_at=from_ms(start), end_at=from_ms(start + 15_000))
+    schedule = client.create_schedule(
+        "chain-faults",
+        "rate(1 second)",
+        HttpAction(url=target.url),
+        start_at=from_ms(start),
+        end_at=from_ms(start + 15_000),
+    )
     assert schedule.created_count < 16  # most of the chain is the pollers' to make
     victim = occurrence_id("chain-faults", start + 5_000)
 
@@ -134,8 +152,14 @@ def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_pe
     # checker finds every occurrence fired once or, for the dropped executor's crash window, MISSED
     assert made + schedule.created_count == 16
     assert invoker.dropped and victim in invoker.dropped
-    verdict = verdict_of("two pollers, duplicate delivery, an executor dropped after arm", settings, schedule,
-                         start - 1, start + 15_000, target)
+    verdict = verdict_of(
+        "two pollers, duplicate delivery, an executor dropped after arm",
+        settings,
+        schedule,
+        start - 1,
+        start + 15_000,
+        target,
+    )
     assert verdict.ok and not verdict.lost and not verdict.unexplained
     assert verdict.expected == 16
     assert set(verdict.explicitly_missed) <= {f"{t}:0" for t in invoker.dropped}
@@ -146,8 +170,9 @@ class FaultAtVictim(InlineInvoker):
     """Runs each invocation as :class:`InlineInvoker` does, but the first whose batch holds ``victim`` is handed
     to ``fault`` instead (which may raise :class:`PollerKilled`: the poller's process dies there)."""
 
-    def __init__(self, make_executor: Callable[[], Executor], victim: str,
-                 fault: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self, make_executor: Callable[[], Executor], victim: str, fault: Callable[[dict[str, Any]], None]
+    ) -> None:
         super().__init__(make_executor)
         self._victim, self._fault = victim, fault
         self.hit: list[str] = []
@@ -185,7 +210,9 @@ def made_instants(settings: Settings, schedule_id: str) -> list[int]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("step", ["poller dies after making", "executor dies after fire, before record"])
 def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
-    step: str, make_settings: Callable[..., Settings], target: TargetServer,
+    step: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given a schedule firing every second for 10 s at the loopback target
@@ -193,8 +220,9 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     client = Client(settings)
     start = now_ms() + 3_000
     sid = f"crash-{step.split()[0]}"
-    schedule = client.create_schedule(sid, "rate(1 second)", HttpAction(url=target.url),
-                                      start_at=from_ms(start), end_at=from_ms(start + 9_000))
+    schedule = client.create_schedule(
+        sid, "rate(1 second)", HttpAction(url=target.url), start_at=from_ms(start), end_at=from_ms(start + 9_000)
+    )
     victim = occurrence_id(sid, start + 5_000)
     dying = InlineInvoker(lambda: make_executor(repo_for(settings, DiesAfterFire), settings))
 
@@ -233,8 +261,9 @@ class PausesAtArm(DynamoTaskStore):
     pause: Callable[[], None] | None = None
     first = "pause"
 
-    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         pause, self.pause = self.pause, None
         if pause is not None and self.first == "pause":
             pause()
@@ -247,7 +276,9 @@ class PausesAtArm(DynamoTaskStore):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("first", ["pause", pytest.param("arm", marks=pytest.mark.slow)])
 def test_pause_racing_an_arm_has_one_outcome_either_way_round(
-    first: str, make_settings: Callable[..., Settings], target: TargetServer,
+    first: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given a schedule firing every second, and the executor of the batch holding its 4th occurrence
@@ -255,8 +286,9 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
     client = Client(settings)
     start = now_ms() + 3_000
     sid = f"race-{first}"
-    schedule = client.create_schedule(sid, "rate(1 second)", HttpAction(url=target.url),
-                                      start_at=from_ms(start), end_at=from_ms(start + 20_000))
+    schedule = client.create_schedule(
+        sid, "rate(1 second)", HttpAction(url=target.url), start_at=from_ms(start), end_at=from_ms(start + 20_000)
+    )
     victim = occurrence_id(sid, start + 3_000)
     made_at_pause: list[list[int]] = []
 
@@ -299,7 +331,9 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("policy", ["skip", pytest.param("fire_latest", marks=pytest.mark.slow)])
 def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
-    policy: str, make_settings: Callable[..., Settings], target: TargetServer,
+    policy: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given a schedule every 5 s created an hour ago, whose chain nobody has extended since (the stack was
@@ -307,8 +341,9 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     settings = make_settings(**CHAIN)
     hour_ago = now_ms() - 3_600_000
     then = Client(settings.model_copy(update={"lead_ms": 30_000}), clock=FakeClock(wall_ms=hour_ago))
-    schedule = then.create_schedule(f"downtime-{policy}", "rate(5 seconds)", HttpAction(url=target.url),
-                                    misfire_grace=3_000, downtime_policy=policy)
+    schedule = then.create_schedule(
+        f"downtime-{policy}", "rate(5 seconds)", HttpAction(url=target.url), misfire_grace=3_000, downtime_policy=policy
+    )
     stale = repo_for(settings).schedule_occurrence_ids(schedule.schedule_id)
     restart = now_ms()
     # When the stack comes back: a poller ticks every second for 14 s, executors fire what they are handed
@@ -325,8 +360,9 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     stored = repo_for(settings).get_many(repo_for(settings).schedule_occurrence_ids(schedule.schedule_id))
     assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
     late = [t for t in stored.values() if t.late]
-    verdict = verdict_of(f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target,
-                         downtime=[(hour_ago, restart)])
+    verdict = verdict_of(
+        f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target, downtime=[(hour_ago, restart)]
+    )
     assert verdict.ok and not verdict.lost and not verdict.unexplained
     # (besides the stale ones, the occurrence due within the grace before the restart is made again at the first
     # poll, and fires late or is MISSED depending on how fast this machine gets to it: either is an explicit

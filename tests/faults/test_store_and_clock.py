@@ -25,7 +25,9 @@ pytestmark = pytest.mark.integration
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("write_batch", ["single", "transaction"])
 def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
-    write_batch: str, make_settings: Callable[..., Settings], target: TargetServer,
+    write_batch: str,
+    make_settings: Callable[..., Settings],
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given a store that answers ~20% of requests with ProvisionedThroughputExceededException (at most 2 in a
@@ -72,7 +74,9 @@ def silent_ntp() -> Iterator[str]:
 
 @pytest.mark.timeout(60)
 def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrected(
-    make_settings: Callable[..., Settings], silent_ntp: str, target: TargetServer,
+    make_settings: Callable[..., Settings],
+    silent_ntp: str,
+    target: TargetServer,
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given an executor whose cold-start NTP probe asks a server that never answers (4 s timeout)

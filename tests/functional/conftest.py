@@ -35,8 +35,14 @@ def dynamodb() -> Iterator[Any]:
 @pytest.fixture
 def settings() -> Settings:
     # Loopback receivers are allowed as the local runtime allows them: by configuration.
-    return Settings(table_name=TABLE, shard_count=SHARDS, ntp_server=None, db_threads=4, worker_threads=8,
-                    allowed_targets="127.0.0.1")
+    return Settings(
+        table_name=TABLE,
+        shard_count=SHARDS,
+        ntp_server=None,
+        db_threads=4,
+        worker_threads=8,
+        allowed_targets="127.0.0.1",
+    )
 
 
 @pytest.fixture(params=["single", "transaction"])

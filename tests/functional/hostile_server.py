@@ -149,7 +149,9 @@ class HostileServer:
 
 async def _reply(writer: asyncio.StreamWriter, status: int, extra: str = "") -> bool:
     body = b'{"ok":true}'
-    writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
-                 .encode() + body)
+    writer.write(
+        f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra}Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     await writer.drain()
     return True

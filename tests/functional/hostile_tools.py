@@ -32,8 +32,10 @@ REGION = "us-east-1"
 AWS_KINDS = ("lambda", "sqs", "sns", "eventbridge")
 ACME_QUOTAS = {"active_tasks": 8, "schedules": 2, "schedule_rate_per_s": 0.05, "retry_attempts": 3}
 BETA_QUOTAS = {"active_tasks": 10, "schedules": 5, "schedule_rate_per_s": 1, "retry_attempts": 10}
-PRINCIPALS = {f"arn:aws:iam::{ACCOUNT}:role/AcmeScheduler": "acme",
-              f"arn:aws:iam::{ACCOUNT}:role/BetaScheduler": "beta"}
+PRINCIPALS = {
+    f"arn:aws:iam::{ACCOUNT}:role/AcmeScheduler": "acme",
+    f"arn:aws:iam::{ACCOUNT}:role/BetaScheduler": "beta",
+}
 
 # What each secret holds: a value that shows up if it is ever sent, and the tenant it belongs to in its name.
 SECRET_VALUES = {
@@ -43,17 +45,22 @@ SECRET_VALUES = {
     "PUNCTUAL_SECRET_TENANT_ACME_X__TOKEN": "acme-x-token-5ca1ab1e",
     "PUNCTUAL_SECRET_OPS": "operator-token-0b5e55ed",
 }
-FILE_SECRETS = {"tenants/beta/token": "beta-file-0b5e55ed", "tenants/acme/token": "acme-file-a11ce",
-                "token": "operator-file-0b5e55ed"}
+FILE_SECRETS = {
+    "tenants/beta/token": "beta-file-0b5e55ed",
+    "tenants/acme/token": "acme-file-a11ce",
+    "token": "operator-file-0b5e55ed",
+}
 STOLEN = ("0b5e55ed", "5ca1ab1e")  # what every secret acme must never obtain holds
 
 
 def arns(owner: str) -> dict[str, str]:
     """The target ARN of each AWS kind that ``owner`` (a tenant, or ``ops`` for the operator) may call."""
-    return {"lambda": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{owner}-fn",
-            "sqs": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{owner}-orders",
-            "sns": f"arn:aws:sns:{REGION}:{ACCOUNT}:{owner}-news",
-            "eventbridge": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{owner}-bus"}
+    return {
+        "lambda": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{owner}-fn",
+        "sqs": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{owner}-orders",
+        "sns": f"arn:aws:sns:{REGION}:{ACCOUNT}:{owner}-news",
+        "eventbridge": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{owner}-bus",
+    }
 
 
 def aws_action(kind: str, arn: str, source: str | None = None) -> dict[str, Any]:
@@ -67,23 +74,39 @@ def aws_action(kind: str, arn: str, source: str | None = None) -> dict[str, Any]
 
 def tenant_map(acme_port: int, beta_port: int) -> dict[str, Any]:
     """The full tenant map: each tenant's receiver port, its ARNs and its quotas."""
-    return {"principals": PRINCIPALS,
-            "tenants": {"acme": {"targets": [f"127.0.0.1:{acme_port}"], "target_arns": sorted(arns("acme").values()),
-                                 "quotas": ACME_QUOTAS},
-                        "beta": {"targets": [f"127.0.0.1:{beta_port}"], "target_arns": sorted(arns("beta").values()),
-                                 "quotas": BETA_QUOTAS}},
-            "quotas": {"active_tasks": 1000, "schedules": 10, "schedule_rate_per_s": 1, "retry_attempts": 5}}
+    return {
+        "principals": PRINCIPALS,
+        "tenants": {
+            "acme": {
+                "targets": [f"127.0.0.1:{acme_port}"],
+                "target_arns": sorted(arns("acme").values()),
+                "quotas": ACME_QUOTAS,
+            },
+            "beta": {
+                "targets": [f"127.0.0.1:{beta_port}"],
+                "target_arns": sorted(arns("beta").values()),
+                "quotas": BETA_QUOTAS,
+            },
+        },
+        "quotas": {"active_tasks": 1000, "schedules": 10, "schedule_rate_per_s": 1, "retry_attempts": 5},
+    }
 
 
 def tenant_settings(base: Settings, acme_port: int, beta_port: int) -> Settings:
     """``base`` with the tenant map and the operator's own ARNs (the deployment-wide list, not the tenants')."""
-    return Settings.model_validate({**base.model_dump(), "tenant_map": json.dumps(tenant_map(acme_port, beta_port)),
-                                    "allowed_target_arns": ",".join(sorted(arns("ops").values()))})
+    return Settings.model_validate(
+        {
+            **base.model_dump(),
+            "tenant_map": json.dumps(tenant_map(acme_port, beta_port)),
+            "allowed_target_arns": ",".join(sorted(arns("ops").values())),
+        }
+    )
 
 
 # -- items as a direct-table role writes them ---------------------------------------------------------------------
-def forge(client: Client, key: str, action: Mapping[str, Any], due_ms: int, now_ms: int,
-          **attributes: dict[str, Any]) -> dict[str, Any]:
+def forge(
+    client: Client, key: str, action: Mapping[str, Any], due_ms: int, now_ms: int, **attributes: dict[str, Any]
+) -> dict[str, Any]:
     """A realistic task item under ``key``, as a direct-table role confined to ``acme/*`` may put it: built by the
     tenant-less client, moved under the key, its action written in as JSON (whatever any rule says of it), and
     ``attributes`` (raw attribute values) set over it; an attribute given as ``{}`` is removed."""
@@ -164,15 +187,24 @@ def action_env(settings: Settings, aws: FakeAws, secrets_dir: Path) -> ActionEnv
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(value)
     rules = TargetRules.from_settings(settings)
-    resolver = SecretResolver(rules=rules.secrets, secrets_dir=secrets_dir, environ=dict(SECRET_VALUES),
-                              ssm_client=aws.client("ssm"), secretsmanager_client=aws.client("secretsmanager"))
-    return ActionEnv(rules=rules, secrets=resolver,
-                     clients={service: aws.client(service) for service in ("lambda", "sqs", "sns", "events")})
+    resolver = SecretResolver(
+        rules=rules.secrets,
+        secrets_dir=secrets_dir,
+        environ=dict(SECRET_VALUES),
+        ssm_client=aws.client("ssm"),
+        secretsmanager_client=aws.client("secretsmanager"),
+    )
+    return ActionEnv(
+        rules=rules,
+        secrets=resolver,
+        clients={service: aws.client(service) for service in ("lambda", "sqs", "sns", "events")},
+    )
 
 
 # -- firing ----------------------------------------------------------------------------------------------------
-def poll_and_fire(store: DynamoTaskStore, settings: Settings, env: ActionEnv, rounds: int = 1,
-                  done: Callable[[], bool] | None = None) -> tuple[list[PollReport], list[BatchReport]]:
+def poll_and_fire(
+    store: DynamoTaskStore, settings: Settings, env: ActionEnv, rounds: int = 1, done: Callable[[], bool] | None = None
+) -> tuple[list[PollReport], list[BatchReport]]:
     """Poll on the real clock and run every batch on one executor (``env``'s actions), ``rounds`` times or until
     ``done()``; the polls' and the batches' reports."""
     clock = SystemClock()
@@ -189,4 +221,3 @@ def poll_and_fire(store: DynamoTaskStore, settings: Settings, env: ActionEnv, ro
     finally:
         executor.close()
     return polls, batches
-

@@ -61,8 +61,13 @@ def beta(api: LocalApi) -> ApiClient:
     return ApiClient(api.url, token="token-beta")
 
 
-def raw(api: LocalApi, method: str, path: str, body: bytes | None = None, token: str | None = "token-acme",
-        ) -> tuple[int, str, dict[str, Any]]:
+def raw(
+    api: LocalApi,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    token: str | None = "token-acme",
+) -> tuple[int, str, dict[str, Any]]:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -71,8 +76,9 @@ def raw(api: LocalApi, method: str, path: str, body: bytes | None = None, token:
 
 
 # -- tenants ---------------------------------------------------------------------------------------------------
-def test_another_tenants_task_is_not_found_whatever_is_asked(acme: ApiClient, beta: ApiClient, direct: Client,
-                                                               now_ms: int) -> None:
+def test_another_tenants_task_is_not_found_whatever_is_asked(
+    acme: ApiClient, beta: ApiClient, direct: Client, now_ms: int
+) -> None:
     # Given a task of tenant acme, and a FAILED one
     acme.schedule(from_ms(now_ms + 60_000), LogAction(message="a"), {"n": 1}, task_id="invoice-42")
     acme.schedule(from_ms(now_ms + 60_000), LogAction(message="f"), task_id="failed-1")
@@ -80,8 +86,12 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(acme: ApiClient, be
     # When tenant beta asks for them by their ids  Then every operation answers "not found"
     assert beta.get("invoice-42") is None
     assert beta.list() == []
-    for call in (lambda: beta.cancel("invoice-42"), lambda: beta.reschedule("invoice-42", from_ms(now_ms + 1_000)),
-                 lambda: beta.run_now("invoice-42"), lambda: beta.redrive("failed-1")):
+    for call in (
+        lambda: beta.cancel("invoice-42"),
+        lambda: beta.reschedule("invoice-42", from_ms(now_ms + 1_000)),
+        lambda: beta.run_now("invoice-42"),
+        lambda: beta.redrive("failed-1"),
+    ):
         with pytest.raises(TaskNotFoundError):
             call()
     # And acme's tasks are untouched
@@ -97,15 +107,16 @@ def _fail(direct: Client, task_id: str) -> None:
     store = direct._store
     task = store.get(task_id)
     assert task is not None
-    armed = store.arm_many([ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "executor-1",
-                           task.due_ms - 1_000)
+    armed = store.arm_many(
+        [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "executor-1", task.due_ms - 1_000
+    )
     assert armed[0] is not None
-    assert store.record_many("executor-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5,
-                                                       0.1, 0.1, detail="boom")]) == [True]
+    assert store.record_many(
+        "executor-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+    ) == [True]
 
 
-def test_ids_of_other_tenants_cannot_be_spelled(api: LocalApi, acme: ApiClient, beta: ApiClient,
-                                                  now_ms: int) -> None:
+def test_ids_of_other_tenants_cannot_be_spelled(api: LocalApi, acme: ApiClient, beta: ApiClient, now_ms: int) -> None:
     # Given acme's task
     acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="secret")
     # When beta names it with acme's prefix, raw or URL-encoded  Then no route or no such task: never acme's
@@ -115,9 +126,15 @@ def test_ids_of_other_tenants_cannot_be_spelled(api: LocalApi, acme: ApiClient, 
         assert content_type == "application/problem+json"
         assert "due_at" not in body  # no task in the answer
     # And a task id with a tenant in it is refused when scheduling (the field is named)
-    status, _, body = raw(api, "POST", "/v1/tasks", json.dumps({
-        "task_id": "acme/x", "due_at": from_ms(now_ms + 60_000).isoformat(), "action": {"kind": "log"}}).encode(),
-        token="token-beta")
+    status, _, body = raw(
+        api,
+        "POST",
+        "/v1/tasks",
+        json.dumps(
+            {"task_id": "acme/x", "due_at": from_ms(now_ms + 60_000).isoformat(), "action": {"kind": "log"}}
+        ).encode(),
+        token="token-beta",
+    )
     assert (status, body["field"]) == (422, "task_id")
 
 
@@ -134,14 +151,18 @@ def test_tenants_schedules_are_apart(acme: ApiClient, beta: ApiClient) -> None:
     assert beta.get_schedule("daily") is None
     acme_daily = acme.get_schedule("daily")
     assert acme_daily is not None and acme_daily.state == "ACTIVE"
-    for call in (lambda: beta.pause_schedule("daily"), lambda: beta.schedule_history("daily"),
-                 lambda: beta.update_schedule("daily", expression="rate(5 minutes)")):
+    for call in (
+        lambda: beta.pause_schedule("daily"),
+        lambda: beta.schedule_history("daily"),
+        lambda: beta.update_schedule("daily", expression="rate(5 minutes)"),
+    ):
         with pytest.raises(ScheduleNotFoundError):
             call()
 
 
-def test_keys_carry_the_tenant_for_leading_keys(acme: ApiClient, dynamodb: Any, settings: Settings,
-                                                now_ms: int) -> None:
+def test_keys_carry_the_tenant_for_leading_keys(
+    acme: ApiClient, dynamodb: Any, settings: Settings, now_ms: int
+) -> None:
     # Given a task and a schedule made through the API
     acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="t1")
     acme.create_schedule("s1", "rate(1 minute)", LogAction())
@@ -152,8 +173,7 @@ def test_keys_carry_the_tenant_for_leading_keys(acme: ApiClient, dynamodb: Any, 
     assert "acme/#schedule#s1" in keys
 
 
-def test_a_direct_table_client_of_a_tenant_is_seen_by_the_api(acme: ApiClient, direct: Client,
-                                                              now_ms: int) -> None:
+def test_a_direct_table_client_of_a_tenant_is_seen_by_the_api(acme: ApiClient, direct: Client, now_ms: int) -> None:
     # Given a task written straight to the table under acme's key (a role confined by LeadingKeys "acme/*")
     direct.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/from-boto3")
     # And one of no tenant
@@ -166,10 +186,12 @@ def test_a_direct_table_client_of_a_tenant_is_seen_by_the_api(acme: ApiClient, d
 def test_the_api_gives_what_the_direct_client_gives(acme: ApiClient, direct: Client, now_ms: int) -> None:
     due = from_ms(now_ms + 90_000)
     action = HttpAction(url="https://example.com/hook", headers={"X-Team": "a"})
-    through_api = acme.schedule(due, action, {"n": [1, 2]}, task_id="same", misfire_grace=5_000,
-                                retry={"max_attempts": 3})
-    direct_task = direct.schedule(due, action, {"n": [1, 2]}, task_id="acme/same2", misfire_grace=5_000,
-                                  retry={"max_attempts": 3})
+    through_api = acme.schedule(
+        due, action, {"n": [1, 2]}, task_id="same", misfire_grace=5_000, retry={"max_attempts": 3}
+    )
+    direct_task = direct.schedule(
+        due, action, {"n": [1, 2]}, task_id="acme/same2", misfire_grace=5_000, retry={"max_attempts": 3}
+    )
     fields = {"due_at", "action", "payload", "misfire_grace_ms", "misfire_policy", "retry", "status", "attempt"}
     assert through_api.model_dump(include=fields) == direct_task.model_dump(include=fields)
     # And the life cycle answers alike
@@ -190,11 +212,19 @@ def test_run_now_moves_the_task_to_now(acme: ApiClient, now_ms: int) -> None:
     assert acme.run_now("later").due_ms == now_ms
 
 
-def test_concurrent_requests_are_each_answered_from_their_own_body(acme: ApiClient, direct: Client,
-                                                                    now_ms: int) -> None:
+def test_concurrent_requests_are_each_answered_from_their_own_body(
+    acme: ApiClient, direct: Client, now_ms: int
+) -> None:
     # Given 60 tasks scheduled through the API by 12 threads at once
-    specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(message=f"m{i}"), "payload": {"i": i},
-              "task_id": f"c-{i:02d}"} for i in range(60)]
+    specs = [
+        {
+            "due_at": from_ms(now_ms + 60_000 + i),
+            "action": LogAction(message=f"m{i}"),
+            "payload": {"i": i},
+            "task_id": f"c-{i:02d}",
+        }
+        for i in range(60)
+    ]
     results = acme.schedule_many(specs, threads=12)
     # Then each was created, and each stored task holds its own request's content
     assert [r.outcome for r in results] == ["created"] * 60
@@ -204,8 +234,7 @@ def test_concurrent_requests_are_each_answered_from_their_own_body(acme: ApiClie
 
 
 def test_schedule_many_through_the_api(acme: ApiClient, now_ms: int) -> None:
-    specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(), "task_id": f"bulk-{i}"}
-             for i in range(5)]
+    specs = [{"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(), "task_id": f"bulk-{i}"} for i in range(5)]
     specs.append({"due_at": from_ms(now_ms + 60_000), "action": {"kind": "nope"}, "task_id": "bad"})
     first = acme.schedule_many(specs, threads=4)
     assert [r.outcome for r in first] == ["created"] * 5 + ["invalid"]
@@ -234,19 +263,22 @@ def test_pages_cover_a_tenants_tasks_once(acme: ApiClient, beta: ApiClient, api:
 
 
 # -- bad input -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("body", "field"), [
-    (b"{not json", "body"),
-    (b'{"due_at": "tomorrow", "action": {"kind": "log"}}', "due_at"),
-    (b'{"due_at": "{due}", "action": {"kind": "log"}}', "due_at"),
-    (b'{"due_at": "{due}Z", "action": {"kind": "ftp"}}', "action"),
-    (b'{"due_at": "{due}Z", "action": {"kind": "http", "url": "http://169.254.169.254/"}}',
-     "action.url"),
-    (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "extra": 1}', "extra"),
-    (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "misfire_grace_ms": -1}', "misfire_grace_ms"),
-    (b'[]', None),
-])
-def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(api: LocalApi, acme: ApiClient, body: bytes,
-                                                                     field: str | None, now_ms: int) -> None:
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "body"),
+        (b'{"due_at": "tomorrow", "action": {"kind": "log"}}', "due_at"),
+        (b'{"due_at": "{due}", "action": {"kind": "log"}}', "due_at"),
+        (b'{"due_at": "{due}Z", "action": {"kind": "ftp"}}', "action"),
+        (b'{"due_at": "{due}Z", "action": {"kind": "http", "url": "http://169.254.169.254/"}}', "action.url"),
+        (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "extra": 1}', "extra"),
+        (b'{"due_at": "{due}Z", "action": {"kind": "log"}, "misfire_grace_ms": -1}', "misfire_grace_ms"),
+        (b"[]", None),
+    ],
+)
+def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(
+    api: LocalApi, acme: ApiClient, body: bytes, field: str | None, now_ms: int
+) -> None:
     due = from_ms(now_ms + 60_000).replace(tzinfo=None).isoformat()
     status, content_type, problem = raw(api, "POST", "/v1/tasks", body.replace(b"{due}", due.encode()))
     assert status in (400, 422)
@@ -270,36 +302,54 @@ def test_unknown_routes_and_states_are_problems(api: LocalApi, acme: ApiClient, 
         acme.reschedule("pending", from_ms(now_ms + 400 * 86_400_000))
 
 
-def test_no_token_or_a_wrong_one_is_401_and_an_unmapped_principal_403(api: LocalApi, dynamodb: Any,
-                                                                       settings: Settings) -> None:
+def test_no_token_or_a_wrong_one_is_401_and_an_unmapped_principal_403(
+    api: LocalApi, dynamodb: Any, settings: Settings
+) -> None:
     assert raw(api, "GET", "/v1/tasks", token=None)[0] == 401
     assert raw(api, "GET", "/v1/tasks", token="token-acme-not")[0] == 401
     with pytest.raises(ApiError) as info:
         ApiClient(api.url, token="wrong").list()
     assert info.value.status == 401
     # And through API Gateway's event: a principal the tenant map does not name is refused
-    app = build_app(lambda: Client(settings, dynamodb=dynamodb), TenantMap.parse(
-        '{"arn:aws:iam::123456789012:role/Acme": "acme"}'))
+    app = build_app(
+        lambda: Client(settings, dynamodb=dynamodb), TenantMap.parse('{"arn:aws:iam::123456789012:role/Acme": "acme"}')
+    )
     unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)
     assert unmapped["statusCode"] == 403
-    mapped = app.resolve(gateway_event("GET", "/v1/tasks",
-                                       "arn:aws:sts::123456789012:assumed-role/Acme/session-1"), None)
+    mapped = app.resolve(
+        gateway_event("GET", "/v1/tasks", "arn:aws:sts::123456789012:assumed-role/Acme/session-1"), None
+    )
     assert mapped["statusCode"] == 200
 
 
 def gateway_event(method: str, path: str, user_arn: str | None, body: str | None = None) -> dict[str, Any]:
     """An API Gateway REST proxy event as IAM authentication leaves it (no authorizer)."""
-    return {"resource": "/{proxy+}", "path": path, "httpMethod": method, "headers": {}, "multiValueHeaders": {},
-            "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
-            "stageVariables": None, "body": body, "isBase64Encoded": False,
-            "requestContext": {"requestId": "r-1", "stage": "prod", "httpMethod": method, "path": path,
-                               "identity": {"sourceIp": "10.0.0.1", "userArn": user_arn}}}
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": {},
+        "multiValueHeaders": {},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "body": body,
+        "isBase64Encoded": False,
+        "requestContext": {
+            "requestId": "r-1",
+            "stage": "prod",
+            "httpMethod": method,
+            "path": path,
+            "identity": {"sourceIp": "10.0.0.1", "userArn": user_arn},
+        },
+    }
 
 
 # -- found by a review (each a 5xx or a leak before its fix) ----------------------------------------------------
-def test_a_forged_schedule_id_does_not_put_another_tenants_task_in_a_history(acme: ApiClient, direct: Client,
-                                                                            dynamodb: Any, settings: Settings,
-                                                                            now_ms: int) -> None:
+def test_a_forged_schedule_id_does_not_put_another_tenants_task_in_a_history(
+    acme: ApiClient, direct: Client, dynamodb: Any, settings: Settings, now_ms: int
+) -> None:
     # Given acme's schedule, and an item of beta's written straight to the table (a client confined to "beta/*"
     # by LeadingKeys may do that) that names acme's schedule in its schedule_id attribute
     acme.create_schedule("daily", "rate(1 minute)", LogAction())
@@ -338,8 +388,11 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
     seen: list[str] = []
     token = None
     for _ in range(5):
-        response = urllib3.request("GET", api.url + "/v1/tasks?limit=100" + (f"&next_token={token}" if token else ""),
-                                   headers={"Authorization": "Bearer token-acme"})
+        response = urllib3.request(
+            "GET",
+            api.url + "/v1/tasks?limit=100" + (f"&next_token={token}" if token else ""),
+            headers={"Authorization": "Bearer token-acme"},
+        )
         assert response.status == 200 and len(response.data) < 4_100_000
         page = json.loads(response.data)
         seen.extend(t["task_id"] for t in page["tasks"])
@@ -349,8 +402,9 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
     assert sorted(seen) == [f"big-{i:02d}" for i in range(20)]
 
 
-def test_connect_goes_through_the_api_when_its_url_is_set(api: LocalApi, settings: Settings, dynamodb: Any,
-                                                          now_ms: int) -> None:
+def test_connect_goes_through_the_api_when_its_url_is_set(
+    api: LocalApi, settings: Settings, dynamodb: Any, now_ms: int
+) -> None:
     import punctual
 
     through = punctual.connect(settings.model_copy(update={"api_url": api.url, "api_token": "token-acme"}))

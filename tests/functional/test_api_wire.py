@@ -72,8 +72,11 @@ class ScriptedServer:
                     return  # closed with linger 0: a reset, and no answer
                 status, answer = step
                 data = json.dumps(answer).encode()
-                conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+                conn.sendall(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
 
 
 def test_a_read_whose_connection_broke_is_sent_again() -> None:
@@ -89,8 +92,13 @@ def test_a_read_whose_connection_broke_is_sent_again() -> None:
 
 def test_a_create_whose_connection_broke_is_sent_again_with_the_same_id() -> None:
     due = datetime.now(UTC) + timedelta(minutes=5)
-    stored = {"task_id": "chosen-later", "due_at": due.isoformat(), "action": {"kind": "log", "message": "m"},
-              "payload": None, "status": "PENDING"}
+    stored = {
+        "task_id": "chosen-later",
+        "due_at": due.isoformat(),
+        "action": {"kind": "log", "message": "m"},
+        "payload": None,
+        "status": "PENDING",
+    }
     # Given a server that resets the first create, then answers it
     with ScriptedServer(["reset", (201, stored)]) as server:
         client = ApiClient(server.url, token="t")

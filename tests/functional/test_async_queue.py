@@ -67,11 +67,17 @@ def queues() -> Iterator[Made]:
         queue.wait_idle(10)
 
 
-def make_queue(queues: Made, stand_in: StandIn, concurrency: int = 1,
-               **limits: Any) -> tuple[AsyncEventQueue, list[dict[str, Any]]]:
+def make_queue(
+    queues: Made, stand_in: StandIn, concurrency: int = 1, **limits: Any
+) -> tuple[AsyncEventQueue, list[dict[str, Any]]]:
     results: list[dict[str, Any]] = []
-    queue = AsyncEventQueue(stand_in, FunctionLimits("fn", **limits), concurrency, time_scale=SCALE,
-                            on_result=lambda _event, result: results.append(result))
+    queue = AsyncEventQueue(
+        stand_in,
+        FunctionLimits("fn", **limits),
+        concurrency,
+        time_scale=SCALE,
+        on_result=lambda _event, result: results.append(result),
+    )
     queues.append((queue, stand_in))
     return queue, results
 
@@ -99,7 +105,12 @@ def test_with_concurrency_1_a_second_event_is_throttled_and_runs_after_the_first
     assert stand_in.most_at_once == 1
     assert results == [{"name": "first"}, {"name": "second"}]
     assert {k: queue.stats[k] for k in ("invoked", "completed", "errors", "retries", "dropped")} == {
-        "invoked": 2, "completed": 2, "errors": 0, "retries": 0, "dropped": 0}
+        "invoked": 2,
+        "completed": 2,
+        "errors": 0,
+        "retries": 0,
+        "dropped": 0,
+    }
 
 
 def test_no_more_than_the_concurrency_run_at_once(queues: Made) -> None:
@@ -133,7 +144,12 @@ def test_a_failed_event_is_retried_per_the_limits_then_dropped(queues: Made) -> 
     assert third - second >= 120 * SCALE
     assert results == []
     assert {k: queue.stats[k] for k in ("errors", "retries", "dropped", "completed", "expired")} == {
-        "errors": 3, "retries": 2, "dropped": 1, "completed": 0, "expired": 0}
+        "errors": 3,
+        "retries": 2,
+        "dropped": 1,
+        "completed": 0,
+        "expired": 0,
+    }
 
 
 def test_a_function_without_retries_drops_a_failed_event_at_once(queues: Made) -> None:
@@ -173,7 +189,11 @@ def test_a_retry_that_would_come_after_the_maximum_age_is_not_made(queues: Made)
     assert queue.wait_idle(30)
     assert stand_in.log == [("short-lived", "start"), ("short-lived", "end")]
     assert {k: queue.stats[k] for k in ("errors", "retries", "dropped", "expired")} == {
-        "errors": 1, "retries": 0, "dropped": 1, "expired": 1}
+        "errors": 1,
+        "retries": 0,
+        "dropped": 1,
+        "expired": 1,
+    }
 
 
 def test_stop_drops_what_waits_and_refuses_new_events(queues: Made) -> None:

@@ -54,8 +54,13 @@ BUS_ARN = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/punctual-bus"
 
 
 def context_of(task_id: str = "task-1", occurrence: int = 0, payload: Any = PAYLOAD) -> FireContext:
-    return FireContext(task_id=task_id, occurrence=occurrence, due_ms=1_900_000_000_000,
-                       started_ms=1_900_000_000_000.5, payload=payload)
+    return FireContext(
+        task_id=task_id,
+        occurrence=occurrence,
+        due_ms=1_900_000_000_000,
+        started_ms=1_900_000_000_000.5,
+        payload=payload,
+    )
 
 
 def env_for(clients: dict[str, Any], *arns: str) -> ActionEnv:
@@ -84,8 +89,9 @@ class Aws:
 
     def receive(self, url: str) -> list[dict[str, Any]]:
         """Every message waiting in the queue (moto hands them over at once)."""
-        response = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
-                                            MessageAttributeNames=["All"])
+        response = self.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], MessageAttributeNames=["All"]
+        )
         return list(response.get("Messages", []))
 
 
@@ -98,8 +104,9 @@ def aws() -> Iterator[Aws]:
 def calls_of(client: Any, operation: str) -> list[dict[str, Any]]:
     """The requests ``client`` sends for ``operation`` from now on (botocore's before-call hook)."""
     seen: list[dict[str, Any]] = []
-    client.meta.events.register(f"before-call.{client.meta.service_model.service_name}.{operation}",
-                                lambda params, **_: seen.append(params))
+    client.meta.events.register(
+        f"before-call.{client.meta.service_model.service_name}.{operation}", lambda params, **_: seen.append(params)
+    )
     return seen
 
 
@@ -112,8 +119,13 @@ def test_the_body_is_canonical_json_with_the_idempotency_key() -> None:
     body = message_body(context)
 
     # Then it is compact, key-sorted JSON holding the fire's identity, due time and payload
-    assert json.loads(body) == {"task_id": "task-1", "occurrence": 3, "idempotency_key": "task-1:3",
-                                "due_ms": 1_900_000_000_000, "payload": PAYLOAD}
+    assert json.loads(body) == {
+        "task_id": "task-1",
+        "occurrence": 3,
+        "idempotency_key": "task-1:3",
+        "due_ms": 1_900_000_000_000,
+        "payload": PAYLOAD,
+    }
     assert body == json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"))
 
 
@@ -243,8 +255,11 @@ def test_eventbridge_puts_one_event_whose_detail_is_the_body(aws: Aws) -> None:
     # Given an allowlisted bus with a rule sending punctual's events to a queue
     bus = aws.events.create_event_bus(Name="punctual-bus")["EventBusArn"]
     url, queue_arn = aws.queue("events-inbox")
-    aws.events.put_rule(Name="fires", EventBusName="punctual-bus",
-                        EventPattern=json.dumps({"source": ["punctual"], "detail-type": ["punctual.fire"]}))
+    aws.events.put_rule(
+        Name="fires",
+        EventBusName="punctual-bus",
+        EventPattern=json.dumps({"source": ["punctual"], "detail-type": ["punctual.fire"]}),
+    )
     aws.events.put_targets(Rule="fires", EventBusName="punctual-bus", Targets=[{"Id": "inbox", "Arn": queue_arn}])
     env = env_for(aws.clients, bus)
 
@@ -290,8 +305,9 @@ def test_lambda_qualified_arn_is_invoked_as_given(aws: Aws) -> None:
 
 # -- answers moto cannot give: botocore's Stubber ----------------------------------------------------------------
 def stubbed(service: Literal["lambda", "events"]) -> tuple[Any, Stubber]:
-    client: Any = boto3.client(service, region_name=REGION, aws_access_key_id="testing",
-                               aws_secret_access_key="testing")
+    client: Any = boto3.client(
+        service, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     return client, Stubber(client)
 
 
@@ -299,10 +315,14 @@ def empty_stream() -> StreamingBody:
     return StreamingBody(io.BytesIO(b""), 0)
 
 
-@pytest.mark.parametrize(("answer", "fragment"), [
-    ({"StatusCode": 202, "FunctionError": "Unhandled"}, "function error Unhandled"),
-    ({"StatusCode": 200}, "status 200, expected 202"),
-], ids=["function-error", "status-200"])
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        ({"StatusCode": 202, "FunctionError": "Unhandled"}, "function error Unhandled"),
+        ({"StatusCode": 200}, "status 200, expected 202"),
+    ],
+    ids=["function-error", "status-200"],
+)
 def test_lambda_answer_other_than_202_fails(answer: dict[str, Any], fragment: str) -> None:
     # Given a Lambda client that answers the invoke with a function error, or a status other than 202
     client, stubber = stubbed("lambda")
@@ -317,17 +337,21 @@ def test_lambda_answer_other_than_202_fails(answer: dict[str, Any], fragment: st
     assert not isinstance(failure.value, TransientActionError)
 
 
-@pytest.mark.parametrize(("code", "status", "transient"), [
-    ("TooManyRequestsException", 429, True),
-    ("ServiceException", 500, True),
-    ("AccessDeniedException", 403, False),
-    ("RequestTooLargeException", 413, False),
-])
+@pytest.mark.parametrize(
+    ("code", "status", "transient"),
+    [
+        ("TooManyRequestsException", 429, True),
+        ("ServiceException", 500, True),
+        ("AccessDeniedException", 403, False),
+        ("RequestTooLargeException", 413, False),
+    ],
+)
 def test_lambda_error_codes_map_to_transient_or_permanent(code: str, status: int, transient: bool) -> None:
     # Given a Lambda client whose invoke fails with ``code`` (after boto3's own retries)
     client, stubber = stubbed("lambda")
-    stubber.add_client_error("invoke", service_error_code=code, service_message=f"echo {MARKER}",
-                             http_status_code=status)
+    stubber.add_client_error(
+        "invoke", service_error_code=code, service_message=f"echo {MARKER}", http_status_code=status
+    )
     env = env_for({"lambda": client}, FUNCTION_ARN)
 
     # When the task fires
@@ -339,13 +363,16 @@ def test_lambda_error_codes_map_to_transient_or_permanent(code: str, status: int
     assert MARKER not in str(failure.value)
 
 
-@pytest.mark.parametrize(("code", "transient"), [("ThrottlingException", True), ("InternalFailure", True),
-                                                 ("AccessDeniedException", False)])
+@pytest.mark.parametrize(
+    ("code", "transient"), [("ThrottlingException", True), ("InternalFailure", True), ("AccessDeniedException", False)]
+)
 def test_eventbridge_failed_entry_fails_with_its_error(code: str, transient: bool) -> None:
     # Given an events client whose PutEvents answers with the one entry failed
     client, stubber = stubbed("events")
-    stubber.add_response("put_events", {"FailedEntryCount": 1, "Entries": [
-        {"ErrorCode": code, "ErrorMessage": "the entry could not be put"}]})
+    stubber.add_response(
+        "put_events",
+        {"FailedEntryCount": 1, "Entries": [{"ErrorCode": code, "ErrorMessage": "the entry could not be put"}]},
+    )
     env = env_for({"events": client}, BUS_ARN)
 
     # When the task fires
@@ -415,24 +442,27 @@ def test_a_missing_target_fails_naming_the_arn_not_the_payload(action: Action, f
 
 
 # -- the models --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("model", "field_name", "arn"), [
-    (LambdaAction, "function_arn", "punctual-target"),
-    (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:{ACCOUNT}:punctual-target"),
-    (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:12345:function:punctual-target"),
-    (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:bad name"),
-    (LambdaAction, "function_arn", f"{FUNCTION_ARN}:live:extra"),
-    (LambdaAction, "function_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders"),
-    (SqsAction, "queue_arn", f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/orders"),
-    (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders/extra"),
-    (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:" + "q" * 81),
-    (SqsAction, "queue_arn", f"arn:aws:sqs:Us-East-1:{ACCOUNT}:orders"),
-    (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:fires:subscription-id"),
-    (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:"),
-    (SnsAction, "topic_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:fires"),
-    (EventBridgeAction, "event_bus_arn", "punctual-bus"),
-    (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:rule/punctual-bus"),
-    (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/"),
-])
+@pytest.mark.parametrize(
+    ("model", "field_name", "arn"),
+    [
+        (LambdaAction, "function_arn", "punctual-target"),
+        (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:{ACCOUNT}:punctual-target"),
+        (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:12345:function:punctual-target"),
+        (LambdaAction, "function_arn", f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:bad name"),
+        (LambdaAction, "function_arn", f"{FUNCTION_ARN}:live:extra"),
+        (LambdaAction, "function_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders"),
+        (SqsAction, "queue_arn", f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/orders"),
+        (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders/extra"),
+        (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:" + "q" * 81),
+        (SqsAction, "queue_arn", f"arn:aws:sqs:Us-East-1:{ACCOUNT}:orders"),
+        (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:fires:subscription-id"),
+        (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:"),
+        (SnsAction, "topic_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:fires"),
+        (EventBridgeAction, "event_bus_arn", "punctual-bus"),
+        (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:rule/punctual-bus"),
+        (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/"),
+    ],
+)
 def test_a_malformed_arn_is_refused_by_the_model(model: type[Action], field_name: str, arn: str) -> None:
     # Given an ARN of the wrong shape for the kind
     # When the action is built
@@ -444,16 +474,19 @@ def test_a_malformed_arn_is_refused_by_the_model(model: type[Action], field_name
     assert "ARN" in error["msg"]
 
 
-@pytest.mark.parametrize(("model", "field_name", "arn"), [
-    (LambdaAction, "function_arn", FUNCTION_ARN),
-    (LambdaAction, "function_arn", f"{FUNCTION_ARN}:7"),
-    (LambdaAction, "function_arn", f"{FUNCTION_ARN}:$LATEST"),
-    (LambdaAction, "function_arn", f"arn:aws-us-gov:lambda:us-gov-west-1:{ACCOUNT}:function:f"),
-    (SqsAction, "queue_arn", f"arn:aws-cn:sqs:cn-north-1:{ACCOUNT}:orders"),
-    (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:" + "q" * 75 + ".fifo"),
-    (SnsAction, "topic_arn", f"arn:aws:sns:ap-southeast-2:{ACCOUNT}:fires.fifo"),
-    (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"),
-])
+@pytest.mark.parametrize(
+    ("model", "field_name", "arn"),
+    [
+        (LambdaAction, "function_arn", FUNCTION_ARN),
+        (LambdaAction, "function_arn", f"{FUNCTION_ARN}:7"),
+        (LambdaAction, "function_arn", f"{FUNCTION_ARN}:$LATEST"),
+        (LambdaAction, "function_arn", f"arn:aws-us-gov:lambda:us-gov-west-1:{ACCOUNT}:function:f"),
+        (SqsAction, "queue_arn", f"arn:aws-cn:sqs:cn-north-1:{ACCOUNT}:orders"),
+        (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:" + "q" * 75 + ".fifo"),
+        (SnsAction, "topic_arn", f"arn:aws:sns:ap-southeast-2:{ACCOUNT}:fires.fifo"),
+        (EventBridgeAction, "event_bus_arn", f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"),
+    ],
+)
 def test_a_well_formed_arn_is_accepted(model: type[Action], field_name: str, arn: str) -> None:
     # Given an ARN of the kind's shape
     # When the action is built
@@ -461,14 +494,18 @@ def test_a_well_formed_arn_is_accepted(model: type[Action], field_name: str, arn
     assert getattr(model.model_validate({field_name: arn}), field_name) == arn
 
 
-@pytest.mark.parametrize("fields", [
-    {"source": "aws.events"},
-    {"source": ""},
-    {"source": "my source"},
-    {"source": "s" * 257},
-    {"detail_type": ""},
-    {"detail_type": "d" * 129},
-], ids=["aws-prefix", "empty-source", "space-in-source", "long-source", "empty-detail-type", "long-detail-type"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"source": "aws.events"},
+        {"source": ""},
+        {"source": "my source"},
+        {"source": "s" * 257},
+        {"detail_type": ""},
+        {"detail_type": "d" * 129},
+    ],
+    ids=["aws-prefix", "empty-source", "space-in-source", "long-source", "empty-detail-type", "long-detail-type"],
+)
 def test_eventbridge_source_and_detail_type_rules(fields: dict[str, str]) -> None:
     # Given a source or detail type EventBridge would refuse
     # When the action is built
@@ -487,10 +524,14 @@ def test_eventbridge_defaults_and_limits() -> None:
     assert EventBridgeAction(event_bus_arn=BUS_ARN).detail_type == "punctual.fire"
 
 
-@pytest.mark.parametrize(("model", "field_name", "arn"), [
-    (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders"),
-    (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:fires"),
-], ids=["sqs", "sns"])
+@pytest.mark.parametrize(
+    ("model", "field_name", "arn"),
+    [
+        (SqsAction, "queue_arn", f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders"),
+        (SnsAction, "topic_arn", f"arn:aws:sns:{REGION}:{ACCOUNT}:fires"),
+    ],
+    ids=["sqs", "sns"],
+)
 def test_a_message_group_needs_a_fifo_target(model: type[Action], field_name: str, arn: str) -> None:
     # Given a standard (non-FIFO) target
     # When an action names a message group for it
@@ -510,12 +551,19 @@ def test_extra_fields_are_refused() -> None:
         SqsAction.model_validate({"queue_arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders", "queue_url": "x"})
 
 
-@pytest.mark.parametrize(("action", "model"), [
-    ({"kind": "lambda", "function_arn": FUNCTION_ARN}, LambdaAction),
-    ({"kind": "sqs", "queue_arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders.fifo", "message_group_id": "g"}, SqsAction),
-    ({"kind": "sns", "topic_arn": f"arn:aws:sns:{REGION}:{ACCOUNT}:fires"}, SnsAction),
-    ({"kind": "eventbridge", "event_bus_arn": BUS_ARN, "detail_type": "order.due"}, EventBridgeAction),
-], ids=KIND_IDS)
+@pytest.mark.parametrize(
+    ("action", "model"),
+    [
+        ({"kind": "lambda", "function_arn": FUNCTION_ARN}, LambdaAction),
+        (
+            {"kind": "sqs", "queue_arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:orders.fifo", "message_group_id": "g"},
+            SqsAction,
+        ),
+        ({"kind": "sns", "topic_arn": f"arn:aws:sns:{REGION}:{ACCOUNT}:fires"}, SnsAction),
+        ({"kind": "eventbridge", "event_bus_arn": BUS_ARN, "detail_type": "order.due"}, EventBridgeAction),
+    ],
+    ids=KIND_IDS,
+)
 def test_the_task_model_accepts_each_kind(action: dict[str, Any], model: type[Action]) -> None:
     # Given a task whose action is given as a mapping
     task = Task(task_id="order-42", due_at=datetime(2030, 6, 1, 12, tzinfo=UTC), action=action)

@@ -36,12 +36,21 @@ def test_schedule_many_reports_each_task_and_stores_only_the_good_ones(
     # Given one task already stored, and a list mixing new, repeated, conflicting and bad tasks
     client.schedule(from_ms(now_ms + 60_000), LogAction(message="x"), {"n": 0}, task_id="t-0")
     specs: list[dict[str, Any]] = [
-        {"due_at": from_ms(now_ms + 60_000 + i), "action": LogAction(message="x"), "payload": {"n": i},
-         "task_id": f"t-{i}"} for i in range(1, 6)
+        {
+            "due_at": from_ms(now_ms + 60_000 + i),
+            "action": LogAction(message="x"),
+            "payload": {"n": i},
+            "task_id": f"t-{i}",
+        }
+        for i in range(1, 6)
     ]
     specs += [
-        {"due_at": from_ms(now_ms + 60_000), "action": LogAction(message="x"), "payload": {"n": 0},
-         "task_id": "t-0"},  # the same content again: exists
+        {
+            "due_at": from_ms(now_ms + 60_000),
+            "action": LogAction(message="x"),
+            "payload": {"n": 0},
+            "task_id": "t-0",
+        },  # the same content again: exists
         {"due_at": from_ms(now_ms + 90_000), "action": LogAction(message="x"), "task_id": "t-0"},  # conflict
         {"due_at": from_ms(now_ms - 3_600_000), "action": LogAction(), "task_id": "too-late"},  # invalid due
         {"due_at": from_ms(now_ms + 1_000), "action": {"kind": "nope"}, "task_id": "bad-kind"},  # invalid action
@@ -72,16 +81,13 @@ def test_schedule_many_is_idempotent_on_ids(client: Client, now_ms: int) -> None
     assert {r.outcome for r in again} == {"exists"}
 
 
-def test_a_task_written_with_plain_put_item_fires(
-    dynamodb: Any, repo: DynamoTaskStore, settings: Settings
-) -> None:
+def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, repo: DynamoTaskStore, settings: Settings) -> None:
     # Given a task built and validated by the client, and written as an item with boto3's put_item
     clock = SystemClock()
     client = Client(settings, dynamodb=dynamodb)
     now = int(clock.wall_ms())
     task = client.build_task(from_ms(now + 500), LogAction(message="raw"), {"k": "v"}, task_id="raw-1")
-    dynamodb.put_item(TableName=TABLE, Item=client.to_item(task),
-                      ConditionExpression="attribute_not_exists(task_id)")
+    dynamodb.put_item(TableName=TABLE, Item=client.to_item(task), ConditionExpression="attribute_not_exists(task_id)")
     # When the poller finds it and an executor runs the batch
     invoker = RecordingInvoker()
     Poller(repo, invoker, settings).poll(now)
@@ -97,8 +103,7 @@ def test_a_task_written_with_plain_put_item_fires(
 
 def test_to_item_is_what_schedule_stores(client: Client, dynamodb: Any, now_ms: int) -> None:
     # Given the same task through both doors
-    task = client.build_task(from_ms(now_ms + 60_000), HttpAction(url="https://example.com/h"), [1, 2],
-                             task_id="same")
+    task = client.build_task(from_ms(now_ms + 60_000), HttpAction(url="https://example.com/h"), [1, 2], task_id="same")
     item = client.to_item(task, now_ms)
     client.schedule(task.due_at, task.action, task.payload, task_id="same")
     stored = dynamodb.get_item(TableName=TABLE, Key={"task_id": {"S": "same"}})["Item"]
@@ -115,10 +120,14 @@ def test_cli_schedule_many_schedules_a_file_and_reports_the_refusals(
     monkeypatch.setenv("PUNCTUAL_TABLE_NAME", TABLE)
     monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
     soon = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
-    lines = [{"due_at": soon, "action": {"kind": "log", "message": "m"}, "payload": {"i": i}, "task_id": f"f-{i}"}
-             for i in range(3)]
-    lines += [{"due_at": "2001-01-01T00:00:00+00:00", "action": {"kind": "log"}, "task_id": "old"},
-              {"due_at": soon, "action": {"kind": "sms"}, "task_id": "sms"}]
+    lines = [
+        {"due_at": soon, "action": {"kind": "log", "message": "m"}, "payload": {"i": i}, "task_id": f"f-{i}"}
+        for i in range(3)
+    ]
+    lines += [
+        {"due_at": "2001-01-01T00:00:00+00:00", "action": {"kind": "log"}, "task_id": "old"},
+        {"due_at": soon, "action": {"kind": "sms"}, "task_id": "sms"},
+    ]
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     # When the CLI schedules the file
@@ -126,8 +135,14 @@ def test_cli_schedule_many_schedules_a_file_and_reports_the_refusals(
     out, err = capsys.readouterr()
     # Then it exits 1 (not all were taken), counts each outcome, and names each refused task with its reason
     assert code == 1
-    assert json.loads(out.strip().splitlines()[-1]) == {"total": 5, "created": 3, "exists": 0, "invalid": 2,
-                                                        "conflict": 0, "error": 0}
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "total": 5,
+        "created": 3,
+        "exists": 0,
+        "invalid": 2,
+        "conflict": 0,
+        "error": 0,
+    }
     assert "task 4 (old): invalid" in err and "MISSED" in err
     assert "task 5 (sms): invalid" in err and "unknown action kind" in err
     # And the good ones are stored

@@ -77,7 +77,7 @@ def cli(moto_table: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
             code = main(["--home", str(tmp_path / "home"), "schedule", *args, "--aws"])
         except SystemExit as exc:  # argparse's own errors
             code = exc.code if isinstance(exc.code, int) else 1
-        except Exception as exc:  # what the user would see as a traceback
+        except Exception as exc:  # noqa: BLE001 - what the user would see as a traceback
             pytest.fail(
                 "traceback from punctual schedule: " + "".join(traceback.format_exception_only(type(exc), exc)).strip()
             )
@@ -171,9 +171,7 @@ def test_bad_arguments_are_refused_naming_the_field(cli: Any, stored: Any, args:
 
 
 ARGPARSE_ERRORS = [
-    pytest.param(
-        ["--in", "30s", "--pigeon", "coo"], ["unrecognized arguments: --pigeon"], id="unknown-action-kind"
-    ),
+    pytest.param(["--in", "30s", "--pigeon", "coo"], ["unrecognized arguments: --pigeon"], id="unknown-action-kind"),
     pytest.param(["--in", "30s", "--kind", "lambda"], ["unrecognized arguments: --kind"], id="kind-option"),
     pytest.param(
         ["--in", "30s", "--http", "https://example.com/", "--log", "hi"],
@@ -274,11 +272,13 @@ def test_any_text_is_either_one_stored_task_or_one_error_line(
 # -- hostile targets (docs/targets.md: each row of its table names its test) --------------------------------
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:jobs"
 HOSTILE_TARGETS = [
-    pytest.param(["--http", "http://169.254.169.254/latest/meta-data/"], ["action.url", "metadata"],
-                 id="metadata-http"),
+    pytest.param(
+        ["--http", "http://169.254.169.254/latest/meta-data/"], ["action.url", "metadata"], id="metadata-http"
+    ),
     pytest.param(["--http", "https://169.254.169.254/latest/meta-data/"], ["action.url", "metadata"], id="metadata"),
-    pytest.param(["--http", "https://[::ffff:169.254.169.254]/"], ["action.url", "not a public"],
-                 id="metadata-v6-mapped"),
+    pytest.param(
+        ["--http", "https://[::ffff:169.254.169.254]/"], ["action.url", "not a public"], id="metadata-v6-mapped"
+    ),
     pytest.param(["--http", "https://2852039166/"], ["action.url", "not a public"], id="metadata-decimal"),
     pytest.param(["--http", "https://0xa9fea9fe/"], ["action.url", "not a public"], id="metadata-hex"),
     pytest.param(["--http", "https://[fd00:ec2::254]/"], ["action.url", "not a public"], id="metadata-ipv6"),
@@ -296,31 +296,51 @@ HOSTILE_TARGETS = [
     pytest.param(["--http", "https://user:pass@example.com/"], ["action.url", "credentials"], id="credentials"),
     pytest.param(["--http", "http://example.com/hook"], ["action.url", "https"], id="plain-http"),
     pytest.param(["--http", "https://example.com/" + "a" * 2_100], ["action.url", "2048"], id="url-too-long"),
-    pytest.param(["--http", "https://example.com/", "--header", "Host:internal"], ["action.headers", "Host"],
-                 id="header-host"),
-    pytest.param(["--http", "https://example.com/", "--header", "Content-Length:0"], ["action.headers"],
-                 id="header-content-length"),
-    pytest.param(["--http", "https://example.com/", "--header", "X-Amz-Target:DynamoDB_20120810.DeleteTable"],
-                 ["action.headers", "reserved"], id="header-x-amz"),
-    pytest.param(["--http", "https://example.com/", "--header", "Idempotency-Key:forged"],
-                 ["action.headers", "reserved"], id="header-forged-key"),
-    pytest.param(["--http", "https://example.com/", "--header", "X-Name:Zoë"], ["action.headers", "ASCII"],
-                 id="header-not-ascii"),
-    pytest.param(["--http", "https://example.com/", "--header", "X-Big:" + "v" * 5_000], ["action.headers"],
-                 id="header-too-long"),
-    pytest.param(["--http", "https://example.com/", "--secret-header", "Authorization=env:AWS_SECRET_ACCESS_KEY"],
-                 ["action.secret_headers", "PUNCTUAL_SECRET_"], id="secret-ref-outside-prefix"),
-    pytest.param(["--http", "https://example.com/", "--sign-secret", "whsec_" + "A" * 40],
-                 ["action.signing_secret", "reference"], id="signing-secret-inline"),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "Host:internal"], ["action.headers", "Host"], id="header-host"
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "Content-Length:0"],
+        ["action.headers"],
+        id="header-content-length",
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "X-Amz-Target:DynamoDB_20120810.DeleteTable"],
+        ["action.headers", "reserved"],
+        id="header-x-amz",
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "Idempotency-Key:forged"],
+        ["action.headers", "reserved"],
+        id="header-forged-key",
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "X-Name:Zoë"], ["action.headers", "ASCII"], id="header-not-ascii"
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--header", "X-Big:" + "v" * 5_000], ["action.headers"], id="header-too-long"
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--secret-header", "Authorization=env:AWS_SECRET_ACCESS_KEY"],
+        ["action.secret_headers", "PUNCTUAL_SECRET_"],
+        id="secret-ref-outside-prefix",
+    ),
+    pytest.param(
+        ["--http", "https://example.com/", "--sign-secret", "whsec_" + "A" * 40],
+        ["action.signing_secret", "reference"],
+        id="signing-secret-inline",
+    ),
     pytest.param(["--sqs", QUEUE_ARN], ["action.queue_arn", "not an allowed target"], id="arn-not-allowlisted"),
-    pytest.param(["--lambda", "arn:aws:lambda:us-east-1:123456789012:function:*"], ["action.function_arn"],
-                 id="arn-wildcard"),
+    pytest.param(
+        ["--lambda", "arn:aws:lambda:us-east-1:123456789012:function:*"], ["action.function_arn"], id="arn-wildcard"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("args", "names"), HOSTILE_TARGETS)
-def test_a_hostile_target_is_refused_and_nothing_is_stored(cli: Any, stored: Any, args: list[str],
-                                                           names: list[str]) -> None:
+def test_a_hostile_target_is_refused_and_nothing_is_stored(
+    cli: Any, stored: Any, args: list[str], names: list[str]
+) -> None:
     # Given the table as it is  When punctual schedule names a hostile target
     before = stored()
     run = cli("--in", "30s", *args)
@@ -329,8 +349,9 @@ def test_a_hostile_target_is_refused_and_nothing_is_stored(cli: Any, stored: Any
     assert stored() == before
 
 
-def test_a_loopback_receiver_allowed_by_configuration_is_accepted(cli: Any, stored: Any,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_loopback_receiver_allowed_by_configuration_is_accepted(
+    cli: Any, stored: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given PUNCTUAL_ALLOWED_TARGETS=127.0.0.1 for the client (as for the stack)
     monkeypatch.setenv("PUNCTUAL_ALLOWED_TARGETS", "127.0.0.1")
     before = stored()

@@ -86,8 +86,12 @@ def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(repo
     # be larger than DynamoDB's 400 KB less the room its life cycle needs
     from punctual.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
 
-    big = Task(task_id="too-big", due_at=datetime.now(UTC) + timedelta(minutes=5), action=LogAction(),
-               payload="x" * (MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES))
+    big = Task(
+        task_id="too-big",
+        due_at=datetime.now(UTC) + timedelta(minutes=5),
+        action=LogAction(),
+        payload="x" * (MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES),
+    )
     # When it is created  Then it is an InvalidTaskError naming the payload (not a botocore error), nothing stored
     with pytest.raises(InvalidTaskError, match="DynamoDB holds at most") as refused:
         repo.create(big, int(datetime.now(UTC).timestamp() * 1000))

@@ -73,8 +73,12 @@ def test_item_size_follows_dynamodbs_rules() -> None:
 def test_a_keys_only_index_costs_a_write_only_when_its_keys_change() -> None:
     spec = cost.TableSpec.from_template()
     due, history, tenant, active_of_tenant = sorted(spec.indexes, key=lambda index: index.name)
-    assert (due.name, history.name, tenant.name, active_of_tenant.name) == ("due", "schedule", "tenant",
-                                                                             "tenant_active")
+    assert (due.name, history.name, tenant.name, active_of_tenant.name) == (
+        "due",
+        "schedule",
+        "tenant",
+        "tenant_active",
+    )
     # what template.yaml defines, via punctual.schema
     assert due.projection == history.projection == tenant.projection == active_of_tenant.projection == "KEYS_ONLY"
     base = {"task_id": {"S": "t"}, "status": {"S": "PENDING"}, "payload": {"S": "x" * 900}}
@@ -203,8 +207,9 @@ def test_heartbeats_are_written_per_batch_not_per_task(counted: cost.Counts) -> 
     assert "heartbeat" not in {r.step for r in counted.per_task}
     # And in AWS a tick's executors add a renewal every heartbeat interval over their life (Settings default)
     s = counted.scenario.settings
-    invocations, seconds = cost.executor_seconds_per_tick(2_315, s["max_batch_size"], s["lead_ms"],
-                                                          s["poll_interval_ms"])
+    invocations, seconds = cost.executor_seconds_per_tick(
+        2_315, s["max_batch_size"], s["lead_ms"], s["poll_interval_ms"]
+    )
     assert cost.heartbeat_interval_ms() == 5_000
     assert cost.heartbeat_writes_per_tick(invocations, seconds, 2) == pytest.approx(2 * invocations + seconds / 5)
 
@@ -229,8 +234,9 @@ def test_one_executor_per_batch_and_the_lambda_model_matches_the_run(counted: co
     max_batch = s.settings["max_batch_size"]
     assert len(s.batches) == math.ceil(TASKS / max_batch)
     assert sum(b.tasks for b in s.batches) == TASKS
-    invocations, model_s = cost.executor_seconds_per_tick(TASKS, max_batch, s.settings["lead_ms"],
-                                                          s.settings["poll_interval_ms"])
+    invocations, model_s = cost.executor_seconds_per_tick(
+        TASKS, max_batch, s.settings["lead_ms"], s.settings["poll_interval_ms"]
+    )
     assert invocations == len(s.batches)
     assert cost.measured_executor_seconds(s) == pytest.approx(model_s, rel=0.02)
 
@@ -331,8 +337,10 @@ def test_a_stream_batch_is_one_executor_invocation_and_one_read_of_the_last_poll
         ids = [scheduler.schedule(from_ms(now + 2_000 + i), action, {"n": i}).task_id for i in range(3)]
         images = [raw.get_item(TableName=settings.table_name, Key={"task_id": {"S": t}})["Item"] for t in ids]
         assert all(image["fast_path"]["N"] == "1" for image in images)
-        records = [{"eventName": "INSERT", "eventID": str(i), "dynamodb": {"NewImage": image}}
-                   for i, image in enumerate(images)]
+        records = [
+            {"eventName": "INSERT", "eventID": str(i), "dynamodb": {"NewImage": image}}
+            for i, image in enumerate(images)
+        ]
         invoker = RecordingInvoker()
         poller = Poller(build_store(settings, client), invoker, settings, poller_id="fast-cost")
         assert build_store(settings, raw).mark_polled(now - 20_000)

@@ -34,8 +34,10 @@ def v1(tmp_path: Path, own: str = "/") -> tuple[Path, str, str]:
     """A v1 cpu hierarchy mounted at <tmp>/cpu, this process in ``own``: (mount, mountinfo, proc cgroup)."""
     mount = tmp_path / "cpu"
     write_tree(mount / own.lstrip("/"), V1_FILES)
-    mountinfo = (f"30 25 0:26 / {mount} rw,nosuid - cgroup cgroup rw,cpu\n"
-                 f"31 25 0:27 / {tmp_path / 'memory'} rw - cgroup cgroup rw,memory\n")
+    mountinfo = (
+        f"30 25 0:26 / {mount} rw,nosuid - cgroup cgroup rw,cpu\n"
+        f"31 25 0:27 / {tmp_path / 'memory'} rw - cgroup cgroup rw,memory\n"
+    )
     return mount, mountinfo, f"4:memory:/elsewhere\n1:cpu:{own}\n0::/\n"
 
 
@@ -102,11 +104,14 @@ def test_v1s_cpu_hierarchy_wins_over_a_v2_one_beside_it(tmp_path: Path) -> None:
     assert groups is not None and groups.version == 1, where
 
 
-@pytest.mark.parametrize(("layout", "reason"), [
-    ("v2 without cpu", "the cpu controller is not available to this group"),
-    ("nothing mounted", "no cgroup hierarchy with a cpu controller is mounted"),
-    ("v1 without bandwidth control", "no cpu.cfs_quota_us"),
-])
+@pytest.mark.parametrize(
+    ("layout", "reason"),
+    [
+        ("v2 without cpu", "the cpu controller is not available to this group"),
+        ("nothing mounted", "no cgroup hierarchy with a cpu controller is mounted"),
+        ("v1 without bandwidth control", "no cpu.cfs_quota_us"),
+    ],
+)
 def test_where_no_quota_can_be_set_the_reason_is_given(tmp_path: Path, layout: str, reason: str) -> None:
     if layout == "v2 without cpu":
         _mount, mountinfo, proc_cgroup = v2(tmp_path, controllers="memory pids")

@@ -64,7 +64,9 @@ def test_file_queue_appends_receives_and_acknowledges_exactly_what_it_read(tmp_p
     removed = queue.acknowledge(letters)
     # Then the messages held task id, occurrence, attempt, reason and failure time; only the two read are gone
     assert [(m.task_id, m.occurrence, m.attempt, m.reason) for m in letters] == [
-        ("t1", 2, 3, "HTTP 500"), ("t2", 2, 3, "timeout")]
+        ("t1", 2, 3, "HTTP 500"),
+        ("t2", 2, 3, "timeout"),
+    ]
     assert all(m.failed_at for m in letters)
     assert removed == 2
     (left,) = queue.receive()
@@ -107,9 +109,13 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5,
-                                                                            retry_transient=False),
-                        retry=RetryPolicy(max_attempts=2, backoff_ms=20))
+    task = tasks.create(
+        now + 300,
+        "poison",
+        now_ms=now,
+        action=HttpAction(url=failing_url, timeout_s=5, retry_transient=False),
+        retry=RetryPolicy(max_attempts=2, backoff_ms=20),
+    )
     # When it runs until finished
     reports = run_until_done(repo, settings, executor, task.task_id)
     # Then it is FAILED and exactly one dead letter was sent, after the last attempt, saying why
@@ -130,8 +136,9 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
 
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5,
-                                                                            retry_transient=False))
+    task = tasks.create(
+        now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5, retry_transient=False)
+    )
     # When the task fails / Then the batch completes, the task is FAILED (redrive --all finds it in the table)
     (report,) = run_until_done(repo, settings, executor, task.task_id)
     assert (report.failed, report.dead_lettered) == (1, 0)
@@ -168,9 +175,16 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A home whose state file points the CLI at the moto table (endpoint None: AWS, i.e. moto)."""
     home = tmp_path / "home"
     home.mkdir()
-    (home / "stack.json").write_text(json.dumps({
-        "endpoint_url": None, "table_name": TABLE, "shard_count": 4,
-        "dead_letter_queue_url": file_queue_url(home / "dlq.jsonl")}))
+    (home / "stack.json").write_text(
+        json.dumps(
+            {
+                "endpoint_url": None,
+                "table_name": TABLE,
+                "shard_count": 4,
+                "dead_letter_queue_url": file_queue_url(home / "dlq.jsonl"),
+            }
+        )
+    )
     monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
     return home
 
@@ -216,8 +230,14 @@ def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
 
 
 def test_cli_redrive_on_sqs(
-    repo: DynamoTaskStore, tasks: Any, sqs: Any, queue_url: str, now_ms: int, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    repo: DynamoTaskStore,
+    tasks: Any,
+    sqs: Any,
+    queue_url: str,
+    now_ms: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given AWS settings naming the table and the SQS dead-letter queue, and two dead-lettered FAILED tasks
     monkeypatch.setenv("PUNCTUAL_TABLE_NAME", TABLE)

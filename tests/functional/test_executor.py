@@ -119,7 +119,11 @@ def test_a_batch_fires_every_task_and_records_it(
 
 
 def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock,
+    executor: Executor,
+    repo: DynamoTaskStore,
+    tasks: Any,
+    settings: Settings,
+    clock: SystemClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given three tasks due together 0.3 s from now, and a record_many that notes which thread calls it
@@ -272,14 +276,20 @@ def test_http_200_receives_the_idempotency_key(
 
 
 def test_the_batchs_targets_are_prepared_once_it_is_armed(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock,
-    target: Target, monkeypatch: pytest.MonkeyPatch,
+    executor: Executor,
+    repo: DynamoTaskStore,
+    tasks: Any,
+    settings: Settings,
+    clock: SystemClock,
+    target: Target,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given three webhook tasks due 0.4-0.6 s from now
     prepared: list[tuple[Any, float]] = []
     real = executor_module.prepare_actions
-    monkeypatch.setattr(executor_module, "prepare_actions",
-                        lambda fires, env: (prepared.extend(fires), real(fires, env))[1])
+    monkeypatch.setattr(
+        executor_module, "prepare_actions", lambda fires, env: (prepared.extend(fires), real(fires, env))[1]
+    )
     now = int(clock.wall_ms())
     action = HttpAction(url=target.url("/ok"), timeout_s=5)
     for i in range(3):
@@ -379,8 +389,12 @@ def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
     # Given an executor whose clock, once it has armed, is past the end of its lease (it could not renew it:
     # another executor may take its tasks over from now on)
     clock = JumpingClock()
-    executor = Executor(JumpAfterArm(repo, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
-                        settings, clock, OffsetProbe(None, 0.5))
+    executor = Executor(
+        JumpAfterArm(repo, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+        settings,
+        clock,
+        OffsetProbe(None, 0.5),
+    )
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + i, now_ms=now) for i in range(2)]
     event = claim_batch(repo, settings, now)

@@ -31,22 +31,26 @@ class Tasks:
         self.store = store
 
     def create(self, due_ms: int, task_id: str, now_ms: int) -> Task:
-        task, created = self.store.create(Task(task_id=task_id, due_at=from_ms(due_ms),
-                                               action=LogAction(message="test"), payload={}), now_ms)
+        task, created = self.store.create(
+            Task(task_id=task_id, due_at=from_ms(due_ms), action=LogAction(message="test"), payload={}), now_ms
+        )
         assert created
         return task
 
 
 def raw_item(dynamodb: Any, task_id: str) -> dict[str, Any]:
-    item: dict[str, Any] = dynamodb.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}},
-                                             ConsistentRead=True)["Item"]
+    item: dict[str, Any] = dynamodb.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)[
+        "Item"
+    ]
     return item
 
 
 def stream_batch(dynamodb: Any, *task_ids: str) -> list[dict[str, Any]]:
     """The stream records of the tasks' writes (NEW_IMAGE), as the event filter passes them."""
-    return [{"eventName": "INSERT", "eventID": str(n), "dynamodb": {"NewImage": raw_item(dynamodb, t)}}
-            for n, t in enumerate(task_ids)]
+    return [
+        {"eventName": "INSERT", "eventID": str(n), "dynamodb": {"NewImage": raw_item(dynamodb, t)}}
+        for n, t in enumerate(task_ids)
+    ]
 
 
 @pytest.fixture
@@ -80,8 +84,15 @@ def fast_path(dynamodb: Any, fast_invoker: RecordingInvoker, settings: Settings)
 
 
 def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due(
-    dynamodb: Any, store: DynamoTaskStore, poller: Poller, fast_path: Poller, tasks: Tasks,
-    poll_invoker: RecordingInvoker, fast_invoker: RecordingInvoker, settings: Settings, now_ms: int,
+    dynamodb: Any,
+    store: DynamoTaskStore,
+    poller: Poller,
+    fast_path: Poller,
+    tasks: Tasks,
+    poll_invoker: RecordingInvoker,
+    fast_invoker: RecordingInvoker,
+    settings: Settings,
+    now_ms: int,
 ) -> None:
     # Given a poll that started at now_ms (nothing due yet)
     assert poller.poll(now_ms).dispatched == 0
@@ -108,7 +119,11 @@ def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due
 
 
 def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
-    dynamodb: Any, poller: Poller, fast_path: Poller, tasks: Tasks, poll_invoker: RecordingInvoker,
+    dynamodb: Any,
+    poller: Poller,
+    fast_path: Poller,
+    tasks: Tasks,
+    poll_invoker: RecordingInvoker,
     now_ms: int,
 ) -> None:
     # Given a poll at now_ms, and a task written 20 s later due 65 s ahead, which the fast path leaves to the poll
@@ -124,7 +139,11 @@ def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
 
 
 def test_without_a_noted_poll_the_fast_path_dispatches_every_candidate(
-    dynamodb: Any, fast_path: Poller, tasks: Tasks, fast_invoker: RecordingInvoker, now_ms: int,
+    dynamodb: Any,
+    fast_path: Poller,
+    tasks: Tasks,
+    fast_invoker: RecordingInvoker,
+    now_ms: int,
 ) -> None:
     # Given no poll has run yet, and a task written due 65 s ahead
     task = tasks.create(now_ms + 65_000, "no-poll-yet", now_ms=now_ms)
@@ -137,8 +156,13 @@ def test_without_a_noted_poll_the_fast_path_dispatches_every_candidate(
 
 
 def test_close_to_the_next_poll_the_fast_path_dispatches_every_candidate(
-    dynamodb: Any, poller: Poller, fast_path: Poller, tasks: Tasks, fast_invoker: RecordingInvoker,
-    settings: Settings, now_ms: int,
+    dynamodb: Any,
+    poller: Poller,
+    fast_path: Poller,
+    tasks: Tasks,
+    fast_invoker: RecordingInvoker,
+    settings: Settings,
+    now_ms: int,
 ) -> None:
     # Given a poll at now_ms, and a task written 1 ms less than the margin before the next poll, due 65 s ahead
     poller.poll(now_ms)
@@ -157,7 +181,11 @@ class UnreadablePolls(DynamoTaskStore):
 
 
 def test_when_the_last_polls_cannot_be_read_the_fast_path_dispatches_every_candidate(
-    dynamodb: Any, poller: Poller, tasks: Tasks, settings: Settings, now_ms: int,
+    dynamodb: Any,
+    poller: Poller,
+    tasks: Tasks,
+    settings: Settings,
+    now_ms: int,
 ) -> None:
     # Given a poll at now_ms, and a task written 20 s later due 65 s ahead (the poll's, were its start readable)
     poller.poll(now_ms)
@@ -173,7 +201,9 @@ def test_when_the_last_polls_cannot_be_read_the_fast_path_dispatches_every_candi
 
 
 def test_a_poll_notes_its_start_on_its_groups_watermark_item_and_never_moves_it_back(
-    dynamodb: Any, settings: Settings, now_ms: int,
+    dynamodb: Any,
+    settings: Settings,
+    now_ms: int,
 ) -> None:
     # Given two poll groups and no poll yet
     store = DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"poll_groups": 2}))

@@ -125,7 +125,7 @@ def _forget_powertools_logging() -> None:
         for suppress in [f for f in handler.filters if isinstance(f, SuppressFilter)]:
             handler.removeFilter(suppress)
     # Metrics keep their data in class attributes, shared by every instance in the process.
-    for shared in (Metrics._metrics, Metrics._dimensions, Metrics._metadata, Metrics._default_dimensions):  # noqa: SLF001
+    for shared in (Metrics._metrics, Metrics._dimensions, Metrics._metadata, Metrics._default_dimensions):
         shared.clear()
 
 
@@ -172,8 +172,14 @@ def cold_start(
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "DEBUG",  # per-task SUCCEEDED lines are DEBUG
     }
-    for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED",
-                 "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    for name in (
+        "PUNCTUAL_ENDPOINT_URL",
+        "PUNCTUAL_FIRE_LOG_PATH",
+        "POWERTOOLS_DEV",
+        "POWERTOOLS_METRICS_DISABLED",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -186,8 +192,9 @@ def cold_start(
         fastpath_app = load_handler_module(str(SRC / "fastpath" / "app.py"))
         invoker = RecordingInvoker()
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
-        fastpath_app.poller = build_poller(fastpath_app.settings, invoker=invoker,
-                                           poller_id=fastpath_app.poller.poller_id)
+        fastpath_app.poller = build_poller(
+            fastpath_app.settings, invoker=invoker, poller_id=fastpath_app.poller.poller_id
+        )
         client = Client(poller_app.settings, dynamodb=dynamodb)
         handlers = Handlers(poller_app, executor_app, fastpath_app, invoker, client, dynamodb, capsys)
         handlers.read()  # the cold start's own lines
@@ -210,8 +217,12 @@ def schedule(handlers: Handlers, count: int, first_in_ms: int = 500) -> list[str
     """``count`` log tasks due ``first_in_ms`` from now, 20 ms apart, scheduled through the client."""
     start = datetime.now(UTC) + timedelta(milliseconds=first_in_ms)
     return [
-        handlers.client.schedule(start + timedelta(milliseconds=20 * i), LogAction(message="handler test"),
-                                 {"n": i}, task_id=f"handler-task-{i}").task_id
+        handlers.client.schedule(
+            start + timedelta(milliseconds=20 * i),
+            LogAction(message="handler test"),
+            {"n": i},
+            task_id=f"handler-task-{i}",
+        ).task_id
         for i in range(count)
     ]
 
@@ -242,8 +253,13 @@ def test_poller_handler_dispatches_on_a_scheduled_event_and_emits_its_metrics(co
     assert all(handlers.status(t) is TaskStatus.PENDING for t in task_ids)
     # And its EMF blob holds one value of each poller metric, under the Punctual namespace
     assert_emf_envelope(output)
-    assert output.metric_names() == {names.TASKS_DISPATCHED, names.TASKS_RECOVERED, names.TASKS_UNDISPATCHED,
-                                     names.UNDECODABLE_ITEMS, names.INVOKE_FAILURES}
+    assert output.metric_names() == {
+        names.TASKS_DISPATCHED,
+        names.TASKS_RECOVERED,
+        names.TASKS_UNDISPATCHED,
+        names.UNDECODABLE_ITEMS,
+        names.INVOKE_FAILURES,
+    }
     dispatched, values = output.metric(names.TASKS_DISPATCHED)
     assert dispatched == {"Name": "TasksDispatched", "Unit": "Count"}
     assert values == [3.0]
@@ -278,16 +294,28 @@ def test_executor_handler_fires_the_batch_the_poller_sent(cold_start: ColdStart)
         assert task.batch_id == payload["batch_id"]
     # And the EMF output holds FireDrift at high resolution, one value per fired task, and the counts
     assert_emf_envelope(output)
-    assert output.metric_names() == {names.FIRE_DRIFT, names.TASKS_FIRED, names.TASKS_FIRED_LATE, names.TASKS_FAILED,
-                                     names.TASKS_MISSED, names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER,
-                                     names.TASKS_FENCED}
+    assert output.metric_names() == {
+        names.FIRE_DRIFT,
+        names.TASKS_FIRED,
+        names.TASKS_FIRED_LATE,
+        names.TASKS_FAILED,
+        names.TASKS_MISSED,
+        names.ARM_CONFLICTS,
+        names.TASKS_TAKEN_OVER,
+        names.TASKS_FENCED,
+    }
     drift, drift_values = output.metric(names.FIRE_DRIFT)
     assert drift == {"Name": "FireDrift", "Unit": "Milliseconds", "StorageResolution": 1}
     assert drift_values == pytest.approx(answer["drift_ms"])
     assert len(drift_values) == 3
     assert output.metric(names.TASKS_FIRED) == ({"Name": "TasksFired", "Unit": "Count"}, [3.0])
-    for name in (names.TASKS_FAILED, names.TASKS_MISSED, names.ARM_CONFLICTS, names.TASKS_TAKEN_OVER,
-                 names.TASKS_FENCED):
+    for name in (
+        names.TASKS_FAILED,
+        names.TASKS_MISSED,
+        names.ARM_CONFLICTS,
+        names.TASKS_TAKEN_OVER,
+        names.TASKS_FENCED,
+    ):
         assert output.metric(name)[1] == [0.0]
     # And every log line is JSON carrying the batch id and the Lambda context
     batch_id = payload["batch_id"]
@@ -388,12 +416,12 @@ def test_with_two_poll_groups_the_scheduled_poller_starts_the_other_group_and_ea
     # When EventBridge's scheduled event reaches the poller
     event, first = handlers.poll()
     # Then it starts group 1's poller with the event's id and time, and polls group 0 itself
-    assert groups.payloads == [{"id": event["id"], "time": event["time"].replace("Z", "+00:00"), "poll_group": 1,
-                                "poll_groups": 2}]
+    assert groups.payloads == [
+        {"id": event["id"], "time": event["time"].replace("Z", "+00:00"), "poll_group": 1, "poll_groups": 2}
+    ]
     assert first["group"] == 0
     # When group 1's invocation arrives (through JSON, as Lambda delivers it)
-    second = handlers.poller_app.handler(json.loads(json.dumps(groups.payloads[0])),
-                                         LambdaContext("punctual-poller"))
+    second = handlers.poller_app.handler(json.loads(json.dumps(groups.payloads[0])), LambdaContext("punctual-poller"))
     # Then it polls group 1 only, and between them every task went to an executor exactly once
     assert second["group"] == 1
     dispatched = [t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]]
@@ -427,8 +455,10 @@ def test_a_poll_group_event_from_another_configuration_is_ignored(cold_start: Co
     handlers = cold_start()
     schedule(handlers, 1)
     # When a group event sent under a two-group configuration arrives
-    answer = handlers.poller_app.handler({"id": "e-1", "time": "2026-11-23T00:00:00+00:00", "poll_group": 1,
-                                          "poll_groups": 2}, LambdaContext("punctual-poller"))
+    answer = handlers.poller_app.handler(
+        {"id": "e-1", "time": "2026-11-23T00:00:00+00:00", "poll_group": 1, "poll_groups": 2},
+        LambdaContext("punctual-poller"),
+    )
     # Then it polls nothing (the next scheduled tick covers every group)
     assert answer == {"ignored": True}
     assert handlers.invoker.payloads == []
@@ -437,14 +467,23 @@ def test_a_poll_group_event_from_another_configuration_is_ignored(cold_start: Co
 def stream_record(handlers: Handlers, event_name: str, task_id: str, sequence: int) -> dict[str, Any]:
     """A DynamoDB stream record as Lambda delivers it (NEW_IMAGE view), the image read from the table."""
     keys = {"task_id": {"S": task_id}}
-    change: dict[str, Any] = {"ApproximateCreationDateTime": 1_700_000_000, "Keys": keys,
-                              "SequenceNumber": f"{sequence:021d}", "SizeBytes": 512, "StreamViewType": "NEW_IMAGE"}
+    change: dict[str, Any] = {
+        "ApproximateCreationDateTime": 1_700_000_000,
+        "Keys": keys,
+        "SequenceNumber": f"{sequence:021d}",
+        "SizeBytes": 512,
+        "StreamViewType": "NEW_IMAGE",
+    }
     if event_name != "REMOVE":
         table = handlers.poller_app.settings.table_name
         change["NewImage"] = handlers.dynamodb.get_item(TableName=table, Key=keys)["Item"]
     return {
-        "eventID": uuid.uuid4().hex, "eventName": event_name, "eventVersion": "1.1", "eventSource": "aws:dynamodb",
-        "awsRegion": REGION, "dynamodb": change,
+        "eventID": uuid.uuid4().hex,
+        "eventName": event_name,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": REGION,
+        "dynamodb": change,
         "eventSourceARN": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/punctual-tasks/stream/2026-11-22T00:00:00.000",
     }
 
@@ -453,16 +492,18 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
     # Given the functions at a cold start; a task already armed by an executor; then two tasks written 1 s
     # before due (flagged for the fast path) and one written an hour ahead (the poller's)
     handlers = cold_start()
-    taken_task = handlers.client.schedule(datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"),
-                                          None, task_id="taken-task")
+    taken_task = handlers.client.schedule(
+        datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"), None, task_id="taken-task"
+    )
     taken = taken_task.task_id
     store = DynamoTaskStore.from_settings(handlers.dynamodb, handlers.poller_app.settings)
     now = int(datetime.now(UTC).timestamp() * 1000)
     assert store.heartbeat("x-live", now, now + 600_000)
     assert arm(store, taken_task, "x-live", now) is not None
     near = schedule(handlers, 2, first_in_ms=1_000)
-    far = handlers.client.schedule(datetime.now(UTC) + timedelta(hours=1), LogAction(message="far"), None,
-                                   task_id="far-task").task_id
+    far = handlers.client.schedule(
+        datetime.now(UTC) + timedelta(hours=1), LogAction(message="far"), None, task_id="far-task"
+    ).task_id
     handlers.invoker.payloads.clear()
     handlers.read()
     # When a stream batch arrives with their INSERTs, a MODIFY of the armed one and a REMOVE
@@ -488,7 +529,8 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
     first, second = (delivered(p) for p in handlers.invoker.payloads)
     for executor_id in ("x-1", "x-2"):
         assert store.heartbeat(executor_id, now, now + 600_000)
-    requests = [[ArmRequest(t["task_id"], t["due_ms"], t["due_ms"] + 60_000) for t in p["tasks"]]
-                for p in (first, second)]
+    requests = [
+        [ArmRequest(t["task_id"], t["due_ms"], t["due_ms"] + 60_000) for t in p["tasks"]] for p in (first, second)
+    ]
     assert None not in store.arm_many(requests[0], first["batch_id"], "x-1", now)
     assert store.arm_many(requests[1], second["batch_id"], "x-2", now) == [None, None]

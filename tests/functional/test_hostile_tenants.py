@@ -109,8 +109,9 @@ class _Current:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[LocalApi, _Current]]:
     current = _Current()
-    with LocalApi(lambda: build_app(current.client, TenantMap.parse(json.dumps({"principals": PRINCIPALS}))),
-                  TOKENS) as api:
+    with LocalApi(
+        lambda: build_app(current.client, TenantMap.parse(json.dumps({"principals": PRINCIPALS}))), TOKENS
+    ) as api:
         yield api, current
 
 
@@ -125,17 +126,18 @@ class Api:
     local: LocalApi
     wire: bool = False  # over a socket to the running server (else through its request path in this thread)
 
-    def call(self, method: str, path: str, body: Any = None, tenant: str = "acme",
-             headers: dict[str, str] | None = None) -> Answer:
+    def call(
+        self, method: str, path: str, body: Any = None, tenant: str = "acme", headers: dict[str, str] | None = None
+    ) -> Answer:
         """One request as ``tenant`` (its bearer token); ``path`` is the request line's target as written
         (percent-encoding kept)."""
         data = None if body is None else json.dumps(body).encode()
         sent = {"Content-Type": "application/json", "Authorization": f"Bearer token-{tenant}", **(headers or {})}
         if self.wire:
-            response = urllib3.request(method, self.local.url + path, body=data, headers=sent, retries=False,
-                                       redirect=False)
-            return Answer(response.status, response.headers.get("Content-Type", ""),
-                          json.loads(response.data or b"{}"))
+            response = urllib3.request(
+                method, self.local.url + path, body=data, headers=sent, retries=False, redirect=False
+            )
+            return Answer(response.status, response.headers.get("Content-Type", ""), json.loads(response.data or b"{}"))
         sent["Content-Length"] = str(len(data or b""))
         answer = self.local.handle(method, path, sent, io.BytesIO(data or b""))
         return Answer(answer.status, answer.headers.get("Content-Type", ""), json.loads(answer.body or b"{}"))
@@ -158,7 +160,7 @@ class Receivers:
         return getattr(self, tenant).url(path)
 
     def requests(self, tenant: str) -> list[Any]:
-        return getattr(self, tenant).requests()[self.before.get(tenant, 0):]
+        return getattr(self, tenant).requests()[self.before.get(tenant, 0) :]
 
     def seen(self) -> dict[str, list[str]]:
         return {tenant: [r.path for r in self.requests(tenant)] for tenant in ("acme", "beta")}
@@ -220,7 +222,8 @@ class Beta:
         assert snapshot(self.dynamodb, self.settings, "beta/") == self.items
         assert sorted(t["task_id"] for t in self.api.ok("GET", "/v1/tasks", tenant="beta")["tasks"]) == self.listing
         assert [s["schedule_id"] for s in self.api.ok("GET", "/v1/schedules", tenant="beta")["schedules"]] == [
-            "reports"]
+            "reports"
+        ]
         assert self.receivers.requests("beta") == []
 
 
@@ -231,8 +234,9 @@ def beta_made() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def beta(api: Api, dynamodb: Any, tsettings: Settings, receivers: Receivers,
-         beta_made: dict[str, dict[str, Any]]) -> Beta:
+def beta(
+    api: Api, dynamodb: Any, tsettings: Settings, receivers: Receivers, beta_made: dict[str, dict[str, Any]]
+) -> Beta:
     """Beta's world: made through the API once for the module, and written as made into each test's table."""
     if beta_made:
         put(dynamodb, tsettings, *beta_made.values())
@@ -250,16 +254,41 @@ def beta(api: Api, dynamodb: Any, tsettings: Settings, receivers: Receivers,
 def make_beta(api: Api, receivers: Receivers) -> None:
     """Beta's tasks (a signed webhook with a secret header, an SQS message, an event) and its schedule."""
     due = from_ms(LATER).isoformat()
-    hook = {"kind": "http", "url": receivers.url("beta"), "secret_headers": BETA_SECRET_HEADERS,
-            "signing_secret": "env:PUNCTUAL_SECRET_TENANT_BETA__HOOK"}
+    hook = {
+        "kind": "http",
+        "url": receivers.url("beta"),
+        "secret_headers": BETA_SECRET_HEADERS,
+        "signing_secret": "env:PUNCTUAL_SECRET_TENANT_BETA__HOOK",
+    }
     api.ok("POST", "/v1/tasks", {"task_id": "inv-1", "due_at": due, "action": hook, "payload": {"n": 1}}, "beta")
-    api.ok("POST", "/v1/tasks", {"task_id": "inv-2", "due_at": due, "action": aws_action("sqs", arns("beta")["sqs"])},
-           "beta")
-    api.ok("POST", "/v1/tasks", {"task_id": "inv-3", "due_at": due, "action": aws_action(
-        "eventbridge", arns("beta")["eventbridge"], "punctual.beta")}, "beta")
+    api.ok(
+        "POST",
+        "/v1/tasks",
+        {"task_id": "inv-2", "due_at": due, "action": aws_action("sqs", arns("beta")["sqs"])},
+        "beta",
+    )
+    api.ok(
+        "POST",
+        "/v1/tasks",
+        {
+            "task_id": "inv-3",
+            "due_at": due,
+            "action": aws_action("eventbridge", arns("beta")["eventbridge"], "punctual.beta"),
+        },
+        "beta",
+    )
     # A schedule with one occurrence made (due 2 min after now: outside a poll's window, inside what is made ahead)
-    api.ok("POST", "/v1/schedules", {"schedule_id": "reports", "expression": "rate(1 hour)", "action": hook,
-                                     "start_at": from_ms(FIXED_NOW_MS + 120_000).isoformat()}, "beta")
+    api.ok(
+        "POST",
+        "/v1/schedules",
+        {
+            "schedule_id": "reports",
+            "expression": "rate(1 hour)",
+            "action": hook,
+            "start_at": from_ms(FIXED_NOW_MS + 120_000).isoformat(),
+        },
+        "beta",
+    )
 
 
 def assert_refused(answer: Answer, status: int, field: str | None = None, kind: str = "invalid") -> None:
@@ -272,8 +301,10 @@ def assert_refused(answer: Answer, status: int, field: str | None = None, kind: 
     if field is not None:
         head, _, leaf = field.rpartition(".")
         assert answer.body["field"] == field or (
-            head == "action" and answer.body["field"].startswith("action.") and answer.body["field"].endswith(
-                "." + leaf)), answer
+            head == "action"
+            and answer.body["field"].startswith("action.")
+            and answer.body["field"].endswith("." + leaf)
+        ), answer
 
 
 # -- the fire side -----------------------------------------------------------------------------------------------
@@ -299,15 +330,18 @@ class Firing:
 
     def control(self) -> str:
         """Acme's own task to its own receiver (``/control``): proof that the round fired what it may."""
-        return self.forge("acme/control", http_action(self.receivers.url("acme", "/control"),
-                                                      "env:PUNCTUAL_SECRET_TENANT_ACME__TOKEN"))
+        return self.forge(
+            "acme/control",
+            http_action(self.receivers.url("acme", "/control"), "env:PUNCTUAL_SECRET_TENANT_ACME__TOKEN"),
+        )
 
     def fire(self, rounds: int = 1, done: Callable[[], bool] | None = None) -> tuple[list[Any], list[Any]]:
         return poll_and_fire(self.store, self.settings, self.env, rounds, done)
 
     def raw(self, key: str) -> dict[str, Any]:
-        return self.dynamodb.get_item(TableName=self.settings.table_name, Key={"task_id": {"S": key}},
-                                      ConsistentRead=True)["Item"]
+        return self.dynamodb.get_item(
+            TableName=self.settings.table_name, Key={"task_id": {"S": key}}, ConsistentRead=True
+        )["Item"]
 
     def status(self, key: str) -> str:
         return str(self.raw(key)["status"]["S"])
@@ -352,7 +386,7 @@ STOLEN_REFS = {
     "beta-secretsmanager": "secretsmanager:punctual/tenants/beta/token",
     "beta-secretsmanager-key": "secretsmanager:punctual/tenants/beta/token#key",
     "beta-secretsmanager-arn": "secretsmanager:arn:aws:secretsmanager:us-east-1:123456789012:secret:"
-                               "punctual/tenants/beta/token",
+    "punctual/tenants/beta/token",
     "beta-secretsmanager-dotdot": "secretsmanager:punctual/tenants/acme/../beta/token",
     "acme-x-env": "env:PUNCTUAL_SECRET_TENANT_ACME_X__TOKEN",  # tenant acme-x's: a name that extends acme's
     "acme-x-ssm": "ssm:/punctual/tenants/acme-x/token",
@@ -362,8 +396,12 @@ STOLEN_REFS = {
     "operator-secretsmanager": "secretsmanager:punctual/ops",
     "process-env": "env:AWS_SECRET_ACCESS_KEY",
 }
-OWN_REFS = ["env:PUNCTUAL_SECRET_TENANT_ACME__TOKEN", "file:tenants/acme/token", "ssm:/punctual/tenants/acme/token",
-            "secretsmanager:punctual/tenants/acme/token#key"]
+OWN_REFS = [
+    "env:PUNCTUAL_SECRET_TENANT_ACME__TOKEN",
+    "file:tenants/acme/token",
+    "ssm:/punctual/tenants/acme/token",
+    "secretsmanager:punctual/tenants/acme/token#key",
+]
 
 
 def http_action(url: str, ref: str | None = None, secret_field: str = "secret_headers") -> dict[str, Any]:
@@ -377,9 +415,16 @@ def attempts_with_action(api: Api, action: dict[str, Any]) -> dict[str, Answer]:
     """``action`` given by acme to each route that takes one: a task, a schedule, a change of its own schedule."""
     return {
         "POST /v1/tasks": api.call("POST", "/v1/tasks", {"due_at": from_ms(LATER).isoformat(), "action": action}),
-        "POST /v1/schedules": api.call("POST", "/v1/schedules", {
-            "schedule_id": "stolen", "expression": "rate(1 hour)", "action": action,
-            "start_at": from_ms(LATER).isoformat()}),
+        "POST /v1/schedules": api.call(
+            "POST",
+            "/v1/schedules",
+            {
+                "schedule_id": "stolen",
+                "expression": "rate(1 hour)",
+                "action": action,
+                "start_at": from_ms(LATER).isoformat(),
+            },
+        ),
         "PATCH /v1/schedules/own": api.call("PATCH", "/v1/schedules/own", {"action": action}),
     }
 
@@ -387,14 +432,22 @@ def attempts_with_action(api: Api, action: dict[str, Any]) -> dict[str, Answer]:
 @pytest.fixture
 def acme_own(api: Api, beta: Beta, receivers: Receivers) -> dict[str, dict[str, Any]]:
     """Acme's own schedule (which the attacks try to change), and acme's items as stored then."""
-    api.ok("POST", "/v1/schedules", {"schedule_id": "own", "expression": "rate(1 hour)",
-                                     "action": http_action(receivers.url("acme")),
-                                     "start_at": from_ms(LATER).isoformat()})
+    api.ok(
+        "POST",
+        "/v1/schedules",
+        {
+            "schedule_id": "own",
+            "expression": "rate(1 hour)",
+            "action": http_action(receivers.url("acme")),
+            "start_at": from_ms(LATER).isoformat(),
+        },
+    )
     return snapshot(beta.dynamodb, beta.settings, "acme/")
 
 
-def test_a_tenant_may_use_its_own_secrets_targets_and_event_source(api: Api, beta: Beta, receivers: Receivers,
-                                                                   acme_own: dict[str, Any]) -> None:
+def test_a_tenant_may_use_its_own_secrets_targets_and_event_source(
+    api: Api, beta: Beta, receivers: Receivers, acme_own: dict[str, Any]
+) -> None:
     # Given acme's own secrets, receiver, ARNs and event sources (what the refusals below must not refuse)
     own = [http_action(receivers.url("acme"), ref, f) for ref in OWN_REFS for f in ("secret_headers", "signing_secret")]
     own += [aws_action(kind, arns("acme")[kind]) for kind in AWS_KINDS]
@@ -409,8 +462,9 @@ def test_a_tenant_may_use_its_own_secrets_targets_and_event_source(api: Api, bet
 
 
 @pytest.mark.parametrize("ref", list(STOLEN_REFS.values()), ids=list(STOLEN_REFS))
-def test_another_tenants_secret_is_refused_when_scheduled(api: Api, beta: Beta, receivers: Receivers,
-                                                          acme_own: dict[str, Any], ref: str) -> None:
+def test_another_tenants_secret_is_refused_when_scheduled(
+    api: Api, beta: Beta, receivers: Receivers, acme_own: dict[str, Any], ref: str
+) -> None:
     for secret_field in ("secret_headers", "signing_secret"):
         # Given acme's webhook to its own receiver, naming as a header's or as its signing secret a secret of
         # beta's, of the operator's or of the process
@@ -428,10 +482,14 @@ def test_another_tenants_secret_is_refused_when_scheduled(api: Api, beta: Beta, 
 FORGED_SECRETS = {  # secrets acme's forged items name, by whose they are
     "beta-env": ["env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN", "env:PUNCTUAL_SECRET_TENANT_BETA__HOOK"],
     "beta-file": ["file:tenants/beta/token"],
-    "beta-ssm": ["ssm:/punctual/tenants/beta/token",
-                 "ssm:arn:aws:ssm:us-east-1:123456789012:parameter/punctual/tenants/beta/token"],
-    "beta-secretsmanager": ["secretsmanager:punctual/tenants/beta/token",
-                            "secretsmanager:punctual/tenants/beta/token#key"],
+    "beta-ssm": [
+        "ssm:/punctual/tenants/beta/token",
+        "ssm:arn:aws:ssm:us-east-1:123456789012:parameter/punctual/tenants/beta/token",
+    ],
+    "beta-secretsmanager": [
+        "secretsmanager:punctual/tenants/beta/token",
+        "secretsmanager:punctual/tenants/beta/token#key",
+    ],
     "acme-x": ["env:PUNCTUAL_SECRET_TENANT_ACME_X__TOKEN", "ssm:/punctual/tenants/acme-x/token"],
     "operator": ["env:PUNCTUAL_SECRET_OPS", "file:token", "ssm:/punctual/ops/token", "secretsmanager:punctual/ops"],
 }
@@ -439,12 +497,18 @@ FORGED_SECRETS = {  # secrets acme's forged items name, by whose they are
 
 @pytest.mark.parametrize("whose", list(FORGED_SECRETS))
 def test_a_forged_item_naming_another_tenants_secret_fails_when_fired_and_sends_nothing(
-        firing: Firing, whose: str) -> None:
+    firing: Firing, whose: str
+) -> None:
     # Given items written under acme's keys that send acme's own receiver someone else's secrets, as a header
     # and as the signing secret, and acme's control task
-    keys = [firing.forge(f"acme/steal-{secret_field}-{i}", http_action(
-                firing.receivers.url("acme", f"/steal-{i}"), ref, secret_field))
-            for i, ref in enumerate(FORGED_SECRETS[whose]) for secret_field in ("secret_headers", "signing_secret")]
+    keys = [
+        firing.forge(
+            f"acme/steal-{secret_field}-{i}",
+            http_action(firing.receivers.url("acme", f"/steal-{i}"), ref, secret_field),
+        )
+        for i, ref in enumerate(FORGED_SECRETS[whose])
+        for secret_field in ("secret_headers", "signing_secret")
+    ]
     firing.control()
     # When the poller and an executor run
     firing.fire()
@@ -457,10 +521,11 @@ def test_a_forged_item_naming_another_tenants_secret_fails_when_fired_and_sends_
 def test_a_forged_item_whose_action_the_model_refuses_is_failed_unfired(firing: Firing) -> None:
     # Given items under acme's keys whose action JSON was edited to hold what no model accepts: a secret path
     # climbing out of acme's namespace, and AWS's own credentials
-    refs = ["file:tenants/acme/../beta/token", "ssm:/punctual/tenants/acme/../beta/token",
-            "env:AWS_SECRET_ACCESS_KEY"]
-    keys = [firing.forge(f"acme/edited-{i}", http_action(firing.receivers.url("acme", f"/edited-{i}"), ref))
-            for i, ref in enumerate(refs)]
+    refs = ["file:tenants/acme/../beta/token", "ssm:/punctual/tenants/acme/../beta/token", "env:AWS_SECRET_ACCESS_KEY"]
+    keys = [
+        firing.forge(f"acme/edited-{i}", http_action(firing.receivers.url("acme", f"/edited-{i}"), ref))
+        for i, ref in enumerate(refs)
+    ]
     firing.control()
     # When they are due and fired
     firing.fire()
@@ -490,16 +555,21 @@ def target_cases(acme_port: int, beta_port: int, bystander: int) -> dict[str, tu
         "metadata": "http://169.254.169.254/latest/meta-data/",
     }
     cases: dict[str, tuple[dict[str, Any], str]] = {k: (http_action(v), "action.url") for k, v in urls.items()}
-    fields = {"lambda": "action.function_arn", "sqs": "action.queue_arn", "sns": "action.topic_arn",
-              "eventbridge": "action.event_bus_arn"}
+    fields = {
+        "lambda": "action.function_arn",
+        "sqs": "action.queue_arn",
+        "sns": "action.topic_arn",
+        "eventbridge": "action.event_bus_arn",
+    }
     for kind in AWS_KINDS:
         cases[f"{kind}-beta"] = (aws_action(kind, arns("beta")[kind]), fields[kind])
         cases[f"{kind}-operator"] = (aws_action(kind, arns("ops")[kind]), fields[kind])
     cases["lambda-beta-qualified"] = (aws_action("lambda", arns("beta")["lambda"] + ":$LATEST"), fields["lambda"])
     cases["lambda-acme-qualified"] = (aws_action("lambda", arns("acme")["lambda"] + ":prod"), fields["lambda"])
-    cases["sqs-acme-name-other-account"] = (aws_action("sqs", arns("acme")["sqs"].replace("123456789012",
-                                                                                          "999999999999")),
-                                            fields["sqs"])
+    cases["sqs-acme-name-other-account"] = (
+        aws_action("sqs", arns("acme")["sqs"].replace("123456789012", "999999999999")),
+        fields["sqs"],
+    )
     return cases
 
 
@@ -507,9 +577,9 @@ TARGET_CASE_IDS = list(target_cases(1, 2, 3))
 
 
 @pytest.mark.parametrize("case", TARGET_CASE_IDS)
-def test_another_tenants_or_a_private_target_is_refused_when_scheduled(api: Api, beta: Beta, receivers: Receivers,
-                                                                       acme_own: dict[str, Any],
-                                                                       bystander_port: int, case: str) -> None:
+def test_another_tenants_or_a_private_target_is_refused_when_scheduled(
+    api: Api, beta: Beta, receivers: Receivers, acme_own: dict[str, Any], bystander_port: int, case: str
+) -> None:
     # Given an action aimed at beta's receiver or ARNs, the operator's ARNs, or a loopback port not acme's
     action, field_name = target_cases(receivers.acme.port, receivers.beta.port, bystander_port)[case]
     # When acme gives it to each route that takes an action
@@ -523,11 +593,24 @@ def test_another_tenants_or_a_private_target_is_refused_when_scheduled(api: Api,
     assert receivers.seen() == {"acme": [], "beta": []}
 
 
-@pytest.mark.parametrize("source", ["punctual", "punctual.beta", "punctual.beta.orders", "punctual.acmex",
-                                    "punctual.acme-x", "punctual-acme", "punctual.acme_", "acme", "punctual.",
-                                    "beta.punctual.acme"])
-def test_an_event_source_not_the_tenants_own_is_refused(api: Api, beta: Beta, acme_own: dict[str, Any],
-                                                        source: str) -> None:
+@pytest.mark.parametrize(
+    "source",
+    [
+        "punctual",
+        "punctual.beta",
+        "punctual.beta.orders",
+        "punctual.acmex",
+        "punctual.acme-x",
+        "punctual-acme",
+        "punctual.acme_",
+        "acme",
+        "punctual.",
+        "beta.punctual.acme",
+    ],
+)
+def test_an_event_source_not_the_tenants_own_is_refused(
+    api: Api, beta: Beta, acme_own: dict[str, Any], source: str
+) -> None:
     # Given an event on acme's own bus whose source speaks as the operator, as beta, or as a name next to acme's
     action = aws_action("eventbridge", arns("acme")["eventbridge"], source)
     # When acme gives it to each route that takes an action
@@ -555,19 +638,23 @@ def forged_target(case: str, receivers: Receivers, bystander: int) -> dict[str, 
     if case == "http-beta-spelled":
         return http_action(f"http://[::ffff:127.0.0.1]:{receivers.beta.port}/stolen")
     if case.startswith("eventbridge-source-"):
-        return aws_action("eventbridge", arns("acme")["eventbridge"],
-                          "punctual.beta" if case.endswith("beta") else "punctual")
+        return aws_action(
+            "eventbridge", arns("acme")["eventbridge"], "punctual.beta" if case.endswith("beta") else "punctual"
+        )
     kind, owner = case.split("-")
     return aws_action(kind, arns("beta" if owner == "beta" else "ops")[kind])
 
 
 @pytest.mark.parametrize("group", list(FORGED_TARGETS))
 def test_a_forged_item_aimed_at_another_tenants_target_fails_when_fired_and_sends_nothing(
-        firing: Firing, bystander_port: int, group: str) -> None:
+    firing: Firing, bystander_port: int, group: str
+) -> None:
     # Given items under acme's keys whose actions aim at beta's receiver or ARNs, the operator's ARNs, a loopback
     # port not acme's, or an event source not acme's; and acme's control task
-    keys = [firing.forge(f"acme/aimed-{case}", forged_target(case, firing.receivers, bystander_port))
-            for case in FORGED_TARGETS[group]]
+    keys = [
+        firing.forge(f"acme/aimed-{case}", forged_target(case, firing.receivers, bystander_port))
+        for case in FORGED_TARGETS[group]
+    ]
     firing.control()
     # When the poller and an executor run
     firing.fire()
@@ -578,12 +665,22 @@ def test_a_forged_item_aimed_at_another_tenants_target_fails_when_fired_and_send
 
 
 @pytest.mark.parametrize("route", ["reschedule", "run-now"])
-def test_the_api_checks_a_forged_items_action_again_before_moving_it(api: Api, beta: Beta, clock: FakeClock,
-                                                                     receivers: Receivers, route: str) -> None:
+def test_the_api_checks_a_forged_items_action_again_before_moving_it(
+    api: Api, beta: Beta, clock: FakeClock, receivers: Receivers, route: str
+) -> None:
     # Given an item written under acme's key that sends beta's secret to beta's receiver
     client = Client(beta.settings, dynamodb=beta.dynamodb, clock=clock)
-    put(beta.dynamodb, beta.settings, forge(client, "acme/moved", http_action(
-        receivers.url("beta"), BETA_SECRET_HEADERS["Authorization"]), LATER, FIXED_NOW_MS))
+    put(
+        beta.dynamodb,
+        beta.settings,
+        forge(
+            client,
+            "acme/moved",
+            http_action(receivers.url("beta"), BETA_SECRET_HEADERS["Authorization"]),
+            LATER,
+            FIXED_NOW_MS,
+        ),
+    )
     before = snapshot(beta.dynamodb, beta.settings, "acme/")
     # When acme asks the API to move it (due now, or another time)
     body = {"due_at": from_ms(LATER + 60_000).isoformat()} if route == "reschedule" else None
@@ -620,15 +717,19 @@ SCHEDULE_CALLS = {
     "resume": ("POST", "/v1/schedules/evil/resume", None),
     "run-now": ("POST", "/v1/schedules/evil/run-now", None),
     "history": ("GET", "/v1/schedules/evil/history", None),
-    "create-over": ("POST", "/v1/schedules", {"schedule_id": "evil", "expression": "rate(1 hour)",
-                                               "action": {"kind": "log"}}),
+    "create-over": (
+        "POST",
+        "/v1/schedules",
+        {"schedule_id": "evil", "expression": "rate(1 hour)", "action": {"kind": "log"}},
+    ),
 }
 TENANT_ATTRIBUTES = {"acme": "acme", "beta": "beta", "none": None}
 
 
 @pytest.mark.parametrize("attribute", list(TENANT_ATTRIBUTES))
 def test_a_forged_schedule_naming_another_tenants_schedule_is_never_acted_on_through_the_api(
-        api: Api, beta: Beta, attribute: str) -> None:
+    api: Api, beta: Beta, attribute: str
+) -> None:
     # Given a schedule item under acme's key whose definition names beta's schedule (IAM denies this write; the
     # product must not act on it if it exists)
     forged = forge_schedule(beta, TENANT_ATTRIBUTES[attribute])
@@ -643,7 +744,8 @@ def test_a_forged_schedule_naming_another_tenants_schedule_is_never_acted_on_thr
     assert snapshot(beta.dynamodb, beta.settings, "acme/") == {"acme/#schedule#evil": forged}
     assert api.ok("GET", "/v1/schedules")["schedules"] == []
     assert api.ok("GET", "/v1/schedules/reports/history", tenant="beta")["occurrences"][0]["task_id"] == (
-        "reports@20300601T120220.000Z")
+        "reports@20300601T120220.000Z"
+    )
     beta.assert_untouched()
 
 
@@ -657,8 +759,9 @@ def test_the_poller_quarantines_a_forged_schedule_naming_another_tenants_schedul
     report = Poller(store, invoker, beta.settings).poll(FIXED_NOW_MS)
     # Then it is counted undecodable and taken out of the due index, with the reason kept
     assert report.undecodable == 1 and report.occurrences_created == 0
-    quarantined = beta.dynamodb.get_item(TableName=beta.settings.table_name,
-                                         Key={"task_id": {"S": "acme/#schedule#evil"}})["Item"]
+    quarantined = beta.dynamodb.get_item(
+        TableName=beta.settings.table_name, Key={"task_id": {"S": "acme/#schedule#evil"}}
+    )["Item"]
     assert "due_bucket" not in quarantined and "quarantined_ms" in quarantined
     assert "schedule_id is not the schedule its key names" in quarantined["detail"]["S"]
     # And no occurrence was made, acme's or beta's; nothing was dispatched; beta is unchanged
@@ -670,21 +773,44 @@ def test_the_poller_quarantines_a_forged_schedule_naming_another_tenants_schedul
 
 
 def test_a_forged_schedule_of_its_own_aimed_at_another_tenant_makes_occurrences_that_fail_when_fired(
-        firing: Firing) -> None:
+    firing: Firing,
+) -> None:
     # Given a schedule item of acme's own (its definition names it), written directly, whose action sends beta's
     # secret to beta's receiver, due in the index now
     now = firing.now()
-    definition = {"action": http_action(firing.receivers.url("beta", "/stolen"), BETA_SECRET_HEADERS["Authorization"]),
-                  "downtime_policy": "skip", "end_at": None, "expression": "rate(1 hour)", "max_occurrences": None,
-                  "misfire_grace_ms": 60000, "misfire_policy": "skip", "payload": None, "retry": None,
-                  "schedule_id": "acme/evil", "start_at": from_ms(now).isoformat(), "timezone": "UTC"}
+    definition = {
+        "action": http_action(firing.receivers.url("beta", "/stolen"), BETA_SECRET_HEADERS["Authorization"]),
+        "downtime_policy": "skip",
+        "end_at": None,
+        "expression": "rate(1 hour)",
+        "max_occurrences": None,
+        "misfire_grace_ms": 60000,
+        "misfire_policy": "skip",
+        "payload": None,
+        "retry": None,
+        "schedule_id": "acme/evil",
+        "start_at": from_ms(now).isoformat(),
+        "timezone": "UTC",
+    }
     key = "acme/#schedule#evil"
-    put(firing.dynamodb, firing.settings, {
-        "task_id": {"S": key}, "state": {"S": "ACTIVE"}, "version": {"N": "1"},
-        "definition": {"S": json.dumps(definition)}, "created_count": {"N": "0"}, "skipped_count": {"N": "0"},
-        "created_ms": {"N": str(now)}, "updated_ms": {"N": str(now)}, "next_due_ms": {"N": str(now)},
-        "tenant": {"S": "acme"}, "due_ms": {"N": str(now)},
-        "due_bucket": {"S": index_key(now, shard_of(key, firing.settings.shard_count))}})
+    put(
+        firing.dynamodb,
+        firing.settings,
+        {
+            "task_id": {"S": key},
+            "state": {"S": "ACTIVE"},
+            "version": {"N": "1"},
+            "definition": {"S": json.dumps(definition)},
+            "created_count": {"N": "0"},
+            "skipped_count": {"N": "0"},
+            "created_ms": {"N": str(now)},
+            "updated_ms": {"N": str(now)},
+            "next_due_ms": {"N": str(now)},
+            "tenant": {"S": "acme"},
+            "due_ms": {"N": str(now)},
+            "due_bucket": {"S": index_key(now, shard_of(key, firing.settings.shard_count))},
+        },
+    )
     firing.control()
     # When the poller extends it and an executor fires what it made
     polls, _ = firing.fire()
@@ -700,8 +826,14 @@ def forge_junk(beta: Beta, count: int, action: dict[str, Any] | None = None) -> 
     """``count`` items ``acme/junk-NNN`` (PENDING, in the due index) whose tenant attribute says beta."""
     client = Client(beta.settings, dynamodb=beta.dynamodb, clock=FakeClock(wall_ms=FIXED_NOW_MS))
     keys = [f"acme/junk-{i:03d}" for i in range(count)]
-    put(beta.dynamodb, beta.settings, *(forge(client, key, action or {"kind": "log"}, LATER + i, FIXED_NOW_MS,
-                                              tenant={"S": "beta"}) for i, key in enumerate(keys)))
+    put(
+        beta.dynamodb,
+        beta.settings,
+        *(
+            forge(client, key, action or {"kind": "log"}, LATER + i, FIXED_NOW_MS, tenant={"S": "beta"})
+            for i, key in enumerate(keys)
+        ),
+    )
     return keys
 
 
@@ -711,8 +843,9 @@ def pages(api: Api, tenant: str, limit: int, query: str = "") -> tuple[list[str]
     tokens: list[str] = []
     token = None
     for _ in range(200):
-        answer = api.ok("GET", f"/v1/tasks?limit={limit}{query}" + (f"&next_token={token}" if token else ""),
-                        tenant=tenant)
+        answer = api.ok(
+            "GET", f"/v1/tasks?limit={limit}{query}" + (f"&next_token={token}" if token else ""), tenant=tenant
+        )
         seen.extend(t["task_id"] for t in answer["tasks"])
         token = answer.get("next_token")
         if not token:
@@ -738,8 +871,9 @@ def test_forged_tenant_attributes_never_enter_another_tenants_listing(api: Api, 
     beta.assert_untouched()
 
 
-@pytest.mark.parametrize("task_id", ["beta/inv-1", "beta/", "beta", "acme", "acme0/x", "acmex/x", "#schedule#x",
-                                     "executor#x", "/beta/inv-1"])
+@pytest.mark.parametrize(
+    "task_id", ["beta/inv-1", "beta/", "beta", "acme", "acme0/x", "acmex/x", "#schedule#x", "executor#x", "/beta/inv-1"]
+)
 def test_a_page_token_naming_another_tenants_position_is_refused(api: Api, beta: Beta, task_id: str) -> None:
     # Given a page token acme made itself, naming a position outside its own keys
     token = encode_token(task_id)
@@ -774,8 +908,10 @@ def own_action(kind: str, receivers: Receivers) -> dict[str, Any]:
 def test_forged_tenant_attributes_are_failed_not_fired(firing: Firing, kind: str) -> None:
     # Given items under acme's keys, with actions acme may fire, whose tenant attribute says beta (or zeta); and
     # acme's control task
-    keys = [firing.forge(f"acme/junk-{tenant}", own_action(kind, firing.receivers), tenant={"S": tenant})
-            for tenant in ("beta", "zeta")]
+    keys = [
+        firing.forge(f"acme/junk-{tenant}", own_action(kind, firing.receivers), tenant={"S": tenant})
+        for tenant in ("beta", "zeta")
+    ]
     firing.control()
     # When the poller and an executor run
     firing.fire()
@@ -792,8 +928,15 @@ def test_forged_tenant_attributes_do_not_use_up_another_tenants_quota(api: Api, 
     forge_junk(beta, 100)
     room = BETA_QUOTAS["active_tasks"] - len(beta.listing)
     # When beta schedules up to its quota
-    answers = [api.call("POST", "/v1/tasks", {"task_id": f"more-{i}", "due_at": from_ms(LATER).isoformat(),
-                                              "action": {"kind": "log"}}, tenant="beta") for i in range(room + 1)]
+    answers = [
+        api.call(
+            "POST",
+            "/v1/tasks",
+            {"task_id": f"more-{i}", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}},
+            tenant="beta",
+        )
+        for i in range(room + 1)
+    ]
     # Then it has all of its room (the forged items are not counted), and only past it the quota answers
     assert [a.status for a in answers] == [201] * room + [429]
     assert_refused(answers[-1], 429, kind="quota")
@@ -806,11 +949,15 @@ def test_a_forged_occurrence_naming_another_tenants_schedule_is_not_fired(firing
     # Given an item under acme's key, with an action acme may fire, that says it is an occurrence of beta's
     # schedule (schedule_id "beta/reports"), and acme's control task
     now = firing.now()
-    key = {"plain": "acme/x", "own-schedule-name": occurrence_id("acme/evil", now - 5),
-           "victims-schedule-name": occurrence_id("acme/reports", now - 5),
-           "victims-name-spelled": occurrence_id("acme/beta.reports", now - 5)}[shape]
-    firing.forge(key, own_action("http", firing.receivers), schedule_id={"S": "beta/reports"},
-                 schedule_version={"N": "1"})
+    key = {
+        "plain": "acme/x",
+        "own-schedule-name": occurrence_id("acme/evil", now - 5),
+        "victims-schedule-name": occurrence_id("acme/reports", now - 5),
+        "victims-name-spelled": occurrence_id("acme/beta.reports", now - 5),
+    }[shape]
+    firing.forge(
+        key, own_action("http", firing.receivers), schedule_id={"S": "beta/reports"}, schedule_version={"N": "1"}
+    )
     firing.control()
     # When the poller and an executor run
     firing.fire()
@@ -820,13 +967,23 @@ def test_a_forged_occurrence_naming_another_tenants_schedule_is_not_fired(firing
     firing.assert_only_the_control_was_sent()
 
 
-def test_a_forged_occurrence_stays_out_of_another_tenants_history_and_changes(api: Api, beta: Beta,
-                                                                              clock: FakeClock) -> None:
+def test_a_forged_occurrence_stays_out_of_another_tenants_history_and_changes(
+    api: Api, beta: Beta, clock: FakeClock
+) -> None:
     # Given items under acme's keys that name beta's schedule, one shaped as its next occurrence would be
     client = Client(beta.settings, dynamodb=beta.dynamodb, clock=clock)
-    forged = [forge(client, key, {"kind": "log"}, LATER, FIXED_NOW_MS, schedule_id={"S": "beta/reports"},
-                    schedule_version={"N": "1"})
-              for key in ("acme/x", occurrence_id("acme/reports", FIXED_NOW_MS + 120_000))]
+    forged = [
+        forge(
+            client,
+            key,
+            {"kind": "log"},
+            LATER,
+            FIXED_NOW_MS,
+            schedule_id={"S": "beta/reports"},
+            schedule_version={"N": "1"},
+        )
+        for key in ("acme/x", occurrence_id("acme/reports", FIXED_NOW_MS + 120_000))
+    ]
     put(beta.dynamodb, beta.settings, *forged)
     acme_items = snapshot(beta.dynamodb, beta.settings, "acme/")
     # When beta reads its schedule's history  Then only its own occurrence is there
@@ -842,51 +999,105 @@ def test_a_forged_occurrence_stays_out_of_another_tenants_history_and_changes(ap
 # == 6. quotas ==================================================================================================
 def _tasks(api: Api, count: int, prefix: str = "t") -> None:
     for i in range(count):
-        api.ok("POST", "/v1/tasks", {"task_id": f"{prefix}-{i}", "due_at": from_ms(LATER).isoformat(),
-                                     "action": {"kind": "log"}})
+        api.ok(
+            "POST",
+            "/v1/tasks",
+            {"task_id": f"{prefix}-{i}", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}},
+        )
 
 
 def _schedule(api: Api, name: str, expression: str, **fields: Any) -> None:
-    api.ok("POST", "/v1/schedules", {"schedule_id": name, "expression": expression, "action": {"kind": "log"},
-                                     "start_at": from_ms(FIXED_NOW_MS + 86_400_000).isoformat(), **fields})
+    api.ok(
+        "POST",
+        "/v1/schedules",
+        {
+            "schedule_id": name,
+            "expression": expression,
+            "action": {"kind": "log"},
+            "start_at": from_ms(FIXED_NOW_MS + 86_400_000).isoformat(),
+            **fields,
+        },
+    )
 
 
 def _new_schedule(api: Api, expression: str = "rate(1 hour)", **fields: Any) -> Answer:
-    return api.call("POST", "/v1/schedules", {"schedule_id": "one-more", "expression": expression,
-                                              "action": {"kind": "log"}, **fields})
+    return api.call(
+        "POST",
+        "/v1/schedules",
+        {"schedule_id": "one-more", "expression": expression, "action": {"kind": "log"}, **fields},
+    )
 
 
 QUOTA_CASES: dict[str, tuple[str, Callable[[Api], object], Callable[[Api], Answer]]] = {
     # name: (quota, what acme holds first, the call past the quota)
-    "task-past-active-tasks": ("active_tasks", lambda api: _tasks(api, 8), lambda api: api.call(
-        "POST", "/v1/tasks", {"due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}})),
-    "schedule-occurrences-past-active-tasks": ("active_tasks", lambda api: _tasks(api, 7), lambda api: _new_schedule(
-        api, "rate(1 minute)", start_at=from_ms(FIXED_NOW_MS + 10_000).isoformat())),
-    "run-now-past-active-tasks": ("active_tasks", lambda api: (_schedule(api, "s", "rate(1 hour)"), _tasks(api, 8)),
-                                  lambda api: api.call("POST", "/v1/schedules/s/run-now")),
-    "schedule-past-schedules": ("schedules", lambda api: (_schedule(api, "a", "rate(1 hour)"),
-                                                          _schedule(api, "b", "rate(1 hour)")),
-                                lambda api: _new_schedule(api)),
-    "paused-schedules-count": ("schedules", lambda api: (_schedule(api, "a", "rate(1 hour)"),
-                                                         _schedule(api, "b", "rate(1 hour)"),
-                                                         api.ok("POST", "/v1/schedules/a/pause")),
-                               lambda api: _new_schedule(api)),
+    "task-past-active-tasks": (
+        "active_tasks",
+        lambda api: _tasks(api, 8),
+        lambda api: api.call("POST", "/v1/tasks", {"due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}}),
+    ),
+    "schedule-occurrences-past-active-tasks": (
+        "active_tasks",
+        lambda api: _tasks(api, 7),
+        lambda api: _new_schedule(api, "rate(1 minute)", start_at=from_ms(FIXED_NOW_MS + 10_000).isoformat()),
+    ),
+    "run-now-past-active-tasks": (
+        "active_tasks",
+        lambda api: (_schedule(api, "s", "rate(1 hour)"), _tasks(api, 8)),
+        lambda api: api.call("POST", "/v1/schedules/s/run-now"),
+    ),
+    "schedule-past-schedules": (
+        "schedules",
+        lambda api: (_schedule(api, "a", "rate(1 hour)"), _schedule(api, "b", "rate(1 hour)")),
+        lambda api: _new_schedule(api),
+    ),
+    "paused-schedules-count": (
+        "schedules",
+        lambda api: (
+            _schedule(api, "a", "rate(1 hour)"),
+            _schedule(api, "b", "rate(1 hour)"),
+            api.ok("POST", "/v1/schedules/a/pause"),
+        ),
+        lambda api: _new_schedule(api),
+    ),
     "schedule-past-rate": ("schedule_rate_per_s", lambda api: None, lambda api: _new_schedule(api, "rate(10 seconds)")),
-    "schedules-adding-up-past-rate": ("schedule_rate_per_s", lambda api: _schedule(api, "a", "rate(30 seconds)"),
-                                      lambda api: _new_schedule(api, "rate(40 seconds)")),
-    "patch-past-rate": ("schedule_rate_per_s", lambda api: _schedule(api, "a", "rate(1 hour)"),
-                        lambda api: api.call("PATCH", "/v1/schedules/a", {"expression": "rate(1 second)"})),
-    "resume-past-rate": ("schedule_rate_per_s", lambda api: (_schedule(api, "a", "rate(30 seconds)"),
-                                                             api.ok("POST", "/v1/schedules/a/pause"),
-                                                             _schedule(api, "b", "rate(30 seconds)")),
-                         lambda api: api.call("POST", "/v1/schedules/a/resume")),
-    "task-past-retry-attempts": ("retry_attempts", lambda api: None, lambda api: api.call(
-        "POST", "/v1/tasks", {"due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"},
-                              "retry": {"max_attempts": 4}})),
-    "schedule-past-retry-attempts": ("retry_attempts", lambda api: None,
-                                     lambda api: _new_schedule(api, retry={"max_attempts": 100})),
-    "patch-past-retry-attempts": ("retry_attempts", lambda api: _schedule(api, "a", "rate(1 hour)"),
-                                  lambda api: api.call("PATCH", "/v1/schedules/a", {"retry": {"max_attempts": 4}})),
+    "schedules-adding-up-past-rate": (
+        "schedule_rate_per_s",
+        lambda api: _schedule(api, "a", "rate(30 seconds)"),
+        lambda api: _new_schedule(api, "rate(40 seconds)"),
+    ),
+    "patch-past-rate": (
+        "schedule_rate_per_s",
+        lambda api: _schedule(api, "a", "rate(1 hour)"),
+        lambda api: api.call("PATCH", "/v1/schedules/a", {"expression": "rate(1 second)"}),
+    ),
+    "resume-past-rate": (
+        "schedule_rate_per_s",
+        lambda api: (
+            _schedule(api, "a", "rate(30 seconds)"),
+            api.ok("POST", "/v1/schedules/a/pause"),
+            _schedule(api, "b", "rate(30 seconds)"),
+        ),
+        lambda api: api.call("POST", "/v1/schedules/a/resume"),
+    ),
+    "task-past-retry-attempts": (
+        "retry_attempts",
+        lambda api: None,
+        lambda api: api.call(
+            "POST",
+            "/v1/tasks",
+            {"due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}, "retry": {"max_attempts": 4}},
+        ),
+    ),
+    "schedule-past-retry-attempts": (
+        "retry_attempts",
+        lambda api: None,
+        lambda api: _new_schedule(api, retry={"max_attempts": 100}),
+    ),
+    "patch-past-retry-attempts": (
+        "retry_attempts",
+        lambda api: _schedule(api, "a", "rate(1 hour)"),
+        lambda api: api.call("PATCH", "/v1/schedules/a", {"retry": {"max_attempts": 4}}),
+    ),
 }
 
 
@@ -905,20 +1116,37 @@ def test_each_quota_is_refused_with_a_429_naming_it_and_nothing_is_stored(api: A
     assert snapshot(beta.dynamodb, beta.settings, "acme/") == before
     beta.assert_untouched()
     # And beta's room is its own: it may still schedule (acme's use of its quota does not count against beta's)
-    assert api.call("POST", "/v1/tasks", {"due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"},
-                                          "retry": {"max_attempts": BETA_QUOTAS["retry_attempts"]}},
-                    tenant="beta").status == 201
+    assert (
+        api.call(
+            "POST",
+            "/v1/tasks",
+            {
+                "due_at": from_ms(LATER).isoformat(),
+                "action": {"kind": "log"},
+                "retry": {"max_attempts": BETA_QUOTAS["retry_attempts"]},
+            },
+            tenant="beta",
+        ).status
+        == 201
+    )
 
 
-@pytest.mark.parametrize(("key", "asked", "tried"), [("acme/bomb", 100, ACME_QUOTAS["retry_attempts"]),
-                                                     ("bomb", 4, 4)], ids=["acme-100", "operator-4"])
-def test_a_forged_item_is_tried_at_most_its_tenants_retry_attempts(firing: Firing, key: str, asked: int,
-                                                                   tried: int) -> None:
+@pytest.mark.parametrize(
+    ("key", "asked", "tried"),
+    [("acme/bomb", 100, ACME_QUOTAS["retry_attempts"]), ("bomb", 4, 4)],
+    ids=["acme-100", "operator-4"],
+)
+def test_a_forged_item_is_tried_at_most_its_tenants_retry_attempts(
+    firing: Firing, key: str, asked: int, tried: int
+) -> None:
     # Given an item whose retry policy asks for ``asked`` attempts 10 ms apart, at a receiver that always fails:
     # under acme's key (a quota of 3), or the operator's (no quota)
     policy = {"max_attempts": asked, "backoff_ms": 10, "max_backoff_ms": 10}
-    firing.forge(key, {**http_action(firing.receivers.url("acme", "/status/500")), "retry_transient": False},
-                 retry={"S": json.dumps(policy)})
+    firing.forge(
+        key,
+        {**http_action(firing.receivers.url("acme", "/status/500")), "retry_transient": False},
+        retry={"S": json.dumps(policy)},
+    )
     # When the poller and an executor run until it is finished
     firing.fire(rounds=tried + 3, done=lambda: firing.status(key) not in ("PENDING", "ARMED"))
     # Then it was tried ``tried`` times (the tenant's quota, not what the item asks), and is FAILED saying so
@@ -945,10 +1173,26 @@ SCHEDULE_ROUTES = {
     "history": ("GET", "/v1/schedules/{id}/history", None),
 }
 # Ways of naming beta's item ``{name}`` from acme's side (as written on the request line)
-ID_SPELLINGS = ["{name}", "beta%2F{name}", "beta%252F{name}", "..%2Fbeta%2F{name}", "%2E%2E%2Fbeta%2F{name}",
-                "acme%2F..%2Fbeta%2F{name}", "x%2F..%2F..%2Fbeta%2F{name}", "beta%5C{name}", "beta%E2%88%95{name}",
-                "beta%EF%BC%8F{name}", "beta%00{name}", "beta:{name}", "beta.{name}", "%62eta%2F{name}",
-                "beta%2F{name}%3Ftenant=beta", "{name}?tenant=beta", "{name}%23", "BETA%2F{name}"]
+ID_SPELLINGS = [
+    "{name}",
+    "beta%2F{name}",
+    "beta%252F{name}",
+    "..%2Fbeta%2F{name}",
+    "%2E%2E%2Fbeta%2F{name}",
+    "acme%2F..%2Fbeta%2F{name}",
+    "x%2F..%2F..%2Fbeta%2F{name}",
+    "beta%5C{name}",
+    "beta%E2%88%95{name}",
+    "beta%EF%BC%8F{name}",
+    "beta%00{name}",
+    "beta:{name}",
+    "beta.{name}",
+    "%62eta%2F{name}",
+    "beta%2F{name}%3Ftenant=beta",
+    "{name}?tenant=beta",
+    "{name}%23",
+    "BETA%2F{name}",
+]
 
 
 def assert_unreachable(api: Api, route: str) -> None:
@@ -984,22 +1228,37 @@ def test_ids_sent_over_the_wire_are_refused_alike(api: Api, beta: Beta, route: s
 BODY_CASES = {
     "task-id-with-tenant": ("POST", "/v1/tasks", {"task_id": "beta/inv-9", "action": {"kind": "log"}}, "task_id"),
     "task-id-climbing": ("POST", "/v1/tasks", {"task_id": "../beta/inv-9", "action": {"kind": "log"}}, "task_id"),
-    "task-id-of-beta-occurrence": ("POST", "/v1/tasks", {"task_id": "beta/reports@20300601T120220.000Z",
-                                                         "action": {"kind": "log"}}, "task_id"),
+    "task-id-of-beta-occurrence": (
+        "POST",
+        "/v1/tasks",
+        {"task_id": "beta/reports@20300601T120220.000Z", "action": {"kind": "log"}},
+        "task_id",
+    ),
     "task-tenant-field": ("POST", "/v1/tasks", {"tenant": "beta", "action": {"kind": "log"}}, "tenant"),
-    "schedule-id-with-tenant": ("POST", "/v1/schedules", {"schedule_id": "beta/reports", "expression": "rate(1 hour)",
-                                                          "action": {"kind": "log"}}, "schedule_id"),
-    "schedule-tenant-field": ("POST", "/v1/schedules", {"schedule_id": "x", "expression": "rate(1 hour)",
-                                                        "tenant": "beta", "action": {"kind": "log"}}, "tenant"),
+    "schedule-id-with-tenant": (
+        "POST",
+        "/v1/schedules",
+        {"schedule_id": "beta/reports", "expression": "rate(1 hour)", "action": {"kind": "log"}},
+        "schedule_id",
+    ),
+    "schedule-tenant-field": (
+        "POST",
+        "/v1/schedules",
+        {"schedule_id": "x", "expression": "rate(1 hour)", "tenant": "beta", "action": {"kind": "log"}},
+        "tenant",
+    ),
     "patch-schedule-id": ("PATCH", "/v1/schedules/own", {"schedule_id": "beta/reports"}, "schedule_id"),
-    "reschedule-task-id": ("POST", "/v1/tasks/own-1/reschedule", {"due_at": "{due}", "task_id": "beta/inv-1"},
-                           "task_id"),
+    "reschedule-task-id": (
+        "POST",
+        "/v1/tasks/own-1/reschedule",
+        {"due_at": "{due}", "task_id": "beta/inv-1"},
+        "task_id",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(BODY_CASES))
-def test_a_body_naming_another_tenants_id_is_refused(api: Api, beta: Beta, acme_own: dict[str, Any],
-                                                     case: str) -> None:
+def test_a_body_naming_another_tenants_id_is_refused(api: Api, beta: Beta, acme_own: dict[str, Any], case: str) -> None:
     # Given acme's own task
     api.ok("POST", "/v1/tasks", {"task_id": "own-1", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}})
     before = snapshot(beta.dynamodb, beta.settings, "acme/")
@@ -1015,8 +1274,16 @@ def test_a_body_naming_another_tenants_id_is_refused(api: Api, beta: Beta, acme_
     beta.assert_untouched()
 
 
-@pytest.mark.parametrize("path", ["/v1/tasks?tenant=beta", "/v1/tasks?tenant=beta&limit=1000",
-                                  "/v1/schedules?tenant=beta", "/v1/tasks", "/v1/schedules"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/tasks?tenant=beta",
+        "/v1/tasks?tenant=beta&limit=1000",
+        "/v1/schedules?tenant=beta",
+        "/v1/tasks",
+        "/v1/schedules",
+    ],
+)
 def test_a_query_or_header_naming_another_tenant_lists_only_the_callers_own(api: Api, beta: Beta, path: str) -> None:
     # Given acme's task and schedule
     api.ok("POST", "/v1/tasks", {"task_id": "mine", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}})
@@ -1031,40 +1298,59 @@ def test_a_query_or_header_naming_another_tenant_lists_only_the_callers_own(api:
 
 
 # == the client, where the API has no route ======================================================================
-def test_schedule_many_refuses_each_spec_reaching_into_another_tenant(dynamodb: Any, tsettings: Settings,
-                                                                      clock: FakeClock, receivers: Receivers,
-                                                                      bystander_port: int) -> None:
+def test_schedule_many_refuses_each_spec_reaching_into_another_tenant(
+    dynamodb: Any, tsettings: Settings, clock: FakeClock, receivers: Receivers, bystander_port: int
+) -> None:
     # Given a client writing acme's keys (as acme's direct-table role does), and specs of acme's tasks reaching
     # for beta's secrets, targets and event source, past acme's retry quota, and two good ones
     client = Client(tsettings, dynamodb=dynamodb, clock=clock)
     due = from_ms(LATER)
-    bad = {"acme/secret": (http_action(receivers.url("acme"), "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"), None,
-                           "action.secret_headers"),
-           "acme/signing": (http_action(receivers.url("acme"), "ssm:/punctual/tenants/beta/hook", "signing_secret"),
-                            None, "action.signing_secret"),
-           "acme/url": (http_action(receivers.url("beta")), None, "action.url"),
-           "acme/bystander": (http_action(f"http://127.0.0.1:{bystander_port}/"), None, "action.url"),
-           **{f"acme/{kind}": (aws_action(kind, arns("beta")[kind]), None, f"action.{field}")
-              for kind, field in (("lambda", "function_arn"), ("sqs", "queue_arn"), ("sns", "topic_arn"),
-                                  ("eventbridge", "event_bus_arn"))},
-           "acme/source": (aws_action("eventbridge", arns("acme")["eventbridge"], "punctual.beta"), None,
-                           "action.source"),
-           "acme/retry": ({"kind": "log"}, {"max_attempts": 100}, "retry.max_attempts")}
-    specs = [{"task_id": key, "due_at": due, "action": action, "retry": retry}
-             for key, (action, retry, _) in bad.items()]
-    specs += [{"task_id": "acme/good-1", "due_at": due, "action": http_action(receivers.url("acme"))},
-              {"task_id": "acme/good-2", "due_at": due, "action": aws_action("sqs", arns("acme")["sqs"])}]
+    bad = {
+        "acme/secret": (
+            http_action(receivers.url("acme"), "env:PUNCTUAL_SECRET_TENANT_BETA__TOKEN"),
+            None,
+            "action.secret_headers",
+        ),
+        "acme/signing": (
+            http_action(receivers.url("acme"), "ssm:/punctual/tenants/beta/hook", "signing_secret"),
+            None,
+            "action.signing_secret",
+        ),
+        "acme/url": (http_action(receivers.url("beta")), None, "action.url"),
+        "acme/bystander": (http_action(f"http://127.0.0.1:{bystander_port}/"), None, "action.url"),
+        **{
+            f"acme/{kind}": (aws_action(kind, arns("beta")[kind]), None, f"action.{field}")
+            for kind, field in (
+                ("lambda", "function_arn"),
+                ("sqs", "queue_arn"),
+                ("sns", "topic_arn"),
+                ("eventbridge", "event_bus_arn"),
+            )
+        },
+        "acme/source": (aws_action("eventbridge", arns("acme")["eventbridge"], "punctual.beta"), None, "action.source"),
+        "acme/retry": ({"kind": "log"}, {"max_attempts": 100}, "retry.max_attempts"),
+    }
+    specs = [
+        {"task_id": key, "due_at": due, "action": action, "retry": retry} for key, (action, retry, _) in bad.items()
+    ]
+    specs += [
+        {"task_id": "acme/good-1", "due_at": due, "action": http_action(receivers.url("acme"))},
+        {"task_id": "acme/good-2", "due_at": due, "action": aws_action("sqs", arns("acme")["sqs"])},
+    ]
     # When they are scheduled at once
     results = client.schedule_many(specs, threads=4)
     # Then each bad one is invalid, naming its field, and only the good ones are stored
     assert [(r.outcome, r.field) for r in results] == [("invalid", f) for _, _, f in bad.values()] + [
-        ("created", None), ("created", None)]
+        ("created", None),
+        ("created", None),
+    ]
     assert sorted(snapshot(dynamodb, tsettings, "acme/")) == ["acme/good-1", "acme/good-2"]
     assert snapshot(dynamodb, tsettings, "beta/") == {}
 
 
-def test_schedule_many_keeps_a_tenant_within_its_active_task_quota(dynamodb: Any, tsettings: Settings,
-                                                                   clock: FakeClock) -> None:
+def test_schedule_many_keeps_a_tenant_within_its_active_task_quota(
+    dynamodb: Any, tsettings: Settings, clock: FakeClock
+) -> None:
     # Given a client writing acme's keys, and 12 good tasks where acme's quota is 8 active
     client = Client(tsettings, dynamodb=dynamodb, clock=clock)
     specs = [{"task_id": f"acme/q-{i:02d}", "due_at": from_ms(LATER), "action": {"kind": "log"}} for i in range(12)]
@@ -1093,11 +1379,15 @@ class SlowCounting:
 
 
 def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quota(
-        dynamodb: Any, tsettings: Settings, clock: FakeClock) -> None:
+    dynamodb: Any, tsettings: Settings, clock: FakeClock
+) -> None:
     # Given a client writing acme's keys, whose store counts as slowly as DynamoDB does, and 12 good tasks where
     # acme's quota is 8 active
-    client = Client(tsettings, store=SlowCounting(DynamoTaskStore.from_settings(dynamodb, tsettings)),  # type: ignore[arg-type]
-                    clock=clock)
+    client = Client(
+        tsettings,
+        store=SlowCounting(DynamoTaskStore.from_settings(dynamodb, tsettings)),  # type: ignore[arg-type]
+        clock=clock,
+    )
     specs = [{"task_id": f"acme/q-{i:02d}", "due_at": from_ms(LATER), "action": {"kind": "log"}} for i in range(12)]
     # When they are scheduled on 16 threads (the default)
     results = client.schedule_many(specs, threads=16)
@@ -1107,27 +1397,54 @@ def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quo
 
 
 CLIENT_CALLS: dict[str, tuple[Callable[[Client, Receivers], Any], type[Exception], str | None]] = {
-    "schedule-beta-secret": (lambda c, r: c.schedule(from_ms(LATER), http_action(
-        r.url("acme"), "secretsmanager:punctual/tenants/beta/token"), task_id="acme/x"), InvalidTaskError,
-        "action.secret_headers"),
-    "schedule-beta-url": (lambda c, r: c.schedule(from_ms(LATER), http_action(r.url("beta")), task_id="acme/x"),
-                          InvalidTaskError, "action.url"),
-    "create-schedule-beta-arn": (lambda c, r: c.create_schedule("acme/x", "rate(1 hour)", aws_action(
-        "sns", arns("beta")["sns"])), InvalidTaskError, "action.topic_arn"),
-    "update-schedule-beta-secret": (lambda c, r: c.update_schedule("acme/own", action=http_action(
-        r.url("acme"), "file:tenants/beta/token", "signing_secret")), InvalidTaskError, "action.signing_secret"),
-    "update-schedule-source": (lambda c, r: c.update_schedule("acme/own", action=aws_action(
-        "eventbridge", arns("acme")["eventbridge"], "punctual")), InvalidTaskError, "action.source"),
-    "create-schedule-past-rate": (lambda c, r: c.create_schedule("acme/x", "rate(1 second)", {"kind": "log"}),
-                                  QuotaExceededError, "expression"),
-    "update-schedule-past-retry": (lambda c, r: c.update_schedule("acme/own", retry={"max_attempts": 4}),
-                                   QuotaExceededError, "retry.max_attempts"),
+    "schedule-beta-secret": (
+        lambda c, r: c.schedule(
+            from_ms(LATER), http_action(r.url("acme"), "secretsmanager:punctual/tenants/beta/token"), task_id="acme/x"
+        ),
+        InvalidTaskError,
+        "action.secret_headers",
+    ),
+    "schedule-beta-url": (
+        lambda c, r: c.schedule(from_ms(LATER), http_action(r.url("beta")), task_id="acme/x"),
+        InvalidTaskError,
+        "action.url",
+    ),
+    "create-schedule-beta-arn": (
+        lambda c, r: c.create_schedule("acme/x", "rate(1 hour)", aws_action("sns", arns("beta")["sns"])),
+        InvalidTaskError,
+        "action.topic_arn",
+    ),
+    "update-schedule-beta-secret": (
+        lambda c, r: c.update_schedule(
+            "acme/own", action=http_action(r.url("acme"), "file:tenants/beta/token", "signing_secret")
+        ),
+        InvalidTaskError,
+        "action.signing_secret",
+    ),
+    "update-schedule-source": (
+        lambda c, r: c.update_schedule(
+            "acme/own", action=aws_action("eventbridge", arns("acme")["eventbridge"], "punctual")
+        ),
+        InvalidTaskError,
+        "action.source",
+    ),
+    "create-schedule-past-rate": (
+        lambda c, r: c.create_schedule("acme/x", "rate(1 second)", {"kind": "log"}),
+        QuotaExceededError,
+        "expression",
+    ),
+    "update-schedule-past-retry": (
+        lambda c, r: c.update_schedule("acme/own", retry={"max_attempts": 4}),
+        QuotaExceededError,
+        "retry.max_attempts",
+    ),
 }
 
 
 @pytest.mark.parametrize("call", list(CLIENT_CALLS))
-def test_the_client_refuses_what_reaches_into_another_tenant(dynamodb: Any, tsettings: Settings, clock: FakeClock,
-                                                             receivers: Receivers, call: str) -> None:
+def test_the_client_refuses_what_reaches_into_another_tenant(
+    dynamodb: Any, tsettings: Settings, clock: FakeClock, receivers: Receivers, call: str
+) -> None:
     # Given a client writing acme's keys, and acme's own schedule
     client = Client(tsettings, dynamodb=dynamodb, clock=clock)
     client.create_schedule("acme/own", "rate(1 hour)", {"kind": "log"}, start_at=from_ms(LATER))
@@ -1143,12 +1460,16 @@ def test_the_client_refuses_what_reaches_into_another_tenant(dynamodb: Any, tset
 # == unreadable items under the caller's own key ================================================================
 @pytest.mark.parametrize("forged", ["tenant-beta", "schedule-of-beta"])
 @pytest.mark.parametrize("route", list(TASK_ROUTES))
-def test_a_forged_task_item_naming_another_tenant_is_a_409_through_the_api(api: Api, beta: Beta, clock: FakeClock,
-                                                                          route: str, forged: str) -> None:
+def test_a_forged_task_item_naming_another_tenant_is_a_409_through_the_api(
+    api: Api, beta: Beta, clock: FakeClock, route: str, forged: str
+) -> None:
     # Given an item under acme's key that says beta is its tenant, or that it is an occurrence of beta's schedule
     client = Client(beta.settings, dynamodb=beta.dynamodb, clock=clock)
-    attributes = ({"tenant": {"S": "beta"}} if forged == "tenant-beta"
-                  else {"schedule_id": {"S": "beta/reports"}, "schedule_version": {"N": "1"}})
+    attributes = (
+        {"tenant": {"S": "beta"}}
+        if forged == "tenant-beta"
+        else {"schedule_id": {"S": "beta/reports"}, "schedule_version": {"N": "1"}}
+    )
     put(beta.dynamodb, beta.settings, forge(client, "acme/junk", {"kind": "log"}, LATER, FIXED_NOW_MS, **attributes))
     before = snapshot(beta.dynamodb, beta.settings, "acme/")
     method, path, body = TASK_ROUTES[route]

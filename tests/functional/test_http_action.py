@@ -46,8 +46,11 @@ def server() -> Iterator[HostileServer]:
 @pytest.fixture
 def env() -> Iterator[ActionEnv]:
     rules = TargetRules(urls=TargetPolicy.from_settings("127.0.0.1"))
-    environ = {"PUNCTUAL_SECRET_TOKEN": "Bearer s3cr3t", "PUNCTUAL_SECRET_HOOK": f"{SECRET} {OLD_SECRET}",
-               "PUNCTUAL_SECRET_BAD": "a\r\nX-Injected: 1"}
+    environ = {
+        "PUNCTUAL_SECRET_TOKEN": "Bearer s3cr3t",
+        "PUNCTUAL_SECRET_HOOK": f"{SECRET} {OLD_SECRET}",
+        "PUNCTUAL_SECRET_BAD": "a\r\nX-Injected: 1",
+    }
     made = ActionEnv(rules=rules, secrets=SecretResolver(rules=rules.secrets, environ=environ))
     yield made
     made.close()
@@ -144,8 +147,9 @@ def test_connections_are_kept_alive_and_reused(server: HostileServer, env: Actio
 
 def test_a_burst_is_not_gated_by_a_pool_of_threads(server: HostileServer, env: ActionEnv) -> None:
     # Given a receiver that holds every request until released  When 300 tasks fire at once
-    futures = [start_action(HttpAction(url=server.url("/hold"), timeout_s=60), context(f"b-{i}"), env)
-               for i in range(300)]
+    futures = [
+        start_action(HttpAction(url=server.url("/hold"), timeout_s=60), context(f"b-{i}"), env) for i in range(300)
+    ]
     deadline = time.monotonic() + 60
     while server.state.held < 300 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -244,7 +248,8 @@ def test_a_warmed_connection_the_server_drops_unanswered_is_replaced_for_the_fir
 
 
 def test_a_warm_up_replaces_an_idle_connection_too_old_by_the_time_the_fires_are_due(
-        server: HostileServer, env: ActionEnv) -> None:
+    server: HostileServer, env: ActionEnv
+) -> None:
     # Given one kept-alive connection, idle now
     url = server.url("/ok")
     run_action(HttpAction(url=url), context("t-first"), env)
@@ -261,8 +266,9 @@ def test_a_warm_up_replaces_an_idle_connection_too_old_by_the_time_the_fires_are
 
 
 def test_a_warm_up_opens_at_most_the_per_host_limit(server: HostileServer) -> None:
-    env = ActionEnv(rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")), http_connections=6,
-                    http_connections_per_host=4)
+    env = ActionEnv(
+        rules=TargetRules(urls=TargetPolicy.from_settings("127.0.0.1")), http_connections=6, http_connections_per_host=4
+    )
     try:
         with HostileServer() as other:
             # When 20 fires due together to one host are warmed  Then 4 connections are opened, the host's limit
@@ -320,7 +326,8 @@ def test_a_missing_secret_fails_the_fire(server: HostileServer, env: ActionEnv) 
 
 
 def test_a_name_resolving_to_a_private_address_is_refused_when_it_fires(
-        server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: HostileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given rules that allow 127.0.0.1 by address but a name that resolves to 10.0.0.1 (DNS rebinding)
     real = socket.getaddrinfo
 
@@ -366,13 +373,17 @@ def _readme_receiver() -> str:
 
 
 def test_the_readmes_receiver_code_verifies_a_fire_and_refuses_a_tampered_one(
-        server: HostileServer, env: ActionEnv) -> None:
+    server: HostileServer, env: ActionEnv
+) -> None:
     # Given the receiver code the README shows, knowing only the old secret of a rotation
     namespace: dict[str, Any] = {}
     exec(_readme_receiver().replace('["whsec_..."]', repr([OLD_SECRET])), namespace)  # noqa: S102
     # When a webhook signed with both secrets arrives
-    run_action(HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK"),
-               context("t-readme", payload={"a": 1}), env)
+    run_action(
+        HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK"),
+        context("t-readme", payload={"a": 1}),
+        env,
+    )
     (seen,) = server.requests()
     # Then it verifies, and a tampered body or headers do not
     assert namespace["verify"](seen.body, seen.headers) == {"a": 1}

@@ -15,8 +15,12 @@ from punctual.settings import Settings
 from support import arm, read_task
 
 
-def _armed_by_a_crashed_attempt(repo: DynamoTaskStore, tasks: Any, settings: Settings, invocation: str,
-                                ) -> tuple[BatchEvent, list[str]]:
+def _armed_by_a_crashed_attempt(
+    repo: DynamoTaskStore,
+    tasks: Any,
+    settings: Settings,
+    invocation: str,
+) -> tuple[BatchEvent, list[str]]:
     """Three tasks due 1-2 s from now, armed by an executor of ``invocation`` that has since died, its lease
     still 20 s ahead (as a process killed by Lambda leaves it)."""
     now = int(SystemClock().wall_ms())
@@ -24,14 +28,20 @@ def _armed_by_a_crashed_attempt(repo: DynamoTaskStore, tasks: Any, settings: Set
     assert repo.heartbeat("x-dead", now, now + settings.executor_lease_ms, invocation)
     for task in created:
         assert arm(repo, task, "x-dead", now, batch_id="b-1") is not None
-    event = BatchEvent(batch_id="b-1", claimed_by="p-1", tasks=[
-        BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
-        for t in created])
+    event = BatchEvent(
+        batch_id="b-1",
+        claimed_by="p-1",
+        tasks=[
+            BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
+            for t in created
+        ],
+    )
     return event, [t.task_id for t in created]
 
 
 def test_lambdas_retry_of_the_same_invocation_fences_its_earlier_attempt_and_fires_on_time(
-        repo: DynamoTaskStore, tasks: Any, settings: Settings) -> None:
+    repo: DynamoTaskStore, tasks: Any, settings: Settings
+) -> None:
     # Given a batch armed by an attempt of invocation req-1 that crashed, its lease 20 s ahead
     event, ids = _armed_by_a_crashed_attempt(repo, tasks, settings, "req-1")
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5))
@@ -48,7 +58,8 @@ def test_lambdas_retry_of_the_same_invocation_fences_its_earlier_attempt_and_fir
 
 
 def test_a_delivery_of_another_invocation_does_not_fence_a_live_owner(
-        repo: DynamoTaskStore, tasks: Any, settings: Settings) -> None:
+    repo: DynamoTaskStore, tasks: Any, settings: Settings
+) -> None:
     # Given a batch armed by a live executor of invocation req-1
     event, ids = _armed_by_a_crashed_attempt(repo, tasks, settings, "req-1")
     executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5))

@@ -35,15 +35,14 @@ class Throttling:
         self.batch_gets += 1
         if self.unprocessed > 0:
             self.unprocessed -= 1
-            (table, request), = kwargs["RequestItems"].items()
+            ((table, request),) = kwargs["RequestItems"].items()
             return {"Responses": {table: []}, "UnprocessedKeys": {table: request}}
         return dict(self._client.batch_get_item(**kwargs))
 
     def query(self, **kwargs: Any) -> dict[str, Any]:
         if kwargs.get("IndexName") == "due" and self.throttled_queries > 0:
             self.throttled_queries -= 1
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-                              "Query")
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "Query")
         return dict(self._client.query(**kwargs))
 
     def get_paginator(self, name: str) -> Any:
@@ -61,12 +60,13 @@ class Throttling:
 
 def _store(client: Any, settings: Settings, sleeps: list[float]) -> DynamoTaskStore:
     store = DynamoTaskStore.from_settings(client, settings)
-    store._sleep = sleeps.append  # noqa: SLF001 - the test's clock: no real wait
+    store._sleep = sleeps.append  # the test's clock: no real wait
     return store
 
 
-def test_unprocessed_keys_are_read_again_after_growing_waits(dynamodb: Any, settings: Settings, tasks: Any,
-                                                             now_ms: int) -> None:
+def test_unprocessed_keys_are_read_again_after_growing_waits(
+    dynamodb: Any, settings: Settings, tasks: Any, now_ms: int
+) -> None:
     # Given two due tasks and a table that leaves every key unprocessed three times
     for i in range(2):
         tasks.create(now_ms + 10_000 + i, now_ms=now_ms)
@@ -81,7 +81,8 @@ def test_unprocessed_keys_are_read_again_after_growing_waits(dynamodb: Any, sett
 
 
 def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_the_next(
-        dynamodb: Any, settings: Settings, tasks: Any, now_ms: int) -> None:
+    dynamodb: Any, settings: Settings, tasks: Any, now_ms: int
+) -> None:
     # Given a due task and a table that leaves its key unprocessed on every try of this poll
     created = tasks.create(now_ms + 10_000, now_ms=now_ms)
     throttling = Throttling(dynamodb, unprocessed=BATCH_GET_ATTEMPTS)
@@ -97,7 +98,8 @@ def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_th
 
 
 def test_a_throttled_index_read_leaves_the_poll_whole_and_its_bucket_unread(
-        dynamodb: Any, settings: Settings, tasks: Any, now_ms: int) -> None:
+    dynamodb: Any, settings: Settings, tasks: Any, now_ms: int
+) -> None:
     # Given due tasks in every shard, and the first index read of the poll throttled
     for i in range(8):
         tasks.create(now_ms + 10_000 + i, now_ms=now_ms)
@@ -126,7 +128,8 @@ class FailingRecords(DynamoTaskStore):
 
 
 def test_a_record_write_failing_three_times_is_written_the_fourth(
-        dynamodb: Any, settings: Settings, tasks: Any) -> None:
+    dynamodb: Any, settings: Settings, tasks: Any
+) -> None:
     # Given a task due now and a store whose record write fails three times
     store = FailingRecords.from_settings(dynamodb, settings)
     store.failures = 3  # type: ignore[attr-defined]
@@ -147,15 +150,25 @@ def test_a_record_write_failing_three_times_is_written_the_fourth(
     assert store.failures == 0  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("deadline_in_ms", "allowed"), [
-    (None, True),  # no invocation deadline known: the grace alone decides
-    (RETRY_DELAYS_S[0] * 1000 + 10_000 + INVOCATION_MARGIN_MS + 5_000, True),  # room for the retry and its record
-    (RETRY_DELAYS_S[0] * 1000 + 10_000 + INVOCATION_MARGIN_MS - 5_000, False),  # the retry would outlive the margin
-])
+@pytest.mark.parametrize(
+    ("deadline_in_ms", "allowed"),
+    [
+        (None, True),  # no invocation deadline known: the grace alone decides
+        (RETRY_DELAYS_S[0] * 1000 + 10_000 + INVOCATION_MARGIN_MS + 5_000, True),  # room for the retry and its record
+        (RETRY_DELAYS_S[0] * 1000 + 10_000 + INVOCATION_MARGIN_MS - 5_000, False),  # the retry would outlive the margin
+    ],
+)
 def test_an_http_retry_ends_before_its_invocation_does(deadline_in_ms: float | None, allowed: bool) -> None:
     # Given a fire well within its grace, an action with a 10 s timeout, and the invocation's end
     now = time.time() * 1000
-    context = FireContext("t", 0, int(now), now, None, latest_start_ms=now + 600_000,
-                          deadline_ms=None if deadline_in_ms is None else now + deadline_in_ms)
+    context = FireContext(
+        "t",
+        0,
+        int(now),
+        now,
+        None,
+        latest_start_ms=now + 600_000,
+        deadline_ms=None if deadline_in_ms is None else now + deadline_in_ms,
+    )
     # Then a retry is allowed only when it would end a margin before the invocation does
     assert _may_retry(0, 3, context, HttpAction(url="https://example.com/", timeout_s=10).timeout_s) is allowed

@@ -40,16 +40,22 @@ class LandsLate(Client):
         if schedule_id == self.late_id:
             self.reads += 1
             if self.reads == 1:
-                self.create_schedule(schedule_id, "rate(2 seconds)", LogAction(message="load recurring"), {},
-                                     start_at=from_ms(self.late_due_ms),
-                                     end_at=from_ms(self.late_due_ms + 6_000))
+                self.create_schedule(
+                    schedule_id,
+                    "rate(2 seconds)",
+                    LogAction(message="load recurring"),
+                    {},
+                    start_at=from_ms(self.late_due_ms),
+                    end_at=from_ms(self.late_due_ms + 6_000),
+                )
         return found
 
 
 def fire_log(tmp_path: Path, fires: dict[str, int]) -> Path:
     path = tmp_path / "fires.jsonl"
-    path.write_text("".join(json.dumps({"task_id": t, "key": f"{t}:0", "fired_ms": at}) + "\n"
-                            for t, at in fires.items()))
+    path.write_text(
+        "".join(json.dumps({"task_id": t, "key": f"{t}:0", "fired_ms": at}) + "\n" for t, at in fires.items())
+    )
     return path
 
 
@@ -61,8 +67,9 @@ def _no_landing_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def client(dynamodb: Any, settings: Settings, now_ms: int) -> LandsLate:
-    return LandsLate(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms), late_id=f"{PREFIX}late",
-                     due_ms=now_ms + 40_000)
+    return LandsLate(
+        settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms), late_id=f"{PREFIX}late", due_ms=now_ms + 40_000
+    )
 
 
 def test_a_call_that_lands_after_the_first_read_is_expected_not_an_extra_fire(

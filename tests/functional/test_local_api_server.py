@@ -39,9 +39,11 @@ class Echo:
     def resolve(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         Echo.calls += 1
         authorizer = event["requestContext"]["authorizer"] or {}
-        return {"statusCode": 200, "headers": {"Content-Type": "application/json"},
-                "body": json.dumps({"tenant": authorizer.get("tenant"), "path": event["path"],
-                                    "body": event["body"]})}
+        return {
+            "statusCode": 200,
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps({"tenant": authorizer.get("tenant"), "path": event["path"], "body": event["body"]}),
+        }
 
 
 class HoldingApi:
@@ -100,8 +102,9 @@ def mode_of(path: Path) -> int:
 
 
 def get(api: LocalApi, path: str, token: str = "tok-acme") -> urllib3.BaseHTTPResponse:
-    return urllib3.request("GET", api.url + path, headers={"Authorization": f"Bearer {token}"}, retries=False,
-                           timeout=WAIT_S)
+    return urllib3.request(
+        "GET", api.url + path, headers={"Authorization": f"Bearer {token}"}, retries=False, timeout=WAIT_S
+    )
 
 
 # -- refused on the headers ------------------------------------------------------------------------------------
@@ -118,14 +121,18 @@ def test_an_unauthenticated_request_is_refused_before_its_body_arrives(echo_api:
     assert Echo.calls == 0
 
 
-@pytest.mark.parametrize(("headers", "status"), [
-    (b"Content-Length: 2000000\r\n", 413),
-    (b"Content-Length: -5\r\n", 400),
-    (b"Content-Length: 1_0\r\n", 400),
-    (b"Transfer-Encoding: chunked\r\n", 411),
-])
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        (b"Content-Length: 2000000\r\n", 413),
+        (b"Content-Length: -5\r\n", 400),
+        (b"Content-Length: 1_0\r\n", 400),
+        (b"Transfer-Encoding: chunked\r\n", 411),
+    ],
+)
 def test_a_body_the_server_will_not_read_is_refused_at_once_and_the_connection_closed(
-        echo_api: LocalApi, headers: bytes, status: int) -> None:
+    echo_api: LocalApi, headers: bytes, status: int
+) -> None:
     with connect(echo_api) as sock:
         sock.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\n" + headers + b"\r\n")
         answer = read_to_end(sock)
@@ -136,8 +143,14 @@ def test_a_body_the_server_will_not_read_is_refused_at_once_and_the_connection_c
 def test_a_refused_request_whose_body_was_sent_gets_its_answer(echo_api: LocalApi) -> None:
     # Given a wrong token on a request whose body is sent whole: the server answers without reading it
     body = b"x" * 200_000
-    response = urllib3.request("POST", echo_api.url + "/v1/tasks", body=body, retries=False, timeout=WAIT_S,
-                               headers={"Authorization": "Bearer wrong"})
+    response = urllib3.request(
+        "POST",
+        echo_api.url + "/v1/tasks",
+        body=body,
+        retries=False,
+        timeout=WAIT_S,
+        headers={"Authorization": "Bearer wrong"},
+    )
     # Then the caller still reads its 401 (the unread body did not reset the connection under it)
     assert response.status == 401
 
@@ -169,8 +182,9 @@ def test_a_caller_that_stalls_is_cut_off_while_another_is_answered() -> None:
     with LocalApi(Echo(), TOKENS, timeout_s=0.5) as api, connect(api) as stalled:
         # Given a caller that sends its headers, announces a body and stalls
         started = time.monotonic()
-        stalled.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\n"
-                        b"Content-Length: 10\r\n\r\n")
+        stalled.sendall(
+            b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\nContent-Length: 10\r\n\r\n"
+        )
         # When another caller asks meanwhile  Then it is answered
         assert get(api, "/v1/tasks").status == 200
         # And the stalled caller's connection is closed, unanswered, once its time is up (not before)
@@ -218,8 +232,7 @@ def test_past_the_connection_limit_a_new_connection_is_answered_503_at_once() ->
 
 # -- resolving in worker processes --------------------------------------------------------------------------------
 def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path) -> None:
-    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, \
-            ThreadPoolExecutor(1) as pool:
+    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, ThreadPoolExecutor(1) as pool:
         # Given a request held inside the resolver of one worker process
         held = pool.submit(get, api, "/hold")
         deadline = time.monotonic() + WAIT_S
@@ -227,8 +240,14 @@ def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path
             time.sleep(0.01)
         assert (tmp_path / "entered").exists()
         # When another request comes  Then it is answered while the first is still held
-        response = urllib3.request("POST", api.url + "/echo", json={"n": 1}, retries=False, timeout=WAIT_S,
-                                   headers={"Authorization": "Bearer tok-acme"})
+        response = urllib3.request(
+            "POST",
+            api.url + "/echo",
+            json={"n": 1},
+            retries=False,
+            timeout=WAIT_S,
+            headers={"Authorization": "Bearer tok-acme"},
+        )
         assert response.status == 200 and response.json() == {"body": {"n": 1}, "again": {"n": 1}}
         assert not held.done()
         (tmp_path / "release").touch()
@@ -236,11 +255,17 @@ def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path
 
 
 def test_requests_resolved_at_once_are_each_answered_from_their_own_body(tmp_path: Path) -> None:
-    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, \
-            ThreadPoolExecutor(8) as pool:
+    with LocalApi(HoldingApi(str(tmp_path)), TOKENS, workers=2, timeout_s=WAIT_S) as api, ThreadPoolExecutor(8) as pool:
+
         def echo(n: int) -> Any:
-            return urllib3.request("POST", api.url + "/echo", json={"n": n}, retries=False, timeout=WAIT_S,
-                                   headers={"Authorization": "Bearer tok-acme"}).json()
+            return urllib3.request(
+                "POST",
+                api.url + "/echo",
+                json={"n": n},
+                retries=False,
+                timeout=WAIT_S,
+                headers={"Authorization": "Bearer tok-acme"},
+            ).json()
 
         answers = list(pool.map(echo, range(24)))
     assert answers == [{"body": {"n": n}, "again": {"n": n}} for n in range(24)]
@@ -261,8 +286,11 @@ def test_each_tenants_token_file_names_its_own_tenant(tmp_path: Path) -> None:
     tokens = stack._write_tokens()
     # Then local's is api-token, each other tenant's tokens/<tenant>, each 0600; the stale one is gone
     files = {tenant: str(path) for tenant, path in stack.api_token_files.items()}
-    assert files == {"local": str(tmp_path / "api-token"), "beta": str(tmp_path / "tokens" / "beta"),
-                     "zeta": str(tmp_path / "tokens" / "zeta")}
+    assert files == {
+        "local": str(tmp_path / "api-token"),
+        "beta": str(tmp_path / "tokens" / "beta"),
+        "zeta": str(tmp_path / "tokens" / "zeta"),
+    }
     assert sorted(tokens.values()) == ["beta", "local", "zeta"]
     assert not (tmp_path / "tokens" / "gone").exists()
     assert all(mode_of(Path(path)) == 0o600 for path in files.values())
@@ -295,8 +323,17 @@ def test_a_homes_stack_files_are_made_private_and_nothing_else_is_touched(tmp_pa
     outside.chmod(0o644)
     for folder in ("dynamodb/sub", "logs", "tokens"):
         (home / folder).mkdir(parents=True)
-    for name in ("dynamodb/shared-local-instance.db", "dynamodb/sub/x", "logs/executor.log", "tokens/beta",
-                 "stack.json", "api-token", "fires.jsonl", "dlq.jsonl", "notes.txt"):
+    for name in (
+        "dynamodb/shared-local-instance.db",
+        "dynamodb/sub/x",
+        "logs/executor.log",
+        "tokens/beta",
+        "stack.json",
+        "api-token",
+        "fires.jsonl",
+        "dlq.jsonl",
+        "notes.txt",
+    ):
         (home / name).write_text("x")
         (home / name).chmod(0o644)
     (home / "logs" / "link").symlink_to(outside)
@@ -308,8 +345,16 @@ def test_a_homes_stack_files_are_made_private_and_nothing_else_is_touched(tmp_pa
     assert mode_of(home) == 0o700
     for folder in ("dynamodb", "dynamodb/sub", "logs", "tokens"):
         assert mode_of(home / folder) == 0o700, folder
-    for name in ("dynamodb/shared-local-instance.db", "dynamodb/sub/x", "logs/executor.log", "tokens/beta",
-                 "stack.json", "api-token", "fires.jsonl", "dlq.jsonl"):
+    for name in (
+        "dynamodb/shared-local-instance.db",
+        "dynamodb/sub/x",
+        "logs/executor.log",
+        "tokens/beta",
+        "stack.json",
+        "api-token",
+        "fires.jsonl",
+        "dlq.jsonl",
+    ):
         assert mode_of(home / name) == 0o600, name
     # And what is not the stack's is left as it was, a link's target included
     assert mode_of(home / "notes.txt") == 0o644

@@ -29,7 +29,7 @@ from punctual_tools.local.stack import executor_env, function_store
 from punctual_tools.local.worker import WorkerSpec, run_worker
 from support import RecordingInvoker
 
-HANDLER = '''
+HANDLER = """
 import boto3
 
 client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
@@ -41,7 +41,7 @@ def handler(event, context):
     except Exception as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"error": None}
-'''
+"""
 
 
 @pytest.fixture
@@ -69,7 +69,8 @@ def test_the_executors_get_the_setting_as_the_stack_has_it(settings: Settings) -
 
 @pytest.mark.usefixtures("iam_on")
 def test_with_the_check_on_the_pollers_store_obeys_the_pollers_role(
-        dynamodb: Any, settings: Settings, now_ms: int, caplog: pytest.LogCaptureFixture) -> None:
+    dynamodb: Any, settings: Settings, now_ms: int, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given a task due now, and the store the stack gives the poller
     due = Task(task_id="due", due_at=from_ms(now_ms), action=LogAction(message="test"), payload={})
     DynamoTaskStore.from_settings(dynamodb, settings).create(due, now_ms)
@@ -108,7 +109,8 @@ def test_with_the_check_off_nothing_is_judged(dynamodb: Any, settings: Settings)
 
 @pytest.mark.usefixtures("iam_on")
 def test_with_the_check_on_the_in_process_api_client_obeys_the_api_role(
-        dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given the API resolved in the stack's process  When its resolver is built  Then its client is the API's
     watched: list[str] = []
 
@@ -122,7 +124,8 @@ def test_with_the_check_on_the_in_process_api_client_obeys_the_api_role(
 
 
 def test_an_api_worker_process_installs_the_api_roles_check_before_building_its_resolver(
-        dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given the initializer of an API worker process, told by the stack that the check is on (run here, with what
     # it does to the process beside the check left out)
     for name in ("lower_current_thread", "set_background_cpus"):
@@ -152,17 +155,22 @@ def test_an_api_worker_process_installs_the_api_roles_check_before_building_its_
 
 
 def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_does_not_grant(
-        tmp_path: Path, settings: Settings) -> None:
+    tmp_path: Path, settings: Settings
+) -> None:
     # Given an executor worker started as the stack starts it, the check on, and a handler module that builds a
     # client at its cold start
     handler = tmp_path / "handler.py"
     handler.write_text(HANDLER)
-    env = executor_env(settings.model_copy(update={"fire_log_path": str(tmp_path / "fires.jsonl")}),
-                       {live.ENABLE_VARIABLE: "1"})
+    env = executor_env(
+        settings.model_copy(update={"fire_log_path": str(tmp_path / "fires.jsonl")}), {live.ENABLE_VARIABLE: "1"}
+    )
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    worker = context.Process(target=run_worker, args=(str(handler), child, str(tmp_path / "worker.log"), env,
-                                                      WorkerSpec(timeout_s=30, memory_mb=256)), daemon=True)
+    worker = context.Process(
+        target=run_worker,
+        args=(str(handler), child, str(tmp_path / "worker.log"), env, WorkerSpec(timeout_s=30, memory_mb=256)),
+        daemon=True,
+    )
     worker.start()
     try:
         assert parent.poll(60) and parent.recv()["ready"]
@@ -178,4 +186,3 @@ def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_do
     # Then the call is refused before it is sent, as AWS would, under the executor's role
     assert result["error"] == "IamDeniedError"
     assert "ExecutorFunction" in result["message"] and "dynamodb:DeleteTable" in result["message"]
-

@@ -51,8 +51,10 @@ def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
     # And the policy is part of the task's content: same id, other policy is a conflict, but the default
     # leaves the hash of a task stored before the policy existed unchanged
     assert default.content_hash() != default.model_copy(update={"misfire_policy": "fire_late"}).content_hash()
-    assert Task(task_id="x", due_at=default.due_at, action=LogAction()).content_hash() == Task(
-        task_id="x", due_at=default.due_at, action=LogAction(), misfire_policy="skip").content_hash()
+    assert (
+        Task(task_id="x", due_at=default.due_at, action=LogAction()).content_hash()
+        == Task(task_id="x", due_at=default.due_at, action=LogAction(), misfire_policy="skip").content_hash()
+    )
 
 
 def test_an_item_written_before_the_policy_existed_reads_as_skip(
@@ -60,8 +62,9 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
 ) -> None:
     # Given a stored task whose item has no misfire_policy attribute (an older writer)
     task = tasks.create(now_ms + 5_000, "old")
-    dynamodb.update_item(TableName=repo.table_name, Key={"task_id": {"S": "old"}},
-                         UpdateExpression="REMOVE misfire_policy")
+    dynamodb.update_item(
+        TableName=repo.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
+    )
     # When it is read, and found as a candidate
     found = repo.candidates([task.task_id])
     # Then it is a "skip" task
@@ -92,8 +95,14 @@ def test_poller_dispatches_overdue_tasks_with_their_policy(
 
 def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
     # Given a stream record of a fire_late task, and one of a task written before the policy existed
-    image = {"task_id": {"S": "t1"}, "due_ms": {"N": "1000"}, "status": {"S": "PENDING"}, "fast_path": {"N": "1"},
-             "misfire_grace_ms": {"N": "0"}, "misfire_policy": {"S": "fire_late"}}
+    image = {
+        "task_id": {"S": "t1"},
+        "due_ms": {"N": "1000"},
+        "status": {"S": "PENDING"},
+        "fast_path": {"N": "1"},
+        "misfire_grace_ms": {"N": "0"},
+        "misfire_policy": {"S": "fire_late"},
+    }
     old = {k: v for k, v in image.items() if k != "misfire_policy"}
     # When they become candidates
     late = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": image}})
@@ -113,10 +122,12 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)
-    assert any(c.task_id == task.task_id
-               for c in due_candidates(repo, due, shard_of(task.task_id, repo.shard_count), now))
-    event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0,
-                                                               misfire_policy=policy)])
+    assert any(
+        c.task_id == task.task_id for c in due_candidates(repo, due, shard_of(task.task_id, repo.shard_count), now)
+    )
+    event = BatchEvent(
+        batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0, misfire_policy=policy)]
+    )
     # When the executor runs it
     report = executor.run_batch(event)
     done = read_task(repo, task.task_id)
@@ -141,8 +152,9 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
     from punctual.keys import from_ms
 
     # When it schedules a fire_late task due 10 min ago (past a 1 s grace)
-    task = client.schedule(from_ms(now_ms - 600_000), LogAction(), task_id="late-one", misfire_grace=1_000,
-                           misfire_policy="fire_late")
+    task = client.schedule(
+        from_ms(now_ms - 600_000), LogAction(), task_id="late-one", misfire_grace=1_000, misfire_policy="fire_late"
+    )
     # Then it is stored PENDING with its policy, while a skip task that late is refused
     assert client.get("late-one") is not None and task.misfire_policy == "fire_late"
     with pytest.raises(InvalidTaskError):

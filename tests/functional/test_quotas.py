@@ -39,7 +39,8 @@ def _stored_ids(dynamodb: Any, settings: Settings) -> set[str]:
 
 
 def test_active_tasks_past_the_quota_are_refused_naming_it_and_nothing_is_stored(
-        client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int) -> None:
+    client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
+) -> None:
     # Given acme at its quota of 3 active tasks, and tasks of another tenant and of the operator
     for i in range(3):
         client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
@@ -59,8 +60,9 @@ def test_active_tasks_past_the_quota_are_refused_naming_it_and_nothing_is_stored
     client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-3")
 
 
-def test_the_count_reads_only_the_tenants_own_active_keys(dynamodb: Any, tenant_settings: Settings,
-                                                          now_ms: int) -> None:
+def test_the_count_reads_only_the_tenants_own_active_keys(
+    dynamodb: Any, tenant_settings: Settings, now_ms: int
+) -> None:
     # Given acme's two active tasks, and an item keyed under beta that forges tenant="acme"
     store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
     client = Client(tenant_settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
@@ -103,8 +105,11 @@ def test_schedules_and_their_fire_rate_are_bounded(dynamodb: Any, settings: Sett
     # Given acme allowed 2 schedules firing 1 a second in all (and room for their occurrences: a schedule makes
     # those of the next minutes at once, and each is an active task)
     quotas = {**QUOTAS, "active_tasks": 10_000}
-    client = Client(settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})}),
-                    dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    client = Client(
+        settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})}),
+        dynamodb=dynamodb,
+        clock=FakeClock(wall_ms=now_ms),
+    )
     client.create_schedule("acme/slow", "rate(2 seconds)", LogAction())
     # When a schedule would take the rate past it
     with pytest.raises(QuotaExceededError) as too_fast:
@@ -127,26 +132,47 @@ def test_schedules_and_their_fire_rate_are_bounded(dynamodb: Any, settings: Sett
         client.resume_schedule("acme/slow")
 
 
-@pytest.mark.parametrize(("expression", "rate"), [("rate(100 milliseconds)", 10.0), ("rate(2 minutes)", 1 / 120),
-                                                  ("cron(* * * * ? *)", 1 / 60), ("*/5 * * * *", 1 / 60),
-                                                  ("at(2030-01-01T00:00:00)", 0.0)])
+@pytest.mark.parametrize(
+    ("expression", "rate"),
+    [
+        ("rate(100 milliseconds)", 10.0),
+        ("rate(2 minutes)", 1 / 120),
+        ("cron(* * * * ? *)", 1 / 60),
+        ("*/5 * * * *", 1 / 60),
+        ("at(2030-01-01T00:00:00)", 0.0),
+    ],
+)
 def test_a_schedules_rate_is_its_most_fires_a_second(expression: str, rate: float) -> None:
     assert schedule_rate_per_s(expression) == pytest.approx(rate)
 
 
-def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired(client: Client,
-                                                                                 now_ms: int) -> None:
+def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired(client: Client, now_ms: int) -> None:
     # Given acme allowed 2 attempts a task
     with pytest.raises(QuotaExceededError) as refused:
-        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/r",
-                        retry=RetryPolicy(max_attempts=3, backoff_ms=1_000))
+        client.schedule(
+            from_ms(now_ms + 60_000), LogAction(), task_id="acme/r", retry=RetryPolicy(max_attempts=3, backoff_ms=1_000)
+        )
     assert refused.value.quota == "retry_attempts" and refused.value.field == "retry.max_attempts"
     assert client.get("acme/r") is None
     # When a task (a forged item, say) asks for 100 attempts and its second attempt fails
-    task = Task(task_id="acme/r", due_at=from_ms(now_ms), action=LogAction(), status=TaskStatus.ARMED, attempt=2,
-                retry=RetryPolicy(max_attempts=100, backoff_ms=0))
-    record = decide_outcome(task, now_ms, now_ms, now_ms + 5, decision=FireDecision("fire"), error="HTTP 500",
-                            offset_ms=None, max_attempts=2)
+    task = Task(
+        task_id="acme/r",
+        due_at=from_ms(now_ms),
+        action=LogAction(),
+        status=TaskStatus.ARMED,
+        attempt=2,
+        retry=RetryPolicy(max_attempts=100, backoff_ms=0),
+    )
+    record = decide_outcome(
+        task,
+        now_ms,
+        now_ms,
+        now_ms + 5,
+        decision=FireDecision("fire"),
+        error="HTTP 500",
+        offset_ms=None,
+        max_attempts=2,
+    )
     # Then it is FAILED: no third attempt, whatever the item said
     assert record.outcome is TaskStatus.FAILED and "attempt 2 of 2" in (record.detail or "")
 

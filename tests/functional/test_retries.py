@@ -59,8 +59,18 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     # Given a task armed by exec-1 (first attempt), whose action failed 10 s later
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     failed_at = now_ms + 10_005
-    retry = FireRecord(task.task_id, TaskStatus.PENDING, now_ms + 10_000.5, failed_at, 0.5, None, "HTTP 500",
-                       retry_delay_ms=700, retry_due_ms=failed_at + 700, first_due_ms=task.due_ms)
+    retry = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        now_ms + 10_000.5,
+        failed_at,
+        0.5,
+        None,
+        "HTTP 500",
+        retry_delay_ms=700,
+        retry_due_ms=failed_at + 700,
+        first_due_ms=task.due_ms,
+    )
     # When exec-1 records the retry (in bulk, as the executor does)
     assert repo.record_many("exec-1", [retry]) == [True]
     # Then the task is PENDING, due at the next try, back in the due index under that instant's bucket,
@@ -85,13 +95,31 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
 def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task already retried once (first due = its original due), armed again by exec-1
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    first = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e1",
-                       retry_due_ms=now_ms + 11_000, first_due_ms=task.due_ms)
+    first = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        now_ms + 10_010,
+        None,
+        None,
+        "e1",
+        retry_due_ms=now_ms + 11_000,
+        first_due_ms=task.due_ms,
+    )
     assert repo.record("exec-1", first)
     assert arm(repo, read_task(repo, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
-    second = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 11_010, None, None, "e2",
-                        retry_due_ms=now_ms + 12_000, first_due_ms=now_ms + 11_000)
+    second = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        now_ms + 11_010,
+        None,
+        None,
+        "e2",
+        retry_due_ms=now_ms + 12_000,
+        first_due_ms=now_ms + 11_000,
+    )
     assert repo.record("exec-2", second)
     # Then the first due written by the first retry stands
     assert read_task(repo, task.task_id).first_due_at == task.due_at
@@ -100,27 +128,52 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, n
 def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    record = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e",
-                        retry_due_ms=now_ms + 11_000, first_due_ms=task.due_ms)
+    record = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        now_ms + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=now_ms + 11_000,
+        first_due_ms=task.due_ms,
+    )
     # When another executor tries to write the retry
     # Then the condition refuses it and the task stays ARMED by exec-1
     assert repo.record_many("exec-2", [record]) == [False]
     assert read_task(repo, task.task_id).status is TaskStatus.ARMED
 
 
-def test_a_retry_write_repeated_by_botocore_counts_as_done(
-    repo: DynamoTaskStore, tasks: Any, now_ms: int
-) -> None:
+def test_a_retry_write_repeated_by_botocore_counts_as_done(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    record = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e",
-                        retry_due_ms=now_ms + 11_000, first_due_ms=task.due_ms)
+    record = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        now_ms + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=now_ms + 11_000,
+        first_due_ms=task.due_ms,
+    )
     assert repo.record("exec-1", record)
     # When the very same write is sent again / Then it is recognised as applied, not as a lost race
     assert repo.record("exec-1", record)
     # But a different retry (another next try) is not
-    other = FireRecord(task.task_id, TaskStatus.PENDING, None, now_ms + 10_010, None, None, "e",
-                       retry_due_ms=now_ms + 12_000, first_due_ms=task.due_ms)
+    other = FireRecord(
+        task.task_id,
+        TaskStatus.PENDING,
+        None,
+        now_ms + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=now_ms + 12_000,
+        first_due_ms=task.due_ms,
+    )
     assert not repo.record("exec-1", other)
 
 
@@ -129,9 +182,13 @@ def test_a_failing_action_is_retried_until_it_succeeds(
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "flaky", now_ms=now, action=HttpAction(url=failing_twice.url(), timeout_s=5,
-                                                                            retry_transient=False),
-                        retry=RetryPolicy(max_attempts=5, backoff_ms=50, max_backoff_ms=50))
+    task = tasks.create(
+        now + 300,
+        "flaky",
+        now_ms=now,
+        action=HttpAction(url=failing_twice.url(), timeout_s=5, retry_transient=False),
+        retry=RetryPolicy(max_attempts=5, backoff_ms=50, max_backoff_ms=50),
+    )
     # When the poller and the executor run until it is finished
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=6)
     # Then it fired three times with the same idempotency key (same occurrence), and succeeded on attempt 3
@@ -149,9 +206,13 @@ def test_the_last_attempt_leaves_the_task_failed(
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "poison", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
-                                                                            retry_transient=False),
-                        retry=RetryPolicy(max_attempts=2, backoff_ms=20))
+    task = tasks.create(
+        now + 300,
+        "poison",
+        now_ms=now,
+        action=HttpAction(url=always_failing.url(), timeout_s=5, retry_transient=False),
+        retry=RetryPolicy(max_attempts=2, backoff_ms=20),
+    )
     # When the poller and the executor run until it is finished
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=4)
     # Then it fired twice and is FAILED, saying its attempts are spent
@@ -170,9 +231,13 @@ def test_no_retry_once_the_occurrence_is_older_than_max_age(
     # 1 s: whenever it fails, it is older than that (a task due now with a maximum age of 0 ms was retried on a
     # fast machine: failed within the millisecond it was due, it was exactly 0 ms old, which is still retried)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now - 2_000, "too-old", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
-                                                                              retry_transient=False),
-                        retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=1_000))
+    task = tasks.create(
+        now - 2_000,
+        "too-old",
+        now_ms=now,
+        action=HttpAction(url=always_failing.url(), timeout_s=5, retry_transient=False),
+        retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=1_000),
+    )
     # When it runs
     reports = run_until_done(repo, settings, executor, task.task_id, rounds=2)
     # Then it fired once and is FAILED
@@ -186,8 +251,9 @@ def test_a_task_without_a_retry_policy_fails_at_once(
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())
-    task = tasks.create(now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5,
-                                                                            retry_transient=False))
+    task = tasks.create(
+        now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5, retry_transient=False)
+    )
     # When it runs / Then it is FAILED after one fire, its detail the error alone (as before retries existed)
     run_until_done(repo, settings, executor, task.task_id, rounds=2)
     done = read_task(repo, task.task_id)

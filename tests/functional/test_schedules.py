@@ -42,8 +42,11 @@ def poller(repo: DynamoTaskStore, settings: Settings) -> Poller:
 
 def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
     """The instants of the schedule's occurrences (in the table), of one status if given."""
-    return [split_occurrence_id(t.task_id)[1] for t in client.schedule_history(schedule_id)  # type: ignore[index]
-            if status is None or t.status is status]
+    return [
+        split_occurrence_id(t.task_id)[1]
+        for t in client.schedule_history(schedule_id)  # type: ignore[index]
+        if status is None or t.status is status
+    ]
 
 
 def log_action() -> dict[str, Any]:
@@ -87,8 +90,9 @@ def test_creating_is_idempotent_on_an_equal_definition(client: Client) -> None:
         ({"max_occurrences": 0}, "max_occurrences", ""),
     ],
 )
-def test_a_bad_schedule_is_refused_and_nothing_is_stored(client: Client, kwargs: dict[str, Any], field: str,
-                                                         says: str) -> None:
+def test_a_bad_schedule_is_refused_and_nothing_is_stored(
+    client: Client, kwargs: dict[str, Any], field: str, says: str
+) -> None:
     args = {"schedule_id": "bad", "expression": "rate(1 minute)", "action": log_action(), **kwargs}
     with pytest.raises(InvalidTaskError) as caught:
         client.create_schedule(args.pop("schedule_id"), args.pop("expression"), args.pop("action"), **args)
@@ -99,13 +103,13 @@ def test_a_bad_schedule_is_refused_and_nothing_is_stored(client: Client, kwargs:
 
 def test_a_task_of_its_own_cannot_take_an_occurrences_id(client: Client) -> None:
     with pytest.raises(InvalidTaskError, match="kept for the occurrences"):
-        client.schedule(from_ms(START_MS + 60_000), LogAction(message="x"),
-                        task_id=occurrence_id("daily", START_MS + 60_000))
+        client.schedule(
+            from_ms(START_MS + 60_000), LogAction(message="x"), task_id=occurrence_id("daily", START_MS + 60_000)
+        )
 
 
 # -- the chain ----------------------------------------------------------------------------------------------------
-def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoTaskStore,
-                                                  settings: Settings) -> None:
+def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoTaskStore, settings: Settings) -> None:
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     invoker = RecordingInvoker()
     always = settings.model_copy(update={"redispatch_after_ms": 0})  # no executor arms them: each poll sends all
@@ -122,12 +126,14 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoT
         # And the poll dispatched every occurrence due in its window (overdue ones included), each once
         sent = invoker.task_ids
         invoker.take()
-        assert sorted(sent) == [occurrence_id("every-10s", ms)
-                                for ms in range(START_MS + 10_000, now + 90_000 + 1, 10_000)]
+        assert sorted(sent) == [
+            occurrence_id("every-10s", ms) for ms in range(START_MS + 10_000, now + 90_000 + 1, 10_000)
+        ]
 
 
-def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(client: Client, repo: DynamoTaskStore,
-                                                                            settings: Settings) -> None:
+def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
+    client: Client, repo: DynamoTaskStore, settings: Settings
+) -> None:
     # Given a one-off task due soon and a schedule whose chain nobody extended for five minutes
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     client.schedule(from_ms(START_MS + 310_000), LogAction(message="one-off"), task_id="one-off")
@@ -151,21 +157,28 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(cli
     # and the occurrences it made for its window went out after it, in the same poll
     assert report.occurrences_created > 0
     assert order.index("dispatch one-off") < order.index("make occurrences")
-    made_now = [entry for entry in order[order.index("make occurrences"):] if entry.startswith("dispatch every-10s@")]
+    made_now = [entry for entry in order[order.index("make occurrences") :] if entry.startswith("dispatch every-10s@")]
     assert made_now and report.dispatched == order.count("dispatch one-off") + len(
-        [entry for entry in order if entry.startswith("dispatch every-10s@")])
+        [entry for entry in order if entry.startswith("dispatch every-10s@")]
+    )
 
 
-def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(client: Client, repo: DynamoTaskStore,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
+    client: Client, repo: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a schedule, and DynamoDB cancelling the next transaction on it for a conflict with another writer
     # (TransactionConflict: no condition failed)
     client.create_schedule("busy", "rate(10 seconds)", log_action())
     made = len(instants(client, "busy"))
     transact = repo._transact_items
     conflicts = [True]
-    monkeypatch.setattr(repo, "_transact_items", lambda items: ["None"] * (len(items) - 1) + ["TransactionConflict"]
-                        if conflicts and conflicts.pop() else transact(items))
+    monkeypatch.setattr(
+        repo,
+        "_transact_items",
+        lambda items: (
+            ["None"] * (len(items) - 1) + ["TransactionConflict"] if conflicts and conflicts.pop() else transact(items)
+        ),
+    )
     # When a poll extends the chain
     report = extend(repo, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
     # Then the conflict was a race (read again, then made), not an error
@@ -174,9 +187,9 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(client: C
 
 
 @pytest.mark.parametrize("change", ["pause", "update", "delete"])
-def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(client: Client, repo: DynamoTaskStore,
-                                                                         monkeypatch: pytest.MonkeyPatch,
-                                                                         change: str) -> None:
+def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
+    client: Client, repo: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
     # Given a schedule whose occurrences a poll made a moment ago: the eventually consistent history index does
     # not list them yet
     client.create_schedule("fresh", "rate(10 seconds)", log_action())
@@ -195,8 +208,9 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(client
     # none of them is left to fire (an instant both rates share holds the new version's occurrence now)
     stored = repo.get_many([occurrence_id("fresh", ms) for ms in made])
     assert len(stored) == len(made)
-    assert all(t.status is TaskStatus.CANCELLED or (change == "update" and t.schedule_version == 2)
-               for t in stored.values())
+    assert all(
+        t.status is TaskStatus.CANCELLED or (change == "update" and t.schedule_version == 2) for t in stored.values()
+    )
     assert any(t.status is TaskStatus.CANCELLED for t in stored.values())
 
 
@@ -215,18 +229,21 @@ def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Cl
 
 
 @pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
-def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(client: Client, repo: DynamoTaskStore,
-                                                                      poller: Poller, step: str) -> None:
+def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
+    client: Client, repo: DynamoTaskStore, poller: Poller, step: str
+) -> None:
     # Given a schedule every 30 s whose first occurrence is left at some step of its life by a crash
     client.create_schedule("half-minute", "rate(30 seconds)", log_action())
     first = occurrence_id("half-minute", START_MS + 30_000)
     if step != "pending":
-        (armed,) = repo.arm_many([ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead",
-                                 START_MS + 1_000)
+        (armed,) = repo.arm_many(
+            [ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead", START_MS + 1_000
+        )
         assert armed is not None
     if step == "recorded":
-        assert repo.record_many("e-dead", [FireRecord(first, TaskStatus.SUCCEEDED, START_MS + 30_000.4,
-                                                      START_MS + 30_010, 0.4, None)]) == [True]
+        assert repo.record_many(
+            "e-dead", [FireRecord(first, TaskStatus.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
+        ) == [True]
     # When the polls after it run
     for minute in range(1, 6):
         poller.poll(START_MS + minute * 60_000)
@@ -236,8 +253,9 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(client: Cl
     assert made == list(range(START_MS + 30_000, START_MS + 5 * 60_000 + AHEAD_MS + 1, 30_000))
 
 
-def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(client: Client, repo: DynamoTaskStore,
-                                                                             clock: FakeClock) -> None:
+def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
+    client: Client, repo: DynamoTaskStore, clock: FakeClock
+) -> None:
     # Given a schedule created long ago whose chain nobody extended (its next occurrence is due in 30 s)
     client.create_schedule("slow", "rate(10 minutes)", log_action())
     invoker = RecordingInvoker()
@@ -251,12 +269,15 @@ def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(cl
 
 
 # -- pause, resume, update, delete ------------------------------------------------------------------------------
-def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(client: Client, repo: DynamoTaskStore,
-                                                                      clock: FakeClock, poller: Poller) -> None:
+def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
+    client: Client, repo: DynamoTaskStore, clock: FakeClock, poller: Poller
+) -> None:
     client.create_schedule("pulse", "rate(20 seconds)", log_action())
     armed_id = occurrence_id("pulse", START_MS + 20_000)
-    assert repo.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1",
-                         START_MS + 1_000)[0] is not None
+    assert (
+        repo.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        is not None
+    )
     # When it is paused
     clock.advance(5)
     paused = client.pause_schedule("pulse")
@@ -282,8 +303,10 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(client: Cl
 def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoTaskStore, clock: FakeClock) -> None:
     client.create_schedule("job", "rate(30 seconds)", log_action())
     armed_id = occurrence_id("job", START_MS + 30_000)
-    assert repo.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1",
-                         START_MS + 1_000)[0] is not None
+    assert (
+        repo.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        is not None
+    )
     # When its rate changes to every 15 s (with the same anchor, so instants every 30 s are in both)
     updated = client.update_schedule("job", expression="rate(15 seconds)", payload={"v": 2})
     # Then the old PENDING ones are replaced by the new definition, the armed old one stays and fires as it was,
@@ -294,7 +317,9 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoT
     pending = [t for t in history if t.status is TaskStatus.PENDING]
     assert pending and all(t.schedule_version == 2 and t.payload == {"v": 2} for t in pending)
     assert [split_occurrence_id(t.task_id)[1] for t in pending] == [  # type: ignore[index]
-        START_MS + 15_000, *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000)]
+        START_MS + 15_000,
+        *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000),
+    ]
     armed = repo.get(armed_id)
     assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
 
@@ -321,8 +346,9 @@ def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
         client.pause_schedule("gone")
 
 
-def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client, repo: DynamoTaskStore,
-                                                                 poller: Poller) -> None:
+def test_a_change_whose_caller_died_is_finished_by_the_next_poll(
+    client: Client, repo: DynamoTaskStore, poller: Poller
+) -> None:
     # Given a pause that was written but whose cleanup never ran (its caller died in between)
     client.create_schedule("orphan", "rate(10 seconds)", log_action())
     schedule = repo.get_schedule("orphan")
@@ -352,8 +378,7 @@ def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Pol
 
 @pytest.mark.parametrize("policy", ["skip", "fire_latest"])
 def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStore, policy: str) -> None:
-    client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy,
-                           misfire_grace=10_000)
+    client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy, misfire_grace=10_000)
     before = instants(client, "minutely")
     # When nothing runs for an hour, then the chain is extended
     now = START_MS + 3_600_000 + 5_000
@@ -375,14 +400,19 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStor
 
 # -- a schedule item that cannot be read -------------------------------------------------------------------------
 def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_others_go_on(
-        client: Client, repo: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings) -> None:
+    client: Client, repo: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings
+) -> None:
     # Given two schedules, one of whose items was then written by hand with a definition that is not JSON
     client.create_schedule("good", "rate(10 seconds)", log_action())
     client.create_schedule("bad", "rate(10 seconds)", log_action())
     key = {"task_id": {"S": schedule_key("bad")}}
-    dynamodb.update_item(TableName=settings.table_name, Key=key, UpdateExpression="SET #d = :d",
-                         ExpressionAttributeNames={"#d": "definition"},
-                         ExpressionAttributeValues={":d": {"S": "{not json"}})
+    dynamodb.update_item(
+        TableName=settings.table_name,
+        Key=key,
+        UpdateExpression="SET #d = :d",
+        ExpressionAttributeNames={"#d": "definition"},
+        ExpressionAttributeValues={":d": {"S": "{not json"}},
+    )
     with pytest.raises(UndecodableItemError):
         repo.get_schedule("bad")
 

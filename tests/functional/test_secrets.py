@@ -98,10 +98,17 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def resolver(ssm: CountingClient, secretsmanager: CountingClient, secrets_dir: Path,
-             clock: ManualClock) -> SecretResolver:
-    return SecretResolver(secrets_dir=secrets_dir, environ={"PUNCTUAL_SECRET_TOKEN": VALUE, "PATH": "/usr/bin"},
-                          ssm_client=ssm, secretsmanager_client=secretsmanager, ttl_s=300.0, monotonic=clock)
+def resolver(
+    ssm: CountingClient, secretsmanager: CountingClient, secrets_dir: Path, clock: ManualClock
+) -> SecretResolver:
+    return SecretResolver(
+        secrets_dir=secrets_dir,
+        environ={"PUNCTUAL_SECRET_TOKEN": VALUE, "PATH": "/usr/bin"},
+        ssm_client=ssm,
+        secretsmanager_client=secretsmanager,
+        ttl_s=300.0,
+        monotonic=clock,
+    )
 
 
 def put_parameter(ssm: CountingClient, name: str, value: str = VALUE) -> None:
@@ -157,8 +164,9 @@ def test_ssm_resolves_a_secure_string_by_name_and_by_arn(resolver: SecretResolve
     assert ssm.calls["get_parameter"] == 2
 
 
-def test_secretsmanager_resolves_the_secret_string_by_name_and_by_arn(resolver: SecretResolver,
-                                                                       secretsmanager: CountingClient) -> None:
+def test_secretsmanager_resolves_the_secret_string_by_name_and_by_arn(
+    resolver: SecretResolver, secretsmanager: CountingClient
+) -> None:
     # Given a secret under punctual/
     arn = create_secret(secretsmanager, "punctual/token")
     # When / Then its SecretString resolves, by name and by ARN
@@ -166,8 +174,9 @@ def test_secretsmanager_resolves_the_secret_string_by_name_and_by_arn(resolver: 
     assert resolver.resolve(f"secretsmanager:{arn}") == VALUE
 
 
-def test_secretsmanager_json_key_resolves_that_keys_value(resolver: SecretResolver,
-                                                          secretsmanager: CountingClient) -> None:
+def test_secretsmanager_json_key_resolves_that_keys_value(
+    resolver: SecretResolver, secretsmanager: CountingClient
+) -> None:
     # Given a secret holding a JSON object
     arn = create_secret(secretsmanager, "punctual/db", json.dumps({"user": "app", "password": VALUE}))
     # When / Then #password resolves to that key's value, by name and by ARN
@@ -182,8 +191,13 @@ def test_a_secret_ref_object_resolves_like_its_string(resolver: SecretResolver) 
 # -- failures name the reference, never the value -------------------------------------------------------------
 def test_missing_secrets_are_unavailable(resolver: SecretResolver) -> None:
     # Given references to secrets that do not exist
-    refs = ["env:PUNCTUAL_SECRET_MISSING", "file:missing", "ssm:/punctual/missing",
-            "secretsmanager:punctual/missing", "secretsmanager:punctual/missing#key"]
+    refs = [
+        "env:PUNCTUAL_SECRET_MISSING",
+        "file:missing",
+        "ssm:/punctual/missing",
+        "secretsmanager:punctual/missing",
+        "secretsmanager:punctual/missing#key",
+    ]
     for ref in refs:
         # When / Then each is unavailable, and the message names the reference
         with pytest.raises(SecretUnavailableError) as raised:
@@ -198,16 +212,21 @@ def test_aws_failures_name_the_error_code(resolver: SecretResolver) -> None:
         resolver.resolve("secretsmanager:punctual/missing")
 
 
-@pytest.mark.parametrize(("secret_string", "reason"), [
-    (json.dumps({"user": "app", "password": VALUE}), "no key 'token'"),
-    (VALUE, "not JSON"),
-    ('{"token": "' + VALUE, "not JSON"),
-    (json.dumps([VALUE]), "not a JSON object"),
-    (json.dumps({"token": {"nested": VALUE}}), "not a string"),
-    (json.dumps({"token": ""}), "empty"),
-], ids=["missing key", "not JSON", "truncated JSON", "array", "not a string", "empty"])
-def test_json_key_failures_name_the_reference_not_the_value(resolver: SecretResolver, secretsmanager: CountingClient,
-                                                            secret_string: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("secret_string", "reason"),
+    [
+        (json.dumps({"user": "app", "password": VALUE}), "no key 'token'"),
+        (VALUE, "not JSON"),
+        ('{"token": "' + VALUE, "not JSON"),
+        (json.dumps([VALUE]), "not a JSON object"),
+        (json.dumps({"token": {"nested": VALUE}}), "not a string"),
+        (json.dumps({"token": ""}), "empty"),
+    ],
+    ids=["missing key", "not JSON", "truncated JSON", "array", "not a string", "empty"],
+)
+def test_json_key_failures_name_the_reference_not_the_value(
+    resolver: SecretResolver, secretsmanager: CountingClient, secret_string: str, reason: str
+) -> None:
     # Given a secret whose SecretString does not hold a string under "token"
     create_secret(secretsmanager, "punctual/app", secret_string)
     # When the key is resolved
@@ -225,8 +244,9 @@ def test_a_binary_secret_is_unavailable(resolver: SecretResolver, secretsmanager
     assert_hides_value(raised.value)
 
 
-def test_a_file_that_is_not_utf8_or_is_a_directory_or_too_big_is_unavailable(resolver: SecretResolver,
-                                                                              secrets_dir: Path) -> None:
+def test_a_file_that_is_not_utf8_or_is_a_directory_or_too_big_is_unavailable(
+    resolver: SecretResolver, secrets_dir: Path
+) -> None:
     # Given a binary file, a directory and a file over 64 KiB
     (secrets_dir / "binary").write_bytes(b"\xff\xfe" + VALUE.encode())
     (secrets_dir / "folder").mkdir()
@@ -296,8 +316,9 @@ NOT_ALLOWED = [
 
 
 @pytest.mark.parametrize("ref", NOT_ALLOWED)
-def test_disallowed_or_malformed_references_are_refused(ref: str, resolver: SecretResolver, ssm: CountingClient,
-                                                        secretsmanager: CountingClient) -> None:
+def test_disallowed_or_malformed_references_are_refused(
+    ref: str, resolver: SecretResolver, ssm: CountingClient, secretsmanager: CountingClient
+) -> None:
     # Given a reference outside the rules (or not a reference at all)
     # When it is parsed, or resolved
     # Then it is refused with a reason, and no service was asked
@@ -327,8 +348,9 @@ def test_a_secret_pasted_instead_of_a_reference_is_not_echoed(pasted: str) -> No
     assert pasted not in str(raised.value)
 
 
-def test_a_symlink_pointing_outside_the_directory_is_refused(resolver: SecretResolver, secrets_dir: Path,
-                                                             tmp_path: Path) -> None:
+def test_a_symlink_pointing_outside_the_directory_is_refused(
+    resolver: SecretResolver, secrets_dir: Path, tmp_path: Path
+) -> None:
     # Given a file outside the secrets directory and links to it from inside (direct, and through a linked dir)
     outside = tmp_path / "outside.txt"
     outside.write_text(VALUE)
@@ -389,8 +411,9 @@ def test_str_of_a_parsed_ref_is_the_ref(ref: str) -> None:
 
 
 def test_parse_splits_kind_name_and_key() -> None:
-    assert parse_secret_ref("secretsmanager:punctual/db#password") == SecretRef("secretsmanager", "punctual/db",
-                                                                                 "password")
+    assert parse_secret_ref("secretsmanager:punctual/db#password") == SecretRef(
+        "secretsmanager", "punctual/db", "password"
+    )
     assert parse_secret_ref("ssm:/punctual/x") == SecretRef("ssm", "/punctual/x")
 
 
@@ -401,7 +424,8 @@ valid_refs = st.one_of(
     paths.map(lambda p: f"file:{p}"),
     paths.map(lambda p: f"ssm:/punctual/{p}"),
     st.tuples(paths, st.none() | st.text(min_size=1, max_size=20)).map(
-        lambda pk: f"secretsmanager:punctual/{pk[0]}" + ("" if pk[1] is None else f"#{pk[1]}")),
+        lambda pk: f"secretsmanager:punctual/{pk[0]}" + ("" if pk[1] is None else f"#{pk[1]}")
+    ),
 )
 
 
@@ -413,8 +437,9 @@ def test_any_valid_ref_round_trips(ref: str) -> None:
 
 
 # -- the cache ------------------------------------------------------------------------------------------------
-def test_a_second_resolve_within_the_ttl_does_not_fetch_again(resolver: SecretResolver, ssm: CountingClient,
-                                                              clock: ManualClock) -> None:
+def test_a_second_resolve_within_the_ttl_does_not_fetch_again(
+    resolver: SecretResolver, ssm: CountingClient, clock: ManualClock
+) -> None:
     # Given a parameter resolved once
     put_parameter(ssm, "/punctual/token")
     assert resolver.resolve("ssm:/punctual/token") == VALUE
@@ -426,8 +451,9 @@ def test_a_second_resolve_within_the_ttl_does_not_fetch_again(resolver: SecretRe
     assert ssm.calls["get_parameter"] == 1
 
 
-def test_at_the_ttl_the_value_is_fetched_again(resolver: SecretResolver, ssm: CountingClient,
-                                               clock: ManualClock) -> None:
+def test_at_the_ttl_the_value_is_fetched_again(
+    resolver: SecretResolver, ssm: CountingClient, clock: ManualClock
+) -> None:
     # Given a parameter resolved once, then rotated
     put_parameter(ssm, "/punctual/token", "v1")
     assert resolver.resolve("ssm:/punctual/token") == "v1"

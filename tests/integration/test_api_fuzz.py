@@ -32,10 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fuzz-token"
 EXAMPLES = 30  # per operation and mode (16 operations, valid and invalid): about 1,000 requests, ~25 s
 schema = schemathesis.openapi.from_path(ROOT / "openapi.json")
-schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES,
-                                deterministic=True)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection]
+schema.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES, deterministic=True
+)
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +51,12 @@ def api(ddb_local: str) -> Iterator[LocalApi]:
     from punctual.aws import make_dynamodb_client
     from punctual.dynamodb.schema import ensure_table
 
-    settings = Settings(table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}", endpoint_url=ddb_local, ntp_server=None,
-                        allowed_targets="127.0.0.1")
+    settings = Settings(
+        table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}",
+        endpoint_url=ddb_local,
+        ntp_server=None,
+        allowed_targets="127.0.0.1",
+    )
     client = make_dynamodb_client(settings)
     ensure_table(client, settings.table_name)
     try:

@@ -39,8 +39,7 @@ GENEROUS_GRACE_MS = 600_000  # far longer than any run of these tests: no task c
 # -- helpers -------------------------------------------------------------------------------------------------
 def log_tasks(prefix: str, count: int, due_ms: Callable[[int], int]) -> list[Task]:
     """``count`` log tasks, the i-th due at ``due_ms(i)``, with a generous misfire grace."""
-    return make_tasks(prefix, [due_ms(i) for i in range(count)], LogAction(message=prefix),
-                      grace_ms=GENEROUS_GRACE_MS)
+    return make_tasks(prefix, [due_ms(i) for i in range(count)], LogAction(message=prefix), grace_ms=GENEROUS_GRACE_MS)
 
 
 def raw_items(client: Any, table: str, task_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -104,20 +103,26 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     assert all(task.due_ms == due[task.task_id] for event in events for task in event.tasks)
     # ... the reports add up: every task found and dispatched by each, none recovered, nothing left over
     assert [(r.candidates, r.dispatched, r.recovered, r.undispatched, r.complete) for r in reports] == [
-        (len(ids), len(ids), 0, 0, True)] * 2
+        (len(ids), len(ids), 0, 0, True)
+    ] * 2
     assert sum(r.batches for r in reports) == len(events)
     # ... and neither wrote anything to a task: all PENDING, without batch or owner
     items = raw_items(ddb_local_client, local_table, ids)
     assert {(item["status"], "batch_id" in item, "armed_by" in item) for item in items.values()} == {
-        ("PENDING", False, False)}
+        ("PENDING", False, False)
+    }
 
     # When every batch of both is armed at that instant, each by a live executor of its own, all at once
     executors = [repo_for(settings) for _ in events]
     assert all(store.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
 
     def arm_batch(k: int, event: BatchEvent) -> list[str]:
-        armed = executors[k].arm_many([ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
-                                      event.batch_id, f"exec-{k}", at)
+        armed = executors[k].arm_many(
+            [ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
+            event.batch_id,
+            f"exec-{k}",
+            at,
+        )
         return [a.task.task_id for a in armed if a is not None]
 
     won = run_threads([lambda k=k, e=e: arm_batch(k, e) for k, e in enumerate(events)], timeout=JOIN_TIMEOUT_S)
@@ -125,9 +130,10 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     # Then each task was armed exactly once, by the executor of one of the two batches that carried it
     assert Counter(task_id for armed in won for task_id in armed) == Counter(ids)
     items = raw_items(ddb_local_client, local_table, ids)
-    assert {task_id: (item["status"], item["armed_by"], item["batch_id"], item["attempt"])
-            for task_id, item in items.items()} == {
-        task_id: ("ARMED", f"exec-{k}", events[k].batch_id, "1") for k, armed in enumerate(won) for task_id in armed}
+    assert {
+        task_id: (item["status"], item["armed_by"], item["batch_id"], item["attempt"])
+        for task_id, item in items.items()
+    } == {task_id: ("ARMED", f"exec-{k}", events[k].batch_id, "1") for k, armed in enumerate(won) for task_id in armed}
 
 
 # -- arm: a batch delivered twice ------------------------------------------------------------------------------
@@ -148,9 +154,7 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     event = BatchEvent.model_validate(invoker.payloads[0])
     assert len(event.tasks) == n
     # ... and two executors (two Lambda environments), each with its own client, on the real clock
-    executors = [
-        Executor(repo_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)
-    ]
+    executors = [Executor(repo_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)]
 
     # When the same batch is delivered to both at once
     reports: list[BatchReport] = run_threads([lambda x=x: x.run_batch(event) for x in executors], timeout=90)

@@ -48,7 +48,9 @@ def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: An
     # And finished tasks expire by the template's TTL attribute
     ttl = ddb_local_client.describe_time_to_live(TableName=local_table)["TimeToLiveDescription"]
     assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == (
-        "ENABLED", template["TimeToLiveSpecification"]["AttributeName"])
+        "ENABLED",
+        template["TimeToLiveSpecification"]["AttributeName"],
+    )
 
 
 def test_ensure_table_is_idempotent(ddb_local_client: Any, local_table: str) -> None:
@@ -121,8 +123,9 @@ def test_a_server_left_running_is_adopted_with_its_data_and_stopped_by_its_new_o
 
         # Then it serves the same data at the same address, as the same process
         assert (second.endpoint_url, second.pid) == (endpoint, pid)
-        got = make_client(second.endpoint_url).get_item(TableName="punctual-adopted", Key={"task_id": {"S": "kept"}},
-                                                        ConsistentRead=True)
+        got = make_client(second.endpoint_url).get_item(
+            TableName="punctual-adopted", Key={"task_id": {"S": "kept"}}, ConsistentRead=True
+        )
         assert got["Item"] == {"task_id": {"S": "kept"}}
         # ... and stopping it stops the process
         second.stop()
@@ -173,8 +176,7 @@ def test_stop_is_idempotent() -> None:
     assert server.pid is None
 
 
-def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any,
-                                                                   fresh_table_name: str) -> None:
+def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
     from punctual.dynamodb.schema import create_table_kwargs, ensure_table
 
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk)

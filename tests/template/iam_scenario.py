@@ -54,12 +54,22 @@ from punctual_tools.local.worker import load_handler_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-FUNCTIONS = {"PollerFunction": "poller", "ExecutorFunction": "executor", "FastPathFunction": "fastpath",
-             "ApiFunction": "api"}
+FUNCTIONS = {
+    "PollerFunction": "poller",
+    "ExecutorFunction": "executor",
+    "FastPathFunction": "fastpath",
+    "ApiFunction": "api",
+}
 TABLE = "punctual-iam"
-NAMES = {"TasksTable": TABLE, "PollerFunction": "punctual-poller", "ExecutorFunction": "punctual-executor",
-         "FastPathFunction": "punctual-fastpath", "ApiFunction": "punctual-api",
-         "TaskDeadLetterQueue": "punctual-dead-letters", "ExecutorFailureQueue": "punctual-executor-failures"}
+NAMES = {
+    "TasksTable": TABLE,
+    "PollerFunction": "punctual-poller",
+    "ExecutorFunction": "punctual-executor",
+    "FastPathFunction": "punctual-fastpath",
+    "ApiFunction": "punctual-api",
+    "TaskDeadLetterQueue": "punctual-dead-letters",
+    "ExecutorFailureQueue": "punctual-executor-failures",
+}
 TENANT_ROLE = f"arn:aws:iam::{ACCOUNT}:role/AcmeScheduler"
 TOKEN = "s3cr3t-token"
 SIGNING_SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # 24 bytes, base64
@@ -72,18 +82,34 @@ TARGETS = {
 }
 LEAD_S = 2.5  # how far ahead the arranged tasks are due: time for the poll, the stream and the arming
 # What the test itself sets, besides the template's variables: no NTP, no traces, small pools.
-TEST_ENV = {"AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_DB_THREADS": "4", "PUNCTUAL_WORKER_THREADS": "8",
-            "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}
+TEST_ENV = {
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "PUNCTUAL_NTP_SERVER": "off",
+    "PUNCTUAL_DB_THREADS": "4",
+    "PUNCTUAL_WORKER_THREADS": "8",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+}
 
 
 def stack() -> Stack:
     """The deployment the scenario stands for: PollGroups 2 (the fan-out), the targets allowlisted, the loopback
     HTTP target allowed, one tenant."""
     tenant_map = {"principals": {TENANT_ROLE: "acme"}, "tenants": {"acme": {"targets": ["127.0.0.1"]}}}
-    return Stack(account=ACCOUNT, region=REGION, names=NAMES, parameters={
-        "PollGroups": "2", "ShardCount": "4", "ActionTargetArns": ",".join(TARGETS.values()),
-        "AllowedTargets": "127.0.0.1", "TenantMap": json.dumps(tenant_map)})
+    return Stack(
+        account=ACCOUNT,
+        region=REGION,
+        names=NAMES,
+        parameters={
+            "PollGroups": "2",
+            "ShardCount": "4",
+            "ActionTargetArns": ",".join(TARGETS.values()),
+            "AllowedTargets": "127.0.0.1",
+            "TenantMap": json.dumps(tenant_map),
+        },
+    )
 
 
 @dataclass
@@ -128,7 +154,7 @@ def _forget_powertools() -> None:
     punctual_logger.propagate = True
     for attribute in ("init", "powertools_handler", "powertools_buffer_config", "powertools_buffer_cache"):
         punctual_logger.__dict__.pop(attribute, None)
-    for shared in (Metrics._metrics, Metrics._dimensions, Metrics._metadata, Metrics._default_dimensions):  # noqa: SLF001
+    for shared in (Metrics._metrics, Metrics._dimensions, Metrics._metadata, Metrics._default_dimensions):
         shared.clear()
 
 
@@ -152,35 +178,56 @@ class Scenario:
         boto3.client("sns", region_name=REGION).create_topic(Name=TARGETS["sns"].rsplit(":", 1)[1])
         boto3.client("events", region_name=REGION).create_event_bus(Name=TARGETS["eventbridge"].rsplit("/", 1)[1])
         boto3.client("ssm", region_name=REGION).put_parameter(Name="/punctual/token", Value=TOKEN, Type="SecureString")
-        boto3.client("secretsmanager", region_name=REGION).create_secret(Name="punctual/signing",
-                                                                          SecretString=SIGNING_SECRET)
-        self.settings = Settings(table_name=TABLE, region=REGION, shard_count=4, poll_groups=2, ntp_server=None,
-                                 allowed_targets="127.0.0.1", allowed_target_arns=",".join(TARGETS.values()))
+        boto3.client("secretsmanager", region_name=REGION).create_secret(
+            Name="punctual/signing", SecretString=SIGNING_SECRET
+        )
+        self.settings = Settings(
+            table_name=TABLE,
+            region=REGION,
+            shard_count=4,
+            poll_groups=2,
+            ntp_server=None,
+            allowed_targets="127.0.0.1",
+            allowed_target_arns=",".join(TARGETS.values()),
+        )
         self.store = DynamoTaskStore.from_settings(self.dynamodb, self.settings)
         client = Client(self.settings, dynamodb=self.dynamodb)
         now = datetime.now(UTC)
         due = now + timedelta(seconds=LEAD_S)
-        http = HttpAction(url=target.url("/ok"), secret_headers={"Authorization": "ssm:/punctual/token"},
-                          signing_secret="secretsmanager:punctual/signing")
-        actions = {"http": http, "log": LogAction(message="iam"),
-                   "lambda": LambdaAction(function_arn=TARGETS["lambda"]),
-                   "sqs": SqsAction(queue_arn=TARGETS["sqs"]), "sns": SnsAction(topic_arn=TARGETS["sns"]),
-                   "eventbridge": EventBridgeAction(event_bus_arn=TARGETS["eventbridge"]),
-                   "failing": HttpAction(url=target.url("/fail"))}
-        self.arranged = [client.schedule(due, action, {"kind": kind}, task_id=f"kind-{kind}").task_id
-                         for kind, action in actions.items()]
+        http = HttpAction(
+            url=target.url("/ok"),
+            secret_headers={"Authorization": "ssm:/punctual/token"},
+            signing_secret="secretsmanager:punctual/signing",
+        )
+        actions = {
+            "http": http,
+            "log": LogAction(message="iam"),
+            "lambda": LambdaAction(function_arn=TARGETS["lambda"]),
+            "sqs": SqsAction(queue_arn=TARGETS["sqs"]),
+            "sns": SnsAction(topic_arn=TARGETS["sns"]),
+            "eventbridge": EventBridgeAction(event_bus_arn=TARGETS["eventbridge"]),
+            "failing": HttpAction(url=target.url("/fail")),
+        }
+        self.arranged = [
+            client.schedule(due, action, {"kind": kind}, task_id=f"kind-{kind}").task_id
+            for kind, action in actions.items()
+        ]
         # A task past its grace (MISSED), and two tasks a dead executor armed (taken over)
         now_ms = int(now.timestamp() * 1000)
         late = Task(task_id="late", due_at=from_ms(now_ms - 120_000), action=LogAction(), misfire_grace_ms=1_000)
         assert self.store.create(late, now_ms - 180_000)[1]
-        dead = [Task(task_id=f"orphan-{i}", due_at=from_ms(int(due.timestamp() * 1000)), action=LogAction())
-                for i in range(2)]
+        dead = [
+            Task(task_id=f"orphan-{i}", due_at=from_ms(int(due.timestamp() * 1000)), action=LogAction())
+            for i in range(2)
+        ]
         assert self.store.heartbeat("x-dead", now_ms - 60_000, now_ms - 1_000)
         for task in dead:
             assert self.store.create(task, now_ms - 60_000)[1]
             lease = task.due_ms + 3_600_000
-            assert self.store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], "b", "x-dead",
-                                       now_ms - 60_000)[0] is not None
+            assert (
+                self.store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], "b", "x-dead", now_ms - 60_000)[0]
+                is not None
+            )
         self.arranged += ["late", *(t.task_id for t in dead)]
         # A schedule whose next occurrence the poll makes (due past its window, so not dispatched: a client that
         # looks only seconds ahead made none), and one whose change left its cleanup to the poll
@@ -237,25 +284,33 @@ class Scenario:
         app = self.load("PollerFunction")
         seen = len(self.recorder.calls)
         self.outcome.poll_reports.append(self.run("PollerFunction", app.handler, scheduled_event()))
-        groups = [json.loads(c.params["Payload"]) for c in self._invokes_since(seen)
-                  if _invoked(c).endswith(f":function:{NAMES['PollerFunction']}")]
+        groups = [
+            json.loads(c.params["Payload"])
+            for c in self._invokes_since(seen)
+            if _invoked(c).endswith(f":function:{NAMES['PollerFunction']}")
+        ]
         assert groups, "the tick invoked no other poll group"
         for event in groups:
             self.outcome.poll_reports.append(self.run("PollerFunction", app.handler, event))
-        return [json.loads(c.params["Payload"]) for c in self._invokes_since(seen)
-                if f":function:{NAMES['ExecutorFunction']}" in _invoked(c)]
+        return [
+            json.loads(c.params["Payload"])
+            for c in self._invokes_since(seen)
+            if f":function:{NAMES['ExecutorFunction']}" in _invoked(c)
+        ]
 
     def fast_path(self) -> None:
         """The event source mapping's reads of the stream (with the fast path's role), its filter, the handler."""
         app = self.load("FastPathFunction")
         with self.recorder.acting_as("FastPathFunction"):
             # botocore's account endpoint for DynamoDB Streams is not one moto serves: the regional one
-            streams = boto3.client("dynamodbstreams", region_name=REGION,
-                                   endpoint_url=f"https://streams.dynamodb.{REGION}.amazonaws.com")
+            streams = boto3.client(
+                "dynamodbstreams", region_name=REGION, endpoint_url=f"https://streams.dynamodb.{REGION}.amazonaws.com"
+            )
             records: list[dict[str, Any]] = []
             for shard in streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]:
-                iterator = streams.get_shard_iterator(StreamArn=self.stream_arn, ShardId=shard["ShardId"],
-                                                      ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+                iterator = streams.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
                 records.extend(streams.get_records(ShardIterator=iterator, Limit=1000)["Records"])
         patterns = stream_filter_patterns()
         wanted = [r for r in records if any(matches(p, r) for p in patterns)]
@@ -276,11 +331,17 @@ class Scenario:
         log = {"kind": "log"}
 
         def call(verb: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-            event = proxy_event(verb, path, {"Content-Type": "application/json"},
-                                None if body is None else json.dumps(body).encode(), None)
+            event = proxy_event(
+                verb,
+                path,
+                {"Content-Type": "application/json"},
+                None if body is None else json.dumps(body).encode(),
+                None,
+            )
             event["requestContext"]["authorizer"] = None
-            event["requestContext"]["identity"]["userArn"] = \
+            event["requestContext"]["identity"]["userArn"] = (
                 f"arn:aws:sts::{ACCOUNT}:assumed-role/AcmeScheduler/{uuid.uuid4().hex[:8]}"
+            )
             answer = self.run("ApiFunction", app.handler, event)
             self.outcome.api_answers.append((verb, path, answer["statusCode"]))
             return json.loads(answer["body"] or "{}")
@@ -308,11 +369,13 @@ class Scenario:
         """Make a task FAILED as an executor would (arm, record the failure), with the scenario's own client."""
         task = self.store.get(task_id)
         assert task is not None
-        armed = self.store.arm_many([ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "x-1",
-                                    task.due_ms - 1_000)
+        armed = self.store.arm_many(
+            [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "x-1", task.due_ms - 1_000
+        )
         assert armed[0] is not None
-        assert self.store.record_many("x-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5,
-                                                         0.1, 0.1, detail="boom")]) == [True]
+        assert self.store.record_many(
+            "x-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+        ) == [True]
 
     def finish(self, target: _Target) -> Outcome:
         for task_id in self.arranged:
@@ -337,10 +400,19 @@ def run_scenario(template: dict[str, Any]) -> Iterator[Outcome]:
     switch_interval = sys.getswitchinterval()
     _forget_powertools()
     try:
-        with pytest.MonkeyPatch.context() as mp, mock_aws(config={"lambda": {"use_docker": False}}), \
-                CallRecorder() as recorder, serving(_Target()) as target:
-            for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "AWS_SESSION_TOKEN",
-                         "AWS_PROFILE"):
+        with (
+            pytest.MonkeyPatch.context() as mp,
+            mock_aws(config={"lambda": {"use_docker": False}}),
+            CallRecorder() as recorder,
+            serving(_Target()) as target,
+        ):
+            for name in (
+                "PUNCTUAL_ENDPOINT_URL",
+                "PUNCTUAL_FIRE_LOG_PATH",
+                "POWERTOOLS_DEV",
+                "AWS_SESSION_TOKEN",
+                "AWS_PROFILE",
+            ):
                 mp.delenv(name, raising=False)
             scenario = Scenario(template, recorder, mp)
             scenario.arrange(target)
@@ -357,5 +429,6 @@ def run_scenario(template: dict[str, Any]) -> Iterator[Outcome]:
 
 def route_pattern(path: str) -> re.Pattern[str]:
     """A regular expression of the paths an openapi.json route answers (``{x}``: one path segment)."""
-    return re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
-                              for part in re.split(r"(\{[^}]+\})", path)) + "$")
+    return re.compile(
+        "".join("[^/]+" if part.startswith("{") else re.escape(part) for part in re.split(r"(\{[^}]+\})", path)) + "$"
+    )

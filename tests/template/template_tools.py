@@ -77,7 +77,7 @@ def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mappi
 
     def value(node: Any) -> Any:
         if isinstance(node, dict) and len(node) == 1:
-            (fn, arg), = node.items()
+            ((fn, arg),) = node.items()
             if fn == "Ref":
                 raw = parameters.get(arg, params[arg].get("Default", ""))
                 return str(raw).split(",") if params[arg]["Type"] == "CommaDelimitedList" else str(raw)
@@ -106,7 +106,7 @@ def resource_ref(node: Any) -> str:
     """A short, comparable spelling of a statement's Resource entry: ``Table.Arn`` for a GetAtt,
     ``Ref:X`` for a Ref, the template text for a Sub, the literal otherwise."""
     if isinstance(node, dict) and len(node) == 1:
-        (fn, arg), = node.items()
+        ((fn, arg),) = node.items()
         if fn == "Fn::GetAtt":
             return ".".join(arg) if isinstance(arg, list) else arg
         if fn == "Ref":
@@ -160,14 +160,16 @@ def string_like(pattern: str, value: str) -> bool:
     return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
-def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, list[str]],
-                     parameters: Mapping[str, str]) -> bool:
+def _condition_holds(
+    condition: Mapping[str, Any], context: Mapping[str, list[str]], parameters: Mapping[str, str]
+) -> bool:
     """Every operator of ``condition`` holds for ``context`` (multivalued keys; a key absent is an empty set).
     Knows ``ForAllValues:StringLike`` (true for an empty set) and ``ForAnyValue:StringLike`` (false for one)."""
     for operator, keys in condition.items():
         for key, patterns in keys.items():
-            wanted = [substitute_parameters(sub_text(p), parameters) if isinstance(p, dict) else p
-                      for p in as_list(patterns)]
+            wanted = [
+                substitute_parameters(sub_text(p), parameters) if isinstance(p, dict) else p for p in as_list(patterns)
+            ]
             matches = [any(string_like(p, value) for p in wanted) for value in context.get(key, [])]
             if operator == "ForAllValues:StringLike":
                 holds = all(matches)
@@ -180,14 +182,23 @@ def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, list[st
     return True
 
 
-def decide(statements: list[dict[str, Any]], action: str, resource: str, context: Mapping[str, list[str]],
-           parameters: Mapping[str, str] | None = None) -> str:
+def decide(
+    statements: list[dict[str, Any]],
+    action: str,
+    resource: str,
+    context: Mapping[str, list[str]],
+    parameters: Mapping[str, str] | None = None,
+) -> str:
     """What IAM answers for ``action`` on ``resource`` (as :func:`resource_ref` spells it) under one identity's
     ``statements``: an explicit Deny wins, then an Allow, else the implicit deny. Actions and resources are
     compared exactly (the template writes no wildcard in either); conditions as :func:`_condition_holds`."""
-    applicable = [s["Effect"] for s in statements
-                  if action in as_list(s["Action"]) and resource in {resource_ref(r) for r in as_list(s["Resource"])}
-                  and _condition_holds(s.get("Condition", {}), context, parameters or {})]
+    applicable = [
+        s["Effect"]
+        for s in statements
+        if action in as_list(s["Action"])
+        and resource in {resource_ref(r) for r in as_list(s["Resource"])}
+        and _condition_holds(s.get("Condition", {}), context, parameters or {})
+    ]
     if "Deny" in applicable:
         return "ExplicitlyDenied"
     return "Allowed" if "Allow" in applicable else "ImplicitlyDenied"

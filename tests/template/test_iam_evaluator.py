@@ -35,14 +35,34 @@ from punctual_tools.iam.policies import role_policies_of
 
 ACCOUNT = "123456789012"
 TABLE_ARN = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/t"
-KNOWN = RolePolicies("Example", "ExampleRole", f"arn:aws:sts::{ACCOUNT}:assumed-role/ExampleRole/s", ({
-    "name": "example", "policy": {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem"], "Resource": TABLE_ARN,
-         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["acme/*"]}}},
-        {"Effect": "Deny", "Action": "dynamodb:PutItem", "Resource": TABLE_ARN,
-         "Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["*#schedule#*"]}}},
-        {"Effect": "Allow", "Action": "dynamodb:Query", "Resource": f"{TABLE_ARN}/index/due"},
-    ]}},))
+KNOWN = RolePolicies(
+    "Example",
+    "ExampleRole",
+    f"arn:aws:sts::{ACCOUNT}:assumed-role/ExampleRole/s",
+    (
+        {
+            "name": "example",
+            "policy": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["dynamodb:GetItem", "dynamodb:PutItem"],
+                        "Resource": TABLE_ARN,
+                        "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["acme/*"]}},
+                    },
+                    {
+                        "Effect": "Deny",
+                        "Action": "dynamodb:PutItem",
+                        "Resource": TABLE_ARN,
+                        "Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["*#schedule#*"]}},
+                    },
+                    {"Effect": "Allow", "Action": "dynamodb:Query", "Resource": f"{TABLE_ARN}/index/due"},
+                ],
+            },
+        },
+    ),
+)
 
 
 def _keys(*values: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -90,8 +110,20 @@ def test_the_evaluator_agrees_with_the_direct_clients_decisions(cfn_template: di
 def test_a_cached_decision_is_not_asked_again_and_foreign_condition_keys_are_dropped() -> None:
     # Given a judge that decided a request  When the same request, and one with a key no policy names, come again
     judge = Judge()
-    role = RolePolicies("F", "R", KNOWN.principal, ({"name": "p", "policy": {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "dynamodb:UpdateItem", "Resource": TABLE_ARN}]}},))
+    role = RolePolicies(
+        "F",
+        "R",
+        KNOWN.principal,
+        (
+            {
+                "name": "p",
+                "policy": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "dynamodb:UpdateItem", "Resource": TABLE_ARN}],
+                },
+            },
+        ),
+    )
     judge.decide([(role, AccessRequest("dynamodb:UpdateItem", TABLE_ARN, _keys("a")))])
     decisions = judge.decide([(role, AccessRequest("dynamodb:UpdateItem", TABLE_ARN, _keys(str(n)))) for n in range(5)])
     # Then node was asked once: the role names no condition key, so every item's key has the same decision
@@ -101,40 +133,85 @@ def test_a_cached_decision_is_not_asked_again_and_foreign_condition_keys_are_dro
 # -- what a call asks IAM for ---------------------------------------------------------------------------------------
 KEYS = KeyNames({"t": "task_id"}, {("t", "due"): "due_bucket", ("t", "schedule"): "schedule_id"})
 CASES = [
-    (AwsCall("dynamodb", "BatchGetItem", {"RequestItems": {"t": {"Keys": [{"task_id": {"S": "b"}},
-                                                                          {"task_id": {"S": "a"}}]}}}, "us-east-1"),
-     [("dynamodb:BatchGetItem", TABLE_ARN, _keys("a", "b"))]),
-    (AwsCall("dynamodb", "Query", {"TableName": "t", "IndexName": "schedule", "KeyConditionExpression":
-                                   "schedule_id = :s AND task_id BETWEEN :a AND :b",
-                                   "ExpressionAttributeValues": {":s": {"S": "acme/daily"}}}, "us-east-1"),
-     [("dynamodb:Query", f"{TABLE_ARN}/index/schedule", _keys("acme/daily"))]),
-    (AwsCall("dynamodb", "Scan", {"TableName": "t", "IndexName": "due"}, "us-east-1"),
-     [("dynamodb:Scan", f"{TABLE_ARN}/index/due", ())]),
-    (AwsCall("lambda", "Invoke", {"FunctionName": "arn:aws:lambda:us-east-1:210987654321:function:f:live"},
-             "eu-west-1"),
-     [("lambda:InvokeFunction", "arn:aws:lambda:us-east-1:210987654321:function:f:live", ())]),
-    (AwsCall("lambda", "Invoke", {"FunctionName": "f", "Qualifier": "live"}, "us-east-1"),
-     [("lambda:InvokeFunction", "arn:aws:lambda:us-east-1:123456789012:function:f:live", ())]),
-    (AwsCall("sqs", "SendMessage", {"QueueUrl": "https://sqs.eu-west-1.amazonaws.com/210987654321/q"}, "us-east-1"),
-     [("sqs:SendMessage", "arn:aws:sqs:eu-west-1:210987654321:q", ())]),
-    (AwsCall("sqs", "GetQueueUrl", {"QueueName": "q", "QueueOwnerAWSAccountId": "210987654321"}, "us-east-1"),
-     [("sqs:GetQueueUrl", "arn:aws:sqs:us-east-1:210987654321:q", ())]),
-    (AwsCall("events", "PutEvents", {"Entries": [{"EventBusName": "b"}, {}, {"EventBusName": "b"}]}, "us-east-1"),
-     [("events:PutEvents", "arn:aws:events:us-east-1:123456789012:event-bus/b", ()),
-      ("events:PutEvents", "arn:aws:events:us-east-1:123456789012:event-bus/default", ())]),
-    (AwsCall("ssm", "GetParameter", {"Name": "/punctual/token"}, "us-east-1"),
-     [("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/punctual/token", ())]),
-    (AwsCall("secretsmanager", "GetSecretValue", {"SecretId": "punctual/k"}, "us-east-1"),
-     [("secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:punctual/k", ())]),
-    (AwsCall("dynamodbstreams", "GetRecords", {"ShardIterator": f"{TABLE_ARN}/stream/2030|1|abc"}, "us-east-1"),
-     [("dynamodb:GetRecords", f"{TABLE_ARN}/stream/2030", ())]),
-    (AwsCall("dynamodbstreams", "DescribeStream",  # DynamoDB Local's spelling: the table's in the call's region
-             {"StreamArn": "arn:aws:dynamodb:ddblocal:000000000000:table/t/stream/2030"}, "us-east-1"),
-     [("dynamodb:DescribeStream", f"{TABLE_ARN}/stream/2030", ())]),
+    (
+        AwsCall(
+            "dynamodb",
+            "BatchGetItem",
+            {"RequestItems": {"t": {"Keys": [{"task_id": {"S": "b"}}, {"task_id": {"S": "a"}}]}}},
+            "us-east-1",
+        ),
+        [("dynamodb:BatchGetItem", TABLE_ARN, _keys("a", "b"))],
+    ),
+    (
+        AwsCall(
+            "dynamodb",
+            "Query",
+            {
+                "TableName": "t",
+                "IndexName": "schedule",
+                "KeyConditionExpression": "schedule_id = :s AND task_id BETWEEN :a AND :b",
+                "ExpressionAttributeValues": {":s": {"S": "acme/daily"}},
+            },
+            "us-east-1",
+        ),
+        [("dynamodb:Query", f"{TABLE_ARN}/index/schedule", _keys("acme/daily"))],
+    ),
+    (
+        AwsCall("dynamodb", "Scan", {"TableName": "t", "IndexName": "due"}, "us-east-1"),
+        [("dynamodb:Scan", f"{TABLE_ARN}/index/due", ())],
+    ),
+    (
+        AwsCall(
+            "lambda", "Invoke", {"FunctionName": "arn:aws:lambda:us-east-1:210987654321:function:f:live"}, "eu-west-1"
+        ),
+        [("lambda:InvokeFunction", "arn:aws:lambda:us-east-1:210987654321:function:f:live", ())],
+    ),
+    (
+        AwsCall("lambda", "Invoke", {"FunctionName": "f", "Qualifier": "live"}, "us-east-1"),
+        [("lambda:InvokeFunction", "arn:aws:lambda:us-east-1:123456789012:function:f:live", ())],
+    ),
+    (
+        AwsCall("sqs", "SendMessage", {"QueueUrl": "https://sqs.eu-west-1.amazonaws.com/210987654321/q"}, "us-east-1"),
+        [("sqs:SendMessage", "arn:aws:sqs:eu-west-1:210987654321:q", ())],
+    ),
+    (
+        AwsCall("sqs", "GetQueueUrl", {"QueueName": "q", "QueueOwnerAWSAccountId": "210987654321"}, "us-east-1"),
+        [("sqs:GetQueueUrl", "arn:aws:sqs:us-east-1:210987654321:q", ())],
+    ),
+    (
+        AwsCall("events", "PutEvents", {"Entries": [{"EventBusName": "b"}, {}, {"EventBusName": "b"}]}, "us-east-1"),
+        [
+            ("events:PutEvents", "arn:aws:events:us-east-1:123456789012:event-bus/b", ()),
+            ("events:PutEvents", "arn:aws:events:us-east-1:123456789012:event-bus/default", ()),
+        ],
+    ),
+    (
+        AwsCall("ssm", "GetParameter", {"Name": "/punctual/token"}, "us-east-1"),
+        [("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/punctual/token", ())],
+    ),
+    (
+        AwsCall("secretsmanager", "GetSecretValue", {"SecretId": "punctual/k"}, "us-east-1"),
+        [("secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:punctual/k", ())],
+    ),
+    (
+        AwsCall("dynamodbstreams", "GetRecords", {"ShardIterator": f"{TABLE_ARN}/stream/2030|1|abc"}, "us-east-1"),
+        [("dynamodb:GetRecords", f"{TABLE_ARN}/stream/2030", ())],
+    ),
+    (
+        AwsCall(
+            "dynamodbstreams",
+            "DescribeStream",  # DynamoDB Local's spelling: the table's in the call's region
+            {"StreamArn": "arn:aws:dynamodb:ddblocal:000000000000:table/t/stream/2030"},
+            "us-east-1",
+        ),
+        [("dynamodb:DescribeStream", f"{TABLE_ARN}/stream/2030", ())],
+    ),
     (AwsCall("dynamodbstreams", "ListStreams", {}, "us-east-1"), [("dynamodb:ListStreams", "*", ())]),
     (AwsCall("sts", "GetCallerIdentity", {}, "us-east-1"), []),
-    (AwsCall("dynamodb", "ExecuteStatement", {"Statement": "SELECT"}, "us-east-1"),
-     [("dynamodb:ExecuteStatement", "*", ())]),  # not mapped: asks for what no role grants
+    (
+        AwsCall("dynamodb", "ExecuteStatement", {"Statement": "SELECT"}, "us-east-1"),
+        [("dynamodb:ExecuteStatement", "*", ())],
+    ),  # not mapped: asks for what no role grants
 ]
 
 
@@ -158,8 +235,7 @@ def poller_check(sam_template: dict[str, Any]) -> Iterator[tuple[IamCheck, Any]]
             check.uninstall()
 
 
-def test_the_live_check_lets_granted_calls_through_and_refuses_the_others(
-        poller_check: tuple[IamCheck, Any]) -> None:
+def test_the_live_check_lets_granted_calls_through_and_refuses_the_others(poller_check: tuple[IamCheck, Any]) -> None:
     check, client = poller_check
     asked = check.judge.asked
     check.watch(client)
@@ -173,8 +249,13 @@ def test_the_live_check_lets_granted_calls_through_and_refuses_the_others(
         client.delete_item(TableName="live-table", Key={"task_id": {"S": "t1"}})
     error = denied.value.response["Error"]
     assert error["Code"] == "AccessDeniedException"
-    for part in ("PollerFunction", "PollerRole", "dynamodb:DeleteItem",
-                 "arn:aws:dynamodb:us-east-1:123456789012:table/live-table", "missing grant"):
+    for part in (
+        "PollerFunction",
+        "PollerRole",
+        "dynamodb:DeleteItem",
+        "arn:aws:dynamodb:us-east-1:123456789012:table/live-table",
+        "missing grant",
+    ):
         assert part in error["Message"]
     with pytest.raises(IamDeniedError, match="dynamodb:Scan"):
         client.scan(TableName="live-table")
@@ -188,8 +269,7 @@ def test_installed_the_check_watches_every_client_made_afterwards(poller_check: 
         watched.delete_item(TableName="live-table", Key={"task_id": {"S": "t1"}})
     # ... and, uninstalled, no client made afterwards
     check.uninstall()
-    boto3.client("dynamodb", region_name="us-east-1").delete_item(TableName="live-table",
-                                                                  Key={"task_id": {"S": "t1"}})
+    boto3.client("dynamodb", region_name="us-east-1").delete_item(TableName="live-table", Key={"task_id": {"S": "t1"}})
 
 
 def test_a_request_made_without_boto3_is_judged_too(poller_check: tuple[IamCheck, Any]) -> None:
@@ -203,8 +283,9 @@ def test_a_request_made_without_boto3_is_judged_too(poller_check: tuple[IamCheck
         check.authorize_request(AccessRequest("lambda:InvokeFunction", alias.rsplit(":", 1)[0]))
 
 
-@pytest.mark.parametrize(("value", "enabled"), [("1", True), ("true", True), ("on", True), ("", False),
-                                                ("0", False), ("no", False)])
+@pytest.mark.parametrize(
+    ("value", "enabled"), [("1", True), ("true", True), ("on", True), ("", False), ("0", False), ("no", False)]
+)
 def test_the_check_is_opt_in(value: str, enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PUNCTUAL_IAM_CHECK", value)
     assert check_enabled() is enabled

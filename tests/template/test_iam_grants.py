@@ -27,8 +27,13 @@ FUNCTIONS = ["PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunct
 HTTP_METHODS = {"get", "put", "post", "delete", "patch"}
 # Grants Lambda uses with a function's role, not the function's code: its log group, X-Ray, the event source
 # mapping's ListStreams (the scenario plays its stream reads), the executor's on-failure destination.
-LAMBDA_USES = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords",
-               "dynamodb:ListStreams"}
+LAMBDA_USES = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "dynamodb:ListStreams",
+}
 FAILURE_DESTINATION = ("sqs:SendMessage", f"arn:aws:sqs:us-east-1:123456789012:{NAMES['ExecutorFailureQueue']}")
 
 
@@ -78,49 +83,70 @@ def test_every_action_kind_fired_and_every_outcome_was_recorded(outcome: Outcome
     ok = [h for h in outcome.http_requests if h.get("authorization") == "s3cr3t-token"]
     assert ok and "webhook-signature" in ok[0]
     executor = {(c.service, c.operation) for c in outcome.calls("ExecutorFunction")}
-    assert {("lambda", "Invoke"), ("sqs", "SendMessage"), ("sns", "Publish"), ("events", "PutEvents"),
-            ("ssm", "GetParameter"), ("secretsmanager", "GetSecretValue")} <= executor
+    assert {
+        ("lambda", "Invoke"),
+        ("sqs", "SendMessage"),
+        ("sns", "Publish"),
+        ("events", "PutEvents"),
+        ("ssm", "GetParameter"),
+        ("secretsmanager", "GetSecretValue"),
+    } <= executor
 
 
 def test_the_poller_fanned_out_extended_a_schedule_and_finished_a_cleanup(outcome: Outcome) -> None:
     assert len(outcome.poll_reports) == 2  # the tick's group and the one it invoked
     assert sum(r["occurrences_created"] for r in outcome.poll_reports) >= 1
     calls = outcome.calls("PollerFunction")
-    assert any(c.operation == "TransactWriteItems" and any("Put" in i for i in c.params["TransactItems"])
-               for c in calls)
+    assert any(
+        c.operation == "TransactWriteItems" and any("Put" in i for i in c.params["TransactItems"]) for c in calls
+    )
     assert any(c.operation == "Query" and c.params.get("IndexName") == "schedule" for c in calls)
     assert outcome.fast_path_reports[0]["dispatched"] >= 1
 
 
 # -- what the roles allow ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_call_of_the_function_is_allowed_by_its_role(verdicts: list[Verdict], outcome: Outcome,
-                                                           function: str) -> None:
+def test_every_call_of_the_function_is_allowed_by_its_role(
+    verdicts: list[Verdict], outcome: Outcome, function: str
+) -> None:
     # Given every call the function made in the scenario  Then IAM allows each under the function's role
     assert outcome.calls(function), f"{function} made no call"
     denied: dict[tuple[str, str], list[Verdict]] = {}
     for verdict in (v for v in verdicts if v.role.function == function and not v.decision.allowed):
         denied.setdefault((verdict.request.action, verdict.request.resource), []).append(verdict)
-    assert not denied, "\n".join(f"{found[0].describe()} ({len(found)} request(s) like it)"
-                                  for found in denied.values())
+    assert not denied, "\n".join(
+        f"{found[0].describe()} ({len(found)} request(s) like it)" for found in denied.values()
+    )
 
 
 def _arn_like(pattern: str, value: str) -> bool:
-    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
-                        value) is not None
+    return (
+        re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), value)
+        is not None
+    )
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_grant_of_the_role_is_used(verdicts: list[Verdict], roles: dict[str, RolePolicies],
-                                         function: str) -> None:
+def test_every_grant_of_the_role_is_used(
+    verdicts: list[Verdict], roles: dict[str, RolePolicies], function: str
+) -> None:
     # Given each Allow statement of the function's role, taken alone  Then each of its actions, and each of its
     # resources, is needed by a call the function made (or by Lambda itself): the role grants nothing unused
     role = roles[function]
-    requests = sorted({v.request.only(()) for v in verdicts if v.role.function == function and v.decision.allowed},
-                      key=lambda r: (r.action, r.resource))
+    requests = sorted(
+        {v.request.only(()) for v in verdicts if v.role.function == function and v.decision.allowed},
+        key=lambda r: (r.action, r.resource),
+    )
     statements = [s for s in role.statements if s["Effect"] == "Allow"]
-    alone = [RolePolicies(function, role.role, role.principal, ({"name": f"statement-{n}", "policy": {
-        "Version": "2012-10-17", "Statement": [statement]}},)) for n, statement in enumerate(statements)]
+    alone = [
+        RolePolicies(
+            function,
+            role.role,
+            role.principal,
+            ({"name": f"statement-{n}", "policy": {"Version": "2012-10-17", "Statement": [statement]}},),
+        )
+        for n, statement in enumerate(statements)
+    ]
     decisions = iter(Judge().decide([(each, r) for each in alone for r in requests]))  # one evaluator run
     unused: list[str] = []
     for statement in statements:
@@ -138,8 +164,7 @@ def test_every_grant_of_the_role_is_used(verdicts: list[Verdict], roles: dict[st
     assert not unused, f"{role.role} grants what no call of {function} needs: {unused}"
 
 
-def test_the_transform_leaves_every_role_as_written(sam_template: dict[str, Any],
-                                                    cfn_template: dict[str, Any]) -> None:
+def test_the_transform_leaves_every_role_as_written(sam_template: dict[str, Any], cfn_template: dict[str, Any]) -> None:
     # Given the template as written and as CloudFormation gets it  Then each function runs with the same role, and
     # each role holds the same statements: the live check (punctual_tools.iam.live), which reads the template as
     # written, judges what a deployed stack holds
@@ -160,15 +185,24 @@ def test_a_transaction_needs_the_action_of_each_item(keys: KeyNames) -> None:
     from punctual_tools.iam import AwsCall
 
     table = NAMES["TasksTable"]
-    call = AwsCall("dynamodb", "TransactWriteItems", {"TransactItems": [
-        {"Update": {"TableName": table, "Key": {"task_id": {"S": "#schedule#s"}}}},
-        {"Put": {"TableName": table, "Item": {"task_id": {"S": "s@20300101T000000.000Z"}, "x": {"N": "1"}}}},
-        {"ConditionCheck": {"TableName": table, "Key": {"task_id": {"S": "c"}}}},
-        {"Delete": {"TableName": table, "Key": {"task_id": {"S": "d"}}}}]}, "us-east-1")
+    call = AwsCall(
+        "dynamodb",
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"Update": {"TableName": table, "Key": {"task_id": {"S": "#schedule#s"}}}},
+                {"Put": {"TableName": table, "Item": {"task_id": {"S": "s@20300101T000000.000Z"}, "x": {"N": "1"}}}},
+                {"ConditionCheck": {"TableName": table, "Key": {"task_id": {"S": "c"}}}},
+                {"Delete": {"TableName": table, "Key": {"task_id": {"S": "d"}}}},
+            ]
+        },
+        "us-east-1",
+    )
     arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{table}"
     assert [(r.action, r.resource, r.context) for r in requests_of(call, keys)] == [
         ("dynamodb:UpdateItem", arn, (("dynamodb:LeadingKeys", ("#schedule#s",)),)),
         ("dynamodb:PutItem", arn, (("dynamodb:LeadingKeys", ("s@20300101T000000.000Z",)),)),
         ("dynamodb:ConditionCheckItem", arn, (("dynamodb:LeadingKeys", ("c",)),)),
-        ("dynamodb:DeleteItem", arn, (("dynamodb:LeadingKeys", ("d",)),))]
+        ("dynamodb:DeleteItem", arn, (("dynamodb:LeadingKeys", ("d",)),)),
+    ]
     assert AccessRequest("dynamodb:PutItem", arn).account == "123456789012"

@@ -27,14 +27,42 @@ from template_tools import ROOT
 # aws-lambda-builders, workflows/python_pip/workflow.py: PythonPipWorkflow.EXCLUDED_FILES, the names (at any
 # depth, shutil.ignore_patterns) that the copy of a source directory leaves out.
 BUILD_EXCLUDES = (
-    ".aws-sam", ".chalice", ".git", ".gitignore", "*.pyc", "__pycache__", "*.so", ".Python", "*.egg-info",
-    "*.egg", "pip-log.txt", "pip-delete-this-directory.txt", "htmlcov", ".tox", ".nox", ".coverage", ".cache",
-    ".pytest_cache", ".python-version", ".mypy_cache", ".dmypy.json", ".pyre", ".env", ".venv", "venv",
-    "venv.bak", "env.bak", "ENV", "env", ".vscode", ".idea",
+    ".aws-sam",
+    ".chalice",
+    ".git",
+    ".gitignore",
+    "*.pyc",
+    "__pycache__",
+    "*.so",
+    ".Python",
+    "*.egg-info",
+    "*.egg",
+    "pip-log.txt",
+    "pip-delete-this-directory.txt",
+    "htmlcov",
+    ".tox",
+    ".nox",
+    ".coverage",
+    ".cache",
+    ".pytest_cache",
+    ".python-version",
+    ".mypy_cache",
+    ".dmypy.json",
+    ".pyre",
+    ".env",
+    ".venv",
+    "venv",
+    "venv.bak",
+    "env.bak",
+    "ENV",
+    "env",
+    ".vscode",
+    ".idea",
 )
 # Module and package names of the tooling (punctual_tools and what used to ship inside punctual).
-TOOLING_NAMES = frozenset({"punctual_tools", "cli", "cost", "demo", "checker", "progress", "stats", "local",
-                           "target", "doubles"})
+TOOLING_NAMES = frozenset(
+    {"punctual_tools", "cli", "cost", "demo", "checker", "progress", "stats", "local", "target", "doubles"}
+)
 # Top-level packages no runtime file may import: the tooling, and what only tests and load tests install.
 NOT_IN_LAMBDA = frozenset({"punctual_tools", "moto", "locust", "hypothesis", "pytest", "freezegun"})
 
@@ -169,8 +197,14 @@ def test_every_runtime_module_imports_without_the_tooling_or_moto(
     modules = [".".join(f.with_suffix("").parts).removesuffix(".__init__") for f in layer_files if f.suffix == ".py"]
     # When every module of the layer is imported from the copy
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCTUAL_")}  # -I ignores PYTHON*
-    done = subprocess.run([sys.executable, "-I", "-c", _IMPORT_ALL, str(python), ",".join(sorted(NOT_IN_LAMBDA)),
-                           ",".join(modules)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _IMPORT_ALL, str(python), ",".join(sorted(NOT_IN_LAMBDA)), ",".join(modules)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # Then each imports, and from the layer (not from the source checkout)

@@ -27,12 +27,30 @@ _FUNCTION = {("FunctionName",)}
 _TABLE_OR_INDEX = {("TableName",), ("TableName", "GlobalSecondaryIndexName")}
 _REST_API = {("ApiName",), ("ApiName", "Stage")}
 AWS_METRICS: dict[str, dict[str, set[tuple[str, ...]]]] = {
-    "AWS/Lambda": {name: _FUNCTION for name in ("Invocations", "Errors", "Throttles", "Duration",
-                                                "ConcurrentExecutions", "IteratorAge", "AsyncEventsReceived",
-                                                "AsyncEventAge", "AsyncEventsDropped")},
+    "AWS/Lambda": {
+        name: _FUNCTION
+        for name in (
+            "Invocations",
+            "Errors",
+            "Throttles",
+            "Duration",
+            "ConcurrentExecutions",
+            "IteratorAge",
+            "AsyncEventsReceived",
+            "AsyncEventAge",
+            "AsyncEventsDropped",
+        )
+    },
     "AWS/SQS": {"ApproximateNumberOfMessagesVisible": {("QueueName",)}},
-    "AWS/DynamoDB": {name: _TABLE_OR_INDEX for name in ("ReadThrottleEvents", "WriteThrottleEvents",
-                                                        "ConsumedReadCapacityUnits", "ConsumedWriteCapacityUnits")},
+    "AWS/DynamoDB": {
+        name: _TABLE_OR_INDEX
+        for name in (
+            "ReadThrottleEvents",
+            "WriteThrottleEvents",
+            "ConsumedReadCapacityUnits",
+            "ConsumedWriteCapacityUnits",
+        )
+    },
     "AWS/ApiGateway": {name: _REST_API for name in ("Count", "4XXError", "5XXError", "Latency", "IntegrationLatency")},
 }
 
@@ -65,14 +83,15 @@ def metric_rows(cfn_resources: dict[str, Any]) -> list[tuple[str, str, dict[str,
             names = [part.replace("@{", "${") for part in row if isinstance(part, str)]
             assert "." not in names, f"write rows out in full (no '.' shorthand): {row}"
             namespace, metric, *dims = names
-            rows.append((namespace, metric, dict(zip(dims[::2], dims[1::2], strict=True)),
-                         options.get("stat", default_stat)))
+            rows.append(
+                (namespace, metric, dict(zip(dims[::2], dims[1::2], strict=True)), options.get("stat", default_stat))
+            )
     return rows
 
 
-def test_the_dashboard_body_is_json_whose_placeholders_exist(cfn_resources: dict[str, Any],
-                                                              cfn_template: dict[str, Any],
-                                                              dashboard: dict[str, Any]) -> None:
+def test_the_dashboard_body_is_json_whose_placeholders_exist(
+    cfn_resources: dict[str, Any], cfn_template: dict[str, Any], dashboard: dict[str, Any]
+) -> None:
     # Given the DashboardBody Fn::Sub  Then it is valid JSON once substituted, and each ${X} / ${X.Attr} names
     # a resource, a parameter or a pseudo parameter
     assert dashboard["widgets"]
@@ -113,8 +132,11 @@ def test_the_dashboard_shows_what_the_issue_asks_for(metric_rows: list[Any]) -> 
         assert ("AWS/DynamoDB", metric, (("TableName", "${TasksTable}"),)) in names
         on_index = (("GlobalSecondaryIndexName", DUE_INDEX), ("TableName", "${TasksTable}"))
         assert ("AWS/DynamoDB", metric, on_index) in names
-    assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible",
-            (("QueueName", "${TaskDeadLetterQueue.QueueName}"),)) in names
+    assert (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        (("QueueName", "${TaskDeadLetterQueue.QueueName}"),),
+    ) in names
 
 
 def test_the_dashboard_shows_the_api(cfn_resources: dict[str, Any], metric_rows: list[Any]) -> None:
@@ -150,14 +172,26 @@ def _watched(alarm: dict[str, Any]) -> list[tuple[str, str, dict[str, str], str]
     MetricStat of a metric-math alarm."""
     if "MetricName" in alarm:
         stat = alarm.get("Statistic") or alarm["ExtendedStatistic"]
-        return [(alarm["Namespace"], alarm["MetricName"],
-                 {d["Name"]: _placeholder(d["Value"]) for d in alarm.get("Dimensions", [])}, stat)]
+        return [
+            (
+                alarm["Namespace"],
+                alarm["MetricName"],
+                {d["Name"]: _placeholder(d["Value"]) for d in alarm.get("Dimensions", [])},
+                stat,
+            )
+        ]
     found = []
     for query in alarm["Metrics"]:
         if "MetricStat" in query:
             stat, metric = query["MetricStat"], query["MetricStat"]["Metric"]
-            found.append((metric["Namespace"], metric["MetricName"],
-                          {d["Name"]: _placeholder(d["Value"]) for d in metric.get("Dimensions", [])}, stat["Stat"]))
+            found.append(
+                (
+                    metric["Namespace"],
+                    metric["MetricName"],
+                    {d["Name"]: _placeholder(d["Value"]) for d in metric.get("Dimensions", [])},
+                    stat["Stat"],
+                )
+            )
     return found
 
 
@@ -196,8 +230,11 @@ def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], m
                 continue
             assert value.startswith("${") and value.endswith("}"), (metric, name, value)
             resource, _, attribute = value[2:-1].partition(".")
-            expected = {"FunctionName": ("AWS::Lambda::Function", ""), "QueueName": ("AWS::SQS::Queue", "QueueName"),
-                        "TableName": ("AWS::DynamoDB::Table", "")}[name]
+            expected = {
+                "FunctionName": ("AWS::Lambda::Function", ""),
+                "QueueName": ("AWS::SQS::Queue", "QueueName"),
+                "TableName": ("AWS::DynamoDB::Table", ""),
+            }[name]
             assert (cfn_resources[resource]["Type"], attribute) == expected, (metric, name, value)
 
 
@@ -205,8 +242,12 @@ def test_every_alarm_notifies_and_is_on_the_dashboard(cfn_resources: dict[str, A
     # Given every alarm  Then it notifies the alarm topic when there is one, treats missing data as fine unless
     # silence is the fault itself (the poller not running), and is listed in the dashboard's alarm widget
     text = json.loads(substitute(_dashboard_text(cfn_resources).replace('"${', '"@{')))
-    listed = {a.removeprefix("@{").removesuffix(".Arn}") for w in text["widgets"] if w["type"] == "alarm"
-              for a in w["properties"]["alarms"]}
+    listed = {
+        a.removeprefix("@{").removesuffix(".Arn}")
+        for w in text["widgets"]
+        if w["type"] == "alarm"
+        for a in w["properties"]["alarms"]
+    }
     alarms = _alarms(cfn_resources)
     assert listed == set(alarms)
     for name, alarm in alarms.items():
@@ -216,8 +257,11 @@ def test_every_alarm_notifies_and_is_on_the_dashboard(cfn_resources: dict[str, A
 
 
 def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dims: dict[str, str]) -> dict:
-    found = [a for a in _alarms(cfn_resources).values()
-             if any((ns, m, d) == (namespace, metric, dims) for ns, m, d, _ in _watched(a))]
+    found = [
+        a
+        for a in _alarms(cfn_resources).values()
+        if any((ns, m, d) == (namespace, metric, dims) for ns, m, d, _ in _watched(a))
+    ]
     assert len(found) == 1, (namespace, metric, dims)
     return found[0]
 
@@ -236,26 +280,39 @@ def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
     # of the REST API
     drift = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.FIRE_DRIFT, SERVICE)
     assert (drift["ExtendedStatistic"], drift["Threshold"], drift["ComparisonOperator"]) == (
-        "p99", {"Ref": "DriftP99AlarmMs"}, "GreaterThanThreshold")
+        "p99",
+        {"Ref": "DriftP99AlarmMs"},
+        "GreaterThanThreshold",
+    )
     missed = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.TASKS_MISSED, SERVICE)
     assert (missed["Statistic"], missed["Period"], missed["EvaluationPeriods"]) == ("Sum", 60, 1)
-    dlq = _alarm_on(cfn_resources, "AWS/SQS", "ApproximateNumberOfMessagesVisible",
-                    {"QueueName": "${TaskDeadLetterQueue.QueueName}"})
+    dlq = _alarm_on(
+        cfn_resources,
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        {"QueueName": "${TaskDeadLetterQueue.QueueName}"},
+    )
     poller = _alarm_on(cfn_resources, "AWS/Lambda", "Errors", {"FunctionName": "${PollerFunction}"})
     dropped = _alarm_on(cfn_resources, "AWS/Lambda", "AsyncEventsDropped", {"FunctionName": "${ExecutorFunction}"})
     throttled = _alarm_on(cfn_resources, "AWS/Lambda", "Throttles", {"FunctionName": "${ExecutorFunction}"})
     undecodable = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.UNDECODABLE_ITEMS, SERVICE)
-    api_errors = _alarm_on(cfn_resources, "AWS/ApiGateway", "5XXError",
-                           {"ApiName": _rest_api_dimensions(cfn_resources)["ApiName"]})
+    api_errors = _alarm_on(
+        cfn_resources, "AWS/ApiGateway", "5XXError", {"ApiName": _rest_api_dimensions(cfn_resources)["ApiName"]}
+    )
     assert (api_errors["Statistic"], api_errors["Period"]) == ("Sum", 60)
     for alarm in (missed, dlq, poller, dropped, throttled, undecodable, api_errors):
         assert _above_zero(alarm), alarm["AlarmDescription"]
 
     table = _alarm_on(cfn_resources, "AWS/DynamoDB", "WriteThrottleEvents", {"TableName": "${TasksTable}"})
     watched = {(m, tuple(sorted(d.items())), stat) for _, m, d, stat in _watched(table)}
-    assert watched == {(m, dims, "Sum") for m in ("ReadThrottleEvents", "WriteThrottleEvents")
-                       for dims in ((("TableName", "${TasksTable}"),),
-                                    (("GlobalSecondaryIndexName", DUE_INDEX), ("TableName", "${TasksTable}")))}
+    assert watched == {
+        (m, dims, "Sum")
+        for m in ("ReadThrottleEvents", "WriteThrottleEvents")
+        for dims in (
+            (("TableName", "${TasksTable}"),),
+            (("GlobalSecondaryIndexName", DUE_INDEX), ("TableName", "${TasksTable}")),
+        )
+    }
     shortfall = _alarm_on(cfn_resources, metrics.NAMESPACE, metrics.TASKS_UNDISPATCHED, SERVICE)
     assert {m for _, m, _, _ in _watched(shortfall)} == {metrics.TASKS_UNDISPATCHED, metrics.INVOKE_FAILURES}
     for alarm in (table, shortfall):
@@ -269,13 +326,18 @@ def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
 def _poller_deadline_margin_ms() -> int:
     """DEADLINE_MARGIN_MS of src/poller/app.py, read from its source (importing it builds AWS clients)."""
     tree = ast.parse((ROOT / "src/poller/app.py").read_text(encoding="utf-8"))
-    (value,) = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEADLINE_MARGIN_MS"]]
+    (value,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEADLINE_MARGIN_MS"]
+    ]
     return int(value)
 
 
-def test_the_poll_duration_alarm_follows_the_poller_timeout(cfn_resources: dict[str, Any],
-                                                            dashboard: dict[str, Any]) -> None:
+def test_the_poll_duration_alarm_follows_the_poller_timeout(
+    cfn_resources: dict[str, Any], dashboard: dict[str, Any]
+) -> None:
     # Given the poller's Timeout  Then its Duration alarm goes off at 80% of it, before a tick is cut short by its
     # own deadline (timeout - DEADLINE_MARGIN_MS); the dashboard marks both the alarm and the timeout
     timeout_ms = cfn_resources["PollerFunction"]["Properties"]["Timeout"] * 1000
@@ -283,13 +345,17 @@ def test_the_poll_duration_alarm_follows_the_poller_timeout(cfn_resources: dict[
     assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
     assert alarm["Threshold"] == 0.8 * timeout_ms
     assert alarm["Threshold"] < timeout_ms - _poller_deadline_margin_ms()
-    (widget,) = [w for w in dashboard["widgets"] if w["type"] == "metric"
-                 and any("Duration" in row for row in w["properties"]["metrics"])]
+    (widget,) = [
+        w
+        for w in dashboard["widgets"]
+        if w["type"] == "metric" and any("Duration" in row for row in w["properties"]["metrics"])
+    ]
     assert {a["value"] for a in widget["properties"]["annotations"]["horizontal"]} == {alarm["Threshold"], timeout_ms}
 
 
-def test_the_fast_path_lag_alarm_follows_its_parameter(cfn_resources: dict[str, Any],
-                                                       sam_template: dict[str, Any]) -> None:
+def test_the_fast_path_lag_alarm_follows_its_parameter(
+    cfn_resources: dict[str, Any], sam_template: dict[str, Any]
+) -> None:
     # Given FastPathIteratorAgeAlarmMs  Then the fast path's IteratorAge alarm uses it, and so does the dashboard
     alarm = _alarm_on(cfn_resources, "AWS/Lambda", "IteratorAge", {"FunctionName": "${FastPathFunction}"})
     assert (alarm["Statistic"], alarm["Threshold"]) == ("Maximum", {"Ref": "FastPathIteratorAgeAlarmMs"})

@@ -27,8 +27,12 @@ from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
 from punctual.executor import MAX_ACTION_TIMEOUT_MS
 from punctual.schedules import occurrence_id
 
-FUNCTIONS = {"PollerFunction": "src/poller/", "ExecutorFunction": "src/executor/", "FastPathFunction": "src/fastpath/",
-             "ApiFunction": "src/api/"}
+FUNCTIONS = {
+    "PollerFunction": "src/poller/",
+    "ExecutorFunction": "src/executor/",
+    "FastPathFunction": "src/fastpath/",
+    "ApiFunction": "src/api/",
+}
 FAST_PATH_PATTERN = '{"dynamodb": {"NewImage": {"status": {"S": ["PENDING"]}, "fast_path": {"N": ["1"]}}}}'
 TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
@@ -40,7 +44,11 @@ TENANT_ACTIVE_INDEX = "${TasksTable.Arn}/index/tenant_active"
 FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
 # Which DynamoDB resource type a grant's resource is, as the Service Authorization Reference names them.
 DYNAMODB_RESOURCE_TYPES = {
-    TABLE: "table", DUE_INDEX: "index", SCHEDULE_INDEX: "index", TENANT_INDEX: "index", TENANT_ACTIVE_INDEX: "index",
+    TABLE: "table",
+    DUE_INDEX: "index",
+    SCHEDULE_INDEX: "index",
+    TENANT_INDEX: "index",
+    TENANT_ACTIVE_INDEX: "index",
     "TasksTable.StreamArn": "stream",
 }
 
@@ -59,7 +67,7 @@ def _role_of(cfn_resources: dict[str, Any], function: str) -> dict[str, Any]:
 def test_every_function_runs_its_handler_on_the_shared_layer(cfn_resources: dict[str, Any]) -> None:
     # Given the transformed template  Then each function ships only its own directory, runs app.handler on
     # python3.11/arm64 with tracing, and loads the one shared layer
-    (layer_name, layer), = _of_type(cfn_resources, "AWS::Lambda::LayerVersion").items()
+    ((layer_name, layer),) = _of_type(cfn_resources, "AWS::Lambda::LayerVersion").items()
     assert layer["Properties"]["Content"]["S3Key"] == "src/shared/"
     functions = _of_type(cfn_resources, "AWS::Lambda::Function")
     assert set(functions) == set(FUNCTIONS)
@@ -95,15 +103,17 @@ def test_the_poller_runs_every_minute_and_is_not_retried(cfn_resources: dict[str
     # Given the transformed template  Then one rule at rate(1 minute) targets the poller, and a failed poll
     # is not retried (the next tick polls again, overdue tasks included)
     rules = _of_type(cfn_resources, "AWS::Events::Rule")
-    assert [(r["Properties"]["ScheduleExpression"], [t["Arn"] for t in r["Properties"]["Targets"]])
-            for r in rules.values()] == [("rate(1 minute)", [{"Fn::GetAtt": ["PollerFunction", "Arn"]}])]
+    assert [
+        (r["Properties"]["ScheduleExpression"], [t["Arn"] for t in r["Properties"]["Targets"]]) for r in rules.values()
+    ] == [("rate(1 minute)", [{"Fn::GetAtt": ["PollerFunction", "Arn"]}])]
     config = cfn_resources["PollerFunctionEventInvokeConfig"]["Properties"]
     assert config["MaximumRetryAttempts"] == 0
     assert cfn_resources["PollerFunction"]["Properties"]["Timeout"] < 60
 
 
-def test_the_fast_path_reads_the_stream_through_the_filter(cfn_resources: dict[str, Any],
-                                                             sam_resources: dict[str, Any]) -> None:
+def test_the_fast_path_reads_the_stream_through_the_filter(
+    cfn_resources: dict[str, Any], sam_resources: dict[str, Any]
+) -> None:
     # Given the transformed template  Then one event source mapping feeds the table stream to the fast path,
     # filtered to pending fast-path writes, from LATEST, unbatched, with bounded retries
     mappings = _of_type(cfn_resources, "AWS::Lambda::EventSourceMapping")
@@ -133,8 +143,9 @@ def test_the_table_stream_carries_new_images(sam_resources: dict[str, Any]) -> N
 
 
 # -- executor --------------------------------------------------------------------------------------------
-def test_the_executor_timeout_covers_the_longest_lead_and_action(sam_template: dict[str, Any],
-                                                                 cfn_resources: dict[str, Any]) -> None:
+def test_the_executor_timeout_covers_the_longest_lead_and_action(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the largest LeadMs the template accepts  Then the executor's timeout covers waiting that long,
     # running the longest action, and 30 s more for cold start, arming and recording
     max_lead_ms = sam_template["Parameters"]["LeadMs"]["MaxValue"]
@@ -165,12 +176,14 @@ def test_both_queues_are_encrypted_and_keep_messages(cfn_resources: dict[str, An
 
 
 @pytest.mark.parametrize(("value", "reserved"), [("0", False), ("", False), ("25", True)])
-def test_reserved_concurrency_is_set_only_when_asked(sam_template: dict[str, Any], cfn_resources: dict[str, Any],
-                                                     value: str, reserved: bool) -> None:
+def test_reserved_concurrency_is_set_only_when_asked(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any], value: str, reserved: bool
+) -> None:
     # Given ExecutorReservedConcurrency = value  Then the executor reserves it, or nothing for 0 / empty
     prop = cfn_resources["ExecutorFunction"]["Properties"]["ReservedConcurrentExecutions"]
-    assert prop == {"Fn::If": ["HasReservedConcurrency", {"Ref": "ExecutorReservedConcurrency"},
-                               {"Ref": "AWS::NoValue"}]}
+    assert prop == {
+        "Fn::If": ["HasReservedConcurrency", {"Ref": "ExecutorReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }
     params = {"ExecutorReservedConcurrency": value}
     assert evaluate_condition(sam_template, "HasReservedConcurrency", params) is reserved
 
@@ -188,8 +201,9 @@ def test_no_role_gets_a_managed_policy(cfn_resources: dict[str, Any]) -> None:
     assert not _of_type(cfn_resources, "AWS::IAM::ManagedPolicy")
 
 
-def test_only_a_fanned_out_poller_may_invoke_itself(sam_template: dict[str, Any],
-                                                    cfn_resources: dict[str, Any]) -> None:
+def test_only_a_fanned_out_poller_may_invoke_itself(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the one policy outside the roles (the poller's role cannot name its own function: a cycle)
     policy = cfn_resources["PollerFanOutPolicy"]
     # Then it exists only with more than one poll group, is the poller role's, and lets it invoke itself only
@@ -199,14 +213,16 @@ def test_only_a_fanned_out_poller_may_invoke_itself(sam_template: dict[str, Any]
     assert policy["Properties"]["Roles"] == [{"Ref": "PollerRole"}]
     statements = [policy["Properties"]["PolicyDocument"]["Statement"]]
     assert grants([s for group in statements for s in as_list(group)]) == {
-        ("lambda:InvokeFunction", "PollerFunction.Arn")}
+        ("lambda:InvokeFunction", "PollerFunction.Arn")
+    }
 
 
 # Secrets a task names by reference, readable by the executor under the prefixes punctual.secrets allows only.
 TASK_SECRETS = {
     "ssm:GetParameter": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/punctual/*",
-    "secretsmanager:GetSecretValue":
-        "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:punctual/*",
+    "secretsmanager:GetSecretValue": (
+        "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:punctual/*"
+    ),
 }
 
 
@@ -234,14 +250,27 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
 # are the lines least privilege draws beyond what the calls show.
 NEVER_GRANTED = {
     # Every role: no item is deleted (TTL does it), nothing written in bulk, no table or index changed, no PartiQL.
-    "*": {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteTable", "dynamodb:UpdateTable",
-          "dynamodb:CreateTable", "dynamodb:PartiQLSelect", "dynamodb:PartiQLInsert", "dynamodb:PartiQLUpdate",
-          "dynamodb:PartiQLDelete"},
+    "*": {
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:DeleteTable",
+        "dynamodb:UpdateTable",
+        "dynamodb:CreateTable",
+        "dynamodb:PartiQLSelect",
+        "dynamodb:PartiQLInsert",
+        "dynamodb:PartiQLUpdate",
+        "dynamodb:PartiQLDelete",
+    },
     "PollerFunction": {"sqs:SendMessage", "ssm:GetParameter", "secretsmanager:GetSecretValue"},
     # The executor arms and records what exists: it never creates an item, nor reads an index.
     "ExecutorFunction": {"dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan"},
-    "ApiFunction": {"lambda:InvokeFunction", "dynamodb:Scan", "sqs:SendMessage", "ssm:GetParameter",
-                    "secretsmanager:GetSecretValue"},
+    "ApiFunction": {
+        "lambda:InvokeFunction",
+        "dynamodb:Scan",
+        "sqs:SendMessage",
+        "ssm:GetParameter",
+        "secretsmanager:GetSecretValue",
+    },
 }
 
 
@@ -259,11 +288,14 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
         on_table = [s for s in statements if TABLE in {r for _, r in grants([s])}]
         assert {action for s in on_table for action, _ in grants([s])} == {"dynamodb:BatchGetItem"}
         assert [s["Condition"] for s in on_table] == [
-            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#poller-watermark*"]}}]
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#poller-watermark*"]}}
+        ]
     # No condition on a function's grants but on dynamodb:LeadingKeys (recorded calls carry it only: another
     # key's condition could not be judged by test_iam_grants.py)
-    assert all(set(key for test in statement.get("Condition", {}).values() for key in test)
-               <= {"dynamodb:LeadingKeys"} for statement in statements)
+    assert all(
+        set(key for test in statement.get("Condition", {}).values() for key in test) <= {"dynamodb:LeadingKeys"}
+        for statement in statements
+    )
 
 
 def _authorization_reference() -> dict[str, Any]:
@@ -301,10 +333,17 @@ def test_the_executor_checks_targets_against_the_same_lists_as_the_template(cfn_
     assert variables["PUNCTUAL_ALLOWED_TARGET_ARNS"] == {"Fn::Join": [",", {"Ref": "ActionTargetArns"}]}
 
 
-@pytest.mark.parametrize(("value", "granted"), [("", False), ("arn:aws:sqs:us-east-1:123456789012:q", True),
-                                                ("arn:aws:sns:us-east-1:123456789012:a,arn:aws:lambda:x", True)])
-def test_action_targets_are_granted_only_when_listed(sam_template: dict[str, Any], cfn_resources: dict[str, Any],
-                                                     value: str, granted: bool) -> None:
+@pytest.mark.parametrize(
+    ("value", "granted"),
+    [
+        ("", False),
+        ("arn:aws:sqs:us-east-1:123456789012:q", True),
+        ("arn:aws:sns:us-east-1:123456789012:a,arn:aws:lambda:x", True),
+    ],
+)
+def test_action_targets_are_granted_only_when_listed(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any], value: str, granted: bool
+) -> None:
     # Given ActionTargetArns = value  Then the allowlist policy exists only when the list is not empty
     policies = cfn_resources["ExecutorRole"]["Properties"]["Policies"]
     conditional = [p for p in policies if "Fn::If" in p]
@@ -320,14 +359,26 @@ def test_queue_policies_only_deny(cfn_resources: dict[str, Any]) -> None:
             assert statement["Effect"] == "Deny"
             assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
             assert {resource_ref(r) for r in statement["Resource"]} == {
-                "TaskDeadLetterQueue.Arn", "ExecutorFailureQueue.Arn"}
+                "TaskDeadLetterQueue.Arn",
+                "ExecutorFailureQueue.Arn",
+            }
 
 
 def test_the_outputs_name_what_a_client_and_an_operator_need(cfn_template: dict[str, Any]) -> None:
     outputs = cfn_template["Outputs"]
-    assert {"TasksTableName", "Region", "ShardCount", "LeadMs", "MisfireGraceMs", "PollerFunctionName",
-            "ExecutorFunctionName", "FastPathFunctionName", "TaskDeadLetterQueueUrl", "ExecutorFailureQueueUrl",
-            "DashboardUrl"} <= set(outputs)
+    assert {
+        "TasksTableName",
+        "Region",
+        "ShardCount",
+        "LeadMs",
+        "MisfireGraceMs",
+        "PollerFunctionName",
+        "ExecutorFunctionName",
+        "FastPathFunctionName",
+        "TaskDeadLetterQueueUrl",
+        "ExecutorFailureQueueUrl",
+        "DashboardUrl",
+    } <= set(outputs)
     url = outputs["DashboardUrl"]["Value"]["Fn::Sub"]
     assert url.startswith("https://${AWS::Region}.console.aws.amazon.com/cloudwatch/home?region=${AWS::Region}")
     assert url.endswith("#dashboards:name=${Dashboard}")
@@ -344,12 +395,17 @@ def _rest_api(cfn_resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def _methods(api: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(path, verb, method) for path, item in api["Body"]["paths"].items()
-            for verb, method in item.items() if verb in HTTP_METHODS]
+    return [
+        (path, verb, method)
+        for path, item in api["Body"]["paths"].items()
+        for verb, method in item.items()
+        if verb in HTTP_METHODS
+    ]
 
 
-def test_every_api_method_requires_a_sigv4_signature(sam_resources: dict[str, Any],
-                                                     cfn_resources: dict[str, Any]) -> None:
+def test_every_api_method_requires_a_sigv4_signature(
+    sam_resources: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the one REST API, as written and after the transform
     assert sam_resources["Api"]["Properties"]["Auth"]["DefaultAuthorizer"] == "AWS_IAM"
     api = _rest_api(cfn_resources)
@@ -367,8 +423,11 @@ def test_every_api_method_requires_a_sigv4_signature(sam_resources: dict[str, An
     for path, verb, method in methods:
         assert "credentials" not in method["x-amazon-apigateway-integration"], (path, verb)
     # (one permission a method, each for this API and stage only, and for a path under /v1)
-    permissions = [p["Properties"] for p in _of_type(cfn_resources, "AWS::Lambda::Permission").values()
-                   if p["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}]
+    permissions = [
+        p["Properties"]
+        for p in _of_type(cfn_resources, "AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Ref": "ApiFunction"}
+    ]
     assert len(permissions) == len(methods)
     for permission in permissions:
         assert permission["Principal"] == "apigateway.amazonaws.com"
@@ -385,12 +444,13 @@ def _routes() -> set[tuple[str, str]]:
 
 def _api_methods(cfn_resources: dict[str, Any]) -> set[tuple[str, str]]:
     """``(resource path, verb)`` of every method of the API, ``ANY`` for API Gateway's any-method."""
-    return {(path, "ANY" if verb == "x-amazon-apigateway-any-method" else verb.upper())
-            for path, verb, _ in _methods(_rest_api(cfn_resources))}
+    return {
+        (path, "ANY" if verb == "x-amazon-apigateway-any-method" else verb.upper())
+        for path, verb, _ in _methods(_rest_api(cfn_resources))
+    }
 
 
-def test_each_route_is_a_method_of_the_api_and_the_rest_falls_to_a_catch_all(
-        cfn_resources: dict[str, Any]) -> None:
+def test_each_route_is_a_method_of_the_api_and_the_rest_falls_to_a_catch_all(cfn_resources: dict[str, Any]) -> None:
     # Given the API's definition and the committed openapi.json  Then each route of openapi.json is a method of
     # its own (what a stage's method setting can name), one catch-all under /v1 (any method) takes any other
     # path, and every method is proxied to ApiFunction
@@ -408,8 +468,10 @@ def test_each_route_is_a_method_of_the_api_and_the_rest_falls_to_a_catch_all(
 # occurrences, and a change of a schedule (which may cancel occurrences).
 COSTLY_WRITES = {("/v1/tasks", "POST"), ("/v1/schedules", "POST"), ("/v1/schedules/{schedule_id}", "PATCH")}
 DEFAULT_THROTTLE = {"ThrottlingRateLimit": {"Ref": "ApiRateLimit"}, "ThrottlingBurstLimit": {"Ref": "ApiBurstLimit"}}
-WRITE_THROTTLE = {"ThrottlingRateLimit": {"Ref": "ApiWriteRateLimit"},
-                  "ThrottlingBurstLimit": {"Ref": "ApiWriteBurstLimit"}}
+WRITE_THROTTLE = {
+    "ThrottlingRateLimit": {"Ref": "ApiWriteRateLimit"},
+    "ThrottlingBurstLimit": {"Ref": "ApiWriteBurstLimit"},
+}
 
 
 def _method_settings(cfn_resources: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -466,15 +528,19 @@ def test_the_throttle_parameters_make_writes_the_tighter(sam_template: dict[str,
         assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 5_000)
 
 
-def test_the_api_has_one_traced_stage_and_its_url_is_an_output(cfn_template: dict[str, Any],
-                                                               cfn_resources: dict[str, Any]) -> None:
+def test_the_api_has_one_traced_stage_and_its_url_is_an_output(
+    cfn_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the transformed template  Then the API has one stage (not SAM's extra "Stage"), traced, and the
     # outputs give its URL (what ApiClient and PUNCTUAL_API_URL take) and the function's name
     (stage,) = [s["Properties"] for s in _of_type(cfn_resources, "AWS::ApiGateway::Stage").values()]
     assert (stage["StageName"], stage["TracingEnabled"], stage["RestApiId"]) == (STAGE, True, {"Ref": "Api"})
     assert _rest_api(cfn_resources)["EndpointConfiguration"] == {"Types": ["REGIONAL"]}
     outputs = cfn_template["Outputs"]
-    assert sub_text(outputs["ApiUrl"]["Value"]) == f"https://${{Api}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{STAGE}"
+    assert (
+        sub_text(outputs["ApiUrl"]["Value"])
+        == f"https://${{Api}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{STAGE}"
+    )
     assert outputs["ApiFunctionName"]["Value"] == {"Ref": "ApiFunction"}
 
 
@@ -485,8 +551,9 @@ def test_the_api_function_answers_before_api_gateway_gives_up(cfn_resources: dic
 
 
 @pytest.mark.parametrize(("value", "logged"), [("false", False), ("true", True)])
-def test_access_logs_are_written_only_when_asked(sam_template: dict[str, Any], cfn_resources: dict[str, Any],
-                                                 value: str, logged: bool) -> None:
+def test_access_logs_are_written_only_when_asked(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any], value: str, logged: bool
+) -> None:
     # Given ApiAccessLogs = value  Then the stage writes JSON access lines (with the request id) to its own log
     # group, kept LogRetentionInDays, only when asked (API Gateway needs the account's CloudWatch role for it)
     (stage,) = [s["Properties"] for s in _of_type(cfn_resources, "AWS::ApiGateway::Stage").values()]
@@ -503,16 +570,17 @@ def test_access_logs_are_written_only_when_asked(sam_template: dict[str, Any], c
 def test_the_store_needs_no_other_table_permission() -> None:
     # Given the DynamoDB adapter's source  Then it never deletes an item nor batch-writes, and its transactions
     # hold Put and Update items only, which PutItem and UpdateItem cover (TransactWriteItems is no IAM action)
-    source = "\n".join(path.read_text(encoding="utf-8")
-                       for path in sorted((ROOT / "src/shared/punctual/dynamodb").glob("*.py")))
+    source = "\n".join(
+        path.read_text(encoding="utf-8") for path in sorted((ROOT / "src/shared/punctual/dynamodb").glob("*.py"))
+    )
     assert "transact_write_items(" in source
     for call in (".delete_item(", ".batch_write_item(", ".execute_statement(", '"Delete":', '"ConditionCheck":'):
         assert call not in source, call
 
 
-def test_the_direct_client_role_is_confined_to_its_tenant(sam_template: dict[str, Any],
-                                                          cfn_template: dict[str, Any],
-                                                          cfn_resources: dict[str, Any]) -> None:
+def test_the_direct_client_role_is_confined_to_its_tenant(
+    sam_template: dict[str, Any], cfn_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the example direct-table client role
     role = cfn_resources["TenantDirectClientRole"]
     # Then it exists only when a tenant is named, and the account's principals (that IAM lets) may assume it
@@ -525,8 +593,10 @@ def test_the_direct_client_role_is_confined_to_its_tenant(sam_template: dict[str
     assert sub_text(trust["Principal"]["AWS"]) == "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"
     # ... it may only read and put items, each Allow on keys that start with "<tenant>/"
     statements = role_statements(role)
-    assert grants(statements) == {(action, TABLE) for action in (
-        "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")}
+    assert grants(statements) == {
+        (action, TABLE)
+        for action in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")
+    }
     for statement in (s for s in statements if s["Effect"] == "Allow"):
         keys = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
         assert [sub_text(k) for k in keys] == ["${TenantDirectRoleTenant}/*"]
@@ -569,8 +639,9 @@ DIRECT_CLIENT_DECISIONS = [
 
 
 @pytest.mark.parametrize(("action", "keys", "decision"), DIRECT_CLIENT_DECISIONS)
-def test_the_direct_client_reads_its_schedules_but_never_writes_one(cfn_resources: dict[str, Any], action: str,
-                                                                     keys: list[str], decision: str) -> None:
+def test_the_direct_client_reads_its_schedules_but_never_writes_one(
+    cfn_resources: dict[str, Any], action: str, keys: list[str], decision: str
+) -> None:
     # Given the direct client role of tenant "acme"  When it calls action on the table naming keys  Then IAM
     # answers decision: its own tasks and occurrences it may put, a schedule's item (or another tenant's) never
     statements = role_statements(cfn_resources["TenantDirectClientRole"])
@@ -578,19 +649,32 @@ def test_the_direct_client_reads_its_schedules_but_never_writes_one(cfn_resource
     assert decide(statements, action, TABLE, context, {"TenantDirectRoleTenant": "acme"}) == decision
 
 
-@pytest.mark.parametrize("key", ["acme/#schedule#daily", "acme/x#schedule#y", "#schedule#daily", "acme/invoice-1",
-                                 "acme/daily@20260101T000000.000Z", "acme/#schedule", "acme/schedule#x",
-                                 "acme/##schedule##x", "acme/#Schedule#x"])
-def test_the_deny_matches_exactly_the_keys_the_store_takes_for_schedules(cfn_resources: dict[str, Any],
-                                                                          key: str) -> None:
+@pytest.mark.parametrize(
+    "key",
+    [
+        "acme/#schedule#daily",
+        "acme/x#schedule#y",
+        "#schedule#daily",
+        "acme/invoice-1",
+        "acme/daily@20260101T000000.000Z",
+        "acme/#schedule",
+        "acme/schedule#x",
+        "acme/##schedule##x",
+        "acme/#Schedule#x",
+    ],
+)
+def test_the_deny_matches_exactly_the_keys_the_store_takes_for_schedules(
+    cfn_resources: dict[str, Any], key: str
+) -> None:
     # Given a key  Then the Deny's pattern matches it exactly when the store reads it as a schedule's key
     (deny,) = [s for s in role_statements(cfn_resources["TenantDirectClientRole"]) if s["Effect"] == "Deny"]
     (pattern,) = deny["Condition"]["ForAnyValue:StringLike"]["dynamodb:LeadingKeys"]
     assert string_like(pattern, key) is (schedule_id_of_key(key) is not None)
 
 
-@pytest.mark.parametrize("name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "acme-", "a--b", "x" * 41,
-                                  "ac/me", "ac*"])
+@pytest.mark.parametrize(
+    "name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "acme-", "a--b", "x" * 41, "ac/me", "ac*"]
+)
 def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: dict[str, Any], name: str) -> None:
     # Given TenantDirectRoleTenant's pattern  Then it accepts exactly the tenant names of punctual.tenancy (or
     # empty: no role), so its LeadingKeys prefix is the one the API writes
@@ -598,8 +682,9 @@ def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: 
     assert bool(re.fullmatch(pattern, name)) is (name == "" or tenancy.is_tenant(name))
 
 
-def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(sam_template: dict[str, Any],
-                                                                          cfn_resources: dict[str, Any]) -> None:
+def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the transformed template  Then the executor has the alias "live", provisioned only when asked
     alias = cfn_resources["ExecutorFunctionAliaslive"]
     assert alias["Type"] == "AWS::Lambda::Alias" and alias["Properties"]["Name"] == "live"
@@ -609,7 +694,8 @@ def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(sam_te
 
 
 def test_concurrency_is_reserved_for_the_poller_and_the_api_and_the_executor_is_capped(
-        sam_template: dict[str, Any], cfn_resources: dict[str, Any]) -> None:
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
+) -> None:
     # Given the template's defaults  Then the poller has room for a tick's groups and one more, the API its own,
     # and the executor a cap (sleeping executors cannot take the account's whole pool)
     parameters = sam_template["Parameters"]
@@ -620,4 +706,5 @@ def test_concurrency_is_reserved_for_the_poller_and_the_api_and_the_executor_is_
     assert properties["PollerFunction"]["ReservedConcurrentExecutions"] == {"Ref": "PollerReservedConcurrency"}
     assert properties["ApiFunction"]["ReservedConcurrentExecutions"] == {"Ref": "ApiReservedConcurrency"}
     assert properties["ExecutorFunction"]["ReservedConcurrentExecutions"]["Fn::If"][1] == {
-        "Ref": "ExecutorReservedConcurrency"}
+        "Ref": "ExecutorReservedConcurrency"
+    }

@@ -37,10 +37,10 @@ def test_every_punctual_variable_names_a_settings_field(sam_template: dict[str, 
     # would a local-only one, which only the local runtime's LocalSettings has)
     names = {n for n in _all_variables(sam_template) if n.startswith(ENV_PREFIX)}
     assert names, "the template sets no PUNCTUAL_* variable"
-    unknown = {n for n in names if n[len(ENV_PREFIX):].lower() not in Settings.model_fields}
+    unknown = {n for n in names if n[len(ENV_PREFIX) :].lower() not in Settings.model_fields}
     assert not unknown, f"not Settings fields: {sorted(unknown)}"
     local_only = set(LocalSettings.model_fields) - set(Settings.model_fields)
-    assert local_only and not {n[len(ENV_PREFIX):].lower() for n in names} & local_only
+    assert local_only and not {n[len(ENV_PREFIX) :].lower() for n in names} & local_only
 
 
 def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
@@ -49,9 +49,13 @@ def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
     for function in FUNCTIONS:
         env = _environment(sam_template, function)
         assert env["PUNCTUAL_TABLE_NAME"] == {"Ref": "TasksTable"}
-        for name, parameter in [("PUNCTUAL_SHARD_COUNT", "ShardCount"), ("PUNCTUAL_LEAD_MS", "LeadMs"),
-                                ("PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS", "MisfireGraceMs"),
-                                ("PUNCTUAL_RETENTION_DAYS", "RetentionDays"), ("POWERTOOLS_LOG_LEVEL", "LogLevel")]:
+        for name, parameter in [
+            ("PUNCTUAL_SHARD_COUNT", "ShardCount"),
+            ("PUNCTUAL_LEAD_MS", "LeadMs"),
+            ("PUNCTUAL_DEFAULT_MISFIRE_GRACE_MS", "MisfireGraceMs"),
+            ("PUNCTUAL_RETENTION_DAYS", "RetentionDays"),
+            ("POWERTOOLS_LOG_LEVEL", "LogLevel"),
+        ]:
             assert env[name] == {"Ref": parameter}, (function, name)
     for function in ("PollerFunction", "FastPathFunction"):
         assert _environment(sam_template, function)["PUNCTUAL_EXECUTOR_FUNCTION"] == {"Ref": "ExecutorFunction.Alias"}
@@ -71,8 +75,12 @@ def test_the_api_function_gets_the_tenant_map_and_the_client_checks(sam_template
     assert api["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}
     for name in ("PUNCTUAL_ALLOWED_TARGETS", "PUNCTUAL_ALLOWED_TARGET_ARNS"):
         assert api[name] == executor[name], name
-    for name in ("PUNCTUAL_EXECUTOR_FUNCTION", "PUNCTUAL_DEAD_LETTER_QUEUE_URL", "PUNCTUAL_API_URL",
-                 "PUNCTUAL_API_TOKEN"):
+    for name in (
+        "PUNCTUAL_EXECUTOR_FUNCTION",
+        "PUNCTUAL_DEAD_LETTER_QUEUE_URL",
+        "PUNCTUAL_API_URL",
+        "PUNCTUAL_API_TOKEN",
+    ):
         assert name not in api, name
 
 
@@ -86,20 +94,27 @@ def test_the_executor_checks_tasks_against_the_api_tenant_map(sam_template: dict
         assert "PUNCTUAL_TENANT_MAP" not in _environment(sam_template, function), function
 
 
-SHORT_TENANT_MAP = ('{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", '
-                    '"arn:aws:iam::123456789012:user/ci": "globex"}')
+SHORT_TENANT_MAP = (
+    '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", "arn:aws:iam::123456789012:user/ci": "globex"}'
+)
 # The full form: principals, each tenant's own targets, target ARNs and quotas, and default quotas.
-FULL_TENANT_MAP = json.dumps({
-    "principals": {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme",
-                   "arn:aws:iam::123456789012:user/ci": "globex"},
-    "tenants": {
-        "acme": {"targets": ["hooks.acme.example:443"],
-                 "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-jobs"],
-                 "quotas": {"active_tasks": 50000}},
-        "globex": {"targets": ["10.0.0.0/24"]},
-    },
-    "quotas": {"active_tasks": 10000},
-})
+FULL_TENANT_MAP = json.dumps(
+    {
+        "principals": {
+            "arn:aws:iam::123456789012:role/AcmeScheduler": "acme",
+            "arn:aws:iam::123456789012:user/ci": "globex",
+        },
+        "tenants": {
+            "acme": {
+                "targets": ["hooks.acme.example:443"],
+                "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-jobs"],
+                "quotas": {"active_tasks": 50000},
+            },
+            "globex": {"targets": ["10.0.0.0/24"]},
+        },
+        "quotas": {"active_tasks": 10000},
+    }
+)
 
 
 def _full_form_is_read() -> bool:
@@ -128,8 +143,17 @@ def test_the_tenant_map_parameter_describes_both_forms(sam_template: dict[str, A
     # Given TenantMap's description (what `sam deploy --guided` and the console show)  Then it names both forms
     # and every function that gets the map
     description = " ".join(sam_template["Parameters"]["TenantMap"]["Description"].split())
-    for part in ('{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}', '"principals"', '"tenants"',
-                 '"targets"', '"target_arns"', '"quotas"', "API function", "executor", "4 KB"):
+    for part in (
+        '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}',
+        '"principals"',
+        '"tenants"',
+        '"targets"',
+        '"target_arns"',
+        '"quotas"',
+        "API function",
+        "executor",
+        "4 KB",
+    ):
         assert part in description, part
 
 

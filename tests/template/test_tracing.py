@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from template_tools import ROOT
 
-PROBE = r'''
+PROBE = r"""
 import json, sys
 import boto3, botocore.client
 from botocore.stub import Stubber
@@ -65,22 +65,26 @@ def names(entity):
 print(json.dumps({"tracing": not tracer.disabled, "botocore_patched": hasattr(botocore.client, "_xray_enabled"),
                   "patched_modules": sorted(patcher._PATCHED_MODULES),
                   "subsegments": [n for e in capture.sent for n in names(e)]}))
-'''
+"""
 
 
 def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
     script = tmp_path / "probe.py"
     script.write_text(PROBE, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("POWERTOOLS_", "AWS_SAM", "AWS_XRAY", "_X_AMZN"))}
-    env.update({
-        "LAMBDA_TASK_ROOT": "/var/task",  # Powertools traces only inside Lambda
-        "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
-        "AWS_REGION": "us-east-1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src/shared"), str(ROOT / "src/tools"), env.get("PYTHONPATH", "")]),
-    })
-    done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POWERTOOLS_", "AWS_SAM", "AWS_XRAY", "_X_AMZN"))}
+    env.update(
+        {
+            "LAMBDA_TASK_ROOT": "/var/task",  # Powertools traces only inside Lambda
+            "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+            "AWS_REGION": "us-east-1",
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "src/shared"), str(ROOT / "src/tools"), env.get("PYTHONPATH", "")]
+            ),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), mode], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -89,8 +93,7 @@ def test_the_handlers_tracer_records_the_handler_and_no_aws_call(tmp_path: Path)
     # Given the handlers' Tracer, traced as in Lambda  When a handler makes a DynamoDB call  Then the handler's
     # subsegment is recorded, botocore (nor any other module) is not patched, and the call adds no subsegment
     seen = _run_probe(tmp_path, "punctual")
-    assert seen == {"tracing": True, "botocore_patched": False, "patched_modules": [],
-                    "subsegments": ["## handler"]}
+    assert seen == {"tracing": True, "botocore_patched": False, "patched_modules": [], "subsegments": ["## handler"]}
 
 
 def test_the_probe_sees_a_patched_botocore(tmp_path: Path) -> None:
@@ -106,6 +109,9 @@ def test_each_handler_takes_its_tracer_from_handler_tools(function: str) -> None
     # Given a handler module (read, not imported)  Then it builds no Tracer of its own: its tracer is the one
     # handler_tools() returns
     source = (ROOT / "src" / function / "app.py").read_text(encoding="utf-8")
-    calls = {node.func.id for node in ast.walk(ast.parse(source))
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    calls = {
+        node.func.id
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
     assert "handler_tools" in calls and "Tracer" not in calls

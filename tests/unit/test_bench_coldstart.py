@@ -8,9 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import coldstart  # noqa: E402
+import coldstart
 
-from punctual.settings import Settings  # noqa: E402
+from punctual.settings import Settings
 
 
 def test_the_poll_s_shortest_lead_is_the_fast_path_margin_and_the_fast_path_s_is_the_drift_bench_s() -> None:
@@ -60,8 +60,10 @@ def test_the_slack_is_what_the_lead_left_after_the_arm_and_is_negative_when_late
 
 def test_a_row_meets_the_target_within_2_ms_and_within_1_5x_the_floor() -> None:
     # Given two cold runs whose first fires were 0.03 ms late, and a floor of 0.025 ms
-    runs = [{"init_ms": 700.0, "arm_ms": 40.0, "slack_ms": 1_250.0, "drift_ms": 0.03},
-            {"init_ms": 800.0, "arm_ms": 50.0, "slack_ms": 1_150.0, "drift_ms": 0.03}]
+    runs = [
+        {"init_ms": 700.0, "arm_ms": 40.0, "slack_ms": 1_250.0, "drift_ms": 0.03},
+        {"init_ms": 800.0, "arm_ms": 50.0, "slack_ms": 1_150.0, "drift_ms": 0.03},
+    ]
 
     # When the row is summarised
     row = coldstart.summarize_runs(runs, [0.025], "cold")
@@ -75,8 +77,10 @@ def test_a_row_meets_the_target_within_2_ms_and_within_1_5x_the_floor() -> None:
 
 def test_a_cold_executor_whose_init_outlasts_the_lead_misses_and_a_run_without_a_fire_is_counted() -> None:
     # Given one run armed 3.7 s after its task was due (fired 3.7 s late) and one that never fired
-    runs = [{"init_ms": 5_600.0, "arm_ms": 116.0, "slack_ms": -3_716.0, "drift_ms": 3_717.0},
-            {"init_ms": None, "arm_ms": None, "slack_ms": None, "drift_ms": None}]
+    runs = [
+        {"init_ms": 5_600.0, "arm_ms": 116.0, "slack_ms": -3_716.0, "drift_ms": 3_717.0},
+        {"init_ms": None, "arm_ms": None, "slack_ms": None, "drift_ms": None},
+    ]
 
     # When the row is summarised against a floor of 0.02 ms
     row = coldstart.summarize_runs(runs, [0.02], "cold")

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from cpu_use import CpuUse, cpu_summary, delta, parse_cpu_stat, parse_proc_stat_cpu_s, sample  # noqa: E402
+from cpu_use import CpuUse, cpu_summary, delta, parse_cpu_stat, parse_proc_stat_cpu_s, sample
 
 
 def test_process_cpu_is_utime_plus_stime_counted_after_the_command_name() -> None:
@@ -27,8 +27,9 @@ def test_cpu_stat_v1_counts_throttled_time_in_ns() -> None:
 
 
 def test_cpu_stat_v2_counts_throttled_usec() -> None:
-    use = parse_cpu_stat("usage_usec 9000\nuser_usec 6000\nsystem_usec 3000\nnr_periods 8\nnr_throttled 2\n"
-                         "throttled_usec 125000\n")
+    use = parse_cpu_stat(
+        "usage_usec 9000\nuser_usec 6000\nsystem_usec 3000\nnr_periods 8\nnr_throttled 2\nthrottled_usec 125000\n"
+    )
     assert use == CpuUse(0.0, 0.125, 2, 8)
 
 

@@ -14,12 +14,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import bench  # noqa: E402
-from cpu_use import CpuUse  # noqa: E402
-from floors import FloorRunner, burst_shares, steady_offsets  # noqa: E402
+import bench
+from cpu_use import CpuUse
+from floors import FloorRunner, burst_shares, steady_offsets
 
-from punctual.keys import shard_of  # noqa: E402
-from punctual_tools.stats import summarize  # noqa: E402
+from punctual.keys import shard_of
+from punctual_tools.stats import summarize
 
 
 def test_a_steady_floor_is_due_at_whole_milliseconds() -> None:
@@ -31,9 +31,16 @@ def test_a_steady_floor_is_due_at_whole_milliseconds() -> None:
     assert offsets[:4] == [0, 33, 66, 100]
 
 
-@pytest.mark.parametrize(("count", "batch", "shares"), [
-    (2000, 250, [250] * 8), (600, 250, [250, 250, 100]), (250, 250, [250]), (10, 250, [10]), (0, 250, []),
-])
+@pytest.mark.parametrize(
+    ("count", "batch", "shares"),
+    [
+        (2000, 250, [250] * 8),
+        (600, 250, [250, 250, 100]),
+        (250, 250, [250]),
+        (10, 250, [10]),
+        (0, 250, []),
+    ],
+)
 def test_a_burst_is_cut_as_the_poller_cuts_it(count: int, batch: int, shares: list[int]) -> None:
     assert burst_shares(count, batch) == shares
 
@@ -46,8 +53,9 @@ def test_one_shard_ids_all_fall_in_one_shard() -> None:
 
 
 def fires(prefix: str, due: float, drifts: list[float]) -> list[dict[str, float | str]]:
-    return [{"task_id": f"{prefix}{i}", "due_ms": due + 10 * i, "fired_ms": due + 10 * i + d}
-            for i, d in enumerate(drifts)]
+    return [
+        {"task_id": f"{prefix}{i}", "due_ms": due + 10 * i, "fired_ms": due + 10 * i + d} for i, d in enumerate(drifts)
+    ]
 
 
 def test_the_pictures_show_the_figures_of_the_table() -> None:
@@ -57,15 +65,24 @@ def test_the_pictures_show_the_figures_of_the_table() -> None:
     phase = fires("steady-", 2_000, [0.2, 0.3])
     phase.append({**phase[0], "fired_ms": 9_999.0})  # a later duplicate: not the task's drift
     starts, arrivals = fires("hook-", 3_000, [0.4, 0.6]), fires("hook-", 3_000, [3.0, 5.0])
-    results = {"system/steady": {"fires": phase, "drift": bench.drift_of(phase)[0]},
-               "webhook/burst": {"fires": starts, "drift": bench.drift_of(starts)[0],
-                                 "arrival_fires": arrivals, "arrival": bench.drift_of(arrivals)[0]}}
+    results = {
+        "system/steady": {"fires": phase, "drift": bench.drift_of(phase)[0]},
+        "webhook/burst": {
+            "fires": starts,
+            "drift": bench.drift_of(starts)[0],
+            "arrival_fires": arrivals,
+            "arrival": bench.drift_of(arrivals)[0],
+        },
+    }
     # When the pictures' series are made
     series = {s.name: s for s in bench.phase_series(floors, results)}
     # Then each row of the table has a series with exactly its drifts (fractions of a ms kept)
-    table = {"floor/steady": floors["floor/steady"]["drift"], "system/steady": results["system/steady"]["drift"],
-             "webhook/burst": results["webhook/burst"]["drift"],
-             "webhook/burst arrival": results["webhook/burst"]["arrival"]}
+    table = {
+        "floor/steady": floors["floor/steady"]["drift"],
+        "system/steady": results["system/steady"]["drift"],
+        "webhook/burst": results["webhook/burst"]["drift"],
+        "webhook/burst arrival": results["webhook/burst"]["arrival"],
+    }
     assert set(series) == set(table)
     for name, drifts in table.items():
         assert sorted(series[name].drifts) == pytest.approx(sorted(drifts))

@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import memory  # noqa: E402
+import memory
 
-import punctual_tools.cost as cost  # noqa: E402
+import punctual_tools.cost as cost
 
 
 def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,15 +46,15 @@ def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pyt
 
 
 def size(mb: int, p99s: dict[str, float], floor: float) -> dict[str, Any]:
-    phases = {name: memory.phase_figures([p99s[name] / 2, p99s[name]], [floor / 2, floor], None,
-                                         memory.TARGETS[name], name) for name in memory.PHASES}
-    return {"memory_mb": mb, "cpu_share": mb / 1769, "cpu_quota": {"applied": True}, "phases": phases,
-            "complete": True}
+    phases = {
+        name: memory.phase_figures([p99s[name] / 2, p99s[name]], [floor / 2, floor], None, memory.TARGETS[name], name)
+        for name in memory.PHASES
+    }
+    return {"memory_mb": mb, "cpu_share": mb / 1769, "cpu_quota": {"applied": True}, "phases": phases, "complete": True}
 
 
 def test_a_phase_is_judged_against_its_same_quota_floor() -> None:
-    figures = memory.phase_figures([1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady",
-                                   {"scheduled": 2})
+    figures = memory.phase_figures([1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady", {"scheduled": 2})
     assert (figures["p99"], figures["floor"]["p99"], figures["ratio"]) == (3.0, 2.0, 1.5)
     assert figures["verdict"]["ratio_met"] and not figures["verdict"]["abs_met"]
     assert figures["verdict"]["floor_name"] == "floor/steady"
@@ -101,9 +101,11 @@ def test_the_choice_is_the_cheapest_size_meeting_every_ratio_target() -> None:
 def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_loses_a_task() -> None:
     # Given no size meeting every ratio target: 256 MB misses two, 512 MB one but lost a task, 1,024 MB one
     p99s = {name: 1.0 for name in memory.PHASES}
-    sizes = [size(256, {**p99s, "burst 250": 9.0, "burst 2000": 9.0}, 1.0),
-             {**size(512, {**p99s, "burst 2000": 9.0}, 1.0), "complete": False},
-             size(1024, {**p99s, "burst 2000": 9.0}, 1.0)]
+    sizes = [
+        size(256, {**p99s, "burst 250": 9.0, "burst 2000": 9.0}, 1.0),
+        {**size(512, {**p99s, "burst 2000": 9.0}, 1.0), "complete": False},
+        size(1024, {**p99s, "burst 2000": 9.0}, 1.0),
+    ]
     costs = {256: {1e8: 2.0}, 512: {1e8: 3.0}, 1024: {1e8: 5.0}}
     # When the run chooses
     mb, why = memory.choose_size(sizes, costs, 1e8)
@@ -112,11 +114,20 @@ def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_l
 
 
 def report_of(sizes: list[dict[str, Any]], commit: str, choice: int) -> dict[str, Any]:
-    return {"machine": "vm (2 cores)", "commit": commit, "profile": "lambda", "load_avg_before": [0.5, 0, 0],
-            "load_avg_after": [0.6, 0, 0], "template_default_mb": 256, "args": {"volume": 1e8},
-            "cost_scope": "Lambda + DynamoDB + poller", "picture": None,
-            "cost_per_million": {str(s["memory_mb"]): {"1e+08": 4.0} for s in sizes}, "sizes": sizes,
-            "choice": {"memory_mb": choice, "why": "the cheapest"}}
+    return {
+        "machine": "vm (2 cores)",
+        "commit": commit,
+        "profile": "lambda",
+        "load_avg_before": [0.5, 0, 0],
+        "load_avg_after": [0.6, 0, 0],
+        "template_default_mb": 256,
+        "args": {"volume": 1e8},
+        "cost_scope": "Lambda + DynamoDB + poller",
+        "picture": None,
+        "cost_per_million": {str(s["memory_mb"]): {"1e+08": 4.0} for s in sizes},
+        "sizes": sizes,
+        "choice": {"memory_mb": choice, "why": "the cheapest"},
+    }
 
 
 def test_the_page_shows_each_size_and_phase_and_whether_two_runs_agree(tmp_path: Path) -> None:
@@ -137,8 +148,11 @@ def test_the_page_shows_each_size_and_phase_and_whether_two_runs_agree(tmp_path:
     assert "| 512 MB | steady | met (1.00x) | missed (9.00x) | NO |" in text
     assert "differ on 1" in text
     # and both runs' figures stay beside it, from which the page is made again to the byte
-    again = memory.write_page(json.loads((page.parent / "memory.json").read_text()), tmp_path / "again.md",
-                              earlier=[json.loads((page.parent / "memory-previous.json").read_text())])
+    again = memory.write_page(
+        json.loads((page.parent / "memory.json").read_text()),
+        tmp_path / "again.md",
+        earlier=[json.loads((page.parent / "memory-previous.json").read_text())],
+    )
     assert again.read_text() == text
 
 

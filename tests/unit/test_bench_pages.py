@@ -11,15 +11,25 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import pages  # noqa: E402
+import pages
 
 
-def verdict(name: str, value: float, floor: float, ratio_target: float = 1.5,
-            abs_target: float = 2.0) -> dict[str, Any]:
+def verdict(
+    name: str, value: float, floor: float, ratio_target: float = 1.5, abs_target: float = 2.0
+) -> dict[str, Any]:
     ratio = value / floor
-    return {"name": name, "value": value, "floor": floor, "floor_name": f"floor/{name}", "abs_target": abs_target,
-            "ratio_target": ratio_target, "ratio": ratio, "abs_met": value <= abs_target,
-            "ratio_met": ratio <= ratio_target, "met": ratio <= ratio_target}
+    return {
+        "name": name,
+        "value": value,
+        "floor": floor,
+        "floor_name": f"floor/{name}",
+        "abs_target": abs_target,
+        "ratio_target": ratio_target,
+        "ratio": ratio,
+        "abs_met": value <= abs_target,
+        "ratio_met": ratio <= ratio_target,
+        "met": ratio <= ratio_target,
+    }
 
 
 def summary(p99: float) -> dict[str, Any]:
@@ -27,13 +37,20 @@ def summary(p99: float) -> dict[str, Any]:
 
 
 def drift_report(profile: str, steady: float, burst: float) -> dict[str, Any]:
-    return {"machine": "vm (2 cores)", "commit": "abc1234", "profile": profile, "executor_memory_mb": 256,
-            "cpu_quota": {"applied": profile == "lambda"}, "load_avg_before": [0.4, 0, 0],
-            "load_avg_after": [0.5, 0, 0], "complete": True,
-            "floors": {"floor/steady": {**summary(0.1), "processes": 1}},
-            "phases": {"system/steady": summary(steady), "system/burst": {**summary(burst), "arrival": summary(9.0)}},
-            "verdicts": [verdict("system/steady", steady, 0.1), verdict("system/burst", burst, 20.0, abs_target=90)],
-            "pictures": ["/tmp/run/pictures/all-phases-cdf.png"]}
+    return {
+        "machine": "vm (2 cores)",
+        "commit": "abc1234",
+        "profile": profile,
+        "executor_memory_mb": 256,
+        "cpu_quota": {"applied": profile == "lambda"},
+        "load_avg_before": [0.4, 0, 0],
+        "load_avg_after": [0.5, 0, 0],
+        "complete": True,
+        "floors": {"floor/steady": {**summary(0.1), "processes": 1}},
+        "phases": {"system/steady": summary(steady), "system/burst": {**summary(burst), "arrival": summary(9.0)}},
+        "verdicts": [verdict("system/steady", steady, 0.1), verdict("system/burst", burst, 20.0, abs_target=90)],
+        "pictures": ["/tmp/run/pictures/all-phases-cdf.png"],
+    }
 
 
 def test_a_drift_page_says_its_footing_and_judges_each_phase_against_its_floor(tmp_path: Path) -> None:
@@ -74,7 +91,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_readmes_benchmark_figures_are_the_ones_the_published_figures_make() -> None:
     # Given the README and the figures published in docs/benchmarks
     text = (ROOT / "README.md").read_text()
-    block = text[text.index(pages.BEGIN):text.index(pages.END) + len(pages.END)]
+    block = text[text.index(pages.BEGIN) : text.index(pages.END) + len(pages.END)]
     # Then the block is exactly what bench/pages.py makes of them: nobody typed a figure
     assert block == "\n".join(pages.readme_block_lines(ROOT / "docs" / "benchmarks"))
 

@@ -91,8 +91,14 @@ def test_fires_of_unknown_keys_are_unexplained_extras() -> None:
 def test_the_allowance_explains_one_extra_fire_per_key_and_no_more() -> None:
     # Given a key in the crash-window allowance fired twice, another fired three times, and an unknown key
     # that is in the allowance too
-    fires = [Fire("a:0", DUE + 1), Fire("a:0", DUE + 9), Fire("b:0", DUE), Fire("b:0", DUE + 1),
-             Fire("b:0", DUE + 2), Fire("x:0", DUE)]
+    fires = [
+        Fire("a:0", DUE + 1),
+        Fire("a:0", DUE + 9),
+        Fire("b:0", DUE),
+        Fire("b:0", DUE + 1),
+        Fire("b:0", DUE + 2),
+        Fire("x:0", DUE),
+    ]
 
     # When checked with all three keys allowed one extra
     verdict = check([occ("a"), occ("b")], fires, allowance={"a:0", "b:0", "x:0"})
@@ -116,8 +122,7 @@ def test_an_allowed_key_fired_once_is_fine() -> None:
 # -- rejected attempts (retries) ----------------------------------------------------------------------------
 def test_attempts_the_target_rejected_are_not_duplicates() -> None:
     # Given a task whose first two attempts the target answered 500, and whose third it accepted
-    fires = [Fire("p:0", DUE + 1, accepted=False), Fire("p:0", DUE + 1_000, accepted=False),
-             Fire("p:0", DUE + 3_000)]
+    fires = [Fire("p:0", DUE + 1, accepted=False), Fire("p:0", DUE + 1_000, accepted=False), Fire("p:0", DUE + 3_000)]
 
     # When checked
     verdict = check([occ("p", outcome="SUCCEEDED")], fires, epsilon_ms=10_000)
@@ -142,8 +147,15 @@ def test_a_poison_task_only_ever_rejected_still_matched_and_not_lost() -> None:
 # -- lost against explicit outcomes --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("outcome", "bucket"),
-    [("MISSED", "explicitly_missed"), ("FAILED", "failed"), ("CANCELLED", "cancelled"), (None, "lost"),
-     ("PENDING", "lost"), ("ARMED", "lost"), ("SUCCEEDED", "lost")],
+    [
+        ("MISSED", "explicitly_missed"),
+        ("FAILED", "failed"),
+        ("CANCELLED", "cancelled"),
+        (None, "lost"),
+        ("PENDING", "lost"),
+        ("ARMED", "lost"),
+        ("SUCCEEDED", "lost"),
+    ],
 )
 def test_an_unfired_occurrence_is_lost_unless_the_table_says_why(outcome: str | None, bucket: str) -> None:
     verdict = check([occ("a", outcome=outcome)], [])
@@ -197,8 +209,13 @@ def test_a_fire_past_its_grace_fails_unless_its_policy_is_fire_late() -> None:
 def test_crash_windows_count_what_was_due_in_them_and_a_missed_occurrence_outside_fails() -> None:
     # Given two crash windows, [DUE, DUE+1000] and [DUE+5000, DUE+6000] (ends included), and occurrences due
     # inside and outside them: two MISSED inside, one fired inside, one MISSED outside
-    expected = [occ("a", DUE, "MISSED"), occ("b", DUE + 1_000, "MISSED"), occ("c", DUE + 5_500, "SUCCEEDED"),
-                occ("d", DUE + 3_000, "MISSED"), occ("e", DUE + 9_000, "SUCCEEDED")]
+    expected = [
+        occ("a", DUE, "MISSED"),
+        occ("b", DUE + 1_000, "MISSED"),
+        occ("c", DUE + 5_500, "SUCCEEDED"),
+        occ("d", DUE + 3_000, "MISSED"),
+        occ("e", DUE + 9_000, "SUCCEEDED"),
+    ]
     fires = [Fire("c:0", DUE + 5_501), Fire("e:0", DUE + 9_001)]
     windows = [(DUE + 5_000, DUE + 6_000), (DUE, DUE + 1_000)]
 
@@ -234,21 +251,35 @@ def test_format_prints_one_line_per_figure_with_examples_of_what_failed() -> Non
 # -- adapters ------------------------------------------------------------------------------------------------
 def test_adapters_read_the_fire_log_tasks_and_a_plan() -> None:
     entries = [{"event": "fired", "task_id": "a", "key": "a:0", "due_ms": DUE, "fired_ms": DUE + 0.5}]
-    task = Task(task_id="a", due_at=datetime.fromtimestamp(DUE / 1000, UTC), action=LogAction(),
-                misfire_grace_ms=5_000, status=TaskStatus.SUCCEEDED)
+    task = Task(
+        task_id="a",
+        due_at=datetime.fromtimestamp(DUE / 1000, UTC),
+        action=LogAction(),
+        misfire_grace_ms=5_000,
+        status=TaskStatus.SUCCEEDED,
+    )
 
     assert fires_from_fire_log(entries) == [Fire("a:0", DUE + 0.5)]
     assert expected_from_tasks([task]) == [Expected("a", 0, DUE, "SUCCEEDED", 5_000, False)]
     assert expected_from_due({"a": DUE, "b": DUE + 1}, {"a": TaskStatus.MISSED}) == [
-        Expected("a", 0, DUE, "MISSED"), Expected("b", 0, DUE + 1, None)
+        Expected("a", 0, DUE, "MISSED"),
+        Expected("b", 0, DUE + 1, None),
     ]
 
 
 def test_drift_of_a_retried_task_is_measured_from_its_first_due_instant() -> None:
     # Given a task whose retry moved due_at 4 s on, keeping the original in first_due_at (issue #4 part 1)
     first, moved = datetime.fromtimestamp(DUE / 1000, UTC), datetime.fromtimestamp((DUE + 4_000) / 1000, UTC)
-    task = SimpleNamespace(task_id="r", occurrence=0, due_ms=DUE + 4_000, due_at=moved, first_due_at=first,
-                           status=TaskStatus.SUCCEEDED, misfire_grace_ms=60_000, misfire_policy="skip")
+    task = SimpleNamespace(
+        task_id="r",
+        occurrence=0,
+        due_ms=DUE + 4_000,
+        due_at=moved,
+        first_due_at=first,
+        status=TaskStatus.SUCCEEDED,
+        misfire_grace_ms=60_000,
+        misfire_policy="skip",
+    )
 
     # Then it is expected at its first due instant
     (expected,) = expected_from_tasks([task])
@@ -282,8 +313,10 @@ def test_the_loopback_target_records_posts_and_rejects_poison_keys(tmp_path) -> 
 
     # Then it answered 500 to the poison key every time and to q:0 once, and recorded everything
     assert statuses == [200, 500, 500, 500, 200, 200]
-    assert [(r.key, r.status, r.body, r.due_ms) for r in records][:2] == [("a:0", 200, {"n": 1}, DUE),
-                                                                         ("p:0", 500, {"n": 1}, DUE)]
+    assert [(r.key, r.status, r.body, r.due_ms) for r in records][:2] == [
+        ("a:0", 200, {"n": 1}, DUE),
+        ("p:0", 500, {"n": 1}, DUE),
+    ]
     assert len(served) == 6 and served[0]["key"] == "a:0"
     assert len((tmp_path / "seen.jsonl").read_text().splitlines()) == 6
     # ... and the checker sees the rejected attempts as such, the request without a key as unknown
@@ -298,8 +331,9 @@ def test_the_loopback_target_records_posts_and_rejects_poison_keys(tmp_path) -> 
 def scenarios(draw: st.DrawFn) -> tuple[list[Expected], list[Fire], set[str], dict[str, int]]:
     n = draw(st.integers(0, 30))
     outcomes = st.sampled_from([None, "SUCCEEDED", "MISSED", "FAILED", "CANCELLED", "PENDING"])
-    expected = [Expected(f"t{i}", draw(st.integers(0, 2)), DUE + draw(st.integers(0, 10_000)), draw(outcomes))
-                for i in range(n)]
+    expected = [
+        Expected(f"t{i}", draw(st.integers(0, 2)), DUE + draw(st.integers(0, 10_000)), draw(outcomes)) for i in range(n)
+    ]
     fires: list[Fire] = []
     copies: dict[str, int] = {}
     for e in expected:
@@ -341,5 +375,6 @@ def test_property_every_fire_and_every_occurrence_is_counted_exactly_once(
     assert verdict.drift["count"] == len(verdict.matched)
     # Lost is exactly: no fire and no explicit outcome
     by_key = {e.key: e for e in expected}
-    assert set(verdict.lost) == {k for k, c in copies.items()
-                                 if not c and by_key[k].outcome not in ("MISSED", "FAILED", "CANCELLED")}
+    assert set(verdict.lost) == {
+        k for k, c in copies.items() if not c and by_key[k].outcome not in ("MISSED", "FAILED", "CANCELLED")
+    }

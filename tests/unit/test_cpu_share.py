@@ -31,8 +31,9 @@ def test_a_v1_group_quota_is_its_share_of_a_core(tmp_path: Path) -> None:
 
 
 def test_the_tightest_quota_of_the_group_and_its_ancestors_wins(tmp_path: Path) -> None:
-    proc, root = v1_tree(tmp_path, {"": (-1, 100_000), "punctual-1": (10_000, 100_000),
-                                    "punctual-1/w1": (50_000, 100_000)})
+    proc, root = v1_tree(
+        tmp_path, {"": (-1, 100_000), "punctual-1": (10_000, 100_000), "punctual-1/w1": (50_000, 100_000)}
+    )
     assert cgroup_cpu_share(proc, root) == pytest.approx(0.1)
 
 

@@ -14,8 +14,9 @@ DUE = 1_900_000_000_000
 
 
 def task(policy: str = "skip", grace_ms: int = 1_000, **fields: object) -> Task:
-    return Task(task_id="t", due_at=from_ms(DUE), action=LogAction(), misfire_grace_ms=grace_ms,
-                misfire_policy=policy, **fields)  # type: ignore[arg-type]
+    return Task(
+        task_id="t", due_at=from_ms(DUE), action=LogAction(), misfire_grace_ms=grace_ms, misfire_policy=policy, **fields
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -58,10 +59,24 @@ def test_a_fire_late_refire_in_the_crash_window_is_flagged_late_with_its_reason(
 
 def test_a_failure_with_attempts_left_is_a_retry_and_the_last_one_is_failed() -> None:
     retry = RetryPolicy(max_attempts=2)
-    first = decide_outcome(task(retry=retry, attempt=1), DUE, DUE + 1, DUE + 5,
-                           decision=decide_before_fire(task(), DUE, DUE + 1), error="HTTP 500", offset_ms=None)
-    last = decide_outcome(task(retry=retry, attempt=2), DUE, DUE + 1, DUE + 5,
-                          decision=decide_before_fire(task(), DUE, DUE + 1), error="HTTP 500", offset_ms=None)
+    first = decide_outcome(
+        task(retry=retry, attempt=1),
+        DUE,
+        DUE + 1,
+        DUE + 5,
+        decision=decide_before_fire(task(), DUE, DUE + 1),
+        error="HTTP 500",
+        offset_ms=None,
+    )
+    last = decide_outcome(
+        task(retry=retry, attempt=2),
+        DUE,
+        DUE + 1,
+        DUE + 5,
+        decision=decide_before_fire(task(), DUE, DUE + 1),
+        error="HTTP 500",
+        offset_ms=None,
+    )
     assert first.outcome is TaskStatus.PENDING and first.retry_delay_ms is not None
     assert first.detail is not None and first.detail.startswith("attempt 1 of 2 failed, next in")
     assert last.outcome is TaskStatus.FAILED and last.retry_delay_ms is None

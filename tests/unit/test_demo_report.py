@@ -52,8 +52,14 @@ def make_plan(steady: int = 3, burst: int = 2) -> DemoPlan:
 
 def fire(task_id: str, fired_ms: float, occurrence: int = 0) -> dict[str, Any]:
     """One fire-log line as the log action writes it."""
-    return {"event": "fired", "task_id": task_id, "key": f"{task_id}:{occurrence}", "due_ms": 0,
-            "fired_ms": fired_ms, "message": "demo r1"}
+    return {
+        "event": "fired",
+        "task_id": task_id,
+        "key": f"{task_id}:{occurrence}",
+        "due_ms": 0,
+        "fired_ms": fired_ms,
+        "message": "demo r1",
+    }
 
 
 def on_time(plan: DemoPlan, drift_ms: float = 1.0) -> list[dict[str, Any]]:
@@ -76,8 +82,18 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
     report = build_report(client, plan, on_time(plan))
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
-    assert set(report) == {"run_id", "via", *FIGURES, "drift_ms", "steady_drift_ms", "burst_drift_ms",
-                           "webhook_drift_ms", "recurring_drift_ms", "recurring", "checker"}
+    assert set(report) == {
+        "run_id",
+        "via",
+        *FIGURES,
+        "drift_ms",
+        "steady_drift_ms",
+        "burst_drift_ms",
+        "webhook_drift_ms",
+        "recurring_drift_ms",
+        "recurring",
+        "checker",
+    }
     assert report["run_id"] == "r1"
     assert figures(report) == (5, 5, 0, 0, 0, 0)
     assert report["drift_ms"] == {"p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}
@@ -162,8 +178,11 @@ def test_a_fire_at_epsilon_is_not_late_and_one_ms_more_is() -> None:
     # Given two tasks fired exactly ε after their due time and one 1 ms more
     plan = make_plan(steady=3, burst=0)
     ids = sorted(plan.due_ms)
-    fires = [fire(ids[0], plan.due_ms[ids[0]] + 10.0), fire(ids[1], plan.due_ms[ids[1]] + 10.0),
-             fire(ids[2], plan.due_ms[ids[2]] + 11.0)]
+    fires = [
+        fire(ids[0], plan.due_ms[ids[0]] + 10.0),
+        fire(ids[1], plan.due_ms[ids[1]] + 10.0),
+        fire(ids[2], plan.due_ms[ids[2]] + 11.0),
+    ]
 
     # When the report is built with ε = 10 ms
     report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
@@ -256,10 +275,18 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
 ) -> None:
     # Given a running stack's state file (this process stands in for it; nothing is contacted), and a demo
     # whose fire log holds ``fired`` of its 5 tasks
-    (tmp_path / "stack.json").write_text(json.dumps({
-        "pid": os.getpid(), "endpoint_url": "http://127.0.0.1:9", "table_name": "punctual-demo-test",
-        "shard_count": 4, "poll_interval_ms": 5_000, "fire_log": str(tmp_path / "fires.jsonl"),
-    }))
+    (tmp_path / "stack.json").write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "endpoint_url": "http://127.0.0.1:9",
+                "table_name": "punctual-demo-test",
+                "shard_count": 4,
+                "poll_interval_ms": 5_000,
+                "fire_log": str(tmp_path / "fires.jsonl"),
+            }
+        )
+    )
     plan = make_plan()
 
     def fake_run_demo(client: Any, fire_log: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -349,14 +376,14 @@ def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     seen: list[tuple[int, bool]] = []
     far = clock.now_s * 1000 + 60_000
     # Every task fired: the first read ends the wait, reported as the last one, without sleeping
-    assert FireLogTail(log, "run-a-").wait(["run-a-1"], far, progress=lambda n, last: seen.append((n, last))) \
-        == [fire]
+    assert FireLogTail(log, "run-a-").wait(["run-a-1"], far, progress=lambda n, last: seen.append((n, last))) == [fire]
     assert (seen, clock.sleeps) == ([(1, True)], [])
     # One task never fires: the wait reads every 50 ms until the deadline (300 ms on), then ends with what it has
     seen.clear()
     deadline_ms = clock.now_s * 1000 + 300
-    entries = FireLogTail(log, "run-a-").wait(["run-a-1", "run-a-2"], deadline_ms, interval_s=0.05,
-                                              progress=lambda n, last: seen.append((n, last)))
+    entries = FireLogTail(log, "run-a-").wait(
+        ["run-a-1", "run-a-2"], deadline_ms, interval_s=0.05, progress=lambda n, last: seen.append((n, last))
+    )
     assert entries == [fire]
     assert clock.now_s * 1000 > deadline_ms
     assert set(clock.sleeps) == {0.05} and len(seen) == len(clock.sleeps) + 1 >= 6
@@ -377,8 +404,13 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
     # And a fire log with the log tasks 1 ms late, and a receiver log (its own format) with the webhooks 7 ms late
     fire_log, received = tmp_path / "fires.jsonl", tmp_path / "received.jsonl"
     fire_log.write_text("".join(json.dumps(fire(t, plan.due_ms[t] + 1)) + "\n" for t in spread))
-    received.write_text("".join(json.dumps({"key": f"{t}:0", "task_id": t, "due_ms": plan.due_ms[t],
-                                            "received_ms": plan.due_ms[t] + 7.0}) + "\n" for t in hooks))
+    received.write_text(
+        "".join(
+            json.dumps({"key": f"{t}:0", "task_id": t, "due_ms": plan.due_ms[t], "received_ms": plan.due_ms[t] + 7.0})
+            + "\n"
+            for t in hooks
+        )
+    )
     # When the demo follows both and builds its report
     entries = FireLogTail(fire_log, "demo-r1-", received).read()
     report = build_report(FakeClient(), plan, entries)

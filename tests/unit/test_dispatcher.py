@@ -276,8 +276,9 @@ def test_cancel_pending_takes_back_what_has_not_fired(recorder: Recorder) -> Non
 def test_fires_one_after_another_are_all_handed_to_the_same_worker() -> None:
     # Given 8 workers and items added one at a time, each only once the previous one has fired
     threads: list[int] = []
-    dispatcher: Dispatcher[str] = Dispatcher(lambda item: threads.append(threading.get_ident()), workers=8,
-                                             name="one-wake")
+    dispatcher: Dispatcher[str] = Dispatcher(
+        lambda item: threads.append(threading.get_ident()), workers=8, name="one-wake"
+    )
     try:
         for i in range(12):
             dispatcher.add(time.monotonic(), f"item-{i}")
@@ -387,15 +388,19 @@ def test_fire_windows_nest_and_restore_the_interval_the_process_had() -> None:
         sys.setswitchinterval(before)
 
 
-@pytest.mark.parametrize(("cpu_share", "expected"), [
-    (None, FireTiming()),
-    (1.0, FireTiming()),
-    (2.5, FireTiming()),
-    (0.999, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
-    (256 / 1769, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
-])
+@pytest.mark.parametrize(
+    ("cpu_share", "expected"),
+    [
+        (None, FireTiming()),
+        (1.0, FireTiming()),
+        (2.5, FireTiming()),
+        (0.999, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
+        (256 / 1769, FireTiming(spin_s=0.0, fire_spin_s=QUOTA_SPIN_S)),
+    ],
+)
 def test_a_process_spins_milliseconds_before_a_fire_only_with_a_core_to_itself(
-        cpu_share: float | None, expected: FireTiming) -> None:
+    cpu_share: float | None, expected: FireTiming
+) -> None:
     assert FireTiming.for_cpu_share(cpu_share) == expected
 
 

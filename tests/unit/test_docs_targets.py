@@ -13,8 +13,11 @@ def _rows(section: str, header: str) -> list[str]:
     ``| <header>``)."""
     text = (ROOT / "docs" / "targets.md").read_text()
     table = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    return [line for line in table.splitlines()
-            if line.startswith("| ") and not line.startswith(f"| {header}") and not line.startswith("| ---")]
+    return [
+        line
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith(f"| {header}") and not line.startswith("| ---")
+    ]
 
 
 def _tests_named(row: str, pattern: str) -> list[str]:

@@ -16,10 +16,15 @@ from punctual.fastpath import candidate_of_record, choose_path, matches
 from punctual.model import TaskStatus
 
 
-def record(event_name: str = "INSERT", status: str = "PENDING", fast: str | None = "1",
-           task_id: str = "t-1") -> dict[str, Any]:
-    image: dict[str, Any] = {"task_id": {"S": task_id}, "due_ms": {"N": "1795350000123"}, "status": {"S": status},
-                             "misfire_grace_ms": {"N": "60000"}}
+def record(
+    event_name: str = "INSERT", status: str = "PENDING", fast: str | None = "1", task_id: str = "t-1"
+) -> dict[str, Any]:
+    image: dict[str, Any] = {
+        "task_id": {"S": task_id},
+        "due_ms": {"N": "1795350000123"},
+        "status": {"S": status},
+        "misfire_grace_ms": {"N": "60000"},
+    }
     if fast is not None:
         image["fast_path"] = {"N": fast}
     change: dict[str, Any] = {"Keys": {"task_id": {"S": task_id}}, "StreamViewType": "NEW_IMAGE"}
@@ -51,13 +56,20 @@ def test_the_templates_filter_lets_through_only_pending_short_lead_writes(rec: d
 def test_a_record_becomes_the_candidate_its_image_describes() -> None:
     candidate = candidate_of_record(record())
     assert candidate is not None
-    assert (candidate.task_id, candidate.due_ms, candidate.status, candidate.lease_until_ms,
-            candidate.misfire_grace_ms) == ("t-1", 1795350000123, TaskStatus.PENDING, None, 60_000)
+    assert (
+        candidate.task_id,
+        candidate.due_ms,
+        candidate.status,
+        candidate.lease_until_ms,
+        candidate.misfire_grace_ms,
+    ) == ("t-1", 1795350000123, TaskStatus.PENDING, None, 60_000)
 
 
 def test_records_that_are_not_tasks_are_ignored() -> None:
-    watermark = {"eventName": "MODIFY", "dynamodb": {"NewImage": {"task_id": {"S": "#poller-watermark"},
-                                                                  "watermark_ms": {"N": "1"}}}}
+    watermark = {
+        "eventName": "MODIFY",
+        "dynamodb": {"NewImage": {"task_id": {"S": "#poller-watermark"}, "watermark_ms": {"N": "1"}}},
+    }
     assert candidate_of_record(watermark) is None
     assert candidate_of_record({"eventName": "INSERT"}) is None
 
@@ -105,8 +117,11 @@ def test_the_fast_path_leaves_to_the_next_poll_only_what_that_poll_dispatches_a_
 
 
 @settings(max_examples=500, deadline=None)
-@given(last=st.lists(st.integers(0, 120_000), min_size=1, max_size=4), now=st.integers(0, 200_000),
-       lead_after_now=st.integers(0, 200_000))
+@given(
+    last=st.lists(st.integers(0, 120_000), min_size=1, max_size=4),
+    now=st.integers(0, 200_000),
+    lead_after_now=st.integers(0, 200_000),
+)
 def test_every_task_left_to_the_poll_is_in_each_groups_next_poll_a_margin_before_it_is_due(
     last: list[int], now: int, lead_after_now: int
 ) -> None:

@@ -56,7 +56,8 @@ def test_a_closed_loop_refuses_a_coroutine_instead_of_leaving_its_caller_waiting
 
 
 def test_warm_ups_run_after_their_delay_and_a_failing_one_is_logged(
-        loop: FireLoop, caplog: pytest.LogCaptureFixture) -> None:
+    loop: FireLoop, caplog: pytest.LogCaptureFixture
+) -> None:
     ran: list[str] = []
     done = threading.Event()
 

@@ -89,8 +89,11 @@ action_models = http_actions | log_actions
 action_inputs = action_models | action_models.map(lambda action: action.model_dump(mode="json"))
 # ... when its target passes the default target rules too (https, a public address; see test_netpolicy.py).
 schedulable_actions = action_inputs.filter(
-    lambda action: (action.kind if isinstance(action, Action) else action["kind"]) != "http"
-    or _schedulable(str(action.url) if isinstance(action, Action) else action["url"]))
+    lambda action: (
+        (action.kind if isinstance(action, Action) else action["kind"]) != "http"
+        or _schedulable(str(action.url) if isinstance(action, Action) else action["url"])
+    )
+)
 
 
 def _schedulable(url: str) -> bool:
@@ -99,6 +102,7 @@ def _schedulable(url: str) -> bool:
     except TargetRefusedError:
         return False
     return True
+
 
 grace_ms = st.integers(min_value=0, max_value=86_400_000)
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)

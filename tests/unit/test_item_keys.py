@@ -26,16 +26,20 @@ def test_an_item_whose_tenant_attribute_is_its_keys_reads() -> None:
     assert item_to_task(_item("acme/t")).task_id == "acme/t"
     assert candidate_of_item(_item("acme/t")) is not None
     assert item_to_task(_item("acme/daily@20300101T000000.000Z", schedule_id="acme/daily")).schedule_id == (
-        "acme/daily")
+        "acme/daily"
+    )
 
 
-@pytest.mark.parametrize(("key", "extra"), [
-    ("acme/t", {"tenant": "beta"}),  # another tenant's attribute on acme's key
-    ("t", {"tenant": "beta"}),  # a tenant on an operator's key
-    ("acme/t", {"schedule_id": "acme/daily"}),  # a task of its own naming a schedule
-    ("acme/daily@20300101T000000.000Z", {"schedule_id": "beta/reports"}),  # another tenant's schedule
-    ("acme/daily@20300101T000000.000Z", {"schedule_id": "acme/other"}),  # another schedule of the tenant's
-])
+@pytest.mark.parametrize(
+    ("key", "extra"),
+    [
+        ("acme/t", {"tenant": "beta"}),  # another tenant's attribute on acme's key
+        ("t", {"tenant": "beta"}),  # a tenant on an operator's key
+        ("acme/t", {"schedule_id": "acme/daily"}),  # a task of its own naming a schedule
+        ("acme/daily@20300101T000000.000Z", {"schedule_id": "beta/reports"}),  # another tenant's schedule
+        ("acme/daily@20300101T000000.000Z", {"schedule_id": "acme/other"}),  # another schedule of the tenant's
+    ],
+)
 def test_an_item_naming_another_than_its_key_is_no_task(key: str, extra: dict[str, Any]) -> None:
     item = _item(key, **extra)
     with pytest.raises(ValueError, match="key"):
@@ -46,10 +50,21 @@ def test_an_item_naming_another_than_its_key_is_no_task(key: str, extra: dict[st
 
 
 def _schedule_item(key: str, schedule_id: str, tenant: str | None = None) -> dict[str, Any]:
-    definition = {"schedule_id": schedule_id, "expression": "rate(1 minute)", "timezone": "UTC",
-                  "action": {"kind": "log", "message": ""}, "payload": None}
-    values: dict[str, Any] = {"task_id": key, "state": "ACTIVE", "version": 1, "definition": json.dumps(definition),
-                              "created_ms": DUE, "next_due_ms": DUE}
+    definition = {
+        "schedule_id": schedule_id,
+        "expression": "rate(1 minute)",
+        "timezone": "UTC",
+        "action": {"kind": "log", "message": ""},
+        "payload": None,
+    }
+    values: dict[str, Any] = {
+        "task_id": key,
+        "state": "ACTIVE",
+        "version": 1,
+        "definition": json.dumps(definition),
+        "created_ms": DUE,
+        "next_due_ms": DUE,
+    }
     if tenant is not None:
         values["tenant"] = tenant
     return to_av(values)
@@ -59,8 +74,10 @@ def test_a_schedule_item_is_read_only_as_the_schedule_its_key_names() -> None:
     # Given acme's own schedule item  Then it reads
     assert schedule_of_item(_schedule_item("acme/#schedule#daily", "acme/daily", "acme")).schedule_id == "acme/daily"
     # And one keyed under acme whose definition names beta's schedule (or whose tenant is beta's) does not
-    for item in (_schedule_item("acme/#schedule#evil", "beta/reports", "acme"),
-                 _schedule_item("acme/#schedule#daily", "acme/daily", "beta"),
-                 _schedule_item("#schedule#ops", "beta/ops")):
+    for item in (
+        _schedule_item("acme/#schedule#evil", "beta/reports", "acme"),
+        _schedule_item("acme/#schedule#daily", "acme/daily", "beta"),
+        _schedule_item("#schedule#ops", "beta/ops"),
+    ):
         with pytest.raises(UndecodableItemError):
             schedule_of_item(item)

@@ -32,8 +32,7 @@ def test_there_is_no_retry_before_the_first_or_after_the_second(retry: int) -> N
         retry_delay_s(retry)
 
 
-@pytest.mark.parametrize(("throttles", "delay"), [(1, 1.0), (2, 2.0), (3, 4.0), (9, 256.0), (10, 300.0),
-                                                  (1000, 300.0)])
+@pytest.mark.parametrize(("throttles", "delay"), [(1, 1.0), (2, 2.0), (3, 4.0), (9, 256.0), (10, 300.0), (1000, 300.0)])
 def test_a_throttled_event_backs_off_from_1_s_doubling_up_to_5_minutes(throttles: int, delay: float) -> None:
     assert throttle_backoff_s(throttles) == delay
 
@@ -45,8 +44,9 @@ def test_an_event_is_expired_only_past_the_maximum_age() -> None:
 
 
 @pytest.mark.parametrize(("reserved", "local_cap", "cap"), [(None, 64, 64), (100, 64, 64), (5, 64, 5), (1, 1, 1)])
-def test_the_concurrency_is_the_reservation_within_the_local_cap(reserved: int | None, local_cap: int,
-                                                                   cap: int) -> None:
+def test_the_concurrency_is_the_reservation_within_the_local_cap(
+    reserved: int | None, local_cap: int, cap: int
+) -> None:
     assert concurrency_cap(FunctionLimits(reserved_concurrency=reserved), local_cap) == cap
 
 
@@ -113,8 +113,9 @@ Resources:
 
 
 @pytest.mark.parametrize(("reserved", "expected"), [("7", 7), ("0", None), ("", None)])
-def test_refs_conditions_globals_and_no_value_resolve_as_cloudformation_would(tmp_path: Path, reserved: str,
-                                                                               expected: int | None) -> None:
+def test_refs_conditions_globals_and_no_value_resolve_as_cloudformation_would(
+    tmp_path: Path, reserved: str, expected: int | None
+) -> None:
     # Given a template with a parameter's Ref, a reservation under a condition, and Globals
     path = tmp_path / f"template-{reserved or 'empty'}.yaml"
     path.write_text(TEMPLATE.format(reserved=reserved))
@@ -122,8 +123,15 @@ def test_refs_conditions_globals_and_no_value_resolve_as_cloudformation_would(tm
     limits = read_function_limits("Fn", str(path))
     # Then the memory is the parameter's default, the timeout the Globals', the reservation set only when the
     # condition holds, the retries the invoke config's and the event age Lambda's default
-    assert limits == FunctionLimits(function="Fn", memory_mb=512, timeout_s=42.0, reserved_concurrency=expected,
-                                    max_retry_attempts=1, max_event_age_s=LAMBDA_DEFAULT_EVENT_AGE_S, alias="live")
+    assert limits == FunctionLimits(
+        function="Fn",
+        memory_mb=512,
+        timeout_s=42.0,
+        reserved_concurrency=expected,
+        max_retry_attempts=1,
+        max_event_age_s=LAMBDA_DEFAULT_EVENT_AGE_S,
+        alias="live",
+    )
 
 
 def test_what_a_function_does_not_set_is_lambdas_default(tmp_path: Path) -> None:
@@ -132,8 +140,9 @@ def test_what_a_function_does_not_set_is_lambdas_default(tmp_path: Path) -> None
     # A SAM function with nothing set takes the Globals' timeout and Lambda's other defaults
     assert read_function_limits("Bare", str(path)) == FunctionLimits(function="Bare", timeout_s=42.0)
     # A plain Lambda function ignores SAM's Globals and takes an EventInvokeConfig resource naming it
-    assert read_function_limits("Plain", str(path)) == FunctionLimits(function="Plain", timeout_s=9.0,
-                                                                      max_retry_attempts=0, max_event_age_s=60.0)
+    assert read_function_limits("Plain", str(path)) == FunctionLimits(
+        function="Plain", timeout_s=9.0, max_retry_attempts=0, max_event_age_s=60.0
+    )
 
 
 def test_an_unknown_function_is_refused_by_name(tmp_path: Path) -> None:
@@ -144,7 +153,10 @@ def test_an_unknown_function_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_a_limit_line_says_memory_cpu_timeout_retries_age_and_concurrency() -> None:
-    line = FunctionLimits("ExecutorFunction", memory_mb=256, timeout_s=300, reserved_concurrency=100,
-                          max_event_age_s=300).describe(local_cap=64)
-    assert line == ("ExecutorFunction: 256 MB (0.145 of a core), timeout 300 s, 2 retries (after 1 min, 2 min), "
-                    "events dropped after 300 s, reserved concurrency 100 (local cap 64)")
+    line = FunctionLimits(
+        "ExecutorFunction", memory_mb=256, timeout_s=300, reserved_concurrency=100, max_event_age_s=300
+    ).describe(local_cap=64)
+    assert line == (
+        "ExecutorFunction: 256 MB (0.145 of a core), timeout 300 s, 2 retries (after 1 min, 2 min), "
+        "events dropped after 300 s, reserved concurrency 100 (local cap 64)"
+    )

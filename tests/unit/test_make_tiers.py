@@ -18,7 +18,6 @@ def _tiers(makefile: str, name: str) -> list[str]:
 def test_every_test_folder_is_in_exactly_one_of_make_tests_runs() -> None:
     makefile = (ROOT / "Makefile").read_text()
     parallel, serial = _tiers(makefile, "PARALLEL_TIERS"), _tiers(makefile, "SERIAL_TIERS")
-    folders = sorted(f"tests/{d.name}" for d in (ROOT / "tests").iterdir()
-                     if d.is_dir() and any(d.glob("test_*.py")))
+    folders = sorted(f"tests/{d.name}" for d in (ROOT / "tests").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
     assert sorted(parallel + serial) == folders
     assert "$(PARALLEL_TIERS)" in makefile and "$(SERIAL_TIERS)" in makefile

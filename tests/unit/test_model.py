@@ -76,17 +76,40 @@ def test_other_times_are_normalised_too() -> None:
 
 
 # -- task id, action ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("task_id", ["", "-leading-dash", "has space", "x" * 129, "two/slash/es", "Upper/tenant",
-                                     "/no-tenant", "acme/", "t" * 41 + "/long-tenant", "#poller-watermark",
-                                     "acme/#schedule#x"])
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "",
+        "-leading-dash",
+        "has space",
+        "x" * 129,
+        "two/slash/es",
+        "Upper/tenant",
+        "/no-tenant",
+        "acme/",
+        "t" * 41 + "/long-tenant",
+        "#poller-watermark",
+        "acme/#schedule#x",
+    ],
+)
 def test_bad_task_ids_are_rejected(task_id: str) -> None:
     assert not is_valid_task_id(task_id)
     with pytest.raises(ValidationError):
         make_task(task_id=task_id)
 
 
-@pytest.mark.parametrize("task_id", ["a", "publish-v-123", "A.b_c:d-e", "x" * 128, "acme/publish-v-123",
-                                     "t" * 40 + "/" + "x" * 128, "acme/daily@20261124T090000.000Z"])
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "a",
+        "publish-v-123",
+        "A.b_c:d-e",
+        "x" * 128,
+        "acme/publish-v-123",
+        "t" * 40 + "/" + "x" * 128,
+        "acme/daily@20261124T090000.000Z",
+    ],
+)
 def test_good_task_ids_are_accepted(task_id: str) -> None:
     assert is_valid_task_id(task_id)
     assert make_task(task_id=task_id).task_id == task_id

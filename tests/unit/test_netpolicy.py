@@ -554,8 +554,10 @@ def test_from_settings_takes_an_iterable_of_entries() -> None:
     policy = TargetPolicy.from_settings(["localhost", "127.0.0.1, ::ffff:10.0.0.0/104"], allow_plain_http=True)
     # Then all are parsed, the IPv4-mapped CIDR as IPv4
     assert policy.allowlist.names == frozenset({("localhost", None)})
-    assert policy.allowlist.networks == ((ipaddress.ip_network("127.0.0.1/32"), None),
-                                         (ipaddress.ip_network("10.0.0.0/8"), None))
+    assert policy.allowlist.networks == (
+        (ipaddress.ip_network("127.0.0.1/32"), None),
+        (ipaddress.ip_network("10.0.0.0/8"), None),
+    )
     assert policy.allow_plain_http
 
 
@@ -774,8 +776,9 @@ def test_an_entry_with_a_port_opens_that_port_only() -> None:
     assert policy.is_allowed_address(IPV4("10.0.0.1"))
 
 
-@pytest.mark.parametrize("entry", ["127.0.0.1:0", "127.0.0.1:65536", "host:x", "[::1", "[::1]x", "[::1]:",
-                                   "*.corp:99999"])
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1:0", "127.0.0.1:65536", "host:x", "[::1", "[::1]x", "[::1]:", "*.corp:99999"]
+)
 def test_a_bad_port_in_an_entry_is_refused(entry: str) -> None:
     with pytest.raises(ValueError, match="bad allowlist entry"):
         TargetPolicy.from_settings(entry)

@@ -30,9 +30,16 @@ def _reset() -> Iterator[None]:
     set_realtime_firing(False)
 
 
-@pytest.mark.parametrize(("spec", "cpus"), [
-    ("1", {1}), ("0-2", {0, 1, 2}), ("0,2-3", {0, 2, 3}), (" 1 , 3 ", {1, 3}), ("2-2", {2}),
-])
+@pytest.mark.parametrize(
+    ("spec", "cpus"),
+    [
+        ("1", {1}),
+        ("0-2", {0, 1, 2}),
+        ("0,2-3", {0, 2, 3}),
+        (" 1 , 3 ", {1, 3}),
+        ("2-2", {2}),
+    ],
+)
 def test_cpu_lists_parse(spec: str, cpus: set[int]) -> None:
     assert parse_cpu_list(spec) == cpus
 
@@ -83,10 +90,10 @@ def test_without_background_cpus_a_lowered_thread_keeps_every_cpu() -> None:
 
 def test_cpus_this_process_may_not_use_are_ignored_and_none_left_means_no_confinement() -> None:
     set_background_cpus(f"{max(USABLE) + 1000}")
-    assert priority._background_cpus is None  # noqa: SLF001 - the module's state is what is under test
+    assert priority._background_cpus is None  # the module's state is what is under test
     if len(USABLE) >= 2:
         set_background_cpus(f"{USABLE[1]},{max(USABLE) + 1000}")
-        assert priority._background_cpus == {USABLE[1]}  # noqa: SLF001
+        assert priority._background_cpus == {USABLE[1]}
 
 
 def test_a_cpu_beyond_what_linux_allows_is_refused_rather_than_enumerated() -> None:

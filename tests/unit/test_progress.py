@@ -40,7 +40,7 @@ def test_an_end_without_text_after_nothing_shown_writes_nothing_and_none_is_sile
     silent.end("y")
 
 
-def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch) -> None:  # noqa: ANN001
+def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch) -> None:
     import os
     import shutil
 

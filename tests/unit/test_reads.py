@@ -40,22 +40,32 @@ SCALARS = st.one_of(
     st.fixed_dictionaries({"SS": st.lists(st.text(), min_size=1, max_size=3)}),
     st.fixed_dictionaries({"NS": st.lists(st.integers().map(str), min_size=1, max_size=3)}),
     st.fixed_dictionaries({"B": st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode())}),
-    st.fixed_dictionaries({"BS": st.lists(st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()),
-                                          min_size=1, max_size=2)}),
+    st.fixed_dictionaries(
+        {"BS": st.lists(st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()), min_size=1, max_size=2)}
+    ),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.fixed_dictionaries({"M": st.dictionaries(st.text(max_size=5), inner, max_size=3)}),
-    st.fixed_dictionaries({"L": st.lists(inner, max_size=3)}),
-), max_leaves=8)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.fixed_dictionaries({"M": st.dictionaries(st.text(max_size=5), inner, max_size=3)}),
+        st.fixed_dictionaries({"L": st.lists(inner, max_size=3)}),
+    ),
+    max_leaves=8,
+)
 ITEMS = st.dictionaries(st.text(min_size=1, max_size=8), VALUES, min_size=1, max_size=5)
 
 
 @settings(max_examples=300, deadline=None)
 @given(items=st.lists(ITEMS, max_size=4), spaced=st.booleans(), last_key=st.none() | ITEMS)
-def test_a_query_parses_as_botocore_parses_it(items: list[dict[str, Any]], spaced: bool,
-                                              last_key: dict[str, Any] | None) -> None:
-    body_dict: dict[str, Any] = {"Items": items, "Count": len(items), "ScannedCount": len(items),
-                                 "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 0.5}}
+def test_a_query_parses_as_botocore_parses_it(
+    items: list[dict[str, Any]], spaced: bool, last_key: dict[str, Any] | None
+) -> None:
+    body_dict: dict[str, Any] = {
+        "Items": items,
+        "Count": len(items),
+        "ScannedCount": len(items),
+        "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 0.5},
+    }
     if last_key is not None:
         body_dict["LastEvaluatedKey"] = last_key
     body = json.dumps(body_dict, separators=(", ", ": ") if spaced else (",", ":")).encode()
@@ -77,12 +87,19 @@ def keys_named(value: Any) -> set[str]:
 
 
 def test_a_batch_get_with_unprocessed_keys_parses_as_botocore_parses_it() -> None:
-    body = json.dumps({
-        "Responses": {"Tasks": [{"task_id": {"S": "a-ü"}, "due_ms": {"N": "1700000000000"}, "status": {"S": "PENDING"}},
-                                {"task_id": {"S": "b"}, "n": {"NULL": True}, "m": {"M": {"x": {"L": [{"N": "1"}]}}}}]},
-        "UnprocessedKeys": {"Tasks": {"Keys": [{"task_id": {"S": "c"}}], "ProjectionExpression": "task_id",
-                                      "ConsistentRead": False}},
-    }).encode()
+    body = json.dumps(
+        {
+            "Responses": {
+                "Tasks": [
+                    {"task_id": {"S": "a-ü"}, "due_ms": {"N": "1700000000000"}, "status": {"S": "PENDING"}},
+                    {"task_id": {"S": "b"}, "n": {"NULL": True}, "m": {"M": {"x": {"L": [{"N": "1"}]}}}},
+                ]
+            },
+            "UnprocessedKeys": {
+                "Tasks": {"Keys": [{"task_id": {"S": "c"}}], "ProjectionExpression": "task_id", "ConsistentRead": False}
+            },
+        }
+    ).encode()
     slow, fast, taken = both_ways("BatchGetItem", body)
     assert taken
     assert fast == slow
@@ -97,12 +114,15 @@ def test_binary_values_are_left_to_botocore_which_decodes_them() -> None:
     assert fast["Item"]["blob"] == {"B": b"\x00\x01"}
 
 
-@pytest.mark.parametrize(("status", "body"), [
-    (400, b'{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"no table"}'),
-    (200, b"[1, 2]"),
-    (200, b"not json"),
-    (200, b""),
-])
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, b'{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"no table"}'),
+        (200, b"[1, 2]"),
+        (200, b"not json"),
+        (200, b""),
+    ],
+)
 def test_errors_and_odd_bodies_are_left_to_botocore(status: int, body: bytes) -> None:
     shape = _MODEL.operation_model("GetItem").output_shape
     fast_response, customized = response(body, status), {}

@@ -37,7 +37,8 @@ def test_on_whole_cores_a_quiet_gap_takes_every_record(dispatcher: Dispatcher[An
 
 
 def test_under_a_quota_a_gap_takes_the_records_whose_writes_end_a_period_before_the_next_fire(
-        dispatcher: Dispatcher[Any]) -> None:
+    dispatcher: Dispatcher[Any],
+) -> None:
     # Given a recorder at 0.145 of a core that has seen a record's write cost 2 ms of CPU
     recorder = recorder_for(dispatcher, 0.145)
     try:

@@ -114,26 +114,51 @@ def test_an_unknown_time_zone_is_refused(name: str) -> None:
     ("expression", "after", "expected"),
     [
         # 15W: 2027-05-15 is a Saturday, so the nearest weekday is Friday the 14th; 2027-08-15 a Sunday: Monday 16th
-        ("cron(0 9 15W * ? 2027)", datetime(2027, 4, 20, tzinfo=UTC),
-         ["2027-05-14T09:00:00+00:00", "2027-06-15T09:00:00+00:00", "2027-07-15T09:00:00+00:00",
-          "2027-08-16T09:00:00+00:00"]),
+        (
+            "cron(0 9 15W * ? 2027)",
+            datetime(2027, 4, 20, tzinfo=UTC),
+            [
+                "2027-05-14T09:00:00+00:00",
+                "2027-06-15T09:00:00+00:00",
+                "2027-07-15T09:00:00+00:00",
+                "2027-08-16T09:00:00+00:00",
+            ],
+        ),
         # L: the last day of each month, February of a leap year included
-        ("cron(30 23 L * ? *)", datetime(2028, 1, 15, tzinfo=UTC),
-         ["2028-01-31T23:30:00+00:00", "2028-02-29T23:30:00+00:00", "2028-03-31T23:30:00+00:00"]),
+        (
+            "cron(30 23 L * ? *)",
+            datetime(2028, 1, 15, tzinfo=UTC),
+            ["2028-01-31T23:30:00+00:00", "2028-02-29T23:30:00+00:00", "2028-03-31T23:30:00+00:00"],
+        ),
         # 6L: the last Friday; 2#1: the first Monday
-        ("cron(0 9 ? * 6L *)", datetime(2026, 1, 1, tzinfo=UTC),
-         ["2026-01-30T09:00:00+00:00", "2026-02-27T09:00:00+00:00", "2026-03-27T09:00:00+00:00"]),
-        ("cron(0 9 ? * 2#1 *)", datetime(2026, 1, 1, tzinfo=UTC),
-         ["2026-01-05T09:00:00+00:00", "2026-02-02T09:00:00+00:00", "2026-03-02T09:00:00+00:00"]),
+        (
+            "cron(0 9 ? * 6L *)",
+            datetime(2026, 1, 1, tzinfo=UTC),
+            ["2026-01-30T09:00:00+00:00", "2026-02-27T09:00:00+00:00", "2026-03-27T09:00:00+00:00"],
+        ),
+        (
+            "cron(0 9 ? * 2#1 *)",
+            datetime(2026, 1, 1, tzinfo=UTC),
+            ["2026-01-05T09:00:00+00:00", "2026-02-02T09:00:00+00:00", "2026-03-02T09:00:00+00:00"],
+        ),
         # 2#5: a fifth Monday exists in some months only
-        ("cron(0 9 ? * 2#5 *)", datetime(2026, 1, 1, tzinfo=UTC),
-         ["2026-03-30T09:00:00+00:00", "2026-06-29T09:00:00+00:00", "2026-08-31T09:00:00+00:00"]),
+        (
+            "cron(0 9 ? * 2#5 *)",
+            datetime(2026, 1, 1, tzinfo=UTC),
+            ["2026-03-30T09:00:00+00:00", "2026-06-29T09:00:00+00:00", "2026-08-31T09:00:00+00:00"],
+        ),
         # the year field ends the schedule
-        ("cron(0 0 1 1 ? 2027-2028)", datetime(2026, 6, 1, tzinfo=UTC),
-         ["2027-01-01T00:00:00+00:00", "2028-01-01T00:00:00+00:00"]),
+        (
+            "cron(0 0 1 1 ? 2027-2028)",
+            datetime(2026, 6, 1, tzinfo=UTC),
+            ["2027-01-01T00:00:00+00:00", "2028-01-01T00:00:00+00:00"],
+        ),
         # the common cron's OR of the two day fields: the 13th, and every Friday
-        ("0 0 13 * 5", datetime(2026, 2, 1, tzinfo=UTC),
-         ["2026-02-06T00:00:00+00:00", "2026-02-13T00:00:00+00:00", "2026-02-20T00:00:00+00:00"]),
+        (
+            "0 0 13 * 5",
+            datetime(2026, 2, 1, tzinfo=UTC),
+            ["2026-02-06T00:00:00+00:00", "2026-02-13T00:00:00+00:00", "2026-02-20T00:00:00+00:00"],
+        ),
         # never: February 30th
         ("cron(0 0 30 2 ? *)", datetime(2026, 1, 1, tzinfo=UTC), []),
     ],
@@ -148,11 +173,15 @@ def test_rate_counts_from_its_anchor_in_elapsed_time() -> None:
     got = local_times("rate(90 minutes)", "Europe/Paris", anchor + timedelta(minutes=1), 3, anchor=anchor)
     # Then it goes on from the anchor (01:00 in Paris), 90 minutes of elapsed time apart across the spring-forward
     # jump (02:00 -> 03:00): the first comes at 03:30 the new time, not 02:30
-    assert got == ["2026-03-29T03:30:00.250000+02:00", "2026-03-29T05:00:00.250000+02:00",
-                   "2026-03-29T06:30:00.250000+02:00"]
+    assert got == [
+        "2026-03-29T03:30:00.250000+02:00",
+        "2026-03-29T05:00:00.250000+02:00",
+        "2026-03-29T06:30:00.250000+02:00",
+    ]
     # And asked before its anchor, its first occurrence is the anchor
     assert local_times("rate(1 second)", "UTC", anchor - timedelta(hours=1), 1, anchor=anchor) == [
-        "2026-03-29T00:00:00.250000+00:00"]
+        "2026-03-29T00:00:00.250000+00:00"
+    ]
 
 
 # -- time zones and DST: one behaviour each, several zones ------------------------------------------------------
@@ -160,47 +189,100 @@ def test_rate_counts_from_its_anchor_in_elapsed_time() -> None:
     ("expression", "tz", "after", "expected"),
     [
         # Paris, spring forward (02:00 -> 03:00): 02:30 does not exist and runs at 03:30 the new time
-        ("cron(30 2 * * ? *)", "Europe/Paris", datetime(2026, 3, 28, 12, tzinfo=UTC),
-         ["2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"]),
+        (
+            "cron(30 2 * * ? *)",
+            "Europe/Paris",
+            datetime(2026, 3, 28, 12, tzinfo=UTC),
+            ["2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"],
+        ),
         # ... and a half-hourly cron neither doubles nor skips an instant across the gap
-        ("cron(0/30 * * * ? *)", "Europe/Paris", datetime(2026, 3, 29, 0, 40, tzinfo=UTC),
-         ["2026-03-29T03:00:00+02:00", "2026-03-29T03:30:00+02:00", "2026-03-29T04:00:00+02:00"]),
+        (
+            "cron(0/30 * * * ? *)",
+            "Europe/Paris",
+            datetime(2026, 3, 29, 0, 40, tzinfo=UTC),
+            ["2026-03-29T03:00:00+02:00", "2026-03-29T03:30:00+02:00", "2026-03-29T04:00:00+02:00"],
+        ),
         # Paris, fall back (03:00 -> 02:00): 02:30 happens twice and runs once, the first time
-        ("cron(30 2 * * ? *)", "Europe/Paris", datetime(2026, 10, 24, 12, tzinfo=UTC),
-         ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]),
-        ("cron(0/30 * * * ? *)", "Europe/Paris", datetime(2026, 10, 25, 0, 0, tzinfo=UTC),
-         ["2026-10-25T02:30:00+02:00", "2026-10-25T03:00:00+01:00"]),
+        (
+            "cron(30 2 * * ? *)",
+            "Europe/Paris",
+            datetime(2026, 10, 24, 12, tzinfo=UTC),
+            ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"],
+        ),
+        (
+            "cron(0/30 * * * ? *)",
+            "Europe/Paris",
+            datetime(2026, 10, 25, 0, 0, tzinfo=UTC),
+            ["2026-10-25T02:30:00+02:00", "2026-10-25T03:00:00+01:00"],
+        ),
         # New York, spring forward at 02:00 local
-        ("30 2 * * *", "America/New_York", datetime(2026, 3, 7, 12, tzinfo=UTC),
-         ["2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00"]),
+        (
+            "30 2 * * *",
+            "America/New_York",
+            datetime(2026, 3, 7, 12, tzinfo=UTC),
+            ["2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00"],
+        ),
         # Lord Howe moves its clock by 30 minutes: 01:30-02:00 happens twice in April, not at all in October
-        ("0/30 * * * *", "Australia/Lord_Howe", datetime(2026, 4, 4, 14, 0, tzinfo=UTC),
-         ["2026-04-05T01:30:00+11:00", "2026-04-05T02:00:00+10:30", "2026-04-05T02:30:00+10:30"]),
-        ("45 2 * * *", "Australia/Lord_Howe", datetime(2026, 10, 3, 0, 0, tzinfo=UTC),
-         ["2026-10-04T02:45:00+11:00", "2026-10-05T02:45:00+11:00"]),
+        (
+            "0/30 * * * *",
+            "Australia/Lord_Howe",
+            datetime(2026, 4, 4, 14, 0, tzinfo=UTC),
+            ["2026-04-05T01:30:00+11:00", "2026-04-05T02:00:00+10:30", "2026-04-05T02:30:00+10:30"],
+        ),
+        (
+            "45 2 * * *",
+            "Australia/Lord_Howe",
+            datetime(2026, 10, 3, 0, 0, tzinfo=UTC),
+            ["2026-10-04T02:45:00+11:00", "2026-10-05T02:45:00+11:00"],
+        ),
         # Kolkata: a 30-minute offset and no DST
-        ("cron(* * * * ? *)", "Asia/Kolkata", datetime(2026, 11, 24, 3, 29, 30, tzinfo=UTC),
-         ["2026-11-24T09:00:00+05:30", "2026-11-24T09:01:00+05:30"]),
+        (
+            "cron(* * * * ? *)",
+            "Asia/Kolkata",
+            datetime(2026, 11, 24, 3, 29, 30, tzinfo=UTC),
+            ["2026-11-24T09:00:00+05:30", "2026-11-24T09:01:00+05:30"],
+        ),
         # Sao Paulo changed its rules: it sprang forward at midnight in November 2018, and has had no DST since 2019
-        ("0 0 * * *", "America/Sao_Paulo", datetime(2018, 11, 3, 12, tzinfo=UTC),
-         ["2018-11-04T01:00:00-02:00", "2018-11-05T00:00:00-02:00"]),
-        ("0 0 * * *", "America/Sao_Paulo", datetime(2019, 11, 2, 12, tzinfo=UTC),
-         ["2019-11-03T00:00:00-03:00", "2019-11-04T00:00:00-03:00"]),
+        (
+            "0 0 * * *",
+            "America/Sao_Paulo",
+            datetime(2018, 11, 3, 12, tzinfo=UTC),
+            ["2018-11-04T01:00:00-02:00", "2018-11-05T00:00:00-02:00"],
+        ),
+        (
+            "0 0 * * *",
+            "America/Sao_Paulo",
+            datetime(2019, 11, 2, 12, tzinfo=UTC),
+            ["2019-11-03T00:00:00-03:00", "2019-11-04T00:00:00-03:00"],
+        ),
         # Apia skipped 30 December 2011 altogether (from UTC-10 to UTC+14): the day's noon does not exist
-        ("0 12 * * *", "Pacific/Apia", datetime(2011, 12, 29, 0, tzinfo=UTC),
-         ["2011-12-29T12:00:00-10:00", "2011-12-31T12:00:00+14:00"]),
+        (
+            "0 12 * * *",
+            "Pacific/Apia",
+            datetime(2011, 12, 29, 0, tzinfo=UTC),
+            ["2011-12-29T12:00:00-10:00", "2011-12-31T12:00:00+14:00"],
+        ),
         # asked just after the jump, a time of the gap that runs later than that is not lost
-        ("cron(15 2 * * ? *)", "Europe/Paris", datetime(2026, 3, 29, 1, 10, tzinfo=UTC),
-         ["2026-03-29T03:15:00+02:00", "2026-03-30T02:15:00+02:00"]),
+        (
+            "cron(15 2 * * ? *)",
+            "Europe/Paris",
+            datetime(2026, 3, 29, 1, 10, tzinfo=UTC),
+            ["2026-03-29T03:15:00+02:00", "2026-03-30T02:15:00+02:00"],
+        ),
         # a gap of 30 minutes: 02:15 runs at 02:45, after 02:40, which exists: both run, in the order they come
-        ("15,40 2 * * *", "Australia/Lord_Howe", datetime(2026, 10, 3, 14, 0, tzinfo=UTC),
-         ["2026-10-04T02:40:00+11:00", "2026-10-04T02:45:00+11:00", "2026-10-05T02:15:00+11:00"]),
+        (
+            "15,40 2 * * *",
+            "Australia/Lord_Howe",
+            datetime(2026, 10, 3, 14, 0, tzinfo=UTC),
+            ["2026-10-04T02:40:00+11:00", "2026-10-04T02:45:00+11:00", "2026-10-05T02:15:00+11:00"],
+        ),
         # at(...) in the gap runs as if the clock had not jumped
         ("at(2026-03-29T02:15:00)", "Europe/Paris", datetime(2026, 1, 1, tzinfo=UTC), ["2026-03-29T03:15:00+02:00"]),
     ],
 )
-def test_a_missing_local_time_runs_a_gap_later_and_a_repeated_one_once(expression: str, tz: str, after: datetime,
-                                                                     expected: list[str]) -> None:
+def test_a_missing_local_time_runs_a_gap_later_and_a_repeated_one_once(
+    expression: str, tz: str, after: datetime, expected: list[str]
+) -> None:
     assert local_times(expression, tz, after, len(expected)) == expected
 
 
@@ -238,7 +320,8 @@ def near_a_change(tz: str) -> st.SearchStrategy[datetime]:
     return st.one_of(
         st.datetimes(min_value=datetime(2005, 1, 1), max_value=datetime(2035, 1, 1), timezones=st.just(UTC)),
         st.tuples(st.sampled_from(TRANSITIONS[tz]), st.integers(-3 * 3600, 3 * 3600)).map(
-            lambda p: p[0] + timedelta(seconds=p[1])),
+            lambda p: p[0] + timedelta(seconds=p[1])
+        ),
     )
 
 
@@ -311,9 +394,10 @@ def test_eventbridge_syntax_means_what_the_common_cron_means(fields: str, where:
 
 
 @settings(max_examples=100, deadline=None)
-@given(every=st.integers(100, 10 * 86_400_000), anchor=st.integers(0, 2**42), delta=st.integers(-2**36, 2**36))
-def test_rate_occurrences_are_the_anchor_plus_whole_steps_after_the_instant(every: int, anchor: int,
-                                                                            delta: int) -> None:
+@given(every=st.integers(100, 10 * 86_400_000), anchor=st.integers(0, 2**42), delta=st.integers(-(2**36), 2**36))
+def test_rate_occurrences_are_the_anchor_plus_whole_steps_after_the_instant(
+    every: int, anchor: int, delta: int
+) -> None:
     after = anchor + delta
     got = list(islice(occurrences_after(Rate(every), zone("UTC"), after, anchor), 3))
     assert all(ms > after and ms >= anchor and (ms - anchor) % every == 0 for ms in got)

@@ -16,9 +16,17 @@ START_MS = 1_900_000_020_000
 
 
 def schedule(payload: object = None, **fields: object) -> Schedule:
-    return Schedule.model_validate({"schedule_id": "s", "expression": "rate(1 second)",
-                                    "action": LogAction(message="x"), "payload": payload,
-                                    "start_at": from_ms(START_MS), "next_due_ms": START_MS, **fields})
+    return Schedule.model_validate(
+        {
+            "schedule_id": "s",
+            "expression": "rate(1 second)",
+            "action": LogAction(message="x"),
+            "payload": payload,
+            "start_at": from_ms(START_MS),
+            "next_due_ms": START_MS,
+            **fields,
+        }
+    )
 
 
 def test_a_small_occurrence_is_made_99_at_a_time() -> None:

@@ -27,28 +27,64 @@ from punctual_tools.local.stack import settings_env
 from punctual_tools.settings import LocalSettings
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LOCAL_ONLY = {"profile", "lambda_time_scale", "background_cpus", "realtime_firing", "fire_log_path",
-              "dynamodb_java_opts", "local_timeout_s", "receiver_port"}
+LOCAL_ONLY = {
+    "profile",
+    "lambda_time_scale",
+    "background_cpus",
+    "realtime_firing",
+    "fire_log_path",
+    "dynamodb_java_opts",
+    "local_timeout_s",
+    "receiver_port",
+}
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
-    "table_name": "tasks-dev", "region": "eu-west-1", "endpoint_url": "http://localhost:8000", "shard_count": "16",
-    "lead_ms": "60000", "poll_interval_ms": "30000", "fast_path_margin_ms": "5000", "executor_lease_ms": "30000",
+    "table_name": "tasks-dev",
+    "region": "eu-west-1",
+    "endpoint_url": "http://localhost:8000",
+    "shard_count": "16",
+    "lead_ms": "60000",
+    "poll_interval_ms": "30000",
+    "fast_path_margin_ms": "5000",
+    "executor_lease_ms": "30000",
     "heartbeat_interval_ms": "4000",
-    "arm_margin_ms": "20000", "overdue_safety_ms": "240000", "max_batch_size": "100", "executor_memory_mb": "512",
+    "arm_margin_ms": "20000",
+    "overdue_safety_ms": "240000",
+    "max_batch_size": "100",
+    "executor_memory_mb": "512",
     "fire_cpu_us": "45.5",
-    "poll_groups": "2", "redispatch_after_ms": "100000",
-    "default_misfire_grace_ms": "1000", "max_horizon_days": "30", "max_payload_bytes": "1024",
-    "ntp_server": "127.0.0.1:1123", "ntp_timeout_s": "0.25", "executor_function": "exec-dev",
-    "worker_threads": "4", "db_threads": "2", "write_batch": "transaction", "retention_days": "7",
-    "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq", "switch_interval_s": "0.002",
-    "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}', "api_url": "https://api.example.com/prod",
+    "poll_groups": "2",
+    "redispatch_after_ms": "100000",
+    "default_misfire_grace_ms": "1000",
+    "max_horizon_days": "30",
+    "max_payload_bytes": "1024",
+    "ntp_server": "127.0.0.1:1123",
+    "ntp_timeout_s": "0.25",
+    "executor_function": "exec-dev",
+    "worker_threads": "4",
+    "db_threads": "2",
+    "write_batch": "transaction",
+    "retention_days": "7",
+    "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq",
+    "switch_interval_s": "0.002",
+    "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}',
+    "api_url": "https://api.example.com/prod",
     "api_token": "local-token",
-    "background_cpus": "1-3", "fire_log_path": "/tmp/fires.jsonl", "dynamodb_java_opts": "-Xmx256m",
-    "local_timeout_s": "60", "receiver_port": "9123", "realtime_firing": "false", "profile": "local",
+    "background_cpus": "1-3",
+    "fire_log_path": "/tmp/fires.jsonl",
+    "dynamodb_java_opts": "-Xmx256m",
+    "local_timeout_s": "60",
+    "receiver_port": "9123",
+    "realtime_firing": "false",
+    "profile": "local",
     "lambda_time_scale": "0.01",
-    "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal", "allow_plain_http": "true",
+    "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal",
+    "allow_plain_http": "true",
     "allowed_target_arns": "arn:aws:sqs:us-east-1:123456789012:q,arn:aws:lambda:us-east-1:123456789012:function:f",
-    "secrets_dir": "/run/secrets", "secret_cache_s": "60", "http_connections": "100", "http_connections_per_host": "50",
+    "secrets_dir": "/run/secrets",
+    "secret_cache_s": "60",
+    "http_connections": "100",
+    "http_connections_per_host": "50",
 }
 
 
@@ -201,9 +237,15 @@ def test_a_bad_new_variable_is_named(name: str, value: str) -> None:
     assert name in str(info.value)
 
 
-@pytest.mark.parametrize("url", ["https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
-                                 "http://localhost:4566/000000000000/dlq", "file:///var/punctual/dlq.jsonl",
-                                 "file:///tmp/dead%20letters/dlq.jsonl"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+        "http://localhost:4566/000000000000/dlq",
+        "file:///var/punctual/dlq.jsonl",
+        "file:///tmp/dead%20letters/dlq.jsonl",
+    ],
+)
 def test_a_dead_letter_queue_is_an_sqs_url_or_a_local_file_url(url: str) -> None:
     assert Settings.from_env({"PUNCTUAL_DEAD_LETTER_QUEUE_URL": url}).dead_letter_queue_url == url
 
@@ -242,7 +284,7 @@ def test_build_store_leaves_cpu_confinement_untouched(monkeypatch: pytest.Monkey
     # When the store is built (no request is sent)
     build_store(Settings(), client)
     # Then the confinement is as it was
-    assert priority._background_cpus == frozenset({0})  # noqa: SLF001 - the module's state is what is under test
+    assert priority._background_cpus == frozenset({0})  # the module's state is what is under test
 
 
 HANDLER = """
@@ -264,15 +306,24 @@ def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler
     # Given a handler that reports the CPU confinement and fire log it found when it loaded, behind a local
     # invoker whose workers get local settings as PUNCTUAL_* variables
     usable = sorted(os.sched_getaffinity(0))
-    settings = LocalSettings(background_cpus=str(usable[-1]), fire_log_path=str(tmp_path / "fires.jsonl"),
-                             executor_function="exec-local", ntp_server=None)
+    settings = LocalSettings(
+        background_cpus=str(usable[-1]),
+        fire_log_path=str(tmp_path / "fires.jsonl"),
+        executor_function="exec-local",
+        ntp_server=None,
+    )
     handler = tmp_path / "report_handler.py"
     handler.write_text(HANDLER)
     results: list[dict[str, Any]] = []
     done = threading.Event()
-    invoker = LocalInvoker(handler, settings_env(settings), log_file=tmp_path / "worker.log", prewarm=0,
-                           limits=FunctionLimits("ExecutorFunction", memory_mb=256, timeout_s=60, max_retry_attempts=0),
-                           on_result=lambda _event, result: (results.append(result), done.set()))
+    invoker = LocalInvoker(
+        handler,
+        settings_env(settings),
+        log_file=tmp_path / "worker.log",
+        prewarm=0,
+        limits=FunctionLimits("ExecutorFunction", memory_mb=256, timeout_s=60, max_retry_attempts=0),
+        on_result=lambda _event, result: (results.append(result), done.set()),
+    )
     try:
         # When one event is invoked
         invoker.invoke_async({"batch_id": "b-1"})
@@ -290,7 +341,7 @@ def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler
     assert 0 < result["remaining_ms"] <= 60_000
     assert result["memory_mb"] == 256
     # And this process's own state was left alone
-    assert FireLog._path != str(tmp_path / "fires.jsonl")  # noqa: SLF001
+    assert FireLog._path != str(tmp_path / "fires.jsonl")
 
 
 def test_the_profile_decides_real_time_firing_and_the_lambda_profile_refuses_it() -> None:
@@ -305,12 +356,15 @@ def test_the_profile_decides_real_time_firing_and_the_lambda_profile_refuses_it(
         LocalSettings.from_env({ENV_PREFIX + "REALTIME_FIRING": "true"})
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("allowed_targets", "10.0.0.1/8"),
-    ("allowed_target_arns", "arn:aws:sqs:us-east-1:123456789012:*"),
-    ("allowed_target_arns", "*"),
-    ("allowed_target_arns", "arn:aws:dynamodb:us-east-1:123456789012:table/t"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("allowed_targets", "10.0.0.1/8"),
+        ("allowed_target_arns", "arn:aws:sqs:us-east-1:123456789012:*"),
+        ("allowed_target_arns", "*"),
+        ("allowed_target_arns", "arn:aws:dynamodb:us-east-1:123456789012:table/t"),
+    ],
+)
 def test_a_bad_target_allowlist_is_refused_naming_its_variable(name: str, value: str) -> None:
     # Given an allowlist entry that is not a host, address or CIDR / not the exact ARN of a target
     # When settings load  Then they fail, naming the variable

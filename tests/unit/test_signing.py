@@ -41,6 +41,8 @@ def reference_clock_at(moment: datetime) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(standardwebhooks.webhooks, "datetime", Fixed)
         yield
+
+
 BODY = b'{"task_id": "t1", "payload": {"n": 1}}'
 MSG_ID = "t1:0"
 
@@ -161,8 +163,9 @@ def test_malformed_signature_entries_are_skipped_not_fatal() -> None:
 
 
 # -- rotation -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("receiver", [[OLD], [NEW], [NEW, OLD], [secret_of(9), OLD]], ids=["old", "new", "both",
-                                                                                           "other+old"])
+@pytest.mark.parametrize(
+    "receiver", [[OLD], [NEW], [NEW, OLD], [secret_of(9), OLD]], ids=["old", "new", "both", "other+old"]
+)
 def test_rotation_signed_with_new_and_old_verifies_at_any_receiver_knowing_either(receiver: list[str]) -> None:
     # Given a webhook signed during a rotation with [new, old]
     headers = signed([NEW, OLD])
@@ -203,8 +206,10 @@ def test_a_timestamp_at_the_tolerance_edge_passes(offset_s: int) -> None:
     verify_webhook(SECRET, BODY, headers, now_s=NOW_S - offset_s)
 
 
-@pytest.mark.parametrize(("now_s", "reason"), [(NOW_S + 301, "too old"), (NOW_S + 300.001, "too old"),
-                                               (NOW_S - 301, "too new"), (NOW_S - 300.001, "too new")])
+@pytest.mark.parametrize(
+    ("now_s", "reason"),
+    [(NOW_S + 301, "too old"), (NOW_S + 300.001, "too old"), (NOW_S - 301, "too new"), (NOW_S - 300.001, "too new")],
+)
 def test_a_timestamp_outside_the_tolerance_fails(now_s: float, reason: str) -> None:
     # Given a webhook sent at NOW_S
     headers = signed([SECRET])
@@ -269,8 +274,11 @@ def test_bad_secrets_are_refused_without_echoing_them(value: str) -> None:
     # Given a malformed secret
     # When it is parsed, or used to sign
     # Then it is refused, and the message does not hold its text (nor its part after the prefix)
-    for attempt in (lambda: parse_signing_secrets(value), lambda: signed([value]),
-                    lambda: verify_webhook([value], BODY, signed([SECRET]), now_s=NOW_S)):
+    for attempt in (
+        lambda: parse_signing_secrets(value),
+        lambda: signed([value]),
+        lambda: verify_webhook([value], BODY, signed([SECRET]), now_s=NOW_S),
+    ):
         with pytest.raises(SigningSecretError) as raised:
             attempt()
         message = str(raised.value)
@@ -290,8 +298,9 @@ def test_a_bad_secret_among_good_ones_is_named_by_position() -> None:
     assert short.removeprefix(SECRET_PREFIX) not in str(raised.value)
 
 
-@pytest.mark.parametrize("value", ["", "   ", " , ,", " ".join(secret_of(i) for i in range(5))],
-                         ids=["empty", "blank", "separators", "five"])
+@pytest.mark.parametrize(
+    "value", ["", "   ", " , ,", " ".join(secret_of(i) for i in range(5))], ids=["empty", "blank", "separators", "five"]
+)
 def test_no_secret_or_more_than_four_is_refused(value: str) -> None:
     with pytest.raises(SigningSecretError, match="expected 1 to 4"):
         parse_signing_secrets(value)
@@ -328,10 +337,16 @@ timestamps = st.integers(min_value=0, max_value=10**11)  # up to the year 5138: 
 keys = st.binary(min_size=24, max_size=64).map(lambda key: SECRET_PREFIX + base64.b64encode(key).decode())
 
 
-@given(secrets=st.lists(keys, min_size=1, max_size=4), body=st.binary(max_size=512), msg_id=ids,
-       timestamp_s=timestamps, skew_s=st.integers(min_value=-300, max_value=300))
-def test_sign_then_verify_round_trips(secrets: list[str], body: bytes, msg_id: str, timestamp_s: int,
-                                      skew_s: int) -> None:
+@given(
+    secrets=st.lists(keys, min_size=1, max_size=4),
+    body=st.binary(max_size=512),
+    msg_id=ids,
+    timestamp_s=timestamps,
+    skew_s=st.integers(min_value=-300, max_value=300),
+)
+def test_sign_then_verify_round_trips(
+    secrets: list[str], body: bytes, msg_id: str, timestamp_s: int, skew_s: int
+) -> None:
     # Given any body (not only UTF-8), id, timestamp and secrets
     # When the webhook is signed
     headers = signature_headers(secrets, msg_id, timestamp_s, body)
@@ -341,8 +356,9 @@ def test_sign_then_verify_round_trips(secrets: list[str], body: bytes, msg_id: s
 
 
 @given(secret=keys, body=st.text(max_size=256), msg_id=ids, timestamp_s=timestamps)
-def test_the_signature_equals_the_reference_for_any_text_body(secret: str, body: str, msg_id: str,
-                                                              timestamp_s: int) -> None:
+def test_the_signature_equals_the_reference_for_any_text_body(
+    secret: str, body: str, msg_id: str, timestamp_s: int
+) -> None:
     # Given any UTF-8 body (the only kind the reference implementation signs)
     # When we sign it and the reference signs it
     ours = signature_headers([secret], msg_id, timestamp_s, body.encode())["webhook-signature"]

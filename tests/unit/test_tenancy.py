@@ -55,10 +55,12 @@ def test_bad_tenant_names(value: str) -> None:
 
 
 def test_a_role_session_is_mapped_through_its_role() -> None:
-    tenants = TenantMap.parse('{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", '
-                              '"arn:aws:iam::123456789012:user/ci": "ci"}')
+    tenants = TenantMap.parse(
+        '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme", "arn:aws:iam::123456789012:user/ci": "ci"}'
+    )
     assert role_arn("arn:aws:sts::123456789012:assumed-role/AcmeScheduler/s-1") == (
-        "arn:aws:iam::123456789012:role/AcmeScheduler")
+        "arn:aws:iam::123456789012:role/AcmeScheduler"
+    )
     assert tenants.tenant_of("arn:aws:sts::123456789012:assumed-role/AcmeScheduler/s-1") == "acme"
     assert tenants.tenant_of("arn:aws:iam::123456789012:user/ci") == "ci"
     assert tenants.tenant_of("arn:aws:sts::123456789012:assumed-role/Other/s-1") is None
@@ -80,13 +82,19 @@ def test_a_role_with_a_path_is_matched_by_its_sessions() -> None:
 
 
 # -- the tenant map's full form, and each tenant's rules ---------------------------------------------------------
-FULL = json.dumps({
-    "principals": {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"},
-    "tenants": {"acme": {"targets": ["127.0.0.1:9000", "hooks.acme.example"],
-                         "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-orders"],
-                         "quotas": {"active_tasks": 50, "retry_attempts": 2}}},
-    "quotas": {"schedules": 7},
-})
+FULL = json.dumps(
+    {
+        "principals": {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"},
+        "tenants": {
+            "acme": {
+                "targets": ["127.0.0.1:9000", "hooks.acme.example"],
+                "target_arns": ["arn:aws:sqs:us-east-1:123456789012:acme-orders"],
+                "quotas": {"active_tasks": 50, "retry_attempts": 2},
+            }
+        },
+        "quotas": {"schedules": 7},
+    }
+)
 
 
 def test_the_full_form_carries_each_tenants_targets_and_quotas_over_the_defaults() -> None:
@@ -102,11 +110,21 @@ def test_the_full_form_carries_each_tenants_targets_and_quotas_over_the_defaults
     assert tenants.policy_of("beta") == TenantPolicy(quotas=Quotas(schedules=7))
 
 
-@pytest.mark.parametrize("text", [
-    '{"principals": {}, "extra": 1}', '{"tenants": {"Acme": {}}}', '{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}',
-    '{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}', '{"tenants": {"acme": {"quotas": {"tasks": 1}}}}',
-    '{"quotas": {"active_tasks": -1}}', '{"quotas": {"schedules": 1.5}}', '{"quotas": {"retry_attempts": true}}',
-    '{"tenants": {"acme": {"colour": "red"}}}', '{"tenants": []}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"principals": {}, "extra": 1}',
+        '{"tenants": {"Acme": {}}}',
+        '{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}',
+        '{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}',
+        '{"tenants": {"acme": {"quotas": {"tasks": 1}}}}',
+        '{"quotas": {"active_tasks": -1}}',
+        '{"quotas": {"schedules": 1.5}}',
+        '{"quotas": {"retry_attempts": true}}',
+        '{"tenants": {"acme": {"colour": "red"}}}',
+        '{"tenants": []}',
+    ],
+)
 def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
     with pytest.raises(ValueError):
         TenantMap.parse(text)
@@ -114,9 +132,11 @@ def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
 
 def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     # Given a deployment allowing loopback on every port and one ARN, and acme's own entry
-    base = TargetRules.from_settings(Settings(allowed_targets="127.0.0.1",
-                                              allowed_target_arns="arn:aws:sqs:us-east-1:123456789012:ops",
-                                              tenant_map=FULL))
+    base = TargetRules.from_settings(
+        Settings(
+            allowed_targets="127.0.0.1", allowed_target_arns="arn:aws:sqs:us-east-1:123456789012:ops", tenant_map=FULL
+        )
+    )
     acme, beta = base.of("acme/t-1"), base.of("beta/t-1")
     # Then a task without a tenant keeps the deployment's rules; acme's task only acme's port and ARN
     assert base.of("t-1") is base and base.quotas is None
@@ -152,5 +172,13 @@ def test_schedules_are_worked_a_tenant_at_a_time() -> None:
     # Given one tenant's many schedules found before another's few and an operator's
     ids = [f"acme/s-{i}" for i in range(5)] + ["beta/s-0", "beta/s-1", "ops"]
     # Then they are taken round robin: each tenant's first comes before anyone's second
-    assert interleave_by_tenant(ids) == ["acme/s-0", "beta/s-0", "ops", "acme/s-1", "beta/s-1", "acme/s-2",
-                                         "acme/s-3", "acme/s-4"]
+    assert interleave_by_tenant(ids) == [
+        "acme/s-0",
+        "beta/s-0",
+        "ops",
+        "acme/s-1",
+        "beta/s-1",
+        "acme/s-2",
+        "acme/s-3",
+        "acme/s-4",
+    ]

@@ -102,11 +102,18 @@ def test_a_204_has_no_body() -> None:
     assert (answer.status, answer.reusable, closed) == (204, True, False)
 
 
-@pytest.mark.parametrize("answer", [
-    b"SMTP ready\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"HTTP/1.1 200 OK\r\nX: " + b"a" * (MAX_HEAD + 10),
-], ids=["not-http", "status-4-digits", "header-no-colon", "negative-length", "bad-chunk-size", "head-too-long"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nX: " + b"a" * (MAX_HEAD + 10),
+    ],
+    ids=["not-http", "status-4-digits", "header-no-colon", "negative-length", "bad-chunk-size", "head-too-long"],
+)
 def test_a_malformed_answer_is_an_error_and_closes_the_connection(answer: bytes) -> None:
     error, closed = exchange(answer)
     assert isinstance(error, WireError) and closed

@@ -94,8 +94,15 @@ class ApiClient:
     """Punctual through its REST API at ``base_url``: ``token`` for the local runtime's API, otherwise SigV4 with
     ``credentials`` (default: boto3's) in ``region``."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, region: str = "us-east-1",
-                 credentials: Any = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        region: str = "us-east-1",
+        credentials: Any = None,
+        timeout_s: float = 30.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._region = region
@@ -118,8 +125,7 @@ class ApiClient:
     def _call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
         return self._send(method, path, body, query)[1]
 
-    def _send(self, method: str, path: str, body: Any = None,
-              query: dict[str, Any] | None = None) -> tuple[int, Any]:
+    def _send(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> tuple[int, Any]:
         """The status and the JSON answer of a request; a 4xx or 5xx raises the matching error."""
         url = self.base_url + path
         if query:
@@ -145,8 +151,9 @@ class ApiClient:
             self._raise(response.status, answer if isinstance(answer, dict) else {}, path)
         return response.status, answer
 
-    def _request(self, method: str, path: str, url: str, data: bytes | None,
-                 headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+    def _request(
+        self, method: str, path: str, url: str, data: bytes | None, headers: dict[str, str]
+    ) -> urllib3.BaseHTTPResponse:
         """Send, and send again (up to ATTEMPTS in all, backing off) when no answer came and sending again is
         safe: always when the connection could not be made (nothing was sent); when it broke after the request
         went out, or the answer is a gateway's 429 / 502 / 503 / 504, only for a read or a create (creates carry
@@ -161,11 +168,15 @@ class ApiClient:
             except urllib3.exceptions.HTTPError as exc:
                 if not repeatable or attempt == ATTEMPTS:
                     effect = "" if repeatable else "; whether it took effect is unknown: read it back"
-                    raise ApiError(0, f"no answer from {self.base_url} to {method} {path} ({attempt} tries){effect}: "
-                                      f"{exc}") from exc
+                    raise ApiError(
+                        0, f"no answer from {self.base_url} to {method} {path} ({attempt} tries){effect}: {exc}"
+                    ) from exc
             else:
-                if not (repeatable and response.status in GATEWAY_RETRY) or attempt == ATTEMPTS \
-                        or _is_quota_problem(response):
+                if (
+                    not (repeatable and response.status in GATEWAY_RETRY)
+                    or attempt == ATTEMPTS
+                    or _is_quota_problem(response)
+                ):
                     return response
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -176,8 +187,11 @@ class ApiClient:
 
         request = AWSRequest(method=method, url=url, data=data, headers=headers)
         # one consistent key, secret and token (refreshing credentials may change between separate reads)
-        frozen = self._credentials.get_frozen_credentials() if hasattr(self._credentials, "get_frozen_credentials") \
+        frozen = (
+            self._credentials.get_frozen_credentials()
+            if hasattr(self._credentials, "get_frozen_credentials")
             else self._credentials
+        )
         SigV4Auth(frozen, "execute-api", self._region).add_auth(request)
         return dict(request.headers.items())
 
@@ -189,8 +203,9 @@ class ApiClient:
         if kind == "invalid":
             raise InvalidTaskError(detail, field=problem.get("field"))
         if kind == "quota":
-            raise QuotaExceededError(detail, quota=str(problem.get("quota") or "unknown"), limit=float("nan"),
-                                     field=problem.get("field"))
+            raise QuotaExceededError(
+                detail, quota=str(problem.get("quota") or "unknown"), limit=float("nan"), field=problem.get("field")
+            )
         if kind == "not-found":
             raise (ScheduleNotFoundError if schedule else TaskNotFoundError)(detail)
         if kind == "conflict":
@@ -200,32 +215,65 @@ class ApiClient:
         raise ApiError(status, detail)
 
     # -- tasks ---------------------------------------------------------------------------------------------
-    def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
-                 task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                 misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-                 retry: RetryPolicy | dict[str, Any] | None = None) -> Task:
+    def schedule(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> Task:
         """As :meth:`Client.schedule <punctual.client.Client.schedule>`."""
-        return self._create(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
-                            misfire_policy=misfire_policy, retry=retry)[0]
+        return self._create(
+            due_at,
+            action,
+            payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+        )[0]
 
-    def _create(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
-                task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-                retry: RetryPolicy | dict[str, Any] | None = None) -> tuple[Task, bool]:
+    def _create(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> tuple[Task, bool]:
         """The stored task, and whether this call created it (201) or found it stored (200)."""
         if not isinstance(due_at, datetime) or due_at.tzinfo is None:
             raise InvalidTaskError("invalid due_at: give a timezone-aware datetime", field="due_at")
         # The id is chosen here, as the direct client does: a create sent again after a broken connection is
         # the same create
-        body = {"due_at": due_at, "action": action, "payload": payload,
-                "task_id": task_id if task_id is not None else uuid.uuid4().hex,
-                "misfire_grace_ms": misfire_grace, "misfire_policy": misfire_policy, "retry": retry}
-        status, answer = self._send("POST", "/v1/tasks", {k: v for k, v in body.items()
-                                                          if v is not None or k == "payload"})
+        body = {
+            "due_at": due_at,
+            "action": action,
+            "payload": payload,
+            "task_id": task_id if task_id is not None else uuid.uuid4().hex,
+            "misfire_grace_ms": misfire_grace,
+            "misfire_policy": misfire_policy,
+            "retry": retry,
+        }
+        status, answer = self._send(
+            "POST", "/v1/tasks", {k: v for k, v in body.items() if v is not None or k == "payload"}
+        )
         return _task(answer), status == 201
 
-    def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
-                      on_progress: Callable[[int, int], None] | None = None) -> builtins.list[ScheduleResult]:
+    def schedule_many(
+        self,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        threads: int = 16,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> builtins.list[ScheduleResult]:
         """As :meth:`Client.schedule_many <punctual.client.Client.schedule_many>`: one request a task, ``threads``
         in flight; a result per task, in order."""
         return schedule_each(tasks, self._schedule_one, threads, on_progress)
@@ -250,17 +298,25 @@ class ApiClient:
         except TaskNotFoundError:
             return None
 
-    def list(self, status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
-             due_from: datetime | None = None, due_to: datetime | None = None,
-             limit: int | None = None) -> builtins.list[Task]:
+    def list(
+        self,
+        status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Task]:
         """As :meth:`Client.list <punctual.client.Client.list>`: every page read, then sorted by due."""
-        statuses = None if status is None else [str(s) for s in (status if isinstance(status, builtins.list)
-                                                                  else [status])]
+        statuses = (
+            None if status is None else [str(s) for s in (status if isinstance(status, builtins.list) else [status])]
+        )
         tasks: builtins.list[Task] = []
         token = None
         while True:
-            page = self._call("GET", "/v1/tasks", query={"status": statuses, "due_from": due_from,
-                                                          "due_to": due_to, "limit": 1000, "next_token": token})
+            page = self._call(
+                "GET",
+                "/v1/tasks",
+                query={"status": statuses, "due_from": due_from, "due_to": due_to, "limit": 1000, "next_token": token},
+            )
             tasks.extend(_task(t) for t in page["tasks"])
             token = page.get("next_token")
             if not token:
@@ -284,18 +340,39 @@ class ApiClient:
         return self._task_call(task_id, "redrive")
 
     # -- schedules -----------------------------------------------------------------------------------------
-    def create_schedule(self, schedule_id: str, expression: str, action: Action | dict[str, Any],
-                        payload: Any = None, *, timezone: str = "UTC", start_at: datetime | None = None,
-                        end_at: datetime | None = None, max_occurrences: int | None = None,
-                        misfire_grace: timedelta | int | None = None, misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-                        retry: RetryPolicy | dict[str, Any] | None = None,
-                        downtime_policy: str = "skip") -> Schedule:
-        body = {"schedule_id": schedule_id, "expression": expression, "action": action, "payload": payload,
-                "timezone": timezone, "start_at": start_at, "end_at": end_at, "max_occurrences": max_occurrences,
-                "misfire_grace_ms": misfire_grace, "misfire_policy": misfire_policy, "retry": retry,
-                "downtime_policy": downtime_policy}
-        return _schedule(self._call("POST", "/v1/schedules", {k: v for k, v in body.items()
-                                                             if v is not None or k == "payload"}))
+    def create_schedule(
+        self,
+        schedule_id: str,
+        expression: str,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        timezone: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_occurrences: int | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        downtime_policy: str = "skip",
+    ) -> Schedule:
+        body = {
+            "schedule_id": schedule_id,
+            "expression": expression,
+            "action": action,
+            "payload": payload,
+            "timezone": timezone,
+            "start_at": start_at,
+            "end_at": end_at,
+            "max_occurrences": max_occurrences,
+            "misfire_grace_ms": misfire_grace,
+            "misfire_policy": misfire_policy,
+            "retry": retry,
+            "downtime_policy": downtime_policy,
+        }
+        return _schedule(
+            self._call("POST", "/v1/schedules", {k: v for k, v in body.items() if v is not None or k == "payload"})
+        )
 
     def _schedule_path(self, schedule_id: str) -> str:
         return f"/v1/schedules/{quote(schedule_id, safe=ID_SAFE)}"
@@ -329,5 +406,3 @@ class ApiClient:
 
     def run_schedule_now(self, schedule_id: str) -> Task:
         return _task(self._call("POST", self._schedule_path(schedule_id) + "/run-now"))
-
-

@@ -9,8 +9,9 @@ from botocore.config import Config
 
 from .settings import Settings
 
-_CONFIG = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeout=5, read_timeout=30,
-                 max_pool_connections=64)
+_CONFIG = Config(
+    retries={"max_attempts": 8, "mode": "standard"}, connect_timeout=5, read_timeout=30, max_pool_connections=64
+)
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
@@ -23,9 +24,14 @@ def aws_client(service: Any, endpoint_url: str | None, region: str, config: Conf
     merged = _CONFIG if config is None else _CONFIG.merge(config)
     if endpoint_url is None:
         return session.client(service, region_name=region, config=merged)
-    return session.client(service, region_name=region, endpoint_url=endpoint_url, config=merged,
-                          aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
-                          aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"])
+    return session.client(
+        service,
+        region_name=region,
+        endpoint_url=endpoint_url,
+        config=merged,
+        aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
+    )
 
 
 def dynamodb_client(endpoint_url: str | None, region: str) -> Any:

@@ -12,8 +12,9 @@ BASE_S = 0.05
 CAP_S = 2.0
 
 
-def backoff_s(attempt: int, *, base_s: float = BASE_S, cap_s: float = CAP_S,
-              draw: Callable[[], float] = random.random) -> float:
+def backoff_s(
+    attempt: int, *, base_s: float = BASE_S, cap_s: float = CAP_S, draw: Callable[[], float] = random.random
+) -> float:
     """Seconds to wait before try ``attempt + 1`` (``attempt`` counts from 0).
 
     Examples
@@ -23,4 +24,4 @@ def backoff_s(attempt: int, *, base_s: float = BASE_S, cap_s: float = CAP_S,
     >>> backoff_s(3, draw=lambda: 0.5)
     0.2
     """
-    return draw() * min(cap_s, base_s * 2 ** max(0, attempt))
+    return draw() * min(cap_s, base_s * 2.0 ** max(0, attempt))

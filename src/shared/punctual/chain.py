@@ -91,8 +91,9 @@ def _cancel_older(store: TaskStore, schedule: Schedule, task: Task, now_ms: int)
     return True
 
 
-def cleanup(store: TaskStore, schedule: Schedule, now_ms: int, before: Schedule | None = None,
-            until_ms: int | None = None) -> int:
+def cleanup(
+    store: TaskStore, schedule: Schedule, now_ms: int, before: Schedule | None = None, until_ms: int | None = None
+) -> int:
     """Cancel the occurrences older versions of ``schedule`` made that are still PENDING, then clear its
     ``cleanup`` flag. How many were cancelled.
 

@@ -79,8 +79,9 @@ def _grace_ms(value: timedelta | int | None, default: int) -> int:
     if isinstance(value, timedelta):
         return value // timedelta(milliseconds=1)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTaskError("invalid misfire_grace_ms: give a timedelta or whole milliseconds",
-                               field="misfire_grace_ms")
+        raise InvalidTaskError(
+            "invalid misfire_grace_ms: give a timedelta or whole milliseconds", field="misfire_grace_ms"
+        )
     return value
 
 
@@ -115,8 +116,14 @@ class Client:
     >>> client.cancel("publish-v-123")                           # doctest: +SKIP
     """
 
-    def __init__(self, settings: Settings | None = None, *, dynamodb: Any = None,
-                 clock: Clock | None = None, store: TaskStore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        dynamodb: Any = None,
+        clock: Clock | None = None,
+        store: TaskStore | None = None,
+    ) -> None:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()
         if store is None:
@@ -148,12 +155,21 @@ class Client:
             )
         if task.due_ms < now_ms - horizon_ms:  # fire_late too: a date that far back is a mistake, not a plan
             raise InvalidTaskError(
-                f"invalid due_at: more than {self.settings.max_horizon_days} days in the past", field="due_at")
+                f"invalid due_at: more than {self.settings.max_horizon_days} days in the past", field="due_at"
+            )
 
-    def build_task(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
-                   task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                   misfire_policy: str = DEFAULT_MISFIRE_POLICY, retry: RetryPolicy | dict[str, Any] | None = None,
-                   now_ms: int | None = None) -> Task:
+    def build_task(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> Task:
         """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
         import uuid
 
@@ -163,8 +179,9 @@ class Client:
         if due_at.tzinfo is None or due_at.utcoffset() is None:
             raise InvalidTaskError("invalid due_at: naive datetime; give a timezone (e.g. UTC)", field="due_at")
         if isinstance(task_id, str) and is_occurrence_id(task_id):
-            raise InvalidTaskError(f"invalid task_id {task_id!r}: '@' is kept for the occurrences of recurring "
-                                   "schedules", field="task_id")
+            raise InvalidTaskError(
+                f"invalid task_id {task_id!r}: '@' is kept for the occurrences of recurring schedules", field="task_id"
+            )
         try:
             task = Task(
                 task_id=task_id if task_id is not None else uuid.uuid4().hex,
@@ -193,10 +210,17 @@ class Client:
         with self._quota.admitting(tenant, quotas, 1):
             return self._store.create(task, now_ms)
 
-    def schedule(self, due_at: datetime, action: Action | dict[str, Any], payload: Any = None, *,
-                 task_id: str | None = None, misfire_grace: timedelta | int | None = None,
-                 misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-                 retry: RetryPolicy | dict[str, Any] | None = None) -> Task:
+    def schedule(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> Task:
         """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
 
         Parameters
@@ -228,8 +252,16 @@ class Client:
             The id exists with other content.
         """
         now_ms = self.now_ms()
-        task = self.build_task(due_at, action, payload, task_id=task_id, misfire_grace=misfire_grace,
-                               misfire_policy=misfire_policy, retry=retry, now_ms=now_ms)
+        task = self.build_task(
+            due_at,
+            action,
+            payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+            now_ms=now_ms,
+        )
         stored, _created = self._create(task, now_ms)
         return stored
 
@@ -240,8 +272,13 @@ class Client:
         self._check_due(task, now_ms)  # it may have been built a while ago
         return self._create(task, now_ms)
 
-    def schedule_many(self, tasks: Iterable[Mapping[str, Any]], *, threads: int = 16,
-                      on_progress: Callable[[int, int], None] | None = None) -> list[ScheduleResult]:
+    def schedule_many(
+        self,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        threads: int = 16,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> list[ScheduleResult]:
         """Schedule many tasks at once: each a mapping of :meth:`schedule`'s arguments (``due_at``, ``action``,
         ``payload``, ``task_id``, ``misfire_grace``, ``misfire_policy``, ``retry``), written as parallel
         conditional writes. Returns one :class:`ScheduleResult` per task, in order: a bad task does not stop
@@ -266,10 +303,16 @@ class Client:
             return ScheduleResult(index, task_id, "invalid", error=problem)
         now_ms = self.now_ms()
         try:
-            task = self.build_task(spec["due_at"], spec["action"], spec.get("payload"), task_id=spec.get("task_id"),
-                                   misfire_grace=spec.get("misfire_grace"),
-                                   misfire_policy=spec.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
-                                   retry=spec.get("retry"), now_ms=now_ms)
+            task = self.build_task(
+                spec["due_at"],
+                spec["action"],
+                spec.get("payload"),
+                task_id=spec.get("task_id"),
+                misfire_grace=spec.get("misfire_grace"),
+                misfire_policy=spec.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
+                retry=spec.get("retry"),
+                now_ms=now_ms,
+            )
         except InvalidTaskError as exc:
             return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
         try:
@@ -291,17 +334,24 @@ class Client:
         from .dynamodb.store import DynamoTaskStore
 
         now = self.now_ms() if now_ms is None else now_ms
-        store = self._store if isinstance(self._store, DynamoTaskStore) else DynamoTaskStore.from_settings(
-            None, self.settings)
+        store = (
+            self._store
+            if isinstance(self._store, DynamoTaskStore)
+            else DynamoTaskStore.from_settings(None, self.settings)
+        )
         return store.item_of(task, now)
 
     def get(self, task_id: str) -> Task | None:
         """The task as stored now, or None if there is no such task."""
         return self._store.get(task_id)
 
-    def list(self, status: TaskStatus | str | list[TaskStatus | str] | None = None,
-             due_from: datetime | None = None, due_to: datetime | None = None,
-             limit: int | None = None) -> list[Task]:
+    def list(
+        self,
+        status: TaskStatus | str | list[TaskStatus | str] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
         """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
         statuses = None
         if status is not None:
@@ -310,21 +360,35 @@ class Client:
                 statuses = [TaskStatus(s) for s in raw]
             except ValueError as exc:
                 raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
-        tasks = builtins.list(self._store.list_tasks(
-            statuses,
-            None if due_from is None else to_ms(due_from),
-            None if due_to is None else to_ms(due_to),
-        ))
+        tasks = builtins.list(
+            self._store.list_tasks(
+                statuses,
+                None if due_from is None else to_ms(due_from),
+                None if due_to is None else to_ms(due_to),
+            )
+        )
         tasks.sort(key=lambda t: (t.due_at, t.task_id))
         return tasks if limit is None else tasks[:limit]
 
-    def list_tenant_page(self, tenant: str, status: builtins.list[TaskStatus] | None = None,
-                         due_from: datetime | None = None, due_to: datetime | None = None, limit: int = 100,
-                         after: str | None = None) -> tuple[builtins.list[Task], str | None]:
+    def list_tenant_page(
+        self,
+        tenant: str,
+        status: builtins.list[TaskStatus] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[builtins.list[Task], str | None]:
         """One page of ``tenant``'s tasks (see :meth:`TaskStore.tenant_page <punctual.store.TaskStore.tenant_page>`):
         the tasks, and the id the next page starts after (None: the last page)."""
-        return self._store.tenant_page(tenant, status, None if due_from is None else to_ms(due_from),
-                                       None if due_to is None else to_ms(due_to), limit, after)
+        return self._store.tenant_page(
+            tenant,
+            status,
+            None if due_from is None else to_ms(due_from),
+            None if due_to is None else to_ms(due_to),
+            limit,
+            after,
+        )
 
     def cancel(self, task_id: str) -> Task:
         """Cancel a task that has not been armed for firing yet.
@@ -341,9 +405,16 @@ class Client:
         current = self._store.get(task_id)
         if current is None:
             raise TaskNotFoundError(f"no task {task_id!r}")
-        task = self.build_task(due_at, current.action, current.payload, task_id=task_id,
-                               misfire_grace=current.misfire_grace_ms,
-                               misfire_policy=current.misfire_policy, retry=current.retry, now_ms=now_ms)
+        task = self.build_task(
+            due_at,
+            current.action,
+            current.payload,
+            task_id=task_id,
+            misfire_grace=current.misfire_grace_ms,
+            misfire_policy=current.misfire_policy,
+            retry=current.retry,
+            now_ms=now_ms,
+        )
         return self._store.reschedule(task_id, task.due_ms, now_ms)
 
     def _readable(self, task_id: str) -> None:
@@ -363,8 +434,7 @@ class Client:
             current = self._store.get(task_id)
             if current is None:
                 raise TaskNotFoundError(f"no task {task_id!r}")
-            raise TaskStateError(f"cannot redrive task {task_id!r}: it is {current.status}, not FAILED",
-                                 task=current)
+            raise TaskStateError(f"cannot redrive task {task_id!r}: it is {current.status}, not FAILED", task=current)
         redriven = self._store.get(task_id)
         if redriven is None:  # deleted since (its record expired)
             raise TaskNotFoundError(f"no task {task_id!r}")
@@ -415,12 +485,22 @@ class Client:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
         return now_ms + self.settings.lead_ms + self.settings.schedule_ahead_ms
 
-    def create_schedule(self, schedule_id: str, expression: str, action: Action | dict[str, Any],
-                        payload: Any = None, *, timezone: str = "UTC", start_at: datetime | None = None,
-                        end_at: datetime | None = None, max_occurrences: int | None = None,
-                        misfire_grace: timedelta | int | None = None, misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-                        retry: RetryPolicy | dict[str, Any] | None = None,
-                        downtime_policy: str = "skip") -> Schedule:
+    def create_schedule(
+        self,
+        schedule_id: str,
+        expression: str,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        timezone: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_occurrences: int | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        downtime_policy: str = "skip",
+    ) -> Schedule:
         """Store a recurring schedule: ``action`` with ``payload`` at every occurrence of ``expression``.
 
         Parameters
@@ -458,32 +538,48 @@ class Client:
         ...                        timezone="Europe/Paris")              # doctest: +SKIP
         """
         now_ms = self.now_ms()
-        schedule = self._valid_schedule({
-            "schedule_id": schedule_id, "expression": expression, "timezone": timezone, "start_at": start_at,
-            "end_at": end_at, "max_occurrences": max_occurrences, "action": action, "payload": payload,
-            "misfire_grace_ms": _grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
-            "misfire_policy": misfire_policy, "retry": retry, "downtime_policy": downtime_policy,
-            "created_at": from_ms(now_ms),
-        })
+        schedule = self._valid_schedule(
+            {
+                "schedule_id": schedule_id,
+                "expression": expression,
+                "timezone": timezone,
+                "start_at": start_at,
+                "end_at": end_at,
+                "max_occurrences": max_occurrences,
+                "action": action,
+                "payload": payload,
+                "misfire_grace_ms": _grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
+                "misfire_policy": misfire_policy,
+                "retry": retry,
+                "downtime_policy": downtime_policy,
+                "created_at": from_ms(now_ms),
+            }
+        )
         first = first_due_ms(schedule, now_ms)
         if first is None:
-            raise InvalidTaskError(f"invalid expression: {expression!r} has no occurrence after now"
-                                   + (" and before end_at" if end_at else ""), field="expression")
+            raise InvalidTaskError(
+                f"invalid expression: {expression!r} has no occurrence after now"
+                + (" and before end_at" if end_at else ""),
+                field="expression",
+            )
         schedule = schedule.model_copy(update={"next_due_ms": first})
         step = plan_advance(schedule, now_ms, self._until_ms(now_ms))
         occurrences = [] if step is None else step.occurrences
-        to_store = schedule.model_copy(update={
-            "next_due_ms": first if step is None else step.next_due_ms,
-            "state": ScheduleState.ENDED if step is not None and step.next_due_ms is None else ScheduleState.ACTIVE,
-            "created_count": len(occurrences),
-        })
+        to_store = schedule.model_copy(
+            update={
+                "next_due_ms": first if step is None else step.next_due_ms,
+                "state": ScheduleState.ENDED if step is not None and step.next_due_ms is None else ScheduleState.ACTIVE,
+                "created_count": len(occurrences),
+            }
+        )
         existing = self._store.get_schedule(schedule_id)
         admission: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
             admission = self._admitting_schedule(to_store, len(occurrences))
         with admission:
-            stored, created = self._store.create_schedule(to_store, [schedule.occurrence(ms) for ms in occurrences],
-                                                          now_ms)
+            stored, created = self._store.create_schedule(
+                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms
+            )
         if created:
             chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or stored
@@ -564,9 +660,16 @@ class Client:
         first = first_due_ms(new, now_ms)
         spent = new.max_occurrences is not None and new.created_count >= new.max_occurrences
         active = first is not None and not spent
-        changed = self._store.change_schedule(schedule, {
-            **changes, "state": ScheduleState.ACTIVE if active else ScheduleState.ENDED,
-            "next_due_ms": first if active else None}, now_ms, cleanup=cleanup)
+        changed = self._store.change_schedule(
+            schedule,
+            {
+                **changes,
+                "state": ScheduleState.ACTIVE if active else ScheduleState.ENDED,
+                "next_due_ms": first if active else None,
+            },
+            now_ms,
+            cleanup=cleanup,
+        )
         if cleanup:
             chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         chain.extend(self._store, schedule.schedule_id, now_ms, self._until_ms(now_ms))
@@ -576,8 +679,9 @@ class Client:
         fires). Its history stays listable until the finished occurrences expire."""
         now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
-        changed = self._store.change_schedule(schedule, {"state": ScheduleState.DELETED, "next_due_ms": None},
-                                              now_ms, cleanup=True)
+        changed = self._store.change_schedule(
+            schedule, {"state": ScheduleState.DELETED, "next_due_ms": None}, now_ms, cleanup=True
+        )
         chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._store.get_schedule(schedule_id) or changed
 
@@ -592,8 +696,12 @@ def spec_problem(spec: Any) -> str | None:
     return None
 
 
-def schedule_each(tasks: Iterable[Any], one: Callable[[int, Any], ScheduleResult], threads: int,
-                  on_progress: Callable[[int, int], None] | None) -> list[ScheduleResult]:
+def schedule_each(
+    tasks: Iterable[Any],
+    one: Callable[[int, Any], ScheduleResult],
+    threads: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[ScheduleResult]:
     """``one(index, spec)`` for each of ``tasks``, ``threads`` at a time, a result each in order (an exception is
     that task's ``"error"``: the others go on); ``on_progress(done, total)`` as each completes. What
     :meth:`Client.schedule_many` and the API client's run."""

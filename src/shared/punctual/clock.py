@@ -65,8 +65,7 @@ def measure_offset(server: str | None, timeout_s: float) -> ClockOffset:
 
     host, _, port = server.partition(":")
     try:
-        response = ntplib.NTPClient().request(host, version=3, port=int(port) if port else "ntp",
-                                              timeout=timeout_s)
+        response = ntplib.NTPClient().request(host, version=3, port=int(port) if port else "ntp", timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - any failure only means "uncorrected"
         return ClockOffset(None, server, f"{type(exc).__name__}: {exc}")
     return ClockOffset(response.offset * 1000.0, server)
@@ -84,8 +83,7 @@ class OffsetProbe:
     def __init__(self, server: str | None, timeout_s: float) -> None:
         self._result = ClockOffset(None, server, "not measured yet")
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(server, timeout_s), name="ntp-offset",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(server, timeout_s), name="ntp-offset", daemon=True)
         self._thread.start()
 
     def _run(self, server: str | None, timeout_s: float) -> None:

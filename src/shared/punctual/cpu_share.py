@@ -64,8 +64,9 @@ def _v2_share(group: Path) -> float | None:
         return None
 
 
-def detect_cpu_share(env: Mapping[str, str] | None = None, proc_cgroup: str = "/proc/self/cgroup",
-                     root: str = "/sys/fs/cgroup") -> float | None:
+def detect_cpu_share(
+    env: Mapping[str, str] | None = None, proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
+) -> float | None:
     """This process's share of a core: its cgroup's CPU quota when it has one (locally, a worker joins its group
     before it loads the handler), else the share a Lambda function's memory size buys
     (``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` / 1769); ``None``: no quota is known (whole cores)."""
@@ -76,8 +77,9 @@ def detect_cpu_share(env: Mapping[str, str] | None = None, proc_cgroup: str = "/
     return int(memory) / MB_PER_VCPU if memory.isdigit() and int(memory) > 0 else None
 
 
-def fires_per_period(memory_mb: int, fire_cpu_us: float, budget: float = FIRE_BUDGET,
-                     period_ms: int = QUOTA_PERIOD_MS) -> int:
+def fires_per_period(
+    memory_mb: int, fire_cpu_us: float, budget: float = FIRE_BUDGET, period_ms: int = QUOTA_PERIOD_MS
+) -> int:
     """How many fires due within one quota period an executor of ``memory_mb`` can start before its quota for
     that period runs out, at ``fire_cpu_us`` of CPU a fire and ``budget`` of the quota (at least 1). A fire
     past the quota waits for the next period: the rest of the period, tens of milliseconds at 256 MB.

@@ -66,20 +66,31 @@ def decide_before_fire(task: Task, due_ms: int, now_ms: float, taken_over_until_
     late = now_ms - due_ms
     if taken_over_until_ms is not None and due_ms <= taken_over_until_ms:
         if task.misfire_policy == "fire_late":
-            return FireDecision("fire_late", f"{LOST_EXECUTOR}; fired again with the same idempotency key "
-                                             f"(policy fire_late)")
+            return FireDecision(
+                "fire_late", f"{LOST_EXECUTOR}; fired again with the same idempotency key (policy fire_late)"
+            )
         return FireDecision("miss", f"{LOST_EXECUTOR} (reached {late:.0f} ms after due)")
     action = misfire_decision(late, task.misfire_grace_ms, task.misfire_policy)
     if action == "miss":
         return FireDecision(action, f"would fire {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms")
     if action == "fire_late":
-        return FireDecision(action, f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms "
-                                    f"(policy fire_late)")
+        return FireDecision(
+            action, f"fired {late:.0f} ms late, past its grace of {task.misfire_grace_ms} ms (policy fire_late)"
+        )
     return FireDecision(action)
 
 
-def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int, *, decision: FireDecision,
-                   error: str | None, offset_ms: float | None, max_attempts: int | None = None) -> FireRecord:
+def decide_outcome(
+    task: Task,
+    due_ms: int,
+    started_ms: float,
+    finished_ms: int,
+    *,
+    decision: FireDecision,
+    error: str | None,
+    offset_ms: float | None,
+    max_attempts: int | None = None,
+) -> FireRecord:
     """What an executor records for ``task`` (due at ``due_ms``) that it reached at ``started_ms``.
 
     ``decision`` is :func:`decide_before_fire`'s answer at ``started_ms`` (its note goes into the detail);
@@ -105,8 +116,26 @@ def decide_outcome(task: Task, due_ms: int, started_ms: float, finished_ms: int,
         delay = retry_delay_ms(policy, task.attempt, first_due, finished_ms)
         if delay is not None:
             detail = f"attempt {task.attempt} of {policy.max_attempts} failed, next in {delay} ms: {detail}"
-            return FireRecord(task.task_id, TaskStatus.PENDING, started_ms, finished_ms, late, corrected,
-                              detail[:DETAIL_LIMIT], late=is_late, retry_delay_ms=delay, first_due_ms=first_due)
+            return FireRecord(
+                task.task_id,
+                TaskStatus.PENDING,
+                started_ms,
+                finished_ms,
+                late,
+                corrected,
+                detail[:DETAIL_LIMIT],
+                late=is_late,
+                retry_delay_ms=delay,
+                first_due_ms=first_due,
+            )
         detail = f"attempt {task.attempt} of {policy.max_attempts} failed, no retry left: {detail}"
-    return FireRecord(task.task_id, outcome, started_ms, finished_ms, late, corrected,
-                      None if detail is None else detail[:DETAIL_LIMIT], late=is_late)
+    return FireRecord(
+        task.task_id,
+        outcome,
+        started_ms,
+        finished_ms,
+        late,
+        corrected,
+        None if detail is None else detail[:DETAIL_LIMIT],
+        late=is_late,
+    )

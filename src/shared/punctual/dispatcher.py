@@ -156,8 +156,14 @@ class Dispatcher(Generic[T]):
         Where it stops sleeping before a deadline and how much it spins (:meth:`FireTiming.for_cpu_share`).
     """
 
-    def __init__(self, fire: Callable[[T], None], workers: int = 32, clock: Clock | None = None,
-                 name: str = "dispatcher", timing: FireTiming | None = None) -> None:
+    def __init__(
+        self,
+        fire: Callable[[T], None],
+        workers: int = 32,
+        clock: Clock | None = None,
+        name: str = "dispatcher",
+        timing: FireTiming | None = None,
+    ) -> None:
         self._fire = fire
         self._clock = clock or SystemClock()
         self.timing = timing or FireTiming()
@@ -337,7 +343,7 @@ class Dispatcher(Generic[T]):
                     wait_for_deadline(clock, deadline, fire_spin)
                 try:
                     fire(item)
-                except Exception:  # noqa: BLE001 - one failing callback must not take a worker out of the pool
+                except Exception:  # one failing callback must not take a worker out of the pool
                     log.exception("fire callback failed")
                 finally:
                     FIRE_WINDOWS.leave()

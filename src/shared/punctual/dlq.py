@@ -48,15 +48,26 @@ class DeadLetter:
 def message_of(task: Task, reason: str) -> dict[str, Any]:
     """The JSON body of a dead letter for ``task`` (its ``finished_at`` is the failure time, if set)."""
     failed_at = task.finished_at or datetime.now(UTC)
-    return {"message_id": uuid.uuid4().hex, "task_id": task.task_id, "occurrence": task.occurrence,
-            "attempt": task.attempt, "reason": reason[:4_000],
-            "failed_at": failed_at.isoformat(timespec="milliseconds")}
+    return {
+        "message_id": uuid.uuid4().hex,
+        "task_id": task.task_id,
+        "occurrence": task.occurrence,
+        "attempt": task.attempt,
+        "reason": reason[:4_000],
+        "failed_at": failed_at.isoformat(timespec="milliseconds"),
+    }
 
 
 def _letter(body: dict[str, Any], receipt: str | None) -> DeadLetter:
-    return DeadLetter(message_id=str(body.get("message_id", "")), task_id=str(body["task_id"]),
-                      occurrence=int(body.get("occurrence", 0)), attempt=int(body.get("attempt", 0)),
-                      reason=str(body.get("reason", "")), failed_at=str(body.get("failed_at", "")), receipt=receipt)
+    return DeadLetter(
+        message_id=str(body.get("message_id", "")),
+        task_id=str(body["task_id"]),
+        occurrence=int(body.get("occurrence", 0)),
+        attempt=int(body.get("attempt", 0)),
+        reason=str(body.get("reason", "")),
+        failed_at=str(body.get("failed_at", "")),
+        receipt=receipt,
+    )
 
 
 class DeadLetterQueue(Protocol):
@@ -100,8 +111,9 @@ class SqsDeadLetterQueue:
         """Every message now in the queue (each hidden from other readers for the visibility timeout)."""
         letters: list[DeadLetter] = []
         while len(letters) < limit:
-            response = self._client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                                    VisibilityTimeout=self._visibility, WaitTimeSeconds=1)
+            response = self._client.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=self._visibility, WaitTimeSeconds=1
+            )
             messages = response.get("Messages", [])
             if not messages:
                 break
@@ -109,8 +121,9 @@ class SqsDeadLetterQueue:
                 try:
                     letters.append(_letter(json.loads(message["Body"]), message["ReceiptHandle"]))
                 except (KeyError, TypeError, ValueError):
-                    log.warning("dead-letter message %s is not a Punctual message: left in the queue",
-                                message.get("MessageId"))
+                    log.warning(
+                        "dead-letter message %s is not a Punctual message: left in the queue", message.get("MessageId")
+                    )
         return letters
 
     def acknowledge(self, letters: list[DeadLetter]) -> int:
@@ -131,8 +144,10 @@ class SqsDeadLetterQueue:
             chunk = letters[start : start + 10]
             self._client.change_message_visibility_batch(
                 QueueUrl=self.queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": letter.receipt, "VisibilityTimeout": 0}
-                         for i, letter in enumerate(chunk)],
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": letter.receipt, "VisibilityTimeout": 0}
+                    for i, letter in enumerate(chunk)
+                ],
             )
 
 

@@ -61,9 +61,17 @@ class Executor:
     this process may use (:func:`punctual.cpu_share.detect_cpu_share`; ``None``: whole cores), which decides
     how the dispatcher waits for a deadline (:meth:`punctual.dispatcher.FireTiming.for_cpu_share`)."""
 
-    def __init__(self, store: TaskStore, settings: Settings, clock: Clock,
-                 offset: OffsetSource, *, dead_letters: DeadLetterQueue | None = None,
-                 actions: ActionEnv | None = None, cpu_share: float | None = None) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        settings: Settings,
+        clock: Clock,
+        offset: OffsetSource,
+        *,
+        dead_letters: DeadLetterQueue | None = None,
+        actions: ActionEnv | None = None,
+        cpu_share: float | None = None,
+    ) -> None:
         self._store = store
         self._actions = actions or ActionEnv.from_settings(settings)
         self._settings = settings
@@ -74,15 +82,29 @@ class Executor:
         # One dispatcher and worker pool, and one recorder, for the life of the process (a warm start reuses
         # them), created here, by the thread that builds the executor: their threads inherit its CPU priority.
         self._dispatcher: Dispatcher[_Item] = Dispatcher(
-            _fire_item, workers=settings.worker_threads, clock=clock, name="dispatch",
+            _fire_item,
+            workers=settings.worker_threads,
+            clock=clock,
+            name="dispatch",
             timing=FireTiming.for_cpu_share(cpu_share),
         )
-        self._heartbeat = Heartbeat(store, clock, settings.executor_lease_ms, settings.heartbeat_interval_ms,
-                                    seconds_to_next_fire=self._dispatcher.seconds_to_next_fire)
+        self._heartbeat = Heartbeat(
+            store,
+            clock,
+            settings.executor_lease_ms,
+            settings.heartbeat_interval_ms,
+            seconds_to_next_fire=self._dispatcher.seconds_to_next_fire,
+        )
         # A failed record is tried again while this executor is alive by its own lease (past it, another may
         # have taken its tasks over) and the task's lease lasts.
-        self._recorder = Recorder(store, clock, self._dispatcher, dead_letters=dead_letters,
-                                  alive=lambda: clock.monotonic() < self._heartbeat.fence, cpu_share=cpu_share)
+        self._recorder = Recorder(
+            store,
+            clock,
+            self._dispatcher,
+            dead_letters=dead_letters,
+            alive=lambda: clock.monotonic() < self._heartbeat.fence,
+            cpu_share=cpu_share,
+        )
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
         self._fenced: list[_Armed] = []
@@ -114,8 +136,9 @@ class Executor:
         self._heartbeat.close()
         self._actions.close()
 
-    def run_batch(self, event: BatchEvent, deadline_ms: float | None = None,
-                  invocation: str | None = None) -> BatchReport:
+    def run_batch(
+        self, event: BatchEvent, deadline_ms: float | None = None, invocation: str | None = None
+    ) -> BatchReport:
         """Arm the batch, fire each armed task at its instant, record what each came to. ``deadline_ms``: when
         the invocation ends (Lambda's timeout: no lease outlives it, and an action's own retries stop well before
         it); ``invocation``: its request id (Lambda keeps it when it retries: the retry fences its earlier
@@ -125,8 +148,10 @@ class Executor:
         self._idle.clear()
         try:
             if not self._heartbeat.start(executor_id, deadline_ms, invocation):
-                log.error("batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
-                          event.batch_id)
+                log.error(
+                    "batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
+                    event.batch_id,
+                )
                 return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
             try:
                 return self._run_armed(event, executor_id)
@@ -154,17 +179,28 @@ class Executor:
         # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
         unfired = [*cancelled, *self._fenced]
         released = sum(1 for entry in unfired if self._release(entry.task.task_id, executor_id))
-        return _report(event, executor_id, len(armed), lost, recording, released, offset,
-                       taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
-                       fenced=len(self._fenced))
+        return _report(
+            event,
+            executor_id,
+            len(armed),
+            lost,
+            recording,
+            released,
+            offset,
+            taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
+            fenced=len(self._fenced),
+        )
 
     def _release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE one unfired task; a failure is logged (the task is taken over once this heartbeat ends)."""
         try:
             return self._store.release(task_id, executor_id)
-        except Exception:  # noqa: BLE001 - one failed write must not lose the batch's report
-            log.exception("task %s: handing it back failed; it is taken over once this executor's lease ends",
-                          task_id, extra=task_log_keys(task_id))
+        except Exception:  # one failed write must not lose the batch's report
+            log.exception(
+                "task %s: handing it back failed; it is taken over once this executor's lease ends",
+                task_id,
+                extra=task_log_keys(task_id),
+            )
             return False
 
     def _fire(self, armed: list[_Armed], fire: Callable[[_Armed], None]) -> list[_Armed]:
@@ -176,8 +212,9 @@ class Executor:
         for entry in armed:
             dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
         # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
-        prepare_actions([(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed],
-                        self._actions)
+        prepare_actions(
+            [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
+        )
         with self._stop_lock:
             self._current = dispatcher
             if self._stopping.is_set():
@@ -205,8 +242,9 @@ class Executor:
                 finish(decision, None)
                 return
             latest = entry.due_ms + task.misfire_grace_ms if decision.action == "fire" else None
-            context = FireContext(task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest,
-                                  self._deadline_ms)
+            context = FireContext(
+                task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest, self._deadline_ms
+            )
             try:
                 future = start_action(task.action, context, self._actions)
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
@@ -219,27 +257,55 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
             finish(None, f"executor error: {exc!r}")
 
-    def _finish(self, recording: Recording, offset: ClockOffset, entry: _Armed, started: float,
-                decision: FireDecision | None, error: str | None) -> None:
+    def _finish(
+        self,
+        recording: Recording,
+        offset: ClockOffset,
+        entry: _Armed,
+        started: float,
+        decision: FireDecision | None,
+        error: str | None,
+    ) -> None:
         """Hand the recorder the task's record (exactly one per task, whatever happens here): the instant it
         finished now, and the rest of the record to be made by the recorder's thread, off the fire's path."""
         recording.put(partial(self._record_of, offset, entry, started, int(self._clock.wall_ms()), decision, error))
 
-    def _record_of(self, offset: ClockOffset, entry: _Armed, started: float, finished_ms: int,
-                   decision: FireDecision | None, error: str | None) -> FireRecord:
+    def _record_of(
+        self,
+        offset: ClockOffset,
+        entry: _Armed,
+        started: float,
+        finished_ms: int,
+        decision: FireDecision | None,
+        error: str | None,
+    ) -> FireRecord:
         """What a fire comes to (:func:`~punctual.decisions.decide_outcome`); never raises."""
         task = entry.task
         detail = error  # decision None: the executor failed before deciding; ``error`` says how
         if decision is not None:
             try:
                 quotas = self._actions.rules.of(task.task_id).quotas  # the key's tenant's, whatever the item says
-                return decide_outcome(task, entry.due_ms, started, finished_ms, decision=decision, error=error,
-                                      offset_ms=offset.offset_ms,
-                                      max_attempts=None if quotas is None else quotas.retry_attempts)
+                return decide_outcome(
+                    task,
+                    entry.due_ms,
+                    started,
+                    finished_ms,
+                    decision=decision,
+                    error=error,
+                    offset_ms=offset.offset_ms,
+                    max_attempts=None if quotas is None else quotas.retry_attempts,
+                )
             except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
                 detail = f"executor error: {exc!r}"
-        return FireRecord(task.task_id, TaskStatus.FAILED, started, finished_ms, started - entry.due_ms, None,
-                          (detail or "executor error")[:1000])
+        return FireRecord(
+            task.task_id,
+            TaskStatus.FAILED,
+            started,
+            finished_ms,
+            started - entry.due_ms,
+            None,
+            (detail or "executor error")[:1000],
+        )
 
     def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
         """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost
@@ -249,8 +315,12 @@ class Executor:
         # The task's own lease is a backstop that outlives every legitimate fire: due (or now, if late) + grace
         # + the longest action timeout + a margin. A dead executor's tasks are taken over long before, when its
         # heartbeat lapses.
-        requests = [ArmRequest(e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS
-                                                        + margin), e.held) for e in event.tasks]
+        requests = [
+            ArmRequest(
+                e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin), e.held
+            )
+            for e in event.tasks
+        ]
         outcome: list[list[Armed | None]] = []
 
         def arm() -> None:
@@ -259,17 +329,21 @@ class Executor:
             lower_current_thread()
             try:
                 outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now, self._invocation))
-            except Exception:  # noqa: BLE001 - some chunks may have been armed before the error: read back
+            except Exception:  # some chunks may have been armed before the error: read back
                 log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
                 try:
                     stored = self._store.get_many([r.task_id for r in requests])
-                except Exception:  # noqa: BLE001 - what was armed is taken over once this heartbeat ends
+                except Exception:  # what was armed is taken over once this heartbeat ends
                     log.exception("reading back batch %s failed", event.batch_id)
                     return
-                outcome.append([
-                    Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
-                    for t in (stored.get(r.task_id) for r in requests)
-                ])
+                outcome.append(
+                    [
+                        Armed(t)
+                        if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id
+                        else None
+                        for t in (stored.get(r.task_id) for r in requests)
+                    ]
+                )
 
         thread = threading.Thread(target=arm, name="arm")
         thread.start()
@@ -278,9 +352,12 @@ class Executor:
         armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
         for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
             if result is None:
-                log.info("task %s: not armed (another executor has it: a duplicate delivery, a second dispatch; "
-                         "or it was cancelled, rescheduled or finished; or arming failed)", request.task_id,
-                         extra=task_log_keys(request.task_id))
+                log.info(
+                    "task %s: not armed (another executor has it: a duplicate delivery, a second dispatch; "
+                    "or it was cancelled, rescheduled or finished; or arming failed)",
+                    request.task_id,
+                    extra=task_log_keys(request.task_id),
+                )
         return armed, len(results) - len(armed)
 
 
@@ -289,8 +366,18 @@ def _failure(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def _report(event: BatchEvent, executor_id: str, armed: int, lost: int, recording: Recording | None,
-            released: int, offset: ClockOffset, *, taken_over: int = 0, fenced: int = 0) -> BatchReport:
+def _report(
+    event: BatchEvent,
+    executor_id: str,
+    armed: int,
+    lost: int,
+    recording: Recording | None,
+    released: int,
+    offset: ClockOffset,
+    *,
+    taken_over: int = 0,
+    fenced: int = 0,
+) -> BatchReport:
     recorded = [] if recording is None else recording.recorded
     count = {status: 0 for status in TaskStatus}
     for record in recorded:

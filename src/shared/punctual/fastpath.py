@@ -33,8 +33,9 @@ FAST_PATH_EVENTS = ("INSERT", "MODIFY")
 DispatchPath = Literal["fast path", "poll"]
 
 
-def choose_path(due_ms: int, now_ms: int, last_polls_ms: Sequence[int | None], *, interval_ms: int, lead_ms: int,
-                margin_ms: int) -> DispatchPath:
+def choose_path(
+    due_ms: int, now_ms: int, last_polls_ms: Sequence[int | None], *, interval_ms: int, lead_ms: int, margin_ms: int
+) -> DispatchPath:
     """Which path dispatches a task due at ``due_ms``, looked at ``now_ms``, when the last poll of each poll group
     started at ``last_polls_ms``: the next poll (expected a poll interval after the last) or the fast path, now.
 
@@ -94,8 +95,9 @@ def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
         return None  # the watermark item, or something that is not a task
 
 
-def dispatch_stream_records(poller: Poller, records: Iterable[Mapping[str, Any]],
-                            now_ms: int | None = None) -> FastPathReport:
+def dispatch_stream_records(
+    poller: Poller, records: Iterable[Mapping[str, Any]], now_ms: int | None = None
+) -> FastPathReport:
     """Dispatch the fast-path tasks among ``records`` (a stream batch, oldest first), looked at ``now_ms`` (the
     wall clock by default): those the next poll does not dispatch in time (:func:`choose_path`, after one read of
     the last polls' starts), or all of them when those cannot be read."""
@@ -110,16 +112,31 @@ def dispatch_stream_records(poller: Poller, records: Iterable[Mapping[str, Any]]
     if candidates:
         try:
             last_polls = poller.last_polls()
-        except Exception:  # noqa: BLE001 - not knowing when the next poll comes, the fast path dispatches them all
+        except Exception:  # not knowing when the next poll comes, the fast path dispatches them all
             log.exception("reading when the last polls started failed: dispatching every candidate")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     s = poller.settings
-    mine = [c for c in candidates
-            if choose_path(c.due_ms, now, last_polls, interval_ms=s.poll_interval_ms, lead_ms=s.lead_ms,
-                           margin_ms=s.fast_path_margin_ms) == "fast path"]
+    mine = [
+        c
+        for c in candidates
+        if choose_path(
+            c.due_ms,
+            now,
+            last_polls,
+            interval_ms=s.poll_interval_ms,
+            lead_ms=s.lead_ms,
+            margin_ms=s.fast_path_margin_ms,
+        )
+        == "fast path"
+    ]
     done = poller.dispatch(mine)
-    return FastPathReport(records=len(records), candidates=len(candidates), left_to_poll=len(candidates) - len(mine),
-                          polls_known=bool(last_polls) and None not in last_polls, **done.model_dump())
+    return FastPathReport(
+        records=len(records),
+        candidates=len(candidates),
+        left_to_poll=len(candidates) - len(mine),
+        polls_known=bool(last_polls) and None not in last_polls,
+        **done.model_dump(),
+    )
 
 
 def matches(pattern: Mapping[str, Any], event: Any) -> bool:

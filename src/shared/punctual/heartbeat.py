@@ -49,11 +49,21 @@ class Heartbeat:
         ``quiet_s`` away, so that its write does not hold the interpreter as a fire is due.
     """
 
-    def __init__(self, store: TaskStore, clock: Clock, lease_ms: int, interval_ms: int, *,
-                 seconds_to_next_fire: Callable[[], float] | None = None, quiet_s: float = 0.025) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        clock: Clock,
+        lease_ms: int,
+        interval_ms: int,
+        *,
+        seconds_to_next_fire: Callable[[], float] | None = None,
+        quiet_s: float = 0.025,
+    ) -> None:
         if interval_ms * 2 > lease_ms - SAFETY_MS:
-            raise ValueError(f"heartbeat interval {interval_ms} ms leaves no renewal to spare in a lease of "
-                             f"{lease_ms} ms (safety {SAFETY_MS} ms)")
+            raise ValueError(
+                f"heartbeat interval {interval_ms} ms leaves no renewal to spare in a lease of "
+                f"{lease_ms} ms (safety {SAFETY_MS} ms)"
+            )
         self._store = store
         self._clock = clock
         self._lease_ms = lease_ms
@@ -97,14 +107,21 @@ class Heartbeat:
             until = max(wall, min(until, int(self._deadline_ms)))  # need not wait for a lease that outlives it
         try:
             ok = self._store.heartbeat(self.executor_id, wall, until, self._invocation)
-        except Exception as exc:  # noqa: BLE001 - the fence stays where it was: past it, this executor stops firing
+        except Exception as exc:  # the fence stays where it was: past it, this executor stops firing
             left = max(self.fence - self._clock.monotonic(), 0.0)
             if self._failing:  # the traceback was logged at the first failure of this run of failures
-                log.error("executor %s: heartbeat failed again (%s); firing stops %.1f s from now unless one "
-                          "succeeds", self.executor_id, type(exc).__name__, left)
+                log.error(
+                    "executor %s: heartbeat failed again (%s); firing stops %.1f s from now unless one succeeds",
+                    self.executor_id,
+                    type(exc).__name__,
+                    left,
+                )
             else:
-                log.exception("executor %s: heartbeat failed; firing stops %.1f s from now unless one succeeds",
-                              self.executor_id, left)
+                log.exception(
+                    "executor %s: heartbeat failed; firing stops %.1f s from now unless one succeeds",
+                    self.executor_id,
+                    left,
+                )
             self._failing = True
             return False
         self._failing = False

@@ -24,6 +24,19 @@ ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (a second dispat
 TASKS_TAKEN_OVER = "TasksTakenOver"  # tasks an executor armed by taking them over from a dead one
 TASKS_FENCED = "TasksFenced"  # tasks an executor did not fire because its own lease had ended (it was cut off)
 
-ALL = (FIRE_DRIFT, LATE_FIRE_DELAY, TASKS_FIRED_LATE,
-       TASKS_DISPATCHED, TASKS_RECOVERED, UNDECODABLE_ITEMS, TASKS_UNDISPATCHED, TASKS_MISSED,
-       TASKS_FIRED, TASKS_FAILED, INVOKE_FAILURES, ARM_CONFLICTS, TASKS_TAKEN_OVER, TASKS_FENCED)
+ALL = (
+    FIRE_DRIFT,
+    LATE_FIRE_DELAY,
+    TASKS_FIRED_LATE,
+    TASKS_DISPATCHED,
+    TASKS_RECOVERED,
+    UNDECODABLE_ITEMS,
+    TASKS_UNDISPATCHED,
+    TASKS_MISSED,
+    TASKS_FIRED,
+    TASKS_FAILED,
+    INVOKE_FAILURES,
+    ARM_CONFLICTS,
+    TASKS_TAKEN_OVER,
+    TASKS_FENCED,
+)

@@ -197,8 +197,9 @@ class Allowlist:
         """Whether the host name is an allowlisted name or a subdomain of an allowlisted ``*.suffix``, on ``port``
         (None: on every port, so only by an entry without one)."""
         name = _loose_name(host)
-        return (any(_opens(opened, port) for entry, opened in self.names if entry == name)
-                or any(name.endswith(suffix) and _opens(opened, port) for suffix, opened in self.suffixes))
+        return any(_opens(opened, port) for entry, opened in self.names if entry == name) or any(
+            name.endswith(suffix) and _opens(opened, port) for suffix, opened in self.suffixes
+        )
 
     def matches_address(self, address: IPAddress, port: int | None = None) -> bool:
         """Whether the address (IPv4-mapped IPv6 counts as its IPv4 form) lies in an allowlisted network, on
@@ -506,7 +507,7 @@ def redact_url(url: str) -> str:
         _, host_raw, port_raw = _authority(parts.netloc)
         host, _ = _classify_host(host_raw)
         return _format_origin(scheme, host, _parse_port(port_raw))
-    except Exception:  # never raises, whatever comes in
+    except Exception:  # noqa: BLE001 - never raises, whatever comes in
         return INVALID_URL
 
 

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 INVOKE_THREADS = 8  # async invocations in flight at once
 
 
-def make_batches(candidates: list[Candidate], max_size: int, max_at_once: int | None = None,
-                 window_ms: int = QUOTA_PERIOD_MS) -> list[list[Candidate]]:
+def make_batches(
+    candidates: list[Candidate], max_size: int, max_at_once: int | None = None, window_ms: int = QUOTA_PERIOD_MS
+) -> list[list[Candidate]]:
     """Candidates in due order, cut into batches of at most ``max_size``, none holding more than ``max_at_once``
     tasks due within ``window_ms`` of each other (what an executor's CPU quota can fire in one period; None: no
     such limit)."""
@@ -70,10 +71,16 @@ def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
     return BatchEvent(
         batch_id=uuid.uuid4().hex,
         claimed_by=dispatcher_id,
-        tasks=[BatchTask(task_id=c.task_id, due_ms=c.due_ms, grace_ms=c.misfire_grace_ms,
-                         **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}),
-                         **({"held": True} if c.status is TaskStatus.ARMED else {}))
-               for c in batch],
+        tasks=[
+            BatchTask(
+                task_id=c.task_id,
+                due_ms=c.due_ms,
+                grace_ms=c.misfire_grace_ms,
+                **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}),
+                **({"held": True} if c.status is TaskStatus.ARMED else {}),
+            )
+            for c in batch
+        ],
     )
 
 
@@ -81,8 +88,7 @@ class Poller:
     """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
     hands the tasks it sees to :meth:`dispatch`, the same batch-and-invoke step the poll ends with."""
 
-    def __init__(self, store: TaskStore, invoker: Invoker, settings: Settings,
-                 poller_id: str | None = None) -> None:
+    def __init__(self, store: TaskStore, invoker: Invoker, settings: Settings, poller_id: str | None = None) -> None:
         self._store = store
         self._invoker = invoker
         self._settings = settings
@@ -110,7 +116,7 @@ class Poller:
         end_ms = now_ms + self._settings.lead_ms
         try:  # before any read: a task the fast path leaves to the next poll is written after this poll's start
             self._store.mark_polled(now_ms, group)
-        except Exception:  # noqa: BLE001 - the fast path then takes every short-lead task itself; nothing is lost
+        except Exception:  # the fast path then takes every short-lead task itself; nothing is lost
             log.exception("noting the start of the poll of group %d failed", group)
         done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
         held_back = 0
@@ -130,18 +136,27 @@ class Poller:
         made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
         if made:
             send(made)
-        report = PollReport(group=group, now_ms=now_ms, window_end_ms=end_ms, watermark_ms=scan.watermark_ms,
-                            buckets=scan.buckets, queries=scan.queries, candidates=len(scan.candidates),
-                            held_back=held_back, undecodable=scan.undecodable + unreadable,
-                            schedules=len(scan.schedules),
-                            occurrences_created=created,
-                            complete=scan.complete and done.undispatched == 0,
-                            **done.model_dump())
+        report = PollReport(
+            group=group,
+            now_ms=now_ms,
+            window_end_ms=end_ms,
+            watermark_ms=scan.watermark_ms,
+            buckets=scan.buckets,
+            queries=scan.queries,
+            candidates=len(scan.candidates),
+            held_back=held_back,
+            undecodable=scan.undecodable + unreadable,
+            schedules=len(scan.schedules),
+            occurrences_created=created,
+            complete=scan.complete and done.undispatched == 0,
+            **done.model_dump(),
+        )
         log.info("poll: %s", report.model_dump())
         return report
 
-    def _extend_schedules(self, schedule_ids: list[str], now_ms: int, end_ms: int,
-                          out_of_time: Callable[[], bool] | None) -> tuple[list[Candidate], int, int]:
+    def _extend_schedules(
+        self, schedule_ids: list[str], now_ms: int, end_ms: int, out_of_time: Callable[[], bool] | None
+    ) -> tuple[list[Candidate], int, int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
         window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next
         tick, and one whose item cannot be read leaves the due index (quarantined). The new occurrences due within
@@ -160,17 +175,27 @@ class Poller:
                 unreadable += 1
                 self._store.quarantine_schedule(schedule_id, str(exc), now_ms)
                 continue
-            except Exception:  # noqa: BLE001 - one schedule must not stop the poll; the next tick tries again
+            except Exception:  # one schedule must not stop the poll; the next tick tries again
                 log.exception("schedule %s: making its next occurrences failed", schedule_id)
                 continue
             created += len(report.created)
-            made.extend(Candidate(task_id=t.task_id, due_ms=t.due_ms, status=TaskStatus.PENDING, lease_until_ms=None,
-                                  misfire_grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
-                        for t in report.created if t.due_ms <= end_ms)
+            made.extend(
+                Candidate(
+                    task_id=t.task_id,
+                    due_ms=t.due_ms,
+                    status=TaskStatus.PENDING,
+                    lease_until_ms=None,
+                    misfire_grace_ms=t.misfire_grace_ms,
+                    misfire_policy=t.misfire_policy,
+                )
+                for t in report.created
+                if t.due_ms <= end_ms
+            )
         return made, created, unreadable
 
-    def poll_all_groups(self, now_ms: int, start_group: Callable[[int], None],
-                        out_of_time: Callable[[], bool] | None = None) -> list[PollReport]:
+    def poll_all_groups(
+        self, now_ms: int, start_group: Callable[[int], None], out_of_time: Callable[[], bool] | None = None
+    ) -> list[PollReport]:
         """The scheduled tick with fan-out over ``settings.poll_groups`` groups: start a poller for each group but
         the first (``start_group(g)``: in AWS an async invoke of the poller function with the group), then poll
         group 0 here; a group that could not be started (``start_group`` raised) is polled here afterwards, while
@@ -179,7 +204,7 @@ class Poller:
         for group in range(1, self._settings.poll_groups):
             try:
                 start_group(group)
-            except Exception:  # noqa: BLE001 - its tasks are still found: by this tick below, or the next one
+            except Exception:  # its tasks are still found: by this tick below, or the next one
                 log.exception("starting the poller of group %d failed; polling it here", group)
                 unstarted.append(group)
         reports = [self.poll(now_ms, out_of_time, group=0)]
@@ -205,8 +230,9 @@ class Poller:
             keep = [c for c in candidates if _sent_key(c) not in self._sent]
         return keep, len(candidates) - len(keep)
 
-    def dispatch(self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None,
-                 sent_at_ms: int | None = None) -> DispatchReport:
+    def dispatch(
+        self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None, sent_at_ms: int | None = None
+    ) -> DispatchReport:
         """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
         ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
         With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
@@ -223,7 +249,7 @@ class Poller:
             try:
                 # exclude_unset: a default ("skip") policy adds nothing to the payload (up to 256 KB async)
                 self._invoker.invoke_async(event.model_dump(mode="json", exclude_unset=True))
-            except Exception:  # noqa: BLE001 - the tasks stay as they are; the next poll dispatches them again
+            except Exception:  # the tasks stay as they are; the next poll dispatches them again
                 log.exception("invoking an executor for batch %s failed", event.batch_id)
                 with lock:
                     sent["failures"] += 1
@@ -241,6 +267,10 @@ class Poller:
         else:
             with ThreadPoolExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="invoke") as pool:
                 list(pool.map(invoke, batches))
-        return DispatchReport(dispatched=sent["tasks"], batches=sent["batches"], invoke_failures=sent["failures"],
-                              undispatched=sent["skipped"],
-                              recovered=sum(1 for c in candidates if c.status is not TaskStatus.PENDING))
+        return DispatchReport(
+            dispatched=sent["tasks"],
+            batches=sent["batches"],
+            invoke_failures=sent["failures"],
+            undispatched=sent["skipped"],
+            recovered=sum(1 for c in candidates if c.status is not TaskStatus.PENDING),
+        )

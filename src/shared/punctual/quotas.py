@@ -49,8 +49,11 @@ def check_retry(retry: RetryPolicy | None, quotas: Quotas | None) -> None:
     if quotas is not None and retry is not None and retry.max_attempts > quotas.retry_attempts:
         raise QuotaExceededError(
             f"retry.max_attempts {retry.max_attempts} is more than the tenant's quota of {quotas.retry_attempts} "
-            "attempts (retry_attempts)", quota="retry_attempts", limit=quotas.retry_attempts,
-            field="retry.max_attempts")
+            "attempts (retry_attempts)",
+            quota="retry_attempts",
+            limit=quotas.retry_attempts,
+            field="retry.max_attempts",
+        )
 
 
 class QuotaGuard:
@@ -98,7 +101,10 @@ class QuotaGuard:
             if active + count > quotas.active_tasks:
                 raise QuotaExceededError(
                     f"the tenant holds {active} active tasks; {count} more would pass its quota of "
-                    f"{quotas.active_tasks} (active_tasks)", quota="active_tasks", limit=quotas.active_tasks)
+                    f"{quotas.active_tasks} (active_tasks)",
+                    quota="active_tasks",
+                    limit=quotas.active_tasks,
+                )
             _, at = self._counts[tenant]
             self._counts[tenant] = (active + count, at)
             if writing:
@@ -122,12 +128,18 @@ class QuotaGuard:
         """Room for ``schedule`` (new, or changed: it replaces the stored one of its id) among ``tenant``'s: the
         number of schedules not deleted (``schedules``) and, if it is to run, the fire rate of the active ones
         (``schedule_rate_per_s``). QuotaExceededError names the quota passed."""
-        others = [s for s in self._store.list_schedules(prefix(tenant))
-                  if s.schedule_id != schedule.schedule_id and s.state is not ScheduleState.DELETED]
+        others = [
+            s
+            for s in self._store.list_schedules(prefix(tenant))
+            if s.schedule_id != schedule.schedule_id and s.state is not ScheduleState.DELETED
+        ]
         if len(others) + 1 > quotas.schedules:
             raise QuotaExceededError(
                 f"the tenant has {len(others)} schedules; one more would pass its quota of {quotas.schedules} "
-                "(schedules)", quota="schedules", limit=quotas.schedules)
+                "(schedules)",
+                quota="schedules",
+                limit=quotas.schedules,
+            )
         if schedule.state is not ScheduleState.ACTIVE:
             return
         rate = total_rate(s.expression for s in others if s.state is ScheduleState.ACTIVE)
@@ -136,7 +148,10 @@ class QuotaGuard:
             raise QuotaExceededError(
                 f"the tenant's active schedules fire {rate:g} times a second; {schedule.expression} adds {mine:g}, "
                 f"past its quota of {quotas.schedule_rate_per_s:g} (schedule_rate_per_s)",
-                quota="schedule_rate_per_s", limit=quotas.schedule_rate_per_s, field="expression")
+                quota="schedule_rate_per_s",
+                limit=quotas.schedule_rate_per_s,
+                field="expression",
+            )
 
 
 def total_rate(expressions: Iterable[str]) -> float:

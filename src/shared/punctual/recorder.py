@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .backoff import backoff_s
 from .clock import Clock
@@ -48,7 +49,7 @@ QUOTA_PERIOD_S = QUOTA_PERIOD_MS / 1000  # a CFS quota's period
 RECORD_CPU_S = 0.002  # the CPU one record's write is assumed to need until one has been measured
 
 
-def _STOP() -> None:  # the job that ends the recorder thread (:meth:`Recorder.close`)
+def _stop_job() -> None:  # the job that ends the recorder thread (:meth:`Recorder.close`)
     """Never run: ``_run_jobs`` returns when it takes this job."""
 
 
@@ -62,9 +63,15 @@ def _log_outcome(record: FireRecord) -> None:
     """One line per recorded outcome: DEBUG when it succeeded (the table holds it), WARNING otherwise."""
     level = logging.DEBUG if record.outcome is TaskStatus.SUCCEEDED else logging.WARNING
     if log.isEnabledFor(level):
-        log.log(level, "task %s: %s", record.task_id, record.outcome.value,
-                extra=task_log_keys(record.task_id, outcome=record.outcome.value, drift_ms=record.drift_ms,
-                                    detail=record.detail))
+        log.log(
+            level,
+            "task %s: %s",
+            record.task_id,
+            record.outcome.value,
+            extra=task_log_keys(
+                record.task_id, outcome=record.outcome.value, drift_ms=record.drift_ms, detail=record.detail
+            ),
+        )
 
 
 Result = FireRecord | Callable[[], FireRecord] | None
@@ -102,9 +109,16 @@ class Recorder:
     and a starved thread holding the interpreter would stall the dispatcher) and one lowered background thread.
     Built by the thread that builds the executor, whose CPU priority its threads inherit."""
 
-    def __init__(self, store: TaskStore, clock: Clock, dispatcher: Dispatcher, *,
-                 dead_letters: DeadLetterQueue | None = None, alive: Callable[[], bool] | None = None,
-                 cpu_share: float | None = None) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        clock: Clock,
+        dispatcher: Dispatcher[Any],
+        *,
+        dead_letters: DeadLetterQueue | None = None,
+        alive: Callable[[], bool] | None = None,
+        cpu_share: float | None = None,
+    ) -> None:
         self._store = store
         self._cpu_share = cpu_share if cpu_share is not None and cpu_share < 1.0 else None
         self.record_cpu_s = RECORD_CPU_S  # CPU a record's write needs, as last measured
@@ -116,8 +130,9 @@ class Recorder:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run_jobs, name="recorder", daemon=True)
         self._thread.start()
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-bg",
-                                              initializer=lower_current_thread)
+        self._background = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="record-bg", initializer=lower_current_thread
+        )
 
     def note_fire(self) -> None:
         """Called by each fire, as it starts: recording waits until fires have settled."""
@@ -131,18 +146,18 @@ class Recorder:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the recorder's threads once the jobs already queued are done (a batch still recording finishes)."""
-        self._jobs.put(_STOP)
+        self._jobs.put(_stop_job)
         self._thread.join(timeout_s)
         self._background.shutdown(wait=not self._thread.is_alive(), cancel_futures=True)
 
     def _run_jobs(self) -> None:
         while True:
             job = self._jobs.get()
-            if job is _STOP:
+            if job is _stop_job:
                 return
             try:
                 job()
-            except Exception:  # noqa: BLE001 - a failed job must not end the thread
+            except Exception:  # a failed job must not end the thread
                 log.exception("recorder job failed")
 
     def _record(self, recording: Recording) -> None:
@@ -163,8 +178,7 @@ class Recorder:
             recording.done.set()
 
     @staticmethod
-    def _next_chunk(first: Result, results: queue.SimpleQueue[Result],
-                    remaining: int) -> tuple[list[FireRecord], int]:
+    def _next_chunk(first: Result, results: queue.SimpleQueue[Result], remaining: int) -> tuple[list[FireRecord], int]:
         """Up to :data:`RECORD_CHUNK` records: ``first``, then the results already there (a deferred record is
         made here)."""
         taken = 1
@@ -201,16 +215,18 @@ class Recorder:
                 clock.sleep(settle)
             else:  # fires follow each other closely: sleep past them all, not after each one (in steps of at
                 # most MAX_NAP_S, so that a stop, which empties the heap, is seen soon)
-                one = QUIET_S if self._cpu_share is None else (
-                    QUIET_S + QUOTA_PERIOD_S + self.record_cpu_s / self._cpu_share)
+                one = (
+                    QUIET_S
+                    if self._cpu_share is None
+                    else (QUIET_S + QUOTA_PERIOD_S + self.record_cpu_s / self._cpu_share)
+                )
                 nap = max(dispatcher.busy_until(one) - clock.monotonic(), 0.0) + 0.003
                 clock.sleep(min(nap, MAX_NAP_S))
 
     def _write(self, recording: Recording, chunk: list[FireRecord]) -> None:
         dispatcher = self._dispatcher
         now_ms = int(self._clock.wall_ms())  # a retry's next try: now + its delay
-        chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms)
-                 for r in chunk]
+        chunk = [r if r.retry_delay_ms is None else replace(r, retry_due_ms=now_ms + r.retry_delay_ms) for r in chunk]
         cpu_before = time.process_time()
         written = self._write_until_lease_end(recording, chunk)
         # what a record's write costs this process (its pool's threads included), for the next gap's room
@@ -226,9 +242,12 @@ class Recorder:
                     failed.append(record)
             else:
                 recording.not_recorded += 1
-                log.warning("task %s: outcome %s not recorded (this executor no longer owns it)",
-                            record.task_id, record.outcome.value,
-                            extra=task_log_keys(record.task_id, outcome=record.outcome.value))
+                log.warning(
+                    "task %s: outcome %s not recorded (this executor no longer owns it)",
+                    record.task_id,
+                    record.outcome.value,
+                    extra=task_log_keys(record.task_id, outcome=record.outcome.value),
+                )
         recording.dead_lettered += self._send_dead_letters(failed, recording.tasks)
 
     def _write_until_lease_end(self, recording: Recording, chunk: list[FireRecord]) -> list[bool]:
@@ -238,8 +257,11 @@ class Recorder:
         meanwhile; past it, another executor may take the tasks over): a fired task is not left ARMED by a
         transient error, to be recorded MISSED (or fired again) by the next poll. Past any: not recorded
         (logged)."""
-        leases = [task.lease_until for task in (recording.tasks.get(r.task_id) for r in chunk)
-                  if task is not None and task.lease_until is not None]
+        leases = [
+            task.lease_until
+            for task in (recording.tasks.get(r.task_id) for r in chunk)
+            if task is not None and task.lease_until is not None
+        ]
         deadline_ms = min((to_ms(lease) for lease in leases), default=None)
         attempt = 0
         while True:
@@ -247,17 +269,26 @@ class Recorder:
                 if self._dispatcher.seconds_to_next_fire() >= BACKGROUND_S:
                     return self._background.submit(self._store.record_many, recording.executor_id, chunk).result()
                 return self._store.record_many(recording.executor_id, chunk)
-            except Exception:  # noqa: BLE001 - tried again while the leases last; then the others go on
+            except Exception:  # tried again while the leases last; then the others go on
                 wait_s = backoff_s(attempt, cap_s=RECORD_BACKOFF_CAP_S)
                 attempt += 1
                 now_ms = self._clock.wall_ms()
-                if (deadline_ms is None or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS
-                        or not self._alive() or attempt >= RECORD_ATTEMPTS):
-                    log.exception("recording %d outcomes failed %d time(s), up to the end of their lease; "
-                                  "the next poll finds them", len(chunk), attempt)
+                if (
+                    deadline_ms is None
+                    or now_ms + wait_s * 1000 >= deadline_ms - LEASE_MARGIN_MS
+                    or not self._alive()
+                    or attempt >= RECORD_ATTEMPTS
+                ):
+                    log.exception(
+                        "recording %d outcomes failed %d time(s), up to the end of their lease; "
+                        "the next poll finds them",
+                        len(chunk),
+                        attempt,
+                    )
                     return [False] * len(chunk)
-                log.warning("recording %d outcomes failed (try %d); again in %.2f s", len(chunk), attempt, wait_s,
-                            exc_info=True)
+                log.warning(
+                    "recording %d outcomes failed (try %d); again in %.2f s", len(chunk), attempt, wait_s, exc_info=True
+                )
                 self._clock.sleep(wait_s)
 
     def _send_dead_letters(self, failed: list[FireRecord], tasks: dict[str, Task]) -> int:
@@ -267,12 +298,20 @@ class Recorder:
             return 0
         sent = 0
         for record in failed:
-            task = tasks[record.task_id].model_copy(update={
-                "status": TaskStatus.FAILED, "finished_at": from_ms(record.finished_ms), "detail": record.detail})
+            task = tasks[record.task_id].model_copy(
+                update={
+                    "status": TaskStatus.FAILED,
+                    "finished_at": from_ms(record.finished_ms),
+                    "detail": record.detail,
+                }
+            )
             try:
                 self._dead_letters.send(task, record.detail or "failed")
                 sent += 1
-            except Exception:  # noqa: BLE001 - the table holds the FAILED task anyway
-                log.exception("task %s: sending it to the dead-letter queue failed (it is FAILED in the table)",
-                              record.task_id, extra=task_log_keys(record.task_id))
+            except Exception:  # the table holds the FAILED task anyway
+                log.exception(
+                    "task %s: sending it to the dead-letter queue failed (it is FAILED in the table)",
+                    record.task_id,
+                    extra=task_log_keys(record.task_id),
+                )
         return sent

@@ -119,16 +119,20 @@ def _parse_at(body: str) -> datetime:
         except ValueError:
             continue
         return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
-    raise ExpressionError(f"at({value}): write a local date and time, yyyy-mm-ddThh:mm[:ss[.fff]], no zone "
-                          "(the schedule's time zone says where)")
+    raise ExpressionError(
+        f"at({value}): write a local date and time, yyyy-mm-ddThh:mm[:ss[.fff]], no zone "
+        "(the schedule's time zone says where)"
+    )
 
 
 def _parse_rate(body: str) -> int:
     match = _RATE.match(body)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNIT_MS:
-        raise ExpressionError(f"rate({body.strip()}): write rate(N unit), unit one of millisecond(s), second(s), "
-                              "minute(s), hour(s), day(s)")
+        raise ExpressionError(
+            f"rate({body.strip()}): write rate(N unit), unit one of millisecond(s), second(s), "
+            "minute(s), hour(s), day(s)"
+        )
     every_ms = int(match.group(1)) * _UNIT_MS[unit]
     if every_ms < MIN_RATE_MS:
         raise ExpressionError(f"rate({body.strip()}): the shortest rate is {MIN_RATE_MS} milliseconds")
@@ -148,8 +152,10 @@ def _cron_fields(body: str) -> str:
     elif len(parts) == 6:
         fields = _eventbridge_fields(parts)
     else:
-        raise ExpressionError(f"cron({body.strip()}): write six fields (EventBridge: minutes hours day-of-month "
-                              "month day-of-week year) or five (minutes hours day-of-month month day-of-week)")
+        raise ExpressionError(
+            f"cron({body.strip()}): write six fields (EventBridge: minutes hours day-of-month "
+            "month day-of-week year) or five (minutes hours day-of-month month day-of-week)"
+        )
     try:
         croniter(fields, datetime(2000, 1, 1))
     except (CroniterError, ValueError, KeyError, IndexError) as exc:
@@ -160,8 +166,9 @@ def _cron_fields(body: str) -> str:
 def _eventbridge_fields(parts: list[str]) -> str:
     minute, hour, dom, month, dow, year = (p.upper() for p in parts)
     if (dom == "?") == (dow == "?"):
-        raise ExpressionError(f"cron({' '.join(parts)}): exactly one of day-of-month and day-of-week is '?' "
-                              "(EventBridge's rule)")
+        raise ExpressionError(
+            f"cron({' '.join(parts)}): exactly one of day-of-month and day-of-week is '?' (EventBridge's rule)"
+        )
     if year != "*" and not re.fullmatch(r"[0-9,\-/]+", year):
         raise ExpressionError(f"cron({' '.join(parts)}): the year field takes numbers, ranges, lists and steps")
     for number in re.findall(r"\d+", year if year != "*" else ""):

@@ -44,8 +44,9 @@ def backoff_cap_ms(policy: RetryPolicy, attempt: int) -> int:
     return min(policy.max_backoff_ms, policy.backoff_ms * (1 << exponent))
 
 
-def retry_delay_ms(policy: RetryPolicy | None, attempt: int, first_due_ms: int, now_ms: int,
-                   rand: Callable[[], float] = random.random) -> int | None:
+def retry_delay_ms(
+    policy: RetryPolicy | None, attempt: int, first_due_ms: int, now_ms: int, rand: Callable[[], float] = random.random
+) -> int | None:
     """Delay before the next try of an occurrence whose attempt ``attempt`` just failed, or None: no retry.
 
     Parameters

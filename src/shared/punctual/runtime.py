@@ -29,8 +29,13 @@ def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
     return DynamoTaskStore.from_settings(client, settings)
 
 
-def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: Any = None,
-                 lambda_client: Any = None, poller_id: str | None = None) -> Poller:
+def build_poller(
+    settings: Settings,
+    invoker: Invoker | None = None,
+    dynamodb: Any = None,
+    lambda_client: Any = None,
+    poller_id: str | None = None,
+) -> Poller:
     """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``."""
     if invoker is None:
         if lambda_client is None:
@@ -41,16 +46,22 @@ def build_poller(settings: Settings, invoker: Invoker | None = None, dynamodb: A
     return Poller(build_store(settings, dynamodb), invoker, settings, poller_id)
 
 
-def build_executor(settings: Settings, dynamodb: Any = None, sqs_client: Any = None,
-                   action_clients: dict[str, Any] | None = None) -> Executor:
+def build_executor(
+    settings: Settings, dynamodb: Any = None, sqs_client: Any = None, action_clients: dict[str, Any] | None = None
+) -> Executor:
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
     queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any; its actions use
     the target rules of ``settings`` and ``action_clients`` (boto3 clients by service name; others are made
     when first needed). It fires as the CPU share this process may use allows (:func:`detect_cpu_share`)."""
-    return Executor(build_store(settings, dynamodb), settings, SystemClock(),
-                    offset_probe(settings.ntp_server, settings.ntp_timeout_s),
-                    dead_letters=build_dead_letter_queue(settings, sqs_client),
-                    actions=ActionEnv.from_settings(settings, action_clients), cpu_share=detect_cpu_share())
+    return Executor(
+        build_store(settings, dynamodb),
+        settings,
+        SystemClock(),
+        offset_probe(settings.ntp_server, settings.ntp_timeout_s),
+        dead_letters=build_dead_letter_queue(settings, sqs_client),
+        actions=ActionEnv.from_settings(settings, action_clients),
+        cpu_share=detect_cpu_share(),
+    )
 
 
 def build_api(settings: Settings, dynamodb: Any = None) -> APIGatewayRestResolver:

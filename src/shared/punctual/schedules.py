@@ -162,15 +162,35 @@ class Schedule(ActionAndPayload):
 
     def occurrence(self, due_ms: int, *, late: bool = False) -> Task:
         """The task of the occurrence at ``due_ms`` (``late``: a downtime catch-up, fired at once and flagged)."""
-        return Task(task_id=occurrence_id(self.schedule_id, due_ms), due_at=from_ms(due_ms), action=self.action,
-                    payload=self.payload, misfire_grace_ms=self.misfire_grace_ms,
-                    misfire_policy="fire_late" if late else self.misfire_policy, retry=self.retry,
-                    schedule_id=self.schedule_id, schedule_version=self.version)
+        return Task(
+            task_id=occurrence_id(self.schedule_id, due_ms),
+            due_at=from_ms(due_ms),
+            action=self.action,
+            payload=self.payload,
+            misfire_grace_ms=self.misfire_grace_ms,
+            misfire_policy="fire_late" if late else self.misfire_policy,
+            retry=self.retry,
+            schedule_id=self.schedule_id,
+            schedule_version=self.version,
+        )
 
 
-DEFINITION_FIELDS = frozenset({"schedule_id", "expression", "timezone", "start_at", "end_at", "max_occurrences",
-                               "action", "payload", "misfire_grace_ms", "misfire_policy", "retry",
-                               "downtime_policy"})
+DEFINITION_FIELDS = frozenset(
+    {
+        "schedule_id",
+        "expression",
+        "timezone",
+        "start_at",
+        "end_at",
+        "max_occurrences",
+        "action",
+        "payload",
+        "misfire_grace_ms",
+        "misfire_policy",
+        "retry",
+        "downtime_policy",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

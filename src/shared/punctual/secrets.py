@@ -90,8 +90,10 @@ class SecretRules:
         # An empty prefix would allow every name; a bare string would be read character by character ("/" ...).
         if not isinstance(self.env_prefix, str) or not self.env_prefix:
             raise ValueError("env_prefix must be a non-empty string")
-        for field, prefixes in (("ssm_prefixes", self.ssm_prefixes),
-                                ("secretsmanager_prefixes", self.secretsmanager_prefixes)):
+        for field, prefixes in (
+            ("ssm_prefixes", self.ssm_prefixes),
+            ("secretsmanager_prefixes", self.secretsmanager_prefixes),
+        ):
             if not isinstance(prefixes, tuple) or not all(isinstance(p, str) and p for p in prefixes):
                 raise ValueError(f"{field} must be a tuple of non-empty strings")
 
@@ -106,13 +108,13 @@ class SecretRules:
         if tenant is None:
             return self
         if not is_tenant(tenant):
-            return SecretRules(env_prefix="\0", ssm_prefixes=("\0",), secretsmanager_prefixes=("\0",),
-                               file_prefix="\0")
-        return SecretRules(env_prefix=f"{self.env_prefix}TENANT_{tenant.upper().replace('-', '_')}__",
-                           ssm_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.ssm_prefixes),
-                           secretsmanager_prefixes=tuple(_under(p, f"tenants/{tenant}/")
-                                                         for p in self.secretsmanager_prefixes),
-                           file_prefix=f"{self.file_prefix}tenants/{tenant}/")
+            return SecretRules(env_prefix="\0", ssm_prefixes=("\0",), secretsmanager_prefixes=("\0",), file_prefix="\0")
+        return SecretRules(
+            env_prefix=f"{self.env_prefix}TENANT_{tenant.upper().replace('-', '_')}__",
+            ssm_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.ssm_prefixes),
+            secretsmanager_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.secretsmanager_prefixes),
+            file_prefix=f"{self.file_prefix}tenants/{tenant}/",
+        )
 
 
 def _under(prefix: str, path: str) -> str:
@@ -138,7 +140,7 @@ def _check_prefix(value: str, name: str, prefixes: tuple[str, ...], what: str) -
         raise _refuse(value, f"{what} names must start with one of: {allowed}")
 
 
-def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRef:  # noqa: B008 - frozen, shared
+def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRef:  # frozen, shared
     """Read and check a secret reference.
 
     Parameters
@@ -165,8 +167,10 @@ def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRe
         raise SecretReferenceError(f"a secret reference must be a string, not {type(value).__name__}")
     kind, colon, rest = value.partition(":")
     if not colon or kind not in KINDS:  # not echoed: it may be a secret pasted where its reference belongs
-        raise SecretReferenceError(f"a secret reference must start with one of {', '.join(k + ':' for k in KINDS)} "
-                                   "(the value itself is never stored)")
+        raise SecretReferenceError(
+            f"a secret reference must start with one of {', '.join(k + ':' for k in KINDS)} "
+            "(the value itself is never stored)"
+        )
     if not rest:
         raise _refuse(value, "the name is empty")
     if kind == "env":
@@ -255,11 +259,18 @@ class SecretResolver:
     time; the others wait for that fetch and take its value instead of fetching again.
     """
 
-    def __init__(self, *, rules: SecretRules = SecretRules(),  # noqa: B008 - frozen, shared
-                 secrets_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None,
-                 ssm_client: Any = None, secretsmanager_client: Any = None,
-                 client_factory: Callable[[str], Any] | None = None, ttl_s: float = 300.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        rules: SecretRules = SecretRules(),  # frozen, shared
+        secrets_dir: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        ssm_client: Any = None,
+        secretsmanager_client: Any = None,
+        client_factory: Callable[[str], Any] | None = None,
+        ttl_s: float = 300.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         if ttl_s < 0:
             raise ValueError("ttl_s must not be negative")
         self.rules = rules
@@ -274,8 +285,10 @@ class SecretResolver:
         self._fetch_locks: dict[SecretRef, threading.Lock] = {}
 
     def __repr__(self) -> str:
-        return (f"SecretResolver(rules={self.rules!r}, secrets_dir={self.secrets_dir!r}, ttl_s={self.ttl_s!r}, "
-                f"cached={len(self._cache)})")
+        return (
+            f"SecretResolver(rules={self.rules!r}, secrets_dir={self.secrets_dir!r}, ttl_s={self.ttl_s!r}, "
+            f"cached={len(self._cache)})"
+        )
 
     def resolve(self, ref: SecretRef | str, rules: SecretRules | None = None) -> str:
         """The value of a secret reference, from the cache while it is fresh.
@@ -388,7 +401,7 @@ class SecretResolver:
     def _read_ssm(self, ref: SecretRef) -> str:
         try:
             response = self._client("ssm").get_parameter(Name=ref.name, WithDecryption=True)
-        except Exception as exc:  # noqa: BLE001 - any failure to fetch is "unavailable", named by its code
+        except Exception as exc:  # any failure to fetch is "unavailable", named by its code
             raise SecretUnavailableError(f"secret {ref}: SSM get_parameter failed ({_error_code(exc)})") from exc
         value = response.get("Parameter", {}).get("Value")
         if not isinstance(value, str):
@@ -399,13 +412,15 @@ class SecretResolver:
         name = ref.name
         try:
             response = self._client("secretsmanager").get_secret_value(SecretId=name)
-        except Exception as exc:  # noqa: BLE001 - any failure to fetch is "unavailable", named by its code
+        except Exception as exc:  # any failure to fetch is "unavailable", named by its code
             raise SecretUnavailableError(
-                f"secret {ref}: Secrets Manager get_secret_value failed ({_error_code(exc)})") from exc
+                f"secret {ref}: Secrets Manager get_secret_value failed ({_error_code(exc)})"
+            ) from exc
         secret_string = response.get("SecretString")
         if not isinstance(secret_string, str):
-            raise SecretUnavailableError(f"secret {ref}: the secret holds no SecretString (binary secrets are not "
-                                         "supported)")
+            raise SecretUnavailableError(
+                f"secret {ref}: the secret holds no SecretString (binary secrets are not supported)"
+            )
         if ref.json_key is None:
             return secret_string
         try:

@@ -25,8 +25,9 @@ _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" sw
 def check_target_arn(arn: str) -> None:
     """Refuse (ValueError) anything but the exact ARN of a Lambda function, SQS queue, SNS topic or event bus."""
     if not _TARGET_ARN_RE.fullmatch(arn):
-        raise ValueError(f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or "
-                         "EventBridge bus (no wildcards)")
+        raise ValueError(
+            f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or EventBridge bus (no wildcards)"
+        )
 
 
 class SettingsError(ValueError):
@@ -47,17 +48,24 @@ class Settings(BaseModel):
     endpoint_url: str | None = Field(None, description="DynamoDB endpoint; None means AWS itself")
     shard_count: int = Field(4, ge=1, le=256, description="shards per minute bucket in the due index")
     poll_groups: int = Field(
-        1, ge=1, le=64, description="pollers a tick fans out to, each reading its own equal range of shards (a "
+        1,
+        ge=1,
+        le=64,
+        description="pollers a tick fans out to, each reading its own equal range of shards (a "
         "divisor of shard_count; see docs/scale.md, section 5)",
     )
     lead_ms: int = Field(90_000, ge=5_000, le=600_000, description="how far ahead of now the poller dispatches")
     poll_interval_ms: int = Field(60_000, ge=1_000, le=600_000)
     fast_path_margin_ms: int = Field(
-        10_000, ge=0, le=600_000,
+        10_000,
+        ge=0,
+        le=600_000,
         description="a task written due sooner than poll interval + this goes to the stream fast path",
     )
     executor_lease_ms: int = Field(
-        20_000, ge=5_000, le=600_000,
+        20_000,
+        ge=5_000,
+        le=600_000,
         description="an executor holding armed tasks is alive until its last heartbeat + this; past it (+ a poll) "
         "its unfired tasks are taken over",
     )
@@ -68,18 +76,24 @@ class Settings(BaseModel):
     )
     max_batch_size: int = Field(250, ge=1, le=5_000)
     executor_memory_mb: int | None = Field(
-        None, ge=128, le=10_240,
+        None,
+        ge=128,
+        le=10_240,
         description="the executor function's MemorySize (its CPU: MB / 1769 of a core); the poller and the fast path "
         "put no more tasks due within one CPU-quota period (100 ms) into a batch than that CPU can fire in it "
         "(fire_cpu_us). None: no such limit (whole cores)",
     )
     fire_cpu_us: float = Field(
-        60.0, gt=0, le=100_000,
+        60.0,
+        gt=0,
+        le=100_000,
         description="the CPU one fire takes an executor (the dispatcher's hand-off, the action's start, the "
         "outcome handed on), which sizes a batch of tasks due together (executor_memory_mb)",
     )
     redispatch_after_ms: int | None = Field(
-        None, ge=0, le=3_600_000,
+        None,
+        ge=0,
+        le=3_600_000,
         description="a poller does not send again a task still PENDING that it sent less than this ago (its executor "
         "may still be arming it, or be queued behind a throttle); past it, the task is sent again (the executor never "
         "got it). At least a lead (lead_ms, the default), so that a throttled tick does not send again what the "
@@ -102,36 +116,46 @@ class Settings(BaseModel):
         30, ge=1, le=3_650, description="finished tasks carry expires_at = finished + this; DynamoDB TTL deletes them"
     )
     dead_letter_queue_url: str | None = Field(
-        None, description="where tasks that exhaust their retries go: an SQS queue URL (https://...), or locally a "
+        None,
+        description="where tasks that exhaust their retries go: an SQS queue URL (https://...), or locally a "
         "JSON-lines file (file:///path/dlq.jsonl)",
     )
     allowed_targets: str = Field(
-        "", description="hosts and CIDRs (comma-separated) that http actions may reach although they are not public "
-        "addresses, e.g. \"127.0.0.1\" for a loopback receiver; plain http is allowed to them too",
+        "",
+        description="hosts and CIDRs (comma-separated) that http actions may reach although they are not public "
+        'addresses, e.g. "127.0.0.1" for a loopback receiver; plain http is allowed to them too',
     )
     allow_plain_http: bool = Field(False, description="http:// targets allowed anywhere (default: https only)")
     allowed_target_arns: str = Field(
-        "", description="exact ARNs (comma-separated) of the Lambda functions, SQS queues, SNS topics and "
+        "",
+        description="exact ARNs (comma-separated) of the Lambda functions, SQS queues, SNS topics and "
         "EventBridge buses tasks may target; the executor's role is granted exactly these",
     )
     secrets_dir: str | None = Field(None, description="where file: secret references are read (locally)")
     secret_cache_s: float = Field(300.0, ge=0, le=86_400, description="how long an executor keeps a resolved secret")
     http_connections: int = Field(
-        768, ge=1, le=10_000, description="webhook connections an executor holds at most (Lambda allows 1,024 open "
-        "files a process)",
+        768,
+        ge=1,
+        le=10_000,
+        description="webhook connections an executor holds at most (Lambda allows 1,024 open files a process)",
     )
     http_connections_per_host: int = Field(512, ge=1, le=10_000, description="... of them to one host")
     tenant_map: str = Field(
-        "", description="the API's tenants: a JSON object of IAM role (or user) ARN to tenant name, e.g. "
+        "",
+        description="the API's tenants: a JSON object of IAM role (or user) ARN to tenant name, e.g. "
         '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}; a caller not in it is refused',
     )
     api_url: str | None = Field(
-        None, description="the client and CLI go through the API at this URL instead of writing the table "
+        None,
+        description="the client and CLI go through the API at this URL instead of writing the table "
         "(AWS: SigV4-signed with the caller's credentials; locally: the token of api_token)",
     )
     api_token: str | None = Field(None, description="the local API's bearer token (punctual up writes one)")
     switch_interval_s: float = Field(
-        0.001, gt=0, le=0.1, description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
+        0.001,
+        gt=0,
+        le=0.1,
+        description="the executor's GIL switch interval (sys.setswitchinterval): short, so "
         "that the dispatcher gets the interpreter back soon after its sleep",
     )
 
@@ -160,15 +184,18 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _hold_back_a_lead(self) -> Self:
         if self.redispatch_after_ms and self.redispatch_after_ms < self.lead_ms:
-            raise ValueError(f"redispatch_after_ms ({self.redispatch_after_ms}) must be 0 or at least lead_ms "
-                             f"({self.lead_ms})")
+            raise ValueError(
+                f"redispatch_after_ms ({self.redispatch_after_ms}) must be 0 or at least lead_ms ({self.lead_ms})"
+            )
         return self
 
     @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:
         if self.shard_count % self.poll_groups:
-            raise ValueError(f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
-                             "group reads an equal range of shards")
+            raise ValueError(
+                f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
+                "group reads an equal range of shards"
+            )
         return self
 
     @field_validator("allowed_targets")

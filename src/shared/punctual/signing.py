@@ -53,7 +53,7 @@ def _decode_secret(secret: str, position: int) -> bytes:
         raise SigningSecretError(f"{which} must be a string, not {type(secret).__name__}")
     if not secret.startswith(SECRET_PREFIX):
         raise SigningSecretError(f"{which} must start with {SECRET_PREFIX!r}")
-    encoded = secret[len(SECRET_PREFIX):]
+    encoded = secret[len(SECRET_PREFIX) :]
     if _BASE64.fullmatch(encoded) is None or len(encoded.rstrip("=")) % 4 == 1:
         raise SigningSecretError(f"{which} must be {SECRET_PREFIX!r} followed by standard base64")
     try:
@@ -61,8 +61,7 @@ def _decode_secret(secret: str, position: int) -> bytes:
     except binascii.Error:
         raise SigningSecretError(f"{which} must be {SECRET_PREFIX!r} followed by standard base64") from None
     if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
-        raise SigningSecretError(f"{which} must encode {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, "
-                                 f"not {len(key)}")
+        raise SigningSecretError(f"{which} must encode {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, not {len(key)}")
     return key
 
 
@@ -174,8 +173,14 @@ def _passed_signatures(header: str) -> list[bytes]:
     return passed
 
 
-def verify_webhook(secrets: str | Sequence[str], body: bytes, headers: Mapping[str, str], *,
-                   now_s: float | None = None, tolerance_s: int = 300) -> None:
+def verify_webhook(
+    secrets: str | Sequence[str],
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    now_s: float | None = None,
+    tolerance_s: int = 300,
+) -> None:
     """Check a received webhook: the receiver's side of :func:`signature_headers`.
 
     Parameters

@@ -58,14 +58,25 @@ class TaskStore(Protocol):
         """The tasks that exist among ``task_ids`` (strongly consistent)."""
         ...
 
-    def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+    def list_tasks(
+        self,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Task]:
         """Tasks with one of ``statuses`` and ``due_from_ms <= due < due_to_ms`` (admin use, not the hot path)."""
         ...
 
-    def tenant_page(self, tenant: str, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                    due_to_ms: int | None = None, limit: int = 100,
-                    after: str | None = None) -> tuple[list[Task], str | None]:
+    def tenant_page(
+        self,
+        tenant: str,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[list[Task], str | None]:
         """One page of a tenant's tasks (ids ``"<tenant>/..."``) in id order, from after the id ``after``: those
         among the next ``limit`` of its items that match the filters (so a page may hold fewer, even none), and
         the id the next page starts after (None: no more). Reads only the tenant's items."""
@@ -85,8 +96,14 @@ class TaskStore(Protocol):
         ...
 
     # -- poller and fast path ----------------------------------------------------------------------------
-    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
-                 group: int = 0, on_found: Callable[[list[Candidate]], None] | None = None) -> DueScan:
+    def find_due(
+        self,
+        now_ms: int,
+        until_ms: int,
+        out_of_time: Callable[[], bool] | None = None,
+        group: int = 0,
+        on_found: Callable[[list[Candidate]], None] | None = None,
+    ) -> DueScan:
         """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once, among
         poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
         and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
@@ -119,8 +136,9 @@ class TaskStore(Protocol):
         """Fence every executor whose heartbeat is alive (all are known dead: a local restart); which."""
         ...
 
-    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         """ARM each request for ``executor_id`` (taking over from dead executors): the armed task, or None where
         another owner holds it, it changed (cancelled, rescheduled, done) or it cannot be read."""
         ...
@@ -157,14 +175,14 @@ class TaskStore(Protocol):
         """Take a schedule item that cannot be read out of the due index, keeping ``detail``; never raises."""
         ...
 
-    def advance_schedule(self, schedule: Schedule, step: Advance, occurrences: list[Task],
-                         now_ms: int) -> AdvanceResult:
+    def advance_schedule(
+        self, schedule: Schedule, step: Advance, occurrences: list[Task], now_ms: int
+    ) -> AdvanceResult:
         """Create ``occurrences`` and move the cursor to ``step.next_due_ms``, atomically, if the schedule is still
         as read (version, cursor, ACTIVE)."""
         ...
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *,
-                        cleanup: bool) -> Schedule:
+    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
         """Write ``changes`` one version up, if the schedule is still at the version read."""
         ...
 
@@ -172,7 +190,8 @@ class TaskStore(Protocol):
         """Clear the cleanup flag of ``schedule`` (at the version read)."""
         ...
 
-    def schedule_occurrence_ids(self, schedule_id: str, from_ms_: int | None = None,
-                                limit: int | None = None) -> list[str]:
+    def schedule_occurrence_ids(
+        self, schedule_id: str, from_ms_: int | None = None, limit: int | None = None
+    ) -> list[str]:
         """The schedule's occurrences' ids in due order (eventually consistent)."""
         ...

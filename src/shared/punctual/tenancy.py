@@ -43,8 +43,10 @@ def check_tenant_part(key: str) -> str:
     a double hyphen through)."""
     tenant = split(key)[0]
     if tenant is not None and not is_tenant(tenant):
-        raise ValueError(f"{tenant[:64]!r} is not a tenant name (lower-case letters and digits in words joined by "
-                         "single hyphens; at most 40)")
+        raise ValueError(
+            f"{tenant[:64]!r} is not a tenant name (lower-case letters and digits in words joined by "
+            "single hyphens; at most 40)"
+        )
     return key
 
 
@@ -114,8 +116,9 @@ class Quotas:
             raise ValueError(f"{where} must be a JSON object of {', '.join(QUOTA_FIELDS)}")
         unknown = sorted(set(raw) - set(QUOTA_FIELDS))
         if unknown:
-            raise ValueError(f"{where}: unknown quota(s) {', '.join(map(str, unknown))} (known: "
-                             f"{', '.join(QUOTA_FIELDS)})")
+            raise ValueError(
+                f"{where}: unknown quota(s) {', '.join(map(str, unknown))} (known: {', '.join(QUOTA_FIELDS)})"
+            )
         values: dict[str, int | float] = {}
         for name in QUOTA_FIELDS:
             value = raw.get(name, getattr(base, name))
@@ -186,9 +189,11 @@ class TenantMap:
         tenants = raw.get("tenants", {})
         if not isinstance(tenants, dict):
             raise ValueError("the tenant map's tenants must be a JSON object of tenant name to its policy")
-        return cls(_principals(raw.get("principals", {})),
-                   tuple(sorted((name, _policy(name, entry, defaults)) for name, entry in tenants.items())),
-                   defaults)
+        return cls(
+            _principals(raw.get("principals", {})),
+            tuple(sorted((name, _policy(name, entry, defaults)) for name, entry in tenants.items())),
+            defaults,
+        )
 
     def tenant_of(self, principal_arn: str | None) -> str | None:
         if not principal_arn:
@@ -206,8 +211,10 @@ def _principals(raw: object) -> tuple[tuple[str, str], ...]:
         raise ValueError("the tenant map's principals must be a JSON object of principal ARN to tenant name")
     bad = sorted(v for v in raw.values() if not is_tenant(v))
     if bad:
-        raise ValueError(f"not tenant names: {', '.join(bad)} (lower-case letters and digits in words joined by "
-                         "single hyphens; at most 40)")
+        raise ValueError(
+            f"not tenant names: {', '.join(bad)} (lower-case letters and digits in words joined by "
+            "single hyphens; at most 40)"
+        )
     return tuple(sorted((_without_path(k), v) for k, v in raw.items()))
 
 
@@ -238,8 +245,9 @@ def _policy(name: object, entry: object, defaults: Quotas) -> TenantPolicy:
     arns = _strings(entry.get("target_arns", []), f"tenant {name}: target_arns")
     for arn in arns:
         check_target_arn(arn)
-    return TenantPolicy(targets, frozenset(arns), Quotas.parse(entry.get("quotas", {}), defaults,
-                                                                f"tenant {name}: quotas"))
+    return TenantPolicy(
+        targets, frozenset(arns), Quotas.parse(entry.get("quotas", {}), defaults, f"tenant {name}: quotas")
+    )
 
 
 def interleave_by_tenant(ids: Iterable[str]) -> list[str]:

@@ -118,15 +118,26 @@ class Verdict:
     def ok(self) -> bool:
         """Nothing lost, no unexplained extra, nothing fired early, past its grace or though cancelled; and,
         if the caller asked for it, nothing late beyond ε."""
-        return not (self.lost or self.unexplained or self.fired_cancelled or self.early or self.past_grace
-                    or self.missed_outside_window or (self.late_is_failure and self.late))
+        return not (
+            self.lost
+            or self.unexplained
+            or self.fired_cancelled
+            or self.early
+            or self.past_grace
+            or self.missed_outside_window
+            or (self.late_is_failure and self.late)
+        )
 
     def problems(self) -> list[str]:
         """One phrase per failing figure (empty when ``ok``)."""
-        found = [(len(self.lost), "lost"), (len(self.unexplained), "unexplained extra fires"),
-                 (len(self.fired_cancelled), "fired though cancelled"), (len(self.early), "early beyond ε"),
-                 (len(self.past_grace), "fired past grace"),
-                 (len(self.missed_outside_window), "MISSED outside the crash windows")]
+        found = [
+            (len(self.lost), "lost"),
+            (len(self.unexplained), "unexplained extra fires"),
+            (len(self.fired_cancelled), "fired though cancelled"),
+            (len(self.early), "early beyond ε"),
+            (len(self.past_grace), "fired past grace"),
+            (len(self.missed_outside_window), "MISSED outside the crash windows"),
+        ]
         if self.late_is_failure:
             found.append((len(self.late), "late beyond ε"))
         return [f"{n} {what}" for n, what in found if n]
@@ -135,8 +146,14 @@ class Verdict:
         """A short printable block: a verdict line, then one line per figure."""
 
         def keys(items: Iterable[Any]) -> str:
-            names = [item if isinstance(item, str) else item.key if isinstance(item, Fire)
-                     else f"{item[0]} ({item[1]:+.0f} ms)" for item in items]
+            names = [
+                item
+                if isinstance(item, str)
+                else item.key
+                if isinstance(item, Fire)
+                else f"{item[0]} ({item[1]:+.0f} ms)"
+                for item in items
+            ]
             if not names:
                 return ""
             more = f", ... ({len(names) - _EXAMPLES} more)" if len(names) > _EXAMPLES else ""
@@ -178,9 +195,15 @@ class Verdict:
         return "\n".join(lines)
 
 
-def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float = 1_000.0,
-          allowance: Iterable[str] = (), *, late_is_failure: bool = False,
-          windows: Iterable[tuple[float, float]] = ()) -> Verdict:
+def check(
+    expected: Iterable[Expected],
+    fires: Iterable[Fire],
+    epsilon_ms: float = 1_000.0,
+    allowance: Iterable[str] = (),
+    *,
+    late_is_failure: bool = False,
+    windows: Iterable[tuple[float, float]] = (),
+) -> Verdict:
     """Match ``expected`` occurrences to observed ``fires`` and judge the result (see the module docstring).
 
     Parameters
@@ -263,15 +286,28 @@ def check(expected: Iterable[Expected], fires: Iterable[Fire], epsilon_ms: float
         return any(start <= by_key[key].due_ms <= end for start, end in spans)
 
     return Verdict(
-        windows=spans, due_in_window=tuple(k for k in by_key if in_a_window(k)) if spans else (),
+        windows=spans,
+        due_in_window=tuple(k for k in by_key if in_a_window(k)) if spans else (),
         missed_in_window=tuple(k for k in missed if in_a_window(k)) if spans else (),
         missed_outside_window=tuple(k for k in missed if not in_a_window(k)) if spans else (),
-        epsilon_ms=epsilon_ms, expected=len(by_key), fires=len(all_fires), matched=tuple(matched),
-        lost=tuple(lost), explicitly_missed=tuple(missed), failed=tuple(failed), cancelled=tuple(cancelled),
+        epsilon_ms=epsilon_ms,
+        expected=len(by_key),
+        fires=len(all_fires),
+        matched=tuple(matched),
+        lost=tuple(lost),
+        explicitly_missed=tuple(missed),
+        failed=tuple(failed),
+        cancelled=tuple(cancelled),
         skipped=tuple(skipped),
-        extra=tuple(extra), unexplained=tuple(unexplained), unknown=tuple(unknown),
-        rejected=tuple(f for f in all_fires if not f.accepted), fired_cancelled=tuple(fired_cancelled),
-        late=tuple(late), early=tuple(early), past_grace=tuple(past_grace), drift=summarize(drifts),
+        extra=tuple(extra),
+        unexplained=tuple(unexplained),
+        unknown=tuple(unknown),
+        rejected=tuple(f for f in all_fires if not f.accepted),
+        fired_cancelled=tuple(fired_cancelled),
+        late=tuple(late),
+        early=tuple(early),
+        past_grace=tuple(past_grace),
+        drift=summarize(drifts),
         late_is_failure=late_is_failure,
     )
 
@@ -307,15 +343,24 @@ def expected_from_tasks(tasks: Iterable[Any]) -> list[Expected]:
     outcome, their grace and misfire policy are checked; drift is measured from the occurrence's first due
     instant, before any retry moved it)."""
     return [
-        Expected(t.task_id, t.occurrence, float(occurrence_due_ms(t)),
-                 str(t.status.value) if t.status is not None else None, t.misfire_grace_ms,
-                 getattr(t, "misfire_policy", "skip") == "fire_late")
+        Expected(
+            t.task_id,
+            t.occurrence,
+            float(occurrence_due_ms(t)),
+            str(t.status.value) if t.status is not None else None,
+            t.misfire_grace_ms,
+            getattr(t, "misfire_policy", "skip") == "fire_late",
+        )
         for t in tasks
     ]
 
 
-def expected_from_due(due_ms: Mapping[str, int], outcomes: Mapping[str, Any] | None = None,
-                      grace_ms: float | None = None, occurrence: int = 0) -> list[Expected]:
+def expected_from_due(
+    due_ms: Mapping[str, int],
+    outcomes: Mapping[str, Any] | None = None,
+    grace_ms: float | None = None,
+    occurrence: int = 0,
+) -> list[Expected]:
     """Expected occurrences from a ``task id -> due ms`` map (a demo or load-test plan) and, optionally, the
     outcome recorded for each (a status or its value; missing ids have no outcome)."""
     outcomes = outcomes or {}
@@ -323,12 +368,14 @@ def expected_from_due(due_ms: Mapping[str, int], outcomes: Mapping[str, Any] | N
     def value(status: Any) -> str | None:
         return None if status is None else str(getattr(status, "value", status))
 
-    return [Expected(task_id, occurrence, due, value(outcomes.get(task_id)), grace_ms)
-            for task_id, due in due_ms.items()]
+    return [
+        Expected(task_id, occurrence, due, value(outcomes.get(task_id)), grace_ms) for task_id, due in due_ms.items()
+    ]
 
 
-def expected_from_schedule(schedule: Any, after_ms: int, until_ms: int, stored: Mapping[str, Any],
-                           downtime: Iterable[tuple[int, int]] = ()) -> list[Expected]:
+def expected_from_schedule(
+    schedule: Any, after_ms: int, until_ms: int, stored: Mapping[str, Any], downtime: Iterable[tuple[int, int]] = ()
+) -> list[Expected]:
     """Every occurrence a recurring schedule's definition has in ``(after_ms, until_ms]``, computed from its
     expression (:mod:`punctual.recurrence`), not from what the chain made; each with the outcome of its task in
     ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
@@ -346,6 +393,14 @@ def expected_from_schedule(schedule: Any, after_ms: int, until_ms: int, stored: 
             expected.extend(expected_from_tasks([task]))
             continue
         down = any(start <= due < end - schedule.misfire_grace_ms for start, end in windows)
-        expected.append(Expected(task_id, 0, due, SKIPPED if down else None, schedule.misfire_grace_ms,
-                                 schedule.misfire_policy == "fire_late"))
+        expected.append(
+            Expected(
+                task_id,
+                0,
+                due,
+                SKIPPED if down else None,
+                schedule.misfire_grace_ms,
+                schedule.misfire_policy == "fire_late",
+            )
+        )
     return expected

@@ -1,19 +1,19 @@
 """The ``punctual`` command: run the local stack, run the demo, and schedule or inspect tasks.
 
-    punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
-                [--profile lambda|local]           executors as Lambda runs them (default), or on whole cores
-                [--tenant NAME ...]                the REST API also serves these tenants, a token each
-    punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
-    punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
-                                                   --eventbridge ARN, --payload JSON)
-    punctual schedule --cron "0 9 ? * MON-FRI *" --tz Europe/Paris --log report   a recurring schedule (or --rate
-                                                   "500 milliseconds", --once-at LOCAL; --start, --end, --max)
-    punctual schedules [list | show | pause | resume | delete | history] [ID]
-    punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--status S]
-                                                   (each of these, and schedule: --api goes through the REST API,
-                                                   as the local stack's tenant --tenant, default local)
-    punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
-    punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
+punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
+            [--profile lambda|local]           executors as Lambda runs them (default), or on whole cores
+            [--tenant NAME ...]                the REST API also serves these tenants, a token each
+punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
+punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
+                                               --eventbridge ARN, --payload JSON)
+punctual schedule --cron "0 9 ? * MON-FRI *" --tz Europe/Paris --log report   a recurring schedule (or --rate
+                                               "500 milliseconds", --once-at LOCAL; --start, --end, --max)
+punctual schedules [list | show | pause | resume | delete | history] [ID]
+punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--status S]
+                                               (each of these, and schedule: --api goes through the REST API,
+                                               as the local stack's tenant --tenant, default local)
+punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
+punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 """
 
 from __future__ import annotations
@@ -50,9 +50,12 @@ def _setup_logging(verbose: bool) -> Callable[[], None]:
     root = logging.getLogger()
     before = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in _NOISY})
     # On a terminal each log line first clears the line, so that it never lands on the end of a progress line.
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format=(CLEAR_LINE if sys.stderr.isatty() else "")
-                        + "%(asctime)s %(levelname).1s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        stream=sys.stderr,
+        format=(CLEAR_LINE if sys.stderr.isatty() else "") + "%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -118,21 +121,34 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
             overrides["allowed_targets"] = ",".join(filter(None, [local.allowed_targets, receiver]))
     # up serves the tenants its --tenant names; demo, when it starts the stack, the one it acts as
     tenants = [*(getattr(args, "tenants", None) or ()), *filter(None, [getattr(args, "tenant", None)])]
-    return StackConfig(home=_home(args), port=args.port, in_memory=args.in_memory, poll_interval_s=poll_interval_s,
-                       settings_overrides={k: v for k, v in overrides.items() if v is not None},
-                       api_port=getattr(args, "api_port", 0), tenants=tuple(dict.fromkeys(tenants)))
+    return StackConfig(
+        home=_home(args),
+        port=args.port,
+        in_memory=args.in_memory,
+        poll_interval_s=poll_interval_s,
+        settings_overrides={k: v for k, v in overrides.items() if v is not None},
+        api_port=getattr(args, "api_port", 0),
+        tenants=tuple(dict.fromkeys(tenants)),
+    )
 
 
 def _print_poll(report: Any) -> None:
     name = f"poll (group {report.group})" if report.group else "poll"
     if report.candidates or report.dispatched or report.undecodable:
-        log.info("%s: %d due by %s dispatched in %d batch(es) (%d recovered, %d left for the next tick, "
-                 "%d undecodable)", name,
-                 report.dispatched, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
-                 report.batches, report.recovered, report.undispatched, report.undecodable)
+        log.info(
+            "%s: %d due by %s dispatched in %d batch(es) (%d recovered, %d left for the next tick, %d undecodable)",
+            name,
+            report.dispatched,
+            datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"),
+            report.batches,
+            report.recovered,
+            report.undispatched,
+            report.undecodable,
+        )
     else:
-        log.info("%s: nothing due by %s", name,
-                 datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S"))
+        log.info(
+            "%s: nothing due by %s", name, datetime.fromtimestamp(report.window_end_ms / 1000, UTC).strftime("%H:%M:%S")
+        )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -149,18 +165,30 @@ def cmd_up(args: argparse.Namespace) -> int:
     log.info("starting DynamoDB Local and the runtime (data in %s)", stack.config.home)
     stack.start()
     assert stack.settings is not None
-    log.info("Punctual is up: DynamoDB Local at %s, table %s, poll every %g s. Ctrl-C stops.",
-             stack.settings.endpoint_url, stack.settings.table_name, args.poll_interval)
+    log.info(
+        "Punctual is up: DynamoDB Local at %s, table %s, poll every %g s. Ctrl-C stops.",
+        stack.settings.endpoint_url,
+        stack.settings.table_name,
+        args.poll_interval,
+    )
     for line in stack.describe_limits():
         log.info("%s", line)
     try:
         if args.demo:
+
             def demo() -> None:
-                report = run_demo(Client(stack.settings), stack.fire_log, args.demo_tasks, args.demo_over,
-                                  args.demo_burst, stack.settings.poll_interval_ms,  # type: ignore[union-attr]
-                                  webhooks=webhooks, recurring_ms=args.demo_recurring,
-                                  receiver_port=stack.settings.receiver_port,  # type: ignore[union-attr]
-                                  **_demo_api(args, stack))
+                report = run_demo(
+                    Client(stack.settings),
+                    stack.fire_log,
+                    args.demo_tasks,
+                    args.demo_over,
+                    args.demo_burst,
+                    stack.settings.poll_interval_ms,  # type: ignore[union-attr]
+                    webhooks=webhooks,
+                    recurring_ms=args.demo_recurring,
+                    receiver_port=stack.settings.receiver_port,  # type: ignore[union-attr]
+                    **_demo_api(args, stack),
+                )
                 print(format_report(report), flush=True)
                 log.info("demo done; the stack keeps running until Ctrl-C")
 
@@ -194,8 +222,10 @@ def _api_token(state: dict[str, Any], tenant: str) -> str:
     if tenant == LOCAL_TENANT and not files and state.get("api_token_file"):
         files = {LOCAL_TENANT: state["api_token_file"]}  # a stack that serves the tenant local only
     if tenant not in files:
-        raise PunctualError(f"the running stack's REST API does not serve the tenant {tenant!r} (it serves "
-                            f"{', '.join(sorted(files)) or 'none'}): start it with punctual up --tenant {tenant}")
+        raise PunctualError(
+            f"the running stack's REST API does not serve the tenant {tenant!r} (it serves "
+            f"{', '.join(sorted(files)) or 'none'}): start it with punctual up --tenant {tenant}"
+        )
     try:
         return Path(files[tenant]).read_text().strip()
     except OSError as exc:
@@ -234,29 +264,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stack = None
     webhooks = args.webhooks
     if state and _alive(state.get("pid")):
-        settings = Settings.from_env(endpoint_url=state["endpoint_url"], table_name=state["table_name"],
-                                     shard_count=state["shard_count"],
-                                     allowed_targets=state.get("allowed_targets", ""))
+        settings = Settings.from_env(
+            endpoint_url=state["endpoint_url"],
+            table_name=state["table_name"],
+            shard_count=state["shard_count"],
+            allowed_targets=state.get("allowed_targets", ""),
+        )
         fire_log, interval = Path(state["fire_log"]), int(state["poll_interval_ms"])
         receiver_port = int(state.get("receiver_port") or 0)
         log.info("using the running stack at %s (poll every %g s)", state["endpoint_url"], interval / 1000)
         if webhooks and not args.api and not loopback_allowed(settings.allowed_targets, receiver_port or None):
-            log.warning("the running stack's executors may not reach the demo's loopback receiver (its "
-                        "PUNCTUAL_ALLOWED_TARGETS has no 127.0.0.1:%s): the demo schedules no webhooks",
-                        receiver_port)
+            log.warning(
+                "the running stack's executors may not reach the demo's loopback receiver (its "
+                "PUNCTUAL_ALLOWED_TARGETS has no 127.0.0.1:%s): the demo schedules no webhooks",
+                receiver_port,
+            )
             webhooks = 0
     else:
         log.info("no running stack: starting one for this demo (poll every %g s)", args.poll_interval)
-        stack = LocalStack(_stack_config(args, args.poll_interval, demo_webhooks=webhooks > 0),
-                           on_poll=_print_poll, on_batch=lambda result: None).start()
+        stack = LocalStack(
+            _stack_config(args, args.poll_interval, demo_webhooks=webhooks > 0),
+            on_poll=_print_poll,
+            on_batch=lambda result: None,
+        ).start()
         assert stack.settings is not None
         settings, fire_log, interval = stack.settings, stack.fire_log, stack.settings.poll_interval_ms
         receiver_port = stack.settings.receiver_port
     try:
-        report = run_demo(Client(settings), fire_log, args.tasks, args.over, args.burst, interval,
-                          out=None if args.quiet else sys.stderr,
-                          epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms, webhooks=webhooks,
-                          recurring_ms=args.recurring, receiver_port=receiver_port, **_demo_api(args, stack))
+        report = run_demo(
+            Client(settings),
+            fire_log,
+            args.tasks,
+            args.over,
+            args.burst,
+            interval,
+            out=None if args.quiet else sys.stderr,
+            epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms,
+            webhooks=webhooks,
+            recurring_ms=args.recurring,
+            receiver_port=receiver_port,
+            **_demo_api(args, stack),
+        )
     finally:
         if stack is not None:
             stack.stop()
@@ -290,8 +338,9 @@ def _parse_when(args: argparse.Namespace) -> datetime:
         try:
             return datetime.fromisoformat(args.at)
         except ValueError as exc:
-            raise PunctualError(f"invalid --at {args.at!r}: use ISO-8601 with a timezone, "
-                                "e.g. 2026-11-22T09:00:00Z") from exc
+            raise PunctualError(
+                f"invalid --at {args.at!r}: use ISO-8601 with a timezone, e.g. 2026-11-22T09:00:00Z"
+            ) from exc
     match = _DURATION.match(args.in_ or "")
     if not match:
         raise PunctualError("give --at ISO-8601 or --in DURATION (e.g. 1500ms, 30s, 5m, 2h)")
@@ -300,8 +349,9 @@ def _parse_when(args: argparse.Namespace) -> datetime:
     try:
         return datetime.now(UTC) + timedelta(seconds=seconds)
     except OverflowError as exc:
-        raise InvalidTaskError(f"invalid due_at: --in {args.in_} is beyond any representable time",
-                               field="due_at") from exc
+        raise InvalidTaskError(
+            f"invalid due_at: --in {args.in_} is beyond any representable time", field="due_at"
+        ) from exc
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -313,10 +363,12 @@ def _settings(args: argparse.Namespace) -> Settings:
     state = read_state(_home(args))
     overrides: dict[str, Any] = {}
     if state and not args.aws:
-        overrides = {"endpoint_url": state["endpoint_url"], "table_name": state["table_name"],
-                     "shard_count": state["shard_count"],
-                     "dead_letter_queue_url": state.get("dead_letter_queue_url")
-                     or file_queue_url(_home(args) / "dlq.jsonl")}
+        overrides = {
+            "endpoint_url": state["endpoint_url"],
+            "table_name": state["table_name"],
+            "shard_count": state["shard_count"],
+            "dead_letter_queue_url": state.get("dead_letter_queue_url") or file_queue_url(_home(args) / "dlq.jsonl"),
+        }
     return Settings.from_env(**overrides)
 
 
@@ -334,8 +386,10 @@ def _client(args: argparse.Namespace) -> Any:
     from .local.stack import read_state
 
     if getattr(args, "tenant", None) is not None and (args.aws or settings.api_url):
-        raise PunctualError("--tenant picks a token of the local stack's; through PUNCTUAL_API_URL or --aws the "
-                            "tenant is the caller's (its IAM principal, or PUNCTUAL_API_TOKEN)")
+        raise PunctualError(
+            "--tenant picks a token of the local stack's; through PUNCTUAL_API_URL or --aws the "
+            "tenant is the caller's (its IAM principal, or PUNCTUAL_API_TOKEN)"
+        )
     if settings.api_url:
         return ApiClient.from_settings(settings)
     if args.aws:
@@ -353,10 +407,16 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         raise PunctualError(f"invalid --payload: not JSON ({exc})") from exc
     if args.cron or args.rate or args.once_at:
         schedule = _client(args).create_schedule(
-            args.id or f"s-{uuid.uuid4().hex[:12]}", _expression_of_args(args), action_of_args(args), payload,
+            args.id or f"s-{uuid.uuid4().hex[:12]}",
+            _expression_of_args(args),
+            action_of_args(args),
+            payload,
             timezone=args.tz,
-            start_at=_instant(args.start, "--start"), end_at=_instant(args.end, "--end"),
-            max_occurrences=args.max, downtime_policy=args.downtime)
+            start_at=_instant(args.start, "--start"),
+            end_at=_instant(args.end, "--end"),
+            max_occurrences=args.max,
+            downtime_policy=args.downtime,
+        )
         print(schedule.model_dump_json(indent=2))
         return 0
     if args.tz != "UTC" or args.start or args.end or args.max is not None:
@@ -391,10 +451,15 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.verb == "list":
         for schedule in client.list_schedules():
-            nxt = "-" if schedule.next_due_ms is None else from_ms(schedule.next_due_ms).isoformat(
-                timespec="milliseconds")
-            print(f"{schedule.schedule_id}  {schedule.state}  {schedule.expression}  {schedule.timezone}  "
-                  f"next {nxt}  made {schedule.created_count}  skipped {schedule.skipped_count}")
+            nxt = (
+                "-"
+                if schedule.next_due_ms is None
+                else from_ms(schedule.next_due_ms).isoformat(timespec="milliseconds")
+            )
+            print(
+                f"{schedule.schedule_id}  {schedule.state}  {schedule.expression}  {schedule.timezone}  "
+                f"next {nxt}  made {schedule.created_count}  skipped {schedule.skipped_count}"
+            )
         return 0
     if not args.schedule_id:
         raise InvalidTaskError(f"punctual schedules {args.verb} needs a schedule id", field="schedule_id")
@@ -404,8 +469,11 @@ def cmd_schedules(args: argparse.Namespace) -> int:
             print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
         return 0
     verbs: dict[str, Callable[[str], Any]] = {
-        "show": client.get_schedule, "pause": client.pause_schedule, "resume": client.resume_schedule,
-        "delete": client.delete_schedule}
+        "show": client.get_schedule,
+        "pause": client.pause_schedule,
+        "resume": client.resume_schedule,
+        "delete": client.delete_schedule,
+    }
     schedule = verbs[args.verb](args.schedule_id)
     if schedule is None:
         print(f"no schedule {args.schedule_id!r}", file=sys.stderr)
@@ -429,8 +497,12 @@ def action_of_args(args: argparse.Namespace) -> dict[str, Any]:
     secret headers and signing secret; ``--lambda``, ``--sqs``, ``--sns``, ``--eventbridge``; else ``--log``."""
     group = {"message_group_id": args.group_id} if args.group_id else {}
     if args.http:
-        action: dict[str, Any] = {"kind": "http", "url": args.http, "headers": _pairs(args.header, ":", "--header"),
-                                  "secret_headers": _pairs(args.secret_header, "=", "--secret-header")}
+        action: dict[str, Any] = {
+            "kind": "http",
+            "url": args.http,
+            "headers": _pairs(args.header, ":", "--header"),
+            "secret_headers": _pairs(args.secret_header, "=", "--secret-header"),
+        }
         if args.sign_secret:
             action["signing_secret"] = args.sign_secret
         if args.timeout is not None:
@@ -490,13 +562,18 @@ def cmd_schedule_many(args: argparse.Namespace) -> int:
         progress.show(f"scheduling: {done}/{total} ({rate:,.0f}/s)")
 
     results = _client(args).schedule_many(specs, threads=args.threads, on_progress=show)
-    counts = {outcome: sum(1 for r in results if r.outcome == outcome)
-              for outcome in ("created", "exists", "invalid", "conflict", "error")}
-    progress.end(f"scheduled {len(results)} in {time.monotonic() - started:.1f} s: "
-                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n))
+    counts = {
+        outcome: sum(1 for r in results if r.outcome == outcome)
+        for outcome in ("created", "exists", "invalid", "conflict", "error")
+    }
+    progress.end(
+        f"scheduled {len(results)} in {time.monotonic() - started:.1f} s: "
+        + ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+    )
     for result in [r for r in results if not r.ok][: args.show_errors]:
-        print(f"task {result.index + 1} ({result.task_id or 'no id'}): {result.outcome}: {result.error}",
-              file=sys.stderr)
+        print(
+            f"task {result.index + 1} ({result.task_id or 'no id'}): {result.outcome}: {result.error}", file=sys.stderr
+        )
     if args.json:
         print(json.dumps({"total": len(results), **counts}))
     return 0 if all(r.ok for r in results) else 1
@@ -568,8 +645,9 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         unchanged += 1
     # Dead letters of the tasks redriven now, or that are no longer FAILED (stale: an earlier redrive was
     # interrupted before it removed them); a FAILED task's letters stay, with the letters of tasks not asked for.
-    settled = set(redriven) | {t for t in others
-                               if (task := current.get(t)) is None or task.status is not TaskStatus.FAILED}
+    settled = set(redriven) | {
+        t for t in others if (task := current.get(t)) is None or task.status is not TaskStatus.FAILED
+    }
     done = [letter for letter in letters if letter.task_id in settled]
     removed = queue.acknowledge(done) if queue is not None and done else 0
     if queue is not None:
@@ -611,8 +689,9 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="punctual", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="punctual", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--home", help="where the local stack keeps data, logs and state (default .punctual)")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -627,22 +706,41 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
     stack_options(up, 60.0)
     up.add_argument("--api-port", type=int, default=8766, help="the REST API's loopback port (0 picks a free one)")
-    up.add_argument("--profile", choices=("lambda", "local"), default=None,
-                    help="lambda (default, or PUNCTUAL_PROFILE): each executor as Lambda runs it, by template.yaml "
-                         "(its memory's CPU share, timeout, frozen while idle, retries, event age, concurrency); "
-                         "local: whole cores and real-time firing, for a stack on a server of its own")
-    up.add_argument("--tenant", dest="tenants", action="append", type=_tenant, metavar="NAME",
-                    help="the REST API also serves this tenant, with a token of its own in <home>/tokens/NAME "
-                         "(repeatable; the tenant local, token in <home>/api-token, is always served)")
+    up.add_argument(
+        "--profile",
+        choices=("lambda", "local"),
+        default=None,
+        help="lambda (default, or PUNCTUAL_PROFILE): each executor as Lambda runs it, by template.yaml "
+        "(its memory's CPU share, timeout, frozen while idle, retries, event age, concurrency); "
+        "local: whole cores and real-time firing, for a stack on a server of its own",
+    )
+    up.add_argument(
+        "--tenant",
+        dest="tenants",
+        action="append",
+        type=_tenant,
+        metavar="NAME",
+        help="the REST API also serves this tenant, with a token of its own in <home>/tokens/NAME "
+        "(repeatable; the tenant local, token in <home>/api-token, is always served)",
+    )
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
     up.add_argument("--demo-tasks", type=int, default=300)
     up.add_argument("--demo-over", type=float, default=20.0)
     up.add_argument("--demo-burst", type=int, default=200)
-    up.add_argument("--demo-webhooks", type=int, default=100,
-                    help="of the demo's tasks, this many more POST to a loopback receiver (0: none)")
-    up.add_argument("--demo-recurring", type=_rates, default=DEMO_RATES, metavar="MS,MS,...",
-                    help="beside the tasks, one recurring schedule per rate in ms over the same seconds "
-                         f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)")
+    up.add_argument(
+        "--demo-webhooks",
+        type=int,
+        default=100,
+        help="of the demo's tasks, this many more POST to a loopback receiver (0: none)",
+    )
+    up.add_argument(
+        "--demo-recurring",
+        type=_rates,
+        default=DEMO_RATES,
+        metavar="MS,MS,...",
+        help="beside the tasks, one recurring schedule per rate in ms over the same seconds "
+        f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)",
+    )
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     up.add_argument("--api", action="store_true", help="the demo schedules through the REST API, not the table")
     up.set_defaults(func=cmd_up)
@@ -652,17 +750,36 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tasks", type=int, default=300, help="tasks spread over --over seconds")
     demo.add_argument("--over", type=float, default=20.0, metavar="SECONDS")
     demo.add_argument("--burst", type=int, default=200, help="tasks due at one single instant")
-    demo.add_argument("--webhooks", type=int, default=100,
-                      help="webhooks spread over --over seconds to a loopback receiver the demo starts (0: none)")
-    demo.add_argument("--recurring", type=_rates, default=DEMO_RATES, metavar="MS,MS,...",
-                      help="one recurring schedule per rate in ms over --over seconds "
-                           f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)")
-    demo.add_argument("--epsilon-ms", type=_non_negative_ms, default=None, metavar="MS",
-                      help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
-                           "one earlier than due - this fails the verdict")
+    demo.add_argument(
+        "--webhooks",
+        type=int,
+        default=100,
+        help="webhooks spread over --over seconds to a loopback receiver the demo starts (0: none)",
+    )
+    demo.add_argument(
+        "--recurring",
+        type=_rates,
+        default=DEMO_RATES,
+        metavar="MS,MS,...",
+        help="one recurring schedule per rate in ms over --over seconds "
+        f"(default {','.join(map(str, DEMO_RATES))}; 'none': none)",
+    )
+    demo.add_argument(
+        "--epsilon-ms",
+        type=_non_negative_ms,
+        default=None,
+        metavar="MS",
+        help="the checker's tolerance (default 10): a fire later than due + this is reported late, "
+        "one earlier than due - this fails the verdict",
+    )
     demo.add_argument("--api", action="store_true", help="schedule through the stack's REST API, not the table")
-    demo.add_argument("--tenant", type=_tenant, default=None, metavar="NAME",
-                      help="with --api: as this tenant (default local; a stack the demo starts serves it)")
+    demo.add_argument(
+        "--tenant",
+        type=_tenant,
+        default=None,
+        metavar="NAME",
+        help="with --api: as this tenant (default local; a stack the demo starts serves it)",
+    )
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
@@ -671,21 +788,31 @@ def build_parser() -> argparse.ArgumentParser:
     when = sched.add_mutually_exclusive_group(required=True)
     when.add_argument("--at", help="ISO-8601 instant with a timezone")
     when.add_argument("--in", dest="in_", help="from now: 1500ms, 30s, 5m, 2h")
-    when.add_argument("--cron", metavar="EXPR", help="recurring: EventBridge's six fields ('0 9 ? * MON-FRI *') or "
-                      "the common five ('0 9 * * 1-5'), read in --tz")
+    when.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="recurring: EventBridge's six fields ('0 9 ? * MON-FRI *') or "
+        "the common five ('0 9 * * 1-5'), read in --tz",
+    )
     when.add_argument("--rate", metavar="N UNIT", help="recurring: every N milliseconds/seconds/minutes/hours/days")
-    when.add_argument("--once-at", metavar="LOCAL", help="a schedule of one occurrence at a local time of --tz "
-                      "(yyyy-mm-ddThh:mm:ss)")
+    when.add_argument(
+        "--once-at", metavar="LOCAL", help="a schedule of one occurrence at a local time of --tz (yyyy-mm-ddThh:mm:ss)"
+    )
     recurring = sched.add_argument_group("recurring schedule options (with --cron, --rate, --once-at)")
     recurring.add_argument("--tz", default="UTC", help="IANA time zone the expression is read in (default UTC)")
     recurring.add_argument("--start", metavar="ISO", help="no occurrence before this instant (a rate counts from it)")
     recurring.add_argument("--end", metavar="ISO", help="no occurrence after this instant")
     recurring.add_argument("--max", type=int, default=None, metavar="N", help="at most N occurrences")
-    recurring.add_argument("--downtime", choices=("skip", "fire_latest"), default="skip",
-                           help="occurrences missed while nothing ran: skip them, or fire the latest once")
+    recurring.add_argument(
+        "--downtime",
+        choices=("skip", "fire_latest"),
+        default="skip",
+        help="occurrences missed while nothing ran: skip them, or fire the latest once",
+    )
     what = sched.add_mutually_exclusive_group()
-    what.add_argument("--http", metavar="URL",
-                      help="POST the payload to this URL (https; see PUNCTUAL_ALLOWED_TARGETS)")
+    what.add_argument(
+        "--http", metavar="URL", help="POST the payload to this URL (https; see PUNCTUAL_ALLOWED_TARGETS)"
+    )
     what.add_argument("--lambda", dest="lambda_", metavar="FUNCTION_ARN", help="invoke this Lambda function (async)")
     what.add_argument("--sqs", metavar="QUEUE_ARN", help="send the payload to this SQS queue")
     what.add_argument("--sns", metavar="TOPIC_ARN", help="publish the payload to this SNS topic")
@@ -693,11 +820,19 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--log", default="", metavar="MESSAGE", help="a log action (the default)")
     http = sched.add_argument_group("http options")
     http.add_argument("--header", action="append", metavar="NAME:VALUE", help="a header to send (repeatable)")
-    http.add_argument("--secret-header", action="append", metavar="NAME=REF",
-                      help="a header whose value is the secret REF names, resolved when it fires: "
-                      "env:PUNCTUAL_SECRET_X, file:NAME, ssm:/punctual/X, secretsmanager:punctual/X[#key] (repeatable)")
-    http.add_argument("--sign-secret", metavar="REF", help="sign each fire (Standard Webhooks) with the secret(s) REF "
-                      "names (whsec_..., two separated by a space while rotating)")
+    http.add_argument(
+        "--secret-header",
+        action="append",
+        metavar="NAME=REF",
+        help="a header whose value is the secret REF names, resolved when it fires: "
+        "env:PUNCTUAL_SECRET_X, file:NAME, ssm:/punctual/X, secretsmanager:punctual/X[#key] (repeatable)",
+    )
+    http.add_argument(
+        "--sign-secret",
+        metavar="REF",
+        help="sign each fire (Standard Webhooks) with the secret(s) REF "
+        "names (whsec_..., two separated by a space while rotating)",
+    )
     http.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="each attempt's deadline")
     http.add_argument("--no-retry", action="store_true", help="do not try a transient failure again")
     aws_opts = sched.add_argument_group("AWS target options")
@@ -719,8 +854,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("task_id")
         p.set_defaults(func=func)
     schedules = sub.add_parser("schedules", help="recurring schedules: list, show, pause, resume, delete, history")
-    schedules.add_argument("verb", nargs="?", default="list",
-                           choices=("list", "show", "pause", "resume", "delete", "history"))
+    schedules.add_argument(
+        "verb", nargs="?", default="list", choices=("list", "show", "pause", "resume", "delete", "history")
+    )
     schedules.add_argument("schedule_id", nargs="?")
     schedules.add_argument("--limit", type=int, default=None, help="history: the last N occurrences")
     schedules.set_defaults(func=cmd_schedules)
@@ -734,8 +870,11 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.set_defaults(func=cmd_redrive)
     drift = sub.add_parser("drift", help="drift pictures (histogram, timeline, CDF as PNG) from a fire log or table")
     source = drift.add_mutually_exclusive_group()
-    source.add_argument("--fire-log", metavar="PATH", help="JSON lines with task_id, due_ms, fired_ms (default: the "
-                        "running stack's, else <home>/fires.jsonl)")
+    source.add_argument(
+        "--fire-log",
+        metavar="PATH",
+        help="JSON lines with task_id, due_ms, fired_ms (default: the running stack's, else <home>/fires.jsonl)",
+    )
     source.add_argument("--table", action="store_true", help="the fired tasks in the table (drift_ms) instead")
     drift.add_argument("--prefix", default="", help="only tasks whose id starts with this")
     drift.add_argument("--out", metavar="DIR", help="where the PNGs go (default <home>/drift)")
@@ -746,11 +885,20 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (sched, many, lst, redrive, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     for p in (sched, many, lst, schedules, *one_task):
-        p.add_argument("--api", action="store_true", help="go through the REST API (the local stack's, with its "
-                       "token; with --aws the one at PUNCTUAL_API_URL, SigV4-signed), not straight to the table")
-        p.add_argument("--tenant", type=_tenant, default=None, metavar="NAME",
-                       help="with --api: as this tenant of the local stack, with its token (default local; "
-                            "punctual up --tenant NAME serves it)")
+        p.add_argument(
+            "--api",
+            action="store_true",
+            help="go through the REST API (the local stack's, with its "
+            "token; with --aws the one at PUNCTUAL_API_URL, SigV4-signed), not straight to the table",
+        )
+        p.add_argument(
+            "--tenant",
+            type=_tenant,
+            default=None,
+            metavar="NAME",
+            help="with --api: as this tenant of the local stack, with its token (default local; "
+            "punctual up --tenant NAME serves it)",
+        )
     return parser
 
 

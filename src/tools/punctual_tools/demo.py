@@ -70,9 +70,18 @@ def demo_prefix(run_id: str, tenant: str | None) -> str:
     return base if tenant is None else qualify(tenant, base)
 
 
-def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_ms: int,
-              run_id: str | None = None, lead_ms: int = 10_000, webhooks: int = 0,
-              recurring_ms: Sequence[int] = (), tenant: str | None = None) -> DemoPlan:
+def plan_demo(
+    tasks: int,
+    over_s: float,
+    burst: int,
+    now_ms: int,
+    poll_interval_ms: int,
+    run_id: str | None = None,
+    lead_ms: int = 10_000,
+    webhooks: int = 0,
+    recurring_ms: Sequence[int] = (),
+    tenant: str | None = None,
+) -> DemoPlan:
     """Due times: ``tasks`` evenly over ``over_s`` seconds and ``burst`` at the middle instant, and ``webhooks``
     more evenly over the same seconds, halfway between the others; and one recurring schedule per rate in
     ``recurring_ms`` (``rate(N milliseconds)``, from half a period after the first due instant to the end of
@@ -87,8 +96,7 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     scheduling_ms = 2_000 + 3 * (tasks + burst + webhooks)
     first = next_tick(now_ms + scheduling_ms, poll_interval_ms) + lead_ms
     span_ms = int(over_s * 1000)
-    due = {f"{prefix}s{i:06d}": first + (span_ms * i // max(tasks - 1, 1) if tasks > 1 else 0)
-           for i in range(tasks)}
+    due = {f"{prefix}s{i:06d}": first + (span_ms * i // max(tasks - 1, 1) if tasks > 1 else 0) for i in range(tasks)}
     burst_at = first + span_ms // 2
     burst_ids = frozenset(f"{prefix}b{i:06d}" for i in range(burst))
     due.update({task_id: burst_at for task_id in burst_ids})
@@ -99,8 +107,18 @@ def plan_demo(tasks: int, over_s: float, burst: int, now_ms: int, poll_interval_
     for schedule_id, rate in recurring:
         start = first + rate // 2  # half a period in: its own row, not the burst's instant (first + span / 2)
         due.update({occurrence_id(schedule_id, at): at for at in range(start, first + span_ms + 1, rate)})
-    return DemoPlan(run_id, due, burst_ids, min(due.values(), default=first), max(due.values(), default=first),
-                    frozenset(webhook_due), recurring, span_ms, first, tenant)
+    return DemoPlan(
+        run_id,
+        due,
+        burst_ids,
+        min(due.values(), default=first),
+        max(due.values(), default=first),
+        frozenset(webhook_due),
+        recurring,
+        span_ms,
+        first,
+        tenant,
+    )
 
 
 class _Follow:
@@ -162,13 +180,22 @@ class FireLogTail:
                 if not (isinstance(task_id, str) and task_id.startswith(self.prefix)):
                     continue
                 if at_receiver:
-                    entry = {"key": entry.get("key"), "task_id": task_id, "fired_ms": entry["received_ms"],
-                             "at": "receiver"}
+                    entry = {
+                        "key": entry.get("key"),
+                        "task_id": task_id,
+                        "fired_ms": entry["received_ms"],
+                        "at": "receiver",
+                    }
                 follow.entries.append(entry)
         return self.entries
 
-    def wait(self, task_ids: Collection[str], until_ms: float, interval_s: float = 1.0,
-             progress: Callable[[int, bool], None] | None = None) -> list[dict[str, Any]]:
+    def wait(
+        self,
+        task_ids: Collection[str],
+        until_ms: float,
+        interval_s: float = 1.0,
+        progress: Callable[[int, bool], None] | None = None,
+    ) -> list[dict[str, Any]]:
         """Read every ``interval_s`` until each of ``task_ids`` has fired or the wall clock passes ``until_ms``;
         ``progress(fired, last)`` after each read. Returns every entry read so far."""
         wanted = set(task_ids)
@@ -202,11 +229,22 @@ def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
     return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
 
-def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: int, poll_interval_ms: int,
-             out: TextIO | None = sys.stderr, schedule_threads: int = 16,
-             epsilon_ms: float = EPSILON_MS, webhooks: int = 0,
-             recurring_ms: Sequence[int] = (), api: Any = None, tenant: str | None = None,
-             receiver_port: int = 0) -> dict[str, Any]:
+def run_demo(
+    client: Client,
+    fire_log: Path,
+    tasks: int,
+    over_s: float,
+    burst: int,
+    poll_interval_ms: int,
+    out: TextIO | None = sys.stderr,
+    schedule_threads: int = 16,
+    epsilon_ms: float = EPSILON_MS,
+    webhooks: int = 0,
+    recurring_ms: Sequence[int] = (),
+    api: Any = None,
+    tenant: str | None = None,
+    receiver_port: int = 0,
+) -> dict[str, Any]:
     """Schedule, wait (with a progress bar on ``out``), and return the report as a dict (see
     :func:`build_report`). ``recurring_ms``: the rates of the recurring schedules made beside the tasks.
     ``webhooks`` tasks POST to a loopback receiver started here on ``receiver_port`` (0: any free one; in a
@@ -214,8 +252,16 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
     (``PUNCTUAL_ALLOWED_TARGETS``, and through the API the tenant's targets: the stack's ``receiver_port``).
     With ``api`` (an :class:`~punctual.api_client.ApiClient` whose caller is ``tenant``) everything is scheduled
     through the REST API; ``client`` (the table) still checks the outcomes."""
-    plan = plan_demo(tasks, over_s, burst, int(time.time() * 1000), poll_interval_ms, webhooks=webhooks,
-                     recurring_ms=recurring_ms, tenant=tenant if api is not None else None)
+    plan = plan_demo(
+        tasks,
+        over_s,
+        burst,
+        int(time.time() * 1000),
+        poll_interval_ms,
+        webhooks=webhooks,
+        recurring_ms=recurring_ms,
+        tenant=tenant if api is not None else None,
+    )
     prefix = plan.prefix
     grace = client.settings.default_misfire_grace_ms
     received = fire_log.parent / f"demo-{plan.run_id}-received.jsonl" if plan.webhook_ids else None
@@ -227,17 +273,38 @@ def run_demo(client: Client, fire_log: Path, tasks: int, over_s: float, burst: i
             receiver, port = start_receiver(received, receiver_port)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
         log_action: Action = LogAction(message=f"demo {plan.run_id}")
-        return _run_plan(client, api or client, fire_log, received, plan, prefix, grace, out, schedule_threads,
-                         epsilon_ms, lambda task_id: hook if task_id in plan.webhook_ids else log_action)
+        return _run_plan(
+            client,
+            api or client,
+            fire_log,
+            received,
+            plan,
+            prefix,
+            grace,
+            out,
+            schedule_threads,
+            epsilon_ms,
+            lambda task_id: hook if task_id in plan.webhook_ids else log_action,
+        )
     finally:
         if receiver is not None:
             receiver.terminate()
             receiver.join(5)
 
 
-def _run_plan(client: Client, scheduler: Any, fire_log: Path, received: Path | None, plan: DemoPlan, prefix: str,
-              grace: int, out: TextIO | None, schedule_threads: int, epsilon_ms: float,
-              action_of: Callable[[str], Action]) -> dict[str, Any]:
+def _run_plan(
+    client: Client,
+    scheduler: Any,
+    fire_log: Path,
+    received: Path | None,
+    plan: DemoPlan,
+    prefix: str,
+    grace: int,
+    out: TextIO | None,
+    schedule_threads: int,
+    epsilon_ms: float,
+    action_of: Callable[[str], Action],
+) -> dict[str, Any]:
     def schedule(item: tuple[str, int]) -> None:
         scheduler.schedule(from_ms(item[1]), action_of(item[0]), {"run": plan.run_id}, task_id=plan.name(item[0]))
 
@@ -245,9 +312,14 @@ def _run_plan(client: Client, scheduler: Any, fire_log: Path, received: Path | N
     total = len(plan.due_ms)
     progress = ProgressLine(out)
     for schedule_id, rate in plan.recurring:
-        scheduler.create_schedule(plan.name(schedule_id), f"rate({rate} milliseconds)", action_of(schedule_id),
-                               {"run": plan.run_id}, start_at=from_ms(plan.first_ms + rate // 2),
-                               end_at=from_ms(plan.first_ms + plan.span_ms))
+        scheduler.create_schedule(
+            plan.name(schedule_id),
+            f"rate({rate} milliseconds)",
+            action_of(schedule_id),
+            {"run": plan.run_id},
+            start_at=from_ms(plan.first_ms + rate // 2),
+            end_at=from_ms(plan.first_ms + plan.span_ms),
+        )
     occurrences = plan.occurrence_ids
     one_offs = [item for item in plan.due_ms.items() if item[0] not in occurrences]
     with ThreadPoolExecutor(max_workers=schedule_threads) as pool:
@@ -275,9 +347,16 @@ def _run_plan(client: Client, scheduler: Any, fire_log: Path, received: Path | N
     return build_report(client, plan, list(tail.read()), epsilon_ms)
 
 
-def check_fire_log(client: Client, due_ms: Mapping[str, int], fires: Iterable[Mapping[str, Any]], *,
-                   epsilon_ms: float, grace_ms: float | None = None, cancelled: Iterable[str] = (),
-                   late_is_failure: bool = False) -> Verdict:
+def check_fire_log(
+    client: Client,
+    due_ms: Mapping[str, int],
+    fires: Iterable[Mapping[str, Any]],
+    *,
+    epsilon_ms: float,
+    grace_ms: float | None = None,
+    cancelled: Iterable[str] = (),
+    late_is_failure: bool = False,
+) -> Verdict:
     """The checker's verdict on a plan (``task id -> due ms``, occurrence 0) against fire-log entries.
 
     Each planned task that did not fire is read from the table, so that an explicit outcome (MISSED, FAILED)
@@ -293,12 +372,17 @@ def check_fire_log(client: Client, due_ms: Mapping[str, int], fires: Iterable[Ma
         stored = dict(zip(unfired, pool.map(client.get, unfired), strict=True))
     outcomes: dict[str, Any] = {task_id: task.status for task_id, task in stored.items() if task is not None}
     outcomes.update(dict.fromkeys(dropped, TaskStatus.CANCELLED))
-    return check(expected_from_due(due_ms, outcomes, grace_ms=grace_ms), observed, epsilon_ms=epsilon_ms,
-                 late_is_failure=late_is_failure)
+    return check(
+        expected_from_due(due_ms, outcomes, grace_ms=grace_ms),
+        observed,
+        epsilon_ms=epsilon_ms,
+        late_is_failure=late_is_failure,
+    )
 
 
-def _drift_of(due_ms: Mapping[str, int], observed: list[Fire], task_ids: Iterable[str],
-              epsilon_ms: float) -> dict[str, float | None]:
+def _drift_of(
+    due_ms: Mapping[str, int], observed: list[Fire], task_ids: Iterable[str], epsilon_ms: float
+) -> dict[str, float | None]:
     """Drift percentiles of a subset of the plan, matched by the checker like the whole."""
     subset = {task_id: due_ms[task_id] for task_id in task_ids}
     expected = expected_from_due(subset)
@@ -330,8 +414,9 @@ def verdict_summary(verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def build_report(client: Client, plan: DemoPlan, fires: list[dict[str, Any]],
-                 epsilon_ms: float = EPSILON_MS) -> dict[str, Any]:
+def build_report(
+    client: Client, plan: DemoPlan, fires: list[dict[str, Any]], epsilon_ms: float = EPSILON_MS
+) -> dict[str, Any]:
     """The demo's report, every figure from the checker's verdict on the plan, the fire log and the table.
 
     ``fired`` counts planned tasks that fired, ``duplicates`` the fires beyond the first of a planned task,
@@ -376,16 +461,21 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         "  drift (ms, fired_at - due_at)                      count      p50      p90      p99      max",
     ]
-    rows = [("all", None), ("spread (log: at action start)", "steady_drift_ms"),
-            ("burst (log: at action start)", "burst_drift_ms")]
+    rows = [
+        ("all", None),
+        ("spread (log: at action start)", "steady_drift_ms"),
+        ("burst (log: at action start)", "burst_drift_ms"),
+    ]
     if report.get("recurring_drift_ms", {}).get("count"):
         rows.append((f"recurring ({len(report['recurring'])} schedules, sub-second rates)", "recurring_drift_ms"))
     if report.get("webhook_drift_ms", {}).get("count"):
         rows.append(("webhooks (arrival at the loopback receiver)", "webhook_drift_ms"))
     for label, key in rows:
         stats = report[key] if key else {**report["drift_ms"], "count": report["fired"]}
-        lines.append(f"  {label:<50} {stats['count']:>6} {ms(stats['p50'])} {ms(stats['p90'])} "
-                     f"{ms(stats['p99'])} {ms(stats['max'])}")
+        lines.append(
+            f"  {label:<50} {stats['count']:>6} {ms(stats['p50'])} {ms(stats['p90'])} "
+            f"{ms(stats['p99'])} {ms(stats['max'])}"
+        )
     if "checker" in report:
         lines += ["", *("  " + line for line in report["checker"]["text"].splitlines())]
     return "\n".join(lines)

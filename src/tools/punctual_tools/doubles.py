@@ -182,7 +182,7 @@ class StubTarget(http.server.ThreadingHTTPServer):
 class _StubHandler(http.server.BaseHTTPRequestHandler):
     server: StubTarget
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+    def do_POST(self) -> None:  # the http.server naming
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(self.server.answer(self.path, self.headers, body))
         self.send_header("Content-Length", "0")

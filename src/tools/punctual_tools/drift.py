@@ -99,8 +99,11 @@ def entries_from_tasks(tasks: Iterable[Any]) -> list[dict[str, Any]]:
     ``due_at`` and ``fired_ms = due + drift_ms`` (``fired_at`` keeps whole milliseconds only)."""
     from punctual.keys import to_ms
 
-    return [{"task_id": t.task_id, "due_ms": to_ms(t.due_at), "fired_ms": to_ms(t.due_at) + t.drift_ms}
-            for t in tasks if t.drift_ms is not None]
+    return [
+        {"task_id": t.task_id, "due_ms": to_ms(t.due_at), "fired_ms": to_ms(t.due_at) + t.drift_ms}
+        for t in tasks
+        if t.drift_ms is not None
+    ]
 
 
 # -- verdicts --------------------------------------------------------------------------------------------
@@ -143,21 +146,29 @@ class Verdict:
         value = "-" if self.value is None else f"{self.value:.3f} ms"
         floor = "-" if self.floor is None else f"{self.floor:.3f} ms"
         ratio = "-" if self.ratio is None else f"{self.ratio:.2f}x"
-        return (f"{self.name} p99 {value} = {ratio} {self.floor_name} ({floor}) | "
-                f"abs target {self.abs_target:g} ms: {_met(self.abs_met)} | "
-                f"ratio target {self.ratio_target:g}x: {_met(self.ratio_met)} (counts)")
+        return (
+            f"{self.name} p99 {value} = {ratio} {self.floor_name} ({floor}) | "
+            f"abs target {self.abs_target:g} ms: {_met(self.abs_met)} | "
+            f"ratio target {self.ratio_target:g}x: {_met(self.ratio_met)} (counts)"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio, "abs_met": self.abs_met, "ratio_met": self.ratio_met,
-                "met": self.met}
+        return {
+            **asdict(self),
+            "ratio": self.ratio,
+            "abs_met": self.abs_met,
+            "ratio_met": self.ratio_met,
+            "met": self.met,
+        }
 
 
 def _met(ok: bool) -> str:
     return "MET" if ok else "MISSED"
 
 
-def judge(name: str, value: float | None, floor: float | None, *, floor_name: str, abs_target: float,
-          ratio_target: float) -> Verdict:
+def judge(
+    name: str, value: float | None, floor: float | None, *, floor_name: str, abs_target: float, ratio_target: float
+) -> Verdict:
     """The verdict on one figure (see :class:`Verdict`)."""
     return Verdict(name, value, floor, floor_name, abs_target, ratio_target)
 
@@ -169,7 +180,8 @@ def _pyplot() -> Any:
     except ImportError as exc:
         raise PlotsUnavailableError(
             "drift pictures need matplotlib, the optional 'plots' extra: pip install 'punctual[plots]' "
-            "(or make setup, whose dev extra includes it)") from exc
+            "(or make setup, whose dev extra includes it)"
+        ) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -184,8 +196,10 @@ def _caption(series: DriftSeries) -> str:
     s = summarize(series.drifts)
     if not s["count"]:
         return f"{series.name}: no fires"
-    return (f"{series.name}: {s['count']} fired, {series.duplicates} duplicate(s); p50 {s['p50']:.3f}, "
-            f"p99 {s['p99']:.3f}, max {s['max']:.3f} ms")
+    return (
+        f"{series.name}: {s['count']} fired, {series.duplicates} duplicate(s); p50 {s['p50']:.3f}, "
+        f"p99 {s['p99']:.3f}, max {s['max']:.3f} ms"
+    )
 
 
 def _log_bins(drifts: Sequence[float], count: int = 60) -> list[float]:
@@ -219,8 +233,9 @@ def save_pictures(series: DriftSeries, out_dir: Path, stem: str | None = None) -
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if drifts:
         start = min(f.due_ms for f in series.fires)
-        ax.scatter([(f.due_ms - start) / 1000 for f in series.fires], drifts, s=3, alpha=0.5, color="tab:blue",
-                   linewidths=0)
+        ax.scatter(
+            [(f.due_ms - start) / 1000 for f in series.fires], drifts, s=3, alpha=0.5, color="tab:blue", linewidths=0
+        )
         ax.set_yscale("log")
     ax.set_xlabel("due time (s from the first due)")
     ax.set_ylabel("drift (ms, log)")
@@ -258,8 +273,13 @@ def save_cdf(all_series: Sequence[DriftSeries], path: Path, title: str | None = 
     return path
 
 
-def save_frontier(lines: Mapping[str, Sequence[tuple[float, float, str]]], path: Path, title: str,
-                  xlabel: str = "$ per million tasks", ylabel: str = "drift p99 (ms, log)") -> Path:
+def save_frontier(
+    lines: Mapping[str, Sequence[tuple[float, float, str]]],
+    path: Path,
+    title: str,
+    xlabel: str = "$ per million tasks",
+    ylabel: str = "drift p99 (ms, log)",
+) -> Path:
     """One line per name of ``lines``, through its points ``(x, y, label)`` (e.g. cost per million, drift p99 and
     the memory size), each point labelled; y on a log axis (values at or below :data:`SHOWN_MIN_MS` drawn at it).
     A line whose name starts with ``floor`` (a reference, not a phase) is dashed."""
@@ -270,8 +290,14 @@ def save_frontier(lines: Mapping[str, Sequence[tuple[float, float, str]]], path:
         shown = sorted((x, max(y, SHOWN_MIN_MS), label) for x, y, label in points)
         if not shown:
             continue
-        ax.plot([p[0] for p in shown], [p[1] for p in shown], marker="o", linewidth=1, label=name,
-                linestyle="--" if name.startswith("floor") else "-")
+        ax.plot(
+            [p[0] for p in shown],
+            [p[1] for p in shown],
+            marker="o",
+            linewidth=1,
+            label=name,
+            linestyle="--" if name.startswith("floor") else "-",
+        )
         for x, y, label in shown:
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_yscale("log")
@@ -290,8 +316,9 @@ def _mark_percentiles(ax: Any, drifts: Sequence[float], vertical: bool) -> None:
     for label, key, style in (("p50", "p50", ":"), ("p99", "p99", "--")):
         value = s[key]
         if value is not None:
-            ax.axvline(max(value, SHOWN_MIN_MS), color="tab:red", linestyle=style, linewidth=1,
-                       label=f"{label} {value:.3f} ms")
+            ax.axvline(
+                max(value, SHOWN_MIN_MS), color="tab:red", linestyle=style, linewidth=1, label=f"{label} {value:.3f} ms"
+            )
     if drifts:
         ax.legend(fontsize=8)
 

@@ -82,10 +82,17 @@ def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> tu
     return due, absent
 
 
-
-def check_ledgers(client: Client, fire_log: Path, prefix: str, ledger: dict[str, Expectation],
-                  schedules: dict[str, ScheduleExpectation], *, margin_s: float, epsilon_ms: float,
-                  progress: Callable[[int, int, float, bool], None] | None = None) -> Verdict:
+def check_ledgers(
+    client: Client,
+    fire_log: Path,
+    prefix: str,
+    ledger: dict[str, Expectation],
+    schedules: dict[str, ScheduleExpectation],
+    *,
+    margin_s: float,
+    epsilon_ms: float,
+    progress: Callable[[int, int, float, bool], None] | None = None,
+) -> Verdict:
     """Wait (until every expected task fired, or the last due time + ``margin_s``) for the fires the ledgers
     expect in ``fire_log`` (ids starting with ``prefix``), then the checker's verdict. ``progress(fired,
     expected, seconds_left, last)`` after each read of the log."""
@@ -118,5 +125,11 @@ def check_ledgers(client: Client, fire_log: Path, prefix: str, ledger: dict[str,
         to_fire, deadline_ms = expected()
         tail.wait(to_fire, deadline_ms, progress=show)
     time.sleep(1.0)  # let the last outcomes be recorded (and a late duplicate show)
-    return check_fire_log(client, due | recurring, list(tail.read()), epsilon_ms=epsilon_ms,
-                          grace_ms=client.settings.default_misfire_grace_ms, cancelled=cancelled)
+    return check_fire_log(
+        client,
+        due | recurring,
+        list(tail.read()),
+        epsilon_ms=epsilon_ms,
+        grace_ms=client.settings.default_misfire_grace_ms,
+        cancelled=cancelled,
+    )

@@ -25,34 +25,47 @@ class LocalSettings(Settings):
     """
 
     profile: Literal["lambda", "local"] = Field(
-        "lambda", description='"lambda": each executor as Lambda runs it, by its configuration in template.yaml (the '
+        "lambda",
+        description='"lambda": each executor as Lambda runs it, by its configuration in template.yaml (the '
         "CPU share its memory size buys, killed at its timeout, frozen while idle, async retries, event age and "
         'throttling), firing at normal priority; "local": for a stack on a server of its own, whole cores and '
         "real-time firing, no freezing and no timeout (retries, event age and throttling as under lambda)",
     )
     lambda_time_scale: float = Field(
-        1.0, gt=0, le=1, description="Lambda's async delays (retries after 1 and 2 minutes, throttle backoff) and "
+        1.0,
+        gt=0,
+        le=1,
+        description="Lambda's async delays (retries after 1 and 2 minutes, throttle backoff) and "
         "maximum event age, times this: 1 is Lambda's own; tests shorten them",
     )
     background_cpus: str | None = Field(
-        None, description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: the '
+        None,
+        description='CPUs background work (store, poll, arm, record) may use, e.g. "1" or "1-3"; unset: the '
         "stack leaves the first usable CPU out, so that a firing thread always finds one free",
     )
     realtime_firing: bool | None = Field(
-        None, description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
+        None,
+        description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
         "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.priority. Unset: the profile's "
         "(on under local; off under lambda, which refuses it: Lambda gives no real-time priority)",
     )
     fire_log_path: str | None = Field(None, description="JSON-lines file the log action appends each fire to")
     dynamodb_java_opts: str | None = Field(
-        None, description="JVM options of DynamoDB Local, split on spaces; unset: the stack's lean defaults",
+        None,
+        description="JVM options of DynamoDB Local, split on spaces; unset: the stack's lean defaults",
     )
     receiver_port: int = Field(
-        8767, ge=1, le=65_535, description="the loopback port of the demo's webhook receiver: the local tenants "
+        8767,
+        ge=1,
+        le=65_535,
+        description="the loopback port of the demo's webhook receiver: the local tenants "
         "may reach it (and no other loopback port) unless PUNCTUAL_TENANT_MAP says otherwise",
     )
     local_timeout_s: float | None = Field(
-        None, gt=0, le=900, description="the executor's timeout (s) instead of its Timeout in template.yaml: what "
+        None,
+        gt=0,
+        le=900,
+        description="the executor's timeout (s) instead of its Timeout in template.yaml: what "
         "its context reports as remaining time and, under the lambda profile, when it is killed",
     )
 
@@ -64,8 +77,10 @@ class LocalSettings(Settings):
     @model_validator(mode="after")
     def _lambda_gives_no_realtime(self) -> Self:
         if self.profile == "lambda" and self.realtime_firing:
-            raise ValueError("PUNCTUAL_REALTIME_FIRING=true: Lambda gives no real-time priority, so the lambda "
-                             "profile refuses it (PUNCTUAL_PROFILE=local allows it)")
+            raise ValueError(
+                "PUNCTUAL_REALTIME_FIRING=true: Lambda gives no real-time priority, so the lambda "
+                "profile refuses it (PUNCTUAL_PROFILE=local allows it)"
+            )
         return self
 
     @field_validator("background_cpus")

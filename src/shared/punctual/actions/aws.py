@@ -58,38 +58,65 @@ _REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d{1,2})"  # us-east-1, us-gov-west-
 _ACCOUNT = r"(?P<account>\d{12})"
 _LAMBDA_ARN_RE = re.compile(
     rf"arn:{_PARTITION}:lambda:{_REGION}:{_ACCOUNT}:function:(?P<name>[A-Za-z0-9_-]{{1,64}})"
-    r"(?::(?P<qualifier>\$LATEST|[A-Za-z0-9_-]{1,128}))?")
+    r"(?::(?P<qualifier>\$LATEST|[A-Za-z0-9_-]{1,128}))?"
+)
 _SQS_ARN_RE = re.compile(
-    rf"arn:{_PARTITION}:sqs:{_REGION}:{_ACCOUNT}:(?P<name>[A-Za-z0-9_-]{{1,75}}\.fifo|[A-Za-z0-9_-]{{1,80}})")
+    rf"arn:{_PARTITION}:sqs:{_REGION}:{_ACCOUNT}:(?P<name>[A-Za-z0-9_-]{{1,75}}\.fifo|[A-Za-z0-9_-]{{1,80}})"
+)
 _SNS_ARN_RE = re.compile(
-    rf"arn:{_PARTITION}:sns:{_REGION}:{_ACCOUNT}:(?P<name>[A-Za-z0-9_-]{{1,251}}\.fifo|[A-Za-z0-9_-]{{1,256}})")
+    rf"arn:{_PARTITION}:sns:{_REGION}:{_ACCOUNT}:(?P<name>[A-Za-z0-9_-]{{1,251}}\.fifo|[A-Za-z0-9_-]{{1,256}})"
+)
 _EVENT_BUS_ARN_RE = re.compile(
-    rf"arn:{_PARTITION}:events:{_REGION}:{_ACCOUNT}:event-bus/(?P<name>[A-Za-z0-9._/-]{{1,256}})")
+    rf"arn:{_PARTITION}:events:{_REGION}:{_ACCOUNT}:event-bus/(?P<name>[A-Za-z0-9._/-]{{1,256}})"
+)
 # SQS and SNS: what a MessageGroupId (and a MessageDeduplicationId) may hold: letters, digits, punctuation.
 _GROUP_ID_RE = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
 _SOURCE_RE = re.compile(r"[A-Za-z0-9._/-]{1,256}")  # EventBridge's alphabet for Source
 
 # Error codes that mean "too much, too fast" (botocore's standard retry list, and the services' own spellings
 # of KMS throttling and internal errors): still failing after boto3's retries, the fire may pass later.
-_TRANSIENT_CODES = frozenset({
-    "Throttling", "ThrottlingException", "ThrottledException", "Throttled", "RequestThrottledException",
-    "TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded", "LimitExceededException",
-    "RequestThrottled", "SlowDown", "PriorRequestNotComplete", "EC2ThrottledException", "RequestTimeout",
-    "RequestTimeoutException", "KmsThrottled", "KMSThrottling", "KMSThrottlingException", "InternalFailure",
-    "InternalError", "InternalErrorException", "InternalException", "ServiceUnavailable", "ServiceException",
-})
+_TRANSIENT_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "Throttled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "KmsThrottled",
+        "KMSThrottling",
+        "KMSThrottlingException",
+        "InternalFailure",
+        "InternalError",
+        "InternalErrorException",
+        "InternalException",
+        "ServiceUnavailable",
+        "ServiceException",
+    }
+)
 
 
 # -- what every kind sends ---------------------------------------------------------------------------------------
 def message_body(context: FireContext) -> str:
     """The message every AWS kind sends: the fire's identity, due time and payload, as canonical JSON."""
-    return canonical_json({
-        "task_id": context.task_id,
-        "occurrence": context.occurrence,
-        "idempotency_key": context.idempotency_key,
-        "due_ms": context.due_ms,
-        "payload": context.payload,
-    })
+    return canonical_json(
+        {
+            "task_id": context.task_id,
+            "occurrence": context.occurrence,
+            "idempotency_key": context.idempotency_key,
+            "due_ms": context.due_ms,
+            "payload": context.payload,
+        }
+    )
 
 
 def deduplication_id(key: str) -> str:
@@ -193,8 +220,10 @@ class LambdaAction(Action):
     @classmethod
     def _function_arn_shape(cls, arn: str) -> str:
         if not _LAMBDA_ARN_RE.fullmatch(arn):
-            raise ValueError("function_arn must be a Lambda function ARN: "
-                             "arn:<partition>:lambda:<region>:<12-digit account>:function:<name>[:<qualifier>]")
+            raise ValueError(
+                "function_arn must be a Lambda function ARN: "
+                "arn:<partition>:lambda:<region>:<12-digit account>:function:<name>[:<qualifier>]"
+            )
         return arn
 
 
@@ -208,8 +237,9 @@ def run_lambda(action: LambdaAction, context: FireContext, env: ActionEnv) -> No
     arn = action.function_arn
     _allow(env, context, arn, "Lambda function", "action.function_arn")
     with _aws_errors("Invoke", arn):
-        response = env.client("lambda").invoke(FunctionName=arn, InvocationType="Event",
-                                               Payload=message_body(context).encode())
+        response = env.client("lambda").invoke(
+            FunctionName=arn, InvocationType="Event", Payload=message_body(context).encode()
+        )
     stream = response.get("Payload")
     if stream is not None:  # empty for an async invoke: read so the connection goes back to the pool
         with suppress(BotoCoreError, OSError):  # the answer is in already: a broken read changes nothing
@@ -240,8 +270,10 @@ class SqsAction(_FifoTarget):
     @classmethod
     def _queue_arn_shape(cls, arn: str) -> str:
         if not _SQS_ARN_RE.fullmatch(arn):
-            raise ValueError("queue_arn must be an SQS queue ARN: arn:<partition>:sqs:<region>:<12-digit account>:"
-                             "<name> (1 to 80 letters, digits, - or _, with .fifo for a FIFO queue)")
+            raise ValueError(
+                "queue_arn must be an SQS queue ARN: arn:<partition>:sqs:<region>:<12-digit account>:"
+                "<name> (1 to 80 letters, digits, - or _, with .fifo for a FIFO queue)"
+            )
         return arn
 
     def target_arn(self) -> str:
@@ -256,7 +288,6 @@ class SqsAction(_FifoTarget):
         return _arn_match(_SQS_ARN_RE, self.queue_arn)["account"]
 
 
-
 def check_sqs(action: SqsAction, rules: TargetRules) -> None:
     """Refuse a queue not on the ARN allowlist (InvalidTaskError on ``action.queue_arn``)."""
     rules.check_arn(action.queue_arn, "SQS queue", "action.queue_arn")
@@ -268,8 +299,11 @@ def _queue_url(env: ActionEnv, action: SqsAction) -> str:
     url = urls.get(action.queue_arn)
     if url is None:
         with _aws_errors("GetQueueUrl", action.queue_arn):
-            url = str(env.client("sqs").get_queue_url(QueueName=action.queue_name,
-                                                      QueueOwnerAWSAccountId=action.account)["QueueUrl"])
+            url = str(
+                env.client("sqs").get_queue_url(QueueName=action.queue_name, QueueOwnerAWSAccountId=action.account)[
+                    "QueueUrl"
+                ]
+            )
         urls[action.queue_arn] = url  # two threads may both ask once: the same answer
     return url
 
@@ -279,8 +313,11 @@ def run_sqs(action: SqsAction, context: FireContext, env: ActionEnv) -> None:
     arn = action.queue_arn
     _allow(env, context, arn, "SQS queue", "action.queue_arn")
     key = context.idempotency_key
-    params: dict[str, Any] = {"QueueUrl": _queue_url(env, action), "MessageBody": message_body(context),
-                              "MessageAttributes": _key_attribute(key)}
+    params: dict[str, Any] = {
+        "QueueUrl": _queue_url(env, action),
+        "MessageBody": message_body(context),
+        "MessageAttributes": _key_attribute(key),
+    }
     if action.is_fifo:
         params |= _fifo_fields(key, action.message_group_id, context.task_id)
     with _aws_errors("SendMessage", arn):
@@ -304,8 +341,10 @@ class SnsAction(_FifoTarget):
     @classmethod
     def _topic_arn_shape(cls, arn: str) -> str:
         if not _SNS_ARN_RE.fullmatch(arn):
-            raise ValueError("topic_arn must be an SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:"
-                             "<name> (1 to 256 letters, digits, - or _, with .fifo for a FIFO topic)")
+            raise ValueError(
+                "topic_arn must be an SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:"
+                "<name> (1 to 256 letters, digits, - or _, with .fifo for a FIFO topic)"
+            )
         return arn
 
     def target_arn(self) -> str:
@@ -322,8 +361,11 @@ def run_sns(action: SnsAction, context: FireContext, env: ActionEnv) -> None:
     arn = action.topic_arn
     _allow(env, context, arn, "SNS topic", "action.topic_arn")
     key = context.idempotency_key
-    params: dict[str, Any] = {"TopicArn": arn, "Message": message_body(context),
-                              "MessageAttributes": _key_attribute(key)}
+    params: dict[str, Any] = {
+        "TopicArn": arn,
+        "Message": message_body(context),
+        "MessageAttributes": _key_attribute(key),
+    }
     if action.is_fifo:
         params |= _fifo_fields(key, action.message_group_id, context.task_id)
     with _aws_errors("Publish", arn):
@@ -348,8 +390,10 @@ class EventBridgeAction(Action):
     @classmethod
     def _bus_arn_shape(cls, arn: str) -> str:
         if not _EVENT_BUS_ARN_RE.fullmatch(arn):
-            raise ValueError("event_bus_arn must be an EventBridge event bus ARN: "
-                             "arn:<partition>:events:<region>:<12-digit account>:event-bus/<name>")
+            raise ValueError(
+                "event_bus_arn must be an EventBridge event bus ARN: "
+                "arn:<partition>:events:<region>:<12-digit account>:event-bus/<name>"
+            )
         return arn
 
     @field_validator("source")
@@ -375,8 +419,10 @@ def check_eventbridge(action: EventBridgeAction, rules: TargetRules) -> None:
     if rules.tenant is not None:
         own = tenant_source(rules.tenant)
         if action.source != own and not action.source.startswith(own + "."):
-            raise InvalidTaskError(f"invalid action.source: a tenant's events have the source {own!r} or one "
-                                   f"starting with {own + '.'!r}", field="action.source")
+            raise InvalidTaskError(
+                f"invalid action.source: a tenant's events have the source {own!r} or one starting with {own + '.'!r}",
+                field="action.source",
+            )
 
 
 def run_eventbridge(action: EventBridgeAction, context: FireContext, env: ActionEnv) -> None:
@@ -387,8 +433,12 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         check_eventbridge(action, env.rules.of(context.task_id))
     except InvalidTaskError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
-    entry = {"EventBusName": arn, "Source": action.source, "DetailType": action.detail_type,
-             "Detail": message_body(context)}
+    entry = {
+        "EventBusName": arn,
+        "Source": action.source,
+        "DetailType": action.detail_type,
+        "Detail": message_body(context),
+    }
     with _aws_errors("PutEvents", arn):
         response = env.client("events").put_events(Entries=[entry])
     if response.get("FailedEntryCount", 0):
@@ -402,11 +452,23 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         raise ActionFailedError(message)
 
 
-LAMBDA = register(ActionKind(model=LambdaAction, run=run_lambda, max_timeout_s=AWS_CALL_TIMEOUT_S,
-                             clients=("lambda",), check=check_lambda))
-SQS = register(ActionKind(model=SqsAction, run=run_sqs, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sqs",),
-                          check=check_sqs))
-SNS = register(ActionKind(model=SnsAction, run=run_sns, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sns",),
-                          check=check_sns))
-EVENTBRIDGE = register(ActionKind(model=EventBridgeAction, run=run_eventbridge, max_timeout_s=AWS_CALL_TIMEOUT_S,
-                                  clients=("events",), check=check_eventbridge))
+LAMBDA = register(
+    ActionKind(
+        model=LambdaAction, run=run_lambda, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("lambda",), check=check_lambda
+    )
+)
+SQS = register(
+    ActionKind(model=SqsAction, run=run_sqs, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sqs",), check=check_sqs)
+)
+SNS = register(
+    ActionKind(model=SnsAction, run=run_sns, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sns",), check=check_sns)
+)
+EVENTBRIDGE = register(
+    ActionKind(
+        model=EventBridgeAction,
+        run=run_eventbridge,
+        max_timeout_s=AWS_CALL_TIMEOUT_S,
+        clients=("events",),
+        check=check_eventbridge,
+    )
+)

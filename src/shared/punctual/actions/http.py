@@ -64,8 +64,22 @@ _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 _HEADER_VALUE_RE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab
 # Headers a task may not set: they frame or route the request (the client sets them), or forge what Punctual
 # itself sends (the idempotency key, its own fields, the webhook signature), or would make an AWS API call.
-_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
-                      "trailer", "expect", "proxy-authorization", "proxy-connection", "content-encoding"})
+_FRAMING = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+        "content-encoding",
+    }
+)
 _OWN = frozenset({"idempotency-key", "webhook-id", "webhook-timestamp", "webhook-signature"})
 _FORBIDDEN_PREFIXES = ("x-amz-", "x-amzn-", "x-punctual-", "proxy-")
 
@@ -154,8 +168,10 @@ class HttpAction(Action):
         if ref is None:
             return None
         if ref.startswith("whsec_"):
-            raise ValueError("signing_secret is a reference to the secret (env:, file:, ssm:, secretsmanager:), "
-                             "not the secret itself: the table must never hold it")
+            raise ValueError(
+                "signing_secret is a reference to the secret (env:, file:, ssm:, secretsmanager:), "
+                "not the secret itself: the table must never hold it"
+            )
         try:
             parse_secret_ref(ref)
         except SecretReferenceError as exc:
@@ -173,8 +189,9 @@ def check_http(action: HttpAction, rules: TargetRules) -> None:
         try:
             parse_secret_ref(ref, rules.secrets)
         except SecretReferenceError as exc:
-            raise InvalidTaskError(f"invalid action.secret_headers: {name}: {exc}",
-                                   field="action.secret_headers") from None
+            raise InvalidTaskError(
+                f"invalid action.secret_headers: {name}: {exc}", field="action.secret_headers"
+            ) from None
     if action.signing_secret is not None:
         try:
             parse_secret_ref(action.signing_secret, rules.secrets)
@@ -187,8 +204,12 @@ def request_bytes(target: Target, url: str, headers: dict[str, str], body: bytes
     when the task was scheduled, or when its secret was resolved), the body."""
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"POST {path} HTTP/1.1", f"Host: {target.origin.split('://', 1)[1]}", f"Content-Length: {len(body)}",
-             *(f"{name}: {value}" for name, value in headers.items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {target.origin.split('://', 1)[1]}",
+        f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -212,8 +233,9 @@ class HttpEngine:
             self._targets[url] = target
         return target
 
-    async def post(self, target: Target, url: str, headers: dict[str, str], body: bytes,
-                   timeout_s: float) -> tuple[int, int]:
+    async def post(
+        self, target: Target, url: str, headers: dict[str, str], body: bytes, timeout_s: float
+    ) -> tuple[int, int]:
         """POST once; the status and the body bytes read (at most :data:`BODY_CAP`). Raises
         :class:`TransientActionError` for connection errors and timeouts, :class:`ActionFailedError` for a
         refused address; messages name ``scheme://host[:port]`` only."""
@@ -258,8 +280,10 @@ async def _secret_header(env: ActionEnv, rules: TargetRules, name: str, ref: str
     value = await _resolve(env, rules, ref)
     if not _HEADER_VALUE_RE.fullmatch(value) or len(value) > MAX_HEADER_VALUE:
         # Checked here because the value was never seen when the task was scheduled (no header injection).
-        raise ActionFailedError(f"secret header {name}: the value of {ref} is not a sendable header value "
-                                f"(visible ASCII, at most {MAX_HEADER_VALUE} characters)")
+        raise ActionFailedError(
+            f"secret header {name}: the value of {ref} is not a sendable header value "
+            f"(visible ASCII, at most {MAX_HEADER_VALUE} characters)"
+        )
     return value
 
 
@@ -277,8 +301,11 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **action.headers}
     for name, ref in action.secret_headers.items():
         headers[name] = await _secret_header(env, rules, name, ref)
-    headers |= {"Idempotency-Key": context.idempotency_key, "X-Punctual-Task-Id": context.task_id,
-                "X-Punctual-Due-Ms": str(context.due_ms)}
+    headers |= {
+        "Idempotency-Key": context.idempotency_key,
+        "X-Punctual-Task-Id": context.task_id,
+        "X-Punctual-Due-Ms": str(context.due_ms),
+    }
     signing = None
     if action.signing_secret is not None:
         try:
@@ -355,6 +382,4 @@ def warm_plan(delays_s: list[float]) -> list[tuple[float, int]]:
     return runs
 
 
-HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http,
-                           prepare=prepare_http))
-
+HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http, prepare=prepare_http))

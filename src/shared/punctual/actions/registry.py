@@ -19,10 +19,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from pydantic import JsonValue
 
 from ..errors import InvalidTaskError
-from ..model import Action, JsonValue, register_action_model
+from ..model import Action, register_action_model
 from ..netpolicy import TargetPolicy
 from ..secrets import SecretResolver, SecretRules
 from ..tenancy import Quotas, TenantMap, TenantPolicy, is_tenant, split
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 A = TypeVar("A", bound=Action)
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
@@ -81,9 +84,11 @@ class TargetRules:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TargetRules:
-        return cls(urls=TargetPolicy.from_settings(settings.allowed_targets, settings.allow_plain_http),
-                   arns=frozenset(split_list(settings.allowed_target_arns)),
-                   tenants=TenantMap.parse(settings.tenant_map))
+        return cls(
+            urls=TargetPolicy.from_settings(settings.allowed_targets, settings.allow_plain_http),
+            arns=frozenset(split_list(settings.allowed_target_arns)),
+            tenants=TenantMap.parse(settings.tenant_map),
+        )
 
     def of(self, task_id: str) -> TargetRules:
         """The rules of the task ``task_id``: its tenant's (from the key, whatever the item says), or these for a
@@ -98,30 +103,42 @@ class TargetRules:
         base = self.deployment or self
         if tenant is None:
             return base
-        rules = base._by_tenant.get(tenant)
+        cache = base._by_tenant  # noqa: SLF001 - the deployment's own cache, an object of this class
+        rules = cache.get(tenant)
         if rules is None:
-            if len(base._by_tenant) >= 4096:
-                base._by_tenant.clear()
-            rules = base._by_tenant[tenant] = _tenant_rules(base, tenant)
+            if len(cache) >= 4096:
+                cache.clear()
+            rules = cache[tenant] = _tenant_rules(base, tenant)
         return rules
 
     def check_arn(self, arn: str, what: str, field_name: str) -> None:
         """Refuse an AWS target not on the ARN allowlist (InvalidTaskError naming ``field_name``)."""
         if arn not in self.arns:
-            setting = (f"tenant {self.tenant}'s target_arns in the tenant map" if self.tenant is not None
-                       else "PUNCTUAL_ALLOWED_TARGET_ARNS")
+            setting = (
+                f"tenant {self.tenant}'s target_arns in the tenant map"
+                if self.tenant is not None
+                else "PUNCTUAL_ALLOWED_TARGET_ARNS"
+            )
             raise InvalidTaskError(
                 f"invalid {field_name}: {what} {arn} is not an allowed target ({setting}; the executor's role may "
-                "call only those)", field=field_name)
+                "call only those)",
+                field=field_name,
+            )
 
 
 def _tenant_rules(base: TargetRules, tenant: str) -> TargetRules:
     """A tenant's rules, narrowing the deployment's ``base``."""
     # A name no tenant map can hold gets nothing beyond public https, no ARN, no secret.
     policy = base.tenants.policy_of(tenant) if is_tenant(tenant) else TenantPolicy(quotas=base.tenants.quotas)
-    return TargetRules(urls=TargetPolicy.from_settings(policy.targets, base.urls.allow_plain_http),
-                       arns=policy.target_arns, secrets=base.secrets.for_tenant(tenant), tenants=base.tenants,
-                       tenant=tenant, quotas=policy.quotas, deployment=base)
+    return TargetRules(
+        urls=TargetPolicy.from_settings(policy.targets, base.urls.allow_plain_http),
+        arns=policy.target_arns,
+        secrets=base.secrets.for_tenant(tenant),
+        tenants=base.tenants,
+        tenant=tenant,
+        quotas=policy.quotas,
+        deployment=base,
+    )
 
 
 def split_list(value: str | Iterable[str]) -> list[str]:
@@ -187,6 +204,7 @@ class FireLoop:
 
     def schedule(self, warmups: list[Warmup]) -> None:
         """Start each warm-up on the loop after its delay (from now); a failing one is logged."""
+
         def start(warmup: Warmup) -> None:
             task: asyncio.Task[Any] = self.loop.create_task(warmup.start())  # type: ignore[arg-type]
             self._tasks.add(task)
@@ -242,10 +260,18 @@ class ActionEnv:
     by the factory a runner passes to :meth:`resource`.
     """
 
-    def __init__(self, *, rules: TargetRules | None = None, secrets: SecretResolver | None = None,
-                 clients: dict[str, Any] | None = None, client_factory: Callable[[str], Any] | None = None,
-                 http_connections: int = 768, http_connections_per_host: int = 512,
-                 secrets_dir: str | None = None, secret_cache_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        rules: TargetRules | None = None,
+        secrets: SecretResolver | None = None,
+        clients: dict[str, Any] | None = None,
+        client_factory: Callable[[str], Any] | None = None,
+        http_connections: int = 768,
+        http_connections_per_host: int = 512,
+        secrets_dir: str | None = None,
+        secret_cache_s: float = 300.0,
+    ) -> None:
         self.rules = rules or TargetRules()
         self.http_connections = http_connections
         self.http_connections_per_host = http_connections_per_host
@@ -254,8 +280,9 @@ class ActionEnv:
         self._resources: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._loop: FireLoop | None = None
-        self.secrets = secrets or SecretResolver(rules=self.rules.secrets, secrets_dir=secrets_dir,
-                                                 client_factory=self.client, ttl_s=secret_cache_s)
+        self.secrets = secrets or SecretResolver(
+            rules=self.rules.secrets, secrets_dir=secrets_dir, client_factory=self.client, ttl_s=secret_cache_s
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, clients: dict[str, Any] | None = None) -> ActionEnv:
@@ -266,11 +293,15 @@ class ActionEnv:
         # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)
         rules = TargetRules.from_settings(settings)
-        return cls(rules=rules, clients=clients,
-                   client_factory=lambda service: aws_client(service, None, settings.region, config),
-                   http_connections=settings.http_connections,
-                   http_connections_per_host=settings.http_connections_per_host,
-                   secrets_dir=settings.secrets_dir, secret_cache_s=settings.secret_cache_s)
+        return cls(
+            rules=rules,
+            clients=clients,
+            client_factory=lambda service: aws_client(service, None, settings.region, config),
+            http_connections=settings.http_connections,
+            http_connections_per_host=settings.http_connections_per_host,
+            secrets_dir=settings.secrets_dir,
+            secret_cache_s=settings.secret_cache_s,
+        )
 
     def client(self, service: str) -> Any:
         """The boto3 client of ``service`` (made once, on first use, unless one was handed in)."""
@@ -282,12 +313,12 @@ class ActionEnv:
                 client = self._clients[service] = self._client_factory(service)
             return client
 
-    def resource(self, name: str, make: Callable[[], Any]) -> Any:
+    def resource(self, name: str, make: Callable[[], R]) -> R:
         """A per-process object of a kind (``make()`` once, then the same one)."""
         with self._lock:
             if name not in self._resources:
                 self._resources[name] = make()
-            return self._resources[name]
+            return cast(R, self._resources[name])
 
     @property
     def fire_loop(self) -> FireLoop:
@@ -413,12 +444,12 @@ def prepare_actions(fires: Iterable[tuple[Action, float, str]], env: ActionEnv) 
     for name, items in by_kind.items():
         try:
             warmups += _KINDS[name].prepare(items, env)  # type: ignore[misc]
-        except Exception:  # noqa: BLE001 - a warm-up is an optimisation; the fires do not depend on it
+        except Exception:  # a warm-up is an optimisation; the fires do not depend on it
             log.exception("preparing %s fires failed", name)
     if warmups:
         try:
             env.fire_loop.schedule(warmups)
-        except Exception:  # noqa: BLE001 - the loop is closing (the executor is ending): nothing to warm
+        except Exception:  # the loop is closing (the executor is ending): nothing to warm
             log.exception("scheduling warm-ups failed")
             return 0
     return len(warmups)

@@ -56,8 +56,9 @@ class _Answer:
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: one request at a time, its answer parsed as it arrives."""
 
-    def __init__(self, body_cap: int, on_open: Callable[[], None] | None = None,
-                 on_lost: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, body_cap: int, on_open: Callable[[], None] | None = None, on_lost: Callable[[], None] | None = None
+    ) -> None:
         self._body_cap = body_cap
         self._on_open, self._on_lost = on_open, on_lost  # the pool's count of open connections
         self._counted = False
@@ -330,7 +331,8 @@ class WirePool:
             try:
                 results = await asyncio.gather(
                     *(asyncio.wait_for(self._connect(target, host), WARM_CONNECT_S) for _ in range(group)),
-                    return_exceptions=True)
+                    return_exceptions=True,
+                )
             finally:
                 host.warming -= group
                 self._warming -= group
@@ -393,8 +395,11 @@ class WirePool:
             try:
                 _, protocol = await loop.create_connection(
                     lambda: _Connection(self._body_cap, partial(self._opened, host), partial(self._lost, host)),
-                    host=address.split("%", 1)[0], port=target.port, ssl=tls,
-                    server_hostname=target.host if tls is not None else None)
+                    host=address.split("%", 1)[0],
+                    port=target.port,
+                    ssl=tls,
+                    server_hostname=target.host if tls is not None else None,
+                )
                 return protocol
             except OSError as exc:
                 error = exc

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -77,25 +77,44 @@ class ForbiddenError(Exception):
     """The caller has no tenant."""
 
 
-def problem_json(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
-                 kind: str | None = None, quota: str | None = None) -> str:
+def problem_json(
+    status: int,
+    detail: str,
+    field: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    kind: str | None = None,
+    quota: str | None = None,
+) -> str:
     """A problem-details body; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
     state, forbidden, quota), so that a client need not read ``detail``; ``quota`` names the quota passed."""
-    body = Problem(type=f"/problems/{kind}" if kind else "about:blank", title=HTTPStatus(status).phrase,
-                   status=status, detail=detail, field=field, errors=errors, quota=quota)
+    body = Problem(
+        type=f"/problems/{kind}" if kind else "about:blank",
+        title=HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        field=field,
+        errors=errors,
+        quota=quota,
+    )
     return body.model_dump_json(exclude_none=True)
 
 
-def _problem(status: int, detail: str, field: str | None = None, errors: list[dict[str, Any]] | None = None,
-             kind: str | None = None, quota: str | None = None) -> Response[str]:
+def _problem(
+    status: int,
+    detail: str,
+    field: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    kind: str | None = None,
+    quota: str | None = None,
+) -> Response[str]:
     """A problem-details answer (:func:`problem_json`)."""
-    return Response(status_code=status, content_type=PROBLEM,
-                    body=problem_json(status, detail, field, errors, kind, quota))
+    return Response(
+        status_code=status, content_type=PROBLEM, body=problem_json(status, detail, field, errors, kind, quota)
+    )
 
 
 def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
-    return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}}
-            for code in codes}
+    return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}} for code in codes}
 
 
 def _field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
@@ -112,11 +131,19 @@ class JsonResolver(APIGatewayRestResolver):
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
         media_type = str(headers.get("content-type") or "").split(";")[0].strip().lower()
         if event.get("body") and media_type and media_type != "application/json":
-            body = problem_json(415, f"send the body as application/json, not {media_type[:100]}", "body",
-                                kind="invalid")
-            return {"statusCode": 415, "multiValueHeaders": {"Content-Type": [PROBLEM]}, "body": body,
-                    "isBase64Encoded": False}
+            body = problem_json(
+                415, f"send the body as application/json, not {media_type[:100]}", "body", kind="invalid"
+            )
+            return {
+                "statusCode": 415,
+                "multiValueHeaders": {"Content-Type": [PROBLEM]},
+                "body": body,
+                "isBase64Encoded": False,
+            }
         return super().resolve(event, context)
+
+
+E = TypeVar("E", bound=Exception)
 
 
 def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> APIGatewayRestResolver:
@@ -134,52 +161,57 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
             raise ForbiddenError("this principal is not mapped to a tenant (PUNCTUAL_TENANT_MAP)")
         return TenantService(client_factory(), tenant)
 
+    def handles(kind: type[E]) -> Callable[[Callable[[E], Response[str]]], Callable[[E], Response[str]]]:
+        """``app.exception_handler``, typed (Powertools' decorator is not)."""
+        return cast(Callable[[Callable[[E], Response[str]]], Callable[[E], Response[str]]], app.exception_handler(kind))
+
     # -- errors ----------------------------------------------------------------------------------------------
-    @app.exception_handler(RequestValidationError)
+    @handles(RequestValidationError)
     def _invalid(exc: RequestValidationError) -> Response[str]:
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             return _problem(400, "the body is not JSON", "body", kind="invalid")
         found = [{"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", "invalid"))} for e in errors]
         first = found[0] if found else {"field": None, "message": "invalid request"}
-        return _problem(422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found,
-                        kind="invalid")
+        return _problem(
+            422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found, kind="invalid"
+        )
 
-    @app.exception_handler(RequestUnsupportedContentType)
+    @handles(RequestUnsupportedContentType)
     def _media_type(exc: RequestUnsupportedContentType) -> Response[str]:
         return _problem(415, "send the body as application/json", "body", kind="invalid")
 
-    @app.exception_handler(RecursionError)
+    @handles(RecursionError)
     def _too_deep(exc: RecursionError) -> Response[str]:
         return _problem(400, "the body is nested too deeply to be read", "body", kind="invalid")
 
-    @app.exception_handler(InvalidTaskError)
+    @handles(InvalidTaskError)
     def _bad_task(exc: InvalidTaskError) -> Response[str]:
         return _problem(422, str(exc), exc.field, kind="invalid")
 
-    @app.exception_handler(QuotaExceededError)
+    @handles(QuotaExceededError)
     def _over_quota(exc: QuotaExceededError) -> Response[str]:
         return _problem(429, str(exc), exc.field, kind="quota", quota=exc.quota)
 
-    @app.exception_handler(TaskNotFoundError)
+    @handles(TaskNotFoundError)
     def _not_found(exc: TaskNotFoundError) -> Response[str]:
         return _problem(404, str(exc), kind="not-found")
 
-    @app.exception_handler(TaskConflictError)
+    @handles(TaskConflictError)
     def _conflict(exc: TaskConflictError) -> Response[str]:
         return _problem(409, str(exc), kind="conflict")
 
-    @app.exception_handler(TaskStateError)
+    @handles(TaskStateError)
     def _state(exc: TaskStateError) -> Response[str]:
         return _problem(409, str(exc), kind="state")
 
-    @app.exception_handler(UndecodableItemError)
+    @handles(UndecodableItemError)
     def _unreadable(exc: UndecodableItemError) -> Response[str]:
         # An item under the caller's own key that is no readable task or schedule (written by hand, or forged to
         # name another tenant's): refused as it is, never acted on.
         return _problem(409, f"{exc}"[:500], kind="state")
 
-    @app.exception_handler(ForbiddenError)
+    @handles(ForbiddenError)
     def _forbidden(exc: ForbiddenError) -> Response[str]:
         return _problem(403, str(exc), kind="forbidden")
 
@@ -187,24 +219,38 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
     def _no_route(exc: Exception) -> Response[str]:
         return _problem(404, f"no such resource: {app.current_event.http_method} {app.current_event.path}")
 
-    @app.exception_handler(Exception)
+    @handles(Exception)
     def _unexpected(exc: Exception) -> Response[str]:
         log.exception("unexpected error in %s %s", app.current_event.http_method, app.current_event.path)
         return _problem(500, f"internal error ({type(exc).__name__}); the request may be retried")
 
     # -- tasks -----------------------------------------------------------------------------------------------
-    @app.post("/v1/tasks", summary="Schedule a task", tags=["tasks"],
-              responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-                         200: {"description": "An equal task was already stored",
-                               "content": {"application/json": {"model": TaskOut}}},
-                         **_problems(400, 403, 409, 415, 422, 429)})
+    @app.post(
+        "/v1/tasks",
+        summary="Schedule a task",
+        tags=["tasks"],
+        responses={
+            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
+            200: {
+                "description": "An equal task was already stored",
+                "content": {"application/json": {"model": TaskOut}},
+            },
+            **_problems(400, 403, 409, 415, 422, 429),
+        },
+    )
     def create_task(body: Annotated[TaskIn, Body()]) -> Response[TaskOut]:
         task, created = service().create_task(body)
         return Response(status_code=201 if created else 200, content_type="application/json", body=task)
 
-    @app.get("/v1/tasks", summary="List tasks", tags=["tasks"], responses={
-        200: {"description": "A page", "content": {"application/json": {"model": TaskPage}}},
-        **_problems(403, 422)})
+    @app.get(
+        "/v1/tasks",
+        summary="List tasks",
+        tags=["tasks"],
+        responses={
+            200: {"description": "A page", "content": {"application/json": {"model": TaskPage}}},
+            **_problems(403, 422),
+        },
+    )
     def list_tasks(
         status: Annotated[list[TaskStatus] | None, Query(description="one or more statuses")] = None,
         due_from: Annotated[str | None, Query(pattern=INSTANT, description="an instant with its offset")] = None,
@@ -212,99 +258,186 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         next_token: Annotated[str | None, Query(max_length=600)] = None,
     ) -> TaskPage:
-        return service().list_tasks(status, instant(due_from, "due_from"), instant(due_to, "due_to"), limit,
-                                    next_token)
+        return service().list_tasks(status, instant(due_from, "due_from"), instant(due_to, "due_to"), limit, next_token)
 
-    @app.get("/v1/tasks/<task_id>", summary="Get a task", tags=["tasks"], responses={
-        200: {"description": "The task", "content": {"application/json": {"model": TaskOut}}},
-        **_problems(403, 404, 422)})
+    @app.get(
+        "/v1/tasks/<task_id>",
+        summary="Get a task",
+        tags=["tasks"],
+        responses={
+            200: {"description": "The task", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(403, 404, 422),
+        },
+    )
     def get_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
         return service().get_task(task_id)
 
-    @app.post("/v1/tasks/<task_id>/cancel", summary="Cancel a task not armed yet", tags=["tasks"], responses={
-        200: {"description": "Cancelled", "content": {"application/json": {"model": TaskOut}}},
-        **_problems(403, 404, 409, 422)})
+    @app.post(
+        "/v1/tasks/<task_id>/cancel",
+        summary="Cancel a task not armed yet",
+        tags=["tasks"],
+        responses={
+            200: {"description": "Cancelled", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(403, 404, 409, 422),
+        },
+    )
     def cancel_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
         return service().cancel_task(task_id)
 
-    @app.post("/v1/tasks/<task_id>/reschedule", summary="Move a task not armed yet", tags=["tasks"], responses={
-        200: {"description": "Rescheduled", "content": {"application/json": {"model": TaskOut}}},
-        **_problems(400, 403, 404, 409, 415, 422)})
+    @app.post(
+        "/v1/tasks/<task_id>/reschedule",
+        summary="Move a task not armed yet",
+        tags=["tasks"],
+        responses={
+            200: {"description": "Rescheduled", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(400, 403, 404, 409, 415, 422),
+        },
+    )
     def reschedule_task(task_id: Annotated[TaskName, Path()], body: Annotated[RescheduleIn, Body()]) -> TaskOut:
         return service().reschedule_task(task_id, body.due_at)
 
-    @app.post("/v1/tasks/<task_id>/run-now", summary="Fire a task not armed yet now", tags=["tasks"], responses={
-        200: {"description": "Due now", "content": {"application/json": {"model": TaskOut}}},
-        **_problems(403, 404, 409, 422)})
+    @app.post(
+        "/v1/tasks/<task_id>/run-now",
+        summary="Fire a task not armed yet now",
+        tags=["tasks"],
+        responses={
+            200: {"description": "Due now", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(403, 404, 409, 422),
+        },
+    )
     def run_task_now(task_id: Annotated[TaskName, Path()]) -> TaskOut:
         return service().run_task_now(task_id)
 
-    @app.post("/v1/tasks/<task_id>/redrive", summary="Send a FAILED task again", tags=["tasks"], responses={
-        200: {"description": "PENDING, due now", "content": {"application/json": {"model": TaskOut}}},
-        **_problems(403, 404, 409, 422)})
+    @app.post(
+        "/v1/tasks/<task_id>/redrive",
+        summary="Send a FAILED task again",
+        tags=["tasks"],
+        responses={
+            200: {"description": "PENDING, due now", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(403, 404, 409, 422),
+        },
+    )
     def redrive_task(task_id: Annotated[TaskName, Path()]) -> TaskOut:
         return service().redrive_task(task_id)
 
     # -- schedules -------------------------------------------------------------------------------------------
-    @app.post("/v1/schedules", summary="Create a recurring schedule", tags=["schedules"], responses={
-        201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
-        200: {"description": "An equal schedule was already stored",
-              "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(400, 403, 409, 415, 422, 429)})
+    @app.post(
+        "/v1/schedules",
+        summary="Create a recurring schedule",
+        tags=["schedules"],
+        responses={
+            201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
+            200: {
+                "description": "An equal schedule was already stored",
+                "content": {"application/json": {"model": ScheduleOut}},
+            },
+            **_problems(400, 403, 409, 415, 422, 429),
+        },
+    )
     def create_schedule(body: Annotated[ScheduleIn, Body()]) -> Response[ScheduleOut]:
         schedule, created = service().create_schedule(body)
         return Response(status_code=201 if created else 200, content_type="application/json", body=schedule)
 
-    @app.get("/v1/schedules", summary="List schedules", tags=["schedules"], responses={
-        200: {"description": "The tenant's schedules", "content": {"application/json": {"model": ScheduleList}}},
-        **_problems(403, 422)})
+    @app.get(
+        "/v1/schedules",
+        summary="List schedules",
+        tags=["schedules"],
+        responses={
+            200: {"description": "The tenant's schedules", "content": {"application/json": {"model": ScheduleList}}},
+            **_problems(403, 422),
+        },
+    )
     def list_schedules() -> ScheduleList:
         return service().list_schedules()
 
-    @app.get("/v1/schedules/<schedule_id>", summary="Get a schedule", tags=["schedules"], responses={
-        200: {"description": "The schedule", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(403, 404, 422)})
+    @app.get(
+        "/v1/schedules/<schedule_id>",
+        summary="Get a schedule",
+        tags=["schedules"],
+        responses={
+            200: {"description": "The schedule", "content": {"application/json": {"model": ScheduleOut}}},
+            **_problems(403, 404, 422),
+        },
+    )
     def get_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
         return service().get_schedule(schedule_id)
 
-    @app.patch("/v1/schedules/<schedule_id>", summary="Change a schedule", tags=["schedules"], responses={
-        200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(400, 403, 404, 409, 415, 422, 429)})
-    def update_schedule(schedule_id: Annotated[ScheduleName, Path()],
-                        body: Annotated[ScheduleUpdate, Body()]) -> ScheduleOut:
+    @app.patch(
+        "/v1/schedules/<schedule_id>",
+        summary="Change a schedule",
+        tags=["schedules"],
+        responses={
+            200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
+            **_problems(400, 403, 404, 409, 415, 422, 429),
+        },
+    )
+    def update_schedule(
+        schedule_id: Annotated[ScheduleName, Path()], body: Annotated[ScheduleUpdate, Body()]
+    ) -> ScheduleOut:
         return service().update_schedule(schedule_id, body)
 
-    @app.delete("/v1/schedules/<schedule_id>", summary="Delete a schedule", tags=["schedules"], responses={
-        200: {"description": "Deleted", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(403, 404, 409, 422)})
+    @app.delete(
+        "/v1/schedules/<schedule_id>",
+        summary="Delete a schedule",
+        tags=["schedules"],
+        responses={
+            200: {"description": "Deleted", "content": {"application/json": {"model": ScheduleOut}}},
+            **_problems(403, 404, 409, 422),
+        },
+    )
     def delete_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
         return service().delete_schedule(schedule_id)
 
-    @app.post("/v1/schedules/<schedule_id>/pause", summary="Pause a schedule", tags=["schedules"], responses={
-        200: {"description": "Paused", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(403, 404, 409, 422)})
+    @app.post(
+        "/v1/schedules/<schedule_id>/pause",
+        summary="Pause a schedule",
+        tags=["schedules"],
+        responses={
+            200: {"description": "Paused", "content": {"application/json": {"model": ScheduleOut}}},
+            **_problems(403, 404, 409, 422),
+        },
+    )
     def pause_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
         return service().pause_schedule(schedule_id)
 
-    @app.post("/v1/schedules/<schedule_id>/resume", summary="Resume a schedule", tags=["schedules"], responses={
-        200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
-        **_problems(403, 404, 409, 422, 429)})
+    @app.post(
+        "/v1/schedules/<schedule_id>/resume",
+        summary="Resume a schedule",
+        tags=["schedules"],
+        responses={
+            200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
+            **_problems(403, 404, 409, 422, 429),
+        },
+    )
     def resume_schedule(schedule_id: Annotated[ScheduleName, Path()]) -> ScheduleOut:
         return service().resume_schedule(schedule_id)
 
-    @app.post("/v1/schedules/<schedule_id>/run-now", summary="One extra occurrence, due now", tags=["schedules"],
-              responses={201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-                         200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
-                         **_problems(403, 404, 409, 422, 429)})
+    @app.post(
+        "/v1/schedules/<schedule_id>/run-now",
+        summary="One extra occurrence, due now",
+        tags=["schedules"],
+        responses={
+            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
+            200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
+            **_problems(403, 404, 409, 422, 429),
+        },
+    )
     def run_schedule_now(schedule_id: Annotated[ScheduleName, Path()]) -> Response[TaskOut]:
         task, created = service().run_schedule_now(schedule_id)
         return Response(status_code=201 if created else 200, content_type="application/json", body=task)
 
-    @app.get("/v1/schedules/<schedule_id>/history", summary="A schedule's occurrences", tags=["schedules"],
-             responses={200: {"description": "Oldest first", "content": {"application/json": {"model": History}}},
-                        **_problems(403, 404, 422)})
-    def schedule_history(schedule_id: Annotated[ScheduleName, Path()],
-                         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> History:
+    @app.get(
+        "/v1/schedules/<schedule_id>/history",
+        summary="A schedule's occurrences",
+        tags=["schedules"],
+        responses={
+            200: {"description": "Oldest first", "content": {"application/json": {"model": History}}},
+            **_problems(403, 404, 422),
+        },
+    )
+    def schedule_history(
+        schedule_id: Annotated[ScheduleName, Path()], limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100
+    ) -> History:
         return service().schedule_history(schedule_id, limit)
 
     return app
@@ -316,15 +449,23 @@ def openapi_document(app: APIGatewayRestResolver) -> str:
 
     schemes: dict[str, Any] = {
         # API Gateway's IAM authorization: a SigV4 signature (service execute-api) in the Authorization header
-        "sigv4": APIKey(name="Authorization", in_=APIKeyIn.header,
-                        description="AWS: a SigV4 signature (service execute-api) of an IAM principal that the "
-                        "tenant map names"),
-        "localToken": HTTPBearer(description="the local runtime: the token punctual up writes to "
-                                 ".punctual/api-token"),
+        "sigv4": APIKey(
+            name="Authorization",
+            in_=APIKeyIn.header,
+            description="AWS: a SigV4 signature (service execute-api) of an IAM principal that the tenant map names",
+        ),
+        "localToken": HTTPBearer(description="the local runtime: the token punctual up writes to .punctual/api-token"),
     }
-    schema = json.loads(app.get_openapi_json_schema(
-        title=TITLE, version=VERSION, description=(
-            "Schedule tasks to fire at an exact instant. Every call is authenticated (AWS: IAM, SigV4; locally: a "
-            "bearer token) and scoped to the caller's tenant: another tenant's task or schedule is not found."),
-        security_schemes=schemes, security=[{"sigv4": []}, {"localToken": []}]))
+    schema = json.loads(
+        app.get_openapi_json_schema(
+            title=TITLE,
+            version=VERSION,
+            description=(
+                "Schedule tasks to fire at an exact instant. Every call is authenticated (AWS: IAM, SigV4; locally: a "
+                "bearer token) and scoped to the caller's tenant: another tenant's task or schedule is not found."
+            ),
+            security_schemes=schemes,
+            security=[{"sigv4": []}, {"localToken": []}],
+        )
+    )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -68,9 +68,15 @@ class TenantService:
         name = body.task_id or uuid.uuid4().hex
 
         def create() -> tuple[Task, bool]:
-            task = self.client.build_task(body.due_at, body.action, body.payload, task_id=self._own(name),
-                                          misfire_grace=body.misfire_grace_ms, misfire_policy=body.misfire_policy,
-                                          retry=body.retry)
+            task = self.client.build_task(
+                body.due_at,
+                body.action,
+                body.payload,
+                task_id=self._own(name),
+                misfire_grace=body.misfire_grace_ms,
+                misfire_policy=body.misfire_policy,
+                retry=body.retry,
+            )
             return self.client.submit(task)
 
         stored, created = self._scrubbed(create)
@@ -82,8 +88,14 @@ class TenantService:
             raise TaskNotFoundError(f"no task {name!r}")
         return self._task(task)
 
-    def list_tasks(self, status: list[TaskStatus] | None, due_from: datetime | None, due_to: datetime | None,
-                   limit: int, next_token: str | None) -> TaskPage:
+    def list_tasks(
+        self,
+        status: list[TaskStatus] | None,
+        due_from: datetime | None,
+        due_to: datetime | None,
+        limit: int,
+        next_token: str | None,
+    ) -> TaskPage:
         after = None
         if next_token is not None:
             try:
@@ -93,8 +105,9 @@ class TenantService:
             if not after.startswith(self._prefix):
                 raise InvalidTaskError("invalid next_token: not a page token this API gave", field="next_token")
         statuses = sorted(set(status)) if status else None  # a status named twice is one filter
-        tasks, more = self.client.list_tenant_page(self.tenant, statuses, due_from, due_to,
-                                                   max(1, min(limit, MAX_PAGE)), after)
+        tasks, more = self.client.list_tenant_page(
+            self.tenant, statuses, due_from, due_to, max(1, min(limit, MAX_PAGE)), after
+        )
         views, cut = self._within_budget(tasks)
         if cut:
             more = tasks[len(views) - 1].task_id  # the next page goes on after the last task this one holds
@@ -131,9 +144,16 @@ class TenantService:
     def create_schedule(self, body: ScheduleIn) -> tuple[ScheduleOut, bool]:
         existed = self.client.get_schedule(self._own(body.schedule_id)) is not None
         fields = body.model_dump(exclude={"schedule_id", "expression", "action", "payload", "misfire_grace_ms"})
-        stored = self._scrubbed(lambda: self.client.create_schedule(
-            self._own(body.schedule_id), body.expression, body.action, body.payload,
-            misfire_grace=body.misfire_grace_ms, **fields))
+        stored = self._scrubbed(
+            lambda: self.client.create_schedule(
+                self._own(body.schedule_id),
+                body.expression,
+                body.action,
+                body.payload,
+                misfire_grace=body.misfire_grace_ms,
+                **fields,
+            )
+        )
         return self._schedule(stored), not existed
 
     def _live_schedule(self, name: str) -> Schedule:

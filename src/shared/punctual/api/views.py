@@ -86,8 +86,12 @@ class TaskOut(BaseModel):
     @classmethod
     def of(cls, task: Task, tenant: str) -> TaskOut:
         fields = task.model_dump(include=set(cls.model_fields) - {"task_id", "schedule_id", "action"})
-        return cls(**fields, action=task.action, task_id=unqualify(tenant, task.task_id) or task.task_id,
-                   schedule_id=None if task.schedule_id is None else unqualify(tenant, task.schedule_id))
+        return cls(
+            **fields,
+            action=task.action,
+            task_id=unqualify(tenant, task.task_id) or task.task_id,
+            schedule_id=None if task.schedule_id is None else unqualify(tenant, task.schedule_id),
+        )
 
 
 class TaskPage(BaseModel):
@@ -158,9 +162,12 @@ class ScheduleOut(BaseModel):
     @classmethod
     def of(cls, schedule: Schedule, tenant: str) -> ScheduleOut:
         fields = schedule.model_dump(include=set(cls.model_fields) - {"schedule_id", "action", "next_due_at"})
-        return cls(**fields, action=schedule.action,
-                   schedule_id=unqualify(tenant, schedule.schedule_id) or schedule.schedule_id,
-                   next_due_at=None if schedule.next_due_ms is None else from_ms(schedule.next_due_ms))
+        return cls(
+            **fields,
+            action=schedule.action,
+            schedule_id=unqualify(tenant, schedule.schedule_id) or schedule.schedule_id,
+            next_due_at=None if schedule.next_due_ms is None else from_ms(schedule.next_due_ms),
+        )
 
 
 class ScheduleList(BaseModel):

@@ -56,8 +56,10 @@ def _num(value: float | int) -> Decimal:
 
 def to_av(values: dict[str, Any]) -> dict[str, Any]:
     """Plain values (numbers, strings, booleans) as attribute values; floats kept to the microsecond."""
-    return {k: _ser.serialize(_num(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
-            for k, v in values.items()}
+    return {
+        k: _ser.serialize(_num(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+        for k, v in values.items()
+    }
 
 
 def from_av(item: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +99,7 @@ def _number_size(text: str) -> int:
 
 def value_size(value: dict[str, Any]) -> int:
     """Bytes of one attribute value (low-level form, ``{"S": ...}``) by DynamoDB's sizing rules."""
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "S":
         return len(v.encode())
     if kind == "N":
@@ -189,8 +191,9 @@ def item_to_task(item: dict[str, Any]) -> Task:
         return _item_to_task(item)
     except DECODE_ERRORS as exc:
         key = str((item.get("task_id") or {}).get("S", "?"))
-        raise UndecodableItemError(f"item {key!r} is not a readable task: {type(exc).__name__}: {exc}"[:1000],
-                                   key) from exc
+        raise UndecodableItemError(
+            f"item {key!r} is not a readable task: {type(exc).__name__}: {exc}"[:1000], key
+        ) from exc
 
 
 def _item_to_task(item: dict[str, Any]) -> Task:
@@ -252,11 +255,15 @@ def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
     task_id = _text(item, "task_id")
     if "tenant" in item:
         check_owner(task_id, _text(item, "tenant"))
-    return Candidate(task_id=task_id, due_ms=_int(item, "due_ms"), status=status,
-                     lease_until_ms=_int(item, "lease_until_ms") if "lease_until_ms" in item else None,
-                     misfire_grace_ms=_int(item, "misfire_grace_ms") if "misfire_grace_ms" in item else 0,
-                     misfire_policy=policy,
-                     owner=_text(item, "armed_by") if status is TaskStatus.ARMED and "armed_by" in item else None)
+    return Candidate(
+        task_id=task_id,
+        due_ms=_int(item, "due_ms"),
+        status=status,
+        lease_until_ms=_int(item, "lease_until_ms") if "lease_until_ms" in item else None,
+        misfire_grace_ms=_int(item, "misfire_grace_ms") if "misfire_grace_ms" in item else 0,
+        misfire_policy=policy,
+        owner=_text(item, "armed_by") if status is TaskStatus.ARMED and "armed_by" in item else None,
+    )
 
 
 DECODE_ERRORS = (KeyError, ValueError, TypeError, ArithmeticError)  # what a malformed item raises when decoded

@@ -47,5 +47,6 @@ def parse_fast(response_dict: dict[str, Any], customized_response_dict: dict[str
 def register_fast_reads(client: Any) -> None:
     """Parse ``client``'s read responses with :func:`parse_fast` (idempotent: registering twice is a no-op)."""
     for operation in FAST_OPERATIONS:
-        client.meta.events.register(f"before-parse.dynamodb.{operation}", parse_fast,
-                                    unique_id=f"{_HANDLER_ID}-{operation}")
+        client.meta.events.register(
+            f"before-parse.dynamodb.{operation}", parse_fast, unique_id=f"{_HANDLER_ID}-{operation}"
+        )

@@ -74,8 +74,7 @@ class AdvanceResult:
 KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
 
 
-def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None,
-           index: dict[str, Any] | None) -> str:
+def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None, index: dict[str, Any] | None) -> str:
     """The update expression of ``sets`` with the schedule's cursor set to ``next_due_ms`` (removed for None) and
     its due-index place set to ``index`` (removed for None, left as it is for :data:`KEEP`)."""
     removes: list[str] = []
@@ -98,8 +97,9 @@ def schedule_of_item(item: dict[str, Any]) -> Schedule:
         return _schedule_of_item(item)
     except DECODE_ERRORS as exc:
         key = str(item.get("task_id", {}).get("S", "?"))
-        raise UndecodableItemError(f"schedule item {key!r} cannot be read: {type(exc).__name__}: {exc}"[:1000],
-                                   key) from exc
+        raise UndecodableItemError(
+            f"schedule item {key!r} cannot be read: {type(exc).__name__}: {exc}"[:1000], key
+        ) from exc
 
 
 def _schedule_of_item(item: dict[str, Any]) -> Schedule:
@@ -109,15 +109,19 @@ def _schedule_of_item(item: dict[str, Any]) -> Schedule:
     if not isinstance(definition, dict) or definition.get("schedule_id") != schedule_id_of_key(key):
         raise ValueError("its definition's schedule_id is not the schedule its key names")
     check_owner(key, v.get("tenant"))
-    return Schedule.model_validate({
-        **definition,
-        "state": v["state"], "version": int(v["version"]),
-        "next_due_ms": int(v["next_due_ms"]) if "next_due_ms" in v else None,
-        "created_count": int(v.get("created_count", 0)), "skipped_count": int(v.get("skipped_count", 0)),
-        "created_at": from_ms(int(v["created_ms"])) if "created_ms" in v else None,
-        "updated_at": from_ms(int(v["updated_ms"])) if "updated_ms" in v else None,
-        "cleanup": bool(v.get("cleanup", 0)),
-    })
+    return Schedule.model_validate(
+        {
+            **definition,
+            "state": v["state"],
+            "version": int(v["version"]),
+            "next_due_ms": int(v["next_due_ms"]) if "next_due_ms" in v else None,
+            "created_count": int(v.get("created_count", 0)),
+            "skipped_count": int(v.get("skipped_count", 0)),
+            "created_at": from_ms(int(v["created_ms"])) if "created_ms" in v else None,
+            "updated_at": from_ms(int(v["updated_ms"])) if "updated_ms" in v else None,
+            "cleanup": bool(v.get("cleanup", 0)),
+        }
+    )
 
 
 def _readable(items: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> Iterator[Schedule]:
@@ -145,8 +149,9 @@ class ScheduleItems:
     def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
         raise NotImplementedError
 
-    def tenant_keys(self, tenant: str, begins: str | None = None, after: str | None = None,
-                    limit: int | None = None) -> tuple[list[str], str | None]:
+    def tenant_keys(
+        self, tenant: str, begins: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> tuple[list[str], str | None]:
         raise NotImplementedError
 
     def _batch_items(self, keys: list[str]) -> list[dict[str, Any]]:
@@ -165,9 +170,14 @@ class ScheduleItems:
 
     def schedule_item(self, schedule: Schedule, now_ms: int) -> dict[str, Any]:
         values: dict[str, Any] = {
-            "task_id": schedule_key(schedule.schedule_id), "state": schedule.state.value, "version": schedule.version,
-            "definition": canonical_json(schedule.definition()), "created_count": schedule.created_count,
-            "skipped_count": schedule.skipped_count, "created_ms": now_ms, "updated_ms": now_ms,
+            "task_id": schedule_key(schedule.schedule_id),
+            "state": schedule.state.value,
+            "version": schedule.version,
+            "definition": canonical_json(schedule.definition()),
+            "created_count": schedule.created_count,
+            "skipped_count": schedule.skipped_count,
+            "created_ms": now_ms,
+            "updated_ms": now_ms,
         }
         if schedule.next_due_ms is not None:
             values["next_due_ms"] = schedule.next_due_ms
@@ -178,12 +188,15 @@ class ScheduleItems:
         return to_av(values)
 
     def _occurrence_put(self, task: Task, version: int, now_ms: int) -> dict[str, Any]:
-        return {"Put": {
-            "TableName": self.table_name, "Item": self.item_of(task, now_ms),
-            "ConditionExpression": "attribute_not_exists(task_id) OR (#st = :cancelled AND schedule_version < :v)",
-            "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": to_av({":cancelled": TaskStatus.CANCELLED.value, ":v": version}),
-        }}
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self.item_of(task, now_ms),
+                "ConditionExpression": "attribute_not_exists(task_id) OR (#st = :cancelled AND schedule_version < :v)",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": to_av({":cancelled": TaskStatus.CANCELLED.value, ":v": version}),
+            }
+        }
 
     def _transact_items(self, items: list[dict[str, Any]]) -> list[str] | None:
         """One TransactWriteItems: None when it held, else each item's cancellation code."""
@@ -200,28 +213,39 @@ class ScheduleItems:
     def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
         """SCHEDULE: store a new schedule with its first occurrences (at most 99). Idempotent on the id with an
         equal definition (returns the stored one and False); other content raises ScheduleConflictError."""
-        put = {"Put": {"TableName": self.table_name, "Item": self.schedule_item(schedule, now_ms),
-                       "ConditionExpression": "attribute_not_exists(task_id)"}}
+        put = {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self.schedule_item(schedule, now_ms),
+                "ConditionExpression": "attribute_not_exists(task_id)",
+            }
+        }
         codes = self._transact_items([put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)])
         if codes is None:
             return schedule.model_copy(update={"created_at": from_ms(now_ms), "updated_at": from_ms(now_ms)}), True
         existing = self.get_schedule(schedule.schedule_id)
         if existing is None:
-            raise ScheduleStateError(f"schedule {schedule.schedule_id!r}: its first occurrences could not be "
-                                     f"created ({', '.join(codes)}); nothing was stored")
+            raise ScheduleStateError(
+                f"schedule {schedule.schedule_id!r}: its first occurrences could not be "
+                f"created ({', '.join(codes)}); nothing was stored"
+            )
         if existing.state is ScheduleState.DELETED:
             raise ScheduleConflictError(
                 f"schedule {schedule.schedule_id!r} was deleted, and a deleted schedule's id cannot be used again "
-                f"(its occurrences' ids would meet the old ones'): choose another id", existing=existing)
+                f"(its occurrences' ids would meet the old ones'): choose another id",
+                existing=existing,
+            )
         if existing.definition() == schedule.definition():
             return existing, False
-        raise ScheduleConflictError(f"schedule {schedule.schedule_id!r} already exists with another definition",
-                                    existing=existing)
+        raise ScheduleConflictError(
+            f"schedule {schedule.schedule_id!r} already exists with another definition", existing=existing
+        )
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now (strongly consistent), or None."""
-        item = self._client.get_item(TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule_id)}},
-                                     ConsistentRead=True).get("Item")
+        item = self._client.get_item(
+            TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule_id)}}, ConsistentRead=True
+        ).get("Item")
         return None if item is None else schedule_of_item(item)
 
     def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
@@ -237,7 +261,9 @@ class ScheduleItems:
         else:
             condition, value = "begins_with(task_id, :prefix)", schedule_key(id_prefix)
         for page in self._client.get_paginator("scan").paginate(
-            TableName=self.table_name, FilterExpression=condition, ExpressionAttributeValues=to_av({":prefix": value}),
+            TableName=self.table_name,
+            FilterExpression=condition,
+            ExpressionAttributeValues=to_av({":prefix": value}),
         ):
             yield from _readable(page.get("Items", []))
 
@@ -247,38 +273,52 @@ class ScheduleItems:
         the index any more. Never raises: a failure is logged, and the next poll meets the item again."""
         try:
             self._client.update_item(
-                TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule_id)}},
+                TableName=self.table_name,
+                Key={"task_id": {"S": schedule_key(schedule_id)}},
                 UpdateExpression="SET detail = :detail, quarantined_ms = :now REMOVE due_ms, due_bucket",
                 ConditionExpression="attribute_exists(due_bucket)",
-                ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}))
-        except Exception as exc:  # noqa: BLE001 - one bad item must not stop a poll
-            lost = isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == \
-                "ConditionalCheckFailedException"
+                ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}),
+            )
+        except Exception as exc:  # one bad item must not stop a poll
+            lost = (
+                isinstance(exc, ClientError)
+                and exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+            )
             if not lost:
                 log.exception("schedule %s: taking it out of the due index failed", schedule_id)
             return False
-        log.error("schedule %s: %s; taken out of the due index (it makes no occurrence until mended)",
-                  schedule_id, detail, extra={"schedule_id": schedule_id})
+        log.error(
+            "schedule %s: %s; taken out of the due index (it makes no occurrence until mended)",
+            schedule_id,
+            detail,
+            extra={"schedule_id": schedule_id},
+        )
         return True
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *,
-                        cleanup: bool) -> Schedule:
+    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
         """CHANGE: write ``changes`` (definition fields, state, cursor) over ``schedule`` as read, one version up;
         ``cleanup``: occurrences of older versions may have to be cancelled (the item waits in the due index until
         :meth:`finish_cleanup`). Raises ScheduleStateError when the schedule changed since it was read."""
         changed = Schedule.model_validate({**schedule.model_dump(), **changes, "version": schedule.version + 1})
         values: dict[str, Any] = {
-            ":v": schedule.version, ":nv": changed.version, ":state": changed.state.value,
-            ":definition": canonical_json(changed.definition()), ":now": now_ms, ":cleanup": 1 if cleanup else 0,
+            ":v": schedule.version,
+            ":nv": changed.version,
+            ":state": changed.state.value,
+            ":definition": canonical_json(changed.definition()),
+            ":now": now_ms,
+            ":cleanup": 1 if cleanup else 0,
         }
         sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
         update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
         try:
             self._client.update_item(
-                TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
-                UpdateExpression=update, ConditionExpression="#ver = :v",
+                TableName=self.table_name,
+                Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                UpdateExpression=update,
+                ConditionExpression="#ver = :v",
                 ExpressionAttributeNames={"#state": "state", "#def": "definition", "#ver": "version"},
-                ExpressionAttributeValues=to_av(values))
+                ExpressionAttributeValues=to_av(values),
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
@@ -299,29 +339,39 @@ class ScheduleItems:
             values.update({":due": index["due_ms"], ":bucket": index["due_bucket"]})
         try:
             self._client.update_item(
-                TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
-                UpdateExpression=update, ConditionExpression="#ver = :v", ExpressionAttributeNames={"#ver": "version"},
-                ExpressionAttributeValues=to_av(values))
+                TableName=self.table_name,
+                Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                UpdateExpression=update,
+                ConditionExpression="#ver = :v",
+                ExpressionAttributeNames={"#ver": "version"},
+                ExpressionAttributeValues=to_av(values),
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             return False
         return True
 
-    def schedule_occurrence_ids(self, schedule_id: str, from_ms_: int | None = None,
-                                limit: int | None = None) -> list[str]:
+    def schedule_occurrence_ids(
+        self, schedule_id: str, from_ms_: int | None = None, limit: int | None = None
+    ) -> list[str]:
         """Ids of the schedule's occurrences in due order (from the instant ``from_ms_`` if given), from the
         ``schedule`` index (eventually consistent: a just-created occurrence may be missing for a moment)."""
         # Only ids of its own occurrences ("<schedule id>@<instant>Z"): schedule_id is an attribute, and a client
         # confined to its own keys (LeadingKeys) could still write another tenant's schedule id into an item.
         condition = "schedule_id = :s AND task_id BETWEEN :from AND :to"
         values: dict[str, Any] = {
-            ":s": schedule_id, ":to": f"{schedule_id}@~",  # "~" sorts after every digit of an instant
-            ":from": occurrence_id(schedule_id, max(0, from_ms_)) if from_ms_ is not None else f"{schedule_id}@"}
+            ":s": schedule_id,
+            ":to": f"{schedule_id}@~",  # "~" sorts after every digit of an instant
+            ":from": occurrence_id(schedule_id, max(0, from_ms_)) if from_ms_ is not None else f"{schedule_id}@",
+        }
         ids: list[str] = []
         for page in self._client.get_paginator("query").paginate(
-            TableName=self.table_name, IndexName=SCHEDULE_INDEX, KeyConditionExpression=condition,
-            ExpressionAttributeValues=to_av(values), ProjectionExpression="task_id",
+            TableName=self.table_name,
+            IndexName=SCHEDULE_INDEX,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=to_av(values),
+            ProjectionExpression="task_id",
         ):
             ids.extend(raw["task_id"]["S"] for raw in page.get("Items", []))
             if limit is not None and len(ids) >= limit:
@@ -329,36 +379,53 @@ class ScheduleItems:
         return ids
 
     # -- the chain ------------------------------------------------------------------------------------------
-    def advance_schedule(self, schedule: Schedule, step: Advance, occurrences: list[Task],
-                         now_ms: int) -> AdvanceResult:
+    def advance_schedule(
+        self, schedule: Schedule, step: Advance, occurrences: list[Task], now_ms: int
+    ) -> AdvanceResult:
         """ADVANCE: create ``occurrences`` and move the cursor from ``schedule.next_due_ms`` to
         ``step.next_due_ms`` (the schedule ENDS when that is None), in one transaction (at most 99 occurrences)."""
-        moved = schedule.model_copy(update={
-            "next_due_ms": step.next_due_ms,
-            "state": ScheduleState.ENDED if step.next_due_ms is None else schedule.state})
+        moved = schedule.model_copy(
+            update={
+                "next_due_ms": step.next_due_ms,
+                "state": ScheduleState.ENDED if step.next_due_ms is None else schedule.state,
+            }
+        )
         values: dict[str, Any] = {
-            ":v": schedule.version, ":cursor": schedule.next_due_ms, ":active": _ACTIVE, ":now": now_ms,
-            ":created": len(occurrences), ":skipped": step.skipped, ":state": moved.state.value,
+            ":v": schedule.version,
+            ":cursor": schedule.next_due_ms,
+            ":active": _ACTIVE,
+            ":now": now_ms,
+            ":created": len(occurrences),
+            ":skipped": step.skipped,
+            ":state": moved.state.value,
         }
-        sets = ["created_count = created_count + :created", "skipped_count = skipped_count + :skipped",
-                "updated_ms = :now", "#state = :state"]
+        sets = [
+            "created_count = created_count + :created",
+            "skipped_count = skipped_count + :skipped",
+            "updated_ms = :now",
+            "#state = :state",
+        ]
         # while a cleanup is pending, the item keeps its place in the index (now): the next poll finishes it
         index = KEEP if schedule.cleanup else self._index_fields(moved, now_ms)
-        update = {"Update": {
-            "TableName": self.table_name, "Key": {"task_id": {"S": schedule_key(schedule.schedule_id)}},
-            "UpdateExpression": _place(sets, values, step.next_due_ms, index),
-            "ConditionExpression": "#ver = :v AND next_due_ms = :cursor AND #state = :active",
-            "ExpressionAttributeNames": {"#state": "state", "#ver": "version"},
-            "ExpressionAttributeValues": to_av(values),
-        }}
+        update = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                "UpdateExpression": _place(sets, values, step.next_due_ms, index),
+                "ConditionExpression": "#ver = :v AND next_due_ms = :cursor AND #state = :active",
+                "ExpressionAttributeNames": {"#state": "state", "#ver": "version"},
+                "ExpressionAttributeValues": to_av(values),
+            }
+        }
         puts = [self._occurrence_put(t, schedule.version, now_ms) for t in occurrences]
         codes = self._transact_items([update, *puts])
         if codes is None:
             return AdvanceResult(done=True)
         if codes[0] == "ConditionalCheckFailed":
             return AdvanceResult(done=False)
-        blocked = [t.task_id for t, code in zip(occurrences, codes[1:], strict=True)
-                   if code == "ConditionalCheckFailed"]
+        blocked = [
+            t.task_id for t, code in zip(occurrences, codes[1:], strict=True) if code == "ConditionalCheckFailed"
+        ]
         if not blocked and "TransactionConflict" in codes:
             return AdvanceResult(done=False)  # another writer on one of its items at that moment: read again
         if not blocked:

@@ -21,7 +21,7 @@ TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.tenancy)
 TENANT_ACTIVE_INDEX = "tenant_active"  # a tenant's active items (what the active-task quota counts)
 
 
-class _CfnLoader(yaml.SafeLoader):
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
     """A YAML loader that accepts CloudFormation's short-form intrinsic tags (``!Ref``, ``!Sub``, ...)."""
 
 
@@ -45,14 +45,17 @@ def find_template() -> Path:
         candidate = parent / "template.yaml"
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no template.yaml above {Path(__file__).resolve()}: the table definition is read "
-                            "from a Punctual source checkout")
+    raise FileNotFoundError(
+        f"no template.yaml above {Path(__file__).resolve()}: the table definition is read "
+        "from a Punctual source checkout"
+    )
 
 
 @lru_cache(maxsize=4)
 def load_template(path: str | None = None) -> dict[str, Any]:
     with open(path or find_template(), encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+        template: dict[str, Any] = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    return template
 
 
 def create_table_kwargs(table_name: str, template_path: str | None = None) -> dict[str, Any]:

@@ -112,8 +112,7 @@ log = logging.getLogger(__name__)
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 BATCH_GET_ATTEMPTS = 8  # requests for one chunk's keys, the unprocessed ones again after a backoff (~5 s at most)
 UNREAD_ALIVE_UNTIL_MS = 2**62  # what a heartbeat that could not be read counts as: alive
-THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
-                              "RequestLimitExceeded"})
+THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
 TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
 WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 
@@ -220,9 +219,20 @@ class DynamoTaskStore(ScheduleItems):
         ``shard_count``.
     """
 
-    def __init__(self, client: Any, table_name: str, shard_count: int, *, fast_path_within_ms: int = 70_000,
-                 retention_days: int = 30, db_threads: int = 8, write_batch: str = "single",
-                 overdue_safety_ms: int = 180_000, poll_groups: int = 1, schedule_ahead_ms: int = 70_000) -> None:
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        shard_count: int,
+        *,
+        fast_path_within_ms: int = 70_000,
+        retention_days: int = 30,
+        db_threads: int = 8,
+        write_batch: str = "single",
+        overdue_safety_ms: int = 180_000,
+        poll_groups: int = 1,
+        schedule_ahead_ms: int = 70_000,
+    ) -> None:
         if poll_groups < 1 or shard_count % poll_groups:
             raise ValueError(f"poll_groups ({poll_groups}) must divide shard_count ({shard_count})")
         self.poll_groups = poll_groups
@@ -244,12 +254,18 @@ class DynamoTaskStore(ScheduleItems):
 
     @classmethod
     def from_settings(cls, client: Any, settings: Settings) -> DynamoTaskStore:
-        return cls(client, settings.table_name, settings.shard_count,
-                   fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
-                   retention_days=settings.retention_days, db_threads=settings.db_threads,
-                   write_batch=settings.write_batch, overdue_safety_ms=settings.overdue_safety_ms,
-                   poll_groups=settings.poll_groups,
-                   schedule_ahead_ms=settings.schedule_ahead_ms)
+        return cls(
+            client,
+            settings.table_name,
+            settings.shard_count,
+            fast_path_within_ms=settings.poll_interval_ms + settings.fast_path_margin_ms,
+            retention_days=settings.retention_days,
+            db_threads=settings.db_threads,
+            write_batch=settings.write_batch,
+            overdue_safety_ms=settings.overdue_safety_ms,
+            poll_groups=settings.poll_groups,
+            schedule_ahead_ms=settings.schedule_ahead_ms,
+        )
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
@@ -261,8 +277,18 @@ class DynamoTaskStore(ScheduleItems):
     def _expires_at(self, finished_ms: int) -> int:
         return (finished_ms + self.retention_ms) // 1000
 
-    def _write(self, kind: WriteKind, task_id: str, update: str, condition: str, values: dict[str, Any], *,
-               status: str, owner: str | None = None, marker: tuple[str, int | str] | None = None) -> Write:
+    def _write(
+        self,
+        kind: WriteKind,
+        task_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        *,
+        status: str,
+        owner: str | None = None,
+        marker: tuple[str, int | str] | None = None,
+    ) -> Write:
         """One conditional UpdateItem of ``kind``."""
         request = {
             "TableName": self.table_name,
@@ -280,9 +306,10 @@ class DynamoTaskStore(ScheduleItems):
         A failed condition whose old item already shows this very change counts as done (see
         :func:`_already_applied`)."""
         try:
-            return self._client.update_item(
+            item: dict[str, Any] = self._client.update_item(
                 **write.request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
             )["Attributes"]
+            return item
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 old = _old_item(exc)
@@ -325,8 +352,9 @@ class DynamoTaskStore(ScheduleItems):
                 return []
             try:
                 # The token makes botocore's retry of a transaction whose response was lost a no-op success.
-                self._client.transact_write_items(TransactItems=[{"Update": writes[i].request} for i in chunk],
-                                                  ClientRequestToken=uuid.uuid4().hex)
+                self._client.transact_write_items(
+                    TransactItems=[{"Update": writes[i].request} for i in chunk], ClientRequestToken=uuid.uuid4().hex
+                )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                     raise
@@ -370,7 +398,8 @@ class DynamoTaskStore(ScheduleItems):
             raise InvalidTaskError(
                 f"invalid task: its item would be {size} bytes; DynamoDB holds at most {MAX_ITEM_BYTES} and the task "
                 f"needs {ITEM_HEADROOM_BYTES} of them for its life cycle (make the payload or the headers smaller)",
-                field="payload")
+                field="payload",
+            )
         try:
             self._client.put_item(
                 TableName=self.table_name,
@@ -396,14 +425,19 @@ class DynamoTaskStore(ScheduleItems):
 
     def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
         """The raw item CREATE puts for ``task`` written at ``now_ms`` (its due-index key and fast-path flag)."""
-        return new_task_item(task, due_bucket=self._index_key(task.task_id, task.due_ms, now_ms),
-                             fast_path=self._fast_path(task.due_ms, now_ms), created_ms=now_ms)
+        return new_task_item(
+            task,
+            due_bucket=self._index_key(task.task_id, task.due_ms, now_ms),
+            fast_path=self._fast_path(task.due_ms, now_ms),
+            created_ms=now_ms,
+        )
 
     def _get_item(self, task_id: str) -> dict[str, Any] | None:
         response = self._client.get_item(
             TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True
         )
-        return response.get("Item")
+        item: dict[str, Any] | None = response.get("Item")
+        return item
 
     def get(self, task_id: str) -> Task | None:
         """The task as stored now (strongly consistent read), or None."""
@@ -419,7 +453,9 @@ class DynamoTaskStore(ScheduleItems):
             No such task; or it is armed (its executor owns it) or already finished.
         """
         return self._change(
-            WriteKind.CANCEL, task_id, now_ms,
+            WriteKind.CANCEL,
+            task_id,
+            now_ms,
             "SET #st = :cancelled, finished_ms = :now, expires_at = :expires, change_token = :token "
             "REMOVE due_bucket, lease_until_ms, batch_id",
             {":cancelled": TaskStatus.CANCELLED.value, ":expires": self._expires_at(now_ms)},
@@ -439,29 +475,43 @@ class DynamoTaskStore(ScheduleItems):
             raise TaskNotFoundError(f"no task {task_id!r}")
         moved = current.model_copy(update={"due_at": from_ms(due_ms)})
         return self._change(
-            WriteKind.RESCHEDULE, task_id, now_ms,
+            WriteKind.RESCHEDULE,
+            task_id,
+            now_ms,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
             "content_hash = :hash, fast_path = :fast, change_token = :token "
             "REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
-            {":fast": self._fast_path(due_ms, now_ms), ":new_due": due_ms,
-             ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
-             ":bucket": self._index_key(task_id, due_ms, now_ms), ":hash": moved.content_hash()},
+            {
+                ":fast": self._fast_path(due_ms, now_ms),
+                ":new_due": due_ms,
+                ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
+                ":bucket": self._index_key(task_id, due_ms, now_ms),
+                ":hash": moved.content_hash(),
+            },
             status=_P,
         )
 
-    def _change(self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *,
-                status: str) -> Task:
+    def _change(
+        self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *, status: str
+    ) -> Task:
         """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the
         change was refused. Each call writes a token of its own (``change_token``): botocore's retry of a
         request whose response was lost finds its own token and answers as the first attempt would have, while
         a second call (another token) is refused as before."""
         token = uuid.uuid4().hex
-        write = self._write(kind, task_id, update, f"attribute_exists(task_id) AND ({CHANGEABLE})",
-                            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, ":token": token, **values},
-                            status=status, marker=("change_token", token))
+        write = self._write(
+            kind,
+            task_id,
+            update,
+            f"attribute_exists(task_id) AND ({CHANGEABLE})",
+            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, ":token": token, **values},
+            status=status,
+            marker=("change_token", token),
+        )
         try:
-            response = self._client.update_item(**write.request, ReturnValues="ALL_NEW",
-                                                ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            response = self._client.update_item(
+                **write.request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+            )
         except ClientError as exc:
             if not _is_conditional_failure(exc):
                 raise
@@ -475,8 +525,13 @@ class DynamoTaskStore(ScheduleItems):
             raise TaskStateError(f"cannot {write.kind.value} task {write.task_id!r}: {why}", task=task) from exc
         return item_to_task(response["Attributes"])
 
-    def list_tasks(self, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                   due_to_ms: int | None = None, limit: int | None = None) -> Iterator[Task]:
+    def list_tasks(
+        self,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Task]:
         """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
         filters: list[str] = []
         values: dict[str, Any] = {}
@@ -508,8 +563,9 @@ class DynamoTaskStore(ScheduleItems):
                 if limit is not None and count >= limit:
                     return
 
-    def tenant_keys(self, tenant: str, begins: str | None = None, after: str | None = None,
-                    limit: int | None = None) -> tuple[list[str], str | None]:
+    def tenant_keys(
+        self, tenant: str, begins: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> tuple[list[str], str | None]:
         """Ids of ``tenant``'s items (starting with ``begins``, if given) in id order, from after the id
         ``after``, ``limit`` at most, from the keys-only tenant index (eventually consistent); and the last id
         read when more may follow (None: the end)."""
@@ -518,8 +574,12 @@ class DynamoTaskStore(ScheduleItems):
         begins = begins if begins is not None and begins.startswith(prefix(tenant)) else prefix(tenant)
         condition = "tenant = :t AND begins_with(task_id, :b)"
         values = {":t": tenant, ":b": begins}
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "IndexName": TENANT_INDEX,
-                                  "KeyConditionExpression": condition, "ExpressionAttributeValues": to_av(values)}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": TENANT_INDEX,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": to_av(values),
+        }
         if after is not None:
             kwargs["ExclusiveStartKey"] = {"tenant": {"S": tenant}, "task_id": {"S": after}}
         ids: list[str] = []
@@ -545,10 +605,13 @@ class DynamoTaskStore(ScheduleItems):
         index (only items carrying tenant and due_bucket are in it), schedules' own items left out. Reads a
         keys-only entry per active task (about 40 to a read unit)."""
         kwargs: dict[str, Any] = {
-            "TableName": self.table_name, "IndexName": TENANT_ACTIVE_INDEX, "Select": "COUNT",
-            "KeyConditionExpression": "tenant = :t", "FilterExpression": "begins_with(task_id, :p) AND NOT "
-            "contains(task_id, :s)", "ExpressionAttributeValues": to_av({":t": tenant, ":p": prefix(tenant),
-                                                                          ":s": SCHEDULE_PREFIX})}
+            "TableName": self.table_name,
+            "IndexName": TENANT_ACTIVE_INDEX,
+            "Select": "COUNT",
+            "KeyConditionExpression": "tenant = :t",
+            "FilterExpression": "begins_with(task_id, :p) AND NOT contains(task_id, :s)",
+            "ExpressionAttributeValues": to_av({":t": tenant, ":p": prefix(tenant), ":s": SCHEDULE_PREFIX}),
+        }
         count = 0
         while True:
             page = self._client.query(**kwargs)
@@ -558,19 +621,28 @@ class DynamoTaskStore(ScheduleItems):
                 return count
             kwargs["ExclusiveStartKey"] = more
 
-    def tenant_page(self, tenant: str, statuses: Iterable[TaskStatus] | None = None, due_from_ms: int | None = None,
-                    due_to_ms: int | None = None, limit: int = 100,
-                    after: str | None = None) -> tuple[list[Task], str | None]:
+    def tenant_page(
+        self,
+        tenant: str,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[list[Task], str | None]:
         """One page of ``tenant``'s tasks, in id order from after the id ``after``: of the next ``limit`` ids in
         the tenant index, the tasks with one of ``statuses`` due in ``[due_from_ms, due_to_ms)``; and where the
         next page starts (None: this was the last). A query of the tenant's own index: the page costs what it
         reads, however large the table."""
         keys, more = self.tenant_keys(tenant, after=after, limit=limit)
         wanted = set(statuses or ())
-        tasks = [task for task in _decoded(self._batch_items([k for k in keys if schedule_id_of_key(k) is None]))
-                 if (not wanted or task.status in wanted)
-                 and (due_from_ms is None or task.due_ms >= due_from_ms)
-                 and (due_to_ms is None or task.due_ms < due_to_ms)]
+        tasks = [
+            task
+            for task in _decoded(self._batch_items([k for k in keys if schedule_id_of_key(k) is None]))
+            if (not wanted or task.status in wanted)
+            and (due_from_ms is None or task.due_ms >= due_from_ms)
+            and (due_to_ms is None or task.due_ms < due_to_ms)
+        ]
         return tasks, more
 
     # -- poller side -------------------------------------------------------------------------------------
@@ -581,8 +653,14 @@ class DynamoTaskStore(ScheduleItems):
         size = self.shard_count // self.poll_groups
         return range(group * size, (group + 1) * size)
 
-    def find_due(self, now_ms: int, until_ms: int, out_of_time: Callable[[], bool] | None = None,
-                 group: int = 0, on_found: Callable[[list[Candidate]], None] | None = None) -> DueScan:
+    def find_due(
+        self,
+        now_ms: int,
+        until_ms: int,
+        out_of_time: Callable[[], bool] | None = None,
+        group: int = 0,
+        on_found: Callable[[list[Candidate]], None] | None = None,
+    ) -> DueScan:
         """Every armable task due at or before ``until_ms``, overdue included (see "Finding due work" in the
         module docstring), in poll group ``group``'s shards (every shard when there is one group): the due
         index from the group's watermark to ``until_ms``, each of its shards of every minute bucket, oldest
@@ -632,8 +710,9 @@ class DynamoTaskStore(ScheduleItems):
             left_unread += unread
             undecodable += bad
             found = [c for c in found if c.due_ms <= until_ms]
-            owners = self._owners({c.owner for c in found if c.status is TaskStatus.ARMED and c.owner},
-                                  consistent=False)
+            owners = self._owners(
+                {c.owner for c in found if c.status is TaskStatus.ARMED and c.owner}, consistent=False
+            )
             ready = [c for c in found if _armable(c, now_ms, owners)]
             armable.extend(ready)
             if ready and on_found is not None:
@@ -642,10 +721,16 @@ class DynamoTaskStore(ScheduleItems):
         # or after the new watermark (a finished one needs no finding), and what was not read is after it too.
         new_watermark = min([safety_bucket, *found_in, *first_unread])
         self.advance_watermark(new_watermark, group)
-        return DueScan(candidates=armable, watermark_ms=new_watermark, buckets=len(buckets),
-                       queries=len(buckets) * len(shards),
-                       recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
-                       undecodable=undecodable, complete=not first_unread and not left_unread, schedules=schedules)
+        return DueScan(
+            candidates=armable,
+            watermark_ms=new_watermark,
+            buckets=len(buckets),
+            queries=len(buckets) * len(shards),
+            recovered=sum(1 for c in armable if c.status is not TaskStatus.PENDING),
+            undecodable=undecodable,
+            complete=not first_unread and not left_unread,
+            schedules=schedules,
+        )
 
     def _query_index_or_none(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry] | None:
         """:meth:`query_index`, or None when DynamoDB throttled it past botocore's own retries (a poll goes on
@@ -655,8 +740,11 @@ class DynamoTaskStore(ScheduleItems):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in THROTTLING_CODES:
                 raise
-            log.warning("the due index's bucket %s shard %d was throttled: left for the next poll",
-                        from_ms(bucket_ms).isoformat(), shard)
+            log.warning(
+                "the due index's bucket %s shard %d was throttled: left for the next poll",
+                from_ms(bucket_ms).isoformat(),
+                shard,
+            )
             return None
 
     def query_index(self, bucket_ms: int, shard: int, until_ms: int) -> list[IndexEntry]:
@@ -706,36 +794,49 @@ class DynamoTaskStore(ScheduleItems):
         raw_status = item.get("status")
         condition = "attribute_exists(due_bucket) AND " + ("#st = :raw" if raw_status else "attribute_not_exists(#st)")
         write = self._write(
-            WriteKind.QUARANTINE, task_id,
+            WriteKind.QUARANTINE,
+            task_id,
             "SET #st = :failed, detail = :detail, finished_ms = :now, expires_at = :expires "
             "REMOVE due_bucket, lease_until_ms",
             condition,
-            {":failed": TaskStatus.FAILED.value, ":detail": detail[:1000], ":now": now_ms,
-             ":expires": self._expires_at(now_ms)},
+            {
+                ":failed": TaskStatus.FAILED.value,
+                ":detail": detail[:1000],
+                ":now": now_ms,
+                ":expires": self._expires_at(now_ms),
+            },
             status=TaskStatus.FAILED.value,
         )
         if raw_status:
             write.request["ExpressionAttributeValues"][":raw"] = raw_status
         try:
             done = self._single(write)
-        except Exception:  # noqa: BLE001 - one bad item must not stop a poll
+        except Exception:  # one bad item must not stop a poll
             log.exception("task %s: undecodable (%s); recording it FAILED failed too", task_id, detail)
             return False
-        log.error("task %s: %s; %s", task_id, detail, "recorded FAILED" if done else "it changed meanwhile",
-                  extra={"task_id": task_id})
+        log.error(
+            "task %s: %s; %s",
+            task_id,
+            detail,
+            "recorded FAILED" if done else "it changed meanwhile",
+            extra={"task_id": task_id},
+        )
         return done
 
     def _owners(self, executor_ids: set[str], consistent: bool) -> dict[str, int | None]:
         """Each executor's heartbeat: the instant it is alive until, or None when it has no heartbeat item."""
         if not executor_ids:
             return {}
-        items, unread = self._batch_get_read([EXECUTOR_PREFIX + e for e in executor_ids], consistent=consistent,
-                                             projection="task_id, alive_until_ms")
-        seen = {text_of(i, "task_id")[len(EXECUTOR_PREFIX):]: number_of(i, "alive_until_ms")  # type: ignore[index]
-                for i in items}
+        items, unread = self._batch_get_read(
+            [EXECUTOR_PREFIX + e for e in executor_ids], consistent=consistent, projection="task_id, alive_until_ms"
+        )
+        seen = {
+            text_of(i, "task_id")[len(EXECUTOR_PREFIX) :]: number_of(i, "alive_until_ms")  # type: ignore[index]
+            for i in items
+        }
         # A heartbeat that could not be read (throttled) is taken as alive: its tasks wait for the next look
         # rather than be taken over on a guess.
-        seen.update({key[len(EXECUTOR_PREFIX):]: UNREAD_ALIVE_UNTIL_MS for key in unread})
+        seen.update({key[len(EXECUTOR_PREFIX) :]: UNREAD_ALIVE_UNTIL_MS for key in unread})
         return {e: seen.get(e) for e in executor_ids}
 
     def watermark_key(self, group: int = 0) -> str:
@@ -782,10 +883,15 @@ class DynamoTaskStore(ScheduleItems):
         """When the last poll of each group started (None: not known), from one strongly consistent BatchGetItem of
         the groups' watermark items; a key DynamoDB leaves unprocessed (throttled) counts as not known."""
         keys = [{"task_id": {"S": self.watermark_key(group)}} for group in range(self.poll_groups)]
-        response = self._client.batch_get_item(RequestItems={self.table_name: {
-            "Keys": keys, "ConsistentRead": True, "ProjectionExpression": "task_id, polled_ms"}})
-        polled = {text_of(item, "task_id"): number_of(item, "polled_ms")
-                  for item in response.get("Responses", {}).get(self.table_name, [])}
+        response = self._client.batch_get_item(
+            RequestItems={
+                self.table_name: {"Keys": keys, "ConsistentRead": True, "ProjectionExpression": "task_id, polled_ms"}
+            }
+        )
+        polled = {
+            text_of(item, "task_id"): number_of(item, "polled_ms")
+            for item in response.get("Responses", {}).get(self.table_name, [])
+        }
         return [polled.get(self.watermark_key(group)) for group in range(self.poll_groups)]
 
     def oldest_active_due(self, group: int = 0) -> int | None:
@@ -808,8 +914,11 @@ class DynamoTaskStore(ScheduleItems):
         """HEARTBEAT: ``executor_id`` is alive until ``alive_until_ms``. False once a takeover or a fence marked
         it dead: it must then fire nothing more. ``invocation`` names the Lambda invocation running it (its
         request id, which Lambda keeps when it retries the invocation): a retry knows its earlier attempt by it."""
-        values: dict[str, Any] = {":until": alive_until_ms, ":now": now_ms,
-                                  ":expires": self._expires_at(alive_until_ms)}
+        values: dict[str, Any] = {
+            ":until": alive_until_ms,
+            ":now": now_ms,
+            ":expires": self._expires_at(alive_until_ms),
+        }
         update = "SET alive_until_ms = :until, beat_ms = :now, expires_at = :expires"
         if invocation is not None:
             update += ", invocation = :invocation"
@@ -840,9 +949,12 @@ class DynamoTaskStore(ScheduleItems):
             values[":invocation"] = invocation
         try:
             self._client.update_item(
-                TableName=self.table_name, Key={"task_id": {"S": EXECUTOR_PREFIX + executor_id}},
-                UpdateExpression="SET alive_until_ms = :until, fenced = :true", ConditionExpression=condition,
-                ExpressionAttributeValues=to_av(values))
+                TableName=self.table_name,
+                Key={"task_id": {"S": EXECUTOR_PREFIX + executor_id}},
+                UpdateExpression="SET alive_until_ms = :until, fenced = :true",
+                ConditionExpression=condition,
+                ExpressionAttributeValues=to_av(values),
+            )
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 return False
@@ -856,28 +968,41 @@ class DynamoTaskStore(ScheduleItems):
         knows to be dead. Returns the executors fenced."""
         fenced: list[str] = []
         for page in self._client.get_paginator("scan").paginate(
-            TableName=self.table_name, FilterExpression="begins_with(task_id, :prefix) AND alive_until_ms >= :now",
+            TableName=self.table_name,
+            FilterExpression="begins_with(task_id, :prefix) AND alive_until_ms >= :now",
             ExpressionAttributeValues=to_av({":prefix": EXECUTOR_PREFIX, ":now": now_ms}),
             ProjectionExpression="task_id",
         ):
             for item in page.get("Items", []):
-                executor_id = item["task_id"]["S"][len(EXECUTOR_PREFIX):]
+                executor_id = item["task_id"]["S"][len(EXECUTOR_PREFIX) :]
                 if self.fence(executor_id, now_ms):
                     fenced.append(executor_id)
         return fenced
 
     def _arm(self, request: ArmRequest, batch_id: str, executor_id: str, now_ms: int) -> Write:
         return self._write(
-            WriteKind.ARM, request.task_id,
+            WriteKind.ARM,
+            request.task_id,
             "SET #st = :armed, armed_by = :executor, lease_until_ms = :lease, batch_id = :batch ADD attempt :one",
             ARMABLE,
-            {":due": request.due_ms, ":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms,
-             ":batch": batch_id, ":executor": executor_id, ":lease": request.lease_until_ms, ":one": 1},
-            status=_A, owner=executor_id,
+            {
+                ":due": request.due_ms,
+                ":pending": _P,
+                ":claimed": _C,
+                ":armed": _A,
+                ":now": now_ms,
+                ":batch": batch_id,
+                ":executor": executor_id,
+                ":lease": request.lease_until_ms,
+                ":one": 1,
+            },
+            status=_A,
+            owner=executor_id,
         )
 
-    def arm_many(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                 now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         """ARM each request (see the module docstring), then TAKEOVER what another executor holds whose
         heartbeat lapsed (or whose task lease ended), or that ran this same ``invocation`` (an earlier attempt
         Lambda retried: it is fenced first). Single writes return the armed items; after transactions
@@ -897,8 +1022,9 @@ class DynamoTaskStore(ScheduleItems):
             result[index] = outcome
         return result
 
-    def _arm_fresh(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int,
-                   invocation: str | None) -> list[Armed | None]:
+    def _arm_fresh(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None
+    ) -> list[Armed | None]:
         """ARM each request, then TAKEOVER those lost to another owner (but the ``held`` ones, whose takeover
         :meth:`arm_many` tried first)."""
         if not requests:
@@ -908,8 +1034,12 @@ class DynamoTaskStore(ScheduleItems):
             items = self._parallel(self._single_item, writes)
         else:
             won = self._transact(writes)
-            got = {text_of(i, "task_id"): i for i in self._batch_get(
-                [r.task_id for r, ok in zip(requests, won, strict=True) if ok], consistent=True)}
+            got = {
+                text_of(i, "task_id"): i
+                for i in self._batch_get(
+                    [r.task_id for r, ok in zip(requests, won, strict=True) if ok], consistent=True
+                )
+            }
             items = [got.get(r.task_id) if ok else None for r, ok in zip(requests, won, strict=True)]
         result: list[Armed | None] = []
         lost: list[int] = []
@@ -937,8 +1067,9 @@ class DynamoTaskStore(ScheduleItems):
             self.record(executor_id, FireRecord(task_id, TaskStatus.FAILED, None, now_ms, None, None, detail))
             return None
 
-    def _take_over(self, requests: list[ArmRequest], batch_id: str, executor_id: str,
-                   now_ms: int, invocation: str | None = None) -> list[Armed | None]:
+    def _take_over(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
         """TAKEOVER the requested tasks that another executor holds ARMED (at the requested due time) when that
         executor is dead - its heartbeat ended before ``now_ms``, checked in the same transaction as the
         takeover (which also marks it taken over, so that it can never renew) - or the task's own lease ended.
@@ -948,8 +1079,13 @@ class DynamoTaskStore(ScheduleItems):
         for request in requests:
             item = items.get(request.task_id)
             owner = text_of(item, "armed_by")
-            if (item is not None and owner and owner != executor_id and text_of(item, "status") == _A
-                    and number_of(item, "due_ms") == request.due_ms):
+            if (
+                item is not None
+                and owner
+                and owner != executor_id
+                and text_of(item, "status") == _A
+                and number_of(item, "due_ms") == request.due_ms
+            ):
                 held.setdefault(owner, []).append((request, item))
         taken: dict[str, Armed] = {}
         alive = self._owners(set(held), consistent=True)
@@ -967,33 +1103,64 @@ class DynamoTaskStore(ScheduleItems):
                 for request, item in pairs:
                     lease = number_of(item, "lease_until_ms")
                     if lease is not None and lease < now_ms:
-                        taken.update(self._take_from(owner, None, [request], batch_id, executor_id, now_ms,
-                                                     lease_ended=lease))
+                        taken.update(
+                            self._take_from(owner, None, [request], batch_id, executor_id, now_ms, lease_ended=lease)
+                        )
         return [taken.get(r.task_id) for r in requests]
 
-    def _take_from(self, owner: str, seen_until: int | None, requests: list[ArmRequest], batch_id: str,
-                   executor_id: str, now_ms: int, lease_ended: int | None = None) -> dict[str, Armed]:
+    def _take_from(
+        self,
+        owner: str,
+        seen_until: int | None,
+        requests: list[ArmRequest],
+        batch_id: str,
+        executor_id: str,
+        now_ms: int,
+        lease_ended: int | None = None,
+    ) -> dict[str, Armed]:
         """TAKEOVER ``requests`` from ``owner`` in transactions of up to 99 tasks. Unless a task lease ended
         (``lease_ended``), each transaction also updates the owner's heartbeat item on condition that it still
         shows ``seen_until`` (None: no heartbeat item), marking it taken over."""
         bound = lease_ended if lease_ended is not None else (now_ms if seen_until is None else seen_until)
-        writes = [self._write(
-            WriteKind.TAKEOVER, r.task_id,
-            "SET armed_by = :executor, lease_until_ms = :lease, batch_id = :batch, taken_from = :owner, "
-            "taken_until_ms = :bound ADD attempt :one",
-            TAKEABLE + (" AND lease_until_ms < :now" if lease_ended is not None else ""),
-            {":due": r.due_ms, ":armed": _A, ":owner": owner, ":executor": executor_id, ":batch": batch_id,
-             ":lease": r.lease_until_ms, ":bound": bound, ":one": 1,
-             **({":now": now_ms} if lease_ended is not None else {})},
-            status=_A, owner=executor_id) for r in requests]
+        writes = [
+            self._write(
+                WriteKind.TAKEOVER,
+                r.task_id,
+                "SET armed_by = :executor, lease_until_ms = :lease, batch_id = :batch, taken_from = :owner, "
+                "taken_until_ms = :bound ADD attempt :one",
+                TAKEABLE + (" AND lease_until_ms < :now" if lease_ended is not None else ""),
+                {
+                    ":due": r.due_ms,
+                    ":armed": _A,
+                    ":owner": owner,
+                    ":executor": executor_id,
+                    ":batch": batch_id,
+                    ":lease": r.lease_until_ms,
+                    ":bound": bound,
+                    ":one": 1,
+                    **({":now": now_ms} if lease_ended is not None else {}),
+                },
+                status=_A,
+                owner=executor_id,
+            )
+            for r in requests
+        ]
         guard: list[dict[str, Any]] = []
         if lease_ended is None:
             values = {":true": {"BOOL": True}, **({":seen": {"N": str(seen_until)}} if seen_until is not None else {})}
-            guard = [{"Update": {
-                "TableName": self.table_name, "Key": {"task_id": {"S": EXECUTOR_PREFIX + owner}},
-                "UpdateExpression": "SET taken_over = :true",
-                "ConditionExpression": OWNER_DEAD if seen_until is not None else "attribute_not_exists(alive_until_ms)",
-                "ExpressionAttributeValues": values}}]
+            guard = [
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {"task_id": {"S": EXECUTOR_PREFIX + owner}},
+                        "UpdateExpression": "SET taken_over = :true",
+                        "ConditionExpression": OWNER_DEAD
+                        if seen_until is not None
+                        else "attribute_not_exists(alive_until_ms)",
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            ]
         won: dict[str, Armed] = {}
         for start in range(0, len(writes), TRANSACTION_LIMIT - 1):
             chunk = writes[start : start + TRANSACTION_LIMIT - 1]
@@ -1001,15 +1168,19 @@ class DynamoTaskStore(ScheduleItems):
                 try:
                     self._client.transact_write_items(
                         TransactItems=[*guard, *({"Update": w.request} for w in chunk)],
-                        ClientRequestToken=uuid.uuid4().hex)
+                        ClientRequestToken=uuid.uuid4().hex,
+                    )
                 except ClientError as exc:
                     if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                         raise
                     codes = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
                     if guard and codes and codes[0] == "ConditionalCheckFailed":
                         return won  # the owner renewed (it is alive) or another takeover changed its item
-                    failed = {w.task_id for w, code in zip(chunk, codes[len(guard):], strict=False)
-                              if code == "ConditionalCheckFailed"}
+                    failed = {
+                        w.task_id
+                        for w, code in zip(chunk, codes[len(guard) :], strict=False)
+                        if code == "ConditionalCheckFailed"
+                    }
                     chunk = [w for w in chunk if w.task_id not in failed]
                     if not chunk:
                         break
@@ -1022,18 +1193,19 @@ class DynamoTaskStore(ScheduleItems):
                 break
         return won
 
-    def _batch_get(self, task_ids: list[str], consistent: bool, projection: str | None = None, *,
-                   partial: bool = False) -> list[dict[str, Any]]:
+    def _batch_get(
+        self, task_ids: list[str], consistent: bool, projection: str | None = None, *, partial: bool = False
+    ) -> list[dict[str, Any]]:
         """Raw items by id (:meth:`_batch_get_read`); keys still unprocessed after every attempt: with
         ``partial``, left out (logged; a poll meets them again), else a RuntimeError."""
         items, unread = self._batch_get_read(task_ids, consistent, projection)
         if unread and not partial:
-            raise RuntimeError(f"BatchGetItem left {len(unread)} keys unprocessed after {BATCH_GET_ATTEMPTS} "
-                               "attempts")
+            raise RuntimeError(f"BatchGetItem left {len(unread)} keys unprocessed after {BATCH_GET_ATTEMPTS} attempts")
         return items
 
-    def _batch_get_read(self, task_ids: list[str], consistent: bool,
-                        projection: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    def _batch_get_read(
+        self, task_ids: list[str], consistent: bool, projection: str | None = None
+    ) -> tuple[list[dict[str, Any]], list[str]]:
         """Raw items by id, and the ids left unread: BatchGetItem, 100 ids a request (in parallel), unprocessed
         keys (DynamoDB's answer to throttling) tried again after a jittered, growing wait
         (:func:`~punctual.backoff.backoff_s`), up to :data:`BATCH_GET_ATTEMPTS` requests."""
@@ -1069,56 +1241,93 @@ class DynamoTaskStore(ScheduleItems):
 
     def release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
-        return self._single(self._write(
-            WriteKind.RELEASE, task_id,
-            "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
-            RECORDABLE,
-            {":armed": _A, ":executor": executor_id, ":pending": _P},
-            status=_P,
-        ))
+        return self._single(
+            self._write(
+                WriteKind.RELEASE,
+                task_id,
+                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
+                RECORDABLE,
+                {":armed": _A, ":executor": executor_id, ":pending": _P},
+                status=_P,
+            )
+        )
 
     def _record(self, executor_id: str, record: FireRecord) -> Write:
         if record.retry_due_ms is not None:
             return self._retry(executor_id, record, record.retry_due_ms)
         values: dict[str, Any] = {
-            ":armed": _A, ":executor": executor_id, ":outcome": record.outcome.value,
-            ":finished": record.finished_ms, ":expires": self._expires_at(record.finished_ms),
+            ":armed": _A,
+            ":executor": executor_id,
+            ":outcome": record.outcome.value,
+            ":finished": record.finished_ms,
+            ":expires": self._expires_at(record.finished_ms),
         }
         sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires", *_fire_fields(record, values)]
         if record.late:
             sets.append("late = :late")
             values[":late"] = True
-        return self._write(WriteKind.RECORD, record.task_id,
-                           f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms", RECORDABLE, values,
-                           status=record.outcome.value, owner=executor_id)
+        return self._write(
+            WriteKind.RECORD,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
+            RECORDABLE,
+            values,
+            status=record.outcome.value,
+            owner=executor_id,
+        )
 
     def _retry(self, executor_id: str, record: FireRecord, due_ms: int) -> Write:
         """RETRY: ARMED by this executor → PENDING, due at the next try (see the module docstring)."""
         now_ms = record.finished_ms
         values: dict[str, Any] = {
-            ":armed": _A, ":executor": executor_id, ":retrying": _P, ":retry_due": due_ms,
+            ":armed": _A,
+            ":executor": executor_id,
+            ":retrying": _P,
+            ":retry_due": due_ms,
             ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
-            ":bucket": self._index_key(record.task_id, due_ms, now_ms), ":fast": self._fast_path(due_ms, now_ms),
+            ":bucket": self._index_key(record.task_id, due_ms, now_ms),
+            ":fast": self._fast_path(due_ms, now_ms),
             ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
         }
-        sets = ["#st = :retrying", "due_ms = :retry_due", "due_at = :retry_due_at", "due_bucket = :bucket",
-                "fast_path = :fast", "first_due_ms = if_not_exists(first_due_ms, :first_due)",
-                *_fire_fields(record, values)]
-        return self._write(WriteKind.RETRY, record.task_id,
-                           f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by", RECORDABLE, values,
-                           status=_P, owner=executor_id, marker=("due_ms", due_ms))
+        sets = [
+            "#st = :retrying",
+            "due_ms = :retry_due",
+            "due_at = :retry_due_at",
+            "due_bucket = :bucket",
+            "fast_path = :fast",
+            "first_due_ms = if_not_exists(first_due_ms, :first_due)",
+            *_fire_fields(record, values),
+        ]
+        return self._write(
+            WriteKind.RETRY,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by",
+            RECORDABLE,
+            values,
+            status=_P,
+            owner=executor_id,
+            marker=("due_ms", due_ms),
+        )
 
     def _redrive(self, task_id: str, now_ms: int) -> Write:
         return self._write(
-            WriteKind.REDRIVE, task_id,
+            WriteKind.REDRIVE,
+            task_id,
             "SET #st = :redriven, attempt = :zero, due_ms = :now, due_at = :now_at, due_bucket = :bucket, "
             "fast_path = :fast, redriven_ms = :now "
             "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, claimed_by, armed_by, first_due_ms, late",
             REDRIVABLE,
-            {":redriven": _P, ":failed": TaskStatus.FAILED.value, ":zero": 0, ":now": now_ms,
-             ":now_at": from_ms(now_ms).isoformat(timespec="milliseconds"),
-             ":bucket": self._index_key(task_id, now_ms, now_ms), ":fast": self._fast_path(now_ms, now_ms)},
-            status=_P, marker=("redriven_ms", now_ms),
+            {
+                ":redriven": _P,
+                ":failed": TaskStatus.FAILED.value,
+                ":zero": 0,
+                ":now": now_ms,
+                ":now_at": from_ms(now_ms).isoformat(timespec="milliseconds"),
+                ":bucket": self._index_key(task_id, now_ms, now_ms),
+                ":fast": self._fast_path(now_ms, now_ms),
+            },
+            status=_P,
+            marker=("redriven_ms", now_ms),
         )
 
     def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
@@ -1147,8 +1356,9 @@ def _decoded(items: Iterable[dict[str, Any]]) -> Iterator[Task]:
         try:
             yield item_to_task(item)
         except DECODE_ERRORS as exc:
-            log.warning("item %s is not a readable task (%s: %s): skipped", text_of(item, "task_id"),
-                        type(exc).__name__, exc)
+            log.warning(
+                "item %s is not a readable task (%s: %s): skipped", text_of(item, "task_id"), type(exc).__name__, exc
+            )
 
 
 def _armable(candidate: Candidate, now_ms: int, owners: dict[str, int | None]) -> bool:
@@ -1165,8 +1375,12 @@ def _armable(candidate: Candidate, now_ms: int, owners: dict[str, int | None]) -
 def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
     """SET clauses (and their values) for what a fire measured: fired_ms, drift and detail, where known."""
     sets = []
-    for name, value in (("fired_ms", record.fired_ms), ("drift_ms", record.drift_ms),
-                        ("drift_corrected_ms", record.drift_corrected_ms), ("detail", record.detail)):
+    for name, value in (
+        ("fired_ms", record.fired_ms),
+        ("drift_ms", record.drift_ms),
+        ("drift_corrected_ms", record.drift_corrected_ms),
+        ("detail", record.detail),
+    ):
         if value is not None:
             sets.append(f"{name} = :{name}")
             values[f":{name}"] = value

@@ -17,8 +17,9 @@ from .scenario import RECURRING_RATES_MS, counts, measure_handler_logs, run_recu
 
 def main(argv: list[str] | None = None) -> int:
     """Run the scenario and print (or write) the generated block; 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m punctual_tools.cost",
-                                     description=(package_doc or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m punctual_tools.cost", description=(package_doc or "").splitlines()[0]
+    )
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument("--windows", type=int, default=1)
     parser.add_argument("--write", metavar="DOC", help="replace the generated block of DOC (docs/cost.md)")
@@ -27,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure_logs:  # the child process of run_scenario
         print(json.dumps(measure_handler_logs()))
         return 0
-    block = render(counts(run_scenario(tasks=args.tasks, windows=args.windows)),
-                   recurring=tuple(run_recurring(rate) for rate in RECURRING_RATES_MS))
+    block = render(
+        counts(run_scenario(tasks=args.tasks, windows=args.windows)),
+        recurring=tuple(run_recurring(rate) for rate in RECURRING_RATES_MS),
+    )
     if args.write:
         path = Path(args.write)
         path.write_text(replace_block(path.read_text(encoding="utf-8"), block), encoding="utf-8")

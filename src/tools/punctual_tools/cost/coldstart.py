@@ -56,13 +56,26 @@ INIT_UNMEASURED = InitTime(cpu_s=INIT_CPU_S_ASSUMED, measured=False)
 
 def _probe_env() -> dict[str, str]:
     """The executor's environment as in AWS (tracing on), with no network at load: NTP off, dummy credentials."""
-    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_LAMBDA_FUNCTION_NAME": "punctual-executor",
-           "PUNCTUAL_TABLE_NAME": "punctual-cost-init", "PUNCTUAL_NTP_SERVER": "off",
-           "PUNCTUAL_REGION": "us-east-1", "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
-           "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE}
-    for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_TRACE_DISABLED",
-                 "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    env = {
+        **os.environ,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_LAMBDA_FUNCTION_NAME": "punctual-executor",
+        "PUNCTUAL_TABLE_NAME": "punctual-cost-init",
+        "PUNCTUAL_NTP_SERVER": "off",
+        "PUNCTUAL_REGION": "us-east-1",
+        "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+    }
+    for name in (
+        "PUNCTUAL_ENDPOINT_URL",
+        "PUNCTUAL_FIRE_LOG_PATH",
+        "POWERTOOLS_DEV",
+        "POWERTOOLS_TRACE_DISABLED",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ):
         env.pop(name, None)
     return env
 
@@ -74,8 +87,14 @@ def measure_executor_init(runs: int = INIT_RUNS) -> InitTime:
     samples: list[float] = []
     for _ in range(runs):
         try:
-            done = subprocess.run([sys.executable, "-c", _PROBE, str(handler)], env=_probe_env(),
-                                  capture_output=True, text=True, timeout=60, check=False)
+            done = subprocess.run(
+                [sys.executable, "-c", _PROBE, str(handler)],
+                env=_probe_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return INIT_UNMEASURED
         lines = [line for line in done.stdout.splitlines() if line.startswith('{"cpu_s"')]
@@ -101,8 +120,9 @@ def executor_environments(n: float, max_batch: int, lead_ms: int, interval_ms: i
         return 1.0
     head, window, interval = (lead_ms - interval_ms) / 1000, interval_ms / 1000, interval_ms / 1000
     batches = math.ceil(n / max_batch)
-    still_alive = sum(1 for i in range(1, batches + 1)
-                      if head + window * min(i * max_batch, n) / (n + 1) + tail_s > interval)
+    still_alive = sum(
+        1 for i in range(1, batches + 1) if head + window * min(i * max_batch, n) / (n + 1) + tail_s > interval
+    )
     return float(batches + still_alive)
 
 

@@ -81,8 +81,9 @@ def fast_path_window_s(settings: Settings | None = None) -> float:
     return (s.poll_interval_ms + s.fast_path_margin_ms) / 1000
 
 
-def kept_share(settings: Settings | None = None, lead_s: float | None = None,
-               step_ms: int = PHASE_STEP_MS) -> KeptShare:
+def kept_share(
+    settings: Settings | None = None, lead_s: float | None = None, step_ms: int = PHASE_STEP_MS
+) -> KeptShare:
     """Run :func:`punctual.fastpath.choose_path` over every phase of the poll cycle (the last poll started 0 to one
     interval before the write, one poll group) and every lead: every task written ``lead_s`` ahead, or (None) leads
     spread evenly over the fast-path window. The share the fast path keeps, and the mean of the largest lead it
@@ -94,9 +95,19 @@ def kept_share(settings: Settings | None = None, lead_s: float | None = None,
     weighted_reach = 0.0
     for since_poll in range(step_ms // 2, s.poll_interval_ms, step_ms):
         now = s.poll_interval_ms * 10
-        mine = [lead for lead in leads
-                if choose_path(now + lead, now, [now - since_poll], interval_ms=s.poll_interval_ms,
-                               lead_ms=s.lead_ms, margin_ms=s.fast_path_margin_ms) == "fast path"]
+        mine = [
+            lead
+            for lead in leads
+            if choose_path(
+                now + lead,
+                now,
+                [now - since_poll],
+                interval_ms=s.poll_interval_ms,
+                lead_ms=s.lead_ms,
+                margin_ms=s.fast_path_margin_ms,
+            )
+            == "fast path"
+        ]
         total += len(leads)
         kept += len(mine)
         if mine:
@@ -122,8 +133,14 @@ def last_lead_s(tasks_per_batch: float, lead_s: float | None, window_s: float) -
     return window_s * tasks_per_batch / (tasks_per_batch + 1)
 
 
-def fast_path_cost(c: Counts, tasks_per_batch: float, lead_s: float, tasks_per_month: float,
-                   executor_memory_mb: int | None = None, template_path: str | None = None) -> FastPathCost:
+def fast_path_cost(
+    c: Counts,
+    tasks_per_batch: float,
+    lead_s: float,
+    tasks_per_month: float,
+    executor_memory_mb: int | None = None,
+    template_path: str | None = None,
+) -> FastPathCost:
     """One fast-path task, in a stream batch of ``tasks_per_batch`` whose last task is due ``lead_s`` after the
     executor is invoked, at ``tasks_per_month`` fast-path tasks (for the environments their executors keep busy)."""
     exec_mb = executor_memory_mb or memory_mb("ExecutorFunction", 256, template_path)
@@ -148,15 +165,19 @@ def fast_path_cost(c: Counts, tasks_per_batch: float, lead_s: float, tasks_per_m
 
 def _fast_path_function_usd(memory: int) -> float:
     """One invocation of the fast-path function: its duration, its request, its read of the last polls' starts."""
-    return (FASTPATH_INVOCATION_S * memory / 1024 * LAMBDA_GB_S_ARM_USD + LAMBDA_REQUEST_USD
-            + POLL_STARTS_RRU * DDB_RRU_USD)
+    return (
+        FASTPATH_INVOCATION_S * memory / 1024 * LAMBDA_GB_S_ARM_USD + LAMBDA_REQUEST_USD + POLL_STARTS_RRU * DDB_RRU_USD
+    )
 
 
-def left_to_poll_cost(c: Counts, records_per_batch: float, tasks_per_month: float,
-                      template_path: str | None = None) -> float:
+def left_to_poll_cost(
+    c: Counts, records_per_batch: float, tasks_per_month: float, template_path: str | None = None
+) -> float:
     """Dollars for one short-lead task the fast path leaves to the poll, in a stream batch of
     ``records_per_batch`` such records: one more task on the poll path at ``tasks_per_month`` (its executors are
     awake anyway), and its share of the fast-path function's invocation that looked at it."""
     fast_mb = memory_mb("FastPathFunction", 256, template_path)
-    return (marginal_per_million(c, tasks_per_month, template_path=template_path) / 1e6
-            + _fast_path_function_usd(fast_mb) / records_per_batch)
+    return (
+        marginal_per_million(c, tasks_per_month, template_path=template_path) / 1e6
+        + _fast_path_function_usd(fast_mb) / records_per_batch
+    )

@@ -137,10 +137,22 @@ _TOKEN = re.compile(r"[#:][A-Za-z0-9_]+")
 
 def _key_condition_only(params: dict[str, Any]) -> dict[str, Any]:
     """A Query's arguments reduced to what selects the evaluated items: no filter, no projection."""
-    out = {k: v for k, v in params.items()
-           if k not in ("FilterExpression", "ProjectionExpression", "Select", "AttributesToGet", "QueryFilter",
-                        "ScanFilter", "ReturnConsumedCapacity", "ExpressionAttributeNames",
-                        "ExpressionAttributeValues")}
+    out = {
+        k: v
+        for k, v in params.items()
+        if k
+        not in (
+            "FilterExpression",
+            "ProjectionExpression",
+            "Select",
+            "AttributesToGet",
+            "QueryFilter",
+            "ScanFilter",
+            "ReturnConsumedCapacity",
+            "ExpressionAttributeNames",
+            "ExpressionAttributeValues",
+        )
+    }
     used = set(_TOKEN.findall(params.get("KeyConditionExpression", "")))
     names = {k: v for k, v in params.get("ExpressionAttributeNames", {}).items() if k in used}
     values = {k: v for k, v in params.get("ExpressionAttributeValues", {}).items() if k in used}
@@ -172,10 +184,16 @@ class CapacityMeter:
         outcome writes until simulated time reaches the task's due instant).
     """
 
-    def __init__(self, client: Any, raw: Any, table_name: str, spec: TableSpec,
-                 label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,
-                 hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None,
-                 read_label: Callable[[list[dict[str, Any]]], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        raw: Any,
+        table_name: str,
+        spec: TableSpec,
+        label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,
+        hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None,
+        read_label: Callable[[list[dict[str, Any]]], str | None] | None = None,
+    ) -> None:
         self._client, self._raw, self.table, self.spec = client, raw, table_name, spec
         self._label = label or (lambda before, after: None)
         self._read_label = read_label or (lambda keys: None)
@@ -231,12 +249,12 @@ class CapacityMeter:
                 keys.append((op, key))
         elif op == "TransactWriteItems":
             for entry in params.get("TransactItems", []):
-                (kind, body), = entry.items()
+                ((kind, body),) = entry.items()
                 if body.get("TableName") == self.table:
                     keys.append((kind, self.spec.key_of(body["Item"]) if kind == "Put" else body["Key"]))
         elif op == "BatchWriteItem":
             for request in params.get("RequestItems", {}).get(self.table, []):
-                (kind, body), = request.items()
+                ((kind, body),) = request.items()
                 keys.append((kind, self.spec.key_of(body["Item"]) if kind == "PutRequest" else body["Key"]))
         return keys
 
@@ -259,8 +277,7 @@ class CapacityMeter:
                 state["phase"], state["tick"] = self.phase, self.tick  # the write goes out now
         context["punctual_cost"] = state
 
-    def _after(self, http_response: Any, parsed: dict[str, Any], model: Any, context: dict[str, Any],
-               **_: Any) -> None:
+    def _after(self, http_response: Any, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         state = context.get("punctual_cost")
         if state is None:
             return
@@ -277,8 +294,17 @@ class CapacityMeter:
             self.calls.append(call)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def _images(self, op: str, kind: str, key: dict[str, Any], known: bool, before: dict[str, Any] | None,
-                ok: bool, params: dict[str, Any], parsed: dict[str, Any]) -> tuple[Any, Any]:
+    def _images(
+        self,
+        op: str,
+        kind: str,
+        key: dict[str, Any],
+        known: bool,
+        before: dict[str, Any] | None,
+        ok: bool,
+        params: dict[str, Any],
+        parsed: dict[str, Any],
+    ) -> tuple[Any, Any]:
         """(before, after) of one item of a write, from what the response already holds where it can
         (the put item, ALL_NEW attributes, the ALL_OLD item of a failed condition), else from the store."""
         single = op in ("PutItem", "UpdateItem", "DeleteItem")
@@ -312,7 +338,7 @@ class CapacityMeter:
         unprocessed: set[str] = set()
         if op == "BatchWriteItem":
             for request in parsed.get("UnprocessedItems", {}).get(self.table, []):
-                (kind, body), = request.items()
+                ((kind, body),) = request.items()
                 unprocessed.add(key_id(self.spec.key_of(body["Item"]) if kind == "PutRequest" else body["Key"]))
         conditional_failure = error in ("ConditionalCheckFailedException", "TransactionCanceledException")
         labels: list[str] = []

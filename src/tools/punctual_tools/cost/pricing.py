@@ -28,8 +28,10 @@ from .coldstart import (
 from .scenario import Counts, Scenario
 
 # == prices: us-east-1 list prices; each one's source is named in docs/cost.md, "Prices and their sources" ====
-PRICES_AS_OF = ("us-east-1 list prices from the AWS pricing pages, DynamoDB on-demand after the November 2024 cut; "
-                "sources under \"Prices and their sources\"")
+PRICES_AS_OF = (
+    "us-east-1 list prices from the AWS pricing pages, DynamoDB on-demand after the November 2024 cut; "
+    'sources under "Prices and their sources"'
+)
 DDB_WRU_USD = 0.625 / 1e6  # per write request unit, on-demand, standard table class
 DDB_RRU_USD = 0.125 / 1e6  # per read request unit
 DDB_STORAGE_GB_MONTH_USD = 0.25  # standard table class (the first 25 GB a month are free: ignored)
@@ -98,8 +100,9 @@ def heartbeat_interval_ms() -> int:
     return int(Settings.model_fields["heartbeat_interval_ms"].default)
 
 
-def heartbeat_writes_per_tick(invocations: float, seconds: float, counted_per_batch: float,
-                              interval_ms: int | None = None) -> float:
+def heartbeat_writes_per_tick(
+    invocations: float, seconds: float, counted_per_batch: float, interval_ms: int | None = None
+) -> float:
     """Heartbeat writes of a tick's executors: what a batch writes in any case (counted by the run: the first
     beat, before it arms, and the retiring one at its end), plus one renewal every ``interval_ms`` (the
     Settings default) over the executors' ``seconds`` of life (from the tick to the last record)."""
@@ -132,8 +135,10 @@ class Month:
 
     def lambda_free_tier_usd(self) -> float:
         """What Lambda's monthly free tier takes off, if nothing else in the account uses it."""
-        return (min(self.lambda_gb_s, LAMBDA_FREE_GB_S) * LAMBDA_GB_S_ARM_USD
-                + min(self.lambda_requests, LAMBDA_FREE_REQUESTS) * LAMBDA_REQUEST_USD)
+        return (
+            min(self.lambda_gb_s, LAMBDA_FREE_GB_S) * LAMBDA_GB_S_ARM_USD
+            + min(self.lambda_requests, LAMBDA_FREE_REQUESTS) * LAMBDA_REQUEST_USD
+        )
 
 
 def eventbridge_scheduler_usd(tasks_per_month: float) -> float:
@@ -154,8 +159,9 @@ def poll_path_cold_starts(n: float, max_batch: int, lead_ms: int, interval_ms: i
     return environments, cold_starts_per_month(environments, MONTH_S)
 
 
-def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None,
-                 template_path: str | None = None) -> Month:
+def monthly_cost(
+    c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None, template_path: str | None = None
+) -> Month:
     s = c.scenario.settings
     interval, lead, max_batch = s["poll_interval_ms"], s["lead_ms"], s["max_batch_size"]
     ticks = MONTH_MS / interval
@@ -165,15 +171,19 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
     invocations, seconds = executor_seconds_per_tick(n, max_batch, lead, interval)
     threads = s["db_threads"]
     invoke_rounds = invocations if invocations <= 1 else math.ceil(invocations / INVOKE_THREADS)
-    poll_s = (POLLER_OVERHEAD_S + DDB_LATENCY_S * (2 + c.tick_requests / threads)
-              + DDB_LATENCY_S * n * c.task_requests("poll", "heartbeat check") / threads
-              + INVOKE_LATENCY_S * invoke_rounds)
+    poll_s = (
+        POLLER_OVERHEAD_S
+        + DDB_LATENCY_S * (2 + c.tick_requests / threads)
+        + DDB_LATENCY_S * n * c.task_requests("poll", "heartbeat check") / threads
+        + INVOKE_LATENCY_S * invoke_rounds
+    )
     beats = heartbeat_writes_per_tick(invocations, seconds, c.batch_requests)
     beat_wru = c.batch_wru / c.batch_requests if c.batch_requests else 1.0
     interval_s = heartbeat_interval_ms() / 1000
     retention = _template_param("RetentionDays", s["retention_days"], template_path)
-    stored_gb = tasks_per_month * (retention + AHEAD_DAYS) / 30 * (c.scenario.final_item_bytes
-                                                                  + DDB_ITEM_OVERHEAD_BYTES) / 1e9
+    stored_gb = (
+        tasks_per_month * (retention + AHEAD_DAYS) / 30 * (c.scenario.final_item_bytes + DDB_ITEM_OVERHEAD_BYTES) / 1e9
+    )
     logs = c.scenario.logs
     log_gb = (ticks * logs.per_poll + ticks * invocations * logs.per_batch + tasks_per_month * logs.per_task) / 1e9
     traces = ticks * (1 + invocations)  # X-Ray (Tracing: Active): a trace per invocation, all under 1 a second
@@ -186,44 +196,85 @@ def monthly_cost(c: Counts, tasks_per_month: float, executor_memory_mb: int | No
     cpu_s = c.scenario.init.cpu_s
     _, executor_colds = poll_path_cold_starts(n, max_batch, lead, interval)
     poller_colds = cold_starts_per_month(1, MONTH_S)
-    init_gb_s = (executor_colds * init_seconds(cpu_s, exec_mb) * exec_mb
-                 + poller_colds * init_seconds(cpu_s, poll_mb) * poll_mb) / 1024
+    init_gb_s = (
+        executor_colds * init_seconds(cpu_s, exec_mb) * exec_mb + poller_colds * init_seconds(cpu_s, poll_mb) * poll_mb
+    ) / 1024
     executor_gb_s = ticks * seconds * exec_mb / 1024
     poller_gb_s = ticks * poll_s * poll_mb / 1024
     lines = [
         Line("DynamoDB writes, per task", tasks_per_month * c.task_wru * DDB_WRU_USD, "per task"),
         Line("DynamoDB reads, per task", tasks_per_month * c.task_rru * DDB_RRU_USD, "per task"),
-        Line("DynamoDB poll (empty-tick reads and writes)",
-             ticks * (c.tick_wru * DDB_WRU_USD + c.tick_rru * DDB_RRU_USD), "fixed"),
-        Line(f"DynamoDB heartbeats (per executor: first, last, one every {interval_s:g} s)",
-             ticks * beats * beat_wru * DDB_WRU_USD, "per task" if n >= max_batch else "fixed"),
-        Line(f"Lambda executor ({exec_mb} MB, awake until its last task)",
-             executor_gb_s * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
-             "per task" if n >= max_batch else "fixed"),
-        Line(f"Lambda poller ({poll_mb} MB, every {interval // 1000} s)",
-             poller_gb_s * LAMBDA_GB_S_ARM_USD + ticks * LAMBDA_REQUEST_USD, "fixed"),
-        Line(f"Lambda INIT (cold starts: each environment new every {ENVIRONMENT_LIFETIME_S / 3600:g} h)",
-             init_gb_s * LAMBDA_GB_S_ARM_USD, "fixed", timing=True),
-        Line(f"DynamoDB storage + PITR ({retention:.0f} d retention + {AHEAD_DAYS:.0f} d ahead)",
-             stored_gb * (DDB_STORAGE_GB_MONTH_USD + DDB_PITR_GB_MONTH_USD), "per task", in_target=False),
-        Line("CloudWatch Logs ingestion" + ("" if logs.measured else " (not measured)"),
-             log_gb * CW_LOGS_INGEST_GB_USD, "per task", in_target=False),
-        Line("X-Ray traces (one per invocation)", traces * XRAY_TRACE_USD if tracing else 0.0, "fixed",
-             in_target=False),
-        Line(f"CloudWatch: {len(metric_names.ALL)} EMF metrics, {len(alarms)} alarms, {dashboards} dashboard(s)",
-             len(metric_names.ALL) * CW_CUSTOM_METRIC_MONTH_USD + (len(alarms) - high_res) * CW_ALARM_MONTH_USD
-             + high_res * CW_ALARM_HIGH_RES_MONTH_USD + dashboards * CW_DASHBOARD_MONTH_USD, "fixed",
-             in_target=False),
+        Line(
+            "DynamoDB poll (empty-tick reads and writes)",
+            ticks * (c.tick_wru * DDB_WRU_USD + c.tick_rru * DDB_RRU_USD),
+            "fixed",
+        ),
+        Line(
+            f"DynamoDB heartbeats (per executor: first, last, one every {interval_s:g} s)",
+            ticks * beats * beat_wru * DDB_WRU_USD,
+            "per task" if n >= max_batch else "fixed",
+        ),
+        Line(
+            f"Lambda executor ({exec_mb} MB, awake until its last task)",
+            executor_gb_s * LAMBDA_GB_S_ARM_USD + ticks * invocations * LAMBDA_REQUEST_USD,
+            "per task" if n >= max_batch else "fixed",
+        ),
+        Line(
+            f"Lambda poller ({poll_mb} MB, every {interval // 1000} s)",
+            poller_gb_s * LAMBDA_GB_S_ARM_USD + ticks * LAMBDA_REQUEST_USD,
+            "fixed",
+        ),
+        Line(
+            f"Lambda INIT (cold starts: each environment new every {ENVIRONMENT_LIFETIME_S / 3600:g} h)",
+            init_gb_s * LAMBDA_GB_S_ARM_USD,
+            "fixed",
+            timing=True,
+        ),
+        Line(
+            f"DynamoDB storage + PITR ({retention:.0f} d retention + {AHEAD_DAYS:.0f} d ahead)",
+            stored_gb * (DDB_STORAGE_GB_MONTH_USD + DDB_PITR_GB_MONTH_USD),
+            "per task",
+            in_target=False,
+        ),
+        Line(
+            "CloudWatch Logs ingestion" + ("" if logs.measured else " (not measured)"),
+            log_gb * CW_LOGS_INGEST_GB_USD,
+            "per task",
+            in_target=False,
+        ),
+        Line(
+            "X-Ray traces (one per invocation)", traces * XRAY_TRACE_USD if tracing else 0.0, "fixed", in_target=False
+        ),
+        Line(
+            f"CloudWatch: {len(metric_names.ALL)} EMF metrics, {len(alarms)} alarms, {dashboards} dashboard(s)",
+            len(metric_names.ALL) * CW_CUSTOM_METRIC_MONTH_USD
+            + (len(alarms) - high_res) * CW_ALARM_MONTH_USD
+            + high_res * CW_ALARM_HIGH_RES_MONTH_USD
+            + dashboards * CW_DASHBOARD_MONTH_USD,
+            "fixed",
+            in_target=False,
+        ),
     ]
-    return Month(tasks_per_month, lines, lambda_gb_s=executor_gb_s + poller_gb_s + init_gb_s,
-                 lambda_requests=ticks * (invocations + 1), cold_starts=executor_colds + poller_colds)
+    return Month(
+        tasks_per_month,
+        lines,
+        lambda_gb_s=executor_gb_s + poller_gb_s + init_gb_s,
+        lambda_requests=ticks * (invocations + 1),
+        cold_starts=executor_colds + poller_colds,
+    )
 
 
-def marginal_per_million(c: Counts, tasks_per_month: float, executor_memory_mb: int | None = None,
-                         template_path: str | None = None, step: float = 0.05) -> float:
+def marginal_per_million(
+    c: Counts,
+    tasks_per_month: float,
+    executor_memory_mb: int | None = None,
+    template_path: str | None = None,
+    step: float = 0.05,
+) -> float:
     """What one more million tasks a month adds to the target's scope at ``tasks_per_month`` (a central
     difference over ±``step`` of the volume): at low volume the executors are awake anyway, so a task added to
     the poll path costs little more than its DynamoDB writes."""
+
     def usd(volume: float) -> float:
         return monthly_cost(c, volume, executor_memory_mb, template_path).usd(True)
 
@@ -240,6 +291,7 @@ def measured_executor_seconds(s: Scenario) -> float:
 def break_even(c: Counts, target: float = TARGET_USD_PER_MILLION, template_path: str | None = None) -> float | None:
     """The monthly volume from which the target's scope costs at most ``target`` per million tasks (None when
     no volume up to 10 billion a month does)."""
+
     def ok(volume: float) -> bool:
         return monthly_cost(c, volume, template_path=template_path).per_million(True) <= target
 

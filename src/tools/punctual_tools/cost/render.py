@@ -66,8 +66,12 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:.3f}"
 
 
-def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: str | None = None,
-           recurring: tuple[Recurring, ...] = ()) -> str:
+def render(
+    c: Counts,
+    volumes: tuple[float, ...] = (1e6, 100e6),
+    template_path: str | None = None,
+    recurring: tuple[Recurring, ...] = (),
+) -> str:
     """The generated block of docs/cost.md (between the markers); ``recurring``: what making a recurring
     schedule's occurrences counted, at some rates (:func:`~punctual_tools.cost.scenario.run_recurring`)."""
     s = c.scenario
@@ -90,11 +94,14 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in c.per_task:
-        lines.append(f"| {r.step} | {r.op} | {_fmt(r.requests)} | {_fmt(r.wru)} | {_fmt(r.wru_index)} | "
-                     f"{_fmt(r.rru)} |")
-    lines.append(f"| **total** | | **{_fmt(c.task_requests())}** | "
-                 f"**{_fmt(sum(r.wru for r in c.per_task))}** | **{_fmt(sum(r.wru_index for r in c.per_task))}** | "
-                 f"**{_fmt(c.task_rru)}** |")
+        lines.append(
+            f"| {r.step} | {r.op} | {_fmt(r.requests)} | {_fmt(r.wru)} | {_fmt(r.wru_index)} | {_fmt(r.rru)} |"
+        )
+    lines.append(
+        f"| **total** | | **{_fmt(c.task_requests())}** | "
+        f"**{_fmt(sum(r.wru for r in c.per_task))}** | **{_fmt(sum(r.wru_index for r in c.per_task))}** | "
+        f"**{_fmt(c.task_rru)}** |"
+    )
     lines += [
         "",
         f"**Per poll tick, fixed** (an empty poll, mean of {len(s.baseline_ticks)} ticks; "
@@ -104,8 +111,10 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in c.per_tick:
-        lines.append(f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
-                     f"{_fmt(r.rru, 2)} |")
+        lines.append(
+            f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
+            f"{_fmt(r.rru, 2)} |"
+        )
     lines += [
         "",
         f"**Per executor batch** (heartbeat writes on the executor's own item, mean of {len(s.batches)} "
@@ -115,8 +124,10 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in c.per_batch:
-        lines.append(f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
-                     f"{_fmt(r.rru, 2)} |")
+        lines.append(
+            f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
+            f"{_fmt(r.rru, 2)} |"
+        )
     executor_s = measured_executor_seconds(s)
     n = per_tick_tasks
     inv, model_s = executor_seconds_per_tick(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
@@ -126,9 +137,11 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         vn = v / (MONTH_MS / st["poll_interval_ms"])
         v_inv, v_s = executor_seconds_per_tick(vn, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
         v_beats = heartbeat_writes_per_tick(v_inv, v_s, c.batch_requests)
-        per_volume.append(f"{v / 1e6:,.0f} M tasks/month, {v_beats / v_inv:.1f} heartbeat writes a batch, so "
-                          f"{c.task_wru + v_beats * beat_wru / vn:.3f} write units a task in all "
-                          f"({v_beats * beat_wru / vn:.3f} of them heartbeats)")
+        per_volume.append(
+            f"{v / 1e6:,.0f} M tasks/month, {v_beats / v_inv:.1f} heartbeat writes a batch, so "
+            f"{c.task_wru + v_beats * beat_wru / vn:.3f} write units a task in all "
+            f"({v_beats * beat_wru / vn:.3f} of them heartbeats)"
+        )
     lines += [
         "",
         f"In AWS a batch also renews its heartbeat every {heartbeat_interval_ms() / 1000:g} s (the default "
@@ -154,25 +167,43 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
         cells = " | ".join(f"{_usd(m.lines[i].usd)} | {_usd(m.lines[i].usd / (m.tasks / 1e6))}" for m in months)
         mark = ("" if line.in_target else " †") + (" ‡" if line.timing else "")
         lines.append(f"| {line.item}{mark} | {cells} |")
-    for label, scope in (("**Punctual: Lambda + DynamoDB + poller** (the target's scope)", True),
-                         ("Punctual, everything above", None)):
+    for label, scope in (
+        ("**Punctual: Lambda + DynamoDB + poller** (the target's scope)", True),
+        ("Punctual, everything above", None),
+    ):
         cells = " | ".join(f"{_usd(m.usd(scope))} | **{_usd(m.per_million(scope))}**" for m in months)
         lines.append(f"| {label} | {cells} |")
-    lines.append(f"| Punctual's target scope less Lambda's free tier ({LAMBDA_FREE_GB_S:,} GB-s and "
-                 f"{LAMBDA_FREE_REQUESTS / 1e6:.0f} M requests a month, if nothing else in the account uses it) | "
-                 + " | ".join(f"{_usd(m.usd(True) - m.lambda_free_tier_usd())} | "
-                              f"{_usd((m.usd(True) - m.lambda_free_tier_usd()) / (m.tasks / 1e6))}" for m in months)
-                 + " |")
-    lines.append(f"| EventBridge Scheduler (one invocation a task; the first "
-                 f"{EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS / 1e6:.0f} M a month free) | " + " | ".join(
-                     f"{_usd(eventbridge_scheduler_usd(m.tasks))} | "
-                     f"{_usd(eventbridge_scheduler_usd(m.tasks) / (m.tasks / 1e6))}" for m in months) + " |")
+    lines.append(
+        f"| Punctual's target scope less Lambda's free tier ({LAMBDA_FREE_GB_S:,} GB-s and "
+        f"{LAMBDA_FREE_REQUESTS / 1e6:.0f} M requests a month, if nothing else in the account uses it) | "
+        + " | ".join(
+            f"{_usd(m.usd(True) - m.lambda_free_tier_usd())} | "
+            f"{_usd((m.usd(True) - m.lambda_free_tier_usd()) / (m.tasks / 1e6))}"
+            for m in months
+        )
+        + " |"
+    )
+    lines.append(
+        f"| EventBridge Scheduler (one invocation a task; the first "
+        f"{EVENTBRIDGE_SCHEDULER_FREE_INVOCATIONS / 1e6:.0f} M a month free) | "
+        + " | ".join(
+            f"{_usd(eventbridge_scheduler_usd(m.tasks))} | {_usd(eventbridge_scheduler_usd(m.tasks) / (m.tasks / 1e6))}"
+            for m in months
+        )
+        + " |"
+    )
     lo, hi = (n * STEP_FUNCTIONS_PER_TRANSITION_USD for n in STEP_FUNCTIONS_TRANSITIONS)
-    lines.append(f"| Step Functions standard ({'–'.join(map(str, STEP_FUNCTIONS_TRANSITIONS))} transitions a task) | "
-                 + " | ".join(f"{_usd(m.tasks * lo)}–{_usd(m.tasks * hi)} | {_usd(1e6 * lo)}–{_usd(1e6 * hi)}"
-                              for m in months) + " |")
-    lines += ["", "† outside the target's scope (Lambda, DynamoDB requests and the poller). ‡ follows a CPU time "
-              "measured on the machine that ran the model (below).", ""]
+    lines.append(
+        f"| Step Functions standard ({'–'.join(map(str, STEP_FUNCTIONS_TRANSITIONS))} transitions a task) | "
+        + " | ".join(f"{_usd(m.tasks * lo)}–{_usd(m.tasks * hi)} | {_usd(1e6 * lo)}–{_usd(1e6 * hi)}" for m in months)
+        + " |"
+    )
+    lines += [
+        "",
+        "† outside the target's scope (Lambda, DynamoDB requests and the poller). ‡ follows a CPU time "
+        "measured on the machine that ran the model (below).",
+        "",
+    ]
     lines += _init_lines(c, months, template_path) + [""]
     template_mb = memory_mb("ExecutorFunction", 256, template_path)
     sweep = (1e6, 10e6, 100e6, 1e9)
@@ -185,24 +216,41 @@ def render(c: Counts, volumes: tuple[float, ...] = (1e6, 100e6), template_path: 
     ]
     for mb in sorted({128, template_mb, 1024}):
         mark = " (template default)" if mb == template_mb else ""
-        lines.append(f"| {mb} MB{mark} | " + " | ".join(
-            _usd(monthly_cost(c, v, executor_memory_mb=mb, template_path=template_path).per_million(True))
-            for v in sweep) + " |")
+        lines.append(
+            f"| {mb} MB{mark} | "
+            + " | ".join(
+                _usd(monthly_cost(c, v, executor_memory_mb=mb, template_path=template_path).per_million(True))
+                for v in sweep
+            )
+            + " |"
+        )
     lines.append("")
     verdicts = []
     for m in months:
         got = m.per_million(True)
         if got <= TARGET_USD_PER_MILLION:
-            verdicts.append(f"{m.tasks / 1e6:,.0f} M tasks/month: {_usd(got)} per million, **meets** the "
-                            f"≤ ${TARGET_USD_PER_MILLION:.0f} target")
+            verdicts.append(
+                f"{m.tasks / 1e6:,.0f} M tasks/month: {_usd(got)} per million, **meets** the "
+                f"≤ ${TARGET_USD_PER_MILLION:.0f} target"
+            )
         else:
-            verdicts.append(f"{m.tasks / 1e6:,.0f} M tasks/month: {_usd(got)} per million, **misses** the "
-                            f"≤ ${TARGET_USD_PER_MILLION:.0f} target by {_usd(got - TARGET_USD_PER_MILLION)} "
-                            f"({got / TARGET_USD_PER_MILLION:.1f}×)")
+            verdicts.append(
+                f"{m.tasks / 1e6:,.0f} M tasks/month: {_usd(got)} per million, **misses** the "
+                f"≤ ${TARGET_USD_PER_MILLION:.0f} target by {_usd(got - TARGET_USD_PER_MILLION)} "
+                f"({got / TARGET_USD_PER_MILLION:.1f}×)"
+            )
     even = break_even(c, template_path=template_path)
-    lines.append("Target: " + "; ".join(verdicts) + ". " + (
-        f"The target's scope reaches ${TARGET_USD_PER_MILLION:.0f} per million from about "
-        f"{even / 1e6:,.0f} M tasks a month." if even else "No volume reaches it."))
+    lines.append(
+        "Target: "
+        + "; ".join(verdicts)
+        + ". "
+        + (
+            f"The target's scope reaches ${TARGET_USD_PER_MILLION:.0f} per million from about "
+            f"{even / 1e6:,.0f} M tasks a month."
+            if even
+            else "No volume reaches it."
+        )
+    )
     lines += _fast_path_lines(c, months, template_path)
     lines += _recurring_lines(c, recurring, volumes[-1], template_path)
     lines += ["", END_MARK]
@@ -215,17 +263,22 @@ def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list
     st = c.scenario.settings
     exec_mb = memory_mb("ExecutorFunction", 256, template_path)
     sizes = sorted({128, exec_mb, 512, 1024, 1769})
-    how = (f"took {init.cpu_s:.2f} s of CPU on the machine that ran `make cost` (median of {init.runs} fresh "
-           "processes, interpreter start included)" if init.measured else
-           f"could not be measured; {init.cpu_s:.2f} s of CPU is assumed")
+    how = (
+        f"took {init.cpu_s:.2f} s of CPU on the machine that ran `make cost` (median of {init.runs} fresh "
+        "processes, interpreter start included)"
+        if init.measured
+        else f"could not be measured; {init.cpu_s:.2f} s of CPU is assumed"
+    )
     at = ", ".join(f"{init_seconds(init.cpu_s, mb):.1f} s at {mb} MB" for mb in sizes)
     per_cold = init_seconds(init.cpu_s, exec_mb) * exec_mb / 1024 * LAMBDA_GB_S_ARM_USD
     volumes = []
     for m in months:
         n = m.tasks / (MONTH_MS / st["poll_interval_ms"])
         envs, _ = poll_path_cold_starts(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
-        volumes.append(f"{envs:.0f} at {m.tasks / 1e6:,.0f} M tasks a month ({m.cold_starts:,.0f} cold starts a "
-                       f"month with the poller's, {_usd(next(x.usd for x in m.lines if x.timing))})")
+        volumes.append(
+            f"{envs:.0f} at {m.tasks / 1e6:,.0f} M tasks a month ({m.cold_starts:,.0f} cold starts a "
+            f"month with the poller's, {_usd(next(x.usd for x in m.lines if x.timing))})"
+        )
     return [
         f"**Cold starts (INIT) ‡:** loading the executor (`src/executor/app.py`) {how}. On the share of a core "
         f"the memory size buys (MemorySize / 1,769 MB), that is an INIT of {at} (Lambda allows "
@@ -271,32 +324,42 @@ def _fast_path_lines(c: Counts, months: list[Any], template_path: str | None) ->
         poll, more = m.per_million(True), marginal_per_million(c, m.tasks, template_path=template_path)
         for k in sorted({k for k in (1.0, 2.0, 5.0) if abs(k - mean_batch) > 0.25} | {mean_batch}):
             bench = fast_path_cost(c, k, last_lead_s(k, BENCH_LEAD_S, window), m.tasks, template_path=template_path)
-            kept = fast_path_cost(c, k, last_lead_s(k, None, spread.reach_s), spread.kept * m.tasks,
-                                  template_path=template_path)
+            kept = fast_path_cost(
+                c, k, last_lead_s(k, None, spread.reach_s), spread.kept * m.tasks, template_path=template_path
+            )
             left = 1e6 * left_to_poll_cost(c, k, m.tasks, template_path=template_path)
             blend = spread.kept * kept.per_million + (1 - spread.kept) * left
             ratios += [bench.per_million / more, kept.per_million / more]
             blend_ratios.append(blend / more)
             label = f"{k:.1f} (the mean batch)" if k == mean_batch else f"{k:.0f}"
-            lines.append(f"| {m.tasks / 1e6:,.0f} M | {label} | {bench.executor_s:.2f} s / {kept.executor_s:.2f} s | "
-                         f"**{_usd(bench.per_million)}** | **{_usd(kept.per_million)}** | {_usd(left)} | "
-                         f"**{_usd(blend)}** | {_usd(poll)} / {_usd(more)} |")
+            lines.append(
+                f"| {m.tasks / 1e6:,.0f} M | {label} | {bench.executor_s:.2f} s / {kept.executor_s:.2f} s | "
+                f"**{_usd(bench.per_million)}** | **{_usd(kept.per_million)}** | {_usd(left)} | "
+                f"**{_usd(blend)}** | {_usd(poll)} / {_usd(more)} |"
+            )
     one = fast_path_cost(c, 1.0, BENCH_LEAD_S, months[0].tasks, template_path=template_path)
     parts = ", ".join(f"{name} {_usd(1e6 * usd)}" for name, usd in one.usd.items())
     every = fast_path_cost(c, 1.0, last_lead_s(1.0, None, window), months[0].tasks, template_path=template_path)
-    kept_one = fast_path_cost(c, 1.0, last_lead_s(1.0, None, spread.reach_s), spread.kept * months[0].tasks,
-                              template_path=template_path)
+    kept_one = fast_path_cost(
+        c, 1.0, last_lead_s(1.0, None, spread.reach_s), spread.kept * months[0].tasks, template_path=template_path
+    )
     low, high = min(ratios), max(ratios)
-    verdict = ("**The fast path costs more per task than the poll path for every task it keeps**" if low > 1 else
-               "The fast path costs more per task than the poll path for most tasks it keeps")
-    lines += ["", f"{verdict}: {low:.2f}× to {high:.0f}× what one more task costs on the poll path, because the "
-              f"poll path shares an executor's wait among up to {c.scenario.settings['max_batch_size']} tasks and a "
-              "stream batch among the few tasks written to a shard in the same quarter second. Short-lead tasks of "
-              f"spread leads, those left to the poll included, cost {min(blend_ratios):.1f}× to "
-              f"{max(blend_ratios):.0f}× what one more poll-path task costs. One task alone, {BENCH_LEAD_S:g} s "
-              f"ahead, per million: {parts}. One alone of leads spread over 0–{window:g} s, at 1 M a month: "
-              f"{_usd(kept_one.per_million)} per million when kept, {_usd(every.per_million)} when the fast path keeps "
-              "every short-lead task (what it does when it cannot read when the last polls started)."]
+    verdict = (
+        "**The fast path costs more per task than the poll path for every task it keeps**"
+        if low > 1
+        else "The fast path costs more per task than the poll path for most tasks it keeps"
+    )
+    lines += [
+        "",
+        f"{verdict}: {low:.2f}× to {high:.0f}× what one more task costs on the poll path, because the "
+        f"poll path shares an executor's wait among up to {c.scenario.settings['max_batch_size']} tasks and a "
+        "stream batch among the few tasks written to a shard in the same quarter second. Short-lead tasks of "
+        f"spread leads, those left to the poll included, cost {min(blend_ratios):.1f}× to "
+        f"{max(blend_ratios):.0f}× what one more poll-path task costs. One task alone, {BENCH_LEAD_S:g} s "
+        f"ahead, per million: {parts}. One alone of leads spread over 0–{window:g} s, at 1 M a month: "
+        f"{_usd(kept_one.per_million)} per million when kept, {_usd(every.per_million)} when the fast path keeps "
+        "every short-lead task (what it does when it cannot read when the last polls started).",
+    ]
     return lines
 
 
@@ -309,8 +372,9 @@ def _rate(ms: int) -> str:
     return f"rate({ms} milliseconds)"
 
 
-def _recurring_lines(c: Counts, recurring: tuple[Recurring, ...], volume: float,
-                     template_path: str | None) -> list[str]:
+def _recurring_lines(
+    c: Counts, recurring: tuple[Recurring, ...], volume: float, template_path: str | None
+) -> list[str]:
     """What a recurring schedule's occurrence costs: the poller makes it (the schedule's read and a transaction
     with the cursor) instead of the client's PutItem; arm, fire and record are a one-off task's."""
     if not recurring:
@@ -335,9 +399,11 @@ def _recurring_lines(c: Counts, recurring: tuple[Recurring, ...], volume: float,
     for r in recurring:
         extra_wru, extra_rru = r.wru - put_wru, r.rru - put_rru
         usd = base + 1e6 * (extra_wru * DDB_WRU_USD + extra_rru * DDB_RRU_USD)
-        lines.append(f"| `{_rate(r.rate_ms)}` | {r.per_tick:,.0f} | {_fmt(r.requests)} | "
-                     f"{_fmt(sum(x.wru for x in r.rows))} | {_fmt(sum(x.wru_index for x in r.rows))} | "
-                     f"{_fmt(r.rru)} | {extra_wru:+.3f} write, {extra_rru:+.3f} read units | {_usd(usd)} |")
+        lines.append(
+            f"| `{_rate(r.rate_ms)}` | {r.per_tick:,.0f} | {_fmt(r.requests)} | "
+            f"{_fmt(sum(x.wru for x in r.rows))} | {_fmt(sum(x.wru_index for x in r.rows))} | "
+            f"{_fmt(r.rru)} | {extra_wru:+.3f} write, {extra_rru:+.3f} read units | {_usd(usd)} |"
+        )
     lines += ["", f"(A one-off task, the same scope and volume: {_usd(base)} per million.)"]
     return lines
 
@@ -350,14 +416,15 @@ def replace_block(doc: str, block: str) -> str:
 
 def extract_block(doc: str) -> str:
     """The generated block of ``doc``, markers included."""
-    return doc[doc.index(BEGIN_MARK): doc.index(END_MARK) + len(END_MARK)]
+    return doc[doc.index(BEGIN_MARK) : doc.index(END_MARK) + len(END_MARK)]
 
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-def blocks_match(a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15,
-                 rel_timing: float = 0.5) -> list[str]:
+def blocks_match(
+    a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15, rel_timing: float = 0.5
+) -> list[str]:
     """Differences between two generated blocks beyond a small tolerance on every number (a rerun moves a few
     figures slightly: drift digits change item sizes by a byte). Rows marked † may move by ``rel_measured``:
     the log bytes they hold include drift values printed by the handlers, whose length depends on the

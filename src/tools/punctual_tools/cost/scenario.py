@@ -187,12 +187,18 @@ def _ending(gate: _Gate, executors: list[tuple[Any, ShiftedClock, list[bool]]]) 
             executor.close()
 
 
-def _recorded_or_held(task_ids: list[str], due_times: list[int], until_ms: int,
-                      status: Callable[[str], str | None], held_ids: Callable[[], set[str]]) -> bool:
+def _recorded_or_held(
+    task_ids: list[str],
+    due_times: list[int],
+    until_ms: int,
+    status: Callable[[str], str | None],
+    held_ids: Callable[[], set[str]],
+) -> bool:
     """Every task due by ``until_ms`` has its outcome written, or its outcome write is held by the gate."""
     held = held_ids()
-    return all(status(t) not in ACTIVE or t in held
-               for t, due in zip(task_ids, due_times, strict=False) if due <= until_ms)
+    return all(
+        status(t) not in ACTIVE or t in held for t, due in zip(task_ids, due_times, strict=False) if due <= until_ms
+    )
 
 
 def _armed_or_done(task_ids: list[str], status: Callable[[str], str | None]) -> bool:
@@ -208,9 +214,14 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> 
         time.sleep(0.05)
 
 
-def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
-                 template_path: str | None = None, measure_logs: bool = True,
-                 measure_init: bool = True) -> Scenario:
+def run_scenario(
+    tasks: int = 300,
+    windows: int = 1,
+    payload_bytes: int = 200,
+    template_path: str | None = None,
+    measure_logs: bool = True,
+    measure_init: bool = True,
+) -> Scenario:
     """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto.
 
     Timeline (simulated, poll interval ``I`` and lead ``L`` from the default settings): poll ticks every
@@ -247,8 +258,14 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     # real time, while the scenario's ticks are simulated): no executor looks dead to a later tick. Heartbeat
     # writes are then one at the start and one at the end of each batch; pricing adds the renewals a batch
     # makes in AWS over its life (see pricing.heartbeat_writes_per_tick).
-    settings = Settings(table_name=table, ntp_server=None, worker_threads=1, executor_lease_ms=600_000,
-                        heartbeat_interval_ms=120_000, allowed_targets="127.0.0.1")  # the loopback stub target
+    settings = Settings(
+        table_name=table,
+        ntp_server=None,
+        worker_threads=1,
+        executor_lease_ms=600_000,
+        heartbeat_interval_ms=120_000,
+        allowed_targets="127.0.0.1",
+    )  # the loopback stub target
     interval, lead = settings.poll_interval_ms, settings.lead_ms
     spec = TableSpec.from_template(template_path)
     t0 = SCENARIO_START_MS
@@ -272,8 +289,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
             poller = Poller(build_store(settings, client), invoker, settings, poller_id="p-cost")
             scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))  # schedules after tick 0
             action = HttpAction(url=target.url(TARGET_PATH))
-            with CapacityMeter(client, raw, table, spec, label=status_label, hold=gate.hold,
-                               read_label=heartbeat_read_label) as meter:
+            with CapacityMeter(
+                client, raw, table, spec, label=status_label, hold=gate.hold, read_label=heartbeat_read_label
+            ) as meter:
 
                 def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
                     from punctual.events import BatchEvent
@@ -309,8 +327,10 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                 for tick in range(last_tick + 1):
                     now = t0 + tick * interval
                     gate.advance(now)
-                    _wait(partial(_recorded_or_held, task_ids, due_times, now - gate.settle_ms, status, gate.held_ids),
-                          "outcomes due before the tick")
+                    _wait(
+                        partial(_recorded_or_held, task_ids, due_times, now - gate.settle_ms, status, gate.held_ids),
+                        "outcomes due before the tick",
+                    )
                     meter.phase, meter.tick = ("setup" if tick == 0 else "poll"), tick
                     started = time.perf_counter()
                     poller.poll(now)
@@ -319,8 +339,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                     sent = invoker.take()
                     for payload in sent:
                         dues = [t["due_ms"] for t in payload["tasks"]]
-                        batches.append(BatchRun(tick, now, len(dues), min(dues), max(dues),
-                                                len(json.dumps(payload).encode())))
+                        batches.append(
+                            BatchRun(tick, now, len(dues), min(dues), max(dues), len(json.dumps(payload).encode()))
+                        )
                         thread = threading.Thread(target=run_batch, args=(container(), payload), daemon=True)
                         thread.start()
                         threads.append(thread)
@@ -332,8 +353,9 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
                             payload = {"video": f"v-{i:06d}", "n": i, "note": ""}
                             pad = payload_bytes - len(json.dumps(payload, separators=(",", ":")))
                             payload["note"] = "x" * max(pad, 0)
-                            task = scheduler.schedule(from_ms(due), action, payload, task_id=f"cost-{i:06d}",
-                                                      misfire_grace=300_000)
+                            task = scheduler.schedule(
+                                from_ms(due), action, payload, task_id=f"cost-{i:06d}", misfire_grace=300_000
+                            )
                             task_ids.append(task.task_id)
                 gate.advance(2**62)
                 for thread in threads:  # each batch ends once its outcomes are written (its retiring heartbeat)
@@ -348,15 +370,32 @@ def run_scenario(tasks: int = 300, windows: int = 1, payload_bytes: int = 200,
     sizes = [item_size(i) for i in final]
     baseline = [1, 2]
     return Scenario(
-        tasks=tasks, windows=windows, start_ms=t0, payload_bytes=payload_bytes,
-        settings={"shard_count": settings.shard_count, "lead_ms": lead, "poll_interval_ms": interval,
-                  "max_batch_size": settings.max_batch_size, "retention_days": settings.retention_days,
-                  "db_threads": settings.db_threads, "overdue_safety_ms": settings.overdue_safety_ms},
-        calls=list(meter.calls), ticks=last_tick + 1, baseline_ticks=baseline,
-        work_ticks=list(range(3, last_tick + 1)), batches=batches, outcomes=dict(outcomes),
-        final_item_bytes=sum(sizes) / len(sizes), max_item_bytes=max(c for call in meter.calls for c in call.sizes),
-        poll_wall_s=poll_wall, logs=logs, init=init,
+        tasks=tasks,
+        windows=windows,
+        start_ms=t0,
+        payload_bytes=payload_bytes,
+        settings={
+            "shard_count": settings.shard_count,
+            "lead_ms": lead,
+            "poll_interval_ms": interval,
+            "max_batch_size": settings.max_batch_size,
+            "retention_days": settings.retention_days,
+            "db_threads": settings.db_threads,
+            "overdue_safety_ms": settings.overdue_safety_ms,
+        },
+        calls=list(meter.calls),
+        ticks=last_tick + 1,
+        baseline_ticks=baseline,
+        work_ticks=list(range(3, last_tick + 1)),
+        batches=batches,
+        outcomes=dict(outcomes),
+        final_item_bytes=sum(sizes) / len(sizes),
+        max_item_bytes=max(c for call in meter.calls for c in call.sizes),
+        poll_wall_s=poll_wall,
+        logs=logs,
+        init=init,
     )
+
 
 # == turning counts into per-task and per-tick figures =====================================================
 @dataclass(frozen=True)
@@ -381,8 +420,10 @@ def _rows(calls: Iterable[Call], divide: float) -> list[Row]:
         a[2] += c.wru_index
         a[3] += c.rru
     order = {p: i for i, p in enumerate(PHASE_ORDER)}
-    return [Row(label, op, *(v / divide for v in values))
-            for (label, op), values in sorted(acc.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1]))]
+    return [
+        Row(label, op, *(v / divide for v in values))
+        for (label, op), values in sorted(acc.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1]))
+    ]
 
 
 @dataclass(frozen=True)
@@ -434,8 +475,9 @@ def counts(s: Scenario) -> Counts:
     base = [c for c in s.calls if c.tick in s.baseline_ticks and c.label == "poll"]
     per_tick = _rows(base, len(s.baseline_ticks))
     per_batch = _rows([c for c in s.calls if c.label == HEARTBEAT], max(len(s.batches), 1))
-    work = [c for c in s.calls if c.label not in ("setup", HEARTBEAT)
-            and (c.tick is None or c.tick not in s.baseline_ticks)]
+    work = [
+        c for c in s.calls if c.label not in ("setup", HEARTBEAT) and (c.tick is None or c.tick not in s.baseline_ticks)
+    ]
     rows = _rows(work, s.tasks)
     fixed = {(r.step, r.op): r for r in per_tick}
     n_work = len(s.work_ticks)
@@ -443,13 +485,17 @@ def counts(s: Scenario) -> Counts:
     for r in rows:
         f = fixed.get((r.step, r.op))
         if f is not None:
-            r = Row(r.step, r.op, *(max(0.0, v - n_work * fv / s.tasks) for v, fv in
-                                    ((r.requests, f.requests), (r.wru, f.wru), (r.wru_index, f.wru_index),
-                                     (r.rru, f.rru))))
+            r = Row(
+                r.step,
+                r.op,
+                *(
+                    max(0.0, v - n_work * fv / s.tasks)
+                    for v, fv in ((r.requests, f.requests), (r.wru, f.wru), (r.wru_index, f.wru_index), (r.rru, f.rru))
+                ),
+            )
         if r.requests > 1e-9 or r.wru or r.rru:
             out.append(r)
     return Counts(out, per_tick, per_batch, s)
-
 
 
 # == recurring schedules: what making an occurrence costs ==================================================
@@ -528,9 +574,13 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
         poller = Poller(build_store(settings, client), RecordingInvoker(), settings, poller_id="p-cost")
         scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))
         start = t0 + 3 * interval + settings.lead_ms  # beyond what creating the schedule makes at once
-        scheduler.create_schedule("cost-recurring", f"rate({rate_ms} milliseconds)",
-                                  HttpAction(url=f"https://hooks.example.com{TARGET_PATH}"), {"n": 0},
-                                  start_at=from_ms(start))
+        scheduler.create_schedule(
+            "cost-recurring",
+            f"rate({rate_ms} milliseconds)",
+            HttpAction(url=f"https://hooks.example.com{TARGET_PATH}"),
+            {"n": 0},
+            start_at=from_ms(start),
+        )
         with CapacityMeter(client, raw, table, spec, label=_schedule_label, read_label=_schedule_read_label) as meter:
             first, tick = 0, 0
             while not first or tick < first + ticks:  # (moto copies the whole table for each transaction: few ticks)
@@ -541,8 +591,11 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
                     first = tick  # the tick that first reaches the schedule: counted from the next one
                 if tick > 10:
                     raise RuntimeError("run_recurring: no poll made the schedule's occurrences")
-        counted = [c for c in meter.calls if c.tick is not None and first < c.tick <= first + ticks
-                   and c.label in (MAKE, SCHEDULE_READ)]
+        counted = [
+            c
+            for c in meter.calls
+            if c.tick is not None and first < c.tick <= first + ticks and c.label in (MAKE, SCHEDULE_READ)
+        ]
         made_ids = [c for c in counted if c.label == MAKE]
         occurrences = sum(len(c.sizes) for c in made_ids) - len(made_ids)  # each transaction also moves the cursor
     return Recurring(rate_ms, occurrences / ticks, occurrences, _rows(counted, max(occurrences, 1)))
@@ -585,8 +638,9 @@ def measure_handler_logs() -> dict[str, float]:
         ensure_table(boto3.client("dynamodb", region_name="us-east-1"), "punctual-cost-logs")
         poller_app: Any = load_handler_module(str(src / "poller" / "app.py"))
         loaded: list[Any] = []
-        loader = threading.Thread(target=lambda: loaded.append(
-            load_handler_module(str(src / "executor" / "app.py"))), name="cold-start")
+        loader = threading.Thread(
+            target=lambda: loaded.append(load_handler_module(str(src / "executor" / "app.py"))), name="cold-start"
+        )
         loader.start()
         loader.join()
         (executor_app,) = loaded
@@ -599,8 +653,12 @@ def measure_handler_logs() -> dict[str, float]:
         for count in LOG_SAMPLE_TASKS:
             start = datetime.now(UTC) + timedelta(milliseconds=600)
             for i in range(count):
-                client.schedule(start + timedelta(milliseconds=5 * i), HttpAction(url=target.url(TARGET_PATH)),
-                                {"video": f"v-{i:06d}", "note": "x" * 160}, task_id=f"logs-{count}-{i}")
+                client.schedule(
+                    start + timedelta(milliseconds=5 * i),
+                    HttpAction(url=target.url(TARGET_PATH)),
+                    {"video": f"v-{i:06d}", "note": "x" * 160},
+                    task_id=f"logs-{count}-{i}",
+                )
             taken()
             poller_app.handler(scheduled_event(), context("punctual-poller"))
             poll = taken()
@@ -612,9 +670,11 @@ def measure_handler_logs() -> dict[str, float]:
     (small, (poll_s, exec_s)), (large, (poll_l, exec_l)) = sorted(sizes.items())
     per_task_exec = (exec_l - exec_s) / (large - small)
     per_task_poll = (poll_l - poll_s) / (large - small)
-    return {"per_poll": empty_poll + LAMBDA_PLATFORM_LOG_BYTES,
-            "per_batch": exec_s - small * per_task_exec + LAMBDA_PLATFORM_LOG_BYTES,
-            "per_task": per_task_exec + per_task_poll}
+    return {
+        "per_poll": empty_poll + LAMBDA_PLATFORM_LOG_BYTES,
+        "per_batch": exec_s - small * per_task_exec + LAMBDA_PLATFORM_LOG_BYTES,
+        "per_task": per_task_exec + per_task_poll,
+    }
 
 
 def _start_log_measurement(level: str) -> Any:
@@ -623,17 +683,37 @@ def _start_log_measurement(level: str) -> Any:
     import os
     import subprocess
 
-    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "PUNCTUAL_TABLE_NAME": "punctual-cost-logs",
-           "PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_WORKER_THREADS": "4", "PUNCTUAL_REGION": "us-east-1",
-           "PUNCTUAL_ALLOWED_TARGETS": "127.0.0.1",
-           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": level,
-           "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE, "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE}
-    for name in ("PUNCTUAL_ENDPOINT_URL", "PUNCTUAL_FIRE_LOG_PATH", "POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED",
-                 "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    env = {
+        **os.environ,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PUNCTUAL_TABLE_NAME": "punctual-cost-logs",
+        "PUNCTUAL_NTP_SERVER": "off",
+        "PUNCTUAL_WORKER_THREADS": "4",
+        "PUNCTUAL_REGION": "us-east-1",
+        "PUNCTUAL_ALLOWED_TARGETS": "127.0.0.1",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": level,
+        "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+    }
+    for name in (
+        "PUNCTUAL_ENDPOINT_URL",
+        "PUNCTUAL_FIRE_LOG_PATH",
+        "POWERTOOLS_DEV",
+        "POWERTOOLS_METRICS_DISABLED",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ):
         env.pop(name, None)
-    return subprocess.Popen([sys.executable, "-m", "punctual_tools.cost", "--measure-logs"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "punctual_tools.cost", "--measure-logs"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish_log_measurement(process: Any) -> LogBytes:

@@ -16,6 +16,23 @@ from .policies import RolePolicies, Stack, function_roles, role_policies
 from .recorder import CallRecorder
 from .simulate import Decision, Judge, Verdict, judge_calls
 
-__all__ = ["AccessRequest", "AwsCall", "CallRecorder", "Decision", "IamCheck", "IamDeniedError", "Judge",
-           "KeyNames", "RolePolicies", "Stack", "Verdict", "check_client", "check_enabled", "function_roles",
-           "install_iam_check", "judge_calls", "requests_of", "role_policies"]
+__all__ = [
+    "AccessRequest",
+    "AwsCall",
+    "CallRecorder",
+    "Decision",
+    "IamCheck",
+    "IamDeniedError",
+    "Judge",
+    "KeyNames",
+    "RolePolicies",
+    "Stack",
+    "Verdict",
+    "check_client",
+    "check_enabled",
+    "function_roles",
+    "install_iam_check",
+    "judge_calls",
+    "requests_of",
+    "role_policies",
+]

@@ -28,12 +28,20 @@ _NO_PERMISSION = {("sts", "GetCallerIdentity")}
 # IAM's service prefix, where it is not botocore's service name.
 _PREFIX = {"dynamodbstreams": "dynamodb"}
 # Operations whose IAM action has another name.
-_ACTION_NAME = {("lambda", "Invoke"): "InvokeFunction", ("lambda", "InvokeWithResponseStream"): "InvokeFunction",
-                ("sns", "PublishBatch"): "Publish", ("sqs", "SendMessageBatch"): "SendMessage",
-                ("sqs", "DeleteMessageBatch"): "DeleteMessage",
-                ("sqs", "ChangeMessageVisibilityBatch"): "ChangeMessageVisibility"}
-_TRANSACT_WRITE = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                   "ConditionCheck": "ConditionCheckItem"}
+_ACTION_NAME = {
+    ("lambda", "Invoke"): "InvokeFunction",
+    ("lambda", "InvokeWithResponseStream"): "InvokeFunction",
+    ("sns", "PublishBatch"): "Publish",
+    ("sqs", "SendMessageBatch"): "SendMessage",
+    ("sqs", "DeleteMessageBatch"): "DeleteMessage",
+    ("sqs", "ChangeMessageVisibilityBatch"): "ChangeMessageVisibility",
+}
+_TRANSACT_WRITE = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
 _BATCH_WRITE = {"PutRequest": "Item", "DeleteRequest": "Key"}
 _EQUALS = re.compile(r"^\s*\(?\s*(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)")
 
@@ -78,8 +86,7 @@ class AccessRequest:
         """The same request with only the condition keys ``keys`` (those a policy names: no other can change
         the decision, and dropping them lets one decision serve every item of a table)."""
         wanted = set(keys)
-        return AccessRequest(self.action, self.resource, tuple(kv for kv in self.context if kv[0] in wanted),
-                             self.why)
+        return AccessRequest(self.action, self.resource, tuple(kv for kv in self.context if kv[0] in wanted), self.why)
 
 
 @dataclass(frozen=True)
@@ -92,11 +99,14 @@ class KeyNames:
     @classmethod
     def of_table(cls, table_name: str, properties: Mapping[str, Any]) -> KeyNames:
         """The key names of one ``AWS::DynamoDB::Table``'s properties, for the table named ``table_name``."""
+
         def hash_of(schema: Iterable[Mapping[str, str]]) -> str:
             return next(k["AttributeName"] for k in schema if k["KeyType"] == "HASH")
 
-        indexes = {(table_name, index["IndexName"]): hash_of(index["KeySchema"])
-                   for index in properties.get("GlobalSecondaryIndexes", [])}
+        indexes = {
+            (table_name, index["IndexName"]): hash_of(index["KeySchema"])
+            for index in properties.get("GlobalSecondaryIndexes", [])
+        }
         return cls({table_name: hash_of(properties["KeySchema"])}, indexes)
 
 
@@ -139,8 +149,9 @@ def parameter_arn(name: str, region: str, account: str = DEFAULT_ACCOUNT) -> str
 def secret_arn(secret_id: str, region: str, account: str = DEFAULT_ACCOUNT) -> str:
     """A secret's ARN; for a name, the ARN without the six random characters AWS appends (a grant ending in ``*``,
     as the template's do, covers both)."""
-    return secret_id if secret_id.startswith("arn:") else \
-        f"arn:aws:secretsmanager:{region}:{account}:secret:{secret_id}"
+    return (
+        secret_id if secret_id.startswith("arn:") else f"arn:aws:secretsmanager:{region}:{account}:secret:{secret_id}"
+    )
 
 
 def log_group_arn(name: str, region: str, account: str = DEFAULT_ACCOUNT) -> str:
@@ -205,36 +216,54 @@ def stream_of_iterator(iterator: str) -> str:
 def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessRequest]:
     p, region, op = call.params, call.region, call.operation
     if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
-        yield _item(f"dynamodb:{op}", p["TableName"], p.get("Key") or p.get("Item") or {}, keys, region, account,
-                    str(call))
+        yield _item(
+            f"dynamodb:{op}", p["TableName"], p.get("Key") or p.get("Item") or {}, keys, region, account, str(call)
+        )
     elif op in ("Query", "Scan"):
         table = table_arn(p["TableName"], region, account)
         index = p.get("IndexName")
         resource = f"{table}/index/{index}" if index else table
-        leading = _query_leading_key(p, keys.indexes.get((p["TableName"], index)) if index
-                                     else keys.tables.get(p["TableName"])) if op == "Query" else None
+        leading = (
+            _query_leading_key(
+                p, keys.indexes.get((p["TableName"], index)) if index else keys.tables.get(p["TableName"])
+            )
+            if op == "Query"
+            else None
+        )
         yield AccessRequest(f"dynamodb:{op}", resource, _leading([leading] if leading else []), str(call))
     elif op in ("BatchGetItem", "BatchWriteItem"):
         for table, request in p["RequestItems"].items():
-            items = request["Keys"] if op == "BatchGetItem" else \
-                [entry[kind][part] for entry in request for kind, part in _BATCH_WRITE.items() if kind in entry]
+            items = (
+                request["Keys"]
+                if op == "BatchGetItem"
+                else [entry[kind][part] for entry in request for kind, part in _BATCH_WRITE.items() if kind in entry]
+            )
             values = [v for item in items if (v := _key_value(item, keys.tables.get(table))) is not None]
-            yield AccessRequest(f"dynamodb:{op}", table_arn(table, region, account), _leading(values),
-                                f"{call} on {table}")
+            yield AccessRequest(
+                f"dynamodb:{op}", table_arn(table, region, account), _leading(values), f"{call} on {table}"
+            )
     elif op in ("TransactWriteItems", "TransactGetItems"):
         for n, entry in enumerate(p["TransactItems"]):
             ((kind, item),) = entry.items()
             action = _TRANSACT_WRITE[kind] if op == "TransactWriteItems" else "GetItem"
-            yield _item(f"dynamodb:{action}", item["TableName"], item.get("Key") or item.get("Item") or {}, keys,
-                        region, account, f"{call}: {kind} item {n}")
+            yield _item(
+                f"dynamodb:{action}",
+                item["TableName"],
+                item.get("Key") or item.get("Item") or {},
+                keys,
+                region,
+                account,
+                f"{call}: {kind} item {n}",
+            )
     elif "TableName" in p:  # DescribeTable, UpdateTable, ...: the table itself
         yield AccessRequest(f"dynamodb:{op}", table_arn(p["TableName"], region, account), why=str(call))
     else:
         yield AccessRequest(f"dynamodb:{op}", "*", why=str(call))
 
 
-def _item(action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, account: str,
-          why: str) -> AccessRequest:
+def _item(
+    action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, account: str, why: str
+) -> AccessRequest:
     value = _key_value(item, keys.tables.get(table))
     return AccessRequest(action, table_arn(table, region, account), _leading([] if value is None else [value]), why)
 
@@ -270,9 +299,25 @@ def _leading(values: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 def _summary(params: Mapping[str, Any]) -> str:
     """The parameters that say where a call goes (never an item's content)."""
-    shown = {k: v for k, v in params.items() if k in (
-        "TableName", "IndexName", "FunctionName", "InvocationType", "QueueUrl", "QueueName", "TopicArn", "TargetArn",
-        "StreamArn", "Name", "SecretId", "logGroupName")}
+    shown = {
+        k: v
+        for k, v in params.items()
+        if k
+        in (
+            "TableName",
+            "IndexName",
+            "FunctionName",
+            "InvocationType",
+            "QueueUrl",
+            "QueueName",
+            "TopicArn",
+            "TargetArn",
+            "StreamArn",
+            "Name",
+            "SecretId",
+            "logGroupName",
+        )
+    }
     if "TransactItems" in params:
         shown["TransactItems"] = [next(iter(i)) for i in params["TransactItems"]]
     if "RequestItems" in params:

@@ -41,10 +41,14 @@ class IamDeniedError(ClientError):
     def __init__(self, denied: list[Verdict]) -> None:
         self.denied = denied
         first = denied[0]
-        message = (f"User: {first.role.principal} is not authorized to perform: {first.request.action} on resource: "
-                   f"{first.request.resource} (punctual IAM check: " + "; ".join(v.describe() for v in denied) + ")")
-        response: Any = {"Error": {"Code": "AccessDeniedException", "Message": message},
-                         "ResponseMetadata": {"HTTPStatusCode": 400}}
+        message = (
+            f"User: {first.role.principal} is not authorized to perform: {first.request.action} on resource: "
+            f"{first.request.resource} (punctual IAM check: " + "; ".join(v.describe() for v in denied) + ")"
+        )
+        response: Any = {
+            "Error": {"Code": "AccessDeniedException", "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
         super().__init__(response, first.call.operation)
 
 
@@ -62,10 +66,13 @@ def stack_of(settings: Settings, parameters: Mapping[str, str] | None = None) ->
     attributes = {}
     if settings.dead_letter_queue_url and settings.dead_letter_queue_url.startswith(("http://", "https://")):
         attributes["TaskDeadLetterQueue.Arn"] = queue_arn(settings.dead_letter_queue_url, settings.region)
-    given = {"ActionTargetArns": settings.allowed_target_arns, "PollGroups": str(settings.poll_groups),
-             "ShardCount": str(settings.shard_count), **(parameters or {})}
-    return Stack(account=DEFAULT_ACCOUNT, region=settings.region, names=names, attributes=attributes,
-                 parameters=given)
+    given = {
+        "ActionTargetArns": settings.allowed_target_arns,
+        "PollGroups": str(settings.poll_groups),
+        "ShardCount": str(settings.shard_count),
+        **(parameters or {}),
+    }
+    return Stack(account=DEFAULT_ACCOUNT, region=settings.region, names=names, attributes=attributes, parameters=given)
 
 
 def key_names(template: Mapping[str, Any], table_name: str) -> KeyNames:
@@ -76,8 +83,14 @@ def key_names(template: Mapping[str, Any], table_name: str) -> KeyNames:
 class IamCheck:
     """Refuses the calls ``role``'s policies do not allow (see the module's docstring)."""
 
-    def __init__(self, role: RolePolicies, keys: KeyNames, judge: Judge | None = None,
-                 environment: Mapping[str, str] | None = None, region: str = "us-east-1") -> None:
+    def __init__(
+        self,
+        role: RolePolicies,
+        keys: KeyNames,
+        judge: Judge | None = None,
+        environment: Mapping[str, str] | None = None,
+        region: str = "us-east-1",
+    ) -> None:
         self.role = role
         self.keys = keys
         self.judge = judge or Judge()
@@ -88,8 +101,14 @@ class IamCheck:
         self._stop: Callable[[], None] | None = None
 
     @classmethod
-    def for_function(cls, function: str, settings: Settings | None = None, *, template: Mapping[str, Any] | None = None,
-                     parameters: Mapping[str, str] | None = None) -> IamCheck:
+    def for_function(
+        cls,
+        function: str,
+        settings: Settings | None = None,
+        *,
+        template: Mapping[str, Any] | None = None,
+        parameters: Mapping[str, str] | None = None,
+    ) -> IamCheck:
         """The check of ``function`` (a logical id: ``PollerFunction``, ``ExecutorFunction``, ``FastPathFunction``,
         ``ApiFunction``) for the runtime of ``settings`` (default: from the environment), against ``template``
         (default: the checkout's template.yaml)."""
@@ -98,15 +117,23 @@ class IamCheck:
         settings = settings or Settings.from_env()
         template = template if template is not None else load_template()
         stack = stack_of(settings, parameters)
-        return cls(role_policies(template, function, stack), key_names(template, settings.table_name),
-                   environment=function_environment(template, function, stack), region=settings.region)
+        return cls(
+            role_policies(template, function, stack),
+            key_names(template, settings.table_name),
+            environment=function_environment(template, function, stack),
+            region=settings.region,
+        )
 
     def warm(self) -> IamCheck:
         """Decide now, in one batch, every grant the role states without a condition on a concrete ARN."""
-        requests = [AccessRequest(action, resource) for s in self.role.statements
-                    if s["Effect"] == "Allow" and "Condition" not in s
-                    for action in _list(s["Action"]) for resource in _list(s["Resource"])
-                    if "*" not in action and "*" not in resource and "?" not in resource]
+        requests = [
+            AccessRequest(action, resource)
+            for s in self.role.statements
+            if s["Effect"] == "Allow" and "Condition" not in s
+            for action in _list(s["Action"])
+            for resource in _list(s["Resource"])
+            if "*" not in action and "*" not in resource and "?" not in resource
+        ]
         self.judge.decide([(self.role, r) for r in requests])
         return self
 
@@ -135,8 +162,11 @@ class IamCheck:
             return
         error = IamDeniedError(denied)
         with self._lock:
-            new = [(v.request.action, v.request.resource) for v in denied
-                   if (v.request.action, v.request.resource) not in self._logged]
+            new = [
+                (v.request.action, v.request.resource)
+                for v in denied
+                if (v.request.action, v.request.resource) not in self._logged
+            ]
             self._logged.update(new)
         if new:
             log.error("IAM check: %s", "; ".join(v.describe() for v in denied))
@@ -190,4 +220,3 @@ def check_client(client: Any, function: str, settings: Settings | None = None, *
     if force or check_enabled():
         iam_check(function, settings).watch(client)
     return client
-

@@ -65,8 +65,9 @@ class RolePolicies:
     @cached_property
     def condition_keys(self) -> frozenset[str]:
         """Every condition key a statement names: no other key can change a decision."""
-        return frozenset(key for statement in self.statements for test in statement.get("Condition", {}).values()
-                         for key in test)
+        return frozenset(
+            key for statement in self.statements for test in statement.get("Condition", {}).values() for key in test
+        )
 
     @property
     def statements(self) -> list[dict[str, Any]]:
@@ -84,12 +85,18 @@ def role_policies(template: Mapping[str, Any], function: str, stack: Stack | Non
     if not (isinstance(role_ref, dict) and list(role_ref) == ["Fn::GetAtt"]):
         raise ValueError(f"{function} must run with a role the template writes (Role: !GetAtt <Role>.Arn)")
     getatt = role_ref["Fn::GetAtt"]
-    role = (getatt.split(".")[0] if isinstance(getatt, str) else getatt[0])
+    role = getatt.split(".")[0] if isinstance(getatt, str) else getatt[0]
     return role_policies_of(template, role, stack, function=function, resolver=resolver)
 
 
-def role_policies_of(template: Mapping[str, Any], role: str, stack: Stack | None = None, *, function: str = "",
-                     resolver: _Resolver | None = None) -> RolePolicies:
+def role_policies_of(
+    template: Mapping[str, Any],
+    role: str,
+    stack: Stack | None = None,
+    *,
+    function: str = "",
+    resolver: _Resolver | None = None,
+) -> RolePolicies:
     """The resolved identity policies of the role ``role`` (a logical id), whoever assumes it."""
     stack = stack or Stack()
     resolver = resolver or _Resolver(template, stack)
@@ -104,15 +111,24 @@ def role_policies_of(template: Mapping[str, Any], role: str, stack: Stack | None
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
             continue
         if {"Ref": role} in _as_list(resource["Properties"].get("Roles", [])):
-            policies.append(resolver.resolve({"PolicyName": resource["Properties"].get("PolicyName", name),
-                                              "PolicyDocument": resource["Properties"]["PolicyDocument"]}))
+            policies.append(
+                resolver.resolve(
+                    {
+                        "PolicyName": resource["Properties"].get("PolicyName", name),
+                        "PolicyDocument": resource["Properties"]["PolicyDocument"],
+                    }
+                )
+            )
     role_name = resolver.name_of(role)
     session = resolver.name_of(function) if function else "session"
     return RolePolicies(
-        function=function, role=role,
+        function=function,
+        role=role,
         principal=f"arn:{stack.partition}:sts::{stack.account}:assumed-role/{role_name}/{session}",
-        policies=tuple({"name": p["PolicyName"], "policy": p["PolicyDocument"]}
-                       for p in policies if p is not _NO_VALUE))
+        policies=tuple(
+            {"name": p["PolicyName"], "policy": p["PolicyDocument"]} for p in policies if p is not _NO_VALUE
+        ),
+    )
 
 
 def function_roles(template: Mapping[str, Any]) -> dict[str, str]:
@@ -168,9 +184,14 @@ class _Resolver:
 
     # -- intrinsics ----------------------------------------------------------------------------------------------
     def ref(self, name: str) -> Any:
-        pseudo = {"AWS::Region": self.stack.region, "AWS::AccountId": self.stack.account,
-                  "AWS::Partition": self.stack.partition, "AWS::StackName": self.stack.stack_name,
-                  "AWS::URLSuffix": "amazonaws.com", "AWS::NoValue": _NO_VALUE}
+        pseudo = {
+            "AWS::Region": self.stack.region,
+            "AWS::AccountId": self.stack.account,
+            "AWS::Partition": self.stack.partition,
+            "AWS::StackName": self.stack.stack_name,
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::NoValue": _NO_VALUE,
+        }
         if name in pseudo:
             return pseudo[name]
         if name in self.parameters:

@@ -60,8 +60,10 @@ class Verdict:
         """Which call of which function the role refuses, and the grant it would need."""
         context = "".join(f" with {k} = {list(v)}" for k, v in self.request.context)
         grant = f"Allow {self.request.action} on {self.request.resource}"
-        return (f"{self.role.function} (role {self.role.role}): {self.request.why or self.call} needs "
-                f"{self.request.action} on {self.request.resource}{context}: {self.decision}; missing grant: {grant}")
+        return (
+            f"{self.role.function} (role {self.role.role}): {self.request.why or self.call} needs "
+            f"{self.request.action} on {self.request.resource}{context}: {self.decision}; missing grant: {grant}"
+        )
 
 
 def _node_modules() -> Path:
@@ -69,8 +71,10 @@ def _node_modules() -> Path:
     for parent in [*Path(__file__).resolve().parents, *Path.cwd().resolve().parents, Path.cwd().resolve()]:
         if (parent / PACKAGE / "package.json").is_file():
             return parent / "node_modules"
-    raise EvaluatorMissingError("the IAM evaluator @cloud-copilot/iam-simulate is not installed: run `make setup` "
-                                "(npm install, from package.json)")
+    raise EvaluatorMissingError(
+        "the IAM evaluator @cloud-copilot/iam-simulate is not installed: run `make setup` "
+        "(npm install, from package.json)"
+    )
 
 
 class Simulator:
@@ -87,12 +91,26 @@ class Simulator:
         if not batch:
             return []
         sets = {role.fingerprint: list(role.policies) for role, _ in batch}
-        requests = [{"policySet": role.fingerprint, "principal": role.principal, "action": request.action,
-                     "resource": request.resource, "account": request.account, "context": request.context_dict()}
-                    for role, request in batch]
-        done = subprocess.run([self._node, str(SCRIPT)], input=json.dumps({"policySets": sets, "requests": requests}),
-                              capture_output=True, text=True, timeout=NODE_TIMEOUT_S, check=False,
-                              env={"NODE_PATH": self._node_path, "PATH": str(Path(self._node).parent)})
+        requests = [
+            {
+                "policySet": role.fingerprint,
+                "principal": role.principal,
+                "action": request.action,
+                "resource": request.resource,
+                "account": request.account,
+                "context": request.context_dict(),
+            }
+            for role, request in batch
+        ]
+        done = subprocess.run(
+            [self._node, str(SCRIPT)],
+            input=json.dumps({"policySets": sets, "requests": requests}),
+            capture_output=True,
+            text=True,
+            timeout=NODE_TIMEOUT_S,
+            check=False,
+            env={"NODE_PATH": self._node_path, "PATH": str(Path(self._node).parent)},
+        )
         if done.returncode != 0:
             raise RuntimeError(f"the IAM evaluator failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
         answers = json.loads(done.stdout)["decisions"]
@@ -118,8 +136,11 @@ class Judge:
         """The decision on each ``(role, request)``; what is not known yet is asked in one batch."""
         keys = [(role.fingerprint, r.action, r.resource, r.only(role.condition_keys).context) for role, r in items]
         with self._lock:
-            missing = {key: (role, request.only(role.condition_keys))
-                       for key, (role, request) in zip(keys, items, strict=True) if key not in self._cache}
+            missing = {
+                key: (role, request.only(role.condition_keys))
+                for key, (role, request) in zip(keys, items, strict=True)
+                if key not in self._cache
+            }
         if missing:
             answers = self.simulator.decide(list(missing.values()))
             with self._lock:
@@ -129,8 +150,9 @@ class Judge:
             return [self._cache[key] for key in keys]
 
 
-def judge_calls(calls: Iterable[AwsCall], roles: Mapping[str, RolePolicies], judge: Judge,
-                keys: KeyNames | None = None) -> list[Verdict]:
+def judge_calls(
+    calls: Iterable[AwsCall], roles: Mapping[str, RolePolicies], judge: Judge, keys: KeyNames | None = None
+) -> list[Verdict]:
     """Each IAM request of each call, judged against the role of the function that made it (``roles`` by logical
     id of the function); a call of a function without a role in ``roles`` is an error."""
     pairs: list[tuple[AwsCall, AccessRequest, RolePolicies]] = []
@@ -140,5 +162,6 @@ def judge_calls(calls: Iterable[AwsCall], roles: Mapping[str, RolePolicies], jud
         role = roles[call.function]
         pairs.extend((call, request, role) for request in requests_of(call, keys))
     decisions = judge.decide([(role, request) for _, request, role in pairs])
-    return [Verdict(call, request, role, decision)
-            for (call, request, role), decision in zip(pairs, decisions, strict=True)]
+    return [
+        Verdict(call, request, role, decision) for (call, request, role), decision in zip(pairs, decisions, strict=True)
+    ]

@@ -60,8 +60,9 @@ LINGER_S = 1.0  # after refusing a request whose body was not read: how long its
 LINGER_BYTES = 4 * MAX_BODY  # ... and how much of it at most
 
 
-def proxy_event(method: str, target: str, headers: dict[str, str], body: bytes | None,
-                tenant: str | None) -> dict[str, Any]:
+def proxy_event(
+    method: str, target: str, headers: dict[str, str], body: bytes | None, tenant: str | None
+) -> dict[str, Any]:
     """The API Gateway REST proxy event of a request (``target``: path and query, as on the request line)."""
     split = urlsplit(target)
     query = parse_qs(split.query, keep_blank_values=True)
@@ -76,7 +77,10 @@ def proxy_event(method: str, target: str, headers: dict[str, str], body: bytes |
         "pathParameters": None,
         "stageVariables": None,
         "requestContext": {
-            "requestId": str(uuid.uuid4()), "stage": "local", "httpMethod": method, "path": split.path,
+            "requestId": str(uuid.uuid4()),
+            "stage": "local",
+            "httpMethod": method,
+            "path": split.path,
             "identity": {"sourceIp": "127.0.0.1", "userArn": None},
             "authorizer": {"tenant": tenant} if tenant else None,
         },
@@ -162,9 +166,11 @@ class _WorkerProcesses:
     def __init__(self, resolver_factory: Callable[[], Any], workers: int, background_cpus: str | None) -> None:
         try:
             pickle.dumps(resolver_factory)
-        except Exception as exc:  # noqa: BLE001 - pickle raises several kinds; all mean the same here
-            raise TypeError(f"worker processes need a resolver factory that pickles (a top-level class or "
-                            f"function, not a lambda): {resolver_factory!r}") from exc
+        except Exception as exc:  # pickle raises several kinds; all mean the same here
+            raise TypeError(
+                f"worker processes need a resolver factory that pickles (a top-level class or "
+                f"function, not a lambda): {resolver_factory!r}"
+            ) from exc
         self._factory = resolver_factory
         self._workers = workers
         self._background_cpus = background_cpus
@@ -173,8 +179,11 @@ class _WorkerProcesses:
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         pool = concurrent.futures.ProcessPoolExecutor(
-            self._workers, mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_start_worker, initargs=(self._factory, self._background_cpus, check_enabled()))
+            self._workers,
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=_start_worker,
+            initargs=(self._factory, self._background_cpus, check_enabled()),
+        )
         for _ in range(self._workers):  # each submit starts a worker while none is idle
             pool.submit(_ready).add_done_callback(_report_start_failure)
         return pool
@@ -314,8 +323,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             log.debug("%s left before its answer", self.address_string())  # what it asked was done
             return
-        if answer.close and (self.headers.get("Content-Length", "0").strip() not in ("", "0")
-                             or "Transfer-Encoding" in self.headers):
+        if answer.close and (
+            self.headers.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in self.headers
+        ):
             with contextlib.suppress(OSError):  # the answer is complete: the caller reads it to its end
                 self.connection.shutdown(socket.SHUT_WR)
                 _drain(self.connection, LINGER_S, LINGER_BYTES)
@@ -330,8 +340,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _busy_answer(max_connections: int) -> bytes:
     body = problem_json(503, f"the local API serves {max_connections} connections at once; try again").encode()
-    return (f"HTTP/1.1 503 {HTTPStatus(503).phrase}\r\nContent-Type: {PROBLEM}\r\nContent-Length: {len(body)}\r\n"
-            f"Retry-After: 1\r\nConnection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 503 {HTTPStatus(503).phrase}\r\nContent-Type: {PROBLEM}\r\nContent-Length: {len(body)}\r\n"
+        f"Retry-After: 1\r\nConnection: close\r\n\r\n"
+    ).encode() + body
 
 
 class _Server(ThreadingHTTPServer):
@@ -408,13 +420,22 @@ class LocalApi:
     connections are served in parallel (read and written), within ``timeout_s`` and ``max_connections`` (the
     module's docstring says how)."""
 
-    def __init__(self, resolver_factory: Callable[[], Any], tokens: dict[str, str], port: int = 0, *,
-                 workers: int = 0, background_cpus: str | None = None, timeout_s: float = READ_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(
+        self,
+        resolver_factory: Callable[[], Any],
+        tokens: dict[str, str],
+        port: int = 0,
+        *,
+        workers: int = 0,
+        background_cpus: str | None = None,
+        timeout_s: float = READ_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         if timeout_s <= 0 or max_connections < 1 or workers < 0:
             raise ValueError("timeout_s > 0, max_connections >= 1 and workers >= 0, please")
-        self._resolver: _Resolving = (_WorkerProcesses(resolver_factory, workers, background_cpus) if workers
-                                      else _InProcess(resolver_factory))
+        self._resolver: _Resolving = (
+            _WorkerProcesses(resolver_factory, workers, background_cpus) if workers else _InProcess(resolver_factory)
+        )
         self._tokens = dict(tokens)
         handler = type("Handler", (_Handler,), {"api": self, "timeout": timeout_s})
         self._server = _Server(("127.0.0.1", port), handler, max_connections)
@@ -445,9 +466,12 @@ class LocalApi:
         large), which closes the connection; ``None`` for a request to read on."""
         lowered = {k.lower(): v for k, v in headers.items()}
         if self.tenant_of(lowered.get("authorization")) is None:
-            return problem(401, "give the local API's token: Authorization: Bearer <token> (punctual up wrote it "
-                                "to .punctual/api-token, and another tenant's to .punctual/tokens/<tenant>)",
-                           close=True)
+            return problem(
+                401,
+                "give the local API's token: Authorization: Bearer <token> (punctual up wrote it "
+                "to .punctual/api-token, and another tenant's to .punctual/tokens/<tenant>)",
+                close=True,
+            )
         if "transfer-encoding" in lowered:
             return problem(411, "give the body's length in Content-Length (no Transfer-Encoding)", close=True)
         announced = (lowered.get("content-length") or "0").strip()
@@ -473,7 +497,7 @@ class LocalApi:
         event = proxy_event(method, target, forwarded, body, tenant)
         try:
             response = self._resolver.resolve(event)
-        except Exception:  # noqa: BLE001 - the caller gets an answer (API Gateway's would be a 502), the log the cause
+        except Exception:  # the caller gets an answer (API Gateway's would be a 502), the log the cause
             log.exception("the API failed on %s %s", method, urlsplit(target).path)
             return problem(500, "the API failed on this request; the local stack's log has the cause")
         out_headers = {k: str(v) for k, v in (response.get("headers") or {}).items()}

@@ -68,8 +68,14 @@ class _Event:
 class AsyncEventQueue:
     """Runs each event through ``execute`` by ``limits``' async rules, at most ``concurrency`` at once."""
 
-    def __init__(self, execute: Execute, limits: FunctionLimits, concurrency: int, time_scale: float = 1.0,
-                 on_result: ResultCallback | None = None) -> None:
+    def __init__(
+        self,
+        execute: Execute,
+        limits: FunctionLimits,
+        concurrency: int,
+        time_scale: float = 1.0,
+        on_result: ResultCallback | None = None,
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         if time_scale <= 0:
@@ -83,8 +89,15 @@ class AsyncEventQueue:
         self._stopped = threading.Event()
         self._running = 0
         self._in_flight = 0
-        self.stats = {"invoked": 0, "completed": 0, "errors": 0, "retries": 0, "dropped": 0, "throttles": 0,
-                      "expired": 0}
+        self.stats = {
+            "invoked": 0,
+            "completed": 0,
+            "errors": 0,
+            "retries": 0,
+            "dropped": 0,
+            "throttles": 0,
+            "expired": 0,
+        }
 
     def put(self, payload: dict[str, Any], *, duplicate: bool = False) -> None:
         """Queue one event; it runs in a thread of its own. A ``duplicate`` (the same event delivered again, as
@@ -136,15 +149,24 @@ class AsyncEventQueue:
             if expired:
                 self.stats["expired"] += 1
         level = logging.INFO if self._stopped.is_set() else logging.ERROR
-        log.log(level, "%s invocation dropped after %d attempt(s) and %d throttle(s): %s", self.limits.function,
-                event.attempts, event.throttles, why)
+        log.log(
+            level,
+            "%s invocation dropped after %d attempt(s) and %d throttle(s): %s",
+            self.limits.function,
+            event.attempts,
+            event.throttles,
+            why,
+        )
 
     def _young_enough(self, event: _Event, delay_s: float, why: str) -> bool:
         """Whether the event may wait ``delay_s`` for its next try: not if it would be too old by then (it is
         dropped now: it could never run)."""
         if is_expired((event.age_s() + delay_s) / self.time_scale, self.limits):
-            self._drop(event, f"{why}; the next try would come after the maximum event age "
-                              f"({self.limits.max_event_age_s:g} s)", expired=True)
+            self._drop(
+                event,
+                f"{why}; the next try would come after the maximum event age ({self.limits.max_event_age_s:g} s)",
+                expired=True,
+            )
             return False
         return True
 
@@ -174,8 +196,7 @@ class AsyncEventQueue:
                 self._drop(event, "the invoker stopped")
                 return
             if is_expired(event.age_s() / self.time_scale, self.limits):
-                self._drop(event, f"older than the maximum event age ({self.limits.max_event_age_s:g} s)",
-                           expired=True)
+                self._drop(event, f"older than the maximum event age ({self.limits.max_event_age_s:g} s)", expired=True)
                 return
             if not self._acquire():
                 event.throttles += 1
@@ -208,7 +229,12 @@ class AsyncEventQueue:
                 return
             event.retries += 1
             self._count("retries")
-            log.warning("%s invocation failed (%s); retry %d in %.1f s", self.limits.function, outcome.error,
-                        event.retries, delay)
+            log.warning(
+                "%s invocation failed (%s); retry %d in %.1f s",
+                self.limits.function,
+                outcome.error,
+                event.retries,
+                delay,
+            )
             if not self._sleep(event, delay):
                 return

@@ -91,7 +91,7 @@ def _own_path(proc_cgroup: str, version: Literal[1, 2]) -> str | None:
 
 
 def _group_dir(mount: _Mount, path: str) -> Path:
-    relative = path[len(mount.root):] if mount.root != "/" and path.startswith(mount.root) else path
+    relative = path[len(mount.root) :] if mount.root != "/" and path.startswith(mount.root) else path
     return mount.mount_point / relative.lstrip("/")
 
 
@@ -142,8 +142,12 @@ class CpuGroups:
         self.parent = parent
 
     @classmethod
-    def open(cls, mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/proc/self/cgroup",
-             pid: int | None = None) -> tuple[CpuGroups | None, str]:
+    def open(
+        cls,
+        mountinfo_path: str = "/proc/self/mountinfo",
+        cgroup_path: str = "/proc/self/cgroup",
+        pid: int | None = None,
+    ) -> tuple[CpuGroups | None, str]:
         """The groups of this process (created if need be), or ``None`` and why the CPU quota cannot be set.
         Groups left by processes that no longer run are removed first."""
         pid = pid or os.getpid()
@@ -240,7 +244,7 @@ def _remove_group(group: Path, wait_s: float = 2.0) -> None:
 def _remove_stale(base: Path) -> None:
     """End the processes left in the groups of a process that no longer runs, and remove the groups."""
     for parent in base.glob(f"{GROUP_PREFIX}*"):
-        owner = parent.name[len(GROUP_PREFIX):]
+        owner = parent.name[len(GROUP_PREFIX) :]
         if not parent.is_dir() or not owner.isdigit() or _alive(int(owner)):
             continue
         for group in [*(p for p in parent.iterdir() if p.is_dir()), parent]:

@@ -82,7 +82,9 @@ class DynamoDBLocalError(PunctualError, RuntimeError):
 def _probe_client(endpoint_url: str, read_timeout: int) -> Any:
     """A DynamoDB client that asks once, for checking that a server answers."""
     return boto3.session.Session().client(
-        "dynamodb", region_name="us-east-1", endpoint_url=endpoint_url,
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint_url,
         config=Config(connect_timeout=1, read_timeout=read_timeout, retries={"total_max_attempts": 1}),
         aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
         aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],

@@ -77,11 +77,21 @@ class LocalInvoker:
     (Lambda's defaults unless given) under ``profile``. ``time_scale`` multiplies Lambda's async delays and
     event age (1.0: Lambda's own)."""
 
-    def __init__(self, handler_path: Path, env: dict[str, str], log_file: Path | None = None, *,
-                 limits: FunctionLimits | None = None, profile: Profile = "lambda", max_concurrency: int = 64,
-                 prewarm: int = 2, time_scale: float = 1.0, duplicate_rate: float = 0.0,
-                 on_result: ResultCallback | None = None,
-                 on_worker_started: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        handler_path: Path,
+        env: dict[str, str],
+        log_file: Path | None = None,
+        *,
+        limits: FunctionLimits | None = None,
+        profile: Profile = "lambda",
+        max_concurrency: int = 64,
+        prewarm: int = 2,
+        time_scale: float = 1.0,
+        duplicate_rate: float = 0.0,
+        on_result: ResultCallback | None = None,
+        on_worker_started: Callable[[int], None] | None = None,
+    ) -> None:
         self._handler_path = str(handler_path)
         self._env = dict(env)
         self._log_file = str(log_file) if log_file else None
@@ -97,8 +107,9 @@ class LocalInvoker:
         self._stats = {"cold_starts": 0, "timeouts": 0, "cpu_quota_failures": 0}
         self._groups: CpuGroups | None = None
         self.cpu_quota = self._open_cpu_groups()
-        self._queue = AsyncEventQueue(self._execute, self.limits, concurrency_cap(self.limits, max_concurrency),
-                                      time_scale, on_result)
+        self._queue = AsyncEventQueue(
+            self._execute, self.limits, concurrency_cap(self.limits, max_concurrency), time_scale, on_result
+        )
         for _ in range(min(prewarm, self._queue.concurrency)):
             self._idle.append(self._start_worker(busy=False))
 
@@ -107,12 +118,19 @@ class LocalInvoker:
             return CpuQuotaStatus(False, "profile local: whole cores")
         self._groups, where = CpuGroups.open()
         if self._groups is None:
-            log.warning("no CPU quota for the %s workers (%s): they run on whole cores, more than the %d MB Lambda "
-                        "gives (%.3f of a core); figures measured here say 'no CPU quota'", self.limits.function,
-                        where, self.limits.memory_mb, self.limits.cpu_share)
+            log.warning(
+                "no CPU quota for the %s workers (%s): they run on whole cores, more than the %d MB Lambda "
+                "gives (%.3f of a core); figures measured here say 'no CPU quota'",
+                self.limits.function,
+                where,
+                self.limits.memory_mb,
+                self.limits.cpu_share,
+            )
             return CpuQuotaStatus(False, where)
-        return CpuQuotaStatus(True, f"{quota_us(self.limits.memory_mb)} us of CPU every 100000 us "
-                                    f"({self.limits.memory_mb} MB / 1769), {where}")
+        return CpuQuotaStatus(
+            True,
+            f"{quota_us(self.limits.memory_mb)} us of CPU every 100000 us ({self.limits.memory_mb} MB / 1769), {where}",
+        )
 
     @property
     def concurrency(self) -> int:
@@ -145,9 +163,12 @@ class LocalInvoker:
                     self._stats["cpu_quota_failures"] += 1
         spec = WorkerSpec(self.limits.timeout_s, self.limits.memory_mb, str(group) if group else None)
         parent_end, child_end = _CONTEXT.Pipe()
-        process = _CONTEXT.Process(target=run_worker,
-                                   args=(self._handler_path, child_end, self._log_file, self._env, spec),
-                                   name="punctual-executor", daemon=False)
+        process = _CONTEXT.Process(
+            target=run_worker,
+            args=(self._handler_path, child_end, self._log_file, self._env, spec),
+            name="punctual-executor",
+            daemon=False,
+        )
         process.start()
         child_end.close()
         worker = _Worker(process, parent_end, group, busy=busy)
@@ -169,8 +190,9 @@ class LocalInvoker:
                     self._stats["cpu_quota_failures"] += 1
         except (OSError, EOFError) as exc:
             worker.process.join(1)
-            worker.init_error = (f"worker {worker.process.pid} died in its cold start (exit code "
-                                 f"{worker.process.exitcode}): {exc!r}")
+            worker.init_error = (
+                f"worker {worker.process.pid} died in its cold start (exit code {worker.process.exitcode}): {exc!r}"
+            )
         with self._lock:
             worker.ready.set()
             if not worker.busy:
@@ -252,8 +274,12 @@ class LocalInvoker:
     def _time_out(self, worker: _Worker, timeout: float | None) -> Outcome:
         with self._lock:
             self._stats["timeouts"] += 1
-        log.error("%s: task timed out after %.2f seconds: worker %s killed", self.limits.function, timeout or 0,
-                  worker.process.pid)
+        log.error(
+            "%s: task timed out after %.2f seconds: worker %s killed",
+            self.limits.function,
+            timeout or 0,
+            worker.process.pid,
+        )
         worker.process.kill()
         return Outcome(error=f"Task timed out after {timeout or 0:.2f} seconds")
 

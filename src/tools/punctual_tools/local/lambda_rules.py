@@ -64,8 +64,10 @@ class FunctionLimits:
             concurrency = "unreserved concurrency"
         if local_cap is not None:
             concurrency += f" (local cap {concurrency_cap(self, local_cap)})"
-        return (f"{self.function}: {self.memory_mb} MB ({self.cpu_share:.3f} of a core), timeout {self.timeout_s:g} s, "
-                f"{retries}, events dropped after {self.max_event_age_s:g} s, {concurrency}")
+        return (
+            f"{self.function}: {self.memory_mb} MB ({self.cpu_share:.3f} of a core), timeout {self.timeout_s:g} s, "
+            f"{retries}, events dropped after {self.max_event_age_s:g} s, {concurrency}"
+        )
 
 
 # -- the async-invoke decisions ---------------------------------------------------------------------------------
@@ -182,7 +184,8 @@ def read_function_limits(function: str = EXECUTOR_FUNCTION, template_path: str |
         function=function,
         memory_mb=int(number(props, "MemorySize", LAMBDA_DEFAULT_MEMORY_MB)),
         timeout_s=number(props, "Timeout", LAMBDA_DEFAULT_TIMEOUT_S),
-        reserved_concurrency=None if reserved is _NO_VALUE or reserved is None
+        reserved_concurrency=None
+        if reserved is _NO_VALUE or reserved is None
         else int(_number(reserved, 0, f"{function}.ReservedConcurrentExecutions")),
         max_retry_attempts=int(number(invoke, "MaximumRetryAttempts", LAMBDA_DEFAULT_RETRY_ATTEMPTS)),
         max_event_age_s=number(invoke, "MaximumEventAgeInSeconds", LAMBDA_DEFAULT_EVENT_AGE_S),

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-_OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
+_OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fd: int) -> None:
@@ -35,8 +35,12 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fd:
             received_ms = time.time_ns() / 1_000_000
             await reader.readexactly(int(headers.get("content-length", "0")))
             due = headers.get("x-punctual-due-ms", "")
-            entry = {"key": headers.get("idempotency-key"), "task_id": headers.get("x-punctual-task-id"),
-                     "due_ms": int(due) if due.isdigit() else None, "received_ms": round(received_ms, 3)}
+            entry = {
+                "key": headers.get("idempotency-key"),
+                "task_id": headers.get("x-punctual-task-id"),
+                "due_ms": int(due) if due.isdigit() else None,
+                "received_ms": round(received_ms, 3),
+            }
             os.write(fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
             writer.write(_OK)
             await writer.drain()

@@ -61,8 +61,18 @@ PRIVATE_UMASK = 0o077
 POLLER_FUNCTION = "PollerFunction"  # the template's functions the stack's process stands for (their roles)
 FAST_PATH_FUNCTION = "FastPathFunction"
 # What the stack keeps in its home (a folder's content included): what make_private fixes the mode of
-STACK_FILES = ("dynamodb", "logs", "tokens", "api-token", "stack.json", "stack.json.tmp", "fires.jsonl",
-               "dlq.jsonl", "dlq.jsonl.lock", "dlq.jsonl.tmp")
+STACK_FILES = (
+    "dynamodb",
+    "logs",
+    "tokens",
+    "api-token",
+    "stack.json",
+    "stack.json.tmp",
+    "fires.jsonl",
+    "dlq.jsonl",
+    "dlq.jsonl.lock",
+    "dlq.jsonl.tmp",
+)
 
 
 @dataclass
@@ -115,8 +125,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a process (an executor worker) exactly these settings: every field of the
     model given, so a worker's ``LocalSettings.from_env`` reads the local-only ones and its handler's
     ``Settings.from_env`` the rest."""
-    env = {f"PUNCTUAL_{name.upper()}": str(value) for name, value in settings.model_dump().items()
-           if value is not None}
+    env = {f"PUNCTUAL_{name.upper()}": str(value) for name, value in settings.model_dump().items() if value is not None}
     if settings.ntp_server is None:
         env["PUNCTUAL_NTP_SERVER"] = "off"
     return env
@@ -187,9 +196,12 @@ def _is_ours(pid: int) -> bool:
 class LocalStack:
     """Start with :meth:`start`, stop with :meth:`stop` (or use it as a context manager)."""
 
-    def __init__(self, config: StackConfig | None = None,
-                 on_poll: Callable[[PollReport], None] | None = None,
-                 on_batch: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: StackConfig | None = None,
+        on_poll: Callable[[PollReport], None] | None = None,
+        on_batch: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.config = config or StackConfig()
         self._on_poll = on_poll
         self._on_batch = on_batch
@@ -243,8 +255,10 @@ class LocalStack:
         if not state:
             return None
         if _alive(state.get("pid")) and state.get("pid") != os.getpid() and _is_ours(state["pid"]):
-            raise RuntimeError(f"a local stack already runs (pid {state['pid']}, {state.get('endpoint_url')}); "
-                               "stop it first or use it (punctual demo finds it)")
+            raise RuntimeError(
+                f"a local stack already runs (pid {state['pid']}, {state.get('endpoint_url')}); "
+                "stop it first or use it (punctual demo finds it)"
+            )
         store = state.get("dynamodb_pid")
         keep = self._keepable_store(store, state.get("endpoint_url"))
         for pid in [None if keep else store, *state.get("worker_pids", [])]:
@@ -294,21 +308,31 @@ class LocalStack:
         stale_store = self._clean_stale()
         for path in (self.fire_log, self.dead_letter_path, cfg.home / "logs" / "executor.log"):
             path.touch(mode=0o600)  # created now: a process that appends to it later keeps this mode
-        overrides = {"poll_interval_ms": int(cfg.poll_interval_s * 1000), "fire_log_path": str(self.fire_log),
-                     "write_batch": cfg.write_batch, **cfg.settings_overrides}
+        overrides = {
+            "poll_interval_ms": int(cfg.poll_interval_s * 1000),
+            "fire_log_path": str(self.fire_log),
+            "write_batch": cfg.write_batch,
+            **cfg.settings_overrides,
+        }
         wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
         if not wanted.tenant_map.strip():  # none given: each served tenant may reach the demo's receiver only
-            wanted = LocalSettings.from_env(**overrides, tenant_map=local_tenant_map(cfg.served_tenants(),
-                                                                                       wanted.receiver_port))
+            wanted = LocalSettings.from_env(
+                **overrides, tenant_map=local_tenant_map(cfg.served_tenants(), wanted.receiver_port)
+            )
         # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
         background_cpus = wanted.background_cpus or default_background_cpus()
         set_background_cpus(background_cpus)
-        self.ddb = DynamoDBLocal(data_dir=None if cfg.in_memory else cfg.home / "dynamodb", port=cfg.port,
-                                 in_memory=cfg.in_memory, log_path=cfg.home / "logs" / "dynamodb-local.log",
-                                 java_opts=wanted.dynamodb_java_opts)
+        self.ddb = DynamoDBLocal(
+            data_dir=None if cfg.in_memory else cfg.home / "dynamodb",
+            port=cfg.port,
+            in_memory=cfg.in_memory,
+            log_path=cfg.home / "logs" / "dynamodb-local.log",
+            java_opts=wanted.dynamodb_java_opts,
+        )
         if stale_store is not None and self.ddb.adopt(*stale_store):
-            log.warning("kept DynamoDB Local (pid %d) from a stack that did not stop cleanly, with its data",
-                        stale_store[0])
+            log.warning(
+                "kept DynamoDB Local (pid %d) from a stack that did not stop cleanly, with its data", stale_store[0]
+            )
             endpoint = self.ddb.endpoint_url
         else:
             if stale_store is not None and _alive(stale_store[0]):  # it did not answer: a new one replaces it
@@ -317,10 +341,14 @@ class LocalStack:
                 time.sleep(0.2)
             endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
-        self.settings = settings = LocalSettings.model_validate({
-            **wanted.model_dump(), "endpoint_url": endpoint, "background_cpus": background_cpus,
-            "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
-        })
+        self.settings = settings = LocalSettings.model_validate(
+            {
+                **wanted.model_dump(),
+                "endpoint_url": endpoint,
+                "background_cpus": background_cpus,
+                "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
+            }
+        )
         client = make_dynamodb_client(settings)
         created = ensure_table(client, settings.table_name)
         log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
@@ -336,37 +364,58 @@ class LocalStack:
             # the executors' CPU, as the template tells the poller and the fast path in AWS: it sizes the batches
             self.settings = settings = settings.model_copy(update={"executor_memory_mb": self.limits.memory_mb})
         self.invoker = LocalInvoker(
-            find_project_root() / "src" / "executor" / "app.py", worker_env,
-            log_file=cfg.home / "logs" / "executor.log", limits=self.limits, profile=settings.profile,
-            max_concurrency=cfg.max_concurrency, prewarm=cfg.prewarm, time_scale=settings.lambda_time_scale,
-            duplicate_rate=cfg.duplicate_rate, on_result=self._batch_done, on_worker_started=self._worker_started,
+            find_project_root() / "src" / "executor" / "app.py",
+            worker_env,
+            log_file=cfg.home / "logs" / "executor.log",
+            limits=self.limits,
+            profile=settings.profile,
+            max_concurrency=cfg.max_concurrency,
+            prewarm=cfg.prewarm,
+            time_scale=settings.lambda_time_scale,
+            duplicate_rate=cfg.duplicate_rate,
+            on_result=self._batch_done,
+            on_worker_started=self._worker_started,
         )
         self.poller = Poller(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
         if cfg.fast_path:
             # Its own poller id, so that a task's claimed_by tells which path dispatched it.
-            self.fast_poller = Poller(function_store(settings, FAST_PATH_FUNCTION), self.invoker, settings,
-                                      poller_id=f"fast-{uuid.uuid4().hex[:12]}")
-            self.stream = StreamReader(endpoint, settings.region, settings.table_name, self._fast_path,
-                                       stream_filter_patterns())
+            self.fast_poller = Poller(
+                function_store(settings, FAST_PATH_FUNCTION),
+                self.invoker,
+                settings,
+                poller_id=f"fast-{uuid.uuid4().hex[:12]}",
+            )
+            self.stream = StreamReader(
+                endpoint, settings.region, settings.table_name, self._fast_path, stream_filter_patterns()
+            )
             check_client(self.stream.streams_client, FAST_PATH_FUNCTION, settings)
             self.stream.start()
         if check_enabled():  # the local invoker makes no boto3 call: their lambda:InvokeFunction, judged once
             for function in (POLLER_FUNCTION, *((FAST_PATH_FUNCTION,) if cfg.fast_path else ())):
                 iam_check(function, settings).authorize_executor_invoke()
-            log.info("IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
-                     "judged against its function's role in template.yaml")
+            log.info(
+                "IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
+                "judged against its function's role in template.yaml"
+            )
         # Polling starts before the API: after a restart, what the fenced executors held is due soonest.
         self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._thread.start()
         if cfg.api:
             tokens = self._write_tokens()
             try:
-                self.api = LocalApi(ApiResolverFactory(settings), {**tokens, **cfg.api_tokens}, cfg.api_port,
-                                    workers=cfg.api_workers, background_cpus=background_cpus).start()
+                self.api = LocalApi(
+                    ApiResolverFactory(settings),
+                    {**tokens, **cfg.api_tokens},
+                    cfg.api_port,
+                    workers=cfg.api_workers,
+                    background_cpus=background_cpus,
+                ).start()
             except OSError as exc:
                 self.stop()  # DynamoDB Local and the workers are up: nothing is left running
-                raise RuntimeError(f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
-                                   "another stack may hold the port; give another with --api-port (0: any)") from exc
+                raise RuntimeError(
+                    f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
+                    "another stack may hold the port; give another with --api-port (0: any)"
+                ) from exc
             for tenant, path in self.api_token_files.items():
                 log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
         self._up = True
@@ -382,13 +431,18 @@ class LocalStack:
         other functions' limits, which the local runtime does not apply: they run in the stack's own process."""
         assert self.settings is not None and self.invoker is not None and self.limits is not None
         invoker = self.invoker
-        lines = [f"profile {self.settings.profile}: "
-                 + ("each executor as Lambda runs it (its CPU share, killed at its timeout, frozen while idle, "
-                    "no real-time priority)" if self.settings.profile == "lambda"
-                    else "whole cores and real-time firing, no timeout, never frozen (more than Lambda gives)"),
-                 self.limits.describe(self.config.max_concurrency),
-                 f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
-                 f"{self.config.prewarm} warm at start"]
+        lines = [
+            f"profile {self.settings.profile}: "
+            + (
+                "each executor as Lambda runs it (its CPU share, killed at its timeout, frozen while idle, "
+                "no real-time priority)"
+                if self.settings.profile == "lambda"
+                else "whole cores and real-time firing, no timeout, never frozen (more than Lambda gives)"
+            ),
+            self.limits.describe(self.config.max_concurrency),
+            f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
+            f"{self.config.prewarm} warm at start",
+        ]
         if self.settings.lambda_time_scale != 1:
             lines.append(f"  Lambda's async delays and event age x {self.settings.lambda_time_scale:g}")
         for function in TEMPLATE_FUNCTIONS:
@@ -421,8 +475,11 @@ class LocalStack:
         Only tasks due between its last heartbeat and now are its crash window."""
         fenced = build_store(settings, client).fence_live_executors(int(time.time() * 1000))
         if fenced:
-            log.warning("fenced %d executor(s) of a stack that did not stop cleanly: their tasks are taken over "
-                        "by the first poll", len(fenced))
+            log.warning(
+                "fenced %d executor(s) of a stack that did not stop cleanly: their tasks are taken over "
+                "by the first poll",
+                len(fenced),
+            )
         self.fenced_at_start = fenced
 
     def _write_state(self) -> None:
@@ -463,10 +520,18 @@ class LocalStack:
             self._on_batch(result)
         else:
             drift = summarize(result.get("drift_ms") or [])
-            figures = (f"drift p50 {drift['p50']:.3f} ms, max {drift['max']:.3f} ms" if drift["count"]
-                       else "nothing fired")
-            log.info("batch %s: %s armed, %s fired, %s failed, %s missed; %s", str(event.get("batch_id"))[:8],
-                     result.get("armed"), result.get("fired"), result.get("failed"), result.get("missed"), figures)
+            figures = (
+                f"drift p50 {drift['p50']:.3f} ms, max {drift['max']:.3f} ms" if drift["count"] else "nothing fired"
+            )
+            log.info(
+                "batch %s: %s armed, %s fired, %s failed, %s missed; %s",
+                str(event.get("batch_id"))[:8],
+                result.get("armed"),
+                result.get("fired"),
+                result.get("failed"),
+                result.get("missed"),
+                figures,
+            )
 
     def _fast_path(self, records: list[dict[str, Any]]) -> None:
         assert self.fast_poller is not None
@@ -486,7 +551,7 @@ class LocalStack:
         def poll_group(group: int) -> None:
             try:
                 reports.append(poller.poll(now, group=group))
-            except Exception:  # noqa: BLE001 - as a failed group Lambda: the next tick finds its tasks
+            except Exception:  # as a failed group Lambda: the next tick finds its tasks
                 log.exception("poll of group %d failed", group)
 
         def start_group(group: int) -> None:
@@ -511,7 +576,7 @@ class LocalStack:
         while not self._stop.is_set():
             try:
                 self.poll_now()
-            except Exception as exc:  # noqa: BLE001 - a failed poll is retried at the next tick; nothing is lost
+            except Exception as exc:  # a failed poll is retried at the next tick; nothing is lost
                 if self._stop.is_set():  # the stack stopped under it (its join timed out): DynamoDB Local is gone
                     log.info("a poll still running when the stack stopped ended: %s", type(exc).__name__)
                 else:

@@ -48,10 +48,17 @@ class StreamReader:
         ``MaximumBatchingWindowInSeconds``): fewer, larger batches mean fewer executor invocations.
     """
 
-    def __init__(self, endpoint_url: str | None, region: str, table_name: str,
-                 on_records: Callable[[list[dict[str, Any]]], None],
-                 patterns: Sequence[Mapping[str, Any]] | None = None, interval_s: float = 0.25,
-                 batch_window_s: float = 0.25, refresh_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        endpoint_url: str | None,
+        region: str,
+        table_name: str,
+        on_records: Callable[[list[dict[str, Any]]], None],
+        patterns: Sequence[Mapping[str, Any]] | None = None,
+        interval_s: float = 0.25,
+        batch_window_s: float = 0.25,
+        refresh_s: float = 1.0,
+    ) -> None:
         self._streams = aws_client("dynamodbstreams", endpoint_url, region)
         self._dynamodb = aws_client("dynamodb", endpoint_url, region)
         self._table = table_name
@@ -127,8 +134,11 @@ class StreamReader:
             if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
                 raise
             last = self._last_seq.get(shard_id)
-            self._iterators[shard_id] = (self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", last) if last
-                                         else self._iterator(shard_id, "TRIM_HORIZON"))
+            self._iterators[shard_id] = (
+                self._iterator(shard_id, "AFTER_SEQUENCE_NUMBER", last)
+                if last
+                else self._iterator(shard_id, "TRIM_HORIZON")
+            )
             return []
         records = response.get("Records", [])
         if records:
@@ -160,7 +170,7 @@ class StreamReader:
                     if passed and not gathered:
                         first_at = time.monotonic()
                     gathered.extend(passed)
-            except Exception:  # noqa: BLE001 - DynamoDB Local restarting, a network blip: try again shortly
+            except Exception:  # DynamoDB Local restarting, a network blip: try again shortly
                 log.exception("reading the table stream failed")
                 self._stop.wait(1.0)
                 continue
@@ -170,7 +180,7 @@ class StreamReader:
                 self.records_passed += len(batch)
                 try:
                     self._on_records(batch)
-                except Exception:  # noqa: BLE001 - the poller finds these tasks in the index
+                except Exception:  # the poller finds these tasks in the index
                     log.exception("the fast path failed on %d stream records", len(batch))
             elif gathered:
                 self._stop.wait(min(self._batch_window_s - waited, self._interval_s))

@@ -54,7 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server's naming
         received_ms = time.time_ns() / 1_000_000
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -65,14 +65,20 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("Idempotency-Key")
         due = self.headers.get("X-Punctual-Due-Ms")
         status = self.server.target._answer(key)  # noqa: SLF001 - the handler belongs to the server
-        self.server.target._record(Received(  # noqa: SLF001
-            key=key, task_id=self.headers.get("X-Punctual-Task-Id"),
-            due_ms=int(due) if due and due.lstrip("-").isdigit() else None,
-            body=body, received_ms=received_ms, status=status, path=self.path,
-        ))
+        self.server.target._record(  # noqa: SLF001 - the handler belongs to the server
+            Received(
+                key=key,
+                task_id=self.headers.get("X-Punctual-Task-Id"),
+                due_ms=int(due) if due and due.lstrip("-").isdigit() else None,
+                body=body,
+                received_ms=received_ms,
+                status=status,
+                path=self.path,
+            )
+        )
         self._reply(status, {"ok": status < 400, "key": key})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.rstrip("/") == "/records":
             self._reply(200, [asdict(r) for r in self.server.target.records()])
         elif self.path.rstrip("/") in ("", "/health"):
@@ -120,8 +126,9 @@ class TargetServer:
         if self._record_path is not None:
             self._fd = os.open(self._record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="target", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="target", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -43,10 +43,22 @@ from .lambda_rules import EXECUTOR_FUNCTION
 
 # What the forkserver imports once, before forking workers.
 PRELOAD = [
-    "boto3", "botocore.session", "botocore.client", "pydantic", "ntplib", "json", "urllib.request",
-    "aws_lambda_powertools", "aws_lambda_powertools.metrics", "aws_lambda_powertools.logging",
-    "aws_lambda_powertools.utilities.typing", "punctual.runtime", "punctual.actions", "punctual.events",
-    "punctual_tools.settings", "punctual_tools.local.worker",
+    "boto3",
+    "botocore.session",
+    "botocore.client",
+    "pydantic",
+    "ntplib",
+    "json",
+    "urllib.request",
+    "aws_lambda_powertools",
+    "aws_lambda_powertools.metrics",
+    "aws_lambda_powertools.logging",
+    "aws_lambda_powertools.utilities.typing",
+    "punctual.runtime",
+    "punctual.actions",
+    "punctual.events",
+    "punctual_tools.settings",
+    "punctual_tools.local.worker",
 ]
 
 
@@ -85,8 +97,9 @@ def load_handler_module(path: str) -> ModuleType:
     return module
 
 
-def run_worker(handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str],
-               spec: WorkerSpec) -> None:
+def run_worker(
+    handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str], spec: WorkerSpec
+) -> None:
     """Serve invocations on ``conn`` until it closes, a ``None`` arrives, or SIGTERM stopped a batch."""
     if check_enabled(env):  # PUNCTUAL_IAM_CHECK=1: every client the handler builds obeys the executor's role.
         # Tooling, not Lambda's: its node run is kept off the function's CPU quota, joined next.
