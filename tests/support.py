@@ -6,7 +6,7 @@ module imports them with ``from support import ...``; fixtures stay in the conft
 * threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
   a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
   subprocess);
-* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`repo_for`, :func:`read_task`,
+* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`store_for`, :func:`read_task`,
   :func:`candidate_of`, :func:`run_until_done`;
 * stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
   :func:`serving`, :class:`StubTarget` and :class:`RecordingInvoker` come from :mod:`punctual_tools.doubles`,
@@ -125,23 +125,23 @@ def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int =
     ]
 
 
-def create_all(repo: DynamoTaskStore, tasks: list[Task], created_ms: int | None = None) -> None:
+def create_all(store: DynamoTaskStore, tasks: list[Task], created_ms: int | None = None) -> None:
     """Store the tasks (as the client does, written at ``created_ms``, by default now), 8 at a time."""
     at = now_ms() if created_ms is None else created_ms
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda t: repo.create(t, at), tasks))
+        results = list(pool.map(lambda t: store.create(t, at), tasks))
     assert all(created for _, created in results)
 
 
-def repo_for(settings: Settings, cls: type[R] = DynamoTaskStore) -> R:  # type: ignore[assignment]
+def store_for(settings: Settings, cls: type[R] = DynamoTaskStore) -> R:  # type: ignore[assignment]
     """A repository (of class ``cls``) on ``settings.endpoint_url`` (DynamoDB Local), with a boto3 client of its
     own (one per thread in the races)."""
     return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
 
 
-def read_task(repo: DynamoTaskStore, task_id: str) -> Task:
+def read_task(store: DynamoTaskStore, task_id: str) -> Task:
     """The stored task, which must exist."""
-    task = repo.get(task_id)
+    task = store.get(task_id)
     assert task is not None, task_id
     return task
 
@@ -157,7 +157,7 @@ def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_unti
 
 
 def run_until_done(
-    repo: DynamoTaskStore, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
+    store: DynamoTaskStore, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
 ) -> list[BatchReport]:
     """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
     task is finished or ``rounds`` polls have run; the executor's reports."""
@@ -165,9 +165,9 @@ def run_until_done(
     reports = []
     for _ in range(rounds):
         invoker = RecordingInvoker()
-        Poller(repo, invoker, settings).poll(int(clock.wall_ms()))
+        Poller(store, invoker, settings).poll(int(clock.wall_ms()))
         reports.extend(executor.run_batch(event) for event in invoker.events)
-        if not read_task(repo, task_id).status.is_active:
+        if not read_task(store, task_id).status.is_active:
             break
     return reports
 

@@ -49,8 +49,8 @@ def tasks(dynamo_backend: DynamoBackend) -> TaskFactory:
 
 def index_ids(backend: DynamoBackend, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
     """What the due index lists for the task's shard in the minute of ``bucket_of_ms``, up to ``until_ms``."""
-    repo = backend.dynamo
-    return [e.task_id for e in repo.query_index(bucket_of_ms, shard_of(task.task_id, repo.shard_count), until_ms)]
+    store = backend.dynamo
+    return [e.task_id for e in store.query_index(bucket_of_ms, shard_of(task.task_id, store.shard_count), until_ms)]
 
 
 def bucket_of(backend: DynamoBackend, task_id: str, at_ms: int) -> str:
@@ -184,31 +184,31 @@ def test_candidates_read_status_from_the_table_and_skip_finished(backend: Dynamo
 
 def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given two tasks in the same minute and shard, one due after the window's end
-    repo = backend.dynamo
+    store = backend.dynamo
     first = tasks.create(NOW + 10_000)
-    shard = shard_of(first.task_id, repo.shard_count)
-    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", repo.shard_count) == shard)
+    shard = shard_of(first.task_id, store.shard_count)
+    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", store.shard_count) == shard)
     later = tasks.create(NOW + 20_000, later_id)
     # When the index is queried up to between them / Then only the first is listed, with its due time
-    assert [(e.task_id, e.due_ms) for e in repo.query_index(NOW, shard, NOW + 15_000)] == [
+    assert [(e.task_id, e.due_ms) for e in store.query_index(NOW, shard, NOW + 15_000)] == [
         (first.task_id, first.due_ms)
     ]
-    assert later.task_id in [e.task_id for e in repo.query_index(NOW, shard, NOW + 20_000)]
+    assert later.task_id in [e.task_id for e in store.query_index(NOW, shard, NOW + 20_000)]
 
 
 def test_the_watermark_only_moves_forward(backend: DynamoBackend) -> None:
     # Given no watermark yet
-    repo = backend.dynamo
-    assert repo.get_watermark() is None
+    store = backend.dynamo
+    assert store.get_watermark() is None
     start = bucket_start(NOW)
     # When it is set, then moved back, then to the same value, then forward
-    assert repo.advance_watermark(start) is True
-    assert repo.advance_watermark(start - BUCKET_MS) is False
-    assert repo.advance_watermark(start) is False
-    assert repo.get_watermark() == start
-    assert repo.advance_watermark(start + BUCKET_MS) is True
+    assert store.advance_watermark(start) is True
+    assert store.advance_watermark(start - BUCKET_MS) is False
+    assert store.advance_watermark(start) is False
+    assert store.get_watermark() == start
+    assert store.advance_watermark(start + BUCKET_MS) is True
     # Then only the forward moves took effect
-    assert repo.get_watermark() == start + BUCKET_MS
+    assert store.get_watermark() == start + BUCKET_MS
 
 
 def test_the_watermark_and_heartbeat_items_are_not_tasks(backend: DynamoBackend, tasks: TaskFactory) -> None:
@@ -229,69 +229,69 @@ def test_find_due_moves_the_watermark_no_closer_than_its_safety_and_never_past_a
     backend: DynamoBackend, tasks: TaskFactory
 ) -> None:
     # Given an active task due 10 minutes ago
-    repo = backend.dynamo
+    store = backend.dynamo
     old = tasks.create(NOW - 10 * BUCKET_MS, now_ms=NOW - 11 * BUCKET_MS)
     # When due work is looked for now / Then the watermark stops at the old task's minute
-    assert repo.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == repo.get_watermark()
+    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
     # When the old task is finished and due work is looked for again / Then the watermark moves on, but stays
     # at least the overdue safety behind now
-    repo.cancel(old.task_id, NOW)
-    assert repo.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - repo.overdue_safety_ms)
-    assert repo.get_watermark() == bucket_start(NOW - repo.overdue_safety_ms)
+    store.cancel(old.task_id, NOW)
+    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - store.overdue_safety_ms)
+    assert store.get_watermark() == bucket_start(NOW - store.overdue_safety_ms)
 
 
 def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given an empty index
-    repo = backend.dynamo
-    assert repo.oldest_active_due() is None
+    store = backend.dynamo
+    assert store.oldest_active_due() is None
     # When tasks are due at several times, and the oldest of them is finished
     done = tasks.create(NOW - 9 * BUCKET_MS, now_ms=NOW - 10 * BUCKET_MS)
     oldest_active = tasks.create(NOW - 3 * BUCKET_MS + 7, now_ms=NOW - 4 * BUCKET_MS)
     tasks.create(NOW + 2 * BUCKET_MS)
     backend.store.cancel(done.task_id, NOW)
     # Then it answers one minute before the minute of the oldest active due time
-    assert repo.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
+    assert store.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
 def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given the same table seen by a store split into two poll groups, 40 tasks due within the minute and one
     # task 10 minutes overdue (in whichever group its id falls)
-    repo = backend.dynamo
-    assert repo.shard_count % 2 == 0
+    store = backend.dynamo
+    assert store.shard_count % 2 == 0
     grouped = dynamodb_store.DynamoTaskStore(
-        backend.client, backend.table_name, repo.shard_count, poll_groups=2, write_batch=repo.write_batch
+        backend.client, backend.table_name, store.shard_count, poll_groups=2, write_batch=store.write_batch
     )
     due_soon = [tasks.create(NOW + 1_000 + i, f"g-{i}") for i in range(40)]
     old = tasks.create(NOW - 10 * BUCKET_MS, "g-old", now_ms=NOW - 11 * BUCKET_MS)
-    old_group = 0 if shard_of(old.task_id, repo.shard_count) in grouped.group_shards(0) else 1
+    old_group = 0 if shard_of(old.task_id, store.shard_count) in grouped.group_shards(0) else 1
     # When each group looks for due work
     found = {g: sorted(c.task_id for c in grouped.find_due(NOW, NOW + 90_000, group=g).candidates) for g in (0, 1)}
     # Then each finds exactly the tasks of its shards: together every task, none twice
     for g in (0, 1):
-        assert found[g] and all(shard_of(t, repo.shard_count) in grouped.group_shards(g) for t in found[g])
+        assert found[g] and all(shard_of(t, store.shard_count) in grouped.group_shards(g) for t in found[g])
     assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
     # And each group keeps its own watermark: the old task holds back only its own group's
     marks = {g: grouped.get_watermark(g) for g in (0, 1)}
     assert marks[old_group] == bucket_start(old.due_ms)
-    assert marks[1 - old_group] == bucket_start(NOW - repo.overdue_safety_ms)
-    assert repo.get_watermark() is None  # the ungrouped store's watermark item is another item
-    assert len({grouped.watermark_key(0), grouped.watermark_key(1), repo.watermark_key()}) == 3
+    assert marks[1 - old_group] == bucket_start(NOW - store.overdue_safety_ms)
+    assert store.get_watermark() is None  # the ungrouped store's watermark item is another item
+    assert len({grouped.watermark_key(0), grouped.watermark_key(1), store.watermark_key()}) == 3
     # And a group that does not exist, or a group count that does not divide the shards, is refused
     with pytest.raises(ValueError, match="poll group 2"):
         grouped.find_due(NOW, NOW + 90_000, group=2)
     with pytest.raises(ValueError, match="must divide"):
-        dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, repo.shard_count, poll_groups=3)
+        dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, store.shard_count, poll_groups=3)
 
 
 def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it_did_not_read(
     backend: DynamoBackend, tasks: TaskFactory
 ) -> None:
     # Given a watermark 10 minutes back, and a task due 5 minutes ago (written in time: in its own minute)
-    repo = backend.dynamo
+    store = backend.dynamo
     start = bucket_start(NOW - 10 * BUCKET_MS)
-    assert repo.advance_watermark(start)
+    assert store.advance_watermark(start)
     old = tasks.create(NOW - 5 * BUCKET_MS, now_ms=NOW - 6 * BUCKET_MS)
-    step = max(1, repo._db_threads // repo.shard_count)  # minutes read at once, before out_of_time is asked again
+    step = max(1, store._db_threads // store.shard_count)  # minutes read at once, before out_of_time is asked again
     assert start + step * BUCKET_MS < bucket_start(old.due_ms)
     asked: list[int] = []
 
@@ -300,14 +300,14 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
         return len(asked) > 1
 
     # When a look runs out of time after its first step
-    stopped = repo.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
+    stopped = store.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
     # Then it did not reach the task, and its watermark stops at the first minute it did not read
     assert (stopped.candidates, stopped.complete) == ([], False)
-    assert stopped.watermark_ms == start + step * BUCKET_MS == repo.get_watermark()
+    assert stopped.watermark_ms == start + step * BUCKET_MS == store.get_watermark()
     # And the next look finds the task, the watermark then at the task's minute
-    full = repo.find_due(NOW, NOW + 90_000)
+    full = store.find_due(NOW, NOW + 90_000)
     assert ([c.task_id for c in full.candidates], full.complete) == ([old.task_id], True)
-    assert full.watermark_ms == bucket_start(old.due_ms) == repo.get_watermark()
+    assert full.watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
 
 
 # -- items written by others: a legacy claim, items that are not tasks --------------------------------------------
@@ -354,11 +354,11 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     # Given two tasks, and five items written by hand in the due index: one with status "pending", one with a
     # status that is a number, one with an unknown misfire policy, one with an unknown action kind, and one that
     # loses its due_ms once the index has listed it (the index lags the table)
-    repo, store = backend.dynamo, backend.store
+    dynamo, store = backend.dynamo, backend.store
     good = [tasks.create(NOW + 10_000 + i, f"good-{i}") for i in range(2)]
 
     def put(task_id: str, **changes: Any) -> None:
-        item = {**repo.item_of(tasks.build(NOW + 10_005, task_id), NOW), **to_av(changes)}
+        item = {**dynamo.item_of(tasks.build(NOW + 10_005, task_id), NOW), **to_av(changes)}
         backend.client.put_item(TableName=backend.table_name, Item=item)
 
     put("bad-status", status="pending")
@@ -366,7 +366,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     put("bad-policy", misfire_policy="whenever")
     put("bad-action", action='{"kind":"carrier-pigeon"}')
     put("bad-due")
-    query_index = repo.query_index
+    query_index = dynamo.query_index
 
     def index_lagging_the_table(bucket_ms: int, shard: int, until_ms: int) -> list[Any]:
         entries = query_index(bucket_ms, shard, until_ms)
@@ -376,7 +376,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
             )
         return entries
 
-    monkeypatch.setattr(repo, "query_index", index_lagging_the_table)
+    monkeypatch.setattr(dynamo, "query_index", index_lagging_the_table)
     ids = ["bad-status", "bad-type", "bad-policy", "bad-action", "bad-due", *(t.task_id for t in good)]
     # When due work is looked for
     scan = store.find_due(NOW, NOW + 90_000)

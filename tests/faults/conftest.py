@@ -60,12 +60,12 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
     made: list[Executor] = []
 
     def make(
-        repo: DynamoTaskStore,
+        store: DynamoTaskStore,
         settings: Settings,
         offset: OffsetProbe | None = None,
         dead_letters: DeadLetterQueue | None = None,
     ) -> Executor:
-        executor = Executor(repo, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
+        executor = Executor(store, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
         made.append(executor)
         return executor
 

@@ -2,7 +2,7 @@
 batch, one that runs it at once, one that kills the poller half way), injected faults (stores as a process
 sees them when it dies at a chosen step, an index that lags, a throttling store), the raw items a scenario
 inspects (a heartbeat, a task's takeover marks), and the verdict. What the other tiers use too (``now_ms``,
-``wait_until``, ``create_all``, ``repo_for``, ``run_threads``, ``RecordingInvoker``, ``arm``) is in
+``wait_until``, ``create_all``, ``store_for``, ``run_threads``, ``RecordingInvoker``, ``arm``) is in
 tests/support.py.
 
 Each scenario ends with :func:`judge`: the checker's verdict from the tasks as the table has them and the fires
@@ -32,7 +32,7 @@ from punctual.settings import Settings
 from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, join_all, make_tasks, repo_for
+from support import RecordingInvoker, join_all, make_tasks, store_for
 
 EPSILON_MS = 1_500  # "late" / "early" tolerance: generous, timing figures are the benchmark's business
 JOIN_TIMEOUT_S = 60
@@ -60,7 +60,7 @@ def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_00
 def put_all(settings: Settings, tasks: list[Task], created_ms: int) -> None:
     """Store many tasks fast: the items CREATE would put (written at ``created_ms``), by BatchWriteItem, 25 a
     request, 8 requests at a time (for volume scenarios; the tasks must be new)."""
-    store = repo_for(settings)
+    store = store_for(settings)
     items = [store.item_of(t, created_ms) for t in tasks]
     chunks = [items[i : i + 25] for i in range(0, len(items), 25)]
     local = threading.local()
@@ -395,7 +395,7 @@ class Throttle:
 # -- the verdict --------------------------------------------------------------------------------------------
 def judge(
     title: str,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     task_ids: Iterable[str],
     target: TargetServer | Iterable[Fire],
     allowance: Iterable[str] = (),
@@ -410,7 +410,7 @@ def judge(
     ``windows`` are the crash windows (:func:`crash_window`): the verdict prints how many tasks were due in them
     and how many of those were MISSED, and fails on a MISSED task due outside them."""
     ids = list(task_ids)
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
     fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
     verdict = check(

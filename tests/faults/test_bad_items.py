@@ -21,7 +21,7 @@ from punctual.settings import Settings
 from punctual_tools.checker import Expected
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for
+from support import RecordingInvoker, create_all, now_ms, store_for
 
 pytestmark = pytest.mark.integration
 
@@ -40,22 +40,22 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     lower_case, unknown_kind = tasks[10], tasks[21]
     good = [t for t in tasks if t not in (lower_case, unknown_kind)]
     ids = [t.task_id for t in good]
-    repo = repo_for(settings)
-    create_all(repo, good, created_ms=now)
+    store = store_for(settings)
+    create_all(store, good, created_ms=now)
     client = make_client(settings.endpoint_url)
     for task, change in (
         (lower_case, {"status": {"S": "pending"}}),
         (unknown_kind, {"action": {"S": json.dumps({"kind": "carrier-pigeon", "loft": "n"})}}),
     ):
-        client.put_item(TableName=settings.table_name, Item={**repo.item_of(task, now), **change})
+        client.put_item(TableName=settings.table_name, Item={**store.item_of(task, now), **change})
     bad = {lower_case.task_id: lower_case.due_ms, unknown_kind.task_id: unknown_kind.due_ms}
 
     # When a poll runs, its batch runs on an executor, and the next poll runs
     invoker = RecordingInvoker()
-    poller = Poller(repo, invoker, settings)
+    poller = Poller(store, invoker, settings)
     first = poller.poll(now_ms())
     event = one_batch(invoker)
-    report = make_executor(repo_for(settings), settings).run_batch(event)
+    report = make_executor(store_for(settings), settings).run_batch(event)
     second = poller.poll(now_ms())
 
     # Then the poll went on past the item it could not read (recorded FAILED, out of the index) and dispatched
@@ -73,7 +73,7 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     # ... and the checker agrees: every good task fired once, the bad ones FAILED without a fire
     verdict = judge(
         "bad items in a batch",
-        repo,
+        store,
         ids,
         target,
         extra_expected=[Expected(task_id, 0, due_ms, "FAILED") for task_id, due_ms in bad.items()],

@@ -21,7 +21,7 @@ from punctual.model import TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.target import TargetServer
-from support import create_all, now_ms, repo_for, run_threads
+from support import create_all, now_ms, run_threads, store_for
 
 pytestmark = pytest.mark.integration
 LOST_TO_EXECUTOR = (TaskStatus.ARMED, TaskStatus.SUCCEEDED, TaskStatus.FAILED)
@@ -40,8 +40,8 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
     due = now_ms() + 5_000
     tasks = http_tasks(f"cxl-{write_batch}", [due + 5 * i for i in range(80)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    create_all(store_for(settings), tasks)
+    invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     dispatching = threading.Event()
 
     class SignalsDispatch:
@@ -51,8 +51,8 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
             dispatching.set()
             invoker.invoke_async(payload)
 
-    poller = Poller(repo_for(settings), SignalsDispatch(), settings)
-    canceller = repo_for(settings)
+    poller = Poller(store_for(settings), SignalsDispatch(), settings)
+    canceller = store_for(settings)
     timing: list[int] = []
 
     def cancel_all() -> dict[str, bool]:
@@ -77,7 +77,7 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
     invoker.join()
 
     # Then per task exactly one side won: CANCELLED (cancel won) or SUCCEEDED (armed first, fired)
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     for task_id in ids:
         expected = TaskStatus.CANCELLED if cancel_won[task_id] else TaskStatus.SUCCEEDED
         assert stored[task_id].status is expected, task_id
@@ -90,5 +90,5 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
         f"executors armed {sum(r.armed for r in invoker.reports)}"
     )
     # ... and the checker agrees: no cancelled task fired, nothing lost, nothing doubled
-    verdict = judge(f"cancel racing arm ({write_batch})", repo_for(settings), ids, target)
+    verdict = judge(f"cancel racing arm ({write_batch})", store_for(settings), ids, target)
     assert len(verdict.cancelled) + len(verdict.matched) == len(ids)

@@ -37,7 +37,7 @@ from punctual.model import Task, TaskStatus
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 def dispatch_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None = None) -> BatchEvent:
     """One poll (at ``at_ms``, by default now); the single batch it dispatched, holding every task."""
     invoker = RecordingInvoker()
-    report = Poller(repo_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
+    report = Poller(store_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
     assert report.dispatched == len(tasks)
     event = one_batch(invoker)
     return event
@@ -74,29 +74,29 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     tasks = http_tasks(f"drop-{policy}", [base + 160 * i for i in range(250)], target.url, misfire_policy=policy)
     ids = [t.task_id for t in tasks]
     due = {t.task_id: t.due_ms for t in tasks}
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     event = dispatch_one_batch(settings, tasks)
 
     # When an executor arms them and is dropped right after (Lambda ends its environment): its heartbeat is
     # neither renewed nor retired, it fires nothing and writes nothing more
-    dying = repo_for(settings, DiesAfterArm)
+    dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
     dead_report = dead.run_batch(event)
     assert (dead_report.armed, dead_report.fired, dead_report.released) == (len(tasks), 0, 0)
-    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.ARMED}
+    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.ARMED}
     last_alive = alive_until(settings, dead_report.executor_id)
     assert last_alive is not None
     window = sorted(task_id for task_id in ids if due[task_id] <= last_alive)
     assert 0 < len(window) < len(tasks), "the crash window should hold some of the tasks, not all"
     # ... polls (on a clock the scenario controls) run at its last alive instant and one ms after it
     invoker = RecordingInvoker()
-    poller = Poller(repo_for(settings), invoker, settings)
+    poller = Poller(store_for(settings), invoker, settings)
     at_edge = poller.poll(last_alive)
     after = poller.poll(last_alive + 1)
     # ... and the executor the second poll invoked runs once that instant has passed (on the real clock)
     wait_past(last_alive + 1)
-    taker_store = repo_for(settings, NotesArmTime)
+    taker_store = store_for(settings, NotesArmTime)
     taken_event = one_batch(invoker)
     taker = make_executor(taker_store, settings).run_batch(taken_event)
     detected = taker_store.armed_at_ms
@@ -109,7 +109,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     assert (taker.armed, taker.taken_over) == (len(tasks), len(tasks))
     assert was_taken_over(settings, dead_report.executor_id)
     assert takeover_marks(settings, ids[0]) == (dead_report.executor_id, last_alive)
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     if policy == "skip":
         # ... only the crash window (due at or before its last alive instant) is MISSED, saying why
         assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
@@ -125,7 +125,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     keys = [f"{t}:0" for t in window] if policy == "fire_late" else []
     verdict = judge(
         f"executor dropped after arming 250 tasks, no retry: the lease path ({policy})",
-        repo_for(settings),
+        store_for(settings),
         ids,
         target,
         allowance=keys,
@@ -153,26 +153,26 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     tasks = http_tasks("crash-fire", [due + 10 * i for i in range(30)], target.url)
     ids = [t.task_id for t in tasks]
     keys = [f"{task_id}:0" for task_id in ids]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     event = dispatch_one_batch(settings, tasks)
 
     # When an executor arms and fires them, and its process dies as it starts recording (no outcome, no more
     # heartbeat)
-    report = make_executor(repo_for(settings, DiesAfterFire), settings).run_batch(event)
+    report = make_executor(store_for(settings, DiesAfterFire), settings).run_batch(event)
     assert report.armed == len(tasks) and report.not_recorded == len(tasks)
     assert target.wait_for_keys(keys, timeout=30)
     last_alive = alive_until(settings, report.executor_id)
     assert last_alive is not None and last_alive > now_ms()
     # ... Lambda delivers the failed invocation again at once (at least once): a new executor gets the batch
-    retry = make_executor(repo_for(settings), settings).run_batch(event)
+    retry = make_executor(store_for(settings), settings).run_batch(event)
     # ... polls run at the dead executor's last alive instant and one ms after it, and the executor invoked by
     # the second runs once that instant has passed
     invoker = RecordingInvoker()
-    poller = Poller(repo_for(settings), invoker, settings)
+    poller = Poller(store_for(settings), invoker, settings)
     at_edge = poller.poll(last_alive)
     after = poller.poll(last_alive + 1)
     wait_past(last_alive + 1)
-    taker = make_executor(repo_for(settings), settings).run_batch(invoker.events[0])
+    taker = make_executor(store_for(settings), settings).run_batch(invoker.events[0])
 
     # Then the redelivery, while the dead one's heartbeat held, armed nothing and fired nothing
     assert (retry.armed, retry.fired, retry.lost_arm) == (0, 0, len(tasks))
@@ -180,11 +180,11 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     # before its last alive instant: the crash window), saying they may have fired, and fired none again
     assert (at_edge.dispatched, after.dispatched, after.recovered) == (0, len(tasks), len(tasks))
     assert (taker.taken_over, taker.fired, taker.missed) == (len(tasks), 0, len(tasks))
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     assert all("may have fired" in (t.detail or "") for t in stored.values())
     # ... and the target saw each fire once: no extra allowed, none happened
-    verdict = judge("crash after fire, before record", repo_for(settings), ids, target)
+    verdict = judge("crash after fire, before record", store_for(settings), ids, target)
     assert len(verdict.matched) == len(tasks) and not verdict.extra
 
 
@@ -200,17 +200,17 @@ def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_withou
     due = now - 5_000
     tasks = http_tasks("late-exec", [due + 10 * i for i in range(20)], target.url, grace_ms=1_000)
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks, created_ms=due - 10_000)
+    create_all(store_for(settings), tasks, created_ms=due - 10_000)
     event = dispatch_one_batch(settings, tasks, at_ms=due - 1_000)
 
     # When the executor starts only now (a cold start stuck, the async queue backed up), past their grace
-    report = make_executor(repo_for(settings), settings).run_batch(event)
+    report = make_executor(store_for(settings), settings).run_batch(event)
 
     # Then it armed them (from PENDING), fired none, and recorded each MISSED
     assert (report.armed, report.fired, report.missed) == (len(tasks), 0, len(tasks))
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
-    verdict = judge("executor started after the grace", repo_for(settings), ids, target)
+    verdict = judge("executor started after the grace", store_for(settings), ids, target)
     assert len(verdict.explicitly_missed) == len(tasks) and verdict.fires == 0
 
 
@@ -227,9 +227,9 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     tasks = http_tasks("retry-takeover", [base + 200 * i for i in range(40)], target.url)
     ids = [t.task_id for t in tasks]
     due = {t.task_id: t.due_ms for t in tasks}
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     event = dispatch_one_batch(settings, tasks)
-    dying = repo_for(settings, DiesAfterArm)
+    dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
     dead_id = dead.run_batch(event).executor_id
@@ -239,11 +239,11 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     # When Lambda retries that invocation (the same event) after the dead one's heartbeat lapsed, with no
     # poll in between
     wait_past(last_alive + 1)
-    report = make_executor(repo_for(settings), settings).run_batch(event)
+    report = make_executor(store_for(settings), settings).run_batch(event)
 
     # Then the retry took every task over: the crash window MISSED, every later task fired once
     window = sorted(t for t in ids if due[t] <= last_alive)
     assert (report.armed, report.taken_over, report.missed) == (len(tasks), len(tasks), len(window))
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
-    judge("Lambda's retry takes over a dead executor's batch", repo_for(settings), ids, target)
+    judge("Lambda's retry takes over a dead executor's batch", store_for(settings), ids, target)

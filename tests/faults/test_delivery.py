@@ -24,7 +24,7 @@ from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads, wait_until
+from support import RecordingInvoker, create_all, now_ms, run_threads, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,20 +39,20 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
 ) -> None:
     # Given 30 tasks due in ~2.5 s, dispatched by one poll in one batch
     settings = make_settings(write_batch=write_batch)
-    repo = repo_for(settings)
+    store = store_for(settings)
     due = now_ms() + 2_500
     tasks = http_tasks(f"dup-{write_batch}", [due + 7 * (i % 5) for i in range(30)], target.url)
-    create_all(repo, tasks)
+    create_all(store, tasks)
     invoker = RecordingInvoker()
-    Poller(repo, invoker, settings).poll(now_ms())
+    Poller(store, invoker, settings).poll(now_ms())
     event = one_batch(invoker)
     assert len(event.tasks) == len(tasks)
 
     # When two executors (two Lambda environments) get that batch at the same time
-    executors = [make_executor(repo_for(settings), settings) for _ in range(2)]
+    executors = [make_executor(store_for(settings), settings) for _ in range(2)]
     reports = run_threads([lambda x=x: x.run_batch(event) for x in executors])
     # ... and the same batch is delivered once more, after they finished (a retried invocation)
-    late_report = make_executor(repo_for(settings), settings).run_batch(event)
+    late_report = make_executor(store_for(settings), settings).run_batch(event)
 
     # Then each task was armed by exactly one of the first two, and the late delivery armed none
     assert sum(r.armed for r in reports) == len(tasks)
@@ -60,7 +60,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     assert (late_report.armed, late_report.lost_arm) == (0, len(tasks))
     # ... and the target saw each task fire once: 0 lost, 0 extra
     verdict = judge(
-        f"duplicate delivery to two executors + a late retry ({write_batch})", repo, [t.task_id for t in tasks], target
+        f"duplicate delivery to two executors + a late retry ({write_batch})", store, [t.task_id for t in tasks], target
     )
     assert len(verdict.matched) == len(tasks) and not verdict.extra
 
@@ -102,10 +102,10 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
             ).task_id
             for i in range(40)
         ]
-        repo = repo_for(stack.settings)
+        store = store_for(stack.settings)
         fired = target.wait_for_keys([f"{task_id}:0" for task_id in ids], timeout=40)
         finished = wait_until(
-            lambda: all(t.status is TaskStatus.SUCCEEDED for t in repo.get_many(ids).values()), timeout=20
+            lambda: all(t.status is TaskStatus.SUCCEEDED for t in store.get_many(ids).values()), timeout=20
         )
         # (once every delivery has completed, every fire it made has reached the target: an action's POST is
         # answered before its executor records it and returns)
@@ -117,4 +117,4 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         assert stats["invoked"] >= 1
         assert stats["completed"] == 2 * stats["invoked"]
         # ... and the target saw each task fire once
-        judge("local runtime, every invocation delivered twice", repo, ids, target)
+        judge("local runtime, every invocation delivered twice", store, ids, target)

@@ -47,7 +47,7 @@ from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
 from punctual_tools.local.stack import settings_env
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 HANDLER = find_project_root() / "src" / "executor" / "app.py"
@@ -163,19 +163,19 @@ def heartbeats(settings: Settings) -> dict[str, dict[str, Any]]:
     return items
 
 
-def all_final(repo: DynamoTaskStore, ids: list[str]) -> bool:
-    stored = repo.get_many(ids)
+def all_final(store: DynamoTaskStore, ids: list[str]) -> bool:
+    stored = store.get_many(ids)
     return len(stored) == len(ids) and all(not t.status.is_active for t in stored.values())
 
 
-def finish_with_polls(repo: DynamoTaskStore, poller: Poller, ids: list[str], timeout: float) -> int:
+def finish_with_polls(store: DynamoTaskStore, poller: Poller, ids: list[str], timeout: float) -> int:
     """Poll every second (as the scheduled poller would) until every task is final; returns the polls made."""
     polls = 0
     deadline = time.monotonic() + timeout
-    while not all_final(repo, ids) and time.monotonic() < deadline:
+    while not all_final(store, ids) and time.monotonic() < deadline:
         poller.poll(now_ms())
         polls += 1
-        wait_until(lambda: all_final(repo, ids), timeout=1.0, interval=0.2)
+        wait_until(lambda: all_final(store, ids), timeout=1.0, interval=0.2)
     return polls
 
 
@@ -196,7 +196,7 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     settings = make_settings(**SHORT_LEASE, max_batch_size=250, db_threads=8, arm_margin_ms=1_000)
     run = lambda_executors(settings, executor_limits(timeout_s=TIMEOUT_S, max_retry_attempts=2), prewarm=1)
     run.warm(1)
-    repo = repo_for(settings)
+    store = store_for(settings)
     # ... and 250 tasks due one every 320 ms from 21 s ahead: when the invocation that arms them is killed at
     # its timeout, it holds all 250, due over the next 80 s
     t0 = now_ms()
@@ -209,14 +209,14 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     # killed at its own timeout too, since the batch spans four), and after the last, the scenario's polls
     # (every second, as the scheduled poller would) find what the last attempt held once its lease ended
     found = RecordingInvoker()
-    poller = Poller(repo, found, settings)
+    poller = Poller(store, found, settings)
     poller.poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
     assert wait_until(lambda: run.invoker.stats["timeouts"] >= 1, timeout=60), run.log_tail()
     assert wait_until(lambda: run.invoker.stats["retries"] >= 2 and run.invoker.stats["timeouts"] >= 3, timeout=120), (
         f"{run.invoker.stats}\n{run.log_tail()}"
     )
-    polls = finish_with_polls(repo, Poller(repo, run.invoker, settings), ids, timeout=150)
+    polls = finish_with_polls(store, Poller(store, run.invoker, settings), ids, timeout=150)
     assert run.invoker.wait_idle(90), run.log_tail()
     stats = run.invoker.stats
 
@@ -234,12 +234,12 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     assert retried >= 2, f"no retry took over its earlier attempt: {stats}"
     verdict = judge(
         "executor killed at its timeout holding 250 tasks; Lambda's retries, then polls",
-        repo,
+        store,
         ids,
         target,
         windows=windows,
     )
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in sorted(windows))
     print(f"invoker: {stats}; polls {polls}; heartbeats {len(beats)}, invocations named {len(by_invocation)}")
@@ -297,7 +297,7 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     run = lambda_executors(settings, executor_limits(timeout_s=120, reserved_concurrency=2), prewarm=2)
     assert run.invoker.concurrency == 2
     run.warm(2)
-    repo = repo_for(settings)
+    store = store_for(settings)
     # ... and 2,000 tasks due at one instant, 30 s after they are stored (time to arm), a grace of 3 minutes
     due = now_ms() + 35_000
     tasks = http_tasks("burst", [due] * 2_000, target.url, grace_ms=180_000)
@@ -305,11 +305,11 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     ids = [t.task_id for t in tasks]
 
     # When one poll dispatches them, batch after batch
-    poller = Poller(repo, run.invoker, settings)
+    poller = Poller(store, run.invoker, settings)
     report = poller.poll(now_ms())
     print(f"\npoll: {report}")
-    assert wait_until(lambda: all_final(repo, ids), timeout=180, interval=1), (
-        f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{run.invoker.stats}\n{run.log_tail()}"
+    assert wait_until(lambda: all_final(store, ids), timeout=180, interval=1), (
+        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{run.invoker.stats}\n{run.log_tail()}"
     )
     assert run.invoker.wait_idle(60)
 
@@ -319,9 +319,9 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     assert stats["throttles"] >= 1 and stats["dropped"] == 0, stats
     assert stats["completed"] == len(run.reports)
     # ... every task fired once (late where its batch waited for a free executor: printed, not asserted)
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
-    verdict = judge("burst of 2,000 with executor concurrency 2", repo, ids, target)
+    verdict = judge("burst of 2,000 with executor concurrency 2", store, ids, target)
     assert len(verdict.matched) == len(ids)
     latest = max((drift for _, drift in verdict.late), default=0.0)
     print(
@@ -344,19 +344,19 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     settings = make_settings(**SHORT_LEASE, arm_margin_ms=1_000)
     run = lambda_executors(settings, executor_limits(timeout_s=120), prewarm=2)
     run.warm(2)
-    repo = repo_for(settings)
+    store = store_for(settings)
     # ... and 20 tasks due from 25 s to 31 s ahead
     t0 = now_ms()
     dues = [t0 + 25_000 + 300 * i for i in range(20)]
     tasks = http_tasks("frozen", dues, target.url, grace_ms=120_000)
-    create_all(repo, tasks)
+    create_all(store, tasks)
     ids = [t.task_id for t in tasks]
-    poller = Poller(repo, run.invoker, settings)
+    poller = Poller(store, run.invoker, settings)
     found = RecordingInvoker()  # what one poll sends, as one batch (the tasks may span two reads of the index)
-    Poller(repo, found, settings).poll(now_ms())
+    Poller(store, found, settings).poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
-    assert wait_until(lambda: {t.status for t in repo.get_many(ids).values()} == {TaskStatus.ARMED}, timeout=30)
-    owner = repo.get_many(ids)[ids[0]].armed_by
+    assert wait_until(lambda: {t.status for t in store.get_many(ids).values()} == {TaskStatus.ARMED}, timeout=30)
+    owner = store.get_many(ids)[ids[0]].armed_by
     assert owner is not None
     (pid,) = run.invoker.busy_worker_pids()
 
@@ -384,8 +384,8 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     report = run.report_of(owner)
     assert report is not None
     assert report["fired"] == 0 and report["missed"] == 0, report
-    assert wait_until(lambda: all_final(repo, ids), timeout=60)
-    stored = repo.get_many(ids)
+    assert wait_until(lambda: all_final(store, ids), timeout=60)
+    stored = store.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     assert all(d > last_alive for d in dues)
     print(
@@ -396,7 +396,7 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     # ... and the checker sees no extra fire: nothing the takeover took was fired by the thawed worker too
     verdict = judge(
         "worker frozen 10 s, past its lease, thawed after a takeover",
-        repo,
+        store,
         ids,
         target,
         windows=crash_windows(settings, dict(zip(ids, dues, strict=True)), [owner]),
@@ -444,10 +444,10 @@ def test_a_record_write_throttled_three_times_is_recorded_after_its_retries_not_
     # throttled
     t0 = now_ms()
     tasks = http_tasks("record-throttled", [t0 + 3_000 + 50 * i for i in range(10)], target.url)
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(repo_for(settings), invoker, settings).poll(now_ms())
-    store = repo_for(settings, ThrottlesRecords)
+    Poller(store_for(settings), invoker, settings).poll(now_ms())
+    store = store_for(settings, ThrottlesRecords)
 
     # When it runs the batch
     report = make_executor(store, settings).run_batch(one_batch(invoker))
@@ -456,8 +456,8 @@ def test_a_record_write_throttled_three_times_is_recorded_after_its_retries_not_
     assert store.failed == 3
     assert (report.armed, report.fired, report.not_recorded) == (10, 10, 0), report
     ids = [t.task_id for t in tasks]
-    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
-    verdict = judge("record write throttled three times", repo_for(settings), ids, target)
+    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    verdict = judge("record write throttled three times", store_for(settings), ids, target)
     assert not verdict.explicitly_missed
     print(f"window: none, MISSED {len(verdict.explicitly_missed)}, run {time.monotonic() - started:.1f} s")
 
@@ -493,13 +493,13 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     # Given 12 tasks due in ~4 s, and a poller whose every BatchGetItem leaves all its keys unprocessed
     t0 = now_ms()
     tasks = http_tasks("unprocessed", [t0 + 4_000 + 50 * i for i in range(12)], target.url)
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     ids = [t.task_id for t in tasks]
     client = UnprocessedReads(make_client(settings.endpoint_url))
     store = DynamoTaskStore.from_settings(client, settings)
     sleeps: list[float] = []
     store._sleep = sleeps.append  # the backoff between attempts, noted instead of slept
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     poller = Poller(store, invoker, settings)
 
     # When it polls
@@ -508,17 +508,17 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     # Then the poll does not fail: it retried the unprocessed keys with backoff, then sent nothing
     assert client.refused >= 2 and sleeps, (client.refused, sleeps)
     assert invoker.events == []
-    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.PENDING}
+    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.PENDING}
 
     # When the throttling has passed and the next poll runs  Then it sends every task, which fires once
     client.failing = False
     second = poller.poll(now_ms())
     assert sorted(invoker.task_ids) == sorted(ids)
     invoker.join()
-    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
     print(
         f"\nfirst poll: {first}\nsecond poll: {second}\nBatchGetItem refused {client.refused} times, "
         f"backoff {sum(sleeps):.2f} s over {len(sleeps)} waits"
     )
-    verdict = judge("every BatchGetItem of a poll left unprocessed", repo_for(settings), ids, target)
+    verdict = judge("every BatchGetItem of a poll left unprocessed", store_for(settings), ids, target)
     print(f"window: none, MISSED {len(verdict.explicitly_missed)}, run {time.monotonic() - started:.1f} s")

@@ -22,7 +22,7 @@ from punctual.poller import Poller
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,24 +39,24 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
     poison = [t.task_id for t in tasks[::4]]
     target.fail([f"{task_id}:0" for task_id in poison])
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(repo_for(settings), invoker, settings).poll(now_ms())
+    Poller(store_for(settings), invoker, settings).poll(now_ms())
 
     # When the batch runs
     for event in invoker.events:
-        make_executor(repo_for(settings), settings).run_batch(event)
+        make_executor(store_for(settings), settings).run_batch(event)
     finished = wait_until(
-        lambda: all(not t.status.is_active for t in repo_for(settings).get_many(ids).values()), timeout=30
+        lambda: all(not t.status.is_active for t in store_for(settings).get_many(ids).values()), timeout=30
     )
 
     # Then the poison tasks are FAILED with the target's answer, the others SUCCEEDED
     assert finished
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert all("500" in (stored[task_id].detail or "") for task_id in poison)
     # ... every request for a poison key was rejected; none is an extra
-    verdict = judge("poison task (target always answers 500)", repo_for(settings), ids, target)
+    verdict = judge("poison task (target always answers 500)", store_for(settings), ids, target)
     assert {f.key for f in verdict.rejected} == {f"{task_id}:0" for task_id in poison}
     assert not verdict.extra
 
@@ -74,15 +74,15 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     poison = [t.task_id for t in tasks[::2]]
     target.fail([f"{task_id}:0" for task_id in poison])
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     dead_letters = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
-    executor = make_executor(repo_for(settings), settings, dead_letters=dead_letters)
-    poller = Poller(repo_for(settings), RecordingInvoker(), settings)
+    executor = make_executor(store_for(settings), settings, dead_letters=dead_letters)
+    poller = Poller(store_for(settings), RecordingInvoker(), settings)
 
     # When the poller and the executor run until every task has an outcome (each retry is a PENDING task
     # again, due after its backoff, which a later poll dispatches)
     def finished() -> bool:
-        return all(not t.status.is_active for t in repo_for(settings).get_many(ids).values())
+        return all(not t.status.is_active for t in store_for(settings).get_many(ids).values())
 
     deadline = time.monotonic() + 60
     while not finished() and time.monotonic() < deadline:
@@ -95,7 +95,7 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
 
     # Then each poison task was tried exactly 3 times at the target, always with the same key, and is FAILED
     assert finished()
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.SUCCEEDED} == set(ids) - set(poison)
     attempts = Counter(r.key for r in target.records() if (r.key or "").startswith("retry-"))
@@ -104,13 +104,13 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     letters = dead_letters.receive()
     assert sorted(letter.task_id for letter in letters) == sorted(poison)
     # ... and the checker counts the attempts as rejected, none as an extra fire, nothing lost
-    verdict = judge("poison task, 3 attempts, then FAILED + DLQ", repo_for(settings), ids, target)
+    verdict = judge("poison task, 3 attempts, then FAILED + DLQ", store_for(settings), ids, target)
     assert len(verdict.rejected) == 9
     assert not verdict.extra
 
     # When they are redriven, twice
-    first = repo_for(settings).redrive_many(poison, now_ms())
-    second = repo_for(settings).redrive_many(poison, now_ms())
+    first = store_for(settings).redrive_many(poison, now_ms())
+    second = store_for(settings).redrive_many(poison, now_ms())
     # Then the first puts each back to PENDING with a fresh set of attempts; the second is a no-op
     assert first == [True] * 3 and second == [False] * 3
-    assert all(t.status is TaskStatus.PENDING and t.attempt == 0 for t in repo_for(settings).get_many(poison).values())
+    assert all(t.status is TaskStatus.PENDING and t.attempt == 0 for t in store_for(settings).get_many(poison).values())

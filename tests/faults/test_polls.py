@@ -45,7 +45,7 @@ from punctual.settings import Settings
 from punctual_tools.checker import Fire
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
 from punctual_tools.local.target import TargetServer
-from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, repo_for, run_threads, wait_until
+from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 SHARDS = 4
@@ -54,14 +54,14 @@ SHARDS = 4
 def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers: list[RecordingInvoker]) -> None:
     """Run every collected batch, each on its own executor, all at once."""
     events = [event for invoker in invokers for event in invoker.events]
-    executors = [make_executor(repo_for(settings), settings) for _ in events]
+    executors = [make_executor(store_for(settings), settings) for _ in events]
     if events:
         run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
 
 
 def armed_or_done(settings: Settings, task_ids: list[str], timeout: float = 20) -> bool:
     """Wait until no task among ``task_ids`` is PENDING any more (their executors armed them)."""
-    store = repo_for(settings)
+    store = store_for(settings)
     return wait_until(
         lambda: all(t.status is not TaskStatus.PENDING for t in store.get_many(task_ids).values()),
         timeout=timeout,
@@ -80,25 +80,25 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
 ) -> None:
     # Given 60 tasks due in ~5 s, and small batches
     settings = make_settings(write_batch=write_batch, max_batch_size=20)
-    repo = repo_for(settings)
+    store = store_for(settings)
     due = now_ms() + 5_000
     tasks = http_tasks(f"two-{write_batch}", [due + 11 * i for i in range(60)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo, tasks)
+    create_all(store, tasks)
     invokers = [RecordingInvoker() for _ in range(2)]
-    pollers = [Poller(repo_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
+    pollers = [Poller(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll the same instant at once (EventBridge fired the rule twice) ...
     at = now_ms()
     reports = run_threads([lambda p=p: p.poll(at) for p in pollers])
     # ... every batch of both goes to an executor of its own, all at once ...
-    executors = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    executors = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     for payload in (p for inv in invokers for p in inv.payloads):
         executors.invoke_async(payload)
     # ... and a third poller polls while those executors hold the tasks (their heartbeats live)
     assert armed_or_done(settings, ids)
     third_invoker = RecordingInvoker()
-    third = Poller(repo_for(settings), third_invoker, settings, poller_id="poller-2").poll(now_ms())
+    third = Poller(store_for(settings), third_invoker, settings, poller_id="poller-2").poll(now_ms())
     executors.join()
 
     # Then both pollers dispatched every task (they write nothing, so neither stops the other) ...
@@ -109,9 +109,9 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     assert sum(r.armed for r in executors.reports) == len(tasks)
     assert sum(r.lost_arm for r in executors.reports) == len(tasks)
     assert third.dispatched == 0 and not third_invoker.payloads
-    assert {t.attempt for t in repo.get_many(ids).values()} == {1}
+    assert {t.attempt for t in store.get_many(ids).values()} == {1}
     # ... and each fired once
-    judge(f"two pollers at one instant + a third while armed ({write_batch})", repo, ids, target)
+    judge(f"two pollers at one instant + a third while armed ({write_batch})", store, ids, target)
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
     ids = [t.task_id for t in tasks]
     put_all(settings, tasks, created_ms=at)
     invokers = [RecordingInvoker(), RecordingInvoker()]
-    pollers = [Poller(repo_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
+    pollers = [Poller(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll that instant at once ...
     reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=240)
@@ -160,7 +160,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
 
     def stand_in_executor(event: BatchEvent) -> tuple[str, list[str], list[Fire]]:
         if not hasattr(local, "store"):
-            local.store = repo_for(settings)
+            local.store = store_for(settings)
         store: DynamoTaskStore = local.store
         executor_id = f"x-{event.batch_id[:12]}"
         assert store.heartbeat(executor_id, at, at + 600_000)
@@ -182,12 +182,12 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
             winners.setdefault(task_id, []).append(executor_id)
     assert {t: w for t, w in winners.items() if len(w) != 1} == {}
     assert set(winners) == set(ids)
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {(t.status, t.attempt) for t in stored.values()} == {(TaskStatus.ARMED, 1)}
     assert all(stored[t].armed_by == w[0] for t, w in winners.items())
     # ... and the checker agrees: every task "fired" once, none twice
     fires = [f for _, _, part in results for f in part]
-    judge("two pollers at one instant over 10k tasks (arm exclusivity)", repo_for(settings), ids, fires)
+    judge("two pollers at one instant over 10k tasks (arm exclusivity)", store_for(settings), ids, fires)
 
 
 # -- 3. an invocation lost after dispatch ---------------------------------------------------------------------
@@ -198,29 +198,29 @@ def test_a_batch_whose_invocation_was_lost_is_dispatched_again_by_the_next_poll_
     make_executor: Callable[..., Executor],
 ) -> None:
     # Given 40 tasks due in ~4 s
-    repo = repo_for(settings)
+    store = store_for(settings)
     due = now_ms() + 4_000
     tasks = http_tasks("lost-invoke", [due + 13 * i for i in range(40)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo, tasks)
+    create_all(store, tasks)
 
     # When a poll dispatches them and the invocation is lost (the poller died after invoking, or the event
     # never reached an executor) ...
     t0 = now_ms()
-    first = Poller(repo, DroppingInvoker(), settings).poll(t0)
+    first = Poller(store, DroppingInvoker(), settings).poll(t0)
     # ... and the next poll runs (any later tick: nothing has to expire first)
     invoker = RecordingInvoker()
-    again = Poller(repo_for(settings), invoker, settings).poll(t0 + 1)
+    again = Poller(store_for(settings), invoker, settings).poll(t0 + 1)
     run_all(make_executor, settings, [invoker])
 
     # Then the first left every task as it was (PENDING), the next sent every one again ...
     assert first.dispatched == len(tasks)
     assert (again.dispatched, again.recovered) == (len(tasks), 0)
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     assert {t.attempt for t in stored.values()} == {1}  # armed once
     # ... and each fired once
-    judge("invocation lost after dispatch: the next poll dispatched again", repo, ids, target)
+    judge("invocation lost after dispatch: the next poll dispatched again", store, ids, target)
 
 
 # -- 3b. a poller killed mid-dispatch -------------------------------------------------------------------------
@@ -235,17 +235,17 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     due = now_ms() + 6_000
     tasks = http_tasks("killed-poller", [due + 7 * i for i in range(200)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
 
     # When the poller's process dies after 5 of its 10 invocations (those 5 reach executors at once) ...
-    dying = KillsPollerAfter(lambda: make_executor(repo_for(settings), settings), accepted=5)
+    dying = KillsPollerAfter(lambda: make_executor(store_for(settings), settings), accepted=5)
     with pytest.raises(PollerKilled):
-        Poller(repo_for(settings), dying, settings).poll(now_ms())
+        Poller(store_for(settings), dying, settings).poll(now_ms())
     sent = dying.task_ids
     assert armed_or_done(settings, sent)  # their executors armed them
     # ... and the next tick runs
-    follow = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
-    report = Poller(repo_for(settings), follow, settings).poll(now_ms())
+    follow = InlineInvoker(lambda: make_executor(store_for(settings), settings))
+    report = Poller(store_for(settings), follow, settings).poll(now_ms())
     dying.join()
     follow.join()
 
@@ -254,7 +254,7 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     assert (report.dispatched, report.complete) == (100, True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
     # ... and every task fired once
-    judge("poller killed mid-dispatch; the next tick sent the rest", repo_for(settings), ids, target)
+    judge("poller killed mid-dispatch; the next tick sent the rest", store_for(settings), ids, target)
 
 
 # -- 3c. a tick that hits its deadline ------------------------------------------------------------------------
@@ -270,17 +270,19 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
     due = now_ms() + 6_000
     tasks = http_tasks("deadline", [due + 7 * i for i in range(200)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     budget = TickBudget(4.0)
-    executors = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    executors = InlineInvoker(lambda: make_executor(store_for(settings), settings))
 
     # When the tick runs (invocations go 8 at a time, each checking the deadline first) ...
-    first = Poller(repo_for(settings), SlowInvoker(executors, budget, 1.0), settings).poll(now_ms(), budget.out_of_time)
+    first = Poller(store_for(settings), SlowInvoker(executors, budget, 1.0), settings).poll(
+        now_ms(), budget.out_of_time
+    )
     sent = executors.task_ids
     assert armed_or_done(settings, sent)
     # ... and the next tick runs with time to spare
-    follow = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
-    second = Poller(repo_for(settings), follow, settings).poll(now_ms(), TickBudget(60).out_of_time)
+    follow = InlineInvoker(lambda: make_executor(store_for(settings), settings))
+    second = Poller(store_for(settings), follow, settings).poll(now_ms(), TickBudget(60).out_of_time)
     executors.join()
     follow.join()
 
@@ -291,7 +293,7 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
     assert (second.dispatched, second.complete) == (first.undispatched, True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
     print(f"\nfirst tick sent {first.dispatched}, left {first.undispatched}; the next sent {second.dispatched}")
-    judge("tick out of time while dispatching; the next tick sent the rest", repo_for(settings), ids, target)
+    judge("tick out of time while dispatching; the next tick sent the rest", store_for(settings), ids, target)
 
 
 @pytest.mark.timeout(120)
@@ -308,16 +310,16 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
     upcoming = http_tasks("read-deadline-new", [now + 4_000 + 10 * i for i in range(30)], target.url)
     tasks = overdue + upcoming
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks, created_ms=now - 160_000)
+    create_all(store_for(settings), tasks, created_ms=now - 160_000)
     budget = TickBudget(8.0)
-    slow = repo_for(settings, SlowIndex)
+    slow = store_for(settings, SlowIndex)
     slow.budget = budget
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
+    invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
 
     # When the tick runs out of time part way through the minute buckets it has to read ...
     first = Poller(slow, invoker, settings).poll(now_ms(), budget.out_of_time)
     # ... and the next tick runs with time to spare
-    second = Poller(repo_for(settings), invoker, settings).poll(now_ms())
+    second = Poller(store_for(settings), invoker, settings).poll(now_ms())
     invoker.join()
 
     # Then the first read only some buckets, dispatched nothing (its time was up), and did not move the
@@ -327,7 +329,7 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
     assert second.watermark_ms <= bucket_start(overdue[0].due_ms)
     assert (second.dispatched, second.complete) == (len(tasks), True)
     print(f"\nfirst tick read {budget.used_s:.0f} queries of {first.queries} and found {first.candidates}")
-    verdict = judge("tick out of time while reading; the next tick found everything", repo_for(settings), ids, target)
+    verdict = judge("tick out of time while reading; the next tick found everything", store_for(settings), ids, target)
     assert len(verdict.matched) == len(tasks) and not verdict.past_grace
 
 
@@ -352,10 +354,10 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     )  # 19-28 s overdue at t2: past a 15 s grace
     ahead = http_tasks("gap-ahead", [t2 + 2_500 + 10 * i for i in range(10)], target.url)
     tasks = gap_ok + gap_tight_late + gap_tight_missed + ahead
-    repo = repo_for(settings)
-    create_all(repo, tasks, created_ms=t1 - 5_000)  # all written before the first poll
+    store = store_for(settings)
+    create_all(store, tasks, created_ms=t1 - 5_000)  # all written before the first poll
     invoker = RecordingInvoker()
-    poller = Poller(repo, invoker, settings)
+    poller = Poller(store, invoker, settings)
 
     # When the first poll runs at t1 and the next 119 s later, at t2 (= now: the executors run on the real clock)
     first = poller.poll(t1)
@@ -367,11 +369,11 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     assert first.dispatched == 0
     assert second.watermark_ms <= bucket_start(t1)
     assert second.dispatched == len(tasks)
-    stored = repo.get_many([t.task_id for t in tasks])
+    stored = store.get_many([t.task_id for t in tasks])
     assert {stored[t.task_id].status for t in gap_tight_missed} == {TaskStatus.MISSED}
     assert {stored[t.task_id].status for t in gap_ok + gap_tight_late + ahead} == {TaskStatus.SUCCEEDED}
     # ... and the target agrees: gap tasks fired late but within their grace, the rest explicitly MISSED
-    verdict = judge("119 s between polls", repo, [t.task_id for t in tasks], target)
+    verdict = judge("119 s between polls", store, [t.task_id for t in tasks], target)
     assert set(verdict.explicitly_missed) == {f"{t.task_id}:0" for t in gap_tight_missed}
     assert {key for key, _ in verdict.late} >= {f"{t.task_id}:0" for t in gap_ok + gap_tight_late}
     assert not verdict.past_grace
@@ -391,16 +393,16 @@ def test_a_task_whose_index_entry_lags_is_found_by_the_next_poll_and_fires_once(
     overdue = http_tasks("lag-overdue", [now - 8_000 + 10 * i for i in range(10)], target.url, grace_ms=90_000)
     visible = http_tasks("lag-visible", [now + 3_000 + 10 * i for i in range(10)], target.url)
     tasks = fresh + overdue + visible
-    repo = repo_for(settings, LaggingIndex)
-    create_all(repo, tasks, created_ms=now)
-    repo.hidden = frozenset(t.task_id for t in fresh + overdue)
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))  # executors start at once
-    poller = Poller(repo, invoker, settings)
+    store = store_for(settings, LaggingIndex)
+    create_all(store, tasks, created_ms=now)
+    store.hidden = frozenset(t.task_id for t in fresh + overdue)
+    invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))  # executors start at once
+    poller = Poller(store, invoker, settings)
 
     # When a poll runs while the index lags, and the next (once it has caught up) while the first batch's
     # executor holds its tasks
     first = poller.poll(now)
-    repo.hidden = frozenset()
+    store.hidden = frozenset()
     assert armed_or_done(settings, [t.task_id for t in visible], timeout=60)
     second = poller.poll(now_ms())
     invoker.join()
@@ -410,5 +412,5 @@ def test_a_task_whose_index_entry_lags_is_found_by_the_next_poll_and_fires_once(
     assert first.dispatched == len(visible)
     assert second.watermark_ms <= bucket_start(now)
     assert second.dispatched == len(fresh) + len(overdue)
-    verdict = judge("due index lagging for one poll", repo, [t.task_id for t in tasks], target)
+    verdict = judge("due index lagging for one poll", store, [t.task_id for t in tasks], target)
     assert len(verdict.matched) == len(tasks)

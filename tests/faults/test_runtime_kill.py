@@ -38,7 +38,7 @@ from punctual_tools.local.dynamodb_local import find_project_root
 from punctual_tools.local.stack import read_state
 from punctual_tools.local.target import TargetServer
 from punctual_tools.stats import summarize
-from support import interrupt, now_ms, repo_for, wait_until
+from support import interrupt, now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.e2e
 ROOT = find_project_root()
@@ -195,13 +195,13 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     # When the runtime is killed with SIGKILL, 7 s into the run, once its executors hold armed tasks (a loaded
     # machine may take longer to get there)
     time.sleep(max(0.0, (base + 7_000 - now_ms()) / 1000))
-    old = repo_for(client_settings(state))
+    old = store_for(client_settings(state))
     assert wait_until(
         lambda: any(t.status is TaskStatus.ARMED for t in old.get_many(ids).values()), timeout=60, interval=0.1
     ), f"no task was ever armed\n{runtime.log_tail()}"
     runtime.kill()
     # ... (what the table held at that moment, read from the DynamoDB Local the kill left running)
-    at_kill = {task_id: t.status for task_id, t in repo_for(client_settings(state)).get_many(ids).items()}
+    at_kill = {task_id: t.status for task_id, t in store_for(client_settings(state)).get_many(ids).items()}
     print(
         f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; {len(target.records())} fires seen so far"
     )
@@ -209,15 +209,15 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     # killed executors' heartbeats lapse within seconds and the restarted stack takes their tasks over)
     state = runtime.start()
     settings = client_settings(state)
-    repo = repo_for(settings)
+    store = store_for(settings)
 
     def settled() -> bool:
-        return now_ms() > dues[-1] + 3_000 and all(not t.status.is_active for t in repo.get_many(ids).values())
+        return now_ms() > dues[-1] + 3_000 and all(not t.status.is_active for t in store.get_many(ids).values())
 
     assert wait_until(settled, timeout=200, interval=0.5), (
-        f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
+        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{runtime.log_tail()}"
     )
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     marks = {task_id: takeover_marks(settings, task_id) for task_id in ids}
     taken = {task_id: until for task_id, (owner, until) in marks.items() if owner is not None}
     assert all(until is not None for until in taken.values())
@@ -249,7 +249,7 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     )
     # ... and the checker agrees: nothing lost, nothing fired twice (no allowance: under "skip" a task that
     # may have fired is never fired again)
-    verdict = judge("local runtime SIGKILLed under load, restarted", repo, ids, target)
+    verdict = judge("local runtime SIGKILLed under load, restarted", store, ids, target)
     assert len(verdict.matched) + len(verdict.explicitly_missed) == len(ids)
     runtime.stop()
 
@@ -303,7 +303,7 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
     ids = list(due)
     written_s = (now_ms() - t0) / 1000
-    repo = repo_for(settings)
+    store = store_for(settings)
 
     # When the runtime is killed with SIGKILL 8 s before the second burst, once its executors hold that burst
     # armed (a loaded machine may take longer to arm it: the kill then waits, and stays 8 s before the burst)
@@ -312,7 +312,7 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     armed_share = [0.0]
 
     def burst_armed() -> bool:
-        armed_share[0] = sum(t.status is TaskStatus.ARMED for t in repo.get_many(sample).values()) / len(sample)
+        armed_share[0] = sum(t.status is TaskStatus.ARMED for t in store.get_many(sample).values()) / len(sample)
         return armed_share[0] == 1.0
 
     wait_until(
@@ -331,23 +331,25 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     state = runtime.start()
     up_ms = now_ms()
     settings = client_settings(state)
-    repo = repo_for(settings)
+    store = store_for(settings)
 
     def settled() -> bool:
-        return now_ms() > max(due.values()) + 3_000 and all(not t.status.is_active for t in repo.get_many(ids).values())
+        return now_ms() > max(due.values()) + 3_000 and all(
+            not t.status.is_active for t in store.get_many(ids).values()
+        )
 
     assert wait_until(settled, timeout=240, interval=1.0), (
-        f"{Counter(t.status.value for t in repo.get_many(ids).values())}\n{runtime.log_tail()}"
+        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{runtime.log_tail()}"
     )
 
     # Then MISSED only in the killed executors' crash windows (each from its last heartbeat to the restart's
     # fence), nothing lost, nothing fired twice
-    stored = repo.get_many(ids)
+    stored = store.get_many(ids)
     owners = {owner for task_id, (owner, _) in all_takeover_marks(settings).items() if task_id in due}
     windows = crash_windows(settings, due)
     assert all(was_taken_over(settings, owner) for owner in owners)
     verdict = judge(
-        "local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", repo, ids, target, windows=windows
+        "local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", store, ids, target, windows=windows
     )
     # ... and what the user sees, printed against the targets (measured, not asserted)
     first: dict[str, float] = {}

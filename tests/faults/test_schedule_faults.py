@@ -40,7 +40,7 @@ from punctual.settings import Settings
 from punctual_tools.checker import check, expected_from_schedule, fires_from_target
 from punctual_tools.doubles import FakeClock
 from punctual_tools.local.target import TargetServer
-from support import now_ms, repo_for, wait_until
+from support import now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,9 +61,9 @@ def verdict_of(
     downtime: list[tuple[int, int]] | None = None,
 ) -> Any:
     """The checker's verdict over the schedule's occurrences in ``(after, until]``, printed and returned."""
-    repo = repo_for(settings)
-    ids = repo.schedule_occurrence_ids(schedule.schedule_id)
-    stored = repo.get_many(ids)
+    store = store_for(settings)
+    ids = store.schedule_occurrence_ids(schedule.schedule_id)
+    stored = store.get_many(ids)
     expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
     verdict = check(
         expected,
@@ -130,14 +130,14 @@ def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_pe
 
     def make(kind: Any) -> Executor:
         if kind != "dies":
-            return make_executor(repo_for(settings), settings)
-        dying = repo_for(settings, DiesAfterArm)
+            return make_executor(store_for(settings), settings)
+        dying = store_for(settings, DiesAfterArm)
         executor = make_executor(dying, settings)
         dying.on_armed = executor.request_stop
         return executor
 
     invoker = DoublingInvoker(make, victim)
-    pollers = [Poller(repo_for(settings), invoker, settings, poller_id=f"p-{i}") for i in range(2)]
+    pollers = [Poller(store_for(settings), invoker, settings, poller_id=f"p-{i}") for i in range(2)]
     # When two pollers tick together every second until the last occurrence is due, and a few seconds more
     # (the dropped executor's lease of 5 s must lapse for its tasks to be taken over)
     made = 0
@@ -196,13 +196,13 @@ def tick(settings: Settings, invoker: Any, until_ms: int, pollers: int = 1) -> N
     while now_ms() < until_ms:
         for i in range(pollers):
             with contextlib.suppress(PollerKilled):
-                Poller(repo_for(settings), invoker, settings, poller_id=f"p-{i}").poll(now_ms())
+                Poller(store_for(settings), invoker, settings, poller_id=f"p-{i}").poll(now_ms())
         time.sleep(1.0)
 
 
 def made_instants(settings: Settings, schedule_id: str) -> list[int]:
     """The instants of the occurrences in the table, in order."""
-    ids = repo_for(settings).schedule_occurrence_ids(schedule_id)
+    ids = store_for(settings).schedule_occurrence_ids(schedule_id)
     return sorted(split_occurrence_id(i)[1] for i in ids)  # type: ignore[index]
 
 
@@ -224,20 +224,20 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
         sid, "rate(1 second)", HttpAction(url=target.url), start_at=from_ms(start), end_at=from_ms(start + 9_000)
     )
     victim = occurrence_id(sid, start + 5_000)
-    dying = InlineInvoker(lambda: make_executor(repo_for(settings, DiesAfterFire), settings))
+    dying = InlineInvoker(lambda: make_executor(store_for(settings, DiesAfterFire), settings))
 
     def fault(payload: dict[str, Any]) -> None:
         if step == "poller dies after making":
             raise PollerKilled("the poller's process died before it invoked anyone")
         dying.invoke_async(payload)
 
-    invoker = FaultAtVictim(lambda: make_executor(repo_for(settings), settings), victim, fault)
+    invoker = FaultAtVictim(lambda: make_executor(store_for(settings), settings), victim, fault)
     # When one poller ticks every second, the fault striking the first batch that holds the victim, until the
     # last occurrence is due and the dead executor's lease (5 s) has lapsed
     tick(settings, invoker, start + 9_000 + 8_000)
     dying.join()
     invoker.join()
-    assert wait_until(lambda: not repo_for(settings).get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
+    assert wait_until(lambda: not store_for(settings).get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
     # Then the chain is whole: every instant of the definition made once, no other
     assert invoker.hit and victim in invoker.hit
     assert made_instants(settings, sid) == list(range(start, start + 9_001, 1_000))
@@ -249,7 +249,7 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     if step == "poller dies after making":
         assert verdict.explicitly_missed == () and verdict.late == ()
     else:
-        dead = repo_for(settings).get_many(invoker.hit).values()
+        dead = store_for(settings).get_many(invoker.hit).values()
         assert {t.status for t in dead} == {TaskStatus.MISSED}
         assert all("may have fired" in (t.detail or "") for t in dead)
 
@@ -297,19 +297,19 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
         made_at_pause.append(made_instants(settings, sid))
 
     def make_racer() -> Executor:
-        store = repo_for(settings, PausesAtArm)
+        store = store_for(settings, PausesAtArm)
         store.pause, store.first = pause, first
         return make_executor(store, settings)
 
     racer = InlineInvoker(make_racer)
-    invoker = FaultAtVictim(lambda: make_executor(repo_for(settings), settings), victim, racer.invoke_async)
+    invoker = FaultAtVictim(lambda: make_executor(store_for(settings), settings), victim, racer.invoke_async)
     # When polls run every second and, as that executor arms its batch, the schedule is paused: before its
     # conditional writes land, or after
     tick(settings, invoker, start + 8_000)
     racer.join()
     invoker.join()
     (made,) = made_at_pause
-    stored = repo_for(settings).get_many(repo_for(settings).schedule_occurrence_ids(sid))
+    stored = store_for(settings).get_many(store_for(settings).schedule_occurrence_ids(sid))
     in_batch = [stored[t] for t in invoker.hit]
     # Then paused first: the batch's occurrences are CANCELLED and none fired; armed first: they fired, as made
     if first == "pause":
@@ -344,11 +344,11 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     schedule = then.create_schedule(
         f"downtime-{policy}", "rate(5 seconds)", HttpAction(url=target.url), misfire_grace=3_000, downtime_policy=policy
     )
-    stale = repo_for(settings).schedule_occurrence_ids(schedule.schedule_id)
+    stale = store_for(settings).schedule_occurrence_ids(schedule.schedule_id)
     restart = now_ms()
     # When the stack comes back: a poller ticks every second for 14 s, executors fire what they are handed
-    invoker = InlineInvoker(lambda: make_executor(repo_for(settings), settings))
-    poller = Poller(repo_for(settings), invoker, settings)
+    invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
+    poller = Poller(store_for(settings), invoker, settings)
     while now_ms() < restart + 14_000:
         poller.poll(now_ms())
         time.sleep(1.0)
@@ -357,7 +357,7 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     # Then the occurrences made an hour ago were recorded MISSED (their grace had passed), the hour that nobody
     # ran was skipped (under fire_latest: but its latest occurrence, fired once, flagged late), and every
     # occurrence after the restart fired on time
-    stored = repo_for(settings).get_many(repo_for(settings).schedule_occurrence_ids(schedule.schedule_id))
+    stored = store_for(settings).get_many(store_for(settings).schedule_occurrence_ids(schedule.schedule_id))
     assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
     late = [t for t in stored.values() if t.late]
     verdict = verdict_of(

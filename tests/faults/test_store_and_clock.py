@@ -16,7 +16,7 @@ from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, repo_for, run_threads
+from support import RecordingInvoker, create_all, now_ms, run_threads, store_for
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     # dispatches every task) and run by their executors (heartbeats, arms, records), all on the throttling store
     due = now_ms() + 5_000
     tasks = http_tasks(f"throttle-{write_batch}", [due + 20 * i for i in range(24)], target.url)
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     invokers = [RecordingInvoker(), RecordingInvoker()]
     at = now_ms()
     run_threads([lambda inv=inv: Poller(throttled(), inv, settings).poll(at) for inv in invokers])
@@ -59,8 +59,8 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     assert sum(r.lost_arm for r in reports) == len(tasks)
     assert sum(r.not_recorded for r in reports) == 0
     ids = [t.task_id for t in tasks]
-    assert {t.status for t in repo_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
-    judge(f"store throttling ~20% of requests ({write_batch})", repo_for(settings), ids, target)
+    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    judge(f"store throttling ~20% of requests ({write_batch})", store_for(settings), ids, target)
 
 
 # -- 10. NTP unreachable --------------------------------------------------------------------------------------
@@ -82,14 +82,14 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # Given an executor whose cold-start NTP probe asks a server that never answers (4 s timeout)
     settings = make_settings(ntp_server=silent_ntp, ntp_timeout_s=4)
     probe = OffsetProbe(settings.ntp_server, settings.ntp_timeout_s)
-    executor = make_executor(repo_for(settings), settings, offset=probe)
+    executor = make_executor(store_for(settings), settings, offset=probe)
     # ... and 20 tasks due in ~2.5 s, dispatched in one batch (the probe is still waiting when they fire)
     due = now_ms() + 2_500
     tasks = http_tasks("ntp", [due + 10 * i for i in range(20)], target.url)
     ids = [t.task_id for t in tasks]
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(repo_for(settings), invoker, settings).poll(now_ms())
+    Poller(store_for(settings), invoker, settings).poll(now_ms())
     event = one_batch(invoker)
 
     # When the batch runs
@@ -99,12 +99,12 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # Then the probe found no offset, and the fires did not wait for it
     assert offset.offset_ms is None and offset.error
     assert report.clock_offset_ms is None
-    stored = repo_for(settings).get_many(ids)
+    stored = store_for(settings).get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     # ... drift is recorded raw, with no corrected figure
     assert all(t.drift_ms is not None and t.drift_corrected_ms is None for t in stored.values())
     # ... and the target saw every task fire once and on time (within ε)
-    verdict = judge("NTP unreachable", repo_for(settings), ids, target, late_is_failure=True)
+    verdict = judge("NTP unreachable", store_for(settings), ids, target, late_is_failure=True)
     assert not verdict.late
 
 

@@ -46,7 +46,7 @@ def settings() -> Settings:
 
 
 @pytest.fixture(params=["single", "transaction"])
-def repo(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskStore:
+def store(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskStore:
     """The repository, once per way of writing many items at once (``Settings.write_batch``)."""
     return DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
@@ -54,8 +54,8 @@ def repo(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> D
 class TaskFactory:
     """Builds tasks with sensible defaults and stores them through the repository."""
 
-    def __init__(self, repo: DynamoTaskStore) -> None:
-        self.repo = repo
+    def __init__(self, store: DynamoTaskStore) -> None:
+        self.store = store
         self._n = 0
 
     def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
@@ -65,14 +65,14 @@ class TaskFactory:
         return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
 
     def create(self, due_ms: int, task_id: str | None = None, now_ms: int = FIXED_NOW_MS, **fields: Any) -> Task:
-        stored, created = self.repo.create(self.build(due_ms, task_id, **fields), now_ms)
+        stored, created = self.store.create(self.build(due_ms, task_id, **fields), now_ms)
         assert created
         return stored
 
 
 @pytest.fixture
-def tasks(repo: DynamoTaskStore) -> TaskFactory:
-    return TaskFactory(repo)
+def tasks(store: DynamoTaskStore) -> TaskFactory:
+    return TaskFactory(store)
 
 
 def raw_item(client: Any, task_id: str) -> dict[str, Any]:
@@ -92,6 +92,6 @@ def now_ms() -> int:
 
 
 @pytest.fixture
-def executor(repo: DynamoTaskStore, settings: Settings) -> Executor:
+def executor(store: DynamoTaskStore, settings: Settings) -> Executor:
     """An executor on the real clock, its NTP probe off."""
-    return Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5))
+    return Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5))

@@ -43,10 +43,10 @@ def test_schedule_get_and_idempotent_retry(client: Client, now_ms: int) -> None:
         client.schedule(due, HttpAction(url="https://example.com/hook"), {"video": "v-2"}, task_id="pub-v-1")
 
 
-def test_invalid_task_is_not_stored(client: Client, repo: DynamoTaskStore, now_ms: int) -> None:
+def test_invalid_task_is_not_stored(client: Client, store: DynamoTaskStore, now_ms: int) -> None:
     with pytest.raises(InvalidTaskError):
         client.schedule(from_ms(now_ms - 3_600_000), LogAction(), task_id="too-late")
-    assert repo.get("too-late") is None
+    assert store.get("too-late") is None
 
 
 def test_cancel_and_reschedule(client: Client, clock: FakeClock, now_ms: int) -> None:
@@ -81,7 +81,7 @@ def test_list_orders_by_due_time_and_filters(client: Client, now_ms: int) -> Non
     assert info.value.field == "status"
 
 
-def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(repo: Any, dynamodb: Any) -> None:
+def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(store: Any, dynamodb: Any) -> None:
     # Given a task built past the client's payload limit (as a caller of the store port could), whose item would
     # be larger than DynamoDB's 400 KB less the room its life cycle needs
     from punctual.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
@@ -94,6 +94,6 @@ def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(repo
     )
     # When it is created  Then it is an InvalidTaskError naming the payload (not a botocore error), nothing stored
     with pytest.raises(InvalidTaskError, match="DynamoDB holds at most") as refused:
-        repo.create(big, int(datetime.now(UTC).timestamp() * 1000))
+        store.create(big, int(datetime.now(UTC).timestamp() * 1000))
     assert refused.value.field == "payload"
-    assert "Item" not in dynamodb.get_item(TableName=repo.table_name, Key={"task_id": {"S": "too-big"}})
+    assert "Item" not in dynamodb.get_item(TableName=store.table_name, Key={"task_id": {"S": "too-big"}})

@@ -43,12 +43,14 @@ def queue_url(sqs: Any) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 
-def make_failed(repo: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
+def make_failed(store: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
     """A task that was armed and recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
-    assert arm(repo, task, "x", now_ms) is not None
-    assert repo.record("x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom"))
-    return read_task(repo, task_id)
+    assert arm(store, task, "x", now_ms) is not None
+    assert store.record(
+        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
+    )
+    return read_task(store, task_id)
 
 
 # -- the queues ----------------------------------------------------------------------------------------------
@@ -103,11 +105,11 @@ def test_the_queue_is_the_one_the_url_names(tmp_path: Path, sqs: Any, queue_url:
 
 # -- the executor --------------------------------------------------------------------------------------------
 def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
+    store: DynamoTaskStore, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
 ) -> None:
     # Given an executor with a file dead-letter queue, and a task that always fails, with two attempts
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
-    executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
+    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300,
@@ -117,9 +119,9 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
         retry=RetryPolicy(max_attempts=2, backoff_ms=20),
     )
     # When it runs until finished
-    reports = run_until_done(repo, settings, executor, task.task_id)
+    reports = run_until_done(store, settings, executor, task.task_id)
     # Then it is FAILED and exactly one dead letter was sent, after the last attempt, saying why
-    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(store, task.task_id).status is TaskStatus.FAILED
     assert [r.dead_lettered for r in reports] == [0, 1]
     (letter,) = queue.receive()
     assert (letter.task_id, letter.occurrence, letter.attempt) == ("poison", 0, 2)
@@ -127,46 +129,46 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
 
 
 def test_a_failed_send_leaves_the_task_failed_in_the_table(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, failing_url: str
+    store: DynamoTaskStore, tasks: Any, settings: Settings, failing_url: str
 ) -> None:
     # Given a dead-letter queue that is down
     class Down:
         def send(self, task: Task, reason: str) -> None:
             raise ConnectionError("queue unreachable")
 
-    executor = Executor(repo, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
+    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5, retry_transient=False)
     )
     # When the task fails / Then the batch completes, the task is FAILED (redrive --all finds it in the table)
-    (report,) = run_until_done(repo, settings, executor, task.task_id)
+    (report,) = run_until_done(store, settings, executor, task.task_id)
     assert (report.failed, report.dead_lettered) == (1, 0)
-    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(store, task.task_id).status is TaskStatus.FAILED
 
 
 # -- the REDRIVE write ---------------------------------------------------------------------------------------
 def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
-    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a FAILED task, and a SUCCEEDED-never-failed one (still PENDING)
-    failed = make_failed(repo, tasks, "f1", now_ms)
+    failed = make_failed(store, tasks, "f1", now_ms)
     assert failed.attempt == 1 and read_raw("f1").get("expires_at") is not None
     pending = tasks.create(now_ms + 5_000, "p1")
     later = now_ms + 60_000
     # When both are redriven
-    assert repo.redrive_many(["f1", "p1", "nope"], later) == [True, False, False]
+    assert store.redrive_many(["f1", "p1", "nope"], later) == [True, False, False]
     # Then the FAILED one is PENDING, due now, attempts afresh, back in the due index, flagged for the fast path,
     # with no TTL; the others are untouched
-    back, raw = read_task(repo, "f1"), read_raw("f1")
+    back, raw = read_task(store, "f1"), read_raw("f1")
     assert back.status is TaskStatus.PENDING and back.due_ms == later and back.attempt == 0
-    assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", repo.shard_count))
+    assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", store.shard_count))
     assert raw["fast_path"] == {"N": "1"}
     assert "expires_at" not in raw and back.finished_at is None and back.armed_by is None
-    assert read_task(repo, "p1") == pending.model_copy(update={"created_at": read_task(repo, "p1").created_at})
+    assert read_task(store, "p1") == pending.model_copy(update={"created_at": read_task(store, "p1").created_at})
     # And a second redrive is a no-op
-    assert repo.redrive_many(["f1"], later + 1) == [False]
-    assert read_task(repo, "f1").due_ms == later
+    assert store.redrive_many(["f1"], later + 1) == [False]
+    assert read_task(store, "f1").due_ms == later
 
 
 # -- punctual redrive ----------------------------------------------------------------------------------------
@@ -190,17 +192,17 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
-    repo: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given two FAILED tasks with dead letters, and one FAILED task whose letter was never sent
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
     for task_id in ("a", "b"):
-        queue.send(make_failed(repo, tasks, task_id, now_ms), "boom")
-    make_failed(repo, tasks, "c", now_ms)
+        queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
+    make_failed(store, tasks, "c", now_ms)
     # When `punctual redrive --all` runs
     assert main(["--home", str(local_home), "redrive", "--all"]) == 0
     # Then all three are PENDING, the queue is empty, and the counts are printed
-    assert {read_task(repo, t).status for t in "abc"} == {TaskStatus.PENDING}
+    assert {read_task(store, t).status for t in "abc"} == {TaskStatus.PENDING}
     assert queue.receive() == []
     out = capsys.readouterr().out
     assert "redrive: 3 task(s) redriven, 0 unchanged; 2 dead letter(s) removed" in out
@@ -209,28 +211,28 @@ def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
     out = capsys.readouterr().out
     assert "a: PENDING, not FAILED: nothing to do" in out
     assert "redrive: 0 task(s) redriven, 1 unchanged; 0 dead letter(s) removed" in out
-    assert read_task(repo, "a").status is TaskStatus.PENDING
+    assert read_task(store, "a").status is TaskStatus.PENDING
 
 
 def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
-    repo: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given FAILED tasks a and b with letters, and a stale letter for s (redriven earlier, its letter left)
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
     for task_id in ("a", "b", "s"):
-        queue.send(make_failed(repo, tasks, task_id, now_ms), "boom")
-    assert repo.redrive_many(["s"], now_ms + 5) == [True]
+        queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
+    assert store.redrive_many(["s"], now_ms + 5) == [True]
     # When only a and s are named
     assert main(["--home", str(local_home), "redrive", "a", "s"]) == 0
     # Then a is redriven, s left as it is, and only b's letter remains
-    assert read_task(repo, "a").status is TaskStatus.PENDING
-    assert read_task(repo, "b").status is TaskStatus.FAILED
+    assert read_task(store, "a").status is TaskStatus.PENDING
+    assert read_task(store, "b").status is TaskStatus.FAILED
     assert [m.task_id for m in queue.receive()] == ["b"]
     assert "redrive: 1 task(s) redriven, 1 unchanged; 2 dead letter(s) removed" in capsys.readouterr().out
 
 
 def test_cli_redrive_on_sqs(
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     sqs: Any,
     queue_url: str,
@@ -245,12 +247,12 @@ def test_cli_redrive_on_sqs(
     monkeypatch.setenv("PUNCTUAL_DEAD_LETTER_QUEUE_URL", queue_url)
     queue = SqsDeadLetterQueue(sqs, queue_url)
     for task_id in ("a", "b"):
-        queue.send(make_failed(repo, tasks, task_id, now_ms), "boom")
+        queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
     # When `punctual redrive a --aws` runs
     assert main(["--home", str(tmp_path), "redrive", "a", "--aws"]) == 0
     # Then a is PENDING and its message deleted; b's message is back in the queue, b still FAILED
-    assert read_task(repo, "a").status is TaskStatus.PENDING
-    assert read_task(repo, "b").status is TaskStatus.FAILED
+    assert read_task(store, "a").status is TaskStatus.PENDING
+    assert read_task(store, "b").status is TaskStatus.FAILED
     assert [m.task_id for m in queue.receive()] == ["b"]
     assert "redrive: 1 task(s) redriven, 0 unchanged; 1 dead letter(s) removed" in capsys.readouterr().out
 

@@ -60,26 +60,26 @@ def clock() -> SystemClock:
     return SystemClock()
 
 
-def claim_batch(repo: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
+def claim_batch(store: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
     """Run the poller once and return what it sent as one batch (a poll dispatches each read of the index as it
     goes: tasks on both sides of a minute's edge come in two batches)."""
     invoker = RecordingInvoker()
-    Poller(repo, invoker, settings).poll(now_ms)
+    Poller(store, invoker, settings).poll(now_ms)
     assert invoker.events
     first = invoker.events[0]
     return first.model_copy(update={"tasks": [task for event in invoker.events for task in event.tasks]})
 
 
 def test_close_ends_every_thread_the_executor_started(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock, target: Target
+    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock, target: Target
 ) -> None:
     # Given an executor that has run a batch with a webhook (its event loop and connection pool in use)
     offset = OffsetProbe(None, 0.5)
     before = set(threading.enumerate())
-    executor = Executor(repo, settings, clock, offset)
+    executor = Executor(store, settings, clock, offset)
     now = int(clock.wall_ms())
     tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/ok")))
-    assert executor.run_batch(claim_batch(repo, settings, now)).succeeded == 1
+    assert executor.run_batch(claim_batch(store, settings, now)).succeeded == 1
     own = ("heartbeat", "recorder", "record-bg", "fire-loop", "dispatch")  # the store's pool belongs to the store
     started = {t for t in threading.enumerate() if t not in before and t.name.startswith(own)}
     assert {"heartbeat", "recorder", "fire-loop", "dispatch"} <= {t.name for t in started}
@@ -90,12 +90,12 @@ def test_close_ends_every_thread_the_executor_started(
 
 
 def test_a_batch_fires_every_task_and_records_it(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given five log tasks due 0.3-0.7 s from now, dispatched by the poller
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 100 * i, now_ms=now) for i in range(5)]
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     # When the executor runs the batch
     report = executor.run_batch(event)
     # Then every task was armed, fired and recorded SUCCEEDED, with its drift and fire time
@@ -104,7 +104,7 @@ def test_a_batch_fires_every_task_and_records_it(
     assert len(report.drift_ms) == 5
     assert report.clock_offset_ms is None
     for task in created:
-        done = read_task(repo, task.task_id)
+        done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
         assert done.fired_at is not None and done.finished_at is not None
         assert done.drift_ms is not None
@@ -120,7 +120,7 @@ def test_a_batch_fires_every_task_and_records_it(
 
 def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     executor: Executor,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -130,15 +130,15 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     now = int(clock.wall_ms())
     for _ in range(3):
         tasks.create(now + 300, now_ms=now)
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     callers: list[str] = []
-    record_many = repo.record_many
+    record_many = store.record_many
 
     def spy(executor_id: str, records: list[Any]) -> list[bool]:
         callers.append(threading.current_thread().name)
         return record_many(executor_id, records)
 
-    monkeypatch.setattr(repo, "record_many", spy)
+    monkeypatch.setattr(store, "record_many", spy)
     # When the executor runs the batch (nothing of it is left to fire once they have fired)
     report = executor.run_batch(event)
     # Then the outcomes were written by the lowered background writer, not by the recorder itself
@@ -147,47 +147,47 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
 
 
 def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_recorded(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor built for 0.145 of a core (it sleeps where it would spin, records only where a gap has room)
-    executor = Executor(repo, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
+    executor = Executor(store, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     # When it runs a batch of lone and simultaneous fires
     report = executor.run_batch(event)
     # Then each fired once, never early, and each outcome was written
     assert (report.armed, report.succeeded, report.not_recorded) == (9, 9, 0)
     for task in created:
-        done = read_task(repo, task.task_id)
+        done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
         assert done.drift_ms is not None and done.drift_ms > -5
 
 
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
-    executor = Executor(repo, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
+    executor = Executor(store, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     # When the task fires
-    report = executor.run_batch(claim_batch(repo, settings, now))
+    report = executor.run_batch(claim_batch(store, settings, now))
     # Then the corrected drift is the raw drift plus the offset
     assert report.clock_offset_ms == 2.5
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     assert done.drift_ms is not None and done.drift_corrected_ms is not None
     assert done.drift_corrected_ms == pytest.approx(done.drift_ms + 2.5, abs=0.002)
 
 
 def test_duplicate_delivery_fires_nothing(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of three tasks, delivered and run once
     now = int(clock.wall_ms())
     for i in range(3):
         tasks.create(now + 300 + 50 * i, now_ms=now)
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     first = executor.run_batch(event)
     assert first.fired == 3
     # When Lambda delivers the same event again
@@ -201,27 +201,27 @@ def test_duplicate_delivery_fires_nothing(
 
 
 def test_a_task_cancelled_after_its_claim_is_not_fired(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given two dispatched tasks, one of which the client then cancels
     now = int(clock.wall_ms())
     kept = tasks.create(now + 300, now_ms=now)
     cancelled = tasks.create(now + 350, now_ms=now)
-    event = claim_batch(repo, settings, now)
-    repo.cancel(cancelled.task_id, now + 1)
+    event = claim_batch(store, settings, now)
+    store.cancel(cancelled.task_id, now + 1)
     # When the executor runs the batch
     report = executor.run_batch(event)
     # Then the cancelled task loses at arm and never fires; the other fires
     assert (report.armed, report.lost_arm, report.fired) == (1, 1, 1)
-    gone = read_task(repo, cancelled.task_id)
+    gone = read_task(store, cancelled.task_id)
     assert gone.status is TaskStatus.CANCELLED
     assert gone.fired_at is None
-    assert read_task(repo, kept.task_id).status is TaskStatus.SUCCEEDED
+    assert read_task(store, kept.task_id).status is TaskStatus.SUCCEEDED
 
 
 def test_http_500_is_recorded_failed_with_detail(
     executor: Executor,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -231,10 +231,10 @@ def test_http_500_is_recorded_failed_with_detail(
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/fail"), timeout_s=5))
     # When it fires
-    report = executor.run_batch(claim_batch(repo, settings, now))
+    report = executor.run_batch(claim_batch(store, settings, now))
     # Then it is FAILED, and the detail says why
     assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED
     assert done.detail is not None and "HTTP 500" in done.detail
     assert done.fired_at is not None
@@ -244,7 +244,7 @@ def test_http_500_is_recorded_failed_with_detail(
 
 def test_http_200_receives_the_idempotency_key(
     executor: Executor,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -260,10 +260,10 @@ def test_http_200_receives_the_idempotency_key(
         action=HttpAction(url=target.url("/ok"), headers={"X-Tenant": "t1"}, timeout_s=5),
     )
     # When it fires
-    report = executor.run_batch(claim_batch(repo, settings, now))
+    report = executor.run_batch(claim_batch(store, settings, now))
     # Then the target got one POST with the payload, the idempotency key and the task's headers
     assert report.succeeded == 1
-    assert read_task(repo, task.task_id).status is TaskStatus.SUCCEEDED
+    assert read_task(store, task.task_id).status is TaskStatus.SUCCEEDED
     assert len(target.requests) == 1
     request = target.requests[0]
     assert request["path"] == "/ok"
@@ -277,7 +277,7 @@ def test_http_200_receives_the_idempotency_key(
 
 def test_the_batchs_targets_are_prepared_once_it_is_armed(
     executor: Executor,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -295,7 +295,7 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
     for i in range(3):
         tasks.create(now + 400 + 100 * i, f"warm-{i}", now_ms=now, action=action)
     # When the executor runs their batch
-    report = executor.run_batch(claim_batch(repo, settings, now))
+    report = executor.run_batch(claim_batch(store, settings, now))
     # Then its actions were handed to be prepared (connections warmed) with the time left until each is due,
     # and every task fired as usual
     assert report.succeeded == 3
@@ -306,42 +306,42 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
 
 
 def test_task_past_its_grace_at_fire_time_is_missed(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, clock: SystemClock
 ) -> None:
     # Given a task with no grace, due 5 s ago, written on time by a client and dispatched (its executor came late)
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0)
-    assert any(c.task_id == task.task_id for c in due_candidates(repo, due, _shard(repo, task), now))
+    assert any(c.task_id == task.task_id for c in due_candidates(store, due, _shard(store, task), now))
     event = BatchEvent(batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0)])
     # When the executor runs it
     report = executor.run_batch(event)
     # Then it is not fired but recorded MISSED, with the reason
     assert (report.armed, report.fired, report.missed) == (1, 0, 1)
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     assert done.status is TaskStatus.MISSED
     assert done.fired_at is None
     assert done.detail is not None and "past its grace of 0 ms" in done.detail
 
 
-def _shard(repo: DynamoTaskStore, task: Task) -> int:
+def _shard(store: DynamoTaskStore, task: Task) -> int:
     from punctual.keys import shard_of
 
-    return shard_of(task.task_id, repo.shard_count)
+    return shard_of(task.task_id, store.shard_count)
 
 
 def test_stop_releases_armed_tasks_that_have_not_fired(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of tasks due in 60 s (far beyond what arming and stopping can take), armed and waiting in
     # the dispatcher
     now = int(clock.wall_ms())
     created = [tasks.create(now + 60_000 + i, now_ms=now) for i in range(3)]
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     reports = []
     runner = threading.Thread(target=lambda: reports.append(executor.run_batch(event)))
     runner.start()
-    assert wait_until(lambda: all(read_task(repo, t.task_id).status is TaskStatus.ARMED for t in created), 30, 0.02)
+    assert wait_until(lambda: all(read_task(store, t.task_id).status is TaskStatus.ARMED for t in created), 30, 0.02)
     # When the executor is asked to stop (SIGTERM in the local runtime)
     executor.request_stop()
     runner.join(timeout=30)
@@ -351,11 +351,11 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     assert (report.armed, report.fired, report.released) == (3, 0, 3)
     assert int(clock.wall_ms()) < now + 60_000
     for task in created:
-        back = read_task(repo, task.task_id)
+        back = read_task(store, task.task_id)
         assert back.status is TaskStatus.PENDING
         assert back.fired_at is None and back.armed_by is None
     # And the next poll finds and dispatches them again
-    assert claim_batch(repo, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
+    assert claim_batch(store, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
 
 
 class JumpingClock(SystemClock):
@@ -384,45 +384,45 @@ class JumpAfterArm:
 
 
 def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings
+    store: DynamoTaskStore, tasks: Any, settings: Settings
 ) -> None:
     # Given an executor whose clock, once it has armed, is past the end of its lease (it could not renew it:
     # another executor may take its tasks over from now on)
     clock = JumpingClock()
     executor = Executor(
-        JumpAfterArm(repo, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+        JumpAfterArm(store, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
         settings,
         clock,
         OffsetProbe(None, 0.5),
     )
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + i, now_ms=now) for i in range(2)]
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     # When it runs the batch
     report = executor.run_batch(event)
     # Then it armed both, fired neither, and released both (PENDING again, for the next dispatch)
     assert (report.armed, report.fired, report.fenced, report.released) == (2, 0, 2, 2)
-    assert all(read_task(repo, t.task_id).status is TaskStatus.PENDING for t in created)
+    assert all(read_task(store, t.task_id).status is TaskStatus.PENDING for t in created)
 
 
 def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_crash_window(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor that armed three tasks and died, its last lease having ended 1 s ago: one task was due
     # 2 s ago (it may have fired it before dying), two are due shortly after now
     now = int(clock.wall_ms())
     window = tasks.create(now - 2_000, now_ms=now - 60_000, misfire_grace_ms=120_000)
     later = [tasks.create(now + 400 + i, now_ms=now - 60_000) for i in range(2)]
-    assert repo.heartbeat("x-dead", now - 60_000, now - 1_000)
+    assert store.heartbeat("x-dead", now - 60_000, now - 1_000)
     for task in (window, *later):
-        assert arm(repo, task, "x-dead", now - 60_000) is not None
+        assert arm(store, task, "x-dead", now - 60_000) is not None
     # When the next poll dispatches them and a live executor runs the batch
-    event = claim_batch(repo, settings, now)
+    event = claim_batch(store, settings, now)
     report = executor.run_batch(event)
     # Then it took all three over; the two due after the dead one's lease fired once; the one in its crash
     # window is recorded MISSED (never fired a second time), saying why
     assert (report.armed, report.taken_over, report.fired, report.missed) == (3, 3, 2, 1)
-    assert all(read_task(repo, t.task_id).status is TaskStatus.SUCCEEDED for t in later)
-    missed = read_task(repo, window.task_id)
+    assert all(read_task(store, t.task_id).status is TaskStatus.SUCCEEDED for t in later)
+    missed = read_task(store, window.task_id)
     assert missed.status is TaskStatus.MISSED and missed.fired_at is None
     assert missed.detail is not None and "executor was lost" in missed.detail

@@ -39,15 +39,15 @@ def test_misfire_decision_edges(late_ms: float, policy: str, decision: str) -> N
 
 
 def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
-    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task with the default policy and one with fire_late
     default = tasks.create(now_ms + 5_000, "default")
     late = tasks.create(now_ms + 5_000, "late", misfire_policy="fire_late")
     # Then both are stored with their policy, and read back with it
     assert read_raw(default.task_id)["misfire_policy"] == {"S": "skip"}
-    assert read_task(repo, late.task_id).misfire_policy == "fire_late"
-    assert read_task(repo, default.task_id).misfire_policy == "skip"
+    assert read_task(store, late.task_id).misfire_policy == "fire_late"
+    assert read_task(store, default.task_id).misfire_policy == "skip"
     # And the policy is part of the task's content: same id, other policy is a conflict, but the default
     # leaves the hash of a task stored before the policy existed unchanged
     assert default.content_hash() != default.model_copy(update={"misfire_policy": "fire_late"}).content_hash()
@@ -58,23 +58,23 @@ def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
 
 
 def test_an_item_written_before_the_policy_existed_reads_as_skip(
-    repo: DynamoTaskStore, tasks: Any, dynamodb: Any, now_ms: int
+    store: DynamoTaskStore, tasks: Any, dynamodb: Any, now_ms: int
 ) -> None:
     # Given a stored task whose item has no misfire_policy attribute (an older writer)
     task = tasks.create(now_ms + 5_000, "old")
     dynamodb.update_item(
-        TableName=repo.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
+        TableName=store.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
     )
     # When it is read, and found as a candidate
-    found = repo.candidates([task.task_id])
+    found = store.candidates([task.task_id])
     # Then it is a "skip" task
-    assert read_task(repo, "old").misfire_policy == "skip"
+    assert read_task(store, "old").misfire_policy == "skip"
     assert found[0].misfire_policy == "skip"
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_poller_dispatches_overdue_tasks_with_their_policy(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int, policy: str
+    store: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int, policy: str
 ) -> None:
     # Given two tasks with a 60 s grace and this policy, written on time long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -84,12 +84,12 @@ def test_poller_dispatches_overdue_tasks_with_their_policy(
     beyond = tasks.create(now_ms - grace - 1, "beyond", now_ms=written, misfire_grace_ms=grace, misfire_policy=policy)
     invoker = RecordingInvoker()
     # When the poller finds them
-    report = Poller(repo, invoker, settings, poller_id="p").poll(now_ms)
+    report = Poller(store, invoker, settings, poller_id="p").poll(now_ms)
     # Then both go to an executor, each with its grace and (when not the default) its policy: the executor
     # applies the policy (see the executor test below); the poller writes nothing
     assert report.dispatched == 2
     assert sorted(invoker.task_ids) == sorted([at_edge.task_id, beyond.task_id])
-    assert read_task(repo, beyond.task_id).status is TaskStatus.PENDING
+    assert read_task(store, beyond.task_id).status is TaskStatus.PENDING
     assert {t.misfire_policy for e in invoker.events for t in e.tasks} == {policy}
 
 
@@ -114,23 +114,23 @@ def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
-    repo: DynamoTaskStore, tasks: Any, settings: Settings, policy: str
+    store: DynamoTaskStore, tasks: Any, settings: Settings, policy: str
 ) -> None:
     # Given a task with no grace, due 5 s ago, dispatched on time (its executor came late)
     clock = SystemClock()
-    executor = Executor(repo, settings, clock, OffsetProbe(None, 0.5))
+    executor = Executor(store, settings, clock, OffsetProbe(None, 0.5))
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)
     assert any(
-        c.task_id == task.task_id for c in due_candidates(repo, due, shard_of(task.task_id, repo.shard_count), now)
+        c.task_id == task.task_id for c in due_candidates(store, due, shard_of(task.task_id, store.shard_count), now)
     )
     event = BatchEvent(
         batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0, misfire_policy=policy)]
     )
     # When the executor runs it
     report = executor.run_batch(event)
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     if policy == "skip":
         # Then (skip) it is not fired but recorded MISSED
         assert (report.fired, report.missed, report.late) == (0, 1, 0)

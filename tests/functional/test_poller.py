@@ -21,14 +21,14 @@ def invoker() -> RecordingInvoker:
 
 
 @pytest.fixture
-def poller(repo: DynamoTaskStore, invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return Poller(repo, invoker, settings, poller_id="poller-test")
+def poller(store: DynamoTaskStore, invoker: RecordingInvoker, settings: Settings) -> Poller:
+    return Poller(store, invoker, settings, poller_id="poller-test")
 
 
 def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
     poller: Poller,
     invoker: RecordingInvoker,
-    repo: DynamoTaskStore,
+    store: DynamoTaskStore,
     tasks: Any,
     settings: Settings,
     now_ms: int,
@@ -61,11 +61,11 @@ def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
     assert report.window_end_ms == now_ms + lead
     assert report.queries == report.buckets * settings.shard_count
     assert sorted(invoker.task_ids) == sorted(inside)
-    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in inside + outside)
+    assert all(read_task(store, t).status is TaskStatus.PENDING for t in inside + outside)
 
 
 def test_batch_payloads_validate_and_carry_what_the_arm_checks(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a few tasks due soon
     created = [tasks.create(now_ms + 1_000 * i) for i in range(5)]
@@ -75,7 +75,7 @@ def test_batch_payloads_validate_and_carry_what_the_arm_checks(
     for event in invoker.events:
         assert event.claimed_by == "poller-test"
         for entry in event.tasks:
-            stored = repo.get(entry.task_id)
+            stored = store.get(entry.task_id)
             assert stored is not None
             assert stored.status is TaskStatus.PENDING
             assert entry.due_ms == stored.due_ms
@@ -84,10 +84,10 @@ def test_batch_payloads_validate_and_carry_what_the_arm_checks(
 
 
 def test_batches_are_cut_at_max_batch_size_in_due_order(
-    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a batch size of 3 and 7 tasks due soon
-    poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 3}))
+    poller = Poller(store, invoker, settings.model_copy(update={"max_batch_size": 3}))
     created = [tasks.create(now_ms + 30_000 - 1_000 * i) for i in range(7)]
     # When they are polled
     report = poller.poll(now_ms)
@@ -138,7 +138,7 @@ def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(
 
 
 def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given two tasks with a 60 s grace, written on time by a client long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -152,18 +152,18 @@ def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
     assert report.dispatched == 2
     assert sorted(invoker.task_ids) == ["at-edge", "beyond"]
     assert {t.task_id: t.grace_ms for e in invoker.events for t in e.tasks} == {"at-edge": grace, "beyond": grace}
-    assert read_task(repo, at_edge.task_id).status is TaskStatus.PENDING
-    assert read_task(repo, beyond.task_id).status is TaskStatus.PENDING
+    assert read_task(store, at_edge.task_id).status is TaskStatus.PENDING
+    assert read_task(store, beyond.task_id).status is TaskStatus.PENDING
 
 
 def test_a_second_poll_sends_nothing_an_executor_armed(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a poll that dispatched two tasks, which a live executor armed
     created = [tasks.create(now_ms + 5_000 + i) for i in range(2)]
     assert poller.poll(now_ms).dispatched == 2
-    assert repo.heartbeat("x-live", now_ms, now_ms + 20_000)
-    assert all(arm(repo, t, "x-live", now_ms) for t in created)
+    assert store.heartbeat("x-live", now_ms, now_ms + 20_000)
+    assert all(arm(store, t, "x-live", now_ms) for t in created)
     # When the next poll runs while the executor is alive
     report = poller.poll(now_ms + 1_000)
     # Then it sends nothing
@@ -174,7 +174,7 @@ def test_a_second_poll_sends_nothing_an_executor_armed(
 
 
 def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time_to_arm_it(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a poll that dispatched a task whose invocation was lost (no executor armed it)
     task = tasks.create(now_ms + 50_000)
@@ -186,7 +186,7 @@ def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time
     early = poller.poll(now_ms + wait - 1)
     assert (early.candidates, early.held_back, early.dispatched) == (1, 1, 0)
     # ... but another poller (a new process: no memory of it) sends it at once
-    assert Poller(repo, invoker, settings).poll(now_ms + 1).dispatched == 1
+    assert Poller(store, invoker, settings).poll(now_ms + 1).dispatched == 1
     # When a poll runs once redispatch_after_ms has passed / Then it dispatches the task again (an executor arms
     # it once: a second delivery loses at ARM)
     report = poller.poll(now_ms + wait)
@@ -195,23 +195,23 @@ def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time
 
 
 def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
-    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
+    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a poller that remembers nothing, and a task no executor armed
-    poller = Poller(repo, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
+    poller = Poller(store, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
     tasks.create(now_ms + 50_000)
     # When it polls twice, a millisecond apart / Then it sends the task both times
     assert [poller.poll(now_ms + i).dispatched for i in range(2)] == [1, 1]
 
 
 def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a task armed by an executor whose last heartbeat said it is alive until now + 20 s, then died
     task = tasks.create(now_ms + 60_000)
     alive_until = now_ms + 20_000
-    assert repo.heartbeat("x-dead", now_ms, alive_until)
-    assert arm(repo, task, "x-dead", now_ms) is not None
+    assert store.heartbeat("x-dead", now_ms, alive_until)
+    assert arm(store, task, "x-dead", now_ms) is not None
     # When polls run at the end of its lease, and one millisecond later
     at_edge = poller.poll(alive_until)
     after = poller.poll(alive_until + 1)
@@ -219,19 +219,19 @@ def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_
     assert (at_edge.dispatched, at_edge.recovered) == (0, 0)
     assert (after.dispatched, after.recovered) == (1, 1)
     assert invoker.task_ids == [task.task_id]
-    assert read_task(repo, task.task_id).status is TaskStatus.ARMED  # until an executor takes it over
+    assert read_task(store, task.task_id).status is TaskStatus.ARMED  # until an executor takes it over
     # ... sent marked held, so that the executor takes it over without an ARM that could only fail
     assert [t.held for e in invoker.events for t in e.tasks] == [True]
 
 
 def test_a_recovered_task_sent_lately_is_held_back_for_a_lease_unless_its_holder_changed(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a task armed by an executor alive until T, then dead, and a poll at T + 1 that sent it
     task = tasks.create(now_ms + 60_000)
     until = now_ms + 20_000
-    assert repo.heartbeat("x-dead", now_ms, until)
-    assert arm(repo, task, "x-dead", now_ms) is not None
+    assert store.heartbeat("x-dead", now_ms, until)
+    assert arm(store, task, "x-dead", now_ms) is not None
     assert poller.poll(until + 1).dispatched == 1
     lease = settings.executor_lease_ms
     # When polls come while it is still held by the same dead executor / Then they hold it back for a lease
@@ -241,20 +241,20 @@ def test_a_recovered_task_sent_lately_is_held_back_for_a_lease_unless_its_holder
     assert poller.poll(until + 1 + lease).dispatched == 1
     # When the executor it went to took it over and died in turn / Then the next poll sends it at once
     taker_until = until + lease + 5_000
-    assert repo.heartbeat("x-taker", until + lease + 2, taker_until)
-    assert arm(repo, task, "x-taker", until + lease + 2) is not None
+    assert store.heartbeat("x-taker", until + lease + 2, taker_until)
+    assert arm(store, task, "x-taker", until + lease + 2) is not None
     assert poller.poll(taker_until + 1).dispatched == 1
     assert invoker.task_ids == [task.task_id] * 3
 
 
 def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a task armed by a live executor, with its own (backstop) lease ending at now + 100 s
     task = tasks.create(now_ms + 10_000, misfire_grace_ms=3_600_000)
     lease = now_ms + 100_000
-    assert repo.heartbeat("x-live", now_ms, now_ms + 10_000_000)
-    assert arm(repo, task, "x-live", now_ms, lease_until_ms=lease) is not None
+    assert store.heartbeat("x-live", now_ms, now_ms + 10_000_000)
+    assert arm(store, task, "x-live", now_ms, lease_until_ms=lease) is not None
     # Then the lease holds it at its last millisecond, and it is recovered one ms later
     assert poller.poll(lease).dispatched == 0
     report = poller.poll(lease + 1)
@@ -262,7 +262,7 @@ def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
 
 
 def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given an invoker that refuses every invocation
     created = [tasks.create(now_ms + 5_000 + i).task_id for i in range(3)]
@@ -272,7 +272,7 @@ def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
     # Then the failure is counted, nothing is sent, and the tasks stay PENDING
     assert report.invoke_failures == 1
     assert (report.batches, report.dispatched) == (0, 0)
-    assert all(read_task(repo, t).status is TaskStatus.PENDING for t in created)
+    assert all(read_task(store, t).status is TaskStatus.PENDING for t in created)
     # And once the invoker works again, the next poll sends them
     invoker.failing = False
     report = poller.poll(now_ms + 1_000)
@@ -281,13 +281,13 @@ def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
 
 
 def test_a_tick_out_of_time_dispatches_nothing_more_and_leaves_the_rest_findable(
-    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given 7 tasks in batches of 2 (4 batches), found by a poll, and a time budget that allows 2 invocations
     # (each batch asks once before it is sent; the batches are sent in parallel, so which 2 go is not fixed)
-    poller = Poller(repo, invoker, settings.model_copy(update={"max_batch_size": 2}))
+    poller = Poller(store, invoker, settings.model_copy(update={"max_batch_size": 2}))
     created = [tasks.create(now_ms + 10_000 + i).task_id for i in range(7)]
-    found = repo.find_due(now_ms, now_ms + settings.lead_ms).candidates
+    found = store.find_due(now_ms, now_ms + settings.lead_ms).candidates
     asked = {"n": 0}
     lock = threading.Lock()
 
@@ -320,7 +320,7 @@ def test_a_tick_out_of_time_before_it_reads_reports_itself_incomplete(
 
 
 def test_watermark_stays_overdue_safety_behind_now(
-    poller: Poller, repo: DynamoTaskStore, settings: Settings, now_ms: int
+    poller: Poller, store: DynamoTaskStore, settings: Settings, now_ms: int
 ) -> None:
     # Given an empty table
     # When the poller runs twice, a few minutes apart
@@ -329,11 +329,11 @@ def test_watermark_stays_overdue_safety_behind_now(
         # Then the watermark is the bucket of now - overdue_safety, never closer to now
         assert report.watermark_ms == bucket_start(now - settings.overdue_safety_ms)
         assert report.watermark_ms <= now - settings.overdue_safety_ms
-        assert repo.get_watermark() == report.watermark_ms
+        assert store.get_watermark() == report.watermark_ms
 
 
 def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
-    poller: Poller, repo: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int
+    poller: Poller, store: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a task due 10 minutes ago with a long grace, written on time (so in its own, old bucket)
     old_due = now_ms - 10 * BUCKET_MS
@@ -343,41 +343,41 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
         report = poller.poll(now)
         # Then the watermark stays at its bucket
         assert report.watermark_ms <= bucket_start(old_due)
-        assert repo.get_watermark() == bucket_start(old_due)
+        assert store.get_watermark() == bucket_start(old_due)
     # And once it is finished, the watermark moves on to the safety margin
-    repo.cancel(task.task_id, now_ms + 21_000)
+    store.cancel(task.task_id, now_ms + 21_000)
     later = now_ms + 2 * BUCKET_MS
     report = poller.poll(later)
     assert report.watermark_ms == bucket_start(later - settings.overdue_safety_ms)
-    assert repo.get_watermark() == report.watermark_ms
+    assert store.get_watermark() == report.watermark_ms
 
 
 def test_first_poll_without_watermark_reaches_the_oldest_active_task(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
     task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
-    assert repo.get_watermark() is None
+    assert store.get_watermark() is None
     # When the first poll runs
     report = poller.poll(now_ms)
     # Then it reaches back to that bucket and dispatches the task
     assert report.dispatched == 1
     assert invoker.task_ids == [task.task_id]
     assert report.buckets >= 30
-    assert repo.get_watermark() is not None
+    assert store.get_watermark() is not None
 
 
 def test_task_from_an_old_watermark_era_is_still_found(
-    repo: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a watermark left at an old bucket by an earlier poll
     old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
-    assert repo.advance_watermark(old_watermark)
+    assert store.advance_watermark(old_watermark)
     # And tasks written back then: one due 5 minutes ago with a long grace, one with the default grace
     claimable = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
     too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
     # When a fresh poller (a new cold start) runs now
-    report = Poller(repo, invoker, settings).poll(now_ms)
+    report = Poller(store, invoker, settings).poll(now_ms)
     # Then it queries from the stored watermark and finds both (the executor fires one, misses the other)
     assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
     assert report.candidates == 2
@@ -385,7 +385,7 @@ def test_task_from_an_old_watermark_era_is_still_found(
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     # Given a poll that moved the watermark up to the safety margin
     poller.poll(now_ms)
@@ -397,11 +397,11 @@ def test_task_written_late_after_the_watermark_moved_is_found(
 
 
 def test_cancelled_and_finished_tasks_are_not_dispatched(
-    poller: Poller, invoker: RecordingInvoker, repo: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
 ) -> None:
     cancelled = tasks.create(now_ms + 5_000)
     kept = tasks.create(now_ms + 6_000)
-    repo.cancel(cancelled.task_id, now_ms)
+    store.cancel(cancelled.task_id, now_ms)
     report = poller.poll(now_ms)
     assert report.candidates == 1
     assert invoker.task_ids == [kept.task_id]

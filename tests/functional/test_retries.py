@@ -46,18 +46,18 @@ def always_failing() -> Iterator[FlakyTarget]:
         yield server
 
 
-def armed_task(repo: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -> Task:
+def armed_task(store: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, armed by ``exec-1``."""
     task = tasks.create(now_ms + 10_000, **fields)
-    assert arm(repo, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
+    assert arm(store, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
     return task
 
 
 def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
-    repo: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task armed by exec-1 (first attempt), whose action failed 10 s later
-    task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
+    task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     failed_at = now_ms + 10_005
     retry = FireRecord(
         task.task_id,
@@ -72,14 +72,14 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
         first_due_ms=task.due_ms,
     )
     # When exec-1 records the retry (in bulk, as the executor does)
-    assert repo.record_many("exec-1", [retry]) == [True]
+    assert store.record_many("exec-1", [retry]) == [True]
     # Then the task is PENDING, due at the next try, back in the due index under that instant's bucket,
     # flagged for the fast path, with its first due, attempt and last error kept, and no lease
-    back = read_task(repo, task.task_id)
+    back = read_task(store, task.task_id)
     raw = read_raw(task.task_id)
     assert back.status is TaskStatus.PENDING
     assert back.due_ms == failed_at + 700
-    assert raw["due_bucket"]["S"] == index_key(failed_at + 700, shard_of(task.task_id, repo.shard_count))
+    assert raw["due_bucket"]["S"] == index_key(failed_at + 700, shard_of(task.task_id, store.shard_count))
     assert raw["fast_path"] == {"N": "1"}
     assert back.first_due_at == task.due_at
     assert back.attempt == 1
@@ -87,14 +87,14 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert back.lease_until is None and back.batch_id is None
     assert raw["content_hash"]["S"] == task.content_hash()  # what the client asked for is unchanged
     # And the next arm makes it attempt 2, its first due still the original one
-    assert arm(repo, back, "exec-2", failed_at + 700) is not None
-    again = read_task(repo, task.task_id)
+    assert arm(store, back, "exec-2", failed_at + 700) is not None
+    again = read_task(store, task.task_id)
     assert again.attempt == 2 and again.first_due_at == task.due_at
 
 
-def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task already retried once (first due = its original due), armed again by exec-1
-    task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
+    task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     first = FireRecord(
         task.task_id,
         TaskStatus.PENDING,
@@ -106,8 +106,8 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, n
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
-    assert repo.record("exec-1", first)
-    assert arm(repo, read_task(repo, task.task_id), "exec-2", now_ms + 11_000) is not None
+    assert store.record("exec-1", first)
+    assert arm(store, read_task(store, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     second = FireRecord(
         task.task_id,
@@ -120,14 +120,14 @@ def test_a_second_retry_keeps_the_first_due(repo: DynamoTaskStore, tasks: Any, n
         retry_due_ms=now_ms + 12_000,
         first_due_ms=now_ms + 11_000,
     )
-    assert repo.record("exec-2", second)
+    assert store.record("exec-2", second)
     # Then the first due written by the first retry stands
-    assert read_task(repo, task.task_id).first_due_at == task.due_at
+    assert read_task(store, task.task_id).first_due_at == task.due_at
 
 
-def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
-    task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
+    task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
         task.task_id,
         TaskStatus.PENDING,
@@ -141,13 +141,13 @@ def test_only_the_executor_that_armed_it_can_retry_it(repo: DynamoTaskStore, tas
     )
     # When another executor tries to write the retry
     # Then the condition refuses it and the task stays ARMED by exec-1
-    assert repo.record_many("exec-2", [record]) == [False]
-    assert read_task(repo, task.task_id).status is TaskStatus.ARMED
+    assert store.record_many("exec-2", [record]) == [False]
+    assert read_task(store, task.task_id).status is TaskStatus.ARMED
 
 
-def test_a_retry_write_repeated_by_botocore_counts_as_done(repo: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
     # Given a retry written once (its response lost, say)
-    task = armed_task(repo, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
+    task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
         task.task_id,
         TaskStatus.PENDING,
@@ -159,9 +159,9 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(repo: DynamoTaskStore
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
-    assert repo.record("exec-1", record)
+    assert store.record("exec-1", record)
     # When the very same write is sent again / Then it is recognised as applied, not as a lost race
-    assert repo.record("exec-1", record)
+    assert store.record("exec-1", record)
     # But a different retry (another next try) is not
     other = FireRecord(
         task.task_id,
@@ -174,11 +174,11 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(repo: DynamoTaskStore
         retry_due_ms=now_ms + 12_000,
         first_due_ms=task.due_ms,
     )
-    assert not repo.record("exec-1", other)
+    assert not store.record("exec-1", other)
 
 
 def test_a_failing_action_is_retried_until_it_succeeds(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, failing_twice: FlakyTarget
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, failing_twice: FlakyTarget
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
@@ -190,19 +190,19 @@ def test_a_failing_action_is_retried_until_it_succeeds(
         retry=RetryPolicy(max_attempts=5, backoff_ms=50, max_backoff_ms=50),
     )
     # When the poller and the executor run until it is finished
-    reports = run_until_done(repo, settings, executor, task.task_id, rounds=6)
+    reports = run_until_done(store, settings, executor, task.task_id, rounds=6)
     # Then it fired three times with the same idempotency key (same occurrence), and succeeded on attempt 3
     assert failing_twice.keys == ["flaky:0"] * 3
     assert [r.retried for r in reports] == [1, 1, 0]
     assert sum(r.fired for r in reports) == 3
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     assert done.status is TaskStatus.SUCCEEDED
     assert done.attempt == 3
     assert done.first_due_at == task.due_at
 
 
 def test_the_last_attempt_leaves_the_task_failed(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
@@ -214,18 +214,18 @@ def test_the_last_attempt_leaves_the_task_failed(
         retry=RetryPolicy(max_attempts=2, backoff_ms=20),
     )
     # When the poller and the executor run until it is finished
-    reports = run_until_done(repo, settings, executor, task.task_id, rounds=4)
+    reports = run_until_done(store, settings, executor, task.task_id, rounds=4)
     # Then it fired twice and is FAILED, saying its attempts are spent
     assert always_failing.keys == ["poison:0"] * 2
     assert [(r.retried, r.failed) for r in reports] == [(1, 0), (0, 1)]
-    done = read_task(repo, task.task_id)
+    done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED
     assert done.detail is not None and "attempt 2 of 2 failed, no retry left" in done.detail
     assert done.attempt == 2
 
 
 def test_no_retry_once_the_occurrence_is_older_than_max_age(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with attempts to spare, already 2 s overdue (within its grace), and a maximum age of
     # 1 s: whenever it fails, it is older than that (a task due now with a maximum age of 0 ms was retried on a
@@ -239,15 +239,15 @@ def test_no_retry_once_the_occurrence_is_older_than_max_age(
         retry=RetryPolicy(max_attempts=5, backoff_ms=20, max_age_ms=1_000),
     )
     # When it runs
-    reports = run_until_done(repo, settings, executor, task.task_id, rounds=2)
+    reports = run_until_done(store, settings, executor, task.task_id, rounds=2)
     # Then it fired once and is FAILED
     assert len(always_failing.keys) == 1
     assert [r.failed for r in reports] == [1]
-    assert read_task(repo, task.task_id).status is TaskStatus.FAILED
+    assert read_task(store, task.task_id).status is TaskStatus.FAILED
 
 
 def test_a_task_without_a_retry_policy_fails_at_once(
-    executor: Executor, repo: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())
@@ -255,8 +255,8 @@ def test_a_task_without_a_retry_policy_fails_at_once(
         now + 300, "plain", now_ms=now, action=HttpAction(url=always_failing.url(), timeout_s=5, retry_transient=False)
     )
     # When it runs / Then it is FAILED after one fire, its detail the error alone (as before retries existed)
-    run_until_done(repo, settings, executor, task.task_id, rounds=2)
-    done = read_task(repo, task.task_id)
+    run_until_done(store, settings, executor, task.task_id, rounds=2)
+    done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED and len(always_failing.keys) == 1
     assert done.detail is not None and "HTTP 500" in done.detail and "attempt" not in done.detail
 

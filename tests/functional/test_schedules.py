@@ -31,13 +31,13 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def client(repo: DynamoTaskStore, settings: Settings, clock: FakeClock) -> Client:
-    return Client(settings, store=repo, clock=clock)
+def client(store: DynamoTaskStore, settings: Settings, clock: FakeClock) -> Client:
+    return Client(settings, store=store, clock=clock)
 
 
 @pytest.fixture
-def poller(repo: DynamoTaskStore, settings: Settings) -> Poller:
-    return Poller(repo, RecordingInvoker(), settings, poller_id="p-test")
+def poller(store: DynamoTaskStore, settings: Settings) -> Poller:
+    return Poller(store, RecordingInvoker(), settings, poller_id="p-test")
 
 
 def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
@@ -54,13 +54,13 @@ def log_action() -> dict[str, Any]:
 
 
 # -- creating ---------------------------------------------------------------------------------------------------
-def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, repo: DynamoTaskStore) -> None:
+def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: DynamoTaskStore) -> None:
     # Given a schedule every 10 s from now
     schedule = client.create_schedule("every-10s", "rate(10 seconds)", log_action(), {"n": 1})
     # Then its occurrences up to the poll's lead and the time to the next poll exist, each a PENDING task
     expected = list(range(START_MS + 10_000, START_MS + AHEAD_MS + 1, 10_000))
     assert instants(client, "every-10s") == expected
-    task = repo.get(occurrence_id("every-10s", expected[0]))
+    task = store.get(occurrence_id("every-10s", expected[0]))
     assert task is not None and task.status is TaskStatus.PENDING
     assert (task.schedule_id, task.schedule_version, task.payload) == ("every-10s", 1, {"n": 1})
     assert task.idempotency_key == f"every-10s@{from_ms(expected[0]).strftime('%Y%m%dT%H%M%S')}.000Z:0"
@@ -109,12 +109,12 @@ def test_a_task_of_its_own_cannot_take_an_occurrences_id(client: Client) -> None
 
 
 # -- the chain ----------------------------------------------------------------------------------------------------
-def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoTaskStore, settings: Settings) -> None:
+def test_each_poll_makes_the_next_occurrences_once(client: Client, store: DynamoTaskStore, settings: Settings) -> None:
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     invoker = RecordingInvoker()
     always = settings.model_copy(update={"redispatch_after_ms": 0})  # no executor arms them: each poll sends all
-    first_poller = Poller(repo, invoker, always, poller_id="p-first")
-    other = Poller(repo, RecordingInvoker(), always, poller_id="p-other")
+    first_poller = Poller(store, invoker, always, poller_id="p-first")
+    other = Poller(store, RecordingInvoker(), always, poller_id="p-other")
     for minute in range(1, 4):
         now = START_MS + minute * 60_000
         # When two pollers poll at the same instant
@@ -132,7 +132,7 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, repo: DynamoT
 
 
 def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
-    client: Client, repo: DynamoTaskStore, settings: Settings
+    client: Client, store: DynamoTaskStore, settings: Settings
 ) -> None:
     # Given a one-off task due soon and a schedule whose chain nobody extended for five minutes
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
@@ -144,15 +144,15 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
             order.extend(f"dispatch {t['task_id']}" for t in payload["tasks"])
             super().invoke_async(payload)
 
-    advance = repo.advance_schedule
+    advance = store.advance_schedule
 
     def watched_advance(*args: Any, **kwargs: Any) -> Any:
         order.append("make occurrences")
         return advance(*args, **kwargs)
 
-    repo.advance_schedule = watched_advance  # type: ignore[method-assign]
+    store.advance_schedule = watched_advance  # type: ignore[method-assign]
     # When a poll runs
-    report = Poller(repo, Watching(), settings, poller_id="p-order").poll(START_MS + 300_000)
+    report = Poller(store, Watching(), settings, poller_id="p-order").poll(START_MS + 300_000)
     # Then the task it found went out before the schedule's transaction (a schedule never delays a dispatch),
     # and the occurrences it made for its window went out after it, in the same poll
     assert report.occurrences_created > 0
@@ -164,23 +164,23 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
 
 
 def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
-    client: Client, repo: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch
+    client: Client, store: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a schedule, and DynamoDB cancelling the next transaction on it for a conflict with another writer
     # (TransactionConflict: no condition failed)
     client.create_schedule("busy", "rate(10 seconds)", log_action())
     made = len(instants(client, "busy"))
-    transact = repo._transact_items
+    transact = store._transact_items
     conflicts = [True]
     monkeypatch.setattr(
-        repo,
+        store,
         "_transact_items",
         lambda items: (
             ["None"] * (len(items) - 1) + ["TransactionConflict"] if conflicts and conflicts.pop() else transact(items)
         ),
     )
     # When a poll extends the chain
-    report = extend(repo, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
+    report = extend(store, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
     # Then the conflict was a race (read again, then made), not an error
     assert report.raced and not conflicts
     assert len(instants(client, "busy")) == made + len(report.created) > made
@@ -188,14 +188,14 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
 
 @pytest.mark.parametrize("change", ["pause", "update", "delete"])
 def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
-    client: Client, repo: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch, change: str
+    client: Client, store: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     # Given a schedule whose occurrences a poll made a moment ago: the eventually consistent history index does
     # not list them yet
     client.create_schedule("fresh", "rate(10 seconds)", log_action())
     made = instants(client, "fresh", TaskStatus.PENDING)
     assert made
-    monkeypatch.setattr(repo, "schedule_occurrence_ids", lambda *args, **kwargs: [])
+    monkeypatch.setattr(store, "schedule_occurrence_ids", lambda *args, **kwargs: [])
     # When the schedule is changed
     if change == "pause":
         client.pause_schedule("fresh")
@@ -206,7 +206,7 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
     monkeypatch.undo()
     # Then the older occurrences were found by their ids (computed from the definition as it was) and cancelled:
     # none of them is left to fire (an instant both rates share holds the new version's occurrence now)
-    stored = repo.get_many([occurrence_id("fresh", ms) for ms in made])
+    stored = store.get_many([occurrence_id("fresh", ms) for ms in made])
     assert len(stored) == len(made)
     assert all(
         t.status is TaskStatus.CANCELLED or (change == "update" and t.schedule_version == 2) for t in stored.values()
@@ -214,12 +214,12 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
     assert any(t.status is TaskStatus.CANCELLED for t in stored.values())
 
 
-def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, repo: DynamoTaskStore) -> None:
+def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, store: DynamoTaskStore) -> None:
     # Given a paused schedule whose pause died before it cancelled the older occurrences (cleanup pending)
     client.create_schedule("half-paused", "rate(10 seconds)", log_action())
-    schedule = repo.get_schedule("half-paused")
+    schedule = store.get_schedule("half-paused")
     assert schedule is not None
-    repo.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
     assert instants(client, "half-paused", TaskStatus.PENDING)
     # When it is updated while paused
     updated = client.update_schedule("half-paused", payload={"v": 2})
@@ -230,18 +230,18 @@ def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Cl
 
 @pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
 def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
-    client: Client, repo: DynamoTaskStore, poller: Poller, step: str
+    client: Client, store: DynamoTaskStore, poller: Poller, step: str
 ) -> None:
     # Given a schedule every 30 s whose first occurrence is left at some step of its life by a crash
     client.create_schedule("half-minute", "rate(30 seconds)", log_action())
     first = occurrence_id("half-minute", START_MS + 30_000)
     if step != "pending":
-        (armed,) = repo.arm_many(
+        (armed,) = store.arm_many(
             [ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead", START_MS + 1_000
         )
         assert armed is not None
     if step == "recorded":
-        assert repo.record_many(
+        assert store.record_many(
             "e-dead", [FireRecord(first, TaskStatus.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
         ) == [True]
     # When the polls after it run
@@ -254,12 +254,12 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
 
 
 def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
-    client: Client, repo: DynamoTaskStore, clock: FakeClock
+    client: Client, store: DynamoTaskStore, clock: FakeClock
 ) -> None:
     # Given a schedule created long ago whose chain nobody extended (its next occurrence is due in 30 s)
     client.create_schedule("slow", "rate(10 minutes)", log_action())
     invoker = RecordingInvoker()
-    schedule_poller = Poller(repo, invoker, client.settings, poller_id="p-x")
+    schedule_poller = Poller(store, invoker, client.settings, poller_id="p-x")
     now = START_MS + 600_000 - 30_000
     # When a poll finds it
     report = schedule_poller.poll(now)
@@ -270,12 +270,12 @@ def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
 
 # -- pause, resume, update, delete ------------------------------------------------------------------------------
 def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
-    client: Client, repo: DynamoTaskStore, clock: FakeClock, poller: Poller
+    client: Client, store: DynamoTaskStore, clock: FakeClock, poller: Poller
 ) -> None:
     client.create_schedule("pulse", "rate(20 seconds)", log_action())
     armed_id = occurrence_id("pulse", START_MS + 20_000)
     assert (
-        repo.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        store.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
         is not None
     )
     # When it is paused
@@ -300,11 +300,11 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     assert all((ms - START_MS) % 20_000 == 0 for ms in pending)
 
 
-def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoTaskStore, clock: FakeClock) -> None:
+def test_update_replaces_the_occurrences_not_armed(client: Client, store: DynamoTaskStore, clock: FakeClock) -> None:
     client.create_schedule("job", "rate(30 seconds)", log_action())
     armed_id = occurrence_id("job", START_MS + 30_000)
     assert (
-        repo.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        store.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
         is not None
     )
     # When its rate changes to every 15 s (with the same anchor, so instants every 30 s are in both)
@@ -320,7 +320,7 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, repo: DynamoT
         START_MS + 15_000,
         *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000),
     ]
-    armed = repo.get(armed_id)
+    armed = store.get(armed_id)
     assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
 
 
@@ -347,19 +347,19 @@ def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
 
 
 def test_a_change_whose_caller_died_is_finished_by_the_next_poll(
-    client: Client, repo: DynamoTaskStore, poller: Poller
+    client: Client, store: DynamoTaskStore, poller: Poller
 ) -> None:
     # Given a pause that was written but whose cleanup never ran (its caller died in between)
     client.create_schedule("orphan", "rate(10 seconds)", log_action())
-    schedule = repo.get_schedule("orphan")
+    schedule = store.get_schedule("orphan")
     assert schedule is not None
-    repo.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
     assert instants(client, "orphan", TaskStatus.PENDING)
     # When the next poll runs
     poller.poll(START_MS + 2_000)
     # Then it cancelled the old version's PENDING occurrences and cleared the flag
     assert instants(client, "orphan", TaskStatus.PENDING) == []
-    after = repo.get_schedule("orphan")
+    after = store.get_schedule("orphan")
     assert after is not None and not after.cleanup and after.state is ScheduleState.PAUSED
 
 
@@ -377,12 +377,12 @@ def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Pol
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_latest"])
-def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStore, policy: str) -> None:
+def test_after_an_hour_of_downtime_no_storm(client: Client, store: DynamoTaskStore, policy: str) -> None:
     client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy, misfire_grace=10_000)
     before = instants(client, "minutely")
     # When nothing runs for an hour, then the chain is extended
     now = START_MS + 3_600_000 + 5_000
-    report = extend(repo, "minutely", now, now + AHEAD_MS)
+    report = extend(store, "minutely", now, now + AHEAD_MS)
     # Then none of the instants missed is made, but under fire_latest the latest one, to fire at once, flagged
     made = [ms for ms in instants(client, "minutely") if ms not in before]
     late = [ms for ms in made if ms < now - 10_000]
@@ -391,7 +391,7 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStor
         assert late == []
     else:
         assert late == [START_MS + 3_540_000]
-        task = repo.get(occurrence_id("minutely", late[0]))
+        task = store.get(occurrence_id("minutely", late[0]))
         assert task is not None and task.misfire_policy == "fire_late"
     schedule = client.get_schedule("minutely")
     assert schedule is not None and report.skipped == schedule.skipped_count
@@ -400,7 +400,7 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, repo: DynamoTaskStor
 
 # -- a schedule item that cannot be read -------------------------------------------------------------------------
 def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_others_go_on(
-    client: Client, repo: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings
+    client: Client, store: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings
 ) -> None:
     # Given two schedules, one of whose items was then written by hand with a definition that is not JSON
     client.create_schedule("good", "rate(10 seconds)", log_action())
@@ -414,7 +414,7 @@ def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_o
         ExpressionAttributeValues={":d": {"S": "{not json"}},
     )
     with pytest.raises(UndecodableItemError):
-        repo.get_schedule("bad")
+        store.get_schedule("bad")
 
     # When a poll meets both
     now = START_MS + 60_000

@@ -29,7 +29,7 @@ from punctual.model import ArmRequest, Task
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.demo import read_fires
-from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, repo_for, run_threads
+from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for
 
 SHARDS = 4
 JOIN_TIMEOUT_S = 120
@@ -77,12 +77,12 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     # Given 200 tasks due within the poll window of one fixed instant (written then), small batches
     at = FIXED_NOW_MS
     tasks = log_tasks("poll", 200, lambda i: at + 10_000 + 150 * i)
-    create_all(repo_for(settings), tasks, created_ms=at)
+    create_all(store_for(settings), tasks, created_ms=at)
     ids = [t.task_id for t in tasks]
     poll_settings = settings.model_copy(update={"max_batch_size": 40})
     invokers = [RecordingInvoker(), RecordingInvoker()]
     pollers = [
-        Poller(repo_for(settings), invoker, poll_settings, poller_id=f"poller-{k}")
+        Poller(store_for(settings), invoker, poll_settings, poller_id=f"poller-{k}")
         for k, invoker in enumerate(invokers)
     ]
 
@@ -113,7 +113,7 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     }
 
     # When every batch of both is armed at that instant, each by a live executor of its own, all at once
-    executors = [repo_for(settings) for _ in events]
+    executors = [store_for(settings) for _ in events]
     assert all(store.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
 
     def arm_batch(k: int, event: BatchEvent) -> list[str]:
@@ -147,14 +147,14 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     prefix = f"dup-{uuid.uuid4().hex[:6]}-"
     due = now_ms() + 2_000
     tasks = log_tasks(prefix.rstrip("-"), n, lambda i: due + 5 * (i % 4))
-    create_all(repo_for(settings), tasks)
+    create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(repo_for(settings), invoker, settings).poll(now_ms())
+    Poller(store_for(settings), invoker, settings).poll(now_ms())
     assert len(invoker.payloads) == 1
     event = BatchEvent.model_validate(invoker.payloads[0])
     assert len(event.tasks) == n
     # ... and two executors (two Lambda environments), each with its own client, on the real clock
-    executors = [Executor(repo_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)]
+    executors = [Executor(store_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)]
 
     # When the same batch is delivered to both at once
     reports: list[BatchReport] = run_threads([lambda x=x: x.run_batch(event) for x in executors], timeout=90)

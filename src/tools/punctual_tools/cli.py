@@ -620,19 +620,19 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
     settings = _settings(args)
-    repo = build_store(settings)
+    store = build_store(settings)
     queue = build_dead_letter_queue(settings)
     letters = queue.receive() if queue is not None else []
     if args.all:
-        failed = [t.task_id for t in repo.list_tasks([TaskStatus.FAILED])]
+        failed = [t.task_id for t in store.list_tasks([TaskStatus.FAILED])]
         task_ids = list(dict.fromkeys([*(letter.task_id for letter in letters), *failed]))
     else:
         task_ids = list(dict.fromkeys(args.task_ids))
     now_ms = int(SystemClock().wall_ms())
-    won = repo.redrive_many(task_ids, now_ms) if task_ids else []
+    won = store.redrive_many(task_ids, now_ms) if task_ids else []
     redriven = [t for t, ok in zip(task_ids, won, strict=True) if ok]
     others = [t for t, ok in zip(task_ids, won, strict=True) if not ok]
-    current = repo.get_many(others) if others else {}
+    current = store.get_many(others) if others else {}
     for task_id in redriven:
         print(f"{task_id}: redriven (FAILED -> PENDING, due now)")
     unchanged = 0
