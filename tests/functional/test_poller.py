@@ -127,6 +127,38 @@ def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_
     assert [len(b) for b in make_batches(burst, 2, None)] == [2, 2, 1]
 
 
+def test_the_cut_for_the_quota_never_needs_more_executors_than_may_run_at_once() -> None:
+    # Given 1,000 tasks due at one instant and at most 168 fires a quota period
+    burst = [Candidate(f"b{i:04}", 10_000, TaskStatus.PENDING, None, 0) for i in range(1_000)]
+
+    # When at most 5, 4 or 3 batches may run at once, or as many as the quota's cut needs
+    def sizes(max_batches: int | None) -> list[int]:
+        return [len(b) for b in make_batches(burst, 250, max_at_once=168, max_batches=max_batches)]
+
+    # Then the cut shares the burst among as many executors as may run, each as small as that allows
+    assert sizes(5) == [200] * 5
+    assert sizes(4) == [250] * 4
+    # and when even the batch size needs more, it alone cuts (throttling then waits for a free executor)
+    assert sizes(3) == [250] * 4
+    # and with room for the quota's cut, it stands
+    assert sizes(6) == sizes(None) == [168] * 5 + [160]
+    # and every task is in exactly one batch whatever the bound
+    for bound in (1, 2, 5, 7, None):
+        assert sorted(c.task_id for b in make_batches(burst, 250, 168, max_batches=bound) for c in b) == sorted(
+            c.task_id for c in burst
+        )
+
+
+def test_half_the_executors_that_may_run_at_once_bound_a_dispatchs_cut_per_poll_group(settings: Settings) -> None:
+    # Given the template's reservation of 100 executors, in one poll group and in two
+    one = settings.model_copy(update={"executor_concurrency": 100, "poll_groups": 1})
+    # Then one dispatch may cut bursts into 50 batches, and 25 in each of two groups; unbounded without a figure
+    assert one.quota_cut_max_batches == 50
+    assert settings.model_copy(update={"executor_concurrency": 100, "poll_groups": 2}).quota_cut_max_batches == 25
+    assert settings.model_copy(update={"executor_concurrency": None}).quota_cut_max_batches is None
+    assert settings.model_copy(update={"executor_concurrency": 1}).quota_cut_max_batches == 1
+
+
 def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(settings: Settings) -> None:
     # Given the template's 256 MB executors, one of 1,769 MB, and none named (whole cores)
     small = settings.model_copy(update={"executor_memory_mb": 256, "fire_cpu_us": 60.0})

@@ -169,6 +169,8 @@ def _longest(sam_template: dict[str, Any], value: Any) -> int:
     AllowedValues or the digits of its MaxValue, or :data:`LONGEST_REF`."""
     if not isinstance(value, dict):
         return len(str(value))
+    if "Fn::If" in value:  # [condition, if true, if false]
+        return max(_longest(sam_template, branch) for branch in value["Fn::If"][1:])
     name = value["Ref"]
     parameter = sam_template["Parameters"].get(name)
     if parameter is None:

@@ -36,11 +36,49 @@ INVOKE_THREADS = 8  # async invocations in flight at once
 
 
 def make_batches(
-    candidates: list[Candidate], max_size: int, max_at_once: int | None = None, window_ms: int = QUOTA_PERIOD_MS
+    candidates: list[Candidate],
+    max_size: int,
+    max_at_once: int | None = None,
+    window_ms: int = QUOTA_PERIOD_MS,
+    max_batches: int | None = None,
 ) -> list[list[Candidate]]:
     """Candidates in due order, cut into batches of at most ``max_size``, none holding more than ``max_at_once``
     tasks due within ``window_ms`` of each other (what an executor's CPU quota can fire in one period; None: no
-    such limit)."""
+    such limit).
+
+    The quota's cut never makes more than ``max_batches`` batches (the executors that may run at once): past that,
+    a burst's executors would be throttled and fire seconds late, where a bigger batch fires its last task a few
+    quota periods late. Then ``max_at_once`` is raised to the least that keeps within ``max_batches`` (and no cut
+    by the quota at all if even the ``max_size`` cut makes more).
+
+    Examples
+    --------
+    >>> due = [Candidate(f"t{i}", 1_000, TaskStatus.PENDING, None, 60_000) for i in range(1_000)]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168)]
+    [168, 168, 168, 168, 168, 160]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=4)]
+    [250, 250, 250, 250]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=5)]
+    [200, 200, 200, 200, 200]
+    """
+    batches = _cut(candidates, max_size, max_at_once, window_ms)
+    if max_at_once is None or max_batches is None or len(batches) <= max_batches:
+        return batches
+    low, high = max_at_once, max_size  # the least cap within max_batches lies in (low, high]
+    best = _cut(candidates, max_size, None, window_ms)
+    if len(best) > max_batches:
+        return best
+    while high - low > 1:
+        middle = (low + high) // 2
+        cut = _cut(candidates, max_size, middle, window_ms)
+        if len(cut) <= max_batches:
+            high, best = middle, cut
+        else:
+            low = middle
+    return best
+
+
+def _cut(candidates: list[Candidate], max_size: int, max_at_once: int | None, window_ms: int) -> list[list[Candidate]]:
     ordered = sorted(candidates, key=lambda c: (c.due_ms, c.task_id))
     if max_at_once is None or max_at_once >= max_size:
         return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
@@ -236,7 +274,13 @@ class Poller:
         """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
         ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
         With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
-        batches = make_batches(candidates, self._settings.max_batch_size, self._settings.max_fires_at_once)
+        settings = self._settings
+        batches = make_batches(
+            candidates,
+            settings.max_batch_size,
+            settings.max_fires_at_once,
+            max_batches=settings.quota_cut_max_batches,
+        )
         lock = threading.Lock()
         sent = {"batches": 0, "tasks": 0, "failures": 0, "skipped": 0}
 

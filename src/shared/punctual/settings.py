@@ -90,6 +90,14 @@ class Settings(BaseModel):
         description="the CPU one fire takes an executor (the dispatcher's hand-off, the action's start, the "
         "outcome handed on), which sizes a batch of tasks due together (executor_memory_mb)",
     )
+    executor_concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="how many executors may run at once (the executor's reserved concurrency, or the account's pool): "
+        "the cut of a burst by the executors' CPU (executor_memory_mb) never takes more than half of it a poll "
+        "group. None: no such bound",
+    )
     redispatch_after_ms: int | None = Field(
         None,
         ge=0,
@@ -174,6 +182,15 @@ class Settings(BaseModel):
         from .cpu_share import fires_per_period
 
         return fires_per_period(self.executor_memory_mb, self.fire_cpu_us)
+
+    @property
+    def quota_cut_max_batches(self) -> int | None:
+        """The most batches one dispatch may make by cutting bursts for the executors' CPU: half the executors
+        that may run at once, shared by the poll groups (the other half serves the batches still in flight from
+        the dispatch before and the fast path). None: no bound."""
+        if self.executor_concurrency is None:
+            return None
+        return max(1, self.executor_concurrency // (2 * self.poll_groups))
 
     @property
     def redispatch_hold_back_ms(self) -> int:

@@ -52,7 +52,13 @@ from ..stats import summarize
 from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
 from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from .invoker import LocalInvoker
-from .lambda_rules import EXECUTOR_FUNCTION, TEMPLATE_FUNCTIONS, FunctionLimits, read_function_limits
+from .lambda_rules import (
+    EXECUTOR_FUNCTION,
+    TEMPLATE_FUNCTIONS,
+    FunctionLimits,
+    concurrency_cap,
+    read_function_limits,
+)
 from .stream import StreamReader
 
 log = logging.getLogger("punctual_tools.local")
@@ -363,6 +369,10 @@ class LocalStack:
         if settings.profile == "lambda" and settings.executor_memory_mb is None:
             # the executors' CPU, as the template tells the poller and the fast path in AWS: it sizes the batches
             self.settings = settings = settings.model_copy(update={"executor_memory_mb": self.limits.memory_mb})
+        if settings.profile == "lambda" and settings.executor_concurrency is None:
+            # and how many executors may run at once, which bounds how finely a burst is cut for that CPU
+            concurrency = concurrency_cap(self.limits, cfg.max_concurrency)
+            self.settings = settings = settings.model_copy(update={"executor_concurrency": concurrency})
         self.invoker = LocalInvoker(
             find_project_root() / "src" / "executor" / "app.py",
             worker_env,
