@@ -93,10 +93,11 @@ bench-memory: setup
 bench-cold: setup
 	$(BIN)/python bench/coldstart.py $(BENCH_ARGS)
 
-## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst
+## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst;
+## publishes docs/benchmarks/scale.md from its JSON
 ## (not in `make test`; about 30 minutes on 2 cores)
 scale: setup
-	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/scale.py --publish
 
 ## cost: count what a task costs on moto and regenerate the generated block of docs/cost.md
 cost: setup

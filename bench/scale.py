@@ -66,6 +66,7 @@ from punctual_tools.stats import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle
+from pages import git_commit, publish_scale
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
@@ -788,6 +789,11 @@ def main() -> int:
     parser.add_argument("--no-local", dest="local", action="store_false")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--json", action="store_true", help="(the last line is always one JSON object)")
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="keep the report as docs/benchmarks/scale.json and write docs/benchmarks/scale.md from it",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-scale-"))
@@ -801,6 +807,7 @@ def main() -> int:
     template = load_template()
     out: dict[str, Any] = {
         "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+        "commit": git_commit(),
         "run_dir": str(work),
         "load_avg_before": load_before,
         "cpu": [],
@@ -853,6 +860,8 @@ def main() -> int:
         f"\nscale benchmark: {out['elapsed_s']:.0f} s in all; load average before {load_before[0]:.2f}, after "
         f"{out['load_avg_after'][0]:.2f}"
     )
+    if args.publish:
+        print(f"page: {publish_scale(out)}")
     print(json.dumps(out))
     return 0
 

@@ -103,3 +103,45 @@ def test_a_published_drift_page_is_the_one_its_figures_make(profile: str, tmp_pa
         pytest.skip(f"no {profile} drift page published yet (make bench writes it)")
     made = pages.write_drift_page(json.loads(published.read_text()), tmp_path)
     assert made.read_text() == published.with_suffix(".md").read_text()
+
+
+def test_the_published_scale_page_is_the_one_its_figures_make(tmp_path: Path) -> None:
+    published = ROOT / "docs" / "benchmarks" / "scale.json"
+    if not published.is_file():
+        pytest.skip("no scale page published yet (make scale writes it)")
+    made = pages.write_scale_page(json.loads(published.read_text()), tmp_path)
+    assert made.read_text() == published.with_suffix(".md").read_text()
+
+
+def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_says_why_a_rate_failed(
+    tmp_path: Path,
+) -> None:
+    # Given a run whose store took 200 tasks/s, that held 150/s and failed 300/s on its writes
+    floor = {"count": 10, "p50": 0.01, "p90": 0.01, "p99": 0.02, "max": 0.1}
+    phase = {"scheduled": 10, "fired": 10, "duplicates": 0, "count": 10, "p50": 0.1, "p90": 0.2, "max": 1.0}
+    report = {
+        "machine": "m (2 cores)",
+        "load_avg_before": [1.0, 1.0, 1.0],
+        "load_avg_after": [1.0, 1.0, 1.0],
+        "floor_steady": {"150": floor, "300": floor},
+        "floor_burst": floor,
+        "local_settings": {"poll_interval_s": 5, "lead_ms": 90_000, "max_batch_size": 2000, "writer": "batch_write"},
+        "store_ceiling": {"items": 10, "create_per_s": 600, "arm_per_s": 600, "record_per_s": 600, "tasks_per_s": 200},
+        "sustained_rate_per_s": 150,
+        "sustained_share_of_ceiling": 0.75,
+        "sustained_share_target": 0.8,
+        "sustained": [
+            {**phase, "rate": 150, "p99": 0.3, "ok": True},
+            {**phase, "rate": 300, "p99": 0.3, "ok": False, "writes_kept_up": False, "max_write_lag_s": 2.5},
+        ],
+        "burst": {**phase, "p99": 0.4},
+        "pictures": [],
+    }
+    # When its page is made
+    text = pages.write_scale_page(report, tmp_path).read_text()
+    # Then the share of the ceiling is judged against its target, each phase's ratio and verdict shown
+    assert "**150/s = 0.75× the store's ceiling** (target ≥ 0.8×: **missed**)" in text
+    assert "| sustained 150/s | 10 | 0.100 | 0.200 | 0.300 | 1.000 | 15.00× | 10 of 10 | ok |" in text
+    assert "failed: writes lagged up to 2.5 s" in text
+    assert "| burst of 10 | 10 | 0.100 | 0.200 | 0.400 | 1.000 | 20.00× | 10 of 10 | - |" in text
+    assert "![" not in text
