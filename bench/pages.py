@@ -144,7 +144,8 @@ def publish_drift(report: dict[str, Any], pages: Path = PAGES, readme: Path | No
 SCALE_CDF = "scale-cdf.png"
 
 
-def _cpu_cell(figures: dict[str, Any] | None) -> str:
+def cpu_cell(figures: dict[str, Any] | None) -> str:
+    """CPU per task in µs, and the wall time it took (``-`` not run; ``skipped`` past its limit)."""
     if not figures:
         return "-"
     if "skipped" in figures:
@@ -194,9 +195,9 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
         ]
         for row in report["cpu"]:
             lines.append(
-                f"| {row['backend']} | {row['tasks']:,} | {_cpu_cell(row.get('poll'))} | "
-                f"{_cpu_cell(row.get('poll_lambda_invoke'))} | {_cpu_cell(row.get('executor_single'))} | "
-                f"{_cpu_cell(row.get('executor_transaction'))} |"
+                f"| {row['backend']} | {row['tasks']:,} | {cpu_cell(row.get('poll'))} | "
+                f"{cpu_cell(row.get('poll_lambda_invoke'))} | {cpu_cell(row.get('executor_single'))} | "
+                f"{cpu_cell(row.get('executor_transaction'))} |"
             )
         lines.append("")
     model = report.get("model")

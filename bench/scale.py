@@ -66,7 +66,7 @@ from punctual_tools.stats import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle
-from pages import git_commit, publish_scale
+from pages import cpu_cell, git_commit, publish_scale
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
@@ -867,15 +867,9 @@ def main() -> int:
 
 
 def print_cpu(rows: list[dict[str, Any]]) -> None:
-    print("\nCPU per task (this process only; us/task, stub hooks' own CPU taken off; wall s in brackets)")
+    print("\nCPU per task (this process only; us/task, stub hooks' own CPU taken off; wall time in parentheses)")
     print(f"{'backend':<16}{'tasks':>8}{'poll':>16}{'poll+Lambda':>16}{'exec single':>18}{'exec transact':>18}")
-
-    def cell(figures: dict[str, Any] | None) -> str:
-        if not figures:
-            return "-"
-        if "skipped" in figures:
-            return "skipped"
-        return f"{figures['cpu_us_per_task']:.1f} [{figures['wall_s']:.0f}]"
+    cell = cpu_cell
 
     for r in rows:
         print(
