@@ -18,9 +18,10 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
 from punctual.model import FireRecord, Task, TaskStatus
+from punctual.redrive import RedriveReport, Skipped, SkipReason
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
-from punctual_tools.cli import main
+from punctual_tools.cli import main, redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
@@ -229,6 +230,35 @@ def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
     assert read_task(store, "b").status is TaskStatus.FAILED
     assert [m.task_id for m in queue.receive()] == ["b"]
     assert "redrive: 1 task(s) redriven, 1 unchanged; 2 dead letter(s) removed" in capsys.readouterr().out
+
+
+def test_cli_prints_the_report_a_line_per_task_then_the_counts(
+    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a FAILED task, a PENDING one, and an id with no task
+    make_failed(store, tasks, "f", now_ms)
+    tasks.create(now_ms + 5_000, "p")
+    # When all three are named
+    assert main(["--home", str(local_home), "redrive", "f", "p", "ghost"]) == 0
+    # Then the report says what became of each, then counts them
+    assert capsys.readouterr().out.splitlines() == [
+        "f: redriven (FAILED -> PENDING, due now)",
+        "p: PENDING, not FAILED: nothing to do",
+        "ghost: no such task: nothing to do",
+        "redrive: 1 task(s) redriven, 2 unchanged; 0 dead letter(s) removed",
+    ]
+
+
+def test_cli_prints_a_lost_race() -> None:
+    # Given a report of a task another caller redrove first, and of one deleted meanwhile
+    task = Task(task_id="r", due_at="2030-06-01T12:00:00Z", action={"kind": "log"})
+    report = RedriveReport(skipped=(Skipped("r", SkipReason.LOST_RACE, task), Skipped("d", SkipReason.LOST_RACE, None)))
+    # When it is printed  Then each says it lost the race, and how the task is now
+    assert redrive_lines(report) == [
+        "r: lost the race: PENDING now, changed by another caller: nothing to do",
+        "d: lost the race: gone now, changed by another caller: nothing to do",
+        "redrive: 0 task(s) redriven, 2 unchanged; no dead-letter queue configured",
+    ]
 
 
 def test_cli_redrive_on_sqs(

@@ -4,14 +4,14 @@ thresholds that follow the template's parameters and the poller's timeout."""
 
 from __future__ import annotations
 
-import ast
 import json
 from typing import Any
 
 import pytest
-from template_tools import ROOT, SUB_VARIABLE, sub_text, substitute
+from template_tools import SUB_VARIABLE, sub_text, substitute
 
 from punctual import metrics
+from punctual.poller import DEADLINE_MARGIN_MS
 
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName", "AWS::URLSuffix"}
 DUE_INDEX = "due"
@@ -323,18 +323,6 @@ def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
         assert sorted(output["Expression"].split(" + ")) == sorted(f"FILL({i}, 0)" for i in ids)
 
 
-def _poller_deadline_margin_ms() -> int:
-    """DEADLINE_MARGIN_MS of src/poller/app.py, read from its source (importing it builds AWS clients)."""
-    tree = ast.parse((ROOT / "src/poller/app.py").read_text(encoding="utf-8"))
-    (value,) = [
-        node.value.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEADLINE_MARGIN_MS"]
-    ]
-    return int(value)
-
-
 def test_the_poll_duration_alarm_follows_the_poller_timeout(
     cfn_resources: dict[str, Any], dashboard: dict[str, Any]
 ) -> None:
@@ -344,7 +332,7 @@ def test_the_poll_duration_alarm_follows_the_poller_timeout(
     alarm = _alarm_on(cfn_resources, "AWS/Lambda", "Duration", {"FunctionName": "${PollerFunction}"})
     assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
     assert alarm["Threshold"] == 0.8 * timeout_ms
-    assert alarm["Threshold"] < timeout_ms - _poller_deadline_margin_ms()
+    assert alarm["Threshold"] < timeout_ms - DEADLINE_MARGIN_MS
     (widget,) = [
         w
         for w in dashboard["widgets"]

@@ -29,6 +29,7 @@ from .errors import (
 from .keys import from_ms, to_ms
 from .model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, canonical_json
 from .quotas import QuotaGuard, check_retry
+from .redrive import Selection, redrive_tasks
 from .retry import RetryPolicy
 from .schedules import (
     DEFINITION_FIELDS,
@@ -427,14 +428,16 @@ class Client:
         return self.reschedule(task_id, from_ms(self.now_ms()))
 
     def redrive(self, task_id: str) -> Task:
-        """Send a FAILED task again: PENDING, due now, attempt 0. Raises TaskNotFoundError, or TaskStateError
-        (with the task) when it is not FAILED."""
+        """Send a FAILED task again: PENDING, due now, attempt 0 (:func:`~punctual.redrive.redrive_tasks`). Raises
+        TaskNotFoundError, or TaskStateError (with the task) when it is not FAILED or another change came first."""
         self._readable(task_id)
-        if not self._store.redrive_many([task_id], self.now_ms())[0]:
-            current = self._store.get(task_id)
-            if current is None:
+        report = redrive_tasks(self._store, Selection.of([task_id]), self.now_ms())
+        for skipped in report.skipped:
+            if skipped.task is None:
                 raise TaskNotFoundError(f"no task {task_id!r}")
-            raise TaskStateError(f"cannot redrive task {task_id!r}: it is {current.status}, not FAILED", task=current)
+            raise TaskStateError(
+                f"cannot redrive task {task_id!r}: it is {skipped.task.status}, not FAILED", task=skipped.task
+            )
         redriven = self._store.get(task_id)
         if redriven is None:  # deleted since (its record expired)
             raise TaskNotFoundError(f"no task {task_id!r}")

@@ -7,8 +7,9 @@ well as from the queue. A message is JSON::
     {"message_id": "...", "task_id": "...", "occurrence": 0, "attempt": 3, "reason": "HTTP 500 ...",
      "failed_at": "2030-06-01T12:00:20.123+00:00"}
 
-``punctual redrive`` reads the queue (:meth:`receive`), puts the tasks back to PENDING, then removes the
-messages of the tasks it redrove (:meth:`acknowledge`) and hands the others back (:meth:`release`).
+Redrive (:func:`punctual.redrive.redrive_tasks`, behind ``punctual redrive``) reads the queue (:meth:`receive`),
+puts the tasks back to PENDING, then removes the messages of the tasks it settled (:meth:`acknowledge`) and hands
+the others back (:meth:`release`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class DeadLetterQueue(Protocol):
 
 
 class RedrivableQueue(DeadLetterQueue, Protocol):
-    """What ``punctual redrive`` needs besides."""
+    """What redrive (:mod:`punctual.redrive`) needs besides."""
 
     def receive(self) -> list[DeadLetter]: ...
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from punctual.errors import InvalidTaskError, PunctualError
 from punctual.keys import from_ms
+from punctual.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
 from punctual.settings import Settings
 
 from .progress import CLEAR_LINE, ProgressLine
@@ -606,7 +607,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    """FAILED tasks back to PENDING (due now, attempts afresh), then their dead letters removed.
+    """FAILED tasks back to PENDING (due now, attempts afresh), then their dead letters removed
+    (:func:`punctual.redrive.redrive_tasks`), and its report printed: a line per task, then the counts.
 
     The tasks are those named, or with ``--all`` every task with a dead letter and every FAILED task in the table
     (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
@@ -614,47 +616,34 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     """
     from punctual.clock import SystemClock
     from punctual.dlq import build_dead_letter_queue
-    from punctual.model import TaskStatus
     from punctual.runtime import build_store
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
     settings = _settings(args)
-    store = build_store(settings)
+    selection = Selection.everything() if args.all else Selection.of(args.task_ids)
     queue = build_dead_letter_queue(settings)
-    letters = queue.receive() if queue is not None else []
-    if args.all:
-        failed = [t.task_id for t in store.list_tasks([TaskStatus.FAILED])]
-        task_ids = list(dict.fromkeys([*(letter.task_id for letter in letters), *failed]))
-    else:
-        task_ids = list(dict.fromkeys(args.task_ids))
-    now_ms = int(SystemClock().wall_ms())
-    won = store.redrive_many(task_ids, now_ms) if task_ids else []
-    redriven = [t for t, ok in zip(task_ids, won, strict=True) if ok]
-    others = [t for t, ok in zip(task_ids, won, strict=True) if not ok]
-    current = store.get_many(others) if others else {}
-    for task_id in redriven:
-        print(f"{task_id}: redriven (FAILED -> PENDING, due now)")
-    unchanged = 0
-    for task_id in others:
-        task = current.get(task_id)
-        if task is None:
-            print(f"{task_id}: no such task: nothing to do")
-        else:
-            print(f"{task_id}: {task.status}, not FAILED: nothing to do")
-        unchanged += 1
-    # Dead letters of the tasks redriven now, or that are no longer FAILED (stale: an earlier redrive was
-    # interrupted before it removed them); a FAILED task's letters stay, with the letters of tasks not asked for.
-    settled = set(redriven) | {
-        t for t in others if (task := current.get(t)) is None or task.status is not TaskStatus.FAILED
-    }
-    done = [letter for letter in letters if letter.task_id in settled]
-    removed = queue.acknowledge(done) if queue is not None and done else 0
-    if queue is not None:
-        queue.release([letter for letter in letters if letter.task_id not in settled])
-    where = "no dead-letter queue configured" if queue is None else f"{removed} dead letter(s) removed"
-    print(f"redrive: {len(redriven)} task(s) redriven, {unchanged} unchanged; {where}")
+    report = redrive_tasks(build_store(settings), selection, int(SystemClock().wall_ms()), queue)
+    for line in redrive_lines(report):
+        print(line)
     return 0
+
+
+def redrive_lines(report: RedriveReport) -> list[str]:
+    """What ``punctual redrive`` prints of a report: a line per task redriven or skipped (and why), then the counts."""
+    lines = [f"{task_id}: redriven (FAILED -> PENDING, due now)" for task_id in report.redriven]
+    for skipped in report.skipped:
+        if skipped.reason is SkipReason.NOT_FOUND:
+            why = "no such task"
+        elif skipped.reason is SkipReason.NOT_FAILED:
+            why = f"{skipped.status}, not FAILED"
+        else:
+            why = f"lost the race: {skipped.status or 'gone'} now, changed by another caller"
+        lines.append(f"{skipped.task_id}: {why}: nothing to do")
+    removed = report.dead_letters_removed
+    where = "no dead-letter queue configured" if removed is None else f"{removed} dead letter(s) removed"
+    lines.append(f"redrive: {len(report.redriven)} task(s) redriven, {len(report.skipped)} unchanged; {where}")
+    return lines
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
