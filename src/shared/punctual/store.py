@@ -6,8 +6,8 @@ domain's words. Services import these Protocols, never an implementation.
 * :class:`Store`: both, for the services that use both (the client, the poller, the chain, quotas).
 
 Two implementations: :class:`punctual.dynamodb.DynamoTaskStore` (AWS, DynamoDB Local, moto) and
-:class:`punctual.memory_store.InMemoryStore` (one process, for tests and tools). An implementation is done when it
-passes the contract suites (``tests/contract``), which pin every rule below.
+:class:`punctual.memory.InMemoryStore` (one process, for tests that need a store but not DynamoDB). An
+implementation is done when it passes the contract suites (``tests/contract``), which pin every rule below.
 
 Life-cycle rules every implementation keeps (each change is atomic and conditional on the task's state):
 
