@@ -1,4 +1,5 @@
-"""The contract of the store port (:class:`punctual.store.TaskStore`), run on every implementation.
+"""The contract of the task port (:class:`punctual.store.TaskStore`), run on every implementation (the schedule
+port's is ``test_schedule_store_contract.py``).
 
 Each test talks to the store through the port's methods only, with an explicit ``now`` everywhere: the
 life-cycle rules of the port's docstring, each transition allowed and refused, the ends of an executor's
@@ -38,7 +39,7 @@ from punctual.keys import BUCKET_MS, from_ms
 from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.schedules import Schedule
-from punctual.store import TaskStore
+from punctual.store import Store, TaskStore
 from support import json_payloads
 
 P, A = TaskStatus.PENDING, TaskStatus.ARMED
@@ -152,7 +153,7 @@ def test_list_tasks_filters_by_status_and_due_range(store: TaskStore, tasks: Tas
     assert len(list(store.list_tasks(limit=2))) == 2
 
 
-def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: TaskFactory) -> None:
+def test_a_tenants_pages_hold_its_own_tasks_once_each(store: Store, tasks: TaskFactory) -> None:
     # Given 7 tasks of tenant acme (one cancelled), 2 of acme-2 (a tenant whose name starts like it), 2 of no
     # tenant, and a schedule of acme's (its item is not a task)
     acme = [tasks.create(NOW + 1_000 * i, task_id=f"acme/t-{i}") for i in range(7)]
@@ -178,19 +179,6 @@ def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: T
     in_range = store.tenant_page("acme", [P], due_from_ms=acme[1].due_ms, due_to_ms=acme[4].due_ms, limit=100)[0]
     assert {t.task_id for t in in_range} == {acme[1].task_id, acme[2].task_id}
     assert store.tenant_page("nobody", limit=100) == ([], None)
-
-
-def test_a_tenants_schedules_are_listed_by_its_prefix(store: TaskStore) -> None:
-    for schedule_id in ("acme/a", "acme/b", "acme-2/a", "a"):
-        store.create_schedule(
-            Schedule(
-                schedule_id=schedule_id, expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW + 3_600_000
-            ),
-            [],
-            NOW,
-        )
-    assert sorted(s.schedule_id for s in store.list_schedules("acme/")) == ["acme/a", "acme/b"]
-    assert sorted(s.schedule_id for s in store.list_schedules()) == ["a", "acme-2/a", "acme/a", "acme/b"]
 
 
 # -- every life-cycle edge ---------------------------------------------------------------------------------------
