@@ -1,7 +1,7 @@
-"""Fixtures of the store contract suite: each test runs once per implementation of the port (and write mode),
-with ids that name the store: ``[moto-single]``, ``[moto-transaction]``, ``[dynamodb-local-single]``,
+"""Fixtures of the store contract suites: each test runs once per implementation of the ports (and write mode),
+with ids that name the store: ``[memory]``, ``[moto-single]``, ``[moto-transaction]``, ``[dynamodb-local-single]``,
 ``[dynamodb-local-transaction]`` (see ``contract_tools.STORE_KINDS``; the DynamoDB Local ones are marked
-``integration``, so ``-m "not integration"`` keeps the suite on moto and starts no server).
+``integration``, so ``-m "not integration"`` keeps the suites on moto and in memory and starts no server).
 
 * ``backend`` / ``store``: every implementation;
 * ``race_backend``: those whose writes stay atomic under real concurrency (the races);
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from contract_tools import STORE_KINDS, Backend, DynamoBackend, StoreKind, TaskFactory, store_params
 
-from punctual.store import TaskStore
+from punctual.store import Store
 
 assert len({kind.name for kind in STORE_KINDS}) == len(STORE_KINDS), "store kinds need distinct names"
 
@@ -38,13 +38,13 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 
 
 @pytest.fixture
-def store(backend: Backend) -> TaskStore:
-    """The store under test, typed as the port: contract tests use nothing else."""
+def store(backend: Backend) -> Store:
+    """The store under test, typed as the ports: contract tests use nothing else."""
     return backend.store
 
 
 @pytest.fixture
-def tasks(store: TaskStore) -> TaskFactory:
+def tasks(store: Store) -> TaskFactory:
     return TaskFactory(store)
 
 

@@ -1,8 +1,10 @@
-"""What the contract suite of the store port (:class:`punctual.store.TaskStore`) runs on, and its helpers.
+"""What the contract suites of the store ports (:class:`punctual.store.TaskStore`,
+:class:`punctual.store.ScheduleStore`) run on, and their helpers.
 
-Every implementation of the port is one :class:`StoreKind` in :data:`STORE_KINDS`: a name (the test id, such as
-``moto-single``) and a way to open a fresh, empty store of that kind. The fixtures of ``conftest.py`` run every
-contract test once per kind; adding an implementation is adding one entry here (and passing the suite).
+Every implementation of the ports is one :class:`StoreKind` in :data:`STORE_KINDS`: a name (the test id, such as
+``moto-single`` or ``memory``) and a way to open a fresh, empty store of that kind. The fixtures of
+``conftest.py`` run every contract test once per kind; adding an implementation is adding one entry here (and
+passing the suites).
 
 The helpers talk to the store through the port's methods only, with an explicit ``now`` everywhere, so that
 no property of the suite depends on how fast the machine is.
@@ -25,8 +27,9 @@ from punctual.actions import LogAction
 from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import from_ms, to_ms
+from punctual.memory import InMemoryStore
 from punctual.model import Candidate, FireRecord, Task, TaskStatus
-from punctual.store import TaskStore
+from punctual.store import Store, TaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
 
@@ -42,8 +45,8 @@ class Backend:
     """One opened store of some kind: ``store`` is what a test uses; ``new_store`` gives another store on the
     same data with a connection of its own (one per thread in the races, as separate processes would have)."""
 
-    store: TaskStore
-    new_store: Callable[[], TaskStore]
+    store: Store
+    new_store: Callable[[], Store]
     kind: StoreKind | None = None  # what it is, set by the fixture
 
 
@@ -157,7 +160,15 @@ def dynamodb_local_backend(
     return open_backend
 
 
+@contextlib.contextmanager
+def memory_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The in-memory store: every further store is the same one (its data and its lock are the process's)."""
+    store = InMemoryStore(SHARDS)
+    yield Backend(store, lambda: store)
+
+
 STORE_KINDS = [
+    StoreKind("memory", memory_backend, atomic=True),
     StoreKind("moto-single", moto_backend("single"), dynamodb=True),
     StoreKind("moto-transaction", moto_backend("transaction"), dynamodb=True),
     StoreKind(

@@ -1,9 +1,11 @@
-"""The contract of the store port (:class:`punctual.store.TaskStore`), run on every implementation.
+"""The contract of the task port (:class:`punctual.store.TaskStore`), run on every implementation (the schedule
+port's is ``test_schedule_store_contract.py``).
 
 Each test talks to the store through the port's methods only, with an explicit ``now`` everywhere: the
 life-cycle rules of the port's docstring, each transition allowed and refused, the ends of an executor's
-heartbeat and of a task's lease to the millisecond (a takeover at the next one, never before), what the loser
-of a conditional write sees, idempotent create, retry and redrive, and what a look for due work finds. A new
+heartbeat and of a task's lease to the millisecond (a takeover at the next one, never before), fences, what
+the loser of a conditional write sees, idempotent create, retry and redrive, what a look for due work finds and
+hands over as it goes, and a tenant's count of active tasks. A new
 implementation is done when it passes this suite (see ``contract_tools.STORE_KINDS``).
 """
 
@@ -38,7 +40,7 @@ from punctual.keys import BUCKET_MS, from_ms
 from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.schedules import Schedule
-from punctual.store import TaskStore
+from punctual.store import Store, TaskStore
 from support import json_payloads
 
 P, A = TaskStatus.PENDING, TaskStatus.ARMED
@@ -152,7 +154,7 @@ def test_list_tasks_filters_by_status_and_due_range(store: TaskStore, tasks: Tas
     assert len(list(store.list_tasks(limit=2))) == 2
 
 
-def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: TaskFactory) -> None:
+def test_a_tenants_pages_hold_its_own_tasks_once_each(store: Store, tasks: TaskFactory) -> None:
     # Given 7 tasks of tenant acme (one cancelled), 2 of acme-2 (a tenant whose name starts like it), 2 of no
     # tenant, and a schedule of acme's (its item is not a task)
     acme = [tasks.create(NOW + 1_000 * i, task_id=f"acme/t-{i}") for i in range(7)]
@@ -178,19 +180,6 @@ def test_a_tenants_pages_hold_its_own_tasks_once_each(store: TaskStore, tasks: T
     in_range = store.tenant_page("acme", [P], due_from_ms=acme[1].due_ms, due_to_ms=acme[4].due_ms, limit=100)[0]
     assert {t.task_id for t in in_range} == {acme[1].task_id, acme[2].task_id}
     assert store.tenant_page("nobody", limit=100) == ([], None)
-
-
-def test_a_tenants_schedules_are_listed_by_its_prefix(store: TaskStore) -> None:
-    for schedule_id in ("acme/a", "acme/b", "acme-2/a", "a"):
-        store.create_schedule(
-            Schedule(
-                schedule_id=schedule_id, expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW + 3_600_000
-            ),
-            [],
-            NOW,
-        )
-    assert sorted(s.schedule_id for s in store.list_schedules("acme/")) == ["acme/a", "acme/b"]
-    assert sorted(s.schedule_id for s in store.list_schedules()) == ["a", "acme-2/a", "acme/a", "acme/b"]
 
 
 # -- every life-cycle edge ---------------------------------------------------------------------------------------
@@ -492,6 +481,62 @@ def test_a_task_whose_own_lease_ended_is_taken_even_from_a_live_owner(store: Tas
     # And exec-1 is not marked dead (it renews), but the task is no longer its own
     assert store.heartbeat("exec-1", lease_end + 2, NOW + ALIVE_MS) is True
     assert record(store, "exec-1", succeeded(task, lease_end + 2)) is False
+
+
+def test_a_fenced_executor_is_dead_at_once_and_never_renews(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given a task armed by exec-1, whose heartbeat holds for an hour, and which is then known to be dead
+    task = armed_task(store, tasks, "exec-1")
+    # When it is fenced at F
+    fenced_at = NOW + 1_000
+    assert store.fence("exec-1", fenced_at) is True
+    # Then it was alive until F - 1 at the latest: a look at F finds its task, and exec-2 takes it over
+    assert due_ids(store, NOW + 90_000, fenced_at) == [task.task_id]
+    taken = arm(store, task, "exec-2", fenced_at)
+    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", fenced_at - 1)
+    # ... it can never renew, and a second fence (or one of an executor never seen) finds nothing to fence
+    assert store.heartbeat("exec-1", fenced_at + 1, NOW + ALIVE_MS) is False
+    assert store.fence("exec-1", fenced_at + 1) is False
+    assert store.fence("exec-never", fenced_at + 1) is False
+
+
+def test_a_fence_naming_an_invocation_fences_only_the_executor_that_ran_it(store: TaskStore) -> None:
+    # Given an executor alive, running invocation req-1
+    assert store.heartbeat("exec-1", NOW, NOW + ALIVE_MS, invocation="req-1") is True
+    # When a fence names another invocation / Then nothing is fenced; naming its own, it is
+    assert store.fence("exec-1", NOW + 1, invocation="req-2") is False
+    assert store.heartbeat("exec-1", NOW + 2, NOW + ALIVE_MS, invocation="req-1") is True
+    assert store.fence("exec-1", NOW + 3, invocation="req-1") is True
+    assert store.heartbeat("exec-1", NOW + 4, NOW + ALIVE_MS, invocation="req-1") is False
+
+
+def test_fence_live_executors_fences_exactly_the_live_ones(store: TaskStore) -> None:
+    # Given two executors alive at T, one alive until T exactly, and one that died before T
+    at = NOW + 10_000
+    for executor, until in (("exec-a", NOW + ALIVE_MS), ("exec-b", NOW + ALIVE_MS), ("exec-c", at), ("exec-d", at - 1)):
+        alive(store, executor, until)
+    # When every live executor is fenced at T (a restart that stopped them all)
+    fenced = store.fence_live_executors(at)
+    # Then the three alive at T are, and none of them renews; the one already dead is left as it was
+    assert sorted(fenced) == ["exec-a", "exec-b", "exec-c"]
+    assert [store.heartbeat(e, at + 1, NOW + ALIVE_MS) for e in ("exec-a", "exec-b", "exec-c")] == [False] * 3
+    assert store.fence_live_executors(at + 1) == []
+
+
+def test_an_arm_by_a_retried_invocation_takes_over_from_its_earlier_attempt_at_once(
+    store: TaskStore, tasks: TaskFactory
+) -> None:
+    # Given a task armed by exec-1, alive for an hour, running invocation req-1 (which Lambda then retried)
+    task = tasks.create(NOW + 10_000)
+    assert store.heartbeat("exec-1", NOW, NOW + ALIVE_MS, invocation="req-1") is True
+    assert arm(store, task, "exec-1", NOW) is not None
+    request = [ArmRequest(task.task_id, task.due_ms, NOW + ARMED_LEASE_MS)]
+    alive(store, "exec-2", NOW + ALIVE_MS)
+    # When exec-2 arms it for another invocation / Then it loses: exec-1 is alive
+    assert store.arm_many(request, "batch-2", "exec-2", NOW + 1, invocation="req-9") == [None]
+    # When exec-2 arms it for the retry of req-1 / Then exec-1 is fenced and its task taken over at once
+    (taken,) = store.arm_many(request, "batch-2", "exec-2", NOW + 2, invocation="req-1")
+    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
+    assert store.heartbeat("exec-1", NOW + 3, NOW + ALIVE_MS, invocation="req-1") is False
 
 
 # -- record ----------------------------------------------------------------------------------------------------------
@@ -938,6 +983,33 @@ def test_find_due_out_of_time_stops_early_and_the_next_call_finds_the_rest(
     # And the next look, with time enough, finds every one of them
     full = store.find_due(NOW, NOW + 90_000, out_of_time=lambda: False)
     assert ({c.task_id for c in full.candidates}, full.complete) == (everything, True)
+
+
+def test_find_due_hands_each_part_to_on_found_before_it_returns(store: TaskStore, tasks: TaskFactory) -> None:
+    # Given 10 PENDING tasks due over the last three minutes and the next one
+    created = [tasks.create(NOW - 3 * BUCKET_MS + 27_011 * i, now_ms=NOW - 4 * BUCKET_MS) for i in range(10)]
+    parts: list[list[str]] = []
+    # When due work is looked for, noting each part handed over
+    scan = store.find_due(NOW, NOW + 90_000, on_found=lambda part: parts.append([c.task_id for c in part]))
+    # Then the parts hold exactly what the look found, each task once, and no part is empty
+    handed = [task_id for part in parts for task_id in part]
+    assert sorted(handed) == sorted(c.task_id for c in scan.candidates) == sorted(t.task_id for t in created)
+    assert len(handed) == len(set(handed)) and all(parts)
+
+
+def test_count_active_counts_a_tenants_pending_and_armed_tasks(store: Store, tasks: TaskFactory) -> None:
+    # Given acme's tasks: two PENDING, one ARMED, one cancelled, one recorded; beta's one; and acme's schedule
+    for i in range(2):
+        tasks.create(NOW + 10_000 + i, f"acme/pending-{i}")
+    armed_task(store, tasks, task_id="acme/armed")
+    done = armed_task(store, tasks, task_id="acme/done")
+    assert record(store, "exec-1", succeeded(done))
+    store.cancel(tasks.create(NOW + 10_000, "acme/cancelled").task_id, NOW)
+    tasks.create(NOW + 10_000, "beta/pending")
+    schedule = Schedule(schedule_id="acme/daily", expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW)
+    store.create_schedule(schedule, [], NOW)
+    # When each tenant's active tasks are counted / Then only its PENDING and ARMED tasks count
+    assert (store.count_active("acme"), store.count_active("beta"), store.count_active("gamma")) == (3, 1, 0)
 
 
 # -- the poll's start, for the fast path --------------------------------------------------------------------------

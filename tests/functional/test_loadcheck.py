@@ -10,6 +10,7 @@ import pytest
 
 from punctual import Client, LogAction
 from punctual.keys import from_ms
+from punctual.memory import InMemoryStore
 from punctual.model import Task
 from punctual.schedules import Schedule, instants_after, occurrence_id
 from punctual.settings import Settings
@@ -66,9 +67,14 @@ def _no_landing_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def client(dynamodb: Any, settings: Settings, now_ms: int) -> LandsLate:
+def client(settings: Settings, now_ms: int) -> LandsLate:
+    """A client on the in-memory store: the check reads tasks and schedules back, nothing of DynamoDB's."""
     return LandsLate(
-        settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms), late_id=f"{PREFIX}late", due_ms=now_ms + 40_000
+        settings,
+        store=InMemoryStore.from_settings(settings),
+        clock=FakeClock(wall_ms=now_ms),
+        late_id=f"{PREFIX}late",
+        due_ms=now_ms + 40_000,
     )
 
 

@@ -14,6 +14,7 @@ from punctual.decisions import FireDecision, decide_outcome
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import QuotaExceededError
 from punctual.keys import from_ms
+from punctual.memory import InMemoryStore
 from punctual.model import Task, TaskStatus
 from punctual.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.retry import RetryPolicy
@@ -101,13 +102,14 @@ def test_the_cached_count_is_reused_then_read_again(dynamodb: Any, tenant_settin
     assert Counting.reads == 3
 
 
-def test_schedules_and_their_fire_rate_are_bounded(dynamodb: Any, settings: Settings, now_ms: int) -> None:
+def test_schedules_and_their_fire_rate_are_bounded(settings: Settings, now_ms: int) -> None:
     # Given acme allowed 2 schedules firing 1 a second in all (and room for their occurrences: a schedule makes
-    # those of the next minutes at once, and each is an active task)
+    # those of the next minutes at once, and each is an active task), on a store in memory (the guard counts
+    # through the ports)
     quotas = {**QUOTAS, "active_tasks": 10_000}
     client = Client(
         settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})}),
-        dynamodb=dynamodb,
+        store=InMemoryStore.from_settings(settings),
         clock=FakeClock(wall_ms=now_ms),
     )
     client.create_schedule("acme/slow", "rate(2 seconds)", LogAction())

@@ -1,5 +1,6 @@
-"""Recurring schedules on moto: the client's calls, the poller making the chain's next occurrences, pause /
-resume / update / delete, the downtime policies, and crashes of an occurrence at each step of its life."""
+"""Recurring schedules: the client's calls, the poller making the chain's next occurrences, pause / resume /
+update / delete, the downtime policies, and crashes of an occurrence at each step of its life; on moto (both
+write modes) and on the in-memory store, but for the two tests of what only DynamoDB does."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from punctual.dynamodb.schedules import schedule_key
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import InvalidTaskError, ScheduleConflictError, ScheduleNotFoundError, UndecodableItemError
 from punctual.keys import from_ms
+from punctual.memory import InMemoryStore
 from punctual.model import ArmRequest, FireRecord, TaskStatus
 from punctual.poller import Poller
 from punctual.schedules import ScheduleState, occurrence_id, split_occurrence_id
 from punctual.settings import Settings
+from punctual.store import Store
 from punctual_tools.doubles import FakeClock, RecordingInvoker
 
 START_MS = 1_900_000_020_000  # 20 s into a minute
@@ -30,13 +33,25 @@ def clock() -> FakeClock:
     return FakeClock(wall_ms=START_MS)
 
 
+@pytest.fixture(params=["single", "transaction", "memory"])
+def store(request: pytest.FixtureRequest, settings: Settings) -> Store:
+    """The DynamoDB store on moto, once per write mode, and the in-memory store."""
+    if request.param == "memory":
+        return InMemoryStore.from_settings(settings)
+    dynamodb = request.getfixturevalue("dynamodb")
+    return DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
+
+
+DYNAMODB_ONLY = pytest.mark.parametrize("store", ["single", "transaction"], indirect=True)
+
+
 @pytest.fixture
-def client(store: DynamoTaskStore, settings: Settings, clock: FakeClock) -> Client:
+def client(store: Store, settings: Settings, clock: FakeClock) -> Client:
     return Client(settings, store=store, clock=clock)
 
 
 @pytest.fixture
-def poller(store: DynamoTaskStore, settings: Settings) -> Poller:
+def poller(store: Store, settings: Settings) -> Poller:
     return Poller(store, RecordingInvoker(), settings, poller_id="p-test")
 
 
@@ -54,7 +69,7 @@ def log_action() -> dict[str, Any]:
 
 
 # -- creating ---------------------------------------------------------------------------------------------------
-def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: DynamoTaskStore) -> None:
+def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: Store) -> None:
     # Given a schedule every 10 s from now
     schedule = client.create_schedule("every-10s", "rate(10 seconds)", log_action(), {"n": 1})
     # Then its occurrences up to the poll's lead and the time to the next poll exist, each a PENDING task
@@ -109,7 +124,7 @@ def test_a_task_of_its_own_cannot_take_an_occurrences_id(client: Client) -> None
 
 
 # -- the chain ----------------------------------------------------------------------------------------------------
-def test_each_poll_makes_the_next_occurrences_once(client: Client, store: DynamoTaskStore, settings: Settings) -> None:
+def test_each_poll_makes_the_next_occurrences_once(client: Client, store: Store, settings: Settings) -> None:
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     invoker = RecordingInvoker()
     always = settings.model_copy(update={"redispatch_after_ms": 0})  # no executor arms them: each poll sends all
@@ -132,7 +147,7 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, store: Dynamo
 
 
 def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
-    client: Client, store: DynamoTaskStore, settings: Settings
+    client: Client, store: Store, settings: Settings
 ) -> None:
     # Given a one-off task due soon and a schedule whose chain nobody extended for five minutes
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
@@ -163,6 +178,7 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
     )
 
 
+@DYNAMODB_ONLY
 def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
     client: Client, store: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,7 +204,7 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
 
 @pytest.mark.parametrize("change", ["pause", "update", "delete"])
 def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
-    client: Client, store: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch, change: str
+    client: Client, store: Store, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     # Given a schedule whose occurrences a poll made a moment ago: the eventually consistent history index does
     # not list them yet
@@ -214,7 +230,7 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
     assert any(t.status is TaskStatus.CANCELLED for t in stored.values())
 
 
-def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, store: DynamoTaskStore) -> None:
+def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, store: Store) -> None:
     # Given a paused schedule whose pause died before it cancelled the older occurrences (cleanup pending)
     client.create_schedule("half-paused", "rate(10 seconds)", log_action())
     schedule = store.get_schedule("half-paused")
@@ -230,7 +246,7 @@ def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Cl
 
 @pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
 def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
-    client: Client, store: DynamoTaskStore, poller: Poller, step: str
+    client: Client, store: Store, poller: Poller, step: str
 ) -> None:
     # Given a schedule every 30 s whose first occurrence is left at some step of its life by a crash
     client.create_schedule("half-minute", "rate(30 seconds)", log_action())
@@ -254,7 +270,7 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
 
 
 def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
-    client: Client, store: DynamoTaskStore, clock: FakeClock
+    client: Client, store: Store, clock: FakeClock
 ) -> None:
     # Given a schedule created long ago whose chain nobody extended (its next occurrence is due in 30 s)
     client.create_schedule("slow", "rate(10 minutes)", log_action())
@@ -270,7 +286,7 @@ def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
 
 # -- pause, resume, update, delete ------------------------------------------------------------------------------
 def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
-    client: Client, store: DynamoTaskStore, clock: FakeClock, poller: Poller
+    client: Client, store: Store, clock: FakeClock, poller: Poller
 ) -> None:
     client.create_schedule("pulse", "rate(20 seconds)", log_action())
     armed_id = occurrence_id("pulse", START_MS + 20_000)
@@ -300,7 +316,7 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     assert all((ms - START_MS) % 20_000 == 0 for ms in pending)
 
 
-def test_update_replaces_the_occurrences_not_armed(client: Client, store: DynamoTaskStore, clock: FakeClock) -> None:
+def test_update_replaces_the_occurrences_not_armed(client: Client, store: Store, clock: FakeClock) -> None:
     client.create_schedule("job", "rate(30 seconds)", log_action())
     armed_id = occurrence_id("job", START_MS + 30_000)
     assert (
@@ -346,9 +362,7 @@ def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
         client.pause_schedule("gone")
 
 
-def test_a_change_whose_caller_died_is_finished_by_the_next_poll(
-    client: Client, store: DynamoTaskStore, poller: Poller
-) -> None:
+def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client, store: Store, poller: Poller) -> None:
     # Given a pause that was written but whose cleanup never ran (its caller died in between)
     client.create_schedule("orphan", "rate(10 seconds)", log_action())
     schedule = store.get_schedule("orphan")
@@ -377,7 +391,7 @@ def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Pol
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_latest"])
-def test_after_an_hour_of_downtime_no_storm(client: Client, store: DynamoTaskStore, policy: str) -> None:
+def test_after_an_hour_of_downtime_no_storm(client: Client, store: Store, policy: str) -> None:
     client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy, misfire_grace=10_000)
     before = instants(client, "minutely")
     # When nothing runs for an hour, then the chain is extended
@@ -399,6 +413,7 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, store: DynamoTaskSto
 
 
 # -- a schedule item that cannot be read -------------------------------------------------------------------------
+@DYNAMODB_ONLY
 def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_others_go_on(
     client: Client, store: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings
 ) -> None:

@@ -1,7 +1,7 @@
 """The chain service: make a recurring schedule's next occurrences, and clean up after a change of it.
 
 Called by the client (right after creating, resuming or updating a schedule) and by the poller (for every
-schedule its look for due work found: see :mod:`punctual.dynamodb.schedules` for when one is found). Whoever
+schedule its look for due work found: see :mod:`punctual.store` for when one is found). Whoever
 comes first does the work; the others find the cursor moved and do nothing (every write is conditional).
 
 A change (pause, update, delete) is written first, one version up, with ``cleanup`` set; then the occurrences
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .errors import TaskNotFoundError, TaskStateError
 from .model import Task, TaskStatus
 from .schedules import Schedule, instants_after, occurrence_id, plan_advance
-from .store import TaskStore
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ChainReport:
     raced: bool = False
 
 
-def extend(store: TaskStore, schedule_id: str, now_ms: int, until_ms: int) -> ChainReport:
+def extend(store: Store, schedule_id: str, now_ms: int, until_ms: int) -> ChainReport:
     """Create the schedule's occurrences due up to ``until_ms`` that do not exist yet (finishing a pending
     cleanup first)."""
     report = ChainReport(schedule_id)
@@ -80,7 +80,7 @@ def extend(store: TaskStore, schedule_id: str, now_ms: int, until_ms: int) -> Ch
     return report
 
 
-def _cancel_older(store: TaskStore, schedule: Schedule, task: Task, now_ms: int) -> bool:
+def _cancel_older(store: Store, schedule: Schedule, task: Task, now_ms: int) -> bool:
     """Cancel ``task`` if an older version of ``schedule`` made it and it is still changeable."""
     if (task.schedule_version or 0) >= schedule.version or task.status is not TaskStatus.PENDING:
         return False
@@ -92,7 +92,7 @@ def _cancel_older(store: TaskStore, schedule: Schedule, task: Task, now_ms: int)
 
 
 def cleanup(
-    store: TaskStore, schedule: Schedule, now_ms: int, before: Schedule | None = None, until_ms: int | None = None
+    store: Store, schedule: Schedule, now_ms: int, before: Schedule | None = None, until_ms: int | None = None
 ) -> int:
     """Cancel the occurrences older versions of ``schedule`` made that are still PENDING, then clear its
     ``cleanup`` flag. How many were cancelled.

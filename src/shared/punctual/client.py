@@ -40,7 +40,7 @@ from .schedules import (
     plan_advance,
 )
 from .settings import Settings
-from .store import TaskStore
+from .store import Store
 from .tenancy import split
 
 _MISSING = object()
@@ -96,7 +96,7 @@ class Client:
     dynamodb:
         A boto3 DynamoDB client to use (for example one bound to DynamoDB Local or moto).
     store:
-        The task store to use instead (any :class:`~punctual.store.TaskStore`); ``dynamodb`` is then unused.
+        The task store to use instead (any :class:`~punctual.store.Store`); ``dynamodb`` is then unused.
     clock:
         Where "now" comes from (for the horizon check and the index bucket of late writes).
 
@@ -123,7 +123,7 @@ class Client:
         *,
         dynamodb: Any = None,
         clock: Clock | None = None,
-        store: TaskStore | None = None,
+        store: Store | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()

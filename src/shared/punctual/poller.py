@@ -33,7 +33,7 @@ from .events import BatchEvent, BatchTask, DispatchReport, PollGroupEvent, PollR
 from .invoker import Invoker
 from .model import Candidate, TaskStatus
 from .settings import Settings
-from .store import TaskStore
+from .store import Store
 from .tenancy import interleave_by_tenant
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class Poller:
     """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
     hands the tasks it sees to :meth:`dispatch`, the same batch-and-invoke step the poll ends with."""
 
-    def __init__(self, store: TaskStore, invoker: Invoker, settings: Settings, poller_id: str | None = None) -> None:
+    def __init__(self, store: Store, invoker: Invoker, settings: Settings, poller_id: str | None = None) -> None:
         self._store = store
         self._invoker = invoker
         self._settings = settings

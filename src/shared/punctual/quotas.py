@@ -27,7 +27,7 @@ from .errors import QuotaExceededError
 from .recurrence import At, Rate, parse_expression
 from .retry import RetryPolicy
 from .schedules import Schedule, ScheduleState
-from .store import TaskStore
+from .store import Store
 from .tenancy import Quotas, prefix
 
 COUNT_TTL_S = 5.0  # how long a tenant's count of active tasks is reused (plus this process's creates since)
@@ -61,13 +61,13 @@ class QuotaGuard:
 
     Parameters
     ----------
-    store : TaskStore
+    store : Store
         Where active tasks are counted and a tenant's schedules read.
     monotonic : Callable[[], float]
         The clock of the count's cache (injected in tests).
     """
 
-    def __init__(self, store: TaskStore, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: Store, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._monotonic = monotonic
         self._lock = threading.Lock()  # guards _locks

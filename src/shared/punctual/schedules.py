@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -202,6 +202,16 @@ class Advance:
     next_due_ms: int | None
     skipped: int = 0
     late_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceResult:
+    """What a store's ``advance_schedule`` did. ``done``: the occurrences were created and the cursor moved.
+    Otherwise ``blocked`` names occurrences whose id another task holds (an older version's, not cancelled), or,
+    if empty, the schedule changed meanwhile (read it again)."""
+
+    done: bool
+    blocked: list[str] = field(default_factory=list)
 
 
 def first_due_ms(schedule: Schedule, after_ms: int) -> int | None:

@@ -1,8 +1,13 @@
-"""The store port: what the poller, the fast path, the executor, the client and redrive need of a task store,
-in the domain's words. Services import this Protocol, never an implementation.
+"""The store ports: what the poller, the fast path, the executor, the client and redrive need of a store, in the
+domain's words. Services import these Protocols, never an implementation.
 
-The one implementation today is :class:`punctual.dynamodb.DynamoTaskStore` (AWS, DynamoDB Local, moto). A new
-one is done when it passes the contract suite (``tests/contract``), which pins every rule below.
+* :class:`TaskStore`: tasks and their life cycle, the due index, executors' heartbeats and fences, redrive;
+* :class:`ScheduleStore`: recurring schedules, their cursor and their changes;
+* :class:`Store`: both, for the services that use both (the client, the poller, the chain, quotas).
+
+Two implementations: :class:`punctual.dynamodb.DynamoTaskStore` (AWS, DynamoDB Local, moto) and
+:class:`punctual.memory.InMemoryStore` (one process, for tests that need a store but not DynamoDB). An
+implementation is done when it passes the contract suites (``tests/contract``), which pin every rule below.
 
 Life-cycle rules every implementation keeps (each change is atomic and conditional on the task's state):
 
@@ -21,9 +26,15 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
 * **schedules** (recurring): a schedule and its first occurrences are stored together; **advance** creates
   the next occurrences and moves the schedule's cursor in one atomic write, conditional on the cursor and the
   version read (two callers never both create, an occurrence's id is its instant); a **change** (pause,
-  resume, update, delete) is conditional on the version read and raises it by one.
+  resume, update, delete) is conditional on the version read and raises it by one. An ACTIVE schedule is in
+  the due index from ``schedule_ahead`` before its cursor (a look for due work names it among its
+  ``schedules``), one whose change left a cleanup pending from the change on; others are not.
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
   CLAIMED, or ARMED with an expired lease.
+
+A lease (a task's ``lease_until``, an executor's ``alive_until``) still holds at its instant and has ended one
+millisecond later. A task is found in the due index under the minute of its due time or, if written later than
+that, of when it was written; each poll group keeps a watermark before which its share holds no active task.
 
 A write whose response was lost and that is retried counts as done when the task already shows it (the same
 owner and target state): callers get the same answer as for the first attempt.
@@ -32,13 +43,10 @@ owner and target state): callers get the same answer as for the first attempt.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
-
-if TYPE_CHECKING:
-    from .dynamodb.schedules import AdvanceResult
-    from .schedules import Advance, Schedule
+from .schedules import Advance, AdvanceResult, Schedule
 
 
 class TaskStore(Protocol):
@@ -108,7 +116,8 @@ class TaskStore(Protocol):
         poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
         and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
         is found by the next call. ``on_found(part)`` is handed each part of the result as soon as it is known
-        (each task in one part), before the rest is read."""
+        (each task in one part), before the rest is read. It also names the schedules the due index holds up to
+        ``until_ms`` (:class:`ScheduleStore`), whose next occurrences are due to be made."""
         ...
 
     def mark_polled(self, now_ms: int, group: int = 0) -> bool:
@@ -157,7 +166,11 @@ class TaskStore(Protocol):
         """REDRIVE each FAILED task: PENDING, due now, attempt 0. False for a task that is not FAILED."""
         ...
 
-    # -- recurring schedules (punctual.schedules, punctual.chain) -------------------------------------------
+
+class ScheduleStore(Protocol):
+    """Recurring schedules (:mod:`punctual.schedules`, :mod:`punctual.chain`): a schedule's occurrences are tasks
+    of the :class:`TaskStore` beside it, created with the schedule's writes in one atomic step."""
+
     def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
         """Store a new schedule with its first occurrences (at most 99), atomically; idempotent on an equal
         definition (False: it existed). Raises ScheduleConflictError for another definition."""
@@ -195,3 +208,8 @@ class TaskStore(Protocol):
     ) -> list[str]:
         """The schedule's occurrences' ids in due order (eventually consistent)."""
         ...
+
+
+class Store(TaskStore, ScheduleStore, Protocol):
+    """Tasks and schedules together: what a service needs that makes occurrences, changes schedules or finds
+    both in one look for due work."""

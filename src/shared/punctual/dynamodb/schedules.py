@@ -30,7 +30,6 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -38,7 +37,7 @@ from botocore.exceptions import ClientError
 from ..errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from ..keys import from_ms
 from ..model import Task, TaskStatus, canonical_json
-from ..schedules import Advance, Schedule, ScheduleState, occurrence_id
+from ..schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
 from ..tenancy import SEPARATOR, split
 from .codec import DECODE_ERRORS, check_owner, from_av, to_av
 from .schema import SCHEDULE_INDEX
@@ -60,15 +59,6 @@ def schedule_id_of_key(key: str) -> str | None:
     if not marker:
         return None
     return name if not head else head + name  # head is "<tenant>/"
-
-
-@dataclass(frozen=True, slots=True)
-class AdvanceResult:
-    """``done``: the occurrences were created and the cursor moved. Otherwise ``blocked`` names occurrences whose
-    id another item holds (an older version's, not cancelled), or, if empty, the schedule changed meanwhile."""
-
-    done: bool
-    blocked: list[str] = field(default_factory=list)
 
 
 KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
