@@ -1,0 +1,69 @@
+"""The docs site's generated blocks (docs/rest-api.md from openapi.json, docs/cli.md from the CLI's parser,
+docs/contributing.md's source layout from the tree) are the ones punctual_tools.docgen makes: never typed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from punctual_tools import docgen
+from punctual_tools.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_generated_block_is_the_one_its_source_makes() -> None:
+    # Given the committed pages  Then each block equals what docgen makes of openapi.json, the parser, the tree
+    assert docgen.stale_pages(ROOT / "docs") == [], "run `make docs-pages`"
+
+
+def test_the_rest_api_page_names_every_operation_and_schema_of_openapi_json() -> None:
+    spec = json.loads((ROOT / "openapi.json").read_text())
+    page = (ROOT / "docs" / "rest-api.md").read_text()
+    for path, methods in spec["paths"].items():
+        for method in methods:
+            assert f"`{method.upper()} {path}`" in page
+    for name in spec["components"]["schemas"]:
+        assert f"### {name}\n" in page
+
+
+def test_the_cli_page_names_every_command() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name in commands:
+        assert f"### punctual {name}\n" in page
+
+
+def test_the_layout_lists_each_module_of_the_tree_once(tmp_path: Path) -> None:
+    # Given a small tree with a package, a module and a folder without Python
+    package = tmp_path / "src" / "shared" / "punctual"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The runtime. More."""\n')
+    (package / "sub" / "__init__.py").write_text('"""A part."""\n')
+    (package / "sub" / "mod.py").write_text('"""Does one thing. And why."""\n')
+    (package / "data").mkdir()
+    # When its layout is made
+    lines = docgen.layout_block(tmp_path)
+    # Then each Python part is a row with its docstring's first sentence, and nothing else is
+    assert lines[2:] == [
+        "| `src/shared/punctual/` | The runtime |",
+        "| `src/shared/punctual/sub/` | A part |",
+        "| `src/shared/punctual/sub/mod.py` | Does one thing |",
+    ]
+
+
+def test_a_block_is_replaced_between_its_markers_and_the_prose_is_kept() -> None:
+    name = "x"
+    text = f"intro\n{docgen.begin_marker(name)}\nold\n{docgen.end_marker(name)}\nafter\n"
+    made = docgen.with_block(text, name, ["new"])
+    assert made == f"intro\n{docgen.begin_marker(name)}\n\nnew\n\n{docgen.end_marker(name)}\nafter\n"
+
+
+def test_every_relative_link_of_the_readme_names_a_file_that_exists() -> None:
+    # Given the README (the site checks its own links when make docs builds it strict)
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?:|#|mailto:)([^)#\s]+)", text)
+    # Then each relative link leads to a file of the tree
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert targets and missing == []
