@@ -3,6 +3,7 @@ docs/contributing.md's source layout from the tree) are the ones punctual_tools.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -67,3 +68,45 @@ def test_every_relative_link_of_the_readme_names_a_file_that_exists() -> None:
     # Then each relative link leads to a file of the tree
     missing = [t for t in targets if not (ROOT / t).exists()]
     assert targets and missing == []
+
+
+_PATH = re.compile(r"`((?:src|tests|bench|loadtest|docs)/[\w./-]*\w/?|punctual(?:_tools)?/[\w./-]+\.py)`")
+_DOTTED = re.compile(r"`(punctual(?:_tools)?(?:\.\w+)+)`")
+# EventBridge sources in the tenant examples (`punctual.<tenant>`), not modules
+_EVENT_SOURCES = {"punctual.acme.orders", "punctual.beta", "punctual.acmex"}
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of the tree, or a name one of them holds."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_module_and_path_the_docs_name_is_in_the_tree() -> None:
+    # Given the README and every page of the site (modules move: a page must follow them)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = []
+    for page in pages:
+        text = page.read_text()
+        for path in _PATH.findall(text):
+            where = ROOT / path if not path.startswith("punctual") else None
+            candidates = [where] if where else [ROOT / "src" / "shared" / path, ROOT / "src" / "tools" / path]
+            if not any(c.exists() for c in candidates):
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        missing += [
+            f"{page.relative_to(ROOT)}: {name}"
+            for name in _DOTTED.findall(text)
+            if name not in _EVENT_SOURCES and not _resolves(name)
+        ]
+    # Then each names a file, a module or a name that exists
+    assert missing == [], "the docs name what the tree lacks:\n" + "\n".join(missing)

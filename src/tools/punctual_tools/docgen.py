@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -55,8 +56,14 @@ def _type(schema: dict[str, Any]) -> str:
     return str(kind)
 
 
+def _escape(text: str) -> str:
+    """``text`` with ``<`` and ``>`` outside code spans escaped, so ``<home>`` shows instead of being a tag."""
+    parts = str(text).split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
+
+
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _escape(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def _limits(schema: dict[str, Any]) -> str:
@@ -105,7 +112,7 @@ def _operation_lines(path: str, method: str, op: dict[str, Any]) -> list[str]:
 def _schema_lines(name: str, schema: dict[str, Any]) -> list[str]:
     lines = [f"### {name}", ""]
     if schema.get("description"):
-        lines += [schema["description"].replace("``", "`").strip(), ""]
+        lines += [_escape(schema["description"].replace("``", "`").strip()), ""]
     if "enum" in schema:
         return [*lines, "One of " + ", ".join(f"`{v}`" for v in schema["enum"]) + ".", ""]
     props = schema.get("properties", {})
@@ -183,6 +190,9 @@ LAYOUT_ROOTS = (
 )
 
 
+_ROLE = re.compile(r":\w+:`(~?)([\w.]+)`")  # a Sphinx role: :class:`~punctual.store.TaskStore` shows as `TaskStore`
+
+
 def _summary(path: Path) -> str:
     """The first sentence of a module's (or a package's ``__init__``'s) docstring."""
     source = path / "__init__.py" if path.is_dir() else path
@@ -190,7 +200,8 @@ def _summary(path: Path) -> str:
         return ""
     doc = ast.get_docstring(ast.parse(source.read_text())) or ""
     first = " ".join(doc.split("\n\n", 1)[0].split())
-    return first.split(". ", 1)[0].rstrip(".").replace("``", "`")
+    first = first.split(". ", 1)[0].rstrip(".").replace("``", "`")
+    return _ROLE.sub(lambda m: f"`{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}`", first)
 
 
 def _is_part(path: Path) -> bool:
