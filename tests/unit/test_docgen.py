@@ -3,6 +3,7 @@ docs/contributing.md's source layout from the tree) are the ones punctual_tools.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import re
@@ -110,3 +111,23 @@ def test_every_module_and_path_the_docs_name_is_in_the_tree() -> None:
         ]
     # Then each names a file, a module or a name that exists
     assert missing == [], "the docs name what the tree lacks:\n" + "\n".join(missing)
+
+
+def _write_kinds() -> set[str]:
+    """The members of the store's ``WriteKind`` enum, wherever in src/shared the class lives."""
+    for source in (ROOT / "src" / "shared").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == "WriteKind":
+                return {
+                    t.id for s in node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)
+                }
+    raise AssertionError("no WriteKind in src/shared")
+
+
+def test_the_life_cycle_table_names_every_kind_of_write_the_store_makes() -> None:
+    # Given the life cycle table of docs/concepts.md (its second column: the write)
+    text = (ROOT / "docs" / "concepts.md").read_text().split("## The life cycle", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    written = set(rows[1:])
+    # Then it has a row for each kind of conditional write, and for the create, and no other
+    assert written == _write_kinds() | {"CREATE"}
