@@ -95,7 +95,7 @@ def _resolves(dotted: str) -> bool:
 
 def test_every_module_and_path_the_docs_name_is_in_the_tree() -> None:
     # Given the README and every page of the site (modules move: a page must follow them)
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
     missing = []
     for page in pages:
         text = page.read_text()

@@ -26,7 +26,13 @@ DIARY = re.compile(f"{_ISSUE_REF}|{_ISSUE_WORD}|{_STAGE}", re.IGNORECASE)
 
 def _files() -> list[Path]:
     """Every file the rule covers, as the tree holds it."""
-    found = [ROOT / "README.md", ROOT / "template.yaml", ROOT / "Makefile", ROOT / "mkdocs.yml"]
+    found = [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "template.yaml",
+        ROOT / "Makefile",
+        ROOT / "mkdocs.yml",
+    ]
     found += sorted((ROOT / "docs").rglob("*.md"))
     found += sorted((ROOT / "src").rglob("*.py"))
     found += sorted((ROOT / "bench").glob("*.py"))
