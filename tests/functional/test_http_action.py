@@ -366,18 +366,19 @@ def test_the_engine_is_one_per_process_and_tenant(env: ActionEnv) -> None:
     assert len({id(_engine(env, rules)) for rules in (env.rules, acme, beta)}) == 3
 
 
-def _readme_receiver() -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("<!-- receiver-verification -->", 1)[1]
+def _docs_receiver() -> str:
+    """The receiver code docs/targets.md shows ("Signed webhooks")."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "targets.md").read_text()
+    block = page.split("<!-- receiver-verification -->", 1)[1]
     return block.split("```python", 1)[1].split("```", 1)[0]
 
 
-def test_the_readmes_receiver_code_verifies_a_fire_and_refuses_a_tampered_one(
+def test_the_docs_receiver_code_verifies_a_fire_and_refuses_a_tampered_one(
     server: HostileServer, env: ActionEnv
 ) -> None:
-    # Given the receiver code the README shows, knowing only the old secret of a rotation
+    # Given the receiver code the docs show, knowing only the old secret of a rotation
     namespace: dict[str, Any] = {}
-    exec(_readme_receiver().replace('["whsec_..."]', repr([OLD_SECRET])), namespace)  # noqa: S102
+    exec(_docs_receiver().replace('["whsec_..."]', repr([OLD_SECRET])), namespace)  # noqa: S102
     # When a webhook signed with both secrets arrives
     run_action(
         HttpAction(url=server.url("/ok"), signing_secret="env:PUNCTUAL_SECRET_HOOK"),

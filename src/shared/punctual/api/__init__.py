@@ -1,4 +1,4 @@
-"""The REST API (issue #13): views, the tenant-scoped service, and the Powertools resolver."""
+"""The REST API: views, the tenant-scoped service, and the Powertools resolver."""
 
 from .app import build_app, openapi_document
 from .service import TenantService
