@@ -272,8 +272,8 @@ class SettingsError(PunctualError, ValueError):
 
 
 class ExpressionError(PunctualError, ValueError):
-    """The schedule expression or time zone is not valid; the message (``reason``) says what is wrong and how it is
-    written. A validator raises it, and pydantic reports it on the field."""
+    """The schedule expression or time zone is not valid; the message says what is wrong and how it is written. The
+    schedule's validators raise it, and the client reports it as an InvalidScheduleError on the field."""
 
 
 # -- targets and secrets ---------------------------------------------------------------------------------------
