@@ -28,8 +28,9 @@ import pytest
 
 from punctual.actions import LogAction
 from punctual.client import Client
+from punctual.errors import SettingsError
 from punctual.model import TaskStatus
-from punctual.settings import Settings, SettingsError
+from punctual.settings import Settings
 from punctual_tools.demo import read_fires, run_demo
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker

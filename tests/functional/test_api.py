@@ -12,9 +12,12 @@ import urllib3
 
 from punctual.actions import HttpAction, LogAction
 from punctual.api import build_app
-from punctual.api_client import ApiClient, ApiError
+from punctual.api_client import ApiClient
 from punctual.client import Client
 from punctual.errors import (
+    ApiError,
+    InvalidRequestError,
+    InvalidScheduleError,
     InvalidTaskError,
     ScheduleNotFoundError,
     TaskConflictError,
@@ -371,6 +374,24 @@ def test_a_deeply_nested_body_is_a_400(api: LocalApi) -> None:
 def test_an_instant_outside_the_years_1_to_9999_in_utc_is_a_422(api: LocalApi, instant: str) -> None:
     status, _, problem = raw(api, "GET", f"/v1/tasks?due_from={instant}")
     assert (status, problem["field"]) == (422, "due_from")
+
+
+def test_the_api_client_raises_the_invalid_request_its_call_made(acme: ApiClient, now_ms: int) -> None:
+    # When a read's query parameter is bad  Then it is an invalid request, no invalid task
+    with pytest.raises(InvalidRequestError) as query:
+        acme.list(status="NOT-A-STATUS")
+    assert not isinstance(query.value, InvalidTaskError) and (query.value.field or "").startswith("status")
+    # When a schedule's expression is bad  Then it is an invalid schedule naming the field
+    with pytest.raises(InvalidScheduleError) as schedule:
+        acme.create_schedule("daily", "cron(not a cron)", LogAction())
+    assert schedule.value.field == "expression" and str(schedule.value).startswith("invalid expression: ")
+    # And a missing schedule is no missing task, nor the other way round
+    with pytest.raises(ScheduleNotFoundError) as no_schedule:
+        acme.pause_schedule("nothing")
+    assert not isinstance(no_schedule.value, TaskNotFoundError) and no_schedule.value.key == "nothing"
+    with pytest.raises(TaskNotFoundError) as no_task:
+        acme.cancel("nothing")
+    assert not isinstance(no_task.value, ScheduleNotFoundError) and str(no_task.value) == "no task 'nothing'"
 
 
 def test_a_status_named_many_times_is_one_filter(api: LocalApi, acme: ApiClient, now_ms: int) -> None:

@@ -29,20 +29,18 @@ from pydantic import ValidationError
 
 from punctual.actions import (
     ActionEnv,
-    ActionFailedError,
     EventBridgeAction,
     FireContext,
     LambdaAction,
     SnsAction,
     SqsAction,
     TargetRules,
-    TransientActionError,
     check_action,
     kind_of,
     run_action,
 )
 from punctual.actions.aws import deduplication_id, message_body
-from punctual.errors import InvalidTaskError
+from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
 from punctual.model import Action, Task
 
 REGION = "us-east-1"
@@ -400,8 +398,8 @@ def test_an_arn_off_the_allowlist_is_refused_when_scheduled_and_when_fired(actio
     env = ActionEnv(rules=rules, clients={})
 
     # When the task is checked at schedule time
-    # Then InvalidTaskError names the field
-    with pytest.raises(InvalidTaskError) as refused:
+    # Then InvalidRequestError names the field (the client raises it as the task's or the schedule's)
+    with pytest.raises(InvalidRequestError) as refused:
         check_action(action, rules)
     assert refused.value.field == field_name
 

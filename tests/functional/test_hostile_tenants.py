@@ -53,7 +53,7 @@ from punctual.client import Client
 from punctual.clock import SystemClock
 from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
-from punctual.errors import InvalidTaskError, QuotaExceededError
+from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
 from punctual.keys import from_ms, index_key, shard_of
 from punctual.poller import Poller
 from punctual.schedules import occurrence_id
@@ -1411,21 +1411,21 @@ CLIENT_CALLS: dict[str, tuple[Callable[[Client, Receivers], Any], type[Exception
     ),
     "create-schedule-beta-arn": (
         lambda c, r: c.create_schedule("acme/x", "rate(1 hour)", aws_action("sns", arns("beta")["sns"])),
-        InvalidTaskError,
+        InvalidScheduleError,
         "action.topic_arn",
     ),
     "update-schedule-beta-secret": (
         lambda c, r: c.update_schedule(
             "acme/own", action=http_action(r.url("acme"), "file:tenants/beta/token", "signing_secret")
         ),
-        InvalidTaskError,
+        InvalidScheduleError,
         "action.signing_secret",
     ),
     "update-schedule-source": (
         lambda c, r: c.update_schedule(
             "acme/own", action=aws_action("eventbridge", arns("acme")["eventbridge"], "punctual")
         ),
-        InvalidTaskError,
+        InvalidScheduleError,
         "action.source",
     ),
     "create-schedule-past-rate": (

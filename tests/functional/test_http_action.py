@@ -18,18 +18,11 @@ import pytest
 from hostile_server import HostileServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from punctual.actions import (
-    ActionEnv,
-    ActionFailedError,
-    FireContext,
-    HttpAction,
-    TargetRules,
-    TransientActionError,
-    prepare_actions,
-)
+from punctual.actions import ActionEnv, FireContext, HttpAction, TargetRules, prepare_actions
 from punctual.actions.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
 from punctual.actions.registry import run_action, start_action
 from punctual.actions.wire import IDLE_S, WARM_AT_ONCE
+from punctual.errors import ActionFailedError, TransientActionError
 from punctual.netpolicy import TargetPolicy
 from punctual.secrets import SecretResolver
 

@@ -14,7 +14,13 @@ from punctual.chain import extend
 from punctual.client import Client
 from punctual.dynamodb.schedules import schedule_key
 from punctual.dynamodb.store import DynamoTaskStore
-from punctual.errors import InvalidTaskError, ScheduleConflictError, ScheduleNotFoundError, UndecodableItemError
+from punctual.errors import (
+    InvalidScheduleError,
+    InvalidTaskError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    UndecodableItemError,
+)
 from punctual.keys import from_ms
 from punctual.memory import InMemoryStore
 from punctual.model import ArmRequest, FireRecord, TaskStatus
@@ -109,7 +115,7 @@ def test_a_bad_schedule_is_refused_and_nothing_is_stored(
     client: Client, kwargs: dict[str, Any], field: str, says: str
 ) -> None:
     args = {"schedule_id": "bad", "expression": "rate(1 minute)", "action": log_action(), **kwargs}
-    with pytest.raises(InvalidTaskError) as caught:
+    with pytest.raises(InvalidScheduleError) as caught:
         client.create_schedule(args.pop("schedule_id"), args.pop("expression"), args.pop("action"), **args)
     assert (caught.value.field or "").startswith(field) and says in str(caught.value)
     assert client.list_schedules() == []

@@ -19,14 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from punctual.secrets import (
-    SecretRef,
-    SecretReferenceError,
-    SecretResolver,
-    SecretRules,
-    SecretUnavailableError,
-    parse_secret_ref,
-)
+from punctual.errors import SecretReferenceError, SecretUnavailableError
+from punctual.secrets import SecretRef, SecretResolver, SecretRules, parse_secret_ref
 from support import run_threads
 
 REGION = "us-east-1"

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from punctual.actions import HttpAction, LogAction
 from punctual.client import Client
-from punctual.errors import InvalidTaskError
+from punctual.errors import InvalidTaskError, TargetRefusedError
 from punctual.keys import from_ms, to_ms
 from punctual.model import (
     Action,
@@ -42,7 +42,7 @@ from punctual.model import (
     known_action_kinds,
     parse_action,
 )
-from punctual.netpolicy import TargetPolicy, TargetRefusedError
+from punctual.netpolicy import TargetPolicy
 from punctual.settings import Settings
 from support import NoRepository, Opaque, clean_text, json_payloads, path_segments, reorder_keys, task_ids, zones
 

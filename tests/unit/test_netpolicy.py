@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 
+from punctual.errors import TargetRefusedError
 from punctual.netpolicy import (
     MAX_URL_LENGTH,
     Allowlist,
     Target,
     TargetPolicy,
-    TargetRefusedError,
     parse_ip_literal,
     public_address_problem,
     redact_url,

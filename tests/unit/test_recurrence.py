@@ -11,17 +11,9 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from punctual.errors import ExpressionError
 from punctual.keys import from_ms, to_ms
-from punctual.recurrence import (
-    At,
-    Cron,
-    ExpressionError,
-    Rate,
-    occurrences_after,
-    parse_expression,
-    wall_to_ms,
-    zone,
-)
+from punctual.recurrence import At, Cron, Rate, occurrences_after, parse_expression, wall_to_ms, zone
 
 
 def local_times(expression: str, tz: str, after: datetime, count: int, anchor: datetime | None = None) -> list[str]:

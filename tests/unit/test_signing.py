@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
+from punctual.errors import SigningSecretError
 from punctual.signing import (
     SECRET_PREFIX,
-    SigningSecretError,
     WebhookVerificationError,
     generate_signing_secret,
     parse_signing_secrets,

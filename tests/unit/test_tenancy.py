@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from punctual.actions import TargetRules
 from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
+from punctual.errors import TargetRefusedError
 from punctual.model import SCHEDULE_NAME, TENANT
-from punctual.netpolicy import TargetRefusedError
 from punctual.secrets import SecretRules
 from punctual.settings import Settings
 from punctual.tenancy import (

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from punctual.actions.wire import MAX_HEAD, WireError, _Connection
+from punctual.actions.wire import MAX_HEAD, _Connection
+from punctual.errors import WireError
 
 
 class FakeTransport(asyncio.Transport):

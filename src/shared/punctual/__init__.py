@@ -1,14 +1,21 @@
 """Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local."""
 
 from .actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
-from .api_client import ApiClient, ApiError
+from .api_client import ApiClient
 from .client import Client, ScheduleResult
 from .errors import (
+    ApiError,
+    ConflictError,
+    InvalidRequestError,
+    InvalidScheduleError,
     InvalidTaskError,
+    NotFoundError,
     PunctualError,
+    QuotaExceededError,
     ScheduleConflictError,
     ScheduleNotFoundError,
     ScheduleStateError,
+    StateError,
     TaskConflictError,
     TaskNotFoundError,
     TaskStateError,
@@ -32,12 +39,17 @@ __all__ = [
     "ApiClient",
     "ApiError",
     "Client",
+    "ConflictError",
     "EventBridgeAction",
     "HttpAction",
+    "InvalidRequestError",
+    "InvalidScheduleError",
     "InvalidTaskError",
     "LambdaAction",
     "LogAction",
+    "NotFoundError",
     "PunctualError",
+    "QuotaExceededError",
     "Schedule",
     "ScheduleConflictError",
     "ScheduleNotFoundError",
@@ -47,6 +59,7 @@ __all__ = [
     "Settings",
     "SnsAction",
     "SqsAction",
+    "StateError",
     "Task",
     "TaskConflictError",
     "TaskNotFoundError",

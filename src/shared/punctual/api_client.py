@@ -3,8 +3,10 @@ same arguments and results, sent to Punctual's API instead of written to the tab
 
 Against AWS every request is signed with SigV4 (service ``execute-api``) with the caller's boto3 credentials;
 against the local runtime it carries the local API's bearer token. Errors come back as the client's own:
-InvalidTaskError (with ``field``), TaskNotFoundError / ScheduleNotFoundError, TaskConflictError,
-TaskStateError; an authentication failure is :class:`ApiError` with its status.
+InvalidTaskError / InvalidScheduleError (with ``field``; InvalidRequestError for a bad query parameter),
+QuotaExceededError, TaskNotFoundError / ScheduleNotFoundError, TaskConflictError / ScheduleConflictError,
+TaskStateError / ScheduleStateError; an authentication failure is :class:`~punctual.errors.ApiError` with its
+status.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 import urllib3
 
 from .client import ScheduleResult, schedule_each, spec_problem
 from .errors import (
+    ApiError,
+    InvalidRequestError,
+    InvalidScheduleError,
     InvalidTaskError,
-    PunctualError,
     QuotaExceededError,
     ScheduleConflictError,
     ScheduleNotFoundError,
@@ -44,16 +48,6 @@ CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: send
 ATTEMPTS = 3
 BACKOFF_S = 0.1
 GATEWAY_RETRY = frozenset({429, 502, 503, 504})  # throttled, or the gateway had no answer from the function
-
-
-class ApiError(PunctualError):
-    """The API refused the call for a reason that is not the task's (authentication, limits, a server error), or
-    (``status`` 0) gave no answer at all: the connection could not be made, or broke before an answer came."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"{status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 def _is_quota_problem(response: Any) -> bool:
@@ -148,7 +142,7 @@ class ApiClient:
         except json.JSONDecodeError:
             answer = {"detail": text[:200]}
         if response.status >= 400:
-            self._raise(response.status, answer if isinstance(answer, dict) else {}, path)
+            self._raise(response.status, answer if isinstance(answer, dict) else {}, method, path)
         return response.status, answer
 
     def _request(
@@ -196,22 +190,30 @@ class ApiClient:
         return dict(request.headers.items())
 
     @staticmethod
-    def _raise(status: int, problem: dict[str, Any], path: str) -> None:
+    def _raise(status: int, problem: dict[str, Any], method: str, path: str) -> None:
+        """Raise the error a problem answer stands for, with the API's ``detail`` as its message: a bad query
+        parameter of a read is an InvalidRequestError, bad input to a schedule an InvalidScheduleError, to a task
+        an InvalidTaskError."""
         detail = str(problem.get("detail") or problem.get("message") or "no detail")
         kind = str(problem.get("type", "")).rpartition("/")[2]
         schedule = path.startswith("/v1/schedules")
+        field = problem.get("field")
         if kind == "invalid":
-            raise InvalidTaskError(detail, field=problem.get("field"))
+            invalid = InvalidRequestError if method == "GET" else InvalidScheduleError if schedule else InvalidTaskError
+            reason = detail.removeprefix(f"invalid {field or invalid.subject}: ")
+            raise invalid.relayed(detail, field=field, reason=reason)
         if kind == "quota":
-            raise QuotaExceededError(
-                detail, quota=str(problem.get("quota") or "unknown"), limit=float("nan"), field=problem.get("field")
+            raise QuotaExceededError.relayed(
+                detail, quota=str(problem.get("quota") or "unknown"), field=field, reason=detail
             )
+        segments = path.split("/")  # "", "v1", "tasks" or "schedules", the id, ...
+        key = unquote(segments[3]) if len(segments) > 3 else ""
         if kind == "not-found":
-            raise (ScheduleNotFoundError if schedule else TaskNotFoundError)(detail)
+            raise (ScheduleNotFoundError if schedule else TaskNotFoundError).relayed(detail, key=key)
         if kind == "conflict":
-            raise (ScheduleConflictError if schedule else TaskConflictError)(detail)
+            raise (ScheduleConflictError if schedule else TaskConflictError).relayed(detail)
         if kind == "state":
-            raise (ScheduleStateError if schedule else TaskStateError)(detail)
+            raise (ScheduleStateError if schedule else TaskStateError).relayed(detail)
         raise ApiError(status, detail)
 
     # -- tasks ---------------------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ class ApiClient:
     ) -> tuple[Task, bool]:
         """The stored task, and whether this call created it (201) or found it stored (200)."""
         if not isinstance(due_at, datetime) or due_at.tzinfo is None:
-            raise InvalidTaskError("invalid due_at: give a timezone-aware datetime", field="due_at")
+            raise InvalidTaskError("due_at", "give a timezone-aware datetime")
         # The id is chosen here, as the direct client does: a create sent again after a broken connection is
         # the same create
         body = {
@@ -286,7 +288,7 @@ class ApiClient:
             return ScheduleResult(index, task_id, "invalid", error=problem)
         try:
             task, created = self._create(**spec)
-        except InvalidTaskError as exc:
+        except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
             return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
         except TaskConflictError as exc:
             return ScheduleResult(index, task_id, "conflict", error=str(exc))

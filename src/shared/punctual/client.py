@@ -18,6 +18,8 @@ from .actions import TargetRules, check_action
 from .clock import Clock, SystemClock
 from .decisions import misfire_decision
 from .errors import (
+    InvalidRequestError,
+    InvalidScheduleError,
     InvalidTaskError,
     QuotaExceededError,
     ScheduleNotFoundError,
@@ -68,22 +70,30 @@ class ScheduleResult:
         return self.outcome in ("created", "exists")
 
 
-def _field_error(exc: ValidationError) -> InvalidTaskError:
+def _field_error(exc: ValidationError, invalid: type[InvalidRequestError]) -> InvalidRequestError:
+    """The first field error of a task's or a schedule's validation, as an ``invalid`` error naming the field."""
     first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidTaskError(f"invalid {field or 'task'}: {first['msg']}", field=field)
+    return invalid(".".join(str(p) for p in first["loc"]) or None, first["msg"])
 
 
-def _grace_ms(value: timedelta | int | None, default: int) -> int:
+def _grace_ms(
+    value: timedelta | int | None, default: int, invalid: type[InvalidRequestError] = InvalidTaskError
+) -> int:
     if value is None:
         return default
     if isinstance(value, timedelta):
         return value // timedelta(milliseconds=1)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTaskError(
-            "invalid misfire_grace_ms: give a timedelta or whole milliseconds", field="misfire_grace_ms"
-        )
+        raise invalid("misfire_grace_ms", "give a timedelta or whole milliseconds")
     return value
+
+
+def _check_action(action: Action, rules: TargetRules, invalid: type[InvalidRequestError]) -> None:
+    """The target rules for ``action``, a refusal raised as ``invalid`` (of a task, or of a schedule)."""
+    try:
+        check_action(action, rules)
+    except InvalidRequestError as exc:
+        raise invalid(exc.field, exc.reason) from None
 
 
 class Client:
@@ -142,22 +152,17 @@ class Client:
     def _check_due(self, task: Task, now_ms: int) -> None:
         horizon_ms = self.settings.max_horizon_days * 86_400_000
         if task.due_ms > now_ms + horizon_ms:
-            raise InvalidTaskError(
-                f"invalid due_at: more than {self.settings.max_horizon_days} days ahead (the horizon)",
-                field="due_at",
-            )
+            raise InvalidTaskError("due_at", f"more than {self.settings.max_horizon_days} days ahead (the horizon)")
         # The executor's own rule: a task that could only start past its grace under "skip" would be MISSED (a
         # "fire_late" task due in the past is accepted: it fires at once, flagged late).
         if misfire_decision(now_ms - task.due_ms, task.misfire_grace_ms, task.misfire_policy) == "miss":
             raise InvalidTaskError(
-                f"invalid due_at: {(now_ms - task.due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
+                "due_at",
+                f"{(now_ms - task.due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
                 f"{task.misfire_grace_ms} ms: it could only be recorded MISSED",
-                field="due_at",
             )
         if task.due_ms < now_ms - horizon_ms:  # fire_late too: a date that far back is a mistake, not a plan
-            raise InvalidTaskError(
-                f"invalid due_at: more than {self.settings.max_horizon_days} days in the past", field="due_at"
-            )
+            raise InvalidTaskError("due_at", f"more than {self.settings.max_horizon_days} days in the past")
 
     def build_task(
         self,
@@ -176,13 +181,11 @@ class Client:
 
         now_ms = self.now_ms() if now_ms is None else now_ms
         if not isinstance(due_at, datetime):
-            raise InvalidTaskError("invalid due_at: must be a datetime", field="due_at")
+            raise InvalidTaskError("due_at", "must be a datetime")
         if due_at.tzinfo is None or due_at.utcoffset() is None:
-            raise InvalidTaskError("invalid due_at: naive datetime; give a timezone (e.g. UTC)", field="due_at")
+            raise InvalidTaskError("due_at", "naive datetime; give a timezone (e.g. UTC)")
         if isinstance(task_id, str) and is_occurrence_id(task_id):
-            raise InvalidTaskError(
-                f"invalid task_id {task_id!r}: '@' is kept for the occurrences of recurring schedules", field="task_id"
-            )
+            raise InvalidTaskError("task_id", f"{task_id!r}: '@' is kept for the occurrences of recurring schedules")
         try:
             task = Task(
                 task_id=task_id if task_id is not None else uuid.uuid4().hex,
@@ -194,11 +197,11 @@ class Client:
                 retry=retry,
             )
         except ValidationError as exc:
-            raise _field_error(exc) from exc
-        self._check_payload(task.payload)
+            raise _field_error(exc, InvalidTaskError) from exc
+        self._check_payload(task.payload, InvalidTaskError)
         self._check_due(task, now_ms)
         rules = self._rules.of(task.task_id)  # the tenant's own targets, secrets and quotas
-        check_action(task.action, rules)
+        _check_action(task.action, rules, InvalidTaskError)
         check_retry(task.retry, rules.quotas)
         return task
 
@@ -314,7 +317,7 @@ class Client:
                 retry=spec.get("retry"),
                 now_ms=now_ms,
             )
-        except InvalidTaskError as exc:
+        except InvalidRequestError as exc:  # the task's, or a quota passed: nothing stored, the field named
             return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
         try:
             stored, created = self._create(task, now_ms)
@@ -360,7 +363,7 @@ class Client:
             try:
                 statuses = [TaskStatus(s) for s in raw]
             except ValueError as exc:
-                raise InvalidTaskError(f"invalid status: {exc}", field="status") from exc
+                raise InvalidRequestError("status", str(exc)) from exc
         tasks = builtins.list(
             self._store.list_tasks(
                 statuses,
@@ -405,7 +408,7 @@ class Client:
         now_ms = self.now_ms()
         current = self._store.get(task_id)
         if current is None:
-            raise TaskNotFoundError(f"no task {task_id!r}")
+            raise TaskNotFoundError(task_id)
         task = self.build_task(
             due_at,
             current.action,
@@ -434,35 +437,30 @@ class Client:
         report = redrive_tasks(self._store, Selection.of([task_id]), self.now_ms())
         for skipped in report.skipped:
             if skipped.task is None:
-                raise TaskNotFoundError(f"no task {task_id!r}")
-            raise TaskStateError(
-                f"cannot redrive task {task_id!r}: it is {skipped.task.status}, not FAILED", task=skipped.task
-            )
+                raise TaskNotFoundError(task_id)
+            raise TaskStateError(task_id, "redrive", f"it is {skipped.task.status}, not FAILED", task=skipped.task)
         redriven = self._store.get(task_id)
         if redriven is None:  # deleted since (its record expired)
-            raise TaskNotFoundError(f"no task {task_id!r}")
+            raise TaskNotFoundError(task_id)
         return redriven
 
     # -- recurring schedules -----------------------------------------------------------------------------------
-    def _check_payload(self, payload: Any) -> None:
+    def _check_payload(self, payload: Any, invalid: type[InvalidRequestError]) -> None:
         try:
             size = len(canonical_json(payload).encode())
         except UnicodeEncodeError as exc:
-            raise InvalidTaskError(f"invalid payload: not valid Unicode ({exc.reason})", field="payload") from exc
+            raise invalid("payload", f"not valid Unicode ({exc.reason})") from exc
         if size > self.settings.max_payload_bytes:
-            raise InvalidTaskError(
-                f"invalid payload: {size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}",
-                field="payload",
-            )
+            raise invalid("payload", f"{size} bytes as JSON, more than the limit of {self.settings.max_payload_bytes}")
 
     def _valid_schedule(self, fields: dict[str, Any]) -> Schedule:
         try:
             schedule = Schedule.model_validate(fields)
         except ValidationError as exc:
-            raise _field_error(exc) from exc
-        self._check_payload(schedule.payload)
+            raise _field_error(exc, InvalidScheduleError) from exc
+        self._check_payload(schedule.payload, InvalidScheduleError)
         rules = self._rules.of(schedule.schedule_id)
-        check_action(schedule.action, rules)
+        _check_action(schedule.action, rules, InvalidScheduleError)
         check_retry(schedule.retry, rules.quotas)
         return schedule
 
@@ -530,8 +528,10 @@ class Client:
 
         Raises
         ------
-        InvalidTaskError
+        InvalidScheduleError
             Bad input (``.field`` names it), or an expression with no occurrence to come; nothing is stored.
+        QuotaExceededError
+            The schedule would pass one of its tenant's quotas; nothing is stored.
         ScheduleConflictError
             The id exists with another definition, or belonged to a schedule that was deleted.
 
@@ -551,7 +551,9 @@ class Client:
                 "max_occurrences": max_occurrences,
                 "action": action,
                 "payload": payload,
-                "misfire_grace_ms": _grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
+                "misfire_grace_ms": _grace_ms(
+                    misfire_grace, self.settings.default_misfire_grace_ms, InvalidScheduleError
+                ),
                 "misfire_policy": misfire_policy,
                 "retry": retry,
                 "downtime_policy": downtime_policy,
@@ -560,10 +562,8 @@ class Client:
         )
         first = first_due_ms(schedule, now_ms)
         if first is None:
-            raise InvalidTaskError(
-                f"invalid expression: {expression!r} has no occurrence after now"
-                + (" and before end_at" if end_at else ""),
-                field="expression",
+            raise InvalidScheduleError(
+                "expression", f"{expression!r} has no occurrence after now" + (" and before end_at" if end_at else "")
             )
         schedule = schedule.model_copy(update={"next_due_ms": first})
         step = plan_advance(schedule, now_ms, self._until_ms(now_ms))
@@ -605,7 +605,7 @@ class Client:
     def _schedule_or_raise(self, schedule_id: str) -> Schedule:
         schedule = self._store.get_schedule(schedule_id)
         if schedule is None or schedule.state is ScheduleState.DELETED:
-            raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
+            raise ScheduleNotFoundError(schedule_id)
         return schedule
 
     def pause_schedule(self, schedule_id: str) -> Schedule:
@@ -616,7 +616,7 @@ class Client:
         if schedule.state is ScheduleState.PAUSED and not schedule.cleanup:
             return schedule
         if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
-            raise ScheduleStateError(f"cannot pause schedule {schedule_id!r}: it is {schedule.state}")
+            raise ScheduleStateError(schedule_id, "pause", f"it is {schedule.state}")
         changed = self._store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
         chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._schedule_or_raise(schedule_id)
@@ -628,7 +628,7 @@ class Client:
         if schedule.state is not ScheduleState.PAUSED:
             if schedule.state is ScheduleState.ACTIVE:
                 return schedule
-            raise ScheduleStateError(f"cannot resume schedule {schedule_id!r}: it is {schedule.state}")
+            raise ScheduleStateError(schedule_id, "resume", f"it is {schedule.state}")
         self._admit_schedule(schedule.model_copy(update={"state": ScheduleState.ACTIVE}))
         self._restart(schedule, {}, now_ms, cleanup=schedule.cleanup)
         return self._schedule_or_raise(schedule_id)
@@ -640,10 +640,10 @@ class Client:
         makes none at its instant). A paused schedule stays paused."""
         unknown = sorted(set(changes) - (DEFINITION_FIELDS - {"schedule_id"}) - {"misfire_grace"})
         if unknown:
-            raise InvalidTaskError(f"cannot update {', '.join(unknown)} of a schedule", field=unknown[0])
+            raise InvalidScheduleError(unknown[0], f"a schedule's {', '.join(unknown)} cannot be updated")
         if "misfire_grace" in changes:
             grace = changes.pop("misfire_grace")
-            changes["misfire_grace_ms"] = _grace_ms(grace, self.settings.default_misfire_grace_ms)
+            changes["misfire_grace_ms"] = _grace_ms(grace, self.settings.default_misfire_grace_ms, InvalidScheduleError)
         now_ms = self.now_ms()
         schedule = self._schedule_or_raise(schedule_id)
         self._admit_schedule(self._valid_schedule({**schedule.model_dump(), **changes}))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 from urllib.parse import SplitResult, urlsplit
 
-from .errors import PunctualError
+from .errors import TargetRefusedError
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -105,14 +105,6 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
 _TEREDO = ipaddress.IPv6Network("2001::/32")
 _GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
-
-
-class TargetRefusedError(PunctualError, ValueError):
-    """A target may not be called; ``str(exc)`` is the reason, safe to show.
-
-    The reason names ``scheme://host[:port]`` and the kind of address, never userinfo, path or query, nor an
-    address a name resolved to.
-    """
 
 
 class _InvalidError(ValueError):
@@ -286,7 +278,7 @@ class TargetPolicy:
         'http://127.0.0.1:8080'
         """
         if not isinstance(url, str):
-            raise TargetRefusedError("the URL is not a string")
+            raise TargetRefusedError(None, "the URL is not a string")
         if len(url) > MAX_URL_LENGTH:
             raise _refusal(url, f"the URL is longer than {MAX_URL_LENGTH} characters")
         try:
@@ -308,11 +300,11 @@ class TargetPolicy:
         try:
             host, literal = _classify_host(host_raw)
         except _InvalidError as exc:
-            raise TargetRefusedError(str(exc)) from None
+            raise TargetRefusedError(None, str(exc)) from None
         try:
             port = _parse_port(port_raw) or _DEFAULT_PORTS[scheme]
         except _InvalidError as exc:
-            raise TargetRefusedError(f"{_format_origin(scheme, host, None)}: {exc}") from None
+            raise TargetRefusedError(_format_origin(scheme, host, None), str(exc)) from None
 
         origin = _format_origin(scheme, host, port)
         if literal is not None:
@@ -323,15 +315,15 @@ class TargetPolicy:
                 shown = f"[{host}]" if literal.version == 6 else host
                 as_written = host_raw if len(host_raw) <= 64 else host_raw[:61] + "..."
                 spelled = f" (written {as_written})" if written != shown and host_raw.isprintable() else ""
-                raise TargetRefusedError(f"{origin}{spelled}: not a public address ({problem})")
+                raise TargetRefusedError(f"{origin}{spelled}", f"not a public address ({problem})")
         else:
             allowlisted = self.allowlist.matches_name(host, port)
             if not allowlisted and (host in _LOOPBACK_NAMES or host.endswith(".localhost")):
-                raise TargetRefusedError(f"{origin}: localhost names resolve to loopback")
+                raise TargetRefusedError(origin, "localhost names resolve to loopback")
             if not allowlisted and host in _METADATA_NAMES:
-                raise TargetRefusedError(f"{origin}: a cloud instance metadata service name")
+                raise TargetRefusedError(origin, "a cloud instance metadata service name")
         if scheme == "http" and not (self.allow_plain_http or allowlisted):
-            raise TargetRefusedError(f"{origin}: plain http is not allowed: use https")
+            raise TargetRefusedError(origin, "plain http is not allowed: use https")
         return Target(scheme, host, port, literal, allowlisted)
 
     def check_addresses(self, target: Target, addresses: Sequence[str]) -> list[str]:
@@ -362,19 +354,19 @@ class TargetPolicy:
         if isinstance(addresses, str):
             raise TypeError("addresses must be a sequence of address strings, not one string")
         if not addresses:
-            raise TargetRefusedError(f"{target.origin}: the host resolved to no addresses")
+            raise TargetRefusedError(target.origin, "the host resolved to no addresses")
         allowed: list[str] = []
         for text in addresses:
             try:
                 resolved = ipaddress.ip_address(str(text).strip())
             except ValueError:
                 raise TargetRefusedError(
-                    f"{target.origin}: the host resolved to something that is not an IP address"
+                    target.origin, "the host resolved to something that is not an IP address"
                 ) from None
             judged = _unmap(resolved)
             if not self.is_allowed_address(judged, host=target.host, port=target.port):
                 problem = public_address_problem(judged)
-                raise TargetRefusedError(f"{target.origin}: the host resolves to a non-public address ({problem})")
+                raise TargetRefusedError(target.origin, f"the host resolves to a non-public address ({problem})")
             normalised = str(judged) if judged.version == 4 else str(resolved)
             if normalised not in allowed:
                 allowed.append(normalised)
@@ -516,7 +508,7 @@ def redact_url(url: str) -> str:
 
 def _refusal(url: str, reason: str) -> TargetRefusedError:
     origin = redact_url(url)
-    return TargetRefusedError(reason if origin == INVALID_URL else f"{origin}: {reason}")
+    return TargetRefusedError(None if origin == INVALID_URL else origin, reason)
 
 
 def _format_origin(scheme: str, host: str, port: int | None) -> str:

@@ -48,10 +48,9 @@ def check_retry(retry: RetryPolicy | None, quotas: Quotas | None) -> None:
     """Refuse a retry policy asking for more attempts than the tenant's quota."""
     if quotas is not None and retry is not None and retry.max_attempts > quotas.retry_attempts:
         raise QuotaExceededError(
-            f"retry.max_attempts {retry.max_attempts} is more than the tenant's quota of {quotas.retry_attempts} "
-            "attempts (retry_attempts)",
-            quota="retry_attempts",
-            limit=quotas.retry_attempts,
+            "retry_attempts",
+            quotas.retry_attempts,
+            f"retry.max_attempts asks for {retry.max_attempts} attempts",
             field="retry.max_attempts",
         )
 
@@ -99,12 +98,7 @@ class QuotaGuard:
             if active + count > quotas.active_tasks:
                 active = self._active(tenant, fresh=True)  # the cache may hold tasks that finished since
             if active + count > quotas.active_tasks:
-                raise QuotaExceededError(
-                    f"the tenant holds {active} active tasks; {count} more would pass its quota of "
-                    f"{quotas.active_tasks} (active_tasks)",
-                    quota="active_tasks",
-                    limit=quotas.active_tasks,
-                )
+                raise QuotaExceededError("active_tasks", quotas.active_tasks, f"{active} active tasks and {count} more")
             _, at = self._counts[tenant]
             self._counts[tenant] = (active + count, at)
             if writing:
@@ -134,22 +128,16 @@ class QuotaGuard:
             if s.schedule_id != schedule.schedule_id and s.state is not ScheduleState.DELETED
         ]
         if len(others) + 1 > quotas.schedules:
-            raise QuotaExceededError(
-                f"the tenant has {len(others)} schedules; one more would pass its quota of {quotas.schedules} "
-                "(schedules)",
-                quota="schedules",
-                limit=quotas.schedules,
-            )
+            raise QuotaExceededError("schedules", quotas.schedules, f"{len(others)} schedules and one more")
         if schedule.state is not ScheduleState.ACTIVE:
             return
         rate = total_rate(s.expression for s in others if s.state is ScheduleState.ACTIVE)
         mine = schedule_rate_per_s(schedule.expression)
         if rate + mine > quotas.schedule_rate_per_s + 1e-9:
             raise QuotaExceededError(
-                f"the tenant's active schedules fire {rate:g} times a second; {schedule.expression} adds {mine:g}, "
-                f"past its quota of {quotas.schedule_rate_per_s:g} (schedule_rate_per_s)",
-                quota="schedule_rate_per_s",
-                limit=quotas.schedule_rate_per_s,
+                "schedule_rate_per_s",
+                quotas.schedule_rate_per_s,
+                f"active schedules firing {rate:g} times a second and {schedule.expression} adding {mine:g}",
                 field="expression",
             )
 

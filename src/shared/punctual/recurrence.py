@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .errors import ExpressionError
 from .keys import from_ms, to_ms
 
 MIN_RATE_MS = 100  # each occurrence is a task (a create, an arm and a record): 10 a second at most per schedule
@@ -44,10 +45,6 @@ _AT_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M")
 _DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _YEARS = (1970, 2199)
 _SPAN = timedelta(hours=26)  # how far apart in time the offsets that bound one wall time are sampled
-
-
-class ExpressionError(ValueError):
-    """The schedule expression or time zone is not valid; the message says what is wrong and how it is written."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,15 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import PunctualError
+from .errors import SecretReferenceError, SecretUnavailableError
 
 __all__ = [
     "MAX_FILE_BYTES",
     "SecretRef",
-    "SecretReferenceError",
     "SecretResolver",
     "SecretRules",
-    "SecretUnavailableError",
     "parse_secret_ref",
 ]
 
@@ -42,16 +40,6 @@ _SSM_NAME = re.compile(r"[A-Za-z0-9_.\-/]+")
 _SSM_ARN = re.compile(r"arn:aws[a-z\-]*:ssm:[a-z0-9\-]+:\d{12}:parameter(?P<name>/.+)")
 _SECRETSMANAGER_NAME = re.compile(r"[A-Za-z0-9/_+=.@\-]+")
 _SECRETSMANAGER_ARN = re.compile(r"arn:aws[a-z\-]*:secretsmanager:[a-z0-9\-]+:\d{12}:secret:(?P<name>.+)")
-
-
-class SecretReferenceError(PunctualError, ValueError):
-    """A secret reference is malformed or names a secret this deployment does not allow (raised at schedule time,
-    and at fire time for a ``file:`` reference whose path leads out of the secrets directory)."""
-
-
-class SecretUnavailableError(PunctualError):
-    """A valid reference could not be resolved at fire time (missing, access denied, not JSON, ...). The message
-    names the reference, never a value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,23 +109,18 @@ def _under(prefix: str, path: str) -> str:
     return prefix + path if prefix.endswith("/") else f"{prefix}/{path}"
 
 
-def _refuse(value: str, reason: str) -> SecretReferenceError:
-    shown = value if len(value) <= 200 else value[:200] + "..."
-    return SecretReferenceError(f"secret reference {shown!r}: {reason}")
-
-
 def _check_segments(value: str, name: str) -> None:
     """Refuse empty, ``.`` and ``..`` path segments (past a leading ``/``): no name reaches another by path
     tricks, whatever the service makes of them."""
     parts = name.removeprefix("/").split("/")
     if any(part in ("", ".", "..") for part in parts):
-        raise _refuse(value, "a name may not have empty, '.' or '..' path segments")
+        raise SecretReferenceError(value, "a name may not have empty, '.' or '..' path segments")
 
 
 def _check_prefix(value: str, name: str, prefixes: tuple[str, ...], what: str) -> None:
     if not any(name.startswith(prefix) and len(name) > len(prefix) for prefix in prefixes):
         allowed = ", ".join(repr(p) for p in prefixes) or "none"
-        raise _refuse(value, f"{what} names must start with one of: {allowed}")
+        raise SecretReferenceError(value, f"{what} names must start with one of: {allowed}")
 
 
 def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRef:  # frozen, shared
@@ -164,48 +147,49 @@ def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRe
         If the reference is malformed or names a secret outside the allowed prefixes; the message says why.
     """
     if not isinstance(value, str):
-        raise SecretReferenceError(f"a secret reference must be a string, not {type(value).__name__}")
+        raise SecretReferenceError(None, f"a secret reference must be a string, not {type(value).__name__}")
     kind, colon, rest = value.partition(":")
     if not colon or kind not in KINDS:  # not echoed: it may be a secret pasted where its reference belongs
         raise SecretReferenceError(
+            None,
             f"a secret reference must start with one of {', '.join(k + ':' for k in KINDS)} "
-            "(the value itself is never stored)"
+            "(the value itself is never stored)",
         )
     if not rest:
-        raise _refuse(value, "the name is empty")
+        raise SecretReferenceError(value, "the name is empty")
     if kind == "env":
         if _ENV_NAME.fullmatch(rest) is None:
-            raise _refuse(value, "not a valid environment variable name")
+            raise SecretReferenceError(value, "not a valid environment variable name")
         if not rest.startswith(rules.env_prefix) or rest == rules.env_prefix:
-            raise _refuse(value, f"environment variable names must start with {rules.env_prefix!r}")
+            raise SecretReferenceError(value, f"environment variable names must start with {rules.env_prefix!r}")
         return SecretRef("env", rest)
     if kind == "file":
         if rest.startswith("/"):
-            raise _refuse(value, "file names must be relative to the secrets directory")
+            raise SecretReferenceError(value, "file names must be relative to the secrets directory")
         if not all(_FILE_PART.fullmatch(part) for part in rest.split("/")):
-            raise _refuse(value, "file names are '/'-separated parts of letters, digits, '_', '.' and '-'")
+            raise SecretReferenceError(value, "file names are '/'-separated parts of letters, digits, '_', '.' and '-'")
         if any(part in (".", "..") for part in rest.split("/")):
-            raise _refuse(value, "file names may not have '.' or '..' parts")
+            raise SecretReferenceError(value, "file names may not have '.' or '..' parts")
         if not rest.startswith(rules.file_prefix) or rest == rules.file_prefix:
-            raise _refuse(value, f"file names must start with {rules.file_prefix!r}")
+            raise SecretReferenceError(value, f"file names must start with {rules.file_prefix!r}")
         return SecretRef("file", rest)
     if kind == "ssm":
         arn = _SSM_ARN.fullmatch(rest)
         name = arn.group("name") if arn else rest
         if not name.startswith("/"):
-            raise _refuse(value, "SSM names start with '/' (or are an SSM parameter ARN)")
+            raise SecretReferenceError(value, "SSM names start with '/' (or are an SSM parameter ARN)")
         if _SSM_NAME.fullmatch(name) is None:
-            raise _refuse(value, "SSM names are made of letters, digits, '_', '.', '-' and '/'")
+            raise SecretReferenceError(value, "SSM names are made of letters, digits, '_', '.', '-' and '/'")
         _check_segments(value, name)
         _check_prefix(value, name, rules.ssm_prefixes, "SSM parameter")
         return SecretRef("ssm", rest)
     name_or_arn, hash_sign, json_key = rest.partition("#")
     if hash_sign and not json_key:
-        raise _refuse(value, "the JSON key after '#' is empty")
+        raise SecretReferenceError(value, "the JSON key after '#' is empty")
     arn = _SECRETSMANAGER_ARN.fullmatch(name_or_arn)
     name = arn.group("name") if arn else name_or_arn
     if not name or _SECRETSMANAGER_NAME.fullmatch(name) is None:
-        raise _refuse(value, "Secrets Manager names are made of letters, digits and /_+=.@-")
+        raise SecretReferenceError(value, "Secrets Manager names are made of letters, digits and /_+=.@-")
     _check_segments(value, name)
     _check_prefix(value, name, rules.secretsmanager_prefixes, "Secrets Manager secret")
     return SecretRef("secretsmanager", name_or_arn, json_key if hash_sign else None)
@@ -357,7 +341,7 @@ class SecretResolver:
         if ref.kind == "env":
             value = self._environ.get(ref.name)
             if value is None:
-                raise SecretUnavailableError(f"secret {ref}: the environment variable is not set")
+                raise SecretUnavailableError(ref, "the environment variable is not set")
         elif ref.kind == "file":
             value = self._read_file(ref)
         elif ref.kind == "ssm":
@@ -365,47 +349,47 @@ class SecretResolver:
         else:
             value = self._read_secretsmanager(ref)
         if not value:
-            raise SecretUnavailableError(f"secret {ref}: the value is empty")
+            raise SecretUnavailableError(ref, "the value is empty")
         return value
 
     def _read_file(self, ref: SecretRef) -> str:
         """The file's text, one trailing newline stripped. The path is judged after resolving symlinks, and the
         resolved path is opened without following a symlink, so a link cannot lead out of the directory."""
         if self.secrets_dir is None:
-            raise SecretUnavailableError(f"secret {ref}: no secrets directory configured")
+            raise SecretUnavailableError(ref, "no secrets directory configured")
         root = os.path.realpath(self.secrets_dir)
         path = os.path.realpath(os.path.join(root, ref.name))
         if os.path.commonpath([root, path]) != root or path == root:
-            raise SecretReferenceError(f"secret reference {str(ref)!r}: the file lies outside the secrets directory")
+            raise SecretReferenceError(str(ref), "the file lies outside the secrets directory")
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
-            raise SecretUnavailableError(f"secret {ref}: cannot open the file ({type(exc).__name__})") from None
+            raise SecretUnavailableError(ref, f"cannot open the file ({type(exc).__name__})") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SecretUnavailableError(f"secret {ref}: not a regular file")
+                raise SecretUnavailableError(ref, "not a regular file")
             with os.fdopen(os.dup(fd), "rb") as file:
                 data = file.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
-            raise SecretUnavailableError(f"secret {ref}: cannot read the file ({type(exc).__name__})") from None
+            raise SecretUnavailableError(ref, f"cannot read the file ({type(exc).__name__})") from None
         finally:
             os.close(fd)
         if len(data) > MAX_FILE_BYTES:
-            raise SecretUnavailableError(f"secret {ref}: the file is larger than {MAX_FILE_BYTES} bytes")
+            raise SecretUnavailableError(ref, f"the file is larger than {MAX_FILE_BYTES} bytes")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise SecretUnavailableError(f"secret {ref}: the file is not UTF-8 text") from None
+            raise SecretUnavailableError(ref, "the file is not UTF-8 text") from None
         return text.removesuffix("\n")
 
     def _read_ssm(self, ref: SecretRef) -> str:
         try:
             response = self._client("ssm").get_parameter(Name=ref.name, WithDecryption=True)
         except Exception as exc:  # any failure to fetch is "unavailable", named by its code
-            raise SecretUnavailableError(f"secret {ref}: SSM get_parameter failed ({_error_code(exc)})") from exc
+            raise SecretUnavailableError(ref, f"SSM get_parameter failed ({_error_code(exc)})") from exc
         value = response.get("Parameter", {}).get("Value")
         if not isinstance(value, str):
-            raise SecretUnavailableError(f"secret {ref}: SSM returned no value")
+            raise SecretUnavailableError(ref, "SSM returned no value")
         return value
 
     def _read_secretsmanager(self, ref: SecretRef) -> str:
@@ -413,25 +397,21 @@ class SecretResolver:
         try:
             response = self._client("secretsmanager").get_secret_value(SecretId=name)
         except Exception as exc:  # any failure to fetch is "unavailable", named by its code
-            raise SecretUnavailableError(
-                f"secret {ref}: Secrets Manager get_secret_value failed ({_error_code(exc)})"
-            ) from exc
+            raise SecretUnavailableError(ref, f"Secrets Manager get_secret_value failed ({_error_code(exc)})") from exc
         secret_string = response.get("SecretString")
         if not isinstance(secret_string, str):
-            raise SecretUnavailableError(
-                f"secret {ref}: the secret holds no SecretString (binary secrets are not supported)"
-            )
+            raise SecretUnavailableError(ref, "the secret holds no SecretString (binary secrets are not supported)")
         if ref.json_key is None:
             return secret_string
         try:
             document = json.loads(secret_string)
         except ValueError:  # the error's text and .doc would carry the secret: dropped
-            raise SecretUnavailableError(f"secret {ref}: the SecretString is not JSON") from None
+            raise SecretUnavailableError(ref, "the SecretString is not JSON") from None
         if not isinstance(document, dict):
-            raise SecretUnavailableError(f"secret {ref}: the SecretString is not a JSON object")
+            raise SecretUnavailableError(ref, "the SecretString is not a JSON object")
         if ref.json_key not in document:
-            raise SecretUnavailableError(f"secret {ref}: the JSON object has no key {ref.json_key!r}")
+            raise SecretUnavailableError(ref, f"the JSON object has no key {ref.json_key!r}")
         value = document[ref.json_key]
         if not isinstance(value, str):
-            raise SecretUnavailableError(f"secret {ref}: the value of key {ref.json_key!r} is not a string")
+            raise SecretUnavailableError(ref, f"the value of key {ref.json_key!r} is not a string")
         return value

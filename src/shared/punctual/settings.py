@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .errors import SettingsError
+
 ENV_PREFIX = "PUNCTUAL_"
 
 
@@ -28,10 +30,6 @@ def check_target_arn(arn: str) -> None:
         raise ValueError(
             f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or EventBridge bus (no wildcards)"
         )
-
-
-class SettingsError(ValueError):
-    """The environment holds a setting that does not validate."""
 
 
 class Settings(BaseModel):
@@ -291,5 +289,5 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            names = ", ".join(ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"]) or "together"
-            raise SettingsError(f"invalid setting(s) {names}: {exc}") from exc
+            names = [ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"]]
+            raise SettingsError(names, str(exc)) from exc

@@ -19,11 +19,10 @@ from secrets import token_bytes
 
 from standardwebhooks.webhooks import WebhookVerificationError, hmac_data
 
-from .errors import PunctualError
+from .errors import SigningSecretError
 
 __all__ = [
     "SECRET_PREFIX",
-    "SigningSecretError",
     "WebhookVerificationError",
     "generate_signing_secret",
     "parse_signing_secrets",
@@ -42,26 +41,23 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 _MSG_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII: safe in a header, and never split by a receiver
 
 
-class SigningSecretError(PunctualError, ValueError):
-    """A webhook signing secret is malformed. The message says which one (by position) and why, never its text."""
-
-
 def _decode_secret(secret: str, position: int) -> bytes:
     """The key bytes of one ``whsec_`` secret; ``position`` (1-based) names it in the error instead of its text."""
-    which = f"signing secret #{position}"
     if not isinstance(secret, str):
-        raise SigningSecretError(f"{which} must be a string, not {type(secret).__name__}")
+        raise SigningSecretError(position, f"must be a string, not {type(secret).__name__}")
     if not secret.startswith(SECRET_PREFIX):
-        raise SigningSecretError(f"{which} must start with {SECRET_PREFIX!r}")
+        raise SigningSecretError(position, f"must start with {SECRET_PREFIX!r}")
     encoded = secret[len(SECRET_PREFIX) :]
     if _BASE64.fullmatch(encoded) is None or len(encoded.rstrip("=")) % 4 == 1:
-        raise SigningSecretError(f"{which} must be {SECRET_PREFIX!r} followed by standard base64")
+        raise SigningSecretError(position, f"must be {SECRET_PREFIX!r} followed by standard base64")
     try:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except binascii.Error:
-        raise SigningSecretError(f"{which} must be {SECRET_PREFIX!r} followed by standard base64") from None
+        raise SigningSecretError(position, f"must be {SECRET_PREFIX!r} followed by standard base64") from None
     if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
-        raise SigningSecretError(f"{which} must encode {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, not {len(key)}")
+        raise SigningSecretError(
+            position, f"must encode {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, not {len(key)}"
+        )
     return key
 
 
@@ -69,7 +65,7 @@ def _decode_secrets(secrets: str | Sequence[str]) -> list[bytes]:
     """The keys of a secret list (or of a string in :func:`parse_signing_secrets`' syntax), checked."""
     values = parse_signing_secrets(secrets) if isinstance(secrets, str) else list(secrets)
     if not 1 <= len(values) <= MAX_SECRETS:
-        raise SigningSecretError(f"expected 1 to {MAX_SECRETS} signing secrets, got {len(values)}")
+        raise SigningSecretError(None, f"expected 1 to {MAX_SECRETS}, got {len(values)}")
     return [_decode_secret(secret, i) for i, secret in enumerate(values, start=1)]
 
 
@@ -93,10 +89,10 @@ def parse_signing_secrets(value: str) -> list[str]:
         If there are no secrets, more than four, or one is malformed. The message never holds a secret's text.
     """
     if not isinstance(value, str):
-        raise SigningSecretError(f"signing secrets must be a string, not {type(value).__name__}")
+        raise SigningSecretError(None, f"must be a string, not {type(value).__name__}")
     secrets = list(dict.fromkeys(token for token in _SEPARATORS.split(value) if token))
     if not 1 <= len(secrets) <= MAX_SECRETS:
-        raise SigningSecretError(f"expected 1 to {MAX_SECRETS} signing secrets, got {len(secrets)}")
+        raise SigningSecretError(None, f"expected 1 to {MAX_SECRETS}, got {len(secrets)}")
     for position, secret in enumerate(secrets, start=1):
         _decode_secret(secret, position)
     return secrets

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from punctual.errors import InvalidTaskError, PunctualError
+from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
 from punctual.keys import from_ms
 from punctual.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
 from punctual.settings import Settings
@@ -350,9 +350,7 @@ def _parse_when(args: argparse.Namespace) -> datetime:
     try:
         return datetime.now(UTC) + timedelta(seconds=seconds)
     except OverflowError as exc:
-        raise InvalidTaskError(
-            f"invalid due_at: --in {args.in_} is beyond any representable time", field="due_at"
-        ) from exc
+        raise InvalidTaskError("due_at", f"--in {args.in_} is beyond any representable time") from exc
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -421,7 +419,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(schedule.model_dump_json(indent=2))
         return 0
     if args.tz != "UTC" or args.start or args.end or args.max is not None:
-        raise InvalidTaskError("--tz, --start, --end and --max go with --cron, --rate or --once-at", field="expression")
+        raise InvalidRequestError("expression", "--tz, --start, --end and --max go with --cron, --rate or --once-at")
     task = _client(args).schedule(_parse_when(args), action_of_args(args), payload, task_id=args.id)
     print(task.model_dump_json(indent=2))
     return 0
@@ -441,9 +439,9 @@ def _instant(text: str | None, flag: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise InvalidTaskError(f"invalid {flag}: not an ISO-8601 instant ({exc})", field=flag[2:]) from exc
+        raise InvalidScheduleError(flag, f"not an ISO-8601 instant ({exc})") from exc
     if moment.tzinfo is None:
-        raise InvalidTaskError(f"invalid {flag}: give a timezone (e.g. 2026-12-01T09:00:00+01:00)", field=flag[2:])
+        raise InvalidScheduleError(flag, "give a timezone (e.g. 2026-12-01T09:00:00+01:00)")
     return moment
 
 
@@ -463,7 +461,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
             )
         return 0
     if not args.schedule_id:
-        raise InvalidTaskError(f"punctual schedules {args.verb} needs a schedule id", field="schedule_id")
+        raise InvalidRequestError("schedule_id", f"punctual schedules {args.verb} needs one")
     if args.verb == "history":
         for task in client.schedule_history(args.schedule_id, limit=args.limit):
             drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
@@ -488,7 +486,7 @@ def _pairs(values: list[str] | None, separator: str, flag: str) -> dict[str, str
     for value in values or []:
         name, sep, rest = value.partition(separator)
         if not sep or not name.strip():
-            raise InvalidTaskError(f"invalid {flag} {value!r}: give NAME{separator}VALUE", field="action")
+            raise InvalidRequestError(flag, f"{value!r}: give NAME{separator}VALUE")
         pairs[name.strip()] = rest.strip()
     return pairs
 

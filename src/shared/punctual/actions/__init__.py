@@ -7,12 +7,10 @@ from .http import HttpAction
 from .log import FireLog, LogAction
 from .registry import (
     ActionEnv,
-    ActionFailedError,
     ActionKind,
     FireContext,
     FireLoop,
     TargetRules,
-    TransientActionError,
     Warmup,
     action_kinds,
     check_action,
@@ -26,7 +24,6 @@ from .registry import (
 
 __all__ = [
     "ActionEnv",
-    "ActionFailedError",
     "ActionKind",
     "EventBridgeAction",
     "FireContext",
@@ -38,7 +35,6 @@ __all__ = [
     "SnsAction",
     "SqsAction",
     "TargetRules",
-    "TransientActionError",
     "Warmup",
     "action_kinds",
     "check_action",

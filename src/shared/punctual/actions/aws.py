@@ -20,7 +20,7 @@ The clients are the executor's, one per service, in the stack's region: a target
 ARN's region is not used to pick a client; a target elsewhere fails when it fires). A failure names the target
 ARN and AWS's error code, never the payload (nor AWS's free-text message, which may quote the request);
 throttling, 5xx answers and connection errors left after boto3's own retries are
-:class:`~punctual.actions.registry.TransientActionError`.
+:class:`~punctual.errors.TransientActionError`.
 """
 
 from __future__ import annotations
@@ -35,17 +35,9 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, field_validator, model_validator
 
-from ..errors import InvalidTaskError
+from ..errors import ActionFailedError, InvalidRequestError, TransientActionError
 from ..model import Action, canonical_json
-from .registry import (
-    ActionEnv,
-    ActionFailedError,
-    ActionKind,
-    FireContext,
-    TargetRules,
-    TransientActionError,
-    register,
-)
+from .registry import ActionEnv, ActionKind, FireContext, TargetRules, register
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
 
@@ -178,7 +170,7 @@ def _allow(env: ActionEnv, context: FireContext, arn: str, what: str, field_name
     scheduled, or never allowed to its tenant, is not called."""
     try:
         env.rules.of(context.task_id).check_arn(arn, what, field_name)
-    except InvalidTaskError as exc:
+    except InvalidRequestError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
 
 
@@ -228,7 +220,7 @@ class LambdaAction(Action):
 
 
 def check_lambda(action: LambdaAction, rules: TargetRules) -> None:
-    """Refuse a function not on the ARN allowlist (InvalidTaskError on ``action.function_arn``)."""
+    """Refuse a function not on the ARN allowlist (InvalidRequestError on ``action.function_arn``)."""
     rules.check_arn(action.function_arn, "Lambda function", "action.function_arn")
 
 
@@ -289,7 +281,7 @@ class SqsAction(_FifoTarget):
 
 
 def check_sqs(action: SqsAction, rules: TargetRules) -> None:
-    """Refuse a queue not on the ARN allowlist (InvalidTaskError on ``action.queue_arn``)."""
+    """Refuse a queue not on the ARN allowlist (InvalidRequestError on ``action.queue_arn``)."""
     rules.check_arn(action.queue_arn, "SQS queue", "action.queue_arn")
 
 
@@ -352,7 +344,7 @@ class SnsAction(_FifoTarget):
 
 
 def check_sns(action: SnsAction, rules: TargetRules) -> None:
-    """Refuse a topic not on the ARN allowlist (InvalidTaskError on ``action.topic_arn``)."""
+    """Refuse a topic not on the ARN allowlist (InvalidRequestError on ``action.topic_arn``)."""
     rules.check_arn(action.topic_arn, "SNS topic", "action.topic_arn")
 
 
@@ -412,16 +404,15 @@ def tenant_source(tenant: str) -> str:
 
 
 def check_eventbridge(action: EventBridgeAction, rules: TargetRules) -> None:
-    """Refuse a bus not on the ARN allowlist (InvalidTaskError on ``action.event_bus_arn``), and a tenant's event
+    """Refuse a bus not on the ARN allowlist (InvalidRequestError on ``action.event_bus_arn``), and a tenant's event
     whose ``source`` is not its own (``punctual.<tenant>`` or below it): a bus's rules match on the source, so
     no tenant may speak as another or as the operator."""
     rules.check_arn(action.event_bus_arn, "EventBridge event bus", "action.event_bus_arn")
     if rules.tenant is not None:
         own = tenant_source(rules.tenant)
         if action.source != own and not action.source.startswith(own + "."):
-            raise InvalidTaskError(
-                f"invalid action.source: a tenant's events have the source {own!r} or one starting with {own + '.'!r}",
-                field="action.source",
+            raise InvalidRequestError(
+                "action.source", f"a tenant's events have the source {own!r} or one starting with {own + '.'!r}"
             )
 
 
@@ -431,7 +422,7 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
     arn = action.event_bus_arn
     try:  # the bus and the source again, by the tenant of the task's key
         check_eventbridge(action, env.rules.of(context.task_id))
-    except InvalidTaskError as exc:
+    except InvalidRequestError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
     entry = {
         "EventBusName": arn,

@@ -27,22 +27,22 @@ from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl, Field, field_validator
 
-from ..errors import InvalidTaskError
-from ..model import Action, canonical_json
-from ..netpolicy import MAX_URL_LENGTH, Target, TargetPolicy, TargetRefusedError
-from ..secrets import SecretReferenceError, SecretUnavailableError, parse_secret_ref
-from ..signing import SigningSecretError, parse_signing_secrets, signature_headers
-from .registry import (
-    ActionEnv,
+from ..errors import (
     ActionFailedError,
-    ActionKind,
-    FireContext,
-    TargetRules,
+    InvalidRequestError,
+    SecretReferenceError,
+    SecretUnavailableError,
+    SigningSecretError,
+    TargetRefusedError,
     TransientActionError,
-    Warmup,
-    register,
+    WireError,
 )
-from .wire import WireError, WirePool
+from ..model import Action, canonical_json
+from ..netpolicy import MAX_URL_LENGTH, Target, TargetPolicy
+from ..secrets import parse_secret_ref
+from ..signing import parse_signing_secrets, signature_headers
+from .registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup, register
+from .wire import WirePool
 
 BODY_CAP = 64 * 1024  # bytes of an answer read; the rest is not read (and the connection not reused)
 MAX_HEADERS = 32
@@ -184,19 +184,17 @@ def check_http(action: HttpAction, rules: TargetRules) -> None:
     try:
         rules.urls.check_url(str(action.url))
     except TargetRefusedError as exc:
-        raise InvalidTaskError(f"invalid action.url: {exc}", field="action.url") from None
+        raise InvalidRequestError("action.url", str(exc)) from None
     for name, ref in action.secret_headers.items():
         try:
             parse_secret_ref(ref, rules.secrets)
         except SecretReferenceError as exc:
-            raise InvalidTaskError(
-                f"invalid action.secret_headers: {name}: {exc}", field="action.secret_headers"
-            ) from None
+            raise InvalidRequestError("action.secret_headers", f"{name}: {exc}") from None
     if action.signing_secret is not None:
         try:
             parse_secret_ref(action.signing_secret, rules.secrets)
         except SecretReferenceError as exc:
-            raise InvalidTaskError(f"invalid action.signing_secret: {exc}", field="action.signing_secret") from None
+            raise InvalidRequestError("action.signing_secret", str(exc)) from None
 
 
 def request_bytes(target: Target, url: str, headers: dict[str, str], body: bytes) -> bytes:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import JsonValue
 
-from ..errors import InvalidTaskError
+from ..errors import ActionFailedError, InvalidRequestError
 from ..model import Action, register_action_model
 from ..netpolicy import TargetPolicy
 from ..secrets import SecretResolver, SecretRules
@@ -35,15 +35,6 @@ if TYPE_CHECKING:
 A = TypeVar("A", bound=Action)
 R = TypeVar("R")
 log = logging.getLogger(__name__)
-
-
-class ActionFailedError(Exception):
-    """The action ran and failed (for example a 4xx answer, or a target the rules refuse)."""
-
-
-class TransientActionError(ActionFailedError):
-    """The action failed in a way that may pass if tried again soon (a connection error, a timeout, 429, 5xx):
-    runners that retry within the grace do so only for these."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +103,16 @@ class TargetRules:
         return rules
 
     def check_arn(self, arn: str, what: str, field_name: str) -> None:
-        """Refuse an AWS target not on the ARN allowlist (InvalidTaskError naming ``field_name``)."""
+        """Refuse an AWS target not on the ARN allowlist (InvalidRequestError naming ``field_name``)."""
         if arn not in self.arns:
             setting = (
                 f"tenant {self.tenant}'s target_arns in the tenant map"
                 if self.tenant is not None
                 else "PUNCTUAL_ALLOWED_TARGET_ARNS"
             )
-            raise InvalidTaskError(
-                f"invalid {field_name}: {what} {arn} is not an allowed target ({setting}; the executor's role may "
-                "call only those)",
-                field=field_name,
+            raise InvalidRequestError(
+                field_name,
+                f"{what} {arn} is not an allowed target ({setting}; the executor's role may call only those)",
             )
 
 
@@ -364,10 +354,11 @@ Prepare = Callable[[list[tuple[A, float, str]], ActionEnv], list[Warmup]]
 @dataclass(frozen=True)
 class ActionKind(Generic[A]):
     """One action kind: its ``model`` (a pydantic :class:`~punctual.model.Action` with a ``kind`` literal), its
-    runner ``run`` (plain or ``async def``; raises :class:`ActionFailedError` to fail), the longest it may run
-    (``max_timeout_s``: the executor's leases allow for it), the boto3 services it calls (``clients``, for the
-    IAM it needs and for tests to inject), ``check``, the target rules applied when a task is scheduled
-    (raises :class:`~punctual.errors.InvalidTaskError`; the runner applies them again when it fires), and
+    runner ``run`` (plain or ``async def``; raises :class:`~punctual.errors.ActionFailedError` to fail), the longest
+    it may run (``max_timeout_s``: the executor's leases allow for it), the boto3 services it calls (``clients``,
+    for the IAM it needs and for tests to inject), ``check``, the target rules applied when a task is scheduled
+    (raises :class:`~punctual.errors.InvalidRequestError` naming the field; the runner applies them again when it
+    fires), and
     ``prepare``, the warm-ups a batch's fires of this kind want (given ``(action, seconds until due, task id)``)."""
 
     model: type[A]
@@ -414,7 +405,8 @@ def longest_action_timeout_ms() -> int:
 
 
 def check_action(action: Action, rules: TargetRules) -> None:
-    """Apply ``action``'s kind's target rules (when a task is scheduled); raises InvalidTaskError."""
+    """Apply ``action``'s kind's target rules (when a task or a schedule is stored); raises InvalidRequestError
+    naming the field."""
     kind = _KINDS.get(action.kind)
     if kind is not None and kind.check is not None:
         kind.check(action, rules)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
+from ..errors import StaleConnectionError, WireError
 from ..netpolicy import Target, TargetPolicy
 
 MAX_HEAD = 64 * 1024  # status line and headers of an answer
@@ -36,14 +37,6 @@ DNS_TTL_S = 10.0  # how long a checked resolution is reused
 IDLE_S = 30.0  # a kept-alive connection unused this long is closed rather than reused
 WARM_AT_ONCE = 32  # connections a warm-up opens together (the loop stays free for fires between the groups)
 WARM_CONNECT_S = 5.0  # a warm-up gives up on a connection that takes longer to open
-
-
-class WireError(Exception):
-    """The request did not get a complete answer (connection refused or lost, a malformed answer)."""
-
-
-class StaleConnectionError(WireError):
-    """A kept-alive connection closed before any byte of the answer: the request may be sent again."""
 
 
 @dataclass
@@ -91,7 +84,7 @@ class _Connection(asyncio.Protocol):
         if self._state == "until-close":
             self._finish(reusable=False)
         elif not self._got_bytes and self.was_idle:
-            waiter.set_exception(StaleConnectionError("the kept-alive connection was closed"))
+            waiter.set_exception(StaleConnectionError())
         else:
             waiter.set_exception(WireError("the connection closed before the answer was complete"))
 

@@ -25,11 +25,12 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from ..client import Client
 from ..errors import (
-    InvalidTaskError,
+    ConflictError,
+    InvalidRequestError,
+    NoTenantError,
+    NotFoundError,
     QuotaExceededError,
-    TaskConflictError,
-    TaskNotFoundError,
-    TaskStateError,
+    StateError,
     UndecodableItemError,
 )
 from ..keys import to_ms
@@ -62,19 +63,15 @@ INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2
 
 
 def instant(value: str | None, field: str) -> datetime | None:
-    """An instant of a query (ISO 8601 with its offset), or an InvalidTaskError naming the field."""
+    """An instant of a query (ISO 8601 with its offset), or an InvalidRequestError naming the field."""
     if value is None:
         return None
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         to_ms(moment)  # within years 1 to 9999 in UTC too
     except (ValueError, OverflowError) as exc:
-        raise InvalidTaskError(f"invalid {field}: {exc}", field=field) from exc
+        raise InvalidRequestError(field, str(exc)) from exc
     return moment
-
-
-class ForbiddenError(Exception):
-    """The caller has no tenant."""
 
 
 def problem_json(
@@ -158,7 +155,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
         if not isinstance(tenant, str) or not tenant:
             tenant = tenant_map.tenant_of(context.identity.user_arn)
         if tenant is None or not is_tenant(tenant):
-            raise ForbiddenError("this principal is not mapped to a tenant (PUNCTUAL_TENANT_MAP)")
+            raise NoTenantError()
         return TenantService(client_factory(), tenant)
 
     def handles(kind: type[E]) -> Callable[[Callable[[E], Response[str]]], Callable[[E], Response[str]]]:
@@ -185,24 +182,24 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
     def _too_deep(exc: RecursionError) -> Response[str]:
         return _problem(400, "the body is nested too deeply to be read", "body", kind="invalid")
 
-    @handles(InvalidTaskError)
-    def _bad_task(exc: InvalidTaskError) -> Response[str]:
+    @handles(InvalidRequestError)  # a bad task, schedule or query parameter alike
+    def _bad_request(exc: InvalidRequestError) -> Response[str]:
         return _problem(422, str(exc), exc.field, kind="invalid")
 
     @handles(QuotaExceededError)
     def _over_quota(exc: QuotaExceededError) -> Response[str]:
         return _problem(429, str(exc), exc.field, kind="quota", quota=exc.quota)
 
-    @handles(TaskNotFoundError)
-    def _not_found(exc: TaskNotFoundError) -> Response[str]:
+    @handles(NotFoundError)
+    def _not_found(exc: NotFoundError) -> Response[str]:
         return _problem(404, str(exc), kind="not-found")
 
-    @handles(TaskConflictError)
-    def _conflict(exc: TaskConflictError) -> Response[str]:
+    @handles(ConflictError)
+    def _conflict(exc: ConflictError) -> Response[str]:
         return _problem(409, str(exc), kind="conflict")
 
-    @handles(TaskStateError)
-    def _state(exc: TaskStateError) -> Response[str]:
+    @handles(StateError)
+    def _state(exc: StateError) -> Response[str]:
         return _problem(409, str(exc), kind="state")
 
     @handles(UndecodableItemError)
@@ -211,8 +208,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> AP
         # name another tenant's): refused as it is, never acted on.
         return _problem(409, f"{exc}"[:500], kind="state")
 
-    @handles(ForbiddenError)
-    def _forbidden(exc: ForbiddenError) -> Response[str]:
+    @handles(NoTenantError)
+    def _forbidden(exc: NoTenantError) -> Response[str]:
         return _problem(403, str(exc), kind="forbidden")
 
     @app.not_found

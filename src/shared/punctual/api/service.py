@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from ..client import Client
 from ..errors import (
-    InvalidTaskError,
+    InvalidRequestError,
     PunctualError,
     ScheduleNotFoundError,
     ScheduleStateError,
@@ -50,11 +50,12 @@ class TenantService:
         return qualify(self.tenant, name)
 
     def _scrubbed(self, call: Callable[[], T]) -> T:
-        """Run ``call``; a domain error's message names ids without the tenant (the caller's own words)."""
+        """Run ``call``; a domain error's message and facts name ids without the tenant (the caller's own words)."""
         try:
             return call()
         except PunctualError as exc:
             exc.args = tuple(a.replace(self._prefix, "") if isinstance(a, str) else a for a in exc.args)
+            vars(exc).update({k: v.replace(self._prefix, "") for k, v in vars(exc).items() if isinstance(v, str)})
             raise
 
     def _task(self, task: Task) -> TaskOut:
@@ -85,7 +86,7 @@ class TenantService:
     def get_task(self, name: str) -> TaskOut:
         task = self.client.get(self._own(name))
         if task is None:
-            raise TaskNotFoundError(f"no task {name!r}")
+            raise TaskNotFoundError(name)
         return self._task(task)
 
     def list_tasks(
@@ -101,9 +102,9 @@ class TenantService:
             try:
                 after = decode_token(next_token)
             except ValueError as exc:
-                raise InvalidTaskError(f"invalid next_token: {exc}", field="next_token") from exc
+                raise InvalidRequestError("next_token", str(exc)) from exc
             if not after.startswith(self._prefix):
-                raise InvalidTaskError("invalid next_token: not a page token this API gave", field="next_token")
+                raise InvalidRequestError("next_token", "not a page token this API gave")
         statuses = sorted(set(status)) if status else None  # a status named twice is one filter
         tasks, more = self.client.list_tenant_page(
             self.tenant, statuses, due_from, due_to, max(1, min(limit, MAX_PAGE)), after
@@ -159,7 +160,7 @@ class TenantService:
     def _live_schedule(self, name: str) -> Schedule:
         schedule = self.client.get_schedule(self._own(name))
         if schedule is None or schedule.state is ScheduleState.DELETED:
-            raise ScheduleNotFoundError(f"no schedule {name!r}")
+            raise ScheduleNotFoundError(name)
         return schedule
 
     def get_schedule(self, name: str) -> ScheduleOut:
@@ -197,7 +198,7 @@ class TenantService:
         """One extra occurrence of the schedule, due now (its next ones are unchanged)."""
         schedule = self._live_schedule(name)
         if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
-            raise ScheduleStateError(f"cannot run schedule {name!r}: it is {schedule.state}")
+            raise ScheduleStateError(name, "run", f"it is {schedule.state}")
         now_ms = self.client.now_ms()
         stored, created = self._scrubbed(lambda: self.client.submit(schedule.occurrence(now_ms)))
         return self._task(stored), created

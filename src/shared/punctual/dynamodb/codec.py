@@ -191,9 +191,7 @@ def item_to_task(item: dict[str, Any]) -> Task:
         return _item_to_task(item)
     except DECODE_ERRORS as exc:
         key = str((item.get("task_id") or {}).get("S", "?"))
-        raise UndecodableItemError(
-            f"item {key!r} is not a readable task: {type(exc).__name__}: {exc}"[:1000], key
-        ) from exc
+        raise UndecodableItemError(key, "task", exc) from exc
 
 
 def _item_to_task(item: dict[str, Any]) -> Task:

@@ -87,9 +87,7 @@ def schedule_of_item(item: dict[str, Any]) -> Schedule:
         return _schedule_of_item(item)
     except DECODE_ERRORS as exc:
         key = str(item.get("task_id", {}).get("S", "?"))
-        raise UndecodableItemError(
-            f"schedule item {key!r} cannot be read: {type(exc).__name__}: {exc}"[:1000], key
-        ) from exc
+        raise UndecodableItemError(key, "schedule", exc) from exc
 
 
 def _schedule_of_item(item: dict[str, Any]) -> Schedule:
@@ -216,20 +214,13 @@ class ScheduleItems:
         existing = self.get_schedule(schedule.schedule_id)
         if existing is None:
             raise ScheduleStateError(
-                f"schedule {schedule.schedule_id!r}: its first occurrences could not be "
-                f"created ({', '.join(codes)}); nothing was stored"
+                schedule.schedule_id, "create", f"its first occurrences failed ({', '.join(codes)}); nothing was stored"
             )
         if existing.state is ScheduleState.DELETED:
-            raise ScheduleConflictError(
-                f"schedule {schedule.schedule_id!r} was deleted, and a deleted schedule's id cannot be used again "
-                f"(its occurrences' ids would meet the old ones'): choose another id",
-                existing=existing,
-            )
+            raise ScheduleConflictError(schedule.schedule_id, existing, deleted=True)
         if existing.definition() == schedule.definition():
             return existing, False
-        raise ScheduleConflictError(
-            f"schedule {schedule.schedule_id!r} already exists with another definition", existing=existing
-        )
+        raise ScheduleConflictError(schedule.schedule_id, existing)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now (strongly consistent), or None."""
@@ -313,8 +304,8 @@ class ScheduleItems:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             if self.get_schedule(schedule.schedule_id) is None:
-                raise ScheduleNotFoundError(f"no schedule {schedule.schedule_id!r}") from exc
-            raise ScheduleStateError(f"schedule {schedule.schedule_id!r} changed meanwhile; read it again") from exc
+                raise ScheduleNotFoundError(schedule.schedule_id) from exc
+            raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again") from exc
         return changed.model_copy(update={"updated_at": from_ms(now_ms), "cleanup": cleanup})
 
     def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:
@@ -419,5 +410,5 @@ class ScheduleItems:
         if not blocked and "TransactionConflict" in codes:
             return AdvanceResult(done=False)  # another writer on one of its items at that moment: read again
         if not blocked:
-            raise ScheduleStateError(f"schedule {schedule.schedule_id!r}: advancing it failed ({', '.join(codes)})")
+            raise ScheduleStateError(schedule.schedule_id, "advance", f"the write failed ({', '.join(codes)})")
         return AdvanceResult(done=False, blocked=blocked)

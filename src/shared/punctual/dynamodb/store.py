@@ -396,9 +396,9 @@ class DynamoTaskStore(ScheduleItems):
         size = item_size(item)
         if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
             raise InvalidTaskError(
-                f"invalid task: its item would be {size} bytes; DynamoDB holds at most {MAX_ITEM_BYTES} and the task "
+                "payload",
+                f"the task's item would be {size} bytes; DynamoDB holds at most {MAX_ITEM_BYTES} and the task "
                 f"needs {ITEM_HEADROOM_BYTES} of them for its life cycle (make the payload or the headers smaller)",
-                field="payload",
             )
         try:
             self._client.put_item(
@@ -416,11 +416,7 @@ class DynamoTaskStore(ScheduleItems):
             existing = item_to_task(old)
             if text_of(old, "content_hash") == text_of(item, "content_hash"):
                 return existing, False
-            raise TaskConflictError(
-                f"task {task.task_id!r} already exists with different content "
-                f"(due {existing.due_at.isoformat()}, status {existing.status})",
-                existing=existing,
-            ) from exc
+            raise TaskConflictError(task.task_id, existing) from exc
         return item_to_task(item), True
 
     def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
@@ -472,7 +468,7 @@ class DynamoTaskStore(ScheduleItems):
         """
         current = self.get(task_id)
         if current is None:
-            raise TaskNotFoundError(f"no task {task_id!r}")
+            raise TaskNotFoundError(task_id)
         moved = current.model_copy(update={"due_at": from_ms(due_ms)})
         return self._change(
             WriteKind.RESCHEDULE,
@@ -517,12 +513,12 @@ class DynamoTaskStore(ScheduleItems):
                 raise
             old = _old_item(exc)
             if old is None:
-                raise TaskNotFoundError(f"no task {write.task_id!r}") from exc
+                raise TaskNotFoundError(write.task_id) from exc
             if _already_applied(write, old):
                 return item_to_task(old)
             task = item_to_task(old)
             why = "it is armed and about to fire" if task.status is TaskStatus.ARMED else f"it is {task.status}"
-            raise TaskStateError(f"cannot {write.kind.value} task {write.task_id!r}: {why}", task=task) from exc
+            raise TaskStateError(write.task_id, write.kind.value, why, task=task) from exc
         return item_to_task(response["Attributes"])
 
     def list_tasks(

@@ -92,11 +92,7 @@ class InMemoryStore(Store):
             existing = item.read()
             if item.content_hash == task.content_hash():
                 return existing, False
-            raise TaskConflictError(
-                f"task {task.task_id!r} already exists with different content "
-                f"(due {existing.due_at.isoformat()}, status {existing.status})",
-                existing=existing,
-            )
+            raise TaskConflictError(task.task_id, existing)
 
     def _put(self, task: Task, now_ms: int) -> TaskRecord:
         """CREATE's write (an occurrence's too, with its schedule's): a new PENDING task, in the due index."""
@@ -147,12 +143,12 @@ class InMemoryStore(Store):
         error saying why not."""
         item = self._tasks.get(task_id)
         if item is None:
-            raise TaskNotFoundError(f"no task {task_id!r}")
+            raise TaskNotFoundError(task_id)
         if item.status is PENDING or (item.status is ARMED and item.lease_ended(now_ms)):
             return item
         task = item.read()
         why = "it is armed and about to fire" if task.status is ARMED else f"it is {task.status}"
-        raise TaskStateError(f"cannot {change} task {task_id!r}: {why}", task=task)
+        raise TaskStateError(task_id, change, why, task=task)
 
     def cancel(self, task_id: str, now_ms: int) -> Task:
         with self._lock:
@@ -380,8 +376,9 @@ class InMemoryStore(Store):
             if existing is None:
                 if any(self._taken(t, schedule.version) for t in occurrences):
                     raise ScheduleStateError(
-                        f"schedule {schedule_id!r}: its first occurrences could not be created (an id is taken); "
-                        "nothing was stored"
+                        schedule_id,
+                        "create",
+                        "its first occurrences could not be created (an id is taken); nothing was stored",
                     )
                 at = from_ms(now_ms)
                 stored = schedule.model_copy(deep=True, update={"created_at": at, "updated_at": at, "cleanup": False})
@@ -392,14 +389,10 @@ class InMemoryStore(Store):
                 return stored.model_copy(deep=True), True
             found = existing.model_copy(deep=True)
         if found.state is ScheduleState.DELETED:
-            raise ScheduleConflictError(
-                f"schedule {schedule_id!r} was deleted, and a deleted schedule's id cannot be used again "
-                f"(its occurrences' ids would meet the old ones'): choose another id",
-                existing=found,
-            )
+            raise ScheduleConflictError(schedule_id, found, deleted=True)
         if found.definition() == schedule.definition():
             return found, False
-        raise ScheduleConflictError(f"schedule {schedule_id!r} already exists with another definition", existing=found)
+        raise ScheduleConflictError(schedule_id, found)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         with self._lock:
@@ -461,9 +454,9 @@ class InMemoryStore(Store):
         with self._lock:
             stored = self._schedules.get(schedule.schedule_id)
             if stored is None:
-                raise ScheduleNotFoundError(f"no schedule {schedule.schedule_id!r}")
+                raise ScheduleNotFoundError(schedule.schedule_id)
             if stored.version != schedule.version:
-                raise ScheduleStateError(f"schedule {schedule.schedule_id!r} changed meanwhile; read it again")
+                raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again")
             kept = {k: getattr(stored, k) for k in ("created_count", "skipped_count", "created_at")}
             at = {"updated_at": from_ms(now_ms), "cleanup": cleanup}
             self._schedules[schedule.schedule_id] = changed.model_copy(deep=True, update={**kept, **at})
