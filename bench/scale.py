@@ -302,7 +302,7 @@ def cpu_run(
         executors[mode].run_batch(
             BatchEvent(
                 batch_id=uuid.uuid4().hex,
-                claimed_by="warm-up",
+                dispatcher="warm-up",
                 tasks=[BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=GRACE_MS) for t in group],
             )
         )

@@ -1,7 +1,7 @@
 """The DynamoDB adapter (:class:`punctual.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
 items out (the sparse due index, its minute buckets, the fast-path flag, the TTL, the heartbeat items), the
-watermark behind ``find_due``, legacy CLAIMED items, items that are not tasks (quarantined), writes split over
-several requests, a takeover whose owner renews mid-way, and a retried write whose first response was lost.
+watermark behind ``find_due``, items that are not tasks (quarantined), writes split over several requests, a
+takeover whose owner renews mid-way, and a retried write whose first response was lost.
 
 Not part of the contract: another implementation of the port has none of this. Runs on every DynamoDB kind
 of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
@@ -310,44 +310,7 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
     assert full.watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
 
 
-# -- items written by others: a legacy claim, items that are not tasks --------------------------------------------
-def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
-    backend: DynamoBackend, tasks: TaskFactory
-) -> None:
-    # Given two tasks CLAIMED by a poller of an older version (no longer written), their claim leases ending at L
-    lease_end = NOW + 30_000
-    claimed = [tasks.create(NOW + 10_000 + i) for i in range(2)]
-    for task in claimed:
-        backend.client.update_item(
-            TableName=backend.table_name,
-            Key={"task_id": {"S": task.task_id}},
-            UpdateExpression="SET #st = :claimed, lease_until_ms = :lease, claimed_by = :poller, batch_id = :batch, "
-            "attempt = :one",
-            ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues=to_av(
-                {":claimed": "CLAIMED", ":lease": lease_end, ":poller": "poller-old", ":batch": "batch-old", ":one": 1}
-            ),
-        )
-    task, other = claimed
-    # When a look for due work and an executor come at L / Then the claim still holds; a cancel wins over it
-    assert due_ids(backend.store, NOW + 90_000, lease_end) == []
-    assert arm(backend.store, task, "exec-1", lease_end) is None
-    assert backend.store.cancel(other.task_id, lease_end).status is TaskStatus.CANCELLED
-    # When they come at L + 1 / Then it is found, recovered, and armed (a plain arm: no executor is taken over)
-    scan = backend.store.find_due(lease_end + 1, NOW + 90_000)
-    assert ([(c.task_id, c.status) for c in scan.candidates], scan.recovered) == (
-        [(task.task_id, TaskStatus.CLAIMED)],
-        1,
-    )
-    armed = arm(backend.store, task, "exec-1", lease_end + 1)
-    assert armed is not None and (
-        armed.task.status,
-        armed.task.armed_by,
-        armed.task.attempt,
-        armed.taken_over_until_ms,
-    ) == (TaskStatus.ARMED, "exec-1", 2, None)
-
-
+# -- items written by others: items that are not tasks ----------------------------------------------------------
 def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -187,7 +187,7 @@ def test_content_hash_is_equal_for_equal_content() -> None:
     # Given the same content, built twice, with different life-cycle fields
     a = make_task()
     eastern = DUE.astimezone(timezone(timedelta(hours=-5)))
-    b = make_task(status=TaskStatus.CLAIMED, attempt=3, batch_id="b", due_at=eastern)
+    b = make_task(status=TaskStatus.ARMED, attempt=3, batch_id="b", due_at=eastern)
     # Then their hashes agree
     assert a.content_hash() == b.content_hash()
 
@@ -219,7 +219,7 @@ def test_idempotency_key_is_task_id_and_occurrence() -> None:
 
 
 def test_statuses() -> None:
-    assert {s for s in TaskStatus if s.is_active} == {TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED}
+    assert {s for s in TaskStatus if s.is_active} == {TaskStatus.PENDING, TaskStatus.ARMED}
 
 
 # -- round trips --------------------------------------------------------------------------------------------

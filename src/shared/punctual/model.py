@@ -42,10 +42,9 @@ _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 class TaskStatus(StrEnum):
-    """Where a task is in its life. The first three are active (the task is in the due index)."""
+    """Where a task is in its life. PENDING and ARMED are active (the task is in the due index); the rest are final."""
 
     PENDING = "PENDING"
-    CLAIMED = "CLAIMED"
     ARMED = "ARMED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
@@ -57,7 +56,7 @@ class TaskStatus(StrEnum):
         return self in ACTIVE_STATUSES
 
 
-ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED})
+ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ARMED})
 OUTCOMES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED})
 
 
@@ -191,7 +190,6 @@ class Task(ActionAndPayload):
     attempt: int = Field(0, ge=0)
     lease_until: AwareDatetime | None = None
     batch_id: str | None = None
-    claimed_by: str | None = None
     armed_by: str | None = None
     created_at: AwareDatetime | None = None
     fired_at: AwareDatetime | None = None

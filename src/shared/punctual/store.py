@@ -9,8 +9,8 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
 * **create** stores a PENDING task; the same id with equal content is a no-op, with other content a conflict.
 * **find due**: the poller and the fast path only read; they write nothing per task. What they find is
   PENDING, or ARMED by an executor found dead (its heartbeat lapsed), or held under a per-task lease that ended.
-* **arm** (executor): a task still due when the dispatcher saw it becomes ARMED by this executor, from PENDING
-  (or a legacy CLAIMED whose lease ended); ``attempt`` goes up by one. Arming a task ARMED by another executor
+* **arm** (executor): a task still due when the dispatcher saw it becomes ARMED by this executor, from PENDING;
+  ``attempt`` goes up by one. Arming a task ARMED by another executor
   is a **takeover**, allowed only when that executor's heartbeat has lapsed (checked in the same atomic write)
   or the task's own lease ended: the new owner learns until when the old one may have fired it. Two pollers, a
   duplicate delivery, the fast path racing a poll: all but one arm lose.
@@ -23,7 +23,7 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
   version read (two callers never both create, an occurrence's id is its instant); a **change** (pause,
   resume, update, delete) is conditional on the version read and raises it by one.
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
-  CLAIMED, or ARMED with an expired lease.
+  or ARMED with an expired lease.
 
 A write whose response was lost and that is retried counts as done when the task already shows it (the same
 owner and target state): callers get the same answer as for the first attempt.
