@@ -33,7 +33,7 @@ from contract_tools import (
 import punctual.dynamodb.store as dynamodb_store
 from punctual.dynamodb.codec import to_av
 from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
-from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from punctual.retry import RetryPolicy
 
 
@@ -94,7 +94,7 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tas
     assert record(backend.store, "exec-1", succeeded(done, NOW + 10_050))
     cancelled = tasks.create(NOW + 10_001)
     backend.store.cancel(cancelled.task_id, NOW + 1)
-    assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=TaskStatus.MISSED, detail="late"))
+    assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=Outcome.MISSED, detail="late"))
     # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
     # unit of DynamoDB's TTL)
     assert [name for name in (done, cancelled, missed) if "due_bucket" in backend.raw_item(name.task_id)] == []
@@ -116,7 +116,7 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     assert record(
         backend.store,
         "exec-1",
-        FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+        FireRecord(task.task_id, Outcome.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
     )
     # Then the index no longer lists it, and the item keeps the outcome
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
@@ -135,7 +135,7 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
         "exec-1",
         FireRecord(
             task.task_id,
-            TaskStatus.PENDING,
+            Outcome.RETRY,
             None,
             failed_at,
             None,
@@ -475,7 +475,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
     alive(store, "exec-1", NOW + ALIVE_MS)
     retry = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         NOW + 10_010,
         None,
@@ -493,7 +493,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
         ("arm", lambda: armed_as_attempt(1, NOW)),
         ("retry", lambda: record(store, "exec-1", retry)),
         ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),
-        ("record", lambda: record(store, "exec-1", succeeded(task, outcome=TaskStatus.FAILED))),
+        ("record", lambda: record(store, "exec-1", succeeded(task, outcome=Outcome.FAILED))),
         ("redrive", lambda: store.redrive_many([task.task_id], NOW + 60_000) == [True]),
     ]
     for name, step in steps:

@@ -144,7 +144,7 @@ class TaskStore(Protocol):
         ...
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        """RECORD each outcome (a record with ``retry_due_ms`` set is a RETRY): False where this executor no
+        """RECORD each outcome (a RETRY is due again at its ``retry_due_ms``): False where this executor no
         longer owns the task."""
         ...
 

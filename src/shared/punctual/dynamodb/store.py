@@ -46,7 +46,7 @@ conditional write on the base table; the index is only used to find candidates; 
                 taken_over, so the owner can never renew); or, without the owner check, lease_until_ms < :now
     HEARTBEAT   attribute_not_exists(taken_over)  (on "#executor#<id>": alive_until_ms = now + lease)
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
-    RETRY       same as RECORD, writing PENDING instead of an outcome: due_ms = the next try, due_bucket and
+    RETRY       same as RECORD, for the outcome RETRY: PENDING again, due_ms = the next try, due_bucket and
                 fast_path recomputed, first_due_ms kept (set on the first retry), attempt kept (the next arm
                 ADDs 1), armed_by kept (so that botocore's retry of this very write can recognise it)
     REDRIVE     status = FAILED                               -- a second redrive of the same task is a no-op
@@ -88,7 +88,7 @@ from botocore.exceptions import ClientError
 from ..backoff import backoff_s
 from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
-from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
+from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Outcome, Task, TaskStatus, status_after
 from ..settings import Settings
 from ..tenancy import prefix
 from .codec import (
@@ -1062,7 +1062,7 @@ class DynamoTaskStore(ScheduleItems):
         except DECODE_ERRORS as exc:
             detail = f"undecodable item: {type(exc).__name__}: {exc}"[:1000]
             log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
-            self.record(executor_id, FireRecord(task_id, TaskStatus.FAILED, None, now_ms, None, None, detail))
+            self.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
             return None
 
     def _take_over(
@@ -1251,12 +1251,13 @@ class DynamoTaskStore(ScheduleItems):
         )
 
     def _record(self, executor_id: str, record: FireRecord) -> Write:
-        if record.retry_due_ms is not None:
-            return self._retry(executor_id, record, record.retry_due_ms)
+        if record.outcome is Outcome.RETRY:
+            return self._retry(executor_id, record)
+        status = status_after(record.outcome).value
         values: dict[str, Any] = {
             ":armed": _A,
             ":executor": executor_id,
-            ":outcome": record.outcome.value,
+            ":outcome": status,
             ":finished": record.finished_ms,
             ":expires": self._expires_at(record.finished_ms),
         }
@@ -1270,17 +1271,21 @@ class DynamoTaskStore(ScheduleItems):
             f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
             RECORDABLE,
             values,
-            status=record.outcome.value,
+            status=status,
             owner=executor_id,
         )
 
-    def _retry(self, executor_id: str, record: FireRecord, due_ms: int) -> Write:
+    def _retry(self, executor_id: str, record: FireRecord) -> Write:
         """RETRY: ARMED by this executor → PENDING, due at the next try (see the module docstring)."""
+        due_ms = record.retry_due_ms
+        if due_ms is None:
+            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
+        status = status_after(record.outcome).value
         now_ms = record.finished_ms
         values: dict[str, Any] = {
             ":armed": _A,
             ":executor": executor_id,
-            ":retrying": _P,
+            ":retrying": status,
             ":retry_due": due_ms,
             ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
             ":bucket": self._index_key(record.task_id, due_ms, now_ms),
@@ -1302,7 +1307,7 @@ class DynamoTaskStore(ScheduleItems):
             f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id",
             RECORDABLE,
             values,
-            status=_P,
+            status=status,
             owner=executor_id,
             marker=("due_ms", due_ms),
         )
@@ -1335,8 +1340,8 @@ class DynamoTaskStore(ScheduleItems):
         return self._apply_many([self._redrive(t, now_ms) for t in task_ids])
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD: ARMED by this executor → outcome; the task leaves the due index. A record whose
-        ``retry_due_ms`` is set is a RETRY instead: the task goes back to PENDING, due at that instant.
+        """RECORD: ARMED by this executor → the status its outcome sets (:func:`~punctual.model.status_after`);
+        the task leaves the due index. A RETRY puts it back to PENDING instead, due at its ``retry_due_ms``.
 
         Returns False when this executor no longer owns the task (its lease expired and another executor took
         it over): the outcome is then not written, and the log says so.
