@@ -56,7 +56,7 @@ from punctual.events import BatchEvent, BatchTask
 from punctual.executor import Executor
 from punctual.invoker import LambdaInvoker
 from punctual.keys import bucket_start, from_ms, next_tick
-from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Outcome, Task
 from punctual.poller import Poller
 from punctual.settings import Settings
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
@@ -303,7 +303,7 @@ def cpu_run(
         executors[mode].run_batch(
             BatchEvent(
                 batch_id=uuid.uuid4().hex,
-                claimed_by="warm-up",
+                dispatcher="warm-up",
                 tasks=[BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=GRACE_MS) for t in group],
             )
         )
@@ -641,7 +641,7 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
 
     def record(chunk: list[Task]) -> None:
         store.record_many(
-            "ceiling", [FireRecord(t.task_id, TaskStatus.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0) for t in chunk]
+            "ceiling", [FireRecord(t.task_id, Outcome.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0) for t in chunk]
         )
 
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -7,7 +7,7 @@ Logs (JSON, Powertools): every line of an invocation, including those of ``punct
 threads it runs, carries ``batch_id`` (the id the poller dispatched the tasks under, stored on each armed task).
 ``correlation_id`` names what a line is about: the batch on batch-level lines (taken from the event, so a
 malformed event without a batch id logs none), the task on per-task lines, which carry ``task_id`` as well:
-a task this executor could not arm (INFO), an outcome FAILED or MISSED (WARNING) or SUCCEEDED (DEBUG: the
+a task this executor could not arm (INFO), an outcome FAILED, MISSED or RETRY (WARNING) or SUCCEEDED (DEBUG: the
 table records it; at INFO a busy executor would log thousands of such lines a minute). Keys are reset at each
 invocation, so a warm start does not inherit the previous batch's. Metrics (EMF, names from :mod:`punctual.metrics`):
 ``FireDrift`` in ms at high resolution, one value per task fired within its grace; ``LateFireDelay``, one value

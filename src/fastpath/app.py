@@ -29,7 +29,7 @@ from punctual.settings import Settings
 
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()
-# Its own poller id, so that a task's claimed_by tells that the fast path dispatched it. Looked up at each
+# Its own poller id, so that a batch's dispatcher tells that the fast path dispatched it. Looked up at each
 # call, so a test can swap in a poller with a recording invoker.
 poller = build_poller(settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
 

@@ -95,7 +95,7 @@ def _wait_finished(client: Client, tasks: list[Task], grace_s: float = 90.0) -> 
 
 
 def _assert_fired_on_time(finished: list[Task], expected: int) -> None:
-    report = [(t.task_id, t.status.value, t.drift_ms, t.claimed_by, t.detail) for t in finished]
+    report = [(t.task_id, t.status.value, t.drift_ms, t.armed_by, t.detail) for t in finished]
     print("deployed suite:", *report, sep="\n  ")  # the figures, for the record
     assert len(finished) == expected
     assert all(t.status is TaskStatus.SUCCEEDED for t in finished), report
@@ -111,7 +111,7 @@ def test_tasks_scheduled_ahead_fire_on_time(client: Client, scheduled: list[Task
 
 def test_a_task_due_before_the_next_poll_takes_the_fast_path(client: Client, scheduled: list[Task]) -> None:
     # Given a task due 10 s from now (the poller may not run before it is due: the stream's fast path must
-    # claim it, or it fires late or MISSED)
+    # dispatch it, or it fires late or MISSED)
     _schedule(client, scheduled, count=1, ahead=timedelta(seconds=10), spacing=timedelta(0))
     # When it is due  Then it ends SUCCEEDED with a small drift
     _assert_fired_on_time(_wait_finished(client, scheduled), expected=1)

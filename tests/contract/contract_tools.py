@@ -28,7 +28,7 @@ from punctual.dynamodb.schema import ensure_table
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import from_ms, to_ms
 from punctual.memory import InMemoryStore
-from punctual.model import Candidate, FireRecord, Task, TaskStatus
+from punctual.model import Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.store import Store, TaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
@@ -250,7 +250,7 @@ def record(store: TaskStore, executor: str, fire: FireRecord) -> bool:
 
 
 def succeeded(
-    task: Task, finished_ms: int | None = None, outcome: TaskStatus = TaskStatus.SUCCEEDED, detail: str | None = None
+    task: Task, finished_ms: int | None = None, outcome: Outcome = Outcome.SUCCEEDED, detail: str | None = None
 ) -> FireRecord:
     """The record of a fire exactly at the task's due time, finished 2 ms later (or at ``finished_ms``)."""
     end = task.due_ms + 2 if finished_ms is None else finished_ms

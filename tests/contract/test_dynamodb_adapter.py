@@ -1,7 +1,7 @@
 """The DynamoDB adapter (:class:`punctual.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
 items out (the sparse due index, its minute buckets, the fast-path flag, the TTL, the heartbeat items), the
-watermark behind ``find_due``, legacy CLAIMED items, items that are not tasks (quarantined), writes split over
-several requests, a takeover whose owner renews mid-way, and a retried write whose first response was lost.
+watermark behind ``find_due``, items that are not tasks (quarantined), writes split over several requests, a
+takeover whose owner renews mid-way, and a retried write whose first response was lost.
 
 Not part of the contract: another implementation of the port has none of this. Runs on every DynamoDB kind
 of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
@@ -33,7 +33,7 @@ from contract_tools import (
 import punctual.dynamodb.store as dynamodb_store
 from punctual.dynamodb.codec import to_av
 from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
-from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from punctual.retry import RetryPolicy
 
 
@@ -94,7 +94,7 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tas
     assert record(backend.store, "exec-1", succeeded(done, NOW + 10_050))
     cancelled = tasks.create(NOW + 10_001)
     backend.store.cancel(cancelled.task_id, NOW + 1)
-    assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=TaskStatus.MISSED, detail="late"))
+    assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=Outcome.MISSED, detail="late"))
     # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
     # unit of DynamoDB's TTL)
     assert [name for name in (done, cancelled, missed) if "due_bucket" in backend.raw_item(name.task_id)] == []
@@ -116,7 +116,7 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     assert record(
         backend.store,
         "exec-1",
-        FireRecord(task.task_id, TaskStatus.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+        FireRecord(task.task_id, Outcome.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
     )
     # Then the index no longer lists it, and the item keeps the outcome
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
@@ -135,7 +135,7 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
         "exec-1",
         FireRecord(
             task.task_id,
-            TaskStatus.PENDING,
+            Outcome.RETRY,
             None,
             failed_at,
             None,
@@ -310,44 +310,7 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
     assert full.watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
 
 
-# -- items written by others: a legacy claim, items that are not tasks --------------------------------------------
-def test_a_legacy_claimed_task_is_armable_once_its_claim_lease_ended(
-    backend: DynamoBackend, tasks: TaskFactory
-) -> None:
-    # Given two tasks CLAIMED by a poller of an older version (no longer written), their claim leases ending at L
-    lease_end = NOW + 30_000
-    claimed = [tasks.create(NOW + 10_000 + i) for i in range(2)]
-    for task in claimed:
-        backend.client.update_item(
-            TableName=backend.table_name,
-            Key={"task_id": {"S": task.task_id}},
-            UpdateExpression="SET #st = :claimed, lease_until_ms = :lease, claimed_by = :poller, batch_id = :batch, "
-            "attempt = :one",
-            ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues=to_av(
-                {":claimed": "CLAIMED", ":lease": lease_end, ":poller": "poller-old", ":batch": "batch-old", ":one": 1}
-            ),
-        )
-    task, other = claimed
-    # When a look for due work and an executor come at L / Then the claim still holds; a cancel wins over it
-    assert due_ids(backend.store, NOW + 90_000, lease_end) == []
-    assert arm(backend.store, task, "exec-1", lease_end) is None
-    assert backend.store.cancel(other.task_id, lease_end).status is TaskStatus.CANCELLED
-    # When they come at L + 1 / Then it is found, recovered, and armed (a plain arm: no executor is taken over)
-    scan = backend.store.find_due(lease_end + 1, NOW + 90_000)
-    assert ([(c.task_id, c.status) for c in scan.candidates], scan.recovered) == (
-        [(task.task_id, TaskStatus.CLAIMED)],
-        1,
-    )
-    armed = arm(backend.store, task, "exec-1", lease_end + 1)
-    assert armed is not None and (
-        armed.task.status,
-        armed.task.armed_by,
-        armed.task.attempt,
-        armed.taken_over_until_ms,
-    ) == (TaskStatus.ARMED, "exec-1", 2, None)
-
-
+# -- items written by others: items that are not tasks ----------------------------------------------------------
 def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     backend: DynamoBackend, tasks: TaskFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -512,7 +475,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
     alive(store, "exec-1", NOW + ALIVE_MS)
     retry = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         NOW + 10_010,
         None,
@@ -530,7 +493,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
         ("arm", lambda: armed_as_attempt(1, NOW)),
         ("retry", lambda: record(store, "exec-1", retry)),
         ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),
-        ("record", lambda: record(store, "exec-1", succeeded(task, outcome=TaskStatus.FAILED))),
+        ("record", lambda: record(store, "exec-1", succeeded(task, outcome=Outcome.FAILED))),
         ("redrive", lambda: store.redrive_many([task.task_id], NOW + 60_000) == [True]),
     ]
     for name, step in steps:

@@ -37,7 +37,7 @@ from hypothesis import settings as hypothesis_settings
 from punctual.actions import LogAction
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.schedules import Schedule
 from punctual.store import Store, TaskStore
@@ -203,7 +203,12 @@ def put_in_every_state(store: TaskStore, tasks: TaskFactory) -> dict[str, Task]:
     arm_all("exec-0", AT + ALIVE_MS, {s: AT for s in ("SUCCEEDED", "FAILED", "MISSED")})
     assert (
         store.record_many(
-            "exec-0", [succeeded(t["SUCCEEDED"]), succeeded(t["FAILED"], outcome=F), succeeded(t["MISSED"], outcome=M)]
+            "exec-0",
+            [
+                succeeded(t["SUCCEEDED"]),
+                succeeded(t["FAILED"], outcome=Outcome.FAILED),
+                succeeded(t["MISSED"], outcome=Outcome.MISSED),
+            ],
         )
         == [True] * 3
     )
@@ -225,7 +230,7 @@ def _changed(change: Callable[[], Any]) -> bool:
 def _retry(task: Task) -> FireRecord:
     return FireRecord(
         task.task_id,
-        P,
+        Outcome.RETRY,
         float(task.due_ms),
         AT,
         0.0,
@@ -544,7 +549,7 @@ def test_only_the_executor_that_armed_a_task_records_it(store: TaskStore, tasks:
     # Given a task armed by exec-1
     task = armed_task(store, tasks, "exec-1")
     fired = NOW + 10_000.25
-    outcome = FireRecord(task.task_id, S, fired, NOW + 10_003, 0.25, 1.75, None)
+    outcome = FireRecord(task.task_id, Outcome.SUCCEEDED, fired, NOW + 10_003, 0.25, 1.75, None)
     # When another executor records it / Then nothing is written
     assert record(store, "exec-2", outcome) is False
     assert stored(store, task.task_id).status is A
@@ -557,7 +562,10 @@ def test_only_the_executor_that_armed_a_task_records_it(store: TaskStore, tasks:
     # another executor still loses and another outcome is refused
     assert record(store, "exec-1", outcome) is True
     assert record(store, "exec-2", outcome) is False
-    assert record(store, "exec-1", FireRecord(task.task_id, F, fired, NOW + 10_003, 0.25, 1.75, "boom")) is False
+    assert (
+        record(store, "exec-1", FireRecord(task.task_id, Outcome.FAILED, fired, NOW + 10_003, 0.25, 1.75, "boom"))
+        is False
+    )
     assert stored(store, task.task_id).status is S
 
 
@@ -580,9 +588,9 @@ def test_a_failure_a_miss_and_a_late_fire_are_recorded_with_their_details(store:
     assert store.record_many(
         "exec-1",
         [
-            FireRecord(failing.task_id, F, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
-            FireRecord(missed.task_id, M, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
-            FireRecord(late.task_id, S, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
+            FireRecord(failing.task_id, Outcome.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+            FireRecord(missed.task_id, Outcome.MISSED, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
+            FireRecord(late.task_id, Outcome.SUCCEEDED, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
         ],
     ) == [True, True, True]
     # Then each keeps what was recorded, and no look for due work finds any of them
@@ -610,7 +618,7 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: TaskStore,
     failed_at = NOW + 10_005
     retry = FireRecord(
         task.task_id,
-        P,
+        Outcome.RETRY,
         NOW + 10_000.5,
         failed_at,
         0.5,
@@ -653,7 +661,15 @@ def test_a_second_retry_keeps_the_first_due(store: TaskStore, tasks: TaskFactory
         store,
         "exec-1",
         FireRecord(
-            task.task_id, P, None, NOW + 10_010, None, None, "e1", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+            task.task_id,
+            Outcome.RETRY,
+            None,
+            NOW + 10_010,
+            None,
+            None,
+            "e1",
+            retry_due_ms=NOW + 11_000,
+            first_due_ms=task.due_ms,
         ),
     )
     assert arm(store, stored(store, task.task_id), "exec-2", NOW + 11_000) is not None
@@ -662,7 +678,15 @@ def test_a_second_retry_keeps_the_first_due(store: TaskStore, tasks: TaskFactory
         store,
         "exec-2",
         FireRecord(
-            task.task_id, P, None, NOW + 11_010, None, None, "e2", retry_due_ms=NOW + 12_000, first_due_ms=NOW + 11_000
+            task.task_id,
+            Outcome.RETRY,
+            None,
+            NOW + 11_010,
+            None,
+            None,
+            "e2",
+            retry_due_ms=NOW + 12_000,
+            first_due_ms=NOW + 11_000,
         ),
     )
     # Then the first due written by the first retry stands
@@ -673,7 +697,15 @@ def test_only_the_executor_that_armed_a_task_can_retry_it(store: TaskStore, task
     # Given a task armed by exec-1
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     retry = FireRecord(
-        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+        task.task_id,
+        Outcome.RETRY,
+        None,
+        NOW + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=NOW + 11_000,
+        first_due_ms=task.due_ms,
     )
     # When another executor writes the retry / Then it is refused and the task stays ARMED by exec-1
     assert store.record_many("exec-2", [retry]) == [False]
@@ -684,14 +716,30 @@ def test_the_same_retry_again_counts_as_done_and_another_does_not(store: TaskSto
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     retry = FireRecord(
-        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 11_000, first_due_ms=task.due_ms
+        task.task_id,
+        Outcome.RETRY,
+        None,
+        NOW + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=NOW + 11_000,
+        first_due_ms=task.due_ms,
     )
     assert record(store, "exec-1", retry)
     # When the very same write comes again / Then it is recognised as done, not as a lost race
     assert record(store, "exec-1", retry)
     # But a different retry (another next try) is refused, as is an outcome
     other = FireRecord(
-        task.task_id, P, None, NOW + 10_010, None, None, "e", retry_due_ms=NOW + 12_000, first_due_ms=task.due_ms
+        task.task_id,
+        Outcome.RETRY,
+        None,
+        NOW + 10_010,
+        None,
+        None,
+        "e",
+        retry_due_ms=NOW + 12_000,
+        first_due_ms=task.due_ms,
     )
     assert record(store, "exec-1", other) is False
     assert record(store, "exec-1", succeeded(task)) is False
@@ -728,7 +776,7 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: TaskS
             "exec-1",
             FireRecord(
                 task.task_id,
-                F if last else P,
+                Outcome.FAILED if last else Outcome.RETRY,
                 float(current.due_ms),
                 finished,
                 0.0,
@@ -764,7 +812,7 @@ def test_redrive_of_anything_but_a_failed_task_changes_nothing(store: TaskStore,
     # Given a FAILED task, a PENDING one and a SUCCEEDED one
     failed, done = armed_task(store, tasks), armed_task(store, tasks)
     pending = tasks.create(NOW + 20_000)
-    assert record(store, "exec-1", succeeded(failed, outcome=F, detail="boom"))
+    assert record(store, "exec-1", succeeded(failed, outcome=Outcome.FAILED, detail="boom"))
     assert record(store, "exec-1", succeeded(done))
     # When all of them and an unknown id are redriven
     # Then only the FAILED one is, answered position by position
@@ -901,7 +949,10 @@ def test_find_due_leaves_finished_tasks_out(store: TaskStore, tasks: TaskFactory
     # cancelled and one PENDING
     done, failed, missed = (armed_task(store, tasks, alive_until_ms=NOW) for _ in range(3))
     assert (
-        store.record_many("exec-1", [succeeded(done), succeeded(failed, outcome=F), succeeded(missed, outcome=M)])
+        store.record_many(
+            "exec-1",
+            [succeeded(done), succeeded(failed, outcome=Outcome.FAILED), succeeded(missed, outcome=Outcome.MISSED)],
+        )
         == [True] * 3
     )
     cancelled, pending = (tasks.create(NOW + 10_000 + i) for i in range(2))

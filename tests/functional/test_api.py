@@ -105,7 +105,7 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
 
 def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
-    from punctual.model import ArmRequest, FireRecord
+    from punctual.model import ArmRequest, FireRecord, Outcome
 
     store = direct._store
     task = store.get(task_id)
@@ -115,7 +115,7 @@ def _fail(direct: Client, task_id: str) -> None:
     )
     assert armed[0] is not None
     assert store.record_many(
-        "executor-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+        "executor-1", [FireRecord(task_id, Outcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
     ) == [True]
 
 

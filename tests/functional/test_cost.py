@@ -152,7 +152,7 @@ def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.C
     assert set(rows(counted, "schedule")) == {"PutItem"}
     put = rows(counted, "schedule")["PutItem"]
     assert (put.requests, put.wru, put.wru_index, put.rru) == (1, 1, 1, 0)
-    # arm: one UpdateItem, straight from PENDING (no claim before it); it touches no indexed attribute
+    # arm: one UpdateItem, straight from PENDING (nothing written before it); it touches no indexed attribute
     assert set(rows(counted, "arm")) == {"UpdateItem"}
     arm = rows(counted, "arm")["UpdateItem"]
     assert (arm.requests, arm.wru, arm.wru_index, arm.rru) == (1, 1, 0, 0)
@@ -162,7 +162,7 @@ def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.C
     assert (record.requests, record.wru, record.wru_index, record.rru) == (1, 1, 1, 0)
     # every item stays under one write unit
     assert counted.scenario.max_item_bytes <= 1024
-    # and nothing else writes per task: no claim, no transactions, no reads by the executor, nothing missed
+    # and nothing else writes per task: not the poller, no transactions, no reads by the executor, nothing missed
     assert {r.step for r in counted.per_task} <= {"schedule", "poll", "heartbeat check", "arm", "record"}
     assert sum(r.wru for r in counted.per_task) == 3 and sum(r.wru_index for r in counted.per_task) == 2
 

@@ -17,7 +17,7 @@ from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_let
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, Task, TaskStatus
+from punctual.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.redrive import RedriveReport, Skipped, SkipReason
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
@@ -48,9 +48,7 @@ def make_failed(store: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -
     """A task that was armed and recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
     assert arm(store, task, "x", now_ms) is not None
-    assert store.record(
-        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
-    )
+    assert store.record("x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom"))
     return read_task(store, task_id)
 
 

@@ -515,7 +515,7 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
     assert (answer["records"], answer["candidates"], answer["dispatched"]) == (5, 2, 2)
     (payload,) = handlers.invoker.payloads
     assert sorted(t["task_id"] for t in payload["tasks"]) == near
-    assert payload["claimed_by"] == handlers.fastpath_app.poller.poller_id
+    assert payload["dispatcher"] == handlers.fastpath_app.poller.poller_id
     assert handlers.status(far) is TaskStatus.PENDING
     # And the EMF blob counts them; every log line carries the first record's event id as correlation id
     assert_emf_envelope(output)

@@ -30,7 +30,7 @@ def _armed_by_a_crashed_attempt(
         assert arm(store, task, "x-dead", now, batch_id="b-1") is not None
     event = BatchEvent(
         batch_id="b-1",
-        claimed_by="p-1",
+        dispatcher="p-1",
         tasks=[
             BatchTask(task_id=t.task_id, due_ms=t.due_ms, grace_ms=t.misfire_grace_ms, misfire_policy=t.misfire_policy)
             for t in created

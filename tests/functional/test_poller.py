@@ -73,7 +73,7 @@ def test_batch_payloads_validate_and_carry_what_the_arm_checks(
     poller.poll(now_ms)
     # Then each payload is a BatchEvent whose tasks carry their due time (the ARM condition) and grace
     for event in invoker.events:
-        assert event.claimed_by == "poller-test"
+        assert event.dispatcher == "poller-test"
         for entry in event.tasks:
             stored = store.get(entry.task_id)
             assert stored is not None

@@ -15,7 +15,7 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import QuotaExceededError
 from punctual.keys import from_ms
 from punctual.memory import InMemoryStore
-from punctual.model import Task, TaskStatus
+from punctual.model import Outcome, Task, TaskStatus
 from punctual.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
@@ -176,7 +176,7 @@ def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired
         max_attempts=2,
     )
     # Then it is FAILED: no third attempt, whatever the item said
-    assert record.outcome is TaskStatus.FAILED and "attempt 2 of 2" in (record.detail or "")
+    assert record.outcome is Outcome.FAILED and "attempt 2 of 2" in (record.detail or "")
 
 
 def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:

@@ -14,7 +14,7 @@ from punctual.clock import SystemClock
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, Task, TaskStatus
+from punctual.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
 from support import StubTarget, arm, read_task, run_until_done, serving
@@ -61,7 +61,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     failed_at = now_ms + 10_005
     retry = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         now_ms + 10_000.5,
         failed_at,
         0.5,
@@ -97,7 +97,7 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, 
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     first = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         now_ms + 10_010,
         None,
@@ -111,7 +111,7 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, 
     # When exec-2 records a second retry naming (wrongly) another first due
     second = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         now_ms + 11_010,
         None,
@@ -130,7 +130,7 @@ def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoTaskStore, ta
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         now_ms + 10_010,
         None,
@@ -150,7 +150,7 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStor
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         now_ms + 10_010,
         None,
@@ -165,7 +165,7 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStor
     # But a different retry (another next try) is not
     other = FireRecord(
         task.task_id,
-        TaskStatus.PENDING,
+        Outcome.RETRY,
         None,
         now_ms + 10_010,
         None,

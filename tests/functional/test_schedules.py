@@ -23,7 +23,7 @@ from punctual.errors import (
 )
 from punctual.keys import from_ms
 from punctual.memory import InMemoryStore
-from punctual.model import ArmRequest, FireRecord, TaskStatus
+from punctual.model import ArmRequest, FireRecord, Outcome, TaskStatus
 from punctual.poller import Poller
 from punctual.schedules import ScheduleState, occurrence_id, split_occurrence_id
 from punctual.settings import Settings
@@ -264,7 +264,7 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
         assert armed is not None
     if step == "recorded":
         assert store.record_many(
-            "e-dead", [FireRecord(first, TaskStatus.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
+            "e-dead", [FireRecord(first, Outcome.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
         ) == [True]
     # When the polls after it run
     for minute in range(1, 6):

@@ -43,6 +43,7 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.fastpath import matches
 from punctual.keys import from_ms
 from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.model import Outcome as FireOutcome
 from punctual.schedules import ScheduleState
 from punctual.settings import Settings
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, StubTarget, scheduled_event, serving
@@ -374,7 +375,7 @@ class Scenario:
         )
         assert armed[0] is not None
         assert self.store.record_many(
-            "x-1", [FireRecord(task_id, TaskStatus.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+            "x-1", [FireRecord(task_id, FireOutcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
         ) == [True]
 
     def finish(self, target: _Target) -> Outcome:

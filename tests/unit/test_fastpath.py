@@ -39,7 +39,7 @@ def record(
         (record(), True),
         (record("MODIFY"), True),  # a reschedule, or a task handed back at shutdown
         (record("REMOVE"), False),
-        (record(status="CLAIMED"), False),
+        (record(status="ARMED"), False),
         (record("MODIFY", status="SUCCEEDED"), False),
         (record(fast="0"), False),  # due after the next poll: the poller's
         (record(fast=None), False),

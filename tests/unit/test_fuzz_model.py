@@ -122,7 +122,7 @@ def valid_tasks(draw: st.DrawFn) -> Task:
         attempt=draw(st.integers(min_value=0, max_value=100)),
         lease_until=draw(st.none() | aware_datetimes),
         batch_id=draw(st.none() | clean_text),
-        claimed_by=draw(st.none() | clean_text),
+        armed_by=draw(st.none() | clean_text),
         fired_at=draw(st.none() | aware_datetimes),
         drift_ms=draw(st.none() | finite_floats),
         detail=draw(st.none() | clean_text),
@@ -292,7 +292,7 @@ def test_content_hash_ignores_how_the_same_content_is_written(
         action=action.model_dump(mode="json"),
         payload=reorder_keys(payload),
         misfire_grace_ms=grace,
-        status=TaskStatus.CLAIMED,
+        status=TaskStatus.ARMED,
         attempt=2,
     )
     # Then the hash, which is what makes schedule idempotent, is the same

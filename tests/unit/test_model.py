@@ -1,7 +1,9 @@
-"""The task model: validation, normalisation of times, the action union and the content hash."""
+"""The task model: validation, normalisation of times, the action union, the content hash, and the status an
+outcome sets."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -12,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError, create_model
 
+from punctual import model
 from punctual.actions import HttpAction, LogAction
 from punctual.model import (
     Action,
+    Outcome,
     Task,
     TaskStatus,
     canonical_json,
@@ -22,6 +26,7 @@ from punctual.model import (
     known_action_kinds,
     parse_action,
     register_action_model,
+    status_after,
 )
 
 # No per-example deadline: a busy machine must not fail a property for taking its time.
@@ -187,7 +192,7 @@ def test_content_hash_is_equal_for_equal_content() -> None:
     # Given the same content, built twice, with different life-cycle fields
     a = make_task()
     eastern = DUE.astimezone(timezone(timedelta(hours=-5)))
-    b = make_task(status=TaskStatus.CLAIMED, attempt=3, batch_id="b", due_at=eastern)
+    b = make_task(status=TaskStatus.ARMED, attempt=3, batch_id="b", due_at=eastern)
     # Then their hashes agree
     assert a.content_hash() == b.content_hash()
 
@@ -219,7 +224,28 @@ def test_idempotency_key_is_task_id_and_occurrence() -> None:
 
 
 def test_statuses() -> None:
-    assert {s for s in TaskStatus if s.is_active} == {TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED}
+    assert {s for s in TaskStatus if s.is_active} == {TaskStatus.PENDING, TaskStatus.ARMED}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status"),
+    [
+        (Outcome.SUCCEEDED, TaskStatus.SUCCEEDED),
+        (Outcome.FAILED, TaskStatus.FAILED),
+        (Outcome.MISSED, TaskStatus.MISSED),
+        (Outcome.RETRY, TaskStatus.PENDING),
+    ],
+)
+def test_each_outcome_sets_one_status(outcome: Outcome, status: TaskStatus) -> None:
+    assert status_after(outcome) is status
+
+
+def test_only_a_retry_leaves_the_task_active() -> None:
+    assert {o for o in Outcome if status_after(o).is_active} == {Outcome.RETRY}
+
+
+def test_the_models_examples_hold() -> None:
+    assert doctest.testmod(model).failed == 0
 
 
 # -- round trips --------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .keys import to_ms
-from .model import FireRecord, Task, TaskStatus
+from .model import FireRecord, Outcome, Task
 from .retry import retry_delay_ms
 
 Misfire = Literal["fire", "fire_late", "miss"]
@@ -95,20 +95,20 @@ def decide_outcome(
 
     ``decision`` is :func:`decide_before_fire`'s answer at ``started_ms`` (its note goes into the detail);
     ``error`` says how the action failed (None: it succeeded; ignored when the decision was to miss, as the
-    action did not run). A failed action whose retry policy allows another attempt becomes a retry (outcome
-    PENDING with the backoff drawn now); past its last attempt it is FAILED. A fire past the grace under
+    action did not run). A failed action whose retry policy allows another attempt is a RETRY (with the backoff
+    drawn now); past its last attempt it is FAILED. A fire past the grace under
     ``fire_late`` is flagged late. ``max_attempts`` caps the policy's attempts (the tenant's quota).
     """
     late = started_ms - due_ms
     if decision.action == "miss":
-        return FireRecord(task.task_id, TaskStatus.MISSED, None, int(started_ms), None, None, decision.note)
+        return FireRecord(task.task_id, Outcome.MISSED, None, int(started_ms), None, None, decision.note)
     corrected = None if offset_ms is None else late + offset_ms
-    outcome = TaskStatus.SUCCEEDED if error is None else TaskStatus.FAILED
+    outcome = Outcome.SUCCEEDED if error is None else Outcome.FAILED
     detail = error
     if decision.note is not None:
         detail = decision.note if detail is None else f"{decision.note}; {detail}"
     is_late = decision.action == "fire_late"
-    if outcome is TaskStatus.FAILED and task.retry is not None:
+    if outcome is Outcome.FAILED and task.retry is not None:
         policy = task.retry
         if max_attempts is not None and policy.max_attempts > max_attempts:
             policy = policy.model_copy(update={"max_attempts": max(1, max_attempts)})
@@ -118,7 +118,7 @@ def decide_outcome(
             detail = f"attempt {task.attempt} of {policy.max_attempts} failed, next in {delay} ms: {detail}"
             return FireRecord(
                 task.task_id,
-                TaskStatus.PENDING,
+                Outcome.RETRY,
                 started_ms,
                 finished_ms,
                 late,

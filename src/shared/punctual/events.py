@@ -16,12 +16,11 @@ class BatchTask(BaseModel):
 
 class BatchEvent(BaseModel):
     """What the poller or the fast path sends (async) to one executor: tasks it found armable, each with the
-    due time it was found at. ``claimed_by`` names the dispatcher (kept under its old name: events in flight
-    across an upgrade still validate)."""
+    due time it was found at. ``dispatcher`` names the poller or fast path that sent it."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     batch_id: str = Field(min_length=1)
-    claimed_by: str = ""
+    dispatcher: str = ""
     tasks: list[BatchTask] = Field(min_length=1)
 
 

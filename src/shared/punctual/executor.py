@@ -29,7 +29,7 @@ from .dispatcher import Dispatcher, FireTiming
 from .dlq import DeadLetterQueue
 from .events import BatchEvent, BatchReport
 from .heartbeat import Heartbeat
-from .model import Armed, ArmRequest, FireRecord, Task, TaskStatus
+from .model import Armed, ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from .priority import lower_current_thread
 from .recorder import Recorder, Recording, task_log_keys
 from .settings import Settings
@@ -299,7 +299,7 @@ class Executor:
                 detail = f"executor error: {exc!r}"
         return FireRecord(
             task.task_id,
-            TaskStatus.FAILED,
+            Outcome.FAILED,
             started,
             finished_ms,
             started - entry.due_ms,
@@ -379,7 +379,7 @@ def _report(
     fenced: int = 0,
 ) -> BatchReport:
     recorded = [] if recording is None else recording.recorded
-    count = {status: 0 for status in TaskStatus}
+    count = dict.fromkeys(Outcome, 0)
     for record in recorded:
         count[record.outcome] += 1
     return BatchReport(
@@ -388,12 +388,12 @@ def _report(
         tasks=len(event.tasks),
         armed=armed,
         lost_arm=lost,
-        fired=count[TaskStatus.SUCCEEDED] + count[TaskStatus.FAILED] + count[TaskStatus.PENDING],
-        succeeded=count[TaskStatus.SUCCEEDED],
-        failed=count[TaskStatus.FAILED],
-        missed=count[TaskStatus.MISSED],
+        fired=count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
+        succeeded=count[Outcome.SUCCEEDED],
+        failed=count[Outcome.FAILED],
+        missed=count[Outcome.MISSED],
         late=sum(1 for r in recorded if r.late),
-        retried=count[TaskStatus.PENDING],
+        retried=count[Outcome.RETRY],
         dead_lettered=0 if recording is None else recording.dead_lettered,
         not_recorded=0 if recording is None else recording.not_recorded,
         released=released,

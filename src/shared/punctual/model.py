@@ -42,10 +42,9 @@ _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 class TaskStatus(StrEnum):
-    """Where a task is in its life. The first three are active (the task is in the due index)."""
+    """Where a task is in its life. PENDING and ARMED are active (the task is in the due index); the rest are final."""
 
     PENDING = "PENDING"
-    CLAIMED = "CLAIMED"
     ARMED = "ARMED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
@@ -57,8 +56,38 @@ class TaskStatus(StrEnum):
         return self in ACTIVE_STATUSES
 
 
-ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.CLAIMED, TaskStatus.ARMED})
-OUTCOMES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED})
+ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ARMED})
+
+
+class Outcome(StrEnum):
+    """What a fire (or an executor's decision not to fire) comes to, as its :class:`FireRecord` says: the action
+    SUCCEEDED or FAILED; the task was MISSED (not fired: past its grace, or in a dead executor's crash window);
+    or the action failed and its retry policy allows another try: RETRY."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    MISSED = "MISSED"
+    RETRY = "RETRY"
+
+
+_STATUS_AFTER = {
+    Outcome.SUCCEEDED: TaskStatus.SUCCEEDED,
+    Outcome.FAILED: TaskStatus.FAILED,
+    Outcome.MISSED: TaskStatus.MISSED,
+    Outcome.RETRY: TaskStatus.PENDING,
+}
+
+
+def status_after(outcome: Outcome) -> TaskStatus:
+    """The status a task takes when ``outcome`` is recorded: a retry puts it back to PENDING (due at its next
+    try); every other outcome is final, under its own name.
+
+    Examples
+    --------
+    >>> status_after(Outcome.RETRY), status_after(Outcome.MISSED)
+    (<TaskStatus.PENDING: 'PENDING'>, <TaskStatus.MISSED: 'MISSED'>)
+    """
+    return _STATUS_AFTER[outcome]
 
 
 class Action(BaseModel):
@@ -191,7 +220,6 @@ class Task(ActionAndPayload):
     attempt: int = Field(0, ge=0)
     lease_until: AwareDatetime | None = None
     batch_id: str | None = None
-    claimed_by: str | None = None
     armed_by: str | None = None
     created_at: AwareDatetime | None = None
     fired_at: AwareDatetime | None = None
@@ -308,18 +336,19 @@ class DueScan:
 
 @dataclass(frozen=True, slots=True)
 class FireRecord:
-    """What an executor writes after a fire (or after deciding not to fire)."""
+    """What an executor writes after a fire (or after deciding not to fire): its :class:`Outcome`, which sets
+    the task's status (:func:`status_after`), and what the fire measured."""
 
     task_id: str
-    outcome: TaskStatus
+    outcome: Outcome
     fired_ms: float | None
     finished_ms: int
     drift_ms: float | None
     drift_corrected_ms: float | None
     detail: str | None = None
     late: bool = False  # fired past its grace (misfire policy fire_late)
-    # A retry (``outcome`` PENDING): the delay the executor drew, and the instant of the next try (set when the
-    # record is written: now + delay), with the occurrence's first due (kept for the retry policy's max age).
+    # A RETRY: the delay the executor drew, and the instant of the next try (set when the record is written:
+    # now + delay), with the occurrence's first due (kept for the retry policy's max age).
     retry_delay_ms: int | None = None
     retry_due_ms: int | None = None
     first_due_ms: int | None = None

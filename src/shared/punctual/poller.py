@@ -115,7 +115,7 @@ def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
     """The executor's event for one batch: each task with the due time it was found at (the ARM condition)."""
     return BatchEvent(
         batch_id=uuid.uuid4().hex,
-        claimed_by=dispatcher_id,
+        dispatcher=dispatcher_id,
         tasks=[
             BatchTask(
                 task_id=c.task_id,

@@ -31,7 +31,7 @@ from .cpu_share import QUOTA_PERIOD_MS
 from .dispatcher import Dispatcher
 from .dlq import DeadLetterQueue
 from .keys import from_ms, to_ms
-from .model import FireRecord, Task, TaskStatus
+from .model import FireRecord, Outcome, Task, status_after
 from .priority import lower_current_thread
 from .store import TaskStore
 
@@ -61,7 +61,7 @@ def task_log_keys(task_id: str, **keys: object) -> dict[str, object]:
 
 def _log_outcome(record: FireRecord) -> None:
     """One line per recorded outcome: DEBUG when it succeeded (the table holds it), WARNING otherwise."""
-    level = logging.DEBUG if record.outcome is TaskStatus.SUCCEEDED else logging.WARNING
+    level = logging.DEBUG if record.outcome is Outcome.SUCCEEDED else logging.WARNING
     if log.isEnabledFor(level):
         log.log(
             level,
@@ -238,7 +238,7 @@ class Recorder:
             if ok:
                 recording.recorded.append(record)
                 _log_outcome(record)
-                if record.outcome is TaskStatus.FAILED:
+                if record.outcome is Outcome.FAILED:
                     failed.append(record)
             else:
                 recording.not_recorded += 1
@@ -300,7 +300,7 @@ class Recorder:
         for record in failed:
             task = tasks[record.task_id].model_copy(
                 update={
-                    "status": TaskStatus.FAILED,
+                    "status": status_after(record.outcome),
                     "finished_at": from_ms(record.finished_ms),
                     "detail": record.detail,
                 }

@@ -14,8 +14,8 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
 * **create** stores a PENDING task; the same id with equal content is a no-op, with other content a conflict.
 * **find due**: the poller and the fast path only read; they write nothing per task. What they find is
   PENDING, or ARMED by an executor found dead (its heartbeat lapsed), or held under a per-task lease that ended.
-* **arm** (executor): a task still due when the dispatcher saw it becomes ARMED by this executor, from PENDING
-  (or a legacy CLAIMED whose lease ended); ``attempt`` goes up by one. Arming a task ARMED by another executor
+* **arm** (executor): a task still due when the dispatcher saw it becomes ARMED by this executor, from PENDING;
+  ``attempt`` goes up by one. Arming a task ARMED by another executor
   is a **takeover**, allowed only when that executor's heartbeat has lapsed (checked in the same atomic write)
   or the task's own lease ended: the new owner learns until when the old one may have fired it. Two pollers, a
   duplicate delivery, the fast path racing a poll: all but one arm lose.
@@ -30,7 +30,7 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
   the due index from ``schedule_ahead`` before its cursor (a look for due work names it among its
   ``schedules``), one whose change left a cleanup pending from the change on; others are not.
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
-  CLAIMED, or ARMED with an expired lease.
+  or ARMED with an expired lease.
 
 A lease (a task's ``lease_until``, an executor's ``alive_until``) still holds at its instant and has ended one
 millisecond later. A task is found in the due index under the minute of its due time or, if written later than
@@ -153,7 +153,7 @@ class TaskStore(Protocol):
         ...
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        """RECORD each outcome (a record with ``retry_due_ms`` set is a RETRY): False where this executor no
+        """RECORD each outcome (a RETRY is due again at its ``retry_due_ms``): False where this executor no
         longer owns the task."""
         ...
 

@@ -649,10 +649,10 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from .drift import entries_from_tasks, read_fire_log, save_pictures, series_of
 
     if args.table:
-        from punctual.model import TaskStatus
+        from punctual.model import Outcome, status_after
         from punctual.runtime import build_store
 
-        statuses = [TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.PENDING]  # PENDING: a retry after a fire
+        statuses = [status_after(o) for o in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY)]  # what a fire leaves
         tasks = build_store(_settings(args)).list_tasks(statuses)
         entries = entries_from_tasks(t for t in tasks if t.task_id.startswith(args.prefix))
         source = f"table {_settings(args).table_name}"

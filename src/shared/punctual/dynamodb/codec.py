@@ -10,7 +10,7 @@ Item layout (one item per task, base key ``task_id``)::
     attempt N | late BOOL (fired past its grace under the fire_late policy)
     retry S (JSON RetryPolicy, only when set) | first_due_ms N (the occurrence's due before a retry moved it)
     redriven_ms N (when ``punctual redrive`` last put it back from FAILED)
-    lease_until_ms N | batch_id S | claimed_by S | armed_by S
+    lease_until_ms N | batch_id S | armed_by S
     created_ms N | fired_ms N | finished_ms N | drift_ms N | drift_corrected_ms N | detail S
     fast_path N (1: written due before the next poll) | expires_at N (epoch s; TTL, set when finished)
     change_token S (the last cancel or reschedule: lets a retried request recognise its own change)
@@ -210,7 +210,6 @@ def _item_to_task(item: dict[str, Any]) -> Task:
         attempt=int(v.get("attempt", 0)),
         lease_until=_ms_dt(v.get("lease_until_ms")),
         batch_id=v.get("batch_id"),
-        claimed_by=v.get("claimed_by"),
         armed_by=v.get("armed_by"),
         created_at=_ms_dt(v.get("created_ms")),
         fired_at=_ms_dt(v.get("fired_ms")),

@@ -1,12 +1,12 @@
 """The DynamoDB implementation of the store port (:class:`punctual.store.TaskStore`): the only module that
 speaks DynamoDB. The Tasks table and its sparse ``due`` index; items are encoded by :mod:`.codec`.
 
-``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING, ARMED,
-or a legacy CLAIMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to
-fire. The bucket is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or
-in a minute the poller already swept) always lands at or after the poller's watermark. The index projects keys
-only: no arm or record changes an indexed attribute, so none of them costs an index write; the poller reads
-status, lease and owner of what it found from the base table (eventually consistent, 0.5 read unit a task).
+``due_bucket`` is ``"<minute bucket>#<shard>"``; it is present only while the task is active (PENDING or
+ARMED), which makes the ``due`` index sparse: it holds exactly the tasks that may still have to fire. The bucket
+is the minute of ``max(due, now at write time)``, so a task written late (due in the past, or in a minute the
+poller already swept) always lands at or after the poller's watermark. The index projects keys only: no arm or
+record changes an indexed attribute, so none of them costs an index write; the poller reads status, lease and
+owner of what it found from the base table (eventually consistent, 0.5 read unit a task).
 
 A task written due sooner than the next poll can dispatch it (``due_ms - now < poll interval + margin``)
 carries ``fast_path = 1``: the table stream hands it to the fast path, which dispatches it like the poller
@@ -39,21 +39,21 @@ conditional write on the base table; the index is only used to find candidates; 
     kind        condition (every write names its kind: a retried request whose first attempt was applied is
                 recognised from its kind and the item it finds, see ``_already_applied``)
     CREATE      attribute_not_exists(task_id)
-    ARM         due_ms = :due AND (status = PENDING OR (status = CLAIMED AND lease_until_ms < :now))
+    ARM         due_ms = :due AND status = PENDING
                                                     -- two dispatches of one task: all but one executor lose
     TAKEOVER    due_ms = :due AND status = ARMED AND armed_by = :owner, in one transaction with the owner's
                 heartbeat item: alive_until_ms = :seen (what the taker read, already < now; the item is marked
                 taken_over, so the owner can never renew); or, without the owner check, lease_until_ms < :now
     HEARTBEAT   attribute_not_exists(taken_over)  (on "#executor#<id>": alive_until_ms = now + lease)
     RECORD      status = ARMED AND armed_by = :executor       -- only the executor that armed it records it
-    RETRY       same as RECORD, writing PENDING instead of an outcome: due_ms = the next try, due_bucket and
+    RETRY       same as RECORD, for the outcome RETRY: PENDING again, due_ms = the next try, due_bucket and
                 fast_path recomputed, first_due_ms kept (set on the first retry), attempt kept (the next arm
                 ADDs 1), armed_by kept (so that botocore's retry of this very write can recognise it)
     REDRIVE     status = FAILED                               -- a second redrive of the same task is a no-op
     RELEASE     same as RECORD: an executor handing back what it did not fire (a stop, its lease ended)
     QUARANTINE  attribute_exists(due_bucket) AND status = <what was read>: an active item that cannot be
                 decoded becomes FAILED with a detail and leaves the index (one bad item never stops a poll)
-    CANCEL,     status IN (PENDING, CLAIMED) OR (status = ARMED AND lease_until_ms < :now)
+    CANCEL,     status = PENDING OR (status = ARMED AND lease_until_ms < :now)
     RESCHEDULE  (once armed and within its lease, the task belongs to its executor)
 
 A lease expires at ``lease_until_ms`` (a task's) or ``alive_until_ms`` (an executor's): at that millisecond it
@@ -88,7 +88,7 @@ from botocore.exceptions import ClientError
 from ..backoff import backoff_s
 from ..errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
 from ..keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key, shard_of
-from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
+from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Outcome, Task, TaskStatus, status_after
 from ..settings import Settings
 from ..tenancy import prefix
 from .codec import (
@@ -116,14 +116,14 @@ THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "Throttl
 TRANSACTION_LIMIT = 100  # items in one TransactWriteItems
 WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 
-_P, _C, _A = TaskStatus.PENDING.value, TaskStatus.CLAIMED.value, TaskStatus.ARMED.value
+_P, _A = TaskStatus.PENDING.value, TaskStatus.ARMED.value
 
-ARMABLE = "due_ms = :due AND (#st = :pending OR (#st = :claimed AND lease_until_ms < :now))"
+ARMABLE = "due_ms = :due AND #st = :pending"
 TAKEABLE = "due_ms = :due AND #st = :armed AND armed_by = :owner"
 OWNER_DEAD = "alive_until_ms = :seen"  # on the owner's heartbeat item, in the same transaction as the takeover
 EXECUTOR_PREFIX = "#executor#"  # heartbeat items: not valid task ids, never in the due index
 RECORDABLE = "#st = :armed AND armed_by = :executor"
-CHANGEABLE = "#st IN (:pending, :claimed) OR (#st = :armed AND lease_until_ms < :now)"
+CHANGEABLE = "#st = :pending OR (#st = :armed AND lease_until_ms < :now)"
 REDRIVABLE = "#st = :failed"
 # tenant too: an item whose tenant is not its key's is met as undecodable by the poll already (codec)
 CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by, tenant"
@@ -441,7 +441,7 @@ class DynamoTaskStore(ScheduleItems):
         return None if item is None else item_to_task(item)
 
     def cancel(self, task_id: str, now_ms: int) -> Task:
-        """CANCEL: PENDING or CLAIMED (not yet armed) → CANCELLED; the task leaves the due index.
+        """CANCEL: PENDING (not yet armed) → CANCELLED; the task leaves the due index.
 
         Raises
         ------
@@ -459,7 +459,7 @@ class DynamoTaskStore(ScheduleItems):
         )
 
     def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
-        """RESCHEDULE a PENDING or CLAIMED task to a new due time; it is PENDING again and is claimed afresh.
+        """RESCHEDULE a PENDING task to a new due time; it is PENDING again and is dispatched afresh.
 
         Raises
         ------
@@ -476,7 +476,7 @@ class DynamoTaskStore(ScheduleItems):
             now_ms,
             "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
             "content_hash = :hash, fast_path = :fast, change_token = :token "
-            "REMOVE lease_until_ms, batch_id, claimed_by, armed_by",
+            "REMOVE lease_until_ms, batch_id, armed_by",
             {
                 ":fast": self._fast_path(due_ms, now_ms),
                 ":new_due": due_ms,
@@ -500,7 +500,7 @@ class DynamoTaskStore(ScheduleItems):
             task_id,
             update,
             f"attribute_exists(task_id) AND ({CHANGEABLE})",
-            {":pending": _P, ":claimed": _C, ":armed": _A, ":now": now_ms, ":token": token, **values},
+            {":pending": _P, ":armed": _A, ":now": now_ms, ":token": token, **values},
             status=status,
             marker=("change_token", token),
         )
@@ -975,7 +975,7 @@ class DynamoTaskStore(ScheduleItems):
                     fenced.append(executor_id)
         return fenced
 
-    def _arm(self, request: ArmRequest, batch_id: str, executor_id: str, now_ms: int) -> Write:
+    def _arm(self, request: ArmRequest, batch_id: str, executor_id: str) -> Write:
         return self._write(
             WriteKind.ARM,
             request.task_id,
@@ -984,9 +984,7 @@ class DynamoTaskStore(ScheduleItems):
             {
                 ":due": request.due_ms,
                 ":pending": _P,
-                ":claimed": _C,
                 ":armed": _A,
-                ":now": now_ms,
                 ":batch": batch_id,
                 ":executor": executor_id,
                 ":lease": request.lease_until_ms,
@@ -1025,7 +1023,7 @@ class DynamoTaskStore(ScheduleItems):
         :meth:`arm_many` tried first)."""
         if not requests:
             return []
-        writes = [self._arm(r, batch_id, executor_id, now_ms) for r in requests]
+        writes = [self._arm(r, batch_id, executor_id) for r in requests]
         if self.write_batch == "single":
             items = self._parallel(self._single_item, writes)
         else:
@@ -1060,7 +1058,7 @@ class DynamoTaskStore(ScheduleItems):
         except DECODE_ERRORS as exc:
             detail = f"undecodable item: {type(exc).__name__}: {exc}"[:1000]
             log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
-            self.record(executor_id, FireRecord(task_id, TaskStatus.FAILED, None, now_ms, None, None, detail))
+            self.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
             return None
 
     def _take_over(
@@ -1249,12 +1247,13 @@ class DynamoTaskStore(ScheduleItems):
         )
 
     def _record(self, executor_id: str, record: FireRecord) -> Write:
-        if record.retry_due_ms is not None:
-            return self._retry(executor_id, record, record.retry_due_ms)
+        if record.outcome is Outcome.RETRY:
+            return self._retry(executor_id, record)
+        status = status_after(record.outcome).value
         values: dict[str, Any] = {
             ":armed": _A,
             ":executor": executor_id,
-            ":outcome": record.outcome.value,
+            ":outcome": status,
             ":finished": record.finished_ms,
             ":expires": self._expires_at(record.finished_ms),
         }
@@ -1268,17 +1267,21 @@ class DynamoTaskStore(ScheduleItems):
             f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
             RECORDABLE,
             values,
-            status=record.outcome.value,
+            status=status,
             owner=executor_id,
         )
 
-    def _retry(self, executor_id: str, record: FireRecord, due_ms: int) -> Write:
+    def _retry(self, executor_id: str, record: FireRecord) -> Write:
         """RETRY: ARMED by this executor → PENDING, due at the next try (see the module docstring)."""
+        due_ms = record.retry_due_ms
+        if due_ms is None:
+            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
+        status = status_after(record.outcome).value
         now_ms = record.finished_ms
         values: dict[str, Any] = {
             ":armed": _A,
             ":executor": executor_id,
-            ":retrying": _P,
+            ":retrying": status,
             ":retry_due": due_ms,
             ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
             ":bucket": self._index_key(record.task_id, due_ms, now_ms),
@@ -1297,10 +1300,10 @@ class DynamoTaskStore(ScheduleItems):
         return self._write(
             WriteKind.RETRY,
             record.task_id,
-            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id, claimed_by",
+            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id",
             RECORDABLE,
             values,
-            status=_P,
+            status=status,
             owner=executor_id,
             marker=("due_ms", due_ms),
         )
@@ -1311,7 +1314,7 @@ class DynamoTaskStore(ScheduleItems):
             task_id,
             "SET #st = :redriven, attempt = :zero, due_ms = :now, due_at = :now_at, due_bucket = :bucket, "
             "fast_path = :fast, redriven_ms = :now "
-            "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, claimed_by, armed_by, first_due_ms, late",
+            "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, armed_by, first_due_ms, late",
             REDRIVABLE,
             {
                 ":redriven": _P,
@@ -1333,11 +1336,11 @@ class DynamoTaskStore(ScheduleItems):
         return self._apply_many([self._redrive(t, now_ms) for t in task_ids])
 
     def record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD: ARMED by this executor → outcome; the task leaves the due index. A record whose
-        ``retry_due_ms`` is set is a RETRY instead: the task goes back to PENDING, due at that instant.
+        """RECORD: ARMED by this executor → the status its outcome sets (:func:`~punctual.model.status_after`);
+        the task leaves the due index. A RETRY puts it back to PENDING instead, due at its ``retry_due_ms``.
 
-        Returns False when this executor no longer owns the task (its lease expired and it was claimed
-        again): the outcome is then not written, and the log says so.
+        Returns False when this executor no longer owns the task (its lease expired and another executor took
+        it over): the outcome is then not written, and the log says so.
         """
         return self._single(self._record(executor_id, record))
 

@@ -18,7 +18,7 @@ from ..errors import (
     TaskStateError,
 )
 from ..keys import bucket_start, buckets_between, from_ms
-from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
+from ..model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Outcome, Task, TaskStatus, status_after
 from ..schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
 from ..settings import Settings
 from ..store import Store
@@ -311,22 +311,25 @@ class InMemoryStore(Store):
             return [self._record(executor_id, r) for r in records]
 
     def _record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD (or RETRY, with ``retry_due_ms``) if this executor holds the task ARMED; a retried write that finds
-        its own change counts as done."""
+        """RECORD if this executor holds the task ARMED: the status its outcome sets (a RETRY puts it back to
+        PENDING, due at ``retry_due_ms``); a retried write that finds its own change counts as done."""
         item = self._tasks.get(record.task_id)
         if item is None:
             return False
         retry_due = record.retry_due_ms
+        if record.outcome is Outcome.RETRY and retry_due is None:
+            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
+        status = status_after(record.outcome)
         if not item.held_by(executor_id):
-            if retry_due is not None:
+            if record.outcome is Outcome.RETRY:
                 return item.status is PENDING and item.armed_by == executor_id and item.due_ms == retry_due
-            return item.status is record.outcome and item.armed_by == executor_id
+            return item.status is status and item.armed_by == executor_id
         for name in ("fired_ms", "drift_ms", "drift_corrected_ms", "detail"):
             if getattr(record, name) is not None:
                 setattr(item, name, getattr(record, name))
         item.lease_until_ms = None
-        if retry_due is None:
-            item.status, item.finished_ms, item.late = record.outcome, record.finished_ms, item.late or record.late
+        if record.outcome is not Outcome.RETRY or retry_due is None:
+            item.status, item.finished_ms, item.late = status, record.finished_ms, item.late or record.late
             self._place(record.task_id, None, record.finished_ms)
             return True
         item.status, item.batch_id = PENDING, None

@@ -388,7 +388,7 @@ class LocalStack:
         )
         self.poller = Poller(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
         if cfg.fast_path:
-            # Its own poller id, so that a task's claimed_by tells which path dispatched it.
+            # Its own poller id, so that a batch's dispatcher tells which path dispatched it.
             self.fast_poller = Poller(
                 function_store(settings, FAST_PATH_FUNCTION),
                 self.invoker,
