@@ -54,6 +54,7 @@ SAMPLES = {
     "max_batch_size": "100",
     "executor_memory_mb": "512",
     "fire_cpu_us": "45.5",
+    "executor_concurrency": "200",
     "poll_groups": "2",
     "redispatch_after_ms": "100000",
     "default_misfire_grace_ms": "1000",
