@@ -23,11 +23,11 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 
 from punctual.actions import HttpAction, LogAction
+from punctual.addresses import public_address_problem
 from punctual.client import Client
 from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.keys import from_ms, to_ms
 from punctual.model import Task, TaskStatus, canonical_json, known_action_kinds
-from punctual.netpolicy import public_address_problem
 from punctual.settings import Settings
 from support import (
     FIXED_NOW_MS,

@@ -88,7 +88,7 @@ def test_no_module_of_the_runtime_package_defines_an_exception_class_outside_err
     # Then none defines one, but for a private signal that never leaves its module (the URL parser's)
     public = {module: names for module, names in defined.items() if any(not n.startswith("_") for n in names)}
     assert public == {}
-    assert {module: names for module, names in defined.items() if names} == {"netpolicy.py": ["_InvalidError"]}
+    assert {module: names for module, names in defined.items() if names} == {"hosts.py": ["_InvalidError"]}
 
 
 def test_the_ast_walk_finds_exception_classes(tmp_path: Path) -> None:

@@ -11,16 +11,10 @@ from hypothesis import given
 from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 
+from punctual.addresses import public_address_problem
 from punctual.errors import TargetRefusedError
-from punctual.netpolicy import (
-    MAX_URL_LENGTH,
-    Allowlist,
-    Target,
-    TargetPolicy,
-    parse_ip_literal,
-    public_address_problem,
-    redact_url,
-)
+from punctual.hosts import MAX_URL_LENGTH, parse_ip_literal, redact_url
+from punctual.netpolicy import Allowlist, Target, TargetPolicy
 
 fuzz = fuzz_settings(max_examples=200, deadline=None)
 DEFAULT = TargetPolicy()

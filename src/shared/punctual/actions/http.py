@@ -37,8 +37,9 @@ from ..errors import (
     TransientActionError,
     WireError,
 )
+from ..hosts import MAX_URL_LENGTH
 from ..model import Action, canonical_json
-from ..netpolicy import MAX_URL_LENGTH, Target, TargetPolicy
+from ..netpolicy import Target, TargetPolicy
 from ..secrets import parse_secret_ref
 from ..signing import parse_signing_secrets, signature_headers
 from .registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup, register
