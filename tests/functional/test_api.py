@@ -27,7 +27,7 @@ from punctual.errors import (
 from punctual.keys import from_ms
 from punctual.model import TaskStatus
 from punctual.settings import Settings
-from punctual.tenancy import TenantMap
+from punctual.tenant_map import TenantMap
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
 

@@ -19,12 +19,12 @@ import pytest
 from moto import mock_aws
 
 from punctual.actions import HttpAction
+from punctual.aws import build_store
 from punctual.client import Client
 from punctual.dynamodb.schema import ensure_table
 from punctual.fastpath import dispatch_stream_records
 from punctual.keys import bucket_start, buckets_between, from_ms
 from punctual.poller import Poller
-from punctual.runtime import build_store
 from punctual.settings import Settings
 from punctual_tools import cost
 from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds

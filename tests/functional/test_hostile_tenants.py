@@ -58,7 +58,7 @@ from punctual.keys import from_ms, index_key, shard_of
 from punctual.poller import Poller
 from punctual.schedules import occurrence_id
 from punctual.settings import Settings
-from punctual.tenancy import TenantMap
+from punctual.tenant_map import TenantMap
 from punctual_tools.local.api_server import LocalApi
 from support import FIXED_NOW_MS, FakeClock, RecordingInvoker
 

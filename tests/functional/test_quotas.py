@@ -19,7 +19,7 @@ from punctual.model import Outcome, Task, TaskStatus
 from punctual.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.retry import RetryPolicy
 from punctual.settings import Settings
-from punctual.tenancy import Quotas
+from punctual.tenant_map import Quotas
 from support import FakeClock
 
 QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}

@@ -19,8 +19,8 @@ from pydantic import TypeAdapter
 
 from punctual import priority
 from punctual.actions import FireLog
+from punctual.aws import build_store
 from punctual.errors import SettingsError
-from punctual.runtime import build_store
 from punctual.settings import ENV_PREFIX, Settings
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import FunctionLimits

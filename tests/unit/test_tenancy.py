@@ -14,17 +14,8 @@ from punctual.errors import TargetRefusedError
 from punctual.model import SCHEDULE_NAME, TENANT
 from punctual.secrets import SecretRules
 from punctual.settings import Settings
-from punctual.tenancy import (
-    Quotas,
-    TenantMap,
-    TenantPolicy,
-    interleave_by_tenant,
-    is_tenant,
-    qualify,
-    role_arn,
-    split,
-    unqualify,
-)
+from punctual.tenancy import interleave_by_tenant, is_tenant, qualify, split, unqualify
+from punctual.tenant_map import Quotas, TenantMap, TenantPolicy, role_arn
 
 tenants = st.from_regex(rf"\A{TENANT}\Z").filter(is_tenant)
 names = st.from_regex(rf"\A{SCHEDULE_NAME}\Z")

@@ -7,6 +7,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from .dynamodb import DynamoTaskStore
 from .settings import Settings
 
 _CONFIG = Config(
@@ -45,3 +46,9 @@ def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
 def make_dynamodb_client(settings: Settings) -> Any:
     """The DynamoDB client for these settings (AWS, or ``settings.endpoint_url``)."""
     return dynamodb_client(settings.endpoint_url, settings.region)
+
+
+def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
+    """The task store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client."""
+    client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
+    return DynamoTaskStore.from_settings(client, settings)

@@ -138,7 +138,7 @@ class Client:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()
         if store is None:
-            from .runtime import build_store
+            from .aws import build_store  # here: `import punctual` loads neither boto3 nor the DynamoDB adapter
 
             store = build_store(self.settings, dynamodb)
         self._store = store

@@ -26,17 +26,14 @@ the same thing wherever the error is raised. The families::
         └── TransientActionError                          ... in a way that may pass if tried again soon
 
 The ``ValueError`` bases are kept where pydantic (a validator's error becomes a field error) or callers rely on
-them.
+them. Every module may raise these, so this one imports nothing of the package: the task or schedule an error
+holds (``existing``, ``task``) is typed loosely here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Self
-
-if TYPE_CHECKING:
-    from .model import Task
-    from .schedules import Schedule
+from typing import Any, ClassVar, Self
 
 __all__ = [
     "ActionFailedError",
@@ -169,7 +166,7 @@ class ConflictError(PunctualError):
 class TaskConflictError(ConflictError):
     """A task with this id exists with different content."""
 
-    def __init__(self, task_id: str, existing: Task | None = None) -> None:
+    def __init__(self, task_id: str, existing: Any = None) -> None:
         found = "" if existing is None else f" (due {existing.due_at.isoformat()}, status {existing.status})"
         super().__init__(f"task {task_id!r} already exists with different content{found}")
         self.key = task_id
@@ -180,7 +177,7 @@ class ScheduleConflictError(ConflictError):
     """A schedule with this id exists with another definition, or was deleted (its id cannot be used again: its
     occurrences' ids would meet the old ones')."""
 
-    def __init__(self, schedule_id: str, existing: Schedule | None = None, *, deleted: bool = False) -> None:
+    def __init__(self, schedule_id: str, existing: object = None, *, deleted: bool = False) -> None:
         super().__init__(
             f"schedule {schedule_id!r} was deleted, and a deleted schedule's id cannot be used again (its "
             "occurrences' ids would meet the old ones'): choose another id"
@@ -217,7 +214,7 @@ class TaskStateError(StateError):
     what = "task"
     task: Any = None
 
-    def __init__(self, task_id: str, operation: str, reason: str, task: Task | None = None) -> None:
+    def __init__(self, task_id: str, operation: str, reason: str, task: object = None) -> None:
         super().__init__(task_id, operation, reason)
         self.task = task
 

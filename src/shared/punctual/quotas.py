@@ -1,4 +1,4 @@
-"""Quotas per tenant: what one tenant may hold and make Punctual do (:class:`~punctual.tenancy.Quotas`, from the
+"""Quotas per tenant: what one tenant may hold and make Punctual do (:class:`~punctual.tenant_map.Quotas`, from the
 tenant map), checked when a task or schedule is created or changed. Past a quota the call fails with
 :class:`QuotaExceededError` naming it, and nothing is stored.
 
@@ -28,7 +28,8 @@ from .recurrence import At, Rate, parse_expression
 from .retry import RetryPolicy
 from .schedules import Schedule, ScheduleState
 from .store import Store
-from .tenancy import Quotas, prefix
+from .tenancy import prefix
+from .tenant_map import Quotas
 
 COUNT_TTL_S = 5.0  # how long a tenant's count of active tasks is reused (plus this process's creates since)
 CRON_STEP_S = 60.0  # a cron expression's finest step: a minute

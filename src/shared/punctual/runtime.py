@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .actions import ActionEnv
-from .aws import make_dynamodb_client
+from .aws import build_store
 from .clock import SystemClock, offset_probe
 from .cpu_share import detect_cpu_share
 from .dlq import build_dead_letter_queue
-from .dynamodb import DynamoTaskStore
 from .executor import Executor
 from .invoker import Invoker, LambdaInvoker
 from .poller import Poller
@@ -21,12 +20,6 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-
-
-def build_store(settings: Settings, dynamodb: Any = None) -> DynamoTaskStore:
-    """The task store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client."""
-    client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
-    return DynamoTaskStore.from_settings(client, settings)
 
 
 def build_poller(
@@ -69,7 +62,7 @@ def build_api(settings: Settings, dynamodb: Any = None) -> APIGatewayRestResolve
     ``settings``. Not thread-safe (the resolver holds the request it is answering): one per thread."""
     from .api import build_app
     from .client import Client
-    from .tenancy import TenantMap
+    from .tenant_map import TenantMap
 
     store = build_store(settings, dynamodb)
     return build_app(lambda: Client(settings, store=store), TenantMap.parse(settings.tenant_map))

@@ -8,7 +8,6 @@ extend it in ``punctual_tools.settings.LocalSettings``, outside what the Lambda 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Literal, Self
 from urllib.parse import urlsplit
@@ -16,20 +15,13 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SettingsError
+from .netpolicy import TargetPolicy, check_target_arn
+from .tenant_map import TenantMap
 
 ENV_PREFIX = "PUNCTUAL_"
 
 
-_TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:\d{12}:[A-Za-z0-9_.:/+=,@$-]+")
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
-
-
-def check_target_arn(arn: str) -> None:
-    """Refuse (ValueError) anything but the exact ARN of a Lambda function, SQS queue, SNS topic or event bus."""
-    if not _TARGET_ARN_RE.fullmatch(arn):
-        raise ValueError(
-            f"{arn!r} is not the exact ARN of a Lambda function, SQS queue, SNS topic or EventBridge bus (no wildcards)"
-        )
 
 
 class Settings(BaseModel):
@@ -216,16 +208,12 @@ class Settings(BaseModel):
     @field_validator("allowed_targets")
     @classmethod
     def _target_list(cls, value: str) -> str:
-        from .netpolicy import TargetPolicy
-
         TargetPolicy.from_settings(value)  # a bad entry is a ValueError naming it
         return value
 
     @field_validator("tenant_map")
     @classmethod
     def _tenant_map(cls, value: str) -> str:
-        from .tenancy import TenantMap
-
         TenantMap.parse(value)
         return value
 

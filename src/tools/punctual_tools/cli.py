@@ -612,9 +612,9 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
     that is not FAILED any more (already redriven) is left alone and said so; its stale dead letters are removed.
     """
+    from punctual.aws import build_store
     from punctual.clock import SystemClock
     from punctual.dlq import build_dead_letter_queue
-    from punctual.runtime import build_store
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
@@ -649,8 +649,8 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from .drift import entries_from_tasks, read_fire_log, save_pictures, series_of
 
     if args.table:
+        from punctual.aws import build_store
         from punctual.model import Outcome, status_after
-        from punctual.runtime import build_store
 
         statuses = [status_after(o) for o in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY)]  # what a fire leaves
         tasks = build_store(_settings(args)).list_tasks(statuses)

@@ -27,7 +27,8 @@ from ..errors import ActionFailedError, InvalidRequestError
 from ..model import Action, register_action_model
 from ..netpolicy import TargetPolicy
 from ..secrets import SecretResolver, SecretRules
-from ..tenancy import Quotas, TenantMap, TenantPolicy, is_tenant, split
+from ..tenancy import is_tenant, split
+from ..tenant_map import Quotas, TenantMap, TenantPolicy
 
 if TYPE_CHECKING:
     from ..settings import Settings

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..client import Client
-from ..tenancy import TenantMap
+from ..tenant_map import TenantMap
 from .app import build_app, openapi_document
 
 

@@ -35,7 +35,8 @@ from ..errors import (
 )
 from ..keys import to_ms
 from ..model import TaskStatus
-from ..tenancy import TenantMap, is_tenant
+from ..tenancy import is_tenant
+from ..tenant_map import TenantMap
 from .service import TenantService
 from .views import (
     MAX_PAGE,

@@ -242,12 +242,12 @@ def run_scenario(
     from moto import mock_aws
 
     from punctual.actions import HttpAction
+    from punctual.aws import build_store
     from punctual.client import Client
     from punctual.dynamodb.schema import ensure_table
     from punctual.executor import Executor
     from punctual.poller import Poller
     from punctual.recorder import SETTLE_S
-    from punctual.runtime import build_store
     from punctual.settings import Settings
     from punctual.store import TaskStore
 
@@ -554,10 +554,10 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     from moto import mock_aws
 
     from punctual.actions import HttpAction
+    from punctual.aws import build_store
     from punctual.client import Client
     from punctual.dynamodb.schema import ensure_table
     from punctual.poller import Poller
-    from punctual.runtime import build_store
     from punctual.settings import Settings
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

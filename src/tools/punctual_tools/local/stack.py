@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from punctual.aws import make_dynamodb_client
+from punctual.aws import build_store, make_dynamodb_client
 from punctual.dlq import file_queue_url
 from punctual.dynamodb.schema import ensure_table, stream_filter_patterns
 from punctual.events import PollReport
@@ -40,7 +40,6 @@ from punctual.fastpath import FastPathReport, dispatch_stream_records
 from punctual.keys import next_tick
 from punctual.poller import Poller
 from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
-from punctual.runtime import build_store
 from punctual.settings import Settings
 from punctual.tenancy import is_tenant
 
