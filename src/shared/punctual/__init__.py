@@ -2,7 +2,8 @@
 
 from .actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 from .api_client import ApiClient
-from .client import Client, ScheduleResult
+from .bulk import ScheduleResult
+from .client import Client
 from .errors import (
     ApiError,
     ConflictError,

@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote, urlencode
 
 import urllib3
 
-from .client import ScheduleResult, schedule_each, spec_problem
+from .bulk import ScheduleResult, schedule_each, spec_problem
 from .errors import (
     ApiError,
     InvalidRequestError,
