@@ -86,7 +86,6 @@ def parse_url(url: str) -> UrlParts:
         port = _parse_port(port_raw) or DEFAULT_PORTS[scheme]
     except _InvalidError as exc:
         raise TargetRefusedError(format_origin(scheme, host, None), str(exc)) from None
-
     return UrlParts(scheme, host, port, literal, host_raw)
 
 

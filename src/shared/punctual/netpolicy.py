@@ -15,7 +15,8 @@ refused; other names (``.internal`` too) are judged by what they resolve to. Onl
 unless the allowlist (``PUNCTUAL_ALLOWED_TARGETS``, or a tenant's own: host names, ``*.suffix`` wildcards, IPs and
 CIDRs, each with an optional port) opens them.
 IPv6 forms that embed an IPv4 address are judged by it (IPv4-mapped, NAT64 64:ff9b::/96); the deprecated ones
-(IPv4-compatible, 6to4, Teredo) and local-use NAT64 (64:ff9b:1::/48) are refused outright.
+(IPv4-compatible, 6to4, Teredo) and local-use NAT64 (64:ff9b:1::/48) are refused outright. Reading a URL and
+its host is :mod:`punctual.hosts`' job; naming what kind of address one is, :mod:`punctual.addresses`'.
 """
 
 from __future__ import annotations
