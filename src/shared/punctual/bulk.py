@@ -7,35 +7,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from .errors import InvalidRequestError, QuotaExceededError, TaskConflictError
-from .model import DEFAULT_MISFIRE_POLICY, Action, Task
-from .retry import RetryPolicy
+from .model import DEFAULT_MISFIRE_POLICY, Task
 
 SCHEDULE_FIELDS = frozenset({"due_at", "action", "payload", "task_id", "misfire_grace", "misfire_policy", "retry"})
-
-
-class TaskWriter(Protocol):
-    """What :func:`schedule_one` needs of a client: build a task, store a built one (a :class:`Client`)."""
-
-    def now_ms(self) -> int: ...
-
-    def build_task(
-        self,
-        due_at: datetime,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        task_id: str | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-        now_ms: int | None = None,
-    ) -> Task: ...
-
-    def create_built(self, task: Task, now_ms: int) -> tuple[Task, bool]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +36,23 @@ class ScheduleResult:
         return self.outcome in ("created", "exists")
 
 
-def schedule_one(client: TaskWriter, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
-    """Build and store one task of a :meth:`Client.schedule_many <punctual.client.Client.schedule_many>` call; what
-    went wrong is its result, never raised."""
+def schedule_one(
+    now_ms: Callable[[], int],
+    build: Callable[..., Task],
+    create: Callable[[Task, int], tuple[Task, bool]],
+    index: int,
+    spec: Mapping[str, Any],
+) -> ScheduleResult:
+    """Build (``build``, as :meth:`Client.build_task <punctual.client.Client.build_task>`) and store (``create``)
+    one task of a :meth:`Client.schedule_many <punctual.client.Client.schedule_many>` call; what went wrong is
+    its result, never raised."""
     task_id = _task_id_of(spec)
     problem = spec_problem(spec)
     if problem is not None:
         return ScheduleResult(index, task_id, "invalid", error=problem)
-    now_ms = client.now_ms()
+    now = now_ms()
     try:
-        task = client.build_task(
+        task = build(
             spec["due_at"],
             spec["action"],
             spec.get("payload"),
@@ -76,12 +60,12 @@ def schedule_one(client: TaskWriter, index: int, spec: Mapping[str, Any]) -> Sch
             misfire_grace=spec.get("misfire_grace"),
             misfire_policy=spec.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
             retry=spec.get("retry"),
-            now_ms=now_ms,
+            now_ms=now,
         )
     except InvalidRequestError as exc:  # the task's, or a quota passed: nothing stored, the field named
         return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
     try:
-        stored, created = client.create_built(task, now_ms)
+        stored, created = create(task, now)
     except QuotaExceededError as exc:
         return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field)
     except TaskConflictError as exc:

@@ -235,7 +235,8 @@ class Client:
         >>> [r for r in results if not r.ok]                         # doctest: +SKIP
         []
         """
-        return schedule_each(tasks, partial(schedule_one, self), threads, on_progress)
+        one = partial(schedule_one, self.now_ms, self.build_task, self.create_built)
+        return schedule_each(tasks, one, threads, on_progress)
 
     def to_item(self, task: Task, now_ms: int | None = None) -> dict[str, Any]:
         """The DynamoDB item of ``task`` (from :meth:`build_task`), for writing with plain boto3::
