@@ -1,4 +1,5 @@
-"""boto3 clients built from :class:`Settings` (AWS itself, or a local endpoint such as DynamoDB Local)."""
+"""boto3 clients and the DynamoDB task store, built from :class:`Settings` (AWS itself, or a local endpoint such
+as DynamoDB Local)."""
 
 from __future__ import annotations
 
