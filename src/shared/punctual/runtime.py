@@ -60,7 +60,7 @@ def build_executor(
 def build_api(settings: Settings, dynamodb: Any = None) -> APIGatewayRestResolver:
     """The REST API's resolver (:mod:`punctual.api`): one store, a client per request over it, the tenant map of
     ``settings``. Not thread-safe (the resolver holds the request it is answering): one per thread."""
-    from .api import build_app
+    from .api import build_app  # here: only the API's function loads the API, its client and tenant map
     from .client import Client
     from .tenant_map import TenantMap
 
