@@ -13,11 +13,15 @@ asserted: 0 lost, 0 unexplained extras.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
@@ -426,3 +430,30 @@ def judge(
     assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")
     assert not verdict.lost and not verdict.unexplained
     return verdict
+
+
+# -- the figures make faults publishes -----------------------------------------------------------------------
+REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: bench/pages.py renders it
+
+
+def report_figures(scenario: str, figures: dict[str, Any]) -> None:
+    """Keep ``scenario``'s figures in the JSON file :data:`REPORT_ENV` names, with the machine and the commit they
+    were measured on (nothing when it is unset: a single test run publishes nothing)."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    report = Path(path)
+    data = json.loads(report.read_text()) if report.is_file() else {}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    data.setdefault("scenarios", {})[scenario] = {
+        **figures,
+        "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+        "commit": commit,
+    }
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
