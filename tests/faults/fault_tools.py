@@ -22,13 +22,15 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.awsrequest import AWSResponse
 
 from punctual.actions import HttpAction
 from punctual.dynamodb.codec import number_of, text_of
-from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore, IndexEntry
+from punctual.dynamodb.due import DueIndex, IndexEntry
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.model import Armed, ArmRequest, FireRecord, Task
@@ -312,7 +314,16 @@ class NotesArmTime(DynamoTaskStore):
         return result
 
 
-class LaggingIndex(DynamoTaskStore):
+D = TypeVar("D", bound=DueIndex)
+
+
+def with_due_index(store: DynamoTaskStore, cls: type[D]) -> D:
+    """Put a due index of class ``cls`` into ``store`` (on its table, tasks and executors); returns it."""
+    store.due = index = cls(store.table, store.tasks, store.executors)
+    return index
+
+
+class LaggingIndex(DueIndex):
     """A due index whose entries for ``hidden`` task ids have not been written yet (GSIs are eventually
     consistent): queries leave them out until the test clears ``hidden``."""
 
@@ -323,7 +334,7 @@ class LaggingIndex(DynamoTaskStore):
         return [e for e in super().query_index(bucket_ms, shard, until_ms) if e.task_id not in hidden]
 
 
-class SlowIndex(DynamoTaskStore):
+class SlowIndex(DueIndex):
     """A due index whose every query costs ``cost_s`` of a :class:`TickBudget` (a tick reading many pages)."""
 
     budget: TickBudget | None = None

@@ -38,7 +38,8 @@ from fault_tools import (
 )
 
 from punctual.dynamodb.codec import text_of
-from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.model import FireRecord, TaskStatus
 from punctual.poller import Poller
@@ -515,7 +516,7 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     client = UnprocessedReads(make_client(settings.endpoint_url))
     store = DynamoTaskStore.from_settings(client, settings)
     sleeps: list[float] = []
-    store._sleep = sleeps.append  # the backoff between attempts, noted instead of slept
+    store.table.sleep = sleeps.append  # the backoff between attempts, noted instead of slept
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     poller = Poller(store, invoker, settings)
 
