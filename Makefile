@@ -62,9 +62,11 @@ docs-pages: setup
 	$(BIN)/python -m punctual_tools.docgen
 
 ## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
-## each scenario's verdict
+## each scenario's verdict; publishes the crash windows it measured (docs/benchmarks/faults.md)
 faults: setup
-	$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+	PUNCTUAL_FAULTS_REPORT=$(CURDIR)/docs/benchmarks/faults.json \
+		$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+	$(BIN)/python bench/pages.py
 
 ## slow: every test make test leaves out (marked slow: long fault scenarios, the recurring cost count, the
 ## table-path variants of the CLI demo and the load test); about 6 minutes

@@ -292,7 +292,7 @@ def cpu_run(
         batch_write(client, table, [*items, *warm_items])
     write_s = time.perf_counter() - setup
     store = DynamoTaskStore.from_settings(client, settings)
-    store.advance_watermark(bucket_start(now - settings.overdue_safety_ms))  # the steady state: not a first poll
+    store.due.advance_watermark(bucket_start(now - settings.overdue_safety_ms))  # the steady state: not a first poll
     result: dict[str, Any] = {"backend": backend, "tasks": count, "setup_s": round(write_s, 1)}
 
     executors = {}

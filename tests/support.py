@@ -148,7 +148,7 @@ def read_task(store: DynamoTaskStore, task_id: str) -> Task:
 
 def due_candidates(store: DynamoTaskStore, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
     """What one shard of one minute bucket of the due index lists up to ``until_ms``, read back from the table."""
-    return store.candidates([e.task_id for e in store.query_index(bucket_ms, shard, until_ms)])
+    return store.due.candidates([e.task_id for e in store.due.query_index(bucket_ms, shard, until_ms)])
 
 
 def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:

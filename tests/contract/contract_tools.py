@@ -29,6 +29,7 @@ from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import from_ms, to_ms
 from punctual.memory import InMemoryStore
 from punctual.model import Candidate, FireRecord, Outcome, Task, TaskStatus
+from punctual.settings import Settings
 from punctual.store import Store, TaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
@@ -94,7 +95,8 @@ def dynamo_backend(client: Any, new_client: Callable[[int], Any], table: str, wr
     opened: list[DynamoTaskStore] = []
 
     def open_store(on: Any) -> DynamoTaskStore:
-        opened.append(DynamoTaskStore(on, table, SHARDS, write_batch=write_batch, db_threads=4))
+        settings = Settings(table_name=table, shard_count=SHARDS, write_batch=write_batch, db_threads=4)
+        opened.append(DynamoTaskStore.from_settings(on, settings))
         return opened[-1]
 
     try:
@@ -103,8 +105,7 @@ def dynamo_backend(client: Any, new_client: Callable[[int], Any], table: str, wr
         )
     finally:
         for store in opened:
-            if store._pool is not None:  # the store has no close(): its pool lives as long as it does
-                store._pool.shutdown(wait=False)
+            store.table.close()
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,11 +31,15 @@ from contract_tools import (
     succeeded,
 )
 
-import punctual.dynamodb.store as dynamodb_store
+import punctual.dynamodb.table as table_module
+import punctual.dynamodb.writes as writes_module
+from punctual.dynamodb import DynamoTaskStore
 from punctual.dynamodb.codec import to_av
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
 from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
 from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from punctual.retry import RetryPolicy
+from punctual.settings import Settings
 
 
 @pytest.fixture
@@ -50,11 +55,14 @@ def tasks(dynamo_backend: DynamoBackend) -> TaskFactory:
 def index_ids(backend: DynamoBackend, task: Task, bucket_of_ms: int, until_ms: int) -> list[str]:
     """What the due index lists for the task's shard in the minute of ``bucket_of_ms``, up to ``until_ms``."""
     store = backend.dynamo
-    return [e.task_id for e in store.query_index(bucket_of_ms, shard_of(task.task_id, store.shard_count), until_ms)]
+    return [
+        e.task_id
+        for e in store.due.query_index(bucket_of_ms, shard_of(task.task_id, store.config.shard_count), until_ms)
+    ]
 
 
 def bucket_of(backend: DynamoBackend, task_id: str, at_ms: int) -> str:
-    return index_key(at_ms, shard_of(task_id, backend.dynamo.shard_count))
+    return index_key(at_ms, shard_of(task_id, backend.dynamo.config.shard_count))
 
 
 # -- item layout -------------------------------------------------------------------------------------------------
@@ -75,7 +83,7 @@ def test_a_task_written_due_in_the_future_lands_in_its_due_bucket(backend: Dynam
 
 def test_the_fast_path_flag_marks_tasks_due_before_the_next_poll(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given tasks due one ms before and exactly at the next poll's reach (poll interval + margin), written now
-    reach = backend.dynamo.fast_path_within_ms
+    reach = backend.dynamo.config.fast_path_within_ms
     inside = tasks.create(NOW + reach - 1)
     outside = tasks.create(NOW + reach)
     # Then only the one the poller may have swept past is flagged for the stream's fast path
@@ -98,7 +106,7 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tas
     # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
     # unit of DynamoDB's TTL)
     assert [name for name in (done, cancelled, missed) if "due_bucket" in backend.raw_item(name.task_id)] == []
-    retention_s = backend.dynamo.retention_ms // 1000
+    retention_s = backend.dynamo.config.retention_ms // 1000
     assert int(backend.raw_item(done.task_id)["expires_at"]["N"]) == (NOW + 10_050) // 1000 + retention_s
     assert int(backend.raw_item(cancelled.task_id)["expires_at"]["N"]) == (NOW + 1) // 1000 + retention_s
     assert int(backend.raw_item(missed.task_id)["expires_at"]["N"]) == (NOW + 2) // 1000 + retention_s
@@ -174,7 +182,9 @@ def test_candidates_read_status_from_the_table_and_skip_finished(backend: Dynamo
     taken = armed_task(backend.store, tasks, "exec-1")
     backend.store.cancel(gone.task_id, NOW)
     # When their candidates are read
-    found = {c.task_id: c for c in backend.dynamo.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])}
+    found = {
+        c.task_id: c for c in backend.dynamo.due.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])
+    }
     # Then the active ones come with the table's status, lease and owner; the finished and missing ones do not
     assert set(found) == {pending.task_id, taken.task_id}
     assert found[pending.task_id] == candidate(pending)
@@ -186,41 +196,41 @@ def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBa
     # Given two tasks in the same minute and shard, one due after the window's end
     store = backend.dynamo
     first = tasks.create(NOW + 10_000)
-    shard = shard_of(first.task_id, store.shard_count)
-    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", store.shard_count) == shard)
+    shard = shard_of(first.task_id, store.config.shard_count)
+    later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", store.config.shard_count) == shard)
     later = tasks.create(NOW + 20_000, later_id)
     # When the index is queried up to between them / Then only the first is listed, with its due time
-    assert [(e.task_id, e.due_ms) for e in store.query_index(NOW, shard, NOW + 15_000)] == [
+    assert [(e.task_id, e.due_ms) for e in store.due.query_index(NOW, shard, NOW + 15_000)] == [
         (first.task_id, first.due_ms)
     ]
-    assert later.task_id in [e.task_id for e in store.query_index(NOW, shard, NOW + 20_000)]
+    assert later.task_id in [e.task_id for e in store.due.query_index(NOW, shard, NOW + 20_000)]
 
 
 def test_the_watermark_only_moves_forward(backend: DynamoBackend) -> None:
     # Given no watermark yet
     store = backend.dynamo
-    assert store.get_watermark() is None
+    assert store.due.get_watermark() is None
     start = bucket_start(NOW)
     # When it is set, then moved back, then to the same value, then forward
-    assert store.advance_watermark(start) is True
-    assert store.advance_watermark(start - BUCKET_MS) is False
-    assert store.advance_watermark(start) is False
-    assert store.get_watermark() == start
-    assert store.advance_watermark(start + BUCKET_MS) is True
+    assert store.due.advance_watermark(start) is True
+    assert store.due.advance_watermark(start - BUCKET_MS) is False
+    assert store.due.advance_watermark(start) is False
+    assert store.due.get_watermark() == start
+    assert store.due.advance_watermark(start + BUCKET_MS) is True
     # Then only the forward moves took effect
-    assert store.get_watermark() == start + BUCKET_MS
+    assert store.due.get_watermark() == start + BUCKET_MS
 
 
 def test_the_watermark_and_heartbeat_items_are_not_tasks(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given a watermark, an executor's heartbeat and a task in the same table
-    backend.dynamo.advance_watermark(bucket_start(NOW))
+    backend.dynamo.due.advance_watermark(bucket_start(NOW))
     alive(backend.store, "exec-1", NOW + 20_000)
     tasks.create(NOW + 10_000, "t-listed")
     # Then only the task is listed or found due, and the watermark and the heartbeat are still there
     assert [t.task_id for t in backend.store.list_tasks()] == ["t-listed"]
     assert due_ids(backend.store, NOW + 90_000) == ["t-listed"]
-    assert backend.dynamo.get_watermark() == bucket_start(NOW)
-    heartbeat = backend.raw_item(dynamodb_store.EXECUTOR_PREFIX + "exec-1")
+    assert backend.dynamo.due.get_watermark() == bucket_start(NOW)
+    heartbeat = backend.raw_item(EXECUTOR_PREFIX + "exec-1")
     assert (heartbeat["alive_until_ms"]["N"], heartbeat["beat_ms"]["N"]) == (str(NOW + 20_000), str(NOW))
     assert "due_bucket" not in heartbeat
 
@@ -232,55 +242,53 @@ def test_find_due_moves_the_watermark_no_closer_than_its_safety_and_never_past_a
     store = backend.dynamo
     old = tasks.create(NOW - 10 * BUCKET_MS, now_ms=NOW - 11 * BUCKET_MS)
     # When due work is looked for now / Then the watermark stops at the old task's minute
-    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
+    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == store.due.get_watermark()
     # When the old task is finished and due work is looked for again / Then the watermark moves on, but stays
     # at least the overdue safety behind now
     store.cancel(old.task_id, NOW)
-    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - store.overdue_safety_ms)
-    assert store.get_watermark() == bucket_start(NOW - store.overdue_safety_ms)
+    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - store.config.overdue_safety_ms)
+    assert store.due.get_watermark() == bucket_start(NOW - store.config.overdue_safety_ms)
 
 
 def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given an empty index
     store = backend.dynamo
-    assert store.oldest_active_due() is None
+    assert store.due.oldest_active_due() is None
     # When tasks are due at several times, and the oldest of them is finished
     done = tasks.create(NOW - 9 * BUCKET_MS, now_ms=NOW - 10 * BUCKET_MS)
     oldest_active = tasks.create(NOW - 3 * BUCKET_MS + 7, now_ms=NOW - 4 * BUCKET_MS)
     tasks.create(NOW + 2 * BUCKET_MS)
     backend.store.cancel(done.task_id, NOW)
     # Then it answers one minute before the minute of the oldest active due time
-    assert store.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
+    assert store.due.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
 def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given the same table seen by a store split into two poll groups, 40 tasks due within the minute and one
     # task 10 minutes overdue (in whichever group its id falls)
     store = backend.dynamo
-    assert store.shard_count % 2 == 0
-    grouped = dynamodb_store.DynamoTaskStore(
-        backend.client, backend.table_name, store.shard_count, poll_groups=2, write_batch=store.write_batch
-    )
+    assert store.config.shard_count % 2 == 0
+    grouped = DynamoTaskStore(backend.client, replace(store.config, poll_groups=2))
     due_soon = [tasks.create(NOW + 1_000 + i, f"g-{i}") for i in range(40)]
     old = tasks.create(NOW - 10 * BUCKET_MS, "g-old", now_ms=NOW - 11 * BUCKET_MS)
-    old_group = 0 if shard_of(old.task_id, store.shard_count) in grouped.group_shards(0) else 1
+    old_group = 0 if shard_of(old.task_id, store.config.shard_count) in grouped.due.group_shards(0) else 1
     # When each group looks for due work
     found = {g: sorted(c.task_id for c in grouped.find_due(NOW, NOW + 90_000, group=g).candidates) for g in (0, 1)}
     # Then each finds exactly the tasks of its shards: together every task, none twice
     for g in (0, 1):
-        assert found[g] and all(shard_of(t, store.shard_count) in grouped.group_shards(g) for t in found[g])
+        assert found[g] and all(shard_of(t, store.config.shard_count) in grouped.due.group_shards(g) for t in found[g])
     assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
     # And each group keeps its own watermark: the old task holds back only its own group's
-    marks = {g: grouped.get_watermark(g) for g in (0, 1)}
+    marks = {g: grouped.due.get_watermark(g) for g in (0, 1)}
     assert marks[old_group] == bucket_start(old.due_ms)
-    assert marks[1 - old_group] == bucket_start(NOW - store.overdue_safety_ms)
-    assert store.get_watermark() is None  # the ungrouped store's watermark item is another item
-    assert len({grouped.watermark_key(0), grouped.watermark_key(1), store.watermark_key()}) == 3
+    assert marks[1 - old_group] == bucket_start(NOW - store.config.overdue_safety_ms)
+    assert store.due.get_watermark() is None  # the ungrouped store's watermark item is another item
+    assert len({grouped.due.watermark_key(0), grouped.due.watermark_key(1), store.due.watermark_key()}) == 3
     # And a group that does not exist, or a group count that does not divide the shards, is refused
     with pytest.raises(ValueError, match="poll group 2"):
         grouped.find_due(NOW, NOW + 90_000, group=2)
     with pytest.raises(ValueError, match="must divide"):
-        dynamodb_store.DynamoTaskStore(backend.client, backend.table_name, store.shard_count, poll_groups=3)
+        Settings(table_name=backend.table_name, shard_count=store.config.shard_count, poll_groups=3)
 
 
 def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it_did_not_read(
@@ -289,9 +297,11 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
     # Given a watermark 10 minutes back, and a task due 5 minutes ago (written in time: in its own minute)
     store = backend.dynamo
     start = bucket_start(NOW - 10 * BUCKET_MS)
-    assert store.advance_watermark(start)
+    assert store.due.advance_watermark(start)
     old = tasks.create(NOW - 5 * BUCKET_MS, now_ms=NOW - 6 * BUCKET_MS)
-    step = max(1, store._db_threads // store.shard_count)  # minutes read at once, before out_of_time is asked again
+    step = max(
+        1, store.config.db_threads // store.config.shard_count
+    )  # minutes read at once, before out_of_time is asked again
     assert start + step * BUCKET_MS < bucket_start(old.due_ms)
     asked: list[int] = []
 
@@ -303,11 +313,11 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
     stopped = store.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
     # Then it did not reach the task, and its watermark stops at the first minute it did not read
     assert (stopped.candidates, stopped.complete) == ([], False)
-    assert stopped.watermark_ms == start + step * BUCKET_MS == store.get_watermark()
+    assert stopped.watermark_ms == start + step * BUCKET_MS == store.due.get_watermark()
     # And the next look finds the task, the watermark then at the task's minute
     full = store.find_due(NOW, NOW + 90_000)
     assert ([c.task_id for c in full.candidates], full.complete) == ([old.task_id], True)
-    assert full.watermark_ms == bucket_start(old.due_ms) == store.get_watermark()
+    assert full.watermark_ms == bucket_start(old.due_ms) == store.due.get_watermark()
 
 
 # -- items written by others: items that are not tasks ----------------------------------------------------------
@@ -329,7 +339,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     put("bad-policy", misfire_policy="whenever")
     put("bad-action", action='{"kind":"carrier-pigeon"}')
     put("bad-due")
-    query_index = dynamo.query_index
+    query_index = dynamo.due.query_index
 
     def index_lagging_the_table(bucket_ms: int, shard: int, until_ms: int) -> list[Any]:
         entries = query_index(bucket_ms, shard, until_ms)
@@ -339,7 +349,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
             )
         return entries
 
-    monkeypatch.setattr(dynamo, "query_index", index_lagging_the_table)
+    monkeypatch.setattr(dynamo.due, "query_index", index_lagging_the_table)
     ids = ["bad-status", "bad-type", "bad-policy", "bad-action", "bad-due", *(t.task_id for t in good)]
     # When due work is looked for
     scan = store.find_due(NOW, NOW + 90_000)
@@ -416,13 +426,13 @@ def test_many_writes_keep_each_condition_across_requests(
 ) -> None:
     # Given requests of at most 10 items (100 in DynamoDB: smaller here, to cross the limit with few tasks),
     # and 21 PENDING tasks of which the 6th is armed by a live executor and the last cancelled
-    if backend.dynamo.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
+    if backend.dynamo.config.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
         pytest.skip(
             "moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
             "the transactions that ran beside it (the store sends a request's chunks in parallel)"
         )
-    monkeypatch.setattr(dynamodb_store, "TRANSACTION_LIMIT", 10)
-    monkeypatch.setattr(dynamodb_store, "BATCH_GET_LIMIT", 10)
+    monkeypatch.setattr(writes_module, "TRANSACTION_LIMIT", 10)
+    monkeypatch.setattr(table_module, "BATCH_GET_LIMIT", 10)
     store = backend.store
     created = [tasks.create(NOW + 10_000 + i) for i in range(21)]
     alive(store, "exec-2", NOW + ALIVE_MS)
@@ -513,7 +523,7 @@ def _skip_where_tokens_are_ignored(backend: DynamoBackend) -> None:
 
 def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given the transaction write mode, and the response to a transaction of three arms lost, the write applied
-    if backend.dynamo.write_batch != "transaction":
+    if backend.dynamo.config.write_batch != "transaction":
         pytest.skip("only the transaction write mode sends TransactWriteItems for arms")
     _skip_where_tokens_are_ignored(backend)
     created = [tasks.create(NOW + 10_000 + i) for i in range(3)]

@@ -87,7 +87,7 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     settings = stack.settings
     assert settings is not None and stack.ddb is not None
     table = Client(Settings.model_validate(settings.model_dump(include=set(Settings.model_fields))))
-    dynamodb = table._store._client  # type: ignore[attr-defined]  # the stack's DynamoDB Local
+    dynamodb = table._store.table.client  # type: ignore[attr-defined]  # the stack's DynamoDB Local
     local, beta = _api(stack, "local"), _api(stack, "beta")
     soon = from_ms(now_ms() + 4_000)
 

@@ -13,18 +13,24 @@ asserted: 0 lost, 0 unexplained extras.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from botocore.awsrequest import AWSResponse
 
 from punctual.actions import HttpAction
 from punctual.dynamodb.codec import number_of, text_of
-from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore, IndexEntry
+from punctual.dynamodb.due import DueIndex, IndexEntry
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.events import BatchEvent, BatchReport
 from punctual.executor import Executor
 from punctual.model import Armed, ArmRequest, FireRecord, Task
@@ -308,7 +314,16 @@ class NotesArmTime(DynamoTaskStore):
         return result
 
 
-class LaggingIndex(DynamoTaskStore):
+D = TypeVar("D", bound=DueIndex)
+
+
+def with_due_index(store: DynamoTaskStore, cls: type[D]) -> D:
+    """Put a due index of class ``cls`` into ``store`` (on its table, tasks and executors); returns it."""
+    store.due = index = cls(store.table, store.tasks, store.executors)
+    return index
+
+
+class LaggingIndex(DueIndex):
     """A due index whose entries for ``hidden`` task ids have not been written yet (GSIs are eventually
     consistent): queries leave them out until the test clears ``hidden``."""
 
@@ -319,7 +334,7 @@ class LaggingIndex(DynamoTaskStore):
         return [e for e in super().query_index(bucket_ms, shard, until_ms) if e.task_id not in hidden]
 
 
-class SlowIndex(DynamoTaskStore):
+class SlowIndex(DueIndex):
     """A due index whose every query costs ``cost_s`` of a :class:`TickBudget` (a tick reading many pages)."""
 
     budget: TickBudget | None = None
@@ -426,3 +441,30 @@ def judge(
     assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")
     assert not verdict.lost and not verdict.unexplained
     return verdict
+
+
+# -- the figures make faults publishes -----------------------------------------------------------------------
+REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: bench/pages.py renders it
+
+
+def report_figures(scenario: str, figures: dict[str, Any]) -> None:
+    """Keep ``scenario``'s figures in the JSON file :data:`REPORT_ENV` names, with the machine and the commit they
+    were measured on (nothing when it is unset: a single test run publishes nothing)."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    report = Path(path)
+    data = json.loads(report.read_text()) if report.is_file() else {}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    data.setdefault("scenarios", {})[scenario] = {
+        **figures,
+        "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+        "commit": commit,
+    }
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

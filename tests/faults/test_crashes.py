@@ -27,6 +27,7 @@ from fault_tools import (
     http_tasks,
     judge,
     one_batch,
+    report_figures,
     takeover_marks,
     was_taken_over,
 )
@@ -134,6 +135,21 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     assert len(verdict.explicitly_missed) == (len(window) if policy == "skip" else 0)
     on_time_from = detected + EPSILON_MS
     assert [key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from] == []
+    report_figures(
+        f"lease-{policy}",
+        {
+            "tasks": len(ids),
+            "policy": policy,
+            "due_in_window": len(window),
+            "missed": len(verdict.explicitly_missed),
+            "fired_again": len(keys),
+            "taken_over_after_lapse_ms": detected - last_alive,
+            "due_later": sum(1 for t in ids if due[t] > on_time_from),
+            "late_after_takeover": len([key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from]),
+            "lost": len(verdict.lost),
+            "unexplained_extra": len(verdict.unexplained),
+        },
+    )
     print(
         f"crash window: {len(window)} tasks due up to {last_alive - base} ms after the first; taken over "
         f"{detected - last_alive} ms after it lapsed; {sum(1 for t in ids if due[t] > on_time_from)} due later"

@@ -32,12 +32,14 @@ from fault_tools import (
     judge,
     one_batch,
     put_all,
+    report_figures,
     takeover_marks,
     was_taken_over,
 )
 
 from punctual.dynamodb.codec import text_of
-from punctual.dynamodb.store import EXECUTOR_PREFIX, DynamoTaskStore
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.dynamodb.store import DynamoTaskStore
 from punctual.executor import Executor
 from punctual.model import FireRecord, TaskStatus
 from punctual.poller import Poller
@@ -242,6 +244,22 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     stored = store.get_many(ids)
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in sorted(windows))
+    report_figures(
+        "timeout",
+        {
+            "tasks": len(ids),
+            "killed_attempts": len(dead),
+            "taken_over_by_a_retry": retried,
+            "fenced_by_a_retry": fenced,
+            "taken_over_by_a_poll": len(dead) - retried,
+            "window_s": [round((end - start) / 1000, 1) for start, end in sorted(windows)],
+            "due_in_windows": len(verdict.due_in_window),
+            "missed_in_windows": len(verdict.missed_in_window),
+            "missed_outside_windows": len(verdict.missed_outside_window),
+            "lost": len(verdict.lost),
+            "unexplained_extra": len(verdict.unexplained),
+        },
+    )
     print(f"invoker: {stats}; polls {polls}; heartbeats {len(beats)}, invocations named {len(by_invocation)}")
     print(
         f"killed attempts: {len(dead)} ({retried} taken over by a retry of their invocation, {fenced} of them "
@@ -498,7 +516,7 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     client = UnprocessedReads(make_client(settings.endpoint_url))
     store = DynamoTaskStore.from_settings(client, settings)
     sleeps: list[float] = []
-    store._sleep = sleeps.append  # the backoff between attempts, noted instead of slept
+    store.table.sleep = sleeps.append  # the backoff between attempts, noted instead of slept
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     poller = Poller(store, invoker, settings)
 

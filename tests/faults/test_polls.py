@@ -31,6 +31,7 @@ from fault_tools import (
     http_tasks,
     judge,
     put_all,
+    with_due_index,
 )
 
 from punctual.actions import LogAction
@@ -312,8 +313,8 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
     ids = [t.task_id for t in tasks]
     create_all(store_for(settings), tasks, created_ms=now - 160_000)
     budget = TickBudget(8.0)
-    slow = store_for(settings, SlowIndex)
-    slow.budget = budget
+    slow = store_for(settings)
+    with_due_index(slow, SlowIndex).budget = budget
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
 
     # When the tick runs out of time part way through the minute buckets it has to read ...
@@ -393,16 +394,17 @@ def test_a_task_whose_index_entry_lags_is_found_by_the_next_poll_and_fires_once(
     overdue = http_tasks("lag-overdue", [now - 8_000 + 10 * i for i in range(10)], target.url, grace_ms=90_000)
     visible = http_tasks("lag-visible", [now + 3_000 + 10 * i for i in range(10)], target.url)
     tasks = fresh + overdue + visible
-    store = store_for(settings, LaggingIndex)
+    store = store_for(settings)
+    lagging = with_due_index(store, LaggingIndex)
     create_all(store, tasks, created_ms=now)
-    store.hidden = frozenset(t.task_id for t in fresh + overdue)
+    lagging.hidden = frozenset(t.task_id for t in fresh + overdue)
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))  # executors start at once
     poller = Poller(store, invoker, settings)
 
     # When a poll runs while the index lags, and the next (once it has caught up) while the first batch's
     # executor holds its tasks
     first = poller.poll(now)
-    store.hidden = frozenset()
+    lagging.hidden = frozenset()
     assert armed_or_done(settings, [t.task_id for t in visible], timeout=60)
     second = poller.poll(now_ms())
     invoker.join()

@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import alive_until, all_takeover_marks, crash_windows, judge, takeover_marks, was_taken_over
+from fault_tools import (
+    alive_until,
+    all_takeover_marks,
+    crash_windows,
+    judge,
+    report_figures,
+    takeover_marks,
+    was_taken_over,
+)
 
 from punctual.actions import HttpAction
 from punctual.client import Client
@@ -411,6 +419,28 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
             )
     statuses = Counter(t.status.value for t in stored.values())
     recorded_missed = [t for t, task in stored.items() if task.status is TaskStatus.MISSED]
+    report_figures(
+        "sigkill",
+        {
+            "tasks": len(ids),
+            "burst": BURST,
+            "burst_due_after_kill_s": round((burst_at - killed_ms) / 1000, 1),
+            "restart_after_kill_s": round((restart_ms - killed_ms) / 1000, 1),
+            "up_after_kill_s": round((up_ms - killed_ms) / 1000, 1),
+            "fenced_after_kill_s": None if fence_ms is None else round((fence_ms - killed_ms) / 1000, 1),
+            "crash_windows": len(windows),
+            "due_in_windows": len(verdict.due_in_window),
+            "missed_in_windows": len(verdict.missed_in_window),
+            "missed_outside_windows": len(verdict.missed_outside_window),
+            "due_after_kill": len(after_kill),
+            "arrived_after_kill": arrived,
+            "taken_over": len(taken),
+            "late_until_after_up_s": round((caught_up_ms - up_ms) / 1000, 1),
+            "p99_ms": {name: summarize(values).get("p99") for name, values in rows},
+            "lost": len(verdict.lost),
+            "unexplained_extra": len(verdict.unexplained),
+        },
+    )
     print(
         f"outcomes: {dict(statuses)} ({sum(t in first for t in recorded_missed)} of the MISSED arrived: fired by "
         f"an executor that died before recording; MISSED says 'may have fired'); run "

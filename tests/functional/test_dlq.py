@@ -161,7 +161,7 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
     # with no TTL; the others are untouched
     back, raw = read_task(store, "f1"), read_raw("f1")
     assert back.status is TaskStatus.PENDING and back.due_ms == later and back.attempt == 0
-    assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", store.shard_count))
+    assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", store.config.shard_count))
     assert raw["fast_path"] == {"N": "1"}
     assert "expires_at" not in raw and back.finished_at is None and back.armed_by is None
     assert read_task(store, "p1") == pending.model_copy(update={"created_at": read_task(store, "p1").created_at})

@@ -327,7 +327,7 @@ def test_task_past_its_grace_at_fire_time_is_missed(
 def _shard(store: DynamoTaskStore, task: Task) -> int:
     from punctual.keys import shard_of
 
-    return shard_of(task.task_id, store.shard_count)
+    return shard_of(task.task_id, store.config.shard_count)
 
 
 def test_stop_releases_armed_tasks_that_have_not_fired(

@@ -213,8 +213,8 @@ def test_a_poll_notes_its_start_on_its_groups_watermark_item_and_never_moves_it_
     assert not store.mark_polled(now_ms - 1, group=1)
     # Then only group 1's start is known, the later one, and the group has no watermark yet
     assert store.last_polls() == [None, now_ms]
-    assert store.get_watermark(1) is None
+    assert store.due.get_watermark(1) is None
     # And a poll of group 0 notes its own start, next to the watermark it moves
     Poller(store, RecordingInvoker(), settings.model_copy(update={"poll_groups": 2})).poll(now_ms + 1, group=0)
     assert store.last_polls() == [now_ms + 1, now_ms]
-    assert store.get_watermark(0) is not None
+    assert store.due.get_watermark(0) is not None

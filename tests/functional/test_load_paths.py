@@ -13,7 +13,8 @@ from punctual.actions import FireContext, HttpAction
 from punctual.actions.http import INVOCATION_MARGIN_MS, RETRY_DELAYS_S, _may_retry
 from punctual.backoff import backoff_s
 from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.store import BATCH_GET_ATTEMPTS, DynamoTaskStore
+from punctual.dynamodb.store import DynamoTaskStore
+from punctual.dynamodb.table import BATCH_GET_ATTEMPTS
 from punctual.executor import Executor
 from punctual.model import TaskStatus
 from punctual.poller import Poller
@@ -60,7 +61,7 @@ class Throttling:
 
 def _store(client: Any, settings: Settings, sleeps: list[float]) -> DynamoTaskStore:
     store = DynamoTaskStore.from_settings(client, settings)
-    store._sleep = sleeps.append  # the test's clock: no real wait
+    store.table.sleep = sleeps.append  # the test's clock: no real wait
     return store
 
 

@@ -93,7 +93,7 @@ def test_with_the_check_on_the_fast_paths_store_obeys_the_fast_paths_role(dynamo
     assert store.last_polls() == [None]
     # When it reads the poller's watermark (the poller's grant, not the fast path's)  Then it is refused
     with pytest.raises(IamDeniedError, match="FastPathFunction"):
-        store.get_watermark()
+        store.due.get_watermark()
     # And so is reading a task
     with pytest.raises(IamDeniedError, match="FastPathFunction"):
         store.get("some-task")

@@ -63,10 +63,10 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
     # Given a stored task whose item has no misfire_policy attribute (an older writer)
     task = tasks.create(now_ms + 5_000, "old")
     dynamodb.update_item(
-        TableName=store.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
+        TableName=store.config.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
     )
     # When it is read, and found as a candidate
-    found = store.candidates([task.task_id])
+    found = store.due.candidates([task.task_id])
     # Then it is a "skip" task
     assert read_task(store, "old").misfire_policy == "skip"
     assert found[0].misfire_policy == "skip"
@@ -123,7 +123,8 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)
     assert any(
-        c.task_id == task.task_id for c in due_candidates(store, due, shard_of(task.task_id, store.shard_count), now)
+        c.task_id == task.task_id
+        for c in due_candidates(store, due, shard_of(task.task_id, store.config.shard_count), now)
     )
     event = BatchEvent(
         batch_id="late-batch", tasks=[BatchTask(task_id=task.task_id, due_ms=due, grace_ms=0, misfire_policy=policy)]

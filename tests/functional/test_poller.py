@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from punctual.dynamodb.due import DueIndex
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.model import Candidate, TaskStatus
@@ -361,7 +362,7 @@ def test_watermark_stays_overdue_safety_behind_now(
         # Then the watermark is the bucket of now - overdue_safety, never closer to now
         assert report.watermark_ms == bucket_start(now - settings.overdue_safety_ms)
         assert report.watermark_ms <= now - settings.overdue_safety_ms
-        assert store.get_watermark() == report.watermark_ms
+        assert store.due.get_watermark() == report.watermark_ms
 
 
 def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
@@ -375,13 +376,13 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
         report = poller.poll(now)
         # Then the watermark stays at its bucket
         assert report.watermark_ms <= bucket_start(old_due)
-        assert store.get_watermark() == bucket_start(old_due)
+        assert store.due.get_watermark() == bucket_start(old_due)
     # And once it is finished, the watermark moves on to the safety margin
     store.cancel(task.task_id, now_ms + 21_000)
     later = now_ms + 2 * BUCKET_MS
     report = poller.poll(later)
     assert report.watermark_ms == bucket_start(later - settings.overdue_safety_ms)
-    assert store.get_watermark() == report.watermark_ms
+    assert store.due.get_watermark() == report.watermark_ms
 
 
 def test_first_poll_without_watermark_reaches_the_oldest_active_task(
@@ -389,14 +390,14 @@ def test_first_poll_without_watermark_reaches_the_oldest_active_task(
 ) -> None:
     # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
     task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
-    assert store.get_watermark() is None
+    assert store.due.get_watermark() is None
     # When the first poll runs
     report = poller.poll(now_ms)
     # Then it reaches back to that bucket and dispatches the task
     assert report.dispatched == 1
     assert invoker.task_ids == [task.task_id]
     assert report.buckets >= 30
-    assert store.get_watermark() is not None
+    assert store.due.get_watermark() is not None
 
 
 def test_task_from_an_old_watermark_era_is_still_found(
@@ -404,7 +405,7 @@ def test_task_from_an_old_watermark_era_is_still_found(
 ) -> None:
     # Given a watermark left at an old bucket by an earlier poll
     old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
-    assert store.advance_watermark(old_watermark)
+    assert store.due.advance_watermark(old_watermark)
     # And tasks written back then: one due 5 minutes ago with a long grace, one with the default grace
     claimable = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
     too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
@@ -439,8 +440,8 @@ def test_cancelled_and_finished_tasks_are_not_dispatched(
     assert invoker.task_ids == [kept.task_id]
 
 
-class ReadsNoted(DynamoTaskStore):
-    """The store, noting each read of the due index in ``log`` (shared with the invoker below)."""
+class ReadsNoted(DueIndex):
+    """The store's due index, noting each of its reads in ``log`` (shared with the invoker below)."""
 
     log: list[str]
 
@@ -465,8 +466,9 @@ def test_a_poll_dispatches_each_read_of_the_index_before_it_makes_the_next(
     # Given a task due now and one at the window's end, in two buckets, which a poll reads one bucket at a time
     narrow = settings.model_copy(update={"db_threads": 1})
     log: list[str] = []
-    store = ReadsNoted.from_settings(dynamodb, narrow)
-    store.log = log
+    store = DynamoTaskStore.from_settings(dynamodb, narrow)
+    store.due = noted = ReadsNoted(store.table, store.tasks, store.executors)
+    noted.log = log
     factory = type(tasks)(store)
     first = factory.create(now_ms, "first").task_id
     later = factory.create(now_ms + settings.lead_ms, "later").task_id

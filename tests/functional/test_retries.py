@@ -79,7 +79,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     raw = read_raw(task.task_id)
     assert back.status is TaskStatus.PENDING
     assert back.due_ms == failed_at + 700
-    assert raw["due_bucket"]["S"] == index_key(failed_at + 700, shard_of(task.task_id, store.shard_count))
+    assert raw["due_bucket"]["S"] == index_key(failed_at + 700, shard_of(task.task_id, store.config.shard_count))
     assert raw["fast_path"] == {"N": "1"}
     assert back.first_due_at == task.due_at
     assert back.attempt == 1

@@ -12,7 +12,7 @@ import pytest
 from punctual.actions import LogAction
 from punctual.chain import extend
 from punctual.client import Client
-from punctual.dynamodb.schedules import schedule_key
+from punctual.dynamodb.codec import schedule_key
 from punctual.dynamodb.store import DynamoTaskStore
 from punctual.errors import (
     InvalidScheduleError,
@@ -192,11 +192,11 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
     # (TransactionConflict: no condition failed)
     client.create_schedule("busy", "rate(10 seconds)", log_action())
     made = len(instants(client, "busy"))
-    transact = store._transact_items
+    transact = store.table.transact
     conflicts = [True]
     monkeypatch.setattr(
-        store,
-        "_transact_items",
+        store.table,
+        "transact",
         lambda items: (
             ["None"] * (len(items) - 1) + ["TransactionConflict"] if conflicts and conflicts.pop() else transact(items)
         ),

@@ -23,7 +23,7 @@ from template_tools import (
 )
 
 from punctual import tenancy
-from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
+from punctual.dynamodb.codec import schedule_id_of_key, schedule_key
 from punctual.executor import MAX_ACTION_TIMEOUT_MS
 from punctual.schedules import occurrence_id
 

@@ -145,3 +145,63 @@ def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_s
     assert "failed: writes lagged up to 2.5 s" in text
     assert "| burst of 10 | 10 | 0.100 | 0.200 | 0.400 | 1.000 | 20.00× | 10 of 10 | - |" in text
     assert "![" not in text
+
+
+def test_the_published_faults_page_is_the_one_its_figures_make(tmp_path: Path) -> None:
+    published = ROOT / "docs" / "benchmarks" / "faults.json"
+    if not published.is_file():
+        pytest.skip("no faults page published yet (make faults writes it)")
+    made = pages.write_faults_page(json.loads(published.read_text()), tmp_path)
+    assert made.read_text() == published.with_suffix(".md").read_text()
+
+
+def test_the_faults_page_counts_the_missed_inside_and_outside_the_crash_windows(tmp_path: Path) -> None:
+    # Given a SIGKILL run where 2 tasks were due in the windows and both were MISSED, and 95 of 100 due after
+    # the kill arrived, the last late one 3 s after the restart was up
+    where = {"machine": "m (2 cores)", "commit": "abc1234"}
+    kill = {
+        **where,
+        "tasks": 120,
+        "burst": 50,
+        "burst_due_after_kill_s": 8.0,
+        "restart_after_kill_s": 1.0,
+        "up_after_kill_s": 4.0,
+        "fenced_after_kill_s": 2.5,
+        "crash_windows": 3,
+        "due_in_windows": 2,
+        "missed_in_windows": 2,
+        "missed_outside_windows": 0,
+        "due_after_kill": 100,
+        "arrived_after_kill": 95,
+        "taken_over": 60,
+        "late_until_after_up_s": 3.0,
+        "p99_ms": {"burst after the restart": 812.5},
+        "lost": 0,
+        "unexplained_extra": 0,
+    }
+    lease = {
+        **where,
+        "tasks": 250,
+        "policy": "skip",
+        "due_in_window": 14,
+        "missed": 14,
+        "fired_again": 0,
+        "taken_over_after_lapse_ms": 900,
+        "due_later": 230,
+        "late_after_takeover": 0,
+        "lost": 0,
+        "unexplained_extra": 0,
+    }
+    report = {"scenarios": {"sigkill": kill, "lease-skip": lease}}
+    # When its page and README line are made
+    text = pages.write_faults_page(report, tmp_path).read_text()
+    readme = "\n".join(pages.faults_readme_lines(report))
+    # Then each target is judged where the figures say, and the README names the counts and the page
+    assert "| MISSED outside them | 0 | 0: met |" in text
+    assert "| due after the kill, arrived | 95 of 100 (95.0%) | ≥ 90%: met |" in text
+    assert "| 3 s after it was up | on time: **missed** |" in text
+    assert "| burst after the restart | 812.500 |" in text
+    assert "Due in its window 14: MISSED 14" in text
+    assert "95 of 100 tasks due after the kill arrived, 2 MISSED, all in the crash windows (2 due in them)" in readme
+    assert "commit abc1234; [page](docs/benchmarks/faults.md)" in readme
+    assert "Lambda's retries" not in readme

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from punctual.actions import TargetRules
-from punctual.dynamodb.schedules import schedule_id_of_key, schedule_key
+from punctual.dynamodb.codec import schedule_id_of_key, schedule_key
 from punctual.errors import TargetRefusedError
 from punctual.model import SCHEDULE_NAME, TENANT
 from punctual.secrets import SecretRules

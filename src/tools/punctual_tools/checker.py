@@ -216,7 +216,7 @@ def check(
         Tolerance for "early" and "late" (and added to the grace for "past grace").
     allowance:
         Keys for which one extra fire is explained (the crash window: fired, then the executor died before
-        recording; see ``punctual.dynamodb.store``).
+        recording; see ``punctual.dynamodb.writes``).
     late_is_failure:
         Count fires later than ``due + epsilon_ms`` as a failure (by default they are only reported).
     windows:

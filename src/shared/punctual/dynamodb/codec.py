@@ -20,8 +20,8 @@ Item layout (one item per task, base key ``task_id``)::
 An item is read as what its key says: one whose ``tenant`` names another tenant than its key's, or whose
 ``schedule_id`` is not the schedule its key names, is no task (undecodable: quarantined, counted, never acted on).
 
-A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (see :func:`schedule_item`); it
-has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
+A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (:func:`schedule_key`; its layout is in
+:mod:`.schedules`); it has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ..model import (
     TaskStatus,
     canonical_json,
 )
-from ..tenancy import split
+from ..tenancy import SEPARATOR, split
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
@@ -164,6 +164,23 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     if tenant is not None:
         values["tenant"] = tenant  # the tenant index (written once, here: no later write changes it)
     return to_av(values)
+
+
+SCHEDULE_PREFIX = "#schedule#"  # a schedule item's key: not a valid task id, so it never collides with one
+
+
+def schedule_key(schedule_id: str) -> str:
+    """The key of a schedule's item: ``#schedule#<id>``, a tenant's ``<tenant>/#schedule#<id>``."""
+    tenant, name = split(schedule_id)
+    return SCHEDULE_PREFIX + name if tenant is None else f"{tenant}{SEPARATOR}{SCHEDULE_PREFIX}{name}"
+
+
+def schedule_id_of_key(key: str) -> str | None:
+    """The schedule id of a schedule item's key; None for any other key (task ids never hold a ``#``)."""
+    head, marker, name = key.partition(SCHEDULE_PREFIX)
+    if not marker:
+        return None
+    return name if not head else head + name  # head is "<tenant>/"
 
 
 def check_owner(key: str, tenant: Any) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,27 +37,25 @@ from ..errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleState
 from ..keys import from_ms
 from ..model import Task, TaskStatus, canonical_json
 from ..schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
-from ..tenancy import SEPARATOR, split
-from .codec import DECODE_ERRORS, check_owner, from_av, to_av
+from ..tenancy import split
+from .codec import (
+    DECODE_ERRORS,
+    SCHEDULE_PREFIX,
+    check_owner,
+    from_av,
+    schedule_id_of_key,
+    schedule_key,
+    to_av,
+)
 from .schema import SCHEDULE_INDEX
+from .table import Table
+from .tasks import TaskItems
+from .tenants import TenantItems
+from .writes import CREATABLE, is_conditional_failure
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_PREFIX = "#schedule#"
 _ACTIVE = ScheduleState.ACTIVE.value
-
-
-def schedule_key(schedule_id: str) -> str:
-    tenant, name = split(schedule_id)
-    return SCHEDULE_PREFIX + name if tenant is None else f"{tenant}{SEPARATOR}{SCHEDULE_PREFIX}{name}"
-
-
-def schedule_id_of_key(key: str) -> str | None:
-    """The schedule id of a schedule item's key; None for any other key (task ids never hold a ``#``)."""
-    head, marker, name = key.partition(SCHEDULE_PREFIX)
-    if not marker:
-        return None
-    return name if not head else head + name  # head is "<tenant>/"
 
 
 KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
@@ -123,37 +120,24 @@ def _readable(items: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> Iterato
 
 
 class ScheduleItems:
-    """The schedule half of :class:`~punctual.dynamodb.DynamoTaskStore` (a mixin: it uses the store's client,
-    table, index keys and batch reads)."""
+    """Schedules in ``table``: an occurrence's item is what ``tasks`` puts for a task (:meth:`TaskItems.item_of`);
+    a tenant's schedules are listed from ``tenants``' index."""
 
-    _client: Any
-    table_name: str
-    schedule_ahead_ms: int
-
-    # provided by DynamoTaskStore
-    def _index_key(self, task_id: str, due_ms: int, now_ms: int) -> str:
-        raise NotImplementedError
-
-    def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def tenant_keys(
-        self, tenant: str, begins: str | None = None, after: str | None = None, limit: int | None = None
-    ) -> tuple[list[str], str | None]:
-        raise NotImplementedError
-
-    def _batch_items(self, keys: list[str]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+    def __init__(self, table: Table, tasks: TaskItems, tenants: TenantItems) -> None:
+        self.table = table
+        self.config = table.config
+        self.tasks = tasks
+        self.tenants = tenants
 
     # -- items ----------------------------------------------------------------------------------------------
     def _index_fields(self, schedule: Schedule, now_ms: int, cleanup: bool = False) -> dict[str, Any] | None:
         """``due_ms`` and ``due_bucket`` of the schedule's item, or None when it stays out of the due index."""
         key = schedule_key(schedule.schedule_id)
         if cleanup:
-            return {"due_ms": now_ms, "due_bucket": self._index_key(key, now_ms, now_ms)}
+            return {"due_ms": now_ms, "due_bucket": self.config.index_key(key, now_ms, now_ms)}
         if schedule.state is ScheduleState.ACTIVE and schedule.next_due_ms is not None:
-            due = schedule.next_due_ms - self.schedule_ahead_ms
-            return {"due_ms": due, "due_bucket": self._index_key(key, due, now_ms)}
+            due = schedule.next_due_ms - self.config.schedule_ahead_ms
+            return {"due_ms": due, "due_bucket": self.config.index_key(key, due, now_ms)}
         return None
 
     def schedule_item(self, schedule: Schedule, now_ms: int) -> dict[str, Any]:
@@ -178,24 +162,13 @@ class ScheduleItems:
     def _occurrence_put(self, task: Task, version: int, now_ms: int) -> dict[str, Any]:
         return {
             "Put": {
-                "TableName": self.table_name,
-                "Item": self.item_of(task, now_ms),
+                "TableName": self.table.name,
+                "Item": self.tasks.item_of(task, now_ms),
                 "ConditionExpression": "attribute_not_exists(task_id) OR (#st = :cancelled AND schedule_version < :v)",
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": to_av({":cancelled": TaskStatus.CANCELLED.value, ":v": version}),
             }
         }
-
-    def _transact_items(self, items: list[dict[str, Any]]) -> list[str] | None:
-        """One TransactWriteItems: None when it held, else each item's cancellation code."""
-        try:
-            self._client.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise
-            reasons = exc.response.get("CancellationReasons") or []
-            return [str(r.get("Code")) for r in reasons] + ["None"] * (len(items) - len(reasons))
-        return None
 
     # -- client side ----------------------------------------------------------------------------------------
     def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
@@ -203,12 +176,12 @@ class ScheduleItems:
         equal definition (returns the stored one and False); other content raises ScheduleConflictError."""
         put = {
             "Put": {
-                "TableName": self.table_name,
+                "TableName": self.table.name,
                 "Item": self.schedule_item(schedule, now_ms),
-                "ConditionExpression": "attribute_not_exists(task_id)",
+                "ConditionExpression": CREATABLE,
             }
         }
-        codes = self._transact_items([put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)])
+        codes = self.table.transact([put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)])
         if codes is None:
             return schedule.model_copy(update={"created_at": from_ms(now_ms), "updated_at": from_ms(now_ms)}), True
         existing = self.get_schedule(schedule.schedule_id)
@@ -224,9 +197,7 @@ class ScheduleItems:
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now (strongly consistent), or None."""
-        item = self._client.get_item(
-            TableName=self.table_name, Key={"task_id": {"S": schedule_key(schedule_id)}}, ConsistentRead=True
-        ).get("Item")
+        item = self.table.get_item(schedule_key(schedule_id))
         return None if item is None else schedule_of_item(item)
 
     def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
@@ -234,15 +205,15 @@ class ScheduleItems:
         starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index."""
         tenant = split(id_prefix)[0] if id_prefix is not None else None
         if tenant is not None:
-            keys, _ = self.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
-            yield from _readable(self._batch_items(keys))
+            keys, _ = self.tenants.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
+            yield from _readable(self.table.items_of(keys))
             return
         if id_prefix is None:
             condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
         else:
             condition, value = "begins_with(task_id, :prefix)", schedule_key(id_prefix)
-        for page in self._client.get_paginator("scan").paginate(
-            TableName=self.table_name,
+        for page in self.table.client.get_paginator("scan").paginate(
+            TableName=self.table.name,
             FilterExpression=condition,
             ExpressionAttributeValues=to_av({":prefix": value}),
         ):
@@ -253,18 +224,15 @@ class ScheduleItems:
         ``detail``; the item is otherwise left as it is, for a person to mend or delete. False when it was not in
         the index any more. Never raises: a failure is logged, and the next poll meets the item again."""
         try:
-            self._client.update_item(
-                TableName=self.table_name,
+            self.table.client.update_item(
+                TableName=self.table.name,
                 Key={"task_id": {"S": schedule_key(schedule_id)}},
                 UpdateExpression="SET detail = :detail, quarantined_ms = :now REMOVE due_ms, due_bucket",
                 ConditionExpression="attribute_exists(due_bucket)",
                 ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}),
             )
         except Exception as exc:  # one bad item must not stop a poll
-            lost = (
-                isinstance(exc, ClientError)
-                and exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-            )
+            lost = isinstance(exc, ClientError) and is_conditional_failure(exc)
             if not lost:
                 log.exception("schedule %s: taking it out of the due index failed", schedule_id)
             return False
@@ -292,8 +260,8 @@ class ScheduleItems:
         sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
         update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
         try:
-            self._client.update_item(
-                TableName=self.table_name,
+            self.table.client.update_item(
+                TableName=self.table.name,
                 Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
                 UpdateExpression=update,
                 ConditionExpression="#ver = :v",
@@ -301,7 +269,7 @@ class ScheduleItems:
                 ExpressionAttributeValues=to_av(values),
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not is_conditional_failure(exc):
                 raise
             if self.get_schedule(schedule.schedule_id) is None:
                 raise ScheduleNotFoundError(schedule.schedule_id) from exc
@@ -319,8 +287,8 @@ class ScheduleItems:
             update = "SET due_ms = :due, due_bucket = :bucket REMOVE cleanup"
             values.update({":due": index["due_ms"], ":bucket": index["due_bucket"]})
         try:
-            self._client.update_item(
-                TableName=self.table_name,
+            self.table.client.update_item(
+                TableName=self.table.name,
                 Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
                 UpdateExpression=update,
                 ConditionExpression="#ver = :v",
@@ -328,7 +296,7 @@ class ScheduleItems:
                 ExpressionAttributeValues=to_av(values),
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not is_conditional_failure(exc):
                 raise
             return False
         return True
@@ -347,8 +315,8 @@ class ScheduleItems:
             ":from": occurrence_id(schedule_id, max(0, from_ms_)) if from_ms_ is not None else f"{schedule_id}@",
         }
         ids: list[str] = []
-        for page in self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
+        for page in self.table.client.get_paginator("query").paginate(
+            TableName=self.table.name,
             IndexName=SCHEDULE_INDEX,
             KeyConditionExpression=condition,
             ExpressionAttributeValues=to_av(values),
@@ -390,7 +358,7 @@ class ScheduleItems:
         index = KEEP if schedule.cleanup else self._index_fields(moved, now_ms)
         update = {
             "Update": {
-                "TableName": self.table_name,
+                "TableName": self.table.name,
                 "Key": {"task_id": {"S": schedule_key(schedule.schedule_id)}},
                 "UpdateExpression": _place(sets, values, step.next_due_ms, index),
                 "ConditionExpression": "#ver = :v AND next_due_ms = :cursor AND #state = :active",
@@ -399,7 +367,7 @@ class ScheduleItems:
             }
         }
         puts = [self._occurrence_put(t, schedule.version, now_ms) for t in occurrences]
-        codes = self._transact_items([update, *puts])
+        codes = self.table.transact([update, *puts])
         if codes is None:
             return AdvanceResult(done=True)
         if codes[0] == "ConditionalCheckFailed":

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from punctual.dynamodb.codec import item_size
+from punctual.dynamodb.executors import EXECUTOR_PREFIX
 from punctual.dynamodb.schema import TABLE_RESOURCE, load_template
-from punctual.dynamodb.store import EXECUTOR_PREFIX
 from punctual.model import ACTIVE_STATUSES
 
 KB, FOUR_KB = 1024, 4096

@@ -534,7 +534,7 @@ def _schedule_label(before: dict[str, Any] | None, after: dict[str, Any] | None)
 
 
 def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
-    from punctual.dynamodb.schedules import SCHEDULE_PREFIX
+    from punctual.dynamodb.codec import SCHEDULE_PREFIX
 
     if keys and all(k.get("task_id", {}).get("S", "").startswith(SCHEDULE_PREFIX) for k in keys):
         return SCHEDULE_READ

@@ -94,7 +94,7 @@ class StackConfig:
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
     # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
-    # per item of single writes (see punctual.dynamodb.store); AWS's default is "single", half the write units.
+    # per item of single writes (see punctual.dynamodb.writes); AWS's default is "single", half the write units.
     write_batch: str = "transaction"
     api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
     api_port: int = 0  # 0: any free port (the state file says which)
