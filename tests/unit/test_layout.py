@@ -122,15 +122,9 @@ def modules_over_the_limit() -> dict[str, int]:
     return {module: lines_of(path) for module, path in MODULES.items() if lines_of(path) > MAX_LINES}
 
 
-@pytest.mark.xfail(strict=True, reason="punctual/dynamodb/store.py is over 500 lines until the store is split")
 def test_no_module_of_the_runtime_is_over_500_lines() -> None:
     # Given every module in src/shared/punctual  Then each is short enough to hold in mind
     assert modules_over_the_limit() == {}
-
-
-def test_no_module_but_the_dynamodb_store_is_over_500_lines() -> None:
-    # Given every module in src/shared/punctual  Then none is over the limit but the one the mark above names
-    assert set(modules_over_the_limit()) - {"punctual.dynamodb.store"} == set()
 
 
 def test_the_runtime_never_imports_the_tooling_nor_a_handler() -> None:
