@@ -333,7 +333,7 @@ def faults_page_lines(report: dict[str, Any]) -> list[str]:
             "",
             "| figure | value | target |",
             "| --- | --- | --- |",
-            f"| crash windows | {kill['crash_windows']} executors, {kill['due_in_windows']} tasks due in them | |",
+            f"| crash windows | {kill['crash_windows']} executors, {kill['due_in_windows']:,} tasks due in them | |",
             f"| MISSED in the windows | {kill['missed_in_windows']} | |",
             f"| MISSED outside them | {kill['missed_outside_windows']} | "
             f"0: {_met(kill['missed_outside_windows'] == 0)} |",
@@ -402,7 +402,7 @@ def faults_readme_lines(report: dict[str, Any]) -> list[str]:
         parts.append(
             f"the local stack SIGKILLed {kill['burst_due_after_kill_s']:g} s before a burst of {kill['burst']:,}: "
             f"{kill['arrived_after_kill']:,} of {kill['due_after_kill']:,} tasks due after the kill arrived, "
-            f"{kill['missed_in_windows']} MISSED, all in the crash windows ({kill['due_in_windows']} due in them), "
+            f"{kill['missed_in_windows']} MISSED, all in the crash windows ({kill['due_in_windows']:,} due in them), "
             f"{kill['missed_outside_windows']} outside; tasks due after the restart late until "
             f"{kill['late_until_after_up_s']:g} s after it was up"
         )
