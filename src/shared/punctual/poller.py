@@ -68,16 +68,17 @@ def make_batches(
     >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=5)]
     [200, 200, 200, 200, 200]
     """
-    batches = _cut(candidates, max_size, max_at_once, window_ms)
+    ordered = sorted(candidates, key=lambda c: (c.due_ms, c.task_id))
+    batches = _cut(ordered, max_size, max_at_once, window_ms)
     if max_at_once is None or max_batches is None or len(batches) <= max_batches:
         return batches
     low, high = max_at_once, max_size  # the least cap within max_batches lies in (low, high]
-    best = _cut(candidates, max_size, None, window_ms)
+    best = _cut(ordered, max_size, None, window_ms)
     if len(best) > max_batches:
         return best
     while high - low > 1:
         middle = (low + high) // 2
-        cut = _cut(candidates, max_size, middle, window_ms)
+        cut = _cut(ordered, max_size, middle, window_ms)
         if len(cut) <= max_batches:
             high, best = middle, cut
         else:
@@ -85,8 +86,8 @@ def make_batches(
     return best
 
 
-def _cut(candidates: list[Candidate], max_size: int, max_at_once: int | None, window_ms: int) -> list[list[Candidate]]:
-    ordered = sorted(candidates, key=lambda c: (c.due_ms, c.task_id))
+def _cut(ordered: list[Candidate], max_size: int, max_at_once: int | None, window_ms: int) -> list[list[Candidate]]:
+    """``ordered`` (in due order) cut as :func:`make_batches` says, with ``max_at_once`` as given."""
     if max_at_once is None or max_at_once >= max_size:
         return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
     batches: list[list[Candidate]] = []
