@@ -188,7 +188,7 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     at_edge = poller.poll(last_alive)
     after = poller.poll(last_alive + 1)
     wait_past(last_alive + 1)
-    taker = make_executor(store_for(settings), settings).run_batch(invoker.events[0])
+    taker = make_executor(store_for(settings), settings).run_batch(one_batch(invoker))
 
     # Then the redelivery, while the dead one's heartbeat held, armed nothing and fired nothing
     assert (retry.armed, retry.fired, retry.lost_arm) == (0, 0, len(tasks))
