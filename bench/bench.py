@@ -80,13 +80,13 @@ from floors import (
 )
 from pages import git_commit, publish_drift
 
-from punctual.actions import HttpAction
-from punctual.aws import make_dynamodb_client
-from punctual.client import Client
-from punctual.dynamodb.schema import DUE_INDEX
-from punctual.keys import from_ms, next_tick, shard_of
-from punctual.schedules import occurrence_id
-from punctual.settings import Settings
+from punctual.config.clients import make_dynamodb_client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms, next_tick, shard_of
+from punctual.domain.schedules import occurrence_id
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.schema import DUE_INDEX
+from punctual.targets import HttpAction
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
     DriftSeries,

@@ -164,7 +164,7 @@ def _cold_executor(spec: dict[str, Any]) -> dict[str, Any]:
     main_ms = _now_ms()
     import importlib.util
 
-    from punctual.actions import FireLog  # the handler imports it too: part of INIT either way
+    from punctual.targets import FireLog  # the handler imports it too: part of INIT either way
 
     FireLog.configure(spec["fire_log"])
     loader = importlib.util.spec_from_file_location("punctual_coldstart_handler", spec["handler"])
@@ -209,7 +209,7 @@ def _floor(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("url"):
         from floors import loopback_env
 
-        from punctual.actions import HttpAction
+        from punctual.targets import HttpAction
 
         env = loopback_env()  # as an executor's INIT starts its event loop
         action: Any = HttpAction(url=spec["url"])
@@ -302,9 +302,9 @@ class Bench:
     """DynamoDB Local, the table, the CPU groups: what every run shares. Close it at the end."""
 
     def __init__(self, work: Path, batch: int, webhook: bool) -> None:
-        from punctual.client import Client
-        from punctual.dynamodb.schema import ensure_table
-        from punctual.settings import Settings
+        from punctual.config.settings import Settings
+        from punctual.scheduling.client import Client
+        from punctual.stores.dynamodb.schema import ensure_table
         from punctual_tools.local.cpu_quota import CpuGroups
         from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
         from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
@@ -378,10 +378,10 @@ class Bench:
     def run_executor(self, memory_mb: int, mode: str, lead_ms: int, action_kind: str = "log") -> dict[str, Any]:
         """One cold executor: write the batch's tasks, send the batch at a planned instant by starting the
         process, wait for it; its INIT, arm, slack and first-fire drift."""
-        from punctual.actions import HttpAction, LogAction
-        from punctual.keys import to_ms
-        from punctual.model import Candidate, TaskStatus
-        from punctual.poller import batch_event
+        from punctual.domain.keys import to_ms
+        from punctual.domain.model import Candidate, TaskStatus
+        from punctual.polling.poller import batch_event
+        from punctual.targets import HttpAction, LogAction
         from punctual_tools.drift import read_fire_log
 
         prefix = f"cold-{uuid.uuid4().hex[:8]}-"

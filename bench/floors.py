@@ -36,7 +36,14 @@ from typing import Any
 
 from cpu_use import CpuUse, sample
 
-from punctual.actions import (
+from punctual.config.cpu_share import detect_cpu_share
+from punctual.config.settings import Settings
+from punctual.domain.clock import SystemClock
+from punctual.domain.model import Action
+from punctual.executing.dispatcher import Dispatcher, FireTiming
+from punctual.executing.priority import raise_current_thread, set_realtime_firing
+from punctual.network.policy import TargetPolicy
+from punctual.targets import (
     ActionEnv,
     FireContext,
     FireLog,
@@ -46,13 +53,6 @@ from punctual.actions import (
     prepare_actions,
     start_action,
 )
-from punctual.clock import SystemClock
-from punctual.cpu_share import detect_cpu_share
-from punctual.dispatcher import Dispatcher, FireTiming
-from punctual.model import Action
-from punctual.netpolicy import TargetPolicy
-from punctual.priority import raise_current_thread, set_realtime_firing
-from punctual.settings import Settings
 from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, join, quota_us
 from punctual_tools.settings import LocalSettings
 
@@ -73,7 +73,7 @@ def run_floor(
     """One dispatcher thread, the same action, no database: the precision floor of this process's footing.
     Returns one fire-log-like entry a task (``task_id``, ``due_ms``, ``fired_ms``: when its action started). A
     webhook is started as the executor starts it (handed to the event loop, not awaited by the worker), and its
-    connections warmed as the executor warms them (:func:`~punctual.actions.prepare_actions`)."""
+    connections warmed as the executor warms them (:func:`~punctual.targets.prepare_actions`)."""
     FireLog.configure(str(fire_log))
     clock = SystemClock()
     fires: list[dict[str, Any]] = []
@@ -296,7 +296,7 @@ def steady_offsets(rate: float, seconds: float) -> list[int]:
 def burst_batch(memory_mb: int | None) -> int:
     """How many tasks due at one instant the poller puts into one batch for executors of ``memory_mb`` (None:
     whole cores): the batch size, or fewer, what the executor's quota fires in one period
-    (:attr:`~punctual.settings.Settings.max_fires_at_once`)."""
+    (:attr:`~punctual.config.settings.Settings.max_fires_at_once`)."""
     settings = Settings(executor_memory_mb=memory_mb)
     return min(settings.max_batch_size, settings.max_fires_at_once or settings.max_batch_size)
 

@@ -10,10 +10,10 @@ would run it) and four phases run, each judged against its floor measured at the
 
 - ``steady``: ``--steady-rate`` tasks/s for ``--steady-seconds`` s, scheduled ahead (floor: one process);
 - ``burst 250``: ``--one-burst`` tasks due at one instant in one shard, as many as one batch holds (fewer
-  where the poller cuts a burst smaller for the size's quota: :attr:`~punctual.settings.Settings.max_fires_at_once`),
-  so that one executor fires them (floor: one process, as many tasks);
-- ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch, cut as
-  the poller cuts them);
+  where the poller cuts a burst smaller for the size's quota:
+  :attr:`~punctual.config.settings.Settings.max_fires_at_once`), so that one executor fires them (floor: one process, as
+many tasks); - ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch, cut
+  as the poller cuts them);
 - ``webhooks``: ``--webhook-rate`` webhooks/s for ``--webhook-seconds`` s, drift at a loopback receiver
   (floor: one process firing them with the executor's HTTP engine).
 

@@ -46,19 +46,19 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
-from punctual.actions import FireLog, LogAction
-from punctual.aws import aws_client, dynamodb_client
-from punctual.client import Client
-from punctual.clock import SystemClock, offset_probe
-from punctual.dynamodb import DynamoTaskStore
-from punctual.dynamodb.schema import ensure_table, load_template
-from punctual.events import BatchEvent, BatchTask
-from punctual.executor import Executor
-from punctual.invoker import LambdaInvoker
-from punctual.keys import bucket_start, from_ms, next_tick
-from punctual.model import ArmRequest, FireRecord, Outcome, Task
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.clients import aws_client, dynamodb_client
+from punctual.config.settings import Settings
+from punctual.domain.clock import SystemClock, offset_probe
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import bucket_start, from_ms, next_tick
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, Task
+from punctual.executing.executor import Executor
+from punctual.polling.invoker import LambdaInvoker
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb import DynamoTaskStore
+from punctual.stores.dynamodb.schema import ensure_table, load_template
+from punctual.targets import FireLog, LogAction
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.local.stack import LocalStack, StackConfig

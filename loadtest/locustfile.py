@@ -50,7 +50,8 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from punctual import Client, LogAction, Settings
-from punctual.api_client import ApiClient
+from punctual.domain.model import TaskStatus
+from punctual.domain.tenancy import qualify
 from punctual.errors import (
     InvalidTaskError,
     ScheduleConflictError,
@@ -59,8 +60,7 @@ from punctual.errors import (
     TaskConflictError,
     TaskStateError,
 )
-from punctual.model import TaskStatus
-from punctual.tenancy import qualify
+from punctual.scheduling.api_client import ApiClient
 from punctual_tools.checker import Verdict, occurrence_due_ms
 from punctual_tools.loadcheck import (
     CANCELLED,

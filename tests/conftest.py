@@ -28,7 +28,7 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
         os.environ[_name] = "testing"
     os.environ.pop("AWS_PROFILE", None)
 
-from punctual.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -82,7 +82,7 @@ def _close_executors(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     mock, its table, its target) are torn down: its threads (dispatcher, workers, heartbeat, recorder, event
     loop) would otherwise live on for the rest of the session, and a heartbeat left renewing after its moto
     mock ended would call real AWS."""
-    from punctual.executor import Executor
+    from punctual.executing.executor import Executor
 
     init = Executor.__init__
 

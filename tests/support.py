@@ -29,14 +29,14 @@ from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
-from punctual.clock import SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchReport
-from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import SystemClock
+from punctual.domain.events import BatchReport
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.dynamodb_local import make_client
 

@@ -12,9 +12,9 @@ from typing import Any
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from punctual.observability import handler_tools
-from punctual.runtime import build_api
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.runtime.observability import handler_tools
+from punctual.runtime.wiring import build_api
 
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()

@@ -3,17 +3,17 @@
 A thin adapter: parse the async event (the poller's batch) into a ``BatchEvent``, call the service, emit
 metrics.
 
-Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.executor`` and the
+Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.executing.executor`` and the
 threads it runs, carries ``batch_id`` (the id the poller dispatched the tasks under, stored on each armed task).
 ``correlation_id`` names what a line is about: the batch on batch-level lines (taken from the event, so a
 malformed event without a batch id logs none), the task on per-task lines, which carry ``task_id`` as well:
 a task this executor could not arm (INFO), an outcome FAILED, MISSED or RETRY (WARNING) or SUCCEEDED (DEBUG: the
 table records it; at INFO a busy executor would log thousands of such lines a minute). Keys are reset at each
-invocation, so a warm start does not inherit the previous batch's. Metrics (EMF, names from :mod:`punctual.metrics`):
-``FireDrift`` in ms at high resolution, one value per task fired within its grace; ``LateFireDelay``, one value
-per task fired past its grace (``fire_late``), apart so that a task due long ago never skews the drift;
-``TasksFired``, ``TasksFiredLate``, ``TasksFailed``, ``TasksMissed`` and ``ArmConflicts``, one value each per
-batch.
+invocation, so a warm start does not inherit the previous batch's. Metrics (EMF, names from
+:mod:`punctual.runtime.metrics`): ``FireDrift`` in ms at high resolution, one value per task fired within its grace;
+``LateFireDelay``, one value per task fired past its grace (``fire_late``), apart so that a task due long ago never
+skews the drift; ``TasksFired``, ``TasksFiredLate``, ``TasksFailed``, ``TasksMissed`` and ``ArmConflicts``, one value
+each per batch.
 
 Loading this module is the cold start: it shortens the GIL switch interval, builds the executor (its
 dispatcher and worker threads), then lowers the priority of the thread that loaded it, which also runs the
@@ -31,8 +31,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from punctual.events import BatchEvent
-from punctual.metrics import (
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent
+from punctual.executing.priority import lower_current_thread
+from punctual.runtime.metrics import (
     ARM_CONFLICTS,
     FIRE_DRIFT,
     LATE_FIRE_DELAY,
@@ -43,10 +45,8 @@ from punctual.metrics import (
     TASKS_MISSED,
     TASKS_TAKEN_OVER,
 )
-from punctual.observability import add_counts, handler_tools
-from punctual.priority import lower_current_thread
-from punctual.runtime import build_executor
-from punctual.settings import Settings
+from punctual.runtime.observability import add_counts, handler_tools
+from punctual.runtime.wiring import build_executor
 
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()

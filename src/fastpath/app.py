@@ -2,12 +2,13 @@
 
 A thin adapter: the event source mapping (``template.yaml``) filters the stream to inserted or modified items
 that are PENDING and flagged ``fast_path = 1``; the batch's records go to
-:func:`punctual.fastpath.dispatch_stream_records` with the time read here, which reads when the last polls started
-(one read a batch), leaves to the next poll what it dispatches in time, and invokes executors for the rest exactly
-as a poll does (:meth:`punctual.poller.Poller.dispatch`), writing nothing per task: the executors arm them.
+:func:`punctual.polling.fastpath.dispatch_stream_records` with the time read here, which reads when the last polls
+started (one read a batch), leaves to the next poll what it dispatches in time, and invokes executors for the rest
+exactly as a poll does (:meth:`punctual.polling.poller.Poller.dispatch`), writing nothing per task: the executors
+arm them.
 
 Logs (JSON, Powertools): every line of an invocation carries ``correlation_id`` = the first record's
-``eventID``, and the per-batch report. Metrics (EMF, names from :mod:`punctual.metrics`): ``TasksDispatched``
+``eventID``, and the per-batch report. Metrics (EMF, names from :mod:`punctual.runtime.metrics`): ``TasksDispatched``
 and ``InvokeFailures`` per stream batch. An exception fails the batch:
 Lambda retries it (bisecting, per the template); the tasks are in the due index, so the poller finds them
 anyway.
@@ -21,11 +22,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from punctual.fastpath import dispatch_stream_records
-from punctual.metrics import INVOKE_FAILURES, TASKS_DISPATCHED
-from punctual.observability import add_counts, handler_tools
-from punctual.runtime import build_poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.polling.fastpath import dispatch_stream_records
+from punctual.runtime.metrics import INVOKE_FAILURES, TASKS_DISPATCHED
+from punctual.runtime.observability import add_counts, handler_tools
+from punctual.runtime.wiring import build_poller
 
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()

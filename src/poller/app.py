@@ -1,17 +1,17 @@
 """Poller Lambda, on ``rate(1 minute)``: find due and overdue tasks and hand them to executors.
 
 A thin adapter: the EventBridge scheduled event only triggers the poll (it is validated, and its ``id`` and
-``time`` go into the logs); ``now`` is read here, from the clock, and passed to :func:`punctual.poller.run_tick`
+``time`` go into the logs); ``now`` is read here, from the clock, and passed to :func:`punctual.polling.poller.run_tick`
 with the invocation's remaining time.
 
 Fan-out (``PUNCTUAL_POLL_GROUPS`` > 1): the scheduled invocation starts one poller per other group by invoking
 this same function asynchronously with a :class:`PollGroupEvent` (same ``id`` and ``time``), then polls group
 0 itself. A group invocation polls only its group.
 
-Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.poller``, carries
+Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.polling.poller``, carries
 ``correlation_id`` = the scheduled event's ``id`` and ``scheduled_time`` = its ``time`` (how late the rule
 ran shows as ``timestamp - scheduled_time``). Keys are reset at each invocation. Metrics (EMF, names from
-:mod:`punctual.metrics`): one value each of ``TasksDispatched``, ``TasksRecovered``, ``TasksUndispatched``,
+:mod:`punctual.runtime.metrics`): one value each of ``TasksDispatched``, ``TasksRecovered``, ``TasksUndispatched``,
 ``UndecodableItems`` and ``InvokeFailures`` per poll.
 """
 
@@ -24,20 +24,20 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from punctual.aws import aws_client
-from punctual.events import PollGroupEvent
-from punctual.invoker import Invoker, LambdaInvoker
-from punctual.metrics import (
+from punctual.config.clients import aws_client
+from punctual.config.settings import Settings
+from punctual.domain.events import PollGroupEvent
+from punctual.polling.invoker import Invoker, LambdaInvoker
+from punctual.polling.poller import ScheduledTick, run_tick
+from punctual.runtime.metrics import (
     INVOKE_FAILURES,
     TASKS_DISPATCHED,
     TASKS_RECOVERED,
     TASKS_UNDISPATCHED,
     UNDECODABLE_ITEMS,
 )
-from punctual.observability import add_counts, handler_tools
-from punctual.poller import ScheduledTick, run_tick
-from punctual.runtime import build_poller
-from punctual.settings import Settings
+from punctual.runtime.observability import add_counts, handler_tools
+from punctual.runtime.wiring import build_poller
 
 logger, metrics, tracer = handler_tools()
 settings = Settings.from_env()

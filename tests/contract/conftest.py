@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from contract_tools import STORE_KINDS, Backend, DynamoBackend, StoreKind, TaskFactory, store_params
 
-from punctual.store import Store
+from punctual.stores.ports import Store
 
 assert len({kind.name for kind in STORE_KINDS}) == len(STORE_KINDS), "store kinds need distinct names"
 

@@ -1,5 +1,5 @@
-"""What the contract suites of the store ports (:class:`punctual.store.TaskStore`,
-:class:`punctual.store.ScheduleStore`) run on, and their helpers.
+"""What the contract suites of the store ports (:class:`punctual.stores.ports.TaskStore`,
+:class:`punctual.stores.ports.ScheduleStore`) run on, and their helpers.
 
 Every implementation of the ports is one :class:`StoreKind` in :data:`STORE_KINDS`: a name (the test id, such as
 ``moto-single`` or ``memory``) and a way to open a fresh, empty store of that kind. The fixtures of
@@ -23,14 +23,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from punctual.actions import LogAction
-from punctual.dynamodb.schema import ensure_table
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.keys import from_ms, to_ms
-from punctual.memory import InMemoryStore
-from punctual.model import Candidate, FireRecord, Outcome, Task, TaskStatus
-from punctual.settings import Settings
-from punctual.store import Store, TaskStore
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.model import Candidate, FireRecord, Outcome, Task, TaskStatus
+from punctual.stores.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.memory import InMemoryStore
+from punctual.stores.ports import Store, TaskStore
+from punctual.targets import LogAction
 from punctual_tools.local.dynamodb_local import make_client
 from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
 

@@ -1,4 +1,4 @@
-"""The DynamoDB adapter (:class:`punctual.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
+"""The DynamoDB adapter (:class:`punctual.stores.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
 items out (the sparse due index, its minute buckets, the fast-path flag, the TTL, the heartbeat items), the
 watermark behind ``find_due``, items that are not tasks (quarantined), writes split over several requests, a
 takeover whose owner renews mid-way, and a retried write whose first response was lost.
@@ -31,15 +31,15 @@ from contract_tools import (
     succeeded,
 )
 
-import punctual.dynamodb.table as table_module
-import punctual.dynamodb.writes as writes_module
-from punctual.dynamodb import DynamoTaskStore
-from punctual.dynamodb.codec import to_av
-from punctual.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.keys import BUCKET_MS, bucket_start, index_key, shard_of
-from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
-from punctual.retry import RetryPolicy
-from punctual.settings import Settings
+import punctual.stores.dynamodb.table as table_module
+import punctual.stores.dynamodb.writes as writes_module
+from punctual.config.settings import Settings
+from punctual.domain.keys import BUCKET_MS, bucket_start, index_key, shard_of
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.stores.dynamodb import DynamoTaskStore
+from punctual.stores.dynamodb.codec import to_av
+from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 
 
 @pytest.fixture

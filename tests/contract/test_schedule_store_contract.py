@@ -1,10 +1,10 @@
-"""The contract of the schedule port (:class:`punctual.store.ScheduleStore`), run on every implementation.
+"""The contract of the schedule port (:class:`punctual.stores.ports.ScheduleStore`), run on every implementation.
 
 Each test talks to the store through the ports' methods only, with an explicit ``now`` everywhere: a schedule
 stored with its first occurrences or not at all, idempotent creation, the cursor's move conditional on the cursor
 and the version read, an older version's occurrence blocking a newer one's until it is cancelled, a change
 conditional on the version read, the cleanup flag, when a schedule is in the due index, and the occurrences' ids
-in due order. The chain's decisions (which occurrences to make) are :mod:`punctual.chain`'s, tested with the
+in due order. The chain's decisions (which occurrences to make) are :mod:`punctual.scheduling.chain`'s, tested with the
 client in ``tests/functional/test_schedules.py``.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from contract_tools import NOW, TaskFactory
 
-from punctual.actions import LogAction
+from punctual.domain.keys import BUCKET_MS, from_ms
+from punctual.domain.model import TaskStatus
+from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError
-from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import TaskStatus
-from punctual.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
-from punctual.store import Store
+from punctual.stores.ports import Store
+from punctual.targets import LogAction
 
 SECOND = 1_000
 

@@ -1,4 +1,4 @@
-"""The contract of the task port (:class:`punctual.store.TaskStore`), run on every implementation (the schedule
+"""The contract of the task port (:class:`punctual.stores.ports.TaskStore`), run on every implementation (the schedule
 port's is ``test_schedule_store_contract.py``).
 
 Each test talks to the store through the port's methods only, with an explicit ``now`` everywhere: the
@@ -34,13 +34,13 @@ from contract_tools import (
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
-from punctual.actions import LogAction
+from punctual.domain.keys import BUCKET_MS, from_ms
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import Schedule
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
-from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
-from punctual.retry import RetryPolicy
-from punctual.schedules import Schedule
-from punctual.store import Store, TaskStore
+from punctual.stores.ports import Store, TaskStore
+from punctual.targets import LogAction
 from support import json_payloads
 
 P, A = TaskStatus.PENDING, TaskStatus.ARMED

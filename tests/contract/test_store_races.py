@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_ids
 
-from punctual.actions import LogAction
+from punctual.domain.keys import BUCKET_MS, from_ms
+from punctual.domain.model import Armed, ArmRequest, Task, TaskStatus
 from punctual.errors import TaskStateError
-from punctual.keys import BUCKET_MS, from_ms
-from punctual.model import Armed, ArmRequest, Task, TaskStatus
-from punctual.store import TaskStore
+from punctual.stores.ports import TaskStore
+from punctual.targets import LogAction
 from support import run_threads
 
 CHUNK = 10  # tasks per arm_many call of one racer

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.client import Client
-from punctual.keys import from_ms, next_tick
-from punctual.model import TaskStatus
+from punctual.domain.keys import from_ms, next_tick
+from punctual.domain.model import TaskStatus
+from punctual.scheduling.client import Client
+from punctual.targets import LogAction
 from punctual_tools.checker import check, expected_from_tasks, fires_from_fire_log
 from punctual_tools.demo import read_fires
 from punctual_tools.local.stack import LocalStack, StackConfig

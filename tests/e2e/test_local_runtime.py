@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.client import Client
+from punctual.config.settings import Settings
+from punctual.domain.model import TaskStatus
 from punctual.errors import SettingsError
-from punctual.model import TaskStatus
-from punctual.settings import Settings
+from punctual.scheduling.client import Client
+from punctual.targets import LogAction
 from punctual_tools.demo import read_fires, run_demo
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker

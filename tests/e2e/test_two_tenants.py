@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import HttpAction, LogAction
-from punctual.api_client import ApiClient
-from punctual.client import Client
-from punctual.dynamodb.codec import to_av
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import TaskStatus
 from punctual.errors import InvalidTaskError
-from punctual.keys import from_ms
-from punctual.model import TaskStatus
-from punctual.settings import Settings
+from punctual.scheduling.api_client import ApiClient
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.codec import to_av
+from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
 from support import now_ms, wait_until

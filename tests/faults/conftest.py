@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dlq import DeadLetterQueue
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.executing.executor import Executor
+from punctual.stores.dlq import DeadLetterQueue
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.target import TargetServer
 
 SHARDS = 4

@@ -26,15 +26,15 @@ from typing import Any, TypeVar
 
 from botocore.awsrequest import AWSResponse
 
-from punctual.actions import HttpAction
-from punctual.dynamodb.codec import number_of, text_of
-from punctual.dynamodb.due import DueIndex, IndexEntry
-from punctual.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent, BatchReport
-from punctual.executor import Executor
-from punctual.model import Armed, ArmRequest, FireRecord, Task
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent, BatchReport
+from punctual.domain.model import Armed, ArmRequest, FireRecord, Task
+from punctual.executing.executor import Executor
+from punctual.stores.dynamodb.codec import number_of, text_of
+from punctual.stores.dynamodb.due import DueIndex, IndexEntry
+from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction
 from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer

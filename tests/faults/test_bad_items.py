@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 from fault_tools import http_tasks, judge, one_batch, raw_item
 
-from punctual.executor import Executor
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
 from punctual_tools.checker import Expected
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer

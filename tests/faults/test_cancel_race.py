@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from fault_tools import InlineInvoker, http_tasks, judge
 
+from punctual.config.settings import Settings
+from punctual.domain.model import TaskStatus
 from punctual.errors import TaskStateError
-from punctual.executor import Executor
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
 from punctual_tools.local.target import TargetServer
 from support import create_all, now_ms, run_threads, store_for
 

@@ -32,11 +32,11 @@ from fault_tools import (
     was_taken_over,
 )
 
-from punctual.events import BatchEvent
-from punctual.executor import Executor
-from punctual.model import Task, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent
+from punctual.domain.model import Task, TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 

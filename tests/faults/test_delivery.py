@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from fault_tools import http_tasks, judge, one_batch
 
-from punctual.actions import HttpAction
-from punctual.client import Client
-from punctual.keys import from_ms
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import TaskStatus
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, run_threads, store_for, wait_until

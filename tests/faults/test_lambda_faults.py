@@ -37,13 +37,13 @@ from fault_tools import (
     was_taken_over,
 )
 
-from punctual.dynamodb.codec import text_of
-from punctual.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.model import FireRecord, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.model import FireRecord, TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.codec import text_of
+from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.dynamodb_local import find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits

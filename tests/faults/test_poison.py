@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from fault_tools import http_tasks, judge
 
-from punctual.dlq import FileDeadLetterQueue
-from punctual.executor import Executor
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.retry import RetryPolicy
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.model import TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dlq import FileDeadLetterQueue
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 

@@ -34,15 +34,15 @@ from fault_tools import (
     with_due_index,
 )
 
-from punctual.actions import LogAction
-from punctual.dynamodb.schema import ensure_table
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent
-from punctual.executor import Executor
-from punctual.keys import bucket_start
-from punctual.model import ArmRequest, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent
+from punctual.domain.keys import bucket_start
+from punctual.domain.model import ArmRequest, TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from punctual_tools.checker import Fire
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
 from punctual_tools.local.target import TargetServer

@@ -37,11 +37,11 @@ from fault_tools import (
     was_taken_over,
 )
 
-from punctual.actions import HttpAction
-from punctual.client import Client
-from punctual.keys import from_ms
-from punctual.model import TaskStatus
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import TaskStatus
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
 from punctual_tools.local.dynamodb_local import find_project_root
 from punctual_tools.local.stack import read_state
 from punctual_tools.local.target import TargetServer

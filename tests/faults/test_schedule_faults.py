@@ -27,16 +27,16 @@ from typing import Any
 import pytest
 from fault_tools import EPSILON_MS, SHORT_LEASE, DiesAfterArm, DiesAfterFire, InlineInvoker, PollerKilled
 
-from punctual.actions import HttpAction
-from punctual.client import Client
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent
-from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.model import Armed, ArmRequest, TaskStatus
-from punctual.poller import Poller
-from punctual.schedules import Schedule, occurrence_id, split_occurrence_id
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Armed, ArmRequest, TaskStatus
+from punctual.domain.schedules import Schedule, occurrence_id, split_occurrence_id
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_schedule, fires_from_target
 from punctual_tools.doubles import FakeClock
 from punctual_tools.local.target import TargetServer

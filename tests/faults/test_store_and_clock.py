@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from fault_tools import Throttle, http_tasks, judge, one_batch
 
-from punctual.clock import OffsetProbe, measure_offset
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, measure_offset
+from punctual.domain.model import TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, run_threads, store_for

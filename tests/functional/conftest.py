@@ -9,14 +9,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from punctual.actions import LogAction
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.schema import ensure_table
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.model import Task
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
+from punctual.executing.executor import Executor
+from punctual.stores.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from support import FIXED_NOW_MS
 
 TABLE = "punctual-tasks-test"

@@ -14,17 +14,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from punctual.actions import ActionEnv, TargetRules
-from punctual.client import Client
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchReport, PollReport
-from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.model import canonical_json
-from punctual.poller import Poller
-from punctual.secrets import SecretResolver
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.events import BatchReport, PollReport
+from punctual.domain.keys import from_ms
+from punctual.domain.model import canonical_json
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import ActionEnv, TargetRules
+from punctual.targets.secrets import SecretResolver
 from support import RecordingInvoker
 
 ACCOUNT = "123456789012"

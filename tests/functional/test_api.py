@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import urllib3
 
-from punctual.actions import HttpAction, LogAction
 from punctual.api import build_app
-from punctual.api_client import ApiClient
-from punctual.client import Client
+from punctual.config.settings import Settings
+from punctual.config.tenant_map import TenantMap
+from punctual.domain.keys import from_ms
+from punctual.domain.model import TaskStatus
 from punctual.errors import (
     ApiError,
     InvalidRequestError,
@@ -24,10 +25,9 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.keys import from_ms
-from punctual.model import TaskStatus
-from punctual.settings import Settings
-from punctual.tenant_map import TenantMap
+from punctual.scheduling.api_client import ApiClient
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
 
@@ -105,7 +105,7 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
 
 def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
-    from punctual.model import ArmRequest, FireRecord, Outcome
+    from punctual.domain.model import ArmRequest, FireRecord, Outcome
 
     store = direct._store
     task = store.get(task_id)

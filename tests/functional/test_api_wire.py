@@ -15,8 +15,8 @@ import pytest
 import urllib3
 
 from punctual import LogAction
-from punctual.api_client import ApiClient
 from punctual.errors import ApiError
+from punctual.scheduling.api_client import ApiClient
 from punctual_tools.local.api_server import LocalApi
 
 NOT_FOUND = (404, {"type": "https://punctual.dev/problems/not-found", "title": "Not Found", "detail": "no task"})

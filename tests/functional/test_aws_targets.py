@@ -27,7 +27,9 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from pydantic import ValidationError
 
-from punctual.actions import (
+from punctual.domain.model import Action, Task
+from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
+from punctual.targets import (
     ActionEnv,
     EventBridgeAction,
     FireContext,
@@ -39,9 +41,7 @@ from punctual.actions import (
     kind_of,
     run_action,
 )
-from punctual.actions.aws import deduplication_id, message_body
-from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
-from punctual.model import Action, Task
+from punctual.targets.aws import deduplication_id, message_body
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

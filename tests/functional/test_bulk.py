@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import HttpAction, LogAction
-from punctual.client import Client
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.keys import from_ms
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.keys import from_ms
+from punctual.domain.model import TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction, LogAction
 from punctual_tools.cli import main
 from support import FakeClock, RecordingInvoker, read_task
 

@@ -27,7 +27,7 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from punctual.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.cli import main
 
 fuzz = fuzz_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

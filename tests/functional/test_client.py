@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import HttpAction, LogAction
-from punctual.client import Client
-from punctual.dynamodb.store import DynamoTaskStore
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
-from punctual.keys import from_ms
-from punctual.model import Task, TaskStatus
-from punctual.settings import Settings
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction, LogAction
 from support import FakeClock
 
 
@@ -84,7 +84,7 @@ def test_list_orders_by_due_time_and_filters(client: Client, now_ms: int) -> Non
 def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(store: Any, dynamodb: Any) -> None:
     # Given a task built past the client's payload limit (as a caller of the store port could), whose item would
     # be larger than DynamoDB's 400 KB less the room its life cycle needs
-    from punctual.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
+    from punctual.stores.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
 
     big = Task(
         task_id="too-big",

@@ -18,14 +18,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from punctual.actions import HttpAction
-from punctual.aws import build_store
-from punctual.client import Client
-from punctual.dynamodb.schema import ensure_table
-from punctual.fastpath import dispatch_stream_records
-from punctual.keys import bucket_start, buckets_between, from_ms
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import bucket_start, buckets_between, from_ms
+from punctual.polling.fastpath import dispatch_stream_records
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb import build_store
+from punctual.stores.dynamodb.schema import ensure_table
+from punctual.targets import HttpAction
 from punctual_tools import cost
 from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds
 from punctual_tools.cost.fastpath import (

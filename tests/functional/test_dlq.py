@@ -11,16 +11,16 @@ from typing import Any
 import boto3
 import pytest
 
-from punctual.actions import HttpAction
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, Outcome, Task, TaskStatus
-from punctual.redrive import RedriveReport, Skipped, SkipReason
-from punctual.retry import RetryPolicy
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.keys import index_key, shard_of
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.executing.executor import Executor
+from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
+from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction
 from punctual_tools.cli import main, redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from punctual import executor as executor_module
-from punctual.actions import HttpAction
-from punctual.clock import ClockOffset, OffsetProbe, SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent, BatchTask
-from punctual.executor import Executor
-from punctual.model import Task, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import ClockOffset, OffsetProbe, SystemClock
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.model import Task, TaskStatus
+from punctual.executing import executor as executor_module
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction
 from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until
 
 
@@ -325,7 +325,7 @@ def test_task_past_its_grace_at_fire_time_is_missed(
 
 
 def _shard(store: DynamoTaskStore, task: Task) -> int:
-    from punctual.keys import shard_of
+    from punctual.domain.keys import shard_of
 
     return shard_of(task.task_id, store.config.shard_count)
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from punctual.actions import LogAction
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.fastpath import dispatch_stream_records
-from punctual.keys import from_ms
-from punctual.model import Task, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task, TaskStatus
+from punctual.polling.fastpath import dispatch_stream_records
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from support import RecordingInvoker, read_task
 
 TABLE = "punctual-tasks-test"  # the functional tier's table (conftest)

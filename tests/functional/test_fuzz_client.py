@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 
-from punctual.actions import HttpAction, LogAction
-from punctual.addresses import public_address_problem
-from punctual.client import Client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.model import Task, TaskStatus, canonical_json, known_action_kinds
 from punctual.errors import InvalidTaskError, TaskConflictError
-from punctual.keys import from_ms, to_ms
-from punctual.model import Task, TaskStatus, canonical_json, known_action_kinds
-from punctual.settings import Settings
+from punctual.network.addresses import public_address_problem
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction, LogAction
 from support import (
     FIXED_NOW_MS,
     FakeClock,

@@ -29,11 +29,11 @@ from aws_lambda_powertools.logging.filters import SuppressFilter
 from pydantic import ValidationError
 
 from punctual import Client, LogAction, Task, TaskStatus
-from punctual import metrics as names
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.model import ArmRequest
-from punctual.runtime import build_poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.model import ArmRequest
+from punctual.runtime import metrics as names
+from punctual.runtime.wiring import build_poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
 from punctual_tools.local.worker import load_handler_module
 from support import RecordingInvoker, arm

@@ -46,19 +46,19 @@ from hostile_tools import (
 )
 from moto import mock_aws
 
-from punctual.actions import ActionEnv
 from punctual.api import build_app
 from punctual.api.views import encode_token
-from punctual.client import Client
-from punctual.clock import SystemClock
-from punctual.dynamodb.schema import ensure_table
-from punctual.dynamodb.store import DynamoTaskStore
+from punctual.config.settings import Settings
+from punctual.config.tenant_map import TenantMap
+from punctual.domain.clock import SystemClock
+from punctual.domain.keys import from_ms, index_key, shard_of
+from punctual.domain.schedules import occurrence_id
 from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
-from punctual.keys import from_ms, index_key, shard_of
-from punctual.poller import Poller
-from punctual.schedules import occurrence_id
-from punctual.settings import Settings
-from punctual.tenant_map import TenantMap
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.schema import ensure_table
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import ActionEnv
 from punctual_tools.local.api_server import LocalApi
 from support import FIXED_NOW_MS, FakeClock, RecordingInvoker
 

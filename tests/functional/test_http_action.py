@@ -18,13 +18,13 @@ import pytest
 from hostile_server import HostileServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from punctual.actions import ActionEnv, FireContext, HttpAction, TargetRules, prepare_actions
-from punctual.actions.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
-from punctual.actions.registry import run_action, start_action
-from punctual.actions.wire import IDLE_S, WARM_AT_ONCE
 from punctual.errors import ActionFailedError, TransientActionError
-from punctual.netpolicy import TargetPolicy
-from punctual.secrets import SecretResolver
+from punctual.network.policy import TargetPolicy
+from punctual.targets import ActionEnv, FireContext, HttpAction, TargetRules, prepare_actions
+from punctual.targets.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
+from punctual.targets.registry import run_action, start_action
+from punctual.targets.secrets import SecretResolver
+from punctual.targets.wire import IDLE_S, WARM_AT_ONCE
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"o" * 32).decode()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent, BatchTask
-from punctual.executor import Executor
-from punctual.model import TaskStatus
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.model import TaskStatus
+from punctual.executing.executor import Executor
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import arm, read_task
 
 

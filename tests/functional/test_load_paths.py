@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from punctual.actions import FireContext, HttpAction
-from punctual.actions.http import INVOCATION_MARGIN_MS, RETRY_DELAYS_S, _may_retry
-from punctual.backoff import backoff_s
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.dynamodb.table import BATCH_GET_ATTEMPTS
-from punctual.executor import Executor
-from punctual.model import TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.backoff import backoff_s
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.model import TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb.table import BATCH_GET_ATTEMPTS
+from punctual.targets import FireContext, HttpAction
+from punctual.targets.http import INVOCATION_MARGIN_MS, RETRY_DELAYS_S, _may_retry
 from support import RecordingInvoker, read_task
 
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from punctual import Client, LogAction
-from punctual.keys import from_ms
-from punctual.memory import InMemoryStore
-from punctual.model import Task
-from punctual.schedules import Schedule, instants_after, occurrence_id
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
+from punctual.domain.schedules import Schedule, instants_after, occurrence_id
+from punctual.stores.memory import InMemoryStore
 from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, ScheduleExpectation, check_ledgers
 from support import FakeClock
 

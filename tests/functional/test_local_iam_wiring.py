@@ -17,12 +17,12 @@ from typing import Any
 import boto3
 import pytest
 
-from punctual.actions import LogAction
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.keys import from_ms
-from punctual.model import Task
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
+from punctual.polling.poller import Poller
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from punctual_tools.iam import IamDeniedError, live
 from punctual_tools.local import api_server
 from punctual_tools.local.stack import executor_env, function_store

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.client import Client
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.decisions import misfire_decision
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import BatchEvent, BatchTask
-from punctual.executor import Executor
-from punctual.fastpath import candidate_of_record
-from punctual.keys import BUCKET_MS, shard_of
-from punctual.model import Task, TaskStatus
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.decisions import misfire_decision
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import BUCKET_MS, shard_of
+from punctual.domain.model import Task, TaskStatus
+from punctual.executing.executor import Executor
+from punctual.polling.fastpath import candidate_of_record
+from punctual.polling.poller import Poller
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from support import FakeClock, RecordingInvoker, due_candidates, read_task
 
 
@@ -149,8 +149,8 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
 ) -> None:
     # Given a client
     client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    from punctual.domain.keys import from_ms
     from punctual.errors import InvalidTaskError
-    from punctual.keys import from_ms
 
     # When it schedules a fire_late task due 10 min ago (past a 1 s grace)
     task = client.schedule(

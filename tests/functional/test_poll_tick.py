@@ -1,5 +1,5 @@
-"""One invocation of the poller function (``punctual.poller.run_tick``) on moto: the scheduled tick's fan-out over
-the poll groups, a group's own poll, an event of another configuration, the deadline, and the answer."""
+"""One invocation of the poller function (``punctual.polling.poller.run_tick``) on moto: the scheduled tick's fan-out
+over the poll groups, a group's own poll, an event of another configuration, the deadline, and the answer."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.events import PollGroupEvent
-from punctual.keys import from_ms
-from punctual.model import Task
-from punctual.poller import DEADLINE_MARGIN_MS, Poller, ScheduledTick, run_tick
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.events import PollGroupEvent
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
+from punctual.polling.poller import DEADLINE_MARGIN_MS, Poller, ScheduledTick, run_tick
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import LogAction
 from support import FIXED_NOW_MS, RecordingInvoker
 
 TICK = ScheduledTick(id="e-1", time="2030-06-01T12:00:00+00:00")

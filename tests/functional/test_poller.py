@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from punctual.dynamodb.due import DueIndex
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
-from punctual.model import Candidate, TaskStatus
-from punctual.poller import Poller, make_batches
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
+from punctual.domain.model import Candidate, TaskStatus
+from punctual.polling.poller import Poller, make_batches
+from punctual.stores.dynamodb.due import DueIndex
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import RecordingInvoker, arm, read_task
 
 

@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.client import Client
-from punctual.decisions import FireDecision, decide_outcome
-from punctual.dynamodb.store import DynamoTaskStore
+from punctual.config.settings import Settings
+from punctual.config.tenant_map import Quotas
+from punctual.domain.decisions import FireDecision, decide_outcome
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Outcome, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
 from punctual.errors import QuotaExceededError
-from punctual.keys import from_ms
-from punctual.memory import InMemoryStore
-from punctual.model import Outcome, Task, TaskStatus
-from punctual.quotas import QuotaGuard, schedule_rate_per_s
-from punctual.retry import RetryPolicy
-from punctual.settings import Settings
-from punctual.tenant_map import Quotas
+from punctual.scheduling.client import Client
+from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.memory import InMemoryStore
+from punctual.targets import LogAction
 from support import FakeClock
 
 QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from punctual.client import Client
-from punctual.dlq import FileDeadLetterQueue
-from punctual.dynamodb.store import DynamoTaskStore
+from punctual.config.settings import Settings
+from punctual.domain.model import FireRecord, Task, TaskStatus
 from punctual.errors import TaskStateError
-from punctual.model import FireRecord, Task, TaskStatus
-from punctual.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
-from punctual.settings import Settings
+from punctual.scheduling.client import Client
+from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
+from punctual.stores.dlq import FileDeadLetterQueue
+from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import arm, read_task
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import HttpAction
-from punctual.clock import SystemClock
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.executor import Executor
-from punctual.keys import index_key, shard_of
-from punctual.model import FireRecord, Outcome, Task, TaskStatus
-from punctual.retry import RetryPolicy
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import SystemClock
+from punctual.domain.keys import index_key, shard_of
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.executing.executor import Executor
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import HttpAction
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 
@@ -265,9 +265,9 @@ def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, set
     # Given a client
     from datetime import UTC, datetime, timedelta
 
-    from punctual.actions import LogAction
-    from punctual.client import Client
     from punctual.errors import InvalidTaskError, TaskConflictError
+    from punctual.scheduling.client import Client
+    from punctual.targets import LogAction
 
     client = Client(settings, dynamodb=dynamodb)
     due = datetime.now(UTC) + timedelta(minutes=5)

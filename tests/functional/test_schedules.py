@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.chain import extend
-from punctual.client import Client
-from punctual.dynamodb.codec import schedule_key
-from punctual.dynamodb.store import DynamoTaskStore
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus
+from punctual.domain.schedules import ScheduleState, occurrence_id, split_occurrence_id
 from punctual.errors import (
     InvalidScheduleError,
     InvalidTaskError,
@@ -21,13 +20,14 @@ from punctual.errors import (
     ScheduleNotFoundError,
     UndecodableItemError,
 )
-from punctual.keys import from_ms
-from punctual.memory import InMemoryStore
-from punctual.model import ArmRequest, FireRecord, Outcome, TaskStatus
-from punctual.poller import Poller
-from punctual.schedules import ScheduleState, occurrence_id, split_occurrence_id
-from punctual.settings import Settings
-from punctual.store import Store
+from punctual.polling.poller import Poller
+from punctual.scheduling.chain import extend
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.codec import schedule_key
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.memory import InMemoryStore
+from punctual.stores.ports import Store
+from punctual.targets import LogAction
 from punctual_tools.doubles import FakeClock, RecordingInvoker
 
 START_MS = 1_900_000_020_000  # 20 s into a minute

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from punctual.errors import SecretReferenceError, SecretUnavailableError
-from punctual.secrets import SecretRef, SecretResolver, SecretRules, parse_secret_ref
+from punctual.targets.secrets import SecretRef, SecretResolver, SecretRules, parse_secret_ref
 from support import run_threads
 
 REGION = "us-east-1"

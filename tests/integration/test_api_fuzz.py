@@ -22,8 +22,8 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from punctual.runtime import build_api
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.runtime.wiring import build_api
 from punctual_tools.local.api_server import LocalApi
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -48,8 +48,8 @@ CHECKS = [
 def api(ddb_local: str) -> Iterator[LocalApi]:
     import uuid
 
-    from punctual.aws import make_dynamodb_client
-    from punctual.dynamodb.schema import ensure_table
+    from punctual.config.clients import make_dynamodb_client
+    from punctual.stores.dynamodb.schema import ensure_table
 
     settings = Settings(
         table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}",

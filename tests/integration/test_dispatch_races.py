@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import FireLog, LogAction
-from punctual.clock import OffsetProbe, SystemClock
-from punctual.events import BatchEvent, BatchReport
-from punctual.executor import Executor
-from punctual.model import ArmRequest, Task
-from punctual.poller import Poller
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.events import BatchEvent, BatchReport
+from punctual.domain.model import ArmRequest, Task
+from punctual.executing.executor import Executor
+from punctual.polling.poller import Poller
+from punctual.targets import FireLog, LogAction
 from punctual_tools.demo import read_fires
 from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from punctual.dynamodb.schema import (
+from punctual.stores.dynamodb.schema import (
     DUE_INDEX,
     SCHEDULE_INDEX,
     TABLE_RESOURCE,
@@ -177,7 +177,7 @@ def test_stop_is_idempotent() -> None:
 
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
-    from punctual.dynamodb.schema import create_table_kwargs, ensure_table
+    from punctual.stores.dynamodb.schema import create_table_kwargs, ensure_table
 
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk)
     tenants = {TENANT_INDEX, TENANT_ACTIVE_INDEX}

@@ -36,16 +36,16 @@ import pytest
 from aws_lambda_powertools import Metrics
 from moto import mock_aws
 
-from punctual.actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
-from punctual.client import Client
-from punctual.dynamodb.schema import ensure_table, stream_filter_patterns
-from punctual.dynamodb.store import DynamoTaskStore
-from punctual.fastpath import matches
-from punctual.keys import from_ms
-from punctual.model import ArmRequest, FireRecord, Task, TaskStatus
-from punctual.model import Outcome as FireOutcome
-from punctual.schedules import ScheduleState
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import ArmRequest, FireRecord, Task, TaskStatus
+from punctual.domain.model import Outcome as FireOutcome
+from punctual.domain.schedules import ScheduleState
+from punctual.polling.fastpath import matches
+from punctual.scheduling.client import Client
+from punctual.stores.dynamodb.schema import ensure_table, stream_filter_patterns
+from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, StubTarget, scheduled_event, serving
 from punctual_tools.iam import AwsCall, CallRecorder, Stack
 from punctual_tools.iam.calls import function_arn
@@ -180,7 +180,7 @@ class Scenario:
         boto3.client("events", region_name=REGION).create_event_bus(Name=TARGETS["eventbridge"].rsplit("/", 1)[1])
         boto3.client("ssm", region_name=REGION).put_parameter(Name="/punctual/token", Value=TOKEN, Type="SecureString")
         boto3.client("secretsmanager", region_name=REGION).create_secret(
-            Name="punctual/signing", SecretString=SIGNING_SECRET
+            Name="punctual/targets/signing", SecretString=SIGNING_SECRET
         )
         self.settings = Settings(
             table_name=TABLE,
@@ -198,7 +198,7 @@ class Scenario:
         http = HttpAction(
             url=target.url("/ok"),
             secret_headers={"Authorization": "ssm:/punctual/token"},
-            signing_secret="secretsmanager:punctual/signing",
+            signing_secret="secretsmanager:punctual/targets/signing",
         )
         actions = {
             "http": http,

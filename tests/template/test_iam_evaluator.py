@@ -16,8 +16,8 @@ import pytest
 from moto import mock_aws
 from test_sam_stack import DIRECT_CLIENT_DECISIONS
 
-from punctual.dynamodb.schema import ensure_table
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.iam import (
     AccessRequest,
     AwsCall,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from iam_scenario import NAMES, ROOT, TARGETS, Outcome, route_pattern, run_scenario, stack
 
-from punctual.model import TaskStatus
+from punctual.domain.model import TaskStatus
 from punctual_tools.iam import Judge, KeyNames, RolePolicies, Verdict, function_roles, judge_calls, role_policies
 from punctual_tools.iam.calls import AccessRequest, requests_of
 

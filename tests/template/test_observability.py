@@ -1,6 +1,6 @@
-"""The dashboard and alarms of template.yaml read metrics that exist: Punctual's own (names from punctual.metrics,
-which the code writes) and AWS's (the metric and dimension names AWS documents), on resources of this stack, with
-thresholds that follow the template's parameters and the poller's timeout."""
+"""The dashboard and alarms of template.yaml read metrics that exist: Punctual's own (names from
+punctual.runtime.metrics, which the code writes) and AWS's (the metric and dimension names AWS documents), on resources
+of this stack, with thresholds that follow the template's parameters and the poller's timeout."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from template_tools import SUB_VARIABLE, sub_text, substitute
 
-from punctual import metrics
-from punctual.poller import DEADLINE_MARGIN_MS
+from punctual.polling.poller import DEADLINE_MARGIN_MS
+from punctual.runtime import metrics
 
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName", "AWS::URLSuffix"}
 DUE_INDEX = "due"
@@ -102,7 +102,7 @@ def test_the_dashboard_body_is_json_whose_placeholders_exist(
 
 
 def test_punctual_metrics_on_the_dashboard_are_those_the_code_writes(metric_rows: list[Any]) -> None:
-    # Given every row of namespace Punctual  Then its metric is in punctual.metrics.ALL and its dimensions are
+    # Given every row of namespace Punctual  Then its metric is in punctual.runtime.metrics.ALL and its dimensions are
     # exactly Powertools' default service dimension (a row with other dimensions would show no data)
     punctual_rows = [r for r in metric_rows if r[0] == metrics.NAMESPACE]
     assert punctual_rows
@@ -208,7 +208,7 @@ def _rest_api_dimensions(cfn_resources: dict[str, Any]) -> dict[str, str]:
 
 def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], metric_rows: list[Any]) -> None:
     # Given every metric of every alarm (metric math included) and of every dashboard row  Then a Punctual one is
-    # in punctual.metrics.ALL under exactly the service dimension; an AWS one is a metric AWS publishes, under a
+    # in punctual.runtime.metrics.ALL under exactly the service dimension; an AWS one is a metric AWS publishes, under a
     # dimension set it publishes it with, naming a resource of this stack (the function, queue, table, index)
     indexes = {i["IndexName"] for i in cfn_resources["TasksTable"]["Properties"]["GlobalSecondaryIndexes"]}
     assert DUE_INDEX in indexes

@@ -22,10 +22,10 @@ from template_tools import (
     sub_text,
 )
 
-from punctual import tenancy
-from punctual.dynamodb.codec import schedule_id_of_key, schedule_key
-from punctual.executor import MAX_ACTION_TIMEOUT_MS
-from punctual.schedules import occurrence_id
+from punctual.domain import tenancy
+from punctual.domain.schedules import occurrence_id
+from punctual.executing.executor import MAX_ACTION_TIMEOUT_MS
+from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 
 FUNCTIONS = {
     "PollerFunction": "src/poller/",
@@ -217,7 +217,7 @@ def test_only_a_fanned_out_poller_may_invoke_itself(
     }
 
 
-# Secrets a task names by reference, readable by the executor under the prefixes punctual.secrets allows only.
+# Secrets a task names by reference, readable by the executor under the prefixes punctual.targets.secrets allows only.
 TASK_SECRETS = {
     "ssm:GetParameter": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/punctual/*",
     "secretsmanager:GetSecretValue": (
@@ -571,7 +571,7 @@ def test_the_store_needs_no_other_table_permission() -> None:
     # Given the DynamoDB adapter's source  Then it never deletes an item nor batch-writes, and its transactions
     # hold Put and Update items only, which PutItem and UpdateItem cover (TransactWriteItems is no IAM action)
     source = "\n".join(
-        path.read_text(encoding="utf-8") for path in sorted((ROOT / "src/shared/punctual/dynamodb").glob("*.py"))
+        path.read_text(encoding="utf-8") for path in sorted((ROOT / "src/shared/punctual/stores/dynamodb").glob("*.py"))
     )
     assert "transact_write_items(" in source
     for call in (".delete_item(", ".batch_write_item(", ".execute_statement(", '"Delete":', '"ConditionCheck":'):
@@ -676,7 +676,7 @@ def test_the_deny_matches_exactly_the_keys_the_store_takes_for_schedules(
     "name", ["acme", "a", "tenant-7", "x" * 40, "", "Acme", "-acme", "acme-", "a--b", "x" * 41, "ac/me", "ac*"]
 )
 def test_the_direct_role_tenant_parameter_takes_tenant_names_only(sam_template: dict[str, Any], name: str) -> None:
-    # Given TenantDirectRoleTenant's pattern  Then it accepts exactly the tenant names of punctual.tenancy (or
+    # Given TenantDirectRoleTenant's pattern  Then it accepts exactly the tenant names of punctual.domain.tenancy (or
     # empty: no role), so its LeadingKeys prefix is the one the API writes
     pattern = sam_template["Parameters"]["TenantDirectRoleTenant"]["AllowedPattern"]
     assert bool(re.fullmatch(pattern, name)) is (name == "" or tenancy.is_tenant(name))

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from template_tools import ROOT
 
-from punctual import metrics
-from punctual.settings import ENV_PREFIX, Settings
-from punctual.tenant_map import TenantMap
+from punctual.config.settings import ENV_PREFIX, Settings
+from punctual.config.tenant_map import TenantMap
+from punctual.runtime import metrics
 from punctual_tools.settings import LocalSettings
 
 FUNCTIONS = ("PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunction")
@@ -118,7 +118,7 @@ FULL_TENANT_MAP = json.dumps(
 
 
 def _full_form_is_read() -> bool:
-    """Whether :class:`punctual.tenant_map.TenantMap` reads the full form yet (the short form it always has)."""
+    """Whether :class:`punctual.config.tenant_map.TenantMap` reads the full form yet (the short form it always has)."""
     try:
         TenantMap.parse('{"principals": {}, "tenants": {}}')
     except ValueError:
@@ -131,7 +131,7 @@ def test_the_tenant_map_parameter_is_a_valid_setting(sam_template: dict[str, Any
     # Given TenantMap's default, or a map in either form  Then Settings accepts it (a bad map would fail every
     # cold start of the API function and the executor) and its length limit admits it
     if value == FULL_TENANT_MAP and not _full_form_is_read():
-        pytest.skip("punctual.tenant_map.TenantMap does not read the full form yet")
+        pytest.skip("punctual.config.tenant_map.TenantMap does not read the full form yet")
     parameter = sam_template["Parameters"]["TenantMap"]
     text = parameter["Default"] if value == "default" else value
     assert len(text) <= parameter["MaxLength"]
@@ -203,7 +203,7 @@ def test_the_poll_interval_setting_is_the_poller_schedule(sam_template: dict[str
 
 
 def test_powertools_writes_where_the_dashboard_reads(sam_template: dict[str, Any]) -> None:
-    # Given the Powertools variables  Then metrics land in punctual.metrics' namespace and service dimension
+    # Given the Powertools variables  Then metrics land in punctual.runtime.metrics' namespace and service dimension
     env = sam_template["Globals"]["Function"]["Environment"]["Variables"]
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == metrics.NAMESPACE
     assert env["POWERTOOLS_SERVICE_NAME"] == metrics.SERVICE

@@ -1,5 +1,5 @@
 """Tracing adds no subsegment per AWS call: the functions trace (``Tracing: Active`` in template.yaml) and the
-handlers' Tracer (:func:`punctual.observability.handler_tools`) records the handler's segment only.
+handlers' Tracer (:func:`punctual.runtime.observability.handler_tools`) records the handler's segment only.
 
 Patching is process-wide and cannot be undone, so each case runs in a fresh interpreter that looks like Lambda
 to Powertools (``LAMBDA_TASK_ROOT`` and a trace header set, so tracing is on) and captures what the X-Ray SDK
@@ -35,7 +35,7 @@ class Capture:  # the X-Ray SDK's emitter interface, keeping what it would send 
     ip, port = "127.0.0.1", 2000
 
 if sys.argv[1] == "punctual":
-    from punctual.observability import handler_tools
+    from punctual.runtime.observability import handler_tools
     tracer = handler_tools()[2]
 else:  # Powertools' default, to show that the probe sees patching
     from aws_lambda_powertools import Tracer

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import coldstart
 
-from punctual.settings import Settings
+from punctual.config.settings import Settings
 
 
 def test_the_poll_s_shortest_lead_is_the_fast_path_margin_and_the_fast_path_s_is_the_drift_bench_s() -> None:

@@ -18,7 +18,7 @@ import bench
 from cpu_use import CpuUse
 from floors import FloorRunner, burst_shares, steady_offsets
 
-from punctual.keys import shard_of
+from punctual.domain.keys import shard_of
 from punctual_tools.stats import summarize
 
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual.actions import LogAction
-from punctual.model import Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus
+from punctual.targets import LogAction
 from punctual_tools.checker import (
     Expected,
     Fire,

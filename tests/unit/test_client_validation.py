@@ -6,11 +6,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from punctual.actions import HttpAction, LogAction
-from punctual.client import Client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
 from punctual.errors import InvalidTaskError
-from punctual.keys import from_ms
-from punctual.settings import Settings
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction, LogAction
 from support import FakeClock, NoRepository
 
 NOW_MS = 1_700_000_000_000

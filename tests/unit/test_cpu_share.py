@@ -1,4 +1,4 @@
-"""punctual.cpu_share: the CPU quota of this process, read from its cgroup (v1 or v2, the tightest of the group
+"""punctual.config.cpu_share: the CPU quota of this process, read from its cgroup (v1 or v2, the tightest of the group
 and its ancestors), else from Lambda's memory size."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from punctual.cpu_share import cgroup_cpu_share, detect_cpu_share
+from punctual.config.cpu_share import cgroup_cpu_share, detect_cpu_share
 
 
 def write(path: Path, text: str) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.decisions import LOST_EXECUTOR, decide_before_fire, decide_outcome
-from punctual.keys import from_ms
-from punctual.model import Outcome, Task
-from punctual.retry import RetryPolicy
+from punctual.domain.decisions import LOST_EXECUTOR, decide_before_fire, decide_outcome
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Outcome, Task
+from punctual.domain.retry import RetryPolicy
+from punctual.targets import LogAction
 
 DUE = 1_900_000_000_000
 

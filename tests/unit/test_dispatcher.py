@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from punctual.clock import SystemClock
-from punctual.dispatcher import (
+from punctual.domain.clock import SystemClock
+from punctual.executing.dispatcher import (
     FIRE_SWITCH_INTERVAL_S,
     FIRE_WINDOWS,
     QUOTA_SPIN_S,

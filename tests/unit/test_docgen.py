@@ -1,5 +1,6 @@
 """The docs site's generated blocks (docs/rest-api.md from openapi.json, docs/cli.md from the CLI's parser,
-docs/contributing.md's source layout from the tree) are the ones punctual_tools.docgen makes: never typed."""
+docs/contributing.md's layers, their picture and the source layout from the tree) are the ones
+punctual_tools.docgen makes: never typed."""
 
 from __future__ import annotations
 
@@ -131,3 +132,22 @@ def test_the_life_cycle_table_names_every_kind_of_write_the_store_makes() -> Non
     written = set(rows[1:])
     # Then it has a row for each kind of conditional write, and for the create, and no other
     assert written == _write_kinds() | {"CREATE"}
+
+
+def test_the_picture_draws_an_import_only_where_no_other_import_implies_it() -> None:
+    # Given a imports b and c, b imports c, c imports nothing
+    parts = {"a": {"b", "c"}, "b": {"c"}, "c": set()}
+    # When reduced  Then a's arrow to c goes, since a reaches c through b
+    assert docgen.direct_imports(parts) == {"a": {"b"}, "b": {"c"}, "c": set()}
+
+
+def test_the_layers_table_and_picture_name_every_part_of_the_runtime() -> None:
+    # Given the layers the tooling names
+    from punctual_tools.layout import PARTS
+
+    table, picture = "\n".join(docgen.layers_block()), docgen.layers_svg()
+    # Then each part has its row in the table and its box in the picture
+    for part in PARTS:
+        assert f"| `{part}` |" in table
+        label = "punctual (public API)" if part == "punctual" else part.removeprefix("punctual.")
+        assert f">{label}</text>" in picture

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.keys import from_ms
-from punctual.model import Task, TaskStatus
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task, TaskStatus
+from punctual.targets import LogAction
 from punctual_tools import cli
 from punctual_tools.drift import (
     PlotsUnavailableError,

@@ -12,9 +12,9 @@ import pytest
 
 import punctual
 from punctual import errors
-from punctual.actions import LogAction
 from punctual.api.app import instant
-from punctual.client import Client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
 from punctual.errors import (
     ConflictError,
     InvalidRequestError,
@@ -31,8 +31,8 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.keys import from_ms
-from punctual.settings import Settings
+from punctual.scheduling.client import Client
+from punctual.targets import LogAction
 from support import FakeClock, NoRepository
 
 PACKAGE = Path(punctual.__file__).parent
@@ -88,7 +88,7 @@ def test_no_module_of_the_runtime_package_defines_an_exception_class_outside_err
     # Then none defines one, but for a private signal that never leaves its module (the URL parser's)
     public = {module: names for module, names in defined.items() if any(not n.startswith("_") for n in names)}
     assert public == {}
-    assert {module: names for module, names in defined.items() if names} == {"hosts.py": ["_InvalidError"]}
+    assert {module: names for module, names in defined.items() if names} == {"network/hosts.py": ["_InvalidError"]}
 
 
 def test_the_ast_walk_finds_exception_classes(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual import fastpath
-from punctual.dynamodb.schema import stream_filter_patterns
-from punctual.fastpath import candidate_of_record, choose_path, matches
-from punctual.model import TaskStatus
+from punctual.domain.model import TaskStatus
+from punctual.polling import fastpath
+from punctual.polling.fastpath import candidate_of_record, choose_path, matches
+from punctual.stores.dynamodb.schema import stream_filter_patterns
 
 
 def record(

@@ -1,4 +1,4 @@
-"""punctual.actions.registry.FireLoop: coroutines handed over from many threads each run once and report their
+"""punctual.targets.registry.FireLoop: coroutines handed over from many threads each run once and report their
 outcome; a closed loop refuses work instead of leaving a caller waiting; warm-ups run after their delay."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from punctual.actions import FireLoop, Warmup
+from punctual.targets import FireLoop, Warmup
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_warm_ups_run_after_their_delay_and_a_failing_one_is_logged(
         raise OSError("unreachable")
 
     # When three warm-ups are scheduled, the failing one first
-    with caplog.at_level(logging.WARNING, logger="punctual.actions.registry"):
+    with caplog.at_level(logging.WARNING, logger="punctual.targets.registry"):
         loop.schedule([Warmup(0.0, broken), Warmup(0.2, lambda: note("later")), Warmup(0.0, lambda: note("now"))])
         assert done.wait(30)
         # Then the others ran, in the order of their delays, and the failure was logged

@@ -2,7 +2,7 @@
 
 Two contracts are fuzzed here:
 
-* ``punctual.model.Task`` (and the action union): a valid task survives model -> canonical JSON -> model
+* ``punctual.domain.model.Task`` (and the action union): a valid task survives model -> canonical JSON -> model
   unchanged, with a stable content hash; an invalid field raises pydantic's ``ValidationError`` whose every
   error location starts with that field (the model's documented error, see tests/unit/test_model.py).
 * ``Client.build_task`` (what ``schedule`` validates before it writes): bad input raises
@@ -29,11 +29,9 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from punctual.actions import HttpAction, LogAction
-from punctual.client import Client
-from punctual.errors import InvalidTaskError, TargetRefusedError
-from punctual.keys import from_ms, to_ms
-from punctual.model import (
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.model import (
     Action,
     Task,
     TaskStatus,
@@ -42,8 +40,10 @@ from punctual.model import (
     known_action_kinds,
     parse_action,
 )
-from punctual.netpolicy import TargetPolicy
-from punctual.settings import Settings
+from punctual.errors import InvalidTaskError, TargetRefusedError
+from punctual.network.policy import TargetPolicy
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction, LogAction
 from support import NoRepository, Opaque, clean_text, json_payloads, path_segments, reorder_keys, task_ids, zones
 
 fuzz = fuzz_settings(max_examples=100, deadline=None)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from punctual.heartbeat import SAFETY_MS, Heartbeat
+from punctual.executing.heartbeat import SAFETY_MS, Heartbeat
 from support import FakeClock
 
 
@@ -143,7 +143,7 @@ def test_repeated_failures_log_one_traceback_until_a_renewal_succeeds(caplog: py
     assert beat.start("x-1")
     store.fail = True
     # When three renewals fail, one succeeds, and another fails
-    with caplog.at_level("ERROR", logger="punctual.executor"):
+    with caplog.at_level("ERROR", logger="punctual.executing.executor"):
         for _ in range(3):
             assert beat.beat() is False
         store.fail = False

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from punctual.actions import LogAction
-from punctual.dynamodb.codec import candidate_of_item, item_to_task, new_task_item, to_av
-from punctual.dynamodb.schedules import schedule_of_item
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
 from punctual.errors import UndecodableItemError
-from punctual.keys import from_ms
-from punctual.model import Task
+from punctual.stores.dynamodb.codec import candidate_of_item, item_to_task, new_task_item, to_av
+from punctual.stores.dynamodb.schedules import schedule_of_item
+from punctual.targets import LogAction
 
 DUE = 1_900_000_000_000
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual.keys import (
+from punctual.domain.keys import (
     BUCKET_MS,
     bucket_start,
     buckets_between,

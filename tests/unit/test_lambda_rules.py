@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from punctual.dynamodb.schema import load_template
+from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.lambda_rules import (
     EXECUTOR_FUNCTION,
     LAMBDA_DEFAULT_EVENT_AGE_S,

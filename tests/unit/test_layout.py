@@ -5,81 +5,32 @@ Every import counts, wherever it is written: at module level, inside a function,
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / "src" / "shared"
-PACKAGE = SHARED / "punctual"
+from punctual_tools.layout import (
+    LAYERS,
+    SHARED,
+    find_cycle,
+    import_graph,
+    part_of,
+    runtime_modules,
+    violations,
+)
+from punctual_tools.layout import imported_names as imports_among
+
+ROOT = SHARED.parents[1]
 HANDLERS = sorted(ROOT.glob("src/*/app.py"))
 MAX_LINES = 500
 # What the runtime must never import: the tooling, and the handlers (each deployed as its own top-level ``app``).
 UPWARD = frozenset({"punctual_tools", "app", "src", *(path.parent.name for path in HANDLERS)})
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(SHARED).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+MODULES = runtime_modules()
 
 
 def imported_names(path: Path, module: str) -> Iterator[str]:
-    """Every module name ``path`` (the module ``module``) imports, relative imports resolved.
-
-    ``from package import name`` names the submodule when ``name`` is one, else the package.
-    """
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join([*base, node.module] if node.module else base)
-            else:
-                source = node.module or ""
-            for alias in node.names:
-                submodule = f"{source}.{alias.name}"
-                yield submodule if submodule in MODULES else source
-
-
-def runtime_imports(path: Path, module: str) -> set[str]:
-    """The modules of ``punctual`` that ``path`` imports."""
-    return {name for name in imported_names(path, module) if name in MODULES and name != module}
-
-
-def import_graph() -> dict[str, set[str]]:
-    return {module: runtime_imports(path, module) for module, path in MODULES.items()}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle of ``graph`` as the list of modules around it (first repeated last), or None."""
-    state: dict[str, str] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = "open"
-        stack.append(node)
-        for successor in sorted(graph.get(node, ())):
-            if state.get(successor) == "open":
-                return [*stack[stack.index(successor) :], successor]
-            if successor not in state and (cycle := visit(successor)):
-                return cycle
-        stack.pop()
-        state[node] = "done"
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
+    return imports_among(path, module, set(MODULES))
 
 
 def test_the_cycle_finder_names_the_circle_it_finds() -> None:
@@ -93,16 +44,18 @@ def test_the_graph_sees_imports_inside_functions_and_under_type_checking(tmp_pat
     source = tmp_path / "lazy.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from .model import Task\n"
-        "def f():\n    from . import clock\n    import punctual.errors\n"
+        "if TYPE_CHECKING:\n    from .domain.model import Task\n"
+        "def f():\n    from .domain import clock\n    import punctual.errors\n"
     )
     # When read as punctual.lazy  Then every one of its imports is an edge
-    assert {"punctual.model", "punctual.clock", "punctual.errors"} <= set(imported_names(source, "punctual.lazy"))
+    assert {"punctual.domain.model", "punctual.domain.clock", "punctual.errors"} <= set(
+        imported_names(source, "punctual.lazy")
+    )
 
 
 def test_no_module_of_the_runtime_imports_itself_round_a_circle() -> None:
     # Given every import of every module in src/shared/punctual  When drawn as a graph  Then it has no circle
-    cycle = find_cycle(import_graph())
+    cycle = find_cycle(import_graph(MODULES))
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
@@ -146,3 +99,34 @@ def test_a_handler_imports_the_runtime_and_neither_the_tooling_nor_another_handl
     # Then it uses the runtime package, and nothing above it
     assert any(name.split(".")[0] == "punctual" for name in names)
     assert {name for name in names if name.split(".")[0] in UPWARD} == set()
+
+
+def test_every_module_of_the_runtime_belongs_to_a_part_of_a_layer() -> None:
+    # Given every module in src/shared/punctual  Then each sits in one of the parts the layers name
+    assert [module for module in MODULES if part_of(module) is None] == []
+    # And every part the layers name is in the tree
+    assert [part for layer in LAYERS for part in layer if part not in MODULES] == []
+
+
+def test_an_import_up_a_layer_or_across_one_is_a_violation_and_one_down_is_not() -> None:
+    # Given a graph with an import down, one up, one between parts of a layer, one within a part, one from nowhere
+    graph = {
+        "punctual.polling.poller": {"punctual.domain.model", "punctual.polling.invoker"},
+        "punctual.domain.model": {"punctual.stores.ports"},
+        "punctual.executing.executor": {"punctual.polling.invoker"},
+        "punctual.polling.invoker": set(),
+        "punctual.loose": {"punctual.errors"},
+    }
+    # When judged  Then the import up, the one across and the one from a module in no part are named
+    assert [str(v) for v in violations(graph)] == [
+        "punctual.domain.model (punctual.domain) imports punctual.stores.ports (punctual.stores)",
+        "punctual.executing.executor (punctual.executing) imports punctual.polling.invoker (punctual.polling)",
+        "punctual.loose (None) imports punctual.errors (punctual.errors)",
+    ]
+
+
+def test_a_module_imports_only_its_own_part_and_the_layers_below_it() -> None:
+    # Given every import of every module in src/shared/punctual, wherever written
+    found = violations(import_graph(MODULES))
+    # Then none goes up a layer nor across to another part of the same layer
+    assert [str(violation) for violation in found] == []

@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError, create_model
 
-from punctual import model
-from punctual.actions import HttpAction, LogAction
-from punctual.model import (
+from punctual.domain import model
+from punctual.domain.model import (
     Action,
     Outcome,
     Task,
@@ -28,6 +27,7 @@ from punctual.model import (
     register_action_model,
     status_after,
 )
+from punctual.targets import HttpAction, LogAction
 
 # No per-example deadline: a busy machine must not fail a property for taking its time.
 relaxed = settings(deadline=None)

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 
-from punctual.addresses import public_address_problem
 from punctual.errors import TargetRefusedError
-from punctual.hosts import MAX_URL_LENGTH, parse_ip_literal, redact_url
-from punctual.netpolicy import Allowlist, Target, TargetPolicy
+from punctual.network.addresses import public_address_problem
+from punctual.network.hosts import MAX_URL_LENGTH, parse_ip_literal, redact_url
+from punctual.network.policy import Allowlist, Target, TargetPolicy
 
 fuzz = fuzz_settings(max_examples=200, deadline=None)
 DEFAULT = TargetPolicy()

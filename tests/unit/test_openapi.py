@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from punctual.api import build_app, openapi_document
-from punctual.tenant_map import TenantMap
+from punctual.config.tenant_map import TenantMap
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from punctual import priority
-from punctual.dispatcher import Dispatcher
-from punctual.priority import (
+from punctual.executing import priority
+from punctual.executing.dispatcher import Dispatcher
+from punctual.executing.priority import (
     default_background_cpus,
     lower_current_thread,
     parse_cpu_list,

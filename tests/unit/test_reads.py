@@ -12,7 +12,7 @@ from botocore.parsers import create_parser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punctual.dynamodb.reads import FAST_OPERATIONS, parse_fast
+from punctual.stores.dynamodb.reads import FAST_OPERATIONS, parse_fast
 
 _MODEL = botocore.session.get_session().get_service_model("dynamodb")
 

@@ -1,5 +1,5 @@
-"""punctual.recorder.Recorder.room_in: how many records a gap between fires takes. On whole cores, all of them once
-the gap is QUIET_S; under a CPU quota, only those whose writes, at ``cpu / share`` of wall time, end a quota period
+"""punctual.executing.recorder.Recorder.room_in: how many records a gap between fires takes. On whole cores, all of them
+once the gap is QUIET_S; under a CPU quota, only those whose writes, at ``cpu / share`` of wall time, end a quota period
 before the next fire."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from punctual.clock import SystemClock
-from punctual.dispatcher import Dispatcher
-from punctual.recorder import QUIET_S, QUOTA_PERIOD_S, RECORD_CPU_S, Recorder
-from punctual.store import TaskStore
+from punctual.domain.clock import SystemClock
+from punctual.executing.dispatcher import Dispatcher
+from punctual.executing.recorder import QUIET_S, QUOTA_PERIOD_S, RECORD_CPU_S, Recorder
+from punctual.stores.ports import TaskStore
 
 
 @pytest.fixture

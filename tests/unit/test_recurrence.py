@@ -1,4 +1,4 @@
-"""Schedule expressions and their occurrences (punctual.recurrence): parsing, EventBridge's cron dialect, the
+"""Schedule expressions and their occurrences (punctual.domain.recurrence): parsing, EventBridge's cron dialect, the
 time-zone rules, and properties of the occurrence iterator against the cron library (croniter)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.recurrence import At, Cron, Rate, occurrences_after, parse_expression, wall_to_ms, zone
 from punctual.errors import ExpressionError
-from punctual.keys import from_ms, to_ms
-from punctual.recurrence import At, Cron, Rate, occurrences_after, parse_expression, wall_to_ms, zone
 
 
 def local_times(expression: str, tz: str, after: datetime, count: int, anchor: datetime | None = None) -> list[str]:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from punctual.retry import RetryPolicy, backoff_cap_ms, retry_delay_ms
+from punctual.domain.retry import RetryPolicy, backoff_cap_ms, retry_delay_ms
 
 policies = st.builds(
     RetryPolicy,

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from punctual.actions import LogAction
-from punctual.keys import from_ms
-from punctual.schedules import MAX_CHUNK, TRANSACTION_BYTES, Schedule, chunk_size, plan_advance
+from punctual.domain.keys import from_ms
+from punctual.domain.schedules import MAX_CHUNK, TRANSACTION_BYTES, Schedule, chunk_size, plan_advance
+from punctual.targets import LogAction
 
 START_MS = 1_900_000_020_000
 

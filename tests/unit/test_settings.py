@@ -17,11 +17,11 @@ import boto3
 import pytest
 from pydantic import TypeAdapter
 
-from punctual import priority
-from punctual.actions import FireLog
-from punctual.aws import build_store
+from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.errors import SettingsError
-from punctual.settings import ENV_PREFIX, Settings
+from punctual.executing import priority
+from punctual.stores.dynamodb import build_store
+from punctual.targets import FireLog
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import FunctionLimits
 from punctual_tools.local.stack import settings_env
@@ -244,7 +244,7 @@ def test_a_bad_new_variable_is_named(name: str, value: str) -> None:
     [
         "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
         "http://localhost:4566/000000000000/dlq",
-        "file:///var/punctual/dlq.jsonl",
+        "file:///var/punctual/stores/dlq.jsonl",
         "file:///tmp/dead%20letters/dlq.jsonl",
     ],
 )
@@ -290,8 +290,8 @@ def test_build_store_leaves_cpu_confinement_untouched(monkeypatch: pytest.Monkey
 
 
 HANDLER = """
-from punctual import priority
-from punctual.actions import FireLog
+from punctual.executing import priority
+from punctual.targets import FireLog
 
 AT_LOAD = {"cpus": sorted(priority._background_cpus or []), "fire_log": FireLog._path,
            "realtime": priority._realtime_firing}

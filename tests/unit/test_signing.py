@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
 from punctual.errors import SigningSecretError
-from punctual.signing import (
+from punctual.targets.signing import (
     SECRET_PREFIX,
     WebhookVerificationError,
     generate_signing_secret,

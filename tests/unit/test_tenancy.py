@@ -1,4 +1,4 @@
-"""Tenant names in keys (punctual.tenancy) and the schedule item's key."""
+"""Tenant names in keys (punctual.domain.tenancy) and the schedule item's key."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from punctual.actions import TargetRules
-from punctual.dynamodb.codec import schedule_id_of_key, schedule_key
+from punctual.config.settings import Settings
+from punctual.config.tenant_map import Quotas, TenantMap, TenantPolicy, role_arn
+from punctual.domain.model import SCHEDULE_NAME, TENANT
+from punctual.domain.tenancy import interleave_by_tenant, is_tenant, qualify, split, unqualify
 from punctual.errors import TargetRefusedError
-from punctual.model import SCHEDULE_NAME, TENANT
-from punctual.secrets import SecretRules
-from punctual.settings import Settings
-from punctual.tenancy import interleave_by_tenant, is_tenant, qualify, split, unqualify
-from punctual.tenant_map import Quotas, TenantMap, TenantPolicy, role_arn
+from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
+from punctual.targets import TargetRules
+from punctual.targets.secrets import SecretRules
 
 tenants = st.from_regex(rf"\A{TENANT}\Z").filter(is_tenant)
 names = st.from_regex(rf"\A{SCHEDULE_NAME}\Z")

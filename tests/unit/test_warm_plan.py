@@ -1,11 +1,11 @@
-"""punctual.actions.http.warm_plan: which webhooks of a batch share a warm-up (fires to one host due together)."""
+"""punctual.targets.http.warm_plan: which webhooks of a batch share a warm-up (fires to one host due together)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from punctual.actions.http import TOGETHER_S, warm_plan
+from punctual.targets.http import TOGETHER_S, warm_plan
 
 
 def test_a_burst_is_one_run() -> None:

@@ -1,4 +1,4 @@
-"""punctual.actions.wire: how an answer is framed (so that its connection can serve the next request), with the
+"""punctual.targets.wire: how an answer is framed (so that its connection can serve the next request), with the
 answer's bytes fed in arbitrary pieces."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from punctual.actions.wire import MAX_HEAD, _Connection
 from punctual.errors import WireError
+from punctual.targets.wire import MAX_HEAD, _Connection
 
 
 class FakeTransport(asyncio.Transport):

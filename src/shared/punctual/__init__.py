@@ -1,10 +1,9 @@
 """Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local."""
 
-from .actions import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
-from .api_client import ApiClient
-from .bulk import ScheduleResult
-from .client import Client
-from .errors import (
+from punctual.config.settings import Settings
+from punctual.domain.model import Action, Task, TaskStatus
+from punctual.domain.schedules import Schedule, ScheduleState
+from punctual.errors import (
     ApiError,
     ConflictError,
     InvalidRequestError,
@@ -22,9 +21,10 @@ from .errors import (
     TaskStateError,
     UndecodableItemError,
 )
-from .model import Action, Task, TaskStatus
-from .schedules import Schedule, ScheduleState
-from .settings import Settings
+from punctual.scheduling.api_client import ApiClient
+from punctual.scheduling.bulk import ScheduleResult
+from punctual.scheduling.client import Client
+from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 
 
 def connect(settings: Settings | None = None) -> Client | ApiClient:

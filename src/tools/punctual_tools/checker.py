@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from punctual.keys import to_ms
+from punctual.domain.keys import to_ms
 
 from .stats import summarize
 
@@ -55,7 +55,7 @@ _EXAMPLES = 5  # keys shown per non-zero figure in format()
 class Expected:
     """One occurrence that should fire at ``due_ms``.
 
-    ``outcome`` is what the table recorded (a :class:`~punctual.model.TaskStatus` value), if known;
+    ``outcome`` is what the table recorded (a :class:`~punctual.domain.model.TaskStatus` value), if known;
     ``grace_ms`` the occurrence's misfire grace, if it should be checked; ``fire_late`` whether its misfire
     policy lets it fire past the grace.
     """
@@ -216,7 +216,7 @@ def check(
         Tolerance for "early" and "late" (and added to the grace for "past grace").
     allowance:
         Keys for which one extra fire is explained (the crash window: fired, then the executor died before
-        recording; see ``punctual.dynamodb.writes``).
+        recording; see ``punctual.stores.dynamodb.writes``).
     late_is_failure:
         Count fires later than ``due + epsilon_ms`` as a failure (by default they are only reported).
     windows:
@@ -339,7 +339,7 @@ def occurrence_due_ms(task: Any) -> int:
 
 
 def expected_from_tasks(tasks: Iterable[Any]) -> list[Expected]:
-    """Expected occurrences from :class:`~punctual.model.Task` objects as stored (their status is the
+    """Expected occurrences from :class:`~punctual.domain.model.Task` objects as stored (their status is the
     outcome, their grace and misfire policy are checked; drift is measured from the occurrence's first due
     instant, before any retry moved it)."""
     return [
@@ -377,10 +377,10 @@ def expected_from_schedule(
     schedule: Any, after_ms: int, until_ms: int, stored: Mapping[str, Any], downtime: Iterable[tuple[int, int]] = ()
 ) -> list[Expected]:
     """Every occurrence a recurring schedule's definition has in ``(after_ms, until_ms]``, computed from its
-    expression (:mod:`punctual.recurrence`), not from what the chain made; each with the outcome of its task in
+    expression (:mod:`punctual.domain.recurrence`), not from what the chain made; each with the outcome of its task in
     ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
     ``(start, end)`` more than its grace before the window ended is SKIPPED (the downtime policy), not lost."""
-    from punctual.schedules import instants_after, occurrence_id
+    from punctual.domain.schedules import instants_after, occurrence_id
 
     windows = list(downtime)
     expected: list[Expected] = []

@@ -33,17 +33,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
 from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
-from punctual.keys import from_ms
-from punctual.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
-from punctual.settings import Settings
+from punctual.scheduling.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
 
 from .progress import CLEAR_LINE, ProgressLine
 
 log = logging.getLogger("punctual")
 
 
-_NOISY = ("botocore", "boto3", "urllib3", "punctual.fire", "punctual.poller")
+_NOISY = ("botocore", "boto3", "urllib3", "punctual.fire", "punctual.polling.poller")
 
 
 def _setup_logging(verbose: bool) -> Callable[[], None]:
@@ -93,7 +93,7 @@ def _threads(text: str) -> int:
 
 def _tenant(text: str) -> str:
     """A tenant's name from the command line (argparse reports a bad one)."""
-    from punctual.tenancy import is_tenant
+    from punctual.domain.tenancy import is_tenant
 
     if not is_tenant(text):
         raise argparse.ArgumentTypeError(f"not a tenant name: {text!r} (lower-case letters, digits and '-')")
@@ -153,7 +153,7 @@ def _print_poll(report: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from punctual.client import Client
+    from punctual.scheduling.client import Client
 
     from .demo import format_report, run_demo
     from .local.stack import LocalStack
@@ -239,7 +239,7 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
     tenant = _api_tenant(args)
     if not args.api:
         return {}
-    from punctual.api_client import ApiClient
+    from punctual.scheduling.api_client import ApiClient
 
     from .local.stack import read_state
 
@@ -255,7 +255,7 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from punctual.client import Client
+    from punctual.scheduling.client import Client
 
     from .demo import EPSILON_MS, format_report, loopback_allowed, run_demo
     from .local.stack import LocalStack, _alive, read_state
@@ -318,7 +318,7 @@ DEMO_RATES = (250, 500, 1000)  # the demo's recurring schedules: rate(N millisec
 
 def _rates(text: str) -> tuple[int, ...]:
     """``--recurring``: comma-separated rates in ms (each at least the shortest rate a schedule takes), or none."""
-    from punctual.recurrence import MIN_RATE_MS
+    from punctual.domain.recurrence import MIN_RATE_MS
 
     if text.strip().lower() in ("", "none", "0"):
         return ()
@@ -355,7 +355,7 @@ def _parse_when(args: argparse.Namespace) -> datetime:
 
 def _settings(args: argparse.Namespace) -> Settings:
     """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one."""
-    from punctual.dlq import file_queue_url
+    from punctual.stores.dlq import file_queue_url
 
     from .local.stack import read_state
 
@@ -374,13 +374,13 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _client(args: argparse.Namespace) -> Any:
     """The client a command uses: the table directly, or the REST API with ``--api`` (or ``PUNCTUAL_API_URL``):
     with ``--aws`` (or a URL set) AWS's, SigV4-signed; else the running local stack's, with its token."""
-    from punctual.client import Client
+    from punctual.scheduling.client import Client
 
     settings = _settings(args)
     tenant = _api_tenant(args)
     if not getattr(args, "api", False) and not settings.api_url:
         return Client(settings)
-    from punctual.api_client import ApiClient
+    from punctual.scheduling.api_client import ApiClient
 
     from .local.stack import read_state
 
@@ -606,15 +606,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_redrive(args: argparse.Namespace) -> int:
     """FAILED tasks back to PENDING (due now, attempts afresh), then their dead letters removed
-    (:func:`punctual.redrive.redrive_tasks`), and its report printed: a line per task, then the counts.
+    (:func:`punctual.scheduling.redrive.redrive_tasks`), and its report printed: a line per task, then the counts.
 
     The tasks are those named, or with ``--all`` every task with a dead letter and every FAILED task in the table
     (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
     that is not FAILED any more (already redriven) is left alone and said so; its stale dead letters are removed.
     """
-    from punctual.aws import build_store
-    from punctual.clock import SystemClock
-    from punctual.dlq import build_dead_letter_queue
+    from punctual.domain.clock import SystemClock
+    from punctual.stores.dlq import build_dead_letter_queue
+    from punctual.stores.dynamodb import build_store
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
@@ -649,8 +649,8 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from .drift import entries_from_tasks, read_fire_log, save_pictures, series_of
 
     if args.table:
-        from punctual.aws import build_store
-        from punctual.model import Outcome, status_after
+        from punctual.domain.model import Outcome, status_after
+        from punctual.stores.dynamodb import build_store
 
         statuses = [status_after(o) for o in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY)]  # what a fire leaves
         tasks = build_store(_settings(args)).list_tasks(statuses)

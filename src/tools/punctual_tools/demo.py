@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from punctual.actions import HttpAction, LogAction
-from punctual.client import Client
-from punctual.keys import from_ms, next_tick
-from punctual.model import Action, TaskStatus
-from punctual.schedules import is_occurrence_id, occurrence_id
-from punctual.tenancy import qualify, unqualify
+from punctual.domain.keys import from_ms, next_tick
+from punctual.domain.model import Action, TaskStatus
+from punctual.domain.schedules import is_occurrence_id, occurrence_id
+from punctual.domain.tenancy import qualify, unqualify
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction, LogAction
 
 from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from .progress import ProgressLine
@@ -224,7 +224,7 @@ def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
     ``port`` (None: on any port)."""
     from ipaddress import ip_address
 
-    from punctual.netpolicy import TargetPolicy
+    from punctual.network.policy import TargetPolicy
 
     return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
@@ -250,8 +250,8 @@ def run_demo(
     ``webhooks`` tasks POST to a loopback receiver started here on ``receiver_port`` (0: any free one; in a
     process of its own), which the stack's executors and ``client`` must be allowed to reach
     (``PUNCTUAL_ALLOWED_TARGETS``, and through the API the tenant's targets: the stack's ``receiver_port``).
-    With ``api`` (an :class:`~punctual.api_client.ApiClient` whose caller is ``tenant``) everything is scheduled
-    through the REST API; ``client`` (the table) still checks the outcomes."""
+    With ``api`` (an :class:`~punctual.scheduling.api_client.ApiClient` whose caller is ``tenant``) everything is
+    scheduled through the REST API; ``client`` (the table) still checks the outcomes."""
     plan = plan_demo(
         tasks,
         over_s,

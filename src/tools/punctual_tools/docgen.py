@@ -1,6 +1,6 @@
 """The docs site's generated blocks: the REST API reference from ``openapi.json``, the CLI reference from the
-``punctual`` parser, and the source layout from the tree. Each lives between two markers in its page, so the
-prose around it is written by hand and the block never is.
+``punctual`` parser, and the runtime's layers (a table and a picture) and the source layout from the tree. Each
+block lives between two markers in its page, so the prose around it is written by hand and the block never is.
 
 Usage::
 
@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from punctual_tools import layout
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -190,7 +192,9 @@ LAYOUT_ROOTS = (
 )
 
 
-_ROLE = re.compile(r":\w+:`(~?)([\w.]+)`")  # a Sphinx role: :class:`~punctual.store.TaskStore` shows as `TaskStore`
+_ROLE = re.compile(
+    r":\w+:`(~?)([\w.]+)`"
+)  # a Sphinx role: :class:`~punctual.stores.ports.TaskStore` shows as `TaskStore`
 
 
 def _summary(path: Path) -> str:
@@ -231,6 +235,94 @@ def layout_block(root: Path = ROOT) -> list[str]:
     return lines
 
 
+def layers_block(shared: Path = ROOT / "src" / "shared") -> list[str]:
+    """The runtime's parts, layer by layer from the top, each with what it holds and the parts it imports (read
+    from its modules' imports as they are)."""
+    modules = layout.runtime_modules(shared)
+    imports = layout.part_graph(layout.import_graph(modules))
+    lines = ["| layer | part | what it holds | imports |", "| --- | --- | --- | --- |"]
+    for index in range(len(layout.LAYERS) - 1, -1, -1):
+        for part in layout.LAYERS[index]:
+            path = modules[part]
+            summary = _summary(path.parent if path.name == "__init__.py" else path)
+            used = ", ".join(f"`{name}`" for name in sorted(imports[part], key=layout.PARTS.index, reverse=True))
+            lines.append(f"| {index + 1} | `{part}` | {_cell(summary)} | {used or '(nothing)'} |")
+    return lines
+
+
+def direct_imports(parts: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``parts`` without the imports another import already implies (its transitive reduction): what to draw."""
+
+    def below(part: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(parts[part])
+        while todo:
+            if (name := todo.pop()) not in seen:
+                seen.add(name)
+                todo.extend(parts[name])
+        return seen
+
+    return {
+        part: {name for name in imported if not any(name in below(other) for other in imported - {name})}
+        for part, imported in parts.items()
+    }
+
+
+BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 150, 34, 30, 30, 16
+# Where each part's box stands, in columns of the picture, so that no arrow crosses a box; a part not named here
+# is centred in its row.
+COLUMNS = {
+    "punctual": 0.5,
+    "punctual.runtime": 1,
+    "punctual.polling": 0,
+    "punctual.api": 1,
+    "punctual.executing": 2,
+    "punctual.scheduling": 0.5,
+    "punctual.stores": 1,
+    "punctual.targets": 2,
+    "punctual.config": 1.5,
+    "punctual.domain": 1,
+    "punctual.network": 2,
+    "punctual.errors": 1.5,
+}
+
+
+def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
+    """A picture of the parts, a row a layer (the highest on top), with an arrow for each import no other implies."""
+    edges = direct_imports(layout.part_graph(layout.import_graph(layout.runtime_modules(shared))))
+    rows = list(reversed(layout.LAYERS))
+    columns = max(len(row) for row in rows)
+    width = columns * (BOX_W + GAP_X) - GAP_X + 2 * MARGIN
+    height = len(rows) * (BOX_H + GAP_Y) - GAP_Y + 2 * MARGIN
+    where: dict[str, tuple[float, float]] = {}
+    for index, row in enumerate(rows):
+        for order, part in enumerate(row):
+            column = COLUMNS.get(part, (columns - len(row)) / 2 + order)
+            where[part] = (MARGIN + column * (BOX_W + GAP_X), MARGIN + index * (BOX_H + GAP_Y))
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="13">',
+        "<title>The runtime's parts by layer: an arrow from a part to a part it imports</title>",
+        '<defs><marker id="head" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+    ]
+    for part in layout.PARTS:
+        for name in sorted(edges[part]):
+            (x1, y1), (x2, y2) = where[part], where[name]
+            out.append(
+                f'<line x1="{x1 + BOX_W / 2:.0f}" y1="{y1 + BOX_H:.0f}" x2="{x2 + BOX_W / 2:.0f}" y2="{y2:.0f}" '
+                'stroke="#555" stroke-width="1.2" marker-end="url(#head)"/>'
+            )
+    for part, (x, y) in where.items():
+        label = "punctual (public API)" if part == layout.PACKAGE else part.removeprefix(layout.PACKAGE + ".")
+        out.append(
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="#e8eef8" stroke="#3f51b5"/>'
+        )
+        out.append(f'<text x="{x + BOX_W / 2:.0f}" y="{y + BOX_H / 2 + 4:.0f}" text-anchor="middle">{label}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 # -- the pages ----------------------------------------------------------------------------------------------
 
 
@@ -243,6 +335,7 @@ def _cli_parser() -> argparse.ArgumentParser:
 BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "REST API reference": ("rest-api.md", lambda: rest_api_block(json.loads((ROOT / "openapi.json").read_text()))),
     "CLI reference": ("cli.md", lambda: cli_block(_cli_parser())),
+    "layers": ("contributing.md", lambda: layers_block()),
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
 }
 
@@ -257,9 +350,17 @@ def with_block(text: str, name: str, lines: list[str]) -> str:
     return head + "\n".join([begin, "", *lines, "", end]) + tail
 
 
+# Whole files this module makes, by their path under docs/.
+FILES: dict[str, Callable[[], str]] = {"img/layers.svg": lambda: layers_svg()}
+
+
 def stale_pages(docs: Path = DOCS) -> list[str]:
-    """The pages whose generated block differs from what this module makes of the tree."""
-    stale = []
+    """The pages whose generated block (or the generated files) differ from what this module makes of the tree."""
+    stale = [
+        f"docs/{name}"
+        for name, make in FILES.items()
+        if not (docs / name).is_file() or (docs / name).read_text() != make()
+    ]
     for name, (page, make) in BLOCKS.items():
         text = (docs / page).read_text()
         if with_block(text, name, make()) != text:
@@ -268,6 +369,9 @@ def stale_pages(docs: Path = DOCS) -> list[str]:
 
 
 def write_pages(docs: Path = DOCS) -> None:
+    for name, make in FILES.items():
+        (docs / name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / name).write_text(make())
     for name, (page, make) in BLOCKS.items():
         path = docs / page
         path.write_text(with_block(path.read_text(), name, make()))

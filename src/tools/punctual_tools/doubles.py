@@ -19,8 +19,8 @@ from email.message import Message
 from socketserver import BaseServer
 from typing import Any, TypeVar
 
-from punctual.clock import ClockOffset, SystemClock
-from punctual.events import BatchEvent
+from punctual.domain.clock import ClockOffset, SystemClock
+from punctual.domain.events import BatchEvent
 
 S = TypeVar("S", bound=BaseServer)
 

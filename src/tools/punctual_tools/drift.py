@@ -95,9 +95,9 @@ def read_fire_log(path: Path, prefix: str = "") -> list[dict[str, Any]]:
 
 
 def entries_from_tasks(tasks: Iterable[Any]) -> list[dict[str, Any]]:
-    """Fire-log-like entries from stored tasks (:class:`punctual.model.Task`) that fired: ``due_ms`` from
+    """Fire-log-like entries from stored tasks (:class:`punctual.domain.model.Task`) that fired: ``due_ms`` from
     ``due_at`` and ``fired_ms = due + drift_ms`` (``fired_at`` keeps whole milliseconds only)."""
-    from punctual.keys import to_ms
+    from punctual.domain.keys import to_ms
 
     return [
         {"task_id": t.task_id, "due_ms": to_ms(t.due_at), "fired_ms": to_ms(t.due_at) + t.drift_ms}

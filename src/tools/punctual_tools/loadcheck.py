@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from punctual import Client
-from punctual.model import TaskStatus
-from punctual.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
+from punctual.domain.model import TaskStatus
+from punctual.domain.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
 
 from .checker import Verdict, occurrence_due_ms
 from .demo import FireLogTail, check_fire_log

@@ -1,6 +1,6 @@
-"""The local runtime's settings: :class:`punctual.settings.Settings` plus what only one machine needs.
+"""The local runtime's settings: :class:`punctual.config.settings.Settings` plus what only one machine needs.
 
-The Lambdas load :class:`~punctual.settings.Settings`; the local stack and its executor workers load
+The Lambdas load :class:`~punctual.config.settings.Settings`; the local stack and its executor workers load
 :class:`LocalSettings`, which adds the profile (Lambda's limits or the whole machine), CPU confinement, the fire
 log, DynamoDB Local's JVM options and the executor's timeout. Each is read from
 ``PUNCTUAL_<FIELD NAME IN UPPER CASE>`` by the same ``from_env``.
@@ -12,8 +12,8 @@ from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from punctual.priority import parse_cpu_list
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.executing.priority import parse_cpu_list
 
 
 class LocalSettings(Settings):
@@ -21,7 +21,7 @@ class LocalSettings(Settings):
 
     The stack builds them (:class:`~punctual_tools.local.stack.LocalStack`) and hands them to its executor
     workers as ``PUNCTUAL_*`` variables; a worker applies the CPU confinement and opens the fire log before
-    it loads the executor handler, which reads only the :class:`~punctual.settings.Settings` part.
+    it loads the executor handler, which reads only the :class:`~punctual.config.settings.Settings` part.
     """
 
     profile: Literal["lambda", "local"] = Field(
@@ -46,7 +46,8 @@ class LocalSettings(Settings):
     realtime_firing: bool | None = Field(
         None,
         description="dispatcher and worker threads run SCHED_FIFO where the system allows it (root, "
-        "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.priority. Unset: the profile's "
+        "CAP_SYS_NICE or RLIMIT_RTPRIO); elsewhere they stay normal. See punctual.executing.priority. Unset: the "
+        "profile's "
         "(on under local; off under lambda, which refuses it: Lambda gives no real-time priority)",
     )
     fire_log_path: str | None = Field(None, description="JSON-lines file the log action appends each fire to")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..client import Client
-from ..tenant_map import TenantMap
-from .app import build_app, openapi_document
+from punctual.api.app import build_app, openapi_document
+from punctual.config.tenant_map import TenantMap
+from punctual.scheduling.client import Client
 
 
 def _no_client() -> Client:

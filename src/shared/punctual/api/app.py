@@ -23,22 +23,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from ..client import Client
-from ..errors import (
-    ConflictError,
-    InvalidRequestError,
-    NoTenantError,
-    NotFoundError,
-    QuotaExceededError,
-    StateError,
-    UndecodableItemError,
-)
-from ..keys import to_ms
-from ..model import TaskStatus
-from ..tenancy import is_tenant
-from ..tenant_map import TenantMap
-from .service import TenantService
-from .views import (
+from punctual.api.service import TenantService
+from punctual.api.views import (
     MAX_PAGE,
     History,
     Problem,
@@ -53,6 +39,20 @@ from .views import (
     TaskOut,
     TaskPage,
 )
+from punctual.config.tenant_map import TenantMap
+from punctual.domain.keys import to_ms
+from punctual.domain.model import TaskStatus
+from punctual.domain.tenancy import is_tenant
+from punctual.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NoTenantError,
+    NotFoundError,
+    QuotaExceededError,
+    StateError,
+    UndecodableItemError,
+)
+from punctual.scheduling.client import Client
 
 log = logging.getLogger("punctual.api")
 PROBLEM = "application/problem+json"

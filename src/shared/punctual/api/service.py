@@ -1,5 +1,5 @@
 """The API's operations for one tenant: every id it is given is qualified with the tenant before the client sees
-it, and every id it answers is stripped of it (:mod:`punctual.tenancy`). Another tenant's task or schedule is
+it, and every id it answers is stripped of it (:mod:`punctual.domain.tenancy`). Another tenant's task or schedule is
 therefore out of reach by construction: whatever a caller names, the store is asked for the caller's own."""
 
 from __future__ import annotations
@@ -9,18 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from ..client import Client
-from ..errors import (
-    InvalidRequestError,
-    PunctualError,
-    ScheduleNotFoundError,
-    ScheduleStateError,
-    TaskNotFoundError,
-)
-from ..model import Task, TaskStatus
-from ..schedules import Schedule, ScheduleState
-from ..tenancy import prefix, qualify, split
-from .views import (
+from punctual.api.views import (
     MAX_PAGE,
     History,
     ScheduleIn,
@@ -33,13 +22,24 @@ from .views import (
     decode_token,
     encode_token,
 )
+from punctual.domain.model import Task, TaskStatus
+from punctual.domain.schedules import Schedule, ScheduleState
+from punctual.domain.tenancy import prefix, qualify, split
+from punctual.errors import (
+    InvalidRequestError,
+    PunctualError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskNotFoundError,
+)
+from punctual.scheduling.client import Client
 
 T = TypeVar("T")
 PAGE_BYTES = 4_000_000  # a page's JSON at most: Lambda answers 6 MB at most, API Gateway 10 MB
 
 
 class TenantService:
-    """What one tenant may do, through a :class:`~punctual.client.Client` (its checks and its store)."""
+    """What one tenant may do, through a :class:`~punctual.scheduling.client.Client` (its checks and its store)."""
 
     def __init__(self, client: Client, tenant: str) -> None:
         self.client = client

@@ -1,6 +1,6 @@
 """What the API takes and gives: its request and response bodies (the OpenAPI document's schemas).
 
-Ids are tenant-free here (:mod:`punctual.tenancy`): the API qualifies them with the caller's tenant and strips it
+Ids are tenant-free here (:mod:`punctual.domain.tenancy`): the API qualifies them with the caller's tenant and strips it
 from what it answers. A view holds what a caller may see of a task; the executor's bookkeeping (leases, owners,
 batches) stays inside.
 """
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Union
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
-from .. import actions  # noqa: F401 - registers every action kind before the union below is built
-from ..keys import from_ms
-from ..model import (
+from punctual import targets  # noqa: F401 - registers every action kind before the union below is built
+from punctual.domain.keys import from_ms
+from punctual.domain.model import (
     OWN_TASK_NAME,
     SCHEDULE_NAME,
     TASK_NAME,
@@ -26,9 +26,9 @@ from ..model import (
     TaskStatus,
     action_models,
 )
-from ..retry import RetryPolicy
-from ..schedules import DowntimePolicy, Schedule, ScheduleState
-from ..tenancy import unqualify
+from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import DowntimePolicy, Schedule, ScheduleState
+from punctual.domain.tenancy import unqualify
 
 if TYPE_CHECKING:
     AnyAction = Action

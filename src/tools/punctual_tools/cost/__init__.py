@@ -19,7 +19,7 @@ Six parts, each a module:
 (``make cost``). Tooling only: moto is imported by the scenario, never by the runtime.
 """
 
-from punctual.dynamodb.codec import item_size, value_size
+from punctual.stores.dynamodb.codec import item_size, value_size
 
 from .coldstart import InitTime, init_seconds, measure_executor_init
 from .fastpath import FastPathCost, fast_path_cost, stream_batch_tasks

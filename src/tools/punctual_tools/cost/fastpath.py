@@ -3,9 +3,9 @@ of kept tasks is one executor invocation, billed until its last task.
 
 A task written due sooner than the poll interval + the fast-path margin (70 s by default) reaches the fast-path
 Lambda through the table's stream. It reads when the last polls started (one strongly consistent BatchGetItem a
-stream batch, a read unit per poll group) and keeps only the tasks :func:`punctual.fastpath.choose_path` gives it:
-those due before the next poll can dispatch them the margin ahead, or all of them within the margin of the next
-poll. It hands those to :meth:`punctual.poller.Poller.dispatch`: one executor invocation per batch of at most
+stream batch, a read unit per poll group) and keeps only the tasks :func:`punctual.polling.fastpath.choose_path` gives
+it: those due before the next poll can dispatch them the margin ahead, or all of them within the margin of the next
+poll. It hands those to :meth:`punctual.polling.poller.Poller.dispatch`: one executor invocation per batch of at most
 ``max_batch_size`` (the functional test checks this on the real code). That executor is billed from its invocation
 until the batch's last task is due, and shares the wait only with the kept tasks of its stream batch. Lambda reads
 each stream shard four times a second and the template sets no batching window, so a stream batch holds what was
@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from punctual.fastpath import choose_path
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.polling.fastpath import choose_path
 
 from .coldstart import cold_starts_per_month, init_seconds
 from .pricing import (
@@ -84,8 +84,8 @@ def fast_path_window_s(settings: Settings | None = None) -> float:
 def kept_share(
     settings: Settings | None = None, lead_s: float | None = None, step_ms: int = PHASE_STEP_MS
 ) -> KeptShare:
-    """Run :func:`punctual.fastpath.choose_path` over every phase of the poll cycle (the last poll started 0 to one
-    interval before the write, one poll group) and every lead: every task written ``lead_s`` ahead, or (None) leads
+    """Run :func:`punctual.polling.fastpath.choose_path` over every phase of the poll cycle (the last poll started 0 to
+    one interval before the write, one poll group) and every lead: every task written ``lead_s`` ahead, or (None) leads
     spread evenly over the fast-path window. The share the fast path keeps, and the mean of the largest lead it
     keeps at each phase, weighted by how many it keeps there (the kept tasks' leads spread from 0 to it)."""
     s = settings or Settings(ntp_server=None)

@@ -34,10 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from punctual.dynamodb.codec import item_size
-from punctual.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.dynamodb.schema import TABLE_RESOURCE, load_template
-from punctual.model import ACTIVE_STATUSES
+from punctual.domain.model import ACTIVE_STATUSES
+from punctual.stores.dynamodb.codec import item_size
+from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
+from punctual.stores.dynamodb.schema import TABLE_RESOURCE, load_template
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
@@ -46,7 +46,7 @@ ACTIVE = frozenset(status.value for status in ACTIVE_STATUSES)
 HEARTBEAT, HEARTBEAT_CHECK = "heartbeat", "heartbeat check"
 
 
-# == item sizes: punctual.dynamodb.codec.item_size / value_size (the store refuses an item too large with it) ==
+# == item sizes: punctual.stores.dynamodb.codec.item_size / value_size (the store refuses an item too large with it) ==
 def _units(size: int, unit: int) -> int:
     return max(1, math.ceil(size / unit))
 

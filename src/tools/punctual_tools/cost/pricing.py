@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import punctual.metrics as metric_names
-from punctual.dynamodb.schema import load_template
-from punctual.poller import INVOKE_THREADS
-from punctual.settings import Settings
+import punctual.runtime.metrics as metric_names
+from punctual.config.settings import Settings
+from punctual.polling.poller import INVOKE_THREADS
+from punctual.stores.dynamodb.schema import load_template
 
 from .coldstart import (
     ENVIRONMENT_LIFETIME_S,

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from punctual.dynamodb.schema import find_template
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.stores.dynamodb.schema import find_template
 
 from .coldstart import ENVIRONMENT_LIFETIME_S, INIT_LIMIT_S, init_seconds
 from .fastpath import (

@@ -1,6 +1,6 @@
 """The scenario: a run of the real code on moto, schedule → poll → execute, counted by the meter.
 
-:func:`run_scenario` schedules tasks through :class:`~punctual.client.Client`, runs the real poller every
+:func:`run_scenario` schedules tasks through :class:`~punctual.scheduling.client.Client`, runs the real poller every
 ``poll_interval`` of a simulated clock and every batch it hands over through the real executor, and keeps every
 request the :class:`~punctual_tools.cost.meter.CapacityMeter` counted; :func:`counts` turns them into figures
 per task and per poll tick. Meanwhile a child process measures the bytes the real handlers log
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
-import punctual.metrics as metric_names
-from punctual.dynamodb.schema import find_template, load_template
-from punctual.keys import from_ms
+import punctual.runtime.metrics as metric_names
+from punctual.domain.keys import from_ms
+from punctual.stores.dynamodb.schema import find_template, load_template
 from punctual_tools.doubles import (
     FakeClock,
     FixedOffset,
@@ -241,15 +241,15 @@ def run_scenario(
     import boto3
     from moto import mock_aws
 
-    from punctual.actions import HttpAction
-    from punctual.aws import build_store
-    from punctual.client import Client
-    from punctual.dynamodb.schema import ensure_table
-    from punctual.executor import Executor
-    from punctual.poller import Poller
-    from punctual.recorder import SETTLE_S
-    from punctual.settings import Settings
-    from punctual.store import TaskStore
+    from punctual.config.settings import Settings
+    from punctual.executing.executor import Executor
+    from punctual.executing.recorder import SETTLE_S
+    from punctual.polling.poller import Poller
+    from punctual.scheduling.client import Client
+    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb.schema import ensure_table
+    from punctual.stores.ports import TaskStore
+    from punctual.targets import HttpAction
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
@@ -294,7 +294,7 @@ def run_scenario(
             ) as meter:
 
                 def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
-                    from punctual.events import BatchEvent
+                    from punctual.domain.events import BatchEvent
 
                     executor, replay, busy = entry
                     event = BatchEvent.model_validate(payload)
@@ -534,7 +534,7 @@ def _schedule_label(before: dict[str, Any] | None, after: dict[str, Any] | None)
 
 
 def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
-    from punctual.dynamodb.codec import SCHEDULE_PREFIX
+    from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX
 
     if keys and all(k.get("task_id", {}).get("S", "").startswith(SCHEDULE_PREFIX) for k in keys):
         return SCHEDULE_READ
@@ -553,12 +553,12 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     import boto3
     from moto import mock_aws
 
-    from punctual.actions import HttpAction
-    from punctual.aws import build_store
-    from punctual.client import Client
-    from punctual.dynamodb.schema import ensure_table
-    from punctual.poller import Poller
-    from punctual.settings import Settings
+    from punctual.config.settings import Settings
+    from punctual.polling.poller import Poller
+    from punctual.scheduling.client import Client
+    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb.schema import ensure_table
+    from punctual.targets import HttpAction
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
@@ -612,10 +612,10 @@ def measure_handler_logs() -> dict[str, float]:
     import boto3
     from moto import mock_aws
 
-    from punctual.actions import HttpAction
-    from punctual.client import Client
-    from punctual.dynamodb.schema import ensure_table
-    from punctual.runtime import build_poller
+    from punctual.runtime.wiring import build_poller
+    from punctual.scheduling.client import Client
+    from punctual.stores.dynamodb.schema import ensure_table
+    from punctual.targets import HttpAction
     from punctual_tools.local.worker import load_handler_module
 
     src = find_template().parent / "src"

@@ -22,7 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from punctual.settings import Settings
+from punctual.config.settings import Settings
 
 from .calls import DEFAULT_ACCOUNT, AccessRequest, AwsCall, KeyNames, function_arn, queue_arn
 from .policies import RolePolicies, Stack, function_environment, role_policies
@@ -112,7 +112,7 @@ class IamCheck:
         """The check of ``function`` (a logical id: ``PollerFunction``, ``ExecutorFunction``, ``FastPathFunction``,
         ``ApiFunction``) for the runtime of ``settings`` (default: from the environment), against ``template``
         (default: the checkout's template.yaml)."""
-        from punctual.dynamodb.schema import load_template
+        from punctual.stores.dynamodb.schema import load_template
 
         settings = settings or Settings.from_env()
         template = template if template is not None else load_template()

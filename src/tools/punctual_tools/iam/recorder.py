@@ -4,8 +4,8 @@ A client emits ``before-parameter-build.<service>.<Operation>`` once per API cal
 caller gave them, before anything is sent (moto and DynamoDB Local see the call only after it): a handler that
 raises there stops the call, as AWS's AccessDenied would. :func:`watch_client` hooks one client;
 :func:`on_every_new_client` hooks each client this process makes from then on, whatever session it comes from
-(:func:`punctual.aws.aws_client` makes a session per client). :class:`CallRecorder` uses both to keep the calls
-of each function a test runs.
+(:func:`punctual.config.clients.aws_client` makes a session per client). :class:`CallRecorder` uses both to keep the
+calls of each function a test runs.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from punctual.api.app import PROBLEM, problem_json
-from punctual.priority import lower_current_thread, set_background_cpus
-from punctual.settings import Settings
+from punctual.config.settings import Settings
+from punctual.executing.priority import lower_current_thread, set_background_cpus
 
 from ..iam import check_client, check_enabled, install_iam_check
 
@@ -222,15 +222,15 @@ def _report_start_failure(future: concurrent.futures.Future[None]) -> None:
 
 @dataclass(frozen=True)
 class ApiResolverFactory:
-    """Builds the API's resolver over the table of ``settings`` (:func:`punctual.runtime.build_api`, with its
+    """Builds the API's resolver over the table of ``settings`` (:func:`punctual.runtime.wiring.build_api`, with its
     own DynamoDB client). A worker process calls it: unlike a lambda it pickles. With ``PUNCTUAL_IAM_CHECK=1``
     the client obeys the API function's role (in a worker process, the check installed there already watches it)."""
 
     settings: Settings
 
     def __call__(self) -> Any:
-        from punctual.aws import make_dynamodb_client
-        from punctual.runtime import build_api
+        from punctual.config.clients import make_dynamodb_client
+        from punctual.runtime.wiring import build_api
 
         client = make_dynamodb_client(self.settings)
         if not _in_worker:

@@ -58,9 +58,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from punctual.aws import LOCAL_CREDENTIALS, dynamodb_client
+from punctual.config.clients import LOCAL_CREDENTIALS, dynamodb_client
 from punctual.errors import PunctualError
-from punctual.priority import lower_process_at_start
+from punctual.executing.priority import lower_process_at_start
 
 LOOPBACK_HOST = "127.0.0.1"
 # Serial GC and the C1 compiler only: about 20% less CPU per request in steady state and half the warm-up

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from punctual.cpu_share import MB_PER_VCPU
-from punctual.dynamodb.schema import load_template
+from punctual.config.cpu_share import MB_PER_VCPU
+from punctual.stores.dynamodb.schema import load_template
 
 LAMBDA_DEFAULT_MEMORY_MB = 128
 LAMBDA_DEFAULT_TIMEOUT_S = 3.0

@@ -32,16 +32,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from punctual.aws import build_store, make_dynamodb_client
-from punctual.dlq import file_queue_url
-from punctual.dynamodb.schema import ensure_table, stream_filter_patterns
-from punctual.events import PollReport
-from punctual.fastpath import FastPathReport, dispatch_stream_records
-from punctual.keys import next_tick
-from punctual.poller import Poller
-from punctual.priority import default_background_cpus, lower_current_thread, set_background_cpus
-from punctual.settings import Settings
-from punctual.tenancy import is_tenant
+from punctual.config.clients import make_dynamodb_client
+from punctual.config.settings import Settings
+from punctual.domain.events import PollReport
+from punctual.domain.keys import next_tick
+from punctual.domain.tenancy import is_tenant
+from punctual.executing.priority import default_background_cpus, lower_current_thread, set_background_cpus
+from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
+from punctual.polling.poller import Poller
+from punctual.stores.dlq import file_queue_url
+from punctual.stores.dynamodb import build_store
+from punctual.stores.dynamodb.schema import ensure_table, stream_filter_patterns
 
 from ..iam import check_client, check_enabled
 from ..iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
@@ -94,7 +95,7 @@ class StackConfig:
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
     # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
-    # per item of single writes (see punctual.dynamodb.writes); AWS's default is "single", half the write units.
+    # per item of single writes (see punctual.stores.dynamodb.writes); AWS's default is "single", half the write units.
     write_batch: str = "transaction"
     api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
     api_port: int = 0  # 0: any free port (the state file says which)

@@ -4,7 +4,7 @@ In AWS, Lambda polls the table's stream, applies the filter of ``template.yaml``
 function with batches of records. Locally, :class:`StreamReader` does the same in a background thread: it
 follows every shard of the stream (new shards from their start, so that a shard roll-over loses nothing),
 keeps the records that match the template's filter patterns and hands each non-empty batch to a callback
-(the local stack's fast path: :func:`punctual.fastpath.dispatch_stream_records`). It starts at the stream's
+(the local stack's fast path: :func:`punctual.polling.fastpath.dispatch_stream_records`). It starts at the stream's
 latest position: whatever was written before it started is the poller's, which finds every active task in
 the due index anyway.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from punctual.aws import aws_client
-from punctual.fastpath import matches
-from punctual.priority import lower_current_thread
+from punctual.config.clients import aws_client
+from punctual.executing.priority import lower_current_thread
+from punctual.polling.fastpath import matches
 
 log = logging.getLogger(__name__)
 

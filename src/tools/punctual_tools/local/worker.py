@@ -33,8 +33,8 @@ from multiprocessing.connection import Connection
 from types import ModuleType
 from typing import Any
 
-from punctual.actions import FireLog
-from punctual.priority import set_background_cpus, set_realtime_firing
+from punctual.executing.priority import set_background_cpus, set_realtime_firing
+from punctual.targets import FireLog
 
 from ..iam import check_enabled, install_iam_check
 from ..settings import LocalSettings
@@ -54,9 +54,9 @@ PRELOAD = [
     "aws_lambda_powertools.metrics",
     "aws_lambda_powertools.logging",
     "aws_lambda_powertools.utilities.typing",
-    "punctual.runtime",
-    "punctual.actions",
-    "punctual.events",
+    "punctual.runtime.wiring",
+    "punctual.targets",
+    "punctual.domain.events",
     "punctual_tools.settings",
     "punctual_tools.local.worker",
 ]

@@ -1,0 +1,405 @@
+"""The executor service: arm a batch, fire each task at its instant, record the outcomes.
+
+Order of work, so that nothing but the action runs between wake-up and fire:
+
+1. **arm** every task of the batch (conditional write PENDING → ARMED, or a takeover from a dead executor),
+   under a heartbeat that shows this executor alive while it holds them (:mod:`punctual.executing.heartbeat`); a
+   duplicate delivery, a second poller or the fast path racing a poll lose here;
+2. **fire** from one dispatcher thread into the worker pool, each task at its due instant, and only within
+   this executor's lease; what a fire comes to (missed, succeeded, failed, retried, late) is decided by
+   :mod:`punctual.domain.decisions`;
+3. **record** outcome, ``fired_at`` and drift (conditional write ARMED → outcome) through the
+   :class:`~punctual.executing.recorder.Recorder`, only in the quiet gaps between fires.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from punctual.config.settings import Settings
+from punctual.domain.clock import Clock, ClockOffset, OffsetSource
+from punctual.domain.decisions import FireDecision, decide_before_fire, decide_outcome
+from punctual.domain.events import BatchEvent, BatchReport
+from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, Task, TaskStatus
+from punctual.executing.dispatcher import Dispatcher, FireTiming
+from punctual.executing.heartbeat import Heartbeat
+from punctual.executing.priority import lower_current_thread
+from punctual.executing.recorder import Recorder, Recording, task_log_keys
+from punctual.stores.dlq import DeadLetterQueue
+from punctual.stores.ports import TaskStore
+from punctual.targets import ActionEnv, FireContext, longest_action_timeout_ms, prepare_actions, start_action
+
+log = logging.getLogger(__name__)
+
+MAX_ACTION_TIMEOUT_MS = longest_action_timeout_ms()  # the longest any action kind may run
+CLOSE_WAIT_S = 10.0  # close() waits this long for fires already handed to a worker
+
+
+@dataclass(slots=True)
+class _Armed:
+    task: Task
+    due_ms: int
+    taken_over_until_ms: int | None = None
+
+
+_Item = tuple[_Armed, Callable[[_Armed], None]]
+
+
+def _fire_item(item: _Item) -> None:
+    entry, fire = item
+    fire(entry)
+
+
+class Executor:
+    """Runs batches. One instance per process; dependencies are injected. ``cpu_share``: the share of a core
+    this process may use (:func:`punctual.config.cpu_share.detect_cpu_share`; ``None``: whole cores), which decides
+    how the dispatcher waits for a deadline (:meth:`punctual.executing.dispatcher.FireTiming.for_cpu_share`)."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        settings: Settings,
+        clock: Clock,
+        offset: OffsetSource,
+        *,
+        dead_letters: DeadLetterQueue | None = None,
+        actions: ActionEnv | None = None,
+        cpu_share: float | None = None,
+    ) -> None:
+        self._store = store
+        self._actions = actions or ActionEnv.from_settings(settings)
+        self._settings = settings
+        self._clock = clock
+        self._offset = offset
+        self._stopping = threading.Event()
+        self._current: Dispatcher[_Item] | None = None
+        # One dispatcher and worker pool, and one recorder, for the life of the process (a warm start reuses
+        # them), created here, by the thread that builds the executor: their threads inherit its CPU priority.
+        self._dispatcher: Dispatcher[_Item] = Dispatcher(
+            _fire_item,
+            workers=settings.worker_threads,
+            clock=clock,
+            name="dispatch",
+            timing=FireTiming.for_cpu_share(cpu_share),
+        )
+        self._heartbeat = Heartbeat(
+            store,
+            clock,
+            settings.executor_lease_ms,
+            settings.heartbeat_interval_ms,
+            seconds_to_next_fire=self._dispatcher.seconds_to_next_fire,
+        )
+        # A failed record is tried again while this executor is alive by its own lease (past it, another may
+        # have taken its tasks over) and the task's lease lasts.
+        self._recorder = Recorder(
+            store,
+            clock,
+            self._dispatcher,
+            dead_letters=dead_letters,
+            alive=lambda: clock.monotonic() < self._heartbeat.fence,
+            cpu_share=cpu_share,
+        )
+        # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
+        self._actions.warm()
+        self._fenced: list[_Armed] = []
+        self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
+        self._invocation: str | None = None  # the current invocation's request id (run_batch)
+        self._cancelled: list[_Armed] = []
+        self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
+        self._idle = threading.Event()  # no batch running (close() waits for one)
+        self._idle.set()
+
+    def request_stop(self) -> None:
+        """Stop firing: tasks not yet handed to a worker are released back to PENDING (ARMED → PENDING)
+        by :meth:`run_batch` before it returns, so a restart finds them again. Safe from a signal handler."""
+        self._stopping.set()
+        with self._stop_lock:
+            current = self._current
+            if current is not None:
+                self._cancelled.extend(item[0] for item in current.cancel_pending())
+
+    def close(self) -> None:
+        """End this executor's threads and its actions' event loop and connections (a process that ends its
+        executor before it exits: tests, a runtime shutting down). What is still queued is taken back first."""
+        self.request_stop()
+        # A batch still running hands back what it has not fired, waits for its fires and records them, and
+        # retires its lease: wait for it (a bounded wait: a batch that does not end is left to its thread).
+        if self._idle.wait(CLOSE_WAIT_S) and self._dispatcher.wait_idle(CLOSE_WAIT_S):
+            self._dispatcher.close()
+        self._recorder.close()
+        self._heartbeat.close()
+        self._actions.close()
+
+    def run_batch(
+        self, event: BatchEvent, deadline_ms: float | None = None, invocation: str | None = None
+    ) -> BatchReport:
+        """Arm the batch, fire each armed task at its instant, record what each came to. ``deadline_ms``: when
+        the invocation ends (Lambda's timeout: no lease outlives it, and an action's own retries stop well before
+        it); ``invocation``: its request id (Lambda keeps it when it retries: the retry fences its earlier
+        attempt and takes its tasks over at once)."""
+        executor_id = f"x-{uuid.uuid4().hex[:12]}"
+        self._deadline_ms, self._invocation = deadline_ms, invocation
+        self._idle.clear()
+        try:
+            if not self._heartbeat.start(executor_id, deadline_ms, invocation):
+                log.error(
+                    "batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
+                    event.batch_id,
+                )
+                return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
+            try:
+                return self._run_armed(event, executor_id)
+            finally:
+                self._heartbeat.stop()
+        finally:
+            self._idle.set()
+
+    def _run_armed(self, event: BatchEvent, executor_id: str) -> BatchReport:
+        armed, lost = self._arm(event, executor_id)
+        offset = self._offset.current()
+        self._fenced = []
+        recording = self._recorder.start(executor_id, {entry.task.task_id: entry.task for entry in armed})
+        # A full garbage collection holds the interpreter for tens of ms: no automatic collection while this
+        # batch fires (the recorder collects the young generations in quiet gaps).
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        cancelled = self._fire(armed, partial(self._fire_one, recording, offset))
+        for _ in cancelled:
+            recording.put(None)
+        recording.wait()
+        if gc_enabled:
+            gc.enable()
+        # Tasks a stop took back, or that reached their instant after this executor's lease ended (it could not
+        # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
+        unfired = [*cancelled, *self._fenced]
+        released = sum(1 for entry in unfired if self._release(entry.task.task_id, executor_id))
+        return _report(
+            event,
+            executor_id,
+            len(armed),
+            lost,
+            recording,
+            released,
+            offset,
+            taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
+            fenced=len(self._fenced),
+        )
+
+    def _release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE one unfired task; a failure is logged (the task is taken over once this heartbeat ends)."""
+        try:
+            return self._store.release(task_id, executor_id)
+        except Exception:  # one failed write must not lose the batch's report
+            log.exception(
+                "task %s: handing it back failed; it is taken over once this executor's lease ends",
+                task_id,
+                extra=task_log_keys(task_id),
+            )
+            return False
+
+    def _fire(self, armed: list[_Armed], fire: Callable[[_Armed], None]) -> list[_Armed]:
+        """Hand every armed task to the dispatcher at its instant and wait until all have fired; returns the
+        tasks a stop took back before they fired."""
+        dispatcher = self._dispatcher
+        self._cancelled = []
+        wall, mono = self._clock.wall_ms(), self._clock.monotonic()
+        for entry in armed:
+            dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
+        # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
+        prepare_actions(
+            [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
+        )
+        with self._stop_lock:
+            self._current = dispatcher
+            if self._stopping.is_set():
+                self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
+        dispatcher.wait_idle()
+        with self._stop_lock:
+            self._current = None
+            return list(self._cancelled)
+
+    def _fire_one(self, recording: Recording, offset: ClockOffset, entry: _Armed) -> None:
+        """A worker thread at the task's instant: decide, start the action, and hand its record to the
+        recorder when it ends (here for a plain runner; on the event loop, when its future completes, for a
+        coroutine runner: the worker is free for the next fire at once)."""
+        if self._clock.monotonic() > self._heartbeat.fence:  # past its own lease: another may take over
+            self._fenced.append(entry)
+            recording.put(None)
+            return
+        started = self._clock.wall_ms()
+        self._recorder.note_fire()
+        task = entry.task
+        finish = partial(self._finish, recording, offset, entry, started)
+        try:
+            decision = decide_before_fire(task, entry.due_ms, started, entry.taken_over_until_ms)
+            if decision.action == "miss":
+                finish(decision, None)
+                return
+            latest = entry.due_ms + task.misfire_grace_ms if decision.action == "fire" else None
+            context = FireContext(
+                task.task_id, task.occurrence, entry.due_ms, started, task.payload, latest, self._deadline_ms
+            )
+            try:
+                future = start_action(task.action, context, self._actions)
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                finish(decision, _failure(exc))
+                return
+            if future is None:
+                finish(decision, None)
+            else:
+                future.add_done_callback(lambda done: finish(decision, _failure(done.exception())))
+        except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+            finish(None, f"executor error: {exc!r}")
+
+    def _finish(
+        self,
+        recording: Recording,
+        offset: ClockOffset,
+        entry: _Armed,
+        started: float,
+        decision: FireDecision | None,
+        error: str | None,
+    ) -> None:
+        """Hand the recorder the task's record (exactly one per task, whatever happens here): the instant it
+        finished now, and the rest of the record to be made by the recorder's thread, off the fire's path."""
+        recording.put(partial(self._record_of, offset, entry, started, int(self._clock.wall_ms()), decision, error))
+
+    def _record_of(
+        self,
+        offset: ClockOffset,
+        entry: _Armed,
+        started: float,
+        finished_ms: int,
+        decision: FireDecision | None,
+        error: str | None,
+    ) -> FireRecord:
+        """What a fire comes to (:func:`~punctual.domain.decisions.decide_outcome`); never raises."""
+        task = entry.task
+        detail = error  # decision None: the executor failed before deciding; ``error`` says how
+        if decision is not None:
+            try:
+                quotas = self._actions.rules.of(task.task_id).quotas  # the key's tenant's, whatever the item says
+                return decide_outcome(
+                    task,
+                    entry.due_ms,
+                    started,
+                    finished_ms,
+                    decision=decision,
+                    error=error,
+                    offset_ms=offset.offset_ms,
+                    max_attempts=None if quotas is None else quotas.retry_attempts,
+                )
+            except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
+                detail = f"executor error: {exc!r}"
+        return FireRecord(
+            task.task_id,
+            Outcome.FAILED,
+            started,
+            finished_ms,
+            started - entry.due_ms,
+            None,
+            (detail or "executor error")[:1000],
+        )
+
+    def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
+        """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost
+        to another owner."""
+        now = int(self._clock.wall_ms())
+        margin = self._settings.arm_margin_ms
+        # The task's own lease is a backstop that outlives every legitimate fire: due (or now, if late) + grace
+        # + the longest action timeout + a margin. A dead executor's tasks are taken over long before, when its
+        # heartbeat lapses.
+        requests = [
+            ArmRequest(
+                e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin), e.held
+            )
+            for e in event.tasks
+        ]
+        outcome: list[list[Armed | None]] = []
+
+        def arm() -> None:
+            # Background work: at a lower CPU priority (this thread only; nothing of this batch is firing
+            # yet), so that arming a new batch never takes a core from another executor's dispatcher.
+            lower_current_thread()
+            try:
+                outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now, self._invocation))
+            except Exception:  # some chunks may have been armed before the error: read back
+                log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
+                try:
+                    stored = self._store.get_many([r.task_id for r in requests])
+                except Exception:  # what was armed is taken over once this heartbeat ends
+                    log.exception("reading back batch %s failed", event.batch_id)
+                    return
+                outcome.append(
+                    [
+                        Armed(t)
+                        if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id
+                        else None
+                        for t in (stored.get(r.task_id) for r in requests)
+                    ]
+                )
+
+        thread = threading.Thread(target=arm, name="arm")
+        thread.start()
+        thread.join()
+        results = outcome[0] if outcome else [None] * len(requests)
+        armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
+        for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
+            if result is None:
+                log.info(
+                    "task %s: not armed (another executor has it: a duplicate delivery, a second dispatch; "
+                    "or it was cancelled, rescheduled or finished; or arming failed)",
+                    request.task_id,
+                    extra=task_log_keys(request.task_id),
+                )
+        return armed, len(results) - len(armed)
+
+
+def _failure(exc: BaseException | None) -> str | None:
+    """An action's failure as the record's detail (None: it succeeded)."""
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+def _report(
+    event: BatchEvent,
+    executor_id: str,
+    armed: int,
+    lost: int,
+    recording: Recording | None,
+    released: int,
+    offset: ClockOffset,
+    *,
+    taken_over: int = 0,
+    fenced: int = 0,
+) -> BatchReport:
+    recorded = [] if recording is None else recording.recorded
+    count = dict.fromkeys(Outcome, 0)
+    for record in recorded:
+        count[record.outcome] += 1
+    return BatchReport(
+        batch_id=event.batch_id,
+        executor_id=executor_id,
+        tasks=len(event.tasks),
+        armed=armed,
+        lost_arm=lost,
+        fired=count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
+        succeeded=count[Outcome.SUCCEEDED],
+        failed=count[Outcome.FAILED],
+        missed=count[Outcome.MISSED],
+        late=sum(1 for r in recorded if r.late),
+        retried=count[Outcome.RETRY],
+        dead_lettered=0 if recording is None else recording.dead_lettered,
+        not_recorded=0 if recording is None else recording.not_recorded,
+        released=released,
+        taken_over=taken_over,
+        fenced=fenced,
+        clock_offset_ms=offset.offset_ms,
+        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
+        late_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
+    )

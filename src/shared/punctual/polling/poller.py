@@ -1,0 +1,409 @@
+"""The poller service: find due and overdue tasks and hand them to executors, writing nothing per task.
+
+Each tick asks the store for every armable task due up to ``now + lead``, overdue ones included however old
+(scheduled rules can be ~119 s apart and index writes lag: how the store keeps that promise is its business,
+see :meth:`punctual.stores.ports.TaskStore.find_due`); as each part of that comes back, it cuts it into batches in due
+order and invokes one executor per batch, the invocations in parallel, before the store reads the next part.
+The per-task conditional write (ARM) happens in the executors, in
+parallel: two pollers at one instant, a duplicate async delivery, the fast path racing a poll all dispatch the
+same task, and all but one executor lose at ARM. Each tick first notes its start in the store: the fast path
+reads it to leave to the next poll what that poll dispatches in time. A tick stops dispatching when
+``out_of_time()`` says so (its Lambda's remaining time): what it did not dispatch is still PENDING, and the next
+tick finds it.
+
+:func:`run_tick` is one invocation of the poller function: the scheduled tick fans out over the poll groups (one
+invocation of the function per other group, :class:`~punctual.domain.events.PollGroupEvent`), a group's invocation polls
+its group, and both stop ``DEADLINE_MARGIN_MS`` before the invocation's deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from punctual.config.cpu_share import QUOTA_PERIOD_MS
+from punctual.config.settings import Settings
+from punctual.domain.events import BatchEvent, BatchTask, DispatchReport, PollGroupEvent, PollReport
+from punctual.domain.model import Candidate, TaskStatus
+from punctual.domain.tenancy import interleave_by_tenant
+from punctual.errors import UndecodableItemError
+from punctual.polling.invoker import Invoker
+from punctual.scheduling import chain
+from punctual.stores.ports import Store
+
+log = logging.getLogger(__name__)
+
+INVOKE_THREADS = 8  # async invocations in flight at once
+DEADLINE_MARGIN_MS = 5_000  # a tick stops dispatching this long before its invocation's deadline
+
+
+def make_batches(
+    candidates: list[Candidate],
+    max_size: int,
+    max_at_once: int | None = None,
+    window_ms: int = QUOTA_PERIOD_MS,
+    max_batches: int | None = None,
+) -> list[list[Candidate]]:
+    """Candidates in due order, cut into batches of at most ``max_size``, none holding more than ``max_at_once``
+    tasks due within ``window_ms`` of each other (what an executor's CPU quota can fire in one period; None: no
+    such limit).
+
+    The quota's cut never makes more than ``max_batches`` batches (the executors that may run at once): past that,
+    a burst's executors would be throttled and fire seconds late, where a bigger batch fires its last task a few
+    quota periods late. Then ``max_at_once`` is raised to the least that keeps within ``max_batches`` (and no cut
+    by the quota at all if even the ``max_size`` cut makes more).
+
+    Examples
+    --------
+    >>> due = [Candidate(f"t{i}", 1_000, TaskStatus.PENDING, None, 60_000) for i in range(1_000)]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168)]
+    [168, 168, 168, 168, 168, 160]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=4)]
+    [250, 250, 250, 250]
+    >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=5)]
+    [200, 200, 200, 200, 200]
+    """
+    ordered = sorted(candidates, key=lambda c: (c.due_ms, c.task_id))
+    batches = _cut(ordered, max_size, max_at_once, window_ms)
+    if max_at_once is None or max_batches is None or len(batches) <= max_batches:
+        return batches
+    low, high = max_at_once, max_size  # the least cap within max_batches lies in (low, high]
+    best = _cut(ordered, max_size, None, window_ms)
+    if len(best) > max_batches:
+        return best
+    while high - low > 1:
+        middle = (low + high) // 2
+        cut = _cut(ordered, max_size, middle, window_ms)
+        if len(cut) <= max_batches:
+            high, best = middle, cut
+        else:
+            low = middle
+    return best
+
+
+def _cut(ordered: list[Candidate], max_size: int, max_at_once: int | None, window_ms: int) -> list[list[Candidate]]:
+    """``ordered`` (in due order) cut as :func:`make_batches` says, with ``max_at_once`` as given."""
+    if max_at_once is None or max_at_once >= max_size:
+        return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
+    batches: list[list[Candidate]] = []
+    batch: list[Candidate] = []
+    first_in_window = 0  # the batch's earliest task due within window_ms of the latest one
+    for candidate in ordered:
+        while first_in_window < len(batch) and batch[first_in_window].due_ms <= candidate.due_ms - window_ms:
+            first_in_window += 1
+        if len(batch) >= max_size or len(batch) - first_in_window >= max_at_once:
+            batches.append(batch)
+            batch, first_in_window = [], 0
+        batch.append(candidate)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def _sent_key(candidate: Candidate) -> tuple[str, int, str | None]:
+    """What a poller remembers of a candidate it sent: the task, its due time and who held it then (None: it
+    was PENDING; a task whose lease ended counts as held by its owner)."""
+    owner = None if candidate.status is TaskStatus.PENDING else (candidate.owner or "")
+    return candidate.task_id, candidate.due_ms, owner
+
+
+def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
+    """The executor's event for one batch: each task with the due time it was found at (the ARM condition)."""
+    return BatchEvent(
+        batch_id=uuid.uuid4().hex,
+        dispatcher=dispatcher_id,
+        tasks=[
+            BatchTask(
+                task_id=c.task_id,
+                due_ms=c.due_ms,
+                grace_ms=c.misfire_grace_ms,
+                **({} if c.misfire_policy == "skip" else {"misfire_policy": c.misfire_policy}),
+                **({"held": True} if c.status is TaskStatus.ARMED else {}),
+            )
+            for c in batch
+        ],
+    )
+
+
+class Poller:
+    """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
+    hands the tasks it sees to :meth:`dispatch`, the same batch-and-invoke step the poll ends with."""
+
+    def __init__(self, store: Store, invoker: Invoker, settings: Settings, poller_id: str | None = None) -> None:
+        self._store = store
+        self._invoker = invoker
+        self._settings = settings
+        self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
+        # (task id, due, owner) -> when this poller last sent it: a task still PENDING a poll later is usually
+        # one its executor is still arming (a burst of thousands, on a slow store), not one that got lost, and a
+        # task still held by the same dead executor one its executor is still taking over; sending it again
+        # would only make two executors race for it. A memory, not a guarantee: a new process starts empty, and
+        # every dispatch stays safe at ARM and TAKEOVER.
+        self._sent: dict[tuple[str, int, str | None], int] = {}
+        self._sent_lock = threading.Lock()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def last_polls(self) -> list[int | None]:
+        """When the last poll of each group started, as the store noted it (None: not known)."""
+        return self._store.last_polls()
+
+    def poll(self, now_ms: int, out_of_time: Callable[[], bool] | None = None, group: int = 0) -> PollReport:
+        """One tick of poll group ``group`` (of ``settings.poll_groups``; the only one by default): find every
+        armable task of the group due up to ``now + lead`` (overdue included), then :meth:`dispatch`; both
+        stop early once ``out_of_time()`` is true."""
+        end_ms = now_ms + self._settings.lead_ms
+        try:  # before any read: a task the fast path leaves to the next poll is written after this poll's start
+            self._store.mark_polled(now_ms, group)
+        except Exception:  # the fast path then takes every short-lead task itself; nothing is lost
+            log.exception("noting the start of the poll of group %d failed", group)
+        done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
+        held_back = 0
+
+        def send(candidates: list[Candidate]) -> None:
+            nonlocal done, held_back
+            to_send, held = self._not_sent_lately(candidates, now_ms)
+            more = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
+            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
+            held_back += held
+
+        # Each read of the index is dispatched before the next one is made: the first batches do not wait for
+        # the whole window to be read.
+        scan = self._store.find_due(now_ms, end_ms, out_of_time, group, on_found=send)
+        # Schedules after the tasks found: making occurrences (a read and a transaction per 99) never delays a
+        # dispatch. Those due within the window go out now (the index may not list them yet).
+        made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
+        if made:
+            send(made)
+        report = PollReport(
+            group=group,
+            now_ms=now_ms,
+            window_end_ms=end_ms,
+            watermark_ms=scan.watermark_ms,
+            buckets=scan.buckets,
+            queries=scan.queries,
+            candidates=len(scan.candidates),
+            held_back=held_back,
+            undecodable=scan.undecodable + unreadable,
+            schedules=len(scan.schedules),
+            occurrences_created=created,
+            complete=scan.complete and done.undispatched == 0,
+            **done.model_dump(),
+        )
+        log.info("poll: %s", report.model_dump())
+        return report
+
+    def _extend_schedules(
+        self, schedule_ids: list[str], now_ms: int, end_ms: int, out_of_time: Callable[[], bool] | None
+    ) -> tuple[list[Candidate], int, int]:
+        """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
+        window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next
+        tick, and one whose item cannot be read leaves the due index (quarantined). The new occurrences due within
+        the window, as candidates to dispatch, how many occurrences were made, and how many items could not be
+        read."""
+        made: list[Candidate] = []
+        created = unreadable = 0
+        # A tenant at a time, round robin: a tick that runs out of time has given each tenant its share, however
+        # many schedules another holds.
+        for schedule_id in interleave_by_tenant(schedule_ids):
+            if out_of_time is not None and out_of_time():
+                break
+            try:
+                report = chain.extend(self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms)
+            except UndecodableItemError as exc:  # it would fail at every poll: out of the due index, counted
+                unreadable += 1
+                self._store.quarantine_schedule(schedule_id, str(exc), now_ms)
+                continue
+            except Exception:  # one schedule must not stop the poll; the next tick tries again
+                log.exception("schedule %s: making its next occurrences failed", schedule_id)
+                continue
+            created += len(report.created)
+            made.extend(
+                Candidate(
+                    task_id=t.task_id,
+                    due_ms=t.due_ms,
+                    status=TaskStatus.PENDING,
+                    lease_until_ms=None,
+                    misfire_grace_ms=t.misfire_grace_ms,
+                    misfire_policy=t.misfire_policy,
+                )
+                for t in report.created
+                if t.due_ms <= end_ms
+            )
+        return made, created, unreadable
+
+    def poll_all_groups(
+        self, now_ms: int, start_group: Callable[[int], None], out_of_time: Callable[[], bool] | None = None
+    ) -> list[PollReport]:
+        """The scheduled tick with fan-out over ``settings.poll_groups`` groups: start a poller for each group but
+        the first (``start_group(g)``: in AWS an async invoke of the poller function with the group), then poll
+        group 0 here; a group that could not be started (``start_group`` raised) is polled here afterwards, while
+        time is left. With one group this is :meth:`poll`. The reports of the groups polled here."""
+        unstarted: list[int] = []
+        for group in range(1, self._settings.poll_groups):
+            try:
+                start_group(group)
+            except Exception:  # its tasks are still found: by this tick below, or the next one
+                log.exception("starting the poller of group %d failed; polling it here", group)
+                unstarted.append(group)
+        reports = [self.poll(now_ms, out_of_time, group=0)]
+        for group in unstarted:
+            if out_of_time is not None and out_of_time():
+                break
+            reports.append(self.poll(now_ms, out_of_time, group=group))
+        return reports
+
+    def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int]:
+        """The candidates minus those this poller sent lately as they are now (and how many those were): a
+        PENDING one sent less than ``redispatch_hold_back_ms`` before ``now_ms``, one held by the same dead
+        executor sent less than an executor lease before (the executor it went to is taking it over; once that
+        one holds it, it is another candidate). Forgets what it sent before that."""
+        pending_window = self._settings.redispatch_hold_back_ms
+        held_window = min(pending_window, self._settings.executor_lease_ms)
+
+        def lately(key: tuple[str, int, str | None], at: int) -> bool:
+            return now_ms - at < (pending_window if key[2] is None else held_window)
+
+        with self._sent_lock:
+            self._sent = {key: at for key, at in self._sent.items() if lately(key, at)}
+            keep = [c for c in candidates if _sent_key(c) not in self._sent]
+        return keep, len(candidates) - len(keep)
+
+    def dispatch(
+        self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None, sent_at_ms: int | None = None
+    ) -> DispatchReport:
+        """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
+        ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
+        With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
+        settings = self._settings
+        batches = make_batches(
+            candidates,
+            settings.max_batch_size,
+            settings.max_fires_at_once,
+            max_batches=settings.quota_cut_max_batches,
+        )
+        lock = threading.Lock()
+        sent = {"batches": 0, "tasks": 0, "failures": 0, "skipped": 0}
+
+        def invoke(batch: list[Candidate]) -> None:
+            if out_of_time is not None and out_of_time():
+                with lock:
+                    sent["skipped"] += len(batch)
+                return
+            event = batch_event(batch, self.poller_id)
+            try:
+                # exclude_unset: a default ("skip") policy adds nothing to the payload (up to 256 KB async)
+                self._invoker.invoke_async(event.model_dump(mode="json", exclude_unset=True))
+            except Exception:  # the tasks stay as they are; the next poll dispatches them again
+                log.exception("invoking an executor for batch %s failed", event.batch_id)
+                with lock:
+                    sent["failures"] += 1
+                return
+            with lock:
+                sent["batches"] += 1
+                sent["tasks"] += len(batch)
+            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:
+                with self._sent_lock:
+                    self._sent.update((_sent_key(c), sent_at_ms) for c in batch)
+
+        if len(batches) <= 1:
+            for batch in batches:
+                invoke(batch)
+        else:
+            with ThreadPoolExecutor(max_workers=INVOKE_THREADS, thread_name_prefix="invoke") as pool:
+                list(pool.map(invoke, batches))
+        return DispatchReport(
+            dispatched=sent["tasks"],
+            batches=sent["batches"],
+            invoke_failures=sent["failures"],
+            undispatched=sent["skipped"],
+            recovered=sum(1 for c in candidates if c.status is not TaskStatus.PENDING),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTick:
+    """The scheduled rule's event, as a tick needs it: its ``id`` (the logs' correlation id) and ``time``."""
+
+    id: str
+    time: str
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """What one invocation of the poller did: the reports of the groups it polled, in order (none: it ignored its
+    event)."""
+
+    reports: tuple[PollReport, ...]
+
+    @property
+    def ignored(self) -> bool:
+        return not self.reports
+
+    def total(self, field: str) -> int:
+        """The sum of ``field`` (a count of :class:`~punctual.domain.events.PollReport`) over the groups polled."""
+        return sum(int(getattr(report, field)) for report in self.reports)
+
+    def answer(self) -> dict[str, Any]:
+        """The function's answer: the one group's report, ``{"groups": [...]}`` for several, ``{"ignored": True}``."""
+        if self.ignored:
+            return {"ignored": True}
+        if len(self.reports) == 1:
+            return self.reports[0].model_dump()
+        return {"groups": [report.model_dump() for report in self.reports]}
+
+
+def run_tick(
+    poller: Poller,
+    trigger: ScheduledTick | PollGroupEvent,
+    now_ms: int,
+    remaining_ms: Callable[[], int],
+    start_group: Callable[[PollGroupEvent], None],
+) -> TickReport:
+    """One invocation of the poller function at ``now_ms``.
+
+    Parameters
+    ----------
+    poller:
+        The poller service.
+    trigger:
+        The scheduled event (poll every group: each other group's poller is started with ``start_group``, see
+        :meth:`Poller.poll_all_groups`), or a group's event from such a tick (poll that group; an event sent
+        under another number of groups is ignored: the next scheduled tick covers every group).
+    now_ms:
+        The tick's instant.
+    remaining_ms:
+        How long the invocation may still run; dispatching stops once less than ``DEADLINE_MARGIN_MS`` is left
+        (what is left is found by the next tick).
+    start_group:
+        Starts the poller of one other group (in AWS: an async invoke of this function with the event).
+    """
+
+    def out_of_time() -> bool:
+        return remaining_ms() < DEADLINE_MARGIN_MS
+
+    groups = poller.settings.poll_groups
+    if isinstance(trigger, PollGroupEvent):
+        if trigger.poll_groups != groups or trigger.poll_group >= groups:
+            log.warning(
+                "poll group %d of %d ignored: this function polls %d groups",
+                trigger.poll_group,
+                trigger.poll_groups,
+                groups,
+            )
+            return TickReport(())
+        return TickReport((poller.poll(now_ms, out_of_time, group=trigger.poll_group),))
+
+    scheduled: ScheduledTick = trigger
+
+    def start(group: int) -> None:
+        start_group(PollGroupEvent(id=scheduled.id, time=scheduled.time, poll_group=group, poll_groups=groups))
+
+    return TickReport(tuple(poller.poll_all_groups(now_ms, start, out_of_time)))

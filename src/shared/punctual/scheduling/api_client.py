@@ -1,0 +1,410 @@
+"""The client through the REST API: :class:`ApiClient` has :class:`~punctual.scheduling.client.Client`'s methods, with
+the same arguments and results, sent to Punctual's API instead of written to the table.
+
+Against AWS every request is signed with SigV4 (service ``execute-api``) with the caller's boto3 credentials;
+against the local runtime it carries the local API's bearer token. Errors come back as the client's own:
+InvalidTaskError / InvalidScheduleError (with ``field``; InvalidRequestError for a bad query parameter),
+QuotaExceededError, TaskNotFoundError / ScheduleNotFoundError, TaskConflictError / ScheduleConflictError,
+TaskStateError / ScheduleStateError; an authentication failure is :class:`~punctual.errors.ApiError` with its
+status.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+import urllib3
+
+from punctual.config.settings import Settings
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import Schedule
+from punctual.errors import (
+    ApiError,
+    InvalidRequestError,
+    InvalidScheduleError,
+    InvalidTaskError,
+    QuotaExceededError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+)
+from punctual.scheduling.bulk import ScheduleResult, schedule_each, spec_problem
+
+# An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
+# hand the function the path still percent-encoded.
+ID_SAFE = ":@"
+CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: sending one again is safe
+ATTEMPTS = 3
+BACKOFF_S = 0.1
+GATEWAY_RETRY = frozenset({429, 502, 503, 504})  # throttled, or the gateway had no answer from the function
+
+
+def _is_quota_problem(response: Any) -> bool:
+    """Whether an answer is the API's own quota problem (a 429 no retry can help), not a gateway's throttle."""
+    if response.status != 429:
+        return False
+    try:
+        return str(json.loads(response.data).get("type", "")).endswith("/quota")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _json_of(value: Any) -> Any:
+    if isinstance(value, Action | RetryPolicy):
+        return value.model_dump(mode="json")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    return value
+
+
+def _task(body: dict[str, Any]) -> Task:
+    return Task.model_validate({k: v for k, v in body.items() if k in Task.model_fields})
+
+
+def _schedule(body: dict[str, Any]) -> Schedule:
+    fields = {k: v for k, v in body.items() if k in Schedule.model_fields}
+    next_due = body.get("next_due_at")
+    if next_due is not None:
+        from punctual.domain.keys import to_ms
+
+        fields["next_due_ms"] = to_ms(datetime.fromisoformat(next_due.replace("Z", "+00:00")))
+    return Schedule.model_validate(fields)
+
+
+class ApiClient:
+    """Punctual through its REST API at ``base_url``: ``token`` for the local runtime's API, otherwise SigV4 with
+    ``credentials`` (default: boto3's) in ``region``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        region: str = "us-east-1",
+        credentials: Any = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._region = region
+        self._credentials = credentials
+        self._http = urllib3.PoolManager(maxsize=32, timeout=urllib3.Timeout(total=timeout_s), retries=False)
+        if token is None and credentials is None:
+            import boto3
+
+            self._credentials = boto3.Session().get_credentials()
+            if self._credentials is None:
+                raise ApiError(401, "no AWS credentials to sign the API requests with, and no local API token")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ApiClient:
+        if not settings.api_url:
+            raise ValueError("settings.api_url is not set")
+        return cls(settings.api_url, token=settings.api_token, region=settings.region)
+
+    # -- the wire ------------------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+        return self._send(method, path, body, query)[1]
+
+    def _send(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """The status and the JSON answer of a request; a 4xx or 5xx raises the matching error."""
+        url = self.base_url + path
+        if query:
+            pairs = [(k, _json_of(v)) for k, v in query.items() if v is not None and not isinstance(v, list)]
+            pairs += [(k, _json_of(i)) for k, v in query.items() if isinstance(v, list) for i in v]
+            if pairs:
+                url += "?" + urlencode(pairs)
+        data = None if body is None else json.dumps(body, default=_json_of).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        else:
+            headers = self._signed(method, url, headers, data)
+        response = self._request(method, path, url, data, headers)
+        text = response.data.decode("utf-8", errors="replace")
+        try:
+            answer = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            answer = {"detail": text[:200]}
+        if response.status >= 400:
+            self._raise(response.status, answer if isinstance(answer, dict) else {}, method, path)
+        return response.status, answer
+
+    def _request(
+        self, method: str, path: str, url: str, data: bytes | None, headers: dict[str, str]
+    ) -> urllib3.BaseHTTPResponse:
+        """Send, and send again (up to ATTEMPTS in all, backing off) when no answer came and sending again is
+        safe: always when the connection could not be made (nothing was sent); when it broke after the request
+        went out, or the answer is a gateway's 429 / 502 / 503 / 504, only for a read or a create (creates carry
+        their id, and the same create again answers the stored task)."""
+        repeatable = method in ("GET", "HEAD") or (method == "POST" and path in CREATES)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self._http.request(method, url, body=data, headers=headers)
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
+                if attempt == ATTEMPTS:
+                    raise ApiError(0, f"could not connect to {self.base_url} ({attempt} tries): {exc}") from exc
+            except urllib3.exceptions.HTTPError as exc:
+                if not repeatable or attempt == ATTEMPTS:
+                    effect = "" if repeatable else "; whether it took effect is unknown: read it back"
+                    raise ApiError(
+                        0, f"no answer from {self.base_url} to {method} {path} ({attempt} tries){effect}: {exc}"
+                    ) from exc
+            else:
+                if (
+                    not (repeatable and response.status in GATEWAY_RETRY)
+                    or attempt == ATTEMPTS
+                    or _is_quota_problem(response)
+                ):
+                    return response
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        request = AWSRequest(method=method, url=url, data=data, headers=headers)
+        # one consistent key, secret and token (refreshing credentials may change between separate reads)
+        frozen = (
+            self._credentials.get_frozen_credentials()
+            if hasattr(self._credentials, "get_frozen_credentials")
+            else self._credentials
+        )
+        SigV4Auth(frozen, "execute-api", self._region).add_auth(request)
+        return dict(request.headers.items())
+
+    @staticmethod
+    def _raise(status: int, problem: dict[str, Any], method: str, path: str) -> None:
+        """Raise the error a problem answer stands for, with the API's ``detail`` as its message: a bad query
+        parameter of a read is an InvalidRequestError, bad input to a schedule an InvalidScheduleError, to a task
+        an InvalidTaskError."""
+        detail = str(problem.get("detail") or problem.get("message") or "no detail")
+        kind = str(problem.get("type", "")).rpartition("/")[2]
+        schedule = path.startswith("/v1/schedules")
+        field = problem.get("field")
+        if kind == "invalid":
+            invalid = InvalidRequestError if method == "GET" else InvalidScheduleError if schedule else InvalidTaskError
+            reason = detail.removeprefix(f"invalid {field or invalid.subject}: ")
+            raise invalid.relayed(detail, field=field, reason=reason)
+        if kind == "quota":
+            raise QuotaExceededError.relayed(
+                detail, quota=str(problem.get("quota") or "unknown"), field=field, reason=detail
+            )
+        segments = path.split("/")  # "", "v1", "tasks" or "schedules", the id, ...
+        key = unquote(segments[3]) if len(segments) > 3 else ""
+        if kind == "not-found":
+            raise (ScheduleNotFoundError if schedule else TaskNotFoundError).relayed(detail, key=key)
+        if kind == "conflict":
+            raise (ScheduleConflictError if schedule else TaskConflictError).relayed(detail)
+        if kind == "state":
+            raise (ScheduleStateError if schedule else TaskStateError).relayed(detail)
+        raise ApiError(status, detail)
+
+    # -- tasks ---------------------------------------------------------------------------------------------
+    def schedule(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> Task:
+        """As :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`."""
+        return self._create(
+            due_at,
+            action,
+            payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+        )[0]
+
+    def _create(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> tuple[Task, bool]:
+        """The stored task, and whether this call created it (201) or found it stored (200)."""
+        if not isinstance(due_at, datetime) or due_at.tzinfo is None:
+            raise InvalidTaskError("due_at", "give a timezone-aware datetime")
+        # The id is chosen here, as the direct client does: a create sent again after a broken connection is
+        # the same create
+        body = {
+            "due_at": due_at,
+            "action": action,
+            "payload": payload,
+            "task_id": task_id if task_id is not None else uuid.uuid4().hex,
+            "misfire_grace_ms": misfire_grace,
+            "misfire_policy": misfire_policy,
+            "retry": retry,
+        }
+        status, answer = self._send(
+            "POST", "/v1/tasks", {k: v for k, v in body.items() if v is not None or k == "payload"}
+        )
+        return _task(answer), status == 201
+
+    def schedule_many(
+        self,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        threads: int = 16,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> builtins.list[ScheduleResult]:
+        """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`: one request a task,
+        ``threads`` in flight; a result per task, in order."""
+        return schedule_each(tasks, self._schedule_one, threads, on_progress)
+
+    def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
+        task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
+        task_id = task_id if isinstance(task_id, str) else None
+        problem = spec_problem(spec)
+        if problem is not None:
+            return ScheduleResult(index, task_id, "invalid", error=problem)
+        try:
+            task, created = self._create(**spec)
+        except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
+            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+        except TaskConflictError as exc:
+            return ScheduleResult(index, task_id, "conflict", error=str(exc))
+        return ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
+
+    def get(self, task_id: str) -> Task | None:
+        try:
+            return _task(self._call("GET", f"/v1/tasks/{quote(task_id, safe=ID_SAFE)}"))
+        except TaskNotFoundError:
+            return None
+
+    def list(
+        self,
+        status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Task]:
+        """As :meth:`Client.list <punctual.scheduling.client.Client.list>`: every page read, then sorted by due."""
+        statuses = (
+            None if status is None else [str(s) for s in (status if isinstance(status, builtins.list) else [status])]
+        )
+        tasks: builtins.list[Task] = []
+        token = None
+        while True:
+            page = self._call(
+                "GET",
+                "/v1/tasks",
+                query={"status": statuses, "due_from": due_from, "due_to": due_to, "limit": 1000, "next_token": token},
+            )
+            tasks.extend(_task(t) for t in page["tasks"])
+            token = page.get("next_token")
+            if not token:
+                break
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def _task_call(self, task_id: str, verb: str, body: Any = None) -> Task:
+        return _task(self._call("POST", f"/v1/tasks/{quote(task_id, safe=ID_SAFE)}/{verb}", body))
+
+    def cancel(self, task_id: str) -> Task:
+        return self._task_call(task_id, "cancel")
+
+    def reschedule(self, task_id: str, due_at: datetime) -> Task:
+        return self._task_call(task_id, "reschedule", {"due_at": due_at})
+
+    def run_now(self, task_id: str) -> Task:
+        return self._task_call(task_id, "run-now")
+
+    def redrive(self, task_id: str) -> Task:
+        return self._task_call(task_id, "redrive")
+
+    # -- schedules -----------------------------------------------------------------------------------------
+    def create_schedule(
+        self,
+        schedule_id: str,
+        expression: str,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        timezone: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_occurrences: int | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        downtime_policy: str = "skip",
+    ) -> Schedule:
+        body = {
+            "schedule_id": schedule_id,
+            "expression": expression,
+            "action": action,
+            "payload": payload,
+            "timezone": timezone,
+            "start_at": start_at,
+            "end_at": end_at,
+            "max_occurrences": max_occurrences,
+            "misfire_grace_ms": misfire_grace,
+            "misfire_policy": misfire_policy,
+            "retry": retry,
+            "downtime_policy": downtime_policy,
+        }
+        return _schedule(
+            self._call("POST", "/v1/schedules", {k: v for k, v in body.items() if v is not None or k == "payload"})
+        )
+
+    def _schedule_path(self, schedule_id: str) -> str:
+        return f"/v1/schedules/{quote(schedule_id, safe=ID_SAFE)}"
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        try:
+            return _schedule(self._call("GET", self._schedule_path(schedule_id)))
+        except ScheduleNotFoundError:
+            return None
+
+    def list_schedules(self) -> builtins.list[Schedule]:
+        return [_schedule(s) for s in self._call("GET", "/v1/schedules")["schedules"]]
+
+    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
+        answer = self._call("GET", self._schedule_path(schedule_id) + "/history", query={"limit": limit or 1000})
+        return [_task(t) for t in answer["occurrences"]]
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("POST", self._schedule_path(schedule_id) + "/pause"))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("POST", self._schedule_path(schedule_id) + "/resume"))
+
+    def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        if "misfire_grace" in changes:
+            changes["misfire_grace_ms"] = changes.pop("misfire_grace")
+        return _schedule(self._call("PATCH", self._schedule_path(schedule_id), changes))
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        return _schedule(self._call("DELETE", self._schedule_path(schedule_id)))
+
+    def run_schedule_now(self, schedule_id: str) -> Task:
+        return _task(self._call("POST", self._schedule_path(schedule_id) + "/run-now"))

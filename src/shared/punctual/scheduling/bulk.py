@@ -1,0 +1,121 @@
+"""Many tasks at once: each a parallel conditional write, a result each in order (for ``Client.schedule_many``
+and the API client's)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Task
+from punctual.errors import InvalidRequestError, QuotaExceededError, TaskConflictError
+
+SCHEDULE_FIELDS = frozenset({"due_at", "action", "payload", "task_id", "misfire_grace", "misfire_policy", "retry"})
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    """What :meth:`Client.schedule_many` did with one task, in the order given.
+
+    ``outcome`` is ``"created"``, ``"exists"`` (the same id with equal content was already stored: nothing
+    written), ``"invalid"`` (bad input: nothing stored; ``field`` names it), ``"conflict"`` (the id exists with
+    other content) or ``"error"`` (the write failed, e.g. throttled past its retries: safe to send again).
+    """
+
+    index: int
+    task_id: str | None
+    outcome: Literal["created", "exists", "invalid", "conflict", "error"]
+    task: Task | None = None
+    error: str | None = None
+    field: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("created", "exists")
+
+
+def schedule_one(
+    now_ms: Callable[[], int],
+    build: Callable[..., Task],
+    create: Callable[[Task, int], tuple[Task, bool]],
+    index: int,
+    spec: Mapping[str, Any],
+) -> ScheduleResult:
+    """Build (``build``, as :meth:`Client.build_task <punctual.scheduling.client.Client.build_task>`) and store
+    (``create``) one task of a :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` call; what
+    went wrong is its result, never raised."""
+    task_id = _task_id_of(spec)
+    problem = spec_problem(spec)
+    if problem is not None:
+        return ScheduleResult(index, task_id, "invalid", error=problem)
+    now = now_ms()
+    try:
+        task = build(
+            spec["due_at"],
+            spec["action"],
+            spec.get("payload"),
+            task_id=spec.get("task_id"),
+            misfire_grace=spec.get("misfire_grace"),
+            misfire_policy=spec.get("misfire_policy", DEFAULT_MISFIRE_POLICY),
+            retry=spec.get("retry"),
+            now_ms=now,
+        )
+    except InvalidRequestError as exc:  # the task's, or a quota passed: nothing stored, the field named
+        return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+    try:
+        stored, created = create(task, now)
+    except QuotaExceededError as exc:
+        return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field)
+    except TaskConflictError as exc:
+        return ScheduleResult(index, task.task_id, "conflict", task=exc.existing, error=str(exc))
+    return ScheduleResult(index, task.task_id, "created" if created else "exists", task=stored)
+
+
+def spec_problem(spec: Any) -> str | None:
+    """Why ``spec`` is not one task of :meth:`Client.schedule_many` (a mapping of its fields, ``due_at`` and
+    ``action`` among them), or None."""
+    unknown = sorted(set(spec) - SCHEDULE_FIELDS) if isinstance(spec, Mapping) else []
+    if not isinstance(spec, Mapping) or unknown or "due_at" not in spec or "action" not in spec:
+        why = f"unknown field(s) {', '.join(unknown)}" if unknown else "each task needs due_at and action"
+        return f"invalid task: {why}"
+    return None
+
+
+def schedule_each(
+    tasks: Iterable[Any],
+    one: Callable[[int, Any], ScheduleResult],
+    threads: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[ScheduleResult]:
+    """``one(index, spec)`` for each of ``tasks``, ``threads`` at a time, a result each in order (an exception is
+    that task's ``"error"``: the others go on); ``on_progress(done, total)`` as each completes. What
+    :meth:`Client.schedule_many` and the API client's run."""
+    specs = list(tasks)
+    total = len(specs)
+    done = [0]
+    lock = threading.Lock()
+
+    def each(indexed: tuple[int, Any]) -> ScheduleResult:
+        index, spec = indexed
+        try:
+            result = one(index, spec)
+        except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
+            result = ScheduleResult(index, _task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
+        if on_progress is not None:
+            with lock:
+                done[0] += 1
+                count = done[0]
+            on_progress(count, total)
+        return result
+
+    if total <= 1:
+        return [each(item) for item in enumerate(specs)]
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, total)), thread_name_prefix="schedule") as pool:
+        return list(pool.map(each, enumerate(specs)))
+
+
+def _task_id_of(spec: Any) -> str | None:
+    task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
+    return task_id if isinstance(task_id, str) else None

@@ -1,0 +1,425 @@
+"""The client helper: schedule, inspect, cancel and reschedule tasks (one conditional write each), many at once
+(:mod:`punctual.scheduling.bulk`), and recurring schedules (:mod:`punctual.scheduling.schedule_client`)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from pydantic import ValidationError
+
+from punctual.config.settings import Settings
+from punctual.domain.clock import Clock, SystemClock
+from punctual.domain.decisions import misfire_decision
+from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus
+from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import Schedule, is_occurrence_id
+from punctual.domain.tenancy import split
+from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
+from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
+from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
+from punctual.scheduling.quotas import QuotaGuard, check_retry
+from punctual.scheduling.redrive import Selection, redrive_tasks
+from punctual.scheduling.schedule_client import ScheduleClient
+from punctual.stores.ports import Store
+from punctual.targets import TargetRules
+
+
+class Client:
+    """Schedule tasks for Punctual to fire at an exact instant.
+
+    Recurring schedules are a :class:`~punctual.scheduling.schedule_client.ScheduleClient`'s over the same store, clock
+    and rules (the ``*_schedule`` methods hand them to it); many tasks at once go through
+    :mod:`punctual.scheduling.bulk`.
+
+    Parameters
+    ----------
+    settings:
+        Table name, endpoint, shard count and limits; defaults to ``Settings.from_env()``.
+    dynamodb:
+        A boto3 DynamoDB client to use (for example one bound to DynamoDB Local or moto).
+    store:
+        The task store to use instead (any :class:`~punctual.stores.ports.Store`); ``dynamodb`` is then unused.
+    clock:
+        Where "now" comes from (for the horizon check and the index bucket of late writes).
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime, timedelta
+    >>> from punctual import Client, HttpAction
+    >>> client = Client()                                         # doctest: +SKIP
+    >>> task = client.schedule(                                   # doctest: +SKIP
+    ...     due_at=datetime.now(UTC) + timedelta(minutes=5),
+    ...     action=HttpAction(url="https://example.com/hooks/publish"),
+    ...     payload={"video": "v-123"},
+    ...     task_id="publish-v-123",                              # idempotent on this id
+    ... )
+    >>> client.get("publish-v-123").status                       # doctest: +SKIP
+    <TaskStatus.PENDING: 'PENDING'>
+    >>> client.reschedule("publish-v-123", task.due_at + timedelta(minutes=1))  # doctest: +SKIP
+    >>> client.cancel("publish-v-123")                           # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        dynamodb: Any = None,
+        clock: Clock | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self._clock = clock or SystemClock()
+        if store is None:
+            from punctual.stores.dynamodb import (
+                build_store,  # here: `import punctual` loads neither boto3 nor the DynamoDB adapter
+            )
+
+            store = build_store(self.settings, dynamodb)
+        self._store = store
+        self._rules = TargetRules.from_settings(self.settings)
+        self._quota = QuotaGuard(store)
+        self._schedules = ScheduleClient(self.settings, store, self._clock, self._rules, self._quota)
+
+    def now_ms(self) -> int:
+        """Now, by the client's clock (epoch ms)."""
+        return int(self._clock.wall_ms())
+
+    def _check_due(self, task: Task, now_ms: int) -> None:
+        horizon_ms = self.settings.max_horizon_days * 86_400_000
+        if task.due_ms > now_ms + horizon_ms:
+            raise InvalidTaskError("due_at", f"more than {self.settings.max_horizon_days} days ahead (the horizon)")
+        # The executor's own rule: a task that could only start past its grace under "skip" would be MISSED (a
+        # "fire_late" task due in the past is accepted: it fires at once, flagged late).
+        if misfire_decision(now_ms - task.due_ms, task.misfire_grace_ms, task.misfire_policy) == "miss":
+            raise InvalidTaskError(
+                "due_at",
+                f"{(now_ms - task.due_ms) / 1000:.3f} s in the past, beyond the misfire grace of "
+                f"{task.misfire_grace_ms} ms: it could only be recorded MISSED",
+            )
+        if task.due_ms < now_ms - horizon_ms:  # fire_late too: a date that far back is a mistake, not a plan
+            raise InvalidTaskError("due_at", f"more than {self.settings.max_horizon_days} days in the past")
+
+    def build_task(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> Task:
+        """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
+        import uuid
+
+        now_ms = self.now_ms() if now_ms is None else now_ms
+        if not isinstance(due_at, datetime):
+            raise InvalidTaskError("due_at", "must be a datetime")
+        if due_at.tzinfo is None or due_at.utcoffset() is None:
+            raise InvalidTaskError("due_at", "naive datetime; give a timezone (e.g. UTC)")
+        if isinstance(task_id, str) and is_occurrence_id(task_id):
+            raise InvalidTaskError("task_id", f"{task_id!r}: '@' is kept for the occurrences of recurring schedules")
+        try:
+            task = Task(
+                task_id=task_id if task_id is not None else uuid.uuid4().hex,
+                due_at=due_at,
+                action=action,
+                payload=payload,
+                misfire_grace_ms=grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
+                misfire_policy=misfire_policy,
+                retry=retry,
+            )
+        except ValidationError as exc:
+            raise field_error(exc, InvalidTaskError) from exc
+        check_payload(task.payload, InvalidTaskError, self.settings)
+        self._check_due(task, now_ms)
+        rules = self._rules.of(task.task_id)  # the tenant's own targets, secrets and quotas
+        check_target(task.action, rules, InvalidTaskError)
+        check_retry(task.retry, rules.quotas)
+        return task
+
+    def create_built(self, task: Task, now_ms: int) -> tuple[Task, bool]:
+        """Store a built task, if its tenant has room for one more active task."""
+        quotas = self._rules.of(task.task_id).quotas
+        tenant = split(task.task_id)[0]
+        if quotas is None or tenant is None:
+            return self._store.create(task, now_ms)
+        with self._quota.admitting(tenant, quotas, 1):
+            return self._store.create(task, now_ms)
+
+    def schedule(
+        self,
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> Task:
+        """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
+
+        Parameters
+        ----------
+        due_at:
+            When to fire (timezone-aware; kept to the millisecond).
+        action, payload:
+            What to run, and the JSON value it is given.
+        task_id:
+            Your id for the task (idempotency key of the schedule call); a random one if omitted.
+        misfire_grace:
+            How late the task may still start (default ``Settings.default_misfire_grace_ms``, 60 s).
+        misfire_policy:
+            What happens past the grace: ``"skip"`` (the default) records the task MISSED without firing it;
+            ``"fire_late"`` fires it anyway, as soon as it can, and flags the record ``late``.
+        retry:
+            How a failed action is tried again (:class:`~punctual.domain.retry.RetryPolicy`, or a dict of its fields);
+            None (the default) means no retry. After the last attempt the task is FAILED and, if a dead-letter
+            queue is configured, a message goes to it.
+
+        Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
+        existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`.
+
+        Raises
+        ------
+        InvalidTaskError
+            Bad input (``.field`` names it); nothing is stored.
+        TaskConflictError
+            The id exists with other content.
+        """
+        now_ms = self.now_ms()
+        task = self.build_task(
+            due_at,
+            action,
+            payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+            now_ms=now_ms,
+        )
+        stored, _created = self.create_built(task, now_ms)
+        return stored
+
+    def submit(self, task: Task) -> tuple[Task, bool]:
+        """Store a task :meth:`build_task` made; returns the stored task and whether it was created now (False:
+        an equal task was already stored). Raises as :meth:`schedule` does."""
+        now_ms = self.now_ms()
+        self._check_due(task, now_ms)  # it may have been built a while ago
+        return self.create_built(task, now_ms)
+
+    def schedule_many(
+        self,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        threads: int = 16,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> list[ScheduleResult]:
+        """Schedule many tasks at once: each a mapping of :meth:`schedule`'s arguments (``due_at``, ``action``,
+        ``payload``, ``task_id``, ``misfire_grace``, ``misfire_policy``, ``retry``), written as parallel
+        conditional writes. Returns one :class:`ScheduleResult` per task, in order: a bad task does not stop
+        the others, and nothing is stored for it. Idempotent on ids, like :meth:`schedule`: sending the same
+        list again reports ``"exists"`` for what was stored. ``on_progress(done, total)`` is called as writes
+        complete (from worker threads).
+
+        Examples
+        --------
+        >>> results = client.schedule_many(                          # doctest: +SKIP
+        ...     {"due_at": nine_am, "action": HttpAction(url=hook), "payload": {"user": u}, "task_id": f"remind-{u}"}
+        ...     for u in users)
+        >>> [r for r in results if not r.ok]                         # doctest: +SKIP
+        []
+        """
+        one = partial(schedule_one, self.now_ms, self.build_task, self.create_built)
+        return schedule_each(tasks, one, threads, on_progress)
+
+    def to_item(self, task: Task, now_ms: int | None = None) -> dict[str, Any]:
+        """The DynamoDB item of ``task`` (from :meth:`build_task`), for writing with plain boto3::
+
+            client.put_item(TableName=table, Item=punctual_client.to_item(task),
+                            ConditionExpression="attribute_not_exists(task_id)")
+
+        The item is what :meth:`schedule` writes (its format is documented in :mod:`punctual.stores.dynamodb.codec`),
+        with its due-index key and fast-path flag computed for ``now_ms`` (now by default): write it soon."""
+        from punctual.stores.dynamodb.store import DynamoTaskStore
+
+        now = self.now_ms() if now_ms is None else now_ms
+        store = (
+            self._store
+            if isinstance(self._store, DynamoTaskStore)
+            else DynamoTaskStore.from_settings(None, self.settings)
+        )
+        return store.item_of(task, now)
+
+    def get(self, task_id: str) -> Task | None:
+        """The task as stored now, or None if there is no such task."""
+        return self._store.get(task_id)
+
+    def list(
+        self,
+        status: TaskStatus | str | list[TaskStatus | str] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
+        statuses = None
+        if status is not None:
+            raw = status if isinstance(status, builtins.list) else [status]
+            try:
+                statuses = [TaskStatus(s) for s in raw]
+            except ValueError as exc:
+                raise InvalidRequestError("status", str(exc)) from exc
+        tasks = builtins.list(
+            self._store.list_tasks(
+                statuses,
+                None if due_from is None else to_ms(due_from),
+                None if due_to is None else to_ms(due_to),
+            )
+        )
+        tasks.sort(key=lambda t: (t.due_at, t.task_id))
+        return tasks if limit is None else tasks[:limit]
+
+    def list_tenant_page(
+        self,
+        tenant: str,
+        status: builtins.list[TaskStatus] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[builtins.list[Task], str | None]:
+        """One page of ``tenant``'s tasks (see :meth:`~punctual.stores.ports.TaskStore.tenant_page`): the tasks,
+        and the id the next page starts after (None: the last page)."""
+        return self._store.tenant_page(
+            tenant,
+            status,
+            None if due_from is None else to_ms(due_from),
+            None if due_to is None else to_ms(due_to),
+            limit,
+            after,
+        )
+
+    def cancel(self, task_id: str) -> Task:
+        """Cancel a task that has not been armed for firing yet.
+
+        Race-safe against a concurrent arm: either the cancel wins and the task never fires, or the task
+        was already armed by its executor and this raises :class:`~punctual.errors.TaskStateError`.
+        """
+        self._readable(task_id)
+        return self._store.cancel(task_id, self.now_ms())
+
+    def reschedule(self, task_id: str, due_at: datetime) -> Task:
+        """Move a task that has not been armed yet to ``due_at``. Race-safe like :meth:`cancel`."""
+        now_ms = self.now_ms()
+        current = self._store.get(task_id)
+        if current is None:
+            raise TaskNotFoundError(task_id)
+        task = self.build_task(
+            due_at,
+            current.action,
+            current.payload,
+            task_id=task_id,
+            misfire_grace=current.misfire_grace_ms,
+            misfire_policy=current.misfire_policy,
+            retry=current.retry,
+            now_ms=now_ms,
+        )
+        return self._store.reschedule(task_id, task.due_ms, now_ms)
+
+    def _readable(self, task_id: str) -> None:
+        """Raise UndecodableItemError before a change when the item under ``task_id`` is no readable task (one that
+        names another tenant or schedule than its key): such an item is refused as it is, never changed."""
+        self._store.get(task_id)
+
+    def run_now(self, task_id: str) -> Task:
+        """Fire a task that has not been armed yet now, instead of at its due time (a reschedule to now)."""
+        return self.reschedule(task_id, from_ms(self.now_ms()))
+
+    def redrive(self, task_id: str) -> Task:
+        """Send a FAILED task again: PENDING, due now, attempt 0 (:func:`~punctual.scheduling.redrive.redrive_tasks`).
+        Raises TaskNotFoundError, or TaskStateError (with the task) when it is not FAILED or another change came
+        first."""
+        self._readable(task_id)
+        report = redrive_tasks(self._store, Selection.of([task_id]), self.now_ms())
+        for skipped in report.skipped:
+            if skipped.task is None:
+                raise TaskNotFoundError(task_id)
+            raise TaskStateError(task_id, "redrive", f"it is {skipped.task.status}, not FAILED", task=skipped.task)
+        redriven = self._store.get(task_id)
+        if redriven is None:  # deleted since (its record expired)
+            raise TaskNotFoundError(task_id)
+        return redriven
+
+    # -- recurring schedules: ScheduleClient's ------------------------------------------------------------------
+    def create_schedule(
+        self,
+        schedule_id: str,
+        expression: str,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        timezone: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_occurrences: int | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        downtime_policy: str = "skip",
+    ) -> Schedule:
+        """Store a recurring schedule (:meth:`ScheduleClient.create_schedule
+        <punctual.scheduling.schedule_client.ScheduleClient.create_schedule>` states its parameters)."""
+        return self._schedules.create_schedule(
+            schedule_id,
+            expression,
+            action,
+            payload,
+            timezone=timezone,
+            start_at=start_at,
+            end_at=end_at,
+            max_occurrences=max_occurrences,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+            downtime_policy=downtime_policy,
+        )
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule as stored now, or None."""
+        return self._schedules.get_schedule(schedule_id)
+
+    def list_schedules(self, id_prefix: str | None = None) -> builtins.list[Schedule]:
+        """Every schedule (deleted ones included), or those whose id starts with ``id_prefix``, by id."""
+        return self._schedules.list_schedules(id_prefix)
+
+    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
+        """The schedule's occurrences (each a task with its own outcome), oldest first."""
+        return self._schedules.schedule_history(schedule_id, limit)
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        """Stop making occurrences and cancel those not armed yet (:meth:`ScheduleClient.pause_schedule
+        <punctual.scheduling.schedule_client.ScheduleClient.pause_schedule>`)."""
+        return self._schedules.pause_schedule(schedule_id)
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Make occurrences again from now on (those that fell while paused are not made)."""
+        return self._schedules.resume_schedule(schedule_id)
+
+    def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change what a schedule runs or when (:meth:`ScheduleClient.update_schedule
+        <punctual.scheduling.schedule_client.ScheduleClient.update_schedule>`)."""
+        return self._schedules.update_schedule(schedule_id, **changes)
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        """Delete a schedule: no more occurrences, those not armed yet cancelled (:meth:`ScheduleClient.delete_schedule
+        <punctual.scheduling.schedule_client.ScheduleClient.delete_schedule>`)."""
+        return self._schedules.delete_schedule(schedule_id)

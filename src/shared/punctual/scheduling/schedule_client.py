@@ -1,0 +1,276 @@
+"""Recurring schedules through the client: create, inspect, pause, resume, update and delete them (what
+:class:`~punctual.scheduling.client.Client` does with a schedule)."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from punctual.config.settings import Settings
+from punctual.domain.clock import Clock
+from punctual.domain.keys import from_ms
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task
+from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
+from punctual.domain.tenancy import split
+from punctual.errors import InvalidScheduleError, ScheduleNotFoundError, ScheduleStateError
+from punctual.scheduling import chain
+from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
+from punctual.scheduling.quotas import QuotaGuard, check_retry
+from punctual.stores.ports import Store
+from punctual.targets import TargetRules
+
+
+class ScheduleClient:
+    """A recurring schedule's life through the client: its occurrences made ahead as tasks, its changes
+    cleaning up the occurrences not armed yet, the tenant's quotas admitting it."""
+
+    def __init__(self, settings: Settings, store: Store, clock: Clock, rules: TargetRules, quota: QuotaGuard) -> None:
+        self.settings = settings
+        self._store = store
+        self._clock = clock
+        self._rules = rules
+        self._quota = quota
+
+    def _now_ms(self) -> int:
+        return int(self._clock.wall_ms())
+
+    def _valid_schedule(self, fields: dict[str, Any]) -> Schedule:
+        try:
+            schedule = Schedule.model_validate(fields)
+        except ValidationError as exc:
+            raise field_error(exc, InvalidScheduleError) from exc
+        check_payload(schedule.payload, InvalidScheduleError, self.settings)
+        rules = self._rules.of(schedule.schedule_id)
+        check_target(schedule.action, rules, InvalidScheduleError)
+        check_retry(schedule.retry, rules.quotas)
+        return schedule
+
+    def _admit_schedule(self, schedule: Schedule) -> None:
+        """Room among its tenant's quotas for ``schedule`` as it will be stored."""
+        with self._admitting_schedule(schedule):
+            pass
+
+    @contextlib.contextmanager
+    def _admitting_schedule(self, schedule: Schedule, occurrences: int = 0) -> Iterator[None]:
+        """Room among its tenant's quotas for ``schedule`` as it will be stored, and for its first ``occurrences``
+        while the ``with`` block creates them."""
+        tenant = split(schedule.schedule_id)[0]
+        quotas = self._rules.of(schedule.schedule_id).quotas
+        if tenant is None or quotas is None:
+            yield
+            return
+        self._quota.admit_schedule(tenant, quotas, schedule)
+        with self._quota.admitting(tenant, quotas, occurrences):
+            yield
+
+    def _until_ms(self, now_ms: int) -> int:
+        """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
+        return now_ms + self.settings.lead_ms + self.settings.schedule_ahead_ms
+
+    def create_schedule(
+        self,
+        schedule_id: str,
+        expression: str,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        timezone: str = "UTC",
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_occurrences: int | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+        downtime_policy: str = "skip",
+    ) -> Schedule:
+        """Store a recurring schedule: ``action`` with ``payload`` at every occurrence of ``expression``.
+
+        Parameters
+        ----------
+        schedule_id:
+            Your id for it (idempotent: the same id with the same definition returns the stored schedule).
+        expression:
+            ``at(2026-12-24T18:00:00)``, ``rate(5 minutes)`` / ``rate(500 milliseconds)``, or
+            ``cron(0 9 ? * MON-FRI *)`` (EventBridge's six fields) / ``0 9 * * 1-5`` (the common five): see
+            :mod:`punctual.domain.recurrence`, which also states the DST rules.
+        timezone:
+            IANA zone the expression's wall times are read in (``Europe/Paris``); a rate ignores it.
+        start_at, end_at, max_occurrences:
+            Occurrences fall at or after ``start_at`` (a rate counts from it; default now), at or before
+            ``end_at``, and at most ``max_occurrences`` of them are made.
+        misfire_grace, misfire_policy, retry:
+            As for :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`, for each occurrence.
+        downtime_policy:
+            Occurrences whose grace passed while nothing ran (the stack stopped, a region outage): ``"skip"``
+            them (default), or ``"fire_latest"``: fire the latest of them once, flagged late.
+
+        Each occurrence is a task with id ``<schedule_id>@<UTC instant>`` (its idempotency key), listed by
+        :meth:`schedule_history`.
+
+        Raises
+        ------
+        InvalidScheduleError
+            Bad input (``.field`` names it), or an expression with no occurrence to come; nothing is stored.
+        QuotaExceededError
+            The schedule would pass one of its tenant's quotas; nothing is stored.
+        ScheduleConflictError
+            The id exists with another definition, or belonged to a schedule that was deleted.
+
+        Examples
+        --------
+        >>> client.create_schedule("report", "cron(0 9 ? * MON-FRI *)", {"kind": "log", "message": "report"},
+        ...                        timezone="Europe/Paris")              # doctest: +SKIP
+        """
+        now_ms = self._now_ms()
+        schedule = self._valid_schedule(
+            {
+                "schedule_id": schedule_id,
+                "expression": expression,
+                "timezone": timezone,
+                "start_at": start_at,
+                "end_at": end_at,
+                "max_occurrences": max_occurrences,
+                "action": action,
+                "payload": payload,
+                "misfire_grace_ms": grace_ms(
+                    misfire_grace, self.settings.default_misfire_grace_ms, InvalidScheduleError
+                ),
+                "misfire_policy": misfire_policy,
+                "retry": retry,
+                "downtime_policy": downtime_policy,
+                "created_at": from_ms(now_ms),
+            }
+        )
+        first = first_due_ms(schedule, now_ms)
+        if first is None:
+            raise InvalidScheduleError(
+                "expression", f"{expression!r} has no occurrence after now" + (" and before end_at" if end_at else "")
+            )
+        schedule = schedule.model_copy(update={"next_due_ms": first})
+        step = plan_advance(schedule, now_ms, self._until_ms(now_ms))
+        occurrences = [] if step is None else step.occurrences
+        to_store = schedule.model_copy(
+            update={
+                "next_due_ms": first if step is None else step.next_due_ms,
+                "state": ScheduleState.ENDED if step is not None and step.next_due_ms is None else ScheduleState.ACTIVE,
+                "created_count": len(occurrences),
+            }
+        )
+        existing = self._store.get_schedule(schedule_id)
+        admission: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
+            admission = self._admitting_schedule(to_store, len(occurrences))
+        with admission:
+            stored, created = self._store.create_schedule(
+                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms
+            )
+        if created:
+            chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms))
+        return self._store.get_schedule(schedule_id) or stored
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule as stored now, or None."""
+        return self._store.get_schedule(schedule_id)
+
+    def list_schedules(self, id_prefix: str | None = None) -> builtins.list[Schedule]:
+        """Every schedule (deleted ones included, with their state), or those whose id starts with
+        ``id_prefix``, by id."""
+        return sorted(self._store.list_schedules(id_prefix), key=lambda s: s.schedule_id)
+
+    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
+        """The schedule's occurrences (each a task with its own outcome), oldest first."""
+        ids = self._store.schedule_occurrence_ids(schedule_id)
+        tasks = self._store.get_many(ids[-limit:] if limit else ids)
+        return sorted(tasks.values(), key=lambda t: t.task_id)
+
+    def _schedule_or_raise(self, schedule_id: str) -> Schedule:
+        schedule = self._store.get_schedule(schedule_id)
+        if schedule is None or schedule.state is ScheduleState.DELETED:
+            raise ScheduleNotFoundError(schedule_id)
+        return schedule
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        """Stop making occurrences and cancel those made and not armed yet (an armed one still fires: its
+        executor owns it). Pausing a paused schedule changes nothing."""
+        now_ms = self._now_ms()
+        schedule = self._schedule_or_raise(schedule_id)
+        if schedule.state is ScheduleState.PAUSED and not schedule.cleanup:
+            return schedule
+        if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
+            raise ScheduleStateError(schedule_id, "pause", f"it is {schedule.state}")
+        changed = self._store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
+        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+        return self._schedule_or_raise(schedule_id)
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Make occurrences again from now on (those that fell while paused are not made)."""
+        now_ms = self._now_ms()
+        schedule = self._schedule_or_raise(schedule_id)
+        if schedule.state is not ScheduleState.PAUSED:
+            if schedule.state is ScheduleState.ACTIVE:
+                return schedule
+            raise ScheduleStateError(schedule_id, "resume", f"it is {schedule.state}")
+        self._admit_schedule(schedule.model_copy(update={"state": ScheduleState.ACTIVE}))
+        self._restart(schedule, {}, now_ms, cleanup=schedule.cleanup)
+        return self._schedule_or_raise(schedule_id)
+
+    def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change what a schedule runs or when (any of :meth:`create_schedule`'s keyword arguments, and
+        ``expression``, ``action``, ``payload``). Occurrences made by the old definition and not armed yet are
+        cancelled; the new one runs from now on (an armed old occurrence still fires, and the new definition
+        makes none at its instant). A paused schedule stays paused."""
+        unknown = sorted(set(changes) - (DEFINITION_FIELDS - {"schedule_id"}) - {"misfire_grace"})
+        if unknown:
+            raise InvalidScheduleError(unknown[0], f"a schedule's {', '.join(unknown)} cannot be updated")
+        if "misfire_grace" in changes:
+            grace = changes.pop("misfire_grace")
+            changes["misfire_grace_ms"] = grace_ms(grace, self.settings.default_misfire_grace_ms, InvalidScheduleError)
+        now_ms = self._now_ms()
+        schedule = self._schedule_or_raise(schedule_id)
+        self._admit_schedule(self._valid_schedule({**schedule.model_dump(), **changes}))
+        if schedule.state is ScheduleState.PAUSED:
+            # a pause's cleanup its caller did not finish stays pending (and is finished here)
+            changed = self._store.change_schedule(schedule, changes, now_ms, cleanup=schedule.cleanup)
+            if schedule.cleanup:
+                chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+        else:
+            self._restart(schedule, changes, now_ms, cleanup=True)
+        return self._schedule_or_raise(schedule_id)
+
+    def _restart(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> None:
+        """Write ``changes`` with the cursor at the first occurrence after now (ACTIVE, or ENDED if none is left),
+        finish the cleanup, and make the occurrences ahead."""
+        new = Schedule.model_validate({**schedule.model_dump(), **changes})
+        first = first_due_ms(new, now_ms)
+        spent = new.max_occurrences is not None and new.created_count >= new.max_occurrences
+        active = first is not None and not spent
+        changed = self._store.change_schedule(
+            schedule,
+            {
+                **changes,
+                "state": ScheduleState.ACTIVE if active else ScheduleState.ENDED,
+                "next_due_ms": first if active else None,
+            },
+            now_ms,
+            cleanup=cleanup,
+        )
+        if cleanup:
+            chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+        chain.extend(self._store, schedule.schedule_id, now_ms, self._until_ms(now_ms))
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        """Delete a schedule: no more occurrences; those made and not armed yet are cancelled (an armed one still
+        fires). Its history stays listable until the finished occurrences expire."""
+        now_ms = self._now_ms()
+        schedule = self._schedule_or_raise(schedule_id)
+        changed = self._store.change_schedule(
+            schedule, {"state": ScheduleState.DELETED, "next_due_ms": None}, now_ms, cleanup=True
+        )
+        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+        return self._store.get_schedule(schedule_id) or changed

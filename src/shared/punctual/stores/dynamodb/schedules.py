@@ -1,0 +1,382 @@
+"""Recurring schedules in the Tasks table (the DynamoDB side of :mod:`punctual.domain.schedules`).
+
+A schedule is one item keyed ``#schedule#<id>`` (not a valid task id, so it can never collide with one); a
+tenant's schedule ``<tenant>/<id>`` is keyed ``<tenant>/#schedule#<id>``, so that its key starts with its tenant
+as every key of that tenant does (:mod:`punctual.domain.tenancy`)::
+
+    task_id S (schedule_key) | state S | version N | definition S (JSON: what the user asked for)
+    next_due_ms N (the first occurrence not created yet; absent once ENDED) | created_count N | skipped_count N
+    created_ms N | updated_ms N | cleanup N (1: occurrences of an older version may still be PENDING)
+    due_ms N, due_bucket S: in the due index while the chain needs a hand: ACTIVE (at ``next_due_ms - ahead``,
+    so that a poll creates its occurrences ``ahead`` before its window reaches them), or ``cleanup`` set (now)
+
+It has a ``state``, never a ``status``: nothing that reads tasks takes it for one. Its occurrences are tasks
+with ``schedule_id`` and ``schedule_version``, listed by the sparse ``schedule`` index.
+
+The chain's writes, each one conditional (see :meth:`ScheduleItems.advance_schedule`)::
+
+    SCHEDULE  put the item if absent, with its first occurrences, in one transaction
+    ADVANCE   version = :v AND next_due_ms = :cursor AND state = ACTIVE on the schedule, in one transaction with
+              a put of each new occurrence: absent, or CANCELLED by an older version (a pause or an update
+              cancelled it and a newer version runs at the same instant)
+    CHANGE    version = :v (pause, resume, update, delete: what the caller read is still what is stored);
+              the version goes up by one, and ``cleanup`` is set when occurrences may have to be cancelled
+    CLEANED   version = :v: the cleanup is done (the item leaves the index unless it is ACTIVE)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task, TaskStatus, canonical_json
+from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
+from punctual.domain.tenancy import split
+from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
+from punctual.stores.dynamodb.codec import (
+    DECODE_ERRORS,
+    SCHEDULE_PREFIX,
+    check_owner,
+    from_av,
+    schedule_id_of_key,
+    schedule_key,
+    to_av,
+)
+from punctual.stores.dynamodb.schema import SCHEDULE_INDEX
+from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.tasks import TaskItems
+from punctual.stores.dynamodb.tenants import TenantItems
+from punctual.stores.dynamodb.writes import CREATABLE, is_conditional_failure
+
+log = logging.getLogger(__name__)
+
+_ACTIVE = ScheduleState.ACTIVE.value
+
+
+KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
+
+
+def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None, index: dict[str, Any] | None) -> str:
+    """The update expression of ``sets`` with the schedule's cursor set to ``next_due_ms`` (removed for None) and
+    its due-index place set to ``index`` (removed for None, left as it is for :data:`KEEP`)."""
+    removes: list[str] = []
+    if next_due_ms is None:
+        removes.append("next_due_ms")
+    else:
+        sets = [*sets, "next_due_ms = :next"]
+        values[":next"] = next_due_ms
+    if index is None:
+        removes += ["due_ms", "due_bucket"]
+    elif index is not KEEP:
+        sets = [*sets, "due_ms = :due", "due_bucket = :bucket"]
+        values.update({":due": index["due_ms"], ":bucket": index["due_bucket"]})
+    return "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+
+
+def schedule_of_item(item: dict[str, Any]) -> Schedule:
+    """The :class:`Schedule` a raw item holds; UndecodableItemError when it holds none."""
+    try:
+        return _schedule_of_item(item)
+    except DECODE_ERRORS as exc:
+        key = str(item.get("task_id", {}).get("S", "?"))
+        raise UndecodableItemError(key, "schedule", exc) from exc
+
+
+def _schedule_of_item(item: dict[str, Any]) -> Schedule:
+    v = from_av(item)
+    definition = json.loads(v["definition"])
+    key = v["task_id"]
+    if not isinstance(definition, dict) or definition.get("schedule_id") != schedule_id_of_key(key):
+        raise ValueError("its definition's schedule_id is not the schedule its key names")
+    check_owner(key, v.get("tenant"))
+    return Schedule.model_validate(
+        {
+            **definition,
+            "state": v["state"],
+            "version": int(v["version"]),
+            "next_due_ms": int(v["next_due_ms"]) if "next_due_ms" in v else None,
+            "created_count": int(v.get("created_count", 0)),
+            "skipped_count": int(v.get("skipped_count", 0)),
+            "created_at": from_ms(int(v["created_ms"])) if "created_ms" in v else None,
+            "updated_at": from_ms(int(v["updated_ms"])) if "updated_ms" in v else None,
+            "cleanup": bool(v.get("cleanup", 0)),
+        }
+    )
+
+
+def _readable(items: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> Iterator[Schedule]:
+    """The schedules ``items`` hold; one that cannot be read is logged and left out (a list must not fail on one
+    bad item)."""
+    for item in items:
+        try:
+            yield schedule_of_item(item)
+        except UndecodableItemError as exc:
+            log.warning("%s; left out of the list", exc)
+
+
+class ScheduleItems:
+    """Schedules in ``table``: an occurrence's item is what ``tasks`` puts for a task (:meth:`TaskItems.item_of`);
+    a tenant's schedules are listed from ``tenants``' index."""
+
+    def __init__(self, table: Table, tasks: TaskItems, tenants: TenantItems) -> None:
+        self.table = table
+        self.config = table.config
+        self.tasks = tasks
+        self.tenants = tenants
+
+    # -- items ----------------------------------------------------------------------------------------------
+    def _index_fields(self, schedule: Schedule, now_ms: int, cleanup: bool = False) -> dict[str, Any] | None:
+        """``due_ms`` and ``due_bucket`` of the schedule's item, or None when it stays out of the due index."""
+        key = schedule_key(schedule.schedule_id)
+        if cleanup:
+            return {"due_ms": now_ms, "due_bucket": self.config.index_key(key, now_ms, now_ms)}
+        if schedule.state is ScheduleState.ACTIVE and schedule.next_due_ms is not None:
+            due = schedule.next_due_ms - self.config.schedule_ahead_ms
+            return {"due_ms": due, "due_bucket": self.config.index_key(key, due, now_ms)}
+        return None
+
+    def schedule_item(self, schedule: Schedule, now_ms: int) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "task_id": schedule_key(schedule.schedule_id),
+            "state": schedule.state.value,
+            "version": schedule.version,
+            "definition": canonical_json(schedule.definition()),
+            "created_count": schedule.created_count,
+            "skipped_count": schedule.skipped_count,
+            "created_ms": now_ms,
+            "updated_ms": now_ms,
+        }
+        if schedule.next_due_ms is not None:
+            values["next_due_ms"] = schedule.next_due_ms
+        tenant = split(schedule.schedule_id)[0]
+        if tenant is not None:
+            values["tenant"] = tenant  # the tenant index
+        values.update(self._index_fields(schedule, now_ms) or {})
+        return to_av(values)
+
+    def _occurrence_put(self, task: Task, version: int, now_ms: int) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.table.name,
+                "Item": self.tasks.item_of(task, now_ms),
+                "ConditionExpression": "attribute_not_exists(task_id) OR (#st = :cancelled AND schedule_version < :v)",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": to_av({":cancelled": TaskStatus.CANCELLED.value, ":v": version}),
+            }
+        }
+
+    # -- client side ----------------------------------------------------------------------------------------
+    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
+        """SCHEDULE: store a new schedule with its first occurrences (at most 99). Idempotent on the id with an
+        equal definition (returns the stored one and False); other content raises ScheduleConflictError."""
+        put = {
+            "Put": {
+                "TableName": self.table.name,
+                "Item": self.schedule_item(schedule, now_ms),
+                "ConditionExpression": CREATABLE,
+            }
+        }
+        codes = self.table.transact([put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)])
+        if codes is None:
+            return schedule.model_copy(update={"created_at": from_ms(now_ms), "updated_at": from_ms(now_ms)}), True
+        existing = self.get_schedule(schedule.schedule_id)
+        if existing is None:
+            raise ScheduleStateError(
+                schedule.schedule_id, "create", f"its first occurrences failed ({', '.join(codes)}); nothing was stored"
+            )
+        if existing.state is ScheduleState.DELETED:
+            raise ScheduleConflictError(schedule.schedule_id, existing, deleted=True)
+        if existing.definition() == schedule.definition():
+            return existing, False
+        raise ScheduleConflictError(schedule.schedule_id, existing)
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule as stored now (strongly consistent), or None."""
+        item = self.table.get_item(schedule_key(schedule_id))
+        return None if item is None else schedule_of_item(item)
+
+    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
+        """Every schedule (a filtered scan of the table: for admin use; every tenant's too), or those whose id
+        starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index."""
+        tenant = split(id_prefix)[0] if id_prefix is not None else None
+        if tenant is not None:
+            keys, _ = self.tenants.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
+            yield from _readable(self.table.items_of(keys))
+            return
+        if id_prefix is None:
+            condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
+        else:
+            condition, value = "begins_with(task_id, :prefix)", schedule_key(id_prefix)
+        for page in self.table.client.get_paginator("scan").paginate(
+            TableName=self.table.name,
+            FilterExpression=condition,
+            ExpressionAttributeValues=to_av({":prefix": value}),
+        ):
+            yield from _readable(page.get("Items", []))
+
+    def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
+        """QUARANTINE: a schedule item that cannot be read leaves the due index (no poll meets it again) and keeps
+        ``detail``; the item is otherwise left as it is, for a person to mend or delete. False when it was not in
+        the index any more. Never raises: a failure is logged, and the next poll meets the item again."""
+        try:
+            self.table.client.update_item(
+                TableName=self.table.name,
+                Key={"task_id": {"S": schedule_key(schedule_id)}},
+                UpdateExpression="SET detail = :detail, quarantined_ms = :now REMOVE due_ms, due_bucket",
+                ConditionExpression="attribute_exists(due_bucket)",
+                ExpressionAttributeValues=to_av({":detail": detail[:1000], ":now": now_ms}),
+            )
+        except Exception as exc:  # one bad item must not stop a poll
+            lost = isinstance(exc, ClientError) and is_conditional_failure(exc)
+            if not lost:
+                log.exception("schedule %s: taking it out of the due index failed", schedule_id)
+            return False
+        log.error(
+            "schedule %s: %s; taken out of the due index (it makes no occurrence until mended)",
+            schedule_id,
+            detail,
+            extra={"schedule_id": schedule_id},
+        )
+        return True
+
+    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
+        """CHANGE: write ``changes`` (definition fields, state, cursor) over ``schedule`` as read, one version up;
+        ``cleanup``: occurrences of older versions may have to be cancelled (the item waits in the due index until
+        :meth:`finish_cleanup`). Raises ScheduleStateError when the schedule changed since it was read."""
+        changed = Schedule.model_validate({**schedule.model_dump(), **changes, "version": schedule.version + 1})
+        values: dict[str, Any] = {
+            ":v": schedule.version,
+            ":nv": changed.version,
+            ":state": changed.state.value,
+            ":definition": canonical_json(changed.definition()),
+            ":now": now_ms,
+            ":cleanup": 1 if cleanup else 0,
+        }
+        sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
+        update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
+        try:
+            self.table.client.update_item(
+                TableName=self.table.name,
+                Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                UpdateExpression=update,
+                ConditionExpression="#ver = :v",
+                ExpressionAttributeNames={"#state": "state", "#def": "definition", "#ver": "version"},
+                ExpressionAttributeValues=to_av(values),
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            if self.get_schedule(schedule.schedule_id) is None:
+                raise ScheduleNotFoundError(schedule.schedule_id) from exc
+            raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again") from exc
+        return changed.model_copy(update={"updated_at": from_ms(now_ms), "cleanup": cleanup})
+
+    def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:
+        """CLEANED: no older version's occurrence is left PENDING; the item goes back to its place in the due
+        index (or out of it). False when the schedule changed meanwhile (its new change has its own cleanup)."""
+        values: dict[str, Any] = {":v": schedule.version}
+        index = self._index_fields(schedule.model_copy(update={"cleanup": False}), now_ms)
+        if index is None:
+            update = "REMOVE cleanup, due_ms, due_bucket"
+        else:
+            update = "SET due_ms = :due, due_bucket = :bucket REMOVE cleanup"
+            values.update({":due": index["due_ms"], ":bucket": index["due_bucket"]})
+        try:
+            self.table.client.update_item(
+                TableName=self.table.name,
+                Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                UpdateExpression=update,
+                ConditionExpression="#ver = :v",
+                ExpressionAttributeNames={"#ver": "version"},
+                ExpressionAttributeValues=to_av(values),
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return False
+        return True
+
+    def schedule_occurrence_ids(
+        self, schedule_id: str, from_ms_: int | None = None, limit: int | None = None
+    ) -> list[str]:
+        """Ids of the schedule's occurrences in due order (from the instant ``from_ms_`` if given), from the
+        ``schedule`` index (eventually consistent: a just-created occurrence may be missing for a moment)."""
+        # Only ids of its own occurrences ("<schedule id>@<instant>Z"): schedule_id is an attribute, and a client
+        # confined to its own keys (LeadingKeys) could still write another tenant's schedule id into an item.
+        condition = "schedule_id = :s AND task_id BETWEEN :from AND :to"
+        values: dict[str, Any] = {
+            ":s": schedule_id,
+            ":to": f"{schedule_id}@~",  # "~" sorts after every digit of an instant
+            ":from": occurrence_id(schedule_id, max(0, from_ms_)) if from_ms_ is not None else f"{schedule_id}@",
+        }
+        ids: list[str] = []
+        for page in self.table.client.get_paginator("query").paginate(
+            TableName=self.table.name,
+            IndexName=SCHEDULE_INDEX,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=to_av(values),
+            ProjectionExpression="task_id",
+        ):
+            ids.extend(raw["task_id"]["S"] for raw in page.get("Items", []))
+            if limit is not None and len(ids) >= limit:
+                return ids[:limit]
+        return ids
+
+    # -- the chain ------------------------------------------------------------------------------------------
+    def advance_schedule(
+        self, schedule: Schedule, step: Advance, occurrences: list[Task], now_ms: int
+    ) -> AdvanceResult:
+        """ADVANCE: create ``occurrences`` and move the cursor from ``schedule.next_due_ms`` to
+        ``step.next_due_ms`` (the schedule ENDS when that is None), in one transaction (at most 99 occurrences)."""
+        moved = schedule.model_copy(
+            update={
+                "next_due_ms": step.next_due_ms,
+                "state": ScheduleState.ENDED if step.next_due_ms is None else schedule.state,
+            }
+        )
+        values: dict[str, Any] = {
+            ":v": schedule.version,
+            ":cursor": schedule.next_due_ms,
+            ":active": _ACTIVE,
+            ":now": now_ms,
+            ":created": len(occurrences),
+            ":skipped": step.skipped,
+            ":state": moved.state.value,
+        }
+        sets = [
+            "created_count = created_count + :created",
+            "skipped_count = skipped_count + :skipped",
+            "updated_ms = :now",
+            "#state = :state",
+        ]
+        # while a cleanup is pending, the item keeps its place in the index (now): the next poll finishes it
+        index = KEEP if schedule.cleanup else self._index_fields(moved, now_ms)
+        update = {
+            "Update": {
+                "TableName": self.table.name,
+                "Key": {"task_id": {"S": schedule_key(schedule.schedule_id)}},
+                "UpdateExpression": _place(sets, values, step.next_due_ms, index),
+                "ConditionExpression": "#ver = :v AND next_due_ms = :cursor AND #state = :active",
+                "ExpressionAttributeNames": {"#state": "state", "#ver": "version"},
+                "ExpressionAttributeValues": to_av(values),
+            }
+        }
+        puts = [self._occurrence_put(t, schedule.version, now_ms) for t in occurrences]
+        codes = self.table.transact([update, *puts])
+        if codes is None:
+            return AdvanceResult(done=True)
+        if codes[0] == "ConditionalCheckFailed":
+            return AdvanceResult(done=False)
+        blocked = [
+            t.task_id for t, code in zip(occurrences, codes[1:], strict=True) if code == "ConditionalCheckFailed"
+        ]
+        if not blocked and "TransactionConflict" in codes:
+            return AdvanceResult(done=False)  # another writer on one of its items at that moment: read again
+        if not blocked:
+            raise ScheduleStateError(schedule.schedule_id, "advance", f"the write failed ({', '.join(codes)})")
+        return AdvanceResult(done=False, blocked=blocked)

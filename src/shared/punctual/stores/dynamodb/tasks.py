@@ -1,0 +1,407 @@
+"""Task items: CREATE and reads by id, the client's CANCEL and RESCHEDULE, and the RECORD, RETRY, RELEASE,
+REDRIVE and QUARANTINE writes (:class:`TaskItems`; the conditions are in :mod:`.writes`)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from punctual.domain.keys import from_ms
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus, status_after
+from punctual.errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
+from punctual.stores.dynamodb.codec import (
+    DECODE_ERRORS,
+    ITEM_HEADROOM_BYTES,
+    MAX_ITEM_BYTES,
+    SCHEDULE_PREFIX,
+    item_size,
+    item_to_task,
+    new_task_item,
+    text_of,
+    to_av,
+)
+from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.writes import (
+    ARMED,
+    CHANGEABLE,
+    CREATABLE,
+    PENDING,
+    RECORDABLE,
+    REDRIVABLE,
+    Write,
+    WriteKind,
+    Writes,
+    already_applied,
+    is_conditional_failure,
+    old_item,
+    quarantinable,
+)
+
+log = logging.getLogger(__name__)
+
+
+def readable_tasks(items: Iterable[dict[str, Any]]) -> Iterator[Task]:
+    """The tasks of ``items``, each decoded on its own: one that is not a task is logged and skipped."""
+    for item in items:
+        try:
+            yield item_to_task(item)
+        except DECODE_ERRORS as exc:
+            log.warning(
+                "item %s is not a readable task (%s: %s): skipped", text_of(item, "task_id"), type(exc).__name__, exc
+            )
+
+
+def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
+    """SET clauses (and their values) for what a fire measured: fired_ms, drift and detail, where known."""
+    sets = []
+    for name, value in (
+        ("fired_ms", record.fired_ms),
+        ("drift_ms", record.drift_ms),
+        ("drift_corrected_ms", record.drift_corrected_ms),
+        ("detail", record.detail),
+    ):
+        if value is not None:
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = value
+    return sets
+
+
+class TaskItems:
+    """Tasks by id in ``table``, and the writes that change one task at a time or many by id."""
+
+    def __init__(self, table: Table, writes: Writes) -> None:
+        self.table = table
+        self.config = table.config
+        self.writes = writes
+
+    # -- client side -------------------------------------------------------------------------------------
+    def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
+        """CREATE a new PENDING task; idempotent on ``task_id`` with equal content.
+
+        Returns the stored task and whether it was created now (False: an equal task already existed).
+
+        Raises
+        ------
+        TaskConflictError
+            A task with this id exists with different content.
+        """
+        item = self.item_of(task, now_ms)
+        size = item_size(item)
+        if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
+            raise InvalidTaskError(
+                "payload",
+                f"the task's item would be {size} bytes; DynamoDB holds at most {MAX_ITEM_BYTES} and the task "
+                f"needs {ITEM_HEADROOM_BYTES} of them for its life cycle (make the payload or the headers smaller)",
+            )
+        try:
+            self.table.client.put_item(
+                TableName=self.table.name,
+                Item=item,
+                ConditionExpression=CREATABLE,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            old = old_item(exc) or self.table.get_item(task.task_id)
+            if old is None:  # deleted between the two calls: try once more
+                return self.create(task, now_ms)
+            existing = item_to_task(old)
+            if text_of(old, "content_hash") == text_of(item, "content_hash"):
+                return existing, False
+            raise TaskConflictError(task.task_id, existing) from exc
+        return item_to_task(item), True
+
+    def item_of(self, task: Task, now_ms: int) -> dict[str, Any]:
+        """The raw item CREATE puts for ``task`` written at ``now_ms`` (its due-index key and fast-path flag)."""
+        return new_task_item(
+            task,
+            due_bucket=self.config.index_key(task.task_id, task.due_ms, now_ms),
+            fast_path=self.config.fast_path(task.due_ms, now_ms),
+            created_ms=now_ms,
+        )
+
+    def get(self, task_id: str) -> Task | None:
+        """The task as stored now (strongly consistent read), or None."""
+        item = self.table.get_item(task_id)
+        return None if item is None else item_to_task(item)
+
+    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
+        """Tasks by id (strongly consistent BatchGetItem); an item that cannot be decoded is left out (logged)."""
+        return {task.task_id: task for task in readable_tasks(self.table.batch_get(task_ids, consistent=True))}
+
+    def cancel(self, task_id: str, now_ms: int) -> Task:
+        """CANCEL: PENDING (not yet armed) → CANCELLED; the task leaves the due index.
+
+        Raises
+        ------
+        TaskNotFoundError, TaskStateError
+            No such task; or it is armed (its executor owns it) or already finished.
+        """
+        return self._change(
+            WriteKind.CANCEL,
+            task_id,
+            now_ms,
+            "SET #st = :cancelled, finished_ms = :now, expires_at = :expires, change_token = :token "
+            "REMOVE due_bucket, lease_until_ms, batch_id",
+            {":cancelled": TaskStatus.CANCELLED.value, ":expires": self.config.expires_at(now_ms)},
+            status=TaskStatus.CANCELLED.value,
+        )
+
+    def reschedule(self, task_id: str, due_ms: int, now_ms: int) -> Task:
+        """RESCHEDULE a PENDING task to a new due time; it is PENDING again and is dispatched afresh.
+
+        Raises
+        ------
+        TaskNotFoundError, TaskStateError
+            As for :meth:`cancel`.
+        """
+        current = self.get(task_id)
+        if current is None:
+            raise TaskNotFoundError(task_id)
+        moved = current.model_copy(update={"due_at": from_ms(due_ms)})
+        return self._change(
+            WriteKind.RESCHEDULE,
+            task_id,
+            now_ms,
+            "SET #st = :pending, due_ms = :new_due, due_at = :new_due_at, due_bucket = :bucket, "
+            "content_hash = :hash, fast_path = :fast, change_token = :token "
+            "REMOVE lease_until_ms, batch_id, armed_by",
+            {
+                ":fast": self.config.fast_path(due_ms, now_ms),
+                ":new_due": due_ms,
+                ":new_due_at": moved.due_at.isoformat(timespec="milliseconds"),
+                ":bucket": self.config.index_key(task_id, due_ms, now_ms),
+                ":hash": moved.content_hash(),
+            },
+            status=PENDING,
+        )
+
+    def _change(
+        self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *, status: str
+    ) -> Task:
+        """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the
+        change was refused. Each call writes a token of its own (``change_token``): botocore's retry of a
+        request whose response was lost finds its own token and answers as the first attempt would have, while
+        a second call (another token) is refused as before."""
+        token = uuid.uuid4().hex
+        write = self.writes.update(
+            kind,
+            task_id,
+            update,
+            f"attribute_exists(task_id) AND ({CHANGEABLE})",
+            {":pending": PENDING, ":armed": ARMED, ":now": now_ms, ":token": token, **values},
+            status=status,
+            marker=("change_token", token),
+        )
+        try:
+            response = self.table.client.update_item(
+                **write.request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            old = old_item(exc)
+            if old is None:
+                raise TaskNotFoundError(write.task_id) from exc
+            if already_applied(write, old):
+                return item_to_task(old)
+            task = item_to_task(old)
+            why = "it is armed and about to fire" if task.status is TaskStatus.ARMED else f"it is {task.status}"
+            raise TaskStateError(write.task_id, write.kind.value, why, task=task) from exc
+        return item_to_task(response["Attributes"])
+
+    def list_tasks(
+        self,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Task]:
+        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
+        filters: list[str] = []
+        values: dict[str, Any] = {}
+        names: dict[str, str] = {}
+        status_list = list(statuses or [])
+        if status_list:
+            keys = [f":s{i}" for i in range(len(status_list))]
+            filters.append(f"#st IN ({', '.join(keys)})")
+            values.update({k: s.value for k, s in zip(keys, status_list, strict=True)})
+            names["#st"] = "status"
+        if due_from_ms is not None:
+            filters.append("due_ms >= :from")
+            values[":from"] = due_from_ms
+        if due_to_ms is not None:
+            filters.append("due_ms < :to")
+            values[":to"] = due_to_ms
+        filters.append("attribute_exists(due_ms) AND NOT contains(task_id, :schedule_prefix)")
+        values[":schedule_prefix"] = SCHEDULE_PREFIX
+        kwargs: dict[str, Any] = {"TableName": self.table.name, "FilterExpression": " AND ".join(filters)}
+        if values:
+            kwargs["ExpressionAttributeValues"] = to_av(values)
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        count = 0
+        for page in self.table.client.get_paginator("scan").paginate(**kwargs):
+            for task in readable_tasks(page.get("Items", [])):
+                yield task
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    # -- executor side -----------------------------------------------------------------------------------
+    def release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
+        return self.writes.apply(
+            self.writes.update(
+                WriteKind.RELEASE,
+                task_id,
+                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
+                RECORDABLE,
+                {":armed": ARMED, ":executor": executor_id, ":pending": PENDING},
+                status=PENDING,
+            )
+        )
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        """RECORD: ARMED by this executor → the status its outcome sets (:func:`~punctual.domain.model.status_after`);
+        the task leaves the due index. A RETRY puts it back to PENDING instead, due at its ``retry_due_ms``.
+
+        Returns False when this executor no longer owns the task (its lease expired and another executor took
+        it over): the outcome is then not written, and the log says so.
+        """
+        return self.writes.apply(self._record(executor_id, record))
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        """:meth:`record` for many outcomes (see ``write_batch``)."""
+        return self.writes.apply_many([self._record(executor_id, r) for r in records])
+
+    def _record(self, executor_id: str, record: FireRecord) -> Write:
+        if record.outcome is Outcome.RETRY:
+            return self._retry(executor_id, record)
+        status = status_after(record.outcome).value
+        values: dict[str, Any] = {
+            ":armed": ARMED,
+            ":executor": executor_id,
+            ":outcome": status,
+            ":finished": record.finished_ms,
+            ":expires": self.config.expires_at(record.finished_ms),
+        }
+        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires", *_fire_fields(record, values)]
+        if record.late:
+            sets.append("late = :late")
+            values[":late"] = True
+        return self.writes.update(
+            WriteKind.RECORD,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
+            RECORDABLE,
+            values,
+            status=status,
+            owner=executor_id,
+        )
+
+    def _retry(self, executor_id: str, record: FireRecord) -> Write:
+        """RETRY: ARMED by this executor → PENDING, due at the next try (see :mod:`.writes`)."""
+        due_ms = record.retry_due_ms
+        if due_ms is None:
+            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
+        status = status_after(record.outcome).value
+        now_ms = record.finished_ms
+        values: dict[str, Any] = {
+            ":armed": ARMED,
+            ":executor": executor_id,
+            ":retrying": status,
+            ":retry_due": due_ms,
+            ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
+            ":bucket": self.config.index_key(record.task_id, due_ms, now_ms),
+            ":fast": self.config.fast_path(due_ms, now_ms),
+            ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
+        }
+        sets = [
+            "#st = :retrying",
+            "due_ms = :retry_due",
+            "due_at = :retry_due_at",
+            "due_bucket = :bucket",
+            "fast_path = :fast",
+            "first_due_ms = if_not_exists(first_due_ms, :first_due)",
+            *_fire_fields(record, values),
+        ]
+        return self.writes.update(
+            WriteKind.RETRY,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id",
+            RECORDABLE,
+            values,
+            status=status,
+            owner=executor_id,
+            marker=("due_ms", due_ms),
+        )
+
+    # -- redrive and the poll's bad items ------------------------------------------------------------------
+    def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
+        """REDRIVE: FAILED → PENDING, due now, attempt 0 (a fresh set of attempts and a fresh max age), back in
+        the due index (and flagged for the fast path); its TTL is removed. False for a task that is not FAILED
+        (already redriven, never failed, or gone): a second redrive is a no-op. The content hash is kept."""
+        return self.writes.apply_many([self._redrive(t, now_ms) for t in task_ids])
+
+    def _redrive(self, task_id: str, now_ms: int) -> Write:
+        return self.writes.update(
+            WriteKind.REDRIVE,
+            task_id,
+            "SET #st = :redriven, attempt = :zero, due_ms = :now, due_at = :now_at, due_bucket = :bucket, "
+            "fast_path = :fast, redriven_ms = :now "
+            "REMOVE expires_at, finished_ms, lease_until_ms, batch_id, armed_by, first_due_ms, late",
+            REDRIVABLE,
+            {
+                ":redriven": PENDING,
+                ":failed": TaskStatus.FAILED.value,
+                ":zero": 0,
+                ":now": now_ms,
+                ":now_at": from_ms(now_ms).isoformat(timespec="milliseconds"),
+                ":bucket": self.config.index_key(task_id, now_ms, now_ms),
+                ":fast": self.config.fast_path(now_ms, now_ms),
+            },
+            status=PENDING,
+            marker=("redriven_ms", now_ms),
+        )
+
+    def quarantine(self, item: dict[str, Any], now_ms: int, detail: str) -> bool:
+        """QUARANTINE: an active item that cannot be decoded becomes FAILED with ``detail`` and leaves the due
+        index, unless it changed since it was read. Never raises: a failure is logged (and the item is then
+        met again, and counted again, by the next look)."""
+        task_id = text_of(item, "task_id") or "?"
+        raw_status = item.get("status")
+        write = self.writes.update(
+            WriteKind.QUARANTINE,
+            task_id,
+            "SET #st = :failed, detail = :detail, finished_ms = :now, expires_at = :expires "
+            "REMOVE due_bucket, lease_until_ms",
+            quarantinable(bool(raw_status)),
+            {
+                ":failed": TaskStatus.FAILED.value,
+                ":detail": detail[:1000],
+                ":now": now_ms,
+                ":expires": self.config.expires_at(now_ms),
+            },
+            status=TaskStatus.FAILED.value,
+        )
+        if raw_status:
+            write.request["ExpressionAttributeValues"][":raw"] = raw_status
+        try:
+            done = self.writes.apply(write)
+        except Exception:  # one bad item must not stop a poll
+            log.exception("task %s: undecodable (%s); recording it FAILED failed too", task_id, detail)
+            return False
+        log.error(
+            "task %s: %s; %s",
+            task_id,
+            detail,
+            "recorded FAILED" if done else "it changed meanwhile",
+            extra={"task_id": task_id},
+        )
+        return done

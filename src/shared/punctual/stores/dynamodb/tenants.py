@@ -1,0 +1,99 @@
+"""A tenant's items in the Tasks table (:class:`TenantItems`): its keys in id order from the keys-only
+``tenant`` index, a page of its tasks, and the count of its active ones from the sparse ``tenant_active``
+index. Every read is bounded by the tenant's key prefix (:mod:`punctual.domain.tenancy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from punctual.domain.model import Task, TaskStatus
+from punctual.domain.tenancy import prefix
+from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, schedule_id_of_key, to_av
+from punctual.stores.dynamodb.schema import TENANT_ACTIVE_INDEX, TENANT_INDEX
+from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.tasks import readable_tasks
+
+
+class TenantItems:
+    """Tenants' items in ``table``."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def tenant_keys(
+        self, tenant: str, begins: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> tuple[list[str], str | None]:
+        """Ids of ``tenant``'s items (starting with ``begins``, if given) in id order, from after the id
+        ``after``, ``limit`` at most, from the keys-only tenant index (eventually consistent); and the last id
+        read when more may follow (None: the end)."""
+        # The key's prefix bounds the read as well as the tenant attribute does: an item whose tenant attribute
+        # was forged (keyed under another tenant) is never read, and a page never ends on one.
+        begins = begins if begins is not None and begins.startswith(prefix(tenant)) else prefix(tenant)
+        condition = "tenant = :t AND begins_with(task_id, :b)"
+        values = {":t": tenant, ":b": begins}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table.name,
+            "IndexName": TENANT_INDEX,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": to_av(values),
+        }
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"tenant": {"S": tenant}, "task_id": {"S": after}}
+        ids: list[str] = []
+        while True:
+            if limit is not None:
+                kwargs["Limit"] = limit - len(ids)
+            page = self.table.client.query(**kwargs)
+            ids.extend(item["task_id"]["S"] for item in page.get("Items", []))
+            more = page.get("LastEvaluatedKey")
+            if not more:
+                return ids, None
+            if limit is not None and len(ids) >= limit:
+                return ids, ids[-1]
+            kwargs["ExclusiveStartKey"] = more
+
+    def count_active(self, tenant: str) -> int:
+        """How many of ``tenant``'s tasks are PENDING or ARMED: a COUNT query of the sparse ``tenant_active``
+        index (only items carrying tenant and due_bucket are in it), schedules' own items left out. Reads a
+        keys-only entry per active task (about 40 to a read unit)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table.name,
+            "IndexName": TENANT_ACTIVE_INDEX,
+            "Select": "COUNT",
+            "KeyConditionExpression": "tenant = :t",
+            "FilterExpression": "begins_with(task_id, :p) AND NOT contains(task_id, :s)",
+            "ExpressionAttributeValues": to_av({":t": tenant, ":p": prefix(tenant), ":s": SCHEDULE_PREFIX}),
+        }
+        count = 0
+        while True:
+            page = self.table.client.query(**kwargs)
+            count += int(page.get("Count", 0))
+            more = page.get("LastEvaluatedKey")
+            if not more:
+                return count
+            kwargs["ExclusiveStartKey"] = more
+
+    def tenant_page(
+        self,
+        tenant: str,
+        statuses: Iterable[TaskStatus] | None = None,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[list[Task], str | None]:
+        """One page of ``tenant``'s tasks, in id order from after the id ``after``: of the next ``limit`` ids in
+        the tenant index, the tasks with one of ``statuses`` due in ``[due_from_ms, due_to_ms)``; and where the
+        next page starts (None: this was the last). A query of the tenant's own index: the page costs what it
+        reads, however large the table."""
+        keys, more = self.tenant_keys(tenant, after=after, limit=limit)
+        wanted = set(statuses or ())
+        tasks = [
+            task
+            for task in readable_tasks(self.table.items_of([k for k in keys if schedule_id_of_key(k) is None]))
+            if (not wanted or task.status in wanted)
+            and (due_from_ms is None or task.due_ms >= due_from_ms)
+            and (due_to_ms is None or task.due_ms < due_to_ms)
+        ]
+        return tasks, more

@@ -1,0 +1,48 @@
+"""Targets: what a fire does and how it reaches its target. Each action kind is one module registering an
+:class:`ActionKind` (model, runner, longest timeout, the clients it needs, its schedule-time check); importing this
+package registers them all. Webhooks are signed (:mod:`.signing`) and secrets resolved by reference (:mod:`.secrets`).
+"""
+
+from punctual.targets.aws import EventBridgeAction, LambdaAction, SnsAction, SqsAction
+from punctual.targets.http import HttpAction
+from punctual.targets.log import FireLog, LogAction
+from punctual.targets.registry import (
+    ActionEnv,
+    ActionKind,
+    FireContext,
+    FireLoop,
+    TargetRules,
+    Warmup,
+    action_kinds,
+    check_action,
+    kind_of,
+    longest_action_timeout_ms,
+    prepare_actions,
+    register,
+    run_action,
+    start_action,
+)
+
+__all__ = [
+    "ActionEnv",
+    "ActionKind",
+    "EventBridgeAction",
+    "FireContext",
+    "FireLog",
+    "FireLoop",
+    "HttpAction",
+    "LambdaAction",
+    "LogAction",
+    "SnsAction",
+    "SqsAction",
+    "TargetRules",
+    "Warmup",
+    "action_kinds",
+    "check_action",
+    "kind_of",
+    "longest_action_timeout_ms",
+    "prepare_actions",
+    "register",
+    "run_action",
+    "start_action",
+]
