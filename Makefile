@@ -64,7 +64,7 @@ docs-pages: setup
 ## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
 ## each scenario's verdict; publishes the crash windows it measured (docs/benchmarks/faults.md)
 faults: setup
-	PUNCTUAL_FAULTS_REPORT=$(CURDIR)/docs/benchmarks/faults.json \
+	PUNCTUAL_FAULTS_REPORT=$(CURDIR)/docs/benchmarks/faults.json PUNCTUAL_FAULTS_COMMIT=$$(git rev-parse --short HEAD) \
 		$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
 	$(BIN)/python bench/pages.py
 

@@ -140,19 +140,6 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# -- the floor, in this process at its own priority (the scale benchmark's) -------------------------------
-def floor_steady(rate: float, seconds: float, fire_log: Path, prefix: str = "floor-steady-") -> list[float]:
-    """floor/steady in this process (on its footing): the drifts."""
-    start = int(time.time() * 1000) + 1000
-    return drift_of(run_floor([start + o for o in steady_offsets(rate, seconds)], fire_log, prefix))[0]
-
-
-def floor_burst(count: int, fire_log: Path) -> list[float]:
-    """floor/burst in this process (on its footing): the drifts."""
-    due = int(time.time() * 1000) + 1000
-    return drift_of(run_floor([due] * count, fire_log, "floor-burst-"))[0]
-
-
 # -- the floors, on the executors' footing ---------------------------------------------------------------
 def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int, policy: str = "normal") -> dict[str, Any]:
     """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used, and
@@ -173,10 +160,10 @@ def measure_floor_steady(runner: FloorRunner, rate: float, seconds: float, fire_
 
 
 def measure_floor_burst(
-    runner: FloorRunner, count: int, batch: int, fire_log: Path, prefix: str = "floor-burst-"
+    runner: FloorRunner, shares: list[int], fire_log: Path, prefix: str = "floor-burst-"
 ) -> dict[str, Any]:
-    """``count`` tasks due at one instant, one floor process per ``batch`` of them (as the executors share it)."""
-    shares = burst_shares(count, batch)
+    """Tasks due at one instant, a floor process for each of ``shares`` (as the executors share them: see
+    :func:`floors.burst_shares`)."""
     runs = runner.run([FloorJob(f"{prefix}{i}-", [0] * n, str(fire_log)) for i, n in enumerate(shares)])
     return floor_result(*merged(runs), processes=len(shares), policy=policy_of(runs))
 
@@ -754,7 +741,7 @@ def main() -> int:
         floors["floor/steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
         time.sleep(args.settle)
         log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
-        floors["floor/burst"] = measure_floor_burst(runner, args.burst, floor_batch, floor_log)
+        floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), floor_log)
         received = work / "received.jsonl"
         if args.webhooks:
             receiver, port = start_receiver(received)

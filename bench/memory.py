@@ -52,7 +52,7 @@ from bench import (
     wait_until_idle,
     webhook_spread,
 )
-from floors import FloorRunner, burst_batch
+from floors import FloorRunner, burst_batch, burst_shares
 from pages import PAGES, fmt_ms, git_commit, write_readme_block
 
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
@@ -117,10 +117,12 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         time.sleep(args.settle)
         one_batch = min(args.one_burst, batch)  # what one executor is given of a burst in one shard
         log(f"{memory_mb} MB: floor/burst {one_batch}, one floor process")
-        floors["burst 250"] = measure_floor_burst(runner, one_batch, batch, floor_log, prefix="floor-one-")
+        floors["burst 250"] = measure_floor_burst(runner, [one_batch], floor_log, prefix="floor-one-")
         time.sleep(args.settle)
         log(f"{memory_mb} MB: floor/burst {args.burst}, one floor process per {batch}")
-        floors["burst 2000"] = measure_floor_burst(runner, args.burst, batch, floor_log, prefix="floor-many-")
+        floors["burst 2000"] = measure_floor_burst(
+            runner, burst_shares(args.burst, batch), floor_log, prefix="floor-many-"
+        )
         time.sleep(args.settle)
         log(f"{memory_mb} MB: floor/webhook, {args.webhook_rate:g}/s for {args.webhook_seconds:g} s")
         floors["webhooks"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)

@@ -241,6 +241,8 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
             f"{ceiling['create_per_s']}/s, arm {ceiling['arm_per_s']}/s, record {ceiling['record_per_s']}/s, so at "
             f"most **{ceiling['tasks_per_s']} tasks/s** (three writes a task).",
             "",
+            _floor_footing(report),
+            "",
             "| phase | count | p50 ms | p90 ms | p99 ms | max ms | p99 / floor | fired of scheduled | verdict |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
         ]
@@ -251,9 +253,10 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
                 f"{fmt_ms(f['p99'])} | {fmt_ms(f['max'])} | | | |"
             )
         fb = report["floor_burst"]
+        processes = f" ({fb['processes']} processes)" if fb.get("processes") else ""
         lines.append(
-            f"| floor/burst | {fb['count']:,} | {fmt_ms(fb['p50'])} | {fmt_ms(fb['p90'])} | {fmt_ms(fb['p99'])} | "
-            f"{fmt_ms(fb['max'])} | | | |"
+            f"| floor/burst{processes} | {fb['count']:,} | {fmt_ms(fb['p50'])} | {fmt_ms(fb['p90'])} | "
+            f"{fmt_ms(fb['p99'])} | {fmt_ms(fb['max'])} | | | |"
         )
         for phase in [*report["sustained"], {**report["burst"], "rate": None}]:
             floor = (fb if phase["rate"] is None else floors[str(phase["rate"])])["p99"]
@@ -274,6 +277,17 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     if picture:
         lines += [f"![drift CDF of every local phase]({picture})", ""]
     return lines
+
+
+def _floor_footing(report: dict[str, Any]) -> str:
+    """Where the scale run's floors stood, against the executors' footing."""
+    footing = report.get("floor_footing")
+    if footing is None:
+        return (
+            "Floors: one process on whole cores at normal priority: **more than the executors get** under the "
+            "Lambda profile."
+        )
+    return f"Floors, measured after the stack stopped, with no database: {footing['line'].removeprefix('floors: ')}."
 
 
 def write_scale_page(report: dict[str, Any], pages: Path = PAGES) -> Path:

@@ -20,7 +20,9 @@ stack's sustained rate and 20,000-task burst.
    ahead by a writer that schedules at the same rate while they fire, pipelined on 8 threads) until one fails:
    every task fired once, p99 <= 10 ms, and the writes kept up (each within 2 s of its slot); each rate's p99 is also
    shown as a ratio to a floor/steady at that rate. Then ``--burst`` tasks due at one instant, far enough ahead
-   for the write rate the sustained phases achieved, against the floor burst of this run.
+   for the write rate the sustained phases achieved, against the floor burst of this run. The floors stand on
+   the executors' footing (their profile's CPU quota and priority; a floor process per batch of the burst, as
+   the stack's poller cuts it) and run after the stack stops.
 
 Drift pictures of the local phases go to the run's directory. The last line is one JSON object.
 """
@@ -51,21 +53,23 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock, offset_probe
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import bucket_start, from_ms, next_tick
-from punctual.domain.model import ArmRequest, FireRecord, Outcome, Task
+from punctual.domain.model import ArmRequest, Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.invoker import LambdaInvoker
-from punctual.polling.poller import Poller
+from punctual.polling.poller import Poller, make_batches
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import DynamoTaskStore
 from punctual.stores.dynamodb.schema import ensure_table, load_template
 from punctual.targets import FireLog, LogAction
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import drift_of, floor_burst, floor_steady, wait_for_fires, wait_until_idle
+from bench import drift_of, measure_floor_burst, measure_floor_steady, wait_for_fires, wait_until_idle
+from floors import FloorRunner
 from pages import cpu_cell, git_commit, publish_scale
 
 ACTION = LogAction(message="scale")
@@ -878,18 +882,20 @@ def print_cpu(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """The sustained-rate search and the burst on the local stack, with their floors measured first."""
-    rates = [int(r) for r in args.rates.split(",") if r]
-    log(
-        f"floor/steady at {', '.join(map(str, rates))}/s for 10 s each; floor/burst: {args.burst} at one instant "
-        "(no database)"
+def burst_cut(settings: Settings, count: int) -> list[int]:
+    """How the poller of ``settings`` cuts ``count`` tasks due at one instant: the sizes of its batches (one
+    executor each), bound by the executors' concurrency as the stack's executors are."""
+    due = [Candidate(f"t{i}", 0, TaskStatus.PENDING, None, 60_000) for i in range(count)]
+    batches = make_batches(
+        due, settings.max_batch_size, settings.max_fires_at_once, max_batches=settings.quota_cut_max_batches
     )
-    floors = {}
-    for rate in rates:
-        floors[rate] = floor_steady(rate, 10, work / "floor.jsonl")
-        time.sleep(args.settle)
-    f_burst = floor_burst(args.burst, work / "floor.jsonl")
+    return [len(batch) for batch in batches]
+
+
+def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The sustained-rate search and the burst on the local stack, with their floors on the executors' footing:
+    the same CPU quota and priority, a floor process per batch as the stack's poller cuts the burst."""
+    rates = [int(r) for r in args.rates.split(",") if r]
     # No task of these phases is due within a poll interval of its writing: the stream fast path is off (locally
     # its reader would parse every write's stream record in this process). A short lead and big batches keep
     # the number of executor processes in flight small: rate x lead / batch.
@@ -906,12 +912,11 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         settings_overrides=overrides,
     )
     phases: list[dict[str, Any]] = []
-    result: dict[str, Any] = {
-        "floor_steady": {str(r): summarize(f) for r, f in floors.items()},
-        "floor_burst": summarize(f_burst),
-        "local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer},
-    }
+    result: dict[str, Any] = {"local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer}}
     with LocalStack(config, on_batch=lambda r: None) as stack:
+        settings = stack.settings
+        result["executors"] = stack.describe_limits()
+
         result["store_ceiling"] = ceiling = store_ceiling(stack, args.ceiling_items)
         best = 0
         for rate in rates:
@@ -930,7 +935,16 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         # The burst is written as fast as the store takes it: its instant follows the create rate measured above.
         burst_phase = {**burst(stack, args.burst, args.writer, ceiling["create_per_s"]), **wait}
         result["invoker"] = dict(stack.invoker.stats) if stack.invoker else {}
-    floor_p99 = summarize(f_burst)["p99"]
+    # The floors, with the stack down: no database, the same footing as the stack's executors.
+    floors, f_burst, footing = measure_floors(settings, rates, args, work / "floor.jsonl")
+    result.update(
+        {
+            "floor_footing": footing,
+            "floor_steady": {str(r): summarize(f) for r, f in floors.items()},
+            "floor_burst": {**summarize(f_burst["drift"]), "processes": f_burst["processes"]},
+        }
+    )
+    floor_p99 = summarize(f_burst["drift"])["p99"]
     burst_p99 = burst_phase["p99"]
     ratio = burst_p99 / floor_p99 if burst_p99 is not None and floor_p99 else None
     print(
@@ -942,15 +956,16 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"arm {ceiling['arm_per_s']}/s, record {ceiling['record_per_s']}/s -> at most {ceiling['tasks_per_s']} "
         "tasks/s (three writes a task)"
     )
+    print(footing["line"])
     print(f"{'phase':<18}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>10}")
     for name, s in [
         *((f"floor/steady {r}/s", summarize(f)) for r, f in floors.items()),
-        ("floor/burst", summarize(f_burst)),
+        (f"floor/burst ({f_burst['processes']} floor processes)", summarize(f_burst["drift"])),
     ]:
         print(f"{name:<18}{s['count']:>8}{_ms(s['p50'])}{_ms(s['p90'])}{_ms(s['p99'])}{_ms(s['max'], 10)}")
     for p in [*phases, {**burst_phase, "rate": None}]:
         name = f"sustained {p['rate']}/s" if p["rate"] else f"burst {args.burst}"
-        floor = summarize(f_burst if p["rate"] is None else floors[p["rate"]])["p99"]
+        floor = summarize(f_burst["drift"] if p["rate"] is None else floors[p["rate"]])["p99"]
         ratio_text = "-" if p["p99"] is None or not floor else f"{p['p99'] / floor:.1f}x"
         print(
             f"{name:<18}{p['count']:>8}{_ms(p['p50'])}{_ms(p['p90'])}{_ms(p['p99'])}{_ms(p['max'], 10)}  "
@@ -997,6 +1012,28 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         }
     )
     return result
+
+
+def measure_floors(
+    settings: Settings, rates: list[int], args: argparse.Namespace, fire_log: Path
+) -> tuple[dict[int, list[float]], dict[str, Any], dict[str, Any]]:
+    """floor/steady at each rate (one floor process) and floor/burst (a floor process per batch, as the poller of
+    ``settings`` cuts the burst), on the executors' footing: their profile's CPU quota and priority."""
+    memory_mb = settings.executor_memory_mb or read_function_limits(EXECUTOR_FUNCTION).memory_mb
+    runner = FloorRunner(settings.profile, memory_mb)
+    try:
+        log(runner.footing.line())
+        floors = {}
+        for rate in rates:
+            log(f"floor/steady at {rate}/s for 10 s, one floor process")
+            floors[rate] = measure_floor_steady(runner, rate, 10, fire_log)["drift"]
+            time.sleep(args.settle)
+        shares = burst_cut(settings, args.burst)
+        log(f"floor/burst: {args.burst} at one instant, {len(shares)} floor processes (the poller's cut)")
+        burst = measure_floor_burst(runner, shares, fire_log)
+    finally:
+        runner.close()
+    return floors, burst, {**runner.footing.as_dict(), "line": runner.footing.line()}
 
 
 def _ms(value: float | None, width: int = 9) -> str:

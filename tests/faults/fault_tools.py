@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -445,26 +444,22 @@ def judge(
 
 # -- the figures make faults publishes -----------------------------------------------------------------------
 REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: bench/pages.py renders it
+COMMIT_ENV = "PUNCTUAL_FAULTS_COMMIT"  # ... and the commit it runs
 
 
 def report_figures(scenario: str, figures: dict[str, Any]) -> None:
     """Keep ``scenario``'s figures in the JSON file :data:`REPORT_ENV` names, with the machine and the commit they
-    were measured on (nothing when it is unset: a single test run publishes nothing)."""
+    were measured on (:data:`COMMIT_ENV`, which ``make faults`` sets); nothing when it is unset: a single test run
+    publishes nothing."""
     path = os.environ.get(REPORT_ENV)
     if not path:
         return
     report = Path(path)
     data = json.loads(report.read_text()) if report.is_file() else {}
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     data.setdefault("scenarios", {})[scenario] = {
         **figures,
         "machine": f"{platform.node()} ({os.cpu_count()} cores)",
-        "commit": commit,
+        "commit": os.environ.get(COMMIT_ENV) or None,
     }
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

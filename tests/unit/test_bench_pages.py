@@ -145,6 +145,37 @@ def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_s
     assert "failed: writes lagged up to 2.5 s" in text
     assert "| burst of 10 | 10 | 0.100 | 0.200 | 0.400 | 1.000 | 20.00× | 10 of 10 | - |" in text
     assert "![" not in text
+    # And floors with no footing recorded are said to have had more than the executors
+    assert "Floors: one process on whole cores at normal priority: **more than the executors get**" in text
+
+
+def test_a_scale_page_says_where_its_floors_stood_and_how_many_processes_fired_the_burst(tmp_path: Path) -> None:
+    # Given a run whose floors stood at 256 MB's quota, the burst's over 24 processes
+    floor = {"count": 10, "p50": 0.01, "p90": 0.01, "p99": 0.02, "max": 0.1}
+    phase = {"scheduled": 10, "fired": 10, "duplicates": 0, "count": 10, "p50": 0.1, "p90": 0.2, "max": 1.0}
+    report = {
+        "machine": "m (2 cores)",
+        "load_avg_before": [1.0, 1.0, 1.0],
+        "load_avg_after": [1.0, 1.0, 1.0],
+        "floor_footing": {"line": "floors: profile lambda, each floor process on 256 MB's CPU quota"},
+        "floor_steady": {"150": floor},
+        "floor_burst": {**floor, "processes": 24},
+        "local_settings": {"poll_interval_s": 5, "lead_ms": 90_000, "max_batch_size": 2000, "writer": "batch_write"},
+        "store_ceiling": {"items": 10, "create_per_s": 600, "arm_per_s": 600, "record_per_s": 600, "tasks_per_s": 200},
+        "sustained_rate_per_s": 150,
+        "sustained_share_of_ceiling": 0.75,
+        "sustained_share_target": 0.8,
+        "sustained": [{**phase, "rate": 150, "p99": 0.3, "ok": True}],
+        "burst": {**phase, "p99": 0.4},
+        "pictures": [],
+    }
+    # When its page is made  Then it names the footing and the burst floor's processes
+    text = pages.write_scale_page(report, tmp_path).read_text()
+    assert (
+        "Floors, measured after the stack stopped, with no database: profile lambda, each floor process on 256 MB's"
+        in text
+    )
+    assert "| floor/burst (24 processes) | 10 |" in text
 
 
 def test_the_published_faults_page_is_the_one_its_figures_make(tmp_path: Path) -> None:

@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from punctual.domain.keys import to_ms
-
-from .stats import summarize
+from punctual_tools.stats import summarize
 
 EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED", "SKIPPED"})
 SKIPPED = "SKIPPED"  # a recurring schedule's occurrence not made after a downtime, by its policy

@@ -37,8 +37,7 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
 from punctual.scheduling.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
-
-from .progress import CLEAR_LINE, ProgressLine
+from punctual_tools.progress import CLEAR_LINE, ProgressLine
 
 log = logging.getLogger("punctual")
 
@@ -101,7 +100,7 @@ def _tenant(text: str) -> str:
 
 
 def _home(args: argparse.Namespace) -> Path:
-    from .local.dynamodb_local import find_project_root
+    from punctual_tools.local.dynamodb_local import find_project_root
 
     return Path(args.home) if args.home else find_project_root() / ".punctual"
 
@@ -110,9 +109,9 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
     """The local stack's configuration; with ``demo_webhooks``, its executors (and the demo's client) may also
     reach the demo's loopback receiver: ``127.0.0.1:<receiver port>`` is added to ``PUNCTUAL_ALLOWED_TARGETS``
     (the tenants' own targets hold it already)."""
-    from .demo import RECEIVER_HOST, loopback_allowed
-    from .local.stack import StackConfig
-    from .settings import LocalSettings
+    from punctual_tools.demo import RECEIVER_HOST, loopback_allowed
+    from punctual_tools.local.stack import StackConfig
+    from punctual_tools.settings import LocalSettings
 
     overrides = {"shard_count": args.shards, "table_name": args.table, "profile": getattr(args, "profile", None)}
     if demo_webhooks:
@@ -154,9 +153,8 @@ def _print_poll(report: Any) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from punctual.scheduling.client import Client
-
-    from .demo import format_report, run_demo
-    from .local.stack import LocalStack
+    from punctual_tools.demo import format_report, run_demo
+    from punctual_tools.local.stack import LocalStack
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -207,7 +205,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _api_tenant(args: argparse.Namespace) -> str:
     """The local stack's tenant a command acts as through the REST API (``--tenant``, default ``local``)."""
-    from .local.api_server import LOCAL_TENANT
+    from punctual_tools.local.api_server import LOCAL_TENANT
 
     tenant = getattr(args, "tenant", None)
     if tenant is not None and not getattr(args, "api", False):
@@ -217,7 +215,7 @@ def _api_tenant(args: argparse.Namespace) -> str:
 
 def _api_token(state: dict[str, Any], tenant: str) -> str:
     """The bearer token of ``tenant`` the running stack (its state file, ``state``) wrote."""
-    from .local.api_server import LOCAL_TENANT
+    from punctual_tools.local.api_server import LOCAL_TENANT
 
     files = state.get("api_token_files") or {}
     if tenant == LOCAL_TENANT and not files and state.get("api_token_file"):
@@ -240,8 +238,7 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
     if not args.api:
         return {}
     from punctual.scheduling.api_client import ApiClient
-
-    from .local.stack import read_state
+    from punctual_tools.local.stack import read_state
 
     if stack is not None and stack.api is not None:
         url, token = stack.api.url, stack.api_token_path(tenant).read_text().strip()
@@ -256,9 +253,8 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from punctual.scheduling.client import Client
-
-    from .demo import EPSILON_MS, format_report, loopback_allowed, run_demo
-    from .local.stack import LocalStack, _alive, read_state
+    from punctual_tools.demo import EPSILON_MS, format_report, loopback_allowed, run_demo
+    from punctual_tools.local.stack import LocalStack, _alive, read_state
 
     _api_tenant(args)  # a --tenant without --api is refused before anything starts
     state = read_state(_home(args))
@@ -356,8 +352,7 @@ def _parse_when(args: argparse.Namespace) -> datetime:
 def _settings(args: argparse.Namespace) -> Settings:
     """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one."""
     from punctual.stores.dlq import file_queue_url
-
-    from .local.stack import read_state
+    from punctual_tools.local.stack import read_state
 
     state = read_state(_home(args))
     overrides: dict[str, Any] = {}
@@ -381,8 +376,7 @@ def _client(args: argparse.Namespace) -> Any:
     if not getattr(args, "api", False) and not settings.api_url:
         return Client(settings)
     from punctual.scheduling.api_client import ApiClient
-
-    from .local.stack import read_state
+    from punctual_tools.local.stack import read_state
 
     if getattr(args, "tenant", None) is not None and (args.aws or settings.api_url):
         raise PunctualError(
@@ -646,7 +640,7 @@ def redrive_lines(report: RedriveReport) -> list[str]:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     """Drift pictures (histogram, timeline, CDF) from a fire log, or from the table's fired tasks."""
-    from .drift import entries_from_tasks, read_fire_log, save_pictures, series_of
+    from punctual_tools.drift import entries_from_tasks, read_fire_log, save_pictures, series_of
 
     if args.table:
         from punctual.domain.model import Outcome, status_after
@@ -657,7 +651,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
         entries = entries_from_tasks(t for t in tasks if t.task_id.startswith(args.prefix))
         source = f"table {_settings(args).table_name}"
     else:
-        from .local.stack import read_state
+        from punctual_tools.local.stack import read_state
 
         state = read_state(_home(args)) or {}
         path = Path(args.fire_log or state.get("fire_log") or _home(args) / "fires.jsonl")

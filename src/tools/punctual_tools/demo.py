@@ -28,9 +28,8 @@ from punctual.domain.schedules import is_occurrence_id, occurrence_id
 from punctual.domain.tenancy import qualify, unqualify
 from punctual.scheduling.client import Client
 from punctual.targets import HttpAction, LogAction
-
-from .checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
-from .progress import ProgressLine
+from punctual_tools.checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
+from punctual_tools.progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
 RECEIVER_HOST = "127.0.0.1"  # the demo's webhook receiver listens here
@@ -268,7 +267,7 @@ def run_demo(
     receiver = None
     try:
         if received is not None:
-            from .local.receiver import start_receiver
+            from punctual_tools.local.receiver import start_receiver
 
             receiver, port = start_receiver(received, receiver_port)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")

@@ -304,14 +304,14 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="13">',
         "<title>The runtime's parts by layer: an arrow from a part to a part it imports</title>",
         '<defs><marker id="head" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="dimgray"/></marker></defs>',
     ]
     for part in layout.PARTS:
         for name in sorted(edges[part]):
             (x1, y1), (x2, y2) = where[part], where[name]
             out.append(
                 f'<line x1="{x1 + BOX_W / 2:.0f}" y1="{y1 + BOX_H:.0f}" x2="{x2 + BOX_W / 2:.0f}" y2="{y2:.0f}" '
-                'stroke="#555" stroke-width="1.2" marker-end="url(#head)"/>'
+                'stroke="dimgray" stroke-width="1.2" marker-end="url(#head)"/>'
             )
     for part, (x, y) in where.items():
         label = "punctual (public API)" if part == layout.PACKAGE else part.removeprefix(layout.PACKAGE + ".")
@@ -369,9 +369,9 @@ def stale_pages(docs: Path = DOCS) -> list[str]:
 
 
 def write_pages(docs: Path = DOCS) -> None:
-    for name, make in FILES.items():
-        (docs / name).parent.mkdir(parents=True, exist_ok=True)
-        (docs / name).write_text(make())
+    for file_name, make_file in FILES.items():
+        (docs / file_name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / file_name).write_text(make_file())
     for name, (page, make) in BLOCKS.items():
         path = docs / page
         path.write_text(with_block(path.read_text(), name, make()))

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from punctual.errors import PunctualError
-
-from .stats import summarize
+from punctual_tools.stats import summarize
 
 SHOWN_MIN_MS = 0.001  # log axes: a drift at or below this (0, or a rounding below 0) is drawn at this value
 PICTURES = ("histogram", "timeline", "cdf")

@@ -12,9 +12,8 @@ from pathlib import Path
 from punctual import Client
 from punctual.domain.model import TaskStatus
 from punctual.domain.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
-
-from .checker import Verdict, occurrence_due_ms
-from .demo import FireLogTail, check_fire_log
+from punctual_tools.checker import Verdict, occurrence_due_ms
+from punctual_tools.demo import FireLogTail, check_fire_log
 
 # -- what the calls reported ------------------------------------------------------------------------------------
 DUE, CANCELLED, UNKNOWN = "due", "cancelled", "unknown"

@@ -20,18 +20,10 @@ Six parts, each a module:
 """
 
 from punctual.stores.dynamodb.codec import item_size, value_size
-
-from .coldstart import InitTime, init_seconds, measure_executor_init
-from .fastpath import FastPathCost, fast_path_cost, stream_batch_tasks
-from .meter import (
-    Call,
-    CapacityMeter,
-    IndexSpec,
-    TableSpec,
-    heartbeat_read_label,
-    status_label,
-)
-from .pricing import (
+from punctual_tools.cost.coldstart import InitTime, init_seconds, measure_executor_init
+from punctual_tools.cost.fastpath import FastPathCost, fast_path_cost, stream_batch_tasks
+from punctual_tools.cost.meter import Call, CapacityMeter, IndexSpec, TableSpec, heartbeat_read_label, status_label
+from punctual_tools.cost.pricing import (
     STEP_FUNCTIONS_TRANSITIONS,
     TARGET_USD_PER_MILLION,
     Line,
@@ -45,8 +37,16 @@ from .pricing import (
     measured_executor_seconds,
     monthly_cost,
 )
-from .render import BEGIN_MARK, END_MARK, blocks_match, doc_path, extract_block, render, replace_block
-from .scenario import (
+from punctual_tools.cost.render import (
+    BEGIN_MARK,
+    END_MARK,
+    blocks_match,
+    doc_path,
+    extract_block,
+    render,
+    replace_block,
+)
+from punctual_tools.cost.scenario import (
     RECURRING_RATES_MS,
     BatchRun,
     Counts,

@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import __doc__ as package_doc
-from .render import render, replace_block
-from .scenario import RECURRING_RATES_MS, counts, measure_handler_logs, run_recurring, run_scenario
+from punctual_tools.cost import __doc__ as package_doc
+from punctual_tools.cost.render import render, replace_block
+from punctual_tools.cost.scenario import RECURRING_RATES_MS, counts, measure_handler_logs, run_recurring, run_scenario
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 from punctual.config.settings import Settings
 from punctual.polling.fastpath import choose_path
-
-from .coldstart import cold_starts_per_month, init_seconds
-from .pricing import (
+from punctual_tools.cost.coldstart import cold_starts_per_month, init_seconds
+from punctual_tools.cost.pricing import (
     DDB_LATENCY_S,
     DDB_RRU_USD,
     DDB_WRU_USD,
@@ -43,7 +42,7 @@ from .pricing import (
     marginal_per_million,
     memory_mb,
 )
-from .scenario import Counts
+from punctual_tools.cost.scenario import Counts
 
 STREAM_POLLS_PER_S = 4.0  # Lambda polls each DynamoDB stream shard four times a second
 STREAM_SHARDS = 1  # assumed: a stream has a shard per table partition; more shards make smaller batches

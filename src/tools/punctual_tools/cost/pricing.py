@@ -18,14 +18,13 @@ import punctual.runtime.metrics as metric_names
 from punctual.config.settings import Settings
 from punctual.polling.poller import INVOKE_THREADS
 from punctual.stores.dynamodb.schema import load_template
-
-from .coldstart import (
+from punctual_tools.cost.coldstart import (
     ENVIRONMENT_LIFETIME_S,
     cold_starts_per_month,
     executor_environments,
     init_seconds,
 )
-from .scenario import Counts, Scenario
+from punctual_tools.cost.scenario import Counts, Scenario
 
 # == prices: us-east-1 list prices; each one's source is named in docs/cost.md, "Prices and their sources" ====
 PRICES_AS_OF = (

@@ -25,19 +25,8 @@ from typing import Any, cast
 import punctual.runtime.metrics as metric_names
 from punctual.domain.keys import from_ms
 from punctual.stores.dynamodb.schema import find_template, load_template
-from punctual_tools.doubles import (
-    FakeClock,
-    FixedOffset,
-    LambdaContext,
-    RecordingInvoker,
-    ShiftedClock,
-    StubTarget,
-    scheduled_event,
-    serving,
-)
-
-from .coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
-from .meter import (
+from punctual_tools.cost.coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
+from punctual_tools.cost.meter import (
     ACTIVE,
     HEARTBEAT,
     Call,
@@ -47,6 +36,16 @@ from .meter import (
     item_size,
     key_id,
     status_label,
+)
+from punctual_tools.doubles import (
+    FakeClock,
+    FixedOffset,
+    LambdaContext,
+    RecordingInvoker,
+    ShiftedClock,
+    StubTarget,
+    scheduled_event,
+    serving,
 )
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute

@@ -10,11 +10,11 @@
 Tooling only: nothing in the ``punctual`` package (the Lambda layer) imports it.
 """
 
-from .calls import AccessRequest, AwsCall, KeyNames, requests_of
-from .live import IamCheck, IamDeniedError, check_client, check_enabled, install_iam_check
-from .policies import RolePolicies, Stack, function_roles, role_policies
-from .recorder import CallRecorder
-from .simulate import Decision, Judge, Verdict, judge_calls
+from punctual_tools.iam.calls import AccessRequest, AwsCall, KeyNames, requests_of
+from punctual_tools.iam.live import IamCheck, IamDeniedError, check_client, check_enabled, install_iam_check
+from punctual_tools.iam.policies import RolePolicies, Stack, function_roles, role_policies
+from punctual_tools.iam.recorder import CallRecorder
+from punctual_tools.iam.simulate import Decision, Judge, Verdict, judge_calls
 
 __all__ = [
     "AccessRequest",

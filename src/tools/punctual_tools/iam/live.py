@@ -23,11 +23,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from punctual.config.settings import Settings
-
-from .calls import DEFAULT_ACCOUNT, AccessRequest, AwsCall, KeyNames, function_arn, queue_arn
-from .policies import RolePolicies, Stack, function_environment, role_policies
-from .recorder import on_every_new_client, watch_client
-from .simulate import Judge, Verdict, judge_calls
+from punctual_tools.iam.calls import DEFAULT_ACCOUNT, AccessRequest, AwsCall, KeyNames, function_arn, queue_arn
+from punctual_tools.iam.policies import RolePolicies, Stack, function_environment, role_policies
+from punctual_tools.iam.recorder import on_every_new_client, watch_client
+from punctual_tools.iam.simulate import Judge, Verdict, judge_calls
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .calls import DEFAULT_ACCOUNT, function_arn, log_group_arn, table_arn
+from punctual_tools.iam.calls import DEFAULT_ACCOUNT, function_arn, log_group_arn, table_arn
 
 _NO_VALUE = object()
 _SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import botocore.session
 
-from .calls import AwsCall
+from punctual_tools.iam.calls import AwsCall
 
 OnCall = Callable[[AwsCall], None]
 

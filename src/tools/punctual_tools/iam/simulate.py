@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .calls import AccessRequest, AwsCall, KeyNames, requests_of
-from .policies import RolePolicies
+from punctual_tools.iam.calls import AccessRequest, AwsCall, KeyNames, requests_of
+from punctual_tools.iam.policies import RolePolicies
 
 SCRIPT = Path(__file__).with_name("simulate.cjs")
 PACKAGE = Path("node_modules") / "@cloud-copilot" / "iam-simulate"

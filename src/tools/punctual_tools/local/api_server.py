@@ -47,8 +47,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from punctual.api.app import PROBLEM, problem_json
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
-
-from ..iam import check_client, check_enabled, install_iam_check
+from punctual_tools.iam import check_client, check_enabled, install_iam_check
 
 log = logging.getLogger("punctual_tools.local.api")
 API_FUNCTION = "ApiFunction"  # the template's function the local API stands for (its role, with the IAM check)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lambda_rules import FunctionLimits, is_expired, retry_delay_s, throttle_backoff_s
+from punctual_tools.local.lambda_rules import FunctionLimits, is_expired, retry_delay_s, throttle_backoff_s
 
 log = logging.getLogger(__name__)
 

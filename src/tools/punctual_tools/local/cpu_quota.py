@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .lambda_rules import MB_PER_VCPU
+from punctual_tools.local.lambda_rules import MB_PER_VCPU
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Literal
 
-from .async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
-from .cpu_quota import CpuGroups, CpuQuotaStatus, quota_us
-from .lambda_rules import FunctionLimits, concurrency_cap
-from .worker import PRELOAD, WorkerSpec, run_worker
+from punctual_tools.local.async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
+from punctual_tools.local.cpu_quota import CpuGroups, CpuQuotaStatus, quota_us
+from punctual_tools.local.lambda_rules import FunctionLimits, concurrency_cap
+from punctual_tools.local.worker import PRELOAD, WorkerSpec, run_worker
 
 log = logging.getLogger(__name__)
 

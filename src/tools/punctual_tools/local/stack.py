@@ -43,23 +43,22 @@ from punctual.polling.poller import Poller
 from punctual.stores.dlq import file_queue_url
 from punctual.stores.dynamodb import build_store
 from punctual.stores.dynamodb.schema import ensure_table, stream_filter_patterns
-
-from ..iam import check_client, check_enabled
-from ..iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
-from ..iam.live import iam_check
-from ..settings import LocalSettings
-from ..stats import summarize
-from .api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
-from .dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
-from .invoker import LocalInvoker
-from .lambda_rules import (
+from punctual_tools.iam import check_client, check_enabled
+from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
+from punctual_tools.iam.live import iam_check
+from punctual_tools.local.api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
+from punctual_tools.local.invoker import LocalInvoker
+from punctual_tools.local.lambda_rules import (
     EXECUTOR_FUNCTION,
     TEMPLATE_FUNCTIONS,
     FunctionLimits,
     concurrency_cap,
     read_function_limits,
 )
-from .stream import StreamReader
+from punctual_tools.local.stream import StreamReader
+from punctual_tools.settings import LocalSettings
+from punctual_tools.stats import summarize
 
 log = logging.getLogger("punctual_tools.local")
 

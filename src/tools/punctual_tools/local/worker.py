@@ -35,11 +35,10 @@ from typing import Any
 
 from punctual.executing.priority import set_background_cpus, set_realtime_firing
 from punctual.targets import FireLog
-
-from ..iam import check_enabled, install_iam_check
-from ..settings import LocalSettings
-from .cpu_quota import join
-from .lambda_rules import EXECUTOR_FUNCTION
+from punctual_tools.iam import check_enabled, install_iam_check
+from punctual_tools.local.cpu_quota import join
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION
+from punctual_tools.settings import LocalSettings
 
 # What the forkserver imports once, before forking workers.
 PRELOAD = [

@@ -1,0 +1,30 @@
+"""The scale benchmark's burst floor is cut as the stack's poller cuts the burst, so that it stands where the
+executors stand: one floor process per batch, each with an executor's CPU quota."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import scale
+
+from punctual.config.settings import Settings
+
+
+def test_the_burst_floor_has_a_process_per_batch_the_poller_would_make() -> None:
+    # Given the scale stack's executors: 256 MB (168 fires a quota period), batches of 2,000, 48 at once
+    settings = Settings(executor_memory_mb=256, max_batch_size=2_000, executor_concurrency=48)
+    # When 20,000 due at one instant are cut
+    shares = scale.burst_cut(settings, 20_000)
+    # Then the quota's cut gives way to the concurrency bound: no more batches than half the executors allowed
+    assert sum(shares) == 20_000
+    assert len(shares) == settings.quota_cut_max_batches == 24
+    assert max(shares) == 834  # the least cap that keeps within 24 batches
+
+
+def test_a_burst_one_quota_period_fires_is_one_floor_process() -> None:
+    # Given the same executors  When 100 are due at one instant  Then one batch, one floor process
+    settings = Settings(executor_memory_mb=256, max_batch_size=2_000, executor_concurrency=48)
+    assert scale.burst_cut(settings, 100) == [100]
