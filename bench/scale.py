@@ -16,8 +16,9 @@ stack's sustained rate and 20,000-task burst.
 2. **The model** at the template's memory sizes (1,769 MB = 1 vCPU): tasks a tick can dispatch before its
    timeout, executors and write units at 1k/s and 10k/s, and 1M tasks due in one minute (pollers by shard
    group), from the stubbed figures (AWS's write mode, "single"), the arithmetic printed.
-3. **The local stack** (2 cores): rates tried in order (tasks due per second, each written ``--sustain-lead`` s
-   ahead by a writer that schedules at the same rate while they fire, pipelined on 8 threads) until one fails:
+3. **The local stack** (2 cores): rates tried in order, with a rung at the target's share of the store's ceiling
+   measured first (tasks due per second, each written ``--sustain-lead`` s ahead by a writer that schedules at
+   the same rate while they fire, pipelined on 8 threads) until one fails:
    every task fired once, p99 <= 10 ms, and the writes kept up (each within 2 s of its slot); each rate's p99 is also
    shown as a ratio to a floor/steady at that rate. Then ``--burst`` tasks due at one instant, far enough ahead
    for the write rate the sustained phases achieved, against the floor burst of this run. The floors stand on
@@ -892,6 +893,19 @@ def burst_cut(settings: Settings, count: int) -> list[int]:
     return [len(batch) for batch in batches]
 
 
+def ladder(rates: list[int], ceiling_tasks_per_s: float, share: float = CEILING_SHARE_TARGET) -> list[int]:
+    """The sustained rates to try, in order: the given ones and the target's own rung (``share`` of the store's
+    ceiling measured in this run, rounded up), so that the verdict does not hang on where the given steps fall.
+
+    >>> ladder([100, 200, 300], 159.0)
+    [100, 128, 200, 300]
+    >>> ladder([100, 200], 0.0)
+    [100, 200]
+    """
+    target = math.ceil(share * ceiling_tasks_per_s)
+    return sorted({*rates, target}) if target > 0 else list(rates)
+
+
 def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The sustained-rate search and the burst on the local stack, with their floors on the executors' footing:
     the same CPU quota and priority, a floor process per batch as the stack's poller cuts the burst."""
@@ -918,6 +932,11 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         result["executors"] = stack.describe_limits()
 
         result["store_ceiling"] = ceiling = store_ceiling(stack, args.ceiling_items)
+        rates = ladder(rates, ceiling["tasks_per_s"])
+        log(
+            f"rates to try: {', '.join(map(str, rates))}/s (with the target's rung, "
+            f"{CEILING_SHARE_TARGET:g}x the ceiling)"
+        )
         best = 0
         for rate in rates:
             wait = wait_until_idle(stack, args.settle)
@@ -936,7 +955,8 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         burst_phase = {**burst(stack, args.burst, args.writer, ceiling["create_per_s"]), **wait}
         result["invoker"] = dict(stack.invoker.stats) if stack.invoker else {}
     # The floors, with the stack down: no database, the same footing as the stack's executors.
-    floors, f_burst, footing = measure_floors(settings, rates, args, work / "floor.jsonl")
+    tried = [p["rate"] for p in phases]
+    floors, f_burst, footing = measure_floors(settings, tried, args, work / "floor.jsonl")
     result.update(
         {
             "floor_footing": footing,

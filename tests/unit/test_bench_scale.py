@@ -28,3 +28,11 @@ def test_a_burst_one_quota_period_fires_is_one_floor_process() -> None:
     # Given the same executors  When 100 are due at one instant  Then one batch, one floor process
     settings = Settings(executor_memory_mb=256, max_batch_size=2_000, executor_concurrency=48)
     assert scale.burst_cut(settings, 100) == [100]
+
+
+def test_the_rate_ladder_has_a_rung_at_the_targets_share_of_the_ceiling() -> None:
+    # Given steps of 100 and a store that took 159 tasks/s in this run
+    rates = scale.ladder([100, 200, 300], 159.0)
+    # Then 0.8x its ceiling is tried between them, so the verdict does not hang on the steps
+    assert rates == [100, 128, 200, 300]
+    assert rates[1] / 159.0 >= scale.CEILING_SHARE_TARGET
