@@ -113,30 +113,39 @@ def test_the_published_scale_page_is_the_one_its_figures_make(tmp_path: Path) ->
     assert made.read_text() == published.with_suffix(".md").read_text()
 
 
-def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_says_why_a_rate_failed(
-    tmp_path: Path,
-) -> None:
-    # Given a run whose store took 200 tasks/s, that held 150/s and failed 300/s on its writes
-    floor = {"count": 10, "p50": 0.01, "p90": 0.01, "p99": 0.02, "max": 0.1}
-    phase = {"scheduled": 10, "fired": 10, "duplicates": 0, "count": 10, "p50": 0.1, "p90": 0.2, "max": 1.0}
-    report = {
+SCALE_FLOOR = {"count": 10, "p50": 0.01, "p90": 0.01, "p99": 0.02, "max": 0.1}
+SCALE_PHASE = {"scheduled": 10, "fired": 10, "duplicates": 0, "count": 10, "p50": 0.1, "p90": 0.2, "max": 1.0}
+
+
+def scale_report(**changes: Any) -> dict[str, Any]:
+    """A scale run whose store took 200 tasks/s and that held 150/s, with ``changes`` over it."""
+    return {
         "machine": "m (2 cores)",
         "load_avg_before": [1.0, 1.0, 1.0],
         "load_avg_after": [1.0, 1.0, 1.0],
-        "floor_steady": {"150": floor, "300": floor},
-        "floor_burst": floor,
+        "floor_steady": {"150": SCALE_FLOOR},
+        "floor_burst": SCALE_FLOOR,
         "local_settings": {"poll_interval_s": 5, "lead_ms": 90_000, "max_batch_size": 2000, "writer": "batch_write"},
         "store_ceiling": {"items": 10, "create_per_s": 600, "arm_per_s": 600, "record_per_s": 600, "tasks_per_s": 200},
         "sustained_rate_per_s": 150,
         "sustained_share_of_ceiling": 0.75,
         "sustained_share_target": 0.8,
-        "sustained": [
-            {**phase, "rate": 150, "p99": 0.3, "ok": True},
-            {**phase, "rate": 300, "p99": 0.3, "ok": False, "writes_kept_up": False, "max_write_lag_s": 2.5},
-        ],
-        "burst": {**phase, "p99": 0.4},
+        "sustained": [{**SCALE_PHASE, "rate": 150, "p99": 0.3, "ok": True}],
+        "burst": {**SCALE_PHASE, "p99": 0.4},
         "pictures": [],
+        **changes,
     }
+
+
+def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_says_why_a_rate_failed(
+    tmp_path: Path,
+) -> None:
+    # Given a run whose store took 200 tasks/s, that held 150/s and failed 300/s on its writes
+    failed = {**SCALE_PHASE, "rate": 300, "p99": 0.3, "ok": False, "writes_kept_up": False, "max_write_lag_s": 2.5}
+    report = scale_report(
+        floor_steady={"150": SCALE_FLOOR, "300": SCALE_FLOOR},
+        sustained=[{**SCALE_PHASE, "rate": 150, "p99": 0.3, "ok": True}, failed],
+    )
     # When its page is made
     text = pages.write_scale_page(report, tmp_path).read_text()
     # Then the share of the ceiling is judged against its target, each phase's ratio and verdict shown
@@ -151,24 +160,10 @@ def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_s
 
 def test_a_scale_page_says_where_its_floors_stood_and_how_many_processes_fired_the_burst(tmp_path: Path) -> None:
     # Given a run whose floors stood at 256 MB's quota, the burst's over 24 processes
-    floor = {"count": 10, "p50": 0.01, "p90": 0.01, "p99": 0.02, "max": 0.1}
-    phase = {"scheduled": 10, "fired": 10, "duplicates": 0, "count": 10, "p50": 0.1, "p90": 0.2, "max": 1.0}
-    report = {
-        "machine": "m (2 cores)",
-        "load_avg_before": [1.0, 1.0, 1.0],
-        "load_avg_after": [1.0, 1.0, 1.0],
-        "floor_footing": {"line": "floors: profile lambda, each floor process on 256 MB's CPU quota"},
-        "floor_steady": {"150": floor},
-        "floor_burst": {**floor, "processes": 24},
-        "local_settings": {"poll_interval_s": 5, "lead_ms": 90_000, "max_batch_size": 2000, "writer": "batch_write"},
-        "store_ceiling": {"items": 10, "create_per_s": 600, "arm_per_s": 600, "record_per_s": 600, "tasks_per_s": 200},
-        "sustained_rate_per_s": 150,
-        "sustained_share_of_ceiling": 0.75,
-        "sustained_share_target": 0.8,
-        "sustained": [{**phase, "rate": 150, "p99": 0.3, "ok": True}],
-        "burst": {**phase, "p99": 0.4},
-        "pictures": [],
-    }
+    report = scale_report(
+        floor_footing={"line": "floors: profile lambda, each floor process on 256 MB's CPU quota"},
+        floor_burst={**SCALE_FLOOR, "processes": 24},
+    )
     # When its page is made  Then it names the footing and the burst floor's processes
     text = pages.write_scale_page(report, tmp_path).read_text()
     assert (
