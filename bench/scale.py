@@ -960,11 +960,11 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result.update(
         {
             "floor_footing": footing,
-            "floor_steady": {str(r): summarize(f) for r, f in floors.items()},
-            "floor_burst": {**summarize(f_burst["drift"]), "processes": f_burst["processes"]},
+            "floor_steady": {str(r): s for r, s in floors.items()},
+            "floor_burst": f_burst,
         }
     )
-    floor_p99 = summarize(f_burst["drift"])["p99"]
+    floor_p99 = f_burst["p99"]
     burst_p99 = burst_phase["p99"]
     ratio = burst_p99 / floor_p99 if burst_p99 is not None and floor_p99 else None
     print(
@@ -979,13 +979,13 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(footing["line"])
     print(f"{'phase':<18}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>10}")
     for name, s in [
-        *((f"floor/steady {r}/s", summarize(f)) for r, f in floors.items()),
-        (f"floor/burst ({f_burst['processes']} floor processes)", summarize(f_burst["drift"])),
+        *((f"floor/steady {r}/s", s) for r, s in floors.items()),
+        (f"floor/burst ({f_burst['processes']} floor processes)", f_burst),
     ]:
         print(f"{name:<18}{s['count']:>8}{_ms(s['p50'])}{_ms(s['p90'])}{_ms(s['p99'])}{_ms(s['max'], 10)}")
     for p in [*phases, {**burst_phase, "rate": None}]:
         name = f"sustained {p['rate']}/s" if p["rate"] else f"burst {args.burst}"
-        floor = summarize(f_burst["drift"] if p["rate"] is None else floors[p["rate"]])["p99"]
+        floor = (f_burst if p["rate"] is None else floors[p["rate"]])["p99"]
         ratio_text = "-" if p["p99"] is None or not floor else f"{p['p99'] / floor:.1f}x"
         print(
             f"{name:<18}{p['count']:>8}{_ms(p['p50'])}{_ms(p['p90'])}{_ms(p['p99'])}{_ms(p['max'], 10)}  "
@@ -1036,9 +1036,10 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def measure_floors(
     settings: Settings, rates: list[int], args: argparse.Namespace, fire_log: Path
-) -> tuple[dict[int, list[float]], dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """floor/steady at each rate (one floor process) and floor/burst (a floor process per batch, as the poller of
-    ``settings`` cuts the burst), on the executors' footing: their profile's CPU quota and priority."""
+    ``settings`` cuts the burst), on the executors' footing: their profile's CPU quota and priority. Each as its
+    drift's summary (the burst's with its process count), and the footing."""
     memory_mb = settings.executor_memory_mb or read_function_limits(EXECUTOR_FUNCTION).memory_mb
     runner = FloorRunner(settings.profile, memory_mb)
     try:
@@ -1046,11 +1047,12 @@ def measure_floors(
         floors = {}
         for rate in rates:
             log(f"floor/steady at {rate}/s for 10 s, one floor process")
-            floors[rate] = measure_floor_steady(runner, rate, 10, fire_log)["drift"]
+            floors[rate] = summarize(measure_floor_steady(runner, rate, 10, fire_log)["drift"])
             time.sleep(args.settle)
         shares = burst_cut(settings, args.burst)
         log(f"floor/burst: {args.burst} at one instant, {len(shares)} floor processes (the poller's cut)")
-        burst = measure_floor_burst(runner, shares, fire_log)
+        fired = measure_floor_burst(runner, shares, fire_log)
+        burst = {**summarize(fired["drift"]), "processes": fired["processes"]}
     finally:
         runner.close()
     return floors, burst, {**runner.footing.as_dict(), "line": runner.footing.line()}

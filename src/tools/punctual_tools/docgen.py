@@ -192,9 +192,8 @@ LAYOUT_ROOTS = (
 )
 
 
-_ROLE = re.compile(
-    r":\w+:`(~?)([\w.]+)`"
-)  # a Sphinx role: :class:`~punctual.stores.ports.TaskStore` shows as `TaskStore`
+# A Sphinx role: :class:`~punctual.stores.ports.TaskStore` shows as `TaskStore`.
+_ROLE = re.compile(r":\w+:`(~?)([\w.]+)`")
 
 
 def _summary(path: Path) -> str:
@@ -239,7 +238,7 @@ def layers_block(shared: Path = ROOT / "src" / "shared") -> list[str]:
     """The runtime's parts, layer by layer from the top, each with what it holds and the parts it imports (read
     from its modules' imports as they are)."""
     modules = layout.runtime_modules(shared)
-    imports = layout.part_graph(layout.import_graph(modules))
+    imports = layout.part_imports(shared)
     lines = ["| layer | part | what it holds | imports |", "| --- | --- | --- | --- |"]
     for index in range(len(layout.LAYERS) - 1, -1, -1):
         for part in layout.LAYERS[index]:
@@ -289,7 +288,7 @@ COLUMNS = {
 
 def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
     """A picture of the parts, a row a layer (the highest on top), with an arrow for each import no other implies."""
-    edges = direct_imports(layout.part_graph(layout.import_graph(layout.runtime_modules(shared))))
+    edges = direct_imports(layout.part_imports(shared))
     rows = list(reversed(layout.LAYERS))
     columns = max(len(row) for row in rows)
     width = columns * (BOX_W + GAP_X) - GAP_X + 2 * MARGIN

@@ -145,3 +145,8 @@ def part_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
             continue
         parts[part] |= {owner for name in imports if (owner := part_of(name)) and owner != part}
     return parts
+
+
+def part_imports(shared: Path = SHARED) -> dict[str, set[str]]:
+    """The parts each part of the runtime under ``shared`` imports, read from its source."""
+    return part_graph(import_graph(runtime_modules(shared)))
