@@ -23,6 +23,8 @@ INVOKE_FAILURES = "InvokeFailures"  # executor invocations the poller could not 
 ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (a second dispatch, a duplicate delivery, a change)
 TASKS_TAKEN_OVER = "TasksTakenOver"  # tasks an executor armed by taking them over from a dead one
 TASKS_FENCED = "TasksFenced"  # tasks an executor did not fire because its own lease had ended (it was cut off)
+TASKS_NOT_ARMED = "TasksNotArmed"  # poller: tasks a poll found still PENDING though this poller had sent them before
+POLL_GROUPS_LATE = "PollGroupsLate"  # poller: groups whose own poller had not started since the tick before
 
 ALL = (
     FIRE_DRIFT,
@@ -39,4 +41,6 @@ ALL = (
     ARM_CONFLICTS,
     TASKS_TAKEN_OVER,
     TASKS_FENCED,
+    TASKS_NOT_ARMED,
+    POLL_GROUPS_LATE,
 )
