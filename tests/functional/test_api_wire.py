@@ -15,8 +15,8 @@ import pytest
 import urllib3
 
 from punctual import LogAction
-from punctual.errors import ApiError
-from punctual.scheduling.api_client import ApiClient
+from punctual.errors import ApiError, QuotaExceededError
+from punctual.scheduling.api_client import ATTEMPTS, BACKOFF_S, RETRY_AFTER_MAX_S, ApiClient, backoff_s
 from punctual_tools.local.api_server import LocalApi
 
 NOT_FOUND = (404, {"type": "https://punctual.dev/problems/not-found", "title": "Not Found", "detail": "no task"})
@@ -24,7 +24,8 @@ NOT_FOUND = (404, {"type": "https://punctual.dev/problems/not-found", "title": "
 
 class ScriptedServer:
     """A loopback HTTP/1.1 server answering its n-th request as ``script[n]`` says: ``"reset"`` (read it, then
-    reset the connection: RST, no answer) or ``(status, json)``; past the script, the last entry again."""
+    reset the connection: RST, no answer) or ``(status, json)`` (or ``(status, json, headers)``); past the script,
+    the last entry again."""
 
     def __init__(self, script: list[Any]) -> None:
         self.script = script
@@ -71,10 +72,11 @@ class ScriptedServer:
                 if step == "reset":
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return  # closed with linger 0: a reset, and no answer
-                status, answer = step
+                status, answer, *extra = step
+                headers = "".join(f"{k}: {v}\r\n" for k, v in (extra[0] if extra else {}).items())
                 data = json.dumps(answer).encode()
                 conn.sendall(
-                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{headers}"
                     f"Content-Length: {len(data)}\r\n\r\n".encode()
                     + data
                 )
@@ -125,6 +127,7 @@ def test_a_change_whose_connection_broke_is_not_sent_again_and_says_its_effect_i
 
 
 def test_a_gateways_503_to_a_read_is_tried_again_and_an_unreachable_api_is_a_clear_error() -> None:
+    # Given a server that answers a read 503 once, then the answer
     with ScriptedServer([(503, {"message": "Service Unavailable"}), NOT_FOUND]) as server:
         assert ApiClient(server.url, token="t").get("a-task") is None
         assert len(server.requests) == 2
@@ -134,7 +137,105 @@ def test_a_gateways_503_to_a_read_is_tried_again_and_an_unreachable_api_is_a_cle
     with pytest.raises(ApiError) as raised:
         ApiClient(f"http://127.0.0.1:{port}", token="t").get("a-task")
     assert raised.value.status == 0
-    assert "could not connect" in raised.value.detail and "3 tries" in raised.value.detail
+    assert "could not connect" in raised.value.detail and f"{ATTEMPTS} tries" in raised.value.detail
+
+
+STORED = {
+    "task_id": "t-1",
+    "due_at": "2030-01-01T00:00:00+00:00",
+    "action": {"kind": "log", "message": "m"},
+    "payload": None,
+    "status": "PENDING",
+}
+
+
+class Sleeps(list[float]):
+    """The waits a client made between tries, instead of making them."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+@pytest.mark.parametrize("call", ["create", "read"])
+def test_an_overloaded_or_failing_api_is_tried_again_for_a_create_or_a_read(status: int, call: str) -> None:
+    # Given an API that answers twice `status` (a throttle, a failed or throttled function, no answer from it)
+    with ScriptedServer([(status, {"message": "busy"}), (status, {"message": "busy"}), (201, STORED)]) as server:
+        sleeps = Sleeps()
+        client = ApiClient(server.url, token="t", sleep=sleeps)
+        # When a task is created (with its id) or read
+        if call == "create":
+            client.schedule(datetime(2030, 1, 1, tzinfo=UTC), LogAction(message="m"), task_id="t-1")
+        else:
+            assert client.get("t-1") is not None
+    # Then it was sent three times, the same request each time, with a growing cap on the waits between
+    assert len(server.requests) == 3
+    assert len({body for _, _, body in server.requests}) == 1
+    assert len(sleeps) == 2
+    assert all(0 <= wait <= BACKOFF_S * 2**i for i, wait in enumerate(sleeps))
+
+
+def test_a_change_answered_500_is_not_sent_again() -> None:
+    # Given an API whose function fails
+    with ScriptedServer([(500, {"message": "Internal server error"}), NOT_FOUND]) as server:
+        client = ApiClient(server.url, token="t", sleep=Sleeps())
+        # When a task is cancelled
+        with pytest.raises(ApiError) as raised:
+            client.cancel("t-1")
+    # Then it was sent once: a cancel that took effect before the failure would answer differently the second time
+    assert len(server.requests) == 1
+    assert raised.value.status == 500
+
+
+def test_the_apis_own_quota_answer_is_not_tried_again() -> None:
+    quota = {
+        "type": "https://punctual.dev/problems/quota",
+        "title": "Too Many Requests",
+        "detail": "over",
+        "quota": "active_tasks",
+    }
+    # Given an API that refuses a create past the tenant's quota
+    with ScriptedServer([(429, quota)]) as server:
+        client = ApiClient(server.url, token="t", sleep=Sleeps())
+        # When a task is created
+        with pytest.raises(QuotaExceededError):
+            client.schedule(datetime(2030, 1, 1, tzinfo=UTC), LogAction(message="m"), task_id="t-1")
+    # Then it was sent once: no retry makes room in a quota
+    assert len(server.requests) == 1
+
+
+def test_past_the_last_try_the_last_answer_is_the_error() -> None:
+    # Given an API that always answers 503
+    with ScriptedServer([(503, {"message": "Service Unavailable"})]) as server:
+        sleeps = Sleeps()
+        # When a task is read
+        with pytest.raises(ApiError) as raised:
+            ApiClient(server.url, token="t", sleep=sleeps).get("t-1")
+    # Then it was tried ATTEMPTS times, and the caller sees the 503
+    assert len(server.requests) == ATTEMPTS and len(sleeps) == ATTEMPTS - 1
+    assert raised.value.status == 503
+
+
+def test_a_retry_after_is_waited_for_up_to_its_cap() -> None:
+    # Given a throttle that says when to come back: 3 s, then an hour
+    script = [(429, {}, {"Retry-After": "3"}), (429, {}, {"Retry-After": "3600"}), (200, STORED)]
+    with ScriptedServer(script) as server:
+        sleeps = Sleeps()
+        # When a task is read
+        ApiClient(server.url, token="t", sleep=sleeps).get("t-1")
+    # Then the client waited 3 s, then its cap, not an hour
+    assert sleeps == [3.0, RETRY_AFTER_MAX_S]
+
+
+@pytest.mark.parametrize("attempt", [1, 2, 3, 4])
+def test_the_backoff_is_a_random_share_of_a_doubling_cap(attempt: int) -> None:
+    # Given the draws at both ends of the range  Then the waits span [0, BACKOFF_S * 2**(attempt - 1)]
+    assert backoff_s(attempt, draw=lambda low, high: low) == 0.0
+    assert backoff_s(attempt, draw=lambda low, high: high) == BACKOFF_S * 2 ** (attempt - 1)
+    # ... and an unreadable Retry-After falls back to it
+    assert backoff_s(attempt, "Wed, 21 Oct 2030 07:28:00 GMT", draw=lambda low, high: high) == BACKOFF_S * 2 ** (
+        attempt - 1
+    )
 
 
 class Boom:

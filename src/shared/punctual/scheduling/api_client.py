@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -45,9 +46,12 @@ from punctual.scheduling.bulk import ScheduleResult, schedule_each, spec_problem
 # hand the function the path still percent-encoded.
 ID_SAFE = ":@"
 CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: sending one again is safe
-ATTEMPTS = 3
-BACKOFF_S = 0.1
-GATEWAY_RETRY = frozenset({429, 502, 503, 504})  # throttled, or the gateway had no answer from the function
+ATTEMPTS = 5
+BACKOFF_S = 0.2  # the first wait; each next one doubles, each drawn at random up to its cap (full jitter)
+RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in full
+# Throttled (API Gateway's stage limits, or the function's throttle mapped to 429), the function failed or was
+# throttled before a 429 was mapped (500), or the gateway had no answer from it (502, 503, 504).
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def _is_quota_problem(response: Any) -> bool:
@@ -58,6 +62,20 @@ def _is_quota_problem(response: Any) -> bool:
         return str(json.loads(response.data).get("type", "")).endswith("/quota")
     except (ValueError, AttributeError):
         return False
+
+
+def backoff_s(
+    attempt: int, retry_after: str | None = None, draw: Callable[[float, float], float] = random.uniform
+) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...): the answer's ``Retry-After`` (in
+    seconds, at most ``RETRY_AFTER_MAX_S``) when it gives one, otherwise a random share of ``BACKOFF_S`` doubled
+    per attempt, so that many clients throttled together do not come back together."""
+    if retry_after is not None:
+        try:
+            return min(RETRY_AFTER_MAX_S, max(0.0, float(retry_after)))
+        except ValueError:
+            pass  # an HTTP date or garbage: the client's own backoff
+    return draw(0.0, BACKOFF_S * 2 ** (attempt - 1))
 
 
 def _json_of(value: Any) -> Any:
@@ -96,8 +114,10 @@ class ApiClient:
         region: str = "us-east-1",
         credentials: Any = None,
         timeout_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._sleep = sleep  # between tries (a test passes its own)
         self._token = token
         self._region = region
         self._credentials = credentials
@@ -148,12 +168,13 @@ class ApiClient:
     def _request(
         self, method: str, path: str, url: str, data: bytes | None, headers: dict[str, str]
     ) -> urllib3.BaseHTTPResponse:
-        """Send, and send again (up to ATTEMPTS in all, backing off) when no answer came and sending again is
-        safe: always when the connection could not be made (nothing was sent); when it broke after the request
-        went out, or the answer is a gateway's 429 / 502 / 503 / 504, only for a read or a create (creates carry
-        their id, and the same create again answers the stored task)."""
+        """Send, and send again (up to ATTEMPTS in all, backing off: :func:`backoff_s`) when sending again is
+        safe and may help: always when the connection could not be made (nothing was sent); when it broke after
+        the request went out, or the answer is a 429 (not the API's own quota problem), 500, 502, 503 or 504, only
+        for a read or a create (creates carry their id, and the same create again answers the stored task)."""
         repeatable = method in ("GET", "HEAD") or (method == "POST" and path in CREATES)
         for attempt in range(1, ATTEMPTS + 1):
+            retry_after = None
             try:
                 response = self._http.request(method, url, body=data, headers=headers)
             except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
@@ -167,12 +188,13 @@ class ApiClient:
                     ) from exc
             else:
                 if (
-                    not (repeatable and response.status in GATEWAY_RETRY)
+                    not (repeatable and response.status in RETRY_STATUSES)
                     or attempt == ATTEMPTS
                     or _is_quota_problem(response)
                 ):
                     return response
-            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                retry_after = response.headers.get("Retry-After")
+            self._sleep(backoff_s(attempt, retry_after))
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
