@@ -1,8 +1,10 @@
 """API Lambda, behind API Gateway (REST, IAM auth): the resolver of :mod:`punctual.api`.
 
 A thin adapter: the caller's principal (``requestContext.identity.userArn``, set by API Gateway after it checked
-the SigV4 signature) is mapped to a tenant by ``PUNCTUAL_TENANT_MAP``; every operation is scoped to it. Logs are
-JSON (Powertools) with the request id as correlation id; the request body is never logged.
+the SigV4 signature) is mapped to a tenant by the tenant map (``PUNCTUAL_TENANT_MAP``, or the Parameter Store
+parameter ``PUNCTUAL_TENANT_MAP_PARAMETER`` names, read at the cold start and again once older than
+``PUNCTUAL_TENANT_MAP_CACHE_S``); every operation is scoped to it. Logs are JSON (Powertools) with the request id
+as correlation id; the request body is never logged.
 """
 
 from __future__ import annotations

@@ -70,6 +70,8 @@ SAMPLES = {
     "dead_letter_queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq",
     "switch_interval_s": "0.002",
     "tenant_map": '{"arn:aws:iam::123456789012:role/Acme": "acme"}',
+    "tenant_map_parameter": "/punctual-config/tenant-map",
+    "tenant_map_cache_s": "30",
     "api_url": "https://api.example.com/prod",
     "api_token": "local-token",
     "background_cpus": "1-3",
@@ -231,6 +233,8 @@ def test_each_variable_is_read_into_its_field(field: str) -> None:
         ("PUNCTUAL_TENANT_MAP", "not json"),
         ("PUNCTUAL_TENANT_MAP", '["acme"]'),
         ("PUNCTUAL_TENANT_MAP", '{"arn:aws:iam::123456789012:role/Acme": "Acme Corp"}'),
+        ("PUNCTUAL_TENANT_MAP_CACHE_S", "0"),
+        ("PUNCTUAL_TENANT_MAP_CACHE_S", "3601"),
     ],
 )
 def test_a_bad_new_variable_is_named(name: str, value: str) -> None:
@@ -262,8 +266,10 @@ def test_the_local_only_fields_are_not_in_what_the_lambdas_load() -> None:
 
 
 def test_settings_env_round_trips_through_both_models() -> None:
-    # Given local settings with every field set, and NTP off
-    local = LocalSettings.from_env({ENV_PREFIX + k.upper(): v for k, v in SAMPLES.items()}, ntp_server=None)
+    # Given local settings with every field set (the tenant map once: in the variable, not in Parameter Store too),
+    # and NTP off
+    env = {ENV_PREFIX + k.upper(): v for k, v in SAMPLES.items() if k != "tenant_map_parameter"}
+    local = LocalSettings.from_env(env, ntp_server=None)
     # When they are turned into a worker's environment and read back
     env = settings_env(local)
     # Then the worker reads the same local settings, and its handler the Settings part of them
@@ -372,6 +378,49 @@ def test_a_bad_target_allowlist_is_refused_naming_its_variable(name: str, value:
     # When settings load  Then they fail, naming the variable
     with pytest.raises(SettingsError, match=ENV_PREFIX + name.upper()):
         Settings.from_env({ENV_PREFIX + name.upper(): value})
+
+
+# -- the tenant map in Parameter Store ----------------------------------------------------------------------------
+def test_the_tenant_map_in_both_the_variable_and_a_parameter_is_refused_naming_both() -> None:
+    env = {
+        "PUNCTUAL_TENANT_MAP": '{"arn:aws:iam::123456789012:role/Acme": "acme"}',
+        "PUNCTUAL_TENANT_MAP_PARAMETER": "/punctual-config/tenant-map",
+    }
+    with pytest.raises(SettingsError, match="both set") as info:
+        Settings.from_env(env)
+    assert info.value.names == ("PUNCTUAL_TENANT_MAP", "PUNCTUAL_TENANT_MAP_PARAMETER")
+    # And either alone is read
+    assert Settings.from_env({"PUNCTUAL_TENANT_MAP_PARAMETER": env["PUNCTUAL_TENANT_MAP_PARAMETER"]}).tenant_map == ""
+    assert Settings.from_env({"PUNCTUAL_TENANT_MAP": env["PUNCTUAL_TENANT_MAP"]}).tenant_map_parameter is None
+
+
+@pytest.mark.parametrize(
+    "name", ["tenant-map", "/punctual-config/tenant-map", "/punctual-config/tenants/", "/a.b_c-d/e", "/punctual/map"]
+)
+def test_a_parameter_name_or_a_path_is_accepted(name: str) -> None:
+    assert Settings.from_env({"PUNCTUAL_TENANT_MAP_PARAMETER": name}).tenant_map_parameter == name
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("tenant map", "not a Parameter Store name"),
+        ("/tenants/*", "not a Parameter Store name"),
+        ("/" + "a" * 1011, "not a Parameter Store name"),
+        ("config/tenant-map", "starts with '/'"),
+        ("/config//tenant-map", "none empty"),
+        ("/", "none empty"),
+        ("/" + "/".join("abcdefghijklmnop"), "1 to 15 levels"),
+        ("/aws/tenant-map", "cannot start with aws or ssm"),
+        ("SSM-tenant-map", "cannot start with aws or ssm"),
+        ("/punctual/tenants/map", "where tenants' tasks may read secrets"),
+        ("/punctual/tenants/", "where tenants' tasks may read secrets"),
+    ],
+)
+def test_a_bad_parameter_name_is_refused_saying_why(name: str, why: str) -> None:
+    with pytest.raises(SettingsError, match="PUNCTUAL_TENANT_MAP_PARAMETER") as info:
+        Settings.from_env({"PUNCTUAL_TENANT_MAP_PARAMETER": name})
+    assert why in str(info.value)
 
 
 def test_the_redispatch_hold_back_is_at_least_a_lead() -> None:

@@ -121,6 +121,63 @@ def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
         TenantMap.parse(text)
 
 
+def test_a_role_named_with_and_without_its_path_for_two_tenants_is_refused() -> None:
+    # Both are read as the role's ARN without its path: which tenant it is would be a guess
+    text = json.dumps(
+        {"arn:aws:iam::123456789012:role/team/Acme": "acme", "arn:aws:iam::123456789012:role/Acme": "beta"}
+    )
+    with pytest.raises(ValueError, match="arn:aws:iam::123456789012:role/Acme is mapped to two tenants"):
+        TenantMap.parse(text)
+
+
+# -- a map split into parts --------------------------------------------------------------------------------------
+def test_parts_are_read_as_one_map_whatever_their_forms() -> None:
+    # Given a part in the short form, one in the full form with acme's entry, and one with the default quotas
+    parts = {
+        "/m/1": '{"arn:aws:iam::123456789012:role/Beta": "beta"}',
+        "/m/2": json.dumps({"principals": {"arn:aws:iam::123456789012:role/Acme": "acme"}, "tenants": {"acme": {}}}),
+        "/m/3": '{"quotas": {"schedules": 7}}',
+    }
+    # When they are read together  Then the map is the one map they make, the default quotas applying to every
+    # part's tenants
+    tenants = TenantMap.parse_parts(parts)
+    assert tenants == TenantMap.parse(
+        json.dumps(
+            {
+                "principals": {
+                    "arn:aws:iam::123456789012:role/Beta": "beta",
+                    "arn:aws:iam::123456789012:role/Acme": "acme",
+                },
+                "tenants": {"acme": {}},
+                "quotas": {"schedules": 7},
+            }
+        )
+    )
+    assert tenants.policy_of("acme").quotas.schedules == 7
+
+
+@pytest.mark.parametrize(
+    ("second", "what"),
+    [
+        ('{"arn:aws:iam::123456789012:role/Acme": "beta"}', "principal arn:aws:iam::123456789012:role/Acme"),
+        ('{"tenants": {"acme": {}}}', "tenant acme"),
+        ('{"quotas": {}}', "default quotas"),
+    ],
+)
+def test_what_two_parts_both_give_is_refused_naming_both(second: str, what: str) -> None:
+    first = json.dumps(
+        {"principals": {"arn:aws:iam::123456789012:role/Acme": "acme"}, "tenants": {"acme": {}}, "quotas": {}}
+    )
+    with pytest.raises(ValueError, match=f"^{what}: in both /m/a and /m/b$"):
+        TenantMap.parse_parts({"/m/a": first, "/m/b": second})
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"tenants": []}', '{"principals": {}, "extra": 1}'])
+def test_a_bad_part_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(ValueError, match="^/m/bad: "):
+        TenantMap.parse_parts({"/m/good": "{}", "/m/bad": text})
+
+
 def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     # Given a deployment allowing loopback on every port and one ARN, and acme's own entry
     base = TargetRules.from_settings(

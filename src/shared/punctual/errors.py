@@ -15,6 +15,7 @@ the same thing wherever the error is raised. The families::
     ├── NoTenantError                                     the REST API's caller is mapped to no tenant
     ├── ApiError                                          the REST API refused a call, or gave no answer
     ├── SettingsError (ValueError)                        the environment holds a setting that does not validate
+    ├── TenantMapUnavailableError                         the tenant map in Parameter Store cannot be read or used
     ├── ExpressionError (ValueError)                      a schedule expression or time zone is not valid
     ├── TargetRefusedError (ValueError)                   a URL target may not be called
     ├── SecretReferenceError (ValueError)                 a secret reference is malformed or not allowed
@@ -60,9 +61,11 @@ __all__ = [
     "TaskConflictError",
     "TaskNotFoundError",
     "TaskStateError",
+    "TenantMapUnavailableError",
     "TransientActionError",
     "UndecodableItemError",
     "WireError",
+    "aws_error_code",
 ]
 
 
@@ -241,7 +244,7 @@ class NoTenantError(PunctualError):
     """The REST API's caller is mapped to no tenant: it may do nothing."""
 
     def __init__(self) -> None:
-        super().__init__("this principal is not mapped to a tenant (PUNCTUAL_TENANT_MAP)")
+        super().__init__("this principal is not mapped to a tenant (the tenant map)")
 
 
 class ApiError(PunctualError):
@@ -266,6 +269,16 @@ class SettingsError(PunctualError, ValueError):
     def __init__(self, names: Sequence[str], detail: str) -> None:
         super().__init__(f"invalid setting(s) {', '.join(names) or 'together'}: {detail}")
         self.names = tuple(names)
+
+
+class TenantMapUnavailableError(PunctualError):
+    """The tenant map could not be read from where the settings name (``where``: a parameter or a path of Parameter
+    Store), or what was read is not a valid map; ``reason`` says which, never the map's text."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"tenant map {where}: {reason}")
+        self.where = where
+        self.reason = reason
 
 
 class ExpressionError(PunctualError, ValueError):
@@ -346,3 +359,14 @@ class ActionFailedError(PunctualError):
 class TransientActionError(ActionFailedError):
     """The action failed in a way that may pass if tried again soon (a connection error, a timeout, 429, 5xx):
     runners that retry within the grace do so only for these."""
+
+
+def aws_error_code(exc: BaseException) -> str:
+    """What went wrong with an AWS call, in words that hold nothing it read: AWS's error code (a botocore
+    ``ClientError``'s), or the exception's type."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        if isinstance(code, str) and code:
+            return code
+    return type(exc).__name__

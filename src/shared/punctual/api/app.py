@@ -40,6 +40,7 @@ from punctual.api.views import (
     TaskPage,
 )
 from punctual.config.tenant_map import TenantMap
+from punctual.config.tenant_source import FixedTenantMap, TenantMapSource
 from punctual.domain.keys import to_ms
 from punctual.domain.model import TaskStatus
 from punctual.domain.tenancy import is_tenant
@@ -144,17 +145,19 @@ class JsonResolver(APIGatewayRestResolver):
 E = TypeVar("E", bound=Exception)
 
 
-def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap) -> APIGatewayRestResolver:
+def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | TenantMapSource) -> APIGatewayRestResolver:
     """The resolver, with ``client_factory`` giving the client its operations go through (once per request: a
-    client is cheap; the store is shared by the factory) and ``tenant_map`` naming the tenants of principals."""
+    client is cheap; the store is shared by the factory) and ``tenant_map`` naming the tenants of principals: a
+    map, or the source asked for it at each request (which reads it again once its copy is old)."""
     app = JsonResolver(enable_validation=True, strip_prefixes=None)
+    tenants = FixedTenantMap(tenant_map) if isinstance(tenant_map, TenantMap) else tenant_map
 
     def service() -> TenantService:
         context = app.current_event.request_context
         authorizer = context.authorizer.raw_event if context.authorizer else {}
         tenant = authorizer.get("tenant") if isinstance(authorizer, dict) else None
         if not isinstance(tenant, str) or not tenant:
-            tenant = tenant_map.tenant_of(context.identity.user_arn)
+            tenant = tenants.tenant_map().tenant_of(context.identity.user_arn)
         if tenant is None or not is_tenant(tenant):
             raise NoTenantError()
         return TenantService(client_factory(), tenant)

@@ -45,3 +45,11 @@ def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
 def make_dynamodb_client(settings: Settings) -> Any:
     """The DynamoDB client for these settings (AWS, or ``settings.endpoint_url``)."""
     return dynamodb_client(settings.endpoint_url, settings.region)
+
+
+def make_ssm_client(settings: Settings) -> Any:
+    """The SSM client that reads the tenant map (``settings.tenant_map_parameter``) in AWS (``endpoint_url`` is
+    DynamoDB's). Short timeouts and three attempts: an executor reads the map before it arms a batch, so a slow
+    Parameter Store must cost the batch little (a failed read keeps the map read before)."""
+    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
+    return aws_client("ssm", None, settings.region, config)

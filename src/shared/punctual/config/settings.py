@@ -8,11 +8,13 @@ extend it in ``punctual_tools.settings.LocalSettings``, outside what the Lambda 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from punctual.config.tenant_map import TenantMap
 from punctual.errors import SettingsError
@@ -22,6 +24,35 @@ ENV_PREFIX = "PUNCTUAL_"
 
 
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
+
+# Parameter Store's rules for a name: these characters, at most 1,011 of them, 15 levels, no aws / ssm prefix
+_PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,1011}")
+_RESERVED_PREFIX = re.compile(r"^/?(aws|ssm)", re.IGNORECASE)
+# A tenant's task may name SSM secrets under /punctual/tenants/<tenant>/ (SecretRules.for_tenant)
+_TENANT_SECRETS = "/punctual/tenants/"
+
+
+def check_parameter_name(value: str) -> str:
+    """``value`` if it is a Parameter Store name, or a path of one ending in ``/``; ValueError saying why not.
+
+    A name holding a ``/`` is a hierarchy and starts with one; no level is empty. A name under
+    ``/punctual/tenants/`` is refused: tenants' tasks may read secrets there, and the map names every tenant.
+    """
+    if not _PARAMETER_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:100]!r} is not a Parameter Store name (letters, digits and _.-/, at most 1011 characters)"
+        )
+    name = value.removesuffix("/") if value.startswith("/") else value
+    levels = name.removeprefix("/").split("/")
+    if "/" in value and not value.startswith("/"):
+        raise ValueError(f"{value!r}: a name in a hierarchy starts with '/'")
+    if "" in levels or len(levels) > 15:
+        raise ValueError(f"{value!r}: a hierarchy has 1 to 15 levels, none empty")
+    if _RESERVED_PREFIX.match(value):
+        raise ValueError(f"{value!r}: a parameter name cannot start with aws or ssm")
+    if (name + "/").startswith(_TENANT_SECRETS):
+        raise ValueError(f"{value!r}: under {_TENANT_SECRETS}, where tenants' tasks may read secrets")
+    return value
 
 
 class Settings(BaseModel):
@@ -143,6 +174,20 @@ class Settings(BaseModel):
         description="the API's tenants: a JSON object of IAM role (or user) ARN to tenant name, e.g. "
         '{"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}; a caller not in it is refused',
     )
+    tenant_map_parameter: str | None = Field(
+        None,
+        description="the tenant map in Parameter Store instead (not both): the name of a String or SecureString "
+        "parameter holding it (/punctual-config/tenant-map), or a path ending in '/' whose parameters each hold a "
+        "part of it, a map in either form (one parameter holds at most 8 KB). Read at a cold start, and again once "
+        "older than tenant_map_cache_s",
+    )
+    tenant_map_cache_s: float = Field(
+        60.0,
+        ge=1,
+        le=3_600,
+        description="how long the API and the executor use the tenant map read from tenant_map_parameter before "
+        "they read it again (a failed read keeps the map read before)",
+    )
     api_url: str | None = Field(
         None,
         description="the client and CLI go through the API at this URL instead of writing the table "
@@ -217,6 +262,24 @@ class Settings(BaseModel):
         TenantMap.parse(value)
         return value
 
+    @field_validator("tenant_map_parameter")
+    @classmethod
+    def _parameter_name(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return check_parameter_name(value.strip())
+
+    @model_validator(mode="after")
+    def _one_tenant_map(self) -> Self:
+        if self.tenant_map.strip() and self.tenant_map_parameter:
+            raise PydanticCustomError(  # its context's "fields": from_env names their variables
+                "value_error",
+                f"{ENV_PREFIX}TENANT_MAP and {ENV_PREFIX}TENANT_MAP_PARAMETER are both set: give the tenant map in "
+                "one of them",
+                {"fields": ("tenant_map", "tenant_map_parameter")},
+            )
+        return self
+
     @field_validator("allowed_target_arns")
     @classmethod
     def _arn_list(cls, value: str) -> str:
@@ -277,5 +340,6 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            names = [ENV_PREFIX + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"]]
-            raise SettingsError(names, str(exc)) from exc
+            fields = [str(e["loc"][0]) for e in exc.errors() if e["loc"]]
+            fields += [f for e in exc.errors() for f in (e.get("ctx") or {}).get("fields", ())]  # a check across fields
+            raise SettingsError([ENV_PREFIX + f.upper() for f in dict.fromkeys(fields)], str(exc)) from exc

@@ -1,14 +1,17 @@
 """The tenant map: which principals belong to which tenant, and each tenant's targets and quotas.
 
-Read from the ``PUNCTUAL_TENANT_MAP`` setting (:class:`TenantMap`); how a tenant is written into the keys of its
-items is :mod:`punctual.domain.tenancy`'s.
+Written as JSON (:class:`TenantMap`) in the ``PUNCTUAL_TENANT_MAP`` setting or in Parameter Store
+(:mod:`punctual.config.tenant_source` reads it from there); how a tenant is written into the keys of its items is
+:mod:`punctual.domain.tenancy`'s.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from punctual.domain.tenancy import is_tenant
 from punctual.network.policy import Allowlist, check_target_arn
@@ -93,7 +96,8 @@ class TenantPolicy:
 class TenantMap:
     """The tenants: which principals belong to which tenant, and each tenant's targets and quotas.
 
-    Written as JSON in the ``PUNCTUAL_TENANT_MAP`` setting, in one of two forms. The short one maps IAM role or
+    Written as JSON in the ``PUNCTUAL_TENANT_MAP`` setting or a Parameter Store parameter
+    (``PUNCTUAL_TENANT_MAP_PARAMETER``), in one of two forms. The short one maps IAM role or
     user ARNs (exact) to tenant names, every tenant with the default policy::
 
         {"arn:aws:iam::123456789012:role/AcmeScheduler": "acme"}
@@ -116,19 +120,40 @@ class TenantMap:
 
     @classmethod
     def parse(cls, text: str | None) -> TenantMap:
+        """The map written as ``text``, in either form (blank: no tenants); ValueError saying what is wrong."""
         if not text or not text.strip():
             return cls()
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"the tenant map is not JSON: {exc.msg}") from exc
-        if not isinstance(raw, dict):
-            raise ValueError("the tenant map must be a JSON object")
-        if "principals" not in raw and "tenants" not in raw and "quotas" not in raw:
-            return cls(_principals(raw))
-        unknown = sorted(set(raw) - {"principals", "tenants", "quotas"})
-        if unknown:
-            raise ValueError(f"the tenant map has unknown key(s) {', '.join(unknown)} (principals, tenants, quotas)")
+        return cls._build(_full_form(_load(text)))
+
+    @classmethod
+    def parse_parts(cls, parts: Mapping[str, str]) -> TenantMap:
+        """One map from several texts, each a map in either form, keyed by where it was read (a parameter's name):
+        a map too large for one place, split. Their principals and tenants are put together and read as one map
+        (the default quotas apply to every part's tenants). A principal or a tenant in two parts, or default quotas
+        in more than one, is a ValueError naming both parts: which should win is not the reader's to guess."""
+        merged: dict[str, dict[str, object]] = {"principals": {}, "tenants": {}, "quotas": {}}
+        found_in: dict[tuple[str, str], str] = {}
+        for where, text in parts.items():
+            try:
+                raw = _full_form(_load(text))
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            for section, entries in raw.items():
+                # the default quotas are one entry: a part gives them all, or none
+                named = {"default quotas": entries} if section == "quotas" else entries
+                if not isinstance(named, dict):
+                    raise ValueError(f"{where}: the tenant map's {section} must be a JSON object")
+                for key, value in named.items():
+                    first = found_in.setdefault((section, key), where)
+                    if first != where:
+                        what = key if section == "quotas" else f"{section.removesuffix('s')} {key}"
+                        raise ValueError(f"{what}: in both {first} and {where}")
+                    merged[section][key] = value
+        quotas = merged.pop("quotas")
+        return cls._build({**merged, **({"quotas": quotas["default quotas"]} if quotas else {})})
+
+    @classmethod
+    def _build(cls, raw: dict[str, object]) -> TenantMap:
         defaults = Quotas.parse(raw.get("quotas", {}))
         tenants = raw.get("tenants", {})
         if not isinstance(tenants, dict):
@@ -139,15 +164,46 @@ class TenantMap:
             defaults,
         )
 
+    @cached_property
+    def _tenant_by_principal(self) -> dict[str, str]:
+        return dict(self.principals)
+
+    @cached_property
+    def _policy_by_tenant(self) -> dict[str, TenantPolicy]:
+        return dict(self.tenants)
+
     def tenant_of(self, principal_arn: str | None) -> str | None:
         if not principal_arn:
             return None
-        found = dict(self.principals)
+        found = self._tenant_by_principal
         return found.get(principal_arn) or found.get(role_arn(principal_arn))
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         """``tenant``'s policy: its entry, or (no entry) public targets only and the default quotas."""
-        return dict(self.tenants).get(tenant) or TenantPolicy(quotas=self.quotas)
+        return self._policy_by_tenant.get(tenant) or TenantPolicy(quotas=self.quotas)
+
+
+def _load(text: str) -> dict[str, object]:
+    """The JSON object ``text`` holds (blank: an empty one)."""
+    if not text.strip():
+        return {}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the tenant map is not JSON: {exc.msg}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError("the tenant map must be a JSON object")
+    return raw
+
+
+def _full_form(raw: dict[str, object]) -> dict[str, object]:
+    """A map in the full form: the short one (no principals, tenants nor quotas key) is its principals."""
+    if "principals" not in raw and "tenants" not in raw and "quotas" not in raw:
+        return {"principals": raw}
+    unknown = sorted(set(raw) - {"principals", "tenants", "quotas"})
+    if unknown:
+        raise ValueError(f"the tenant map has unknown key(s) {', '.join(unknown)} (principals, tenants, quotas)")
+    return raw
 
 
 def _principals(raw: object) -> tuple[tuple[str, str], ...]:
@@ -159,7 +215,11 @@ def _principals(raw: object) -> tuple[tuple[str, str], ...]:
             f"not tenant names: {', '.join(bad)} (lower-case letters and digits in words joined by "
             "single hyphens; at most 40)"
         )
-    return tuple(sorted((_without_path(k), v) for k, v in raw.items()))
+    principals: dict[str, str] = {}
+    for arn, tenant in raw.items():
+        if principals.setdefault(_without_path(arn), tenant) != tenant:
+            raise ValueError(f"{_without_path(arn)} is mapped to two tenants (a role's ARN is read without its path)")
+    return tuple(sorted(principals.items()))
 
 
 def _strings(value: object, where: str) -> list[str]:

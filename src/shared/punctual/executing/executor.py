@@ -143,6 +143,9 @@ class Executor:
         the invocation ends (Lambda's timeout: no lease outlives it, and an action's own retries stop well before
         it); ``invocation``: its request id (Lambda keeps it when it retries: the retry fences its earlier
         attempt and takes its tasks over at once)."""
+        # The tenant map the batch's fires are checked against: read again here if its copy is old, before any
+        # task is armed (never between a wake-up and its fire), and kept for the batch.
+        self._actions.refresh_tenants()
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
         self._deadline_ms, self._invocation = deadline_ms, invocation
         self._idle.clear()

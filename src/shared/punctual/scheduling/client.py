@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from punctual.config.settings import Settings
+from punctual.config.tenant_map import TenantMap
 from punctual.domain.clock import Clock, SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.keys import from_ms, to_ms
@@ -46,6 +47,9 @@ class Client:
         The task store to use instead (any :class:`~punctual.stores.ports.Store`); ``dynamodb`` is then unused.
     clock:
         Where "now" comes from (for the horizon check and the index bucket of late writes).
+    tenant_map:
+        The tenants whose targets and quotas a tenant's task keeps to; defaults to the ``tenant_map`` setting's
+        (the API hands in the map it read from Parameter Store).
 
     Examples
     --------
@@ -71,6 +75,7 @@ class Client:
         dynamodb: Any = None,
         clock: Clock | None = None,
         store: Store | None = None,
+        tenant_map: TenantMap | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()
@@ -81,7 +86,7 @@ class Client:
 
             store = build_store(self.settings, dynamodb)
         self._store = store
-        self._rules = TargetRules.from_settings(self.settings)
+        self._rules = TargetRules.from_settings(self.settings, tenant_map)
         self._quota = QuotaGuard(store)
         self._schedules = ScheduleClient(self.settings, store, self._clock, self._rules, self._quota)
 

@@ -32,6 +32,7 @@ from punctual.targets.secrets import SecretResolver, SecretRules
 
 if TYPE_CHECKING:
     from punctual.config.settings import Settings
+    from punctual.config.tenant_source import TenantMapSource
 
 A = TypeVar("A", bound=Action)
 R = TypeVar("R")
@@ -75,12 +76,18 @@ class TargetRules:
     _by_tenant: dict[str, TargetRules] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TargetRules:
+    def from_settings(cls, settings: Settings, tenants: TenantMap | None = None) -> TargetRules:
+        """The deployment's rules, with ``tenants`` (None: the map of the ``tenant_map`` setting)."""
         return cls(
             urls=TargetPolicy.from_settings(settings.allowed_targets, settings.allow_plain_http),
             arns=frozenset(split_list(settings.allowed_target_arns)),
-            tenants=TenantMap.parse(settings.tenant_map),
+            tenants=TenantMap.parse(settings.tenant_map) if tenants is None else tenants,
         )
+
+    def with_tenants(self, tenants: TenantMap) -> TargetRules:
+        """The deployment's rules with another tenant map (each tenant's rules are derived again from it)."""
+        base = self.deployment or self
+        return TargetRules(urls=base.urls, arns=base.arns, secrets=base.secrets, tenants=tenants)
 
     def of(self, task_id: str) -> TargetRules:
         """The rules of the task ``task_id``: its tenant's (from the key, whatever the item says), or these for a
@@ -248,7 +255,8 @@ class ActionEnv:
 
     ``clients`` maps a boto3 service name to a client (tests hand in moto's); others are made on first use by
     ``client_factory``. ``resources`` holds per-process objects a kind keeps (its connection pool), made once
-    by the factory a runner passes to :meth:`resource`.
+    by the factory a runner passes to :meth:`resource`. ``tenants``, when given, is where :meth:`refresh_tenants`
+    takes the tenant map of :attr:`rules` from.
     """
 
     def __init__(
@@ -262,8 +270,10 @@ class ActionEnv:
         http_connections_per_host: int = 512,
         secrets_dir: str | None = None,
         secret_cache_s: float = 300.0,
+        tenants: TenantMapSource | None = None,
     ) -> None:
         self.rules = rules or TargetRules()
+        self._tenants = tenants
         self.http_connections = http_connections
         self.http_connections_per_host = http_connections_per_host
         self._clients = dict(clients or {})
@@ -276,15 +286,20 @@ class ActionEnv:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, clients: dict[str, Any] | None = None) -> ActionEnv:
+    def from_settings(
+        cls, settings: Settings, clients: dict[str, Any] | None = None, tenants: TenantMapSource | None = None
+    ) -> ActionEnv:
+        """The runners' environment for ``settings``; the tenant map comes from ``tenants`` (None: the
+        ``tenant_map`` setting)."""
         from botocore.config import Config
 
         from punctual.config.clients import aws_client
 
         # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)
-        rules = TargetRules.from_settings(settings)
+        rules = TargetRules.from_settings(settings, None if tenants is None else tenants.tenant_map())
         return cls(
+            tenants=tenants,
             rules=rules,
             clients=clients,
             client_factory=lambda service: aws_client(service, None, settings.region, config),
@@ -293,6 +308,16 @@ class ActionEnv:
             secrets_dir=settings.secrets_dir,
             secret_cache_s=settings.secret_cache_s,
         )
+
+    def refresh_tenants(self) -> None:
+        """Take up the latest tenant map of the source (which reads it again once its copy is old): the executor
+        calls this before it arms a batch, never on the way to a fire. A fire already started keeps the rules it
+        looked up."""
+        if self._tenants is None:
+            return
+        tenants = self._tenants.tenant_map()
+        if tenants is not self.rules.tenants:
+            self.rules = self.rules.with_tenants(tenants)
 
     def client(self, service: str) -> Any:
         """The boto3 client of ``service`` (made once, on first use, unless one was handed in)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from punctual.errors import SecretReferenceError, SecretUnavailableError
+from punctual.errors import SecretReferenceError, SecretUnavailableError, aws_error_code
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -205,16 +205,6 @@ def _default_client_factory(service: str) -> Any:
     return boto3.session.Session().client(service, config=config)  # type: ignore[call-overload]
 
 
-def _error_code(exc: Exception) -> str:
-    """What went wrong, in words that hold no value: AWS's error code, or the exception's type."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        if isinstance(code, str) and code:
-            return code
-    return type(exc).__name__
-
-
 class SecretResolver:
     """Resolves secret references at fire time, caching each value for ``ttl_s``.
 
@@ -386,7 +376,7 @@ class SecretResolver:
         try:
             response = self._client("ssm").get_parameter(Name=ref.name, WithDecryption=True)
         except Exception as exc:  # any failure to fetch is "unavailable", named by its code
-            raise SecretUnavailableError(ref, f"SSM get_parameter failed ({_error_code(exc)})") from exc
+            raise SecretUnavailableError(ref, f"SSM get_parameter failed ({aws_error_code(exc)})") from exc
         value = response.get("Parameter", {}).get("Value")
         if not isinstance(value, str):
             raise SecretUnavailableError(ref, "SSM returned no value")
@@ -397,7 +387,8 @@ class SecretResolver:
         try:
             response = self._client("secretsmanager").get_secret_value(SecretId=name)
         except Exception as exc:  # any failure to fetch is "unavailable", named by its code
-            raise SecretUnavailableError(ref, f"Secrets Manager get_secret_value failed ({_error_code(exc)})") from exc
+            code = aws_error_code(exc)
+            raise SecretUnavailableError(ref, f"Secrets Manager get_secret_value failed ({code})") from exc
         secret_string = response.get("SecretString")
         if not isinstance(secret_string, str):
             raise SecretUnavailableError(ref, "the secret holds no SecretString (binary secrets are not supported)")

@@ -37,6 +37,7 @@ from punctual.config.settings import Settings
 from punctual.domain.events import PollReport
 from punctual.domain.keys import next_tick
 from punctual.domain.tenancy import is_tenant
+from punctual.errors import SettingsError
 from punctual.executing.priority import default_background_cpus, lower_current_thread, set_background_cpus
 from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
 from punctual.polling.poller import Poller
@@ -320,6 +321,11 @@ class LocalStack:
             **cfg.settings_overrides,
         }
         wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
+        if wanted.tenant_map_parameter:
+            raise SettingsError(
+                ["PUNCTUAL_TENANT_MAP_PARAMETER"],
+                "the local runtime reads no Parameter Store: give the tenant map as PUNCTUAL_TENANT_MAP",
+            )
         if not wanted.tenant_map.strip():  # none given: each served tenant may reach the demo's receiver only
             wanted = LocalSettings.from_env(
                 **overrides, tenant_map=local_tenant_map(cfg.served_tenants(), wanted.receiver_port)
