@@ -1,4 +1,4 @@
-"""The REST API (issue #13) on moto, through the local server and ApiClient: tenants cannot see each other,
+"""The REST API on moto, through the local server and ApiClient: tenants cannot see each other,
 bad input is a 4xx problem naming the field, and the API gives what the direct client gives."""
 
 from __future__ import annotations
