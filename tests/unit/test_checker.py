@@ -268,7 +268,7 @@ def test_adapters_read_the_fire_log_tasks_and_a_plan() -> None:
 
 
 def test_drift_of_a_retried_task_is_measured_from_its_first_due_instant() -> None:
-    # Given a task whose retry moved due_at 4 s on, keeping the original in first_due_at (issue #4 part 1)
+    # Given a task whose retry moved due_at 4 s on, keeping the original in first_due_at
     first, moved = datetime.fromtimestamp(DUE / 1000, UTC), datetime.fromtimestamp((DUE + 4_000) / 1000, UTC)
     task = SimpleNamespace(
         task_id="r",
