@@ -115,6 +115,16 @@ scale: setup
 cost: setup
 	$(BIN)/python -m punctual_tools.cost --write docs/cost.md
 
+## verify-aws: punctual verify against the deployed stack STACK (make verify-aws STACK=punctual; its region from
+## AWS_REGION, or REGION=...): a mix scheduled to an SQS queue of its own and read back, drift by group, the checker's
+## verdict and the cost from CloudWatch; it deletes what it made, and exits 1 unless every task arrived once. The
+## stack's ActionTargetArns must hold a punctual-verify* queue ARN (docs/deploy.md); VERIFY_ARGS adds options (--quick)
+.PHONY: verify-aws
+VERIFY_ARGS ?=
+verify-aws: setup
+	@test -n "$(STACK)" || { echo "give the stack's name: make verify-aws STACK=<stack name>"; exit 2; }
+	$(BIN)/punctual verify --stack $(STACK) $(if $(REGION),--region $(REGION)) $(VERIFY_ARGS)
+
 ## lint: ruff, cfn-lint on template.yaml, and the offline template checks (SAM transform, IAM, dashboard)
 lint: setup style typecheck
 	$(BIN)/cfn-lint template.yaml

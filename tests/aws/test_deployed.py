@@ -1,13 +1,15 @@
-"""Deployed-stack suite: schedule tasks against a stack deployed from template.yaml and check they fire on time.
+"""Deployed-stack suite: tasks scheduled against a stack deployed from template.yaml fire, each once.
 
 Runs only when ``AWS_SAM_STACK_NAME`` names a deployed stack (its region from ``AWS_REGION`` /
 ``AWS_DEFAULT_REGION`` or the profile), with credentials allowed to read the stack's outputs and to write
 and read its Tasks table. Otherwise every test here is skipped. See docs/deploy.md::
 
-    AWS_SAM_STACK_NAME=punctual AWS_REGION=eu-west-1 .venv/bin/python -m pytest -q -m aws tests/aws
+    AWS_SAM_STACK_NAME=punctual AWS_REGION=eu-west-1 .venv/bin/python -m pytest -q -s -m aws tests/aws
 
-``PUNCTUAL_AWS_MAX_DRIFT_MS`` (default 500) bounds the drift the tests accept: a Lambda at the template's
-default 256 MB gets a fraction of a vCPU, and this suite is a smoke test of the deployment, not the benchmark.
+The tests assert correctness only (each task SUCCEEDED; on the queue, every task once) and print the drift
+(p50 / p99 / max): a timing figure is reported, not judged, as the benchmark does. The queue test is
+``punctual verify --quick`` (:mod:`punctual_tools.verify`); it needs a ``punctual-verify*`` queue ARN on the
+stack's ``ActionTargetArns`` and is skipped, saying so, without one.
 Each run leaves its tasks in the table, finished; DynamoDB TTL deletes them after RetentionDays.
 """
 
@@ -15,16 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from punctual import Client, LogAction, Settings, Task, TaskStatus
 from punctual.errors import PunctualError
+from punctual_tools.cli import build_parser
+from punctual_tools.stats import summarize
+from punctual_tools.verify.command import run_command
+from punctual_tools.verify.queue import allowed_queue_arns
+from punctual_tools.verify.stack import executor_allowlist, function_configs
 
 STACK = os.environ.get("AWS_SAM_STACK_NAME", "")
 pytestmark = [
@@ -32,7 +41,6 @@ pytestmark = [
     pytest.mark.skipif(not STACK, reason="set AWS_SAM_STACK_NAME to a deployed stack to run the deployed suite"),
 ]
 
-MAX_DRIFT_MS = float(os.environ.get("PUNCTUAL_AWS_MAX_DRIFT_MS", "500"))
 FINISHED = {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED}
 
 
@@ -94,27 +102,53 @@ def _wait_finished(client: Client, tasks: list[Task], grace_s: float = 90.0) -> 
         time.sleep(2.0)
 
 
-def _assert_fired_on_time(finished: list[Task], expected: int) -> None:
+def _assert_fired(finished: list[Task], expected: int) -> None:
+    """Each task SUCCEEDED, fired; the drift printed, not judged."""
     report = [(t.task_id, t.status.value, t.drift_ms, t.armed_by, t.detail) for t in finished]
+    drift = summarize([t.drift_ms for t in finished if t.drift_ms is not None])
     print("deployed suite:", *report, sep="\n  ")  # the figures, for the record
+    figures = f"p50 {drift['p50']}  p99 {drift['p99']}  max {drift['max']}  (n={drift['count']})"
+    print(f"  drift ms (fired_at - due): {figures}")
     assert len(finished) == expected
-    assert all(t.status is TaskStatus.SUCCEEDED for t in finished), report
-    assert all(t.drift_ms is not None and abs(t.drift_ms) <= MAX_DRIFT_MS for t in finished), report
+    assert all(t.status is TaskStatus.SUCCEEDED and t.fired_at is not None for t in finished), report
 
 
-def test_tasks_scheduled_ahead_fire_on_time(client: Client, scheduled: list[Task]) -> None:
+def test_tasks_scheduled_ahead_fire(client: Client, scheduled: list[Task]) -> None:
     # Given a few log tasks due ~100 s from now (beyond the lead window: the poller claims them)
     _schedule(client, scheduled, count=5, ahead=timedelta(seconds=100), spacing=timedelta(milliseconds=750))
-    # When they are due  Then each ends SUCCEEDED with a small drift
-    _assert_fired_on_time(_wait_finished(client, scheduled), expected=5)
+    # When they are due  Then each ends SUCCEEDED (its drift printed)
+    _assert_fired(_wait_finished(client, scheduled), expected=5)
 
 
 def test_a_task_due_before_the_next_poll_takes_the_fast_path(client: Client, scheduled: list[Task]) -> None:
     # Given a task due 10 s from now (the poller may not run before it is due: the stream's fast path must
     # dispatch it, or it fires late or MISSED)
     _schedule(client, scheduled, count=1, ahead=timedelta(seconds=10), spacing=timedelta(0))
-    # When it is due  Then it ends SUCCEEDED with a small drift
-    _assert_fired_on_time(_wait_finished(client, scheduled), expected=1)
+    # When it is due  Then it ends SUCCEEDED (its drift printed)
+    _assert_fired(_wait_finished(client, scheduled), expected=1)
+
+
+def test_a_quick_verify_run_finds_every_task_once_on_its_queue(
+    outputs: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the stack's executors allowed to send to a punctual-verify* queue
+    import boto3
+
+    configs = function_configs(boto3.client("lambda", region_name=outputs["Region"]), outputs)
+    if not allowed_queue_arns(executor_allowlist(configs), outputs["Region"]):
+        pytest.skip("the stack's ActionTargetArns holds no punctual-verify* SQS queue: deploy with one")
+    # When punctual verify --quick runs against it (spread, burst, short leads, a schedule; to its own queue)
+    args = build_parser().parse_args(
+        ["verify", "--stack", STACK, "--region", outputs["Region"], "--quick", "--metrics-wait", "0"]
+    )
+    code = run_command(args, tmp_path)
+    out = capsys.readouterr().out
+    with capsys.disabled():
+        print(out)  # drift by group, the checker's verdict, the cost: for the record
+    # Then every task arrived on the queue once, and the queue is deleted
+    assert code == 0, out
+    assert "verdict: every task once" in out
+    assert re.search(r"cleanup: .*queue punctual-verify\S* deleted", out), out
 
 
 def test_the_stack_outputs_what_docs_deploy_md_promises(outputs: dict[str, Any]) -> None:

@@ -14,6 +14,8 @@ punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--st
                                                as the local stack's tenant --tenant, default local)
 punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
 punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
+punctual verify [--stack NAME] [--quick]       a mix scheduled to an SQS queue of its own and read back: drift by
+                                               group, the checker's verdict, the cost (CloudWatch); cleans up
 """
 
 from __future__ import annotations
@@ -669,6 +671,13 @@ def cmd_drift(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Schedule a mix to an SQS queue of its own, read it back, judge it, clean up (:mod:`punctual_tools.verify`)."""
+    from punctual_tools.verify.command import run_command
+
+    return run_command(args, _home(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="punctual", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -862,6 +871,13 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--name", help="the pictures' title and file-name stem (default: the prefix, or 'drift')")
     drift.add_argument("--aws", action="store_true", help="with --table: AWS (PUNCTUAL_* settings)")
     drift.set_defaults(func=cmd_drift)
+    verify = sub.add_parser(
+        "verify", help="schedule a mix to an SQS queue of its own, read it back: drift, verdict, cost; clean up"
+    )
+    from punctual_tools.verify.options import add_arguments as verify_arguments
+
+    verify_arguments(verify)
+    verify.set_defaults(func=cmd_verify)
     one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel", "run-now")]
     for p in (sched, many, lst, redrive, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")

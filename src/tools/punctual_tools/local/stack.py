@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import threading
@@ -64,6 +65,7 @@ from punctual_tools.stats import summarize
 log = logging.getLogger("punctual_tools.local")
 
 PRIVATE_UMASK = 0o077
+ENDPOINT_VARIABLES = r"AWS_ENDPOINT_URL(?:_[A-Z0-9_]+)?"  # boto3's: where its clients of AWS go
 POLLER_FUNCTION = "PollerFunction"  # the template's functions the stack's process stands for (their roles)
 FAST_PATH_FUNCTION = "FastPathFunction"
 # What the stack keeps in its home (a folder's content included): what make_private fixes the mode of
@@ -140,7 +142,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
 def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of the executors' worker processes: the settings (:func:`settings_env`), what Powertools
     and boto3 read, and ``PUNCTUAL_IAM_CHECK`` as ``environ`` (default: this process's) has it, so that with the
-    check on the executors judge their calls against the executor's role."""
+    check on the executors judge their calls against the executor's role. boto3's endpoint variables
+    (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_<SERVICE>``) are passed on too: with ``AWS_ENDPOINT_URL_SQS`` set,
+    the actions' SQS calls go to that endpoint (moto's server, say) instead of AWS."""
     environ = os.environ if environ is None else environ
     env = {
         **settings_env(settings),
@@ -153,6 +157,7 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
     }
     if IAM_CHECK_VARIABLE in environ:
         env[IAM_CHECK_VARIABLE] = environ[IAM_CHECK_VARIABLE]
+    env |= {name: value for name, value in environ.items() if re.fullmatch(ENDPOINT_VARIABLES, name)}
     return env
 
 
