@@ -12,6 +12,7 @@ come from botocore's Stubber.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -41,7 +42,7 @@ from punctual.targets import (
     kind_of,
     run_action,
 )
-from punctual.targets.aws import deduplication_id, message_body
+from punctual.targets.aws import AWS_WARM_MIN_S, SQS, deduplication_id, message_body
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -154,6 +155,45 @@ def test_sqs_queue_url_is_asked_once_per_queue(aws: Aws) -> None:
     # Then three messages went out, after one URL lookup
     assert len(aws.receive(url)) == 3
     assert len(lookups) == 1
+
+
+def warm(fires: list[tuple[Action, float, str]], env: ActionEnv) -> int:
+    """Run the SQS kind's warm-ups for ``fires`` to their end here; how many there were."""
+    assert SQS.prepare is not None
+    warmups = SQS.prepare(fires, env)
+    for warmup in warmups:
+        asyncio.run(warmup.start())
+    return len(warmups)
+
+
+def test_a_batch_asks_its_queue_urls_before_its_first_fire_then_fires_without_asking(aws: Aws) -> None:
+    # Given two allowlisted queues, one not allowlisted, and a count of GetQueueUrl calls
+    (url_a, arn_a), (_, arn_b), (_, refused) = aws.queue("a"), aws.queue("b"), aws.queue("c")
+    env = env_for(aws.clients, arn_a, arn_b)
+    lookups = calls_of(aws.sqs, "GetQueueUrl")
+    actions = [SqsAction(queue_arn=arn) for arn in (arn_a, arn_b, arn_a, refused)]
+
+    # When a batch armed with fires due 2 s and more ahead is warmed
+    assert warm([(a, 2.0 + i, f"t-{i}") for i, a in enumerate(actions)], env) == 1
+
+    # Then each allowed queue's URL was asked once (two queues), the refused one's never
+    assert len(lookups) == 2
+    # ... and the fires ask no more
+    run_action(actions[0], context_of(), env)
+    assert len(lookups) == 2
+    assert len(aws.receive(url_a)) == 1
+
+
+def test_no_warm_up_competes_with_a_fire_due_within_the_warm_up_minimum(aws: Aws) -> None:
+    # Given a batch whose first SQS fire is due just inside the minimum
+    _, arn = aws.queue("soon")
+    env = env_for(aws.clients, arn)
+    lookups = calls_of(aws.sqs, "GetQueueUrl")
+    fires: list[tuple[Action, float, str]] = [(SqsAction(queue_arn=arn), AWS_WARM_MIN_S - 0.01, "t-0")]
+    fires.append((SqsAction(queue_arn=arn), 30.0, "t-1"))
+    # When it is prepared  Then nothing is warmed: the first fire makes the client and asks the URL itself
+    assert warm(fires, env) == 0
+    assert lookups == []
 
 
 def test_sqs_fifo_drops_a_second_send_of_the_same_occurrence(aws: Aws) -> None:

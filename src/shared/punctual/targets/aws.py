@@ -25,9 +25,10 @@ throttling, 5xx answers and connection errors left after boto3's own retries are
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, ClassVar, Literal
 
@@ -37,10 +38,14 @@ from pydantic import Field, field_validator, model_validator
 
 from punctual.domain.model import Action, canonical_json
 from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
-from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, register
+from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup, register
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
 
+# A batch's AWS fires get their client made (and an SQS queue's URL asked) right after the batch is armed, when
+# the first of them is due at least this far ahead: making a boto3 client takes a 256 MB executor a few hundred
+# ms of CPU, which a fire due sooner would wait behind.
+AWS_WARM_MIN_S = 1.0
 AWS_CALL_TIMEOUT_S = 30.0  # boto3's read timeout (punctual.config.clients): the longest one call of these kinds waits
 MAX_DEDUPLICATION_ID = 128  # SQS and SNS: at most 128 characters for MessageDeduplicationId / MessageGroupId
 KEY_ATTRIBUTE = "idempotency_key"
@@ -443,23 +448,52 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         raise ActionFailedError(message)
 
 
-LAMBDA = register(
-    ActionKind(
-        model=LambdaAction, run=run_lambda, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("lambda",), check=check_lambda
+# -- before the fires --------------------------------------------------------------------------------------------
+def _prepare(service: str) -> Callable[[list[tuple[Any, float, str]], ActionEnv], list[Warmup]]:
+    """The warm-up of a kind calling ``service``: its client made, and for SQS each allowed queue's URL asked, in
+    a thread of the event loop right after the batch is armed; none when its first fire is due within
+    :data:`AWS_WARM_MIN_S` (that fire makes the client itself, as it would without a warm-up)."""
+
+    def prepare(fires: list[tuple[Any, float, str]], env: ActionEnv) -> list[Warmup]:
+        if not fires or min(delay_s for _, delay_s, _ in fires) < AWS_WARM_MIN_S:
+            return []
+        queues = {}
+        for action, _, task_id in fires:
+            if isinstance(action, SqsAction) and action.queue_arn not in queues:
+                try:  # a queue the task's tenant may not use is never asked about: its fire reports it
+                    env.rules.of(task_id).check_arn(action.queue_arn, "SQS queue", "action.queue_arn")
+                except InvalidRequestError:
+                    continue
+                queues[action.queue_arn] = action
+
+        def warm() -> None:
+            env.client(service)
+            for action in queues.values():
+                with suppress(ActionFailedError, TransientActionError):  # its fire asks again, and reports
+                    _queue_url(env, action)
+
+        async def start() -> None:
+            await asyncio.to_thread(warm)
+
+        return [Warmup(0.0, start)]
+
+    return prepare
+
+
+def _aws_kind(model: type[Any], run: Callable[..., None], service: str, check: Callable[..., None]) -> ActionKind[Any]:
+    return register(
+        ActionKind(
+            model=model,
+            run=run,
+            max_timeout_s=AWS_CALL_TIMEOUT_S,
+            clients=(service,),
+            check=check,
+            prepare=_prepare(service),
+        )
     )
-)
-SQS = register(
-    ActionKind(model=SqsAction, run=run_sqs, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sqs",), check=check_sqs)
-)
-SNS = register(
-    ActionKind(model=SnsAction, run=run_sns, max_timeout_s=AWS_CALL_TIMEOUT_S, clients=("sns",), check=check_sns)
-)
-EVENTBRIDGE = register(
-    ActionKind(
-        model=EventBridgeAction,
-        run=run_eventbridge,
-        max_timeout_s=AWS_CALL_TIMEOUT_S,
-        clients=("events",),
-        check=check_eventbridge,
-    )
-)
+
+
+LAMBDA = _aws_kind(LambdaAction, run_lambda, "lambda", check_lambda)
+SQS = _aws_kind(SqsAction, run_sqs, "sqs", check_sqs)
+SNS = _aws_kind(SnsAction, run_sns, "sns", check_sns)
+EVENTBRIDGE = _aws_kind(EventBridgeAction, run_eventbridge, "events", check_eventbridge)
