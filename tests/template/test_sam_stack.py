@@ -175,17 +175,34 @@ def test_both_queues_are_encrypted_and_keep_messages(cfn_resources: dict[str, An
         assert 60 <= queue["Properties"]["MessageRetentionPeriod"] <= 1_209_600
 
 
+RESERVATIONS = {
+    "ExecutorFunction": ("ExecutorReservedConcurrency", "HasExecutorReservation"),
+    "PollerFunction": ("PollerReservedConcurrency", "HasPollerReservation"),
+    "ApiFunction": ("ApiReservedConcurrency", "HasApiReservation"),
+}
+
+
+@pytest.mark.parametrize("function", sorted(RESERVATIONS))
 @pytest.mark.parametrize(("value", "reserved"), [("0", False), ("", False), ("25", True)])
 def test_reserved_concurrency_is_set_only_when_asked(
-    sam_template: dict[str, Any], cfn_resources: dict[str, Any], value: str, reserved: bool
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any], function: str, value: str, reserved: bool
 ) -> None:
-    # Given ExecutorReservedConcurrency = value  Then the executor reserves it, or nothing for 0 / empty
-    prop = cfn_resources["ExecutorFunction"]["Properties"]["ReservedConcurrentExecutions"]
-    assert prop == {
-        "Fn::If": ["HasReservedConcurrency", {"Ref": "ExecutorReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
-    }
-    params = {"ExecutorReservedConcurrency": value}
-    assert evaluate_condition(sam_template, "HasReservedConcurrency", params) is reserved
+    # Given the function's reservation parameter = value  Then the function reserves it, or nothing for 0 / empty
+    parameter, condition = RESERVATIONS[function]
+    prop = cfn_resources[function]["Properties"]["ReservedConcurrentExecutions"]
+    assert prop == {"Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]}
+    assert evaluate_condition(sam_template, condition, {parameter: value}) is reserved
+
+
+@pytest.mark.parametrize("parameter", sorted(p for p, _ in RESERVATIONS.values()))
+@pytest.mark.parametrize(("value", "accepted"), [("", True), ("0", True), ("7", True), ("100", True), ("00", False)])
+def test_a_reservation_parameter_takes_a_count_or_nothing(
+    sam_template: dict[str, Any], parameter: str, value: str, accepted: bool
+) -> None:
+    # Given a reservation parameter's pattern  Then it takes empty, 0 or a count, never "00" (a reservation of 0,
+    # which Lambda reads as "never run the function")
+    pattern = sam_template["Parameters"][parameter]["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) is accepted
 
 
 # -- IAM --------------------------------------------------------------------------------------------------
@@ -691,20 +708,3 @@ def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(
     provisioned = alias["Properties"]["ProvisionedConcurrencyConfig"]
     assert provisioned["Fn::If"][0] == "HasProvisionedConcurrency"
     assert sam_template["Parameters"]["ExecutorProvisionedConcurrency"]["Default"] == 0
-
-
-def test_concurrency_is_reserved_for_the_poller_and_the_api_and_the_executor_is_capped(
-    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
-) -> None:
-    # Given the template's defaults  Then the poller has room for a tick's groups and one more, the API its own,
-    # and the executor a cap (sleeping executors cannot take the account's whole pool)
-    parameters = sam_template["Parameters"]
-    assert parameters["PollerReservedConcurrency"]["Default"] >= parameters["PollGroups"]["Default"] + 1
-    assert parameters["PollerReservedConcurrency"]["MinValue"] >= 2
-    assert int(parameters["ExecutorReservedConcurrency"]["Default"]) > 0
-    properties = {name: cfn_resources[name]["Properties"] for name in FUNCTIONS}
-    assert properties["PollerFunction"]["ReservedConcurrentExecutions"] == {"Ref": "PollerReservedConcurrency"}
-    assert properties["ApiFunction"]["ReservedConcurrentExecutions"] == {"Ref": "ApiReservedConcurrency"}
-    assert properties["ExecutorFunction"]["ReservedConcurrentExecutions"]["Fn::If"][1] == {
-        "Ref": "ExecutorReservedConcurrency"
-    }
