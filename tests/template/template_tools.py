@@ -72,7 +72,8 @@ def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = 
 # -- conditions ------------------------------------------------------------------------------------------
 def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mapping[str, str]) -> bool:
     """Evaluate condition ``name`` with ``parameters`` (others at their defaults). Knows the functions the
-    template uses: Fn::And, Fn::Or, Fn::Not, Fn::Equals, Fn::Join, Ref to a parameter, Condition."""
+    template uses: Fn::And, Fn::Or, Fn::Not, Fn::Equals, Fn::Join, Fn::FindInMap, Ref to a parameter,
+    Condition."""
     params = template.get("Parameters", {})
 
     def value(node: Any) -> Any:
@@ -93,6 +94,9 @@ def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mappi
                 return any(value(a) for a in arg)
             if fn == "Condition":
                 return value(template["Conditions"][arg])
+            if fn == "Fn::FindInMap":
+                name, first, second = (value(a) for a in arg)
+                return str(template["Mappings"][name][first][second])
             raise NotImplementedError(fn)
         if isinstance(node, list):
             return [value(n) for n in node]

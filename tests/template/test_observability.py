@@ -382,13 +382,23 @@ def test_an_executor_queue_that_delays_arming_is_alarmed(
     assert '"value": ${ExecutorEventAgeAlarmMs}' in _dashboard_text(cfn_resources)
 
 
-def test_dropped_and_unarmed_batches_are_alarmed(cfn_resources: dict[str, Any]) -> None:
-    # Given the alarms  Then any executor event Lambda dropped, and any task a poll found still PENDING after
-    # sending it (a batch not armed: queued or lost) sets one off within a minute
+def test_dropped_failed_and_unarmed_batches_are_alarmed(cfn_resources: dict[str, Any]) -> None:
+    # Given the alarms  Then any executor event Lambda dropped, any failed executor invocation, and any task a poll
+    # found still PENDING after sending it (a batch not armed: queued or lost) sets one off within a minute
     for namespace, metric, dims in (
         ("AWS/Lambda", "AsyncEventsDropped", EXECUTOR),
+        ("AWS/Lambda", "Errors", EXECUTOR),
         (metrics.NAMESPACE, metrics.TASKS_NOT_ARMED, SERVICE),
     ):
         alarm = _alarm_on(cfn_resources, namespace, metric, dims)
         assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Sum", 60, 1), metric
         assert _above_zero(alarm), metric
+
+
+def test_the_gradual_deployment_rolls_back_on_alarms_of_the_stack(sam_resources: dict[str, Any]) -> None:
+    # Given the executor's deployment preference  Then its rollback alarms are alarms of this template (executor
+    # errors and drift)
+    alarms = sam_resources["ExecutorFunction"]["Properties"]["DeploymentPreference"]["Alarms"]
+    assert alarms == [{"Ref": "ExecutorErrorsAlarm"}, {"Ref": "FireDriftAlarm"}]
+    for alarm in alarms:
+        assert sam_resources[alarm["Ref"]]["Type"] == "AWS::CloudWatch::Alarm"

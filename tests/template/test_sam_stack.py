@@ -211,7 +211,14 @@ def test_no_role_gets_a_managed_policy(cfn_resources: dict[str, Any]) -> None:
     # (SAM would otherwise attach AWSLambdaBasicExecutionRole, AWSXrayWriteOnlyAccess and
     # AWSLambdaDynamoDBExecutionRole, all on "*")
     roles = _of_type(cfn_resources, "AWS::IAM::Role")
-    assert set(roles) == {"PollerRole", "ExecutorRole", "FastPathRole", "ApiRole", "TenantDirectClientRole"}
+    assert set(roles) == {
+        "PollerRole",
+        "ExecutorRole",
+        "FastPathRole",
+        "ApiRole",
+        "TenantDirectClientRole",
+        "ExecutorDeploymentRole",
+    }
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"], name
     assert set(_of_type(cfn_resources, "AWS::IAM::Policy")) == {"PollerFanOutPolicy"}  # see the next test
