@@ -126,7 +126,7 @@ def test_the_defaults_deploy_on_the_smallest_accounts(
 
 
 def test_a_reservation_needs_100_more_than_the_stack_holds(cfn_template: dict[str, Any]) -> None:
-    # Given the reservations the stack had by default before (executor 100, poller 2, API 10)  Then the account
+    # Given reservations for an account of the default quota (executor 100, poller 2, API 10)  Then the account
     # needs a quota of 212, more than a new account has
     parameters = dict(zip(PARAMETERS, ("100", "2", "10", "0"), strict=True))
     needed = held_by(cfn_template, parameters).quota_needed()
