@@ -352,8 +352,53 @@ def test_the_fast_path_lag_alarm_follows_its_parameter(
     assert '"value": ${DriftP99AlarmMs}' in _dashboard_text(cfn_resources)
 
 
-@pytest.mark.parametrize("parameter", ["DriftP99AlarmMs", "FastPathIteratorAgeAlarmMs"])
+@pytest.mark.parametrize("parameter", ["DriftP99AlarmMs", "FastPathIteratorAgeAlarmMs", "ExecutorEventAgeAlarmMs"])
 def test_threshold_parameters_reach_the_alarm_descriptions(cfn_resources: dict[str, Any], parameter: str) -> None:
     # Given a threshold parameter  Then the alarm it sets says the threshold in its description
     (alarm,) = [a for a in _alarms(cfn_resources).values() if a["Threshold"] == {"Ref": parameter}]
     assert f"${{{parameter}}}" in sub_text(alarm["AlarmDescription"])
+
+
+EXECUTOR = {"FunctionName": "${ExecutorFunction}"}
+POLL_INTERVAL_MS = 60_000
+
+
+def test_an_executor_queue_that_delays_arming_is_alarmed(
+    cfn_resources: dict[str, Any], sam_template: dict[str, Any], dashboard: dict[str, Any]
+) -> None:
+    # Given the alarm on the executor's AsyncEventAge (how long an invocation waited in Lambda's queue)
+    alarm = _alarm_on(cfn_resources, "AWS/Lambda", "AsyncEventAge", EXECUTOR)
+    # Then it takes the longest wait of each minute, above ExecutorEventAgeAlarmMs, whose default is no more than
+    # the least lead a poll gives a task it is the first to see (LeadMs - the poll interval): a batch that waited
+    # longer arms after its first task's instant
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Maximum", 60, 1)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        {"Ref": "ExecutorEventAgeAlarmMs"},
+        "GreaterThanThreshold",
+    )
+    parameters = sam_template["Parameters"]
+    assert parameters["ExecutorEventAgeAlarmMs"]["Default"] <= parameters["LeadMs"]["Default"] - POLL_INTERVAL_MS
+    # ... and the dashboard draws its threshold on the executor's async queue
+    assert '"value": ${ExecutorEventAgeAlarmMs}' in _dashboard_text(cfn_resources)
+
+
+def test_dropped_failed_and_unarmed_batches_are_alarmed(cfn_resources: dict[str, Any]) -> None:
+    # Given the alarms  Then any executor event Lambda dropped, any failed executor invocation, and any task a poll
+    # found still PENDING after sending it (a batch not armed: queued or lost) sets one off within a minute
+    for namespace, metric, dims in (
+        ("AWS/Lambda", "AsyncEventsDropped", EXECUTOR),
+        ("AWS/Lambda", "Errors", EXECUTOR),
+        (metrics.NAMESPACE, metrics.TASKS_NOT_ARMED, SERVICE),
+    ):
+        alarm = _alarm_on(cfn_resources, namespace, metric, dims)
+        assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Sum", 60, 1), metric
+        assert _above_zero(alarm), metric
+
+
+def test_the_gradual_deployment_rolls_back_on_alarms_of_the_stack(sam_resources: dict[str, Any]) -> None:
+    # Given the executor's deployment preference  Then its rollback alarms are alarms of this template (executor
+    # errors and drift)
+    alarms = sam_resources["ExecutorFunction"]["Properties"]["DeploymentPreference"]["Alarms"]
+    assert alarms == [{"Ref": "ExecutorErrorsAlarm"}, {"Ref": "FireDriftAlarm"}]
+    for alarm in alarms:
+        assert sam_resources[alarm["Ref"]]["Type"] == "AWS::CloudWatch::Alarm"

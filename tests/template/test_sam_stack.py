@@ -175,17 +175,34 @@ def test_both_queues_are_encrypted_and_keep_messages(cfn_resources: dict[str, An
         assert 60 <= queue["Properties"]["MessageRetentionPeriod"] <= 1_209_600
 
 
+RESERVATIONS = {
+    "ExecutorFunction": ("ExecutorReservedConcurrency", "HasExecutorReservation"),
+    "PollerFunction": ("PollerReservedConcurrency", "HasPollerReservation"),
+    "ApiFunction": ("ApiReservedConcurrency", "HasApiReservation"),
+}
+
+
+@pytest.mark.parametrize("function", sorted(RESERVATIONS))
 @pytest.mark.parametrize(("value", "reserved"), [("0", False), ("", False), ("25", True)])
 def test_reserved_concurrency_is_set_only_when_asked(
-    sam_template: dict[str, Any], cfn_resources: dict[str, Any], value: str, reserved: bool
+    sam_template: dict[str, Any], cfn_resources: dict[str, Any], function: str, value: str, reserved: bool
 ) -> None:
-    # Given ExecutorReservedConcurrency = value  Then the executor reserves it, or nothing for 0 / empty
-    prop = cfn_resources["ExecutorFunction"]["Properties"]["ReservedConcurrentExecutions"]
-    assert prop == {
-        "Fn::If": ["HasReservedConcurrency", {"Ref": "ExecutorReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
-    }
-    params = {"ExecutorReservedConcurrency": value}
-    assert evaluate_condition(sam_template, "HasReservedConcurrency", params) is reserved
+    # Given the function's reservation parameter = value  Then the function reserves it, or nothing for 0 / empty
+    parameter, condition = RESERVATIONS[function]
+    prop = cfn_resources[function]["Properties"]["ReservedConcurrentExecutions"]
+    assert prop == {"Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]}
+    assert evaluate_condition(sam_template, condition, {parameter: value}) is reserved
+
+
+@pytest.mark.parametrize("parameter", sorted(p for p, _ in RESERVATIONS.values()))
+@pytest.mark.parametrize(("value", "accepted"), [("", True), ("0", True), ("7", True), ("100", True), ("00", False)])
+def test_a_reservation_parameter_takes_a_count_or_nothing(
+    sam_template: dict[str, Any], parameter: str, value: str, accepted: bool
+) -> None:
+    # Given a reservation parameter's pattern  Then it takes empty, 0 or a count, never "00" (a reservation of 0,
+    # which Lambda reads as "never run the function")
+    pattern = sam_template["Parameters"][parameter]["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) is accepted
 
 
 # -- IAM --------------------------------------------------------------------------------------------------
@@ -194,7 +211,14 @@ def test_no_role_gets_a_managed_policy(cfn_resources: dict[str, Any]) -> None:
     # (SAM would otherwise attach AWSLambdaBasicExecutionRole, AWSXrayWriteOnlyAccess and
     # AWSLambdaDynamoDBExecutionRole, all on "*")
     roles = _of_type(cfn_resources, "AWS::IAM::Role")
-    assert set(roles) == {"PollerRole", "ExecutorRole", "FastPathRole", "ApiRole", "TenantDirectClientRole"}
+    assert set(roles) == {
+        "PollerRole",
+        "ExecutorRole",
+        "FastPathRole",
+        "ApiRole",
+        "TenantDirectClientRole",
+        "ExecutorDeploymentRole",
+    }
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"], name
     assert set(_of_type(cfn_resources, "AWS::IAM::Policy")) == {"PollerFanOutPolicy"}  # see the next test
@@ -217,6 +241,10 @@ def test_only_a_fanned_out_poller_may_invoke_itself(
     }
 
 
+# The tenant map's parameter (TenantMapParameter, a name starting with "/"), readable by the API and the executor.
+TENANT_MAP_PARAMETER = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${TenantMapParameter}"
+# Parameters that list ARNs a role is granted on: the action targets, their keys, the table's key.
+GRANTED_PARAMETERS = {"Ref:ActionTargetArns", "Ref:ActionTargetKmsKeyArns", "Ref:TableKmsKeyArn"}
 # Secrets a task names by reference, readable by the executor under the prefixes punctual.targets.secrets allows only.
 TASK_SECRETS = {
     "ssm:GetParameter": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/punctual/*",
@@ -228,17 +256,20 @@ TASK_SECRETS = {
 
 def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]) -> None:
     # Given every Allow statement of every role, under every condition  Then no action is a wildcard, and
-    # every resource is an ARN of a resource in this stack (GetAtt / Ref / Sub of one), or the
-    # ActionTargetArns allowlist; "*" only for the actions AWS offers no resource-level permission for
+    # every resource is an ARN of a resource in this stack (GetAtt / Ref / Sub of one), one the operator lists
+    # (GRANTED_PARAMETERS), or the tenant map's parameter; "*" only for the actions AWS offers no resource-level
+    # permission for
     for name, role in _of_type(cfn_resources, "AWS::IAM::Role").items():
         for action, resource in grants(role_statements(role)):
             assert "*" not in action, f"{name}: wildcard action {action}"
             if resource == "*":
                 assert action in FORCED_WILDCARD_ACTIONS, f"{name}: {action} on *"
             elif resource.startswith("Ref:"):
-                assert resource[4:] in cfn_resources or resource == "Ref:ActionTargetArns", f"{name}: {resource}"
+                assert resource[4:] in cfn_resources or resource in GRANTED_PARAMETERS, f"{name}: {resource}"
             elif resource in TASK_SECRETS.values():
                 assert name == "ExecutorRole", f"{name}: {action} on {resource}"
+            elif resource == TENANT_MAP_PARAMETER:
+                assert (name, action) in {("ExecutorRole", "ssm:GetParameter"), ("ApiRole", "ssm:GetParameter")}
             elif resource.startswith("${"):
                 assert resource[2:].split(".")[0].split("}")[0] in cfn_resources, f"{name}: {resource}"
             else:
@@ -264,11 +295,11 @@ NEVER_GRANTED = {
     "PollerFunction": {"sqs:SendMessage", "ssm:GetParameter", "secretsmanager:GetSecretValue"},
     # The executor arms and records what exists: it never creates an item, nor reads an index.
     "ExecutorFunction": {"dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan"},
+    # (the API reads one parameter: the tenant map's, when TenantMapParameter names one; see the next test)
     "ApiFunction": {
         "lambda:InvokeFunction",
         "dynamodb:Scan",
         "sqs:SendMessage",
-        "ssm:GetParameter",
         "secretsmanager:GetSecretValue",
     },
 }
@@ -280,6 +311,8 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
     granted = grants(statements)
     actions = {action for action, _ in granted}
     assert not actions & (NEVER_GRANTED["*"] | NEVER_GRANTED.get(function, set()))
+    if function == "ApiFunction":
+        assert {resource for action, resource in granted if action == "ssm:GetParameter"} == {TENANT_MAP_PARAMETER}
     # A Scan only of the due index (the poller's first poll, to find its watermark), never of the table
     assert {resource for action, resource in granted if action == "dynamodb:Scan"} <= {DUE_INDEX}
     # The fast path reads the stream, and of the table only the pollers' watermark items (when the last polls
@@ -346,9 +379,9 @@ def test_action_targets_are_granted_only_when_listed(
 ) -> None:
     # Given ActionTargetArns = value  Then the allowlist policy exists only when the list is not empty
     policies = cfn_resources["ExecutorRole"]["Properties"]["Policies"]
-    conditional = [p for p in policies if "Fn::If" in p]
-    assert [p["Fn::If"][0] for p in conditional] == ["HasActionTargets"]
-    assert conditional[0]["Fn::If"][2] == {"Ref": "AWS::NoValue"}
+    conditional = {p["Fn::If"][0]: p["Fn::If"] for p in policies if "Fn::If" in p}
+    assert set(conditional) == {"HasActionTargets", "HasActionTargetKeys", "HasTenantMapParameter", "HasTableKmsKey"}
+    assert conditional["HasActionTargets"][2] == {"Ref": "AWS::NoValue"}
     assert evaluate_condition(sam_template, "HasActionTargets", {"ActionTargetArns": value}) is granted
 
 
@@ -591,13 +624,14 @@ def test_the_direct_client_role_is_confined_to_its_tenant(
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert (trust["Effect"], trust["Action"]) == ("Allow", "sts:AssumeRole")
     assert sub_text(trust["Principal"]["AWS"]) == "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"
-    # ... it may only read and put items, each Allow on keys that start with "<tenant>/"
+    # ... it may only read and put items, each Allow on keys that start with "<tenant>/" (and use the table's key,
+    # when the table has a customer managed one)
     statements = role_statements(role)
     assert grants(statements) == {
         (action, TABLE)
         for action in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem")
-    }
-    for statement in (s for s in statements if s["Effect"] == "Allow"):
+    } | {("kms:Decrypt", "Ref:TableKmsKeyArn")}
+    for statement in (s for s in statements if s["Effect"] == "Allow" and s["Action"] != "kms:Decrypt"):
         keys = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
         assert [sub_text(k) for k in keys] == ["${TenantDirectRoleTenant}/*"]
         assert set(statement["Condition"]) == {"ForAllValues:StringLike"}
@@ -691,20 +725,3 @@ def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(
     provisioned = alias["Properties"]["ProvisionedConcurrencyConfig"]
     assert provisioned["Fn::If"][0] == "HasProvisionedConcurrency"
     assert sam_template["Parameters"]["ExecutorProvisionedConcurrency"]["Default"] == 0
-
-
-def test_concurrency_is_reserved_for_the_poller_and_the_api_and_the_executor_is_capped(
-    sam_template: dict[str, Any], cfn_resources: dict[str, Any]
-) -> None:
-    # Given the template's defaults  Then the poller has room for a tick's groups and one more, the API its own,
-    # and the executor a cap (sleeping executors cannot take the account's whole pool)
-    parameters = sam_template["Parameters"]
-    assert parameters["PollerReservedConcurrency"]["Default"] >= parameters["PollGroups"]["Default"] + 1
-    assert parameters["PollerReservedConcurrency"]["MinValue"] >= 2
-    assert int(parameters["ExecutorReservedConcurrency"]["Default"]) > 0
-    properties = {name: cfn_resources[name]["Properties"] for name in FUNCTIONS}
-    assert properties["PollerFunction"]["ReservedConcurrentExecutions"] == {"Ref": "PollerReservedConcurrency"}
-    assert properties["ApiFunction"]["ReservedConcurrentExecutions"] == {"Ref": "ApiReservedConcurrency"}
-    assert properties["ExecutorFunction"]["ReservedConcurrentExecutions"]["Fn::If"][1] == {
-        "Ref": "ExecutorReservedConcurrency"
-    }

@@ -11,6 +11,7 @@ from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.lambda_rules import (
     EXECUTOR_FUNCTION,
     LAMBDA_DEFAULT_EVENT_AGE_S,
+    TEMPLATE_FUNCTIONS,
     FunctionLimits,
     concurrency_cap,
     is_expired,
@@ -72,6 +73,23 @@ def test_the_executor_limits_are_read_from_the_project_template() -> None:
         assert limits.reserved_concurrency == int(reserved)
     else:
         assert limits.reserved_concurrency is None
+
+
+@pytest.mark.parametrize("function", TEMPLATE_FUNCTIONS)
+def test_every_function_of_the_project_template_is_read(function: str) -> None:
+    # Given the project's template  When a function's limits are read (what `punctual up` prints for each)
+    limits = read_function_limits(function)
+    # Then its reservation is resolved through its condition: its parameter's default, 0 or empty leaving the
+    # function unreserved
+    template = load_template()
+    reserved = template["Resources"][function]["Properties"].get("ReservedConcurrentExecutions")
+    if reserved is None:
+        assert limits.reserved_concurrency is None
+    else:
+        _, parameter, _ = reserved["Fn::If"]
+        default = str(template["Parameters"][parameter["Ref"]]["Default"]).strip()
+        assert limits.reserved_concurrency == (None if default in ("", "0") else int(default))
+    assert limits.timeout_s == float(template["Resources"][function]["Properties"]["Timeout"])
 
 
 TEMPLATE = """
