@@ -123,3 +123,40 @@ def test_the_tenant_map_parameter_is_a_name_starting_with_a_slash(
     # Given TenantMapParameter's pattern  Then it takes a hierarchical Parameter Store name (the ARN is
     # "parameter" + the name, so the name must start with "/") or nothing
     assert bool(re.fullmatch(sam_template["Parameters"]["TenantMapParameter"]["AllowedPattern"], name)) is accepted
+
+
+TENANT_PATH = "/punctual/punctual/tenants"
+
+
+@pytest.mark.parametrize(
+    ("function", "granted"),
+    [("ApiFunction", True), ("ExecutorFunction", True), ("PollerFunction", False), ("FastPathFunction", False)],
+)
+def test_the_tenant_map_path_is_readable_by_the_api_and_the_executor_exactly(
+    cfn_template: dict[str, Any], function: str, granted: bool
+) -> None:
+    # Given TenantMapPath  Then the API function and the executor may read the parameters under that path
+    # (GetParametersByPath on the path's ARN, what the tenant map's reader calls), nothing else of SSM for it
+    grants = _grants(cfn_template, function, {"TenantMapPath": TENANT_PATH})
+    by_path = {r for a, r in grants if a == "ssm:GetParametersByPath"}
+    assert by_path == ({f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{TENANT_PATH}"} if granted else set())
+    assert not {r for a, r in grants if a == "ssm:GetParameter" and "tenants" in r}
+
+
+def test_the_functions_get_the_path_with_its_trailing_slash_and_only_one_form_is_allowed(
+    sam_template: dict[str, Any],
+) -> None:
+    # Given the tenant map's location  Then a path reaches the functions as "<path>/" (the setting's path form), and
+    # the template's rule refuses a deployment that names both a parameter and a path
+    from punctual.config.settings import Settings
+
+    assert Settings(tenant_map_parameter=TENANT_PATH + "/").tenant_map_parameter == TENANT_PATH + "/"
+    env = sam_template["Resources"]["ExecutorFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["PUNCTUAL_TENANT_MAP_PARAMETER"]["Fn::If"][1] == {"Fn::Sub": "${TenantMapPath}/"}
+    (assertion,) = sam_template["Rules"]["OneTenantMapLocation"]["Assertions"]
+    assert assertion["Assert"] == {
+        "Fn::Or": [
+            {"Fn::Equals": [{"Ref": "TenantMapParameter"}, ""]},
+            {"Fn::Equals": [{"Ref": "TenantMapPath"}, ""]},
+        ]
+    }

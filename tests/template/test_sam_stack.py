@@ -243,6 +243,7 @@ def test_only_a_fanned_out_poller_may_invoke_itself(
 
 # The tenant map's parameter (TenantMapParameter, a name starting with "/"), readable by the API and the executor.
 TENANT_MAP_PARAMETER = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${TenantMapParameter}"
+TENANT_MAP_PATH = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${TenantMapPath}"
 # Parameters that list ARNs a role is granted on: the action targets, their keys, the table's key.
 GRANTED_PARAMETERS = {"Ref:ActionTargetArns", "Ref:ActionTargetKmsKeyArns", "Ref:TableKmsKeyArn"}
 # Secrets a task names by reference, readable by the executor under the prefixes punctual.targets.secrets allows only.
@@ -270,6 +271,8 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
                 assert name == "ExecutorRole", f"{name}: {action} on {resource}"
             elif resource == TENANT_MAP_PARAMETER:
                 assert (name, action) in {("ExecutorRole", "ssm:GetParameter"), ("ApiRole", "ssm:GetParameter")}
+            elif resource == TENANT_MAP_PATH:
+                assert name in ("ExecutorRole", "ApiRole") and action == "ssm:GetParametersByPath", (name, action)
             elif resource.startswith("${"):
                 assert resource[2:].split(".")[0].split("}")[0] in cfn_resources, f"{name}: {resource}"
             else:
@@ -380,7 +383,13 @@ def test_action_targets_are_granted_only_when_listed(
     # Given ActionTargetArns = value  Then the allowlist policy exists only when the list is not empty
     policies = cfn_resources["ExecutorRole"]["Properties"]["Policies"]
     conditional = {p["Fn::If"][0]: p["Fn::If"] for p in policies if "Fn::If" in p}
-    assert set(conditional) == {"HasActionTargets", "HasActionTargetKeys", "HasTenantMapParameter", "HasTableKmsKey"}
+    assert set(conditional) == {
+        "HasActionTargets",
+        "HasActionTargetKeys",
+        "HasTenantMapParameter",
+        "HasTenantMapPath",
+        "HasTableKmsKey",
+    }
     assert conditional["HasActionTargets"][2] == {"Ref": "AWS::NoValue"}
     assert evaluate_condition(sam_template, "HasActionTargets", {"ActionTargetArns": value}) is granted
 

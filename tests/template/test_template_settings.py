@@ -10,7 +10,7 @@ import tomllib
 from typing import Any
 
 import pytest
-from template_tools import ROOT
+from template_tools import ROOT, SUB_VARIABLE, sub_text
 
 from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.config.tenant_map import TenantMap
@@ -97,7 +97,9 @@ def test_the_executor_checks_tasks_against_the_api_tenant_map(sam_template: dict
     for function in ("ApiFunction", "ExecutorFunction"):
         env = _environment(sam_template, function)
         assert env["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}, function
-        assert env["PUNCTUAL_TENANT_MAP_PARAMETER"] == {"Ref": "TenantMapParameter"}, function
+        assert env["PUNCTUAL_TENANT_MAP_PARAMETER"] == {
+            "Fn::If": ["HasTenantMapPath", {"Fn::Sub": "${TenantMapPath}/"}, {"Ref": "TenantMapParameter"}]
+        }, function
     for function in ("PollerFunction", "FastPathFunction"):
         env = _environment(sam_template, function)
         assert not {"PUNCTUAL_TENANT_MAP", "PUNCTUAL_TENANT_MAP_PARAMETER"} & set(env), function
@@ -180,6 +182,11 @@ def _longest(sam_template: dict[str, Any], value: Any) -> int:
         return len(str(value))
     if "Fn::If" in value:  # [condition, if true, if false]
         return max(_longest(sam_template, branch) for branch in value["Fn::If"][1:])
+    if "Fn::Sub" in value:  # each ${Name} at its longest, the literal text as it is
+        text = sub_text(value)
+        return len(SUB_VARIABLE.sub("", text)) + sum(
+            _longest(sam_template, {"Ref": name}) for name in SUB_VARIABLE.findall(text)
+        )
     name = value["Ref"]
     parameter = sam_template["Parameters"].get(name)
     if parameter is None:
