@@ -265,6 +265,17 @@ def test_a_pending_task_is_sent_again_after_the_hold_back_or_a_poll_interval_whe
     assert send_again(now + round(due_in_s * 1000), now - round(sent_s_ago * 1000), now, settings) is again
 
 
+@pytest.mark.parametrize(("sent_ms_ago", "again"), [(999, False), (1_000, True)])
+def test_with_a_poll_interval_shorter_than_the_margin_a_task_is_sent_again_no_sooner_than_half_an_interval(
+    settings: Settings, sent_ms_ago: int, again: bool
+) -> None:
+    # Given polls every 2 s and a fast-path margin of 10 s (a local stack's short ticks), and a task due now
+    quick = settings.model_copy(update={"poll_interval_ms": 2_000, "fast_path_margin_ms": 10_000})
+    # Then it is sent again no sooner than half an interval after it was sent (not at once by a tick that comes
+    # twice), though the margin is longer than the interval
+    assert send_again(1_000_000, 1_000_000 - sent_ms_ago, 1_000_000, quick) is again
+
+
 @pytest.mark.parametrize(("gap_ms", "remembered"), [(149_999, True), (150_000, False)])
 def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
     store: DynamoTaskStore,
@@ -289,13 +300,13 @@ def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
 def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
     store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
-    # Given a poller that holds nothing back, and a task no executor armed
+    # Given a poller that remembers nothing, and a task no executor armed
     poller = Poller(store, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
     tasks.create(now_ms + 50_000)
-    # When it polls twice, a millisecond apart / Then it sends the task both times, the second time counting it as
-    # not armed
+    # When it polls twice, a millisecond apart / Then it sends the task both times (and, remembering nothing,
+    # counts nothing as not armed)
     reports = [poller.poll(now_ms + i) for i in range(2)]
-    assert [(r.dispatched, r.not_armed) for r in reports] == [(1, 0), (1, 1)]
+    assert [(r.dispatched, r.not_armed) for r in reports] == [(1, 0), (1, 0)]
 
 
 def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(

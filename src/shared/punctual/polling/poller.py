@@ -124,13 +124,13 @@ def send_again(due_ms: int, sent_ms: int, now_ms: int, settings: Settings) -> bo
     burst of thousands on a slow store), and sending it again would make two executors race at ARM, poll after
     poll. It is sent again once ``redispatch_hold_back_ms`` has passed, or sooner when it is due before the next
     poll could send it in time (within a poll interval and the fast-path margin) and was sent at least a poll
-    interval ago (less that margin: a tick may come a little early): no executor armed it for that long
-    (throttled, dropped, failed), and waiting would fire it late.
+    interval ago (less that margin, as a tick may come a little early, but never less than half an interval): no
+    executor armed it for that long (throttled, dropped, failed), and waiting would fire it late.
     """
     age = now_ms - sent_ms
     interval, margin = settings.poll_interval_ms, settings.fast_path_margin_ms
     return age >= settings.redispatch_hold_back_ms or (
-        due_ms <= now_ms + interval + margin and age >= interval - margin
+        due_ms <= now_ms + interval + margin and age >= max(interval - margin, interval // 2)
     )
 
 
@@ -395,7 +395,7 @@ class Poller:
             with lock:
                 sent["batches"] += 1
                 sent["tasks"] += len(batch)
-            if sent_at_ms is not None:
+            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:  # 0: remember nothing
                 with self._sent_lock:
                     self._sent.update((_sent_key(c), sent_at_ms) for c in batch)
 
