@@ -189,3 +189,23 @@ def test_a_late_group_is_not_polled_once_the_tick_is_out_of_time(
     assert [r.group for r in tick.reports] == [0] and polls_done == [0]
     assert tick.total("groups_late") == 1
     assert sorted(set(dispatched(invoker))) == sorted(group_0)
+
+
+def test_when_the_last_polls_cannot_be_read_no_group_is_found_late_and_group_0_is_polled(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two poll groups, a first tick whose invocation of group 1 never ran, and a store that cannot say when
+    # each group last polled (throttled)
+    poller = make_poller(dynamodb, settings, invoker, groups=2, due=12)
+    run_tick(poller, TICK, now_ms, plenty, lambda event: None)
+
+    def throttled() -> list[int | None]:
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(poller, "last_polls", throttled)
+    started: list[PollGroupEvent] = []
+    # When the next tick runs
+    tick = run_tick(poller, TICK, now_ms + INTERVAL, plenty, started.append)
+    # Then it still starts group 1 and polls group 0, and finds no group late (the tick after looks again)
+    assert [e.poll_group for e in started] == [1]
+    assert [r.group for r in tick.reports] == [0] and tick.total("groups_late") == 0
