@@ -328,8 +328,11 @@ def faults_page_lines(report: dict[str, Any]) -> list[str]:
         "Do not edit.",
         "",
         'A task may be MISSED ("may have fired") only if it was due in a dead executor\'s crash window: from its '
-        "last sign of life to the moment its death is known. Each scenario's checker counts what was due in the "
-        "windows and what was MISSED inside and outside them.",
+        "last sign of life to the moment its death is known. In AWS that moment is the invocation's deadline for an "
+        "executor killed at its Timeout (its lease never reaches past it; the first poll after it, or Lambda's retry "
+        "a minute later, takes its tasks over), and the end of its lease for one that crashed, unless Lambda's retry "
+        "of the invocation comes first and fences it. Each scenario's checker counts what was due in the windows "
+        "and what was MISSED inside and outside them.",
         "",
     ]
     kill = scenarios.get("sigkill")
@@ -368,11 +371,19 @@ def faults_page_lines(report: dict[str, Any]) -> list[str]:
         ]
     timeout = scenarios.get("timeout")
     if timeout:
+        if "event_age_s" in timeout:
+            retried = (
+                f"Lambda kills it at its Timeout ({timeout['timeout_s']:g} s) and retries it while its event age "
+                f"({timeout['event_age_s']:g} s) leaves room (for {timeout['retries_allowed']} retries; the scenario "
+                f"scales every Lambda time alike), {timeout['retries']} made"
+            )
+        else:
+            retried = "Lambda kills it at its timeout and retries it"
         lines += [
             "## An executor killed at its Timeout, and Lambda's retries",
             "",
             f"Machine {timeout['machine']}, commit {timeout.get('commit') or 'unknown'}. One invocation holds "
-            f"{timeout['tasks']} tasks due over 80 s; Lambda kills it at its timeout and retries it: "
+            f"{timeout['tasks']} tasks due over 80 s; {retried}: "
             f"{timeout['killed_attempts']} attempts killed, {timeout['taken_over_by_a_retry']} taken over by a retry "
             f"of their invocation ({timeout['fenced_by_a_retry']} fenced by it), "
             f"{timeout['taken_over_by_a_poll']} by a poll; windows of "

@@ -12,7 +12,9 @@ Logs (JSON, Powertools): every line of an invocation, including those of ``punct
 ``correlation_id`` = the scheduled event's ``id`` and ``scheduled_time`` = its ``time`` (how late the rule
 ran shows as ``timestamp - scheduled_time``). Keys are reset at each invocation. Metrics (EMF, names from
 :mod:`punctual.runtime.metrics`): one value each of ``TasksDispatched``, ``TasksRecovered``, ``TasksUndispatched``,
-``UndecodableItems`` and ``InvokeFailures`` per poll.
+``UndecodableItems``, ``InvokeFailures`` and ``TasksNotArmed`` (tasks still PENDING that this poller had sent: an
+executor invocation throttled or dropped after its invoke answered 202) per invocation, and ``PollGroupsLate`` (poll
+groups whose own poller had not started since the tick before: this tick polled them) per scheduled tick.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from punctual.polling.invoker import Invoker, LambdaInvoker
 from punctual.polling.poller import ScheduledTick, run_tick
 from punctual.runtime.metrics import (
     INVOKE_FAILURES,
+    POLL_GROUPS_LATE,
     TASKS_DISPATCHED,
+    TASKS_NOT_ARMED,
     TASKS_RECOVERED,
     TASKS_UNDISPATCHED,
     UNDECODABLE_ITEMS,
@@ -67,14 +71,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     tick = run_tick(poller, trigger, int(time.time() * 1000), context.get_remaining_time_in_millis, start_group)
     if not tick.ignored:
-        add_counts(
-            metrics,
-            {
-                TASKS_DISPATCHED: tick.total("dispatched"),
-                TASKS_RECOVERED: tick.total("recovered"),
-                TASKS_UNDISPATCHED: tick.total("undispatched"),
-                UNDECODABLE_ITEMS: tick.total("undecodable"),
-                INVOKE_FAILURES: tick.total("invoke_failures"),
-            },
-        )
+        counts = {
+            TASKS_DISPATCHED: tick.total("dispatched"),
+            TASKS_RECOVERED: tick.total("recovered"),
+            TASKS_UNDISPATCHED: tick.total("undispatched"),
+            UNDECODABLE_ITEMS: tick.total("undecodable"),
+            INVOKE_FAILURES: tick.total("invoke_failures"),
+            TASKS_NOT_ARMED: tick.total("not_armed"),
+        }
+        if isinstance(trigger, ScheduledTick):  # only a scheduled tick looks for late groups
+            counts[POLL_GROUPS_LATE] = tick.total("groups_late")
+        add_counts(metrics, counts)
     return tick.answer()

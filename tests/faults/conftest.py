@@ -1,4 +1,5 @@
-"""Fault-suite fixtures: settings on the session's DynamoDB Local, the loopback target, executors.
+"""Fault-suite fixtures: settings on the session's DynamoDB Local, the loopback target, executors (in-process, and
+the real executor handler under Lambda's rules).
 
 The scenarios are marked ``integration`` (``e2e`` for the one that runs the local runtime in subprocesses) by
 a ``pytestmark`` in each module, since tests/conftest.py marks tiers by directory name. Every server, thread
@@ -8,15 +9,18 @@ and process a scenario starts is stopped by these fixtures or by the scenario it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from lambda_tools import LambdaExecutors
 
 from punctual.config.settings import Settings
 from punctual.domain.clock import OffsetProbe, SystemClock
 from punctual.executing.executor import Executor
 from punctual.stores.dlq import DeadLetterQueue
 from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual_tools.local.lambda_rules import FunctionLimits
 from punctual_tools.local.target import TargetServer
 
 SHARDS = 4
@@ -75,3 +79,23 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
         dispatcher = getattr(executor, "_dispatcher", None)
         if dispatcher is not None:
             dispatcher.close()
+
+
+@pytest.fixture
+def lambda_executors(tmp_path: Path) -> Iterator[Callable[..., LambdaExecutors]]:
+    """Makes :class:`LambdaExecutors` (keyword arguments as its own); each is shut down, its workers ended, after
+    the test."""
+    made: list[LambdaExecutors] = []
+
+    def make(
+        settings: Settings, limits: FunctionLimits, *, max_concurrency: int = 4, prewarm: int = 1, **scale: Any
+    ) -> LambdaExecutors:
+        home = tmp_path / f"lambda-{len(made)}"
+        home.mkdir()
+        run = LambdaExecutors(home, settings, limits, max_concurrency=max_concurrency, prewarm=prewarm, **scale)
+        made.append(run)
+        return run
+
+    yield make
+    for run in made:
+        run.close()

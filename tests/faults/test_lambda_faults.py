@@ -1,22 +1,23 @@
 """Faults under Lambda's rules: the real executor handler (src/executor/app.py) in the local runtime's worker
-processes under the Lambda profile (CPU quota, timeout kill, frozen while idle, async retries, throttling), and
-two store faults in-process (a record write throttled, unprocessed BatchGetItem keys).
+processes under the Lambda profile (CPU quota, timeout kill, frozen while idle, async retries, throttling, event
+age), and two store faults in-process (a record write throttled, unprocessed BatchGetItem keys).
 
-The invoker's scenarios pass their :class:`FunctionLimits` directly (a short timeout, a small reserved
-concurrency) and run Lambda's async delays at :data:`SCALE` (its 1 and 2 minute retry delays become 1 and 2 s).
-Each scenario ends with the checker's verdict (:func:`fault_tools.judge`): nothing lost, no unexplained extra,
-and a MISSED task only where the scenario explains it (an executor's crash window).
+The invoker's scenarios take the executor's limits from the template. The timeout scenario scales every Lambda
+time alike (timeout, retry delays, event age: :func:`lambda_tools.scale_to`), so that whether a timed-out
+invocation is retried is what it would be in Lambda; the others run Lambda's delays at :data:`lambda_tools.SCALE`
+with the template's event age in real seconds (:func:`lambda_tools.executor_limits`). Each scenario ends with the
+checker's verdict (:func:`fault_tools.judge`): nothing lost, no unexplained extra, and a MISSED task only where
+the scenario explains it (an executor's crash window).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,167 +37,75 @@ from fault_tools import (
     takeover_marks,
     was_taken_over,
 )
+from lambda_tools import (
+    LambdaExecutors,
+    all_final,
+    executor_limits,
+    finish_with_polls,
+    heartbeats,
+    scale_to,
+)
 
 from punctual.config.settings import Settings
 from punctual.domain.model import FireRecord, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
 from punctual.stores.dynamodb.codec import text_of
-from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 from punctual.stores.dynamodb.store import DynamoTaskStore
-from punctual_tools.local.dynamodb_local import find_project_root, make_client
+from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.invoker import LocalInvoker
-from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
-from punctual_tools.local.stack import settings_env
+from punctual_tools.local.lambda_rules import (
+    EXECUTOR_FUNCTION,
+    FunctionLimits,
+    read_function_limits,
+    retries_after_timeouts,
+    retry_delay_s,
+)
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 
 pytestmark = pytest.mark.integration
-HANDLER = find_project_root() / "src" / "executor" / "app.py"
-SCALE = 1 / 60  # Lambda's async retries after 1 s and 2 s instead of 1 and 2 minutes; throttle backoff from 17 ms
 
 
-# -- the real executor handler in Lambda-profile workers ------------------------------------------------------
-def process_state(pid: int) -> str | None:
-    """The state letter in ``/proc/<pid>/stat`` (R, S, T for stopped, Z...), or None once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-class LambdaExecutors:
-    """A :class:`LocalInvoker` of the real executor handler, with these settings and limits, and the reports
-    its invocations returned."""
-
-    def __init__(
-        self, home: Path, settings: Settings, limits: FunctionLimits, *, max_concurrency: int, prewarm: int
-    ) -> None:
-        env = {
-            **settings_env(settings),
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_SERVICE_NAME": "punctual",
-            "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
-            "AWS_DEFAULT_REGION": settings.region,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-        }
-        self.log = home / "executor.log"
-        self.reports: list[dict[str, Any]] = []
-        self.pids: list[int] = []
-        self._lock = threading.Lock()
-        self.invoker = LocalInvoker(
-            HANDLER,
-            env,
-            log_file=self.log,
-            limits=limits,
-            profile="lambda",
-            max_concurrency=max_concurrency,
-            prewarm=prewarm,
-            time_scale=SCALE,
-            on_result=self._done,
-            on_worker_started=self.pids.append,
-        )
-
-    def _done(self, _event: dict[str, Any], result: dict[str, Any]) -> None:
-        with self._lock:
-            self.reports.append(result)
-
-    def report_of(self, executor_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            return next((r for r in self.reports if r.get("executor_id") == executor_id), None)
-
-    def warm(self, count: int, timeout: float = 60) -> None:
-        """Wait until ``count`` prewarmed workers are through their cold start (frozen, idle)."""
-        assert wait_until(
-            lambda: sum(process_state(p) == "T" for p in self.invoker.worker_pids()) >= count, timeout=timeout
-        ), f"workers not warm\n{self.log_tail()}"
-
-    def log_tail(self, chars: int = 3_000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
-
-    def close(self) -> None:
-        self.invoker.shutdown(timeout=20)
-        for pid in self.pids:  # the workers this scenario started, by pid
-            if process_state(pid) not in (None, "Z"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-                    os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def lambda_executors(tmp_path: Path) -> Iterator[Callable[..., LambdaExecutors]]:
-    made: list[LambdaExecutors] = []
-
-    def make(
-        settings: Settings, limits: FunctionLimits, *, max_concurrency: int = 4, prewarm: int = 1
-    ) -> LambdaExecutors:
-        home = tmp_path / f"lambda-{len(made)}"
-        home.mkdir()
-        run = LambdaExecutors(home, settings, limits, max_concurrency=max_concurrency, prewarm=prewarm)
-        made.append(run)
-        return run
-
-    yield make
-    for run in made:
-        run.close()
-
-
-def executor_limits(**changes: Any) -> FunctionLimits:
-    """The executor's limits from template.yaml (its memory size: its CPU quota), with ``changes``. The event age
-    is Lambda's longest (6 hours, 6 minutes at :data:`SCALE`): the time scale shortens Lambda's delays and
-    the event age, not the timeout nor the time a batch waits for its instant, which would otherwise age an
-    event past the template's limit within seconds."""
-    return replace(read_function_limits(EXECUTOR_FUNCTION), **{"max_event_age_s": 21_600.0, **changes})
-
-
-def heartbeats(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Every executor heartbeat item in the table, by executor id."""
-    client = make_client(settings.endpoint_url)
-    items: dict[str, dict[str, Any]] = {}
-    for page in client.get_paginator("scan").paginate(
-        TableName=settings.table_name,
-        FilterExpression="begins_with(task_id, :p)",
-        ExpressionAttributeValues={":p": {"S": EXECUTOR_PREFIX}},
-        ConsistentRead=True,
-    ):
-        for item in page.get("Items", []):
-            items[item["task_id"]["S"][len(EXECUTOR_PREFIX) :]] = item
-    return items
-
-
-def all_final(store: DynamoTaskStore, ids: list[str]) -> bool:
-    stored = store.get_many(ids)
-    return len(stored) == len(ids) and all(not t.status.is_active for t in stored.values())
-
-
-def finish_with_polls(store: DynamoTaskStore, poller: Poller, ids: list[str], timeout: float) -> int:
-    """Poll every second (as the scheduled poller would) until every task is final; returns the polls made."""
-    polls = 0
-    deadline = time.monotonic() + timeout
-    while not all_final(store, ids) and time.monotonic() < deadline:
-        poller.poll(now_ms())
-        polls += 1
-        wait_until(lambda: all_final(store, ids), timeout=1.0, interval=0.2)
-    return polls
-
-
-# -- 1. a timeout mid-batch, and Lambda's retry of the invocation -----------------------------------------------
-TIMEOUT_S = 20
+# -- 1. a timeout mid-batch, and Lambda's retries of the invocation as its event age allows ---------------------
+TIMEOUT_S = 20  # the executor's Timeout in real seconds: every Lambda time is scaled by TIMEOUT_S / Timeout
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_the_retry_then_by_a_poll(
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("event_age", ["template", "room for both retries"])
+def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_retried_as_its_event_age_allows_then_polls_finish(
+    event_age: str,
     make_settings: Callable[..., Settings],
     target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],
 ) -> None:
     started = time.monotonic()
-    # Given an executor function with a 20 s timeout and Lambda's 2 retries (their 1 and 2 minute delays scaled
-    # to 1 s and 2 s), warm; executor leases of 5 s renewed every second
-    settings = make_settings(**SHORT_LEASE, max_batch_size=250, db_threads=8, arm_margin_ms=1_000)
-    run = lambda_executors(settings, executor_limits(timeout_s=TIMEOUT_S, max_retry_attempts=2), prewarm=1)
+    # Given the executor's limits from the template (Timeout, 2 retries, MaximumEventAgeInSeconds), or with the
+    # least age that leaves room for both retries of a timed-out invocation, all scaled alike so that the Timeout
+    # is 20 s; warm; executor leases of 5 s renewed every second, and polls reaching as far ahead as a scaled lead
+    template = read_function_limits(EXECUTOR_FUNCTION)
+    limits = template
+    if event_age != "template":
+        both = 2 * template.timeout_s + retry_delay_s(1) + retry_delay_s(2)
+        if template.max_event_age_s >= both:
+            pytest.skip(
+                f"the template's MaximumEventAgeInSeconds ({template.max_event_age_s:g} s) already leaves room "
+                f"for both retries ({both:g} s): its own scenario shows them"
+            )
+        limits = replace(template, max_event_age_s=both)
+    scale = scale_to(limits, TIMEOUT_S)
+    allowed = retries_after_timeouts(limits)
+    settings = make_settings(
+        **SHORT_LEASE, max_batch_size=250, db_threads=8, arm_margin_ms=1_000, lead_ms=max(5_000, round(90_000 * scale))
+    )
+    run = lambda_executors(settings, limits, prewarm=1, time_scale=scale, scale_timeout=True)
+    assert run.invoker.timeout_s == pytest.approx(TIMEOUT_S)
+    print(
+        f"\n{limits.describe()}; every Lambda time x {scale:.4f}: timeout {TIMEOUT_S} s, retries after "
+        f"{60 * scale:g} s and {120 * scale:g} s, event age {limits.max_event_age_s * scale:g} s: "
+        f"{allowed} retries of a timed-out invocation"
+    )
     run.warm(1)
     store = store_for(settings)
     # ... and 250 tasks due one every 320 ms from 21 s ahead: when the invocation that arms them is killed at
@@ -207,35 +116,40 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     put_all(settings, tasks, now_ms())
     ids = [t.task_id for t in tasks]
 
-    # When one invocation gets them all; Lambda kills it at its timeout and retries it (twice: each retry is
-    # killed at its own timeout too, since the batch spans four), and after the last, the scenario's polls
-    # (every second, as the scheduled poller would) find what the last attempt held once its lease ended
+    # When one invocation gets them all, and Lambda kills it at its timeout: it retries it a minute (scaled) later
+    # if the event is no older than its age by then, and each retry is killed at its own timeout (the batch spans
+    # four); once the event is done with, the scenario's polls (every second) find what the last attempt held
+    # when its lease ended, at its deadline
     found = RecordingInvoker()
-    poller = Poller(store, found, settings)
-    poller.poll(now_ms())
+    Poller(store, found, settings.model_copy(update={"lead_ms": 120_000})).poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
-    assert wait_until(lambda: run.invoker.stats["timeouts"] >= 1, timeout=60), run.log_tail()
-    assert wait_until(lambda: run.invoker.stats["retries"] >= 2 and run.invoker.stats["timeouts"] >= 3, timeout=120), (
-        f"{run.invoker.stats}\n{run.log_tail()}"
-    )
-    polls = finish_with_polls(store, Poller(store, run.invoker, settings), ids, timeout=150)
+    assert wait_until(lambda: run.invoker.stats["timeouts"] >= 1, timeout=90), run.log_tail()
+    assert run.invoker.wait_idle(60 + allowed * (TIMEOUT_S + 60)), f"{run.invoker.stats}\n{run.log_tail()}"
+    retries = run.invoker.stats
+    polls = finish_with_polls(store, Poller(store, run.invoker, settings), ids, timeout=180)
     assert run.invoker.wait_idle(90), run.log_tail()
     stats = run.invoker.stats
 
-    # Then each killed attempt was taken over by its retry (which runs under the same request id: it fences the
+    # Then each attempt was killed at its timeout and retried only while the event's age allowed it (counted from
+    # its first enqueue, through its runs): with no room, the retry was dropped as too old
+    assert retries["timeouts"] == retries["retries"] + 1, retries
+    if allowed == 0:
+        assert (retries["retries"], retries["expired"]) == (0, 1), retries
+    else:  # a retry at the very edge of the age may come a little too late here, as it may in Lambda
+        assert 1 <= retries["retries"] <= allowed, retries
+    # ... each killed attempt was taken over by its retry (which runs under the same request id: it fences the
     # attempt if its heartbeat still runs; its lease never reaches past the invocation's deadline) or, after the
-    # last retry, by a poll, and only tasks due in its crash window - from its last heartbeat to the end of its
-    # lease - may be MISSED
+    # last, by a poll, and only tasks due in its crash window - from its last heartbeat to its deadline - may be
+    # MISSED
     beats = heartbeats(settings)
     dead = {executor_id: item for executor_id, item in beats.items() if item.get("taken_over")}
     windows = crash_windows(settings, dict(zip(ids, dues, strict=True)), dead)
-    by_invocation = Counter(text_of(item, "invocation") for item in beats.values())
     # an invocation's attempts all run under its request id: each but the last was taken over by a retry
     retried = sum(n - 1 for n in Counter(text_of(item, "invocation") for item in dead.values()).values())
     fenced = sum(1 for item in dead.values() if item.get("fenced"))
-    assert retried >= 2, f"no retry took over its earlier attempt: {stats}"
+    assert retried == retries["retries"], f"a retry did not take over its earlier attempt: {retries}"
     verdict = judge(
-        "executor killed at its timeout holding 250 tasks; Lambda's retries, then polls",
+        "executor killed at its timeout holding 250 tasks; Lambda's retries within the event age, then polls",
         store,
         ids,
         target,
@@ -244,26 +158,32 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_taken_over_by_th
     stored = store.get_many(ids)
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in sorted(windows))
-    report_figures(
-        "timeout",
-        {
-            "tasks": len(ids),
-            "killed_attempts": len(dead),
-            "taken_over_by_a_retry": retried,
-            "fenced_by_a_retry": fenced,
-            "taken_over_by_a_poll": len(dead) - retried,
-            "window_s": [round((end - start) / 1000, 1) for start, end in sorted(windows)],
-            "due_in_windows": len(verdict.due_in_window),
-            "missed_in_windows": len(verdict.missed_in_window),
-            "missed_outside_windows": len(verdict.missed_outside_window),
-            "lost": len(verdict.lost),
-            "unexplained_extra": len(verdict.unexplained),
-        },
-    )
-    print(f"invoker: {stats}; polls {polls}; heartbeats {len(beats)}, invocations named {len(by_invocation)}")
+    if event_age == "template":
+        report_figures(
+            "timeout",
+            {
+                "tasks": len(ids),
+                "timeout_s": limits.timeout_s,
+                "event_age_s": limits.max_event_age_s,
+                "retries_allowed": allowed,
+                "retries": retries["retries"],
+                "killed_attempts": len(dead),
+                "taken_over_by_a_retry": retried,
+                "fenced_by_a_retry": fenced,
+                "taken_over_by_a_poll": len(dead) - retried,
+                "window_s": [round((end - start) / 1000, 1) for start, end in sorted(windows)],
+                "due_in_windows": len(verdict.due_in_window),
+                "missed_in_windows": len(verdict.missed_in_window),
+                "missed_outside_windows": len(verdict.missed_outside_window),
+                "lost": len(verdict.lost),
+                "unexplained_extra": len(verdict.unexplained),
+            },
+        )
+    print(f"invoker: {stats}; polls {polls}; heartbeats {len(beats)}")
     print(
-        f"killed attempts: {len(dead)} ({retried} taken over by a retry of their invocation, {fenced} of them "
-        f"fenced by it; {len(dead) - retried} by a poll); crash windows {spans}; "
+        f"event age {limits.max_event_age_s:g} s: {retries['retries']} of {allowed} retries made, "
+        f"{retries['expired']} dropped as too old; killed attempts: {len(dead)} ({retried} taken over by a retry of "
+        f"their invocation, {fenced} of them fenced by it; {len(dead) - retried} by a poll); crash windows {spans}; "
         f"due in them {len(verdict.due_in_window)}, MISSED {len(verdict.missed_in_window)} of 250; "
         f"run {time.monotonic() - started:.1f} s"
     )

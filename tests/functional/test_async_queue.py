@@ -1,7 +1,9 @@
 """Lambda's async queue, locally (``AsyncEventQueue``), driven by stand-in executions instead of worker processes.
 
 Each stand-in blocks on an event the test sets, so that what is asserted is an order of things, never how long
-they took: the queue's delays are Lambda's times a small scale, and only lower bounds of them are asserted.
+they took: the queue's delays are Lambda's times a small scale, and only lower bounds of them are asserted. Where
+exact times are the point (an event's age against its timeouts and retries), the queue runs on a clock the test
+moves by hand, in Lambda's own seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from punctual_tools.local.async_queue import AsyncEventQueue, InvokerStoppedError, Outcome
-from punctual_tools.local.lambda_rules import FunctionLimits
+from punctual_tools.local.lambda_rules import FunctionLimits, retries_after_timeouts
 from support import wait_until
 
 SCALE = 0.002  # Lambda's 1 and 2 minute retry delays become 0.12 s and 0.24 s; its 1 s backoff 2 ms
@@ -215,3 +217,67 @@ def test_stop_drops_what_waits_and_refuses_new_events(queues: Made) -> None:
     assert queue.wait_idle(30)
     assert ("waiting", "start") not in stand_in.log
     assert queue.stats["completed"] == 1
+
+
+class ManualTime:
+    """The queue's clock, moved by hand: a wait returns at once, having moved the clock on by its length."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, stopped: threading.Event, seconds: float) -> bool:
+        self.now += seconds
+        return stopped.is_set()
+
+
+class RunsToItsTimeout:
+    """An execution that runs until the function's timeout and is killed there, as the local invoker does."""
+
+    def __init__(self, clock: ManualTime, timeout_s: float) -> None:
+        self.clock, self.timeout_s = clock, timeout_s
+        self.starts: list[float] = []
+
+    def __call__(self, payload: dict[str, Any], request_id: str) -> Outcome:
+        self.starts.append(self.clock.now)
+        self.clock.now += self.timeout_s
+        return Outcome(error=f"Task timed out after {self.timeout_s:.2f} seconds")
+
+
+@pytest.mark.parametrize(
+    ("age_s", "retries"),
+    [
+        (300, 0),  # the age is spent by the first attempt: the retry a minute later would be too old
+        (359, 0),
+        (360, 1),  # Timeout + 60 s: the first retry starts as the event reaches its age
+        (779, 1),
+        (780, 2),  # 2 x Timeout + 60 + 120 s: room for both retries
+        (900, 2),
+    ],
+)
+def test_an_invocation_killed_at_its_timeout_is_retried_only_while_its_age_allows(age_s: float, retries: int) -> None:
+    # Given a function with a 300 s timeout, Lambda's 2 retries (1 and 2 minutes after a failure) and a maximum
+    # event age, whose every execution runs to its timeout (the queue on a clock moved by hand, in Lambda's seconds)
+    clock = ManualTime()
+    limits = FunctionLimits("fn", timeout_s=300, max_retry_attempts=2, max_event_age_s=age_s)
+    execution = RunsToItsTimeout(clock, limits.timeout_s)
+    queue = AsyncEventQueue(execution, limits, 1, clock=clock)
+    try:
+        # When one event arrives
+        queue.put({"name": "long"})
+        assert queue.wait_idle(10)
+    finally:
+        queue.stop()
+    # Then its age counted from its first enqueue through its runs: each retry came 1, then 2 minutes after the
+    # attempt before it was killed, and only while the event was no older than its age
+    assert execution.starts == [0.0, 360.0, 780.0][: retries + 1]
+    assert {k: queue.stats[k] for k in ("errors", "retries", "dropped", "expired")} == {
+        "errors": retries + 1,
+        "retries": retries,
+        "dropped": 1,
+        "expired": int(retries < 2),
+    }
+    # ... as the rule the local runtime and the template's checks share says
+    assert retries_after_timeouts(limits) == retries

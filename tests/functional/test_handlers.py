@@ -253,17 +253,19 @@ def test_poller_handler_dispatches_on_a_scheduled_event_and_emits_its_metrics(co
     assert all(handlers.status(t) is TaskStatus.PENDING for t in task_ids)
     # And its EMF blob holds one value of each poller metric, under the Punctual namespace
     assert_emf_envelope(output)
-    assert output.metric_names() == {
-        names.TASKS_DISPATCHED,
+    zero = (
         names.TASKS_RECOVERED,
         names.TASKS_UNDISPATCHED,
         names.UNDECODABLE_ITEMS,
         names.INVOKE_FAILURES,
-    }
+        names.TASKS_NOT_ARMED,
+        names.POLL_GROUPS_LATE,
+    )
+    assert output.metric_names() == {names.TASKS_DISPATCHED, *zero}
     dispatched, values = output.metric(names.TASKS_DISPATCHED)
     assert dispatched == {"Name": "TasksDispatched", "Unit": "Count"}
     assert values == [3.0]
-    for name in (names.TASKS_RECOVERED, names.TASKS_UNDISPATCHED, names.UNDECODABLE_ITEMS, names.INVOKE_FAILURES):
+    for name in zero:
         assert output.metric(name)[1] == [0.0]
     # And its log lines (the package's "poll" line among them) are JSON with the event's id as correlation id
     (poll_line,) = [line for line in output.logs if line["message"].startswith("poll:")]
@@ -447,6 +449,34 @@ def test_a_poll_group_that_cannot_be_started_is_polled_by_the_scheduled_poller(
     # Then the scheduled poller polled both groups itself, and every task went to an executor once
     assert [r["group"] for r in answer["groups"]] == [0, 1]
     assert sorted(t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]) == sorted(task_ids)
+
+
+def test_the_next_tick_counts_a_group_whose_poller_never_ran_and_tasks_sent_but_not_armed(
+    cold_start: ColdStart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two poll groups, twelve tasks due, and a scheduled tick whose invocation of group 1 was accepted (202)
+    # but never ran, and whose executor invocations never ran either (throttled, then dropped)
+    monkeypatch.setenv("PUNCTUAL_POLL_GROUPS", "2")
+    handlers = cold_start()
+    handlers.poller_app.group_invoker = RecordingInvoker()
+    task_ids = schedule(handlers, 12, first_in_ms=30_000)
+    _, first = handlers.poll()
+    sent_first = first["dispatched"]
+    assert 0 < sent_first < 12
+    handlers.read()
+    # When the next scheduled event arrives
+    _, second = handlers.poll()
+    output = handlers.read()
+    # Then it polls group 1 itself and counts it late, and counts the tasks it sent that no executor armed
+    assert [r["group"] for r in second["groups"]] == [0, 1]
+    assert output.metric(names.POLL_GROUPS_LATE)[1] == [1.0]
+    assert output.metric(names.TASKS_NOT_ARMED)[1] == [float(sent_first)]
+    assert sorted({t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]}) == sorted(task_ids)
+    # ... and warns about both
+    warnings = [line["message"] for line in output.logs if line["level"] == "WARNING"]
+    assert any("had not started since the tick before" in message for message in warnings), warnings
+    assert any(f"{sent_first} tasks still PENDING" in message for message in warnings), warnings
+    assert_emf_envelope(output)
 
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")

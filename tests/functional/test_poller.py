@@ -10,7 +10,7 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.domain.model import Candidate, TaskStatus
-from punctual.polling.poller import Poller, make_batches
+from punctual.polling.poller import Poller, make_batches, send_again
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import RecordingInvoker, arm, read_task
@@ -206,25 +206,95 @@ def test_a_second_poll_sends_nothing_an_executor_armed(
     assert len(invoker.payloads) == 1
 
 
-def test_a_task_no_executor_armed_is_dispatched_again_once_its_executor_had_time_to_arm_it(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_before_it_would_fire_late(
+    poller: Poller,
+    invoker: RecordingInvoker,
+    store: DynamoTaskStore,
+    tasks: Any,
+    now_ms: int,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Given a poll that dispatched a task whose invocation was lost (no executor armed it)
-    task = tasks.create(now_ms + 50_000)
-    wait = settings.redispatch_hold_back_ms
-    assert wait > 1
+    # Given a poll that dispatched a task due in 80 s whose invocation never ran (throttled in Lambda's queue, then
+    # dropped: the invoke answered 202 all the same)
+    task = tasks.create(now_ms + 80_000)
+    soonest = settings.poll_interval_ms - settings.fast_path_margin_ms
     assert poller.poll(now_ms).dispatched == 1
-    # When the next poll runs before redispatch_after_ms has passed / Then it holds the task back (its executor
-    # may still be arming it: sending it again would only make two executors race at ARM)
-    early = poller.poll(now_ms + wait - 1)
-    assert (early.candidates, early.held_back, early.dispatched) == (1, 1, 0)
-    # ... but another poller (a new process: no memory of it) sends it at once
-    assert Poller(store, invoker, settings).poll(now_ms + 1).dispatched == 1
-    # When a poll runs once redispatch_after_ms has passed / Then it dispatches the task again (an executor arms
-    # it once: a second delivery loses at ARM)
-    report = poller.poll(now_ms + wait)
-    assert (report.held_back, report.dispatched) == (0, 1)
+    # When a tick comes early (20 s later), and one just short of a poll interval less the margin
+    early = poller.poll(now_ms + 20_000)
+    edge = poller.poll(now_ms + soonest - 1)
+    # Then each counts the task as not armed, and holds it back (its executor may still be arming it: sending it
+    # again would make two executors race at ARM)
+    assert (early.candidates, early.not_armed, early.held_back, early.dispatched) == (1, 1, 1, 0)
+    assert (edge.not_armed, edge.held_back, edge.dispatched) == (1, 1, 0)
+    # ... and says how long ago it was sent
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "still PENDING" in r.message]
+    assert warnings and "20.0 to 20.0 s ago" in warnings[0] and "0 sent again" in warnings[0]
+    # ... while another poller (a new process: no memory of it) sends it at once, and counts nothing
+    fresh = Poller(store, invoker, settings).poll(now_ms + 1)
+    assert (fresh.not_armed, fresh.dispatched) == (0, 1)
+    # When the tick a poll interval (less the margin) after the first comes / Then the task, due before the next
+    # poll could send it in time, is sent again now (an executor arms it once: a second delivery loses at ARM)
+    report = poller.poll(now_ms + soonest)
+    assert (report.not_armed, report.held_back, report.dispatched) == (1, 0, 1)
     assert invoker.task_ids == [task.task_id] * 3
+
+
+@pytest.mark.parametrize(
+    ("due_in_s", "sent_s_ago", "again"),
+    [
+        (70, 49.999, False),  # due before the next poll, but sent less than a poll interval (less the margin) ago
+        (70, 50, True),  # ... sent that long ago: sent again, or it fires late
+        (70.001, 50, False),  # the next poll sends it in time: held back
+        (70.001, 89.999, False),
+        (70.001, 90, True),  # the hold-back (a lead) has passed
+        (-30, 10, False),  # overdue, but sent moments ago: its executor may be arming it
+    ],
+)
+def test_a_pending_task_is_sent_again_after_the_hold_back_or_a_poll_interval_when_due_before_the_next_poll(
+    settings: Settings, due_in_s: float, sent_s_ago: float, again: bool
+) -> None:
+    # Given the defaults: polls every 60 s, a fast-path margin of 10 s, a hold-back of a lead (90 s)
+    assert (settings.poll_interval_ms, settings.fast_path_margin_ms, settings.redispatch_hold_back_ms) == (
+        60_000,
+        10_000,
+        90_000,
+    )
+    now = 1_000_000
+    # Then a task still PENDING is sent again exactly as the table says
+    assert send_again(now + round(due_in_s * 1000), now - round(sent_s_ago * 1000), now, settings) is again
+
+
+@pytest.mark.parametrize(("sent_ms_ago", "again"), [(999, False), (1_000, True)])
+def test_with_a_poll_interval_shorter_than_the_margin_a_task_is_sent_again_no_sooner_than_half_an_interval(
+    settings: Settings, sent_ms_ago: int, again: bool
+) -> None:
+    # Given polls every 2 s and a fast-path margin of 10 s (a local stack's short ticks), and a task due now
+    quick = settings.model_copy(update={"poll_interval_ms": 2_000, "fast_path_margin_ms": 10_000})
+    # Then it is sent again no sooner than half an interval after it was sent (not at once by a tick that comes
+    # twice), though the margin is longer than the interval
+    assert send_again(1_000_000, 1_000_000 - sent_ms_ago, 1_000_000, quick) is again
+
+
+@pytest.mark.parametrize(("gap_ms", "remembered"), [(149_999, True), (150_000, False)])
+def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
+    store: DynamoTaskStore,
+    invoker: RecordingInvoker,
+    tasks: Any,
+    now_ms: int,
+    settings: Settings,
+    gap_ms: int,
+    remembered: bool,
+) -> None:
+    # Given a poll that sent a task no executor armed, and no poll for a long while after (ticks lost)
+    poller = Poller(store, invoker, settings)
+    tasks.create(now_ms + 60_000, misfire_grace_ms=3_600_000)
+    assert poller.poll(now_ms).dispatched == 1
+    # When the next poll comes a hold-back and a poll interval later, or a millisecond sooner
+    assert settings.redispatch_hold_back_ms + settings.poll_interval_ms == 150_000
+    report = poller.poll(now_ms + gap_ms)
+    # Then it sends the task again either way, and counts it as not armed only while it remembers sending it
+    assert (report.dispatched, report.not_armed) == (1, int(remembered))
 
 
 def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
@@ -233,8 +303,10 @@ def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
     # Given a poller that remembers nothing, and a task no executor armed
     poller = Poller(store, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
     tasks.create(now_ms + 50_000)
-    # When it polls twice, a millisecond apart / Then it sends the task both times
-    assert [poller.poll(now_ms + i).dispatched for i in range(2)] == [1, 1]
+    # When it polls twice, a millisecond apart / Then it sends the task both times (and, remembering nothing,
+    # counts nothing as not armed)
+    reports = [poller.poll(now_ms + i) for i in range(2)]
+    assert [(r.dispatched, r.not_armed) for r in reports] == [(1, 0), (1, 0)]
 
 
 def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(

@@ -124,9 +124,10 @@ class Settings(BaseModel):
         ge=0,
         le=3_600_000,
         description="a poller does not send again a task still PENDING that it sent less than this ago (its executor "
-        "may still be arming it, or be queued behind a throttle); past it, the task is sent again (the executor never "
-        "got it). At least a lead (lead_ms, the default), so that a throttled tick does not send again what the "
-        "last one sent; 0: always send",
+        "may still be arming it), unless the task is due before the next poll could send it and was sent a poll "
+        "interval (less the fast-path margin) ago; past it, the task is sent again (its invocation was throttled, "
+        "dropped or failed). At least a lead (lead_ms, the default), so that a tick that comes early does not send "
+        "again what the last one sent; 0: always send (the poller remembers nothing, and counts no task as not armed)",
     )
     default_misfire_grace_ms: int = Field(60_000, ge=0, le=86_400_000)
     max_horizon_days: int = Field(366, ge=1, le=3_660)

@@ -56,7 +56,9 @@ class PollReport(DispatchReport):
     buckets: int
     queries: int
     candidates: int
-    held_back: int = 0  # still PENDING, dispatched by this poller less than redispatch_after_ms ago: not sent again
+    held_back: int = 0  # sent by this poller lately and not armed since (or held by the same dead executor): not sent
+    not_armed: int = 0  # still PENDING though this poller sent them before, whether sent again or held back
+    groups_late: int = 0  # on group 0's: other groups not started since the tick before, polled by this tick
     undecodable: int = 0  # items that could not be read: tasks (recorded FAILED), schedules (out of the due index)
     complete: bool = True  # False when the tick ran out of time before it read or dispatched everything
     schedules: int = 0  # recurring schedules found needing their next occurrences

@@ -11,6 +11,11 @@ reads it to leave to the next poll what that poll dispatches in time. A tick sto
 ``out_of_time()`` says so (its Lambda's remaining time): what it did not dispatch is still PENDING, and the next
 tick finds it.
 
+An async invoke answers 202 before Lambda's queue throttles or drops the invocation, so neither a poll group's
+poller nor an executor is known to have run until it leaves a trace: a scheduled tick polls itself each group whose
+poll has not started since the tick before (:func:`late_groups`), and a poll counts the tasks it sent that are still
+PENDING (not armed) and sends them again before they would fire late (:func:`send_again`).
+
 :func:`run_tick` is one invocation of the poller function: the scheduled tick fans out over the poll groups (one
 invocation of the function per other group, :class:`~punctual.domain.events.PollGroupEvent`), a group's invocation polls
 its group, and both stop ``DEADLINE_MARGIN_MS`` before the invocation's deadline.
@@ -21,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +117,40 @@ def _sent_key(candidate: Candidate) -> tuple[str, int, str | None]:
     return candidate.task_id, candidate.due_ms, owner
 
 
+def send_again(due_ms: int, sent_ms: int, now_ms: int, settings: Settings) -> bool:
+    """Whether a poll at ``now_ms`` sends again a task it finds still PENDING that this poller sent at ``sent_ms``.
+
+    Not while it is young: a task still PENDING a poll later is most often one its executor is still arming (a
+    burst of thousands on a slow store), and sending it again would make two executors race at ARM, poll after
+    poll. It is sent again once ``redispatch_hold_back_ms`` has passed, or sooner when it is due before the next
+    poll could send it in time (within a poll interval and the fast-path margin) and was sent at least a poll
+    interval ago (less that margin, as a tick may come a little early, but never less than half an interval): no
+    executor armed it for that long (throttled, dropped, failed), and waiting would fire it late.
+    """
+    age = now_ms - sent_ms
+    interval, margin = settings.poll_interval_ms, settings.fast_path_margin_ms
+    return age >= settings.redispatch_hold_back_ms or (
+        due_ms <= now_ms + interval + margin and age >= max(interval - margin, interval // 2)
+    )
+
+
+def late_groups(last_polls_ms: Sequence[int | None], previous_tick_ms: int | None) -> list[int]:
+    """The poll groups (group 0, the scheduled tick's own, aside) whose poll last started before
+    ``previous_tick_ms`` (when the tick before started: group 0's last poll), or never: their own poller did not
+    run since (its invocation throttled, dropped or failed; an async invoke answers 202 all the same).
+
+    Nothing is late when the tick before is not known (a new stack): its groups' pollers were only just started.
+
+    Examples
+    --------
+    >>> late_groups([60_000, 60_040, 1_000, None], 60_000), late_groups([None, None, None], None)
+    ([2, 3], [])
+    """
+    if previous_tick_ms is None:
+        return []
+    return [g for g, last in enumerate(last_polls_ms) if g > 0 and (last is None or last < previous_tick_ms)]
+
+
 def batch_event(batch: list[Candidate], dispatcher_id: str) -> BatchEvent:
     """The executor's event for one batch: each task with the due time it was found at (the ARM condition)."""
     return BatchEvent(
@@ -139,11 +178,8 @@ class Poller:
         self._invoker = invoker
         self._settings = settings
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
-        # (task id, due, owner) -> when this poller last sent it: a task still PENDING a poll later is usually
-        # one its executor is still arming (a burst of thousands, on a slow store), not one that got lost, and a
-        # task still held by the same dead executor one its executor is still taking over; sending it again
-        # would only make two executors race for it. A memory, not a guarantee: a new process starts empty, and
-        # every dispatch stays safe at ARM and TAKEOVER.
+        # (task id, due, owner) -> when this poller last sent it (see _not_sent_lately). A memory, not a guarantee:
+        # a new process starts empty, and every dispatch stays safe at ARM and TAKEOVER.
         self._sent: dict[tuple[str, int, str | None], int] = {}
         self._sent_lock = threading.Lock()
 
@@ -165,14 +201,14 @@ class Poller:
         except Exception:  # the fast path then takes every short-lead task itself; nothing is lost
             log.exception("noting the start of the poll of group %d failed", group)
         done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
-        held_back = 0
+        held_back = not_armed = 0
 
         def send(candidates: list[Candidate]) -> None:
-            nonlocal done, held_back
-            to_send, held = self._not_sent_lately(candidates, now_ms)
+            nonlocal done, held_back, not_armed
+            to_send, held, unarmed = self._not_sent_lately(candidates, now_ms)
             more = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
             done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
-            held_back += held
+            held_back, not_armed = held_back + held, not_armed + unarmed
 
         # Each read of the index is dispatched before the next one is made: the first batches do not wait for
         # the whole window to be read.
@@ -191,6 +227,7 @@ class Poller:
             queries=scan.queries,
             candidates=len(scan.candidates),
             held_back=held_back,
+            not_armed=not_armed,
             undecodable=scan.undecodable + unreadable,
             schedules=len(scan.schedules),
             occurrences_created=created,
@@ -243,38 +280,87 @@ class Poller:
         self, now_ms: int, start_group: Callable[[int], None], out_of_time: Callable[[], bool] | None = None
     ) -> list[PollReport]:
         """The scheduled tick with fan-out over ``settings.poll_groups`` groups: start a poller for each group but
-        the first (``start_group(g)``: in AWS an async invoke of the poller function with the group), then poll
-        group 0 here; a group that could not be started (``start_group`` raised) is polled here afterwards, while
-        time is left. With one group this is :meth:`poll`. The reports of the groups polled here."""
+        the first (``start_group(g)``: in AWS an async invoke of the poller function with the group), poll group 0
+        here, then, while time is left, the groups that are late (the reports of the groups polled here, group
+        0's first).
+
+        An async invoke answers 202 even when the invocation is then throttled or dropped, so a group is known
+        late only by the start its own poll notes (:meth:`last_polls`): one that has not started since the tick
+        before (:func:`late_groups`, read before this tick starts anything), or whose ``start_group`` raised. Group
+        0's report counts them (``groups_late``); each is polled here unless its own poller of this tick has
+        started by the end of group 0's poll (read again then). With one group this is :meth:`poll`."""
+
+        def read_last_polls() -> list[int | None] | None:  # None: not known (then no group is found late)
+            try:
+                return self.last_polls()
+            except Exception:
+                log.exception("reading when each poll group last started failed")
+                return None
+
+        groups = self._settings.poll_groups
+        before = read_last_polls() if groups > 1 else None
+        previous_tick = before[0] if before else None
         unstarted: list[int] = []
-        for group in range(1, self._settings.poll_groups):
+        for group in range(1, groups):
             try:
                 start_group(group)
-            except Exception:  # its tasks are still found: by this tick below, or the next one
+            except Exception:  # it will not run: polled here below
                 log.exception("starting the poller of group %d failed; polling it here", group)
                 unstarted.append(group)
         reports = [self.poll(now_ms, out_of_time, group=0)]
-        for group in unstarted:
+        late = set(late_groups(before or [], previous_tick)) | set(unstarted)
+        if not late:
+            return reports
+        reports[0] = reports[0].model_copy(update={"groups_late": len(late)})
+        after = read_last_polls()
+        started = set() if after is None else late - set(late_groups(after, previous_tick)) - set(unstarted)
+        to_poll = sorted(late - started)
+        log.warning(
+            "poll groups %s had not started since the tick before (or could not be started); polling %s here",
+            sorted(late),
+            to_poll,
+        )
+        for group in to_poll:
             if out_of_time is not None and out_of_time():
+                log.warning("out of time before polling group %d here: the next tick finds its tasks", group)
                 break
             reports.append(self.poll(now_ms, out_of_time, group=group))
         return reports
 
-    def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int]:
-        """The candidates minus those this poller sent lately as they are now (and how many those were): a
-        PENDING one sent less than ``redispatch_hold_back_ms`` before ``now_ms``, one held by the same dead
-        executor sent less than an executor lease before (the executor it went to is taking it over; once that
-        one holds it, it is another candidate). Forgets what it sent before that."""
-        pending_window = self._settings.redispatch_hold_back_ms
-        held_window = min(pending_window, self._settings.executor_lease_ms)
+    def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int, int]:
+        """The candidates to send, how many were held back, and how many this poller had sent are still PENDING
+        (not armed: logged as a warning, with how long ago they were sent).
 
-        def lately(key: tuple[str, int, str | None], at: int) -> bool:
-            return now_ms - at < (pending_window if key[2] is None else held_window)
-
+        A PENDING one this poller sent is held back until :func:`send_again` says so; one held by the same dead
+        executor for an executor lease after it was sent (the executor it went to is taking it over; once that
+        one holds it, it is another candidate). What was sent is remembered for a poll interval past its
+        hold-back (the poll that sends it again knows it was sent), then forgotten."""
+        hold_back = self._settings.redispatch_hold_back_ms
+        windows = (hold_back + self._settings.poll_interval_ms, min(hold_back, self._settings.executor_lease_ms))
+        keep: list[Candidate] = []
+        unarmed: dict[str, tuple[int, bool]] = {}  # task id -> (ms since it was sent, sent again now)
         with self._sent_lock:
-            self._sent = {key: at for key, at in self._sent.items() if lately(key, at)}
-            keep = [c for c in candidates if _sent_key(c) not in self._sent]
-        return keep, len(candidates) - len(keep)
+            self._sent = {key: at for key, at in self._sent.items() if now_ms - at < windows[key[2] is not None]}
+            for candidate in candidates:
+                key = _sent_key(candidate)
+                at = self._sent.get(key)
+                again = at is None or (key[2] is None and send_again(candidate.due_ms, at, now_ms, self._settings))
+                if at is not None and key[2] is None:
+                    unarmed[candidate.task_id] = (now_ms - at, again)
+                if again:
+                    keep.append(candidate)
+        if unarmed:
+            ages = sorted(age for age, _ in unarmed.values())
+            log.warning(
+                "%d tasks still PENDING though this poller sent them %.1f to %.1f s ago (their executor's invocation "
+                "throttled, dropped or failed, or still arming); %d sent again, e.g. %s",
+                len(unarmed),
+                ages[0] / 1000,
+                ages[-1] / 1000,
+                sum(again for _, again in unarmed.values()),
+                sorted(unarmed)[:3],
+            )
+        return keep, len(candidates) - len(keep), len(unarmed)
 
     def dispatch(
         self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None, sent_at_ms: int | None = None
@@ -309,7 +395,7 @@ class Poller:
             with lock:
                 sent["batches"] += 1
                 sent["tasks"] += len(batch)
-            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:
+            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:  # 0: remember nothing
                 with self._sent_lock:
                     self._sent.update((_sent_key(c), sent_at_ms) for c in batch)
 

@@ -24,7 +24,7 @@ ARM_CONFLICTS = "ArmConflicts"  # tasks an executor lost at ARM (a second dispat
 TASKS_TAKEN_OVER = "TasksTakenOver"  # tasks an executor armed by taking them over from a dead one
 TASKS_FENCED = "TasksFenced"  # tasks an executor did not fire because its own lease had ended (it was cut off)
 TASKS_NOT_ARMED = "TasksNotArmed"  # poller: tasks a poll found still PENDING though this poller had sent them before
-POLL_GROUPS_LATE = "PollGroupsLate"  # poller: groups whose own poller had not started since the tick before
+POLL_GROUPS_LATE = "PollGroupsLate"  # scheduled poller: groups not started since the tick before (it polls them)
 
 ALL = (
     FIRE_DRIFT,

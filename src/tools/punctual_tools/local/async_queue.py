@@ -9,11 +9,13 @@ by the rules of :mod:`punctual_tools.local.lambda_rules`:
   the cap.
 - **Retries**: an execution that failed (the handler raised, its process died, it timed out) is retried up to the
   function's ``MaximumRetryAttempts``, 1 minute and then 2 minutes later; then the event is dropped.
-- **Event age**: an event older than ``MaximumEventAgeInSeconds`` is dropped instead of run, and so is one whose
-  next try would come after that age.
+- **Event age**: counted from the event's first enqueue, through every throttle, run and retry: an event older
+  than ``MaximumEventAgeInSeconds`` is dropped instead of run, and so is one whose next try would come after that
+  age (a retry of an execution that ran to its timeout, say).
 - **Stop**: :meth:`stop` drops what waits (its tasks stay PENDING: the next poll dispatches them again).
 
 Every delay and the event age are in Lambda's seconds times ``time_scale`` (1.0: Lambda's own; tests shorten them).
+The queue reads time from a :class:`QueueClock` (the monotonic clock; a test may pass its own).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from punctual_tools.local.lambda_rules import FunctionLimits, is_expired, retry_delay_s, throttle_backoff_s
 
@@ -52,17 +54,34 @@ class Outcome:
 Execute = Callable[[dict[str, Any], str], Outcome]  # (the event, its request id: the same on every retry)
 
 
+class QueueClock(Protocol):
+    """What the queue reads time from and waits on."""
+
+    def monotonic(self) -> float: ...
+
+    def wait(self, stopped: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds``, or until ``stopped`` is set: whether it was."""
+        ...
+
+
+class MonotonicClock:
+    """The monotonic clock, and real waits."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, stopped: threading.Event, seconds: float) -> bool:
+        return stopped.wait(seconds)
+
+
 @dataclass
 class _Event:
     payload: dict[str, Any]
-    queued_at: float = field(default_factory=time.monotonic)
+    queued_at: float  # its first enqueue: the event's age counts from here, whatever happens to it
     request_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # Lambda keeps it when it retries
     attempts: int = 0
     retries: int = 0
     throttles: int = 0
-
-    def age_s(self) -> float:
-        return time.monotonic() - self.queued_at
 
 
 class AsyncEventQueue:
@@ -75,6 +94,7 @@ class AsyncEventQueue:
         concurrency: int,
         time_scale: float = 1.0,
         on_result: ResultCallback | None = None,
+        clock: QueueClock | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -85,6 +105,7 @@ class AsyncEventQueue:
         self.concurrency = concurrency
         self.time_scale = time_scale
         self._on_result = on_result
+        self._clock = clock or MonotonicClock()
         self._lock = threading.Condition()
         self._stopped = threading.Event()
         self._running = 0
@@ -108,7 +129,8 @@ class AsyncEventQueue:
             if not duplicate:
                 self.stats["invoked"] += 1
             self._in_flight += 1
-        threading.Thread(target=self._deliver_and_count, args=(_Event(payload),), daemon=True, name="invoke").start()
+        event = _Event(payload, queued_at=self._clock.monotonic())
+        threading.Thread(target=self._deliver_and_count, args=(event,), daemon=True, name="invoke").start()
 
     def running(self) -> int:
         """Executions running now."""
@@ -131,6 +153,10 @@ class AsyncEventQueue:
             self._lock.notify_all()
 
     # -- one event ---------------------------------------------------------------------------------------------
+    def _age_s(self, event: _Event) -> float:
+        """Seconds since the event was first queued (real seconds: Lambda's times ``time_scale``)."""
+        return self._clock.monotonic() - event.queued_at
+
     def _count(self, key: str) -> None:
         with self._lock:
             self.stats[key] += 1
@@ -161,7 +187,7 @@ class AsyncEventQueue:
     def _young_enough(self, event: _Event, delay_s: float, why: str) -> bool:
         """Whether the event may wait ``delay_s`` for its next try: not if it would be too old by then (it is
         dropped now: it could never run)."""
-        if is_expired((event.age_s() + delay_s) / self.time_scale, self.limits):
+        if is_expired((self._age_s(event) + delay_s) / self.time_scale, self.limits):
             self._drop(
                 event,
                 f"{why}; the next try would come after the maximum event age ({self.limits.max_event_age_s:g} s)",
@@ -172,7 +198,7 @@ class AsyncEventQueue:
 
     def _sleep(self, event: _Event, delay_s: float) -> bool:
         """Sleep ``delay_s``; False (and the event dropped) if the queue stops meanwhile."""
-        if self._stopped.wait(delay_s):
+        if self._clock.wait(self._stopped, delay_s):
             self._drop(event, "the invoker stopped")
             return False
         return True
@@ -195,7 +221,7 @@ class AsyncEventQueue:
                 # Not delivered: its tasks stay PENDING, and the next poll dispatches them again.
                 self._drop(event, "the invoker stopped")
                 return
-            if is_expired(event.age_s() / self.time_scale, self.limits):
+            if is_expired(self._age_s(event) / self.time_scale, self.limits):
                 self._drop(event, f"older than the maximum event age ({self.limits.max_event_age_s:g} s)", expired=True)
                 return
             if not self._acquire():

@@ -75,7 +75,9 @@ class _Worker:
 class LocalInvoker:
     """Runs ``handler_path``'s ``handler(event, context)`` in worker processes, asynchronously, within ``limits``
     (Lambda's defaults unless given) under ``profile``. ``time_scale`` multiplies Lambda's async delays and
-    event age (1.0: Lambda's own)."""
+    event age (1.0: Lambda's own), and with ``scale_timeout`` the function's timeout too: a scenario then keeps
+    Lambda's proportions between an invocation's timeout, its retries and its event age (without it, a shortened
+    event age holds fewer timeouts than Lambda's, a lengthened one more)."""
 
     def __init__(
         self,
@@ -88,6 +90,7 @@ class LocalInvoker:
         max_concurrency: int = 64,
         prewarm: int = 2,
         time_scale: float = 1.0,
+        scale_timeout: bool = False,
         duplicate_rate: float = 0.0,
         on_result: ResultCallback | None = None,
         on_worker_started: Callable[[int], None] | None = None,
@@ -96,6 +99,8 @@ class LocalInvoker:
         self._env = dict(env)
         self._log_file = str(log_file) if log_file else None
         self.limits = limits or FunctionLimits()
+        # The seconds an invocation may run here (killed then, under the Lambda profile; its context says so)
+        self.timeout_s = self.limits.timeout_s * (time_scale if scale_timeout else 1.0)
         self.profile = profile
         self._lambda = profile == "lambda"
         self._duplicate_rate = duplicate_rate
@@ -161,7 +166,7 @@ class LocalInvoker:
                 log.error("no CPU quota for a new worker: cannot make its cgroup (%s)", exc)
                 with self._lock:
                     self._stats["cpu_quota_failures"] += 1
-        spec = WorkerSpec(self.limits.timeout_s, self.limits.memory_mb, str(group) if group else None)
+        spec = WorkerSpec(self.timeout_s, self.limits.memory_mb, str(group) if group else None)
         parent_end, child_end = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
             target=run_worker,
@@ -250,7 +255,7 @@ class LocalInvoker:
         worker = self._take_worker()
         reusable = False
         try:
-            timeout = self.limits.timeout_s if self._lambda else None
+            timeout = self.timeout_s if self._lambda else None
             if not worker.ready.wait(None if timeout is None else INIT_LIMIT_S + timeout):
                 return self._time_out(worker, timeout)
             if worker.init_error is not None:

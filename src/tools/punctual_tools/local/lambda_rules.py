@@ -13,7 +13,9 @@ local runtime multiplies them by a time scale (1.0 unless a test shortens them):
   the first attempt and 2 minutes after the second (:func:`retry_delay_s`);
 - an invocation throttled (no concurrency free) goes back to the queue and is tried again after 1 s, 2 s, 4 s, ...
   up to 5 minutes (:func:`throttle_backoff_s`); throttles are not retries;
-- an event older than ``MaximumEventAgeInSeconds`` is never run (:func:`is_expired`).
+- an event older than ``MaximumEventAgeInSeconds`` is never run (:func:`is_expired`); its age counts from its
+  first enqueue, through its throttles, runs and retries, so an invocation killed at its timeout is retried only
+  if the age leaves room for the timeout and the delay (:func:`retries_after_timeouts`).
 """
 
 from __future__ import annotations
@@ -89,6 +91,25 @@ def throttle_backoff_s(throttles: int) -> float:
 def is_expired(age_s: float, limits: FunctionLimits) -> bool:
     """Whether an event this old (seconds since it was queued) is dropped instead of run."""
     return age_s > limits.max_event_age_s
+
+
+def retries_after_timeouts(limits: FunctionLimits) -> int:
+    """How many times Lambda retries an async invocation that runs to its timeout at every attempt: each retry
+    comes its delay after the attempt before it was killed, and is made only if the event is no older than its
+    maximum age by then (Timeout + 60 s of age for the first, 2 x Timeout + 60 + 120 s for both).
+
+    Examples
+    --------
+    >>> [retries_after_timeouts(FunctionLimits(timeout_s=300, max_event_age_s=age)) for age in (359, 360, 780)]
+    [0, 1, 2]
+    """
+    age_s, retries = 0.0, 0
+    while retries < limits.max_retry_attempts:
+        age_s += limits.timeout_s + retry_delay_s(retries + 1)
+        if is_expired(age_s, limits):
+            break
+        retries += 1
+    return retries
 
 
 def concurrency_cap(limits: FunctionLimits, local_cap: int) -> int:
