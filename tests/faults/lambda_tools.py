@@ -27,7 +27,7 @@ from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.dynamodb_local import find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
-from punctual_tools.local.stack import settings_env
+from punctual_tools.local.stack import executor_env
 from support import now_ms, wait_until
 
 HANDLER = find_project_root() / "src" / "executor" / "app.py"
@@ -57,15 +57,7 @@ class LambdaExecutors:
         time_scale: float = SCALE,
         scale_timeout: bool = False,
     ) -> None:
-        env = {
-            **settings_env(settings),
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_SERVICE_NAME": "punctual",
-            "POWERTOOLS_METRICS_NAMESPACE": "Punctual",
-            "AWS_DEFAULT_REGION": settings.region,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-        }
+        env = executor_env(settings, environ={})  # the local stack's, without its IAM check or endpoints
         self.log = home / "executor.log"
         self.reports: list[dict[str, Any]] = []
         self.pids: list[int] = []

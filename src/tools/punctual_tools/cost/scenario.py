@@ -205,7 +205,8 @@ def _armed_or_done(task_ids: list[str], status: Callable[[str], str | None]) -> 
     return all(status(t) != "PENDING" for t in task_ids)
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+    """Until ``condition()``; a bound, not a timing: a busy machine arms and records slowly."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
