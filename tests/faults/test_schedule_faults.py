@@ -349,11 +349,17 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     # When the stack comes back: a poller ticks every second for 14 s, executors fire what they are handed
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     poller = Poller(store_for(settings), invoker, settings)
+    caught_up: int | None = None  # when the first poll (the one that decides the hour nobody ran) returned
     while now_ms() < restart + 14_000:
         poller.poll(now_ms())
+        caught_up = caught_up or now_ms()
         time.sleep(1.0)
     invoker.join()
     end = restart + 10_000
+    # (on a busy machine the catch-up poll itself can take seconds: what it delays is judged from its own end)
+    assert caught_up is not None
+    on_time_from = caught_up + EPSILON_MS
+    print(f"\ncatch-up poll returned {caught_up - restart} ms after the restart")
     # Then the occurrences made an hour ago were recorded MISSED (their grace had passed), the hour that nobody
     # ran was skipped (under fire_latest: but its latest occurrence, fired once, flagged late), and every
     # occurrence after the restart fired on time
@@ -369,7 +375,7 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     # outcome the verdict accepts; nothing later may be MISSED)
     missed = {key.rsplit(":", 1)[0] for key in verdict.explicitly_missed}
     assert set(stale) <= missed
-    edge = [t for t in missed - set(stale) if split_occurrence_id(t)[1] > restart + 3_000]  # type: ignore[index]
+    edge = [t for t in missed - set(stale) if split_occurrence_id(t)[1] > on_time_from]  # type: ignore[index]
     assert edge == []
     skipped = sorted(split_occurrence_id(key.rsplit(":", 1)[0])[1] for key in verdict.skipped)  # type: ignore[index]
     assert len(skipped) >= 700  # the hour, at one every 5 s, but the few made then and those within the grace
@@ -379,5 +385,7 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
         assert len(late) == 1 and late[0].status is TaskStatus.SUCCEEDED
         latest = split_occurrence_id(late[0].task_id)
         assert latest is not None and skipped[-1] < latest[1] < restart
-    on_time = [key for key, _ in verdict.late if split_occurrence_id(key.rsplit(":", 1)[0])[1] > restart]  # type: ignore[index]
+    # ... and every occurrence due once the first poll had caught up (+ ε: that poll's executor arms first) fired
+    # on time
+    on_time = [key for key, _ in verdict.late if split_occurrence_id(key.rsplit(":", 1)[0])[1] > on_time_from]  # type: ignore[index]
     assert on_time == []

@@ -414,6 +414,7 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
             "GET",
             api.url + "/v1/tasks?limit=100" + (f"&next_token={token}" if token else ""),
             headers={"Authorization": "Bearer token-acme"},
+            timeout=60.0,  # see raw(): 5 MB of items on a busy machine takes longer than urllib3's own 3 s
         )
         assert response.status == 200 and len(response.data) < 4_100_000
         page = json.loads(response.data)

@@ -135,8 +135,8 @@ class Api:
         sent = {"Content-Type": "application/json", "Authorization": f"Bearer token-{tenant}", **(headers or {})}
         if self.wire:
             response = urllib3.request(
-                method, self.local.url + path, body=data, headers=sent, retries=False, redirect=False
-            )
+                method, self.local.url + path, body=data, headers=sent, retries=False, redirect=False, timeout=60.0
+            )  # (urllib3's own read timeout is 3 s: the local API on a busy machine may take longer)
             return Answer(response.status, response.headers.get("Content-Type", ""), json.loads(response.data or b"{}"))
         sent["Content-Length"] = str(len(data or b""))
         answer = self.local.handle(method, path, sent, io.BytesIO(data or b""))

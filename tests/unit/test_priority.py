@@ -147,3 +147,26 @@ def test_asked_and_allowed_the_dispatcher_fires_from_real_time_threads_and_leave
     # Then its worker ran SCHED_FIFO, and the thread that built the dispatcher kept its policy
     assert policies == [os.SCHED_FIFO]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+def test_a_lowered_thread_is_niced_not_idle_class_so_other_work_on_the_machine_cannot_starve_it() -> None:
+    # Given a thread of this process; When it lowers itself
+    def lowered() -> tuple[int, int]:
+        lower_current_thread()
+        return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    policy, nice = _in_a_thread(lowered)
+    # Then it keeps the normal policy (an idle-class thread runs only when nothing else on the machine wants the
+    # core) at the background nice value, and the calling thread is untouched
+    assert (policy, nice) == (os.SCHED_OTHER, max(priority.BACKGROUND_NICE, before))
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+
+
+def test_lowering_never_raises_a_thread_that_is_already_lower() -> None:
+    def twice() -> int:
+        lower_current_thread(15)
+        lower_current_thread()
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert _in_a_thread(twice) == max(15, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))

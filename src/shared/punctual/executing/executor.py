@@ -111,7 +111,8 @@ class Executor:
         self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
         self._invocation: str | None = None  # the current invocation's request id (run_batch)
         self._cancelled: list[_Armed] = []
-        self._stop_lock = threading.Lock()  # cancel_pending + _cancelled change together
+        # cancel_pending + _cancelled change together; re-entrant: a signal handler may stop the thread holding it
+        self._stop_lock = threading.RLock()
         self._idle = threading.Event()  # no batch running (close() waits for one)
         self._idle.set()
 
@@ -212,16 +213,21 @@ class Executor:
         dispatcher = self._dispatcher
         self._cancelled = []
         wall, mono = self._clock.wall_ms(), self._clock.monotonic()
-        for entry in armed:
-            dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
+        # A stop that came while the batch was arming takes every task back before any is handed over (a task
+        # already due would otherwise fire at once, between its add and the stop's cancel); one that comes
+        # later cancels what the dispatcher still holds.
+        with self._stop_lock:
+            if self._stopping.is_set():
+                return list(armed)
+            self._current = dispatcher
+            for entry in armed:
+                dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
+            if self._stopping.is_set():  # a signal handler's stop, on this thread, while the tasks were added
+                self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
         # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
         prepare_actions(
             [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
         )
-        with self._stop_lock:
-            self._current = dispatcher
-            if self._stopping.is_set():
-                self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
         dispatcher.wait_idle()
         with self._stop_lock:
             self._current = None

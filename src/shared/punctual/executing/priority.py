@@ -2,12 +2,18 @@
 
 On Lambda every executor has its own CPU and DynamoDB runs elsewhere. On one machine (the local runtime) the
 store, the poller, arming and the firing share the cores: background work (store, poll, arm, metrics) runs
-only on otherwise idle cores, and the dispatcher, its workers and the recorder keep the default. Only work
+at a lower priority, and the dispatcher, its workers and the recorder keep the default. Only work
 that never holds the interpreter while a fire of its process is due is lowered: a starved thread holding the
 GIL would stall the dispatcher (priority inversion).
 
-A low priority alone does not keep a core free: measured here (2 cores, kernel 6.18), two ``SCHED_IDLE``
-busy loops still delay a waking heap dispatcher by a scheduler slice (~3 ms) on ~3.5% of its fires. So the
+Background work is niced (+10: about a tenth of a normal thread's share of a contended core), never
+``SCHED_IDLE``: an idle-class thread runs only when no other thread of the machine wants the core, so on a
+machine that other work keeps busy (a CI runner, a laptop compiling) the store, the API and arming starved
+for tens of seconds (measured here with two busy loops: arming 250 tasks took longer than 40 s, a catch-up
+poll 7 s). A nice value bounds the slowdown instead.
+
+A low priority alone does not keep a core free: measured here (2 cores, kernel 6.18), niced background work
+that saturates both cores delays a heap dispatcher's fires by a scheduler slice (p90 3.1 ms). So the
 local runtime also confines background work to a CPU set that leaves one core out
 (``punctual_tools.settings.LocalSettings.background_cpus``, see :func:`set_background_cpus`): a firing thread
 always finds a core that no background thread may take. Unset (the default, and in AWS), background work may
@@ -85,22 +91,22 @@ def set_background_cpus(spec: str | None) -> None:
 
 
 def lower_current_thread(nice: int = BACKGROUND_NICE) -> None:
-    """Run the calling thread (only it: on Linux each thread has its own policy and CPU set, and threads it
-    starts inherit both) only when a core would otherwise idle (``SCHED_IDLE``), or, where that is not
-    available, at a higher nice value; and, when background CPUs are set, only on those.
-
-    Measured on 2 cores with both saturated by background work: a heap dispatcher's p90 error is 3.1 ms
-    when the background is niced +10 and 0.23 ms when it is ``SCHED_IDLE`` (0.19 ms unloaded).
-    """
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # pid 0: the calling thread
-    except (AttributeError, OSError):
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    """Run the calling thread (only it: on Linux each thread has its own nice value and CPU set, and threads it
+    starts inherit both) at a higher nice value; and, when background CPUs are set, only on those."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), max(nice, _own_nice()))
     cpus = _background_cpus
     if cpus is not None:
         with contextlib.suppress(AttributeError, OSError):
             os.sched_setaffinity(0, cpus)  # pid 0: the calling thread
+
+
+def _own_nice() -> int:
+    """The calling thread's nice value (0 where it cannot be read): lowering never raises a thread."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):
+        return 0
 
 
 def lower_process_at_start(nice: int = BACKGROUND_NICE) -> None:
