@@ -265,18 +265,24 @@ class DiesAfterArm(_DyingStore):
     (out of memory, a runtime crash): from then on nothing it would write reaches the table - no heartbeat
     renewal (so its heartbeat is never retired either: it simply lapses), no outcome, no release.
 
-    ``on_armed`` is called once the batch is armed; a scenario passes the executor's ``request_stop`` there,
-    so that the dropped executor fires nothing either (its dispatcher is emptied before the first fire)."""
+    An executor arms a batch in parts (soonest due first): the process dies once ``die_after`` tasks have been
+    asked for (None: after the first part). ``on_armed`` is called then; a scenario passes the executor's
+    ``request_stop`` there, so that the dropped executor fires nothing more (its dispatcher is emptied; a task
+    of an earlier part already due may have fired)."""
 
     on_armed: Callable[[], None] | None = None
+    die_after: int | None = None
+    asked = 0
 
     def arm_many(
         self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
     ) -> list[Armed | None]:
         result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
-        self.dead = True
-        if self.on_armed is not None:
-            self.on_armed()
+        self.asked += len(requests)
+        if self.die_after is None or self.asked >= self.die_after:
+            self.dead = True
+            if self.on_armed is not None:
+                self.on_armed()
         return result
 
     def record(self, executor_id: str, record: FireRecord) -> bool:

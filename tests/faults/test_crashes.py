@@ -81,10 +81,14 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     # When an executor arms them and is dropped right after (Lambda ends its environment): its heartbeat is
     # neither renewed nor retired, it fires nothing and writes nothing more
     dying = store_for(settings, DiesAfterArm)
+    dying.die_after = len(tasks)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
     dead_report = dead.run_batch(event)
     assert (dead_report.armed, dead_report.fired, dead_report.released) == (len(tasks), 0, 0)
+    # (it arms the soonest due first and fires them as they are armed: on a slow machine the first may have come
+    # due, and fired, before the last part was armed; it recorded none)
+    fired_before_death = {r.task_id for r in target.records()}
     assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.ARMED}
     last_alive = alive_until(settings, dead_report.executor_id)
     assert last_alive is not None
@@ -132,7 +136,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
         allowance=keys,
         windows=[crash_window(settings, dead_report.executor_id, due.values())],
     )
-    assert len(verdict.explicitly_missed) == (len(window) if policy == "skip" else 0)
+    assert len(verdict.explicitly_missed) == (len(set(window) - fired_before_death) if policy == "skip" else 0)
     on_time_from = detected + EPSILON_MS
     assert [key for key, _ in verdict.late if due[key.rsplit(":", 1)[0]] > on_time_from] == []
     report_figures(
@@ -246,6 +250,7 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     create_all(store_for(settings), tasks)
     event = dispatch_one_batch(settings, tasks)
     dying = store_for(settings, DiesAfterArm)
+    dying.die_after = len(tasks)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
     dead_id = dead.run_batch(event).executor_id

@@ -55,7 +55,8 @@ def open_groups(tmp_path: Path, mountinfo: str, proc_cgroup: str) -> tuple[CpuGr
 
 def test_the_quota_is_the_memory_sizes_share_of_a_100_ms_period_rounded_down() -> None:
     assert quota_us(1769) == PERIOD_US
-    assert quota_us(256) == 14_471  # 100000 * 256 / 1769 = 14471.4: never more than Lambda gives
+    assert quota_us(256) == PERIOD_US * 256 // 1769  # rounded down: never more than Lambda gives
+    assert PERIOD_US == 20_000  # the period Lambda enforces a quota in (punctual.config.cpu_share)
     assert quota_us(3538) == 2 * PERIOD_US
     assert quota_us(1) == 1_000  # the kernel's smallest quota
 
@@ -67,12 +68,12 @@ def test_cgroup_v1_each_worker_gets_a_group_with_its_cfs_quota(tmp_path: Path) -
     groups, where = open_groups(tmp_path, mountinfo, proc_cgroup)
     assert groups is not None, where
     group = groups.create(256)
-    # Then it sits under punctual-<pid> in this process's group, with 14471 us of CPU every 100000 us
+    # Then it sits under punctual-<pid> in this process's group, with 2894 us of CPU every 20000 us
     assert groups.parent == mount / "user.slice" / "session" / "punctual-4242"
     assert where == f"cgroup v1 at {groups.parent}"
     assert group.parent == groups.parent
-    assert (group / "cpu.cfs_period_us").read_text() == "100000"
-    assert (group / "cpu.cfs_quota_us").read_text() == "14471"
+    assert (group / "cpu.cfs_period_us").read_text() == "20000"
+    assert (group / "cpu.cfs_quota_us").read_text() == "2894"
     # ... and only it: the probe made at opening is gone; removing the group and closing leave nothing
     assert [p.name for p in groups.parent.iterdir()] == [group.name]
     groups.remove(group)
@@ -91,7 +92,7 @@ def test_cgroup_v2_enables_the_cpu_controller_and_writes_cpu_max(tmp_path: Path)
     # the group's cpu.max is "quota period"
     assert (mount / "cgroup.subtree_control").read_text() == "+cpu"
     assert (groups.parent / "cgroup.subtree_control").read_text() == "+cpu"
-    assert (group / "cpu.max").read_text() == f"{quota_us(512)} 100000"
+    assert (group / "cpu.max").read_text() == f"{quota_us(512)} 20000"
     assert where == f"cgroup v2 at {mount / 'punctual-4242'}"
 
 

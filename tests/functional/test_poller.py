@@ -10,6 +10,7 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.domain.model import Candidate, TaskStatus
+from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual.polling.poller import Poller, make_batches, send_again
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.store import DynamoTaskStore
@@ -117,11 +118,12 @@ def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_
     # When they are cut into batches of up to 250
     batches = make_batches(burst + spread, 250, max_at_once=2)
 
-    # Then the burst is shared among executors 2 at a time, and the spread tasks (never 2 within 100 ms) join the
+    # Then the burst is shared among executors 2 at a time, and the spread tasks (never 2 within a period) join the
     # last of them
     assert [[c.task_id for c in b] for b in batches] == [["b0", "b1"], ["b2", "b3"], ["b4", "s0", "s1", "s2"]]
     # and a window's count starts again once the earlier tasks are a period behind
-    near = [Candidate(f"n{i}", 1_000 + 60 * i, TaskStatus.PENDING, None, 0) for i in range(4)]
+    step = QUOTA_PERIOD_MS * 3 // 5  # two tasks a period apart are never in the same window; one apart always are
+    near = [Candidate(f"n{i}", 1_000 + step * i, TaskStatus.PENDING, None, 0) for i in range(4)]
     assert [len(b) for b in make_batches(near, 250, max_at_once=2)] == [4]
     assert [len(b) for b in make_batches(near, 250, max_at_once=1)] == [1, 1, 1, 1]
     # and without a limit (whole cores), only the batch size cuts
@@ -165,8 +167,9 @@ def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(
     small = settings.model_copy(update={"executor_memory_mb": 256, "fire_cpu_us": 60.0})
     large = settings.model_copy(update={"executor_memory_mb": 1769, "fire_cpu_us": 60.0})
     # Then a batch at 256 MB holds fewer tasks due together than a period's quota could fire at 60 us each
-    assert small.max_fires_at_once is not None and small.max_fires_at_once * 60.0 <= 0.145 * 100_000
-    assert large.max_fires_at_once is not None and large.max_fires_at_once > settings.max_batch_size
+    period_us = QUOTA_PERIOD_MS * 1000
+    assert small.max_fires_at_once is not None and small.max_fires_at_once * 60.0 <= 256 / 1769 * period_us
+    assert large.max_fires_at_once is not None and large.max_fires_at_once > small.max_fires_at_once * 6
     assert settings.model_copy(update={"executor_memory_mb": None}).max_fires_at_once is None
 
 

@@ -14,7 +14,7 @@ from punctual.config.settings import Settings
 
 
 def test_the_burst_floor_has_a_process_per_batch_the_poller_would_make() -> None:
-    # Given the scale stack's executors: 256 MB (168 fires a quota period), batches of 2,000, 48 at once
+    # Given the scale stack's executors: 256 MB (33 fires a quota period), batches of 2,000, 48 at once
     settings = Settings(executor_memory_mb=256, max_batch_size=2_000, executor_concurrency=48)
     # When 20,000 due at one instant are cut
     shares = scale.burst_cut(settings, 20_000)
@@ -25,9 +25,11 @@ def test_the_burst_floor_has_a_process_per_batch_the_poller_would_make() -> None
 
 
 def test_a_burst_one_quota_period_fires_is_one_floor_process() -> None:
-    # Given the same executors  When 100 are due at one instant  Then one batch, one floor process
+    # Given the same executors  When as many are due at one instant as a period's quota fires  Then one batch,
+    # one floor process
     settings = Settings(executor_memory_mb=256, max_batch_size=2_000, executor_concurrency=48)
-    assert scale.burst_cut(settings, 100) == [100]
+    assert settings.max_fires_at_once is not None
+    assert scale.burst_cut(settings, settings.max_fires_at_once) == [settings.max_fires_at_once]
 
 
 def test_the_rate_ladder_has_a_rung_at_the_targets_share_of_the_ceiling() -> None:

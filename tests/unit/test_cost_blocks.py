@@ -12,11 +12,13 @@ def test_numbers_may_move_by_three_percent_on_a_plain_line() -> None:
 
 
 def test_a_line_measured_on_the_machine_may_move_more() -> None:
-    # † (log bytes): 15 %; ‡ (the INIT's CPU time): 50 %
+    # † (log bytes): 15 %
     assert blocks_match("| logs † | $1.00 |", "| logs † | $1.12 |") == []
     assert blocks_match("| logs † | $1.00 |", "| logs † | $1.30 |") != []
-    assert blocks_match("INIT ‡ took 0.70 s", "INIT ‡ took 0.95 s") == []
-    assert blocks_match("INIT ‡ took 0.70 s", "INIT ‡ took 1.60 s") != []
+    # a CPU time measured where the block was made: any figure, the same words
+    assert blocks_match("INIT ‡ took 0.70 s", "INIT ‡ took 1.60 s") == []
+    assert blocks_match("INIT ‡ took 0.70 s", "INIT ‡ needed 0.70 s") != []
+    assert blocks_match("INIT ‡ took 0.70 s", "INIT ‡ took 1.60 s", rel_timing=0.5) != []
 
 
 def test_words_and_line_counts_must_match_exactly() -> None:

@@ -2,9 +2,12 @@
 
 Order of work, so that nothing but the action runs between wake-up and fire:
 
-1. **arm** every task of the batch (conditional write PENDING → ARMED, or a takeover from a dead executor),
+1. **arm** the tasks of the batch (conditional write PENDING → ARMED, or a takeover from a dead executor),
    under a heartbeat that shows this executor alive while it holds them (:mod:`punctual.executing.heartbeat`); a
-   duplicate delivery, a second poller or the fast path racing a poll lose here;
+   duplicate delivery, a second poller or the fast path racing a poll lose here. The soonest due are armed
+   first, in parts that double in size (:func:`arm_parts`), and each part is handed to the dispatcher as soon as
+   it is armed: a batch whose first tasks are due before the whole batch could be armed (a short lead, a
+   catch-up after a crash) fires them while the rest is armed;
 2. **fire** from one dispatcher thread into the worker pool, each task at its due instant, and only within
    this executor's lease; what a fire comes to (missed, succeeded, failed, retried, late) is decided by
    :mod:`punctual.domain.decisions`;
@@ -39,6 +42,30 @@ log = logging.getLogger(__name__)
 
 MAX_ACTION_TIMEOUT_MS = longest_action_timeout_ms()  # the longest any action kind may run
 CLOSE_WAIT_S = 10.0  # close() waits this long for fires already handed to a worker
+FIRST_ARM_PART = 16  # the soonest due tasks armed first; each later part twice the one before
+ARM_AHEAD_MS = 5_000  # tasks due later than this after arming starts are armed in one last part
+
+
+def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]:
+    """``requests`` in due order, cut into the parts an executor arms one after the other: the first
+    :data:`FIRST_ARM_PART` soonest due, then parts twice as large, and the rest in one part as soon as the next
+    task is due more than :data:`ARM_AHEAD_MS` after ``now_ms`` (a batch with a long lead is one part: one
+    round of writes).
+
+    >>> due = [ArmRequest(f"t{i}", 1_000 + i, 0) for i in range(100)]
+    >>> [len(p) for p in arm_parts(due, now_ms=0)]
+    [16, 32, 52]
+    >>> [len(p) for p in arm_parts(due, now_ms=-10_000)]
+    [100]
+    """
+    ordered = sorted(requests, key=lambda r: (r.due_ms, r.task_id))
+    parts: list[list[ArmRequest]] = []
+    size, start = FIRST_ARM_PART, 0
+    while start < len(ordered):
+        end = len(ordered) if ordered[start].due_ms > now_ms + ARM_AHEAD_MS else start + size
+        parts.append(ordered[start:end])
+        start, size = end, size * 2
+    return parts
 
 
 @dataclass(slots=True)
@@ -165,15 +192,16 @@ class Executor:
             self._idle.set()
 
     def _run_armed(self, event: BatchEvent, executor_id: str) -> BatchReport:
-        armed, lost = self._arm(event, executor_id)
         offset = self._offset.current()
         self._fenced = []
-        recording = self._recorder.start(executor_id, {entry.task.task_id: entry.task for entry in armed})
+        recording = self._recorder.start(executor_id)
         # A full garbage collection holds the interpreter for tens of ms: no automatic collection while this
         # batch fires (the recorder collects the young generations in quiet gaps).
         gc_enabled = gc.isenabled()
         gc.disable()
-        cancelled = self._fire(armed, partial(self._fire_one, recording, offset))
+        armed, lost, cancelled = self._arm_and_fire(
+            event, executor_id, recording, partial(self._fire_one, recording, offset)
+        )
         for _ in cancelled:
             recording.put(None)
         recording.wait()
@@ -207,31 +235,60 @@ class Executor:
             )
             return False
 
-    def _fire(self, armed: list[_Armed], fire: Callable[[_Armed], None]) -> list[_Armed]:
-        """Hand every armed task to the dispatcher at its instant and wait until all have fired; returns the
-        tasks a stop took back before they fired."""
+    def _arm_and_fire(
+        self, event: BatchEvent, executor_id: str, recording: Recording, fire: Callable[[_Armed], None]
+    ) -> tuple[list[_Armed], int, list[_Armed]]:
+        """Arm the batch part by part (:func:`arm_parts`), handing each part to the dispatcher (and to the
+        recording) as soon as it is armed, and wait until every task handed over has fired; returns the armed
+        tasks, how many were lost to another owner, and those a stop took back before they fired (a stop also
+        ends the arming: what was not armed yet stays as it was)."""
         dispatcher = self._dispatcher
         self._cancelled = []
-        wall, mono = self._clock.wall_ms(), self._clock.monotonic()
-        # A stop that came while the batch was arming takes every task back before any is handed over (a task
-        # already due would otherwise fire at once, between its add and the stop's cancel); one that comes
-        # later cancels what the dispatcher still holds.
         with self._stop_lock:
-            if self._stopping.is_set():
-                return list(armed)
             self._current = dispatcher
-            for entry in armed:
-                dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
-            if self._stopping.is_set():  # a signal handler's stop, on this thread, while the tasks were added
-                self._cancelled.extend(item[0] for item in dispatcher.cancel_pending())
-        # Warm-ups (connections opened shortly before a run of webhooks is due), now that the targets are known.
-        prepare_actions(
-            [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
-        )
+        armed: list[_Armed] = []
+        lost = [0]
+
+        def arm() -> None:
+            # Background work: at a lower CPU priority (this thread only), so that arming never takes a core from
+            # a fire of this batch's earlier parts or of another executor's.
+            lower_current_thread()
+            try:
+                now = int(self._clock.wall_ms())
+                for part in arm_parts(self._arm_requests(event, now), now):
+                    if self._stopping.is_set():
+                        break
+                    taken, missed = self._arm(part, event.batch_id, executor_id, now)
+                    armed.extend(taken)
+                    lost[0] += missed
+                    self._hand_over(taken, recording, fire)
+            finally:
+                recording.seal()
+
+        thread = threading.Thread(target=arm, name="arm")
+        thread.start()
+        thread.join()
         dispatcher.wait_idle()
         with self._stop_lock:
             self._current = None
-            return list(self._cancelled)
+            return armed, lost[0], list(self._cancelled)
+
+    def _hand_over(self, armed: list[_Armed], recording: Recording, fire: Callable[[_Armed], None]) -> None:
+        """Give armed tasks to the recording and the dispatcher (or, once a stop has come, to the tasks taken
+        back); then warm their actions up (connections opened shortly before a run of webhooks is due)."""
+        recording.add({entry.task.task_id: entry.task for entry in armed})
+        wall, mono = self._clock.wall_ms(), self._clock.monotonic()
+        with self._stop_lock:
+            if self._stopping.is_set():
+                self._cancelled.extend(armed)
+                return
+            for entry in armed:
+                self._dispatcher.add(mono + (entry.due_ms - wall) / 1000.0, (entry, fire))
+            if self._stopping.is_set():  # a signal handler's stop, on this thread, while the tasks were added
+                self._cancelled.extend(item[0] for item in self._dispatcher.cancel_pending())
+        prepare_actions(
+            [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
+        )
 
     def _fire_one(self, recording: Recording, offset: ClockOffset, entry: _Armed) -> None:
         """A worker thread at the task's instant: decide, start the action, and hand its record to the
@@ -316,48 +373,34 @@ class Executor:
             (detail or "executor error")[:1000],
         )
 
-    def _arm(self, event: BatchEvent, executor_id: str) -> tuple[list[_Armed], int]:
-        """ARM each task (or take it over from a dead executor); returns the armed ones and how many were lost
-        to another owner."""
-        now = int(self._clock.wall_ms())
+    def _arm_requests(self, event: BatchEvent, now: int) -> list[ArmRequest]:
+        """What arming each task of the batch asks for. The task's own lease is a backstop that outlives every
+        legitimate fire: due (or now, if late) + grace + the longest action timeout + a margin. A dead executor's
+        tasks are taken over long before, when its heartbeat lapses."""
         margin = self._settings.arm_margin_ms
-        # The task's own lease is a backstop that outlives every legitimate fire: due (or now, if late) + grace
-        # + the longest action timeout + a margin. A dead executor's tasks are taken over long before, when its
-        # heartbeat lapses.
-        requests = [
+        return [
             ArmRequest(
                 e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin), e.held
             )
             for e in event.tasks
         ]
-        outcome: list[list[Armed | None]] = []
 
-        def arm() -> None:
-            # Background work: at a lower CPU priority (this thread only; nothing of this batch is firing
-            # yet), so that arming a new batch never takes a core from another executor's dispatcher.
-            lower_current_thread()
+    def _arm(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now: int) -> tuple[list[_Armed], int]:
+        """ARM each task of one part (or take it over from a dead executor); returns the armed ones and how many
+        were lost to another owner."""
+        try:
+            results = self._store.arm_many(requests, batch_id, executor_id, now, self._invocation)
+        except Exception:  # some writes may have been applied before the error: read back
+            log.exception("arming batch %s failed; reading back what this executor armed", batch_id)
             try:
-                outcome.append(self._store.arm_many(requests, event.batch_id, executor_id, now, self._invocation))
-            except Exception:  # some chunks may have been armed before the error: read back
-                log.exception("arming batch %s failed; reading back what this executor armed", event.batch_id)
-                try:
-                    stored = self._store.get_many([r.task_id for r in requests])
-                except Exception:  # what was armed is taken over once this heartbeat ends
-                    log.exception("reading back batch %s failed", event.batch_id)
-                    return
-                outcome.append(
-                    [
-                        Armed(t)
-                        if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id
-                        else None
-                        for t in (stored.get(r.task_id) for r in requests)
-                    ]
-                )
-
-        thread = threading.Thread(target=arm, name="arm")
-        thread.start()
-        thread.join()
-        results = outcome[0] if outcome else [None] * len(requests)
+                stored = self._store.get_many([r.task_id for r in requests])
+            except Exception:  # what was armed is taken over once this heartbeat ends
+                log.exception("reading back batch %s failed", batch_id)
+                stored = {}
+            results = [
+                Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
+                for t in (stored.get(r.task_id) for r in requests)
+            ]
         armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
         for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
             if result is None:

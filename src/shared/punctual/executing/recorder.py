@@ -83,18 +83,30 @@ def _made(result: FireRecord | Callable[[], FireRecord]) -> FireRecord:
     return result if isinstance(result, FireRecord) else result()
 
 
+_SEALED = object()  # put by Recording.seal: no task is added after it
+
+
 @dataclass
 class Recording:
-    """One batch's recording: :meth:`put` one result per armed task (:data:`Result`), then :meth:`wait` for what
-    was written."""
+    """One batch's recording, which grows as the batch is armed: :meth:`add` the tasks of each armed part before
+    any of them fires, :meth:`put` one result per task added (:data:`Result`), :meth:`seal` once arming is over,
+    then :meth:`wait` for what was written."""
 
     executor_id: str
-    tasks: dict[str, Task]
-    results: queue.SimpleQueue[Result] = field(default_factory=queue.SimpleQueue)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    results: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     recorded: list[FireRecord] = field(default_factory=list)
     not_recorded: int = 0
     dead_lettered: int = 0
     done: threading.Event = field(default_factory=threading.Event)
+    expected: int = 0  # results to come: one per task added
+
+    def add(self, tasks: dict[str, Task]) -> None:
+        self.tasks.update(tasks)
+        self.expected += len(tasks)
+
+    def seal(self) -> None:
+        self.results.put(_SEALED)
 
     def put(self, record: Result) -> None:
         self.results.put(record)
@@ -138,9 +150,13 @@ class Recorder:
         """Called by each fire, as it starts: recording waits until fires have settled."""
         self.last_fire = self._clock.monotonic()
 
-    def start(self, executor_id: str, tasks: dict[str, Task]) -> Recording:
-        """Start recording a batch of ``tasks`` (by id) armed by ``executor_id``."""
-        recording = Recording(executor_id, tasks)
+    def start(self, executor_id: str, tasks: dict[str, Task] | None = None) -> Recording:
+        """Start recording a batch armed by ``executor_id``: ``tasks`` (by id), and those :meth:`Recording.add`
+        adds, until :meth:`Recording.seal` (given ``tasks``, the recording is sealed at once)."""
+        recording = Recording(executor_id)
+        if tasks is not None:
+            recording.add(tasks)
+            recording.seal()
         self._jobs.put(lambda: self._record(recording))
         return recording
 
@@ -162,14 +178,18 @@ class Recorder:
 
     def _record(self, recording: Recording) -> None:
         try:
-            remaining = len(recording.tasks)
-            while remaining:
+            taken, sealed = 0, False
+            while not sealed or taken < recording.expected:
                 first = recording.results.get()
+                if first is _SEALED:
+                    sealed = True
+                    continue
                 # Not even the records are made while fires are close: the thread that made them would take the
                 # interpreter from the fires of a burst.
                 self._wait_for_quiet(RECORD_CHUNK)
-                chunk, taken = self._next_chunk(first, recording.results, remaining)
-                remaining -= taken
+                chunk, more, sealed_now = self._next_chunk(first, recording.results)
+                taken += more
+                sealed = sealed or sealed_now
                 while chunk:
                     room = self._wait_for_quiet(len(chunk))
                     self._write(recording, chunk[:room])
@@ -178,20 +198,23 @@ class Recorder:
             recording.done.set()
 
     @staticmethod
-    def _next_chunk(first: Result, results: queue.SimpleQueue[Result], remaining: int) -> tuple[list[FireRecord], int]:
+    def _next_chunk(first: Result, results: queue.SimpleQueue[Any]) -> tuple[list[FireRecord], int, bool]:
         """Up to :data:`RECORD_CHUNK` records: ``first``, then the results already there (a deferred record is
-        made here)."""
-        taken = 1
+        made here); how many results that took, and whether the seal was among them."""
+        taken, sealed = 1, False
         chunk = [] if first is None else [_made(first)]
-        while taken < remaining and len(chunk) < RECORD_CHUNK:
+        while len(chunk) < RECORD_CHUNK:
             try:
                 more = results.get_nowait()
             except queue.Empty:
                 break
+            if more is _SEALED:
+                sealed = True
+                continue
             taken += 1
             if more is not None:
                 chunk.append(_made(more))
-        return chunk, taken
+        return chunk, taken, sealed
 
     def room_in(self, gap_s: float) -> float:
         """How many records can be written in a gap of ``gap_s`` before the next fire (``inf`` on whole cores once

@@ -1,8 +1,9 @@
 """The CPU a Lambda's memory size buys, for a local worker process: a cgroup with a CPU quota of its own.
 
 Lambda gives a function ``MemorySize / 1769`` of a vCPU (1,769 MB buys one). Locally each executor worker runs in
-a cgroup of its own whose CFS quota is that share of one core: ``100000 * MB / 1769`` µs of CPU every 100,000 µs
-(rounded down: never more than Lambda gives). The groups live under ``<this process's group>/punctual-<pid>/``:
+a cgroup of its own whose CFS quota is that share of one core: ``20000 * MB / 1769`` µs of CPU every 20,000 µs
+(rounded down: never more than Lambda gives), the period in which Lambda enforces it
+(:data:`punctual.config.cpu_share.QUOTA_PERIOD_MS`). The groups live under ``<this process's group>/punctual-<pid>/``:
 
 - **cgroup v1**: the ``cpu`` controller's hierarchy (``/sys/fs/cgroup/cpu`` on most systems):
   ``cpu.cfs_period_us`` and ``cpu.cfs_quota_us``. A process with real-time threads cannot join a v1 group whose
@@ -29,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual_tools.local.lambda_rules import MB_PER_VCPU
 
 log = logging.getLogger(__name__)
 
-PERIOD_US = 100_000
+PERIOD_US = QUOTA_PERIOD_MS * 1000
 MIN_QUOTA_US = 1_000  # the kernel's smallest CFS quota
 GROUP_PREFIX = "punctual-"
 _names = itertools.count(1)

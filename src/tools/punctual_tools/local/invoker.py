@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from punctual_tools.local.async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
-from punctual_tools.local.cpu_quota import CpuGroups, CpuQuotaStatus, quota_us
+from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, CpuQuotaStatus, quota_us
 from punctual_tools.local.lambda_rules import FunctionLimits, concurrency_cap
 from punctual_tools.local.worker import PRELOAD, WorkerSpec, run_worker
 
@@ -134,7 +134,7 @@ class LocalInvoker:
             return CpuQuotaStatus(False, where)
         return CpuQuotaStatus(
             True,
-            f"{quota_us(self.limits.memory_mb)} us of CPU every 100000 us ({self.limits.memory_mb} MB / 1769), {where}",
+            f"{quota_us(self.limits.memory_mb)} us of CPU every {PERIOD_US} us ({self.limits.memory_mb} MB / 1769), {where}",
         )
 
     @property
