@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.domain.model import Candidate, TaskStatus
-from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual.polling.poller import Poller, make_batches, send_again
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.store import DynamoTaskStore

@@ -134,7 +134,8 @@ class LocalInvoker:
             return CpuQuotaStatus(False, where)
         return CpuQuotaStatus(
             True,
-            f"{quota_us(self.limits.memory_mb)} us of CPU every {PERIOD_US} us ({self.limits.memory_mb} MB / 1769), {where}",
+            f"{quota_us(self.limits.memory_mb)} us of CPU every {PERIOD_US} us "
+            f"({self.limits.memory_mb} MB / 1769), {where}",
         )
 
     @property
