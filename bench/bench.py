@@ -101,6 +101,7 @@ from punctual_tools.drift import (
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import read_received, start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.local.store_latency import store_latency_of
 from punctual_tools.stats import summarize
 
 __all__ = ["ACTION", "loopback_env", "run_floor"]  # the floors' parts, for the other benchmarks
@@ -777,7 +778,13 @@ def main() -> int:
             for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
                 log(line)
             assert stack.invoker is not None
-            profile = {"profile": stack.settings.profile, "cpu_quota": stack.invoker.cpu_quota.as_dict()}
+            latency = store_latency_of(stack.settings)  # the store's distance every system phase ran at
+            profile = {
+                "profile": stack.settings.profile,
+                "cpu_quota": stack.invoker.cpu_quota.as_dict(),
+                "store_latency": latency.as_dict() if latency else None,
+                "store_latency_line": stack.describe_store_latency(),
+            }
             quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
                 ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))

@@ -43,13 +43,17 @@ def fmt_ms(value: float | None) -> str:
 
 
 def footing(report: dict[str, Any]) -> str:
-    """What the run's figures stand on, in words."""
+    """What the run's figures stand on, in words (with the store's latency model, if the run names one)."""
+    store = f"; store latency: {report['store_latency_line']}" if report.get("store_latency_line") else ""
     if report.get("profile") == "local":
-        return "local profile: whole cores and real-time firing where allowed (more than Lambda gives)"
+        return f"local profile: whole cores and real-time firing where allowed (more than Lambda gives){store}"
     mb = report.get("executor_memory_mb")
     applied = (report.get("cpu_quota") or {}).get("applied")
     quota = "" if applied else "; NO CPU quota could be set (more than Lambda gives)"
-    return f"Lambda profile: executors and floors at {mb} MB's CPU ({mb / 1769:.3f} of a core), normal priority{quota}"
+    return (
+        f"Lambda profile: executors and floors at {mb} MB's CPU ({mb / 1769:.3f} of a core), normal priority"
+        f"{quota}{store}"
+    )
 
 
 # -- the drift page ------------------------------------------------------------------------------------------

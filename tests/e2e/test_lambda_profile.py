@@ -328,6 +328,10 @@ def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(
         assert state["profile"] == "lambda"
         assert set(state["cpu_quota"]) == {"applied", "detail"}
         assert state["executor_limits"]["memory_mb"] == read_function_limits(EXECUTOR_FUNCTION).memory_mb
+        # ... and that the functions write as in AWS, with the store as far away as DynamoDB is from Lambda
+        assert state["write_batch"] == "single"
+        assert state["store_latency"]["name"] == "dynamodb-in-region"
+        assert any("store latency" in line and "dynamodb-in-region" in line for line in stack.describe_limits())
     finally:
         started.join(60)
         stack.stop()

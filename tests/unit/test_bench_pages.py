@@ -68,6 +68,16 @@ def test_a_drift_page_says_its_footing_and_judges_each_phase_against_its_floor(t
     assert "![drift CDF of every phase of the run](drift-lambda-cdf.png)" in text
 
 
+def test_a_drift_page_names_the_store_latency_model_its_run_named(tmp_path: Path) -> None:
+    # Given a Lambda-profile run that names the model its store calls were delayed by
+    report = {**drift_report("lambda", 0.12, 45.0), "store_latency_line": "dynamodb-in-region (median ...; seed 0)"}
+    # When its page is written  Then its footing names the model
+    text = pages.write_drift_page(report, tmp_path).read_text()
+    assert "normal priority; store latency: dynamodb-in-region (median ...; seed 0)" in text
+    # And a run that names none says nothing of it
+    assert "store latency" not in pages.footing(drift_report("lambda", 0.12, 45.0))
+
+
 def test_the_readme_block_sets_the_lambda_profile_beside_the_local_one(tmp_path: Path) -> None:
     # Given both profiles' published figures and a README with the block's markers
     for profile, steady in (("lambda", 0.3), ("local", 0.05)):

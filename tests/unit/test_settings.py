@@ -37,6 +37,8 @@ LOCAL_ONLY = {
     "dynamodb_java_opts",
     "local_timeout_s",
     "receiver_port",
+    "store_latency",
+    "store_latency_seed",
 }
 # A valid value, other than the default, for every field of both models (as a variable would give it).
 SAMPLES = {
@@ -80,6 +82,8 @@ SAMPLES = {
     "local_timeout_s": "60",
     "receiver_port": "9123",
     "realtime_firing": "false",
+    "store_latency": "none",
+    "store_latency_seed": "7",
     "profile": "local",
     "lambda_time_scale": "0.01",
     "allowed_targets": "127.0.0.1, 10.0.0.0/8, hooks.internal",

@@ -701,7 +701,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("lambda", "local"),
         default=None,
         help="lambda (default, or PUNCTUAL_PROFILE): each executor as Lambda runs it, by template.yaml "
-        "(its memory's CPU share, timeout, frozen while idle, retries, event age, concurrency); "
+        "(its memory's CPU share, timeout, frozen while idle, retries, event age, concurrency), single writes "
+        "and DynamoDB as far away as from Lambda (PUNCTUAL_STORE_LATENCY); "
         "local: whole cores and real-time firing, for a stack on a server of its own",
     )
     up.add_argument(

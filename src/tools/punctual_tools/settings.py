@@ -2,13 +2,17 @@
 
 The Lambdas load :class:`~punctual.config.settings.Settings`; the local stack and its executor workers load
 :class:`LocalSettings`, which adds the profile (Lambda's limits or the whole machine), CPU confinement, the fire
-log, DynamoDB Local's JVM options and the executor's timeout. Each is read from
+log, DynamoDB Local's JVM options, the executor's timeout and the store's latency model. Each is read from
 ``PUNCTUAL_<FIELD NAME IN UPPER CASE>`` by the same ``from_env``.
+
+The profile sets two defaults a variable may override: ``write_batch`` (``single`` under lambda, as the
+functions write in AWS; ``transaction`` under local, kinder to the CPU of DynamoDB Local) and ``store_latency``
+(``dynamodb-in-region`` under lambda; ``none`` under local).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -69,6 +73,30 @@ class LocalSettings(Settings):
         description="the executor's timeout (s) instead of its Timeout in template.yaml: what "
         "its context reports as remaining time and, under the lambda profile, when it is killed",
     )
+
+    store_latency: Literal["dynamodb-in-region", "none"] = Field(
+        "dynamodb-in-region",
+        description="the latency of every DynamoDB call the functions make (executors, poller, fast path, API): "
+        '"dynamodb-in-region", a round trip to DynamoDB from Lambda in its region and the CPU of TLS (see '
+        "punctual_tools.local.store_latency); \"none\", DynamoDB Local's own. Unset: the profile's (the model "
+        "under lambda, none under local)",
+    )
+    store_latency_seed: int = Field(
+        0, ge=0, description="the latency model's seed: each process draws from (this seed, its pid)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        """``write_batch`` and ``store_latency`` not given: the profile's (see the module's docstring)."""
+        if not isinstance(data, dict):
+            return data
+        as_lambda = data.get("profile", "lambda") == "lambda"
+        defaults = {
+            "write_batch": "single" if as_lambda else "transaction",
+            "store_latency": "dynamodb-in-region" if as_lambda else "none",
+        }
+        return {**data, **{name: value for name, value in defaults.items() if data.get(name) is None}}
 
     @property
     def firing_realtime(self) -> bool:

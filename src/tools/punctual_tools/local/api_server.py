@@ -48,6 +48,7 @@ from punctual.api.app import PROBLEM, problem_json
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
 from punctual_tools.iam import check_client, check_enabled, install_iam_check
+from punctual_tools.local.store_latency import with_store_latency
 
 log = logging.getLogger("punctual_tools.local.api")
 API_FUNCTION = "ApiFunction"  # the template's function the local API stands for (its role, with the IAM check)
@@ -222,8 +223,9 @@ def _report_start_failure(future: concurrent.futures.Future[None]) -> None:
 @dataclass(frozen=True)
 class ApiResolverFactory:
     """Builds the API's resolver over the table of ``settings`` (:func:`punctual.runtime.wiring.build_api`, with its
-    own DynamoDB client). A worker process calls it: unlike a lambda it pickles. With ``PUNCTUAL_IAM_CHECK=1``
-    the client obeys the API function's role (in a worker process, the check installed there already watches it)."""
+    own DynamoDB client, as far from the store as ``settings.store_latency`` says). A worker process calls it:
+    unlike a lambda it pickles. With ``PUNCTUAL_IAM_CHECK=1`` the client obeys the API function's role (in a
+    worker process, the check installed there already watches it)."""
 
     settings: Settings
 
@@ -231,7 +233,7 @@ class ApiResolverFactory:
         from punctual.config.clients import make_dynamodb_client
         from punctual.runtime.wiring import build_api
 
-        client = make_dynamodb_client(self.settings)
+        client = with_store_latency(make_dynamodb_client(self.settings), self.settings)
         if not _in_worker:
             check_client(client, API_FUNCTION, self.settings)
         return build_api(self.settings, client)

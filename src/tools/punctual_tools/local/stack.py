@@ -8,8 +8,9 @@ part is up, so that a client that finds it finds the API listening; it also says
 executors run and whether their CPU quota took effect.
 
 The executors run under ``LocalSettings.profile``: ``lambda`` (the default) applies the executor function's
-configuration in ``template.yaml`` as Lambda does (see :mod:`punctual_tools.local.invoker`); ``local`` gives
-them whole cores and real-time firing.
+configuration in ``template.yaml`` as Lambda does (see :mod:`punctual_tools.local.invoker`), the functions write
+as in AWS (``write_batch`` "single") and their DynamoDB calls take as long as from Lambda
+(:mod:`punctual_tools.local.store_latency`); ``local`` gives them whole cores and real-time firing.
 
 The home is private: the stack makes it 0700 and what it keeps there 0600 (folders 0700), those of an earlier
 run included (:func:`make_private`), and writes with a umask of 0o077 while it runs, which DynamoDB Local and the
@@ -58,6 +59,7 @@ from punctual_tools.local.lambda_rules import (
     concurrency_cap,
     read_function_limits,
 )
+from punctual_tools.local.store_latency import store_latency_of, with_store_latency
 from punctual_tools.local.stream import StreamReader
 from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
@@ -96,9 +98,9 @@ class StackConfig:
     prewarm: int = 16  # warm executor processes, ready before the first batch (a cold start costs CPU)
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
-    # Arms and records as transactions of up to 100: on DynamoDB Local and 2 cores a tenth of the CPU
-    # per item of single writes (see punctual.stores.dynamodb.writes); AWS's default is "single", half the write units.
-    write_batch: str = "transaction"
+    # How arms and records are written (Settings.write_batch); None: PUNCTUAL_WRITE_BATCH, else the profile's:
+    # "single" under lambda, as in AWS; "transaction" under local (on DynamoDB Local a tenth of the CPU per item)
+    write_batch: str | None = None
     api: bool = True  # serve the REST API on loopback (punctual_tools.local.api_server)
     api_port: int = 0  # 0: any free port (the state file says which)
     api_tokens: dict[str, str] = field(default_factory=dict)  # more bearer tokens, each for its tenant
@@ -124,9 +126,11 @@ def local_tenant_map(tenants: tuple[str, ...], receiver_port: int) -> str:
 
 def function_store(settings: Settings, function: str) -> Any:
     """The store ``function`` (a logical id of the template) works through in the stack's process: a client of its
-    own, which obeys the function's role when ``PUNCTUAL_IAM_CHECK=1`` (the stack's own calls, such as creating
-    the table, are no function's and are not judged)."""
-    return build_store(settings, check_client(make_dynamodb_client(settings), function, settings))
+    own, which obeys the function's role when ``PUNCTUAL_IAM_CHECK=1`` and is as far from the store as the settings'
+    ``store_latency`` says (the stack's own calls, such as creating the table, are no function's: neither judged
+    nor delayed)."""
+    client = check_client(make_dynamodb_client(settings), function, settings)
+    return build_store(settings, with_store_latency(client, settings))
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -462,6 +466,7 @@ class LocalStack:
             self.limits.describe(self.config.max_concurrency),
             f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
             f"{self.config.prewarm} warm at start",
+            f"store latency (the functions' DynamoDB calls): {self.describe_store_latency()}",
         ]
         if self.settings.lambda_time_scale != 1:
             lines.append(f"  Lambda's async delays and event age x {self.settings.lambda_time_scale:g}")
@@ -470,6 +475,12 @@ class LocalStack:
                 with contextlib.suppress(ValueError):
                     lines.append(f"{read_function_limits(function).describe()} (not applied: runs in the stack)")
         return lines
+
+    def describe_store_latency(self) -> str:
+        """The model the functions' DynamoDB calls are delayed by, in one line ("none": DynamoDB Local's own)."""
+        assert self.settings is not None
+        latency = store_latency_of(self.settings)
+        return "none (DynamoDB Local's own, less than Lambda sees)" if latency is None else latency.describe()
 
     def _write_tokens(self) -> dict[str, str]:
         """A new token for each served tenant, written to its file (0600); a token file of a tenant not served
@@ -530,6 +541,8 @@ class LocalStack:
             "cpu_quota": self.invoker.cpu_quota.as_dict() if self.invoker else None,
             "executor_limits": asdict(self.limits) if self.limits else None,
             "lambda_time_scale": self.settings.lambda_time_scale,
+            "write_batch": self.settings.write_batch,
+            "store_latency": latency.as_dict() if (latency := store_latency_of(self.settings)) else None,
         }
         tmp = self.config.home / "stack.json.tmp"
         write_private(tmp, json.dumps(state, indent=2))

@@ -15,8 +15,8 @@ The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the en
 and sets up what is local-only before it loads the handler: the IAM check when ``PUNCTUAL_IAM_CHECK=1`` (every
 boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`; installed before
 the worker joins its cgroup, since the check's evaluator is no part of Lambda's cold start), CPU confinement for
-the background threads the handler lowers, and the fire log the log action appends to. The handler itself reads
-only ``Settings``.
+the background threads the handler lowers, the fire log the log action appends to, and the store's latency
+(:mod:`punctual_tools.local.store_latency`). The handler itself reads only ``Settings``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from punctual.targets import FireLog
 from punctual_tools.iam import check_enabled, install_iam_check
 from punctual_tools.local.cpu_quota import join
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION
+from punctual_tools.local.store_latency import install_store_latency
 from punctual_tools.settings import LocalSettings
 
 # What the forkserver imports once, before forking workers.
@@ -120,6 +121,7 @@ def run_worker(
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
     set_realtime_firing(settings.firing_realtime)  # ... and before its dispatcher starts its firing threads
     FireLog.configure(settings.fire_log_path)
+    install_store_latency(settings)  # every DynamoDB client the handler builds is as far away as from Lambda
     module = load_handler_module(handler_path)
     stopping = threading.Event()
 
