@@ -77,6 +77,16 @@ from floors import (
     run_floor,
     steady_offsets,
 )
+from leads import (
+    LEAD_TARGETS,
+    add_arguments,
+    lead_bounds,
+    lead_report,
+    measure_floors,
+    print_leads,
+    run_without_stack,
+    short_lead,
+)
 from pages import git_commit, publish_drift
 from phase_parts import (
     active_tasks,
@@ -150,6 +160,9 @@ LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
     # ... and the same burst's arrivals at the receiver, against the same burst fired by the floor's heap
     # threads (one process per batch, as the stack's executors) with the same engine to the same receiver.
     "webhook/burst arrival": ("floor/webhook-burst", 1.5, 300.0),
+    # A short lead, a cold executor, a restart after a crash (bench/leads.py): p99 within 1.5x the webhook floor
+    # at the same rate and within 50 ms.
+    **LEAD_TARGETS,
 }
 # Under the lambda profile the floors stand on the executors' footing (the same CPU quota and priority), so the
 # scheduler may add at most half its floor to the steady, burst and webhook phases, and steady stays within 2 ms.
@@ -571,7 +584,12 @@ def main() -> int:
         action="store_false",
         help="skip the phase in which a client schedules tasks during the steady run",
     )
+    parser.add_argument("--no-leads", dest="leads", action="store_false", help="skip the short-lead phase")
+    parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold-executor phase")
+    parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the restart phase")
+    add_arguments(parser)
     args = parser.parse_args()
+    lead_phases = args.leads or args.cold or args.restart
 
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -587,6 +605,7 @@ def main() -> int:
     floor_log = work / "floor.jsonl"
     floors: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
+    lead_results: dict[str, dict[str, Any]] = {}  # the phases that start stacks of their own
     waits: dict[str, dict[str, Any]] = {}
     receiver = None
     try:
@@ -596,9 +615,10 @@ def main() -> int:
         log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
         floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), floor_log)
         received = work / "received.jsonl"
-        if args.webhooks:
+        if args.webhooks or lead_phases:
             receiver, port = start_receiver(received)
             hook_url = f"http://127.0.0.1:{port}/hook"
+        if args.webhooks:
             time.sleep(args.settle)
             log(
                 f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
@@ -611,6 +631,10 @@ def main() -> int:
                 f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database"
             )
             floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch, received)
+        if lead_phases:
+            time.sleep(args.settle)
+            have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
+            floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
 
         # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
         config = StackConfig(
@@ -670,6 +694,15 @@ def main() -> int:
                         ),
                     )
                 )
+            if args.leads:
+                plan.append(
+                    (
+                        "short lead",
+                        lambda: short_lead(
+                            stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
+                        ),
+                    )
+                )
             log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
             for name, run in plan:
                 log(f"{name}: waiting until the stack is idle")
@@ -677,6 +710,8 @@ def main() -> int:
                 log(f"{name}: starting")
                 results[name] = executor_cpu(stack, run)
             invoker_stats = dict(stack.invoker.stats)
+        if args.cold or args.restart:
+            lead_results = run_without_stack(work, hook_url, received, args, args.cold, args.restart)
     finally:
         if receiver is not None:
             receiver.terminate()
@@ -685,7 +720,7 @@ def main() -> int:
 
     p99 = {
         **{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
-        **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
+        **{name: summarize(r["drift"])["p99"] for name, r in [*results.items(), *lead_results.items()]},
         **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r},
     }
     judged = verdicts(p99, args.profile)
@@ -707,6 +742,8 @@ def main() -> int:
         if "write_rate_per_s" in r and name != "system/steady"
     }
     for name, r in results.items():
+        if name in LEAD_TARGETS:  # printed with the other lead phases below
+            continue
         if "scheduled" not in r:  # a floor measured with the stack up
             print(
                 row(
@@ -731,6 +768,11 @@ def main() -> int:
         )
         if "arrival" in r:
             print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
+    leads = {**{name: r for name, r in results.items() if name in LEAD_TARGETS}, **lead_results}
+    bounds = lead_bounds(leads)
+    if leads:
+        print("\nshort leads, a cold executor, a restart after a crash (drift at the receiver):")
+        print_leads(leads, bounds)
     print(
         "\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
         "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)"
@@ -764,7 +806,7 @@ def main() -> int:
 
     pictures: list[str] = []
     if args.pictures:
-        pictures = draw_pictures(work / "pictures", phase_series(floors, results))
+        pictures = draw_pictures(work / "pictures", phase_series(floors, {**results, **lead_results}))
         print("drift pictures:")
         for path in pictures:
             print(f"  {path}")
@@ -802,6 +844,7 @@ def main() -> int:
         "targets_met": all_met,
         "complete": complete,
         "invoker": invoker_stats,
+        **({"leads": lead_report(leads, bounds), "leads_met": all(b.met for b in bounds)} if leads else {}),
         "pictures": pictures,
     }
     if args.publish:

@@ -4,10 +4,11 @@ firing webhooks, the waits between phases and the table's row."""
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Action
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.schema import DUE_INDEX
+from punctual_tools.checker import Fire, Verdict
 from punctual_tools.local.receiver import read_received
 from punctual_tools.local.stack import LocalStack
 from punctual_tools.stats import summarize
@@ -209,3 +211,45 @@ def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[s
     if "floor_cpu" not in result:
         result["cpu"] = cpu_summary(delta(before, after).values())
     return result
+
+
+# -- the checker, the receiver, the table ------------------------------------------------------------------
+def lead_seconds(count: int, low_s: float, high_s: float, seed: int = 1) -> list[float]:
+    """``count`` leads drawn uniformly from ``[low_s, high_s]`` (seeded: each run writes the same plan)."""
+    draw = random.Random(seed)
+    return [round(draw.uniform(low_s, high_s), 3) for _ in range(count)]
+
+
+def checker_figures(verdict: Verdict) -> dict[str, int]:
+    """The checker's counts a phase reports."""
+    return {
+        "lost": len(verdict.lost),
+        "extra": len(verdict.extra),
+        "unexplained_extra": len(verdict.unexplained),
+        "missed": len(verdict.explicitly_missed),
+        "crash_windows": len(verdict.windows),
+        "due_in_windows": len(verdict.due_in_window),
+        "missed_in_windows": len(verdict.missed_in_window),
+        "missed_outside_windows": len(verdict.missed_outside_window),
+    }
+
+
+def received_fires(received: Path, prefix: str) -> list[Fire]:
+    """The receiver's requests for ``prefix`` as the checker's fires (by idempotency key)."""
+    return [
+        Fire(str(r.get("key") or "<none>"), float(r["received_ms"]))
+        for r in read_received(received)
+        if str(r.get("task_id") or "").startswith(prefix)
+    ]
+
+
+def stored(client: Client, task_ids: Sequence[str]) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [t for t in pool.map(client.get, task_ids) if t is not None]
+
+
+def store_latency(source: Any) -> Any:
+    """The store latency model the stack says it applies (settings or state file), if it says one."""
+    if isinstance(source, Mapping):
+        return source.get("store_latency")
+    return getattr(source, "store_latency", None)

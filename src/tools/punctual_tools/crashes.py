@@ -1,7 +1,9 @@
-"""What a crash leaves in the table, read back: an executor's heartbeat (its last sign of life, when its death
-was known, whether it was taken over), the marks a takeover leaves on a task, and so each dead executor's crash
-window (:func:`crash_windows`), which :func:`punctual_tools.checker.check` takes to tell a MISSED task due in a
-window from one that should have fired. The fault tests and the benchmark's restart phase use them."""
+"""What a crash leaves in the table, read back: heartbeats, takeover marks and each dead executor's crash window.
+
+An executor's heartbeat says its last sign of life, when its death was known and whether it was taken over; a
+takeover marks each task it took. :func:`crash_windows` makes the windows :func:`punctual_tools.checker.check`
+takes to tell a MISSED task due in one from one that should have fired. The fault tests and the benchmark's
+restart phase use them."""
 
 from __future__ import annotations
 
