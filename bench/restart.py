@@ -171,12 +171,18 @@ def restart_phase(
         state = up.start()
         client = client_of(state)
         prefix = f"restart-{uuid.uuid4().hex[:6]}-"
-        kill_ms = int(time.time() * 1000) + 30_000
+        count = int(rate * seconds) + burst
+        kill_ms = int(time.time() * 1000) + 30_000 + 40 * count  # room to write them all on a busy machine
         first = kill_ms - int(seconds * 250)
         due = {f"{prefix}s{i:05d}": first + int(i * 1000 / rate) for i in range(int(rate * seconds))}
         due |= {f"{prefix}b{i:05d}": kill_ms + KILL_TO_BURST_MS for i in range(burst)}
         action = HttpAction(url=url)
         results = client.schedule_many({"due_at": from_ms(d), "action": action, "task_id": t} for t, d in due.items())
+        write_errors = sum(not r.ok for r in results)
+        due = {t: d for (t, d), r in zip(due.items(), results, strict=True) if r.ok}
+        overrun_s = max(0.0, time.time() - (kill_ms - 15_000) / 1000)  # the spread's first due was 15 s earlier
+        if overrun_s:
+            log(f"restart: the writes ran {overrun_s:.1f} s past the plan: the kill comes late, the figures suffer")
         log(
             f"restart: {sum(r.ok for r in results)} webhooks scheduled; the kill in "
             f"{(kill_ms - time.time() * 1000) / 1000:.0f} s"
@@ -226,6 +232,8 @@ def restart_phase(
         "up_s": round((up_ms - restart_ms) / 1000, 2),
         "up_after_kill_s": round((up_ms - killed_ms) / 1000, 2),
         "burst": burst,
+        "write_errors": write_errors,
+        "plan_overrun_s": round(overrun_s, 1),
         "burst_armed_sampled": f"{armed} of {len(burst_ids)}",
         **figures,
         "checker": checker_figures(verdict),
