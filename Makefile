@@ -86,7 +86,8 @@ demo: setup
 
 ## bench: drift of the local stack against the floor of the same run, both under the Lambda profile at the template's
 ## executor memory (ratio and absolute verdicts, pictures), published to docs/benchmarks/drift-<profile>.md and the
-## README's figures; BENCH_ARGS adds options (--profile local: whole cores)
+## README's figures, then a short lead, a cold executor and a restart after a SIGKILL (bench/leads.py; --no-leads,
+## --no-cold, --no-restart skip each); BENCH_ARGS adds options (--profile local: whole cores)
 BENCH_ARGS ?=
 bench: setup
 	$(BIN)/python bench/bench.py --json --publish $(BENCH_ARGS)

@@ -65,11 +65,10 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cpu_use import CpuUse, cpu_summary, delta, sample_all
+from cpu_use import CpuUse
 from floors import (
     ACTION,
     FloorJob,
-    FloorRun,
     FloorRunner,
     burst_batch,
     burst_shares,
@@ -78,14 +77,39 @@ from floors import (
     run_floor,
     steady_offsets,
 )
+from leads import (
+    LEAD_TARGETS,
+    add_arguments,
+    lead_bounds,
+    lead_report,
+    measure_floors,
+    print_leads,
+    run_without_stack,
+    short_lead,
+)
 from pages import git_commit, publish_drift
+from phase_parts import (
+    active_tasks,
+    after_a_poll,
+    arrivals,
+    drift_of,
+    executor_cpu,
+    floor_result,
+    floor_webhook,
+    log,
+    policy_of,
+    row,
+    wait_for_arrivals,
+    wait_quiet,
+    wait_until_idle,
+    write_paced,
+)
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick, shard_of
 from punctual.domain.schedules import occurrence_id
 from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.schema import DUE_INDEX
 from punctual.targets import HttpAction
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
@@ -99,12 +123,24 @@ from punctual_tools.drift import (
     series_of,
 )
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
-from punctual_tools.local.receiver import read_received, start_receiver
+from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.store_latency import store_latency_of
 from punctual_tools.stats import summarize
 
-__all__ = ["ACTION", "loopback_env", "run_floor"]  # the floors' parts, for the other benchmarks
+# the floors' parts and the phases' shared ones, for the other benchmarks
+__all__ = [
+    "ACTION",
+    "active_tasks",
+    "arrivals",
+    "executor_cpu",
+    "floor_webhook",
+    "log",
+    "loopback_env",
+    "run_floor",
+    "wait_quiet",
+    "wait_until_idle",
+]
 
 # Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). Under the local
 # profile a ratio is the absolute target over the floor of the quiet 2-core reference machine (floor/steady p99
@@ -125,6 +161,9 @@ LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
     # ... and the same burst's arrivals at the receiver, against the same burst fired by the floor's heap
     # threads (one process per batch, as the stack's executors) with the same engine to the same receiver.
     "webhook/burst arrival": ("floor/webhook-burst", 1.5, 300.0),
+    # A short lead, a cold executor, a restart after a crash (bench/leads.py): p99 within 1.5x the webhook floor
+    # at the same rate and within 50 ms.
+    **LEAD_TARGETS,
 }
 # Under the lambda profile the floors stand on the executors' footing (the same CPU quota and priority), so the
 # scheduler may add at most half its floor to the steady, burst and webhook phases, and steady stays within 2 ms.
@@ -137,21 +176,7 @@ LAMBDA_TARGETS: dict[str, tuple[str, float, float]] = {
 TARGETS = {"lambda": LAMBDA_TARGETS, "local": LOCAL_TARGETS}
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 # -- the floors, on the executors' footing ---------------------------------------------------------------
-def floor_result(fires: list[dict[str, Any]], cpu: CpuUse, processes: int, policy: str = "normal") -> dict[str, Any]:
-    """A floor's figures: its fires (what the table and the pictures show), their drifts, the CPU it used, and
-    the scheduling policy its firing threads got."""
-    return {"fires": fires, "drift": drift_of(fires)[0], "floor_cpu": cpu, "processes": processes, "policy": policy}
-
-
-def policy_of(runs: list[FloorRun]) -> str:
-    """The firing threads' policy of floor processes (``mixed`` if they differ)."""
-    policies = {run.policy for run in runs}
-    return policies.pop() if len(policies) == 1 else "mixed"
 
 
 def measure_floor_steady(runner: FloorRunner, rate: float, seconds: float, fire_log: Path) -> dict[str, Any]:
@@ -175,52 +200,6 @@ def wait_for_fires(fire_log: Path, prefix: str, task_ids: list[str], until_ms: f
     tail.wait(task_ids, until_ms)
     time.sleep(1.0)  # a late duplicate shows too
     return list(tail.read())
-
-
-def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
-    """Drift of the first fire of each task, the number of distinct tasks fired and of duplicate fires."""
-    first: dict[str, dict[str, Any]] = {}
-    for fire in fires:
-        first.setdefault(fire["task_id"], fire)
-    return [f["fired_ms"] - f["due_ms"] for f in first.values()], len(first), len(fires) - len(first)
-
-
-def write_paced(
-    client: Client, task_ids: list[str], rate: float, lead_s: float, start: float | None = None
-) -> dict[str, Any]:
-    """A client scheduling ``task_ids`` at ``rate`` a second from ``start`` (epoch s; default in 0.5 s), each due
-    ``lead_s`` after its write starts (even when the writer runs behind: a late write with a nominal due would
-    measure the writer's lag, not the scheduler; the lag is reported). Paced writes block on DynamoDB Local's
-    latency: 32 threads keep the rate."""
-    errors: list[str] = []
-    lags: list[float] = []
-    dues: list[int] = []
-    start = start if start is not None else time.time() + 0.5
-
-    def write(i: int) -> None:
-        at = start + i / rate
-        delay = at - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        written = max(at, time.time())
-        lags.append(written - at)
-        due_ms = int((written + lead_s) * 1000)
-        dues.append(due_ms)
-        try:
-            client.schedule(from_ms(due_ms), ACTION, None, task_id=task_ids[i])
-        except Exception as exc:  # noqa: BLE001 - counted and reported
-            errors.append(repr(exc))
-
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        list(pool.map(write, range(len(task_ids))))
-    write_rate = len(task_ids) / max(time.time() - start, 1e-3)
-    log(f"written ({len(errors)} errors, {write_rate:.0f} writes/s, lag up to {max(lags, default=0):.1f} s)")
-    return {
-        "errors": errors,
-        "dues": dues,
-        "write_rate_per_s": round(write_rate, 1),
-        "max_write_lag_s": round(max(lags, default=0), 2),
-    }
 
 
 def _write_in_a_process(
@@ -338,31 +317,6 @@ def one_shard_ids(prefix: str, count: int, shard_count: int, shard: int = 0) -> 
     return found
 
 
-def after_a_poll(stack: LocalStack) -> None:
-    """Wait until the stack's next poll has ended: what is written now is found whole by the poll after it (a
-    poll that ran while a burst was being written would find part of it, and cut it into more batches)."""
-    assert stack.settings is not None
-    polls = len(stack.polls)
-    deadline = time.monotonic() + 3 * stack.settings.poll_interval_ms / 1000
-    while len(stack.polls) == polls and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def wait_quiet(stack: LocalStack, quiet_s: float = 1.0, timeout_s: float = 120.0) -> float:
-    """Until the executors' worker processes use no CPU for ``quiet_s`` (the warm ones have ended their cold
-    start): a phase's CPU is then its own. Returns the seconds waited."""
-    assert stack.invoker is not None
-    started = time.monotonic()
-    before = sample_all(stack.invoker.worker_pids())
-    while time.monotonic() - started < timeout_s:
-        time.sleep(quiet_s)
-        after = sample_all(stack.invoker.worker_pids())
-        if after.keys() == before.keys() and all(u.cpu_s == before[pid].cpu_s for pid, u in after.items()):
-            break
-        before = after
-    return time.monotonic() - started
-
-
 def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = None) -> dict[str, Any]:
     """``count`` tasks (``task_ids`` if given) scheduled ahead, all due at one instant, written between two polls
     so that one poll finds them all and cuts them into batches as a burst is cut (``batches``: how many)."""
@@ -415,37 +369,6 @@ def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[st
 
 
 # -- webhooks ---------------------------------------------------------------------------------------------
-def arrivals(received: Path, prefix: str) -> list[dict[str, Any]]:
-    """What the receiver got for ``prefix``, as fire-log-like entries: ``fired_ms`` is the arrival."""
-    return [
-        {"task_id": r["task_id"], "due_ms": r["due_ms"], "fired_ms": r["received_ms"]}
-        for r in read_received(received)
-        if str(r.get("task_id") or "").startswith(prefix)
-    ]
-
-
-def wait_for_arrivals(
-    received: Path, prefix: str, count: int, until_ms: float, last_due_ms: float | None = None
-) -> list[dict[str, Any]]:
-    """The arrivals of ``prefix``, once ``count`` are in (or at ``until_ms``). Nothing is read before the
-    phase's last due instant has passed: reading the receiver's whole file every half second takes tens of ms
-    of CPU on a 2-core machine that the receiver and the stack would otherwise have (the floors are not read
-    until they have ended either)."""
-    if last_due_ms is not None:
-        time.sleep(max(0.0, (last_due_ms - time.time() * 1000) / 1000 + 1.0))
-    while time.time() * 1000 < until_ms and len({a["task_id"] for a in arrivals(received, prefix)}) < count:
-        time.sleep(0.5)
-    time.sleep(1.0)  # a late duplicate shows too
-    return arrivals(received, prefix)
-
-
-def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
-    """floor/webhook: a floor process firing the same webhook with the same engine (no database, no stack) at
-    ``rate``; drift = arrival at the receiver - due."""
-    prefix = f"floor-webhook-{uuid.uuid4().hex[:6]}-"  # the receiver's file may hold an earlier floor's
-    runs = runner.run([FloorJob(prefix, steady_offsets(rate, seconds), str(received.with_suffix(".floor-log")), url)])
-    fires = wait_for_arrivals(received, prefix, len(runs[0].fires), time.time() * 1000 + 10_000)
-    return floor_result(fires, merged(runs)[1], processes=1, policy=policy_of(runs))
 
 
 def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, received: Path) -> dict[str, Any]:
@@ -527,55 +450,9 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
 
 
 # -- between phases --------------------------------------------------------------------------------------
-def active_tasks(stack: LocalStack) -> int:
-    """Tasks still in the (sparse) due index: PENDING or ARMED, i.e. not yet recorded."""
-    assert stack.settings is not None
-    client = make_dynamodb_client(stack.settings)
-    count, start = 0, None
-    while True:
-        page = client.scan(
-            TableName=stack.settings.table_name,
-            IndexName=DUE_INDEX,
-            Select="COUNT",
-            **({"ExclusiveStartKey": start} if start else {}),
-        )
-        count += page["Count"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return count
-
-
-def wait_until_idle(stack: LocalStack, settle_s: float, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Until no executor invocation is in flight and no task is active, then ``settle_s`` of rest: the previous
-    phase's backlog (executors still recording, retries, the stream) cannot spill into the next phase."""
-    assert stack.invoker is not None
-    started = time.monotonic()
-    deadline = started + timeout_s
-    active = in_flight = -1
-    while time.monotonic() < deadline:
-        in_flight = stack.invoker.in_flight()
-        active = active_tasks(stack) if in_flight == 0 else -1
-        if in_flight == 0 and active == 0:
-            break
-        time.sleep(0.5)
-    idle_s = time.monotonic() - started
-    idle = in_flight == 0 and active == 0
-    time.sleep(settle_s)
-    log(
-        f"idle wait: {idle_s:.1f} s until {'idle' if idle else f'the timeout (in flight {in_flight}, active {active})'}"
-        f", then {settle_s:g} s of settle time"
-    )
-    return {"idle_wait_s": round(idle_s, 2), "idle": idle, "settle_s": settle_s}
 
 
 # -- report ----------------------------------------------------------------------------------------------
-def row(name: str, drifts: list[float], extra: str = "") -> str:
-    s = summarize(drifts)
-
-    def f(v: float | None) -> str:
-        return "       -" if v is None else f"{v:8.3f}"
-
-    return f"{name:<20}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
 
 
 def cpu_row(name: str, cpu: dict[str, Any]) -> str:
@@ -630,17 +507,6 @@ def draw_pictures(out: Path, series: list[DriftSeries]) -> list[str]:
         log(f"no drift pictures: {exc}")
         return []
     return [str(path) for path in paths]
-
-
-def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``run()``'s result, with the CPU the executors' worker processes used meanwhile and their throttling."""
-    assert stack.invoker is not None
-    before = sample_all(stack.invoker.worker_pids())
-    result = run()
-    after = sample_all(stack.invoker.worker_pids())
-    if "floor_cpu" not in result:
-        result["cpu"] = cpu_summary(delta(before, after).values())
-    return result
 
 
 def profile_line(profile: str, memory_mb: int, quota_applied: bool | None) -> str:
@@ -719,7 +585,12 @@ def main() -> int:
         action="store_false",
         help="skip the phase in which a client schedules tasks during the steady run",
     )
+    parser.add_argument("--no-leads", dest="leads", action="store_false", help="skip the short-lead phase")
+    parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold-executor phase")
+    parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the restart phase")
+    add_arguments(parser)
     args = parser.parse_args()
+    lead_phases = args.leads or args.cold or args.restart
 
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -735,6 +606,7 @@ def main() -> int:
     floor_log = work / "floor.jsonl"
     floors: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
+    lead_results: dict[str, dict[str, Any]] = {}  # the phases that start stacks of their own
     waits: dict[str, dict[str, Any]] = {}
     receiver = None
     try:
@@ -744,9 +616,10 @@ def main() -> int:
         log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
         floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), floor_log)
         received = work / "received.jsonl"
-        if args.webhooks:
+        if args.webhooks or lead_phases:
             receiver, port = start_receiver(received)
             hook_url = f"http://127.0.0.1:{port}/hook"
+        if args.webhooks:
             time.sleep(args.settle)
             log(
                 f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
@@ -759,6 +632,10 @@ def main() -> int:
                 f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database"
             )
             floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch, received)
+        if lead_phases:
+            time.sleep(args.settle)
+            have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
+            floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
 
         # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
         config = StackConfig(
@@ -824,6 +701,15 @@ def main() -> int:
                         ),
                     )
                 )
+            if args.leads:
+                plan.append(
+                    (
+                        "short lead",
+                        lambda: short_lead(
+                            stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
+                        ),
+                    )
+                )
             log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
             for name, run in plan:
                 log(f"{name}: waiting until the stack is idle")
@@ -831,6 +717,8 @@ def main() -> int:
                 log(f"{name}: starting")
                 results[name] = executor_cpu(stack, run)
             invoker_stats = dict(stack.invoker.stats)
+        if args.cold or args.restart:
+            lead_results = run_without_stack(work, hook_url, received, args, args.cold, args.restart)
     finally:
         if receiver is not None:
             receiver.terminate()
@@ -839,7 +727,7 @@ def main() -> int:
 
     p99 = {
         **{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
-        **{name: summarize(r["drift"])["p99"] for name, r in results.items()},
+        **{name: summarize(r["drift"])["p99"] for name, r in [*results.items(), *lead_results.items()]},
         **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r},
     }
     judged = verdicts(p99, args.profile)
@@ -861,6 +749,8 @@ def main() -> int:
         if "write_rate_per_s" in r and name != "system/steady"
     }
     for name, r in results.items():
+        if name in LEAD_TARGETS:  # printed with the other lead phases below
+            continue
         if "scheduled" not in r:  # a floor measured with the stack up
             print(
                 row(
@@ -885,6 +775,11 @@ def main() -> int:
         )
         if "arrival" in r:
             print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
+    leads = {**{name: r for name, r in results.items() if name in LEAD_TARGETS}, **lead_results}
+    bounds = lead_bounds(leads)
+    if leads:
+        print("\nshort leads, a cold executor, a restart after a crash (drift at the receiver):")
+        print_leads(leads, bounds)
     print(
         "\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
         "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)"
@@ -918,7 +813,7 @@ def main() -> int:
 
     pictures: list[str] = []
     if args.pictures:
-        pictures = draw_pictures(work / "pictures", phase_series(floors, results))
+        pictures = draw_pictures(work / "pictures", phase_series(floors, {**results, **lead_results}))
         print("drift pictures:")
         for path in pictures:
             print(f"  {path}")
@@ -956,6 +851,7 @@ def main() -> int:
         "targets_met": all_met,
         "complete": complete,
         "invoker": invoker_stats,
+        **({"leads": lead_report(leads, bounds), "leads_met": all(b.met for b in bounds)} if leads else {}),
         "pictures": pictures,
     }
     if args.publish:

@@ -29,12 +29,19 @@ from punctual.config.settings import Settings
 from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.model import Armed, ArmRequest, FireRecord, Task
 from punctual.executing.executor import Executor
-from punctual.stores.dynamodb.codec import number_of, text_of
 from punctual.stores.dynamodb.due import DueIndex, IndexEntry
-from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import HttpAction
 from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
+from punctual_tools.crashes import (  # noqa: F401 - the scenarios import them from here
+    alive_until,
+    all_takeover_marks,
+    crash_window,
+    crash_windows,
+    raw_item,
+    takeover_marks,
+    was_taken_over,
+)
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, join_all, make_tasks, store_for
@@ -84,65 +91,7 @@ def put_all(settings: Settings, tasks: list[Task], created_ms: int) -> None:
         list(pool.map(write, chunks))
 
 
-# -- raw items ----------------------------------------------------------------------------------------------
-def raw_item(settings: Settings, key: str) -> dict[str, Any] | None:
-    """The stored item under ``key`` (a task id, or a heartbeat's key), strongly consistent, or None."""
-    client = make_client(settings.endpoint_url)
-    return client.get_item(TableName=settings.table_name, Key={"task_id": {"S": key}}, ConsistentRead=True).get("Item")
-
-
-def alive_until(settings: Settings, executor_id: str) -> int | None:
-    """The last ``alive_until_ms`` an executor's heartbeat wrote (None: it never wrote one)."""
-    return number_of(raw_item(settings, EXECUTOR_PREFIX + executor_id), "alive_until_ms")
-
-
-def was_taken_over(settings: Settings, executor_id: str) -> bool:
-    """Whether a takeover marked this executor's heartbeat (it can never renew it again)."""
-    item = raw_item(settings, EXECUTOR_PREFIX + executor_id) or {}
-    return bool(item.get("taken_over", {}).get("BOOL"))
-
-
-def crash_window(settings: Settings, executor_id: str, held_due_ms: Iterable[int] = ()) -> tuple[int, int]:
-    """A dead executor's crash window: to the moment its death was known (the instant a fence set, or the end of
-    the lease a takeover found lapsed), from its last sign of life: its last heartbeat, or, if earlier, the due
-    instant of the first task it held and had not recorded (``held_due_ms``: the due instants of the tasks taken
-    from it; one it fired just before it died may not have been recorded yet)."""
-    item = raw_item(settings, EXECUTOR_PREFIX + executor_id)
-    beat, until = number_of(item, "beat_ms"), number_of(item, "alive_until_ms")
-    assert beat is not None and until is not None, f"executor {executor_id} has no heartbeat"
-    return min([beat, *(due for due in held_due_ms if due <= until)]), until
-
-
-def crash_windows(settings: Settings, due_ms: dict[str, int], dead: Iterable[str] = ()) -> list[tuple[int, int]]:
-    """The crash window of every executor the tasks in ``due_ms`` (task id -> due instant) were last taken from,
-    and of the ``dead`` executors named (whose tasks may have been taken again since)."""
-    held: dict[str, list[int]] = {owner: [] for owner in dead}
-    for task_id, (owner, _) in all_takeover_marks(settings).items():
-        if task_id in due_ms:
-            held.setdefault(owner, []).append(due_ms[task_id])
-    return [crash_window(settings, owner, dues) for owner, dues in held.items()]
-
-
-def takeover_marks(settings: Settings, task_id: str) -> tuple[str | None, int | None]:
-    """Whom a task was taken over from and until when that executor may have fired it (None, None: never
-    taken over). The marks stay on the item after its outcome is recorded."""
-    item = raw_item(settings, task_id)
-    return text_of(item, "taken_from"), number_of(item, "taken_until_ms")
-
-
-def all_takeover_marks(settings: Settings) -> dict[str, tuple[str, int | None]]:
-    """Every task taken over, by id: whom it was taken from and until when (one Scan, for many tasks)."""
-    client = make_client(settings.endpoint_url)
-    marks: dict[str, tuple[str, int | None]] = {}
-    for page in client.get_paginator("scan").paginate(
-        TableName=settings.table_name,
-        FilterExpression="attribute_exists(taken_from)",
-        ConsistentRead=True,
-        ProjectionExpression="task_id, taken_from, taken_until_ms",
-    ):
-        for item in page.get("Items", []):
-            marks[item["task_id"]["S"]] = (item["taken_from"]["S"], number_of(item, "taken_until_ms"))
-    return marks
+# -- raw items (punctual_tools.crashes) ------------------------------------------------------------------
 
 
 # -- invokers (Lambda async invoke stand-ins) -----------------------------------------------------------------

@@ -1,0 +1,241 @@
+"""The drift benchmark's restart phase: ``punctual up`` SIGKILLed with everything it started, as a crash, and
+started again on the same home (DynamoDB Local's data stays on disk); see :mod:`leads` for the phase and its
+targets. :func:`restart_figures` is its judgement of what the restart did, from the arrivals and the outcomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phase_parts import (
+    active_tasks,
+    checker_figures,
+    lead_seconds,
+    log,
+    received_fires,
+    store_latency,
+    stored,
+    write_paced,
+)
+
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
+from punctual_tools.checker import check, expected_from_tasks
+from punctual_tools.crashes import crash_windows
+from punctual_tools.local.dynamodb_local import find_project_root
+from punctual_tools.local.stack import read_state
+
+STEADY_AFTER_UP_MS = 10_000  # a restart's tasks due this long after it is up are judged as steady ones
+KILL_TO_BURST_MS = 8_000
+RESTART_AFTER_KILL_S = 1.0
+
+
+def restart_figures(
+    due: Mapping[str, int], arrived: Mapping[str, float], missed: set[str], killed_ms: float, up_ms: float
+) -> dict[str, Any]:
+    """What a restart did with its tasks (``arrived``: each task's first arrival, epoch ms; ``missed``: those
+    recorded MISSED). The backlog is every task due by the time the stack was up that had not arrived before the
+    kill and was not recorded MISSED; it drains from up to its last arrival (a rate of None: it had drained
+    before the stack was up). ``after_up`` is the drift of each task due 10 s or more after up."""
+    backlog = [
+        t for t, d in due.items() if d <= up_ms and t not in missed and not (t in arrived and arrived[t] < killed_ms)
+    ]
+    drained = [arrived[t] for t in backlog if t in arrived]
+    drain_s = (max(drained) - up_ms) / 1000 if drained else None
+    rate = round(len(drained) / drain_s, 1) if drain_s is not None and drain_s > 0 else None
+    return {
+        "backlog": len(backlog),
+        "drained": len(drained),
+        "drain_s": None if drain_s is None else round(drain_s, 3),
+        "drain_rate_per_s": rate,
+        "after_up": [arrived[t] - d for t, d in due.items() if d >= up_ms + STEADY_AFTER_UP_MS and t in arrived],
+    }
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+class UpProcess:
+    """``punctual up`` in a process of its own on ``home``, SIGKILLed with everything it started as a crash."""
+
+    def __init__(self, home: Path, poll_interval_s: float, profile: str) -> None:
+        self.home = home
+        self.poll_interval_s = poll_interval_s
+        self.profile = profile
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Start it and wait until it is up (its state file names it); returns the state."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "punctual_tools.cli", "--home", str(self.home), "up", "--port", "0"]
+        command += ["--api-port", "0", "--poll-interval", f"{self.poll_interval_s:g}", "--profile", self.profile]
+        env = os.environ | {"PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_ALLOWED_TARGETS": "127.0.0.1"}
+        with (self.home / f"up-{self.starts}.log").open("wb") as out:
+            self.process = subprocess.Popen(
+                command, cwd=find_project_root(), env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.starts += 1
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            state = read_state(self.home) or {}
+            if state.get("pid") == self.process.pid:
+                return state
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"punctual up did not come up; see {self.home}/up-{self.starts - 1}.log")
+
+    def kill(self) -> None:
+        """SIGKILL the process and every process below it, as a crash of the machine's stack would: each is
+        stopped first (so none forks a new one meanwhile), then killed."""
+        if self.process is None:
+            return
+        tree = [self.process.pid, *descendants(self.process.pid)]
+        for pid in tree:
+            self._signal(pid, signal.SIGSTOP)
+        tree += [pid for pid in descendants(self.process.pid) if pid not in tree]
+        for pid in tree:
+            self._signal(pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        """A clean stop (Ctrl-C), then a kill of whatever is left."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    @staticmethod
+    def _signal(pid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def client_of(state: Mapping[str, Any]) -> Client:
+    return Client(
+        Settings(
+            endpoint_url=state["endpoint_url"],
+            table_name=state["table_name"],
+            shard_count=state["shard_count"],
+            poll_interval_ms=state["poll_interval_ms"],
+            ntp_server=None,
+            allowed_targets="127.0.0.1",
+        )
+    )
+
+
+def restart_phase(
+    home: Path,
+    url: str,
+    received: Path,
+    *,
+    rate: float,
+    seconds: float,
+    burst: int,
+    lead_rate: float,
+    poll_interval_s: float,
+    profile: str,
+) -> dict[str, Any]:
+    """The restart (see the module's docstring)."""
+    up = UpProcess(home, poll_interval_s, profile)
+    try:
+        state = up.start()
+        client = client_of(state)
+        prefix = f"restart-{uuid.uuid4().hex[:6]}-"
+        count = int(rate * seconds) + burst
+        kill_ms = int(time.time() * 1000) + 30_000 + 40 * count  # room to write them all on a busy machine
+        first = kill_ms - int(seconds * 250)
+        due = {f"{prefix}s{i:05d}": first + int(i * 1000 / rate) for i in range(int(rate * seconds))}
+        due |= {f"{prefix}b{i:05d}": kill_ms + KILL_TO_BURST_MS for i in range(burst)}
+        action = HttpAction(url=url)
+        results = client.schedule_many({"due_at": from_ms(d), "action": action, "task_id": t} for t, d in due.items())
+        write_errors = sum(not r.ok for r in results)
+        due = {t: d for (t, d), r in zip(due.items(), results, strict=True) if r.ok}
+        overrun_s = max(0.0, time.time() - (kill_ms - 15_000) / 1000)  # the spread's first due was 15 s earlier
+        if overrun_s:
+            log(f"restart: the writes ran {overrun_s:.1f} s past the plan: the kill comes late, the figures suffer")
+        log(
+            f"restart: {sum(r.ok for r in results)} webhooks scheduled; the kill in "
+            f"{(kill_ms - time.time() * 1000) / 1000:.0f} s"
+        )
+        before = [f"{prefix}la{i:04d}" for i in range(int(lead_rate * (kill_ms - 500 - time.time() * 1000) / 1000))]
+        written = write_paced(client, before, lead_rate, lead_seconds(len(before), 2.0, 4.0), None, action)
+        due |= dict(zip(before, written["dues"], strict=False))
+        time.sleep(max(0.0, (kill_ms - time.time() * 1000) / 1000))
+        burst_ids = [t for t in due if t.startswith(f"{prefix}b")][::25]
+        armed = sum(str(getattr(t.status, "value", "")) == "ARMED" for t in stored(client, burst_ids))
+        up.kill()
+        killed_ms = time.time() * 1000
+        log(f"restart: the stack SIGKILLed ({armed} of {len(burst_ids)} sampled burst tasks ARMED); again in 1 s")
+        time.sleep(RESTART_AFTER_KILL_S)
+        restart_ms = time.time() * 1000
+        state = up.start()
+        up_ms = time.time() * 1000
+        client = client_of(state)
+        log(f"restart: up {(up_ms - restart_ms) / 1000:.1f} s after it was started again")
+        end_ms = first + seconds * 1000 - 4_000
+        after = [f"{prefix}lb{i:04d}" for i in range(max(0, int(lead_rate * (end_ms - up_ms) / 1000)))]
+        written = write_paced(client, after, lead_rate, lead_seconds(len(after), 2.0, 4.0, seed=2), None, action)
+        due |= dict(zip(after, written["dues"], strict=False))
+        deadline = time.time() + 240
+        while time.time() < deadline and (
+            time.time() * 1000 < max(due.values()) + 3_000 or active_tasks(client.settings)
+        ):
+            time.sleep(1.0)
+        tasks = stored(client, list(due))
+        windows = crash_windows(client.settings, due)
+        verdict = check(expected_from_tasks(tasks), received_fires(received, prefix), windows=windows)
+        up.stop()
+    finally:
+        up.kill()
+    arrived: dict[str, float] = {}
+    for fire in sorted(received_fires(received, prefix), key=lambda f: f.observed_ms):
+        arrived.setdefault(fire.key.rsplit(":", 1)[0], fire.observed_ms)
+    missed = {t.task_id for t in tasks if str(getattr(t.status, "value", "")) == "MISSED"}
+    figures = restart_figures(due, arrived, missed, killed_ms, up_ms)
+    fires = [{"task_id": t, "due_ms": due[t], "fired_ms": arrived[t]} for t in due if t in arrived]
+    return {
+        "scheduled": len(due),
+        "fired": len(arrived),
+        "duplicates": len(verdict.extra),
+        "drift": figures.pop("after_up"),
+        "fires": fires,
+        "up_s": round((up_ms - restart_ms) / 1000, 2),
+        "up_after_kill_s": round((up_ms - killed_ms) / 1000, 2),
+        "burst": burst,
+        "write_errors": write_errors,
+        "plan_overrun_s": round(overrun_s, 1),
+        "burst_armed_sampled": f"{armed} of {len(burst_ids)}",
+        **figures,
+        "checker": checker_figures(verdict),
+        "store_latency": store_latency(state),
+    }

@@ -1,0 +1,95 @@
+"""The lead phases' judgements (bench/leads.py, bench/restart.py): bounds, a restart's backlog and drain rate, and
+their section of the drift page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import leads
+import pages
+import restart
+
+KILL, UP = 100_000, 105_000
+
+
+def test_a_rate_under_its_floor_is_missed_by_the_difference() -> None:
+    # Given a drain rate that must be at least 200/s
+    bound = leads.Bound("restart drain", 150.0, 200.0, "/s", at_least=True)
+    # Then it is missed, by 50/s
+    assert not bound.met
+    assert bound.line() == "restart drain 150/s | target >= 200/s: MISSED by 50/s"
+    assert leads.Bound("restart lost", 0, 0).line() == "restart lost 0 | target <= 0: MET"
+
+
+def test_a_missing_figure_meets_a_bound_only_when_told() -> None:
+    assert leads.Bound("drain", None, 200.0, at_least=True, none_meets=True).met
+    assert leads.Bound("drain", None, 200.0, at_least=True).line() == "drain - | target >= 200: MISSED (no figure)"
+
+
+def test_the_backlog_is_what_was_due_by_up_and_had_not_fired_before_the_kill() -> None:
+    # Given tasks due before the kill (one fired then, one MISSED in its crash window), between the kill and up,
+    # and long after up
+    due = {"fired": KILL - 500, "missed": KILL - 100, "late-1": KILL + 1_000, "late-2": UP - 10, "later": UP + 20_000}
+    arrived = {"fired": KILL - 499.0, "late-1": UP + 500.0, "late-2": UP + 1_000.0, "later": UP + 20_003.5}
+    # When the restart is judged
+    figures = restart.restart_figures(due, arrived, {"missed"}, KILL, UP)
+    # Then the two due between the kill and up are the backlog, drained in 1 s; the last is judged as steady
+    assert figures["backlog"] == 2 and figures["drained"] == 2
+    assert figures["drain_s"] == 1.0 and figures["drain_rate_per_s"] == 2.0
+    assert figures["after_up"] == [3.5]
+
+
+def test_a_backlog_drained_before_up_has_no_rate_and_one_never_fired_counts_as_not_drained() -> None:
+    due = {"a": KILL + 10, "b": KILL + 20}
+    figures = restart.restart_figures(due, {"a": UP - 1.0}, set(), KILL, UP)
+    assert figures["backlog"] == 2 and figures["drained"] == 1 and figures["drain_rate_per_s"] is None
+    bounds = leads.lead_bounds({"restart": {**figures, "checker": checker()}})
+    assert [b.name for b in bounds if not b.met] == ["restart drain"]
+
+
+def test_leads_are_drawn_uniformly_within_their_range_and_the_same_each_run() -> None:
+    drawn = leads.lead_seconds(1_000, 2.0, 4.0)
+    assert all(2.0 <= lead <= 4.0 for lead in drawn)
+    assert drawn == leads.lead_seconds(1_000, 2.0, 4.0)
+    assert 2.9 < sum(drawn) / len(drawn) < 3.1
+
+
+def checker(**counts: int) -> dict[str, int]:
+    keys = ("lost", "extra", "unexplained_extra", "missed", "crash_windows", "due_in_windows", "missed_in_windows")
+    return {**dict.fromkeys(keys, 0), "missed_outside_windows": 0, **counts}
+
+
+def test_a_restart_judged_with_windows_counts_missed_outside_them_only() -> None:
+    figures = {"backlog": 3, "drained": 3, "drain_rate_per_s": 250.0}
+    bounds = leads.lead_bounds({"restart": {**figures, "checker": checker(missed=4, missed_in_windows=4)}})
+    assert all(b.met for b in bounds)
+    short = leads.lead_bounds({"short lead": {"checker": checker(missed=1)}})
+    assert [b.name for b in short if not b.met] == ["short lead MISSED"]
+
+
+def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_the_store_latency() -> None:
+    summary = {"count": 10, "min": 1.0, "p50": 2.0, "p90": 3.0, "p99": 4.0, "max": 5.0}
+    phases = {
+        "short lead": {**summary, "checker": checker(), "cold_starts": 2, "invoked": 40, "store_latency": None},
+        "restart": {
+            **summary,
+            "checker": checker(crash_windows=3, due_in_windows=12),
+            "up_s": 6.5,
+            "backlog": 900,
+            "drain_s": 3.0,
+            "drain_rate_per_s": 300.0,
+            "store_latency": "lognormal p50 4 ms",
+        },
+    }
+    bounds = [leads.Bound("restart drain", 300.0, 200.0, "/s", at_least=True).as_dict()]
+    report = {"profile": "lambda", "executor_memory_mb": 256, "cpu_quota": {"applied": True}}
+    lines = pages.leads_page_lines({**report, "leads": {"phases": phases, "bounds": bounds}})
+    text = "\n".join(lines)
+    assert "## Short leads, a cold executor, a restart after a crash" in text
+    assert "256 MB's CPU" in text and "store latency model: lognormal p50 4 ms" in text
+    assert "| restart drain | 300/s | ≥ 200/s: met |" in text
+    assert "backlog 900 drained in 3.0 s = 300/s" in text
+    assert pages.leads_page_lines(report) == []
