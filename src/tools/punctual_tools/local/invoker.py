@@ -43,6 +43,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -128,6 +129,10 @@ class LocalInvoker:
         self._queue = AsyncEventQueue(
             self._execute, self.limits, concurrency_cap(self.limits, max_concurrency), time_scale, on_result
         )
+        # Environments are started from a thread of the constructor's priority and CPUs, which they inherit: not
+        # from the (lowered) thread of a poller that invokes
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="environment-start")
+        self._starter.submit(lambda: None).result()
         self._warm = threading.Event()
         threading.Thread(
             target=self._prewarm, args=(min(prewarm, self._queue.concurrency),), daemon=True, name="prewarm"
@@ -208,6 +213,9 @@ class LocalInvoker:
         self._warm.set()
 
     def _start_worker(self, *, busy: bool) -> _Worker:
+        with self._lock:
+            if self._stopping:
+                raise InvokerStoppedError("the local invoker is stopping")
         group = None
         if self._groups is not None:
             try:  # INIT's CPU first, the memory's share once ready
@@ -221,7 +229,14 @@ class LocalInvoker:
         started = time.monotonic()
         process: BaseProcess | FreshProcess
         if self._lambda:  # a fresh interpreter, as Lambda starts a new environment
-            process = start_environment(child_end, spec.cgroup, self._log_file)
+            try:
+                process = self._starter.submit(start_environment, child_end, spec.cgroup, self._log_file).result()
+            except RuntimeError as exc:  # the starter has shut down: so has the invoker
+                for end in (parent_end, child_end):
+                    end.close()
+                if group is not None and self._groups is not None:
+                    self._groups.remove(group)
+                raise InvokerStoppedError("the local invoker is stopping") from exc
             environment = {"handler_path": self._handler_path, "log_path": self._log_file, "env": self._env}
             parent_end.send({**environment, "worker": asdict(spec)})
         else:
@@ -421,3 +436,4 @@ class LocalInvoker:
             self._discard(worker)
         if self._groups is not None:
             self._groups.close()
+        self._starter.shutdown(wait=False)
