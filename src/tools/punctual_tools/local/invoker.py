@@ -197,20 +197,23 @@ class LocalInvoker:
     def _prewarm(self, count: int) -> None:
         """Start ``count`` idle workers; under the Lambda profile, as many INITs at once as there are cores."""
         wave = max(1, os.cpu_count() or 1) if self._lambda else max(1, count)
-        while count > 0:
-            started = []
-            for _ in range(min(wave, count)):
-                try:
+        try:
+            while count > 0:
+                started = []
+                for _ in range(min(wave, count)):
                     worker = self._start_worker(busy=False)
-                except InvokerStoppedError:
-                    return
-                with self._lock:
-                    self._idle.append(worker)
-                started.append(worker)
-            count -= len(started)
-            for worker in started:
-                worker.ready.wait(INIT_LIMIT_S + self.timeout_s)
-        self._warm.set()
+                    with self._lock:
+                        self._idle.append(worker)
+                    started.append(worker)
+                count -= len(started)
+                for worker in started:
+                    worker.ready.wait(INIT_LIMIT_S + self.timeout_s)
+        except InvokerStoppedError:
+            return
+        except OSError as exc:
+            log.error("cannot start the warm workers: %s", exc)
+        finally:
+            self._warm.set()
 
     def _start_worker(self, *, busy: bool) -> _Worker:
         with self._lock:
@@ -238,7 +241,8 @@ class LocalInvoker:
                     self._groups.remove(group)
                 raise InvokerStoppedError("the local invoker is stopping") from exc
             environment = {"handler_path": self._handler_path, "log_path": self._log_file, "env": self._env}
-            parent_end.send({**environment, "worker": asdict(spec)})
+            with contextlib.suppress(OSError):  # one that died at once is found dead when it is awaited
+                parent_end.send({**environment, "worker": asdict(spec)})
         else:
             process = _CONTEXT.Process(
                 target=run_worker,
