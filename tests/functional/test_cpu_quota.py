@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from punctual_tools.local import cpu_quota
-from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, quota_us
+from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, init_quota_us, quota_us
 
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid (PID_MAX_LIMIT): never a running process
 V1_FILES = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000", "cgroup.procs": ""}
@@ -94,6 +94,29 @@ def test_cgroup_v2_enables_the_cpu_controller_and_writes_cpu_max(tmp_path: Path)
     assert (groups.parent / "cgroup.subtree_control").read_text() == "+cpu"
     assert (group / "cpu.max").read_text() == f"{quota_us(512)} 20000"
     assert where == f"cgroup v2 at {mount / 'punctual-4242'}"
+
+
+def test_init_gets_a_whole_core_or_the_memory_sizes_share_when_it_buys_more() -> None:
+    assert init_quota_us(256) == PERIOD_US
+    assert init_quota_us(1769) == PERIOD_US
+    assert init_quota_us(3538) == 2 * PERIOD_US
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_group_made_with_inits_cpu_is_set_to_the_memory_sizes_share(tmp_path: Path, version: int) -> None:
+    # Given the groups of a v1 or a v2 hierarchy, and a 256 MB worker's group made with INIT's CPU
+    _mount, mountinfo, proc_cgroup = v1(tmp_path) if version == 1 else v2(tmp_path)
+    groups, where = open_groups(tmp_path, mountinfo, proc_cgroup)
+    assert groups is not None, where
+    group = groups.create(256, init_quota_us(256))
+
+    def quota() -> str:
+        return (group / ("cpu.cfs_quota_us" if version == 1 else "cpu.max")).read_text().split()[0]
+
+    assert quota() == str(PERIOD_US)
+    # When its INIT is over  Then it has the share of a core 256 MB buys
+    groups.set_quota(group, quota_us(256))
+    assert quota() == str(quota_us(256)) == "2894"
 
 
 def test_v1s_cpu_hierarchy_wins_over_a_v2_one_beside_it(tmp_path: Path) -> None:

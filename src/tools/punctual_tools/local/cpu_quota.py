@@ -13,9 +13,16 @@ a cgroup of its own whose CFS quota is that share of one core: ``20000 * MB / 17
   of ``punctual-<pid>``.
 
 :meth:`CpuGroups.open` finds one that can be written (root, or a delegated subtree) and says why when none can;
-the worker joins its group itself (:func:`join`) before it loads the handler. Groups are removed when their
+the worker joins its group itself (:func:`join`) before it loads the handler. A new execution environment's group
+starts with the CPU of its INIT (:func:`init_quota_us`: a whole core at least, see below) and is set to the memory
+size's share (:meth:`CpuGroups.set_quota`) once the environment is ready. Groups are removed when their
 worker has ended, and ``punctual-<pid>`` when its process stops; those of a process that no longer runs (a
 stack that was killed) are removed at the next :meth:`CpuGroups.open`, after their processes are ended.
+
+**INIT's CPU.** AWS documents the INIT phase's 10 s limit, not its CPU. Measured in public, an on-demand
+function's INIT runs unthrottled, on up to two vCPUs whatever its memory size, and one started for provisioned
+concurrency does not. The local model takes the lower bound of that: one whole core (or the memory size's share,
+when it buys more) until the environment is ready or :data:`~punctual_tools.local.invoker.INIT_LIMIT_S` has passed.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ _names = itertools.count(1)
 def quota_us(memory_mb: int) -> int:
     """The CFS quota (µs every :data:`PERIOD_US`) of a function with ``memory_mb`` MB."""
     return max(MIN_QUOTA_US, PERIOD_US * memory_mb // MB_PER_VCPU)
+
+
+def init_quota_us(memory_mb: int) -> int:
+    """The CFS quota of an on-demand environment's INIT: one whole core, or the memory size's share if more."""
+    return max(PERIOD_US, quota_us(memory_mb))
 
 
 @dataclass(frozen=True)
@@ -197,25 +209,28 @@ class CpuGroups:
         groups.remove(probe)
         return groups
 
-    def create(self, memory_mb: int) -> Path:
-        """A new group for one worker, with the CPU quota ``memory_mb`` buys."""
+    def create(self, memory_mb: int, quota: int | None = None) -> Path:
+        """A new group for one worker, with the CPU quota ``memory_mb`` buys (or ``quota`` µs a period)."""
         group = self.parent / f"w{next(_names)}"
         group.mkdir()
         try:
-            quota = quota_us(memory_mb)
-            if self.version == 1:
-                _write(group / "cpu.cfs_period_us", str(PERIOD_US))
-                _write(group / "cpu.cfs_quota_us", str(quota))
-                got = (group / "cpu.cfs_quota_us").read_text().strip()
-            else:
-                _write(group / "cpu.max", f"{quota} {PERIOD_US}")
-                got = (group / "cpu.max").read_text().split()[0]
-            if got != str(quota):
-                raise ValueError(f"the quota reads {got}, not {quota}")
+            self.set_quota(group, quota_us(memory_mb) if quota is None else quota)
         except BaseException:
             self.remove(group)
             raise
         return group
+
+    def set_quota(self, group: Path, quota: int) -> None:
+        """Give ``group`` ``quota`` µs of CPU every :data:`PERIOD_US` (its processes stay in it)."""
+        if self.version == 1:
+            _write(group / "cpu.cfs_period_us", str(PERIOD_US))
+            _write(group / "cpu.cfs_quota_us", str(quota))
+            got = (group / "cpu.cfs_quota_us").read_text().strip()
+        else:
+            _write(group / "cpu.max", f"{quota} {PERIOD_US}")
+            got = (group / "cpu.max").read_text().split()[0]
+        if got != str(quota):
+            raise ValueError(f"the quota reads {got}, not {quota}")
 
     def remove(self, group: Path) -> None:
         """Remove a worker's group once its process has ended."""

@@ -4,12 +4,17 @@
   queue rules apply (:class:`~punctual_tools.local.async_queue.AsyncEventQueue`): at most the function's
   concurrency at once (others throttled and backed off), retries after a failure, events dropped past their age.
 - **Execution environments**: one invocation at a time per worker process; idle workers are reused (warm),
-  new ones are started on demand. Workers are forked from a forkserver that has the libraries imported already,
-  so a cold start only loads the handler module (Lambda's init phase). ``prewarm`` of them start at once, as
-  environments warm from earlier traffic would be.
+  new ones are started on demand (a cold start: no idle worker is free). ``prewarm`` of them start at once, as
+  environments warm from earlier traffic would be (:meth:`LocalInvoker.wait_warm` waits for their INIT). The
+  duration of each INIT, from the start to the worker's ``ready``, is kept (:attr:`LocalInvoker.init_durations_ms`).
 - **The Lambda profile** (``profile="lambda"``, the default) gives each environment what its function's
   configuration (:class:`~punctual_tools.local.lambda_rules.FunctionLimits`, from ``template.yaml``) gives it:
 
+  - *A cold start as Lambda's*: each new environment is a fresh interpreter (:mod:`.environment`) that joins its
+    cgroup before its first heavy import, then imports the handler module and with it boto3, pydantic,
+    Powertools and Punctual: its INIT costs what it costs in Lambda. INIT runs on one whole core (the lower bound
+    of the CPU an on-demand INIT is measured to get, :mod:`.cpu_quota`), until ready or :data:`INIT_LIMIT_S`.
+    Prewarmed environments start one per core at a time: in Lambda each INIT has a CPU of its own.
   - *CPU*: a cgroup of its own with the share of a core its memory size buys (:mod:`.cpu_quota`). Where no
     cgroup can be written, the invoker warns once and says so in :attr:`LocalInvoker.cpu_quota`.
   - *Timeout*: an invocation still running at the function's timeout is killed (SIGKILL: "Task timed out"),
@@ -18,7 +23,9 @@
     continued (SIGCONT) when the next invocation arrives: nothing of it (a heartbeat thread, an NTP probe) runs
     while Lambda would run nothing.
 
-  The ``local`` profile (a stack on a server of its own) gives whole cores, no timeout and no freezing.
+  The ``local`` profile (a stack on a server of its own) gives whole cores, no timeout and no freezing; its
+  workers are forked from a forkserver that has the libraries imported already, so that a cold start only loads
+  the handler module.
 - **At least once**: a ``duplicate_rate`` delivers some events twice on purpose, for fault tests.
 - **Stop**: :meth:`LocalInvoker.shutdown` drops what waits, sends SIGTERM to busy workers (their executors hand
   unfired tasks back to PENDING), waits, then continues and ends every worker and removes its cgroup.
@@ -36,23 +43,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Literal
 
 from punctual_tools.local.async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
-from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, CpuQuotaStatus, quota_us
+from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, CpuQuotaStatus, init_quota_us, quota_us
+from punctual_tools.local.environment import FreshProcess, start_environment
 from punctual_tools.local.lambda_rules import FunctionLimits, concurrency_cap
 from punctual_tools.local.worker import PRELOAD, WorkerSpec, run_worker
+from punctual_tools.stats import percentile
 
 log = logging.getLogger(__name__)
 
 __all__ = ["InvokerStoppedError", "LocalInvoker", "Profile"]
 
 Profile = Literal["lambda", "local"]
-INIT_LIMIT_S = 10.0  # Lambda's init phase: past it, the init is done again within the invocation's timeout
+# Lambda's init phase: past it, the init is done again within the invocation's timeout (and on the memory's share)
+INIT_LIMIT_S = 10.0
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
@@ -60,11 +71,13 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 
 @dataclass
 class _Worker:
-    process: BaseProcess
+    process: BaseProcess | FreshProcess
     conn: Connection
     cgroup: Path | None
+    started: float  # monotonic, when the cold start began
     busy: bool = False
     frozen: bool = False
+    boosted: bool = False  # its group still has INIT's CPU
     ready: threading.Event = field(default_factory=threading.Event)
     init_error: str | None = None
 
@@ -110,13 +123,20 @@ class LocalInvoker:
         self._workers: list[_Worker] = []
         self._stopping = False
         self._stats = {"cold_starts": 0, "timeouts": 0, "cpu_quota_failures": 0}
+        self._init_ms: list[float] = []
         self._groups: CpuGroups | None = None
         self.cpu_quota = self._open_cpu_groups()
         self._queue = AsyncEventQueue(
             self._execute, self.limits, concurrency_cap(self.limits, max_concurrency), time_scale, on_result
         )
-        for _ in range(min(prewarm, self._queue.concurrency)):
-            self._idle.append(self._start_worker(busy=False))
+        # Environments are started from a thread of the constructor's priority and CPUs, which they inherit: not
+        # from the (lowered) thread of a poller that invokes
+        self._starter = ThreadPoolExecutor(1, thread_name_prefix="environment-start")
+        self._starter.submit(lambda: None).result()
+        self._warm = threading.Event()
+        threading.Thread(
+            target=self._prewarm, args=(min(prewarm, self._queue.concurrency),), daemon=True, name="prewarm"
+        ).start()
 
     def _open_cpu_groups(self) -> CpuQuotaStatus:
         if not self._lambda:
@@ -146,10 +166,27 @@ class LocalInvoker:
     @property
     def stats(self) -> dict[str, int]:
         """Counts: invoked, completed, errors, retries, dropped (of which expired), throttles, cold starts,
-        timeouts, and workers that could not join their cgroup."""
+        timeouts, and workers that could not join their cgroup; the INITs' median and longest (ms)."""
         with self._lock:
             own = dict(self._stats)
-        return {**self._queue.stats, **own}
+            init = list(self._init_ms)
+        return {
+            **self._queue.stats,
+            **own,
+            "init_ms_p50": round(percentile(init, 50) or 0),
+            "init_ms_max": round(max(init, default=0)),
+        }
+
+    @property
+    def init_durations_ms(self) -> list[float]:
+        """Each cold start's INIT (ms): from the worker's start to its ``ready`` (the handler module loaded), less
+        the local tooling it set up (the IAM check), in the order they ended."""
+        with self._lock:
+            return list(self._init_ms)
+
+    def wait_warm(self, timeout: float) -> bool:
+        """Wait until the prewarmed workers are through their INIT; whether they are."""
+        return self._warm.wait(timeout)
 
     # -- the port --------------------------------------------------------------------------------------
     def invoke_async(self, payload: dict[str, Any]) -> None:
@@ -158,38 +195,88 @@ class LocalInvoker:
             self._queue.put(json.loads(json.dumps(payload)), duplicate=True)
 
     # -- workers ---------------------------------------------------------------------------------------
+    def _prewarm(self, count: int) -> None:
+        """Start ``count`` idle workers; under the Lambda profile, as many INITs at once as there are cores."""
+        wave = max(1, os.cpu_count() or 1) if self._lambda else max(1, count)
+        try:
+            while count > 0:
+                started = []
+                for _ in range(min(wave, count)):
+                    worker = self._start_worker(busy=False)
+                    with self._lock:
+                        self._idle.append(worker)
+                    started.append(worker)
+                count -= len(started)
+                for worker in started:
+                    worker.ready.wait(INIT_LIMIT_S + self.timeout_s)
+        except InvokerStoppedError:
+            return
+        except OSError as exc:
+            log.error("cannot start the warm workers: %s", exc)
+        finally:
+            self._warm.set()
+
     def _start_worker(self, *, busy: bool) -> _Worker:
+        with self._lock:
+            if self._stopping:
+                raise InvokerStoppedError("the local invoker is stopping")
         group = None
         if self._groups is not None:
-            try:
-                group = self._groups.create(self.limits.memory_mb)
+            try:  # INIT's CPU first, the memory's share once ready
+                group = self._groups.create(self.limits.memory_mb, init_quota_us(self.limits.memory_mb))
             except (OSError, ValueError) as exc:
                 log.error("no CPU quota for a new worker: cannot make its cgroup (%s)", exc)
                 with self._lock:
                     self._stats["cpu_quota_failures"] += 1
         spec = WorkerSpec(self.timeout_s, self.limits.memory_mb, str(group) if group else None)
         parent_end, child_end = _CONTEXT.Pipe()
-        process = _CONTEXT.Process(
-            target=run_worker,
-            args=(self._handler_path, child_end, self._log_file, self._env, spec),
-            name="punctual-executor",
-            daemon=False,
-        )
-        process.start()
+        started = time.monotonic()
+        process: BaseProcess | FreshProcess
+        if self._lambda:  # a fresh interpreter, as Lambda starts a new environment
+            try:
+                process = self._starter.submit(start_environment, child_end, spec.cgroup, self._log_file).result()
+            except RuntimeError as exc:  # the starter has shut down: so has the invoker
+                for end in (parent_end, child_end):
+                    end.close()
+                if group is not None and self._groups is not None:
+                    self._groups.remove(group)
+                raise InvokerStoppedError("the local invoker is stopping") from exc
+            environment = {"handler_path": self._handler_path, "log_path": self._log_file, "env": self._env}
+            with contextlib.suppress(OSError):  # one that died at once is found dead when it is awaited
+                parent_end.send({**environment, "worker": asdict(spec)})
+        else:
+            process = _CONTEXT.Process(
+                target=run_worker,
+                args=(self._handler_path, child_end, self._log_file, self._env, spec),
+                name="punctual-executor",
+                daemon=False,
+            )
+            process.start()
         child_end.close()
-        worker = _Worker(process, parent_end, group, busy=busy)
+        worker = _Worker(process, parent_end, group, started, busy=busy, boosted=group is not None)
         with self._lock:
-            self._workers.append(worker)
-            self._stats["cold_starts"] += 1
+            stopping = self._stopping
+            if not stopping:
+                self._workers.append(worker)
+                self._stats["cold_starts"] += 1
+        if stopping:  # shutdown has begun and will not see this one
+            self._discard(worker)
+            raise InvokerStoppedError("the local invoker is stopping")
         threading.Thread(target=self._await_ready, args=(worker,), daemon=True, name="worker-init").start()
         if self._on_worker_started is not None and process.pid is not None:
             self._on_worker_started(process.pid)
         return worker
 
     def _await_ready(self, worker: _Worker) -> None:
-        """The cold start's end: the worker says it is ready (or dies); an idle one is frozen then."""
+        """The cold start's end: the worker says it is ready (or dies); its INIT's CPU ends then (or at
+        :data:`INIT_LIMIT_S`, as Lambda's INIT does), and an idle one is frozen."""
         try:
+            if not worker.conn.poll(INIT_LIMIT_S):
+                self._end_init_cpu(worker)
             message = worker.conn.recv()
+            init_ms = (time.monotonic() - worker.started) * 1000 - float(message.get("tooling_ms") or 0)
+            with self._lock:
+                self._init_ms.append(init_ms)
             if message.get("cgroup_error"):
                 log.error("worker %s runs without its CPU quota: %s", worker.process.pid, message["cgroup_error"])
                 with self._lock:
@@ -199,10 +286,24 @@ class LocalInvoker:
             worker.init_error = (
                 f"worker {worker.process.pid} died in its cold start (exit code {worker.process.exitcode}): {exc!r}"
             )
+        self._end_init_cpu(worker)
         with self._lock:
             worker.ready.set()
             if not worker.busy:
                 self._freeze(worker)
+
+    def _end_init_cpu(self, worker: _Worker) -> None:
+        """Set a worker's group to the CPU its memory size buys, once its INIT is over."""
+        if not worker.boosted or worker.cgroup is None or self._groups is None:
+            return
+        worker.boosted = False
+        try:
+            self._groups.set_quota(worker.cgroup, quota_us(self.limits.memory_mb))
+        except (OSError, ValueError) as exc:
+            if worker.alive():  # (a worker that died may have lost its group already)
+                log.error("worker %s keeps its INIT's CPU: %s", worker.process.pid, exc)
+                with self._lock:
+                    self._stats["cpu_quota_failures"] += 1
 
     def _freeze(self, worker: _Worker) -> None:
         """(Under the lock.) Stop an idle worker, under the Lambda profile, unless the invoker is stopping."""
@@ -340,3 +441,4 @@ class LocalInvoker:
             self._discard(worker)
         if self._groups is not None:
             self._groups.close()
+        self._starter.shutdown(wait=False)

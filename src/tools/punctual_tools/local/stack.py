@@ -85,6 +85,9 @@ STACK_FILES = (
 )
 
 
+PREWARM_WAIT_S = 120.0  # how long the start waits for the warm executors' INIT
+
+
 @dataclass
 class StackConfig:
     """How to run the local stack. ``home`` holds the data, the logs, the fire log and the state file."""
@@ -400,6 +403,10 @@ class LocalStack:
             on_result=self._batch_done,
             on_worker_started=self._worker_started,
         )
+        if not self.invoker.wait_warm(PREWARM_WAIT_S):  # environments warm from earlier traffic: INIT done
+            log.warning(
+                "the %d warm executors are not all through their INIT after %.0f s", cfg.prewarm, PREWARM_WAIT_S
+            )
         self.poller = Poller(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
         if cfg.fast_path:
             # Its own poller id, so that a batch's dispatcher tells which path dispatched it.

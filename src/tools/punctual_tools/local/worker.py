@@ -1,20 +1,22 @@
 """A local stand-in for one Lambda execution environment of the executor.
 
-:func:`run_worker` runs in a process forked from a pre-loaded server (``multiprocessing``'s forkserver, which
-has already imported boto3, pydantic, Powertools and Punctual): a cold start then costs one module load of
-the handler (Lambda's init phase), not a CPU-second of imports that would compete with other executors'
-firing. The worker imports the handler module once, then serves invocations one at a time, like Lambda:
-one request in, one response out, over a pipe. stdout and stderr (the handler's logs and metrics) go to the
-log file. SIGTERM asks the executor to stop: unfired tasks are released back to PENDING.
+:func:`run_worker` imports the handler module once, then serves invocations one at a time, like Lambda: one
+request in, one response out, over a pipe. stdout and stderr (the handler's logs and metrics) go to the log file.
+SIGTERM asks the executor to stop: unfired tasks are released back to PENDING. It sends ``ready`` once the handler
+module is loaded: the end of the cold start (Lambda's INIT).
 
-Under the Lambda profile the worker first joins the cgroup the invoker made for it (the CPU quota its function's
-memory size buys, see :mod:`punctual_tools.local.cpu_quota`), before anything else runs in it, the cold start
-included; its context reports the function's timeout and memory size (:class:`WorkerSpec`).
+Under the Lambda profile it runs in a fresh interpreter (:mod:`punctual_tools.local.environment`) that joined the
+cgroup the invoker made for it before importing anything heavy: this module's imports and the handler module's
+(boto3, pydantic, Powertools, Punctual) are the INIT, paid in full on INIT's CPU (see
+:mod:`punctual_tools.local.cpu_quota`); its context reports the function's timeout and memory size
+(:class:`WorkerSpec`). Under the local profile it runs in a process forked from a pre-loaded server
+(``multiprocessing``'s forkserver, which has imported :data:`PRELOAD`): a cold start there costs one module load of
+the handler, no CPU-second of imports competing with other executors' firing.
 
 The worker reads its :class:`~punctual_tools.settings.LocalSettings` from the environment the stack gives it,
 and sets up what is local-only before it loads the handler: the IAM check when ``PUNCTUAL_IAM_CHECK=1`` (every
-boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`; installed before
-the worker joins its cgroup, since the check's evaluator is no part of Lambda's cold start), CPU confinement for
+boto3 call the handler makes is judged against the executor's role, :mod:`punctual_tools.iam`; the check's evaluator
+is no part of Lambda's cold start: the time it takes is reported apart, ``tooling_ms``), CPU confinement for
 the background threads the handler lowers, the fire log the log action appends to, and the store's latency
 (:mod:`punctual_tools.local.store_latency`). The handler itself reads only ``Settings``.
 """
@@ -41,7 +43,7 @@ from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION
 from punctual_tools.local.store_latency import install_store_latency
 from punctual_tools.settings import LocalSettings
 
-# What the forkserver imports once, before forking workers.
+# What the forkserver (the local profile's) imports once, before forking workers.
 PRELOAD = [
     "boto3",
     "botocore.session",
@@ -101,9 +103,12 @@ def run_worker(
     handler_path: str, conn: Connection, log_path: str | None, env: dict[str, str], spec: WorkerSpec
 ) -> None:
     """Serve invocations on ``conn`` until it closes, a ``None`` arrives, or SIGTERM stopped a batch."""
+    tooling_started = time.monotonic()
     if check_enabled(env):  # PUNCTUAL_IAM_CHECK=1: every client the handler builds obeys the executor's role.
-        # Tooling, not Lambda's: its node run is kept off the function's CPU quota, joined next.
+        # Tooling, not Lambda's: its node run is kept off the function's CPU quota, joined next (a fresh
+        # environment joined its group before: then the invoker takes the time it took off the INIT it records).
         install_iam_check(EXECUTOR_FUNCTION, LocalSettings.from_env(env), force=True)
+    tooling_ms = (time.monotonic() - tooling_started) * 1000
     cgroup_error = None
     if spec.cgroup:
         try:
@@ -132,7 +137,7 @@ def run_worker(
             threading.Thread(target=stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
-    conn.send({"ready": True, "pid": os.getpid(), "cgroup_error": cgroup_error})
+    conn.send({"ready": True, "pid": os.getpid(), "cgroup_error": cgroup_error, "tooling_ms": tooling_ms})
     while True:
         try:
             message = conn.recv()
