@@ -361,4 +361,4 @@ def test_a_stack_given_an_executor_memory_size_gives_its_workers_that_sizes_cpu_
         assert (stack.limits.memory_mb, stack.limits.timeout_s) == (512, template.timeout_s)
         assert state["executor_limits"]["memory_mb"] == 512
         if stack.invoker.cpu_quota.applied:
-            assert f"{100_000 * 512 // 1769} us of CPU" in stack.invoker.cpu_quota.detail
+            assert f"{PERIOD_US * 512 // 1769} us of CPU every {PERIOD_US} us" in stack.invoker.cpu_quota.detail
