@@ -11,9 +11,10 @@ need and prints the same figures.
    log-action tasks scheduled ahead keeps other executors asleep on their batches. Drift at the receiver, p99
    judged against ``floor/lead-webhook`` (the floor firing the same webhooks at the same rate) and 50 ms; the
    checker counts lost, extra and MISSED tasks (none allowed).
-2. **cold**: the same load on a stack started for the phase with no warm executor (prewarm 0): every executor
-   the phase needs starts cold unless an earlier one of the phase has finished; the cold starts the invoker
-   counted are printed beside the same verdicts.
+2. **cold**: the same load on a stack started for the phase that keeps no environment warm (prewarm 0, and
+   each environment ends with its invocation, as when Lambda has reclaimed the idle ones): every invocation is
+   a cold start, a fresh interpreter's INIT; the cold starts the invoker counted are printed beside the same
+   verdicts.
 3. **restart**: ``punctual up`` in a process of its own; a spread of webhooks (``--restart-rate`` a second for
    ``--restart-seconds``, a quarter of it due before the kill), a burst of ``--restart-burst`` due 8 s after the
    kill, and short-lead webhooks written before the kill and after the restart. The whole process tree is
@@ -241,6 +242,7 @@ def cold_config(home: Path, poll_interval_s: float, profile: str) -> StackConfig
         port=0,
         poll_interval_s=poll_interval_s,
         prewarm=0,
+        keep_warm=False,
         settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1", "profile": profile},
     )
 
@@ -334,7 +336,7 @@ def main() -> int:
         floors = measure_floors(runner, url, received, args, "restart" in phases, {})
         if "short" in phases:
             config = cold_config(work / "stack", args.poll_interval, args.profile)
-            config.prewarm = args.prewarm
+            config.prewarm, config.keep_warm = args.prewarm, True
             with LocalStack(config, on_poll=lambda r: None, on_batch=lambda r: None) as stack:
                 rate, seconds, background = args.lead_rate, args.lead_seconds, args.lead_background_rate
                 results["short lead"] = executor_cpu(

@@ -107,8 +107,12 @@ class LocalInvoker:
         duplicate_rate: float = 0.0,
         on_result: ResultCallback | None = None,
         on_worker_started: Callable[[int], None] | None = None,
+        keep_warm: bool = True,
     ) -> None:
         self._handler_path = str(handler_path)
+        # False: an environment ends with its invocation, so that every invocation is a cold start (as when
+        # Lambda has reclaimed every idle environment: a benchmark's cold phase)
+        self._keep_warm = keep_warm
         self._env = dict(env)
         self._log_file = str(log_file) if log_file else None
         self.limits = limits or FunctionLimits()
@@ -393,12 +397,12 @@ class LocalInvoker:
     def _finish(self, worker: _Worker, reusable: bool) -> None:
         with self._lock:
             worker.busy = False
-            if reusable and worker.alive() and not self._stopping:
+            if reusable and self._keep_warm and worker.alive() and not self._stopping:
                 self._freeze(worker)
                 self._idle.append(worker)
                 self._lock.notify_all()
                 return
-        if not reusable or not worker.alive():
+        if not reusable or not self._keep_warm or not worker.alive():
             self._discard(worker)
 
     # -- control ---------------------------------------------------------------------------------------

@@ -99,6 +99,7 @@ class StackConfig:
     settings_overrides: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int = 64  # the machine's cap on executors at once (the template's reservation, if lower, wins)
     prewarm: int = 16  # warm executor processes, ready before the first batch (a cold start costs CPU)
+    keep_warm: bool = True  # False: every executor invocation is a cold start (no environment is kept idle)
     duplicate_rate: float = 0.0
     fast_path: bool = True  # follow the table stream and dispatch short-lead tasks at once
     # How arms and records are written (Settings.write_batch); None: PUNCTUAL_WRITE_BATCH, else the profile's:
@@ -402,6 +403,7 @@ class LocalStack:
             duplicate_rate=cfg.duplicate_rate,
             on_result=self._batch_done,
             on_worker_started=self._worker_started,
+            keep_warm=cfg.keep_warm,
         )
         if not self.invoker.wait_warm(PREWARM_WAIT_S):  # environments warm from earlier traffic: INIT done
             log.warning(
