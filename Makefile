@@ -36,8 +36,8 @@ TEST_WORKERS ?= auto
 PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
 SERIAL_TIERS := tests/e2e tests/faults tests/aws
 test: setup style typecheck docs
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -q $(SERIAL_TIERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=20 $(SERIAL_TIERS) $(PYTEST_ARGS)
 
 ## style: ruff's lint rules and its format, over everything ruff reads (make test runs it first)
 style: setup

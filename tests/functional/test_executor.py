@@ -426,3 +426,55 @@ def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_cras
     missed = read_task(store, window.task_id)
     assert missed.status is TaskStatus.MISSED and missed.fired_at is None
     assert missed.detail is not None and "executor was lost" in missed.detail
+
+
+class HoldsLaterParts:
+    """The real store, but arming any part after the first waits until ``release`` is set (a slow store, an
+    executor at a small CPU quota arming with single writes): what the executor does with its first part
+    meanwhile shows."""
+
+    def __init__(self, store: DynamoTaskStore) -> None:
+        self._store = store
+        self.release = threading.Event()
+        self.parts: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def arm_many(self, requests: Any, *args: Any, **kwargs: Any) -> Any:
+        self.parts.append(len(requests))
+        if len(self.parts) > 1:
+            assert self.release.wait(60), "the first part never fired"
+        return self._store.arm_many(requests, *args, **kwargs)
+
+
+def test_a_batch_due_soon_fires_its_first_part_while_the_rest_is_armed(
+    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given 40 tasks due from 0.3 s on, dispatched in one batch, and a store whose arming of any part after the
+    # first waits until the first task has been recorded
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 300 + 10 * i, now_ms=now) for i in range(40)]
+    event = claim_batch(store, settings, now)
+    holding = HoldsLaterParts(store)
+    executor = Executor(holding, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
+    first = created[0].task_id
+    watcher = threading.Thread(
+        target=lambda: (
+            wait_until(lambda: read_task(store, first).status is TaskStatus.SUCCEEDED, 60, 0.02)
+            and holding.release.set()
+        )
+    )
+    watcher.start()
+    try:
+        # When the executor runs it
+        report = executor.run_batch(event)
+    finally:
+        holding.release.set()
+        watcher.join()
+        executor.close()
+    # Then it armed the soonest due first, in parts that double, and the first part fired and was recorded while
+    # the later parts waited to be armed; every task fired once and was recorded
+    assert holding.parts == [16, 24]
+    assert (report.armed, report.fired, report.succeeded, report.not_recorded) == (40, 40, 40, 0)
+    assert {read_task(store, t.task_id).status for t in created} == {TaskStatus.SUCCEEDED}

@@ -17,6 +17,7 @@ Order of work, so that nothing but the action runs between wake-up and fire:
 
 from __future__ import annotations
 
+import bisect
 import gc
 import logging
 import threading
@@ -48,8 +49,8 @@ ARM_AHEAD_MS = 5_000  # tasks due later than this after arming starts are armed 
 
 def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]:
     """``requests`` in due order, cut into the parts an executor arms one after the other: the first
-    :data:`FIRST_ARM_PART` soonest due, then parts twice as large, and the rest in one part as soon as the next
-    task is due more than :data:`ARM_AHEAD_MS` after ``now_ms`` (a batch with a long lead is one part: one
+    :data:`FIRST_ARM_PART` soonest due, then parts twice as large, up to the tasks due more than
+    :data:`ARM_AHEAD_MS` after ``now_ms``, which go in one last part (a batch with a long lead is one part: one
     round of writes).
 
     >>> due = [ArmRequest(f"t{i}", 1_000 + i, 0) for i in range(100)]
@@ -59,10 +60,11 @@ def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]
     [100]
     """
     ordered = sorted(requests, key=lambda r: (r.due_ms, r.task_id))
+    horizon = bisect.bisect_right([r.due_ms for r in ordered], now_ms + ARM_AHEAD_MS)  # the first one beyond it
     parts: list[list[ArmRequest]] = []
     size, start = FIRST_ARM_PART, 0
     while start < len(ordered):
-        end = len(ordered) if ordered[start].due_ms > now_ms + ARM_AHEAD_MS else start + size
+        end = min(start + size, horizon) if start < horizon else len(ordered)
         parts.append(ordered[start:end])
         start, size = end, size * 2
     return parts
