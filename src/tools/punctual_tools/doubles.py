@@ -165,7 +165,7 @@ class StubTarget(http.server.ThreadingHTTPServer):
     :meth:`answer` gives, and an empty body. By default that is ``status`` (500); subclasses answer otherwise,
     and keep what they need of each request (under ``lock``: requests arrive on threads of their own)."""
 
-    request_queue_size = 128  # a burst of fires must not meet a full listen backlog
+    request_queue_size = 1024  # a burst of fires (a batch of 250 at once) must not meet a full listen backlog
 
     def __init__(self, status: int = 500) -> None:
         self.lock = threading.Lock()
