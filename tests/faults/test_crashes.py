@@ -84,7 +84,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     # neither renewed nor retired, it fires nothing and writes nothing more
     # (armed in one part, as a batch with a long lead is: the executor fires nothing before the whole batch is
     # armed, and it dies then)
-    monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", 0)
+    monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", -(2**62))
     dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
@@ -251,7 +251,7 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     due = {t.task_id: t.due_ms for t in tasks}
     create_all(store_for(settings), tasks)
     event = dispatch_one_batch(settings, tasks)
-    monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", 0)  # one part: nothing fires before the executor dies
+    monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", -(2**62))  # one part: nothing fires before the executor dies
     dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
     dying.on_armed = dead.request_stop
