@@ -738,7 +738,7 @@ def main() -> int:
     print(runner.footing.line())
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print("drift = action start - due (ms)\n")
-    print(f"{'phase':<20}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
+    print(f"{'phase':<20}{'count':>7}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
     for name, f in floors.items():
         where = " (arrival at the receiver)" if "webhook" in name else ""
         print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}){where}"))

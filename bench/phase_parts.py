@@ -197,7 +197,7 @@ def row(name: str, drifts: list[float], extra: str = "") -> str:
     s = summarize(drifts)
 
     def f(v: float | None) -> str:
-        return "       -" if v is None else f"{v:8.3f}"
+        return f"{'-':>11}" if v is None else f"{v:11.3f}"  # wide enough for seconds of lateness
 
     return f"{name:<20}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
 

@@ -17,6 +17,7 @@ module imports them with ``from support import ...``; fixtures stay in the conft
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import signal
 import string
 import subprocess
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
@@ -48,6 +50,31 @@ FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 100
 
 
 # -- time ----------------------------------------------------------------------------------------------------
+def call_worker_once(handler: Path, env: dict[str, str], event: dict[str, Any], log_path: Path) -> Any:
+    """Start an executor worker as the stack starts one (a spawned process running ``run_worker`` on ``handler``,
+    with ``env``), invoke it once with ``event`` and end it; the handler's result."""
+    from punctual_tools.local.worker import WorkerSpec, run_worker
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    worker = context.Process(
+        target=run_worker,
+        args=(str(handler), child, str(log_path), env, WorkerSpec(timeout_s=30, memory_mb=256)),
+        daemon=True,
+    )
+    worker.start()
+    try:
+        assert parent.poll(60) and parent.recv()["ready"]
+        parent.send(event)
+        assert parent.poll(60)
+        return parent.recv()["result"]
+    finally:
+        parent.send(None)
+        worker.join(10)
+        if worker.is_alive():
+            worker.kill()
+
+
 def now_ms() -> int:
     """The wall clock, in epoch milliseconds."""
     return time.time_ns() // 1_000_000

@@ -9,7 +9,6 @@ of the stack is watched under the right function.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,7 @@ from punctual.targets import LogAction
 from punctual_tools.iam import IamDeniedError, live
 from punctual_tools.local import api_server
 from punctual_tools.local.stack import executor_env, function_store
-from punctual_tools.local.worker import WorkerSpec, run_worker
-from support import RecordingInvoker
+from support import RecordingInvoker, call_worker_once
 
 HANDLER = """
 import boto3
@@ -164,25 +162,8 @@ def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_do
     env = executor_env(
         settings.model_copy(update={"fire_log_path": str(tmp_path / "fires.jsonl")}), {live.ENABLE_VARIABLE: "1"}
     )
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    worker = context.Process(
-        target=run_worker,
-        args=(str(handler), child, str(tmp_path / "worker.log"), env, WorkerSpec(timeout_s=30, memory_mb=256)),
-        daemon=True,
-    )
-    worker.start()
-    try:
-        assert parent.poll(60) and parent.recv()["ready"]
-        # When the handler deletes the table (never granted to the executor)
-        parent.send({"table": settings.table_name})
-        assert parent.poll(60)
-        result = parent.recv()["result"]
-    finally:
-        parent.send(None)
-        worker.join(10)
-        if worker.is_alive():
-            worker.kill()
+    # When the handler deletes the table (never granted to the executor)
+    result = call_worker_once(handler, env, {"table": settings.table_name}, tmp_path / "worker.log")
     # Then the call is refused before it is sent, as AWS would, under the executor's role
     assert result["error"] == "IamDeniedError"
     assert "ExecutorFunction" in result["message"] and "dynamodb:DeleteTable" in result["message"]

@@ -8,7 +8,6 @@ many round trips a process drew, never how long a call took.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,8 @@ from punctual.polling.poller import Poller
 from punctual_tools.local import api_server, store_latency
 from punctual_tools.local.stack import executor_env, function_store
 from punctual_tools.local.store_latency import DYNAMODB_IN_REGION, StoreLatency, store_latency_of
-from punctual_tools.local.worker import WorkerSpec, run_worker
 from punctual_tools.settings import LocalSettings
-from support import RecordingInvoker
+from support import RecordingInvoker, call_worker_once
 
 HANDLER = """
 import boto3
@@ -148,24 +146,7 @@ def test_an_executor_worker_delays_the_clients_its_handler_builds(tmp_path: Path
     handler.write_text(HANDLER)
     local = LocalSettings.model_validate({**settings.model_dump(), "fire_log_path": str(tmp_path / "fires.jsonl")})
     env = executor_env(local, {})
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    worker = context.Process(
-        target=run_worker,
-        args=(str(handler), child, str(tmp_path / "worker.log"), env, WorkerSpec(timeout_s=30, memory_mb=256)),
-        daemon=True,
-    )
-    worker.start()
-    try:
-        assert parent.poll(60) and parent.recv()["ready"]
-        # When the handler makes a call
-        parent.send({})
-        assert parent.poll(60)
-        result = parent.recv()["result"]
-    finally:
-        parent.send(None)
-        worker.join(10)
-        if worker.is_alive():
-            worker.kill()
+    # When the handler makes a call
+    result = call_worker_once(handler, env, {}, tmp_path / "worker.log")
     # Then its round trip was drawn from the model, in the worker's own sequence
     assert result["draws"] >= 1

@@ -150,13 +150,10 @@ class Recorder:
         """Called by each fire, as it starts: recording waits until fires have settled."""
         self.last_fire = self._clock.monotonic()
 
-    def start(self, executor_id: str, tasks: dict[str, Task] | None = None) -> Recording:
-        """Start recording a batch armed by ``executor_id``: ``tasks`` (by id), and those :meth:`Recording.add`
-        adds, until :meth:`Recording.seal` (given ``tasks``, the recording is sealed at once)."""
+    def start(self, executor_id: str) -> Recording:
+        """Start recording a batch armed by ``executor_id``: the tasks :meth:`Recording.add` adds, until
+        :meth:`Recording.seal`."""
         recording = Recording(executor_id)
-        if tasks is not None:
-            recording.add(tasks)
-            recording.seal()
         self._jobs.put(lambda: self._record(recording))
         return recording
 
