@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
+
 from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_ids
 
 from punctual.domain.keys import BUCKET_MS, from_ms
@@ -138,6 +140,40 @@ def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_on
     after = store.get_many(list(winners))
     assert {task_id: (t.status, t.armed_by, t.attempt) for task_id, t in after.items()} == {
         task_id: (TaskStatus.ARMED, f"exec-{k}", 2) for task_id, k in winners.items()
+    }
+    assert store.heartbeat("exec-dead", until + 2, until + 20_000) is False
+
+
+@pytest.mark.parametrize("death", ["fenced", "lapsed"])
+def test_six_executors_taking_over_their_own_share_of_one_dead_owners_tasks_at_once_take_them_all(
+    race_backend: Backend, death: str
+) -> None:
+    # Given 60 tasks armed by one executor that died (fenced, as a restarted stack knows; or its heartbeat lapsed
+    # at T), its tasks dispatched again in 6 batches of 10 (a catch-up poll cuts them so), each to an executor
+    store = race_backend.store
+    until = NOW + 10_000
+    tasks = make_tasks(store, f"share-{death}", 60)
+    alive(store, "exec-dead", until)
+    assert None not in arm_each(store, tasks, "exec-dead", NOW).values()
+    if death == "fenced":
+        assert store.fence("exec-dead", until)
+    takers = [race_backend.new_store() for _ in range(6)]
+    for k, taker in enumerate(takers):
+        alive(taker, f"exec-{k}", NOW + ALIVE_MS)
+
+    # When each takes over its own share at one fixed instant, T + 1 (with no other racer for its tasks)
+    shares = [tasks[k * CHUNK : (k + 1) * CHUNK] for k in range(len(takers))]
+    results = run_threads(
+        [lambda k=k: arm_each(takers[k], shares[k], f"exec-{k}", until + 1) for k in range(len(takers))],
+        timeout=TIMEOUT_S,
+    )
+
+    # Then every task was taken, by the executor it went to: none is left with the dead owner for a later poll
+    # (taking over from one owner at once must not make the executors conflict on its heartbeat)
+    assert {task_id for armed in results for task_id, got in armed.items() if got is None} == set()
+    after = store.get_many([t.task_id for t in tasks])
+    assert {task_id: t.armed_by for task_id, t in after.items()} == {
+        t.task_id: f"exec-{k}" for k, share in enumerate(shares) for t in share
     }
     assert store.heartbeat("exec-dead", until + 2, until + 20_000) is False
 

@@ -38,9 +38,9 @@ from punctual_tools.crashes import (  # noqa: F401 - the scenarios import them f
     all_takeover_marks,
     crash_window,
     crash_windows,
+    dead_for_good,
     raw_item,
     takeover_marks,
-    was_taken_over,
 )
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer

@@ -24,12 +24,12 @@ from fault_tools import (
     NotesArmTime,
     alive_until,
     crash_window,
+    dead_for_good,
     http_tasks,
     judge,
     one_batch,
     report_figures,
     takeover_marks,
-    was_taken_over,
 )
 
 from punctual.config.settings import Settings
@@ -113,7 +113,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     assert (after.dispatched, after.recovered) == (len(tasks), len(tasks))
     # ... the new executor took every one over, and the dead one can never renew its heartbeat
     assert (taker.armed, taker.taken_over) == (len(tasks), len(tasks))
-    assert was_taken_over(settings, dead_report.executor_id)
+    assert dead_for_good(settings, dead_report.executor_id)
     assert takeover_marks(settings, ids[0]) == (dead_report.executor_id, last_alive)
     stored = store_for(settings).get_many(ids)
     if policy == "skip":

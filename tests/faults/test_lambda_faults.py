@@ -29,13 +29,13 @@ from fault_tools import (
     InlineInvoker,
     alive_until,
     crash_windows,
+    dead_for_good,
     http_tasks,
     judge,
     one_batch,
     put_all,
     report_figures,
     takeover_marks,
-    was_taken_over,
 )
 from lambda_tools import (
     LambdaExecutors,
@@ -306,7 +306,7 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     assert last_alive is not None
     # ... a poll finds its tasks held by a dead executor, and another executor takes them over
     poller.poll(now_ms())
-    assert wait_until(lambda: was_taken_over(settings, owner), timeout=30), run.log_tail()
+    assert wait_until(lambda: dead_for_good(settings, owner), timeout=30), run.log_tail()
     assert wait_until(lambda: all(takeover_marks(settings, i)[0] == owner for i in ids), timeout=30)
     # ... and then, 10 s after it stopped, the frozen worker runs again (SIGCONT), before any of its tasks is due
     time.sleep(max(0.0, (frozen_at + 10_000 - now_ms()) / 1000))
@@ -317,7 +317,7 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     # Then its stale renewal does not revive it: its heartbeat stays where the takeover found it
     assert wait_until(lambda: run.report_of(owner) is not None, timeout=60), run.log_tail()
     assert alive_until(settings, owner) == last_alive
-    assert was_taken_over(settings, owner)
+    assert dead_for_good(settings, owner)
     # ... it fired nothing: every task it held was taken over, none due in its crash window
     report = run.report_of(owner)
     assert report is not None

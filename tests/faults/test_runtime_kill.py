@@ -31,10 +31,10 @@ from fault_tools import (
     alive_until,
     all_takeover_marks,
     crash_windows,
+    dead_for_good,
     judge,
     report_figures,
     takeover_marks,
-    was_taken_over,
 )
 
 from punctual.config.settings import Settings
@@ -239,7 +239,7 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     assert all("executor was lost" in (stored[task_id].detail or "") for task_id in missed)
     # ... each executor a task was taken from is marked taken over, its last alive instant the window's end
     for owner, until in {marks[task_id] for task_id in taken}:
-        assert owner is not None and was_taken_over(settings, owner) and alive_until(settings, owner) == until
+        assert owner is not None and dead_for_good(settings, owner) and alive_until(settings, owner) == until
     # ... every task that was PENDING at the kill, and every task taken over that was due after the window,
     # fired once and SUCCEEDED
     fires = Counter(r.key for r in target.records())
@@ -373,7 +373,7 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     stored = store.get_many(ids)
     owners = {owner for task_id, (owner, _) in all_takeover_marks(settings).items() if task_id in due}
     windows = crash_windows(settings, due)
-    assert all(was_taken_over(settings, owner) for owner in owners)
+    assert all(dead_for_good(settings, owner) for owner in owners)
     verdict = judge(
         "local runtime SIGKILLed 8 s before a burst of 2,000, restarted 1 s later", store, ids, target, windows=windows
     )

@@ -27,10 +27,10 @@ def alive_until(settings: Settings, executor_id: str) -> int | None:
     return number_of(raw_item(settings, EXECUTOR_PREFIX + executor_id), "alive_until_ms")
 
 
-def was_taken_over(settings: Settings, executor_id: str) -> bool:
-    """Whether a takeover marked this executor's heartbeat (it can never renew it again)."""
+def dead_for_good(settings: Settings, executor_id: str) -> bool:
+    """Whether a takeover or a fence marked this executor's heartbeat (it can never renew it again)."""
     item = raw_item(settings, EXECUTOR_PREFIX + executor_id) or {}
-    return bool(item.get("taken_over", {}).get("BOOL"))
+    return any(item.get(mark, {}).get("BOOL") for mark in ("taken_over", "fenced"))
 
 
 def crash_window(settings: Settings, executor_id: str, held_due_ms: Iterable[int] = ()) -> tuple[int, int]:

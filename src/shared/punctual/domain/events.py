@@ -90,5 +90,8 @@ class BatchReport(BaseModel):
     taken_over: int = 0  # armed by taking them over from an executor found dead
     fenced: int = 0  # reached after this executor's own lease ended (it could not renew it): not fired, released
     clock_offset_ms: float | None
+    # The batch's timeline: ms from the invocation's start to each stage it reached (heartbeat, first_armed,
+    # armed, fired, recorded): where a late batch's time went.
+    timeline_ms: dict[str, int] = Field(default_factory=dict)
     drift_ms: list[float] = Field(default_factory=list)  # of fires within their grace: the precision measured
     late_ms: list[float] = Field(default_factory=list)  # how late each fire past its grace (fire_late) started

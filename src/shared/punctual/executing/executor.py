@@ -140,6 +140,8 @@ class Executor:
         self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
         self._invocation: str | None = None  # the current invocation's request id (run_batch)
         self._cancelled: list[_Armed] = []
+        self._started_ms = 0.0  # the current invocation's start (wall ms) and the stages it reached since
+        self._timeline: dict[str, int] = {}
         # cancel_pending + _cancelled change together; re-entrant: a signal handler may stop the thread holding it
         self._stop_lock = threading.RLock()
         self._idle = threading.Event()  # no batch running (close() waits for one)
@@ -178,9 +180,12 @@ class Executor:
         self._actions.refresh_tenants()
         executor_id = f"x-{uuid.uuid4().hex[:12]}"
         self._deadline_ms, self._invocation = deadline_ms, invocation
+        self._started_ms, self._timeline = self._clock.wall_ms(), {}
         self._idle.clear()
         try:
-            if not self._heartbeat.start(executor_id, deadline_ms, invocation):
+            started = self._heartbeat.start(executor_id, deadline_ms, invocation)
+            self._mark("heartbeat")
+            if not started:
                 log.error(
                     "batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
                     event.batch_id,
@@ -204,9 +209,11 @@ class Executor:
         armed, lost, cancelled = self._arm_and_fire(
             event, executor_id, recording, partial(self._fire_one, recording, offset)
         )
+        self._mark("fired")
         for _ in cancelled:
             recording.put(None)
         recording.wait()
+        self._mark("recorded")
         if gc_enabled:
             gc.enable()
         # Tasks a stop took back, or that reached their instant after this executor's lease ended (it could not
@@ -223,7 +230,15 @@ class Executor:
             offset,
             taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
             fenced=len(self._fenced),
+            timeline=self._timeline,
         )
+
+    def _since_start(self) -> int:
+        return int(self._clock.wall_ms() - self._started_ms)
+
+    def _mark(self, stage: str) -> None:
+        """The batch reached ``stage`` now (its timeline, in the report)."""
+        self._timeline[stage] = self._since_start()
 
     def _release(self, task_id: str, executor_id: str) -> bool:
         """RELEASE one unfired task; a failure is logged (the task is taken over once this heartbeat ends)."""
@@ -264,7 +279,9 @@ class Executor:
                     armed.extend(taken)
                     lost[0] += missed
                     self._hand_over(taken, recording, fire)
+                    self._timeline.setdefault("first_armed", self._since_start())
             finally:
+                self._mark("armed")
                 recording.seal()
 
         thread = threading.Thread(target=arm, name="arm")
@@ -431,6 +448,7 @@ def _report(
     *,
     taken_over: int = 0,
     fenced: int = 0,
+    timeline: dict[str, int] | None = None,
 ) -> BatchReport:
     recorded = [] if recording is None else recording.recorded
     count = dict.fromkeys(Outcome, 0)
@@ -454,6 +472,7 @@ def _report(
         taken_over=taken_over,
         fenced=fenced,
         clock_offset_ms=offset.offset_ms,
+        timeline_ms=dict(timeline or {}),
         drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
         late_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
     )

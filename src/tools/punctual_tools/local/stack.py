@@ -565,14 +565,17 @@ class LocalStack:
             figures = (
                 f"drift p50 {drift['p50']:.3f} ms, max {drift['max']:.3f} ms" if drift["count"] else "nothing fired"
             )
+            timeline = result.get("timeline_ms") or {}
+            stages = ", ".join(f"{stage} {ms / 1000:.1f} s" for stage, ms in timeline.items())
             log.info(
-                "batch %s: %s armed, %s fired, %s failed, %s missed; %s",
+                "batch %s: %s armed, %s fired, %s failed, %s missed; %s%s",
                 str(event.get("batch_id"))[:8],
                 result.get("armed"),
                 result.get("fired"),
                 result.get("failed"),
                 result.get("missed"),
                 figures,
+                f" (after its start: {stages})" if stages else "",
             )
 
     def _fast_path(self, records: list[dict[str, Any]]) -> None:
