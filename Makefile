@@ -28,13 +28,15 @@ $(NPM_STAMP): package.json $(if $(and $(wildcard $(DDB_LOCAL)),$(wildcard $(IAM_
 
 FORCE:
 
-## test: style, mypy and the docs site, then every tier: those whose outcome does not depend on timing (unit, functional on moto, template,
-## and the store contract and integration tests, each worker with a DynamoDB Local of its own) on every core, then
-## the running stack's (e2e, faults) one test at a time, since their scenarios time fires; PYTEST_ARGS adds options,
-## TEST_WORKERS sets the first part's processes (default: one a core)
+## test: style, mypy and the docs site, then every tier but the fault suite: those whose outcome does not depend on
+## timing (unit, functional on moto, template, and the store contract and integration tests, each worker with a
+## DynamoDB Local of its own) on every core, then the running stack's (e2e) one test at a time, since their
+## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core).
+## The fault suite is `make faults` (CI runs both)
 TEST_WORKERS ?= auto
 PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
-SERIAL_TIERS := tests/e2e tests/faults tests/aws
+SERIAL_TIERS := tests/e2e tests/aws
+FAULT_TIERS := tests/faults
 test: setup style typecheck docs
 	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q --durations=20 $(SERIAL_TIERS) $(PYTEST_ARGS)
@@ -61,11 +63,11 @@ docs: setup
 docs-pages: setup
 	$(BIN)/python -m punctual_tools.docgen
 
-## faults: the whole fault suite with its slow scenarios (make test skips those), and the checker's tests, printing
-## each scenario's verdict; publishes the crash windows it measured (docs/benchmarks/faults.md)
+## faults: the whole fault suite with its slow scenarios, one scenario at a time, printing each one's verdict;
+## publishes the crash windows it measured (docs/benchmarks/faults.md)
 faults: setup
 	PUNCTUAL_FAULTS_REPORT=$(CURDIR)/docs/benchmarks/faults.json PUNCTUAL_FAULTS_COMMIT=$$(git rev-parse --short HEAD) \
-		$(BIN)/python -m pytest -q -s --slow tests/faults tests/unit/test_checker.py $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -q -s --durations=20 --slow $(FAULT_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python bench/pages.py
 
 ## slow: every test make test leaves out (marked slow: long fault scenarios, the recurring cost count, the

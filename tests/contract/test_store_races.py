@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-
 from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_ids
 
 from punctual.domain.keys import BUCKET_MS, from_ms
