@@ -146,7 +146,7 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
             more = (
                 f"up {p['up_s']:g} s after the restart; backlog {p['backlog']:,} drained in {p['drain_s']} s = "
                 f"{rate}; {c['crash_windows']} crash windows, {c['due_in_windows']} due in them, "
-                f"{c['missed_outside_windows']} MISSED outside them"
+                f"{c['missed_outside_windows']} MISSED outside them{busy_note(p)}"
             )
         else:
             more = f"{p['cold_starts']} cold starts in {p['invoked']} invocations"
@@ -160,6 +160,14 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
         sign = "≥" if b["at_least"] else "≤"
         lines.append(f"| {b['name']} | {value} | {sign} {b['target']:g}{b['unit']}: {_met(b['met'])} |")
     return lines
+
+
+def busy_note(phase: dict[str, Any]) -> str:
+    """How busy the machine's cores were while a restarted stack came up and while it drained its backlog, if
+    measured: ``; the 2 cores 97% busy coming up, 99% draining``."""
+    shares = [(what, phase.get(key)) for what, key in (("coming up", "busy_starting"), ("draining", "busy_draining"))]
+    known = [f"{share:.0%} busy {what}" for what, share in shares if share is not None]
+    return f"; the {phase.get('cores') or '?'} cores {', '.join(known)}" if known else ""
 
 
 def cdf_of(report: dict[str, Any]) -> str | None:

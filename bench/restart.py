@@ -63,6 +63,26 @@ def restart_figures(
     }
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU ticks so far, busy and in all (the first line of /proc/stat; iowait counts as idle)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(samples: list[tuple[float, int, int]], start_ms: float, end_ms: float) -> float | None:
+    """How busy the machine's cores were (0..1) between the samples nearest ``start_ms`` and ``end_ms``
+    (``samples``: epoch ms, busy ticks, all ticks, in time order); None without two distinct samples.
+
+    >>> busy_share([(0, 0, 0), (1000, 150, 200), (2000, 350, 400)], 0, 2000)
+    0.875
+    """
+    inside = [s for s in samples if start_ms <= s[0] <= end_ms]
+    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+        return None
+    return round((inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2]), 3)
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (from /proc), children before grandchildren."""
     children: dict[int, list[int]] = {}
@@ -198,7 +218,9 @@ def restart_phase(
         log(f"restart: the stack SIGKILLed ({armed} of {len(burst_ids)} sampled burst tasks ARMED); again in 1 s")
         time.sleep(RESTART_AFTER_KILL_S)
         restart_ms = time.time() * 1000
+        busy = [(restart_ms, *cpu_ticks())]
         state = up.start()
+        busy.append((time.time() * 1000, *cpu_ticks()))
         up_ms = time.time() * 1000
         client = client_of(state)
         log(f"restart: up {(up_ms - restart_ms) / 1000:.1f} s after it was started again")
@@ -210,6 +232,7 @@ def restart_phase(
         while time.time() < deadline and (
             time.time() * 1000 < max(due.values()) + 3_000 or active_tasks(client.settings)
         ):
+            busy.append((time.time() * 1000, *cpu_ticks()))
             time.sleep(1.0)
         tasks = stored(client, list(due))
         windows = crash_windows(client.settings, due)
@@ -222,6 +245,7 @@ def restart_phase(
         arrived.setdefault(fire.key.rsplit(":", 1)[0], fire.observed_ms)
     missed = {t.task_id for t in tasks if str(getattr(t.status, "value", "")) == "MISSED"}
     figures = restart_figures(due, arrived, missed, killed_ms, up_ms)
+    drained_ms = up_ms + 1000 * (figures["drain_s"] or 0)
     fires = [{"task_id": t, "due_ms": due[t], "fired_ms": arrived[t]} for t in due if t in arrived]
     return {
         "scheduled": len(due),
@@ -238,4 +262,8 @@ def restart_phase(
         **figures,
         "checker": checker_figures(verdict),
         "store_latency": store_latency(state),
+        # how busy the machine was while the stack came up, and from up until the backlog had drained
+        "busy_starting": busy_share(busy, restart_ms, up_ms + 1),
+        "busy_draining": busy_share(busy, up_ms, drained_ms + 1000),
+        "cores": os.cpu_count(),
     }

@@ -82,6 +82,9 @@ def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_th
             "drain_s": 3.0,
             "drain_rate_per_s": 300.0,
             "store_latency": "lognormal p50 4 ms",
+            "busy_starting": 0.97,
+            "busy_draining": None,
+            "cores": 2,
         },
     }
     bounds = [leads.Bound("restart drain", 300.0, 200.0, "/s", at_least=True).as_dict()]
@@ -92,4 +95,14 @@ def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_th
     assert "256 MB's CPU" in text and "store latency model: lognormal p50 4 ms" in text
     assert "| restart drain | 300/s | ≥ 200/s: met |" in text
     assert "backlog 900 drained in 3.0 s = 300/s" in text
+    assert "MISSED outside them; the 2 cores 97% busy coming up |" in text
     assert pages.leads_page_lines(report) == []
+
+
+def test_how_busy_the_machine_was_is_read_between_the_samples_inside_the_span() -> None:
+    samples = [(0.0, 0, 0), (1000.0, 150, 200), (2000.0, 350, 400), (3000.0, 360, 600)]
+    assert restart.busy_share(samples, 0, 2000) == 0.875
+    assert restart.busy_share(samples, 1000, 3000) == round(210 / 400, 3)
+    assert restart.busy_share(samples, 500, 1500) is None  # one sample inside: no span to judge
+    busy, total = restart.cpu_ticks()
+    assert 0 <= busy <= total
