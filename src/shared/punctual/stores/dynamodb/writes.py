@@ -31,7 +31,9 @@ conditional write on the base table; the index is only used to find candidates; 
                                                     -- two dispatches of one task: all but one executor lose
     TAKEOVER    due_ms = :due AND status = ARMED AND armed_by = :owner, in one transaction with the owner's
                 heartbeat item: alive_until_ms = :seen (what the taker read, already < now; the item is marked
-                taken_over, so the owner can never renew); or, without the owner check, lease_until_ms < :now
+                taken_over, so the owner can never renew); without it once the owner is fenced or taken over
+                (it can never renew: many executors take its tasks at once, with no conflict on its item); or,
+                without the owner check, lease_until_ms < :now
     HEARTBEAT   attribute_not_exists(taken_over) AND attribute_not_exists(fenced)
                 (on "#executor#<id>": alive_until_ms = now + lease)
     FENCE       alive_until_ms >= :now AND attribute_not_exists(taken_over) (an executor known dead: alive until
