@@ -94,6 +94,7 @@ from phase_parts import (
     arrivals,
     drift_of,
     executor_cpu,
+    first_due_after_writes,
     floor_result,
     floor_webhook,
     log,
@@ -273,7 +274,7 @@ def system_steady(
         last_due = max(dues, default=time.time() * 1000)
     else:
         interval = stack.settings.poll_interval_ms
-        first_due = next_tick(int(time.time() * 1000) + 5 * total + 5_000, interval) + 15_000
+        first_due = first_due_after_writes(client, total, interval)
 
         def write(i: int) -> None:
             client.schedule(from_ms(int(first_due + i * 1000 / rate)), ACTION, None, task_id=task_ids[i])
@@ -390,7 +391,7 @@ def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, rec
     client = Client(stack.settings)
     prefix = f"hook-{uuid.uuid4().hex[:6]}-"
     total = int(rate * seconds)
-    first_due = next_tick(int(time.time() * 1000) + 5 * total + 5_000, stack.settings.poll_interval_ms) + 15_000
+    first_due = first_due_after_writes(client, total, stack.settings.poll_interval_ms)
     action = HttpAction(url=url)
     log(
         f"webhook/spread: scheduling {total} webhooks at {rate:g}/s, the first "

@@ -18,7 +18,7 @@ from floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offse
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
-from punctual.domain.keys import from_ms
+from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.schema import DUE_INDEX
@@ -50,6 +50,27 @@ def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
     for fire in fires:
         first.setdefault(fire["task_id"], fire)
     return [f["fired_ms"] - f["due_ms"] for f in first.values()], len(first), len(fires) - len(first)
+
+
+PROBE_WRITES = 100  # tasks a phase writes (and cancels) to measure how fast the client can write now
+
+
+def first_due_after_writes(client: Client, count: int, interval_ms: int, threads: int = 8) -> int:
+    """The first due instant (epoch ms, on a poll tick, 15 s after one) for ``count`` tasks that are about to be
+    written with ``threads`` threads: past the time they take to write at the rate a probe measures now (100 tasks
+    written far ahead and cancelled), with half as much again to spare, so that a slow or busy machine cannot leave
+    the first ones due before they are written."""
+    ids = [f"probe-{uuid.uuid4().hex[:10]}" for _ in range(PROBE_WRITES)]
+    far = from_ms(int(time.time() * 1000) + 3_600_000)
+    started = time.time()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda t: client.schedule(far, ACTION, None, task_id=t), ids))
+    per_write_s = (time.time() - started) / PROBE_WRITES
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(client.cancel, ids))
+    write_ms = int(1.5 * count * per_write_s * 1000)
+    log(f"write rate now {1 / max(per_write_s, 1e-6):.0f}/s: {count} tasks take about {write_ms / 1500:.0f} s")
+    return next_tick(int(time.time() * 1000) + write_ms + 5_000, interval_ms) + 15_000
 
 
 def write_paced(
