@@ -328,7 +328,7 @@ def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = Non
     prefix = os.path.commonprefix(task_ids)
     interval = stack.settings.poll_interval_ms
     after_a_poll(stack)
-    due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, interval) + 15_000
+    due = first_due_after_writes(client, len(task_ids), interval)
     log(f"burst: scheduling {len(task_ids)} tasks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s ahead")
     polls_before = len(stack.polls)
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -420,7 +420,7 @@ def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> di
     prefix = f"hookburst-{uuid.uuid4().hex[:6]}-"
     task_ids = [f"{prefix}{i:06d}" for i in range(count)]
     after_a_poll(stack)
-    due = next_tick(int(time.time() * 1000) + 3 * count + 3_000, stack.settings.poll_interval_ms) + 15_000
+    due = first_due_after_writes(client, count, stack.settings.poll_interval_ms)
     action = HttpAction(url=url)
     log(
         f"webhook/burst: scheduling {count} webhooks due at one instant, {(due - time.time() * 1000) / 1000:.0f} s "
