@@ -131,6 +131,29 @@ def test_a_run_whose_every_task_arrives_once_says_so_and_deletes_its_queue(sqs: 
     assert sqs.list_queues().get("QueueUrls", []) == []
 
 
+class LateWriter(StandInExecutor):
+    """A stand-in whose writes end only after its fires are all sent and the run's wait is over (a slow store,
+    or a busy machine): the reading starts past its deadline, with every message already in the queue."""
+
+    def schedule_many(self, tasks: Any, *, threads: int = 16, on_progress: Any = None) -> list[ScheduleResult]:
+        results = super().schedule_many(tasks, threads=threads, on_progress=on_progress)
+        for timer in self.timers:
+            timer.join()
+        time.sleep(SMALL.wait_s + SMALL.settle_s)
+        return results
+
+
+def test_messages_sent_before_the_reading_starts_are_read_however_late_it_starts(sqs: Any) -> None:
+    # Given an executor that fired everything while the writes were still going, past the run's wait
+    executor = LateWriter(sqs)
+    # When the run goes
+    record = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f3", epsilon_ms=1_000).run()
+    # Then what the queue held is read: the spread and the burst arrived once each
+    assert record.result is not None
+    spread, burst = record.result.groups[:2]
+    assert (spread.arrived, spread.duplicates, burst.arrived, burst.duplicates) == (4, 0, 3, 0)
+
+
 def test_a_lost_task_and_a_twice_fired_one_fail_the_verdict_and_the_lost_one_is_cancelled(sqs: Any) -> None:
     # Given an executor that never fires one spread task and fires one burst task twice
     lost, doubled = "verify-f2-spread-00001", "verify-f2-burst-00000"

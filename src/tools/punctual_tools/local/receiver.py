@@ -12,10 +12,12 @@ a benchmark measures is the sender.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,19 @@ def start_receiver(path: Path, port: int = 0) -> tuple[multiprocessing.process.B
     except BaseException:
         process.kill()  # it never said where it listens: not left running
         raise
+
+
+@contextlib.contextmanager
+def receiving(path: Path) -> Iterator[int]:
+    """A receiver process (:func:`start_receiver`) for the ``with`` block; yields its port and stops it after.
+
+    Out of the caller's process, it answers at once however busy the caller's threads keep its interpreter."""
+    process, port = start_receiver(path)
+    try:
+        yield port
+    finally:
+        process.kill()
+        process.join(timeout=30)
 
 
 def read_received(path: Path) -> list[dict[str, Any]]:

@@ -30,6 +30,10 @@ from punctual_tools.verify.queue import VerifyQueue
 from punctual_tools.verify.report import Arrival, RunResult, arrival_of, judge
 
 WRITE_THREADS = 16
+# Once the reading is over, the queue is read on until a long poll of DRAIN_WAIT_S finds it empty (a long poll
+# answers as soon as a message is there), for DRAIN_MAX_S at most: a sender that never stops cannot hold the run.
+DRAIN_WAIT_S = 1.0
+DRAIN_MAX_S = 30.0
 
 
 class Scheduler(Protocol):
@@ -198,23 +202,29 @@ class VerifyRun:
 
     def _read_back(self) -> None:
         """Read until every expected occurrence arrived and ``settle_s`` passed the last due instant, or until
-        ``wait_s`` past it."""
+        ``wait_s`` past it; then read on until the queue is empty: what was sent by then is counted, even when the
+        writes or a busy reader left no time to read it before (its ``SentTimestamp`` judges how late it was)."""
         record, options = self.record, self.options
         keys = {e.key for occurrences in record.expected.values() for e in occurrences}
         last_due = max([e.due_ms for occurrences in record.expected.values() for e in occurrences], default=0)
         settled = last_due + options.settle_s * 1000
         deadline = last_due + options.wait_s * 1000
         arrived: set[str] = set()
+        drain_end: float | None = None
         while True:
             now = self.now_ms()
-            if (keys <= arrived and now >= settled) or now > deadline:
-                break
+            over = (keys <= arrived and now >= settled) or now > deadline
+            if over and drain_end is None:
+                drain_end = now + DRAIN_MAX_S * 1000
             until = settled if keys <= arrived else deadline  # all in: read on only to the settle
-            wait_s = min(5.0, max(0.0, (until - now) / 1000))
-            for message in self.queue.receive(wait_s):
+            wait_s = DRAIN_WAIT_S if over else min(5.0, max(0.0, (until - now) / 1000))
+            messages = self.queue.receive(wait_s)
+            for message in messages:
                 arrival = arrival_of(message, self.run_id)
                 record.arrivals.append(arrival)
                 arrived.add(arrival.key)
+            if over and (not messages or self.now_ms() > (drain_end or 0)):
+                break
             self.progress.show(f"verify: {len(arrived & keys)}/{len(keys)} arrived, {len(record.arrivals)} messages")
         self.progress.end(f"verify: {len(arrived & keys)}/{len(keys)} arrived, {len(record.arrivals)} messages")
 
