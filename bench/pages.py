@@ -145,7 +145,7 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
             rate = "-" if p["drain_rate_per_s"] is None else f"{p['drain_rate_per_s']:g}/s"
             more = (
                 f"up {p['up_s']:g} s after the restart; backlog {p['backlog']:,} drained in {p['drain_s']} s = "
-                f"{rate}; {c['crash_windows']} crash windows, {c['due_in_windows']} due in them, "
+                f"{rate}{ceiling_note(p)}; {c['crash_windows']} crash windows, {c['due_in_windows']} due in them, "
                 f"{c['missed_outside_windows']} MISSED outside them{busy_note(p)}"
             )
         else:
@@ -160,6 +160,17 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
         sign = "≥" if b["at_least"] else "≤"
         lines.append(f"| {b['name']} | {value} | {sign} {b['target']:g}{b['unit']}: {_met(b['met'])} |")
     return lines
+
+
+def ceiling_note(phase: dict[str, Any]) -> str:
+    """The drain's ceiling on this store, if the run measured it: the client's writes a second in the same run,
+    at two writes a drained task."""
+    if phase.get("drain_ceiling_per_s") is None:
+        return ""
+    return (
+        f" (the store took {phase['store_writes_per_s']:g} writes/s from the client in the same run: at two a task, "
+        f"{phase['drain_ceiling_per_s']:g} tasks/s at most)"
+    )
 
 
 def busy_note(phase: dict[str, Any]) -> str:

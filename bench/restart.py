@@ -39,6 +39,7 @@ from punctual_tools.local.stack import read_state
 STEADY_AFTER_UP_MS = 10_000  # a restart's tasks due this long after it is up are judged as steady ones
 KILL_TO_BURST_MS = 8_000
 RESTART_AFTER_KILL_S = 1.0
+WRITES_PER_DRAINED_TASK = 2  # a backlog task is armed or taken over, then its outcome is written
 
 
 def restart_figures(
@@ -197,7 +198,9 @@ def restart_phase(
         due = {f"{prefix}s{i:05d}": first + int(i * 1000 / rate) for i in range(int(rate * seconds))}
         due |= {f"{prefix}b{i:05d}": kill_ms + KILL_TO_BURST_MS for i in range(burst)}
         action = HttpAction(url=url)
+        writing = time.perf_counter()
         results = client.schedule_many({"due_at": from_ms(d), "action": action, "task_id": t} for t, d in due.items())
+        writes_per_s = len(results) / max(time.perf_counter() - writing, 1e-3)
         write_errors = sum(not r.ok for r in results)
         due = {t: d for (t, d), r in zip(due.items(), results, strict=True) if r.ok}
         overrun_s = max(0.0, time.time() - (kill_ms - 15_000) / 1000)  # the spread's first due was 15 s earlier
@@ -266,4 +269,8 @@ def restart_phase(
         "busy_starting": busy_share(busy, restart_ms, up_ms + 1),
         "busy_draining": busy_share(busy, up_ms, drained_ms + 1000),
         "cores": os.cpu_count(),
+        # the drain's ceiling on this store: the client's writes a second in the same run, two writes a task
+        # (its take-over or arming, and its outcome)
+        "store_writes_per_s": round(writes_per_s, 1),
+        "drain_ceiling_per_s": round(writes_per_s / WRITES_PER_DRAINED_TASK, 1),
     }

@@ -85,6 +85,8 @@ def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_th
             "busy_starting": 0.97,
             "busy_draining": None,
             "cores": 2,
+            "store_writes_per_s": 151.0,
+            "drain_ceiling_per_s": 75.5,
         },
     }
     bounds = [leads.Bound("restart drain", 300.0, 200.0, "/s", at_least=True).as_dict()]
@@ -94,7 +96,8 @@ def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_th
     assert "## Short leads, a cold executor, a restart after a crash" in text
     assert "256 MB's CPU" in text and "store latency model: lognormal p50 4 ms" in text
     assert "| restart drain | 300/s | ≥ 200/s: met |" in text
-    assert "backlog 900 drained in 3.0 s = 300/s" in text
+    assert "backlog 900 drained in 3.0 s = 300/s (the store took 151 writes/s from the client" in text
+    assert "at two a task, 75.5 tasks/s at most)" in text
     assert "MISSED outside them; the 2 cores 97% busy coming up |" in text
     assert pages.leads_page_lines(report) == []
 
