@@ -11,7 +11,8 @@ from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard_of
 from punctual.domain.model import Candidate, TaskStatus
-from punctual.polling.poller import Poller, make_batches, send_again
+from punctual.polling.poller import Poller, make_batches
+from punctual.polling.sent import send_again
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import RecordingInvoker, arm, read_task
@@ -241,6 +242,54 @@ def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_be
     report = poller.poll(now_ms + soonest)
     assert (report.not_armed, report.held_back, report.dispatched) == (1, 0, 1)
     assert invoker.task_ids == [task.task_id] * 3
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_pending_tasks_due_soon_are_sent_again_only_if_their_batch_shows_no_progress(
+    poller: Poller,
+    invoker: RecordingInvoker,
+    store: DynamoTaskStore,
+    tasks: Any,
+    now_ms: int,
+    settings: Settings,
+    progress: bool,
+) -> None:
+    # Given a poll that sent three tasks due in 80 s in one batch, and a tick a poll interval (less the margin)
+    # later, when they are due before the next poll could send them in time
+    created = [tasks.create(now_ms + 80_000 + i) for i in range(3)]
+    assert poller.poll(now_ms).batches == 1
+    later = now_ms + settings.poll_interval_ms - settings.fast_path_margin_ms
+    if progress:  # the batch's executor is alive and has armed one of them: it is still arming the others
+        assert store.heartbeat("x-arming", later, now_ms + 3_600_000)
+        assert arm(store, created[0], "x-arming", later) is not None
+    # When that tick polls
+    report = poller.poll(later)
+    # Then the two still PENDING are held back while their batch shows progress, and sent again when it shows none
+    sent = 0 if progress else 3
+    assert (report.not_armed, report.held_back, report.dispatched) == (3 - progress, 3 - progress - sent, sent)
+    # ... and whatever the batch showed, a hold-back after they were sent they go again
+    if progress:
+        again = poller.poll(now_ms + settings.redispatch_hold_back_ms)
+        assert (again.held_back, again.dispatched) == (0, 2)
+
+
+def test_recovered_tasks_are_held_back_past_a_lease_while_their_batch_shows_progress(
+    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+) -> None:
+    # Given three tasks armed by an executor alive until T, then dead, and a poll at T + 1 that sent them in one
+    # batch, whose executor has taken over one of them (and is alive)
+    created = [tasks.create(now_ms + 60_000 + i) for i in range(3)]
+    until = now_ms + 20_000
+    assert store.heartbeat("x-dead", now_ms, until)
+    assert all(arm(store, t, "x-dead", now_ms) is not None for t in created)
+    assert poller.poll(until + 1).batches == 1
+    lease = settings.executor_lease_ms
+    assert store.heartbeat("x-taker", until + 2, until + 2 * lease + 5_000)
+    assert arm(store, created[0], "x-taker", until + 2) is not None
+    # When a poll comes a lease after they were sent / Then it holds back the other two: their taker is at work
+    report = poller.poll(until + 1 + lease)
+    assert (report.candidates, report.held_back, report.dispatched) == (2, 2, 0)
+    assert len(invoker.events) == 1
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ tick finds it.
 An async invoke answers 202 before Lambda's queue throttles or drops the invocation, so neither a poll group's
 poller nor an executor is known to have run until it leaves a trace: a scheduled tick polls itself each group whose
 poll has not started since the tick before (:func:`late_groups`), and a poll counts the tasks it sent that are still
-PENDING (not armed) and sends them again before they would fire late (:func:`send_again`).
+PENDING (not armed) and sends them again before they would fire late, unless their batch shows progress
+(:mod:`punctual.polling.sent`).
 
 :func:`run_tick` is one invocation of the poller function: the scheduled tick fans out over the poll groups (one
 invocation of the function per other group, :class:`~punctual.domain.events.PollGroupEvent`), a group's invocation polls
@@ -38,6 +39,7 @@ from punctual.domain.model import Candidate, TaskStatus
 from punctual.domain.tenancy import interleave_by_tenant
 from punctual.errors import UndecodableItemError
 from punctual.polling.invoker import Invoker
+from punctual.polling.sent import SentMemory, Sorted
 from punctual.scheduling import chain
 from punctual.stores.ports import Store
 
@@ -110,28 +112,21 @@ def _cut(ordered: list[Candidate], max_size: int, max_at_once: int | None, windo
     return batches
 
 
-def _sent_key(candidate: Candidate) -> tuple[str, int, str | None]:
-    """What a poller remembers of a candidate it sent: the task, its due time and who held it then (None: it
-    was PENDING; a task whose lease ended counts as held by its owner)."""
-    owner = None if candidate.status is TaskStatus.PENDING else (candidate.owner or "")
-    return candidate.task_id, candidate.due_ms, owner
-
-
-def send_again(due_ms: int, sent_ms: int, now_ms: int, settings: Settings) -> bool:
-    """Whether a poll at ``now_ms`` sends again a task it finds still PENDING that this poller sent at ``sent_ms``.
-
-    Not while it is young: a task still PENDING a poll later is most often one its executor is still arming (a
-    burst of thousands on a slow store), and sending it again would make two executors race at ARM, poll after
-    poll. It is sent again once ``redispatch_hold_back_ms`` has passed, or sooner when it is due before the next
-    poll could send it in time (within a poll interval and the fast-path margin) and was sent at least a poll
-    interval ago (less that margin, as a tick may come a little early, but never less than half an interval): no
-    executor armed it for that long (throttled, dropped, failed), and waiting would fire it late.
-    """
-    age = now_ms - sent_ms
-    interval, margin = settings.poll_interval_ms, settings.fast_path_margin_ms
-    return age >= settings.redispatch_hold_back_ms or (
-        due_ms <= now_ms + interval + margin and age >= max(interval - margin, interval // 2)
-    )
+def _warn_unarmed(ages: dict[str, int], again: set[str]) -> int:
+    """Log the PENDING tasks this poller had sent (``ages``: ms since, by task id), of which ``again`` were sent
+    again; how many."""
+    if ages:
+        spread = sorted(ages.values())
+        log.warning(
+            "%d tasks still PENDING though this poller sent them %.1f to %.1f s ago (their executor's invocation "
+            "throttled, dropped or failed, or still arming); %d sent again, e.g. %s",
+            len(ages),
+            spread[0] / 1000,
+            spread[-1] / 1000,
+            len(again & ages.keys()),
+            sorted(ages)[:3],
+        )
+    return len(ages)
 
 
 def late_groups(last_polls_ms: Sequence[int | None], previous_tick_ms: int | None) -> list[int]:
@@ -178,10 +173,7 @@ class Poller:
         self._invoker = invoker
         self._settings = settings
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
-        # (task id, due, owner) -> when this poller last sent it (see _not_sent_lately). A memory, not a guarantee:
-        # a new process starts empty, and every dispatch stays safe at ARM and TAKEOVER.
-        self._sent: dict[tuple[str, int, str | None], int] = {}
-        self._sent_lock = threading.Lock()
+        self._sent = SentMemory(settings)
 
     @property
     def settings(self) -> Settings:
@@ -201,14 +193,23 @@ class Poller:
         except Exception:  # the fast path then takes every short-lead task itself; nothing is lost
             log.exception("noting the start of the poll of group %d failed", group)
         done = DispatchReport(dispatched=0, recovered=0, batches=0, invoke_failures=0)
-        held_back = not_armed = 0
+        found: set[str] = set()
+        resent: set[str] = set()  # PENDING tasks this poller had sent, sent again
+        sorted_ = Sorted()
+
+        def dispatch(candidates: list[Candidate]) -> None:
+            nonlocal done
+            more = self.dispatch(candidates, out_of_time, sent_at_ms=now_ms)
+            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
 
         def send(candidates: list[Candidate]) -> None:
-            nonlocal done, held_back, not_armed
-            to_send, held, unarmed = self._not_sent_lately(candidates, now_ms)
-            more = self.dispatch(to_send, out_of_time, sent_at_ms=now_ms)
-            done = DispatchReport(**{k: v + getattr(more, k) for k, v in done.model_dump().items()})
-            held_back, not_armed = held_back + held, not_armed + unarmed
+            found.update(c.task_id for c in candidates)
+            part = self._sent.sort(candidates, now_ms)
+            sorted_.unless_progress += part.unless_progress
+            sorted_.held += part.held
+            sorted_.unarmed_ages |= part.unarmed_ages
+            resent.update(c.task_id for c in part.send if c.task_id in part.unarmed_ages)
+            dispatch(part.send)
 
         # Each read of the index is dispatched before the next one is made: the first batches do not wait for
         # the whole window to be read.
@@ -218,6 +219,13 @@ class Poller:
         made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
         if made:
             send(made)
+        # What is sent again unless its batch shows progress: judged on the whole of a complete poll (a poll cut
+        # short has not seen everything armable: all of it goes)
+        unless = sorted_.unless_progress
+        again = self._sent.stalled(unless, found) if scan.complete else unless
+        dispatch(again)
+        held_back = sorted_.held + len(unless) - len(again)
+        not_armed = _warn_unarmed(sorted_.unarmed_ages, resent | {c.task_id for c in again})
         report = PollReport(
             group=group,
             now_ms=now_ms,
@@ -327,47 +335,12 @@ class Poller:
             reports.append(self.poll(now_ms, out_of_time, group=group))
         return reports
 
-    def _not_sent_lately(self, candidates: list[Candidate], now_ms: int) -> tuple[list[Candidate], int, int]:
-        """The candidates to send, how many were held back, and how many this poller had sent are still PENDING
-        (not armed: logged as a warning, with how long ago they were sent).
-
-        A PENDING one this poller sent is held back until :func:`send_again` says so; one held by the same dead
-        executor for an executor lease after it was sent (the executor it went to is taking it over; once that
-        one holds it, it is another candidate). What was sent is remembered for a poll interval past its
-        hold-back (the poll that sends it again knows it was sent), then forgotten."""
-        hold_back = self._settings.redispatch_hold_back_ms
-        windows = (hold_back + self._settings.poll_interval_ms, min(hold_back, self._settings.executor_lease_ms))
-        keep: list[Candidate] = []
-        unarmed: dict[str, tuple[int, bool]] = {}  # task id -> (ms since it was sent, sent again now)
-        with self._sent_lock:
-            self._sent = {key: at for key, at in self._sent.items() if now_ms - at < windows[key[2] is not None]}
-            for candidate in candidates:
-                key = _sent_key(candidate)
-                at = self._sent.get(key)
-                again = at is None or (key[2] is None and send_again(candidate.due_ms, at, now_ms, self._settings))
-                if at is not None and key[2] is None:
-                    unarmed[candidate.task_id] = (now_ms - at, again)
-                if again:
-                    keep.append(candidate)
-        if unarmed:
-            ages = sorted(age for age, _ in unarmed.values())
-            log.warning(
-                "%d tasks still PENDING though this poller sent them %.1f to %.1f s ago (their executor's invocation "
-                "throttled, dropped or failed, or still arming); %d sent again, e.g. %s",
-                len(unarmed),
-                ages[0] / 1000,
-                ages[-1] / 1000,
-                sum(again for _, again in unarmed.values()),
-                sorted(unarmed)[:3],
-            )
-        return keep, len(candidates) - len(keep), len(unarmed)
-
     def dispatch(
         self, candidates: list[Candidate], out_of_time: Callable[[], bool] | None = None, sent_at_ms: int | None = None
     ) -> DispatchReport:
         """Cut ``candidates`` into batches and invoke one executor per batch, in parallel, until
         ``out_of_time()``. A failed invocation leaves its tasks as they are: the next poll dispatches them.
-        With ``sent_at_ms`` (a poll's now), what was sent is remembered (see :meth:`_not_sent_lately`)."""
+        With ``sent_at_ms`` (a poll's now), what was sent is remembered (:class:`SentMemory`)."""
         settings = self._settings
         batches = make_batches(
             candidates,
@@ -395,9 +368,8 @@ class Poller:
             with lock:
                 sent["batches"] += 1
                 sent["tasks"] += len(batch)
-            if sent_at_ms is not None and self._settings.redispatch_hold_back_ms:  # 0: remember nothing
-                with self._sent_lock:
-                    self._sent.update((_sent_key(c), sent_at_ms) for c in batch)
+            if sent_at_ms is not None:
+                self._sent.remember(event.batch_id, batch, sent_at_ms)
 
         if len(batches) <= 1:
             for batch in batches:
