@@ -301,12 +301,18 @@ class Executors:
                     task_codes = codes[len(guard) :]
                     if guard and codes[0] == "ConditionalCheckFailed":
                         return won  # the owner renewed (it is alive) or another takeover changed its item
-                    if guard and codes[0] == "TransactionConflict":
+                    if "TransactionConflict" in codes:
+                        # Another executor's transaction holds one of these items (a task sent twice, or the same
+                        # owner's heartbeat item): not at once again, or the two collide again
+                        time.sleep(backoff_s(attempt))
+                    if (
+                        guard
+                        and codes[0] == "TransactionConflict"
+                        and self.heartbeats({owner}, consistent=True)[owner][1]
+                    ):
                         # Another executor is taking over from the same owner: once it has marked it taken over,
                         # nothing more needs the guard.
-                        time.sleep(backoff_s(attempt))
-                        if self.heartbeats({owner}, consistent=True)[owner][1]:
-                            guard = []
+                        guard = []
                     failed = {
                         w.task_id
                         for w, code in zip(chunk, task_codes, strict=False)
