@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pages
 from floors import ACTION, FloorRunner
 from phase_parts import (
     after_a_poll,
@@ -279,7 +280,8 @@ def phase_notes(name: str, r: Mapping[str, Any]) -> str:
         rate = "-" if r["drain_rate_per_s"] is None else f"{r['drain_rate_per_s']:g}/s"
         return (
             f"(due >= 10 s after up) up {r['up_s']:g} s after the restart ({r['up_after_kill_s']:g} s after the kill); "
-            f"backlog {r['backlog']}, {r['drained']} drained in {r['drain_s']} s = {rate}; {c['crash_windows']} crash "
+            f"backlog {r['backlog']}, {r['drained']} drained in {r['drain_s']} s = {rate}"
+            f"{pages.ceiling_note(r)}; {c['crash_windows']} crash "
             f"windows, {c['due_in_windows']} due in them, MISSED {c['missed_in_windows']} in / "
             f"{c['missed_outside_windows']} outside; {counts}"
         )

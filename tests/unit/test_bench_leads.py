@@ -109,3 +109,13 @@ def test_how_busy_the_machine_was_is_read_between_the_samples_inside_the_span() 
     assert restart.busy_share(samples, 500, 1500) is None  # one sample inside: no span to judge
     busy, total = restart.cpu_ticks()
     assert 0 <= busy <= total
+
+
+def test_the_restart_row_printed_names_the_drains_ceiling_on_this_store() -> None:
+    # Given a restart that drained 19.1/s while the store took 62.7 writes/s from the client in the same run
+    figures = {"up_s": 24.1, "up_after_kill_s": 25.1, "backlog": 869, "drained": 869, "drain_s": 45.4}
+    ceiling = {"drain_rate_per_s": 19.1, "store_writes_per_s": 62.7, "drain_ceiling_per_s": 31.3}
+    notes = leads.phase_notes("restart", {**figures, **ceiling, "checker": checker()})
+    # Then the printed row gives the drain beside the most this store allows
+    assert "= 19.1/s (the store took 62.7 writes/s from the client in the same run" in notes
+    assert "31.3 tasks/s at most)" in notes
