@@ -383,6 +383,44 @@ class JumpAfterArm:
         return armed
 
 
+class FailsMidArm:
+    """The real store, but the first ``arm_many`` arms only the first half of what it is asked, then raises (its
+    requests' retries exhausted part-way: throttling, a network fault)."""
+
+    def __init__(self, store: DynamoTaskStore) -> None:
+        self._store = store
+        self.calls: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def arm_many(self, requests: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(len(requests))
+        if len(self.calls) == 1:
+            self._store.arm_many(requests[: len(requests) // 2], *args, **kwargs)
+            raise ConnectionError("the store went away part-way")
+        return self._store.arm_many(requests, *args, **kwargs)
+
+
+def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_all(
+    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+) -> None:
+    # Given 6 tasks due in 0.5 s in one batch, and a store that fails the executor's first arm_many after arming
+    # half of them
+    now = int(clock.wall_ms())
+    created = [tasks.create(now + 500 + i, now_ms=now) for i in range(6)]
+    event = claim_batch(store, settings, now)
+    failing = FailsMidArm(store)
+    executor = Executor(failing, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
+    # When it runs the batch
+    report = executor.run_batch(event)
+    # Then it read back the half it armed, armed the other half again, and fired all six (a poll holds back what
+    # a batch with progress has not armed: its executor must not leave it)
+    assert failing.calls == [6, 3]
+    assert (report.armed, report.fired, report.lost_arm) == (6, 6, 0)
+    assert all(read_task(store, t.task_id).status is TaskStatus.SUCCEEDED for t in created)
+
+
 def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
     store: DynamoTaskStore, tasks: Any, settings: Settings
 ) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from punctual.config.settings import Settings
+from punctual.domain.backoff import backoff_s
 from punctual.domain.clock import Clock, ClockOffset, OffsetSource
 from punctual.domain.decisions import FireDecision, decide_before_fire, decide_outcome
 from punctual.domain.events import BatchEvent, BatchReport
@@ -45,6 +46,7 @@ MAX_ACTION_TIMEOUT_MS = longest_action_timeout_ms()  # the longest any action ki
 CLOSE_WAIT_S = 10.0  # close() waits this long for fires already handed to a worker
 FIRST_ARM_PART = 16  # the soonest due tasks armed first; each later part twice the one before
 ARM_AHEAD_MS = 5_000  # tasks due later than this after arming starts are armed in one last part
+ARM_ATTEMPTS = 3  # arm_many calls for one part when arming fails (botocore has retried each request already)
 
 
 def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]:
@@ -406,20 +408,25 @@ class Executor:
 
     def _arm(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now: int) -> tuple[list[_Armed], int]:
         """ARM each task of one part (or take it over from a dead executor); returns the armed ones and how many
-        were lost to another owner."""
-        try:
-            results = self._store.arm_many(requests, batch_id, executor_id, now, self._invocation)
-        except Exception:  # some writes may have been applied before the error: read back
-            log.exception("arming batch %s failed; reading back what this executor armed", batch_id)
+        were lost to another owner. When arming fails (botocore's retries exhausted), what this executor armed is
+        read back and the rest is armed again, up to ``ARM_ATTEMPTS`` times in all: while it lives, its batch is
+        its own (a poll sends a task again only when its batch shows no progress, see punctual.polling.sent)."""
+        results: list[Armed | None] = [None] * len(requests)
+        todo = list(range(len(requests)))
+        for attempt in range(ARM_ATTEMPTS):
+            part = [requests[i] for i in todo]
             try:
-                stored = self._store.get_many([r.task_id for r in requests])
-            except Exception:  # what was armed is taken over once this heartbeat ends
-                log.exception("reading back batch %s failed", batch_id)
-                stored = {}
-            results = [
-                Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
-                for t in (stored.get(r.task_id) for r in requests)
-            ]
+                got = self._store.arm_many(part, batch_id, executor_id, now, self._invocation)
+                failed = False
+            except Exception:  # some writes may have been applied before the error: read back
+                log.exception("arming batch %s failed; reading back what this executor armed", batch_id)
+                got, failed = self._armed_by(part, batch_id, executor_id), True
+            for index, result in zip(todo, got, strict=True):
+                results[index] = result
+            todo = [i for i in todo if results[i] is None]
+            if not failed or not todo or attempt + 1 == ARM_ATTEMPTS:
+                break
+            self._clock.sleep(backoff_s(attempt))
         armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
         for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
             if result is None:
@@ -430,6 +437,18 @@ class Executor:
                     extra=task_log_keys(request.task_id),
                 )
         return armed, len(results) - len(armed)
+
+    def _armed_by(self, requests: list[ArmRequest], batch_id: str, executor_id: str) -> list[Armed | None]:
+        """Of ``requests``, what the store says this executor holds ARMED (None: not, or not readable)."""
+        try:
+            stored = self._store.get_many([r.task_id for r in requests])
+        except Exception:  # what was armed is taken over once this heartbeat ends
+            log.exception("reading back batch %s failed", batch_id)
+            stored = {}
+        return [
+            Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
+            for t in (stored.get(r.task_id) for r in requests)
+        ]
 
 
 def _failure(exc: BaseException | None) -> str | None:
