@@ -21,7 +21,7 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
 from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.schema import DUE_INDEX
+from punctual.stores.dynamodb.table import DUE_INDEX
 from punctual_tools.checker import Fire, Verdict
 from punctual_tools.local.receiver import read_received
 from punctual_tools.local.stack import LocalStack

@@ -18,7 +18,7 @@ from punctual.config.settings import Settings
 from punctual.runtime.observability import handler_tools
 from punctual.runtime.wiring import build_api
 
-logger, metrics, tracer = handler_tools()
+logger, metrics = handler_tools()
 settings = Settings.from_env()
 app = build_api(settings)
 

@@ -48,7 +48,7 @@ from punctual.runtime.metrics import (
 from punctual.runtime.observability import add_counts, handler_tools
 from punctual.runtime.wiring import build_executor
 
-logger, metrics, tracer = handler_tools()
+logger, metrics = handler_tools()
 settings = Settings.from_env()
 # The dispatcher thread must get the interpreter back quickly after its sleep: shorten the GIL switch
 # interval from 5 ms so that recording threads cannot hold it for long.
@@ -67,7 +67,6 @@ lower_current_thread()
 
 @logger.inject_lambda_context(log_event=False, correlation_id_path="batch_id", clear_state=True)
 @metrics.log_metrics
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     batch = BatchEvent.model_validate(event)
     logger.append_keys(batch_id=batch.batch_id)

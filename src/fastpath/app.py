@@ -28,7 +28,7 @@ from punctual.runtime.metrics import INVOKE_FAILURES, TASKS_DISPATCHED
 from punctual.runtime.observability import add_counts, handler_tools
 from punctual.runtime.wiring import build_poller
 
-logger, metrics, tracer = handler_tools()
+logger, metrics = handler_tools()
 settings = Settings.from_env()
 # Its own poller id, so that a batch's dispatcher tells that the fast path dispatched it. Looked up at each
 # call, so a test can swap in a poller with a recording invoker.
@@ -37,7 +37,6 @@ poller = build_poller(settings, poller_id=f"fast-{uuid.uuid4().hex[:12]}")
 
 @logger.inject_lambda_context(log_event=False, correlation_id_path="Records[0].eventID", clear_state=True)
 @metrics.log_metrics
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records")
     if not isinstance(records, list):

@@ -40,10 +40,11 @@ from punctual.runtime.metrics import (
     TASKS_UNDISPATCHED,
     UNDECODABLE_ITEMS,
 )
-from punctual.runtime.observability import add_counts, handler_tools
+from punctual.runtime.observability import add_counts, handler_tools, handler_tracer
 from punctual.runtime.wiring import build_poller
 
-logger, metrics, tracer = handler_tools()
+logger, metrics = handler_tools()
+tracer = handler_tracer()
 settings = Settings.from_env()
 # Built once per cold start; the handler looks it up at each call, so a test can swap in a poller with a
 # recording invoker.

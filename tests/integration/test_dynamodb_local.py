@@ -9,15 +9,8 @@ from typing import Any
 
 import pytest
 
-from punctual.stores.dynamodb.schema import (
-    DUE_INDEX,
-    SCHEDULE_INDEX,
-    TABLE_RESOURCE,
-    TENANT_ACTIVE_INDEX,
-    TENANT_INDEX,
-    ensure_table,
-    load_template,
-)
+from punctual.stores.dynamodb.schema import TABLE_RESOURCE, ensure_table, load_template
+from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
 
 

@@ -1,5 +1,6 @@
-"""Tracing adds no subsegment per AWS call: the functions trace (``Tracing: Active`` in template.yaml) and the
-handlers' Tracer (:func:`punctual.runtime.observability.handler_tools`) records the handler's segment only.
+"""Tracing adds no subsegment per AWS call and no cold start on the path to a fire: the functions trace
+(``Tracing: Active`` in template.yaml), the poller's Tracer (:func:`punctual.runtime.observability.handler_tracer`)
+records the handler's segment only, and the executor, the fast path and the API load no X-Ray SDK at all.
 
 Patching is process-wide and cannot be undone, so each case runs in a fresh interpreter that looks like Lambda
 to Powertools (``LAMBDA_TASK_ROOT`` and a trace header set, so tracing is on) and captures what the X-Ray SDK
@@ -19,6 +20,8 @@ from typing import Any
 import pytest
 from template_tools import ROOT
 
+from punctual_tools.cost.coldstart import lambda_probe_env
+
 PROBE = r"""
 import json, sys
 import boto3, botocore.client
@@ -35,8 +38,8 @@ class Capture:  # the X-Ray SDK's emitter interface, keeping what it would send 
     ip, port = "127.0.0.1", 2000
 
 if sys.argv[1] == "punctual":
-    from punctual.runtime.observability import handler_tools
-    tracer = handler_tools()[2]
+    from punctual.runtime.observability import handler_tracer
+    tracer = handler_tracer()
 else:  # Powertools' default, to show that the probe sees patching
     from aws_lambda_powertools import Tracer
     tracer = Tracer(service="probe")
@@ -68,9 +71,24 @@ print(json.dumps({"tracing": not tracer.disabled, "botocore_patched": hasattr(bo
 """
 
 
-def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE, encoding="utf-8")
+LOADS = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("handler_probe", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("aws_xray_sdk", "yaml") or m in sys.argv[2:])))
+"""
+# What a handler's cold start never loads: the X-Ray SDK (~0.25 s of CPU), PyYAML (only tools read template.yaml)
+# and, on the executor and the fast path, the scheduling clients they never call
+NOT_LOADED = {
+    "executor": ["punctual.scheduling.client", "punctual.scheduling.api_client", "punctual.stores.memory"],
+    "fastpath": ["punctual.scheduling.client", "punctual.scheduling.api_client", "punctual.stores.memory"],
+    "api": ["punctual.stores.memory"],
+}
+
+
+def _lambda_env() -> dict[str, str]:
+    """This environment as Lambda's looks to Powertools: inside Lambda (tracing on), with a trace header."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POWERTOOLS_", "AWS_SAM", "AWS_XRAY", "_X_AMZN"))}
     env.update(
         {
@@ -82,8 +100,14 @@ def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
             ),
         }
     )
+    return env
+
+
+def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, str(script), mode], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(script), mode], env=_lambda_env(), capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -104,14 +128,42 @@ def test_the_probe_sees_a_patched_botocore(tmp_path: Path) -> None:
     assert "dynamodb" in seen["subsegments"] and "## handler" in seen["subsegments"]
 
 
-@pytest.mark.parametrize("function", ["poller", "executor", "fastpath", "api"])
-def test_each_handler_takes_its_tracer_from_handler_tools(function: str) -> None:
-    # Given a handler module (read, not imported)  Then it builds no Tracer of its own: its tracer is the one
-    # handler_tools() returns
+def test_the_poller_takes_its_tracer_from_handler_tracer() -> None:
+    # Given the poller's handler module (read, not imported)  Then it builds no Tracer of its own: its tracer is
+    # the one handler_tracer() returns
+    assert {"handler_tools", "handler_tracer"} <= _calls("poller") and "Tracer" not in _calls("poller")
+
+
+@pytest.mark.parametrize("function", ["executor", "fastpath", "api"])
+def test_the_functions_on_the_path_to_a_fire_load_no_xray_sdk_and_nothing_they_never_call(
+    function: str, tmp_path: Path
+) -> None:
+    # Given a handler on the path from a write to its fire, loaded as Lambda loads it (tracing on, no network:
+    # NTP off, dummy credentials)  Then it builds no Tracer and its cold start never imports the X-Ray SDK, PyYAML
+    # or a client it never calls
+    assert "handler_tools" in _calls(function) and not {"Tracer", "handler_tracer"} & _calls(function)
+    script = tmp_path / "loads.py"
+    script.write_text(LOADS, encoding="utf-8")
+    env = {**lambda_probe_env(), **_lambda_env()}
+    env.update({"PUNCTUAL_NTP_SERVER": "off", "PUNCTUAL_TENANT_MAP": "{}"})
+    handler = ROOT / "src" / function / "app.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(handler), *NOT_LOADED[function]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def _calls(function: str) -> set[str]:
+    """The names a handler module calls (read, not imported)."""
     source = (ROOT / "src" / function / "app.py").read_text(encoding="utf-8")
-    calls = {
+    return {
         node.func.id
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
-    assert "handler_tools" in calls and "Tracer" not in calls

@@ -1,4 +1,13 @@
-"""Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local."""
+"""Punctual: fire a task at an exact instant, on AWS Lambda + DynamoDB or locally on DynamoDB Local.
+
+The clients (``Client``, ``ApiClient``, ``ScheduleResult``) load when first named: the Lambda handlers import this
+package too, and the executor's cold start need not pay for the scheduling SDK it never calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.settings import Settings
 from punctual.domain.model import Action, Task, TaskStatus
@@ -21,16 +30,36 @@ from punctual.errors import (
     TaskStateError,
     UndecodableItemError,
 )
-from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.bulk import ScheduleResult
-from punctual.scheduling.client import Client
 from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
+
+if TYPE_CHECKING:
+    from punctual.scheduling.api_client import ApiClient
+    from punctual.scheduling.bulk import ScheduleResult
+    from punctual.scheduling.client import Client
+
+_CLIENTS = {
+    "ApiClient": "punctual.scheduling.api_client",
+    "Client": "punctual.scheduling.client",
+    "ScheduleResult": "punctual.scheduling.bulk",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``Client``, ``ApiClient`` and ``ScheduleResult``, imported at first use."""
+    if name not in _CLIENTS:
+        raise AttributeError(f"module 'punctual' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_CLIENTS[name]), name)
+    globals()[name] = value
+    return value
 
 
 def connect(settings: Settings | None = None) -> Client | ApiClient:
     """The client ``settings`` (default: ``PUNCTUAL_*``) point at: through the REST API when ``api_url`` is set
     (SigV4-signed in AWS, or the local API's ``api_token``), else straight to the table. Both have the same
     methods and answers."""
+    from punctual.scheduling.api_client import ApiClient
+    from punctual.scheduling.client import Client
+
     settings = settings or Settings.from_env()
     return ApiClient.from_settings(settings) if settings.api_url else Client(settings)
 

@@ -54,7 +54,7 @@ class InitTime:
 INIT_UNMEASURED = InitTime(cpu_s=INIT_CPU_S_ASSUMED, measured=False)
 
 
-def _probe_env() -> dict[str, str]:
+def lambda_probe_env() -> dict[str, str]:
     """The executor's environment as in AWS (tracing on), with no network at load: NTP off, dummy credentials."""
     env = {
         **os.environ,
@@ -89,7 +89,7 @@ def measure_executor_init(runs: int = INIT_RUNS) -> InitTime:
         try:
             done = subprocess.run(
                 [sys.executable, "-c", _PROBE, str(handler)],
-                env=_probe_env(),
+                env=lambda_probe_env(),
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -36,8 +36,7 @@ from punctual.stores.dynamodb.codec import (
     to_av,
 )
 from punctual.stores.dynamodb.executors import Executors
-from punctual.stores.dynamodb.schema import DUE_INDEX
-from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.table import DUE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
 from punctual.stores.dynamodb.writes import is_conditional_failure
 

@@ -47,8 +47,7 @@ from punctual.stores.dynamodb.codec import (
     schedule_key,
     to_av,
 )
-from punctual.stores.dynamodb.schema import SCHEDULE_INDEX
-from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.table import SCHEDULE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
 from punctual.stores.dynamodb.tenants import TenantItems
 from punctual.stores.dynamodb.writes import CREATABLE, is_conditional_failure

@@ -15,10 +15,6 @@ from typing import Any
 import yaml
 
 TABLE_RESOURCE = "TasksTable"
-DUE_INDEX = "due"
-SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
-TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.domain.tenancy)
-TENANT_ACTIVE_INDEX = "tenant_active"  # a tenant's active items (what the active-task quota counts)
 
 
 class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints

@@ -19,6 +19,13 @@ from punctual.stores.dynamodb.reads import register_fast_reads
 
 log = logging.getLogger(__name__)
 
+# The table's indexes, as template.yaml names them (read by punctual.stores.dynamodb.schema, which the runtime never
+# imports: it would load PyYAML at every cold start)
+DUE_INDEX = "due"
+SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
+TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.domain.tenancy)
+TENANT_ACTIVE_INDEX = "tenant_active"  # a tenant's active items (what the active-task quota counts)
+
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 BATCH_GET_ATTEMPTS = 8  # requests for one chunk's keys, the unprocessed ones again after a backoff (~5 s at most)
 

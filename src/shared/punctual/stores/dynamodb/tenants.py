@@ -10,8 +10,7 @@ from typing import Any
 from punctual.domain.model import Task, TaskStatus
 from punctual.domain.tenancy import prefix
 from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, schedule_id_of_key, to_av
-from punctual.stores.dynamodb.schema import TENANT_ACTIVE_INDEX, TENANT_INDEX
-from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX, TENANT_INDEX, Table
 from punctual.stores.dynamodb.tasks import readable_tasks
 
 
