@@ -62,6 +62,7 @@ from punctual.scheduling.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.drift import judge
+from punctual_tools.local.invoker import INIT_WAIT_COUNTED_MS
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
@@ -173,7 +174,7 @@ def short_lead(
         f"{(start_ms - time.time() * 1000) / 1000:.0f} s ahead; then {total} webhooks at {rate:g}/s, each written "
         "2-4 s before due"
     )
-    stats_before = stack.invoker.stats
+    stats_before, waits_before = stack.invoker.stats, len(stack.invoker.init_waits_ms)
     begin_s = max(start_ms / 1000 - 2.0, time.time() + 0.5)  # the short leads begin as the background falls due
     written = write_paced(client, task_ids, rate, lead_seconds(total, 2.0, 4.0), begin_s, HttpAction(url=url))
     fires = wait_for_arrivals(
@@ -183,7 +184,7 @@ def short_lead(
     while time.time() < deadline and any(t.status.is_active for t in stored(client, task_ids)):
         time.sleep(1.0)
     verdict = check(expected_from_tasks(stored(client, task_ids)), received_fires(received, prefix))
-    stats_after = stack.invoker.stats
+    stats_after, waits = stack.invoker.stats, stack.invoker.init_waits_ms[waits_before:]
     drifts, fired, dup = drift_of(fires)
     return {
         "scheduled": total - len(written["errors"]),
@@ -196,6 +197,8 @@ def short_lead(
         "background": quiet,
         "cold_starts": stats_after["cold_starts"] - stats_before["cold_starts"],
         "invoked": stats_after.get("invoked", 0) - stats_before.get("invoked", 0),
+        "init_waits": sum(1 for w in waits if w >= INIT_WAIT_COUNTED_MS),
+        "init_wait_ms_max": round(max(waits, default=0)),
         "checker": checker_figures(verdict),
         "store_latency": store_latency(stack.settings),
     }
@@ -287,7 +290,18 @@ def phase_notes(name: str, r: Mapping[str, Any]) -> str:
         )
     return (
         f"(arrival) scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']}; {counts}; cold starts "
-        f"{r['cold_starts']} of {r['invoked']} invocations; writes lag up to {r['max_write_lag_s']:g} s"
+        f"{r['cold_starts']} of {r['invoked']} invocations{init_wait_note(r)}; writes lag up to "
+        f"{r['max_write_lag_s']:g} s"
+    )
+
+
+def init_wait_note(r: Mapping[str, Any]) -> str:
+    """What a phase's cold starts lacked here: INITs that waited for a core (each has a CPU of its own in Lambda)."""
+    if not r.get("init_waits"):
+        return ""
+    return (
+        f", {r['init_waits']} of whose INITs waited for a core here, up to {r['init_wait_ms_max']:,} ms "
+        "(measured with less CPU than AWS gives: in Lambda each INIT has a CPU of its own)"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from punctual_tools.local import invoker as invoker_module
-from punctual_tools.local.cpu_quota import PERIOD_US, group_of, init_quota_us, quota_us
+from punctual_tools.local.cpu_quota import PERIOD_US, group_of, init_quota_us, init_slot_count, quota_us
 from punctual_tools.local.invoker import LocalInvoker, Profile
 from punctual_tools.local.lambda_rules import FunctionLimits
 from support import wait_until
@@ -34,6 +35,9 @@ import time
 from pathlib import Path
 
 from punctual_tools.local.cpu_quota import group_of
+
+STARTED = time.monotonic()
+Path({home!r}, f"start-{{os.getpid()}}").touch()
 
 
 def quota():
@@ -54,6 +58,7 @@ LOADING = {{
 Path({loading!r}).write_text(json.dumps(LOADING))
 while not Path({release!r}).exists():  # held until the test lets go
     time.sleep(0.01)
+Path({home!r}, f"init-{{os.getpid()}}.json").write_text(json.dumps([STARTED, time.monotonic()]))
 
 
 def handler(event, context):
@@ -84,7 +89,9 @@ def run_invoker(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         home = tmp_path / f"run-{len(made)}"
         home.mkdir()
         handler = home / "handler.py"
-        handler.write_text(HANDLER.format(loading=str(home / "loading.json"), release=str(home / "release")))
+        handler.write_text(
+            HANDLER.format(home=str(home), loading=str(home / "loading.json"), release=str(home / "release"))
+        )
         results: list[dict[str, Any]] = []
         invoker = LocalInvoker(
             handler,
@@ -174,3 +181,39 @@ def test_inits_cpu_ends_at_the_init_limit_while_the_handler_still_loads(
     run.release()
     assert run.invoker.wait_idle(120)
     assert [r["pid"] for r in run.results] == [pid]
+
+
+@pytest.mark.timeout(300)
+def test_no_more_inits_run_at_once_than_there_are_cores_and_the_wait_for_one_is_kept(
+    run_invoker: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an invoker under the Lambda profile whose handlers' loads are held until the test lets go (no INIT
+    # limit to end them first), and one more event at once than this process has cores
+    monkeypatch.setattr(invoker_module, "INIT_LIMIT_S", 3600.0)
+    run = run_invoker("lambda", held=True)
+    cores = init_slot_count()
+    for i in range(cores + 1):
+        run.invoker.invoke_async({"name": f"event-{i}"})
+
+    # When as many INITs as there are cores have begun, every event is being invoked, and twice the time those
+    # took to begin has passed again
+    began = time.monotonic()
+    assert wait_until(lambda: len(list(run.home.glob("start-*"))) >= cores, timeout=120)
+    assert wait_until(lambda: run.invoker.in_flight() == cores + 1, timeout=60)
+    time.sleep(2 * (time.monotonic() - began))
+    # Then the last has not begun its INIT: it waits for a core
+    assert len(list(run.home.glob("start-*"))) == cores
+    # ... and once the loads go on, it runs too
+    run.release()
+    assert run.invoker.wait_idle(180), (run.home / "worker.log").read_text()
+
+    # And every event ran, each in an environment of its own (none was idle), no more INITs overlapped than there
+    # are cores, and the last one's wait for a core was kept
+    assert len(run.results) == cores + 1
+    spans = [json.loads(p.read_text()) for p in run.home.glob("init-*.json")]
+    assert len(spans) == cores + 1
+    overlap = max(sum(1 for start, end in spans if start <= instant < end) for instant, _ in spans)
+    assert overlap <= cores
+    stats = run.invoker.stats
+    assert stats["cold_starts"] == cores + 1 and stats["init_waits"] >= 1
+    assert stats["init_wait_ms_max"] == round(max(run.invoker.init_waits_ms)) > 0

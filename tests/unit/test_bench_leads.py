@@ -119,3 +119,18 @@ def test_the_restart_row_printed_names_the_drains_ceiling_on_this_store() -> Non
     # Then the printed row gives the drain beside the most this store allows
     assert "= 19.1/s (the store took 62.7 writes/s from the client in the same run" in notes
     assert "31.3 tasks/s at most)" in notes
+
+
+def test_a_cold_row_says_when_its_inits_waited_for_a_core_here() -> None:
+    # Given a cold phase whose 73 cold starts had 40 INITs wait for a core (up to 5.2 s), and one where none did
+    figures = {"scheduled": 150, "fired": 150, "duplicates": 0, "cold_starts": 73, "invoked": 73}
+    waited = leads.phase_notes(
+        "cold", {**figures, "max_write_lag_s": 0.4, "checker": checker(), "init_waits": 40, "init_wait_ms_max": 5_210}
+    )
+    none = leads.phase_notes(
+        "cold", {**figures, "max_write_lag_s": 0.4, "checker": checker(), "init_waits": 0, "init_wait_ms_max": 0}
+    )
+    # Then the first says it was measured with less CPU than AWS gives, and by how much; the second says nothing
+    assert "cold starts 73 of 73 invocations, 40 of whose INITs waited for a core here, up to 5,210 ms" in waited
+    assert "measured with less CPU than AWS gives" in waited
+    assert "waited" not in none and "cold starts 73 of 73 invocations; writes lag" in none

@@ -32,6 +32,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,28 @@ def quota_us(memory_mb: int) -> int:
 def init_quota_us(memory_mb: int) -> int:
     """The CFS quota of an on-demand environment's INIT: one whole core, or the memory size's share if more."""
     return max(PERIOD_US, quota_us(memory_mb))
+
+
+def init_slot_count() -> int:
+    """INITs that run at once under the Lambda profile (each on a core): the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class InitSlot:
+    """One of the INIT slots taken from ``slots``: given back once, however many times :meth:`release` is called."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots: threading.BoundedSemaphore | None = slots
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
 
 
 @dataclass(frozen=True)

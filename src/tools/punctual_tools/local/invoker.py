@@ -14,7 +14,10 @@
     cgroup before its first heavy import, then imports the handler module and with it boto3, pydantic,
     Powertools and Punctual: its INIT costs what it costs in Lambda. INIT runs on one whole core (the lower bound
     of the CPU an on-demand INIT is measured to get, :mod:`.cpu_quota`), until ready or :data:`INIT_LIMIT_S`.
-    Prewarmed environments start one per core at a time: in Lambda each INIT has a CPU of its own.
+    In Lambda each INIT has a CPU of its own; here as many INITs run at once as this process has cores, and a
+    cold start beyond them waits for one to end. That wait is what this machine lacks, not Lambda's: it is kept
+    apart (:attr:`LocalInvoker.init_waits_ms`, and ``init_wait_ms_max`` in the stats), so a figure measured over
+    cold starts can say how much of it was the local shortage.
   - *CPU*: a cgroup of its own with the share of a core its memory size buys (:mod:`.cpu_quota`). Where no
     cgroup can be written, the invoker warns once and says so in :attr:`LocalInvoker.cpu_quota`.
   - *Timeout*: an invocation still running at the function's timeout is killed (SIGKILL: "Task timed out"),
@@ -51,7 +54,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from punctual_tools.local.async_queue import AsyncEventQueue, InvokerStoppedError, Outcome, ResultCallback
-from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, CpuQuotaStatus, init_quota_us, quota_us
+from punctual_tools.local.cpu_quota import (
+    PERIOD_US,
+    CpuGroups,
+    CpuQuotaStatus,
+    InitSlot,
+    init_quota_us,
+    init_slot_count,
+    quota_us,
+)
 from punctual_tools.local.environment import FreshProcess, start_environment
 from punctual_tools.local.lambda_rules import FunctionLimits, concurrency_cap
 from punctual_tools.local.worker import PRELOAD, WorkerSpec, run_worker
@@ -64,6 +75,9 @@ __all__ = ["InvokerStoppedError", "LocalInvoker", "Profile"]
 Profile = Literal["lambda", "local"]
 # Lambda's init phase: past it, the init is done again within the invocation's timeout (and on the memory's share)
 INIT_LIMIT_S = 10.0
+INIT_SLOT_POLL_S = 0.5  # how often a cold start waiting for an INIT slot looks whether the invoker stops
+INIT_WAIT_COUNTED_MS = 1.0  # a wait for an INIT slot counted in the stats (a free slot takes microseconds)
+
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
@@ -78,6 +92,7 @@ class _Worker:
     busy: bool = False
     frozen: bool = False
     boosted: bool = False  # its group still has INIT's CPU
+    init_slot: InitSlot | None = None  # the core its INIT holds (Lambda profile), given back when INIT ends
     ready: threading.Event = field(default_factory=threading.Event)
     init_error: str | None = None
 
@@ -128,6 +143,9 @@ class LocalInvoker:
         self._stopping = False
         self._stats = {"cold_starts": 0, "timeouts": 0, "cpu_quota_failures": 0}
         self._init_ms: list[float] = []
+        self._init_waits_ms: list[float] = []
+        # One INIT per core at once (Lambda profile): each INIT then has a core, as each has a CPU in Lambda
+        self._init_slots = threading.BoundedSemaphore(init_slot_count()) if self._lambda else None
         self._groups: CpuGroups | None = None
         self.cpu_quota = self._open_cpu_groups()
         self._queue = AsyncEventQueue(
@@ -174,12 +192,22 @@ class LocalInvoker:
         with self._lock:
             own = dict(self._stats)
             init = list(self._init_ms)
+            waits = list(self._init_waits_ms)
         return {
             **self._queue.stats,
             **own,
             "init_ms_p50": round(percentile(init, 50) or 0),
             "init_ms_max": round(max(init, default=0)),
+            "init_waits": sum(1 for w in waits if w >= INIT_WAIT_COUNTED_MS),
+            "init_wait_ms_max": round(max(waits, default=0)),
         }
+
+    @property
+    def init_waits_ms(self) -> list[float]:
+        """How long each cold start waited for an INIT slot (a core) before it began (ms): time Lambda, where each
+        INIT has a CPU of its own, would not have spent."""
+        with self._lock:
+            return list(self._init_waits_ms)
 
     @property
     def init_durations_ms(self) -> list[float]:
@@ -200,19 +228,16 @@ class LocalInvoker:
 
     # -- workers ---------------------------------------------------------------------------------------
     def _prewarm(self, count: int) -> None:
-        """Start ``count`` idle workers; under the Lambda profile, as many INITs at once as there are cores."""
-        wave = max(1, os.cpu_count() or 1) if self._lambda else max(1, count)
+        """Start ``count`` idle workers (under the Lambda profile, as many INITs at once as there are INIT slots)."""
         try:
-            while count > 0:
-                started = []
-                for _ in range(min(wave, count)):
-                    worker = self._start_worker(busy=False)
-                    with self._lock:
-                        self._idle.append(worker)
-                    started.append(worker)
-                count -= len(started)
-                for worker in started:
-                    worker.ready.wait(INIT_LIMIT_S + self.timeout_s)
+            started = []
+            for _ in range(count):
+                worker = self._start_worker(busy=False)
+                with self._lock:
+                    self._idle.append(worker)
+                started.append(worker)
+            for worker in started:
+                worker.ready.wait(INIT_LIMIT_S + self.timeout_s)
         except InvokerStoppedError:
             return
         except OSError as exc:
@@ -221,6 +246,28 @@ class LocalInvoker:
             self._warm.set()
 
     def _start_worker(self, *, busy: bool) -> _Worker:
+        slot = self._take_init_slot()
+        try:
+            return self._start_worker_in_slot(busy, slot)
+        except BaseException:
+            if slot is not None:  # (one the worker took is given back once: a slot is released at most once)
+                slot.release()
+            raise
+
+    def _take_init_slot(self) -> InitSlot | None:
+        """(Lambda profile) Wait for an INIT slot, keeping the time waited."""
+        if self._init_slots is None:
+            return None
+        began = time.monotonic()
+        while not self._init_slots.acquire(timeout=INIT_SLOT_POLL_S):
+            with self._lock:
+                if self._stopping:
+                    raise InvokerStoppedError("the local invoker is stopping")
+        with self._lock:
+            self._init_waits_ms.append((time.monotonic() - began) * 1000)
+        return InitSlot(self._init_slots)
+
+    def _start_worker_in_slot(self, busy: bool, slot: InitSlot | None) -> _Worker:
         with self._lock:
             if self._stopping:
                 raise InvokerStoppedError("the local invoker is stopping")
@@ -257,7 +304,7 @@ class LocalInvoker:
             )
             process.start()
         child_end.close()
-        worker = _Worker(process, parent_end, group, started, busy=busy, boosted=group is not None)
+        worker = _Worker(process, parent_end, group, started, busy=busy, boosted=group is not None, init_slot=slot)
         with self._lock:
             stopping = self._stopping
             if not stopping:
@@ -297,7 +344,9 @@ class LocalInvoker:
                 self._freeze(worker)
 
     def _end_init_cpu(self, worker: _Worker) -> None:
-        """Set a worker's group to the CPU its memory size buys, once its INIT is over."""
+        """Set a worker's group to the CPU its memory size buys, once its INIT is over; its INIT slot goes."""
+        if worker.init_slot is not None:
+            worker.init_slot.release()
         if not worker.boosted or worker.cgroup is None or self._groups is None:
             return
         worker.boosted = False
