@@ -8,6 +8,7 @@ module imports them with ``from support import ...``; fixtures stay in the conft
   subprocess);
 * tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`store_for`, :func:`read_task`,
   :func:`candidate_of`, :func:`run_until_done`;
+* moto in-process: :func:`moto_one_request_at_a_time` (each request atomic, as DynamoDB applies it);
 * stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
   :func:`serving`, :class:`StubTarget` and :class:`RecordingInvoker` come from :mod:`punctual_tools.doubles`,
   which the cost model uses too;
@@ -23,7 +24,7 @@ import string
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -258,3 +259,24 @@ def arm(
     hour past its due time."""
     lease = task.due_ms + 3_600_000 if lease_until_ms is None else lease_until_ms
     return store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], batch_id, executor_id, now_ms)[0]
+
+
+@contextlib.contextmanager
+def moto_one_request_at_a_time() -> Iterator[None]:
+    """Inside it, moto's in-process hook answers one request at a time, as DynamoDB applies each request
+    atomically. Left alone, moto copies a whole table for a transaction while another thread's write changes
+    it (``dictionary changed size during iteration``): an error DynamoDB never gives."""
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    lock = threading.RLock()
+    original = BotocoreStubber.process_request
+
+    def one_at_a_time(self: Any, request: Any) -> Any:
+        with lock:
+            return original(self, request)
+
+    BotocoreStubber.process_request = one_at_a_time  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BotocoreStubber.process_request = original  # type: ignore[method-assign]

@@ -17,7 +17,7 @@ from punctual.executing.executor import Executor
 from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
-from support import FIXED_NOW_MS
+from support import FIXED_NOW_MS, moto_one_request_at_a_time
 
 TABLE = "punctual-tasks-test"
 SHARDS = 4
@@ -25,8 +25,9 @@ SHARDS = 4
 
 @pytest.fixture
 def dynamodb() -> Iterator[Any]:
-    """A low-level DynamoDB client inside moto, with the Tasks table created from template.yaml."""
-    with mock_aws():
+    """A low-level DynamoDB client inside moto, with the Tasks table created from template.yaml; each request is
+    atomic, as DynamoDB's are (an executor writes from several threads)."""
+    with mock_aws(), moto_one_request_at_a_time():
         client = boto3.client("dynamodb", region_name="us-east-1")
         assert ensure_table(client, TABLE) is True
         yield client
