@@ -32,7 +32,11 @@ from punctual.stores.memory import InMemoryStore
 from punctual.stores.ports import Store, TaskStore
 from punctual.targets import LogAction
 from punctual_tools.local.dynamodb_local import make_client
-from support import FIXED_NOW_MS, arm  # arm: ARM one task at an explicit now (the tests import it from here)
+from support import (
+    FIXED_NOW_MS,
+    arm,
+    moto_one_request_at_a_time,
+)  # arm: ARM one task at an explicit now (the tests import it from here)
 
 NOW = FIXED_NOW_MS  # the suite's "now": 2030-06-01T12:00:20.000Z, 20 s into a minute
 ARMED_LEASE_MS = 200_000  # a task's armed lease, counted from NOW (due + grace + timeout + margin, roughly)
@@ -123,12 +127,13 @@ def _local_client(endpoint: str, n: int = 0) -> Any:
 
 
 def moto_backend(write_batch: str) -> Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Backend]]:
-    """DynamoDB as moto mocks it."""
+    """DynamoDB as moto mocks it, each request atomic as DynamoDB's are."""
 
     @contextlib.contextmanager
     def open_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         with (
             mock_aws(),
+            moto_one_request_at_a_time(),
             dynamo_backend(
                 _moto_client(),
                 lambda n: boto3.client("dynamodb", region_name="us-east-1"),

@@ -426,11 +426,6 @@ def test_many_writes_keep_each_condition_across_requests(
 ) -> None:
     # Given requests of at most 10 items (100 in DynamoDB: smaller here, to cross the limit with few tasks),
     # and 21 PENDING tasks of which the 6th is armed by a live executor and the last cancelled
-    if backend.dynamo.config.write_batch == "transaction" and not (backend.kind and backend.kind.atomic):
-        pytest.skip(
-            "moto undoes a failed transaction by restoring a copy of the whole table, which also undoes "
-            "the transactions that ran beside it (the store sends a request's chunks in parallel)"
-        )
     monkeypatch.setattr(writes_module, "TRANSACTION_LIMIT", 10)
     monkeypatch.setattr(table_module, "BATCH_GET_LIMIT", 10)
     store = backend.store
