@@ -62,7 +62,7 @@ from punctual.scheduling.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.drift import judge
-from punctual_tools.local.invoker import INIT_WAIT_COUNTED_MS
+from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
@@ -197,8 +197,7 @@ def short_lead(
         "background": quiet,
         "cold_starts": stats_after["cold_starts"] - stats_before["cold_starts"],
         "invoked": stats_after.get("invoked", 0) - stats_before.get("invoked", 0),
-        "init_waits": sum(1 for w in waits if w >= INIT_WAIT_COUNTED_MS),
-        "init_wait_ms_max": round(max(waits, default=0)),
+        **init_wait_figures(waits),
         "checker": checker_figures(verdict),
         "store_latency": store_latency(stack.settings),
     }

@@ -81,6 +81,17 @@ class InitSlot:
             slots.release()
 
 
+INIT_WAIT_COUNTED_MS = 1.0  # a wait for an INIT slot that counts as one (a free slot takes microseconds)
+
+
+def init_wait_figures(waits_ms: list[float]) -> dict[str, int]:
+    """How many INITs waited for a slot (a core) and the longest wait (ms): time Lambda would not have spent."""
+    return {
+        "init_waits": sum(1 for w in waits_ms if w >= INIT_WAIT_COUNTED_MS),
+        "init_wait_ms_max": round(max(waits_ms, default=0)),
+    }
+
+
 @dataclass(frozen=True)
 class CpuQuotaStatus:
     """Whether workers get the CPU quota their memory size buys, and how (or why not)."""

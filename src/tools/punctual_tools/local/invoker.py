@@ -61,6 +61,7 @@ from punctual_tools.local.cpu_quota import (
     InitSlot,
     init_quota_us,
     init_slot_count,
+    init_wait_figures,
     quota_us,
 )
 from punctual_tools.local.environment import FreshProcess, start_environment
@@ -76,7 +77,6 @@ Profile = Literal["lambda", "local"]
 # Lambda's init phase: past it, the init is done again within the invocation's timeout (and on the memory's share)
 INIT_LIMIT_S = 10.0
 INIT_SLOT_POLL_S = 0.5  # how often a cold start waiting for an INIT slot looks whether the invoker stops
-INIT_WAIT_COUNTED_MS = 1.0  # a wait for an INIT slot counted in the stats (a free slot takes microseconds)
 
 
 _CONTEXT = multiprocessing.get_context("forkserver")
@@ -198,8 +198,7 @@ class LocalInvoker:
             **own,
             "init_ms_p50": round(percentile(init, 50) or 0),
             "init_ms_max": round(max(init, default=0)),
-            "init_waits": sum(1 for w in waits if w >= INIT_WAIT_COUNTED_MS),
-            "init_wait_ms_max": round(max(waits, default=0)),
+            **init_wait_figures(waits),
         }
 
     @property
