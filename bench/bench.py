@@ -1,6 +1,6 @@
 """Drift benchmark: the whole local system against the bare dispatcher floor, in one run.
 
-    .venv/bin/python bench/bench.py [--profile lambda|local] [--steady-rate 100] [--steady-seconds 60]
+    .venv/bin/python bench/bench.py [--profile lambda|local] [--steady-rate R] [--steady-seconds 60]
                                     [--burst 2000] [--json]
 
 The profile (``--profile``, default ``lambda``) is the footing of the run, printed first and kept in the JSON:
@@ -16,11 +16,16 @@ The profile (``--profile``, default ``lambda``) is the footing of the run, print
 Phases (each prints its figures; drift = action start - due, ms):
 
 1. floor/steady  one heap dispatcher thread firing the log action into a thread pool, no database,
-                 at ``--steady-rate`` tasks/s for ``--steady-seconds`` seconds;
+                 at the steady rate for ``--steady-seconds`` seconds, measured with the stack up and idle, just
+                 before the system phases. The steady rate is ``--steady-rate``, or by default what the store
+                 here carries with half to spare (:func:`carried_rate`: a probe's writes a second from one
+                 client, two writes a task), at most 100 tasks/s: beyond it a phase measures DynamoDB Local on
+                 these cores rather than the scheduler. Every system phase prints what the store carried just
+                 before it beside what it asked for;
 2. floor/burst   the same dispatcher, ``--burst`` tasks due at one instant (under lambda, one floor process per
                  batch, as the executors share it);
 3. system/steady the local stack (DynamoDB Local on disk, poller every 10 s, executors in worker processes,
-                 recording): ``--steady-rate`` tasks/s due for ``--steady-seconds`` seconds, scheduled ahead;
+                 recording): the steady rate due for ``--steady-seconds`` seconds, scheduled ahead;
 4. steady+writes the same while a client schedules the tasks during the run, each due 30 s after it is
                  written (the client's writes share the cores too);
 5. system/burst  ``--burst`` tasks scheduled ahead, all due at one instant;
@@ -87,7 +92,7 @@ from leads import (
     run_without_stack,
     short_lead,
 )
-from pages import git_commit, publish_drift
+from pages import ceiling_cell, git_commit, publish_drift
 from phase_parts import (
     active_tasks,
     after_a_poll,
@@ -100,6 +105,8 @@ from phase_parts import (
     log,
     policy_of,
     row,
+    store_ceiling,
+    store_write_probe,
     wait_for_arrivals,
     wait_quiet,
     wait_until_idle,
@@ -524,6 +531,34 @@ def profile_line(profile: str, memory_mb: int, quota_applied: bool | None) -> st
     )
 
 
+STEADY_RATE_MAX = 100.0  # tasks a second: the steady phases' rate where the store carries it
+STORE_SHARE = 0.5  # of what the store takes from one client, the share the steady phase's arming and outcomes use
+
+
+def carried_rate(writes_per_s: float, writes_per_task: int) -> float:
+    """The steady phases' rate on this machine: :data:`STORE_SHARE` of the store's writes a second at
+    ``writes_per_task`` (the poll's reads and the heartbeats use the rest), a whole number of tasks a second, at
+    most :data:`STEADY_RATE_MAX`. Beyond it a phase measures DynamoDB Local on these cores, not the
+    scheduler (at 100/s the store here fell behind by seconds)."""
+    return float(max(1, min(STEADY_RATE_MAX, int(writes_per_s * STORE_SHARE / writes_per_task))))
+
+
+def phase_loads(args: argparse.Namespace) -> dict[str, tuple[int, float | None]]:
+    """Each system phase's load on the store: the writes a task makes during the run (its arming and its outcome,
+    plus the client's write when the phase writes while it runs, or the chain's for a schedule's occurrence) and
+    the tasks a second it asks for (None: a burst at one instant)."""
+    return {
+        "system/steady": (2, args.steady_rate),
+        "steady+writes": (3, args.steady_rate),
+        "system/burst": (2, None),
+        "webhook/spread": (2, args.webhook_rate),
+        "webhook/burst": (2, None),
+        "recurring 1s": (3, float(args.recurring_schedules)),
+        "fast path 2s": (3, args.fast_rate),
+        "short lead": (3, args.lead_rate + args.lead_background_rate),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -533,7 +568,13 @@ def main() -> int:
         help="lambda (default): executors and floors at the template's executor memory's CPU quota, "
         "normal priority; local: whole cores and real-time firing",
     )
-    parser.add_argument("--steady-rate", type=float, default=100)
+    parser.add_argument(
+        "--steady-rate",
+        type=float,
+        default=None,
+        help="tasks a second due in the steady phases; default: what the store here carries with half to spare (a "
+        "probe just before them, at two writes a task), at most 100",
+    )
     parser.add_argument("--steady-seconds", type=float, default=60)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--poll-interval", type=float, default=10)
@@ -611,9 +652,6 @@ def main() -> int:
     waits: dict[str, dict[str, Any]] = {}
     receiver = None
     try:
-        log(f"floor/steady: {args.steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
-        floors["floor/steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
-        time.sleep(args.settle)
         log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
         floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), floor_log)
         received = work / "received.jsonl"
@@ -664,20 +702,26 @@ def main() -> int:
                 "store_latency_line": stack.describe_store_latency(),
             }
             quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
+            steady_rate = args.steady_rate or carried_rate(
+                store_write_probe(Client(stack.settings)), phase_loads(args)["system/steady"][0]
+            )
+            args.steady_rate = steady_rate  # what the report's args say the steady phases ran at
+            log(f"floor/steady: {steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
+            floors["floor/steady"] = measure_floor_steady(runner, steady_rate, args.steady_seconds, floor_log)
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                ("system/steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds))
+                ("system/steady", lambda: system_steady(stack, steady_rate, args.steady_seconds))
             ]
             if args.with_writes:
                 plan.append(
                     (
                         "floor/writes",
-                        lambda: floor_with_writes(stack, runner, args.steady_rate, args.steady_seconds, floor_log),
+                        lambda: floor_with_writes(stack, runner, steady_rate, args.steady_seconds, floor_log),
                     )
                 )
                 plan.append(
                     (
                         "steady+writes",
-                        lambda: system_steady(stack, args.steady_rate, args.steady_seconds, concurrent_writes=True),
+                        lambda: system_steady(stack, steady_rate, args.steady_seconds, concurrent_writes=True),
                     )
                 )
             plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
@@ -712,11 +756,16 @@ def main() -> int:
                     )
                 )
             log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
+            loads = phase_loads(args)
             for name, run in plan:
                 log(f"{name}: waiting until the stack is idle")
                 waits[name] = wait_until_idle(stack, args.settle)
+                ceiling: dict[str, Any] = {}
+                if name in loads:
+                    ceiling = store_ceiling(store_write_probe(Client(stack.settings)), *loads[name])
+                    log(f"{name}: the store carries {ceiling_cell(ceiling)} at {loads[name][0]} writes a task")
                 log(f"{name}: starting")
-                results[name] = executor_cpu(stack, run)
+                results[name] = executor_cpu(stack, run) | ceiling
             invoker_stats = dict(stack.invoker.stats)
         if args.cold or args.restart:
             lead_results = run_without_stack(work, hook_url, received, args, args.cold, args.restart)
@@ -771,7 +820,7 @@ def main() -> int:
                 name,
                 r["drift"],
                 f"{where}scheduled {r['scheduled']}, fired {r['fired']}, dup {r['duplicates']} "
-                f"{notes.get(name, '')}".rstrip(),
+                f"{notes.get(name, '')} store carries {ceiling_cell(r)}".rstrip(),
             )
         )
         if "arrival" in r:

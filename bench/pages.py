@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,24 +92,28 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
         "",
         "## Every phase",
         "",
-        "| phase | count | p50 | p90 | p99 | max |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "The store carries: the tasks a second the store took just before the phase (a probe's writes a second "
+        "from one client, divided by the writes a task makes in the store during that phase), and what the phase "
+        "asks for: a phase that asks for more measures this machine's DynamoDB Local, not the scheduler.",
+        "",
+        "| phase | count | p50 | p90 | p99 | max | the store carries |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, f in report["floors"].items():
         lines.append(
             f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
-            f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} |"
+            f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} | - |"
         )
     for name, p in report["phases"].items():
         lines.append(
             f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p90'])} | {fmt_ms(p['p99'])} | "
-            f"{fmt_ms(p['max'])} |"
+            f"{fmt_ms(p['max'])} | {ceiling_cell(p)} |"
         )
         if "arrival" in p:
             a = p["arrival"]
             lines.append(
                 f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
-                f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} |"
+                f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} | - |"
             )
     lines += leads_page_lines(report)
     if picture:
@@ -162,7 +167,7 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def ceiling_note(phase: dict[str, Any]) -> str:
+def ceiling_note(phase: Mapping[str, Any]) -> str:
     """The drain's ceiling on this store, if the run measured it: the client's writes a second in the same run,
     at two writes a drained task."""
     if phase.get("drain_ceiling_per_s") is None:
@@ -171,6 +176,16 @@ def ceiling_note(phase: dict[str, Any]) -> str:
         f" (the store took {phase['store_writes_per_s']:g} writes/s from the client in the same run: at two a task, "
         f"{phase['drain_ceiling_per_s']:g} tasks/s at most)"
     )
+
+
+def ceiling_cell(phase: Mapping[str, Any]) -> str:
+    """``31.3/s (asks 100/s: over)`` for a phase whose run measured the store's ceiling, else ``-``."""
+    if phase.get("store_ceiling_per_s") is None:
+        return "-"
+    ceiling, demand = phase["store_ceiling_per_s"], phase.get("demand_per_s")
+    if demand is None:
+        return f"{ceiling:g}/s (a burst)"
+    return f"{ceiling:g}/s (asks {demand:g}/s{': over' if demand > ceiling else ''})"
 
 
 def busy_note(phase: dict[str, Any]) -> str:

@@ -55,21 +55,39 @@ def drift_of(fires: list[dict[str, Any]]) -> tuple[list[float], int, int]:
 PROBE_WRITES = 100  # tasks a phase writes (and cancels) to measure how fast the client can write now
 
 
-def first_due_after_writes(client: Client, count: int, interval_ms: int, threads: int = 8) -> int:
-    """The first due instant (epoch ms, on a poll tick, 15 s after one) for ``count`` tasks that are about to be
-    written with ``threads`` threads: past the time they take to write at the rate a probe measures now (100 tasks
-    written far ahead and cancelled), with half as much again to spare, so that a slow or busy machine cannot leave
-    the first ones due before they are written."""
+def store_write_probe(client: Client, threads: int = 8) -> float:
+    """How many writes a second the store takes from ``client`` now: :data:`PROBE_WRITES` tasks written far ahead
+    with ``threads`` threads, then cancelled (on DynamoDB Local the store's CPU, not the distance, sets it)."""
     ids = [f"probe-{uuid.uuid4().hex[:10]}" for _ in range(PROBE_WRITES)]
     far = from_ms(int(time.time() * 1000) + 3_600_000)
     started = time.time()
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(lambda t: client.schedule(far, ACTION, None, task_id=t), ids))
-    per_write_s = (time.time() - started) / PROBE_WRITES
+    per_s = PROBE_WRITES / max(time.time() - started, 1e-6)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(client.cancel, ids))
+    return per_s
+
+
+def store_ceiling(writes_per_s: float, writes_per_task: int, demand_per_s: float | None) -> dict[str, Any]:
+    """A phase's load against what the store here carries: the probe's writes a second, the tasks a second that
+    makes at ``writes_per_task`` writes each during the run, and the tasks a second the phase asks for (None for
+    a burst at one instant)."""
+    return {
+        "store_writes_per_s": round(writes_per_s, 1),
+        "store_ceiling_per_s": round(writes_per_s / writes_per_task, 1),
+        "demand_per_s": demand_per_s,
+    }
+
+
+def first_due_after_writes(client: Client, count: int, interval_ms: int, threads: int = 8) -> int:
+    """The first due instant (epoch ms, on a poll tick, 15 s after one) for ``count`` tasks that are about to be
+    written with ``threads`` threads: past the time they take to write at the rate a probe measures now
+    (:func:`store_write_probe`), with half as much again to spare, so that a slow or busy machine cannot leave the
+    first ones due before they are written."""
+    per_write_s = 1 / max(store_write_probe(client, threads), 1e-6)
     write_ms = int(1.5 * count * per_write_s * 1000)
-    log(f"write rate now {1 / max(per_write_s, 1e-6):.0f}/s: {count} tasks take about {write_ms / 1500:.0f} s")
+    log(f"write rate now {1 / per_write_s:.0f}/s: {count} tasks take about {write_ms / 1500:.0f} s")
     return next_tick(int(time.time() * 1000) + write_ms + 5_000, interval_ms) + 15_000
 
 

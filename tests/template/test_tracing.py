@@ -81,7 +81,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("aws_xray_
 # What a handler's cold start never loads: the X-Ray SDK (~0.25 s of CPU), PyYAML (only tools read template.yaml)
 # and, on the executor and the fast path, the scheduling clients they never call
 NOT_LOADED = {
-    "executor": ["punctual.scheduling.client", "punctual.scheduling.api_client", "punctual.stores.memory"],
+    "executor": [
+        "punctual.scheduling.client",
+        "punctual.scheduling.api_client",
+        "punctual.scheduling.chain",
+        "punctual.polling.poller",
+        "punctual.stores.memory",
+    ],
     "fastpath": ["punctual.scheduling.client", "punctual.scheduling.api_client", "punctual.stores.memory"],
     "api": ["punctual.stores.memory"],
 }

@@ -133,3 +133,29 @@ def test_a_burst_is_written_once_the_next_poll_has_ended() -> None:
     # Then it returns once that poll is in, not before
     assert len(stack.polls) == 2
     assert 0.15 < time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("writes_per_s", "rate"),
+    [(62.7, 15.0), (400.0, 100.0), (3.0, 1.0), (0.0, 1.0)],
+)
+def test_the_steady_rate_is_half_what_the_store_carries_at_most_a_hundred(writes_per_s: float, rate: float) -> None:
+    # Given the store's writes a second from a probe  Then the steady phases run at half of them, two writes a
+    # task, a whole number of tasks a second, at least one and at most 100
+    assert bench.carried_rate(writes_per_s, 2) == rate
+
+
+def test_the_steady_phases_ask_the_store_for_their_rate_and_a_burst_for_none() -> None:
+    # Given the benchmark's arguments with the steady rate it settled on
+    args = SimpleNamespace(
+        steady_rate=15.0,
+        webhook_rate=20.0,
+        recurring_schedules=20,
+        fast_rate=10.0,
+        lead_rate=5.0,
+        lead_background_rate=1.0,
+    )
+    loads = bench.phase_loads(args)  # type: ignore[arg-type]
+    # Then the phases scheduled ahead make two writes a task, those written during the run three
+    assert loads["system/steady"] == (2, 15.0) and loads["steady+writes"] == (3, 15.0)
+    assert loads["system/burst"] == (2, None) and loads["short lead"] == (3, 6.0)

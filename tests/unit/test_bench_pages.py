@@ -78,6 +78,24 @@ def test_a_drift_page_names_the_store_latency_model_its_run_named(tmp_path: Path
     assert "store latency" not in pages.footing(drift_report("lambda", 0.12, 45.0))
 
 
+def test_a_drift_page_says_what_the_store_carried_beside_what_each_phase_asked_for(tmp_path: Path) -> None:
+    # Given a run whose steady phase asked for more tasks a second than the store took just before it, whose burst
+    # measured the store too, and an older run's figures without the probe
+    report = drift_report("lambda", 0.12, 45.0)
+    report["phases"]["system/steady"] |= {"store_ceiling_per_s": 31.3, "demand_per_s": 100.0}
+    report["phases"]["system/burst"] |= {"store_ceiling_per_s": 40.0, "demand_per_s": None}
+    # When its page is written
+    text = pages.write_drift_page(report, tmp_path).read_text()
+    # Then the steady row says the phase asked for more than the store carries, the burst says it was one, and a
+    # floor (no store) says nothing
+    assert "| 31.3/s (asks 100/s: over) |" in text
+    assert "| 40/s (a burst) |" in text
+    assert "| floor/steady (1 floor process(es)) | 10 | 0.050 | 0.090 | 0.100 | 0.110 | - |" in text
+    # And a phase the store carries is not marked over; one without the probe shows none
+    assert pages.ceiling_cell({"store_ceiling_per_s": 62.0, "demand_per_s": 20.0}) == "62/s (asks 20/s)"
+    assert pages.ceiling_cell(summary(1.0)) == "-"
+
+
 def test_the_readme_block_sets_the_lambda_profile_beside_the_local_one(tmp_path: Path) -> None:
     # Given both profiles' published figures and a README with the block's markers
     for profile, steady in (("lambda", 0.3), ("local", 0.05)):

@@ -13,14 +13,15 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_source import tenant_map_source
 from punctual.domain.clock import SystemClock, offset_probe
 from punctual.executing.executor import Executor
-from punctual.polling.invoker import Invoker, LambdaInvoker
-from punctual.polling.poller import Poller
 from punctual.stores.dlq import build_dead_letter_queue
 from punctual.stores.dynamodb import build_store
 from punctual.targets import ActionEnv
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
+    from punctual.polling.invoker import Invoker
+    from punctual.polling.poller import Poller
 
 
 def build_poller(
@@ -30,7 +31,11 @@ def build_poller(
     lambda_client: Any = None,
     poller_id: str | None = None,
 ) -> Poller:
-    """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``."""
+    """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``. The polling
+    package (and the schedules' chain it extends) is loaded here: the executor's cold start never needs it."""
+    from punctual.polling.invoker import LambdaInvoker
+    from punctual.polling.poller import Poller
+
     if invoker is None:
         if lambda_client is None:
             import boto3

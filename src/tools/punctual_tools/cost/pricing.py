@@ -38,6 +38,8 @@ DDB_PITR_GB_MONTH_USD = 0.20  # continuous backups (the template enables point-i
 DDB_ITEM_OVERHEAD_BYTES = 100  # DynamoDB's per-item storage overhead
 LAMBDA_GB_S_ARM_USD = 0.0000133334  # arm64, first 6 billion GB-s a month
 LAMBDA_REQUEST_USD = 0.20 / 1e6
+LAMBDA_PROVISIONED_GB_S_ARM_USD = 0.0000033334  # arm64, per GB-s an environment is configured (provisioned)
+LAMBDA_PROVISIONED_RUN_GB_S_ARM_USD = 0.0000077778  # arm64, per GB-s run in a provisioned environment
 LAMBDA_FREE_GB_S = 400_000  # Lambda's monthly free tier, account-wide: GB-seconds ...
 LAMBDA_FREE_REQUESTS = 1e6  # ... and requests
 CW_LOGS_INGEST_GB_USD = 0.50
@@ -303,3 +305,9 @@ def break_even(c: Counts, target: float = TARGET_USD_PER_MILLION, template_path:
         mid = math.sqrt(low * high)
         low, high = (low, mid) if ok(mid) else (mid, high)
     return high
+
+
+def standby_usd_per_month(environments: int, memory: int) -> float:
+    """What ``environments`` executor environments kept initialised (provisioned concurrency) cost a 30-day month
+    at ``memory`` MB, before the work they run."""
+    return environments * memory / 1024 * (MONTH_MS / 1000) * LAMBDA_PROVISIONED_GB_S_ARM_USD

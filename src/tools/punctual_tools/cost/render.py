@@ -31,6 +31,8 @@ from punctual_tools.cost.pricing import (
     LAMBDA_FREE_GB_S,
     LAMBDA_FREE_REQUESTS,
     LAMBDA_GB_S_ARM_USD,
+    LAMBDA_PROVISIONED_GB_S_ARM_USD,
+    LAMBDA_PROVISIONED_RUN_GB_S_ARM_USD,
     MONTH_MS,
     PRICES_AS_OF,
     RECORD_TAIL_S,
@@ -47,6 +49,7 @@ from punctual_tools.cost.pricing import (
     memory_mb,
     monthly_cost,
     poll_path_cold_starts,
+    standby_usd_per_month,
 )
 from punctual_tools.cost.scenario import Counts, Recurring
 
@@ -285,6 +288,15 @@ def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list
         f"costs {_usd(per_cold * 1e6)} per million cold starts at {exec_mb} MB. Executor environments the poll "
         f"path keeps busy, each re-created every {ENVIRONMENT_LIFETIME_S / 3600:g} h: {'; '.join(volumes)}. "
         "A load that swings pays one more cold start for each extra environment it needs.",
+        "",
+        f"**A warm standby (provisioned concurrency, `ExecutorProvisionedConcurrency`):** environments initialised "
+        "before any traffic, so a task written less than an INIT ahead of its instant meets a warm executor. Each "
+        f"costs {_usd(standby_usd_per_month(1, exec_mb))} a month at {exec_mb} MB "
+        f"(${LAMBDA_PROVISIONED_GB_S_ARM_USD:.10f} per GB-s configured; 2 cost "
+        f"{_usd(standby_usd_per_month(2, exec_mb))}, 10 cost {_usd(standby_usd_per_month(10, exec_mb))}); the work "
+        f"they run bills ${LAMBDA_PROVISIONED_RUN_GB_S_ARM_USD:.10f} per GB-s instead of "
+        f"${LAMBDA_GB_S_ARM_USD:.10f}, and Lambda's free tier does not apply to the function while any is "
+        "configured. Not in the table above (0 by default).",
     ]
 
 
