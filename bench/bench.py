@@ -702,9 +702,12 @@ def main() -> int:
                 "store_latency_line": stack.describe_store_latency(),
             }
             quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
-            steady_rate = args.steady_rate or carried_rate(
-                store_write_probe(Client(stack.settings)), phase_loads(args)["system/steady"][0]
-            )
+            if args.steady_rate is None:
+                prober = Client(stack.settings)
+                store_write_probe(prober)  # a fresh store's first writes are slow (its JIT): warm it, then measure
+                steady_rate = carried_rate(store_write_probe(prober), phase_loads(args)["system/steady"][0])
+            else:
+                steady_rate = args.steady_rate
             args.steady_rate = steady_rate  # what the report's args say the steady phases ran at
             log(f"floor/steady: {steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
             floors["floor/steady"] = measure_floor_steady(runner, steady_rate, args.steady_seconds, floor_log)
