@@ -250,9 +250,11 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     dying.join()
     follow.join()
 
-    # Then the dead poller sent half; the next tick sent exactly the other half (what no executor holds)
-    assert (len(sent), dying.refused) == (100, 5)
-    assert (report.dispatched, report.complete) == (100, True)
+    # Then the dead poller sent what its 5 invocations held (at most a batch each: on a busy machine, less time
+    # left before the first instant cuts smaller batches) and sent no more; the next tick sent exactly the rest
+    # (what no executor holds)
+    assert dying.accepted == 0 and dying.refused >= 1 and 0 < len(sent) <= 5 * 20
+    assert (report.dispatched, report.complete) == (len(ids) - len(sent), True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
     # ... and every task fired once
     judge("poller killed mid-dispatch; the next tick sent the rest", store_for(settings), ids, target)
