@@ -34,9 +34,9 @@ from punctual.targets import LogAction
 from punctual_tools.local.dynamodb_local import make_client
 from support import (
     FIXED_NOW_MS,
-    arm,
+    arm,  # ARM one task at an explicit now (the tests import it from here)
     moto_one_request_at_a_time,
-)  # arm: ARM one task at an explicit now (the tests import it from here)
+)
 
 NOW = FIXED_NOW_MS  # the suite's "now": 2030-06-01T12:00:20.000Z, 20 s into a minute
 ARMED_LEASE_MS = 200_000  # a task's armed lease, counted from NOW (due + grace + timeout + margin, roughly)
