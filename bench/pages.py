@@ -96,26 +96,30 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
         "from one client, divided by the writes a task makes in the store during that phase), and what the phase "
         "asks for: a phase that asks for more measures this machine's DynamoDB Local, not the scheduler.",
         "",
-        "| phase | count | p50 | p90 | p99 | max | the store carries |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "Throttled: the share of their CPU quota's periods in which the phase's executors (or the floor's "
+        "processes) used up the period's quota and were stopped until the next one (`-`: no quota).",
+        "",
+        "| phase | count | p50 | p90 | p99 | max | the store carries | throttled |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for name, f in report["floors"].items():
         lines.append(
             f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
-            f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} | - |"
+            f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} | - | {share_cell(throttled_share(f))} |"
         )
     for name, p in report["phases"].items():
         lines.append(
             f"| {name} | {p['count']} | {fmt_ms(p['p50'])} | {fmt_ms(p['p90'])} | {fmt_ms(p['p99'])} | "
-            f"{fmt_ms(p['max'])} | {ceiling_cell(p)} |"
+            f"{fmt_ms(p['max'])} | {ceiling_cell(p)} | {share_cell(throttled_share(p))} |"
         )
         if "arrival" in p:
             a = p["arrival"]
             lines.append(
                 f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
-                f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} | - |"
+                f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} | - | - |"
             )
     lines += leads_page_lines(report)
+    lines += why_missed_lines(report)
     if picture:
         lines += ["", f"![drift CDF of every phase of the run]({picture})"]
     return lines
@@ -164,6 +168,116 @@ def leads_page_lines(report: dict[str, Any]) -> list[str]:
         value = "-" if b["value"] is None else f"{b['value']:g}{b['unit']}"
         sign = "≥" if b["at_least"] else "≤"
         lines.append(f"| {b['name']} | {value} | {sign} {b['target']:g}{b['unit']}: {_met(b['met'])} |")
+    return lines
+
+
+def throttled_share(figures: Mapping[str, Any]) -> float | None:
+    """The share of CPU quota periods in which a phase's executors (or a floor's processes) were throttled, if the
+    run measured it (None without a quota)."""
+    cpu = figures.get("cpu") or {}
+    if cpu.get("throttled_share") is not None:
+        return float(cpu["throttled_share"])
+    return cpu["nr_throttled"] / cpu["nr_periods"] if cpu.get("nr_periods") else None
+
+
+def share_cell(share: float | None) -> str:
+    """``40.8%`` (``-`` for none)."""
+    return "-" if share is None else f"{share:.1%}"
+
+
+THROTTLED_NOTABLE = 0.05  # a phase throttled in at least this share of its periods, and twice its floor's, says so
+
+
+def _phase_of(report: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The figures a verdict's name stands for: a phase of the stack, of the lead phases, or a floor."""
+    base = name.removesuffix(" arrival")
+    for group in (report.get("phases") or {}, (report.get("leads") or {}).get("phases") or {}, report["floors"]):
+        if base in group:
+            return dict(group[base])
+    return {}
+
+
+def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) -> list[str]:
+    """What this run measured that makes the phase ``name`` late: the store's ceiling against what the phase
+    asked, a client that fell behind its writes, executors throttled by their CPU quota far more than their floor,
+    cold starts that waited for a core, a restart's drain against the store's ceiling."""
+    phase, floor = _phase_of(report, name), _phase_of(report, floor_name or "")
+    cores = phase.get("cores") or report["machine"].split("(", 1)[-1].split(" ", 1)[0]
+    reasons = []
+    ceiling, demand = phase.get("store_ceiling_per_s"), phase.get("demand_per_s")
+    if ceiling is not None and demand is not None and demand > ceiling:
+        reasons.append(
+            f"it asks {demand:g} tasks/s where the store carried {ceiling:g}/s just before it: DynamoDB Local on "
+            f"these {cores} cores, not the scheduler, sets its pace"
+        )
+    if (phase.get("max_write_lag_s") or 0) >= 1:
+        reasons.append(
+            f"its client wrote {phase.get('write_rate_per_s', 0):g} tasks/s and fell {phase['max_write_lag_s']:g} s "
+            "behind its plan: each task was written late, and due that much later, than the run asked"
+        )
+    share, floor_share = throttled_share(phase), throttled_share(floor)
+    if share is not None and share >= THROTTLED_NOTABLE and (floor_share is None or share >= 2 * floor_share):
+        beside = "" if floor_share is None else f", its floor's processes in {floor_share:.1%}"
+        reasons.append(
+            f"its executors were throttled in {share:.1%} of their CPU quota's periods{beside}: the executors' own "
+            "work (arming, recording, heartbeats: store calls, each with its client's CPU) used up a period's "
+            "quota, and a fire due in the rest of that period waited for the next"
+        )
+    throttles = (phase.get("invocations") or {}).get("throttles")
+    if throttles:
+        reasons.append(
+            f"{throttles} of its {phase['invocations']['invoked']} executor invocations found the executors' "
+            "concurrency spent and were throttled: Lambda tries a throttled event again after 1 s, 2 s, 4 s, ..., "
+            "so each throttle made its batch that much later"
+        )
+    if floor_name in (report.get("phases") or {}):
+        reasons.append(f"its floor, {floor_name}, is a phase of the stack, and as late (see it)")
+    if phase.get("init_waits"):
+        reasons.append(
+            f"{phase['init_waits']} of its {phase.get('cold_starts', '?')} cold starts waited for a core, up to "
+            f"{phase['init_wait_ms_max'] / 1000:.1f} s: here every INIT shares the machine's {cores} cores; on AWS "
+            "each INIT has a CPU of its own"
+        )
+    if phase.get("drain_ceiling_per_s") is not None and phase.get("drain_rate_per_s") is not None:
+        reasons.append(
+            f"its backlog drained at {phase['drain_rate_per_s']:g}/s, where the store took "
+            f"{phase['store_writes_per_s']:g} writes/s from a client in the same run: at two writes a task, "
+            f"{phase['drain_ceiling_per_s']:g} tasks/s at most; every task due while the drain ran waited its turn"
+        )
+    return reasons
+
+
+def why_missed_lines(report: dict[str, Any]) -> list[str]:
+    """The drift page's section on each missed target: by how much, and what the run measured that explains it
+    (or that it measured nothing that does)."""
+    items: list[tuple[str, str, list[str]]] = []
+    for v in report["verdicts"]:
+        if v["met"] and v["abs_met"]:
+            continue
+        ratio = "" if v.get("ratio") is None else f" = {v['ratio']:.2f}× its floor ({v['floor_name']}, "
+        ratio += "" if not ratio else f"{fmt_ms(v['floor'])} ms) against {v['ratio_target']:g}×"
+        how = f"p99 {fmt_ms(v['value'])} ms{ratio}; {v['abs_target']:g} ms {'met' if v['abs_met'] else 'missed'}"
+        items.append((v["name"], how, why_reasons(report, v["name"], v["floor_name"])))
+    for b in (report.get("leads") or {}).get("bounds", []):
+        if b["met"] or b["value"] is None:
+            continue
+        sign = "≥" if b["at_least"] else "≤"
+        name = b["name"].split(" ", 1)[0]
+        how = f"{b['name']}: {b['value']:g}{b['unit']} against {sign} {b['target']:g}{b['unit']}"
+        reasons = why_reasons(report, name, None)
+        items.append((b["name"], how, [r for r in reasons if "drain" in r] if "drain" in b["name"] else reasons))
+    if not items:
+        return []
+    lines = [
+        "",
+        "## Why a target is missed",
+        "",
+        "Each missed target, by how much, and what this run measured that explains it.",
+        "",
+    ]
+    for name, how, reasons in items:
+        because = "; ".join(reasons) if reasons else "nothing this run measures explains it"
+        lines.append(f"- **{name}**: {how}. {because[0].upper()}{because[1:]}.")
     return lines
 
 

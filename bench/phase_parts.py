@@ -241,14 +241,20 @@ def row(name: str, drifts: list[float], extra: str = "") -> str:
     return f"{name:<20}{s['count']:>7}{f(s['p50'])}{f(s['p90'])}{f(s['p99'])}{f(s['max'])}  {extra}"
 
 
+INVOCATION_COUNTS = ("invoked", "throttles", "retries", "dropped", "cold_starts", "timeouts")
+
+
 def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``run()``'s result, with the CPU the executors' worker processes used meanwhile and their throttling."""
+    """``run()``'s result, with the CPU the executors' worker processes used meanwhile and their throttling, and
+    what became of the executor invocations meanwhile (:data:`INVOCATION_COUNTS`: Lambda's throttles, each
+    backed off 1 s, 2 s, 4 s, ... before it is tried again)."""
     assert stack.invoker is not None
-    before = sample_all(stack.invoker.worker_pids())
+    before, counts = sample_all(stack.invoker.worker_pids()), stack.invoker.stats
     result = run()
-    after = sample_all(stack.invoker.worker_pids())
+    after, counts_after = sample_all(stack.invoker.worker_pids()), stack.invoker.stats
     if "floor_cpu" not in result:
         result["cpu"] = cpu_summary(delta(before, after).values())
+        result["invocations"] = {name: counts_after.get(name, 0) - counts.get(name, 0) for name in INVOCATION_COUNTS}
     return result
 
 

@@ -96,6 +96,63 @@ def test_a_drift_page_says_what_the_store_carried_beside_what_each_phase_asked_f
     assert pages.ceiling_cell(summary(1.0)) == "-"
 
 
+def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_measured_that_explains_it(
+    tmp_path: Path,
+) -> None:
+    # Given a run whose steady phase was throttled far more than its floor and asked more of the store than it
+    # carried, whose burst had throttled invocations, and whose restart drained below its bound
+    report = drift_report("lambda", 3.0, 45.0)
+    report["floors"]["floor/system/steady"] = {
+        **summary(0.1),
+        "processes": 1,
+        "cpu": {"nr_throttled": 3, "nr_periods": 300},
+    }
+    report["phases"]["system/steady"] |= {
+        "cpu": {"throttled_share": 0.408},
+        "store_ceiling_per_s": 31.3,
+        "demand_per_s": 100.0,
+    }
+    report["phases"]["system/burst"] |= {"invocations": {"invoked": 60, "throttles": 14}}
+    report["leads"] = {
+        "phases": {
+            "restart": {
+                **summary(900.0),
+                "checker": {
+                    "lost": 0,
+                    "extra": 0,
+                    "missed": 0,
+                    "crash_windows": 1,
+                    "due_in_windows": 2,
+                    "missed_outside_windows": 0,
+                },
+                "up_s": 3.0,
+                "backlog": 750,
+                "drain_s": 38.0,
+                "drain_rate_per_s": 19.4,
+                "store_writes_per_s": 64.2,
+                "drain_ceiling_per_s": 32.1,
+            }
+        },
+        "bounds": [
+            {"name": "restart drain", "value": 19.4, "unit": "/s", "target": 200, "at_least": True, "met": False}
+        ],
+    }
+    # When its page is written
+    text = pages.write_drift_page(report, tmp_path).read_text()
+    # Then each missed target says by how much, and the figures that explain it
+    why = text.split("## Why a target is missed", 1)[1]
+    assert "- **system/steady**: p99 3.000 ms = 30.00× its floor (floor/system/steady, 0.100 ms) against 1.5×;" in why
+    assert "it asks 100 tasks/s where the store carried 31.3/s just before it" in why.lower()
+    assert "throttled in 40.8% of their CPU quota's periods, its floor's processes in 1.0%" in why
+    assert "14 of its 60 executor invocations found the executors' concurrency spent" in why
+    assert "- **restart drain**: restart drain: 19.4/s against ≥ 200/s. Its backlog drained at 19.4/s" in why
+    assert "32.1 tasks/s at most" in why
+    # And the table shows each phase's throttled share beside its floor's
+    assert "| system/steady | 10 | 1.500 | 2.700 | 3.000 | 3.300 | 31.3/s (asks 100/s: over) | 40.8% |" in text
+    # And a run that met every target has no such section
+    assert "## Why" not in pages.write_drift_page(drift_report("lambda", 0.12, 25.0), tmp_path).read_text()
+
+
 def test_the_readme_block_sets_the_lambda_profile_beside_the_local_one(tmp_path: Path) -> None:
     # Given both profiles' published figures and a README with the block's markers
     for profile, steady in (("lambda", 0.3), ("local", 0.05)):
