@@ -150,13 +150,14 @@ __all__ = [
     "wait_until_idle",
 ]
 
-# Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). Under the local
-# profile a ratio is the absolute target over the floor of the quiet 2-core reference machine (floor/steady p99
-# ~0.05 ms, floor/burst p99 ~60 ms), so that both agree there; elsewhere the ratio is the verdict that counts.
+# Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). The steady tail and a
+# burst may add at most half their floor on whole cores as under Lambda's quota (at normal priority: the local
+# profile asks for real-time priority only with --realtime). Under the local profile other ratios are the absolute
+# target over the floor of the quiet 2-core reference machine (floor/steady p99 ~0.05 ms), so that both agree there.
 # steady+writes is judged against the floor measured under the same client writes (floor/writes), with the
 # same 10x allowance as system/steady: what the scheduler adds to what the machine allows under that load.
 LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
-    "system/steady": ("floor/steady", 10.0, 0.5),
+    "system/steady": ("floor/steady", 1.5, 0.5),
     "steady+writes": ("floor/writes", 10.0, 10.0),
     "system/burst": ("floor/burst", 1.5, 90.0),
     "fast path 2s": ("floor/steady", 200.0, 10.0),
@@ -519,13 +520,11 @@ def draw_pictures(out: Path, series: list[DriftSeries]) -> list[str]:
     return [str(path) for path in paths]
 
 
-def profile_line(profile: str, memory_mb: int, quota_applied: bool | None) -> str:
+def profile_line(profile: str, memory_mb: int, quota_applied: bool | None, realtime: bool = False) -> str:
     """The footing every figure of the run stands on, as the table's first line says it."""
     if profile == "local":
-        return (
-            "profile local: whole cores and real-time firing where allowed, for the executors and the floors "
-            "(more than Lambda gives)"
-        )
+        firing = "real-time firing where allowed" if realtime else "firing at normal priority"
+        return f"profile local: whole cores and {firing}, for the executors and the floors (more than Lambda gives)"
     quota = "" if quota_applied is None or quota_applied else "; NO CPU quota could be set: more than Lambda gives"
     return (
         f"profile lambda: executors and floors at {memory_mb} MB's CPU ({memory_mb / 1769:.3f} of a core each), "
@@ -568,7 +567,13 @@ def main() -> int:
         choices=("lambda", "local"),
         default="lambda",
         help="lambda (default): executors and floors at the template's executor memory's CPU quota, "
-        "normal priority; local: whole cores and real-time firing",
+        "normal priority; local: whole cores, normal priority",
+    )
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="local profile only: the executors' and the floors' firing threads ask for real-time priority where "
+        "the host grants it (more than Lambda gives; the verdicts of the issue's targets rest on a run without it)",
     )
     parser.add_argument(
         "--steady-rate",
@@ -640,6 +645,11 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    if args.realtime and args.profile != "local":
+        parser.error("--realtime: only under --profile local (Lambda gives no real-time priority)")
+    # Whether firing threads ask for real-time priority, for the floors (read from the environment) and the stack:
+    # not unless asked, so that a verdict rests on normal priority, as on Lambda.
+    os.environ["PUNCTUAL_REALTIME_FIRING"] = "true" if args.realtime else "false"
     memory_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
     batch = burst_batch(memory_mb if args.profile == "lambda" else None)  # as the poller cuts a burst
     runner = FloorRunner(args.profile, memory_mb)
@@ -685,7 +695,12 @@ def main() -> int:
             poll_interval_s=args.poll_interval,
             prewarm=args.prewarm,
             fast_path=args.fast_path,
-            settings_overrides={"ntp_server": None, "allowed_targets": "127.0.0.1", "profile": args.profile},
+            settings_overrides={
+                "ntp_server": None,
+                "allowed_targets": "127.0.0.1",
+                "profile": args.profile,
+                "realtime_firing": args.realtime,
+            },
         )
         with LocalStack(
             config,
@@ -789,7 +804,7 @@ def main() -> int:
 
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
     print(f"\nPunctual drift benchmark - {machine}")
-    print(profile_line(args.profile, memory_mb, quota_applied))
+    print(profile_line(args.profile, memory_mb, quota_applied, runner.footing.realtime))
     print(runner.footing.line())
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print("drift = action start - due (ms)\n")

@@ -47,7 +47,12 @@ def footing(report: dict[str, Any]) -> str:
     """What the run's figures stand on, in words (with the store's latency model, if the run names one)."""
     store = f"; store latency: {report['store_latency_line']}" if report.get("store_latency_line") else ""
     if report.get("profile") == "local":
-        return f"local profile: whole cores and real-time firing where allowed (more than Lambda gives){store}"
+        firing = (
+            "real-time firing where allowed"
+            if (report.get("floor_footing") or {}).get("realtime", True)
+            else "firing at normal priority"
+        )
+        return f"local profile: whole cores and {firing} (more than Lambda gives){store}"
     mb = report.get("executor_memory_mb")
     applied = (report.get("cpu_quota") or {}).get("applied")
     quota = "" if applied else "; NO CPU quota could be set (more than Lambda gives)"

@@ -91,18 +91,21 @@ def test_the_pictures_show_the_figures_of_the_table() -> None:
     assert series["system/steady"].duplicates == 1
 
 
-def test_the_lambda_profile_judges_against_the_same_quota_floor_at_one_and_a_half_times() -> None:
+def test_both_profiles_judge_the_steady_tail_and_a_burst_at_one_and_a_half_times_their_floor() -> None:
     p99 = {"floor/steady": 1.0, "system/steady": 1.4, "floor/burst": 20.0, "system/burst": 31.0}
     lam = {v.name: v for v in bench.verdicts(p99, "lambda")}
     local = {v.name: v for v in bench.verdicts(p99, "local")}
     assert lam["system/steady"].ratio_target == 1.5 and lam["system/steady"].met
     assert lam["system/steady"].abs_target == 2.0
     assert not lam["system/burst"].met  # 1.55x
-    assert local["system/steady"].ratio_target == 10.0
+    assert local["system/steady"].ratio_target == 1.5 and local["system/steady"].ratio_met
+    assert local["system/burst"].ratio_target == 1.5 and not local["system/burst"].ratio_met
 
 
 def test_the_profile_is_said_first() -> None:
     assert "more than Lambda gives" in bench.profile_line("local", 256, None)
+    assert "whole cores and firing at normal priority" in bench.profile_line("local", 256, None)
+    assert "real-time firing where allowed" in bench.profile_line("local", 256, None, realtime=True)
     line = bench.profile_line("lambda", 256, True)
     assert "256 MB" in line and "0.145 of a core" in line and "normal priority" in line
     assert "NO CPU quota" in bench.profile_line("lambda", 256, False)
