@@ -237,10 +237,11 @@ def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) ->
         )
     if floor_name in (report.get("phases") or {}):
         reasons.append(f"its floor, {floor_name}, is a phase of the stack, and as late (see it)")
-    if phase.get("init_waits"):
+    starts = phase if phase.get("init_waits") else (phase.get("invocations") or {})
+    if starts.get("init_waits"):
         reasons.append(
-            f"{phase['init_waits']} of its {phase.get('cold_starts', '?')} cold starts waited for a core, up to "
-            f"{phase['init_wait_ms_max'] / 1000:.1f} s: here every INIT shares the machine's {cores} cores; on AWS "
+            f"{starts['init_waits']} of its {starts.get('cold_starts', '?')} cold starts waited for a core, up to "
+            f"{starts['init_wait_ms_max'] / 1000:.1f} s: here every INIT shares the machine's {cores} cores; on AWS "
             "each INIT has a CPU of its own"
         )
     if phase.get("drain_ceiling_per_s") is not None and phase.get("drain_rate_per_s") is not None:

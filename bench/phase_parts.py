@@ -23,6 +23,7 @@ from punctual.domain.model import Action
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.table import DUE_INDEX
 from punctual_tools.checker import Fire, Verdict
+from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.receiver import read_received
 from punctual_tools.local.stack import LocalStack
 from punctual_tools.stats import summarize
@@ -247,14 +248,18 @@ INVOCATION_COUNTS = ("invoked", "throttles", "retries", "dropped", "cold_starts"
 def executor_cpu(stack: LocalStack, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``run()``'s result, with the CPU the executors' worker processes used meanwhile and their throttling, and
     what became of the executor invocations meanwhile (:data:`INVOCATION_COUNTS`: Lambda's throttles, each
-    backed off 1 s, 2 s, 4 s, ... before it is tried again)."""
-    assert stack.invoker is not None
-    before, counts = sample_all(stack.invoker.worker_pids()), stack.invoker.stats
+    backed off 1 s, 2 s, 4 s, ... before it is tried again; and the cold starts that waited for a core)."""
+    invoker = stack.invoker
+    assert invoker is not None
+    before, counts, waits = sample_all(invoker.worker_pids()), invoker.stats, len(invoker.init_waits_ms)
     result = run()
-    after, counts_after = sample_all(stack.invoker.worker_pids()), stack.invoker.stats
+    after, counts_after = sample_all(invoker.worker_pids()), invoker.stats
     if "floor_cpu" not in result:
         result["cpu"] = cpu_summary(delta(before, after).values())
-        result["invocations"] = {name: counts_after.get(name, 0) - counts.get(name, 0) for name in INVOCATION_COUNTS}
+        result["invocations"] = {
+            **{name: counts_after.get(name, 0) - counts.get(name, 0) for name in INVOCATION_COUNTS},
+            **init_wait_figures(invoker.init_waits_ms[waits:]),
+        }
     return result
 
 

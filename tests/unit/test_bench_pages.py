@@ -112,7 +112,9 @@ def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_me
         "store_ceiling_per_s": 31.3,
         "demand_per_s": 100.0,
     }
-    report["phases"]["system/burst"] |= {"invocations": {"invoked": 60, "throttles": 14}}
+    report["phases"]["system/burst"] |= {
+        "invocations": {"invoked": 60, "throttles": 14, "cold_starts": 30, "init_waits": 28, "init_wait_ms_max": 21400}
+    }
     report["leads"] = {
         "phases": {
             "restart": {
@@ -145,6 +147,7 @@ def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_me
     assert "it asks 100 tasks/s where the store carried 31.3/s just before it" in why.lower()
     assert "throttled in 40.8% of their CPU quota's periods, its floor's processes in 1.0%" in why
     assert "14 of its 60 executor invocations found the executors' concurrency spent" in why
+    assert "28 of its 30 cold starts waited for a core, up to 21.4 s" in why
     assert "- **restart drain**: restart drain: 19.4/s against ≥ 200/s. Its backlog drained at 19.4/s" in why
     assert "32.1 tasks/s at most" in why
     # And the table shows each phase's throttled share beside its floor's
