@@ -224,9 +224,8 @@ def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) ->
     if share is not None and share >= THROTTLED_NOTABLE and (floor_share is None or share >= 2 * floor_share):
         beside = "" if floor_share is None else f", its floor's processes in {floor_share:.1%}"
         reasons.append(
-            f"its executors were throttled in {share:.1%} of their CPU quota's periods{beside}: the executors' own "
-            "work (arming, recording, heartbeats: store calls, each with its client's CPU) used up a period's "
-            "quota, and a fire due in the rest of that period waited for the next"
+            f"its executors were throttled in {share:.1%} of their CPU quota's periods{beside}: once an executor "
+            "has spent a period's quota, a fire due in the rest of that period waits for the next one"
         )
     throttles = (phase.get("invocations") or {}).get("throttles")
     if throttles:
@@ -235,7 +234,7 @@ def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) ->
             "concurrency spent and were throttled: Lambda tries a throttled event again after 1 s, 2 s, 4 s, ..., "
             "so each throttle made its batch that much later"
         )
-    if floor_name in (report.get("phases") or {}):
+    if floor_name in (report.get("phases") or {}) and not str(floor_name).startswith("floor/"):
         reasons.append(f"its floor, {floor_name}, is a phase of the stack, and as late (see it)")
     starts = phase if phase.get("init_waits") else (phase.get("invocations") or {})
     if starts.get("init_waits"):
