@@ -59,6 +59,9 @@ def test_without_a_cgroup_quota_lambdas_memory_size_gives_the_share(tmp_path: Pa
     assert detect_cpu_share({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"}, proc, root) is None
 
 
-def test_a_cgroup_quota_wins_over_the_memory_size(tmp_path: Path) -> None:
-    proc, root = v1_tree(tmp_path, {"punctual-1/w1": (14_471, 100_000)})
-    assert detect_cpu_share({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, proc, root) == pytest.approx(0.14471)
+def test_lambdas_memory_size_wins_over_a_cgroup_quota_which_in_the_init_is_the_inits_cpu(tmp_path: Path) -> None:
+    # Given a process in a group whose quota is still its INIT's whole core
+    proc, root = v1_tree(tmp_path, {"punctual-1/w1": (100_000, 100_000)})
+    # Then a function's memory size says its share, and without one the group's quota does
+    assert detect_cpu_share({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"}, proc, root) == pytest.approx(256 / 1769)
+    assert detect_cpu_share({}, proc, root) == pytest.approx(1.0)

@@ -75,14 +75,16 @@ def _v2_share(group: Path) -> float | None:
 def detect_cpu_share(
     env: Mapping[str, str] | None = None, proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
 ) -> float | None:
-    """This process's share of a core: its cgroup's CPU quota when it has one (locally, a worker joins its group
-    before it loads the handler), else the share a Lambda function's memory size buys
-    (``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` / 1769); ``None``: no quota is known (whole cores)."""
-    share = cgroup_cpu_share(proc_cgroup, root)
-    if share is not None:
-        return share
+    """This process's share of a core: in a Lambda function, the share its memory size buys
+    (``AWS_LAMBDA_FUNCTION_MEMORY_SIZE`` / 1769, which Lambda's runtime sets and the local runtime too); elsewhere
+    its cgroup's CPU quota when it has one; ``None``: no quota is known (whole cores).
+
+    The memory size comes first: an executor reads its share once, in its INIT, when a cgroup's quota is still the
+    INIT's CPU (a whole core or more locally; unthrottled in AWS), not the share it fires under."""
     memory = (os.environ if env is None else env).get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
-    return int(memory) / MB_PER_VCPU if memory.isdigit() and int(memory) > 0 else None
+    if memory.isdigit() and int(memory) > 0:
+        return int(memory) / MB_PER_VCPU
+    return cgroup_cpu_share(proc_cgroup, root)
 
 
 def fires_per_period(

@@ -121,6 +121,9 @@ def run_worker(
         os.dup2(fd, 2)
         os.close(fd)
     os.environ.update(env)
+    # What Lambda's runtime tells every environment of its function: the handler reads its CPU share from it, as
+    # in AWS (a cgroup's quota, read during the INIT, would be the INIT's CPU, not the memory size's share).
+    os.environ["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(spec.memory_mb)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the runtime, which stops us with SIGTERM
     settings = LocalSettings.from_env()
     set_background_cpus(settings.background_cpus)  # before the handler starts and lowers its threads
