@@ -326,6 +326,9 @@ def one_shard_ids(prefix: str, count: int, shard_count: int, shard: int = 0) -> 
     return found
 
 
+BURST_WAIT_MS = 120_000  # a burst's fires are awaited this long after its instant (its tail has run past 40 s here)
+
+
 def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = None) -> dict[str, Any]:
     """``count`` tasks (``task_ids`` if given) scheduled ahead, all due at one instant, written between two polls
     so that one poll finds them all and cuts them into batches as a burst is cut (``batches``: how many)."""
@@ -341,7 +344,7 @@ def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = Non
     polls_before = len(stack.polls)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda task_id: client.schedule(from_ms(due), ACTION, None, task_id=task_id), task_ids))
-    fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + 30_000)
+    fires = wait_for_fires(stack.fire_log, prefix, task_ids, due + BURST_WAIT_MS)
     drifts, fired, dup = drift_of(fires)
     batches = sum(report.batches for report in stack.polls[polls_before:])
     return {

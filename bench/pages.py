@@ -235,7 +235,7 @@ def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) ->
             "so each throttle made its batch that much later"
         )
     if floor_name in (report.get("phases") or {}) and not str(floor_name).startswith("floor/"):
-        reasons.append(f"its floor, {floor_name}, is a phase of the stack, and as late (see it)")
+        reasons.append(f"it is judged against {floor_name}, a phase of the stack, not a floor (see that phase)")
     starts = phase if phase.get("init_waits") else (phase.get("invocations") or {})
     if starts.get("init_waits"):
         reasons.append(
