@@ -470,7 +470,8 @@ class LocalStack:
                 "each executor as Lambda runs it (its CPU share, killed at its timeout, frozen while idle, "
                 "no real-time priority)"
                 if self.settings.profile == "lambda"
-                else "whole cores and real-time firing, no timeout, never frozen (more than Lambda gives)"
+                else f"whole cores and {'real-time firing' if self.settings.firing_realtime else 'firing at normal priority'}"
+                ", no timeout, never frozen (more than Lambda gives)"
             ),
             self.limits.describe(self.config.max_concurrency),
             f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
