@@ -464,14 +464,14 @@ class LocalStack:
         other functions' limits, which the local runtime does not apply: they run in the stack's own process."""
         assert self.settings is not None and self.invoker is not None and self.limits is not None
         invoker = self.invoker
+        firing = "real-time firing" if self.settings.firing_realtime else "firing at normal priority"
         lines = [
             f"profile {self.settings.profile}: "
             + (
                 "each executor as Lambda runs it (its CPU share, killed at its timeout, frozen while idle, "
                 "no real-time priority)"
                 if self.settings.profile == "lambda"
-                else f"whole cores and {'real-time firing' if self.settings.firing_realtime else 'firing at normal priority'}"
-                ", no timeout, never frozen (more than Lambda gives)"
+                else f"whole cores and {firing}, no timeout, never frozen (more than Lambda gives)"
             ),
             self.limits.describe(self.config.max_concurrency),
             f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
