@@ -202,49 +202,50 @@ def _phase_of(report: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return {}
 
 
-def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) -> list[str]:
-    """What this run measured that makes the phase ``name`` late: the store's ceiling against what the phase
-    asked, a client that fell behind its writes, executors throttled by their CPU quota far more than their floor,
-    cold starts that waited for a core, a restart's drain against the store's ceiling."""
+def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) -> dict[str, str]:
+    """What this run measured that makes the phase ``name`` late, by cause: ``store`` (its ceiling against what
+    the phase asked), ``writes`` (a client that fell behind), ``throttled`` (executors throttled by their CPU quota
+    far more than their floor), ``invocations`` (throttled by the concurrency), ``judged`` (against another phase),
+    ``init`` (cold starts that waited for a core), ``drain`` (a restart's drain against the store's ceiling)."""
     phase, floor = _phase_of(report, name), _phase_of(report, floor_name or "")
     cores = phase.get("cores") or report["machine"].split("(", 1)[-1].split(" ", 1)[0]
-    reasons = []
+    reasons: dict[str, str] = {}
     ceiling, demand = phase.get("store_ceiling_per_s"), phase.get("demand_per_s")
     if ceiling is not None and demand is not None and demand > ceiling:
-        reasons.append(
+        reasons["store"] = (
             f"it asks {demand:g} tasks/s where the store carried {ceiling:g}/s just before it: DynamoDB Local on "
             f"these {cores} cores, not the scheduler, sets its pace"
         )
     if (phase.get("max_write_lag_s") or 0) >= 1:
-        reasons.append(
+        reasons["writes"] = (
             f"its client wrote {phase.get('write_rate_per_s', 0):g} tasks/s and fell {phase['max_write_lag_s']:g} s "
             "behind its plan: each task was written late, and due that much later, than the run asked"
         )
     share, floor_share = throttled_share(phase), throttled_share(floor)
     if share is not None and share >= THROTTLED_NOTABLE and (floor_share is None or share >= 2 * floor_share):
         beside = "" if floor_share is None else f", its floor's processes in {floor_share:.1%}"
-        reasons.append(
+        reasons["throttled"] = (
             f"its executors were throttled in {share:.1%} of their CPU quota's periods{beside}: once an executor "
             "has spent a period's quota, a fire due in the rest of that period waits for the next one"
         )
     throttles = (phase.get("invocations") or {}).get("throttles")
     if throttles:
-        reasons.append(
+        reasons["invocations"] = (
             f"{throttles} of its {phase['invocations']['invoked']} executor invocations found the executors' "
             "concurrency spent and were throttled: Lambda tries a throttled event again after 1 s, 2 s, 4 s, ..., "
             "so each throttle made its batch that much later"
         )
     if floor_name in (report.get("phases") or {}) and not str(floor_name).startswith("floor/"):
-        reasons.append(f"it is judged against {floor_name}, a phase of the stack, not a floor (see that phase)")
+        reasons["judged"] = f"it is judged against {floor_name}, a phase of the stack, not a floor (see that phase)"
     starts = phase if phase.get("init_waits") else (phase.get("invocations") or {})
     if starts.get("init_waits"):
-        reasons.append(
+        reasons["init"] = (
             f"{starts['init_waits']} of its {starts.get('cold_starts', '?')} cold starts waited for a core, up to "
             f"{starts['init_wait_ms_max'] / 1000:.1f} s: here every INIT shares the machine's {cores} cores; on AWS "
             "each INIT has a CPU of its own"
         )
     if phase.get("drain_ceiling_per_s") is not None and phase.get("drain_rate_per_s") is not None:
-        reasons.append(
+        reasons["drain"] = (
             f"its backlog drained at {phase['drain_rate_per_s']:g}/s, where the store took "
             f"{phase['store_writes_per_s']:g} writes/s from a client in the same run: at two writes a task, "
             f"{phase['drain_ceiling_per_s']:g} tasks/s at most; every task due while the drain ran waited its turn"
@@ -262,7 +263,7 @@ def why_missed_lines(report: dict[str, Any]) -> list[str]:
         ratio = "" if v.get("ratio") is None else f" = {v['ratio']:.2f}× its floor ({v['floor_name']}, "
         ratio += "" if not ratio else f"{fmt_ms(v['floor'])} ms) against {v['ratio_target']:g}×"
         how = f"p99 {fmt_ms(v['value'])} ms{ratio}; {v['abs_target']:g} ms {'met' if v['abs_met'] else 'missed'}"
-        items.append((v["name"], how, why_reasons(report, v["name"], v["floor_name"])))
+        items.append((v["name"], how, list(why_reasons(report, v["name"], v["floor_name"]).values())))
     for b in (report.get("leads") or {}).get("bounds", []):
         if b["met"] or b["value"] is None:
             continue
@@ -270,7 +271,9 @@ def why_missed_lines(report: dict[str, Any]) -> list[str]:
         name = b["name"].split(" ", 1)[0]
         how = f"{b['name']}: {b['value']:g}{b['unit']} against {sign} {b['target']:g}{b['unit']}"
         reasons = why_reasons(report, name, None)
-        items.append((b["name"], how, [r for r in reasons if "drain" in r] if "drain" in b["name"] else reasons))
+        if "drain" in b["name"]:  # a drain's bound: only the drain's own cause
+            reasons = {cause: r for cause, r in reasons.items() if cause == "drain"}
+        items.append((b["name"], how, list(reasons.values())))
     if not items:
         return []
     lines = [
