@@ -53,7 +53,7 @@ from bench import (
     webhook_spread,
 )
 from floors import FloorRunner, burst_batch, burst_shares
-from pages import PAGES, fmt_ms, git_commit, write_readme_block
+from pages import PAGES, fmt_ms, git_commit, store_latency_named, write_readme_block
 
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
@@ -142,6 +142,7 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
                 log(line)
             assert stack.invoker is not None and stack.settings is not None
             quota = stack.invoker.cpu_quota.as_dict()
+            store_latency_line = f"store latency (the executors' DynamoDB calls): {stack.describe_store_latency()}"
             shard_count = stack.settings.shard_count
             one = one_shard_ids(f"one-{uuid.uuid4().hex[:6]}-", min(args.one_burst, batch), shard_count)
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -185,6 +186,7 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         "cpu_share": round(memory_mb / MB_PER_VCPU, 4),
         "cpu_quota": quota,
         "floor_footing": runner.footing.as_dict(),
+        "store_latency_line": store_latency_line,
         "phases": phases,
         "invoker": invoker,
         "complete": all(r.get("fired") == r.get("scheduled") and not r.get("duplicates") for r in results.values()),
@@ -306,6 +308,7 @@ def page_lines(report: dict[str, Any]) -> list[str]:
         f"{report['profile']} (each executor and each floor process in a cgroup with the CPU quota of its memory "
         "size, MB / 1,769 of a core, at normal priority)",
         f"- load average (1 min) before {report['load_avg_before'][0]:.2f}, after {report['load_avg_after'][0]:.2f}",
+        f"- {store_latency_named([str(size.get('store_latency_line')) for size in sizes])}",
         "- drift = the action's start − due (ms); webhooks: arrival at a loopback receiver − due; each phase's "
         "floor is measured at the same size in the same run, and its ratio is the verdict that counts",
         f"- cost: $ per million tasks ({report['cost_scope']}) at {volume / 1e6:,.0f} M tasks a month, from the "

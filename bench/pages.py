@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +61,112 @@ def footing(report: dict[str, Any]) -> str:
         f"Lambda profile: executors and floors at {mb} MB's CPU ({mb / 1769:.3f} of a core), normal priority"
         f"{quota}{store}"
     )
+
+
+def store_latency_named(limits: list[str]) -> str:
+    """The page's line on the store latency model a run's stack named among its limits (``describe_limits``).
+
+    >>> store_latency_named(["profile lambda", "store latency (the functions' DynamoDB calls): dynamodb-in-region"])
+    "store latency (the functions' DynamoDB calls): dynamodb-in-region"
+    >>> store_latency_named(["profile lambda"])
+    "store latency: this run named no model (it predates it): the store answered at DynamoDB Local's own latency"
+    """
+    named = next((line for line in limits if line.startswith("store latency")), None)
+    return named or (
+        "store latency: this run named no model (it predates it): the store answered at DynamoDB Local's own latency"
+    )
+
+
+# -- a floor's spread over repeated runs ---------------------------------------------------------------------
+def footing_key(report: Mapping[str, Any]) -> str:
+    """What makes two runs' floors comparable: the profile, the floors' CPU quota (without its cgroup's path) and
+    their priority.
+
+    >>> footing_key({"profile": "lambda", "floor_footing": {"detail": "2894 us every 20000 us, cgroup v1 at /x",
+    ...     "realtime": False}})
+    'lambda; 2894 us every 20000 us; realtime False'
+    """
+    floor = report.get("floor_footing") or {}
+    return f"{report.get('profile')}; {str(floor.get('detail', '')).split(',', 1)[0]}; realtime {floor.get('realtime')}"
+
+
+def committed_versions(path: Path) -> list[str]:
+    """Every committed version of ``path`` (newest first), from git; none outside a git checkout."""
+    try:
+        relative = path.resolve().relative_to(ROOT)
+        done = subprocess.run(
+            ["git", "log", "--format=%H", "--", str(relative)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return [
+            subprocess.run(
+                ["git", "show", f"{rev}:{relative}"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
+            ).stdout
+            for rev in done.stdout.split()
+        ]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+
+
+def _read_text(path: Path) -> list[str]:
+    return [path.read_text()] if path.is_file() else []
+
+
+def earlier_floor_runs(texts: list[str], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The floors' p99 of earlier runs on ``report``'s footing (:func:`footing_key`), one entry a run, from the
+    reports in ``texts`` (published JSON, any order) and the histories they carry; a run found twice counts once.
+
+    >>> old = {"profile": "lambda", "commit": "a1", "floors": {"floor/steady": {"p99": 0.5}}}
+    >>> [r["commit"] for r in earlier_floor_runs([json.dumps(old), json.dumps(old)], {"profile": "lambda"})]
+    ['a1']
+    >>> earlier_floor_runs([json.dumps(old)], {"profile": "local"})
+    []
+    """
+    key, runs = footing_key(report), []
+    for text in texts:
+        try:
+            earlier = json.loads(text)
+        except ValueError:
+            continue
+        found = [*earlier.get("floor_history", [])]
+        if footing_key(earlier) == key:
+            floors = {name: f["p99"] for name, f in (earlier.get("floors") or {}).items() if f.get("p99") is not None}
+            found.append({"commit": earlier.get("commit"), "floors": floors})
+        runs += [run for run in found if run not in runs]
+    return runs
+
+
+def floor_spread_lines(report: Mapping[str, Any]) -> list[str]:
+    """The page's section on each floor's p99 in this run beside its spread over the earlier runs on the same
+    footing (the published runs before it): a ratio is only as steady as the floor it divides by."""
+    runs = report.get("floor_history") or []
+    if not runs:
+        return []
+    lines = [
+        "",
+        "## Floors over repeated runs",
+        "",
+        f"Each floor's p99 (ms) in this run, and over the {len(runs)} earlier published run(s) on the same footing "
+        f"({footing_key(report)}; commits {', '.join(str(r['commit']) for r in runs)}): a ratio judged against a "
+        "floor is only as steady as that floor.",
+        "",
+        "| floor | this run | earlier runs | min | median | max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, f in report["floors"].items():
+        values = sorted(r["floors"][name] for r in runs if name in r["floors"])
+        if not values:
+            lines.append(f"| {name} | {fmt_ms(f['p99'])} | 0 | - | - | - |")
+            continue
+        lines.append(
+            f"| {name} | {fmt_ms(f['p99'])} | {len(values)} | {fmt_ms(values[0])} | {fmt_ms(median(values))} | "
+            f"{fmt_ms(values[-1])} |"
+        )
+    return lines
 
 
 # -- the drift page ------------------------------------------------------------------------------------------
@@ -123,6 +230,7 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
                 f"| {name}, arrival at the receiver | {a['count']} | {fmt_ms(a['p50'])} | "
                 f"{fmt_ms(a['p90'])} | {fmt_ms(a['p99'])} | {fmt_ms(a['max'])} | - | - |"
             )
+    lines += floor_spread_lines(report)
     lines += leads_page_lines(report)
     lines += why_missed_lines(report)
     if picture:
@@ -249,8 +357,28 @@ def why_reasons(report: Mapping[str, Any], name: str, floor_name: str | None) ->
             f"its backlog drained at {phase['drain_rate_per_s']:g}/s, where the store took "
             f"{phase['store_writes_per_s']:g} writes/s from a client in the same run: at two writes a task, "
             f"{phase['drain_ceiling_per_s']:g} tasks/s at most; every task due while the drain ran waited its turn"
+            f"{drain_cores_note(phase, cores)}"
         )
     return reasons
+
+
+def drain_cores_note(phase: Mapping[str, Any], cores: object) -> str:
+    """How the machine's cores went while a restart's backlog drained, by part of the stack (if measured).
+
+    >>> note = drain_cores_note({"busy_draining": 0.9, "cores_draining": {"store": 0.8, "executors": 0.7}}, 2)
+    >>> note.split(": here")[0]
+    '; while it drained, the 2 cores were 90% busy: DynamoDB Local used 0.8 of a core, the executors (their \
+INITs included) 0.7, the poller, fast path and API 0'
+    """
+    used = phase.get("cores_draining")
+    if not used or phase.get("busy_draining") is None:
+        return ""
+    return (
+        f"; while it drained, the {cores} cores were {phase['busy_draining']:.0%} busy: DynamoDB Local used "
+        f"{used.get('store', 0):g} of a core, the executors (their INITs included) {used.get('executors', 0):g}, "
+        f"the poller, fast path and API {used.get('stack', 0):g}: here the store and every function share the "
+        "cores, on AWS each has CPUs of its own"
+    )
 
 
 def why_missed_lines(report: dict[str, Any]) -> list[str]:
@@ -340,7 +468,10 @@ def publish_drift(report: dict[str, Any], pages: Path = PAGES, readme: Path | No
     cdf = cdf_of(report)
     if cdf and Path(cdf).is_file():
         shutil.copyfile(cdf, pages / f"drift-{profile}-cdf.png")
-    (pages / f"drift-{profile}.json").write_text(json.dumps(report, indent=2) + "\n")
+    earlier = pages / f"drift-{profile}.json"
+    if "floor_history" not in report:
+        report["floor_history"] = earlier_floor_runs([*committed_versions(earlier), *_read_text(earlier)], report)
+    earlier.write_text(json.dumps(report, indent=2) + "\n")
     page = write_drift_page(report, pages)
     if readme is not None:
         write_readme_block(readme, pages)
@@ -388,6 +519,7 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
         f"- machine: {report['machine']}; commit {report.get('commit') or 'unknown'}; "
         f"{report.get('elapsed_s', 0):.0f} s in all",
         f"- load average before {report['load_avg_before'][0]:.2f}, after {report['load_avg_after'][0]:.2f}",
+        f"- {store_latency_named(report.get('executors') or [])}",
         "",
     ]
     if report.get("cpu"):

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -84,6 +85,73 @@ def busy_share(samples: list[tuple[float, int, int]], start_ms: float, end_ms: f
     return round((inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2]), 3)
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def stack_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the stack ``punctual up`` runs as ``pid``, by part: ``store`` (DynamoDB Local's
+    JVM), ``stack`` (the up process's own threads: the poller, the fast path, the API) and ``executors`` (every
+    other process below it, with the children each has reaped: the executors' workers and their INITs)."""
+    parts = {"store": 0.0, "stack": 0.0, "executors": 0.0}
+    for each in [pid, *descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{each}/cmdline").read_bytes()
+        except OSError:
+            continue
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if each == pid:
+            parts["stack"] += own / CLOCK_TICKS
+            parts["executors"] += reaped / CLOCK_TICKS  # (reaped: workers started by the up process itself)
+        else:
+            parts["store" if b"java" in command.split(b"\0", 1)[0] else "executors"] += (own + reaped) / CLOCK_TICKS
+    return parts
+
+
+def cpu_shares(
+    samples: list[tuple[float, dict[str, float]]], start_ms: float, end_ms: float
+) -> dict[str, float] | None:
+    """Cores each part used on average (CPU seconds a second) between the samples nearest ``start_ms`` and
+    ``end_ms`` (``samples``: epoch ms and :func:`stack_cpu`, in time order); None without two distinct samples.
+
+    >>> cpu_shares([(0, {"store": 1.0}), (1000, {"store": 1.5}), (2000, {"store": 2.2})], 0, 2000)
+    {'store': 0.6}
+    """
+    inside = [s for s in samples if start_ms <= s[0] <= end_ms]
+    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+        return None
+    seconds = (inside[-1][0] - inside[0][0]) / 1000
+    return {k: round((inside[-1][1][k] - inside[0][1].get(k, 0.0)) / seconds, 2) for k in inside[-1][1]}
+
+
+class CpuSampler:
+    """From its start until :meth:`stop`, every ``every_s``: the machine's :func:`cpu_ticks` into ``busy`` and the
+    stack's :func:`stack_cpu` by part into ``parts`` (each with its epoch ms), in a thread of its own, so that the
+    samples go on while the phase writes."""
+
+    def __init__(self, up: UpProcess, busy: list[tuple[float, int, int]], every_s: float = 0.5) -> None:
+        self.up, self.busy, self.every_s = up, busy, every_s
+        self.parts: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def start(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            now_ms = time.time() * 1000
+            self.busy.append((now_ms, *cpu_ticks()))
+            self.parts.append((now_ms, self.up.cpu()))
+            if self._stop.wait(self.every_s):
+                return
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (from /proc), children before grandchildren."""
     children: dict[int, list[int]] = {}
@@ -131,6 +199,11 @@ class UpProcess:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"punctual up did not come up; see {self.home}/up-{self.starts - 1}.log")
+
+    def cpu(self) -> dict[str, float]:
+        """:func:`stack_cpu` of the running process (nothing once it has ended)."""
+        running = self.process is not None and self.process.poll() is None
+        return stack_cpu(self.process.pid) if running and self.process is not None else {}
 
     def kill(self) -> None:
         """SIGKILL the process and every process below it, as a crash of the machine's stack would: each is
@@ -225,6 +298,7 @@ def restart_phase(
         state = up.start()
         busy.append((time.time() * 1000, *cpu_ticks()))
         up_ms = time.time() * 1000
+        sampler = CpuSampler(up, busy).start()
         client = client_of(state)
         log(f"restart: up {(up_ms - restart_ms) / 1000:.1f} s after it was started again")
         end_ms = first + seconds * 1000 - 4_000
@@ -235,8 +309,8 @@ def restart_phase(
         while time.time() < deadline and (
             time.time() * 1000 < max(due.values()) + 3_000 or active_tasks(client.settings)
         ):
-            busy.append((time.time() * 1000, *cpu_ticks()))
             time.sleep(1.0)
+        sampler.stop()
         tasks = stored(client, list(due))
         windows = crash_windows(client.settings, due)
         verdict = check(expected_from_tasks(tasks), received_fires(received, prefix), windows=windows)
@@ -268,6 +342,8 @@ def restart_phase(
         # how busy the machine was while the stack came up, and from up until the backlog had drained
         "busy_starting": busy_share(busy, restart_ms, up_ms + 1),
         "busy_draining": busy_share(busy, up_ms, drained_ms + 1000),
+        # the cores each part of the stack used from up until the backlog had drained
+        "cores_draining": cpu_shares(sampler.parts, up_ms, drained_ms + 1000),
         "cores": os.cpu_count(),
         # the drain's ceiling on this store: the client's writes a second in the same run, two writes a task
         # (its take-over or arming, and its outcome)

@@ -146,6 +146,12 @@ def test_the_page_shows_each_size_and_phase_and_whether_two_runs_agree(tmp_path:
         for name in memory.PHASES:
             assert f"| {mb} MB | {name} |" in text
     assert "| 512 MB | steady | met (1.00x) | missed (9.00x) | NO |" in text
+    # and it names the store latency model its stacks ran under (a run that named none says so)
+    assert "- store latency: this run named no model" in text
+    named = [size(256, p99s, 1.0) | {"store_latency_line": "store latency (the executors' DynamoDB calls): in-region"}]
+    assert "- store latency (the executors' DynamoDB calls): in-region" in memory.page_lines(
+        report_of(named, "ccc3333", 256)
+    )
     assert "differ on 1" in text
     # and both runs' figures stay beside it, from which the page is made again to the byte
     again = memory.write_page(

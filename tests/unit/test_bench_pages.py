@@ -78,6 +78,38 @@ def test_a_drift_page_names_the_store_latency_model_its_run_named(tmp_path: Path
     assert "store latency" not in pages.footing(drift_report("lambda", 0.12, 45.0))
 
 
+def test_a_published_drift_page_shows_each_floors_spread_over_the_earlier_runs_on_its_footing(tmp_path: Path) -> None:
+    # Given two earlier published runs on the same footing (one of them also carried in the other's history), one
+    # on another footing, and a text that is not a report
+    def run(commit: str, steady: float, detail: str = "2894 us every 20000 us, cgroup v1 at /a") -> dict[str, Any]:
+        report = drift_report("lambda", 0.12, 45.0) | {"commit": commit}
+        report["floors"]["floor/steady"] |= {"p99": steady}
+        return report | {"floor_footing": {"detail": detail, "realtime": False}}
+
+    first, second = run("aaa1111", 0.5), run("bbb2222", 1.5)
+    second["floor_history"] = [{"commit": "aaa1111", "floors": {"floor/steady": 0.5}}]
+    other = run("ccc3333", 9.0, detail="14471 us every 100000 us, cgroup v1 at /b")
+    (tmp_path / "drift-lambda.json").write_text(json.dumps(second))
+    # When a new run on that footing is published beside them
+    report = run("ddd4444", 0.1, detail="2894 us every 20000 us, cgroup v1 at /c")
+    texts = [json.dumps(first), json.dumps(other), "not json"]
+    report["floor_history"] = pages.earlier_floor_runs([*texts, (tmp_path / "drift-lambda.json").read_text()], report)
+    pages.publish_drift(report, tmp_path, readme=None)
+    # Then its page sets this run's floor beside the earlier runs' on the same footing, each run counted once
+    text = (tmp_path / "drift-lambda.md").read_text()
+    assert "## Floors over repeated runs" in text
+    assert "over the 2 earlier published run(s) on the same footing" in text
+    assert "| floor/steady | 0.100 | 2 | 0.500 | 1.000 | 1.500 |" in text
+    # And the history is kept in the published figures, so that the page can be made again from them alone
+    kept = json.loads((tmp_path / "drift-lambda.json").read_text())
+    assert [r["commit"] for r in kept["floor_history"]] == ["aaa1111", "bbb2222"]
+    again = tmp_path / "again"
+    again.mkdir()
+    assert pages.write_drift_page(kept, again).read_text() == text
+    # And a run with no earlier run on its footing has no such section
+    assert pages.floor_spread_lines(run("eee5555", 0.1)) == []
+
+
 def test_a_drift_page_says_what_the_store_carried_beside_what_each_phase_asked_for(tmp_path: Path) -> None:
     # Given a run whose steady phase asked for more tasks a second than the store took just before it, whose burst
     # measured the store too, and an older run's figures without the probe
@@ -319,3 +351,14 @@ def test_the_faults_page_counts_the_missed_inside_and_outside_the_crash_windows(
     assert "95 of 100 tasks due after the kill arrived, 2 MISSED, all in the crash windows (2 due in them)" in readme
     assert "commit abc1234; [page](docs/benchmarks/faults.md)" in readme
     assert "Lambda's retries" not in readme
+
+
+def test_a_scale_page_names_the_store_latency_model_its_stack_ran_under(tmp_path: Path) -> None:
+    # Given a scale run whose stack named its store latency model among its limits, and one from before the model
+    named = scale_report(executors=["profile lambda", "store latency (the functions' DynamoDB calls): in-region"])
+    # When their pages are written
+    text = pages.write_scale_page(named, tmp_path).read_text()
+    older = pages.write_scale_page(scale_report(executors=["profile lambda"]), tmp_path)
+    # Then the page names the model, or says the run named none
+    assert "- store latency (the functions' DynamoDB calls): in-region" in text
+    assert "- store latency: this run named no model" in older.read_text()
