@@ -373,9 +373,11 @@ INITs included) 0.7, the poller, fast path and API 0'
     used = phase.get("cores_draining")
     if not used or phase.get("busy_draining") is None:
         return ""
+    starts = (phase.get("invocations") or {}).get("cold_starts")
+    inits = "their INITs included" if starts is None else f"the INITs of their {starts} cold starts included"
     return (
         f"; while it drained, the {cores} cores were {phase['busy_draining']:.0%} busy: DynamoDB Local used "
-        f"{used.get('store', 0):g} of a core, the executors (their INITs included) {used.get('executors', 0):g}, "
+        f"{used.get('store', 0):g} of a core, the executors ({inits}) {used.get('executors', 0):g}, "
         f"the poller, fast path and API {used.get('stack', 0):g}: here the store and every function share the "
         "cores, on AWS each has CPUs of its own"
     )

@@ -34,6 +34,7 @@ from punctual.scheduling.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.crashes import crash_windows
+from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.dynamodb_local import find_project_root
 from punctual_tools.local.stack import read_state
 
@@ -41,6 +42,21 @@ STEADY_AFTER_UP_MS = 10_000  # a restart's tasks due this long after it is up ar
 KILL_TO_BURST_MS = 8_000
 RESTART_AFTER_KILL_S = 1.0
 WRITES_PER_DRAINED_TASK = 2  # a backlog task is armed or taken over, then its outcome is written
+
+
+def invocations_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
+    """The executors' invocations, throttles and cold starts between two states of one stack (its state file:
+    ``invoker_stats`` and ``init_waits_ms``), and how many of those cold starts waited for a core, for how long.
+
+    >>> before = {"invoker_stats": {"invoked": 0, "throttles": 0, "cold_starts": 16}, "init_waits_ms": [900.0]}
+    >>> after = {"invoker_stats": {"invoked": 40, "throttles": 2, "cold_starts": 28}, "init_waits_ms": [900.0, 0, 300]}
+    >>> invocations_between(before, after)
+    {'invoked': 40, 'throttles': 2, 'cold_starts': 12, 'init_waits': 1, 'init_wait_ms_max': 300}
+    """
+    first, last = before.get("invoker_stats") or {}, after.get("invoker_stats") or {}
+    counts = {k: int(last.get(k, 0)) - int(first.get(k, 0)) for k in ("invoked", "throttles", "cold_starts")}
+    waits = list(after.get("init_waits_ms") or [])[len(before.get("init_waits_ms") or []) :]
+    return counts | init_wait_figures(waits)
 
 
 def restart_figures(
@@ -311,6 +327,7 @@ def restart_phase(
         ):
             time.sleep(1.0)
         sampler.stop()
+        invocations = invocations_between(state, read_state(home) or {})
         tasks = stored(client, list(due))
         windows = crash_windows(client.settings, due)
         verdict = check(expected_from_tasks(tasks), received_fires(received, prefix), windows=windows)
@@ -344,6 +361,8 @@ def restart_phase(
         "busy_draining": busy_share(busy, up_ms, drained_ms + 1000),
         # the cores each part of the stack used from up until the backlog had drained
         "cores_draining": cpu_shares(sampler.parts, up_ms, drained_ms + 1000),
+        # the executors' invocations from up to the end: a busy stack starts more executors, each a cold start
+        "invocations": invocations,
         "cores": os.cpu_count(),
         # the drain's ceiling on this store: the client's writes a second in the same run, two writes a task
         # (its take-over or arming, and its outcome)

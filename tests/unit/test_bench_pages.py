@@ -165,6 +165,9 @@ def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_me
                 "drain_rate_per_s": 19.4,
                 "store_writes_per_s": 64.2,
                 "drain_ceiling_per_s": 32.1,
+                "busy_draining": 0.874,
+                "cores_draining": {"store": 0.51, "stack": 0.06, "executors": 1.08},
+                "invocations": {"invoked": 57, "throttles": 0, "cold_starts": 12, "init_waits": 0},
             }
         },
         "bounds": [
@@ -182,6 +185,10 @@ def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_me
     assert "28 of its 30 cold starts waited for a core, up to 21.4 s" in why
     assert "- **restart drain**: restart drain: 19.4/s against ≥ 200/s. Its backlog drained at 19.4/s" in why
     assert "32.1 tasks/s at most" in why
+    assert (
+        "while it drained, the 2 cores were 87% busy: DynamoDB Local used 0.51 of a core, the executors (the INITs "
+        "of their 12 cold starts included) 1.08, the poller, fast path and API 0.06" in why
+    )
     # And the table shows each phase's throttled share beside its floor's
     assert "| system/steady | 10 | 1.500 | 2.700 | 3.000 | 3.300 | 31.3/s (asks 100/s: over) | 40.8% |" in text
     # And a run that met every target has no such section

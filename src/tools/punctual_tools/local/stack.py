@@ -553,12 +553,16 @@ class LocalStack:
             "lambda_time_scale": self.settings.lambda_time_scale,
             "write_batch": self.settings.write_batch,
             "store_latency": latency.as_dict() if (latency := store_latency_of(self.settings)) else None,
+            # the executors' invocations so far (made again as each ends), and each cold start's wait for a core
+            "invoker_stats": self.invoker.stats if self.invoker else None,
+            "init_waits_ms": [round(ms, 1) for ms in self.invoker.init_waits_ms] if self.invoker else [],
         }
         tmp = self.config.home / "stack.json.tmp"
         write_private(tmp, json.dumps(state, indent=2))
         tmp.replace(self.config.home / "stack.json")
 
     def _batch_done(self, event: dict[str, Any], result: dict[str, Any]) -> None:
+        self._write_state()  # the invoker's figures in the state file, as of this invocation's end
         if self._on_batch is not None:
             self._on_batch(result)
         else:
