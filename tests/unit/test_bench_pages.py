@@ -191,6 +191,14 @@ def test_a_drift_page_says_by_how_much_each_target_is_missed_and_what_the_run_me
     )
     # And the table shows each phase's throttled share beside its floor's
     assert "| system/steady | 10 | 1.500 | 2.700 | 3.000 | 3.300 | 31.3/s (asks 100/s: over) | 40.8% |" in text
+    # And a missed absolute target whose floor is itself over it says so
+    report["verdicts"].append(verdict("webhook/burst arrival", 341.0, 324.0, abs_target=300))
+    why = pages.write_drift_page(report, tmp_path).read_text().split("## Why a target is missed", 1)[1]
+    assert (
+        "- **webhook/burst arrival**: p99 341.000 ms = 1.05× its floor (floor/webhook/burst arrival, 324.000 ms) "
+        "against 1.5×; 300 ms missed. Its floor (floor/webhook/burst arrival) is itself 324.000 ms, over the 300 ms "
+        "target: this machine does not give that figure even without the scheduler." in why
+    )
     # And a run that met every target has no such section
     assert "## Why" not in pages.write_drift_page(drift_report("lambda", 0.12, 25.0), tmp_path).read_text()
 
