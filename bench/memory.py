@@ -308,7 +308,7 @@ def page_lines(report: dict[str, Any]) -> list[str]:
         f"{report['profile']} (each executor and each floor process in a cgroup with the CPU quota of its memory "
         "size, MB / 1,769 of a core, at normal priority)",
         f"- load average (1 min) before {report['load_avg_before'][0]:.2f}, after {report['load_avg_after'][0]:.2f}",
-        f"- {store_latency_named([str(size.get('store_latency_line')) for size in sizes])}",
+        f"- {store_latency_named([s['store_latency_line'] for s in sizes if s.get('store_latency_line')])}",
         "- drift = the action's start − due (ms); webhooks: arrival at a loopback receiver − due; each phase's "
         "floor is measured at the same size in the same run, and its ratio is the verdict that counts",
         f"- cost: $ per million tasks ({report['cost_scope']}) at {volume / 1e6:,.0f} M tasks a month, from the "

@@ -13,9 +13,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from phase_parts import (
     active_tasks,
@@ -42,6 +42,7 @@ STEADY_AFTER_UP_MS = 10_000  # a restart's tasks due this long after it is up ar
 KILL_TO_BURST_MS = 8_000
 RESTART_AFTER_KILL_S = 1.0
 WRITES_PER_DRAINED_TASK = 2  # a backlog task is armed or taken over, then its outcome is written
+SampleT = TypeVar("SampleT", bound=tuple[Any, ...])
 
 
 def invocations_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
@@ -95,10 +96,18 @@ def busy_share(samples: list[tuple[float, int, int]], start_ms: float, end_ms: f
     >>> busy_share([(0, 0, 0), (1000, 150, 200), (2000, 350, 400)], 0, 2000)
     0.875
     """
-    inside = [s for s in samples if start_ms <= s[0] <= end_ms]
-    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+    ends = window_ends(samples, start_ms, end_ms)
+    if ends is None or ends[1][2] == ends[0][2]:
         return None
-    return round((inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2]), 3)
+    first, last = ends
+    return round((last[1] - first[1]) / (last[2] - first[2]), 3)
+
+
+def window_ends(samples: Sequence[SampleT], start_ms: float, end_ms: float) -> tuple[SampleT, SampleT] | None:
+    """The first and last of ``samples`` (each led by its epoch ms, in time order) between ``start_ms`` and
+    ``end_ms``; None without two of them."""
+    inside = [s for s in samples if start_ms <= s[0] <= end_ms]
+    return (inside[0], inside[-1]) if len(inside) >= 2 else None
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -133,11 +142,12 @@ def cpu_shares(
     >>> cpu_shares([(0, {"store": 1.0}), (1000, {"store": 1.5}), (2000, {"store": 2.2})], 0, 2000)
     {'store': 0.6}
     """
-    inside = [s for s in samples if start_ms <= s[0] <= end_ms]
-    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+    ends = window_ends(samples, start_ms, end_ms)
+    if ends is None or ends[1][0] == ends[0][0]:
         return None
-    seconds = (inside[-1][0] - inside[0][0]) / 1000
-    return {k: round((inside[-1][1][k] - inside[0][1].get(k, 0.0)) / seconds, 2) for k in inside[-1][1]}
+    (first_ms, first), (last_ms, last) = ends
+    seconds = (last_ms - first_ms) / 1000
+    return {k: round((last[k] - first.get(k, 0.0)) / seconds, 2) for k in last}
 
 
 class CpuSampler:
@@ -218,8 +228,9 @@ class UpProcess:
 
     def cpu(self) -> dict[str, float]:
         """:func:`stack_cpu` of the running process (nothing once it has ended)."""
-        running = self.process is not None and self.process.poll() is None
-        return stack_cpu(self.process.pid) if running and self.process is not None else {}
+        if self.process is None or self.process.poll() is not None:
+            return {}
+        return stack_cpu(self.process.pid)
 
     def kill(self) -> None:
         """SIGKILL the process and every process below it, as a crash of the machine's stack would: each is
