@@ -16,8 +16,9 @@ The profile (``--profile``, default ``lambda``) is the footing of the run, print
 Phases (each prints its figures; drift = action start - due, ms):
 
 1. floor/steady  one heap dispatcher thread firing the log action into a thread pool, no database,
-                 at the steady rate for ``--steady-seconds`` seconds, measured with the stack up and idle, just
-                 before the system phases. The steady rate is ``--steady-rate``, or by default what the store
+                 at the steady rate for ``--steady-seconds`` seconds, in system/steady's window: a floor process
+                 firing half-way between two of the system's instants, so that both meet the same machine
+                 (:class:`Beside`). The steady rate is ``--steady-rate``, or by default what the store
                  here carries with half to spare (:func:`carried_rate`: a probe's writes a second from one
                  client, two writes a task), at most 100 tasks/s: beyond it a phase measures DynamoDB Local on
                  these cores rather than the scheduler. Every system phase prints what the store carried just
@@ -67,6 +68,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -261,15 +263,51 @@ def floor_with_writes(
     }
 
 
+@dataclass(frozen=True)
+class Beside:
+    """A floor to measure beside a steady phase (``phase``): ``runner`` starts its process, whose fires go to
+    ``fire_log``."""
+
+    runner: FloorRunner
+    fire_log: Path
+    phase: str  # the phase's name, as the floor's figures say where it ran
+
+
 def system_steady(
-    stack: LocalStack, rate: float, seconds: float, lead_s: float = 30.0, concurrent_writes: bool = False
+    stack: LocalStack,
+    rate: float,
+    seconds: float,
+    lead_s: float = 30.0,
+    concurrent_writes: bool = False,
+    beside: Beside | None = None,
 ) -> dict[str, Any]:
     """``rate`` tasks/s due for ``seconds``.
 
     Without ``concurrent_writes`` every task is scheduled first and the run is the
     poller claiming, executors arming, firing and recording. With it, a client writes the tasks during the
     run, each ``lead_s`` before it is due (:func:`write_paced`), so that scheduling shares the cores too.
+
+    With ``beside`` (only without ``concurrent_writes``), floor/steady runs in the same window: a floor process
+    at the same rate for the same seconds, each of its instants half-way between two of the system's, so that the
+    floor and the system meet the same machine (measured apart, before the system, the floor's p99 moved between
+    runs more than the system's did). Its figures come back under ``"floor"``.
     """
+    if beside is not None and concurrent_writes:
+        raise ValueError("a floor beside the steady phase needs its tasks scheduled ahead")
+    if beside is None:
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, None)
+    with beside.runner.processes(1) as [pool]:  # started and warm before the tasks are written
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, (beside, pool))
+
+
+def _system_steady(
+    stack: LocalStack,
+    rate: float,
+    seconds: float,
+    lead_s: float,
+    concurrent_writes: bool,
+    floor: tuple[Beside, ProcessPoolExecutor] | None,
+) -> dict[str, Any]:
     client = Client(stack.settings)
     prefix = f"steady-{uuid.uuid4().hex[:6]}-"
     total = int(rate * seconds)
@@ -298,10 +336,21 @@ def system_steady(
         write_rate = round(total / max(time.time() - writing, 1e-3), 1)
         max_lag = 0.0
         last_due = first_due + (total - 1) * 1000 / rate
+    floor_run = None
+    if floor is not None:
+        beside, floor_pool = floor
+        job = FloorJob("floor-steady-", steady_offsets(rate, seconds), str(beside.fire_log))
+        floor_run = beside.runner.submit(floor_pool, job, int(first_due + 500 / rate))  # half-way between two of ours
     log("waiting for the last fires")
     fires = wait_for_fires(stack.fire_log, prefix, task_ids, last_due + 20_000)
     drifts, fired, dup = drift_of(fires)
+    beside_figures = {}
+    if floor_run is not None:
+        run = floor_run.result()
+        figures = floor_result(run.fires, run.cpu, processes=1, policy=run.policy)
+        beside_figures = {"floor": figures | {"beside": beside.phase}}
     return {
+        **beside_figures,
         "scheduled": total,
         "write_errors": len(errors),
         "fired": fired,
@@ -729,10 +778,9 @@ def main() -> int:
             else:
                 steady_rate = args.steady_rate
             args.steady_rate = steady_rate  # what the report's args say the steady phases ran at
-            log(f"floor/steady: {steady_rate:g}/s for {args.steady_seconds:g} s, one heap thread, no database")
-            floors["floor/steady"] = measure_floor_steady(runner, steady_rate, args.steady_seconds, floor_log)
+            beside = Beside(runner, floor_log, "system/steady")  # floor/steady, in system/steady's window
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                ("system/steady", lambda: system_steady(stack, steady_rate, args.steady_seconds))
+                ("system/steady", lambda: system_steady(stack, steady_rate, args.steady_seconds, beside=beside))
             ]
             if args.with_writes:
                 plan.append(
@@ -789,6 +837,8 @@ def main() -> int:
                     log(f"{name}: the store carries {ceiling_cell(ceiling)} at {loads[name][0]} writes a task")
                 log(f"{name}: starting")
                 results[name] = executor_cpu(stack, run) | ceiling
+                if "floor" in results[name]:
+                    floors["floor/steady"] = results[name].pop("floor")
             invoker_stats = dict(stack.invoker.stats)
         if args.cold or args.restart:
             lead_results = run_without_stack(work, hook_url, received, args, args.cold, args.restart)
@@ -814,7 +864,8 @@ def main() -> int:
     print(f"{'phase':<20}{'count':>7}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
     for name, f in floors.items():
         where = " (arrival at the receiver)" if "webhook" in name else ""
-        print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}){where}"))
+        during = f", beside {f['beside']}" if f.get("beside") else ""
+        print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}{during}){where}"))
     notes = {
         name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
         f"{'30' if name == 'steady+writes' else '2'} s after its write)"
@@ -907,6 +958,7 @@ def main() -> int:
                 "processes": f["processes"],
                 "policy": f["policy"],
                 "cpu": vars(f["floor_cpu"]),
+                **({"beside": f["beside"]} if f.get("beside") else {}),
             }
             for name, f in floors.items()
         },

@@ -8,11 +8,13 @@ size (the rest of its configuration from ``template.yaml``, as a deployment with
 would run it) and four phases run, each judged against its floor measured at the same size in the same run
 (:mod:`floors`: one floor process per executor, each in a cgroup with the same quota, the same priority):
 
-- ``steady``: ``--steady-rate`` tasks/s for ``--steady-seconds`` s, scheduled ahead (floor: one process);
+- ``steady``: ``--steady-rate`` tasks/s for ``--steady-seconds`` s, scheduled ahead (floor: one process in the same
+  window, firing half-way between two of the system's instants);
 - ``burst 250``: ``--one-burst`` tasks due at one instant in one shard, as many as one batch holds (fewer
   where the poller cuts a burst smaller for the size's quota:
-  :attr:`~punctual.config.settings.Settings.max_fires_at_once`), so that one executor fires them (floor: one process, as
-many tasks); - ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch, cut
+  :attr:`~punctual.config.settings.Settings.max_fires_at_once`), so that one executor fires them (floor: one
+  process, as many tasks);
+- ``burst 2000``: ``--burst`` tasks due at one instant, across executors (floor: one process per batch, cut
   as the poller cuts them);
 - ``webhooks``: ``--webhook-rate`` webhooks/s for ``--webhook-seconds`` s, drift at a loopback receiver
   (floor: one process firing them with the executor's HTTP engine).
@@ -40,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    Beside,
     executor_cpu,
     floor_webhook,
     log,
     measure_floor_burst,
-    measure_floor_steady,
     one_shard_ids,
     system_burst,
     system_steady,
@@ -112,9 +114,6 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
     floors: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
     try:
-        log(f"{memory_mb} MB: floor/steady, {args.steady_rate:g}/s for {args.steady_seconds:g} s")
-        floors["steady"] = measure_floor_steady(runner, args.steady_rate, args.steady_seconds, floor_log)
-        time.sleep(args.settle)
         one_batch = min(args.one_burst, batch)  # what one executor is given of a burst in one shard
         log(f"{memory_mb} MB: floor/burst {one_batch}, one floor process")
         floors["burst 250"] = measure_floor_burst(runner, [one_batch], floor_log, prefix="floor-one-")
@@ -146,7 +145,12 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
             shard_count = stack.settings.shard_count
             one = one_shard_ids(f"one-{uuid.uuid4().hex[:6]}-", min(args.one_burst, batch), shard_count)
             plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                ("steady", lambda: system_steady(stack, args.steady_rate, args.steady_seconds)),
+                (
+                    "steady",  # floor/steady in the same window
+                    lambda: system_steady(
+                        stack, args.steady_rate, args.steady_seconds, beside=Beside(runner, floor_log, "steady")
+                    ),
+                ),
                 ("burst 250", lambda: system_burst(stack, len(one), one)),
                 ("burst 2000", lambda: system_burst(stack, args.burst)),
                 (
@@ -160,6 +164,8 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
                 waits[name] = wait_until_idle(stack, args.settle)
                 log(f"{memory_mb} MB: {name}")
                 results[name] = executor_cpu(stack, run)
+                if "floor" in results[name]:
+                    floors[name] = results[name].pop("floor")
             invoker = dict(stack.invoker.stats)
     finally:
         runner.close()

@@ -140,6 +140,15 @@ def earlier_floor_runs(texts: list[str], report: Mapping[str, Any]) -> list[dict
     return runs
 
 
+def beside_note(floor: Mapping[str, Any]) -> str:
+    """Where a floor measured in a phase's window ran, for its row.
+
+    >>> beside_note({"beside": "system/steady"}), beside_note({})
+    (', beside system/steady', '')
+    """
+    return f", beside {floor['beside']}" if floor.get("beside") else ""
+
+
 def floor_spread_lines(report: Mapping[str, Any]) -> list[str]:
     """The page's section on each floor's p99 in this run beside its spread over the earlier runs on the same
     footing (the published runs before it): a ratio is only as steady as the floor it divides by."""
@@ -216,7 +225,7 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     ]
     for name, f in report["floors"].items():
         lines.append(
-            f"| {name} ({f['processes']} floor process(es)) | {f['count']} | {fmt_ms(f['p50'])} | "
+            f"| {name} ({f['processes']} floor process(es){beside_note(f)}) | {f['count']} | {fmt_ms(f['p50'])} | "
             f"{fmt_ms(f['p90'])} | {fmt_ms(f['p99'])} | {fmt_ms(f['max'])} | - | {share_cell(throttled_share(f))} |"
         )
     for name, p in report["phases"].items():

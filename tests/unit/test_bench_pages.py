@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import sys
 from pathlib import Path
@@ -66,6 +67,22 @@ def test_a_drift_page_says_its_footing_and_judges_each_phase_against_its_floor(t
     assert "| system/burst | 45.000 | floor/system/burst | 20.000 | 2.25× | 1.5×: **missed** | 90 ms: met |" in text
     assert "| system/burst, arrival at the receiver |" in text
     assert "![drift CDF of every phase of the run](drift-lambda-cdf.png)" in text
+
+
+def test_a_drift_page_says_which_floor_ran_in_its_phases_window(tmp_path: Path) -> None:
+    # Given a run whose floor/steady fired beside system/steady, and a floor measured apart
+    report = drift_report("lambda", 0.12, 45.0)
+    report["floors"]["floor/steady"]["beside"] = "system/steady"
+    report["floors"]["floor/burst"] = {**summary(20.0), "processes": 3}
+    # When its page is written
+    text = pages.write_drift_page(report, tmp_path).read_text()
+    # Then the one row says where its floor ran, and the other says nothing of the kind
+    assert "| floor/steady (1 floor process(es), beside system/steady) |" in text
+    assert "| floor/burst (3 floor process(es)) |" in text
+
+
+def test_the_page_helpers_examples_hold() -> None:
+    assert doctest.testmod(pages).failed == 0
 
 
 def test_a_drift_page_names_the_store_latency_model_its_run_named(tmp_path: Path) -> None:
