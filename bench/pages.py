@@ -11,6 +11,7 @@ Nothing here is typed by hand: a page or the README's block that differs from wh
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -410,6 +411,8 @@ def why_missed_lines(report: dict[str, Any]) -> list[str]:
                 f"its floor ({v['floor_name']}) is itself {fmt_ms(v['floor'])} ms, over the {v['abs_target']:g} ms "
                 "target: this machine does not give that figure even without the scheduler",
             )
+        if not v["met"] and not reasons:
+            reasons = small_tail_note(report, v["name"], v["floor_name"])
         items.append((v["name"], how, reasons))
     for b in (report.get("leads") or {}).get("bounds", []):
         if b["met"] or b["value"] is None:
@@ -434,6 +437,39 @@ def why_missed_lines(report: dict[str, Any]) -> list[str]:
         because = "; ".join(reasons) if reasons else "nothing this run measures explains it"
         lines.append(f"- **{name}**: {how}. {because[0].upper()}{because[1:]}.")
     return lines
+
+
+SMALL_TAIL = 10  # a p99 resting on fewer of a phase's slowest fires than this moves with one or two of them
+
+
+def small_tail_note(report: Mapping[str, Any], name: str, floor_name: str | None) -> list[str]:
+    """Where a phase's p99 or its floor's rests on a few fires (nearest rank: the k-th slowest of n), say so: a
+    ratio of two such tails moves with one or two slow fires.
+
+    >>> report = {"phases": {"cold": {"count": 150}}, "floors": {"floor/lead": {"count": 150}}}
+    >>> print(*small_tail_note(report, "cold", "floor/lead"))
+    its p99 is the 2nd slowest of its 150 fires, its floor's the 2nd slowest of 150: one or two slow fires move such \
+a ratio
+    >>> small_tail_note({"phases": {"s": {"count": 3000}}, "floors": {"f": {"count": 3000}}}, "s", "f")
+    []
+    """
+    counts = [(_phase_of(report, n) or {}).get("count") for n in (name, floor_name or "")]
+    ranks = [None if not c else c - math.ceil(0.99 * c) + 1 for c in counts]
+    if not any(r is not None and r < SMALL_TAIL for r in ranks):
+        return []
+    parts = [f"the {ordinal(r)} slowest of {c}" for r, c in zip(ranks, counts, strict=True) if r is not None]
+    if len(parts) < 2:
+        return [f"its p99 is {parts[0]} fires: one or two slow fires move such a ratio"]
+    return [
+        f"its p99 is {parts[0].replace(' of ', ' of its ')} fires, its floor's {parts[1]}: one or two slow "
+        "fires move such a ratio"
+    ]
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ... ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def ceiling_note(phase: Mapping[str, Any]) -> str:
