@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 @dataclass
 class Seen:
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # by name in lower case (a repeated one: its last value)
     body: bytes
     peer_port: int
     received_s: float
+    header_lines: list[tuple[str, str]] = field(default_factory=list)  # as sent, a repeated one as often
 
 
 @dataclass
@@ -93,12 +94,14 @@ class HostileServer:
                     return
                 method, path, _ = line.decode("latin-1").split(" ", 2)
                 headers: dict[str, str] = {}
+                lines: list[tuple[str, str]] = []
                 while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
                     name, _, value = header.decode("latin-1").partition(":")
                     headers[name.strip().lower()] = value.strip()
+                    lines.append((name.strip(), value.strip()))
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 with self._lock:
-                    self.state.requests.append(Seen(path, headers, body, peer_port, time.time()))
+                    self.state.requests.append(Seen(path, headers, body, peer_port, time.time(), lines))
                 if not await self._answer(path, headers, writer):
                     return
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):

@@ -50,6 +50,10 @@ FILE_SECRETS = {
     "tenants/acme/token": "acme-file-a11ce",
     "token": "operator-file-0b5e55ed",
 }
+FILE_LINKS = {  # links acme put in its own folder, to beta's file and to beta's folder
+    "tenants/acme/beta-token": "tenants/beta/token",
+    "tenants/acme/beta": "tenants/beta",
+}
 STOLEN = ("0b5e55ed", "5ca1ab1e")  # what every secret acme must never obtain holds
 
 
@@ -181,11 +185,15 @@ def _answer(service: str, operation: str, parameters: dict[str, Any]) -> dict[st
 
 def action_env(settings: Settings, aws: FakeAws, secrets_dir: Path) -> ActionEnv:
     """What the executor fires with: the rules of ``settings`` (its tenant map), every secret of
-    :data:`SECRET_VALUES` and :data:`FILE_SECRETS`, and ``aws`` for every AWS call."""
+    :data:`SECRET_VALUES` and :data:`FILE_SECRETS` (and the links of :data:`FILE_LINKS`), and ``aws`` for every
+    AWS call."""
     for name, value in FILE_SECRETS.items():
         path = secrets_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(value)
+    for name, target in FILE_LINKS.items():
+        if not (secrets_dir / name).is_symlink():
+            (secrets_dir / name).symlink_to(secrets_dir / target)
     rules = TargetRules.from_settings(settings)
     resolver = SecretResolver(
         rules=rules.secrets,

@@ -518,6 +518,27 @@ def test_a_forged_item_naming_another_tenants_secret_fails_when_fired_and_sends_
     firing.assert_only_the_control_was_sent()
 
 
+def test_a_link_in_its_own_folder_to_another_tenants_file_fails_when_fired_and_sends_nothing(firing: Firing) -> None:
+    # Given acme's tasks naming, inside acme's own folder, its links to beta's file and to beta's folder (names
+    # its rules allow: the links are followed only when the task fires), as a header and as the signing secret
+    refs = ["file:tenants/acme/beta-token", "file:tenants/acme/beta/token"]
+    keys = [
+        firing.forge(
+            f"acme/link-{secret_field}-{i}",
+            http_action(firing.receivers.url("acme", f"/link-{i}"), ref, secret_field),
+        )
+        for i, ref in enumerate(refs)
+        for secret_field in ("secret_headers", "signing_secret")
+    ]
+    firing.control()
+    # When the poller and an executor run
+    firing.fire()
+    # Then each is FAILED, the file being outside acme's folder once its links are resolved; nothing was sent
+    for key in keys:
+        assert_failed_unsent(firing, key, "outside the tenant's folder")
+    firing.assert_only_the_control_was_sent()
+
+
 def test_a_forged_item_whose_action_the_model_refuses_is_failed_unfired(firing: Firing) -> None:
     # Given items under acme's keys whose action JSON was edited to hold what no model accepts: a secret path
     # climbing out of acme's namespace, and AWS's own credentials

@@ -10,6 +10,7 @@ import base64
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,11 @@ import pytest
 from hostile_server import HostileServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from punctual.errors import ActionFailedError, TransientActionError
+from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
 from punctual.network.policy import TargetPolicy
 from punctual.targets import ActionEnv, FireContext, HttpAction, TargetRules, prepare_actions
 from punctual.targets.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
-from punctual.targets.registry import run_action, start_action
+from punctual.targets.registry import check_action, run_action, start_action
 from punctual.targets.secrets import SecretResolver
 from punctual.targets.wire import IDLE_S, WARM_AT_ONCE
 
@@ -303,6 +304,51 @@ def test_a_secret_header_is_resolved_at_fire_time(server: HostileServer, env: Ac
     assert "s3cr3t" not in action.model_dump_json()
     run_action(action, context(), env)
     assert server.requests()[0].headers["authorization"] == "Bearer s3cr3t"
+
+
+def test_each_header_is_sent_once_whatever_its_case_and_the_later_layer_wins(
+    server: HostileServer, env: ActionEnv
+) -> None:
+    # Given a signed task whose headers name the defaults in lower case, and whose secret header names one of
+    # its plain headers in another case
+    action = HttpAction(
+        url=server.url("/ok"),
+        headers={"content-type": "application/cloudevents+json", "user-agent": "mine/1", "x-token": "plain"},
+        secret_headers={"X-TOKEN": "env:PUNCTUAL_SECRET_TOKEN"},
+        signing_secret="env:PUNCTUAL_SECRET_HOOK",
+    )
+    # When it fires
+    run_action(action, context("t-case"), env)
+    (seen,) = server.requests()
+    # Then no header was sent twice, in any case
+    names = Counter(name.lower() for name, _ in seen.header_lines)
+    assert [name for name, count in names.items() if count > 1] == []
+    # And the task's header replaced the default, its secret header its plain one, each under its own spelling
+    sent = dict(seen.header_lines)
+    assert sent["content-type"] == "application/cloudevents+json"
+    assert sent["user-agent"] == "mine/1"
+    assert sent["X-TOKEN"] == "Bearer s3cr3t"
+    # And Punctual's own headers and the signature's went out as Punctual made them (the signature verifies)
+    assert sent["Idempotency-Key"] == "t-case:0" and sent["webhook-id"] == "t-case:0"
+    assert Webhook(SECRET).verify(seen.body, seen.headers) == {"n": 1}
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"headers": {"X-Trace": "1", "x-trace": "2"}},
+        {"secret_headers": {"Authorization": "env:PUNCTUAL_SECRET_TOKEN", "AUTHORIZATION": "env:PUNCTUAL_SECRET_X"}},
+    ],
+    ids=["headers", "secret_headers"],
+)
+def test_a_header_given_twice_in_different_cases_is_refused_when_scheduled(
+    env: ActionEnv, given: dict[str, Any]
+) -> None:
+    action = HttpAction(url="http://127.0.0.1:9/ok", **given)
+    field = f"action.{next(iter(given))}"
+    with pytest.raises(InvalidRequestError, match="given twice") as raised:
+        check_action(action, env.rules)
+    assert raised.value.field == field
 
 
 def test_a_secret_value_that_is_not_a_header_value_is_refused(server: HostileServer, env: ActionEnv) -> None:

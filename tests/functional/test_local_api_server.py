@@ -1,14 +1,16 @@
 """The local REST API server on loopback: a request is authenticated before its body is read, a slow caller is
-cut off, a flood of connections is refused, a slow request does not hold the others, each tenant's token names
-it, and the stack's home is private."""
+cut off, a flood of slow or silent connections neither holds a slot nor delays a caller, a refusal waits for no
+other, a slow request does not hold the others, each tenant's token names it, and the stack's home is private."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from punctual.errors import PunctualError
 from punctual_tools.cli import _api_token
-from punctual_tools.local.api_server import LOCAL_TENANT, LocalApi
+from punctual_tools.local.api_server import HEADER_TIMEOUT_S, LOCAL_TENANT, LocalApi
 from punctual_tools.local.stack import LocalStack, StackConfig, make_private
 
 TOKENS = {"tok-acme": "acme"}
@@ -127,8 +129,12 @@ def test_an_unauthenticated_request_is_refused_before_its_body_arrives(echo_api:
         (b"Content-Length: 2000000\r\n", 413),
         (b"Content-Length: -5\r\n", 400),
         (b"Content-Length: 1_0\r\n", 400),
+        (b"Content-Length: 2\r\nContent-Length: 2\r\n", 400),
+        (b"Content-Length: 2\r\ncontent-length: 3\r\n", 400),
         (b"Transfer-Encoding: chunked\r\n", 411),
+        (b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", 411),
     ],
+    ids=["too-large", "negative", "underscore", "two-equal", "two-unequal", "chunked", "length-and-chunked"],
 )
 def test_a_body_the_server_will_not_read_is_refused_at_once_and_the_connection_closed(
     echo_api: LocalApi, headers: bytes, status: int
@@ -210,10 +216,28 @@ def test_an_idle_connection_is_closed_after_the_timeout() -> None:
         assert read_to_end(idle) == b""
 
 
+def hold_slot(api: LocalApi) -> socket.socket:
+    """A connection that holds one of the server's slots: its token checked, its thread waiting for the body its
+    request announced (it said so: "100 Continue")."""
+    sock = connect(api)
+    sock.sendall(
+        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\nContent-Length: 10\r\n"
+        b"Expect: 100-continue\r\n\r\n"
+    )
+    assert sock.recv(1024).startswith(b"HTTP/1.1 100")
+    return sock
+
+
+def wait_for_status(api: LocalApi, status: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while get(api, "/v1/tasks").status != status and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_past_the_connection_limit_a_new_connection_is_answered_503_at_once() -> None:
     with LocalApi(Echo(), TOKENS, timeout_s=WAIT_S, max_connections=2) as api:
-        # Given two connections that hold the server's two slots (idle: their threads wait for a request)
-        held = [connect(api), connect(api)]
+        # Given two connections that hold the server's two slots (their requests' bodies not sent yet)
+        held = [hold_slot(api), hold_slot(api)]
         try:
             # When a third caller asks  Then it gets a 503 problem at once (not after WAIT_S)
             response = get(api, "/v1/tasks")
@@ -228,6 +252,166 @@ def test_past_the_connection_limit_a_new_connection_is_answered_503_at_once() ->
         while (status := get(api, "/v1/tasks").status) == 503 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert status == 200
+
+
+def test_an_idle_connection_holds_no_slot_and_is_closed_at_the_header_deadline() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=WAIT_S, header_timeout_s=0.5, max_connections=1) as api:
+        # Given a connection that sends nothing, on a server of one slot
+        started = time.monotonic()
+        with connect(api) as idle:
+            # When a caller asks meanwhile  Then it is served: the idle connection holds no slot
+            assert get(api, "/v1/tasks").status == 200
+            # And the idle one is closed, unanswered, at its header deadline, not at the request timeout
+            assert read_to_end(idle) == b""
+            assert 0.5 <= time.monotonic() - started < WAIT_S / 2
+
+
+def test_past_the_per_address_cap_the_connection_waiting_longest_is_closed() -> None:
+    with LocalApi(Echo(), TOKENS, timeout_s=WAIT_S, header_timeout_s=WAIT_S, pending_per_address=4) as api:
+        # Given four silent connections from 127.0.0.1, as many as may wait for their headers
+        silent = [connect(api) for _ in range(4)]
+        try:
+            # When a caller connects and asks  Then it is answered
+            started = time.monotonic()
+            assert get(api, "/v1/tasks").status == 200
+            # And the oldest silent one was closed to make room (not at its header deadline); the others wait
+            assert read_to_end(silent[0]) == b""
+            assert time.monotonic() - started < WAIT_S / 2
+            readable, _, _ = select.select(silent[1:], [], [], 0)
+            assert readable == []
+        finally:
+            for sock in silent:
+                sock.close()
+
+
+def test_a_refusal_waits_for_no_other_refused_caller() -> None:
+    lingerers: list[socket.socket] = []
+    with LocalApi(Echo(), TOKENS, timeout_s=WAIT_S, max_connections=1) as api, hold_slot(api):
+        # Given the server's one slot held, and the time a refused caller takes to get its 503
+        wait_for_status(api, 503)
+        baseline = time.monotonic()
+        assert get(api, "/v1/tasks").status == 503
+        baseline = time.monotonic() - baseline
+        try:
+            # And 10 refused callers that neither read their answer nor close: each is lingered on
+            count = 10
+            for _ in range(count):
+                sock = connect(api)
+                sock.sendall(b"GET /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-acme\r\n\r\n")
+                lingerers.append(sock)
+            # When another caller is refused  Then its 503 comes as soon as the first one's did (the lingering
+            # ones hold nobody: one after the other, they would have held it count x LINGER_S)
+            started = time.monotonic()
+            assert get(api, "/v1/tasks").status == 503
+            assert time.monotonic() - started < max(1.0, 10 * baseline)
+        finally:
+            for sock in lingerers:
+                sock.close()
+
+
+class SlowProbe:
+    """``count`` connections to ``port`` held for ``duration_s`` (it stops by itself): every other one trickles
+    the head of a request that never ends (one byte every ``step_s``, no token), the rest send nothing; one the
+    server closes is opened again. ``peak``: the most held at once."""
+
+    HEAD = b"GET /v1/tasks HTTP/1.1\r\nHost: x\r\nX-Pad: "
+
+    def __init__(self, port: int, count: int, duration_s: float, step_s: float = 0.2) -> None:
+        self.port, self.count, self.duration_s, self.step_s = port, count, duration_s, step_s
+        self.peak = 0
+        self.reopened = 0
+        self.held = threading.Event()  # every connection opened once
+        self._thread = threading.Thread(target=self._run, name="slow-probe", daemon=True)
+
+    def __enter__(self) -> SlowProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.duration_s + WAIT_S)
+
+    def _open(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=1.0)
+        except OSError:
+            return None
+        sock.setblocking(False)
+        return sock
+
+    def _run(self) -> None:
+        socks: list[socket.socket | None] = [None] * self.count
+        sent = [0] * self.count
+        deadline = time.monotonic() + self.duration_s
+        try:
+            while time.monotonic() < deadline:
+                for i, sock in enumerate(socks):
+                    if sock is None:
+                        socks[i], sent[i] = self._open(), 0
+                        self.reopened += self.held.is_set()
+                    elif i % 2 == 0:
+                        byte = self.HEAD[sent[i] : sent[i] + 1] or b"a"
+                        try:
+                            sock.send(byte)
+                            sent[i] += 1
+                        except OSError:
+                            sock.close()
+                            socks[i] = None
+                self.held.set()
+                live = {sock.fileno(): i for i, sock in enumerate(socks) if sock is not None}
+                self.peak = max(self.peak, len(live))
+                poller = select.poll()
+                for fd in live:
+                    poller.register(fd, select.POLLIN)
+                for fd, _ in poller.poll(0):  # closed by the server: opened again next round
+                    sock = socks[live[fd]]
+                    assert sock is not None
+                    try:
+                        closed = sock.recv(1024) == b""
+                    except OSError:
+                        closed = True
+                    if closed:
+                        sock.close()
+                        socks[live[fd]] = None
+                time.sleep(self.step_s)
+        finally:
+            for sock in socks:
+                if sock is not None:
+                    sock.close()
+
+
+def timed_get(api: LocalApi, pool: urllib3.PoolManager | None) -> tuple[int, float]:
+    """A request's status and how long its answer took, through ``pool`` (None: on a new connection)."""
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(urllib3.PoolManager())
+        started = time.monotonic()
+        response = pool.request(
+            "GET", api.url + "/v1/tasks", headers={"Authorization": "Bearer tok-acme"}, retries=False, timeout=WAIT_S
+        )
+        return response.status, time.monotonic() - started
+
+
+def test_200_slow_or_silent_connections_do_not_delay_a_caller() -> None:
+    with LocalApi(Echo(), TOKENS) as api, urllib3.PoolManager(maxsize=4) as pooled:
+        # Given a caller's latency on a quiet server, on new connections and on its pool's
+        baseline = max(timed_get(api, pool)[1] for pool in (None, pooled) for _ in range(3))
+        bound = max(1.0, 10 * baseline)
+        port = int(api.url.rsplit(":", 1)[1])
+        # When 200 connections trickle headers or send nothing, past the header deadline (so that the server
+        # closes them and they come back)
+        with SlowProbe(port, count=200, duration_s=3 * HEADER_TIMEOUT_S) as probe:
+            assert probe.held.wait(WAIT_S)
+            latencies = []
+            while probe._thread.is_alive():
+                # Then every request is answered within the bound, on a new connection and on a pooled one
+                for pool in (None, pooled):
+                    status, latency = timed_get(api, pool)
+                    assert status == 200
+                    latencies.append(latency)
+                time.sleep(0.05)
+        assert probe.peak == 200 and probe.reopened > 0  # the flood was on, and lasted past the header deadline
+        assert len(latencies) >= 10
+        assert max(latencies) < bound, f"slowest {max(latencies):.3f} s, bound {bound:.3f} s"
 
 
 # -- resolving in worker processes --------------------------------------------------------------------------------

@@ -357,6 +357,44 @@ def test_a_symlink_pointing_outside_the_directory_is_refused(
         assert_hides_value(raised.value)
 
 
+def test_a_link_out_of_a_tenants_folder_is_unavailable_to_the_tenant(
+    resolver: SecretResolver, secrets_dir: Path
+) -> None:
+    # Given beta's secret file, and in acme's folder links to it: to the file, to beta's folder, and to a file
+    # of beta's that does not exist
+    beta, acme = secrets_dir / "tenants" / "beta", secrets_dir / "tenants" / "acme"
+    beta.mkdir(parents=True)
+    acme.mkdir()
+    (beta / "token").write_text(VALUE)
+    (acme / "stolen").symlink_to(beta / "token")
+    (acme / "beta-folder").symlink_to(beta)
+    (acme / "guess").symlink_to(beta / "missing")
+    acme_rules = SecretRules().for_tenant("acme")
+    # When acme's task resolves each  Then each is unavailable, all alike (nothing told of what lies in beta's)
+    reasons = set()
+    for ref in ("file:tenants/acme/stolen", "file:tenants/acme/beta-folder/token", "file:tenants/acme/guess"):
+        with pytest.raises(SecretUnavailableError) as raised:
+            resolver.resolve(ref, acme_rules)
+        assert_hides_value(raised.value)
+        reasons.add(str(raised.value).removeprefix(f"secret {ref}: "))
+    assert reasons == {"the file lies outside the tenant's folder"}
+    # And the operator's tasks, whose rules are the whole directory's, still read through the link; that does
+    # not put the value in the cache for acme
+    assert resolver.resolve("file:tenants/acme/stolen") == VALUE
+    with pytest.raises(SecretUnavailableError):
+        resolver.resolve("file:tenants/acme/stolen", acme_rules)
+
+
+def test_a_link_inside_a_tenants_own_folder_resolves(resolver: SecretResolver, secrets_dir: Path) -> None:
+    # Given acme's folder mounted as Kubernetes mounts secrets: its files are links into a folder inside it
+    acme = secrets_dir / "tenants" / "acme"
+    (acme / "..data").mkdir(parents=True)
+    (acme / "..data" / "token").write_text(VALUE)
+    (acme / "token").symlink_to(acme / "..data" / "token")
+    # When / Then acme's task reads it
+    assert resolver.resolve("file:tenants/acme/token", SecretRules().for_tenant("acme")) == VALUE
+
+
 def test_a_ref_built_by_hand_is_checked_again(resolver: SecretResolver) -> None:
     # Given a SecretRef that never went through parse_secret_ref
     ref = SecretRef("env", "PATH")

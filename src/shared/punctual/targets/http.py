@@ -5,7 +5,8 @@ address must be public unless allowlisted (``PUNCTUAL_ALLOWED_TARGETS``), checke
 and again when it fires, on the addresses the host resolves to then (resolved once, checked, and connected to
 one of exactly the checked addresses: no second lookup). No redirect is followed, one deadline covers
 connect, send and read, at most :data:`BODY_CAP` bytes of the answer are read. Headers
-that would change how the request is framed or routed, or forge Punctual's own, are refused.
+that would change how the request is framed or routed, or forge Punctual's own, are refused. Header names are
+compared without regard to case, as HTTP does, and none is sent twice (:func:`merge_headers` says which wins).
 
 Firing: runs on the process's event loop (:class:`~punctual.targets.registry.FireLoop`) through a small HTTP/1.1
 client (:mod:`punctual.targets.wire`) with a keep-alive pool per host, so a slow target holds no thread and does
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Mapping
 from functools import partial
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
@@ -181,7 +183,12 @@ class HttpAction(Action):
 
 
 def check_http(action: HttpAction, rules: TargetRules) -> None:
-    """The target rules at schedule time: scheme, allowlist, any spelling of a non-public address."""
+    """The target rules at schedule time: scheme, allowlist, any spelling of a non-public address; and no header
+    named twice, in any case, within ``headers`` or within ``secret_headers``."""
+    for field, given in (("action.headers", action.headers), ("action.secret_headers", action.secret_headers)):
+        if len({name.lower() for name in given}) < len(given):
+            # stored as canonical JSON (keys sorted), so which of the two was meant could not be kept
+            raise InvalidRequestError(field, "a header is given twice (names are compared without regard to case)")
     try:
         rules.urls.check_url(str(action.url))
     except TargetRefusedError as exc:
@@ -196,6 +203,22 @@ def check_http(action: HttpAction, rules: TargetRules) -> None:
             parse_secret_ref(action.signing_secret, rules.secrets)
         except SecretReferenceError as exc:
             raise InvalidRequestError("action.signing_secret", str(exc)) from None
+
+
+def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of ``layers`` as one request sends them, names compared without regard to case: a header
+    replaces one of the same name given before it (in an earlier layer, or earlier in its own), whatever the
+    case of either, and is sent under its own spelling, in the first one's place. No name is sent twice.
+
+    A webhook's layers, each winning over those before it: the defaults (``Content-Type``, ``User-Agent``),
+    the task's ``headers``, its ``secret_headers``, Punctual's own (``Idempotency-Key``, ``X-Punctual-*``),
+    the signature's (``webhook-*``).
+    """
+    merged: dict[str, tuple[str, str]] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            merged[name.lower()] = (name, value)
+    return dict(merged.values())
 
 
 def request_bytes(target: Target, url: str, headers: dict[str, str], body: bytes) -> bytes:
@@ -297,14 +320,17 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     except TargetRefusedError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
     body = canonical_json(context.payload).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **action.headers}
-    for name, ref in action.secret_headers.items():
-        headers[name] = await _secret_header(env, rules, name, ref)
-    headers |= {
-        "Idempotency-Key": context.idempotency_key,
-        "X-Punctual-Task-Id": context.task_id,
-        "X-Punctual-Due-Ms": str(context.due_ms),
-    }
+    secret_headers = {name: await _secret_header(env, rules, name, ref) for name, ref in action.secret_headers.items()}
+    headers = merge_headers(
+        {"Content-Type": "application/json", "User-Agent": USER_AGENT},
+        action.headers,
+        secret_headers,
+        {
+            "Idempotency-Key": context.idempotency_key,
+            "X-Punctual-Task-Id": context.task_id,
+            "X-Punctual-Due-Ms": str(context.due_ms),
+        },
+    )
     signing = None
     if action.signing_secret is not None:
         try:
@@ -314,7 +340,9 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
     attempts = MAX_ATTEMPTS if action.retry_transient else 1
     for attempt in range(attempts):
         if signing is not None:
-            headers |= signature_headers(signing, context.idempotency_key, int(time.time()), body)
+            headers = merge_headers(
+                headers, signature_headers(signing, context.idempotency_key, int(time.time()), body)
+            )
         try:
             status, _ = await engine.post(target, url, headers, body, action.timeout_s)
         except TransientActionError:

@@ -67,12 +67,17 @@ class SecretRules:
 
     These are the deployment's rules, for tasks without a tenant (the operator's). A tenant's tasks keep to
     :meth:`for_tenant`'s: its own namespace inside these, which no other tenant's overlaps.
+
+    ``file_folder``: the folder of the secrets directory a ``file:`` reference must still lie in once its links
+    are resolved (``None``: the whole directory). A tenant's is its own folder, so that a link in it to another
+    tenant's file is not a way to read that file.
     """
 
     env_prefix: str = "PUNCTUAL_SECRET_"
     ssm_prefixes: tuple[str, ...] = ("/punctual/",)
     secretsmanager_prefixes: tuple[str, ...] = ("punctual/",)
     file_prefix: str = ""
+    file_folder: str | None = None
 
     def __post_init__(self) -> None:
         # An empty prefix would allow every name; a bare string would be read character by character ("/" ...).
@@ -102,7 +107,11 @@ class SecretRules:
             ssm_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.ssm_prefixes),
             secretsmanager_prefixes=tuple(_under(p, f"tenants/{tenant}/") for p in self.secretsmanager_prefixes),
             file_prefix=f"{self.file_prefix}tenants/{tenant}/",
+            file_folder=f"{self.file_prefix}tenants/{tenant}",
         )
+
+
+_CacheKey = tuple[SecretRef, str | None]  # a reference, and for a file the folder it was confined to
 
 
 def _under(prefix: str, path: str) -> str:
@@ -255,8 +264,8 @@ class SecretResolver:
         self._client_factory = client_factory or _default_client_factory
         self._monotonic = monotonic
         self._lock = threading.Lock()  # guards the cache, the fetch locks and the clients
-        self._cache: dict[SecretRef, tuple[str, float]] = {}  # ref -> (value, expires_at on the monotonic clock)
-        self._fetch_locks: dict[SecretRef, threading.Lock] = {}
+        self._cache: dict[_CacheKey, tuple[str, float]] = {}  # -> (value, expires_at on the monotonic clock)
+        self._fetch_locks: dict[_CacheKey, threading.Lock] = {}
 
     def __repr__(self) -> str:
         return (
@@ -286,22 +295,26 @@ class SecretResolver:
             If the reference is malformed or not allowed by the rules, or a ``file:`` path leads out of the
             secrets directory.
         SecretUnavailableError
-            If the secret cannot be read now (missing, access denied, not JSON, no such key, ...).
+            If the secret cannot be read now (missing, access denied, not JSON, no such key, a ``file:`` link
+            leading out of the tenant's folder, ...).
         """
-        ref = parse_secret_ref(str(ref) if isinstance(ref, SecretRef) else ref, rules or self.rules)
+        rules = rules or self.rules
+        ref = parse_secret_ref(str(ref) if isinstance(ref, SecretRef) else ref, rules)
+        # A file is cached per folder too: one the operator may read through a link is not thereby a tenant's.
+        key = (ref, rules.file_folder if ref.kind == "file" else None)
         with self._lock:
-            cached = self._fresh(ref)
+            cached = self._fresh(key)
             if cached is not None:
                 return cached
-            fetch_lock = self._fetch_locks.setdefault(ref, threading.Lock())
+            fetch_lock = self._fetch_locks.setdefault(key, threading.Lock())
         with fetch_lock:
             with self._lock:  # another thread may have fetched it while this one waited
-                cached = self._fresh(ref)
+                cached = self._fresh(key)
             if cached is not None:
                 return cached
-            value = self._fetch(ref)
+            value = self._fetch(ref, rules.file_folder)
             with self._lock:
-                self._cache[ref] = (value, self._monotonic() + self.ttl_s)
+                self._cache[key] = (value, self._monotonic() + self.ttl_s)
             return value
 
     def clear(self) -> None:
@@ -309,14 +322,14 @@ class SecretResolver:
         with self._lock:
             self._cache.clear()
 
-    def _fresh(self, ref: SecretRef) -> str | None:
-        """The cached value of ``ref`` if it has not expired (caller holds ``_lock``)."""
-        entry = self._cache.get(ref)
+    def _fresh(self, key: _CacheKey) -> str | None:
+        """The cached value of ``key`` if it has not expired (caller holds ``_lock``)."""
+        entry = self._cache.get(key)
         if entry is None:
             return None
         value, expires_at = entry
         if self._monotonic() >= expires_at:
-            del self._cache[ref]
+            del self._cache[key]
             return None
         return value
 
@@ -327,13 +340,13 @@ class SecretResolver:
                 client = self._clients[service] = self._client_factory(service)
             return client
 
-    def _fetch(self, ref: SecretRef) -> str:
+    def _fetch(self, ref: SecretRef, file_folder: str | None) -> str:
         if ref.kind == "env":
             value = self._environ.get(ref.name)
             if value is None:
                 raise SecretUnavailableError(ref, "the environment variable is not set")
         elif ref.kind == "file":
-            value = self._read_file(ref)
+            value = self._read_file(ref, file_folder)
         elif ref.kind == "ssm":
             value = self._read_ssm(ref)
         else:
@@ -342,13 +355,20 @@ class SecretResolver:
             raise SecretUnavailableError(ref, "the value is empty")
         return value
 
-    def _read_file(self, ref: SecretRef) -> str:
+    def _read_file(self, ref: SecretRef, file_folder: str | None) -> str:
         """The file's text, one trailing newline stripped. The path is judged after resolving symlinks, and the
-        resolved path is opened without following a symlink, so a link cannot lead out of the directory."""
+        resolved path is opened without following a symlink, so a link cannot lead out of the directory, nor
+        out of ``file_folder`` (a tenant's folder, as the operator placed it) when one is given. A link out of
+        the tenant's folder is refused before anything is opened, whatever it names: the refusal tells nothing
+        of what lies there."""
         if self.secrets_dir is None:
             raise SecretUnavailableError(ref, "no secrets directory configured")
         root = os.path.realpath(self.secrets_dir)
         path = os.path.realpath(os.path.join(root, ref.name))
+        if file_folder is not None:
+            folder = os.path.realpath(os.path.join(root, file_folder))
+            if os.path.commonpath([folder, path]) != folder or path == folder:
+                raise SecretUnavailableError(ref, "the file lies outside the tenant's folder")
         if os.path.commonpath([root, path]) != root or path == root:
             raise SecretReferenceError(str(ref), "the file lies outside the secrets directory")
         try:

@@ -6,14 +6,30 @@ same REST proxy event, with the tenant as the authorizer's, and answers what the
 127.0.0.1 only. ``punctual up`` writes one token per tenant it serves: ``<home>/api-token`` for the tenant
 ``local``, ``<home>/tokens/<tenant>`` for each other (mode 0600).
 
+How a connection is served: one thread, the gate, holds every connection that has not shown a token yet, in a
+selector loop (a waiting socket costs a file descriptor, no thread). It reads a new connection's request line
+and headers as they come; once they are whole it checks them (:meth:`LocalApi.refusal`), and only a request
+with a known token takes one of the ``max_connections`` (default 64) serving slots: a thread of its own, which
+serves that connection's requests from then on. The gate answers every refusal itself (401, 400, 411, 413, and
+503 when no slot is free) without blocking: the answer is written as the socket takes it, then what the peer
+still sends is read and dropped, for at most ``LINGER_S`` (closing with unread input would reset the
+connection, and a reset can lose the answer), all of it interleaved with every other connection's.
+
 What a caller cannot make it do:
 
+- **Hold a slot without a token.** A new connection has ``header_timeout_s`` (default 2 s, at most
+  ``timeout_s``) to send its request line and headers, however it trickles them; past it it is closed without
+  an answer. Requests on a connection that showed a token have ``timeout_s`` (default 10 s) each, from the end
+  of the previous answer, to arrive whole (headers and body).
+- **Crowd out the others by opening many connections.** At most ``pending_per_address`` connections of one
+  client address (default 256), and ``PENDING_TOTAL`` in all, wait at the gate (for their headers, or to be
+  closed after a refusal); one more closes the one that has waited longest. Every loopback caller is
+  127.0.0.1, so the cap is set far above a client's connection pool (a pool's connections wait at the gate
+  only until their first request's headers arrive, milliseconds): a flood pushes out its own oldest sockets,
+  while a caller's request, whose headers come at once, is read on the gate's next turn.
 - **Read a body for nobody.** The token, ``Content-Length`` and ``Transfer-Encoding`` are checked on the headers;
-  a refused request (401, 411, 413, 400) is answered without its body being read, and its connection closed.
-- **Hold a thread by being slow.** Each request has ``timeout_s`` (default 10 s), from the end of the previous
-  answer, to arrive whole: waiting for it, its headers and its body. Past it the connection is closed without
-  an answer. At most ``max_connections`` (default 64) are served at once; past it a new connection gets a 503
-  problem at once and is closed.
+  a refused request (401; 400 for a bad or repeated ``Content-Length``; 411, 413) is answered without its body
+  being read, and its connection closed.
 - **Hold the other requests with a slow one.** With ``workers`` > 0 requests are resolved in that many worker
   processes, each with its own resolver; with 0 (tests), in this process one at a time (see :class:`LocalApi`).
 """
@@ -23,23 +39,25 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hmac
+import http.client
 import io
 import logging
 import multiprocessing
 import os
 import pickle
-import queue
+import re
 import secrets
+import selectors
 import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -55,9 +73,15 @@ API_FUNCTION = "ApiFunction"  # the template's function the local API stands for
 MAX_BODY = 1024 * 1024  # API Gateway takes 10 MB; a task's item holds at most 400 KB
 LOCAL_TENANT = "local"
 READ_TIMEOUT_S = 10.0  # a request's time to arrive whole: the wait for it, its headers and its body
-MAX_CONNECTIONS = 64  # connections served at once, each by a thread of its own
+HEADER_TIMEOUT_S = 2.0  # a new connection's time to send its request line and headers (its token with them)
+MAX_HEAD = 64 * 1024  # a request line and its headers
+MAX_CONNECTIONS = 64  # connections served at once (their token checked), each by a thread of its own
+PENDING_PER_ADDRESS = 256  # connections of one client address waiting at the gate
+PENDING_TOTAL = 1024  # connections waiting at the gate, from every address
+LISTEN_BACKLOG = 128  # connections waiting to be accepted (a client's pool opening at once)
 LINGER_S = 1.0  # after refusing a request whose body was not read: how long its rest is read and dropped
 LINGER_BYTES = 4 * MAX_BODY  # ... and how much of it at most
+SWEEP_S = 0.05  # how often the gate closes the connections past their time
 
 
 def proxy_event(
@@ -242,17 +266,24 @@ class ApiResolverFactory:
 # -- the wire -------------------------------------------------------------------------------------------------
 class _DeadlineReader(io.RawIOBase):
     """A connection's reading side, bounded by its handler's deadline: each ``recv`` waits at most until then
-    (a trickle of bytes does not reset the clock, as a plain socket timeout would), past it ``TimeoutError``."""
+    (a trickle of bytes does not reset the clock, as a plain socket timeout would), past it ``TimeoutError``.
+    ``received``: what the gate read of it already, read first."""
 
-    def __init__(self, sock: socket.socket, deadline: Callable[[], float]) -> None:
+    def __init__(self, sock: socket.socket, deadline: Callable[[], float], received: bytes = b"") -> None:
         super().__init__()
         self._sock = sock
         self._deadline = deadline
+        self._received = memoryview(received)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if self._received:
+            count = min(len(buffer), len(self._received))
+            buffer[:count] = self._received[:count]
+            self._received = self._received[count:]
+            return count
         remaining = self._deadline() - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the request did not arrive in time")
@@ -277,16 +308,22 @@ def _drain(sock: socket.socket, seconds: float, limit: int) -> None:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """Serves one connection whose first request the gate found good (``received``: what the gate read of it)."""
+
     protocol_version = "HTTP/1.1"
     api: LocalApi  # set by LocalApi on its own subclass, with ``timeout`` (the socket's, for writing answers)
     timeout: ClassVar[float] = READ_TIMEOUT_S
     _deadline = 0.0
 
+    def __init__(self, request: socket.socket, client_address: Any, server: Any, received: bytes = b"") -> None:
+        self._received = received
+        super().__init__(request, client_address, server)
+
     def setup(self) -> None:
         lower_current_thread()  # serving the API is background work: firing comes first
         super().setup()
         self.rfile.close()  # the socket's own reader: replaced by one that keeps the deadline
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, lambda: self._deadline))
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, lambda: self._deadline, self._received))
 
     def handle_one_request(self) -> None:
         self._deadline = time.monotonic() + self.timeout
@@ -299,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_expect_100(self) -> bool:
         # "Expect: 100-continue" asks whether to send the body: a request its headers refuse gets its answer
         # instead (http.server would say "continue" to any)
-        if self.api.refusal(dict(self.headers.items())) is not None:
+        if self.api.refusal(self.headers.items()) is not None:
             self._answer()
             return False
         return super().handle_expect_100()
@@ -308,7 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
     def _answer(self) -> None:
-        answer = self.api.handle(self.command, self.path, dict(self.headers.items()), self.rfile)
+        answer = self.api.handle(self.command, self.path, self.headers.items(), self.rfile)
         self.connection.settimeout(self.timeout)  # the answer has a timeout of its own to go out
         try:
             self.send_response(answer.status)
@@ -339,75 +376,207 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
 
-def _busy_answer(max_connections: int) -> bytes:
-    body = problem_json(503, f"the local API serves {max_connections} connections at once; try again").encode()
-    return (
-        f"HTTP/1.1 503 {HTTPStatus(503).phrase}\r\nContent-Type: {PROBLEM}\r\nContent-Length: {len(body)}\r\n"
-        f"Retry-After: 1\r\nConnection: close\r\n\r\n"
-    ).encode() + body
+def _answer_bytes(answer: Answer, method: str) -> bytes:
+    """A refusal as the gate sends it: the whole answer, the connection closed after it."""
+    head = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}"]
+    head += [f"{name}: {value}" for name, value in answer.headers.items()]
+    head += [f"Content-Length: {len(answer.body)}", "Connection: close"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (b"" if method == "HEAD" else answer.body)
 
 
-class _Server(ThreadingHTTPServer):
-    """A thread per connection, up to ``max_connections``; past them a connection is handed to one refusing
-    thread, which answers it 503 and closes it (or, when even that one is behind, closed at once)."""
+def _busy_answer(max_connections: int) -> Answer:
+    answer = problem(503, f"the local API serves {max_connections} connections at once; try again", close=True)
+    return answer._replace(headers={**answer.headers, "Retry-After": "1"})
 
-    request_queue_size = 128  # connections waiting to be accepted (socketserver's default is 5): a client's pool
-    daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type[_Handler], max_connections: int) -> None:
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A connection at the gate: reading its first request's head until ``deadline``, or (``answer`` set)
+    sending its refusal and then dropping what it still sends, until ``deadline``."""
+
+    sock: socket.socket
+    address: str
+    deadline: float
+    received: bytearray = field(default_factory=bytearray)
+    answer: bytes | None = None
+    dropped: int = 0
+
+
+class _Server:
+    """The listening socket, the gate (see the module's docstring) and the serving threads."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[_Handler],
+        refusal: Callable[[Iterable[tuple[str, str]]], Answer | None],
+        *,
+        max_connections: int,
+        header_timeout_s: float,
+        pending_per_address: int,
+    ) -> None:
+        self._listener = socket.create_server(address, backlog=LISTEN_BACKLOG)
+        self._listener.setblocking(False)
+        self.server_address: tuple[str, int] = self._listener.getsockname()
+        self._handler = handler
+        self._refusal = refusal
         self._slots = threading.BoundedSemaphore(max_connections)
         self._busy = _busy_answer(max_connections)
-        self._refused: queue.Queue[socket.socket | None] = queue.Queue(maxsize=max_connections)
-        self._refuser = threading.Thread(target=self._refuse_loop, name="local-api-refuse", daemon=True)
-        super().__init__(address, handler)  # last: a failed bind calls server_close, which needs the above
+        self._header_timeout_s = header_timeout_s
+        self._pending_per_address = pending_per_address
+        self._selector = selectors.DefaultSelector()
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._waiting: dict[socket.socket, _Waiting] = {}  # oldest first
+        self._by_address: dict[str, dict[socket.socket, None]] = {}  # each address's, oldest first
+        self._stopping = threading.Event()
 
-    def start_refusing(self) -> None:
-        self._refuser.start()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if self._slots.acquire(blocking=False):
-            try:
-                super().process_request(request, client_address)
-            except BaseException:
-                self._slots.release()
-                raise
-            return
+    # -- the gate's loop ---------------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._selector.register(self._wake_in, selectors.EVENT_READ)
+        next_sweep = time.monotonic() + SWEEP_S
         try:
-            self._refused.put_nowait(request)
-        except queue.Full:
-            self.shutdown_request(request)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
+            while not self._stopping.is_set():
+                for key, events in self._selector.select(max(0.0, next_sweep - time.monotonic())):
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    elif key.data is not None:
+                        self._step(key.data, events)
+                if (now := time.monotonic()) >= next_sweep:
+                    for waiting in [w for w in self._waiting.values() if w.deadline <= now]:
+                        self._close(waiting)  # headers too late (unanswered), or a refusal's linger done
+                    next_sweep = now + SWEEP_S
         finally:
+            for waiting in list(self._waiting.values()):
+                self._close(waiting)
+            self._selector.close()
+
+    def _accept(self) -> None:
+        for _ in range(LISTEN_BACKLOG):
+            try:
+                sock, client_address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors, or the peer gone: the next turn tries again
+                log.warning("the local API could not accept a connection: %s", exc)
+                return
+            sock.setblocking(False)
+            waiting = _Waiting(sock, str(client_address[0]), time.monotonic() + self._header_timeout_s)
+            same = self._by_address.setdefault(waiting.address, {})
+            if len(same) >= self._pending_per_address:
+                self._close(self._waiting[next(iter(same))])
+            if len(self._waiting) >= PENDING_TOTAL:
+                self._close(next(iter(self._waiting.values())))
+            self._waiting[sock] = waiting
+            self._by_address.setdefault(waiting.address, {})[sock] = None
+            self._selector.register(sock, selectors.EVENT_READ, waiting)
+
+    def _step(self, waiting: _Waiting, events: int) -> None:
+        if self._waiting.get(waiting.sock) is not waiting:
+            return  # closed earlier in this turn (pushed out by a newer connection)
+        try:
+            if waiting.answer is None:
+                self._read_head(waiting)
+            else:
+                self._refuse_step(waiting, events)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close(waiting)
+
+    def _read_head(self, waiting: _Waiting) -> None:
+        data = waiting.sock.recv(65536)
+        if not data:
+            self._close(waiting)
+            return
+        searched = max(0, len(waiting.received) - 3)  # a head's end may straddle two reads
+        waiting.received += data
+        end = _HEAD_END.search(waiting.received, searched)
+        if end is None:
+            if len(waiting.received) > MAX_HEAD:
+                self._refuse(waiting, "GET", problem(431, f"the request's headers exceed {MAX_HEAD} bytes"))
+            return
+        first, _, rest = bytes(waiting.received[: end.end()]).partition(b"\n")
+        method = first.split(b" ", 1)[0].decode("latin-1")
+        try:
+            headers = http.client.parse_headers(io.BytesIO(rest))
+        except http.client.HTTPException:
+            self._refuse(waiting, method, problem(400, "malformed request headers", close=True))
+            return
+        refused = self._refusal(headers.items())
+        if refused is not None:
+            self._refuse(waiting, method, refused)
+        elif not self._slots.acquire(blocking=False):
+            self._refuse(waiting, method, self._busy)
+        else:
+            self._forget(waiting)
+            try:
+                threading.Thread(
+                    target=self._serve,
+                    args=(waiting.sock, waiting.address, bytes(waiting.received)),
+                    name="local-api-connection",
+                    daemon=True,
+                ).start()
+            except RuntimeError as exc:  # no thread to be had: the connection is dropped, the gate goes on
+                log.warning("the local API could not serve a connection: %s", exc)
+                self._slots.release()
+                waiting.sock.close()
+
+    def _refuse(self, waiting: _Waiting, method: str, answer: Answer) -> None:
+        waiting.answer = _answer_bytes(answer, method)
+        waiting.deadline = time.monotonic() + LINGER_S
+        self._selector.modify(waiting.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, waiting)
+
+    def _refuse_step(self, waiting: _Waiting, events: int) -> None:
+        if events & selectors.EVENT_WRITE and waiting.answer:
+            waiting.answer = waiting.answer[waiting.sock.send(waiting.answer) :]
+            if not waiting.answer:
+                waiting.sock.shutdown(socket.SHUT_WR)
+                self._selector.modify(waiting.sock, selectors.EVENT_READ, waiting)
+        if events & selectors.EVENT_READ:
+            data = waiting.sock.recv(65536)
+            waiting.dropped += len(data)
+            if not data or waiting.dropped > LINGER_BYTES:
+                self._close(waiting)
+
+    def _forget(self, waiting: _Waiting) -> None:
+        self._selector.unregister(waiting.sock)
+        del self._waiting[waiting.sock]
+        same = self._by_address[waiting.address]
+        del same[waiting.sock]
+        if not same:
+            del self._by_address[waiting.address]
+
+    def _close(self, waiting: _Waiting) -> None:
+        self._forget(waiting)
+        waiting.sock.close()
+
+    # -- a served connection -----------------------------------------------------------------------------------
+    def _serve(self, sock: socket.socket, address: str, received: bytes) -> None:
+        try:
+            sock.setblocking(True)
+            self._handler(sock, (address, 0), self, received)
+        except Exception:
+            log.exception("the local API failed on a connection from %s", address)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+            sock.close()
             self._slots.release()
 
-    def _refuse_loop(self) -> None:
-        lower_current_thread()
-        while (sock := self._refused.get()) is not None:
-            try:
-                sock.settimeout(LINGER_S)
-                sock.sendall(self._busy)
-                sock.shutdown(socket.SHUT_WR)
-                _drain(sock, LINGER_S, LINGER_BYTES)
-            except OSError:
-                pass
-            finally:
-                sock.close()
+    def shutdown(self) -> None:
+        """Stop the gate's loop (connections being served finish on their own)."""
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_out.send(b"x")
 
     def server_close(self) -> None:
-        super().server_close()
-        if self._refuser.is_alive():
-            while True:
-                try:
-                    self._refused.put_nowait(None)
-                    break
-                except queue.Full:
-                    time.sleep(0.05)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.exception("the local API failed on a connection from %s", client_address)
+        self._listener.close()
+        self._wake_in.close()
+        self._wake_out.close()
 
 
 class LocalApi:
@@ -418,8 +587,8 @@ class LocalApi:
     :class:`ApiResolverFactory`); ``background_cpus`` is where those run (``LocalSettings.background_cpus``).
     ``workers`` = 0: in this process, one request at a time (Powertools keeps the request being answered in a
     class attribute, ``BaseRouter.current_event``, shared by every resolver of the process). Either way,
-    connections are served in parallel (read and written), within ``timeout_s`` and ``max_connections`` (the
-    module's docstring says how)."""
+    connections are served in parallel (read and written), within ``header_timeout_s``, ``timeout_s``,
+    ``max_connections`` and ``pending_per_address`` (the module's docstring says how)."""
 
     def __init__(
         self,
@@ -430,16 +599,27 @@ class LocalApi:
         workers: int = 0,
         background_cpus: str | None = None,
         timeout_s: float = READ_TIMEOUT_S,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        pending_per_address: int = PENDING_PER_ADDRESS,
     ) -> None:
-        if timeout_s <= 0 or max_connections < 1 or workers < 0:
-            raise ValueError("timeout_s > 0, max_connections >= 1 and workers >= 0, please")
+        if min(timeout_s, header_timeout_s) <= 0 or min(max_connections, pending_per_address) < 1 or workers < 0:
+            raise ValueError(
+                "timeout_s and header_timeout_s > 0, max_connections and pending_per_address >= 1, workers >= 0, please"
+            )
         self._resolver: _Resolving = (
             _WorkerProcesses(resolver_factory, workers, background_cpus) if workers else _InProcess(resolver_factory)
         )
         self._tokens = dict(tokens)
         handler = type("Handler", (_Handler,), {"api": self, "timeout": timeout_s})
-        self._server = _Server(("127.0.0.1", port), handler, max_connections)
+        self._server = _Server(
+            ("127.0.0.1", port),
+            handler,
+            self.refusal,
+            max_connections=max_connections,
+            header_timeout_s=min(header_timeout_s, timeout_s),
+            pending_per_address=pending_per_address,
+        )
         self._thread: threading.Thread | None = None
 
     @property
@@ -462,39 +642,46 @@ class LocalApi:
                 found = tenant
         return found
 
-    def refusal(self, headers: dict[str, str]) -> Answer | None:
-        """The answer to a request its headers alone refuse (no known token, no body length, a body too
-        large), which closes the connection; ``None`` for a request to read on."""
-        lowered = {k.lower(): v for k, v in headers.items()}
-        if self.tenant_of(lowered.get("authorization")) is None:
+    def refusal(self, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> Answer | None:
+        """The answer to a request its headers alone refuse (no known token, no body length or two, a body too
+        large), which closes the connection; ``None`` for a request to read on. ``headers``: as they came, a
+        repeated one as often as it came."""
+        given = _values(headers)
+        tokens = given.get("authorization", [])
+        if len(tokens) != 1 or self.tenant_of(tokens[0]) is None:
             return problem(
                 401,
                 "give the local API's token: Authorization: Bearer <token> (punctual up wrote it "
                 "to .punctual/api-token, and another tenant's to .punctual/tokens/<tenant>)",
                 close=True,
             )
-        if "transfer-encoding" in lowered:
+        if "transfer-encoding" in given:
             return problem(411, "give the body's length in Content-Length (no Transfer-Encoding)", close=True)
-        announced = (lowered.get("content-length") or "0").strip()
+        if len(lengths := given.get("content-length", [])) > 1:
+            return problem(400, "give Content-Length once", close=True)
+        announced = (lengths[0] if lengths else "0").strip() or "0"
         if not announced.isascii() or not announced.isdigit():
             return problem(400, "bad Content-Length", close=True)
         if int(announced) > MAX_BODY:
             return problem(413, f"the body is larger than {MAX_BODY} bytes", close=True)
         return None
 
-    def handle(self, method: str, target: str, headers: dict[str, str], body_stream: Any) -> Answer:
+    def handle(
+        self, method: str, target: str, headers: Mapping[str, str] | Iterable[tuple[str, str]], body_stream: Any
+    ) -> Answer:
         """Answer one request. Its body is read from ``body_stream`` only once its headers are found good
         (:meth:`refusal`); a body that ends early raises ``ConnectionAbortedError``."""
-        refused = self.refusal(headers)
+        pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+        refused = self.refusal(pairs)
         if refused is not None:
             return refused
-        lowered = {k.lower(): v for k, v in headers.items()}
-        tenant = self.tenant_of(lowered.get("authorization"))
-        length = int((lowered.get("content-length") or "0").strip())
+        given = _values(pairs)
+        tenant = self.tenant_of(given["authorization"][0])
+        length = int((given.get("content-length", ["0"])[0]).strip() or "0")
         body = body_stream.read(length) if length > 0 else None
         if body is not None and len(body) < length:
             raise ConnectionAbortedError("the caller closed the connection before its body ended")
-        forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        forwarded = {k: v for k, v in pairs if k.lower() != "authorization"}
         event = proxy_event(method, target, forwarded, body, tenant)
         try:
             response = self._resolver.resolve(event)
@@ -510,13 +697,14 @@ class LocalApi:
 
     def start(self) -> LocalApi:
         self._resolver.start()
-        self._server.start_refusing()
         self._thread = threading.Thread(target=self._server.serve_forever, name="local-api", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._server.shutdown()
+        if self._thread is not None:
+            self._thread.join()
         self._server.server_close()
         self._resolver.stop()
 
@@ -525,6 +713,14 @@ class LocalApi:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _values(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Each header's values by its name in lower case, a repeated one's all."""
+    values: dict[str, list[str]] = {}
+    for name, value in headers.items() if isinstance(headers, Mapping) else headers:
+        values.setdefault(name.lower(), []).append(value)
+    return values
 
 
 def write_private(path: Path, text: str) -> None:
