@@ -36,7 +36,7 @@ from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.crashes import crash_windows
 from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.dynamodb_local import find_project_root
-from punctual_tools.local.stack import read_state
+from punctual_tools.local.stack import client_settings, read_state
 
 STEADY_AFTER_UP_MS = 10_000  # a restart's tasks due this long after it is up are judged as steady ones
 KILL_TO_BURST_MS = 8_000
@@ -262,16 +262,7 @@ class UpProcess:
 
 
 def client_of(state: Mapping[str, Any]) -> Client:
-    return Client(
-        Settings(
-            endpoint_url=state["endpoint_url"],
-            table_name=state["table_name"],
-            shard_count=state["shard_count"],
-            poll_interval_ms=state["poll_interval_ms"],
-            ntp_server=None,
-            allowed_targets="127.0.0.1",
-        )
-    )
+    return Client(Settings(**client_settings(state), ntp_server=None, allowed_targets="127.0.0.1"))
 
 
 def restart_phase(

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from punctual_tools.local import cpu_quota
-from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, init_quota_us, quota_us
+from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, init_quota_us, quota_us, remove_stale_groups
 
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid (PID_MAX_LIMIT): never a running process
 V1_FILES = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000", "cgroup.procs": ""}
@@ -160,3 +161,19 @@ def test_groups_left_by_a_process_that_no_longer_runs_are_removed_at_the_next_op
     # Then the dead one's are gone, the live one's kept
     assert not (mount / f"punctual-{NO_SUCH_PID}").exists()
     assert (mount / f"punctual-{os.getpid()}" / "w1").is_dir()
+
+
+@pytest.mark.parametrize("layout", [v1, v2])
+def test_a_dead_stacks_groups_are_removed_without_opening_any(tmp_path: Path, layout: Any) -> None:
+    # Given the groups of a stack that was killed, and those of one that still runs
+    mount, mountinfo, proc_cgroup = layout(tmp_path)
+    write_tree(mount / f"punctual-{NO_SUCH_PID}" / "w7", V1_FILES)
+    write_tree(mount / f"punctual-{os.getpid()}" / "w1", V1_FILES)
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    (tmp_path / "cgroup").write_text(proc_cgroup)
+    # When a stack starts that opens none (its executors on whole cores: the local profile)
+    remove_stale_groups(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
+    # Then the dead one's are gone, the live one's kept, and no group of its own was made
+    assert not (mount / f"punctual-{NO_SUCH_PID}").exists()
+    assert (mount / f"punctual-{os.getpid()}" / "w1").is_dir()
+    assert sorted(p.name for p in mount.glob("punctual-*")) == [f"punctual-{os.getpid()}"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,52 @@ def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_clie
         assert ensure_table(ddb_local_client, fresh_table_name) is False  # and again changes nothing
     finally:
         ddb_local_client.delete_table(TableName=fresh_table_name)
+
+
+START_FROM_A_THREAD = """
+import sys, threading, time
+from pathlib import Path
+from punctual_tools.local.dynamodb_local import DynamoDBLocal
+
+server = DynamoDBLocal(data_dir=Path(sys.argv[1]))
+starter = threading.Thread(target=server.start)
+starter.start()
+starter.join()
+print(server.pid, server.endpoint_url, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from punctual_tools.local.dynamodb_local import _AdoptedProcess, _answers
+    from support import wait_until
+
+    # Given a process that started DynamoDB Local on disk from a thread which has ended since
+    child = subprocess.Popen(
+        [sys.executable, "-c", START_FROM_A_THREAD, str(tmp_path / "ddb")], stdout=subprocess.PIPE, text=True
+    )
+    server = None
+    try:
+        assert child.stdout is not None
+        pid_text, endpoint = child.stdout.readline().split()
+        server = _AdoptedProcess(int(pid_text))
+        # Then the server runs on and answers (its life is not the starting thread's)
+        assert server.poll() is None and _answers(endpoint, 30)
+        started = time.monotonic()
+        ensure_table(make_client(endpoint), "punctual-kept")
+        write_s = time.monotonic() - started
+        # When that process is killed (SIGKILL: it stops nothing itself)
+        child.kill()
+        child.wait()
+        # Then the server ends with it (in a moment: as long as creating a table took, at most), its data on disk
+        assert wait_until(lambda: server.poll() is not None, timeout=max(write_s, 5.0), interval=0.05)
+        with DynamoDBLocal(data_dir=tmp_path / "ddb") as again:
+            assert "punctual-kept" in make_client(again.endpoint_url).list_tables()["TableNames"]
+    finally:
+        child.kill()
+        child.wait()
+        if server is not None:
+            server.kill()

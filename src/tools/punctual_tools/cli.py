@@ -2,7 +2,8 @@
 
 punctual up [--poll-interval 60] [--demo]      DynamoDB Local + poller + executors, until Ctrl-C
             [--profile lambda|local]           executors as Lambda runs them (default), or on whole cores
-            [--tenant NAME ...]                the REST API also serves these tenants, a token each
+            [--tenant NAME ...] [--no-api]     the REST API also serves these tenants, a token each (or no API)
+punctual status [--wait SECONDS]               the running local stack's state, once it is ready
 punctual demo --tasks N --over S --burst B     schedule, watch them fire, print a drift report
 punctual schedule --in 30s --log "hello"       one task (or --at ISO-8601, --http URL, --lambda / --sqs / --sns /
                                                --eventbridge ARN, --payload JSON)
@@ -92,6 +93,17 @@ def _threads(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    """A count from the command line: a whole number, 0 or more (argparse reports the error)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def _tenant(text: str) -> str:
     """A tenant's name from the command line (argparse reports a bad one)."""
     from punctual.domain.tenancy import is_tenant
@@ -129,7 +141,9 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
         in_memory=args.in_memory,
         poll_interval_s=poll_interval_s,
         settings_overrides={k: v for k, v in overrides.items() if v is not None},
+        api=getattr(args, "serve_api", True),
         api_port=getattr(args, "api_port", 0),
+        **({"prewarm": args.prewarm} if getattr(args, "prewarm", None) is not None else {}),
         tenants=tuple(dict.fromkeys(tenants)),
     )
 
@@ -158,6 +172,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from punctual_tools.demo import format_report, run_demo
     from punctual_tools.local.stack import LocalStack
 
+    if not args.serve_api and (args.api or args.tenants):
+        raise PunctualError("--no-api serves no REST API: --api and --tenant need it")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -167,10 +183,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     stack.start()
     assert stack.settings is not None
     log.info(
-        "Punctual is up: DynamoDB Local at %s, table %s, poll every %g s. Ctrl-C stops.",
+        "Punctual is up: DynamoDB Local at %s, table %s, poll every %g s (a task due within %g s of its writing "
+        "goes by the fast path)%s. Ctrl-C stops.",
         stack.settings.endpoint_url,
         stack.settings.table_name,
         args.poll_interval,
+        (stack.settings.poll_interval_ms + stack.settings.fast_path_margin_ms) / 1000,
+        "" if stack.api else ", no REST API",
     )
     for line in stack.describe_limits():
         log.info("%s", line)
@@ -202,6 +221,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         log.info("stopping: executors hand back unfired tasks, then DynamoDB Local stops")
         stack.stop()
         log.info("stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the running local stack's state file once the stack is ready (waiting up to ``--wait`` seconds)."""
+    from punctual_tools.local.stack import wait_ready
+
+    state = wait_ready(_home(args), args.wait)
+    if state is None:
+        waited = f" within {args.wait:g} s" if args.wait else ""
+        print(f"no local stack is ready{waited} with its home at {_home(args)}", file=sys.stderr)
+        return 1
+    print(json.dumps(state, indent=2))
     return 0
 
 
@@ -256,19 +288,14 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
 def cmd_demo(args: argparse.Namespace) -> int:
     from punctual.scheduling.client import Client
     from punctual_tools.demo import EPSILON_MS, format_report, loopback_allowed, run_demo
-    from punctual_tools.local.stack import LocalStack, _alive, read_state
+    from punctual_tools.local.stack import LocalStack, _alive, client_settings, read_state
 
     _api_tenant(args)  # a --tenant without --api is refused before anything starts
     state = read_state(_home(args))
     stack = None
     webhooks = args.webhooks
     if state and _alive(state.get("pid")):
-        settings = Settings.from_env(
-            endpoint_url=state["endpoint_url"],
-            table_name=state["table_name"],
-            shard_count=state["shard_count"],
-            allowed_targets=state.get("allowed_targets", ""),
-        )
+        settings = Settings.from_env(**client_settings(state), allowed_targets=state.get("allowed_targets", ""))
         fire_log, interval = Path(state["fire_log"]), int(state["poll_interval_ms"])
         receiver_port = int(state.get("receiver_port") or 0)
         log.info("using the running stack at %s (poll every %g s)", state["endpoint_url"], interval / 1000)
@@ -352,17 +379,16 @@ def _parse_when(args: argparse.Namespace) -> datetime:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one."""
+    """AWS (``PUNCTUAL_*``) with ``--aws``, else the running local stack's settings when there is one: its table,
+    and how it polls (a task is flagged for the fast path by the stack's poll interval, not this process's)."""
     from punctual.stores.dlq import file_queue_url
-    from punctual_tools.local.stack import read_state
+    from punctual_tools.local.stack import client_settings, read_state
 
     state = read_state(_home(args))
     overrides: dict[str, Any] = {}
     if state and not args.aws:
         overrides = {
-            "endpoint_url": state["endpoint_url"],
-            "table_name": state["table_name"],
-            "shard_count": state["shard_count"],
+            **client_settings(state),
             "dead_letter_queue_url": state.get("dead_letter_queue_url") or file_queue_url(_home(args) / "dlq.jsonl"),
         }
     return Settings.from_env(**overrides)
@@ -683,17 +709,39 @@ def build_parser() -> argparse.ArgumentParser:
         prog="punctual", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--home", help="where the local stack keeps data, logs and state (default .punctual)")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def stack_options(p: argparse.ArgumentParser, poll_default: float) -> None:
         p.add_argument("--port", type=int, default=8765, help="DynamoDB Local port (0 picks a free one)")
-        p.add_argument("--poll-interval", type=float, default=poll_default, metavar="SECONDS")
-        p.add_argument("--shards", type=int, default=None)
-        p.add_argument("--table", default=None)
+        p.add_argument(
+            "--poll-interval",
+            type=float,
+            default=poll_default,
+            metavar="SECONDS",
+            help="seconds between two polls of the due index (ticks aligned to the clock); a task written due "
+            "sooner than this + 10 s goes by the stream fast path instead",
+        )
+        p.add_argument(
+            "--shards",
+            type=int,
+            default=None,
+            help="shards per minute bucket of the due index (default PUNCTUAL_SHARD_COUNT, or 4)",
+        )
+        p.add_argument(
+            "--table", default=None, help="the tasks table's name (default PUNCTUAL_TABLE_NAME, or punctual-tasks)"
+        )
         p.add_argument("--in-memory", action="store_true", help="keep DynamoDB Local's data in memory only")
 
-    up = sub.add_parser("up", help="run DynamoDB Local, the poller and the executors until Ctrl-C")
+    up = sub.add_parser(
+        "up",
+        help="run DynamoDB Local, the poller and the executors until Ctrl-C",
+        description="Run the whole system on this machine until Ctrl-C (or --duration): DynamoDB Local, the poller "
+        "every --poll-interval seconds, executors as Lambda runs them, the stream fast path and the REST API. A "
+        "task written due sooner than the poll interval + 10 s (PUNCTUAL_FAST_PATH_MARGIN_MS) goes by the fast "
+        "path: the table's stream dispatches it at once; one due later waits for the poll that finds it. "
+        "<home>/stack.json is written once the stack is ready (punctual status --wait SECONDS waits for it).",
+    )
     stack_options(up, 60.0)
     up.add_argument("--api-port", type=int, default=8766, help="the REST API's loopback port (0 picks a free one)")
     up.add_argument(
@@ -714,10 +762,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="the REST API also serves this tenant, with a token of its own in <home>/tokens/NAME "
         "(repeatable; the tenant local, token in <home>/api-token, is always served)",
     )
+    up.add_argument(
+        "--prewarm",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="executor environments started, through their INIT, before the stack is ready "
+        "(default 16; no more than the executor's concurrency)",
+    )
+    up.add_argument(
+        "--no-api",
+        dest="serve_api",
+        action="store_false",
+        help="serve no REST API (the CLI's commands without --api, and the client, write to the table)",
+    )
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
-    up.add_argument("--demo-tasks", type=int, default=300)
-    up.add_argument("--demo-over", type=float, default=20.0)
-    up.add_argument("--demo-burst", type=int, default=200)
+    up.add_argument("--demo-tasks", type=int, default=300, help="the demo's tasks, spread over --demo-over seconds")
+    up.add_argument("--demo-over", type=float, default=20.0, metavar="SECONDS", help="the demo's span")
+    up.add_argument("--demo-burst", type=int, default=200, help="besides them, this many due at one single instant")
     up.add_argument(
         "--demo-webhooks",
         type=int,
@@ -735,6 +797,16 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     up.add_argument("--api", action="store_true", help="the demo schedules through the REST API, not the table")
     up.set_defaults(func=cmd_up)
+
+    status = sub.add_parser("status", help="print the running local stack's state (stack.json) once it is ready")
+    status.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for a stack to be ready (exit 1 if none is by then)",
+    )
+    status.set_defaults(func=cmd_status)
 
     demo = sub.add_parser("demo", help="schedule tasks on the local stack and report their drift")
     stack_options(demo, 5.0)

@@ -17,7 +17,8 @@ the worker joins its group itself (:func:`join`) before it loads the handler. A 
 starts with the CPU of its INIT (:func:`init_quota_us`: a whole core at least, see below) and is set to the memory
 size's share (:meth:`CpuGroups.set_quota`) once the environment is ready. Groups are removed when their
 worker has ended, and ``punctual-<pid>`` when its process stops; those of a process that no longer runs (a
-stack that was killed) are removed at the next :meth:`CpuGroups.open`, after their processes are ended.
+stack that was killed) are removed when the next stack starts (:func:`remove_stale_groups`, whatever its profile)
+and at the next :meth:`CpuGroups.open`, after their processes are ended.
 
 **INIT's CPU.** AWS documents the INIT phase's 10 s limit, not its CPU. Measured in public, an on-demand
 function's INIT runs unthrottled, on up to two vCPUs whatever its memory size, and one started for provisioned
@@ -290,6 +291,21 @@ def _remove_group(group: Path, wait_s: float = 2.0) -> None:
                 log.warning("cannot remove the cgroup %s: %s", group, exc.strerror or exc)
                 return
             time.sleep(0.05)
+
+
+def remove_stale_groups(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/proc/self/cgroup") -> None:
+    """Remove the groups (and end the processes left in them) of every stack that no longer runs, in each
+    hierarchy this process's group is in: what a killed stack left, whatever profile the next one runs under."""
+    try:
+        mounts = _mounts(Path(mountinfo_path).read_text())
+        proc_cgroup = Path(cgroup_path).read_text()
+    except OSError:
+        return
+    for mount in mounts:
+        own = _own_path(proc_cgroup, mount.version)
+        if own is not None:
+            with contextlib.suppress(OSError):
+                _remove_stale(_group_dir(mount, own))
 
 
 def _remove_stale(base: Path) -> None:

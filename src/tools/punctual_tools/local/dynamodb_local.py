@@ -50,6 +50,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -61,6 +62,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from punctual.config.clients import LOCAL_CREDENTIALS, dynamodb_client
 from punctual.errors import PunctualError
 from punctual.executing.priority import lower_process_at_start
+from punctual_tools.local.parent_death import signal_on_parent_death
 
 LOOPBACK_HOST = "127.0.0.1"
 # Serial GC and the C1 compiler only: about 20% less CPU per request in steady state and half the warm-up
@@ -272,8 +274,11 @@ class DynamoDBLocal:
     -----
     The server listens on all interfaces (see the module docstring); :attr:`endpoint_url` is loopback.
     :meth:`stop` also runs at interpreter exit. The child runs in its own session so that a Ctrl+C in the
-    terminal reaches only the Python process, which can then finish its writes and stop the server itself;
-    if the Python process is killed with SIGKILL the server is left running.
+    terminal reaches only the Python process, which can then finish its writes and stop the server itself.
+    If the Python process dies otherwise (SIGKILL, of it or of its process group), the kernel kills the server
+    at once (:mod:`~punctual_tools.local.parent_death`): nothing is left running, and what it wrote stays on
+    disk (every write is committed per request), for the next server on the same ``data_dir``. The server is
+    started from a thread of this object's that lives until :meth:`stop`, whichever thread calls :meth:`start`.
     """
 
     def __init__(
@@ -301,6 +306,7 @@ class DynamoDBLocal:
         self._log_path: Path | None = None
         self._owns_log = False
         self._lock = threading.RLock()
+        self._launcher: ThreadPoolExecutor | None = None  # the thread the server's life is tied to
         self.startup_s: float | None = None
         """Seconds from launching ``java`` until the first ``ListTables`` succeeded (after :meth:`start`)."""
 
@@ -413,19 +419,23 @@ class DynamoDBLocal:
         ]
         command += ["-inMemory"] if self.in_memory else ["-dbPath", str(self.data_dir)]
         started = time.monotonic()
+        if self._launcher is None:
+            self._launcher = ThreadPoolExecutor(1, thread_name_prefix="dynamodb-local")
         with open(self._log_path, "ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
-            self._process = subprocess.Popen(
+            self._process = self._launcher.submit(
+                subprocess.Popen,
                 command,
                 cwd=jar.parent,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                # The store's work (Java, GC) must not take a core from a dispatcher about to fire.
-                preexec_fn=lower_process_at_start,  # noqa: PLW1509 - no threads involved in the child
-            )
+                # The store's work (Java, GC) must not take a core from a dispatcher about to fire; and the
+                # server ends with the launcher thread, that is with this process, however it dies.
+                preexec_fn=signal_on_parent_death(signal.SIGKILL, lower_process_at_start),
+            ).result()
         atexit.register(self.stop)
         self._wait_until_ready(started, timeout)
         self.startup_s = time.monotonic() - started
@@ -495,6 +505,9 @@ class DynamoDBLocal:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+            if self._launcher is not None:
+                self._launcher.shutdown(wait=False)
+                self._launcher = None
             if remove_log and self._owns_log and self._log_path is not None:
                 self._log_path.unlink(missing_ok=True)
                 self._owns_log = False

@@ -7,11 +7,17 @@ its INIT, see :mod:`punctual_tools.local.cpu_quota`); then it reads its spec fro
 :func:`punctual_tools.local.worker.run_worker`, whose imports and handler module (boto3, pydantic, Powertools,
 Punctual) are the INIT, paid in full as in Lambda. The pipe speaks :mod:`multiprocessing.connection`'s protocol,
 as a forked worker's does. Until the worker sends its log there, the interpreter writes to the log file.
+
+The environment runs in a process group of its own, so a signal to the stack's group does not reach it; when
+the thread that started it ends (the stack stopped or died, however), the kernel sends it SIGCONT
+(:mod:`~punctual_tools.local.parent_death`): an idle environment, frozen, wakes, finds its pipe closed and exits;
+a busy one finishes the batch it holds, as a Lambda invocation outlives the poller that sent it, and exits then.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import IO, TYPE_CHECKING
 
@@ -59,6 +65,9 @@ def start_environment(conn: Connection, cgroup: str | None, log_path: str | None
     arguments (``handler_path``, ``log_path``, ``env``) and ``worker``, the :class:`WorkerSpec`'s fields."""
     import subprocess
 
+    from punctual_tools.local.parent_death import signal_on_parent_death
+
+    wake_when_orphaned = signal_on_parent_death(signal.SIGCONT)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
     command = [sys.executable, "-m", MODULE, str(conn.fileno()), *([cgroup] if cgroup else [])]
@@ -72,6 +81,8 @@ def start_environment(conn: Connection, cgroup: str | None, log_path: str | None
             stderr=subprocess.STDOUT if out else None,
             pass_fds=(conn.fileno(),),
             process_group=0,  # Ctrl-C reaches the runtime only; it stops the workers itself
+            # (a prctl and a getppid in the child; the invoker's starter thread lives as long as the invoker)
+            preexec_fn=wake_when_orphaned,  # noqa: PLW1509 - no lock is taken between fork and exec
         )
 
     if log_path:

@@ -3,9 +3,12 @@ stream, executors in worker processes.
 
 ``LocalStack`` is what ``punctual up`` runs and what the demo, the end-to-end tests and the benchmark start.
 Its state file (``.punctual/stack.json``) lets other commands find a running stack (and each tenant's API
-token: ``api_token_files``), and lets a restart clean up after a stack that was killed. It is written once every
-part is up, so that a client that finds it finds the API listening; it also says under which profile the
-executors run and whether their CPU quota took effect.
+token: ``api_token_files``), and lets a restart clean up after a stack that was killed. It is written once the
+stack is ready (``"ready": true``): the warm executors through their INIT, the poller's first tick done, the
+fast path following the stream, the API (unless ``api=False``) listening; a state file a killed stack left is
+removed as the next one starts. :func:`wait_ready` (``punctual status --wait``) waits for it. The file also
+says how the stack polls (what a client needs to choose the fast path: :func:`client_settings`), under which
+profile the executors run and whether their CPU quota took effect.
 
 The executors run under ``LocalSettings.profile``: ``lambda`` (the default) applies the executor function's
 configuration in ``template.yaml`` as Lambda does (see :mod:`punctual_tools.local.invoker`), the functions write
@@ -50,6 +53,7 @@ from punctual_tools.iam import check_client, check_enabled
 from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
 from punctual_tools.iam.live import iam_check
 from punctual_tools.local.api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
+from punctual_tools.local.cpu_quota import remove_stale_groups
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import (
@@ -170,10 +174,40 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
+    """The state file in ``home`` as it is (a stack that was killed may have left it), or None."""
     try:
         return json.loads((home / "stack.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+READY_POLL_S = 0.05
+
+
+def wait_ready(home: Path, timeout_s: float) -> dict[str, Any] | None:
+    """The state of the stack that runs with its home at ``home`` once it is ready (its state file says so and
+    its process runs), waiting up to ``timeout_s`` seconds for it; None if none is ready by then.
+
+    Examples
+    --------
+    >>> state = wait_ready(Path(".punctual"), 120)  # doctest: +SKIP
+    >>> client = Client(Settings.from_env(**client_settings(state)))  # doctest: +SKIP
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = read_state(home)
+        if state and state.get("ready") and _alive(state.get("pid")):
+            return state
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(READY_POLL_S)
+
+
+def client_settings(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a client of a running stack takes from its state file: where the table is, and how the stack
+    polls (its poll interval and fast-path margin decide which tasks a write flags for the fast path)."""
+    names = ("endpoint_url", "table_name", "shard_count", "poll_interval_ms", "fast_path_margin_ms")
+    return {name: state[name] for name in names if name in state}
 
 
 def make_private(home: Path) -> None:
@@ -225,6 +259,7 @@ class LocalStack:
         self._on_poll = on_poll
         self._on_batch = on_batch
         self._stop = threading.Event()
+        self._first_tick = threading.Event()  # the poll loop's first tick is over (whatever its outcome)
         self._thread: threading.Thread | None = None
         self.ddb: DynamoDBLocal | None = None
         self.invoker: LocalInvoker | None = None
@@ -267,9 +302,12 @@ class LocalStack:
         return self.config.home / "dlq.jsonl"
 
     def _clean_stale(self) -> tuple[int, int] | None:
-        """A previous stack that was killed (SIGKILL) leaves its DynamoDB Local and workers running: the workers
-        are stopped; its DynamoDB Local, if it serves this home's data directory, is returned (pid, port) for
-        the new stack to keep (a restart then waits for no new store), else stopped too."""
+        """What a previous stack that was killed (SIGKILL) left: the CPU groups of its executors (of any stack
+        no longer running, with what still runs in them) are removed; its workers still running (a busy one
+        finishes its batch) are stopped; its DynamoDB Local, if it still serves this home's data directory, is
+        returned (pid, port) for the new stack to keep (a restart then waits for no new store), else stopped
+        too; and its state file is removed, so that nobody takes it for this stack's."""
+        remove_stale_groups()
         state = read_state(self.config.home)
         if not state:
             return None
@@ -285,6 +323,7 @@ class LocalStack:
                 log.warning("stopping process %s left by a stack that did not stop cleanly", pid)
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        (self.config.home / "stack.json").unlink(missing_ok=True)
         time.sleep(0.2)
         return keep
 
@@ -451,6 +490,7 @@ class LocalStack:
                 ) from exc
             for tenant, path in self.api_token_files.items():
                 log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
+        self._first_tick.wait()  # (a tick ends by its deadline) after a restart, what the dead held is dispatched
         self._up = True
         self._write_state()  # last: whoever finds it finds every part up
         return self
@@ -533,11 +573,14 @@ class LocalStack:
     def _write_state_locked(self) -> None:
         assert self.ddb is not None and self.settings is not None
         state = {
+            "ready": True,  # (written at the end of the start only: see the module's docstring)
             "pid": os.getpid(),
             "endpoint_url": self.settings.endpoint_url,
             "table_name": self.settings.table_name,
             "shard_count": self.settings.shard_count,
             "poll_interval_ms": self.settings.poll_interval_ms,
+            "fast_path_margin_ms": self.settings.fast_path_margin_ms,
+            "fast_path": self.config.fast_path,
             "fire_log": str(self.fire_log),
             "dead_letter_queue_url": self.settings.dead_letter_queue_url,
             "allowed_targets": self.settings.allowed_targets,
@@ -631,6 +674,8 @@ class LocalStack:
                     log.info("a poll still running when the stack stopped ended: %s", type(exc).__name__)
                 else:
                     log.exception("poll failed")
+            finally:
+                self._first_tick.set()
             now = int(time.time() * 1000)
             self._stop.wait((next_tick(now, interval) - now) / 1000)
 

@@ -156,6 +156,9 @@ def run_worker(
         except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
             traceback.print_exc()
             response = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        conn.send(response)
+        try:
+            conn.send(response)
+        except OSError:  # the invoker is gone (the stack died): nobody is left to answer
+            return
         if stopping.is_set():
             return

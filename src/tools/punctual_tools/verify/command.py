@@ -94,7 +94,7 @@ def aws_target(args: argparse.Namespace, clients: Clients) -> Target:
 
 def local_target(args: argparse.Namespace, home: Path, clients: Clients) -> Target:
     """The running local stack (its state file), with SQS at ``--sqs-endpoint``."""
-    from punctual_tools.local.stack import read_state
+    from punctual_tools.local.stack import client_settings, read_state
 
     state = read_state(home)
     if not state:
@@ -105,12 +105,7 @@ def local_target(args: argparse.Namespace, home: Path, clients: Clients) -> Targ
             f"a local stack has no SQS: give --sqs-endpoint (moto_server's URL, say), the one its executors have "
             f"as {SQS_ENDPOINT_VARIABLE}"
         )
-    settings = Settings.from_env(
-        endpoint_url=state["endpoint_url"],
-        table_name=state["table_name"],
-        shard_count=state["shard_count"],
-        poll_interval_ms=state["poll_interval_ms"],
-    )
+    settings = Settings.from_env(**client_settings(state))
     sqs = clients.sqs if clients.sqs is not None else aws_client("sqs", endpoint, settings.region)
 
     def cost(start_ms: int, end_ms: int) -> list[str]:
