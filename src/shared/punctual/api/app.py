@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from http import HTTPStatus
@@ -116,6 +117,65 @@ def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
     return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}} for code in codes}
 
 
+def _op(method: str, path: str) -> str:
+    """A JSON pointer to the operation ``method`` ``path`` of this document (an OpenAPI link's ``operationRef``)."""
+    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+
+
+def _links(name: str, operations: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """OpenAPI links from an answer naming a task or schedule (its ``name`` field) to the operations on it: what a
+    client (and the stateful fuzz) may call next with the id it was given."""
+    return {
+        link: {"operationRef": _op(method, path), "parameters": {name: f"$response.body#/{name}"}}
+        for link, (method, path) in operations.items()
+    }
+
+
+TASK_LINKS = _links(
+    "task_id",
+    {
+        "GetTask": ("get", "/v1/tasks/{task_id}"),
+        "CancelTask": ("post", "/v1/tasks/{task_id}/cancel"),
+        "RescheduleTask": ("post", "/v1/tasks/{task_id}/reschedule"),
+        "RunTaskNow": ("post", "/v1/tasks/{task_id}/run-now"),
+        "RedriveTask": ("post", "/v1/tasks/{task_id}/redrive"),
+    },
+)
+SCHEDULE_LINKS = _links(
+    "schedule_id",
+    {
+        "GetSchedule": ("get", "/v1/schedules/{schedule_id}"),
+        "UpdateSchedule": ("patch", "/v1/schedules/{schedule_id}"),
+        "DeleteSchedule": ("delete", "/v1/schedules/{schedule_id}"),
+        "PauseSchedule": ("post", "/v1/schedules/{schedule_id}/pause"),
+        "ResumeSchedule": ("post", "/v1/schedules/{schedule_id}/resume"),
+        "RunScheduleNow": ("post", "/v1/schedules/{schedule_id}/run-now"),
+        "ScheduleHistory": ("get", "/v1/schedules/{schedule_id}/history"),
+    },
+)
+
+
+def _answer(description: str, model: type[Any], links: dict[str, Any] | None = None) -> OpenAPIResponse:
+    """A JSON answer of ``model``, with ``links`` to the operations on what it names."""
+    answer: OpenAPIResponse = {"description": description, "content": {"application/json": {"model": model}}}
+    if links:
+        answer["links"] = links
+    return answer
+
+
+def parse_body(text: str) -> Any:
+    """A request body's JSON. Python refuses to read an integer of more digits than ``sys.get_int_max_str_digits()``
+    with a ValueError that is no JSONDecodeError (so Powertools would let it escape as a 500): that is reported as
+    the body's decoding error, a 400 naming the body."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        limit = sys.get_int_max_str_digits()
+        raise json.JSONDecodeError(f"a number has more than {limit} digits", text, 0) from exc
+
+
 def _field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else [str(p) for p in loc]
     return ".".join(parts) or None
@@ -125,6 +185,9 @@ class JsonResolver(APIGatewayRestResolver):
     """Powertools' REST resolver that takes request bodies as JSON only: another media type is a 415 problem
     before any parsing (Powertools would otherwise try forms and multipart, and fail on a malformed one with a
     500)."""
+
+    def __init__(self) -> None:
+        super().__init__(enable_validation=True, strip_prefixes=None, json_body_deserializer=parse_body)
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
@@ -149,7 +212,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     """The resolver, with ``client_factory`` giving the client its operations go through (once per request: a
     client is cheap; the store is shared by the factory) and ``tenant_map`` naming the tenants of principals: a
     map, or the source asked for it at each request (which reads it again once its copy is old)."""
-    app = JsonResolver(enable_validation=True, strip_prefixes=None)
+    app = JsonResolver()
     tenants = FixedTenantMap(tenant_map) if isinstance(tenant_map, TenantMap) else tenant_map
 
     def service() -> TenantService:
@@ -170,8 +233,12 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     @handles(RequestValidationError)
     def _invalid(exc: RequestValidationError) -> Response[str]:
         errors = list(exc.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return _problem(400, "the body is not JSON", "body", kind="invalid")
+        for error in errors:
+            if error.get("type") == "json_invalid":
+                why = (error.get("ctx") or {}).get("error")
+                return _problem(
+                    400, f"the body is not JSON ({why})" if why else "the body is not JSON", "body", kind="invalid"
+                )
         found = [{"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", "invalid"))} for e in errors]
         first = found[0] if found else {"field": None, "message": "invalid request"}
         return _problem(
@@ -231,11 +298,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Schedule a task",
         tags=["tasks"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-            200: {
-                "description": "An equal task was already stored",
-                "content": {"application/json": {"model": TaskOut}},
-            },
+            201: _answer("Created", TaskOut, TASK_LINKS),
+            200: _answer("An equal task was already stored", TaskOut, TASK_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -248,7 +312,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List tasks",
         tags=["tasks"],
         responses={
-            200: {"description": "A page", "content": {"application/json": {"model": TaskPage}}},
+            200: _answer("A page", TaskPage),
             **_problems(403, 422),
         },
     )
@@ -266,7 +330,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a task",
         tags=["tasks"],
         responses={
-            200: {"description": "The task", "content": {"application/json": {"model": TaskOut}}},
+            200: _answer("The task", TaskOut, TASK_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -278,7 +342,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Cancel a task not armed yet",
         tags=["tasks"],
         responses={
-            200: {"description": "Cancelled", "content": {"application/json": {"model": TaskOut}}},
+            200: _answer("Cancelled", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -290,7 +354,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Move a task not armed yet",
         tags=["tasks"],
         responses={
-            200: {"description": "Rescheduled", "content": {"application/json": {"model": TaskOut}}},
+            200: _answer("Rescheduled", TaskOut, TASK_LINKS),
             **_problems(400, 403, 404, 409, 415, 422),
         },
     )
@@ -302,7 +366,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Fire a task not armed yet now",
         tags=["tasks"],
         responses={
-            200: {"description": "Due now", "content": {"application/json": {"model": TaskOut}}},
+            200: _answer("Due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -314,7 +378,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Send a FAILED task again",
         tags=["tasks"],
         responses={
-            200: {"description": "PENDING, due now", "content": {"application/json": {"model": TaskOut}}},
+            200: _answer("PENDING, due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -327,11 +391,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Create a recurring schedule",
         tags=["schedules"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
-            200: {
-                "description": "An equal schedule was already stored",
-                "content": {"application/json": {"model": ScheduleOut}},
-            },
+            201: _answer("Created", ScheduleOut, SCHEDULE_LINKS),
+            200: _answer("An equal schedule was already stored", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -344,7 +405,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List schedules",
         tags=["schedules"],
         responses={
-            200: {"description": "The tenant's schedules", "content": {"application/json": {"model": ScheduleList}}},
+            200: _answer("The tenant's schedules", ScheduleList),
             **_problems(403, 422),
         },
     )
@@ -356,7 +417,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "The schedule", "content": {"application/json": {"model": ScheduleOut}}},
+            200: _answer("The schedule", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -368,7 +429,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Change a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
+            200: _answer("Changed", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 404, 409, 415, 422, 429),
         },
     )
@@ -382,7 +443,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Delete a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Deleted", "content": {"application/json": {"model": ScheduleOut}}},
+            200: _answer("Deleted", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -394,7 +455,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Pause a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Paused", "content": {"application/json": {"model": ScheduleOut}}},
+            200: _answer("Paused", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -406,7 +467,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Resume a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
+            200: _answer("Active", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -418,8 +479,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="One extra occurrence, due now",
         tags=["schedules"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-            200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
+            201: _answer("Created", TaskOut, TASK_LINKS),
+            200: _answer("Already made", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -432,7 +493,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="A schedule's occurrences",
         tags=["schedules"],
         responses={
-            200: {"description": "Oldest first", "content": {"application/json": {"model": History}}},
+            200: _answer("Oldest first", History),
             **_problems(403, 404, 422),
         },
     )
