@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from punctual.api.links import SCHEDULE_LINKS, TASK_LINKS, answer
 from punctual.api.service import TenantService
 from punctual.api.views import (
     MAX_PAGE,
@@ -115,52 +116,6 @@ def _problem(
 
 def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
     return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}} for code in codes}
-
-
-def _op(method: str, path: str) -> str:
-    """A JSON pointer to the operation ``method`` ``path`` of this document (an OpenAPI link's ``operationRef``)."""
-    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
-
-
-def _links(name: str, operations: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """OpenAPI links from an answer naming a task or schedule (its ``name`` field) to the operations on it: what a
-    client (and the stateful fuzz) may call next with the id it was given."""
-    return {
-        link: {"operationRef": _op(method, path), "parameters": {name: f"$response.body#/{name}"}}
-        for link, (method, path) in operations.items()
-    }
-
-
-TASK_LINKS = _links(
-    "task_id",
-    {
-        "GetTask": ("get", "/v1/tasks/{task_id}"),
-        "CancelTask": ("post", "/v1/tasks/{task_id}/cancel"),
-        "RescheduleTask": ("post", "/v1/tasks/{task_id}/reschedule"),
-        "RunTaskNow": ("post", "/v1/tasks/{task_id}/run-now"),
-        "RedriveTask": ("post", "/v1/tasks/{task_id}/redrive"),
-    },
-)
-SCHEDULE_LINKS = _links(
-    "schedule_id",
-    {
-        "GetSchedule": ("get", "/v1/schedules/{schedule_id}"),
-        "UpdateSchedule": ("patch", "/v1/schedules/{schedule_id}"),
-        "DeleteSchedule": ("delete", "/v1/schedules/{schedule_id}"),
-        "PauseSchedule": ("post", "/v1/schedules/{schedule_id}/pause"),
-        "ResumeSchedule": ("post", "/v1/schedules/{schedule_id}/resume"),
-        "RunScheduleNow": ("post", "/v1/schedules/{schedule_id}/run-now"),
-        "ScheduleHistory": ("get", "/v1/schedules/{schedule_id}/history"),
-    },
-)
-
-
-def _answer(description: str, model: type[Any], links: dict[str, Any] | None = None) -> OpenAPIResponse:
-    """A JSON answer of ``model``, with ``links`` to the operations on what it names."""
-    answer: OpenAPIResponse = {"description": description, "content": {"application/json": {"model": model}}}
-    if links:
-        answer["links"] = links
-    return answer
 
 
 def parse_body(text: str) -> Any:
@@ -298,8 +253,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Schedule a task",
         tags=["tasks"],
         responses={
-            201: _answer("Created", TaskOut, TASK_LINKS),
-            200: _answer("An equal task was already stored", TaskOut, TASK_LINKS),
+            201: answer("Created", TaskOut, TASK_LINKS),
+            200: answer("An equal task was already stored", TaskOut, TASK_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -312,7 +267,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List tasks",
         tags=["tasks"],
         responses={
-            200: _answer("A page", TaskPage),
+            200: answer("A page", TaskPage),
             **_problems(403, 422),
         },
     )
@@ -330,7 +285,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a task",
         tags=["tasks"],
         responses={
-            200: _answer("The task", TaskOut, TASK_LINKS),
+            200: answer("The task", TaskOut, TASK_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -342,7 +297,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Cancel a task not armed yet",
         tags=["tasks"],
         responses={
-            200: _answer("Cancelled", TaskOut, TASK_LINKS),
+            200: answer("Cancelled", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -354,7 +309,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Move a task not armed yet",
         tags=["tasks"],
         responses={
-            200: _answer("Rescheduled", TaskOut, TASK_LINKS),
+            200: answer("Rescheduled", TaskOut, TASK_LINKS),
             **_problems(400, 403, 404, 409, 415, 422),
         },
     )
@@ -366,7 +321,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Fire a task not armed yet now",
         tags=["tasks"],
         responses={
-            200: _answer("Due now", TaskOut, TASK_LINKS),
+            200: answer("Due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -378,7 +333,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Send a FAILED task again",
         tags=["tasks"],
         responses={
-            200: _answer("PENDING, due now", TaskOut, TASK_LINKS),
+            200: answer("PENDING, due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -391,8 +346,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Create a recurring schedule",
         tags=["schedules"],
         responses={
-            201: _answer("Created", ScheduleOut, SCHEDULE_LINKS),
-            200: _answer("An equal schedule was already stored", ScheduleOut, SCHEDULE_LINKS),
+            201: answer("Created", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("An equal schedule was already stored", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -405,7 +360,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List schedules",
         tags=["schedules"],
         responses={
-            200: _answer("The tenant's schedules", ScheduleList),
+            200: answer("The tenant's schedules", ScheduleList),
             **_problems(403, 422),
         },
     )
@@ -417,7 +372,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a schedule",
         tags=["schedules"],
         responses={
-            200: _answer("The schedule", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("The schedule", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -429,7 +384,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Change a schedule",
         tags=["schedules"],
         responses={
-            200: _answer("Changed", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("Changed", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 404, 409, 415, 422, 429),
         },
     )
@@ -443,7 +398,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Delete a schedule",
         tags=["schedules"],
         responses={
-            200: _answer("Deleted", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("Deleted", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -455,7 +410,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Pause a schedule",
         tags=["schedules"],
         responses={
-            200: _answer("Paused", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("Paused", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -467,7 +422,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Resume a schedule",
         tags=["schedules"],
         responses={
-            200: _answer("Active", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("Active", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -479,8 +434,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="One extra occurrence, due now",
         tags=["schedules"],
         responses={
-            201: _answer("Created", TaskOut, TASK_LINKS),
-            200: _answer("Already made", TaskOut, TASK_LINKS),
+            201: answer("Created", TaskOut, TASK_LINKS),
+            200: answer("Already made", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -493,7 +448,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="A schedule's occurrences",
         tags=["schedules"],
         responses={
-            200: _answer("Oldest first", History),
+            200: answer("Oldest first", History),
             **_problems(403, 404, 422),
         },
     )

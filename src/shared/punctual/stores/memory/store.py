@@ -418,11 +418,8 @@ class InMemoryStore(Store):
 
     def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
         with self._lock:
-            found = [
-                self._schedules[s].model_copy(deep=True)
-                for s in sorted(self._schedules)
-                if id_prefix is None or s.startswith(id_prefix)
-            ]
+            ids = [s for s in sorted(self._schedules) if id_prefix is None or s.startswith(id_prefix)]
+            found = [self._schedules[s].model_copy(deep=True) for s in ids]
         yield from found
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
