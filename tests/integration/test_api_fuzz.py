@@ -2,7 +2,9 @@
 
 Every operation gets valid and invalid requests, bounded in number; whatever is sent, the API never answers a
 5xx, answers only the statuses and content types its document lists, with bodies that match its schemas, and
-refuses what the document says is invalid."""
+refuses what the document says is invalid. Then sequences of calls follow the document's links (a task or
+schedule created, then read, changed, paused, cancelled, run, deleted by the id the API gave), with the same
+checks at every step: whatever state earlier calls left, no call answers a 5xx."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ REQUEST_BOUND_S = 120.0
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fuzz-token"
 EXAMPLES = 30  # per operation and mode (16 operations, valid and invalid): about 1,000 requests, ~25 s
+SCENARIOS, STEPS = 40, 6  # linked sequences, each of at most STEPS calls: at most 240 requests
 schema = schemathesis.openapi.from_path(ROOT / "openapi.json")
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES, deterministic=True
@@ -45,6 +48,7 @@ CHECKS = [
     response_schema_conformance,
     negative_data_rejection,
 ]
+STATEFUL_CHECKS = CHECKS[:-1]  # a linked call's id comes from an answer: "negative" data may then be valid
 
 
 @pytest.fixture(scope="module")
@@ -74,4 +78,25 @@ def api(ddb_local: str) -> Iterator[LocalApi]:
 def test_the_api_holds_to_its_document(case: Any, api: LocalApi) -> None:
     case.call_and_validate(
         base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS, timeout=REQUEST_BOUND_S
+    )
+
+
+def test_linked_sequences_of_calls_never_answer_a_server_error(api: LocalApi) -> None:
+    base = schema.as_state_machine()
+
+    class Workflow(base):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": api.url, "headers": {"Authorization": f"Bearer {TOKEN}"}, "timeout": REQUEST_BOUND_S}
+
+        def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
+            case.validate_response(response, checks=STATEFUL_CHECKS, transport_kwargs=kwargs)
+
+    Workflow.run(
+        settings=settings(
+            max_examples=SCENARIOS,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+        )
     )

@@ -30,3 +30,26 @@ def test_every_operation_is_authenticated_and_answers_problems() -> None:
             assert "403" in errors, (method, path)
             for response in errors.values():
                 assert list(response["content"]) == ["application/problem+json"], (method, path)
+
+
+def test_every_answer_naming_a_task_or_schedule_links_to_the_operations_on_it() -> None:
+    # (the stateful fuzz, tests/integration/test_api_fuzz.py, follows these links)
+    document = json.loads(current())
+    linked = 0
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for code, response in operation["responses"].items():
+                schema = json.dumps(response.get("content", {}).get("application/json", {}).get("schema", {}))
+                names = [n for n in ("TaskOut", "ScheduleOut") if schema.endswith(f'/{n}"}}')]
+                if not names:
+                    assert "links" not in response, (method, path, code)
+                    continue
+                links = response["links"]
+                name = "task_id" if names == ["TaskOut"] else "schedule_id"
+                for link in links.values():
+                    assert link["parameters"] == {name: f"$response.body#/{name}"}, (method, path, link)
+                    *_, target, target_method = link["operationRef"].split("/")
+                    target_path = target.replace("~1", "/").replace("~0", "~")
+                    assert {p["name"] for p in document["paths"][target_path][target_method]["parameters"]} >= {name}
+                linked += 1
+    assert linked >= 15

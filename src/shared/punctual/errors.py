@@ -230,12 +230,15 @@ class ScheduleStateError(StateError):
 
 class UndecodableItemError(PunctualError, ValueError):
     """A stored item cannot be read as what its key says it is (written by hand, or by a version of Punctual that
-    stores something this one does not know); ``key`` names it. Reading it changed nothing."""
+    stores something this one does not know); ``key`` names it and ``reason`` says what failed (the exception
+    reading it raised, whatever it was). Reading it changed nothing."""
 
     key: str = ""
+    reason: str = ""
 
     def __init__(self, key: str, what: str, cause: BaseException) -> None:
-        super().__init__(f"{what} item {key!r} cannot be read: {type(cause).__name__}: {cause}"[:1000])
+        self.reason = f"{type(cause).__name__}: {cause}"[:900]
+        super().__init__(f"{what} item {key!r} cannot be read: {self.reason}"[:1000])
         self.key = key
 
 

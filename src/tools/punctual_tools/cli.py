@@ -38,6 +38,7 @@ from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
+from punctual.domain.model import Unreadable
 from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
 from punctual.scheduling.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
 from punctual_tools.progress import CLEAR_LINE, ProgressLine
@@ -470,8 +471,9 @@ def _instant(text: str | None, flag: str) -> datetime | None:
 def cmd_schedules(args: argparse.Namespace) -> int:
     """List recurring schedules, or show, pause, resume, delete one, or list its occurrences."""
     client = _client(args)
+    unreadable = Unreadable()
     if args.verb == "list":
-        for schedule in client.list_schedules():
+        for schedule in client.list_schedules(unreadable=unreadable):
             nxt = (
                 "-"
                 if schedule.next_due_ms is None
@@ -481,13 +483,15 @@ def cmd_schedules(args: argparse.Namespace) -> int:
                 f"{schedule.schedule_id}  {schedule.state}  {schedule.expression}  {schedule.timezone}  "
                 f"next {nxt}  made {schedule.created_count}  skipped {schedule.skipped_count}"
             )
+        report_unreadable(unreadable, "schedules")
         return 0
     if not args.schedule_id:
         raise InvalidRequestError("schedule_id", f"punctual schedules {args.verb} needs one")
     if args.verb == "history":
-        for task in client.schedule_history(args.schedule_id, limit=args.limit):
+        for task in client.schedule_history(args.schedule_id, limit=args.limit, unreadable=unreadable):
             drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
             print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
+        report_unreadable(unreadable, "occurrences")
         return 0
     verbs: dict[str, Callable[[str], Any]] = {
         "show": client.get_schedule,
@@ -620,10 +624,25 @@ def cmd_run_now(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for task in _client(args).list(status=args.status, limit=args.limit):
+    unreadable = Unreadable()
+    for task in _client(args).list(status=args.status, limit=args.limit, unreadable=unreadable):
         drift = "" if task.drift_ms is None else f"  drift {task.drift_ms:.3f} ms"
         print(f"{task.task_id}  {task.due_at.isoformat(timespec='milliseconds')}  {task.status}{drift}")
+    report_unreadable(unreadable, "tasks")
     return 0
+
+
+def report_unreadable(unreadable: Unreadable, what: str) -> None:
+    """Say on stderr how many stored items a listing of ``what`` left out because they cannot be read (the log
+    names each one's key); nothing when none was."""
+    if not unreadable.count:
+        return
+    shown = unreadable.keys[:10] + (["..."] if len(unreadable.keys) > 10 else [])
+    keys = f" ({', '.join(shown)})" if shown else ""
+    print(
+        f"punctual: {unreadable.count} stored item(s) left out of the {what} listed: they cannot be read{keys}",
+        file=sys.stderr,
+    )
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
@@ -916,14 +935,18 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{name} one task")
         p.add_argument("task_id")
         p.set_defaults(func=func)
-    schedules = sub.add_parser("schedules", help="recurring schedules: list, show, pause, resume, delete, history")
+    schedules = sub.add_parser(
+        "schedules",
+        help="recurring schedules: list, show, pause, resume, delete, history (items that cannot be read are left "
+        "out, counted on stderr)",
+    )
     schedules.add_argument(
         "verb", nargs="?", default="list", choices=("list", "show", "pause", "resume", "delete", "history")
     )
     schedules.add_argument("schedule_id", nargs="?")
     schedules.add_argument("--limit", type=int, default=None, help="history: the last N occurrences")
     schedules.set_defaults(func=cmd_schedules)
-    lst = sub.add_parser("list", help="list tasks")
+    lst = sub.add_parser("list", help="list tasks (items that cannot be read are left out, counted on stderr)")
     lst.add_argument("--status", default=None)
     lst.add_argument("--limit", type=int, default=50)
     lst.set_defaults(func=cmd_list)

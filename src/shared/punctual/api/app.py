@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from http import HTTPStatus
@@ -23,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from punctual.api.links import SCHEDULE_LINKS, TASK_LINKS, answer
 from punctual.api.service import TenantService
 from punctual.api.views import (
     MAX_PAGE,
@@ -116,6 +118,19 @@ def _problems(*codes: int) -> dict[int, OpenAPIResponse]:
     return {code: {"description": HTTPStatus(code).phrase, "content": {PROBLEM: {"model": Problem}}} for code in codes}
 
 
+def parse_body(text: str) -> Any:
+    """A request body's JSON. Python refuses to read an integer of more digits than ``sys.get_int_max_str_digits()``
+    with a ValueError that is no JSONDecodeError (so Powertools would let it escape as a 500): that is reported as
+    the body's decoding error, a 400 naming the body."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        limit = sys.get_int_max_str_digits()
+        raise json.JSONDecodeError(f"a number has more than {limit} digits", text, 0) from exc
+
+
 def _field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else [str(p) for p in loc]
     return ".".join(parts) or None
@@ -125,6 +140,9 @@ class JsonResolver(APIGatewayRestResolver):
     """Powertools' REST resolver that takes request bodies as JSON only: another media type is a 415 problem
     before any parsing (Powertools would otherwise try forms and multipart, and fail on a malformed one with a
     500)."""
+
+    def __init__(self) -> None:
+        super().__init__(enable_validation=True, strip_prefixes=None, json_body_deserializer=parse_body)
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
@@ -149,7 +167,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     """The resolver, with ``client_factory`` giving the client its operations go through (once per request: a
     client is cheap; the store is shared by the factory) and ``tenant_map`` naming the tenants of principals: a
     map, or the source asked for it at each request (which reads it again once its copy is old)."""
-    app = JsonResolver(enable_validation=True, strip_prefixes=None)
+    app = JsonResolver()
     tenants = FixedTenantMap(tenant_map) if isinstance(tenant_map, TenantMap) else tenant_map
 
     def service() -> TenantService:
@@ -170,8 +188,12 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     @handles(RequestValidationError)
     def _invalid(exc: RequestValidationError) -> Response[str]:
         errors = list(exc.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return _problem(400, "the body is not JSON", "body", kind="invalid")
+        for error in errors:
+            if error.get("type") == "json_invalid":
+                why = (error.get("ctx") or {}).get("error")
+                return _problem(
+                    400, f"the body is not JSON ({why})" if why else "the body is not JSON", "body", kind="invalid"
+                )
         found = [{"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", "invalid"))} for e in errors]
         first = found[0] if found else {"field": None, "message": "invalid request"}
         return _problem(
@@ -231,11 +253,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Schedule a task",
         tags=["tasks"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-            200: {
-                "description": "An equal task was already stored",
-                "content": {"application/json": {"model": TaskOut}},
-            },
+            201: answer("Created", TaskOut, TASK_LINKS),
+            200: answer("An equal task was already stored", TaskOut, TASK_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -248,7 +267,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List tasks",
         tags=["tasks"],
         responses={
-            200: {"description": "A page", "content": {"application/json": {"model": TaskPage}}},
+            200: answer("A page", TaskPage),
             **_problems(403, 422),
         },
     )
@@ -266,7 +285,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a task",
         tags=["tasks"],
         responses={
-            200: {"description": "The task", "content": {"application/json": {"model": TaskOut}}},
+            200: answer("The task", TaskOut, TASK_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -278,7 +297,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Cancel a task not armed yet",
         tags=["tasks"],
         responses={
-            200: {"description": "Cancelled", "content": {"application/json": {"model": TaskOut}}},
+            200: answer("Cancelled", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -290,7 +309,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Move a task not armed yet",
         tags=["tasks"],
         responses={
-            200: {"description": "Rescheduled", "content": {"application/json": {"model": TaskOut}}},
+            200: answer("Rescheduled", TaskOut, TASK_LINKS),
             **_problems(400, 403, 404, 409, 415, 422),
         },
     )
@@ -302,7 +321,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Fire a task not armed yet now",
         tags=["tasks"],
         responses={
-            200: {"description": "Due now", "content": {"application/json": {"model": TaskOut}}},
+            200: answer("Due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -314,7 +333,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Send a FAILED task again",
         tags=["tasks"],
         responses={
-            200: {"description": "PENDING, due now", "content": {"application/json": {"model": TaskOut}}},
+            200: answer("PENDING, due now", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -327,11 +346,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Create a recurring schedule",
         tags=["schedules"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": ScheduleOut}}},
-            200: {
-                "description": "An equal schedule was already stored",
-                "content": {"application/json": {"model": ScheduleOut}},
-            },
+            201: answer("Created", ScheduleOut, SCHEDULE_LINKS),
+            200: answer("An equal schedule was already stored", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 409, 415, 422, 429),
         },
     )
@@ -344,7 +360,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="List schedules",
         tags=["schedules"],
         responses={
-            200: {"description": "The tenant's schedules", "content": {"application/json": {"model": ScheduleList}}},
+            200: answer("The tenant's schedules", ScheduleList),
             **_problems(403, 422),
         },
     )
@@ -356,7 +372,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Get a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "The schedule", "content": {"application/json": {"model": ScheduleOut}}},
+            200: answer("The schedule", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 422),
         },
     )
@@ -368,7 +384,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Change a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Changed", "content": {"application/json": {"model": ScheduleOut}}},
+            200: answer("Changed", ScheduleOut, SCHEDULE_LINKS),
             **_problems(400, 403, 404, 409, 415, 422, 429),
         },
     )
@@ -382,7 +398,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Delete a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Deleted", "content": {"application/json": {"model": ScheduleOut}}},
+            200: answer("Deleted", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -394,7 +410,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Pause a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Paused", "content": {"application/json": {"model": ScheduleOut}}},
+            200: answer("Paused", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422),
         },
     )
@@ -406,7 +422,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="Resume a schedule",
         tags=["schedules"],
         responses={
-            200: {"description": "Active", "content": {"application/json": {"model": ScheduleOut}}},
+            200: answer("Active", ScheduleOut, SCHEDULE_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -418,8 +434,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="One extra occurrence, due now",
         tags=["schedules"],
         responses={
-            201: {"description": "Created", "content": {"application/json": {"model": TaskOut}}},
-            200: {"description": "Already made", "content": {"application/json": {"model": TaskOut}}},
+            201: answer("Created", TaskOut, TASK_LINKS),
+            200: answer("Already made", TaskOut, TASK_LINKS),
             **_problems(403, 404, 409, 422, 429),
         },
     )
@@ -432,7 +448,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         summary="A schedule's occurrences",
         tags=["schedules"],
         responses={
-            200: {"description": "Oldest first", "content": {"application/json": {"model": History}}},
+            200: answer("Oldest first", History),
             **_problems(403, 404, 422),
         },
     )

@@ -22,7 +22,7 @@ from punctual.api.views import (
     decode_token,
     encode_token,
 )
-from punctual.domain.model import Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.domain.schedules import Schedule, ScheduleState
 from punctual.domain.tenancy import prefix, qualify, split
 from punctual.errors import (
@@ -106,13 +106,14 @@ class TenantService:
             if not after.startswith(self._prefix):
                 raise InvalidRequestError("next_token", "not a page token this API gave")
         statuses = sorted(set(status)) if status else None  # a status named twice is one filter
+        unreadable = Unreadable()
         tasks, more = self.client.list_tenant_page(
-            self.tenant, statuses, due_from, due_to, max(1, min(limit, MAX_PAGE)), after
+            self.tenant, statuses, due_from, due_to, max(1, min(limit, MAX_PAGE)), after, unreadable
         )
         views, cut = self._within_budget(tasks)
         if cut:
             more = tasks[len(views) - 1].task_id  # the next page goes on after the last task this one holds
-        return TaskPage(tasks=views, next_token=encode_token(more) if more else None)
+        return TaskPage(tasks=views, next_token=encode_token(more) if more else None, unreadable=unreadable.count)
 
     def _within_budget(self, tasks: list[Task]) -> tuple[list[TaskOut], bool]:
         """The views of ``tasks`` (the caller's own only) up to :data:`PAGE_BYTES` of JSON (Lambda answers at
@@ -167,8 +168,12 @@ class TenantService:
         return self._schedule(self._live_schedule(name))
 
     def list_schedules(self) -> ScheduleList:
-        schedules = self.client.list_schedules(id_prefix=self._prefix)
-        return ScheduleList(schedules=[self._schedule(s) for s in schedules if s.state is not ScheduleState.DELETED])
+        unreadable = Unreadable()
+        schedules = self.client.list_schedules(id_prefix=self._prefix, unreadable=unreadable)
+        return ScheduleList(
+            schedules=[self._schedule(s) for s in schedules if s.state is not ScheduleState.DELETED],
+            unreadable=unreadable.count,
+        )
 
     def pause_schedule(self, name: str) -> ScheduleOut:
         return self._schedule(self._scrubbed(lambda: self.client.pause_schedule(self._own(name))))
@@ -190,9 +195,10 @@ class TenantService:
     def schedule_history(self, name: str, limit: int) -> History:
         """The newest ``limit`` occurrences, oldest first (fewer when they would pass :data:`PAGE_BYTES`)."""
         self._live_schedule(name)
-        tasks = self.client.schedule_history(self._own(name), max(1, min(limit, MAX_PAGE)))
+        unreadable = Unreadable()
+        tasks = self.client.schedule_history(self._own(name), max(1, min(limit, MAX_PAGE)), unreadable)
         newest_first, _ = self._within_budget(tasks[::-1])
-        return History(occurrences=newest_first[::-1])
+        return History(occurrences=newest_first[::-1], unreadable=unreadable.count)
 
     def run_schedule_now(self, name: str) -> tuple[TaskOut, bool]:
         """One extra occurrence of the schedule, due now (its next ones are unchanged)."""

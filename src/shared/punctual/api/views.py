@@ -94,12 +94,20 @@ class TaskOut(BaseModel):
         )
 
 
+UnreadableCount = Annotated[
+    int,
+    Field(ge=0, description="how many stored items the answer left out because they cannot be read (each is logged)"),
+]
+
+
 class TaskPage(BaseModel):
     """A page of tasks. ``next_token`` (absent on the last page) asks for the next one; a page may hold fewer
-    than ``limit`` tasks, even none, and still not be the last."""
+    than ``limit`` tasks, even none, and still not be the last. ``unreadable`` counts the items of the page that
+    were left out because they cannot be read as tasks."""
 
     tasks: list[TaskOut]
     next_token: str | None = None
+    unreadable: UnreadableCount = 0
 
 
 class ScheduleIn(_In):
@@ -171,13 +179,17 @@ class ScheduleOut(BaseModel):
 
 
 class ScheduleList(BaseModel):
+    """The tenant's schedules; ``unreadable`` counts the items left out because they cannot be read as schedules."""
+
     schedules: list[ScheduleOut]
+    unreadable: UnreadableCount = 0
 
 
 class History(BaseModel):
-    """A schedule's occurrences, oldest first."""
+    """A schedule's occurrences, oldest first; ``unreadable`` counts those left out because they cannot be read."""
 
     occurrences: list[TaskOut]
+    unreadable: UnreadableCount = 0
 
 
 class FieldProblem(BaseModel):

@@ -12,6 +12,7 @@ BUCKET_MS = 60_000
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last instant a datetime holds
 
 
 def to_ms(moment: datetime) -> int:

@@ -334,6 +334,22 @@ class DueScan:
     schedules: list[str] = field(default_factory=list)  # recurring schedules whose next occurrences are due to be made
 
 
+@dataclass(slots=True)
+class Unreadable:
+    """The items a listing left out because they could not be read (:class:`~punctual.errors.UndecodableItemError`):
+    their keys where known, and how many. A caller that wants to know hands one to a listing, which adds to it;
+    each item left out is also logged once, with its key, by whoever read it."""
+
+    keys: list[str] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, key: str | None, count: int = 1) -> None:
+        """Count ``count`` items left out (``key``: the one item's key, when known)."""
+        if key is not None:
+            self.keys.append(key)
+        self.count += count
+
+
 @dataclass(frozen=True, slots=True)
 class FireRecord:
     """What an executor writes after a fire (or after deciding not to fire): its :class:`Outcome`, which sets

@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.keys import MAX_MS, from_ms, to_ms
 from punctual.errors import ExpressionError
 
 MIN_RATE_MS = 100  # each occurrence is a task (a create, an arm and a record): 10 a second at most per schedule
@@ -73,10 +73,11 @@ Expression = At | Rate | Cron
 
 
 def zone(name: str) -> ZoneInfo:
-    """The IANA time zone ``name`` (``"UTC"``, ``"Europe/Paris"``, ``"Asia/Kolkata"``)."""
+    """The IANA time zone ``name`` (``"UTC"``, ``"Europe/Paris"``, ``"Asia/Kolkata"``); ExpressionError for any other
+    text (a zone's folder such as ``"America"`` is no zone: reading it is an OSError)."""
     try:
         return _zone(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise ExpressionError(f"unknown time zone {name!r}: use an IANA name such as 'Europe/Paris' or 'UTC'") from exc
 
 
@@ -212,8 +213,18 @@ def wall_to_ms(local: datetime, tz: ZoneInfo) -> int:
 
 
 def occurrences_after(expression: Expression, tz: ZoneInfo, after_ms: int, anchor_ms: int) -> Iterator[int]:
-    """The expression's instants strictly after ``after_ms``, increasing, each once. ``anchor_ms`` is where a
-    ``rate`` counts from (the schedule's start); an instant before it never comes (a rate's first is the anchor)."""
+    """The expression's instants strictly after ``after_ms``, increasing, each once, up to the end of the year 9999
+    in UTC (:data:`~punctual.domain.keys.MAX_MS`: the run ends there). ``anchor_ms`` is where a ``rate`` counts
+    from (the schedule's start); an instant before it never comes (a rate's first is the anchor)."""
+    for instant in _occurrences_after(expression, tz, after_ms, anchor_ms):
+        if instant > MAX_MS:
+            return
+        yield instant
+
+
+def _occurrences_after(expression: Expression, tz: ZoneInfo, after_ms: int, anchor_ms: int) -> Iterator[int]:
+    if after_ms >= MAX_MS:
+        return
     if isinstance(expression, Rate):
         step = expression.every_ms
         k = max(0, (after_ms - anchor_ms) // step + 1)
@@ -221,7 +232,10 @@ def occurrences_after(expression: Expression, tz: ZoneInfo, after_ms: int, ancho
             yield anchor_ms + k * step
             k += 1
     elif isinstance(expression, At):
-        instant = wall_to_ms(expression.local, tz)
+        try:
+            instant = wall_to_ms(expression.local, tz)
+        except OverflowError:  # a wall time past the year 9999 in UTC (or before the year 1): it never comes
+            return
         if instant > after_ms:
             yield instant
     else:
@@ -253,16 +267,22 @@ def _cron_instants(fields: str, tz: ZoneInfo, after_ms: int) -> Iterator[int]:
 
     after = from_ms(after_ms)
     low, _ = _offset_bounds(tz, after)
-    start = (after + low).replace(tzinfo=None)
+    try:
+        start = (after + low).replace(tzinfo=None)
+    except OverflowError:
+        if low > timedelta(0):
+            return  # past the last wall time a datetime holds: nothing comes after
+        start = datetime.min  # before the first one: every wall time comes after
     matcher = croniter(fields, start)
     pending: list[int] = []
     last = after_ms
     while True:
         try:
             wall = matcher.get_next(datetime)
-        except CroniterBadDateError:  # no match in the years croniter looks ahead, or past the last year
-            break
-        instant = wall_to_ms(wall, tz)
+            instant = wall_to_ms(wall, tz)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            break  # no match in the years croniter looks ahead, or past the year 9999 (croniter: "year 10000 is out
+            # of range", a ValueError; the fields were checked when parsed, so it can only be the calendar's end)
         if instant > last:
             heapq.heappush(pending, instant)
         _, high = _offset_bounds(tz, wall.replace(tzinfo=UTC))

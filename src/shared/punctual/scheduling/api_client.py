@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote, urlencode
 import urllib3
 
 from punctual.config.settings import Settings
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule
 from punctual.errors import (
@@ -100,6 +100,13 @@ def _schedule(body: dict[str, Any]) -> Schedule:
 
         fields["next_due_ms"] = to_ms(datetime.fromisoformat(next_due.replace("Z", "+00:00")))
     return Schedule.model_validate(fields)
+
+
+def _count_unreadable(answer: dict[str, Any], unreadable: Unreadable | None) -> None:
+    """Add the items a list answer says it left out as unreadable (``unreadable``: their count) to ``unreadable``."""
+    count = answer.get("unreadable", 0)
+    if unreadable is not None and isinstance(count, int) and count > 0:
+        unreadable.add(None, count)
 
 
 class ApiClient:
@@ -328,8 +335,10 @@ class ApiClient:
         due_from: datetime | None = None,
         due_to: datetime | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> builtins.list[Task]:
-        """As :meth:`Client.list <punctual.scheduling.client.Client.list>`: every page read, then sorted by due."""
+        """As :meth:`Client.list <punctual.scheduling.client.Client.list>`: every page read, then sorted by due;
+        the items the API left out as unreadable are counted in ``unreadable``."""
         statuses = (
             None if status is None else [str(s) for s in (status if isinstance(status, builtins.list) else [status])]
         )
@@ -342,6 +351,7 @@ class ApiClient:
                 query={"status": statuses, "due_from": due_from, "due_to": due_to, "limit": 1000, "next_token": token},
             )
             tasks.extend(_task(t) for t in page["tasks"])
+            _count_unreadable(page, unreadable)
             token = page.get("next_token")
             if not token:
                 break
@@ -407,11 +417,16 @@ class ApiClient:
         except ScheduleNotFoundError:
             return None
 
-    def list_schedules(self) -> builtins.list[Schedule]:
-        return [_schedule(s) for s in self._call("GET", "/v1/schedules")["schedules"]]
+    def list_schedules(self, unreadable: Unreadable | None = None) -> builtins.list[Schedule]:
+        answer = self._call("GET", "/v1/schedules")
+        _count_unreadable(answer, unreadable)
+        return [_schedule(s) for s in answer["schedules"]]
 
-    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
+    def schedule_history(
+        self, schedule_id: str, limit: int | None = None, unreadable: Unreadable | None = None
+    ) -> builtins.list[Task]:
         answer = self._call("GET", self._schedule_path(schedule_id) + "/history", query={"limit": limit or 1000})
+        _count_unreadable(answer, unreadable)
         return [_task(t) for t in answer["occurrences"]]
 
     def pause_schedule(self, schedule_id: str) -> Schedule:

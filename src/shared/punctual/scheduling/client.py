@@ -16,7 +16,7 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.clock import Clock, SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.keys import from_ms, to_ms
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule, is_occurrence_id
 from punctual.domain.tenancy import split
@@ -274,8 +274,10 @@ class Client:
         due_from: datetime | None = None,
         due_to: datetime | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> list[Task]:
-        """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order."""
+        """Tasks with the given status(es) and ``due_from <= due_at < due_to``, in due order. An item that cannot be
+        read as a task is left out, and counted in ``unreadable`` when one is given."""
         statuses = None
         if status is not None:
             raw = status if isinstance(status, builtins.list) else [status]
@@ -288,6 +290,7 @@ class Client:
                 statuses,
                 None if due_from is None else to_ms(due_from),
                 None if due_to is None else to_ms(due_to),
+                unreadable=unreadable,
             )
         )
         tasks.sort(key=lambda t: (t.due_at, t.task_id))
@@ -301,9 +304,11 @@ class Client:
         due_to: datetime | None = None,
         limit: int = 100,
         after: str | None = None,
+        unreadable: Unreadable | None = None,
     ) -> tuple[builtins.list[Task], str | None]:
         """One page of ``tenant``'s tasks (see :meth:`~punctual.stores.ports.TaskStore.tenant_page`): the tasks,
-        and the id the next page starts after (None: the last page)."""
+        and the id the next page starts after (None: the last page); the items left out as unreadable are counted
+        in ``unreadable``."""
         return self._store.tenant_page(
             tenant,
             status,
@@ -311,6 +316,7 @@ class Client:
             None if due_to is None else to_ms(due_to),
             limit,
             after,
+            unreadable,
         )
 
     def cancel(self, task_id: str) -> Task:
@@ -402,13 +408,19 @@ class Client:
         """The schedule as stored now, or None."""
         return self._schedules.get_schedule(schedule_id)
 
-    def list_schedules(self, id_prefix: str | None = None) -> builtins.list[Schedule]:
-        """Every schedule (deleted ones included), or those whose id starts with ``id_prefix``, by id."""
-        return self._schedules.list_schedules(id_prefix)
+    def list_schedules(
+        self, id_prefix: str | None = None, unreadable: Unreadable | None = None
+    ) -> builtins.list[Schedule]:
+        """Every schedule (deleted ones included), or those whose id starts with ``id_prefix``, by id; one that
+        cannot be read is left out, and counted in ``unreadable`` when one is given."""
+        return self._schedules.list_schedules(id_prefix, unreadable)
 
-    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
-        """The schedule's occurrences (each a task with its own outcome), oldest first."""
-        return self._schedules.schedule_history(schedule_id, limit)
+    def schedule_history(
+        self, schedule_id: str, limit: int | None = None, unreadable: Unreadable | None = None
+    ) -> builtins.list[Task]:
+        """The schedule's occurrences (each a task with its own outcome), oldest first; one that cannot be read is
+        left out, and counted in ``unreadable`` when one is given."""
+        return self._schedules.schedule_history(schedule_id, limit, unreadable)
 
     def pause_schedule(self, schedule_id: str) -> Schedule:
         """Stop making occurrences and cancel those not armed yet (:meth:`ScheduleClient.pause_schedule

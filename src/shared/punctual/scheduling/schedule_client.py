@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from punctual.config.settings import Settings
 from punctual.domain.clock import Clock
 from punctual.domain.keys import from_ms
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, Unreadable
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
 from punctual.domain.tenancy import split
@@ -178,15 +178,20 @@ class ScheduleClient:
         """The schedule as stored now, or None."""
         return self._store.get_schedule(schedule_id)
 
-    def list_schedules(self, id_prefix: str | None = None) -> builtins.list[Schedule]:
+    def list_schedules(
+        self, id_prefix: str | None = None, unreadable: Unreadable | None = None
+    ) -> builtins.list[Schedule]:
         """Every schedule (deleted ones included, with their state), or those whose id starts with
-        ``id_prefix``, by id."""
-        return sorted(self._store.list_schedules(id_prefix), key=lambda s: s.schedule_id)
+        ``id_prefix``, by id; one that cannot be read is left out and counted in ``unreadable``."""
+        return sorted(self._store.list_schedules(id_prefix, unreadable), key=lambda s: s.schedule_id)
 
-    def schedule_history(self, schedule_id: str, limit: int | None = None) -> builtins.list[Task]:
-        """The schedule's occurrences (each a task with its own outcome), oldest first."""
+    def schedule_history(
+        self, schedule_id: str, limit: int | None = None, unreadable: Unreadable | None = None
+    ) -> builtins.list[Task]:
+        """The schedule's occurrences (each a task with its own outcome), oldest first; one that cannot be read is
+        left out and counted in ``unreadable``."""
         ids = self._store.schedule_occurrence_ids(schedule_id)
-        tasks = self._store.get_many(ids[-limit:] if limit else ids)
+        tasks = self._store.get_many(ids[-limit:] if limit else ids, unreadable)
         return sorted(tasks.values(), key=lambda t: t.task_id)
 
     def _schedule_or_raise(self, schedule_id: str) -> Schedule:

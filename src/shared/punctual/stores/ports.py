@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
+from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus, Unreadable
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule
 
 
@@ -62,8 +62,9 @@ class TaskStore(Protocol):
         """The task as stored now (a strongly consistent read), or None."""
         ...
 
-    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
-        """The tasks that exist among ``task_ids`` (strongly consistent)."""
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
+        """The tasks that exist among ``task_ids`` (strongly consistent); one that cannot be read is left out and
+        counted in ``unreadable``."""
         ...
 
     def list_tasks(
@@ -72,8 +73,10 @@ class TaskStore(Protocol):
         due_from_ms: int | None = None,
         due_to_ms: int | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> Iterator[Task]:
-        """Tasks with one of ``statuses`` and ``due_from_ms <= due < due_to_ms`` (admin use, not the hot path)."""
+        """Tasks with one of ``statuses`` and ``due_from_ms <= due < due_to_ms`` (admin use, not the hot path); an
+        item that cannot be read is left out and counted in ``unreadable``."""
         ...
 
     def tenant_page(
@@ -84,10 +87,12 @@ class TaskStore(Protocol):
         due_to_ms: int | None = None,
         limit: int = 100,
         after: str | None = None,
+        unreadable: Unreadable | None = None,
     ) -> tuple[list[Task], str | None]:
         """One page of a tenant's tasks (ids ``"<tenant>/..."``) in id order, from after the id ``after``: those
         among the next ``limit`` of its items that match the filters (so a page may hold fewer, even none), and
-        the id the next page starts after (None: no more). Reads only the tenant's items."""
+        the id the next page starts after (None: no more). Reads only the tenant's items; one that cannot be read
+        is left out and counted in ``unreadable``."""
         ...
 
     def count_active(self, tenant: str) -> int:
@@ -180,8 +185,9 @@ class ScheduleStore(Protocol):
         """The schedule as stored now (strongly consistent), or None."""
         ...
 
-    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
-        """Every schedule, or those whose id starts with ``id_prefix`` (a tenant's: ``"<tenant>/"``)."""
+    def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
+        """Every schedule, or those whose id starts with ``id_prefix`` (a tenant's: ``"<tenant>/"``); one that
+        cannot be read is left out and counted in ``unreadable``."""
         ...
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:

@@ -27,8 +27,9 @@ A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
@@ -48,6 +49,7 @@ from punctual.errors import UndecodableItemError
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
+T = TypeVar("T")
 
 
 def _num(value: float | int) -> Decimal:
@@ -200,15 +202,32 @@ def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:
         raise ValueError(f"its schedule_id {str(schedule_id)[:64]!r} is not the schedule its key names")
 
 
+def decode(item: dict[str, Any], what: str, read: Callable[[dict[str, Any]], T]) -> T:
+    """``read(item)``, or :class:`~punctual.errors.UndecodableItemError` naming the item's key, whatever made reading
+    it fail: an item is anyone's writing (a tenant's direct role, a hand, another version), so any exception its
+    decoding raises says only that this item is not a ``what`` (decoding does no I/O: nothing else can be at
+    fault). Every reader of items decodes through here, so that one bad item is skipped, counted or quarantined
+    on its own and never fails a list or a poll."""
+    try:
+        return read(item)
+    except UndecodableItemError:
+        raise
+    except Exception as exc:
+        raise UndecodableItemError(key_of(item), what, exc) from exc
+
+
+def key_of(item: dict[str, Any] | None) -> str:
+    """An item's key as text, whatever the item holds (``"?"`` when it has none)."""
+    value = (item or {}).get("task_id")
+    key = value.get("S") if isinstance(value, dict) else None
+    return key if isinstance(key, str) else "?"
+
+
 def item_to_task(item: dict[str, Any]) -> Task:
     """Turn a raw (attribute-value) item into a :class:`Task`; :class:`~punctual.errors.UndecodableItemError` (a
     ValueError) naming it if it is not one, or if what it says of its tenant or schedule is not what its key
     says."""
-    try:
-        return _item_to_task(item)
-    except DECODE_ERRORS as exc:
-        key = str((item.get("task_id") or {}).get("S", "?"))
-        raise UndecodableItemError(key, "task", exc) from exc
+    return decode(item, "task", _item_to_task)
 
 
 def _item_to_task(item: dict[str, Any]) -> Task:
@@ -255,11 +274,15 @@ def _int(item: dict[str, Any], name: str) -> int:
 
 def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
     """The :class:`Candidate` a raw item (or stream image) stands for, or None when the task is no longer active.
-    Raises ValueError, KeyError, TypeError or an ArithmeticError when the item is not a task (an attribute
-    missing or of another type, an unknown status or misfire policy).
+    Raises :class:`~punctual.errors.UndecodableItemError` when the item is not a task (an attribute missing or of
+    another type, an unknown status or misfire policy, ...: see :func:`decode`).
 
     Reads the few attributes it needs straight from the attribute values (it runs once per task a poll finds;
     the general :func:`from_av` costs several times as much)."""
+    return decode(item, "task", _candidate_of_item)
+
+
+def _candidate_of_item(item: dict[str, Any]) -> Candidate | None:
     status = TaskStatus(_text(item, "status"))
     if status not in ACTIVE_STATUSES:
         return None
@@ -278,6 +301,3 @@ def candidate_of_item(item: dict[str, Any]) -> Candidate | None:
         misfire_policy=policy,
         owner=_text(item, "armed_by") if status is TaskStatus.ARMED and "armed_by" in item else None,
     )
-
-
-DECODE_ERRORS = (KeyError, ValueError, TypeError, ArithmeticError)  # what a malformed item raises when decoded

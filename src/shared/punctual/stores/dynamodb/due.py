@@ -27,8 +27,8 @@ from botocore.exceptions import ClientError
 
 from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key
 from punctual.domain.model import Candidate, DueScan, TaskStatus
+from punctual.errors import UndecodableItemError
 from punctual.stores.dynamodb.codec import (
-    DECODE_ERRORS,
     candidate_of_item,
     number_of,
     schedule_id_of_key,
@@ -211,9 +211,9 @@ class DueIndex:
         for item in items:
             try:
                 candidate = candidate_of_item(item)
-            except DECODE_ERRORS as exc:
+            except UndecodableItemError as exc:
                 bad += 1
-                self.tasks.quarantine(item, now_ms, f"undecodable item: {type(exc).__name__}: {exc}")
+                self.tasks.quarantine(item, now_ms, f"undecodable item: {exc.reason}")
                 continue
             if candidate is not None:
                 found.append(candidate)

@@ -16,7 +16,8 @@ from botocore.exceptions import ClientError
 
 from punctual.domain.backoff import backoff_s
 from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, Task
-from punctual.stores.dynamodb.codec import DECODE_ERRORS, item_to_task, number_of, text_of, to_av
+from punctual.errors import UndecodableItemError
+from punctual.stores.dynamodb.codec import item_to_task, number_of, text_of, to_av
 from punctual.stores.dynamodb.table import Table
 from punctual.stores.dynamodb.tasks import TaskItems
 from punctual.stores.dynamodb.writes import (
@@ -223,8 +224,8 @@ class Executors:
         """The task of an item this executor armed; one that cannot be decoded is recorded FAILED right away."""
         try:
             return item_to_task(item)
-        except DECODE_ERRORS as exc:
-            detail = f"undecodable item: {type(exc).__name__}: {exc}"[:1000]
+        except UndecodableItemError as exc:
+            detail = f"undecodable item: {exc.reason}"[:1000]
             log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
             self.tasks.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
             return None

@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Task, TaskStatus, canonical_json
+from punctual.domain.model import Task, TaskStatus, Unreadable, canonical_json
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
 from punctual.domain.tenancy import split
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from punctual.stores.dynamodb.codec import (
-    DECODE_ERRORS,
     SCHEDULE_PREFIX,
     check_owner,
+    decode,
     from_av,
     schedule_id_of_key,
     schedule_key,
@@ -78,12 +78,9 @@ def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None, ind
 
 
 def schedule_of_item(item: dict[str, Any]) -> Schedule:
-    """The :class:`Schedule` a raw item holds; UndecodableItemError when it holds none."""
-    try:
-        return _schedule_of_item(item)
-    except DECODE_ERRORS as exc:
-        key = str(item.get("task_id", {}).get("S", "?"))
-        raise UndecodableItemError(key, "schedule", exc) from exc
+    """The :class:`Schedule` a raw item holds; UndecodableItemError when it holds none (whatever the reason: a
+    missing attribute, a definition that no longer validates, a time zone that names a folder, ...)."""
+    return decode(item, "schedule", _schedule_of_item)
 
 
 def _schedule_of_item(item: dict[str, Any]) -> Schedule:
@@ -108,14 +105,16 @@ def _schedule_of_item(item: dict[str, Any]) -> Schedule:
     )
 
 
-def _readable(items: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> Iterator[Schedule]:
-    """The schedules ``items`` hold; one that cannot be read is logged and left out (a list must not fail on one
-    bad item)."""
+def _readable(items: Iterable[dict[str, Any]], unreadable: Unreadable | None) -> Iterator[Schedule]:
+    """The schedules ``items`` hold; one that cannot be read is logged once, with its key, left out and counted
+    in ``unreadable`` (a list must not fail on one bad item)."""
     for item in items:
         try:
             yield schedule_of_item(item)
         except UndecodableItemError as exc:
-            log.warning("%s; left out of the list", exc)
+            log.warning("%s; left out of the list", exc, extra={"schedule_key": exc.key})
+            if unreadable is not None:
+                unreadable.add(exc.key)
 
 
 class ScheduleItems:
@@ -199,13 +198,14 @@ class ScheduleItems:
         item = self.table.get_item(schedule_key(schedule_id))
         return None if item is None else schedule_of_item(item)
 
-    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
+    def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
         """Every schedule (a filtered scan of the table: for admin use; every tenant's too), or those whose id
-        starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index."""
+        starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index. An item that
+        cannot be read is left out and counted in ``unreadable``."""
         tenant = split(id_prefix)[0] if id_prefix is not None else None
         if tenant is not None:
             keys, _ = self.tenants.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
-            yield from _readable(self.table.items_of(keys))
+            yield from _readable(self.table.items_of(keys), unreadable)
             return
         if id_prefix is None:
             condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
@@ -216,7 +216,7 @@ class ScheduleItems:
             FilterExpression=condition,
             ExpressionAttributeValues=to_av({":prefix": value}),
         ):
-            yield from _readable(page.get("Items", []))
+            yield from _readable(page.get("Items", []), unreadable)
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
         """QUARANTINE: a schedule item that cannot be read leaves the due index (no poll meets it again) and keeps

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from punctual.config.settings import Settings
-from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus
+from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus, Unreadable
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule
 from punctual.stores.dynamodb.config import StoreConfig
 from punctual.stores.dynamodb.due import DueIndex
@@ -77,8 +77,8 @@ class DynamoTaskStore:
     def get(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
 
-    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
-        return self.tasks.get_many(task_ids)
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
+        return self.tasks.get_many(task_ids, unreadable)
 
     def list_tasks(
         self,
@@ -86,8 +86,9 @@ class DynamoTaskStore:
         due_from_ms: int | None = None,
         due_to_ms: int | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> Iterator[Task]:
-        return self.tasks.list_tasks(statuses, due_from_ms, due_to_ms, limit)
+        return self.tasks.list_tasks(statuses, due_from_ms, due_to_ms, limit, unreadable)
 
     def tenant_page(
         self,
@@ -97,8 +98,9 @@ class DynamoTaskStore:
         due_to_ms: int | None = None,
         limit: int = 100,
         after: str | None = None,
+        unreadable: Unreadable | None = None,
     ) -> tuple[list[Task], str | None]:
-        return self.tenants.tenant_page(tenant, statuses, due_from_ms, due_to_ms, limit, after)
+        return self.tenants.tenant_page(tenant, statuses, due_from_ms, due_to_ms, limit, after, unreadable)
 
     def count_active(self, tenant: str) -> int:
         return self.tenants.count_active(tenant)
@@ -162,8 +164,8 @@ class DynamoTaskStore:
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         return self.schedules.get_schedule(schedule_id)
 
-    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
-        return self.schedules.list_schedules(id_prefix)
+    def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
+        return self.schedules.list_schedules(id_prefix, unreadable)
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
         return self.schedules.quarantine_schedule(schedule_id, detail, now_ms)

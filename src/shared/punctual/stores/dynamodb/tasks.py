@@ -11,10 +11,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from punctual.domain.keys import from_ms
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus, status_after
-from punctual.errors import InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus, Unreadable, status_after
+from punctual.errors import (
+    InvalidTaskError,
+    TaskConflictError,
+    TaskNotFoundError,
+    TaskStateError,
+    UndecodableItemError,
+)
 from punctual.stores.dynamodb.codec import (
-    DECODE_ERRORS,
     ITEM_HEADROOM_BYTES,
     MAX_ITEM_BYTES,
     SCHEDULE_PREFIX,
@@ -44,15 +49,16 @@ from punctual.stores.dynamodb.writes import (
 log = logging.getLogger(__name__)
 
 
-def readable_tasks(items: Iterable[dict[str, Any]]) -> Iterator[Task]:
-    """The tasks of ``items``, each decoded on its own: one that is not a task is logged and skipped."""
+def readable_tasks(items: Iterable[dict[str, Any]], unreadable: Unreadable | None = None) -> Iterator[Task]:
+    """The tasks of ``items``, each decoded on its own: one that is not a task is logged once, with its key,
+    skipped, and counted in ``unreadable``."""
     for item in items:
         try:
             yield item_to_task(item)
-        except DECODE_ERRORS as exc:
-            log.warning(
-                "item %s is not a readable task (%s: %s): skipped", text_of(item, "task_id"), type(exc).__name__, exc
-            )
+        except UndecodableItemError as exc:
+            log.warning("%s; skipped", exc, extra={"task_id": exc.key})
+            if unreadable is not None:
+                unreadable.add(exc.key)
 
 
 def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
@@ -130,9 +136,11 @@ class TaskItems:
         item = self.table.get_item(task_id)
         return None if item is None else item_to_task(item)
 
-    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
-        """Tasks by id (strongly consistent BatchGetItem); an item that cannot be decoded is left out (logged)."""
-        return {task.task_id: task for task in readable_tasks(self.table.batch_get(task_ids, consistent=True))}
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
+        """Tasks by id (strongly consistent BatchGetItem); an item that cannot be decoded is left out (logged,
+        counted in ``unreadable``)."""
+        items = self.table.batch_get(task_ids, consistent=True)
+        return {task.task_id: task for task in readable_tasks(items, unreadable)}
 
     def cancel(self, task_id: str, now_ms: int) -> Task:
         """CANCEL: PENDING (not yet armed) → CANCELLED; the task leaves the due index.
@@ -221,8 +229,10 @@ class TaskItems:
         due_from_ms: int | None = None,
         due_to_ms: int | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> Iterator[Task]:
-        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path)."""
+        """Tasks filtered by status and due range (a filtered scan: for admin use, not the hot path); an item that
+        cannot be decoded is left out and counted in ``unreadable``."""
         filters: list[str] = []
         values: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -247,7 +257,7 @@ class TaskItems:
             kwargs["ExpressionAttributeNames"] = names
         count = 0
         for page in self.table.client.get_paginator("scan").paginate(**kwargs):
-            for task in readable_tasks(page.get("Items", [])):
+            for task in readable_tasks(page.get("Items", []), unreadable):
                 yield task
                 count += 1
                 if limit is not None and count >= limit:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from punctual.domain.model import Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.domain.tenancy import prefix
 from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, schedule_id_of_key, to_av
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX, TENANT_INDEX, Table
@@ -81,16 +81,19 @@ class TenantItems:
         due_to_ms: int | None = None,
         limit: int = 100,
         after: str | None = None,
+        unreadable: Unreadable | None = None,
     ) -> tuple[list[Task], str | None]:
         """One page of ``tenant``'s tasks, in id order from after the id ``after``: of the next ``limit`` ids in
         the tenant index, the tasks with one of ``statuses`` due in ``[due_from_ms, due_to_ms)``; and where the
         next page starts (None: this was the last). A query of the tenant's own index: the page costs what it
-        reads, however large the table."""
+        reads, however large the table. An item that cannot be decoded is left out and counted in ``unreadable``."""
         keys, more = self.tenant_keys(tenant, after=after, limit=limit)
         wanted = set(statuses or ())
         tasks = [
             task
-            for task in readable_tasks(self.table.items_of([k for k in keys if schedule_id_of_key(k) is None]))
+            for task in readable_tasks(
+                self.table.items_of([k for k in keys if schedule_id_of_key(k) is None]), unreadable
+            )
             if (not wanted or task.status in wanted)
             and (due_from_ms is None or task.due_ms >= due_from_ms)
             and (due_to_ms is None or task.due_ms < due_to_ms)

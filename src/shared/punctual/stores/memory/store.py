@@ -1,6 +1,7 @@
 """Both store ports in memory (:class:`punctual.stores.ports.Store`): tasks, schedules, heartbeats and the due index in
 dictionaries, every call under one lock, so each conditional write is atomic however many threads share the store.
-Reads hand out copies. The rules are the ports' (:mod:`punctual.stores.ports`); this module only keeps them."""
+Reads hand out copies; what it holds is always readable, so a listing never leaves one out (``unreadable`` stays as
+given). The rules are the ports' (:mod:`punctual.stores.ports`); this module only keeps them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from punctual.domain.model import (
     Outcome,
     Task,
     TaskStatus,
+    Unreadable,
     status_after,
 )
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
@@ -115,7 +117,7 @@ class InMemoryStore(Store):
             item = self._tasks.get(task_id)
             return None if item is None else item.read()
 
-    def get_many(self, task_ids: list[str]) -> dict[str, Task]:
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
         with self._lock:
             return {t: self._tasks[t].read() for t in dict.fromkeys(task_ids) if t in self._tasks}
 
@@ -125,6 +127,7 @@ class InMemoryStore(Store):
         due_from_ms: int | None = None,
         due_to_ms: int | None = None,
         limit: int | None = None,
+        unreadable: Unreadable | None = None,
     ) -> Iterator[Task]:
         with self._lock:
             found = matching([self._tasks[t].read() for t in sorted(self._tasks)], statuses, due_from_ms, due_to_ms)
@@ -138,6 +141,7 @@ class InMemoryStore(Store):
         due_to_ms: int | None = None,
         limit: int = 100,
         after: str | None = None,
+        unreadable: Unreadable | None = None,
     ) -> tuple[list[Task], str | None]:
         with self._lock:
             ids = sorted(t for t in self._tasks if t.startswith(prefix(tenant)) and (after is None or t > after))
@@ -412,13 +416,10 @@ class InMemoryStore(Store):
             schedule = self._schedules.get(schedule_id)
             return None if schedule is None else schedule.model_copy(deep=True)
 
-    def list_schedules(self, id_prefix: str | None = None) -> Iterator[Schedule]:
+    def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
         with self._lock:
-            found = [
-                self._schedules[s].model_copy(deep=True)
-                for s in sorted(self._schedules)
-                if id_prefix is None or s.startswith(id_prefix)
-            ]
+            ids = [s for s in sorted(self._schedules) if id_prefix is None or s.startswith(id_prefix)]
+            found = [self._schedules[s].model_copy(deep=True) for s in ids]
         yield from found
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
