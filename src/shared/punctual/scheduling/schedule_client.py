@@ -14,7 +14,7 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import Clock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task
-from punctual.domain.quota import ScheduleLimits
+from punctual.domain.quota import ScheduleLimits, ScheduleUsage, usage_of
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
 from punctual.errors import InvalidScheduleError, ScheduleNotFoundError, ScheduleStateError
@@ -156,11 +156,14 @@ class ScheduleClient:
         )
         existing = self._store.get_schedule(schedule_id)
         admission: contextlib.AbstractContextManager[int] = contextlib.nullcontext(0)
+        limits = self._limits(schedule_id)
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
+            if limits is not None:  # one that alone passes a schedule quota is refused as such, before its occurrences
+                limits.check(ScheduleUsage(), usage_of(to_store))
             admission = self._admit(schedule_id, len(occurrences))
         with admission:
             stored, created = self._store.create_schedule(
-                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms, self._limits(schedule_id)
+                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms, limits
             )
         if created:
             self._extend(schedule_id, now_ms)
