@@ -261,11 +261,11 @@ def test_heartbeats_cost_less_than_a_write_unit_a_task(counted: cost.Counts) -> 
         assert 0 < heartbeats.usd < volume * 0.625 / 1e6, volume
 
 
-def test_a_recurring_occurrence_is_made_by_one_transaction_shared_by_up_to_99(
+def test_a_recurring_occurrence_is_made_by_one_transaction_shared_by_up_to_98(
     recurring: tuple[cost.Recurring, ...],
 ) -> None:
     fast, slow = recurring
-    # A schedule every 250 ms makes 240 occurrences a poll: 3 chunks (99, 99, 42), each one consistent read of
+    # A schedule every 250 ms makes 240 occurrences a poll: 3 chunks (98, 98, 44), each one consistent read of
     # the schedule and one transaction. Each occurrence costs 2 write units (transactional) and 2 index writes
     # (the due index and the schedule's history index); each chunk adds the cursor's 2 units, and the
     # schedule item's 2 index writes as it moves in the due index.

@@ -1152,6 +1152,31 @@ def test_each_quota_is_refused_with_a_429_naming_it_and_nothing_is_stored(api: A
     )
 
 
+def test_a_redrive_past_active_tasks_is_a_429_naming_it_and_the_task_stays_failed(
+    api: Api, dynamodb: Any, tsettings: Settings
+) -> None:
+    # Given acme's FAILED task (as its executor recorded it), then acme holding its quota of active tasks
+    api.ok("POST", "/v1/tasks", {"task_id": "failed", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}})
+    dynamodb.update_item(
+        TableName=tsettings.table_name,
+        Key={"task_id": {"S": "acme/failed"}},
+        UpdateExpression="SET #st = :failed, finished_ms = :now REMOVE due_bucket",
+        ExpressionAttributeNames={"#st": "status"},
+        ExpressionAttributeValues={":failed": {"S": "FAILED"}, ":now": {"N": str(FIXED_NOW_MS)}},
+    )
+    _tasks(api, ACME_QUOTAS["active_tasks"])
+    before = snapshot(dynamodb, tsettings, "acme/")
+    # When acme redrives it
+    answer = api.call("POST", "/v1/tasks/failed/redrive")
+    # Then it is a 429 quota problem naming active_tasks, and nothing changed: the task is still FAILED
+    assert_refused(answer, 429, kind="quota")
+    assert answer.body["quota"] == "active_tasks", answer
+    assert snapshot(dynamodb, tsettings, "acme/") == before
+    # And once a task is cancelled, the redrive goes through
+    api.ok("POST", "/v1/tasks/t-0/cancel")
+    assert api.ok("POST", "/v1/tasks/failed/redrive")["status"] == "PENDING"
+
+
 @pytest.mark.parametrize(
     ("key", "asked", "tried"),
     [("acme/bomb", 100, ACME_QUOTAS["retry_attempts"]), ("bomb", 4, 4)],

@@ -12,15 +12,18 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas
 from punctual.domain.decisions import FireDecision, decide_outcome
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Outcome, Task, TaskStatus
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
+from punctual.domain.schedules import ScheduleState
 from punctual.errors import QuotaExceededError
+from punctual.runtime.wiring import build_poller
 from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
+from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.stores.memory import InMemoryStore
 from punctual.targets import LogAction
-from support import FakeClock
+from support import FakeClock, RecordingInvoker, arm
 
 QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}
 
@@ -198,3 +201,85 @@ def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:
     # ... and once their writes ended, the store's own count is what counts
     now[0] += 10.0
     guard.admit_tasks("acme", quotas, 1)
+
+
+# -- every path that makes a task active is admitted ------------------------------------------------------------
+def _failed(client: Client, store: DynamoTaskStore, task_id: str, now_ms: int) -> None:
+    """A task of ``task_id`` armed and recorded FAILED."""
+    task = client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id)
+    assert arm(store, task, "x", now_ms) is not None
+    assert store.record("x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x"))
+
+
+def test_a_redrive_past_active_tasks_is_refused_naming_it_and_the_task_stays_failed(
+    client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
+) -> None:
+    # Given acme's FAILED task, then acme at its quota of 3 active tasks
+    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    _failed(client, store, "acme/failed", now_ms)
+    for i in range(3):
+        client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
+    # When acme redrives the FAILED one
+    with pytest.raises(QuotaExceededError) as refused:
+        client.redrive("acme/failed")
+    # Then the quota is named and the task is still FAILED
+    assert refused.value.quota == "active_tasks"
+    assert client.get("acme/failed").status is TaskStatus.FAILED  # type: ignore[union-attr]
+    # And with room again it is redriven
+    client.cancel("acme/t-0")
+    assert client.redrive("acme/failed").status is TaskStatus.PENDING
+
+
+def test_the_operators_redrive_keeps_each_tenant_within_its_room(
+    client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
+) -> None:
+    from punctual.scheduling.quotas import TenantAdmission
+
+    # Given acme's two FAILED tasks and one active task: room for two more of its quota of 3; and the operator's
+    # FAILED task (no quota)
+    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    for task_id in ("acme/f1", "acme/f2", "acme/f3", "ops-f"):
+        _failed(client, store, task_id, now_ms)
+    client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-0")
+    # When the operator redrives them all, admitted as the tenant map says
+    admit = TenantAdmission(QuotaGuard(store), lambda task_id: Quotas(**QUOTAS))
+    selection = Selection.of(["acme/f1", "acme/f2", "acme/f3", "ops-f"])
+    report = redrive_tasks(store, selection, now_ms, admit=admit)
+    # Then acme's first two and the operator's are redriven; acme's third stays FAILED, skipped for its quota
+    assert report.redriven == ("acme/f1", "acme/f2", "ops-f")
+    assert [(s.task_id, s.reason.name) for s in report.skipped] == [("acme/f3", "OVER_QUOTA")]
+    assert client.get("acme/f3").status is TaskStatus.FAILED  # type: ignore[union-attr]
+
+
+def test_a_schedules_later_chunks_past_active_tasks_are_held_back_then_made_when_there_is_room(
+    dynamodb: Any, tenant_settings: Settings, now_ms: int
+) -> None:
+    # Given acme allowed 5 active tasks, and a schedule every minute, whose first occurrences (those of the next
+    # poll window and schedule_ahead) fit
+    quotas = {**QUOTAS, "active_tasks": 5}
+    settings = tenant_settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})})
+    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    client.create_schedule("acme/minutely", "rate(1 minute)", LogAction())
+    first = store.count_active("acme")
+    assert 0 < first < 5
+    # When the poller (as its function is built) runs ten minutes on, nothing having fired (every occurrence still
+    # PENDING)
+    poller = build_poller(settings, invoker=RecordingInvoker(), dynamodb=dynamodb)
+    later = now_ms + 600_000
+    report = poller.poll(later)
+    # Then the chain made only what acme has room for, and held the rest back: the schedule waits at the first
+    # occurrence it did not make, still in the due index, and the poll went on
+    assert store.count_active("acme") == 5
+    assert report.occurrences_created == 5 - first
+    schedule = client.get_schedule("acme/minutely")
+    made = client.schedule_history("acme/minutely")
+    assert schedule is not None and schedule.state is ScheduleState.ACTIVE
+    assert schedule.next_due_ms == max(t.due_ms for t in made) + 60_000
+    assert "acme/minutely" in store.find_due(later, later + settings.lead_ms).schedules
+    # And once two tasks finish, a poll two minutes on makes two more (of the three its window holds)
+    for task in made[:2]:
+        client.cancel(task.task_id)
+    poller.poll(later + 120_000)
+    assert store.count_active("acme") == 5
+    assert len(client.schedule_history("acme/minutely")) == len(made) + 2

@@ -60,7 +60,13 @@ def test_named_failed_tasks_are_redriven_and_each_other_one_is_skipped_with_its_
         ("p1", SkipReason.NOT_FAILED, TaskStatus.PENDING),
         ("nope", SkipReason.NOT_FOUND, None),
     ]
-    assert report.counts == {"redriven": 2, "not found": 1, "not FAILED": 1, "lost the race": 0}
+    assert report.counts == {
+        "redriven": 2,
+        "not found": 1,
+        "not FAILED": 1,
+        "lost the race": 0,
+        "over its tenant's quota": 0,
+    }
     assert report.dead_letters_removed is None
     # And the redriven ones are PENDING, due at the instant given, with their attempts afresh; p1 is untouched
     for task_id in ("f1", "f2"):

@@ -230,15 +230,16 @@ class Scenario:
                 is not None
             )
         self.arranged += ["late", *(t.task_id for t in dead)]
-        # A schedule whose next occurrence the poll makes (due past its window, so not dispatched: a client that
-        # looks only seconds ahead made none), and one whose change left its cleanup to the poll
+        # A tenant's schedule whose next occurrence the poll makes, admitted against the tenant's active tasks (due
+        # past its window, so not dispatched: a client that looks only seconds ahead made none), and one whose
+        # change left its cleanup to the poll
         near = Client(self.settings.model_copy(update={"lead_ms": 5_000}), dynamodb=self.dynamodb)
-        near.create_schedule("pulse", "rate(1 minute)", LogAction(), start_at=now + timedelta(seconds=100))
+        near.create_schedule("acme/pulse", "rate(1 minute)", LogAction(), start_at=now + timedelta(seconds=100))
         changed = client.create_schedule("changed", "rate(1 minute)", LogAction(), start_at=now + timedelta(days=1))
         stored = self.store.get_schedule(changed.schedule_id)
         assert stored is not None
         self.store.change_schedule(stored, {"state": ScheduleState.PAUSED, "next_due_ms": None}, now_ms, cleanup=True)
-        self.schedules = ["pulse", "changed"]
+        self.schedules = ["acme/pulse", "changed"]
 
     # -- functions ------------------------------------------------------------------------------------------------
     def environment(self, function: str) -> None:

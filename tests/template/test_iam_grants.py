@@ -93,7 +93,7 @@ def test_every_action_kind_fired_and_every_outcome_was_recorded(outcome: Outcome
     } <= executor
 
 
-def test_the_poller_fanned_out_extended_a_schedule_and_finished_a_cleanup(outcome: Outcome) -> None:
+def test_the_poller_fanned_out_extended_a_tenants_schedule_and_finished_a_cleanup(outcome: Outcome) -> None:
     assert len(outcome.poll_reports) == 2  # the tick's group and the one it invoked
     assert sum(r["occurrences_created"] for r in outcome.poll_reports) >= 1
     calls = outcome.calls("PollerFunction")
@@ -101,6 +101,7 @@ def test_the_poller_fanned_out_extended_a_schedule_and_finished_a_cleanup(outcom
         c.operation == "TransactWriteItems" and any("Put" in i for i in c.params["TransactItems"]) for c in calls
     )
     assert any(c.operation == "Query" and c.params.get("IndexName") == "schedule" for c in calls)
+    assert any(c.operation == "Query" and c.params.get("IndexName") == "tenant_active" for c in calls)
     assert outcome.fast_path_reports[0]["dispatched"] >= 1
 
 

@@ -92,13 +92,14 @@ def test_target_keys_are_granted_to_the_executor_only(cfn_template: dict[str, An
 
 @pytest.mark.parametrize(
     ("function", "granted"),
-    [("ApiFunction", True), ("ExecutorFunction", True), ("PollerFunction", False), ("FastPathFunction", False)],
+    [("ApiFunction", True), ("ExecutorFunction", True), ("PollerFunction", True), ("FastPathFunction", False)],
 )
-def test_the_tenant_map_parameter_is_readable_by_the_api_and_the_executor_exactly(
+def test_the_tenant_map_parameter_is_readable_by_the_api_the_executor_and_the_poller_exactly(
     cfn_template: dict[str, Any], function: str, granted: bool
 ) -> None:
-    # Given TenantMapParameter  Then the API function and the executor may read that parameter, by its exact ARN
-    # (parameter + its name, which starts with "/"); the poller and the fast path, which never read the map, not
+    # Given TenantMapParameter  Then the API function, the executor and the poller (a schedule's tenant's quotas)
+    # may read that parameter, by its exact ARN (parameter + its name, which starts with "/"); the fast path, which
+    # never reads the map, not
     reads = {
         r for a, r in _grants(cfn_template, function, {"TenantMapParameter": TENANT_MAP}) if a == "ssm:GetParameter"
     }
@@ -130,12 +131,12 @@ TENANT_PATH = "/punctual/punctual/tenants"
 
 @pytest.mark.parametrize(
     ("function", "granted"),
-    [("ApiFunction", True), ("ExecutorFunction", True), ("PollerFunction", False), ("FastPathFunction", False)],
+    [("ApiFunction", True), ("ExecutorFunction", True), ("PollerFunction", True), ("FastPathFunction", False)],
 )
-def test_the_tenant_map_path_is_readable_by_the_api_and_the_executor_exactly(
+def test_the_tenant_map_path_is_readable_by_the_api_the_executor_and_the_poller_exactly(
     cfn_template: dict[str, Any], function: str, granted: bool
 ) -> None:
-    # Given TenantMapPath  Then the API function and the executor may read the parameters under that path
+    # Given TenantMapPath  Then the API function, the executor and the poller may read the parameters under that path
     # (GetParametersByPath on the path's ARN, what the tenant map's reader calls), nothing else of SSM for it
     grants = _grants(cfn_template, function, {"TenantMapPath": TENANT_PATH})
     by_path = {r for a, r in grants if a == "ssm:GetParametersByPath"}

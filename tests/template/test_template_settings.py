@@ -90,19 +90,19 @@ def test_the_api_function_gets_the_tenant_map_and_the_client_checks(sam_template
         assert name not in api, name
 
 
-def test_the_executor_checks_tasks_against_the_api_tenant_map(sam_template: dict[str, Any]) -> None:
+def test_the_executor_and_the_poller_get_the_api_tenant_map(sam_template: dict[str, Any]) -> None:
     # Given each function's merged environment  Then the executor gets the same tenant map as the API function
-    # (it checks a tenant's task against its tenant's entry when it fires); the poller and the fast path, which
-    # only hand tasks over, do not (the map would take most of their 4 KB, and a bad one stop their cold starts)
-    for function in ("ApiFunction", "ExecutorFunction"):
+    # (it checks a tenant's task against its tenant's entry when it fires), and so does the poller (it admits a
+    # schedule's occurrences against its tenant's active_tasks; it reads the map only then, so a bad one stops no
+    # cold start); the fast path, which only hands tasks over, does not
+    for function in ("ApiFunction", "ExecutorFunction", "PollerFunction"):
         env = _environment(sam_template, function)
         assert env["PUNCTUAL_TENANT_MAP"] == {"Ref": "TenantMap"}, function
         assert env["PUNCTUAL_TENANT_MAP_PARAMETER"] == {
             "Fn::If": ["HasTenantMapPath", {"Fn::Sub": "${TenantMapPath}/"}, {"Ref": "TenantMapParameter"}]
         }, function
-    for function in ("PollerFunction", "FastPathFunction"):
-        env = _environment(sam_template, function)
-        assert not {"PUNCTUAL_TENANT_MAP", "PUNCTUAL_TENANT_MAP_PARAMETER"} & set(env), function
+    env = _environment(sam_template, "FastPathFunction")
+    assert not {"PUNCTUAL_TENANT_MAP", "PUNCTUAL_TENANT_MAP_PARAMETER"} & set(env)
 
 
 SHORT_TENANT_MAP = (
@@ -170,7 +170,19 @@ def test_the_tenant_map_parameter_describes_both_forms(sam_template: dict[str, A
 
 # The longest value each Ref may take, where no parameter limit says it: a table name (DynamoDB allows 255
 # characters), a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name of 80 at most>), a region.
-LONGEST_REF = {"TasksTable": 255, "TaskDeadLetterQueue": 8 + 4 + 14 + 15 + 13 + 80, "AWS::Region": 14}
+LONGEST_REF = {
+    "TasksTable": 255,
+    "TaskDeadLetterQueue": 8 + 4 + 14 + 15 + 13 + 80,
+    "AWS::Region": 14,
+    "ExecutorFunction.Alias": 15
+    + 14
+    + 1
+    + 12
+    + 10
+    + 64
+    + 1
+    + 4,  # arn:aws:lambda:<region>:<account>:function:<name>:live
+}
 LAMBDA_ENVIRONMENT_BYTES = 4096
 ALLOWLIST_BUDGET = 200  # what at least remains for AllowedTargets and ActionTargetArns, which have no limit
 
@@ -198,7 +210,7 @@ def _longest(sam_template: dict[str, Any], value: Any) -> int:
     return len(str(parameter["MaxValue"]))
 
 
-@pytest.mark.parametrize("function", ["ApiFunction", "ExecutorFunction"])
+@pytest.mark.parametrize("function", ["ApiFunction", "ExecutorFunction", "PollerFunction"])
 def test_the_tenant_map_fits_the_environment(sam_template: dict[str, Any], function: str) -> None:
     # Given a function that gets the tenant map, every variable at its longest (JSON quoting included) and the
     # allowlists left out  Then TenantMap's MaxLength leaves room for them within Lambda's 4 KB of variables

@@ -652,8 +652,12 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     The tasks are those named, or with ``--all`` every task with a dead letter and every FAILED task in the table
     (a task whose dead letter was never sent - the executor died after recording FAILED - is found there). A task
     that is not FAILED any more (already redriven) is left alone and said so; its stale dead letters are removed.
+    A tenant's tasks past its ``active_tasks`` quota (the tenant map's) stay FAILED, said so too.
     """
+    from punctual.config.tenant_source import tenant_map_source
     from punctual.domain.clock import SystemClock
+    from punctual.domain.tenancy import split
+    from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
     from punctual.stores.dlq import build_dead_letter_queue
     from punctual.stores.dynamodb import build_store
 
@@ -662,7 +666,10 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     settings = _settings(args)
     selection = Selection.everything() if args.all else Selection.of(args.task_ids)
     queue = build_dead_letter_queue(settings)
-    report = redrive_tasks(build_store(settings), selection, int(SystemClock().wall_ms()), queue)
+    store = build_store(settings)
+    tenants = tenant_map_source(settings).tenant_map()
+    admit = TenantAdmission(QuotaGuard(store), lambda task_id: tenants.policy_of(split(task_id)[0] or "").quotas)
+    report = redrive_tasks(store, selection, int(SystemClock().wall_ms()), queue, admit)
     for line in redrive_lines(report):
         print(line)
     return 0
@@ -676,6 +683,8 @@ def redrive_lines(report: RedriveReport) -> list[str]:
             why = "no such task"
         elif skipped.reason is SkipReason.NOT_FAILED:
             why = f"{skipped.status}, not FAILED"
+        elif skipped.reason is SkipReason.OVER_QUOTA:
+            why = "its tenant is at its active_tasks quota: still FAILED"
         else:
             why = f"lost the race: {skipped.status or 'gone'} now, changed by another caller"
         lines.append(f"{skipped.task_id}: {why}: nothing to do")

@@ -51,7 +51,7 @@ from punctual.domain.tenancy import check_tenant_part
 
 SCHEDULE_ID_PATTERN = rf"^{SCHEDULE_ID}$"
 _OCCURRENCE_RE = re.compile(rf"^(?P<schedule>{SCHEDULE_ID})@(?P<at>{OCCURRENCE_INSTANT})Z$")
-MAX_CHUNK = 99  # occurrences created with the cursor's move in one transaction (DynamoDB takes 100 items)
+MAX_CHUNK = 98  # occurrences made in one transaction with the cursor and the tenant's usage (DynamoDB takes 100)
 TRANSACTION_BYTES = 3_500_000  # what a chunk's items may add up to (DynamoDB takes 4 MB a transaction)
 ITEM_OVERHEAD_BYTES = 2_048  # an occurrence's item beyond its action and payload (ids, times, status, ...)
 DowntimePolicy = Literal["skip", "fire_latest"]
@@ -231,7 +231,7 @@ def instants_after(schedule: Schedule, after_ms: int) -> Iterator[int]:
 
 
 def chunk_size(schedule: Schedule) -> int:
-    """How many occurrences one transaction may create: 99, fewer when the action and payload are large (the
+    """How many occurrences one transaction may create: 98, fewer when the action and payload are large (the
     whole transaction must stay under DynamoDB's 4 MB)."""
     item = len(schedule.model_dump_json(include={"action", "payload"}).encode()) + ITEM_OVERHEAD_BYTES
     return max(1, min(MAX_CHUNK, TRANSACTION_BYTES // item))

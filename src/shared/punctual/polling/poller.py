@@ -41,6 +41,7 @@ from punctual.errors import UndecodableItemError
 from punctual.polling.invoker import Invoker
 from punctual.polling.sent import SentMemory, Sorted
 from punctual.scheduling import chain
+from punctual.scheduling.quotas import TenantAdmission
 from punctual.stores.ports import Store
 
 log = logging.getLogger(__name__)
@@ -168,10 +169,18 @@ class Poller:
     """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
     hands the tasks it sees to :meth:`dispatch`, the same batch-and-invoke step the poll ends with."""
 
-    def __init__(self, store: Store, invoker: Invoker, settings: Settings, poller_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        invoker: Invoker,
+        settings: Settings,
+        poller_id: str | None = None,
+        admit: TenantAdmission | None = None,
+    ) -> None:
         self._store = store
         self._invoker = invoker
         self._settings = settings
+        self._admit = admit  # a schedule's occurrences against its tenant's active_tasks (None: no quotas)
         self.poller_id = poller_id or f"p-{uuid.uuid4().hex[:12]}"
         self._sent = SentMemory(settings)
 
@@ -214,7 +223,7 @@ class Poller:
         # Each read of the index is dispatched before the next one is made: the first batches do not wait for
         # the whole window to be read.
         scan = self._store.find_due(now_ms, end_ms, out_of_time, group, on_found=send)
-        # Schedules after the tasks found: making occurrences (a read and a transaction per 99) never delays a
+        # Schedules after the tasks found: making occurrences (a read and a transaction per 98) never delays a
         # dispatch. Those due within the window go out now (the index may not list them yet).
         made, created, unreadable = self._extend_schedules(scan.schedules, now_ms, end_ms, out_of_time)
         if made:
@@ -250,7 +259,9 @@ class Poller:
     ) -> tuple[list[Candidate], int, int]:
         """Make the next occurrences of each recurring schedule found (up to ``schedule_ahead_ms`` past the
         window), each schedule on its own, the tenants' in turn: one that fails is logged and left for the next
-        tick, and one whose item cannot be read leaves the due index (quarantined). The new occurrences due within
+        tick, one whose tenant is at its ``active_tasks`` quota makes what fits and holds the rest back for a later
+        tick (:func:`chain.extend`), and one whose item cannot be read leaves the due index (quarantined). The new
+        occurrences due within
         the window, as candidates to dispatch, how many occurrences were made, and how many items could not be
         read."""
         made: list[Candidate] = []
@@ -261,7 +272,9 @@ class Poller:
             if out_of_time is not None and out_of_time():
                 break
             try:
-                report = chain.extend(self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms)
+                report = chain.extend(
+                    self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms, self._admit
+                )
             except UndecodableItemError as exc:  # it would fail at every poll: out of the due index, counted
                 unreadable += 1
                 self._store.quarantine_schedule(schedule_id, str(exc), now_ms)

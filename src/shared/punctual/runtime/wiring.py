@@ -6,12 +6,16 @@ Building has no process-wide effect: CPU confinement and the fire log are the lo
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from punctual.config.cpu_share import detect_cpu_share
 from punctual.config.settings import Settings
-from punctual.config.tenant_source import tenant_map_source
+from punctual.config.tenant_map import TenantMap
+from punctual.config.tenant_source import TenantMapSource, tenant_map_source
 from punctual.domain.clock import SystemClock, offset_probe
+from punctual.domain.tenancy import split
 from punctual.executing.executor import Executor
 from punctual.stores.dlq import build_dead_letter_queue
 from punctual.stores.dynamodb import build_store
@@ -30,11 +34,15 @@ def build_poller(
     dynamodb: Any = None,
     lambda_client: Any = None,
     poller_id: str | None = None,
+    ssm_client: Any = None,
 ) -> Poller:
     """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``. The polling
-    package (and the schedules' chain it extends) is loaded here: the executor's cold start never needs it."""
+    package (and the schedules' chain it extends) is loaded here: the executor's cold start never needs it. The
+    occurrences it makes are admitted against their tenants' ``active_tasks`` quota, from the tenant map
+    ``settings`` name (``ssm_client`` reads a parameter: one is made when None)."""
     from punctual.polling.invoker import LambdaInvoker
     from punctual.polling.poller import Poller
+    from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
 
     if invoker is None:
         if lambda_client is None:
@@ -42,7 +50,25 @@ def build_poller(
 
             lambda_client = boto3.client("lambda", region_name=settings.region)
         invoker = LambdaInvoker(lambda_client, settings.executor_function)
-    return Poller(build_store(settings, dynamodb), invoker, settings, poller_id)
+    store = build_store(settings, dynamodb)
+    tenants = _tenant_map_when_needed(settings, ssm_client)
+    admit = TenantAdmission(QuotaGuard(store), lambda task_id: tenants().policy_of(split(task_id)[0] or "").quotas)
+    return Poller(store, invoker, settings, poller_id, admit)
+
+
+def _tenant_map_when_needed(settings: Settings, ssm_client: Any) -> Callable[[], TenantMap]:
+    """The tenant map ``settings`` name, its source made at the first call: a map that cannot be read fails the
+    schedules whose occurrences need it (each logged, tried again at the next tick), never a poll's tasks."""
+    sources: list[TenantMapSource] = []
+    lock = threading.Lock()
+
+    def tenant_map() -> TenantMap:
+        with lock:
+            if not sources:
+                sources.append(tenant_map_source(settings, ssm_client))
+        return sources[0].tenant_map()
+
+    return tenant_map
 
 
 def build_executor(
@@ -76,7 +102,9 @@ def build_api(settings: Settings, dynamodb: Any = None, ssm_client: Any = None) 
     here). Not thread-safe (the resolver holds the request it is answering): one per thread."""
     from punctual.api import build_app  # here: only the API's function loads the API, its client and tenant map
     from punctual.scheduling.client import Client
+    from punctual.scheduling.quotas import QuotaGuard
 
     tenants = tenant_map_source(settings, ssm_client)
     store = build_store(settings, dynamodb)
-    return build_app(lambda: Client(settings, store=store, tenant_map=tenants.tenant_map()), tenants)
+    quota = QuotaGuard(store)  # one per process: its requests' creates are admitted together, exactly
+    return build_app(lambda: Client(settings, store=store, tenant_map=tenants.tenant_map(), quota=quota), tenants)

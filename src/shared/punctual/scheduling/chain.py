@@ -3,6 +3,8 @@
 Called by the client (right after creating, resuming or updating a schedule) and by the poller (for every
 schedule its look for due work found: see :mod:`punctual.stores.ports` for when one is found). Whoever
 comes first does the work; the others find the cursor moved and do nothing (every write is conditional).
+Each chunk is admitted against its tenant's ``active_tasks`` quota; what does not fit is held back, the cursor
+left at it, until a later call finds room (:mod:`punctual.scheduling.quotas`).
 
 A change (pause, update, delete) is written first, one version up, with ``cleanup`` set; then the occurrences
 an older version made that are still PENDING are cancelled, and the flag is cleared. If the caller dies in
@@ -14,16 +16,18 @@ an arm), and a newer version makes no occurrence at that instant.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from punctual.domain.model import Task, TaskStatus
 from punctual.domain.schedules import Schedule, instants_after, occurrence_id, plan_advance
 from punctual.errors import TaskNotFoundError, TaskStateError
+from punctual.scheduling.quotas import TenantAdmission
 from punctual.stores.ports import Store
 
 log = logging.getLogger(__name__)
 
-MAX_ROUNDS = 50  # transactions one call makes at most (99 occurrences each)
+MAX_ROUNDS = 50  # transactions one call makes at most (98 occurrences each)
 MAX_NAMED = 10_000  # occurrences a cleanup names by id at most (a poll window of rate(100 milliseconds) is ~2,500)
 CLEANUP_LOOKBACK_MS = 86_400_000  # the longest misfire grace: an older PENDING occurrence cannot be older than this
 
@@ -31,18 +35,24 @@ CLEANUP_LOOKBACK_MS = 86_400_000  # the longest misfire grace: an older PENDING 
 @dataclass
 class ChainReport:
     """What one call did to one schedule: the occurrences it created (tasks), how many instants it skipped
-    after downtime, how many older occurrences it cancelled, and whether it lost a race to another caller."""
+    after downtime, how many older occurrences it cancelled, whether it lost a race to another caller, and how
+    many occurrences it held back for its tenant's ``active_tasks`` quota (made by a later call, once there is
+    room)."""
 
     schedule_id: str
     created: list[Task] = field(default_factory=list)
     skipped: int = 0
     cancelled: int = 0
     raced: bool = False
+    held_back: int = 0
 
 
-def extend(store: Store, schedule_id: str, now_ms: int, until_ms: int) -> ChainReport:
+def extend(
+    store: Store, schedule_id: str, now_ms: int, until_ms: int, admit: TenantAdmission | None = None
+) -> ChainReport:
     """Create the schedule's occurrences due up to ``until_ms`` that do not exist yet (finishing a pending
-    cleanup first)."""
+    cleanup first), each admitted by ``admit`` against its tenant's ``active_tasks`` quota: past it, those left
+    are held back (logged, counted in the report; the cursor stays at the first of them, for the next call)."""
     report = ChainReport(schedule_id)
     taken: set[str] = set()  # instants an older version's live occurrence holds
     for _ in range(MAX_ROUNDS):
@@ -55,13 +65,27 @@ def extend(store: Store, schedule_id: str, now_ms: int, until_ms: int) -> ChainR
         step = plan_advance(schedule, now_ms, until_ms)
         if step is None:
             return report
-        tasks = [schedule.occurrence(ms, late=ms == step.late_ms) for ms in step.occurrences]
-        tasks = [t for t in tasks if t.task_id not in taken]
-        result = store.advance_schedule(schedule, step, tasks, now_ms)
+        wanted = len(step.occurrences)
+        with admit(schedule_id, wanted, partial=True) if admit is not None else nullcontext(wanted) as room:
+            if room < wanted:
+                report.held_back = wanted - room
+                log.warning(
+                    "schedule %s: %d occurrences held back, past its tenant's active_tasks quota; made when there "
+                    "is room",
+                    schedule_id,
+                    report.held_back,
+                    extra={"schedule_id": schedule_id, "quota": "active_tasks", "held_back": report.held_back},
+                )
+                step = plan_advance(schedule, now_ms, until_ms, limit=room) if room else None
+                if step is None:
+                    return report
+            tasks = [schedule.occurrence(ms, late=ms == step.late_ms) for ms in step.occurrences]
+            tasks = [t for t in tasks if t.task_id not in taken]
+            result = store.advance_schedule(schedule, step, tasks, now_ms)
         if result.done:
             report.created.extend(tasks)
             report.skipped += step.skipped
-            if step.next_due_ms is None or step.next_due_ms > until_ms:
+            if report.held_back or step.next_due_ms is None or step.next_due_ms > until_ms:
                 return report
             continue
         if not result.blocked:

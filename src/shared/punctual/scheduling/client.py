@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import partial
@@ -19,11 +20,10 @@ from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule, is_occurrence_id
-from punctual.domain.tenancy import split
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
 from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
-from punctual.scheduling.quotas import QuotaGuard, check_retry
+from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, check_retry
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.scheduling.schedule_client import ScheduleClient
 from punctual.stores.ports import Store
@@ -50,6 +50,10 @@ class Client:
     tenant_map:
         The tenants whose targets and quotas a tenant's task keeps to; defaults to the ``tenant_map`` setting's
         (the API hands in the map it read from Parameter Store).
+    quota:
+        The process's :class:`~punctual.scheduling.quotas.QuotaGuard` over ``store``, shared by the clients of one
+        process so that their creates are admitted exactly together (the API's requests share one); a client of its
+        own by default.
 
     Examples
     --------
@@ -76,6 +80,7 @@ class Client:
         clock: Clock | None = None,
         store: Store | None = None,
         tenant_map: TenantMap | None = None,
+        quota: QuotaGuard | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._clock = clock or SystemClock()
@@ -87,8 +92,8 @@ class Client:
             store = build_store(self.settings, dynamodb)
         self._store = store
         self._rules = TargetRules.from_settings(self.settings, tenant_map)
-        self._quota = QuotaGuard(store)
-        self._schedules = ScheduleClient(self.settings, store, self._clock, self._rules, self._quota)
+        self._admit = TenantAdmission(quota or QuotaGuard(store), lambda task_id: self._rules.of(task_id).quotas)
+        self._schedules = ScheduleClient(self.settings, store, self._clock, self._rules, self._admit)
 
     def now_ms(self) -> int:
         """Now, by the client's clock (epoch ms)."""
@@ -152,11 +157,7 @@ class Client:
 
     def create_built(self, task: Task, now_ms: int) -> tuple[Task, bool]:
         """Store a built task, if its tenant has room for one more active task."""
-        quotas = self._rules.of(task.task_id).quotas
-        tenant = split(task.task_id)[0]
-        if quotas is None or tenant is None:
-            return self._store.create(task, now_ms)
-        with self._quota.admitting(tenant, quotas, 1):
+        with self._admit(task.task_id, 1):
             return self._store.create(task, now_ms)
 
     def schedule(
@@ -358,9 +359,11 @@ class Client:
     def redrive(self, task_id: str) -> Task:
         """Send a FAILED task again: PENDING, due now, attempt 0 (:func:`~punctual.scheduling.redrive.redrive_tasks`).
         Raises TaskNotFoundError, or TaskStateError (with the task) when it is not FAILED or another change came
-        first."""
-        self._readable(task_id)
-        report = redrive_tasks(self._store, Selection.of([task_id]), self.now_ms())
+        first; QuotaExceededError (``active_tasks``) when its tenant has no room for it, and it stays FAILED."""
+        current = self._store.get(task_id)  # an unreadable item is refused here, never changed
+        admission = self._admit(task_id, 1) if current is not None and current.status is TaskStatus.FAILED else None
+        with admission or contextlib.nullcontext(0):
+            report = redrive_tasks(self._store, Selection.of([task_id]), self.now_ms())
         for skipped in report.skipped:
             if skipped.task is None:
                 raise TaskNotFoundError(task_id)

@@ -8,7 +8,9 @@ each selected task (strongly consistent), redrives those it read FAILED in one `
 * ``NOT_FOUND``: no readable task under the id (never created, expired, or an item that is no task);
 * ``NOT_FAILED``: the task was not FAILED when read (already redriven, never failed, still running);
 * ``LOST_RACE``: read FAILED, but another change (another caller's redrive, the record expiring) came first: the
-  REDRIVE write's condition no longer held.
+  REDRIVE write's condition no longer held;
+* ``OVER_QUOTA``: read FAILED, but its tenant has no room for one more active task (``active_tasks``, admitted as a
+  create is: :mod:`punctual.scheduling.quotas`); it stays FAILED, its dead letter kept.
 
 With a dead-letter queue, every message it holds is read first. The messages of tasks redriven now, or of tasks
 no longer FAILED or gone (stale: an earlier redrive did not get to remove them), are removed; the others (tasks
@@ -17,14 +19,17 @@ still FAILED, or not selected) are handed back to the queue.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from punctual.domain.model import Task, TaskStatus
+from punctual.domain.tenancy import split
 
 if TYPE_CHECKING:
+    from punctual.scheduling.quotas import TenantAdmission
     from punctual.stores.dlq import DeadLetter, RedrivableQueue
     from punctual.stores.ports import TaskStore
 
@@ -35,6 +40,7 @@ class SkipReason(StrEnum):
     NOT_FOUND = "not found"
     NOT_FAILED = "not FAILED"
     LOST_RACE = "lost the race"
+    OVER_QUOTA = "over its tenant's quota"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +97,11 @@ class RedriveReport:
 
 
 def redrive_tasks(
-    store: TaskStore, selection: Selection, now_ms: int, dead_letters: RedrivableQueue | None = None
+    store: TaskStore,
+    selection: Selection,
+    now_ms: int,
+    dead_letters: RedrivableQueue | None = None,
+    admit: TenantAdmission | None = None,
 ) -> RedriveReport:
     """Redrive the selected FAILED tasks at ``now_ms`` (PENDING, due then, attempt 0) and settle their dead letters.
 
@@ -105,12 +115,18 @@ def redrive_tasks(
         The instant the tasks become due again.
     dead_letters:
         The dead-letter queue whose messages are settled (see the module's docstring), if any.
+    admit:
+        Admits the tasks of each tenant against its ``active_tasks`` quota (None: no quota); those past it are
+        skipped, ``OVER_QUOTA``.
     """
     letters = dead_letters.receive() if dead_letters is not None else []
     task_ids = _selected(store, selection, letters)
     read = store.get_many(task_ids) if task_ids else {}
     failed = [t for t in task_ids if t in read and read[t].status is TaskStatus.FAILED]
-    won = dict(zip(failed, store.redrive_many(failed, now_ms), strict=True)) if failed else {}
+    with contextlib.ExitStack() as admissions:
+        over = _over_quota(failed, admit, admissions)
+        failed = [t for t in failed if t not in over]
+        won = dict(zip(failed, store.redrive_many(failed, now_ms), strict=True)) if failed else {}
     lost = [t for t, ok in won.items() if not ok]
     after = store.get_many(lost) if lost else {}
     redriven: list[str] = []
@@ -119,6 +135,8 @@ def redrive_tasks(
         task = read.get(task_id)
         if task is None:
             skipped.append(Skipped(task_id, SkipReason.NOT_FOUND))
+        elif task_id in over:
+            skipped.append(Skipped(task_id, SkipReason.OVER_QUOTA, task))
         elif task_id not in won:
             skipped.append(Skipped(task_id, SkipReason.NOT_FAILED, task))
         elif won[task_id]:
@@ -129,6 +147,21 @@ def redrive_tasks(
     if dead_letters is not None:
         removed = _settle(dead_letters, letters, redriven, skipped)
     return RedriveReport(redriven=tuple(redriven), skipped=tuple(skipped), dead_letters_removed=removed)
+
+
+def _over_quota(failed: list[str], admit: TenantAdmission | None, admissions: contextlib.ExitStack) -> set[str]:
+    """The tasks among ``failed`` their tenant has no room for: each tenant's are admitted together (the first ones
+    in the selection's order), the admissions held by ``admissions`` until the redrive's writes have landed."""
+    if admit is None:
+        return set()
+    by_tenant: dict[str | None, list[str]] = {}
+    for task_id in failed:
+        by_tenant.setdefault(split(task_id)[0], []).append(task_id)
+    over: set[str] = set()
+    for ids in by_tenant.values():
+        room = admissions.enter_context(admit(ids[0], len(ids), partial=True))
+        over.update(ids[room:])
+    return over
 
 
 def _selected(store: TaskStore, selection: Selection, letters: list[DeadLetter]) -> list[str]:

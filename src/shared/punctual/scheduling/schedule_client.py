@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,27 +14,30 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import Clock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, Unreadable
+from punctual.domain.quota import ScheduleLimits, ScheduleUsage, usage_of
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
-from punctual.domain.tenancy import split
 from punctual.errors import InvalidScheduleError, ScheduleNotFoundError, ScheduleStateError
 from punctual.scheduling import chain
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
-from punctual.scheduling.quotas import QuotaGuard, check_retry
+from punctual.scheduling.quotas import TenantAdmission, check_retry, schedule_limits
 from punctual.stores.ports import Store
 from punctual.targets import TargetRules
 
 
 class ScheduleClient:
     """A recurring schedule's life through the client: its occurrences made ahead as tasks, its changes
-    cleaning up the occurrences not armed yet, the tenant's quotas admitting it."""
+    cleaning up the occurrences not armed yet, the tenant's quotas admitting it (its schedule quotas checked by the
+    store in the schedule's own write, its occurrences by ``admit``)."""
 
-    def __init__(self, settings: Settings, store: Store, clock: Clock, rules: TargetRules, quota: QuotaGuard) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, clock: Clock, rules: TargetRules, admit: TenantAdmission
+    ) -> None:
         self.settings = settings
         self._store = store
         self._clock = clock
         self._rules = rules
-        self._quota = quota
+        self._admit = admit
 
     def _now_ms(self) -> int:
         return int(self._clock.wall_ms())
@@ -51,23 +53,13 @@ class ScheduleClient:
         check_retry(schedule.retry, rules.quotas)
         return schedule
 
-    def _admit_schedule(self, schedule: Schedule) -> None:
-        """Room among its tenant's quotas for ``schedule`` as it will be stored."""
-        with self._admitting_schedule(schedule):
-            pass
+    def _limits(self, schedule_id: str) -> ScheduleLimits | None:
+        """The schedule quotas of ``schedule_id``'s tenant, for the store to check in its write."""
+        return schedule_limits(self._rules.of(schedule_id).quotas)
 
-    @contextlib.contextmanager
-    def _admitting_schedule(self, schedule: Schedule, occurrences: int = 0) -> Iterator[None]:
-        """Room among its tenant's quotas for ``schedule`` as it will be stored, and for its first ``occurrences``
-        while the ``with`` block creates them."""
-        tenant = split(schedule.schedule_id)[0]
-        quotas = self._rules.of(schedule.schedule_id).quotas
-        if tenant is None or quotas is None:
-            yield
-            return
-        self._quota.admit_schedule(tenant, quotas, schedule)
-        with self._quota.admitting(tenant, quotas, occurrences):
-            yield
+    def _extend(self, schedule_id: str, now_ms: int) -> None:
+        """Make the occurrences ahead, those past the tenant's ``active_tasks`` held back (:func:`chain.extend`)."""
+        chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms), self._admit)
 
     def _until_ms(self, now_ms: int) -> int:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
@@ -163,15 +155,18 @@ class ScheduleClient:
             }
         )
         existing = self._store.get_schedule(schedule_id)
-        admission: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        admission: contextlib.AbstractContextManager[int] = contextlib.nullcontext(0)
+        limits = self._limits(schedule_id)
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
-            admission = self._admitting_schedule(to_store, len(occurrences))
+            if limits is not None:  # one that alone passes a schedule quota is refused as such, before its occurrences
+                limits.check(ScheduleUsage(), usage_of(to_store))
+            admission = self._admit(schedule_id, len(occurrences))
         with admission:
             stored, created = self._store.create_schedule(
-                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms
+                to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms, limits
             )
         if created:
-            chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms))
+            self._extend(schedule_id, now_ms)
         return self._store.get_schedule(schedule_id) or stored
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
@@ -221,7 +216,6 @@ class ScheduleClient:
             if schedule.state is ScheduleState.ACTIVE:
                 return schedule
             raise ScheduleStateError(schedule_id, "resume", f"it is {schedule.state}")
-        self._admit_schedule(schedule.model_copy(update={"state": ScheduleState.ACTIVE}))
         self._restart(schedule, {}, now_ms, cleanup=schedule.cleanup)
         return self._schedule_or_raise(schedule_id)
 
@@ -238,10 +232,12 @@ class ScheduleClient:
             changes["misfire_grace_ms"] = grace_ms(grace, self.settings.default_misfire_grace_ms, InvalidScheduleError)
         now_ms = self._now_ms()
         schedule = self._schedule_or_raise(schedule_id)
-        self._admit_schedule(self._valid_schedule({**schedule.model_dump(), **changes}))
+        self._valid_schedule({**schedule.model_dump(), **changes})
         if schedule.state is ScheduleState.PAUSED:
             # a pause's cleanup its caller did not finish stays pending (and is finished here)
-            changed = self._store.change_schedule(schedule, changes, now_ms, cleanup=schedule.cleanup)
+            changed = self._store.change_schedule(
+                schedule, changes, now_ms, cleanup=schedule.cleanup, limits=self._limits(schedule_id)
+            )
             if schedule.cleanup:
                 chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
         else:
@@ -264,10 +260,11 @@ class ScheduleClient:
             },
             now_ms,
             cleanup=cleanup,
+            limits=self._limits(schedule.schedule_id),
         )
         if cleanup:
             chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
-        chain.extend(self._store, schedule.schedule_id, now_ms, self._until_ms(now_ms))
+        self._extend(schedule.schedule_id, now_ms)
 
     def delete_schedule(self, schedule_id: str) -> Schedule:
         """Delete a schedule: no more occurrences; those made and not armed yet are cancelled (an armed one still

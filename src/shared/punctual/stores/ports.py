@@ -29,6 +29,10 @@ Life-cycle rules every implementation keeps (each change is atomic and condition
   resume, update, delete) is conditional on the version read and raises it by one. An ACTIVE schedule is in
   the due index from ``schedule_ahead`` before its cursor (a look for due work names it among its
   ``schedules``), one whose change left a cleanup pending from the change on; others are not.
+* **schedule usage**: a tenant's schedules hold its ``schedules`` and ``schedule_rate_per_s`` quotas
+  (:mod:`punctual.domain.quota`); every write that changes what a schedule holds (create, change, an advance that
+  ends it) changes the tenant's usage in the same atomic step. A write given ``limits`` that would take the usage
+  past them raises QuotaExceededError and writes nothing; a write that only releases never fails for it.
 * **redrive**: FAILED becomes PENDING, due now, attempt 0. **cancel** / **reschedule**: only while PENDING,
   or ARMED with an expired lease.
 
@@ -46,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus, Unreadable
+from punctual.domain.quota import ScheduleLimits
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule
 
 
@@ -176,9 +181,12 @@ class ScheduleStore(Protocol):
     """Recurring schedules (:mod:`punctual.domain.schedules`, :mod:`punctual.scheduling.chain`): a schedule's
     occurrences are tasks of the :class:`TaskStore` beside it, created with the schedule's writes in one atomic step."""
 
-    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
-        """Store a new schedule with its first occurrences (at most 99), atomically; idempotent on an equal
-        definition (False: it existed). Raises ScheduleConflictError for another definition."""
+    def create_schedule(
+        self, schedule: Schedule, occurrences: list[Task], now_ms: int, limits: ScheduleLimits | None = None
+    ) -> tuple[Schedule, bool]:
+        """Store a new schedule with its first occurrences (at most 98), atomically; idempotent on an equal
+        definition (False: it existed). Raises ScheduleConflictError for another definition, and
+        QuotaExceededError when the schedule takes its tenant's usage past ``limits`` (nothing is stored)."""
         ...
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
@@ -201,8 +209,17 @@ class ScheduleStore(Protocol):
         as read (version, cursor, ACTIVE)."""
         ...
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
-        """Write ``changes`` one version up, if the schedule is still at the version read."""
+    def change_schedule(
+        self,
+        schedule: Schedule,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        cleanup: bool,
+        limits: ScheduleLimits | None = None,
+    ) -> Schedule:
+        """Write ``changes`` one version up, if the schedule is still at the version read; QuotaExceededError
+        when they take its tenant's usage past ``limits`` (nothing is written)."""
         ...
 
     def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:

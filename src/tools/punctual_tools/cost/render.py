@@ -397,7 +397,7 @@ def _recurring_lines(
     lines = [
         "",
         "**A recurring schedule's occurrence** (counted on moto: the real poller making the occurrences of one "
-        "`rate(...)` schedule; per occurrence). The poller reads the schedule and writes up to 99 occurrences "
+        "`rate(...)` schedule; per occurrence). The poller reads the schedule and writes up to 98 occurrences "
         "and the schedule's cursor in one transaction (a transaction bills twice the write units), and each "
         "occurrence is also written to the keys-only `schedule` index that lists a schedule's history. Its arm, "
         "fire and record are a one-off task's. A schedule that makes one occurrence a poll (any rate of a minute "

@@ -22,6 +22,10 @@ The chain's writes, each one conditional (see :meth:`ScheduleItems.advance_sched
     CHANGE    version = :v (pause, resume, update, delete: what the caller read is still what is stored);
               the version goes up by one, and ``cleanup`` is set when occurrences may have to be cancelled
     CLEANED   version = :v: the cleanup is done (the item leaves the index unless it is ACTIVE)
+
+A tenant's SCHEDULE, a CHANGE that alters what the schedule holds of its quotas (its state, an ACTIVE one's rate)
+and an ADVANCE that ends it also update the tenant's usage item in the same transaction (:mod:`.usage`): taken
+conditionally on the quotas, given back unconditionally.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from punctual.domain.backoff import backoff_s
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task, TaskStatus, Unreadable, canonical_json
+from punctual.domain.quota import ScheduleLimits, ScheduleUsage, change_of, usage_of
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
-from punctual.domain.tenancy import split
+from punctual.domain.tenancy import prefix, split
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from punctual.stores.dynamodb.codec import (
     SCHEDULE_PREFIX,
@@ -50,6 +56,7 @@ from punctual.stores.dynamodb.codec import (
 from punctual.stores.dynamodb.table import SCHEDULE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
 from punctual.stores.dynamodb.tenants import TenantItems
+from punctual.stores.dynamodb.usage import UsageItems
 from punctual.stores.dynamodb.writes import CREATABLE, is_conditional_failure
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,7 @@ log = logging.getLogger(__name__)
 _ACTIVE = ScheduleState.ACTIVE.value
 
 
+USAGE_ATTEMPTS = 12  # transactions a write with its tenant's usage makes at most (conflicts on the usage item)
 KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
 
 
@@ -126,6 +134,41 @@ class ScheduleItems:
         self.config = table.config
         self.tasks = tasks
         self.tenants = tenants
+        self.usage = UsageItems(table)
+
+    def _transact_with_usage(
+        self, schedule_id: str, items: list[dict[str, Any]], change: ScheduleUsage, limits: ScheduleLimits | None
+    ) -> list[str] | None:
+        """One transaction of ``items`` and the change to the tenant's usage (:mod:`.usage`): None when it held,
+        else the codes of ``items``. A refusal by the usage alone seeds it or finds room meanwhile and tries again,
+        or raises QuotaExceededError; a conflict on the usage item (callers of one tenant at once) is tried again
+        after a backoff."""
+        tenant = split(schedule_id)[0]
+        usage = None if tenant is None else self.usage.change(tenant, change, limits)
+        if tenant is None or usage is None:
+            return self.table.transact(items)
+        owner = tenant
+
+        def schedules() -> Iterator[Schedule]:
+            return self.list_schedules(prefix(owner))
+
+        codes: list[str] = []
+        for attempt in range(USAGE_ATTEMPTS):
+            result = self.table.transact([*items, usage])
+            if result is None:
+                return None
+            codes, mine = result[:-1], result[-1]
+            if any(code == "ConditionalCheckFailed" for code in codes):
+                return codes  # the schedule's own conditions: the caller's answer
+            if mine == "ConditionalCheckFailed" and limits is not None:
+                usage = self.usage.after_refusal(tenant, change, limits, schedules)
+            elif "TransactionConflict" in result:
+                self.table.sleep(backoff_s(attempt))
+            else:
+                return codes
+        raise ScheduleStateError(
+            schedule_id, "write", f"its tenant's usage stayed busy ({', '.join(codes)}); try again"
+        )
 
     # -- items ----------------------------------------------------------------------------------------------
     def _index_fields(self, schedule: Schedule, now_ms: int, cleanup: bool = False) -> dict[str, Any] | None:
@@ -169,9 +212,12 @@ class ScheduleItems:
         }
 
     # -- client side ----------------------------------------------------------------------------------------
-    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
-        """SCHEDULE: store a new schedule with its first occurrences (at most 99). Idempotent on the id with an
-        equal definition (returns the stored one and False); other content raises ScheduleConflictError."""
+    def create_schedule(
+        self, schedule: Schedule, occurrences: list[Task], now_ms: int, limits: ScheduleLimits | None = None
+    ) -> tuple[Schedule, bool]:
+        """SCHEDULE: store a new schedule with its first occurrences (at most 98) and what it takes of its tenant's
+        usage (past ``limits``: QuotaExceededError, nothing stored). Idempotent on the id with an equal definition
+        (returns the stored one and False); other content raises ScheduleConflictError."""
         put = {
             "Put": {
                 "TableName": self.table.name,
@@ -179,7 +225,12 @@ class ScheduleItems:
                 "ConditionExpression": CREATABLE,
             }
         }
-        codes = self.table.transact([put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)])
+        codes = self._transact_with_usage(
+            schedule.schedule_id,
+            [put, *(self._occurrence_put(t, schedule.version, now_ms) for t in occurrences)],
+            usage_of(schedule),
+            limits,
+        )
         if codes is None:
             return schedule.model_copy(update={"created_at": from_ms(now_ms), "updated_at": from_ms(now_ms)}), True
         existing = self.get_schedule(schedule.schedule_id)
@@ -243,8 +294,17 @@ class ScheduleItems:
         )
         return True
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
-        """CHANGE: write ``changes`` (definition fields, state, cursor) over ``schedule`` as read, one version up;
+    def change_schedule(
+        self,
+        schedule: Schedule,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        cleanup: bool,
+        limits: ScheduleLimits | None = None,
+    ) -> Schedule:
+        """CHANGE: write ``changes`` (definition fields, state, cursor) over ``schedule`` as read, one version up,
+        with what they change of its tenant's usage (past ``limits``: QuotaExceededError, nothing written);
         ``cleanup``: occurrences of older versions may have to be cancelled (the item waits in the due index until
         :meth:`finish_cleanup`). Raises ScheduleStateError when the schedule changed since it was read."""
         changed = Schedule.model_validate({**schedule.model_dump(), **changes, "version": schedule.version + 1})
@@ -258,22 +318,36 @@ class ScheduleItems:
         }
         sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
         update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
+        write = {
+            "TableName": self.table.name,
+            "Key": {"task_id": {"S": schedule_key(schedule.schedule_id)}},
+            "UpdateExpression": update,
+            "ConditionExpression": "#ver = :v",
+            "ExpressionAttributeNames": {"#state": "state", "#def": "definition", "#ver": "version"},
+            "ExpressionAttributeValues": to_av(values),
+        }
+        change = change_of(schedule, changed)
+        if split(schedule.schedule_id)[0] is None or change.zero:
+            codes = self._update_alone(write)
+        else:
+            codes = self._transact_with_usage(schedule.schedule_id, [{"Update": write}], change, limits)
+        if codes is not None:
+            if codes[0] != "ConditionalCheckFailed":
+                raise ScheduleStateError(schedule.schedule_id, "change", f"the write failed ({', '.join(codes)})")
+            if self.get_schedule(schedule.schedule_id) is None:
+                raise ScheduleNotFoundError(schedule.schedule_id)
+            raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again")
+        return changed.model_copy(update={"updated_at": from_ms(now_ms), "cleanup": cleanup})
+
+    def _update_alone(self, write: dict[str, Any]) -> list[str] | None:
+        """One UpdateItem of ``write``: None when it held, ``["ConditionalCheckFailed"]`` when its condition did not."""
         try:
-            self.table.client.update_item(
-                TableName=self.table.name,
-                Key={"task_id": {"S": schedule_key(schedule.schedule_id)}},
-                UpdateExpression=update,
-                ConditionExpression="#ver = :v",
-                ExpressionAttributeNames={"#state": "state", "#def": "definition", "#ver": "version"},
-                ExpressionAttributeValues=to_av(values),
-            )
+            self.table.client.update_item(**write)
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
-            if self.get_schedule(schedule.schedule_id) is None:
-                raise ScheduleNotFoundError(schedule.schedule_id) from exc
-            raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again") from exc
-        return changed.model_copy(update={"updated_at": from_ms(now_ms), "cleanup": cleanup})
+            return ["ConditionalCheckFailed"]
+        return None
 
     def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:
         """CLEANED: no older version's occurrence is left PENDING; the item goes back to its place in the due
@@ -331,7 +405,7 @@ class ScheduleItems:
         self, schedule: Schedule, step: Advance, occurrences: list[Task], now_ms: int
     ) -> AdvanceResult:
         """ADVANCE: create ``occurrences`` and move the cursor from ``schedule.next_due_ms`` to
-        ``step.next_due_ms`` (the schedule ENDS when that is None), in one transaction (at most 99 occurrences)."""
+        ``step.next_due_ms`` (the schedule ENDS when that is None), in one transaction (at most 98 occurrences)."""
         moved = schedule.model_copy(
             update={
                 "next_due_ms": step.next_due_ms,
@@ -366,7 +440,8 @@ class ScheduleItems:
             }
         }
         puts = [self._occurrence_put(t, schedule.version, now_ms) for t in occurrences]
-        codes = self.table.transact([update, *puts])
+        # an advance that ends the schedule gives its rate back in the same transaction (a release never fails)
+        codes = self._transact_with_usage(schedule.schedule_id, [update, *puts], change_of(schedule, moved), None)
         if codes is None:
             return AdvanceResult(done=True)
         if codes[0] == "ConditionalCheckFailed":

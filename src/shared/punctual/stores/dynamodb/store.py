@@ -8,7 +8,8 @@ the parts, each of one concern, and answers each port call through one of them:
 * :mod:`.executors`: heartbeats, fences, and the arms and takeovers by which an executor owns its tasks;
 * :mod:`.due`: the sparse ``due`` index, the candidates it names, and each poll group's watermark;
 * :mod:`.tenants`: a tenant's keys, pages and active count, from the tenant indexes;
-* :mod:`.schedules`: recurring schedules and their chain of occurrences.
+* :mod:`.schedules`: recurring schedules and their chain of occurrences;
+* :mod:`.usage`: what a tenant's schedules hold of its schedule quotas, written with them.
 
 They share one :class:`~punctual.stores.dynamodb.table.Table` (the client, the thread pool, reads by key) and one
 :class:`~punctual.stores.dynamodb.config.StoreConfig`, derived from :class:`~punctual.config.settings.Settings`. Items
@@ -27,6 +28,7 @@ from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.domain.model import Armed, ArmRequest, Candidate, DueScan, FireRecord, Task, TaskStatus, Unreadable
+from punctual.domain.quota import ScheduleLimits
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule
 from punctual.stores.dynamodb.config import StoreConfig
 from punctual.stores.dynamodb.due import DueIndex
@@ -158,8 +160,10 @@ class DynamoTaskStore:
         return self.tasks.redrive_many(task_ids, now_ms)
 
     # -- schedules (ScheduleStore) -----------------------------------------------------------------------
-    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
-        return self.schedules.create_schedule(schedule, occurrences, now_ms)
+    def create_schedule(
+        self, schedule: Schedule, occurrences: list[Task], now_ms: int, limits: ScheduleLimits | None = None
+    ) -> tuple[Schedule, bool]:
+        return self.schedules.create_schedule(schedule, occurrences, now_ms, limits)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         return self.schedules.get_schedule(schedule_id)
@@ -175,8 +179,16 @@ class DynamoTaskStore:
     ) -> AdvanceResult:
         return self.schedules.advance_schedule(schedule, step, occurrences, now_ms)
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
-        return self.schedules.change_schedule(schedule, changes, now_ms, cleanup=cleanup)
+    def change_schedule(
+        self,
+        schedule: Schedule,
+        changes: dict[str, Any],
+        now_ms: int,
+        *,
+        cleanup: bool,
+        limits: ScheduleLimits | None = None,
+    ) -> Schedule:
+        return self.schedules.change_schedule(schedule, changes, now_ms, cleanup=cleanup, limits=limits)
 
     def finish_cleanup(self, schedule: Schedule, now_ms: int) -> bool:
         return self.schedules.finish_cleanup(schedule, now_ms)

@@ -1,4 +1,5 @@
-"""What the in-memory store keeps: a task with the fields of its life cycle, and an executor's heartbeat."""
+"""What the in-memory store keeps: a task with the fields of its life cycle, and an executor's heartbeat; and the
+check of a tenant's schedule usage against its limits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from datetime import datetime
 
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Candidate, Task, TaskStatus, utc_to_ms
+from punctual.domain.quota import ScheduleLimits, change_of, held_by
+from punctual.domain.schedules import Schedule
+from punctual.domain.tenancy import prefix, split
+
+Limits = ScheduleLimits | None  # a tenant's schedule quotas, for a write that takes from them (None: no check)
 
 
 def _at(ms: float | None) -> datetime | None:
@@ -129,3 +135,12 @@ def matching(
         and (due_from_ms is None or t.due_ms >= due_from_ms)
         and (due_to_ms is None or t.due_ms < due_to_ms)
     ]
+
+
+def check_usage(schedules: dict[str, Schedule], before: Schedule | None, after: Schedule, limits: Limits) -> None:
+    """Raise QuotaExceededError when writing ``after`` over ``before`` takes the usage of its tenant's ``schedules``
+    past ``limits`` (the caller holds the store's lock: the check and its write are one step)."""
+    tenant = split(after.schedule_id)[0]
+    if limits is not None and tenant is not None:
+        held = held_by(s for key, s in schedules.items() if key.startswith(prefix(tenant)))
+        limits.check(held, change_of(before, after))

@@ -35,7 +35,7 @@ from punctual.errors import (
     TaskStateError,
 )
 from punctual.stores.memory.index import DueIndex, forward
-from punctual.stores.memory.records import Heartbeat, TaskRecord, matching
+from punctual.stores.memory.records import Heartbeat, Limits, TaskRecord, check_usage, matching
 from punctual.stores.ports import Store
 
 log = logging.getLogger(__name__)
@@ -386,17 +386,16 @@ class InMemoryStore(Store):
         older = item.task.schedule_version is not None and item.task.schedule_version < version
         return not (item.status is TaskStatus.CANCELLED and older)
 
-    def create_schedule(self, schedule: Schedule, occurrences: list[Task], now_ms: int) -> tuple[Schedule, bool]:
+    def create_schedule(
+        self, schedule: Schedule, occurrences: list[Task], now_ms: int, limits: Limits = None
+    ) -> tuple[Schedule, bool]:
         schedule_id = schedule.schedule_id
         with self._lock:
             existing = self._schedules.get(schedule_id)
             if existing is None:
+                check_usage(self._schedules, None, schedule, limits)
                 if any(self._taken(t, schedule.version) for t in occurrences):
-                    raise ScheduleStateError(
-                        schedule_id,
-                        "create",
-                        "its first occurrences could not be created (an id is taken); nothing was stored",
-                    )
+                    raise ScheduleStateError(schedule_id, "create", "an occurrence's id is taken; nothing was stored")
                 at = from_ms(now_ms)
                 stored = schedule.model_copy(deep=True, update={"created_at": at, "updated_at": at, "cleanup": False})
                 self._schedules[schedule_id] = stored
@@ -463,7 +462,9 @@ class InMemoryStore(Store):
                 self._put(task, now_ms)
             return AdvanceResult(done=True)
 
-    def change_schedule(self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool) -> Schedule:
+    def change_schedule(
+        self, schedule: Schedule, changes: dict[str, Any], now_ms: int, *, cleanup: bool, limits: Limits = None
+    ) -> Schedule:
         changed = Schedule.model_validate({**schedule.model_dump(), **changes, "version": schedule.version + 1})
         with self._lock:
             stored = self._schedules.get(schedule.schedule_id)
@@ -471,6 +472,7 @@ class InMemoryStore(Store):
                 raise ScheduleNotFoundError(schedule.schedule_id)
             if stored.version != schedule.version:
                 raise ScheduleStateError(schedule.schedule_id, "change", "it changed meanwhile; read it again")
+            check_usage(self._schedules, stored, changed, limits)
             kept = {k: getattr(stored, k) for k in ("created_count", "skipped_count", "created_at")}
             at = {"updated_at": from_ms(now_ms), "cleanup": cleanup}
             self._schedules[schedule.schedule_id] = changed.model_copy(deep=True, update={**kept, **at})
