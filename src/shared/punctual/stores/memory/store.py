@@ -1,7 +1,6 @@
 """Both store ports in memory (:class:`punctual.stores.ports.Store`): tasks, schedules, heartbeats and the due index in
 dictionaries, every call under one lock, so each conditional write is atomic however many threads share the store.
-Reads hand out copies; what it holds is always readable, so a listing never leaves one out (``unreadable`` stays as
-given). The rules are the ports' (:mod:`punctual.stores.ports`); this module only keeps them."""
+Reads hand out copies; all it holds is readable. The rules are the ports' (:mod:`punctual.stores.ports`)."""
 
 from __future__ import annotations
 
