@@ -255,6 +255,9 @@ TASK_SECRETS = {
 }
 
 
+MAP_READERS = ("ExecutorRole", "ApiRole", "PollerRole")  # the roles that read the tenant map where it is kept
+
+
 def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]) -> None:
     # Given every Allow statement of every role, under every condition  Then no action is a wildcard, and
     # every resource is an ARN of a resource in this stack (GetAtt / Ref / Sub of one), one the operator lists
@@ -270,9 +273,9 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
             elif resource in TASK_SECRETS.values():
                 assert name == "ExecutorRole", f"{name}: {action} on {resource}"
             elif resource == TENANT_MAP_PARAMETER:
-                assert (name, action) in {("ExecutorRole", "ssm:GetParameter"), ("ApiRole", "ssm:GetParameter")}
+                assert name in MAP_READERS and action == "ssm:GetParameter", (name, action)
             elif resource == TENANT_MAP_PATH:
-                assert name in ("ExecutorRole", "ApiRole") and action == "ssm:GetParametersByPath", (name, action)
+                assert name in MAP_READERS and action == "ssm:GetParametersByPath", (name, action)
             elif resource.startswith("${"):
                 assert resource[2:].split(".")[0].split("}")[0] in cfn_resources, f"{name}: {resource}"
             else:
@@ -295,7 +298,8 @@ NEVER_GRANTED = {
         "dynamodb:PartiQLUpdate",
         "dynamodb:PartiQLDelete",
     },
-    "PollerFunction": {"sqs:SendMessage", "ssm:GetParameter", "secretsmanager:GetSecretValue"},
+    # (the poller reads one parameter: the tenant map's, to admit schedules' occurrences; see the next test)
+    "PollerFunction": {"sqs:SendMessage", "secretsmanager:GetSecretValue"},
     # The executor arms and records what exists: it never creates an item, nor reads an index.
     "ExecutorFunction": {"dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan"},
     # (the API reads one parameter: the tenant map's, when TenantMapParameter names one; see the next test)
@@ -314,7 +318,7 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
     granted = grants(statements)
     actions = {action for action, _ in granted}
     assert not actions & (NEVER_GRANTED["*"] | NEVER_GRANTED.get(function, set()))
-    if function == "ApiFunction":
+    if function in ("ApiFunction", "PollerFunction"):
         assert {resource for action, resource in granted if action == "ssm:GetParameter"} == {TENANT_MAP_PARAMETER}
     # A Scan only of the due index (the poller's first poll, to find its watermark), never of the table
     assert {resource for action, resource in granted if action == "dynamodb:Scan"} <= {DUE_INDEX}
