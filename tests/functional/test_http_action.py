@@ -174,8 +174,11 @@ def test_a_burst_finds_its_connections_opened_before_it_is_due(server: HostileSe
     action = HttpAction(url=server.url("/ok"))
     assert WARM_MIN_S < 0.5 < WARM_LEAD_S
     assert prepare_actions([(action, 0.5, "t")] * 20, env) == 1  # one run of fires to one host: one warm-up
-    # When the warm-up has opened its connections, before anything is sent
+    # When the warm-up has opened its connections (the server accepted them and the pool holds them: on a busy
+    # machine the one can come well before the other), before anything is sent
+    engine = _engine(env, env.rules)
     assert _wait_for(lambda: server.state.connections == 20)
+    assert _wait_for(lambda: env.fire_loop.submit(engine.idle(str(action.url))).result(timeout=60) == 20)
     assert server.requests() == []
     # and the 20 fire together
     futures = [start_action(action, context(f"w-{i}"), env) for i in range(20)]

@@ -272,6 +272,10 @@ class HttpEngine:
         except OSError as exc:
             raise TransientActionError(f"POST {target.origin} failed: {exc.strerror or type(exc).__name__}") from None
 
+    async def idle(self, url: str) -> int:
+        """How many connections to ``url``'s host wait idle in the pool now."""
+        return await self._pool.idle(self.target(url))
+
     async def warm(self, target: Target, count: int, fire_in_s: float) -> int:
         """Open connections to ``target`` ahead of ``count`` fires due together in ``fire_in_s`` (see
         ``WirePool.warm``)."""

@@ -337,6 +337,11 @@ class WirePool:
             if len(made) < group:
                 return opened  # the target refuses or cannot be reached: its fires will say so
 
+    async def idle(self, target: Target) -> int:
+        """How many connections to ``target`` wait idle in the pool now (a warm-up's count once it has finished)."""
+        host = self._hosts.get((target.scheme, target.host, target.port))
+        return 0 if host is None else sum(not c.closed for c in host.idle)
+
     def _host(self, target: Target) -> _Host:
         key = (target.scheme, target.host, target.port)
         host = self._hosts.get(key)
