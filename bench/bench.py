@@ -94,7 +94,7 @@ from leads import (
     run_without_stack,
     short_lead,
 )
-from pages import ceiling_cell, git_commit, publish_drift
+from pages import beside_note, ceiling_cell, git_commit, publish_drift
 from phase_parts import (
     active_tasks,
     after_a_poll,
@@ -864,7 +864,7 @@ def main() -> int:
     print(f"{'phase':<20}{'count':>7}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
     for name, f in floors.items():
         where = " (arrival at the receiver)" if "webhook" in name else ""
-        during = f", beside {f['beside']}" if f.get("beside") else ""
+        during = beside_note(f)
         print(row(name, f["drift"], f"({f['processes']} floor process(es), firing {f['policy']}{during}){where}"))
     notes = {
         name: f"(writes {r['write_rate_per_s']:g}/s, lag up to {r['max_write_lag_s']:g} s; each due "
