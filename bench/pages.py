@@ -11,7 +11,6 @@ Nothing here is typed by hand: a page or the README's block that differs from wh
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from punctual_tools.stats import nearest_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "docs" / "benchmarks"
@@ -453,8 +454,8 @@ a ratio
     >>> small_tail_note({"phases": {"s": {"count": 3000}}, "floors": {"f": {"count": 3000}}}, "s", "f")
     []
     """
-    counts = [(_phase_of(report, n) or {}).get("count") for n in (name, floor_name or "")]
-    ranks = [None if not c else c - math.ceil(0.99 * c) + 1 for c in counts]
+    counts = [_phase_of(report, n).get("count") for n in (name, floor_name or "")]
+    ranks = [None if not c else c - nearest_rank(c, 99) + 1 for c in counts]  # counted from the slowest
     if not any(r is not None and r < SMALL_TAIL for r in ranks):
         return []
     parts = [f"the {ordinal(r)} slowest of {c}" for r, c in zip(ranks, counts, strict=True) if r is not None]

@@ -11,8 +11,12 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return ordered[nearest_rank(len(ordered), q) - 1]
+
+
+def nearest_rank(count: int, q: float) -> int:
+    """The rank (1-based, ascending) of the ``q`` percentile of ``count`` values, by nearest rank."""
+    return max(1, math.ceil(q / 100 * count))
 
 
 def summarize(values: Sequence[float]) -> dict[str, float | None]:
