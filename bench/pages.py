@@ -547,8 +547,31 @@ def cpu_cell(figures: dict[str, Any] | None) -> str:
     return f"{figures['cpu_us_per_task']:.1f} ({figures['wall_s']:.1f} s)"
 
 
+def _burst_verdict(phase: dict[str, Any]) -> str:
+    """What the burst's tasks became in the store (a run before the outcomes were read: "-"), and, when some did
+    not fire, what the store alone needed to arm them against the time they had.
+
+    >>> _burst_verdict({"outcomes": {"SUCCEEDED": 10}})
+    'SUCCEEDED 10'
+    >>> _burst_verdict({"outcomes": {"MISSED": 700, "SUCCEEDED": 300}, "store_arm_s": 200.0, "window_s": 150.0})
+    'MISSED 700, SUCCEEDED 300: the store arms 1,000 in 200 s at its ceiling, its tasks had 150 s'
+    """
+    outcomes = phase.get("outcomes")
+    if not outcomes:
+        return "-"
+    text = ", ".join(f"{status} {n:,}" for status, n in outcomes.items())
+    if outcomes.get("MISSED") and phase.get("store_arm_s") and phase.get("window_s"):
+        text += (
+            f": the store arms {sum(outcomes.values()):,} in {phase['store_arm_s']:g} s at its ceiling, its tasks "
+            f"had {phase['window_s']:g} s"
+        )
+    return text
+
+
 def _verdict(phase: dict[str, Any]) -> str:
     """Why a sustained phase passed or failed (every task fired once, p99 within 10 ms, the writes kept up)."""
+    if phase.get("rate") is None:
+        return _burst_verdict(phase)
     if "ok" not in phase:
         return "-"
     if phase["ok"]:
@@ -632,7 +655,7 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
             f"Poll every {settings['poll_interval_s']} s, lead {settings['lead_ms'] // 1000} s, batches of up to "
             f"{settings['max_batch_size']:,}, fast path off, tasks written by {settings['writer']}.",
             "",
-            f"The store's ceiling (DynamoDB Local alone, {ceiling['items']:,} items): create "
+            f"The store's ceiling (DynamoDB Local alone, {ceiling['items']:,} items{_write_mode(ceiling)}): create "
             f"{ceiling['create_per_s']}/s, arm {ceiling['arm_per_s']}/s, record {ceiling['record_per_s']}/s, so at "
             f"most **{ceiling['tasks_per_s']} tasks/s** (three writes a task).",
             "",
@@ -672,6 +695,12 @@ def scale_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     if picture:
         lines += [f"![drift CDF of every local phase]({picture})", ""]
     return lines
+
+
+def _write_mode(ceiling: dict[str, Any]) -> str:
+    """How the ceiling's arms and records were written, as the stack writes them (older runs did not say)."""
+    mode = ceiling.get("write_batch")
+    return {"single": "; single conditional writes, as on AWS", "transaction": "; transactions of 100"}.get(mode, "")
 
 
 def _floor_footing(report: dict[str, Any]) -> str:

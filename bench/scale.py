@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -621,12 +622,11 @@ def write_paced(
 def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
     """The throughput floor of the local phases: how many items a second this DynamoDB Local takes for each of a
     task's three writes when it does nothing else - create (BatchWriteItem of ``Client.to_item`` items, as the
-    writer), arm and record (the executors' transactions of 100, four batches of 1,000 at once, through the
-    store) - on a table of its own, and the tasks/s those imply (each task needs all three)."""
+    writer), arm and record (through the store, in the stack's own write mode: single conditional writes under
+    the Lambda profile, as on AWS, transactions of 100 under the local one; four batches of 1,000 at once) - on a
+    table of its own, and the tasks/s those imply (each task needs all three)."""
     assert stack.settings is not None
-    settings = stack.settings.model_copy(
-        update={"table_name": f"ceiling-{uuid.uuid4().hex[:6]}", "write_batch": "transaction"}
-    )
+    settings = stack.settings.model_copy(update={"table_name": f"ceiling-{uuid.uuid4().hex[:6]}"})
     raw = _client("dynamodb", settings.endpoint_url or "")
     ensure_table(raw, settings.table_name)
     now = int(time.time() * 1000)
@@ -663,6 +663,7 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
     )
     return {
         "items": count,
+        "write_batch": settings.write_batch,
         **{f"{k}_per_s": round(v, 1) for k, v in rates.items()},
         "tasks_per_s": round(tasks_per_s, 1),
     }
@@ -732,7 +733,52 @@ def burst(stack: LocalStack, count: int, writer: str, write_rate: float) -> dict
     log(f"burst: written in {time.time() - now:.1f} s; the instant is {(due / 1000 - time.time()):.0f} s ahead")
     fires = wait_for_fires(stack.fire_log, prefix, [t.task_id for t in tasks], due + 90_000)
     drifts, fired, dup = drift_of(fires)
-    return {"scheduled": count, "fired": fired, "duplicates": dup, **written, **summarize(drifts), "fires": fires}
+    outcomes = settled_statuses(stack, [t.task_id for t in tasks])
+    log(f"burst: outcomes {', '.join(f'{k} {v}' for k, v in outcomes.items())}")
+    return {
+        "scheduled": count,
+        "fired": fired,
+        "duplicates": dup,
+        **written,
+        **summarize(drifts),
+        "outcomes": outcomes,
+        "fires": fires,
+    }
+
+
+ACTIVE_STATUSES = ("PENDING", "ARMED")
+
+
+def settled_statuses(
+    stack: LocalStack, task_ids: list[str], poll_s: float = 5.0, still_polls: int = 3, limit_s: float = 300.0
+) -> dict[str, int]:
+    """:func:`stored_statuses` once no task is active any more (an executor records after it fires, and marks a
+    task MISSED when it reaches it past its grace), or once the counts have not moved for ``still_polls`` reads
+    ``poll_s`` apart, or after ``limit_s``: what is active then is reported as such."""
+    began, last, still = time.monotonic(), None, 0
+    while True:
+        counts = stored_statuses(stack, task_ids)
+        if not any(counts.get(s) for s in ACTIVE_STATUSES) or time.monotonic() - began > limit_s:
+            return counts
+        still = still + 1 if counts == last else 0
+        if still >= still_polls:
+            return counts
+        last = counts
+        time.sleep(poll_s)
+
+
+def stored_statuses(stack: LocalStack, task_ids: list[str]) -> dict[str, int]:
+    """How many of ``task_ids`` the store holds in each status (read 100 at a time): what a burst's tasks that did
+    not fire in time became (MISSED past their grace, or still PENDING or ARMED)."""
+    assert stack.settings is not None
+    store = DynamoTaskStore.from_settings(_client("dynamodb", stack.settings.endpoint_url or ""), stack.settings)
+    counts: Counter[str] = Counter()
+    for first in range(0, len(task_ids), 100):
+        part = task_ids[first : first + 100]
+        found = store.get_many(part)
+        counts.update(task.status.name for task in found.values())
+        counts["absent"] += len(part) - len(found)
+    return {status: n for status, n in sorted(counts.items()) if n}
 
 
 # -- main ------------------------------------------------------------------------------------------------
@@ -763,8 +809,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--rates",
-        default="100,200,300,500,1000",
-        help="sustained rates to try, in order, stopping at the first that fails (tasks/s)",
+        default="",
+        help="sustained rates to try, in order, stopping at the first that fails (tasks/s; default: "
+        f"{', '.join(f'{s:g}' for s in LADDER_SHARES)} and {CEILING_SHARE_TARGET:g} times the store's ceiling "
+        "measured in the run)",
     )
     parser.add_argument(
         "--local-lead",
@@ -893,17 +941,26 @@ def burst_cut(settings: Settings, count: int) -> list[int]:
     return [len(batch) for batch in batches]
 
 
+LADDER_SHARES = (0.25, 0.5, 1.0, 1.25)  # the rungs, as shares of the store's ceiling, when no rates are given
+
+
 def ladder(rates: list[int], ceiling_tasks_per_s: float, share: float = CEILING_SHARE_TARGET) -> list[int]:
-    """The sustained rates to try, in order: the given ones and the target's own rung (``share`` of the store's
-    ceiling measured in this run, rounded up), so that the verdict does not hang on where the given steps fall.
+    """The sustained rates to try, in order: the given ones (none: :data:`LADDER_SHARES` of the store's ceiling
+    measured in this run) and the target's own rung (``share`` of that ceiling, rounded up), so that the verdict
+    does not hang on where the given steps fall, nor on a first step above what this store takes.
 
     >>> ladder([100, 200, 300], 159.0)
     [100, 128, 200, 300]
+    >>> ladder([], 60.0)
+    [15, 30, 48, 60, 75]
     >>> ladder([100, 200], 0.0)
     [100, 200]
     """
     target = math.ceil(share * ceiling_tasks_per_s)
-    return sorted({*rates, target}) if target > 0 else list(rates)
+    if target <= 0:
+        return list(rates)
+    given = rates or [max(1, round(s * ceiling_tasks_per_s)) for s in LADDER_SHARES]
+    return sorted({*given, target})
 
 
 def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -953,6 +1010,10 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         wait = wait_until_idle(stack, args.settle)
         # The burst is written as fast as the store takes it: its instant follows the create rate measured above.
         burst_phase = {**burst(stack, args.burst, args.writer, ceiling["create_per_s"]), **wait}
+        # What the store alone needs to arm the burst, at the arm rate measured above, against the time its tasks
+        # have from the poll that dispatches them (a lead before the instant) to the end of their grace.
+        burst_phase["store_arm_s"] = round(args.burst / ceiling["arm_per_s"], 1) if ceiling["arm_per_s"] else None
+        burst_phase["window_s"] = (settings.lead_ms + settings.default_misfire_grace_ms) / 1000
         result["invoker"] = dict(stack.invoker.stats) if stack.invoker else {}
     # The floors, with the stack down: no database, the same footing as the stack's executors.
     tried = [p["rate"] for p in phases]

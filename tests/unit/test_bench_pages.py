@@ -310,6 +310,36 @@ def test_a_scale_page_judges_the_sustained_rate_against_the_stores_ceiling_and_s
     assert "Floors: one process on whole cores at normal priority: **more than the executors get**" in text
 
 
+def test_a_scale_page_says_what_a_burst_became_and_why_when_the_store_could_not_arm_it(tmp_path: Path) -> None:
+    # Given a burst of 20,000 of which the store held most MISSED, and a store that armed 100 a second in single
+    # writes, against 150 s from the dispatching poll to the end of the grace
+    report = scale_report(
+        store_ceiling={
+            "items": 10,
+            "write_batch": "single",
+            "create_per_s": 600,
+            "arm_per_s": 100,
+            "record_per_s": 600,
+            "tasks_per_s": 75,
+        },
+        burst={
+            **SCALE_PHASE,
+            "p99": 0.4,
+            "outcomes": {"MISSED": 19_000, "SUCCEEDED": 1_000},
+            "store_arm_s": 200.0,
+            "window_s": 150.0,
+        },
+    )
+    # When its page is made
+    text = pages.write_scale_page(report, tmp_path).read_text()
+    # Then the burst's row counts each outcome and gives the store's arming time against the tasks' window
+    assert "| MISSED 19,000, SUCCEEDED 1,000: the store arms 20,000 in 200 s at its ceiling, its tasks had 150 s |" in (
+        text
+    )
+    # And the ceiling says in which write mode it was measured
+    assert "(DynamoDB Local alone, 10 items; single conditional writes, as on AWS)" in text
+
+
 def test_a_scale_page_says_where_its_floors_stood_and_how_many_processes_fired_the_burst(tmp_path: Path) -> None:
     # Given a run whose floors stood at 256 MB's quota, the burst's over 24 processes
     report = scale_report(

@@ -38,3 +38,13 @@ def test_the_rate_ladder_has_a_rung_at_the_targets_share_of_the_ceiling() -> Non
     # Then 0.8x its ceiling is tried between them, so the verdict does not hang on the steps
     assert rates == [100, 128, 200, 300]
     assert rates[1] / 159.0 >= scale.CEILING_SHARE_TARGET
+
+
+def test_without_given_rates_the_ladder_climbs_in_shares_of_the_ceiling_from_well_below_it() -> None:
+    # Given a store that took 60 tasks/s in this run (single writes), and no rates given
+    rates = scale.ladder([], 60.0)
+    # Then the first rung is a quarter of it, so a run's verdict never hangs on a first step above the ceiling,
+    # and the target's rung is among them
+    assert rates[0] == 15
+    assert 48 in rates
+    assert rates == sorted(rates)
