@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.cpu_quota import PERIOD_US, group_of, quota_us
 from punctual_tools.local.invoker import LocalInvoker, Profile
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
@@ -332,6 +333,12 @@ def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(
         assert state["write_batch"] == "single"
         assert state["store_latency"]["name"] == "dynamodb-in-region"
         assert any("store latency" in line and "dynamodb-in-region" in line for line in stack.describe_limits())
+        # ... and that a burst is cut for as many executors as the template's default lets run at once (unreserved:
+        # the share of the account's pool they may take), not for what this machine could run
+        told = int(load_template()["Parameters"]["UnreservedExecutorConcurrency"]["Default"])
+        assert told < config.max_concurrency
+        assert stack.settings is not None and stack.settings.executor_concurrency == told
+        assert any(f"bursts cut for {told} executors" in line for line in stack.describe_limits())
     finally:
         started.join(60)
         stack.stop()

@@ -48,10 +48,11 @@ from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
 from punctual.polling.poller import Poller
 from punctual.stores.dlq import file_queue_url
 from punctual.stores.dynamodb import build_store
-from punctual.stores.dynamodb.schema import ensure_table, stream_filter_patterns
+from punctual.stores.dynamodb.schema import ensure_table, load_template, stream_filter_patterns
 from punctual_tools.iam import check_client, check_enabled
 from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
 from punctual_tools.iam.live import iam_check
+from punctual_tools.iam.policies import function_environment
 from punctual_tools.local.api_server import LOCAL_TENANT, ApiResolverFactory, LocalApi, write_private, write_token
 from punctual_tools.local.cpu_quota import remove_stale_groups
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, exposed_interfaces_warning, find_project_root
@@ -74,6 +75,7 @@ PRIVATE_UMASK = 0o077
 ENDPOINT_VARIABLES = r"AWS_ENDPOINT_URL(?:_[A-Z0-9_]+)?"  # boto3's: where its clients of AWS go
 POLLER_FUNCTION = "PollerFunction"  # the template's functions the stack's process stands for (their roles)
 FAST_PATH_FUNCTION = "FastPathFunction"
+EXECUTOR_CONCURRENCY_VARIABLE = "PUNCTUAL_EXECUTOR_CONCURRENCY"  # Settings.executor_concurrency in the template
 # What the stack keeps in its home (a folder's content included): what make_private fixes the mode of
 STACK_FILES = (
     "dynamodb",
@@ -427,8 +429,11 @@ class LocalStack:
             # the executors' CPU, as the template tells the poller and the fast path in AWS: it sizes the batches
             self.settings = settings = settings.model_copy(update={"executor_memory_mb": self.limits.memory_mb})
         if settings.profile == "lambda" and settings.executor_concurrency is None:
-            # and how many executors may run at once, which bounds how finely a burst is cut for that CPU
-            concurrency = concurrency_cap(self.limits, cfg.max_concurrency)
+            # and how many executors may run at once, which bounds how finely a burst is cut for that CPU: what the
+            # template tells the functions in AWS (the executors' reservation, or the share of the account's pool
+            # they may take: UnreservedExecutorConcurrency), within what this machine runs at once
+            told = function_environment(load_template(), EXECUTOR_FUNCTION)[EXECUTOR_CONCURRENCY_VARIABLE]
+            concurrency = min(int(told), concurrency_cap(self.limits, cfg.max_concurrency))
             self.settings = settings = settings.model_copy(update={"executor_concurrency": concurrency})
         self.invoker = LocalInvoker(
             find_project_root() / "src" / "executor" / "app.py",
@@ -514,6 +519,8 @@ class LocalStack:
                 else f"whole cores and {firing}, no timeout, never frozen (more than Lambda gives)"
             ),
             self.limits.describe(self.config.max_concurrency),
+            f"  bursts cut for {self.settings.executor_concurrency or 'any number of'} executors at once "
+            f"({EXECUTOR_CONCURRENCY_VARIABLE})",
             f"  CPU quota: {'yes' if invoker.cpu_quota.applied else 'no'} ({invoker.cpu_quota.detail}); "
             f"{self.config.prewarm} warm at start",
             f"store latency (the functions' DynamoDB calls): {self.describe_store_latency()}",
