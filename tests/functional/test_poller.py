@@ -126,9 +126,29 @@ def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_
     step = QUOTA_PERIOD_MS * 3 // 5  # two tasks a period apart are never in the same window; one apart always are
     near = [Candidate(f"n{i}", 1_000 + step * i, TaskStatus.PENDING, None, 0) for i in range(4)]
     assert [len(b) for b in make_batches(near, 250, max_at_once=2)] == [4]
-    assert [len(b) for b in make_batches(near, 250, max_at_once=1)] == [1, 1, 1, 1]
+    # and with one fire a period, two lanes take turns: each task a period after its lane's previous one
+    lanes = make_batches(near, 250, max_at_once=1)
+    assert [[c.task_id for c in b] for b in lanes] == [["n0", "n2"], ["n1", "n3"]]
     # and without a limit (whole cores), only the batch size cuts
     assert [len(b) for b in make_batches(burst, 2, None)] == [2, 2, 1]
+
+
+def test_tasks_spread_over_time_fill_whole_batches_in_lanes_whatever_their_rate() -> None:
+    # Given 10,000 tasks due one a millisecond (20 in each 20 ms quota period) and at most 5 fires a period
+    window = QUOTA_PERIOD_MS
+    spread = [Candidate(f"t{i:05}", 1_000 + i * window // 20, TaskStatus.PENDING, None, 0) for i in range(10_000)]
+
+    # When they are cut into batches of up to 250
+    batches = make_batches(spread, 250, max_at_once=5)
+
+    # Then every batch is whole (the rate alone never shrinks them: a period's tasks go to interleaved lanes), and
+    # none holds more than 5 tasks due within one period
+    assert [len(b) for b in batches] == [250] * 40
+    for batch in batches:
+        dues = [c.due_ms for c in batch]
+        assert dues == sorted(dues)
+        assert max(sum(1 for d in dues[i:] if d < first + window) for i, first in enumerate(dues)) <= 5
+    assert sorted(c.task_id for b in batches for c in b) == [c.task_id for c in spread]
 
 
 def test_the_cut_for_the_quota_never_needs_more_executors_than_may_run_at_once() -> None:

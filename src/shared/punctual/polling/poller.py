@@ -24,6 +24,7 @@ its group, and both stop ``DEADLINE_MARGIN_MS`` before the invocation's deadline
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import uuid
@@ -95,21 +96,36 @@ def make_batches(
 
 
 def _cut(ordered: list[Candidate], max_size: int, max_at_once: int | None, window_ms: int) -> list[list[Candidate]]:
-    """``ordered`` (in due order) cut as :func:`make_batches` says, with ``max_at_once`` as given."""
+    """``ordered`` (in due order) cut as :func:`make_batches` says, with ``max_at_once`` as given.
+
+    Each task joins the newest open batch that has room for it (fewer than ``max_at_once`` of its tasks due within
+    ``window_ms`` before this one), and a new batch opens only when none has. So tasks spread over time fill a
+    batch up to ``max_size`` (in interleaved lanes when a period holds more of them than one executor fires), and
+    only tasks due together are shared out ``max_at_once`` to an executor.
+    """
     if max_at_once is None or max_at_once >= max_size:
         return [ordered[i : i + max_size] for i in range(0, len(ordered), max_size)]
     batches: list[list[Candidate]] = []
-    batch: list[Candidate] = []
-    first_in_window = 0  # the batch's earliest task due within window_ms of the latest one
+    ready: list[int] = []  # -index of each open batch with room now: the newest first
+    full: list[tuple[int, int]] = []  # (due from which it has room again, index) of each open batch without
+
     for candidate in ordered:
-        while first_in_window < len(batch) and batch[first_in_window].due_ms <= candidate.due_ms - window_ms:
-            first_in_window += 1
-        if len(batch) >= max_size or len(batch) - first_in_window >= max_at_once:
-            batches.append(batch)
-            batch, first_in_window = [], 0
+        while full and full[0][0] <= candidate.due_ms:
+            heapq.heappush(ready, -heapq.heappop(full)[1])
+        if ready:
+            index = -heapq.heappop(ready)
+        else:
+            index = len(batches)
+            batches.append([])
+        batch = batches[index]
         batch.append(candidate)
-    if batch:
-        batches.append(batch)
+        if len(batch) >= max_size:
+            continue  # closed
+        room_at = batch[-max_at_once].due_ms + window_ms if len(batch) >= max_at_once else candidate.due_ms
+        if room_at <= candidate.due_ms:
+            heapq.heappush(ready, -index)
+        else:
+            heapq.heappush(full, (room_at, index))
     return batches
 
 
