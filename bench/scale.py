@@ -31,6 +31,7 @@ Drift pictures of the local phases go to the run's directory. The last line is o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -67,6 +68,7 @@ from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf,
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.plan import model as plan_model
 from punctual_tools.stats import summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,7 +78,6 @@ from pages import cpu_cell, git_commit, publish_scale
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
-VCPU_MB = 1769  # Lambda: 1,769 MB of memory = one vCPU
 P99_TARGET_MS = 10.0
 CEILING_SHARE_TARGET = 0.8  # the local sustained rate, as a share of DynamoDB Local's own ceiling in the same run
 MAX_WRITE_LAG_S = 2.0
@@ -443,36 +444,18 @@ def batch_write(client: Any, table: str, items: list[dict[str, Any]], threads: i
 
 
 # -- 2. the model ----------------------------------------------------------------------------------------
-def memory_sizes(template: dict[str, Any]) -> dict[str, int]:
-    """MemorySize of each function in template.yaml (a parameter's default where it is a !Ref)."""
-    sizes = {}
-    for name, resource_ in template["Resources"].items():
-        if resource_.get("Type") != "AWS::Serverless::Function":
-            continue
-        size = resource_["Properties"].get("MemorySize", 128)
-        if isinstance(size, dict):
-            size = template["Parameters"][next(iter(size.values()))]["Default"]
-        sizes[name] = int(size)
-    return sizes
-
-
-def timeout_of(template: dict[str, Any], function: str) -> int:
-    return int(template["Resources"][function]["Properties"]["Timeout"])
-
-
 def build_model(
     poll_us: float, executor_us: float, template: dict[str, Any], settings: Settings, item_bytes: int
 ) -> tuple[list[str], dict[str, Any]]:
-    """The figures a deployment needs, from measured CPU per task (µs). Returns the printed lines and the dict."""
-    sizes = memory_sizes(template)
-    poller_mb, executor_mb = sizes["PollerFunction"], sizes["ExecutorFunction"]
-    poller_vcpu, executor_vcpu = poller_mb / VCPU_MB, executor_mb / VCPU_MB
-    timeout = timeout_of(template, "PollerFunction")
-    batch, lead_s = settings.max_batch_size, settings.lead_ms / 1000
+    """The figures a deployment needs, from measured CPU per task (µs): ``punctual plan``'s model
+    (:mod:`punctual_tools.plan.model`) at the measured figures. Returns the printed lines and the dict."""
+    d = dataclasses.replace(plan_model.defaults(), poll_us=poll_us, executor_us=executor_us)
+    poller_mb, executor_mb = d.poller_mb, d.executor_mb
+    budget = plan_model.poll_budget_s(d)
     lines = [
-        f"memory (template.yaml): poller {poller_mb} MB = {poller_vcpu:.3f} vCPU, executor {executor_mb} MB = "
-        f"{executor_vcpu:.3f} vCPU (1,769 MB = 1 vCPU); poller timeout {timeout} s; batch {batch}, lead "
-        f"{lead_s:g} s",
+        f"memory (template.yaml): poller {poller_mb} MB = {plan_model.vcpu(poller_mb):.3f} vCPU, executor "
+        f"{executor_mb} MB = {plan_model.vcpu(executor_mb):.3f} vCPU (1,769 MB = 1 vCPU); poller timeout "
+        f"{d.poller_timeout_s:g} s; batch {d.batch_size}, lead {d.lead_s:g} s",
         f"measured (HTTP stubbed, AWS's write mode 'single'): poll {poll_us:.1f} us/task, executor "
         f"{executor_us:.1f} us/task (arm + heartbeat + fire + record)",
     ]
@@ -482,87 +465,62 @@ def build_model(
         "poll_us": poll_us,
         "executor_us": executor_us,
     }
-    usable = timeout - 5  # a tick stops dispatching before its deadline
-    per_tick = usable * poller_vcpu / (poll_us * 1e-6)
-    per_tick_1vcpu = usable / (poll_us * 1e-6)
+    per_tick = budget * plan_model.vcpu(poller_mb) / (poll_us * 1e-6)
+    per_tick_1vcpu = budget / (poll_us * 1e-6)
     lines.append(
-        f"tasks one tick dispatches: ({timeout} - 5) s x {poller_vcpu:.3f} vCPU / {poll_us:.1f} us = "
-        f"{per_tick:,.0f} (at 1,769 MB: {per_tick_1vcpu:,.0f}), CPU-bound (reads in parallel, 8 threads)"
+        f"tasks one tick dispatches before the first it is the first to see is due: {budget:g} s x "
+        f"{plan_model.vcpu(poller_mb):.3f} vCPU / {poll_us:.1f} us = {per_tick:,.0f} (at 1,769 MB: "
+        f"{per_tick_1vcpu:,.0f})"
     )
     model["tasks_per_tick"] = round(per_tick)
     model["tasks_per_tick_1vcpu"] = round(per_tick_1vcpu)
-    wcu_item = max(1, math.ceil(item_bytes / 1024))
+    payload_kb = max(0, item_bytes - plan_model.TASK_ITEM_BYTES) / 1024
     model["rates"] = {}
     for rate in (1_000, 10_000):
-        in_flight = math.ceil(rate * lead_s / batch)
-        cpu_vcpu = rate * executor_us * 1e-6
-        by_cpu = math.ceil(cpu_vcpu / executor_vcpu)
-        executors = max(in_flight, by_cpu)
-        base_wcu = rate * 3 * wcu_item
-        index_wcu = rate * 2
-        beats = executors / (settings.heartbeat_interval_ms / 1000)
-        shards = 2 ** math.ceil(math.log2(max(1, math.ceil(rate * 2 / 1000))))
-        poll_share = rate * 60 * poll_us * 1e-6 / (usable * poller_vcpu)
+        p = plan_model.make_plan(rate, payload_kb, d=d)
+        share = plan_model.pollers_needed(rate, poller_mb, d)
         lines.append(
-            f"{rate:,}/s: executors = max(in flight {rate:,} x {lead_s:g} s / {batch} = {in_flight}, CPU {rate:,} x "
-            f"{executor_us:.0f} us = {cpu_vcpu:.2f} vCPU / {executor_vcpu:.3f} = {by_cpu}) = {executors} concurrent; "
-            f"write units/s = {rate:,} x 3 writes (create, arm, record) x {wcu_item} WCU = {base_wcu:,} + index "
-            f"{index_wcu:,} (insert, delete) + heartbeats {beats:,.0f} = {base_wcu + index_wcu + beats:,.0f}; "
-            f"reads: poll 0.5 RCU x {rate:,} = {rate // 2:,}/s; due-index shards >= {rate:,} x 2 / 1,000 -> {shards}; "
-            f"one poller needs {poll_share:.0%} of its tick: poll groups (PUNCTUAL_POLL_GROUPS, a divisor of the "
-            f"shards) >= {_groups(poll_share, shards)}"
+            f"{rate:,}/s: executors = max(in flight {p.executors_in_flight:,} (batches of {p.batch}), by CPU "
+            f"{p.executors_by_cpu:,}) = {p.executors:,}; write units/s {p.capacity.writes:,.0f}, read units/s "
+            f"{p.capacity.reads:,.0f}; shards {p.shards}; one {poller_mb} MB poller needs {share:.0%} of its budget: "
+            f"poll groups {p.poll_groups} at {p.poller_mb} MB (punctual plan --rate {rate})"
         )
         model["rates"][str(rate)] = {
-            "executors": executors,
-            "executors_in_flight": in_flight,
-            "executors_by_cpu": by_cpu,
-            "wcu_per_s": round(base_wcu + index_wcu + beats),
-            "rcu_per_s": rate // 2,
-            "shards": shards,
-            "poll_tick_share": round(poll_share, 3),
-            "pollers": _groups(poll_share, shards),
+            "executors": p.executors,
+            "executors_in_flight": p.executors_in_flight,
+            "executors_by_cpu": p.executors_by_cpu,
+            "wcu_per_s": round(p.capacity.writes),
+            "rcu_per_s": round(p.capacity.reads),
+            "shards": p.shards,
+            "poll_tick_share": round(share, 3),
+            "pollers": p.poll_groups,
         }
     million = 1_000_000
-    window = settings.lead_ms / 1000 - settings.poll_interval_ms / 1000  # the worst phase of a tick before a due
-    arm_margin = 5.0  # the last executor invoked still arms its batch before its first task is due
-    budget = min(window, usable) - arm_margin
-    cpu_total = million * poll_us * 1e-6
-    pollers = math.ceil(cpu_total / (budget * poller_vcpu))
-    pollers_1vcpu = math.ceil(cpu_total / budget)
-    shards = 2 ** math.ceil(math.log2(max(pollers, math.ceil(million / 60 * 2 / 1000))))
-    groups, groups_1vcpu = _groups(pollers, shards), _groups(pollers_1vcpu, shards)
+    rate = million / d.interval_s
+    shards = plan_model.shards_needed(rate, d)
+    pollers = plan_model.pollers_needed(rate, poller_mb, d)
+    pollers_1vcpu = plan_model.pollers_needed(rate, plan_model.POLLER_FULL_CORE_MB, d)
+    groups = plan_model.poll_groups(pollers, shards)
+    groups_1vcpu = plan_model.poll_groups(pollers_1vcpu, shards)
+    executors = plan_model.executors_in_flight(rate, d.batch_size, d)
     lines.append(
-        f"1M due in one minute: the tick that first sees them runs at worst {window:g} s (lead {lead_s:g} s - "
-        f"interval {settings.poll_interval_ms / 1000:g} s) before the first is due; less {arm_margin:g} s for the "
-        f"last batch to arm: {budget:g} s. Poll CPU {million:,} x {poll_us:.1f} us = {cpu_total:.1f} s -> pollers >= "
-        f"{cpu_total:.1f} / ({budget:g} x {poller_vcpu:.3f}) = {pollers} at {poller_mb} MB ({pollers_1vcpu} at "
-        f"1,769 MB): PUNCTUAL_POLL_GROUPS = {groups} ({groups_1vcpu} at 1,769 MB), a divisor of the {shards} shards "
-        f"(shards >= 16,667/s x 2 / 1,000 -> {shards}), {shards // groups} shards a group; executors "
-        f"{million // batch:,} concurrent (raise Lambda concurrency from 1,000), "
-        f"{million * 3 * wcu_item / 60:,.0f} WCU/s averaged over the minute (arms within {budget:g} s: "
-        f"{million * wcu_item / budget:,.0f}/s; on-demand tables need a warm-up or provisioned capacity)"
+        f"1M due in one minute: poll CPU {million:,} x {poll_us:.1f} us = {million * poll_us * 1e-6:.1f} s within "
+        f"{budget:g} s -> {math.ceil(pollers)} pollers at {poller_mb} MB ({math.ceil(pollers_1vcpu)} at 1,769 MB): "
+        f"poll groups {groups} ({groups_1vcpu} at 1,769 MB) of {shards} shards; {executors:,} executors in flight "
+        "at whole batches"
     )
     model["million_in_a_minute"] = {
         "budget_s": budget,
-        "poll_cpu_s": round(cpu_total, 1),
-        "pollers": pollers,
-        "pollers_1vcpu": pollers_1vcpu,
+        "poll_cpu_s": round(million * poll_us * 1e-6, 1),
+        "pollers": math.ceil(pollers),
+        "pollers_1vcpu": math.ceil(pollers_1vcpu),
         "poll_groups": groups,
         "poll_groups_1vcpu": groups_1vcpu,
         "shards": shards,
-        "executors": million // batch,
-        "feasible": pollers <= shards,
+        "executors": executors,
+        "feasible": math.ceil(pollers) <= shards,
     }
     return lines, model
-
-
-def _groups(pollers: float, shards: int) -> int:
-    """The fewest poll groups that give at least ``pollers`` pollers and divide ``shards`` (a power of two)."""
-    return (
-        next(g for g in range(max(1, math.ceil(pollers)), shards + 1) if shards % g == 0)
-        if math.ceil(pollers) <= shards
-        else shards
-    )
 
 
 # -- 3. the local stack ----------------------------------------------------------------------------------

@@ -732,6 +732,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_command(args, _home(args))
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print the parameters, quotas, table capacity and monthly bill a sustained rate needs."""
+    from punctual_tools.plan import make_plan
+    from punctual_tools.plan.text import plan_lines
+
+    plan = make_plan(args.rate, args.payload_kb, args.memory, "api" if args.api else "client")
+    print(json.dumps(plan.as_dict(), indent=2) if args.json else "\n".join(plan_lines(plan)))
+    return 0
+
+
+def _number(low: float, high: float, kind: type[float] | type[int] = float, above: bool = False) -> Any:
+    """An argparse type: a finite number of ``kind`` in [low, high] (above ``low`` when ``above``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value < low or value > high or (above and value <= low):
+            bound = f"above {low:g}" if above else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {bound} and at most {high:g}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="punctual", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -983,6 +1009,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify_arguments(verify)
     verify.set_defaults(func=cmd_verify)
+    plan = sub.add_parser(
+        "plan",
+        help="the parameter overrides, account quotas, table capacity and monthly bill for a rate of tasks "
+        "(docs/scale.md)",
+    )
+    plan.add_argument(
+        "--rate", required=True, type=_number(0, 1e9, above=True), metavar="R", help="tasks due a second, sustained"
+    )
+    plan.add_argument(
+        "--payload-kb", type=_number(0, 400), default=0.2, metavar="K", help="a task's payload in KB (default 0.2)"
+    )
+    plan.add_argument(
+        "--memory",
+        type=_number(128, 10_240, int),
+        default=None,
+        metavar="MB",
+        help="the executor's memory, 128 to 10240 (default the template's ExecutorMemorySize)",
+    )
+    plan.add_argument("--api", action="store_true", help="tasks made through the REST API (its tenant indexes)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object (with usd_per_million)")
+    plan.set_defaults(func=cmd_plan)
     one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel", "run-now")]
     for p in (sched, many, lst, redrive, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")

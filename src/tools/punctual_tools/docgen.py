@@ -1,5 +1,6 @@
 """The docs site's generated blocks: the REST API reference from ``openapi.json``, the CLI reference from the
-``punctual`` parser, and the runtime's layers (a table and a picture) and the source layout from the tree. Each
+``punctual`` parser, the sizing and bill tables of docs/scale.md and docs/cost.md from ``punctual plan``'s model,
+and the runtime's layers (a table and a picture) and the source layout from the tree. Each
 block lives between two markers in its page, so the prose around it is written by hand and the block never is.
 
 Usage::
@@ -331,11 +332,19 @@ def _cli_parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+def _plan_pages() -> Any:
+    from punctual_tools.plan import pages
+
+    return pages
+
+
 BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "REST API reference": ("rest-api.md", lambda: rest_api_block(json.loads((ROOT / "openapi.json").read_text()))),
     "CLI reference": ("cli.md", lambda: cli_block(_cli_parser())),
     "layers": ("contributing.md", lambda: layers_block()),
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
+    "sizing by rate": ("scale.md", lambda: _plan_pages().scale_block()),
+    "bill by rate": ("cost.md", lambda: _plan_pages().cost_block()),
 }
 
 

@@ -65,7 +65,8 @@ TARGET_USD_PER_MILLION = 5.0
 
 
 # == the monthly model =====================================================================================
-def _template_param(name: str, default: float, template_path: str | None = None) -> float:
+def template_param(name: str, default: float, template_path: str | None = None) -> float:
+    """The default of the template's parameter ``name`` (``default`` when the template declares none)."""
     params = load_template(template_path).get("Parameters", {})
     return float(params.get(name, {}).get("Default", default))
 
@@ -75,7 +76,7 @@ def memory_mb(function: str, default: int, template_path: str | None = None) -> 
     resources = load_template(template_path)["Resources"]
     value = resources.get(function, {}).get("Properties", {}).get("MemorySize", default)
     if isinstance(value, dict) and "Ref" in value:
-        return int(_template_param(value["Ref"], default, template_path))
+        return int(template_param(value["Ref"], default, template_path))
     return int(value)
 
 
@@ -181,7 +182,7 @@ def monthly_cost(
     beats = heartbeat_writes_per_tick(invocations, seconds, c.batch_requests)
     beat_wru = c.batch_wru / c.batch_requests if c.batch_requests else 1.0
     interval_s = heartbeat_interval_ms() / 1000
-    retention = _template_param("RetentionDays", s["retention_days"], template_path)
+    retention = template_param("RetentionDays", s["retention_days"], template_path)
     stored_gb = (
         tasks_per_month * (retention + AHEAD_DAYS) / 30 * (c.scenario.final_item_bytes + DDB_ITEM_OVERHEAD_BYTES) / 1e9
     )

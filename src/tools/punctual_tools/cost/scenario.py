@@ -224,8 +224,10 @@ def run_scenario(
     template_path: str | None = None,
     measure_logs: bool = True,
     measure_init: bool = True,
+    tenant: str | None = None,
 ) -> Scenario:
-    """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto.
+    """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto (``tenant``: the tasks are that
+    tenant's, keyed ``<tenant>/<id>`` as the REST API makes them, and so in its tenant indexes).
 
     Timeline (simulated, poll interval ``I`` and lead ``L`` from the default settings): poll ticks every
     ``I``; tick 0 has no watermark yet (set-up, not counted); the client schedules every task just after it,
@@ -268,6 +270,8 @@ def run_scenario(
         executor_lease_ms=600_000,
         heartbeat_interval_ms=120_000,
         allowed_targets="127.0.0.1",
+        # a tenant's tasks keep to its own targets: the loopback stub target
+        tenant_map=json.dumps({"tenants": {tenant: {"targets": ["127.0.0.1"]}}}) if tenant else "",
     )  # the loopback stub target
     interval, lead = settings.poll_interval_ms, settings.lead_ms
     spec = TableSpec.from_template(template_path)
@@ -364,7 +368,11 @@ def run_scenario(
                             pad = payload_bytes - len(json.dumps(payload, separators=(",", ":")))
                             payload["note"] = "x" * max(pad, 0)
                             task = scheduler.schedule(
-                                from_ms(due), action, payload, task_id=f"cost-{i:06d}", misfire_grace=300_000
+                                from_ms(due),
+                                action,
+                                payload,
+                                task_id=f"{tenant}/cost-{i:06d}" if tenant else f"cost-{i:06d}",
+                                misfire_grace=300_000,
                             )
                             task_ids.append(task.task_id)
                 gate.advance(2**62)

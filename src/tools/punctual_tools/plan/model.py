@@ -1,0 +1,506 @@
+"""The sizing model: what a deployment needs to fire ``rate`` tasks a second, sustained, and what it costs.
+
+One function per quantity, each used by ``punctual plan``, by the generated tables of docs/scale.md and
+docs/cost.md (:mod:`.pages`) and by ``bench/scale.py``'s AWS model, so that none of them computes it a second
+way. Inputs: the template's defaults (:class:`Defaults`, read through one accessor per parameter), the CPU a
+task takes a poll and an executor as ``make scale`` measured it (``docs/benchmarks/scale.json``), and the
+per-task capacity units of :data:`TASK_UNITS`, which ``tests/functional/test_plan_counts.py`` holds to what the
+cost meter counts on moto. Prices and the executors' awake time come from :mod:`punctual_tools.cost.pricing`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_period
+from punctual.config.settings import Settings
+from punctual.stores.dynamodb.schema import find_template, load_template
+from punctual_tools.cost.pricing import (
+    DDB_RRU_USD,
+    DDB_WRU_USD,
+    LAMBDA_GB_S_ARM_USD,
+    LAMBDA_REQUEST_USD,
+    MONTH_S,
+    POLLER_OVERHEAD_S,
+    RECORD_TAIL_S,
+    eventbridge_scheduler_usd,
+    executor_seconds_per_tick,
+    heartbeat_writes_per_tick,
+    memory_mb,
+    template_param,
+)
+
+# -- AWS's documented limits (sources: docs/scale.md, "Sources") ---------------------------------------------
+PARTITION_WRITES_PER_S = 1_000  # a partition (and so one index key) takes at most this many write units a second
+LAMBDA_CONCURRENCY_DEFAULT = 1_000  # concurrent executions per Region, by default
+LAMBDA_UNRESERVED_MIN = 100  # Lambda keeps this much of the account's concurrency unreserved
+LAMBDA_SCALE_STEP = 1_000  # new execution environments a function may get ...
+LAMBDA_SCALE_STEP_S = 10.0  # ... every this many seconds (not adjustable)
+DDB_TABLE_QUOTA_UNITS = 40_000  # on-demand read and write request units a second, per table and per index
+DDB_NEW_TABLE_WRITES, DDB_NEW_TABLE_READS = 4_000, 12_000  # what a new on-demand table takes at once (warm)
+
+# -- what the code writes and reads per task (held to the cost meter's counts on moto) -----------------------
+TASK_ITEM_BYTES = 494  # a task's stored item after its outcome, less its payload (the cost scenario's `http` task)
+TICK_BUCKETS = 6  # minute buckets a poll reads, each shard of each: from the watermark (3 min behind) to now + lead
+BATCH_WRITES_COUNTED = 2.0  # heartbeat writes a batch makes in any case (its first beat and its retiring one)
+
+
+@dataclass(frozen=True)
+class TaskUnits:
+    """Capacity units one task costs, by who made it: writes on the table per item write (create, arm, record;
+    each ``ceil(item / 1 KB)`` units) and index writes (keys-only entries, one unit each)."""
+
+    table_writes: int  # item writes: create, arm, record
+    index_writes: int  # index entries put or removed over the task's life
+
+
+TASK_UNITS = {
+    # the client's PutItem: the due index's entry is put at create and removed at record
+    "client": TaskUnits(table_writes=3, index_writes=2),
+    # the REST API's: also in the tenant index (put once, kept) and in tenant_active (put at create, removed at
+    # record): 3 more index writes
+    "api": TaskUnits(table_writes=3, index_writes=5),
+}
+POLL_READS_PER_SEEN = 0.5  # a poll reads each task it finds (BatchGetItem, eventually consistent, per 4 KB)
+
+# -- the REST API's own requests (not counted on moto: the function's duration in AWS is assumed) ------------
+API_GATEWAY_REQUEST_USD = 3.50 / 1e6  # REST API, the first 333 million requests a month
+API_FUNCTION_MB = 512
+API_BILLED_S = 0.030  # the API function's billed duration a call (assumed)
+
+# -- plan rules -----------------------------------------------------------------------------------------------
+ARM_MARGIN_S = 5.0  # the last batch a tick invokes still arms before its first task is due
+CONCURRENCY_HEADROOM = 1.1  # reservations: 10 % over what the model needs
+POLLER_FULL_CORE_MB = MB_PER_VCPU  # raise the poller to one vCPU before splitting the poll
+PAGE_RATES = (100.0, 1_000.0, 10_000.0, 1e6 / 60)  # the rates of the generated tables (the last: 1 M a minute)
+# Template parameters this model sets; those the template does not declare are left out of the overrides.
+POLLER_MEMORY_PARAMETER = "PollerMemorySize"
+BATCH_SIZE_PARAMETER = "ExecutorBatchSize"
+
+
+# == inputs ====================================================================================================
+@dataclass(frozen=True)
+class Defaults:
+    """What the shipped template and Settings give, and the CPU figures ``make scale`` measured."""
+
+    shard_count: int
+    max_shards: int
+    poll_groups: int
+    max_poll_groups: int
+    lead_s: float
+    interval_s: float
+    batch_size: int
+    executor_mb: int
+    poller_mb: int
+    poller_timeout_s: float
+    fire_cpu_us: float
+    poll_us: float  # the poller's CPU per task dispatched (reads included)
+    executor_us: float  # an executor's CPU per task (arm, heartbeat, fire, record)
+    parameters: frozenset[str]  # the template's parameter names
+
+    @property
+    def max_executor_mb(self) -> int:
+        return 10_240
+
+
+def measured_cpu(path: str | None = None) -> tuple[float, float]:
+    """(poll µs, executor µs) of CPU per task, as ``make scale`` measured them (``docs/benchmarks/scale.json``)."""
+    file = path or find_template().parent / "docs" / "benchmarks" / "scale.json"
+    with open(file, encoding="utf-8") as handle:
+        model = json.load(handle)["model"]
+    return float(model["poll_us"]), float(model["executor_us"])
+
+
+def parameter_range(name: str, template: dict[str, Any]) -> tuple[int, int]:
+    """(MinValue, MaxValue) of a template parameter."""
+    spec = template["Parameters"][name]
+    return int(spec.get("MinValue", 0)), int(spec.get("MaxValue", 1 << 31))
+
+
+@cache
+def defaults(template_path: str | None = None, scale_json: str | None = None) -> Defaults:
+    """The template's defaults (each through :func:`~punctual_tools.cost.pricing.template_param` or
+    :func:`~punctual_tools.cost.pricing.memory_mb`) and the measured CPU per task."""
+    template = load_template(template_path)
+    fields = Settings.model_fields
+    poll_us, executor_us = measured_cpu(scale_json)
+    poller = template["Resources"]["PollerFunction"]["Properties"]
+    return Defaults(
+        shard_count=int(template_param("ShardCount", 4, template_path)),
+        max_shards=parameter_range("ShardCount", template)[1],
+        poll_groups=int(template_param("PollGroups", 1, template_path)),
+        max_poll_groups=parameter_range("PollGroups", template)[1],
+        lead_s=template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000,
+        interval_s=fields["poll_interval_ms"].default / 1000,
+        batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
+        executor_mb=memory_mb("ExecutorFunction", 256, template_path),
+        poller_mb=memory_mb("PollerFunction", 512, template_path),
+        poller_timeout_s=float(poller.get("Timeout", 55)),
+        fire_cpu_us=float(fields["fire_cpu_us"].default),
+        poll_us=poll_us,
+        executor_us=executor_us,
+        parameters=frozenset(template.get("Parameters", {})),
+    )
+
+
+# == one function per quantity ===================================================================================
+def power_of_two_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
+
+
+def shards_needed(rate: float, d: Defaults) -> int:
+    """``ShardCount``: the due index takes a minute's creates and records on its S keys, at most 1,000 writes a
+    second each (both at ``rate`` in the worst case); a power of two of twice that, never below the default."""
+    need = 2 * rate / PARTITION_WRITES_PER_S
+    return min(d.max_shards, max(d.shard_count, power_of_two_at_least(2 * need)))
+
+
+def vcpu(memory: int) -> float:
+    """The share of a vCPU ``memory`` MB buys (at most one for Python's one busy thread)."""
+    return min(1.0, memory / MB_PER_VCPU)
+
+
+def poll_budget_s(d: Defaults) -> float:
+    """What a tick has to dispatch before the first task it is the first to see is due (lead − interval), never
+    past its deadline, less an executor's start and arm."""
+    return min(d.lead_s - d.interval_s, d.poller_timeout_s - 5) - ARM_MARGIN_S
+
+
+def pollers_needed(rate: float, poller_mb: int, d: Defaults) -> float:
+    """Pollers a tick needs: the CPU of dispatching a minute's tasks over the share of a vCPU one poller has,
+    within :func:`poll_budget_s`."""
+    return rate * d.interval_s * d.poll_us * 1e-6 / (vcpu(poller_mb) * poll_budget_s(d))
+
+
+def poller_memory(rate: float, d: Defaults) -> int:
+    """The poller's memory: the template's while one poller keeps up, else one full vCPU."""
+    return d.poller_mb if pollers_needed(rate, d.poller_mb, d) <= 1 else max(d.poller_mb, POLLER_FULL_CORE_MB)
+
+
+def poll_groups(pollers: float, shards: int) -> int:
+    """The fewest poll groups that give at least ``pollers`` pollers and divide ``shards`` (a power of two)."""
+    need = max(1, math.ceil(pollers))
+    return next((g for g in range(need, shards + 1) if shards % g == 0), shards)
+
+
+def batch_tasks(rate: float, executor_mb: int, d: Defaults) -> int:
+    """Tasks a batch holds at ``rate``: the batch size, unless more tasks fall due within one CPU-quota period
+    than the executor's share of a core can fire in it; then the poller cuts batches at that many."""
+    at_once = fires_per_period(executor_mb, d.fire_cpu_us)
+    if rate * QUOTA_PERIOD_MS / 1000 > at_once:
+        return min(d.batch_size, at_once)
+    return d.batch_size
+
+
+def full_batch_memory(rate: float, d: Defaults) -> int:
+    """The least executor memory (MB) whose share of a core fires a whole batch's tasks due within one quota
+    period at ``rate``, so that the poller does not cut batches for the executors' CPU."""
+    want = min(d.batch_size, math.ceil(rate * QUOTA_PERIOD_MS / 1000))
+    memory = 128
+    while memory < d.max_executor_mb and fires_per_period(memory, d.fire_cpu_us) < want:
+        memory += 64
+    return min(memory, d.max_executor_mb)
+
+
+def executors_in_flight(rate: float, batch: int, d: Defaults) -> int:
+    """Executors alive at the peak (just after a tick): ``rate × (lead + tail) / batch``."""
+    return math.ceil(rate * (d.lead_s + RECORD_TAIL_S) / batch)
+
+
+def executors_by_cpu(rate: float, executor_mb: int, d: Defaults) -> int:
+    """Executors the tasks' CPU needs: ``rate × CPU per task`` over one executor's share of a vCPU."""
+    return math.ceil(rate * d.executor_us * 1e-6 / vcpu(executor_mb))
+
+
+def executor_concurrency(rate: float, batch: int, executors: int, d: Defaults) -> int:
+    """The executor's reservation: the peak executors, and at least twice a tick's batches (the poller cuts a
+    burst for the executors' CPU into no more than half of it), plus headroom, rounded up to tens."""
+    tick_batches = math.ceil(rate * d.interval_s / batch)
+    return 10 * math.ceil(max(executors, 2 * tick_batches) * CONCURRENCY_HEADROOM / 10)
+
+
+def scale_up_s(executors: int) -> float:
+    """Seconds Lambda takes to start ``executors`` new environments of one function from cold."""
+    return math.ceil(executors / LAMBDA_SCALE_STEP) * LAMBDA_SCALE_STEP_S
+
+
+def item_write_units(payload_bytes: float) -> int:
+    """Write units of one write of a task's item (the larger image, one unit a KB)."""
+    return max(1, math.ceil((TASK_ITEM_BYTES + payload_bytes) / 1024))
+
+
+def item_read_units(payload_bytes: float) -> float:
+    """Read units of one eventually consistent read of a task's item (half a unit per 4 KB)."""
+    return POLL_READS_PER_SEEN * max(1, math.ceil((TASK_ITEM_BYTES + payload_bytes) / 4096))
+
+
+def heartbeat_writes_per_task(rate: float, batch: int, d: Defaults) -> float:
+    """Heartbeat writes a task carries: a tick's executors' writes over their life, per task."""
+    n = rate * d.interval_s
+    invocations, seconds = executor_seconds_per_tick(n, batch, int(d.lead_s * 1000), int(d.interval_s * 1000))
+    return heartbeat_writes_per_tick(invocations, seconds, BATCH_WRITES_COUNTED) / n
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Request units a second, on demand, at a sustained rate."""
+
+    table_writes: float  # on the table: items and heartbeats
+    index_writes: float  # on the indexes together
+    due_index_writes: float  # on the due index alone (its partition keys: the shards)
+    reads: float
+
+    @property
+    def writes(self) -> float:
+        return self.table_writes + self.index_writes
+
+
+def capacity(rate: float, payload_bytes: float, batch: int, shards: int, made_by: str, d: Defaults) -> Capacity:
+    """Write and read units a second at ``rate``: three item writes and the index entries of each task, the
+    heartbeats, the poll's reads of each task it sees (lead / interval times) and of each shard and bucket."""
+    units = TASK_UNITS[made_by]
+    beats = heartbeat_writes_per_task(rate, batch, d)
+    seen = d.lead_s / d.interval_s
+    return Capacity(
+        table_writes=rate * (units.table_writes * item_write_units(payload_bytes) + beats),
+        index_writes=rate * units.index_writes,
+        due_index_writes=rate * TASK_UNITS["client"].index_writes,
+        reads=rate * seen * (item_read_units(payload_bytes) + POLL_READS_PER_SEEN / batch)
+        + shards * TICK_BUCKETS * 0.5 / d.interval_s,
+    )
+
+
+@dataclass(frozen=True)
+class Bill:
+    """A month (30 days) at the rate sustained: each line in dollars."""
+
+    tasks: float
+    lines: dict[str, float]
+
+    @property
+    def usd(self) -> float:
+        return sum(self.lines.values())
+
+    @property
+    def usd_per_million(self) -> float:
+        return self.usd / (self.tasks / 1e6)
+
+
+def monthly_bill(
+    rate: float,
+    payload_bytes: float,
+    executor_mb: int,
+    poller_mb: int,
+    groups: int,
+    batch: int,
+    shards: int,
+    made_by: str,
+    d: Defaults,
+) -> Bill:
+    """Lambda (executors awake until their batch's last task, pollers, the API's function), DynamoDB on demand
+    and, for tasks made through the REST API, API Gateway: the cost page's target scope, at ``rate`` for a month."""
+    cap = capacity(rate, payload_bytes, batch, shards, made_by, d)
+    ticks = MONTH_S / d.interval_s
+    tasks = rate * MONTH_S
+    invocations, seconds = executor_seconds_per_tick(
+        rate * d.interval_s, batch, int(d.lead_s * 1000), int(d.interval_s * 1000)
+    )
+    poll_s = groups * POLLER_OVERHEAD_S + rate * d.interval_s * d.poll_us * 1e-6 / vcpu(poller_mb)
+    lines = {
+        "DynamoDB writes": (cap.writes * MONTH_S) * DDB_WRU_USD,
+        "DynamoDB reads": (cap.reads * MONTH_S) * DDB_RRU_USD,
+        "Lambda executors": ticks
+        * (seconds * executor_mb / 1024 * LAMBDA_GB_S_ARM_USD + invocations * LAMBDA_REQUEST_USD),
+        "Lambda pollers": ticks * (poll_s * poller_mb / 1024 * LAMBDA_GB_S_ARM_USD + groups * LAMBDA_REQUEST_USD),
+    }
+    if made_by == "api":
+        lines["API Gateway and the API function"] = tasks * (
+            API_GATEWAY_REQUEST_USD + LAMBDA_REQUEST_USD + API_BILLED_S * API_FUNCTION_MB / 1024 * LAMBDA_GB_S_ARM_USD
+        )
+    return Bill(tasks, lines)
+
+
+# == the plan =====================================================================================================
+@dataclass(frozen=True)
+class Plan:
+    rate: float
+    payload_kb: float
+    executor_mb: int
+    made_by: str
+    shards: int
+    pollers: float
+    poller_mb: int
+    poll_groups: int
+    batch: int
+    executors: int
+    executors_in_flight: int
+    executors_by_cpu: int
+    executor_concurrency: int
+    poller_concurrency: int
+    account_concurrency: int
+    scale_up_s: float
+    invocations_per_s: float
+    capacity: Capacity
+    bill: Bill
+    defaults: Defaults
+
+    def overrides(self) -> dict[str, int]:
+        """The template parameters to set (those that differ from the default and the template declares)."""
+        d = self.defaults
+        wanted = {
+            "ShardCount": (self.shards, d.shard_count),
+            "PollGroups": (self.poll_groups, d.poll_groups),
+            "ExecutorMemorySize": (self.executor_mb, d.executor_mb),
+            "ExecutorReservedConcurrency": (self.executor_concurrency, 0),
+            "PollerReservedConcurrency": (self.poller_concurrency, 0),
+            POLLER_MEMORY_PARAMETER: (self.poller_mb, d.poller_mb),
+            BATCH_SIZE_PARAMETER: (self.batch, d.batch_size),
+        }
+        return {name: value for name, (value, default) in wanted.items() if value != default and name in d.parameters}
+
+    def not_parameters(self) -> dict[str, int]:
+        """What the plan needs that the template has no parameter for (a template edit)."""
+        d = self.defaults
+        wanted = {POLLER_MEMORY_PARAMETER: (self.poller_mb, d.poller_mb)}
+        return {
+            name: value for name, (value, default) in wanted.items() if value != default and name not in d.parameters
+        }
+
+    def quotas(self) -> list[dict[str, Any]]:
+        """The account quotas to raise (and the one that cannot be)."""
+        d = self.defaults
+        out: list[dict[str, Any]] = []
+        if self.account_concurrency > LAMBDA_CONCURRENCY_DEFAULT:
+            out.append(
+                {
+                    "quota": "Lambda concurrent executions",
+                    "default": LAMBDA_CONCURRENCY_DEFAULT,
+                    "to": self.account_concurrency,
+                }
+            )
+        head = d.lead_s - d.interval_s
+        if self.scale_up_s > head:
+            out.append(
+                {
+                    "quota": "Lambda scaling rate (1,000 environments per 10 s per function, not adjustable)",
+                    "default": LAMBDA_SCALE_STEP,
+                    "to": None,
+                    "note": f"{self.executors:,} executors take {self.scale_up_s:g} s to start from cold, more than "
+                    f"the {head:g} s a tick has: keep them warm (ExecutorProvisionedConcurrency)",
+                }
+            )
+        for name, units in (
+            ("DynamoDB table write units per second (on demand)", self.capacity.table_writes),
+            ("DynamoDB table read units per second (on demand)", self.capacity.reads),
+        ):
+            if units > DDB_TABLE_QUOTA_UNITS:
+                out.append(
+                    {"quota": name, "default": DDB_TABLE_QUOTA_UNITS, "to": 10_000 * math.ceil(units * 1.2 / 10_000)}
+                )
+        if self.capacity.table_writes > DDB_NEW_TABLE_WRITES or self.capacity.reads > DDB_NEW_TABLE_READS:
+            out.append(
+                {
+                    "quota": "DynamoDB warm throughput (table and indexes)",
+                    "default": DDB_NEW_TABLE_WRITES,
+                    "to": math.ceil(max(self.capacity.table_writes, self.capacity.index_writes)),
+                    "note": "pre-warm a new table (WarmThroughput) or ramp up",
+                }
+            )
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as one JSON object (``punctual plan --json``)."""
+        c = self.capacity
+        return {
+            "rate_per_s": self.rate,
+            "payload_kb": self.payload_kb,
+            "executor_memory_mb": self.executor_mb,
+            "made_by": self.made_by,
+            "overrides": self.overrides(),
+            "needs_template_edit": self.not_parameters(),
+            "shards": self.shards,
+            "poll_groups": self.poll_groups,
+            "poller_memory_mb": self.poller_mb,
+            "pollers": round(self.pollers, 3),
+            "batch_size": self.batch,
+            "executor_memory_for_full_batches_mb": full_batch_memory(self.rate, self.defaults),
+            "executors": self.executors,
+            "executors_in_flight": self.executors_in_flight,
+            "executors_by_cpu": self.executors_by_cpu,
+            "executor_invocations_per_s": round(self.invocations_per_s, 3),
+            "executor_reserved_concurrency": self.executor_concurrency,
+            "account_concurrency": self.account_concurrency,
+            "scale_up_s": self.scale_up_s,
+            "quotas": self.quotas(),
+            "capacity": {
+                "table_write_units_per_s": round(c.table_writes),
+                "index_write_units_per_s": round(c.index_writes),
+                "due_index_writes_per_shard_per_s": round(c.due_index_writes / self.shards),
+                "write_units_per_s": round(c.writes),
+                "read_units_per_s": round(c.reads),
+            },
+            "monthly": {
+                "tasks": self.bill.tasks,
+                "lines_usd": {k: round(v, 2) for k, v in self.bill.lines.items()},
+                "usd": round(self.bill.usd, 2),
+                "eventbridge_scheduler_usd": round(eventbridge_scheduler_usd(self.bill.tasks), 2),
+            },
+            "usd_per_million": round(self.bill.usd_per_million, 3),
+        }
+
+
+def make_plan(
+    rate: float,
+    payload_kb: float = 0.2,
+    executor_mb: int | None = None,
+    made_by: str = "client",
+    d: Defaults | None = None,
+) -> Plan:
+    """The plan for ``rate`` tasks due a second, sustained (``made_by``: ``client`` or ``api``)."""
+    d = d or defaults()
+    if not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"the rate must be a number above 0, not {rate!r}")
+    if not 0 <= payload_kb <= 400:
+        raise ValueError(f"the payload must be 0 to 400 KB (DynamoDB's item limit), not {payload_kb!r}")
+    memory = d.executor_mb if executor_mb is None else executor_mb
+    if not 128 <= memory <= d.max_executor_mb:
+        raise ValueError(f"the executor's memory must be 128 to {d.max_executor_mb} MB, not {memory!r}")
+    if made_by not in TASK_UNITS:
+        raise ValueError(f"made_by must be one of {sorted(TASK_UNITS)}, not {made_by!r}")
+    shards = shards_needed(rate, d)
+    poller_mb = poller_memory(rate, d)
+    pollers = pollers_needed(rate, poller_mb, d)
+    groups = min(d.max_poll_groups, poll_groups(pollers, shards))
+    batch = batch_tasks(rate, memory, d)
+    in_flight = executors_in_flight(rate, batch, d)
+    by_cpu = executors_by_cpu(rate, memory, d)
+    executors = max(in_flight, by_cpu)
+    reserved = executor_concurrency(rate, batch, executors, d)
+    poller_reserved = groups + 1
+    payload_bytes = payload_kb * 1024
+    return Plan(
+        rate=rate,
+        payload_kb=payload_kb,
+        executor_mb=memory,
+        made_by=made_by,
+        shards=shards,
+        pollers=pollers,
+        poller_mb=poller_mb,
+        poll_groups=groups,
+        batch=batch,
+        executors=executors,
+        executors_in_flight=in_flight,
+        executors_by_cpu=by_cpu,
+        executor_concurrency=reserved,
+        poller_concurrency=poller_reserved,
+        account_concurrency=reserved + poller_reserved + LAMBDA_UNRESERVED_MIN,
+        scale_up_s=scale_up_s(executors),
+        invocations_per_s=rate / batch,
+        capacity=capacity(rate, payload_bytes, batch, shards, made_by, d),
+        bill=monthly_bill(rate, payload_bytes, memory, poller_mb, groups, batch, shards, made_by, d),
+        defaults=d,
+    )
