@@ -112,15 +112,15 @@ def test_shards_keep_each_due_index_key_under_half_a_partition() -> None:
         assert 2 * rate / shards <= model.PARTITION_WRITES_PER_S / 2 or shards == d.max_shards
 
 
-def test_batches_are_cut_where_more_fall_due_in_a_quota_period_than_the_cpu_fires() -> None:
+def test_a_sustained_rate_keeps_whole_batches_at_any_memory_as_the_poller_cuts_them() -> None:
+    # Given rates below and far above what one executor at 256 MB fires in a quota period
     d = defaults()
     at_once = model.fires_per_period(256, d.fire_cpu_us)
     edge = at_once * 1000 / model.QUOTA_PERIOD_MS  # tasks a second that put at_once in one period
-    assert model.batch_tasks(edge, 256, d) == d.batch_size
-    assert model.batch_tasks(edge + 1, 256, d) == at_once
-    memory = model.full_batch_memory(10_000, d)
-    assert model.batch_tasks(10_000, memory, d) == d.batch_size
-    assert model.batch_tasks(10_000, memory - 64, d) < d.batch_size
+    # Then the poller's cut interleaves them in lanes: every batch stays whole, and no memory is needed for it
+    for rate in (100, edge, edge + 1, 10_000, 1e6 / 60):
+        assert model.batch_tasks(rate, 256, d) == d.batch_size
+    assert model.full_batch_memory(10_000, d) == 128
 
 
 def test_the_reservation_holds_the_peak_and_twice_a_ticks_batches() -> None:

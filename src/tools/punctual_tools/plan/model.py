@@ -18,6 +18,8 @@ from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_period
 from punctual.config.settings import Settings
+from punctual.domain.model import TaskStatus
+from punctual.polling.poller import Candidate, make_batches
 from punctual.stores.dynamodb.schema import find_template, load_template
 from punctual_tools.cost.pricing import (
     DDB_RRU_USD,
@@ -187,21 +189,28 @@ def poll_groups(pollers: float, shards: int) -> int:
     return next((g for g in range(need, shards + 1) if shards % g == 0), shards)
 
 
+CUT_SLICE_TASKS = 100_000  # at most this many evenly spread tasks are cut to find a sustained rate's batch
+
+
 def batch_tasks(rate: float, executor_mb: int, d: Defaults) -> int:
-    """Tasks a batch holds at ``rate``: the batch size, unless more tasks fall due within one CPU-quota period
-    than the executor's share of a core can fire in it; then the poller cuts batches at that many."""
+    """Tasks a batch holds at a sustained ``rate``, as the poller cuts them (:func:`make_batches`: no more of a
+    batch due within one CPU-quota period than the executor's share of a core fires in it, in as many interleaved
+    lanes as that needs): the largest batch it makes of tasks spread evenly at that rate, over enough of them to
+    fill each lane twice."""
     at_once = fires_per_period(executor_mb, d.fire_cpu_us)
-    if rate * QUOTA_PERIOD_MS / 1000 > at_once:
-        return min(d.batch_size, at_once)
-    return d.batch_size
+    lanes = max(1, math.ceil(rate * QUOTA_PERIOD_MS / 1000 / at_once))
+    count = min(CUT_SLICE_TASKS, 2 * lanes * d.batch_size)
+    step_ms = 1000 / rate
+    due = [Candidate(f"t{i}", int(i * step_ms), TaskStatus.PENDING, None, 0) for i in range(count)]
+    return max(len(batch) for batch in make_batches(due, d.batch_size, at_once))
 
 
 def full_batch_memory(rate: float, d: Defaults) -> int:
-    """The least executor memory (MB) whose share of a core fires a whole batch's tasks due within one quota
-    period at ``rate``, so that the poller does not cut batches for the executors' CPU."""
-    want = min(d.batch_size, math.ceil(rate * QUOTA_PERIOD_MS / 1000))
+    """The least executor memory (MB) at which the poller does not cut a sustained ``rate``'s batches for the
+    executors' CPU (they interleave in lanes instead, so this is the smallest memory unless a rate's spread
+    cannot be)."""
     memory = 128
-    while memory < d.max_executor_mb and fires_per_period(memory, d.fire_cpu_us) < want:
+    while memory < d.max_executor_mb and batch_tasks(rate, memory, d) < d.batch_size:
         memory += 64
     return min(memory, d.max_executor_mb)
 
