@@ -7,11 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-pytest.importorskip("simpy")
-
-from punctual_tools.sim.components import AsyncQueue, ScalingRate, WriteBucket, admit_write, fire_times  # noqa: E402
-from punctual_tools.sim.model import Scenario, batch_sizes, simulate  # noqa: E402
-from punctual_tools.sim.params import aws_platform, template_deployment  # noqa: E402
+from punctual_tools.sim.components import AsyncQueue, ScalingRate, WriteBucket, admit_write, fire_times
+from punctual_tools.sim.model import Scenario, batch_sizes, simulate
+from punctual_tools.sim.params import aws_platform, template_deployment
 
 
 def test_scaling_rate_caps_new_environments_at_1000_per_10_s() -> None:

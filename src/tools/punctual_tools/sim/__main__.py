@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         table_warm_wcu=args.table_wcu,
     )
     scenarios = [
-        Scenario(f"{args.rate * 60:,.0f} due a minute for {args.minutes:g} min", rate=args.rate, seconds=args.minutes * 60),
+        Scenario(
+            f"{args.rate * 60:,.0f} due a minute for {args.minutes:g} min", rate=args.rate, seconds=args.minutes * 60
+        ),
         Scenario(f"{args.burst:,} due at one instant", burst=args.burst),
     ]
     runs = []

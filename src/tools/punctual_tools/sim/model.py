@@ -161,7 +161,6 @@ class Simulation:
 
     def _tick(self, at: float, groups: list[npt.NDArray[np.int64]]) -> Any:
         yield self.env.timeout(max(0.0, at - self.env.now))
-        d = self.deployment
         for g, members in enumerate(groups):
             self.env.process(self._poll(at, g, members))
 
@@ -232,7 +231,7 @@ class Simulation:
         c, d, p = self.counters, self.deployment, self.platform
         began = self.env.now
         c.invocations += 1
-        in_use = self.concurrency.capacity - self.concurrency.level
+        in_use = int(self.concurrency.capacity - self.concurrency.level)
         c.concurrency_peak = max(c.concurrency_peak, in_use)
         if cold:
             c.cold_starts += 1
@@ -315,7 +314,8 @@ class Result:
         # creates are made ahead of the run: their base and due-index writes (and the tenant index's) are billed
         create_units = tasks * ITEM_WCU * (2 + (1 if d.tenants else 0))
         usd = {
-            "lambda_executor": c.executor_gb_s * pricing.LAMBDA_GB_S_ARM_USD + c.invocations * pricing.LAMBDA_REQUEST_USD,
+            "lambda_executor": c.executor_gb_s * pricing.LAMBDA_GB_S_ARM_USD
+            + c.invocations * pricing.LAMBDA_REQUEST_USD,
             "lambda_init": c.init_gb_s * pricing.LAMBDA_GB_S_ARM_USD,
             "lambda_poller": c.poller_gb_s * pricing.LAMBDA_GB_S_ARM_USD
             + c.poller_invocations * pricing.LAMBDA_REQUEST_USD,

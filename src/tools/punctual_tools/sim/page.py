@@ -70,7 +70,7 @@ def render(data: dict[str, Any]) -> str:
     out = [
         "# Simulation: the AWS side at a million tasks due a minute",
         "",
-        "!!! note \"A simulation, not a measurement\"",
+        '!!! note "A simulation, not a measurement"',
         "    Every figure on this page comes from a discrete-event model (SimPy) of Lambda and DynamoDB, not from a",
         "    deployed stack. Its parameters are either measured on this project's benchmarks or cited from AWS's",
         "    documentation; the model is checked against the local stack below before its figures at a million a",
