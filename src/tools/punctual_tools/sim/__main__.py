@@ -1,0 +1,102 @@
+"""``python -m punctual_tools.sim``: run the scenarios and the calibration, write the JSON and the page.
+
+``make simulate`` runs it: a million tasks due a minute for ten minutes and a million due at one instant, with the
+template's defaults and with the overrides given (a plan's), then the calibration against the local benchmarks; it
+writes docs/benchmarks/simulation.json and docs/simulation.md from it (``--render`` rewrites the page alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from punctual_tools.sim.calibrate import calibrate
+from punctual_tools.sim.model import Scenario, simulate
+from punctual_tools.sim.page import render
+from punctual_tools.sim.params import SOURCES, aws_platform, load_measured, template_deployment
+
+ROOT = Path(__file__).resolve().parents[4]
+MILLION_A_MINUTE = 1e6 / 60
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m punctual_tools.sim", description=__doc__)
+    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "simulation.json"))
+    p.add_argument("--page", default=str(ROOT / "docs" / "simulation.md"))
+    p.add_argument("--render", action="store_true", help="rewrite the page from --out without running")
+    p.add_argument("--rate", type=float, default=MILLION_A_MINUTE, help="tasks due a second (sustained)")
+    p.add_argument("--minutes", type=float, default=10.0, help="how long the sustained rate lasts")
+    p.add_argument("--burst", type=int, default=1_000_000, help="tasks due at one instant")
+    planned = p.add_argument_group("the planned overrides")
+    planned.add_argument("--shards", type=int, default=64)
+    planned.add_argument("--poll-groups", type=int, default=16)
+    planned.add_argument("--poller-memory", type=int, default=3008)
+    planned.add_argument("--executor-memory", type=int, default=1024)
+    planned.add_argument("--reserved", type=int, default=9_000, help="the executor's reserved concurrency")
+    planned.add_argument("--provisioned", type=int, default=0)
+    planned.add_argument("--account-concurrency", type=int, default=10_000)
+    planned.add_argument("--table-wcu", type=float, default=100_000, help="the table's warm write throughput")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    measured = load_measured()
+    defaults = template_deployment()
+    planned = defaults.overridden(
+        "planned overrides",
+        shard_count=args.shards,
+        poll_groups=args.poll_groups,
+        poller_memory_mb=args.poller_memory,
+        executor_memory_mb=args.executor_memory,
+        executor_reserved=args.reserved,
+        provisioned=args.provisioned,
+        table_warm_wcu=args.table_wcu,
+    )
+    scenarios = [
+        Scenario(
+            f"{args.rate * 60:,.0f} due a minute for {args.minutes:g} min", rate=args.rate, seconds=args.minutes * 60
+        ),
+        Scenario(f"{args.burst:,} due at one instant", burst=args.burst),
+    ]
+    runs = []
+    for deployment, platform in (
+        (defaults, aws_platform(measured)),
+        (planned, aws_platform(measured, account_concurrency=args.account_concurrency)),
+    ):
+        for scenario in scenarios:
+            started = time.monotonic()
+            figures = simulate(platform, deployment, scenario, seed=args.seed)
+            figures["account_concurrency"] = platform.account_concurrency
+            figures["settings"] = {k: v for k, v in vars(deployment).items() if k != "label"}
+            figures["seconds"] = round(time.monotonic() - started, 1)
+            print(json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "usd_per_million")}))
+            runs.append(figures)
+    return {
+        "kind": "simulation",
+        "measured": {k: v for k, v in vars(measured).items()},
+        "sources": {k: {"what": what, "url": url} for k, (what, url) in SOURCES.items()},
+        "runs": runs,
+        "calibration": calibrate(measured=measured),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out, page = Path(args.out), Path(args.page)
+    if args.render:
+        data = json.loads(out.read_text())
+    else:
+        data = run(args)
+        out.write_text(json.dumps(data, indent=1) + "\n")
+    page.write_text(render(data))
+    print(f"wrote {page}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
