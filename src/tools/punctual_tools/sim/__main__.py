@@ -1,8 +1,9 @@
 """``python -m punctual_tools.sim``: run the scenarios and the calibration, write the JSON and the page.
 
 ``make simulate`` runs it: a million tasks due a minute for ten minutes and a million due at one instant, with the
-template's defaults and with the overrides given (a plan's), then the calibration against the local benchmarks; it
-writes docs/benchmarks/simulation.json and docs/simulation.md from it (``--render`` rewrites the page alone).
+template's defaults and with the overrides ``punctual plan`` sets for that rate (or those given), then the
+calibration against the local benchmarks; it writes docs/benchmarks/simulation.json and docs/simulation.md from it
+(``--render`` rewrites the page alone).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from punctual_tools.plan.model import make_plan
 from punctual_tools.sim.calibrate import calibrate
 from punctual_tools.sim.model import Scenario, simulate
 from punctual_tools.sim.page import render
@@ -31,15 +33,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=MILLION_A_MINUTE, help="tasks due a second (sustained)")
     p.add_argument("--minutes", type=float, default=10.0, help="how long the sustained rate lasts")
     p.add_argument("--burst", type=int, default=1_000_000, help="tasks due at one instant")
-    planned = p.add_argument_group("the planned overrides")
-    planned.add_argument("--shards", type=int, default=64)
-    planned.add_argument("--poll-groups", type=int, default=16)
-    planned.add_argument("--poller-memory", type=int, default=3008)
-    planned.add_argument("--executor-memory", type=int, default=1024)
-    planned.add_argument("--reserved", type=int, default=9_000, help="the executor's reserved concurrency")
-    planned.add_argument("--provisioned", type=int, default=0)
-    planned.add_argument("--account-concurrency", type=int, default=10_000)
-    planned.add_argument("--table-wcu", type=float, default=100_000, help="the table's warm write throughput")
+    planned = p.add_argument_group("the planned overrides (default: what punctual plan --rate R sets)")
+    planned.add_argument("--shards", type=int, default=None)
+    planned.add_argument("--poll-groups", type=int, default=None)
+    planned.add_argument("--poller-memory", type=int, default=None)
+    planned.add_argument("--executor-memory", type=int, default=None)
+    planned.add_argument("--reserved", type=int, default=None, help="the executor's reserved concurrency")
+    planned.add_argument("--provisioned", type=int, default=None)
+    planned.add_argument("--account-concurrency", type=int, default=None)
+    planned.add_argument("--table-wcu", type=float, default=None, help="the table's warm write throughput")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -47,16 +49,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     measured = load_measured()
     defaults = template_deployment()
+    plan = make_plan(args.rate, executor_mb=args.executor_memory)
+    cold_start_too_slow = any(q["quota"].startswith("Lambda scaling rate") for q in plan.quotas())
+
+    def given(value: Any, planned: Any) -> Any:
+        return planned if value is None else value
+
     planned = defaults.overridden(
         "planned overrides",
-        shard_count=args.shards,
-        poll_groups=args.poll_groups,
-        poller_memory_mb=args.poller_memory,
-        executor_memory_mb=args.executor_memory,
-        executor_reserved=args.reserved,
-        provisioned=args.provisioned,
-        table_warm_wcu=args.table_wcu,
+        shard_count=given(args.shards, plan.shards),
+        poll_groups=given(args.poll_groups, plan.poll_groups),
+        poller_memory_mb=given(args.poller_memory, plan.poller_mb),
+        executor_memory_mb=plan.executor_mb,
+        executor_reserved=given(args.reserved, plan.executor_concurrency),
+        provisioned=given(args.provisioned, plan.executors if cold_start_too_slow else 0),
+        table_warm_wcu=given(args.table_wcu, max(plan.capacity.table_writes, plan.capacity.index_writes)),
     )
+    account_concurrency = given(args.account_concurrency, plan.account_concurrency)
     scenarios = [
         Scenario(
             f"{args.rate * 60:,.0f} due a minute for {args.minutes:g} min", rate=args.rate, seconds=args.minutes * 60
@@ -66,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for deployment, platform in (
         (defaults, aws_platform(measured)),
-        (planned, aws_platform(measured, account_concurrency=args.account_concurrency)),
+        (planned, aws_platform(measured, account_concurrency=account_concurrency)),
     ):
         for scenario in scenarios:
             started = time.monotonic()
