@@ -1,6 +1,7 @@
 """A tenant's items in the Tasks table (:class:`TenantItems`): its keys in id order from the keys-only
-``tenant`` index, a page of its tasks, and the count of its active ones from the sparse ``tenant_active``
-index (one count query a key the tenant's entries are spread over). Every read is bounded by the tenant's key prefix (:mod:`punctual.domain.tenancy`)."""
+``tenant`` index, a page of its tasks, and the count of its active ones from the sparse ``tenant_active_sharded``
+index (one count query a key the tenant's entries are spread over). Every read is bounded by the tenant's key
+prefix (:mod:`punctual.domain.tenancy`)."""
 
 from __future__ import annotations
 
