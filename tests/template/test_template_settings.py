@@ -269,3 +269,76 @@ def test_the_layer_installs_the_package_runtime_dependencies() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     layer = (ROOT / "src/shared/requirements.txt").read_text(encoding="utf-8").splitlines()
     assert _requirement_names(layer) == _requirement_names(project["dependencies"])
+
+
+# -- the parameters that lift a ceiling: ranges against the settings' bounds, and where each value goes ------------
+# Where the template's range is narrower than its setting's, and why: the executor's timeout of 300 s covers a lead
+# of at most 180 s plus the longest action, arming and recording (ExecutorFunction's comment).
+NARROWER_THAN_THE_SETTING = {"LeadMs"}
+# The functions' memory sizes: Lambda's range (128 MB to 10,240 MB), which Settings.executor_memory_mb holds too.
+MEMORY_PARAMETERS = {
+    "PollerFunction": "PollerMemorySize",
+    "ExecutorFunction": "ExecutorMemorySize",
+    "FastPathFunction": "FastPathMemorySize",
+    "ApiFunction": "ApiMemorySize",
+}
+
+
+def _bounds(field: str) -> tuple[int | None, int | None]:
+    """A Settings field's smallest and largest accepted value (its ``ge`` and ``le``)."""
+    metadata = Settings.model_fields[field].metadata
+    low = [m.ge for m in metadata if hasattr(m, "ge")]
+    high = [m.le for m in metadata if hasattr(m, "le")]
+    return (low[0] if low else None), (high[0] if high else None)
+
+
+def _numeric_settings(sam_template: dict[str, Any]) -> dict[str, str]:
+    """Every Settings field a Number parameter sets in some function's environment: field -> parameter."""
+    parameters = sam_template["Parameters"]
+    found = {}
+    for function in FUNCTIONS:
+        for name, value in _environment(sam_template, function).items():
+            branches = value["Fn::If"][1:] if isinstance(value, dict) and "Fn::If" in value else [value]
+            for branch in branches:
+                ref = branch.get("Ref") if isinstance(branch, dict) else None
+                if name.startswith(ENV_PREFIX) and ref in parameters and parameters[ref]["Type"] == "Number":
+                    found[name[len(ENV_PREFIX) :].lower()] = ref
+    return found
+
+
+def test_each_numeric_parameters_range_is_its_settings_bounds(sam_template: dict[str, Any]) -> None:
+    # Given every Number parameter that sets a Settings field  Then CloudFormation accepts exactly what the setting
+    # accepts (one source of truth: a value the template lets through never fails a cold start, and the template
+    # refuses nothing the code could run with), but where NARROWER_THAN_THE_SETTING says why it is narrower
+    fields = _numeric_settings(sam_template)
+    assert {"shard_count", "poll_groups", "max_batch_size", "executor_memory_mb", "executor_concurrency"} <= set(fields)
+    for field, name in fields.items():
+        parameter = sam_template["Parameters"][name]
+        low, high = _bounds(field)
+        if name in NARROWER_THAN_THE_SETTING:
+            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name  # type: ignore[operator]
+        else:
+            assert (parameter.get("MinValue"), parameter.get("MaxValue")) == (low, high), name
+
+
+def test_each_memory_parameters_range_is_lambdas(sam_template: dict[str, Any], cfn_resources: dict[str, Any]) -> None:
+    # Given each function's memory parameter  Then its range is Lambda's, as the executor's memory setting holds it,
+    # and the function (as CloudFormation gets it) takes its MemorySize from it
+    low, high = _bounds("executor_memory_mb")
+    for function, name in MEMORY_PARAMETERS.items():
+        parameter = sam_template["Parameters"][name]
+        assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", low, high), name
+        assert cfn_resources[function]["Properties"]["MemorySize"] == {"Ref": name}, function
+
+
+def test_the_batch_size_reaches_the_functions_that_cut_batches(cfn_resources: dict[str, Any]) -> None:
+    # Given the functions as CloudFormation gets them  Then the poller and the fast path (which cut batches) get
+    # ExecutorBatchSize, the executor and the API (which cut none) do not, and the poller gets PollGroups
+    def variables(function: str) -> dict[str, Any]:
+        return dict(cfn_resources[function]["Properties"]["Environment"]["Variables"])
+
+    for function in ("PollerFunction", "FastPathFunction"):
+        assert variables(function)["PUNCTUAL_MAX_BATCH_SIZE"] == {"Ref": "ExecutorBatchSize"}, function
+    for function in ("ExecutorFunction", "ApiFunction"):
+        assert "PUNCTUAL_MAX_BATCH_SIZE" not in variables(function), function
+    assert variables("PollerFunction")["PUNCTUAL_POLL_GROUPS"] == {"Ref": "PollGroups"}

@@ -23,6 +23,10 @@ from punctual.network.policy import TargetPolicy, check_target_arn
 ENV_PREFIX = "PUNCTUAL_"
 
 
+# The most tasks a batch may hold: the longest batch event of this many tasks (ids of 169 characters, every field at
+# its longest) fits the 256 KB Lambda takes as an asynchronous invocation's payload (tested).
+MAX_BATCH_SIZE = 900
+
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 # Parameter Store's rules for a name: these characters, at most 1,011 of them, 15 levels, no aws / ssm prefix
@@ -95,7 +99,13 @@ class Settings(BaseModel):
     overdue_safety_ms: int = Field(
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
     )
-    max_batch_size: int = Field(250, ge=1, le=5_000)
+    max_batch_size: int = Field(
+        250,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="the most tasks the poller and the fast path put into one executor's batch (fewer when the "
+        "executor's CPU cannot fire them: executor_memory_mb)",
+    )
     executor_memory_mb: int | None = Field(
         None,
         ge=128,
@@ -245,9 +255,11 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:
         if self.shard_count % self.poll_groups:
-            raise ValueError(
-                f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
-                "group reads an equal range of shards"
+            raise PydanticCustomError(  # its context's "fields": from_env names their variables
+                "value_error",
+                f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each group reads an "
+                "equal range of shards",
+                {"fields": ("poll_groups", "shard_count")},
             )
         return self
 
