@@ -14,6 +14,9 @@ from template_tools import ROOT, SUB_VARIABLE, sub_text
 
 from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.config.tenant_map import TenantMap
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import MAX_MS
+from punctual.domain.model import MISFIRE_POLICIES, is_valid_task_id
 from punctual.runtime import metrics
 from punctual_tools.settings import LocalSettings
 
@@ -272,9 +275,12 @@ def test_the_layer_installs_the_package_runtime_dependencies() -> None:
 
 
 # -- the parameters that lift a ceiling: ranges against the settings' bounds, and where each value goes ------------
-# Where the template's range is narrower than its setting's, and why: the executor's timeout of 300 s covers a lead
-# of at most 180 s plus the longest action, arming and recording (ExecutorFunction's comment).
-NARROWER_THAN_THE_SETTING = {"LeadMs"}
+# Where the template's range is narrower than its setting's, and why. LeadMs: the executor's timeout of 300 s covers a
+# lead of at most 180 s plus the longest action, arming and recording (ExecutorFunction's comment). ExecutorBatchSize:
+# a batch's event must fit an asynchronous invocation (below); locally a batch may be larger (the benchmarks' ids
+# are short, and the local invoker passes events in memory).
+NARROWER_THAN_THE_SETTING = {"LeadMs", "ExecutorBatchSize"}
+ASYNC_PAYLOAD_BYTES = 256 * 1024  # Lambda: an asynchronous invocation's payload
 # The functions' memory sizes: Lambda's range (128 MB to 10,240 MB), which Settings.executor_memory_mb holds too.
 MEMORY_PARAMETERS = {
     "PollerFunction": "PollerMemorySize",
@@ -342,3 +348,21 @@ def test_the_batch_size_reaches_the_functions_that_cut_batches(cfn_resources: di
     for function in ("ExecutorFunction", "ApiFunction"):
         assert "PUNCTUAL_MAX_BATCH_SIZE" not in variables(function), function
     assert variables("PollerFunction")["PUNCTUAL_POLL_GROUPS"] == {"Ref": "PollGroups"}
+
+
+def test_the_largest_batch_the_template_allows_fits_an_async_invocation(sam_template: dict[str, Any]) -> None:
+    # Given a batch of ExecutorBatchSize's largest value, each task's id and every field at its longest
+    largest = int(sam_template["Parameters"]["ExecutorBatchSize"]["MaxValue"])
+    task = BatchTask(
+        task_id="t" * 40 + "/" + "x" * 128,  # a tenant's name and a task's name at their longest
+        due_ms=MAX_MS,
+        grace_ms=86_400_000,
+        misfire_policy=max(MISFIRE_POLICIES, key=len),
+        held=True,
+    )
+    assert is_valid_task_id(task.task_id)
+    event = BatchEvent(batch_id="b" * 32, dispatcher="fastpath-" + "d" * 64, tasks=[task] * largest)
+    # When the poller sends it (JSON, as punctual.polling.invoker encodes it)
+    size = len(json.dumps(event.model_dump(mode="json", exclude_unset=True)).encode())
+    # Then it fits the payload Lambda accepts for an asynchronous invocation (a larger one would fail at every poll)
+    assert size <= ASYNC_PAYLOAD_BYTES, size

@@ -7,7 +7,6 @@ them, and the wiring (``build_store``) has no process-wide effect: the local wor
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -166,29 +165,6 @@ def test_poll_groups_must_divide_the_shard_count() -> None:
         Settings.from_env({"PUNCTUAL_POLL_GROUPS": "3"})
     # (CloudFormation's rules cannot divide: a deploy that breaks it fails the poller's cold start, with this message)
     assert info.value.names == ("PUNCTUAL_POLL_GROUPS", "PUNCTUAL_SHARD_COUNT")
-
-
-def test_the_largest_batch_fits_an_async_invocation() -> None:
-    # Given the largest batch the settings allow, each task's id and every field at its longest
-    from punctual.config.settings import MAX_BATCH_SIZE
-    from punctual.domain.events import BatchEvent, BatchTask
-    from punctual.domain.keys import MAX_MS
-    from punctual.domain.model import MISFIRE_POLICIES
-
-    largest = Settings.model_fields["max_batch_size"].metadata
-    assert [getattr(m, "le", None) for m in largest if hasattr(m, "le")] == [MAX_BATCH_SIZE]
-    task = BatchTask(
-        task_id="t" * 40 + "/" + "x" * 128,
-        due_ms=MAX_MS,
-        grace_ms=86_400_000,
-        misfire_policy=max(MISFIRE_POLICIES, key=len),
-        held=True,
-    )
-    event = BatchEvent(batch_id="b" * 32, dispatcher="fastpath-" + "d" * 64, tasks=[task] * MAX_BATCH_SIZE)
-    # When the poller sends it (JSON, as punctual.polling.invoker encodes it)
-    size = len(json.dumps(event.model_dump(mode="json", exclude_unset=True)).encode())
-    # Then it fits the 256 KB Lambda accepts as an asynchronous invocation's payload
-    assert size <= 256 * 1024, size
 
 
 def test_every_bad_variable_is_named() -> None:

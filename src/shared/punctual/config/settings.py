@@ -23,10 +23,6 @@ from punctual.network.policy import TargetPolicy, check_target_arn
 ENV_PREFIX = "PUNCTUAL_"
 
 
-# The most tasks a batch may hold: the longest batch event of this many tasks (ids of 169 characters, every field at
-# its longest) fits the 256 KB Lambda takes as an asynchronous invocation's payload (tested).
-MAX_BATCH_SIZE = 900
-
 _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" switches the feature off
 
 # Parameter Store's rules for a name: these characters, at most 1,011 of them, 15 levels, no aws / ssm prefix
@@ -102,9 +98,10 @@ class Settings(BaseModel):
     max_batch_size: int = Field(
         250,
         ge=1,
-        le=MAX_BATCH_SIZE,
+        le=5_000,
         description="the most tasks the poller and the fast path put into one executor's batch (fewer when the "
-        "executor's CPU cannot fire them: executor_memory_mb)",
+        "executor's CPU cannot fire them: executor_memory_mb); in AWS at most 900, so that a batch of the longest "
+        "ids fits an asynchronous invocation (the template's ExecutorBatchSize)",
     )
     executor_memory_mb: int | None = Field(
         None,
