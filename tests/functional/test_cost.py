@@ -72,15 +72,16 @@ def test_item_size_follows_dynamodbs_rules() -> None:
 
 def test_a_keys_only_index_costs_a_write_only_when_its_keys_change() -> None:
     spec = cost.TableSpec.from_template()
-    due, history, tenant, active_of_tenant = sorted(spec.indexes, key=lambda index: index.name)
-    assert (due.name, history.name, tenant.name, active_of_tenant.name) == (
+    due, history, tenant, retired, active_of_tenant = sorted(spec.indexes, key=lambda index: index.name)
+    assert (due.name, history.name, tenant.name, retired.name, active_of_tenant.name) == (
         "due",
         "schedule",
         "tenant",
-        "tenant_active",
+        "tenant_active",  # keyed by tenant alone: kept for one release while tenant_active_sharded replaces it
+        "tenant_active_sharded",
     )
     # what template.yaml defines, via punctual.schema
-    assert due.projection == history.projection == tenant.projection == active_of_tenant.projection == "KEYS_ONLY"
+    assert {index.projection for index in spec.indexes} == {"KEYS_ONLY"}
     base = {"task_id": {"S": "t"}, "status": {"S": "PENDING"}, "payload": {"S": "x" * 900}}
     active = {**base, "due_bucket": {"S": "2030-01-01T00:00#1"}, "due_ms": {"N": "1"}}
     assert spec.index_writes(None, active) == {"due": 1}  # enters the index
@@ -91,11 +92,13 @@ def test_a_keys_only_index_costs_a_write_only_when_its_keys_change() -> None:
     assert spec.index_writes(occurrence, {**occurrence, "status": {"S": "ARMED"}}) == {}
     assert spec.index_writes(active, base) == {"due": 1}  # leaves the index
     assert spec.index_writes(base, {**base, "status": {"S": "SUCCEEDED"}}) == {}
-    tenants = {**active, "task_id": {"S": "acme/t"}, "tenant": {"S": "acme"}}  # a tenant's task: listed by tenant
-    assert spec.index_writes(None, tenants) == {"due": 1, "tenant": 1, "tenant_active": 1}
+    # a tenant's task: listed by tenant, counted under its tenant_shard key
+    tenants = {**active, "task_id": {"S": "acme/t"}, "tenant": {"S": "acme"}, "tenant_shard": {"S": "acme#7"}}
+    actives = {"tenant_active": 1, "tenant_active_sharded": 1}
+    assert spec.index_writes(None, tenants) == {"due": 1, "tenant": 1, **actives}
     assert spec.index_writes(tenants, {**tenants, "status": {"S": "ARMED"}}) == {}  # never again while active
     finished = {k: v for k, v in tenants.items() if k not in ("due_bucket", "due_ms")}
-    assert spec.index_writes(tenants, finished) == {"due": 1, "tenant_active": 1}  # leaves the active count
+    assert spec.index_writes(tenants, finished) == {"due": 1, **actives}  # leaves the active count
 
 
 def test_the_meter_counts_failed_conditions_and_eventually_consistent_reads() -> None:

@@ -1,4 +1,4 @@
-"""A tenant's quotas on moto: active tasks counted from the tenant_active index, schedules and their fire rate,
+"""A tenant's quotas on moto: active tasks counted from the tenant_active_sharded index, schedules and their fire rate,
 retry attempts at schedule time and at fire time. Past a quota: an error naming it, nothing stored."""
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from punctual.runtime.wiring import build_poller
 from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.scheduling.redrive import Selection, redrive_tasks
+from punctual.stores.dynamodb.schema import TABLE_RESOURCE, load_template
 from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
 from punctual.stores.memory import InMemoryStore
 from punctual.targets import LogAction
 from support import FakeClock, RecordingInvoker, arm
@@ -73,10 +75,56 @@ def test_the_count_reads_only_the_tenants_own_active_keys(
     for i in range(2):
         client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
     forged = client.to_item(client.build_task(from_ms(now_ms + 60_000), LogAction(), task_id="beta/junk"))
-    dynamodb.put_item(TableName=tenant_settings.table_name, Item={**forged, "tenant": {"S": "acme"}})
+    forged = {**forged, "tenant": {"S": "acme"}, "tenant_shard": {"S": "acme#0"}}
+    dynamodb.put_item(TableName=tenant_settings.table_name, Item=forged)
     # Then acme's count is its own two: a forged attribute neither fills nor empties another's quota
     assert store.count_active("acme") == 2
     assert store.count_active("beta") == 0
+
+
+def _index_keys(index_name: str) -> tuple[str, str]:
+    """The partition and sort key attributes of one of the table's indexes, as template.yaml defines them."""
+    table = load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+    (index,) = [i for i in table["GlobalSecondaryIndexes"] if i["IndexName"] == index_name]
+    keys = {k["KeyType"]: k["AttributeName"] for k in index["KeySchema"]}
+    return keys["HASH"], keys["RANGE"]
+
+
+def test_a_tenants_active_entries_spread_over_many_index_keys(dynamodb: Any, settings: Settings, now_ms: int) -> None:
+    # Given one tenant's active tasks made on every path that makes one: single creates, many at once, a
+    # schedule's occurrences, and a redrive of a failed task
+    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
+    for i in range(64):
+        client.schedule(from_ms(now_ms + 120_000 + i), LogAction(), task_id=f"acme/one-{i}")
+    many = [
+        {"due_at": from_ms(now_ms + 120_000 + i), "action": LogAction(), "task_id": f"acme/many-{i}"} for i in range(64)
+    ]
+    assert all(r.ok for r in client.schedule_many(many))
+    client.create_schedule("acme/minutely", "rate(1 minute)", LogAction())
+    _failed(client, store, "acme/redriven", now_ms)
+    client.redrive("acme/redriven")
+    # When the table's items are read as the index the active count reads holds them
+    partition, sort = _index_keys(TENANT_ACTIVE_INDEX)
+    items = dynamodb.scan(TableName=settings.table_name)["Items"]
+    entries = [
+        i
+        for i in items
+        if partition in i
+        and sort in i
+        and i["task_id"]["S"].startswith("acme/")
+        and "#schedule#" not in i["task_id"]["S"]
+    ]
+    per_key: dict[str, int] = {}
+    for item in entries:
+        per_key[item[partition]["S"]] = per_key.get(item[partition]["S"], 0) + 1
+    # Then every active task is in it, under many partition keys (each takes ~1,000 writes a second), none
+    # holding more than a small share of the tenant's entries; and the count is their sum
+    occurrences = [t for t in client.schedule_history("acme/minutely") if t.status is TaskStatus.PENDING]
+    assert occurrences and len(entries) == 64 + 64 + 1 + len(occurrences)
+    assert len(per_key) >= 16, per_key
+    assert max(per_key.values()) <= len(entries) // 4, per_key
+    assert store.count_active("acme") == len(entries)
 
 
 def test_the_cached_count_is_reused_then_read_again(dynamodb: Any, tenant_settings: Settings) -> None:

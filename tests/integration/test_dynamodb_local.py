@@ -14,6 +14,8 @@ from punctual.stores.dynamodb.schema import TABLE_RESOURCE, ensure_table, load_t
 from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
 
+RETIRED_TENANT_ACTIVE_INDEX = "tenant_active"  # read by nothing, in the template until the release after the next
+
 
 def _template_table() -> dict[str, Any]:
     return load_template()["Resources"][TABLE_RESOURCE]["Properties"]
@@ -30,8 +32,9 @@ def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: An
     assert table["TableStatus"] == "ACTIVE"
     assert table["KeySchema"] == template["KeySchema"]
     indexes = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX}
-    for name in (DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX):
+    names = (DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX, RETIRED_TENANT_ACTIVE_INDEX)
+    assert set(indexes) == set(names)
+    for name in names:
         template_index = next(gsi for gsi in template["GlobalSecondaryIndexes"] if gsi["IndexName"] == name)
         assert indexes[name]["KeySchema"] == template_index["KeySchema"]
         assert indexes[name]["Projection"]["ProjectionType"] == template_index["Projection"]["ProjectionType"]
@@ -173,18 +176,21 @@ def test_stop_is_idempotent() -> None:
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
     from punctual.stores.dynamodb.schema import create_table_kwargs, ensure_table
 
-    # Given a table made before the tenant indexes existed (a local stack's data kept on disk)
-    tenants = {TENANT_INDEX, TENANT_ACTIVE_INDEX}
+    # Given a table made before the tenant indexes existed (a local stack's data kept on disk), or before the
+    # tenants' active count was sharded
+    tenants = {TENANT_INDEX, RETIRED_TENANT_ACTIVE_INDEX, TENANT_ACTIVE_INDEX}
     older = create_table_kwargs(fresh_table_name)
     older["GlobalSecondaryIndexes"] = [i for i in older["GlobalSecondaryIndexes"] if i["IndexName"] not in tenants]
-    older["AttributeDefinitions"] = [a for a in older["AttributeDefinitions"] if a["AttributeName"] != "tenant"]
+    older["AttributeDefinitions"] = [
+        a for a in older["AttributeDefinitions"] if a["AttributeName"] not in ("tenant", "tenant_shard")
+    ]
     ddb_local_client.create_table(**older)
     try:
         # When the runtime ensures its table  Then it is not re-created, and it has the indexes, active
         assert ensure_table(ddb_local_client, fresh_table_name) is False
         indexes = ddb_local_client.describe_table(TableName=fresh_table_name)["Table"]["GlobalSecondaryIndexes"]
         status = {i["IndexName"]: i.get("IndexStatus", "ACTIVE") for i in indexes}
-        assert status[TENANT_INDEX] == status[TENANT_ACTIVE_INDEX] == "ACTIVE"
+        assert status[TENANT_INDEX] == status[TENANT_ACTIVE_INDEX] == status[RETIRED_TENANT_ACTIVE_INDEX] == "ACTIVE"
         assert ensure_table(ddb_local_client, fresh_table_name) is False  # and again changes nothing
     finally:
         ddb_local_client.delete_table(TableName=fresh_table_name)

@@ -101,7 +101,7 @@ def test_the_poller_fanned_out_extended_a_tenants_schedule_and_finished_a_cleanu
         c.operation == "TransactWriteItems" and any("Put" in i for i in c.params["TransactItems"]) for c in calls
     )
     assert any(c.operation == "Query" and c.params.get("IndexName") == "schedule" for c in calls)
-    assert any(c.operation == "Query" and c.params.get("IndexName") == "tenant_active" for c in calls)
+    assert any(c.operation == "Query" and c.params.get("IndexName") == "tenant_active_sharded" for c in calls)
     assert outcome.fast_path_reports[0]["dispatched"] >= 1
 
 

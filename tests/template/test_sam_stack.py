@@ -38,7 +38,7 @@ TABLE = "TasksTable.Arn"
 DUE_INDEX = "${TasksTable.Arn}/index/due"
 SCHEDULE_INDEX = "${TasksTable.Arn}/index/schedule"
 TENANT_INDEX = "${TasksTable.Arn}/index/tenant"
-TENANT_ACTIVE_INDEX = "${TasksTable.Arn}/index/tenant_active"
+TENANT_ACTIVE_INDEX = "${TasksTable.Arn}/index/tenant_active_sharded"
 # Actions without resource-level permissions: the only ones allowed on "*" (and only on "*": the Service
 # Authorization Reference lists no resource type for them, so an ARN in Resource would never match).
 FORCED_WILDCARD_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}

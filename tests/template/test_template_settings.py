@@ -14,6 +14,9 @@ from template_tools import ROOT, SUB_VARIABLE, sub_text
 
 from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.config.tenant_map import TenantMap
+from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import MAX_MS
+from punctual.domain.model import MISFIRE_POLICIES, is_valid_task_id
 from punctual.runtime import metrics
 from punctual_tools.settings import LocalSettings
 
@@ -269,3 +272,97 @@ def test_the_layer_installs_the_package_runtime_dependencies() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     layer = (ROOT / "src/shared/requirements.txt").read_text(encoding="utf-8").splitlines()
     assert _requirement_names(layer) == _requirement_names(project["dependencies"])
+
+
+# -- the parameters that lift a ceiling: ranges against the settings' bounds, and where each value goes ------------
+# Where the template's range is narrower than its setting's, and why. LeadMs: the executor's timeout of 300 s covers a
+# lead of at most 180 s plus the longest action, arming and recording (ExecutorFunction's comment). ExecutorBatchSize:
+# a batch's event must fit an asynchronous invocation (below); locally a batch may be larger (the benchmarks' ids
+# are short, and the local invoker passes events in memory).
+NARROWER_THAN_THE_SETTING = {"LeadMs", "ExecutorBatchSize"}
+ASYNC_PAYLOAD_BYTES = 256 * 1024  # Lambda: an asynchronous invocation's payload
+# The functions' memory sizes: Lambda's range (128 MB to 10,240 MB), which Settings.executor_memory_mb holds too.
+MEMORY_PARAMETERS = {
+    "PollerFunction": "PollerMemorySize",
+    "ExecutorFunction": "ExecutorMemorySize",
+    "FastPathFunction": "FastPathMemorySize",
+    "ApiFunction": "ApiMemorySize",
+}
+
+
+def _bounds(field: str) -> tuple[int | None, int | None]:
+    """A Settings field's smallest and largest accepted value (its ``ge`` and ``le``)."""
+    metadata = Settings.model_fields[field].metadata
+    low = [m.ge for m in metadata if hasattr(m, "ge")]
+    high = [m.le for m in metadata if hasattr(m, "le")]
+    return (low[0] if low else None), (high[0] if high else None)
+
+
+def _numeric_settings(sam_template: dict[str, Any]) -> dict[str, str]:
+    """Every Settings field a Number parameter sets in some function's environment: field -> parameter."""
+    parameters = sam_template["Parameters"]
+    found = {}
+    for function in FUNCTIONS:
+        for name, value in _environment(sam_template, function).items():
+            branches = value["Fn::If"][1:] if isinstance(value, dict) and "Fn::If" in value else [value]
+            for branch in branches:
+                ref = branch.get("Ref") if isinstance(branch, dict) else None
+                if name.startswith(ENV_PREFIX) and ref in parameters and parameters[ref]["Type"] == "Number":
+                    found[name[len(ENV_PREFIX) :].lower()] = ref
+    return found
+
+
+def test_each_numeric_parameters_range_is_its_settings_bounds(sam_template: dict[str, Any]) -> None:
+    # Given every Number parameter that sets a Settings field  Then CloudFormation accepts exactly what the setting
+    # accepts (one source of truth: a value the template lets through never fails a cold start, and the template
+    # refuses nothing the code could run with), but where NARROWER_THAN_THE_SETTING says why it is narrower
+    fields = _numeric_settings(sam_template)
+    assert {"shard_count", "poll_groups", "max_batch_size", "executor_memory_mb", "executor_concurrency"} <= set(fields)
+    for field, name in fields.items():
+        parameter = sam_template["Parameters"][name]
+        low, high = _bounds(field)
+        if name in NARROWER_THAN_THE_SETTING:
+            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name  # type: ignore[operator]
+        else:
+            assert (parameter.get("MinValue"), parameter.get("MaxValue")) == (low, high), name
+
+
+def test_each_memory_parameters_range_is_lambdas(sam_template: dict[str, Any], cfn_resources: dict[str, Any]) -> None:
+    # Given each function's memory parameter  Then its range is Lambda's, as the executor's memory setting holds it,
+    # and the function (as CloudFormation gets it) takes its MemorySize from it
+    low, high = _bounds("executor_memory_mb")
+    for function, name in MEMORY_PARAMETERS.items():
+        parameter = sam_template["Parameters"][name]
+        assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", low, high), name
+        assert cfn_resources[function]["Properties"]["MemorySize"] == {"Ref": name}, function
+
+
+def test_the_batch_size_reaches_the_functions_that_cut_batches(cfn_resources: dict[str, Any]) -> None:
+    # Given the functions as CloudFormation gets them  Then the poller and the fast path (which cut batches) get
+    # ExecutorBatchSize, the executor and the API (which cut none) do not, and the poller gets PollGroups
+    def variables(function: str) -> dict[str, Any]:
+        return dict(cfn_resources[function]["Properties"]["Environment"]["Variables"])
+
+    for function in ("PollerFunction", "FastPathFunction"):
+        assert variables(function)["PUNCTUAL_MAX_BATCH_SIZE"] == {"Ref": "ExecutorBatchSize"}, function
+    for function in ("ExecutorFunction", "ApiFunction"):
+        assert "PUNCTUAL_MAX_BATCH_SIZE" not in variables(function), function
+    assert variables("PollerFunction")["PUNCTUAL_POLL_GROUPS"] == {"Ref": "PollGroups"}
+
+
+def test_the_largest_batch_the_template_allows_fits_an_async_invocation(sam_template: dict[str, Any]) -> None:
+    # Given a batch of ExecutorBatchSize's largest value, each task's id and every field at its longest
+    largest = int(sam_template["Parameters"]["ExecutorBatchSize"]["MaxValue"])
+    task = BatchTask(
+        task_id="t" * 40 + "/" + "x" * 128,  # a tenant's name and a task's name at their longest
+        due_ms=MAX_MS,
+        grace_ms=86_400_000,
+        misfire_policy=max(MISFIRE_POLICIES, key=len),
+        held=True,
+    )
+    assert is_valid_task_id(task.task_id)
+    event = BatchEvent(batch_id="b" * 32, dispatcher="fastpath-" + "d" * 64, tasks=[task] * largest)
+    # When the poller sends it (JSON, as punctual.polling.invoker encodes it)
+    size = len(json.dumps(event.model_dump(mode="json", exclude_unset=True)).encode())
+    # Then it fits the payload Lambda accepts for an asynchronous invocation (a larger one would fail at every poll)
+    assert size <= ASYNC_PAYLOAD_BYTES, size

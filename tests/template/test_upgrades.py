@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,3 +289,36 @@ def test_every_deployment_value_is_in_the_map(sam_template: dict[str, Any]) -> N
     for value in allowed:
         gradual = evaluate_condition(sam_template, "HasGradualExecutorDeployment", {"ExecutorDeployment": value})
         assert gradual is (value != "AllAtOnce"), value
+
+
+# -- the table: one index created or deleted an update ---------------------------------------------------------------
+# The Tasks table's indexes as the last release deployed them. DynamoDB creates or deletes one global secondary index
+# per UpdateTable, and CloudFormation fails a stack update that asks for more (or changes an index's keys in place):
+# a change of indexes is spread over releases, and this file moves to the template's indexes when a release ships.
+RELEASED_INDEXES = Path(__file__).parent / "fixtures" / "released_indexes.json"
+
+
+def _indexes(sam_template: dict[str, Any]) -> dict[str, Any]:
+    table = sam_template["Resources"]["TasksTable"]["Properties"]
+    return {
+        index["IndexName"]: {"KeySchema": index["KeySchema"], "Projection": index["Projection"]}
+        for index in table["GlobalSecondaryIndexes"]
+    }
+
+
+def test_an_upgrade_from_the_last_release_creates_or_deletes_one_index_at_most(sam_template: dict[str, Any]) -> None:
+    # Given the indexes of the last release's table and those of template.yaml
+    released = json.loads(RELEASED_INDEXES.read_text(encoding="utf-8"))
+    current = _indexes(sam_template)
+    # Then one update of the stack gets from one to the other: at most one index created or deleted, and every
+    # index both have is the same (keys and projection cannot change in place)
+    created, deleted = set(current) - set(released), set(released) - set(current)
+    assert len(created) + len(deleted) <= 1, (sorted(created), sorted(deleted))
+    for name in set(current) & set(released):
+        assert current[name] == released[name], name
+    # ... and every attribute an index keys on is defined, none that no key uses (CloudFormation refuses both)
+    table = sam_template["Resources"]["TasksTable"]["Properties"]
+    keyed = {k["AttributeName"] for k in table["KeySchema"]} | {
+        k["AttributeName"] for index in current.values() for k in index["KeySchema"]
+    }
+    assert {a["AttributeName"] for a in table["AttributeDefinitions"]} == keyed

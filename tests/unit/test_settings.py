@@ -161,8 +161,10 @@ def test_bad_value_raises_settings_error_naming_the_variable(name: str, value: s
 def test_poll_groups_must_divide_the_shard_count() -> None:
     # Given 4 shards / Then 1, 2 and 4 groups are accepted, and 3 is refused with both settings named
     assert [Settings.from_env({"PUNCTUAL_POLL_GROUPS": str(g)}).poll_groups for g in (1, 2, 4)] == [1, 2, 4]
-    with pytest.raises(SettingsError, match=r"poll_groups \(3\) must divide shard_count \(4\)"):
+    with pytest.raises(SettingsError, match=r"poll_groups \(3\) must divide shard_count \(4\)") as info:
         Settings.from_env({"PUNCTUAL_POLL_GROUPS": "3"})
+    # (CloudFormation's rules cannot divide: a deploy that breaks it fails the poller's cold start, with this message)
+    assert info.value.names == ("PUNCTUAL_POLL_GROUPS", "PUNCTUAL_SHARD_COUNT")
 
 
 def test_every_bad_variable_is_named() -> None:

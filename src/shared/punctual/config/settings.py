@@ -95,7 +95,14 @@ class Settings(BaseModel):
     overdue_safety_ms: int = Field(
         180_000, ge=60_000, description="the poller never moves its watermark closer to now than this"
     )
-    max_batch_size: int = Field(250, ge=1, le=5_000)
+    max_batch_size: int = Field(
+        250,
+        ge=1,
+        le=5_000,
+        description="the most tasks the poller and the fast path put into one executor's batch (fewer when the "
+        "executor's CPU cannot fire them: executor_memory_mb); in AWS at most 900, so that a batch of the longest "
+        "ids fits an asynchronous invocation (the template's ExecutorBatchSize)",
+    )
     executor_memory_mb: int | None = Field(
         None,
         ge=128,
@@ -245,9 +252,11 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:
         if self.shard_count % self.poll_groups:
-            raise ValueError(
-                f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each "
-                "group reads an equal range of shards"
+            raise PydanticCustomError(  # its context's "fields": from_env names their variables
+                "value_error",
+                f"poll_groups ({self.poll_groups}) must divide shard_count ({self.shard_count}): each group reads an "
+                "equal range of shards",
+                {"fields": ("poll_groups", "shard_count")},
             )
         return self
 

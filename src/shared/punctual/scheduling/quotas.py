@@ -4,8 +4,8 @@ the tenant map). Past a quota a call fails with :class:`QuotaExceededError` nami
 * **active tasks** (PENDING or ARMED, occurrences included) are admitted on every path that makes one active: a
   create (one task, or each of many), a redrive (FAILED back to PENDING), a schedule's first occurrences, and its
   later ones that the chain makes (when the client changes it, and at every poll). A reschedule or a run-now only
-  moves a task that is active already: it adds nothing. The count is the store's ``tenant_active`` index (at most
-  :data:`COUNT_TTL_S` old) plus what this process admitted since; a count read afresh adds what this process
+  moves a task that is active already: it adds nothing. The count is the store's ``tenant_active_sharded`` index
+  (at most :data:`COUNT_TTL_S` old) plus what this process admitted since; a count read afresh adds what this process
   admitted and is still writing. One :class:`QuotaGuard` per process (the API's is shared by all its requests), so
   **creates from one process are exact**: each check-and-add is one step under the tenant's lock, and each create
   holds its admission (counted in a count read afresh too) until its write has landed. (The index itself lags

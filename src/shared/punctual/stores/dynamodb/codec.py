@@ -16,6 +16,8 @@ Item layout (one item per task, base key ``task_id``)::
     change_token S (the last cancel or reschedule: lets a retried request recognise its own change)
     schedule_id S | schedule_version N (a recurring schedule's occurrence; the "schedule" index lists them)
     tenant S (a tenant's task, keyed "<tenant>/<id>"; the "tenant" index lists them: punctual.domain.tenancy)
+    tenant_shard S ("<tenant>#<shard>", a tenant's task only: with due_bucket, its entry in the tenant_active_sharded
+    index, which the active-task quota counts)
 
 An item is read as what its key says: one whose ``tenant`` names another tenant than its key's, or whose
 ``schedule_id`` is not the schedule its key names, is no task (undecodable: quarantined, counted, never acted on).
@@ -33,7 +35,7 @@ from typing import Any, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from punctual.domain.keys import from_ms
+from punctual.domain.keys import from_ms, tenant_active_key
 from punctual.domain.model import (
     ACTIVE_STATUSES,
     DEFAULT_MISFIRE_POLICY,
@@ -165,6 +167,8 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     tenant = split(task.task_id)[0]
     if tenant is not None:
         values["tenant"] = tenant  # the tenant index (written once, here: no later write changes it)
+        # the tenant_active_sharded index while due_bucket is there too (written once: an outcome removes due_bucket)
+        values["tenant_shard"] = tenant_active_key(tenant, task.task_id)
     return to_av(values)
 
 

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 DUE_INDEX = "due"
 SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
 TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.domain.tenancy)
-TENANT_ACTIVE_INDEX = "tenant_active"  # a tenant's active items (what the active-task quota counts)
+# a tenant's active tasks, under TENANT_ACTIVE_SHARDS keys a tenant (what the active-task quota counts)
+TENANT_ACTIVE_INDEX = "tenant_active_sharded"
 
 BATCH_GET_LIMIT = 100  # keys in one BatchGetItem
 BATCH_GET_ATTEMPTS = 8  # requests for one chunk's keys, the unprocessed ones again after a backoff (~5 s at most)

@@ -1,12 +1,14 @@
 """A tenant's items in the Tasks table (:class:`TenantItems`): its keys in id order from the keys-only
-``tenant`` index, a page of its tasks, and the count of its active ones from the sparse ``tenant_active``
-index. Every read is bounded by the tenant's key prefix (:mod:`punctual.domain.tenancy`)."""
+``tenant`` index, a page of its tasks, and the count of its active ones from the sparse ``tenant_active_sharded``
+index (one count query a key the tenant's entries are spread over). Every read is bounded by the tenant's key
+prefix (:mod:`punctual.domain.tenancy`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from punctual.domain.keys import tenant_active_keys
 from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.domain.tenancy import prefix
 from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, schedule_id_of_key, to_av
@@ -53,16 +55,22 @@ class TenantItems:
             kwargs["ExclusiveStartKey"] = more
 
     def count_active(self, tenant: str) -> int:
-        """How many of ``tenant``'s tasks are PENDING or ARMED: a COUNT query of the sparse ``tenant_active``
-        index (only items carrying tenant and due_bucket are in it), schedules' own items left out. Reads a
-        keys-only entry per active task (about 40 to a read unit)."""
+        """How many of ``tenant``'s tasks are PENDING or ARMED: the sum of a COUNT query of each of the tenant's keys
+        in the sparse ``tenant_active_sharded`` index (only tasks carrying tenant_shard and due_bucket are in it),
+        in parallel. Reads a keys-only entry per active task (about 40 to a read unit), and at least half a read
+        unit a key."""
+        return sum(self.table.parallel(lambda key: self._count_key(tenant, key), tenant_active_keys(tenant)))
+
+    def _count_key(self, tenant: str, key: str) -> int:
+        """The entries of the tenant's index key ``key`` whose task id is the tenant's (an item's attributes
+        cannot count against another tenant) and not a schedule's."""
         kwargs: dict[str, Any] = {
             "TableName": self.table.name,
             "IndexName": TENANT_ACTIVE_INDEX,
             "Select": "COUNT",
-            "KeyConditionExpression": "tenant = :t",
+            "KeyConditionExpression": "tenant_shard = :k",
             "FilterExpression": "begins_with(task_id, :p) AND NOT contains(task_id, :s)",
-            "ExpressionAttributeValues": to_av({":t": tenant, ":p": prefix(tenant), ":s": SCHEDULE_PREFIX}),
+            "ExpressionAttributeValues": to_av({":k": key, ":p": prefix(tenant), ":s": SCHEDULE_PREFIX}),
         }
         count = 0
         while True:
