@@ -28,17 +28,17 @@ def test_the_plan_counts_the_writes_the_code_makes(made: tuple[str, cost.Counts]
     table = sum(r.wru for r in counted.per_task if r.step in steps)
     index = sum(r.wru_index for r in counted.per_task if r.step in steps)
     units = TASK_UNITS[made_by]
-    assert table == units.table_writes * model.item_write_units(counted.scenario.payload_bytes)
+    assert table == units.table_writes * model.item_write_units(counted.scenario.payload_bytes, made_by)
     assert index == units.index_writes
 
 
 def test_the_plans_item_size_reads_and_fixed_poll_are_the_counted_ones(made: tuple[str, cost.Counts]) -> None:
-    _, counted = made
+    made_by, counted = made
     s = counted.scenario
-    assert abs(s.final_item_bytes - s.payload_bytes - model.TASK_ITEM_BYTES) <= 32
+    assert abs(s.final_item_bytes - s.payload_bytes - TASK_UNITS[made_by].item_bytes) <= 32
     poll = sum(r.rru for r in counted.per_task if r.step == "poll")
     d = model.defaults()
-    assert poll == pytest.approx(model.item_read_units(s.payload_bytes) * d.lead_s / d.interval_s, rel=0.02)
+    assert poll == pytest.approx(model.item_read_units(s.payload_bytes, made_by) * d.lead_s / d.interval_s, rel=0.02)
     queries = sum(r.requests for r in counted.per_tick if r.op == "Query")
     assert queries == s.settings["shard_count"] * model.TICK_BUCKETS
 

@@ -58,14 +58,17 @@ class TaskUnits:
 
     table_writes: int  # item writes: create, arm, record
     index_writes: int  # index entries put or removed over the task's life
+    item_bytes: int  # its stored item after its outcome, less its payload (the cost scenario's `http` task)
 
 
 TASK_UNITS = {
     # the client's PutItem: the due index's entry is put at create and removed at record
-    "client": TaskUnits(table_writes=3, index_writes=2),
-    # the REST API's: also in the tenant index (put once, kept) and in tenant_active (put at create, removed at
-    # record): 3 more index writes
-    "api": TaskUnits(table_writes=3, index_writes=5),
+    "client": TaskUnits(table_writes=3, index_writes=2, item_bytes=TASK_ITEM_BYTES),
+    # the REST API's: also in the tenant index (put once, kept) and in the active-task index (put at create,
+    # removed at record), which this release keeps twice while a table moves from tenant_active to
+    # tenant_active_sharded (docs/deploy.md, "Upgrades": one index created a release): 5 more index writes, 3 once
+    # tenant_active is gone; and a tenant key and tenant_shard on the item
+    "api": TaskUnits(table_writes=3, index_writes=7, item_bytes=TASK_ITEM_BYTES + 33),
 }
 POLL_READS_PER_SEEN = 0.5  # a poll reads each task it finds (BatchGetItem, eventually consistent, per 4 KB)
 
@@ -237,14 +240,14 @@ def scale_up_s(executors: int) -> float:
     return math.ceil(executors / LAMBDA_SCALE_STEP) * LAMBDA_SCALE_STEP_S
 
 
-def item_write_units(payload_bytes: float) -> int:
+def item_write_units(payload_bytes: float, made_by: str = "client") -> int:
     """Write units of one write of a task's item (the larger image, one unit a KB)."""
-    return max(1, math.ceil((TASK_ITEM_BYTES + payload_bytes) / 1024))
+    return max(1, math.ceil((TASK_UNITS[made_by].item_bytes + payload_bytes) / 1024))
 
 
-def item_read_units(payload_bytes: float) -> float:
+def item_read_units(payload_bytes: float, made_by: str = "client") -> float:
     """Read units of one eventually consistent read of a task's item (half a unit per 4 KB)."""
-    return POLL_READS_PER_SEEN * max(1, math.ceil((TASK_ITEM_BYTES + payload_bytes) / 4096))
+    return POLL_READS_PER_SEEN * max(1, math.ceil((TASK_UNITS[made_by].item_bytes + payload_bytes) / 4096))
 
 
 def heartbeat_writes_per_task(rate: float, batch: int, d: Defaults) -> float:
@@ -275,10 +278,10 @@ def capacity(rate: float, payload_bytes: float, batch: int, shards: int, made_by
     beats = heartbeat_writes_per_task(rate, batch, d)
     seen = d.lead_s / d.interval_s
     return Capacity(
-        table_writes=rate * (units.table_writes * item_write_units(payload_bytes) + beats),
+        table_writes=rate * (units.table_writes * item_write_units(payload_bytes, made_by) + beats),
         index_writes=rate * units.index_writes,
         due_index_writes=rate * TASK_UNITS["client"].index_writes,
-        reads=rate * seen * (item_read_units(payload_bytes) + POLL_READS_PER_SEEN / batch)
+        reads=rate * seen * (item_read_units(payload_bytes, made_by) + POLL_READS_PER_SEEN / batch)
         + shards * TICK_BUCKETS * 0.5 / d.interval_s,
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS
 from punctual.config.settings import Settings
 from punctual.stores.dynamodb.schema import load_template
+from punctual_tools.local.lambda_rules import read_function_limits
 
 BENCH_DIR = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 
@@ -218,7 +219,7 @@ def template_deployment(template_path: str | None = None) -> Deployment:
     template = load_template(template_path)
     params = template["Parameters"]
     resources = template["Resources"]
-    poller = resources["PollerFunction"]["Properties"]
+    poller = read_function_limits("PollerFunction", template_path)
     executor_age = resources["ExecutorFunction"]["Properties"]["EventInvokeConfig"]["MaximumEventAgeInSeconds"]
     reserved = str(_param(params, "ExecutorReservedConcurrency") or "0")
     fields = Settings.model_fields
@@ -229,11 +230,11 @@ def template_deployment(template_path: str | None = None) -> Deployment:
         poll_interval_s=int(fields["poll_interval_ms"].default) / 1000,
         misfire_grace_s=int(_param(params, "MisfireGraceMs")) / 1000,
         executor_memory_mb=int(_param(params, "ExecutorMemorySize")),
-        poller_memory_mb=int(poller["MemorySize"]),
+        poller_memory_mb=poller.memory_mb,
         executor_reserved=int(reserved),
         unreserved_concurrency=int(_param(params, "UnreservedExecutorConcurrency")),
         provisioned=int(_param(params, "ExecutorProvisionedConcurrency")),
-        max_batch_size=int(fields["max_batch_size"].default),
+        max_batch_size=int(_param(params, "ExecutorBatchSize")),
         max_event_age_s=float(executor_age),
-        poller_timeout_s=float(poller.get("Timeout", 55)),
+        poller_timeout_s=poller.timeout_s,
     )
