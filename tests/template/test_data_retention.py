@@ -39,6 +39,16 @@ def test_every_stateful_resource_is_retained_or_a_log_group(cfn_resources: dict[
             assert resource.get("DeletionPolicy", "Delete") == "Delete", name
 
 
+def test_the_kept_queues_keep_their_tls_only_policy(cfn_resources: dict[str, Any]) -> None:
+    # Given the policies on the kept queues  Then they are kept too: deleting one would leave a kept queue open
+    # to requests over plain HTTP
+    for name, resource in cfn_resources.items():
+        if resource["Type"] == "AWS::SQS::QueuePolicy":
+            queues = {q["Ref"] for q in resource["Properties"]["Queues"]}
+            if queues & RETAINED:
+                assert (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) == ("Retain", "Retain")
+
+
 def test_the_table_is_protected_and_recoverable(cfn_resources: dict[str, Any]) -> None:
     # Given the table  Then DynamoDB refuses to delete it until its deletion protection is turned off, and it can be
     # restored to any second of the recovery period
