@@ -14,9 +14,11 @@ from __future__ import annotations
 import builtins
 import json
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -40,18 +42,28 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.scheduling.bulk import ScheduleResult, schedule_each, spec_problem
+from punctual.scheduling.bulk import (
+    BATCH_MAX_BYTES,
+    BATCH_MAX_TASKS,
+    ScheduleResult,
+    quota_of,
+    spec_problem,
+    task_id_of,
+)
 
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
 ID_SAFE = ":@"
-CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: sending one again is safe
+BATCH = "/v1/tasks:batch"
+CREATES = ("/v1/tasks", BATCH, "/v1/schedules")  # POSTed with the ids in the body: sending one again is safe
 ATTEMPTS = 5
 BACKOFF_S = 0.2  # the first wait; each next one doubles, each drawn at random up to its cap (full jitter)
 RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in full
 # Throttled (API Gateway's stage limits, or the function's throttle mapped to 429), the function failed or was
 # throttled before a 429 was mapped (500), or the gateway had no answer from it (502, 503, 504).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+BATCH_ENVELOPE = len('{"tasks": []}')
+_Entry = tuple[int, Mapping[str, Any], dict[str, Any] | None]  # a task of schedule_many: its index, spec and body
 
 
 def _is_quota_problem(response: Any) -> bool:
@@ -280,6 +292,30 @@ class ApiClient:
         retry: RetryPolicy | dict[str, Any] | None = None,
     ) -> tuple[Task, bool]:
         """The stored task, and whether this call created it (201) or found it stored (200)."""
+        body = self._task_body(
+            due_at,
+            action,
+            payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+        )
+        status, answer = self._send("POST", "/v1/tasks", body)
+        return _task(answer), status == 201
+
+    @staticmethod
+    def _task_body(
+        due_at: datetime,
+        action: Action | dict[str, Any],
+        payload: Any = None,
+        *,
+        task_id: str | None = None,
+        misfire_grace: timedelta | int | None = None,
+        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
+        retry: RetryPolicy | dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The body of ``POST /v1/tasks``, and of a task of a batch, for :meth:`schedule`'s arguments."""
         if not isinstance(due_at, datetime) or due_at.tzinfo is None:
             raise InvalidTaskError("due_at", "give a timezone-aware datetime")
         # The id is chosen here, as the direct client does: a create sent again after a broken connection is
@@ -293,10 +329,7 @@ class ApiClient:
             "misfire_policy": misfire_policy,
             "retry": retry,
         }
-        status, answer = self._send(
-            "POST", "/v1/tasks", {k: v for k, v in body.items() if v is not None or k == "payload"}
-        )
-        return _task(answer), status == 201
+        return {k: v for k, v in body.items() if v is not None or k == "payload"}
 
     def schedule_many(
         self,
@@ -305,20 +338,103 @@ class ApiClient:
         threads: int = 16,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> builtins.list[ScheduleResult]:
-        """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`: one request a task,
-        ``threads`` in flight; a result per task, in order."""
-        return schedule_each(tasks, self._schedule_one, threads, on_progress)
+        """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`, through
+        ``POST /v1/tasks:batch``: the tasks go in calls of up to ``BATCH_MAX_TASKS`` tasks and ``BATCH_MAX_BYTES``,
+        ``threads`` calls in flight, each sent again on a throttle or a server error (each task carries its id, so a
+        task sent twice is stored once); a task too large to share a call goes alone through ``POST /v1/tasks``. A
+        result per task, in order; a call that fails whole makes each of its tasks an ``"error"``."""
+        specs = builtins.list(tasks)
+        results: builtins.list[ScheduleResult | None] = [None] * len(specs)
+        calls = self._calls(specs, results)
+        done = [len(specs) - sum(len(call) for call in calls)]
+        lock = threading.Lock()
+
+        def send(call: builtins.list[_Entry]) -> None:
+            try:
+                alone = call[0][2] is None
+                answered = [self._schedule_one(call[0][0], call[0][1])] if alone else self._create_batch(call)
+            except Exception as exc:  # noqa: BLE001 - reported for each task of this call; the others go on
+                error = f"{type(exc).__name__}: {exc}"
+                answered = [ScheduleResult(i, task_id_of(spec), "error", error=error) for i, spec, _ in call]
+            for result in answered:
+                results[result.index] = result
+            if on_progress is not None:
+                with lock:
+                    done[0] += len(call)
+                    count = done[0]
+                on_progress(count, len(specs))
+
+        if calls:
+            with ThreadPoolExecutor(max_workers=max(1, min(threads, len(calls))), thread_name_prefix="batch") as pool:
+                builtins.list(pool.map(send, calls))
+        return [r for r in results if r is not None]
+
+    def _calls(
+        self, specs: builtins.list[Any], results: builtins.list[ScheduleResult | None]
+    ) -> builtins.list[builtins.list[_Entry]]:
+        """``specs`` cut into the calls :meth:`schedule_many` makes, in order: up to ``BATCH_MAX_TASKS`` tasks and
+        ``BATCH_MAX_BYTES`` of JSON each, or one task alone (no body: it goes through ``POST /v1/tasks``). A spec
+        refused before sending gets its result in ``results`` and no call."""
+        calls: builtins.list[builtins.list[_Entry]] = []
+        size = 0
+        for index, spec in enumerate(specs):
+            problem = spec_problem(spec)
+            if problem is not None:
+                results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=problem)
+                continue
+            try:
+                body = self._task_body(**spec)
+            except InvalidTaskError as exc:
+                results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=str(exc), field=exc.field)
+                continue
+            length = len(json.dumps(body, default=_json_of)) + 2  # with the ", " that follows it
+            if BATCH_ENVELOPE + length > BATCH_MAX_BYTES:
+                calls.append([(index, spec, None)])
+                continue
+            if (
+                not calls
+                or calls[-1][0][2] is None
+                or len(calls[-1]) >= BATCH_MAX_TASKS
+                or size + length > BATCH_MAX_BYTES
+            ):
+                calls.append([])
+                size = BATCH_ENVELOPE
+            calls[-1].append((index, spec, body))
+            size += length
+        return calls
+
+    def _create_batch(self, call: builtins.list[_Entry]) -> builtins.list[ScheduleResult]:
+        """One ``POST /v1/tasks:batch`` of ``call``'s tasks, and what became of each, in the client's terms."""
+        _, answer = self._send("POST", BATCH, {"tasks": [body for _, _, body in call]})
+        found: builtins.list[ScheduleResult] = []
+        for (index, spec, _), result in zip(call, answer["results"], strict=True):
+            outcome = result["outcome"]
+            if outcome in ("created", "exists"):
+                task = _task(result["task"])
+                found.append(ScheduleResult(index, task.task_id, outcome, task=task))
+                continue
+            problem = result.get("problem") or {}
+            detail = str(problem.get("detail") or outcome)
+            field = problem.get("field")
+            field = (
+                field.removeprefix(f"tasks[{result['index']}]").removeprefix(".") if isinstance(field, str) else None
+            )
+            if outcome in ("invalid", "over_quota"):
+                quota = problem.get("quota") if outcome == "over_quota" else None
+                found.append(
+                    ScheduleResult(index, task_id_of(spec), "invalid", error=detail, field=field or None, quota=quota)
+                )
+            else:  # conflict, error
+                found.append(ScheduleResult(index, task_id_of(spec), outcome, error=detail))
+        return found
 
     def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
-        task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
-        task_id = task_id if isinstance(task_id, str) else None
-        problem = spec_problem(spec)
-        if problem is not None:
-            return ScheduleResult(index, task_id, "invalid", error=problem)
+        """One task of :meth:`schedule_many` through ``POST /v1/tasks``."""
+        task_id = task_id_of(spec)
         try:
             task, created = self._create(**spec)
         except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
-            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field, quota=quota_of(exc))
         except TaskConflictError as exc:
             return ScheduleResult(index, task_id, "conflict", error=str(exc))
         return ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
