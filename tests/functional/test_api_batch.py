@@ -62,7 +62,8 @@ def task(now_ms: int, name: str | None, **fields: Any) -> dict[str, Any]:
 
 
 def stored_ids(dynamodb: Any, settings: Settings) -> list[str]:
-    return sorted(item["task_id"]["S"] for item in dynamodb.scan(TableName=settings.table_name)["Items"])
+    pages = dynamodb.get_paginator("scan").paginate(TableName=settings.table_name, ProjectionExpression="task_id")
+    return sorted(item["task_id"]["S"] for page in pages for item in page["Items"])
 
 
 def test_each_task_has_its_outcome_in_order_and_the_same_batch_again_is_exists(
@@ -178,3 +179,64 @@ def test_a_bad_envelope_is_refused_whole(api: LocalApi, body: bytes) -> None:
 
 def test_an_empty_batch_is_an_empty_answer(api: LocalApi) -> None:
     assert post(api, {"tasks": []}) == (200, {"results": []})
+
+
+# -- ApiClient.schedule_many through the batch route -----------------------------------------------------------
+def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
+    api: LocalApi, dynamodb: Any, tenant_settings: Settings, now_ms: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from punctual.scheduling.api_client import ApiClient
+    from punctual.targets import LogAction
+
+    # Given beta's client, recording the calls it makes
+    client = ApiClient(api.url, token="token-beta")
+    calls: list[tuple[str, int, int]] = []
+    send = client._send
+
+    def recording(method: str, path: str, body: Any = None, query: Any = None) -> tuple[int, Any]:
+        tasks = body.get("tasks", [body]) if isinstance(body, dict) else []
+        calls.append((path, len(tasks), len(json.dumps(body, default=str))))
+        return send(method, path, body, query)
+
+    monkeypatch.setattr(client, "_send", recording)
+    due = from_ms(now_ms + 60_000)
+    small = [{"due_at": due, "action": LogAction(), "task_id": f"s-{i:03d}"} for i in range(BATCH_MAX_TASKS * 2 + 5)]
+    large = [{"due_at": due, "action": LogAction(), "payload": "x" * 200_000, "task_id": f"l-{i}"} for i in range(6)]
+    too_large = {"due_at": due, "action": LogAction(), "payload": "x" * BATCH_MAX_BYTES, "task_id": "huge"}
+    specs = [*small, *large, too_large, {"due_at": due.replace(tzinfo=None), "action": LogAction(), "task_id": "naive"}]
+    # When it schedules them all
+    results = client.schedule_many(specs, threads=4)
+    # Then the tasks went in order in calls of at most BATCH_MAX_TASKS and BATCH_MAX_BYTES (100, 100, then the 5
+    # small left with the 5 large that fit a MiB, then the last large), the one too large to share a call alone
+    # through POST /v1/tasks (which refused its payload), and the naive instant was refused before sending
+    batches = sorted(n for path, n, _ in calls if path == "/v1/tasks:batch")
+    assert batches == sorted([BATCH_MAX_TASKS, BATCH_MAX_TASKS, 10, 1]), calls
+    assert all(size <= BATCH_MAX_BYTES for path, _, size in calls if path == "/v1/tasks:batch")
+    assert [(path, n) for path, n, _ in calls if path == "/v1/tasks"] == [("/v1/tasks", 1)]
+    assert [r.index for r in results] == list(range(len(specs)))
+    assert [r.outcome for r in results] == ["created"] * (len(small) + len(large)) + ["invalid", "invalid"]
+    assert (results[-2].field, results[-1].field) == ("payload", "due_at")
+    assert results[0].task is not None and results[0].task.task_id == "s-000"
+    # And the same tasks again are each "exists", stored once
+    again = client.schedule_many(specs[:-2], threads=4)
+    assert {r.outcome for r in again} == {"exists"}
+    assert len(stored_ids(dynamodb, tenant_settings)) == len(small) + len(large)
+
+
+def test_the_api_client_reports_a_batchs_quota_and_bad_fields_as_the_direct_client_does(
+    api: LocalApi, now_ms: int
+) -> None:
+    from punctual.scheduling.api_client import ApiClient
+    from punctual.targets import LogAction
+
+    # Given acme (3 active tasks at most) and 5 tasks, one of them of a bad misfire grace
+    due = from_ms(now_ms + 60_000)
+    specs: list[dict[str, Any]] = [{"due_at": due, "action": LogAction(), "task_id": f"q-{i}"} for i in range(4)]
+    specs.append({"due_at": due, "action": LogAction(), "task_id": "bad", "misfire_grace": -1})
+    # When acme's client schedules them
+    results = ApiClient(api.url, token="token-acme").schedule_many(specs)
+    # Then 3 are created, 1 is invalid for its quota (named), and the bad one is invalid naming its field
+    assert sorted(r.outcome for r in results[:4]) == ["created", "created", "created", "invalid"]
+    (over,) = [r for r in results[:4] if r.outcome == "invalid"]
+    assert over.quota == "active_tasks" and over.task_id is not None and over.task_id.startswith("q-")
+    assert (results[4].outcome, results[4].field, results[4].quota) == ("invalid", "misfire_grace_ms", None)

@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from punctual.api.links import SCHEDULE_LINKS, TASK_LINKS, answer
+from punctual.api.links import BATCH_LINKS, SCHEDULE_LINKS, TASK_LINKS, answer
 from punctual.api.service import TenantService
 from punctual.api.views import (
     MAX_PAGE,
@@ -265,7 +265,7 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
         ),
         tags=["tasks"],
         responses={
-            200: answer("Each task's outcome, in order", TaskResults),
+            200: answer("Each task's outcome, in order", TaskResults, BATCH_LINKS),
             **_problems(400, 403, 413, 415, 422),
         },
     )
