@@ -35,11 +35,18 @@ from punctual.domain.tenancy import prefix, qualify, split
 from punctual.errors import (
     InvalidRequestError,
     PunctualError,
+    RequestTooLargeError,
     ScheduleNotFoundError,
     ScheduleStateError,
     TaskNotFoundError,
 )
-from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
+from punctual.scheduling.bulk import (
+    BATCH_MAX_BYTES,
+    BATCH_MAX_TASKS,
+    ScheduleResult,
+    schedule_each,
+    schedule_one,
+)
 from punctual.scheduling.client import Client
 
 log = logging.getLogger("punctual.api")
@@ -93,11 +100,15 @@ class TenantService:
         stored, created = self._scrubbed(create)
         return self._task(stored), created
 
-    def create_tasks(self, items: Sequence[Any]) -> TaskResults:
-        """Each of ``items`` (a ``POST /v1/tasks`` body, not validated yet) checked and stored as
-        :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` does (the same checks, each
-        task admitted against the tenant's quota, one conditional write each, in parallel): an outcome each, in
-        order, whatever became of the others."""
+    def create_tasks(self, items: Sequence[Any], size: int) -> TaskResults:
+        """Each of ``items`` (a ``POST /v1/tasks`` body, not validated yet; ``size`` bytes of JSON in all) checked and
+        stored as :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` does (the same
+        checks, each task admitted against the tenant's quota, one conditional write each, in parallel): an outcome
+        each, in order, whatever became of the others. RequestTooLargeError past the batch's limits."""
+        if len(items) > BATCH_MAX_TASKS:
+            raise RequestTooLargeError("tasks", f"{len(items)} tasks, more than {BATCH_MAX_TASKS} in one call")
+        if size > BATCH_MAX_BYTES:
+            raise RequestTooLargeError("tasks", f"{size} bytes, more than {BATCH_MAX_BYTES} in one call")
         results: list[TaskResult | None] = [None] * len(items)
         specs: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(items):

@@ -14,11 +14,9 @@ from __future__ import annotations
 import builtins
 import json
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -42,14 +40,8 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.scheduling.bulk import (
-    BATCH_MAX_BYTES,
-    BATCH_MAX_TASKS,
-    ScheduleResult,
-    quota_of,
-    spec_problem,
-    task_id_of,
-)
+from punctual.scheduling.api_batch import Entry, Results, cut_calls, read_results, run_calls
+from punctual.scheduling.bulk import ScheduleResult, quota_of, task_id_of
 
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
@@ -62,8 +54,6 @@ RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in 
 # Throttled (API Gateway's stage limits, or the function's throttle mapped to 429), the function failed or was
 # throttled before a 429 was mapped (500), or the gateway had no answer from it (502, 503, 504).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-BATCH_ENVELOPE = len('{"tasks": []}')
-_Entry = tuple[int, Mapping[str, Any], dict[str, Any] | None]  # a task of schedule_many: its index, spec and body
 
 
 def _is_quota_problem(response: Any) -> bool:
@@ -271,37 +261,19 @@ class ApiClient:
     ) -> Task:
         """As :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`."""
         return self._create(
-            due_at,
-            action,
-            payload,
+            due_at=due_at,
+            action=action,
+            payload=payload,
             task_id=task_id,
             misfire_grace=misfire_grace,
             misfire_policy=misfire_policy,
             retry=retry,
         )[0]
 
-    def _create(
-        self,
-        due_at: datetime,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        task_id: str | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-    ) -> tuple[Task, bool]:
-        """The stored task, and whether this call created it (201) or found it stored (200)."""
-        body = self._task_body(
-            due_at,
-            action,
-            payload,
-            task_id=task_id,
-            misfire_grace=misfire_grace,
-            misfire_policy=misfire_policy,
-            retry=retry,
-        )
-        status, answer = self._send("POST", "/v1/tasks", body)
+    def _create(self, **spec: Any) -> tuple[Task, bool]:
+        """The stored task of :meth:`schedule`'s arguments, and whether this call created it (201) or found it
+        stored (200)."""
+        status, answer = self._send("POST", "/v1/tasks", self._task_body(**spec))
         return _task(answer), status == 201
 
     @staticmethod
@@ -339,94 +311,20 @@ class ApiClient:
         on_progress: Callable[[int, int], None] | None = None,
     ) -> builtins.list[ScheduleResult]:
         """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`, through
-        ``POST /v1/tasks:batch``: the tasks go in calls of up to ``BATCH_MAX_TASKS`` tasks and ``BATCH_MAX_BYTES``,
-        ``threads`` calls in flight, each sent again on a throttle or a server error (each task carries its id, so a
-        task sent twice is stored once); a task too large to share a call goes alone through ``POST /v1/tasks``. A
-        result per task, in order; a call that fails whole makes each of its tasks an ``"error"``."""
+        ``POST /v1/tasks:batch``: calls of up to ``BATCH_MAX_TASKS`` tasks and ``BATCH_MAX_BYTES``, ``threads`` in
+        flight, each sent again on a throttle or a server error (each task carries its id, so a task sent twice is
+        stored once); a task too large to share a call goes alone through ``POST /v1/tasks``. A result per task, in
+        order; a call that fails whole makes each of its tasks an ``"error"``."""
         specs = builtins.list(tasks)
-        results: builtins.list[ScheduleResult | None] = [None] * len(specs)
-        calls = self._calls(specs, results)
-        done = [len(specs) - sum(len(call) for call in calls)]
-        lock = threading.Lock()
+        results: Results = [None] * len(specs)
+        calls = cut_calls(specs, results, self._task_body, _json_of)
+        return run_calls(calls, self._send_call, results, threads, on_progress)
 
-        def send(call: builtins.list[_Entry]) -> None:
-            try:
-                alone = call[0][2] is None
-                answered = [self._schedule_one(call[0][0], call[0][1])] if alone else self._create_batch(call)
-            except Exception as exc:  # noqa: BLE001 - reported for each task of this call; the others go on
-                error = f"{type(exc).__name__}: {exc}"
-                answered = [ScheduleResult(i, task_id_of(spec), "error", error=error) for i, spec, _ in call]
-            for result in answered:
-                results[result.index] = result
-            if on_progress is not None:
-                with lock:
-                    done[0] += len(call)
-                    count = done[0]
-                on_progress(count, len(specs))
-
-        if calls:
-            with ThreadPoolExecutor(max_workers=max(1, min(threads, len(calls))), thread_name_prefix="batch") as pool:
-                builtins.list(pool.map(send, calls))
-        return [r for r in results if r is not None]
-
-    def _calls(
-        self, specs: builtins.list[Any], results: builtins.list[ScheduleResult | None]
-    ) -> builtins.list[builtins.list[_Entry]]:
-        """``specs`` cut into the calls :meth:`schedule_many` makes, in order: up to ``BATCH_MAX_TASKS`` tasks and
-        ``BATCH_MAX_BYTES`` of JSON each, or one task alone (no body: it goes through ``POST /v1/tasks``). A spec
-        refused before sending gets its result in ``results`` and no call."""
-        calls: builtins.list[builtins.list[_Entry]] = []
-        size = 0
-        for index, spec in enumerate(specs):
-            problem = spec_problem(spec)
-            if problem is not None:
-                results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=problem)
-                continue
-            try:
-                body = self._task_body(**spec)
-            except InvalidTaskError as exc:
-                results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=str(exc), field=exc.field)
-                continue
-            length = len(json.dumps(body, default=_json_of)) + 2  # with the ", " that follows it
-            if BATCH_ENVELOPE + length > BATCH_MAX_BYTES:
-                calls.append([(index, spec, None)])
-                continue
-            if (
-                not calls
-                or calls[-1][0][2] is None
-                or len(calls[-1]) >= BATCH_MAX_TASKS
-                or size + length > BATCH_MAX_BYTES
-            ):
-                calls.append([])
-                size = BATCH_ENVELOPE
-            calls[-1].append((index, spec, body))
-            size += length
-        return calls
-
-    def _create_batch(self, call: builtins.list[_Entry]) -> builtins.list[ScheduleResult]:
-        """One ``POST /v1/tasks:batch`` of ``call``'s tasks, and what became of each, in the client's terms."""
+    def _send_call(self, call: builtins.list[Entry]) -> builtins.list[ScheduleResult]:
+        if call[0][2] is None:  # alone
+            return [self._schedule_one(call[0][0], call[0][1])]
         _, answer = self._send("POST", BATCH, {"tasks": [body for _, _, body in call]})
-        found: builtins.list[ScheduleResult] = []
-        for (index, spec, _), result in zip(call, answer["results"], strict=True):
-            outcome = result["outcome"]
-            if outcome in ("created", "exists"):
-                task = _task(result["task"])
-                found.append(ScheduleResult(index, task.task_id, outcome, task=task))
-                continue
-            problem = result.get("problem") or {}
-            detail = str(problem.get("detail") or outcome)
-            field = problem.get("field")
-            field = (
-                field.removeprefix(f"tasks[{result['index']}]").removeprefix(".") if isinstance(field, str) else None
-            )
-            if outcome in ("invalid", "over_quota"):
-                quota = problem.get("quota") if outcome == "over_quota" else None
-                found.append(
-                    ScheduleResult(index, task_id_of(spec), "invalid", error=detail, field=field or None, quota=quota)
-                )
-            else:  # conflict, error
-                found.append(ScheduleResult(index, task_id_of(spec), outcome, error=detail))
-        return found
+        return read_results(call, answer, _task)
 
     def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
         """One task of :meth:`schedule_many` through ``POST /v1/tasks``."""
