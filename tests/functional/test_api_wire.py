@@ -175,6 +175,24 @@ def test_an_overloaded_or_failing_api_is_tried_again_for_a_create_or_a_read(stat
     assert all(0 <= wait <= BACKOFF_S * 2**i for i, wait in enumerate(sleeps))
 
 
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_batch_answered_a_throttle_or_a_server_error_is_sent_again_whole_with_the_same_ids(status: int) -> None:
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    answer = {"results": [{"index": i, "task_id": STORED["task_id"], "outcome": "created", "status": 201,
+                           "task": STORED} for i in range(2)]}  # fmt: skip
+    # Given an API that answers a batch `status` twice, then takes it
+    with ScriptedServer([(status, {"message": "busy"}), (status, {"message": "busy"}), (200, answer)]) as server:
+        client = ApiClient(server.url, token="t", sleep=Sleeps())
+        # When two tasks without ids are scheduled at once
+        results = client.schedule_many([{"due_at": due, "action": LogAction(message="m")}] * 2)
+    # Then one call went three times, the same body each time (the ids the client chose), and each task is created
+    assert [r[:2] for r in server.requests] == [("POST", "/v1/tasks:batch")] * 3
+    assert len({body for _, _, body in server.requests}) == 1
+    ids = [t["task_id"] for t in json.loads(server.requests[0][2])["tasks"]]
+    assert len(set(ids)) == 2 and all(len(i) == 32 for i in ids)
+    assert [r.outcome for r in results] == ["created", "created"]
+
+
 def test_a_change_answered_500_is_not_sent_again() -> None:
     # Given an API whose function fails
     with ScriptedServer([(500, {"message": "Internal server error"}), NOT_FOUND]) as server:

@@ -35,7 +35,7 @@ REQUEST_BOUND_S = 120.0
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fuzz-token"
-EXAMPLES = 30  # per operation and mode (16 operations, valid and invalid): about 1,000 requests, ~25 s
+EXAMPLES = 30  # per operation and mode (17 operations, valid and invalid): about 1,000 requests, ~25 s
 SCENARIOS, STEPS = 40, 6  # linked sequences, each of at most STEPS calls: at most 240 requests
 schema = schemathesis.openapi.from_path(ROOT / "openapi.json")
 schema.config.generation.update(
@@ -49,6 +49,9 @@ CHECKS = [
     negative_data_rejection,
 ]
 STATEFUL_CHECKS = CHECKS[:-1]  # a linked call's id comes from an answer: "negative" data may then be valid
+# A batch checks each task on its own and answers 200 with each one's outcome: a task the document calls invalid is
+# an "invalid" result of a 200, by design (what is checked of it is the rest: no 5xx, the statuses and the schemas)
+PER_TASK = {("POST", "/v1/tasks:batch")}
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +79,9 @@ def api(ddb_local: str) -> Iterator[LocalApi]:
 @schema.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_the_api_holds_to_its_document(case: Any, api: LocalApi) -> None:
+    checks = STATEFUL_CHECKS if (case.method.upper(), case.path) in PER_TASK else CHECKS
     case.call_and_validate(
-        base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS, timeout=REQUEST_BOUND_S
+        base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=checks, timeout=REQUEST_BOUND_S
     )
 
 

@@ -350,6 +350,10 @@ class Scenario:
 
         for name in ("t1", "t2", "t3", "failed"):
             call("POST", "/v1/tasks", {"task_id": name, "due_at": later, "action": log})
+        batch = call(
+            "POST", "/v1/tasks:batch", {"tasks": [{"task_id": f"b{i}", "due_at": later, "action": log} for i in (1, 2)]}
+        )
+        assert [r["outcome"] for r in batch["results"]] == ["created", "created"], batch  # each task's own writes
         self._fail("acme/failed")
         call("GET", "/v1/tasks")
         call("GET", "/v1/tasks/t1")

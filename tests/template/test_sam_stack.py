@@ -518,6 +518,12 @@ WRITE_THROTTLE = {
     "ThrottlingRateLimit": {"Ref": "ApiWriteRateLimit"},
     "ThrottlingBurstLimit": {"Ref": "ApiWriteBurstLimit"},
 }
+# The batch create: up to BATCH_MAX_TASKS tasks a call, under a bucket of its own counted in calls
+BATCH_CREATE = ("/v1/tasks:batch", "POST")
+BATCH_THROTTLE = {
+    "ThrottlingRateLimit": {"Ref": "ApiBatchRateLimit"},
+    "ThrottlingBurstLimit": {"Ref": "ApiBatchBurstLimit"},
+}
 
 
 def _method_settings(cfn_resources: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -546,8 +552,10 @@ def test_every_route_of_the_api_is_throttled(cfn_resources: dict[str, Any]) -> N
     # the tighter write limits
     settings = _method_settings(cfn_resources)
     assert settings[("*", "*")] == DEFAULT_THROTTLE
+    assert BATCH_CREATE in _routes()
     for path, verb in _routes() | {("/v1/{proxy+}", "ANY")}:
         expected = WRITE_THROTTLE if (path, verb) in COSTLY_WRITES else DEFAULT_THROTTLE
+        expected = BATCH_THROTTLE if (path, verb) == BATCH_CREATE else expected
         assert _throttle_of(settings, path, verb) == expected, (path, verb)
 
 
@@ -555,7 +563,7 @@ def test_each_route_throttle_names_a_method_of_the_api(cfn_resources: dict[str, 
     # Given the stage's method settings other than the default  Then each names a route of openapi.json that is a
     # method of the API (a setting naming a path the API answers through its catch-all would throttle nothing)
     own = set(_method_settings(cfn_resources)) - {("*", "*")}
-    assert own == COSTLY_WRITES
+    assert own == COSTLY_WRITES | {BATCH_CREATE}
     assert own <= _routes() & _api_methods(cfn_resources)
 
 
@@ -572,6 +580,24 @@ def test_the_throttle_parameters_make_writes_the_tighter(sam_template: dict[str,
         assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 10_000)
     for parameter in (burst, write_burst):
         assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 5_000)
+
+
+def test_the_batch_creates_throttle_counts_calls_and_says_how_many_tasks_that_lets_through(
+    sam_template: dict[str, Any],
+) -> None:
+    # Given the batch create's throttle parameters  Then they are in calls, each burst at least its rate, within
+    # API Gateway's account quotas, and the rate's description says a call holds up to BATCH_MAX_TASKS tasks and
+    # what its default lets through in tasks a second (a call is not budgeted as one task)
+    from punctual.scheduling.bulk import BATCH_MAX_TASKS
+
+    params = sam_template["Parameters"]
+    rate, burst = params["ApiBatchRateLimit"], params["ApiBatchBurstLimit"]
+    assert burst["Default"] >= rate["Default"]
+    assert (rate["Type"], rate["MinValue"], rate["MaxValue"]) == ("Number", 1, 10_000)
+    assert (burst["Type"], burst["MinValue"], burst["MaxValue"]) == ("Number", 1, 5_000)
+    description = " ".join(rate["Description"].split())
+    assert f"up to {BATCH_MAX_TASKS}" in description, description
+    assert f"{BATCH_MAX_TASKS * rate['Default']:,} at the default" in description, description
 
 
 def test_the_api_has_one_traced_stage_and_its_url_is_an_output(

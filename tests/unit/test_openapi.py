@@ -40,14 +40,15 @@ def test_every_answer_naming_a_task_or_schedule_links_to_the_operations_on_it() 
         for method, operation in operations.items():
             for code, response in operation["responses"].items():
                 schema = json.dumps(response.get("content", {}).get("application/json", {}).get("schema", {}))
-                names = [n for n in ("TaskOut", "ScheduleOut") if schema.endswith(f'/{n}"}}')]
+                names = [n for n in ("TaskOut", "ScheduleOut", "TaskResults") if schema.endswith(f'/{n}"}}')]
                 if not names:
                     assert "links" not in response, (method, path, code)
                     continue
                 links = response["links"]
-                name = "task_id" if names == ["TaskOut"] else "schedule_id"
+                name = "schedule_id" if names == ["ScheduleOut"] else "task_id"
+                at = "/results/0" if names == ["TaskResults"] else ""  # a batch's: its first task's
                 for link in links.values():
-                    assert link["parameters"] == {name: f"$response.body#/{name}"}, (method, path, link)
+                    assert link["parameters"] == {name: f"$response.body#{at}/{name}"}, (method, path, link)
                     *_, target, target_method = link["operationRef"].split("/")
                     target_path = target.replace("~1", "/").replace("~0", "~")
                     assert {p["name"] for p in document["paths"][target_path][target_method]["parameters"]} >= {name}

@@ -7,6 +7,7 @@ the same thing wherever the error is raised. The families::
     ├── InvalidRequestError (ValueError: field, reason)   the call is refused as asked; nothing was stored
     │   ├── InvalidTaskError                              a task does not validate
     │   ├── InvalidScheduleError                          a schedule does not validate
+    │   ├── RequestTooLargeError                          the call holds more than one call takes
     │   └── QuotaExceededError                            the call would pass one of the tenant's quotas
     ├── NotFoundError (LookupError)                       TaskNotFoundError, ScheduleNotFoundError
     ├── ConflictError                                     TaskConflictError, ScheduleConflictError
@@ -48,6 +49,7 @@ __all__ = [
     "NotFoundError",
     "PunctualError",
     "QuotaExceededError",
+    "RequestTooLargeError",
     "ScheduleConflictError",
     "ScheduleNotFoundError",
     "ScheduleStateError",
@@ -115,6 +117,11 @@ class InvalidScheduleError(InvalidRequestError):
     ``field`` names the offending field. Nothing was stored."""
 
     subject = "schedule"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The request holds more than one call takes (the REST API's batch create: tasks or bytes); ``field`` names
+    what to send less of. Nothing was stored."""
 
 
 class QuotaExceededError(InvalidRequestError):

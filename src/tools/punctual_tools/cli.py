@@ -961,7 +961,12 @@ def build_parser() -> argparse.ArgumentParser:
     sched.set_defaults(func=cmd_schedule)
     many = sub.add_parser("schedule-many", help="schedule every task of a JSON-lines file (- for stdin) at once")
     many.add_argument("file", help="one JSON object a line: due_at, action, payload, task_id, ...")
-    many.add_argument("--threads", type=_threads, default=16, help="conditional writes in flight (1-256)")
+    many.add_argument(
+        "--threads",
+        type=_threads,
+        default=16,
+        help="conditional writes in flight (1-256); with --api, calls of up to 100 tasks each",
+    )
     many.add_argument("--show-errors", type=int, default=20, metavar="N", help="print the first N refusals")
     many.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     many.add_argument("--quiet", action="store_true", help="no progress line")

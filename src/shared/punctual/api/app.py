@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from punctual.api.links import SCHEDULE_LINKS, TASK_LINKS, answer
+from punctual.api.links import BATCH_LINKS, SCHEDULE_LINKS, TASK_LINKS, answer
 from punctual.api.service import TenantService
 from punctual.api.views import (
     MAX_PAGE,
@@ -40,6 +40,10 @@ from punctual.api.views import (
     TaskName,
     TaskOut,
     TaskPage,
+    TaskResults,
+    TasksIn,
+    problem,
+    validation_problem,
 )
 from punctual.config.tenant_map import TenantMap
 from punctual.config.tenant_source import FixedTenantMap, TenantMapSource
@@ -52,9 +56,11 @@ from punctual.errors import (
     NoTenantError,
     NotFoundError,
     QuotaExceededError,
+    RequestTooLargeError,
     StateError,
     UndecodableItemError,
 )
+from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
 from punctual.scheduling.client import Client
 
 log = logging.getLogger("punctual.api")
@@ -86,18 +92,8 @@ def problem_json(
     kind: str | None = None,
     quota: str | None = None,
 ) -> str:
-    """A problem-details body; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict,
-    state, forbidden, quota), so that a client need not read ``detail``; ``quota`` names the quota passed."""
-    body = Problem(
-        type=f"/problems/{kind}" if kind else "about:blank",
-        title=HTTPStatus(status).phrase,
-        status=status,
-        detail=detail,
-        field=field,
-        errors=errors,
-        quota=quota,
-    )
-    return body.model_dump_json(exclude_none=True)
+    """A problem-details body (:func:`~punctual.api.views.problem`)."""
+    return problem(status, detail, field, errors, kind, quota).model_dump_json(exclude_none=True)
 
 
 def _problem(
@@ -129,11 +125,6 @@ def parse_body(text: str) -> Any:
     except ValueError as exc:
         limit = sys.get_int_max_str_digits()
         raise json.JSONDecodeError(f"a number has more than {limit} digits", text, 0) from exc
-
-
-def _field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else [str(p) for p in loc]
-    return ".".join(parts) or None
 
 
 class JsonResolver(APIGatewayRestResolver):
@@ -194,11 +185,8 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
                 return _problem(
                     400, f"the body is not JSON ({why})" if why else "the body is not JSON", "body", kind="invalid"
                 )
-        found = [{"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", "invalid"))} for e in errors]
-        first = found[0] if found else {"field": None, "message": "invalid request"}
-        return _problem(
-            422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found, kind="invalid"
-        )
+        invalid = validation_problem(errors)
+        return Response(status_code=422, content_type=PROBLEM, body=invalid.model_dump_json(exclude_none=True))
 
     @handles(RequestUnsupportedContentType)
     def _media_type(exc: RequestUnsupportedContentType) -> Response[str]:
@@ -211,6 +199,10 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     @handles(InvalidRequestError)  # a bad task, schedule or query parameter alike
     def _bad_request(exc: InvalidRequestError) -> Response[str]:
         return _problem(422, str(exc), exc.field, kind="invalid")
+
+    @handles(RequestTooLargeError)
+    def _too_large(exc: RequestTooLargeError) -> Response[str]:
+        return _problem(413, str(exc), exc.field, kind="invalid")
 
     @handles(QuotaExceededError)
     def _over_quota(exc: QuotaExceededError) -> Response[str]:
@@ -261,6 +253,23 @@ def build_app(client_factory: Callable[[], Client], tenant_map: TenantMap | Tena
     def create_task(body: Annotated[TaskIn, Body()]) -> Response[TaskOut]:
         task, created = service().create_task(body)
         return Response(status_code=201 if created else 200, content_type="application/json", body=task)
+
+    @app.post(
+        "/v1/tasks:batch",
+        summary="Schedule many tasks",
+        description=(
+            f"Up to {BATCH_MAX_TASKS} tasks in one call, {BATCH_MAX_BYTES} bytes of JSON at most, each as the body "
+            "of POST /v1/tasks: 200 with each task's outcome, in the order given. Idempotent on each task's id: "
+            "the same batch again answers `exists` for what was stored."
+        ),
+        tags=["tasks"],
+        responses={
+            200: answer("Each task's outcome, in order", TaskResults, BATCH_LINKS),
+            **_problems(400, 403, 413, 415, 422),
+        },
+    )
+    def create_tasks(body: Annotated[TasksIn, Body()]) -> TaskResults:
+        return service().create_tasks(body.tasks, len((app.current_event.decoded_body or "").encode()))
 
     @app.get(
         "/v1/tasks",

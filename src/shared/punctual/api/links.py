@@ -14,24 +14,26 @@ def _op(method: str, path: str) -> str:
     return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
 
 
-def _links(name: str, operations: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """OpenAPI links from an answer naming a task or schedule (its ``name`` field) to the operations on it: what a
-    client (and the stateful fuzz) may call next with the id it was given."""
+def _links(name: str, operations: dict[str, tuple[str, str]], at: str = "") -> dict[str, Any]:
+    """OpenAPI links from an answer naming a task or schedule (its ``name`` field, in the object at the JSON pointer
+    ``at``) to the operations on it: what a client (and the stateful fuzz) may call next with the id it was given."""
     return {
-        link: {"operationRef": _op(method, path), "parameters": {name: f"$response.body#/{name}"}}
+        link: {"operationRef": _op(method, path), "parameters": {name: f"$response.body#{at}/{name}"}}
         for link, (method, path) in operations.items()
     }
 
 
-TASK_LINKS = _links(
-    "task_id",
-    {
-        "GetTask": ("get", "/v1/tasks/{task_id}"),
-        "CancelTask": ("post", "/v1/tasks/{task_id}/cancel"),
-        "RescheduleTask": ("post", "/v1/tasks/{task_id}/reschedule"),
-        "RunTaskNow": ("post", "/v1/tasks/{task_id}/run-now"),
-        "RedriveTask": ("post", "/v1/tasks/{task_id}/redrive"),
-    },
+TASK_OPERATIONS = {
+    "GetTask": ("get", "/v1/tasks/{task_id}"),
+    "CancelTask": ("post", "/v1/tasks/{task_id}/cancel"),
+    "RescheduleTask": ("post", "/v1/tasks/{task_id}/reschedule"),
+    "RunTaskNow": ("post", "/v1/tasks/{task_id}/run-now"),
+    "RedriveTask": ("post", "/v1/tasks/{task_id}/redrive"),
+}
+TASK_LINKS = _links("task_id", TASK_OPERATIONS)
+# a batch's answer: its first task's (each result names its task, in the order given)
+BATCH_LINKS = _links(
+    "task_id", {f"{link}OfFirst": operation for link, operation in TASK_OPERATIONS.items()}, "/results/0"
 )
 SCHEDULE_LINKS = _links(
     "schedule_id",

@@ -4,10 +4,13 @@ therefore out of reach by construction: whatever a caller names, the store is as
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from punctual.api.views import (
     MAX_PAGE,
@@ -19,8 +22,12 @@ from punctual.api.views import (
     TaskIn,
     TaskOut,
     TaskPage,
+    TaskResult,
+    TaskResults,
     decode_token,
     encode_token,
+    problem,
+    validation_problem,
 )
 from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.domain.schedules import Schedule, ScheduleState
@@ -28,13 +35,23 @@ from punctual.domain.tenancy import prefix, qualify, split
 from punctual.errors import (
     InvalidRequestError,
     PunctualError,
+    RequestTooLargeError,
     ScheduleNotFoundError,
     ScheduleStateError,
     TaskNotFoundError,
 )
+from punctual.scheduling.bulk import (
+    BATCH_MAX_BYTES,
+    BATCH_MAX_TASKS,
+    ScheduleResult,
+    schedule_each,
+    schedule_one,
+)
 from punctual.scheduling.client import Client
 
+log = logging.getLogger("punctual.api")
 T = TypeVar("T")
+BATCH_THREADS = 16  # a batch's conditional writes in flight (the DynamoDB client pools 64 connections)
 PAGE_BYTES = 4_000_000  # a page's JSON at most: Lambda answers 6 MB at most, API Gateway 10 MB
 
 
@@ -82,6 +99,79 @@ class TenantService:
 
         stored, created = self._scrubbed(create)
         return self._task(stored), created
+
+    def create_tasks(self, items: Sequence[Any], size: int) -> TaskResults:
+        """Each of ``items`` (a ``POST /v1/tasks`` body, not validated yet; ``size`` bytes of JSON in all) checked and
+        stored as :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` does (the same
+        checks, each task admitted against the tenant's quota, one conditional write each, in parallel): an outcome
+        each, in order, whatever became of the others. RequestTooLargeError past the batch's limits."""
+        if len(items) > BATCH_MAX_TASKS:
+            raise RequestTooLargeError("tasks", f"{len(items)} tasks, more than {BATCH_MAX_TASKS} in one call")
+        if size > BATCH_MAX_BYTES:
+            raise RequestTooLargeError("tasks", f"{size} bytes, more than {BATCH_MAX_BYTES} in one call")
+        results: list[TaskResult | None] = [None] * len(items)
+        specs: list[tuple[int, dict[str, Any]]] = []
+        for index, item in enumerate(items):
+            try:
+                body = TaskIn.model_validate(item)
+            except ValidationError as exc:
+                name = item.get("task_id") if isinstance(item, dict) else None
+                results[index] = TaskResult(
+                    index=index,
+                    task_id=name if isinstance(name, str) else None,
+                    outcome="invalid",
+                    status=422,
+                    problem=validation_problem(exc.errors(), f"tasks[{index}]"),
+                )
+                continue
+            spec = {
+                "due_at": body.due_at,
+                "action": body.action,
+                "payload": body.payload,
+                "task_id": self._own(body.task_id or uuid.uuid4().hex),
+                "misfire_grace": body.misfire_grace_ms,
+                "misfire_policy": body.misfire_policy,
+                "retry": body.retry,
+            }
+            specs.append((index, spec))
+        for result in schedule_each(specs, self._create_one, BATCH_THREADS, None):
+            results[result.index] = self._result_of(result)
+        return TaskResults(results=[r for r in results if r is not None])
+
+    def _create_one(self, _: int, indexed: tuple[int, dict[str, Any]]) -> ScheduleResult:
+        index, spec = indexed
+        try:
+            return schedule_one(self.client.now_ms, self.client.build_task, self.client.create_built, index, spec)
+        except Exception as exc:  # this task's outcome, the log has the cause; the others go on
+            log.exception("creating task %s of a batch failed", spec["task_id"])
+            return ScheduleResult(
+                index,
+                spec["task_id"],
+                "error",
+                error=f"internal error ({type(exc).__name__}); the task may be sent again",
+            )
+
+    def _result_of(self, result: ScheduleResult) -> TaskResult:
+        """A batch's answer for one task: what ``POST /v1/tasks`` would have answered it, in the tenant's words."""
+        name = None if result.task_id is None else result.task_id.removeprefix(self._prefix)
+        detail = (result.error or "").replace(self._prefix, "")
+        field = f"tasks[{result.index}]" if result.field is None else f"tasks[{result.index}].{result.field}"
+        if result.outcome in ("created", "exists") and result.task is not None:
+            status = 201 if result.outcome == "created" else 200
+            return TaskResult(
+                index=result.index, task_id=name, outcome=result.outcome, status=status, task=self._task(result.task)
+            )
+        if result.outcome == "conflict":
+            said = problem(409, detail, kind="conflict")
+            return TaskResult(index=result.index, task_id=name, outcome="conflict", status=409, problem=said)
+        if result.outcome == "invalid" and result.quota is not None:
+            said = problem(429, detail, field, kind="quota", quota=result.quota)
+            return TaskResult(index=result.index, task_id=name, outcome="over_quota", status=429, problem=said)
+        if result.outcome == "invalid":
+            said = problem(422, detail, field, kind="invalid")
+            return TaskResult(index=result.index, task_id=name, outcome="invalid", status=422, problem=said)
+        said = problem(500, detail or "internal error; the task may be sent again")
+        return TaskResult(index=result.index, task_id=name, outcome="error", status=500, problem=said)
 
     def get_task(self, name: str) -> TaskOut:
         task = self.client.get(self._own(name))

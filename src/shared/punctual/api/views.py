@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Union
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from punctual import targets  # noqa: F401 - registers every action kind before the union below is built
 from punctual.domain.keys import from_ms
@@ -29,6 +31,7 @@ from punctual.domain.model import (
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import DowntimePolicy, Schedule, ScheduleState
 from punctual.domain.tenancy import unqualify
+from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
 
 if TYPE_CHECKING:
     AnyAction = Action
@@ -55,6 +58,17 @@ class TaskIn(_In):
     misfire_grace_ms: int | None = Field(None, ge=0, le=86_400_000, description="default 60000")
     misfire_policy: MisfirePolicy = "skip"
     retry: RetryPolicy | None = None
+
+
+class TasksIn(_In):
+    """Many tasks to schedule in one call: each as the body of ``POST /v1/tasks``, checked on its own (a bad one is
+    its own result, the others go on)."""
+
+    # Each item is read as JSON here and validated as a TaskIn by the API, one by one; the document says TaskIn
+    tasks: list[Annotated[JsonValue, WithJsonSchema({"$ref": "#/components/schemas/TaskIn"})]] = Field(
+        description=f"at most {BATCH_MAX_TASKS} tasks, and {BATCH_MAX_BYTES} bytes of JSON in all (else 413)",
+        json_schema_extra={"maxItems": BATCH_MAX_TASKS},
+    )
 
 
 class RescheduleIn(_In):
@@ -208,6 +222,67 @@ class Problem(BaseModel):
     field: str | None = None
     errors: list[FieldProblem] | None = None
     quota: str | None = None
+
+
+class TaskResult(BaseModel):
+    """What became of one task of a batch: ``outcome`` ``created``, ``exists`` (an equal task was already stored
+    under its id: nothing written), ``conflict`` (its id holds another task), ``invalid``, ``over_quota`` (a quota
+    of the tenant passed: nothing stored) or ``error`` (not stored, may be sent again); ``status`` what
+    ``POST /v1/tasks`` would have answered it; ``task`` as stored, or ``problem`` as that call's would be, its
+    ``field`` named under ``tasks[i]``."""
+
+    index: int
+    task_id: str | None = None
+    outcome: Literal["created", "exists", "conflict", "invalid", "over_quota", "error"]
+    status: int
+    task: TaskOut | None = None
+    problem: Problem | None = None
+
+
+class TaskResults(BaseModel):
+    """A batch's outcomes: one per task, in the order given."""
+
+    results: list[TaskResult]
+
+
+def problem(
+    status: int,
+    detail: str,
+    field: str | None = None,
+    errors: Sequence[Mapping[str, Any]] | None = None,
+    kind: str | None = None,
+    quota: str | None = None,
+) -> Problem:
+    """A problem; ``kind`` says which one (``/problems/<kind>``: invalid, not-found, conflict, state, forbidden,
+    quota), so that a client need not read ``detail``; ``quota`` names the quota passed."""
+    return Problem(
+        type=f"/problems/{kind}" if kind else "about:blank",
+        title=HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        field=field,
+        errors=None if errors is None else [FieldProblem.model_validate(e) for e in errors],
+        quota=quota,
+    )
+
+
+def field_of(loc: Sequence[Any], under: str | None = None) -> str | None:
+    """The field a validation error's ``loc`` names (without a leading ``body``, ``query`` or ``path``), under
+    ``under`` (``tasks[2]``: ``tasks[2].due_at``)."""
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else [str(p) for p in loc]
+    field = ".".join(parts) or None
+    if under is None:
+        return field
+    return under if field is None else f"{under}.{field}"
+
+
+def validation_problem(errors: Iterable[Mapping[str, Any]], under: str | None = None) -> Problem:
+    """The 422 problem of pydantic's ``errors``: each field named (under ``under``), the first in ``detail``."""
+    found = [{"field": field_of(e.get("loc", ()), under), "message": str(e.get("msg", "invalid"))} for e in errors]
+    first = found[0] if found else {"field": under, "message": "invalid request"}
+    return problem(
+        422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found, kind="invalid"
+    )
 
 
 def encode_token(task_id: str) -> str:

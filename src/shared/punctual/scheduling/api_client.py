@@ -40,12 +40,14 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.scheduling.bulk import ScheduleResult, schedule_each, spec_problem
+from punctual.scheduling.api_batch import Entry, Results, cut_calls, read_results, run_calls
+from punctual.scheduling.bulk import ScheduleResult, quota_of, task_id_of
 
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
 ID_SAFE = ":@"
-CREATES = ("/v1/tasks", "/v1/schedules")  # POSTed with the id in the body: sending one again is safe
+BATCH = "/v1/tasks:batch"
+CREATES = ("/v1/tasks", BATCH, "/v1/schedules")  # POSTed with the ids in the body: sending one again is safe
 ATTEMPTS = 5
 BACKOFF_S = 0.2  # the first wait; each next one doubles, each drawn at random up to its cap (full jitter)
 RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in full
@@ -259,17 +261,23 @@ class ApiClient:
     ) -> Task:
         """As :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`."""
         return self._create(
-            due_at,
-            action,
-            payload,
+            due_at=due_at,
+            action=action,
+            payload=payload,
             task_id=task_id,
             misfire_grace=misfire_grace,
             misfire_policy=misfire_policy,
             retry=retry,
         )[0]
 
-    def _create(
-        self,
+    def _create(self, **spec: Any) -> tuple[Task, bool]:
+        """The stored task of :meth:`schedule`'s arguments, and whether this call created it (201) or found it
+        stored (200)."""
+        status, answer = self._send("POST", "/v1/tasks", self._task_body(**spec))
+        return _task(answer), status == 201
+
+    @staticmethod
+    def _task_body(
         due_at: datetime,
         action: Action | dict[str, Any],
         payload: Any = None,
@@ -278,8 +286,8 @@ class ApiClient:
         misfire_grace: timedelta | int | None = None,
         misfire_policy: str = DEFAULT_MISFIRE_POLICY,
         retry: RetryPolicy | dict[str, Any] | None = None,
-    ) -> tuple[Task, bool]:
-        """The stored task, and whether this call created it (201) or found it stored (200)."""
+    ) -> dict[str, Any]:
+        """The body of ``POST /v1/tasks``, and of a task of a batch, for :meth:`schedule`'s arguments."""
         if not isinstance(due_at, datetime) or due_at.tzinfo is None:
             raise InvalidTaskError("due_at", "give a timezone-aware datetime")
         # The id is chosen here, as the direct client does: a create sent again after a broken connection is
@@ -293,10 +301,7 @@ class ApiClient:
             "misfire_policy": misfire_policy,
             "retry": retry,
         }
-        status, answer = self._send(
-            "POST", "/v1/tasks", {k: v for k, v in body.items() if v is not None or k == "payload"}
-        )
-        return _task(answer), status == 201
+        return {k: v for k, v in body.items() if v is not None or k == "payload"}
 
     def schedule_many(
         self,
@@ -305,20 +310,29 @@ class ApiClient:
         threads: int = 16,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> builtins.list[ScheduleResult]:
-        """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`: one request a task,
-        ``threads`` in flight; a result per task, in order."""
-        return schedule_each(tasks, self._schedule_one, threads, on_progress)
+        """As :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>`, through
+        ``POST /v1/tasks:batch``: calls of up to ``BATCH_MAX_TASKS`` tasks and ``BATCH_MAX_BYTES``, ``threads`` in
+        flight, each sent again on a throttle or a server error (each task carries its id, so a task sent twice is
+        stored once); a task too large to share a call goes alone through ``POST /v1/tasks``. A result per task, in
+        order; a call that fails whole makes each of its tasks an ``"error"``."""
+        specs = builtins.list(tasks)
+        results: Results = [None] * len(specs)
+        calls = cut_calls(specs, results, self._task_body, _json_of)
+        return run_calls(calls, self._send_call, results, threads, on_progress)
+
+    def _send_call(self, call: builtins.list[Entry]) -> builtins.list[ScheduleResult]:
+        if call[0][2] is None:  # alone
+            return [self._schedule_one(call[0][0], call[0][1])]
+        _, answer = self._send("POST", BATCH, {"tasks": [body for _, _, body in call]})
+        return read_results(call, answer, _task)
 
     def _schedule_one(self, index: int, spec: Mapping[str, Any]) -> ScheduleResult:
-        task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
-        task_id = task_id if isinstance(task_id, str) else None
-        problem = spec_problem(spec)
-        if problem is not None:
-            return ScheduleResult(index, task_id, "invalid", error=problem)
+        """One task of :meth:`schedule_many` through ``POST /v1/tasks``."""
+        task_id = task_id_of(spec)
         try:
             task, created = self._create(**spec)
         except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
-            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field, quota=quota_of(exc))
         except TaskConflictError as exc:
             return ScheduleResult(index, task_id, "conflict", error=str(exc))
         return ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)

@@ -13,6 +13,13 @@ from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Task
 from punctual.errors import InvalidRequestError, QuotaExceededError, TaskConflictError
 
 SCHEDULE_FIELDS = frozenset({"due_at", "action", "payload", "task_id", "misfire_grace", "misfire_policy", "retry"})
+# What one call of the REST API's batch create (POST /v1/tasks:batch) takes at most (docs/rest-api.md). Bytes: the
+# answer echoes each task, in JSON that may write a 4-byte character as a 12-byte escape pair, which the proxy
+# response escapes again (14 bytes): 1 MiB of request stays under Lambda's 6 MB for a response, and for the
+# request's event, whatever it holds. Tasks: 100 parallel conditional writes (each item at most 400 KB) take well
+# under a second, far within API Gateway's 29 s for an answer.
+BATCH_MAX_TASKS = 100
+BATCH_MAX_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +27,9 @@ class ScheduleResult:
     """What :meth:`Client.schedule_many` did with one task, in the order given.
 
     ``outcome`` is ``"created"``, ``"exists"`` (the same id with equal content was already stored: nothing
-    written), ``"invalid"`` (bad input: nothing stored; ``field`` names it), ``"conflict"`` (the id exists with
-    other content) or ``"error"`` (the write failed, e.g. throttled past its retries: safe to send again).
+    written), ``"invalid"`` (bad input, or a tenant's quota passed: nothing stored; ``field`` names it, ``quota``
+    the quota passed), ``"conflict"`` (the id exists with other content) or ``"error"`` (the write failed, e.g.
+    throttled past its retries: safe to send again).
     """
 
     index: int
@@ -30,6 +38,7 @@ class ScheduleResult:
     task: Task | None = None
     error: str | None = None
     field: str | None = None
+    quota: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -46,7 +55,7 @@ def schedule_one(
     """Build (``build``, as :meth:`Client.build_task <punctual.scheduling.client.Client.build_task>`) and store
     (``create``) one task of a :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` call; what
     went wrong is its result, never raised."""
-    task_id = _task_id_of(spec)
+    task_id = task_id_of(spec)
     problem = spec_problem(spec)
     if problem is not None:
         return ScheduleResult(index, task_id, "invalid", error=problem)
@@ -63,14 +72,19 @@ def schedule_one(
             now_ms=now,
         )
     except InvalidRequestError as exc:  # the task's, or a quota passed: nothing stored, the field named
-        return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field)
+        return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field, quota=quota_of(exc))
     try:
         stored, created = create(task, now)
     except QuotaExceededError as exc:
-        return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field)
+        return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field, quota=exc.quota)
     except TaskConflictError as exc:
         return ScheduleResult(index, task.task_id, "conflict", task=exc.existing, error=str(exc))
     return ScheduleResult(index, task.task_id, "created" if created else "exists", task=stored)
+
+
+def quota_of(exc: InvalidRequestError) -> str | None:
+    """The quota ``exc`` says was passed, or None for bad input."""
+    return exc.quota if isinstance(exc, QuotaExceededError) else None
 
 
 def spec_problem(spec: Any) -> str | None:
@@ -102,7 +116,7 @@ def schedule_each(
         try:
             result = one(index, spec)
         except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
-            result = ScheduleResult(index, _task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
+            result = ScheduleResult(index, task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
         if on_progress is not None:
             with lock:
                 done[0] += 1
@@ -116,6 +130,7 @@ def schedule_each(
         return list(pool.map(each, enumerate(specs)))
 
 
-def _task_id_of(spec: Any) -> str | None:
+def task_id_of(spec: Any) -> str | None:
+    """The id a task of :meth:`Client.schedule_many` names, if it names one."""
     task_id = spec.get("task_id") if isinstance(spec, Mapping) else None
     return task_id if isinstance(task_id, str) else None

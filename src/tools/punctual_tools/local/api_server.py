@@ -65,12 +65,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from punctual.api.app import PROBLEM, problem_json
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
+from punctual.scheduling.bulk import BATCH_MAX_BYTES
 from punctual_tools.iam import check_client, check_enabled, install_iam_check
 from punctual_tools.local.store_latency import with_store_latency
 
 log = logging.getLogger("punctual_tools.local.api")
 API_FUNCTION = "ApiFunction"  # the template's function the local API stands for (its role, with the IAM check)
-MAX_BODY = 1024 * 1024  # API Gateway takes 10 MB; a task's item holds at most 400 KB
+# API Gateway takes 10 MB, Lambda's event 6 MB; the API itself takes at most a batch's BATCH_MAX_BYTES (one task's
+# item holds at most 400 KB). A little more passes the gate, so that the API's own 413 names the field, as in AWS.
+MAX_BODY = BATCH_MAX_BYTES + 64 * 1024
 LOCAL_TENANT = "local"
 READ_TIMEOUT_S = 10.0  # a request's time to arrive whole: the wait for it, its headers and its body
 HEADER_TIMEOUT_S = 2.0  # a new connection's time to send its request line and headers (its token with them)
