@@ -14,6 +14,7 @@ punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--st
                                                (each of these, and schedule: --api goes through the REST API,
                                                as the local stack's tenant --tenant, default local)
 punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
+punctual backfill-tenant-shards [--dry-run]    key tenant tasks written before the sharded active count (a Scan)
 punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 punctual verify [--stack NAME] [--quick]       a mix scheduled to an SQS queue of its own and read back: drift by
                                                group, the checker's verdict, the cost (CloudWatch); cleans up
@@ -34,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
@@ -42,6 +43,9 @@ from punctual.domain.model import Unreadable
 from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
 from punctual.scheduling.redrive import RedriveReport, Selection, SkipReason, redrive_tasks
 from punctual_tools.progress import CLEAR_LINE, ProgressLine
+
+if TYPE_CHECKING:
+    from punctual.stores.dynamodb.backfill import BackfillCounts
 
 log = logging.getLogger("punctual")
 
@@ -694,6 +698,36 @@ def redrive_lines(report: RedriveReport) -> list[str]:
     return lines
 
 
+def cmd_backfill_tenant_shards(args: argparse.Namespace) -> int:
+    """Set ``tenant_shard`` on the active tenant tasks written before the ``tenant_active_sharded`` index (a parallel
+    Scan of the whole table: :func:`punctual.stores.dynamodb.backfill.backfill_tenant_shards`), with progress on
+    stderr and a summary line; exit 1 if any request failed (run it again: it keys only what is left)."""
+    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb.backfill import backfill_tenant_shards
+
+    settings = _settings(args)
+    store = build_store(settings.model_copy(update={"db_threads": max(settings.db_threads, args.segments)}))
+    line = ProgressLine(sys.stderr)
+    counts = backfill_tenant_shards(
+        store.table,
+        segments=args.segments,
+        dry_run=args.dry_run,
+        progress=lambda counts: line.show(backfill_line(counts, args.dry_run)),
+    )
+    line.end()
+    print(f"backfill-tenant-shards: {backfill_line(counts, args.dry_run)}")
+    return 1 if counts.errors else 0
+
+
+def backfill_line(counts: BackfillCounts, dry_run: bool) -> str:
+    """The counts of a backfill in one line."""
+    done = f"{counts.found} to key (dry run: none written)" if dry_run else f"{counts.updated} keyed"
+    return (
+        f"{counts.scanned} item(s) scanned, {done}, {counts.skipped} skipped (ended or keyed meanwhile), "
+        f"{counts.errors} error(s)"
+    )
+
+
 def cmd_drift(args: argparse.Namespace) -> int:
     """Drift pictures (histogram, timeline, CDF) from a fire log, or from the table's fired tasks."""
     from punctual_tools.drift import entries_from_tasks, read_fire_log, save_pictures, series_of
@@ -994,6 +1028,21 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("--all", action="store_true", help="every dead-lettered task and every FAILED task")
     redrive.add_argument("task_ids", nargs="*", metavar="TASK_ID")
     redrive.set_defaults(func=cmd_redrive)
+    backfill = sub.add_parser(
+        "backfill-tenant-shards",
+        help="after the upgrade to the sharded active-task count: key the active tenant tasks written before it "
+        "(one Scan of the whole table, about table size / 4 KB / 2 read units; safe to run again, and while the "
+        "stack runs)",
+    )
+    backfill.add_argument("--dry-run", action="store_true", help="count the tasks to key, write nothing")
+    backfill.add_argument(
+        "--segments",
+        type=_number(1, 64, int),
+        default=4,
+        metavar="N",
+        help="parallel Scan segments, 1 to 64",
+    )
+    backfill.set_defaults(func=cmd_backfill_tenant_shards)
     drift = sub.add_parser("drift", help="drift pictures (histogram, timeline, CDF as PNG) from a fire log or table")
     source = drift.add_mutually_exclusive_group()
     source.add_argument(
@@ -1036,7 +1085,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print one JSON object (with usd_per_million)")
     plan.set_defaults(func=cmd_plan)
     one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel", "run-now")]
-    for p in (sched, many, lst, redrive, schedules, *one_task):
+    for p in (sched, many, lst, redrive, backfill, schedules, *one_task):
         p.add_argument("--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack")
     for p in (sched, many, lst, schedules, *one_task):
         p.add_argument(

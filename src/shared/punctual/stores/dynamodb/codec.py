@@ -164,12 +164,19 @@ def new_task_item(task: Task, *, due_bucket: str, fast_path: int, created_ms: in
     if task.schedule_id is not None:
         values["schedule_id"] = task.schedule_id
         values["schedule_version"] = task.schedule_version or 1
-    tenant = split(task.task_id)[0]
-    if tenant is not None:
-        values["tenant"] = tenant  # the tenant index (written once, here: no later write changes it)
-        # the tenant_active_sharded index while due_bucket is there too (written once: an outcome removes due_bucket)
-        values["tenant_shard"] = tenant_active_key(tenant, task.task_id)
+    tenant_shard = tenant_shard_of(task.task_id)
+    if tenant_shard is not None:
+        values["tenant"] = split(task.task_id)[0]  # the tenant index (written once, here: no later write changes it)
+        # the tenant_active_sharded index while due_bucket is there too (an outcome removes due_bucket)
+        values["tenant_shard"] = tenant_shard
     return to_av(values)
+
+
+def tenant_shard_of(task_id: str) -> str | None:
+    """The ``tenant_shard`` of a task's item: its key's tenant's key in the tenant_active_sharded index (None for a
+    task of no tenant). What a create writes, and what ``punctual backfill-tenant-shards`` sets on an older item."""
+    tenant = split(task_id)[0]
+    return None if tenant is None else tenant_active_key(tenant, task_id)
 
 
 SCHEDULE_PREFIX = "#schedule#"  # a schedule item's key: not a valid task id, so it never collides with one
