@@ -42,11 +42,15 @@ def test_every_stateful_resource_is_retained_or_a_log_group(cfn_resources: dict[
 def test_the_kept_queues_keep_their_tls_only_policy(cfn_resources: dict[str, Any]) -> None:
     # Given the policies on the kept queues  Then they are kept too: deleting one would leave a kept queue open
     # to requests over plain HTTP
-    for name, resource in cfn_resources.items():
-        if resource["Type"] == "AWS::SQS::QueuePolicy":
-            queues = {q["Ref"] for q in resource["Properties"]["Queues"]}
-            if queues & RETAINED:
-                assert (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) == ("Retain", "Retain")
+    policies = {
+        name: resource
+        for name, resource in cfn_resources.items()
+        if resource["Type"] == "AWS::SQS::QueuePolicy"
+        and {q["Ref"] for q in resource["Properties"]["Queues"]} & RETAINED
+    }
+    assert policies
+    for name, resource in policies.items():
+        assert (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) == ("Retain", "Retain"), name
 
 
 def test_the_table_is_protected_and_recoverable(cfn_resources: dict[str, Any]) -> None:

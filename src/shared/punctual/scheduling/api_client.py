@@ -51,8 +51,8 @@ CREATES = ("/v1/tasks", BATCH, "/v1/schedules")  # POSTed with the ids in the bo
 ATTEMPTS = 5
 BACKOFF_S = 0.2  # the first wait; each next one doubles, each drawn at random up to its cap (full jitter)
 RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in full
-# Throttled (API Gateway's stage limits, or the function's throttle mapped to 429), the function failed or was
-# throttled before a 429 was mapped (500), or the gateway had no answer from it (502, 503, 504).
+# Throttled by API Gateway's stage or route limits (429), the function failed or was throttled itself (500: API
+# Gateway maps a Lambda throttle to no 429), or the gateway had no answer from it (502, 503, 504).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
