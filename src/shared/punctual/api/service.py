@@ -82,20 +82,24 @@ class TenantService:
         return ScheduleOut.of(schedule, self.tenant)
 
     # -- tasks ---------------------------------------------------------------------------------------------------
+    def _spec(self, body: TaskIn) -> dict[str, Any]:
+        """``body``'s arguments of :meth:`Client.build_task <punctual.scheduling.client.Client.build_task>` (a task of
+        :meth:`Client.schedule_many <punctual.scheduling.client.Client.schedule_many>` too), its id the tenant's."""
+        return {
+            "due_at": body.due_at,
+            "action": body.action,
+            "payload": body.payload,
+            "task_id": self._own(body.task_id or uuid.uuid4().hex),
+            "misfire_grace": body.misfire_grace_ms,
+            "misfire_policy": body.misfire_policy,
+            "retry": body.retry,
+        }
+
     def create_task(self, body: TaskIn) -> tuple[TaskOut, bool]:
-        name = body.task_id or uuid.uuid4().hex
+        spec = self._spec(body)
 
         def create() -> tuple[Task, bool]:
-            task = self.client.build_task(
-                body.due_at,
-                body.action,
-                body.payload,
-                task_id=self._own(name),
-                misfire_grace=body.misfire_grace_ms,
-                misfire_policy=body.misfire_policy,
-                retry=body.retry,
-            )
-            return self.client.submit(task)
+            return self.client.submit(self.client.build_task(**spec))
 
         stored, created = self._scrubbed(create)
         return self._task(stored), created
@@ -124,16 +128,7 @@ class TenantService:
                     problem=validation_problem(exc.errors(), f"tasks[{index}]"),
                 )
                 continue
-            spec = {
-                "due_at": body.due_at,
-                "action": body.action,
-                "payload": body.payload,
-                "task_id": self._own(body.task_id or uuid.uuid4().hex),
-                "misfire_grace": body.misfire_grace_ms,
-                "misfire_policy": body.misfire_policy,
-                "retry": body.retry,
-            }
-            specs.append((index, spec))
+            specs.append((index, self._spec(body)))
         for result in schedule_each(specs, self._create_one, BATCH_THREADS, None):
             results[result.index] = self._result_of(result)
         return TaskResults(results=[r for r in results if r is not None])

@@ -46,12 +46,16 @@ def shard_of(task_id: str, shard_count: int) -> int:
 
 def tenant_active_key(tenant: str, task_id: str) -> str:
     """Partition key of a tenant's task in the tenant_active_sharded index: ``"<tenant>#<shard of its id>"``."""
-    return f"{tenant}#{shard_of(task_id, TENANT_ACTIVE_SHARDS)}"
+    return _tenant_active_key(tenant, shard_of(task_id, TENANT_ACTIVE_SHARDS))
 
 
 def tenant_active_keys(tenant: str) -> list[str]:
     """Every partition key a tenant's active tasks may be under (what its count reads)."""
-    return [f"{tenant}#{shard}" for shard in range(TENANT_ACTIVE_SHARDS)]
+    return [_tenant_active_key(tenant, shard) for shard in range(TENANT_ACTIVE_SHARDS)]
+
+
+def _tenant_active_key(tenant: str, shard: int) -> str:
+    return f"{tenant}#{shard}"
 
 
 def index_key(bucket_ms: int, shard: int) -> str:

@@ -109,12 +109,9 @@ def _key_item(table: Table, item: dict[str, Any], dry_run: bool) -> str:
             ConditionExpression=BACKFILLABLE,
             ExpressionAttributeValues=to_av({":shard": tenant_shard, ":tenant": tenant}),
         )
-    except ClientError as exc:
-        if is_conditional_failure(exc):
+    except (ClientError, BotoCoreError) as exc:
+        if isinstance(exc, ClientError) and is_conditional_failure(exc):
             return "skipped"
-        log.error("backfill: task %s: %s", task_id, exc, extra={"task_id": task_id})
-        return "error"
-    except BotoCoreError as exc:
         log.error("backfill: task %s: %s", task_id, exc, extra={"task_id": task_id})
         return "error"
     return "updated"
