@@ -53,3 +53,27 @@ def test_the_plans_bill_is_the_cost_pages_at_the_same_volume(made: tuple[str, co
     page = cost.monthly_cost(counted, volume).per_million(True)
     planned = model.make_plan(volume / model.MONTH_S).bill.usd_per_million
     assert planned == pytest.approx(page, rel=0.03)
+
+
+def test_shorter_sleeps_counted_on_moto_are_the_plans() -> None:
+    # Given the real client, poller and executors on moto with the short cycle of the levers (a poll every 10 s,
+    # a 20 s lead), when the run is counted, then the executors' awake time and the poll's reads of each task are
+    # what the plan bills for that cycle: executors invoked 10 to 20 s before their tasks, each task read twice
+    interval_ms, lead_ms = 10_000, 20_000
+    scenario = cost.run_scenario(
+        tasks=TASKS, measure_logs=False, measure_init=False, poll_interval_ms=interval_ms, lead_ms=lead_ms
+    )
+    counted = cost.counts(scenario)
+    assert scenario.outcomes == {"SUCCEEDED": TASKS}
+    assert (scenario.settings["poll_interval_ms"], scenario.settings["lead_ms"]) == (interval_ms, lead_ms)
+    d = model.Levers(polls_per_minute=6, lead_s=lead_ms / 1000).apply(model.defaults())
+    _, planned_s = cost.executor_seconds_per_tick(TASKS, d.batch_size, lead_ms, interval_ms)
+    assert cost.measured_executor_seconds(scenario) == pytest.approx(planned_s, rel=0.02)
+    assert all(10 <= (b.last_due_ms - b.invoked_ms) / 1000 <= 20 for b in scenario.batches)
+    # the poll's reads of the tasks it finds (its index queries are per tick: a 20 s lead's window crosses into
+    # a fifth minute bucket at some ticks, which the per-task figure shows as a tenth of a read unit)
+    reads = sum(r.rru for r in counted.per_task if r.step == "poll" and r.op == "BatchGetItem")
+    assert reads == pytest.approx(model.item_read_units(scenario.payload_bytes) * d.lead_s / d.interval_s, rel=0.02)
+    # and the same run's units are the default cycle's: the lever moves Lambda's time and the poll's reads only
+    steps = ("schedule", "arm", "record")
+    assert sum(r.wru + r.wru_index for r in counted.per_task if r.step in steps) == 5

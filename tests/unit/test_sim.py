@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
+from punctual_tools.cost import pricing
 from punctual_tools.sim.components import AsyncQueue, ScalingRate, WriteBucket, admit_write, fire_times
 from punctual_tools.sim.model import Scenario, batch_sizes, simulate
-from punctual_tools.sim.params import aws_platform, template_deployment
+from punctual_tools.sim.params import Deployment, aws_platform, template_deployment
 
 
 def test_scaling_rate_caps_new_environments_at_1000_per_10_s() -> None:
@@ -120,3 +122,66 @@ def test_the_same_seed_gives_the_same_run() -> None:
     one = simulate(aws_platform(), template_deployment(), scenario, seed=3)
     two = simulate(aws_platform(), template_deployment(), scenario, seed=3)
     assert one == two
+
+
+def test_burst_capacity_serves_a_rise_from_banked_units_then_throttles() -> None:
+    # Given a provisioned table of 100 units a second that keeps 300 s of unused units, idle for 300 s
+    table = WriteBucket(100, bank_s=300)
+    # When 30,000 units arrive at once (300 s of its rate), then it takes them without a throttle
+    assert table.admit(300.0, 30_000) == 300.0
+    assert table.throttled_units == 0
+    # and the next 1,000 units at that instant are throttled: 10 s at its rate
+    assert table.admit(300.0, 1_000) == pytest.approx(310.0)
+    assert table.throttled_units == 1_000
+    # while an on-demand partition (one second banked) throttles the same rise at once
+    partition = WriteBucket(100)
+    partition.admit(300.0, 30_000)
+    assert partition.throttled_units == 30_000 - 100
+
+
+def provisioned(levels: float, **changes: Any) -> Deployment:
+    """The short poll cycle on a provisioned table and due index of ``levels`` units a second each."""
+    settings: dict[str, Any] = {
+        "poll_interval_s": 10.0,
+        "lead_s": 20.0,
+        "capacity": "provisioned",
+        "table_warm_wcu": levels,
+        "index_wcu": levels,
+        "table_bank_s": 300.0,
+        "creates_ahead_s": 60.0,
+    }
+    return template_deployment().overridden("provisioned", **(settings | changes))
+
+
+def test_a_provisioned_table_throttles_a_rise_only_past_its_burst_capacity() -> None:
+    # Given capacity for 20 tasks a second (4 item writes on the table each: create, arm, record, and a margin)
+    d = provisioned(80.0)
+    steady = simulate(aws_platform(), d, Scenario("steady", rate=20, seconds=120))
+    assert steady["dynamodb"]["table_throttled_units"] == 0
+    assert steady["drift_ms"]["max"] < 50
+    # When four times that rate lasts long enough to spend the banked units, then writes are throttled and
+    # tasks fire late
+    rise = simulate(aws_platform(), d, Scenario("rise", rate=80, seconds=600))
+    assert rise["dynamodb"]["table_throttled_units"] > 0
+    assert rise["drift_ms"]["max"] > 1_000
+
+
+def test_provisioned_units_are_billed_by_the_hour_over_the_target_utilization() -> None:
+    scenario = Scenario("steady", rate=400, seconds=300)  # enough units for the cents the figures keep
+    on_demand = simulate(aws_platform(), provisioned(1e6, capacity="on-demand"), scenario)
+    billed = simulate(aws_platform(), provisioned(1e6), scenario)
+
+    ratio = billed["cost_usd"]["dynamodb_writes"] / on_demand["cost_usd"]["dynamodb_writes"]
+    # (within the rounding of figures kept to the cent)
+    assert ratio == pytest.approx(pricing.DDB_WCU_HOUR_USD / 3600 / 0.7 / pricing.DDB_WRU_USD, rel=0.05)
+
+
+def test_creates_during_the_run_draw_on_the_tables_units() -> None:
+    scenario = Scenario("steady", rate=20, seconds=120)
+    made_before = simulate(aws_platform(), provisioned(1e6, creates_ahead_s=None), scenario)
+    made_during = simulate(aws_platform(), provisioned(1e6), scenario)
+    # the creates add no units to the bill (they are billed either way) but do reach the table
+    assert made_during["cost_usd"]["dynamodb_writes"] == made_before["cost_usd"]["dynamodb_writes"]
+    tight = simulate(aws_platform(), provisioned(40.0, table_bank_s=1.0), scenario)
+    loose = simulate(aws_platform(), provisioned(40.0, table_bank_s=1.0, creates_ahead_s=None), scenario)
+    assert tight["dynamodb"]["table_throttled_units"] > loose["dynamodb"]["table_throttled_units"]

@@ -769,9 +769,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the parameters, quotas, table capacity and monthly bill a sustained rate needs."""
     from punctual_tools.plan import make_plan
+    from punctual_tools.plan.model import Levers
     from punctual_tools.plan.text import plan_lines
 
-    plan = make_plan(args.rate, args.payload_kb, args.memory, "api" if args.api else "client")
+    levers = Levers(
+        polls_per_minute=args.polls_per_minute,
+        lead_s=None if args.lead_ms is None else args.lead_ms / 1000,
+        capacity=args.capacity,
+        utilization=args.utilization / 100,
+        reserved=args.reserved,
+        arch=args.arch,
+        api_tasks_per_call=args.api_batch if args.api else 1,
+        batch_size=args.batch_size,
+    )
+    try:
+        plan = make_plan(args.rate, args.payload_kb, args.memory, "api" if args.api else "client", levers=levers)
+    except ValueError as exc:
+        print(f"punctual plan: error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(plan.as_dict(), indent=2) if args.json else "\n".join(plan_lines(plan)))
     return 0
 
@@ -1082,6 +1097,60 @@ def build_parser() -> argparse.ArgumentParser:
         help="the executor's memory, 128 to 10240 (default the template's ExecutorMemorySize)",
     )
     plan.add_argument("--api", action="store_true", help="tasks made through the REST API (its tenant indexes)")
+    plan.add_argument(
+        "--api-batch",
+        type=_number(1, 100, int),
+        default=1,
+        metavar="N",
+        help="with --api: tasks a call carries (up to 100 through POST /v1/tasks:batch; default 1)",
+    )
+    plan.add_argument(
+        "--polls-per-minute",
+        type=_number(1, 6, int),
+        default=1,
+        metavar="K",
+        help="polls within each scheduled minute, 1 to 6 (the template's PollsPerMinute; default 1)",
+    )
+    plan.add_argument(
+        "--lead-ms",
+        type=_number(5_000, 180_000, int),
+        default=None,
+        metavar="MS",
+        help="how far ahead the poller dispatches (LeadMs; default the template's); at least the poll interval "
+        "plus the fast path's margin",
+    )
+    plan.add_argument(
+        "--capacity",
+        choices=("on-demand", "provisioned"),
+        default="on-demand",
+        help="the table's capacity mode (TableBillingMode; provisioned: with auto scaling)",
+    )
+    plan.add_argument(
+        "--utilization",
+        type=_number(20, 90),
+        default=70,
+        metavar="PCT",
+        help="provisioned: auto scaling's target utilization, 20 to 90 %% (default 70)",
+    )
+    plan.add_argument(
+        "--reserved",
+        choices=("none", "1y", "3y"),
+        default="none",
+        help="provisioned: priced as DynamoDB reserved capacity of that term (a purchase, not a parameter)",
+    )
+    plan.add_argument(
+        "--batch-size",
+        type=_number(1, 900, int),
+        default=None,
+        metavar="N",
+        help="the most tasks an executor's batch holds, 1 to 900 (ExecutorBatchSize; default the template's)",
+    )
+    plan.add_argument(
+        "--arch",
+        choices=("arm64", "x86_64"),
+        default="arm64",
+        help="the functions' architecture (the template's is arm64; x86_64 prices what it saves)",
+    )
     plan.add_argument("--json", action="store_true", help="print one JSON object (with usd_per_million)")
     plan.set_defaults(func=cmd_plan)
     one_task = [a for a in sub.choices.values() if a.prog.split()[-1] in ("get", "cancel", "run-now")]

@@ -345,6 +345,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
     "sizing by rate": ("scale.md", lambda: _plan_pages().scale_block()),
     "bill by rate": ("cost.md", lambda: _plan_pages().cost_block()),
+    "bill by volume": ("cost.md", lambda: _plan_pages().volume_block()),
+    "levers": ("cost.md", lambda: _plan_pages().levers_block()),
 }
 
 

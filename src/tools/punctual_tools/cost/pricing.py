@@ -33,10 +33,13 @@ PRICES_AS_OF = (
 )
 DDB_WRU_USD = 0.625 / 1e6  # per write request unit, on-demand, standard table class
 DDB_RRU_USD = 0.125 / 1e6  # per read request unit
+DDB_WCU_HOUR_USD = 0.00065  # per write capacity unit-hour, provisioned (auto scaling bills what it provisions)
+DDB_RCU_HOUR_USD = 0.00013  # per read capacity unit-hour, provisioned
 DDB_STORAGE_GB_MONTH_USD = 0.25  # standard table class (the first 25 GB a month are free: ignored)
 DDB_PITR_GB_MONTH_USD = 0.20  # continuous backups (the template enables point-in-time recovery)
 DDB_ITEM_OVERHEAD_BYTES = 100  # DynamoDB's per-item storage overhead
 LAMBDA_GB_S_ARM_USD = 0.0000133334  # arm64, first 6 billion GB-s a month
+LAMBDA_GB_S_X86_USD = 0.0000166667  # x86_64, first 6 billion GB-s a month (what arm64 saves: 20 %)
 LAMBDA_REQUEST_USD = 0.20 / 1e6
 LAMBDA_PROVISIONED_GB_S_ARM_USD = 0.0000033334  # arm64, per GB-s an environment is configured (provisioned)
 LAMBDA_PROVISIONED_RUN_GB_S_ARM_USD = 0.0000077778  # arm64, per GB-s run in a provisioned environment

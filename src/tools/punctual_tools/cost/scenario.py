@@ -225,6 +225,8 @@ def run_scenario(
     measure_logs: bool = True,
     measure_init: bool = True,
     tenant: str | None = None,
+    poll_interval_ms: int | None = None,
+    lead_ms: int | None = None,
 ) -> Scenario:
     """Count what ``tasks`` one-off HTTP tasks cost, end to end, on moto (``tenant``: the tasks are that
     tenant's, keyed ``<tenant>/<id>`` as the REST API makes them, and so in its tenant indexes).
@@ -237,7 +239,8 @@ def run_scenario(
     outcome writes are held until simulated time reaches the task's due instant (plus the recorder's settle
     gap), so the next ticks see the tasks still ARMED exactly as they would in AWS. The executor's clock is
     moved to the batch's last due instant, so a batch fires as one burst in real time; tasks carry a
-    5-minute grace so that the burst's drift (up to one poll interval) still records SUCCEEDED. After the run,
+    5-minute grace so that the burst's drift (up to one poll interval) still records SUCCEEDED. ``poll_interval_ms``
+    and ``lead_ms`` replace the settings' poll cycle (a poller that polls several times a minute). After the run,
     ``measure_init`` loads the executor's handler in fresh processes to time its INIT
     (:func:`~punctual_tools.cost.coldstart.measure_executor_init`).
     """
@@ -270,6 +273,7 @@ def run_scenario(
         executor_lease_ms=600_000,
         heartbeat_interval_ms=120_000,
         allowed_targets="127.0.0.1",
+        **{k: v for k, v in (("poll_interval_ms", poll_interval_ms), ("lead_ms", lead_ms)) if v is not None},
         # a tenant's tasks keep to its own targets: the loopback stub target
         tenant_map=json.dumps({"tenants": {tenant: {"targets": ["127.0.0.1"]}}}) if tenant else "",
     )  # the loopback stub target

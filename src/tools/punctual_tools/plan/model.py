@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -22,9 +22,12 @@ from punctual.domain.model import TaskStatus
 from punctual.polling.poller import Candidate, make_batches
 from punctual.stores.dynamodb.schema import find_template, load_template
 from punctual_tools.cost.pricing import (
+    DDB_RCU_HOUR_USD,
     DDB_RRU_USD,
+    DDB_WCU_HOUR_USD,
     DDB_WRU_USD,
     LAMBDA_GB_S_ARM_USD,
+    LAMBDA_GB_S_X86_USD,
     LAMBDA_REQUEST_USD,
     MONTH_S,
     POLLER_OVERHEAD_S,
@@ -77,10 +80,23 @@ API_GATEWAY_REQUEST_USD = 3.50 / 1e6  # REST API, the first 333 million requests
 API_FUNCTION_MB = 512
 API_BILLED_S = 0.030  # the API function's billed duration a call (assumed)
 
+# -- DynamoDB provisioned capacity (its prices: punctual_tools.cost.pricing) ----------------------------------
+CAPACITY_MODES = ("on-demand", "provisioned")
+# Reserved capacity: a commitment to a base of provisioned units, about 54 % (1 year) or 77 % (3 years) below the
+# provisioned rate (Amazon DynamoDB pricing, "Reserved capacity"; partial upfront, bought in blocks of 100 units)
+RESERVED_DISCOUNT = {"none": 0.0, "1y": 0.54, "3y": 0.77}
+MIN_CAPACITY_UNITS = 5  # each of the table and its indexes keeps at least this much provisioned, read and write
+INDEXES = 5  # the table's global secondary indexes (template.yaml), each provisioned on its own
+ARCHITECTURES = {"arm64": LAMBDA_GB_S_ARM_USD, "x86_64": LAMBDA_GB_S_X86_USD}
+EXECUTOR_BATCH_MAX = 900  # ExecutorBatchSize's MaxValue: a batch's event within async invoke's 256 KB
+API_BATCH_MAX = 100  # tasks a POST /v1/tasks:batch call takes (punctual.scheduling.bulk.BATCH_MAX_TASKS)
+API_BATCH_BILLED_S_PER_TASK = 0.005  # the API function's billed time per task of a batch call (assumed)
+
 # -- plan rules -----------------------------------------------------------------------------------------------
 ARM_MARGIN_S = 5.0  # the last batch a tick invokes still arms before its first task is due
 CONCURRENCY_HEADROOM = 1.1  # reservations: 10 % over what the model needs
 POLLER_FULL_CORE_MB = MB_PER_VCPU  # raise the poller to one vCPU before splitting the poll
+POLLER_LEAST_MB = 256  # the least poller memory whose INIT stays within Lambda's 10 s (docs/cost.md, "Cold starts")
 PAGE_RATES = (100.0, 1_000.0, 10_000.0, 1e6 / 60)  # the rates of the generated tables (the last: 1 M a minute)
 # Template parameters this model sets; those the template does not declare are left out of the overrides.
 POLLER_MEMORY_PARAMETER = "PollerMemorySize"
@@ -98,10 +114,13 @@ class Defaults:
     max_poll_groups: int
     lead_s: float
     interval_s: float
+    template_lead_s: float  # LeadMs's default (lead_s is the plan's, with its levers)
     batch_size: int
+    template_batch_size: int  # ExecutorBatchSize's default (batch_size is the plan's)
     executor_mb: int
     poller_mb: int
     poller_timeout_s: float
+    fast_path_margin_s: float
     fire_cpu_us: float
     poll_us: float  # the poller's CPU per task dispatched (reads included)
     executor_us: float  # an executor's CPU per task (arm, heartbeat, fire, record)
@@ -110,6 +129,54 @@ class Defaults:
     @property
     def max_executor_mb(self) -> int:
         return 10_240
+
+
+@dataclass(frozen=True)
+class Levers:
+    """The choices that change what a task costs, each a template parameter or a way of calling: how often the
+    poller polls within its minute and how far ahead it dispatches (``PollsPerMinute``, ``LeadMs``), the table's
+    capacity mode (``TableBillingMode``, with auto scaling at ``utilization``; ``reserved`` capacity is a purchase,
+    not a parameter), the functions' architecture, and how many tasks an API call carries (1, or up to 100 through
+    ``POST /v1/tasks:batch``)."""
+
+    polls_per_minute: int = 1
+    lead_s: float | None = None  # None: the template's LeadMs
+    capacity: str = "on-demand"
+    utilization: float = 0.70  # auto scaling's target: consumed / provisioned
+    reserved: str = "none"
+    arch: str = "arm64"
+    api_tasks_per_call: int = 1
+    batch_size: int | None = None  # None: the template's ExecutorBatchSize
+
+    def check(self) -> None:
+        if self.polls_per_minute not in range(1, 7):
+            raise ValueError(f"polls a minute must be 1 to 6, not {self.polls_per_minute!r}")
+        if self.capacity not in CAPACITY_MODES:
+            raise ValueError(f"the capacity mode must be one of {CAPACITY_MODES}, not {self.capacity!r}")
+        if not 0.2 <= self.utilization <= 0.9:
+            raise ValueError(
+                f"the target utilization must be 0.2 to 0.9 (auto scaling's range), not {self.utilization}"
+            )
+        if self.reserved not in RESERVED_DISCOUNT or (self.reserved != "none" and self.capacity != "provisioned"):
+            raise ValueError(f"reserved capacity ({self.reserved!r}) needs provisioned capacity: none, 1y or 3y")
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"the architecture must be one of {sorted(ARCHITECTURES)}, not {self.arch!r}")
+        if self.batch_size is not None and not 1 <= self.batch_size <= EXECUTOR_BATCH_MAX:
+            raise ValueError(f"a batch must hold 1 to {EXECUTOR_BATCH_MAX} tasks, not {self.batch_size!r}")
+        if not 1 <= self.api_tasks_per_call <= API_BATCH_MAX:
+            raise ValueError(f"tasks an API call carries must be 1 to {API_BATCH_MAX}, not {self.api_tasks_per_call}")
+
+    def apply(self, d: Defaults) -> Defaults:
+        """The defaults with this poll cycle: the interval from the polls a minute, the lead if one is given (at
+        least the interval plus the fast path's margin, as the settings require)."""
+        interval = 60.0 / self.polls_per_minute
+        lead = d.lead_s if self.lead_s is None else self.lead_s
+        if lead < interval + d.fast_path_margin_s:
+            raise ValueError(
+                f"the lead ({lead:g} s) must be at least the poll interval ({interval:g} s) plus the fast path's "
+                f"margin ({d.fast_path_margin_s:g} s)"
+            )
+        return replace(d, interval_s=interval, lead_s=lead, batch_size=self.batch_size or d.batch_size)
 
 
 def measured_cpu(path: str | None = None) -> tuple[float, float]:
@@ -141,10 +208,13 @@ def defaults(template_path: str | None = None, scale_json: str | None = None) ->
         max_poll_groups=parameter_range("PollGroups", template)[1],
         lead_s=template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000,
         interval_s=fields["poll_interval_ms"].default / 1000,
+        template_lead_s=template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000,
         batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
+        template_batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
         executor_mb=memory_mb("ExecutorFunction", 256, template_path),
         poller_mb=memory_mb("PollerFunction", 512, template_path),
         poller_timeout_s=float(poller.get("Timeout", 55)),
+        fast_path_margin_s=fields["fast_path_margin_ms"].default / 1000,
         fire_cpu_us=float(fields["fire_cpu_us"].default),
         poll_us=poll_us,
         executor_us=executor_us,
@@ -182,7 +252,11 @@ def pollers_needed(rate: float, poller_mb: int, d: Defaults) -> float:
 
 
 def poller_memory(rate: float, d: Defaults) -> int:
-    """The poller's memory: the template's while one poller keeps up, else one full vCPU."""
+    """The poller's memory: the template's while one poller keeps up, else one full vCPU. A poller that polls
+    several times a minute is billed for most of its minute: then the least memory that keeps up, never below
+    :data:`POLLER_LEAST_MB`."""
+    if d.interval_s < 60 and pollers_needed(rate, POLLER_LEAST_MB, d) <= 1:
+        return min(d.poller_mb, POLLER_LEAST_MB)
     return d.poller_mb if pollers_needed(rate, d.poller_mb, d) <= 1 else max(d.poller_mb, POLLER_FULL_CORE_MB)
 
 
@@ -302,6 +376,47 @@ class Bill:
         return self.usd / (self.tasks / 1e6)
 
 
+def dynamodb_usd(cap: Capacity, levers: Levers) -> dict[str, float]:
+    """A month of DynamoDB requests at ``cap``: on demand, per request unit; provisioned, the units auto scaling
+    keeps (consumed / target utilization, each of the table and its indexes at least its minimum), less the
+    reserved capacity's discount."""
+    if levers.capacity == "on-demand":
+        return {
+            "DynamoDB writes": cap.writes * MONTH_S * DDB_WRU_USD,
+            "DynamoDB reads": cap.reads * MONTH_S * DDB_RRU_USD,
+        }
+    u, least = levers.utilization, MIN_CAPACITY_UNITS
+    other_index_writes = cap.index_writes - cap.due_index_writes
+    writes = (
+        max(cap.table_writes / u, least)
+        + max(cap.due_index_writes / u, least)
+        + max(other_index_writes / u, least * (INDEXES - 1))
+    )
+    reads = max(cap.reads / u, least) + least * INDEXES  # the poll's reads are the table's; its queries are tiny
+    hours, paid = MONTH_S / 3600, 1 - RESERVED_DISCOUNT[levers.reserved]
+    return {
+        "DynamoDB writes": writes * hours * DDB_WCU_HOUR_USD * paid,
+        "DynamoDB reads": reads * hours * DDB_RCU_HOUR_USD * paid,
+    }
+
+
+def poller_seconds_per_minute(rate: float, poller_mb: int, groups: int, d: Defaults) -> float:
+    """The pollers' billed seconds a minute: a poll's work (every group's), and with several polls a minute the
+    waits between them (each group's invocation lives from its first poll to the end of its last)."""
+    polls = round(60 / d.interval_s)
+    poll_s = groups * POLLER_OVERHEAD_S + rate * d.interval_s * d.poll_us * 1e-6 / vcpu(poller_mb)
+    return groups * (polls - 1) * d.interval_s + poll_s  # the earlier polls run within the waits
+
+
+def api_usd_per_task(levers: Levers) -> float:
+    """API Gateway and the API function, per task: a call per ``api_tasks_per_call`` tasks (30 ms billed a call,
+    and 5 ms a task of a batch call, assumed)."""
+    k = levers.api_tasks_per_call
+    call_s = API_BILLED_S + (k * API_BATCH_BILLED_S_PER_TASK if k > 1 else 0.0)
+    per_call = API_GATEWAY_REQUEST_USD + LAMBDA_REQUEST_USD + call_s * API_FUNCTION_MB / 1024 * LAMBDA_GB_S_ARM_USD
+    return per_call / k
+
+
 def monthly_bill(
     rate: float,
     payload_bytes: float,
@@ -312,27 +427,31 @@ def monthly_bill(
     shards: int,
     made_by: str,
     d: Defaults,
+    levers: Levers | None = None,
 ) -> Bill:
-    """Lambda (executors awake until their batch's last task, pollers, the API's function), DynamoDB on demand
-    and, for tasks made through the REST API, API Gateway: the cost page's target scope, at ``rate`` for a month."""
+    """Lambda (executors awake until their batch's last task, pollers, the API's function), DynamoDB (on demand, or
+    provisioned with auto scaling) and, for tasks made through the REST API, API Gateway: the cost page's target
+    scope, at ``rate`` for a month (``d``: the defaults with the levers' poll cycle applied)."""
+    levers = levers or Levers()
+    gb_s = ARCHITECTURES[levers.arch]
     cap = capacity(rate, payload_bytes, batch, shards, made_by, d)
     ticks = MONTH_S / d.interval_s
     tasks = rate * MONTH_S
     invocations, seconds = executor_seconds_per_tick(
         rate * d.interval_s, batch, int(d.lead_s * 1000), int(d.interval_s * 1000)
     )
-    poll_s = groups * POLLER_OVERHEAD_S + rate * d.interval_s * d.poll_us * 1e-6 / vcpu(poller_mb)
+    minutes = MONTH_S / 60
     lines = {
-        "DynamoDB writes": (cap.writes * MONTH_S) * DDB_WRU_USD,
-        "DynamoDB reads": (cap.reads * MONTH_S) * DDB_RRU_USD,
-        "Lambda executors": ticks
-        * (seconds * executor_mb / 1024 * LAMBDA_GB_S_ARM_USD + invocations * LAMBDA_REQUEST_USD),
-        "Lambda pollers": ticks * (poll_s * poller_mb / 1024 * LAMBDA_GB_S_ARM_USD + groups * LAMBDA_REQUEST_USD),
+        **dynamodb_usd(cap, levers),
+        "Lambda executors": ticks * (seconds * executor_mb / 1024 * gb_s + invocations * LAMBDA_REQUEST_USD),
+        "Lambda pollers": minutes
+        * (
+            poller_seconds_per_minute(rate, poller_mb, groups, d) * poller_mb / 1024 * gb_s
+            + groups * LAMBDA_REQUEST_USD
+        ),
     }
     if made_by == "api":
-        lines["API Gateway and the API function"] = tasks * (
-            API_GATEWAY_REQUEST_USD + LAMBDA_REQUEST_USD + API_BILLED_S * API_FUNCTION_MB / 1024 * LAMBDA_GB_S_ARM_USD
-        )
+        lines["API Gateway and the API function"] = tasks * api_usd_per_task(levers)
     return Bill(tasks, lines)
 
 
@@ -359,18 +478,24 @@ class Plan:
     capacity: Capacity
     bill: Bill
     defaults: Defaults
+    levers: Levers = Levers()
 
-    def overrides(self) -> dict[str, int]:
+    def overrides(self) -> dict[str, int | str]:
         """The template parameters to set (those that differ from the default and the template declares)."""
-        d = self.defaults
-        wanted = {
+        d, levers = self.defaults, self.levers
+        provisioned = levers.capacity == "provisioned"
+        wanted: dict[str, tuple[int | str, int | str]] = {
+            "PollsPerMinute": (levers.polls_per_minute, 1),
+            "LeadMs": (round(d.lead_s * 1000), round(d.template_lead_s * 1000)),
+            "TableBillingMode": ("PROVISIONED" if provisioned else "PAY_PER_REQUEST", "PAY_PER_REQUEST"),
+            "TableTargetUtilization": (round(levers.utilization * 100) if provisioned else 70, 70),
             "ShardCount": (self.shards, d.shard_count),
             "PollGroups": (self.poll_groups, d.poll_groups),
             "ExecutorMemorySize": (self.executor_mb, d.executor_mb),
             "ExecutorReservedConcurrency": (self.executor_concurrency, 0),
             "PollerReservedConcurrency": (self.poller_concurrency, 0),
             POLLER_MEMORY_PARAMETER: (self.poller_mb, d.poller_mb),
-            BATCH_SIZE_PARAMETER: (self.batch, d.batch_size),
+            BATCH_SIZE_PARAMETER: (self.batch, d.template_batch_size),
         }
         return {name: value for name, (value, default) in wanted.items() if value != default and name in d.parameters}
 
@@ -461,6 +586,16 @@ class Plan:
                 "usd": round(self.bill.usd, 2),
                 "eventbridge_scheduler_usd": round(eventbridge_scheduler_usd(self.bill.tasks), 2),
             },
+            "levers": {
+                "polls_per_minute": self.levers.polls_per_minute,
+                "lead_s": self.defaults.lead_s,
+                "capacity": self.levers.capacity,
+                "utilization": self.levers.utilization,
+                "reserved": self.levers.reserved,
+                "arch": self.levers.arch,
+                "api_tasks_per_call": self.levers.api_tasks_per_call,
+                "batch_size": self.defaults.batch_size,
+            },
             "usd_per_million": round(self.bill.usd_per_million, 3),
         }
 
@@ -471,9 +606,12 @@ def make_plan(
     executor_mb: int | None = None,
     made_by: str = "client",
     d: Defaults | None = None,
+    levers: Levers | None = None,
 ) -> Plan:
-    """The plan for ``rate`` tasks due a second, sustained (``made_by``: ``client`` or ``api``)."""
-    d = d or defaults()
+    """The plan for ``rate`` tasks due a second, sustained (``made_by``: ``client`` or ``api``), with ``levers``."""
+    levers = levers or Levers()
+    levers.check()
+    d = levers.apply(d or defaults())
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"the rate must be a number above 0, not {rate!r}")
     if not 0 <= payload_kb <= 400:
@@ -513,6 +651,7 @@ def make_plan(
         scale_up_s=scale_up_s(executors),
         invocations_per_s=rate / batch,
         capacity=capacity(rate, payload_bytes, batch, shards, made_by, d),
-        bill=monthly_bill(rate, payload_bytes, memory, poller_mb, groups, batch, shards, made_by, d),
+        bill=monthly_bill(rate, payload_bytes, memory, poller_mb, groups, batch, shards, made_by, d, levers),
         defaults=d,
+        levers=levers,
     )

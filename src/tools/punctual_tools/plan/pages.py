@@ -4,7 +4,15 @@ the same figures for any one rate). :mod:`punctual_tools.docgen` writes them bet
 
 from __future__ import annotations
 
-from punctual_tools.plan.model import PAGE_RATES, Plan, make_plan
+from dataclasses import replace
+
+from punctual_tools.cost.pricing import (
+    MONTH_S,
+    STEP_FUNCTIONS_PER_TRANSITION_USD,
+    STEP_FUNCTIONS_TRANSITIONS,
+    eventbridge_scheduler_usd,
+)
+from punctual_tools.plan.model import PAGE_RATES, Levers, Plan, make_plan
 
 SCALE_BLOCK = "sizing by rate"
 COST_BLOCK = "bill by rate"
@@ -73,4 +81,142 @@ def cost_block(rates: tuple[float, ...] = PAGE_RATES) -> list[str]:
             f"${client.bill.usd_per_million:.2f} | ${api.bill.usd:,.0f} | ${api.bill.usd_per_million:.2f} | "
             f"${eb:.2f} |"
         )
+    return lines
+
+
+# == the bill by volume and the levers (docs/cost.md) ==========================================================
+VOLUME_BLOCK = "bill by volume"
+LEVERS_BLOCK = "levers"
+VOLUMES = (1e6, 100e6, 1e9)  # tasks a month
+PAYLOADS_KB = (0.2, 1.0, 4.0)
+TARGET_VOLUME, TARGET_PAYLOAD_KB, TARGET_USD_PER_MILLION = 100e6, 1.0, 1.0
+# The levers in the order they are taken, each with the ones above it: (label, plan flags, levers).
+SHORT_POLLS = {"polls_per_minute": 6, "lead_s": 20.0}
+PROVISIONED = {**SHORT_POLLS, "batch_size": 900, "capacity": "provisioned"}
+LEVER_STEPS: tuple[tuple[str, str, Levers], ...] = (
+    ("the template's defaults, x86_64 functions (what Graviton saves)", "--arch x86_64", Levers(arch="x86_64")),
+    ("the template's defaults (arm64, on demand, a poll a minute, lead 90 s)", "", Levers()),
+    (
+        "6 polls a minute, lead 20 s (`PollsPerMinute=6 LeadMs=20000`; the poller at 256 MB)",
+        "--polls-per-minute 6 --lead-ms 20000",
+        Levers(**SHORT_POLLS),  # type: ignore[arg-type]
+    ),
+    (
+        "and batches of up to 900 (`ExecutorBatchSize=900`)",
+        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900",
+        Levers(**SHORT_POLLS, batch_size=900),  # type: ignore[arg-type]
+    ),
+    (
+        "and provisioned capacity, auto scaling at 70 % (`TableBillingMode=PROVISIONED`)",
+        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned",
+        Levers(**PROVISIONED),  # type: ignore[arg-type]
+    ),
+    (
+        "or, instead, auto scaling at 90 % (`TableTargetUtilization=90`: less room for a burst)",
+        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --utilization 90",
+        Levers(**PROVISIONED, utilization=0.9),  # type: ignore[arg-type]
+    ),
+    (
+        "or at 70 % with a 1-year reservation of the capacity (a purchase: about 54 % off)",
+        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --reserved 1y",
+        Levers(**PROVISIONED, reserved="1y"),  # type: ignore[arg-type]
+    ),
+    (
+        "or at 70 % with a 3-year reservation (about 77 % off)",
+        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --reserved 3y",
+        Levers(**PROVISIONED, reserved="3y"),  # type: ignore[arg-type]
+    ),
+)
+CHEAPEST_WITHOUT_COMMITMENT = Levers(**PROVISIONED)  # type: ignore[arg-type]
+
+
+def _rate(volume: float) -> float:
+    return volume / MONTH_S
+
+
+def _volume_label(volume: float) -> str:
+    return f"{volume / 1e9:g} B" if volume >= 1e9 else f"{volume / 1e6:g} M"
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
+
+
+def volume_block() -> list[str]:
+    """The bill at 1 M, 100 M and 1 B tasks a month, client- and API-made, at the defaults and with the levers
+    that need no commitment, by payload size, next to EventBridge Scheduler and Step Functions."""
+    lines = [
+        "A month (30 days) at each volume spread evenly, in the target's scope (Lambda, DynamoDB requests, the "
+        'pollers; for API-made tasks API Gateway and the API\'s function). "Levers": '
+        "`punctual plan --polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned` (the table "
+        "below says what each does). Every cell is `punctual plan --rate <volume / 2,592,000 s> --json`'s "
+        "`usd_per_million` with those flags, `--payload-kb` and `--api` (`--api-batch 100`: through "
+        "`POST /v1/tasks:batch`).",
+        "",
+        "| Tasks a month | Payload | Client-made | with the levers | API-made, one a call | through the batch "
+        "route, with the levers | EventBridge Scheduler | Step Functions standard |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for volume in VOLUMES:
+        rate = _rate(volume)
+        eb = eventbridge_scheduler_usd(volume) / (volume / 1e6)
+        sfn = [STEP_FUNCTIONS_PER_TRANSITION_USD * t * 1e6 for t in STEP_FUNCTIONS_TRANSITIONS]
+        for kb in PAYLOADS_KB:
+            cells = [
+                make_plan(rate, kb),
+                make_plan(rate, kb, levers=CHEAPEST_WITHOUT_COMMITMENT),
+                make_plan(rate, kb, made_by="api"),
+                make_plan(rate, kb, made_by="api", levers=replace(CHEAPEST_WITHOUT_COMMITMENT, api_tasks_per_call=100)),
+            ]
+            figures = " | ".join(f"{_usd(p.bill.usd_per_million)}" for p in cells)
+            lines.append(
+                f"| {_volume_label(volume)} | {kb:g} KB | {figures} | ${eb:.2f} | ${sfn[0]:.0f}–${sfn[-1]:.0f} |"
+            )
+    return lines
+
+
+def levers_block() -> list[str]:
+    """Each lever's effect on the bill of a 1 KB client-made task at 100 M a month, taken one after another."""
+    rate = _rate(TARGET_VOLUME)
+    lines = [
+        f"A {TARGET_PAYLOAD_KB:g} KB task made with the client, {_volume_label(TARGET_VOLUME)} a month, in the "
+        'target\'s scope; each row adds its lever to the rows above it, and an "or" row replaces the row before it '
+        "(the first row is the reference). The flags are "
+        f"`punctual plan --rate {rate:.2f} --payload-kb {TARGET_PAYLOAD_KB:g}`'s.",
+        "",
+        "| Lever | `punctual plan` flags | DynamoDB | Executors | Pollers | $ per million | vs $1 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    bills: list[tuple[Levers, float]] = []
+    for label, flags, levers in LEVER_STEPS:
+        plan = make_plan(rate, TARGET_PAYLOAD_KB, levers=levers)
+        bills.append((levers, plan.bill.usd_per_million))
+        per = plan.bill.tasks / 1e6
+        ddb = (plan.bill.lines["DynamoDB writes"] + plan.bill.lines["DynamoDB reads"]) / per
+        ratio = plan.bill.usd_per_million / TARGET_USD_PER_MILLION
+        lines.append(
+            f"| {label} | {f'`{flags}`' if flags else '-'} | ${ddb:.3f} | "
+            f"${plan.bill.lines['Lambda executors'] / per:.3f} | ${plan.bill.lines['Lambda pollers'] / per:.3f} | "
+            f"**${plan.bill.usd_per_million:.2f}** | {ratio:.2f}× |"
+        )
+    free = make_plan(rate, TARGET_PAYLOAD_KB, levers=CHEAPEST_WITHOUT_COMMITMENT)
+    met = [(levers, usd) for levers, usd in bills if usd <= TARGET_USD_PER_MILLION]
+    committed = all(levers.reserved != "none" for levers, _ in met)
+    verdict = free.bill.usd_per_million / TARGET_USD_PER_MILLION
+    if not met:
+        reached = "met by no row. "
+    elif committed:
+        best = min(met, key=lambda m: m[1])
+        reached = f"met only with a reservation of the capacity (at best ${best[1]:.2f}, {best[0].reserved}). "
+    else:
+        reached = "met. "
+    lines += [
+        "",
+        f"**Target (${TARGET_USD_PER_MILLION:g} per million at {_volume_label(TARGET_VOLUME)} a month, "
+        f"{TARGET_PAYLOAD_KB:g} KB):** {reached}"
+        + f"Without a commitment, the levers bring it to ${free.bill.usd_per_million:.2f}: **missed by "
+        f"${free.bill.usd_per_million - TARGET_USD_PER_MILLION:.2f} ({verdict:.1f}×)**, of which DynamoDB is "
+        f"${(free.bill.lines['DynamoDB writes'] + free.bill.lines['DynamoDB reads']) / (free.bill.tasks / 1e6):.2f}: "
+        f"{free.capacity.writes / rate:.1f} write units a task.",
+    ]
     return lines

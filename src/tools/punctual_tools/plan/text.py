@@ -11,9 +11,15 @@ def plan_lines(plan: Plan) -> list[str]:
     cap, month = d["capacity"], d["monthly"]
     overrides = " ".join(f"{k}={v}" for k, v in plan.overrides().items())
     made = "the REST API" if plan.made_by == "api" else "the client (PutItem)"
+    lv = d["levers"]
+    capacity_mode = "on demand" if lv["capacity"] == "on-demand" else f"provisioned at {lv['utilization']:.0%}"
+    if lv["reserved"] != "none":
+        capacity_mode += f", priced as {lv['reserved']} reserved capacity"
     lines = [
         f"{plan.rate:,.0f} tasks due a second, sustained; {plan.payload_kb:g} KB payload, executor "
-        f"{plan.executor_mb} MB; tasks made through {made}",
+        f"{plan.executor_mb} MB {lv['arch']}; tasks made through {made}"
+        + (f", {lv['api_tasks_per_call']} a call" if plan.made_by == "api" else ""),
+        f"{lv['polls_per_minute']} poll(s) a minute, lead {lv['lead_s']:g} s; table {capacity_mode}",
         "",
         "parameters:",
         f"  sam deploy --parameter-overrides {overrides}" if overrides else "  the template's defaults",
@@ -38,9 +44,9 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append("  the defaults suffice")
     lines += [
         "",
-        f"table capacity (on demand): {cap['write_units_per_s']:,} write units/s ({cap['table_write_units_per_s']:,} "
-        f"table, {cap['index_write_units_per_s']:,} indexes; {cap['due_index_writes_per_shard_per_s']:,} per due-index "
-        f"shard), {cap['read_units_per_s']:,} read units/s",
+        f"table capacity ({capacity_mode}): {cap['write_units_per_s']:,} write units/s "
+        f"({cap['table_write_units_per_s']:,} table, {cap['index_write_units_per_s']:,} indexes; "
+        f"{cap['due_index_writes_per_shard_per_s']:,} per due-index shard), {cap['read_units_per_s']:,} read units/s",
         "",
         f"a month at this rate ({month['tasks'] / 1e6:,.0f} M tasks): ${month['usd']:,.2f}, "
         f"${d['usd_per_million']:.2f} per million (EventBridge Scheduler: ${month['eventbridge_scheduler_usd']:,.2f})",

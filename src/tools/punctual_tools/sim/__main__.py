@@ -15,11 +15,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from punctual_tools.plan.model import make_plan
+from punctual_tools.cost.pricing import MONTH_S
+from punctual_tools.plan.model import item_write_units, make_plan
+from punctual_tools.plan.pages import CHEAPEST_WITHOUT_COMMITMENT
 from punctual_tools.sim.calibrate import calibrate
 from punctual_tools.sim.model import Scenario, simulate
 from punctual_tools.sim.page import render
-from punctual_tools.sim.params import SOURCES, aws_platform, load_measured, template_deployment
+from punctual_tools.sim.params import (
+    ACCOUNT_CONCURRENCY_DEFAULT,
+    SOURCES,
+    Deployment,
+    aws_platform,
+    load_measured,
+    template_deployment,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 MILLION_A_MINUTE = 1e6 / 60
@@ -85,6 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             figures["seconds"] = round(time.monotonic() - started, 1)
             print(json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "usd_per_million")}))
             runs.append(figures)
+    runs += levers_runs(args, measured, defaults)
     return {
         "kind": "simulation",
         "measured": {k: v for k, v in vars(measured).items()},
@@ -92,6 +102,59 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "calibration": calibrate(measured=measured),
     }
+
+
+LEVERS_GROUP = "levers"  # the runs' group on the page
+LEVERS_VOLUME = 100e6  # tasks a month: the cost page's target volume
+LEVERS_PAYLOAD_KB = 1.0
+STEPS = (2.0, 3.0)  # rises auto scaling has not followed yet: times the rate the capacity was provisioned for
+CREATES_AHEAD_S = 60.0  # the provisioned runs make their tasks during the run, a minute before they are due
+BURST_CAPACITY_S = 300.0  # DynamoDB keeps up to 300 s of a provisioned table's unused capacity
+
+
+def levers_runs(args: argparse.Namespace, measured: Any, defaults: Deployment) -> list[dict[str, Any]]:
+    """The cost page's levers at its target volume (1 KB tasks at 100 M a month): the short poll cycle and large
+    batches on demand, the same with provisioned capacity at auto scaling's target, and that capacity meeting
+    twice the rate before auto scaling follows (it acts in minutes; the run lasts ten)."""
+    rate = LEVERS_VOLUME / MONTH_S
+    levers = CHEAPEST_WITHOUT_COMMITMENT
+    plan = make_plan(rate, LEVERS_PAYLOAD_KB, levers=levers)
+    cycle = defaults.overridden(
+        "levers, on demand",
+        poll_interval_s=plan.defaults.interval_s,
+        lead_s=plan.defaults.lead_s,
+        max_batch_size=plan.defaults.batch_size,
+        poller_memory_mb=plan.poller_mb,
+        item_wcu=item_write_units(LEVERS_PAYLOAD_KB * 1024),
+    )
+    u = levers.utilization
+    provisioned = cycle.overridden(
+        f"levers, provisioned at {u:.0%}",
+        capacity="provisioned",
+        utilization=u,
+        table_warm_wcu=plan.capacity.table_writes / u,
+        index_wcu=plan.capacity.due_index_writes / u,
+        table_bank_s=BURST_CAPACITY_S,
+        creates_ahead_s=CREATES_AHEAD_S,
+    )
+    steady = Scenario(
+        f"{LEVERS_VOLUME / 1e6:g} M a month ({rate:.1f}/s) for {args.minutes:g} min", rate, args.minutes * 60
+    )
+    steps = [
+        Scenario(f"{k:g}× that rate for {args.minutes:g} min, auto scaling not following", rate * k, args.minutes * 60)
+        for k in STEPS
+    ]
+    runs = []
+    for deployment, scenario in ((cycle, steady), (provisioned, steady), *((provisioned, s) for s in steps)):
+        figures = simulate(aws_platform(measured), deployment, scenario, seed=args.seed)
+        figures["account_concurrency"] = ACCOUNT_CONCURRENCY_DEFAULT
+        figures["settings"] = {k: v for k, v in vars(deployment).items() if k != "label"}
+        figures["group"] = LEVERS_GROUP
+        print(
+            json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "dynamodb", "usd_per_million")})
+        )
+        runs.append(figures)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:

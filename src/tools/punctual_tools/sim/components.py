@@ -88,10 +88,12 @@ class AsyncQueue:
 @dataclass
 class WriteBucket:
     """Write units a second one partition (or a table's throughput) takes: a token bucket of ``rate`` holding at
-    most one second's worth. A write it cannot take at once is throttled; the SDK retries it until taken (a
-    fluid queue: the write completes when the bucket has admitted all of it)."""
+    most ``bank_s`` seconds' worth (one; a provisioned table's burst capacity keeps up to 300 s of unused units).
+    A write it cannot take at once is throttled; the SDK retries it until taken (a fluid queue: the write completes
+    when the bucket has admitted all of it)."""
 
     rate: float
+    bank_s: float = 1.0  # seconds of unused rate it keeps (provisioned capacity's burst capacity: 300)
     free_at: float = -math.inf  # the virtual time at which the bucket has taken everything offered so far
     throttled_units: float = 0.0
     units: float = 0.0
@@ -99,7 +101,7 @@ class WriteBucket:
 
     def admit(self, now: float, units: float) -> float:
         """Offer ``units`` at ``now``: when the last unit is taken (``now`` if the bucket had room)."""
-        start = max(self.free_at, now - 1.0)  # at most one second's tokens banked
+        start = max(self.free_at, now - self.bank_s)  # at most bank_s seconds' tokens banked
         done = start + units / self.rate
         self.free_at = done
         self.units += units

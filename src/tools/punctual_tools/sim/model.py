@@ -117,7 +117,8 @@ class Simulation:
         self.warm = d.provisioned
         self.scaling = ScalingRate(platform.scaling_environments, platform.scaling_window_s)
         self.queue = AsyncQueue(max_age_s=d.max_event_age_s)
-        self.table = WriteBucket(platform.table_wcu if d.table_warm_wcu is None else d.table_warm_wcu)
+        self.table = WriteBucket(platform.table_wcu if d.table_warm_wcu is None else d.table_warm_wcu, d.table_bank_s)
+        self.due_index = None if d.index_wcu is None else WriteBucket(d.index_wcu, d.table_bank_s)
         self.index_keys: dict[tuple[int, int], WriteBucket] = {}
         self.read_keys: dict[tuple[int, int], WriteBucket] = {}
         self.tenant_keys = [WriteBucket(platform.key_wcu) for _ in range(d.tenants)]
@@ -156,8 +157,23 @@ class Simulation:
         while tick + d.lead_s - d.poll_interval_s <= last_due + d.poll_interval_s:
             self.env.process(self._tick(tick, groups))
             tick += d.poll_interval_s
+        if d.creates_ahead_s is not None:
+            self.env.process(self._creates(d.creates_ahead_s, last_due))
         self.env.run()
         return self._result()
+
+    def _creates(self, ahead_s: float, last_due: float) -> Any:
+        """The clients' creates during the run, each ``ahead_s`` before its task is due, a second's worth at a
+        time: the item's units on the table, one on the due index (billed with the creates made beforehand)."""
+        d = self.deployment
+        while self.env.now + ahead_s <= last_due:
+            start = self.env.now + ahead_s
+            n = int(np.searchsorted(self.due, start + 1.0) - np.searchsorted(self.due, start))
+            if n:
+                admit_write(self.env.now, n * d.item_wcu, [self.table])
+                if self.due_index is not None:
+                    self.due_index.admit(self.env.now, n * ITEM_WCU)
+            yield self.env.timeout(1.0)
 
     def _tick(self, at: float, groups: list[npt.NDArray[np.int64]]) -> Any:
         yield self.env.timeout(max(0.0, at - self.env.now))
@@ -238,8 +254,8 @@ class Simulation:
             c.init_gb_s += self.init_s * d.executor_memory_mb / 1024
             yield self.env.timeout(self.init_s)
         n = int(tasks.size)
-        armed = admit_write(self.env.now + p.store_latency_s, n * ITEM_WCU, [self.table])
-        c.write_units += n * ITEM_WCU
+        armed = admit_write(self.env.now + p.store_latency_s, n * d.item_wcu, [self.table])
+        c.write_units += n * d.item_wcu
         due = self.due[tasks]
         share, period = self.share, (p.quota_period_s if p.cpu_quota else None)
         if p.shared_cores is not None:
@@ -262,8 +278,11 @@ class Simulation:
             keys = [self.table, self._index_key(float(due[0]), int(s))]
             if self.tenant_keys:
                 keys.append(self.tenant_keys[int(s) % len(self.tenant_keys)])
-            done = max(done, admit_write(last + p.store_latency_s, count * ITEM_WCU, keys))
-            c.write_units += count * ITEM_WCU * (len(keys))
+            # the item write (its size's units) and one unit for each index entry it removes
+            done = max(done, admit_write(last + p.store_latency_s, count * d.item_wcu, keys[:1]))
+            index_keys = keys[1:] + ([self.due_index] if self.due_index is not None else [])
+            done = max(done, admit_write(last + p.store_latency_s, count * ITEM_WCU, index_keys))
+            c.write_units += count * (d.item_wcu + ITEM_WCU * (len(keys) - 1))
         beats = (done - began) / HEARTBEAT_S + 2
         c.write_units += beats
         end = max(done, last + RECORD_TAIL_S)
@@ -312,15 +331,20 @@ class Result:
         busiest_key = max((max(k.busiest.values(), default=0.0) for k in sim.index_keys.values()), default=0.0)
         tasks = sim.scenario.tasks
         # creates are made ahead of the run: their base and due-index writes (and the tenant index's) are billed
-        create_units = tasks * ITEM_WCU * (2 + (1 if d.tenants else 0))
+        create_units = tasks * (d.item_wcu + ITEM_WCU * (1 + (1 if d.tenants else 0)))
+        if d.capacity == "provisioned":  # the units auto scaling keeps for what was consumed, by the hour
+            wru_usd = pricing.DDB_WCU_HOUR_USD / 3600 / d.utilization
+            rru_usd = pricing.DDB_RCU_HOUR_USD / 3600 / d.utilization
+        else:
+            wru_usd, rru_usd = pricing.DDB_WRU_USD, pricing.DDB_RRU_USD
         usd = {
             "lambda_executor": c.executor_gb_s * pricing.LAMBDA_GB_S_ARM_USD
             + c.invocations * pricing.LAMBDA_REQUEST_USD,
             "lambda_init": c.init_gb_s * pricing.LAMBDA_GB_S_ARM_USD,
             "lambda_poller": c.poller_gb_s * pricing.LAMBDA_GB_S_ARM_USD
             + c.poller_invocations * pricing.LAMBDA_REQUEST_USD,
-            "dynamodb_writes": (c.write_units + create_units) * pricing.DDB_WRU_USD,
-            "dynamodb_reads": c.read_units * pricing.DDB_RRU_USD,
+            "dynamodb_writes": (c.write_units + create_units) * wru_usd,
+            "dynamodb_reads": c.read_units * rru_usd,
         }
         total = sum(usd.values())
         figures = {
@@ -346,7 +370,10 @@ class Result:
             },
             "dynamodb": {
                 "table_throttled_units": round(sim.table.throttled_units),
-                "index_throttled_units": round(sum(k.throttled_units for k in sim.index_keys.values())),
+                "index_throttled_units": round(
+                    sum(k.throttled_units for k in sim.index_keys.values())
+                    + (sim.due_index.throttled_units if sim.due_index is not None else 0.0)
+                ),
                 "tenant_throttled_units": round(sum(k.throttled_units for k in sim.tenant_keys)),
                 "busiest_index_key_wcu_s": round(busiest_key),
                 "read_units": round(c.read_units),

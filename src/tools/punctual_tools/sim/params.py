@@ -201,7 +201,13 @@ class Deployment:
     max_batch_size: int
     max_event_age_s: float
     poller_timeout_s: float
-    table_warm_wcu: float | None = None  # None: a new on-demand table's
+    table_warm_wcu: float | None = None  # None: a new on-demand table's; provisioned: the units provisioned
+    capacity: str = "on-demand"  # or "provisioned": the table's and due index's units fixed, with burst capacity
+    utilization: float = 0.7  # provisioned: auto scaling's target (what the consumed units are billed over)
+    table_bank_s: float = 1.0  # seconds of unused units the table keeps (provisioned: 300, burst capacity)
+    index_wcu: float | None = None  # provisioned: the due index's units (None: only its partitions limit it)
+    item_wcu: int = ITEM_WCU  # write units of one item write (2 for a 1 KB payload)
+    creates_ahead_s: float | None = None  # None: tasks are made before the run; else this long before they are due
     tenants: int = 0  # tasks made through the API: spread over this many tenants' tenant-index keys (0: none)
     label: str = "template defaults"
 
