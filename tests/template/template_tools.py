@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from punctual.stores.dynamodb.schema import NO_VALUE, evaluate_condition, resolve_value
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 ARTIFACT_BUCKET = "local-artifacts"
@@ -69,64 +71,8 @@ def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = 
     return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())  # type: ignore[arg-type]
 
 
-# -- conditions ------------------------------------------------------------------------------------------
-def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mapping[str, str]) -> bool:
-    """Evaluate condition ``name`` with ``parameters`` (others at their defaults). Knows the functions the
-    template uses: Fn::And, Fn::Or, Fn::Not, Fn::Equals, Fn::Join, Fn::FindInMap, Ref to a parameter,
-    Condition."""
-    params = template.get("Parameters", {})
-
-    def value(node: Any) -> Any:
-        if isinstance(node, dict) and len(node) == 1:
-            ((fn, arg),) = node.items()
-            if fn == "Ref":
-                raw = parameters.get(arg, params[arg].get("Default", ""))
-                return str(raw).split(",") if params[arg]["Type"] == "CommaDelimitedList" else str(raw)
-            if fn == "Fn::Join":
-                return arg[0].join(value(arg[1]))
-            if fn == "Fn::Equals":
-                return value(arg[0]) == value(arg[1])
-            if fn == "Fn::Not":
-                return not value(arg[0])
-            if fn == "Fn::And":
-                return all(value(a) for a in arg)
-            if fn == "Fn::Or":
-                return any(value(a) for a in arg)
-            if fn == "Condition":
-                return value(template["Conditions"][arg])
-            if fn == "Fn::FindInMap":
-                name, first, second = (value(a) for a in arg)
-                return str(template["Mappings"][name][first][second])
-            raise NotImplementedError(fn)
-        if isinstance(node, list):
-            return [value(n) for n in node]
-        return str(node)
-
-    return bool(value(template["Conditions"][name]))
-
-
-NO_VALUE = None  # what resolve_value gives for AWS::NoValue: the property is not set
-
-
-def resolve_value(template: Mapping[str, Any], node: Any, parameters: Mapping[str, str]) -> Any:
-    """A property's value as CloudFormation resolves it with ``parameters`` (others at their defaults): a Ref to a
-    parameter (its text), Fn::If on a condition (:func:`evaluate_condition`), AWS::NoValue (:data:`NO_VALUE`);
-    maps and lists resolved item by item, literals as they are."""
-    if isinstance(node, dict) and len(node) == 1:
-        ((fn, arg),) = node.items()
-        if fn == "Ref" and arg == "AWS::NoValue":
-            return NO_VALUE
-        if fn == "Ref" and arg in template["Parameters"]:
-            return str(parameters.get(arg, template["Parameters"][arg].get("Default", "")))
-        if fn == "Fn::If":
-            condition, when_true, when_false = arg
-            chosen = when_true if evaluate_condition(template, condition, parameters) else when_false
-            return resolve_value(template, chosen, parameters)
-    if isinstance(node, dict):
-        return {key: resolve_value(template, value, parameters) for key, value in node.items()}
-    if isinstance(node, list):
-        return [resolve_value(template, value, parameters) for value in node]
-    return node
+# -- conditions: CloudFormation's resolution, shared with the local table's (create_table_kwargs) ----------------------
+__all__ = ["NO_VALUE", "evaluate_condition", "resolve_value"]
 
 
 # -- IAM ---------------------------------------------------------------------------------------------------

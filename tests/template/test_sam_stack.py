@@ -137,7 +137,7 @@ def test_the_fast_path_reads_the_stream_through_the_filter(
 def test_the_table_stream_carries_new_images(sam_resources: dict[str, Any]) -> None:
     props = sam_resources["TasksTable"]["Properties"]
     assert props["StreamSpecification"] == {"StreamViewType": "NEW_IMAGE"}
-    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["BillingMode"] == {"Ref": "TableBillingMode"}  # on demand by default (test_table_capacity.py)
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
 

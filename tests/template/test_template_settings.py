@@ -337,6 +337,32 @@ def test_each_memory_parameters_range_is_lambdas(sam_template: dict[str, Any], c
         assert cfn_resources[function]["Properties"]["MemorySize"] == {"Ref": name}, function
 
 
+# The table's capacity parameters (PROVISIONED only), which set no Settings field: their ranges are DynamoDB's. A table
+# or an index is provisioned 1 unit at least, and 40,000 read and 40,000 write units at most by the default per-table
+# quota (DynamoDB's "Quotas" page); Application Auto Scaling targets 20% to 90% utilization of DynamoDB capacity.
+DYNAMODB_CAPACITY_UNITS = (1, 40_000)
+DYNAMODB_TARGET_UTILIZATION = (20, 90)
+CAPACITY_PARAMETERS = {
+    "TableMinWriteCapacity": DYNAMODB_CAPACITY_UNITS,
+    "TableMaxWriteCapacity": DYNAMODB_CAPACITY_UNITS,
+    "TableMinReadCapacity": DYNAMODB_CAPACITY_UNITS,
+    "TableMaxReadCapacity": DYNAMODB_CAPACITY_UNITS,
+    "TableTargetUtilization": DYNAMODB_TARGET_UTILIZATION,
+}
+
+
+def test_each_table_capacity_parameters_range_is_dynamodbs(sam_template: dict[str, Any]) -> None:
+    # Given each capacity parameter of the table  Then CloudFormation accepts exactly what DynamoDB and its auto scaling
+    # accept, and its default is within it
+    for name, (low, high) in CAPACITY_PARAMETERS.items():
+        parameter = sam_template["Parameters"][name]
+        assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", low, high), name
+        assert low <= parameter["Default"] <= high, name
+    assert {n for n in sam_template["Parameters"] if n.startswith("Table") and "Capacity" in n} <= set(
+        CAPACITY_PARAMETERS
+    )
+
+
 def test_the_batch_size_reaches_the_functions_that_cut_batches(cfn_resources: dict[str, Any]) -> None:
     # Given the functions as CloudFormation gets them  Then the poller and the fast path (which cut batches) get
     # ExecutorBatchSize, the executor and the API (which cut none) do not, and the poller gets PollGroups

@@ -1,13 +1,15 @@
 """The table definition, read from ``template.yaml`` (the one place it is written down).
 
 ``create_table_kwargs`` turns the CloudFormation ``AWS::DynamoDB::Table`` properties into the arguments of
-DynamoDB's ``CreateTable`` so that the local runtime and the tests build exactly the table AWS gets. Only they
-read the template, from the source checkout they run in (the Lambda layer holds none).
+DynamoDB's ``CreateTable`` so that the local runtime and the tests build exactly the table AWS gets, with every
+parameter at its default (an on-demand table: DynamoDB Local and moto need no capacity). Only they read the template,
+from the source checkout they run in (the Lambda layer holds none).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -54,9 +56,75 @@ def load_template(path: str | None = None) -> dict[str, Any]:
     return template
 
 
+# -- conditions ------------------------------------------------------------------------------------------
+def evaluate_condition(template: Mapping[str, Any], name: str, parameters: Mapping[str, str]) -> bool:
+    """Evaluate condition ``name`` with ``parameters`` (others at their defaults). Knows the functions the
+    template uses: Fn::And, Fn::Or, Fn::Not, Fn::Equals, Fn::Join, Fn::FindInMap, Ref to a parameter,
+    Condition."""
+    params = template.get("Parameters", {})
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and len(node) == 1:
+            ((fn, arg),) = node.items()
+            if fn == "Ref":
+                raw = parameters.get(arg, params[arg].get("Default", ""))
+                return str(raw).split(",") if params[arg]["Type"] == "CommaDelimitedList" else str(raw)
+            if fn == "Fn::Join":
+                return arg[0].join(value(arg[1]))
+            if fn == "Fn::Equals":
+                return value(arg[0]) == value(arg[1])
+            if fn == "Fn::Not":
+                return not value(arg[0])
+            if fn == "Fn::And":
+                return all(value(a) for a in arg)
+            if fn == "Fn::Or":
+                return any(value(a) for a in arg)
+            if fn == "Condition":
+                return value(template["Conditions"][arg])
+            if fn == "Fn::FindInMap":
+                name, first, second = (value(a) for a in arg)
+                return str(template["Mappings"][name][first][second])
+            raise NotImplementedError(fn)
+        if isinstance(node, list):
+            return [value(n) for n in node]
+        return str(node)
+
+    return bool(value(template["Conditions"][name]))
+
+
+NO_VALUE = None  # what resolve_value gives for AWS::NoValue: the property is not set
+
+
+def resolve_value(template: Mapping[str, Any], node: Any, parameters: Mapping[str, str]) -> Any:
+    """A property's value as CloudFormation resolves it with ``parameters`` (others at their defaults): a Ref to a
+    parameter (its text), Fn::If on a condition (:func:`evaluate_condition`), AWS::NoValue (:data:`NO_VALUE`, and a
+    key or list item that resolves to it is left out, as CloudFormation leaves the property unset); maps and lists
+    resolved item by item, literals as they are."""
+    if isinstance(node, dict) and len(node) == 1:
+        ((fn, arg),) = node.items()
+        if fn == "Ref" and arg == "AWS::NoValue":
+            return NO_VALUE
+        if fn == "Ref" and arg in template["Parameters"]:
+            return str(parameters.get(arg, template["Parameters"][arg].get("Default", "")))
+        if fn == "Fn::If":
+            condition, when_true, when_false = arg
+            chosen = when_true if evaluate_condition(template, condition, parameters) else when_false
+            return resolve_value(template, chosen, parameters)
+    if isinstance(node, dict):
+        resolved = {key: resolve_value(template, value, parameters) for key, value in node.items()}
+        return {key: value for key, value in resolved.items() if value is not NO_VALUE}
+    if isinstance(node, list):
+        return [item for item in (resolve_value(template, value, parameters) for value in node) if item is not NO_VALUE]
+    return node
+
+
+# -- the table -------------------------------------------------------------------------------------------------
 def create_table_kwargs(table_name: str, template_path: str | None = None) -> dict[str, Any]:
-    """``CreateTable`` arguments for the Tasks table as the template defines it."""
-    props = load_template(template_path)["Resources"][TABLE_RESOURCE]["Properties"]
+    """``CreateTable`` arguments for the Tasks table as the template defines it, its conditions resolved with every
+    parameter at its default: on demand (``TableBillingMode``), so no index or table gets ``ProvisionedThroughput``
+    and no ``Fn::If`` reaches ``CreateTable``."""
+    template = load_template(template_path)
+    props = resolve_value(template, template["Resources"][TABLE_RESOURCE]["Properties"], {})
     kwargs: dict[str, Any] = {
         "TableName": table_name,
         "AttributeDefinitions": props["AttributeDefinitions"],
