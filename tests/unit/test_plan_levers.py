@@ -164,3 +164,24 @@ def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
     plan = make_plan(RATE_100M)
     assert plan.defaults.interval_s == 60 and plan.defaults.lead_s == defaults().lead_s
     assert not {"PollsPerMinute", "LeadMs", "TableBillingMode"} & set(plan.overrides())
+
+
+def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> None:
+    from punctual.stores.dynamodb.schema import load_template
+
+    template = load_template()
+    params = template["Parameters"]
+    assert int(params["TableMinWriteCapacity"]["Default"]) == model.MIN_CAPACITY_UNITS
+    assert int(params["TableMinReadCapacity"]["Default"]) == model.MIN_CAPACITY_UNITS
+    table = template["Resources"]["TasksTable"]["Properties"]
+    assert len(table["GlobalSecondaryIndexes"]) == model.INDEXES
+
+
+def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_more() -> None:
+    small = make_plan(RATE_100M, levers=Levers(capacity="provisioned"))
+    assert "TableMaxWriteCapacity" not in small.overrides()
+    big = make_plan(2_000, levers=Levers(capacity="provisioned"))
+    ceiling = big.overrides()["TableMaxWriteCapacity"]
+    assert isinstance(ceiling, int) and ceiling >= big.capacity.table_writes / 0.7
+    on_demand = make_plan(2_000)
+    assert not {"TableMaxWriteCapacity", "TableBillingMode"} & set(on_demand.overrides())

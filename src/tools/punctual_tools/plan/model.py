@@ -117,6 +117,8 @@ class Defaults:
     template_lead_s: float  # LeadMs's default (lead_s is the plan's, with its levers)
     batch_size: int
     template_batch_size: int  # ExecutorBatchSize's default (batch_size is the plan's)
+    max_write_capacity: int  # provisioned: TableMaxWriteCapacity's default (auto scaling's ceiling, each of
+    max_read_capacity: int  # the table and its indexes) and TableMaxReadCapacity's
     executor_mb: int
     poller_mb: int
     poller_timeout_s: float
@@ -213,6 +215,8 @@ def defaults(template_path: str | None = None, scale_json: str | None = None) ->
         template_batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
         executor_mb=memory_mb("ExecutorFunction", 256, template_path),
         poller_mb=memory_mb("PollerFunction", 512, template_path),
+        max_write_capacity=int(template_param("TableMaxWriteCapacity", 4_000, template_path)),
+        max_read_capacity=int(template_param("TableMaxReadCapacity", 40_000, template_path)),
         poller_timeout_s=float(poller.get("Timeout", 55)),
         fast_path_margin_s=fields["fast_path_margin_ms"].default / 1000,
         fire_cpu_us=float(fields["fire_cpu_us"].default),
@@ -489,6 +493,8 @@ class Plan:
             "LeadMs": (round(d.lead_s * 1000), round(d.template_lead_s * 1000)),
             "TableBillingMode": ("PROVISIONED" if provisioned else "PAY_PER_REQUEST", "PAY_PER_REQUEST"),
             "TableTargetUtilization": (round(levers.utilization * 100) if provisioned else 70, 70),
+            "TableMaxWriteCapacity": (self.provisioned_ceiling("write"), d.max_write_capacity),
+            "TableMaxReadCapacity": (self.provisioned_ceiling("read"), d.max_read_capacity),
             "ShardCount": (self.shards, d.shard_count),
             "PollGroups": (self.poll_groups, d.poll_groups),
             "ExecutorMemorySize": (self.executor_mb, d.executor_mb),
@@ -498,6 +504,17 @@ class Plan:
             BATCH_SIZE_PARAMETER: (self.batch, d.template_batch_size),
         }
         return {name: value for name, (value, default) in wanted.items() if value != default and name in d.parameters}
+
+    def provisioned_ceiling(self, kind: str) -> int:
+        """Provisioned: auto scaling's ceiling for the table's ``kind`` units (write or read), the template's unless
+        the table needs more at its target (with half again for a rise), up to DynamoDB's per-table quota."""
+        d, levers = self.defaults, self.levers
+        default = d.max_write_capacity if kind == "write" else d.max_read_capacity
+        if levers.capacity != "provisioned":
+            return default
+        units = self.capacity.table_writes if kind == "write" else self.capacity.reads
+        need = 1_000 * math.ceil(units / levers.utilization * 1.5 / 1_000)
+        return max(default, min(DDB_TABLE_QUOTA_UNITS, need))
 
     def not_parameters(self) -> dict[str, int]:
         """What the plan needs that the template has no parameter for (a template edit)."""
