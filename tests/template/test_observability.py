@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from template_tools import SUB_VARIABLE, sub_text, substitute
 
-from punctual.polling.poller import DEADLINE_MARGIN_MS
+from punctual.polling.tick import DEADLINE_MARGIN_MS
 from punctual.runtime import metrics
 
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName", "AWS::URLSuffix"}
