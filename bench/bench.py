@@ -637,6 +637,13 @@ def main() -> int:
     parser.add_argument("--steady-seconds", type=float, default=60)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--poll-interval", type=float, default=10)
+    parser.add_argument(
+        "--lead-ms",
+        type=int,
+        default=Settings().lead_ms,
+        help="how far ahead of now the local stack's poller dispatches (ms; at least the poll interval + the "
+        "fast-path margin, e.g. 20000 with --poll-interval 10)",
+    )
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object (last line)")
     parser.add_argument(
         "--publish",
@@ -750,6 +757,7 @@ def main() -> int:
             settings_overrides={
                 "ntp_server": None,
                 "allowed_targets": "127.0.0.1",
+                "lead_ms": args.lead_ms,
                 "profile": args.profile,
                 "realtime_firing": args.realtime,
             },

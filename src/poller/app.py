@@ -1,20 +1,22 @@
 """Poller Lambda, on ``rate(1 minute)``: find due and overdue tasks and hand them to executors.
 
 A thin adapter: the EventBridge scheduled event only triggers the poll (it is validated, and its ``id`` and
-``time`` go into the logs); ``now`` is read here, from the clock, and passed to :func:`punctual.polling.poller.run_tick`
-with the invocation's remaining time.
+``time`` go into the logs); ``now`` is read here, from the clock, and passed to :func:`punctual.polling.tick.run_tick`
+with the invocation's remaining time. An invocation polls once a poll interval (``PUNCTUAL_POLL_INTERVAL_MS``) within
+its minute: once by default, up to six times (the template's ``PollsPerMinute``).
 
 Fan-out (``PUNCTUAL_POLL_GROUPS`` > 1): the scheduled invocation starts one poller per other group by invoking
 this same function asynchronously with a :class:`PollGroupEvent` (same ``id`` and ``time``), then polls group
-0 itself. A group invocation polls only its group.
+0 itself. A group invocation polls only its group, at each of its own sub-polls.
 
 Logs (JSON, Powertools): every line of an invocation, including those of ``punctual.polling.poller``, carries
 ``correlation_id`` = the scheduled event's ``id`` and ``scheduled_time`` = its ``time`` (how late the rule
 ran shows as ``timestamp - scheduled_time``). Keys are reset at each invocation. Metrics (EMF, names from
 :mod:`punctual.runtime.metrics`): one value each of ``TasksDispatched``, ``TasksRecovered``, ``TasksUndispatched``,
 ``UndecodableItems``, ``InvokeFailures`` and ``TasksNotArmed`` (tasks still PENDING that this poller had sent: an
-executor invocation throttled or dropped after its invoke answered 202) per invocation, and ``PollGroupsLate`` (poll
-groups whose own poller had not started since the tick before: this tick polled them) per scheduled tick.
+executor invocation throttled or dropped after its invoke answered 202) per invocation, summed over its sub-polls,
+and ``PollGroupsLate`` (poll groups whose own poller had not started since the tick before: this tick polled them) per
+scheduled tick.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from punctual.config.clients import aws_client
 from punctual.config.settings import Settings
 from punctual.domain.events import PollGroupEvent
 from punctual.polling.invoker import Invoker, LambdaInvoker
-from punctual.polling.poller import ScheduledTick, run_tick
+from punctual.polling.tick import ScheduledTick, run_tick
 from punctual.runtime.metrics import (
     INVOKE_FAILURES,
     POLL_GROUPS_LATE,

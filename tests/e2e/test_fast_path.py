@@ -24,7 +24,10 @@ from punctual_tools.demo import read_fires
 from punctual_tools.local.stack import LocalStack, StackConfig
 from support import now_ms, wait_until
 
-POLL_INTERVAL_S = 600  # the longest interval: the poller must not come while the test runs (see QUIET_S)
+# The longest interval the longest lead covers (lead >= interval + fast-path margin): the poller must not come
+# while the test runs (see QUIET_S)
+POLL_INTERVAL_S = 590
+LEAD_MS = 600_000
 QUIET_S = 60  # at least this long before the next poll, far more than scheduling and firing 30 tasks take
 
 
@@ -32,13 +35,13 @@ QUIET_S = 60  # at least this long before the next poll, far more than schedulin
 def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
     tmp_path: Path, fresh_table_name: str
 ) -> None:
-    # Given the local stack polling every 10 minutes, and at least a minute before its next poll
+    # Given the local stack polling about every 10 minutes, and at least a minute before its next poll
     config = StackConfig(
         home=tmp_path,
         port=0,
         poll_interval_s=POLL_INTERVAL_S,
         prewarm=2,
-        settings_overrides={"table_name": fresh_table_name, "ntp_server": None},
+        settings_overrides={"table_name": fresh_table_name, "ntp_server": None, "lead_ms": LEAD_MS},
     )
     with LocalStack(config) as stack:
         assert stack.settings is not None and stack.fast_poller is not None

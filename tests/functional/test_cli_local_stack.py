@@ -14,6 +14,7 @@ import pytest
 
 from punctual_tools.cli import _stack_config, build_parser, main
 from punctual_tools.local.stack import LocalStack, StackConfig, client_settings, wait_ready
+from punctual_tools.settings import LocalSettings
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid: never a running process
@@ -25,23 +26,27 @@ def write_state(home: Path, **fields: Any) -> None:
     (home / "stack.json").write_text(json.dumps(state | fields))
 
 
-@pytest.mark.parametrize(("poll_interval_ms", "due_in", "flagged"), [(5_000, "30s", "0"), (600_000, "5m", "1")])
+@pytest.mark.parametrize(
+    ("poll_interval_ms", "lead_ms", "due_in", "flagged"), [(5_000, 90_000, "30s", "0"), (590_000, 600_000, "5m", "1")]
+)
 def test_schedule_flags_the_fast_path_by_the_running_stacks_poll_interval(
     dynamodb: Any,
     read_raw: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     poll_interval_ms: int,
+    lead_ms: int,
     due_in: str,
     flagged: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given a running stack that polls every 5 s (or 10 min), its fast-path margin 10 s, and this process's own
-    # settings at the default poll interval (60 s)
+    # Given a running stack that polls every 5 s (or 590 s, with a 600 s lead), its fast-path margin 10 s, and this
+    # process's own settings at the default poll interval (60 s) and lead (90 s)
     monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
     monkeypatch.delenv("PUNCTUAL_POLL_INTERVAL_MS", raising=False)
-    write_state(tmp_path, poll_interval_ms=poll_interval_ms, fast_path_margin_ms=10_000)
-    # When `punctual schedule` writes a task due in 30 s (beyond 5 s + 10 s) or 5 min (within 10 min + 10 s), both
+    monkeypatch.delenv("PUNCTUAL_LEAD_MS", raising=False)
+    write_state(tmp_path, poll_interval_ms=poll_interval_ms, lead_ms=lead_ms, fast_path_margin_ms=10_000)
+    # When `punctual schedule` writes a task due in 30 s (beyond 5 s + 10 s) or 5 min (within 590 s + 10 s), both
     # of which the default interval would get wrong (within 60 s + 10 s; beyond it)
     assert main(["--home", str(tmp_path), "schedule", "--in", due_in, "--id", "t1"]) == 0
     capsys.readouterr()
@@ -52,12 +57,13 @@ def test_schedule_flags_the_fast_path_by_the_running_stacks_poll_interval(
 def test_client_settings_are_the_stacks_table_and_polling() -> None:
     # Given a state file's content, When a client's settings are taken from it
     state = {"ready": True, "pid": 1, "endpoint_url": "http://127.0.0.1:9", "table_name": "t", "shard_count": 8}
-    state |= {"poll_interval_ms": 2_000, "fast_path_margin_ms": 0, "api_url": None}
+    state |= {"lead_ms": 20_000, "poll_interval_ms": 2_000, "fast_path_margin_ms": 0, "api_url": None}
     # Then they are where its table is and how it polls, nothing else
     assert client_settings(state) == {
         "endpoint_url": "http://127.0.0.1:9",
         "table_name": "t",
         "shard_count": 8,
+        "lead_ms": 20_000,
         "poll_interval_ms": 2_000,
         "fast_path_margin_ms": 0,
     }
@@ -102,6 +108,20 @@ def test_up_no_api_starts_a_stack_without_the_rest_api() -> None:
     # (and by default it does)
     args = build_parser().parse_args(["up"])
     assert _stack_config(args, args.poll_interval).api is True
+
+
+def test_up_takes_the_lead_into_its_stacks_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given `punctual up --poll-interval 10 --lead-ms 20000` (six polls a minute, as the drift benchmark runs)
+    monkeypatch.delenv("PUNCTUAL_LEAD_MS", raising=False)
+    args = build_parser().parse_args(["up", "--poll-interval", "10", "--lead-ms", "20000"])
+    # When its stack's configuration is made  Then the stack's settings take that lead, which covers the interval
+    config = _stack_config(args, args.poll_interval)
+    assert config.settings_overrides["lead_ms"] == 20_000
+    settings = LocalSettings.from_env(poll_interval_ms=int(config.poll_interval_s * 1000), **config.settings_overrides)
+    assert (settings.poll_interval_ms, settings.lead_ms) == (10_000, 20_000)
+    # And without --lead-ms the setting's own default (or PUNCTUAL_LEAD_MS) stands
+    args = build_parser().parse_args(["up"])
+    assert "lead_ms" not in _stack_config(args, args.poll_interval).settings_overrides
 
 
 def test_up_no_api_refuses_what_needs_the_api(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

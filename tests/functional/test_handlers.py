@@ -447,7 +447,7 @@ def test_a_poll_group_that_cannot_be_started_is_polled_by_the_scheduled_poller(
     # When the scheduled event arrives
     _, answer = handlers.poll()
     # Then the scheduled poller polled both groups itself, and every task went to an executor once
-    assert [r["group"] for r in answer["groups"]] == [0, 1]
+    assert [r["group"] for r in answer["polls"]] == [0, 1]
     assert sorted(t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]) == sorted(task_ids)
 
 
@@ -468,7 +468,7 @@ def test_the_next_tick_counts_a_group_whose_poller_never_ran_and_tasks_sent_but_
     _, second = handlers.poll()
     output = handlers.read()
     # Then it polls group 1 itself and counts it late, and counts the tasks it sent that no executor armed
-    assert [r["group"] for r in second["groups"]] == [0, 1]
+    assert [r["group"] for r in second["polls"]] == [0, 1]
     assert output.metric(names.POLL_GROUPS_LATE)[1] == [1.0]
     assert output.metric(names.TASKS_NOT_ARMED)[1] == [float(sent_first)]
     assert sorted({t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]}) == sorted(task_ids)

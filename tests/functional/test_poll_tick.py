@@ -1,6 +1,7 @@
-"""One invocation of the poller function (``punctual.polling.poller.run_tick``) on moto: the scheduled tick's fan-out
+"""One invocation of the poller function (``punctual.polling.tick.run_tick``) on moto: the scheduled tick's fan-out
 over the poll groups, the groups it finds late, a group's own poll, an event of another configuration, the deadline,
-and the answer. Each tick runs at an explicit ``now``; a group's own poller runs only when the test runs it."""
+the sub-polls of a poll interval shorter than the schedule's minute (on a fake clock), and the answer. Each tick runs
+at an explicit ``now``; a group's own poller runs only when the test runs it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from punctual.config.settings import Settings
 from punctual.domain.events import PollGroupEvent, PollReport
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
-from punctual.polling.poller import DEADLINE_MARGIN_MS, Poller, ScheduledTick, late_groups, run_tick
+from punctual.polling.poller import Poller, late_groups
+from punctual.polling.tick import DEADLINE_MARGIN_MS, SCHEDULE_PERIOD_MS, ScheduledTick, run_tick
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
+from punctual_tools.doubles import FakeClock
 from support import FIXED_NOW_MS, RecordingInvoker
 
 TICK = ScheduledTick(id="e-1", time="2030-06-01T12:00:00+00:00")
@@ -84,7 +87,7 @@ def test_a_group_that_cannot_be_started_is_polled_by_the_scheduled_tick(
     # Then it polled both groups itself, counts the group as late, answers both reports, and the totals add them up
     assert [r.group for r in tick.reports] == [0, 1]
     assert tick.total("groups_late") == 1
-    assert tick.answer() == {"groups": [r.model_dump() for r in tick.reports]}
+    assert tick.answer() == {"polls": [r.model_dump() for r in tick.reports]}
     assert dispatched(invoker) == task_ids(12)
     assert tick.total("dispatched") == 12 == sum(r.dispatched for r in tick.reports)
 
@@ -209,3 +212,131 @@ def test_when_the_last_polls_cannot_be_read_no_group_is_found_late_and_group_0_i
     # Then it still starts group 1 and polls group 0, and finds no group late (the tick after looks again)
     assert [e.poll_group for e in started] == [1]
     assert [r.group for r in tick.reports] == [0] and tick.total("groups_late") == 0
+
+
+# -- sub-polls: a poll interval shorter than the schedule's minute ---------------------------------------------------
+SUB_INTERVAL = 10_000  # six polls a minute
+TIMEOUT_MS = 55_000  # the poller's Timeout in template.yaml
+
+
+class Invocation:
+    """A poller invocation on a fake clock: it started at ``now_ms`` with ``timeout_ms`` to run, and each poll takes
+    ``poll_s`` of it."""
+
+    def __init__(self, poller: Poller, now_ms: int, timeout_ms: int = TIMEOUT_MS, poll_s: float = 1.5) -> None:
+        self.clock = FakeClock(wall_ms=now_ms)
+        self.started = self.clock.monotonic()
+        self.timeout_ms = timeout_ms
+        self.polled_at: list[tuple[int, int]] = []  # (ms since the invocation's start, group) of each poll
+        poll = poller.poll
+
+        def timed_poll(at_ms: int, out_of_time: Any = None, group: int = 0) -> PollReport:
+            self.polled_at.append((self.elapsed_ms(), group))
+            report = poll(at_ms, out_of_time, group=group)
+            self.clock.advance(poll_s)
+            return report
+
+        poller.poll = timed_poll  # type: ignore[method-assign]
+
+    def elapsed_ms(self) -> int:
+        return round((self.clock.monotonic() - self.started) * 1000)
+
+    def remaining_ms(self) -> int:
+        return self.timeout_ms - self.elapsed_ms()
+
+
+def sub_poller(dynamodb: Any, settings: Settings, invoker: RecordingInvoker, groups: int = 1) -> Poller:
+    """A poller polling six times a minute with a 20 s lead, and a task due every 10 s from 5 s after ``now``."""
+    six = settings.model_copy(update={"poll_interval_ms": SUB_INTERVAL, "lead_ms": 20_000, "poll_groups": groups})
+    store = DynamoTaskStore.from_settings(dynamodb, six)
+    for i in range(9):
+        task = Task(task_id=f"t-{i:02d}", due_at=from_ms(FIXED_NOW_MS + 5_000 + 10_000 * i), action=LogAction())
+        assert store.create(task, FIXED_NOW_MS)[1]
+    return Poller(store, invoker, six, poller_id="poller-test")
+
+
+def test_an_invocation_polls_once_a_poll_interval_from_its_start_and_sums_its_polls(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int
+) -> None:
+    # Given a poller polling every 10 s (20 s lead), a task due every 10 s, and polls that take 1.5 s each
+    poller = sub_poller(dynamodb, settings, invoker)
+    invocation = Invocation(poller, now_ms)
+    # When the scheduled tick's invocation runs
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    # Then it polled six times, at 0, 10, ..., 50 s from its start (not 11.5 s apart), each at its own now
+    assert invocation.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)]
+    assert [r.now_ms for r in tick.reports] == [now_ms + k * SUB_INTERVAL for k in range(6)]
+    # And every task due up to the last poll's reach (50 s + 20 s) went to an executor, the first two from the
+    # first poll (no executor arms them here: one still PENDING a poll later and due before the next is sent again)
+    assert sorted(set(dispatched(invoker))) == task_ids(7)
+    assert sorted(t["task_id"] for t in invoker.payloads[0]["tasks"]) == task_ids(2)
+    # And the invocation's counts are the sums of its polls'
+    assert tick.total("dispatched") == len(dispatched(invoker)) == sum(r.dispatched for r in tick.reports)
+    assert tick.total("candidates") == sum(r.candidates for r in tick.reports) > 7
+    assert tick.answer() == {"polls": [r.model_dump() for r in tick.reports]}
+
+
+def test_a_poll_that_overruns_its_interval_is_followed_at_once_and_the_loop_stops_before_the_deadline(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given polls every 10 s that take 12 s each (a poll that cannot keep up)
+    poller = sub_poller(dynamodb, settings, invoker)
+    invocation = Invocation(poller, now_ms, poll_s=12)
+    # When the invocation runs
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    # Then each poll follows the one before at once; the fifth ends at 60 s, past the deadline margin, so the
+    # sixth is not made
+    assert [at for at, _ in invocation.polled_at] == [0, 12_000, 24_000, 36_000, 48_000]
+    assert len(tick.reports) == 5
+    assert "sub-poll 6 of 6 not made" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("timeout_ms", "polls"), [(50_000 + DEADLINE_MARGIN_MS, 6), (50_000 + DEADLINE_MARGIN_MS - 1, 5)]
+)
+def test_a_sub_poll_is_made_only_when_its_instant_leaves_the_deadline_margin(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int, timeout_ms: int, polls: int
+) -> None:
+    # Given an invocation whose last sub-poll (at 50 s) leaves exactly the deadline margin, or a millisecond less
+    poller = sub_poller(dynamodb, settings, invoker)
+    invocation = Invocation(poller, now_ms, timeout_ms=timeout_ms)
+    # When it runs  Then it makes that sub-poll only when the margin is left at its instant
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    assert len(tick.reports) == polls
+
+
+def test_the_scheduled_tick_fans_out_once_and_each_invocation_loops_its_own_groups(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int
+) -> None:
+    # Given two poll groups polled every 10 s
+    poller = sub_poller(dynamodb, settings, invoker, groups=2)
+    started: list[PollGroupEvent] = []
+    scheduled = Invocation(poller, now_ms)
+    # When the scheduled tick's invocation runs
+    tick = run_tick(poller, TICK, now_ms, scheduled.remaining_ms, started.append, scheduled.clock)
+    # Then it started group 1's poller once, and polled group 0 six times
+    assert [e.poll_group for e in started] == [1]
+    assert scheduled.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)] and len(tick.reports) == 6
+    # When group 1's invocation runs  Then it polls group 1 six times, starting nothing
+    group = Invocation(poller, now_ms + 40)
+    own = run_tick(poller, started[0], now_ms + 40, group.remaining_ms, started.append, group.clock)
+    assert group.polled_at == [(k * SUB_INTERVAL, 1) for k in range(6)] and len(started) == 1
+    assert [r.group for r in own.reports] == [1] * 6
+    # And between them every task due within the last polls' reach went to an executor
+    assert sorted(set(dispatched(invoker))) == task_ids(7)
+
+
+def test_a_late_group_polled_by_the_scheduled_tick_is_polled_at_each_of_its_sub_polls(
+    dynamodb: Any, settings: Settings, invoker: RecordingInvoker, now_ms: int
+) -> None:
+    # Given two poll groups polled every 10 s, a first invocation whose group 1 poller never ran
+    poller = sub_poller(dynamodb, settings, invoker, groups=2)
+    first = Invocation(poller, now_ms)
+    run_tick(poller, TICK, now_ms, first.remaining_ms, lambda e: None, first.clock)
+    # When the next tick's invocation runs, group 1's poller lost again
+    later = now_ms + SCHEDULE_PERIOD_MS
+    second = Invocation(poller, later)
+    tick = run_tick(poller, TICK, later, second.remaining_ms, lambda e: None, second.clock)
+    # Then it polls group 1 too, after group 0, at each sub-poll, and counts it late once
+    assert [r.group for r in tick.reports] == [0, 1] * 6
+    assert tick.total("groups_late") == 1

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from template_tools import SUB_VARIABLE, sub_text, substitute
 
-from punctual.polling.poller import DEADLINE_MARGIN_MS
+from punctual.polling.tick import DEADLINE_MARGIN_MS
 from punctual.runtime import metrics
 
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName", "AWS::URLSuffix"}
@@ -95,7 +95,9 @@ def test_the_dashboard_body_is_json_whose_placeholders_exist(
     # Given the DashboardBody Fn::Sub  Then it is valid JSON once substituted, and each ${X} / ${X.Attr} names
     # a resource, a parameter or a pseudo parameter
     assert dashboard["widgets"]
-    known = set(cfn_resources) | set(cfn_template["Parameters"]) | PSEUDO_PARAMETERS
+    body = [r for r in cfn_resources.values() if r["Type"] == "AWS::CloudWatch::Dashboard"][0]["Properties"]
+    variables = body["DashboardBody"]["Fn::Sub"][1]  # the Sub's own variables
+    known = set(cfn_resources) | set(cfn_template["Parameters"]) | PSEUDO_PARAMETERS | set(variables)
     for variable in SUB_VARIABLE.findall(_dashboard_text(cfn_resources)):
         name = variable if variable.startswith("AWS::") else variable.split(".")[0]
         assert name in known, variable
@@ -323,22 +325,32 @@ def test_the_alarms_the_issue_asks_for(cfn_resources: dict[str, Any]) -> None:
         assert sorted(output["Expression"].split(" + ")) == sorted(f"FILL({i}, 0)" for i in ids)
 
 
-def test_the_poll_duration_alarm_follows_the_poller_timeout(
-    cfn_resources: dict[str, Any], dashboard: dict[str, Any]
+def test_the_poll_duration_alarm_follows_the_poller_timeout_and_its_polls(
+    cfn_resources: dict[str, Any], sam_template: dict[str, Any], dashboard: dict[str, Any]
 ) -> None:
-    # Given the poller's Timeout  Then its Duration alarm goes off at 80% of it, before a tick is cut short by its
-    # own deadline (timeout - DEADLINE_MARGIN_MS); the dashboard marks both the alarm and the timeout
+    # Given the poller's Timeout and each PollsPerMinute  Then its Duration alarm goes off when the invocation's last
+    # poll (it starts (polls - 1) intervals in) has used 80% of the time it has before the deadline margin: before a
+    # poll is cut short by it (timeout - DEADLINE_MARGIN_MS), and after the last poll starts
     timeout_ms = cfn_resources["PollerFunction"]["Properties"]["Timeout"] * 1000
     alarm = _alarm_on(cfn_resources, "AWS/Lambda", "Duration", {"FunctionName": "${PollerFunction}"})
     assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
-    assert alarm["Threshold"] == 0.8 * timeout_ms
-    assert alarm["Threshold"] < timeout_ms - DEADLINE_MARGIN_MS
+    lookup = {"Fn::FindInMap": ["PollCycles", {"Ref": "PollsPerMinute"}, "DurationAlarmMs"]}
+    assert alarm["Threshold"] == lookup
+    for polls in sam_template["Parameters"]["PollsPerMinute"]["AllowedValues"]:
+        cycle = sam_template["Mappings"]["PollCycles"][str(polls)]
+        last_poll_ms = (polls - 1) * cycle["IntervalMs"]
+        assert cycle["DurationAlarmMs"] == last_poll_ms + 0.8 * (timeout_ms - DEADLINE_MARGIN_MS - last_poll_ms)
+        assert last_poll_ms < cycle["DurationAlarmMs"] < timeout_ms - DEADLINE_MARGIN_MS
+    # ... and the dashboard marks both the alarm (the same lookup) and the timeout
+    body = [r for r in cfn_resources.values() if r["Type"] == "AWS::CloudWatch::Dashboard"][0]["Properties"]
+    assert body["DashboardBody"]["Fn::Sub"][1] == {"PollerDurationAlarmMs": lookup}
     (widget,) = [
         w
         for w in dashboard["widgets"]
         if w["type"] == "metric" and any("Duration" in row for row in w["properties"]["metrics"])
     ]
-    assert {a["value"] for a in widget["properties"]["annotations"]["horizontal"]} == {alarm["Threshold"], timeout_ms}
+    assert '"value": ${PollerDurationAlarmMs}' in _dashboard_text(cfn_resources)
+    assert {a["value"] for a in widget["properties"]["annotations"]["horizontal"]} == {0, timeout_ms}
 
 
 def test_the_fast_path_lag_alarm_follows_its_parameter(

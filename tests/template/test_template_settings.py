@@ -17,6 +17,7 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import MAX_MS
 from punctual.domain.model import MISFIRE_POLICIES, is_valid_task_id
+from punctual.polling.tick import sub_polls
 from punctual.runtime import metrics
 from punctual_tools.settings import LocalSettings
 
@@ -197,6 +198,9 @@ def _longest(sam_template: dict[str, Any], value: Any) -> int:
         return len(str(value))
     if "Fn::If" in value:  # [condition, if true, if false]
         return max(_longest(sam_template, branch) for branch in value["Fn::If"][1:])
+    if "Fn::FindInMap" in value:  # the longest value of the attribute over the map's keys
+        mapping, _, attribute = value["Fn::FindInMap"]
+        return max(len(str(entry[attribute])) for entry in sam_template["Mappings"][mapping].values())
     if "Fn::Sub" in value:  # each ${Name} at its longest, the literal text as it is
         text = sub_text(value)
         return len(SUB_VARIABLE.sub("", text)) + sum(
@@ -224,13 +228,42 @@ def test_the_tenant_map_fits_the_environment(sam_template: dict[str, Any], funct
     assert size + ALLOWLIST_BUDGET <= LAMBDA_ENVIRONMENT_BYTES, size
 
 
-def test_the_poll_interval_setting_is_the_poller_schedule(sam_template: dict[str, Any]) -> None:
-    # Given the poller's schedule  Then PUNCTUAL_POLL_INTERVAL_MS says the same (the fast-path flag and the
-    # poller's window depend on it)
+def _poll_interval_ms(sam_template: dict[str, Any], polls_per_minute: object) -> int:
+    """PUNCTUAL_POLL_INTERVAL_MS as CloudFormation resolves it for a PollsPerMinute (a Ref is a string)."""
+    lookup = _environment(sam_template, "PollerFunction")["PUNCTUAL_POLL_INTERVAL_MS"]["Fn::FindInMap"]
+    mapping, key, attribute = lookup
+    assert key == {"Ref": "PollsPerMinute"}
+    return int(sam_template["Mappings"][mapping][str(polls_per_minute)][attribute])
+
+
+def test_the_poll_interval_setting_is_the_poller_schedule_over_polls_per_minute(sam_template: dict[str, Any]) -> None:
+    # Given the poller's schedule and each value PollsPerMinute allows
     schedule = sam_template["Resources"]["PollerFunction"]["Properties"]["Events"]["EveryMinute"]["Properties"]
     assert schedule["Schedule"] == "rate(1 minute)"
-    for function in FUNCTIONS:
-        assert int(_environment(sam_template, function)["PUNCTUAL_POLL_INTERVAL_MS"]) == 60_000
+    allowed = sam_template["Parameters"]["PollsPerMinute"]["AllowedValues"]
+    assert allowed == [1, 2, 3, 4, 5, 6] and sam_template["Parameters"]["PollsPerMinute"]["Default"] == 1
+    # Then PUNCTUAL_POLL_INTERVAL_MS is the minute divided by it, which the poller polls that many times in
+    for polls in allowed:
+        interval = _poll_interval_ms(sam_template, polls)
+        assert interval == 60_000 // polls
+        assert sub_polls(Settings(poll_interval_ms=interval, lead_ms=interval + 10_000)) == polls
+    # And every function, the poller and the fast path above all (which leaves to the next poll what it dispatches
+    # in time), reads the same lookup: no function overrides it
+    values = {json.dumps(_environment(sam_template, f)["PUNCTUAL_POLL_INTERVAL_MS"]) for f in FUNCTIONS}
+    assert len(values) == 1
+    for function in ("PollerFunction", "FastPathFunction"):
+        own = sam_template["Resources"][function]["Properties"].get("Environment", {}).get("Variables", {})
+        assert "PUNCTUAL_POLL_INTERVAL_MS" not in own
+
+
+def test_the_least_lead_covers_the_shortest_poll_interval(sam_template: dict[str, Any]) -> None:
+    # Given LeadMs's least value and the shortest poll interval (six polls a minute)  Then the settings accept the
+    # pair, and not a millisecond less lead: LeadMs's MinValue is the bound the cold start checks
+    interval = _poll_interval_ms(sam_template, 6)
+    least = sam_template["Parameters"]["LeadMs"]["MinValue"]
+    assert Settings(poll_interval_ms=interval, lead_ms=least).lead_ms == least
+    with pytest.raises(ValueError, match="must be at least poll_interval_ms"):
+        Settings(poll_interval_ms=interval, lead_ms=least - 1)
 
 
 def test_powertools_writes_where_the_dashboard_reads(sam_template: dict[str, Any]) -> None:
@@ -252,6 +285,10 @@ def test_every_accepted_parameter_value_is_a_valid_setting(sam_template: dict[st
             if parameter["Type"] == "Number" and bound in parameter:
                 env[name] = str(parameter[bound])
     assert len(env) >= 4
+    # ... the poll interval at the PollsPerMinute a lead at that bound pairs with (the least lead: the most polls)
+    allowed = parameters["PollsPerMinute"]["AllowedValues"]
+    polls = {"Default": parameters["PollsPerMinute"]["Default"], "MinValue": max(allowed), "MaxValue": min(allowed)}
+    env["PUNCTUAL_POLL_INTERVAL_MS"] = str(_poll_interval_ms(sam_template, polls[bound]))
     Settings.from_env(env, table_name="punctual-tasks")
 
 

@@ -46,7 +46,7 @@ SAMPLES = {
     "region": "eu-west-1",
     "endpoint_url": "http://localhost:8000",
     "shard_count": "16",
-    "lead_ms": "60000",
+    "lead_ms": "75000",
     "poll_interval_ms": "30000",
     "fast_path_margin_ms": "5000",
     "executor_lease_ms": "30000",
@@ -165,6 +165,23 @@ def test_poll_groups_must_divide_the_shard_count() -> None:
         Settings.from_env({"PUNCTUAL_POLL_GROUPS": "3"})
     # (CloudFormation's rules cannot divide: a deploy that breaks it fails the poller's cold start, with this message)
     assert info.value.names == ("PUNCTUAL_POLL_GROUPS", "PUNCTUAL_SHARD_COUNT")
+
+
+@pytest.mark.parametrize(("interval", "margin", "lead"), [(60_000, 10_000, 70_000), (10_000, 10_000, 20_000)])
+def test_the_lead_must_cover_a_poll_interval_and_the_fast_path_margin(interval: int, margin: int, lead: int) -> None:
+    # Given a poll interval and a fast-path margin  Then a lead of their sum is accepted, one ms less is refused
+    # with the three settings named (a task the poll dispatches could otherwise go out less than the margin ahead)
+    def env(lead_ms: int) -> dict[str, str]:
+        return {
+            "PUNCTUAL_POLL_INTERVAL_MS": str(interval),
+            "PUNCTUAL_FAST_PATH_MARGIN_MS": str(margin),
+            "PUNCTUAL_LEAD_MS": str(lead_ms),
+        }
+
+    assert Settings.from_env(env(lead)).lead_ms == lead
+    with pytest.raises(SettingsError, match=rf"lead_ms \({lead - 1}\) must be at least poll_interval_ms") as info:
+        Settings.from_env(env(lead - 1))
+    assert info.value.names == ("PUNCTUAL_LEAD_MS", "PUNCTUAL_POLL_INTERVAL_MS", "PUNCTUAL_FAST_PATH_MARGIN_MS")
 
 
 def test_every_bad_variable_is_named() -> None:

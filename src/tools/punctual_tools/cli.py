@@ -132,7 +132,12 @@ def _stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webh
     from punctual_tools.local.stack import StackConfig
     from punctual_tools.settings import LocalSettings
 
-    overrides = {"shard_count": args.shards, "table_name": args.table, "profile": getattr(args, "profile", None)}
+    overrides = {
+        "shard_count": args.shards,
+        "table_name": args.table,
+        "lead_ms": args.lead_ms,
+        "profile": getattr(args, "profile", None),
+    }
     if demo_webhooks:
         local = LocalSettings.from_env()
         if not loopback_allowed(local.allowed_targets, local.receiver_port):
@@ -824,6 +829,14 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="seconds between two polls of the due index (ticks aligned to the clock); a task written due "
             "sooner than this + 10 s goes by the stream fast path instead",
+        )
+        p.add_argument(
+            "--lead-ms",
+            type=int,
+            default=None,
+            metavar="MS",
+            help="how far ahead of now a poll dispatches tasks, at least the poll interval + 10 s (default "
+            "PUNCTUAL_LEAD_MS, or 90000; e.g. 20000 with --poll-interval 10)",
         )
         p.add_argument(
             "--shards",

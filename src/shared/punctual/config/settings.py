@@ -250,6 +250,21 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _lead_covers_a_poll_interval(self) -> Self:
+        # A task not flagged for the fast path is due at least poll interval + margin after it was written; the first
+        # poll that reaches it comes at most a poll interval after it is due - lead. It is dispatched the fast-path
+        # margin (the time a poll needs to dispatch it) before it is due only if lead >= interval + margin.
+        if self.lead_ms < self.poll_interval_ms + self.fast_path_margin_ms:
+            raise PydanticCustomError(  # its context's "fields": from_env names their variables
+                "value_error",
+                f"lead_ms ({self.lead_ms}) must be at least poll_interval_ms ({self.poll_interval_ms}) + "
+                f"fast_path_margin_ms ({self.fast_path_margin_ms}): a poll dispatches a task at most a poll interval "
+                "after it comes within the lead, and must do so the margin before it is due",
+                {"fields": ("lead_ms", "poll_interval_ms", "fast_path_margin_ms")},
+            )
+        return self
+
+    @model_validator(mode="after")
     def _groups_divide_shards(self) -> Self:
         if self.shard_count % self.poll_groups:
             raise PydanticCustomError(  # its context's "fields": from_env names their variables

@@ -17,9 +17,7 @@ poll has not started since the tick before (:func:`late_groups`), and a poll cou
 PENDING (not armed) and sends them again before they would fire late, unless their batch shows progress
 (:mod:`punctual.polling.sent`).
 
-:func:`run_tick` is one invocation of the poller function: the scheduled tick fans out over the poll groups (one
-invocation of the function per other group, :class:`~punctual.domain.events.PollGroupEvent`), a group's invocation polls
-its group, and both stop ``DEADLINE_MARGIN_MS`` before the invocation's deadline.
+One invocation of the poller function, its sub-polls and its deadline: :mod:`punctual.polling.tick`.
 """
 
 from __future__ import annotations
@@ -30,12 +28,10 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 from punctual.config.cpu_share import QUOTA_PERIOD_MS
 from punctual.config.settings import Settings
-from punctual.domain.events import BatchEvent, BatchTask, DispatchReport, PollGroupEvent, PollReport
+from punctual.domain.events import BatchEvent, BatchTask, DispatchReport, PollReport
 from punctual.domain.model import Candidate, TaskStatus
 from punctual.domain.tenancy import interleave_by_tenant
 from punctual.errors import UndecodableItemError
@@ -48,7 +44,6 @@ from punctual.stores.ports import Store
 log = logging.getLogger(__name__)
 
 INVOKE_THREADS = 8  # async invocations in flight at once
-DEADLINE_MARGIN_MS = 5_000  # a tick stops dispatching this long before its invocation's deadline
 
 
 def make_batches(
@@ -413,84 +408,3 @@ class Poller:
             undispatched=sent["skipped"],
             recovered=sum(1 for c in candidates if c.status is not TaskStatus.PENDING),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledTick:
-    """The scheduled rule's event, as a tick needs it: its ``id`` (the logs' correlation id) and ``time``."""
-
-    id: str
-    time: str
-
-
-@dataclass(frozen=True, slots=True)
-class TickReport:
-    """What one invocation of the poller did: the reports of the groups it polled, in order (none: it ignored its
-    event)."""
-
-    reports: tuple[PollReport, ...]
-
-    @property
-    def ignored(self) -> bool:
-        return not self.reports
-
-    def total(self, field: str) -> int:
-        """The sum of ``field`` (a count of :class:`~punctual.domain.events.PollReport`) over the groups polled."""
-        return sum(int(getattr(report, field)) for report in self.reports)
-
-    def answer(self) -> dict[str, Any]:
-        """The function's answer: the one group's report, ``{"groups": [...]}`` for several, ``{"ignored": True}``."""
-        if self.ignored:
-            return {"ignored": True}
-        if len(self.reports) == 1:
-            return self.reports[0].model_dump()
-        return {"groups": [report.model_dump() for report in self.reports]}
-
-
-def run_tick(
-    poller: Poller,
-    trigger: ScheduledTick | PollGroupEvent,
-    now_ms: int,
-    remaining_ms: Callable[[], int],
-    start_group: Callable[[PollGroupEvent], None],
-) -> TickReport:
-    """One invocation of the poller function at ``now_ms``.
-
-    Parameters
-    ----------
-    poller:
-        The poller service.
-    trigger:
-        The scheduled event (poll every group: each other group's poller is started with ``start_group``, see
-        :meth:`Poller.poll_all_groups`), or a group's event from such a tick (poll that group; an event sent
-        under another number of groups is ignored: the next scheduled tick covers every group).
-    now_ms:
-        The tick's instant.
-    remaining_ms:
-        How long the invocation may still run; dispatching stops once less than ``DEADLINE_MARGIN_MS`` is left
-        (what is left is found by the next tick).
-    start_group:
-        Starts the poller of one other group (in AWS: an async invoke of this function with the event).
-    """
-
-    def out_of_time() -> bool:
-        return remaining_ms() < DEADLINE_MARGIN_MS
-
-    groups = poller.settings.poll_groups
-    if isinstance(trigger, PollGroupEvent):
-        if trigger.poll_groups != groups or trigger.poll_group >= groups:
-            log.warning(
-                "poll group %d of %d ignored: this function polls %d groups",
-                trigger.poll_group,
-                trigger.poll_groups,
-                groups,
-            )
-            return TickReport(())
-        return TickReport((poller.poll(now_ms, out_of_time, group=trigger.poll_group),))
-
-    scheduled: ScheduledTick = trigger
-
-    def start(group: int) -> None:
-        start_group(PollGroupEvent(id=scheduled.id, time=scheduled.time, poll_group=group, poll_groups=groups))
-
-    return TickReport(tuple(poller.poll_all_groups(now_ms, start, out_of_time)))

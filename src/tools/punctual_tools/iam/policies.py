@@ -280,6 +280,9 @@ class _Resolver:
                     return self.resolve(arg[1])[int(self.resolve(arg[0]))]
                 if fn == "Fn::Split":
                     return str(self.resolve(arg[1])).split(arg[0])
+                if fn == "Fn::FindInMap":  # CloudFormation looks its keys up as strings: !Ref PollsPerMinute is "1"
+                    mapping, top, second = (_text(self.resolve(a)) for a in arg)
+                    return self.template["Mappings"][mapping][top][second]
                 if fn == "Fn::Equals":  # CloudFormation compares strings: !Equals [!Ref PollGroups, 1]
                     return _text(self.resolve(arg[0])) == _text(self.resolve(arg[1]))
                 if fn == "Fn::Not":

@@ -207,8 +207,9 @@ def wait_ready(home: Path, timeout_s: float) -> dict[str, Any] | None:
 
 def client_settings(state: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a client of a running stack takes from its state file: where the table is, and how the stack
-    polls (its poll interval and fast-path margin decide which tasks a write flags for the fast path)."""
-    names = ("endpoint_url", "table_name", "shard_count", "poll_interval_ms", "fast_path_margin_ms")
+    polls (its poll interval and fast-path margin decide which tasks a write flags for the fast path; its lead covers
+    them)."""
+    names = ("endpoint_url", "table_name", "shard_count", "lead_ms", "poll_interval_ms", "fast_path_margin_ms")
     return {name: state[name] for name in names if name in state}
 
 
@@ -585,6 +586,7 @@ class LocalStack:
             "endpoint_url": self.settings.endpoint_url,
             "table_name": self.settings.table_name,
             "shard_count": self.settings.shard_count,
+            "lead_ms": self.settings.lead_ms,
             "poll_interval_ms": self.settings.poll_interval_ms,
             "fast_path_margin_ms": self.settings.fast_path_margin_ms,
             "fast_path": self.config.fast_path,

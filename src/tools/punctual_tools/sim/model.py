@@ -26,7 +26,8 @@ import simpy
 
 from punctual.config.cpu_share import fires_per_period
 from punctual.domain.model import Candidate, TaskStatus
-from punctual.polling.poller import DEADLINE_MARGIN_MS, INVOKE_THREADS, make_batches
+from punctual.polling.poller import INVOKE_THREADS, make_batches
+from punctual.polling.tick import DEADLINE_MARGIN_MS
 from punctual_tools.cost import pricing
 from punctual_tools.cost.coldstart import init_seconds
 from punctual_tools.sim.components import AsyncQueue, ScalingRate, WriteBucket, admit_write, cpu_share, fire_times
