@@ -181,6 +181,22 @@ def floor_spread_lines(report: Mapping[str, Any]) -> list[str]:
 
 
 # -- the drift page ------------------------------------------------------------------------------------------
+def poll_cycle_lines(report: dict[str, Any]) -> list[str]:
+    """The run's poll cycle (the template's `PollsPerMinute` and `LeadMs` it stands for), when the run recorded it.
+
+    >>> poll_cycle_lines({"args": {"poll_interval": 10.0, "lead_ms": 20000}})
+    ['- poll cycle: a poll every 10 s, lead 20 s (executors invoked 10 to 20 s before their tasks)']
+    """
+    args = report.get("args") or {}
+    if "poll_interval" not in args or args.get("lead_ms") is None:
+        return []
+    interval, lead = float(args["poll_interval"]), int(args["lead_ms"]) / 1000
+    return [
+        f"- poll cycle: a poll every {interval:g} s, lead {lead:g} s (executors invoked {lead - interval:g} to "
+        f"{lead:g} s before their tasks)"
+    ]
+
+
 def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
     """``make bench``'s page: where and what ran, each floor and phase, the verdicts, the CDF of every phase."""
     profile = report["profile"]
@@ -192,6 +208,7 @@ def drift_page_lines(report: dict[str, Any], picture: str | None) -> list[str]:
         "",
         f"- machine: {report['machine']}; commit: {report.get('commit') or 'unknown'}",
         f"- {footing(report)}",
+        *poll_cycle_lines(report),
         f"- load average (1 min) before {report['load_avg_before'][0]:.2f}, after {report['load_avg_after'][0]:.2f}",
         "- drift = the action's start − due (ms); webhooks: arrival at a loopback receiver − due",
         f"- every task fired exactly once: {'yes' if report.get('complete') else '**no**'}",

@@ -145,7 +145,7 @@ def test_a_lever_that_cannot_be_set_is_a_clear_error(
     [
         ["--polls-per-minute", "7"],
         ["--polls-per-minute", "0"],
-        ["--lead-ms", "4999"],
+        ["--lead-ms", "19999"],
         ["--capacity", "reserved"],
         ["--utilization", "95"],
         ["--batch-size", "901"],
@@ -185,3 +185,13 @@ def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_mo
     assert isinstance(ceiling, int) and ceiling >= big.capacity.table_writes / 0.7
     on_demand = make_plan(2_000)
     assert not {"TableMaxWriteCapacity", "TableBillingMode"} & set(on_demand.overrides())
+
+
+def test_the_precision_line_reads_the_drift_benchmark_run_at_the_levers_cycle() -> None:
+    levers = pages.CHEAPEST_WITHOUT_COMMITMENT
+    verdicts = [{"name": "system/steady", "ratio_met": True}, {"name": "cold", "ratio_met": False}]
+    at_cycle = {"args": {"poll_interval": 10.0, "lead_ms": 20000}, "verdicts": verdicts, "commit": "abc1234"}
+    line = pages.precision_line(levers, at_cycle)
+    assert "met 1 of 2 ratio targets; missed: cold." in line and "abc1234" in line
+    elsewhere = {"args": {"poll_interval": 10.0, "lead_ms": 90000}, "verdicts": verdicts}
+    assert "not measured" in pages.precision_line(levers, elsewhere)

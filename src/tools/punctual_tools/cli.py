@@ -1126,7 +1126,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--lead-ms",
-        type=_number(5_000, 180_000, int),
+        type=_number(20_000, 180_000, int),
         default=None,
         metavar="MS",
         help="how far ahead the poller dispatches (LeadMs; default the template's); at least the poll interval "

@@ -4,8 +4,11 @@ the same figures for any one rate). :mod:`punctual_tools.docgen` writes them bet
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
+from punctual.stores.dynamodb.schema import find_template
 from punctual_tools.cost.pricing import (
     MONTH_S,
     STEP_FUNCTIONS_PER_TRANSITION_USD,
@@ -218,5 +221,34 @@ def levers_block() -> list[str]:
         f"${free.bill.usd_per_million - TARGET_USD_PER_MILLION:.2f} ({verdict:.1f}×)**, of which DynamoDB is "
         f"${(free.bill.lines['DynamoDB writes'] + free.bill.lines['DynamoDB reads']) / (free.bill.tasks / 1e6):.2f}: "
         f"{free.capacity.writes / rate:.1f} write units a task.",
+        "",
+        precision_line(CHEAPEST_WITHOUT_COMMITMENT),
     ]
     return lines
+
+
+DRIFT_PAGE = "benchmarks/drift-lambda.md"  # the drift benchmark's Lambda profile: executors at 256 MB's CPU
+
+
+def precision_line(levers: Levers, report: dict[str, Any] | None = None) -> str:
+    """What the drift benchmark's published Lambda-profile run says of precision at the levers' poll cycle (its JSON
+    beside the page), or that it was not run at that cycle."""
+    if report is None:
+        path = find_template().parent / "docs" / DRIFT_PAGE.replace(".md", ".json")
+        report = json.loads(path.read_text(encoding="utf-8"))
+    args = report.get("args") or {}
+    interval, lead = 60 / levers.polls_per_minute, levers.lead_s
+    ran = (args.get("poll_interval"), args.get("lead_ms"))
+    if lead is None or ran != (interval, lead * 1000):
+        return (
+            f"**Precision at this poll cycle:** not measured: the published drift benchmark ran with a poll every "
+            f"{ran[0]} s and " + (f"a lead of {ran[1] / 1000:g} s." if ran[1] else "the settings' default lead.")
+        )
+    verdicts = report.get("verdicts") or []
+    ratio_met = sum(1 for v in verdicts if v.get("ratio_met"))
+    missed = [v["name"] for v in verdicts if not v.get("ratio_met")]
+    return (
+        f"**Precision at this poll cycle** (a poll every {interval:g} s, lead {lead:g} s): the drift benchmark's "
+        f"[Lambda profile]({DRIFT_PAGE}) (executors at 256 MB's CPU, commit {report.get('commit')}) met "
+        f"{ratio_met} of {len(verdicts)} ratio targets" + (f"; missed: {', '.join(missed)}." if missed else ".")
+    )
