@@ -644,6 +644,12 @@ def main() -> int:
         help="how far ahead of now the local stack's poller dispatches (ms; at least the poll interval + the "
         "fast-path margin, e.g. 20000 with --poll-interval 10)",
     )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=Settings().max_batch_size,
+        help="the most tasks the poller puts into one executor's batch (the template's ExecutorBatchSize, 1 to 900)",
+    )
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object (last line)")
     parser.add_argument(
         "--publish",
@@ -758,6 +764,7 @@ def main() -> int:
                 "ntp_server": None,
                 "allowed_targets": "127.0.0.1",
                 "lead_ms": args.lead_ms,
+                "max_batch_size": args.max_batch_size,
                 "profile": args.profile,
                 "realtime_firing": args.realtime,
             },

@@ -184,16 +184,17 @@ def floor_spread_lines(report: Mapping[str, Any]) -> list[str]:
 def poll_cycle_lines(report: dict[str, Any]) -> list[str]:
     """The run's poll cycle (the template's `PollsPerMinute` and `LeadMs` it stands for), when the run recorded it.
 
-    >>> poll_cycle_lines({"args": {"poll_interval": 10.0, "lead_ms": 20000}})
-    ['- poll cycle: a poll every 10 s, lead 20 s (executors invoked 10 to 20 s before their tasks)']
+    >>> print(*poll_cycle_lines({"args": {"poll_interval": 10.0, "lead_ms": 20000, "max_batch_size": 900}}))
+    - poll cycle: a poll every 10 s, lead 20 s (executors invoked 10 to 20 s before their tasks), batches of up to 900
     """
     args = report.get("args") or {}
     if "poll_interval" not in args or args.get("lead_ms") is None:
         return []
     interval, lead = float(args["poll_interval"]), int(args["lead_ms"]) / 1000
+    batches = f", batches of up to {args['max_batch_size']}" if args.get("max_batch_size") else ""
     return [
         f"- poll cycle: a poll every {interval:g} s, lead {lead:g} s (executors invoked {lead - interval:g} to "
-        f"{lead:g} s before their tasks)"
+        f"{lead:g} s before their tasks){batches}"
     ]
 
 

@@ -190,7 +190,11 @@ def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_mo
 def test_the_precision_line_reads_the_drift_benchmark_run_at_the_levers_cycle() -> None:
     levers = pages.CHEAPEST_WITHOUT_COMMITMENT
     verdicts = [{"name": "system/steady", "ratio_met": True}, {"name": "cold", "ratio_met": False}]
-    at_cycle = {"args": {"poll_interval": 10.0, "lead_ms": 20000}, "verdicts": verdicts, "commit": "abc1234"}
+    at_cycle = {
+        "args": {"poll_interval": 10.0, "lead_ms": 20000, "max_batch_size": 900},
+        "verdicts": verdicts,
+        "commit": "abc1234",
+    }
     line = pages.precision_line(levers, at_cycle)
     assert "met 1 of 2 ratio targets; missed: cold." in line and "abc1234" in line
     elsewhere = {"args": {"poll_interval": 10.0, "lead_ms": 90000}, "verdicts": verdicts}

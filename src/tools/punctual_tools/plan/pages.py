@@ -220,7 +220,8 @@ def levers_block() -> list[str]:
         + f"Without a commitment, the levers bring it to ${free.bill.usd_per_million:.2f}: **missed by "
         f"${free.bill.usd_per_million - TARGET_USD_PER_MILLION:.2f} ({verdict:.1f}×)**, of which DynamoDB is "
         f"${(free.bill.lines['DynamoDB writes'] + free.bill.lines['DynamoDB reads']) / (free.bill.tasks / 1e6):.2f}: "
-        f"{free.capacity.writes / rate:.1f} write units a task.",
+        f'{free.capacity.writes / rate:.1f} write units a task. The lever left is that count ("Fewer write units a '
+        'task: not taken", above).',
         "",
         precision_line(CHEAPEST_WITHOUT_COMMITMENT),
     ]
@@ -239,6 +240,11 @@ def precision_line(levers: Levers, report: dict[str, Any] | None = None) -> str:
     args = report.get("args") or {}
     interval, lead = 60 / levers.polls_per_minute, levers.lead_s
     ran = (args.get("poll_interval"), args.get("lead_ms"))
+    batch_note = (
+        ""
+        if args.get("max_batch_size") == levers.batch_size
+        else f" (its batches: up to {args.get('max_batch_size') or 'the default'})"
+    )
     if lead is None or ran != (interval, lead * 1000):
         return (
             f"**Precision at this poll cycle:** not measured: the published drift benchmark ran with a poll every "
@@ -250,5 +256,6 @@ def precision_line(levers: Levers, report: dict[str, Any] | None = None) -> str:
     return (
         f"**Precision at this poll cycle** (a poll every {interval:g} s, lead {lead:g} s): the drift benchmark's "
         f"[Lambda profile]({DRIFT_PAGE}) (executors at 256 MB's CPU, commit {report.get('commit')}) met "
-        f"{ratio_met} of {len(verdicts)} ratio targets" + (f"; missed: {', '.join(missed)}." if missed else ".")
+        f"{ratio_met} of {len(verdicts)} ratio targets{batch_note}"
+        + (f"; missed: {', '.join(missed)}." if missed else ".")
     )
