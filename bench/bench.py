@@ -650,6 +650,13 @@ def main() -> int:
         default=Settings().max_batch_size,
         help="the most tasks the poller puts into one executor's batch (the template's ExecutorBatchSize, 1 to 900)",
     )
+    parser.add_argument(
+        "--page",
+        default=None,
+        help="with --publish: publish as docs/benchmarks/drift-<PAGE>.md instead of the profile's page (a run at "
+        "other settings, e.g. lambda-levers); the README keeps the profile's",
+    )
+    parser.add_argument("--page-title", default=None, help="with --page: what the page's title adds")
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object (last line)")
     parser.add_argument(
         "--publish",
@@ -958,6 +965,7 @@ def main() -> int:
             print(f"  {path}")
     hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
     report = {
+        **({"page": args.page, "page_title": args.page_title} if args.page else {}),
         "machine": machine,
         "commit": git_commit(),
         "run_dir": str(work),

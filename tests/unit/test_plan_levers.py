@@ -195,7 +195,19 @@ def test_the_precision_line_reads_the_drift_benchmark_run_at_the_levers_cycle() 
         "verdicts": verdicts,
         "commit": "abc1234",
     }
-    line = pages.precision_line(levers, at_cycle)
+    reference = {"verdicts": [{"name": "system/steady", "ratio_met": True}, {"name": "cold", "ratio_met": False}]}
+    line = pages.precision_line(levers, at_cycle, reference)
     assert "met 1 of 2 ratio targets; missed: cold." in line and "abc1234" in line
+    assert "not met with these levers" not in line  # cold was missed at the default settings too
     elsewhere = {"args": {"poll_interval": 10.0, "lead_ms": 90000}, "verdicts": verdicts}
-    assert "not measured" in pages.precision_line(levers, elsewhere)
+    assert "not measured" in pages.precision_line(levers, elsewhere, reference)
+
+
+def test_a_target_the_default_settings_met_and_the_levers_miss_is_named() -> None:
+    levers = pages.CHEAPEST_WITHOUT_COMMITMENT
+    args = {"poll_interval": 10.0, "lead_ms": 20000, "max_batch_size": 900}
+    burst = {"name": "system/burst", "ratio_met": False, "value": 5774.1, "ratio": 35.0}
+    reference = {"commit": "old1234", "verdicts": [{"name": "system/burst", "ratio_met": True}]}
+    line = pages.precision_line(levers, {"args": args, "verdicts": [burst]}, reference)
+    assert "system/burst p99 5,774.1 ms (35.0× its floor)" in line
+    assert "**The precision targets are not met with these levers**" in line

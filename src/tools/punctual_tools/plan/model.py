@@ -216,7 +216,7 @@ def defaults(template_path: str | None = None, scale_json: str | None = None) ->
         executor_mb=memory_mb("ExecutorFunction", 256, template_path),
         poller_mb=memory_mb("PollerFunction", 512, template_path),
         max_write_capacity=int(template_param("TableMaxWriteCapacity", 4_000, template_path)),
-        max_read_capacity=int(template_param("TableMaxReadCapacity", 40_000, template_path)),
+        max_read_capacity=int(template_param("TableMaxReadCapacity", 4_000, template_path)),
         poller_timeout_s=float(poller.get("Timeout", 55)),
         fast_path_margin_s=fields["fast_path_margin_ms"].default / 1000,
         fire_cpu_us=float(fields["fire_cpu_us"].default),
