@@ -211,3 +211,14 @@ def test_a_target_the_default_settings_met_and_the_levers_miss_is_named() -> Non
     line = pages.precision_line(levers, {"args": args, "verdicts": [burst]}, reference)
     assert "system/burst p99 5,774.1 ms (35.0× its floor)" in line
     assert "**The precision targets are not met with these levers**" in line
+
+
+def test_each_levers_flags_parse_back_to_the_same_levers(capsys: pytest.CaptureFixture[str]) -> None:
+    import doctest
+
+    assert doctest.testmod(model).failed == 0
+    for _, levers in pages.LEVER_STEPS:
+        got = plan_json(capsys, "--rate", "38.58", *levers.flags())["levers"]
+        assert got["polls_per_minute"] == levers.polls_per_minute
+        assert got["capacity"] == levers.capacity and got["reserved"] == levers.reserved
+        assert got["arch"] == levers.arch and got["utilization"] == pytest.approx(levers.utilization)

@@ -168,6 +168,24 @@ class Levers:
         if not 1 <= self.api_tasks_per_call <= API_BATCH_MAX:
             raise ValueError(f"tasks an API call carries must be 1 to {API_BATCH_MAX}, not {self.api_tasks_per_call}")
 
+    def flags(self) -> list[str]:
+        """The ``punctual plan`` flags that give these levers (none for the defaults).
+
+        >>> Levers(polls_per_minute=6, lead_s=20, capacity="provisioned").flags()
+        ['--polls-per-minute', '6', '--lead-ms', '20000', '--capacity', 'provisioned']
+        """
+        wanted = (
+            ("--polls-per-minute", self.polls_per_minute, 1),
+            ("--lead-ms", None if self.lead_s is None else round(self.lead_s * 1000), None),
+            ("--batch-size", self.batch_size, None),
+            ("--capacity", self.capacity, "on-demand"),
+            ("--utilization", round(self.utilization * 100), 70),
+            ("--reserved", self.reserved, "none"),
+            ("--arch", self.arch, "arm64"),
+            ("--api-batch", self.api_tasks_per_call, 1),
+        )
+        return [part for flag, value, default in wanted if value != default for part in (flag, str(value))]
+
     def apply(self, d: Defaults) -> Defaults:
         """The defaults with this poll cycle: the interval from the polls a minute, the lead if one is given (at
         least the interval plus the fast path's margin, as the settings require)."""

@@ -93,48 +93,36 @@ LEVERS_BLOCK = "levers"
 VOLUMES = (1e6, 100e6, 1e9)  # tasks a month
 PAYLOADS_KB = (0.2, 1.0, 4.0)
 TARGET_VOLUME, TARGET_PAYLOAD_KB, TARGET_USD_PER_MILLION = 100e6, 1.0, 1.0
-# The levers in the order they are taken, each with the ones above it: (label, plan flags, levers).
+# The levers in the order they are taken, each with the ones above it: (label, levers); the page prints each
+# row's `punctual plan` flags (Levers.flags).
 SHORT_POLLS = {"polls_per_minute": 6, "lead_s": 20.0}
 PROVISIONED = {**SHORT_POLLS, "batch_size": 900, "capacity": "provisioned"}
-LEVER_STEPS: tuple[tuple[str, str, Levers], ...] = (
-    ("the template's defaults, x86_64 functions (what Graviton saves)", "--arch x86_64", Levers(arch="x86_64")),
-    ("the template's defaults (arm64, on demand, a poll a minute, lead 90 s)", "", Levers()),
+LEVER_STEPS: tuple[tuple[str, Levers], ...] = (
+    ("the template's defaults, x86_64 functions (what Graviton saves)", Levers(arch="x86_64")),
+    ("the template's defaults (arm64, on demand, a poll a minute, lead 90 s)", Levers()),
     (
         "or, keeping the template's poll cycle, provisioned capacity alone (`TableBillingMode=PROVISIONED`, auto "
         "scaling at 70 %)",
-        "--capacity provisioned",
         Levers(capacity="provisioned"),
     ),
     (
         "instead, 6 polls a minute, lead 20 s (`PollsPerMinute=6 LeadMs=20000`; the poller at 256 MB)",
-        "--polls-per-minute 6 --lead-ms 20000",
         Levers(**SHORT_POLLS),  # type: ignore[arg-type]
     ),
-    (
-        "and batches of up to 900 (`ExecutorBatchSize=900`)",
-        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900",
-        Levers(**SHORT_POLLS, batch_size=900),  # type: ignore[arg-type]
-    ),
+    ("and batches of up to 900 (`ExecutorBatchSize=900`)", Levers(**SHORT_POLLS, batch_size=900)),  # type: ignore[arg-type]
     (
         "and provisioned capacity, auto scaling at 70 % (`TableBillingMode=PROVISIONED`)",
-        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned",
         Levers(**PROVISIONED),  # type: ignore[arg-type]
     ),
     (
         "or, instead, auto scaling at 90 % (`TableTargetUtilization=90`: less room for a burst)",
-        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --utilization 90",
         Levers(**PROVISIONED, utilization=0.9),  # type: ignore[arg-type]
     ),
     (
         "or at 70 % with a 1-year reservation of the capacity (a purchase: about 54 % off)",
-        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --reserved 1y",
         Levers(**PROVISIONED, reserved="1y"),  # type: ignore[arg-type]
     ),
-    (
-        "or at 70 % with a 3-year reservation (about 77 % off)",
-        "--polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned --reserved 3y",
-        Levers(**PROVISIONED, reserved="3y"),  # type: ignore[arg-type]
-    ),
+    ("or at 70 % with a 3-year reservation (about 77 % off)", Levers(**PROVISIONED, reserved="3y")),  # type: ignore[arg-type]
 )
 CHEAPEST_WITHOUT_COMMITMENT = Levers(**PROVISIONED)  # type: ignore[arg-type]
 
@@ -157,7 +145,7 @@ def volume_block() -> list[str]:
     lines = [
         "A month (30 days) at each volume spread evenly, in the target's scope (Lambda, DynamoDB requests, the "
         'pollers; for API-made tasks API Gateway and the API\'s function). "Levers": '
-        "`punctual plan --polls-per-minute 6 --lead-ms 20000 --batch-size 900 --capacity provisioned` (the table "
+        f"`punctual plan {' '.join(CHEAPEST_WITHOUT_COMMITMENT.flags())}` (the table "
         "below says what each does). Every cell is `punctual plan --rate <volume / 2,592,000 s> --json`'s "
         "`usd_per_million` with those flags, `--payload-kb` and `--api` (`--api-batch 100`: through "
         "`POST /v1/tasks:batch`).",
@@ -197,9 +185,10 @@ def levers_block() -> list[str]:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     bills: list[tuple[Levers, float]] = []
-    for label, flags, levers in LEVER_STEPS:
+    for label, levers in LEVER_STEPS:
         plan = make_plan(rate, TARGET_PAYLOAD_KB, levers=levers)
         bills.append((levers, plan.bill.usd_per_million))
+        flags = " ".join(levers.flags())
         per = plan.bill.tasks / 1e6
         ddb = (plan.bill.lines["DynamoDB writes"] + plan.bill.lines["DynamoDB reads"]) / per
         ratio = plan.bill.usd_per_million / TARGET_USD_PER_MILLION
