@@ -97,7 +97,14 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_retried_as_its_e
     scale = scale_to(limits, TIMEOUT_S)
     allowed = retries_after_timeouts(limits)
     settings = make_settings(
-        **SHORT_LEASE, max_batch_size=250, db_threads=8, arm_margin_ms=1_000, lead_ms=max(5_000, round(90_000 * scale))
+        **SHORT_LEASE,
+        max_batch_size=250,
+        db_threads=8,
+        arm_margin_ms=1_000,
+        # the poll cycle on the same scale: the lead keeps its interval plus the fast path's margin
+        poll_interval_ms=max(1_000, round(60_000 * scale)),
+        fast_path_margin_ms=round(10_000 * scale),
+        lead_ms=max(5_000, round(90_000 * scale)),
     )
     run = lambda_executors(settings, limits, prewarm=1, time_scale=scale, scale_timeout=True)
     assert run.invoker.timeout_s == pytest.approx(TIMEOUT_S)
