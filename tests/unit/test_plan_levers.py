@@ -92,7 +92,8 @@ def test_shorter_sleeps_cut_the_executors_line_by_the_awake_time_they_save() -> 
 def test_provisioned_capacity_bills_consumed_units_over_the_target_utilization() -> None:
     plan = make_plan(RATE_100M, levers=Levers(capacity="provisioned"))
     c, hours = plan.capacity, pricing.MONTH_S / 3600
-    expected = (c.table_writes + c.due_index_writes) / 0.7 + model.MIN_CAPACITY_UNITS * (model.INDEXES - 1)
+    d = plan.defaults
+    expected = (c.table_writes + c.due_index_writes) / 0.7 + d.min_write_capacity * (d.indexes - 1)
     assert plan.bill.lines["DynamoDB writes"] == pytest.approx(expected * hours * pricing.DDB_WCU_HOUR_USD, rel=1e-6)
     on_demand = make_plan(RATE_100M)
     assert plan.bill.lines["DynamoDB writes"] < on_demand.bill.lines["DynamoDB writes"] / 2
@@ -171,10 +172,11 @@ def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> Non
 
     template = load_template()
     params = template["Parameters"]
-    assert int(params["TableMinWriteCapacity"]["Default"]) == model.MIN_CAPACITY_UNITS
-    assert int(params["TableMinReadCapacity"]["Default"]) == model.MIN_CAPACITY_UNITS
+    d = defaults()
+    assert int(params["TableMinWriteCapacity"]["Default"]) == d.min_write_capacity == 5
+    assert int(params["TableMinReadCapacity"]["Default"]) == d.min_read_capacity == 5
     table = template["Resources"]["TasksTable"]["Properties"]
-    assert len(table["GlobalSecondaryIndexes"]) == model.INDEXES
+    assert len(table["GlobalSecondaryIndexes"]) == d.indexes == 5
 
 
 def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_more() -> None:

@@ -55,6 +55,13 @@ def check_parameter_name(value: str) -> str:
     return value
 
 
+def least_lead_ms(poll_interval_ms: int, fast_path_margin_ms: int) -> int:
+    """The shortest lead a poll cycle allows: a task is dispatched at most a poll interval after it comes within the
+    lead, and must be the fast path's margin before it is due (what :class:`Settings` checks, and what
+    ``punctual plan`` holds a lever to)."""
+    return poll_interval_ms + fast_path_margin_ms
+
+
 class Settings(BaseModel):
     """Everything the poller, the fast path, the executor and the client can be tuned with.
 
@@ -254,7 +261,7 @@ class Settings(BaseModel):
         # A task not flagged for the fast path is due at least poll interval + margin after it was written; the first
         # poll that reaches it comes at most a poll interval after it is due - lead. It is dispatched the fast-path
         # margin (the time a poll needs to dispatch it) before it is due only if lead >= interval + margin.
-        if self.lead_ms < self.poll_interval_ms + self.fast_path_margin_ms:
+        if self.lead_ms < least_lead_ms(self.poll_interval_ms, self.fast_path_margin_ms):
             raise PydanticCustomError(  # its context's "fields": from_env names their variables
                 "value_error",
                 f"lead_ms ({self.lead_ms}) must be at least poll_interval_ms ({self.poll_interval_ms}) + "

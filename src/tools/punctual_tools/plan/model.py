@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_period
-from punctual.config.settings import Settings
+from punctual.config.settings import Settings, least_lead_ms
 from punctual.domain.model import TaskStatus
 from punctual.polling.poller import Candidate, make_batches
 from punctual.stores.dynamodb.schema import find_template, load_template
@@ -85,8 +85,6 @@ CAPACITY_MODES = ("on-demand", "provisioned")
 # Reserved capacity: a commitment to a base of provisioned units, about 54 % (1 year) or 77 % (3 years) below the
 # provisioned rate (Amazon DynamoDB pricing, "Reserved capacity"; partial upfront, bought in blocks of 100 units)
 RESERVED_DISCOUNT = {"none": 0.0, "1y": 0.54, "3y": 0.77}
-MIN_CAPACITY_UNITS = 5  # each of the table and its indexes keeps at least this much provisioned, read and write
-INDEXES = 5  # the table's global secondary indexes (template.yaml), each provisioned on its own
 ARCHITECTURES = {"arm64": LAMBDA_GB_S_ARM_USD, "x86_64": LAMBDA_GB_S_X86_USD}
 EXECUTOR_BATCH_MAX = 900  # ExecutorBatchSize's MaxValue: a batch's event within async invoke's 256 KB
 API_BATCH_MAX = 100  # tasks a POST /v1/tasks:batch call takes (punctual.scheduling.bulk.BATCH_MAX_TASKS)
@@ -117,8 +115,11 @@ class Defaults:
     template_lead_s: float  # LeadMs's default (lead_s is the plan's, with its levers)
     batch_size: int
     template_batch_size: int  # ExecutorBatchSize's default (batch_size is the plan's)
+    min_write_capacity: int  # provisioned: TableMinWriteCapacity's default (what each of the table and its
+    min_read_capacity: int  # indexes keeps at least) and TableMinReadCapacity's
     max_write_capacity: int  # provisioned: TableMaxWriteCapacity's default (auto scaling's ceiling, each of
     max_read_capacity: int  # the table and its indexes) and TableMaxReadCapacity's
+    indexes: int  # the table's global secondary indexes, each provisioned on its own
     executor_mb: int
     poller_mb: int
     poller_timeout_s: float
@@ -191,7 +192,7 @@ class Levers:
         least the interval plus the fast path's margin, as the settings require)."""
         interval = 60.0 / self.polls_per_minute
         lead = d.lead_s if self.lead_s is None else self.lead_s
-        if lead < interval + d.fast_path_margin_s:
+        if lead * 1000 < least_lead_ms(round(interval * 1000), round(d.fast_path_margin_s * 1000)):
             raise ValueError(
                 f"the lead ({lead:g} s) must be at least the poll interval ({interval:g} s) plus the fast path's "
                 f"margin ({d.fast_path_margin_s:g} s)"
@@ -220,21 +221,27 @@ def defaults(template_path: str | None = None, scale_json: str | None = None) ->
     template = load_template(template_path)
     fields = Settings.model_fields
     poll_us, executor_us = measured_cpu(scale_json)
-    poller = template["Resources"]["PollerFunction"]["Properties"]
+    resources = template["Resources"]
+    poller = resources["PollerFunction"]["Properties"]
+    lead_s = template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000
+    batch_size = int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path))
     return Defaults(
         shard_count=int(template_param("ShardCount", 4, template_path)),
         max_shards=parameter_range("ShardCount", template)[1],
         poll_groups=int(template_param("PollGroups", 1, template_path)),
         max_poll_groups=parameter_range("PollGroups", template)[1],
-        lead_s=template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000,
+        lead_s=lead_s,
         interval_s=fields["poll_interval_ms"].default / 1000,
-        template_lead_s=template_param("LeadMs", fields["lead_ms"].default, template_path) / 1000,
-        batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
-        template_batch_size=int(template_param(BATCH_SIZE_PARAMETER, fields["max_batch_size"].default, template_path)),
+        template_lead_s=lead_s,
+        batch_size=batch_size,
+        template_batch_size=batch_size,
         executor_mb=memory_mb("ExecutorFunction", 256, template_path),
         poller_mb=memory_mb("PollerFunction", 512, template_path),
+        min_write_capacity=int(template_param("TableMinWriteCapacity", 5, template_path)),
+        min_read_capacity=int(template_param("TableMinReadCapacity", 5, template_path)),
         max_write_capacity=int(template_param("TableMaxWriteCapacity", 4_000, template_path)),
         max_read_capacity=int(template_param("TableMaxReadCapacity", 4_000, template_path)),
+        indexes=len(resources["TasksTable"]["Properties"].get("GlobalSecondaryIndexes", [])),
         poller_timeout_s=float(poller.get("Timeout", 55)),
         fast_path_margin_s=fields["fast_path_margin_ms"].default / 1000,
         fire_cpu_us=float(fields["fire_cpu_us"].default),
@@ -398,23 +405,23 @@ class Bill:
         return self.usd / (self.tasks / 1e6)
 
 
-def dynamodb_usd(cap: Capacity, levers: Levers) -> dict[str, float]:
+def dynamodb_usd(cap: Capacity, levers: Levers, d: Defaults) -> dict[str, float]:
     """A month of DynamoDB requests at ``cap``: on demand, per request unit; provisioned, the units auto scaling
-    keeps (consumed / target utilization, each of the table and its indexes at least its minimum), less the
-    reserved capacity's discount."""
+    keeps (consumed / target utilization, each of the table and its ``d.indexes`` indexes at least the template's
+    minimum), less the reserved capacity's discount."""
     if levers.capacity == "on-demand":
         return {
             "DynamoDB writes": cap.writes * MONTH_S * DDB_WRU_USD,
             "DynamoDB reads": cap.reads * MONTH_S * DDB_RRU_USD,
         }
-    u, least = levers.utilization, MIN_CAPACITY_UNITS
+    u, least_w, least_r = levers.utilization, d.min_write_capacity, d.min_read_capacity
     other_index_writes = cap.index_writes - cap.due_index_writes
     writes = (
-        max(cap.table_writes / u, least)
-        + max(cap.due_index_writes / u, least)
-        + max(other_index_writes / u, least * (INDEXES - 1))
+        max(cap.table_writes / u, least_w)
+        + max(cap.due_index_writes / u, least_w)
+        + max(other_index_writes / u, least_w * (d.indexes - 1))
     )
-    reads = max(cap.reads / u, least) + least * INDEXES  # the poll's reads are the table's; its queries are tiny
+    reads = max(cap.reads / u, least_r) + least_r * d.indexes  # the poll's reads are the table's; queries are tiny
     hours, paid = MONTH_S / 3600, 1 - RESERVED_DISCOUNT[levers.reserved]
     return {
         "DynamoDB writes": writes * hours * DDB_WCU_HOUR_USD * paid,
@@ -464,7 +471,7 @@ def monthly_bill(
     )
     minutes = MONTH_S / 60
     lines = {
-        **dynamodb_usd(cap, levers),
+        **dynamodb_usd(cap, levers, d),
         "Lambda executors": ticks * (seconds * executor_mb / 1024 * gb_s + invocations * LAMBDA_REQUEST_USD),
         "Lambda pollers": minutes
         * (

@@ -22,9 +22,9 @@ from punctual_tools.sim.calibrate import calibrate
 from punctual_tools.sim.model import Scenario, simulate
 from punctual_tools.sim.page import render
 from punctual_tools.sim.params import (
-    ACCOUNT_CONCURRENCY_DEFAULT,
     SOURCES,
     Deployment,
+    Platform,
     aws_platform,
     load_measured,
     template_deployment,
@@ -86,14 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         (defaults, aws_platform(measured)),
         (planned, aws_platform(measured, account_concurrency=account_concurrency)),
     ):
-        for scenario in scenarios:
-            started = time.monotonic()
-            figures = simulate(platform, deployment, scenario, seed=args.seed)
-            figures["account_concurrency"] = platform.account_concurrency
-            figures["settings"] = {k: v for k, v in vars(deployment).items() if k != "label"}
-            figures["seconds"] = round(time.monotonic() - started, 1)
-            print(json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "usd_per_million")}))
-            runs.append(figures)
+        runs += [one_run(platform, deployment, scenario, args.seed) for scenario in scenarios]
     runs += levers_runs(args, measured, defaults)
     return {
         "kind": "simulation",
@@ -144,17 +137,24 @@ def levers_runs(args: argparse.Namespace, measured: Any, defaults: Deployment) -
         Scenario(f"{k:g}× that rate for {args.minutes:g} min, auto scaling not following", rate * k, args.minutes * 60)
         for k in STEPS
     ]
-    runs = []
-    for deployment, scenario in ((cycle, steady), (provisioned, steady), *((provisioned, s) for s in steps)):
-        figures = simulate(aws_platform(measured), deployment, scenario, seed=args.seed)
-        figures["account_concurrency"] = ACCOUNT_CONCURRENCY_DEFAULT
-        figures["settings"] = {k: v for k, v in vars(deployment).items() if k != "label"}
-        figures["group"] = LEVERS_GROUP
-        print(
-            json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "dynamodb", "usd_per_million")})
-        )
-        runs.append(figures)
-    return runs
+    runs = ((cycle, steady), (provisioned, steady), *((provisioned, s) for s in steps))
+    return [one_run(aws_platform(measured), d, scenario, args.seed, LEVERS_GROUP) for d, scenario in runs]
+
+
+def one_run(
+    platform: Platform, deployment: Deployment, scenario: Scenario, seed: int, group: str | None = None
+) -> dict[str, Any]:
+    """One simulated run's figures, with the account's concurrency, the deployment's settings, how long the run
+    took and its group on the page (none: the million-a-minute runs); a line of them printed."""
+    started = time.monotonic()
+    figures = simulate(platform, deployment, scenario, seed=seed)
+    figures["account_concurrency"] = platform.account_concurrency
+    figures["settings"] = {k: v for k, v in vars(deployment).items() if k != "label"}
+    figures["seconds"] = round(time.monotonic() - started, 1)
+    if group is not None:
+        figures["group"] = group
+    print(json.dumps({k: figures[k] for k in ("deployment", "scenario", "drift_ms", "dynamodb", "usd_per_million")}))
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
