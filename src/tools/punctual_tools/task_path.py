@@ -69,7 +69,7 @@ class _Profiler:
 
     def uninstall(self) -> None:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]  # None removes it, as for sys.setprofile
+        threading.setprofile(None)  # None removes it, as for sys.setprofile
 
     def __call__(self, frame: FrameType, event: str, _arg: Any) -> None:
         if not self.active or event != "call":
@@ -150,7 +150,7 @@ def trace_task_life() -> TaskPath:
             dynamodb = boto3.client("dynamodb")
             ensure_table(dynamodb, TABLE)
             poller_app, executor_app = _load_handler("poller"), _load_handler("executor")
-            poller_app.poller = build_poller(poller_app.settings, invoker=Collect())
+            poller_app.poller = build_poller(poller_app.settings, invoker=Collect())  # type: ignore[attr-defined]
             client = Client(poller_app.settings, dynamodb=dynamodb)
             due_at = datetime.now(UTC) + timedelta(seconds=LEAD_S)
             phases: list[tuple[str, Callable[[], Any]]] = [
