@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 
-from punctual import Client, LogAction, Settings, Task, TaskStatus
+from punctual import Client, LogAction, Task, TaskStatus
 from punctual.errors import PunctualError
 from punctual_tools.cli import build_parser
 from punctual_tools.stats import summarize
 from punctual_tools.verify.command import run_command
 from punctual_tools.verify.queue import allowed_queue_arns
-from punctual_tools.verify.stack import executor_allowlist, function_configs
+from punctual_tools.verify.stack import executor_allowlist, function_configs, settings_of
 
 STACK = os.environ.get("AWS_SAM_STACK_NAME", "")
 pytestmark = [
@@ -55,15 +55,8 @@ def outputs() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def client(outputs: dict[str, str]) -> Client:
-    """A client configured like the stack's functions (table, region, shards, lead, default grace)."""
-    settings = Settings(
-        table_name=outputs["TasksTableName"],
-        region=outputs["Region"],
-        shard_count=int(outputs["ShardCount"]),
-        lead_ms=int(outputs["LeadMs"]),
-        default_misfire_grace_ms=int(outputs["MisfireGraceMs"]),
-    )
-    return Client(settings)
+    """A client configured like the stack's functions (table, region, shards, lead, poll interval, default grace)."""
+    return Client(settings_of(outputs, allowlist=""))
 
 
 @pytest.fixture
@@ -114,8 +107,9 @@ def _assert_fired(finished: list[Task], expected: int) -> None:
 
 
 def test_tasks_scheduled_ahead_fire(client: Client, scheduled: list[Task]) -> None:
-    # Given a few log tasks due ~100 s from now (beyond the lead window: the poller claims them)
-    _schedule(client, scheduled, count=5, ahead=timedelta(seconds=100), spacing=timedelta(milliseconds=750))
+    # Given a few log tasks due 40 s beyond the stack's lead window (a poll finds and dispatches them)
+    ahead = timedelta(milliseconds=client.settings.lead_ms + 40_000)
+    _schedule(client, scheduled, count=5, ahead=ahead, spacing=timedelta(milliseconds=750))
     # When they are due  Then each ends SUCCEEDED (its drift printed)
     _assert_fired(_wait_finished(client, scheduled), expected=5)
 

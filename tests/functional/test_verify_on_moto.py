@@ -36,7 +36,7 @@ from punctual_tools.verify.metrics import collect_usage, format_cost, usage_quer
 from punctual_tools.verify.plan import MixOptions
 from punctual_tools.verify.queue import VerifyError, VerifyQueue
 from punctual_tools.verify.run import VerifyRun
-from punctual_tools.verify.stack import executor_allowlist, function_configs, stack_outputs
+from punctual_tools.verify.stack import executor_allowlist, function_configs, settings_of, stack_outputs
 
 REGION = "us-east-1"
 QUEUE = "punctual-verify-test"
@@ -250,7 +250,8 @@ OUTPUTS = {
     "TasksTableName": "stack-Tasks",
     "Region": REGION,
     "ShardCount": "8",
-    "LeadMs": "90000",
+    "LeadMs": "30000",
+    "PollIntervalMs": "15000",
     "MisfireGraceMs": "60000",
     "PollerFunctionName": "stack-Poller",
     "ExecutorFunctionName": "stack-Executor",
@@ -267,6 +268,8 @@ def test_a_stacks_outputs_are_read_and_one_without_them_is_refused() -> None:
         stub.add_response("describe_stacks", {"Stacks": [{**stack, "Outputs": listed[:3]}]}, {"StackName": "s"})
         stub.add_client_error("describe_stacks", "ValidationError", expected_params={"StackName": "gone"})
         assert stack_outputs(cloudformation, "s") == OUTPUTS
+        settings = settings_of(OUTPUTS, allowlist="")
+        assert (settings.lead_ms, settings.poll_interval_ms, settings.shard_count) == (30_000, 15_000, 8)
         with pytest.raises(VerifyError, match="has no output LeadMs"):
             stack_outputs(cloudformation, "s")
         with pytest.raises(VerifyError, match="cannot read the stack 'gone'"):

@@ -417,6 +417,7 @@ def test_the_outputs_name_what_a_client_and_an_operator_need(cfn_template: dict[
         "Region",
         "ShardCount",
         "LeadMs",
+        "PollIntervalMs",
         "MisfireGraceMs",
         "PollerFunctionName",
         "ExecutorFunctionName",

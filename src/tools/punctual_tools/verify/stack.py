@@ -22,7 +22,7 @@ FUNCTION_OUTPUTS = {
     "FastPathFunction": "FastPathFunctionName",
 }
 ALLOWLIST_VARIABLE = "PUNCTUAL_ALLOWED_TARGET_ARNS"
-SETTINGS_OUTPUTS = ("TasksTableName", "Region", "ShardCount", "LeadMs", "MisfireGraceMs")
+SETTINGS_OUTPUTS = ("TasksTableName", "Region", "ShardCount", "LeadMs", "PollIntervalMs", "MisfireGraceMs")
 
 
 def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
@@ -60,6 +60,7 @@ def settings_of(outputs: Mapping[str, str], allowlist: str) -> Settings:
         region=outputs["Region"],
         shard_count=int(outputs["ShardCount"]),
         lead_ms=int(outputs["LeadMs"]),
+        poll_interval_ms=int(outputs["PollIntervalMs"]),
         default_misfire_grace_ms=int(outputs["MisfireGraceMs"]),
         allowed_target_arns=allowlist,
     )
