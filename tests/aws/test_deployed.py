@@ -114,7 +114,7 @@ def _assert_fired(finished: list[Task], expected: int) -> None:
 
 
 def test_tasks_scheduled_ahead_fire(client: Client, scheduled: list[Task]) -> None:
-    # Given a few log tasks due ~100 s from now (beyond the lead window: the poller claims them)
+    # Given a few log tasks due ~100 s from now (beyond the lead window: the poller dispatches them)
     _schedule(client, scheduled, count=5, ahead=timedelta(seconds=100), spacing=timedelta(milliseconds=750))
     # When they are due  Then each ends SUCCEEDED (its drift printed)
     _assert_fired(_wait_finished(client, scheduled), expected=5)
