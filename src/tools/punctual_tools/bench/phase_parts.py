@@ -13,15 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cpu_use import CpuUse, cpu_summary, delta, sample_all
-from floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offsets
-
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.table import DUE_INDEX
+from punctual_tools.bench.cpu_use import CpuUse, cpu_summary, delta, sample_all
+from punctual_tools.bench.floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offsets
 from punctual_tools.checker import Fire, Verdict
 from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.receiver import read_received
