@@ -9,8 +9,7 @@ GIL would stall the dispatcher (priority inversion).
 Background work is niced (+10: about a tenth of a normal thread's share of a contended core), never
 ``SCHED_IDLE``: an idle-class thread runs only when no other thread of the machine wants the core, so on a
 machine that other work keeps busy (a CI runner, a laptop compiling) the store, the API and arming starved
-for tens of seconds (measured here with two busy loops: arming 250 tasks took longer than 40 s, a catch-up
-poll 7 s). A nice value bounds the slowdown instead.
+(docs/decisions.md, "Firing first on shared cores, locally"). A nice value bounds the slowdown instead.
 
 A low priority alone does not keep a core free: niced background work that saturates every core delays a heap
 dispatcher's fires by a scheduler slice (docs/decisions.md, "Firing first on shared cores, locally"). So the

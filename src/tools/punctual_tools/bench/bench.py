@@ -596,7 +596,7 @@ def carried_rate(writes_per_s: float, writes_per_task: int) -> float:
     """The steady phases' rate on this machine: :data:`STORE_SHARE` of the store's writes a second at
     ``writes_per_task`` (the poll's reads and the heartbeats use the rest), a whole number of tasks a second, at
     most :data:`STEADY_RATE_MAX`. Beyond it a phase measures DynamoDB Local on these cores, not the
-    scheduler (at 100/s the store here fell behind by seconds)."""
+    scheduler (docs/decisions.md, "The drift benchmark leaves the cores to what it measures")."""
     return float(max(1, min(STEADY_RATE_MAX, int(writes_per_s * STORE_SHARE / writes_per_task))))
 
 

@@ -172,9 +172,9 @@ def wait_for_arrivals(
     received: Path, prefix: str, count: int, until_ms: float, last_due_ms: float | None = None
 ) -> list[dict[str, Any]]:
     """The arrivals of ``prefix``, once ``count`` are in (or at ``until_ms``). Nothing is read before the
-    phase's last due instant has passed: reading the receiver's whole file every half second takes tens of ms
-    of CPU on a 2-core machine that the receiver and the stack would otherwise have (the floors are not read
-    until they have ended either)."""
+    phase's last due instant has passed: reading the receiver's whole file every half second takes CPU that the
+    receiver and the stack would otherwise have (the floors are not read until they have ended either; see
+    docs/decisions.md, "The drift benchmark leaves the cores to what it measures")."""
     if last_due_ms is not None:
         time.sleep(max(0.0, (last_due_ms - time.time() * 1000) / 1000 + 1.0))
     while time.time() * 1000 < until_ms and len({a["task_id"] for a in arrivals(received, prefix)}) < count:
