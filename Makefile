@@ -34,7 +34,7 @@ FORCE:
 ## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core).
 ## The fault suite is `make faults` (CI runs both)
 TEST_WORKERS ?= auto
-PARALLEL_TIERS := tests/unit tests/functional tests/template tests/contract tests/integration
+PARALLEL_TIERS := tests/unit tests/functional tests/tools tests/template tests/contract tests/integration
 SERIAL_TIERS := tests/e2e tests/aws
 FAULT_TIERS := tests/faults
 test: setup style typecheck docs
@@ -59,7 +59,7 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## docs-pages: the generated blocks of docs/cli.md, docs/rest-api.md and docs/contributing.md again, from the CLI's
-## parser, openapi.json and the tree (tests/unit/test_docgen.py fails when one is stale)
+## parser, openapi.json and the tree (tests/tools/test_docgen.py fails when one is stale)
 docs-pages: setup
 	$(BIN)/python -m punctual_tools.docgen
 
@@ -68,7 +68,7 @@ docs-pages: setup
 faults: setup
 	PUNCTUAL_FAULTS_REPORT=$(CURDIR)/docs/benchmarks/faults.json PUNCTUAL_FAULTS_COMMIT=$$(git rev-parse --short HEAD) \
 		$(BIN)/python -m pytest -q -s --durations=20 --slow $(FAULT_TIERS) $(PYTEST_ARGS)
-	$(BIN)/python bench/pages.py
+	$(BIN)/python -m punctual_tools.bench.pages
 
 ## slow: every test make test leaves out (marked slow: long fault scenarios, the recurring cost count, the
 ## table-path variants of the CLI demo and the load test); about 6 minutes
@@ -88,31 +88,31 @@ demo: setup
 
 ## bench: drift of the local stack against the floor of the same run, both under the Lambda profile at the template's
 ## executor memory (ratio and absolute verdicts, pictures), published to docs/benchmarks/drift-<profile>.md and the
-## README's figures, then a short lead, a cold executor and a restart after a SIGKILL (bench/leads.py; --no-leads,
-## --no-cold, --no-restart skip each); BENCH_ARGS adds options (--profile local: whole cores)
+## README's figures, then a short lead, a cold executor and a restart after a SIGKILL (punctual_tools.bench.leads;
+## --no-leads, --no-cold, --no-restart skip each); BENCH_ARGS adds options (--profile local: whole cores)
 BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python bench/bench.py --json --publish $(BENCH_ARGS)
+	$(BIN)/python -m punctual_tools.bench --json --publish $(BENCH_ARGS)
 
 ## bench-memory: the precision/cost frontier at 256, 512, 1024 and 1769 MB (drift against the same-quota floor, the
 ## executors' CPU and throttling, $ per million; a table, frontier.png, memory.json; not in `make test`; about 16
 ## minutes); it writes docs/benchmarks/memory.md from this run and the one before; BENCH_ARGS adds options (--quick:
 ## a smoke run, which leaves the page alone)
 bench-memory: setup
-	$(BIN)/python bench/memory.py --page docs/benchmarks/memory.md $(BENCH_ARGS)
+	$(BIN)/python -m punctual_tools.bench.memory --page docs/benchmarks/memory.md $(BENCH_ARGS)
 
 ## bench-cold: a cold executor's start (a fresh interpreter loading the handler) at the template's memory size and 1769
 ## MB, its INIT at the CPU quota and on a whole core, and the drift of a batch's first task at the shortest leads the
 ## fast path and the poll use, against a same-quota floor (not in `make test`; about 25 minutes); BENCH_ARGS adds options
 ## (--quick: a smoke run)
 bench-cold: setup
-	$(BIN)/python bench/coldstart.py $(BENCH_ARGS)
+	$(BIN)/python -m punctual_tools.bench.coldstart $(BENCH_ARGS)
 
 ## scale: CPU per task (stubbed and DynamoDB Local), the AWS model, the local sustained rate and a 20k burst;
 ## publishes docs/benchmarks/scale.md from its JSON
 ## (not in `make test`; about 30 minutes on 2 cores)
 scale: setup
-	$(BIN)/python bench/scale.py --publish
+	$(BIN)/python -m punctual_tools.bench.scale --publish
 
 ## simulate: the discrete-event model of the AWS side (punctual_tools.sim) at a million due a minute for 10 minutes
 ## and a million at one instant, template defaults and planned overrides, and its calibration against the local

@@ -2,7 +2,7 @@
 
 A task scheduled 2 s before it is due cannot wait for the next poll (up to a minute away): the stream
 delivers its write, the fast path dispatches it (writing nothing: the executor arms it from PENDING), and it
-fires once. Drift figures for this path are the benchmark's (``bench/bench.py``); here it is asserted that the
+fires once. Drift figures for this path are the benchmark's (``make bench``); here it is asserted that the
 fast path, not the poller, dispatched every task, and that each fired exactly once and SUCCEEDED.
 """
 

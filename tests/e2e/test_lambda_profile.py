@@ -4,7 +4,7 @@ throttling, and the stack's state file.
 Each invoker test drives ``LocalInvoker`` with a tiny handler written for it; what is asserted is what the
 kernel says of a worker (its cgroup's quota, its state in ``/proc/<pid>/stat``) and the order of calls, never
 how long something took: Lambda's async delays are shortened by a time scale, and only their lower bounds are
-asserted. Those rules themselves are the functional tier's (``tests/functional/test_async_queue.py``).
+asserted. Those rules themselves are the functional tier's (``tests/tools/functional/test_async_queue.py``).
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def drift_summary(drifts: list[float]) -> str:
 @pytest.mark.xfail(
     reason="known miss: under the Lambda-strict stand-in (single writes, store latency, fresh-interpreter cold "
     "starts) the recovery after a restart drains too slowly on 2 cores and some tasks end MISSED past their grace "
-    "outside the crash windows (none lost, none doubled); bench/leads.py's restart phase measures it",
+    "outside the crash windows (none lost, none doubled); punctual_tools.bench.leads's restart phase measures it",
     strict=False,
 )
 @pytest.mark.timeout(1800)

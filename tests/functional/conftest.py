@@ -2,48 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
+from moto_table import dynamodb, now_ms, read_raw, settings
 from punctual.config.settings import Settings
 from punctual.domain.clock import OffsetProbe, SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.executing.executor import Executor
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
-from support import FIXED_NOW_MS, moto_one_request_at_a_time
+from support import FIXED_NOW_MS
 
-TABLE = "punctual-tasks-test"
-SHARDS = 4
-
-
-@pytest.fixture
-def dynamodb() -> Iterator[Any]:
-    """A low-level DynamoDB client inside moto, with the Tasks table created from template.yaml; each request is
-    atomic, as DynamoDB's are (an executor writes from several threads)."""
-    with mock_aws(), moto_one_request_at_a_time():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        assert ensure_table(client, TABLE) is True
-        yield client
-
-
-@pytest.fixture
-def settings() -> Settings:
-    # Loopback receivers are allowed as the local runtime allows them: by configuration.
-    return Settings(
-        table_name=TABLE,
-        shard_count=SHARDS,
-        ntp_server=None,
-        db_threads=4,
-        worker_threads=8,
-        allowed_targets="127.0.0.1",
-    )
+__all__ = ["dynamodb", "now_ms", "read_raw", "settings"]  # the moto table's fixtures, shared with tests/tools
 
 
 @pytest.fixture(params=["single", "transaction"])
@@ -74,22 +47,6 @@ class TaskFactory:
 @pytest.fixture
 def tasks(store: DynamoTaskStore) -> TaskFactory:
     return TaskFactory(store)
-
-
-def raw_item(client: Any, task_id: str) -> dict[str, Any]:
-    """The stored item as DynamoDB holds it (attribute values), read consistently."""
-    return client.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)["Item"]
-
-
-@pytest.fixture
-def read_raw(dynamodb: Any) -> Any:
-    return lambda task_id: raw_item(dynamodb, task_id)
-
-
-@pytest.fixture
-def now_ms() -> int:
-    """The fixed "now" of tests that pass explicit times (20 s into a minute, in 2030)."""
-    return FIXED_NOW_MS
 
 
 @pytest.fixture

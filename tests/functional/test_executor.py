@@ -60,7 +60,7 @@ def clock() -> SystemClock:
     return SystemClock()
 
 
-def claim_batch(store: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
+def dispatch_batch(store: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
     """Run the poller once and return what it sent as one batch (a poll dispatches each read of the index as it
     goes: tasks on both sides of a minute's edge come in two batches)."""
     invoker = RecordingInvoker()
@@ -79,7 +79,7 @@ def test_close_ends_every_thread_the_executor_started(
     executor = Executor(store, settings, clock, offset)
     now = int(clock.wall_ms())
     tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/ok")))
-    assert executor.run_batch(claim_batch(store, settings, now)).succeeded == 1
+    assert executor.run_batch(dispatch_batch(store, settings, now)).succeeded == 1
     own = ("heartbeat", "recorder", "record-bg", "fire-loop", "dispatch")  # the store's pool belongs to the store
     started = {t for t in threading.enumerate() if t not in before and t.name.startswith(own)}
     assert {"heartbeat", "recorder", "fire-loop", "dispatch"} <= {t.name for t in started}
@@ -95,7 +95,7 @@ def test_a_batch_fires_every_task_and_records_it(
     # Given five log tasks due 0.3-0.7 s from now, dispatched by the poller
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 100 * i, now_ms=now) for i in range(5)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     # When the executor runs the batch
     report = executor.run_batch(event)
     # Then every task was armed, fired and recorded SUCCEEDED, with its drift and fire time
@@ -130,7 +130,7 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     now = int(clock.wall_ms())
     for _ in range(3):
         tasks.create(now + 300, now_ms=now)
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     callers: list[str] = []
     record_many = store.record_many
 
@@ -153,7 +153,7 @@ def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_
     executor = Executor(store, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     # When it runs a batch of lone and simultaneous fires
     report = executor.run_batch(event)
     # Then each fired once, never early, and each outcome was written
@@ -172,7 +172,7 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     # When the task fires
-    report = executor.run_batch(claim_batch(store, settings, now))
+    report = executor.run_batch(dispatch_batch(store, settings, now))
     # Then the corrected drift is the raw drift plus the offset
     assert report.clock_offset_ms == 2.5
     done = read_task(store, task.task_id)
@@ -187,7 +187,7 @@ def test_duplicate_delivery_fires_nothing(
     now = int(clock.wall_ms())
     for i in range(3):
         tasks.create(now + 300 + 50 * i, now_ms=now)
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     first = executor.run_batch(event)
     assert first.fired == 3
     # When Lambda delivers the same event again
@@ -200,14 +200,14 @@ def test_duplicate_delivery_fires_nothing(
     # across threads, so that case belongs to the integration tier, on DynamoDB Local.)
 
 
-def test_a_task_cancelled_after_its_claim_is_not_fired(
+def test_a_task_cancelled_after_its_dispatch_is_not_fired(
     executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given two dispatched tasks, one of which the client then cancels
     now = int(clock.wall_ms())
     kept = tasks.create(now + 300, now_ms=now)
     cancelled = tasks.create(now + 350, now_ms=now)
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     store.cancel(cancelled.task_id, now + 1)
     # When the executor runs the batch
     report = executor.run_batch(event)
@@ -231,7 +231,7 @@ def test_http_500_is_recorded_failed_with_detail(
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/fail"), timeout_s=5))
     # When it fires
-    report = executor.run_batch(claim_batch(store, settings, now))
+    report = executor.run_batch(dispatch_batch(store, settings, now))
     # Then it is FAILED, and the detail says why
     assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
     done = read_task(store, task.task_id)
@@ -260,7 +260,7 @@ def test_http_200_receives_the_idempotency_key(
         action=HttpAction(url=target.url("/ok"), headers={"X-Tenant": "t1"}, timeout_s=5),
     )
     # When it fires
-    report = executor.run_batch(claim_batch(store, settings, now))
+    report = executor.run_batch(dispatch_batch(store, settings, now))
     # Then the target got one POST with the payload, the idempotency key and the task's headers
     assert report.succeeded == 1
     assert read_task(store, task.task_id).status is TaskStatus.SUCCEEDED
@@ -295,7 +295,7 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
     for i in range(3):
         tasks.create(now + 400 + 100 * i, f"warm-{i}", now_ms=now, action=action)
     # When the executor runs their batch
-    report = executor.run_batch(claim_batch(store, settings, now))
+    report = executor.run_batch(dispatch_batch(store, settings, now))
     # Then its actions were handed to be prepared (connections warmed) with the time left until each is due,
     # and every task fired as usual
     assert report.succeeded == 3
@@ -337,7 +337,7 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     # the dispatcher
     now = int(clock.wall_ms())
     created = [tasks.create(now + 60_000 + i, now_ms=now) for i in range(3)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     reports = []
     runner = threading.Thread(target=lambda: reports.append(executor.run_batch(event)))
     runner.start()
@@ -355,7 +355,7 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
         assert back.status is TaskStatus.PENDING
         assert back.fired_at is None and back.armed_by is None
     # And the next poll finds and dispatches them again
-    assert claim_batch(store, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
+    assert dispatch_batch(store, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
 
 
 class JumpingClock(SystemClock):
@@ -409,7 +409,7 @@ def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_a
     # half of them
     now = int(clock.wall_ms())
     created = [tasks.create(now + 500 + i, now_ms=now) for i in range(6)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     failing = FailsMidArm(store)
     executor = Executor(failing, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     # When it runs the batch
@@ -435,7 +435,7 @@ def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
     )
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + i, now_ms=now) for i in range(2)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     # When it runs the batch
     report = executor.run_batch(event)
     # Then it armed both, fired neither, and released both (PENDING again, for the next dispatch)
@@ -455,7 +455,7 @@ def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_cras
     for task in (window, *later):
         assert arm(store, task, "x-dead", now - 60_000) is not None
     # When the next poll dispatches them and a live executor runs the batch
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     report = executor.run_batch(event)
     # Then it took all three over; the two due after the dead one's lease fired once; the one in its crash
     # window is recorded MISSED (never fired a second time), saying why
@@ -497,7 +497,7 @@ def test_a_batch_due_soon_fires_its_first_part_while_the_rest_is_armed(
     # first waits until the first task has been recorded
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 10 * i, now_ms=now) for i in range(40)]
-    event = claim_batch(store, settings, now)
+    event = dispatch_batch(store, settings, now)
     holding = HoldsLaterParts(store)
     executor = Executor(holding, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     first = created[0].task_id

@@ -28,7 +28,7 @@ def poller(store: DynamoTaskStore, invoker: RecordingInvoker, settings: Settings
     return Poller(store, invoker, settings, poller_id="poller-test")
 
 
-def test_claims_everything_due_up_to_now_plus_lead_and_nothing_later(
+def test_dispatches_everything_due_up_to_now_plus_lead_and_nothing_later(
     poller: Poller,
     invoker: RecordingInvoker,
     store: DynamoTaskStore,
@@ -551,14 +551,14 @@ def test_task_from_an_old_watermark_era_is_still_found(
     old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
     assert store.due.advance_watermark(old_watermark)
     # And tasks written back then: one due 5 minutes ago with a long grace, one with the default grace
-    claimable = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
+    in_grace = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
     too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
     # When a fresh poller (a new cold start) runs now
     report = Poller(store, invoker, settings).poll(now_ms)
     # Then it queries from the stored watermark and finds both (the executor fires one, misses the other)
     assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
     assert report.candidates == 2
-    assert sorted(invoker.task_ids) == sorted([claimable.task_id, too_late.task_id])
+    assert sorted(invoker.task_ids) == sorted([in_grace.task_id, too_late.task_id])
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(

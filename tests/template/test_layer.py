@@ -171,7 +171,7 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Blocker())
-sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1])  # the built layer: a -c process finds it only so, ahead of the install
 failed, outside = {}, []
 for module in sys.argv[3].split(","):
     try:

@@ -35,7 +35,6 @@ def _files() -> list[Path]:
     ]
     found += sorted((ROOT / "docs").rglob("*.md"))
     found += sorted((ROOT / "src").rglob("*.py"))
-    found += sorted((ROOT / "bench").glob("*.py"))
     found += sorted(p for p in (ROOT / "loadtest").rglob("*") if p.is_file() and p.suffix in {".py", ".md"})
     return [p for p in found if p.is_file()]
 

@@ -8,7 +8,7 @@ Usage::
     .venv/bin/python -m punctual_tools.docgen          # write every block again (make docs-pages)
     .venv/bin/python -m punctual_tools.docgen --check  # exit 1 naming each stale page
 
-``tests/unit/test_docgen.py`` fails when a committed block differs from what this makes.
+``tests/tools/test_docgen.py`` fails when a committed block differs from what this makes.
 """
 
 from __future__ import annotations

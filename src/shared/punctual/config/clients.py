@@ -37,7 +37,7 @@ def aws_client(service: Any, endpoint_url: str | None, region: str, config: Conf
 def dynamodb_client(endpoint_url: str | None, region: str) -> Any:
     """A DynamoDB client (see :func:`aws_client`), without botocore's client-side parameter validation:
     DynamoDB validates every request itself (a ``ValidationException``), and botocore's walk over every key of
-    every BatchGetItem was ~40% of a poll's CPU (``make scale``). What users hand the client is validated by
+    every BatchGetItem was a large share of a poll's CPU (docs/decisions.md). What users hand the client is validated by
     the models before any request is built."""
     return aws_client("dynamodb", endpoint_url, region, Config(parameter_validation=False))
 

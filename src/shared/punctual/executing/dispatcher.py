@@ -2,9 +2,9 @@
 
 The dispatcher sleeps until shortly before the earliest deadline, waits on the monotonic clock for the rest
 (:class:`FireTiming`: how much of that wait is spun), then hands every item that is due to an idle worker. One
-sleeping thread per task does not scale (1,000 sleeping threads on 2 cores give ~90 ms p99 error); one heap thread
-gives < 0.1 ms. Nothing but the hand-off happens between wake-up and fire: callers do their database work before
-``add`` and after the fire callback.
+sleeping thread per task does not scale: its error grows with the threads, while one heap thread's stays at the
+floor (docs/decisions.md, "Arm ahead, fire from one heap thread"). Nothing but the hand-off happens between
+wake-up and fire: callers do their database work before ``add`` and after the fire callback.
 
 A hand-off wakes one thread, and only one that has an entry to fire: the dispatcher gives the entry to an idle
 worker and releases that worker's own lock. Entries due while a woken worker has not started yet wait in a

@@ -9,18 +9,17 @@ GIL would stall the dispatcher (priority inversion).
 Background work is niced (+10: about a tenth of a normal thread's share of a contended core), never
 ``SCHED_IDLE``: an idle-class thread runs only when no other thread of the machine wants the core, so on a
 machine that other work keeps busy (a CI runner, a laptop compiling) the store, the API and arming starved
-for tens of seconds (measured here with two busy loops: arming 250 tasks took longer than 40 s, a catch-up
-poll 7 s). A nice value bounds the slowdown instead.
+(docs/decisions.md, "Firing first on shared cores, locally"). A nice value bounds the slowdown instead.
 
-A low priority alone does not keep a core free: measured here (2 cores, kernel 6.18), niced background work
-that saturates both cores delays a heap dispatcher's fires by a scheduler slice (p90 3.1 ms). So the
+A low priority alone does not keep a core free: niced background work that saturates every core delays a heap
+dispatcher's fires by a scheduler slice (docs/decisions.md, "Firing first on shared cores, locally"). So the
 local runtime also confines background work to a CPU set that leaves one core out
 (``punctual_tools.settings.LocalSettings.background_cpus``, see :func:`set_background_cpus`): a firing thread
 always finds a core that no background thread may take. Unset (the default, and in AWS), background work may
 run on any CPU.
 
-Lowering the rest still leaves the firing threads to the normal scheduler: ~1% of a local steady run's fires
-(100/s across 40 executor processes) were 0.5-15 ms late, each time a dispatcher or worker that was runnable
+Lowering the rest still leaves the firing threads to the normal scheduler: a few of a local steady run's fires
+are late, each time a dispatcher or worker that was runnable
 but not running (``perf sched``: queued behind another normal thread, or woken on a core that took a
 scheduler slice to answer). Where the process may use real-time scheduling (root, ``CAP_SYS_NICE`` or a
 non-zero ``RLIMIT_RTPRIO``) and the runtime asks for it (:func:`set_realtime_firing`; the local runtime does,

@@ -6,11 +6,11 @@ validate: Powertools refuses to flush without a namespace.
 
 Every function traces (``Tracing: Active``): Lambda itself records each invocation's segment, with its
 initialization, invocation and overhead, and needs nothing in the function for it. Only the poller adds the
-handler's own subsegment (:func:`handler_tracer`): the X-Ray SDK that Powertools' Tracer loads costs about 0.6 s
-of CPU at a cold start, which the executor, the fast path and the API, on the path from a write to its fire,
-do not pay. That Tracer patches no library: by default Powertools' Tracer patches every module the X-Ray SDK
-knows, botocore included, which turns each DynamoDB call and each executor invoke into an X-Ray subsegment,
-work and payload that grow with the poll.
+handler's own subsegment (:func:`handler_tracer`): the X-Ray SDK that Powertools' Tracer loads costs CPU at every
+cold start (docs/decisions.md, "Only the poller traces its handler"), which the executor, the fast path and the
+API, on the path from a write to its fire, do not pay. That Tracer patches no library: by default Powertools'
+Tracer patches every module the X-Ray SDK knows, botocore included, which turns each DynamoDB call and each
+executor invoke into an X-Ray subsegment, work and payload that grow with the poll.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why not a general client: a webhook is one POST whose bytes can be prepared at once, and a burst of thousands
 must leave an executor in the few tens of milliseconds a log burst takes. A general client's per-request work
-in Python (~0.2 ms of CPU each, measured with aiohttp on loopback) holds the interpreter long enough to delay
+in Python (docs/decisions.md, "Webhooks from a small HTTP/1.1 client") holds the interpreter long enough to delay
 the other fires of a burst; here a request is one ``write`` and its answer is parsed just enough to know its
 status and where it ends (Content-Length, chunked, or the connection's close), so that its connection can
 serve the next request.

@@ -2,7 +2,7 @@
 
 :func:`render` writes the block between :data:`BEGIN_MARK` and :data:`END_MARK`; :func:`replace_block` puts it in
 the doc (``make cost``), :func:`extract_block` takes it out, and :func:`blocks_match` compares two blocks with
-the tolerance a rerun needs (tests/functional/test_cost.py holds the doc to a fresh run with it).
+the tolerance a rerun needs (tests/tools/functional/test_cost.py holds the doc to a fresh run with it).
 """
 
 from __future__ import annotations

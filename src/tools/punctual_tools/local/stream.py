@@ -41,8 +41,8 @@ class StreamReader:
         any. None passes everything.
     interval_s:
         Pause between two rounds over the shards. Every round costs DynamoDB Local and this process CPU
-        (every write of the table is a stream record): at 0.05 s the reader alone doubled the share of
-        late fires in the steady benchmark; at 0.25 s a task written 2 s ahead is still dispatched within ~0.6 s.
+        (every write of the table is a stream record): a short pause makes late fires, a long one late
+        dispatches (docs/decisions.md, "The local stream reader's pause").
     batch_window_s:
         How long to gather matching records after the first one before handing them over (Lambda's
         ``MaximumBatchingWindowInSeconds``): fewer, larger batches mean fewer executor invocations.

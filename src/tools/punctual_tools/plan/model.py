@@ -1,11 +1,11 @@
 """The sizing model: what a deployment needs to fire ``rate`` tasks a second, sustained, and what it costs.
 
 One function per quantity, each used by ``punctual plan``, by the generated tables of docs/scale.md and
-docs/cost.md (:mod:`.pages`) and by ``bench/scale.py``'s AWS model, so that none of them computes it a second
-way. Inputs: the template's defaults (:class:`Defaults`, read through one accessor per parameter), the CPU a
+docs/cost.md (:mod:`.pages`) and by ``punctual_tools.bench.scale``'s AWS model, so that none of them computes it a
+second way. Inputs: the template's defaults (:class:`Defaults`, read through one accessor per parameter), the CPU a
 task takes a poll and an executor as ``make scale`` measured it (``docs/benchmarks/scale.json``), and the
-per-task capacity units of :data:`TASK_UNITS`, which ``tests/functional/test_plan_counts.py`` holds to what the
-cost meter counts on moto. Prices and the executors' awake time come from :mod:`punctual_tools.cost.pricing`.
+per-task capacity units of :data:`TASK_UNITS`, which ``tests/tools/functional/test_plan_counts.py`` holds to what
+the cost meter counts on moto. Prices and the executors' awake time come from :mod:`punctual_tools.cost.pricing`.
 """
 
 from __future__ import annotations

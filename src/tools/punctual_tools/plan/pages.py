@@ -1,6 +1,6 @@
 """The generated tables of docs/scale.md and docs/cost.md, from the plan's model (``punctual plan --json`` gives
 the same figures for any one rate). :mod:`punctual_tools.docgen` writes them between their markers
-(``make docs-pages``) and ``tests/unit/test_plan.py`` fails when a page is stale or disagrees with the CLI."""
+(``make docs-pages``) and ``tests/tools/test_plan.py`` fails when a page is stale or disagrees with the CLI."""
 
 from __future__ import annotations
 

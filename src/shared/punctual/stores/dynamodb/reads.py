@@ -1,8 +1,8 @@
-"""Read responses parsed by ``json.loads`` instead of botocore's shape walk: the poll's CPU per task halves.
+"""Read responses parsed by ``json.loads`` instead of botocore's shape walk, which was most of a poll's CPU.
 
 botocore parses every response by walking the operation's output model, one call per attribute value of
-every item: for a BatchGetItem of 100 small items that is ~700 structure handlers, and it was half of a poll's
-CPU (``make scale``, stubbed HTTP). For the read operations below the wire format *is* the parsed form (an
+every item (what that cost, and how to measure it again: docs/decisions.md, "Reads parsed by json.loads"). For
+the read operations below the wire format *is* the parsed form (an
 item is a map of attribute values, ``{"S": ...}``, ``{"N": "..."}``, ``{"M": {...}}``, numbers stay strings),
 with one exception: binary values (``B``, ``BS``) arrive base64-encoded and botocore decodes them to bytes.
 

@@ -17,7 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from phase_parts import (
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
+from punctual_tools.bench.phase_parts import (
     active_tasks,
     checker_figures,
     lead_seconds,
@@ -27,11 +31,6 @@ from phase_parts import (
     stored,
     write_paced,
 )
-
-from punctual.config.settings import Settings
-from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
-from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.crashes import crash_windows
 from punctual_tools.local.cpu_quota import init_wait_figures

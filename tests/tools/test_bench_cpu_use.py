@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from cpu_use import CpuUse, cpu_summary, delta, parse_cpu_stat, parse_proc_stat_cpu_s, sample
+from punctual_tools.bench.cpu_use import CpuUse, cpu_summary, delta, parse_cpu_stat, parse_proc_stat_cpu_s, sample
 
 
 def test_process_cpu_is_utime_plus_stime_counted_after_the_command_name() -> None:

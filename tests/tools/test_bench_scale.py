@@ -3,14 +3,8 @@ executors stand: one floor process per batch, each with an executor's CPU quota.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import scale
-
 from punctual.config.settings import Settings
+from punctual_tools.bench import scale
 
 
 def test_the_burst_floor_has_a_process_per_batch_the_poller_would_make() -> None:

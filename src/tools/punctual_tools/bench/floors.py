@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cpu_use import CpuUse, sample
-
 from punctual.config.cpu_share import detect_cpu_share
 from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
@@ -53,6 +51,7 @@ from punctual.targets import (
     prepare_actions,
     start_action,
 )
+from punctual_tools.bench.cpu_use import CpuUse, sample
 from punctual_tools.local.cpu_quota import PERIOD_US, CpuGroups, join, quota_us
 from punctual_tools.settings import LocalSettings
 

@@ -13,15 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cpu_use import CpuUse, cpu_summary, delta, sample_all
-from floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offsets
-
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.table import DUE_INDEX
+from punctual_tools.bench.cpu_use import CpuUse, cpu_summary, delta, sample_all
+from punctual_tools.bench.floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offsets
 from punctual_tools.checker import Fire, Verdict
 from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.receiver import read_received
@@ -173,9 +172,9 @@ def wait_for_arrivals(
     received: Path, prefix: str, count: int, until_ms: float, last_due_ms: float | None = None
 ) -> list[dict[str, Any]]:
     """The arrivals of ``prefix``, once ``count`` are in (or at ``until_ms``). Nothing is read before the
-    phase's last due instant has passed: reading the receiver's whole file every half second takes tens of ms
-    of CPU on a 2-core machine that the receiver and the stack would otherwise have (the floors are not read
-    until they have ended either)."""
+    phase's last due instant has passed: reading the receiver's whole file every half second takes CPU that the
+    receiver and the stack would otherwise have (the floors are not read until they have ended either; see
+    docs/decisions.md, "The drift benchmark leaves the cores to what it measures")."""
     if last_due_ms is not None:
         time.sleep(max(0.0, (last_due_ms - time.time() * 1000) / 1000 + 1.0))
     while time.time() * 1000 < until_ms and len({a["task_id"] for a in arrivals(received, prefix)}) < count:

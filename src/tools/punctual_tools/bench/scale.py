@@ -1,7 +1,8 @@
 """Scale benchmark: CPU per task of the real poller and executor, the AWS model built from it, and the local
 stack's sustained rate and 20,000-task burst.
 
-    .venv/bin/python bench/scale.py [--sizes 1000,10000,100000] [--rates 250,500,1000] [--burst 20000] [--json]
+    .venv/bin/python -m punctual_tools.bench.scale [--sizes 1000,10000,100000] [--rates 250,500,1000]
+        [--burst 20000] [--json]
 
 1. **CPU per task** at each size (tasks due in one poll window), measured with ``time.process_time()`` of this
    process only (DynamoDB Local runs in its own JVM; the benchmark's own set-up is outside the measurement):
@@ -64,17 +65,21 @@ from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import DynamoTaskStore
 from punctual.stores.dynamodb.schema import ensure_table, load_template
 from punctual.targets import FireLog, LogAction
+from punctual_tools.bench.bench import (
+    drift_of,
+    measure_floor_burst,
+    measure_floor_steady,
+    wait_for_fires,
+    wait_until_idle,
+)
+from punctual_tools.bench.floors import FloorRunner
+from punctual_tools.bench.pages import cpu_cell, git_commit, publish_scale
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.plan import model as plan_model
 from punctual_tools.stats import summarize
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import drift_of, measure_floor_burst, measure_floor_steady, wait_for_fires, wait_until_idle
-from floors import FloorRunner
-from pages import cpu_cell, git_commit, publish_scale
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
@@ -151,7 +156,8 @@ class StubDynamoDB:
         operation = (operation.decode() if isinstance(operation, bytes) else operation).split(".")[-1]
         body = json.loads(request.body or b"{}")
         answer = getattr(self, "_" + operation)(body)
-        response = AWSResponse(request.url, 200, {"x-amzn-requestid": "stub"}, _Raw(json.dumps(answer).encode()))
+        headers: Any = {"x-amzn-requestid": "stub"}  # botocore wraps any mapping (its stubs ask for HTTPHeaders)
+        response = AWSResponse(request.url, 200, headers, _Raw(json.dumps(answer).encode()))
         with self._lock:
             self.cpu_s += time.thread_time() - started
             self.calls[operation] = self.calls.get(operation, 0) + 1
@@ -240,7 +246,8 @@ class StubLambda:
 
     def __call__(self, request: Any, **_: Any) -> AWSResponse:
         started = time.thread_time()
-        response = AWSResponse(request.url, 202, {"x-amzn-requestid": "stub"}, _Raw(b""))
+        headers: Any = {"x-amzn-requestid": "stub"}  # botocore wraps any mapping (its stubs ask for HTTPHeaders)
+        response = AWSResponse(request.url, 202, headers, _Raw(b""))
         self.cpu_s += time.thread_time() - started
         self.invokes += 1
         return response
@@ -496,13 +503,13 @@ def build_model(
             "pollers": p.poll_groups,
         }
     million = 1_000_000
-    rate = million / d.interval_s
-    shards = plan_model.shards_needed(rate, d)
-    pollers = plan_model.pollers_needed(rate, poller_mb, d)
-    pollers_1vcpu = plan_model.pollers_needed(rate, plan_model.POLLER_FULL_CORE_MB, d)
+    per_s = million / d.interval_s
+    shards = plan_model.shards_needed(per_s, d)
+    pollers = plan_model.pollers_needed(per_s, poller_mb, d)
+    pollers_1vcpu = plan_model.pollers_needed(per_s, plan_model.POLLER_FULL_CORE_MB, d)
     groups = plan_model.poll_groups(pollers, shards)
     groups_1vcpu = plan_model.poll_groups(pollers_1vcpu, shards)
-    executors = plan_model.executors_in_flight(rate, d.batch_size, d)
+    executors = plan_model.executors_in_flight(per_s, d.batch_size, d)
     lines.append(
         f"1M due in one minute: poll CPU {million:,} x {poll_us:.1f} us = {million * poll_us * 1e-6:.1f} s within "
         f"{budget:g} s -> {math.ceil(pollers)} pollers at {poller_mb} MB ({math.ceil(pollers_1vcpu)} at 1,769 MB): "
@@ -740,7 +747,8 @@ def stored_statuses(stack: LocalStack, task_ids: list[str]) -> dict[str, int]:
 
 
 # -- main ------------------------------------------------------------------------------------------------
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The options."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000", help="tasks in one window, comma-separated")
     parser.add_argument("--backends", default="stub,dynamodb-local")
@@ -762,8 +770,7 @@ def main() -> int:
         type=int,
         default=1_000,
         help="on DynamoDB Local, run the executors (both modes) only up to this many tasks: arming "
-        "and recording run at background CPU priority, which on a busy 2-core machine took "
-        "~380 s of wall time for 10k tasks",
+        "and recording run at background CPU priority, which takes minutes of wall time on a busy machine",
     )
     parser.add_argument(
         "--rates",
@@ -805,17 +812,19 @@ def main() -> int:
         action="store_true",
         help="keep the report as docs/benchmarks/scale.json and write docs/benchmarks/scale.md from it",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def set_up(args: argparse.Namespace) -> tuple[Path, Settings, dict[str, Any]]:
+    """Logging, the run's directory, the settings of the measured parts, and the report's first fields."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     log(f"run directory {work}; load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
-    sizes = [int(s) for s in args.sizes.split(",") if s]
     # redispatch_after_ms=0: the measured poll is the process's second over the same tasks, as a warm Lambda's
     # next tick (60 s later, past any hold-back) would be.
     settings = Settings(ntp_server=None, write_batch="single", redispatch_after_ms=0)
-    template = load_template()
     out: dict[str, Any] = {
         "machine": f"{platform.node()} ({os.cpu_count()} cores)",
         "commit": git_commit(),
@@ -823,48 +832,54 @@ def main() -> int:
         "load_avg_before": load_before,
         "cpu": [],
     }
-    started = time.perf_counter()
+    return work, settings, out
 
-    # 1. CPU per task
-    if args.cpu:
-        for backend in args.backends.split(","):
-            ddb = None
-            endpoint = None
-            if backend == "dynamodb-local":
-                ddb = DynamoDBLocal(in_memory=True, port=0, log_path=work / "dynamodb-local.log")
-                endpoint = ddb.start()
-            try:
-                for count in sizes:
-                    t0 = time.perf_counter()
-                    limits = {"single": args.single_limit, "transaction": args.transaction_limit}
-                    if backend == "dynamodb-local":
-                        limits = {mode: min(limit, args.db_executor_limit) for mode, limit in limits.items()}
-                    out["cpu"].append(cpu_run(backend, count, settings, work, endpoint, limits))
-                    out["cpu"][-1]["elapsed_s"] = round(time.perf_counter() - t0, 1)
-                    log(f"{backend} {count}: {out['cpu'][-1]['elapsed_s']:.0f} s in all")
-            finally:
-                if ddb is not None:
-                    ddb.stop()
-        print_cpu(out["cpu"])
 
-        # 2. the model, from the largest stubbed size
-        stubbed = [r for r in out["cpu"] if r["backend"] == "stub"]
-        if stubbed:
-            largest = max(stubbed, key=lambda r: r["tasks"])
-            poll_us = largest["poll"]["cpu_us_per_task"]
-            ran = [r for r in stubbed if "cpu_us_per_task" in r.get("executor_single", {})]
-            executor_us = max(ran, key=lambda r: r["tasks"])["executor_single"]["cpu_us_per_task"] if ran else 0.0
-            item = Client(settings).to_item(make_tasks("x-", 1, int(time.time() * 1000), 0)[0])
-            item_bytes = sum(len(k) + len(json.dumps(v)) for k, v in item.items())
-            lines, out["model"] = build_model(poll_us, executor_us, template, settings, item_bytes)
-            print("\nModel (AWS, from the stubbed figures; arithmetic shown):")
-            for line in lines:
-                print("  " + line)
-        out["poll_cpu_us_per_task"] = (out.get("model") or {}).get("poll_us")
+def measure_cpu(args: argparse.Namespace, settings: Settings, work: Path, sizes: list[int]) -> list[dict[str, Any]]:
+    """1. CPU per task: each backend at each size (DynamoDB Local started for its own rows)."""
+    rows: list[dict[str, Any]] = []
+    for backend in args.backends.split(","):
+        ddb = None
+        endpoint = None
+        if backend == "dynamodb-local":
+            ddb = DynamoDBLocal(in_memory=True, port=0, log_path=work / "dynamodb-local.log")
+            endpoint = ddb.start()
+        try:
+            for count in sizes:
+                t0 = time.perf_counter()
+                limits = {"single": args.single_limit, "transaction": args.transaction_limit}
+                if backend == "dynamodb-local":
+                    limits = {mode: min(limit, args.db_executor_limit) for mode, limit in limits.items()}
+                rows.append(cpu_run(backend, count, settings, work, endpoint, limits))
+                rows[-1]["elapsed_s"] = round(time.perf_counter() - t0, 1)
+                log(f"{backend} {count}: {rows[-1]['elapsed_s']:.0f} s in all")
+        finally:
+            if ddb is not None:
+                ddb.stop()
+    return rows
 
-    # 3. the local stack
-    if args.local:
-        out.update(run_local(args, work))
+
+def model_from_stubbed(rows: list[dict[str, Any]], settings: Settings, template: Any) -> dict[str, Any] | None:
+    """2. The AWS model from the largest stubbed size (None without a stubbed row), its arithmetic printed."""
+    stubbed = [r for r in rows if r["backend"] == "stub"]
+    if not stubbed:
+        return None
+    largest = max(stubbed, key=lambda r: r["tasks"])
+    poll_us = largest["poll"]["cpu_us_per_task"]
+    ran = [r for r in stubbed if "cpu_us_per_task" in r.get("executor_single", {})]
+    executor_us = max(ran, key=lambda r: r["tasks"])["executor_single"]["cpu_us_per_task"] if ran else 0.0
+    item = Client(settings).to_item(make_tasks("x-", 1, int(time.time() * 1000), 0)[0])
+    item_bytes = sum(len(k) + len(json.dumps(v)) for k, v in item.items())
+    lines, model = build_model(poll_us, executor_us, template, settings, item_bytes)
+    print("\nModel (AWS, from the stubbed figures; arithmetic shown):")
+    for line in lines:
+        print("  " + line)
+    return model
+
+
+def finish(out: dict[str, Any], args: argparse.Namespace, started: float) -> None:
+    """The run's time and load, the page with ``--publish``, and the report as the last line."""
+    load_before = out["load_avg_before"]
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     out["load_avg_after"] = os.getloadavg()
     print(
@@ -874,6 +889,24 @@ def main() -> int:
     if args.publish:
         print(f"page: {publish_scale(out)}")
     print(json.dumps(out))
+
+
+def main() -> int:
+    args = make_parser().parse_args()
+    work, settings, out = set_up(args)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    template = load_template()
+    started = time.perf_counter()
+    if args.cpu:
+        out["cpu"] = measure_cpu(args, settings, work, sizes)
+        print_cpu(out["cpu"])
+        model = model_from_stubbed(out["cpu"], settings, template)
+        if model is not None:
+            out["model"] = model
+        out["poll_cpu_us_per_task"] = (out.get("model") or {}).get("poll_us")
+    if args.local:  # 3. the local stack
+        out.update(run_local(args, work))
+    finish(out, args, started)
     return 0
 
 
@@ -944,6 +977,7 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"local_settings": {**overrides, "poll_interval_s": 5, "writer": args.writer}}
     with LocalStack(config, on_batch=lambda r: None) as stack:
         settings = stack.settings
+        assert settings is not None
         result["executors"] = stack.describe_limits()
 
         result["store_ceiling"] = ceiling = store_ceiling(stack, args.ceiling_items)

@@ -1,6 +1,6 @@
 """Drift benchmark: the whole local system against the bare dispatcher floor, in one run.
 
-    .venv/bin/python bench/bench.py [--profile lambda|local] [--steady-rate R] [--steady-seconds 60]
+    .venv/bin/python -m punctual_tools.bench [--profile lambda|local] [--steady-rate R] [--steady-seconds 60]
                                     [--burst 2000] [--json]
 
 The profile (``--profile``, default ``lambda``) is the footing of the run, printed first and kept in the JSON:
@@ -68,12 +68,18 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cpu_use import CpuUse
-from floors import (
+from punctual.config.clients import make_dynamodb_client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms, next_tick, shard_of
+from punctual.domain.schedules import occurrence_id
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
+from punctual_tools.bench.cpu_use import CpuUse
+from punctual_tools.bench.floors import (
     ACTION,
     FloorJob,
     FloorRunner,
@@ -84,8 +90,9 @@ from floors import (
     run_floor,
     steady_offsets,
 )
-from leads import (
+from punctual_tools.bench.leads import (
     LEAD_TARGETS,
+    Bound,
     add_arguments,
     lead_bounds,
     lead_report,
@@ -94,8 +101,8 @@ from leads import (
     run_without_stack,
     short_lead,
 )
-from pages import beside_note, ceiling_cell, git_commit, publish_drift
-from phase_parts import (
+from punctual_tools.bench.pages import beside_note, ceiling_cell, git_commit, publish_drift
+from punctual_tools.bench.phase_parts import (
     active_tasks,
     after_a_poll,
     arrivals,
@@ -114,13 +121,6 @@ from phase_parts import (
     wait_until_idle,
     write_paced,
 )
-
-from punctual.config.clients import make_dynamodb_client
-from punctual.config.settings import Settings
-from punctual.domain.keys import from_ms, next_tick, shard_of
-from punctual.domain.schedules import occurrence_id
-from punctual.scheduling.client import Client
-from punctual.targets import HttpAction
 from punctual_tools.demo import FireLogTail
 from punctual_tools.drift import (
     DriftSeries,
@@ -155,7 +155,7 @@ __all__ = [
 # Each phase's target: (the floor it is judged against, ratio target, absolute target in ms). The steady tail and a
 # burst may add at most half their floor on whole cores as under Lambda's quota (at normal priority: the local
 # profile asks for real-time priority only with --realtime). Under the local profile other ratios are the absolute
-# target over the floor of the quiet 2-core reference machine (floor/steady p99 ~0.05 ms), so that both agree there.
+# target over the floor of a quiet reference machine (docs/decisions.md), so that both agree there.
 # steady+writes is judged against the floor measured under the same client writes (floor/writes), with the
 # same 10x allowance as system/steady: what the scheduler adds to what the machine allows under that load.
 LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
@@ -172,8 +172,8 @@ LOCAL_TARGETS: dict[str, tuple[str, float, float]] = {
     # ... and the same burst's arrivals at the receiver, against the same burst fired by the floor's heap
     # threads (one process per batch, as the stack's executors) with the same engine to the same receiver.
     "webhook/burst arrival": ("floor/webhook-burst", 1.5, 300.0),
-    # A short lead, a cold executor, a restart after a crash (bench/leads.py): p99 within 1.5x the webhook floor
-    # at the same rate and within 50 ms.
+    # A short lead, a cold executor, a restart after a crash (punctual_tools.bench.leads): p99 within 1.5x the
+    # webhook floor at the same rate and within 50 ms.
     **LEAD_TARGETS,
 }
 # Under the lambda profile the floors stand on the executors' footing (the same CPU quota and priority), so the
@@ -284,7 +284,7 @@ def system_steady(
     """``rate`` tasks/s due for ``seconds``.
 
     Without ``concurrent_writes`` every task is scheduled first and the run is the
-    poller claiming, executors arming, firing and recording. With it, a client writes the tasks during the
+    poller dispatching, executors arming, firing and recording. With it, a client writes the tasks during the
     run, each ``lead_s`` before it is due (:func:`write_paced`), so that scheduling shares the cores too.
 
     With ``beside`` (only without ``concurrent_writes``), floor/steady runs in the same window: a floor process
@@ -308,6 +308,7 @@ def _system_steady(
     concurrent_writes: bool,
     floor: tuple[Beside, ProcessPoolExecutor] | None,
 ) -> dict[str, Any]:
+    assert stack.settings is not None
     client = Client(stack.settings)
     prefix = f"steady-{uuid.uuid4().hex[:6]}-"
     total = int(rate * seconds)
@@ -375,7 +376,7 @@ def one_shard_ids(prefix: str, count: int, shard_count: int, shard: int = 0) -> 
     return found
 
 
-BURST_WAIT_MS = 120_000  # a burst's fires are awaited this long after its instant (its tail has run past 40 s here)
+BURST_WAIT_MS = 120_000  # a burst's fires are awaited this long after its instant: a busy machine's tail is long
 
 
 def system_burst(stack: LocalStack, count: int, task_ids: list[str] | None = None) -> dict[str, Any]:
@@ -410,6 +411,7 @@ def system_recurring(stack: LocalStack, schedules: int, seconds: int) -> dict[st
     """``schedules`` recurring schedules of ``rate(1 second)``, started ``1000 / schedules`` ms apart, each for
     ``seconds`` occurrences. Only the first few occurrences are made when a schedule is created: the poller
     makes the rest as the run goes (a poll interval and its lead ahead), so the chain is part of what is timed."""
+    assert stack.settings is not None
     client = Client(stack.settings)
     prefix = f"recurring-{uuid.uuid4().hex[:6]}-"
     first = next_tick(int(time.time() * 1000) + 100 * schedules + 5_000, stack.settings.poll_interval_ms) + 15_000
@@ -448,6 +450,7 @@ def floor_webhook_burst(runner: FloorRunner, url: str, count: int, batch: int, r
 
 def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, received: Path) -> dict[str, Any]:
     """``rate`` webhooks/s for ``seconds`` through the stack, scheduled ahead; drift at the receiver."""
+    assert stack.settings is not None
     client = Client(stack.settings)
     prefix = f"hook-{uuid.uuid4().hex[:6]}-"
     total = int(rate * seconds)
@@ -476,6 +479,7 @@ def webhook_spread(stack: LocalStack, url: str, rate: float, seconds: float, rec
 def webhook_burst(stack: LocalStack, url: str, count: int, received: Path) -> dict[str, Any]:
     """``count`` webhooks due at one instant: the action starts the executors recorded (``drift``, judged
     against the log-action burst of this run) and the arrivals at the receiver (``arrival``)."""
+    assert stack.settings is not None
     client = Client(stack.settings)
     prefix = f"hookburst-{uuid.uuid4().hex[:6]}-"
     task_ids = [f"{prefix}{i:06d}" for i in range(count)]
@@ -592,7 +596,7 @@ def carried_rate(writes_per_s: float, writes_per_task: int) -> float:
     """The steady phases' rate on this machine: :data:`STORE_SHARE` of the store's writes a second at
     ``writes_per_task`` (the poll's reads and the heartbeats use the rest), a whole number of tasks a second, at
     most :data:`STEADY_RATE_MAX`. Beyond it a phase measures DynamoDB Local on these cores, not the
-    scheduler (at 100/s the store here fell behind by seconds)."""
+    scheduler (docs/decisions.md, "The drift benchmark leaves the cores to what it measures")."""
     return float(max(1, min(STEADY_RATE_MAX, int(writes_per_s * STORE_SHARE / writes_per_task))))
 
 
@@ -612,8 +616,11 @@ def phase_loads(args: argparse.Namespace) -> dict[str, tuple[int, float | None]]
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_parser() -> argparse.ArgumentParser:
+    """The benchmark's options (the lead phases' too)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m punctual_tools.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--profile",
         choices=("lambda", "local"),
@@ -710,9 +717,35 @@ def main() -> int:
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold-executor phase")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the restart phase")
     add_arguments(parser)
-    args = parser.parse_args()
-    lead_phases = args.leads or args.cold or args.restart
+    return parser
 
+
+@dataclass
+class Run:
+    """What one run holds from one phase to the next: its footing, the floors, the phases' results and waits."""
+
+    work: Path
+    machine: str
+    load_before: tuple[float, float, float]
+    memory_mb: int
+    batch: int
+    runner: FloorRunner
+    floor_log: Path
+    received: Path
+    hook_url: str = ""
+    receiver: Any = None
+    floors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lead_results: dict[str, dict[str, Any]] = field(default_factory=dict)  # the phases that start stacks of their own
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: dict[str, Any] = field(default_factory=dict)
+    quota_applied: bool | None = None
+    invoker_stats: dict[str, Any] = field(default_factory=dict)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def set_up(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
+    """The run's directory, the firing priority, the executors' memory and the floors' footing."""
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
@@ -720,167 +753,199 @@ def main() -> int:
     if args.realtime and args.profile != "local":
         parser.error("--realtime: only under --profile local (Lambda gives no real-time priority)")
     # Whether firing threads ask for real-time priority, for the floors (read from the environment) and the stack:
-    # not unless asked, so that a verdict rests on normal priority, as on Lambda.
-    os.environ["PUNCTUAL_REALTIME_FIRING"] = "true" if args.realtime else "false"
+    # not unless asked, so that a verdict rests on normal priority, as on Lambda. Written here, read by the settings.
+    os.environ.update(PUNCTUAL_REALTIME_FIRING="true" if args.realtime else "false")
     memory_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
-    batch = burst_batch(memory_mb if args.profile == "lambda" else None)  # as the poller cuts a burst
     runner = FloorRunner(args.profile, memory_mb)
     log(runner.footing.line())
+    return Run(
+        work=work,
+        machine=f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})",
+        load_before=load_before,
+        memory_mb=memory_mb,
+        batch=burst_batch(memory_mb if args.profile == "lambda" else None),  # as the poller cuts a burst
+        runner=runner,
+        floor_log=work / "floor.jsonl",
+        received=work / "received.jsonl",
+    )
+
+
+def run_floors(run: Run, args: argparse.Namespace) -> None:
+    """The floors measured before the stack starts: the burst, the webhooks' and the lead phases'; starts the
+    loopback receiver when a phase needs it."""
+    runner, floors, received, batch = run.runner, run.floors, run.received, run.batch
+    lead_phases = args.leads or args.cold or args.restart
     # Under lambda a burst is fired by one floor process per batch, as the executors share it; under local, by one
     # process on whole cores.
     floor_batch = batch if args.profile == "lambda" else max(args.burst, 1)
-    floor_log = work / "floor.jsonl"
-    floors: dict[str, dict[str, Any]] = {}
-    results: dict[str, dict[str, Any]] = {}
-    lead_results: dict[str, dict[str, Any]] = {}  # the phases that start stacks of their own
-    waits: dict[str, dict[str, Any]] = {}
-    receiver = None
-    try:
-        log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
-        floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), floor_log)
-        received = work / "received.jsonl"
-        if args.webhooks or lead_phases:
-            receiver, port = start_receiver(received)
-            hook_url = f"http://127.0.0.1:{port}/hook"
-        if args.webhooks:
-            time.sleep(args.settle)
-            log(
-                f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
-                "own process), one heap thread, the executor's HTTP engine, no database"
-            )
-            floors["floor/webhook"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
-            time.sleep(args.settle)
-            log(
-                f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, one "
-                f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database"
-            )
-            floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch, received)
-        if lead_phases:
-            time.sleep(args.settle)
-            have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
-            floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
-
-        # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
-        config = StackConfig(
-            home=work / "stack",
-            port=0,
-            poll_interval_s=args.poll_interval,
-            prewarm=args.prewarm,
-            fast_path=args.fast_path,
-            settings_overrides={
-                "ntp_server": None,
-                "allowed_targets": "127.0.0.1",
-                "lead_ms": args.lead_ms,
-                "max_batch_size": args.max_batch_size,
-                "profile": args.profile,
-                "realtime_firing": args.realtime,
-            },
+    log(f"floor/burst: {args.burst} at one instant, {len(burst_shares(args.burst, floor_batch))} floor process(es)")
+    floors["floor/burst"] = measure_floor_burst(runner, burst_shares(args.burst, floor_batch), run.floor_log)
+    if args.webhooks or lead_phases:
+        run.receiver, port = start_receiver(received)
+        run.hook_url = f"http://127.0.0.1:{port}/hook"
+    hook_url = run.hook_url
+    if args.webhooks:
+        time.sleep(args.settle)
+        log(
+            f"floor/webhook: {args.webhook_rate:g}/s for {args.webhook_seconds:g} s to a loopback receiver (its "
+            "own process), one heap thread, the executor's HTTP engine, no database"
         )
-        with LocalStack(
-            config,
-            on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
-            on_batch=lambda r: None,
-        ) as stack:
-            log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
-            for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
-                log(line)
-            assert stack.invoker is not None
-            latency = store_latency_of(stack.settings)  # the store's distance every system phase ran at
-            profile = {
-                "profile": stack.settings.profile,
-                "cpu_quota": stack.invoker.cpu_quota.as_dict(),
-                "store_latency": latency.as_dict() if latency else None,
-                "store_latency_line": stack.describe_store_latency(),
-            }
-            quota_applied = stack.invoker.cpu_quota.applied and runner.footing.quota
-            if args.steady_rate is None:
-                prober = Client(stack.settings)
-                store_write_probe(prober)  # a fresh store's first writes are slow (its JIT): warm it, then measure
-                steady_rate = carried_rate(store_write_probe(prober), phase_loads(args)["system/steady"][0])
-            else:
-                steady_rate = args.steady_rate
-            args.steady_rate = steady_rate  # what the report's args say the steady phases ran at
-            beside = Beside(runner, floor_log, "system/steady")  # floor/steady, in system/steady's window
-            plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                ("system/steady", lambda: system_steady(stack, steady_rate, args.steady_seconds, beside=beside))
-            ]
-            if args.with_writes:
-                plan.append(
-                    (
-                        "floor/writes",
-                        lambda: floor_with_writes(stack, runner, steady_rate, args.steady_seconds, floor_log),
-                    )
-                )
-                plan.append(
-                    (
-                        "steady+writes",
-                        lambda: system_steady(stack, steady_rate, args.steady_seconds, concurrent_writes=True),
-                    )
-                )
-            plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
-            if args.webhooks:
-                plan.append(
-                    (
-                        "webhook/spread",
-                        lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds, received),
-                    )
-                )
-                plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
-            if args.recurring_schedules > 0:
-                plan.append(
-                    ("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules, args.recurring_seconds))
-                )
-            if args.fast_path:
-                plan.append(
-                    (
-                        "fast path 2s",
-                        lambda: system_steady(
-                            stack, args.fast_rate, args.fast_seconds, lead_s=2.0, concurrent_writes=True
-                        ),
-                    )
-                )
-            if args.leads:
-                plan.append(
-                    (
-                        "short lead",
-                        lambda: short_lead(
-                            stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
-                        ),
-                    )
-                )
-            log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
-            loads = phase_loads(args)
-            for name, run in plan:
-                log(f"{name}: waiting until the stack is idle")
-                waits[name] = wait_until_idle(stack, args.settle)
-                ceiling: dict[str, Any] = {}
-                if name in loads:
-                    ceiling = store_ceiling(store_write_probe(Client(stack.settings)), *loads[name])
-                    log(f"{name}: the store carries {ceiling_cell(ceiling)} at {loads[name][0]} writes a task")
-                log(f"{name}: starting")
-                results[name] = executor_cpu(stack, run) | ceiling
-                if "floor" in results[name]:
-                    floors["floor/steady"] = results[name].pop("floor")
-            invoker_stats = dict(stack.invoker.stats)
-        if args.cold or args.restart:
-            lead_results = run_without_stack(work, hook_url, received, args, args.cold, args.restart)
-    finally:
-        if receiver is not None:
-            receiver.terminate()
-        runner.close()
-    load_after = os.getloadavg()
+        floors["floor/webhook"] = floor_webhook(runner, hook_url, args.webhook_rate, args.webhook_seconds, received)
+        time.sleep(args.settle)
+        log(
+            f"floor/webhook-burst: {args.webhook_burst} webhooks due at one instant to the same receiver, one "
+            f"floor process per {batch} (an executor's batch), the executor's HTTP engine, no database"
+        )
+        floors["floor/webhook-burst"] = floor_webhook_burst(runner, hook_url, args.webhook_burst, batch, received)
+    if lead_phases:
+        time.sleep(args.settle)
+        have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
+        floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
 
+
+def stack_config(run: Run, args: argparse.Namespace) -> StackConfig:
+    """The local stack the system phases run on."""
+    # The loopback receiver is allowed by the runtime's configuration (as PUNCTUAL_ALLOWED_TARGETS would).
+    return StackConfig(
+        home=run.work / "stack",
+        port=0,
+        poll_interval_s=args.poll_interval,
+        prewarm=args.prewarm,
+        fast_path=args.fast_path,
+        settings_overrides={
+            "ntp_server": None,
+            "allowed_targets": "127.0.0.1",
+            "lead_ms": args.lead_ms,
+            "max_batch_size": args.max_batch_size,
+            "profile": args.profile,
+            "realtime_firing": args.realtime,
+        },
+    )
+
+
+def steady_rate_of(stack: LocalStack, args: argparse.Namespace) -> float:
+    """``--steady-rate``, or what the store here carries with half to spare (a probe of its writes)."""
+    if args.steady_rate is not None:
+        return float(args.steady_rate)
+    prober = Client(stack.settings)
+    store_write_probe(prober)  # a fresh store's first writes are slow (its JIT): warm it, then measure
+    return carried_rate(store_write_probe(prober), phase_loads(args)["system/steady"][0])
+
+
+def phase_plan(
+    stack: LocalStack, run: Run, args: argparse.Namespace, steady_rate: float
+) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """The system phases the options ask for, in the order they run, each a name and what runs it."""
+    hook_url, received = run.hook_url, run.received
+    beside = Beside(run.runner, run.floor_log, "system/steady")  # floor/steady, in system/steady's window
+    plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("system/steady", lambda: system_steady(stack, steady_rate, args.steady_seconds, beside=beside))
+    ]
+    if args.with_writes:
+        plan.append(
+            (
+                "floor/writes",
+                lambda: floor_with_writes(stack, run.runner, steady_rate, args.steady_seconds, run.floor_log),
+            )
+        )
+        plan.append(
+            (
+                "steady+writes",
+                lambda: system_steady(stack, steady_rate, args.steady_seconds, concurrent_writes=True),
+            )
+        )
+    plan.append(("system/burst", lambda: system_burst(stack, args.burst)))
+    if args.webhooks:
+        plan.append(
+            (
+                "webhook/spread",
+                lambda: webhook_spread(stack, hook_url, args.webhook_rate, args.webhook_seconds, received),
+            )
+        )
+        plan.append(("webhook/burst", lambda: webhook_burst(stack, hook_url, args.webhook_burst, received)))
+    if args.recurring_schedules > 0:
+        plan.append(("recurring 1s", lambda: system_recurring(stack, args.recurring_schedules, args.recurring_seconds)))
+    if args.fast_path:
+        plan.append(
+            (
+                "fast path 2s",
+                lambda: system_steady(stack, args.fast_rate, args.fast_seconds, lead_s=2.0, concurrent_writes=True),
+            )
+        )
+    if args.leads:
+        plan.append(
+            (
+                "short lead",
+                lambda: short_lead(
+                    stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
+                ),
+            )
+        )
+    return plan
+
+
+def run_system_phases(run: Run, args: argparse.Namespace) -> None:
+    """The local stack up, then each system phase once the stack is idle, with what the store carries beside it."""
+    with LocalStack(
+        stack_config(run, args),
+        on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
+        on_batch=lambda r: None,
+    ) as stack:
+        assert stack.settings is not None and stack.invoker is not None
+        log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
+        for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
+            log(line)
+        latency = store_latency_of(stack.settings)  # the store's distance every system phase ran at
+        run.profile = {
+            "profile": stack.settings.profile,
+            "cpu_quota": stack.invoker.cpu_quota.as_dict(),
+            "store_latency": latency.as_dict() if latency else None,
+            "store_latency_line": stack.describe_store_latency(),
+        }
+        run.quota_applied = stack.invoker.cpu_quota.applied and run.runner.footing.quota
+        steady_rate = steady_rate_of(stack, args)
+        args.steady_rate = steady_rate  # what the report's args say the steady phases ran at
+        plan = phase_plan(stack, run, args, steady_rate)
+        log(f"executors quiet (their cold starts over) after {wait_quiet(stack):.1f} s")
+        loads = phase_loads(args)
+        for name, phase in plan:
+            log(f"{name}: waiting until the stack is idle")
+            run.waits[name] = wait_until_idle(stack, args.settle)
+            ceiling: dict[str, Any] = {}
+            if name in loads:
+                ceiling = store_ceiling(store_write_probe(Client(stack.settings)), *loads[name])
+                log(f"{name}: the store carries {ceiling_cell(ceiling)} at {loads[name][0]} writes a task")
+            log(f"{name}: starting")
+            run.results[name] = executor_cpu(stack, phase) | ceiling
+            if "floor" in run.results[name]:
+                run.floors["floor/steady"] = run.results[name].pop("floor")
+        run.invoker_stats = dict(stack.invoker.stats)
+
+
+def tear_down(run: Run) -> None:
+    """The receiver and the floors' processes stop, whatever happened."""
+    if run.receiver is not None:
+        run.receiver.terminate()
+    run.runner.close()
+
+
+def judge_run(run: Run, args: argparse.Namespace) -> list[Verdict]:
+    """The verdicts on each floor's and each phase's p99 (and each arrival's)."""
+    floors, results, lead_results = run.floors, run.results, run.lead_results
     p99 = {
         **{name: summarize(f["drift"])["p99"] for name, f in floors.items()},
         **{name: summarize(r["drift"])["p99"] for name, r in [*results.items(), *lead_results.items()]},
         **{f"{name} arrival": summarize(r["arrival"])["p99"] for name, r in results.items() if "arrival" in r},
     }
-    judged = verdicts(p99, args.profile)
+    return verdicts(p99, args.profile)
 
-    machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
-    print(f"\nPunctual drift benchmark - {machine}")
-    print(profile_line(args.profile, memory_mb, quota_applied, runner.footing.realtime))
-    print(runner.footing.line())
+
+def print_drift_table(run: Run, args: argparse.Namespace) -> None:
+    """The footing, then one row of drift per floor and per phase."""
+    floors, results, load_before, load_after = run.floors, run.results, run.load_before, run.load_after
+    print(f"\nPunctual drift benchmark - {run.machine}")
+    print(profile_line(args.profile, run.memory_mb, run.quota_applied, run.runner.footing.realtime))
+    print(run.runner.footing.line())
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print("drift = action start - due (ms)\n")
     print(f"{'phase':<20}{'count':>7}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
@@ -921,8 +986,18 @@ def main() -> int:
         )
         if "arrival" in r:
             print(row("  arrival", r["arrival"], "(the same burst at the receiver)"))
-    leads = {**{name: r for name, r in results.items() if name in LEAD_TARGETS}, **lead_results}
-    bounds = lead_bounds(leads)
+
+
+def lead_phases_of(run: Run) -> tuple[dict[str, dict[str, Any]], list[Bound]]:
+    """The lead phases' results (the short lead's from the stack, the others' from stacks of their own) and their
+    bounds."""
+    leads = {**{name: r for name, r in run.results.items() if name in LEAD_TARGETS}, **run.lead_results}
+    return leads, lead_bounds(leads)
+
+
+def print_leads_cpu_and_waits(run: Run) -> None:
+    """The lead phases, the CPU of the floors and the executors in each phase, and the idle waits."""
+    leads, bounds = lead_phases_of(run)
     if leads:
         print("\nshort leads, a cold executor, a restart after a crash (drift at the receiver):")
         print_leads(leads, bounds)
@@ -930,50 +1005,67 @@ def main() -> int:
         "\nCPU: floor processes, and the executors' worker processes in each phase (executors that worked; "
         "each: mean / largest; throttled: held back by their cgroup's quota, from cpu.stat)"
     )
-    for name, f in floors.items():
+    for name, f in run.floors.items():
         print(floor_cpu_row(name, f))
-    for name, r in results.items():
+    for name, r in run.results.items():
         print(floor_cpu_row(name, r) if "floor_cpu" in r else cpu_row(name, r["cpu"]))
     print(
         "\nidle waits before each phase: "
         + ", ".join(
             f"{name} {w['idle_wait_s']:.1f} s{'' if w['idle'] else ' (TIMED OUT, not idle)'} + {w['settle_s']:g} s"
-            for name, w in waits.items()
+            for name, w in run.waits.items()
         )
     )
-    print(f"executor invocations: {invoker_stats}")
+    print(f"executor invocations: {run.invoker_stats}")
+
+
+def is_complete(run: Run) -> bool:
+    """Every task of every system phase fired exactly once."""
+    return all(r["fired"] == r["scheduled"] and not r["duplicates"] for r in run.results.values() if "scheduled" in r)
+
+
+def print_verdicts(run: Run, args: argparse.Namespace, judged: list[Verdict]) -> None:
+    """Each target's verdict, whether every task fired once, and the run's verdict."""
     print(
         f"\ntargets ({args.profile} profile; p99; the ratio to this run's floor is the verdict that counts, the "
         "absolute one is shown beside it):"
     )
     for verdict in judged:
         print("  " + verdict.line())
-    complete = all(r["fired"] == r["scheduled"] and not r["duplicates"] for r in results.values() if "scheduled" in r)
     all_met = all(v.met for v in judged)
-    print(f"every task fired exactly once: {'yes' if complete else 'NO'}")
+    print(f"every task fired exactly once: {'yes' if is_complete(run) else 'NO'}")
     missed = ", ".join(v.name for v in judged if not v.met)
     print(
         f"verdict (ratio targets): {'all MET' if all_met else 'MISSED: ' + missed}"
         f"; absolute targets: {sum(v.abs_met for v in judged)} of {len(judged)} met"
     )
 
+
+def draw_run_pictures(run: Run, args: argparse.Namespace) -> list[str]:
+    """The drift pictures of every floor and phase, unless ``--no-pictures``; their paths, printed."""
     pictures: list[str] = []
     if args.pictures:
-        pictures = draw_pictures(work / "pictures", phase_series(floors, {**results, **lead_results}))
+        pictures = draw_pictures(run.work / "pictures", phase_series(run.floors, {**run.results, **run.lead_results}))
         print("drift pictures:")
         for path in pictures:
             print(f"  {path}")
+    return pictures
+
+
+def make_report(run: Run, args: argparse.Namespace, judged: list[Verdict], pictures: list[str]) -> dict[str, Any]:
+    """Every figure of the run, as the JSON and the published page hold it."""
+    leads, bounds = lead_phases_of(run)
     hidden = ("drift", "fires", "arrival", "arrival_fires", "floor_cpu")
-    report = {
+    return {
         **({"page": args.page, "page_title": args.page_title} if args.page else {}),
-        "machine": machine,
+        "machine": run.machine,
         "commit": git_commit(),
-        "run_dir": str(work),
-        "load_avg_before": load_before,
-        "load_avg_after": load_after,
-        **profile,
-        "executor_memory_mb": memory_mb,
-        "floor_footing": runner.footing.as_dict(),
+        "run_dir": str(run.work),
+        "load_avg_before": run.load_before,
+        "load_avg_after": run.load_after,
+        **run.profile,
+        "executor_memory_mb": run.memory_mb,
+        "floor_footing": run.runner.footing.as_dict(),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "floors": {
             name: {
@@ -983,7 +1075,7 @@ def main() -> int:
                 "cpu": vars(f["floor_cpu"]),
                 **({"beside": f["beside"]} if f.get("beside") else {}),
             }
-            for name, f in floors.items()
+            for name, f in run.floors.items()
         },
         "phases": {
             name: {
@@ -991,22 +1083,46 @@ def main() -> int:
                 **{k: v for k, v in r.items() if k not in hidden},
                 **({"floor_cpu": vars(r["floor_cpu"])} if "floor_cpu" in r else {}),
                 **({"arrival": summarize(r["arrival"])} if "arrival" in r else {}),
-                **waits[name],
+                **run.waits[name],
             }
-            for name, r in results.items()
+            for name, r in run.results.items()
         },
         "verdicts": [v.as_dict() for v in judged],
-        "targets_met": all_met,
-        "complete": complete,
-        "invoker": invoker_stats,
+        "targets_met": all(v.met for v in judged),
+        "complete": is_complete(run),
+        "invoker": run.invoker_stats,
         **({"leads": lead_report(leads, bounds), "leads_met": all(b.met for b in bounds)} if leads else {}),
         "pictures": pictures,
     }
+
+
+def publish(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """With ``--publish`` the page and the README's figures; with ``--json`` the report's one line."""
     if args.publish:
         print(f"page: {publish_drift(report)} (and the README's benchmark figures)")
     if args.json:
         print(json.dumps(report))
-    return 0 if complete else 1
+
+
+def main() -> int:
+    parser = make_parser()
+    args = parser.parse_args()
+    run = set_up(parser, args)
+    try:
+        run_floors(run, args)
+        run_system_phases(run, args)
+        if args.cold or args.restart:
+            run.lead_results = run_without_stack(run.work, run.hook_url, run.received, args, args.cold, args.restart)
+    finally:
+        tear_down(run)
+    run.load_after = os.getloadavg()
+    judged = judge_run(run, args)
+    print_drift_table(run, args)
+    print_leads_cpu_and_waits(run)
+    print_verdicts(run, args, judged)
+    report = make_report(run, args, judged, draw_run_pictures(run, args))
+    publish(report, args)
+    return 0 if report["complete"] else 1
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@ steady phase: p99 within 2 ms and within 1.5x the floor's p99 (the ratio counts)
 
 The shortest leads are read from the settings (:func:`shortest_leads`): a poll dispatches a task at least
 ``fast_path_margin_ms`` before it is due (a task written later than that goes to the fast path), and the fast
-path takes any lead down to none; ``bench/bench.py`` times its fast-path phase at 2 s, the default here.
+path takes any lead down to none; ``punctual_tools.bench.bench`` times its fast-path phase at 2 s, the default here.
 
-    .venv/bin/python bench/coldstart.py [--sizes 256 1769] [--runs 10] [--leads 2000 10000] [--modes quota burst]
-        [--actions log webhook] [--quick] [--json]
+    .venv/bin/python -m punctual_tools.bench.coldstart [--sizes 256 1769] [--runs 10] [--leads 2000 10000]
+        [--modes quota burst] [--actions log webhook] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -42,15 +42,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
+ROOT = Path(__file__).resolve().parents[4]
 HANDLER = ROOT / "src" / "executor" / "app.py"
 MODES = ("quota", "burst")
 ACTIONS = ("log", "webhook")  # drift at the action's start (fire log), or where a loopback target receives it
 MODE_TITLES = {"quota": "INIT at the quota", "burst": "INIT on a whole core (on-demand burst), handler at the quota"}
 ABS_TARGET_MS = 2.0  # the steady target: p99 within 2 ms ...
 RATIO_TARGET = 1.5  # ... and within 1.5x the same-quota floor's p99 (the verdict that counts)
-FAST_PATH_BENCH_LEAD_MS = 2000  # bench/bench.py's fast-path phase writes each task 2 s before it is due
+FAST_PATH_BENCH_LEAD_MS = 2000  # punctual_tools.bench.bench's fast-path phase writes each task 2 s before it is due
 SPACING_MS = 100  # the batch's later tasks, this far apart after the first
 FLOOR_AHEAD_MS = 300  # the floor's first task: this long after its imports
 PREPARE_MS = 600  # the batch is sent this long after its tasks start being written
@@ -71,7 +70,7 @@ def shortest_leads(settings: Any) -> dict[str, dict[str, Any]]:
         },
         "fast path": {
             "lead_ms": FAST_PATH_BENCH_LEAD_MS,
-            "why": "the fast path has no minimum lead (a task may be written due now); bench/bench.py's "
+            "why": "the fast path has no minimum lead (a task may be written due now); punctual_tools.bench.bench's "
             "fast-path phase writes each task 2 s ahead",
         },
     }
@@ -204,18 +203,16 @@ def _cold_executor(spec: dict[str, Any]) -> dict[str, Any]:
 def _floor(spec: dict[str, Any]) -> dict[str, Any]:
     """In the fresh process: the floor's imports, then the bare dispatcher fires the batch's shape."""
     main_ms = _now_ms()
-    sys.path.insert(0, str(BENCH_DIR))
-    from floors import run_floor
+    from punctual_tools.bench.floors import run_floor
 
     if spec.get("url"):
-        from floors import loopback_env
-
         from punctual.targets import HttpAction
+        from punctual_tools.bench.floors import loopback_env
 
         env = loopback_env()  # as an executor's INIT starts its event loop
         action: Any = HttpAction(url=spec["url"])
     else:
-        from floors import ACTION as action
+        from punctual_tools.bench.floors import ACTION as action
 
         env = None
     ready_ms = _now_ms()
@@ -584,10 +581,8 @@ def run_size(bench: Bench, memory_mb: int, args: argparse.Namespace, lead_values
     }
 
 
-def main() -> int:
-    from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
-
-    default_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
+def make_parser(default_mb: int) -> argparse.ArgumentParser:
+    """The options; ``default_mb`` is the template's executor memory size."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--sizes",
@@ -622,9 +617,21 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs, the fast path's lead only")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
     parser.add_argument("--out", type=Path, default=None, help="the run's directory; default a new temporary one")
-    args = parser.parse_args()
+    return parser
+
+
+def parse_args() -> argparse.Namespace:
+    """The options given, ``--quick`` applied."""
+    from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
+
+    args = make_parser(read_function_limits(EXECUTOR_FUNCTION).memory_mb).parse_args()
     if args.quick:
         args.runs, args.batch = 2, 3
+    return args
+
+
+def set_up(args: argparse.Namespace) -> tuple[Path, Bench, list[int]]:
+    """The run's directory, what every run shares (DynamoDB Local, the table, the CPU groups) and the leads."""
     work = args.out or Path(tempfile.mkdtemp(prefix="punctual-coldstart-"))
     work.mkdir(parents=True, exist_ok=True)
     log(f"run directory {work}; starting DynamoDB Local")
@@ -633,13 +640,22 @@ def main() -> int:
     lead_values = args.leads or (
         [leads["fast path"]["lead_ms"]] if args.quick else [leads["fast path"]["lead_ms"], leads["poll"]["lead_ms"]]
     )
-    load_before = os.getloadavg()
+    return work, bench, lead_values
+
+
+def run_sizes(bench: Bench, args: argparse.Namespace, lead_values: list[int]) -> list[dict[str, Any]]:
+    """Every size's runs and floors; ``bench`` is closed at the end, whatever happened."""
     sizes: list[dict[str, Any]] = []
     try:
         for mb in args.sizes:
             sizes.append(run_size(bench, mb, args, lead_values))
     finally:
         bench.close()
+    return sizes
+
+
+def print_report(bench: Bench, args: argparse.Namespace, sizes: list[dict[str, Any]], load_before: Any) -> None:
+    """The footing, the shortest leads and each size's table."""
     print(
         f"\nA cold executor's first fire - {os.cpu_count()} cores, load average before {load_before[0]:.2f}, "
         f"after {os.getloadavg()[0]:.2f}{' (quick run)' if args.quick else ''}"
@@ -659,27 +675,40 @@ def main() -> int:
         "'burst' rows). Provisioned concurrency gets no such boost (the 'quota' rows: the pessimistic bound), "
         "but its INIT runs before traffic reaches it"
     )
-    for name, lead in leads.items():
+    for name, lead in bench.leads.items():
         print(f"shortest lead, {name}: {lead['lead_ms']} ms ({lead['why']})")
     for size in sizes:
         print()
         print("\n".join(size_lines(size["memory_mb"], size["rows"], size["floor"])))
-    report = {
-        "run_dir": str(work),
-        "quick": args.quick,
-        "cgroup": bench.cgroup_detail,
-        "quota": bench.groups is not None,
-        "leads": leads,
-        "lead_values": lead_values,
-        "targets": {"abs_ms": ABS_TARGET_MS, "ratio": RATIO_TARGET},
-        "sizes": sizes,
-        "load_avg_before": load_before,
-    }
+
+
+def publish(report: dict[str, Any], work: Path, args: argparse.Namespace) -> None:
+    """The figures as coldstart.json in the run's directory; with ``--json`` as one line too."""
     path = work / "coldstart.json"
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"\nfigures: {path}")
     if args.json:
         print(json.dumps(report, default=str))
+
+
+def main() -> int:
+    args = parse_args()
+    work, bench, lead_values = set_up(args)
+    load_before = os.getloadavg()
+    sizes = run_sizes(bench, args, lead_values)
+    print_report(bench, args, sizes, load_before)
+    report = {
+        "run_dir": str(work),
+        "quick": args.quick,
+        "cgroup": bench.cgroup_detail,
+        "quota": bench.groups is not None,
+        "leads": bench.leads,
+        "lead_values": lead_values,
+        "targets": {"abs_ms": ABS_TARGET_MS, "ratio": RATIO_TARGET},
+        "sizes": sizes,
+        "load_avg_before": load_before,
+    }
+    publish(report, work, args)
     return 0
 
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import doctest
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import pages
+from punctual_tools.bench import pages
 
 
 def verdict(
@@ -244,7 +241,7 @@ def test_the_readmes_benchmark_figures_are_the_ones_the_published_figures_make()
     # Given the README and the figures published in docs/benchmarks
     text = (ROOT / "README.md").read_text()
     block = text[text.index(pages.BEGIN) : text.index(pages.END) + len(pages.END)]
-    # Then the block is exactly what bench/pages.py makes of them: nobody typed a figure
+    # Then the block is exactly what punctual_tools.bench.pages makes of them: nobody typed a figure
     assert block == "\n".join(pages.readme_block_lines(ROOT / "docs" / "benchmarks"))
 
 

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import memory
-
 import punctual_tools.cost as cost
+from punctual_tools.bench import memory
 
 
 def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pytest.MonkeyPatch) -> None:

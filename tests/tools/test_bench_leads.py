@@ -1,16 +1,9 @@
-"""The lead phases' judgements (bench/leads.py, bench/restart.py): bounds, a restart's backlog and drain rate, and
+"""The lead phases' judgements (punctual_tools.bench.leads, .restart): bounds, a restart's backlog and drain rate, and
 their section of the drift page."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import leads
-import pages
-import restart
+from punctual_tools.bench import leads, pages, restart
 
 KILL, UP = 100_000, 105_000
 

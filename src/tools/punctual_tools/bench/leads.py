@@ -1,8 +1,9 @@
 """Drift benchmark phases off the steady path: a short lead, a cold executor, a restart after a crash.
 
-    .venv/bin/python bench/leads.py [--phases short,cold,restart] [--seconds 30] [--profile lambda] [--json]
+    .venv/bin/python -m punctual_tools.bench.leads [--phases short,cold,restart] [--seconds 30] [--profile lambda]
+        [--json]
 
-``make bench`` runs them after its other phases (``bench/bench.py``; ``--no-leads``, ``--no-cold`` and
+``make bench`` runs them after its other phases (``punctual_tools.bench.bench``; ``--no-leads``, ``--no-cold`` and
 ``--no-restart`` skip each) and publishes them on its page; run alone, this module measures the floors they
 need and prints the same figures.
 
@@ -38,9 +39,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import pages
-from floors import ACTION, FloorRunner
-from phase_parts import (
+from punctual.domain.keys import from_ms
+from punctual.scheduling.client import Client
+from punctual.targets import HttpAction
+from punctual_tools.bench import pages
+from punctual_tools.bench.floors import ACTION, FloorRunner
+from punctual_tools.bench.phase_parts import (
     after_a_poll,
     checker_figures,
     drift_of,
@@ -55,11 +59,7 @@ from phase_parts import (
     wait_for_arrivals,
     write_paced,
 )
-from restart import restart_phase
-
-from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
-from punctual.targets import HttpAction
+from punctual_tools.bench.restart import restart_phase
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.drift import judge
 from punctual_tools.local.cpu_quota import init_wait_figures
@@ -326,7 +326,8 @@ def lead_report(results: Mapping[str, Mapping[str, Any]], bounds: Sequence[Bound
     }
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The options given; ``--seconds`` stands for ``--lead-seconds``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--phases", default="short,cold,restart", help="which to run (comma-separated)")
     parser.add_argument("--seconds", type=float, default=None, help="the short leads' seconds (--lead-seconds)")
@@ -338,9 +339,13 @@ def main() -> int:
     add_arguments(parser)
     args = parser.parse_args()
     args.lead_seconds = args.seconds or args.lead_seconds
-    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
-    work = args.out or Path(tempfile.mkdtemp(prefix="punctual-leads-"))
-    work.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def run_phases(
+    args: argparse.Namespace, phases: set[str], work: Path
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The floors, then each phase asked for (the short lead on a stack of its own); returns both."""
     runner = FloorRunner(args.profile, read_function_limits(EXECUTOR_FUNCTION).memory_mb)
     log(f"run directory {work}; {runner.footing.line()}")
     received = work / "received.jsonl"
@@ -361,10 +366,16 @@ def main() -> int:
     finally:
         receiver.terminate()
         runner.close()
+    return floors, results
+
+
+def print_verdicts(
+    floors: Mapping[str, Mapping[str, Any]], results: Mapping[str, Mapping[str, Any]], bounds: Sequence[Bound]
+) -> list[Any]:
+    """The floors' rows, the phases' figures and bounds, and each phase's verdict against its floor."""
     p99 = {name: summarize(f["drift"])["p99"] for name, f in floors.items()}
     for name, f in floors.items():
         print(row(name, f["drift"], "(floor: arrival at the receiver)"))
-    bounds = lead_bounds(results)
     print_leads(results, bounds)
     verdicts = [
         judge(name, summarize(r["drift"])["p99"], p99.get(floor), floor_name=floor, abs_target=ms, ratio_target=ratio)
@@ -373,6 +384,17 @@ def main() -> int:
     ]
     for verdict in verdicts:
         print("  " + verdict.line())
+    return verdicts
+
+
+def main() -> int:
+    args = parse_args()
+    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    work = args.out or Path(tempfile.mkdtemp(prefix="punctual-leads-"))
+    work.mkdir(parents=True, exist_ok=True)
+    floors, results = run_phases(args, phases, work)
+    bounds = lead_bounds(results)
+    verdicts = print_verdicts(floors, results, bounds)
     if args.json:
         report = lead_report(results, bounds) | {"verdicts": [v.as_dict() for v in verdicts], "profile": args.profile}
         print(json.dumps(report, default=str))

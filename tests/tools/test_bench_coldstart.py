@@ -3,14 +3,8 @@ first fire of a cold executor."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import coldstart
-
 from punctual.config.settings import Settings
+from punctual_tools.bench import coldstart
 
 
 def test_the_poll_s_shortest_lead_is_the_fast_path_margin_and_the_fast_path_s_is_the_drift_bench_s() -> None:

@@ -3,22 +3,17 @@ the pictures drawn from the fires the table was computed from."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench
-from cpu_use import CpuUse
-from floors import FloorRunner, burst_shares, steady_offsets
-
 from punctual.domain.keys import shard_of
+from punctual_tools.bench import bench
+from punctual_tools.bench.cpu_use import CpuUse
+from punctual_tools.bench.floors import FloorRunner, burst_shares, steady_offsets
 from punctual_tools.stats import summarize
 
 
