@@ -300,10 +300,25 @@ def test_settings_env_round_trips_through_both_models() -> None:
     assert Settings.from_env(env) == Settings.model_validate(local.model_dump(include=set(Settings.model_fields)))
 
 
+# A PUNCTUAL_* variable read by name: ``environ.get("PUNCTUAL_…")``, ``getenv("PUNCTUAL_…")``, or
+# ``environ["PUNCTUAL_…"]`` not assigned to (a tool may write one for the settings of a process it starts)
+READ_BY_NAME = re.compile(
+    r"""(environ\.get|getenv)\(\s*["']PUNCTUAL_|environ\[\s*["']PUNCTUAL_\w*["']\s*\](?!\s*=[^=])"""
+)
+
+
+def test_a_read_of_a_variable_is_told_from_a_write() -> None:
+    # Given reads and writes of a PUNCTUAL_* variable  Then only the reads are found
+    reads = ['os.environ.get("PUNCTUAL_X")', "os.getenv('PUNCTUAL_X')", 'f(os.environ["PUNCTUAL_X"])']
+    reads.append('os.environ["PUNCTUAL_X"] == "1"')
+    writes = ['os.environ["PUNCTUAL_X"] = "1"', 'os.environ.update(PUNCTUAL_X="1")']
+    assert [bool(READ_BY_NAME.search(line)) for line in reads + writes] == [True] * len(reads) + [False] * len(writes)
+
+
 def test_no_punctual_variable_is_read_outside_the_settings_models() -> None:
     # Given every source file  Then none reads a PUNCTUAL_* variable from the environment by name
-    read = re.compile(r"""(environ\.get|environ\[|getenv)\(?\s*["']PUNCTUAL_""")
-    offenders = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if read.search(path.read_text("utf-8"))]
+    sources = SRC.rglob("*.py")
+    offenders = [str(path.relative_to(SRC)) for path in sources if READ_BY_NAME.search(path.read_text("utf-8"))]
     assert offenders == []
 
 

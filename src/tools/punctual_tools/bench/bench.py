@@ -753,8 +753,8 @@ def set_up(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     if args.realtime and args.profile != "local":
         parser.error("--realtime: only under --profile local (Lambda gives no real-time priority)")
     # Whether firing threads ask for real-time priority, for the floors (read from the environment) and the stack:
-    # not unless asked, so that a verdict rests on normal priority, as on Lambda. Written here, read by the settings.
-    os.environ.update(PUNCTUAL_REALTIME_FIRING="true" if args.realtime else "false")
+    # not unless asked, so that a verdict rests on normal priority, as on Lambda.
+    os.environ["PUNCTUAL_REALTIME_FIRING"] = "true" if args.realtime else "false"
     memory_mb = read_function_limits(EXECUTOR_FUNCTION).memory_mb
     runner = FloorRunner(args.profile, memory_mb)
     log(runner.footing.line())
