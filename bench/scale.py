@@ -62,7 +62,6 @@ from punctual.polling.invoker import LambdaInvoker
 from punctual.polling.poller import Poller, make_batches
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import DynamoTaskStore
-from punctual.stores.dynamodb.schema import ensure_table, load_template
 from punctual.targets import FireLog, LogAction
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
@@ -70,6 +69,7 @@ from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_l
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.plan import model as plan_model
 from punctual_tools.stats import summarize
+from punctual_tools.template import ensure_table, load_template
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import drift_of, measure_floor_burst, measure_floor_steady, wait_for_fires, wait_until_idle

@@ -14,9 +14,9 @@ from punctual.domain.clock import OffsetProbe, SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.executing.executor import Executor
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
+from punctual_tools.template import ensure_table
 from support import FIXED_NOW_MS, moto_one_request_at_a_time
 
 TABLE = "punctual-tasks-test"
