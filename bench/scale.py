@@ -53,13 +53,14 @@ from botocore.awsrequest import AWSResponse
 
 from punctual.config.clients import aws_client, dynamodb_client
 from punctual.config.settings import Settings
-from punctual.domain.clock import SystemClock, offset_probe
+from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import bucket_start, from_ms, next_tick
 from punctual.domain.model import ArmRequest, Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.invoker import LambdaInvoker
 from punctual.polling.poller import Poller, make_batches
+from punctual.runtime.ntp import offset_probe
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import DynamoTaskStore
 from punctual.targets import FireLog, LogAction

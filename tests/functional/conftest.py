@@ -10,10 +10,11 @@ import pytest
 from moto import mock_aws
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
 from punctual_tools.template import ensure_table
