@@ -10,6 +10,7 @@ store; ntplib is loaded by the executor's NTP probe, in its own thread, once it 
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -136,6 +137,25 @@ def test_a_handler_that_loads_one_more_package_is_named(tmp_path: Path, lists: d
     # Then the check names the newcomer (with what it loads itself), and no punctual module
     found = newcomers(loaded, lists["api"])
     assert list(found) == ["third_party"] and "yaml" in found["third_party"]
+
+
+def test_the_executor_sets_itself_up_in_one_cold_start_function() -> None:
+    # Given the executor's handler module (read, not imported)
+    tree = ast.parse((ROOT / "src" / "executor" / "app.py").read_text(encoding="utf-8"))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    # Then its process-wide set-up is in cold_start, documented, and module scope only calls it, once
+    assert "cold_start" in functions and ast.get_docstring(functions["cold_start"])
+    set_up = {"setswitchinterval", "build_executor", "freeze", "lower_current_thread"}
+
+    def called(nodes: list[ast.stmt]) -> set[str]:
+        calls = [n.func for node in nodes for n in ast.walk(node) if isinstance(n, ast.Call)]
+        return {f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "" for f in calls}
+
+    assert set_up <= called(functions["cold_start"].body)
+    module_scope = [node for node in tree.body if not isinstance(node, ast.FunctionDef)]
+    assert not called(module_scope) & set_up
+    scope_calls = [n.func for node in module_scope for n in ast.walk(node) if isinstance(n, ast.Call)]
+    assert [f.id for f in scope_calls if isinstance(f, ast.Name) and f.id == "cold_start"] == ["cold_start"]
 
 
 if __name__ == "__main__":  # print the lists as the handlers load them today (to review a change to the JSON file)
