@@ -28,8 +28,8 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
         os.environ[_name] = "testing"
     os.environ.pop("AWS_PROFILE", None)
 
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
+from punctual_tools.template import ensure_table
 
 TESTS_DIR = Path(__file__).resolve().parent
 EXIT_WATCHDOG_S = 120

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from punctual.config.settings import Settings
-from punctual.stores.dynamodb.schema import ensure_table
+from punctual_tools.template import ensure_table
 from support import FIXED_NOW_MS, moto_one_request_at_a_time
 
 TABLE = "punctual-tasks-test"

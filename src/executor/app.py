@@ -15,10 +15,8 @@ invocation, so a warm start does not inherit the previous batch's. Metrics (EMF,
 skews the drift; ``TasksFired``, ``TasksFiredLate``, ``TasksFailed``, ``TasksMissed`` and ``ArmConflicts``, one value
 each per batch.
 
-Loading this module is the cold start: it shortens the GIL switch interval, builds the executor (its
-dispatcher and worker threads), then lowers the priority of the thread that loaded it, which also runs the
-handler (see below). The local invoker loads it by path, in a worker process, the same way; that worker sets
-the local-only parts (CPU confinement, fire log) before.
+Loading this module is the cold start (:func:`cold_start`, called once below). The local invoker loads it by
+path, in a worker process, the same way; that worker sets the local-only parts (CPU confinement, fire log) before.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from punctual.config.settings import Settings
 from punctual.domain.events import BatchEvent
+from punctual.executing.executor import Executor
 from punctual.executing.priority import lower_current_thread
 from punctual.runtime.metrics import (
     ARM_CONFLICTS,
@@ -50,19 +49,33 @@ from punctual.runtime.wiring import build_executor
 
 logger, metrics = handler_tools()
 settings = Settings.from_env()
-# The dispatcher thread must get the interpreter back quickly after its sleep: shorten the GIL switch
-# interval from 5 ms so that recording threads cannot hold it for long.
-sys.setswitchinterval(settings.switch_interval_s)
-executor = build_executor(settings)
-# Everything loaded so far lives as long as the process: move it out of the collector's sight, so that a
-# collection during a batch scans only what the batch allocated (a full one would stall the dispatcher).
-gc.collect()
-gc.freeze()
-# The dispatcher and its workers (started above) keep the default CPU priority; this thread, which parses
-# events, arms, records and flushes metrics, runs below it, and so do the threads it starts. It never holds
-# the interpreter while this process has a fire due: it arms before adding to the dispatcher and finishes
-# after the batch has fired.
-lower_current_thread()
+
+
+def cold_start(settings: Settings) -> Executor:
+    """Set up this process for firing, once per execution environment (Lambda's INIT), and return its executor.
+
+    Process-wide, hence here and not in :func:`~punctual.runtime.wiring.build_executor`: it shortens the GIL
+    switch interval, builds the executor (which starts its dispatcher and worker threads), freezes what is
+    loaded out of the garbage collector's sight, then lowers the CPU priority of the calling thread, which
+    goes on to run the handler.
+    """
+    # The dispatcher thread must get the interpreter back quickly after its sleep: shorten the GIL switch
+    # interval from 5 ms so that recording threads cannot hold it for long.
+    sys.setswitchinterval(settings.switch_interval_s)
+    built = build_executor(settings)
+    # Everything loaded so far lives as long as the process: move it out of the collector's sight, so that a
+    # collection during a batch scans only what the batch allocated (a full one would stall the dispatcher).
+    gc.collect()
+    gc.freeze()
+    # The dispatcher and its workers (started above) keep the default CPU priority; this thread, which parses
+    # events, arms, records and flushes metrics, runs below it, and so do the threads it starts. It never holds
+    # the interpreter while this process has a fire due: it arms before adding to the dispatcher and finishes
+    # after the batch has fired.
+    lower_current_thread()
+    return built
+
+
+executor = cold_start(settings)
 
 
 @logger.inject_lambda_context(log_event=False, correlation_id_path="batch_id", clear_state=True)

@@ -26,12 +26,12 @@ from moto import mock_aws
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import Candidate, FireRecord, Outcome, Task, TaskStatus
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.stores.memory import InMemoryStore
 from punctual.stores.ports import Store, TaskStore
 from punctual.targets import LogAction
 from punctual_tools.local.dynamodb_local import make_client
+from punctual_tools.template import ensure_table
 from support import (
     FIXED_NOW_MS,
     arm,  # ARM one task at an explicit now (the tests import it from here)

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.cpu_quota import PERIOD_US, group_of, quota_us
 from punctual_tools.local.invoker import LocalInvoker, Profile
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
 from punctual_tools.local.stack import LocalStack, StackConfig
+from punctual_tools.template import load_template
 from support import wait_until
 
 SCALE = 0.01  # Lambda's retries after 0.6 s and 1.2 s instead of 1 and 2 minutes; its throttle backoff from 10 ms

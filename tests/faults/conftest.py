@@ -16,8 +16,9 @@ import pytest
 from lambda_tools import LambdaExecutors
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dlq import DeadLetterQueue
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.lambda_rules import FunctionLimits

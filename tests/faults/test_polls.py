@@ -40,12 +40,12 @@ from punctual.domain.keys import bucket_start
 from punctual.domain.model import ArmRequest, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
 from punctual_tools.checker import Fire
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
 from punctual_tools.local.target import TargetServer
+from punctual_tools.template import ensure_table
 from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for, wait_until
 
 pytestmark = pytest.mark.integration

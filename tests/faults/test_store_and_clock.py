@@ -9,10 +9,11 @@ import pytest
 from fault_tools import Throttle, http_tasks, judge, one_batch
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import ClockOffset, OffsetProbe, measure_offset
+from punctual.domain.clock import ClockOffset
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe, measure_offset
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer

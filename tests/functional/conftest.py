@@ -8,10 +8,11 @@ import pytest
 
 from moto_table import dynamodb, now_ms, read_raw, settings
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
 from support import FIXED_NOW_MS

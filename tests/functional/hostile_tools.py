@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchReport, PollReport
 from punctual.domain.keys import from_ms
 from punctual.domain.model import canonical_json
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import ActionEnv, TargetRules

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import HttpAction, LogAction

@@ -27,8 +27,8 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.cli import main
+from punctual_tools.template import ensure_table
 
 fuzz = fuzz_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -12,11 +12,12 @@ import boto3
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.keys import index_key, shard_of
 from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
 from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.stores.dynamodb.store import DynamoTaskStore

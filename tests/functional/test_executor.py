@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import ClockOffset, OffsetProbe, SystemClock
+from punctual.domain.clock import ClockOffset, SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import HttpAction
 from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until

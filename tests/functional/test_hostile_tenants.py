@@ -56,10 +56,10 @@ from punctual.domain.schedules import occurrence_id
 from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
 from punctual.polling.poller import Poller
 from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import ActionEnv
 from punctual_tools.local.api_server import LocalApi
+from punctual_tools.template import ensure_table
 from support import FIXED_NOW_MS, FakeClock, RecordingInvoker
 
 TOKENS = {"token-acme": "acme", "token-beta": "beta"}

@@ -23,7 +23,7 @@ from punctual.errors import ActionFailedError, InvalidRequestError, TransientAct
 from punctual.network.policy import TargetPolicy
 from punctual.targets import ActionEnv, FireContext, HttpAction, TargetRules, prepare_actions
 from punctual.targets.http import BODY_CAP, WARM_LEAD_S, WARM_MIN_S, HttpEngine, _engine
-from punctual.targets.registry import check_action, run_action, start_action
+from punctual.targets.kinds import check_action, run_action, start_action
 from punctual.targets.secrets import SecretResolver
 from punctual.targets.wire import IDLE_S, WARM_AT_ONCE
 

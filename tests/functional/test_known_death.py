@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from support import arm, read_task
 

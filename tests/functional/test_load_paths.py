@@ -11,10 +11,11 @@ from botocore.exceptions import ClientError
 
 from punctual.config.settings import Settings
 from punctual.domain.backoff import backoff_s
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.stores.dynamodb.table import BATCH_GET_ATTEMPTS
 from punctual.targets import FireContext, HttpAction

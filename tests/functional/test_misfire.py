@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import BUCKET_MS, shard_of
@@ -16,6 +16,7 @@ from punctual.domain.model import Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.fastpath import candidate_of_record
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction

@@ -20,11 +20,11 @@ from punctual.runtime.wiring import build_poller
 from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.scheduling.redrive import Selection, redrive_tasks
-from punctual.stores.dynamodb.schema import TABLE_RESOURCE, load_template
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
 from punctual.stores.memory import InMemoryStore
 from punctual.targets import LogAction
+from punctual_tools.template import TABLE_RESOURCE, load_template
 from support import FakeClock, RecordingInvoker, arm
 
 QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}

@@ -28,11 +28,12 @@ from punctual.config.tenant_source import (
     ParameterTenantMap,
     tenant_map_source,
 )
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidRequestError, SettingsError, TenantMapUnavailableError
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import build_api, build_executor
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import ActionEnv, SqsAction, TargetRules

@@ -59,7 +59,7 @@ def api(ddb_local: str) -> Iterator[LocalApi]:
     import uuid
 
     from punctual.config.clients import make_dynamodb_client
-    from punctual.stores.dynamodb.schema import ensure_table
+    from punctual_tools.template import ensure_table
 
     settings = Settings(
         table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}",

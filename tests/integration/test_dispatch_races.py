@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import OffsetProbe, SystemClock
+from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.model import ArmRequest, Task
 from punctual.executing.executor import Executor
 from punctual.polling.poller import Poller
+from punctual.runtime.ntp import OffsetProbe
 from punctual.targets import FireLog, LogAction
 from punctual_tools.demo import read_fires
 from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for

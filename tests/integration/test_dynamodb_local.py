@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from punctual.stores.dynamodb.schema import TABLE_RESOURCE, ensure_table, load_template
 from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
+from punctual_tools.template import TABLE_RESOURCE, ensure_table, load_template
 
 RETIRED_TENANT_ACTIVE_INDEX = "tenant_active"  # read by nothing, in the template until the release after the next
 
@@ -174,7 +174,7 @@ def test_stop_is_idempotent() -> None:
 
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
-    from punctual.stores.dynamodb.schema import create_table_kwargs, ensure_table
+    from punctual_tools.template import create_table_kwargs, ensure_table
 
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk), or before the
     # tenants' active count was sharded

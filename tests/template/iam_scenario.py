@@ -43,7 +43,6 @@ from punctual.domain.model import Outcome as FireOutcome
 from punctual.domain.schedules import ScheduleState
 from punctual.polling.fastpath import matches
 from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.schema import ensure_table, stream_filter_patterns
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, StubTarget, scheduled_event, serving
@@ -52,6 +51,7 @@ from punctual_tools.iam.calls import function_arn
 from punctual_tools.iam.policies import function_environment
 from punctual_tools.local.api_server import proxy_event
 from punctual_tools.local.worker import load_handler_module
+from punctual_tools.template import ensure_table, stream_filter_patterns
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"

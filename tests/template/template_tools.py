@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from punctual.stores.dynamodb.schema import NO_VALUE, evaluate_condition, resolve_value
+from punctual_tools.template import NO_VALUE, evaluate_condition, resolve_value
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

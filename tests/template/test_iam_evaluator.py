@@ -17,7 +17,6 @@ from moto import mock_aws
 from test_sam_stack import DIRECT_CLIENT_DECISIONS
 
 from punctual.config.settings import Settings
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual_tools.iam import (
     AccessRequest,
     AwsCall,
@@ -32,6 +31,7 @@ from punctual_tools.iam import (
     requests_of,
 )
 from punctual_tools.iam.policies import role_policies_of
+from punctual_tools.template import ensure_table
 
 ACCOUNT = "123456789012"
 TABLE_ARN = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/t"

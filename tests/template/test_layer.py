@@ -63,8 +63,9 @@ BUILD_EXCLUDES = (
 TOOLING_NAMES = frozenset(
     {"punctual_tools", "cli", "cost", "demo", "checker", "progress", "stats", "local", "target", "doubles"}
 )
-# Top-level packages no runtime file may import: the tooling, and what only tests and load tests install.
-NOT_IN_LAMBDA = frozenset({"punctual_tools", "moto", "locust", "hypothesis", "pytest", "freezegun"})
+# Top-level packages no runtime file may import: the tooling, PyYAML (only the tooling reads template.yaml), and what
+# only tests and load tests install.
+NOT_IN_LAMBDA = frozenset({"punctual_tools", "yaml", "moto", "locust", "hypothesis", "pytest", "freezegun"})
 
 
 def built_files(source: Path) -> list[Path]:

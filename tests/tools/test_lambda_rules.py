@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.lambda_rules import (
     EXECUTOR_FUNCTION,
     LAMBDA_DEFAULT_EVENT_AGE_S,
@@ -19,6 +18,7 @@ from punctual_tools.local.lambda_rules import (
     retry_delay_s,
     throttle_backoff_s,
 )
+from punctual_tools.template import load_template
 
 
 # -- the decisions ------------------------------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
 
 
 def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> None:
-    from punctual.stores.dynamodb.schema import load_template
+    from punctual_tools.template import load_template
 
     template = load_template()
     params = template["Parameters"]

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import ClockOffset, OffsetProbe, SystemClock, measure_offset, offset_probe
+from punctual.domain.clock import ClockOffset, SystemClock
+from punctual.runtime.ntp import OffsetProbe, measure_offset, offset_probe
 
 NTP_EPOCH_OFFSET = 2_208_988_800  # seconds from 1900-01-01 (NTP) to 1970-01-01 (Unix)
 PACKET = struct.Struct("!B B B b 11I")

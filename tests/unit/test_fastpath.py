@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from punctual.domain.model import TaskStatus
 from punctual.polling import fastpath
 from punctual.polling.fastpath import candidate_of_record, choose_path, matches
-from punctual.stores.dynamodb.schema import stream_filter_patterns
+from punctual_tools.template import stream_filter_patterns
 
 
 def record(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from punctual.stores.dynamodb.schema import TABLE_RESOURCE, create_table_kwargs, load_template, resolve_value
+from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
+from punctual_tools.template import TABLE_RESOURCE, create_table_kwargs, load_template, resolve_value
 
 
 def _intrinsics(node: Any, path: str = "") -> list[str]:
@@ -47,3 +48,12 @@ def test_a_property_set_to_no_value_is_left_out() -> None:
         "Throughput": {"Units": 5},
         "Items": [{"Units": 5}, "kept"],
     }
+
+
+def test_the_adapter_names_indexes_the_template_defines() -> None:
+    # Given the index names the DynamoDB adapter queries (its own constants: the runtime never reads the template)
+    adapter = {DUE_INDEX, SCHEDULE_INDEX, TENANT_INDEX, TENANT_ACTIVE_INDEX}
+    # Then each is an index of the table in template.yaml, with a key schema
+    indexes = {i["IndexName"]: i for i in create_table_kwargs("punctual-tasks")["GlobalSecondaryIndexes"]}
+    assert adapter <= set(indexes), sorted(adapter - set(indexes))
+    assert all(indexes[name]["KeySchema"] for name in adapter)

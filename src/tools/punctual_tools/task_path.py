@@ -126,10 +126,10 @@ def trace_task_life() -> TaskPath:
     """Run one task's life on moto through the handlers and return the modules each phase crossed."""
     import boto3
     from moto import mock_aws
+    from punctual.stores.dynamodb.schema import ensure_table
 
     from punctual.runtime.wiring import build_poller
     from punctual.scheduling.client import Client
-    from punctual.stores.dynamodb.schema import ensure_table
     from punctual.targets import LogAction
     from punctual_tools.doubles import LambdaContext, scheduled_event
 

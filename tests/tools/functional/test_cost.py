@@ -24,7 +24,6 @@ from punctual.polling.fastpath import dispatch_stream_records
 from punctual.polling.poller import Poller
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import build_store
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.targets import HttpAction
 from punctual_tools import cost
 from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds
@@ -40,6 +39,7 @@ from punctual_tools.cost.fastpath import (
 from punctual_tools.cost.pricing import eventbridge_scheduler_usd, marginal_per_million
 from punctual_tools.cost.scenario import SCENARIO_START_MS
 from punctual_tools.doubles import FakeClock, RecordingInvoker
+from punctual_tools.template import ensure_table
 
 TASKS = 300
 

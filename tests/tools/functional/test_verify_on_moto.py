@@ -25,12 +25,12 @@ from punctual.domain.model import TaskStatus
 from punctual.domain.schedules import Schedule, instants_after, occurrence_id
 from punctual.scheduling.bulk import ScheduleResult
 from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.schema import ensure_table
 from punctual.targets import FireContext
 from punctual.targets.aws import message_body
 from punctual_tools.cli import build_parser
 from punctual_tools.cost import pricing
 from punctual_tools.local.stack import executor_env
+from punctual_tools.template import ensure_table
 from punctual_tools.verify.command import Clients, local_target, run_command
 from punctual_tools.verify.metrics import collect_usage, format_cost, usage_queries
 from punctual_tools.verify.plan import MixOptions

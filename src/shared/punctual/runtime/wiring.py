@@ -14,9 +14,10 @@ from punctual.config.cpu_share import detect_cpu_share
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.config.tenant_source import TenantMapSource, tenant_map_source
-from punctual.domain.clock import SystemClock, offset_probe
+from punctual.domain.clock import SystemClock
 from punctual.domain.tenancy import split
 from punctual.executing.executor import Executor
+from punctual.runtime.ntp import offset_probe
 from punctual.stores.dlq import build_dead_letter_queue
 from punctual.stores.dynamodb import build_store
 from punctual.targets import ActionEnv

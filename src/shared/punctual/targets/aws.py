@@ -38,7 +38,7 @@ from pydantic import Field, field_validator, model_validator
 
 from punctual.domain.model import Action, canonical_json
 from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
-from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup, register
+from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
 
@@ -481,15 +481,13 @@ def _prepare(service: str) -> Callable[[list[tuple[Any, float, str]], ActionEnv]
 
 
 def _aws_kind(model: type[Any], run: Callable[..., None], service: str, check: Callable[..., None]) -> ActionKind[Any]:
-    return register(
-        ActionKind(
-            model=model,
-            run=run,
-            max_timeout_s=AWS_CALL_TIMEOUT_S,
-            clients=(service,),
-            check=check,
-            prepare=_prepare(service),
-        )
+    return ActionKind(
+        model=model,
+        run=run,
+        max_timeout_s=AWS_CALL_TIMEOUT_S,
+        clients=(service,),
+        check=check,
+        prepare=_prepare(service),
     )
 
 

@@ -42,7 +42,7 @@ from punctual.errors import (
 )
 from punctual.network.hosts import MAX_URL_LENGTH
 from punctual.network.policy import Target, TargetPolicy
-from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup, register
+from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
 from punctual.targets.secrets import parse_secret_ref
 from punctual.targets.signing import parse_signing_secrets, signature_headers
 from punctual.targets.wire import WirePool
@@ -413,4 +413,4 @@ def warm_plan(delays_s: list[float]) -> list[tuple[float, int]]:
     return runs
 
 
-HTTP = register(ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http, prepare=prepare_http))
+HTTP = ActionKind(model=HttpAction, run=run_http, max_timeout_s=60.0, check=check_http, prepare=prepare_http)

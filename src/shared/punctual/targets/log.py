@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from punctual.domain.model import Action
-from punctual.targets.registry import ActionEnv, ActionKind, FireContext, register
+from punctual.targets.registry import ActionEnv, ActionKind, FireContext
 
 log = logging.getLogger("punctual.fire")
 
@@ -68,4 +68,4 @@ def run_log(action: LogAction, context: FireContext, env: ActionEnv | None = Non
         log.info("fired %s", context.idempotency_key, extra={"fire": entry})
 
 
-LOG = register(ActionKind(model=LogAction, run=run_log, max_timeout_s=0.0))
+LOG = ActionKind(model=LogAction, run=run_log, max_timeout_s=0.0)

@@ -1,5 +1,5 @@
-"""Action kinds as plugins: one registration carries a kind's model, its runner, its longest timeout and the
-boto3 clients it needs.
+"""Action kinds as plugins: one :class:`ActionKind` carries a kind's model, its runner, its longest timeout and the
+boto3 clients it needs; :mod:`punctual.targets.kinds` lists the kinds there are.
 
 A runner is a plain function (it runs in the executor's worker thread: a quick AWS call) or a coroutine
 function (it runs on the process's one event loop, :class:`FireLoop`: many requests in flight at once, none
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from pydantic import JsonValue
 
 from punctual.config.tenant_map import Quotas, TenantMap, TenantPolicy
-from punctual.domain.model import Action, register_action_model
+from punctual.domain.model import Action
 from punctual.domain.tenancy import is_tenant, split
 from punctual.errors import ActionFailedError, InvalidRequestError
 from punctual.network.policy import TargetPolicy
@@ -402,79 +402,3 @@ class ActionKind(Generic[A]):
     def is_async(self) -> bool:
         """Whether ``run`` is a coroutine function (asked at every fire: read once)."""
         return inspect.iscoroutinefunction(self.run)
-
-
-_KINDS: dict[str, ActionKind[Any]] = {}
-
-
-def register(kind: ActionKind[A]) -> ActionKind[A]:
-    """Make an action kind known: to the task model (validation) and to executors (firing)."""
-    register_action_model(kind.model)
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def action_kinds() -> list[ActionKind[Any]]:
-    return [_KINDS[name] for name in sorted(_KINDS)]
-
-
-def kind_of(action: Action) -> ActionKind[Any]:
-    kind = _KINDS.get(action.kind)
-    if kind is None:
-        raise ActionFailedError(f"no runner registered for action kind {action.kind!r}")
-    return kind
-
-
-def longest_action_timeout_ms() -> int:
-    """The longest any registered kind may run, in ms (leases outlive it)."""
-    return int(max((k.max_timeout_s for k in _KINDS.values()), default=0.0) * 1000)
-
-
-def check_action(action: Action, rules: TargetRules) -> None:
-    """Apply ``action``'s kind's target rules (when a task or a schedule is stored); raises InvalidRequestError
-    naming the field."""
-    kind = _KINDS.get(action.kind)
-    if kind is not None and kind.check is not None:
-        kind.check(action, rules)
-
-
-def start_action(action: Action, context: FireContext, env: ActionEnv) -> Future[None] | None:
-    """Start ``action``: a plain runner runs to its end here (returns None; raises on failure); a coroutine
-    runner is handed to the event loop and its future returned (its exception is the failure)."""
-    kind = kind_of(action)
-    if kind.is_async:
-        return env.fire_loop.submit(kind.run(action, context, env))  # type: ignore[arg-type]
-    kind.run(action, context, env)
-    return None
-
-
-def prepare_actions(fires: Iterable[tuple[Action, float, str]], env: ActionEnv) -> int:
-    """Schedule the warm-ups the kinds want for ``fires`` (``(action, seconds until due, task id)``, a batch just
-    armed)
-    on the event loop; returns how many. Best effort: a kind's error is logged, never raised, and a warm-up's
-    failure only means its fires open their own connections."""
-    by_kind: dict[str, list[tuple[Action, float, str]]] = {}
-    for action, delay_s, task_id in fires:
-        kind = _KINDS.get(action.kind)
-        if kind is not None and kind.prepare is not None:
-            by_kind.setdefault(kind.name, []).append((action, delay_s, task_id))
-    warmups: list[Warmup] = []
-    for name, items in by_kind.items():
-        try:
-            warmups += _KINDS[name].prepare(items, env)  # type: ignore[misc]
-        except Exception:  # a warm-up is an optimisation; the fires do not depend on it
-            log.exception("preparing %s fires failed", name)
-    if warmups:
-        try:
-            env.fire_loop.schedule(warmups)
-        except Exception:  # the loop is closing (the executor is ending): nothing to warm
-            log.exception("scheduling warm-ups failed")
-            return 0
-    return len(warmups)
-
-
-def run_action(action: Action, context: FireContext, env: ActionEnv) -> None:
-    """Run ``action`` to its end in this thread (waiting for a coroutine runner); raises on failure."""
-    future = start_action(action, context, env)
-    if future is not None:
-        future.result()

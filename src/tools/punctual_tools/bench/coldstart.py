@@ -302,11 +302,11 @@ class Bench:
     def __init__(self, work: Path, batch: int, webhook: bool) -> None:
         from punctual.config.settings import Settings
         from punctual.scheduling.client import Client
-        from punctual.stores.dynamodb.schema import ensure_table
         from punctual_tools.local.cpu_quota import CpuGroups
         from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
         from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
         from punctual_tools.local.stack import executor_env
+        from punctual_tools.template import ensure_table
 
         self.work = work
         self.batch = batch

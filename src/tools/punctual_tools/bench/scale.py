@@ -54,16 +54,16 @@ from botocore.awsrequest import AWSResponse
 
 from punctual.config.clients import aws_client, dynamodb_client
 from punctual.config.settings import Settings
-from punctual.domain.clock import SystemClock, offset_probe
+from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import bucket_start, from_ms, next_tick
 from punctual.domain.model import ArmRequest, Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.invoker import LambdaInvoker
 from punctual.polling.poller import Poller, make_batches
+from punctual.runtime.ntp import offset_probe
 from punctual.scheduling.client import Client
 from punctual.stores.dynamodb import DynamoTaskStore
-from punctual.stores.dynamodb.schema import ensure_table, load_template
 from punctual.targets import FireLog, LogAction
 from punctual_tools.bench.bench import (
     drift_of,
@@ -80,6 +80,7 @@ from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_l
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.plan import model as plan_model
 from punctual_tools.stats import summarize
+from punctual_tools.template import ensure_table, load_template
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 
 import punctual.runtime.metrics as metric_names
-from punctual.stores.dynamodb.schema import find_template
+from punctual_tools.template import find_template
 
 FULL_CORE_MB = 1769  # Lambda: a function gets one full vCPU at 1,769 MB, proportionally less below
 INIT_LIMIT_S = 10.0  # Lambda's INIT phase: past it, the init is retried within the first invocation

@@ -37,7 +37,7 @@ from typing import Any
 from punctual.domain.model import ACTIVE_STATUSES
 from punctual.stores.dynamodb.codec import item_size
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.stores.dynamodb.schema import TABLE_RESOURCE, load_template
+from punctual_tools.template import TABLE_RESOURCE, load_template
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})

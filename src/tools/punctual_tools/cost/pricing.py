@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import punctual.runtime.metrics as metric_names
 from punctual.config.settings import Settings
 from punctual.polling.poller import INVOKE_THREADS
-from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.cost.coldstart import (
     ENVIRONMENT_LIFETIME_S,
     cold_starts_per_month,
@@ -25,6 +24,7 @@ from punctual_tools.cost.coldstart import (
     init_seconds,
 )
 from punctual_tools.cost.scenario import Counts, Scenario
+from punctual_tools.template import load_template
 
 # == prices: us-east-1 list prices; each one's source is named in docs/cost.md, "Prices and their sources" ====
 PRICES_AS_OF = (

@@ -26,7 +26,6 @@ from typing import Any, cast
 
 import punctual.runtime.metrics as metric_names
 from punctual.domain.keys import from_ms
-from punctual.stores.dynamodb.schema import find_template, load_template
 from punctual_tools.cost.coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
 from punctual_tools.cost.meter import (
     ACTIVE,
@@ -50,6 +49,7 @@ from punctual_tools.doubles import (
     serving,
 )
 from punctual_tools.local.receiver import receiving
+from punctual_tools.template import find_template, load_template
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
 TARGET_PATH = "/hooks/publish"  # the tasks' action URL path (its length is part of every item's size)
@@ -255,9 +255,9 @@ def run_scenario(
     from punctual.polling.poller import Poller
     from punctual.scheduling.client import Client
     from punctual.stores.dynamodb import build_store
-    from punctual.stores.dynamodb.schema import ensure_table
     from punctual.stores.ports import TaskStore
     from punctual.targets import HttpAction
+    from punctual_tools.template import ensure_table
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
@@ -579,8 +579,8 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     from punctual.polling.poller import Poller
     from punctual.scheduling.client import Client
     from punctual.stores.dynamodb import build_store
-    from punctual.stores.dynamodb.schema import ensure_table
     from punctual.targets import HttpAction
+    from punctual_tools.template import ensure_table
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
@@ -636,9 +636,9 @@ def measure_handler_logs() -> dict[str, float]:
 
     from punctual.runtime.wiring import build_poller
     from punctual.scheduling.client import Client
-    from punctual.stores.dynamodb.schema import ensure_table
     from punctual.targets import HttpAction
     from punctual_tools.local.worker import load_handler_module
+    from punctual_tools.template import ensure_table
 
     src = find_template().parent / "src"
     out = io.StringIO()

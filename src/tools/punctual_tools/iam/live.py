@@ -111,7 +111,7 @@ class IamCheck:
         """The check of ``function`` (a logical id: ``PollerFunction``, ``ExecutorFunction``, ``FastPathFunction``,
         ``ApiFunction``) for the runtime of ``settings`` (default: from the environment), against ``template``
         (default: the checkout's template.yaml)."""
-        from punctual.stores.dynamodb.schema import load_template
+        from punctual_tools.template import load_template
 
         settings = settings or Settings.from_env()
         template = template if template is not None else load_template()

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from punctual_tools.iam.calls import DEFAULT_ACCOUNT, function_arn, log_group_arn, table_arn
+from punctual_tools.template.intrinsics import NO_VALUE, Resolver
 
-_NO_VALUE = object()
-_SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
 _FUNCTION_TYPES = {"AWS::Lambda::Function", "AWS::Serverless::Function"}
 
 
@@ -77,7 +75,7 @@ class RolePolicies:
 def role_policies(template: Mapping[str, Any], function: str, stack: Stack | None = None) -> RolePolicies:
     """The resolved identity policies of the role ``function`` (a logical id) runs with."""
     stack = stack or Stack()
-    resolver = _Resolver(template, stack)
+    resolver = StackResolver(template, stack)
     resources = template["Resources"]
     if resources.get(function, {}).get("Type") not in _FUNCTION_TYPES:
         raise KeyError(f"{function} is no function of the template")
@@ -95,11 +93,11 @@ def role_policies_of(
     stack: Stack | None = None,
     *,
     function: str = "",
-    resolver: _Resolver | None = None,
+    resolver: StackResolver | None = None,
 ) -> RolePolicies:
     """The resolved identity policies of the role ``role`` (a logical id), whoever assumes it."""
     stack = stack or Stack()
-    resolver = resolver or _Resolver(template, stack)
+    resolver = resolver or StackResolver(template, stack)
     resources = template["Resources"]
     properties = resources[role]["Properties"]
     if properties.get("ManagedPolicyArns"):
@@ -125,9 +123,7 @@ def role_policies_of(
         function=function,
         role=role,
         principal=f"arn:{stack.partition}:sts::{stack.account}:assumed-role/{role_name}/{session}",
-        policies=tuple(
-            {"name": p["PolicyName"], "policy": p["PolicyDocument"]} for p in policies if p is not _NO_VALUE
-        ),
+        policies=tuple({"name": p["PolicyName"], "policy": p["PolicyDocument"]} for p in policies if p is not NO_VALUE),
     )
 
 
@@ -145,7 +141,7 @@ def function_roles(template: Mapping[str, Any]) -> dict[str, str]:
 def function_environment(template: Mapping[str, Any], function: str, stack: Stack | None = None) -> dict[str, str]:
     """The environment variables the template gives ``function`` in ``stack`` (the SAM template's Globals first,
     if it has them), resolved: what its handler reads its settings from."""
-    resolver = _Resolver(template, stack or Stack())
+    resolver = StackResolver(template, stack or Stack())
     variables = dict(template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {}))
     variables.update(template["Resources"][function]["Properties"].get("Environment", {}).get("Variables", {}))
     return {name: str(value) for name, value in resolver.resolve(variables).items()}
@@ -155,18 +151,16 @@ def _as_list(node: Any) -> list[Any]:
     return node if isinstance(node, list) else [node]
 
 
-def _text(value: Any) -> str:
-    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+class StackResolver(Resolver):
+    """CloudFormation's intrinsic functions as a deployment of ``stack`` would evaluate them: the parameters'
+    part is :class:`~punctual_tools.template.intrinsics.Resolver`'s; this names the resources, their ARNs and the
+    pseudo parameters, and resolves everything (a function it does not know raises ``NotImplementedError``)."""
 
-
-class _Resolver:
-    """CloudFormation's intrinsic functions, as a deployment of ``stack`` would evaluate them."""
+    partial = False
 
     def __init__(self, template: Mapping[str, Any], stack: Stack) -> None:
-        self.template = template
+        super().__init__(template, stack.parameters)
         self.stack = stack
-        self.resources: Mapping[str, Any] = template.get("Resources", {})
-        self.parameters: Mapping[str, Any] = template.get("Parameters", {})
 
     # -- names ---------------------------------------------------------------------------------------------------
     def name_of(self, logical: str) -> str:
@@ -182,44 +176,38 @@ class _Resolver:
         where = f"{self.stack.region}:{self.stack.account}" if region else f":{self.stack.account}"
         return f"arn:{self.stack.partition}:{service}:{where}:{rest}"
 
-    # -- intrinsics ----------------------------------------------------------------------------------------------
-    def ref(self, name: str) -> Any:
+    # -- what the deployment knows -------------------------------------------------------------------------------
+    def pseudo_parameter(self, name: str) -> Any:
         pseudo = {
             "AWS::Region": self.stack.region,
             "AWS::AccountId": self.stack.account,
             "AWS::Partition": self.stack.partition,
             "AWS::StackName": self.stack.stack_name,
             "AWS::URLSuffix": "amazonaws.com",
-            "AWS::NoValue": _NO_VALUE,
         }
-        if name in pseudo:
-            return pseudo[name]
-        if name in self.parameters:
-            definition = self.parameters[name]
-            raw = str(self.stack.parameters.get(name, definition.get("Default", "")))
-            if definition.get("Type") == "CommaDelimitedList":
-                return [part.strip() for part in raw.split(",")] if raw.strip() else [""]
-            return raw
+        return pseudo[name]
+
+    def resource_ref(self, logical: str) -> Any:
         # SAM's AutoPublishAlias: !Ref <Function>.Alias and <Function>.Version
-        if name.endswith((".Alias", ".Version")) and name.rpartition(".")[0] in self.resources:
-            logical, _, part = name.rpartition(".")
-            alias = self.resources[logical]["Properties"]["AutoPublishAlias"] if part == "Alias" else "1"
-            return f"{function_arn(self.name_of(logical), self.stack.region, account=self.stack.account)}:{alias}"
-        kind = self.resources[name]["Type"]
+        if logical.endswith((".Alias", ".Version")) and logical.rpartition(".")[0] in self.resources:
+            function, _, part = logical.rpartition(".")
+            alias = self.resources[function]["Properties"]["AutoPublishAlias"] if part == "Alias" else "1"
+            return f"{function_arn(self.name_of(function), self.stack.region, account=self.stack.account)}:{alias}"
+        kind = self.resources[logical]["Type"]
         if kind == "AWS::SQS::Queue":
-            return f"https://sqs.{self.stack.region}.amazonaws.com/{self.stack.account}/{self.name_of(name)}"
+            return f"https://sqs.{self.stack.region}.amazonaws.com/{self.stack.account}/{self.name_of(logical)}"
         if kind == "AWS::SNS::Topic":
-            return self._arn("sns", self.name_of(name))
+            return self._arn("sns", self.name_of(logical))
         if kind == "AWS::Lambda::Alias":
-            props = self.resources[name]["Properties"]
+            props = self.resources[logical]["Properties"]
             return f"{self._function_arn(props['FunctionName'])}:{self.resolve(props['Name'])}"
-        return self.name_of(name)
+        return self.name_of(logical)
 
     def _function_arn(self, node: Any) -> str:
         value = self.resolve(node)
         return function_arn(str(value), self.stack.region, account=self.stack.account)
 
-    def getatt(self, logical: str, attribute: str) -> Any:
+    def attribute(self, logical: str, attribute: str) -> Any:
         key = f"{logical}.{attribute}"
         if key in self.stack.attributes:
             return self.stack.attributes[key]
@@ -242,61 +230,3 @@ class _Resolver:
         elif kind == "AWS::SNS::Topic" and attribute == "TopicArn":
             return self._arn("sns", name)
         raise NotImplementedError(f"Fn::GetAtt {key} ({kind})")
-
-    def sub(self, arg: Any) -> str:
-        text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
-
-        def value(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name in variables:
-                return str(self.resolve(variables[name]))
-            if "." in name and not name.startswith("AWS::"):
-                logical, _, attribute = name.partition(".")
-                return str(self.getatt(logical, attribute))
-            return str(self.ref(name))
-
-        return _SUB_VARIABLE.sub(value, text)
-
-    def condition(self, name: str) -> bool:
-        return bool(self.resolve(self.template["Conditions"][name]))
-
-    def resolve(self, node: Any) -> Any:
-        """``node`` with every intrinsic function evaluated; ``AWS::NoValue`` removes a list item or a key."""
-        if isinstance(node, dict):
-            if len(node) == 1:
-                ((fn, arg),) = node.items()
-                if fn == "Ref":
-                    return self.ref(arg)
-                if fn == "Fn::GetAtt":
-                    logical, attribute = arg.split(".", 1) if isinstance(arg, str) else arg
-                    return self.getatt(logical, attribute)
-                if fn == "Fn::Sub":
-                    return self.sub(arg)
-                if fn == "Fn::If":
-                    return self.resolve(arg[1] if self.condition(arg[0]) else arg[2])
-                if fn == "Fn::Join":
-                    return str(arg[0]).join(str(v) for v in self.resolve(arg[1]))
-                if fn == "Fn::Select":
-                    return self.resolve(arg[1])[int(self.resolve(arg[0]))]
-                if fn == "Fn::Split":
-                    return str(self.resolve(arg[1])).split(arg[0])
-                if fn == "Fn::FindInMap":  # CloudFormation looks its keys up as strings: !Ref PollsPerMinute is "1"
-                    mapping, top, second = (_text(self.resolve(a)) for a in arg)
-                    return self.template["Mappings"][mapping][top][second]
-                if fn == "Fn::Equals":  # CloudFormation compares strings: !Equals [!Ref PollGroups, 1]
-                    return _text(self.resolve(arg[0])) == _text(self.resolve(arg[1]))
-                if fn == "Fn::Not":
-                    return not self.resolve(arg[0])
-                if fn == "Fn::And":
-                    return all(self.resolve(a) for a in arg)
-                if fn == "Fn::Or":
-                    return any(self.resolve(a) for a in arg)
-                if fn == "Condition":
-                    return self.condition(arg)
-                if fn.startswith("Fn::"):
-                    raise NotImplementedError(fn)
-            resolved = {key: self.resolve(value) for key, value in node.items()}
-            return {key: value for key, value in resolved.items() if value is not _NO_VALUE}
-        if isinstance(node, list):
-            return [item for item in (self.resolve(i) for i in node) if item is not _NO_VALUE]
-        return node

@@ -2,9 +2,10 @@
 
 :func:`read_function_limits` reads a function's ``MemorySize``, ``Timeout``, ``ReservedConcurrentExecutions``
 and ``EventInvokeConfig`` (``MaximumRetryAttempts``, ``MaximumEventAgeInSeconds``) the way CloudFormation would
-resolve them with every parameter at its default: ``!Ref`` to a parameter, ``!If`` on a condition,
-``AWS::NoValue``, the template's ``Globals``, and Lambda's own defaults for what is not set. The local runtime
-applies them (:mod:`punctual_tools.local.invoker`); ``punctual up`` prints them.
+resolve them with every parameter at its default (:class:`~punctual_tools.template.intrinsics.Resolver`:
+``!Ref`` to a parameter, ``!If`` on a condition, ``AWS::NoValue``), the template's ``Globals``, and Lambda's own
+defaults for what is not set. The local runtime applies them (:mod:`punctual_tools.local.invoker`); ``punctual up``
+prints them.
 
 The async-invoke decisions are pure functions of the attempt or throttle count, in Lambda's real seconds; the
 local runtime multiplies them by a time scale (1.0 unless a test shortens them):
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU
-from punctual.stores.dynamodb.schema import load_template
+from punctual_tools.template import NO_VALUE, Resolver, load_template
 
 LAMBDA_DEFAULT_MEMORY_MB = 128
 LAMBDA_DEFAULT_TIMEOUT_S = 3.0
@@ -35,8 +36,6 @@ THROTTLE_BACKOFF_FIRST_S = 1.0
 THROTTLE_BACKOFF_MAX_S = 300.0
 EXECUTOR_FUNCTION = "ExecutorFunction"
 TEMPLATE_FUNCTIONS = ("ExecutorFunction", "PollerFunction", "FastPathFunction", "ApiFunction")
-
-_NO_VALUE = object()  # AWS::NoValue: the property is not set
 
 
 @dataclass(frozen=True)
@@ -120,52 +119,8 @@ def concurrency_cap(limits: FunctionLimits, local_cap: int) -> int:
 
 
 # -- reading the template ---------------------------------------------------------------------------------------
-class _Resolver:
-    """CloudFormation's intrinsic functions that a function's limits use, with every parameter at its default."""
-
-    def __init__(self, template: dict[str, Any]) -> None:
-        self._params = {name: spec.get("Default") for name, spec in (template.get("Parameters") or {}).items()}
-        self._conditions = template.get("Conditions") or {}
-
-    def value(self, node: Any) -> Any:
-        if isinstance(node, dict) and len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Ref":
-                if arg == "AWS::NoValue":
-                    return _NO_VALUE
-                if arg not in self._params:
-                    raise ValueError(f"!Ref {arg} is not a parameter")
-                return self._params[arg]
-            if key == "Fn::If":
-                condition, when_true, when_false = arg
-                return self.value(when_true if self.condition(condition) else when_false)
-            if key.startswith("Fn::") or key == "Condition":
-                raise ValueError(f"{key} is not resolved here")
-        return node
-
-    def condition(self, node: Any) -> bool:
-        if isinstance(node, str):
-            if node not in self._conditions:
-                raise ValueError(f"no condition {node}")
-            return self.condition(self._conditions[node])
-        if isinstance(node, dict) and len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Condition":
-                return self.condition(arg)
-            if key == "Fn::Equals":
-                left, right = (self.value(x) for x in arg)
-                return str(left) == str(right)
-            if key == "Fn::Not":
-                return not self.condition(arg[0])
-            if key == "Fn::And":
-                return all(self.condition(x) for x in arg)
-            if key == "Fn::Or":
-                return any(self.condition(x) for x in arg)
-        raise ValueError(f"cannot evaluate the condition {node!r}")
-
-
 def _number(value: Any, default: float, what: str) -> float:
-    if value is _NO_VALUE or value is None or (isinstance(value, str) and not value.strip()):
+    if value is NO_VALUE or (isinstance(value, str) and not value.strip()):
         return default
     try:
         return float(value)
@@ -193,22 +148,22 @@ def read_function_limits(function: str = EXECUTOR_FUNCTION, template_path: str |
         raise ValueError(f"the template has no resource {function}")
     globals_ = ((template.get("Globals") or {}).get("Function") or {}) if "Serverless" in resource["Type"] else {}
     props = {**globals_, **(resource.get("Properties") or {})}
-    resolve = _Resolver(template)
+    resolver = Resolver(template)
     invoke = _invoke_config(template, function, props)
 
     def number(container: dict[str, Any], key: str, default: float) -> float:
-        return _number(resolve.value(container.get(key)), default, f"{function}.{key}")
+        return _number(resolver.resolve(container.get(key)), default, f"{function}.{key}")
 
-    reserved = resolve.value(props.get("ReservedConcurrentExecutions"))
-    alias = resolve.value(props.get("AutoPublishAlias"))
+    reserved = resolver.resolve(props.get("ReservedConcurrentExecutions"))
+    alias = resolver.resolve(props.get("AutoPublishAlias"))
     return FunctionLimits(
         function=function,
         memory_mb=int(number(props, "MemorySize", LAMBDA_DEFAULT_MEMORY_MB)),
         timeout_s=number(props, "Timeout", LAMBDA_DEFAULT_TIMEOUT_S),
         reserved_concurrency=None
-        if reserved is _NO_VALUE or reserved is None
+        if reserved is NO_VALUE
         else int(_number(reserved, 0, f"{function}.ReservedConcurrentExecutions")),
         max_retry_attempts=int(number(invoke, "MaximumRetryAttempts", LAMBDA_DEFAULT_RETRY_ATTEMPTS)),
         max_event_age_s=number(invoke, "MaximumEventAgeInSeconds", LAMBDA_DEFAULT_EVENT_AGE_S),
-        alias=None if alias is _NO_VALUE or alias is None else str(alias),
+        alias=None if alias is NO_VALUE else str(alias),
     )

@@ -48,7 +48,6 @@ from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
 from punctual.polling.poller import Poller
 from punctual.stores.dlq import file_queue_url
 from punctual.stores.dynamodb import build_store
-from punctual.stores.dynamodb.schema import ensure_table, load_template, stream_filter_patterns
 from punctual_tools.iam import check_client, check_enabled
 from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
 from punctual_tools.iam.live import iam_check
@@ -68,6 +67,7 @@ from punctual_tools.local.store_latency import store_latency_of, with_store_late
 from punctual_tools.local.stream import StreamReader
 from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
+from punctual_tools.template import ensure_table, load_template, stream_filter_patterns
 
 log = logging.getLogger("punctual_tools.local")
 

@@ -20,7 +20,6 @@ from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_pe
 from punctual.config.settings import Settings, least_lead_ms
 from punctual.domain.model import TaskStatus
 from punctual.polling.poller import Candidate, make_batches
-from punctual.stores.dynamodb.schema import find_template, load_template
 from punctual_tools.cost.pricing import (
     DDB_RCU_HOUR_USD,
     DDB_RRU_USD,
@@ -38,6 +37,7 @@ from punctual_tools.cost.pricing import (
     memory_mb,
     template_param,
 )
+from punctual_tools.template import find_template, load_template
 
 # -- AWS's documented limits (sources: docs/scale.md, "Sources") ---------------------------------------------
 PARTITION_WRITES_PER_S = 1_000  # a partition (and so one index key) takes at most this many write units a second

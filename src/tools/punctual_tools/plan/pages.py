@@ -8,7 +8,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from punctual.stores.dynamodb.schema import find_template
 from punctual_tools.cost.pricing import (
     MONTH_S,
     STEP_FUNCTIONS_PER_TRANSITION_USD,
@@ -16,6 +15,7 @@ from punctual_tools.cost.pricing import (
     eventbridge_scheduler_usd,
 )
 from punctual_tools.plan.model import PAGE_RATES, Levers, Plan, make_plan
+from punctual_tools.template import find_template
 
 SCALE_BLOCK = "sizing by rate"
 COST_BLOCK = "bill by rate"

@@ -16,8 +16,8 @@ from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS
 from punctual.config.settings import Settings
-from punctual.stores.dynamodb.schema import load_template
 from punctual_tools.local.lambda_rules import read_function_limits
+from punctual_tools.template import load_template
 
 BENCH_DIR = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 

@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from punctual.config.settings import Settings
-from punctual.stores.dynamodb.schema import create_table_kwargs
+from punctual_tools.template import create_table_kwargs
 from punctual_tools.verify.queue import VerifyError
 
 # The functions a run's cost counts, by logical id, with the output that names each (the API is not used by a run).

@@ -19,8 +19,8 @@ from punctual.stores.dynamodb.reads import register_fast_reads
 
 log = logging.getLogger(__name__)
 
-# The table's indexes, as template.yaml names them (read by punctual.stores.dynamodb.schema, which the runtime never
-# imports: it would load PyYAML at every cold start)
+# The table's indexes, as template.yaml names them (a test checks them against it: the runtime never reads the
+# template, which would load PyYAML at every cold start)
 DUE_INDEX = "due"
 SCHEDULE_INDEX = "schedule"  # a recurring schedule's occurrences, by schedule id
 TENANT_INDEX = "tenant"  # a tenant's items, by id (punctual.domain.tenancy)
