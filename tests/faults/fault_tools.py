@@ -398,7 +398,7 @@ def judge(
 
 
 # -- the figures make faults publishes -----------------------------------------------------------------------
-REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: bench/pages.py renders it
+REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: punctual_tools.bench.pages renders it
 COMMIT_ENV = "PUNCTUAL_FAULTS_COMMIT"  # ... and the commit it runs
 
 

@@ -126,7 +126,7 @@ def trace_task_life() -> TaskPath:
     """Run one task's life on moto through the handlers and return the modules each phase crossed."""
     import boto3
     from moto import mock_aws
-    from punctual.stores.dynamodb.schema import ensure_table
+    from punctual_tools.template import ensure_table
 
     from punctual.runtime.wiring import build_poller
     from punctual.scheduling.client import Client
