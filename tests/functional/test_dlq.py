@@ -21,7 +21,8 @@ from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
 from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import HttpAction
-from punctual_tools.cli import main, redrive_lines
+from punctual_tools.cli import main
+from punctual_tools.cli.maintenance import redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
