@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from punctual.config.settings import Settings
 from punctual.domain.model import Unreadable
 from punctual.errors import PunctualError
+from punctual.scheduling.protocol import Scheduler
 from punctual_tools.progress import CLEAR_LINE
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def api_token(state: dict[str, Any], tenant: str) -> str:
         raise PunctualError(f"cannot read the tenant {tenant!r}'s API token at {files[tenant]}: {exc}") from exc
 
 
-def client_of(args: argparse.Namespace) -> Any:
+def client_of(args: argparse.Namespace) -> Scheduler:
     """The client a command uses: the table directly, or the REST API with ``--api`` (or ``PUNCTUAL_API_URL``):
     with ``--aws`` (or a URL set) AWS's, SigV4-signed; else the running local stack's, with its token."""
     from punctual.scheduling.client import Client
