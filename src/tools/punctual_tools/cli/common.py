@@ -9,17 +9,13 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.domain.model import Unreadable
 from punctual.errors import PunctualError
 from punctual.scheduling.protocol import Scheduler
 from punctual_tools.progress import CLEAR_LINE
-
-if TYPE_CHECKING:
-    pass
-
 
 log = logging.getLogger("punctual")
 

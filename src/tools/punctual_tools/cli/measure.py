@@ -6,13 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from punctual.errors import PunctualError
 from punctual_tools.cli.common import home, number, settings_of
-
-if TYPE_CHECKING:
-    pass
 
 
 def cmd_drift(args: argparse.Namespace) -> int:

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Unreadable
 from punctual.errors import InvalidRequestError
 from punctual_tools.cli.common import client_of, report_unreadable
-
-if TYPE_CHECKING:
-    pass
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:

@@ -10,14 +10,11 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.errors import PunctualError
 from punctual_tools.cli.common import api_tenant, api_token, count, home, log, non_negative_ms, tenant_name
-
-if TYPE_CHECKING:
-    pass
 
 
 def stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webhooks: bool = False) -> Any:

@@ -10,16 +10,12 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from punctual.domain.model import Unreadable
 from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, PunctualError
 from punctual_tools.cli.common import client_of, report_unreadable, threads
 from punctual_tools.progress import ProgressLine
-
-if TYPE_CHECKING:
-    pass
-
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 
