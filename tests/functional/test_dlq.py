@@ -22,7 +22,8 @@ from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
 from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import HttpAction
-from punctual_tools.cli import main, redrive_lines
+from punctual_tools.cli import main
+from punctual_tools.cli.maintenance import redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 TABLE = "punctual-tasks-test"  # the functional conftest's table
@@ -251,7 +252,12 @@ def test_cli_prints_the_report_a_line_per_task_then_the_counts(
 def test_cli_prints_a_lost_race() -> None:
     # Given a report of a task another caller redrove first, and of one deleted meanwhile
     task = Task(task_id="r", due_at="2030-06-01T12:00:00Z", action={"kind": "log"})
-    report = RedriveReport(skipped=(Skipped("r", SkipReason.LOST_RACE, task), Skipped("d", SkipReason.LOST_RACE, None)))
+    report = RedriveReport(
+        skipped=(
+            Skipped(task_id="r", reason=SkipReason.LOST_RACE, task=task),
+            Skipped(task_id="d", reason=SkipReason.LOST_RACE, task=None),
+        )
+    )
     # When it is printed  Then each says it lost the race, and how the task is now
     assert redrive_lines(report) == [
         "r: lost the race: PENDING now, changed by another caller: nothing to do",

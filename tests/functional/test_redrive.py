@@ -82,7 +82,9 @@ def test_a_second_redrive_skips_what_the_first_redrove(store: DynamoTaskStore, t
     # When it is redriven again
     report = redrive_tasks(store, Selection.of(["f1"]), now_ms + 20)
     # Then it is skipped as not FAILED, and its due time is the first redrive's
-    assert report == RedriveReport(skipped=(Skipped("f1", SkipReason.NOT_FAILED, read_task(store, "f1")),))
+    assert report == RedriveReport(
+        skipped=(Skipped(task_id="f1", reason=SkipReason.NOT_FAILED, task=read_task(store, "f1")),)
+    )
     assert read_task(store, "f1").due_ms == now_ms + 10
 
 

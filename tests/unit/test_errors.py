@@ -12,7 +12,7 @@ import pytest
 
 import punctual
 from punctual import errors
-from punctual.api.app import instant
+from punctual.api.routes.tasks import instant
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.errors import (

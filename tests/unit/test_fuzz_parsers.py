@@ -26,7 +26,8 @@ from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from punctual.api.app import instant, parse_body
+from punctual.api.resolver import parse_body
+from punctual.api.routes.tasks import instant
 from punctual.api.views import decode_token
 from punctual.domain.keys import MAX_MS, from_ms, to_ms
 from punctual.domain.model import Task

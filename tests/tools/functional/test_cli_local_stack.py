@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from punctual_tools.cli import _stack_config, build_parser, main
+from punctual_tools.cli import build_parser, main
+from punctual_tools.cli.stack import stack_config
 from punctual_tools.local.stack import LocalStack, StackConfig, client_settings, wait_ready
 from punctual_tools.settings import LocalSettings
 
@@ -104,10 +105,10 @@ def test_status_prints_a_ready_stacks_state_and_fails_without_one(
 def test_up_no_api_starts_a_stack_without_the_rest_api() -> None:
     # Given `punctual up --no-api`, When its stack's configuration is made, Then it serves no API
     args = build_parser().parse_args(["up", "--no-api"])
-    assert _stack_config(args, args.poll_interval).api is False
+    assert stack_config(args, args.poll_interval).api is False
     # (and by default it does)
     args = build_parser().parse_args(["up"])
-    assert _stack_config(args, args.poll_interval).api is True
+    assert stack_config(args, args.poll_interval).api is True
 
 
 def test_up_takes_the_lead_into_its_stacks_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,13 +116,13 @@ def test_up_takes_the_lead_into_its_stacks_settings(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("PUNCTUAL_LEAD_MS", raising=False)
     args = build_parser().parse_args(["up", "--poll-interval", "10", "--lead-ms", "20000"])
     # When its stack's configuration is made  Then the stack's settings take that lead, which covers the interval
-    config = _stack_config(args, args.poll_interval)
+    config = stack_config(args, args.poll_interval)
     assert config.settings_overrides["lead_ms"] == 20_000
     settings = LocalSettings.from_env(poll_interval_ms=int(config.poll_interval_s * 1000), **config.settings_overrides)
     assert (settings.poll_interval_ms, settings.lead_ms) == (10_000, 20_000)
     # And without --lead-ms the setting's own default (or PUNCTUAL_LEAD_MS) stands
     args = build_parser().parse_args(["up"])
-    assert "lead_ms" not in _stack_config(args, args.poll_interval).settings_overrides
+    assert "lead_ms" not in stack_config(args, args.poll_interval).settings_overrides
 
 
 def test_up_no_api_refuses_what_needs_the_api(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,7 +22,7 @@ import urllib3
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from punctual.errors import PunctualError
-from punctual_tools.cli import _api_token
+from punctual_tools.cli.common import api_token
 from punctual_tools.local.api_server import HEADER_TIMEOUT_S, LOCAL_TENANT, LocalApi
 from punctual_tools.local.stack import LocalStack, StackConfig, make_private
 
@@ -483,10 +483,10 @@ def test_each_tenants_token_file_names_its_own_tenant(tmp_path: Path) -> None:
     state = {"api_token_files": files}
     with LocalApi(Echo(), tokens) as api:
         for tenant in ("local", "beta", "zeta"):
-            assert get(api, "/v1/tasks", token=_api_token(state, tenant)).json()["tenant"] == tenant
+            assert get(api, "/v1/tasks", token=api_token(state, tenant)).json()["tenant"] == tenant
         assert get(api, "/v1/tasks", token="old").status == 401
     with pytest.raises(PunctualError, match="punctual up --tenant omega"):
-        _api_token(state, "omega")
+        api_token(state, "omega")
 
 
 def test_a_stack_given_a_bad_tenant_name_does_not_start(tmp_path: Path) -> None:

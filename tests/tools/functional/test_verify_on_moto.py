@@ -81,7 +81,7 @@ class StandInExecutor:
         for spec in specs:
             due = int(spec["due_at"].timestamp() * 1000)
             self._fire_at(spec["task_id"], due, spec["payload"], spec["action"].queue_arn)
-        return [ScheduleResult(i, s["task_id"], "created") for i, s in enumerate(specs)]
+        return [ScheduleResult(index=i, task_id=s["task_id"], outcome="created") for i, s in enumerate(specs)]
 
     def schedule(self, due_at: Any, action: Any, payload: Any = None, *, task_id: str | None = None) -> None:
         assert task_id is not None

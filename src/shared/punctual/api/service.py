@@ -140,9 +140,9 @@ class TenantService:
         except Exception as exc:  # this task's outcome, the log has the cause; the others go on
             log.exception("creating task %s of a batch failed", spec["task_id"])
             return ScheduleResult(
-                index,
-                spec["task_id"],
-                "error",
+                index=index,
+                task_id=spec["task_id"],
+                outcome="error",
                 error=f"internal error ({type(exc).__name__}); the task may be sent again",
             )
 

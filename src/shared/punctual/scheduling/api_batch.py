@@ -31,12 +31,14 @@ def cut_calls(
     for index, spec in enumerate(specs):
         problem = spec_problem(spec)
         if problem is not None:
-            results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=problem)
+            results[index] = ScheduleResult(index=index, task_id=task_id_of(spec), outcome="invalid", error=problem)
             continue
         try:
             body = body_of(**spec)
         except InvalidTaskError as exc:
-            results[index] = ScheduleResult(index, task_id_of(spec), "invalid", error=str(exc), field=exc.field)
+            results[index] = ScheduleResult(
+                index=index, task_id=task_id_of(spec), outcome="invalid", error=str(exc), field=exc.field
+            )
             continue
         length = len(json.dumps(body, default=json_of)) + 2  # with the ", " that follows it
         if BATCH_ENVELOPE + length > BATCH_MAX_BYTES:
@@ -67,7 +69,9 @@ def run_calls(
             answered = send(call)
         except Exception as exc:  # noqa: BLE001 - reported for each task of this call; the others go on
             error = f"{type(exc).__name__}: {exc}"
-            answered = [ScheduleResult(i, task_id_of(spec), "error", error=error) for i, spec, _ in call]
+            answered = [
+                ScheduleResult(index=i, task_id=task_id_of(spec), outcome="error", error=error) for i, spec, _ in call
+            ]
         for result in answered:
             results[result.index] = result
         if on_progress is not None:
@@ -90,7 +94,7 @@ def read_results(call: list[Entry], answer: Mapping[str, Any], task_of: Callable
         outcome = result["outcome"]
         if outcome in ("created", "exists"):
             task = task_of(result["task"])
-            found.append(ScheduleResult(index, task.task_id, outcome, task=task))
+            found.append(ScheduleResult(index=index, task_id=task.task_id, outcome=outcome, task=task))
             continue
         problem = result.get("problem") or {}
         detail = str(problem.get("detail") or outcome)
@@ -99,8 +103,15 @@ def read_results(call: list[Entry], answer: Mapping[str, Any], task_of: Callable
         if outcome in ("invalid", "over_quota"):
             quota = problem.get("quota") if outcome == "over_quota" else None
             found.append(
-                ScheduleResult(index, task_id_of(spec), "invalid", error=detail, field=field or None, quota=quota)
+                ScheduleResult(
+                    index=index,
+                    task_id=task_id_of(spec),
+                    outcome="invalid",
+                    error=detail,
+                    field=field or None,
+                    quota=quota,
+                )
             )
         else:  # conflict, error
-            found.append(ScheduleResult(index, task_id_of(spec), outcome, error=detail))
+            found.append(ScheduleResult(index=index, task_id=task_id_of(spec), outcome=outcome, error=detail))
     return found

@@ -12,6 +12,7 @@ status.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import random
 import time
@@ -42,6 +43,7 @@ from punctual.errors import (
 )
 from punctual.scheduling.api_batch import Entry, Results, cut_calls, read_results, run_calls
 from punctual.scheduling.bulk import ScheduleResult, quota_of, task_id_of
+from punctual.scheduling.protocol import Scheduler, ScheduleSpec
 
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
@@ -111,9 +113,9 @@ def _count_unreadable(answer: dict[str, Any], unreadable: Unreadable | None) -> 
         unreadable.add(None, count)
 
 
-class ApiClient:
+class ApiClient(Scheduler):
     """Punctual through its REST API at ``base_url``: ``token`` for the local runtime's API, otherwise SigV4 with
-    ``credentials`` (default: boto3's) in ``region``."""
+    ``credentials`` (default: boto3's) in ``region``. A :class:`~punctual.scheduling.protocol.Scheduler`."""
 
     def __init__(
         self,
@@ -332,10 +334,12 @@ class ApiClient:
         try:
             task, created = self._create(**spec)
         except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
-            return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field, quota=quota_of(exc))
+            return ScheduleResult(
+                index=index, task_id=task_id, outcome="invalid", error=str(exc), field=exc.field, quota=quota_of(exc)
+            )
         except TaskConflictError as exc:
-            return ScheduleResult(index, task_id, "conflict", error=str(exc))
-        return ScheduleResult(index, task.task_id, "created" if created else "exists", task=task)
+            return ScheduleResult(index=index, task_id=task_id, outcome="conflict", error=str(exc))
+        return ScheduleResult(index=index, task_id=task.task_id, outcome="created" if created else "exists", task=task)
 
     def get(self, task_id: str) -> Task | None:
         try:
@@ -388,36 +392,11 @@ class ApiClient:
         return self._task_call(task_id, "redrive")
 
     # -- schedules -----------------------------------------------------------------------------------------
-    def create_schedule(
-        self,
-        schedule_id: str,
-        expression: str,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        timezone: str = "UTC",
-        start_at: datetime | None = None,
-        end_at: datetime | None = None,
-        max_occurrences: int | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-        downtime_policy: str = "skip",
-    ) -> Schedule:
-        body = {
-            "schedule_id": schedule_id,
-            "expression": expression,
-            "action": action,
-            "payload": payload,
-            "timezone": timezone,
-            "start_at": start_at,
-            "end_at": end_at,
-            "max_occurrences": max_occurrences,
-            "misfire_grace_ms": misfire_grace,
-            "misfire_policy": misfire_policy,
-            "retry": retry,
-            "downtime_policy": downtime_policy,
-        }
+    def submit_schedule(self, spec: ScheduleSpec) -> Schedule:
+        """As :meth:`Client.submit_schedule <punctual.scheduling.client.Client.submit_schedule>`, through
+        ``POST /v1/schedules``."""
+        body = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+        body["misfire_grace_ms"] = body.pop("misfire_grace")
         return _schedule(
             self._call("POST", "/v1/schedules", {k: v for k, v in body.items() if v is not None or k == "payload"})
         )

@@ -22,7 +22,7 @@ BATCH_MAX_TASKS = 100
 BATCH_MAX_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduleResult:
     """What :meth:`Client.schedule_many` did with one task, in the order given.
 
@@ -58,7 +58,7 @@ def schedule_one(
     task_id = task_id_of(spec)
     problem = spec_problem(spec)
     if problem is not None:
-        return ScheduleResult(index, task_id, "invalid", error=problem)
+        return ScheduleResult(index=index, task_id=task_id, outcome="invalid", error=problem)
     now = now_ms()
     try:
         task = build(
@@ -72,14 +72,18 @@ def schedule_one(
             now_ms=now,
         )
     except InvalidRequestError as exc:  # the task's, or a quota passed: nothing stored, the field named
-        return ScheduleResult(index, task_id, "invalid", error=str(exc), field=exc.field, quota=quota_of(exc))
+        return ScheduleResult(
+            index=index, task_id=task_id, outcome="invalid", error=str(exc), field=exc.field, quota=quota_of(exc)
+        )
     try:
         stored, created = create(task, now)
     except QuotaExceededError as exc:
-        return ScheduleResult(index, task.task_id, "invalid", error=str(exc), field=exc.field, quota=exc.quota)
+        return ScheduleResult(
+            index=index, task_id=task.task_id, outcome="invalid", error=str(exc), field=exc.field, quota=exc.quota
+        )
     except TaskConflictError as exc:
-        return ScheduleResult(index, task.task_id, "conflict", task=exc.existing, error=str(exc))
-    return ScheduleResult(index, task.task_id, "created" if created else "exists", task=stored)
+        return ScheduleResult(index=index, task_id=task.task_id, outcome="conflict", task=exc.existing, error=str(exc))
+    return ScheduleResult(index=index, task_id=task.task_id, outcome="created" if created else "exists", task=stored)
 
 
 def quota_of(exc: InvalidRequestError) -> str | None:
@@ -116,7 +120,9 @@ def schedule_each(
         try:
             result = one(index, spec)
         except Exception as exc:  # noqa: BLE001 - reported for this task; the others go on
-            result = ScheduleResult(index, task_id_of(spec), "error", error=f"{type(exc).__name__}: {exc}")
+            result = ScheduleResult(
+                index=index, task_id=task_id_of(spec), outcome="error", error=f"{type(exc).__name__}: {exc}"
+            )
         if on_progress is not None:
             with lock:
                 done[0] += 1

@@ -23,6 +23,7 @@ from punctual.domain.schedules import Schedule, is_occurrence_id
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
 from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
+from punctual.scheduling.protocol import Scheduler, ScheduleSpec
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, check_retry
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.scheduling.schedule_client import ScheduleClient
@@ -30,12 +31,12 @@ from punctual.stores.ports import Store
 from punctual.targets import TargetRules
 
 
-class Client:
+class Client(Scheduler):
     """Schedule tasks for Punctual to fire at an exact instant.
 
-    Recurring schedules are a :class:`~punctual.scheduling.schedule_client.ScheduleClient`'s over the same store, clock
-    and rules (the ``*_schedule`` methods hand them to it); many tasks at once go through
-    :mod:`punctual.scheduling.bulk`.
+    A :class:`~punctual.scheduling.protocol.Scheduler`. Recurring schedules are a
+    :class:`~punctual.scheduling.schedule_client.ScheduleClient`'s over the same store, clock and rules (the
+    ``*_schedule`` methods hand them to it); many tasks at once go through :mod:`punctual.scheduling.bulk`.
 
     Parameters
     ----------
@@ -374,38 +375,10 @@ class Client:
         return redriven
 
     # -- recurring schedules: ScheduleClient's ------------------------------------------------------------------
-    def create_schedule(
-        self,
-        schedule_id: str,
-        expression: str,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        timezone: str = "UTC",
-        start_at: datetime | None = None,
-        end_at: datetime | None = None,
-        max_occurrences: int | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-        downtime_policy: str = "skip",
-    ) -> Schedule:
-        """Store a recurring schedule (:meth:`ScheduleClient.create_schedule
-        <punctual.scheduling.schedule_client.ScheduleClient.create_schedule>` states its parameters)."""
-        return self._schedules.create_schedule(
-            schedule_id,
-            expression,
-            action,
-            payload,
-            timezone=timezone,
-            start_at=start_at,
-            end_at=end_at,
-            max_occurrences=max_occurrences,
-            misfire_grace=misfire_grace,
-            misfire_policy=misfire_policy,
-            retry=retry,
-            downtime_policy=downtime_policy,
-        )
+    def submit_schedule(self, spec: ScheduleSpec) -> Schedule:
+        """Store the recurring schedule ``spec`` defines (:meth:`ScheduleClient.create_schedule
+        <punctual.scheduling.schedule_client.ScheduleClient.create_schedule>`)."""
+        return self._schedules.create_schedule(spec)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now, or None."""

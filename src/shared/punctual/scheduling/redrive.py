@@ -43,7 +43,7 @@ class SkipReason(StrEnum):
     OVER_QUOTA = "over its tenant's quota"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Selection:
     """Which tasks to redrive: those named, every FAILED task in the store, every task the dead-letter queue holds a
     message for, or any of these together (each task once, in that order)."""
@@ -63,7 +63,7 @@ class Selection:
         return cls(failed=True, dead_lettered=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Skipped:
     """A selected task left as it is: why, and the task as last read (None: there is none)."""
 
@@ -76,7 +76,7 @@ class Skipped:
         return None if self.task is None else self.task.status
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RedriveReport:
     """What :func:`redrive_tasks` did, in the selection's order.
 
@@ -134,15 +134,15 @@ def redrive_tasks(
     for task_id in task_ids:
         task = read.get(task_id)
         if task is None:
-            skipped.append(Skipped(task_id, SkipReason.NOT_FOUND))
+            skipped.append(Skipped(task_id=task_id, reason=SkipReason.NOT_FOUND))
         elif task_id in over:
-            skipped.append(Skipped(task_id, SkipReason.OVER_QUOTA, task))
+            skipped.append(Skipped(task_id=task_id, reason=SkipReason.OVER_QUOTA, task=task))
         elif task_id not in won:
-            skipped.append(Skipped(task_id, SkipReason.NOT_FAILED, task))
+            skipped.append(Skipped(task_id=task_id, reason=SkipReason.NOT_FAILED, task=task))
         elif won[task_id]:
             redriven.append(task_id)
         else:
-            skipped.append(Skipped(task_id, SkipReason.LOST_RACE, after.get(task_id)))
+            skipped.append(Skipped(task_id=task_id, reason=SkipReason.LOST_RACE, task=after.get(task_id)))
     removed = None
     if dead_letters is not None:
         removed = _settle(dead_letters, letters, redriven, skipped)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,13 +12,13 @@ from pydantic import ValidationError
 from punctual.config.settings import Settings
 from punctual.domain.clock import Clock
 from punctual.domain.keys import from_ms
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, Unreadable
+from punctual.domain.model import Task, Unreadable
 from punctual.domain.quota import ScheduleLimits, ScheduleUsage, usage_of
-from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
 from punctual.errors import InvalidScheduleError, ScheduleNotFoundError, ScheduleStateError
 from punctual.scheduling import chain
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
+from punctual.scheduling.protocol import ScheduleSpec
 from punctual.scheduling.quotas import TenantAdmission, check_retry, schedule_limits
 from punctual.stores.ports import Store
 from punctual.targets import TargetRules
@@ -65,85 +64,34 @@ class ScheduleClient:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
         return now_ms + self.settings.lead_ms + self.settings.schedule_ahead_ms
 
-    def create_schedule(
-        self,
-        schedule_id: str,
-        expression: str,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        timezone: str = "UTC",
-        start_at: datetime | None = None,
-        end_at: datetime | None = None,
-        max_occurrences: int | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-        downtime_policy: str = "skip",
-    ) -> Schedule:
-        """Store a recurring schedule: ``action`` with ``payload`` at every occurrence of ``expression``.
-
-        Parameters
-        ----------
-        schedule_id:
-            Your id for it (idempotent: the same id with the same definition returns the stored schedule).
-        expression:
-            ``at(2026-12-24T18:00:00)``, ``rate(5 minutes)`` / ``rate(500 milliseconds)``, or
-            ``cron(0 9 ? * MON-FRI *)`` (EventBridge's six fields) / ``0 9 * * 1-5`` (the common five): see
-            :mod:`punctual.domain.recurrence`, which also states the DST rules.
-        timezone:
-            IANA zone the expression's wall times are read in (``Europe/Paris``); a rate ignores it.
-        start_at, end_at, max_occurrences:
-            Occurrences fall at or after ``start_at`` (a rate counts from it; default now), at or before
-            ``end_at``, and at most ``max_occurrences`` of them are made.
-        misfire_grace, misfire_policy, retry:
-            As for :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`, for each occurrence.
-        downtime_policy:
-            Occurrences whose grace passed while nothing ran (the stack stopped, a region outage): ``"skip"``
-            them (default), or ``"fire_latest"``: fire the latest of them once, flagged late.
-
-        Each occurrence is a task with id ``<schedule_id>@<UTC instant>`` (its idempotency key), listed by
-        :meth:`schedule_history`.
-
-        Raises
-        ------
-        InvalidScheduleError
-            Bad input (``.field`` names it), or an expression with no occurrence to come; nothing is stored.
-        QuotaExceededError
-            The schedule would pass one of its tenant's quotas; nothing is stored.
-        ScheduleConflictError
-            The id exists with another definition, or belonged to a schedule that was deleted.
-
-        Examples
-        --------
-        >>> client.create_schedule("report", "cron(0 9 ? * MON-FRI *)", {"kind": "log", "message": "report"},
-        ...                        timezone="Europe/Paris")              # doctest: +SKIP
-        """
+    def create_schedule(self, spec: ScheduleSpec) -> Schedule:
+        """Store the recurring schedule ``spec`` defines, and make its occurrences ahead
+        (:meth:`Scheduler.create_schedule <punctual.scheduling.protocol.Scheduler.create_schedule>` states its
+        fields and errors)."""
         now_ms = self._now_ms()
         schedule = self._valid_schedule(
             {
-                "schedule_id": schedule_id,
-                "expression": expression,
-                "timezone": timezone,
-                "start_at": start_at,
-                "end_at": end_at,
-                "max_occurrences": max_occurrences,
-                "action": action,
-                "payload": payload,
+                "schedule_id": spec.schedule_id,
+                "expression": spec.expression,
+                "timezone": spec.timezone,
+                "start_at": spec.start_at,
+                "end_at": spec.end_at,
+                "max_occurrences": spec.max_occurrences,
+                "action": spec.action,
+                "payload": spec.payload,
                 "misfire_grace_ms": grace_ms(
-                    misfire_grace, self.settings.default_misfire_grace_ms, InvalidScheduleError
+                    spec.misfire_grace, self.settings.default_misfire_grace_ms, InvalidScheduleError
                 ),
-                "misfire_policy": misfire_policy,
-                "retry": retry,
-                "downtime_policy": downtime_policy,
+                "misfire_policy": spec.misfire_policy,
+                "retry": spec.retry,
+                "downtime_policy": spec.downtime_policy,
                 "created_at": from_ms(now_ms),
             }
         )
         first = first_due_ms(schedule, now_ms)
         if first is None:
-            raise InvalidScheduleError(
-                "expression", f"{expression!r} has no occurrence after now" + (" and before end_at" if end_at else "")
-            )
+            until = " and before end_at" if spec.end_at else ""
+            raise InvalidScheduleError("expression", f"{spec.expression!r} has no occurrence after now{until}")
         schedule = schedule.model_copy(update={"next_due_ms": first})
         step = plan_advance(schedule, now_ms, self._until_ms(now_ms))
         occurrences = [] if step is None else step.occurrences
@@ -154,20 +102,20 @@ class ScheduleClient:
                 "created_count": len(occurrences),
             }
         )
-        existing = self._store.get_schedule(schedule_id)
+        existing = self._store.get_schedule(spec.schedule_id)
         admission: contextlib.AbstractContextManager[int] = contextlib.nullcontext(0)
-        limits = self._limits(schedule_id)
+        limits = self._limits(spec.schedule_id)
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
             if limits is not None:  # one that alone passes a schedule quota is refused as such, before its occurrences
                 limits.check(ScheduleUsage(), usage_of(to_store))
-            admission = self._admit(schedule_id, len(occurrences))
+            admission = self._admit(spec.schedule_id, len(occurrences))
         with admission:
             stored, created = self._store.create_schedule(
                 to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms, limits
             )
         if created:
-            self._extend(schedule_id, now_ms)
-        return self._store.get_schedule(schedule_id) or stored
+            self._extend(spec.schedule_id, now_ms)
+        return self._store.get_schedule(spec.schedule_id) or stored
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now, or None."""

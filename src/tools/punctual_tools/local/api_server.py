@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from punctual.api.app import PROBLEM, problem_json
+from punctual.api.problems import PROBLEM, problem_json
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
 from punctual.scheduling.bulk import BATCH_MAX_BYTES

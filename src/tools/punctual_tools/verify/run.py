@@ -12,16 +12,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import islice
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from punctual.domain.keys import from_ms
-from punctual.domain.schedules import Schedule, instants_after
+from punctual.domain.schedules import instants_after
 from punctual.errors import PunctualError
+from punctual.scheduling.protocol import Scheduler
 from punctual.targets import SqsAction
 from punctual_tools.checker import Expected, expected_from_due, expected_from_schedule
 from punctual_tools.progress import ProgressLine
@@ -34,31 +34,6 @@ WRITE_THREADS = 16
 # answers as soon as a message is there), for DRAIN_MAX_S at most: a sender that never stops cannot hold the run.
 DRAIN_WAIT_S = 1.0
 DRAIN_MAX_S = 30.0
-
-
-class Scheduler(Protocol):
-    """What a run needs of a client (:class:`punctual.Client` and :class:`punctual.ApiClient` have it)."""
-
-    def schedule_many(self, tasks: Iterable[Any], *, threads: int = ..., on_progress: Any = ...) -> list[Any]: ...
-
-    def schedule(self, due_at: datetime, action: Any, payload: Any = ..., *, task_id: str | None = ...) -> Any: ...
-
-    def create_schedule(
-        self,
-        schedule_id: str,
-        expression: str,
-        action: Any,
-        payload: Any = ...,
-        *,
-        start_at: Any = ...,
-        max_occurrences: int | None = ...,
-    ) -> Schedule: ...
-
-    def get(self, task_id: str) -> Any: ...
-
-    def cancel(self, task_id: str) -> Any: ...
-
-    def delete_schedule(self, schedule_id: str) -> Any: ...
 
 
 @dataclass
