@@ -199,6 +199,14 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
         return send(method, path, body, query)
 
     monkeypatch.setattr(client, "_send", recording)
+    sent: list[str] = []  # every request that went out, a call sent again included
+    request = client._http.request
+
+    def counting(method: str, url: str, **kwargs: Any) -> Any:
+        sent.append(url)
+        return request(method, url, **kwargs)
+
+    monkeypatch.setattr(client._http, "request", counting)
     due = from_ms(now_ms + 60_000)
     small = [{"due_at": due, "action": LogAction(), "task_id": f"s-{i:03d}"} for i in range(BATCH_MAX_TASKS * 2 + 5)]
     large = [{"due_at": due, "action": LogAction(), "payload": "x" * 200_000, "task_id": f"l-{i}"} for i in range(6)]
@@ -214,7 +222,11 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
     assert all(size <= BATCH_MAX_BYTES for path, _, size in calls if path == "/v1/tasks:batch")
     assert [(path, n) for path, n, _ in calls if path == "/v1/tasks"] == [("/v1/tasks", 1)]
     assert [r.index for r in results] == list(range(len(specs)))
-    assert [r.outcome for r in results] == ["created"] * (len(small) + len(large)) + ["invalid", "invalid"]
+    # (a call whose answer was lost, as on a busy machine, is sent again whole: its tasks then answer "exists")
+    sent_again = len(sent) > len(calls)
+    stored = {"created", "exists"} if sent_again else {"created"}
+    assert all(r.outcome in stored for r in results[: len(small) + len(large)]), results
+    assert [r.outcome for r in results[len(small) + len(large) :]] == ["invalid", "invalid"]
     assert (results[-2].field, results[-1].field) == ("payload", "due_at")
     assert results[0].task is not None and results[0].task.task_id == "s-000"
     # And the same tasks again are each "exists", stored once
