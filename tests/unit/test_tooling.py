@@ -1,6 +1,6 @@
 """The development tooling's files agree with each other: the Lambda layer's requirements.txt is uv.lock's export and
-the lock is current, `make setup` installs every dependency group with the uv the lock asks for, and the extras users
-install name what the groups do."""
+the lock is current, `make setup` installs every dependency group with the uv the lock asks for, the extras users
+install name what the groups do, and the pre-commit hooks run what `make style` and `make typecheck` run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
@@ -95,3 +97,26 @@ def test_each_extra_names_a_requirement_of_a_group_as_it_is_written_there() -> N
     # Then each of their requirements is in a group with the same specifier: what is tested is what users get
     for extra, requirements in PYPROJECT["project"]["optional-dependencies"].items():
         assert set(requirements) <= in_groups, extra
+
+
+def test_the_pre_commit_hooks_run_the_commands_of_make_style_and_make_typecheck() -> None:
+    # Given .pre-commit-config.yaml
+    config_path = ROOT / ".pre-commit-config.yaml"
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    (repo,) = config["repos"]
+    hooks = repo["hooks"]
+    # Then its hooks are local commands of the venv (nothing fetched), each run once over the whole tree, in the
+    # Makefile's order
+    assert repo["repo"] == "local"
+    assert all(hook["language"] == "system" and hook["pass_filenames"] is False for hook in hooks)
+    commands = [" ".join([hook["entry"], *hook.get("args", [])]) for hook in hooks]
+    assert commands == _recipe("style") + _recipe("typecheck")
+    # And pre-commit reads the file as valid
+    done = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
