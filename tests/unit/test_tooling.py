@@ -99,6 +99,17 @@ def test_each_extra_names_a_requirement_of_a_group_as_it_is_written_there() -> N
         assert set(requirements) <= in_groups, extra
 
 
+def test_make_tests_parallel_run_measures_the_runtimes_coverage_under_a_floor() -> None:
+    # Given the first pytest run of make test and the coverage options it is given
+    (parallel, _serial) = [line for line in _recipe("test") if " pytest " in line]
+    coverage = _make_variable("COVERAGE").split()
+    # Then that run (not the serial one) measures the runtime package and fails under a floor it prints
+    assert "$(COVERAGE)" in parallel.split()
+    assert "--cov=punctual" in coverage and "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
+    assert any(option.startswith("--cov-report=term") for option in coverage)
+    assert 0 < int(_make_variable("COVERAGE_FLOOR")) <= 100
+
+
 def test_the_pre_commit_hooks_run_the_commands_of_make_style_and_make_typecheck() -> None:
     # Given .pre-commit-config.yaml
     config_path = ROOT / ".pre-commit-config.yaml"
