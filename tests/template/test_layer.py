@@ -215,14 +215,16 @@ def test_every_runtime_module_imports_without_the_tooling_or_moto(
 
 
 def test_the_layer_requirements_list_no_dev_package(layer_dir: Path) -> None:
-    # Given the layer's requirements.txt and the extras of pyproject.toml (dev, load)
+    # Given the layer's requirements.txt, and the extras (plots, sim, load) and dependency groups of pyproject.toml
     layer_requirements = requirement_names((layer_dir / "requirements.txt").read_text(encoding="utf-8"))
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    runtime = requirement_names("\n".join(project["dependencies"]))
-    extras = requirement_names("\n".join(r for group in project["optional-dependencies"].values() for r in group))
-    # Then the layer installs none of what only the extras need (moto, pytest, Hypothesis, locust, ...)
-    assert {"moto", "pytest", "hypothesis", "locust"} <= extras - runtime
-    assert not layer_requirements & (extras - runtime)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    runtime = requirement_names("\n".join(pyproject["project"]["dependencies"]))
+    lists = [*pyproject["project"]["optional-dependencies"].values(), *pyproject["dependency-groups"].values()]
+    tooling = requirement_names("\n".join(r for group in lists for r in group if isinstance(r, str)))
+    # Then the layer installs none of what only they need (moto, pytest, Hypothesis, locust, PyYAML, ...)
+    assert {"moto", "pytest", "hypothesis", "locust", "pyyaml"} <= tooling - runtime
+    assert not layer_requirements & (tooling - runtime)
+    assert runtime <= layer_requirements
 
 
 def test_each_function_ships_only_its_handler(sam_resources: dict[str, Any]) -> None:

@@ -1,16 +1,13 @@
 """The functions' environment in template.yaml against what the code reads: ``Settings`` fields (never the local
-runtime's own ``LocalSettings`` ones), Powertools' service and namespace, and the layer's requirements against
-pyproject.toml."""
+runtime's own ``LocalSettings`` ones), and Powertools' service and namespace."""
 
 from __future__ import annotations
 
 import json
-import re
-import tomllib
 from typing import Any
 
 import pytest
-from template_tools import ROOT, SUB_VARIABLE, sub_text
+from template_tools import SUB_VARIABLE, sub_text
 
 from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.config.tenant_map import TenantMap
@@ -290,25 +287,6 @@ def test_every_accepted_parameter_value_is_a_valid_setting(sam_template: dict[st
     polls = {"Default": parameters["PollsPerMinute"]["Default"], "MinValue": max(allowed), "MaxValue": min(allowed)}
     env["PUNCTUAL_POLL_INTERVAL_MS"] = str(_poll_interval_ms(sam_template, polls[bound]))
     Settings.from_env(env, table_name="punctual-tasks")
-
-
-def _requirement_names(lines: list[str]) -> dict[str, str]:
-    """``{normalised distribution name: the full specifier}``."""
-    found = {}
-    for line in lines:
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name = re.split(r"[\[<>=!~ ;]", line, maxsplit=1)[0]
-            found[re.sub(r"[-_.]+", "-", name).lower()] = line.replace(" ", "")
-    return found
-
-
-def test_the_layer_installs_the_package_runtime_dependencies() -> None:
-    # Given src/shared/requirements.txt (what `sam build` installs into the layer)  Then it lists exactly the
-    # [project] dependencies of pyproject.toml, with the same specifiers
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    layer = (ROOT / "src/shared/requirements.txt").read_text(encoding="utf-8").splitlines()
-    assert _requirement_names(layer) == _requirement_names(project["dependencies"])
 
 
 # -- the parameters that lift a ceiling: ranges against the settings' bounds, and where each value goes ------------

@@ -24,3 +24,29 @@ def test_every_test_folder_is_in_exactly_one_of_the_runs_ci_makes() -> None:
     assert all(f"$({name})" in makefile for name in runs)
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "make faults" in ci
+
+
+def _pytest_runs(makefile: str, target: str) -> list[str]:
+    """The pytest command lines of a Makefile target's recipe."""
+    found = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert found is not None, f"no recipe for {target} in the Makefile"
+    return [line for line in found.group(1).replace("\\\n", " ").splitlines() if " pytest " in line]
+
+
+def test_ci_runs_make_test_then_make_faults_and_each_test_once() -> None:
+    # Given .ci/run's commands and the pytest runs of make test and make faults
+    makefile = (ROOT / "Makefile").read_text()
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    makes = [line.removeprefix("exec ") for line in ci if re.match(r"(exec )?make\b", line)]
+    runs = _pytest_runs(makefile, "test") + _pytest_runs(makefile, "faults")
+    # Then CI makes test first, then faults, each once
+    assert makes == ["make test", "make faults"]
+    # And the three runs name their tests through the tier variables alone: no file or folder is added to a run
+    # beside its tiers (where it would run twice, as in its own tier too)
+    assert len(runs) == 3
+    assert not [run for run in runs if "tests/" in run]
+    assert [sorted(re.findall(r"\$\((\w+_TIERS)\)", run)) for run in runs] == [
+        ["PARALLEL_TIERS"],
+        ["SERIAL_TIERS"],
+        ["FAULT_TIERS"],
+    ]
