@@ -304,7 +304,7 @@ class Bench:
 
     def __init__(self, work: Path, batch: int, webhook: bool) -> None:
         from punctual.config.settings import Settings
-        from punctual.scheduling.client import Client
+        from punctual.runtime.client import Client
         from punctual.stores.dynamodb.schema import ensure_table
         from punctual_tools.local.cpu_quota import CpuGroups
         from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client

@@ -20,7 +20,7 @@ from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.stores.dynamodb.table import DUE_INDEX
 from punctual_tools.checker import Fire, Verdict
 from punctual_tools.local.cpu_quota import init_wait_figures

@@ -30,7 +30,7 @@ from phase_parts import (
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_tasks
 from punctual_tools.crashes import crash_windows

@@ -11,8 +11,8 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskConflictError, TaskNotFoundError, TaskStateError
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.client import Client
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from support import FakeClock
 
@@ -43,10 +43,10 @@ def test_schedule_get_and_idempotent_retry(client: Client, now_ms: int) -> None:
         client.schedule(due, HttpAction(url="https://example.com/hook"), {"video": "v-2"}, task_id="pub-v-1")
 
 
-def test_invalid_task_is_not_stored(client: Client, store: DynamoTaskStore, now_ms: int) -> None:
+def test_invalid_task_is_not_stored(client: Client, store: DynamoStores, now_ms: int) -> None:
     with pytest.raises(InvalidTaskError):
         client.schedule(from_ms(now_ms - 3_600_000), LogAction(), task_id="too-late")
-    assert store.get("too-late") is None
+    assert store.client.get("too-late") is None
 
 
 def test_cancel_and_reschedule(client: Client, clock: FakeClock, now_ms: int) -> None:
@@ -94,6 +94,6 @@ def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(stor
     )
     # When it is created  Then it is an InvalidTaskError naming the payload (not a botocore error), nothing stored
     with pytest.raises(InvalidTaskError, match="DynamoDB holds at most") as refused:
-        store.create(big, int(datetime.now(UTC).timestamp() * 1000))
+        store.client.create(big, int(datetime.now(UTC).timestamp() * 1000))
     assert refused.value.field == "payload"
     assert "Item" not in dynamodb.get_item(TableName=store.config.table_name, Key={"task_id": {"S": "too-big"}})

@@ -178,7 +178,7 @@ def _print_poll(report: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual_tools.demo import format_report, run_demo
     from punctual_tools.local.stack import LocalStack
 
@@ -296,7 +296,7 @@ def _demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual_tools.demo import EPSILON_MS, format_report, loopback_allowed, run_demo
     from punctual_tools.local.stack import LocalStack, _alive, client_settings, read_state
 
@@ -407,7 +407,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _client(args: argparse.Namespace) -> Any:
     """The client a command uses: the table directly, or the REST API with ``--api`` (or ``PUNCTUAL_API_URL``):
     with ``--aws`` (or a URL set) AWS's, SigV4-signed; else the running local stack's, with its token."""
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
 
     settings = _settings(args)
     tenant = _api_tenant(args)
@@ -668,17 +668,17 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     from punctual.domain.tenancy import split
     from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
     from punctual.stores.dlq import build_dead_letter_queue
-    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb import build_stores
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
     settings = _settings(args)
     selection = Selection.everything() if args.all else Selection.of(args.task_ids)
     queue = build_dead_letter_queue(settings)
-    store = build_store(settings)
+    tasks = build_stores(settings).client
     tenants = tenant_map_source(settings).tenant_map()
-    admit = TenantAdmission(QuotaGuard(store), lambda task_id: tenants.policy_of(split(task_id)[0] or "").quotas)
-    report = redrive_tasks(store, selection, int(SystemClock().wall_ms()), queue, admit)
+    admit = TenantAdmission(QuotaGuard(tasks), lambda task_id: tenants.policy_of(split(task_id)[0] or "").quotas)
+    report = redrive_tasks(tasks, selection, int(SystemClock().wall_ms()), queue, admit)
     for line in redrive_lines(report):
         print(line)
     return 0
@@ -707,11 +707,11 @@ def cmd_backfill_tenant_shards(args: argparse.Namespace) -> int:
     """Set ``tenant_shard`` on the active tenant tasks written before the ``tenant_active_sharded`` index (a parallel
     Scan of the whole table: :func:`punctual.stores.dynamodb.backfill.backfill_tenant_shards`), with progress on
     stderr and a summary line; exit 1 if any request failed (run it again: it keys only what is left)."""
-    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb import build_stores
     from punctual.stores.dynamodb.backfill import backfill_tenant_shards
 
     settings = _settings(args)
-    store = build_store(settings.model_copy(update={"db_threads": max(settings.db_threads, args.segments)}))
+    store = build_stores(settings.model_copy(update={"db_threads": max(settings.db_threads, args.segments)}))
     line = ProgressLine(sys.stderr)
     counts = backfill_tenant_shards(
         store.table,
@@ -739,10 +739,10 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
     if args.table:
         from punctual.domain.model import Outcome, status_after
-        from punctual.stores.dynamodb import build_store
+        from punctual.stores.dynamodb import build_stores
 
         statuses = [status_after(o) for o in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY)]  # what a fire leaves
-        tasks = build_store(_settings(args)).list_tasks(statuses)
+        tasks = build_stores(_settings(args)).client.list_tasks(statuses)
         entries = entries_from_tasks(t for t in tasks if t.task_id.startswith(args.prefix))
         source = f"table {_settings(args).table_name}"
     else:
