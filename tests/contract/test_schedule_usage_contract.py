@@ -115,7 +115,7 @@ def test_parallel_creates_never_pass_a_quota_of_5(race_backend: Backend, limits:
 
     def create(k: int) -> str:
         try:
-            stores[k].create_schedule(every_10s(f"acme/s-{k:02d}"), [], NOW, limits)
+            stores[k].schedules.create_schedule(every_10s(f"acme/s-{k:02d}"), [], NOW, limits)
         except QuotaExceededError as exc:
             return exc.quota
         return "created"

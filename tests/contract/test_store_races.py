@@ -186,7 +186,7 @@ def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend
     clients = [race_backend.new_store() for _ in range(8)]
 
     def create_each(k: int) -> list[tuple[str, bool]]:
-        return [(task.task_id, clients[k].create(task, NOW + k)[1]) for task in order_of(k, tasks)]
+        return [(task.task_id, clients[k].client.create(task, NOW + k)[1]) for task in order_of(k, tasks)]
 
     # When they race
     results = run_threads([lambda k=k: create_each(k) for k in range(len(clients))], timeout=TIMEOUT_S)

@@ -64,7 +64,7 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
         timing.append(now_ms())
         for task_id in reversed(ids):  # from the other end than the arms
             try:
-                canceller.cancel(task_id, now_ms())
+                canceller.client.cancel(task_id, now_ms())
                 won[task_id] = True
             except TaskStateError as exc:  # armed first (and by now perhaps fired and recorded)
                 assert exc.task is not None and exc.task.status in LOST_TO_EXECUTOR, exc

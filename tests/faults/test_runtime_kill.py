@@ -209,10 +209,10 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     time.sleep(max(0.0, (base + 7_000 - now_ms()) / 1000))
     old = store_for(client_settings(state))
     assert wait_until(
-        lambda: any(t.status is TaskStatus.ARMED for t in old.get_many(ids).values()), timeout=60, interval=0.1
+        lambda: any(t.status is TaskStatus.ARMED for t in old.client.get_many(ids).values()), timeout=60, interval=0.1
     ), f"no task was ever armed\n{runtime.log_tail()}"
     # ... (what the table held at that moment: read just before, DynamoDB Local ends with the runtime)
-    at_kill = {task_id: t.status for task_id, t in old.get_many(ids).items()}
+    at_kill = {task_id: t.status for task_id, t in old.client.get_many(ids).items()}
     runtime.kill()
     print(
         f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; {len(target.records())} fires seen so far"

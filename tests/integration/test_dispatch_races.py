@@ -117,7 +117,7 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     assert all(store.firing.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
 
     def arm_batch(k: int, event: BatchEvent) -> list[str]:
-        armed = executors[k].arm_many(
+        armed = executors[k].firing.arm_many(
             [ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
             event.batch_id,
             f"exec-{k}",
