@@ -2,7 +2,7 @@
 
 Two models: ``Settings`` (what the Lambdas and the client load) and ``LocalSettings`` (the local runtime's,
 which adds what only one machine needs). Every ``PUNCTUAL_*`` variable the code reads is a field of one of
-them, and the wiring (``build_store``) has no process-wide effect: the local worker applies the local-only ones.
+them, and the wiring (``build_stores``) has no process-wide effect: the local worker applies the local-only ones.
 """
 
 from __future__ import annotations
