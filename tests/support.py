@@ -6,8 +6,8 @@ module imports them with ``from support import ...``; fixtures stay in the conft
 * threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
   a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
   subprocess);
-* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`store_for`, :func:`read_task`,
-  :func:`candidate_of`, :func:`run_until_done`;
+* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`store_for`, :func:`with_part`,
+  :func:`read_task`, :func:`candidate_of`, :func:`run_until_done`;
 * moto in-process: :func:`moto_one_request_at_a_time` (each request atomic, as DynamoDB applies it);
 * stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
   :func:`serving`, :class:`StubTarget` and :class:`RecordingInvoker` come from :mod:`punctual_tools.doubles`,
@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,13 +39,15 @@ from punctual.domain.events import BatchReport
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.dynamodb.due import DueIndex
+from punctual.stores.dynamodb.executors import Executors
+from punctual.stores.dynamodb.schedules import ScheduleItems
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.dynamodb_local import make_client
 
 T = TypeVar("T")
-R = TypeVar("R", bound=DynamoTaskStore)
 
 # The functional tier's "now" for tests that pass explicit times: 2030-06-01T12:00:20.000Z (20 s into a minute).
 FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 1000)
@@ -153,30 +156,43 @@ def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int =
     ]
 
 
-def create_all(store: DynamoTaskStore, tasks: list[Task], created_ms: int | None = None) -> None:
+def create_all(store: DynamoStores, tasks: list[Task], created_ms: int | None = None) -> None:
     """Store the tasks (as the client does, written at ``created_ms``, by default now), 8 at a time."""
     at = now_ms() if created_ms is None else created_ms
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda t: store.create(t, at), tasks))
+        results = list(pool.map(lambda t: store.client.create(t, at), tasks))
     assert all(created for _, created in results)
 
 
-def store_for(settings: Settings, cls: type[R] = DynamoTaskStore) -> R:  # type: ignore[assignment]
-    """A repository (of class ``cls``) on ``settings.endpoint_url`` (DynamoDB Local), with a boto3 client of its
-    own (one per thread in the races)."""
-    return cls.from_settings(make_client(settings.endpoint_url), settings)  # type: ignore[return-value]
+def store_for(settings: Settings, part: type[Any] | None = None) -> DynamoStores:
+    """The store's parts on ``settings.endpoint_url`` (DynamoDB Local), with a boto3 client of their own (one per
+    thread in the races); with ``part``, that part made of this subclass (:func:`with_part`)."""
+    stores = DynamoStores.from_settings(make_client(settings.endpoint_url), settings)
+    return stores if part is None else with_part(stores, part)
 
 
-def read_task(store: DynamoTaskStore, task_id: str) -> Task:
+def with_part(stores: DynamoStores, part: type[Any]) -> DynamoStores:
+    """``stores`` with one part made of ``part``, a subclass of the part's own class (a fault or a probe injected
+    into the due index, the executors' writes or the schedules), on the same table and the same other parts."""
+    if issubclass(part, DueIndex):
+        return replace(stores, dispatch=part(stores.table, stores.client, stores.firing))
+    if issubclass(part, Executors):
+        return replace(stores, firing=part(stores.table, stores.client.writes, stores.client))
+    if issubclass(part, ScheduleItems):
+        return replace(stores, schedules=part(stores.table, stores.client))
+    raise TypeError(f"{part.__name__} is not a part of the DynamoDB store")
+
+
+def read_task(store: DynamoStores, task_id: str) -> Task:
     """The stored task, which must exist."""
-    task = store.get(task_id)
+    task = store.client.get(task_id)
     assert task is not None, task_id
     return task
 
 
-def due_candidates(store: DynamoTaskStore, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
+def due_candidates(store: DynamoStores, bucket_ms: int, shard: int, until_ms: int) -> list[Candidate]:
     """What one shard of one minute bucket of the due index lists up to ``until_ms``, read back from the table."""
-    return store.due.candidates([e.task_id for e in store.due.query_index(bucket_ms, shard, until_ms)])
+    return store.dispatch.candidates([e.task_id for e in store.dispatch.query_index(bucket_ms, shard, until_ms)])
 
 
 def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:
@@ -185,7 +201,7 @@ def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_unti
 
 
 def run_until_done(
-    store: DynamoTaskStore, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
+    store: DynamoStores, settings: Settings, executor: Executor, task_id: str, rounds: int = 4
 ) -> list[BatchReport]:
     """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
     task is finished or ``rounds`` polls have run; the executor's reports."""
@@ -193,7 +209,7 @@ def run_until_done(
     reports = []
     for _ in range(rounds):
         invoker = RecordingInvoker()
-        Poller(store, invoker, settings).poll(int(clock.wall_ms()))
+        poller_on(store, invoker, settings).poll(int(clock.wall_ms()))
         reports.extend(executor.run_batch(event) for event in invoker.events)
         if not read_task(store, task_id).status.is_active:
             break
@@ -248,7 +264,7 @@ def reorder_keys(value: Any) -> Any:
 
 
 def arm(
-    store: DynamoTaskStore,
+    store: DynamoStores,
     task: Task,
     executor_id: str,
     now_ms: int,
@@ -258,7 +274,7 @@ def arm(
     """ARM one task (at the due time it was created with) for ``executor_id``; its task lease defaults to an
     hour past its due time."""
     lease = task.due_ms + 3_600_000 if lease_until_ms is None else lease_until_ms
-    return store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], batch_id, executor_id, now_ms)[0]
+    return store.firing.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], batch_id, executor_id, now_ms)[0]
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from punctual.config.settings import Settings
 from punctual.polling.fastpath import dispatch_stream_records
 from punctual.runtime.metrics import INVOKE_FAILURES, TASKS_DISPATCHED
 from punctual.runtime.observability import add_counts, handler_tools
-from punctual.runtime.wiring import build_poller
+from punctual.runtime.wiring import build_poller, decode_stream_image
 
 logger, metrics = handler_tools()
 settings = Settings.from_env()
@@ -41,7 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records")
     if not isinstance(records, list):
         raise ValueError("a DynamoDB stream event has a list of Records")
-    report = dispatch_stream_records(poller, records, now_ms=int(time.time() * 1000))
+    report = dispatch_stream_records(poller, records, now_ms=int(time.time() * 1000), decode=decode_stream_image)
     add_counts(metrics, {TASKS_DISPATCHED: report.dispatched, INVOKE_FAILURES: report.invoke_failures})
     logger.info("fast path batch", extra={"report": report.model_dump()})
     return report.model_dump()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from contract_tools import STORE_KINDS, Backend, DynamoBackend, StoreKind, TaskFactory, store_params
 
-from punctual.stores.ports import Store
+from punctual.stores.ports import Stores
 
 assert len({kind.name for kind in STORE_KINDS}) == len(STORE_KINDS), "store kinds need distinct names"
 
@@ -38,13 +38,13 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 
 
 @pytest.fixture
-def store(backend: Backend) -> Store:
+def store(backend: Backend) -> Stores:
     """The store under test, typed as the ports: contract tests use nothing else."""
     return backend.store
 
 
 @pytest.fixture
-def tasks(store: Store) -> TaskFactory:
+def tasks(store: Stores) -> TaskFactory:
     return TaskFactory(store)
 
 

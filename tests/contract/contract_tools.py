@@ -1,12 +1,12 @@
-"""What the contract suites of the store ports (:class:`punctual.stores.ports.TaskStore`,
-:class:`punctual.stores.ports.ScheduleStore`) run on, and their helpers.
+"""What the contract suites of the store ports (:mod:`punctual.stores.ports`) run on, and their helpers: each
+implementation is a record of its ports (:class:`punctual.stores.ports.Stores`), each port a part of it.
 
 Every implementation of the ports is one :class:`StoreKind` in :data:`STORE_KINDS`: a name (the test id, such as
 ``moto-single`` or ``memory``) and a way to open a fresh, empty store of that kind. The fixtures of
 ``conftest.py`` run every contract test once per kind; adding an implementation is adding one entry here (and
 passing the suites).
 
-The helpers talk to the store through the port's methods only, with an explicit ``now`` everywhere, so that
+The helpers talk to the store through the ports' methods only, with an explicit ``now`` everywhere, so that
 no property of the suite depends on how fast the machine is.
 """
 
@@ -26,10 +26,10 @@ from moto import mock_aws
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import Candidate, FireRecord, Outcome, Task, TaskStatus
-from punctual.stores.dynamodb.store import DynamoTaskStore
-from punctual.stores.memory import InMemoryStore
-from punctual.stores.ports import Store, TaskStore
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.ports import Stores
 from punctual.targets import LogAction
+from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.template import ensure_table
 from support import (
@@ -50,8 +50,8 @@ class Backend:
     """One opened store of some kind: ``store`` is what a test uses; ``new_store`` gives another store on the
     same data with a connection of its own (one per thread in the races, as separate processes would have)."""
 
-    store: Store
-    new_store: Callable[[], Store]
+    store: Stores
+    new_store: Callable[[], Stores]
     kind: StoreKind | None = None  # what it is, set by the fixture
 
 
@@ -64,8 +64,8 @@ class DynamoBackend(Backend):
     table_name: str = ""
 
     @property
-    def dynamo(self) -> DynamoTaskStore:
-        assert isinstance(self.store, DynamoTaskStore)
+    def dynamo(self) -> DynamoStores:
+        assert isinstance(self.store, DynamoStores)
         return self.store
 
     def raw_item(self, task_id: str) -> dict[str, Any]:
@@ -96,11 +96,11 @@ def dynamo_backend(client: Any, new_client: Callable[[int], Any], table: str, wr
     """DynamoDB stores on ``table`` (built from template.yaml first): the first on ``client``, the n-th further
     one on ``new_client(n)``, a client of its own. Their thread pools are shut down afterwards."""
     ensure_table(client, table)
-    opened: list[DynamoTaskStore] = []
+    opened: list[DynamoStores] = []
 
-    def open_store(on: Any) -> DynamoTaskStore:
+    def open_store(on: Any) -> DynamoStores:
         settings = Settings(table_name=table, shard_count=SHARDS, write_batch=write_batch, db_threads=4)
-        opened.append(DynamoTaskStore.from_settings(on, settings))
+        opened.append(DynamoStores.from_settings(on, settings))
         return opened[-1]
 
     try:
@@ -203,7 +203,7 @@ def store_params(select: Callable[[StoreKind], bool] = lambda kind: True) -> lis
 class TaskFactory:
     """Builds tasks with distinct ids and payloads, and creates them through the store (at NOW by default)."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: Stores) -> None:
         self.store = store
         self._n = 0
 
@@ -214,14 +214,14 @@ class TaskFactory:
         return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
 
     def create(self, due_ms: int, task_id: str | None = None, now_ms: int = NOW, **fields: Any) -> Task:
-        stored, created = self.store.create(self.build(due_ms, task_id, **fields), now_ms)
+        stored, created = self.store.client.create(self.build(due_ms, task_id, **fields), now_ms)
         assert created
         return stored
 
 
-def stored(store: TaskStore, task_id: str) -> Task:
+def stored(store: Stores, task_id: str) -> Task:
     """The task as stored now; it must exist."""
-    task = store.get(task_id)
+    task = store.client.get(task_id)
     assert task is not None, task_id
     return task
 
@@ -244,14 +244,14 @@ def candidate(task: Task) -> Candidate:
     )
 
 
-def alive(store: TaskStore, executor: str, until_ms: int, now_ms: int = NOW) -> None:
+def alive(store: Stores, executor: str, until_ms: int, now_ms: int = NOW) -> None:
     """HEARTBEAT: ``executor`` is alive until ``until_ms`` (written at ``now_ms``); it must not be taken over."""
-    assert store.heartbeat(executor, now_ms, until_ms) is True
+    assert store.firing.heartbeat(executor, now_ms, until_ms) is True
 
 
-def record(store: TaskStore, executor: str, fire: FireRecord) -> bool:
+def record(store: Stores, executor: str, fire: FireRecord) -> bool:
     """RECORD one outcome (or a RETRY): whether it was written."""
-    (written,) = store.record_many(executor, [fire])
+    (written,) = store.firing.record_many(executor, [fire])
     return written
 
 
@@ -264,7 +264,7 @@ def succeeded(
 
 
 def armed_task(
-    store: TaskStore,
+    store: Stores,
     tasks: TaskFactory,
     executor: str = "exec-1",
     *,
@@ -282,6 +282,6 @@ def armed_task(
     return armed.task
 
 
-def due_ids(store: TaskStore, until_ms: int, now_ms: int = NOW) -> list[str]:
+def due_ids(store: Stores, until_ms: int, now_ms: int = NOW) -> list[str]:
     """The ids a look for due work at ``now_ms`` finds up to ``until_ms``, in the order found."""
-    return [c.task_id for c in store.find_due(now_ms, until_ms).candidates]
+    return [c.task_id for c in store.dispatch.find_due(now_ms, until_ms).candidates]

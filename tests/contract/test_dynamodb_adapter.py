@@ -1,4 +1,4 @@
-"""The DynamoDB adapter (:class:`punctual.stores.dynamodb.DynamoTaskStore`) beyond the port's contract: how it lays
+"""The DynamoDB adapter (:class:`punctual.stores.dynamodb.DynamoStores`) beyond the port's contract: how it lays
 items out (the sparse due index, its minute buckets, the fast-path flag, the TTL, the heartbeat items), the
 watermark behind ``find_due``, items that are not tasks (quarantined), writes split over several requests, a
 takeover whose owner renews mid-way, and a retried write whose first response was lost.
@@ -37,7 +37,7 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start, index_key, shard_of
 from punctual.domain.model import ArmRequest, FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
-from punctual.stores.dynamodb import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import to_av
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 
@@ -57,7 +57,7 @@ def index_ids(backend: DynamoBackend, task: Task, bucket_of_ms: int, until_ms: i
     store = backend.dynamo
     return [
         e.task_id
-        for e in store.due.query_index(bucket_of_ms, shard_of(task.task_id, store.config.shard_count), until_ms)
+        for e in store.dispatch.query_index(bucket_of_ms, shard_of(task.task_id, store.config.shard_count), until_ms)
     ]
 
 
@@ -90,8 +90,8 @@ def test_the_fast_path_flag_marks_tasks_due_before_the_next_poll(backend: Dynamo
     assert backend.raw_item(inside.task_id)["fast_path"]["N"] == "1"
     assert backend.raw_item(outside.task_id)["fast_path"]["N"] == "0"
     # When the far one is moved to 2 s ahead, and the near one far away / Then the flags follow
-    backend.store.reschedule(outside.task_id, NOW + 2_000, NOW)
-    backend.store.reschedule(inside.task_id, NOW + 10 * reach, NOW)
+    backend.store.client.reschedule(outside.task_id, NOW + 2_000, NOW)
+    backend.store.client.reschedule(inside.task_id, NOW + 10 * reach, NOW)
     assert backend.raw_item(outside.task_id)["fast_path"]["N"] == "1"
     assert backend.raw_item(inside.task_id)["fast_path"]["N"] == "0"
 
@@ -101,7 +101,7 @@ def test_finished_tasks_carry_a_ttl_of_the_retention(backend: DynamoBackend, tas
     done, missed = armed_task(backend.store, tasks), armed_task(backend.store, tasks)
     assert record(backend.store, "exec-1", succeeded(done, NOW + 10_050))
     cancelled = tasks.create(NOW + 10_001)
-    backend.store.cancel(cancelled.task_id, NOW + 1)
+    backend.store.client.cancel(cancelled.task_id, NOW + 1)
     assert record(backend.store, "exec-1", succeeded(missed, NOW + 2, outcome=Outcome.MISSED, detail="late"))
     # Then each has left the due index, and carries expires_at = finished + retention, in epoch seconds (the
     # unit of DynamoDB's TTL)
@@ -165,7 +165,7 @@ def test_reschedule_moves_the_index_key_and_the_content_hash(backend: DynamoBack
     task = tasks.create(NOW + 10_000)
     new_due = NOW + 10 * BUCKET_MS + 123
     # When it is moved ten minutes later
-    moved = backend.store.reschedule(task.task_id, new_due, NOW + 1)
+    moved = backend.store.client.reschedule(task.task_id, new_due, NOW + 1)
     # Then its index key is the minute of its new due time, and its hash that of the moved task
     item = backend.raw_item(task.task_id)
     assert item["due_bucket"]["S"] == bucket_of(backend, task.task_id, new_due)
@@ -180,10 +180,10 @@ def test_candidates_read_status_from_the_table_and_skip_finished(backend: Dynamo
     # Given a pending, an armed and a cancelled task, and an id that does not exist
     pending, gone = (tasks.create(NOW + 10_000 + i) for i in range(2))
     taken = armed_task(backend.store, tasks, "exec-1")
-    backend.store.cancel(gone.task_id, NOW)
+    backend.store.client.cancel(gone.task_id, NOW)
     # When their candidates are read
     found = {
-        c.task_id: c for c in backend.dynamo.due.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])
+        c.task_id: c for c in backend.dynamo.dispatch.candidates([pending.task_id, taken.task_id, gone.task_id, "nope"])
     }
     # Then the active ones come with the table's status, lease and owner; the finished and missing ones do not
     assert set(found) == {pending.task_id, taken.task_id}
@@ -200,36 +200,36 @@ def test_query_index_lists_the_keys_of_one_shard_up_to_the_end(backend: DynamoBa
     later_id = next(f"t-{i}" for i in range(1000) if shard_of(f"t-{i}", store.config.shard_count) == shard)
     later = tasks.create(NOW + 20_000, later_id)
     # When the index is queried up to between them / Then only the first is listed, with its due time
-    assert [(e.task_id, e.due_ms) for e in store.due.query_index(NOW, shard, NOW + 15_000)] == [
+    assert [(e.task_id, e.due_ms) for e in store.dispatch.query_index(NOW, shard, NOW + 15_000)] == [
         (first.task_id, first.due_ms)
     ]
-    assert later.task_id in [e.task_id for e in store.due.query_index(NOW, shard, NOW + 20_000)]
+    assert later.task_id in [e.task_id for e in store.dispatch.query_index(NOW, shard, NOW + 20_000)]
 
 
 def test_the_watermark_only_moves_forward(backend: DynamoBackend) -> None:
     # Given no watermark yet
     store = backend.dynamo
-    assert store.due.get_watermark() is None
+    assert store.dispatch.get_watermark() is None
     start = bucket_start(NOW)
     # When it is set, then moved back, then to the same value, then forward
-    assert store.due.advance_watermark(start) is True
-    assert store.due.advance_watermark(start - BUCKET_MS) is False
-    assert store.due.advance_watermark(start) is False
-    assert store.due.get_watermark() == start
-    assert store.due.advance_watermark(start + BUCKET_MS) is True
+    assert store.dispatch.advance_watermark(start) is True
+    assert store.dispatch.advance_watermark(start - BUCKET_MS) is False
+    assert store.dispatch.advance_watermark(start) is False
+    assert store.dispatch.get_watermark() == start
+    assert store.dispatch.advance_watermark(start + BUCKET_MS) is True
     # Then only the forward moves took effect
-    assert store.due.get_watermark() == start + BUCKET_MS
+    assert store.dispatch.get_watermark() == start + BUCKET_MS
 
 
 def test_the_watermark_and_heartbeat_items_are_not_tasks(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given a watermark, an executor's heartbeat and a task in the same table
-    backend.dynamo.due.advance_watermark(bucket_start(NOW))
+    backend.dynamo.dispatch.advance_watermark(bucket_start(NOW))
     alive(backend.store, "exec-1", NOW + 20_000)
     tasks.create(NOW + 10_000, "t-listed")
     # Then only the task is listed or found due, and the watermark and the heartbeat are still there
-    assert [t.task_id for t in backend.store.list_tasks()] == ["t-listed"]
+    assert [t.task_id for t in backend.store.client.list_tasks()] == ["t-listed"]
     assert due_ids(backend.store, NOW + 90_000) == ["t-listed"]
-    assert backend.dynamo.due.get_watermark() == bucket_start(NOW)
+    assert backend.dynamo.dispatch.get_watermark() == bucket_start(NOW)
     heartbeat = backend.raw_item(EXECUTOR_PREFIX + "exec-1")
     assert (heartbeat["alive_until_ms"]["N"], heartbeat["beat_ms"]["N"]) == (str(NOW + 20_000), str(NOW))
     assert "due_bucket" not in heartbeat
@@ -242,25 +242,29 @@ def test_find_due_moves_the_watermark_no_closer_than_its_safety_and_never_past_a
     store = backend.dynamo
     old = tasks.create(NOW - 10 * BUCKET_MS, now_ms=NOW - 11 * BUCKET_MS)
     # When due work is looked for now / Then the watermark stops at the old task's minute
-    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(old.due_ms) == store.due.get_watermark()
+    assert (
+        store.dispatch.find_due(NOW, NOW + 90_000).watermark_ms
+        == bucket_start(old.due_ms)
+        == store.dispatch.get_watermark()
+    )
     # When the old task is finished and due work is looked for again / Then the watermark moves on, but stays
     # at least the overdue safety behind now
-    store.cancel(old.task_id, NOW)
-    assert store.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - store.config.overdue_safety_ms)
-    assert store.due.get_watermark() == bucket_start(NOW - store.config.overdue_safety_ms)
+    store.client.cancel(old.task_id, NOW)
+    assert store.dispatch.find_due(NOW, NOW + 90_000).watermark_ms == bucket_start(NOW - store.config.overdue_safety_ms)
+    assert store.dispatch.get_watermark() == bucket_start(NOW - store.config.overdue_safety_ms)
 
 
 def test_oldest_active_due(backend: DynamoBackend, tasks: TaskFactory) -> None:
     # Given an empty index
     store = backend.dynamo
-    assert store.due.oldest_active_due() is None
+    assert store.dispatch.oldest_active_due() is None
     # When tasks are due at several times, and the oldest of them is finished
     done = tasks.create(NOW - 9 * BUCKET_MS, now_ms=NOW - 10 * BUCKET_MS)
     oldest_active = tasks.create(NOW - 3 * BUCKET_MS + 7, now_ms=NOW - 4 * BUCKET_MS)
     tasks.create(NOW + 2 * BUCKET_MS)
-    backend.store.cancel(done.task_id, NOW)
+    backend.store.client.cancel(done.task_id, NOW)
     # Then it answers one minute before the minute of the oldest active due time
-    assert store.due.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
+    assert store.dispatch.oldest_active_due() == bucket_start(oldest_active.due_ms) - BUCKET_MS
 
 
 def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: DynamoBackend, tasks: TaskFactory) -> None:
@@ -268,25 +272,31 @@ def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: Dynam
     # task 10 minutes overdue (in whichever group its id falls)
     store = backend.dynamo
     assert store.config.shard_count % 2 == 0
-    grouped = DynamoTaskStore(backend.client, replace(store.config, poll_groups=2))
+    grouped = DynamoStores.on(backend.client, replace(store.config, poll_groups=2))
     due_soon = [tasks.create(NOW + 1_000 + i, f"g-{i}") for i in range(40)]
     old = tasks.create(NOW - 10 * BUCKET_MS, "g-old", now_ms=NOW - 11 * BUCKET_MS)
-    old_group = 0 if shard_of(old.task_id, store.config.shard_count) in grouped.due.group_shards(0) else 1
+    old_group = 0 if shard_of(old.task_id, store.config.shard_count) in grouped.dispatch.group_shards(0) else 1
     # When each group looks for due work
-    found = {g: sorted(c.task_id for c in grouped.find_due(NOW, NOW + 90_000, group=g).candidates) for g in (0, 1)}
+    found = {
+        g: sorted(c.task_id for c in grouped.dispatch.find_due(NOW, NOW + 90_000, group=g).candidates) for g in (0, 1)
+    }
     # Then each finds exactly the tasks of its shards: together every task, none twice
     for g in (0, 1):
-        assert found[g] and all(shard_of(t, store.config.shard_count) in grouped.due.group_shards(g) for t in found[g])
+        assert found[g] and all(
+            shard_of(t, store.config.shard_count) in grouped.dispatch.group_shards(g) for t in found[g]
+        )
     assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
     # And each group keeps its own watermark: the old task holds back only its own group's
-    marks = {g: grouped.due.get_watermark(g) for g in (0, 1)}
+    marks = {g: grouped.dispatch.get_watermark(g) for g in (0, 1)}
     assert marks[old_group] == bucket_start(old.due_ms)
     assert marks[1 - old_group] == bucket_start(NOW - store.config.overdue_safety_ms)
-    assert store.due.get_watermark() is None  # the ungrouped store's watermark item is another item
-    assert len({grouped.due.watermark_key(0), grouped.due.watermark_key(1), store.due.watermark_key()}) == 3
+    assert store.dispatch.get_watermark() is None  # the ungrouped store's watermark item is another item
+    assert (
+        len({grouped.dispatch.watermark_key(0), grouped.dispatch.watermark_key(1), store.dispatch.watermark_key()}) == 3
+    )
     # And a group that does not exist, or a group count that does not divide the shards, is refused
     with pytest.raises(ValueError, match="poll group 2"):
-        grouped.find_due(NOW, NOW + 90_000, group=2)
+        grouped.dispatch.find_due(NOW, NOW + 90_000, group=2)
     with pytest.raises(ValueError, match="must divide"):
         Settings(table_name=backend.table_name, shard_count=store.config.shard_count, poll_groups=3)
 
@@ -297,7 +307,7 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
     # Given a watermark 10 minutes back, and a task due 5 minutes ago (written in time: in its own minute)
     store = backend.dynamo
     start = bucket_start(NOW - 10 * BUCKET_MS)
-    assert store.due.advance_watermark(start)
+    assert store.dispatch.advance_watermark(start)
     old = tasks.create(NOW - 5 * BUCKET_MS, now_ms=NOW - 6 * BUCKET_MS)
     step = max(
         1, store.config.db_threads // store.config.shard_count
@@ -310,14 +320,14 @@ def test_find_due_out_of_time_never_moves_the_watermark_past_the_first_bucket_it
         return len(asked) > 1
 
     # When a look runs out of time after its first step
-    stopped = store.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
+    stopped = store.dispatch.find_due(NOW, NOW + 90_000, out_of_time=out_of_time_after_one_step)
     # Then it did not reach the task, and its watermark stops at the first minute it did not read
     assert (stopped.candidates, stopped.complete) == ([], False)
-    assert stopped.watermark_ms == start + step * BUCKET_MS == store.due.get_watermark()
+    assert stopped.watermark_ms == start + step * BUCKET_MS == store.dispatch.get_watermark()
     # And the next look finds the task, the watermark then at the task's minute
-    full = store.find_due(NOW, NOW + 90_000)
+    full = store.dispatch.find_due(NOW, NOW + 90_000)
     assert ([c.task_id for c in full.candidates], full.complete) == ([old.task_id], True)
-    assert full.watermark_ms == bucket_start(old.due_ms) == store.due.get_watermark()
+    assert full.watermark_ms == bucket_start(old.due_ms) == store.dispatch.get_watermark()
 
 
 # -- items written by others: items that are not tasks ----------------------------------------------------------
@@ -331,7 +341,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     good = [tasks.create(NOW + 10_000 + i, f"good-{i}") for i in range(2)]
 
     def put(task_id: str, **changes: Any) -> None:
-        item = {**dynamo.item_of(tasks.build(NOW + 10_005, task_id), NOW), **to_av(changes)}
+        item = {**dynamo.client.item_of(tasks.build(NOW + 10_005, task_id), NOW), **to_av(changes)}
         backend.client.put_item(TableName=backend.table_name, Item=item)
 
     put("bad-status", status="pending")
@@ -339,7 +349,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     put("bad-policy", misfire_policy="whenever")
     put("bad-action", action='{"kind":"carrier-pigeon"}')
     put("bad-due")
-    query_index = dynamo.due.query_index
+    query_index = dynamo.dispatch.query_index
 
     def index_lagging_the_table(bucket_ms: int, shard: int, until_ms: int) -> list[Any]:
         entries = query_index(bucket_ms, shard, until_ms)
@@ -349,10 +359,10 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
             )
         return entries
 
-    monkeypatch.setattr(dynamo.due, "query_index", index_lagging_the_table)
+    monkeypatch.setattr(dynamo.dispatch, "query_index", index_lagging_the_table)
     ids = ["bad-status", "bad-type", "bad-policy", "bad-action", "bad-due", *(t.task_id for t in good)]
     # When due work is looked for
-    scan = store.find_due(NOW, NOW + 90_000)
+    scan = store.dispatch.find_due(NOW, NOW + 90_000)
     # Then the tasks are found (the action is read only when armed), the two unreadable items are counted and
     # recorded FAILED with what is wrong, out of the due index
     assert (sorted(c.task_id for c in scan.candidates), scan.undecodable) == (["bad-action", "good-0", "good-1"], 4)
@@ -367,7 +377,7 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
         assert item["detail"]["S"].startswith(f"undecodable item: {why}")
     # When an executor arms what was found, and the item already FAILED
     alive(store, "exec-1", NOW + ALIVE_MS)
-    armed = store.arm_many(
+    armed = store.firing.arm_many(
         [
             ArmRequest(t, NOW + 10_000 + i if t.startswith("good") else NOW + 10_005, NOW + ARMED_LEASE_MS)
             for t, i in (("good-0", 0), ("bad-action", 0), ("bad-status", 0), ("good-1", 1))
@@ -384,11 +394,11 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     # ... reads skip what they cannot read (the FAILED items with a bad status now read as tasks; the unknown
     # policy still cannot be read)
     readable = ["bad-status", "bad-type", "good-0", "good-1"]
-    assert sorted(store.get_many(ids)) == readable
-    assert sorted(t.task_id for t in store.list_tasks()) == readable
+    assert sorted(store.client.get_many(ids)) == readable
+    assert sorted(t.task_id for t in store.client.list_tasks()) == readable
     assert stored(store, "bad-status").detail.startswith("undecodable item: ValueError")  # type: ignore[union-attr]
     # ... and the next look meets none of them again
-    again = store.find_due(NOW + 1, NOW + 90_000)
+    again = store.dispatch.find_due(NOW + 1, NOW + 90_000)
     assert (again.candidates, again.undecodable) == ([], 0)
 
 
@@ -405,7 +415,7 @@ def test_a_takeover_loses_when_the_owner_renews_between_its_read_and_its_write(
 
     def renew(**_: Any) -> None:
         if not renewed:
-            renewed.append(owner.heartbeat("exec-1", until + 1, until + 20_000))
+            renewed.append(owner.firing.heartbeat("exec-1", until + 1, until + 20_000))
 
     event = "before-call.dynamodb.TransactWriteItems"
     backend.client.meta.events.register(event, renew)
@@ -417,7 +427,7 @@ def test_a_takeover_loses_when_the_owner_renews_between_its_read_and_its_write(
     # Then the takeover lost to the renewal: exec-1 still holds the task, and its heartbeat still renews
     assert (renewed, taken) == ([True], None)
     assert stored(backend.store, task.task_id).armed_by == "exec-1"
-    assert backend.store.heartbeat("exec-1", until + 2, until + 30_000) is True
+    assert backend.store.firing.heartbeat("exec-1", until + 2, until + 30_000) is True
 
 
 # -- many items in several requests --------------------------------------------------------------------------------
@@ -432,9 +442,9 @@ def test_many_writes_keep_each_condition_across_requests(
     created = [tasks.create(NOW + 10_000 + i) for i in range(21)]
     alive(store, "exec-2", NOW + ALIVE_MS)
     assert arm(store, created[5], "exec-2", NOW, batch_id="other-batch") is not None
-    store.cancel(created[20].task_id, NOW)
+    store.client.cancel(created[20].task_id, NOW)
     # When exec-1 arms all of them at once
-    armed = store.arm_many(
+    armed = store.firing.arm_many(
         [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-0", "exec-1", NOW
     )
     # Then exactly the two whose condition fails lose, and every other arm is written and read back whole
@@ -442,13 +452,13 @@ def test_many_writes_keep_each_condition_across_requests(
     assert [(a.task.task_id, a.task.payload) for a in armed if a] == [
         (t.task_id, t.payload) for i, t in enumerate(created) if i not in (5, 20)
     ]
-    after = store.get_many([t.task_id for t in created] + ["unknown"])
+    after = store.client.get_many([t.task_id for t in created] + ["unknown"])
     assert len(after) == 21
     assert [(after[t.task_id].armed_by, after[t.task_id].batch_id) for t in created[:20]] == [
         ("exec-2", "other-batch") if i == 5 else ("exec-1", "batch-0") for i in range(20)
     ]
     # And recording them in several requests answers position by position too
-    assert store.record_many("exec-1", [succeeded(t) for t in created]) == [i not in (5, 20) for i in range(21)]
+    assert store.firing.record_many("exec-1", [succeeded(t) for t in created]) == [i not in (5, 20) for i in range(21)]
 
 
 # -- a write whose response was lost -----------------------------------------------------------------------------
@@ -499,7 +509,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
         ("retry", lambda: record(store, "exec-1", retry)),
         ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),
         ("record", lambda: record(store, "exec-1", succeeded(task, outcome=Outcome.FAILED))),
-        ("redrive", lambda: store.redrive_many([task.task_id], NOW + 60_000) == [True]),
+        ("redrive", lambda: store.client.redrive_many([task.task_id], NOW + 60_000) == [True]),
     ]
     for name, step in steps:
         # When the step's write is sent again after its response was lost
@@ -525,13 +535,13 @@ def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: Tas
     alive(backend.store, "exec-1", NOW + ALIVE_MS)
     # When botocore sends it again (with the same ClientRequestToken)
     with responses_lost(backend.client, "TransactWriteItems") as dropped:
-        armed = backend.store.arm_many(
+        armed = backend.store.firing.arm_many(
             [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-1", "exec-1", NOW
         )
     # Then DynamoDB answers the retry as the first attempt: every arm won, each counted once
     assert (dropped, [a.task.task_id if a else None for a in armed]) == ([1], [t.task_id for t in created])
     assert {
-        (t.status, t.armed_by, t.attempt) for t in backend.store.get_many([t.task_id for t in created]).values()
+        (t.status, t.armed_by, t.attempt) for t in backend.store.client.get_many([t.task_id for t in created]).values()
     } == {(TaskStatus.ARMED, "exec-1", 1)}
 
 
@@ -551,7 +561,7 @@ def test_a_retried_takeover_counts_as_done(backend: DynamoBackend, tasks: TaskFa
         2,
         until,
     )
-    assert backend.store.heartbeat("exec-1", until + 2, until + 20_000) is False
+    assert backend.store.firing.heartbeat("exec-1", until + 2, until + 20_000) is False
 
 
 def test_a_retried_cancel_counts_as_done(backend: DynamoBackend, tasks: TaskFactory) -> None:
@@ -561,7 +571,7 @@ def test_a_retried_cancel_counts_as_done(backend: DynamoBackend, tasks: TaskFact
     task = tasks.create(NOW + 10_000)
     # When botocore sends the cancel again / Then the client hears that it cancelled the task
     with responses_lost(backend.client, "UpdateItem") as dropped:
-        assert backend.store.cancel(task.task_id, NOW).status is TaskStatus.CANCELLED
+        assert backend.store.client.cancel(task.task_id, NOW).status is TaskStatus.CANCELLED
     assert dropped == [1]
 
 
@@ -570,6 +580,6 @@ def test_a_retried_reschedule_counts_as_done(backend: DynamoBackend, tasks: Task
     task = tasks.create(NOW + 10_000)
     # When botocore sends the reschedule again / Then the client gets the moved task, not a refusal
     with responses_lost(backend.client, "UpdateItem") as dropped:
-        moved = backend.store.reschedule(task.task_id, NOW + 20_000, NOW)
+        moved = backend.store.client.reschedule(task.task_id, NOW + 20_000, NOW)
     assert dropped == [1]
     assert (moved.status, moved.due_ms) == (TaskStatus.PENDING, NOW + 20_000)

@@ -18,7 +18,7 @@ from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_id
 from punctual.domain.keys import BUCKET_MS, from_ms
 from punctual.domain.model import Armed, ArmRequest, Task, TaskStatus
 from punctual.errors import TaskStateError
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import Stores
 from punctual.targets import LogAction
 from support import run_threads
 
@@ -27,7 +27,7 @@ TIMEOUT_S = 120  # a hung racer fails the test instead of hanging it; no propert
 
 
 def make_tasks(
-    store: TaskStore,
+    store: Stores,
     prefix: str,
     count: int,
     due_ms: Callable[[int], int] = lambda i: NOW + 60_000 + i,
@@ -37,7 +37,7 @@ def make_tasks(
         Task(task_id=f"{prefix}-{i:04d}", due_at=from_ms(due_ms(i)), action=LogAction(message=prefix), payload={"i": i})
         for i in range(count)
     ]
-    assert all(store.create(task, NOW)[1] for task in created)
+    assert all(store.client.create(task, NOW)[1] for task in created)
     return created
 
 
@@ -48,13 +48,13 @@ def order_of(k: int, items: list[Task]) -> list[Task]:
     return order[::-1] if k % 2 else order
 
 
-def arm_each(store: TaskStore, tasks: list[Task], executor: str, now_ms: int) -> dict[str, Armed | None]:
+def arm_each(store: Stores, tasks: list[Task], executor: str, now_ms: int) -> dict[str, Armed | None]:
     """ARM every task (by its due time as created) for ``executor`` at ``now_ms``, a chunk at a time, in the
     order given: what each arm gave."""
     armed: dict[str, Armed | None] = {}
     for start in range(0, len(tasks), CHUNK):
         part = tasks[start : start + CHUNK]
-        got = store.arm_many(
+        got = store.firing.arm_many(
             [ArmRequest(t.task_id, t.due_ms, now_ms + ARMED_LEASE_MS) for t in part],
             f"batch-{executor}",
             executor,
@@ -77,12 +77,12 @@ def one_winner_each(tasks: list[Task], results: list[dict[str, Armed | None]]) -
     return {task_id: ks[0] for task_id, ks in winners.items()}
 
 
-def cancel_each(store: TaskStore, tasks: list[Task], now_ms: int) -> dict[str, TaskStatus | None]:
+def cancel_each(store: Stores, tasks: list[Task], now_ms: int) -> dict[str, TaskStatus | None]:
     """Cancel every task at ``now_ms``: None where the cancel won, else the status carried by the refusal."""
     outcome: dict[str, TaskStatus | None] = {}
     for task in tasks:
         try:
-            store.cancel(task.task_id, now_ms)
+            store.client.cancel(task.task_id, now_ms)
             outcome[task.task_id] = None
         except TaskStateError as exc:
             outcome[task.task_id] = exc.task.status
@@ -108,7 +108,7 @@ def test_six_executors_arming_one_batch_at_once_arm_each_task_once(race_backend:
     winners = one_winner_each(tasks, results)
     assert {a.taken_over_until_ms for armed in results for a in armed.values() if a is not None} == {None}
     # ... and the store names that executor, the task armed once
-    after = race_backend.store.get_many(list(winners))
+    after = race_backend.store.client.get_many(list(winners))
     assert {task_id: (t.status, t.armed_by, t.attempt) for task_id, t in after.items()} == {
         task_id: (TaskStatus.ARMED, f"exec-{k}", 1) for task_id, k in winners.items()
     }
@@ -136,11 +136,11 @@ def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_on
     winners = one_winner_each(tasks, results)
     assert {a.taken_over_until_ms for armed in results for a in armed.values() if a is not None} == {until}
     # ... the store names the new owner, the task armed twice in all; the dead owner can never renew
-    after = store.get_many(list(winners))
+    after = store.client.get_many(list(winners))
     assert {task_id: (t.status, t.armed_by, t.attempt) for task_id, t in after.items()} == {
         task_id: (TaskStatus.ARMED, f"exec-{k}", 2) for task_id, k in winners.items()
     }
-    assert store.heartbeat("exec-dead", until + 2, until + 20_000) is False
+    assert store.firing.heartbeat("exec-dead", until + 2, until + 20_000) is False
 
 
 @pytest.mark.parametrize("death", ["fenced", "lapsed"])
@@ -155,7 +155,7 @@ def test_six_executors_taking_over_their_own_share_of_one_dead_owners_tasks_at_o
     alive(store, "exec-dead", until)
     assert None not in arm_each(store, tasks, "exec-dead", NOW).values()
     if death == "fenced":
-        assert store.fence("exec-dead", until)
+        assert store.firing.fence("exec-dead", until)
     takers = [race_backend.new_store() for _ in range(6)]
     for k, taker in enumerate(takers):
         alive(taker, f"exec-{k}", NOW + ALIVE_MS)
@@ -170,11 +170,11 @@ def test_six_executors_taking_over_their_own_share_of_one_dead_owners_tasks_at_o
     # Then every task was taken, by the executor it went to: none is left with the dead owner for a later poll
     # (taking over from one owner at once must not make the executors conflict on its heartbeat)
     assert {task_id for armed in results for task_id, got in armed.items() if got is None} == set()
-    after = store.get_many([t.task_id for t in tasks])
+    after = store.client.get_many([t.task_id for t in tasks])
     assert {task_id: t.armed_by for task_id, t in after.items()} == {
         t.task_id: f"exec-{k}" for k, share in enumerate(shares) for t in share
     }
-    assert store.heartbeat("exec-dead", until + 2, until + 20_000) is False
+    assert store.firing.heartbeat("exec-dead", until + 2, until + 20_000) is False
 
 
 def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend) -> None:
@@ -186,7 +186,7 @@ def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend
     clients = [race_backend.new_store() for _ in range(8)]
 
     def create_each(k: int) -> list[tuple[str, bool]]:
-        return [(task.task_id, clients[k].create(task, NOW + k)[1]) for task in order_of(k, tasks)]
+        return [(task.task_id, clients[k].client.create(task, NOW + k)[1]) for task in order_of(k, tasks)]
 
     # When they race
     results = run_threads([lambda k=k: create_each(k) for k in range(len(clients))], timeout=TIMEOUT_S)
@@ -194,7 +194,7 @@ def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend
     # Then each task was created exactly once (the others got the existing task back) and is PENDING
     created = Counter(task_id for flags in results for task_id, flag in flags if flag)
     assert created == Counter({t.task_id: 1 for t in tasks})
-    after = race_backend.store.get_many([t.task_id for t in tasks])
+    after = race_backend.store.client.get_many([t.task_id for t in tasks])
     assert {t.status for t in after.values()} == {TaskStatus.PENDING}
     assert all(after[t.task_id].content_hash() == t.content_hash() for t in tasks)
 
@@ -217,7 +217,7 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(race_backend: Backend
     assert {t.task_id for t in tasks if (cancel_lost_to[t.task_id] is None) == (armed[t.task_id] is not None)} == set()
     assert {cancel_lost_to[t.task_id] for t in tasks if armed[t.task_id]} <= {TaskStatus.ARMED}
     # ... and the store says who: ARMED by the executor, or CANCELLED - never both; no look finds a cancelled one
-    after = store.get_many([t.task_id for t in tasks])
+    after = store.client.get_many([t.task_id for t in tasks])
     assert {task_id: (t.status, t.armed_by) for task_id, t in after.items()} == {
         t.task_id: (TaskStatus.ARMED, "exec-0") if armed[t.task_id] else (TaskStatus.CANCELLED, None) for t in tasks
     }
@@ -237,9 +237,9 @@ def test_reschedule_racing_arm_has_exactly_one_winner_per_task(race_backend: Bac
         moved: dict[str, bool] = {}
         for task in tasks:
             try:
-                moved[task.task_id] = mover.reschedule(task.task_id, task.due_ms + moved_by_ms, NOW + 1).status is (
-                    TaskStatus.PENDING
-                )
+                moved[task.task_id] = mover.client.reschedule(
+                    task.task_id, task.due_ms + moved_by_ms, NOW + 1
+                ).status is (TaskStatus.PENDING)
             except TaskStateError:
                 moved[task.task_id] = False
         return moved
@@ -251,12 +251,12 @@ def test_reschedule_racing_arm_has_exactly_one_winner_per_task(race_backend: Bac
 
     # Then per task exactly one of them won: ARMED at its old due time, or PENDING at its new one
     assert {t.task_id for t in tasks if moved[t.task_id] == (armed[t.task_id] is not None)} == set()
-    after = store.get_many([t.task_id for t in tasks])
+    after = store.client.get_many([t.task_id for t in tasks])
     assert {task_id: (t.status, t.due_ms) for task_id, t in after.items()} == {
         t.task_id: (TaskStatus.ARMED, t.due_ms) if armed[t.task_id] else (TaskStatus.PENDING, t.due_ms + moved_by_ms)
         for t in tasks
     }
     # ... and a look for due work finds the moved ones once each, at their new time
-    found = store.find_due(NOW + 2, NOW + moved_by_ms + 90_000).candidates
+    found = store.dispatch.find_due(NOW + 2, NOW + moved_by_ms + 90_000).candidates
     assert sorted(c.task_id for c in found) == sorted(t.task_id for t in tasks if moved[t.task_id])
     assert all(c.due_ms == after[c.task_id].due_ms for c in found)

@@ -17,7 +17,7 @@ import pytest
 
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import TaskStatus
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import LogAction
 from punctual_tools.checker import check, expected_from_tasks, fires_from_fire_log
 from punctual_tools.demo import read_fires

@@ -29,7 +29,7 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
 from punctual.errors import SettingsError
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import LogAction
 from punctual_tools.demo import read_fires, run_demo
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, find_project_root, make_client

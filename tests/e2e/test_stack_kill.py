@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import LogAction
 from punctual_tools.local.cpu_quota import group_of
 from punctual_tools.local.dynamodb_local import find_project_root

@@ -19,8 +19,8 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
 from punctual.errors import InvalidTaskError
+from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.client import Client
 from punctual.stores.dynamodb.codec import to_av
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.stack import LocalStack, StackConfig

@@ -20,7 +20,7 @@ from punctual.domain.clock import SystemClock
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dlq import DeadLetterQueue
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.local.lambda_rules import FunctionLimits
 from punctual_tools.local.target import TargetServer
 
@@ -65,12 +65,14 @@ def make_executor() -> Iterator[Callable[..., Executor]]:
     made: list[Executor] = []
 
     def make(
-        store: DynamoTaskStore,
+        store: DynamoStores,
         settings: Settings,
         offset: OffsetProbe | None = None,
         dead_letters: DeadLetterQueue | None = None,
     ) -> Executor:
-        executor = Executor(store, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters)
+        executor = Executor(
+            store.firing, settings, SystemClock(), offset or OffsetProbe(None, 0.1), dead_letters=dead_letters
+        )
         made.append(executor)
         return executor
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
@@ -29,8 +29,9 @@ from punctual.config.settings import Settings
 from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.model import Armed, ArmRequest, FireRecord, Task
 from punctual.executing.executor import Executor
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex, IndexEntry
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb.executors import Executors
 from punctual.targets import HttpAction
 from punctual_tools.checker import Expected, Fire, Verdict, check, expected_from_tasks, fires_from_target
 from punctual_tools.crashes import (  # noqa: F401 - the scenarios import them from here
@@ -73,7 +74,7 @@ def put_all(settings: Settings, tasks: list[Task], created_ms: int) -> None:
     """Store many tasks fast: the items CREATE would put (written at ``created_ms``), by BatchWriteItem, 25 a
     request, 8 requests at a time (for volume scenarios; the tasks must be new)."""
     store = store_for(settings)
-    items = [store.item_of(t, created_ms) for t in tasks]
+    items = [store.client.item_of(t, created_ms) for t in tasks]
     chunks = [items[i : i + 25] for i in range(0, len(items), 25)]
     local = threading.local()
 
@@ -194,9 +195,10 @@ class ProcessDiedError(ConnectionError):
     """What a write of a dead executor process comes to: it never reaches the table."""
 
 
-class _DyingStore(DynamoTaskStore):
-    """A store whose executor process has died once ``dead`` is set: its heartbeat is no longer renewed (nor
-    retired: it lapses at its last ``alive_until``) and nothing it hands back reaches the table."""
+class _DyingStore(Executors):
+    """The executor's writes (the store's firing part) when its process has died once ``dead`` is set: its
+    heartbeat is no longer renewed (nor retired: it lapses at its last ``alive_until``) and nothing it hands back
+    reaches the table."""
 
     dead = False
 
@@ -254,9 +256,9 @@ class DiesAfterFire(_DyingStore):
         raise ProcessDiedError("executor process died before recording")
 
 
-class NotesArmTime(DynamoTaskStore):
-    """The real store, noting when ``arm_many`` returned (wall ms, the store's clock): the instant an executor
-    taking over a dead one's tasks owns them (the end of the crash window)."""
+class NotesArmTime(Executors):
+    """The executor's real writes (the store's firing part), noting when ``arm_many`` returned (wall ms, the store's
+    clock): the instant an executor taking over a dead one's tasks owns them (the end of the crash window)."""
 
     armed_at_ms: int | None = None
 
@@ -266,15 +268,6 @@ class NotesArmTime(DynamoTaskStore):
         result = super().arm_many(requests, batch_id, executor_id, now_ms, invocation)
         self.armed_at_ms = time.time_ns() // 1_000_000
         return result
-
-
-D = TypeVar("D", bound=DueIndex)
-
-
-def with_due_index(store: DynamoTaskStore, cls: type[D]) -> D:
-    """Put a due index of class ``cls`` into ``store`` (on its table, tasks and executors); returns it."""
-    store.due = index = cls(store.table, store.tasks, store.executors)
-    return index
 
 
 class LaggingIndex(DueIndex):
@@ -364,7 +357,7 @@ class Throttle:
 # -- the verdict --------------------------------------------------------------------------------------------
 def judge(
     title: str,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     task_ids: Iterable[str],
     target: TargetServer | Iterable[Fire],
     allowance: Iterable[str] = (),
@@ -379,7 +372,7 @@ def judge(
     ``windows`` are the crash windows (:func:`crash_window`): the verdict prints how many tasks were due in them
     and how many of those were MISSED, and fails on a MISSED task due outside them."""
     ids = list(task_ids)
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
     fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
     verdict = check(
@@ -398,7 +391,8 @@ def judge(
 
 
 # -- the figures make faults publishes -----------------------------------------------------------------------
-REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"  # make faults names docs/benchmarks/faults.json: punctual_tools.bench.pages renders it
+# make faults names docs/benchmarks/faults.json; punctual_tools.bench.pages renders it
+REPORT_ENV = "PUNCTUAL_FAULTS_REPORT"
 COMMIT_ENV = "PUNCTUAL_FAULTS_COMMIT"  # ... and the commit it runs
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.polling.poller import Poller
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
-from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual_tools.local.dynamodb_local import find_project_root, make_client
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, FunctionLimits, read_function_limits
@@ -132,12 +132,12 @@ def heartbeats(settings: Settings) -> dict[str, dict[str, Any]]:
     return items
 
 
-def all_final(store: DynamoTaskStore, ids: list[str]) -> bool:
-    stored = store.get_many(ids)
+def all_final(store: DynamoStores, ids: list[str]) -> bool:
+    stored = store.client.get_many(ids)
     return len(stored) == len(ids) and all(not t.status.is_active for t in stored.values())
 
 
-def finish_with_polls(store: DynamoTaskStore, poller: Poller, ids: list[str], timeout: float) -> int:
+def finish_with_polls(store: DynamoStores, poller: Poller, ids: list[str], timeout: float) -> int:
     """Poll every second (as the scheduled poller would) until every task is final; returns the polls made."""
     polls = 0
     deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ from fault_tools import http_tasks, judge, one_batch, raw_item
 
 from punctual.config.settings import Settings
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual_tools.checker import Expected
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
@@ -47,12 +47,12 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
         (lower_case, {"status": {"S": "pending"}}),
         (unknown_kind, {"action": {"S": json.dumps({"kind": "carrier-pigeon", "loft": "n"})}}),
     ):
-        client.put_item(TableName=settings.table_name, Item={**store.item_of(task, now), **change})
+        client.put_item(TableName=settings.table_name, Item={**store.client.item_of(task, now), **change})
     bad = {lower_case.task_id: lower_case.due_ms, unknown_kind.task_id: unknown_kind.due_ms}
 
     # When a poll runs, its batch runs on an executor, and the next poll runs
     invoker = RecordingInvoker()
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
     first = poller.poll(now_ms())
     event = one_batch(invoker)
     report = make_executor(store_for(settings), settings).run_batch(event)

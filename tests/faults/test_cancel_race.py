@@ -19,7 +19,7 @@ from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
 from punctual.errors import TaskStateError
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual_tools.local.target import TargetServer
 from support import create_all, now_ms, run_threads, store_for
 
@@ -51,7 +51,7 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
             dispatching.set()
             invoker.invoke_async(payload)
 
-    poller = Poller(store_for(settings), SignalsDispatch(), settings)
+    poller = poller_on(store_for(settings), SignalsDispatch(), settings)
     canceller = store_for(settings)
     timing: list[int] = []
 
@@ -64,7 +64,7 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
         timing.append(now_ms())
         for task_id in reversed(ids):  # from the other end than the arms
             try:
-                canceller.cancel(task_id, now_ms())
+                canceller.client.cancel(task_id, now_ms())
                 won[task_id] = True
             except TaskStateError as exc:  # armed first (and by now perhaps fired and recorded)
                 assert exc.task is not None and exc.task.status in LOST_TO_EXECUTOR, exc
@@ -77,7 +77,7 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
     invoker.join()
 
     # Then per task exactly one side won: CANCELLED (cancel won) or SUCCEEDED (armed first, fired)
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     for task_id in ids:
         expected = TaskStatus.CANCELLED if cancel_won[task_id] else TaskStatus.SUCCEEDED
         assert stored[task_id].status is expected, task_id

@@ -37,7 +37,7 @@ from punctual.domain.events import BatchEvent
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
 
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.integration
 def dispatch_one_batch(settings: Settings, tasks: list[Task], at_ms: int | None = None) -> BatchEvent:
     """One poll (at ``at_ms``, by default now); the single batch it dispatched, holding every task."""
     invoker = RecordingInvoker()
-    report = Poller(store_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
+    report = poller_on(store_for(settings), invoker, settings).poll(now_ms() if at_ms is None else at_ms)
     assert report.dispatched == len(tasks)
     event = one_batch(invoker)
     return event
@@ -87,17 +87,17 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", -(2**62))
     dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
-    dying.on_armed = dead.request_stop
+    dying.firing.on_armed = dead.request_stop  # type: ignore[attr-defined]
     dead_report = dead.run_batch(event)
     assert (dead_report.armed, dead_report.fired, dead_report.released) == (len(tasks), 0, 0)
-    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.ARMED}
+    assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.ARMED}
     last_alive = alive_until(settings, dead_report.executor_id)
     assert last_alive is not None
     window = sorted(task_id for task_id in ids if due[task_id] <= last_alive)
     assert 0 < len(window) < len(tasks), "the crash window should hold some of the tasks, not all"
     # ... polls (on a clock the scenario controls) run at its last alive instant and one ms after it
     invoker = RecordingInvoker()
-    poller = Poller(store_for(settings), invoker, settings)
+    poller = poller_on(store_for(settings), invoker, settings)
     at_edge = poller.poll(last_alive)
     after = poller.poll(last_alive + 1)
     # ... and the executor the second poll invoked runs once that instant has passed (on the real clock)
@@ -105,7 +105,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     taker_store = store_for(settings, NotesArmTime)
     taken_event = one_batch(invoker)
     taker = make_executor(taker_store, settings).run_batch(taken_event)
-    detected = taker_store.armed_at_ms
+    detected = taker_store.firing.armed_at_ms  # type: ignore[attr-defined]
     assert detected is not None
 
     # Then at its last alive ms the dead executor still held every task; one ms later all were dispatched
@@ -115,7 +115,7 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
     assert (taker.armed, taker.taken_over) == (len(tasks), len(tasks))
     assert dead_for_good(settings, dead_report.executor_id)
     assert takeover_marks(settings, ids[0]) == (dead_report.executor_id, last_alive)
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     if policy == "skip":
         # ... only the crash window (due at or before its last alive instant) is MISSED, saying why
         assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
@@ -189,7 +189,7 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     # ... polls run at the dead executor's last alive instant and one ms after it, and the executor invoked by
     # the second runs once that instant has passed
     invoker = RecordingInvoker()
-    poller = Poller(store_for(settings), invoker, settings)
+    poller = poller_on(store_for(settings), invoker, settings)
     at_edge = poller.poll(last_alive)
     after = poller.poll(last_alive + 1)
     wait_past(last_alive + 1)
@@ -201,7 +201,7 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     # before its last alive instant: the crash window), saying they may have fired, and fired none again
     assert (at_edge.dispatched, after.dispatched, after.recovered) == (0, len(tasks), len(tasks))
     assert (taker.taken_over, taker.fired, taker.missed) == (len(tasks), 0, len(tasks))
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     assert all("may have fired" in (t.detail or "") for t in stored.values())
     # ... and the target saw each fire once: no extra allowed, none happened
@@ -229,7 +229,7 @@ def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_withou
 
     # Then it armed them (from PENDING), fired none, and recorded each MISSED
     assert (report.armed, report.fired, report.missed) == (len(tasks), 0, len(tasks))
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     verdict = judge("executor started after the grace", store_for(settings), ids, target)
     assert len(verdict.explicitly_missed) == len(tasks) and verdict.fires == 0
@@ -254,7 +254,7 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     monkeypatch.setattr(executor_module, "ARM_AHEAD_MS", -(2**62))  # one part: nothing fires before the executor dies
     dying = store_for(settings, DiesAfterArm)
     dead = make_executor(dying, settings)
-    dying.on_armed = dead.request_stop
+    dying.firing.on_armed = dead.request_stop  # type: ignore[attr-defined]
     dead_id = dead.run_batch(event).executor_id
     last_alive = alive_until(settings, dead_id)
     assert last_alive is not None
@@ -267,6 +267,6 @@ def test_lambdas_retry_of_a_dead_executors_batch_takes_it_over_once_the_heartbea
     # Then the retry took every task over: the crash window MISSED, every later task fired once
     window = sorted(t for t in ids if due[t] <= last_alive)
     assert (report.armed, report.taken_over, report.missed) == (len(tasks), len(tasks), len(window))
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
     judge("Lambda's retry takes over a dead executor's batch", store_for(settings), ids, target)

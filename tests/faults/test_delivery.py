@@ -19,8 +19,8 @@ from fault_tools import http_tasks, judge, one_batch
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
-from punctual.polling.poller import Poller
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import poller_on
 from punctual.targets import HttpAction
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
@@ -44,7 +44,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     tasks = http_tasks(f"dup-{write_batch}", [due + 7 * (i % 5) for i in range(30)], target.url)
     create_all(store, tasks)
     invoker = RecordingInvoker()
-    Poller(store, invoker, settings).poll(now_ms())
+    poller_on(store, invoker, settings).poll(now_ms())
     event = one_batch(invoker)
     assert len(event.tasks) == len(tasks)
 
@@ -105,7 +105,7 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         store = store_for(stack.settings)
         fired = target.wait_for_keys([f"{task_id}:0" for task_id in ids], timeout=40)
         finished = wait_until(
-            lambda: all(t.status is TaskStatus.SUCCEEDED for t in store.get_many(ids).values()), timeout=20
+            lambda: all(t.status is TaskStatus.SUCCEEDED for t in store.client.get_many(ids).values()), timeout=20
         )
         # (once every delivery has completed, every fire it made has reached the target: an action's POST is
         # answered before its executor records it and returns)

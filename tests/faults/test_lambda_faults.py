@@ -49,9 +49,10 @@ from lambda_tools import (
 from punctual.config.settings import Settings
 from punctual.domain.model import FireRecord, TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import text_of
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb.executors import Executors
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import (
@@ -128,12 +129,12 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_retried_as_its_e
     # four); once the event is done with, the scenario's polls (every second) find what the last attempt held
     # when its lease ended, at its deadline
     found = RecordingInvoker()
-    Poller(store, found, settings.model_copy(update={"lead_ms": 120_000})).poll(now_ms())
+    poller_on(store, found, settings.model_copy(update={"lead_ms": 120_000})).poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
     assert wait_until(lambda: run.invoker.stats["timeouts"] >= 1, timeout=90), run.log_tail()
     assert run.invoker.wait_idle(60 + allowed * (TIMEOUT_S + 60)), f"{run.invoker.stats}\n{run.log_tail()}"
     retries = run.invoker.stats
-    polls = finish_with_polls(store, Poller(store, run.invoker, settings), ids, timeout=180)
+    polls = finish_with_polls(store, poller_on(store, run.invoker, settings), ids, timeout=180)
     assert run.invoker.wait_idle(90), run.log_tail()
     stats = run.invoker.stats
 
@@ -162,7 +163,7 @@ def test_an_executor_killed_at_its_timeout_holding_250_tasks_is_retried_as_its_e
         target,
         windows=windows,
     )
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     spans = ", ".join(f"{(end - start) / 1000:.1f} s" for start, end in sorted(windows))
     if event_age == "template":
@@ -250,11 +251,11 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     ids = [t.task_id for t in tasks]
 
     # When one poll dispatches them, batch after batch
-    poller = Poller(store, run.invoker, settings)
+    poller = poller_on(store, run.invoker, settings)
     report = poller.poll(now_ms())
     print(f"\npoll: {report}")
     assert wait_until(lambda: all_final(store, ids), timeout=180, interval=1), (
-        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{run.invoker.stats}\n{run.log_tail()}"
+        f"{Counter(t.status.value for t in store.client.get_many(ids).values())}\n{run.invoker.stats}\n{run.log_tail()}"
     )
     assert run.invoker.wait_idle(60)
 
@@ -264,7 +265,7 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     assert stats["throttles"] >= 1 and stats["dropped"] == 0, stats
     assert stats["completed"] == len(run.reports)
     # ... every task fired once (late where its batch waited for a free executor: printed, not asserted)
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     verdict = judge("burst of 2,000 with executor concurrency 2", store, ids, target)
     assert len(verdict.matched) == len(ids)
@@ -296,12 +297,12 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     tasks = http_tasks("frozen", dues, target.url, grace_ms=120_000)
     create_all(store, tasks)
     ids = [t.task_id for t in tasks]
-    poller = Poller(store, run.invoker, settings)
+    poller = poller_on(store, run.invoker, settings)
     found = RecordingInvoker()  # what one poll sends, as one batch (the tasks may span two reads of the index)
-    Poller(store, found, settings).poll(now_ms())
+    poller_on(store, found, settings).poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
-    assert wait_until(lambda: {t.status for t in store.get_many(ids).values()} == {TaskStatus.ARMED}, timeout=30)
-    owner = store.get_many(ids)[ids[0]].armed_by
+    assert wait_until(lambda: {t.status for t in store.client.get_many(ids).values()} == {TaskStatus.ARMED}, timeout=30)
+    owner = store.client.get_many(ids)[ids[0]].armed_by
     assert owner is not None
     (pid,) = run.invoker.busy_worker_pids()
 
@@ -330,7 +331,7 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     assert report is not None
     assert report["fired"] == 0 and report["missed"] == 0, report
     assert wait_until(lambda: all_final(store, ids), timeout=60)
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     assert all(d > last_alive for d in dues)
     print(
@@ -353,8 +354,8 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
 
 
 # -- 4. a record write throttled three times ---------------------------------------------------------------------
-class ThrottlesRecords(DynamoTaskStore):
-    """The real store, but its first ``failures`` ``record_many`` calls raise a throttling ClientError."""
+class ThrottlesRecords(Executors):
+    """The executor's real writes, but its first ``failures`` ``record_many`` calls raise a throttling ClientError."""
 
     failures = 3
     failed = 0
@@ -391,17 +392,17 @@ def test_a_record_write_throttled_three_times_is_recorded_after_its_retries_not_
     tasks = http_tasks("record-throttled", [t0 + 3_000 + 50 * i for i in range(10)], target.url)
     create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(store_for(settings), invoker, settings).poll(now_ms())
+    poller_on(store_for(settings), invoker, settings).poll(now_ms())
     store = store_for(settings, ThrottlesRecords)
 
     # When it runs the batch
     report = make_executor(store, settings).run_batch(one_batch(invoker))
 
     # Then the record write failed three times, and the outcomes were recorded after its retries
-    assert store.failed == 3
+    assert store.firing.failed == 3  # type: ignore[attr-defined]
     assert (report.armed, report.fired, report.not_recorded) == (10, 10, 0), report
     ids = [t.task_id for t in tasks]
-    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.SUCCEEDED}
     verdict = judge("record write throttled three times", store_for(settings), ids, target)
     assert not verdict.explicitly_missed
     print(f"window: none, MISSED {len(verdict.explicitly_missed)}, run {time.monotonic() - started:.1f} s")
@@ -441,11 +442,11 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     create_all(store_for(settings), tasks)
     ids = [t.task_id for t in tasks]
     client = UnprocessedReads(make_client(settings.endpoint_url))
-    store = DynamoTaskStore.from_settings(client, settings)
+    store = DynamoStores.from_settings(client, settings)
     sleeps: list[float] = []
     store.table.sleep = sleeps.append  # the backoff between attempts, noted instead of slept
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
 
     # When it polls
     first = poller.poll(now_ms())
@@ -453,14 +454,14 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     # Then the poll does not fail: it retried the unprocessed keys with backoff, then sent nothing
     assert client.refused >= 2 and sleeps, (client.refused, sleeps)
     assert invoker.events == []
-    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.PENDING}
+    assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.PENDING}
 
     # When the throttling has passed and the next poll runs  Then it sends every task, which fires once
     client.failing = False
     second = poller.poll(now_ms())
     assert sorted(invoker.task_ids) == sorted(ids)
     invoker.join()
-    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.SUCCEEDED}
     print(
         f"\nfirst poll: {first}\nsecond poll: {second}\nBatchGetItem refused {client.refused} times, "
         f"backoff {sum(sleeps):.2f} s over {len(sleeps)} waits"

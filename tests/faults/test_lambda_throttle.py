@@ -20,7 +20,7 @@ from lambda_tools import LambdaExecutors, all_final
 
 from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
@@ -59,12 +59,12 @@ def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_an
     long = http_tasks("long", [t0 + 16_000] * 3, target.url, grace_ms=120_000)
     create_all(store, long)
     found = RecordingInvoker()
-    Poller(store, found, settings.model_copy(update={"lead_ms": 60_000})).poll(now_ms())
+    poller_on(store, found, settings.model_copy(update={"lead_ms": 60_000})).poll(now_ms())
     run.invoker.invoke_async(one_batch(found).model_dump(mode="json"))
     long_ids = [t.task_id for t in long]
-    assert wait_until(lambda: all(t.status is TaskStatus.ARMED for t in store.get_many(long_ids).values()), 30), (
-        run.log_tail()
-    )
+    assert wait_until(
+        lambda: all(t.status is TaskStatus.ARMED for t in store.client.get_many(long_ids).values()), 30
+    ), run.log_tail()
 
     # When 12 tasks come due 3 to 6 s from now (3 of them with a grace of 1 s, the others of 2 minutes), and a
     # poll sends them in 3 batches
@@ -73,7 +73,7 @@ def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_an
     spread = http_tasks("spread", [t1 + 3_300 + 300 * i for i in range(9)], target.url, grace_ms=120_000)
     create_all(store, tight + spread)
     sent_ids = [t.task_id for t in tight + spread]
-    poller = Poller(store, run.invoker, settings)
+    poller = poller_on(store, run.invoker, settings)
     ticked = time.monotonic()
     polls = [poller.poll(now_ms())]
     first = polls[0]
@@ -84,7 +84,7 @@ def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_an
     assert wait_until(lambda: run.invoker.stats["expired"] >= first.batches, timeout=60), run.invoker.stats
     dropped = dict(run.invoker.stats)
     assert dropped["throttles"] > first.batches and dropped["completed"] == 0, dropped
-    assert {t.status for t in store.get_many(sent_ids).values()} == {TaskStatus.PENDING}
+    assert {t.status for t in store.client.get_many(sent_ids).values()} == {TaskStatus.PENDING}
 
     # When the poller polls on, every 6 s, until every task is done
     ids = long_ids + sent_ids
@@ -102,7 +102,7 @@ def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_an
     second = polls[1]
     assert (second.not_armed, second.held_back, second.dispatched) == (len(sent_ids), 0, len(sent_ids)), second
     # ... and every task ended fired once or MISSED past its grace: none lost, no extra fire
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     missed = {i for i, t in stored.items() if t.status is TaskStatus.MISSED}
     assert {t.status for t in stored.values()} <= {TaskStatus.SUCCEEDED, TaskStatus.MISSED}
     assert missed <= {t.task_id for t in tight}, missed

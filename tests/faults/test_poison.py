@@ -19,7 +19,7 @@ from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual.stores.dlq import FileDeadLetterQueue
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
@@ -41,18 +41,18 @@ def test_a_poison_task_ends_failed_and_is_neither_lost_nor_counted_as_a_duplicat
     ids = [t.task_id for t in tasks]
     create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(store_for(settings), invoker, settings).poll(now_ms())
+    poller_on(store_for(settings), invoker, settings).poll(now_ms())
 
     # When the batch runs
     for event in invoker.events:
         make_executor(store_for(settings), settings).run_batch(event)
     finished = wait_until(
-        lambda: all(not t.status.is_active for t in store_for(settings).get_many(ids).values()), timeout=30
+        lambda: all(not t.status.is_active for t in store_for(settings).client.get_many(ids).values()), timeout=30
     )
 
     # Then the poison tasks are FAILED with the target's answer, the others SUCCEEDED
     assert finished
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert all("500" in (stored[task_id].detail or "") for task_id in poison)
     # ... every request for a poison key was rejected; none is an extra
@@ -77,12 +77,12 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     create_all(store_for(settings), tasks)
     dead_letters = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     executor = make_executor(store_for(settings), settings, dead_letters=dead_letters)
-    poller = Poller(store_for(settings), RecordingInvoker(), settings)
+    poller = poller_on(store_for(settings), RecordingInvoker(), settings)
 
     # When the poller and the executor run until every task has an outcome (each retry is a PENDING task
     # again, due after its backoff, which a later poll dispatches)
     def finished() -> bool:
-        return all(not t.status.is_active for t in store_for(settings).get_many(ids).values())
+        return all(not t.status.is_active for t in store_for(settings).client.get_many(ids).values())
 
     deadline = time.monotonic() + 60
     while not finished() and time.monotonic() < deadline:
@@ -95,7 +95,7 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
 
     # Then each poison task was tried exactly 3 times at the target, always with the same key, and is FAILED
     assert finished()
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.SUCCEEDED} == set(ids) - set(poison)
     attempts = Counter(r.key for r in target.records() if (r.key or "").startswith("retry-"))
@@ -109,8 +109,10 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     assert not verdict.extra
 
     # When they are redriven, twice
-    first = store_for(settings).redrive_many(poison, now_ms())
-    second = store_for(settings).redrive_many(poison, now_ms())
+    first = store_for(settings).client.redrive_many(poison, now_ms())
+    second = store_for(settings).client.redrive_many(poison, now_ms())
     # Then the first puts each back to PENDING with a fresh set of attempts; the second is a no-op
     assert first == [True] * 3 and second == [False] * 3
-    assert all(t.status is TaskStatus.PENDING and t.attempt == 0 for t in store_for(settings).get_many(poison).values())
+    assert all(
+        t.status is TaskStatus.PENDING and t.attempt == 0 for t in store_for(settings).client.get_many(poison).values()
+    )

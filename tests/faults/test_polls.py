@@ -31,7 +31,6 @@ from fault_tools import (
     http_tasks,
     judge,
     put_all,
-    with_due_index,
 )
 
 from punctual.config.settings import Settings
@@ -39,8 +38,8 @@ from punctual.domain.events import BatchEvent
 from punctual.domain.keys import bucket_start
 from punctual.domain.model import ArmRequest, TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from punctual_tools.checker import Fire
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
@@ -64,7 +63,7 @@ def armed_or_done(settings: Settings, task_ids: list[str], timeout: float = 20) 
     """Wait until no task among ``task_ids`` is PENDING any more (their executors armed them)."""
     store = store_for(settings)
     return wait_until(
-        lambda: all(t.status is not TaskStatus.PENDING for t in store.get_many(task_ids).values()),
+        lambda: all(t.status is not TaskStatus.PENDING for t in store.client.get_many(task_ids).values()),
         timeout=timeout,
         interval=0.05,
     )
@@ -87,7 +86,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     ids = [t.task_id for t in tasks]
     create_all(store, tasks)
     invokers = [RecordingInvoker() for _ in range(2)]
-    pollers = [Poller(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
+    pollers = [poller_on(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll the same instant at once (EventBridge fired the rule twice) ...
     at = now_ms()
@@ -99,7 +98,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     # ... and a third poller polls while those executors hold the tasks (their heartbeats live)
     assert armed_or_done(settings, ids)
     third_invoker = RecordingInvoker()
-    third = Poller(store_for(settings), third_invoker, settings, poller_id="poller-2").poll(now_ms())
+    third = poller_on(store_for(settings), third_invoker, settings, poller_id="poller-2").poll(now_ms())
     executors.join()
 
     # Then both pollers dispatched every task (they write nothing, so neither stops the other) ...
@@ -110,7 +109,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     assert sum(r.armed for r in executors.reports) == len(tasks)
     assert sum(r.lost_arm for r in executors.reports) == len(tasks)
     assert third.dispatched == 0 and not third_invoker.payloads
-    assert {t.attempt for t in store.get_many(ids).values()} == {1}
+    assert {t.attempt for t in store.client.get_many(ids).values()} == {1}
     # ... and each fired once
     judge(f"two pollers at one instant + a third while armed ({write_batch})", store, ids, target)
 
@@ -147,7 +146,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
     ids = [t.task_id for t in tasks]
     put_all(settings, tasks, created_ms=at)
     invokers = [RecordingInvoker(), RecordingInvoker()]
-    pollers = [Poller(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
+    pollers = [poller_on(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll that instant at once ...
     reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=240)
@@ -162,11 +161,11 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
     def stand_in_executor(event: BatchEvent) -> tuple[str, list[str], list[Fire]]:
         if not hasattr(local, "store"):
             local.store = store_for(settings)
-        store: DynamoTaskStore = local.store
+        store: DynamoStores = local.store
         executor_id = f"x-{event.batch_id[:12]}"
-        assert store.heartbeat(executor_id, at, at + 600_000)
+        assert store.firing.heartbeat(executor_id, at, at + 600_000)
         requests = [ArmRequest(t.task_id, t.due_ms, t.due_ms + 3_600_000) for t in event.tasks]
-        armed = [a.task for a in store.arm_many(requests, event.batch_id, executor_id, at) if a is not None]
+        armed = [a.task for a in store.firing.arm_many(requests, event.batch_id, executor_id, at) if a is not None]
         return executor_id, [t.task_id for t in armed], [Fire(t.idempotency_key, float(t.due_ms)) for t in armed]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -183,7 +182,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
             winners.setdefault(task_id, []).append(executor_id)
     assert {t: w for t, w in winners.items() if len(w) != 1} == {}
     assert set(winners) == set(ids)
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {(t.status, t.attempt) for t in stored.values()} == {(TaskStatus.ARMED, 1)}
     assert all(stored[t].armed_by == w[0] for t, w in winners.items())
     # ... and the checker agrees: every task "fired" once, none twice
@@ -208,16 +207,16 @@ def test_a_batch_whose_invocation_was_lost_is_dispatched_again_by_the_next_poll_
     # When a poll dispatches them and the invocation is lost (the poller died after invoking, or the event
     # never reached an executor) ...
     t0 = now_ms()
-    first = Poller(store, DroppingInvoker(), settings).poll(t0)
+    first = poller_on(store, DroppingInvoker(), settings).poll(t0)
     # ... and the next poll runs (any later tick: nothing has to expire first)
     invoker = RecordingInvoker()
-    again = Poller(store_for(settings), invoker, settings).poll(t0 + 1)
+    again = poller_on(store_for(settings), invoker, settings).poll(t0 + 1)
     run_all(make_executor, settings, [invoker])
 
     # Then the first left every task as it was (PENDING), the next sent every one again ...
     assert first.dispatched == len(tasks)
     assert (again.dispatched, again.recovered) == (len(tasks), 0)
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     assert {t.attempt for t in stored.values()} == {1}  # armed once
     # ... and each fired once
@@ -241,12 +240,12 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     # When the poller's process dies after 5 of its 10 invocations (those 5 reach executors at once) ...
     dying = KillsPollerAfter(lambda: make_executor(store_for(settings), settings), accepted=5)
     with pytest.raises(PollerKilled):
-        Poller(store_for(settings), dying, settings).poll(now_ms())
+        poller_on(store_for(settings), dying, settings).poll(now_ms())
     sent = dying.task_ids
     assert armed_or_done(settings, sent)  # their executors armed them
     # ... and the next tick runs
     follow = InlineInvoker(lambda: make_executor(store_for(settings), settings))
-    report = Poller(store_for(settings), follow, settings).poll(now_ms())
+    report = poller_on(store_for(settings), follow, settings).poll(now_ms())
     dying.join()
     follow.join()
 
@@ -278,14 +277,14 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
     executors = InlineInvoker(lambda: make_executor(store_for(settings), settings))
 
     # When the tick runs (invocations go 8 at a time, each checking the deadline first) ...
-    first = Poller(store_for(settings), SlowInvoker(executors, budget, 1.0), settings).poll(
+    first = poller_on(store_for(settings), SlowInvoker(executors, budget, 1.0), settings).poll(
         now_ms(), budget.out_of_time
     )
     sent = executors.task_ids
     assert armed_or_done(settings, sent)
     # ... and the next tick runs with time to spare
     follow = InlineInvoker(lambda: make_executor(store_for(settings), settings))
-    second = Poller(store_for(settings), follow, settings).poll(now_ms(), TickBudget(60).out_of_time)
+    second = poller_on(store_for(settings), follow, settings).poll(now_ms(), TickBudget(60).out_of_time)
     executors.join()
     follow.join()
 
@@ -315,14 +314,14 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
     ids = [t.task_id for t in tasks]
     create_all(store_for(settings), tasks, created_ms=now - 160_000)
     budget = TickBudget(8.0)
-    slow = store_for(settings)
-    with_due_index(slow, SlowIndex).budget = budget
+    slow = store_for(settings, SlowIndex)
+    slow.dispatch.budget = budget  # type: ignore[attr-defined]
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
 
     # When the tick runs out of time part way through the minute buckets it has to read ...
-    first = Poller(slow, invoker, settings).poll(now_ms(), budget.out_of_time)
+    first = poller_on(slow, invoker, settings).poll(now_ms(), budget.out_of_time)
     # ... and the next tick runs with time to spare
-    second = Poller(store_for(settings), invoker, settings).poll(now_ms())
+    second = poller_on(store_for(settings), invoker, settings).poll(now_ms())
     invoker.join()
 
     # Then the first read only some buckets, dispatched nothing (its time was up), and did not move the
@@ -360,7 +359,7 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     store = store_for(settings)
     create_all(store, tasks, created_ms=t1 - 5_000)  # all written before the first poll
     invoker = RecordingInvoker()
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
 
     # When the first poll runs at t1 and the next 119 s later, at t2 (= now: the executors run on the real clock)
     first = poller.poll(t1)
@@ -372,7 +371,7 @@ def test_tasks_due_in_a_119_s_gap_between_polls_fire_late_within_grace_or_are_mi
     assert first.dispatched == 0
     assert second.watermark_ms <= bucket_start(t1)
     assert second.dispatched == len(tasks)
-    stored = store.get_many([t.task_id for t in tasks])
+    stored = store.client.get_many([t.task_id for t in tasks])
     assert {stored[t.task_id].status for t in gap_tight_missed} == {TaskStatus.MISSED}
     assert {stored[t.task_id].status for t in gap_ok + gap_tight_late + ahead} == {TaskStatus.SUCCEEDED}
     # ... and the target agrees: gap tasks fired late but within their grace, the rest explicitly MISSED
@@ -396,12 +395,13 @@ def test_a_task_whose_index_entry_lags_is_found_by_the_next_poll_and_fires_once(
     overdue = http_tasks("lag-overdue", [now - 8_000 + 10 * i for i in range(10)], target.url, grace_ms=90_000)
     visible = http_tasks("lag-visible", [now + 3_000 + 10 * i for i in range(10)], target.url)
     tasks = fresh + overdue + visible
-    store = store_for(settings)
-    lagging = with_due_index(store, LaggingIndex)
+    store = store_for(settings, LaggingIndex)
+    lagging = store.dispatch
+    assert isinstance(lagging, LaggingIndex)
     create_all(store, tasks, created_ms=now)
     lagging.hidden = frozenset(t.task_id for t in fresh + overdue)
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))  # executors start at once
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
 
     # When a poll runs while the index lags, and the next (once it has caught up) while the first batch's
     # executor holds its tasks

@@ -41,7 +41,7 @@ from fault_tools import (
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.dynamodb_local import find_project_root
 from punctual_tools.local.stack import read_state
@@ -209,10 +209,10 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     time.sleep(max(0.0, (base + 7_000 - now_ms()) / 1000))
     old = store_for(client_settings(state))
     assert wait_until(
-        lambda: any(t.status is TaskStatus.ARMED for t in old.get_many(ids).values()), timeout=60, interval=0.1
+        lambda: any(t.status is TaskStatus.ARMED for t in old.client.get_many(ids).values()), timeout=60, interval=0.1
     ), f"no task was ever armed\n{runtime.log_tail()}"
     # ... (what the table held at that moment: read just before, DynamoDB Local ends with the runtime)
-    at_kill = {task_id: t.status for task_id, t in old.get_many(ids).items()}
+    at_kill = {task_id: t.status for task_id, t in old.client.get_many(ids).items()}
     runtime.kill()
     print(
         f"\nat the kill: {dict(Counter(s.value for s in at_kill.values()))}; {len(target.records())} fires seen so far"
@@ -224,12 +224,12 @@ def test_the_local_runtime_killed_with_sigkill_under_load_and_restarted_loses_no
     store = store_for(settings)
 
     def settled() -> bool:
-        return now_ms() > dues[-1] + 3_000 and all(not t.status.is_active for t in store.get_many(ids).values())
+        return now_ms() > dues[-1] + 3_000 and all(not t.status.is_active for t in store.client.get_many(ids).values())
 
     assert wait_until(settled, timeout=200, interval=0.5), (
-        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{runtime.log_tail()}"
+        f"{Counter(t.status.value for t in store.client.get_many(ids).values())}\n{runtime.log_tail()}"
     )
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     marks = {task_id: takeover_marks(settings, task_id) for task_id in ids}
     taken = {task_id: until for task_id, (owner, until) in marks.items() if owner is not None}
     assert all(until is not None for until in taken.values())
@@ -339,7 +339,7 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
     armed_share = [0.0]
 
     def burst_armed() -> bool:
-        armed_share[0] = sum(t.status is TaskStatus.ARMED for t in store.get_many(sample).values()) / len(sample)
+        armed_share[0] = sum(t.status is TaskStatus.ARMED for t in store.client.get_many(sample).values()) / len(sample)
         return armed_share[0] == 1.0
 
     wait_until(
@@ -364,17 +364,17 @@ def test_a_burst_of_2000_due_8_s_after_a_sigkill_fires_on_time_after_a_restart_1
 
     def settled() -> bool:
         return now_ms() > max(due.values()) + 3_000 and all(
-            not t.status.is_active for t in store.get_many(ids).values()
+            not t.status.is_active for t in store.client.get_many(ids).values()
         )
 
     # (recovering 4,700 tasks takes this machine several times what writing them took: the wait follows it)
     assert wait_until(settled, timeout=240 + 4 * write_s, interval=1.0), (
-        f"{Counter(t.status.value for t in store.get_many(ids).values())}\n{runtime.log_tail()}"
+        f"{Counter(t.status.value for t in store.client.get_many(ids).values())}\n{runtime.log_tail()}"
     )
 
     # Then MISSED only in the killed executors' crash windows (each from its last heartbeat to the restart's
     # fence), nothing lost, nothing fired twice
-    stored = store.get_many(ids)
+    stored = store.client.get_many(ids)
     owners = {owner for task_id, (owner, _) in all_takeover_marks(settings).items() if task_id in due}
     windows = crash_windows(settings, due)
     assert all(dead_for_good(settings, owner) for owner in owners)

@@ -41,9 +41,9 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Armed, ArmRequest, TaskStatus
 from punctual.domain.schedules import Schedule, occurrence_id, split_occurrence_id
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb.executors import Executors
 from punctual.targets import HttpAction
 from punctual_tools.checker import check, expected_from_schedule, fires_from_target
 from punctual_tools.doubles import FakeClock
@@ -70,8 +70,8 @@ def verdict_of(
 ) -> Any:
     """The checker's verdict over the schedule's occurrences in ``(after, until]``, printed and returned."""
     store = store_for(settings)
-    ids = store.schedule_occurrence_ids(schedule.schedule_id)
-    stored = store.get_many(ids)
+    ids = store.schedules.schedule_occurrence_ids(schedule.schedule_id)
+    stored = store.client.get_many(ids)
     expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
     verdict = check(
         expected,
@@ -141,11 +141,11 @@ def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_pe
             return make_executor(store_for(settings), settings)
         dying = store_for(settings, DiesAfterArm)
         executor = make_executor(dying, settings)
-        dying.on_armed = executor.request_stop
+        dying.firing.on_armed = executor.request_stop  # type: ignore[attr-defined]
         return executor
 
     invoker = DoublingInvoker(make, victim)
-    pollers = [Poller(store_for(settings), invoker, settings, poller_id=f"p-{i}") for i in range(2)]
+    pollers = [poller_on(store_for(settings), invoker, settings, poller_id=f"p-{i}") for i in range(2)]
     # When two pollers tick together every second until the last occurrence is due, and a few seconds more
     # (the dropped executor's lease of 5 s must lapse for its tasks to be taken over)
     made = 0
@@ -229,13 +229,13 @@ def tick(settings: Settings, invoker: Any, until_ms: int, pollers: int = 1) -> N
     while now_ms() < until_ms:
         for i in range(pollers):
             with contextlib.suppress(PollerKilled):
-                Poller(store_for(settings), invoker, settings, poller_id=f"p-{i}").poll(now_ms())
+                poller_on(store_for(settings), invoker, settings, poller_id=f"p-{i}").poll(now_ms())
         time.sleep(1.0)
 
 
 def made_instants(settings: Settings, schedule_id: str) -> list[int]:
     """The instants of the occurrences in the table, in order."""
-    ids = store_for(settings).schedule_occurrence_ids(schedule_id)
+    ids = store_for(settings).schedules.schedule_occurrence_ids(schedule_id)
     return sorted(split_occurrence_id(i)[1] for i in ids)  # type: ignore[index]
 
 
@@ -270,7 +270,7 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     tick(settings, invoker, start + 9_000 + 8_000)
     dying.join()
     invoker.join()
-    assert wait_until(lambda: not store_for(settings).get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
+    assert wait_until(lambda: not store_for(settings).client.get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
     # Then the chain is whole: every instant of the definition made once, no other
     assert invoker.hit and victim in invoker.hit
     assert made_instants(settings, sid) == list(range(start, start + 9_001, 1_000))
@@ -283,15 +283,15 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
         # (how late the next tick handed them on is the verdict's printed figure: seconds on a busy machine)
         assert verdict.explicitly_missed == ()
     else:
-        dead = store_for(settings).get_many(invoker.hit).values()
+        dead = store_for(settings).client.get_many(invoker.hit).values()
         assert {t.status for t in dead} == {TaskStatus.MISSED}
         assert all("may have fired" in (t.detail or "") for t in dead)
 
 
-class PausesAtArm(DynamoTaskStore):
-    """The store as an executor sees it while the schedule is paused by someone else: ``pause`` runs once, just
-    before (``first="pause"``) or just after (``first="arm"``) the executor's conditional arm writes land;
-    ``armed`` is set once both have."""
+class PausesAtArm(Executors):
+    """The store's firing part as an executor sees it while the schedule is paused by someone else: ``pause`` runs
+    once, just before (``first="pause"``) or just after (``first="arm"``) the executor's conditional arm writes
+    land; ``armed`` is set once both have."""
 
     pause: Callable[[], None] | None = None
     first = "pause"
@@ -332,7 +332,9 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
 
     def pause() -> None:
         store = store_for(settings)
-        status_at_pause.update({i: t.status for i, t in store.get_many(store.schedule_occurrence_ids(sid)).items()})
+        status_at_pause.update(
+            {i: t.status for i, t in store.client.get_many(store.schedules.schedule_occurrence_ids(sid)).items()}
+        )
         client.pause_schedule(sid)
         made_at_pause.append(made_instants(settings, sid))
 
@@ -340,7 +342,7 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
 
     def make_racer() -> Executor:
         store = store_for(settings, PausesAtArm)
-        store.pause, store.first, store.armed = pause, first, armed
+        store.firing.pause, store.firing.first, store.firing.armed = pause, first, armed  # type: ignore[attr-defined]
         return make_executor(store, settings)
 
     racer = InlineInvoker(make_racer)
@@ -353,7 +355,7 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
     racer.join()
     invoker.join()
     (made,) = made_at_pause
-    stored = store_for(settings).get_many(store_for(settings).schedule_occurrence_ids(sid))
+    stored = store_for(settings).client.get_many(store_for(settings).schedules.schedule_occurrence_ids(sid))
     # Then paused first: the batch's executor armed none of them, and they are CANCELLED (but one an earlier
     # batch armed before the pause: a poll late on a busy machine may send it again); armed first: they fired
     in_batch = [stored[t] for t in invoker.hit]
@@ -400,11 +402,11 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     schedule = then.create_schedule(
         f"downtime-{policy}", "rate(5 seconds)", HttpAction(url=target.url), misfire_grace=3_000, downtime_policy=policy
     )
-    stale = store_for(settings).schedule_occurrence_ids(schedule.schedule_id)
+    stale = store_for(settings).schedules.schedule_occurrence_ids(schedule.schedule_id)
     restart = now_ms()
     # When the stack comes back: a poller ticks every second for 14 s, executors fire what they are handed
     invoker = InlineInvoker(lambda: make_executor(store_for(settings), settings))
-    poller = Poller(store_for(settings), invoker, settings)
+    poller = poller_on(store_for(settings), invoker, settings)
     # The catch-up is the first poll that made occurrences: it decides the hour nobody ran, as of its own start
     # (on a busy machine a poll can run out of time before it reaches the schedule, and the next one decides)
     decided_at: int | None = None
@@ -424,7 +426,9 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     # Then the occurrences made an hour ago were recorded MISSED (their grace had passed), the hour that nobody
     # ran was skipped (under fire_latest: but its latest occurrence, fired once, flagged late), and every
     # occurrence after the restart fired on time
-    stored = store_for(settings).get_many(store_for(settings).schedule_occurrence_ids(schedule.schedule_id))
+    stored = store_for(settings).client.get_many(
+        store_for(settings).schedules.schedule_occurrence_ids(schedule.schedule_id)
+    )
     assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
     late = [t for t in stored.values() if t.late]
     verdict = verdict_of(

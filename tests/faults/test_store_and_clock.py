@@ -12,9 +12,9 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
 from punctual.runtime.ntp import OffsetProbe, measure_offset
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
 from support import RecordingInvoker, create_all, now_ms, run_threads, store_for
@@ -36,8 +36,8 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     settings = make_settings(write_batch=write_batch, max_batch_size=12, db_threads=8)
     throttle = Throttle(rate=0.2, max_in_a_row=2)
 
-    def throttled() -> DynamoTaskStore:
-        return DynamoTaskStore.from_settings(throttle.install(make_client(settings.endpoint_url)), settings)
+    def throttled() -> DynamoStores:
+        return DynamoStores.from_settings(throttle.install(make_client(settings.endpoint_url)), settings)
 
     # When 24 tasks due in ~5 s (written by an unthrottled client) are polled by two pollers at once (each
     # dispatches every task) and run by their executors (heartbeats, arms, records), all on the throttling store
@@ -46,7 +46,7 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     create_all(store_for(settings), tasks)
     invokers = [RecordingInvoker(), RecordingInvoker()]
     at = now_ms()
-    run_threads([lambda inv=inv: Poller(throttled(), inv, settings).poll(at) for inv in invokers])
+    run_threads([lambda inv=inv: poller_on(throttled(), inv, settings).poll(at) for inv in invokers])
     events = [e for inv in invokers for e in inv.events]
     executors = [make_executor(throttled(), settings) for _ in events]
     reports = run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
@@ -60,7 +60,7 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     assert sum(r.lost_arm for r in reports) == len(tasks)
     assert sum(r.not_recorded for r in reports) == 0
     ids = [t.task_id for t in tasks]
-    assert {t.status for t in store_for(settings).get_many(ids).values()} == {TaskStatus.SUCCEEDED}
+    assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.SUCCEEDED}
     judge(f"store throttling ~20% of requests ({write_batch})", store_for(settings), ids, target)
 
 
@@ -90,7 +90,7 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     ids = [t.task_id for t in tasks]
     create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(store_for(settings), invoker, settings).poll(now_ms())
+    poller_on(store_for(settings), invoker, settings).poll(now_ms())
     event = one_batch(invoker)
 
     # When the batch runs
@@ -101,7 +101,7 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     offset = OffsetProbe.wait(probe, 6)
     assert offset.offset_ms is None and offset.error
     assert report.clock_offset_ms is None
-    stored = store_for(settings).get_many(ids)
+    stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
     # ... drift is recorded raw, with no corrected figure
     assert all(t.drift_ms is not None and t.drift_corrected_ms is None for t in stored.values())

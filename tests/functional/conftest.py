@@ -13,7 +13,7 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from support import FIXED_NOW_MS
 
@@ -21,15 +21,15 @@ __all__ = ["dynamodb", "now_ms", "read_raw", "settings"]  # the moto table's fix
 
 
 @pytest.fixture(params=["single", "transaction"])
-def store(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoTaskStore:
+def store(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> DynamoStores:
     """The repository, once per way of writing many items at once (``Settings.write_batch``)."""
-    return DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
+    return DynamoStores.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
 
 class TaskFactory:
     """Builds tasks with sensible defaults and stores them through the repository."""
 
-    def __init__(self, store: DynamoTaskStore) -> None:
+    def __init__(self, store: DynamoStores) -> None:
         self.store = store
         self._n = 0
 
@@ -40,17 +40,17 @@ class TaskFactory:
         return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
 
     def create(self, due_ms: int, task_id: str | None = None, now_ms: int = FIXED_NOW_MS, **fields: Any) -> Task:
-        stored, created = self.store.create(self.build(due_ms, task_id, **fields), now_ms)
+        stored, created = self.store.client.create(self.build(due_ms, task_id, **fields), now_ms)
         assert created
         return stored
 
 
 @pytest.fixture
-def tasks(store: DynamoTaskStore) -> TaskFactory:
+def tasks(store: DynamoStores) -> TaskFactory:
     return TaskFactory(store)
 
 
 @pytest.fixture
-def executor(store: DynamoTaskStore, settings: Settings) -> Executor:
+def executor(store: DynamoStores, settings: Settings) -> Executor:
     """An executor on the real clock, its NTP probe off."""
-    return Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5))
+    return Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))

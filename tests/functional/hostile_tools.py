@@ -20,10 +20,10 @@ from punctual.domain.events import BatchReport, PollReport
 from punctual.domain.keys import from_ms
 from punctual.domain.model import canonical_json
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.client import Client
 from punctual.runtime.ntp import OffsetProbe
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, TargetRules
 from punctual.targets.secrets import SecretResolver
 from support import RecordingInvoker
@@ -212,18 +212,18 @@ def action_env(settings: Settings, aws: FakeAws, secrets_dir: Path) -> ActionEnv
 
 # -- firing ----------------------------------------------------------------------------------------------------
 def poll_and_fire(
-    store: DynamoTaskStore, settings: Settings, env: ActionEnv, rounds: int = 1, done: Callable[[], bool] | None = None
+    store: DynamoStores, settings: Settings, env: ActionEnv, rounds: int = 1, done: Callable[[], bool] | None = None
 ) -> tuple[list[PollReport], list[BatchReport]]:
     """Poll on the real clock and run every batch on one executor (``env``'s actions), ``rounds`` times or until
     ``done()``; the polls' and the batches' reports."""
     clock = SystemClock()
-    executor = Executor(store, settings, clock, OffsetProbe(None, 0.5), actions=env)
+    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5), actions=env)
     polls: list[PollReport] = []
     batches: list[BatchReport] = []
     try:
         for _ in range(rounds):
             invoker = RecordingInvoker()
-            polls.append(Poller(store, invoker, settings).poll(int(clock.wall_ms())))
+            polls.append(poller_on(store, invoker, settings).poll(int(clock.wall_ms())))
             batches.extend(executor.run_batch(event) for event in invoker.events)
             if done is not None and done():
                 break

@@ -25,8 +25,8 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
+from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.client import Client
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
@@ -108,14 +108,14 @@ def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
     from punctual.domain.model import ArmRequest, FireRecord, Outcome
 
-    store = direct._store
-    task = store.get(task_id)
+    store = direct.stores
+    task = store.client.get(task_id)
     assert task is not None
-    armed = store.arm_many(
+    armed = store.firing.arm_many(
         [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "executor-1", task.due_ms - 1_000
     )
     assert armed[0] is not None
-    assert store.record_many(
+    assert store.firing.record_many(
         "executor-1", [FireRecord(task_id, Outcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
     ) == [True]
 

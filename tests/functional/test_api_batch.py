@@ -15,8 +15,8 @@ from punctual.api import build_app
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
+from punctual.runtime.client import Client
 from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
-from punctual.scheduling.client import Client
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
 

@@ -14,9 +14,9 @@ from botocore.exceptions import ClientError
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.backfill import BackfillCounts, backfill_tenant_shards
-from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.stores.dynamodb.table import Table
 from punctual.targets import LogAction
 from punctual_tools.cli import main
@@ -58,14 +58,14 @@ def test_the_backfill_keys_old_active_tenant_tasks_as_a_create_does_and_leaves_t
     dynamodb: Any, settings: Settings, upgraded: dict[str, dict[str, Any]]
 ) -> None:
     # Given the upgraded table, whose active count misses the tasks written the old way
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
-    assert (store.count_active("acme"), store.count_active("beta")) == (1, 0)
+    store = DynamoStores.from_settings(dynamodb, settings)
+    assert (store.client.count_active("acme"), store.client.count_active("beta")) == (1, 0)
     untouched = {t: _raw(dynamodb, settings.table_name, t) for t in ("acme/ended", "ops-1", "beta/forged")}
     # When the backfill runs over 4 parallel segments
     counts = backfill_tenant_shards(store.table, segments=4)
     # Then the old active tasks are counted, each keyed exactly as a create keys it
     assert counts == BackfillCounts(scanned=8, found=5, updated=4, skipped=1, errors=0)
-    assert (store.count_active("acme"), store.count_active("beta")) == (4, 1)
+    assert (store.client.count_active("acme"), store.client.count_active("beta")) == (4, 1)
     for task_id in OLD_ACTIVE:
         assert _raw(dynamodb, settings.table_name, task_id) == upgraded[task_id]
     # And the ended task, the operator's and the forged item are as they were
@@ -73,14 +73,14 @@ def test_the_backfill_keys_old_active_tenant_tasks_as_a_create_does_and_leaves_t
     # And a second run keys nothing
     again = backfill_tenant_shards(store.table, segments=4)
     assert again == BackfillCounts(scanned=8, found=1, updated=0, skipped=1, errors=0)
-    assert (store.count_active("acme"), store.count_active("beta")) == (4, 1)
+    assert (store.client.count_active("acme"), store.client.count_active("beta")) == (4, 1)
 
 
 def test_a_dry_run_counts_what_it_would_key_and_writes_nothing(
     dynamodb: Any, settings: Settings, upgraded: dict[str, dict[str, Any]]
 ) -> None:
     # Given the upgraded table
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     before = dynamodb.scan(TableName=settings.table_name)["Items"]
     # When a dry run reads it
     counts = backfill_tenant_shards(store.table, segments=2, dry_run=True)
@@ -114,17 +114,17 @@ def test_a_task_that_ends_meanwhile_is_skipped_and_a_failed_request_is_an_error(
     dynamodb: Any, settings: Settings, upgraded: dict[str, dict[str, Any]]
 ) -> None:
     # Given the upgraded table, acme/old-0 ending just before its update and beta/old-0's update throttled
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     racing = Table(EndsFirst(dynamodb, ends={"acme/old-0"}, fails={"beta/old-0"}), store.config)
     # When the backfill runs
     counts = backfill_tenant_shards(racing, segments=1)
     # Then the ended task is skipped (no key: it is in no index), the throttled one an error, the others keyed
     assert counts == BackfillCounts(scanned=8, found=5, updated=2, skipped=2, errors=1)
     assert "tenant_shard" not in _raw(dynamodb, settings.table_name, "acme/old-0")
-    assert store.count_active("acme") == 3  # acme/old-1, acme/old-2, acme/new
+    assert store.client.count_active("acme") == 3  # acme/old-1, acme/old-2, acme/new
     # And a second run keys what the error left
     assert backfill_tenant_shards(store.table).updated == 1
-    assert store.count_active("beta") == 1
+    assert store.client.count_active("beta") == 1
 
 
 # -- punctual backfill-tenant-shards -------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def test_the_cli_keys_the_old_tasks_reports_on_stderr_and_then_has_nothing_to_do
     local_home: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     # Given the upgraded table, When a dry run goes first
     assert main(["--home", str(local_home), "backfill-tenant-shards", "--dry-run"]) == 0
     # Then it says what it would key, and keys nothing
@@ -156,14 +156,14 @@ def test_the_cli_keys_the_old_tasks_reports_on_stderr_and_then_has_nothing_to_do
         "1 skipped (ended or keyed meanwhile), 0 error(s)"
     ]
     assert "item(s) scanned" in out.err  # the progress (every 5 s off a terminal)
-    assert store.count_active("acme") == 1
+    assert store.client.count_active("acme") == 1
     # When it runs for real, Then it keys them, its progress on stderr and its summary on stdout
     assert main(["--home", str(local_home), "backfill-tenant-shards", "--segments", "3"]) == 0
     out = capsys.readouterr()
     summary = "8 item(s) scanned, 4 keyed, 1 skipped (ended or keyed meanwhile), 0 error(s)"
     assert out.out.splitlines() == [f"backfill-tenant-shards: {summary}"]
     assert "item(s) scanned" in out.err
-    assert (store.count_active("acme"), store.count_active("beta")) == (4, 1)
+    assert (store.client.count_active("acme"), store.client.count_active("beta")) == (4, 1)
     # And run again, it keys nothing
     assert main(["--home", str(local_home), "backfill-tenant-shards"]) == 0
     assert ", 0 keyed, " in capsys.readouterr().out

@@ -15,10 +15,10 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
+from punctual.runtime.client import Client
 from punctual.runtime.ntp import OffsetProbe
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.cli import main
 from support import FakeClock, RecordingInvoker, read_task
@@ -32,7 +32,7 @@ def client(dynamodb: Any, settings: Settings, now_ms: int) -> Client:
 
 
 def test_schedule_many_reports_each_task_and_stores_only_the_good_ones(
-    client: Client, store: DynamoTaskStore, now_ms: int
+    client: Client, store: DynamoStores, now_ms: int
 ) -> None:
     # Given one task already stored, and a list mixing new, repeated, conflicting and bad tasks
     client.schedule(from_ms(now_ms + 60_000), LogAction(message="x"), {"n": 0}, task_id="t-0")
@@ -68,7 +68,7 @@ def test_schedule_many_reports_each_task_and_stores_only_the_good_ones(
     assert "unknown field(s) colour" in (results[10].error or "")
     assert all(r.task is not None and r.task.task_id == f"t-{i + 1}" for i, r in enumerate(results[:5]))
     # And only the good ones are stored; the conflict left the stored task as it was
-    assert {t.task_id for t in store.list_tasks()} == {f"t-{i}" for i in range(6)}
+    assert {t.task_id for t in store.client.list_tasks()} == {f"t-{i}" for i in range(6)}
     assert read_task(store, "t-0").due_ms == now_ms + 60_000
     # And progress was reported for every task, ending at the total
     assert len(seen) == len(specs) and max(seen) == (len(specs), len(specs))
@@ -82,7 +82,7 @@ def test_schedule_many_is_idempotent_on_ids(client: Client, now_ms: int) -> None
     assert {r.outcome for r in again} == {"exists"}
 
 
-def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, store: DynamoTaskStore, settings: Settings) -> None:
+def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, store: DynamoStores, settings: Settings) -> None:
     # Given a task built and validated by the client, and written as an item with boto3's put_item
     clock = SystemClock()
     client = Client(settings, dynamodb=dynamodb)
@@ -91,9 +91,9 @@ def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, store: DynamoTa
     dynamodb.put_item(TableName=TABLE, Item=client.to_item(task), ConditionExpression="attribute_not_exists(task_id)")
     # When the poller finds it and an executor runs the batch
     invoker = RecordingInvoker()
-    Poller(store, invoker, settings).poll(now)
+    poller_on(store, invoker, settings).poll(now)
     (event,) = invoker.events
-    report = Executor(store, settings, clock, OffsetProbe(None, 0.5)).run_batch(event)
+    report = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5)).run_batch(event)
     # Then it fired once and is recorded SUCCEEDED, with the payload it was written with
     assert (report.armed, report.fired, report.succeeded) == (1, 1, 1)
     done = read_task(store, "raw-1")

@@ -26,6 +26,6 @@ def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(stor
     )
     # When it is created  Then it is an InvalidTaskError naming the payload (not a botocore error), nothing stored
     with pytest.raises(InvalidTaskError, match="DynamoDB holds at most") as refused:
-        store.create(big, int(datetime.now(UTC).timestamp() * 1000))
+        store.client.create(big, int(datetime.now(UTC).timestamp() * 1000))
     assert refused.value.field == "payload"
     assert "Item" not in dynamodb.get_item(TableName=store.config.table_name, Key={"task_id": {"S": "too-big"}})

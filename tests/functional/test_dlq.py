@@ -20,7 +20,7 @@ from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
 from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction
 from punctual_tools.cli import main
 from punctual_tools.cli.maintenance import redrive_lines
@@ -46,11 +46,13 @@ def queue_url(sqs: Any) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 
-def make_failed(store: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
+def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> Task:
     """A task that was armed and recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
     assert arm(store, task, "x", now_ms) is not None
-    assert store.record("x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom"))
+    assert store.firing.record(
+        "x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
+    )
     return read_task(store, task_id)
 
 
@@ -106,11 +108,11 @@ def test_the_queue_is_the_one_the_url_names(tmp_path: Path, sqs: Any, queue_url:
 
 # -- the executor --------------------------------------------------------------------------------------------
 def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
+    store: DynamoStores, tasks: Any, settings: Settings, tmp_path: Path, failing_url: str
 ) -> None:
     # Given an executor with a file dead-letter queue, and a task that always fails, with two attempts
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
-    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
+    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300,
@@ -130,14 +132,14 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
 
 
 def test_a_failed_send_leaves_the_task_failed_in_the_table(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, failing_url: str
+    store: DynamoStores, tasks: Any, settings: Settings, failing_url: str
 ) -> None:
     # Given a dead-letter queue that is down
     class Down:
         def send(self, task: Task, reason: str) -> None:
             raise ConnectionError("queue unreachable")
 
-    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
+    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5, retry_transient=False)
@@ -150,7 +152,7 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
 
 # -- the REDRIVE write ---------------------------------------------------------------------------------------
 def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
-    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoStores, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a FAILED task, and a SUCCEEDED-never-failed one (still PENDING)
     failed = make_failed(store, tasks, "f1", now_ms)
@@ -158,7 +160,7 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
     pending = tasks.create(now_ms + 5_000, "p1")
     later = now_ms + 60_000
     # When both are redriven
-    assert store.redrive_many(["f1", "p1", "nope"], later) == [True, False, False]
+    assert store.client.redrive_many(["f1", "p1", "nope"], later) == [True, False, False]
     # Then the FAILED one is PENDING, due now, attempts afresh, back in the due index, flagged for the fast path,
     # with no TTL; the others are untouched
     back, raw = read_task(store, "f1"), read_raw("f1")
@@ -168,7 +170,7 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
     assert "expires_at" not in raw and back.finished_at is None and back.armed_by is None
     assert read_task(store, "p1") == pending.model_copy(update={"created_at": read_task(store, "p1").created_at})
     # And a second redrive is a no-op
-    assert store.redrive_many(["f1"], later + 1) == [False]
+    assert store.client.redrive_many(["f1"], later + 1) == [False]
     assert read_task(store, "f1").due_ms == later
 
 
@@ -193,7 +195,7 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
-    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    store: DynamoStores, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given two FAILED tasks with dead letters, and one FAILED task whose letter was never sent
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
@@ -216,13 +218,13 @@ def test_cli_redrives_every_failed_task_and_empties_the_local_queue(
 
 
 def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
-    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    store: DynamoStores, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given FAILED tasks a and b with letters, and a stale letter for s (redriven earlier, its letter left)
     queue = FileDeadLetterQueue(local_home / "dlq.jsonl")
     for task_id in ("a", "b", "s"):
         queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
-    assert store.redrive_many(["s"], now_ms + 5) == [True]
+    assert store.client.redrive_many(["s"], now_ms + 5) == [True]
     # When only a and s are named
     assert main(["--home", str(local_home), "redrive", "a", "s"]) == 0
     # Then a is redriven, s left as it is, and only b's letter remains
@@ -233,7 +235,7 @@ def test_cli_redrive_by_id_leaves_other_letters_and_removes_stale_ones(
 
 
 def test_cli_prints_the_report_a_line_per_task_then_the_counts(
-    store: DynamoTaskStore, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
+    store: DynamoStores, tasks: Any, local_home: Path, now_ms: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a FAILED task, a PENDING one, and an id with no task
     make_failed(store, tasks, "f", now_ms)
@@ -267,7 +269,7 @@ def test_cli_prints_a_lost_race() -> None:
 
 
 def test_cli_redrive_on_sqs(
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     sqs: Any,
     queue_url: str,

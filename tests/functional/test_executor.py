@@ -20,9 +20,10 @@ from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
 from punctual.runtime.ntp import OffsetProbe
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.ports import FiringPort
 from punctual.targets import HttpAction
 from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until
 
@@ -61,23 +62,23 @@ def clock() -> SystemClock:
     return SystemClock()
 
 
-def dispatch_batch(store: DynamoTaskStore, settings: Settings, now_ms: int) -> BatchEvent:
+def dispatch_batch(store: DynamoStores, settings: Settings, now_ms: int) -> BatchEvent:
     """Run the poller once and return what it sent as one batch (a poll dispatches each read of the index as it
     goes: tasks on both sides of a minute's edge come in two batches)."""
     invoker = RecordingInvoker()
-    Poller(store, invoker, settings).poll(now_ms)
+    poller_on(store, invoker, settings).poll(now_ms)
     assert invoker.events
     first = invoker.events[0]
     return first.model_copy(update={"tasks": [task for event in invoker.events for task in event.tasks]})
 
 
 def test_close_ends_every_thread_the_executor_started(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock, target: Target
+    store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock, target: Target
 ) -> None:
     # Given an executor that has run a batch with a webhook (its event loop and connection pool in use)
     offset = OffsetProbe(None, 0.5)
     before = set(threading.enumerate())
-    executor = Executor(store, settings, clock, offset)
+    executor = Executor(store.firing, settings, clock, offset)
     now = int(clock.wall_ms())
     tasks.create(now + 300, now_ms=now, action=HttpAction(url=target.url("/ok")))
     assert executor.run_batch(dispatch_batch(store, settings, now)).succeeded == 1
@@ -91,7 +92,7 @@ def test_close_ends_every_thread_the_executor_started(
 
 
 def test_a_batch_fires_every_task_and_records_it(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given five log tasks due 0.3-0.7 s from now, dispatched by the poller
     now = int(clock.wall_ms())
@@ -121,7 +122,7 @@ def test_a_batch_fires_every_task_and_records_it(
 
 def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     executor: Executor,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -133,13 +134,13 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
         tasks.create(now + 300, now_ms=now)
     event = dispatch_batch(store, settings, now)
     callers: list[str] = []
-    record_many = store.record_many
+    record_many = store.firing.record_many
 
     def spy(executor_id: str, records: list[Any]) -> list[bool]:
         callers.append(threading.current_thread().name)
         return record_many(executor_id, records)
 
-    monkeypatch.setattr(store, "record_many", spy)
+    monkeypatch.setattr(store.firing, "record_many", spy)
     # When the executor runs the batch (nothing of it is left to fire once they have fired)
     report = executor.run_batch(event)
     # Then the outcomes were written by the lowered background writer, not by the recorder itself
@@ -148,10 +149,10 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
 
 
 def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_recorded(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor built for 0.145 of a core (it sleeps where it would spin, records only where a gap has room)
-    executor = Executor(store, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
     event = dispatch_batch(store, settings, now)
@@ -166,10 +167,10 @@ def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_
 
 
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
-    executor = Executor(store, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     # When the task fires
@@ -182,7 +183,7 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
 
 
 def test_duplicate_delivery_fires_nothing(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of three tasks, delivered and run once
     now = int(clock.wall_ms())
@@ -202,14 +203,14 @@ def test_duplicate_delivery_fires_nothing(
 
 
 def test_a_task_cancelled_after_its_dispatch_is_not_fired(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given two dispatched tasks, one of which the client then cancels
     now = int(clock.wall_ms())
     kept = tasks.create(now + 300, now_ms=now)
     cancelled = tasks.create(now + 350, now_ms=now)
     event = dispatch_batch(store, settings, now)
-    store.cancel(cancelled.task_id, now + 1)
+    store.client.cancel(cancelled.task_id, now + 1)
     # When the executor runs the batch
     report = executor.run_batch(event)
     # Then the cancelled task loses at arm and never fires; the other fires
@@ -222,7 +223,7 @@ def test_a_task_cancelled_after_its_dispatch_is_not_fired(
 
 def test_http_500_is_recorded_failed_with_detail(
     executor: Executor,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -245,7 +246,7 @@ def test_http_500_is_recorded_failed_with_detail(
 
 def test_http_200_receives_the_idempotency_key(
     executor: Executor,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -278,7 +279,7 @@ def test_http_200_receives_the_idempotency_key(
 
 def test_the_batchs_targets_are_prepared_once_it_is_armed(
     executor: Executor,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     clock: SystemClock,
@@ -307,7 +308,7 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
 
 
 def test_task_past_its_grace_at_fire_time_is_missed(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, clock: SystemClock
 ) -> None:
     # Given a task with no grace, due 5 s ago, written on time by a client and dispatched (its executor came late)
     now = int(clock.wall_ms())
@@ -325,14 +326,14 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     assert done.detail is not None and "past its grace of 0 ms" in done.detail
 
 
-def _shard(store: DynamoTaskStore, task: Task) -> int:
+def _shard(store: DynamoStores, task: Task) -> int:
     from punctual.domain.keys import shard_of
 
     return shard_of(task.task_id, store.config.shard_count)
 
 
 def test_stop_releases_armed_tasks_that_have_not_fired(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given a batch of tasks due in 60 s (far beyond what arming and stopping can take), armed and waiting in
     # the dispatcher
@@ -372,7 +373,7 @@ class JumpingClock(SystemClock):
 class JumpAfterArm:
     """The real store, but once a batch is armed the executor's monotonic clock jumps past its own lease."""
 
-    def __init__(self, store: DynamoTaskStore, clock: JumpingClock, jump_s: float) -> None:
+    def __init__(self, store: FiringPort, clock: JumpingClock, jump_s: float) -> None:
         self._store, self._clock, self._jump_s = store, clock, jump_s
 
     def __getattr__(self, name: str) -> Any:
@@ -388,7 +389,7 @@ class FailsMidArm:
     """The real store, but the first ``arm_many`` arms only the first half of what it is asked, then raises (its
     requests' retries exhausted part-way: throttling, a network fault)."""
 
-    def __init__(self, store: DynamoTaskStore) -> None:
+    def __init__(self, store: FiringPort) -> None:
         self._store = store
         self.calls: list[int] = []
 
@@ -404,14 +405,14 @@ class FailsMidArm:
 
 
 def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_all(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given 6 tasks due in 0.5 s in one batch, and a store that fails the executor's first arm_many after arming
     # half of them
     now = int(clock.wall_ms())
     created = [tasks.create(now + 500 + i, now_ms=now) for i in range(6)]
     event = dispatch_batch(store, settings, now)
-    failing = FailsMidArm(store)
+    failing = FailsMidArm(store.firing)
     executor = Executor(failing, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     # When it runs the batch
     report = executor.run_batch(event)
@@ -423,13 +424,13 @@ def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_a
 
 
 def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
-    store: DynamoTaskStore, tasks: Any, settings: Settings
+    store: DynamoStores, tasks: Any, settings: Settings
 ) -> None:
     # Given an executor whose clock, once it has armed, is past the end of its lease (it could not renew it:
     # another executor may take its tasks over from now on)
     clock = JumpingClock()
     executor = Executor(
-        JumpAfterArm(store, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+        JumpAfterArm(store.firing, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
         settings,
         clock,
         OffsetProbe(None, 0.5),
@@ -445,14 +446,14 @@ def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
 
 
 def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_crash_window(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor that armed three tasks and died, its last lease having ended 1 s ago: one task was due
     # 2 s ago (it may have fired it before dying), two are due shortly after now
     now = int(clock.wall_ms())
     window = tasks.create(now - 2_000, now_ms=now - 60_000, misfire_grace_ms=120_000)
     later = [tasks.create(now + 400 + i, now_ms=now - 60_000) for i in range(2)]
-    assert store.heartbeat("x-dead", now - 60_000, now - 1_000)
+    assert store.firing.heartbeat("x-dead", now - 60_000, now - 1_000)
     for task in (window, *later):
         assert arm(store, task, "x-dead", now - 60_000) is not None
     # When the next poll dispatches them and a live executor runs the batch
@@ -476,7 +477,7 @@ class HoldsLaterParts:
     executor at a small CPU quota arming with single writes): what the executor does with its first part
     meanwhile shows."""
 
-    def __init__(self, store: DynamoTaskStore) -> None:
+    def __init__(self, store: FiringPort) -> None:
         self._store = store
         self.release = threading.Event()
         self.parts: list[int] = []
@@ -492,14 +493,14 @@ class HoldsLaterParts:
 
 
 def test_a_batch_due_soon_fires_its_first_part_while_the_rest_is_armed(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, clock: SystemClock
+    store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given 40 tasks due from 0.3 s on, dispatched in one batch, and a store whose arming of any part after the
     # first waits until the first task has been recorded
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 10 * i, now_ms=now) for i in range(40)]
     event = dispatch_batch(store, settings, now)
-    holding = HoldsLaterParts(store)
+    holding = HoldsLaterParts(store.firing)
     executor = Executor(holding, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     first = created[0].task_id
     watcher = threading.Thread(

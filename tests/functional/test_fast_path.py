@@ -17,9 +17,11 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Task, TaskStatus
 from punctual.polling.fastpath import dispatch_stream_records
 from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import decode_stream_image, poller_on
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.dynamodb.due import DueIndex
 from punctual.targets import LogAction
-from support import RecordingInvoker, read_task
+from support import RecordingInvoker, read_task, with_part
 
 TABLE = "punctual-tasks-test"  # the functional tier's table (conftest)
 
@@ -27,11 +29,11 @@ TABLE = "punctual-tasks-test"  # the functional tier's table (conftest)
 class Tasks:
     """Writes log tasks through the store at an explicit time."""
 
-    def __init__(self, store: DynamoTaskStore) -> None:
+    def __init__(self, store: DynamoStores) -> None:
         self.store = store
 
     def create(self, due_ms: int, task_id: str, now_ms: int) -> Task:
-        task, created = self.store.create(
+        task, created = self.store.client.create(
             Task(task_id=task_id, due_at=from_ms(due_ms), action=LogAction(message="test"), payload={}), now_ms
         )
         assert created
@@ -54,12 +56,12 @@ def stream_batch(dynamodb: Any, *task_ids: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def store(dynamodb: Any, settings: Settings) -> DynamoTaskStore:
-    return DynamoTaskStore.from_settings(dynamodb, settings)
+def store(dynamodb: Any, settings: Settings) -> DynamoStores:
+    return DynamoStores.from_settings(dynamodb, settings)
 
 
 @pytest.fixture
-def tasks(store: DynamoTaskStore) -> Tasks:
+def tasks(store: DynamoStores) -> Tasks:
     return Tasks(store)
 
 
@@ -74,18 +76,18 @@ def fast_invoker() -> RecordingInvoker:
 
 
 @pytest.fixture
-def poller(store: DynamoTaskStore, poll_invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return Poller(store, poll_invoker, settings, poller_id="poller-test")
+def poller(store: DynamoStores, poll_invoker: RecordingInvoker, settings: Settings) -> Poller:
+    return poller_on(store, poll_invoker, settings, poller_id="poller-test")
 
 
 @pytest.fixture
 def fast_path(dynamodb: Any, fast_invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return Poller(DynamoTaskStore.from_settings(dynamodb, settings), fast_invoker, settings, poller_id="fast-test")
+    return poller_on(DynamoStores.from_settings(dynamodb, settings), fast_invoker, settings, poller_id="fast-test")
 
 
 def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due(
     dynamodb: Any,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     poller: Poller,
     fast_path: Poller,
     tasks: Tasks,
@@ -103,7 +105,9 @@ def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due
     soon = tasks.create(written + 2_000, "due-soon", now_ms=written)
     assert raw_item(dynamodb, later.task_id)["fast_path"]["N"] == raw_item(dynamodb, soon.task_id)["fast_path"]["N"]
     # When their stream records reach the fast path half a second later
-    report = dispatch_stream_records(fast_path, stream_batch(dynamodb, later.task_id, soon.task_id), written + 500)
+    report = dispatch_stream_records(
+        fast_path, stream_batch(dynamodb, later.task_id, soon.task_id), written + 500, decode=decode_stream_image
+    )
     # Then it knows when the last poll started, dispatches the task due soon and leaves the other to the poll
     assert report.polls_known
     assert (report.candidates, report.dispatched, report.left_to_poll) == (2, 1, 1)
@@ -130,7 +134,12 @@ def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
     poller.poll(now_ms)
     written = now_ms + 20_000
     later = tasks.create(written + 65_000, "left-to-a-late-poll", now_ms=written)
-    assert dispatch_stream_records(fast_path, stream_batch(dynamodb, later.task_id), written + 500).left_to_poll == 1
+    assert (
+        dispatch_stream_records(
+            fast_path, stream_batch(dynamodb, later.task_id), written + 500, decode=decode_stream_image
+        ).left_to_poll
+        == 1
+    )
     # When the next poll is missed and the one after comes after the task was due
     report = poller.poll(now_ms + 120_000)
     # Then that poll finds it overdue and dispatches it (its executor fires it within its grace, or records it
@@ -148,7 +157,9 @@ def test_without_a_noted_poll_the_fast_path_dispatches_every_candidate(
     # Given no poll has run yet, and a task written due 65 s ahead
     task = tasks.create(now_ms + 65_000, "no-poll-yet", now_ms=now_ms)
     # When its record reaches the fast path
-    report = dispatch_stream_records(fast_path, stream_batch(dynamodb, task.task_id), now_ms + 500)
+    report = dispatch_stream_records(
+        fast_path, stream_batch(dynamodb, task.task_id), now_ms + 500, decode=decode_stream_image
+    )
     # Then it dispatches it: it cannot tell when the next poll comes
     assert not report.polls_known
     assert (report.dispatched, report.left_to_poll) == (1, 0)
@@ -169,13 +180,15 @@ def test_close_to_the_next_poll_the_fast_path_dispatches_every_candidate(
     written = now_ms + settings.poll_interval_ms - settings.fast_path_margin_ms + 1
     task = tasks.create(written + 65_000, "close-to-the-poll", now_ms=written)
     # When its record reaches the fast path at once
-    report = dispatch_stream_records(fast_path, stream_batch(dynamodb, task.task_id), written)
+    report = dispatch_stream_records(
+        fast_path, stream_batch(dynamodb, task.task_id), written, decode=decode_stream_image
+    )
     # Then it dispatches it: a poll that starts a little early might read the index before the write
     assert (report.dispatched, report.left_to_poll) == (1, 0)
     assert fast_invoker.task_ids == [task.task_id]
 
 
-class UnreadablePolls(DynamoTaskStore):
+class UnreadablePolls(DueIndex):
     def last_polls(self) -> list[int | None]:
         raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "BatchGetItem")
 
@@ -192,9 +205,16 @@ def test_when_the_last_polls_cannot_be_read_the_fast_path_dispatches_every_candi
     written = now_ms + 20_000
     task = tasks.create(written + 65_000, "unreadable-polls", now_ms=written)
     invoker = RecordingInvoker()
-    fast_path = Poller(UnreadablePolls.from_settings(dynamodb, settings), invoker, settings, poller_id="fast-test")
+    fast_path = poller_on(
+        with_part(DynamoStores.from_settings(dynamodb, settings), UnreadablePolls),
+        invoker,
+        settings,
+        poller_id="fast-test",
+    )
     # When its record reaches a fast path that cannot read when the last polls started
-    report = dispatch_stream_records(fast_path, stream_batch(dynamodb, task.task_id), written + 500)
+    report = dispatch_stream_records(
+        fast_path, stream_batch(dynamodb, task.task_id), written + 500, decode=decode_stream_image
+    )
     # Then it dispatches it, as if no poll were coming
     assert not report.polls_known
     assert report.dispatched == 1 and invoker.task_ids == [task.task_id]
@@ -206,15 +226,15 @@ def test_a_poll_notes_its_start_on_its_groups_watermark_item_and_never_moves_it_
     now_ms: int,
 ) -> None:
     # Given two poll groups and no poll yet
-    store = DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"poll_groups": 2}))
-    assert store.last_polls() == [None, None]
+    store = DynamoStores.from_settings(dynamodb, settings.model_copy(update={"poll_groups": 2}))
+    assert store.dispatch.last_polls() == [None, None]
     # When group 1 notes a start, then an earlier one
-    assert store.mark_polled(now_ms, group=1)
-    assert not store.mark_polled(now_ms - 1, group=1)
+    assert store.dispatch.mark_polled(now_ms, group=1)
+    assert not store.dispatch.mark_polled(now_ms - 1, group=1)
     # Then only group 1's start is known, the later one, and the group has no watermark yet
-    assert store.last_polls() == [None, now_ms]
-    assert store.due.get_watermark(1) is None
+    assert store.dispatch.last_polls() == [None, now_ms]
+    assert store.dispatch.get_watermark(1) is None
     # And a poll of group 0 notes its own start, next to the watermark it moves
-    Poller(store, RecordingInvoker(), settings.model_copy(update={"poll_groups": 2})).poll(now_ms + 1, group=0)
-    assert store.last_polls() == [now_ms + 1, now_ms]
-    assert store.due.get_watermark(0) is not None
+    poller_on(store, RecordingInvoker(), settings.model_copy(update={"poll_groups": 2})).poll(now_ms + 1, group=0)
+    assert store.dispatch.last_polls() == [now_ms + 1, now_ms]
+    assert store.dispatch.get_watermark(0) is not None

@@ -27,7 +27,7 @@ from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import Task, TaskStatus, canonical_json, known_action_kinds
 from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.network.addresses import public_address_problem
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction
 from support import (
     FIXED_NOW_MS,

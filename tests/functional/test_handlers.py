@@ -33,7 +33,7 @@ from punctual.config.settings import Settings
 from punctual.domain.model import ArmRequest
 from punctual.runtime import metrics as names
 from punctual.runtime.wiring import build_poller
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
 from punctual_tools.local.worker import load_handler_module
 from support import RecordingInvoker, arm
@@ -526,9 +526,9 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
         datetime.now(UTC) + timedelta(seconds=1), LogAction(message="taken"), None, task_id="taken-task"
     )
     taken = taken_task.task_id
-    store = DynamoTaskStore.from_settings(handlers.dynamodb, handlers.poller_app.settings)
+    store = DynamoStores.from_settings(handlers.dynamodb, handlers.poller_app.settings)
     now = int(datetime.now(UTC).timestamp() * 1000)
-    assert store.heartbeat("x-live", now, now + 600_000)
+    assert store.firing.heartbeat("x-live", now, now + 600_000)
     assert arm(store, taken_task, "x-live", now) is not None
     near = schedule(handlers, 2, first_in_ms=1_000)
     far = handlers.client.schedule(
@@ -558,9 +558,9 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
     assert again["dispatched"] == 2
     first, second = (delivered(p) for p in handlers.invoker.payloads)
     for executor_id in ("x-1", "x-2"):
-        assert store.heartbeat(executor_id, now, now + 600_000)
+        assert store.firing.heartbeat(executor_id, now, now + 600_000)
     requests = [
         [ArmRequest(t["task_id"], t["due_ms"], t["due_ms"] + 60_000) for t in p["tasks"]] for p in (first, second)
     ]
-    assert None not in store.arm_many(requests[0], first["batch_id"], "x-1", now)
-    assert store.arm_many(requests[1], second["batch_id"], "x-2", now) == [None, None]
+    assert None not in store.firing.arm_many(requests[0], first["batch_id"], "x-1", now)
+    assert store.firing.arm_many(requests[1], second["batch_id"], "x-2", now) == [None, None]

@@ -54,9 +54,11 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms, index_key, shard_of
 from punctual.domain.schedules import occurrence_id
 from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
-from punctual.polling.poller import Poller
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import poller_on
+from punctual.scheduling.client import Client as TaskClient
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.ports import ClientPort
 from punctual.targets import ActionEnv
 from punctual_tools.local.api_server import LocalApi
 from punctual_tools.template import ensure_table
@@ -317,7 +319,7 @@ class Firing:
     receivers: Receivers
     aws: FakeAws
     env: ActionEnv
-    store: DynamoTaskStore
+    store: DynamoStores
     client: Client  # the tenant-less client forged items are built with
 
     def now(self) -> int:
@@ -362,7 +364,7 @@ class Firing:
 def firing(dynamodb: Any, tsettings: Settings, receivers: Receivers, tmp_path: Path) -> Iterator[Firing]:
     aws = FakeAws()
     env = action_env(tsettings, aws, tmp_path / "secrets")
-    store = DynamoTaskStore.from_settings(dynamodb, tsettings)
+    store = DynamoStores.from_settings(dynamodb, tsettings)
     yield Firing(dynamodb, tsettings, receivers, aws, env, store, Client(tsettings, dynamodb=dynamodb))
     env.close()
 
@@ -774,10 +776,10 @@ def test_a_forged_schedule_naming_another_tenants_schedule_is_never_acted_on_thr
 def test_the_poller_quarantines_a_forged_schedule_naming_another_tenants_schedule(beta: Beta, attribute: str) -> None:
     # Given the forged schedule item, due in the index now
     forge_schedule(beta, TENANT_ATTRIBUTES[attribute], due_ms=FIXED_NOW_MS)
-    store = DynamoTaskStore.from_settings(beta.dynamodb, beta.settings)
+    store = DynamoStores.from_settings(beta.dynamodb, beta.settings)
     invoker = RecordingInvoker()
     # When the poller meets it
-    report = Poller(store, invoker, beta.settings).poll(FIXED_NOW_MS)
+    report = poller_on(store, invoker, beta.settings).poll(FIXED_NOW_MS)
     # Then it is counted undecodable and taken out of the due index, with the reason kept
     assert report.undecodable == 1 and report.occurrences_created == 0
     quarantined = beta.dynamodb.get_item(
@@ -790,7 +792,7 @@ def test_the_poller_quarantines_a_forged_schedule_naming_another_tenants_schedul
     assert invoker.events == []
     beta.assert_untouched()
     # And the next poll does not meet it again
-    assert Poller(store, RecordingInvoker(), beta.settings).poll(FIXED_NOW_MS + 1_000).undecodable == 0
+    assert poller_on(store, RecordingInvoker(), beta.settings).poll(FIXED_NOW_MS + 1_000).undecodable == 0
 
 
 def test_a_forged_schedule_of_its_own_aimed_at_another_tenant_makes_occurrences_that_fail_when_fired(
@@ -1412,7 +1414,7 @@ class SlowCounting:
     """The store, whose count of a tenant's active tasks answers 200 ms after it was taken, as a query to DynamoDB
     over a slow network does (moto answers in microseconds, which hides how threads interleave around it)."""
 
-    def __init__(self, store: DynamoTaskStore) -> None:
+    def __init__(self, store: ClientPort) -> None:
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
@@ -1429,11 +1431,8 @@ def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quo
 ) -> None:
     # Given a client writing acme's keys, whose store counts as slowly as DynamoDB does, and 12 good tasks where
     # acme's quota is 8 active
-    client = Client(
-        tsettings,
-        store=SlowCounting(DynamoTaskStore.from_settings(dynamodb, tsettings)),  # type: ignore[arg-type]
-        clock=clock,
-    )
+    stores = DynamoStores.from_settings(dynamodb, tsettings)
+    client = TaskClient(tsettings, SlowCounting(stores.client), stores.schedules, clock=clock)  # type: ignore[arg-type]
     specs = [{"task_id": f"acme/q-{i:02d}", "due_at": from_ms(LATER), "action": {"kind": "log"}} for i in range(12)]
     # When they are scheduled on 16 threads (the default)
     results = client.schedule_many(specs, threads=16)

@@ -12,12 +12,12 @@ from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from support import arm, read_task
 
 
 def _armed_by_a_crashed_attempt(
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     invocation: str,
@@ -26,7 +26,7 @@ def _armed_by_a_crashed_attempt(
     still 20 s ahead (as a process killed by Lambda leaves it)."""
     now = int(SystemClock().wall_ms())
     created = [tasks.create(now + 1_000 + 500 * i, now_ms=now) for i in range(3)]
-    assert store.heartbeat("x-dead", now, now + settings.executor_lease_ms, invocation)
+    assert store.firing.heartbeat("x-dead", now, now + settings.executor_lease_ms, invocation)
     for task in created:
         assert arm(store, task, "x-dead", now, batch_id="b-1") is not None
     event = BatchEvent(
@@ -41,11 +41,11 @@ def _armed_by_a_crashed_attempt(
 
 
 def test_lambdas_retry_of_the_same_invocation_fences_its_earlier_attempt_and_fires_on_time(
-    store: DynamoTaskStore, tasks: Any, settings: Settings
+    store: DynamoStores, tasks: Any, settings: Settings
 ) -> None:
     # Given a batch armed by an attempt of invocation req-1 that crashed, its lease 20 s ahead
     event, ids = _armed_by_a_crashed_attempt(store, tasks, settings, "req-1")
-    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5))
+    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))
     try:
         # When Lambda retries req-1 at once
         report = executor.run_batch(event, invocation="req-1")
@@ -55,15 +55,17 @@ def test_lambdas_retry_of_the_same_invocation_fences_its_earlier_attempt_and_fir
     assert (report.taken_over, report.succeeded, report.missed) == (3, 3, 0)
     assert all(read_task(store, task_id).status is TaskStatus.SUCCEEDED for task_id in ids)
     # And the earlier attempt can never renew
-    assert store.heartbeat("x-dead", int(SystemClock().wall_ms()), int(SystemClock().wall_ms()) + 20_000) is False
+    assert (
+        store.firing.heartbeat("x-dead", int(SystemClock().wall_ms()), int(SystemClock().wall_ms()) + 20_000) is False
+    )
 
 
 def test_a_delivery_of_another_invocation_does_not_fence_a_live_owner(
-    store: DynamoTaskStore, tasks: Any, settings: Settings
+    store: DynamoStores, tasks: Any, settings: Settings
 ) -> None:
     # Given a batch armed by a live executor of invocation req-1
     event, ids = _armed_by_a_crashed_attempt(store, tasks, settings, "req-1")
-    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5))
+    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))
     try:
         # When another invocation (req-2) delivers the same batch
         report = executor.run_batch(event, invocation="req-2")
@@ -73,17 +75,20 @@ def test_a_delivery_of_another_invocation_does_not_fence_a_live_owner(
     assert (report.armed, report.lost_arm, report.taken_over, report.fired) == (0, 3, 0, 0)
     assert all(read_task(store, task_id).armed_by == "x-dead" for task_id in ids)
     now = int(SystemClock().wall_ms())
-    assert store.heartbeat("x-dead", now, now + 20_000, "req-1")
+    assert store.firing.heartbeat("x-dead", now, now + 20_000, "req-1")
 
 
-def test_a_restart_fences_every_executor_still_alive_and_only_those(store: DynamoTaskStore) -> None:
+def test_a_restart_fences_every_executor_still_alive_and_only_those(store: DynamoStores) -> None:
     # Given two executors alive until 20 s from now and one whose lease has ended
     now = int(SystemClock().wall_ms())
     for executor_id, until in (("x-a", now + 20_000), ("x-b", now + 20_000), ("x-old", now - 1)):
-        assert store.heartbeat(executor_id, now - 5_000, until)
+        assert store.firing.heartbeat(executor_id, now - 5_000, until)
     # When a restart fences what the killed stack left
-    fenced = store.fence_live_executors(now)
+    fenced = store.firing.fence_live_executors(now)
     # Then the two live ones are fenced (they can never renew), the lapsed one is left as it is
     assert sorted(fenced) == ["x-a", "x-b"]
-    assert store.heartbeat("x-a", now, now + 20_000) is False and store.heartbeat("x-b", now, now + 20_000) is False
-    assert store.heartbeat("x-old", now, now + 20_000)
+    assert (
+        store.firing.heartbeat("x-a", now, now + 20_000) is False
+        and store.firing.heartbeat("x-b", now, now + 20_000) is False
+    )
+    assert store.firing.heartbeat("x-old", now, now + 20_000)

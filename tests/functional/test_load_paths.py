@@ -14,13 +14,14 @@ from punctual.domain.backoff import backoff_s
 from punctual.domain.clock import SystemClock
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
 from punctual.runtime.ntp import OffsetProbe
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.table import BATCH_GET_ATTEMPTS
 from punctual.targets import FireContext, HttpAction
 from punctual.targets.http import INVOCATION_MARGIN_MS, RETRY_DELAYS_S, _may_retry
-from support import RecordingInvoker, read_task
+from support import RecordingInvoker, read_task, with_part
 
 
 class Throttling:
@@ -60,8 +61,8 @@ class Throttling:
         return getattr(self._client, name)
 
 
-def _store(client: Any, settings: Settings, sleeps: list[float]) -> DynamoTaskStore:
-    store = DynamoTaskStore.from_settings(client, settings)
+def _store(client: Any, settings: Settings, sleeps: list[float]) -> DynamoStores:
+    store = DynamoStores.from_settings(client, settings)
     store.table.sleep = sleeps.append  # the test's clock: no real wait
     return store
 
@@ -76,7 +77,7 @@ def test_unprocessed_keys_are_read_again_after_growing_waits(
     throttling = Throttling(dynamodb, unprocessed=3)
     invoker = RecordingInvoker()
     # When a poll runs
-    report = Poller(_store(throttling, settings, sleeps), invoker, settings).poll(now_ms)
+    report = poller_on(_store(throttling, settings, sleeps), invoker, settings).poll(now_ms)
     # Then the keys were asked for again after three waits, each drawn below its growing cap, and both dispatched
     assert len(sleeps) == 3 and all(0 <= s <= backoff_s(i, draw=lambda: 1.0) for i, s in enumerate(sleeps))
     assert report.dispatched == 2 and report.complete
@@ -89,7 +90,7 @@ def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_th
     created = tasks.create(now_ms + 10_000, now_ms=now_ms)
     throttling = Throttling(dynamodb, unprocessed=BATCH_GET_ATTEMPTS)
     invoker = RecordingInvoker()
-    poller = Poller(_store(throttling, settings, []), invoker, settings)
+    poller = poller_on(_store(throttling, settings, []), invoker, settings)
     # When the poll runs  Then it does not fail, sends nothing, and keeps the watermark before the task
     report = poller.poll(now_ms)
     assert report.dispatched == 0 and invoker.events == []
@@ -107,7 +108,7 @@ def test_a_throttled_index_read_leaves_the_poll_whole_and_its_bucket_unread(
         tasks.create(now_ms + 10_000 + i, now_ms=now_ms)
     throttling = Throttling(dynamodb, throttled_queries=1)
     invoker = RecordingInvoker()
-    poller = Poller(_store(throttling, settings, []), invoker, settings)
+    poller = poller_on(_store(throttling, settings, []), invoker, settings)
     # When a poll runs  Then it does not fail; it is incomplete; the next one sends what it missed
     report = poller.poll(now_ms)
     assert not report.complete
@@ -117,7 +118,7 @@ def test_a_throttled_index_read_leaves_the_poll_whole_and_its_bucket_unread(
     assert len(sent) == 8
 
 
-class FailingRecords(DynamoTaskStore):
+class FailingRecords(Executors):
     """record_many fails (as a throttled or timed-out call raises) its first ``failures`` times."""
 
     failures = 0
@@ -133,14 +134,14 @@ def test_a_record_write_failing_three_times_is_written_the_fourth(
     dynamodb: Any, settings: Settings, tasks: Any
 ) -> None:
     # Given a task due now and a store whose record write fails three times
-    store = FailingRecords.from_settings(dynamodb, settings)
-    store.failures = 3  # type: ignore[attr-defined]
+    store = with_part(DynamoStores.from_settings(dynamodb, settings), FailingRecords)
+    store.firing.failures = 3  # type: ignore[attr-defined]
     clock = SystemClock()
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     invoker = RecordingInvoker()
-    Poller(store, invoker, settings).poll(now)
-    executor = Executor(store, settings, clock, OffsetProbe(None, 0.5))
+    poller_on(store, invoker, settings).poll(now)
+    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5))
     try:
         # When the executor fires it
         report = executor.run_batch(invoker.events[0])
@@ -149,7 +150,7 @@ def test_a_record_write_failing_three_times_is_written_the_fourth(
     # Then its outcome is recorded after the retries: SUCCEEDED, not left ARMED for a poll to call MISSED
     assert report.succeeded == 1 and report.not_recorded == 0
     assert read_task(store, task.task_id).status is TaskStatus.SUCCEEDED
-    assert store.failures == 0  # type: ignore[attr-defined]
+    assert store.firing.failures == 0  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,11 @@ from punctual.domain.keys import BUCKET_MS, shard_of
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.fastpath import candidate_of_record
-from punctual.polling.poller import Poller
+from punctual.runtime.client import Client
 from punctual.runtime.ntp import OffsetProbe
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.dynamodb.codec import candidate_of_item
 from punctual.targets import LogAction
 from support import FakeClock, RecordingInvoker, due_candidates, read_task
 
@@ -40,7 +41,7 @@ def test_misfire_decision_edges(late_ms: float, policy: str, decision: str) -> N
 
 
 def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
-    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoStores, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task with the default policy and one with fire_late
     default = tasks.create(now_ms + 5_000, "default")
@@ -59,7 +60,7 @@ def test_policy_is_stored_defaults_to_skip_and_is_part_of_the_content(
 
 
 def test_an_item_written_before_the_policy_existed_reads_as_skip(
-    store: DynamoTaskStore, tasks: Any, dynamodb: Any, now_ms: int
+    store: DynamoStores, tasks: Any, dynamodb: Any, now_ms: int
 ) -> None:
     # Given a stored task whose item has no misfire_policy attribute (an older writer)
     task = tasks.create(now_ms + 5_000, "old")
@@ -67,7 +68,7 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
         TableName=store.config.table_name, Key={"task_id": {"S": "old"}}, UpdateExpression="REMOVE misfire_policy"
     )
     # When it is read, and found as a candidate
-    found = store.due.candidates([task.task_id])
+    found = store.dispatch.candidates([task.task_id])
     # Then it is a "skip" task
     assert read_task(store, "old").misfire_policy == "skip"
     assert found[0].misfire_policy == "skip"
@@ -75,7 +76,7 @@ def test_an_item_written_before_the_policy_existed_reads_as_skip(
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_poller_dispatches_overdue_tasks_with_their_policy(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int, policy: str
+    store: DynamoStores, tasks: Any, settings: Settings, now_ms: int, policy: str
 ) -> None:
     # Given two tasks with a 60 s grace and this policy, written on time long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -85,7 +86,7 @@ def test_poller_dispatches_overdue_tasks_with_their_policy(
     beyond = tasks.create(now_ms - grace - 1, "beyond", now_ms=written, misfire_grace_ms=grace, misfire_policy=policy)
     invoker = RecordingInvoker()
     # When the poller finds them
-    report = Poller(store, invoker, settings, poller_id="p").poll(now_ms)
+    report = poller_on(store, invoker, settings, poller_id="p").poll(now_ms)
     # Then both go to an executor, each with its grace and (when not the default) its policy: the executor
     # applies the policy (see the executor test below); the poller writes nothing
     assert report.dispatched == 2
@@ -106,8 +107,8 @@ def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
     }
     old = {k: v for k, v in image.items() if k != "misfire_policy"}
     # When they become candidates
-    late = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": image}})
-    skip = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": old}})
+    late = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": image}}, candidate_of_item)
+    skip = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": old}}, candidate_of_item)
     # Then each carries its policy
     assert late is not None and late.misfire_policy == "fire_late"
     assert skip is not None and skip.misfire_policy == "skip"
@@ -115,11 +116,11 @@ def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
 def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, policy: str
+    store: DynamoStores, tasks: Any, settings: Settings, policy: str
 ) -> None:
     # Given a task with no grace, due 5 s ago, dispatched on time (its executor came late)
     clock = SystemClock()
-    executor = Executor(store, settings, clock, OffsetProbe(None, 0.5))
+    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5))
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)

@@ -15,7 +15,8 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.polling.poller import Poller, late_groups
 from punctual.polling.tick import DEADLINE_MARGIN_MS, SCHEDULE_PERIOD_MS, ScheduledTick, run_tick
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from punctual_tools.doubles import FakeClock
 from support import FIXED_NOW_MS, RecordingInvoker
@@ -37,11 +38,11 @@ def make_poller(dynamodb: Any, settings: Settings, invoker: RecordingInvoker, gr
     """A poller of ``groups`` poll groups over the moto table, invoking executors through ``invoker``, with ``due``
     tasks (``t-00``, ...) due within its lead window."""
     grouped = settings.model_copy(update={"poll_groups": groups})
-    store = DynamoTaskStore.from_settings(dynamodb, grouped)
+    store = DynamoStores.from_settings(dynamodb, grouped)
     for i in range(due):
         task = Task(task_id=f"t-{i:02d}", due_at=from_ms(FIXED_NOW_MS + 1_000 + 100 * i), action=LogAction())
-        assert store.create(task, FIXED_NOW_MS)[1]
-    return Poller(store, invoker, grouped, poller_id="poller-test")
+        assert store.client.create(task, FIXED_NOW_MS)[1]
+    return poller_on(store, invoker, grouped, poller_id="poller-test")
 
 
 def task_ids(count: int) -> list[str]:
@@ -248,11 +249,11 @@ class Invocation:
 def sub_poller(dynamodb: Any, settings: Settings, invoker: RecordingInvoker, groups: int = 1) -> Poller:
     """A poller polling six times a minute with a 20 s lead, and a task due every 10 s from 5 s after ``now``."""
     six = settings.model_copy(update={"poll_interval_ms": SUB_INTERVAL, "lead_ms": 20_000, "poll_groups": groups})
-    store = DynamoTaskStore.from_settings(dynamodb, six)
+    store = DynamoStores.from_settings(dynamodb, six)
     for i in range(9):
         task = Task(task_id=f"t-{i:02d}", due_at=from_ms(FIXED_NOW_MS + 5_000 + 10_000 * i), action=LogAction())
-        assert store.create(task, FIXED_NOW_MS)[1]
-    return Poller(store, invoker, six, poller_id="poller-test")
+        assert store.client.create(task, FIXED_NOW_MS)[1]
+    return poller_on(store, invoker, six, poller_id="poller-test")
 
 
 def test_an_invocation_polls_once_a_poll_interval_from_its_start_and_sums_its_polls(

@@ -13,9 +13,10 @@ from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, shard
 from punctual.domain.model import Candidate, TaskStatus
 from punctual.polling.poller import Poller, make_batches
 from punctual.polling.sent import send_again
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex
-from punctual.stores.dynamodb.store import DynamoTaskStore
-from support import RecordingInvoker, arm, read_task
+from support import RecordingInvoker, arm, read_task, with_part
 
 
 @pytest.fixture
@@ -24,14 +25,14 @@ def invoker() -> RecordingInvoker:
 
 
 @pytest.fixture
-def poller(store: DynamoTaskStore, invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return Poller(store, invoker, settings, poller_id="poller-test")
+def poller(store: DynamoStores, invoker: RecordingInvoker, settings: Settings) -> Poller:
+    return poller_on(store, invoker, settings, poller_id="poller-test")
 
 
 def test_dispatches_everything_due_up_to_now_plus_lead_and_nothing_later(
     poller: Poller,
     invoker: RecordingInvoker,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     settings: Settings,
     now_ms: int,
@@ -68,7 +69,7 @@ def test_dispatches_everything_due_up_to_now_plus_lead_and_nothing_later(
 
 
 def test_batch_payloads_validate_and_carry_what_the_arm_checks(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given a few tasks due soon
     created = [tasks.create(now_ms + 1_000 * i) for i in range(5)]
@@ -78,7 +79,7 @@ def test_batch_payloads_validate_and_carry_what_the_arm_checks(
     for event in invoker.events:
         assert event.dispatcher == "poller-test"
         for entry in event.tasks:
-            stored = store.get(entry.task_id)
+            stored = store.client.get(entry.task_id)
             assert stored is not None
             assert stored.status is TaskStatus.PENDING
             assert entry.due_ms == stored.due_ms
@@ -87,10 +88,10 @@ def test_batch_payloads_validate_and_carry_what_the_arm_checks(
 
 
 def test_batches_are_cut_at_max_batch_size_in_due_order(
-    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoStores, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a batch size of 3 and 7 tasks due soon
-    poller = Poller(store, invoker, settings.model_copy(update={"max_batch_size": 3}))
+    poller = poller_on(store, invoker, settings.model_copy(update={"max_batch_size": 3}))
     created = [tasks.create(now_ms + 30_000 - 1_000 * i) for i in range(7)]
     # When they are polled
     report = poller.poll(now_ms)
@@ -195,7 +196,7 @@ def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(
 
 
 def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given two tasks with a 60 s grace, written on time by a client long ago: one overdue by exactly its
     # grace, one by a millisecond more
@@ -214,12 +215,12 @@ def test_overdue_tasks_are_dispatched_however_late_and_the_executor_decides(
 
 
 def test_a_second_poll_sends_nothing_an_executor_armed(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given a poll that dispatched two tasks, which a live executor armed
     created = [tasks.create(now_ms + 5_000 + i) for i in range(2)]
     assert poller.poll(now_ms).dispatched == 2
-    assert store.heartbeat("x-live", now_ms, now_ms + 20_000)
+    assert store.firing.heartbeat("x-live", now_ms, now_ms + 20_000)
     assert all(arm(store, t, "x-live", now_ms) for t in created)
     # When the next poll runs while the executor is alive
     report = poller.poll(now_ms + 1_000)
@@ -233,7 +234,7 @@ def test_a_second_poll_sends_nothing_an_executor_armed(
 def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_before_it_would_fire_late(
     poller: Poller,
     invoker: RecordingInvoker,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     now_ms: int,
     settings: Settings,
@@ -255,7 +256,7 @@ def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_be
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "still PENDING" in r.message]
     assert warnings and "20.0 to 20.0 s ago" in warnings[0] and "0 sent again" in warnings[0]
     # ... while another poller (a new process: no memory of it) sends it at once, and counts nothing
-    fresh = Poller(store, invoker, settings).poll(now_ms + 1)
+    fresh = poller_on(store, invoker, settings).poll(now_ms + 1)
     assert (fresh.not_armed, fresh.dispatched) == (0, 1)
     # When the tick a poll interval (less the margin) after the first comes / Then the task, due before the next
     # poll could send it in time, is sent again now (an executor arms it once: a second delivery loses at ARM)
@@ -268,7 +269,7 @@ def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_be
 def test_pending_tasks_due_soon_are_sent_again_only_if_their_batch_shows_no_progress(
     poller: Poller,
     invoker: RecordingInvoker,
-    store: DynamoTaskStore,
+    store: DynamoStores,
     tasks: Any,
     now_ms: int,
     settings: Settings,
@@ -280,7 +281,7 @@ def test_pending_tasks_due_soon_are_sent_again_only_if_their_batch_shows_no_prog
     assert poller.poll(now_ms).batches == 1
     later = now_ms + settings.poll_interval_ms - settings.fast_path_margin_ms
     if progress:  # the batch's executor is alive and has armed one of them: it is still arming the others
-        assert store.heartbeat("x-arming", later, now_ms + 3_600_000)
+        assert store.firing.heartbeat("x-arming", later, now_ms + 3_600_000)
         assert arm(store, created[0], "x-arming", later) is not None
     # When that tick polls
     report = poller.poll(later)
@@ -294,17 +295,17 @@ def test_pending_tasks_due_soon_are_sent_again_only_if_their_batch_shows_no_prog
 
 
 def test_recovered_tasks_are_held_back_past_a_lease_while_their_batch_shows_progress(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given three tasks armed by an executor alive until T, then dead, and a poll at T + 1 that sent them in one
     # batch, whose executor has taken over one of them (and is alive)
     created = [tasks.create(now_ms + 60_000 + i) for i in range(3)]
     until = now_ms + 20_000
-    assert store.heartbeat("x-dead", now_ms, until)
+    assert store.firing.heartbeat("x-dead", now_ms, until)
     assert all(arm(store, t, "x-dead", now_ms) is not None for t in created)
     assert poller.poll(until + 1).batches == 1
     lease = settings.executor_lease_ms
-    assert store.heartbeat("x-taker", until + 2, until + 2 * lease + 5_000)
+    assert store.firing.heartbeat("x-taker", until + 2, until + 2 * lease + 5_000)
     assert arm(store, created[0], "x-taker", until + 2) is not None
     # When a poll comes a lease after they were sent / Then it holds back the other two: their taker is at work
     report = poller.poll(until + 1 + lease)
@@ -350,7 +351,7 @@ def test_with_a_poll_interval_shorter_than_the_margin_a_task_is_sent_again_no_so
 
 @pytest.mark.parametrize(("gap_ms", "remembered"), [(149_999, True), (150_000, False)])
 def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
-    store: DynamoTaskStore,
+    store: DynamoStores,
     invoker: RecordingInvoker,
     tasks: Any,
     now_ms: int,
@@ -359,7 +360,7 @@ def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
     remembered: bool,
 ) -> None:
     # Given a poll that sent a task no executor armed, and no poll for a long while after (ticks lost)
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
     tasks.create(now_ms + 60_000, misfire_grace_ms=3_600_000)
     assert poller.poll(now_ms).dispatched == 1
     # When the next poll comes a hold-back and a poll interval later, or a millisecond sooner
@@ -370,10 +371,10 @@ def test_what_a_poller_sent_is_remembered_a_poll_interval_past_its_hold_back(
 
 
 def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
-    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
+    store: DynamoStores, invoker: RecordingInvoker, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a poller that remembers nothing, and a task no executor armed
-    poller = Poller(store, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
+    poller = poller_on(store, invoker, settings.model_copy(update={"redispatch_after_ms": 0}))
     tasks.create(now_ms + 50_000)
     # When it polls twice, a millisecond apart / Then it sends the task both times (and, remembering nothing,
     # counts nothing as not armed)
@@ -382,12 +383,12 @@ def test_with_redispatch_after_zero_every_poll_sends_what_is_still_pending(
 
 
 def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_it_ends(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given a task armed by an executor whose last heartbeat said it is alive until now + 20 s, then died
     task = tasks.create(now_ms + 60_000)
     alive_until = now_ms + 20_000
-    assert store.heartbeat("x-dead", now_ms, alive_until)
+    assert store.firing.heartbeat("x-dead", now_ms, alive_until)
     assert arm(store, task, "x-dead", now_ms) is not None
     # When polls run at the end of its lease, and one millisecond later
     at_edge = poller.poll(alive_until)
@@ -402,12 +403,12 @@ def test_tasks_of_an_executor_whose_heartbeat_lapsed_are_recovered_one_ms_after_
 
 
 def test_a_recovered_task_sent_lately_is_held_back_for_a_lease_unless_its_holder_changed(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int, settings: Settings
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int, settings: Settings
 ) -> None:
     # Given a task armed by an executor alive until T, then dead, and a poll at T + 1 that sent it
     task = tasks.create(now_ms + 60_000)
     until = now_ms + 20_000
-    assert store.heartbeat("x-dead", now_ms, until)
+    assert store.firing.heartbeat("x-dead", now_ms, until)
     assert arm(store, task, "x-dead", now_ms) is not None
     assert poller.poll(until + 1).dispatched == 1
     lease = settings.executor_lease_ms
@@ -418,19 +419,19 @@ def test_a_recovered_task_sent_lately_is_held_back_for_a_lease_unless_its_holder
     assert poller.poll(until + 1 + lease).dispatched == 1
     # When the executor it went to took it over and died in turn / Then the next poll sends it at once
     taker_until = until + lease + 5_000
-    assert store.heartbeat("x-taker", until + lease + 2, taker_until)
+    assert store.firing.heartbeat("x-taker", until + lease + 2, taker_until)
     assert arm(store, task, "x-taker", until + lease + 2) is not None
     assert poller.poll(taker_until + 1).dispatched == 1
     assert invoker.task_ids == [task.task_id] * 3
 
 
 def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given a task armed by a live executor, with its own (backstop) lease ending at now + 100 s
     task = tasks.create(now_ms + 10_000, misfire_grace_ms=3_600_000)
     lease = now_ms + 100_000
-    assert store.heartbeat("x-live", now_ms, now_ms + 10_000_000)
+    assert store.firing.heartbeat("x-live", now_ms, now_ms + 10_000_000)
     assert arm(store, task, "x-live", now_ms, lease_until_ms=lease) is not None
     # Then the lease holds it at its last millisecond, and it is recovered one ms later
     assert poller.poll(lease).dispatched == 0
@@ -439,7 +440,7 @@ def test_an_ended_task_lease_is_recovered_even_when_its_executor_looks_alive(
 
 
 def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given an invoker that refuses every invocation
     created = [tasks.create(now_ms + 5_000 + i).task_id for i in range(3)]
@@ -458,13 +459,13 @@ def test_failing_invoker_leaves_tasks_pending_for_the_next_poll(
 
 
 def test_a_tick_out_of_time_dispatches_nothing_more_and_leaves_the_rest_findable(
-    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoStores, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given 7 tasks in batches of 2 (4 batches), found by a poll, and a time budget that allows 2 invocations
     # (each batch asks once before it is sent; the batches are sent in parallel, so which 2 go is not fixed)
-    poller = Poller(store, invoker, settings.model_copy(update={"max_batch_size": 2}))
+    poller = poller_on(store, invoker, settings.model_copy(update={"max_batch_size": 2}))
     created = [tasks.create(now_ms + 10_000 + i).task_id for i in range(7)]
-    found = store.find_due(now_ms, now_ms + settings.lead_ms).candidates
+    found = store.dispatch.find_due(now_ms, now_ms + settings.lead_ms).candidates
     asked = {"n": 0}
     lock = threading.Lock()
 
@@ -497,7 +498,7 @@ def test_a_tick_out_of_time_before_it_reads_reports_itself_incomplete(
 
 
 def test_watermark_stays_overdue_safety_behind_now(
-    poller: Poller, store: DynamoTaskStore, settings: Settings, now_ms: int
+    poller: Poller, store: DynamoStores, settings: Settings, now_ms: int
 ) -> None:
     # Given an empty table
     # When the poller runs twice, a few minutes apart
@@ -506,11 +507,11 @@ def test_watermark_stays_overdue_safety_behind_now(
         # Then the watermark is the bucket of now - overdue_safety, never closer to now
         assert report.watermark_ms == bucket_start(now - settings.overdue_safety_ms)
         assert report.watermark_ms <= now - settings.overdue_safety_ms
-        assert store.due.get_watermark() == report.watermark_ms
+        assert store.dispatch.get_watermark() == report.watermark_ms
 
 
 def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
-    poller: Poller, store: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int
+    poller: Poller, store: DynamoStores, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a task due 10 minutes ago with a long grace, written on time (so in its own, old bucket)
     old_due = now_ms - 10 * BUCKET_MS
@@ -520,41 +521,41 @@ def test_watermark_does_not_pass_a_bucket_holding_an_active_task(
         report = poller.poll(now)
         # Then the watermark stays at its bucket
         assert report.watermark_ms <= bucket_start(old_due)
-        assert store.due.get_watermark() == bucket_start(old_due)
+        assert store.dispatch.get_watermark() == bucket_start(old_due)
     # And once it is finished, the watermark moves on to the safety margin
-    store.cancel(task.task_id, now_ms + 21_000)
+    store.client.cancel(task.task_id, now_ms + 21_000)
     later = now_ms + 2 * BUCKET_MS
     report = poller.poll(later)
     assert report.watermark_ms == bucket_start(later - settings.overdue_safety_ms)
-    assert store.due.get_watermark() == report.watermark_ms
+    assert store.dispatch.get_watermark() == report.watermark_ms
 
 
 def test_first_poll_without_watermark_reaches_the_oldest_active_task(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given no watermark and a task due 30 minutes ago, written on time, with a 1 h grace
     task = tasks.create(now_ms - 30 * BUCKET_MS, now_ms=now_ms - 31 * BUCKET_MS, misfire_grace_ms=3_600_000)
-    assert store.due.get_watermark() is None
+    assert store.dispatch.get_watermark() is None
     # When the first poll runs
     report = poller.poll(now_ms)
     # Then it reaches back to that bucket and dispatches the task
     assert report.dispatched == 1
     assert invoker.task_ids == [task.task_id]
     assert report.buckets >= 30
-    assert store.due.get_watermark() is not None
+    assert store.dispatch.get_watermark() is not None
 
 
 def test_task_from_an_old_watermark_era_is_still_found(
-    store: DynamoTaskStore, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoStores, invoker: RecordingInvoker, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a watermark left at an old bucket by an earlier poll
     old_watermark = bucket_start(now_ms - 10 * BUCKET_MS)
-    assert store.due.advance_watermark(old_watermark)
+    assert store.dispatch.advance_watermark(old_watermark)
     # And tasks written back then: one due 5 minutes ago with a long grace, one with the default grace
     in_grace = tasks.create(now_ms - 5 * BUCKET_MS, now_ms=now_ms - 6 * BUCKET_MS, misfire_grace_ms=600_000)
     too_late = tasks.create(now_ms - 5 * BUCKET_MS + 1, now_ms=now_ms - 6 * BUCKET_MS)
     # When a fresh poller (a new cold start) runs now
-    report = Poller(store, invoker, settings).poll(now_ms)
+    report = poller_on(store, invoker, settings).poll(now_ms)
     # Then it queries from the stored watermark and finds both (the executor fires one, misses the other)
     assert report.buckets == len(buckets_between(old_watermark, now_ms + settings.lead_ms))
     assert report.candidates == 2
@@ -562,7 +563,7 @@ def test_task_from_an_old_watermark_era_is_still_found(
 
 
 def test_task_written_late_after_the_watermark_moved_is_found(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given a poll that moved the watermark up to the safety margin
     poller.poll(now_ms)
@@ -574,11 +575,11 @@ def test_task_written_late_after_the_watermark_moved_is_found(
 
 
 def test_cancelled_and_finished_tasks_are_not_dispatched(
-    poller: Poller, invoker: RecordingInvoker, store: DynamoTaskStore, tasks: Any, now_ms: int
+    poller: Poller, invoker: RecordingInvoker, store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     cancelled = tasks.create(now_ms + 5_000)
     kept = tasks.create(now_ms + 6_000)
-    store.cancel(cancelled.task_id, now_ms)
+    store.client.cancel(cancelled.task_id, now_ms)
     report = poller.poll(now_ms)
     assert report.candidates == 1
     assert invoker.task_ids == [kept.task_id]
@@ -610,8 +611,9 @@ def test_a_poll_dispatches_each_read_of_the_index_before_it_makes_the_next(
     # Given a task due now and one at the window's end, in two buckets, which a poll reads one bucket at a time
     narrow = settings.model_copy(update={"db_threads": 1})
     log: list[str] = []
-    store = DynamoTaskStore.from_settings(dynamodb, narrow)
-    store.due = noted = ReadsNoted(store.table, store.tasks, store.executors)
+    store = with_part(DynamoStores.from_settings(dynamodb, narrow), ReadsNoted)
+    noted = store.dispatch
+    assert isinstance(noted, ReadsNoted)
     noted.log = log
     factory = type(tasks)(store)
     first = factory.create(now_ms, "first").task_id
@@ -620,7 +622,7 @@ def test_a_poll_dispatches_each_read_of_the_index_before_it_makes_the_next(
     assert later_bucket > bucket_start(now_ms)
 
     # When the poller polls
-    report = Poller(store, InvokesNoted(log), narrow, poller_id="p-stream").poll(now_ms)
+    report = poller_on(store, InvokesNoted(log), narrow, poller_id="p-stream").poll(now_ms)
 
     # Then the first was sent right after the read that found it, before the later bucket was read at all
     assert report.dispatched == 2

@@ -16,14 +16,15 @@ from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import ScheduleState
 from punctual.errors import QuotaExceededError
+from punctual.runtime.client import Client
 from punctual.runtime.wiring import build_poller
-from punctual.scheduling.client import Client
+from punctual.scheduling.client import Client as TaskClient
 from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
 from punctual.scheduling.redrive import Selection, redrive_tasks
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
-from punctual.stores.memory import InMemoryStore
 from punctual.targets import LogAction
+from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.template import TABLE_RESOURCE, load_template
 from support import FakeClock, RecordingInvoker, arm
 
@@ -70,7 +71,7 @@ def test_the_count_reads_only_the_tenants_own_active_keys(
     dynamodb: Any, tenant_settings: Settings, now_ms: int
 ) -> None:
     # Given acme's two active tasks, and an item keyed under beta that forges tenant="acme"
-    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    store = DynamoStores.from_settings(dynamodb, tenant_settings)
     client = Client(tenant_settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
     for i in range(2):
         client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
@@ -78,8 +79,8 @@ def test_the_count_reads_only_the_tenants_own_active_keys(
     forged = {**forged, "tenant": {"S": "acme"}, "tenant_shard": {"S": "acme#0"}}
     dynamodb.put_item(TableName=tenant_settings.table_name, Item=forged)
     # Then acme's count is its own two: a forged attribute neither fills nor empties another's quota
-    assert store.count_active("acme") == 2
-    assert store.count_active("beta") == 0
+    assert store.client.count_active("acme") == 2
+    assert store.client.count_active("beta") == 0
 
 
 def _index_keys(index_name: str) -> tuple[str, str]:
@@ -93,7 +94,7 @@ def _index_keys(index_name: str) -> tuple[str, str]:
 def test_a_tenants_active_entries_spread_over_many_index_keys(dynamodb: Any, settings: Settings, now_ms: int) -> None:
     # Given one tenant's active tasks made on every path that makes one: single creates, many at once, a
     # schedule's occurrences, and a redrive of a failed task
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
     for i in range(64):
         client.schedule(from_ms(now_ms + 120_000 + i), LogAction(), task_id=f"acme/one-{i}")
@@ -124,7 +125,7 @@ def test_a_tenants_active_entries_spread_over_many_index_keys(dynamodb: Any, set
     assert occurrences and len(entries) == 64 + 64 + 1 + len(occurrences)
     assert len(per_key) >= 16, per_key
     assert max(per_key.values()) <= len(entries) // 4, per_key
-    assert store.count_active("acme") == len(entries)
+    assert store.client.count_active("acme") == len(entries)
 
 
 def test_the_cached_count_is_reused_then_read_again(dynamodb: Any, tenant_settings: Settings) -> None:
@@ -158,9 +159,11 @@ def test_schedules_and_their_fire_rate_are_bounded(settings: Settings, now_ms: i
     # those of the next minutes at once, and each is an active task), on a store in memory (the guard counts
     # through the ports)
     quotas = {**QUOTAS, "active_tasks": 10_000}
-    client = Client(
+    store = InMemoryStore.from_settings(settings)
+    client = TaskClient(
         settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})}),
-        store=InMemoryStore.from_settings(settings),
+        store,
+        store,
         clock=FakeClock(wall_ms=now_ms),
     )
     client.create_schedule("acme/slow", "rate(2 seconds)", LogAction())
@@ -252,18 +255,20 @@ def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:
 
 
 # -- every path that makes a task active is admitted ------------------------------------------------------------
-def _failed(client: Client, store: DynamoTaskStore, task_id: str, now_ms: int) -> None:
+def _failed(client: Client, store: DynamoStores, task_id: str, now_ms: int) -> None:
     """A task of ``task_id`` armed and recorded FAILED."""
     task = client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id)
     assert arm(store, task, "x", now_ms) is not None
-    assert store.record("x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x"))
+    assert store.firing.record(
+        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x")
+    )
 
 
 def test_a_redrive_past_active_tasks_is_refused_naming_it_and_the_task_stays_failed(
     client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
 ) -> None:
     # Given acme's FAILED task, then acme at its quota of 3 active tasks
-    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    store = DynamoStores.from_settings(dynamodb, tenant_settings)
     _failed(client, store, "acme/failed", now_ms)
     for i in range(3):
         client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id=f"acme/t-{i}")
@@ -285,14 +290,14 @@ def test_the_operators_redrive_keeps_each_tenant_within_its_room(
 
     # Given acme's two FAILED tasks and one active task: room for two more of its quota of 3; and the operator's
     # FAILED task (no quota)
-    store = DynamoTaskStore.from_settings(dynamodb, tenant_settings)
+    store = DynamoStores.from_settings(dynamodb, tenant_settings)
     for task_id in ("acme/f1", "acme/f2", "acme/f3", "ops-f"):
         _failed(client, store, task_id, now_ms)
     client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-0")
     # When the operator redrives them all, admitted as the tenant map says
-    admit = TenantAdmission(QuotaGuard(store), lambda task_id: Quotas(**QUOTAS))
+    admit = TenantAdmission(QuotaGuard(store.client), lambda task_id: Quotas(**QUOTAS))
     selection = Selection.of(["acme/f1", "acme/f2", "acme/f3", "ops-f"])
-    report = redrive_tasks(store, selection, now_ms, admit=admit)
+    report = redrive_tasks(store.client, selection, now_ms, admit=admit)
     # Then acme's first two and the operator's are redriven; acme's third stays FAILED, skipped for its quota
     assert report.redriven == ("acme/f1", "acme/f2", "ops-f")
     assert [(s.task_id, s.reason.name) for s in report.skipped] == [("acme/f3", "OVER_QUOTA")]
@@ -306,10 +311,10 @@ def test_a_schedules_later_chunks_past_active_tasks_are_held_back_then_made_when
     # poll window and schedule_ahead) fit
     quotas = {**QUOTAS, "active_tasks": 5}
     settings = tenant_settings.model_copy(update={"tenant_map": json.dumps({"tenants": {"acme": {"quotas": quotas}}})})
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
     client.create_schedule("acme/minutely", "rate(1 minute)", LogAction())
-    first = store.count_active("acme")
+    first = store.client.count_active("acme")
     assert 0 < first < 5
     # When the poller (as its function is built) runs ten minutes on, nothing having fired (every occurrence still
     # PENDING)
@@ -318,16 +323,16 @@ def test_a_schedules_later_chunks_past_active_tasks_are_held_back_then_made_when
     report = poller.poll(later)
     # Then the chain made only what acme has room for, and held the rest back: the schedule waits at the first
     # occurrence it did not make, still in the due index, and the poll went on
-    assert store.count_active("acme") == 5
+    assert store.client.count_active("acme") == 5
     assert report.occurrences_created == 5 - first
     schedule = client.get_schedule("acme/minutely")
     made = client.schedule_history("acme/minutely")
     assert schedule is not None and schedule.state is ScheduleState.ACTIVE
     assert schedule.next_due_ms == max(t.due_ms for t in made) + 60_000
-    assert "acme/minutely" in store.find_due(later, later + settings.lead_ms).schedules
+    assert "acme/minutely" in store.dispatch.find_due(later, later + settings.lead_ms).schedules
     # And once two tasks finish, a poll two minutes on makes two more (of the three its window holds)
     for task in made[:2]:
         client.cancel(task.task_id)
     poller.poll(later + 120_000)
-    assert store.count_active("acme") == 5
+    assert store.client.count_active("acme") == 5
     assert len(client.schedule_history("acme/minutely")) == len(made) + 2

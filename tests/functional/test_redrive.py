@@ -14,15 +14,16 @@ from punctual.errors import TaskStateError
 from punctual.scheduling.client import Client
 from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
 from punctual.stores.dlq import FileDeadLetterQueue
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
+from punctual.stores.ports import ClientPort
 from support import arm, read_task
 
 
-def make_failed(store: DynamoTaskStore, tasks: Any, task_id: str, now_ms: int) -> Task:
+def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> Task:
     """A task that was armed and recorded FAILED."""
     task = tasks.create(now_ms + 1_000, task_id)
     assert arm(store, task, "x", now_ms) is not None
-    assert store.record(
+    assert store.firing.record(
         "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
     )
     return read_task(store, task_id)
@@ -32,7 +33,7 @@ class RivalFirst:
     """The store as another caller races it: just before each REDRIVE write, the rival redrives the same tasks at
     ``rival_ms``, so every write of the service loses."""
 
-    def __init__(self, store: DynamoTaskStore, rival_ms: int) -> None:
+    def __init__(self, store: ClientPort, rival_ms: int) -> None:
         self._store = store
         self.rival_ms = rival_ms
 
@@ -45,7 +46,7 @@ class RivalFirst:
 
 
 def test_named_failed_tasks_are_redriven_and_each_other_one_is_skipped_with_its_reason(
-    store: DynamoTaskStore, tasks: Any, now_ms: int
+    store: DynamoStores, tasks: Any, now_ms: int
 ) -> None:
     # Given two FAILED tasks, a PENDING one, and an id with no task
     make_failed(store, tasks, "f1", now_ms)
@@ -53,7 +54,7 @@ def test_named_failed_tasks_are_redriven_and_each_other_one_is_skipped_with_its_
     tasks.create(now_ms + 5_000, "p1")
     later = now_ms + 60_000
     # When all of them are redriven (f1 named twice)
-    report = redrive_tasks(store, Selection.of(["f1", "p1", "nope", "f2", "f1"]), later)
+    report = redrive_tasks(store.client, Selection.of(["f1", "p1", "nope", "f2", "f1"]), later)
     # Then the FAILED ones are redriven, in the order named, each once; the others are skipped and say why
     assert report.redriven == ("f1", "f2")
     assert [(s.task_id, s.reason, s.status) for s in report.skipped] == [
@@ -75,12 +76,12 @@ def test_named_failed_tasks_are_redriven_and_each_other_one_is_skipped_with_its_
     assert read_task(store, "p1").due_ms == now_ms + 5_000
 
 
-def test_a_second_redrive_skips_what_the_first_redrove(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_second_redrive_skips_what_the_first_redrove(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a FAILED task redriven once
     make_failed(store, tasks, "f1", now_ms)
-    assert redrive_tasks(store, Selection.of(["f1"]), now_ms + 10).redriven == ("f1",)
+    assert redrive_tasks(store.client, Selection.of(["f1"]), now_ms + 10).redriven == ("f1",)
     # When it is redriven again
-    report = redrive_tasks(store, Selection.of(["f1"]), now_ms + 20)
+    report = redrive_tasks(store.client, Selection.of(["f1"]), now_ms + 20)
     # Then it is skipped as not FAILED, and its due time is the first redrive's
     assert report == RedriveReport(
         skipped=(Skipped(task_id="f1", reason=SkipReason.NOT_FAILED, task=read_task(store, "f1")),)
@@ -88,10 +89,10 @@ def test_a_second_redrive_skips_what_the_first_redrove(store: DynamoTaskStore, t
     assert read_task(store, "f1").due_ms == now_ms + 10
 
 
-def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a FAILED task, and a rival that redrives it between the service's read and its write
     make_failed(store, tasks, "f1", now_ms)
-    rival = RivalFirst(store, rival_ms=now_ms + 5)
+    rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When the service redrives it
     report = redrive_tasks(rival, Selection.of(["f1"]), now_ms + 10)  # type: ignore[arg-type]
     # Then it lost the race: skipped with the task as it is now (the rival's redrive), which stands
@@ -101,31 +102,31 @@ def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoTaskStor
     assert read_task(store, "f1").due_ms == now_ms + 5
 
 
-def test_every_failed_task_is_selected_and_nothing_else(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_every_failed_task_is_selected_and_nothing_else(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given two FAILED tasks and a PENDING one
     make_failed(store, tasks, "f1", now_ms)
     make_failed(store, tasks, "f2", now_ms)
     tasks.create(now_ms + 5_000, "p1")
     # When every FAILED task is redriven
-    report = redrive_tasks(store, Selection(failed=True), now_ms + 60_000)
+    report = redrive_tasks(store.client, Selection(failed=True), now_ms + 60_000)
     # Then those two are, and nothing was skipped
     assert sorted(report.redriven) == ["f1", "f2"] and report.skipped == ()
     assert read_task(store, "p1").status is TaskStatus.PENDING
 
 
 def test_what_the_queue_holds_is_redriven_and_its_settled_letters_removed(
-    store: DynamoTaskStore, tasks: Any, now_ms: int, tmp_path: Path
+    store: DynamoStores, tasks: Any, now_ms: int, tmp_path: Path
 ) -> None:
     # Given letters for a FAILED task, a task redriven earlier (stale), a task that is gone, and a FAILED task
     # with no letter
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     for task_id in ("a", "s"):
         queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
-    assert store.redrive_many(["s"], now_ms + 5) == [True]
+    assert store.client.redrive_many(["s"], now_ms + 5) == [True]
     queue.send(Task(task_id="gone", due_at="2030-06-01T12:00:00Z", action={"kind": "log"}), "boom")
     make_failed(store, tasks, "b", now_ms)
     # When what the queue holds is redriven
-    report = redrive_tasks(store, Selection(dead_lettered=True), now_ms + 60_000, queue)
+    report = redrive_tasks(store.client, Selection(dead_lettered=True), now_ms + 60_000, queue)
     # Then a is redriven, s and gone are skipped, b is not selected; every letter is settled and removed
     assert report.redriven == ("a",)
     assert [(s.task_id, s.reason) for s in report.skipped] == [
@@ -137,13 +138,13 @@ def test_what_the_queue_holds_is_redriven_and_its_settled_letters_removed(
 
 
 def test_letters_of_tasks_still_failed_stay_and_those_of_a_lost_race_go(
-    store: DynamoTaskStore, tasks: Any, now_ms: int, tmp_path: Path
+    store: DynamoStores, tasks: Any, now_ms: int, tmp_path: Path
 ) -> None:
     # Given dead-lettered FAILED tasks a and b, and a rival that redrives whatever the service writes first
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
     for task_id in ("a", "b"):
         queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
-    rival = RivalFirst(store, rival_ms=now_ms + 5)
+    rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When only a is redriven, and loses the race
     report = redrive_tasks(rival, Selection.of(["a"]), now_ms + 10, queue)  # type: ignore[arg-type]
     # Then a's letter is removed (it is no longer FAILED), b's stays with b FAILED
@@ -152,17 +153,17 @@ def test_letters_of_tasks_still_failed_stay_and_those_of_a_lost_race_go(
     assert [letter.task_id for letter in queue.receive()] == ["b"]
 
 
-def test_nothing_selected_is_an_empty_report(store: DynamoTaskStore, tmp_path: Path, now_ms: int) -> None:
+def test_nothing_selected_is_an_empty_report(store: DynamoStores, tmp_path: Path, now_ms: int) -> None:
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
-    assert redrive_tasks(store, Selection.everything(), now_ms, queue) == RedriveReport(dead_letters_removed=0)
+    assert redrive_tasks(store.client, Selection.everything(), now_ms, queue) == RedriveReport(dead_letters_removed=0)
 
 
 def test_the_client_refuses_a_redrive_that_lost_the_race_with_the_task_as_it_is(
-    store: DynamoTaskStore, tasks: Any, settings: Settings, now_ms: int
+    store: DynamoStores, tasks: Any, settings: Settings, now_ms: int
 ) -> None:
     # Given a FAILED task and a client over a store a rival redrives first
     make_failed(store, tasks, "f1", now_ms)
-    client = Client(settings, store=RivalFirst(store, rival_ms=now_ms + 5))  # type: ignore[arg-type]
+    client = Client(settings, RivalFirst(store.client, rival_ms=now_ms + 5), store.schedules)  # type: ignore[arg-type]
     # When the client redrives it  Then it is refused, naming the task as the rival left it
     with pytest.raises(TaskStateError) as refused:
         client.redrive("f1")

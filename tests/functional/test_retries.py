@@ -15,7 +15,7 @@ from punctual.domain.keys import index_key, shard_of
 from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.executing.executor import Executor
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction
 from support import StubTarget, arm, read_task, run_until_done, serving
 
@@ -46,7 +46,7 @@ def always_failing() -> Iterator[FlakyTarget]:
         yield server
 
 
-def armed_task(store: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -> Task:
+def armed_task(store: DynamoStores, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, armed by ``exec-1``."""
     task = tasks.create(now_ms + 10_000, **fields)
     assert arm(store, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
@@ -54,7 +54,7 @@ def armed_task(store: DynamoTaskStore, tasks: Any, now_ms: int, **fields: Any) -
 
 
 def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
-    store: DynamoTaskStore, tasks: Any, read_raw: Any, now_ms: int
+    store: DynamoStores, tasks: Any, read_raw: Any, now_ms: int
 ) -> None:
     # Given a task armed by exec-1 (first attempt), whose action failed 10 s later
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
@@ -72,7 +72,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
         first_due_ms=task.due_ms,
     )
     # When exec-1 records the retry (in bulk, as the executor does)
-    assert store.record_many("exec-1", [retry]) == [True]
+    assert store.firing.record_many("exec-1", [retry]) == [True]
     # Then the task is PENDING, due at the next try, back in the due index under that instant's bucket,
     # flagged for the fast path, with its first due, attempt and last error kept, and no lease
     back = read_task(store, task.task_id)
@@ -92,7 +92,7 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert again.attempt == 2 and again.first_due_at == task.due_at
 
 
-def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a task already retried once (first due = its original due), armed again by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     first = FireRecord(
@@ -106,7 +106,7 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, 
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
-    assert store.record("exec-1", first)
+    assert store.firing.record("exec-1", first)
     assert arm(store, read_task(store, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     second = FireRecord(
@@ -120,12 +120,12 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoTaskStore, tasks: Any, 
         retry_due_ms=now_ms + 12_000,
         first_due_ms=now_ms + 11_000,
     )
-    assert store.record("exec-2", second)
+    assert store.firing.record("exec-2", second)
     # Then the first due written by the first retry stands
     assert read_task(store, task.task_id).first_due_at == task.due_at
 
 
-def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
@@ -141,11 +141,11 @@ def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoTaskStore, ta
     )
     # When another executor tries to write the retry
     # Then the condition refuses it and the task stays ARMED by exec-1
-    assert store.record_many("exec-2", [record]) == [False]
+    assert store.firing.record_many("exec-2", [record]) == [False]
     assert read_task(store, task.task_id).status is TaskStatus.ARMED
 
 
-def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStore, tasks: Any, now_ms: int) -> None:
+def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
@@ -159,9 +159,9 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStor
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
-    assert store.record("exec-1", record)
+    assert store.firing.record("exec-1", record)
     # When the very same write is sent again / Then it is recognised as applied, not as a lost race
-    assert store.record("exec-1", record)
+    assert store.firing.record("exec-1", record)
     # But a different retry (another next try) is not
     other = FireRecord(
         task.task_id,
@@ -174,11 +174,11 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoTaskStor
         retry_due_ms=now_ms + 12_000,
         first_due_ms=task.due_ms,
     )
-    assert not store.record("exec-1", other)
+    assert not store.firing.record("exec-1", other)
 
 
 def test_a_failing_action_is_retried_until_it_succeeds(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, failing_twice: FlakyTarget
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, failing_twice: FlakyTarget
 ) -> None:
     # Given a task whose target fails twice then answers 200, with up to 5 attempts 50 ms apart at most
     now = int(SystemClock().wall_ms())
@@ -202,7 +202,7 @@ def test_a_failing_action_is_retried_until_it_succeeds(
 
 
 def test_the_last_attempt_leaves_the_task_failed(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a task whose target always fails, with two attempts in all
     now = int(SystemClock().wall_ms())
@@ -225,7 +225,7 @@ def test_the_last_attempt_leaves_the_task_failed(
 
 
 def test_no_retry_once_the_occurrence_is_older_than_max_age(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with attempts to spare, already 2 s overdue (within its grace), and a maximum age of
     # 1 s: whenever it fails, it is older than that (a task due now with a maximum age of 0 ms was retried on a
@@ -247,7 +247,7 @@ def test_no_retry_once_the_occurrence_is_older_than_max_age(
 
 
 def test_a_task_without_a_retry_policy_fails_at_once(
-    executor: Executor, store: DynamoTaskStore, tasks: Any, settings: Settings, always_failing: FlakyTarget
+    executor: Executor, store: DynamoStores, tasks: Any, settings: Settings, always_failing: FlakyTarget
 ) -> None:
     # Given a failing task with no retry policy (the default)
     now = int(SystemClock().wall_ms())
@@ -266,7 +266,7 @@ def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, set
     from datetime import UTC, datetime, timedelta
 
     from punctual.errors import InvalidTaskError, TaskConflictError
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual.targets import LogAction
 
     client = Client(settings, dynamodb=dynamodb)

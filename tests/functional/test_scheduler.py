@@ -24,8 +24,8 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
+from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.client import Client
 from punctual.scheduling.protocol import Scheduler, ScheduleSpec
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.api_server import LocalApi

@@ -21,14 +21,15 @@ from punctual.errors import (
     UndecodableItemError,
 )
 from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual.scheduling.chain import extend
 from punctual.scheduling.client import Client
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import schedule_key
-from punctual.stores.dynamodb.store import DynamoTaskStore
-from punctual.stores.memory import InMemoryStore
-from punctual.stores.ports import Store
+from punctual.stores.ports import Stores
 from punctual.targets import LogAction
 from punctual_tools.doubles import FakeClock, RecordingInvoker
+from punctual_tools.doubles.memory import InMemoryStore
 
 START_MS = 1_900_000_020_000  # 20 s into a minute
 AHEAD_MS = 90_000 + 70_000  # the poll's lead and the schedule's ahead (a poll interval + the fast-path margin)
@@ -40,25 +41,25 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(params=["single", "transaction", "memory"])
-def store(request: pytest.FixtureRequest, settings: Settings) -> Store:
+def store(request: pytest.FixtureRequest, settings: Settings) -> Stores:
     """The DynamoDB store on moto, once per write mode, and the in-memory store."""
     if request.param == "memory":
         return InMemoryStore.from_settings(settings)
     dynamodb = request.getfixturevalue("dynamodb")
-    return DynamoTaskStore.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
+    return DynamoStores.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
 
 DYNAMODB_ONLY = pytest.mark.parametrize("store", ["single", "transaction"], indirect=True)
 
 
 @pytest.fixture
-def client(store: Store, settings: Settings, clock: FakeClock) -> Client:
-    return Client(settings, store=store, clock=clock)
+def client(store: Stores, settings: Settings, clock: FakeClock) -> Client:
+    return Client(settings, store.client, store.schedules, clock=clock)
 
 
 @pytest.fixture
-def poller(store: Store, settings: Settings) -> Poller:
-    return Poller(store, RecordingInvoker(), settings, poller_id="p-test")
+def poller(store: Stores, settings: Settings) -> Poller:
+    return poller_on(store, RecordingInvoker(), settings, poller_id="p-test")
 
 
 def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
@@ -75,13 +76,13 @@ def log_action() -> dict[str, Any]:
 
 
 # -- creating ---------------------------------------------------------------------------------------------------
-def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: Store) -> None:
+def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: Stores) -> None:
     # Given a schedule every 10 s from now
     schedule = client.create_schedule("every-10s", "rate(10 seconds)", log_action(), {"n": 1})
     # Then its occurrences up to the poll's lead and the time to the next poll exist, each a PENDING task
     expected = list(range(START_MS + 10_000, START_MS + AHEAD_MS + 1, 10_000))
     assert instants(client, "every-10s") == expected
-    task = store.get(occurrence_id("every-10s", expected[0]))
+    task = store.client.get(occurrence_id("every-10s", expected[0]))
     assert task is not None and task.status is TaskStatus.PENDING
     assert (task.schedule_id, task.schedule_version, task.payload) == ("every-10s", 1, {"n": 1})
     assert task.idempotency_key == f"every-10s@{from_ms(expected[0]).strftime('%Y%m%dT%H%M%S')}.000Z:0"
@@ -130,12 +131,12 @@ def test_a_task_of_its_own_cannot_take_an_occurrences_id(client: Client) -> None
 
 
 # -- the chain ----------------------------------------------------------------------------------------------------
-def test_each_poll_makes_the_next_occurrences_once(client: Client, store: Store, settings: Settings) -> None:
+def test_each_poll_makes_the_next_occurrences_once(client: Client, store: Stores, settings: Settings) -> None:
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
     invoker = RecordingInvoker()
     always = settings.model_copy(update={"redispatch_after_ms": 0})  # no executor arms them: each poll sends all
-    first_poller = Poller(store, invoker, always, poller_id="p-first")
-    other = Poller(store, RecordingInvoker(), always, poller_id="p-other")
+    first_poller = poller_on(store, invoker, always, poller_id="p-first")
+    other = poller_on(store, RecordingInvoker(), always, poller_id="p-other")
     for minute in range(1, 4):
         now = START_MS + minute * 60_000
         # When two pollers poll at the same instant
@@ -153,7 +154,7 @@ def test_each_poll_makes_the_next_occurrences_once(client: Client, store: Store,
 
 
 def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
-    client: Client, store: Store, settings: Settings
+    client: Client, store: Stores, settings: Settings
 ) -> None:
     # Given a one-off task due soon and a schedule whose chain nobody extended for five minutes
     client.create_schedule("every-10s", "rate(10 seconds)", log_action())
@@ -165,15 +166,15 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
             order.extend(f"dispatch {t['task_id']}" for t in payload["tasks"])
             super().invoke_async(payload)
 
-    advance = store.advance_schedule
+    advance = store.schedules.advance_schedule
 
     def watched_advance(*args: Any, **kwargs: Any) -> Any:
         order.append("make occurrences")
         return advance(*args, **kwargs)
 
-    store.advance_schedule = watched_advance  # type: ignore[method-assign]
+    store.schedules.advance_schedule = watched_advance  # type: ignore[method-assign]
     # When a poll runs
-    report = Poller(store, Watching(), settings, poller_id="p-order").poll(START_MS + 300_000)
+    report = poller_on(store, Watching(), settings, poller_id="p-order").poll(START_MS + 300_000)
     # Then the task it found went out before the schedule's transaction (a schedule never delays a dispatch),
     # and the occurrences it made for its window went out after it, in the same poll
     assert report.occurrences_created > 0
@@ -186,7 +187,7 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
 
 @DYNAMODB_ONLY
 def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
-    client: Client, store: DynamoTaskStore, monkeypatch: pytest.MonkeyPatch
+    client: Client, store: DynamoStores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a schedule, and DynamoDB cancelling the next transaction on it for a conflict with another writer
     # (TransactionConflict: no condition failed)
@@ -202,7 +203,7 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
         ),
     )
     # When a poll extends the chain
-    report = extend(store, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
+    report = extend(store.schedules, store.client, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
     # Then the conflict was a race (read again, then made), not an error
     assert report.raced and not conflicts
     assert len(instants(client, "busy")) == made + len(report.created) > made
@@ -210,14 +211,14 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
 
 @pytest.mark.parametrize("change", ["pause", "update", "delete"])
 def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
-    client: Client, store: Store, monkeypatch: pytest.MonkeyPatch, change: str
+    client: Client, store: Stores, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     # Given a schedule whose occurrences a poll made a moment ago: the eventually consistent history index does
     # not list them yet
     client.create_schedule("fresh", "rate(10 seconds)", log_action())
     made = instants(client, "fresh", TaskStatus.PENDING)
     assert made
-    monkeypatch.setattr(store, "schedule_occurrence_ids", lambda *args, **kwargs: [])
+    monkeypatch.setattr(store.schedules, "schedule_occurrence_ids", lambda *args, **kwargs: [])
     # When the schedule is changed
     if change == "pause":
         client.pause_schedule("fresh")
@@ -228,7 +229,7 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
     monkeypatch.undo()
     # Then the older occurrences were found by their ids (computed from the definition as it was) and cancelled:
     # none of them is left to fire (an instant both rates share holds the new version's occurrence now)
-    stored = store.get_many([occurrence_id("fresh", ms) for ms in made])
+    stored = store.client.get_many([occurrence_id("fresh", ms) for ms in made])
     assert len(stored) == len(made)
     assert all(
         t.status is TaskStatus.CANCELLED or (change == "update" and t.schedule_version == 2) for t in stored.values()
@@ -236,12 +237,12 @@ def test_a_change_cancels_occurrences_the_history_index_does_not_list_yet(
     assert any(t.status is TaskStatus.CANCELLED for t in stored.values())
 
 
-def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, store: Store) -> None:
+def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Client, store: Stores) -> None:
     # Given a paused schedule whose pause died before it cancelled the older occurrences (cleanup pending)
     client.create_schedule("half-paused", "rate(10 seconds)", log_action())
-    schedule = store.get_schedule("half-paused")
+    schedule = store.schedules.get_schedule("half-paused")
     assert schedule is not None
-    store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    store.schedules.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
     assert instants(client, "half-paused", TaskStatus.PENDING)
     # When it is updated while paused
     updated = client.update_schedule("half-paused", payload={"v": 2})
@@ -252,18 +253,18 @@ def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Cl
 
 @pytest.mark.parametrize("step", ["pending", "armed", "fired, not recorded", "recorded"])
 def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
-    client: Client, store: Store, poller: Poller, step: str
+    client: Client, store: Stores, poller: Poller, step: str
 ) -> None:
     # Given a schedule every 30 s whose first occurrence is left at some step of its life by a crash
     client.create_schedule("half-minute", "rate(30 seconds)", log_action())
     first = occurrence_id("half-minute", START_MS + 30_000)
     if step != "pending":
-        (armed,) = store.arm_many(
+        (armed,) = store.firing.arm_many(
             [ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead", START_MS + 1_000
         )
         assert armed is not None
     if step == "recorded":
-        assert store.record_many(
+        assert store.firing.record_many(
             "e-dead", [FireRecord(first, Outcome.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
         ) == [True]
     # When the polls after it run
@@ -276,12 +277,12 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
 
 
 def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
-    client: Client, store: Store, clock: FakeClock
+    client: Client, store: Stores, clock: FakeClock
 ) -> None:
     # Given a schedule created long ago whose chain nobody extended (its next occurrence is due in 30 s)
     client.create_schedule("slow", "rate(10 minutes)", log_action())
     invoker = RecordingInvoker()
-    schedule_poller = Poller(store, invoker, client.settings, poller_id="p-x")
+    schedule_poller = poller_on(store, invoker, client.settings, poller_id="p-x")
     now = START_MS + 600_000 - 30_000
     # When a poll finds it
     report = schedule_poller.poll(now)
@@ -292,12 +293,14 @@ def test_an_occurrence_a_poll_makes_for_its_window_is_dispatched_by_that_poll(
 
 # -- pause, resume, update, delete ------------------------------------------------------------------------------
 def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
-    client: Client, store: Store, clock: FakeClock, poller: Poller
+    client: Client, store: Stores, clock: FakeClock, poller: Poller
 ) -> None:
     client.create_schedule("pulse", "rate(20 seconds)", log_action())
     armed_id = occurrence_id("pulse", START_MS + 20_000)
     assert (
-        store.arm_many([ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        store.firing.arm_many(
+            [ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000
+        )[0]
         is not None
     )
     # When it is paused
@@ -322,11 +325,13 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     assert all((ms - START_MS) % 20_000 == 0 for ms in pending)
 
 
-def test_update_replaces_the_occurrences_not_armed(client: Client, store: Store, clock: FakeClock) -> None:
+def test_update_replaces_the_occurrences_not_armed(client: Client, store: Stores, clock: FakeClock) -> None:
     client.create_schedule("job", "rate(30 seconds)", log_action())
     armed_id = occurrence_id("job", START_MS + 30_000)
     assert (
-        store.arm_many([ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000)[0]
+        store.firing.arm_many(
+            [ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000
+        )[0]
         is not None
     )
     # When its rate changes to every 15 s (with the same anchor, so instants every 30 s are in both)
@@ -342,7 +347,7 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, store: Store,
         START_MS + 15_000,
         *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000),
     ]
-    armed = store.get(armed_id)
+    armed = store.client.get(armed_id)
     assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
 
 
@@ -368,18 +373,18 @@ def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
         client.pause_schedule("gone")
 
 
-def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client, store: Store, poller: Poller) -> None:
+def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client, store: Stores, poller: Poller) -> None:
     # Given a pause that was written but whose cleanup never ran (its caller died in between)
     client.create_schedule("orphan", "rate(10 seconds)", log_action())
-    schedule = store.get_schedule("orphan")
+    schedule = store.schedules.get_schedule("orphan")
     assert schedule is not None
-    store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
+    store.schedules.change_schedule(schedule, {"state": ScheduleState.PAUSED}, START_MS + 1_000, cleanup=True)
     assert instants(client, "orphan", TaskStatus.PENDING)
     # When the next poll runs
     poller.poll(START_MS + 2_000)
     # Then it cancelled the old version's PENDING occurrences and cleared the flag
     assert instants(client, "orphan", TaskStatus.PENDING) == []
-    after = store.get_schedule("orphan")
+    after = store.schedules.get_schedule("orphan")
     assert after is not None and not after.cleanup and after.state is ScheduleState.PAUSED
 
 
@@ -397,12 +402,12 @@ def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Pol
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_latest"])
-def test_after_an_hour_of_downtime_no_storm(client: Client, store: Store, policy: str) -> None:
+def test_after_an_hour_of_downtime_no_storm(client: Client, store: Stores, policy: str) -> None:
     client.create_schedule("minutely", "rate(1 minute)", log_action(), downtime_policy=policy, misfire_grace=10_000)
     before = instants(client, "minutely")
     # When nothing runs for an hour, then the chain is extended
     now = START_MS + 3_600_000 + 5_000
-    report = extend(store, "minutely", now, now + AHEAD_MS)
+    report = extend(store.schedules, store.client, "minutely", now, now + AHEAD_MS)
     # Then none of the instants missed is made, but under fire_latest the latest one, to fire at once, flagged
     made = [ms for ms in instants(client, "minutely") if ms not in before]
     late = [ms for ms in made if ms < now - 10_000]
@@ -411,7 +416,7 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, store: Store, policy
         assert late == []
     else:
         assert late == [START_MS + 3_540_000]
-        task = store.get(occurrence_id("minutely", late[0]))
+        task = store.client.get(occurrence_id("minutely", late[0]))
         assert task is not None and task.misfire_policy == "fire_late"
     schedule = client.get_schedule("minutely")
     assert schedule is not None and report.skipped == schedule.skipped_count
@@ -421,7 +426,7 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, store: Store, policy
 # -- a schedule item that cannot be read -------------------------------------------------------------------------
 @DYNAMODB_ONLY
 def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_others_go_on(
-    client: Client, store: DynamoTaskStore, poller: Poller, dynamodb: Any, settings: Settings
+    client: Client, store: DynamoStores, poller: Poller, dynamodb: Any, settings: Settings
 ) -> None:
     # Given two schedules, one of whose items was then written by hand with a definition that is not JSON
     client.create_schedule("good", "rate(10 seconds)", log_action())
@@ -435,7 +440,7 @@ def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_o
         ExpressionAttributeValues={":d": {"S": "{not json"}},
     )
     with pytest.raises(UndecodableItemError):
-        store.get_schedule("bad")
+        store.schedules.get_schedule("bad")
 
     # When a poll meets both
     now = START_MS + 60_000

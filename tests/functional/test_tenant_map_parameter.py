@@ -32,10 +32,9 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidRequestError, SettingsError, TenantMapUnavailableError
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
 from punctual.runtime.ntp import OffsetProbe
-from punctual.runtime.wiring import build_api, build_executor
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import build_api, build_executor, poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, SqsAction, TargetRules
 from support import RecordingInvoker, read_task
 
@@ -324,7 +323,7 @@ def test_the_api_serves_a_caller_of_tenant_437_and_refuses_an_unknown_principal(
     # Then it is served, and the task is stored as tenant 437's
     assert listed["statusCode"] == 200
     assert created["statusCode"] == 201, created["body"]
-    assert DynamoTaskStore.from_settings(dynamodb, in_parts).get(f"{tenant(437)}/order-1") is not None
+    assert DynamoStores.from_settings(dynamodb, in_parts).client.get(f"{tenant(437)}/order-1") is not None
     # When it names another tenant's queue  Then its entry in the map refuses it
     refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)
     assert refused["statusCode"] == 422 and "action.queue_arn" in refused["body"]
@@ -333,7 +332,7 @@ def test_the_api_serves_a_caller_of_tenant_437_and_refuses_an_unknown_principal(
     assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403
 
 
-def _create_and_dispatch(store: DynamoTaskStore, settings: Settings, owners: list[int], queue: int) -> RecordingInvoker:
+def _create_and_dispatch(store: DynamoStores, settings: Settings, owners: list[int], queue: int) -> RecordingInvoker:
     """A task of each tenant in ``owners`` sending to tenant ``queue``'s queue, due in 0.4 s, polled."""
     now = datetime.now(UTC)
     for owner in owners:
@@ -343,9 +342,9 @@ def _create_and_dispatch(store: DynamoTaskStore, settings: Settings, owners: lis
             action=SqsAction(queue_arn=queue_arn(queue)),
             payload={"owner": owner},
         )
-        assert store.create(task, int(now.timestamp() * 1000))[1]
+        assert store.client.create(task, int(now.timestamp() * 1000))[1]
     invoker = RecordingInvoker()
-    Poller(store, invoker, settings).poll(int(now.timestamp() * 1000))
+    poller_on(store, invoker, settings).poll(int(now.timestamp() * 1000))
     assert invoker.events
     return invoker
 
@@ -358,7 +357,7 @@ def test_the_executor_fires_a_tenants_task_to_a_target_its_entry_in_the_paramete
     sqs = boto3.client("sqs", region_name=REGION)
     url = sqs.create_queue(QueueName=f"{tenant(437)}-orders")["QueueUrl"]
     executor = build_executor(in_parts, dynamodb, ssm_client=ssm, action_clients={"sqs": sqs})
-    store = DynamoTaskStore.from_settings(dynamodb, in_parts)
+    store = DynamoStores.from_settings(dynamodb, in_parts)
     invoker = _create_and_dispatch(store, in_parts, [437, 1], 437)
     # When it runs the batch
     for event in invoker.events:
@@ -381,8 +380,8 @@ def test_a_batch_is_checked_against_the_map_as_it_is_when_the_batch_starts(
     clock = Ticks()
     source = ParameterTenantMap(ssm, NAME, 60.0, monotonic=clock)
     actions = ActionEnv.from_settings(settings, {"sqs": sqs}, source)
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
-    executor = Executor(store, settings, SystemClock(), OffsetProbe(None, 0.5), actions=actions)
+    store = DynamoStores.from_settings(dynamodb, settings)
+    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), actions=actions)
     invoker = _create_and_dispatch(store, settings, [2], 2)
     # When the map gains tenant 2's queue, the cache's time passes, and the batch runs
     ssm.put_parameter(Name=NAME, Value=json.dumps({"tenants": {tenant(2): policy(2)}}), Type="String", Overwrite=True)

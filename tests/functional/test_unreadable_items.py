@@ -30,11 +30,11 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.domain.model import ArmRequest, Unreadable
 from punctual.domain.schedules import Schedule
-from punctual.polling.poller import Poller
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import poller_on
 from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.client import Client
+from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import schedule_key
-from punctual.stores.dynamodb.store import DynamoTaskStore
 from punctual.targets import LogAction
 from punctual_tools.cli import main
 from punctual_tools.local.api_server import LocalApi
@@ -73,7 +73,7 @@ def call(api: LocalApi, method: str, path: str, body: bytes | None = None) -> tu
 def forge_schedule(dynamodb: Any, settings: Settings, schedule_id: str, **definition: Any) -> str:
     """Write an ACTIVE schedule item as a direct-table role may, its definition changed by ``definition``, due in
     the index at the next poll; its key."""
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     schedule = Schedule(
         schedule_id=schedule_id,
         expression="rate(1 hour)",
@@ -89,9 +89,9 @@ def forge_schedule(dynamodb: Any, settings: Settings, schedule_id: str, **defini
 
 def forge_task(dynamodb: Any, settings: Settings, client: Client, task_id: str, **attributes: Any) -> None:
     """Write a PENDING task item as a direct-table role may, with ``attributes`` written over its own."""
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     task = client.build_task(from_ms(FIXED_NOW_MS + 30_000), LogAction(message="forged"), task_id=task_id)
-    dynamodb.put_item(TableName=settings.table_name, Item={**store.item_of(task, FIXED_NOW_MS), **attributes})
+    dynamodb.put_item(TableName=settings.table_name, Item={**store.client.item_of(task, FIXED_NOW_MS), **attributes})
 
 
 @pytest.fixture
@@ -151,8 +151,8 @@ def test_the_poll_quarantines_a_schedule_with_a_folder_for_a_zone_once(
     # Given a good schedule, and a forged one whose time zone is a folder, both due in the index
     client.create_schedule("acme/good", "rate(1 hour)", LogAction(message="good"))
     forged = forge_schedule(dynamodb, settings, "acme/forged", timezone="America")
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
-    poller = Poller(store, RecordingInvoker(), settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
+    poller = poller_on(store, RecordingInvoker(), settings)
 
     # When two polls run
     with caplog.at_level(logging.INFO):
@@ -203,12 +203,12 @@ def test_an_executor_arms_a_batch_past_a_task_that_cannot_be_read(
     # Given a good task and a forged one nested too deeply to read, in one batch
     good = client.schedule(from_ms(FIXED_NOW_MS + 30_000), LogAction(message="good"), task_id="good")
     forge_task(dynamodb, settings, client, "deep", action={"S": DEEP})
-    store = DynamoTaskStore.from_settings(dynamodb, settings)
+    store = DynamoStores.from_settings(dynamodb, settings)
     due = good.due_ms
     requests = [ArmRequest("deep", due, due + 60_000), ArmRequest("good", due, due + 60_000)]
 
     # When an executor arms the batch
-    armed = store.arm_many(requests, "batch-1", "executor-1", FIXED_NOW_MS)
+    armed = store.firing.arm_many(requests, "batch-1", "executor-1", FIXED_NOW_MS)
 
     # Then the good task is armed, and the unreadable one recorded FAILED with a detail
     assert armed[0] is None and armed[1] is not None and armed[1].task.task_id == "good"

@@ -26,8 +26,8 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.model import ArmRequest, Task
 from punctual.executing.executor import Executor
-from punctual.polling.poller import Poller
 from punctual.runtime.ntp import OffsetProbe
+from punctual.runtime.wiring import poller_on
 from punctual.targets import FireLog, LogAction
 from punctual_tools.demo import read_fires
 from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for
@@ -83,7 +83,7 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     poll_settings = settings.model_copy(update={"max_batch_size": 40})
     invokers = [RecordingInvoker(), RecordingInvoker()]
     pollers = [
-        Poller(store_for(settings), invoker, poll_settings, poller_id=f"poller-{k}")
+        poller_on(store_for(settings), invoker, poll_settings, poller_id=f"poller-{k}")
         for k, invoker in enumerate(invokers)
     ]
 
@@ -115,10 +115,10 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
 
     # When every batch of both is armed at that instant, each by a live executor of its own, all at once
     executors = [store_for(settings) for _ in events]
-    assert all(store.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
+    assert all(store.firing.heartbeat(f"exec-{k}", at, at + GENEROUS_GRACE_MS) for k, store in enumerate(executors))
 
     def arm_batch(k: int, event: BatchEvent) -> list[str]:
-        armed = executors[k].arm_many(
+        armed = executors[k].firing.arm_many(
             [ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
             event.batch_id,
             f"exec-{k}",
@@ -150,12 +150,14 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     tasks = log_tasks(prefix.rstrip("-"), n, lambda i: due + 5 * (i % 4))
     create_all(store_for(settings), tasks)
     invoker = RecordingInvoker()
-    Poller(store_for(settings), invoker, settings).poll(now_ms())
+    poller_on(store_for(settings), invoker, settings).poll(now_ms())
     assert len(invoker.payloads) == 1
     event = BatchEvent.model_validate(invoker.payloads[0])
     assert len(event.tasks) == n
     # ... and two executors (two Lambda environments), each with its own client, on the real clock
-    executors = [Executor(store_for(settings), settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)]
+    executors = [
+        Executor(store_for(settings).firing, settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)
+    ]
 
     # When the same batch is delivered to both at once
     reports: list[BatchReport] = run_threads([lambda x=x: x.run_batch(event) for x in executors], timeout=90)

@@ -16,9 +16,9 @@ from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.schedules import ScheduleState
 from punctual.errors import QuotaExceededError
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.scheduling.quotas import QuotaGuard
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from punctual_tools.local.dynamodb_local import make_client
 from support import FakeClock, run_threads
@@ -75,15 +75,15 @@ def test_parallel_task_creates_through_one_api_process_never_pass_a_quota_of_5(
     ddb_local: str, settings: Settings
 ) -> None:
     # Given one API process: one store, and a client per request over it sharing the process's quota guard
-    store = DynamoTaskStore.from_settings(make_client(ddb_local), settings)
-    guard = QuotaGuard(store)
+    store = DynamoStores.from_settings(make_client(ddb_local), settings)
+    guard = QuotaGuard(store.client)
 
     def create(k: int) -> None:
-        client = Client(settings, store=store, clock=FakeClock(wall_ms=NOW_MS), quota=guard)
+        client = Client(settings, stores=store, clock=FakeClock(wall_ms=NOW_MS), quota=guard)
         client.schedule(from_ms(NOW_MS + 3_600_000), LogAction(), task_id=f"acme/t-{k:02d}")
 
     # When 20 requests create a task at once for a tenant allowed 5 active tasks
     results = outcomes(create)
     # Then exactly 5 were created and the others refused, naming the quota
     assert results == Counter({"created": QUOTA, "active_tasks": RACERS - QUOTA})
-    assert store.count_active("acme") == QUOTA
+    assert store.client.count_active("acme") == QUOTA

@@ -42,8 +42,8 @@ from punctual.domain.model import ArmRequest, FireRecord, Task, TaskStatus
 from punctual.domain.model import Outcome as FireOutcome
 from punctual.domain.schedules import ScheduleState
 from punctual.polling.fastpath import matches
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.client import Client
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, StubTarget, scheduled_event, serving
 from punctual_tools.iam import AwsCall, CallRecorder, Stack
@@ -191,7 +191,7 @@ class Scenario:
             allowed_targets="127.0.0.1",
             allowed_target_arns=",".join(TARGETS.values()),
         )
-        self.store = DynamoTaskStore.from_settings(self.dynamodb, self.settings)
+        self.store = DynamoStores.from_settings(self.dynamodb, self.settings)
         client = Client(self.settings, dynamodb=self.dynamodb)
         now = datetime.now(UTC)
         due = now + timedelta(seconds=LEAD_S)
@@ -216,17 +216,19 @@ class Scenario:
         # A task past its grace (MISSED), and two tasks a dead executor armed (taken over)
         now_ms = int(now.timestamp() * 1000)
         late = Task(task_id="late", due_at=from_ms(now_ms - 120_000), action=LogAction(), misfire_grace_ms=1_000)
-        assert self.store.create(late, now_ms - 180_000)[1]
+        assert self.store.client.create(late, now_ms - 180_000)[1]
         dead = [
             Task(task_id=f"orphan-{i}", due_at=from_ms(int(due.timestamp() * 1000)), action=LogAction())
             for i in range(2)
         ]
-        assert self.store.heartbeat("x-dead", now_ms - 60_000, now_ms - 1_000)
+        assert self.store.firing.heartbeat("x-dead", now_ms - 60_000, now_ms - 1_000)
         for task in dead:
-            assert self.store.create(task, now_ms - 60_000)[1]
+            assert self.store.client.create(task, now_ms - 60_000)[1]
             lease = task.due_ms + 3_600_000
             assert (
-                self.store.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], "b", "x-dead", now_ms - 60_000)[0]
+                self.store.firing.arm_many(
+                    [ArmRequest(task.task_id, task.due_ms, lease)], "b", "x-dead", now_ms - 60_000
+                )[0]
                 is not None
             )
         self.arranged += ["late", *(t.task_id for t in dead)]
@@ -236,9 +238,11 @@ class Scenario:
         near = Client(self.settings.model_copy(update={"lead_ms": 5_000}), dynamodb=self.dynamodb)
         near.create_schedule("acme/pulse", "rate(1 minute)", LogAction(), start_at=now + timedelta(seconds=100))
         changed = client.create_schedule("changed", "rate(1 minute)", LogAction(), start_at=now + timedelta(days=1))
-        stored = self.store.get_schedule(changed.schedule_id)
+        stored = self.store.schedules.get_schedule(changed.schedule_id)
         assert stored is not None
-        self.store.change_schedule(stored, {"state": ScheduleState.PAUSED, "next_due_ms": None}, now_ms, cleanup=True)
+        self.store.schedules.change_schedule(
+            stored, {"state": ScheduleState.PAUSED, "next_due_ms": None}, now_ms, cleanup=True
+        )
         self.schedules = ["acme/pulse", "changed"]
 
     # -- functions ------------------------------------------------------------------------------------------------
@@ -373,19 +377,19 @@ class Scenario:
 
     def _fail(self, task_id: str) -> None:
         """Make a task FAILED as an executor would (arm, record the failure), with the scenario's own client."""
-        task = self.store.get(task_id)
+        task = self.store.client.get(task_id)
         assert task is not None
-        armed = self.store.arm_many(
+        armed = self.store.firing.arm_many(
             [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "x-1", task.due_ms - 1_000
         )
         assert armed[0] is not None
-        assert self.store.record_many(
+        assert self.store.firing.record_many(
             "x-1", [FireRecord(task_id, FireOutcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
         ) == [True]
 
     def finish(self, target: _Target) -> Outcome:
         for task_id in self.arranged:
-            task = self.store.get(task_id)
+            task = self.store.client.get(task_id)
             assert task is not None, task_id
             self.outcome.statuses[task_id] = task.status
         self.outcome.http_requests = list(target.seen)

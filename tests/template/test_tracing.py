@@ -86,10 +86,16 @@ NOT_LOADED = {
         "punctual.scheduling.api_client",
         "punctual.scheduling.chain",
         "punctual.polling.poller",
-        "punctual.stores.memory",
+        "punctual.runtime.client",
+        "punctual_tools.doubles.memory",
     ],
-    "fastpath": ["punctual.scheduling.client", "punctual.scheduling.api_client", "punctual.stores.memory"],
-    "api": ["punctual.stores.memory"],
+    "fastpath": [
+        "punctual.scheduling.client",
+        "punctual.scheduling.api_client",
+        "punctual.runtime.client",
+        "punctual_tools.doubles.memory",
+    ],
+    "api": ["punctual_tools.doubles.memory"],
 }
 
 

@@ -24,7 +24,7 @@ def settings() -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Client:
-    return Client(settings, store=NoRepository(), clock=FakeClock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
+    return Client(settings, NoRepository(), NoRepository(), clock=FakeClock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
 
 
 def at(ms: int) -> datetime:

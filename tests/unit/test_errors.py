@@ -66,7 +66,7 @@ def exception_classes_defined_in(path: Path) -> list[str]:
 
 @pytest.fixture
 def client() -> Client:
-    return Client(Settings(ntp_server=None), store=NoRepository(), clock=FakeClock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
+    return Client(Settings(ntp_server=None), NoRepository(), NoRepository(), clock=FakeClock(wall_ms=float(NOW_MS)))  # type: ignore[arg-type]
 
 
 # -- one module, one base --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from punctual.domain.model import TaskStatus
 from punctual.polling import fastpath
 from punctual.polling.fastpath import candidate_of_record, choose_path, matches
+from punctual.stores.dynamodb.codec import candidate_of_item
 from punctual_tools.template import stream_filter_patterns
 
 
@@ -50,11 +51,11 @@ def test_the_templates_filter_lets_through_only_pending_short_lead_writes(rec: d
     patterns = stream_filter_patterns()
     # Then a record passes exactly when the handler would take it as a candidate
     assert any(matches(p, rec) for p in patterns) is passes
-    assert (candidate_of_record(rec) is not None) is passes
+    assert (candidate_of_record(rec, candidate_of_item) is not None) is passes
 
 
 def test_a_record_becomes_the_candidate_its_image_describes() -> None:
-    candidate = candidate_of_record(record())
+    candidate = candidate_of_record(record(), candidate_of_item)
     assert candidate is not None
     assert (
         candidate.task_id,
@@ -70,8 +71,8 @@ def test_records_that_are_not_tasks_are_ignored() -> None:
         "eventName": "MODIFY",
         "dynamodb": {"NewImage": {"task_id": {"S": "#poller-watermark"}, "watermark_ms": {"N": "1"}}},
     }
-    assert candidate_of_record(watermark) is None
-    assert candidate_of_record({"eventName": "INSERT"}) is None
+    assert candidate_of_record(watermark, candidate_of_item) is None
+    assert candidate_of_record({"eventName": "INSERT"}, candidate_of_item) is None
 
 
 def test_matches_checks_nested_keys_and_allowed_values() -> None:

@@ -545,7 +545,7 @@ class StoppedClock:
 
 
 def make_client() -> Client:
-    return Client(LIMITS, store=NoRepository(), clock=StoppedClock())  # type: ignore[arg-type]
+    return Client(LIMITS, NoRepository(), NoRepository(), clock=StoppedClock())  # type: ignore[arg-type]
 
 
 def refused_by_client(argument: str, **kwargs: Any) -> InvalidTaskError:

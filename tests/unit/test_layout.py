@@ -1,24 +1,22 @@
 """The runtime package's shape: files a reader can hold in mind, no import circle, nothing importing upward.
 
+The layers and what the services may not import are import-linter's contracts (``[tool.importlinter]`` in
+pyproject.toml), run here; import circles, the file size limit and the handlers' imports are checked here alone.
 Every import counts, wherever it is written: at module level, inside a function, or under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from punctual_tools.layout import (
-    LAYERS,
-    SHARED,
-    find_cycle,
-    import_graph,
-    part_of,
-    runtime_modules,
-    violations,
-)
+from punctual_tools.layout import PYPROJECT, SHARED, contract_layers, find_cycle, import_graph, runtime_modules
 from punctual_tools.layout import imported_names as imports_among
 
 ROOT = SHARED.parents[1]
@@ -101,32 +99,59 @@ def test_a_handler_imports_the_runtime_and_neither_the_tooling_nor_another_handl
     assert {name for name in names if name.split(".")[0] in UPWARD} == set()
 
 
-def test_every_module_of_the_runtime_belongs_to_a_part_of_a_layer() -> None:
-    # Given every module in src/shared/punctual  Then each sits in one of the parts the layers name
-    assert [module for module in MODULES if part_of(module) is None] == []
-    # And every part the layers name is in the tree
-    assert [part for layer in LAYERS for part in layer if part not in MODULES] == []
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def test_an_import_up_a_layer_or_across_one_is_a_violation_and_one_down_is_not() -> None:
-    # Given a graph with an import down, one up, one between parts of a layer, one within a part, one from nowhere
-    graph = {
-        "punctual.polling.poller": {"punctual.domain.model", "punctual.polling.invoker"},
-        "punctual.domain.model": {"punctual.stores.ports"},
-        "punctual.executing.executor": {"punctual.polling.invoker"},
-        "punctual.polling.invoker": set(),
-        "punctual.loose": {"punctual.errors"},
-    }
-    # When judged  Then the import up, the one across and the one from a module in no part are named
-    assert [str(v) for v in violations(graph)] == [
-        "punctual.domain.model (punctual.domain) imports punctual.stores.ports (punctual.stores)",
-        "punctual.executing.executor (punctual.executing) imports punctual.polling.invoker (punctual.polling)",
-        "punctual.loose (None) imports punctual.errors (punctual.errors)",
-    ]
+def lint_imports(shared: Path = SHARED) -> subprocess.CompletedProcess[str]:
+    """import-linter's verdict on the runtime under ``shared`` (a copy of it, or the tree), by pyproject.toml's
+    contracts."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shared), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(PYPROJECT)],
+        cwd=shared,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-def test_a_module_imports_only_its_own_part_and_the_layers_below_it() -> None:
-    # Given every import of every module in src/shared/punctual, wherever written
-    found = violations(import_graph(MODULES))
-    # Then none goes up a layer nor across to another part of the same layer
-    assert [str(violation) for violation in found] == []
+def test_every_import_keeps_the_layers_and_the_services_reach_the_store_through_its_ports() -> None:
+    # Given every import of every module in src/shared/punctual, wherever written  When import-linter judges them
+    verdict = lint_imports()
+    # Then every contract is kept: no import up a layer or across one, no service importing the DynamoDB adapter,
+    # nothing of the tooling in the runtime
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+    assert "0 broken" in verdict.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("polling/fastpath.py", "from punctual.stores.dynamodb.codec import candidate_of_item", "never the DynamoDB"),
+        ("scheduling/client.py", "from punctual.stores.dynamodb import build_stores", "never the DynamoDB"),
+        ("domain/model.py", "from punctual.stores import ports", "lower layers only"),
+        ("executing/executor.py", "from punctual.polling import invoker", "lower layers only"),
+        ("stores/ports.py", "import punctual_tools.doubles", "never imports the tooling"),
+    ],
+    ids=["fast path to adapter", "client to adapter", "domain up a layer", "across a layer", "runtime to tooling"],
+)
+def test_an_import_a_contract_forbids_breaks_it(tmp_path: Path, module: str, line: str, contract: str) -> None:
+    # Given a copy of the runtime where one module imports what a contract forbids (inside a function: it counts)
+    shutil.copytree(SHARED / "punctual", tmp_path / "punctual", ignore=shutil.ignore_patterns("__pycache__"))
+    source = tmp_path / "punctual" / module
+    source.write_text(source.read_text() + f"\n\ndef _forbidden() -> None:\n    {line}  # noqa\n")
+    # When import-linter judges the copy
+    verdict = lint_imports(tmp_path)
+    # Then it fails, naming the broken contract and the import
+    assert verdict.returncode != 0
+    broken = [text for text in verdict.stdout.splitlines() if text.endswith("BROKEN")]
+    assert len(broken) == 1 and contract in verdict.stdout.split("Broken contracts", 1)[1], verdict.stdout
+    assert module.removesuffix(".py").replace("/", ".") in verdict.stdout
+
+
+def test_every_part_the_layers_name_is_in_the_tree() -> None:
+    # Given the layers pyproject.toml's contract names (import-linter checks each module stands in one of them)
+    # Then each is a package of the runtime
+    assert [part for layer in contract_layers() for part in layer if part not in MODULES] == []

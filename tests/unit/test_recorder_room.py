@@ -12,7 +12,7 @@ import pytest
 from punctual.domain.clock import SystemClock
 from punctual.executing.dispatcher import Dispatcher
 from punctual.executing.recorder import QUIET_S, QUOTA_PERIOD_S, RECORD_CPU_S, Recorder
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import FiringPort
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def dispatcher() -> Iterator[Dispatcher[Any]]:
 
 
 def recorder_for(dispatcher: Dispatcher[Any], cpu_share: float | None) -> Recorder:
-    return Recorder(cast(TaskStore, object()), SystemClock(), dispatcher, cpu_share=cpu_share)
+    return Recorder(cast(FiringPort, object()), SystemClock(), dispatcher, cpu_share=cpu_share)
 
 
 def test_on_whole_cores_a_quiet_gap_takes_every_record(dispatcher: Dispatcher[Any]) -> None:

@@ -2,7 +2,7 @@
 
 Two models: ``Settings`` (what the Lambdas and the client load) and ``LocalSettings`` (the local runtime's,
 which adds what only one machine needs). Every ``PUNCTUAL_*`` variable the code reads is a field of one of
-them, and the wiring (``build_store``) has no process-wide effect: the local worker applies the local-only ones.
+them, and the wiring (``build_stores``) has no process-wide effect: the local worker applies the local-only ones.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from punctual.config.settings import ENV_PREFIX, Settings
 from punctual.errors import SettingsError
 from punctual.executing import priority
-from punctual.stores.dynamodb import build_store
+from punctual.stores.dynamodb import build_stores
 from punctual.targets import FireLog
 from punctual_tools.local.invoker import LocalInvoker
 from punctual_tools.local.lambda_rules import FunctionLimits
@@ -328,7 +328,7 @@ def test_build_store_leaves_cpu_confinement_untouched(monkeypatch: pytest.Monkey
     monkeypatch.setattr(priority, "_background_cpus", frozenset({0}))
     client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     # When the store is built (no request is sent)
-    build_store(Settings(), client)
+    build_stores(Settings(), client)
     # Then the confinement is as it was
     assert priority._background_cpus == frozenset({0})  # the module's state is what is under test
 

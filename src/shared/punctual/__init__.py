@@ -33,13 +33,13 @@ from punctual.errors import (
 from punctual.targets import EventBridgeAction, HttpAction, LambdaAction, LogAction, SnsAction, SqsAction
 
 if TYPE_CHECKING:
+    from punctual.runtime.client import Client
     from punctual.scheduling.api_client import ApiClient
     from punctual.scheduling.bulk import ScheduleResult
-    from punctual.scheduling.client import Client
 
 _CLIENTS = {
     "ApiClient": "punctual.scheduling.api_client",
-    "Client": "punctual.scheduling.client",
+    "Client": "punctual.runtime.client",
     "ScheduleResult": "punctual.scheduling.bulk",
 }
 
@@ -57,8 +57,8 @@ def connect(settings: Settings | None = None) -> Client | ApiClient:
     """The client ``settings`` (default: ``PUNCTUAL_*``) point at: through the REST API when ``api_url`` is set
     (SigV4-signed in AWS, or the local API's ``api_token``), else straight to the table. Both have the same
     methods and answers."""
+    from punctual.runtime.client import Client
     from punctual.scheduling.api_client import ApiClient
-    from punctual.scheduling.client import Client
 
     settings = settings or Settings.from_env()
     return ApiClient.from_settings(settings) if settings.api_url else Client(settings)

@@ -26,7 +26,7 @@ from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action, TaskStatus
 from punctual.domain.schedules import is_occurrence_id, occurrence_id
 from punctual.domain.tenancy import qualify, unqualify
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
 from punctual_tools.progress import ProgressLine

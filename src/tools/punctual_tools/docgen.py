@@ -193,7 +193,7 @@ LAYOUT_ROOTS = (
 )
 
 
-# A Sphinx role: :class:`~punctual.stores.ports.TaskStore` shows as `TaskStore`.
+# A Sphinx role: :class:`~punctual.stores.ports.ClientPort` shows as `ClientPort`.
 _ROLE = re.compile(r":\w+:`(~?)([\w.]+)`")
 
 
@@ -235,18 +235,37 @@ def layout_block(root: Path = ROOT) -> list[str]:
     return lines
 
 
+def drawn_rows() -> list[tuple[str, ...]]:
+    """The parts a row each layer, the highest first, the store's ports in a row of their own just above the part
+    that holds them: what the services point to, and what the adapters below implement."""
+    rows = list(reversed(layout.LAYERS))
+    holder = next(index for index, row in enumerate(rows) if _holder() in row)
+    return [*rows[:holder], (layout.PORTS,), *rows[holder:]]
+
+
+def _holder() -> str:
+    """The part of the contract's layers that holds the store's ports (and their adapters)."""
+    return layout.part_of(layout.PORTS.rpartition(".")[0]) or ""
+
+
+def _layer_number(part: str) -> int:
+    """The layer a part stands in (1: the lowest), as the contract has it; the ports, their holder's."""
+    owner = _holder() if part == layout.PORTS else part
+    return next(index for index, layer in enumerate(layout.LAYERS) if owner in layer) + 1
+
+
 def layers_block(shared: Path = ROOT / "src" / "shared") -> list[str]:
     """The runtime's parts, layer by layer from the top, each with what it holds and the parts it imports (read
     from its modules' imports as they are)."""
     modules = layout.runtime_modules(shared)
     imports = layout.part_imports(shared)
     lines = ["| layer | part | what it holds | imports |", "| --- | --- | --- | --- |"]
-    for index in range(len(layout.LAYERS) - 1, -1, -1):
-        for part in layout.LAYERS[index]:
+    for row in drawn_rows():
+        for part in row:
             path = modules[part]
             summary = _summary(path.parent if path.name == "__init__.py" else path)
             used = ", ".join(f"`{name}`" for name in sorted(imports[part], key=layout.PARTS.index, reverse=True))
-            lines.append(f"| {index + 1} | `{part}` | {_cell(summary)} | {used or '(nothing)'} |")
+            lines.append(f"| {_layer_number(part)} | `{part}` | {_cell(summary)} | {used or '(nothing)'} |")
     return lines
 
 
@@ -278,6 +297,7 @@ COLUMNS = {
     "punctual.api": 1,
     "punctual.executing": 2,
     "punctual.scheduling": 0.5,
+    "punctual.stores.ports": 0,
     "punctual.stores": 1,
     "punctual.targets": 2,
     "punctual.config": 1.5,
@@ -288,9 +308,11 @@ COLUMNS = {
 
 
 def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
-    """A picture of the parts, a row a layer (the highest on top), with an arrow for each import no other implies."""
+    """A picture of the parts, a row a layer (the highest on top), with an arrow for each import no other implies, and
+    a dashed one from the store's adapters to the ports they implement (the ports import no adapter: services point
+    to the ports, the wiring hands them the adapters)."""
     edges = direct_imports(layout.part_imports(shared))
-    rows = list(reversed(layout.LAYERS))
+    rows = drawn_rows()
     columns = max(len(row) for row in rows)
     width = columns * (BOX_W + GAP_X) - GAP_X + 2 * MARGIN
     height = len(rows) * (BOX_H + GAP_Y) - GAP_Y + 2 * MARGIN
@@ -302,7 +324,8 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="13">',
-        "<title>The runtime's parts by layer: an arrow from a part to a part it imports</title>",
+        "<title>The runtime's parts by layer: an arrow from a part to a part it imports; dashed, from the store's "
+        "adapters to the ports they implement</title>",
         '<defs><marker id="head" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="dimgray"/></marker></defs>',
     ]
@@ -313,6 +336,11 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
                 f'<line x1="{x1 + BOX_W / 2:.0f}" y1="{y1 + BOX_H:.0f}" x2="{x2 + BOX_W / 2:.0f}" y2="{y2:.0f}" '
                 'stroke="dimgray" stroke-width="1.2" marker-end="url(#head)"/>'
             )
+    (ax, ay), (px, py) = where[_holder()], where[layout.PORTS]
+    out.append(
+        f'<line x1="{ax + BOX_W / 2:.0f}" y1="{ay:.0f}" x2="{px + BOX_W / 2:.0f}" y2="{py + BOX_H:.0f}" '
+        'stroke="#3f51b5" stroke-width="1.2" stroke-dasharray="5,4" marker-end="url(#head)"/>'
+    )
     for part, (x, y) in where.items():
         label = "punctual (public API)" if part == layout.PACKAGE else part.removeprefix(layout.PACKAGE + ".")
         out.append(

@@ -1,33 +1,45 @@
 """The runtime package's shape, read from its source: every import between its modules, and the parts (its
 subpackages) in the layers they stand in, lowest first.
 
-A module may import its own part and any part of a lower layer; parts that share a layer import none of each
-other. ``tests/unit/test_layout.py`` holds the tree to this, and the contributing page draws it
-(:func:`punctual_tools.docgen.layers_block`) from the imports as they are.
+The layers are written once, as the import-linter ``layers`` contract in ``pyproject.toml`` (``[tool.importlinter]``),
+which ``tests/unit/test_layout.py`` runs: a module may import its own part and any part of a lower layer; parts that
+share a layer import none of each other; the services reach the store through its ports only. This module reads them
+from there (:func:`contract_layers`) for the contributing page's table and picture
+(:func:`punctual_tools.docgen.layers_block`), drawn from the imports as they are, and finds import circles, which the
+contracts do not.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT / "src" / "shared"
+PYPROJECT = ROOT / "pyproject.toml"
 PACKAGE = "punctual"
-
-# The parts of the runtime, lowest layer first; a tuple is one layer of parts that must not import each other.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("punctual.errors",),
-    ("punctual.domain", "punctual.network"),
-    ("punctual.config",),
-    ("punctual.stores", "punctual.targets"),
-    ("punctual.scheduling",),
-    ("punctual.polling", "punctual.api", "punctual.executing"),
-    ("punctual.runtime",),
-    ("punctual",),
+PORTS = (
+    "punctual.stores.ports"  # the store's ports: drawn as a part of their own, between the services and the adapters
 )
+
+
+def contract_layers(pyproject: Path = PYPROJECT) -> tuple[tuple[str, ...], ...]:
+    """The runtime's parts by layer, lowest first, as the import-linter ``layers`` contract of ``pyproject`` names
+    them (``a | b`` and ``a : b``: parts of one layer); the package's own module (its public API) stands on top."""
+    config = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["type"] == "layers")
+    (container,) = contract["containers"]
+    rows = [
+        tuple(f"{container}.{name.strip()}" for name in re.split(r"[|:]", layer))
+        for layer in reversed(contract["layers"])
+    ]
+    return (*rows, (container,))
+
+
+LAYERS = contract_layers()
 
 
 def module_name(path: Path, shared: Path = SHARED) -> str:
@@ -94,8 +106,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-PARTS = tuple(part for layer in LAYERS for part in layer)
-LAYER_OF = {part: index for index, layer in enumerate(LAYERS) for part in layer}
+# The parts the picture draws: the contract's, and the store's ports apart from the adapters of their part.
+PARTS = (*(part for layer in LAYERS for part in layer), PORTS)
 
 
 def part_of(module: str) -> str | None:
@@ -103,37 +115,6 @@ def part_of(module: str) -> str | None:
     own module (the public API) is a part of its own, and of nothing under it."""
     owners = [part for part in PARTS if module == part or (part != PACKAGE and module.startswith(part + "."))]
     return max(owners, key=len) if owners else None
-
-
-@dataclass(frozen=True)
-class Violation:
-    """An import the layers forbid: ``module`` (in ``part``) imports ``imported`` (in ``imported_part``)."""
-
-    module: str
-    imported: str
-    part: str | None
-    imported_part: str | None
-
-    def __str__(self) -> str:
-        return f"{self.module} ({self.part}) imports {self.imported} ({self.imported_part})"
-
-
-def allowed(part: str | None, imported_part: str | None) -> bool:
-    """Whether a module of ``part`` may import one of ``imported_part``: its own part, or a lower layer's."""
-    if part is None or imported_part is None:
-        return False
-    return part == imported_part or LAYER_OF[imported_part] < LAYER_OF[part]
-
-
-def violations(graph: dict[str, set[str]]) -> list[Violation]:
-    """Every import of ``graph`` that goes up a layer, across a layer, or to or from a module in no part."""
-    found = []
-    for module, imports in sorted(graph.items()):
-        for imported in sorted(imports):
-            part, imported_part = part_of(module), part_of(imported)
-            if not allowed(part, imported_part):
-                found.append(Violation(module, imported, part, imported_part))
-    return found
 
 
 def part_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -126,12 +126,12 @@ def trace_task_life() -> TaskPath:
     """Run one task's life on moto through the handlers and return the modules each phase crossed."""
     import boto3
     from moto import mock_aws
-    from punctual_tools.template import ensure_table
 
+    from punctual.runtime.client import Client
     from punctual.runtime.wiring import build_poller
-    from punctual.scheduling.client import Client
     from punctual.targets import LogAction
     from punctual_tools.doubles import LambdaContext, scheduled_event
+    from punctual_tools.template import ensure_table
 
     sent: list[dict[str, Any]] = []
 

@@ -21,9 +21,9 @@ from moto import mock_aws
 from punctual.config.settings import Settings
 from punctual.domain.keys import bucket_start, buckets_between, from_ms
 from punctual.polling.fastpath import dispatch_stream_records
-from punctual.polling.poller import Poller
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb import build_store
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import decode_stream_image, poller_on
+from punctual.stores.dynamodb import build_stores
 from punctual.targets import HttpAction
 from punctual_tools import cost
 from punctual_tools.cost.coldstart import FULL_CORE_MB, executor_environments, init_seconds
@@ -345,11 +345,11 @@ def test_a_stream_batch_is_one_executor_invocation_and_one_read_of_the_last_poll
             for i, image in enumerate(images)
         ]
         invoker = RecordingInvoker()
-        poller = Poller(build_store(settings, client), invoker, settings, poller_id="fast-cost")
-        assert build_store(settings, raw).mark_polled(now - 20_000)
+        poller = poller_on(build_stores(settings, client), invoker, settings, poller_id="fast-cost")
+        assert build_stores(settings, raw).dispatch.mark_polled(now - 20_000)
         # When the fast path dispatches the stream batch, under the meter
         with cost.CapacityMeter(client, raw, settings.table_name, cost.TableSpec.from_template()) as meter:
-            report = dispatch_stream_records(poller, records, now)
+            report = dispatch_stream_records(poller, records, now, decode=decode_stream_image)
     # Then one executor is invoked for the whole batch, and the fast path itself makes one DynamoDB request: the
     # strongly consistent read of the poll's start (one read unit, the fast path's POLL_STARTS_RRU), no write
     assert report.dispatched == 3 and report.batches == 1 and report.polls_known

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from punctual import Client, LogAction
+from punctual import LogAction
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
 from punctual.domain.schedules import Schedule, instants_after, occurrence_id
-from punctual.stores.memory import InMemoryStore
+from punctual.scheduling.client import Client
+from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, ScheduleExpectation, check_ledgers
 from support import FakeClock
 
@@ -69,9 +70,11 @@ def _no_landing_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def client(settings: Settings, now_ms: int) -> LandsLate:
     """A client on the in-memory store: the check reads tasks and schedules back, nothing of DynamoDB's."""
+    store = InMemoryStore.from_settings(settings)
     return LandsLate(
         settings,
-        store=InMemoryStore.from_settings(settings),
+        store,
+        store,
         clock=FakeClock(wall_ms=now_ms),
         late_id=f"{PREFIX}late",
         due_ms=now_ms + 40_000,

@@ -19,8 +19,8 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
-from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.store import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from punctual_tools.iam import IamDeniedError, live
 from punctual_tools.local import api_server
@@ -71,14 +71,14 @@ def test_with_the_check_on_the_pollers_store_obeys_the_pollers_role(
 ) -> None:
     # Given a task due now, and the store the stack gives the poller
     due = Task(task_id="due", due_at=from_ms(now_ms), action=LogAction(message="test"), payload={})
-    DynamoTaskStore.from_settings(dynamodb, settings).create(due, now_ms)
+    DynamoStores.from_settings(dynamodb, settings).client.create(due, now_ms)
     store = function_store(settings, "PollerFunction")
     # When it polls  Then its calls are granted and the task is dispatched
-    assert Poller(store, RecordingInvoker(), settings).poll(now_ms).dispatched == 1
+    assert poller_on(store, RecordingInvoker(), settings).poll(now_ms).dispatched == 1
     # When it makes a call its role does not grant (a scan of the table)  Then AWS's AccessDenied is raised and
     # logged at ERROR, naming the function and the action
     with caplog.at_level(logging.ERROR), pytest.raises(IamDeniedError, match="PollerFunction") as denied:
-        list(store.list_tasks())
+        list(store.client.list_tasks())
     assert denied.value.response["Error"]["Code"] == "AccessDeniedException"
     assert any(r.levelno == logging.ERROR and "dynamodb:Scan" in r.getMessage() for r in caplog.records)
 
@@ -88,20 +88,20 @@ def test_with_the_check_on_the_fast_paths_store_obeys_the_fast_paths_role(dynamo
     # Given the store the stack gives the fast path  When it reads when the last polls started  Then its role
     # allows it
     store = function_store(settings, "FastPathFunction")
-    assert store.last_polls() == [None]
+    assert store.dispatch.last_polls() == [None]
     # When it reads the poller's watermark (the poller's grant, not the fast path's)  Then it is refused
     with pytest.raises(IamDeniedError, match="FastPathFunction"):
-        store.due.get_watermark()
+        store.dispatch.get_watermark()
     # And so is reading a task
     with pytest.raises(IamDeniedError, match="FastPathFunction"):
-        store.get("some-task")
+        store.client.get("some-task")
 
 
 @pytest.mark.usefixtures("iam_off")
 def test_with_the_check_off_nothing_is_judged(dynamodb: Any, settings: Settings) -> None:
     # Given the poller's store and the API's resolver with the check off  When they make any call  Then it is sent
     # as it is, and no check was built (no node run)
-    assert list(function_store(settings, "PollerFunction").list_tasks()) == []
+    assert list(function_store(settings, "PollerFunction").client.list_tasks()) == []
     api_server.ApiResolverFactory(settings)()
 
 

@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.polling.poller import Poller
+from punctual.runtime.wiring import poller_on
 from punctual_tools.local import api_server, store_latency
 from punctual_tools.local.stack import executor_env, function_store
 from punctual_tools.local.store_latency import DYNAMODB_IN_REGION, StoreLatency, store_latency_of
@@ -113,14 +113,14 @@ def test_the_pollers_store_is_delayed_under_the_lambda_profile(dynamodb: Any, lo
     latency = store_latency_of(local_settings)
     assert latency is not None
     # When it polls  Then each of its requests drew a round trip
-    Poller(store, RecordingInvoker(), local_settings).poll(0)
+    poller_on(store, RecordingInvoker(), local_settings).poll(0)
     assert latency.draws > 0
 
 
 def test_the_fast_paths_store_and_the_api_are_delayed_too(dynamodb: Any, local_settings: LocalSettings) -> None:
     latency = store_latency_of(local_settings)
     assert latency is not None
-    function_store(local_settings, "FastPathFunction").last_polls()
+    function_store(local_settings, "FastPathFunction").dispatch.last_polls()
     after_fast_path = latency.draws
     assert after_fast_path > 0
     event = api_server.proxy_event("GET", "/v1/tasks/none", {}, None, api_server.LOCAL_TENANT)
@@ -131,7 +131,7 @@ def test_the_fast_paths_store_and_the_api_are_delayed_too(dynamodb: Any, local_s
 
 def test_under_the_local_profile_nothing_is_delayed(dynamodb: Any, local_settings: LocalSettings) -> None:
     settings = local_settings.model_copy(update={"profile": "local", "store_latency": "none"})
-    assert list(function_store(settings, "PollerFunction").list_tasks()) == []
+    assert list(function_store(settings, "PollerFunction").client.list_tasks()) == []
     assert store_latency._instances == {}
 
 

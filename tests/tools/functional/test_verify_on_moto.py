@@ -23,8 +23,8 @@ from moto import mock_aws
 from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
 from punctual.domain.schedules import Schedule, instants_after, occurrence_id
+from punctual.runtime.client import Client
 from punctual.scheduling.bulk import ScheduleResult
-from punctual.scheduling.client import Client
 from punctual.targets import FireContext
 from punctual.targets.aws import message_body
 from punctual_tools.cli import build_parser

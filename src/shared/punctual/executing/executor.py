@@ -37,7 +37,7 @@ from punctual.executing.heartbeat import Heartbeat
 from punctual.executing.priority import lower_current_thread
 from punctual.executing.recorder import Recorder, Recording, task_log_keys
 from punctual.stores.dlq import DeadLetterQueue
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import FiringPort
 from punctual.targets import ActionEnv, FireContext, longest_action_timeout_ms, prepare_actions, start_action
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Executor:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: FiringPort,
         settings: Settings,
         clock: Clock,
         offset: OffsetSource,

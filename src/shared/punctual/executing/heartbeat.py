@@ -3,7 +3,7 @@
 While a batch runs, the executor renews ``alive_until = now + lease`` in the store every ``interval`` (a small
 write to an item of its own, never the tasks: cost does not grow with the batch). If it dies, its heartbeat
 lapses; the next poll finds its unfired tasks ARMED by a dead owner and another executor takes them over
-(:meth:`punctual.stores.ports.TaskStore.arm_many`), knowing that the dead one may have fired only what was due up to
+(:meth:`punctual.stores.ports.FiringPort.arm_many`), knowing that the dead one may have fired only what was due up to
 its last ``alive_until``: tasks due later fire on time, once. A lease never reaches past the end of the
 invocation running the executor (Lambda kills it then), and when death is known sooner (Lambda retries the
 invocation, whose retry finds its earlier attempt by the invocation's request id; a local restart stops the
@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 
 from punctual.domain.clock import Clock
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import FiringPort
 
 log = logging.getLogger("punctual.executing.executor")
 
@@ -51,7 +51,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: FiringPort,
         clock: Clock,
         lease_ms: int,
         interval_ms: int,

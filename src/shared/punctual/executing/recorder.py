@@ -33,7 +33,7 @@ from punctual.domain.model import FireRecord, Outcome, Task, status_after
 from punctual.executing.dispatcher import Dispatcher
 from punctual.executing.priority import lower_current_thread
 from punctual.stores.dlq import DeadLetterQueue
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import FiringPort
 
 log = logging.getLogger("punctual.executing.executor")
 
@@ -123,7 +123,7 @@ class Recorder:
 
     def __init__(
         self,
-        store: TaskStore,
+        store: FiringPort,
         clock: Clock,
         dispatcher: Dispatcher[Any],
         *,

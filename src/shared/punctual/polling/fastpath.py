@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from punctual.domain.events import FastPathReport
 from punctual.domain.model import Candidate, TaskStatus
 from punctual.polling.poller import Poller
-from punctual.stores.dynamodb.codec import candidate_of_item
 
 log = logging.getLogger(__name__)
 
 FAST_PATH_EVENTS = ("INSERT", "MODIFY")
 DispatchPath = Literal["fast path", "poll"]
+# What a stream record's new image stands for: its candidate, None when the task is no longer active; raises
+# UndecodableItemError (or KeyError, TypeError, ValueError) when it is not a task. The store's adapter decodes its
+# own images (``punctual.stores.dynamodb.codec.candidate_of_item``): the wiring hands it in.
+ImageDecoder = Callable[[dict[str, Any]], Candidate | None]
 
 
 def choose_path(
@@ -80,31 +83,31 @@ def choose_path(
     return "fast path"
 
 
-def candidate_of_record(record: Mapping[str, Any]) -> Candidate | None:
-    """The candidate a stream record stands for, or None when it is not the fast path's (a REMOVE, a task no
-    longer PENDING, one due after the next poll, or not a task at all). The filter in the template should
-    already have dropped those; this check keeps the handler right if the filter is ever wider."""
+def candidate_of_record(record: Mapping[str, Any], decode: ImageDecoder) -> Candidate | None:
+    """The candidate a stream record stands for (its image read by ``decode``), or None when it is not the fast
+    path's (a REMOVE, a task no longer PENDING, one due after the next poll, or not a task at all). The filter in the
+    template should already have dropped those; this check keeps the handler right if the filter is ever wider."""
     if record.get("eventName") not in FAST_PATH_EVENTS:
         return None
     image = (record.get("dynamodb") or {}).get("NewImage") or {}
     try:
         if image["status"]["S"] != TaskStatus.PENDING.value or image.get("fast_path", {}).get("N") != "1":
             return None
-        return candidate_of_item(image)
+        return decode(image)
     except (KeyError, TypeError, ValueError):
         return None  # the watermark item, or something that is not a task
 
 
 def dispatch_stream_records(
-    poller: Poller, records: Iterable[Mapping[str, Any]], now_ms: int | None = None
+    poller: Poller, records: Iterable[Mapping[str, Any]], now_ms: int | None = None, *, decode: ImageDecoder
 ) -> FastPathReport:
-    """Dispatch the fast-path tasks among ``records`` (a stream batch, oldest first), looked at ``now_ms`` (the
-    wall clock by default): those the next poll does not dispatch in time (:func:`choose_path`, after one read of
-    the last polls' starts), or all of them when those cannot be read."""
+    """Dispatch the fast-path tasks among ``records`` (a stream batch, oldest first, each image read by ``decode``),
+    looked at ``now_ms`` (the wall clock by default): those the next poll does not dispatch in time
+    (:func:`choose_path`, after one read of the last polls' starts), or all of them when those cannot be read."""
     records = list(records)
     latest: dict[str, Candidate] = {}
     for record in records:  # a task written twice in one batch: its latest image wins
-        candidate = candidate_of_record(record)
+        candidate = candidate_of_record(record, decode)
         if candidate is not None:
             latest[candidate.task_id] = candidate
     candidates = list(latest.values())

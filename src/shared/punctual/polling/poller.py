@@ -2,8 +2,8 @@
 
 Each tick asks the store for every armable task due up to ``now + lead``, overdue ones included however old
 (scheduled rules can be ~119 s apart and index writes lag: how the store keeps that promise is its business,
-see :meth:`punctual.stores.ports.TaskStore.find_due`); as each part of that comes back, it cuts it into batches in due
-order and invokes one executor per batch, the invocations in parallel, before the store reads the next part.
+see :meth:`punctual.stores.ports.DispatchPort.find_due`); as each part of that comes back, it cuts it into batches
+in due order and invokes one executor per batch, the invocations in parallel, before the store reads the next part.
 The per-task conditional write (ARM) happens in the executors, in
 parallel: two pollers at one instant, a duplicate async delivery, the fast path racing a poll all dispatch the
 same task, and all but one executor lose at ARM. Each tick first notes its start in the store: the fast path
@@ -39,7 +39,7 @@ from punctual.polling.invoker import Invoker
 from punctual.polling.sent import SentMemory, Sorted
 from punctual.scheduling import chain
 from punctual.scheduling.quotas import TenantAdmission
-from punctual.stores.ports import Store
+from punctual.stores.ports import ClientPort, DispatchPort, SchedulePort
 
 log = logging.getLogger(__name__)
 
@@ -182,13 +182,17 @@ class Poller:
 
     def __init__(
         self,
-        store: Store,
+        dispatch: DispatchPort,
+        schedules: SchedulePort,
+        tasks: ClientPort,
         invoker: Invoker,
         settings: Settings,
         poller_id: str | None = None,
         admit: TenantAdmission | None = None,
     ) -> None:
-        self._store = store
+        self._store = dispatch
+        self._schedules = schedules  # the recurring schedules a look for due work names, extended with ``tasks``
+        self._tasks = tasks
         self._invoker = invoker
         self._settings = settings
         self._admit = admit  # a schedule's occurrences against its tenant's active_tasks (None: no quotas)
@@ -284,11 +288,16 @@ class Poller:
                 break
             try:
                 report = chain.extend(
-                    self._store, schedule_id, now_ms, end_ms + self._settings.schedule_ahead_ms, self._admit
+                    self._schedules,
+                    self._tasks,
+                    schedule_id,
+                    now_ms,
+                    end_ms + self._settings.schedule_ahead_ms,
+                    self._admit,
                 )
             except UndecodableItemError as exc:  # it would fail at every poll: out of the due index, counted
                 unreadable += 1
-                self._store.quarantine_schedule(schedule_id, str(exc), now_ms)
+                self._schedules.quarantine_schedule(schedule_id, str(exc), now_ms)
                 continue
             except Exception:  # one schedule must not stop the poll; the next tick tries again
                 log.exception("schedule %s: making its next occurrences failed", schedule_id)

@@ -1,1 +1,2 @@
-"""What the handlers stand on: the wiring that builds the services from settings, and their observability."""
+"""What the handlers stand on: the wiring that builds the services from settings, the client on DynamoDB, and their
+observability."""

@@ -1,4 +1,5 @@
-"""Wiring: build the services from :class:`Settings` (what the Lambda handlers and the local runtime share).
+"""Wiring: build the services from :class:`Settings` (what the Lambda handlers and the local runtime share): the
+store's parts (:class:`~punctual.stores.dynamodb.DynamoStores`), and each service handed the ports it uses.
 
 Building has no process-wide effect: CPU confinement and the fire log are the local runtime's business
 (``punctual_tools.local.worker``), the GIL switch interval the executor handler's.
@@ -19,7 +20,9 @@ from punctual.domain.tenancy import split
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import offset_probe
 from punctual.stores.dlq import build_dead_letter_queue
-from punctual.stores.dynamodb import build_store
+from punctual.stores.dynamodb import build_stores
+from punctual.stores.dynamodb.codec import candidate_of_item
+from punctual.stores.ports import Stores
 from punctual.targets import ActionEnv
 
 if TYPE_CHECKING:
@@ -27,6 +30,24 @@ if TYPE_CHECKING:
 
     from punctual.polling.invoker import Invoker
     from punctual.polling.poller import Poller
+    from punctual.scheduling.quotas import TenantAdmission
+
+# How the fast path reads a stream record's image (:func:`punctual.polling.fastpath.dispatch_stream_records`): the
+# store's adapter decodes its own items.
+decode_stream_image = candidate_of_item
+
+
+def poller_on(
+    stores: Stores,
+    invoker: Invoker,
+    settings: Settings,
+    poller_id: str | None = None,
+    admit: TenantAdmission | None = None,
+) -> Poller:
+    """The poller on ``stores``' ports: the due index it reads, the schedules it extends and their tasks."""
+    from punctual.polling.poller import Poller
+
+    return Poller(stores.dispatch, stores.schedules, stores.client, invoker, settings, poller_id, admit)
 
 
 def build_poller(
@@ -42,7 +63,6 @@ def build_poller(
     occurrences it makes are admitted against their tenants' ``active_tasks`` quota, from the tenant map
     ``settings`` name (``ssm_client`` reads a parameter: one is made when None)."""
     from punctual.polling.invoker import LambdaInvoker
-    from punctual.polling.poller import Poller
     from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
 
     if invoker is None:
@@ -51,10 +71,12 @@ def build_poller(
 
             lambda_client = boto3.client("lambda", region_name=settings.region)
         invoker = LambdaInvoker(lambda_client, settings.executor_function)
-    store = build_store(settings, dynamodb)
+    stores = build_stores(settings, dynamodb)
     tenants = _tenant_map_when_needed(settings, ssm_client)
-    admit = TenantAdmission(QuotaGuard(store), lambda task_id: tenants().policy_of(split(task_id)[0] or "").quotas)
-    return Poller(store, invoker, settings, poller_id, admit)
+    admit = TenantAdmission(
+        QuotaGuard(stores.client), lambda task_id: tenants().policy_of(split(task_id)[0] or "").quotas
+    )
+    return poller_on(stores, invoker, settings, poller_id, admit)
 
 
 def _tenant_map_when_needed(settings: Settings, ssm_client: Any) -> Callable[[], TenantMap]:
@@ -87,7 +109,7 @@ def build_executor(
     (:func:`detect_cpu_share`)."""
     tenants = tenant_map_source(settings, ssm_client)
     return Executor(
-        build_store(settings, dynamodb),
+        build_stores(settings, dynamodb).firing,
         settings,
         SystemClock(),
         offset_probe(settings.ntp_server, settings.ntp_timeout_s),
@@ -102,10 +124,10 @@ def build_api(settings: Settings, dynamodb: Any = None, ssm_client: Any = None) 
     ``settings`` name (``ssm_client`` reads a parameter: one is made when None; a map that cannot be read fails
     here). Not thread-safe (the resolver holds the request it is answering): one per thread."""
     from punctual.api import build_app  # here: only the API's function loads the API, its client and tenant map
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual.scheduling.quotas import QuotaGuard
 
     tenants = tenant_map_source(settings, ssm_client)
-    store = build_store(settings, dynamodb)
-    quota = QuotaGuard(store)  # one per process: its requests' creates are admitted together, exactly
-    return build_app(lambda: Client(settings, store=store, tenant_map=tenants.tenant_map(), quota=quota), tenants)
+    stores = build_stores(settings, dynamodb)
+    quota = QuotaGuard(stores.client)  # one per process: its requests' creates are admitted together, exactly
+    return build_app(lambda: Client(settings, stores=stores, tenant_map=tenants.tenant_map(), quota=quota), tenants)

@@ -23,7 +23,7 @@ from punctual.domain.model import Task, TaskStatus
 from punctual.domain.schedules import Schedule, instants_after, occurrence_id, plan_advance
 from punctual.errors import TaskNotFoundError, TaskStateError
 from punctual.scheduling.quotas import TenantAdmission
-from punctual.stores.ports import Store
+from punctual.stores.ports import ClientPort, SchedulePort
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,12 @@ class ChainReport:
 
 
 def extend(
-    store: Store, schedule_id: str, now_ms: int, until_ms: int, admit: TenantAdmission | None = None
+    schedules: SchedulePort,
+    tasks: ClientPort,
+    schedule_id: str,
+    now_ms: int,
+    until_ms: int,
+    admit: TenantAdmission | None = None,
 ) -> ChainReport:
     """Create the schedule's occurrences due up to ``until_ms`` that do not exist yet (finishing a pending
     cleanup first), each admitted by ``admit`` against its tenant's ``active_tasks`` quota: past it, those left
@@ -56,11 +61,11 @@ def extend(
     report = ChainReport(schedule_id)
     taken: set[str] = set()  # instants an older version's live occurrence holds
     for _ in range(MAX_ROUNDS):
-        schedule = store.get_schedule(schedule_id)
+        schedule = schedules.get_schedule(schedule_id)
         if schedule is None:
             return report
         if schedule.cleanup:
-            report.cancelled += cleanup(store, schedule, now_ms)
+            report.cancelled += cleanup(schedules, tasks, schedule, now_ms)
             continue
         step = plan_advance(schedule, now_ms, until_ms)
         if step is None:
@@ -79,11 +84,11 @@ def extend(
                 step = plan_advance(schedule, now_ms, until_ms, limit=room) if room else None
                 if step is None:
                     return report
-            tasks = [schedule.occurrence(ms, late=ms == step.late_ms) for ms in step.occurrences]
-            tasks = [t for t in tasks if t.task_id not in taken]
-            result = store.advance_schedule(schedule, step, tasks, now_ms)
+            made = [schedule.occurrence(ms, late=ms == step.late_ms) for ms in step.occurrences]
+            made = [t for t in made if t.task_id not in taken]
+            result = schedules.advance_schedule(schedule, step, made, now_ms)
         if result.done:
-            report.created.extend(tasks)
+            report.created.extend(made)
             report.skipped += step.skipped
             if report.held_back or step.next_due_ms is None or step.next_due_ms > until_ms:
                 return report
@@ -91,12 +96,12 @@ def extend(
         if not result.blocked:
             report.raced = True  # another caller moved the cursor, or the schedule changed: read it again
             continue
-        existing = store.get_many(result.blocked)
+        existing = tasks.get_many(result.blocked)
         for task_id in result.blocked:
             task = existing.get(task_id)
             if task is None:
                 continue  # gone meanwhile: the next round creates it
-            if _cancel_older(store, schedule, task, now_ms):
+            if _cancel_older(tasks, schedule, task, now_ms):
                 report.cancelled += 1
             else:
                 taken.add(task_id)
@@ -104,19 +109,24 @@ def extend(
     return report
 
 
-def _cancel_older(store: Store, schedule: Schedule, task: Task, now_ms: int) -> bool:
+def _cancel_older(tasks: ClientPort, schedule: Schedule, task: Task, now_ms: int) -> bool:
     """Cancel ``task`` if an older version of ``schedule`` made it and it is still changeable."""
     if (task.schedule_version or 0) >= schedule.version or task.status is not TaskStatus.PENDING:
         return False
     try:
-        store.cancel(task.task_id, now_ms)
+        tasks.cancel(task.task_id, now_ms)
     except (TaskStateError, TaskNotFoundError):
         return False  # armed meanwhile: it fires as its version made it
     return True
 
 
 def cleanup(
-    store: Store, schedule: Schedule, now_ms: int, before: Schedule | None = None, until_ms: int | None = None
+    schedules: SchedulePort,
+    tasks: ClientPort,
+    schedule: Schedule,
+    now_ms: int,
+    before: Schedule | None = None,
+    until_ms: int | None = None,
 ) -> int:
     """Cancel the occurrences older versions of ``schedule`` made that are still PENDING, then clear its
     ``cleanup`` flag. How many were cancelled.
@@ -125,11 +135,11 @@ def cleanup(
     moment before the change may not be listed yet. So a caller that has the schedule as it was ``before`` the
     change also names the occurrences its definition has from a grace ago up to ``until_ms`` (as far ahead as
     any poll makes them), and those are read by id as well."""
-    ids = store.schedule_occurrence_ids(schedule.schedule_id, from_ms_=now_ms - CLEANUP_LOOKBACK_MS)
+    ids = schedules.schedule_occurrence_ids(schedule.schedule_id, from_ms_=now_ms - CLEANUP_LOOKBACK_MS)
     if before is not None and until_ms is not None:
         ids = list(dict.fromkeys([*ids, *_instants_made(before, now_ms, until_ms)]))
-    cancelled = sum(1 for task in store.get_many(ids).values() if _cancel_older(store, schedule, task, now_ms))
-    store.finish_cleanup(schedule, now_ms)
+    cancelled = sum(1 for task in tasks.get_many(ids).values() if _cancel_older(tasks, schedule, task, now_ms))
+    schedules.finish_cleanup(schedule, now_ms)
     return cancelled
 
 

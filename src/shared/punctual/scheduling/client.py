@@ -27,7 +27,7 @@ from punctual.scheduling.protocol import Scheduler, ScheduleSpec
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, check_retry
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.scheduling.schedule_client import ScheduleClient
-from punctual.stores.ports import Store
+from punctual.stores.ports import ClientPort, SchedulePort
 from punctual.targets import TargetRules
 
 
@@ -38,21 +38,23 @@ class Client(Scheduler):
     :class:`~punctual.scheduling.schedule_client.ScheduleClient`'s over the same store, clock and rules (the
     ``*_schedule`` methods hand them to it); many tasks at once go through :mod:`punctual.scheduling.bulk`.
 
+    This class works on the ports it is given; :class:`punctual.Client` (:class:`punctual.runtime.client.Client`)
+    is the one on DynamoDB, built from settings, that users make.
+
     Parameters
     ----------
     settings:
-        Table name, endpoint, shard count and limits; defaults to ``Settings.from_env()``.
-    dynamodb:
-        A boto3 DynamoDB client to use (for example one bound to DynamoDB Local or moto).
-    store:
-        The task store to use instead (any :class:`~punctual.stores.ports.Store`); ``dynamodb`` is then unused.
+        Shard count, limits and target rules.
+    tasks, schedules:
+        The store's ports for tasks and schedules (:class:`~punctual.stores.ports.ClientPort`,
+        :class:`~punctual.stores.ports.SchedulePort`).
     clock:
         Where "now" comes from (for the horizon check and the index bucket of late writes).
     tenant_map:
         The tenants whose targets and quotas a tenant's task keeps to; defaults to the ``tenant_map`` setting's
         (the API hands in the map it read from Parameter Store).
     quota:
-        The process's :class:`~punctual.scheduling.quotas.QuotaGuard` over ``store``, shared by the clients of one
+        The process's :class:`~punctual.scheduling.quotas.QuotaGuard` over ``tasks``, shared by the clients of one
         process so that their creates are admitted exactly together (the API's requests share one); a client of its
         own by default.
 
@@ -75,26 +77,20 @@ class Client(Scheduler):
 
     def __init__(
         self,
-        settings: Settings | None = None,
+        settings: Settings,
+        tasks: ClientPort,
+        schedules: SchedulePort,
         *,
-        dynamodb: Any = None,
         clock: Clock | None = None,
-        store: Store | None = None,
         tenant_map: TenantMap | None = None,
         quota: QuotaGuard | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self._clock = clock or SystemClock()
-        if store is None:
-            from punctual.stores.dynamodb import (
-                build_store,  # here: `import punctual` loads neither boto3 nor the DynamoDB adapter
-            )
-
-            store = build_store(self.settings, dynamodb)
-        self._store = store
+        self._store = tasks
         self._rules = TargetRules.from_settings(self.settings, tenant_map)
-        self._admit = TenantAdmission(quota or QuotaGuard(store), lambda task_id: self._rules.of(task_id).quotas)
-        self._schedules = ScheduleClient(self.settings, store, self._clock, self._rules, self._admit)
+        self._admit = TenantAdmission(quota or QuotaGuard(tasks), lambda task_id: self._rules.of(task_id).quotas)
+        self._schedules = ScheduleClient(self.settings, tasks, schedules, self._clock, self._rules, self._admit)
 
     def now_ms(self) -> int:
         """Now, by the client's clock (epoch ms)."""
@@ -248,24 +244,6 @@ class Client(Scheduler):
         one = partial(schedule_one, self.now_ms, self.build_task, self.create_built)
         return schedule_each(tasks, one, threads, on_progress)
 
-    def to_item(self, task: Task, now_ms: int | None = None) -> dict[str, Any]:
-        """The DynamoDB item of ``task`` (from :meth:`build_task`), for writing with plain boto3::
-
-            client.put_item(TableName=table, Item=punctual_client.to_item(task),
-                            ConditionExpression="attribute_not_exists(task_id)")
-
-        The item is what :meth:`schedule` writes (its format is documented in :mod:`punctual.stores.dynamodb.codec`),
-        with its due-index key and fast-path flag computed for ``now_ms`` (now by default): write it soon."""
-        from punctual.stores.dynamodb.store import DynamoTaskStore
-
-        now = self.now_ms() if now_ms is None else now_ms
-        store = (
-            self._store
-            if isinstance(self._store, DynamoTaskStore)
-            else DynamoTaskStore.from_settings(None, self.settings)
-        )
-        return store.item_of(task, now)
-
     def get(self, task_id: str) -> Task | None:
         """The task as stored now, or None if there is no such task."""
         return self._store.get(task_id)
@@ -308,7 +286,7 @@ class Client(Scheduler):
         after: str | None = None,
         unreadable: Unreadable | None = None,
     ) -> tuple[builtins.list[Task], str | None]:
-        """One page of ``tenant``'s tasks (see :meth:`~punctual.stores.ports.TaskStore.tenant_page`): the tasks,
+        """One page of ``tenant``'s tasks (see :meth:`~punctual.stores.ports.ClientPort.tenant_page`): the tasks,
         and the id the next page starts after (None: the last page); the items left out as unreadable are counted
         in ``unreadable``."""
         return self._store.tenant_page(

@@ -46,7 +46,7 @@ from punctual.domain.quota import ScheduleLimits, schedule_rate_per_s
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.tenancy import split
 from punctual.errors import QuotaExceededError
-from punctual.stores.ports import TaskStore
+from punctual.stores.ports import ClientPort
 
 COUNT_TTL_S = 5.0  # how long a tenant's count of active tasks is reused (plus this process's creates since)
 
@@ -74,13 +74,13 @@ class QuotaGuard:
 
     Parameters
     ----------
-    store : TaskStore
+    store : ClientPort
         Where active tasks are counted.
     monotonic : Callable[[], float]
         The clock of the count's cache (injected in tests).
     """
 
-    def __init__(self, store: TaskStore, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: ClientPort, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._monotonic = monotonic
         self._lock = threading.Lock()  # guards _locks

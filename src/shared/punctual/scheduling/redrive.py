@@ -31,7 +31,7 @@ from punctual.domain.tenancy import split
 if TYPE_CHECKING:
     from punctual.scheduling.quotas import TenantAdmission
     from punctual.stores.dlq import DeadLetter, RedrivableQueue
-    from punctual.stores.ports import TaskStore
+    from punctual.stores.ports import ClientPort
 
 
 class SkipReason(StrEnum):
@@ -97,7 +97,7 @@ class RedriveReport:
 
 
 def redrive_tasks(
-    store: TaskStore,
+    store: ClientPort,
     selection: Selection,
     now_ms: int,
     dead_letters: RedrivableQueue | None = None,
@@ -164,7 +164,7 @@ def _over_quota(failed: list[str], admit: TenantAdmission | None, admissions: co
     return over
 
 
-def _selected(store: TaskStore, selection: Selection, letters: list[DeadLetter]) -> list[str]:
+def _selected(store: ClientPort, selection: Selection, letters: list[DeadLetter]) -> list[str]:
     """The selection's task ids, each once, in order: those named, those dead-lettered, the FAILED ones."""
     task_ids = list(selection.task_ids)
     if selection.dead_lettered:

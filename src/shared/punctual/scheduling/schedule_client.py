@@ -20,7 +20,7 @@ from punctual.scheduling import chain
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
 from punctual.scheduling.protocol import ScheduleSpec
 from punctual.scheduling.quotas import TenantAdmission, check_retry, schedule_limits
-from punctual.stores.ports import Store
+from punctual.stores.ports import ClientPort, SchedulePort
 from punctual.targets import TargetRules
 
 
@@ -30,10 +30,17 @@ class ScheduleClient:
     store in the schedule's own write, its occurrences by ``admit``)."""
 
     def __init__(
-        self, settings: Settings, store: Store, clock: Clock, rules: TargetRules, admit: TenantAdmission
+        self,
+        settings: Settings,
+        tasks: ClientPort,
+        schedules: SchedulePort,
+        clock: Clock,
+        rules: TargetRules,
+        admit: TenantAdmission,
     ) -> None:
         self.settings = settings
-        self._store = store
+        self._tasks = tasks
+        self._schedules = schedules
         self._clock = clock
         self._rules = rules
         self._admit = admit
@@ -58,7 +65,7 @@ class ScheduleClient:
 
     def _extend(self, schedule_id: str, now_ms: int) -> None:
         """Make the occurrences ahead, those past the tenant's ``active_tasks`` held back (:func:`chain.extend`)."""
-        chain.extend(self._store, schedule_id, now_ms, self._until_ms(now_ms), self._admit)
+        chain.extend(self._schedules, self._tasks, schedule_id, now_ms, self._until_ms(now_ms), self._admit)
 
     def _until_ms(self, now_ms: int) -> int:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
@@ -102,7 +109,7 @@ class ScheduleClient:
                 "created_count": len(occurrences),
             }
         )
-        existing = self._store.get_schedule(spec.schedule_id)
+        existing = self._schedules.get_schedule(spec.schedule_id)
         admission: contextlib.AbstractContextManager[int] = contextlib.nullcontext(0)
         limits = self._limits(spec.schedule_id)
         if existing is None or existing.definition() != to_store.definition():  # an equal one is answered as is
@@ -110,35 +117,35 @@ class ScheduleClient:
                 limits.check(ScheduleUsage(), usage_of(to_store))
             admission = self._admit(spec.schedule_id, len(occurrences))
         with admission:
-            stored, created = self._store.create_schedule(
+            stored, created = self._schedules.create_schedule(
                 to_store, [schedule.occurrence(ms) for ms in occurrences], now_ms, limits
             )
         if created:
             self._extend(spec.schedule_id, now_ms)
-        return self._store.get_schedule(spec.schedule_id) or stored
+        return self._schedules.get_schedule(spec.schedule_id) or stored
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule as stored now, or None."""
-        return self._store.get_schedule(schedule_id)
+        return self._schedules.get_schedule(schedule_id)
 
     def list_schedules(
         self, id_prefix: str | None = None, unreadable: Unreadable | None = None
     ) -> builtins.list[Schedule]:
         """Every schedule (deleted ones included, with their state), or those whose id starts with
         ``id_prefix``, by id; one that cannot be read is left out and counted in ``unreadable``."""
-        return sorted(self._store.list_schedules(id_prefix, unreadable), key=lambda s: s.schedule_id)
+        return sorted(self._schedules.list_schedules(id_prefix, unreadable), key=lambda s: s.schedule_id)
 
     def schedule_history(
         self, schedule_id: str, limit: int | None = None, unreadable: Unreadable | None = None
     ) -> builtins.list[Task]:
         """The schedule's occurrences (each a task with its own outcome), oldest first; one that cannot be read is
         left out and counted in ``unreadable``."""
-        ids = self._store.schedule_occurrence_ids(schedule_id)
-        tasks = self._store.get_many(ids[-limit:] if limit else ids, unreadable)
+        ids = self._schedules.schedule_occurrence_ids(schedule_id)
+        tasks = self._tasks.get_many(ids[-limit:] if limit else ids, unreadable)
         return sorted(tasks.values(), key=lambda t: t.task_id)
 
     def _schedule_or_raise(self, schedule_id: str) -> Schedule:
-        schedule = self._store.get_schedule(schedule_id)
+        schedule = self._schedules.get_schedule(schedule_id)
         if schedule is None or schedule.state is ScheduleState.DELETED:
             raise ScheduleNotFoundError(schedule_id)
         return schedule
@@ -152,8 +159,8 @@ class ScheduleClient:
             return schedule
         if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
             raise ScheduleStateError(schedule_id, "pause", f"it is {schedule.state}")
-        changed = self._store.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
-        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+        changed = self._schedules.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
+        chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
         return self._schedule_or_raise(schedule_id)
 
     def resume_schedule(self, schedule_id: str) -> Schedule:
@@ -183,11 +190,11 @@ class ScheduleClient:
         self._valid_schedule({**schedule.model_dump(), **changes})
         if schedule.state is ScheduleState.PAUSED:
             # a pause's cleanup its caller did not finish stays pending (and is finished here)
-            changed = self._store.change_schedule(
+            changed = self._schedules.change_schedule(
                 schedule, changes, now_ms, cleanup=schedule.cleanup, limits=self._limits(schedule_id)
             )
             if schedule.cleanup:
-                chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+                chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
         else:
             self._restart(schedule, changes, now_ms, cleanup=True)
         return self._schedule_or_raise(schedule_id)
@@ -199,7 +206,7 @@ class ScheduleClient:
         first = first_due_ms(new, now_ms)
         spent = new.max_occurrences is not None and new.created_count >= new.max_occurrences
         active = first is not None and not spent
-        changed = self._store.change_schedule(
+        changed = self._schedules.change_schedule(
             schedule,
             {
                 **changes,
@@ -211,7 +218,7 @@ class ScheduleClient:
             limits=self._limits(schedule.schedule_id),
         )
         if cleanup:
-            chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
+            chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
         self._extend(schedule.schedule_id, now_ms)
 
     def delete_schedule(self, schedule_id: str) -> Schedule:
@@ -219,8 +226,8 @@ class ScheduleClient:
         fires). Its history stays listable until the finished occurrences expire."""
         now_ms = self._now_ms()
         schedule = self._schedule_or_raise(schedule_id)
-        changed = self._store.change_schedule(
+        changed = self._schedules.change_schedule(
             schedule, {"state": ScheduleState.DELETED, "next_due_ms": None}, now_ms, cleanup=True
         )
-        chain.cleanup(self._store, changed, now_ms, schedule, self._until_ms(now_ms))
-        return self._store.get_schedule(schedule_id) or changed
+        chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
+        return self._schedules.get_schedule(schedule_id) or changed

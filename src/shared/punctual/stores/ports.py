@@ -1,13 +1,17 @@
-"""The store ports: what the poller, the fast path, the executor, the client and redrive need of a store, in the
-domain's words. Services import these Protocols, never an implementation.
+"""The store ports, named for their users and in the domain's words. Services import these Protocols, never an
+implementation, and each takes the ports it uses:
 
-* :class:`TaskStore`: tasks and their life cycle, the due index, executors' heartbeats and fences, redrive;
-* :class:`ScheduleStore`: recurring schedules, their cursor and their changes;
-* :class:`Store`: both, for the services that use both (the client, the poller, the chain, quotas).
+* :class:`DispatchPort`: what the poller and the fast path need: find due work, note a poll's start, read the last;
+* :class:`FiringPort`: what the executor needs: heartbeats and fences, arm, record, release, and reading what it holds;
+* :class:`ClientPort`: what the client, the API, redrive, quotas and the schedules' chain need of tasks: create, read,
+  list, page and count a tenant's, cancel, reschedule, redrive;
+* :class:`SchedulePort`: recurring schedules, their cursor and their changes (the client and the poller's chain).
 
-Two implementations: :class:`punctual.stores.dynamodb.DynamoTaskStore` (AWS, DynamoDB Local, moto) and
-:class:`punctual.stores.memory.InMemoryStore` (one process, for tests that need a store but not DynamoDB). An
-implementation is done when it passes the contract suites (``tests/contract``), which pin every rule below.
+:class:`Stores` is the record of one store's ports, each its own part, that the wiring builds and hands out.
+Two implementations: :class:`punctual.stores.dynamodb.DynamoStores` (AWS, DynamoDB Local, moto), each port a part of
+the adapter, and the in-memory double of the tooling, ``punctual_tools.doubles.memory.InMemoryStore`` (one object,
+every port, for tests that need a store but not DynamoDB). An implementation is done when it passes the contract
+suites (``tests/contract``), which pin every rule below.
 
 Life-cycle rules every implementation keeps (each change is atomic and conditional on the task's state):
 
@@ -54,10 +58,80 @@ from punctual.domain.quota import ScheduleLimits
 from punctual.domain.schedules import Advance, AdvanceResult, Schedule
 
 
-class TaskStore(Protocol):
-    """Tasks and their life cycle. Every ``*_many`` call answers per item, in the order given."""
+class DispatchPort(Protocol):
+    """What the poller and the fast path need: due work, each poll's start noted and read back."""
 
-    # -- client ------------------------------------------------------------------------------------------
+    def find_due(
+        self,
+        now_ms: int,
+        until_ms: int,
+        out_of_time: Callable[[], bool] | None = None,
+        group: int = 0,
+        on_found: Callable[[list[Candidate]], None] | None = None,
+    ) -> DueScan:
+        """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once, among
+        poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
+        and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
+        is found by the next call. ``on_found(part)`` is handed each part of the result as soon as it is known
+        (each task in one part), before the rest is read. It also names the schedules the due index holds up to
+        ``until_ms`` (:class:`SchedulePort`), whose next occurrences are due to be made."""
+        ...
+
+    def mark_polled(self, now_ms: int, group: int = 0) -> bool:
+        """Note that a poll of group ``group`` starts at ``now_ms``, before it reads anything (never moving the noted
+        start back: False when a later one is noted)."""
+        ...
+
+    def last_polls(self) -> list[int | None]:
+        """When the last poll of each group started, as :meth:`mark_polled` noted it, one entry a group (None: not
+        known), read consistently: the fast path reads it to tell when the next poll comes."""
+        ...
+
+
+class FiringPort(Protocol):
+    """What the executor needs: its heartbeat and fences, arming, recording, releasing, and reading the
+    tasks it holds. Every ``*_many`` call answers per item, in the order given."""
+
+    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
+        """Renew ``executor_id``'s liveness to ``alive_until_ms`` (noting the ``invocation`` running it): False once
+        it has been taken over from or fenced."""
+        ...
+
+    def fence(self, executor_id: str, now_ms: int, invocation: str | None = None) -> bool:
+        """An executor known to be dead is alive until now at the latest and can never renew (with
+        ``invocation``: only if it ran that invocation). False when there was no live heartbeat to fence."""
+        ...
+
+    def fence_live_executors(self, now_ms: int) -> list[str]:
+        """Fence every executor whose heartbeat is alive (all are known dead: a local restart); which."""
+        ...
+
+    def arm_many(
+        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
+    ) -> list[Armed | None]:
+        """ARM each request for ``executor_id`` (taking over from dead executors): the armed task, or None where
+        another owner holds it, it changed (cancelled, rescheduled, done) or it cannot be read."""
+        ...
+
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
+        """The tasks that exist among ``task_ids`` (strongly consistent); one that cannot be read is left out and
+        counted in ``unreadable``."""
+        ...
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        """RECORD each outcome (a RETRY is due again at its ``retry_due_ms``): False where this executor no
+        longer owns the task."""
+        ...
+
+    def release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE a task this executor armed and will not fire (ARMED → PENDING)."""
+        ...
+
+
+class ClientPort(Protocol):
+    """Tasks for the client and the API, redrive, quotas and the schedules' chain. Every ``*_many`` call answers per
+    item, in the order given."""
+
     def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
         """Store a new PENDING task; returns it and whether it was created now (False: an equal task existed).
         Raises :class:`~punctual.errors.TaskConflictError` when the id exists with other content."""
@@ -113,73 +187,15 @@ class TaskStore(Protocol):
         """Move a changeable task to ``due_ms``; it is PENDING again. Errors as for :meth:`cancel`."""
         ...
 
-    # -- poller and fast path ----------------------------------------------------------------------------
-    def find_due(
-        self,
-        now_ms: int,
-        until_ms: int,
-        out_of_time: Callable[[], bool] | None = None,
-        group: int = 0,
-        on_found: Callable[[list[Candidate]], None] | None = None,
-    ) -> DueScan:
-        """The armable tasks due at or before ``until_ms``, overdue ones included however old, each once, among
-        poll group ``group``'s share of the tasks (all of them with one group; the groups' shares are disjoint
-        and together cover every task). When ``out_of_time()`` turns true it stops early: what it did not reach
-        is found by the next call. ``on_found(part)`` is handed each part of the result as soon as it is known
-        (each task in one part), before the rest is read. It also names the schedules the due index holds up to
-        ``until_ms`` (:class:`ScheduleStore`), whose next occurrences are due to be made."""
-        ...
-
-    def mark_polled(self, now_ms: int, group: int = 0) -> bool:
-        """Note that a poll of group ``group`` starts at ``now_ms``, before it reads anything (never moving the noted
-        start back: False when a later one is noted)."""
-        ...
-
-    def last_polls(self) -> list[int | None]:
-        """When the last poll of each group started, as :meth:`mark_polled` noted it, one entry a group (None: not
-        known), read consistently: the fast path reads it to tell when the next poll comes."""
-        ...
-
-    # -- executor ----------------------------------------------------------------------------------------
-    def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
-        """Renew ``executor_id``'s liveness to ``alive_until_ms`` (noting the ``invocation`` running it): False once
-        it has been taken over from or fenced."""
-        ...
-
-    def fence(self, executor_id: str, now_ms: int, invocation: str | None = None) -> bool:
-        """An executor known to be dead is alive until now at the latest and can never renew (with
-        ``invocation``: only if it ran that invocation). False when there was no live heartbeat to fence."""
-        ...
-
-    def fence_live_executors(self, now_ms: int) -> list[str]:
-        """Fence every executor whose heartbeat is alive (all are known dead: a local restart); which."""
-        ...
-
-    def arm_many(
-        self, requests: list[ArmRequest], batch_id: str, executor_id: str, now_ms: int, invocation: str | None = None
-    ) -> list[Armed | None]:
-        """ARM each request for ``executor_id`` (taking over from dead executors): the armed task, or None where
-        another owner holds it, it changed (cancelled, rescheduled, done) or it cannot be read."""
-        ...
-
-    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        """RECORD each outcome (a RETRY is due again at its ``retry_due_ms``): False where this executor no
-        longer owns the task."""
-        ...
-
-    def release(self, task_id: str, executor_id: str) -> bool:
-        """RELEASE a task this executor armed and will not fire (ARMED → PENDING)."""
-        ...
-
-    # -- redrive -----------------------------------------------------------------------------------------
     def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:
         """REDRIVE each FAILED task: PENDING, due now, attempt 0. False for a task that is not FAILED."""
         ...
 
 
-class ScheduleStore(Protocol):
+class SchedulePort(Protocol):
     """Recurring schedules (:mod:`punctual.domain.schedules`, :mod:`punctual.scheduling.chain`): a schedule's
-    occurrences are tasks of the :class:`TaskStore` beside it, created with the schedule's writes in one atomic step."""
+    occurrences are tasks of the :class:`ClientPort` beside it, created with the schedule's writes in one atomic
+    step."""
 
     def create_schedule(
         self, schedule: Schedule, occurrences: list[Task], now_ms: int, limits: ScheduleLimits | None = None
@@ -233,6 +249,17 @@ class ScheduleStore(Protocol):
         ...
 
 
-class Store(TaskStore, ScheduleStore, Protocol):
-    """Tasks and schedules together: what a service needs that makes occurrences, changes schedules or finds
-    both in one look for due work."""
+class Stores(Protocol):
+    """One store's ports, each its own part: what the wiring builds and hands to each service the ports it uses."""
+
+    @property
+    def dispatch(self) -> DispatchPort: ...
+
+    @property
+    def firing(self) -> FiringPort: ...
+
+    @property
+    def client(self) -> ClientPort: ...
+
+    @property
+    def schedules(self) -> SchedulePort: ...

@@ -301,7 +301,7 @@ class Bench:
 
     def __init__(self, work: Path, batch: int, webhook: bool) -> None:
         from punctual.config.settings import Settings
-        from punctual.scheduling.client import Client
+        from punctual.runtime.client import Client
         from punctual_tools.local.cpu_quota import CpuGroups
         from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
         from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.bench import pages
 from punctual_tools.bench.floors import ACTION, FloorRunner

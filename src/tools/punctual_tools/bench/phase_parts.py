@@ -17,7 +17,7 @@ from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.stores.dynamodb.table import DUE_INDEX
 from punctual_tools.bench.cpu_use import CpuUse, cpu_summary, delta, sample_all
 from punctual_tools.bench.floors import ACTION, FloorJob, FloorRun, FloorRunner, merged, steady_offsets

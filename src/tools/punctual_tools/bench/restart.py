@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.bench.phase_parts import (
     active_tasks,

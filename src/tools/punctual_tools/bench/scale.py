@@ -60,10 +60,11 @@ from punctual.domain.keys import bucket_start, from_ms, next_tick
 from punctual.domain.model import ArmRequest, Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.executing.executor import Executor
 from punctual.polling.invoker import LambdaInvoker
-from punctual.polling.poller import Poller, make_batches
+from punctual.polling.poller import make_batches
+from punctual.runtime.client import Client
 from punctual.runtime.ntp import offset_probe
-from punctual.scheduling.client import Client
-from punctual.stores.dynamodb import DynamoTaskStore
+from punctual.runtime.wiring import poller_on
+from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import FireLog, LogAction
 from punctual_tools.bench.bench import (
     drift_of,
@@ -306,15 +307,17 @@ def cpu_run(
         ensure_table(client, table)
         batch_write(client, table, [*items, *warm_items])
     write_s = time.perf_counter() - setup
-    store = DynamoTaskStore.from_settings(client, settings)
-    store.due.advance_watermark(bucket_start(now - settings.overdue_safety_ms))  # the steady state: not a first poll
+    store = DynamoStores.from_settings(client, settings)
+    store.dispatch.advance_watermark(
+        bucket_start(now - settings.overdue_safety_ms)
+    )  # the steady state: not a first poll
     result: dict[str, Any] = {"backend": backend, "tasks": count, "setup_s": round(write_s, 1)}
 
     executors = {}
     FireLog.configure(str(work / "cpu-warm-up.jsonl"))
     for mode, group in warm.items():
-        mode_store = DynamoTaskStore.from_settings(client, settings.model_copy(update={"write_batch": mode}))
-        executors[mode] = Executor(mode_store, settings, SystemClock(), offset_probe(None, 0.1))
+        mode_store = DynamoStores.from_settings(client, settings.model_copy(update={"write_batch": mode}))
+        executors[mode] = Executor(mode_store.firing, settings, SystemClock(), offset_probe(None, 0.1))
         executors[mode].run_batch(
             BatchEvent(
                 batch_id=uuid.uuid4().hex,
@@ -325,7 +328,7 @@ def cpu_run(
     FireLog.configure(None)
 
     invoker = RecordingInvoker()
-    poller = Poller(store, invoker, settings)
+    poller = poller_on(store, invoker, settings)
     with CpuMeter() as meter:
         poller.poll(int(time.time() * 1000))
     result["poll_first"] = _figures(meter, 0.0, count)
@@ -348,7 +351,7 @@ def cpu_run(
         lam = _client("lambda", "http://stub.invalid")
         lam_stub = StubLambda()
         lam.meta.events.register("before-send.lambda", lam_stub)
-        lam_poller = Poller(store, LambdaInvoker(lam, "punctual-executor"), settings)
+        lam_poller = poller_on(store, LambdaInvoker(lam, "punctual-executor"), settings)
         lam_poller.dispatch([])
         LambdaInvoker(lam, "warm-up").invoke_async({})  # the invoke operation's model, loaded once
         stub_before, lam_before = stub.cpu_s, lam_stub.cpu_s
@@ -598,8 +601,8 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
     now = int(time.time() * 1000)
     tasks = make_tasks("ceiling-", count, now + 3_600_000, 60_000)
     items = [Client(settings, dynamodb=raw).to_item(t, now) for t in tasks]
-    store = DynamoTaskStore.from_settings(raw, settings)
-    store.heartbeat("ceiling", now, now + 7_200_000)
+    store = DynamoStores.from_settings(raw, settings)
+    store.firing.heartbeat("ceiling", now, now + 7_200_000)
     chunks = [tasks[i : i + 1_000] for i in range(0, count, 1_000)]
 
     def timed(work: Any) -> float:
@@ -608,10 +611,12 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
         return count / (time.perf_counter() - began)
 
     def arm(chunk: list[Task]) -> None:
-        store.arm_many([ArmRequest(t.task_id, t.due_ms, now + 7_200_000) for t in chunk], "ceiling", "ceiling", now)
+        store.firing.arm_many(
+            [ArmRequest(t.task_id, t.due_ms, now + 7_200_000) for t in chunk], "ceiling", "ceiling", now
+        )
 
     def record(chunk: list[Task]) -> None:
-        store.record_many(
+        store.firing.record_many(
             "ceiling", [FireRecord(t.task_id, Outcome.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0) for t in chunk]
         )
 
@@ -737,11 +742,11 @@ def stored_statuses(stack: LocalStack, task_ids: list[str]) -> dict[str, int]:
     """How many of ``task_ids`` the store holds in each status (read 100 at a time): what a burst's tasks that did
     not fire in time became (MISSED past their grace, or still PENDING or ARMED)."""
     assert stack.settings is not None
-    store = DynamoTaskStore.from_settings(_client("dynamodb", stack.settings.endpoint_url or ""), stack.settings)
+    store = DynamoStores.from_settings(_client("dynamodb", stack.settings.endpoint_url or ""), stack.settings)
     counts: Counter[str] = Counter()
     for first in range(0, len(task_ids), 100):
         part = task_ids[first : first + 100]
-        found = store.get_many(part)
+        found = store.client.get_many(part)
         counts.update(task.status.name for task in found.values())
         counts["absent"] += len(part) - len(found)
     return {status: n for status, n in sorted(counts.items()) if n}

@@ -157,7 +157,7 @@ def api_token(state: dict[str, Any], tenant: str) -> str:
 def client_of(args: argparse.Namespace) -> Scheduler:
     """The client a command uses: the table directly, or the REST API with ``--api`` (or ``PUNCTUAL_API_URL``):
     with ``--aws`` (or a URL set) AWS's, SigV4-signed; else the running local stack's, with its token."""
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
 
     settings = settings_of(args)
     tenant = api_tenant(args)

@@ -29,17 +29,17 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     from punctual.domain.tenancy import split
     from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
     from punctual.stores.dlq import build_dead_letter_queue
-    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb import build_stores
 
     if args.all == bool(args.task_ids):
         raise PunctualError("give --all or one or more task ids")
     settings = settings_of(args)
     selection = Selection.everything() if args.all else Selection.of(args.task_ids)
     queue = build_dead_letter_queue(settings)
-    store = build_store(settings)
+    tasks = build_stores(settings).client
     tenants = tenant_map_source(settings).tenant_map()
-    admit = TenantAdmission(QuotaGuard(store), lambda task_id: tenants.policy_of(split(task_id)[0] or "").quotas)
-    report = redrive_tasks(store, selection, int(SystemClock().wall_ms()), queue, admit)
+    admit = TenantAdmission(QuotaGuard(tasks), lambda task_id: tenants.policy_of(split(task_id)[0] or "").quotas)
+    report = redrive_tasks(tasks, selection, int(SystemClock().wall_ms()), queue, admit)
     for line in redrive_lines(report):
         print(line)
     return 0
@@ -68,11 +68,11 @@ def cmd_backfill_tenant_shards(args: argparse.Namespace) -> int:
     """Set ``tenant_shard`` on the active tenant tasks written before the ``tenant_active_sharded`` index (a parallel
     Scan of the whole table: :func:`punctual.stores.dynamodb.backfill.backfill_tenant_shards`), with progress on
     stderr and a summary line; exit 1 if any request failed (run it again: it keys only what is left)."""
-    from punctual.stores.dynamodb import build_store
+    from punctual.stores.dynamodb import build_stores
     from punctual.stores.dynamodb.backfill import backfill_tenant_shards
 
     settings = settings_of(args)
-    store = build_store(settings.model_copy(update={"db_threads": max(settings.db_threads, args.segments)}))
+    store = build_stores(settings.model_copy(update={"db_threads": max(settings.db_threads, args.segments)}))
     line = ProgressLine(sys.stderr)
     counts = backfill_tenant_shards(
         store.table,

@@ -18,10 +18,10 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
     if args.table:
         from punctual.domain.model import Outcome, status_after
-        from punctual.stores.dynamodb import build_store
+        from punctual.stores.dynamodb import build_stores
 
         statuses = [status_after(o) for o in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY)]  # what a fire leaves
-        tasks = build_store(settings_of(args)).list_tasks(statuses)
+        tasks = build_stores(settings_of(args)).client.list_tasks(statuses)
         entries = entries_from_tasks(t for t in tasks if t.task_id.startswith(args.prefix))
         source = f"table {settings_of(args).table_name}"
     else:

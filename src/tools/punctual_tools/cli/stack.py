@@ -71,7 +71,7 @@ def print_poll(report: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual_tools.demo import format_report, run_demo
     from punctual_tools.local.stack import LocalStack
 
@@ -161,7 +161,7 @@ def demo_api(args: argparse.Namespace, stack: Any) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from punctual.scheduling.client import Client
+    from punctual.runtime.client import Client
     from punctual_tools.demo import EPSILON_MS, format_report, loopback_allowed, run_demo
     from punctual_tools.local.stack import LocalStack, _alive, client_settings, read_state
 

@@ -142,7 +142,8 @@ class _Gate:
 
 
 class _DeferredRecords:
-    """An executor's store whose outcome writes are each made in a thread of their own and not waited for.
+    """An executor's store (its firing port) whose outcome writes are each made in a thread of their own and not
+    waited for.
 
     The gate holds an outcome write until simulated time reaches its task's due instant. Waited for, a held
     write would hold what the recorder writes after it: a batch fires as one burst, its webhooks end in any
@@ -252,10 +253,10 @@ def run_scenario(
     from punctual.config.settings import Settings
     from punctual.executing.executor import Executor
     from punctual.executing.recorder import SETTLE_S
-    from punctual.polling.poller import Poller
-    from punctual.scheduling.client import Client
-    from punctual.stores.dynamodb import build_store
-    from punctual.stores.ports import TaskStore
+    from punctual.runtime.client import Client
+    from punctual.runtime.wiring import poller_on
+    from punctual.stores.dynamodb import build_stores
+    from punctual.stores.ports import FiringPort
     from punctual.targets import HttpAction
     from punctual_tools.template import ensure_table
 
@@ -304,7 +305,7 @@ def run_scenario(
             raw = boto3.client("dynamodb", region_name=settings.region)
             ensure_table(raw, table)
             invoker = RecordingInvoker()
-            poller = Poller(build_store(settings, client), invoker, settings, poller_id="p-cost")
+            poller = poller_on(build_stores(settings, client), invoker, settings, poller_id="p-cost")
             scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))  # schedules after tick 0
             action = HttpAction(url=f"http://127.0.0.1:{port}{TARGET_PATH}")
             with CapacityMeter(
@@ -328,9 +329,9 @@ def run_scenario(
                             entry[2][0] = True
                             return entry
                     replay = ShiftedClock()
-                    store = _DeferredRecords(build_store(settings, client))
+                    store = _DeferredRecords(build_stores(settings, client).firing)
                     # a measured NTP offset, so that drift is also recorded corrected, as in AWS
-                    entry = (Executor(cast(TaskStore, store), settings, replay, FixedOffset(0.4)), replay, [True])
+                    entry = (Executor(cast(FiringPort, store), settings, replay, FixedOffset(0.4)), replay, [True])
                     executors.append(entry)
                     return entry
 
@@ -576,9 +577,9 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     from moto import mock_aws
 
     from punctual.config.settings import Settings
-    from punctual.polling.poller import Poller
-    from punctual.scheduling.client import Client
-    from punctual.stores.dynamodb import build_store
+    from punctual.runtime.client import Client
+    from punctual.runtime.wiring import poller_on
+    from punctual.stores.dynamodb import build_stores
     from punctual.targets import HttpAction
     from punctual_tools.template import ensure_table
 
@@ -593,7 +594,7 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
         client = boto3.client("dynamodb", region_name=settings.region)
         raw = boto3.client("dynamodb", region_name=settings.region)
         ensure_table(raw, table)
-        poller = Poller(build_store(settings, client), RecordingInvoker(), settings, poller_id="p-cost")
+        poller = poller_on(build_stores(settings, client), RecordingInvoker(), settings, poller_id="p-cost")
         scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))
         start = t0 + 3 * interval + settings.lead_ms  # beyond what creating the schedule makes at once
         scheduler.create_schedule(
@@ -634,8 +635,8 @@ def measure_handler_logs() -> dict[str, float]:
     import boto3
     from moto import mock_aws
 
+    from punctual.runtime.client import Client
     from punctual.runtime.wiring import build_poller
-    from punctual.scheduling.client import Client
     from punctual.targets import HttpAction
     from punctual_tools.local.worker import load_handler_module
     from punctual_tools.template import ensure_table

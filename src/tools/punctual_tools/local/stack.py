@@ -46,8 +46,9 @@ from punctual.errors import SettingsError
 from punctual.executing.priority import default_background_cpus, lower_current_thread, set_background_cpus
 from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
 from punctual.polling.poller import Poller
+from punctual.runtime.wiring import decode_stream_image, poller_on
 from punctual.stores.dlq import file_queue_url
-from punctual.stores.dynamodb import build_store
+from punctual.stores.dynamodb import DynamoStores, build_stores
 from punctual_tools.iam import check_client, check_enabled
 from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
 from punctual_tools.iam.live import iam_check
@@ -134,13 +135,13 @@ def local_tenant_map(tenants: tuple[str, ...], receiver_port: int) -> str:
     return json.dumps({"tenants": {tenant: {"targets": targets} for tenant in tenants}})
 
 
-def function_store(settings: Settings, function: str) -> Any:
-    """The store ``function`` (a logical id of the template) works through in the stack's process: a client of its
-    own, which obeys the function's role when ``PUNCTUAL_IAM_CHECK=1`` and is as far from the store as the settings'
+def function_store(settings: Settings, function: str) -> DynamoStores:
+    """The store's parts ``function`` (a logical id of the template) works through in the stack's process: a client of
+    its own, which obeys the function's role when ``PUNCTUAL_IAM_CHECK=1`` and is as far from the store as the settings'
     ``store_latency`` says (the stack's own calls, such as creating the table, are no function's: neither judged
     nor delayed)."""
     client = check_client(make_dynamodb_client(settings), function, settings)
-    return build_store(settings, with_store_latency(client, settings))
+    return build_stores(settings, with_store_latency(client, settings))
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -454,10 +455,10 @@ class LocalStack:
             log.warning(
                 "the %d warm executors are not all through their INIT after %.0f s", cfg.prewarm, PREWARM_WAIT_S
             )
-        self.poller = Poller(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
+        self.poller = poller_on(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
         if cfg.fast_path:
             # Its own poller id, so that a batch's dispatcher tells which path dispatched it.
-            self.fast_poller = Poller(
+            self.fast_poller = poller_on(
                 function_store(settings, FAST_PATH_FUNCTION),
                 self.invoker,
                 settings,
@@ -562,7 +563,7 @@ class LocalStack:
         and a killed one's processes were stopped above): its death is known now, so it is fenced at once and
         its tasks are taken over by the first poll (which runs as the stack starts), instead of after its lease.
         Only tasks due between its last heartbeat and now are its crash window."""
-        fenced = build_store(settings, client).fence_live_executors(int(time.time() * 1000))
+        fenced = build_stores(settings, client).firing.fence_live_executors(int(time.time() * 1000))
         if fenced:
             log.warning(
                 "fenced %d executor(s) of a stack that did not stop cleanly: their tasks are taken over "
@@ -637,7 +638,7 @@ class LocalStack:
 
     def _fast_path(self, records: list[dict[str, Any]]) -> None:
         assert self.fast_poller is not None
-        report = dispatch_stream_records(self.fast_poller, records)
+        report = dispatch_stream_records(self.fast_poller, records, decode=decode_stream_image)
         self.fast_path_reports.append(report)
         log.info("fast path: %s", report.model_dump())
 

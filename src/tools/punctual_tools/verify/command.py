@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from punctual.config.clients import aws_client
 from punctual.config.settings import Settings
-from punctual.scheduling.client import Client
+from punctual.runtime.client import Client
 from punctual_tools.checker import Verdict
 from punctual_tools.verify.metrics import collect_usage, format_cost, usage_queries
 from punctual_tools.verify.options import SQS_ENDPOINT_VARIABLE, options_of

@@ -1,5 +1,6 @@
-"""Executors in the Tasks table: their heartbeats and fences, and the ARM and TAKEOVER writes by which an
-executor owns a batch's tasks (:class:`Executors`; the conditions are in :mod:`.writes`).
+"""Executors in the Tasks table: their heartbeats and fences, the ARM and TAKEOVER writes by which an executor owns
+a batch's tasks, and the RECORD, RETRY and RELEASE writes that end its hold (:class:`Executors`, the
+:class:`~punctual.stores.ports.FiringPort` of the adapter; the conditions are in :mod:`.writes`).
 
 An executor's heartbeat is an item keyed ``#executor#<id>`` (not a valid task id, never in the due index):
 ``alive_until_ms`` (the executor is alive up to and including that millisecond), ``beat_ms``, ``invocation``
@@ -15,7 +16,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from punctual.domain.backoff import backoff_s
-from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, Task
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, Task, Unreadable, status_after
 from punctual.errors import UndecodableItemError
 from punctual.stores.dynamodb.codec import item_to_task, number_of, text_of, to_av
 from punctual.stores.dynamodb.table import Table
@@ -28,6 +30,7 @@ from punctual.stores.dynamodb.writes import (
     OWNER_DEAD,
     OWNER_WITHOUT_HEARTBEAT,
     PENDING,
+    RECORDABLE,
     TAKEABLE,
     TAKEABLE_LEASE_ENDED,
     TRANSACTION_LIMIT,
@@ -44,14 +47,35 @@ TAKEOVER_ATTEMPTS = 6  # transactions of one chunk: a conflict or a lost task is
 UNREAD_ALIVE_UNTIL_MS = 2**62  # what a heartbeat that could not be read counts as: alive
 
 
+def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
+    """SET clauses (and their values) for what a fire measured: fired_ms, drift and detail, where known."""
+    sets = []
+    for name, value in (
+        ("fired_ms", record.fired_ms),
+        ("drift_ms", record.drift_ms),
+        ("drift_corrected_ms", record.drift_corrected_ms),
+        ("detail", record.detail),
+    ):
+        if value is not None:
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = value
+    return sets
+
+
 class Executors:
-    """Heartbeats, fences and arms in ``table``; an item armed here that cannot be decoded is recorded FAILED
-    through ``tasks``."""
+    """Heartbeats, fences, arms and the records and releases that end them in ``table``: the adapter's
+    :class:`~punctual.stores.ports.FiringPort`. An item armed here that cannot be decoded is recorded FAILED at once;
+    what an executor holds is read through ``tasks``."""
 
     def __init__(self, table: Table, writes: Writes, tasks: TaskItems) -> None:
         self.table = table
         self.writes = writes
         self.tasks = tasks
+        self.config = table.config
+
+    def get_many(self, task_ids: list[str], unreadable: Unreadable | None = None) -> dict[str, Task]:
+        """The tasks among ``task_ids`` as stored now (:meth:`TaskItems.get_many`): what an executor holds."""
+        return self.tasks.get_many(task_ids, unreadable)
 
     # -- heartbeats and fences ---------------------------------------------------------------------------
     def heartbeat(self, executor_id: str, now_ms: int, alive_until_ms: int, invocation: str | None = None) -> bool:
@@ -227,7 +251,7 @@ class Executors:
         except UndecodableItemError as exc:
             detail = f"undecodable item: {exc.reason}"[:1000]
             log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
-            self.tasks.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
+            self.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
             return None
 
     def _take_over(
@@ -376,3 +400,92 @@ class Executors:
                 "ExpressionAttributeValues": values,
             }
         }
+
+    # -- recording and releasing -----------------------------------------------------------------------------------
+    def release(self, task_id: str, executor_id: str) -> bool:
+        """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
+        return self.writes.apply(
+            self.writes.update(
+                WriteKind.RELEASE,
+                task_id,
+                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
+                RECORDABLE,
+                {":armed": ARMED, ":executor": executor_id, ":pending": PENDING},
+                status=PENDING,
+            )
+        )
+
+    def record(self, executor_id: str, record: FireRecord) -> bool:
+        """RECORD: ARMED by this executor → the status its outcome sets (:func:`~punctual.domain.model.status_after`);
+        the task leaves the due index. A RETRY puts it back to PENDING instead, due at its ``retry_due_ms``.
+
+        Returns False when this executor no longer owns the task (its lease expired and another executor took
+        it over): the outcome is then not written, and the log says so.
+        """
+        return self.writes.apply(self._record(executor_id, record))
+
+    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
+        """:meth:`record` for many outcomes (see ``write_batch``)."""
+        return self.writes.apply_many([self._record(executor_id, r) for r in records])
+
+    def _record(self, executor_id: str, record: FireRecord) -> Write:
+        if record.outcome is Outcome.RETRY:
+            return self._retry(executor_id, record)
+        status = status_after(record.outcome).value
+        values: dict[str, Any] = {
+            ":armed": ARMED,
+            ":executor": executor_id,
+            ":outcome": status,
+            ":finished": record.finished_ms,
+            ":expires": self.config.expires_at(record.finished_ms),
+        }
+        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires", *_fire_fields(record, values)]
+        if record.late:
+            sets.append("late = :late")
+            values[":late"] = True
+        return self.writes.update(
+            WriteKind.RECORD,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
+            RECORDABLE,
+            values,
+            status=status,
+            owner=executor_id,
+        )
+
+    def _retry(self, executor_id: str, record: FireRecord) -> Write:
+        """RETRY: ARMED by this executor → PENDING, due at the next try (see :mod:`.writes`)."""
+        due_ms = record.retry_due_ms
+        if due_ms is None:
+            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
+        status = status_after(record.outcome).value
+        now_ms = record.finished_ms
+        values: dict[str, Any] = {
+            ":armed": ARMED,
+            ":executor": executor_id,
+            ":retrying": status,
+            ":retry_due": due_ms,
+            ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
+            ":bucket": self.config.index_key(record.task_id, due_ms, now_ms),
+            ":fast": self.config.fast_path(due_ms, now_ms),
+            ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
+        }
+        sets = [
+            "#st = :retrying",
+            "due_ms = :retry_due",
+            "due_at = :retry_due_at",
+            "due_bucket = :bucket",
+            "fast_path = :fast",
+            "first_due_ms = if_not_exists(first_due_ms, :first_due)",
+            *_fire_fields(record, values),
+        ]
+        return self.writes.update(
+            WriteKind.RETRY,
+            record.task_id,
+            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id",
+            RECORDABLE,
+            values,
+            status=status,
+            owner=executor_id,
+            marker=("due_ms", due_ms),
+        )

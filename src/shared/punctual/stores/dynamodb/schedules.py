@@ -55,7 +55,6 @@ from punctual.stores.dynamodb.codec import (
 )
 from punctual.stores.dynamodb.table import SCHEDULE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
-from punctual.stores.dynamodb.tenants import TenantItems
 from punctual.stores.dynamodb.usage import UsageItems
 from punctual.stores.dynamodb.writes import CREATABLE, is_conditional_failure
 
@@ -127,13 +126,12 @@ def _readable(items: Iterable[dict[str, Any]], unreadable: Unreadable | None) ->
 
 class ScheduleItems:
     """Schedules in ``table``: an occurrence's item is what ``tasks`` puts for a task (:meth:`TaskItems.item_of`);
-    a tenant's schedules are listed from ``tenants``' index."""
+    a tenant's schedules are listed from its index (:meth:`TaskItems.tenant_keys`)."""
 
-    def __init__(self, table: Table, tasks: TaskItems, tenants: TenantItems) -> None:
+    def __init__(self, table: Table, tasks: TaskItems) -> None:
         self.table = table
         self.config = table.config
         self.tasks = tasks
-        self.tenants = tenants
         self.usage = UsageItems(table)
 
     def _transact_with_usage(
@@ -255,7 +253,7 @@ class ScheduleItems:
         cannot be read is left out and counted in ``unreadable``."""
         tenant = split(id_prefix)[0] if id_prefix is not None else None
         if tenant is not None:
-            keys, _ = self.tenants.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
+            keys, _ = self.tasks.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
             yield from _readable(self.table.items_of(keys), unreadable)
             return
         if id_prefix is None:

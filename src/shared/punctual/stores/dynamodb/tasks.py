@@ -1,5 +1,5 @@
-"""Task items: CREATE and reads by id, the client's CANCEL and RESCHEDULE, and the RECORD, RETRY, RELEASE,
-REDRIVE and QUARANTINE writes (:class:`TaskItems`; the conditions are in :mod:`.writes`)."""
+"""Task items: CREATE and reads by id, the client's CANCEL and RESCHEDULE, and the REDRIVE and QUARANTINE writes
+(:class:`TaskItems`; the conditions are in :mod:`.writes`; the executor's writes are in :mod:`.executors`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from punctual.domain.keys import from_ms
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus, Unreadable, status_after
+from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.errors import (
     InvalidTaskError,
     TaskConflictError,
     TaskNotFoundError,
     TaskStateError,
-    UndecodableItemError,
 )
 from punctual.stores.dynamodb.codec import (
     ITEM_HEADROOM_BYTES,
@@ -30,12 +29,12 @@ from punctual.stores.dynamodb.codec import (
     to_av,
 )
 from punctual.stores.dynamodb.table import Table
+from punctual.stores.dynamodb.tenants import TenantItems, readable_tasks
 from punctual.stores.dynamodb.writes import (
     ARMED,
     CHANGEABLE,
     CREATABLE,
     PENDING,
-    RECORDABLE,
     REDRIVABLE,
     Write,
     WriteKind,
@@ -49,38 +48,12 @@ from punctual.stores.dynamodb.writes import (
 log = logging.getLogger(__name__)
 
 
-def readable_tasks(items: Iterable[dict[str, Any]], unreadable: Unreadable | None = None) -> Iterator[Task]:
-    """The tasks of ``items``, each decoded on its own: one that is not a task is logged once, with its key,
-    skipped, and counted in ``unreadable``."""
-    for item in items:
-        try:
-            yield item_to_task(item)
-        except UndecodableItemError as exc:
-            log.warning("%s; skipped", exc, extra={"task_id": exc.key})
-            if unreadable is not None:
-                unreadable.add(exc.key)
-
-
-def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
-    """SET clauses (and their values) for what a fire measured: fired_ms, drift and detail, where known."""
-    sets = []
-    for name, value in (
-        ("fired_ms", record.fired_ms),
-        ("drift_ms", record.drift_ms),
-        ("drift_corrected_ms", record.drift_corrected_ms),
-        ("detail", record.detail),
-    ):
-        if value is not None:
-            sets.append(f"{name} = :{name}")
-            values[f":{name}"] = value
-    return sets
-
-
-class TaskItems:
-    """Tasks by id in ``table``, and the writes that change one task at a time or many by id."""
+class TaskItems(TenantItems):
+    """Tasks by id in ``table`` and a tenant's tasks (:class:`~.tenants.TenantItems`), and the writes that change one
+    task at a time or many by id: the :class:`~punctual.stores.ports.ClientPort` of the adapter."""
 
     def __init__(self, table: Table, writes: Writes) -> None:
-        self.table = table
+        super().__init__(table)
         self.config = table.config
         self.writes = writes
 
@@ -262,95 +235,6 @@ class TaskItems:
                 count += 1
                 if limit is not None and count >= limit:
                     return
-
-    # -- executor side -----------------------------------------------------------------------------------
-    def release(self, task_id: str, executor_id: str) -> bool:
-        """RELEASE: an executor that stops before firing hands the task back: ARMED (by it) → PENDING."""
-        return self.writes.apply(
-            self.writes.update(
-                WriteKind.RELEASE,
-                task_id,
-                "SET #st = :pending REMOVE lease_until_ms, batch_id, armed_by",
-                RECORDABLE,
-                {":armed": ARMED, ":executor": executor_id, ":pending": PENDING},
-                status=PENDING,
-            )
-        )
-
-    def record(self, executor_id: str, record: FireRecord) -> bool:
-        """RECORD: ARMED by this executor → the status its outcome sets (:func:`~punctual.domain.model.status_after`);
-        the task leaves the due index. A RETRY puts it back to PENDING instead, due at its ``retry_due_ms``.
-
-        Returns False when this executor no longer owns the task (its lease expired and another executor took
-        it over): the outcome is then not written, and the log says so.
-        """
-        return self.writes.apply(self._record(executor_id, record))
-
-    def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
-        """:meth:`record` for many outcomes (see ``write_batch``)."""
-        return self.writes.apply_many([self._record(executor_id, r) for r in records])
-
-    def _record(self, executor_id: str, record: FireRecord) -> Write:
-        if record.outcome is Outcome.RETRY:
-            return self._retry(executor_id, record)
-        status = status_after(record.outcome).value
-        values: dict[str, Any] = {
-            ":armed": ARMED,
-            ":executor": executor_id,
-            ":outcome": status,
-            ":finished": record.finished_ms,
-            ":expires": self.config.expires_at(record.finished_ms),
-        }
-        sets = ["#st = :outcome", "finished_ms = :finished", "expires_at = :expires", *_fire_fields(record, values)]
-        if record.late:
-            sets.append("late = :late")
-            values[":late"] = True
-        return self.writes.update(
-            WriteKind.RECORD,
-            record.task_id,
-            f"SET {', '.join(sets)} REMOVE due_bucket, lease_until_ms",
-            RECORDABLE,
-            values,
-            status=status,
-            owner=executor_id,
-        )
-
-    def _retry(self, executor_id: str, record: FireRecord) -> Write:
-        """RETRY: ARMED by this executor → PENDING, due at the next try (see :mod:`.writes`)."""
-        due_ms = record.retry_due_ms
-        if due_ms is None:
-            raise ValueError(f"task {record.task_id}: a RETRY record needs the instant of its next try")
-        status = status_after(record.outcome).value
-        now_ms = record.finished_ms
-        values: dict[str, Any] = {
-            ":armed": ARMED,
-            ":executor": executor_id,
-            ":retrying": status,
-            ":retry_due": due_ms,
-            ":retry_due_at": from_ms(due_ms).isoformat(timespec="milliseconds"),
-            ":bucket": self.config.index_key(record.task_id, due_ms, now_ms),
-            ":fast": self.config.fast_path(due_ms, now_ms),
-            ":first_due": record.first_due_ms if record.first_due_ms is not None else due_ms,
-        }
-        sets = [
-            "#st = :retrying",
-            "due_ms = :retry_due",
-            "due_at = :retry_due_at",
-            "due_bucket = :bucket",
-            "fast_path = :fast",
-            "first_due_ms = if_not_exists(first_due_ms, :first_due)",
-            *_fire_fields(record, values),
-        ]
-        return self.writes.update(
-            WriteKind.RETRY,
-            record.task_id,
-            f"SET {', '.join(sets)} REMOVE lease_until_ms, batch_id",
-            RECORDABLE,
-            values,
-            status=status,
-            owner=executor_id,
-            marker=("due_ms", due_ms),
-        )
 
     # -- redrive and the poll's bad items ------------------------------------------------------------------
     def redrive_many(self, task_ids: list[str], now_ms: int) -> list[bool]:

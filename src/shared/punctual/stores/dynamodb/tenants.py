@@ -5,15 +5,30 @@ prefix (:mod:`punctual.domain.tenancy`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from punctual.domain.keys import tenant_active_keys
 from punctual.domain.model import Task, TaskStatus, Unreadable
 from punctual.domain.tenancy import prefix
-from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, schedule_id_of_key, to_av
+from punctual.errors import UndecodableItemError
+from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, item_to_task, schedule_id_of_key, to_av
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX, TENANT_INDEX, Table
-from punctual.stores.dynamodb.tasks import readable_tasks
+
+log = logging.getLogger(__name__)
+
+
+def readable_tasks(items: Iterable[dict[str, Any]], unreadable: Unreadable | None = None) -> Iterator[Task]:
+    """The tasks of ``items``, each decoded on its own: one that is not a task is logged once, with its key,
+    skipped, and counted in ``unreadable``."""
+    for item in items:
+        try:
+            yield item_to_task(item)
+        except UndecodableItemError as exc:
+            log.warning("%s; skipped", exc, extra={"task_id": exc.key})
+            if unreadable is not None:
+                unreadable.add(exc.key)
 
 
 class TenantItems:

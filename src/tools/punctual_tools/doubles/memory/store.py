@@ -1,4 +1,4 @@
-"""Both store ports in memory (:class:`punctual.stores.ports.Store`): tasks, schedules, heartbeats and the due index in
+"""Every store port in memory (:mod:`punctual.stores.ports`): tasks, schedules, heartbeats and the due index in
 dictionaries, every call under one lock, so each conditional write is atomic however many threads share the store.
 Reads hand out copies; all it holds is readable. The rules are the ports' (:mod:`punctual.stores.ports`)."""
 
@@ -33,17 +33,19 @@ from punctual.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from punctual.stores.memory.index import DueIndex, forward
-from punctual.stores.memory.records import Heartbeat, Limits, TaskRecord, check_usage, matching
-from punctual.stores.ports import Store
+from punctual.stores.ports import ClientPort, DispatchPort, FiringPort, SchedulePort
+from punctual_tools.doubles.memory.index import DueIndex, forward
+from punctual_tools.doubles.memory.records import Heartbeat, Limits, TaskRecord, check_usage, matching
 
 log = logging.getLogger(__name__)
 
 PENDING, ARMED, FAILED = TaskStatus.PENDING, TaskStatus.ARMED, TaskStatus.FAILED
 
 
-class InMemoryStore(Store):
-    """Tasks, schedules, heartbeats and the due index in dictionaries, under one lock (both ports, checked as such).
+class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
+    """Tasks, schedules, heartbeats and the due index in dictionaries, under one lock (every port, checked as such).
+    It is its own record of ports too (:class:`~punctual.stores.ports.Stores`): ``dispatch``, ``firing``,
+    ``client`` and ``schedules`` are the store itself.
 
     ``shard_count`` shards a minute of the due index; ``poll_groups`` split them into ranges, one poller each;
     ``overdue_safety_ms`` is how close to now a group's watermark may come; an ACTIVE schedule is found due
@@ -76,6 +78,23 @@ class InMemoryStore(Store):
             overdue_safety_ms=settings.overdue_safety_ms,
             schedule_ahead_ms=settings.schedule_ahead_ms,
         )
+
+    # -- the record of ports (punctual.stores.ports.Stores) --------------------------------------------------
+    @property
+    def dispatch(self) -> InMemoryStore:
+        return self
+
+    @property
+    def firing(self) -> InMemoryStore:
+        return self
+
+    @property
+    def client(self) -> InMemoryStore:
+        return self
+
+    @property
+    def schedules(self) -> InMemoryStore:
+        return self
 
     # -- the due index -----------------------------------------------------------------------------------------
     def _place(self, task_id: str, due_ms: int | None, now_ms: int) -> None:

@@ -7,6 +7,7 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeAlias
 
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Candidate, Task, TaskStatus, utc_to_ms
@@ -14,7 +15,8 @@ from punctual.domain.quota import ScheduleLimits, change_of, held_by
 from punctual.domain.schedules import Schedule
 from punctual.domain.tenancy import prefix, split
 
-Limits = ScheduleLimits | None  # a tenant's schedule quotas, for a write that takes from them (None: no check)
+# a tenant's schedule quotas, for a write that takes from them (None: no check)
+Limits: TypeAlias = ScheduleLimits | None
 
 
 def _at(ms: float | None) -> datetime | None:

@@ -1,5 +1,5 @@
 """Stand-ins for what surrounds the runtime: an HTTP target, Lambda's async invoke and context, EventBridge's
-scheduled event, the clocks and the NTP probe.
+scheduled event, the clocks and the NTP probe; and the store's ports in memory (:mod:`.memory`).
 
 One set, shared by the tests (``tests/support.py`` re-exports them) and the cost model's moto run, so that a
 fix to a stand-in reaches both. Tooling only: nothing in the ``punctual`` package (the Lambda layer) may
