@@ -17,8 +17,8 @@ import pytest
 from contract_tools import NOW, TaskFactory
 
 from punctual.domain.keys import BUCKET_MS, from_ms
-from punctual.domain.model import TaskStatus
-from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
+from punctual.domain.model import TaskStatus, occurrence_id
+from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError
 from punctual.stores.ports import Stores
 from punctual.targets import LogAction

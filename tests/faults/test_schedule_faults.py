@@ -38,8 +38,8 @@ from fault_tools import (
 from punctual.config.settings import Settings
 from punctual.domain.events import BatchEvent
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Armed, ArmRequest, TaskStatus
-from punctual.domain.schedules import Schedule, occurrence_id, split_occurrence_id
+from punctual.domain.model import Armed, ArmRequest, TaskStatus, occurrence_id, split_occurrence_id
+from punctual.domain.schedules import Schedule
 from punctual.executing.executor import Executor
 from punctual.runtime.client import Client
 from punctual.runtime.wiring import poller_on

@@ -52,7 +52,7 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms, index_key, shard_of
-from punctual.domain.schedules import occurrence_id
+from punctual.domain.model import occurrence_id
 from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
 from punctual.runtime.client import Client
 from punctual.runtime.wiring import poller_on

@@ -11,8 +11,8 @@ import pytest
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus
-from punctual.domain.schedules import ScheduleState, occurrence_id, split_occurrence_id
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus, occurrence_id, split_occurrence_id
+from punctual.domain.schedules import ScheduleState
 from punctual.errors import (
     InvalidScheduleError,
     InvalidTaskError,

@@ -211,7 +211,7 @@ def test_every_runtime_module_imports_without_the_tooling_or_moto(
     # Then each imports, and from the layer (not from the source checkout)
     assert result["failed"] == {}
     assert result["outside"] == []
-    assert "punctual.executing.executor" in modules and "punctual.stores.dynamodb.store" in modules
+    assert "punctual.executing.executor" in modules and "punctual.stores.dynamodb.due" in modules
 
 
 def test_the_layer_requirements_list_no_dev_package(layer_dir: Path) -> None:

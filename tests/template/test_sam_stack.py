@@ -23,7 +23,7 @@ from template_tools import (
 )
 
 from punctual.domain import tenancy
-from punctual.domain.schedules import occurrence_id
+from punctual.domain.model import occurrence_id
 from punctual.executing.executor import MAX_ACTION_TIMEOUT_MS
 from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 

@@ -422,7 +422,7 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
 
 
 def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row_of_their_own() -> None:
-    from punctual.domain.schedules import split_occurrence_id
+    from punctual.domain.model import split_occurrence_id
     from punctual_tools.demo import plan_demo
 
     # Given a plan of 3 spread tasks over 2 s and two schedules, every 250 ms and every 1,000 ms

@@ -379,7 +379,8 @@ def expected_from_schedule(
     expression (:mod:`punctual.domain.recurrence`), not from what the chain made; each with the outcome of its task in
     ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
     ``(start, end)`` more than its grace before the window ended is SKIPPED (the downtime policy), not lost."""
-    from punctual.domain.schedules import instants_after, occurrence_id
+    from punctual.domain.model import occurrence_id
+    from punctual.domain.schedules import instants_after
 
     windows = list(downtime)
     expected: list[Expected] = []

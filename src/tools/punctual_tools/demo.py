@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from punctual.domain.keys import from_ms, next_tick
-from punctual.domain.model import Action, TaskStatus
-from punctual.domain.schedules import is_occurrence_id, occurrence_id
+from punctual.domain.model import Action, TaskStatus, is_occurrence_id, occurrence_id
 from punctual.domain.tenancy import qualify, unqualify
 from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from punctual import Client
-from punctual.domain.model import TaskStatus
-from punctual.domain.schedules import Schedule, ScheduleState, instants_after, occurrence_id, split_occurrence_id
+from punctual.domain.model import TaskStatus, occurrence_id, split_occurrence_id
+from punctual.domain.schedules import Schedule, ScheduleState, instants_after
 from punctual_tools.checker import Verdict, occurrence_due_ms
 from punctual_tools.demo import FireLogTail, check_fire_log
 

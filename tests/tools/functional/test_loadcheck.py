@@ -11,8 +11,8 @@ import pytest
 from punctual import LogAction
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Task
-from punctual.domain.schedules import Schedule, instants_after, occurrence_id
+from punctual.domain.model import Task, occurrence_id
+from punctual.domain.schedules import Schedule, instants_after
 from punctual.scheduling.client import Client
 from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.loadcheck import DUE, UNKNOWN, Expectation, ScheduleExpectation, check_ledgers

@@ -21,8 +21,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from punctual.config.settings import Settings
-from punctual.domain.model import TaskStatus
-from punctual.domain.schedules import Schedule, instants_after, occurrence_id
+from punctual.domain.model import TaskStatus, occurrence_id
+from punctual.domain.schedules import Schedule, instants_after
 from punctual.runtime.client import Client
 from punctual.scheduling.bulk import ScheduleResult
 from punctual.targets import FireContext

@@ -54,6 +54,21 @@ class ClockOffset:
         return self.offset_ms is not None
 
 
+class LatestOffset:
+    """The clock offset as last measured, ``initial`` until a measurement is in: what the executor reads, at once.
+    Measuring is the runtime's (:class:`punctual.runtime.ntp.OffsetProbe` fills one in the background)."""
+
+    def __init__(self, initial: ClockOffset) -> None:
+        self._latest = initial
+
+    def current(self) -> ClockOffset:
+        """The offset last measured, or the initial one. Never waits."""
+        return self._latest
+
+    def _record(self, offset: ClockOffset) -> None:
+        self._latest = offset
+
+
 class OffsetSource(Protocol):
     """Where the executor reads the clock offset from (:class:`punctual.runtime.ntp.OffsetProbe`, or a fixed one in
     tests)."""

@@ -39,6 +39,7 @@ TASK_NAME = rf"(?:{OWN_TASK_NAME}|{SCHEDULE_NAME}@{OCCURRENCE_INSTANT}Z)"
 TASK_ID_PATTERN = rf"^(?:{TENANT}/)?{TASK_NAME}$"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_OCCURRENCE_RE = re.compile(rf"^(?P<schedule>{SCHEDULE_ID})@(?P<at>{OCCURRENCE_INSTANT})Z$")
 
 
 class TaskStatus(StrEnum):
@@ -368,3 +369,24 @@ class FireRecord:
     retry_delay_ms: int | None = None
     retry_due_ms: int | None = None
     first_due_ms: int | None = None
+
+
+# -- the ids of a schedule's occurrences ---------------------------------------------------------------------
+def occurrence_id(schedule_id: str, due_ms: int) -> str:
+    """The task id of a schedule's occurrence: ``<schedule id>@<UTC instant, yyyymmddThhmmss.fffZ>``. The ``@``
+    never appears in the id of a task scheduled on its own, so no task can take an occurrence's place."""
+    return f"{schedule_id}@{from_ms(due_ms).strftime('%Y%m%dT%H%M%S')}.{due_ms % 1000:03d}Z"
+
+
+def split_occurrence_id(task_id: str) -> tuple[str, int] | None:
+    """The schedule id and instant of an occurrence's task id, or None for a task of its own."""
+    match = _OCCURRENCE_RE.fullmatch(task_id)
+    if match is None:
+        return None
+    at = datetime.strptime(match.group("at"), "%Y%m%dT%H%M%S.%f").replace(tzinfo=UTC)
+    return match.group("schedule"), to_ms(at)
+
+
+def is_occurrence_id(task_id: str) -> bool:
+    """Whether ``task_id`` has the form of an occurrence's (ids of tasks scheduled on their own never do)."""
+    return "@" in task_id

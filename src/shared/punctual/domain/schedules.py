@@ -16,10 +16,9 @@ one only, to fire at once, flagged late. Never a storm of catch-up fires.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -37,12 +36,12 @@ from pydantic import (
 from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import (
     DEFAULT_MISFIRE_POLICY,
-    OCCURRENCE_INSTANT,
     SCHEDULE_ID,
     Action,
     ActionAndPayload,
     MisfirePolicy,
     Task,
+    occurrence_id,
     utc_to_ms,
 )
 from punctual.domain.recurrence import At, Expression, occurrences_after, parse_expression, wall_to_ms, zone
@@ -50,7 +49,6 @@ from punctual.domain.retry import RetryPolicy
 from punctual.domain.tenancy import check_tenant_part
 
 SCHEDULE_ID_PATTERN = rf"^{SCHEDULE_ID}$"
-_OCCURRENCE_RE = re.compile(rf"^(?P<schedule>{SCHEDULE_ID})@(?P<at>{OCCURRENCE_INSTANT})Z$")
 MAX_CHUNK = 98  # occurrences made in one transaction with the cursor and the tenant's usage (DynamoDB takes 100)
 TRANSACTION_BYTES = 3_500_000  # what a chunk's items may add up to (DynamoDB takes 4 MB a transaction)
 ITEM_OVERHEAD_BYTES = 2_048  # an occurrence's item beyond its action and payload (ids, times, status, ...)
@@ -65,21 +63,6 @@ class ScheduleState(StrEnum):
     PAUSED = "PAUSED"
     ENDED = "ENDED"
     DELETED = "DELETED"
-
-
-def occurrence_id(schedule_id: str, due_ms: int) -> str:
-    """The task id of a schedule's occurrence: ``<schedule id>@<UTC instant, yyyymmddThhmmss.fffZ>``. The ``@``
-    never appears in the id of a task scheduled on its own, so no task can take an occurrence's place."""
-    return f"{schedule_id}@{from_ms(due_ms).strftime('%Y%m%dT%H%M%S')}.{due_ms % 1000:03d}Z"
-
-
-def split_occurrence_id(task_id: str) -> tuple[str, int] | None:
-    """The schedule id and instant of an occurrence's task id, or None for a task of its own."""
-    match = _OCCURRENCE_RE.fullmatch(task_id)
-    if match is None:
-        return None
-    at = datetime.strptime(match.group("at"), "%Y%m%dT%H%M%S.%f").replace(tzinfo=UTC)
-    return match.group("schedule"), to_ms(at)
 
 
 class Schedule(ActionAndPayload):
@@ -284,8 +267,3 @@ def _after_downtime(schedule: Schedule, cursor: int, missed_before: int) -> tupl
     if schedule.downtime_policy == "fire_latest" and latest is not None:
         return resume, missed - 1, latest
     return resume, missed, None
-
-
-def is_occurrence_id(task_id: str) -> bool:
-    """Whether ``task_id`` has the form of an occurrence's (ids of tasks scheduled on their own never do)."""
-    return "@" in task_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from punctual.domain.clock import ClockOffset
+from punctual.domain.clock import ClockOffset, LatestOffset
 
 log = logging.getLogger(__name__)
 
@@ -30,28 +30,26 @@ def measure_offset(server: str | None, timeout_s: float) -> ClockOffset:
     return ClockOffset(response.offset * 1000.0, server)
 
 
-class OffsetProbe:
-    """Measures the clock offset once, in a background thread, and never blocks a reader for it."""
+class OffsetProbe(LatestOffset):
+    """Measures the clock offset once, in a background thread; a reader gets the latest (``current``, from
+    :class:`~punctual.domain.clock.LatestOffset`) and never waits for it."""
 
     def __init__(self, server: str | None, timeout_s: float) -> None:
-        self._result = ClockOffset(None, server, "not measured yet")
+        super().__init__(ClockOffset(None, server, "not measured yet"))
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(server, timeout_s), name="ntp-offset", daemon=True)
         self._thread.start()
 
     def _run(self, server: str | None, timeout_s: float) -> None:
-        self._result = measure_offset(server, timeout_s)
-        if self._result.error:
-            log.info("clock offset unknown (%s); drift is recorded uncorrected", self._result.error)
+        measured = measure_offset(server, timeout_s)
+        if measured.error:
+            log.info("clock offset unknown (%s); drift is recorded uncorrected", measured.error)
+        self._record(measured)
         self._done.set()
-
-    def current(self) -> ClockOffset:
-        """The offset if the measurement has finished, else an 'unknown' offset. Never waits."""
-        return self._result
 
     def wait(self, timeout: float | None = None) -> ClockOffset:
         self._done.wait(timeout)
-        return self._result
+        return self.current()
 
 
 _probes: dict[tuple[str | None, float], OffsetProbe] = {}

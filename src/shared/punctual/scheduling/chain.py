@@ -19,8 +19,8 @@ import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from punctual.domain.model import Task, TaskStatus
-from punctual.domain.schedules import Schedule, instants_after, occurrence_id, plan_advance
+from punctual.domain.model import Task, TaskStatus, occurrence_id
+from punctual.domain.schedules import Schedule, instants_after, plan_advance
 from punctual.errors import TaskNotFoundError, TaskStateError
 from punctual.scheduling.quotas import TenantAdmission
 from punctual.stores.ports import ClientPort, SchedulePort

@@ -17,9 +17,9 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.clock import Clock, SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.keys import from_ms, to_ms
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable, is_occurrence_id
 from punctual.domain.retry import RetryPolicy
-from punctual.domain.schedules import Schedule, is_occurrence_id
+from punctual.domain.schedules import Schedule
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
 from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
 from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms

@@ -75,7 +75,7 @@ from typing import Any
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, next_tick, shard_of
-from punctual.domain.schedules import occurrence_id
+from punctual.domain.model import occurrence_id
 from punctual.runtime.client import Client
 from punctual.targets import HttpAction
 from punctual_tools.bench.cpu_use import CpuUse

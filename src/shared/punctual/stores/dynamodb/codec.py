@@ -206,7 +206,7 @@ def check_owner(key: str, tenant: Any) -> None:
 def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:
     """Refuse (ValueError) an item whose ``schedule_id`` is not the schedule its key names (an occurrence's key is
     ``<schedule id>@<instant>Z``; a task of its own names none)."""
-    from punctual.domain.schedules import split_occurrence_id
+    from punctual.domain.model import split_occurrence_id
 
     named = split_occurrence_id(task_id)
     if schedule_id is not None and (named is None or named[0] != schedule_id):

@@ -39,9 +39,9 @@ from botocore.exceptions import ClientError
 
 from punctual.domain.backoff import backoff_s
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Task, TaskStatus, Unreadable, canonical_json
+from punctual.domain.model import Task, TaskStatus, Unreadable, canonical_json, occurrence_id
 from punctual.domain.quota import ScheduleLimits, ScheduleUsage, change_of, usage_of
-from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
+from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState
 from punctual.domain.tenancy import prefix, split
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from punctual.stores.dynamodb.codec import (

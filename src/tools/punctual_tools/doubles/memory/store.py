@@ -21,9 +21,10 @@ from punctual.domain.model import (
     Task,
     TaskStatus,
     Unreadable,
+    occurrence_id,
     status_after,
 )
-from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState, occurrence_id
+from punctual.domain.schedules import Advance, AdvanceResult, Schedule, ScheduleState
 from punctual.domain.tenancy import prefix
 from punctual.errors import (
     ScheduleConflictError,
