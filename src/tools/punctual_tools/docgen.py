@@ -360,6 +360,12 @@ def _cli_parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+def _task_path_block() -> list[str]:
+    from punctual_tools.task_path import render, trace_task_life
+
+    return render(trace_task_life()).splitlines()
+
+
 def _plan_pages() -> Any:
     from punctual_tools.plan import pages
 
@@ -370,6 +376,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "REST API reference": ("rest-api.md", lambda: rest_api_block(json.loads((ROOT / "openapi.json").read_text()))),
     "CLI reference": ("cli.md", lambda: cli_block(_cli_parser())),
     "layers": ("contributing.md", lambda: layers_block()),
+    "task path": ("contributing.md", _task_path_block),
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
     "sizing by rate": ("scale.md", lambda: _plan_pages().scale_block()),
     "bill by rate": ("cost.md", lambda: _plan_pages().cost_block()),
