@@ -25,7 +25,7 @@ from typing import Any
 SRC = Path(__file__).resolve().parents[2]  # src: the runtime package and the handlers
 RUNTIME = "punctual."
 TABLE = "punctual-task-path"
-LEAD_S = 3.0  # the task is due this long after it is scheduled (on time on a busy machine too): the executor sleeps until then
+LEAD_S = 3.0  # the task is due this long after it is scheduled (on time on a busy machine too)
 
 
 @dataclass(kw_only=True)
