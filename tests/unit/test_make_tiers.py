@@ -1,4 +1,5 @@
-"""`make test` runs its tiers in two pytest runs (on every core, then the stack's tiers one at a time) and `make
+"""`make test` runs its tiers in three pytest runs (the runtime's measured for coverage and the others on every core,
+then the stack's tiers one at a time) and `make
 faults` runs the fault suite; CI runs both: every folder of tests must be in exactly one of those three runs, or its
 tests would silently not run."""
 
@@ -18,7 +19,7 @@ def _tiers(makefile: str, name: str) -> list[str]:
 
 def test_every_test_folder_is_in_exactly_one_of_the_runs_ci_makes() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    runs = {name: _tiers(makefile, name) for name in ("PARALLEL_TIERS", "SERIAL_TIERS", "FAULT_TIERS")}
+    runs = {name: _tiers(makefile, name) for name in ("COVERED_TIERS", "PARALLEL_TIERS", "SERIAL_TIERS", "FAULT_TIERS")}
     folders = sorted(f"tests/{d.name}" for d in (ROOT / "tests").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
     assert sorted(sum(runs.values(), [])) == folders
     assert all(f"$({name})" in makefile for name in runs)
@@ -41,11 +42,12 @@ def test_ci_runs_make_test_then_make_faults_and_each_test_once() -> None:
     runs = _pytest_runs(makefile, "test") + _pytest_runs(makefile, "faults")
     # Then CI makes test first, then faults, each once
     assert makes == ["make test", "make faults"]
-    # And the three runs name their tests through the tier variables alone: no file or folder is added to a run
+    # And the four runs name their tests through the tier variables alone: no file or folder is added to a run
     # beside its tiers (where it would run twice, as in its own tier too)
-    assert len(runs) == 3
+    assert len(runs) == 4
     assert not [run for run in runs if "tests/" in run]
     assert [sorted(re.findall(r"\$\((\w+_TIERS)\)", run)) for run in runs] == [
+        ["COVERED_TIERS"],
         ["PARALLEL_TIERS"],
         ["SERIAL_TIERS"],
         ["FAULT_TIERS"],

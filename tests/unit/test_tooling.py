@@ -100,11 +100,12 @@ def test_each_extra_names_a_requirement_of_a_group_as_it_is_written_there() -> N
 
 
 def test_make_tests_parallel_run_measures_the_runtimes_coverage_under_a_floor() -> None:
-    # Given the first pytest run of make test and the coverage options it is given
-    (parallel, _serial) = [line for line in _recipe("test") if " pytest " in line]
+    # Given the pytest runs of make test and the coverage options the first is given
+    (covered, parallel, serial) = [line for line in _recipe("test") if " pytest " in line]
     coverage = _make_variable("COVERAGE").split()
-    # Then that run (not the serial one) measures the runtime package and fails under a floor it prints
-    assert "$(COVERAGE)" in parallel.split()
+    # Then the first (the runtime's own tiers), and only it, measures the runtime package and fails under a floor
+    assert "$(COVERAGE)" in covered.split() and "$(COVERED_TIERS)" in covered.split()
+    assert "$(COVERAGE)" not in parallel.split() + serial.split()
     assert "--cov=punctual" in coverage and "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
     assert any(option.startswith("--cov-report=term") for option in coverage)
     assert 0 < int(_make_variable("COVERAGE_FLOOR")) <= 100
