@@ -197,7 +197,13 @@ def due_candidates(store: DynamoStores, bucket_ms: int, shard: int, until_ms: in
 
 def candidate_of(task: Task, status: TaskStatus = TaskStatus.PENDING, lease_until_ms: int | None = None) -> Candidate:
     """The task as a poll finds it in the due index (by default PENDING, no lease)."""
-    return Candidate(task.task_id, task.due_ms, status, lease_until_ms, task.misfire_grace_ms)
+    return Candidate(
+        task_id=task.task_id,
+        due_ms=task.due_ms,
+        status=status,
+        lease_until_ms=lease_until_ms,
+        misfire_grace_ms=task.misfire_grace_ms,
+    )
 
 
 def run_until_done(
@@ -274,7 +280,9 @@ def arm(
     """ARM one task (at the due time it was created with) for ``executor_id``; its task lease defaults to an
     hour past its due time."""
     lease = task.due_ms + 3_600_000 if lease_until_ms is None else lease_until_ms
-    return store.firing.arm_many([ArmRequest(task.task_id, task.due_ms, lease)], batch_id, executor_id, now_ms)[0]
+    return store.firing.arm_many(
+        [ArmRequest(task_id=task.task_id, due_ms=task.due_ms, lease_until_ms=lease)], batch_id, executor_id, now_ms
+    )[0]
 
 
 @contextlib.contextmanager

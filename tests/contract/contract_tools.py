@@ -234,13 +234,13 @@ def ms(moment: Any) -> int | None:
 def candidate(task: Task) -> Candidate:
     """The task as a look for due work shows it: its due time, status, lease and (when ARMED) owner."""
     return Candidate(
-        task.task_id,
-        task.due_ms,
-        task.status,
-        ms(task.lease_until),
-        task.misfire_grace_ms,
-        task.misfire_policy,
-        task.armed_by if task.status is TaskStatus.ARMED else None,
+        task_id=task.task_id,
+        due_ms=task.due_ms,
+        status=task.status,
+        lease_until_ms=ms(task.lease_until),
+        misfire_grace_ms=task.misfire_grace_ms,
+        misfire_policy=task.misfire_policy,
+        owner=task.armed_by if task.status is TaskStatus.ARMED else None,
     )
 
 
@@ -260,7 +260,15 @@ def succeeded(
 ) -> FireRecord:
     """The record of a fire exactly at the task's due time, finished 2 ms later (or at ``finished_ms``)."""
     end = task.due_ms + 2 if finished_ms is None else finished_ms
-    return FireRecord(task.task_id, outcome, float(task.due_ms), end, 0.0, None, detail)
+    return FireRecord(
+        task_id=task.task_id,
+        outcome=outcome,
+        fired_ms=float(task.due_ms),
+        finished_ms=end,
+        drift_ms=0.0,
+        drift_corrected_ms=None,
+        detail=detail,
+    )
 
 
 def armed_task(

@@ -124,7 +124,15 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     assert record(
         backend.store,
         "exec-1",
-        FireRecord(task.task_id, Outcome.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
+        FireRecord(
+            task_id=task.task_id,
+            outcome=Outcome.FAILED,
+            fired_ms=NOW + 10_000.0,
+            finished_ms=NOW + 10_100,
+            drift_ms=0.0,
+            drift_corrected_ms=None,
+            detail="HTTP 500",
+        ),
     )
     # Then the index no longer lists it, and the item keeps the outcome
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
@@ -142,13 +150,13 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
         backend.store,
         "exec-1",
         FireRecord(
-            task.task_id,
-            Outcome.RETRY,
-            None,
-            failed_at,
-            None,
-            None,
-            "HTTP 500",
+            task_id=task.task_id,
+            outcome=Outcome.RETRY,
+            fired_ms=None,
+            finished_ms=failed_at,
+            drift_ms=None,
+            drift_corrected_ms=None,
+            detail="HTTP 500",
             retry_due_ms=failed_at + 700,
             first_due_ms=task.due_ms,
         ),
@@ -379,7 +387,11 @@ def test_items_that_are_not_tasks_are_failed_and_the_rest_goes_on(
     alive(store, "exec-1", NOW + ALIVE_MS)
     armed = store.firing.arm_many(
         [
-            ArmRequest(t, NOW + 10_000 + i if t.startswith("good") else NOW + 10_005, NOW + ARMED_LEASE_MS)
+            ArmRequest(
+                task_id=t,
+                due_ms=NOW + 10_000 + i if t.startswith("good") else NOW + 10_005,
+                lease_until_ms=NOW + ARMED_LEASE_MS,
+            )
             for t, i in (("good-0", 0), ("bad-action", 0), ("bad-status", 0), ("good-1", 1))
         ],
         "batch-1",
@@ -445,7 +457,10 @@ def test_many_writes_keep_each_condition_across_requests(
     store.client.cancel(created[20].task_id, NOW)
     # When exec-1 arms all of them at once
     armed = store.firing.arm_many(
-        [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-0", "exec-1", NOW
+        [ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=NOW + ARMED_LEASE_MS) for t in created],
+        "batch-0",
+        "exec-1",
+        NOW,
     )
     # Then exactly the two whose condition fails lose, and every other arm is written and read back whole
     assert [i for i, a in enumerate(armed) if a is None] == [5, 20]
@@ -489,13 +504,13 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
     task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=2))
     alive(store, "exec-1", NOW + ALIVE_MS)
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        NOW + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=NOW + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=NOW + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -536,7 +551,10 @@ def test_a_retried_transaction_counts_as_done(backend: DynamoBackend, tasks: Tas
     # When botocore sends it again (with the same ClientRequestToken)
     with responses_lost(backend.client, "TransactWriteItems") as dropped:
         armed = backend.store.firing.arm_many(
-            [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in created], "batch-1", "exec-1", NOW
+            [ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=NOW + ARMED_LEASE_MS) for t in created],
+            "batch-1",
+            "exec-1",
+            NOW,
         )
     # Then DynamoDB answers the retry as the first attempt: every arm won, each counted once
     assert (dropped, [a.task.task_id if a else None for a in armed]) == ([1], [t.task_id for t in created])

@@ -197,7 +197,9 @@ def put_in_every_state(store: Stores, tasks: TaskFactory) -> dict[str, Task]:
 
     def arm_all(executor: str, alive_until_ms: int, leases: dict[str, int]) -> None:
         alive(store, executor, alive_until_ms)
-        requests = [ArmRequest(t[s].task_id, t[s].due_ms, lease) for s, lease in leases.items()]
+        requests = [
+            ArmRequest(task_id=t[s].task_id, due_ms=t[s].due_ms, lease_until_ms=lease) for s, lease in leases.items()
+        ]
         assert None not in store.firing.arm_many(requests, "batch-1", executor, NOW)
 
     arm_all("exec-1", AT + ALIVE_MS, {"ARMED": AT + ARMED_LEASE_MS, "ARMED, lease ended": AT - 1})
@@ -231,13 +233,13 @@ def _changed(change: Callable[[], Any]) -> bool:
 
 def _retry(task: Task) -> FireRecord:
     return FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        float(task.due_ms),
-        AT,
-        0.0,
-        None,
-        "HTTP 500",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=float(task.due_ms),
+        finished_ms=AT,
+        drift_ms=0.0,
+        drift_corrected_ms=None,
+        detail="HTTP 500",
         retry_delay_ms=1_000,
         retry_due_ms=AT + 1_000,
         first_due_ms=task.due_ms,
@@ -318,7 +320,10 @@ def test_arm_of_a_task_due_at_another_time_loses(store: Stores, tasks: TaskFacto
     task = tasks.create(NOW + 10_000)
     # When it is armed as due one ms later (a stale look) / Then the arm loses
     assert store.firing.arm_many(
-        [ArmRequest(task.task_id, task.due_ms + 1, NOW + ARMED_LEASE_MS)], "b", "exec-1", NOW
+        [ArmRequest(task_id=task.task_id, due_ms=task.due_ms + 1, lease_until_ms=NOW + ARMED_LEASE_MS)],
+        "b",
+        "exec-1",
+        NOW,
     ) == [None]
     # When it is rescheduled after a look saw it, and armed by the due time that look showed / Then it loses
     store.client.reschedule(task.task_id, NOW + 20_000, NOW)
@@ -347,8 +352,8 @@ def test_arm_many_answers_position_by_position(store: Stores, tasks: TaskFactory
     gone = tasks.create(NOW + 10_000)
     store.client.cancel(gone.task_id, NOW)
     order = [mine[0], held, dead, gone, mine[1]]
-    requests = [ArmRequest(t.task_id, t.due_ms, NOW + ARMED_LEASE_MS) for t in order]
-    requests.insert(4, ArmRequest("unknown-task", NOW + 10_000, NOW + ARMED_LEASE_MS))
+    requests = [ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=NOW + ARMED_LEASE_MS) for t in order]
+    requests.insert(4, ArmRequest(task_id="unknown-task", due_ms=NOW + 10_000, lease_until_ms=NOW + ARMED_LEASE_MS))
     # When exec-1 arms them all at NOW + 1
     armed = store.firing.arm_many(requests, "batch-1", "exec-1", NOW + 1)
     # Then it gets the PENDING ones and the dead executor's, armed by it, and None for the others, in order
@@ -397,7 +402,10 @@ def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: 
     assert (scan.candidates[0].status, scan.candidates[0].owner) == (A, "exec-1")
     # ... an arm by another due time still loses; exec-2 takes it over, told exec-1 may have fired it up to T
     assert store.firing.arm_many(
-        [ArmRequest(task.task_id, task.due_ms + 1, until + ARMED_LEASE_MS)], "batch-2", "exec-2", until + 1
+        [ArmRequest(task_id=task.task_id, due_ms=task.due_ms + 1, lease_until_ms=until + ARMED_LEASE_MS)],
+        "batch-2",
+        "exec-2",
+        until + 1,
     ) == [None]
     taken = arm(store, task, "exec-2", until + 1, until + ARMED_LEASE_MS, batch_id="batch-2")
     assert taken is not None and taken.taken_over_until_ms == until
@@ -430,8 +438,8 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     # When exec-2 arms both at T + 1 as held (what a dispatcher that found them ARMED by a dead executor sends)
     lease = until + ARMED_LEASE_MS
     requests = [
-        ArmRequest(held.task_id, held.due_ms, lease, held=True),
-        ArmRequest(pending.task_id, pending.due_ms, lease, held=True),
+        ArmRequest(task_id=held.task_id, due_ms=held.due_ms, lease_until_ms=lease, held=True),
+        ArmRequest(task_id=pending.task_id, due_ms=pending.due_ms, lease_until_ms=lease, held=True),
     ]
     got = store.firing.arm_many(requests, "batch-2", "exec-2", until + 1)
     # Then the held one is taken over (exec-1 may have fired it up to T), the pending one armed as usual
@@ -441,7 +449,10 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     # ... and a held request for a task whose owner is alive loses, as an arm does
     other = armed_task(store, tasks, "exec-3", alive_until_ms=NOW + ALIVE_MS)
     assert store.firing.arm_many(
-        [ArmRequest(other.task_id, other.due_ms, lease, held=True)], "batch-3", "exec-2", until + 1
+        [ArmRequest(task_id=other.task_id, due_ms=other.due_ms, lease_until_ms=lease, held=True)],
+        "batch-3",
+        "exec-2",
+        until + 1,
     ) == [None]
     assert stored(store, other.task_id).armed_by == "exec-3"
 
@@ -536,7 +547,7 @@ def test_an_arm_by_a_retried_invocation_takes_over_from_its_earlier_attempt_at_o
     task = tasks.create(NOW + 10_000)
     assert store.firing.heartbeat("exec-1", NOW, NOW + ALIVE_MS, invocation="req-1") is True
     assert arm(store, task, "exec-1", NOW) is not None
-    request = [ArmRequest(task.task_id, task.due_ms, NOW + ARMED_LEASE_MS)]
+    request = [ArmRequest(task_id=task.task_id, due_ms=task.due_ms, lease_until_ms=NOW + ARMED_LEASE_MS)]
     alive(store, "exec-2", NOW + ALIVE_MS)
     # When exec-2 arms it for another invocation / Then it loses: exec-1 is alive
     assert store.firing.arm_many(request, "batch-2", "exec-2", NOW + 1, invocation="req-9") == [None]
@@ -551,7 +562,15 @@ def test_only_the_executor_that_armed_a_task_records_it(store: Stores, tasks: Ta
     # Given a task armed by exec-1
     task = armed_task(store, tasks, "exec-1")
     fired = NOW + 10_000.25
-    outcome = FireRecord(task.task_id, Outcome.SUCCEEDED, fired, NOW + 10_003, 0.25, 1.75, None)
+    outcome = FireRecord(
+        task_id=task.task_id,
+        outcome=Outcome.SUCCEEDED,
+        fired_ms=fired,
+        finished_ms=NOW + 10_003,
+        drift_ms=0.25,
+        drift_corrected_ms=1.75,
+        detail=None,
+    )
     # When another executor records it / Then nothing is written
     assert record(store, "exec-2", outcome) is False
     assert stored(store, task.task_id).status is A
@@ -565,7 +584,19 @@ def test_only_the_executor_that_armed_a_task_records_it(store: Stores, tasks: Ta
     assert record(store, "exec-1", outcome) is True
     assert record(store, "exec-2", outcome) is False
     assert (
-        record(store, "exec-1", FireRecord(task.task_id, Outcome.FAILED, fired, NOW + 10_003, 0.25, 1.75, "boom"))
+        record(
+            store,
+            "exec-1",
+            FireRecord(
+                task_id=task.task_id,
+                outcome=Outcome.FAILED,
+                fired_ms=fired,
+                finished_ms=NOW + 10_003,
+                drift_ms=0.25,
+                drift_corrected_ms=1.75,
+                detail="boom",
+            ),
+        )
         is False
     )
     assert stored(store, task.task_id).status is S
@@ -590,9 +621,33 @@ def test_a_failure_a_miss_and_a_late_fire_are_recorded_with_their_details(store:
     assert store.firing.record_many(
         "exec-1",
         [
-            FireRecord(failing.task_id, Outcome.FAILED, NOW + 10_000.0, NOW + 10_100, 0.0, None, "HTTP 500"),
-            FireRecord(missed.task_id, Outcome.MISSED, None, NOW + 75_000, None, None, "would fire 65000 ms late"),
-            FireRecord(late.task_id, Outcome.SUCCEEDED, NOW + 95_000.0, NOW + 95_010, 85_000.0, None, late=True),
+            FireRecord(
+                task_id=failing.task_id,
+                outcome=Outcome.FAILED,
+                fired_ms=NOW + 10_000.0,
+                finished_ms=NOW + 10_100,
+                drift_ms=0.0,
+                drift_corrected_ms=None,
+                detail="HTTP 500",
+            ),
+            FireRecord(
+                task_id=missed.task_id,
+                outcome=Outcome.MISSED,
+                fired_ms=None,
+                finished_ms=NOW + 75_000,
+                drift_ms=None,
+                drift_corrected_ms=None,
+                detail="would fire 65000 ms late",
+            ),
+            FireRecord(
+                task_id=late.task_id,
+                outcome=Outcome.SUCCEEDED,
+                fired_ms=NOW + 95_000.0,
+                finished_ms=NOW + 95_010,
+                drift_ms=85_000.0,
+                drift_corrected_ms=None,
+                late=True,
+            ),
         ],
     ) == [True, True, True]
     # Then each keeps what was recorded, and no look for due work finds any of them
@@ -619,13 +674,13 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: Stores, ta
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     failed_at = NOW + 10_005
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        NOW + 10_000.5,
-        failed_at,
-        0.5,
-        None,
-        "HTTP 500",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=NOW + 10_000.5,
+        finished_ms=failed_at,
+        drift_ms=0.5,
+        drift_corrected_ms=None,
+        detail="HTTP 500",
         retry_delay_ms=700,
         retry_due_ms=failed_at + 700,
         first_due_ms=task.due_ms,
@@ -663,13 +718,13 @@ def test_a_second_retry_keeps_the_first_due(store: Stores, tasks: TaskFactory) -
         store,
         "exec-1",
         FireRecord(
-            task.task_id,
-            Outcome.RETRY,
-            None,
-            NOW + 10_010,
-            None,
-            None,
-            "e1",
+            task_id=task.task_id,
+            outcome=Outcome.RETRY,
+            fired_ms=None,
+            finished_ms=NOW + 10_010,
+            drift_ms=None,
+            drift_corrected_ms=None,
+            detail="e1",
             retry_due_ms=NOW + 11_000,
             first_due_ms=task.due_ms,
         ),
@@ -680,13 +735,13 @@ def test_a_second_retry_keeps_the_first_due(store: Stores, tasks: TaskFactory) -
         store,
         "exec-2",
         FireRecord(
-            task.task_id,
-            Outcome.RETRY,
-            None,
-            NOW + 11_010,
-            None,
-            None,
-            "e2",
+            task_id=task.task_id,
+            outcome=Outcome.RETRY,
+            fired_ms=None,
+            finished_ms=NOW + 11_010,
+            drift_ms=None,
+            drift_corrected_ms=None,
+            detail="e2",
             retry_due_ms=NOW + 12_000,
             first_due_ms=NOW + 11_000,
         ),
@@ -699,13 +754,13 @@ def test_only_the_executor_that_armed_a_task_can_retry_it(store: Stores, tasks: 
     # Given a task armed by exec-1
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        NOW + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=NOW + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=NOW + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -718,13 +773,13 @@ def test_the_same_retry_again_counts_as_done_and_another_does_not(store: Stores,
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        NOW + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=NOW + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=NOW + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -733,13 +788,13 @@ def test_the_same_retry_again_counts_as_done_and_another_does_not(store: Stores,
     assert record(store, "exec-1", retry)
     # But a different retry (another next try) is refused, as is an outcome
     other = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        NOW + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=NOW + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=NOW + 12_000,
         first_due_ms=task.due_ms,
     )
@@ -777,13 +832,13 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: Store
             store,
             "exec-1",
             FireRecord(
-                task.task_id,
-                Outcome.FAILED if last else Outcome.RETRY,
-                float(current.due_ms),
-                finished,
-                0.0,
-                None,
-                "HTTP 500",
+                task_id=task.task_id,
+                outcome=Outcome.FAILED if last else Outcome.RETRY,
+                fired_ms=float(current.due_ms),
+                finished_ms=finished,
+                drift_ms=0.0,
+                drift_corrected_ms=None,
+                detail="HTTP 500",
                 retry_due_ms=None if last else finished + 1_000,
                 first_due_ms=task.due_ms,
             ),

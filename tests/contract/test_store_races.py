@@ -55,7 +55,7 @@ def arm_each(store: Stores, tasks: list[Task], executor: str, now_ms: int) -> di
     for start in range(0, len(tasks), CHUNK):
         part = tasks[start : start + CHUNK]
         got = store.firing.arm_many(
-            [ArmRequest(t.task_id, t.due_ms, now_ms + ARMED_LEASE_MS) for t in part],
+            [ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=now_ms + ARMED_LEASE_MS) for t in part],
             f"batch-{executor}",
             executor,
             now_ms,

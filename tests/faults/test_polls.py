@@ -164,7 +164,9 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
         store: DynamoStores = local.store
         executor_id = f"x-{event.batch_id[:12]}"
         assert store.firing.heartbeat(executor_id, at, at + 600_000)
-        requests = [ArmRequest(t.task_id, t.due_ms, t.due_ms + 3_600_000) for t in event.tasks]
+        requests = [
+            ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=t.due_ms + 3_600_000) for t in event.tasks
+        ]
         armed = [a.task for a in store.firing.arm_many(requests, event.batch_id, executor_id, at) if a is not None]
         return executor_id, [t.task_id for t in armed], [Fire(t.idempotency_key, float(t.due_ms)) for t in armed]
 

@@ -112,11 +112,25 @@ def _fail(direct: Client, task_id: str) -> None:
     task = store.client.get(task_id)
     assert task is not None
     armed = store.firing.arm_many(
-        [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "executor-1", task.due_ms - 1_000
+        [ArmRequest(task_id=task_id, due_ms=task.due_ms, lease_until_ms=task.due_ms + 600_000)],
+        "b",
+        "executor-1",
+        task.due_ms - 1_000,
     )
     assert armed[0] is not None
     assert store.firing.record_many(
-        "executor-1", [FireRecord(task_id, Outcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+        "executor-1",
+        [
+            FireRecord(
+                task_id=task_id,
+                outcome=Outcome.FAILED,
+                fired_ms=task.due_ms,
+                finished_ms=task.due_ms + 5,
+                drift_ms=0.1,
+                drift_corrected_ms=0.1,
+                detail="boom",
+            )
+        ],
     ) == [True]
 
 

@@ -51,7 +51,16 @@ def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> T
     task = tasks.create(now_ms + 1_000, task_id)
     assert arm(store, task, "x", now_ms) is not None
     assert store.firing.record(
-        "x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
+        "x",
+        FireRecord(
+            task_id=task_id,
+            outcome=Outcome.FAILED,
+            fired_ms=now_ms + 1_000.0,
+            finished_ms=now_ms + 1_010,
+            drift_ms=0.0,
+            drift_corrected_ms=None,
+            detail="boom",
+        ),
     )
     return read_task(store, task_id)
 

@@ -560,7 +560,8 @@ def test_fast_path_handler_dispatches_short_lead_inserts_and_ignores_the_rest(co
     for executor_id in ("x-1", "x-2"):
         assert store.firing.heartbeat(executor_id, now, now + 600_000)
     requests = [
-        [ArmRequest(t["task_id"], t["due_ms"], t["due_ms"] + 60_000) for t in p["tasks"]] for p in (first, second)
+        [ArmRequest(task_id=t["task_id"], due_ms=t["due_ms"], lease_until_ms=t["due_ms"] + 60_000) for t in p["tasks"]]
+        for p in (first, second)
     ]
     assert None not in store.firing.arm_many(requests[0], first["batch_id"], "x-1", now)
     assert store.firing.arm_many(requests[1], second["batch_id"], "x-2", now) == [None, None]

@@ -106,7 +106,10 @@ def test_batches_are_cut_at_max_batch_size_in_due_order(
 
 
 def test_make_batches() -> None:
-    candidates = [Candidate(f"t{i}", 1_000 - i, TaskStatus.PENDING, None, 0) for i in range(5)]
+    candidates = [
+        Candidate(task_id=f"t{i}", due_ms=1_000 - i, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=0)
+        for i in range(5)
+    ]
     batches = make_batches(candidates, 2)
     assert [[c.task_id for c in b] for b in batches] == [["t4", "t3"], ["t2", "t1"], ["t0"]]
     assert make_batches([], 2) == []
@@ -114,8 +117,20 @@ def test_make_batches() -> None:
 
 def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_one_quota_period() -> None:
     # Given 5 tasks due at one instant, then 3 spread a second apart, and at most 2 fires a quota period
-    burst = [Candidate(f"b{i}", 10_000, TaskStatus.PENDING, None, 0) for i in range(5)]
-    spread = [Candidate(f"s{i}", 20_000 + 1_000 * i, TaskStatus.PENDING, None, 0) for i in range(3)]
+    burst = [
+        Candidate(task_id=f"b{i}", due_ms=10_000, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=0)
+        for i in range(5)
+    ]
+    spread = [
+        Candidate(
+            task_id=f"s{i}",
+            due_ms=20_000 + 1_000 * i,
+            status=TaskStatus.PENDING,
+            lease_until_ms=None,
+            misfire_grace_ms=0,
+        )
+        for i in range(3)
+    ]
 
     # When they are cut into batches of up to 250
     batches = make_batches(burst + spread, 250, max_at_once=2)
@@ -125,7 +140,12 @@ def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_
     assert [[c.task_id for c in b] for b in batches] == [["b0", "b1"], ["b2", "b3"], ["b4", "s0", "s1", "s2"]]
     # and a window's count starts again once the earlier tasks are a period behind
     step = QUOTA_PERIOD_MS * 3 // 5  # two tasks a period apart are never in the same window; one apart always are
-    near = [Candidate(f"n{i}", 1_000 + step * i, TaskStatus.PENDING, None, 0) for i in range(4)]
+    near = [
+        Candidate(
+            task_id=f"n{i}", due_ms=1_000 + step * i, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=0
+        )
+        for i in range(4)
+    ]
     assert [len(b) for b in make_batches(near, 250, max_at_once=2)] == [4]
     # and with one fire a period, two lanes take turns: each task a period after its lane's previous one
     lanes = make_batches(near, 250, max_at_once=1)
@@ -137,7 +157,16 @@ def test_a_batch_holds_no_more_tasks_due_together_than_its_executor_can_fire_in_
 def test_tasks_spread_over_time_fill_whole_batches_in_lanes_whatever_their_rate() -> None:
     # Given 10,000 tasks due one a millisecond (20 in each 20 ms quota period) and at most 5 fires a period
     window = QUOTA_PERIOD_MS
-    spread = [Candidate(f"t{i:05}", 1_000 + i * window // 20, TaskStatus.PENDING, None, 0) for i in range(10_000)]
+    spread = [
+        Candidate(
+            task_id=f"t{i:05}",
+            due_ms=1_000 + i * window // 20,
+            status=TaskStatus.PENDING,
+            lease_until_ms=None,
+            misfire_grace_ms=0,
+        )
+        for i in range(10_000)
+    ]
 
     # When they are cut into batches of up to 250
     batches = make_batches(spread, 250, max_at_once=5)
@@ -154,7 +183,10 @@ def test_tasks_spread_over_time_fill_whole_batches_in_lanes_whatever_their_rate(
 
 def test_the_cut_for_the_quota_never_needs_more_executors_than_may_run_at_once() -> None:
     # Given 1,000 tasks due at one instant and at most 168 fires a quota period
-    burst = [Candidate(f"b{i:04}", 10_000, TaskStatus.PENDING, None, 0) for i in range(1_000)]
+    burst = [
+        Candidate(task_id=f"b{i:04}", due_ms=10_000, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=0)
+        for i in range(1_000)
+    ]
 
     # When at most 5, 4 or 3 batches may run at once, or as many as the quota's cut needs
     def sizes(max_batches: int | None) -> list[int]:

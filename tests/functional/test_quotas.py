@@ -260,7 +260,16 @@ def _failed(client: Client, store: DynamoStores, task_id: str, now_ms: int) -> N
     task = client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id)
     assert arm(store, task, "x", now_ms) is not None
     assert store.firing.record(
-        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x")
+        "x",
+        FireRecord(
+            task_id=task_id,
+            outcome=TaskStatus.FAILED,
+            fired_ms=now_ms + 1_000.0,
+            finished_ms=now_ms + 1_010,
+            drift_ms=0.0,
+            drift_corrected_ms=None,
+            detail="x",
+        ),
     )
 
 

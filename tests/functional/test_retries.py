@@ -60,13 +60,13 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     failed_at = now_ms + 10_005
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        now_ms + 10_000.5,
-        failed_at,
-        0.5,
-        None,
-        "HTTP 500",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=now_ms + 10_000.5,
+        finished_ms=failed_at,
+        drift_ms=0.5,
+        drift_corrected_ms=None,
+        detail="HTTP 500",
         retry_delay_ms=700,
         retry_due_ms=failed_at + 700,
         first_due_ms=task.due_ms,
@@ -96,13 +96,13 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now
     # Given a task already retried once (first due = its original due), armed again by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     first = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        now_ms + 10_010,
-        None,
-        None,
-        "e1",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=now_ms + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e1",
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -110,13 +110,13 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now
     assert arm(store, read_task(store, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     second = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        now_ms + 11_010,
-        None,
-        None,
-        "e2",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=now_ms + 11_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e2",
         retry_due_ms=now_ms + 12_000,
         first_due_ms=now_ms + 11_000,
     )
@@ -129,13 +129,13 @@ def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoStores, tasks
     # Given a task armed by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        now_ms + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=now_ms + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -149,13 +149,13 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoStores, 
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     record = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        now_ms + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=now_ms + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=now_ms + 11_000,
         first_due_ms=task.due_ms,
     )
@@ -164,13 +164,13 @@ def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoStores, 
     assert store.firing.record("exec-1", record)
     # But a different retry (another next try) is not
     other = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        now_ms + 10_010,
-        None,
-        None,
-        "e",
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=now_ms + 10_010,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail="e",
         retry_due_ms=now_ms + 12_000,
         first_due_ms=task.due_ms,
     )

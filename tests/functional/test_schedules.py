@@ -260,12 +260,25 @@ def test_a_crash_at_any_step_of_an_occurrence_leaves_exactly_one_next(
     first = occurrence_id("half-minute", START_MS + 30_000)
     if step != "pending":
         (armed,) = store.firing.arm_many(
-            [ArmRequest(first, START_MS + 30_000, START_MS + 200_000)], "b1", "e-dead", START_MS + 1_000
+            [ArmRequest(task_id=first, due_ms=START_MS + 30_000, lease_until_ms=START_MS + 200_000)],
+            "b1",
+            "e-dead",
+            START_MS + 1_000,
         )
         assert armed is not None
     if step == "recorded":
         assert store.firing.record_many(
-            "e-dead", [FireRecord(first, Outcome.SUCCEEDED, START_MS + 30_000.4, START_MS + 30_010, 0.4, None)]
+            "e-dead",
+            [
+                FireRecord(
+                    task_id=first,
+                    outcome=Outcome.SUCCEEDED,
+                    fired_ms=START_MS + 30_000.4,
+                    finished_ms=START_MS + 30_010,
+                    drift_ms=0.4,
+                    drift_corrected_ms=None,
+                )
+            ],
         ) == [True]
     # When the polls after it run
     for minute in range(1, 6):
@@ -299,7 +312,10 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     armed_id = occurrence_id("pulse", START_MS + 20_000)
     assert (
         store.firing.arm_many(
-            [ArmRequest(armed_id, START_MS + 20_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000
+            [ArmRequest(task_id=armed_id, due_ms=START_MS + 20_000, lease_until_ms=START_MS + 200_000)],
+            "b1",
+            "e-1",
+            START_MS + 1_000,
         )[0]
         is not None
     )
@@ -330,7 +346,10 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, store: Stores
     armed_id = occurrence_id("job", START_MS + 30_000)
     assert (
         store.firing.arm_many(
-            [ArmRequest(armed_id, START_MS + 30_000, START_MS + 200_000)], "b1", "e-1", START_MS + 1_000
+            [ArmRequest(task_id=armed_id, due_ms=START_MS + 30_000, lease_until_ms=START_MS + 200_000)],
+            "b1",
+            "e-1",
+            START_MS + 1_000,
         )[0]
         is not None
     )

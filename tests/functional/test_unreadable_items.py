@@ -205,7 +205,10 @@ def test_an_executor_arms_a_batch_past_a_task_that_cannot_be_read(
     forge_task(dynamodb, settings, client, "deep", action={"S": DEEP})
     store = DynamoStores.from_settings(dynamodb, settings)
     due = good.due_ms
-    requests = [ArmRequest("deep", due, due + 60_000), ArmRequest("good", due, due + 60_000)]
+    requests = [
+        ArmRequest(task_id="deep", due_ms=due, lease_until_ms=due + 60_000),
+        ArmRequest(task_id="good", due_ms=due, lease_until_ms=due + 60_000),
+    ]
 
     # When an executor arms the batch
     armed = store.firing.arm_many(requests, "batch-1", "executor-1", FIXED_NOW_MS)

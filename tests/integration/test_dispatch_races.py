@@ -119,7 +119,10 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
 
     def arm_batch(k: int, event: BatchEvent) -> list[str]:
         armed = executors[k].firing.arm_many(
-            [ArmRequest(t.task_id, t.due_ms, at + GENEROUS_GRACE_MS) for t in event.tasks],
+            [
+                ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=at + GENEROUS_GRACE_MS)
+                for t in event.tasks
+            ],
             event.batch_id,
             f"exec-{k}",
             at,

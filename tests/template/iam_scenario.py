@@ -227,7 +227,10 @@ class Scenario:
             lease = task.due_ms + 3_600_000
             assert (
                 self.store.firing.arm_many(
-                    [ArmRequest(task.task_id, task.due_ms, lease)], "b", "x-dead", now_ms - 60_000
+                    [ArmRequest(task_id=task.task_id, due_ms=task.due_ms, lease_until_ms=lease)],
+                    "b",
+                    "x-dead",
+                    now_ms - 60_000,
                 )[0]
                 is not None
             )
@@ -380,11 +383,25 @@ class Scenario:
         task = self.store.client.get(task_id)
         assert task is not None
         armed = self.store.firing.arm_many(
-            [ArmRequest(task_id, task.due_ms, task.due_ms + 600_000)], "b", "x-1", task.due_ms - 1_000
+            [ArmRequest(task_id=task_id, due_ms=task.due_ms, lease_until_ms=task.due_ms + 600_000)],
+            "b",
+            "x-1",
+            task.due_ms - 1_000,
         )
         assert armed[0] is not None
         assert self.store.firing.record_many(
-            "x-1", [FireRecord(task_id, FireOutcome.FAILED, task.due_ms, task.due_ms + 5, 0.1, 0.1, detail="boom")]
+            "x-1",
+            [
+                FireRecord(
+                    task_id=task_id,
+                    outcome=FireOutcome.FAILED,
+                    fired_ms=task.due_ms,
+                    finished_ms=task.due_ms + 5,
+                    drift_ms=0.1,
+                    drift_corrected_ms=0.1,
+                    detail="boom",
+                )
+            ],
         ) == [True]
 
     def finish(self, target: _Target) -> Outcome:

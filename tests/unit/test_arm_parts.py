@@ -8,7 +8,7 @@ from punctual.executing.executor import ARM_AHEAD_MS, FIRST_ARM_PART, arm_parts
 
 
 def _due(*offsets_ms: int) -> list[ArmRequest]:
-    return [ArmRequest(f"t{i:03d}", due, 0) for i, due in enumerate(offsets_ms)]
+    return [ArmRequest(task_id=f"t{i:03d}", due_ms=due, lease_until_ms=0) for i, due in enumerate(offsets_ms)]
 
 
 def test_a_batch_due_soon_is_armed_soonest_first_in_parts_that_double() -> None:

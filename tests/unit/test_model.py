@@ -248,6 +248,31 @@ def test_the_models_examples_hold() -> None:
     assert doctest.testmod(model).failed == 0
 
 
+def test_the_domains_records_are_keyword_only() -> None:
+    # Given each record the store and the services hand each other, built with its first field by position
+    task = Task(task_id="t-1", due_at=DUE, action=LogAction())
+    records: list[tuple[Any, tuple[Any, ...]]] = [
+        (model.Candidate, ("t-1", 1, TaskStatus.PENDING, None, 0)),
+        (model.ArmRequest, ("t-1", 1, 2)),
+        (model.Armed, (task,)),
+        (model.DueScan, ([], 0)),
+        (model.Unreadable, ([],)),
+        (model.FireRecord, ("t-1", Outcome.SUCCEEDED, 1.0, 2, 0.0, None)),
+    ]
+    # Then none takes a field by position
+    for record, positional in records:
+        with pytest.raises(TypeError, match="positional"):
+            record(*positional)
+
+
+def test_an_armed_task_carries_its_due_instant_read_once() -> None:
+    # Given a task due at DUE, armed (and taken over from an executor that may have fired it until DUE)
+    task = Task(task_id="t-1", due_at=DUE, action=LogAction())
+    armed = model.Armed(task=task, taken_over_until_ms=task.due_ms)
+    # Then the record holds the task's due instant in ms, as the dispatcher reads it
+    assert (armed.due_ms, armed.taken_over_until_ms) == (task.due_ms, task.due_ms)
+
+
 # -- round trips --------------------------------------------------------------------------------------------
 @relaxed
 @given(json_values)

@@ -1,5 +1,5 @@
-"""One Scheduler protocol for every client: the recurring schedule's parameters written once, and the client
-surface's records keyword-only."""
+"""One Scheduler protocol for every client: a task's and a recurring schedule's parameters written once, and the
+client surface's records keyword-only."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from punctual.scheduling.api_client import ApiClient
-from punctual.scheduling.bulk import ScheduleResult
+from punctual.scheduling.bulk import SCHEDULE_FIELDS, ScheduleResult
 from punctual.scheduling.client import Client
-from punctual.scheduling.protocol import Scheduler, ScheduleSpec
+from punctual.scheduling.protocol import Scheduler, ScheduleSpec, TaskSpec
 from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason
 
 
@@ -24,10 +24,21 @@ def test_both_clients_are_schedulers_and_create_schedules_the_one_way() -> None:
         assert "submit_schedule" in vars(client)
 
 
-def test_a_schedule_spec_holds_create_schedules_parameters_with_their_defaults() -> None:
-    # Given create_schedule's signature and the record it fills
-    parameters = list(inspect.signature(Scheduler.create_schedule).parameters.values())[1:]
-    fields = dataclasses.fields(ScheduleSpec)
+def test_both_clients_schedule_tasks_the_one_way() -> None:
+    # Given the two clients  Then each takes the protocol's schedule as it is, and writes only how it submits
+    for client in (Client, ApiClient):
+        assert client.schedule is Scheduler.schedule
+        assert "submit_task" in vars(client)
+        assert "schedule" not in vars(client)
+
+
+@pytest.mark.parametrize(
+    ("method", "record"), [(Scheduler.create_schedule, ScheduleSpec), (Scheduler.schedule, TaskSpec)]
+)
+def test_a_spec_holds_its_methods_parameters_with_their_defaults(method: Any, record: Any) -> None:
+    # Given the signature of create_schedule or schedule, and the record it fills
+    parameters = list(inspect.signature(method).parameters.values())[1:]
+    fields = dataclasses.fields(record)
     # Then they name the same things, in the same order, with the same defaults
     assert [p.name for p in parameters] == [f.name for f in fields]
     for parameter, field in zip(parameters, fields, strict=True):
@@ -35,9 +46,15 @@ def test_a_schedule_spec_holds_create_schedules_parameters_with_their_defaults()
         assert field.default == expected, field.name
 
 
+def test_a_task_of_schedule_many_names_the_fields_of_a_task_spec() -> None:
+    # Given the fields a task of schedule_many may name  Then they are a TaskSpec's
+    assert {f.name for f in dataclasses.fields(TaskSpec)} == SCHEDULE_FIELDS
+
+
 def test_the_client_surfaces_records_are_keyword_only() -> None:
     records: list[tuple[Any, tuple[Any, ...]]] = [
         (ScheduleSpec, ("s", "rate(1 minute)", {"kind": "log"})),
+        (TaskSpec, (None, {"kind": "log"})),
         (ScheduleResult, (0, "t", "created")),
         (Skipped, ("t", SkipReason.NOT_FOUND)),
         (Selection, (("t",),)),

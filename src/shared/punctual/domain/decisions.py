@@ -101,7 +101,15 @@ def decide_outcome(
     """
     late = started_ms - due_ms
     if decision.action == "miss":
-        return FireRecord(task.task_id, Outcome.MISSED, None, int(started_ms), None, None, decision.note)
+        return FireRecord(
+            task_id=task.task_id,
+            outcome=Outcome.MISSED,
+            fired_ms=None,
+            finished_ms=int(started_ms),
+            drift_ms=None,
+            drift_corrected_ms=None,
+            detail=decision.note,
+        )
     corrected = None if offset_ms is None else late + offset_ms
     outcome = Outcome.SUCCEEDED if error is None else Outcome.FAILED
     detail = error
@@ -117,25 +125,25 @@ def decide_outcome(
         if delay is not None:
             detail = f"attempt {task.attempt} of {policy.max_attempts} failed, next in {delay} ms: {detail}"
             return FireRecord(
-                task.task_id,
-                Outcome.RETRY,
-                started_ms,
-                finished_ms,
-                late,
-                corrected,
-                detail[:DETAIL_LIMIT],
+                task_id=task.task_id,
+                outcome=Outcome.RETRY,
+                fired_ms=started_ms,
+                finished_ms=finished_ms,
+                drift_ms=late,
+                drift_corrected_ms=corrected,
+                detail=detail[:DETAIL_LIMIT],
                 late=is_late,
                 retry_delay_ms=delay,
                 first_due_ms=first_due,
             )
         detail = f"attempt {task.attempt} of {policy.max_attempts} failed, no retry left: {detail}"
     return FireRecord(
-        task.task_id,
-        outcome,
-        started_ms,
-        finished_ms,
-        late,
-        corrected,
-        None if detail is None else detail[:DETAIL_LIMIT],
+        task_id=task.task_id,
+        outcome=outcome,
+        fired_ms=started_ms,
+        finished_ms=finished_ms,
+        drift_ms=late,
+        drift_corrected_ms=corrected,
+        detail=None if detail is None else detail[:DETAIL_LIMIT],
         late=is_late,
     )

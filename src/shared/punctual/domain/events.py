@@ -6,6 +6,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class BatchTask(BaseModel):
+    """One task of a batch, on the wire from the poller or the fast path to an executor: the due time it was found
+    at, its grace, and whether it was found held by a dead executor. Not the store's
+    :class:`~punctual.domain.model.Candidate` (which also holds the status, lease and owner it was found with, for
+    the poller and the fast path alone), nor the executor's :class:`~punctual.domain.model.ArmRequest` (which adds
+    the lease it writes): the event carries only what the executor needs, validated once at the handler."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
     task_id: str
     due_ms: int

@@ -277,7 +277,7 @@ def is_valid_task_id(task_id: str) -> bool:
 
 
 # -- what the store hands the services, and what they hand back ------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Candidate:
     """A task a look for due work found that an executor may arm: PENDING, or ARMED by an executor found dead
     (``owner``), or held under a lease that ended. The due index may lag: the arm's condition decides."""
@@ -296,12 +296,17 @@ class Candidate:
         return self.lease_until_ms is not None and self.lease_until_ms < now_ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ArmRequest:
     """What an executor asks the store to arm: the task as the dispatcher saw it (its due time must still
     match), and the task's armed lease (a backstop: past it the task is armable again whatever its owner).
     ``held``: the dispatcher found it ARMED by an executor it found dead, so the store tries the TAKEOVER
-    first (an ARM of it would only fail) and the ARM only if that finds nothing to take."""
+    first (an ARM of it would only fail) and the ARM only if that finds nothing to take.
+
+    Not the batch's :class:`~punctual.domain.events.BatchTask` with one lease for the call: each task's lease
+    outlives its own latest fire (its due time, or now if late, plus its own grace, plus the longest action),
+    so two tasks of one arm call hold different leases. The wire record carries what the dispatcher found
+    (grace, policy); this one what the store writes."""
 
     task_id: str
     due_ms: int
@@ -309,16 +314,22 @@ class ArmRequest:
     held: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Armed:
-    """A task this executor now owns. ``taken_over_until_ms`` is set when it was taken over from an executor
-    found dead: that executor may have fired it if it was due at or before this instant (its last lease)."""
+    """A task this executor now owns, as its dispatcher holds it until the fire. ``taken_over_until_ms`` is set
+    when it was taken over from an executor found dead: that executor may have fired it if it was due at or
+    before this instant (its last lease). ``due_ms`` is the task's, read once here: the dispatcher and the fire
+    read it, never the task's ``due_at`` again."""
 
     task: Task
     taken_over_until_ms: int | None = None
+    due_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "due_ms", self.task.due_ms)  # frozen: set once, as the dataclass sets fields
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DueScan:
     """What one look for due work found: the armable tasks due up to its end (overdue included), and how far
     back it looked (``watermark_ms``: before it, no active task was seen) over how many index reads.
@@ -335,7 +346,7 @@ class DueScan:
     schedules: list[str] = field(default_factory=list)  # recurring schedules whose next occurrences are due to be made
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Unreadable:
     """The items a listing left out because they could not be read (:class:`~punctual.errors.UndecodableItemError`):
     their keys where known, and how many. A caller that wants to know hands one to a listing, which adds to it;
@@ -351,7 +362,7 @@ class Unreadable:
         self.count += count
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class FireRecord:
     """What an executor writes after a fire (or after deciding not to fire): its :class:`Outcome`, which sets
     the task's status (:func:`status_after`), and what the fire measured."""

@@ -23,15 +23,15 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.domain.backoff import backoff_s
 from punctual.domain.clock import Clock, ClockOffset, OffsetSource
 from punctual.domain.decisions import FireDecision, decide_before_fire, decide_outcome
 from punctual.domain.events import BatchEvent, BatchReport
-from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.model import Armed, ArmRequest, FireRecord, Outcome, TaskStatus
 from punctual.executing.dispatcher import Dispatcher, FireTiming
 from punctual.executing.heartbeat import Heartbeat
 from punctual.executing.priority import lower_current_thread
@@ -55,7 +55,7 @@ def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]
     :data:`ARM_AHEAD_MS` after ``now_ms``, which go in one last part (a batch with a long lead is one part: one
     round of writes).
 
-    >>> due = [ArmRequest(f"t{i}", 1_000 + i, 0) for i in range(100)]
+    >>> due = [ArmRequest(task_id=f"t{i}", due_ms=1_000 + i, lease_until_ms=0) for i in range(100)]
     >>> [len(p) for p in arm_parts(due, now_ms=0)]
     [16, 32, 52]
     >>> [len(p) for p in arm_parts(due, now_ms=-10_000)]
@@ -72,14 +72,7 @@ def arm_parts(requests: list[ArmRequest], now_ms: int) -> list[list[ArmRequest]]
     return parts
 
 
-@dataclass(slots=True)
-class _Armed:
-    task: Task
-    due_ms: int
-    taken_over_until_ms: int | None = None
-
-
-_Item = tuple[_Armed, Callable[[_Armed], None]]
+_Item = tuple[Armed, Callable[[Armed], None]]
 
 
 def _fire_item(item: _Item) -> None:
@@ -92,7 +85,7 @@ class Executor:
     this process may use (:func:`punctual.config.cpu_share.detect_cpu_share`; ``None``: whole cores), which decides
     how the dispatcher waits for a deadline (:meth:`punctual.executing.dispatcher.FireTiming.for_cpu_share`)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the ports and settings a service is given, the optional ones keyword-only
         self,
         store: FiringPort,
         settings: Settings,
@@ -138,10 +131,10 @@ class Executor:
         )
         # The event loop starts here, by the thread that builds the executor: it keeps the default CPU priority.
         self._actions.warm()
-        self._fenced: list[_Armed] = []
+        self._fenced: list[Armed] = []
         self._deadline_ms: float | None = None  # the current invocation's end (run_batch)
         self._invocation: str | None = None  # the current invocation's request id (run_batch)
-        self._cancelled: list[_Armed] = []
+        self._cancelled: list[Armed] = []
         self._started_ms = 0.0  # the current invocation's start (wall ms) and the stages it reached since
         self._timeline: dict[str, int] = {}
         # cancel_pending + _cancelled change together; re-entrant: a signal handler may stop the thread holding it
@@ -192,7 +185,15 @@ class Executor:
                     "batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
                     event.batch_id,
                 )
-                return _report(event, executor_id, 0, len(event.tasks), None, 0, self._offset.current())
+                return BatchReport(
+                    batch_id=event.batch_id,
+                    executor_id=executor_id,
+                    tasks=len(event.tasks),
+                    armed=0,
+                    lost_arm=len(event.tasks),
+                    clock_offset_ms=self._offset.current().offset_ms,
+                    **_outcomes(None),
+                )
             try:
                 return self._run_armed(event, executor_id)
             finally:
@@ -222,17 +223,18 @@ class Executor:
         # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
         unfired = [*cancelled, *self._fenced]
         released = sum(1 for entry in unfired if self._release(entry.task.task_id, executor_id))
-        return _report(
-            event,
-            executor_id,
-            len(armed),
-            lost,
-            recording,
-            released,
-            offset,
+        return BatchReport(
+            batch_id=event.batch_id,
+            executor_id=executor_id,
+            tasks=len(event.tasks),
+            armed=len(armed),
+            lost_arm=lost,
+            released=released,
             taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
             fenced=len(self._fenced),
-            timeline=self._timeline,
+            clock_offset_ms=offset.offset_ms,
+            timeline_ms=dict(self._timeline),
+            **_outcomes(recording),
         )
 
     def _since_start(self) -> int:
@@ -255,8 +257,8 @@ class Executor:
             return False
 
     def _arm_and_fire(
-        self, event: BatchEvent, executor_id: str, recording: Recording, fire: Callable[[_Armed], None]
-    ) -> tuple[list[_Armed], int, list[_Armed]]:
+        self, event: BatchEvent, executor_id: str, recording: Recording, fire: Callable[[Armed], None]
+    ) -> tuple[list[Armed], int, list[Armed]]:
         """Arm the batch part by part (:func:`arm_parts`), handing each part to the dispatcher (and to the
         recording) as soon as it is armed, and wait until every task handed over has fired; returns the armed
         tasks, how many were lost to another owner, and those a stop took back before they fired (a stop also
@@ -265,7 +267,7 @@ class Executor:
         self._cancelled = []
         with self._stop_lock:
             self._current = dispatcher
-        armed: list[_Armed] = []
+        armed: list[Armed] = []
         lost = [0]
 
         def arm() -> None:
@@ -294,7 +296,7 @@ class Executor:
             self._current = None
             return armed, lost[0], list(self._cancelled)
 
-    def _hand_over(self, armed: list[_Armed], recording: Recording, fire: Callable[[_Armed], None]) -> None:
+    def _hand_over(self, armed: list[Armed], recording: Recording, fire: Callable[[Armed], None]) -> None:
         """Give armed tasks to the recording and the dispatcher (or, once a stop has come, to the tasks taken
         back); then warm their actions up (connections opened shortly before a run of webhooks is due)."""
         recording.add({entry.task.task_id: entry.task for entry in armed})
@@ -311,7 +313,7 @@ class Executor:
             [(entry.task.action, (entry.due_ms - wall) / 1000.0, entry.task.task_id) for entry in armed], self._actions
         )
 
-    def _fire_one(self, recording: Recording, offset: ClockOffset, entry: _Armed) -> None:
+    def _fire_one(self, recording: Recording, offset: ClockOffset, entry: Armed) -> None:
         """A worker thread at the task's instant: decide, start the action, and hand its record to the
         recorder when it ends (here for a plain runner; on the event loop, when its future completes, for a
         coroutine runner: the worker is free for the next fire at once)."""
@@ -344,11 +346,11 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
             finish(None, f"executor error: {exc!r}")
 
-    def _finish(
+    def _finish(  # noqa: PLR0913, PLR0917  bound by partial on the fire's path, where no record is built
         self,
         recording: Recording,
         offset: ClockOffset,
-        entry: _Armed,
+        entry: Armed,
         started: float,
         decision: FireDecision | None,
         error: str | None,
@@ -357,10 +359,10 @@ class Executor:
         finished now, and the rest of the record to be made by the recorder's thread, off the fire's path."""
         recording.put(partial(self._record_of, offset, entry, started, int(self._clock.wall_ms()), decision, error))
 
-    def _record_of(
+    def _record_of(  # noqa: PLR0913, PLR0917  bound by partial on the fire's path, where no record is built
         self,
         offset: ClockOffset,
-        entry: _Armed,
+        entry: Armed,
         started: float,
         finished_ms: int,
         decision: FireDecision | None,
@@ -385,13 +387,13 @@ class Executor:
             except BaseException as exc:  # noqa: BLE001 - the recorder must get one result per task
                 detail = f"executor error: {exc!r}"
         return FireRecord(
-            task.task_id,
-            Outcome.FAILED,
-            started,
-            finished_ms,
-            started - entry.due_ms,
-            None,
-            (detail or "executor error")[:1000],
+            task_id=task.task_id,
+            outcome=Outcome.FAILED,
+            fired_ms=started,
+            finished_ms=finished_ms,
+            drift_ms=started - entry.due_ms,
+            drift_corrected_ms=None,
+            detail=(detail or "executor error")[:1000],
         )
 
     def _arm_requests(self, event: BatchEvent, now: int) -> list[ArmRequest]:
@@ -401,12 +403,15 @@ class Executor:
         margin = self._settings.arm_margin_ms
         return [
             ArmRequest(
-                e.task_id, e.due_ms, int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin), e.held
+                task_id=e.task_id,
+                due_ms=e.due_ms,
+                lease_until_ms=int(max(now, e.due_ms) + e.grace_ms + MAX_ACTION_TIMEOUT_MS + margin),
+                held=e.held,
             )
             for e in event.tasks
         ]
 
-    def _arm(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now: int) -> tuple[list[_Armed], int]:
+    def _arm(self, requests: list[ArmRequest], batch_id: str, executor_id: str, now: int) -> tuple[list[Armed], int]:
         """ARM each task of one part (or take it over from a dead executor); returns the armed ones and how many
         were lost to another owner. When arming fails (botocore's retries exhausted), what this executor armed is
         read back and the rest is armed again, up to ``ARM_ATTEMPTS`` times in all: while it lives, its batch is
@@ -427,7 +432,7 @@ class Executor:
             if not failed or not todo or attempt + 1 == ARM_ATTEMPTS:
                 break
             self._clock.sleep(backoff_s(attempt))
-        armed = [_Armed(a.task, a.task.due_ms, a.taken_over_until_ms) for a in results if a is not None]
+        armed = [a for a in results if a is not None]
         for request, result in zip(requests, results, strict=False):  # aligned; a log line never raises
             if result is None:
                 log.info(
@@ -446,7 +451,7 @@ class Executor:
             log.exception("reading back batch %s failed", batch_id)
             stored = {}
         return [
-            Armed(t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
+            Armed(task=t) if t is not None and t.status is TaskStatus.ARMED and t.armed_by == executor_id else None
             for t in (stored.get(r.task_id) for r in requests)
         ]
 
@@ -456,42 +461,22 @@ def _failure(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def _report(
-    event: BatchEvent,
-    executor_id: str,
-    armed: int,
-    lost: int,
-    recording: Recording | None,
-    released: int,
-    offset: ClockOffset,
-    *,
-    taken_over: int = 0,
-    fenced: int = 0,
-    timeline: dict[str, int] | None = None,
-) -> BatchReport:
+def _outcomes(recording: Recording | None) -> dict[str, Any]:
+    """The batch report's figures of what ``recording`` recorded (None: nothing was): the fires by outcome, and
+    the drift of each."""
     recorded = [] if recording is None else recording.recorded
     count = dict.fromkeys(Outcome, 0)
     for record in recorded:
         count[record.outcome] += 1
-    return BatchReport(
-        batch_id=event.batch_id,
-        executor_id=executor_id,
-        tasks=len(event.tasks),
-        armed=armed,
-        lost_arm=lost,
-        fired=count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
-        succeeded=count[Outcome.SUCCEEDED],
-        failed=count[Outcome.FAILED],
-        missed=count[Outcome.MISSED],
-        late=sum(1 for r in recorded if r.late),
-        retried=count[Outcome.RETRY],
-        dead_lettered=0 if recording is None else recording.dead_lettered,
-        not_recorded=0 if recording is None else recording.not_recorded,
-        released=released,
-        taken_over=taken_over,
-        fenced=fenced,
-        clock_offset_ms=offset.offset_ms,
-        timeline_ms=dict(timeline or {}),
-        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
-        late_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
-    )
+    return {
+        "fired": count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
+        "succeeded": count[Outcome.SUCCEEDED],
+        "failed": count[Outcome.FAILED],
+        "missed": count[Outcome.MISSED],
+        "late": sum(1 for r in recorded if r.late),
+        "retried": count[Outcome.RETRY],
+        "dead_lettered": 0 if recording is None else recording.dead_lettered,
+        "not_recorded": 0 if recording is None else recording.not_recorded,
+        "drift_ms": [r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
+        "late_ms": [r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
+    }

@@ -64,7 +64,8 @@ def make_batches(
 
     Examples
     --------
-    >>> due = [Candidate(f"t{i}", 1_000, TaskStatus.PENDING, None, 60_000) for i in range(1_000)]
+    >>> pending = {"due_ms": 1_000, "status": TaskStatus.PENDING, "lease_until_ms": None, "misfire_grace_ms": 60_000}
+    >>> due = [Candidate(task_id=f"t{i}", **pending) for i in range(1_000)]
     >>> [len(b) for b in make_batches(due, 250, max_at_once=168)]
     [168, 168, 168, 168, 168, 160]
     >>> [len(b) for b in make_batches(due, 250, max_at_once=168, max_batches=4)]

@@ -19,13 +19,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
 import urllib3
 
 from punctual.config.settings import Settings
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
+from punctual.domain.keys import to_ms
+from punctual.domain.model import Action, Task, TaskStatus, Unreadable
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule
 from punctual.errors import (
@@ -43,13 +45,14 @@ from punctual.errors import (
 )
 from punctual.scheduling.api_batch import Entry, Results, cut_calls, read_results, run_calls
 from punctual.scheduling.bulk import ScheduleResult, quota_of, task_id_of
-from punctual.scheduling.protocol import Scheduler, ScheduleSpec
+from punctual.scheduling.protocol import Scheduler, ScheduleSpec, TaskSpec
 
 # An id's characters that a path segment takes as they are (RFC 3986 pchar): sent unencoded, since API Gateway may
 # hand the function the path still percent-encoded.
 ID_SAFE = ":@"
 BATCH = "/v1/tasks:batch"
 CREATES = ("/v1/tasks", BATCH, "/v1/schedules")  # POSTed with the ids in the body: sending one again is safe
+ID_SEGMENT = 3  # a path's segment that holds the task's or schedule's id: "", "v1", "tasks", the id
 ATTEMPTS = 5
 BACKOFF_S = 0.2  # the first wait; each next one doubles, each drawn at random up to its cap (full jitter)
 RETRY_AFTER_MAX_S = 10.0  # a Retry-After longer than this is not waited for in full
@@ -60,7 +63,7 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 def _is_quota_problem(response: Any) -> bool:
     """Whether an answer is the API's own quota problem (a 429 no retry can help), not a gateway's throttle."""
-    if response.status != 429:
+    if response.status != HTTPStatus.TOO_MANY_REQUESTS:
         return False
     try:
         return str(json.loads(response.data).get("type", "")).endswith("/quota")
@@ -100,10 +103,33 @@ def _schedule(body: dict[str, Any]) -> Schedule:
     fields = {k: v for k, v in body.items() if k in Schedule.model_fields}
     next_due = body.get("next_due_at")
     if next_due is not None:
-        from punctual.domain.keys import to_ms
-
         fields["next_due_ms"] = to_ms(datetime.fromisoformat(next_due.replace("Z", "+00:00")))
     return Schedule.model_validate(fields)
+
+
+def _task_body(spec: TaskSpec) -> dict[str, Any]:
+    """The body of ``POST /v1/tasks``, and of a task of a batch, for ``spec``."""
+    due_at = spec.due_at
+    if not isinstance(due_at, datetime) or due_at.tzinfo is None:
+        raise InvalidTaskError("due_at", "give a timezone-aware datetime")
+    # The id is chosen here, as the direct client does: a create sent again after a broken connection is the same
+    # create
+    body = {
+        "due_at": due_at,
+        "action": spec.action,
+        "payload": spec.payload,
+        "task_id": spec.task_id if spec.task_id is not None else uuid.uuid4().hex,
+        "misfire_grace_ms": spec.misfire_grace,
+        "misfire_policy": spec.misfire_policy,
+        "retry": spec.retry,
+    }
+    return {k: v for k, v in body.items() if v is not None or k == "payload"}
+
+
+def _task_body_of(**fields: Any) -> dict[str, Any]:
+    """:func:`_task_body` of a task of :meth:`ApiClient.schedule_many`, given as :meth:`ApiClient.schedule`'s
+    keyword arguments."""
+    return _task_body(TaskSpec(**fields))
 
 
 def _count_unreadable(answer: dict[str, Any], unreadable: Unreadable | None) -> None:
@@ -117,7 +143,7 @@ class ApiClient(Scheduler):
     """Punctual through its REST API at ``base_url``: ``token`` for the local runtime's API, otherwise SigV4 with
     ``credentials`` (default: boto3's) in ``region``. A :class:`~punctual.scheduling.protocol.Scheduler`."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  where the API is and how to sign for it, keyword-only
         self,
         base_url: str,
         *,
@@ -134,7 +160,7 @@ class ApiClient(Scheduler):
         self._credentials = credentials
         self._http = urllib3.PoolManager(maxsize=32, timeout=urllib3.Timeout(total=timeout_s), retries=False)
         if token is None and credentials is None:
-            import boto3
+            import boto3  # noqa: PLC0415  only a client that signs loads boto3 (one with a local token never does)
 
             self._credentials = boto3.Session().get_credentials()
             if self._credentials is None:
@@ -172,7 +198,7 @@ class ApiClient(Scheduler):
             answer = json.loads(text) if text else None
         except json.JSONDecodeError:
             answer = {"detail": text[:200]}
-        if response.status >= 400:
+        if response.status >= HTTPStatus.BAD_REQUEST:
             self._raise(response.status, answer if isinstance(answer, dict) else {}, method, path)
         return response.status, answer
 
@@ -209,8 +235,8 @@ class ApiClient(Scheduler):
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
+        from botocore.auth import SigV4Auth  # noqa: PLC0415  loaded by a client that signs, as boto3 is
+        from botocore.awsrequest import AWSRequest  # noqa: PLC0415  loaded by a client that signs, as boto3 is
 
         request = AWSRequest(method=method, url=url, data=data, headers=headers)
         # one consistent key, secret and token (refreshing credentials may change between separate reads)
@@ -240,7 +266,7 @@ class ApiClient(Scheduler):
                 detail, quota=str(problem.get("quota") or "unknown"), field=field, reason=detail
             )
         segments = path.split("/")  # "", "v1", "tasks" or "schedules", the id, ...
-        key = unquote(segments[3]) if len(segments) > 3 else ""
+        key = unquote(segments[ID_SEGMENT]) if len(segments) > ID_SEGMENT else ""
         if kind == "not-found":
             raise (ScheduleNotFoundError if schedule else TaskNotFoundError).relayed(detail, key=key)
         if kind == "conflict":
@@ -250,60 +276,15 @@ class ApiClient(Scheduler):
         raise ApiError(status, detail)
 
     # -- tasks ---------------------------------------------------------------------------------------------
-    def schedule(
-        self,
-        due_at: datetime,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        task_id: str | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-    ) -> Task:
-        """As :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`."""
-        return self._create(
-            due_at=due_at,
-            action=action,
-            payload=payload,
-            task_id=task_id,
-            misfire_grace=misfire_grace,
-            misfire_policy=misfire_policy,
-            retry=retry,
-        )[0]
+    def submit_task(self, spec: TaskSpec) -> Task:
+        """As :meth:`Client.submit_task <punctual.scheduling.client.Client.submit_task>`, through
+        ``POST /v1/tasks``."""
+        return self._create(spec)[0]
 
-    def _create(self, **spec: Any) -> tuple[Task, bool]:
-        """The stored task of :meth:`schedule`'s arguments, and whether this call created it (201) or found it
-        stored (200)."""
-        status, answer = self._send("POST", "/v1/tasks", self._task_body(**spec))
-        return _task(answer), status == 201
-
-    @staticmethod
-    def _task_body(
-        due_at: datetime,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        task_id: str | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The body of ``POST /v1/tasks``, and of a task of a batch, for :meth:`schedule`'s arguments."""
-        if not isinstance(due_at, datetime) or due_at.tzinfo is None:
-            raise InvalidTaskError("due_at", "give a timezone-aware datetime")
-        # The id is chosen here, as the direct client does: a create sent again after a broken connection is
-        # the same create
-        body = {
-            "due_at": due_at,
-            "action": action,
-            "payload": payload,
-            "task_id": task_id if task_id is not None else uuid.uuid4().hex,
-            "misfire_grace_ms": misfire_grace,
-            "misfire_policy": misfire_policy,
-            "retry": retry,
-        }
-        return {k: v for k, v in body.items() if v is not None or k == "payload"}
+    def _create(self, spec: TaskSpec) -> tuple[Task, bool]:
+        """The stored task of ``spec``, and whether this call created it (201) or found it stored (200)."""
+        status, answer = self._send("POST", "/v1/tasks", _task_body(spec))
+        return _task(answer), status == HTTPStatus.CREATED
 
     def schedule_many(
         self,
@@ -319,7 +300,7 @@ class ApiClient(Scheduler):
         order; a call that fails whole makes each of its tasks an ``"error"``."""
         specs = builtins.list(tasks)
         results: Results = [None] * len(specs)
-        calls = cut_calls(specs, results, self._task_body, _json_of)
+        calls = cut_calls(specs, results, _task_body_of, _json_of)
         return run_calls(calls, self._send_call, results, threads, on_progress)
 
     def _send_call(self, call: builtins.list[Entry]) -> builtins.list[ScheduleResult]:
@@ -332,7 +313,7 @@ class ApiClient(Scheduler):
         """One task of :meth:`schedule_many` through ``POST /v1/tasks``."""
         task_id = task_id_of(spec)
         try:
-            task, created = self._create(**spec)
+            task, created = self._create(TaskSpec(**spec))
         except InvalidRequestError as exc:  # a quota passed too: nothing stored, the field named
             return ScheduleResult(
                 index=index, task_id=task_id, outcome="invalid", error=str(exc), field=exc.field, quota=quota_of(exc)

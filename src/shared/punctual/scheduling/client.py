@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import partial
@@ -22,8 +23,15 @@ from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule
 from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
 from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
-from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
-from punctual.scheduling.protocol import Scheduler, ScheduleSpec
+from punctual.scheduling.protocol import (
+    Scheduler,
+    ScheduleSpec,
+    TaskSpec,
+    check_payload,
+    check_target,
+    field_error,
+    grace_ms,
+)
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, check_retry
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.scheduling.schedule_client import ScheduleClient
@@ -75,7 +83,7 @@ class Client(Scheduler):
     >>> client.cancel("publish-v-123")                           # doctest: +SKIP
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the ports and settings a service is given, the optional ones keyword-only
         self,
         settings: Settings,
         tasks: ClientPort,
@@ -111,7 +119,7 @@ class Client(Scheduler):
         if task.due_ms < now_ms - horizon_ms:  # fire_late too: a date that far back is a mistake, not a plan
             raise InvalidTaskError("due_at", f"more than {self.settings.max_horizon_days} days in the past")
 
-    def build_task(
+    def build_task(  # noqa: PLR0913  schedule()'s arguments (a TaskSpec's fields), and when to check them
         self,
         due_at: datetime,
         action: Action | dict[str, Any],
@@ -123,10 +131,23 @@ class Client(Scheduler):
         retry: RetryPolicy | dict[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> Task:
-        """Validate a task without storing it (what :meth:`schedule` stores). Raises InvalidTaskError."""
-        import uuid
+        """Validate a task of :meth:`schedule`'s arguments without storing it (what :meth:`schedule` stores).
+        Raises InvalidTaskError."""
+        spec = TaskSpec(
+            due_at=due_at,
+            action=action,
+            payload=payload,
+            task_id=task_id,
+            misfire_grace=misfire_grace,
+            misfire_policy=misfire_policy,
+            retry=retry,
+        )
+        return self.task_of(spec, self.now_ms() if now_ms is None else now_ms)
 
-        now_ms = self.now_ms() if now_ms is None else now_ms
+    def task_of(self, spec: TaskSpec, now_ms: int) -> Task:
+        """The task ``spec`` defines, checked at ``now_ms`` as :meth:`schedule` checks it, not stored. Raises
+        InvalidTaskError."""
+        due_at, task_id = spec.due_at, spec.task_id
         if not isinstance(due_at, datetime):
             raise InvalidTaskError("due_at", "must be a datetime")
         if due_at.tzinfo is None or due_at.utcoffset() is None:
@@ -137,11 +158,11 @@ class Client(Scheduler):
             task = Task(
                 task_id=task_id if task_id is not None else uuid.uuid4().hex,
                 due_at=due_at,
-                action=action,
-                payload=payload,
-                misfire_grace_ms=grace_ms(misfire_grace, self.settings.default_misfire_grace_ms),
-                misfire_policy=misfire_policy,
-                retry=retry,
+                action=spec.action,
+                payload=spec.payload,
+                misfire_grace_ms=grace_ms(spec.misfire_grace, self.settings.default_misfire_grace_ms),
+                misfire_policy=spec.misfire_policy,
+                retry=spec.retry,
             )
         except ValidationError as exc:
             raise field_error(exc, InvalidTaskError) from exc
@@ -157,59 +178,11 @@ class Client(Scheduler):
         with self._admit(task.task_id, 1):
             return self._store.create(task, now_ms)
 
-    def schedule(
-        self,
-        due_at: datetime,
-        action: Action | dict[str, Any],
-        payload: Any = None,
-        *,
-        task_id: str | None = None,
-        misfire_grace: timedelta | int | None = None,
-        misfire_policy: str = DEFAULT_MISFIRE_POLICY,
-        retry: RetryPolicy | dict[str, Any] | None = None,
-    ) -> Task:
-        """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
-
-        Parameters
-        ----------
-        due_at:
-            When to fire (timezone-aware; kept to the millisecond).
-        action, payload:
-            What to run, and the JSON value it is given.
-        task_id:
-            Your id for the task (idempotency key of the schedule call); a random one if omitted.
-        misfire_grace:
-            How late the task may still start (default ``Settings.default_misfire_grace_ms``, 60 s).
-        misfire_policy:
-            What happens past the grace: ``"skip"`` (the default) records the task MISSED without firing it;
-            ``"fire_late"`` fires it anyway, as soon as it can, and flags the record ``late``.
-        retry:
-            How a failed action is tried again (:class:`~punctual.domain.retry.RetryPolicy`, or a dict of its fields);
-            None (the default) means no retry. After the last attempt the task is FAILED and, if a dead-letter
-            queue is configured, a message goes to it.
-
-        Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
-        existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`.
-
-        Raises
-        ------
-        InvalidTaskError
-            Bad input (``.field`` names it); nothing is stored.
-        TaskConflictError
-            The id exists with other content.
-        """
+    def submit_task(self, spec: TaskSpec) -> Task:
+        """Store the task ``spec`` defines (:meth:`~punctual.scheduling.protocol.Scheduler.schedule`'s): checked as
+        :meth:`build_task` checks it, then written if its tenant has room for one more active task."""
         now_ms = self.now_ms()
-        task = self.build_task(
-            due_at,
-            action,
-            payload,
-            task_id=task_id,
-            misfire_grace=misfire_grace,
-            misfire_policy=misfire_policy,
-            retry=retry,
-            now_ms=now_ms,
-        )
-        stored, _created = self.create_built(task, now_ms)
+        stored, _created = self.create_built(self.task_of(spec, now_ms), now_ms)
         return stored
 
     def submit(self, task: Task) -> tuple[Task, bool]:
@@ -276,7 +249,7 @@ class Client(Scheduler):
         tasks.sort(key=lambda t: (t.due_at, t.task_id))
         return tasks if limit is None else tasks[:limit]
 
-    def list_tenant_page(
+    def list_tenant_page(  # noqa: PLR0913, PLR0917  ClientPort.tenant_page's filters, in its order
         self,
         tenant: str,
         status: builtins.list[TaskStatus] | None = None,
@@ -314,16 +287,16 @@ class Client(Scheduler):
         current = self._store.get(task_id)
         if current is None:
             raise TaskNotFoundError(task_id)
-        task = self.build_task(
-            due_at,
-            current.action,
-            current.payload,
+        spec = TaskSpec(
+            due_at=due_at,
+            action=current.action,
+            payload=current.payload,
             task_id=task_id,
             misfire_grace=current.misfire_grace_ms,
             misfire_policy=current.misfire_policy,
             retry=current.retry,
-            now_ms=now_ms,
         )
+        task = self.task_of(spec, now_ms)
         return self._store.reschedule(task_id, task.due_ms, now_ms)
 
     def _readable(self, task_id: str) -> None:

@@ -1,6 +1,8 @@
 """What every Punctual client does: :class:`Scheduler`, which :class:`~punctual.scheduling.client.Client` (straight
 to the table) and :class:`~punctual.scheduling.api_client.ApiClient` (through the REST API) implement with the same
-arguments and answers, and :class:`ScheduleSpec`, a recurring schedule's definition as a client takes it."""
+arguments and answers; :class:`TaskSpec` and :class:`ScheduleSpec`, a task and a recurring schedule as a client
+takes them; and what the direct client checks of them before it writes one (the field a validation names, the
+misfire grace, the target rules of the tenant, the payload's size)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,30 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable
+from pydantic import ValidationError
+
+from punctual.config.settings import Settings
+from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable, canonical_json
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import Schedule
+from punctual.errors import InvalidRequestError, InvalidTaskError
 from punctual.scheduling.bulk import ScheduleResult
+from punctual.targets import TargetRules, check_action
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskSpec:
+    """A task to store: ``action`` with ``payload`` at ``due_at`` (:meth:`Scheduler.schedule` states each field),
+    as the caller asked for it, before any check. The direct client builds a
+    :class:`~punctual.domain.model.Task` of it; the API client sends it as a request body."""
+
+    due_at: datetime
+    action: Action | dict[str, Any]
+    payload: Any = None
+    task_id: str | None = None
+    misfire_grace: timedelta | int | None = None
+    misfire_policy: str = DEFAULT_MISFIRE_POLICY
+    retry: RetryPolicy | dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,11 +61,12 @@ class Scheduler(Protocol):
     """Schedule, inspect and change tasks and recurring schedules, whichever way the client reaches Punctual.
 
     A client implements it by subclassing it (mypy then checks each method against this one); it inherits
-    :meth:`create_schedule`, which hands its :class:`ScheduleSpec` to the client's :meth:`submit_schedule`.
+    :meth:`schedule` and :meth:`create_schedule`, which hand their :class:`TaskSpec` and :class:`ScheduleSpec` to
+    the client's :meth:`submit_task` and :meth:`submit_schedule`: a client writes only how it submits.
     """
 
     # -- tasks -------------------------------------------------------------------------------------------------
-    def schedule(
+    def schedule(  # noqa: PLR0913  the public signature: a keyword per field of the spec it fills
         self,
         due_at: datetime,
         action: Action | dict[str, Any],
@@ -54,8 +77,51 @@ class Scheduler(Protocol):
         misfire_policy: str = DEFAULT_MISFIRE_POLICY,
         retry: RetryPolicy | dict[str, Any] | None = None,
     ) -> Task:
-        """Store a task to fire ``action`` with ``payload`` at ``due_at``
-        (:meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`)."""
+        """Store a task to fire ``action`` with ``payload`` at ``due_at`` (timezone-aware, ms precision).
+
+        Parameters
+        ----------
+        due_at:
+            When to fire (timezone-aware; kept to the millisecond).
+        action, payload:
+            What to run, and the JSON value it is given.
+        task_id:
+            Your id for the task (idempotency key of the schedule call); a random one if omitted.
+        misfire_grace:
+            How late the task may still start (default ``Settings.default_misfire_grace_ms``, 60 s).
+        misfire_policy:
+            What happens past the grace: ``"skip"`` (the default) records the task MISSED without firing it;
+            ``"fire_late"`` fires it anyway, as soon as it can, and flags the record ``late``.
+        retry:
+            How a failed action is tried again (:class:`~punctual.domain.retry.RetryPolicy`, or a dict of its fields);
+            None (the default) means no retry. After the last attempt the task is FAILED and, if a dead-letter
+            queue is configured, a message goes to it.
+
+        Idempotent on a client-supplied ``task_id``: scheduling the same id with the same content returns the
+        existing task; with different content it raises :class:`~punctual.errors.TaskConflictError`. The
+        arguments become a :class:`TaskSpec`, which the client's :meth:`submit_task` stores.
+
+        Raises
+        ------
+        InvalidTaskError
+            Bad input (``.field`` names it); nothing is stored.
+        TaskConflictError
+            The id exists with other content.
+        """
+        return self.submit_task(
+            TaskSpec(
+                due_at=due_at,
+                action=action,
+                payload=payload,
+                task_id=task_id,
+                misfire_grace=misfire_grace,
+                misfire_policy=misfire_policy,
+                retry=retry,
+            )
+        )
+
+    def submit_task(self, spec: TaskSpec) -> Task:
+        """Store the task ``spec`` defines (what :meth:`schedule` does with its arguments)."""
         ...
 
     def schedule_many(
@@ -102,7 +168,7 @@ class Scheduler(Protocol):
         ...
 
     # -- recurring schedules -----------------------------------------------------------------------------------
-    def create_schedule(
+    def create_schedule(  # noqa: PLR0913  the public signature: a keyword per field of the spec it fills
         self,
         schedule_id: str,
         expression: str,
@@ -134,7 +200,7 @@ class Scheduler(Protocol):
             Occurrences fall at or after ``start_at`` (a rate counts from it; default now), at or before
             ``end_at``, and at most ``max_occurrences`` of them are made.
         misfire_grace, misfire_policy, retry:
-            As for :meth:`Client.schedule <punctual.scheduling.client.Client.schedule>`, for each occurrence.
+            As for :meth:`schedule`, for each occurrence.
         downtime_policy:
             Occurrences whose grace passed while nothing ran (the stack stopped, a region outage): ``"skip"``
             them (default), or ``"fire_latest"``: fire the latest of them once, flagged late.
@@ -206,3 +272,39 @@ class Scheduler(Protocol):
     def delete_schedule(self, schedule_id: str) -> Schedule:
         """No more occurrences; those not armed yet cancelled."""
         ...
+
+
+# -- what a client checks of a spec before it writes a task or a schedule of it ------------------------------------
+def field_error(exc: ValidationError, invalid: type[InvalidRequestError]) -> InvalidRequestError:
+    """The first field error of a task's or a schedule's validation, as an ``invalid`` error naming the field."""
+    first = exc.errors()[0]
+    return invalid(".".join(str(p) for p in first["loc"]) or None, first["msg"])
+
+
+def grace_ms(value: timedelta | int | None, default: int, invalid: type[InvalidRequestError] = InvalidTaskError) -> int:
+    """A misfire grace given as a timedelta or whole milliseconds, in ms (``default`` when None)."""
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid("misfire_grace_ms", "give a timedelta or whole milliseconds")
+    return value
+
+
+def check_target(action: Action, rules: TargetRules, invalid: type[InvalidRequestError]) -> None:
+    """The target rules for ``action``, a refusal raised as ``invalid`` (of a task, or of a schedule)."""
+    try:
+        check_action(action, rules)
+    except InvalidRequestError as exc:
+        raise invalid(exc.field, exc.reason) from None
+
+
+def check_payload(payload: Any, invalid: type[InvalidRequestError], settings: Settings) -> None:
+    """Refuse (``invalid``) a payload that is no valid Unicode or, as JSON, over ``settings.max_payload_bytes``."""
+    try:
+        size = len(canonical_json(payload).encode())
+    except UnicodeEncodeError as exc:
+        raise invalid("payload", f"not valid Unicode ({exc.reason})") from exc
+    if size > settings.max_payload_bytes:
+        raise invalid("payload", f"{size} bytes as JSON, more than the limit of {settings.max_payload_bytes}")

@@ -17,8 +17,7 @@ from punctual.domain.quota import ScheduleLimits, ScheduleUsage, usage_of
 from punctual.domain.schedules import DEFINITION_FIELDS, Schedule, ScheduleState, first_due_ms, plan_advance
 from punctual.errors import InvalidScheduleError, ScheduleNotFoundError, ScheduleStateError
 from punctual.scheduling import chain
-from punctual.scheduling.checks import check_payload, check_target, field_error, grace_ms
-from punctual.scheduling.protocol import ScheduleSpec
+from punctual.scheduling.protocol import ScheduleSpec, check_payload, check_target, field_error, grace_ms
 from punctual.scheduling.quotas import TenantAdmission, check_retry, schedule_limits
 from punctual.stores.ports import ClientPort, SchedulePort
 from punctual.targets import TargetRules

@@ -158,7 +158,7 @@ class ClientPort(Protocol):
         item that cannot be read is left out and counted in ``unreadable``."""
         ...
 
-    def tenant_page(
+    def tenant_page(  # noqa: PLR0913, PLR0917  a page's filters, as list_tasks names them, and where it starts
         self,
         tenant: str,
         statuses: Iterable[TaskStatus] | None = None,

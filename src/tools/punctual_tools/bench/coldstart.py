@@ -391,7 +391,16 @@ class Bench:
             for i, offset in enumerate(offsets)
         ]
         event = batch_event(
-            [Candidate(t.task_id, to_ms(t.due_at), TaskStatus.PENDING, None, t.misfire_grace_ms) for t in tasks],
+            [
+                Candidate(
+                    task_id=t.task_id,
+                    due_ms=to_ms(t.due_at),
+                    status=TaskStatus.PENDING,
+                    lease_until_ms=None,
+                    misfire_grace_ms=t.misfire_grace_ms,
+                )
+                for t in tasks
+            ],
             "coldstart",
         ).model_dump(mode="json", exclude_unset=True)
         group = self._group(memory_mb)

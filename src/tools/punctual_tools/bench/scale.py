@@ -612,12 +612,26 @@ def store_ceiling(stack: LocalStack, count: int) -> dict[str, Any]:
 
     def arm(chunk: list[Task]) -> None:
         store.firing.arm_many(
-            [ArmRequest(t.task_id, t.due_ms, now + 7_200_000) for t in chunk], "ceiling", "ceiling", now
+            [ArmRequest(task_id=t.task_id, due_ms=t.due_ms, lease_until_ms=now + 7_200_000) for t in chunk],
+            "ceiling",
+            "ceiling",
+            now,
         )
 
     def record(chunk: list[Task]) -> None:
         store.firing.record_many(
-            "ceiling", [FireRecord(t.task_id, Outcome.SUCCEEDED, t.due_ms, t.due_ms + 1, 0.0, 0.0) for t in chunk]
+            "ceiling",
+            [
+                FireRecord(
+                    task_id=t.task_id,
+                    outcome=Outcome.SUCCEEDED,
+                    fired_ms=t.due_ms,
+                    finished_ms=t.due_ms + 1,
+                    drift_ms=0.0,
+                    drift_corrected_ms=0.0,
+                )
+                for t in chunk
+            ],
         )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -931,7 +945,10 @@ def print_cpu(rows: list[dict[str, Any]]) -> None:
 def burst_cut(settings: Settings, count: int) -> list[int]:
     """How the poller of ``settings`` cuts ``count`` tasks due at one instant: the sizes of its batches (one
     executor each), bound by the executors' concurrency as the stack's executors are."""
-    due = [Candidate(f"t{i}", 0, TaskStatus.PENDING, None, 60_000) for i in range(count)]
+    due = [
+        Candidate(task_id=f"t{i}", due_ms=0, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=60_000)
+        for i in range(count)
+    ]
     batches = make_batches(
         due, settings.max_batch_size, settings.max_fires_at_once, max_batches=settings.quota_cut_max_batches
     )

@@ -307,7 +307,12 @@ def batch_tasks(rate: float, executor_mb: int, d: Defaults) -> int:
     lanes = max(1, math.ceil(rate * QUOTA_PERIOD_MS / 1000 / at_once))
     count = min(CUT_SLICE_TASKS, 2 * lanes * d.batch_size)
     step_ms = 1000 / rate
-    due = [Candidate(f"t{i}", int(i * step_ms), TaskStatus.PENDING, None, 0) for i in range(count)]
+    due = [
+        Candidate(
+            task_id=f"t{i}", due_ms=int(i * step_ms), status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=0
+        )
+        for i in range(count)
+    ]
     return max(len(batch) for batch in make_batches(due, d.batch_size, at_once))
 
 

@@ -89,7 +89,10 @@ def batch_sizes(due_ms: list[int], deployment: Deployment, fire_cpu_us: float, g
     share = min(n, CUT_SLICE) / n
     at_once = fires_per_period(deployment.executor_memory_mb, fire_cpu_us)
     max_batches = max(1, deployment.executor_concurrency // (2 * groups))
-    head = [Candidate(f"t{i}", due, TaskStatus.PENDING, None, 60_000) for i, due in enumerate(due_ms[:CUT_SLICE])]
+    head = [
+        Candidate(task_id=f"t{i}", due_ms=due, status=TaskStatus.PENDING, lease_until_ms=None, misfire_grace_ms=60_000)
+        for i, due in enumerate(due_ms[:CUT_SLICE])
+    ]
     cut = make_batches(head, deployment.max_batch_size, at_once, max_batches=max(1, math.ceil(max_batches * share)))
     pattern = [len(b) for b in cut]
     sizes: list[int] = []

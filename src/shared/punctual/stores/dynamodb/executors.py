@@ -237,7 +237,7 @@ class Executors:
                 result.append(None)
             else:
                 task = self._decode_armed(item, request.task_id, executor_id, now_ms)
-                result.append(None if task is None else Armed(task))
+                result.append(None if task is None else Armed(task=task))
         if lost:
             taken = self._take_over([requests[i] for i in lost], batch_id, executor_id, now_ms, invocation)
             for index, armed in zip(lost, taken, strict=True):
@@ -251,7 +251,16 @@ class Executors:
         except UndecodableItemError as exc:
             detail = f"undecodable item: {exc.reason}"[:1000]
             log.error("task %s: %s; recording it FAILED", task_id, detail, extra={"task_id": task_id})
-            self.record(executor_id, FireRecord(task_id, Outcome.FAILED, None, now_ms, None, None, detail))
+            unfired = FireRecord(
+                task_id=task_id,
+                outcome=Outcome.FAILED,
+                fired_ms=None,
+                finished_ms=now_ms,
+                drift_ms=None,
+                drift_corrected_ms=None,
+                detail=detail,
+            )
+            self.record(executor_id, unfired)
             return None
 
     def _take_over(
@@ -296,7 +305,7 @@ class Executors:
                         )
         return [taken.get(r.task_id) for r in requests]
 
-    def _take_from(
+    def _take_from(  # noqa: PLR0913, PLR0917  an arm's figures as they are: no record built before the fires
         self,
         owner: str,
         seen_until: int | None,
@@ -352,11 +361,11 @@ class Executors:
                     task_id = text_of(item, "task_id") or "?"
                     task = self._decode_armed(item, task_id, executor_id, now_ms)
                     if task is not None:
-                        won[task_id] = Armed(task, taken_over_until_ms=bound)
+                        won[task_id] = Armed(task=task, taken_over_until_ms=bound)
                 break
         return won
 
-    def _takeover(
+    def _takeover(  # noqa: PLR0913, PLR0917  an arm's figures as they are: no record built before the fires
         self,
         request: ArmRequest,
         owner: str,

@@ -101,13 +101,13 @@ class TaskRecord:
     def candidate(self) -> Candidate:
         """The task as a look for due work hands it out."""
         return Candidate(
-            self.task.task_id,
-            self.due_ms,
-            self.status,
-            self.lease_until_ms,
-            self.task.misfire_grace_ms,
-            self.task.misfire_policy,
-            self.armed_by if self.status is TaskStatus.ARMED else None,
+            task_id=self.task.task_id,
+            due_ms=self.due_ms,
+            status=self.status,
+            lease_until_ms=self.lease_until_ms,
+            misfire_grace_ms=self.task.misfire_grace_ms,
+            misfire_policy=self.task.misfire_policy,
+            owner=self.armed_by if self.status is TaskStatus.ARMED else None,
         )
 
 

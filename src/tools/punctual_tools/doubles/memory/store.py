@@ -152,7 +152,7 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
             found = matching([self._tasks[t].read() for t in sorted(self._tasks)], statuses, due_from_ms, due_to_ms)
         yield from found[:limit] if limit is not None else found
 
-    def tenant_page(
+    def tenant_page(  # noqa: PLR0913, PLR0917  ClientPort.tenant_page's signature
         self,
         tenant: str,
         statuses: Iterable[TaskStatus] | None = None,
@@ -304,12 +304,12 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
         if item.status is PENDING and item.due_ms == request.due_ms:
             item.status, item.armed_by, item.lease_until_ms = ARMED, executor_id, request.lease_until_ms
             item.batch_id, item.attempt = batch_id, item.attempt + 1
-            return Armed(item.read())
+            return Armed(task=item.read())
         if item.held_by(executor_id):
-            return Armed(item.read())  # a retried arm finds its own change
+            return Armed(task=item.read())  # a retried arm finds its own change
         return None if request.held else self._take_over(item, request, batch_id, executor_id, now_ms, invocation)
 
-    def _take_over(
+    def _take_over(  # noqa: PLR0913, PLR0917  the arm call's figures, as the DynamoDB store takes them
         self,
         item: TaskRecord,
         request: ArmRequest,
@@ -337,7 +337,7 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
             return None
         item.armed_by, item.lease_until_ms, item.batch_id = executor_id, request.lease_until_ms, batch_id
         item.attempt += 1
-        return Armed(item.read(), taken_over_until_ms=bound)
+        return Armed(task=item.read(), taken_over_until_ms=bound)
 
     def record_many(self, executor_id: str, records: list[FireRecord]) -> list[bool]:
         with self._lock:
