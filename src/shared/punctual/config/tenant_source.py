@@ -127,7 +127,7 @@ def tenant_map_source(settings: Settings, ssm: Any = None) -> TenantMapSource:
     if settings.tenant_map_parameter is None:
         return FixedTenantMap(TenantMap.parse(settings.tenant_map))
     if ssm is None:
-        from punctual.config.clients import make_ssm_client
+        from punctual.config.clients import make_ssm_client  # noqa: PLC0415  looked up when needed: a fixed map never makes an SSM client (tests replace the builder)
 
         ssm = make_ssm_client(settings)
     source = ParameterTenantMap(ssm, settings.tenant_map_parameter, settings.tenant_map_cache_s)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
+
 
 class Invoker(Protocol):
     def invoke_async(self, payload: dict[str, Any]) -> None:
@@ -28,5 +30,5 @@ class LambdaInvoker:
             FunctionName=self._function, InvocationType="Event", Payload=json.dumps(payload).encode()
         )
         status = response.get("StatusCode")
-        if status != 202:
-            raise RuntimeError(f"async invoke of {self._function} answered {status}, expected 202")
+        if status != EVENT_QUEUED:
+            raise RuntimeError(f"async invoke of {self._function} answered {status}, expected {EVENT_QUEUED}")

@@ -241,7 +241,7 @@ def build_dead_letter_queue(settings: Settings, sqs_client: Any = None) -> Redri
     if url.startswith("file:"):
         return FileDeadLetterQueue(unquote(urlsplit(url).path))
     if sqs_client is None:
-        import boto3
+        import boto3  # noqa: PLC0415  imported on first use: the tooling's file-queue helpers load this module without boto3
 
         sqs_client = boto3.client("sqs", region_name=settings.region)
     return SqsDeadLetterQueue(sqs_client, url)

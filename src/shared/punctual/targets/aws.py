@@ -37,7 +37,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, field_validator, model_validator
 
 from punctual.domain.model import Action, canonical_json
-from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
+from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError, is_transient_status
 from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
@@ -49,6 +49,7 @@ AWS_WARM_MIN_S = 1.0
 AWS_CALL_TIMEOUT_S = 30.0  # boto3's read timeout (punctual.config.clients): the longest one call of these kinds waits
 MAX_DEDUPLICATION_ID = 128  # SQS and SNS: at most 128 characters for MessageDeduplicationId / MessageGroupId
 KEY_ATTRIBUTE = "idempotency_key"
+EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
 
 _PARTITION = r"aws(?:-[a-z]+)*"  # aws, aws-cn, aws-us-gov, aws-iso-b, ...
 _REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d{1,2})"  # us-east-1, us-gov-west-1, cn-north-1, ...
@@ -191,7 +192,7 @@ def _aws_errors(operation: str, arn: str) -> Iterator[None]:
         code = str(error.get("Code") or "UnknownError")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         message = f"{operation} {arn} failed: {code}" + (f" (HTTP {status})" if status else "")
-        if code in _TRANSIENT_CODES or (isinstance(status, int) and (status == 429 or status >= 500)):
+        if code in _TRANSIENT_CODES or (isinstance(status, int) and is_transient_status(status)):
             raise TransientActionError(message) from None
         raise ActionFailedError(message) from None
     except (BotoConnectionError, HTTPClientError) as exc:
@@ -245,8 +246,8 @@ def run_lambda(action: LambdaAction, context: FireContext, env: ActionEnv) -> No
     if response.get("FunctionError"):
         raise ActionFailedError(f"Invoke {arn} failed: function error {response['FunctionError']}")
     status = response.get("StatusCode")
-    if status != 202:
-        raise ActionFailedError(f"Invoke {arn} failed: status {status}, expected 202 (event queued)")
+    if status != EVENT_QUEUED:
+        raise ActionFailedError(f"Invoke {arn} failed: status {status}, expected {EVENT_QUEUED} (event queued)")
 
 
 # -- sqs ---------------------------------------------------------------------------------------------------------

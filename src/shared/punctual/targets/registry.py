@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 A = TypeVar("A", bound=Action)
 R = TypeVar("R")
 log = logging.getLogger(__name__)
+MAX_CACHED_TENANTS = 4096  # tenants whose rules are kept; past it the cache starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,7 @@ class TargetRules:
         cache = base._by_tenant  # noqa: SLF001 - the deployment's own cache, an object of this class
         rules = cache.get(tenant)
         if rules is None:
-            if len(cache) >= 4096:
+            if len(cache) >= MAX_CACHED_TENANTS:
                 cache.clear()
             rules = cache[tenant] = _tenant_rules(base, tenant)
         return rules
@@ -259,7 +260,7 @@ class ActionEnv:
     takes the tenant map of :attr:`rules` from.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  every part keyword-only, each with a default a test may replace
         self,
         *,
         rules: TargetRules | None = None,
@@ -291,9 +292,9 @@ class ActionEnv:
     ) -> ActionEnv:
         """The runners' environment for ``settings``; the tenant map comes from ``tenants`` (None: the
         ``tenant_map`` setting)."""
-        from botocore.config import Config
+        from botocore.config import Config  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
-        from punctual.config.clients import aws_client
+        from punctual.config.clients import aws_client  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
         # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)

@@ -24,12 +24,13 @@ from typing import Any
 
 FAST_OPERATIONS = ("Query", "BatchGetItem", "GetItem", "Scan")
 _HANDLER_ID = "punctual-fast-reads"
+FIRST_UNPARSED_STATUS = 300  # a redirect or an error: botocore parses it
 _BINARY_KEY = re.compile(rb'"BS?"\s*:')  # a binary attribute value's key, whatever the whitespace
 
 
 def parse_fast(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
     """The ``before-parse`` handler: see the module docstring."""
-    if response_dict.get("status_code", 500) >= 300:
+    if response_dict.get("status_code", 500) >= FIRST_UNPARSED_STATUS:
         return
     body = response_dict.get("body")
     if not isinstance(body, bytes | bytearray) or not body or _BINARY_KEY.search(body):
