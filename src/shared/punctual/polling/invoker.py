@@ -7,7 +7,10 @@ locally, :class:`punctual_tools.local.invoker.LocalInvoker` gives the same seman
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
 
 EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
 
@@ -21,7 +24,7 @@ class Invoker(Protocol):
 class LambdaInvoker:
     """Async invoke of the executor function."""
 
-    def __init__(self, lambda_client: Any, function_name: str) -> None:
+    def __init__(self, lambda_client: LambdaClient, function_name: str) -> None:
         self._client = lambda_client
         self._function = function_name
 

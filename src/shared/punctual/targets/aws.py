@@ -30,7 +30,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -39,6 +39,9 @@ from pydantic import Field, field_validator, model_validator
 from punctual.domain.model import Action, canonical_json
 from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError, is_transient_status
 from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
+
+if TYPE_CHECKING:
+    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
 
@@ -430,7 +433,7 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         check_eventbridge(action, env.rules.of(context.task_id))
     except InvalidRequestError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
-    entry = {
+    entry: PutEventsRequestEntryTypeDef = {
         "EventBusName": arn,
         "Source": action.source,
         "DetailType": action.detail_type,

@@ -18,10 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, overload
 
 from punctual.domain.tenancy import is_tenant
 from punctual.errors import SecretReferenceError, SecretUnavailableError, aws_error_code
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_ssm import SSMClient
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -224,14 +229,16 @@ def _secretsmanager_ref(value: str, rest: str, rules: SecretRules) -> SecretRef:
     return SecretRef("secretsmanager", name_or_arn, json_key if hash_sign else None)
 
 
-def _default_client_factory(service: str) -> Any:
+def _default_client_factory(service: str) -> BaseClient:
     """A boto3 client of ``service`` in the process's region, failing fast: a secret is fetched while a task
     waits to fire, so three attempts and short timeouts, not the store's patient defaults."""
     import boto3  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
     from botocore.config import Config  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
-    return boto3.session.Session().client(service, config=config)  # type: ignore[call-overload]
+    # boto3's stubs type ``client`` per service name; a name known only at run time makes a client all the same
+    make: Callable[..., BaseClient] = boto3.session.Session().client
+    return make(service, config=config)
 
 
 class SecretResolver:
@@ -247,7 +254,7 @@ class SecretResolver:
         Where ``env:`` references are read; ``os.environ`` when None.
     ssm_client, secretsmanager_client : optional
         boto3 clients; when None, built on first use by ``client_factory``.
-    client_factory : Callable[[str], Any], optional
+    client_factory : Callable[[str], BaseClient], optional
         Builds a client from a service name (``"ssm"``, ``"secretsmanager"``); by default a boto3 client in the
         process's region with three attempts and 2/5 s timeouts.
     ttl_s : float
@@ -268,9 +275,9 @@ class SecretResolver:
         rules: SecretRules = SecretRules(),  # frozen, shared
         secrets_dir: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
-        ssm_client: Any = None,
-        secretsmanager_client: Any = None,
-        client_factory: Callable[[str], Any] | None = None,
+        ssm_client: SSMClient | None = None,
+        secretsmanager_client: SecretsManagerClient | None = None,
+        client_factory: Callable[[str], BaseClient] | None = None,
         ttl_s: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -280,7 +287,7 @@ class SecretResolver:
         self.secrets_dir = None if secrets_dir is None else os.fspath(secrets_dir)
         self.ttl_s = ttl_s
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._clients: dict[str, Any] = {"ssm": ssm_client, "secretsmanager": secretsmanager_client}
+        self._clients: dict[str, BaseClient | None] = {"ssm": ssm_client, "secretsmanager": secretsmanager_client}
         self._client_factory = client_factory or _default_client_factory
         self._monotonic = monotonic
         self._lock = threading.Lock()  # guards the cache, the fetch locks and the clients
@@ -353,7 +360,11 @@ class SecretResolver:
             return None
         return value
 
-    def _client(self, service: str) -> Any:
+    @overload
+    def _client(self, service: Literal["ssm"]) -> SSMClient: ...
+    @overload
+    def _client(self, service: Literal["secretsmanager"]) -> SecretsManagerClient: ...
+    def _client(self, service: str) -> BaseClient:
         with self._lock:
             client = self._clients.get(service)
             if client is None:

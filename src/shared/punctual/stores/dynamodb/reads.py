@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 FAST_OPERATIONS = ("Query", "BatchGetItem", "GetItem", "Scan")
 _HANDLER_ID = "punctual-fast-reads"
@@ -45,7 +48,7 @@ def parse_fast(response_dict: dict[str, Any], customized_response_dict: dict[str
     response_dict["body"] = b"{}"
 
 
-def register_fast_reads(client: Any) -> None:
+def register_fast_reads(client: DynamoDBClient) -> None:
     """Parse ``client``'s read responses with :func:`parse_fast` (idempotent: registering twice is a no-op)."""
     for operation in FAST_OPERATIONS:
         client.meta.events.register(
