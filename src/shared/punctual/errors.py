@@ -376,6 +376,7 @@ class TransientActionError(ActionFailedError):
 
 TOO_MANY_REQUESTS = 429
 FIRST_SERVER_ERROR = 500
+EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
 
 
 def is_transient_status(status: int) -> bool:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
+from punctual.errors import EVENT_QUEUED
+
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
-
-EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
 
 
 class Invoker(Protocol):

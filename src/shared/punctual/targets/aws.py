@@ -30,18 +30,21 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, field_validator, model_validator
 
 from punctual.domain.model import Action, canonical_json
-from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError, is_transient_status
+from punctual.errors import (
+    EVENT_QUEUED,
+    ActionFailedError,
+    InvalidRequestError,
+    TransientActionError,
+    is_transient_status,
+)
 from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
-
-if TYPE_CHECKING:
-    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
 
@@ -52,7 +55,6 @@ AWS_WARM_MIN_S = 1.0
 AWS_CALL_TIMEOUT_S = 30.0  # boto3's read timeout (punctual.config.clients): the longest one call of these kinds waits
 MAX_DEDUPLICATION_ID = 128  # SQS and SNS: at most 128 characters for MessageDeduplicationId / MessageGroupId
 KEY_ATTRIBUTE = "idempotency_key"
-EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
 
 _PARTITION = r"aws(?:-[a-z]+)*"  # aws, aws-cn, aws-us-gov, aws-iso-b, ...
 _REGION = r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d{1,2})"  # us-east-1, us-gov-west-1, cn-north-1, ...
@@ -433,14 +435,11 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         check_eventbridge(action, env.rules.of(context.task_id))
     except InvalidRequestError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
-    entry: PutEventsRequestEntryTypeDef = {
-        "EventBusName": arn,
-        "Source": action.source,
-        "DetailType": action.detail_type,
-        "Detail": message_body(context),
-    }
+    detail = message_body(context)
     with _aws_errors("PutEvents", arn):
-        response = env.client("events").put_events(Entries=[entry])
+        response = env.client("events").put_events(
+            Entries=[{"EventBusName": arn, "Source": action.source, "DetailType": action.detail_type, "Detail": detail}]
+        )
     if response.get("FailedEntryCount", 0):
         failed = (response.get("Entries") or [{}])[0]
         code = str(failed.get("ErrorCode") or "UnknownError")
