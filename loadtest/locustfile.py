@@ -75,6 +75,8 @@ from punctual_tools.local.stack import read_state
 from punctual_tools.progress import ProgressLine
 
 ROOT = Path(__file__).resolve().parents[1]
+PAUSE_IDLE_CHANCE = 0.5  # how often a turn of the pause task does nothing (else it pauses a running schedule)
+LEAD_BOUNDS = 2  # LOAD_LEAD_S gives MIN,MAX
 
 
 # -- configuration (plain LOAD_* variables: PUNCTUAL_* ones are Settings fields) -------------------------------
@@ -86,7 +88,7 @@ def lead_range(raw: str) -> tuple[float, float]:
         parts = []
     if len(parts) == 1:
         parts *= 2
-    if len(parts) != 2 or not 0 < parts[0] <= parts[1]:
+    if len(parts) != LEAD_BOUNDS or not 0 < parts[0] <= parts[1]:
         raise ValueError(f"LOAD_LEAD_S={raw!r}: give seconds ahead as 'MIN,MAX' (0 < MIN <= MAX) or one number")
     return parts[0], parts[1]
 
@@ -165,7 +167,7 @@ RUN = Run()
 
 @events.test_start.add_listener
 def _new_run(environment: Environment, **_: Any) -> None:
-    global RUN
+    global RUN  # noqa: PLW0603  the run every user of this process shares, new at each test start
     RUN = Run()
 
 
@@ -287,7 +289,7 @@ class SchedulingUser(User):
     @task(1)
     def pause(self) -> None:
         running = [sid for sid, e in self.schedules.items() if e.schedule is not None and e.paused_from_ms is None]
-        if not running or random.random() < 0.5:
+        if not running or random.random() < PAUSE_IDLE_CHANCE:
             return
         schedule_id = random.choice(running)
         before = self.schedules[schedule_id]

@@ -67,7 +67,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.append_keys(scheduled_time=trigger.time)
 
     def start_group(group_event: PollGroupEvent) -> None:
-        global group_invoker
+        global group_invoker  # noqa: PLW0603  the handler's client, kept between invocations as Lambda keeps the module
         if group_invoker is None:
             group_invoker = LambdaInvoker(aws_client("lambda", None, settings.region), context.invoked_function_arn)
         group_invoker.invoke_async(group_event.model_dump())

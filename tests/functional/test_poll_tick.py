@@ -263,7 +263,7 @@ def test_an_invocation_polls_once_a_poll_interval_from_its_start_and_sums_its_po
     poller = sub_poller(dynamodb, settings, invoker)
     invocation = Invocation(poller, now_ms)
     # When the scheduled tick's invocation runs
-    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, clock=invocation.clock)
     # Then it polled six times, at 0, 10, ..., 50 s from its start (not 11.5 s apart), each at its own now
     assert invocation.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)]
     assert [r.now_ms for r in tick.reports] == [now_ms + k * SUB_INTERVAL for k in range(6)]
@@ -284,7 +284,7 @@ def test_a_poll_that_overruns_its_interval_is_followed_at_once_and_the_loop_stop
     poller = sub_poller(dynamodb, settings, invoker)
     invocation = Invocation(poller, now_ms, poll_s=12)
     # When the invocation runs
-    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, clock=invocation.clock)
     # Then each poll follows the one before at once; the fifth ends at 60 s, past the deadline margin, so the
     # sixth is not made
     assert [at for at, _ in invocation.polled_at] == [0, 12_000, 24_000, 36_000, 48_000]
@@ -302,7 +302,7 @@ def test_a_sub_poll_is_made_only_when_its_instant_leaves_the_deadline_margin(
     poller = sub_poller(dynamodb, settings, invoker)
     invocation = Invocation(poller, now_ms, timeout_ms=timeout_ms)
     # When it runs  Then it makes that sub-poll only when the margin is left at its instant
-    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, invocation.clock)
+    tick = run_tick(poller, TICK, now_ms, invocation.remaining_ms, lambda e: None, clock=invocation.clock)
     assert len(tick.reports) == polls
 
 
@@ -314,13 +314,13 @@ def test_the_scheduled_tick_fans_out_once_and_each_invocation_loops_its_own_grou
     started: list[PollGroupEvent] = []
     scheduled = Invocation(poller, now_ms)
     # When the scheduled tick's invocation runs
-    tick = run_tick(poller, TICK, now_ms, scheduled.remaining_ms, started.append, scheduled.clock)
+    tick = run_tick(poller, TICK, now_ms, scheduled.remaining_ms, started.append, clock=scheduled.clock)
     # Then it started group 1's poller once, and polled group 0 six times
     assert [e.poll_group for e in started] == [1]
     assert scheduled.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)] and len(tick.reports) == 6
     # When group 1's invocation runs  Then it polls group 1 six times, starting nothing
     group = Invocation(poller, now_ms + 40)
-    own = run_tick(poller, started[0], now_ms + 40, group.remaining_ms, started.append, group.clock)
+    own = run_tick(poller, started[0], now_ms + 40, group.remaining_ms, started.append, clock=group.clock)
     assert group.polled_at == [(k * SUB_INTERVAL, 1) for k in range(6)] and len(started) == 1
     assert [r.group for r in own.reports] == [1] * 6
     # And between them every task due within the last polls' reach went to an executor
@@ -333,11 +333,11 @@ def test_a_late_group_polled_by_the_scheduled_tick_is_polled_at_each_of_its_sub_
     # Given two poll groups polled every 10 s, a first invocation whose group 1 poller never ran
     poller = sub_poller(dynamodb, settings, invoker, groups=2)
     first = Invocation(poller, now_ms)
-    run_tick(poller, TICK, now_ms, first.remaining_ms, lambda e: None, first.clock)
+    run_tick(poller, TICK, now_ms, first.remaining_ms, lambda e: None, clock=first.clock)
     # When the next tick's invocation runs, group 1's poller lost again
     later = now_ms + SCHEDULE_PERIOD_MS
     second = Invocation(poller, later)
-    tick = run_tick(poller, TICK, later, second.remaining_ms, lambda e: None, second.clock)
+    tick = run_tick(poller, TICK, later, second.remaining_ms, lambda e: None, clock=second.clock)
     # Then it polls group 1 too, after group 0, at each sub-poll, and counts it late once
     assert [r.group for r in tick.reports] == [0, 1] * 6
     assert tick.total("groups_late") == 1

@@ -57,8 +57,8 @@ def connect(settings: Settings | None = None) -> Client | ApiClient:
     """The client ``settings`` (default: ``PUNCTUAL_*``) point at: through the REST API when ``api_url`` is set
     (SigV4-signed in AWS, or the local API's ``api_token``), else straight to the table. Both have the same
     methods and answers."""
-    from punctual.runtime.client import Client
-    from punctual.scheduling.api_client import ApiClient
+    from punctual.runtime.client import Client  # noqa: PLC0415  imported on first use: `import punctual` stays free of boto3 and the DynamoDB adapter
+    from punctual.scheduling.api_client import ApiClient  # noqa: PLC0415  imported on first use: `import punctual` stays free of boto3 and the DynamoDB adapter
 
     settings = settings or Settings.from_env()
     return ApiClient.from_settings(settings) if settings.api_url else Client(settings)

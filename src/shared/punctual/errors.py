@@ -68,7 +68,10 @@ __all__ = [
     "UndecodableItemError",
     "WireError",
     "aws_error_code",
+    "is_transient_status",
 ]
+
+SHOWN_REFERENCE_CHARS = 200  # how much of a secret reference an error message shows
 
 
 class PunctualError(Exception):
@@ -324,7 +327,7 @@ class SecretReferenceError(PunctualError, ValueError):
         if reference is None:
             super().__init__(reason)
         else:
-            shown = reference if len(reference) <= 200 else reference[:200] + "..."
+            shown = reference if len(reference) <= SHOWN_REFERENCE_CHARS else reference[:SHOWN_REFERENCE_CHARS] + "..."
             super().__init__(f"secret reference {shown!r}: {reason}")
         self.reference = reference
 
@@ -369,6 +372,16 @@ class ActionFailedError(PunctualError):
 class TransientActionError(ActionFailedError):
     """The action failed in a way that may pass if tried again soon (a connection error, a timeout, 429, 5xx):
     runners that retry within the grace do so only for these."""
+
+
+TOO_MANY_REQUESTS = 429
+FIRST_SERVER_ERROR = 500
+EVENT_QUEUED = 202  # Lambda's status for an async invoke it accepted
+
+
+def is_transient_status(status: int) -> bool:
+    """Whether an HTTP answer's ``status`` is worth trying again soon (:class:`TransientActionError`): 429 or 5xx."""
+    return status == TOO_MANY_REQUESTS or status >= FIRST_SERVER_ERROR
 
 
 def aws_error_code(exc: BaseException) -> str:

@@ -13,30 +13,31 @@ from punctual.api.views import Problem, problem
 PROBLEM = "application/problem+json"
 
 
-def problem_json(
+def problem_json(  # noqa: PLR0913  a problem document's optional members, keyword-only past the field
     status: int,
     detail: str,
     field: str | None = None,
+    *,
     errors: list[dict[str, Any]] | None = None,
     kind: str | None = None,
     quota: str | None = None,
 ) -> str:
     """A problem-details body (:func:`~punctual.api.views.problem`)."""
-    return problem(status, detail, field, errors, kind, quota).model_dump_json(exclude_none=True)
+    return problem(status, detail, field, errors=errors, kind=kind, quota=quota).model_dump_json(exclude_none=True)
 
 
-def problem_answer(
+def problem_answer(  # noqa: PLR0913  a problem document's optional members, keyword-only past the field
     status: int,
     detail: str,
     field: str | None = None,
+    *,
     errors: list[dict[str, Any]] | None = None,
     kind: str | None = None,
     quota: str | None = None,
 ) -> Response[str]:
     """A problem-details answer (:func:`problem_json`)."""
-    return Response(
-        status_code=status, content_type=PROBLEM, body=problem_json(status, detail, field, errors, kind, quota)
-    )
+    body = problem_json(status, detail, field, errors=errors, kind=kind, quota=quota)
+    return Response(status_code=status, content_type=PROBLEM, body=body)
 
 
 def problem_responses(*codes: int) -> dict[int, OpenAPIResponse]:

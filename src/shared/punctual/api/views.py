@@ -41,6 +41,7 @@ else:  # one schema per action kind, told apart by "kind"
 TaskName = Annotated[str, Field(pattern=rf"^{TASK_NAME}$", examples=["invoice-42"])]
 ScheduleName = Annotated[str, Field(pattern=rf"^{SCHEDULE_NAME}$", examples=["daily-report"])]
 MAX_PAGE = 1_000
+MAX_TOKEN_CHARS = 300  # the longest task id a page token may name: longer is no token this API gave
 
 
 class _In(BaseModel):
@@ -245,10 +246,11 @@ class TaskResults(BaseModel):
     results: list[TaskResult]
 
 
-def problem(
+def problem(  # noqa: PLR0913  a problem document's optional members, keyword-only past the field
     status: int,
     detail: str,
     field: str | None = None,
+    *,
     errors: Sequence[Mapping[str, Any]] | None = None,
     kind: str | None = None,
     quota: str | None = None,
@@ -281,7 +283,7 @@ def validation_problem(errors: Iterable[Mapping[str, Any]], under: str | None = 
     found = [{"field": field_of(e.get("loc", ()), under), "message": str(e.get("msg", "invalid"))} for e in errors]
     first = found[0] if found else {"field": under, "message": "invalid request"}
     return problem(
-        422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], found, kind="invalid"
+        422, f"invalid {first['field'] or 'request'}: {first['message']}", first["field"], errors=found, kind="invalid"
     )
 
 
@@ -295,6 +297,6 @@ def decode_token(token: str) -> str:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise ValueError("not a page token this API gave") from exc
-    if not raw or len(raw) > 300:
+    if not raw or len(raw) > MAX_TOKEN_CHARS:
         raise ValueError("not a page token this API gave")
     return raw

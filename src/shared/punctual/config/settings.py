@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from punctual.config.cpu_share import fires_per_period
 from punctual.config.tenant_map import TenantMap
 from punctual.errors import SettingsError
 from punctual.network.policy import TargetPolicy, check_target_arn
@@ -27,6 +28,7 @@ _EMPTY_MEANS_OFF = frozenset({"ntp_server"})  # an explicit None / "" / "off" sw
 
 # Parameter Store's rules for a name: these characters, at most 1,011 of them, 15 levels, no aws / ssm prefix
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,1011}")
+MAX_PARAMETER_LEVELS = 15  # the deepest hierarchy Parameter Store allows a name
 _RESERVED_PREFIX = re.compile(r"^/?(aws|ssm)", re.IGNORECASE)
 # A tenant's task may name SSM secrets under /punctual/tenants/<tenant>/ (SecretRules.for_tenant)
 _TENANT_SECRETS = "/punctual/tenants/"
@@ -46,7 +48,7 @@ def check_parameter_name(value: str) -> str:
     levels = name.removeprefix("/").split("/")
     if "/" in value and not value.startswith("/"):
         raise ValueError(f"{value!r}: a name in a hierarchy starts with '/'")
-    if "" in levels or len(levels) > 15:
+    if "" in levels or len(levels) > MAX_PARAMETER_LEVELS:
         raise ValueError(f"{value!r}: a hierarchy has 1 to 15 levels, none empty")
     if _RESERVED_PREFIX.match(value):
         raise ValueError(f"{value!r}: a parameter name cannot start with aws or ssm")
@@ -229,8 +231,6 @@ class Settings(BaseModel):
         ``executor_memory_mb``)."""
         if self.executor_memory_mb is None:
             return None
-        from punctual.config.cpu_share import fires_per_period
-
         return fires_per_period(self.executor_memory_mb, self.fire_cpu_us)
 
     @property

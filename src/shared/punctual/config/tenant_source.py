@@ -18,11 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.errors import TenantMapUnavailableError, aws_error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_ssm import SSMClient
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,9 @@ class ParameterTenantMap:
     Thread-safe: one read at a time; the others wait for it.
     """
 
-    def __init__(self, ssm: Any, name: str, ttl_s: float = 60.0, *, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, ssm: SSMClient, name: str, ttl_s: float = 60.0, *, monotonic: Callable[[], float] = time.monotonic
+    ):
         self.name = name
         self.ttl_s = ttl_s
         self._ssm = ssm
@@ -114,7 +119,7 @@ class ParameterTenantMap:
             raise TenantMapUnavailableError(self.name, f"not a valid tenant map: {exc}") from None
 
 
-def tenant_map_source(settings: Settings, ssm: Any = None) -> TenantMapSource:
+def tenant_map_source(settings: Settings, ssm: SSMClient | None = None) -> TenantMapSource:
     """The source of the map ``settings`` name: ``tenant_map_parameter`` through ``ssm`` (one is made when None),
     read at once so that a map that cannot be read, or is not valid, fails the cold start as an invalid
     ``tenant_map`` does; or else ``tenant_map`` itself (no SSM client is made).
@@ -127,7 +132,7 @@ def tenant_map_source(settings: Settings, ssm: Any = None) -> TenantMapSource:
     if settings.tenant_map_parameter is None:
         return FixedTenantMap(TenantMap.parse(settings.tenant_map))
     if ssm is None:
-        from punctual.config.clients import make_ssm_client
+        from punctual.config.clients import make_ssm_client  # noqa: PLC0415  looked up when needed: a fixed map never makes an SSM client (tests replace the builder)
 
         ssm = make_ssm_client(settings)
     source = ParameterTenantMap(ssm, settings.tenant_map_parameter, settings.tenant_map_cache_s)

@@ -80,7 +80,7 @@ def decide_before_fire(task: Task, due_ms: int, now_ms: float, taken_over_until_
     return FireDecision(action)
 
 
-def decide_outcome(
+def decide_outcome(  # noqa: PLR0913  the fire's facts, keyword-only past its instants
     task: Task,
     due_ms: int,
     started_ms: float,

@@ -44,6 +44,10 @@ _RATE = re.compile(r"^\s*(\d{1,12})\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 _AT_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M")
 _DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _YEARS = (1970, 2199)
+MAX_EXPRESSION_CHARS = 256
+CRON_FIELDS = 5  # a common cron body: minutes hours day-of-month month day-of-week
+EVENTBRIDGE_CRON_FIELDS = 6  # EventBridge's: the same and the year
+LAST_EVENTBRIDGE_DAY = 7  # EventBridge's day-of-week runs 1-7 (SUN-SAT)
 _SPAN = timedelta(hours=26)  # how far apart in time the offsets that bound one wall time are sampled
 
 
@@ -98,8 +102,8 @@ def parse_expression(text: str) -> Expression:
     """
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError("a schedule expression is required: at(...), rate(N unit) or cron(...)")
-    if len(text) > 256:
-        raise ExpressionError("a schedule expression is at most 256 characters")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(f"a schedule expression is at most {MAX_EXPRESSION_CHARS} characters")
     wrapped = _WRAPPED.match(text)
     kind, body = (wrapped.group(1).lower(), wrapped.group(2)) if wrapped else ("cron", text)
     if kind == "at":
@@ -141,13 +145,13 @@ def _parse_rate(body: str) -> int:
 
 def _cron_fields(body: str) -> str:
     """croniter's fields for a five-field (common) or six-field (EventBridge) cron body, checked."""
-    from croniter import croniter  # imported here: the executor, which never reads an expression, does not pay for it
-    from croniter.croniter import CroniterError
+    from croniter import croniter  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of croniter
+    from croniter.croniter import CroniterError  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of croniter
 
     parts = body.split()
-    if len(parts) == 5:
+    if len(parts) == CRON_FIELDS:
         fields = " ".join(parts)
-    elif len(parts) == 6:
+    elif len(parts) == EVENTBRIDGE_CRON_FIELDS:
         fields = _eventbridge_fields(parts)
     else:
         raise ExpressionError(
@@ -177,13 +181,13 @@ def _eventbridge_fields(parts: list[str]) -> str:
     return f"{minute} {hour} {dom} {month} {dow} 0 {year}"
 
 
-def _eventbridge_day(term: str, parts: list[str]) -> str:
+def _eventbridge_day(term: str, parts: list[str]) -> str:  # noqa: PLR0911  one return per form a term takes
     """One term of EventBridge's day-of-week (1-7 = SUN-SAT) in croniter's (0-6 = SUN-SAT)."""
 
     def day(value: str) -> str:
         if value in _DAY_NAMES:
             return value
-        if value.isdigit() and 1 <= int(value) <= 7:
+        if value.isdigit() and 1 <= int(value) <= LAST_EVENTBRIDGE_DAY:
             return str(int(value) - 1)
         raise ExpressionError(f"cron({' '.join(parts)}): day-of-week takes 1-7 (SUN-SAT) or SUN..SAT, not {value!r}")
 
@@ -262,8 +266,8 @@ def _cron_instants(fields: str, tz: ZoneInfo, after_ms: int) -> Iterator[int]:
     read from ``after + least offset`` (the earliest that can map after ``after``) and their instants held in a
     heap until no later wall time can map before them (a wall time ``w`` maps at or after ``w - greatest
     offset``)."""
-    from croniter import croniter
-    from croniter.croniter import CroniterBadDateError
+    from croniter import croniter  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of croniter
+    from croniter.croniter import CroniterBadDateError  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of croniter
 
     after = from_ms(after_ms)
     low, _ = _offset_bounds(tz, after)

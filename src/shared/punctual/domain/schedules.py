@@ -51,6 +51,7 @@ from punctual.domain.tenancy import check_tenant_part
 SCHEDULE_ID_PATTERN = rf"^{SCHEDULE_ID}$"
 MAX_CHUNK = 98  # occurrences made in one transaction with the cursor and the tenant's usage (DynamoDB takes 100)
 TRANSACTION_BYTES = 3_500_000  # what a chunk's items may add up to (DynamoDB takes 4 MB a transaction)
+MAX_DOWNTIME_WALK = 100_000  # occurrences missed during a downtime that a resume counts, one by one
 ITEM_OVERHEAD_BYTES = 2_048  # an occurrence's item beyond its action and payload (ids, times, status, ...)
 DowntimePolicy = Literal["skip", "fire_latest"]
 
@@ -259,7 +260,7 @@ def _after_downtime(schedule: Schedule, cursor: int, missed_before: int) -> tupl
             break
         missed += 1
         latest = instant
-        if missed >= 100_000:
+        if missed >= MAX_DOWNTIME_WALK:
             resume, latest = first_due_ms(schedule, missed_before - 1), None
             break
     else:

@@ -49,7 +49,7 @@ class Heartbeat:
         ``quiet_s`` away, so that its write does not hold the interpreter as a fire is due.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the heartbeat's store, clock and lease; its quiet-time options keyword-only
         self,
         store: FiringPort,
         clock: Clock,

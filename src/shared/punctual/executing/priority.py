@@ -49,8 +49,8 @@ _realtime_firing = False
 def parse_cpu_list(spec: str) -> frozenset[int]:
     """``"1"``, ``"1-3"``, ``"0,2-3"`` → the CPU numbers; a clear ``ValueError`` for anything else."""
     cpus: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
+    for listed in spec.split(","):
+        part = listed.strip()
         low, sep, high = part.partition("-")
         if not low.isdigit() or (sep and not high.isdigit()):
             raise ValueError(f"invalid CPU list {spec!r}: expected numbers and ranges such as '1' or '1-3,5'")
@@ -70,13 +70,14 @@ def default_background_cpus() -> str | None:
         usable = sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return None
-    return ",".join(str(cpu) for cpu in usable[1:]) if len(usable) >= 2 else None
+    background = usable[1:]
+    return ",".join(str(cpu) for cpu in background) if background else None
 
 
 def set_background_cpus(spec: str | None) -> None:
     """Confine the threads (and child processes) lowered from now on in this process to these CPUs
     (``None``: any CPU). CPUs this process may not use are ignored; if none is left, there is no confinement."""
-    global _background_cpus
+    global _background_cpus  # noqa: PLW0603  a process-wide setting: the threads lowered from now on read it
     if not spec:
         _background_cpus = None
         return
@@ -116,7 +117,7 @@ def lower_process_at_start(nice: int = BACKGROUND_NICE) -> None:
 def set_realtime_firing(enabled: bool) -> None:
     """Whether firing threads started from now on in this process ask for real-time scheduling
     (:func:`raise_current_thread`)."""
-    global _realtime_firing
+    global _realtime_firing  # noqa: PLW0603  a process-wide setting: the firing threads started from now on read it
     _realtime_firing = enabled
 
 

@@ -121,7 +121,7 @@ class Recorder:
     and a starved thread holding the interpreter would stall the dispatcher) and one lowered background thread.
     Built by the thread that builds the executor, whose CPU priority its threads inherit."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the recorder's store, clock and dispatcher; its optional parts keyword-only
         self,
         store: FiringPort,
         clock: Clock,

@@ -111,24 +111,37 @@ def _embedded(value: int) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(value & 0xFFFFFFFF)
 
 
+def _translated(address: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    """The form and the IPv4 address of an IPv4-mapped or NAT64 address (judged as that IPv4 address), or None."""
+    if address in IPV4_MAPPED:
+        return "IPv4-mapped", _embedded(int(address))
+    if address in _NAT64:
+        return "NAT64", _embedded(int(address))
+    return None
+
+
+def _deprecated(address: ipaddress.IPv6Address) -> tuple[str, list[ipaddress.IPv4Address]] | None:
+    """The form and the IPv4 addresses embedded in a deprecated transition address, or None."""
+    if address in _IPV4_COMPATIBLE:
+        return "IPv4-compatible", [_embedded(int(address))]
+    if address in _SIX_TO_FOUR:
+        return "6to4", [_embedded(int(address) >> 80)]
+    if address in _TEREDO:
+        return "Teredo", [_embedded(int(address) >> 64), _embedded(~int(address))]
+    return None
+
+
 def _ipv6_problem(address: ipaddress.IPv6Address) -> str | None:
     if address == ipaddress.IPv6Address(0):
         return "unspecified"
     if address == ipaddress.IPv6Address(1):
         return "loopback"
-    if address in IPV4_MAPPED:
-        problem = _ipv4_problem(_embedded(int(address)))
-        return None if problem is None else f"IPv4-mapped {problem}"
-    if address in _NAT64:
-        problem = _ipv4_problem(_embedded(int(address)))
-        return None if problem is None else f"NAT64 {problem}"
-    deprecated: tuple[str, list[ipaddress.IPv4Address]] | None = None
-    if address in _IPV4_COMPATIBLE:
-        deprecated = "IPv4-compatible", [_embedded(int(address))]
-    elif address in _SIX_TO_FOUR:
-        deprecated = "6to4", [_embedded(int(address) >> 80)]
-    elif address in _TEREDO:
-        deprecated = "Teredo", [_embedded(int(address) >> 64), _embedded(~int(address))]
+    translated = _translated(address)
+    if translated is not None:
+        form, ipv4 = translated
+        problem = _ipv4_problem(ipv4)
+        return None if problem is None else f"{form} {problem}"
+    deprecated = _deprecated(address)
     if deprecated is not None:
         form, embedded = deprecated
         problems = [problem for problem in map(_ipv4_problem, embedded) if problem is not None]
@@ -136,6 +149,4 @@ def _ipv6_problem(address: ipaddress.IPv6Address) -> str | None:
     for network, kind in _IPV6_SPECIAL:
         if address in network:
             return kind
-    if address not in _GLOBAL_UNICAST:
-        return "reserved"
-    return None
+    return None if address in _GLOBAL_UNICAST else "reserved"

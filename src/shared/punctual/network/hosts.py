@@ -24,6 +24,21 @@ MAX_URL_LENGTH = 2048
 INVALID_URL = "<invalid url>"  # what redact_url returns for anything it cannot reduce to an origin
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
+# The grammar's limits: a scheme's length (longer is shown as "(long)"), a port's digits and range, the digits of a
+# number shown in a message, DNS's name and label lengths, and an IPv4 address's parts, bytes and digits per base
+MAX_SCHEME_CHARS = 32
+MAX_PORT_DIGITS = 5
+MAX_PORT = 65535
+SHOWN_DIGITS = 10
+MAX_NAME_CHARS = 253
+MAX_LABEL_CHARS = 63
+MAX_IPV4_PARTS = 4
+MAX_BYTE = 255
+MAX_HEX_DIGITS = 8  # 32 bits
+MAX_OCTAL_DIGITS = 11
+MAX_DECIMAL_DIGITS = 10
+_ENCODED_PERCENT = "25"  # RFC 6874: a zone's "%" itself percent-encoded
+
 _DEC = frozenset("0123456789")
 _OCT = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -70,7 +85,7 @@ def parse_url(url: str) -> UrlParts:
     if not scheme:
         raise _refusal(url, "no scheme: use https://")
     if scheme not in DEFAULT_PORTS:
-        shown = f"{scheme!r}" if len(scheme) <= 32 else "(long)"
+        shown = f"{scheme!r}" if len(scheme) <= MAX_SCHEME_CHARS else "(long)"
         raise _refusal(url, f"scheme {shown} is not allowed: use https")
     try:
         userinfo, host_raw, port_raw = _authority(parts.netloc)
@@ -147,7 +162,7 @@ def redact_url(url: str) -> str:
     try:
         parts = _split(url)
         scheme = parts.scheme
-        if not scheme or len(scheme) > 32 or not set(scheme) <= _SCHEME_CHARS:
+        if not scheme or len(scheme) > MAX_SCHEME_CHARS or not set(scheme) <= _SCHEME_CHARS:
             return INVALID_URL
         _, host_raw, port_raw = _authority(parts.netloc)
         host, _ = _classify_host(host_raw)
@@ -219,9 +234,9 @@ def _parse_port(port_raw: str | None) -> int | None:
     if not set(port_raw) <= _DEC:
         raise _InvalidError("the port is not a number")
     digits = port_raw.lstrip("0") or "0"
-    if len(digits) > 5 or not 1 <= int(digits) <= 65535:
-        shown = digits if len(digits) <= 10 else digits[:10] + "..."
-        raise _InvalidError(f"port {shown} is out of range (1-65535)")
+    if len(digits) > MAX_PORT_DIGITS or not 1 <= int(digits) <= MAX_PORT:
+        shown = digits if len(digits) <= SHOWN_DIGITS else digits[:SHOWN_DIGITS] + "..."
+        raise _InvalidError(f"port {shown} is out of range (1-{MAX_PORT})")
     return int(digits)
 
 
@@ -249,8 +264,8 @@ def _classify_host(raw: str) -> tuple[str, IPAddress | None]:
 def _ipv6_host(text: str) -> tuple[str, IPAddress]:
     address_text, percent, zone = text.partition("%")
     if percent:
-        if zone.startswith("25") and len(zone) > 2:  # RFC 6874: the "%" itself percent-encoded
-            zone = zone[2:]
+        if zone.startswith(_ENCODED_PERCENT) and len(zone) > len(_ENCODED_PERCENT):
+            zone = zone[len(_ENCODED_PERCENT) :]
         if not zone or not set(zone) <= _ZONE_CHARS:
             raise _InvalidError("invalid IPv6 zone id")
     if not address_text or not set(address_text) <= _IPV6_CHARS:
@@ -286,10 +301,10 @@ def _ascii_name(raw: str) -> str:
 
 def _check_name_length(name: str) -> str:
     """DNS limits, for names only (a numeric host is read as inet_aton reads it, whatever its length)."""
-    if len(name) > 253:
-        raise _InvalidError("the host name is longer than 253 characters")
-    if any(len(label) > 63 for label in name.split(".")):
-        raise _InvalidError("a host name label is longer than 63 characters")
+    if len(name) > MAX_NAME_CHARS:
+        raise _InvalidError(f"the host name is longer than {MAX_NAME_CHARS} characters")
+    if any(len(label) > MAX_LABEL_CHARS for label in name.split(".")):
+        raise _InvalidError(f"a host name label is longer than {MAX_LABEL_CHARS} characters")
     return name
 
 
@@ -317,26 +332,26 @@ def _ipv4_number(part: str) -> int | None:
         if not set(digits) <= _HEX:
             return None
         digits = digits.lstrip("0") or "0"  # "0x" alone is 0, as in the URL standard
-        return int(digits, 16) if len(digits) <= 8 else None
+        return int(digits, 16) if len(digits) <= MAX_HEX_DIGITS else None
     if not part or not set(part) <= _DEC:
         return None
     if len(part) > 1 and part[0] == "0":
         if not set(part) <= _OCT:
             return None
         digits = part.lstrip("0") or "0"
-        return int(digits, 8) if len(digits) <= 11 else None
-    return int(part) if len(part) <= 10 else None
+        return int(digits, 8) if len(digits) <= MAX_OCTAL_DIGITS else None
+    return int(part) if len(part) <= MAX_DECIMAL_DIGITS else None
 
 
 def _ipv4_value(labels: list[str]) -> int | None:
     """The 32-bit value of 1 to 4 parts, the last filling the remaining bytes; None when invalid or too large."""
-    if len(labels) > 4:
+    if len(labels) > MAX_IPV4_PARTS:
         return None
     numbers = [_ipv4_number(label) for label in labels]
     if any(number is None for number in numbers):
         return None
     *head, last = [number for number in numbers if number is not None]
-    if any(number > 255 for number in head) or last >= 256 ** (4 - len(head)):
+    if any(number > MAX_BYTE for number in head) or last >= (MAX_BYTE + 1) ** (MAX_IPV4_PARTS - len(head)):
         return None
     value = last
     for index, number in enumerate(head):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from punctual.errors import TargetRefusedError
 from punctual.network.addresses import IPV4_MAPPED, public_address_problem
 from punctual.network.hosts import (
+    MAX_PORT,
     IPAddress,
     IPNetwork,
     allowlist_name,
@@ -39,6 +40,7 @@ from punctual.network.hosts import (
     unmap,
 )
 
+SHOWN_HOST_CHARS = 64  # how much of a refused host, as written, a message shows
 _TARGET_ARN_RE = re.compile(r"arn:aws[a-z-]*:(lambda|sqs|sns|events):[a-z0-9-]+:\d{12}:[A-Za-z0-9_.:/+=,@$-]+")
 
 # Names that resolve to loopback on common systems (/etc/hosts, RFC 6761 .localhost).
@@ -165,8 +167,8 @@ def _entry_port(entry: str) -> tuple[str, int | None]:
 
 
 def _entry_port_number(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise ValueError("a port is a number from 1 to 65535")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PORT:
+        raise ValueError(f"a port is a number from 1 to {MAX_PORT}")
     return int(text)
 
 
@@ -231,8 +233,8 @@ class TargetPolicy:
             problem = None if allowlisted else public_address_problem(literal)
             if problem is not None:
                 written = host_raw.lower()
-                shown = f"[{host}]" if literal.version == 6 else host
-                as_written = host_raw if len(host_raw) <= 64 else host_raw[:61] + "..."
+                shown = f"[{host}]" if isinstance(literal, ipaddress.IPv6Address) else host
+                as_written = host_raw if len(host_raw) <= SHOWN_HOST_CHARS else host_raw[: SHOWN_HOST_CHARS - 3] + "..."
                 spelled = f" (written {as_written})" if written != shown and host_raw.isprintable() else ""
                 raise TargetRefusedError(f"{origin}{spelled}", f"not a public address ({problem})")
         else:
@@ -286,7 +288,7 @@ class TargetPolicy:
             if not self.is_allowed_address(judged, host=target.host, port=target.port):
                 problem = public_address_problem(judged)
                 raise TargetRefusedError(target.origin, f"the host resolves to a non-public address ({problem})")
-            normalised = str(judged) if judged.version == 4 else str(resolved)
+            normalised = str(judged) if isinstance(judged, ipaddress.IPv4Address) else str(resolved)
             if normalised not in allowed:
                 allowed.append(normalised)
         return allowed

@@ -36,7 +36,7 @@ DispatchPath = Literal["fast path", "poll"]
 ImageDecoder = Callable[[dict[str, Any]], Candidate | None]
 
 
-def choose_path(
+def choose_path(  # noqa: PLR0913  a task's instants; the poll's timing keyword-only
     due_ms: int, now_ms: int, last_polls_ms: Sequence[int | None], *, interval_ms: int, lead_ms: int, margin_ms: int
 ) -> DispatchPath:
     """Which path dispatches a task due at ``due_ms``, looked at ``now_ms``, when the last poll of each poll group

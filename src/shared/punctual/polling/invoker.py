@@ -7,7 +7,12 @@ locally, :class:`punctual_tools.local.invoker.LocalInvoker` gives the same seman
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from punctual.errors import EVENT_QUEUED
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
 
 
 class Invoker(Protocol):
@@ -19,7 +24,7 @@ class Invoker(Protocol):
 class LambdaInvoker:
     """Async invoke of the executor function."""
 
-    def __init__(self, lambda_client: Any, function_name: str) -> None:
+    def __init__(self, lambda_client: LambdaClient, function_name: str) -> None:
         self._client = lambda_client
         self._function = function_name
 
@@ -28,5 +33,5 @@ class LambdaInvoker:
             FunctionName=self._function, InvocationType="Event", Payload=json.dumps(payload).encode()
         )
         status = response.get("StatusCode")
-        if status != 202:
-            raise RuntimeError(f"async invoke of {self._function} answered {status}, expected 202")
+        if status != EVENT_QUEUED:
+            raise RuntimeError(f"async invoke of {self._function} answered {status}, expected {EVENT_QUEUED}")

@@ -181,13 +181,14 @@ class Poller:
     """One poll = one call of :meth:`poll` with an explicit ``now_ms``. The fast path (the table stream)
     hands the tasks it sees to :meth:`dispatch`, the same batch-and-invoke step the poll ends with."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the poller's ports, invoker and settings; its id and admission keyword-only
         self,
         dispatch: DispatchPort,
         schedules: SchedulePort,
         tasks: ClientPort,
         invoker: Invoker,
         settings: Settings,
+        *,
         poller_id: str | None = None,
         admit: TenantAdmission | None = None,
     ) -> None:
@@ -294,7 +295,7 @@ class Poller:
                     schedule_id,
                     now_ms,
                     end_ms + self._settings.schedule_ahead_ms,
-                    self._admit,
+                    admit=self._admit,
                 )
             except UndecodableItemError as exc:  # it would fail at every poll: out of the due index, counted
                 unreadable += 1

@@ -72,12 +72,13 @@ def sub_polls(settings: Settings) -> int:
     return max(1, SCHEDULE_PERIOD_MS // settings.poll_interval_ms)
 
 
-def run_tick(
+def run_tick(  # noqa: PLR0913  the invocation's poller, trigger, instant, time left and fan-out; a test's clock
     poller: Poller,
     trigger: ScheduledTick | PollGroupEvent,
     now_ms: int,
     remaining_ms: Callable[[], int],
     start_group: Callable[[PollGroupEvent], None],
+    *,
     clock: Clock | None = None,
 ) -> TickReport:
     """One invocation of the poller function at ``now_ms``: :func:`sub_polls` polls of its groups, a poll interval

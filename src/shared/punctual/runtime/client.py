@@ -4,7 +4,7 @@ the ports it uses. Loaded when first named: ``import punctual`` loads neither bo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
@@ -13,6 +13,9 @@ from punctual.domain.model import Task
 from punctual.scheduling import client as scheduling
 from punctual.scheduling.quotas import QuotaGuard
 from punctual.stores.dynamodb import DynamoStores, build_stores
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class Client(scheduling.Client):
@@ -36,11 +39,11 @@ class Client(scheduling.Client):
     >>> client = Client(Settings(endpoint_url="http://127.0.0.1:8765"))  # doctest: +SKIP
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the settings; every part keyword-only, each with a default a test may replace
         self,
         settings: Settings | None = None,
         *,
-        dynamodb: Any = None,
+        dynamodb: DynamoDBClient | None = None,
         stores: DynamoStores | None = None,
         clock: Clock | None = None,
         tenant_map: TenantMap | None = None,

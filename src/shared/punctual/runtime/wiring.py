@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import boto3
 
 from punctual.config.cpu_share import detect_cpu_share
 from punctual.config.settings import Settings
@@ -27,6 +29,11 @@ from punctual.targets import ActionEnv
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+    from botocore.client import BaseClient
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
 
     from punctual.polling.invoker import Invoker
     from punctual.polling.poller import Poller
@@ -45,30 +52,29 @@ def poller_on(
     admit: TenantAdmission | None = None,
 ) -> Poller:
     """The poller on ``stores``' ports: the due index it reads, the schedules it extends and their tasks."""
-    from punctual.polling.poller import Poller
+    from punctual.polling.poller import Poller  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of the polling package
 
-    return Poller(stores.dispatch, stores.schedules, stores.client, invoker, settings, poller_id, admit)
+    return Poller(stores.dispatch, stores.schedules, stores.client, invoker, settings, poller_id=poller_id, admit=admit)
 
 
-def build_poller(
+def build_poller(  # noqa: PLR0913  the settings; every dependency keyword-only, made when not handed in
     settings: Settings,
+    *,
     invoker: Invoker | None = None,
-    dynamodb: Any = None,
-    lambda_client: Any = None,
+    dynamodb: DynamoDBClient | None = None,
+    lambda_client: LambdaClient | None = None,
     poller_id: str | None = None,
-    ssm_client: Any = None,
+    ssm_client: SSMClient | None = None,
 ) -> Poller:
     """The poller; without an ``invoker``, Lambda async invoke of ``settings.executor_function``. The polling
     package (and the schedules' chain it extends) is loaded here: the executor's cold start never needs it. The
     occurrences it makes are admitted against their tenants' ``active_tasks`` quota, from the tenant map
     ``settings`` name (``ssm_client`` reads a parameter: one is made when None)."""
-    from punctual.polling.invoker import LambdaInvoker
-    from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
+    from punctual.polling.invoker import LambdaInvoker  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of the polling package
+    from punctual.scheduling.quotas import QuotaGuard, TenantAdmission  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of the quotas
 
     if invoker is None:
         if lambda_client is None:
-            import boto3
-
             lambda_client = boto3.client("lambda", region_name=settings.region)
         invoker = LambdaInvoker(lambda_client, settings.executor_function)
     stores = build_stores(settings, dynamodb)
@@ -79,7 +85,7 @@ def build_poller(
     return poller_on(stores, invoker, settings, poller_id, admit)
 
 
-def _tenant_map_when_needed(settings: Settings, ssm_client: Any) -> Callable[[], TenantMap]:
+def _tenant_map_when_needed(settings: Settings, ssm_client: SSMClient | None) -> Callable[[], TenantMap]:
     """The tenant map ``settings`` name, its source made at the first call: a map that cannot be read fails the
     schedules whose occurrences need it (each logged, tried again at the next tick), never a poll's tasks."""
     sources: list[TenantMapSource] = []
@@ -96,10 +102,10 @@ def _tenant_map_when_needed(settings: Settings, ssm_client: Any) -> Callable[[],
 
 def build_executor(
     settings: Settings,
-    dynamodb: Any = None,
-    sqs_client: Any = None,
-    action_clients: dict[str, Any] | None = None,
-    ssm_client: Any = None,
+    dynamodb: DynamoDBClient | None = None,
+    sqs_client: SQSClient | None = None,
+    action_clients: dict[str, BaseClient] | None = None,
+    ssm_client: SSMClient | None = None,
 ) -> Executor:
     """The executor; starts the once-per-cold-start NTP offset measurement in the background. Its dead-letter
     queue is the one ``dead_letter_queue_url`` names (SQS, or a local ``file://``), if any; its actions use
@@ -119,13 +125,15 @@ def build_executor(
     )
 
 
-def build_api(settings: Settings, dynamodb: Any = None, ssm_client: Any = None) -> APIGatewayRestResolver:
+def build_api(
+    settings: Settings, dynamodb: DynamoDBClient | None = None, ssm_client: SSMClient | None = None
+) -> APIGatewayRestResolver:
     """The REST API's resolver (:mod:`punctual.api`): one store, a client per request over it, the tenant map
     ``settings`` name (``ssm_client`` reads a parameter: one is made when None; a map that cannot be read fails
     here). Not thread-safe (the resolver holds the request it is answering): one per thread."""
-    from punctual.api import build_app  # here: only the API's function loads the API, its client and tenant map
-    from punctual.runtime.client import Client
-    from punctual.scheduling.quotas import QuotaGuard
+    from punctual.api import build_app  # noqa: PLC0415  imported on first use: keeps the other handlers' cold starts free of the API
+    from punctual.runtime.client import Client  # noqa: PLC0415  imported on first use: keeps the other handlers' cold starts free of the client
+    from punctual.scheduling.quotas import QuotaGuard  # noqa: PLC0415  imported on first use: keeps the executor handler's cold start free of quotas
 
     tenants = tenant_map_source(settings, ssm_client)
     stores = build_stores(settings, dynamodb)

@@ -47,12 +47,13 @@ class ChainReport:
     held_back: int = 0
 
 
-def extend(
+def extend(  # noqa: PLR0913  the ports, the schedule and its window; the admission keyword-only
     schedules: SchedulePort,
     tasks: ClientPort,
     schedule_id: str,
     now_ms: int,
     until_ms: int,
+    *,
     admit: TenantAdmission | None = None,
 ) -> ChainReport:
     """Create the schedule's occurrences due up to ``until_ms`` that do not exist yet (finishing a pending
@@ -96,17 +97,27 @@ def extend(
         if not result.blocked:
             report.raced = True  # another caller moved the cursor, or the schedule changed: read it again
             continue
-        existing = tasks.get_many(result.blocked)
-        for task_id in result.blocked:
-            task = existing.get(task_id)
-            if task is None:
-                continue  # gone meanwhile: the next round creates it
-            if _cancel_older(tasks, schedule, task, now_ms):
-                report.cancelled += 1
-            else:
-                taken.add(task_id)
+        cancelled, held = _clear_blocked(tasks, schedule, result.blocked, now_ms)
+        report.cancelled += cancelled
+        taken |= held
     log.warning("schedule %s: still not extended to %d after %d rounds", schedule_id, until_ms, MAX_ROUNDS)
     return report
+
+
+def _clear_blocked(tasks: ClientPort, schedule: Schedule, blocked: list[str], now_ms: int) -> tuple[int, set[str]]:
+    """Cancel the occurrences in ``blocked`` that an older version of ``schedule`` made: how many were cancelled,
+    and the ids still held by one (armed, or changed meanwhile); an occurrence gone meanwhile is in neither."""
+    cancelled, held = 0, set()
+    existing = tasks.get_many(blocked)
+    for task_id in blocked:
+        task = existing.get(task_id)
+        if task is None:
+            continue  # gone meanwhile: the next round creates it
+        if _cancel_older(tasks, schedule, task, now_ms):
+            cancelled += 1
+        else:
+            held.add(task_id)
+    return cancelled, held
 
 
 def _cancel_older(tasks: ClientPort, schedule: Schedule, task: Task, now_ms: int) -> bool:
@@ -120,11 +131,12 @@ def _cancel_older(tasks: ClientPort, schedule: Schedule, task: Task, now_ms: int
     return True
 
 
-def cleanup(
+def cleanup(  # noqa: PLR0913  the ports, the schedule and the instant; what it was before keyword-only
     schedules: SchedulePort,
     tasks: ClientPort,
     schedule: Schedule,
     now_ms: int,
+    *,
     before: Schedule | None = None,
     until_ms: int | None = None,
 ) -> int:

@@ -28,7 +28,7 @@ class ScheduleClient:
     cleaning up the occurrences not armed yet, the tenant's quotas admitting it (its schedule quotas checked by the
     store in the schedule's own write, its occurrences by ``admit``)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913, PLR0917  the parts the client builds this with, in the order it holds them
         self,
         settings: Settings,
         tasks: ClientPort,
@@ -64,7 +64,7 @@ class ScheduleClient:
 
     def _extend(self, schedule_id: str, now_ms: int) -> None:
         """Make the occurrences ahead, those past the tenant's ``active_tasks`` held back (:func:`chain.extend`)."""
-        chain.extend(self._schedules, self._tasks, schedule_id, now_ms, self._until_ms(now_ms), self._admit)
+        chain.extend(self._schedules, self._tasks, schedule_id, now_ms, self._until_ms(now_ms), admit=self._admit)
 
     def _until_ms(self, now_ms: int) -> int:
         """How far ahead a schedule's occurrences are made: a poll's window and the time to the next poll."""
@@ -159,7 +159,7 @@ class ScheduleClient:
         if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
             raise ScheduleStateError(schedule_id, "pause", f"it is {schedule.state}")
         changed = self._schedules.change_schedule(schedule, {"state": ScheduleState.PAUSED}, now_ms, cleanup=True)
-        chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
+        chain.cleanup(self._schedules, self._tasks, changed, now_ms, before=schedule, until_ms=self._until_ms(now_ms))
         return self._schedule_or_raise(schedule_id)
 
     def resume_schedule(self, schedule_id: str) -> Schedule:
@@ -193,7 +193,9 @@ class ScheduleClient:
                 schedule, changes, now_ms, cleanup=schedule.cleanup, limits=self._limits(schedule_id)
             )
             if schedule.cleanup:
-                chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
+                chain.cleanup(
+                    self._schedules, self._tasks, changed, now_ms, before=schedule, until_ms=self._until_ms(now_ms)
+                )
         else:
             self._restart(schedule, changes, now_ms, cleanup=True)
         return self._schedule_or_raise(schedule_id)
@@ -217,7 +219,9 @@ class ScheduleClient:
             limits=self._limits(schedule.schedule_id),
         )
         if cleanup:
-            chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
+            chain.cleanup(
+                self._schedules, self._tasks, changed, now_ms, before=schedule, until_ms=self._until_ms(now_ms)
+            )
         self._extend(schedule.schedule_id, now_ms)
 
     def delete_schedule(self, schedule_id: str) -> Schedule:
@@ -228,5 +232,5 @@ class ScheduleClient:
         changed = self._schedules.change_schedule(
             schedule, {"state": ScheduleState.DELETED, "next_due_ms": None}, now_ms, cleanup=True
         )
-        chain.cleanup(self._schedules, self._tasks, changed, now_ms, schedule, self._until_ms(now_ms))
+        chain.cleanup(self._schedules, self._tasks, changed, now_ms, before=schedule, until_ms=self._until_ms(now_ms))
         return self._schedules.get_schedule(schedule_id) or changed

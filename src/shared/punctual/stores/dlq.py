@@ -24,11 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from punctual.config.settings import Settings
 from punctual.domain.model import Task
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,13 @@ class RedrivableQueue(DeadLetterQueue, Protocol):
     def release(self, letters: list[DeadLetter]) -> None: ...
 
 
+def _receipt_of(letter: DeadLetter) -> str:
+    """The receipt handle of a letter :meth:`SqsDeadLetterQueue.receive` returned (each has one)."""
+    if letter.receipt is None:
+        raise ValueError(f"dead letter {letter.message_id} has no receipt: it was not received from the queue")
+    return letter.receipt
+
+
 class SqsDeadLetterQueue:
     """The dead-letter queue on SQS (``Settings.dead_letter_queue_url``).
 
@@ -100,7 +110,7 @@ class SqsDeadLetterQueue:
         How long :meth:`receive` hides the messages it returns (redrive acknowledges or releases them before).
     """
 
-    def __init__(self, client: Any, queue_url: str, visibility_timeout_s: int = 120) -> None:
+    def __init__(self, client: SQSClient, queue_url: str, visibility_timeout_s: int = 120) -> None:
         self._client = client
         self.queue_url = queue_url
         self._visibility = visibility_timeout_s
@@ -134,7 +144,7 @@ class SqsDeadLetterQueue:
             chunk = letters[start : start + 10]
             response = self._client.delete_message_batch(
                 QueueUrl=self.queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": letter.receipt} for i, letter in enumerate(chunk)],
+                Entries=[{"Id": str(i), "ReceiptHandle": _receipt_of(letter)} for i, letter in enumerate(chunk)],
             )
             deleted += len(response.get("Successful", []))
         return deleted
@@ -146,7 +156,7 @@ class SqsDeadLetterQueue:
             self._client.change_message_visibility_batch(
                 QueueUrl=self.queue_url,
                 Entries=[
-                    {"Id": str(i), "ReceiptHandle": letter.receipt, "VisibilityTimeout": 0}
+                    {"Id": str(i), "ReceiptHandle": _receipt_of(letter), "VisibilityTimeout": 0}
                     for i, letter in enumerate(chunk)
                 ],
             )
@@ -233,7 +243,7 @@ def file_queue_url(path: str | Path) -> str:
     return Path(path).absolute().as_uri()
 
 
-def build_dead_letter_queue(settings: Settings, sqs_client: Any = None) -> RedrivableQueue | None:
+def build_dead_letter_queue(settings: Settings, sqs_client: SQSClient | None = None) -> RedrivableQueue | None:
     """The queue ``settings.dead_letter_queue_url`` names: a local file for ``file://``, else SQS; None if unset."""
     url = settings.dead_letter_queue_url
     if not url:
@@ -241,7 +251,7 @@ def build_dead_letter_queue(settings: Settings, sqs_client: Any = None) -> Redri
     if url.startswith("file:"):
         return FileDeadLetterQueue(unquote(urlsplit(url).path))
     if sqs_client is None:
-        import boto3
+        import boto3  # noqa: PLC0415  imported on first use: the tooling's file-queue helpers load this module without boto3
 
         sqs_client = boto3.client("sqs", region_name=settings.region)
     return SqsDeadLetterQueue(sqs_client, url)

@@ -37,7 +37,13 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import Field, field_validator, model_validator
 
 from punctual.domain.model import Action, canonical_json
-from punctual.errors import ActionFailedError, InvalidRequestError, TransientActionError
+from punctual.errors import (
+    EVENT_QUEUED,
+    ActionFailedError,
+    InvalidRequestError,
+    TransientActionError,
+    is_transient_status,
+)
 from punctual.targets.registry import ActionEnv, ActionKind, FireContext, TargetRules, Warmup
 
 __all__ = ["EventBridgeAction", "LambdaAction", "SnsAction", "SqsAction"]
@@ -191,7 +197,7 @@ def _aws_errors(operation: str, arn: str) -> Iterator[None]:
         code = str(error.get("Code") or "UnknownError")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         message = f"{operation} {arn} failed: {code}" + (f" (HTTP {status})" if status else "")
-        if code in _TRANSIENT_CODES or (isinstance(status, int) and (status == 429 or status >= 500)):
+        if code in _TRANSIENT_CODES or (isinstance(status, int) and is_transient_status(status)):
             raise TransientActionError(message) from None
         raise ActionFailedError(message) from None
     except (BotoConnectionError, HTTPClientError) as exc:
@@ -245,8 +251,8 @@ def run_lambda(action: LambdaAction, context: FireContext, env: ActionEnv) -> No
     if response.get("FunctionError"):
         raise ActionFailedError(f"Invoke {arn} failed: function error {response['FunctionError']}")
     status = response.get("StatusCode")
-    if status != 202:
-        raise ActionFailedError(f"Invoke {arn} failed: status {status}, expected 202 (event queued)")
+    if status != EVENT_QUEUED:
+        raise ActionFailedError(f"Invoke {arn} failed: status {status}, expected {EVENT_QUEUED} (event queued)")
 
 
 # -- sqs ---------------------------------------------------------------------------------------------------------
@@ -429,14 +435,11 @@ def run_eventbridge(action: EventBridgeAction, context: FireContext, env: Action
         check_eventbridge(action, env.rules.of(context.task_id))
     except InvalidRequestError as exc:
         raise ActionFailedError(f"target refused: {exc}") from None
-    entry = {
-        "EventBusName": arn,
-        "Source": action.source,
-        "DetailType": action.detail_type,
-        "Detail": message_body(context),
-    }
+    detail = message_body(context)
     with _aws_errors("PutEvents", arn):
-        response = env.client("events").put_events(Entries=[entry])
+        response = env.client("events").put_events(
+            Entries=[{"EventBusName": arn, "Source": action.source, "DetailType": action.detail_type, "Detail": detail}]
+        )
     if response.get("FailedEntryCount", 0):
         failed = (response.get("Entries") or [{}])[0]
         code = str(failed.get("ErrorCode") or "UnknownError")

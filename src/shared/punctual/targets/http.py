@@ -39,6 +39,7 @@ from punctual.errors import (
     TargetRefusedError,
     TransientActionError,
     WireError,
+    is_transient_status,
 )
 from punctual.network.hosts import MAX_URL_LENGTH
 from punctual.network.policy import Target, TargetPolicy
@@ -62,6 +63,8 @@ INVOCATION_MARGIN_MS = 15_000  # a retry must end this long before the invocatio
 WARM_LEAD_S = 1.0
 TOGETHER_S = 0.05
 WARM_MIN_S = 0.2
+_SUCCESS = range(200, 300)  # the statuses a fire succeeds with
+_REDIRECT = range(300, 400)  # not followed: named in the outcome
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 _HEADER_VALUE_RE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab
@@ -313,7 +316,7 @@ async def _secret_header(env: ActionEnv, rules: TargetRules, name: str, ref: str
     return value
 
 
-async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> None:
+async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> None:  # noqa: C901  the fire itself: its steps stay in one coroutine, no call or await added before the request
     """POST the payload; 2xx succeeds, anything else fails (3xx too: redirects are not followed). Transient
     failures are tried again while the occurrence may still start (``context.latest_start_ms``)."""
     url = str(action.url)
@@ -353,14 +356,14 @@ async def run_http(action: HttpAction, context: FireContext, env: ActionEnv) -> 
             if not _may_retry(attempt, attempts, context, action.timeout_s):
                 raise
         else:
-            if 200 <= status < 300:
+            if status in _SUCCESS:
                 return
             error = f"HTTP {status} from {target.origin}"
-            if status == 429 or status >= 500:
+            if is_transient_status(status):
                 if not _may_retry(attempt, attempts, context, action.timeout_s):
                     raise TransientActionError(error)
             else:
-                raise ActionFailedError(error + (" (redirects are not followed)" if 300 <= status < 400 else ""))
+                raise ActionFailedError(error + (" (redirects are not followed)" if status in _REDIRECT else ""))
         await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
 
 

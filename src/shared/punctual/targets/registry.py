@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, overload
 
 from pydantic import JsonValue
 
@@ -31,12 +31,21 @@ from punctual.network.policy import TargetPolicy
 from punctual.targets.secrets import SecretResolver, SecretRules
 
 if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
+
     from punctual.config.settings import Settings
     from punctual.config.tenant_source import TenantMapSource
 
 A = TypeVar("A", bound=Action)
 R = TypeVar("R")
 log = logging.getLogger(__name__)
+MAX_CACHED_TENANTS = 4096  # tenants whose rules are kept; past it the cache starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +114,7 @@ class TargetRules:
         cache = base._by_tenant  # noqa: SLF001 - the deployment's own cache, an object of this class
         rules = cache.get(tenant)
         if rules is None:
-            if len(cache) >= 4096:
+            if len(cache) >= MAX_CACHED_TENANTS:
                 cache.clear()
             rules = cache[tenant] = _tenant_rules(base, tenant)
         return rules
@@ -259,13 +268,13 @@ class ActionEnv:
     takes the tenant map of :attr:`rules` from.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  every part keyword-only, each with a default a test may replace
         self,
         *,
         rules: TargetRules | None = None,
         secrets: SecretResolver | None = None,
-        clients: dict[str, Any] | None = None,
-        client_factory: Callable[[str], Any] | None = None,
+        clients: dict[str, BaseClient] | None = None,
+        client_factory: Callable[[str], BaseClient] | None = None,
         http_connections: int = 768,
         http_connections_per_host: int = 512,
         secrets_dir: str | None = None,
@@ -287,13 +296,13 @@ class ActionEnv:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, clients: dict[str, Any] | None = None, tenants: TenantMapSource | None = None
+        cls, settings: Settings, clients: dict[str, BaseClient] | None = None, tenants: TenantMapSource | None = None
     ) -> ActionEnv:
         """The runners' environment for ``settings``; the tenant map comes from ``tenants`` (None: the
         ``tenant_map`` setting)."""
-        from botocore.config import Config
+        from botocore.config import Config  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
-        from punctual.config.clients import aws_client
+        from punctual.config.clients import aws_client  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
         # A target call must end within its kind's max_timeout_s (30 s): 3 attempts of at most 2 + 8 s.
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=8)
@@ -319,8 +328,23 @@ class ActionEnv:
         if tenants is not self.rules.tenants:
             self.rules = self.rules.with_tenants(tenants)
 
-    def client(self, service: str) -> Any:
-        """The boto3 client of ``service`` (made once, on first use, unless one was handed in)."""
+    @overload
+    def client(self, service: Literal["lambda"]) -> LambdaClient: ...
+    @overload
+    def client(self, service: Literal["sqs"]) -> SQSClient: ...
+    @overload
+    def client(self, service: Literal["sns"]) -> SNSClient: ...
+    @overload
+    def client(self, service: Literal["events"]) -> EventBridgeClient: ...
+    @overload
+    def client(self, service: Literal["ssm"]) -> SSMClient: ...
+    @overload
+    def client(self, service: Literal["secretsmanager"]) -> SecretsManagerClient: ...
+    @overload
+    def client(self, service: str) -> BaseClient: ...
+    def client(self, service: str) -> BaseClient:
+        """The boto3 client of ``service`` (made once, on first use, unless one was handed in), typed by the
+        service's stubs for the services the action kinds and secrets call."""
         with self._lock:
             client = self._clients.get(service)
             if client is None:

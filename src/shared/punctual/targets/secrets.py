@@ -18,9 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, overload
 
+from punctual.domain.tenancy import is_tenant
 from punctual.errors import SecretReferenceError, SecretUnavailableError, aws_error_code
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_ssm import SSMClient
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -96,8 +102,6 @@ class SecretRules:
         under each SSM and Secrets Manager prefix (``ssm:/punctual/tenants/acme/*``). Tenant names are words
         joined by single hyphens, so no tenant's namespace holds another's. A name that is no tenant's gets a
         namespace no reference can reach."""
-        from punctual.domain.tenancy import is_tenant
-
         if tenant is None:
             return self
         if not is_tenant(tenant):
@@ -167,31 +171,52 @@ def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRe
     if not rest:
         raise SecretReferenceError(value, "the name is empty")
     if kind == "env":
-        if _ENV_NAME.fullmatch(rest) is None:
-            raise SecretReferenceError(value, "not a valid environment variable name")
-        if not rest.startswith(rules.env_prefix) or rest == rules.env_prefix:
-            raise SecretReferenceError(value, f"environment variable names must start with {rules.env_prefix!r}")
-        return SecretRef("env", rest)
+        return _env_ref(value, rest, rules)
     if kind == "file":
-        if rest.startswith("/"):
-            raise SecretReferenceError(value, "file names must be relative to the secrets directory")
-        if not all(_FILE_PART.fullmatch(part) for part in rest.split("/")):
-            raise SecretReferenceError(value, "file names are '/'-separated parts of letters, digits, '_', '.' and '-'")
-        if any(part in (".", "..") for part in rest.split("/")):
-            raise SecretReferenceError(value, "file names may not have '.' or '..' parts")
-        if not rest.startswith(rules.file_prefix) or rest == rules.file_prefix:
-            raise SecretReferenceError(value, f"file names must start with {rules.file_prefix!r}")
-        return SecretRef("file", rest)
+        return _file_ref(value, rest, rules)
     if kind == "ssm":
-        arn = _SSM_ARN.fullmatch(rest)
-        name = arn.group("name") if arn else rest
-        if not name.startswith("/"):
-            raise SecretReferenceError(value, "SSM names start with '/' (or are an SSM parameter ARN)")
-        if _SSM_NAME.fullmatch(name) is None:
-            raise SecretReferenceError(value, "SSM names are made of letters, digits, '_', '.', '-' and '/'")
-        _check_segments(value, name)
-        _check_prefix(value, name, rules.ssm_prefixes, "SSM parameter")
-        return SecretRef("ssm", rest)
+        return _ssm_ref(value, rest, rules)
+    return _secretsmanager_ref(value, rest, rules)
+
+
+def _env_ref(value: str, rest: str, rules: SecretRules) -> SecretRef:
+    """``env:NAME``, its name after the kind (``rest``) checked against ``rules``."""
+    if _ENV_NAME.fullmatch(rest) is None:
+        raise SecretReferenceError(value, "not a valid environment variable name")
+    if not rest.startswith(rules.env_prefix) or rest == rules.env_prefix:
+        raise SecretReferenceError(value, f"environment variable names must start with {rules.env_prefix!r}")
+    return SecretRef("env", rest)
+
+
+def _file_ref(value: str, rest: str, rules: SecretRules) -> SecretRef:
+    """``file:NAME``, its name after the kind (``rest``) checked against ``rules``."""
+    if rest.startswith("/"):
+        raise SecretReferenceError(value, "file names must be relative to the secrets directory")
+    if not all(_FILE_PART.fullmatch(part) for part in rest.split("/")):
+        raise SecretReferenceError(value, "file names are '/'-separated parts of letters, digits, '_', '.' and '-'")
+    if any(part in (".", "..") for part in rest.split("/")):
+        raise SecretReferenceError(value, "file names may not have '.' or '..' parts")
+    if not rest.startswith(rules.file_prefix) or rest == rules.file_prefix:
+        raise SecretReferenceError(value, f"file names must start with {rules.file_prefix!r}")
+    return SecretRef("file", rest)
+
+
+def _ssm_ref(value: str, rest: str, rules: SecretRules) -> SecretRef:
+    """``ssm:NAME`` (a name or an ARN), its name after the kind (``rest``) checked against ``rules``."""
+    arn = _SSM_ARN.fullmatch(rest)
+    name = arn.group("name") if arn else rest
+    if not name.startswith("/"):
+        raise SecretReferenceError(value, "SSM names start with '/' (or are an SSM parameter ARN)")
+    if _SSM_NAME.fullmatch(name) is None:
+        raise SecretReferenceError(value, "SSM names are made of letters, digits, '_', '.', '-' and '/'")
+    _check_segments(value, name)
+    _check_prefix(value, name, rules.ssm_prefixes, "SSM parameter")
+    return SecretRef("ssm", rest)
+
+
+def _secretsmanager_ref(value: str, rest: str, rules: SecretRules) -> SecretRef:
+    """``secretsmanager:NAME[#key]`` (a name or an ARN), its name after the kind (``rest``) checked against
+    ``rules``."""
     name_or_arn, hash_sign, json_key = rest.partition("#")
     if hash_sign and not json_key:
         raise SecretReferenceError(value, "the JSON key after '#' is empty")
@@ -204,14 +229,16 @@ def parse_secret_ref(value: str, rules: SecretRules = SecretRules()) -> SecretRe
     return SecretRef("secretsmanager", name_or_arn, json_key if hash_sign else None)
 
 
-def _default_client_factory(service: str) -> Any:
+def _default_client_factory(service: str) -> BaseClient:
     """A boto3 client of ``service`` in the process's region, failing fast: a secret is fetched while a task
     waits to fire, so three attempts and short timeouts, not the store's patient defaults."""
-    import boto3
-    from botocore.config import Config
+    import boto3  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
+    from botocore.config import Config  # noqa: PLC0415  imported on first use: `import punctual` (which loads the action kinds) stays free of boto3
 
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
-    return boto3.session.Session().client(service, config=config)  # type: ignore[call-overload]
+    # boto3's stubs type ``client`` per service name; a name known only at run time makes a client all the same
+    make: Callable[..., BaseClient] = boto3.session.Session().client
+    return make(service, config=config)
 
 
 class SecretResolver:
@@ -227,7 +254,7 @@ class SecretResolver:
         Where ``env:`` references are read; ``os.environ`` when None.
     ssm_client, secretsmanager_client : optional
         boto3 clients; when None, built on first use by ``client_factory``.
-    client_factory : Callable[[str], Any], optional
+    client_factory : Callable[[str], BaseClient], optional
         Builds a client from a service name (``"ssm"``, ``"secretsmanager"``); by default a boto3 client in the
         process's region with three attempts and 2/5 s timeouts.
     ttl_s : float
@@ -242,15 +269,15 @@ class SecretResolver:
     time; the others wait for that fetch and take its value instead of fetching again.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  every part keyword-only, each with a default a test may replace
         self,
         *,
         rules: SecretRules = SecretRules(),  # frozen, shared
         secrets_dir: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
-        ssm_client: Any = None,
-        secretsmanager_client: Any = None,
-        client_factory: Callable[[str], Any] | None = None,
+        ssm_client: SSMClient | None = None,
+        secretsmanager_client: SecretsManagerClient | None = None,
+        client_factory: Callable[[str], BaseClient] | None = None,
         ttl_s: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -260,7 +287,7 @@ class SecretResolver:
         self.secrets_dir = None if secrets_dir is None else os.fspath(secrets_dir)
         self.ttl_s = ttl_s
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._clients: dict[str, Any] = {"ssm": ssm_client, "secretsmanager": secretsmanager_client}
+        self._clients: dict[str, BaseClient | None] = {"ssm": ssm_client, "secretsmanager": secretsmanager_client}
         self._client_factory = client_factory or _default_client_factory
         self._monotonic = monotonic
         self._lock = threading.Lock()  # guards the cache, the fetch locks and the clients
@@ -333,7 +360,11 @@ class SecretResolver:
             return None
         return value
 
-    def _client(self, service: str) -> Any:
+    @overload
+    def _client(self, service: Literal["ssm"]) -> SSMClient: ...
+    @overload
+    def _client(self, service: Literal["secretsmanager"]) -> SecretsManagerClient: ...
+    def _client(self, service: str) -> BaseClient:
         with self._lock:
             client = self._clients.get(service)
             if client is None:

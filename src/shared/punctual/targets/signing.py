@@ -35,6 +35,7 @@ MIN_SECRET_BYTES = 24
 MAX_SECRET_BYTES = 64
 MAX_SECRETS = 4
 SIGNATURE_VERSION = "v1"
+MAX_TIMESTAMP_DIGITS = 20  # a webhook-timestamp longer than this is refused unread
 
 _SEPARATORS = re.compile(r"[\s,]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -215,7 +216,7 @@ def verify_webhook(
     signature = lowered.get("webhook-signature")
     if not (msg_id and timestamp and signature):
         raise WebhookVerificationError("Missing required headers")
-    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 20:
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > MAX_TIMESTAMP_DIGITS:
         raise WebhookVerificationError("Invalid Signature Headers")
     now = time.time() if now_s is None else now_s
     if int(timestamp) < now - tolerance_s:

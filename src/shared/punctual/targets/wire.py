@@ -138,7 +138,7 @@ class _Connection(asyncio.Protocol):
             return False
         return True
 
-    def _parse(self) -> None:
+    def _parse(self) -> None:  # noqa: C901, PLR0911, PLR0912, PLR0915  one state machine, a branch per state, in the loop an answer's bytes go through
         buffer = self._buffer
         while True:
             if self._state == "head":
@@ -207,7 +207,7 @@ class _Connection(asyncio.Protocol):
             else:
                 return
 
-    def _head(self, head: str) -> bool:
+    def _head(self, head: str) -> bool:  # noqa: C901  an answer's head read in one pass: status, headers, then how its body is framed
         """Read an answer's head; False for an interim 1xx answer (skipped)."""
         lines = head.split("\r\n")
         parts = lines[0].split(" ", 2)
@@ -275,7 +275,8 @@ class WirePool:
         body bytes read. Raises :class:`WireError` (or TimeoutError, or the policy's TargetRefusedError)."""
         async with asyncio.timeout(timeout_s):
             host = self._host(target)
-            assert host.slots is not None and self._all is not None
+            assert host.slots is not None
+            assert self._all is not None
             async with self._all, host.slots:
                 for attempt in range(2):
                     connection = self._idle(host) if attempt == 0 else None

@@ -27,7 +27,7 @@ it. A stream image is decoded by :func:`.codec.candidate_of_item`, which the wir
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
@@ -38,6 +38,9 @@ from punctual.stores.dynamodb.schedules import ScheduleItems
 from punctual.stores.dynamodb.table import Table
 from punctual.stores.dynamodb.tasks import TaskItems
 from punctual.stores.dynamodb.writes import Writes
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["DynamoStores", "StoreConfig", "build_stores"]
 
@@ -59,7 +62,7 @@ class DynamoStores:
     schedules: ScheduleItems
 
     @classmethod
-    def on(cls, client: Any, config: StoreConfig) -> DynamoStores:
+    def on(cls, client: DynamoDBClient, config: StoreConfig) -> DynamoStores:
         """The parts on ``client``, sharing one table (its thread pool) and one set of writes."""
         table = Table(client, config)
         writes = Writes(table)
@@ -75,12 +78,12 @@ class DynamoStores:
         )
 
     @classmethod
-    def from_settings(cls, client: Any, settings: Settings) -> DynamoStores:
+    def from_settings(cls, client: DynamoDBClient, settings: Settings) -> DynamoStores:
         """The parts on ``client`` configured by ``settings``."""
         return cls.on(client, StoreConfig.from_settings(settings))
 
 
-def build_stores(settings: Settings, dynamodb: Any = None) -> DynamoStores:
+def build_stores(settings: Settings, dynamodb: DynamoDBClient | None = None) -> DynamoStores:
     """The store for these settings: DynamoDB (AWS, or ``settings.endpoint_url``), or the given client."""
     client = dynamodb if dynamodb is not None else make_dynamodb_client(settings)
     return DynamoStores.from_settings(client, settings)

@@ -45,6 +45,7 @@ from punctual.domain.model import (
     Task,
     TaskStatus,
     canonical_json,
+    split_occurrence_id,
 )
 from punctual.domain.tenancy import SEPARATOR, split
 from punctual.errors import UndecodableItemError
@@ -101,7 +102,7 @@ def _number_size(text: str) -> int:
     return (max(len(digits), 1) + 1) // 2 + 1
 
 
-def value_size(value: dict[str, Any]) -> int:
+def value_size(value: dict[str, Any]) -> int:  # noqa: PLR0911  one return per attribute type, as DynamoDB sizes it
     """Bytes of one attribute value (low-level form, ``{"S": ...}``) by DynamoDB's sizing rules."""
     ((kind, v),) = value.items()
     if kind == "S":
@@ -206,8 +207,6 @@ def check_owner(key: str, tenant: Any) -> None:
 def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:
     """Refuse (ValueError) an item whose ``schedule_id`` is not the schedule its key names (an occurrence's key is
     ``<schedule id>@<instant>Z``; a task of its own names none)."""
-    from punctual.domain.model import split_occurrence_id
-
     named = split_occurrence_id(task_id)
     if schedule_id is not None and (named is None or named[0] != schedule_id):
         raise ValueError(f"its schedule_id {str(schedule_id)[:64]!r} is not the schedule its key names")

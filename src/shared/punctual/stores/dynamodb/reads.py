@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 FAST_OPERATIONS = ("Query", "BatchGetItem", "GetItem", "Scan")
 _HANDLER_ID = "punctual-fast-reads"
+FIRST_UNPARSED_STATUS = 300  # a redirect or an error: botocore parses it
 _BINARY_KEY = re.compile(rb'"BS?"\s*:')  # a binary attribute value's key, whatever the whitespace
 
 
 def parse_fast(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
     """The ``before-parse`` handler: see the module docstring."""
-    if response_dict.get("status_code", 500) >= 300:
+    if response_dict.get("status_code", 500) >= FIRST_UNPARSED_STATUS:
         return
     body = response_dict.get("body")
     if not isinstance(body, bytes | bytearray) or not body or _BINARY_KEY.search(body):
@@ -44,7 +48,7 @@ def parse_fast(response_dict: dict[str, Any], customized_response_dict: dict[str
     response_dict["body"] = b"{}"
 
 
-def register_fast_reads(client: Any) -> None:
+def register_fast_reads(client: DynamoDBClient) -> None:
     """Parse ``client``'s read responses with :func:`parse_fast` (idempotent: registering twice is a no-op)."""
     for operation in FAST_OPERATIONS:
         client.meta.events.register(

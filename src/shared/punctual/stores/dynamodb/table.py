@@ -9,13 +9,17 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from punctual.domain.backoff import backoff_s
 from punctual.stores.dynamodb.config import StoreConfig
 from punctual.stores.dynamodb.reads import register_fast_reads
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef, TransactWriteItemTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ class Table:
         What the adapter is configured with.
     """
 
-    def __init__(self, client: Any, config: StoreConfig) -> None:
+    def __init__(self, client: DynamoDBClient, config: StoreConfig) -> None:
         register_fast_reads(client)
         self.client = client
         self.config = config
@@ -93,19 +97,23 @@ class Table:
         (:func:`~punctual.domain.backoff.backoff_s`), up to :data:`BATCH_GET_ATTEMPTS` requests."""
 
         def fetch(ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-            request: dict[str, Any] = {"Keys": [{"task_id": {"S": t}} for t in ids], "ConsistentRead": consistent}
+            request: KeysAndAttributesTypeDef = {
+                "Keys": [{"task_id": {"S": t}} for t in ids],
+                "ConsistentRead": consistent,
+            }
             if projection:
                 request["ProjectionExpression"] = projection
                 if "#st" in projection:
                     request["ExpressionAttributeNames"] = {"#st": "status"}
             items: list[dict[str, Any]] = []
-            unprocessed: list[dict[str, Any]] = []
+            unprocessed: list[dict[str, Any]] = []  # the keys still to read, as BatchGetItem answers them
             for attempt in range(BATCH_GET_ATTEMPTS):
                 if attempt:
                     self.sleep(backoff_s(attempt - 1))
                 response = self.client.batch_get_item(RequestItems={self.name: request})
                 items.extend(response.get("Responses", {}).get(self.name, []))
-                unprocessed = response.get("UnprocessedKeys", {}).get(self.name, {}).get("Keys", [])
+                unread = response.get("UnprocessedKeys", {}).get(self.name)
+                unprocessed = unread.get("Keys", []) if unread else []
                 if not unprocessed:
                     return items, []
                 request = {**request, "Keys": unprocessed}
@@ -126,7 +134,9 @@ class Table:
         """One TransactWriteItems of raw ``items``: None when it held, else each item's cancellation code. The
         idempotency token makes botocore's retry of a transaction whose response was lost a no-op success."""
         try:
-            self.client.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
+            # the adapter builds its writes in DynamoDB's wire form (raw attribute values), not the stubs' TypedDicts
+            transact_items = cast("list[TransactWriteItemTypeDef]", items)
+            self.client.transact_write_items(TransactItems=transact_items, ClientRequestToken=uuid.uuid4().hex)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                 raise

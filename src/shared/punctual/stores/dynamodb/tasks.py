@@ -162,7 +162,7 @@ class TaskItems(TenantItems):
             status=PENDING,
         )
 
-    def _change(
+    def _change(  # noqa: PLR0913  one write's parts as Writes.update takes them, its status keyword-only
         self, kind: WriteKind, task_id: str, now_ms: int, update: str, values: dict[str, Any], *, status: str
     ) -> Task:
         """CANCEL or RESCHEDULE (guarded by CHANGEABLE): the task as it now is, or the error saying why the

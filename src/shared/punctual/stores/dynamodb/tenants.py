@@ -96,7 +96,7 @@ class TenantItems:
                 return count
             kwargs["ExclusiveStartKey"] = more
 
-    def tenant_page(
+    def tenant_page(  # noqa: PLR0913, PLR0917  the signature of its port, ClientPort.tenant_page
         self,
         tenant: str,
         statuses: Iterable[TaskStatus] | None = None,

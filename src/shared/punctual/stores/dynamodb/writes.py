@@ -157,7 +157,7 @@ class Writes:
     def __init__(self, table: Table) -> None:
         self.table = table
 
-    def update(
+    def update(  # noqa: PLR0913  an UpdateItem's parts; what the write sets besides, keyword-only
         self,
         kind: WriteKind,
         task_id: str,
