@@ -68,7 +68,8 @@ def call_worker_once(handler: Path, env: dict[str, str], event: dict[str, Any], 
     )
     worker.start()
     try:
-        assert parent.poll(60) and parent.recv()["ready"]
+        assert parent.poll(60)
+        assert parent.recv()["ready"]
         parent.send(event)
         assert parent.poll(60)
         return parent.recv()["result"]

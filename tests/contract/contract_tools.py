@@ -278,7 +278,8 @@ def armed_task(
     task = tasks.create(due_ms, **fields)
     alive(store, executor, alive_until_ms)
     armed = arm(store, task, executor, NOW, lease_until_ms, batch_id="batch-1")
-    assert armed is not None and armed.taken_over_until_ms is None
+    assert armed is not None
+    assert armed.taken_over_until_ms is None
     return armed.task
 
 

@@ -44,7 +44,8 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         settings_overrides={"table_name": fresh_table_name, "ntp_server": None, "lead_ms": LEAD_MS},
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.fast_poller is not None
+        assert stack.settings is not None
+        assert stack.fast_poller is not None
         assert wait_until(lambda: len(stack.polls) >= 1, timeout=30)  # the start-up poll is over
         to_next_poll = next_tick(now_ms(), POLL_INTERVAL_S * 1000) - now_ms()
         if to_next_poll < QUIET_S * 1000:
@@ -66,7 +67,8 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         assert wait_until(lambda: len(read_fires(stack.fire_log, prefix)) >= 30, timeout=QUIET_S)
         assert wait_until(lambda: all(client.get(t).status is TaskStatus.SUCCEEDED for t in ids), timeout=QUIET_S)
         fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, prefix))
-        assert set(fires) == set(ids) and set(fires.values()) == {1}
+        assert set(fires) == set(ids)
+        assert set(fires.values()) == {1}
         assert {client.get(t).attempt for t in ids} == {1}
         # ... dispatched by the fast path, once each (its stream filter passes only PENDING images, so the
         # ARM and RECORD writes that follow dispatch nothing more); no poll dispatched any of them
@@ -79,4 +81,6 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
             epsilon_ms=1_500,
         )
         print(f"\n{verdict.format('fast path, tasks scheduled 2 s ahead')}")
-        assert verdict.ok and not verdict.lost and not verdict.extra
+        assert verdict.ok
+        assert not verdict.lost
+        assert not verdict.extra

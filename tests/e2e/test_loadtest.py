@@ -49,7 +49,8 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
         settings_overrides={"table_name": f"punctual-load-{uuid.uuid4().hex[:8]}", "ntp_server": None},
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.settings.endpoint_url is not None
+        assert stack.settings is not None
+        assert stack.settings.endpoint_url is not None
         assert stack.settings.endpoint_url.startswith("http://127.0.0.1:")
         env = {
             **os.environ,

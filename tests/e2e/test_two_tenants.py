@@ -85,7 +85,8 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
 ) -> None:
     attacker_receiver, victim_receiver = receivers
     settings = stack.settings
-    assert settings is not None and stack.ddb is not None
+    assert settings is not None
+    assert stack.ddb is not None
     table = Client(Settings.model_validate(settings.model_dump(include=set(Settings.model_fields))))
     dynamodb = table._store.table.client  # type: ignore[attr-defined]  # the stack's DynamoDB Local
     local, beta = _api(stack, "local"), _api(stack, "beta")
@@ -179,4 +180,5 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     raw = dynamodb.get_item(
         TableName=settings.table_name, Key={"task_id": {"S": "local/#schedule#evil"}}, ConsistentRead=True
     )["Item"]
-    assert "due_bucket" not in raw and "detail" in raw
+    assert "due_bucket" not in raw
+    assert "detail" in raw

@@ -386,7 +386,8 @@ def judge(
     print(f"\n{verdict.format(title)}")
     outside = [(key, stored[key.rpartition(":")[0]].detail) for key in verdict.missed_outside_window[:5]]
     assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")
-    assert not verdict.lost and not verdict.unexplained
+    assert not verdict.lost
+    assert not verdict.unexplained
     return verdict
 
 

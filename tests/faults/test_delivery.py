@@ -62,7 +62,8 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     verdict = judge(
         f"duplicate delivery to two executors + a late retry ({write_batch})", store, [t.task_id for t in tasks], target
     )
-    assert len(verdict.matched) == len(tasks) and not verdict.extra
+    assert len(verdict.matched) == len(tasks)
+    assert not verdict.extra
 
 
 @pytest.mark.e2e
@@ -87,7 +88,8 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         },
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.invoker is not None
+        assert stack.settings is not None
+        assert stack.invoker is not None
         client = Client(stack.settings)
         # When 40 tasks are scheduled, due 5-6 s from now (with a grace of minutes: a slow machine only makes
         # them late)
@@ -113,7 +115,8 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         stats = dict(stack.invoker.stats)
 
         # Then every invocation ran twice (each doubled delivery completed) ...
-        assert fired and finished
+        assert fired
+        assert finished
         assert stats["invoked"] >= 1
         assert stats["completed"] == 2 * stats["invoked"]
         # ... and the target saw each task fire once

@@ -112,7 +112,8 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     first = store_for(settings).client.redrive_many(poison, now_ms())
     second = store_for(settings).client.redrive_many(poison, now_ms())
     # Then the first puts each back to PENDING with a fresh set of attempts; the second is a no-op
-    assert first == [True] * 3 and second == [False] * 3
+    assert first == [True] * 3
+    assert second == [False] * 3
     assert all(
         t.status is TaskStatus.PENDING and t.attempt == 0 for t in store_for(settings).client.get_many(poison).values()
     )

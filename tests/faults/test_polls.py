@@ -108,7 +108,8 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     # ... each task was armed by exactly one executor (its other dispatch lost at ARM); the third sent nothing
     assert sum(r.armed for r in executors.reports) == len(tasks)
     assert sum(r.lost_arm for r in executors.reports) == len(tasks)
-    assert third.dispatched == 0 and not third_invoker.payloads
+    assert third.dispatched == 0
+    assert not third_invoker.payloads
     assert {t.attempt for t in store.client.get_many(ids).values()} == {1}
     # ... and each fired once
     judge(f"two pollers at one instant + a third while armed ({write_batch})", store, ids, target)
@@ -252,7 +253,9 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     # Then the dead poller sent what its 5 invocations held (at most a batch each: on a busy machine, less time
     # left before the first instant cuts smaller batches) and sent no more; the next tick sent exactly the rest
     # (what no executor holds)
-    assert dying.accepted == 0 and dying.refused >= 1 and 0 < len(sent) <= 5 * 20
+    assert dying.accepted == 0
+    assert dying.refused >= 1
+    assert 0 < len(sent) <= 5 * 20
     assert (report.dispatched, report.complete) == (len(ids) - len(sent), True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
     # ... and every task fired once
@@ -289,8 +292,10 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
     follow.join()
 
     # Then the first stopped at its deadline, saying what it left; the next sent exactly that
-    assert not first.complete and first.undispatched > 0
-    assert first.dispatched + first.undispatched == len(tasks) and first.dispatched == len(sent)
+    assert not first.complete
+    assert first.undispatched > 0
+    assert first.dispatched + first.undispatched == len(tasks)
+    assert first.dispatched == len(sent)
     assert budget.used_s <= 8.0  # at most one round of parallel invocations past the budget
     assert (second.dispatched, second.complete) == (first.undispatched, True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
@@ -326,13 +331,16 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
 
     # Then the first read only some buckets, dispatched nothing (its time was up), and did not move the
     # watermark past what it did not read; the next found and sent everything
-    assert not first.complete and first.dispatched == 0 and first.undispatched == first.candidates
+    assert not first.complete
+    assert first.dispatched == 0
+    assert first.undispatched == first.candidates
     assert first.candidates < len(tasks)
     assert second.watermark_ms <= bucket_start(overdue[0].due_ms)
     assert (second.dispatched, second.complete) == (len(tasks), True)
     print(f"\nfirst tick read {budget.used_s:.0f} queries of {first.queries} and found {first.candidates}")
     verdict = judge("tick out of time while reading; the next tick found everything", store_for(settings), ids, target)
-    assert len(verdict.matched) == len(tasks) and not verdict.past_grace
+    assert len(verdict.matched) == len(tasks)
+    assert not verdict.past_grace
 
 
 # -- 6. a ~119 s gap between polls ----------------------------------------------------------------------------

@@ -99,7 +99,8 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # Then the fires did not wait for the probe (the executor only ever read what it had), which found no offset
     assert not probe.waited
     offset = OffsetProbe.wait(probe, 6)
-    assert offset.offset_ms is None and offset.error
+    assert offset.offset_ms is None
+    assert offset.error
     assert report.clock_offset_ms is None
     stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
@@ -108,7 +109,9 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # ... and the target saw every task fire once (how late is printed: on a busy machine the batch itself may
     # start late, whatever the probe does)
     verdict = judge("NTP unreachable", store_for(settings), ids, target)
-    assert verdict.ok and not verdict.lost and not verdict.extra
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.extra
 
 
 class WatchedProbe(OffsetProbe):
@@ -131,5 +134,6 @@ def test_an_ntp_server_on_a_closed_port_gives_no_offset_quickly() -> None:
     offset = measure_offset(f"127.0.0.1:{port}", timeout_s=0.5)
 
     # Then it is unknown, with the reason
-    assert offset.offset_ms is None and not offset.corrected
+    assert offset.offset_ms is None
+    assert not offset.corrected
     assert offset.error

@@ -195,7 +195,8 @@ def test_arguments_the_parser_refuses_are_named_and_nothing_is_stored(
     assert run.code == 2
     assert "Traceback" not in run.stderr
     errors = [line for line in run.lines if ": error: " in line]
-    assert len(errors) == 1 and errors[0] == run.lines[-1], run.lines
+    assert len(errors) == 1, run.lines
+    assert errors[0] == run.lines[-1], run.lines
     assert all(line.startswith(("usage:", " ")) for line in run.lines[:-1]), run.lines
     for name in names:
         assert name in errors[0], (name, errors[0])

@@ -108,7 +108,8 @@ def test_a_batch_fires_every_task_and_records_it(
     for task in created:
         done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
-        assert done.fired_at is not None and done.finished_at is not None
+        assert done.fired_at is not None
+        assert done.finished_at is not None
         assert done.drift_ms is not None
         # fired_at - due_at is the drift (fired_at is kept to the ms, the drift to the µs)
         assert abs((done.fired_at - done.due_at).total_seconds() * 1000 - done.drift_ms) < 1.0
@@ -145,7 +146,8 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     report = executor.run_batch(event)
     # Then the outcomes were written by the lowered background writer, not by the recorder itself
     assert report.succeeded == 3
-    assert callers and all(name.startswith("record-bg") for name in callers)
+    assert callers
+    assert all(name.startswith("record-bg") for name in callers)
 
 
 def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_recorded(
@@ -163,7 +165,8 @@ def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_
     for task in created:
         done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
-        assert done.drift_ms is not None and done.drift_ms > -5
+        assert done.drift_ms is not None
+        assert done.drift_ms > -5
 
 
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
@@ -178,7 +181,8 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     # Then the corrected drift is the raw drift plus the offset
     assert report.clock_offset_ms == 2.5
     done = read_task(store, task.task_id)
-    assert done.drift_ms is not None and done.drift_corrected_ms is not None
+    assert done.drift_ms is not None
+    assert done.drift_corrected_ms is not None
     assert done.drift_corrected_ms == pytest.approx(done.drift_ms + 2.5, abs=0.002)
 
 
@@ -238,7 +242,8 @@ def test_http_500_is_recorded_failed_with_detail(
     assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
     done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED
-    assert done.detail is not None and "HTTP 500" in done.detail
+    assert done.detail is not None
+    assert "HTTP 500" in done.detail
     assert done.fired_at is not None
     # And a 500 being transient, it was tried three times within the grace, each with the task's key
     assert [r["headers"]["Idempotency-Key"] for r in target.requests] == [f"{task.task_id}:0"] * 3
@@ -323,7 +328,8 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     done = read_task(store, task.task_id)
     assert done.status is TaskStatus.MISSED
     assert done.fired_at is None
-    assert done.detail is not None and "past its grace of 0 ms" in done.detail
+    assert done.detail is not None
+    assert "past its grace of 0 ms" in done.detail
 
 
 def _shard(store: DynamoStores, task: Task) -> int:
@@ -355,7 +361,8 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     for task in created:
         back = read_task(store, task.task_id)
         assert back.status is TaskStatus.PENDING
-        assert back.fired_at is None and back.armed_by is None
+        assert back.fired_at is None
+        assert back.armed_by is None
     # And the next poll finds and dispatches them again
     assert dispatch_batch(store, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
 
@@ -464,8 +471,10 @@ def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_cras
     assert (report.armed, report.taken_over, report.fired, report.missed) == (3, 3, 2, 1)
     assert all(read_task(store, t.task_id).status is TaskStatus.SUCCEEDED for t in later)
     missed = read_task(store, window.task_id)
-    assert missed.status is TaskStatus.MISSED and missed.fired_at is None
-    assert missed.detail is not None and "executor was lost" in missed.detail
+    assert missed.status is TaskStatus.MISSED
+    assert missed.fired_at is None
+    assert missed.detail is not None
+    assert "executor was lost" in missed.detail
 
 
 HOLD_S = 300  # how long a later part waits for the first part's first record: only a hang reaches it (a busy

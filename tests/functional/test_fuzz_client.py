@@ -294,7 +294,8 @@ def test_a_scheduled_task_reads_back_equal(
 
     # Then the stored task is the one schedule returned, PENDING, holding exactly what was asked for
     assert stored == scheduled
-    assert stored is not None and stored.status is TaskStatus.PENDING
+    assert stored is not None
+    assert stored.status is TaskStatus.PENDING
     assert stored.task_id == arguments["task_id"]
     assert stored.due_ms == to_ms(arguments["due_at"])
     assert stored.due_at.utcoffset() == timedelta(0)

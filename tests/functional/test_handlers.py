@@ -428,7 +428,8 @@ def test_with_two_poll_groups_the_scheduled_poller_starts_the_other_group_and_ea
     assert second["group"] == 1
     dispatched = [t["task_id"] for p in handlers.invoker.payloads for t in p["tasks"]]
     assert sorted(dispatched) == sorted(task_ids)
-    assert first["dispatched"] > 0 and second["dispatched"] > 0
+    assert first["dispatched"] > 0
+    assert second["dispatched"] > 0
     assert first["dispatched"] + second["dispatched"] == 12
     # And both invocations logged under the scheduled event's id, and counted what they dispatched
     output = handlers.read()

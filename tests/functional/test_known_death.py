@@ -89,6 +89,8 @@ def test_a_restart_fences_every_executor_still_alive_and_only_those(store: Dynam
     assert sorted(fenced) == ["x-a", "x-b"]
     assert (
         store.firing.heartbeat("x-a", now, now + 20_000) is False
-        and store.firing.heartbeat("x-b", now, now + 20_000) is False
+    )
+    assert (
+        store.firing.heartbeat("x-b", now, now + 20_000) is False
     )
     assert store.firing.heartbeat("x-old", now, now + 20_000)

@@ -98,7 +98,8 @@ def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoStores, 
     # Then it lost the race: skipped with the task as it is now (the rival's redrive), which stands
     (skipped,) = report.skipped
     assert (skipped.task_id, skipped.reason, skipped.status) == ("f1", SkipReason.LOST_RACE, TaskStatus.PENDING)
-    assert report.redriven == () and report.counts["lost the race"] == 1
+    assert report.redriven == ()
+    assert report.counts["lost the race"] == 1
     assert read_task(store, "f1").due_ms == now_ms + 5
 
 
@@ -110,7 +111,8 @@ def test_every_failed_task_is_selected_and_nothing_else(store: DynamoStores, tas
     # When every FAILED task is redriven
     report = redrive_tasks(store.client, Selection(failed=True), now_ms + 60_000)
     # Then those two are, and nothing was skipped
-    assert sorted(report.redriven) == ["f1", "f2"] and report.skipped == ()
+    assert sorted(report.redriven) == ["f1", "f2"]
+    assert report.skipped == ()
     assert read_task(store, "p1").status is TaskStatus.PENDING
 
 
@@ -133,7 +135,8 @@ def test_what_the_queue_holds_is_redriven_and_its_settled_letters_removed(
         ("s", SkipReason.NOT_FAILED),
         ("gone", SkipReason.NOT_FOUND),
     ]
-    assert report.dead_letters_removed == 3 and queue.receive() == []
+    assert report.dead_letters_removed == 3
+    assert queue.receive() == []
     assert read_task(store, "b").status is TaskStatus.FAILED
 
 

@@ -185,7 +185,8 @@ def test_without_a_parameter_the_map_of_the_environment_is_used_and_no_ssm_clien
     given = settings.model_copy(update={"tenant_map": json.dumps({principal(7): tenant(7)})})
     # When the API and the executor are built  Then neither makes an SSM client, and the map is the setting's
     source = tenant_map_source(given)
-    assert isinstance(source, FixedTenantMap) and source.tenant_map().tenant_of(principal(7)) == tenant(7)
+    assert isinstance(source, FixedTenantMap)
+    assert source.tenant_map().tenant_of(principal(7)) == tenant(7)
     build_api(given, dynamodb)
     build_executor(given, dynamodb)
 
@@ -269,13 +270,16 @@ def test_a_failed_read_keeps_the_map_read_before_and_is_tried_again_soon(
     with caplog.at_level(logging.ERROR, logger="punctual.config.tenant_source"):
         kept = source.tenant_map()
     # Then the map read before serves on, and the failure is logged at ERROR naming the parameter
-    assert kept is first and len(reads) == 2
+    assert kept is first
+    assert len(reads) == 2
     (record,) = caplog.records
-    assert record.levelno == logging.ERROR and NAME in record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert NAME in record.getMessage()
     assert "not json" not in record.getMessage()  # what was read is never logged
     # And it is not read again before RETRY_AFTER_S; then it is, and a good map is taken up
     clock.now += RETRY_AFTER_S - 0.001
-    assert source.tenant_map() is first and len(reads) == 2
+    assert source.tenant_map() is first
+    assert len(reads) == 2
     ssm.put_parameter(Name=NAME, Value=json.dumps({principal(3): tenant(3)}), Type="String", Overwrite=True)
     clock.now += 0.001
     assert source.tenant_map().tenant_of(principal(3)) == tenant(3)
@@ -302,7 +306,8 @@ def test_the_executors_rules_take_up_a_new_map_only_when_it_refreshes_them(ssm: 
     after = env.rules
     env.refresh_tenants()
     assert env.rules is after
-    assert isinstance(after, TargetRules) and after.tenant is None
+    assert isinstance(after, TargetRules)
+    assert after.tenant is None
 
 
 # -- the API and the executor ----------------------------------------------------------------------------------
@@ -326,7 +331,8 @@ def test_the_api_serves_a_caller_of_tenant_437_and_refuses_an_unknown_principal(
     assert DynamoStores.from_settings(dynamodb, in_parts).client.get(f"{tenant(437)}/order-1") is not None
     # When it names another tenant's queue  Then its entry in the map refuses it
     refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)
-    assert refused["statusCode"] == 422 and "action.queue_arn" in refused["body"]
+    assert refused["statusCode"] == 422
+    assert "action.queue_arn" in refused["body"]
     # And a principal the map does not name is refused
     stranger = f"arn:aws:iam::{ACCOUNT}:role/Tenant501Scheduler"
     assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403
@@ -365,7 +371,8 @@ def test_the_executor_fires_a_tenants_task_to_a_target_its_entry_in_the_paramete
     # Then tenant 437's task reached its queue, and tenant 1's was refused: that queue is not in its entry
     assert read_task(store, f"{tenant(437)}/order-1").status is TaskStatus.SUCCEEDED
     refused = read_task(store, f"{tenant(1)}/order-1")
-    assert refused.status is TaskStatus.FAILED and "tenant-001's target_arns" in (refused.detail or "")
+    assert refused.status is TaskStatus.FAILED
+    assert "tenant-001's target_arns" in (refused.detail or "")
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
     assert [json.loads(m["Body"])["payload"] for m in messages] == [{"owner": 437}]
 

@@ -110,7 +110,8 @@ def test_a_server_left_running_is_adopted_with_its_data_and_stopped_by_its_new_o
     first = DynamoDBLocal(data_dir=data_dir)
     endpoint = first.start()
     pid, port = first.pid, first.port
-    assert pid is not None and port is not None
+    assert pid is not None
+    assert port is not None
     make_client(endpoint).put_item(TableName=ensure_and_name(endpoint), Item={"task_id": {"S": "kept"}})
     try:
         # When a new object on the same directory adopts it (and one asked for another port does not)
@@ -227,7 +228,8 @@ def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(
         pid_text, endpoint = child.stdout.readline().split()
         server = _AdoptedProcess(int(pid_text))
         # Then the server runs on and answers (its life is not the starting thread's)
-        assert server.poll() is None and _answers(endpoint, 30)
+        assert server.poll() is None
+        assert _answers(endpoint, 30)
         started = time.monotonic()
         ensure_table(make_client(endpoint), "punctual-kept")
         write_s = time.monotonic() - started

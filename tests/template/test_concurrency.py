@@ -122,7 +122,8 @@ def test_the_defaults_deploy_on_the_smallest_accounts(
     held = held_by(cfn_template, _defaults(sam_template))
     assert held == Held()
     needed = held.quota_needed()
-    assert needed is not None and all(needed <= quota for quota in SMALLEST_QUOTAS)
+    assert needed is not None
+    assert all(needed <= quota for quota in SMALLEST_QUOTAS)
 
 
 def test_a_reservation_needs_100_more_than_the_stack_holds(cfn_template: dict[str, Any]) -> None:
@@ -130,7 +131,8 @@ def test_a_reservation_needs_100_more_than_the_stack_holds(cfn_template: dict[st
     # needs a quota of 212, more than a new account has
     parameters = dict(zip(PARAMETERS, ("100", "2", "10", "0"), strict=True))
     needed = held_by(cfn_template, parameters).quota_needed()
-    assert needed == 212 and all(needed > quota for quota in SMALLEST_QUOTAS)
+    assert needed == 212
+    assert all(needed > quota for quota in SMALLEST_QUOTAS)
 
 
 def _documented_rows() -> list[tuple[dict[str, str], int | None]]:

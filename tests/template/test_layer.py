@@ -82,7 +82,8 @@ def built_files(source: Path) -> list[Path]:
 
 
 def code_dir(uri: str) -> Path:
-    assert isinstance(uri, str) and not uri.startswith("s3://"), f"not a local code path: {uri!r}"
+    assert isinstance(uri, str), f"not a local code path: {uri!r}"
+    assert not uri.startswith("s3://"), f"not a local code path: {uri!r}"
     return ROOT / uri
 
 
@@ -211,7 +212,8 @@ def test_every_runtime_module_imports_without_the_tooling_or_moto(
     # Then each imports, and from the layer (not from the source checkout)
     assert result["failed"] == {}
     assert result["outside"] == []
-    assert "punctual.executing.executor" in modules and "punctual.stores.dynamodb.due" in modules
+    assert "punctual.executing.executor" in modules
+    assert "punctual.stores.dynamodb.due" in modules
 
 
 def test_the_layer_requirements_list_no_dev_package(layer_dir: Path) -> None:

@@ -230,7 +230,8 @@ def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], m
             if name in ("ApiName", "Stage"):
                 assert value == _rest_api_dimensions(cfn_resources)[name], (metric, name, value)
                 continue
-            assert value.startswith("${") and value.endswith("}"), (metric, name, value)
+            assert value.startswith("${"), (metric, name, value)
+            assert value.endswith("}"), (metric, name, value)
             resource, _, attribute = value[2:-1].partition(".")
             expected = {
                 "FunctionName": ("AWS::Lambda::Function", ""),

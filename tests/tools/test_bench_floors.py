@@ -90,11 +90,14 @@ def test_both_profiles_judge_the_steady_tail_and_a_burst_at_one_and_a_half_times
     p99 = {"floor/steady": 1.0, "system/steady": 1.4, "floor/burst": 20.0, "system/burst": 31.0}
     lam = {v.name: v for v in bench.verdicts(p99, "lambda")}
     local = {v.name: v for v in bench.verdicts(p99, "local")}
-    assert lam["system/steady"].ratio_target == 1.5 and lam["system/steady"].met
+    assert lam["system/steady"].ratio_target == 1.5
+    assert lam["system/steady"].met
     assert lam["system/steady"].abs_target == 2.0
     assert not lam["system/burst"].met  # 1.55x
-    assert local["system/steady"].ratio_target == 1.5 and local["system/steady"].ratio_met
-    assert local["system/burst"].ratio_target == 1.5 and not local["system/burst"].ratio_met
+    assert local["system/steady"].ratio_target == 1.5
+    assert local["system/steady"].ratio_met
+    assert local["system/burst"].ratio_target == 1.5
+    assert not local["system/burst"].ratio_met
 
 
 def test_the_profile_is_said_first() -> None:
@@ -102,7 +105,9 @@ def test_the_profile_is_said_first() -> None:
     assert "whole cores and firing at normal priority" in bench.profile_line("local", 256, None)
     assert "real-time firing where allowed" in bench.profile_line("local", 256, None, realtime=True)
     line = bench.profile_line("lambda", 256, True)
-    assert "256 MB" in line and "0.145 of a core" in line and "normal priority" in line
+    assert "256 MB" in line
+    assert "0.145 of a core" in line
+    assert "normal priority" in line
     assert "NO CPU quota" in bench.profile_line("lambda", 256, False)
 
 
@@ -155,5 +160,7 @@ def test_the_steady_phases_ask_the_store_for_their_rate_and_a_burst_for_none() -
     )
     loads = bench.phase_loads(args)  # type: ignore[arg-type]
     # Then the phases scheduled ahead make two writes a task, those written during the run three
-    assert loads["system/steady"] == (2, 15.0) and loads["steady+writes"] == (3, 15.0)
-    assert loads["system/burst"] == (2, None) and loads["short lead"] == (3, 6.0)
+    assert loads["system/steady"] == (2, 15.0)
+    assert loads["steady+writes"] == (3, 15.0)
+    assert loads["system/burst"] == (2, None)
+    assert loads["short lead"] == (3, 6.0)

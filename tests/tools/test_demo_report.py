@@ -386,8 +386,10 @@ def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     )
     assert entries == [fire]
     assert clock.now_s * 1000 > deadline_ms
-    assert set(clock.sleeps) == {0.05} and len(seen) == len(clock.sleeps) + 1 >= 6
-    assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1])
+    assert set(clock.sleeps) == {0.05}
+    assert len(seen) == len(clock.sleeps) + 1 >= 6
+    assert seen[-1] == (1, True)
+    assert all(not last for _, last in seen[:-1])
 
 
 def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the_spread_figures(
@@ -397,7 +399,8 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
 
     # Given a plan with 4 spread log tasks and 2 webhooks between them, no burst
     plan = plan_demo(4, 3.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, webhooks=2)
-    assert len(plan.webhook_ids) == 2 and len(plan.due_ms) == 6
+    assert len(plan.webhook_ids) == 2
+    assert len(plan.due_ms) == 6
     hooks = sorted(plan.webhook_ids, key=plan.due_ms.__getitem__)
     spread = sorted(set(plan.due_ms) - plan.webhook_ids, key=plan.due_ms.__getitem__)
     assert plan.due_ms[spread[0]] < plan.due_ms[hooks[0]] < plan.due_ms[spread[1]]  # halfway between
@@ -415,9 +418,12 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
     entries = FireLogTail(fire_log, "demo-r1-", received).read()
     report = build_report(FakeClient(), plan, entries)
     # Then all 6 fired on time; the webhooks' drift is the receiver's, the spread row holds only the log tasks
-    assert report["fired"] == 6 and report["checker"]["ok"]
-    assert report["webhook_drift_ms"]["count"] == 2 and report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
-    assert report["steady_drift_ms"]["count"] == 4 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert report["fired"] == 6
+    assert report["checker"]["ok"]
+    assert report["webhook_drift_ms"]["count"] == 2
+    assert report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
+    assert report["steady_drift_ms"]["count"] == 4
+    assert report["steady_drift_ms"]["max"] == pytest.approx(1.0)
     assert "webhooks (arrival at the loopback receiver)" in format_report(report)
 
 
@@ -433,7 +439,8 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
     by_schedule: dict[str, list[int]] = {}
     for task_id in plan.occurrence_ids:
         split = split_occurrence_id(task_id)
-        assert split is not None and plan.due_ms[task_id] == split[1]
+        assert split is not None
+        assert plan.due_ms[task_id] == split[1]
         by_schedule.setdefault(split[0], []).append(split[1])
     # (half a period after the span's start, so that no occurrence falls on the burst's instant, mid-span)
     first = plan.first_ms
@@ -448,9 +455,12 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
     report = build_report(FakeClient(), plan, entries)
     # Then the occurrences have their own drift row, the spread row keeps only the one-off tasks, and the
     # unfired occurrence is lost: the verdict fails
-    assert report["recurring_drift_ms"]["count"] == 9 and report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
-    assert report["steady_drift_ms"]["count"] == 3 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
-    assert report["lost"] == 1 and not report["checker"]["ok"]
+    assert report["recurring_drift_ms"]["count"] == 9
+    assert report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
+    assert report["steady_drift_ms"]["count"] == 3
+    assert report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert report["lost"] == 1
+    assert not report["checker"]["ok"]
     assert "recurring (2 schedules, sub-second rates)" in format_report(report)
 
 

@@ -69,7 +69,8 @@ def test_every_relative_link_of_the_readme_names_a_file_that_exists() -> None:
     targets = re.findall(r"\]\((?!https?:|#|mailto:)([^)#\s]+)", text)
     # Then each relative link leads to a file of the tree
     missing = [t for t in targets if not (ROOT / t).exists()]
-    assert targets and missing == []
+    assert targets
+    assert missing == []
 
 
 _PATH = re.compile(r"`((?:src|tests|bench|loadtest|docs)/[\w./-]*\w/?|punctual(?:_tools)?/[\w./-]+\.py)`")

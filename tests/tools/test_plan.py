@@ -75,7 +75,8 @@ def test_the_human_block_names_the_overrides_quotas_capacity_and_bill(capsys: py
     assert "sam deploy --parameter-overrides ShardCount=128 " in out
     assert "Lambda concurrent executions: default 1,000, raise to" in out
     assert "Lambda scaling rate" in out
-    assert "write units/s" in out and "per million" in out
+    assert "write units/s" in out
+    assert "per million" in out
 
 
 @pytest.mark.parametrize(

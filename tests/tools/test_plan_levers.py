@@ -163,7 +163,8 @@ def test_a_lever_out_of_its_range_is_an_argparse_error(args: list[str], capsys: 
 
 def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
     plan = make_plan(RATE_100M)
-    assert plan.defaults.interval_s == 60 and plan.defaults.lead_s == defaults().lead_s
+    assert plan.defaults.interval_s == 60
+    assert plan.defaults.lead_s == defaults().lead_s
     assert not {"PollsPerMinute", "LeadMs", "TableBillingMode"} & set(plan.overrides())
 
 
@@ -184,7 +185,8 @@ def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_mo
     assert "TableMaxWriteCapacity" not in small.overrides()
     big = make_plan(2_000, levers=Levers(capacity="provisioned"))
     ceiling = big.overrides()["TableMaxWriteCapacity"]
-    assert isinstance(ceiling, int) and ceiling >= big.capacity.table_writes / 0.7
+    assert isinstance(ceiling, int)
+    assert ceiling >= big.capacity.table_writes / 0.7
     on_demand = make_plan(2_000)
     assert not {"TableMaxWriteCapacity", "TableBillingMode"} & set(on_demand.overrides())
 
@@ -199,7 +201,8 @@ def test_the_precision_line_reads_the_drift_benchmark_run_at_the_levers_cycle() 
     }
     reference = {"verdicts": [{"name": "system/steady", "ratio_met": True}, {"name": "cold", "ratio_met": False}]}
     line = pages.precision_line(levers, at_cycle, reference)
-    assert "met 1 of 2 ratio targets; missed: cold." in line and "abc1234" in line
+    assert "met 1 of 2 ratio targets; missed: cold." in line
+    assert "abc1234" in line
     assert "not met with these levers" not in line  # cold was missed at the default settings too
     elsewhere = {"args": {"poll_interval": 10.0, "lead_ms": 90000}, "verdicts": verdicts}
     assert "not measured" in pages.precision_line(levers, elsewhere, reference)
@@ -222,5 +225,7 @@ def test_each_levers_flags_parse_back_to_the_same_levers(capsys: pytest.CaptureF
     for _, levers in pages.LEVER_STEPS:
         got = plan_json(capsys, "--rate", "38.58", *levers.flags())["levers"]
         assert got["polls_per_minute"] == levers.polls_per_minute
-        assert got["capacity"] == levers.capacity and got["reserved"] == levers.reserved
-        assert got["arch"] == levers.arch and got["utilization"] == pytest.approx(levers.utilization)
+        assert got["capacity"] == levers.capacity
+        assert got["reserved"] == levers.reserved
+        assert got["arch"] == levers.arch
+        assert got["utilization"] == pytest.approx(levers.utilization)

@@ -191,7 +191,8 @@ def test_offset_probe_says_why_once_its_measurement_timed_out(silent_server: Ntp
     # When its measurement has timed out / Then the result says why
     final = probe.wait(timeout=30)
     assert final.offset_ms is None
-    assert final.error and final.error != "not measured yet"
+    assert final.error
+    assert final.error != "not measured yet"
 
 
 def test_offset_probe_publishes_the_measured_offset(ntp_server: NtpResponder) -> None:

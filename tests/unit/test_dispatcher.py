@@ -381,9 +381,11 @@ def test_fire_windows_nest_and_restore_the_interval_the_process_had() -> None:
         windows.enter(2)
         assert sys.getswitchinterval() == pytest.approx(0.0002)
         windows.leave(2)
-        assert sys.getswitchinterval() == pytest.approx(0.0002) and windows.open == 1
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+        assert windows.open == 1
         windows.leave()
-        assert sys.getswitchinterval() == pytest.approx(0.003) and windows.open == 0
+        assert sys.getswitchinterval() == pytest.approx(0.003)
+        assert windows.open == 0
     finally:
         sys.setswitchinterval(before)
 

@@ -144,7 +144,8 @@ def refused_by_model(field: str, value: Any) -> ValidationError:
         Task(**{**VALID_FIELDS, field: value})
     # Then every error is located in that field, and nothing else
     locations = [error["loc"] for error in info.value.errors()]
-    assert locations and all(loc[0] == field for loc in locations), locations
+    assert locations, locations
+    assert all(loc[0] == field for loc in locations), locations
     return info.value
 
 
@@ -704,7 +705,8 @@ def test_the_client_raises_nothing_but_invalid_task_error(argument: str, value: 
         task = make_client().build_task(**arguments)
     except InvalidTaskError as exc:
         # Then a refusal is an InvalidTaskError naming it (any other exception fails the test) ...
-        assert exc.field is not None and exc.field.split(".")[0] == argument
+        assert exc.field is not None
+        assert exc.field.split(".")[0] == argument
     else:
         # ... and an acceptance is a valid task
         assert Task.model_validate(task.model_dump(mode="json")) == task

@@ -270,7 +270,8 @@ def test_a_query_instant_is_an_instant_or_an_invalid_request(text: str) -> None:
     except InvalidRequestError as exc:
         assert exc.field == "due_from"
         return
-    assert moment is not None and to_ms(moment) <= MAX_MS
+    assert moment is not None
+    assert to_ms(moment) <= MAX_MS
 
 
 @fuzz

@@ -183,7 +183,7 @@ def test_register_action_model_needs_a_kind_default() -> None:
     class NoKind(Action):
         pass
 
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="needs a string default for 'kind'"):
         register_action_model(NoKind)
 
 

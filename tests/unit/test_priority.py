@@ -71,7 +71,8 @@ def _affinity_after_lowering() -> set[int]:
     thread = threading.Thread(target=body)
     thread.start()
     thread.join()
-    assert len(seen) == 2 and seen[0] == seen[1]
+    assert len(seen) == 2
+    assert seen[0] == seen[1]
     return seen[0]
 
 

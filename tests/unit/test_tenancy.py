@@ -41,7 +41,7 @@ def test_a_schedule_key_starts_with_its_tenant_and_reads_back(tenant: str | None
 @pytest.mark.parametrize("value", ["", "Acme", "-acme", "acme-", "ac--me", "a" * 41, "ac me", "acme/"])
 def test_bad_tenant_names(value: str) -> None:
     assert not is_tenant(value)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a tenant name"):
         qualify(value, "x")
 
 
@@ -187,7 +187,8 @@ def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     )
     acme, beta = base.of("acme/t-1"), base.of("beta/t-1")
     # Then a task without a tenant keeps the deployment's rules; acme's task only acme's port and ARN
-    assert base.of("t-1") is base and base.quotas is None
+    assert base.of("t-1") is base
+    assert base.quotas is None
     assert base.urls.check_url("http://127.0.0.1:8000/").allowlisted
     assert acme.urls.check_url("http://127.0.0.1:9000/").allowlisted
     with pytest.raises(TargetRefusedError):
@@ -199,9 +200,12 @@ def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     assert beta.arns == frozenset()
     assert acme.secrets.env_prefix == "PUNCTUAL_SECRET_TENANT_ACME__"
     assert beta.secrets.ssm_prefixes == ("/punctual/tenants/beta/",)
-    assert acme.quotas is not None and acme.quotas.retry_attempts == 2
+    assert acme.quotas is not None
+    assert acme.quotas.retry_attempts == 2
     # And the same rules come back for the same tenant, from any of them
-    assert acme.of("acme/other") is acme and beta.of("acme/x") is acme and acme.of("plain") is base
+    assert acme.of("acme/other") is acme
+    assert beta.of("acme/x") is acme
+    assert acme.of("plain") is base
 
 
 @given(tenants, tenants)
@@ -210,7 +214,8 @@ def test_no_tenants_secret_namespace_holds_anothers(first: str, second: str) -> 
     if first == second:
         return
     one, other = SecretRules().for_tenant(first), SecretRules().for_tenant(second)
-    assert not one.env_prefix.startswith(other.env_prefix) and not other.env_prefix.startswith(one.env_prefix)
+    assert not one.env_prefix.startswith(other.env_prefix)
+    assert not other.env_prefix.startswith(one.env_prefix)
     assert not one.file_prefix.startswith(other.file_prefix)
     assert not one.ssm_prefixes[0].startswith(other.ssm_prefixes[0])
     assert not one.secretsmanager_prefixes[0].startswith(other.secretsmanager_prefixes[0])

@@ -104,9 +104,11 @@ def test_make_tests_parallel_run_measures_the_runtimes_coverage_under_a_floor() 
     (covered, parallel, serial) = [line for line in _recipe("test") if " pytest " in line]
     coverage = _make_variable("COVERAGE").split()
     # Then the first (the runtime's own tiers), and only it, measures the runtime package and fails under a floor
-    assert "$(COVERAGE)" in covered.split() and "$(COVERED_TIERS)" in covered.split()
+    assert "$(COVERAGE)" in covered.split()
+    assert "$(COVERED_TIERS)" in covered.split()
     assert "$(COVERAGE)" not in parallel.split() + serial.split()
-    assert "--cov=punctual" in coverage and "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
+    assert "--cov=punctual" in coverage
+    assert "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
     assert any(option.startswith("--cov-report=term") for option in coverage)
     assert 0 < int(_make_variable("COVERAGE_FLOOR")) <= 100
 

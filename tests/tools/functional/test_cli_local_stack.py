@@ -78,7 +78,8 @@ def test_wait_ready_waits_for_the_state_file_of_a_ready_stack(tmp_path: Path) ->
     state = wait_ready(tmp_path, timeout_s=300)
     writer.join()
     # Then the wait returns its state once it is there, not before
-    assert state is not None and state["poll_interval_ms"] == 2_000
+    assert state is not None
+    assert state["poll_interval_ms"] == 2_000
     assert time.monotonic() - started >= 0.3
 
 

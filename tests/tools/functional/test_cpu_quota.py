@@ -126,7 +126,8 @@ def test_v1s_cpu_hierarchy_wins_over_a_v2_one_beside_it(tmp_path: Path) -> None:
     _m2, mountinfo2, _proc2 = v2(tmp_path, controllers="hugetlb")
     # Then v1 is used
     groups, where = open_groups(tmp_path, mountinfo2 + mountinfo1, proc1)
-    assert groups is not None and groups.version == 1, where
+    assert groups is not None, where
+    assert groups.version == 1, where
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,8 @@ def test_an_unauthenticated_request_is_refused_before_its_body_arrives(echo_api:
         # ended, WAIT_S later, in a closed connection and no answer), and the connection is closed after it
         answer = read_to_end(sock)
     assert status_of(answer) == 401
-    assert b"Connection: close" in answer and b"application/problem+json" in answer
+    assert b"Connection: close" in answer
+    assert b"application/problem+json" in answer
     assert Echo.calls == 0
 
 
@@ -167,7 +168,8 @@ def test_a_caller_that_asks_before_sending_its_body_is_refused_or_told_to_go_on(
     with connect(echo_api) as sock:
         sock.sendall(head + b"\r\n")
         refused = read_to_end(sock)
-    assert status_of(refused) == 401 and b"100 Continue" not in refused
+    assert status_of(refused) == 401
+    assert b"100 Continue" not in refused
     # And a caller with one is told to go on, and answered from its body
     with connect(echo_api) as sock:
         sock.sendall(head + b"Authorization: Bearer tok-acme\r\n\r\n")
@@ -175,11 +177,12 @@ def test_a_caller_that_asks_before_sending_its_body_is_refused_or_told_to_go_on(
         sock.sendall(b"{}")
         sock.shutdown(socket.SHUT_WR)  # no other request: the server closes after its answer
         answer = read_to_end(sock)
-    assert status_of(answer) == 200 and answer.endswith(b'"body": "{}"}')
+    assert status_of(answer) == 200
+    assert answer.endswith(b'"body": "{}"}')
 
 
 def test_a_port_in_use_is_an_os_error(echo_api: LocalApi) -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="in use"):
         LocalApi(Echo(), TOKENS, int(echo_api.url.rsplit(":", 1)[1]))
 
 
@@ -409,7 +412,8 @@ def test_200_slow_or_silent_connections_do_not_delay_a_caller() -> None:
                     assert status == 200
                     latencies.append(latency)
                 time.sleep(0.05)
-        assert probe.peak == 200 and probe.reopened > 0  # the flood was on, and lasted past the header deadline
+        assert probe.peak == 200
+        assert probe.reopened > 0
         assert len(latencies) >= 10
         assert max(latencies) < bound, f"slowest {max(latencies):.3f} s, bound {bound:.3f} s"
 
@@ -432,7 +436,8 @@ def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path
             timeout=WAIT_S,
             headers={"Authorization": "Bearer tok-acme"},
         )
-        assert response.status == 200 and response.json() == {"body": {"n": 1}, "again": {"n": 1}}
+        assert response.status == 200
+        assert response.json() == {"body": {"n": 1}, "again": {"n": 1}}
         assert not held.done()
         (tmp_path / "release").touch()
         assert held.result(timeout=WAIT_S).json() == {"held": True}

@@ -166,4 +166,5 @@ def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_do
     result = call_worker_once(handler, env, {"table": settings.table_name}, tmp_path / "worker.log")
     # Then the call is refused before it is sent, as AWS would, under the executor's role
     assert result["error"] == "IamDeniedError"
-    assert "ExecutorFunction" in result["message"] and "dynamodb:DeleteTable" in result["message"]
+    assert "ExecutorFunction" in result["message"]
+    assert "dynamodb:DeleteTable" in result["message"]

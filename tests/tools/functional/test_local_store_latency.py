@@ -104,7 +104,8 @@ def test_another_services_client_is_left_alone(dynamodb: Any) -> None:
     assert recorded_latency(recorder).install(client) is client
     # When it makes a call  Then nothing was slept or burnt
     client.list_queues()
-    assert recorder.sleeps == [] and recorder.burns == []
+    assert recorder.sleeps == []
+    assert recorder.burns == []
 
 
 def test_the_pollers_store_is_delayed_under_the_lambda_profile(dynamodb: Any, local_settings: LocalSettings) -> None:
