@@ -57,7 +57,7 @@ FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 100
 def call_worker_once(handler: Path, env: dict[str, str], event: dict[str, Any], log_path: Path) -> Any:
     """Start an executor worker as the stack starts one (a spawned process running ``run_worker`` on ``handler``,
     with ``env``), invoke it once with ``event`` and end it; the handler's result."""
-    from punctual_tools.local.worker import WorkerSpec, run_worker
+    from punctual_tools.local.worker import WorkerSpec, run_worker  # noqa: PLC0415 - every tier imports this module; few start a worker
 
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
@@ -269,6 +269,7 @@ def arm(
     task: Task,
     executor_id: str,
     now_ms: int,
+    *,
     lease_until_ms: int | None = None,
     batch_id: str = "batch-test",
 ) -> Armed | None:
@@ -283,7 +284,7 @@ def moto_one_request_at_a_time() -> Iterator[None]:
     """Inside it, moto's in-process hook answers one request at a time, as DynamoDB applies each request
     atomically. Left alone, moto copies a whole table for a transaction while another thread's write changes
     it (``dictionary changed size during iteration``): an error DynamoDB never gives."""
-    from moto.core.botocore_stubber import BotocoreStubber
+    from moto.core.botocore_stubber import BotocoreStubber  # noqa: PLC0415 - moto loads only in the tests that serialise it
 
     lock = threading.RLock()
     original = BotocoreStubber.process_request

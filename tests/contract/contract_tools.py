@@ -277,7 +277,7 @@ def armed_task(
     executor's heartbeat, written at NOW first, holds until ``alive_until_ms``."""
     task = tasks.create(due_ms, **fields)
     alive(store, executor, alive_until_ms)
-    armed = arm(store, task, executor, NOW, lease_until_ms, batch_id="batch-1")
+    armed = arm(store, task, executor, NOW, lease_until_ms=lease_until_ms, batch_id="batch-1")
     assert armed is not None
     assert armed.taken_over_until_ms is None
     return armed.task

@@ -285,9 +285,7 @@ def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: Dynam
     # Then each finds exactly the tasks of its shards: together every task, none twice
     for g in (0, 1):
         assert found[g]
-        assert all(
-            shard_of(t, store.config.shard_count) in grouped.dispatch.group_shards(g) for t in found[g]
-        )
+        assert all(shard_of(t, store.config.shard_count) in grouped.dispatch.group_shards(g) for t in found[g])
     assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
     # And each group keeps its own watermark: the old task holds back only its own group's
     marks = {g: grouped.dispatch.get_watermark(g) for g in (0, 1)}

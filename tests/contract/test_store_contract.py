@@ -224,7 +224,7 @@ def _changed(change: Callable[[], Any]) -> bool:
     try:
         change()
     except TaskStateError as exc:
-        assert isinstance(exc.task, Task)
+        assert isinstance(exc.task, Task)  # noqa: PT017 - either outcome is this helper's answer; a refusal is checked here
         return False
     return True
 
@@ -253,7 +253,7 @@ HELD = {"ARMED", "ARMED, owner dead", "ARMED, lease ended"}
 CHANGES: dict[str, tuple[Callable[[Stores, Task], bool], TaskStatus, set[str]]] = {
     # change: (how it is tried at AT, the status it leads to, the states it is allowed from)
     "arm": (
-        lambda s, t: arm(s, t, "exec-2", AT, AT + ARMED_LEASE_MS) is not None,
+        lambda s, t: arm(s, t, "exec-2", AT, lease_until_ms=AT + ARMED_LEASE_MS) is not None,
         A,
         {"PENDING", "ARMED, owner dead", "ARMED, lease ended"},
     ),
@@ -293,7 +293,7 @@ def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: Stor
     task = tasks.create(NOW + 10_000, payload={"k": "v"})
     alive(store, "exec-1", NOW + ALIVE_MS)
     # When exec-1 arms it / Then it gets the whole task back, ARMED by it until its lease, attempt 1, not taken over
-    armed = arm(store, task, "exec-1", NOW, NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    armed = arm(store, task, "exec-1", NOW, lease_until_ms=NOW + ARMED_LEASE_MS, batch_id="batch-1")
     assert armed is not None
     assert armed.taken_over_until_ms is None
     got = armed.task
@@ -306,7 +306,7 @@ def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: Stor
     )
     assert (got.payload, got.action, got.due_ms) == (task.payload, task.action, task.due_ms)
     # When exec-1 arms it again (a retried request) / Then it answers the same, counted once
-    again = arm(store, task, "exec-1", NOW + 1, NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    again = arm(store, task, "exec-1", NOW + 1, lease_until_ms=NOW + ARMED_LEASE_MS, batch_id="batch-1")
     assert again is not None
     assert (again.task.armed_by, again.task.attempt, again.taken_over_until_ms) == (
         "exec-1",
@@ -402,7 +402,7 @@ def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: 
     assert store.firing.arm_many(
         [ArmRequest(task.task_id, task.due_ms + 1, until + ARMED_LEASE_MS)], "batch-2", "exec-2", until + 1
     ) == [None]
-    taken = arm(store, task, "exec-2", until + 1, until + ARMED_LEASE_MS, batch_id="batch-2")
+    taken = arm(store, task, "exec-2", until + 1, lease_until_ms=until + ARMED_LEASE_MS, batch_id="batch-2")
     assert taken is not None
     assert taken.taken_over_until_ms == until
     assert (
@@ -1004,8 +1004,8 @@ def test_find_due_lists_each_active_task_once_with_its_status_and_lease(store: S
     dead_ones, live_ones, moved_in, moved_out = created[3], created[4], created[5], created[6]
     alive(store, "exec-dead", NOW - 1)
     alive(store, "exec-live", NOW + ALIVE_MS)
-    assert arm(store, dead_ones, "exec-dead", NOW - 2, NOW + ARMED_LEASE_MS) is not None
-    assert arm(store, live_ones, "exec-live", NOW - 2, NOW + ARMED_LEASE_MS) is not None
+    assert arm(store, dead_ones, "exec-dead", NOW - 2, lease_until_ms=NOW + ARMED_LEASE_MS) is not None
+    assert arm(store, live_ones, "exec-live", NOW - 2, lease_until_ms=NOW + ARMED_LEASE_MS) is not None
     store.client.reschedule(moved_in.task_id, NOW + 2 * BUCKET_MS, NOW)
     store.client.reschedule(moved_out.task_id, NOW + 60 * BUCKET_MS, NOW)
     until = NOW + 3 * BUCKET_MS

@@ -79,7 +79,7 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
 
         # When 4 users schedule, read, reschedule and cancel tasks for 8 s, and the load test checks the fires
         try:
-            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150, check=False)
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"locust did not finish within 150 s; stderr: {str(exc.stderr)[-3000:]}")
 

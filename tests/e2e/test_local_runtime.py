@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -192,7 +193,6 @@ def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anythin
 
 @pytest.mark.timeout(90)
 def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path) -> None:
-    import socket
 
     # Given a loopback port another program listens on
     with socket.socket() as taken:
@@ -208,7 +208,7 @@ def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path
     # And DynamoDB Local, started before, was stopped (its port refuses), and no state file says a stack runs
     assert stack.ddb is not None
     assert stack.ddb.pid is None
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", stack.ddb.port), timeout=2):
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", stack.ddb.port), timeout=2):
         pass
     assert read_state(tmp_path) is None
 

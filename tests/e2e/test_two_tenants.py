@@ -167,9 +167,9 @@ def test_a_hostile_tenant_can_neither_borrow_nor_forge_its_way_into_another(
     assert wait_until(lambda: (table.get("local/steal") or template).status is TaskStatus.FAILED, timeout=60)
     assert "tenants/local/" in (table.get("local/steal").detail or "")  # type: ignore[union-attr]
     # And the forged schedule is never acted on: API calls on it touch nothing of beta's, the poller takes it out
-    with pytest.raises(Exception):  # noqa: B017 - any refusal; what matters is below: nothing of beta's changed
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any refusal; what matters is below: nothing of beta's changed
         local.run_schedule_now("evil")
-    with pytest.raises(Exception):  # noqa: B017
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any refusal, as above
         local.delete_schedule("evil")
     stack.poll_now()
     assert beta.get_schedule("reports") == reports_before

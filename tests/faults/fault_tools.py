@@ -360,6 +360,7 @@ def judge(
     store: DynamoStores,
     task_ids: Iterable[str],
     target: TargetServer | Iterable[Fire],
+    *,
     allowance: Iterable[str] = (),
     epsilon_ms: float = EPSILON_MS,
     late_is_failure: bool = False,

@@ -62,7 +62,7 @@ def wait_past(instant_ms: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
-def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
+def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(  # noqa: PLR0915 - one fault scenario told from Given to Then; its steps read in order
     policy: str,
     monkeypatch: pytest.MonkeyPatch,
     make_settings: Callable[..., Settings],

@@ -32,7 +32,7 @@ EVENT_AGE_S = 60  # the least MaximumEventAgeInSeconds Lambda allows (the templa
 
 
 @pytest.mark.timeout(180)
-def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_and_the_next_poll_sends_them_again(
+def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_and_the_next_poll_sends_them_again(  # noqa: PLR0915 - one fault scenario told from Given to Then; its steps read in order
     make_settings: Callable[..., Settings],
     target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],

@@ -63,8 +63,8 @@ def verdict_of(
     schedule: Schedule,
     after_ms: int,
     until_ms: int,
-    target: TargetServer,
     *,
+    target: TargetServer,
     allowance: list[str] | None = None,
     downtime: list[tuple[int, int]] | None = None,
 ) -> Any:
@@ -168,7 +168,7 @@ def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_pe
         schedule,
         start - 1,
         start + 15_000,
-        target,
+        target=target,
     )
     assert verdict.ok
     assert not verdict.lost
@@ -256,7 +256,7 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     settings = make_settings(**CHAIN)
     client = Client(settings)
     start = now_ms() + 3_000
-    sid = f"crash-{step.split()[0]}"
+    sid = f"crash-{step.split(maxsplit=1)[0]}"
     schedule = client.create_schedule(
         sid, "rate(1 second)", HttpAction(url=target.url), start_at=from_ms(start), end_at=from_ms(start + 9_000)
     )
@@ -281,7 +281,7 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     assert made_instants(settings, sid) == list(range(start, start + 9_001, 1_000))
     # ... and the checker finds every occurrence fired once: on time after a dead poller (the next tick handed
     # them on), or once and recorded MISSED ("may have fired") after a dead executor
-    verdict = verdict_of(f"crash: {step}", settings, schedule, start - 1, start + 9_000, target)
+    verdict = verdict_of(f"crash: {step}", settings, schedule, start - 1, start + 9_000, target=target)
     assert verdict.ok
     assert not verdict.lost
     assert not verdict.unexplained
@@ -388,7 +388,7 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
     pending = [i for i, s in others.items() if s is TaskStatus.PENDING and i not in sent]
     assert all(stored[i].status is TaskStatus.CANCELLED for i in pending)
     # ... and the checker agrees: nothing lost, nothing fired though cancelled, nothing unexplained
-    verdict = verdict_of(f"pause racing arm ({first} first)", settings, schedule, start - 1, made[-1], target)
+    verdict = verdict_of(f"pause racing arm ({first} first)", settings, schedule, start - 1, made[-1], target=target)
     assert verdict.ok
     assert not verdict.lost
     assert not verdict.unexplained
@@ -444,7 +444,13 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
     late = [t for t in stored.values() if t.late]
     verdict = verdict_of(
-        f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target, downtime=[(hour_ago, decided_at)]
+        f"an hour of downtime ({policy})",
+        settings,
+        schedule,
+        hour_ago,
+        end,
+        target=target,
+        downtime=[(hour_ago, decided_at)],
     )
     assert verdict.ok
     assert not verdict.lost

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import urllib3
 
+import punctual
 from punctual.api import build_app
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
-from punctual.domain.model import TaskStatus
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus
 from punctual.errors import (
     ApiError,
     InvalidRequestError,
@@ -108,7 +109,6 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
 
 def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
-    from punctual.domain.model import ArmRequest, FireRecord, Outcome
 
     store = direct.stores
     task = store.client.get(task_id)
@@ -442,7 +442,6 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
 def test_connect_goes_through_the_api_when_its_url_is_set(
     api: LocalApi, settings: Settings, dynamodb: Any, now_ms: int
 ) -> None:
-    import punctual
 
     through = punctual.connect(settings.model_copy(update={"api_url": api.url, "api_token": "token-acme"}))
     assert isinstance(through, ApiClient)

@@ -16,7 +16,9 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.runtime.client import Client
+from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
+from punctual.targets import LogAction
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
 
@@ -195,8 +197,6 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
-    from punctual.scheduling.api_client import ApiClient
-    from punctual.targets import LogAction
 
     # Given beta's client, recording the calls it makes, waiting for an answer as long as the test may run (how the
     # calls are cut is under test, not how soon a busy machine answers a MiB of tasks)
@@ -250,8 +250,6 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
 def test_the_api_client_reports_a_batchs_quota_and_bad_fields_as_the_direct_client_does(
     api: LocalApi, now_ms: int
 ) -> None:
-    from punctual.scheduling.api_client import ApiClient
-    from punctual.targets import LogAction
 
     # Given acme (3 active tasks at most) and 5 tasks, one of them of a bad misfire grace
     due = from_ms(now_ms + 60_000)

@@ -17,6 +17,7 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset, SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import shard_of
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
@@ -333,7 +334,6 @@ def test_task_past_its_grace_at_fire_time_is_missed(
 
 
 def _shard(store: DynamoStores, task: Task) -> int:
-    from punctual.domain.keys import shard_of
 
     return shard_of(task.task_id, store.config.shard_count)
 

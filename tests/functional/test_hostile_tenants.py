@@ -1074,7 +1074,7 @@ QUOTA_CASES: dict[str, tuple[str, Callable[[Api], object], Callable[[Api], Answe
     "schedule-past-schedules": (
         "schedules",
         lambda api: (_schedule(api, "a", "rate(1 hour)"), _schedule(api, "b", "rate(1 hour)")),
-        lambda api: _new_schedule(api),
+        _new_schedule,
     ),
     "paused-schedules-count": (
         "schedules",
@@ -1083,7 +1083,7 @@ QUOTA_CASES: dict[str, tuple[str, Callable[[Api], object], Callable[[Api], Answe
             _schedule(api, "b", "rate(1 hour)"),
             api.ok("POST", "/v1/schedules/a/pause"),
         ),
-        lambda api: _new_schedule(api),
+        _new_schedule,
     ),
     "schedule-past-rate": ("schedule_rate_per_s", lambda api: None, lambda api: _new_schedule(api, "rate(10 seconds)")),
     "schedules-adding-up-past-rate": (

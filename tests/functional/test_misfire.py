@@ -11,8 +11,9 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.events import BatchEvent, BatchTask
-from punctual.domain.keys import BUCKET_MS, shard_of
+from punctual.domain.keys import BUCKET_MS, from_ms, shard_of
 from punctual.domain.model import Task, TaskStatus
+from punctual.errors import InvalidTaskError
 from punctual.executing.executor import Executor
 from punctual.polling.fastpath import candidate_of_record
 from punctual.runtime.client import Client
@@ -159,8 +160,6 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
 ) -> None:
     # Given a client
     client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
-    from punctual.domain.keys import from_ms
-    from punctual.errors import InvalidTaskError
 
     # When it schedules a fire_late task due 10 min ago (past a 1 s grace)
     task = client.schedule(

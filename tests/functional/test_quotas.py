@@ -19,7 +19,7 @@ from punctual.errors import QuotaExceededError
 from punctual.runtime.client import Client
 from punctual.runtime.wiring import build_poller
 from punctual.scheduling.client import Client as TaskClient
-from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
+from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, schedule_rate_per_s
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
@@ -292,7 +292,6 @@ def test_a_redrive_past_active_tasks_is_refused_naming_it_and_the_task_stays_fai
 def test_the_operators_redrive_keeps_each_tenant_within_its_room(
     client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
 ) -> None:
-    from punctual.scheduling.quotas import TenantAdmission
 
     # Given acme's two FAILED tasks and one active task: room for two more of its quota of 3; and the operator's
     # FAILED task (no quota)

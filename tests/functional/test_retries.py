@@ -4,6 +4,7 @@ HTTP action again per its policy until it succeeds or the attempts / the age run
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from email.message import Message
 from typing import Any
 
@@ -14,9 +15,11 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.keys import index_key, shard_of
 from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
+from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.executing.executor import Executor
+from punctual.runtime.client import Client
 from punctual.stores.dynamodb import DynamoStores
-from punctual.targets import HttpAction
+from punctual.targets import HttpAction, LogAction
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 
@@ -269,11 +272,6 @@ def test_a_task_without_a_retry_policy_fails_at_once(
 
 def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, settings: Settings) -> None:
     # Given a client
-    from datetime import UTC, datetime, timedelta
-
-    from punctual.errors import InvalidTaskError, TaskConflictError
-    from punctual.runtime.client import Client
-    from punctual.targets import LogAction
 
     client = Client(settings, dynamodb=dynamodb)
     due = datetime.now(UTC) + timedelta(minutes=5)

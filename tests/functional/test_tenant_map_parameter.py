@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import boto3
 import pytest
 from test_api import gateway_event
 
+from punctual.config import clients
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas, TenantMap
 from punctual.config.tenant_source import (
@@ -36,6 +36,7 @@ from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import build_api, build_executor, poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, SqsAction, TargetRules
+from punctual_tools.local.stack import LocalStack, StackConfig
 from support import RecordingInvoker, read_task
 
 ACCOUNT = "123456789012"
@@ -125,9 +126,9 @@ class Ticks:
 
 
 @pytest.fixture
-def ssm(dynamodb: Any) -> Iterator[Any]:
+def ssm(dynamodb: Any) -> Any:
     """An SSM client in the same moto as the table (``dynamodb`` opened it)."""
-    yield boto3.client("ssm", region_name=REGION)
+    return boto3.client("ssm", region_name=REGION)
 
 
 @pytest.fixture
@@ -176,7 +177,6 @@ def test_without_a_parameter_the_map_of_the_environment_is_used_and_no_ssm_clien
     settings: Settings, dynamodb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given settings with the map in PUNCTUAL_TENANT_MAP, as the local runtime has it
-    from punctual.config import clients
 
     def no_client(settings: Settings) -> Any:
         raise AssertionError("an SSM client was made")
@@ -404,7 +404,6 @@ def test_the_local_stack_refuses_a_parameter_and_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given PUNCTUAL_TENANT_MAP_PARAMETER in the environment of `punctual up` (which has no Parameter Store)
-    from punctual_tools.local.stack import LocalStack, StackConfig
 
     monkeypatch.setenv("PUNCTUAL_TENANT_MAP_PARAMETER", NAME)
     stack = LocalStack(StackConfig(home=tmp_path / "home", in_memory=True))

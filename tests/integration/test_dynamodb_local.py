@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,15 @@ from typing import Any
 import pytest
 
 from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
-from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
-from punctual_tools.template import TABLE_RESOURCE, ensure_table, load_template
+from punctual_tools.local.dynamodb_local import (
+    DynamoDBLocal,
+    DynamoDBLocalError,
+    _AdoptedProcess,
+    _answers,
+    make_client,
+)
+from punctual_tools.template import TABLE_RESOURCE, create_table_kwargs, ensure_table, load_template
+from support import wait_until
 
 RETIRED_TENANT_ACTIVE_INDEX = "tenant_active"  # read by nothing, in the template until the release after the next
 
@@ -175,7 +184,6 @@ def test_stop_is_idempotent() -> None:
 
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
-    from punctual_tools.template import create_table_kwargs, ensure_table
 
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk), or before the
     # tenants' active count was sharded
@@ -212,11 +220,6 @@ time.sleep(600)
 
 
 def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from punctual_tools.local.dynamodb_local import _AdoptedProcess, _answers
-    from support import wait_until
 
     # Given a process that started DynamoDB Local on disk from a thread which has ended since
     child = subprocess.Popen(

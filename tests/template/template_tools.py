@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import intrinsics_multi_constructor
 
 from punctual_tools.template import NO_VALUE, evaluate_condition, resolve_value
 
@@ -42,7 +44,6 @@ class _SamLoader(yaml.SafeLoader):
 
 
 def load_sam_template(path: Path = TEMPLATE) -> dict[str, Any]:
-    from samtranslator.yaml_helper import intrinsics_multi_constructor
 
     _SamLoader.add_multi_constructor("!", intrinsics_multi_constructor)
     with open(path, encoding="utf-8") as handle:
@@ -65,7 +66,6 @@ def package_locally(sam: dict[str, Any]) -> dict[str, Any]:
 
 def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = None) -> dict[str, Any]:
     """The CloudFormation template the SAM transform makes of ``sam`` (which is not modified)."""
-    from samtranslator.translator.transform import transform
 
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the translator wants a region (never calls AWS)
     return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())  # type: ignore[arg-type]

@@ -20,7 +20,16 @@ import pytest
 from iam_scenario import NAMES, ROOT, TARGETS, Outcome, route_pattern, run_scenario, stack
 
 from punctual.domain.model import TaskStatus
-from punctual_tools.iam import Judge, KeyNames, RolePolicies, Verdict, function_roles, judge_calls, role_policies
+from punctual_tools.iam import (
+    AwsCall,
+    Judge,
+    KeyNames,
+    RolePolicies,
+    Verdict,
+    function_roles,
+    judge_calls,
+    role_policies,
+)
 from punctual_tools.iam.calls import AccessRequest, requests_of
 
 FUNCTIONS = ["PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunction"]
@@ -185,7 +194,6 @@ def test_the_action_targets_the_scenario_uses_are_the_granted_ones(roles: dict[s
 def test_a_transaction_needs_the_action_of_each_item(keys: KeyNames) -> None:
     # Given a transaction as the poller writes it (the schedule's Update, an occurrence's Put)  Then IAM is asked
     # for UpdateItem and PutItem on the table, each with the item's key: TransactWriteItems is no IAM action
-    from punctual_tools.iam import AwsCall
 
     table = NAMES["TasksTable"]
     call = AwsCall(

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import cfnlint
 import pytest
 from template_tools import (
     ROOT,
@@ -25,6 +26,7 @@ from template_tools import (
 from punctual.domain import tenancy
 from punctual.domain.model import occurrence_id
 from punctual.executing.executor import MAX_ACTION_TIMEOUT_MS
+from punctual.scheduling.bulk import BATCH_MAX_TASKS
 from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 
 FUNCTIONS = {
@@ -343,7 +345,6 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
 def _authorization_reference() -> dict[str, Any]:
     """cfn-lint's offline copy of the Service Authorization Reference: per service prefix, each action (lower
     case) with the resource types it accepts (none: the action has no resource-level permission)."""
-    import cfnlint
 
     path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
     return json.loads(path.read_text(encoding="utf-8"))
@@ -596,7 +597,6 @@ def test_the_batch_creates_throttle_counts_calls_and_says_how_many_tasks_that_le
     # Given the batch create's throttle parameters  Then they are in calls, each burst at least its rate, within
     # API Gateway's account quotas, and the rate's description says a call holds up to BATCH_MAX_TASKS tasks and
     # what its default lets through in tasks a second (a call is not budgeted as one task)
-    from punctual.scheduling.bulk import BATCH_MAX_TASKS
 
     params = sam_template["Parameters"]
     rate, burst = params["ApiBatchRateLimit"], params["ApiBatchBurstLimit"]

@@ -189,7 +189,7 @@ LAMBDA_ENVIRONMENT_BYTES = 4096
 ALLOWLIST_BUDGET = 200  # what at least remains for AllowedTargets and ActionTargetArns, which have no limit
 
 
-def _longest(sam_template: dict[str, Any], value: Any) -> int:
+def _longest(sam_template: dict[str, Any], value: Any) -> int:  # noqa: PLR0911 - one return per kind of value, as the docstring lists them
     """The longest a variable's value can be: a literal's length, a parameter's MaxLength, the longest of its
     AllowedValues or the digits of its MaxValue, or :data:`LONGEST_REF`."""
     if not isinstance(value, dict):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import punctual_tools.cost as cost
+from punctual_tools import cost
 from punctual_tools.bench import memory
 
 

@@ -16,11 +16,19 @@ import pytest
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus, split_occurrence_id
 from punctual.targets import LogAction
 from punctual_tools import demo
 from punctual_tools.cli import main
-from punctual_tools.demo import DemoPlan, build_report, check_fire_log, format_report
+from punctual_tools.demo import (
+    DemoPlan,
+    FireLogTail,
+    build_report,
+    check_fire_log,
+    format_report,
+    plan_demo,
+    read_fires,
+)
 
 DUE_MS = 1_900_000_000_000  # 2030-03-17T17:46:40Z
 GRACE_MS = 60_000
@@ -305,7 +313,6 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
 
 
 def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_line(tmp_path: Path) -> None:
-    from punctual_tools.demo import FireLogTail, read_fires
 
     log = tmp_path / "fires.jsonl"
     tail = FireLogTail(log, "run-a-")
@@ -325,7 +332,6 @@ def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_l
 def test_a_fire_log_tail_starts_over_when_the_log_is_truncated_and_skips_lines_that_are_not_objects(
     tmp_path: Path,
 ) -> None:
-    from punctual_tools.demo import FireLogTail
 
     log = tmp_path / "fires.jsonl"
     old = {"task_id": "run-a-old-with-a-long-id", "key": "k:0", "due_ms": 1, "fired_ms": 2}
@@ -366,7 +372,6 @@ class SteppingTime:
 def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from punctual_tools.demo import FireLogTail
 
     clock = SteppingTime(1_000_000.0)
     monkeypatch.setattr(demo, "time", clock)
@@ -395,7 +400,6 @@ def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
 def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the_spread_figures(
     tmp_path: Path,
 ) -> None:
-    from punctual_tools.demo import FireLogTail, plan_demo
 
     # Given a plan with 4 spread log tasks and 2 webhooks between them, no burst
     plan = plan_demo(4, 3.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, webhooks=2)
@@ -428,8 +432,6 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
 
 
 def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row_of_their_own() -> None:
-    from punctual.domain.model import split_occurrence_id
-    from punctual_tools.demo import plan_demo
 
     # Given a plan of 3 spread tasks over 2 s and two schedules, every 250 ms and every 1,000 ms
     plan = plan_demo(3, 2.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, recurring_ms=(250, 1000))

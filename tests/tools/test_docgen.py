@@ -12,6 +12,7 @@ from pathlib import Path
 
 from punctual_tools import docgen
 from punctual_tools.cli import build_parser
+from punctual_tools.layout import PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,7 +145,6 @@ def test_the_picture_draws_an_import_only_where_no_other_import_implies_it() -> 
 
 def test_the_layers_table_and_picture_name_every_part_of_the_runtime() -> None:
     # Given the layers the tooling names
-    from punctual_tools.layout import PARTS
 
     table, picture = "\n".join(docgen.layers_block()), docgen.layers_svg()
     # Then each part has its row in the table and its box in the picture

@@ -28,7 +28,7 @@ def page_rows(page: str, block: str) -> dict[str, list[str]]:
 
 
 def number(cell: str) -> float:
-    return float(re.sub(r"[$,]", "", cell.split()[0]))
+    return float(re.sub(r"[$,]", "", cell.split(maxsplit=1)[0]))
 
 
 def test_the_pages_are_what_the_model_makes() -> None:

@@ -4,6 +4,7 @@ states; a lever that cannot be set is a clear error with exit 2."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import shlex
 
@@ -14,6 +15,7 @@ from punctual_tools.cli import main
 from punctual_tools.cost import pricing
 from punctual_tools.plan import defaults, make_plan, model, pages
 from punctual_tools.plan.model import Levers
+from punctual_tools.template import load_template
 
 RATE_100M = 100e6 / pricing.MONTH_S
 
@@ -169,7 +171,6 @@ def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
 
 
 def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> None:
-    from punctual_tools.template import load_template
 
     template = load_template()
     params = template["Parameters"]
@@ -219,7 +220,6 @@ def test_a_target_the_default_settings_met_and_the_levers_miss_is_named() -> Non
 
 
 def test_each_levers_flags_parse_back_to_the_same_levers(capsys: pytest.CaptureFixture[str]) -> None:
-    import doctest
 
     assert doctest.testmod(model).failed == 0
     for _, levers in pages.LEVER_STEPS:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
 
 from punctual_tools.progress import CLEAR_LINE, ProgressLine
 
@@ -41,8 +43,6 @@ def test_an_end_without_text_after_nothing_shown_writes_nothing_and_none_is_sile
 
 
 def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch) -> None:
-    import os
-    import shutil
 
     monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((40, 24)))
     out = Terminal()

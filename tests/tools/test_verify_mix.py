@@ -110,7 +110,11 @@ def test_the_quick_mix_is_small_and_the_shortest_usable_lead_in_passes() -> None
 
 # -- judging the messages -----------------------------------------------------------------------------------------
 def message(key: str, group: str, sent_ms: float, message_id: str, run: str = "r") -> dict[str, object]:
-    body = {"task_id": key.split(":")[0], "idempotency_key": key, "payload": {"verify": run, "group": group}}
+    body = {
+        "task_id": key.split(":", maxsplit=1)[0],
+        "idempotency_key": key,
+        "payload": {"verify": run, "group": group},
+    }
     return {"MessageId": message_id, "Body": json.dumps(body), "Attributes": {"SentTimestamp": str(int(sent_ms))}}
 
 

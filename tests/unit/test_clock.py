@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import ntplib
 import pytest
 
 from punctual.config.settings import Settings
@@ -128,7 +129,6 @@ def test_settings_accept_host_and_port_for_ntp(ntp_server: NtpResponder) -> None
 @pytest.fixture
 def requested_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The timeout of every request measure_offset makes of ntplib (which then really asks the server)."""
-    import ntplib
 
     asked: list[float] = []
     request = ntplib.NTPClient.request

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import string
 from urllib.parse import quote
 
@@ -220,7 +221,7 @@ def test_allowlisted_targets_pass_even_over_plain_http(url: str, entries: str) -
     target = policy.check_url(url)
     # Then it passes, flagged allowlisted
     assert target.allowlisted
-    assert target.scheme == url.split(":")[0]
+    assert target.scheme == url.split(":", maxsplit=1)[0]
 
 
 def test_plain_http_to_a_public_name_needs_the_setting() -> None:
@@ -577,9 +578,8 @@ def test_from_settings_takes_an_iterable_of_entries() -> None:
 def test_a_bad_entry_is_a_value_error_naming_it(entry: str) -> None:
     # Given a setting with one bad entry among good ones
     # When it is parsed / Then a ValueError names the bad entry
-    with pytest.raises(ValueError) as bad:
+    with pytest.raises(ValueError, match=re.escape(repr(entry))):
         TargetPolicy.from_settings(f"example.com, {entry}, 10.0.0.0/8")
-    assert repr(entry) in str(bad.value)
 
 
 # --- redact_url --------------------------------------------------------------------------------------------------

@@ -190,12 +190,12 @@ def test_every_bad_variable_is_named() -> None:
     message = str(info.value)
     assert "PUNCTUAL_SHARD_COUNT" in message
     assert "PUNCTUAL_MAX_BATCH_SIZE" in message
-    assert "PUNCTUAL_LEAD_MS" not in message.split(":")[0]
+    assert "PUNCTUAL_LEAD_MS" not in message.split(":", maxsplit=1)[0]
 
 
 def test_settings_are_frozen() -> None:
     settings = Settings()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Instance is frozen"):
         settings.shard_count = 8  # type: ignore[misc]
 
 

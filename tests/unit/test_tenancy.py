@@ -60,9 +60,17 @@ def test_a_role_session_is_mapped_through_its_role() -> None:
     assert TenantMap.parse("").tenant_of("arn:aws:iam::123456789012:user/ci") is None
 
 
-@pytest.mark.parametrize("text", ["{", "[]", '{"arn": 1}', '{"arn": "Not A Tenant"}'])
-def test_a_bad_tenant_map_is_refused(text: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("{", "the tenant map is not JSON"),
+        ("[]", "the tenant map must be a JSON object"),
+        ('{"arn": 1}', "principals must be a JSON object"),
+        ('{"arn": "Not A Tenant"}', "not tenant names: Not A Tenant"),
+    ],
+)
+def test_a_bad_tenant_map_is_refused(text: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
         TenantMap.parse(text)
 
 
@@ -102,22 +110,22 @@ def test_the_full_form_carries_each_tenants_targets_and_quotas_over_the_defaults
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "named"),
     [
-        '{"principals": {}, "extra": 1}',
-        '{"tenants": {"Acme": {}}}',
-        '{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}',
-        '{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}',
-        '{"tenants": {"acme": {"quotas": {"tasks": 1}}}}',
-        '{"quotas": {"active_tasks": -1}}',
-        '{"quotas": {"schedules": 1.5}}',
-        '{"quotas": {"retry_attempts": true}}',
-        '{"tenants": {"acme": {"colour": "red"}}}',
-        '{"tenants": []}',
+        ('{"principals": {}, "extra": 1}', r"unknown key\(s\) extra"),
+        ('{"tenants": {"Acme": {}}}', "not a tenant name: 'Acme'"),
+        ('{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}', "tenant acme: bad allowlist entry '10.0.0.1/8'"),
+        ('{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}', r"'arn:aws:sqs:\*' is not the exact ARN"),
+        ('{"tenants": {"acme": {"quotas": {"tasks": 1}}}}', r"tenant acme: quotas: unknown quota\(s\) tasks"),
+        ('{"quotas": {"active_tasks": -1}}', "quotas.active_tasks must be a non-negative integer"),
+        ('{"quotas": {"schedules": 1.5}}', "quotas.schedules must be a non-negative integer"),
+        ('{"quotas": {"retry_attempts": true}}', "quotas.retry_attempts must be a non-negative integer"),
+        ('{"tenants": {"acme": {"colour": "red"}}}', r"tenant acme: unknown key\(s\) colour"),
+        ('{"tenants": []}', "the tenant map's tenants must be a JSON object"),
     ],
 )
-def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
-    with pytest.raises(ValueError):
+def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
         TenantMap.parse(text)
 
 

@@ -22,7 +22,7 @@ V1_FILES = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000", "cgroup.pro
 @pytest.fixture(autouse=True)
 def cgroupfs_rmdir(monkeypatch: pytest.MonkeyPatch) -> None:
     """Removing a group removes its control files too, as in cgroupfs (a plain folder keeps them)."""
-    monkeypatch.setattr(cpu_quota, "_rmdir", lambda group: shutil.rmtree(group))
+    monkeypatch.setattr(cpu_quota, "_rmdir", shutil.rmtree)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:

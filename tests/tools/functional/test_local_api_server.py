@@ -341,7 +341,7 @@ class SlowProbe:
         sock.setblocking(False)
         return sock
 
-    def _run(self) -> None:
+    def _run(self) -> None:  # noqa: C901 - one non-blocking loop over every slow caller's socket, each in the state it reached
         socks: list[socket.socket | None] = [None] * self.count
         sent = [0] * self.count
         deadline = time.monotonic() + self.duration_s
@@ -462,7 +462,7 @@ def test_requests_resolved_at_once_are_each_answered_from_their_own_body(tmp_pat
 
 def test_worker_processes_need_a_resolver_factory_that_pickles() -> None:
     with pytest.raises(TypeError, match="pickles"):
-        LocalApi(lambda: Echo(), TOKENS, workers=2)
+        LocalApi(lambda: Echo(), TOKENS, workers=2)  # noqa: PLW0108 - a lambda, which does not pickle, is the point
 
 
 # -- tenants ------------------------------------------------------------------------------------------------

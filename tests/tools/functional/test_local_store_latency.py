@@ -8,7 +8,6 @@ many round trips a process drew, never how long a call took.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +62,8 @@ def local_settings(settings: Settings) -> LocalSettings:
 
 
 @pytest.fixture(autouse=True)
-def fresh_instances(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fresh_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_latency, "_instances", {})
-    yield
 
 
 def test_each_call_sleeps_one_drawn_round_trip_in_two_halves_and_burns_tls_cpu(dynamodb: Any) -> None:
