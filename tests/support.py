@@ -207,7 +207,7 @@ def run_until_done(
     """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
     task is finished or ``rounds`` polls have run; the executor's reports."""
     clock = SystemClock()
-    reports = []
+    reports: list[BatchReport] = []
     for _ in range(rounds):
         invoker = RecordingInvoker()
         poller_on(store, invoker, settings).poll(int(clock.wall_ms()))
@@ -233,7 +233,7 @@ fixed_offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map
 zones = st.just(UTC) | fixed_offsets | st.timezones()
 
 task_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
+clean_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)  # no lone surrogates
 
 json_payloads = st.recursive(
     st.none()

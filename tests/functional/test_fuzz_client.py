@@ -96,7 +96,7 @@ action_models = st.builds(
         max_size=3,
     ),
     timeout_s=st.floats(min_value=0, max_value=60, exclude_min=True, allow_nan=False),
-) | st.builds(LogAction, message=st.text(st.characters(exclude_categories=("Cs",)), max_size=300))
+) | st.builds(LogAction, message=st.text(st.characters(exclude_categories=["Cs"]), max_size=300))
 action_inputs = action_models | action_models.map(lambda action: action.model_dump(mode="json"))
 # Grace as whole milliseconds, or as a timedelta of whole seconds: a timedelta with a millisecond part can
 # lose a millisecond on the way in (tests/unit/test_fuzz_model.py::test_a_timedelta_grace_keeps_every_millisecond).

@@ -14,7 +14,7 @@ TARGETS = Path(registry.__file__).parent
 
 def _kinds_defined() -> set[str]:
     """The module-level names bound to an ``ActionKind`` (or a helper that builds one) in punctual/targets."""
-    found = set()
+    found: set[str] = set()
     for path in TARGETS.glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:

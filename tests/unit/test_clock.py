@@ -103,7 +103,8 @@ def closed_port() -> int:
     """A UDP port on the loopback interface that nothing listens on (bound, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def test_measure_offset_against_a_server_2_5_s_ahead(ntp_server: NtpResponder) -> None:
@@ -135,7 +136,7 @@ def requested_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     def spy(self: ntplib.NTPClient, *args: object, **kwargs: object) -> object:
         asked.append(kwargs["timeout"])  # type: ignore[arg-type]
-        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+        return request(self, *args, **kwargs)
 
     monkeypatch.setattr(ntplib.NTPClient, "request", spy)
     return asked

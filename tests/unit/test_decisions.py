@@ -16,7 +16,7 @@ DUE = 1_900_000_000_000
 def task(policy: str = "skip", grace_ms: int = 1_000, **fields: object) -> Task:
     return Task(
         task_id="t", due_at=from_ms(DUE), action=LogAction(), misfire_grace_ms=grace_ms, misfire_policy=policy, **fields
-    )  # type: ignore[arg-type]
+    )
 
 
 @pytest.mark.parametrize(

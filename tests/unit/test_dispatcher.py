@@ -358,7 +358,7 @@ def test_the_switch_interval_is_short_while_a_fire_is_about_to_start() -> None:
     seen: list[float] = []
     try:
         # When items fire, alone and several at one instant
-        with Dispatcher(lambda _: seen.append(sys.getswitchinterval()), workers=4) as dispatcher:
+        with Dispatcher[str](lambda _: seen.append(sys.getswitchinterval()), workers=4) as dispatcher:
             start = time.monotonic()
             dispatcher.add(start + 0.02, "alone")
             for i in range(3):

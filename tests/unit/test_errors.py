@@ -43,7 +43,11 @@ NOW_MS = 1_700_000_000_000
 
 
 def error_classes() -> list[type[BaseException]]:
-    return [c for _, c in inspect.getmembers(errors, inspect.isclass) if c.__module__ == errors.__name__]
+    return [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, BaseException) and c.__module__ == errors.__name__
+    ]
 
 
 def exception_classes_defined_in(path: Path) -> list[str]:

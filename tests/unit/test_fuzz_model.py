@@ -32,7 +32,6 @@ from pydantic import ValidationError
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import (
-    Action,
     Task,
     TaskStatus,
     canonical_json,
@@ -83,17 +82,22 @@ http_actions = st.builds(
     headers=st.dictionaries(header_names, header_values, max_size=5),
     timeout_s=st.floats(min_value=0, max_value=60, exclude_min=True, allow_nan=False),
 )
-log_actions = st.builds(LogAction, message=st.text(st.characters(exclude_categories=("Cs",)), max_size=1_000))
+log_actions = st.builds(LogAction, message=st.text(st.characters(exclude_categories=["Cs"]), max_size=1_000))
 action_models = http_actions | log_actions
 # The client accepts an action as a model or as the mapping its JSON form is.
 action_inputs = action_models | action_models.map(lambda action: action.model_dump(mode="json"))
 # ... when its target passes the default target rules too (https, a public address; see test_netpolicy.py).
-schedulable_actions = action_inputs.filter(
-    lambda action: (
-        (action.kind if isinstance(action, Action) else action["kind"]) != "http"
-        or _schedulable(str(action.url) if isinstance(action, Action) else action["url"])
-    )
-)
+
+
+def _schedulable_input(action: HttpAction | LogAction | dict[str, Any]) -> bool:
+    if isinstance(action, HttpAction):
+        return _schedulable(str(action.url))
+    if isinstance(action, LogAction):
+        return True
+    return action["kind"] != "http" or _schedulable(action["url"])
+
+
+schedulable_actions = action_inputs.filter(_schedulable_input)
 
 
 def _schedulable(url: str) -> bool:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas, TenantMap, TenantPolicy, role_arn
-from punctual.domain.model import SCHEDULE_NAME, TENANT
-from punctual.domain.tenancy import interleave_by_tenant, is_tenant, qualify, split, unqualify
+from punctual.domain.model import SCHEDULE_NAME
+from punctual.domain.tenancy import TENANT, interleave_by_tenant, is_tenant, qualify, split, unqualify
 from punctual.errors import TargetRefusedError
 from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 from punctual.targets import TargetRules
