@@ -4,7 +4,7 @@ bad input is a 4xx problem naming the field, and the API gives what the direct c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -91,12 +91,13 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
     # When tenant beta asks for them by their ids  Then every operation answers "not found"
     assert beta.get("invoice-42") is None
     assert beta.list() == []
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: beta.cancel("invoice-42"),
         lambda: beta.reschedule("invoice-42", from_ms(now_ms + 1_000)),
         lambda: beta.run_now("invoice-42"),
         lambda: beta.redrive("failed-1"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(TaskNotFoundError):
             call()
     # And acme's tasks are untouched
@@ -325,10 +326,11 @@ def test_no_token_or_a_wrong_one_is_401_and_an_unmapped_principal_403(
     app = build_app(
         lambda: Client(settings, dynamodb=dynamodb), TenantMap.parse('{"arn:aws:iam::123456789012:role/Acme": "acme"}')
     )
-    unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)
+    unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)  # type: ignore[arg-type]  # reads no context
     assert unmapped["statusCode"] == 403
     mapped = app.resolve(
-        gateway_event("GET", "/v1/tasks", "arn:aws:sts::123456789012:assumed-role/Acme/session-1"), None
+        gateway_event("GET", "/v1/tasks", "arn:aws:sts::123456789012:assumed-role/Acme/session-1"),
+        None,  # type: ignore[arg-type]  # reads no context
     )
     assert mapped["statusCode"] == 200
 

@@ -211,11 +211,11 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
 
     monkeypatch.setattr(client, "_send", recording)
     sent: list[str] = []  # every request that went out, a call sent again included
-    request = client._http.request
+    http_request = client._http.request
 
     def counting(method: str, url: str, **kwargs: Any) -> Any:
         sent.append(url)
-        return request(method, url, **kwargs)
+        return http_request(method, url, **kwargs)
 
     monkeypatch.setattr(client._http, "request", counting)
     due = from_ms(now_ms + 60_000)

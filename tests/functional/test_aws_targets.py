@@ -43,6 +43,7 @@ from punctual.targets import (
     run_action,
 )
 from punctual.targets.aws import AWS_WARM_MIN_S, SQS, deduplication_id, message_body
+from punctual.targets.registry import Warmup
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -157,12 +158,16 @@ def test_sqs_queue_url_is_asked_once_per_queue(aws: Aws) -> None:
     assert len(lookups) == 1
 
 
+async def _started(warmup: Warmup) -> None:
+    await warmup.start()
+
+
 def warm(fires: list[tuple[Action, float, str]], env: ActionEnv) -> int:
     """Run the SQS kind's warm-ups for ``fires`` to their end here; how many there were."""
     assert SQS.prepare is not None
     warmups = SQS.prepare(fires, env)
     for warmup in warmups:
-        asyncio.run(warmup.start())
+        asyncio.run(_started(warmup))
     return len(warmups)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -26,6 +26,9 @@ from punctual_tools.cli import main
 from punctual_tools.cli.maintenance import redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
 TABLE = "punctual-tasks-test"  # the functional conftest's table
 
 
@@ -37,12 +40,12 @@ def failing_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def sqs(dynamodb: Any) -> Any:  # inside the same moto context as the table
+def sqs(dynamodb: Any) -> SQSClient:  # inside the same moto context as the table
     return boto3.client("sqs", region_name="us-east-1")
 
 
 @pytest.fixture
-def queue_url(sqs: Any) -> str:
+def queue_url(sqs: SQSClient) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 

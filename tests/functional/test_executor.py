@@ -155,7 +155,7 @@ def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_
     store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor built for 0.145 of a core (it sleeps where it would spin, records only where a gap has room)
-    executor = Executor(store.firing, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(None), cpu_share=0.145)
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
     event = dispatch_batch(store, settings, now)
@@ -174,7 +174,7 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
-    executor = Executor(store.firing, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(2.5))
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     # When the task fires
@@ -294,10 +294,13 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
 ) -> None:
     # Given three webhook tasks due 0.4-0.6 s from now
     prepared: list[tuple[Any, float]] = []
-    real = executor_module.prepare_actions
-    monkeypatch.setattr(
-        executor_module, "prepare_actions", lambda fires, env: (prepared.extend(fires), real(fires, env))[1]
-    )
+    real = executor_module.prepare_actions  # type: ignore[attr-defined]  # patched where the executor looks it up
+
+    def recording(fires: Any, env: Any) -> Any:
+        prepared.extend(fires)
+        return real(fires, env)
+
+    monkeypatch.setattr(executor_module, "prepare_actions", recording)
     now = int(clock.wall_ms())
     action = HttpAction(url=target.url("/ok"), timeout_s=5)
     for i in range(3):
@@ -420,7 +423,7 @@ def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_a
     created = [tasks.create(now + 500 + i, now_ms=now) for i in range(6)]
     event = dispatch_batch(store, settings, now)
     failing = FailsMidArm(store.firing)
-    executor = Executor(failing, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
+    executor = Executor(failing, settings, clock, FixedOffset(None))
     # When it runs the batch
     report = executor.run_batch(event)
     # Then it read back the half it armed, armed the other half again, and fired all six (a poll holds back what
@@ -437,7 +440,7 @@ def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
     # another executor may take its tasks over from now on)
     clock = JumpingClock()
     executor = Executor(
-        JumpAfterArm(store.firing, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+        JumpAfterArm(store.firing, clock, jump_s=settings.executor_lease_ms / 1000 + 1),
         settings,
         clock,
         OffsetProbe(None, 0.5),
@@ -512,12 +515,12 @@ def test_a_batch_due_soon_fires_its_first_part_while_the_rest_is_armed(
     holding = HoldsLaterParts(store.firing)
     executor = Executor(holding, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     first = created[0].task_id
-    watcher = threading.Thread(
-        target=lambda: (
-            wait_until(lambda: read_task(store, first).status is TaskStatus.SUCCEEDED, HOLD_S, 0.02)
-            and holding.release.set()
-        )
-    )
+
+    def release_once_the_first_is_recorded() -> None:
+        if wait_until(lambda: read_task(store, first).status is TaskStatus.SUCCEEDED, HOLD_S, 0.02):
+            holding.release.set()
+
+    watcher = threading.Thread(target=release_once_the_first_is_recorded)
     watcher.start()
     try:
         # When the executor runs it

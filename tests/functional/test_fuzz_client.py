@@ -357,7 +357,7 @@ def changed(arguments: dict[str, Any], stored: Task, what: str) -> dict[str, Any
             LogAction(message="other")
             if isinstance(stored.action, HttpAction)
             else HttpAction(url="https://example.com/other")
-        )  # type: ignore[arg-type]
+        )
         return {**arguments, "action": other}
     grace = stored.misfire_grace_ms
     return {**arguments, "misfire_grace": grace + 1 if grace < 86_400_000 else grace - 1}

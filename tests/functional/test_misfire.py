@@ -172,5 +172,5 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
         client.schedule(from_ms(now_ms - 600_000), LogAction(), task_id="skip-one", misfire_grace=1_000)
     # And an unknown policy is refused naming the field
     with pytest.raises(InvalidTaskError) as err:
-        client.schedule(from_ms(now_ms + 1_000), LogAction(), misfire_policy="later")  # type: ignore[arg-type]
+        client.schedule(from_ms(now_ms + 1_000), LogAction(), misfire_policy="later")
     assert err.value.field == "misfire_policy"

@@ -266,7 +266,7 @@ def _failed(client: Client, store: DynamoStores, task_id: str, now_ms: int) -> N
     task = client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id)
     assert arm(store, task, "x", now_ms) is not None
     assert store.firing.record(
-        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x")
+        "x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "x")
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.model import FireRecord, Task, TaskStatus
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.errors import TaskStateError
 from punctual.scheduling.client import Client
 from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
@@ -24,7 +24,7 @@ def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> T
     task = tasks.create(now_ms + 1_000, task_id)
     assert arm(store, task, "x", now_ms) is not None
     assert store.firing.record(
-        "x", FireRecord(task_id, TaskStatus.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
+        "x", FireRecord(task_id, Outcome.FAILED, now_ms + 1_000.0, now_ms + 1_010, 0.0, None, "boom")
     )
     return read_task(store, task_id)
 
@@ -94,7 +94,7 @@ def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoStores, 
     make_failed(store, tasks, "f1", now_ms)
     rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When the service redrives it
-    report = redrive_tasks(rival, Selection.of(["f1"]), now_ms + 10)  # type: ignore[arg-type]
+    report = redrive_tasks(rival, Selection.of(["f1"]), now_ms + 10)
     # Then it lost the race: skipped with the task as it is now (the rival's redrive), which stands
     (skipped,) = report.skipped
     assert (skipped.task_id, skipped.reason, skipped.status) == ("f1", SkipReason.LOST_RACE, TaskStatus.PENDING)
@@ -149,7 +149,7 @@ def test_letters_of_tasks_still_failed_stay_and_those_of_a_lost_race_go(
         queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
     rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When only a is redriven, and loses the race
-    report = redrive_tasks(rival, Selection.of(["a"]), now_ms + 10, queue)  # type: ignore[arg-type]
+    report = redrive_tasks(rival, Selection.of(["a"]), now_ms + 10, queue)
     # Then a's letter is removed (it is no longer FAILED), b's stays with b FAILED
     assert [s.reason for s in report.skipped] == [SkipReason.LOST_RACE]
     assert report.dead_letters_removed == 1
@@ -166,7 +166,7 @@ def test_the_client_refuses_a_redrive_that_lost_the_race_with_the_task_as_it_is(
 ) -> None:
     # Given a FAILED task and a client over a store a rival redrives first
     make_failed(store, tasks, "f1", now_ms)
-    client = Client(settings, RivalFirst(store.client, rival_ms=now_ms + 5), store.schedules)  # type: ignore[arg-type]
+    client = Client(settings, RivalFirst(store.client, rival_ms=now_ms + 5), store.schedules)
     # When the client redrives it  Then it is refused, naming the task as the rival left it
     with pytest.raises(TaskStateError) as refused:
         client.redrive("f1")

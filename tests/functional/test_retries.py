@@ -51,7 +51,7 @@ def always_failing() -> Iterator[FlakyTarget]:
 
 def armed_task(store: DynamoStores, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, armed by ``exec-1``."""
-    task = tasks.create(now_ms + 10_000, **fields)
+    task: Task = tasks.create(now_ms + 10_000, **fields)
     assert arm(store, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
     return task
 

@@ -62,13 +62,15 @@ def poller(store: Stores, settings: Settings) -> Poller:
     return poller_on(store, RecordingInvoker(), settings, poller_id="p-test")
 
 
+def _instant(task_id: str) -> int:
+    occurrence = split_occurrence_id(task_id)
+    assert occurrence is not None, task_id
+    return occurrence[1]
+
+
 def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
     """The instants of the schedule's occurrences (in the table), of one status if given."""
-    return [
-        split_occurrence_id(t.task_id)[1]
-        for t in client.schedule_history(schedule_id)  # type: ignore[index]
-        if status is None or t.status is status
-    ]
+    return [_instant(t.task_id) for t in client.schedule_history(schedule_id) if status is None or t.status is status]
 
 
 def log_action() -> dict[str, Any]:

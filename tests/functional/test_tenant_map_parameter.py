@@ -323,19 +323,19 @@ def test_the_api_serves_a_caller_of_tenant_437_and_refuses_an_unknown_principal(
     app = build_api(in_parts, dynamodb, ssm)
     caller = f"arn:aws:sts::{ACCOUNT}:assumed-role/Tenant437Scheduler/s-1"
     # When a caller of tenant 437 lists its tasks, and schedules one for its own queue
-    listed = app.resolve(gateway_event("GET", "/v1/tasks", caller), None)
-    created = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(437)), None)
+    listed = app.resolve(gateway_event("GET", "/v1/tasks", caller), None)  # type: ignore[arg-type]  # reads no context
+    created = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(437)), None)  # type: ignore[arg-type]  # reads no context
     # Then it is served, and the task is stored as tenant 437's
     assert listed["statusCode"] == 200
     assert created["statusCode"] == 201, created["body"]
     assert DynamoStores.from_settings(dynamodb, in_parts).client.get(f"{tenant(437)}/order-1") is not None
     # When it names another tenant's queue  Then its entry in the map refuses it
-    refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)
+    refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)  # type: ignore[arg-type]  # reads no context
     assert refused["statusCode"] == 422
     assert "action.queue_arn" in refused["body"]
     # And a principal the map does not name is refused
     stranger = f"arn:aws:iam::{ACCOUNT}:role/Tenant501Scheduler"
-    assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403
+    assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403  # type: ignore[arg-type]  # reads no context
 
 
 def _create_and_dispatch(store: DynamoStores, settings: Settings, owners: list[int], queue: int) -> RecordingInvoker:
