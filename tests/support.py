@@ -44,6 +44,7 @@ from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.schedules import ScheduleItems
+from punctual.stores.ports import Stores
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.dynamodb_local import make_client
 
@@ -265,7 +266,7 @@ def reorder_keys(value: Any) -> Any:
 
 
 def arm(
-    store: DynamoStores,
+    store: Stores,
     task: Task,
     executor_id: str,
     now_ms: int,

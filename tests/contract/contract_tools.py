@@ -70,9 +70,9 @@ class DynamoBackend(Backend):
 
     def raw_item(self, task_id: str) -> dict[str, Any]:
         """The stored item as DynamoDB holds it (attribute values), read consistently."""
-        return self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True)[
-            "Item"
-        ]
+        answer = self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True)
+        item: dict[str, Any] = answer["Item"]
+        return item
 
 
 @dataclass(frozen=True)

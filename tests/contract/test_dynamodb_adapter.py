@@ -10,7 +10,7 @@ of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -505,7 +505,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
         armed = arm(store, stored(store, task.task_id), "exec-1", now_ms)
         return armed is not None and armed.task.attempt == attempt == stored(store, task.task_id).attempt
 
-    steps = [
+    steps: list[tuple[str, Callable[[], object]]] = [
         ("arm", lambda: armed_as_attempt(1, NOW)),
         ("retry", lambda: record(store, "exec-1", retry)),
         ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),

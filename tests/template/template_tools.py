@@ -68,7 +68,7 @@ def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = 
     """The CloudFormation template the SAM transform makes of ``sam`` (which is not modified)."""
 
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the translator wants a region (never calls AWS)
-    return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())  # type: ignore[arg-type]
+    return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())
 
 
 # -- conditions: CloudFormation's resolution, shared with the local table's (create_table_kwargs) ----------------------

@@ -339,7 +339,7 @@ def test_each_numeric_parameters_range_is_its_settings_bounds(sam_template: dict
         parameter = sam_template["Parameters"][name]
         low, high = _bounds(field)
         if name in NARROWER_THAN_THE_SETTING:
-            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name  # type: ignore[operator]
+            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name
         else:
             assert (parameter.get("MinValue"), parameter.get("MaxValue")) == (low, high), name
 
