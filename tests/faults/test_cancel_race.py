@@ -74,7 +74,8 @@ def test_cancel_racing_arm_has_one_winner_per_task_and_cancelled_tasks_never_fir
         return won
 
     # When a poll's executors' arming races a client cancelling every task
-    report, cancel_won = run_threads([lambda: poller.poll(now_ms()), cancel_all])
+    outcomes: list[Any] = run_threads([lambda: poller.poll(now_ms()), cancel_all])
+    report, cancel_won = outcomes
     invoker.join()
 
     # Then per task exactly one side won: CANCELLED (cancel won) or SUCCEEDED (armed first, fired)

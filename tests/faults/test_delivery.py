@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
 
     # When two executors (two Lambda environments) get that batch at the same time
     executors = [make_executor(store_for(settings), settings) for _ in range(2)]
-    reports = run_threads([lambda x=x: x.run_batch(event) for x in executors])
+    reports = run_threads([partial(x.run_batch, event) for x in executors])
     # ... and the same batch is delivered once more, after they finished (a retried invocation)
     late_report = make_executor(store_for(settings), settings).run_batch(event)
 

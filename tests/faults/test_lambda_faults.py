@@ -428,7 +428,8 @@ class UnprocessedReads:
             self.refused += 1
             request = kwargs["RequestItems"]
             return {"Responses": {table: [] for table in request}, "UnprocessedKeys": request}
-        return self._client.batch_get_item(**kwargs)
+        answer: dict[str, Any] = self._client.batch_get_item(**kwargs)
+        return answer
 
 
 @pytest.mark.timeout(90)

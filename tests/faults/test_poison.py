@@ -99,7 +99,9 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.SUCCEEDED} == set(ids) - set(poison)
     attempts = Counter(r.key for r in target.records() if (r.key or "").startswith("retry-"))
-    assert {key: n for key, n in attempts.items() if key.split(":")[0] in poison} == {f"{t}:0": 3 for t in poison}
+    assert {key: n for key, n in attempts.items() if (key or "").split(":")[0] in poison} == {
+        f"{t}:0": 3 for t in poison
+    }
     # ... one dead letter per poison task
     letters = dead_letters.receive()
     assert sorted(letter.task_id for letter in letters) == sorted(poison)

@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from fault_tools import (
@@ -56,7 +57,7 @@ def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers
     events = [event for invoker in invokers for event in invoker.events]
     executors = [make_executor(store_for(settings), settings) for _ in events]
     if events:
-        run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
+        run_threads([partial(x.run_batch, e) for x, e in zip(executors, events, strict=True)])
 
 
 def armed_or_done(settings: Settings, task_ids: list[str], timeout: float = 20) -> bool:
@@ -90,7 +91,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
 
     # When two pollers poll the same instant at once (EventBridge fired the rule twice) ...
     at = now_ms()
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers])
+    reports = run_threads([partial(p.poll, at) for p in pollers])
     # ... every batch of both goes to an executor of its own, all at once ...
     executors = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     for payload in (p for inv in invokers for p in inv.payloads):
@@ -150,7 +151,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
     pollers = [poller_on(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll that instant at once ...
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=240)
+    reports = run_threads([partial(p.poll, at) for p in pollers], timeout=240)
     # ... and stand-in executors run all 80 batches, 8 at a time, each batch of one poller alongside the
     # same tasks' batch of the other. A stand-in does what the executor does before firing (a heartbeat, then
     # the store's arm_many) and "fires" what it armed: a fire observed at the due instant, for the checker.

@@ -75,7 +75,7 @@ def verdict_of(
     expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
     verdict = check(
         expected,
-        [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],
+        [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],  # type: ignore[arg-type]  # see fault_tools.judge
         epsilon_ms=EPSILON_MS,
         allowance=allowance or [],
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import pytest
 from fault_tools import Throttle, http_tasks, judge, one_batch
 
 from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset
+from punctual.domain.events import PollReport
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe, measure_offset
@@ -46,10 +48,14 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     create_all(store_for(settings), tasks)
     invokers = [RecordingInvoker(), RecordingInvoker()]
     at = now_ms()
-    run_threads([lambda inv=inv: poller_on(throttled(), inv, settings).poll(at) for inv in invokers])
+
+    def poll(invoker: RecordingInvoker) -> PollReport:
+        return poller_on(throttled(), invoker, settings).poll(at)
+
+    run_threads([partial(poll, inv) for inv in invokers])
     events = [e for inv in invokers for e in inv.events]
     executors = [make_executor(throttled(), settings) for _ in events]
-    reports = run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
+    reports = run_threads([partial(x.run_batch, e) for x, e in zip(executors, events, strict=True)])
     print(f"\ninjected throttling errors by operation: {throttle.injected} ({throttle.sent} requests sent)")
 
     # Then throttling happened, and was retried through: every task armed (one of its two dispatches lost at
