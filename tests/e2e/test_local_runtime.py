@@ -229,6 +229,7 @@ def test_dynamodb_local_runs_only_on_the_background_cpus(tmp_path: Path, fresh_t
     )
     with LocalStack(config) as stack:
         # Then DynamoDB Local (every thread of the JVM) may not run on the first CPU, which firing keeps
+        assert stack.settings is not None
         assert stack.settings.background_cpus is not None
         assert stack.ddb is not None
         assert stack.ddb.pid is not None
@@ -557,9 +558,9 @@ def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(
             assert ended is not None
             assert ended.state == "ENDED"
             assert ended.created_count == 20
+
             # (an outcome is recorded just after the fire: the executor's recorder settles before it writes)
-            assert wait_until(
-                lambda sid=schedule_id: {t.status for t in client.schedule_history(sid)} == {TaskStatus.SUCCEEDED},
-                timeout=60,
-                interval=0.5,
-            )
+            def all_succeeded(sid: str = schedule_id) -> bool:
+                return {t.status for t in client.schedule_history(sid)} == {TaskStatus.SUCCEEDED}
+
+            assert wait_until(all_succeeded, timeout=60, interval=0.5)

@@ -27,7 +27,8 @@ RETIRED_TENANT_ACTIVE_INDEX = "tenant_active"  # read by nothing, in the templat
 
 
 def _template_table() -> dict[str, Any]:
-    return load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+    table: dict[str, Any] = load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+    return table
 
 
 def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: Any, local_table: str) -> None:
