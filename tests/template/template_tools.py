@@ -38,7 +38,7 @@ class _StubPolicyLoader:
         return dict(_MANAGED_POLICIES)
 
 
-class _SamLoader(yaml.SafeLoader):
+class _SamLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's loaders are untyped here
     """SafeLoader plus CloudFormation's short-form tags, in the form the SAM translator expects. (Its own
     ``yaml_parse`` registers the same constructor on ``yaml.SafeLoader`` itself, for every other user.)"""
 
@@ -47,7 +47,8 @@ def load_sam_template(path: Path = TEMPLATE) -> dict[str, Any]:
 
     _SamLoader.add_multi_constructor("!", intrinsics_multi_constructor)
     with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass
+        result: dict[str, Any] = yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass
+        return result
 
 
 def package_locally(sam: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +69,8 @@ def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = 
     """The CloudFormation template the SAM transform makes of ``sam`` (which is not modified)."""
 
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the translator wants a region (never calls AWS)
-    return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())
+    result: dict[str, Any] = transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())
+    return result
 
 
 # -- conditions: CloudFormation's resolution, shared with the local table's (create_table_kwargs) ----------------------
@@ -107,7 +109,7 @@ def as_list(node: Any) -> list[Any]:
 
 def role_statements(role: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every statement of the role's inline policies, under every condition."""
-    statements = []
+    statements: list[dict[str, Any]] = []
     for policy in as_list(role["Properties"].get("Policies", [])):
         for concrete in branches(policy):
             for statement in as_list(concrete["PolicyDocument"]["Statement"]):

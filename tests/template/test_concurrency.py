@@ -95,7 +95,7 @@ def _grid() -> list[dict[str, str]]:
 
 def test_the_stack_holds_what_the_documented_formula_says_at_every_setting(cfn_template: dict[str, Any]) -> None:
     # Given every point of the grid of the three reservations and the provisioned executors (0 and empty included)
-    wrong = []
+    wrong: list[tuple[object, ...]] = []
     for parameters in _grid():
         # When CloudFormation resolves the functions' reservations and the alias's provisioning
         held = held_by(cfn_template, parameters)

@@ -117,7 +117,8 @@ def requirement_names(text: str) -> set[str]:
 @pytest.fixture(scope="module")
 def layer(sam_resources: dict[str, Any]) -> dict[str, Any]:
     (name,) = [n for n, r in sam_resources.items() if r["Type"] == "AWS::Serverless::LayerVersion"]
-    return sam_resources[name]
+    result: dict[str, Any] = sam_resources[name]
+    return result
 
 
 @pytest.fixture(scope="module")

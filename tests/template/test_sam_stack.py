@@ -62,7 +62,8 @@ def _of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
 def _role_of(cfn_resources: dict[str, Any], function: str) -> dict[str, Any]:
     role = cfn_resources[function]["Properties"]["Role"]
     assert set(role) == {"Fn::GetAtt"}, f"{function} must use a role defined in the template"
-    return cfn_resources[role["Fn::GetAtt"][0]]
+    result: dict[str, Any] = cfn_resources[role["Fn::GetAtt"][0]]
+    return result
 
 
 # -- code ----------------------------------------------------------------------------------------------
@@ -347,7 +348,8 @@ def _authorization_reference() -> dict[str, Any]:
     case) with the resource types it accepts (none: the action has no resource-level permission)."""
 
     path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return result
 
 
 def test_every_grant_is_written_the_way_iam_evaluates_it(cfn_resources: dict[str, Any]) -> None:
@@ -442,7 +444,8 @@ HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "x-a
 
 def _rest_api(cfn_resources: dict[str, Any]) -> dict[str, Any]:
     (api,) = _of_type(cfn_resources, "AWS::ApiGateway::RestApi").values()
-    return api["Properties"]
+    result: dict[str, Any] = api["Properties"]
+    return result
 
 
 def _methods(api: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -318,14 +318,14 @@ def _bounds(field: str) -> tuple[int | None, int | None]:
 def _numeric_settings(sam_template: dict[str, Any]) -> dict[str, str]:
     """Every Settings field a Number parameter sets in some function's environment: field -> parameter."""
     parameters = sam_template["Parameters"]
-    found = {}
+    found: dict[str, str] = {}
     for function in FUNCTIONS:
         for name, value in _environment(sam_template, function).items():
             branches = value["Fn::If"][1:] if isinstance(value, dict) and "Fn::If" in value else [value]
             for branch in branches:
                 ref = branch.get("Ref") if isinstance(branch, dict) else None
                 if name.startswith(ENV_PREFIX) and ref in parameters and parameters[ref]["Type"] == "Number":
-                    found[name[len(ENV_PREFIX) :].lower()] = ref
+                    found[name[len(ENV_PREFIX) :].lower()] = str(ref)
     return found
 
 

@@ -122,7 +122,8 @@ def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
         [sys.executable, str(script), mode], env=_lambda_env(), capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def test_the_handlers_tracer_records_the_handler_and_no_aws_call(tmp_path: Path) -> None:

@@ -304,7 +304,8 @@ def test_the_loopback_target_records_posts_and_rejects_poison_keys(tmp_path) -> 
             request = urllib.request.Request(target.url, data=b'{"n": 1}', headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
-                    return response.status
+                    result: int = response.status
+                    return result
             except urllib.error.HTTPError as exc:
                 return exc.code
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,10 @@ from punctual_tools.plan import PAGE_RATES, defaults, make_plan, model, pages
 from punctual_tools.plan.model import TASK_UNITS
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["plan", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
 
 
 def page_rows(page: str, block: str) -> dict[str, list[str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import doctest
 import json
 import shlex
+from typing import Any
 
 import pytest
 
@@ -20,9 +21,10 @@ from punctual_tools.template import load_template
 RATE_100M = 100e6 / pricing.MONTH_S
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["plan", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
 
 
 def block_rows(block: str) -> list[list[str]]:
