@@ -193,7 +193,6 @@ def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anythin
 
 @pytest.mark.timeout(90)
 def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path) -> None:
-
     # Given a loopback port another program listens on
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

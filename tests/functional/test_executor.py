@@ -337,7 +337,6 @@ def test_task_past_its_grace_at_fire_time_is_missed(
 
 
 def _shard(store: DynamoStores, task: Task) -> int:
-
     return shard_of(task.task_id, store.config.shard_count)
 
 

@@ -59,7 +59,6 @@ PER_TASK = {("POST", "/v1/tasks:batch")}
 
 @pytest.fixture(scope="module")
 def api(ddb_local: str) -> Iterator[LocalApi]:
-
     settings = Settings(
         table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}",
         endpoint_url=ddb_local,

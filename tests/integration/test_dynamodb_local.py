@@ -185,7 +185,6 @@ def test_stop_is_idempotent() -> None:
 
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
-
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk), or before the
     # tenants' active count was sharded
     tenants = {TENANT_INDEX, RETIRED_TENANT_ACTIVE_INDEX, TENANT_ACTIVE_INDEX}
@@ -221,7 +220,6 @@ time.sleep(600)
 
 
 def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(tmp_path: Path) -> None:
-
     # Given a process that started DynamoDB Local on disk from a thread which has ended since
     child = subprocess.Popen(
         [sys.executable, "-c", START_FROM_A_THREAD, str(tmp_path / "ddb")], stdout=subprocess.PIPE, text=True

@@ -44,7 +44,6 @@ class _SamLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's loaders are
 
 
 def load_sam_template(path: Path = TEMPLATE) -> dict[str, Any]:
-
     _SamLoader.add_multi_constructor("!", intrinsics_multi_constructor)
     with open(path, encoding="utf-8") as handle:
         result: dict[str, Any] = yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass

@@ -72,7 +72,7 @@ def test_a_row_meets_the_target_within_2_ms_and_within_1_5x_the_floor() -> None:
 
 def test_a_cold_executor_whose_init_outlasts_the_lead_misses_and_a_run_without_a_fire_is_counted() -> None:
     # Given one run armed 3.7 s after its task was due (fired 3.7 s late) and one that never fired
-    runs = [
+    runs: list[dict[str, float | None]] = [
         {"init_ms": 5_600.0, "arm_ms": 116.0, "slack_ms": -3_716.0, "drift_ms": 3_717.0},
         {"init_ms": None, "arm_ms": None, "slack_ms": None, "drift_ms": None},
     ]

@@ -4,6 +4,7 @@ their section of the drift page."""
 from __future__ import annotations
 
 from punctual_tools.bench import leads, pages, restart
+from punctual_tools.bench.phase_parts import lead_seconds
 
 KILL, UP = 100_000, 105_000
 
@@ -48,9 +49,9 @@ def test_a_backlog_drained_before_up_has_no_rate_and_one_never_fired_counts_as_n
 
 
 def test_leads_are_drawn_uniformly_within_their_range_and_the_same_each_run() -> None:
-    drawn = leads.lead_seconds(1_000, 2.0, 4.0)
+    drawn = lead_seconds(1_000, 2.0, 4.0)
     assert all(2.0 <= lead <= 4.0 for lead in drawn)
-    assert drawn == leads.lead_seconds(1_000, 2.0, 4.0)
+    assert drawn == lead_seconds(1_000, 2.0, 4.0)
     assert 2.9 < sum(drawn) / len(drawn) < 3.1
 
 

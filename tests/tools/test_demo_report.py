@@ -87,7 +87,7 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
     client = FakeClient()
 
     # When the report is built
-    report = build_report(client, plan, on_time(plan))
+    report = build_report(client, plan, on_time(plan))  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
     assert set(report) == {
@@ -120,7 +120,7 @@ def test_a_duplicate_fire_is_counted_and_fails_the_verdict() -> None:
     fires = [*on_time(plan), fire(twice, plan.due_ms[twice] + 7.0)]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then 5 fired, with 1 duplicate: an unexplained extra fire, so the verdict fails
     assert figures(report) == (5, 5, 0, 0, 1, 0)
@@ -139,7 +139,7 @@ def test_a_task_that_never_fired_and_has_no_outcome_is_lost() -> None:
     client = FakeClient({pending: TaskStatus.PENDING})
 
     # When the report is built
-    report = build_report(client, plan, fires)
+    report = build_report(client, plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then both are lost, and the verdict fails; only the two unfired tasks were read from the table
     assert figures(report) == (5, 3, 0, 0, 0, 2)
@@ -157,7 +157,7 @@ def test_tasks_the_table_records_missed_or_failed_are_explicit_outcomes_not_lost
     client = FakeClient({missed: TaskStatus.MISSED, failed: TaskStatus.FAILED})
 
     # When the report is built
-    report = build_report(client, plan, fires)
+    report = build_report(client, plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then they count as missed and failed, none is lost, and the verdict passes
     assert figures(report) == (5, 3, 1, 1, 0, 0)
@@ -172,7 +172,7 @@ def test_a_fire_later_than_epsilon_is_reported_late_without_failing_the_verdict(
     fires = [fire(t, due + (25.0 if t == late else 1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then it is reported late (only a failure when the caller asks), and drift shows it
     assert report["checker"]["late"] == 1
@@ -193,7 +193,7 @@ def test_a_fire_at_epsilon_is_not_late_and_one_ms_more_is() -> None:
     ]
 
     # When the report is built with ε = 10 ms
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then exactly one fire is late
     assert report["checker"]["late"] == 1
@@ -206,7 +206,7 @@ def test_a_fire_earlier_than_epsilon_fails_the_verdict() -> None:
     fires = [fire(t, due - (50.0 if t == early else -1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built with ε = 10 ms
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the verdict fails on it
     assert report["checker"]["early"] == 1
@@ -220,7 +220,7 @@ def test_a_fire_past_the_misfire_grace_fails_the_verdict() -> None:
     fires = [fire(t, due + (GRACE_MS + 5_000.0 if t == stale else 1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then it fired past its grace: a failure, not just late
     assert report["checker"]["past_grace"] == 1
@@ -234,7 +234,7 @@ def test_drift_is_split_between_the_spread_tasks_and_the_burst() -> None:
     fires = [fire(t, due + (8.0 if t in plan.burst_ids else 2.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then each group's percentiles hold only its own fires
     assert (report["steady_drift_ms"]["count"], report["steady_drift_ms"]["max"]) == (3, 2.0)
@@ -245,7 +245,7 @@ def test_drift_is_split_between_the_spread_tasks_and_the_burst() -> None:
 def test_the_human_report_prints_the_verdict_under_the_table() -> None:
     # Given a report with one lost task
     plan = make_plan()
-    report = build_report(FakeClient(), plan, on_time(plan)[1:])
+    report = build_report(FakeClient(), plan, on_time(plan)[1:])  # type: ignore[arg-type]  # a stand-in for the client
 
     # When it is formatted
     text = format_report(report)
@@ -266,7 +266,7 @@ def test_check_fire_log_expects_no_fire_of_a_task_cancelled_by_a_call_that_said_
     client = FakeClient()
 
     # When the fire log is checked with both cancellations
-    verdict = check_fire_log(client, due, fires, epsilon_ms=10, cancelled=["load-a", "load-b"])
+    verdict = check_fire_log(client, due, fires, epsilon_ms=10, cancelled=["load-a", "load-b"])  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the unfired one is cancelled, the fired one is "fired though cancelled" (a failure), and the table
     # was not asked about either
@@ -298,7 +298,7 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
     plan = make_plan()
 
     def fake_run_demo(client: Any, fire_log: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return build_report(FakeClient(), plan, on_time(plan)[:fired], epsilon_ms=kwargs["epsilon_ms"])
+        return build_report(FakeClient(), plan, on_time(plan)[:fired], epsilon_ms=kwargs["epsilon_ms"])  # type: ignore[arg-type]  # a stand-in for the client
 
     monkeypatch.setattr(demo, "run_demo", fake_run_demo)
 
@@ -313,7 +313,6 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
 
 
 def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_line(tmp_path: Path) -> None:
-
     log = tmp_path / "fires.jsonl"
     tail = FireLogTail(log, "run-a-")
     assert tail.read() == []  # no log yet
@@ -420,7 +419,7 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
     )
     # When the demo follows both and builds its report
     entries = FireLogTail(fire_log, "demo-r1-", received).read()
-    report = build_report(FakeClient(), plan, entries)
+    report = build_report(FakeClient(), plan, entries)  # type: ignore[arg-type]  # a stand-in for the client
     # Then all 6 fired on time; the webhooks' drift is the receiver's, the spread row holds only the log tasks
     assert report["fired"] == 6
     assert report["checker"]["ok"]
@@ -432,7 +431,6 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
 
 
 def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row_of_their_own() -> None:
-
     # Given a plan of 3 spread tasks over 2 s and two schedules, every 250 ms and every 1,000 ms
     plan = plan_demo(3, 2.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, recurring_ms=(250, 1000))
     # Then each schedule expects an occurrence at every multiple of its rate from the first due instant to the
@@ -454,7 +452,7 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
     # When they fire 2 ms late and the spread tasks 1 ms late, but one occurrence never fires
     missing = max(plan.occurrence_ids)
     entries = [fire(t, due + (2 if "@" in t else 1)) for t, due in plan.due_ms.items() if t != missing]
-    report = build_report(FakeClient(), plan, entries)
+    report = build_report(FakeClient(), plan, entries)  # type: ignore[arg-type]  # a stand-in for the client
     # Then the occurrences have their own drift row, the spread row keeps only the one-off tasks, and the
     # unfired occurrence is lost: the verdict fails
     assert report["recurring_drift_ms"]["count"] == 9

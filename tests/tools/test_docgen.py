@@ -35,6 +35,7 @@ def test_the_rest_api_page_names_every_operation_and_schema_of_openapi_json() ->
 def test_the_cli_page_names_every_command() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert commands is not None
     for name in commands:
         assert f"### punctual {name}\n" in page
 

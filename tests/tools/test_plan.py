@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from punctual.config.cpu_share import QUOTA_PERIOD_MS, fires_per_period
 from punctual_tools import docgen
 from punctual_tools.cli import main
 from punctual_tools.plan import PAGE_RATES, defaults, make_plan, model, pages
@@ -119,8 +120,8 @@ def test_shards_keep_each_due_index_key_under_half_a_partition() -> None:
 def test_a_sustained_rate_keeps_whole_batches_at_any_memory_as_the_poller_cuts_them() -> None:
     # Given rates below and far above what one executor at 256 MB fires in a quota period
     d = defaults()
-    at_once = model.fires_per_period(256, d.fire_cpu_us)
-    edge = at_once * 1000 / model.QUOTA_PERIOD_MS  # tasks a second that put at_once in one period
+    at_once = fires_per_period(256, d.fire_cpu_us)
+    edge = at_once * 1000 / QUOTA_PERIOD_MS  # tasks a second that put at_once in one period
     # Then the poller's cut interleaves them in lanes: every batch stays whole, and no memory is needed for it
     for rate in (100, edge, edge + 1, 10_000, 1e6 / 60):
         assert model.batch_tasks(rate, 256, d) == d.batch_size

@@ -173,7 +173,6 @@ def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
 
 
 def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> None:
-
     template = load_template()
     params = template["Parameters"]
     d = defaults()
@@ -222,7 +221,6 @@ def test_a_target_the_default_settings_met_and_the_levers_miss_is_named() -> Non
 
 
 def test_each_levers_flags_parse_back_to_the_same_levers(capsys: pytest.CaptureFixture[str]) -> None:
-
     assert doctest.testmod(model).failed == 0
     for _, levers in pages.LEVER_STEPS:
         got = plan_json(capsys, "--rate", "38.58", *levers.flags())["levers"]

@@ -47,7 +47,7 @@ def test_the_mix_has_each_group_in_its_place() -> None:
     assert {t.due_ms for t in by_group[BURST]} == {start + 30_000}
     assert len(by_group[BURST]) == options.burst
     # ... each short lead is written 2 to 4 s ahead, the first 2 s and the last 4 s, inside the window
-    leads = [t.lead_ms for t in plan.short]
+    leads = [t.lead_ms for t in plan.short if t.lead_ms is not None]
     assert len(leads) == options.short_leads
     assert min(leads) == 2_000
     assert max(leads) == 4_000
@@ -206,7 +206,7 @@ MINUTE = 1_800_000_000_000 // 60_000 * 60_000
 
 
 def canned() -> tuple[list[MetricSpec], dict[str, list[tuple[int, float]]]]:
-    functions = {logical: config["FunctionName"] for logical, config in CONFIGS.items()}
+    functions = {logical: str(config["FunctionName"]) for logical, config in CONFIGS.items()}
     specs = usage_queries(functions, "tasks", ["due"])
     values = {
         ("PollerFunction", "Invocations"): [2.0, 1.0],

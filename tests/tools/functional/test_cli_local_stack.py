@@ -136,7 +136,7 @@ def test_up_no_api_refuses_what_needs_the_api(tmp_path: Path, capsys: pytest.Cap
 def test_every_option_of_up_is_described_and_so_is_the_fast_path_rule() -> None:
     # Given `punctual up`'s parser
     parser = build_parser()
-    up = parser._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr]
+    up = parser._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr, index]  # argparse's own record
     # Then every option has a help text
     undescribed = [a.option_strings for a in up._actions if not a.help]
     assert undescribed == []

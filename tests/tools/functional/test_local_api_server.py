@@ -526,8 +526,8 @@ def test_a_homes_stack_files_are_made_private_and_nothing_else_is_touched(tmp_pa
         (home / name).write_text("x")
         (home / name).chmod(0o644)
     (home / "logs" / "link").symlink_to(outside)
-    for folder in (home, home / "dynamodb", home / "dynamodb" / "sub", home / "logs", home / "tokens"):
-        folder.chmod(0o755)
+    for made in (home, home / "dynamodb", home / "dynamodb" / "sub", home / "logs", home / "tokens"):
+        made.chmod(0o755)
     # When the stack makes it private
     make_private(home)
     # Then the home and the stack's folders are 0700, its files 0600
