@@ -72,7 +72,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The session is over: if a thread left running keeps the interpreter from exiting (Python joins the
     threads of every thread pool at exit), print every thread's stack and exit with status 1 after 120 s,
     instead of hanging until CI's own limit with nothing said."""
-    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
+    if sys.__stderr__ is not None:  # None only in an interpreter started without a stderr
+        faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
 
 
 @pytest.fixture(autouse=True)

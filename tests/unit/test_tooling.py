@@ -26,6 +26,15 @@ def _make_variable(name: str) -> str:
     return found.group(1).strip()
 
 
+def _make_words(name: str) -> list[str]:
+    """The words of a Makefile variable, each ``$(OTHER)`` among them replaced by the words of that variable."""
+    words = []
+    for word in _make_variable(name).split():
+        inner = re.fullmatch(r"\$\((\w+)\)", word)
+        words += _make_words(inner.group(1)) if inner else [word]
+    return words
+
+
 def _recipe(target: str) -> list[str]:
     """The commands of a Makefile target, as run from the top of the tree (``$(BIN)`` is ``.venv/bin``), a
     ``for x in $(LIST); do cmd $$x || exit 1; done`` line as one command per item."""
@@ -38,7 +47,7 @@ def _recipe(target: str) -> list[str]:
         if loop is None:
             commands.append(line)
         else:
-            commands += [f"{loop.group(3)} {item}" for item in _make_variable(loop.group(2)).split()]
+            commands += [f"{loop.group(3)} {item}" for item in _make_words(loop.group(2))]
     return commands
 
 
