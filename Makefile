@@ -77,12 +77,15 @@ style: setup
 	$(BIN)/ruff format --check .
 
 ## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, on the tooling, and on each handler by
-## itself (the handlers are all named app.py)
+## itself (the handlers are all named app.py); strict on the tests, each tier by itself (each has a conftest module of
+## its own) and the conftest they share, with the runtime, the tooling and tests/ (support.py) on mypy's path
 HANDLERS := src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py
+TYPED_TESTS := tests/conftest.py $(COVERED_TIERS) $(PARALLEL_TIERS) $(SERIAL_TIERS) $(FAULT_TIERS)
 typecheck: setup
 	$(BIN)/mypy --strict src/shared
 	$(BIN)/mypy src/tools
 	for handler in $(HANDLERS); do $(BIN)/mypy $$handler || exit 1; done
+	for tests in $(TYPED_TESTS); do env MYPYPATH=src/shared:src/tools:tests $(BIN)/mypy --strict $$tests || exit 1; done
 
 ## docs: the docs site (mkdocs.yml, docs/) built strict into site/: a broken link, a missing anchor or a page left out
 ## of the nav fails (make test runs it)

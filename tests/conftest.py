@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,10 +72,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The session is over: if a thread left running keeps the interpreter from exiting (Python joins the
     threads of every thread pool at exit), print every thread's stack and exit with status 1 after 120 s,
     instead of hanging until CI's own limit with nothing said."""
-    import faulthandler
-    import sys
-
-    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
+    if sys.__stderr__ is not None:  # None only in an interpreter started without a stderr
+        faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +82,7 @@ def _close_executors(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     mock, its table, its target) are torn down: its threads (dispatcher, workers, heartbeat, recorder, event
     loop) would otherwise live on for the rest of the session, and a heartbeat left renewing after its moto
     mock ended would call real AWS."""
-    from punctual.executing.executor import Executor
+    from punctual.executing.executor import Executor  # noqa: PLC0415 - loaded by the first test, after every tier's conftest set its environment
 
     init = Executor.__init__
 

@@ -49,7 +49,9 @@ def now_ms() -> int:
 
 def raw_item(client: Any, task_id: str) -> dict[str, Any]:
     """The stored item as DynamoDB holds it (attribute values), read consistently."""
-    return client.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)["Item"]
+    answer = client.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)
+    item: dict[str, Any] = answer["Item"]
+    return item
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.schedules import ScheduleItems
+from punctual.stores.ports import Stores
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.dynamodb_local import make_client
 
@@ -57,7 +58,7 @@ FIXED_NOW_MS = int(datetime(2030, 6, 1, 12, 0, 20, tzinfo=UTC).timestamp() * 100
 def call_worker_once(handler: Path, env: dict[str, str], event: dict[str, Any], log_path: Path) -> Any:
     """Start an executor worker as the stack starts one (a spawned process running ``run_worker`` on ``handler``,
     with ``env``), invoke it once with ``event`` and end it; the handler's result."""
-    from punctual_tools.local.worker import WorkerSpec, run_worker
+    from punctual_tools.local.worker import WorkerSpec, run_worker  # noqa: PLC0415 - every tier imports this module; few start a worker
 
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
@@ -68,7 +69,8 @@ def call_worker_once(handler: Path, env: dict[str, str], event: dict[str, Any], 
     )
     worker.start()
     try:
-        assert parent.poll(60) and parent.recv()["ready"]
+        assert parent.poll(60)
+        assert parent.recv()["ready"]
         parent.send(event)
         assert parent.poll(60)
         return parent.recv()["result"]
@@ -212,7 +214,7 @@ def run_until_done(
     """Poll on the real clock and run each batch on ``executor``, as the poller and the executors do, until the
     task is finished or ``rounds`` polls have run; the executor's reports."""
     clock = SystemClock()
-    reports = []
+    reports: list[BatchReport] = []
     for _ in range(rounds):
         invoker = RecordingInvoker()
         poller_on(store, invoker, settings).poll(int(clock.wall_ms()))
@@ -238,7 +240,7 @@ fixed_offsets = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map
 zones = st.just(UTC) | fixed_offsets | st.timezones()
 
 task_ids = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
+clean_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)  # no lone surrogates
 
 json_payloads = st.recursive(
     st.none()
@@ -270,10 +272,11 @@ def reorder_keys(value: Any) -> Any:
 
 
 def arm(
-    store: DynamoStores,
+    store: Stores,
     task: Task,
     executor_id: str,
     now_ms: int,
+    *,
     lease_until_ms: int | None = None,
     batch_id: str = "batch-test",
 ) -> Armed | None:
@@ -290,7 +293,7 @@ def moto_one_request_at_a_time() -> Iterator[None]:
     """Inside it, moto's in-process hook answers one request at a time, as DynamoDB applies each request
     atomically. Left alone, moto copies a whole table for a transaction while another thread's write changes
     it (``dictionary changed size during iteration``): an error DynamoDB never gives."""
-    from moto.core.botocore_stubber import BotocoreStubber
+    from moto.core.botocore_stubber import BotocoreStubber  # noqa: PLC0415 - moto loads only in the tests that serialise it
 
     lock = threading.RLock()
     original = BotocoreStubber.process_request

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from punctual import Client, LogAction, Task, TaskStatus
@@ -47,7 +48,6 @@ FINISHED = {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStat
 @pytest.fixture(scope="module")
 def outputs() -> dict[str, str]:
     """The stack's outputs, by key."""
-    import boto3
 
     stack = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
@@ -126,7 +126,6 @@ def test_a_quick_verify_run_finds_every_task_once_on_its_queue(
     outputs: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given the stack's executors allowed to send to a punctual-verify* queue
-    import boto3
 
     configs = function_configs(boto3.client("lambda", region_name=outputs["Region"]), outputs)
     if not allowed_queue_arns(executor_allowlist(configs), outputs["Region"]):

@@ -70,9 +70,9 @@ class DynamoBackend(Backend):
 
     def raw_item(self, task_id: str) -> dict[str, Any]:
         """The stored item as DynamoDB holds it (attribute values), read consistently."""
-        return self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True)[
-            "Item"
-        ]
+        answer = self.client.get_item(TableName=self.table_name, Key={"task_id": {"S": task_id}}, ConsistentRead=True)
+        item: dict[str, Any] = answer["Item"]
+        return item
 
 
 @dataclass(frozen=True)
@@ -285,8 +285,9 @@ def armed_task(
     executor's heartbeat, written at NOW first, holds until ``alive_until_ms``."""
     task = tasks.create(due_ms, **fields)
     alive(store, executor, alive_until_ms)
-    armed = arm(store, task, executor, NOW, lease_until_ms, batch_id="batch-1")
-    assert armed is not None and armed.taken_over_until_ms is None
+    armed = arm(store, task, executor, NOW, lease_until_ms=lease_until_ms, batch_id="batch-1")
+    assert armed is not None
+    assert armed.taken_over_until_ms is None
     return armed.task
 
 

@@ -10,7 +10,7 @@ of ``contract_tools.STORE_KINDS`` (moto and DynamoDB Local, both write modes).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -137,7 +137,8 @@ def test_a_recorded_task_leaves_the_due_index(backend: DynamoBackend, tasks: Tas
     # Then the index no longer lists it, and the item keeps the outcome
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
     item = backend.raw_item(task.task_id)
-    assert "due_bucket" not in item and "lease_until_ms" not in item
+    assert "due_bucket" not in item
+    assert "lease_until_ms" not in item
     assert (item["status"]["S"], item["detail"]["S"]) == ("FAILED", "HTTP 500")
 
 
@@ -178,7 +179,8 @@ def test_reschedule_moves_the_index_key_and_the_content_hash(backend: DynamoBack
     item = backend.raw_item(task.task_id)
     assert item["due_bucket"]["S"] == bucket_of(backend, task.task_id, new_due)
     assert item["content_hash"]["S"] == task.model_copy(update={"due_at": moved.due_at}).content_hash()
-    assert "batch_id" not in item and "lease_until_ms" not in item
+    assert "batch_id" not in item
+    assert "lease_until_ms" not in item
     assert index_ids(backend, task, task.due_ms, task.due_ms + BUCKET_MS) == []
     assert index_ids(backend, task, new_due, new_due) == [task.task_id]
 
@@ -290,9 +292,8 @@ def test_poll_groups_split_the_shards_each_with_its_own_watermark(backend: Dynam
     }
     # Then each finds exactly the tasks of its shards: together every task, none twice
     for g in (0, 1):
-        assert found[g] and all(
-            shard_of(t, store.config.shard_count) in grouped.dispatch.group_shards(g) for t in found[g]
-        )
+        assert found[g]
+        assert all(shard_of(t, store.config.shard_count) in grouped.dispatch.group_shards(g) for t in found[g])
     assert sorted(found[0] + found[1]) == sorted([t.task_id for t in due_soon] + [old.task_id])
     # And each group keeps its own watermark: the old task holds back only its own group's
     marks = {g: grouped.dispatch.get_watermark(g) for g in (0, 1)}
@@ -519,7 +520,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
         armed = arm(store, stored(store, task.task_id), "exec-1", now_ms)
         return armed is not None and armed.task.attempt == attempt == stored(store, task.task_id).attempt
 
-    steps = [
+    steps: list[tuple[str, Callable[[], object]]] = [
         ("arm", lambda: armed_as_attempt(1, NOW)),
         ("retry", lambda: record(store, "exec-1", retry)),
         ("arm again", lambda: armed_as_attempt(2, NOW + 11_000)),
@@ -574,7 +575,8 @@ def test_a_retried_takeover_counts_as_done(backend: DynamoBackend, tasks: TaskFa
         taken = arm(backend.store, task, "exec-2", until + 1)
     # Then exec-2 hears it took the task over, counted once, and exec-1 is marked taken over
     assert dropped == [1]
-    assert taken is not None and (taken.task.armed_by, taken.task.attempt, taken.taken_over_until_ms) == (
+    assert taken is not None
+    assert (taken.task.armed_by, taken.task.attempt, taken.taken_over_until_ms) == (
         "exec-2",
         2,
         until,

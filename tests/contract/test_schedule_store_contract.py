@@ -53,7 +53,8 @@ def test_a_schedule_is_stored_with_its_first_occurrences(store: Stores) -> None:
     # When it is created
     created, is_new = store.schedules.create_schedule(schedule, first, NOW)
     # Then it is stored as given, created and updated at NOW, ACTIVE at version 1
-    assert is_new is True and created.created_at == from_ms(NOW)
+    assert is_new is True
+    assert created.created_at == from_ms(NOW)
     got = stored_schedule(store)
     assert got.definition() == schedule.definition()
     assert (got.state, got.version, got.next_due_ms, got.created_count, got.cleanup) == (
@@ -89,7 +90,9 @@ def test_creating_again_is_idempotent_on_an_equal_definition_and_conflicts_other
     late = schedule.occurrence(NOW + 10 * SECOND)
     existing, is_new = store.schedules.create_schedule(schedule.model_copy(), [late], NOW + 500)
     # Then the stored one is returned and nothing is written
-    assert is_new is False and existing.definition() == schedule.definition() and existing.version == 1
+    assert is_new is False
+    assert existing.definition() == schedule.definition()
+    assert existing.version == 1
     assert existing.created_at == from_ms(NOW)
     assert store.client.get(late.task_id) is None
     # When another definition is created under its id / Then it conflicts, the error carrying the stored one
@@ -193,7 +196,8 @@ def test_an_older_versions_live_occurrence_blocks_an_advance_until_it_is_cancell
     # Then the instant holds version 2's occurrence, PENDING
     assert result == AdvanceResult(done=True)
     new = store.client.get(old.task_id)
-    assert new is not None and (new.status, new.schedule_version, new.payload) == (TaskStatus.PENDING, 2, {"v": 2})
+    assert new is not None
+    assert (new.status, new.schedule_version, new.payload) == (TaskStatus.PENDING, 2, {"v": 2})
 
 
 def test_an_advance_to_no_next_instant_ends_the_schedule(store: Stores) -> None:

@@ -37,7 +37,8 @@ def test_a_schedule_past_the_tenants_schedules_is_refused_and_nothing_is_stored(
         )
     # Then it is refused naming the quota, and neither it nor its occurrence is stored
     assert refused.value.quota == "schedules"
-    assert store.schedules.get_schedule("acme/c") is None and store.client.get("acme/c@20300601T120030.000Z") is None
+    assert store.schedules.get_schedule("acme/c") is None
+    assert store.client.get("acme/c@20300601T120030.000Z") is None
     # And beta's room is its own
     store.schedules.create_schedule(every_10s("beta/b"), [], NOW, limits)
     # And a deleted schedule gives its place back
@@ -55,7 +56,8 @@ def test_the_rate_adds_up_and_a_pause_an_end_or_a_slower_rate_gives_it_back(stor
     # When a third asks for 0.1 more, or a change speeds one up
     with pytest.raises(QuotaExceededError) as too_fast:
         store.schedules.create_schedule(every_10s("acme/c"), [], NOW, limits)
-    assert too_fast.value.quota == "schedule_rate_per_s" and too_fast.value.field == "expression"
+    assert too_fast.value.quota == "schedule_rate_per_s"
+    assert too_fast.value.field == "expression"
     with pytest.raises(QuotaExceededError):
         store.schedules.change_schedule(
             stored_schedule(store, "acme/a"), {"expression": "rate(5 seconds)"}, NOW, cleanup=False, limits=limits
@@ -90,7 +92,8 @@ def test_a_tenants_schedules_stored_before_any_limit_count_from_the_first_limite
     with pytest.raises(QuotaExceededError) as refused:
         store.schedules.create_schedule(every_10s("acme/c"), [], NOW, limits)
     # Then the two already stored count (the usage did not start at zero), and nothing was stored
-    assert refused.value.quota == "schedules" and store.schedules.get_schedule("acme/c") is None
+    assert refused.value.quota == "schedules"
+    assert store.schedules.get_schedule("acme/c") is None
     # And once one is deleted there is room for exactly one
     store.schedules.change_schedule(
         stored_schedule(store, "acme/a"), {"state": ScheduleState.DELETED}, NOW, cleanup=False

@@ -226,7 +226,7 @@ def _changed(change: Callable[[], Any]) -> bool:
     try:
         change()
     except TaskStateError as exc:
-        assert isinstance(exc.task, Task)
+        assert isinstance(exc.task, Task)  # noqa: PT017 - either outcome is this helper's answer; a refusal is checked here
         return False
     return True
 
@@ -255,7 +255,7 @@ HELD = {"ARMED", "ARMED, owner dead", "ARMED, lease ended"}
 CHANGES: dict[str, tuple[Callable[[Stores, Task], bool], TaskStatus, set[str]]] = {
     # change: (how it is tried at AT, the status it leads to, the states it is allowed from)
     "arm": (
-        lambda s, t: arm(s, t, "exec-2", AT, AT + ARMED_LEASE_MS) is not None,
+        lambda s, t: arm(s, t, "exec-2", AT, lease_until_ms=AT + ARMED_LEASE_MS) is not None,
         A,
         {"PENDING", "ARMED, owner dead", "ARMED, lease ended"},
     ),
@@ -295,8 +295,9 @@ def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: Stor
     task = tasks.create(NOW + 10_000, payload={"k": "v"})
     alive(store, "exec-1", NOW + ALIVE_MS)
     # When exec-1 arms it / Then it gets the whole task back, ARMED by it until its lease, attempt 1, not taken over
-    armed = arm(store, task, "exec-1", NOW, NOW + ARMED_LEASE_MS, batch_id="batch-1")
-    assert armed is not None and armed.taken_over_until_ms is None
+    armed = arm(store, task, "exec-1", NOW, lease_until_ms=NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    assert armed is not None
+    assert armed.taken_over_until_ms is None
     got = armed.task
     assert (got.status, got.armed_by, got.batch_id, ms(got.lease_until), got.attempt) == (
         A,
@@ -307,8 +308,9 @@ def test_arm_takes_a_pending_task_and_a_retried_arm_answers_the_same(store: Stor
     )
     assert (got.payload, got.action, got.due_ms) == (task.payload, task.action, task.due_ms)
     # When exec-1 arms it again (a retried request) / Then it answers the same, counted once
-    again = arm(store, task, "exec-1", NOW + 1, NOW + ARMED_LEASE_MS, batch_id="batch-1")
-    assert again is not None and (again.task.armed_by, again.task.attempt, again.taken_over_until_ms) == (
+    again = arm(store, task, "exec-1", NOW + 1, lease_until_ms=NOW + ARMED_LEASE_MS, batch_id="batch-1")
+    assert again is not None
+    assert (again.task.armed_by, again.task.attempt, again.taken_over_until_ms) == (
         "exec-1",
         1,
         None,
@@ -339,7 +341,8 @@ def test_two_executors_arming_one_task_leave_one_winner(store: Stores, tasks: Ta
     # When both arm it at the same instant
     first, second = arm(store, task, "exec-1", NOW), arm(store, task, "exec-2", NOW)
     # Then only the first owns it, armed once
-    assert first is not None and second is None
+    assert first is not None
+    assert second is None
     got = stored(store, task.task_id)
     assert (got.status, got.armed_by, got.attempt) == (A, "exec-1", 1)
 
@@ -407,8 +410,9 @@ def test_an_owner_alive_until_t_is_taken_over_at_t_plus_1_and_not_before(store: 
         "exec-2",
         until + 1,
     ) == [None]
-    taken = arm(store, task, "exec-2", until + 1, until + ARMED_LEASE_MS, batch_id="batch-2")
-    assert taken is not None and taken.taken_over_until_ms == until
+    taken = arm(store, task, "exec-2", until + 1, lease_until_ms=until + ARMED_LEASE_MS, batch_id="batch-2")
+    assert taken is not None
+    assert taken.taken_over_until_ms == until
     assert (
         taken.task.status,
         taken.task.armed_by,
@@ -444,8 +448,12 @@ def test_a_request_marked_held_is_taken_over_and_one_that_is_pending_after_all_i
     got = store.firing.arm_many(requests, "batch-2", "exec-2", until + 1)
     # Then the held one is taken over (exec-1 may have fired it up to T), the pending one armed as usual
     assert [a is not None for a in got] == [True, True]
-    assert got[0] is not None and got[0].taken_over_until_ms == until and got[0].task.armed_by == "exec-2"
-    assert got[1] is not None and got[1].taken_over_until_ms is None and got[1].task.armed_by == "exec-2"
+    assert got[0] is not None
+    assert got[0].taken_over_until_ms == until
+    assert got[0].task.armed_by == "exec-2"
+    assert got[1] is not None
+    assert got[1].taken_over_until_ms is None
+    assert got[1].task.armed_by == "exec-2"
     # ... and a held request for a task whose owner is alive loses, as an arm does
     other = armed_task(store, tasks, "exec-3", alive_until_ms=NOW + ALIVE_MS)
     assert store.firing.arm_many(
@@ -479,7 +487,8 @@ def test_an_owner_without_a_heartbeat_is_dead(store: Stores, tasks: TaskFactory)
     scan = store.dispatch.find_due(NOW + 1, NOW + 90_000)
     assert ([c.task_id for c in scan.candidates], scan.recovered) == ([task.task_id], 1)
     taken = arm(store, task, "exec-2", NOW + 1)
-    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
+    assert taken is not None
+    assert (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
     # And the ghost can never start a heartbeat afterwards
     assert store.firing.heartbeat("exec-ghost", NOW + 2, NOW + 20_000) is False
 
@@ -495,7 +504,8 @@ def test_a_task_whose_own_lease_ended_is_taken_even_from_a_live_owner(store: Sto
     scan = store.dispatch.find_due(lease_end + 1, NOW + 90_000)
     assert ([c.task_id for c in scan.candidates], scan.recovered) == ([task.task_id], 1)
     taken = arm(store, task, "exec-2", lease_end + 1)
-    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", lease_end)
+    assert taken is not None
+    assert (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", lease_end)
     # And exec-1 is not marked dead (it renews), but the task is no longer its own
     assert store.firing.heartbeat("exec-1", lease_end + 2, NOW + ALIVE_MS) is True
     assert record(store, "exec-1", succeeded(task, lease_end + 2)) is False
@@ -510,7 +520,8 @@ def test_a_fenced_executor_is_dead_at_once_and_never_renews(store: Stores, tasks
     # Then it was alive until F - 1 at the latest: a look at F finds its task, and exec-2 takes it over
     assert due_ids(store, NOW + 90_000, fenced_at) == [task.task_id]
     taken = arm(store, task, "exec-2", fenced_at)
-    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", fenced_at - 1)
+    assert taken is not None
+    assert (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", fenced_at - 1)
     # ... it can never renew, and a second fence (or one of an executor never seen) finds nothing to fence
     assert store.firing.heartbeat("exec-1", fenced_at + 1, NOW + ALIVE_MS) is False
     assert store.firing.fence("exec-1", fenced_at + 1) is False
@@ -553,7 +564,8 @@ def test_an_arm_by_a_retried_invocation_takes_over_from_its_earlier_attempt_at_o
     assert store.firing.arm_many(request, "batch-2", "exec-2", NOW + 1, invocation="req-9") == [None]
     # When exec-2 arms it for the retry of req-1 / Then exec-1 is fenced and its task taken over at once
     (taken,) = store.firing.arm_many(request, "batch-2", "exec-2", NOW + 2, invocation="req-1")
-    assert taken is not None and (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
+    assert taken is not None
+    assert (taken.task.armed_by, taken.taken_over_until_ms) == ("exec-2", NOW + 1)
     assert store.firing.heartbeat("exec-1", NOW + 3, NOW + ALIVE_MS, invocation="req-1") is False
 
 
@@ -708,7 +720,8 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: Stores, ta
     assert due_ids(store, failed_at + 700, failed_at) == [task.task_id]
     # When it is armed again at its new time / Then it is attempt 2, its first due still the original one
     again = arm(store, back, "exec-1", failed_at + 700)
-    assert again is not None and (again.task.attempt, again.task.first_due_at) == (2, task.due_at)
+    assert again is not None
+    assert (again.task.attempt, again.task.first_due_at) == (2, task.due_at)
 
 
 def test_a_second_retry_keeps_the_first_due(store: Stores, tasks: TaskFactory) -> None:
@@ -817,7 +830,8 @@ def test_release_hands_an_armed_task_back(store: Stores, tasks: TaskFactory) -> 
     assert (back.status, back.batch_id, back.armed_by, back.lease_until) == (P, None, None, None)
     assert due_ids(store, task.due_ms, NOW + 1) == [task.task_id]
     again = arm(store, back, "exec-2", NOW + 1)
-    assert again is not None and (again.task.armed_by, again.taken_over_until_ms) == ("exec-2", None)
+    assert again is not None
+    assert (again.task.armed_by, again.taken_over_until_ms) == ("exec-2", None)
 
 
 # -- redrive ---------------------------------------------------------------------------------------------------------
@@ -862,7 +876,8 @@ def test_redrive_puts_a_failed_task_back_due_now_with_a_fresh_count(store: Store
     # ... found by a look for due work, and armed as attempt 1
     assert due_ids(store, later, later) == [task.task_id]
     again = arm(store, back, "exec-2", later)
-    assert again is not None and again.task.attempt == 1
+    assert again is not None
+    assert again.task.attempt == 1
 
 
 def test_redrive_of_anything_but_a_failed_task_changes_nothing(store: Stores, tasks: TaskFactory) -> None:
@@ -1044,8 +1059,8 @@ def test_find_due_lists_each_active_task_once_with_its_status_and_lease(store: S
     dead_ones, live_ones, moved_in, moved_out = created[3], created[4], created[5], created[6]
     alive(store, "exec-dead", NOW - 1)
     alive(store, "exec-live", NOW + ALIVE_MS)
-    assert arm(store, dead_ones, "exec-dead", NOW - 2, NOW + ARMED_LEASE_MS) is not None
-    assert arm(store, live_ones, "exec-live", NOW - 2, NOW + ARMED_LEASE_MS) is not None
+    assert arm(store, dead_ones, "exec-dead", NOW - 2, lease_until_ms=NOW + ARMED_LEASE_MS) is not None
+    assert arm(store, live_ones, "exec-live", NOW - 2, lease_until_ms=NOW + ARMED_LEASE_MS) is not None
     store.client.reschedule(moved_in.task_id, NOW + 2 * BUCKET_MS, NOW)
     store.client.reschedule(moved_out.task_id, NOW + 60 * BUCKET_MS, NOW)
     until = NOW + 3 * BUCKET_MS
@@ -1098,7 +1113,8 @@ def test_find_due_hands_each_part_to_on_found_before_it_returns(store: Stores, t
     # Then the parts hold exactly what the look found, each task once, and no part is empty
     handed = [task_id for part in parts for task_id in part]
     assert sorted(handed) == sorted(c.task_id for c in scan.candidates) == sorted(t.task_id for t in created)
-    assert len(handed) == len(set(handed)) and all(parts)
+    assert len(handed) == len(set(handed))
+    assert all(parts)
 
 
 def test_count_active_counts_a_tenants_pending_and_armed_tasks(store: Stores, tasks: TaskFactory) -> None:
@@ -1132,4 +1148,5 @@ def test_a_polls_noted_start_is_read_back_and_never_moves_back(store: Stores, ta
     assert store.dispatch.last_polls() == [NOW]
     assert [c.task_id for c in store.dispatch.find_due(NOW, NOW + 90_000).candidates] == ["t-due"]
     assert store.dispatch.last_polls() == [NOW]
-    assert store.dispatch.mark_polled(NOW + 60_000) is True and store.dispatch.last_polls() == [NOW + 60_000]
+    assert store.dispatch.mark_polled(NOW + 60_000) is True
+    assert store.dispatch.last_polls() == [NOW + 60_000]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import pytest
 from contract_tools import ALIVE_MS, ARMED_LEASE_MS, NOW, Backend, alive, due_ids
@@ -100,7 +102,7 @@ def test_six_executors_arming_one_batch_at_once_arm_each_task_once(race_backend:
 
     # When they all arm at one fixed instant
     results = run_threads(
-        [lambda k=k: arm_each(executors[k], order_of(k, tasks), f"exec-{k}", NOW) for k in range(len(executors))],
+        [partial(arm_each, executors[k], order_of(k, tasks), f"exec-{k}", NOW) for k in range(len(executors))],
         timeout=TIMEOUT_S,
     )
 
@@ -128,7 +130,7 @@ def test_six_executors_taking_over_from_one_dead_owner_at_once_take_each_task_on
 
     # When they all arm them at one fixed instant, T + 1
     results = run_threads(
-        [lambda k=k: arm_each(takers[k], order_of(k, tasks), f"exec-{k}", until + 1) for k in range(len(takers))],
+        [partial(arm_each, takers[k], order_of(k, tasks), f"exec-{k}", until + 1) for k in range(len(takers))],
         timeout=TIMEOUT_S,
     )
 
@@ -163,7 +165,7 @@ def test_six_executors_taking_over_their_own_share_of_one_dead_owners_tasks_at_o
     # When each takes over its own share at one fixed instant, T + 1 (with no other racer for its tasks)
     shares = [tasks[k * CHUNK : (k + 1) * CHUNK] for k in range(len(takers))]
     results = run_threads(
-        [lambda k=k: arm_each(takers[k], shares[k], f"exec-{k}", until + 1) for k in range(len(takers))],
+        [partial(arm_each, takers[k], shares[k], f"exec-{k}", until + 1) for k in range(len(takers))],
         timeout=TIMEOUT_S,
     )
 
@@ -189,7 +191,7 @@ def test_concurrent_creates_of_the_same_task_store_it_once(race_backend: Backend
         return [(task.task_id, clients[k].client.create(task, NOW + k)[1]) for task in order_of(k, tasks)]
 
     # When they race
-    results = run_threads([lambda k=k: create_each(k) for k in range(len(clients))], timeout=TIMEOUT_S)
+    results = run_threads([partial(create_each, k) for k in range(len(clients))], timeout=TIMEOUT_S)
 
     # Then each task was created exactly once (the others got the existing task back) and is PENDING
     created = Counter(task_id for flags in results for task_id, flag in flags if flag)
@@ -208,10 +210,11 @@ def test_cancel_racing_arm_has_exactly_one_winner_per_task(race_backend: Backend
     alive(executor, "exec-0", NOW + ALIVE_MS)
 
     # When one cancels while the other arms (in the opposite order)
-    cancel_lost_to, armed = run_threads(
+    outcomes: list[dict[str, Any]] = run_threads(
         [lambda: cancel_each(canceller, tasks, NOW + 1), lambda: arm_each(executor, tasks[::-1], "exec-0", NOW + 1)],
         timeout=TIMEOUT_S,
     )
+    cancel_lost_to, armed = outcomes
 
     # Then per task exactly one of them won; a cancel that lost was told the task is ARMED
     assert {t.task_id for t in tasks if (cancel_lost_to[t.task_id] is None) == (armed[t.task_id] is not None)} == set()
@@ -245,9 +248,10 @@ def test_reschedule_racing_arm_has_exactly_one_winner_per_task(race_backend: Bac
         return moved
 
     # When one moves every task while the other arms each by its old due time (in the opposite order)
-    moved, armed = run_threads(
+    outcomes: list[dict[str, Any]] = run_threads(
         [reschedule_each, lambda: arm_each(executor, tasks[::-1], "exec-0", NOW + 1)], timeout=TIMEOUT_S
     )
+    moved, armed = outcomes
 
     # Then per task exactly one of them won: ARMED at its old due time, or PENDING at its new one
     assert {t.task_id for t in tasks if moved[t.task_id] == (armed[t.task_id] is not None)} == set()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from punctual.domain.keys import from_ms, next_tick
-from punctual.domain.model import TaskStatus
+from punctual.domain.model import Task, TaskStatus
 from punctual.runtime.client import Client
 from punctual.targets import LogAction
 from punctual_tools.checker import check, expected_from_tasks, fires_from_fire_log
@@ -29,6 +29,12 @@ from support import now_ms, wait_until
 POLL_INTERVAL_S = 590
 LEAD_MS = 600_000
 QUIET_S = 60  # at least this long before the next poll, far more than scheduling and firing 30 tasks take
+
+
+def _stored(client: Client, task_id: str) -> Task:
+    task = client.get(task_id)
+    assert task is not None, task_id
+    return task
 
 
 @pytest.mark.timeout(300)
@@ -44,7 +50,8 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
         settings_overrides={"table_name": fresh_table_name, "ntp_server": None, "lead_ms": LEAD_MS},
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.fast_poller is not None
+        assert stack.settings is not None
+        assert stack.fast_poller is not None
         assert wait_until(lambda: len(stack.polls) >= 1, timeout=30)  # the start-up poll is over
         to_next_poll = next_tick(now_ms(), POLL_INTERVAL_S * 1000) - now_ms()
         if to_next_poll < QUIET_S * 1000:
@@ -64,10 +71,11 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
 
         # Then each fires exactly once (the fire log) and SUCCEEDED, armed once
         assert wait_until(lambda: len(read_fires(stack.fire_log, prefix)) >= 30, timeout=QUIET_S)
-        assert wait_until(lambda: all(client.get(t).status is TaskStatus.SUCCEEDED for t in ids), timeout=QUIET_S)
+        assert wait_until(lambda: all(_stored(client, t).status is TaskStatus.SUCCEEDED for t in ids), timeout=QUIET_S)
         fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, prefix))
-        assert set(fires) == set(ids) and set(fires.values()) == {1}
-        assert {client.get(t).attempt for t in ids} == {1}
+        assert set(fires) == set(ids)
+        assert set(fires.values()) == {1}
+        assert {_stored(client, t).attempt for t in ids} == {1}
         # ... dispatched by the fast path, once each (its stream filter passes only PENDING images, so the
         # ARM and RECORD writes that follow dispatch nothing more); no poll dispatched any of them
         assert sum(r.dispatched for r in stack.fast_path_reports) == 30
@@ -79,4 +87,6 @@ def test_tasks_scheduled_2_s_ahead_are_dispatched_by_the_stream_and_fire_once(
             epsilon_ms=1_500,
         )
         print(f"\n{verdict.format('fast path, tasks scheduled 2 s ahead')}")
-        assert verdict.ok and not verdict.lost and not verdict.extra
+        assert verdict.ok
+        assert not verdict.lost
+        assert not verdict.extra

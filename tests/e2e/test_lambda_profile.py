@@ -176,7 +176,9 @@ def test_a_worker_runs_in_a_cgroup_with_the_cpu_quota_of_the_templates_memory_si
     (result,) = run.results
     assert result["memory_mb"] == limits.memory_mb
     group = group_of(result["pid"])
-    assert group is not None and group.name.startswith("w") and group.parent.name == f"punctual-{os.getpid()}"
+    assert group is not None
+    assert group.name.startswith("w")
+    assert group.parent.name == f"punctual-{os.getpid()}"
     if (group / "cpu.max").exists():
         quota, period = map(int, (group / "cpu.max").read_text().split())
     else:
@@ -337,7 +339,8 @@ def test_the_state_file_appears_once_the_api_listens_and_says_the_profile(
         # the share of the account's pool they may take), not for what this machine could run
         told = int(load_template()["Parameters"]["UnreservedExecutorConcurrency"]["Default"])
         assert told < config.max_concurrency
-        assert stack.settings is not None and stack.settings.executor_concurrency == told
+        assert stack.settings is not None
+        assert stack.settings.executor_concurrency == told
         assert any(f"bursts cut for {told} executors" in line for line in stack.describe_limits())
     finally:
         started.join(60)
@@ -361,7 +364,8 @@ def test_a_stack_given_an_executor_memory_size_gives_its_workers_that_sizes_cpu_
     )
     # When it starts
     with LocalStack(config) as stack:
-        assert stack.limits is not None and stack.invoker is not None
+        assert stack.limits is not None
+        assert stack.invoker is not None
         state = json.loads((tmp_path / "stack.json").read_text())
         # Then its executor has that memory, the rest of its limits from the template, and that size's quota
         template = read_function_limits(EXECUTOR_FUNCTION)

@@ -49,7 +49,8 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
         settings_overrides={"table_name": f"punctual-load-{uuid.uuid4().hex[:8]}", "ntp_server": None},
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.settings.endpoint_url is not None
+        assert stack.settings is not None
+        assert stack.settings.endpoint_url is not None
         assert stack.settings.endpoint_url.startswith("http://127.0.0.1:")
         env = {
             **os.environ,
@@ -78,7 +79,7 @@ def test_a_headless_locust_run_ends_with_the_checkers_passing_verdict(tmp_path: 
 
         # When 4 users schedule, read, reschedule and cancel tasks for 8 s, and the load test checks the fires
         try:
-            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150, check=False)
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"locust did not finish within 150 s; stderr: {str(exc.stderr)[-3000:]}")
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -76,7 +77,8 @@ def test_500_tasks_over_12_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path:
     )
     with LocalStack(config) as stack:
         assert stack.settings is not None
-        assert stack.settings.endpoint_url is not None and stack.settings.endpoint_url.startswith("http://127.0.0.1:")
+        assert stack.settings.endpoint_url is not None
+        assert stack.settings.endpoint_url.startswith("http://127.0.0.1:")
 
         # When the demo schedules 500 log tasks spread over 12 s, a burst of 200 at one instant and 50 webhooks
         # spread between them, beside two recurring schedules (every 500 ms and every second, 24 + 12
@@ -103,7 +105,8 @@ def test_500_tasks_over_12_s_plus_a_burst_of_200_all_fire_exactly_once(tmp_path:
             "failed": 0,
         }
         fires = Counter(f["task_id"] for f in read_fires(stack.fire_log, f"demo-{report['run_id']}-"))
-        assert len(fires) == 736 and set(fires.values()) == {1}
+        assert len(fires) == 736
+        assert set(fires.values()) == {1}
         assert report["recurring_drift_ms"]["count"] == 36
         # ... the 50 webhooks were seen by the receiver (once each: duplicates above counts its fires too)
         assert report["webhook_drift_ms"]["count"] == 50
@@ -190,8 +193,6 @@ def test_a_bad_background_cpu_list_is_refused_naming_the_variable_before_anythin
 
 @pytest.mark.timeout(90)
 def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path) -> None:
-    import socket
-
     # Given a loopback port another program listens on
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -204,8 +205,9 @@ def test_an_api_port_in_use_is_refused_and_leaves_nothing_running(tmp_path: Path
         with pytest.raises(RuntimeError, match="--api-port"):
             stack.start()
     # And DynamoDB Local, started before, was stopped (its port refuses), and no state file says a stack runs
-    assert stack.ddb is not None and stack.ddb.pid is None
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", stack.ddb.port), timeout=2):
+    assert stack.ddb is not None
+    assert stack.ddb.pid is None
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", stack.ddb.port), timeout=2):
         pass
     assert read_state(tmp_path) is None
 
@@ -226,8 +228,10 @@ def test_dynamodb_local_runs_only_on_the_background_cpus(tmp_path: Path, fresh_t
     )
     with LocalStack(config) as stack:
         # Then DynamoDB Local (every thread of the JVM) may not run on the first CPU, which firing keeps
+        assert stack.settings is not None
         assert stack.settings.background_cpus is not None
-        assert stack.ddb is not None and stack.ddb.pid is not None
+        assert stack.ddb is not None
+        assert stack.ddb.pid is not None
         pid = stack.ddb.pid
         threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
         assert threads
@@ -550,10 +554,12 @@ def test_recurring_schedules_fire_every_occurrence_once_on_the_local_stack(
             assert Counter(e["key"] for e in entries).most_common(1)[0][1] == 1
             assert all(e["key"].startswith(f"{schedule_id}@") for e in entries)
             ended = client.get_schedule(schedule_id)
-            assert ended is not None and ended.state == "ENDED" and ended.created_count == 20
+            assert ended is not None
+            assert ended.state == "ENDED"
+            assert ended.created_count == 20
+
             # (an outcome is recorded just after the fire: the executor's recorder settles before it writes)
-            assert wait_until(
-                lambda sid=schedule_id: {t.status for t in client.schedule_history(sid)} == {TaskStatus.SUCCEEDED},
-                timeout=60,
-                interval=0.5,
-            )
+            def all_succeeded(sid: str = schedule_id) -> bool:
+                return {t.status for t in client.schedule_history(sid)} == {TaskStatus.SUCCEEDED}
+
+            assert wait_until(all_succeeded, timeout=60, interval=0.5)

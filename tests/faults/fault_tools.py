@@ -60,7 +60,8 @@ def one_batch(invoker: Any) -> BatchEvent:
     two reads (both sides of a minute's edge, or more than a read's buckets) come in two or more batches."""
     events = list(invoker.events)
     assert events, "the poll dispatched nothing"
-    return events[0].model_copy(update={"tasks": [task for event in events for task in event.tasks]})
+    batch: BatchEvent = events[0].model_copy(update={"tasks": [task for event in events for task in event.tasks]})
+    return batch
 
 
 def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
@@ -351,7 +352,7 @@ class Throttle:
         if not inject:
             return None
         headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": "fault-suite"}
-        return AWSResponse(request.url, 400, headers, _Body(self.BODY))
+        return AWSResponse(request.url, 400, headers, _Body(self.BODY))  # type: ignore[arg-type]  # read as a mapping
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
@@ -360,6 +361,7 @@ def judge(
     store: DynamoStores,
     task_ids: Iterable[str],
     target: TargetServer | Iterable[Fire],
+    *,
     allowance: Iterable[str] = (),
     epsilon_ms: float = EPSILON_MS,
     late_is_failure: bool = False,
@@ -374,7 +376,7 @@ def judge(
     ids = list(task_ids)
     stored = store.client.get_many(ids)
     assert set(stored) == set(ids), f"tasks missing from the table: {sorted(set(ids) - set(stored))[:5]}"
-    fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)
+    fires = fires_from_target(target.records()) if isinstance(target, TargetServer) else list(target)  # type: ignore[arg-type]  # the checker's protocol asks for writable fields; a Received's are read-only
     verdict = check(
         [*expected_from_tasks(stored.values()), *extra_expected],
         fires,
@@ -386,7 +388,8 @@ def judge(
     print(f"\n{verdict.format(title)}")
     outside = [(key, stored[key.rpartition(":")[0]].detail) for key in verdict.missed_outside_window[:5]]
     assert verdict.ok, verdict.format(title) + (f"\nMISSED outside the windows: {outside}" if outside else "")
-    assert not verdict.lost and not verdict.unexplained
+    assert not verdict.lost
+    assert not verdict.unexplained
     return verdict
 
 

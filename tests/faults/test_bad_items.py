@@ -66,7 +66,9 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
     assert (report.armed, report.lost_arm, report.fired, report.succeeded) == (len(good), 1, len(good), len(good))
     for task_id in bad:
         item = raw_item(settings, task_id)
-        assert item is not None and item["status"]["S"] == "FAILED" and "due_bucket" not in item
+        assert item is not None
+        assert item["status"]["S"] == "FAILED"
+        assert "due_bucket" not in item
         assert item["detail"]["S"].startswith("undecodable item:"), item["detail"]
     # ... nothing is left for the next poll
     assert (second.undecodable, second.dispatched) == (0, 0)
@@ -78,4 +80,5 @@ def test_bad_items_in_a_batch_end_failed_with_a_detail_and_the_good_ones_fire(
         target,
         extra_expected=[Expected(task_id, 0, due_ms, "FAILED") for task_id, due_ms in bad.items()],
     )
-    assert len(verdict.matched) == len(good) and len(verdict.failed) == len(bad)
+    assert len(verdict.matched) == len(good)
+    assert len(verdict.failed) == len(bad)

@@ -62,7 +62,7 @@ def wait_past(instant_ms: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
-def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
+def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(  # noqa: PLR0915 - one fault scenario told from Given to Then; its steps read in order
     policy: str,
     monkeypatch: pytest.MonkeyPatch,
     make_settings: Callable[..., Settings],
@@ -120,7 +120,8 @@ def test_an_executor_dropped_after_arming_250_tasks_costs_only_its_crash_window(
         # ... only the crash window (due at or before its last alive instant) is MISSED, saying why
         assert sorted(t for t, task in stored.items() if task.status is TaskStatus.MISSED) == window
         assert all("executor was lost" in (stored[t].detail or "") for t in window)
-        assert taker.missed == len(window) and taker.fired == len(tasks) - len(window)
+        assert taker.missed == len(window)
+        assert taker.fired == len(tasks) - len(window)
     else:
         # ... the crash window fires again (it may have fired: same idempotency key), flagged late
         assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
@@ -180,10 +181,12 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     # When an executor arms and fires them, and its process dies as it starts recording (no outcome, no more
     # heartbeat)
     report = make_executor(store_for(settings, DiesAfterFire), settings).run_batch(event)
-    assert report.armed == len(tasks) and report.not_recorded == len(tasks)
+    assert report.armed == len(tasks)
+    assert report.not_recorded == len(tasks)
     assert target.wait_for_keys(keys, timeout=30)
     last_alive = alive_until(settings, report.executor_id)
-    assert last_alive is not None and last_alive > now_ms()
+    assert last_alive is not None
+    assert last_alive > now_ms()
     # ... Lambda delivers the failed invocation again at once (at least once): a new executor gets the batch
     retry = make_executor(store_for(settings), settings).run_batch(event)
     # ... polls run at the dead executor's last alive instant and one ms after it, and the executor invoked by
@@ -206,7 +209,8 @@ def test_tasks_fired_by_an_executor_that_died_before_recording_are_missed_after_
     assert all("may have fired" in (t.detail or "") for t in stored.values())
     # ... and the target saw each fire once: no extra allowed, none happened
     verdict = judge("crash after fire, before record", store_for(settings), ids, target)
-    assert len(verdict.matched) == len(tasks) and not verdict.extra
+    assert len(verdict.matched) == len(tasks)
+    assert not verdict.extra
 
 
 # -- 7. executor started after the grace ----------------------------------------------------------------------
@@ -232,7 +236,8 @@ def test_an_executor_that_starts_after_the_grace_records_its_tasks_missed_withou
     stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.MISSED}
     verdict = judge("executor started after the grace", store_for(settings), ids, target)
-    assert len(verdict.explicitly_missed) == len(tasks) and verdict.fires == 0
+    assert len(verdict.explicitly_missed) == len(tasks)
+    assert verdict.fires == 0
 
 
 # -- 4b. Lambda's retry of a dead executor's invocation -------------------------------------------------------

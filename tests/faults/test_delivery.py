@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
 
     # When two executors (two Lambda environments) get that batch at the same time
     executors = [make_executor(store_for(settings), settings) for _ in range(2)]
-    reports = run_threads([lambda x=x: x.run_batch(event) for x in executors])
+    reports = run_threads([partial(x.run_batch, event) for x in executors])
     # ... and the same batch is delivered once more, after they finished (a retried invocation)
     late_report = make_executor(store_for(settings), settings).run_batch(event)
 
@@ -62,7 +63,8 @@ def test_a_batch_delivered_to_two_executors_at_once_and_a_third_later_fires_each
     verdict = judge(
         f"duplicate delivery to two executors + a late retry ({write_batch})", store, [t.task_id for t in tasks], target
     )
-    assert len(verdict.matched) == len(tasks) and not verdict.extra
+    assert len(verdict.matched) == len(tasks)
+    assert not verdict.extra
 
 
 @pytest.mark.e2e
@@ -87,7 +89,8 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         },
     )
     with LocalStack(config) as stack:
-        assert stack.settings is not None and stack.invoker is not None
+        assert stack.settings is not None
+        assert stack.invoker is not None
         client = Client(stack.settings)
         # When 40 tasks are scheduled, due 5-6 s from now (with a grace of minutes: a slow machine only makes
         # them late)
@@ -113,7 +116,8 @@ def test_the_local_runtime_delivering_every_invocation_twice_fires_each_task_onc
         stats = dict(stack.invoker.stats)
 
         # Then every invocation ran twice (each doubled delivery completed) ...
-        assert fired and finished
+        assert fired
+        assert finished
         assert stats["invoked"] >= 1
         assert stats["completed"] == 2 * stats["invoked"]
         # ... and the target saw each task fire once

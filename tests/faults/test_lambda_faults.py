@@ -262,7 +262,8 @@ def test_a_burst_of_2000_tasks_with_executor_concurrency_2_is_throttled_queued_a
     # Then the invocations past the concurrency were throttled, queued and run later: none was dropped
     stats = run.invoker.stats
     print(f"invoker: {stats}")
-    assert stats["throttles"] >= 1 and stats["dropped"] == 0, stats
+    assert stats["throttles"] >= 1, stats
+    assert stats["dropped"] == 0, stats
     assert stats["completed"] == len(run.reports)
     # ... every task fired once (late where its batch waited for a free executor: printed, not asserted)
     stored = store.client.get_many(ids)
@@ -329,7 +330,8 @@ def test_a_worker_frozen_past_its_lease_and_thawed_is_not_revived_and_fires_noth
     # ... it fired nothing: every task it held was taken over, none due in its crash window
     report = run.report_of(owner)
     assert report is not None
-    assert report["fired"] == 0 and report["missed"] == 0, report
+    assert report["fired"] == 0, report
+    assert report["missed"] == 0, report
     assert wait_until(lambda: all_final(store, ids), timeout=60)
     stored = store.client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
@@ -426,7 +428,8 @@ class UnprocessedReads:
             self.refused += 1
             request = kwargs["RequestItems"]
             return {"Responses": {table: [] for table in request}, "UnprocessedKeys": request}
-        return self._client.batch_get_item(**kwargs)
+        answer: dict[str, Any] = self._client.batch_get_item(**kwargs)
+        return answer
 
 
 @pytest.mark.timeout(90)
@@ -452,7 +455,8 @@ def test_a_poll_whose_batch_gets_stay_unprocessed_does_not_fail_and_the_next_pol
     first = poller.poll(now_ms())
 
     # Then the poll does not fail: it retried the unprocessed keys with backoff, then sent nothing
-    assert client.refused >= 2 and sleeps, (client.refused, sleeps)
+    assert client.refused >= 2, (client.refused, sleeps)
+    assert sleeps, (client.refused, sleeps)
     assert invoker.events == []
     assert {t.status for t in store_for(settings).client.get_many(ids).values()} == {TaskStatus.PENDING}
 

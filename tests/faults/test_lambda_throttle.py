@@ -32,7 +32,7 @@ EVENT_AGE_S = 60  # the least MaximumEventAgeInSeconds Lambda allows (the templa
 
 
 @pytest.mark.timeout(180)
-def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_and_the_next_poll_sends_them_again(
+def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_and_the_next_poll_sends_them_again(  # noqa: PLR0915 - one fault scenario told from Given to Then; its steps read in order
     make_settings: Callable[..., Settings],
     target: TargetServer,
     lambda_executors: Callable[..., LambdaExecutors],
@@ -83,7 +83,8 @@ def test_batches_throttled_behind_a_long_one_are_dropped_past_their_event_age_an
     # past their event age; their tasks stay PENDING
     assert wait_until(lambda: run.invoker.stats["expired"] >= first.batches, timeout=60), run.invoker.stats
     dropped = dict(run.invoker.stats)
-    assert dropped["throttles"] > first.batches and dropped["completed"] == 0, dropped
+    assert dropped["throttles"] > first.batches, dropped
+    assert dropped["completed"] == 0, dropped
     assert {t.status for t in store.client.get_many(sent_ids).values()} == {TaskStatus.PENDING}
 
     # When the poller polls on, every 6 s, until every task is done

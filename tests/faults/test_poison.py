@@ -99,7 +99,9 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.FAILED} == set(poison)
     assert {task_id for task_id, t in stored.items() if t.status is TaskStatus.SUCCEEDED} == set(ids) - set(poison)
     attempts = Counter(r.key for r in target.records() if (r.key or "").startswith("retry-"))
-    assert {key: n for key, n in attempts.items() if key.split(":")[0] in poison} == {f"{t}:0": 3 for t in poison}
+    assert {key: n for key, n in attempts.items() if (key or "").split(":")[0] in poison} == {
+        f"{t}:0": 3 for t in poison
+    }
     # ... one dead letter per poison task
     letters = dead_letters.receive()
     assert sorted(letter.task_id for letter in letters) == sorted(poison)
@@ -112,7 +114,8 @@ def test_a_poison_task_is_retried_per_its_policy_then_failed_and_dead_lettered(
     first = store_for(settings).client.redrive_many(poison, now_ms())
     second = store_for(settings).client.redrive_many(poison, now_ms())
     # Then the first puts each back to PENDING with a fresh set of attempts; the second is a no-op
-    assert first == [True] * 3 and second == [False] * 3
+    assert first == [True] * 3
+    assert second == [False] * 3
     assert all(
         t.status is TaskStatus.PENDING and t.attempt == 0 for t in store_for(settings).client.get_many(poison).values()
     )

@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from fault_tools import (
@@ -56,7 +57,7 @@ def run_all(make_executor: Callable[..., Executor], settings: Settings, invokers
     events = [event for invoker in invokers for event in invoker.events]
     executors = [make_executor(store_for(settings), settings) for _ in events]
     if events:
-        run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
+        run_threads([partial(x.run_batch, e) for x, e in zip(executors, events, strict=True)])
 
 
 def armed_or_done(settings: Settings, task_ids: list[str], timeout: float = 20) -> bool:
@@ -90,7 +91,7 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
 
     # When two pollers poll the same instant at once (EventBridge fired the rule twice) ...
     at = now_ms()
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers])
+    reports = run_threads([partial(p.poll, at) for p in pollers])
     # ... every batch of both goes to an executor of its own, all at once ...
     executors = InlineInvoker(lambda: make_executor(store_for(settings), settings))
     for payload in (p for inv in invokers for p in inv.payloads):
@@ -108,7 +109,8 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
     # ... each task was armed by exactly one executor (its other dispatch lost at ARM); the third sent nothing
     assert sum(r.armed for r in executors.reports) == len(tasks)
     assert sum(r.lost_arm for r in executors.reports) == len(tasks)
-    assert third.dispatched == 0 and not third_invoker.payloads
+    assert third.dispatched == 0
+    assert not third_invoker.payloads
     assert {t.attempt for t in store.client.get_many(ids).values()} == {1}
     # ... and each fired once
     judge(f"two pollers at one instant + a third while armed ({write_batch})", store, ids, target)
@@ -149,7 +151,7 @@ def test_two_pollers_at_one_instant_over_10k_tasks_get_each_task_armed_exactly_o
     pollers = [poller_on(store_for(settings), inv, settings, poller_id=f"poller-{k}") for k, inv in enumerate(invokers)]
 
     # When two pollers poll that instant at once ...
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=240)
+    reports = run_threads([partial(p.poll, at) for p in pollers], timeout=240)
     # ... and stand-in executors run all 80 batches, 8 at a time, each batch of one poller alongside the
     # same tasks' batch of the other. A stand-in does what the executor does before firing (a heartbeat, then
     # the store's arm_many) and "fires" what it armed: a fire observed at the due instant, for the checker.
@@ -254,7 +256,9 @@ def test_a_poller_killed_mid_dispatch_loses_nothing_and_the_next_tick_sends_the_
     # Then the dead poller sent what its 5 invocations held (at most a batch each: on a busy machine, less time
     # left before the first instant cuts smaller batches) and sent no more; the next tick sent exactly the rest
     # (what no executor holds)
-    assert dying.accepted == 0 and dying.refused >= 1 and 0 < len(sent) <= 5 * 20
+    assert dying.accepted == 0
+    assert dying.refused >= 1
+    assert 0 < len(sent) <= 5 * 20
     assert (report.dispatched, report.complete) == (len(ids) - len(sent), True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
     # ... and every task fired once
@@ -291,8 +295,10 @@ def test_a_tick_that_hits_its_deadline_while_dispatching_stops_and_the_next_tick
     follow.join()
 
     # Then the first stopped at its deadline, saying what it left; the next sent exactly that
-    assert not first.complete and first.undispatched > 0
-    assert first.dispatched + first.undispatched == len(tasks) and first.dispatched == len(sent)
+    assert not first.complete
+    assert first.undispatched > 0
+    assert first.dispatched + first.undispatched == len(tasks)
+    assert first.dispatched == len(sent)
     assert budget.used_s <= 8.0  # at most one round of parallel invocations past the budget
     assert (second.dispatched, second.complete) == (first.undispatched, True)
     assert sorted(sent + follow.task_ids) == sorted(ids)
@@ -328,13 +334,16 @@ def test_a_tick_that_hits_its_deadline_while_reading_leaves_everything_findable(
 
     # Then the first read only some buckets, dispatched nothing (its time was up), and did not move the
     # watermark past what it did not read; the next found and sent everything
-    assert not first.complete and first.dispatched == 0 and first.undispatched == first.candidates
+    assert not first.complete
+    assert first.dispatched == 0
+    assert first.undispatched == first.candidates
     assert first.candidates < len(tasks)
     assert second.watermark_ms <= bucket_start(overdue[0].due_ms)
     assert (second.dispatched, second.complete) == (len(tasks), True)
     print(f"\nfirst tick read {budget.used_s:.0f} queries of {first.queries} and found {first.candidates}")
     verdict = judge("tick out of time while reading; the next tick found everything", store_for(settings), ids, target)
-    assert len(verdict.matched) == len(tasks) and not verdict.past_grace
+    assert len(verdict.matched) == len(tasks)
+    assert not verdict.past_grace
 
 
 # -- 6. a ~119 s gap between polls ----------------------------------------------------------------------------

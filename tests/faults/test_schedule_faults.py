@@ -63,8 +63,8 @@ def verdict_of(
     schedule: Schedule,
     after_ms: int,
     until_ms: int,
-    target: TargetServer,
     *,
+    target: TargetServer,
     allowance: list[str] | None = None,
     downtime: list[tuple[int, int]] | None = None,
 ) -> Any:
@@ -75,7 +75,7 @@ def verdict_of(
     expected = expected_from_schedule(schedule, after_ms, until_ms, stored, downtime or [])
     verdict = check(
         expected,
-        [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],
+        [f for f in fires_from_target(target.records()) if _within(f.key, until_ms)],  # type: ignore[arg-type]  # see fault_tools.judge
         epsilon_ms=EPSILON_MS,
         allowance=allowance or [],
     )
@@ -110,7 +110,8 @@ class DoublingInvoker(InlineInvoker):
                 self.dropped.extend(ids)
         if drop:
             report = self._make_with("dies").run_batch(BatchEvent.model_validate(payload))
-            assert report.armed > 0 and report.fired == 0
+            assert report.armed > 0
+            assert report.fired == 0
         else:
             super().invoke_async(payload)
         super().invoke_async(payload)
@@ -159,16 +160,19 @@ def test_two_pollers_duplicate_delivery_and_a_dropped_executor_leave_one_fire_pe
     # Then the chain was made once (no instant twice), the victim's batch was dropped after arming, and the
     # checker finds every occurrence fired once or, for the dropped executor's crash window, MISSED
     assert made + schedule.created_count == 16
-    assert invoker.dropped and victim in invoker.dropped
+    assert invoker.dropped
+    assert victim in invoker.dropped
     verdict = verdict_of(
         "two pollers, duplicate delivery, an executor dropped after arm",
         settings,
         schedule,
         start - 1,
         start + 15_000,
-        target,
+        target=target,
     )
-    assert verdict.ok and not verdict.lost and not verdict.unexplained
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.unexplained
     assert verdict.expected == 16
     assert set(verdict.explicitly_missed) <= {f"{t}:0" for t in invoker.dropped}
     assert len(verdict.matched) + len(verdict.explicitly_missed) == 16
@@ -252,7 +256,7 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     settings = make_settings(**CHAIN)
     client = Client(settings)
     start = now_ms() + 3_000
-    sid = f"crash-{step.split()[0]}"
+    sid = f"crash-{step.split(maxsplit=1)[0]}"
     schedule = client.create_schedule(
         sid, "rate(1 second)", HttpAction(url=target.url), start_at=from_ms(start), end_at=from_ms(start + 9_000)
     )
@@ -272,12 +276,16 @@ def test_a_crash_at_each_step_of_an_occurrence_leaves_the_chain_whole(
     invoker.join()
     assert wait_until(lambda: not store_for(settings).client.get(victim).status.is_active, timeout=30)  # type: ignore[union-attr]
     # Then the chain is whole: every instant of the definition made once, no other
-    assert invoker.hit and victim in invoker.hit
+    assert invoker.hit
+    assert victim in invoker.hit
     assert made_instants(settings, sid) == list(range(start, start + 9_001, 1_000))
     # ... and the checker finds every occurrence fired once: on time after a dead poller (the next tick handed
     # them on), or once and recorded MISSED ("may have fired") after a dead executor
-    verdict = verdict_of(f"crash: {step}", settings, schedule, start - 1, start + 9_000, target)
-    assert verdict.ok and not verdict.lost and not verdict.unexplained and not verdict.extra
+    verdict = verdict_of(f"crash: {step}", settings, schedule, start - 1, start + 9_000, target=target)
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.unexplained
+    assert not verdict.extra
     assert len(verdict.matched) == 10
     if step == "poller dies after making":
         # (how late the next tick handed them on is the verdict's printed figure: seconds on a busy machine)
@@ -380,8 +388,11 @@ def test_pause_racing_an_arm_has_one_outcome_either_way_round(
     pending = [i for i, s in others.items() if s is TaskStatus.PENDING and i not in sent]
     assert all(stored[i].status is TaskStatus.CANCELLED for i in pending)
     # ... and the checker agrees: nothing lost, nothing fired though cancelled, nothing unexplained
-    verdict = verdict_of(f"pause racing arm ({first} first)", settings, schedule, start - 1, made[-1], target)
-    assert verdict.ok and not verdict.lost and not verdict.unexplained and not verdict.extra
+    verdict = verdict_of(f"pause racing arm ({first} first)", settings, schedule, start - 1, made[-1], target=target)
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.unexplained
+    assert not verdict.extra
     fired = {key.rsplit(":", 1)[0] for key in verdict.matched}
     assert fired == {t.task_id for t in stored.values() if t.status is TaskStatus.SUCCEEDED}
 
@@ -420,7 +431,8 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     invoker.join()
     end = restart + 10_000
     # (on a busy machine the catch-up poll itself can take seconds: what it delays is judged from its own end)
-    assert decided_at is not None and caught_up is not None
+    assert decided_at is not None
+    assert caught_up is not None
     on_time_from = caught_up + EPSILON_MS
     print(f"\ncatch-up poll started {decided_at - restart} ms and returned {caught_up - restart} ms after the restart")
     # Then the occurrences made an hour ago were recorded MISSED (their grace had passed), the hour that nobody
@@ -432,9 +444,17 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     assert {stored[t].status for t in stale} == {TaskStatus.MISSED}
     late = [t for t in stored.values() if t.late]
     verdict = verdict_of(
-        f"an hour of downtime ({policy})", settings, schedule, hour_ago, end, target, downtime=[(hour_ago, decided_at)]
+        f"an hour of downtime ({policy})",
+        settings,
+        schedule,
+        hour_ago,
+        end,
+        target=target,
+        downtime=[(hour_ago, decided_at)],
     )
-    assert verdict.ok and not verdict.lost and not verdict.unexplained
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.unexplained
     # (besides the stale ones, the occurrence due within the grace before the restart is made again at the first
     # poll, and fires late or is MISSED depending on how fast this machine gets to it: either is an explicit
     # outcome the verdict accepts; nothing later may be MISSED)
@@ -446,9 +466,11 @@ def test_after_an_hour_of_downtime_the_policy_decides_and_nothing_storms(
     if policy == "skip":
         assert late == []
     else:
-        assert len(late) == 1 and late[0].status is TaskStatus.SUCCEEDED
+        assert len(late) == 1
+        assert late[0].status is TaskStatus.SUCCEEDED
         latest = split_occurrence_id(late[0].task_id)
-        assert latest is not None and skipped[-1] < latest[1] < decided_at
+        assert latest is not None
+        assert skipped[-1] < latest[1] < decided_at
     # ... and how many occurrences due once the first poll had caught up (+ ε: that poll's executor arms first)
     # were late or MISSED is printed, not asserted: a timing is a benchmark's figure (a busy machine makes seconds)
     after = [key for key, _ in verdict.late if split_occurrence_id(key.rsplit(":", 1)[0])[1] > on_time_from]  # type: ignore[index]

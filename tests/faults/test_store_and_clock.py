@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import pytest
 from fault_tools import Throttle, http_tasks, judge, one_batch
 
 from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset
+from punctual.domain.events import PollReport
 from punctual.domain.model import TaskStatus
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe, measure_offset
@@ -46,10 +48,14 @@ def test_a_store_throttling_a_fifth_of_requests_loses_and_doubles_nothing(
     create_all(store_for(settings), tasks)
     invokers = [RecordingInvoker(), RecordingInvoker()]
     at = now_ms()
-    run_threads([lambda inv=inv: poller_on(throttled(), inv, settings).poll(at) for inv in invokers])
+
+    def poll(invoker: RecordingInvoker) -> PollReport:
+        return poller_on(throttled(), invoker, settings).poll(at)
+
+    run_threads([partial(poll, inv) for inv in invokers])
     events = [e for inv in invokers for e in inv.events]
     executors = [make_executor(throttled(), settings) for _ in events]
-    reports = run_threads([lambda x=x, e=e: x.run_batch(e) for x, e in zip(executors, events, strict=True)])
+    reports = run_threads([partial(x.run_batch, e) for x, e in zip(executors, events, strict=True)])
     print(f"\ninjected throttling errors by operation: {throttle.injected} ({throttle.sent} requests sent)")
 
     # Then throttling happened, and was retried through: every task armed (one of its two dispatches lost at
@@ -99,7 +105,8 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # Then the fires did not wait for the probe (the executor only ever read what it had), which found no offset
     assert not probe.waited
     offset = OffsetProbe.wait(probe, 6)
-    assert offset.offset_ms is None and offset.error
+    assert offset.offset_ms is None
+    assert offset.error
     assert report.clock_offset_ms is None
     stored = store_for(settings).client.get_many(ids)
     assert {t.status for t in stored.values()} == {TaskStatus.SUCCEEDED}
@@ -108,7 +115,9 @@ def test_with_ntp_unreachable_tasks_fire_on_time_and_drift_is_recorded_uncorrect
     # ... and the target saw every task fire once (how late is printed: on a busy machine the batch itself may
     # start late, whatever the probe does)
     verdict = judge("NTP unreachable", store_for(settings), ids, target)
-    assert verdict.ok and not verdict.lost and not verdict.extra
+    assert verdict.ok
+    assert not verdict.lost
+    assert not verdict.extra
 
 
 class WatchedProbe(OffsetProbe):
@@ -131,5 +140,6 @@ def test_an_ntp_server_on_a_closed_port_gives_no_offset_quickly() -> None:
     offset = measure_offset(f"127.0.0.1:{port}", timeout_s=0.5)
 
     # Then it is unknown, with the reason
-    assert offset.offset_ms is None and not offset.corrected
+    assert offset.offset_ms is None
+    assert not offset.corrected
     assert offset.error

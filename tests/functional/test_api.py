@@ -4,17 +4,18 @@ bad input is a 4xx problem naming the field, and the API gives what the direct c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import urllib3
 
+import punctual
 from punctual.api import build_app
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
-from punctual.domain.model import TaskStatus
+from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus
 from punctual.errors import (
     ApiError,
     InvalidRequestError,
@@ -90,23 +91,25 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
     # When tenant beta asks for them by their ids  Then every operation answers "not found"
     assert beta.get("invoice-42") is None
     assert beta.list() == []
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: beta.cancel("invoice-42"),
         lambda: beta.reschedule("invoice-42", from_ms(now_ms + 1_000)),
         lambda: beta.run_now("invoice-42"),
         lambda: beta.redrive("failed-1"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(TaskNotFoundError):
             call()
     # And acme's tasks are untouched
     task = acme.get("invoice-42")
-    assert task is not None and task.status is TaskStatus.PENDING and task.due_ms == now_ms + 60_000
+    assert task is not None
+    assert task.status is TaskStatus.PENDING
+    assert task.due_ms == now_ms + 60_000
     assert acme.redrive("failed-1").status is TaskStatus.PENDING
 
 
 def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
-    from punctual.domain.model import ArmRequest, FireRecord, Outcome
 
     store = direct.stores
     task = store.client.get(task_id)
@@ -168,7 +171,8 @@ def test_tenants_schedules_are_apart(acme: ApiClient, beta: ApiClient) -> None:
     beta.delete_schedule("daily")
     assert beta.get_schedule("daily") is None
     acme_daily = acme.get_schedule("daily")
-    assert acme_daily is not None and acme_daily.state == "ACTIVE"
+    assert acme_daily is not None
+    assert acme_daily.state == "ACTIVE"
     for call in (
         lambda: beta.pause_schedule("daily"),
         lambda: beta.schedule_history("daily"),
@@ -187,7 +191,8 @@ def test_keys_carry_the_tenant_for_leading_keys(
     # Then every item of the tenant starts with "acme/" (what dynamodb:LeadingKeys confines a direct client to)
     keys = [i["task_id"]["S"] for i in dynamodb.scan(TableName=settings.table_name)["Items"]]
     tenant_keys = [k for k in keys if not k.startswith("#")]
-    assert tenant_keys and all(k.startswith("acme/") for k in tenant_keys)
+    assert tenant_keys
+    assert all(k.startswith("acme/") for k in tenant_keys)
     assert "acme/#schedule#s1" in keys
 
 
@@ -248,7 +253,9 @@ def test_concurrent_requests_are_each_answered_from_their_own_body(
     assert [r.outcome for r in results] == ["created"] * 60, [r.error for r in results if r.error][:3]
     for i in range(60):
         stored = direct.get(f"acme/c-{i:02d}")
-        assert stored is not None and stored.payload == {"i": i} and stored.due_ms == now_ms + 60_000 + i
+        assert stored is not None
+        assert stored.payload == {"i": i}
+        assert stored.due_ms == now_ms + 60_000 + i
 
 
 def test_schedule_many_through_the_api(acme: ApiClient, now_ms: int) -> None:
@@ -301,7 +308,8 @@ def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(
     status, content_type, problem = raw(api, "POST", "/v1/tasks", body.replace(b"{due}", due.encode()))
     assert status in (400, 422)
     assert content_type == "application/problem+json"
-    assert problem["status"] == status and problem["detail"]
+    assert problem["status"] == status
+    assert problem["detail"]
     if field is not None:
         assert problem["field"].split(".")[0] == field.split(".")[0], problem
         if "." in field:
@@ -332,10 +340,11 @@ def test_no_token_or_a_wrong_one_is_401_and_an_unmapped_principal_403(
     app = build_app(
         lambda: Client(settings, dynamodb=dynamodb), TenantMap.parse('{"arn:aws:iam::123456789012:role/Acme": "acme"}')
     )
-    unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)
+    unmapped = app.resolve(gateway_event("GET", "/v1/tasks", "arn:aws:iam::123456789012:user/mallory"), None)  # type: ignore[arg-type]  # reads no context
     assert unmapped["statusCode"] == 403
     mapped = app.resolve(
-        gateway_event("GET", "/v1/tasks", "arn:aws:sts::123456789012:assumed-role/Acme/session-1"), None
+        gateway_event("GET", "/v1/tasks", "arn:aws:sts::123456789012:assumed-role/Acme/session-1"),
+        None,  # type: ignore[arg-type]  # reads no context
     )
     assert mapped["statusCode"] == 200
 
@@ -377,7 +386,8 @@ def test_a_forged_schedule_id_does_not_put_another_tenants_task_in_a_history(
     dynamodb.put_item(TableName=settings.table_name, Item=item)
     # Then acme's history holds only its own occurrences
     history = acme.schedule_history("daily")
-    assert history and all(t.task_id.startswith("daily@") for t in history)
+    assert history
+    assert all(t.task_id.startswith("daily@") for t in history)
 
 
 def test_a_deeply_nested_body_is_a_400(api: LocalApi) -> None:
@@ -395,24 +405,29 @@ def test_the_api_client_raises_the_invalid_request_its_call_made(acme: ApiClient
     # When a read's query parameter is bad  Then it is an invalid request, no invalid task
     with pytest.raises(InvalidRequestError) as query:
         acme.list(status="NOT-A-STATUS")
-    assert not isinstance(query.value, InvalidTaskError) and (query.value.field or "").startswith("status")
+    assert not isinstance(query.value, InvalidTaskError)
+    assert (query.value.field or "").startswith("status")
     # When a schedule's expression is bad  Then it is an invalid schedule naming the field
     with pytest.raises(InvalidScheduleError) as schedule:
         acme.create_schedule("daily", "cron(not a cron)", LogAction())
-    assert schedule.value.field == "expression" and str(schedule.value).startswith("invalid expression: ")
+    assert schedule.value.field == "expression"
+    assert str(schedule.value).startswith("invalid expression: ")
     # And a missing schedule is no missing task, nor the other way round
     with pytest.raises(ScheduleNotFoundError) as no_schedule:
         acme.pause_schedule("nothing")
-    assert not isinstance(no_schedule.value, TaskNotFoundError) and no_schedule.value.key == "nothing"
+    assert not isinstance(no_schedule.value, TaskNotFoundError)
+    assert no_schedule.value.key == "nothing"
     with pytest.raises(TaskNotFoundError) as no_task:
         acme.cancel("nothing")
-    assert not isinstance(no_task.value, ScheduleNotFoundError) and str(no_task.value) == "no task 'nothing'"
+    assert not isinstance(no_task.value, ScheduleNotFoundError)
+    assert str(no_task.value) == "no task 'nothing'"
 
 
 def test_a_status_named_many_times_is_one_filter(api: LocalApi, acme: ApiClient, now_ms: int) -> None:
     acme.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="one")
     status, _, page = raw(api, "GET", "/v1/tasks?" + "&".join(["status=PENDING"] * 150))
-    assert status == 200 and [t["task_id"] for t in page["tasks"]] == ["one"]
+    assert status == 200
+    assert [t["task_id"] for t in page["tasks"]] == ["one"]
 
 
 def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClient, now_ms: int) -> None:
@@ -430,7 +445,8 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
             headers={"Authorization": "Bearer token-acme"},
             timeout=60.0,  # see raw(): 5 MB of items on a busy machine takes longer than urllib3's own 3 s
         )
-        assert response.status == 200 and len(response.data) < 4_100_000
+        assert response.status == 200
+        assert len(response.data) < 4_100_000
         page = json.loads(response.data)
         seen.extend(t["task_id"] for t in page["tasks"])
         token = page.get("next_token")
@@ -442,7 +458,6 @@ def test_a_page_stays_within_what_lambda_can_answer(api: LocalApi, acme: ApiClie
 def test_connect_goes_through_the_api_when_its_url_is_set(
     api: LocalApi, settings: Settings, dynamodb: Any, now_ms: int
 ) -> None:
-    import punctual
 
     through = punctual.connect(settings.model_copy(update={"api_url": api.url, "api_token": "token-acme"}))
     assert isinstance(through, ApiClient)

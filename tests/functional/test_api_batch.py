@@ -16,7 +16,9 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.runtime.client import Client
+from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
+from punctual.targets import LogAction
 from punctual_tools.local.api_server import LocalApi
 from support import FakeClock
 
@@ -82,10 +84,12 @@ def test_each_task_has_its_outcome_in_order_and_the_same_batch_again_is_exists(
         (1, "created", 201),
         (2, "created", 201),
     ]
-    assert first["results"][0]["task"]["task_id"] == "a" and first["results"][0]["task"]["payload"] == {"n": 1}
+    assert first["results"][0]["task"]["task_id"] == "a"
+    assert first["results"][0]["task"]["payload"] == {"n": 1}
     assert first["results"][0]["task"]["status"] == "PENDING"
     given = first["results"][2]["task_id"]
-    assert given and "/" not in given
+    assert given
+    assert "/" not in given
     assert [(r["outcome"], r["status"]) for r in again["results"]] == [("exists", 200), ("exists", 200)]
     assert [r["task"] for r in again["results"]] == [r["task"] for r in first["results"][:2]]
     assert stored_ids(dynamodb, tenant_settings) == sorted(["beta/a", "beta/b", f"beta/{given}"])
@@ -120,10 +124,12 @@ def test_a_partly_bad_batch_stores_the_good_and_names_each_bad_under_its_index(
         ("created", 201),
     ]
     assert results[1]["problem"]["field"] == "tasks[1].misfire_grace_ms"
-    assert results[1]["problem"]["type"] == "/problems/invalid" and results[1]["task_id"] == "bad-grace"
+    assert results[1]["problem"]["type"] == "/problems/invalid"
+    assert results[1]["task_id"] == "bad-grace"
     assert results[2]["problem"]["field"].startswith("tasks[2].action")
     assert results[3]["problem"]["field"] == "tasks[3]"
-    assert results[4]["problem"]["type"] == "/problems/conflict" and "beta/" not in results[4]["problem"]["detail"]
+    assert results[4]["problem"]["type"] == "/problems/conflict"
+    assert "beta/" not in results[4]["problem"]["detail"]
     assert stored_ids(dynamodb, tenant_settings) == ["beta/good-1", "beta/good-2", "beta/taken"]
 
 
@@ -174,7 +180,8 @@ def test_a_batch_past_its_limits_is_a_413_naming_tasks_and_stores_nothing(
 @pytest.mark.parametrize("body", [b"{not json", b"[]", b'{"tasks": {}}', b'{"tasks": [], "more": 1}', b"{}"], ids=str)
 def test_a_bad_envelope_is_refused_whole(api: LocalApi, body: bytes) -> None:
     status, problem = post(api, body)
-    assert status in (400, 422) and problem["type"] == "/problems/invalid", problem
+    assert status in (400, 422), problem
+    assert problem["type"] == "/problems/invalid", problem
 
 
 def test_an_empty_batch_is_an_empty_answer(api: LocalApi) -> None:
@@ -190,8 +197,6 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
-    from punctual.scheduling.api_client import ApiClient
-    from punctual.targets import LogAction
 
     # Given beta's client, recording the calls it makes, waiting for an answer as long as the test may run (how the
     # calls are cut is under test, not how soon a busy machine answers a MiB of tasks)
@@ -206,11 +211,11 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
 
     monkeypatch.setattr(client, "_send", recording)
     sent: list[str] = []  # every request that went out, a call sent again included
-    request = client._http.request
+    http_request = client._http.request
 
     def counting(method: str, url: str, **kwargs: Any) -> Any:
         sent.append(url)
-        return request(method, url, **kwargs)
+        return http_request(method, url, **kwargs)
 
     monkeypatch.setattr(client._http, "request", counting)
     due = from_ms(now_ms + 60_000)
@@ -234,7 +239,8 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
     assert {r.outcome for r in results[: len(small) + len(large)]} <= stored, [(r.outcome, r.error) for r in results]
     assert [r.outcome for r in results[len(small) + len(large) :]] == ["invalid", "invalid"]
     assert (results[-2].field, results[-1].field) == ("payload", "due_at")
-    assert results[0].task is not None and results[0].task.task_id == "s-000"
+    assert results[0].task is not None
+    assert results[0].task.task_id == "s-000"
     # And the same tasks again are each "exists", stored once
     again = client.schedule_many(specs[:-2], threads=4)
     assert {r.outcome for r in again} == {"exists"}
@@ -244,8 +250,6 @@ def test_the_api_client_sends_calls_of_up_to_the_limits_and_reports_each_task(
 def test_the_api_client_reports_a_batchs_quota_and_bad_fields_as_the_direct_client_does(
     api: LocalApi, now_ms: int
 ) -> None:
-    from punctual.scheduling.api_client import ApiClient
-    from punctual.targets import LogAction
 
     # Given acme (3 active tasks at most) and 5 tasks, one of them of a bad misfire grace
     due = from_ms(now_ms + 60_000)
@@ -256,5 +260,7 @@ def test_the_api_client_reports_a_batchs_quota_and_bad_fields_as_the_direct_clie
     # Then 3 are created, 1 is invalid for its quota (named), and the bad one is invalid naming its field
     assert sorted(r.outcome for r in results[:4]) == ["created", "created", "created", "invalid"]
     (over,) = [r for r in results[:4] if r.outcome == "invalid"]
-    assert over.quota == "active_tasks" and over.task_id is not None and over.task_id.startswith("q-")
+    assert over.quota == "active_tasks"
+    assert over.task_id is not None
+    assert over.task_id.startswith("q-")
     assert (results[4].outcome, results[4].field, results[4].quota) == ("invalid", "misfire_grace_ms", None)

@@ -109,7 +109,9 @@ def test_a_create_whose_connection_broke_is_sent_again_with_the_same_id() -> Non
         client.schedule(due, LogAction(message="m"))
     # Then both tries carried one id, chosen by the client (the second create is the same create)
     ids = [json.loads(body)["task_id"] for _, _, body in server.requests]
-    assert len(ids) == 2 and ids[0] == ids[1] and len(ids[0]) == 32
+    assert len(ids) == 2
+    assert ids[0] == ids[1]
+    assert len(ids[0]) == 32
 
 
 def test_a_change_whose_connection_broke_is_not_sent_again_and_says_its_effect_is_unknown() -> None:
@@ -137,7 +139,8 @@ def test_a_gateways_503_to_a_read_is_tried_again_and_an_unreachable_api_is_a_cle
     with pytest.raises(ApiError) as raised:
         ApiClient(f"http://127.0.0.1:{port}", token="t").get("a-task")
     assert raised.value.status == 0
-    assert "could not connect" in raised.value.detail and f"{ATTEMPTS} tries" in raised.value.detail
+    assert "could not connect" in raised.value.detail
+    assert f"{ATTEMPTS} tries" in raised.value.detail
 
 
 STORED = {
@@ -189,7 +192,8 @@ def test_a_batch_answered_a_throttle_or_a_server_error_is_sent_again_whole_with_
     assert [r[:2] for r in server.requests] == [("POST", "/v1/tasks:batch")] * 3
     assert len({body for _, _, body in server.requests}) == 1
     ids = [t["task_id"] for t in json.loads(server.requests[0][2])["tasks"]]
-    assert len(set(ids)) == 2 and all(len(i) == 32 for i in ids)
+    assert len(set(ids)) == 2
+    assert all(len(i) == 32 for i in ids)
     assert [r.outcome for r in results] == ["created", "created"]
 
 
@@ -230,7 +234,8 @@ def test_past_the_last_try_the_last_answer_is_the_error() -> None:
         with pytest.raises(ApiError) as raised:
             ApiClient(server.url, token="t", sleep=sleeps).get("t-1")
     # Then it was tried ATTEMPTS times, and the caller sees the 503
-    assert len(server.requests) == ATTEMPTS and len(sleeps) == ATTEMPTS - 1
+    assert len(server.requests) == ATTEMPTS
+    assert len(sleeps) == ATTEMPTS - 1
     assert raised.value.status == 503
 
 

@@ -43,6 +43,7 @@ from punctual.targets import (
     run_action,
 )
 from punctual.targets.aws import AWS_WARM_MIN_S, SQS, deduplication_id, message_body
+from punctual.targets.registry import Warmup
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -157,12 +158,16 @@ def test_sqs_queue_url_is_asked_once_per_queue(aws: Aws) -> None:
     assert len(lookups) == 1
 
 
+async def _started(warmup: Warmup) -> None:
+    await warmup.start()
+
+
 def warm(fires: list[tuple[Action, float, str]], env: ActionEnv) -> int:
     """Run the SQS kind's warm-ups for ``fires`` to their end here; how many there were."""
     assert SQS.prepare is not None
     warmups = SQS.prepare(fires, env)
     for warmup in warmups:
-        asyncio.run(warmup.start())
+        asyncio.run(_started(warmup))
     return len(warmups)
 
 
@@ -371,7 +376,8 @@ def test_lambda_answer_other_than_202_fails(answer: dict[str, Any], fragment: st
     # Then the fire fails, naming the function and what went wrong
     with stubber, pytest.raises(ActionFailedError) as failure:
         run_action(LambdaAction(function_arn=FUNCTION_ARN), context_of(), env)
-    assert FUNCTION_ARN in str(failure.value) and fragment in str(failure.value)
+    assert FUNCTION_ARN in str(failure.value)
+    assert fragment in str(failure.value)
     assert not isinstance(failure.value, TransientActionError)
 
 
@@ -397,7 +403,8 @@ def test_lambda_error_codes_map_to_transient_or_permanent(code: str, status: int
     with stubber, pytest.raises(ActionFailedError) as failure:
         run_action(LambdaAction(function_arn=FUNCTION_ARN), context_of(), env)
     assert isinstance(failure.value, TransientActionError) is transient
-    assert FUNCTION_ARN in str(failure.value) and code in str(failure.value)
+    assert FUNCTION_ARN in str(failure.value)
+    assert code in str(failure.value)
     assert MARKER not in str(failure.value)
 
 
@@ -474,7 +481,8 @@ def test_a_missing_target_fails_naming_the_arn_not_the_payload(action: Action, f
         with pytest.raises(ActionFailedError) as failure:
             run_action(action, context_of(), env)
     message = str(failure.value)
-    assert arn in message and "failed: " in message
+    assert arn in message
+    assert "failed: " in message
     assert MARKER not in message
     assert not isinstance(failure.value, TransientActionError)
 
@@ -557,7 +565,8 @@ def test_eventbridge_defaults_and_limits() -> None:
     action = EventBridgeAction(event_bus_arn=BUS_ARN, source="s" * 256, detail_type="d" * 128)
 
     # Then they are accepted, and the defaults are punctual's
-    assert action.source == "s" * 256 and len(action.detail_type) == 128
+    assert action.source == "s" * 256
+    assert len(action.detail_type) == 128
     assert EventBridgeAction(event_bus_arn=BUS_ARN).source == "punctual"
     assert EventBridgeAction(event_bus_arn=BUS_ARN).detail_type == "punctual.fire"
 

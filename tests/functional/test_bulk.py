@@ -64,14 +64,16 @@ def test_schedule_many_reports_each_task_and_stores_only_the_good_ones(
     # Then there is one result per task, in order, saying what happened to it
     assert [r.index for r in results] == list(range(len(specs)))
     assert [r.outcome for r in results] == ["created"] * 5 + ["exists", "conflict"] + ["invalid"] * 4
-    assert results[8].field == "action" and results[7].field == "due_at"
+    assert results[8].field == "action"
+    assert results[7].field == "due_at"
     assert "unknown field(s) colour" in (results[10].error or "")
     assert all(r.task is not None and r.task.task_id == f"t-{i + 1}" for i, r in enumerate(results[:5]))
     # And only the good ones are stored; the conflict left the stored task as it was
     assert {t.task_id for t in store.client.list_tasks()} == {f"t-{i}" for i in range(6)}
     assert read_task(store, "t-0").due_ms == now_ms + 60_000
     # And progress was reported for every task, ending at the total
-    assert len(seen) == len(specs) and max(seen) == (len(specs), len(specs))
+    assert len(seen) == len(specs)
+    assert max(seen) == (len(specs), len(specs))
 
 
 def test_schedule_many_is_idempotent_on_ids(client: Client, now_ms: int) -> None:
@@ -97,7 +99,8 @@ def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, store: DynamoSt
     # Then it fired once and is recorded SUCCEEDED, with the payload it was written with
     assert (report.armed, report.fired, report.succeeded) == (1, 1, 1)
     done = read_task(store, "raw-1")
-    assert done.status is TaskStatus.SUCCEEDED and done.payload == {"k": "v"}
+    assert done.status is TaskStatus.SUCCEEDED
+    assert done.payload == {"k": "v"}
     # And the client sees it as a task it scheduled (idempotent on the same content)
     assert client.schedule(task.due_at, LogAction(message="raw"), {"k": "v"}, task_id="raw-1").task_id == "raw-1"
 
@@ -144,8 +147,10 @@ def test_cli_schedule_many_schedules_a_file_and_reports_the_refusals(
         "conflict": 0,
         "error": 0,
     }
-    assert "task 4 (old): invalid" in err and "MISSED" in err
-    assert "task 5 (sms): invalid" in err and "unknown action kind" in err
+    assert "task 4 (old): invalid" in err
+    assert "MISSED" in err
+    assert "task 5 (sms): invalid" in err
+    assert "unknown action kind" in err
     # And the good ones are stored
     assert all(dynamodb.get_item(TableName=TABLE, Key={"task_id": {"S": f"f-{i}"}}).get("Item") for i in range(3))
 

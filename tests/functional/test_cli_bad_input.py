@@ -195,7 +195,8 @@ def test_arguments_the_parser_refuses_are_named_and_nothing_is_stored(
     assert run.code == 2
     assert "Traceback" not in run.stderr
     errors = [line for line in run.lines if ": error: " in line]
-    assert len(errors) == 1 and errors[0] == run.lines[-1], run.lines
+    assert len(errors) == 1, run.lines
+    assert errors[0] == run.lines[-1], run.lines
     assert all(line.startswith(("usage:", " ")) for line in run.lines[:-1]), run.lines
     for name in names:
         assert name in errors[0], (name, errors[0])
@@ -215,7 +216,7 @@ def test_good_arguments_store_one_task(cli: Any, stored: Any) -> None:
 
 # -- fuzz: whatever the text, one line and nothing stored, or one task stored --------------------------------
 safe_instants = st.datetimes(
-    min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.none() | st.timezones()
+    min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.one_of(st.none(), st.timezones())
 )  # years 1 / 9999: covered by a case above
 at_texts = (
     st.text(max_size=30)

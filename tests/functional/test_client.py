@@ -10,13 +10,13 @@ import pytest
 
 from punctual.domain.model import Task
 from punctual.errors import InvalidTaskError
+from punctual.stores.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
 from punctual.targets import LogAction
 
 
 def test_a_task_whose_item_would_not_fit_dynamodb_is_invalid_and_not_stored(store: Any, dynamodb: Any) -> None:
     # Given a task built past the client's payload limit (as a caller of the store port could), whose item would
     # be larger than DynamoDB's 400 KB less the room its life cycle needs
-    from punctual.stores.dynamodb.codec import ITEM_HEADROOM_BYTES, MAX_ITEM_BYTES
 
     big = Task(
         task_id="too-big",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -26,6 +26,9 @@ from punctual_tools.cli import main
 from punctual_tools.cli.maintenance import redrive_lines
 from support import StubTarget, arm, read_task, run_until_done, serving
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
 TABLE = "punctual-tasks-test"  # the functional conftest's table
 
 
@@ -37,12 +40,12 @@ def failing_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def sqs(dynamodb: Any) -> Any:  # inside the same moto context as the table
+def sqs(dynamodb: Any) -> SQSClient:  # inside the same moto context as the table
     return boto3.client("sqs", region_name="us-east-1")
 
 
 @pytest.fixture
-def queue_url(sqs: Any) -> str:
+def queue_url(sqs: SQSClient) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
 
 
@@ -111,7 +114,8 @@ def test_the_queue_is_the_one_the_url_names(tmp_path: Path, sqs: Any, queue_url:
     # When each builds the dead-letter queue  Then it is SQS, the very file, and none
     assert isinstance(build_dead_letter_queue(Settings(dead_letter_queue_url=queue_url), sqs), SqsDeadLetterQueue)
     local = build_dead_letter_queue(Settings(dead_letter_queue_url=file_queue_url(path)))
-    assert isinstance(local, FileDeadLetterQueue) and local.path == path
+    assert isinstance(local, FileDeadLetterQueue)
+    assert local.path == path
     assert build_dead_letter_queue(Settings()) is None
 
 
@@ -137,7 +141,8 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
     assert [r.dead_lettered for r in reports] == [0, 1]
     (letter,) = queue.receive()
     assert (letter.task_id, letter.occurrence, letter.attempt) == ("poison", 0, 2)
-    assert "HTTP 500" in letter.reason and "no retry left" in letter.reason
+    assert "HTTP 500" in letter.reason
+    assert "no retry left" in letter.reason
 
 
 def test_a_failed_send_leaves_the_task_failed_in_the_table(
@@ -165,7 +170,8 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
 ) -> None:
     # Given a FAILED task, and a SUCCEEDED-never-failed one (still PENDING)
     failed = make_failed(store, tasks, "f1", now_ms)
-    assert failed.attempt == 1 and read_raw("f1").get("expires_at") is not None
+    assert failed.attempt == 1
+    assert read_raw("f1").get("expires_at") is not None
     pending = tasks.create(now_ms + 5_000, "p1")
     later = now_ms + 60_000
     # When both are redriven
@@ -173,10 +179,14 @@ def test_redrive_puts_a_failed_task_back_to_pending_due_now_once(
     # Then the FAILED one is PENDING, due now, attempts afresh, back in the due index, flagged for the fast path,
     # with no TTL; the others are untouched
     back, raw = read_task(store, "f1"), read_raw("f1")
-    assert back.status is TaskStatus.PENDING and back.due_ms == later and back.attempt == 0
+    assert back.status is TaskStatus.PENDING
+    assert back.due_ms == later
+    assert back.attempt == 0
     assert raw["due_bucket"]["S"] == index_key(later, shard_of("f1", store.config.shard_count))
     assert raw["fast_path"] == {"N": "1"}
-    assert "expires_at" not in raw and back.finished_at is None and back.armed_by is None
+    assert "expires_at" not in raw
+    assert back.finished_at is None
+    assert back.armed_by is None
     assert read_task(store, "p1") == pending.model_copy(update={"created_at": read_task(store, "p1").created_at})
     # And a second redrive is a no-op
     assert store.client.redrive_many(["f1"], later + 1) == [False]

@@ -17,6 +17,7 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset, SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
+from punctual.domain.keys import shard_of
 from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
@@ -108,7 +109,8 @@ def test_a_batch_fires_every_task_and_records_it(
     for task in created:
         done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
-        assert done.fired_at is not None and done.finished_at is not None
+        assert done.fired_at is not None
+        assert done.finished_at is not None
         assert done.drift_ms is not None
         # fired_at - due_at is the drift (fired_at is kept to the ms, the drift to the µs)
         assert abs((done.fired_at - done.due_at).total_seconds() * 1000 - done.drift_ms) < 1.0
@@ -145,14 +147,15 @@ def test_outcomes_are_written_by_the_background_writer_once_no_fire_is_near(
     report = executor.run_batch(event)
     # Then the outcomes were written by the lowered background writer, not by the recorder itself
     assert report.succeeded == 3
-    assert callers and all(name.startswith("record-bg") for name in callers)
+    assert callers
+    assert all(name.startswith("record-bg") for name in callers)
 
 
 def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_recorded(
     store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor built for 0.145 of a core (it sleeps where it would spin, records only where a gap has room)
-    executor = Executor(store.firing, settings, clock, FixedOffset(None), cpu_share=0.145)  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(None), cpu_share=0.145)
     now = int(clock.wall_ms())
     created = [tasks.create(now + 300 + 150 * (i // 3), now_ms=now) for i in range(9)]
     event = dispatch_batch(store, settings, now)
@@ -163,14 +166,15 @@ def test_under_a_cpu_quota_every_task_fires_on_its_instant_and_every_outcome_is_
     for task in created:
         done = read_task(store, task.task_id)
         assert done.status is TaskStatus.SUCCEEDED
-        assert done.drift_ms is not None and done.drift_ms > -5
+        assert done.drift_ms is not None
+        assert done.drift_ms > -5
 
 
 def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     store: DynamoStores, tasks: Any, settings: Settings, clock: SystemClock
 ) -> None:
     # Given an executor whose NTP probe measured that this machine is 2.5 ms behind
-    executor = Executor(store.firing, settings, clock, FixedOffset(2.5))  # type: ignore[arg-type]
+    executor = Executor(store.firing, settings, clock, FixedOffset(2.5))
     now = int(clock.wall_ms())
     task = tasks.create(now + 300, now_ms=now)
     # When the task fires
@@ -178,7 +182,8 @@ def test_drift_is_also_recorded_corrected_by_the_clock_offset(
     # Then the corrected drift is the raw drift plus the offset
     assert report.clock_offset_ms == 2.5
     done = read_task(store, task.task_id)
-    assert done.drift_ms is not None and done.drift_corrected_ms is not None
+    assert done.drift_ms is not None
+    assert done.drift_corrected_ms is not None
     assert done.drift_corrected_ms == pytest.approx(done.drift_ms + 2.5, abs=0.002)
 
 
@@ -238,7 +243,8 @@ def test_http_500_is_recorded_failed_with_detail(
     assert (report.fired, report.failed, report.succeeded) == (1, 1, 0)
     done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED
-    assert done.detail is not None and "HTTP 500" in done.detail
+    assert done.detail is not None
+    assert "HTTP 500" in done.detail
     assert done.fired_at is not None
     # And a 500 being transient, it was tried three times within the grace, each with the task's key
     assert [r["headers"]["Idempotency-Key"] for r in target.requests] == [f"{task.task_id}:0"] * 3
@@ -288,10 +294,13 @@ def test_the_batchs_targets_are_prepared_once_it_is_armed(
 ) -> None:
     # Given three webhook tasks due 0.4-0.6 s from now
     prepared: list[tuple[Any, float]] = []
-    real = executor_module.prepare_actions
-    monkeypatch.setattr(
-        executor_module, "prepare_actions", lambda fires, env: (prepared.extend(fires), real(fires, env))[1]
-    )
+    real = executor_module.prepare_actions  # type: ignore[attr-defined]  # patched where the executor looks it up
+
+    def recording(fires: Any, env: Any) -> Any:
+        prepared.extend(fires)
+        return real(fires, env)
+
+    monkeypatch.setattr(executor_module, "prepare_actions", recording)
     now = int(clock.wall_ms())
     action = HttpAction(url=target.url("/ok"), timeout_s=5)
     for i in range(3):
@@ -323,12 +332,11 @@ def test_task_past_its_grace_at_fire_time_is_missed(
     done = read_task(store, task.task_id)
     assert done.status is TaskStatus.MISSED
     assert done.fired_at is None
-    assert done.detail is not None and "past its grace of 0 ms" in done.detail
+    assert done.detail is not None
+    assert "past its grace of 0 ms" in done.detail
 
 
 def _shard(store: DynamoStores, task: Task) -> int:
-    from punctual.domain.keys import shard_of
-
     return shard_of(task.task_id, store.config.shard_count)
 
 
@@ -355,7 +363,8 @@ def test_stop_releases_armed_tasks_that_have_not_fired(
     for task in created:
         back = read_task(store, task.task_id)
         assert back.status is TaskStatus.PENDING
-        assert back.fired_at is None and back.armed_by is None
+        assert back.fired_at is None
+        assert back.armed_by is None
     # And the next poll finds and dispatches them again
     assert dispatch_batch(store, settings, int(clock.wall_ms())).tasks[0].task_id == created[0].task_id
 
@@ -413,7 +422,7 @@ def test_an_executor_whose_arming_fails_part_way_arms_the_rest_again_and_fires_a
     created = [tasks.create(now + 500 + i, now_ms=now) for i in range(6)]
     event = dispatch_batch(store, settings, now)
     failing = FailsMidArm(store.firing)
-    executor = Executor(failing, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
+    executor = Executor(failing, settings, clock, FixedOffset(None))
     # When it runs the batch
     report = executor.run_batch(event)
     # Then it read back the half it armed, armed the other half again, and fired all six (a poll holds back what
@@ -430,7 +439,7 @@ def test_an_executor_past_its_own_lease_fires_nothing_and_hands_its_tasks_back(
     # another executor may take its tasks over from now on)
     clock = JumpingClock()
     executor = Executor(
-        JumpAfterArm(store.firing, clock, jump_s=settings.executor_lease_ms / 1000 + 1),  # type: ignore[arg-type]
+        JumpAfterArm(store.firing, clock, jump_s=settings.executor_lease_ms / 1000 + 1),
         settings,
         clock,
         OffsetProbe(None, 0.5),
@@ -464,8 +473,10 @@ def test_an_executor_takes_over_the_tasks_of_a_dead_one_and_misses_only_its_cras
     assert (report.armed, report.taken_over, report.fired, report.missed) == (3, 3, 2, 1)
     assert all(read_task(store, t.task_id).status is TaskStatus.SUCCEEDED for t in later)
     missed = read_task(store, window.task_id)
-    assert missed.status is TaskStatus.MISSED and missed.fired_at is None
-    assert missed.detail is not None and "executor was lost" in missed.detail
+    assert missed.status is TaskStatus.MISSED
+    assert missed.fired_at is None
+    assert missed.detail is not None
+    assert "executor was lost" in missed.detail
 
 
 HOLD_S = 300  # how long a later part waits for the first part's first record: only a hang reaches it (a busy
@@ -503,12 +514,12 @@ def test_a_batch_due_soon_fires_its_first_part_while_the_rest_is_armed(
     holding = HoldsLaterParts(store.firing)
     executor = Executor(holding, settings, clock, FixedOffset(None))  # type: ignore[arg-type]
     first = created[0].task_id
-    watcher = threading.Thread(
-        target=lambda: (
-            wait_until(lambda: read_task(store, first).status is TaskStatus.SUCCEEDED, HOLD_S, 0.02)
-            and holding.release.set()
-        )
-    )
+
+    def release_once_the_first_is_recorded() -> None:
+        if wait_until(lambda: read_task(store, first).status is TaskStatus.SUCCEEDED, HOLD_S, 0.02):
+            holding.release.set()
+
+    watcher = threading.Thread(target=release_once_the_first_is_recorded)
     watcher.start()
     try:
         # When the executor runs it

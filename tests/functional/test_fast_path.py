@@ -144,7 +144,8 @@ def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
     report = poller.poll(now_ms + 120_000)
     # Then that poll finds it overdue and dispatches it (its executor fires it within its grace, or records it
     # MISSED): late, not lost
-    assert report.dispatched == 1 and poll_invoker.task_ids == [later.task_id]
+    assert report.dispatched == 1
+    assert poll_invoker.task_ids == [later.task_id]
 
 
 def test_without_a_noted_poll_the_fast_path_dispatches_every_candidate(
@@ -217,7 +218,8 @@ def test_when_the_last_polls_cannot_be_read_the_fast_path_dispatches_every_candi
     )
     # Then it dispatches it, as if no poll were coming
     assert not report.polls_known
-    assert report.dispatched == 1 and invoker.task_ids == [task.task_id]
+    assert report.dispatched == 1
+    assert invoker.task_ids == [task.task_id]
 
 
 def test_a_poll_notes_its_start_on_its_groups_watermark_item_and_never_moves_it_back(

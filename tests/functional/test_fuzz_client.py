@@ -96,7 +96,7 @@ action_models = st.builds(
         max_size=3,
     ),
     timeout_s=st.floats(min_value=0, max_value=60, exclude_min=True, allow_nan=False),
-) | st.builds(LogAction, message=st.text(st.characters(exclude_categories=("Cs",)), max_size=300))
+) | st.builds(LogAction, message=st.text(st.characters(exclude_categories=["Cs"]), max_size=300))
 action_inputs = action_models | action_models.map(lambda action: action.model_dump(mode="json"))
 # Grace as whole milliseconds, or as a timedelta of whole seconds: a timedelta with a millisecond part can
 # lose a millisecond on the way in (tests/unit/test_fuzz_model.py::test_a_timedelta_grace_keeps_every_millisecond).
@@ -294,7 +294,8 @@ def test_a_scheduled_task_reads_back_equal(
 
     # Then the stored task is the one schedule returned, PENDING, holding exactly what was asked for
     assert stored == scheduled
-    assert stored is not None and stored.status is TaskStatus.PENDING
+    assert stored is not None
+    assert stored.status is TaskStatus.PENDING
     assert stored.task_id == arguments["task_id"]
     assert stored.due_ms == to_ms(arguments["due_at"])
     assert stored.due_at.utcoffset() == timedelta(0)
@@ -356,7 +357,7 @@ def changed(arguments: dict[str, Any], stored: Task, what: str) -> dict[str, Any
             LogAction(message="other")
             if isinstance(stored.action, HttpAction)
             else HttpAction(url="https://example.com/other")
-        )  # type: ignore[arg-type]
+        )
         return {**arguments, "action": other}
     grace = stored.misfire_grace_ms
     return {**arguments, "misfire_grace": grace + 1 if grace < 86_400_000 else grace - 1}

@@ -53,7 +53,7 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms, index_key, shard_of
 from punctual.domain.model import occurrence_id
-from punctual.errors import InvalidScheduleError, InvalidTaskError, QuotaExceededError
+from punctual.errors import InvalidRequestError, InvalidScheduleError, InvalidTaskError, QuotaExceededError
 from punctual.runtime.client import Client
 from punctual.runtime.wiring import poller_on
 from punctual.scheduling.client import Client as TaskClient
@@ -159,10 +159,12 @@ class Receivers:
     before: dict[str, int] = field(default_factory=dict)  # requests each had when the test began
 
     def url(self, tenant: str, path: str = "/ok") -> str:
-        return getattr(self, tenant).url(path)
+        server: HostileServer = getattr(self, tenant)
+        return server.url(path)
 
     def requests(self, tenant: str) -> list[Any]:
-        return getattr(self, tenant).requests()[self.before.get(tenant, 0) :]
+        server: HostileServer = getattr(self, tenant)
+        return server.requests()[self.before.get(tenant, 0) :]
 
     def seen(self) -> dict[str, list[str]]:
         return {tenant: [r.path for r in self.requests(tenant)] for tenant in ("acme", "beta")}
@@ -341,9 +343,10 @@ class Firing:
         return poll_and_fire(self.store, self.settings, self.env, rounds, done)
 
     def raw(self, key: str) -> dict[str, Any]:
-        return self.dynamodb.get_item(
+        item: dict[str, Any] = self.dynamodb.get_item(
             TableName=self.settings.table_name, Key={"task_id": {"S": key}}, ConsistentRead=True
         )["Item"]
+        return item
 
     def status(self, key: str) -> str:
         return str(self.raw(key)["status"]["S"])
@@ -781,11 +784,13 @@ def test_the_poller_quarantines_a_forged_schedule_naming_another_tenants_schedul
     # When the poller meets it
     report = poller_on(store, invoker, beta.settings).poll(FIXED_NOW_MS)
     # Then it is counted undecodable and taken out of the due index, with the reason kept
-    assert report.undecodable == 1 and report.occurrences_created == 0
+    assert report.undecodable == 1
+    assert report.occurrences_created == 0
     quarantined = beta.dynamodb.get_item(
         TableName=beta.settings.table_name, Key={"task_id": {"S": "acme/#schedule#evil"}}
     )["Item"]
-    assert "due_bucket" not in quarantined and "quarantined_ms" in quarantined
+    assert "due_bucket" not in quarantined
+    assert "quarantined_ms" in quarantined
     assert "schedule_id is not the schedule its key names" in quarantined["detail"]["S"]
     # And no occurrence was made, acme's or beta's; nothing was dispatched; beta is unchanged
     assert set(snapshot(beta.dynamodb, beta.settings, "acme/")) == {"acme/#schedule#evil"}
@@ -942,7 +947,8 @@ def test_forged_tenant_attributes_are_failed_not_fired(firing: Firing, kind: str
     # sent: no request, no AWS call
     for key in keys:
         assert_failed_unsent(firing, key, "is not its key's tenant")
-        assert "due_bucket" not in firing.raw(key) and "fired_ms" not in firing.raw(key)
+        assert "due_bucket" not in firing.raw(key)
+        assert "fired_ms" not in firing.raw(key)
     firing.assert_only_the_control_was_sent()
 
 
@@ -1020,17 +1026,19 @@ def test_a_forged_occurrence_stays_out_of_another_tenants_history_and_changes(
 
 
 # == 6. quotas ==================================================================================================
-def _tasks(api: Api, count: int, prefix: str = "t") -> None:
-    for i in range(count):
+def _tasks(api: Api, count: int, prefix: str = "t") -> list[Any]:
+    return [
         api.ok(
             "POST",
             "/v1/tasks",
             {"task_id": f"{prefix}-{i}", "due_at": from_ms(LATER).isoformat(), "action": {"kind": "log"}},
         )
+        for i in range(count)
+    ]
 
 
-def _schedule(api: Api, name: str, expression: str, **fields: Any) -> None:
-    api.ok(
+def _schedule(api: Api, name: str, expression: str, **fields: Any) -> Any:
+    return api.ok(
         "POST",
         "/v1/schedules",
         {
@@ -1071,7 +1079,7 @@ QUOTA_CASES: dict[str, tuple[str, Callable[[Api], object], Callable[[Api], Answe
     "schedule-past-schedules": (
         "schedules",
         lambda api: (_schedule(api, "a", "rate(1 hour)"), _schedule(api, "b", "rate(1 hour)")),
-        lambda api: _new_schedule(api),
+        _new_schedule,
     ),
     "paused-schedules-count": (
         "schedules",
@@ -1080,7 +1088,7 @@ QUOTA_CASES: dict[str, tuple[str, Callable[[Api], object], Callable[[Api], Answe
             _schedule(api, "b", "rate(1 hour)"),
             api.ok("POST", "/v1/schedules/a/pause"),
         ),
-        lambda api: _new_schedule(api),
+        _new_schedule,
     ),
     "schedule-past-rate": ("schedule_rate_per_s", lambda api: None, lambda api: _new_schedule(api, "rate(10 seconds)")),
     "schedules-adding-up-past-rate": (
@@ -1166,7 +1174,7 @@ def test_a_redrive_past_active_tasks_is_a_429_naming_it_and_the_task_stays_faile
         ExpressionAttributeNames={"#st": "status"},
         ExpressionAttributeValues={":failed": {"S": "FAILED"}, ":now": {"N": str(FIXED_NOW_MS)}},
     )
-    _tasks(api, ACME_QUOTAS["active_tasks"])
+    _tasks(api, int(ACME_QUOTAS["active_tasks"]))
     before = snapshot(dynamodb, tsettings, "acme/")
     # When acme redrives it
     answer = api.call("POST", "/v1/tasks/failed/redrive")
@@ -1273,7 +1281,7 @@ def test_ids_sent_over_the_wire_are_refused_alike(api: Api, beta: Beta, route: s
     beta.assert_untouched()
 
 
-BODY_CASES = {
+BODY_CASES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "task-id-with-tenant": ("POST", "/v1/tasks", {"task_id": "beta/inv-9", "action": {"kind": "log"}}, "task_id"),
     "task-id-climbing": ("POST", "/v1/tasks", {"task_id": "../beta/inv-9", "action": {"kind": "log"}}, "task_id"),
     "task-id-of-beta-occurrence": (
@@ -1432,7 +1440,7 @@ def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quo
     # Given a client writing acme's keys, whose store counts as slowly as DynamoDB does, and 12 good tasks where
     # acme's quota is 8 active
     stores = DynamoStores.from_settings(dynamodb, tsettings)
-    client = TaskClient(tsettings, SlowCounting(stores.client), stores.schedules, clock=clock)  # type: ignore[arg-type]
+    client = TaskClient(tsettings, SlowCounting(stores.client), stores.schedules, clock=clock)
     specs = [{"task_id": f"acme/q-{i:02d}", "due_at": from_ms(LATER), "action": {"kind": "log"}} for i in range(12)]
     # When they are scheduled on 16 threads (the default)
     results = client.schedule_many(specs, threads=16)
@@ -1441,7 +1449,7 @@ def test_schedule_many_on_many_threads_keeps_a_tenant_within_its_active_task_quo
     assert len(snapshot(dynamodb, tsettings, "acme/")) <= ACME_QUOTAS["active_tasks"]
 
 
-CLIENT_CALLS: dict[str, tuple[Callable[[Client, Receivers], Any], type[Exception], str | None]] = {
+CLIENT_CALLS: dict[str, tuple[Callable[[Client, Receivers], Any], type[InvalidRequestError], str | None]] = {
     "schedule-beta-secret": (
         lambda c, r: c.schedule(
             from_ms(LATER), http_action(r.url("acme"), "secretsmanager:punctual/tenants/beta/token"), task_id="acme/x"

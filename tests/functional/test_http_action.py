@@ -128,7 +128,8 @@ def test_a_closed_port_is_a_transient_failure_naming_only_scheme_and_host(env: A
     with pytest.raises(TransientActionError) as failure:
         run_action(HttpAction(url=f"http://127.0.0.1:{port}/hook?api_key=SECRET"), context(grace_ms=0), env)
     assert f"http://127.0.0.1:{port}" in str(failure.value)
-    assert "SECRET" not in str(failure.value) and "/hook" not in str(failure.value)
+    assert "SECRET" not in str(failure.value)
+    assert "/hook" not in str(failure.value)
 
 
 def test_connections_are_kept_alive_and_reused(server: HostileServer, env: ActionEnv) -> None:
@@ -332,7 +333,8 @@ def test_each_header_is_sent_once_whatever_its_case_and_the_later_layer_wins(
     assert sent["user-agent"] == "mine/1"
     assert sent["X-TOKEN"] == "Bearer s3cr3t"
     # And Punctual's own headers and the signature's went out as Punctual made them (the signature verifies)
-    assert sent["Idempotency-Key"] == "t-case:0" and sent["webhook-id"] == "t-case:0"
+    assert sent["Idempotency-Key"] == "t-case:0"
+    assert sent["webhook-id"] == "t-case:0"
     assert Webhook(SECRET).verify(seen.body, seen.headers) == {"n": 1}
 
 
@@ -403,7 +405,8 @@ def test_the_engine_is_one_per_process_and_tenant(env: ActionEnv) -> None:
     # Given the deployment's rules and two tenants'
     acme, beta = env.rules.for_tenant("acme"), env.rules.for_tenant("beta")
     # Then each has one engine for the process, and no two share one (nor its connections and addresses)
-    assert isinstance(_engine(env, env.rules), HttpEngine) and _engine(env, env.rules) is _engine(env, env.rules)
+    assert isinstance(_engine(env, env.rules), HttpEngine)
+    assert _engine(env, env.rules) is _engine(env, env.rules)
     assert _engine(env, acme) is _engine(env, env.rules.of("acme/x"))
     assert len({id(_engine(env, rules)) for rules in (env.rules, acme, beta)}) == 3
 

@@ -79,8 +79,10 @@ def test_unprocessed_keys_are_read_again_after_growing_waits(
     # When a poll runs
     report = poller_on(_store(throttling, settings, sleeps), invoker, settings).poll(now_ms)
     # Then the keys were asked for again after three waits, each drawn below its growing cap, and both dispatched
-    assert len(sleeps) == 3 and all(0 <= s <= backoff_s(i, draw=lambda: 1.0) for i, s in enumerate(sleeps))
-    assert report.dispatched == 2 and report.complete
+    assert len(sleeps) == 3
+    assert all(0 <= s <= backoff_s(i, draw=lambda: 1.0) for i, s in enumerate(sleeps))
+    assert report.dispatched == 2
+    assert report.complete
 
 
 def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_the_next(
@@ -93,7 +95,8 @@ def test_keys_unprocessed_on_every_try_leave_the_poll_whole_and_the_tasks_for_th
     poller = poller_on(_store(throttling, settings, []), invoker, settings)
     # When the poll runs  Then it does not fail, sends nothing, and keeps the watermark before the task
     report = poller.poll(now_ms)
-    assert report.dispatched == 0 and invoker.events == []
+    assert report.dispatched == 0
+    assert invoker.events == []
     assert not report.complete  # it says it left something unread
     assert report.watermark_ms <= created.due_ms
     # And the next poll, unthrottled, sends it
@@ -148,7 +151,8 @@ def test_a_record_write_failing_three_times_is_written_the_fourth(
     finally:
         executor.close()
     # Then its outcome is recorded after the retries: SUCCEEDED, not left ARMED for a poll to call MISSED
-    assert report.succeeded == 1 and report.not_recorded == 0
+    assert report.succeeded == 1
+    assert report.not_recorded == 0
     assert read_task(store, task.task_id).status is TaskStatus.SUCCEEDED
     assert store.firing.failures == 0  # type: ignore[attr-defined]
 

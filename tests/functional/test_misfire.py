@@ -11,8 +11,9 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.decisions import misfire_decision
 from punctual.domain.events import BatchEvent, BatchTask
-from punctual.domain.keys import BUCKET_MS, shard_of
+from punctual.domain.keys import BUCKET_MS, from_ms, shard_of
 from punctual.domain.model import Task, TaskStatus
+from punctual.errors import InvalidTaskError
 from punctual.executing.executor import Executor
 from punctual.polling.fastpath import candidate_of_record
 from punctual.runtime.client import Client
@@ -110,8 +111,10 @@ def test_fast_path_reads_the_policy_from_the_stream_image() -> None:
     late = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": image}}, candidate_of_item)
     skip = candidate_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": old}}, candidate_of_item)
     # Then each carries its policy
-    assert late is not None and late.misfire_policy == "fire_late"
-    assert skip is not None and skip.misfire_policy == "skip"
+    assert late is not None
+    assert late.misfire_policy == "fire_late"
+    assert skip is not None
+    assert skip.misfire_policy == "skip"
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_late"])
@@ -137,13 +140,19 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
     if policy == "skip":
         # Then (skip) it is not fired but recorded MISSED
         assert (report.fired, report.missed, report.late) == (0, 1, 0)
-        assert done.status is TaskStatus.MISSED and done.fired_at is None and not done.late
+        assert done.status is TaskStatus.MISSED
+        assert done.fired_at is None
+        assert not done.late
     else:
         # Then (fire_late) it fires at once, and its record is flagged late and says how late
         assert (report.fired, report.succeeded, report.missed, report.late) == (1, 1, 0, 1)
-        assert done.status is TaskStatus.SUCCEEDED and done.late is True
-        assert done.fired_at is not None and done.drift_ms is not None and done.drift_ms >= 5_000
-        assert done.detail is not None and "ms late, past its grace of 0 ms (policy fire_late)" in done.detail
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.late is True
+        assert done.fired_at is not None
+        assert done.drift_ms is not None
+        assert done.drift_ms >= 5_000
+        assert done.detail is not None
+        assert "ms late, past its grace of 0 ms (policy fire_late)" in done.detail
 
 
 def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
@@ -151,18 +160,17 @@ def test_client_schedules_with_a_policy_and_accepts_a_past_due_fire_late_task(
 ) -> None:
     # Given a client
     client = Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
-    from punctual.domain.keys import from_ms
-    from punctual.errors import InvalidTaskError
 
     # When it schedules a fire_late task due 10 min ago (past a 1 s grace)
     task = client.schedule(
         from_ms(now_ms - 600_000), LogAction(), task_id="late-one", misfire_grace=1_000, misfire_policy="fire_late"
     )
     # Then it is stored PENDING with its policy, while a skip task that late is refused
-    assert client.get("late-one") is not None and task.misfire_policy == "fire_late"
+    assert client.get("late-one") is not None
+    assert task.misfire_policy == "fire_late"
     with pytest.raises(InvalidTaskError):
         client.schedule(from_ms(now_ms - 600_000), LogAction(), task_id="skip-one", misfire_grace=1_000)
     # And an unknown policy is refused naming the field
     with pytest.raises(InvalidTaskError) as err:
-        client.schedule(from_ms(now_ms + 1_000), LogAction(), misfire_policy="later")  # type: ignore[arg-type]
+        client.schedule(from_ms(now_ms + 1_000), LogAction(), misfire_policy="later")
     assert err.value.field == "misfire_policy"

@@ -64,12 +64,14 @@ def test_the_scheduled_tick_starts_each_other_group_then_polls_group_0(
     # Then it started group 1 with the event's id and time, and polled group 0 only; its answer is that report
     assert started == [PollGroupEvent(id="e-1", time=TICK.time, poll_group=1, poll_groups=2)]
     (report,) = first.reports
-    assert report.group == 0 and not first.ignored
+    assert report.group == 0
+    assert not first.ignored
     assert first.answer() == report.model_dump()
     # When group 1's event runs
     second = run_tick(poller, started[0], now_ms, plenty, started.append)
     # Then it polls group 1 only, starts nothing, and between them every task went to an executor once
-    assert [r.group for r in second.reports] == [1] and len(started) == 1
+    assert [r.group for r in second.reports] == [1]
+    assert len(started) == 1
     assert dispatched(invoker) == task_ids(12)
     assert first.total("dispatched") + second.total("dispatched") == 12
 
@@ -121,9 +123,11 @@ def test_a_group_whose_poller_never_ran_since_the_tick_before_is_polled_by_the_n
     lost: list[PollGroupEvent] = []
     first = run_tick(poller, TICK, now_ms, plenty, lost.append)
     # Then that first tick polled group 0 only, finding nothing late (no tick before it)
-    assert [r.group for r in first.reports] == [0] and first.total("groups_late") == 0
+    assert [r.group for r in first.reports] == [0]
+    assert first.total("groups_late") == 0
     group_0 = set(dispatched(invoker))
-    assert len(lost) == 1 and 0 < len(group_0) < 12
+    assert len(lost) == 1
+    assert 0 < len(group_0) < 12
     # When the next tick runs, and group 1's invocation is lost again
     second = run_tick(poller, TICK, now_ms + INTERVAL, plenty, lost.append)
     # Then it finds group 1 late (its last poll started before the tick before: never), polls it itself after
@@ -134,7 +138,8 @@ def test_a_group_whose_poller_never_ran_since_the_tick_before_is_polled_by_the_n
     # When a third tick runs (group 1's invocation lost once more)
     third = run_tick(poller, TICK, now_ms + 2 * INTERVAL, plenty, lost.append)
     # Then group 1 is not late for it: the tick before polled it, at that tick's start
-    assert [r.group for r in third.reports] == [0] and third.total("groups_late") == 0
+    assert [r.group for r in third.reports] == [0]
+    assert third.total("groups_late") == 0
 
 
 def test_a_group_whose_poller_ran_since_the_tick_before_is_left_to_it(
@@ -147,7 +152,8 @@ def test_a_group_whose_poller_ran_since_the_tick_before_is_left_to_it(
     run_tick(poller, started[0], now_ms + 40, plenty, started.append)
     # When the next tick runs  Then it polls group 0 only: group 1 is not late
     tick = run_tick(poller, TICK, now_ms + INTERVAL, plenty, started.append)
-    assert [r.group for r in tick.reports] == [0] and tick.total("groups_late") == 0
+    assert [r.group for r in tick.reports] == [0]
+    assert tick.total("groups_late") == 0
 
 
 def test_a_late_group_whose_own_poller_starts_during_group_0s_poll_is_counted_but_not_polled_twice(
@@ -190,7 +196,8 @@ def test_a_late_group_is_not_polled_once_the_tick_is_out_of_time(
         poller, TICK, now_ms + INTERVAL, lambda: DEADLINE_MARGIN_MS - 1 if polls_done else PLENTY, lambda e: None
     )
     # Then it counts group 1 late but does not poll it: its tasks stay PENDING for the next tick to find
-    assert [r.group for r in tick.reports] == [0] and polls_done == [0]
+    assert [r.group for r in tick.reports] == [0]
+    assert polls_done == [0]
     assert tick.total("groups_late") == 1
     assert sorted(set(dispatched(invoker))) == sorted(group_0)
 
@@ -212,7 +219,8 @@ def test_when_the_last_polls_cannot_be_read_no_group_is_found_late_and_group_0_i
     tick = run_tick(poller, TICK, now_ms + INTERVAL, plenty, started.append)
     # Then it still starts group 1 and polls group 0, and finds no group late (the tick after looks again)
     assert [e.poll_group for e in started] == [1]
-    assert [r.group for r in tick.reports] == [0] and tick.total("groups_late") == 0
+    assert [r.group for r in tick.reports] == [0]
+    assert tick.total("groups_late") == 0
 
 
 # -- sub-polls: a poll interval shorter than the schedule's minute ---------------------------------------------------
@@ -237,7 +245,7 @@ class Invocation:
             self.clock.advance(poll_s)
             return report
 
-        poller.poll = timed_poll  # type: ignore[method-assign]
+        poller.poll = timed_poll  # type: ignore[method-assign, assignment]  # the poller's poll, timed
 
     def elapsed_ms(self) -> int:
         return round((self.clock.monotonic() - self.started) * 1000)
@@ -317,11 +325,13 @@ def test_the_scheduled_tick_fans_out_once_and_each_invocation_loops_its_own_grou
     tick = run_tick(poller, TICK, now_ms, scheduled.remaining_ms, started.append, clock=scheduled.clock)
     # Then it started group 1's poller once, and polled group 0 six times
     assert [e.poll_group for e in started] == [1]
-    assert scheduled.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)] and len(tick.reports) == 6
+    assert scheduled.polled_at == [(k * SUB_INTERVAL, 0) for k in range(6)]
+    assert len(tick.reports) == 6
     # When group 1's invocation runs  Then it polls group 1 six times, starting nothing
     group = Invocation(poller, now_ms + 40)
     own = run_tick(poller, started[0], now_ms + 40, group.remaining_ms, started.append, clock=group.clock)
-    assert group.polled_at == [(k * SUB_INTERVAL, 1) for k in range(6)] and len(started) == 1
+    assert group.polled_at == [(k * SUB_INTERVAL, 1) for k in range(6)]
+    assert len(started) == 1
     assert [r.group for r in own.reports] == [1] * 6
     # And between them every task due within the last polls' reach went to an executor
     assert sorted(set(dispatched(invoker))) == task_ids(7)

@@ -222,8 +222,10 @@ def test_the_fires_at_once_follow_the_executors_memory_and_the_cpu_a_fire_takes(
     large = settings.model_copy(update={"executor_memory_mb": 1769, "fire_cpu_us": 60.0})
     # Then a batch at 256 MB holds fewer tasks due together than a period's quota could fire at 60 us each
     period_us = QUOTA_PERIOD_MS * 1000
-    assert small.max_fires_at_once is not None and small.max_fires_at_once * 60.0 <= 256 / 1769 * period_us
-    assert large.max_fires_at_once is not None and large.max_fires_at_once > small.max_fires_at_once * 6
+    assert small.max_fires_at_once is not None
+    assert small.max_fires_at_once * 60.0 <= 256 / 1769 * period_us
+    assert large.max_fires_at_once is not None
+    assert large.max_fires_at_once > small.max_fires_at_once * 6
     assert settings.model_copy(update={"executor_memory_mb": None}).max_fires_at_once is None
 
 
@@ -286,7 +288,9 @@ def test_a_task_still_pending_that_this_poller_sent_is_counted_and_sent_again_be
     assert (edge.not_armed, edge.held_back, edge.dispatched) == (1, 1, 0)
     # ... and says how long ago it was sent
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "still PENDING" in r.message]
-    assert warnings and "20.0 to 20.0 s ago" in warnings[0] and "0 sent again" in warnings[0]
+    assert warnings
+    assert "20.0 to 20.0 s ago" in warnings[0]
+    assert "0 sent again" in warnings[0]
     # ... while another poller (a new process: no memory of it) sends it at once, and counts nothing
     fresh = poller_on(store, invoker, settings).poll(now_ms + 1)
     assert (fresh.not_armed, fresh.dispatched) == (0, 1)
@@ -511,10 +515,12 @@ def test_a_tick_out_of_time_dispatches_nothing_more_and_leaves_the_rest_findable
     # Then it sent exactly 2 batches and says how many tasks it left; nothing was written, so the next tick
     # (with time) finds and sends all 7
     assert (report.batches, report.invoke_failures) == (2, 0)
-    assert report.dispatched + report.undispatched == 7 and report.dispatched in (3, 4)
+    assert report.dispatched + report.undispatched == 7
+    assert report.dispatched in (3, 4)
     assert len(invoker.payloads) == 2
     follow = poller.poll(now_ms + 1_000)
-    assert follow.dispatched == 7 and follow.complete
+    assert follow.dispatched == 7
+    assert follow.complete
     assert set(invoker.task_ids) == set(created)
 
 

@@ -19,7 +19,7 @@ from punctual.errors import QuotaExceededError
 from punctual.runtime.client import Client
 from punctual.runtime.wiring import build_poller
 from punctual.scheduling.client import Client as TaskClient
-from punctual.scheduling.quotas import QuotaGuard, schedule_rate_per_s
+from punctual.scheduling.quotas import QuotaGuard, TenantAdmission, schedule_rate_per_s
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
@@ -58,7 +58,8 @@ def test_active_tasks_past_the_quota_are_refused_naming_it_and_nothing_is_stored
     with pytest.raises(QuotaExceededError) as refused:
         client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="acme/t-3")
     # Then the quota is named, nothing is stored, and other tenants and the operator are not held by it
-    assert refused.value.quota == "active_tasks" and "active_tasks" in str(refused.value)
+    assert refused.value.quota == "active_tasks"
+    assert "active_tasks" in str(refused.value)
     assert _stored_ids(dynamodb, tenant_settings) == before
     client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="beta/t-1")
     client.schedule(from_ms(now_ms + 60_000), LogAction(), task_id="ops-1")
@@ -122,7 +123,8 @@ def test_a_tenants_active_entries_spread_over_many_index_keys(dynamodb: Any, set
     # Then every active task is in it, under many partition keys (each takes ~1,000 writes a second), none
     # holding more than a small share of the tenant's entries; and the count is their sum
     occurrences = [t for t in client.schedule_history("acme/minutely") if t.status is TaskStatus.PENDING]
-    assert occurrences and len(entries) == 64 + 64 + 1 + len(occurrences)
+    assert occurrences
+    assert len(entries) == 64 + 64 + 1 + len(occurrences)
     assert len(per_key) >= 16, per_key
     assert max(per_key.values()) <= len(entries) // 4, per_key
     assert store.client.count_active("acme") == len(entries)
@@ -170,13 +172,15 @@ def test_schedules_and_their_fire_rate_are_bounded(settings: Settings, now_ms: i
     # When a schedule would take the rate past it
     with pytest.raises(QuotaExceededError) as too_fast:
         client.create_schedule("acme/fast", "rate(1 second)", LogAction())
-    assert too_fast.value.quota == "schedule_rate_per_s" and too_fast.value.field == "expression"
+    assert too_fast.value.quota == "schedule_rate_per_s"
+    assert too_fast.value.field == "expression"
     assert client.get_schedule("acme/fast") is None
     # And a third schedule, whatever its rate
     client.create_schedule("acme/daily", "cron(0 9 * * ? *)", LogAction())
     with pytest.raises(QuotaExceededError) as too_many:
         client.create_schedule("acme/third", "at(2099-01-01T00:00:00)", LogAction())
-    assert too_many.value.quota == "schedules" and client.get_schedule("acme/third") is None
+    assert too_many.value.quota == "schedules"
+    assert client.get_schedule("acme/third") is None
     # And an update that speeds one up past the rate is refused, the schedule unchanged
     with pytest.raises(QuotaExceededError):
         client.update_schedule("acme/slow", expression="rate(500 milliseconds)")
@@ -208,7 +212,8 @@ def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired
         client.schedule(
             from_ms(now_ms + 60_000), LogAction(), task_id="acme/r", retry=RetryPolicy(max_attempts=3, backoff_ms=1_000)
         )
-    assert refused.value.quota == "retry_attempts" and refused.value.field == "retry.max_attempts"
+    assert refused.value.quota == "retry_attempts"
+    assert refused.value.field == "retry.max_attempts"
     assert client.get("acme/r") is None
     # When a task (a forged item, say) asks for 100 attempts and its second attempt fails
     task = Task(
@@ -230,7 +235,8 @@ def test_retries_past_the_quota_are_refused_when_scheduled_and_capped_when_fired
         max_attempts=2,
     )
     # Then it is FAILED: no third attempt, whatever the item said
-    assert record.outcome is Outcome.FAILED and "attempt 2 of 2" in (record.detail or "")
+    assert record.outcome is Outcome.FAILED
+    assert "attempt 2 of 2" in (record.detail or "")
 
 
 def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:
@@ -263,7 +269,7 @@ def _failed(client: Client, store: DynamoStores, task_id: str, now_ms: int) -> N
         "x",
         FireRecord(
             task_id=task_id,
-            outcome=TaskStatus.FAILED,
+            outcome=Outcome.FAILED,
             fired_ms=now_ms + 1_000.0,
             finished_ms=now_ms + 1_010,
             drift_ms=0.0,
@@ -295,7 +301,6 @@ def test_a_redrive_past_active_tasks_is_refused_naming_it_and_the_task_stays_fai
 def test_the_operators_redrive_keeps_each_tenant_within_its_room(
     client: Client, dynamodb: Any, tenant_settings: Settings, now_ms: int
 ) -> None:
-    from punctual.scheduling.quotas import TenantAdmission
 
     # Given acme's two FAILED tasks and one active task: room for two more of its quota of 3; and the operator's
     # FAILED task (no quota)
@@ -336,7 +341,8 @@ def test_a_schedules_later_chunks_past_active_tasks_are_held_back_then_made_when
     assert report.occurrences_created == 5 - first
     schedule = client.get_schedule("acme/minutely")
     made = client.schedule_history("acme/minutely")
-    assert schedule is not None and schedule.state is ScheduleState.ACTIVE
+    assert schedule is not None
+    assert schedule.state is ScheduleState.ACTIVE
     assert schedule.next_due_ms == max(t.due_ms for t in made) + 60_000
     assert "acme/minutely" in store.dispatch.find_due(later, later + settings.lead_ms).schedules
     # And once two tasks finish, a poll two minutes on makes two more (of the three its window holds)

@@ -26,7 +26,9 @@ def test_the_readmes_example_schedules_a_signed_webhook_and_a_cron_schedule(dyna
     client = namespace["client"]
     # Then the webhook is pending with its signing secret, and the schedule is stored in Paris time
     task = client.get("publish-v-123")
-    assert task is not None and task.status.value == "PENDING"
+    assert task is not None
+    assert task.status.value == "PENDING"
     assert task.action.signing_secret == "env:PUNCTUAL_SECRET_HOOK"
     schedule = client.get_schedule("report")
-    assert schedule is not None and schedule.timezone == "Europe/Paris"
+    assert schedule is not None
+    assert schedule.timezone == "Europe/Paris"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.model import FireRecord, Task, TaskStatus
+from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.errors import TaskStateError
 from punctual.scheduling.client import Client
 from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
@@ -27,7 +27,7 @@ def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> T
         "x",
         FireRecord(
             task_id=task_id,
-            outcome=TaskStatus.FAILED,
+            outcome=Outcome.FAILED,
             fired_ms=now_ms + 1_000.0,
             finished_ms=now_ms + 1_010,
             drift_ms=0.0,
@@ -103,11 +103,12 @@ def test_a_task_another_caller_redrove_first_lost_the_race(store: DynamoStores, 
     make_failed(store, tasks, "f1", now_ms)
     rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When the service redrives it
-    report = redrive_tasks(rival, Selection.of(["f1"]), now_ms + 10)  # type: ignore[arg-type]
+    report = redrive_tasks(rival, Selection.of(["f1"]), now_ms + 10)
     # Then it lost the race: skipped with the task as it is now (the rival's redrive), which stands
     (skipped,) = report.skipped
     assert (skipped.task_id, skipped.reason, skipped.status) == ("f1", SkipReason.LOST_RACE, TaskStatus.PENDING)
-    assert report.redriven == () and report.counts["lost the race"] == 1
+    assert report.redriven == ()
+    assert report.counts["lost the race"] == 1
     assert read_task(store, "f1").due_ms == now_ms + 5
 
 
@@ -119,7 +120,8 @@ def test_every_failed_task_is_selected_and_nothing_else(store: DynamoStores, tas
     # When every FAILED task is redriven
     report = redrive_tasks(store.client, Selection(failed=True), now_ms + 60_000)
     # Then those two are, and nothing was skipped
-    assert sorted(report.redriven) == ["f1", "f2"] and report.skipped == ()
+    assert sorted(report.redriven) == ["f1", "f2"]
+    assert report.skipped == ()
     assert read_task(store, "p1").status is TaskStatus.PENDING
 
 
@@ -142,7 +144,8 @@ def test_what_the_queue_holds_is_redriven_and_its_settled_letters_removed(
         ("s", SkipReason.NOT_FAILED),
         ("gone", SkipReason.NOT_FOUND),
     ]
-    assert report.dead_letters_removed == 3 and queue.receive() == []
+    assert report.dead_letters_removed == 3
+    assert queue.receive() == []
     assert read_task(store, "b").status is TaskStatus.FAILED
 
 
@@ -155,7 +158,7 @@ def test_letters_of_tasks_still_failed_stay_and_those_of_a_lost_race_go(
         queue.send(make_failed(store, tasks, task_id, now_ms), "boom")
     rival = RivalFirst(store.client, rival_ms=now_ms + 5)
     # When only a is redriven, and loses the race
-    report = redrive_tasks(rival, Selection.of(["a"]), now_ms + 10, queue)  # type: ignore[arg-type]
+    report = redrive_tasks(rival, Selection.of(["a"]), now_ms + 10, queue)
     # Then a's letter is removed (it is no longer FAILED), b's stays with b FAILED
     assert [s.reason for s in report.skipped] == [SkipReason.LOST_RACE]
     assert report.dead_letters_removed == 1
@@ -172,7 +175,7 @@ def test_the_client_refuses_a_redrive_that_lost_the_race_with_the_task_as_it_is(
 ) -> None:
     # Given a FAILED task and a client over a store a rival redrives first
     make_failed(store, tasks, "f1", now_ms)
-    client = Client(settings, RivalFirst(store.client, rival_ms=now_ms + 5), store.schedules)  # type: ignore[arg-type]
+    client = Client(settings, RivalFirst(store.client, rival_ms=now_ms + 5), store.schedules)
     # When the client redrives it  Then it is refused, naming the task as the rival left it
     with pytest.raises(TaskStateError) as refused:
         client.redrive("f1")

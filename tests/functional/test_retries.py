@@ -4,6 +4,7 @@ HTTP action again per its policy until it succeeds or the attempts / the age run
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from email.message import Message
 from typing import Any
 
@@ -14,9 +15,11 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.keys import index_key, shard_of
 from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
+from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.executing.executor import Executor
+from punctual.runtime.client import Client
 from punctual.stores.dynamodb import DynamoStores
-from punctual.targets import HttpAction
+from punctual.targets import HttpAction, LogAction
 from support import StubTarget, arm, read_task, run_until_done, serving
 
 
@@ -48,7 +51,7 @@ def always_failing() -> Iterator[FlakyTarget]:
 
 def armed_task(store: DynamoStores, tasks: Any, now_ms: int, **fields: Any) -> Task:
     """A task due 10 s after ``now_ms``, armed by ``exec-1``."""
-    task = tasks.create(now_ms + 10_000, **fields)
+    task: Task = tasks.create(now_ms + 10_000, **fields)
     assert arm(store, task, "exec-1", now_ms, lease_until_ms=now_ms + 200_000) is not None
     return task
 
@@ -84,12 +87,14 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     assert back.first_due_at == task.due_at
     assert back.attempt == 1
     assert back.detail == "HTTP 500"
-    assert back.lease_until is None and back.batch_id is None
+    assert back.lease_until is None
+    assert back.batch_id is None
     assert raw["content_hash"]["S"] == task.content_hash()  # what the client asked for is unchanged
     # And the next arm makes it attempt 2, its first due still the original one
     assert arm(store, back, "exec-2", failed_at + 700) is not None
     again = read_task(store, task.task_id)
-    assert again.attempt == 2 and again.first_due_at == task.due_at
+    assert again.attempt == 2
+    assert again.first_due_at == task.due_at
 
 
 def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now_ms: int) -> None:
@@ -220,7 +225,8 @@ def test_the_last_attempt_leaves_the_task_failed(
     assert [(r.retried, r.failed) for r in reports] == [(1, 0), (0, 1)]
     done = read_task(store, task.task_id)
     assert done.status is TaskStatus.FAILED
-    assert done.detail is not None and "attempt 2 of 2 failed, no retry left" in done.detail
+    assert done.detail is not None
+    assert "attempt 2 of 2 failed, no retry left" in done.detail
     assert done.attempt == 2
 
 
@@ -257,17 +263,15 @@ def test_a_task_without_a_retry_policy_fails_at_once(
     # When it runs / Then it is FAILED after one fire, its detail the error alone (as before retries existed)
     run_until_done(store, settings, executor, task.task_id, rounds=2)
     done = read_task(store, task.task_id)
-    assert done.status is TaskStatus.FAILED and len(always_failing.keys) == 1
-    assert done.detail is not None and "HTTP 500" in done.detail and "attempt" not in done.detail
+    assert done.status is TaskStatus.FAILED
+    assert len(always_failing.keys) == 1
+    assert done.detail is not None
+    assert "HTTP 500" in done.detail
+    assert "attempt" not in done.detail
 
 
 def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, settings: Settings) -> None:
     # Given a client
-    from datetime import UTC, datetime, timedelta
-
-    from punctual.errors import InvalidTaskError, TaskConflictError
-    from punctual.runtime.client import Client
-    from punctual.targets import LogAction
 
     client = Client(settings, dynamodb=dynamodb)
     due = datetime.now(UTC) + timedelta(minutes=5)
@@ -275,7 +279,8 @@ def test_the_client_stores_a_retry_policy_as_part_of_the_task(dynamodb: Any, set
     task = client.schedule(due, LogAction(), task_id="r1", retry={"max_attempts": 4, "backoff_ms": 250})
     # Then it reads back with that policy; the same call again is idempotent, another policy a conflict
     got = client.get("r1")
-    assert got is not None and got.retry == RetryPolicy(max_attempts=4, backoff_ms=250) == task.retry
+    assert got is not None
+    assert got.retry == RetryPolicy(max_attempts=4, backoff_ms=250) == task.retry
     assert client.schedule(due, LogAction(), task_id="r1", retry={"max_attempts": 4, "backoff_ms": 250}).task_id == "r1"
     with pytest.raises(TaskConflictError):
         client.schedule(due, LogAction(), task_id="r1", retry={"max_attempts": 5, "backoff_ms": 250})

@@ -69,7 +69,8 @@ def test_schedule_get_and_idempotent_retry(scheduler: Scheduler, now_ms: int) ->
     # Then the one stored task comes back, PENDING
     assert again.task_id == first.task_id == "pub-v-1"
     stored = scheduler.get("pub-v-1")
-    assert stored is not None and stored.status is TaskStatus.PENDING
+    assert stored is not None
+    assert stored.status is TaskStatus.PENDING
     assert stored.payload == {"video": "v-1"}
     # And the same id with other content is a conflict
     with pytest.raises(TaskConflictError):
@@ -111,7 +112,8 @@ def test_list_orders_by_due_time_and_filters(scheduler: Scheduler, now_ms: int) 
     assert [t.task_id for t in scheduler.list(limit=1)] == ["t-1"]
     with pytest.raises(InvalidRequestError) as info:  # a bad filter of a read: no invalid task
         scheduler.list("NOT-A-STATUS")
-    assert (info.value.field or "").startswith("status") and not isinstance(info.value, InvalidTaskError)
+    assert (info.value.field or "").startswith("status")
+    assert not isinstance(info.value, InvalidTaskError)
 
 
 def test_run_now_moves_a_task_to_now(scheduler: Scheduler, now_ms: int) -> None:
@@ -142,13 +144,16 @@ def test_schedule_many_reports_each_task_in_order(scheduler: Scheduler, now_ms: 
 def test_a_schedule_lives_through_its_calls(scheduler: Scheduler) -> None:
     # Given a schedule every 10 s
     created = scheduler.create_schedule("every-10s", "rate(10 seconds)", log_action(), {"n": 1}, max_occurrences=50)
-    assert created.schedule_id == "every-10s" and created.state is ScheduleState.ACTIVE
+    assert created.schedule_id == "every-10s"
+    assert created.state is ScheduleState.ACTIVE
     # Then it is stored, listed, and its occurrences are made ahead
     stored = scheduler.get_schedule("every-10s")
-    assert stored is not None and stored.definition() == created.definition()
+    assert stored is not None
+    assert stored.definition() == created.definition()
     assert [s.schedule_id for s in scheduler.list_schedules()] == ["every-10s"]
     made = scheduler.schedule_history("every-10s")
-    assert made and all(t.status is TaskStatus.PENDING for t in made)
+    assert made
+    assert all(t.status is TaskStatus.PENDING for t in made)
     # When it is paused, resumed, changed and deleted  Then each call answers the schedule as it is now
     assert scheduler.pause_schedule("every-10s").state is ScheduleState.PAUSED
     assert scheduler.resume_schedule("every-10s").state is ScheduleState.ACTIVE
@@ -162,7 +167,8 @@ def test_creating_a_schedule_is_idempotent_on_an_equal_definition(scheduler: Sch
     again = scheduler.submit_schedule(
         ScheduleSpec(schedule_id="daily", expression="cron(0 9 * * ? *)", action=log_action(), timezone="Europe/Paris")
     )
-    assert again.definition() == first.definition() and again.version == 1
+    assert again.definition() == first.definition()
+    assert again.version == 1
     with pytest.raises(ScheduleConflictError):
         scheduler.create_schedule("daily", "cron(0 10 * * ? *)", log_action(), timezone="Europe/Paris")
 

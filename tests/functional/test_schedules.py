@@ -62,13 +62,15 @@ def poller(store: Stores, settings: Settings) -> Poller:
     return poller_on(store, RecordingInvoker(), settings, poller_id="p-test")
 
 
+def _instant(task_id: str) -> int:
+    occurrence = split_occurrence_id(task_id)
+    assert occurrence is not None, task_id
+    return occurrence[1]
+
+
 def instants(client: Client, schedule_id: str, status: TaskStatus | None = None) -> list[int]:
     """The instants of the schedule's occurrences (in the table), of one status if given."""
-    return [
-        split_occurrence_id(t.task_id)[1]
-        for t in client.schedule_history(schedule_id)  # type: ignore[index]
-        if status is None or t.status is status
-    ]
+    return [_instant(t.task_id) for t in client.schedule_history(schedule_id) if status is None or t.status is status]
 
 
 def log_action() -> dict[str, Any]:
@@ -83,7 +85,8 @@ def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: 
     expected = list(range(START_MS + 10_000, START_MS + AHEAD_MS + 1, 10_000))
     assert instants(client, "every-10s") == expected
     task = store.client.get(occurrence_id("every-10s", expected[0]))
-    assert task is not None and task.status is TaskStatus.PENDING
+    assert task is not None
+    assert task.status is TaskStatus.PENDING
     assert (task.schedule_id, task.schedule_version, task.payload) == ("every-10s", 1, {"n": 1})
     assert task.idempotency_key == f"every-10s@{from_ms(expected[0]).strftime('%Y%m%dT%H%M%S')}.000Z:0"
     # And the schedule's cursor is the first one not made yet
@@ -94,7 +97,8 @@ def test_a_schedule_is_stored_with_its_occurrences_ahead(client: Client, store: 
 def test_creating_is_idempotent_on_an_equal_definition(client: Client) -> None:
     first = client.create_schedule("daily", "cron(0 9 * * ? *)", log_action(), timezone="Europe/Paris")
     again = client.create_schedule("daily", "cron(0 9 * * ? *)", log_action(), timezone="Europe/Paris")
-    assert again.definition() == first.definition() and again.version == 1
+    assert again.definition() == first.definition()
+    assert again.version == 1
     with pytest.raises(ScheduleConflictError):
         client.create_schedule("daily", "cron(0 10 * * ? *)", log_action(), timezone="Europe/Paris")
 
@@ -118,7 +122,8 @@ def test_a_bad_schedule_is_refused_and_nothing_is_stored(
     args = {"schedule_id": "bad", "expression": "rate(1 minute)", "action": log_action(), **kwargs}
     with pytest.raises(InvalidScheduleError) as caught:
         client.create_schedule(args.pop("schedule_id"), args.pop("expression"), args.pop("action"), **args)
-    assert (caught.value.field or "").startswith(field) and says in str(caught.value)
+    assert (caught.value.field or "").startswith(field)
+    assert says in str(caught.value)
     assert client.list_schedules() == []
     assert client.list() == []
 
@@ -180,7 +185,8 @@ def test_a_poll_dispatches_the_tasks_it_found_before_it_makes_any_occurrence(
     assert report.occurrences_created > 0
     assert order.index("dispatch one-off") < order.index("make occurrences")
     made_now = [entry for entry in order[order.index("make occurrences") :] if entry.startswith("dispatch every-10s@")]
-    assert made_now and report.dispatched == order.count("dispatch one-off") + len(
+    assert made_now
+    assert report.dispatched == order.count("dispatch one-off") + len(
         [entry for entry in order if entry.startswith("dispatch every-10s@")]
     )
 
@@ -205,7 +211,8 @@ def test_a_transaction_conflict_while_advancing_is_a_race_not_an_error(
     # When a poll extends the chain
     report = extend(store.schedules, store.client, "busy", START_MS + 60_000, START_MS + 60_000 + AHEAD_MS)
     # Then the conflict was a race (read again, then made), not an error
-    assert report.raced and not conflicts
+    assert report.raced
+    assert not conflicts
     assert len(instants(client, "busy")) == made + len(report.created) > made
 
 
@@ -247,7 +254,8 @@ def test_updating_a_paused_schedule_finishes_a_cleanup_its_pause_left(client: Cl
     # When it is updated while paused
     updated = client.update_schedule("half-paused", payload={"v": 2})
     # Then it stays paused, and the older occurrences are cancelled, not left to fire while it is paused
-    assert updated.state is ScheduleState.PAUSED and not updated.cleanup
+    assert updated.state is ScheduleState.PAUSED
+    assert not updated.cleanup
     assert instants(client, "half-paused", TaskStatus.PENDING) == []
 
 
@@ -323,7 +331,8 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     clock.advance(5)
     paused = client.pause_schedule("pulse")
     # Then the armed occurrence is left to fire, every other one is CANCELLED, and polls make no more
-    assert paused.state is ScheduleState.PAUSED and not paused.cleanup
+    assert paused.state is ScheduleState.PAUSED
+    assert not paused.cleanup
     assert instants(client, "pulse", TaskStatus.ARMED) == [START_MS + 20_000]
     assert instants(client, "pulse", TaskStatus.PENDING) == []
     made = len(instants(client, "pulse"))
@@ -335,9 +344,12 @@ def test_pause_cancels_what_is_not_armed_and_resume_goes_on_from_then(
     now = int(clock.wall_ms())
     # Then the occurrences from then on are made (a CANCELLED instant of the old version may be made again),
     # none for the time it was paused
-    assert resumed.state is ScheduleState.ACTIVE and resumed.version == 3
+    assert resumed.state is ScheduleState.ACTIVE
+    assert resumed.version == 3
     pending = instants(client, "pulse", TaskStatus.PENDING)
-    assert pending and min(pending) > now and max(pending) <= now + AHEAD_MS
+    assert pending
+    assert min(pending) > now
+    assert max(pending) <= now + AHEAD_MS
     assert all((ms - START_MS) % 20_000 == 0 for ms in pending)
 
 
@@ -361,13 +373,16 @@ def test_update_replaces_the_occurrences_not_armed(client: Client, store: Stores
     history = client.schedule_history("job")
     assert Counter(t.task_id for t in history).most_common(1)[0][1] == 1
     pending = [t for t in history if t.status is TaskStatus.PENDING]
-    assert pending and all(t.schedule_version == 2 and t.payload == {"v": 2} for t in pending)
+    assert pending
+    assert all(t.schedule_version == 2 and t.payload == {"v": 2} for t in pending)
     assert [split_occurrence_id(t.task_id)[1] for t in pending] == [  # type: ignore[index]
         START_MS + 15_000,
         *range(START_MS + 45_000, START_MS + AHEAD_MS + 1, 15_000),
     ]
     armed = store.client.get(armed_id)
-    assert armed is not None and armed.status is TaskStatus.ARMED and armed.schedule_version == 1
+    assert armed is not None
+    assert armed.status is TaskStatus.ARMED
+    assert armed.schedule_version == 1
 
 
 def test_a_deleted_schedules_id_is_refused_even_with_the_same_definition(client: Client) -> None:
@@ -379,7 +394,8 @@ def test_a_deleted_schedules_id_is_refused_even_with_the_same_definition(client:
         client.create_schedule("gone", made.expression, log_action(), start_at=made.start_at)
     # Then the deleted one stays as it was: nothing is made for it
     stored = client.get_schedule("gone")
-    assert stored is not None and stored.state is ScheduleState.DELETED
+    assert stored is not None
+    assert stored.state is ScheduleState.DELETED
 
 
 def test_delete_stops_the_chain(client: Client, poller: Poller) -> None:
@@ -404,7 +420,9 @@ def test_a_change_whose_caller_died_is_finished_by_the_next_poll(client: Client,
     # Then it cancelled the old version's PENDING occurrences and cleared the flag
     assert instants(client, "orphan", TaskStatus.PENDING) == []
     after = store.schedules.get_schedule("orphan")
-    assert after is not None and not after.cleanup and after.state is ScheduleState.PAUSED
+    assert after is not None
+    assert not after.cleanup
+    assert after.state is ScheduleState.PAUSED
 
 
 # -- ends and downtime ----------------------------------------------------------------------------------------------
@@ -413,11 +431,15 @@ def test_max_occurrences_and_end_at_end_the_schedule(client: Client, poller: Pol
     ended = client.create_schedule("until", "rate(1 minute)", log_action(), end_at=from_ms(START_MS + 150_000))
     for minute in range(1, 8):
         poller.poll(START_MS + minute * 60_000)
-    assert len(instants(client, "five")) == 5 and capped.max_occurrences == 5
-    assert instants(client, "until") == [START_MS + 60_000, START_MS + 120_000] and ended.end_at is not None
+    assert len(instants(client, "five")) == 5
+    assert capped.max_occurrences == 5
+    assert instants(client, "until") == [START_MS + 60_000, START_MS + 120_000]
+    assert ended.end_at is not None
     for schedule_id in ("five", "until"):
         schedule = client.get_schedule(schedule_id)
-        assert schedule is not None and schedule.state is ScheduleState.ENDED and schedule.next_due_ms is None
+        assert schedule is not None
+        assert schedule.state is ScheduleState.ENDED
+        assert schedule.next_due_ms is None
 
 
 @pytest.mark.parametrize("policy", ["skip", "fire_latest"])
@@ -436,9 +458,11 @@ def test_after_an_hour_of_downtime_no_storm(client: Client, store: Stores, polic
     else:
         assert late == [START_MS + 3_540_000]
         task = store.client.get(occurrence_id("minutely", late[0]))
-        assert task is not None and task.misfire_policy == "fire_late"
+        assert task is not None
+        assert task.misfire_policy == "fire_late"
     schedule = client.get_schedule("minutely")
-    assert schedule is not None and report.skipped == schedule.skipped_count
+    assert schedule is not None
+    assert report.skipped == schedule.skipped_count
     assert schedule.skipped_count == 59 - len(before) - len(late)  # instants 1..59 came before the resume
 
 
@@ -466,7 +490,8 @@ def test_a_schedule_item_that_cannot_be_read_is_taken_out_of_the_polls_and_the_o
     first = poller.poll(now)
 
     # Then the good one is extended, and the bad one is counted, kept with a detail, and out of the due index
-    assert first.schedules == 2 and first.undecodable == 1
+    assert first.schedules == 2
+    assert first.undecodable == 1
     assert instants(client, "good")[-1] == now + AHEAD_MS - (now + AHEAD_MS - START_MS) % 10_000
     item = dynamodb.get_item(TableName=settings.table_name, Key=key, ConsistentRead=True)["Item"]
     assert "due_bucket" not in item

@@ -117,7 +117,8 @@ def assert_hides_value(exc: BaseException, value: str = VALUE) -> None:
     """Neither the message nor the repr of the error, nor of anything it was raised from, holds the value."""
     seen: BaseException | None = exc
     while seen is not None:
-        assert value not in str(seen) and value not in repr(seen)
+        assert value not in str(seen)
+        assert value not in repr(seen)
         seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
 
 
@@ -320,7 +321,8 @@ def test_disallowed_or_malformed_references_are_refused(
         parse_secret_ref(ref)
     with pytest.raises(SecretReferenceError):
         resolver.resolve(ref)
-    assert not ssm.calls and not secretsmanager.calls
+    assert not ssm.calls
+    assert not secretsmanager.calls
 
 
 def test_the_refusal_says_why() -> None:
@@ -566,7 +568,8 @@ def test_concurrent_resolves_of_different_references_do_not_wait_for_each_other(
     release.set()
     first.join(10)
     # Then it was not held up by the first
-    assert value == "B" and not first.is_alive()
+    assert value == "B"
+    assert not first.is_alive()
 
 
 # -- clients --------------------------------------------------------------------------------------------------

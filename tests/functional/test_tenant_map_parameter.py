@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import boto3
 import pytest
 from test_api import gateway_event
 
+from punctual.config import clients
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas, TenantMap
 from punctual.config.tenant_source import (
@@ -36,6 +36,7 @@ from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import build_api, build_executor, poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, SqsAction, TargetRules
+from punctual_tools.local.stack import LocalStack, StackConfig
 from support import RecordingInvoker, read_task
 
 ACCOUNT = "123456789012"
@@ -125,9 +126,9 @@ class Ticks:
 
 
 @pytest.fixture
-def ssm(dynamodb: Any) -> Iterator[Any]:
+def ssm(dynamodb: Any) -> Any:
     """An SSM client in the same moto as the table (``dynamodb`` opened it)."""
-    yield boto3.client("ssm", region_name=REGION)
+    return boto3.client("ssm", region_name=REGION)
 
 
 @pytest.fixture
@@ -176,7 +177,6 @@ def test_without_a_parameter_the_map_of_the_environment_is_used_and_no_ssm_clien
     settings: Settings, dynamodb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given settings with the map in PUNCTUAL_TENANT_MAP, as the local runtime has it
-    from punctual.config import clients
 
     def no_client(settings: Settings) -> Any:
         raise AssertionError("an SSM client was made")
@@ -185,7 +185,8 @@ def test_without_a_parameter_the_map_of_the_environment_is_used_and_no_ssm_clien
     given = settings.model_copy(update={"tenant_map": json.dumps({principal(7): tenant(7)})})
     # When the API and the executor are built  Then neither makes an SSM client, and the map is the setting's
     source = tenant_map_source(given)
-    assert isinstance(source, FixedTenantMap) and source.tenant_map().tenant_of(principal(7)) == tenant(7)
+    assert isinstance(source, FixedTenantMap)
+    assert source.tenant_map().tenant_of(principal(7)) == tenant(7)
     build_api(given, dynamodb)
     build_executor(given, dynamodb)
 
@@ -269,13 +270,16 @@ def test_a_failed_read_keeps_the_map_read_before_and_is_tried_again_soon(
     with caplog.at_level(logging.ERROR, logger="punctual.config.tenant_source"):
         kept = source.tenant_map()
     # Then the map read before serves on, and the failure is logged at ERROR naming the parameter
-    assert kept is first and len(reads) == 2
+    assert kept is first
+    assert len(reads) == 2
     (record,) = caplog.records
-    assert record.levelno == logging.ERROR and NAME in record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert NAME in record.getMessage()
     assert "not json" not in record.getMessage()  # what was read is never logged
     # And it is not read again before RETRY_AFTER_S; then it is, and a good map is taken up
     clock.now += RETRY_AFTER_S - 0.001
-    assert source.tenant_map() is first and len(reads) == 2
+    assert source.tenant_map() is first
+    assert len(reads) == 2
     ssm.put_parameter(Name=NAME, Value=json.dumps({principal(3): tenant(3)}), Type="String", Overwrite=True)
     clock.now += 0.001
     assert source.tenant_map().tenant_of(principal(3)) == tenant(3)
@@ -302,7 +306,8 @@ def test_the_executors_rules_take_up_a_new_map_only_when_it_refreshes_them(ssm: 
     after = env.rules
     env.refresh_tenants()
     assert env.rules is after
-    assert isinstance(after, TargetRules) and after.tenant is None
+    assert isinstance(after, TargetRules)
+    assert after.tenant is None
 
 
 # -- the API and the executor ----------------------------------------------------------------------------------
@@ -318,18 +323,19 @@ def test_the_api_serves_a_caller_of_tenant_437_and_refuses_an_unknown_principal(
     app = build_api(in_parts, dynamodb, ssm)
     caller = f"arn:aws:sts::{ACCOUNT}:assumed-role/Tenant437Scheduler/s-1"
     # When a caller of tenant 437 lists its tasks, and schedules one for its own queue
-    listed = app.resolve(gateway_event("GET", "/v1/tasks", caller), None)
-    created = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(437)), None)
+    listed = app.resolve(gateway_event("GET", "/v1/tasks", caller), None)  # type: ignore[arg-type]  # reads no context
+    created = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(437)), None)  # type: ignore[arg-type]  # reads no context
     # Then it is served, and the task is stored as tenant 437's
     assert listed["statusCode"] == 200
     assert created["statusCode"] == 201, created["body"]
     assert DynamoStores.from_settings(dynamodb, in_parts).client.get(f"{tenant(437)}/order-1") is not None
     # When it names another tenant's queue  Then its entry in the map refuses it
-    refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)
-    assert refused["statusCode"] == 422 and "action.queue_arn" in refused["body"]
+    refused = app.resolve(gateway_event("POST", "/v1/tasks", caller, _task_body(438)), None)  # type: ignore[arg-type]  # reads no context
+    assert refused["statusCode"] == 422
+    assert "action.queue_arn" in refused["body"]
     # And a principal the map does not name is refused
     stranger = f"arn:aws:iam::{ACCOUNT}:role/Tenant501Scheduler"
-    assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403
+    assert app.resolve(gateway_event("GET", "/v1/tasks", stranger), None)["statusCode"] == 403  # type: ignore[arg-type]  # reads no context
 
 
 def _create_and_dispatch(store: DynamoStores, settings: Settings, owners: list[int], queue: int) -> RecordingInvoker:
@@ -365,7 +371,8 @@ def test_the_executor_fires_a_tenants_task_to_a_target_its_entry_in_the_paramete
     # Then tenant 437's task reached its queue, and tenant 1's was refused: that queue is not in its entry
     assert read_task(store, f"{tenant(437)}/order-1").status is TaskStatus.SUCCEEDED
     refused = read_task(store, f"{tenant(1)}/order-1")
-    assert refused.status is TaskStatus.FAILED and "tenant-001's target_arns" in (refused.detail or "")
+    assert refused.status is TaskStatus.FAILED
+    assert "tenant-001's target_arns" in (refused.detail or "")
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
     assert [json.loads(m["Body"])["payload"] for m in messages] == [{"owner": 437}]
 
@@ -397,7 +404,6 @@ def test_the_local_stack_refuses_a_parameter_and_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given PUNCTUAL_TENANT_MAP_PARAMETER in the environment of `punctual up` (which has no Parameter Store)
-    from punctual_tools.local.stack import LocalStack, StackConfig
 
     monkeypatch.setenv("PUNCTUAL_TENANT_MAP_PARAMETER", NAME)
     stack = LocalStack(StackConfig(home=tmp_path / "home", in_memory=True))

@@ -140,9 +140,11 @@ def test_the_all_tenant_cli_listing_lists_the_rest_and_says_what_it_left_out(
     # Then the good one is listed, and stderr says one item was left out, naming it
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert out.startswith("acme/good  ACTIVE") and "forged" not in out
+    assert out.startswith("acme/good  ACTIVE")
+    assert "forged" not in out
     assert "Traceback" not in err
-    assert "1 stored item(s) left out of the schedules listed" in err and forged in err
+    assert "1 stored item(s) left out of the schedules listed" in err
+    assert forged in err
 
 
 def test_the_poll_quarantines_a_schedule_with_a_folder_for_a_zone_once(
@@ -162,10 +164,12 @@ def test_the_poll_quarantines_a_schedule_with_a_folder_for_a_zone_once(
     # Then the first took the forged item out of the due index (its detail kept), the second did not meet it
     assert (first.undecodable, second.undecodable) == (1, 0)
     item = dynamodb.get_item(TableName=settings.table_name, Key={"task_id": {"S": forged}}, ConsistentRead=True)
-    assert "due_bucket" not in item["Item"] and "unknown time zone 'America'" in item["Item"]["detail"]["S"]
+    assert "due_bucket" not in item["Item"]
+    assert "unknown time zone 'America'" in item["Item"]["detail"]["S"]
     # ... it was logged once, with its key, and no traceback was
     about = [r for r in caplog.records if forged in r.getMessage()]
-    assert len(about) == 1 and about[0].exc_info is None
+    assert len(about) == 1
+    assert about[0].exc_info is None
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
 
 
@@ -193,8 +197,10 @@ def test_a_task_that_cannot_be_read_is_left_out_of_every_listing_and_counted(
     code = cli("list")
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert out.startswith("acme/good  ") and "acme/deep" not in out
-    assert "1 stored item(s) left out of the tasks listed" in err and "acme/deep" in err
+    assert out.startswith("acme/good  ")
+    assert "acme/deep" not in out
+    assert "1 stored item(s) left out of the tasks listed" in err
+    assert "acme/deep" in err
 
 
 def test_an_executor_arms_a_batch_past_a_task_that_cannot_be_read(
@@ -214,9 +220,12 @@ def test_an_executor_arms_a_batch_past_a_task_that_cannot_be_read(
     armed = store.firing.arm_many(requests, "batch-1", "executor-1", FIXED_NOW_MS)
 
     # Then the good task is armed, and the unreadable one recorded FAILED with a detail
-    assert armed[0] is None and armed[1] is not None and armed[1].task.task_id == "good"
+    assert armed[0] is None
+    assert armed[1] is not None
+    assert armed[1].task.task_id == "good"
     item = dynamodb.get_item(TableName=settings.table_name, Key={"task_id": {"S": "deep"}}, ConsistentRead=True)
-    assert item["Item"]["status"]["S"] == "FAILED" and "RecursionError" in item["Item"]["detail"]["S"]
+    assert item["Item"]["status"]["S"] == "FAILED"
+    assert "RecursionError" in item["Item"]["detail"]["S"]
 
 
 # -- input the API refuses with a 4xx -------------------------------------------------------------------------------

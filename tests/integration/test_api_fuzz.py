@@ -8,6 +8,7 @@ checks at every step: whatever state earlier calls left, no call answers a 5xx."
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
+from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.runtime.wiring import build_api
 from punctual_tools.local.api_server import LocalApi
+from punctual_tools.template import ensure_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # Each request's bound: only a hang reaches it. What is checked is each answer against the document, not how fast
@@ -56,11 +59,6 @@ PER_TASK = {("POST", "/v1/tasks:batch")}
 
 @pytest.fixture(scope="module")
 def api(ddb_local: str) -> Iterator[LocalApi]:
-    import uuid
-
-    from punctual.config.clients import make_dynamodb_client
-    from punctual_tools.template import ensure_table
-
     settings = Settings(
         table_name=f"punctual-fuzz-{uuid.uuid4().hex[:8]}",
         endpoint_url=ddb_local,

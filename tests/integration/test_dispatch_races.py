@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
     ]
 
     # When both poll that instant at the same time
-    reports = run_threads([lambda p=p: p.poll(at) for p in pollers], timeout=JOIN_TIMEOUT_S)
+    reports = run_threads([partial(p.poll, at) for p in pollers], timeout=JOIN_TIMEOUT_S)
 
     # Then each poller put every task in exactly one of its batches, with the due time it was found at
     events: list[BatchEvent] = []
@@ -129,7 +130,7 @@ def test_two_pollers_polling_the_same_instant_dispatch_each_task_once_each_and_i
         )
         return [a.task.task_id for a in armed if a is not None]
 
-    won = run_threads([lambda k=k, e=e: arm_batch(k, e) for k, e in enumerate(events)], timeout=JOIN_TIMEOUT_S)
+    won = run_threads([partial(arm_batch, k, e) for k, e in enumerate(events)], timeout=JOIN_TIMEOUT_S)
 
     # Then each task was armed exactly once, by the executor of one of the two batches that carried it
     assert Counter(task_id for armed in won for task_id in armed) == Counter(ids)
@@ -163,7 +164,7 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     ]
 
     # When the same batch is delivered to both at once
-    reports: list[BatchReport] = run_threads([lambda x=x: x.run_batch(event) for x in executors], timeout=90)
+    reports: list[BatchReport] = run_threads([partial(x.run_batch, event) for x in executors], timeout=90)
 
     # Then each task was armed by exactly one of them (none taken over: both were alive); the other lost it at ARM
     assert sum(r.armed for r in reports) == n

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,14 +13,22 @@ from typing import Any
 import pytest
 
 from punctual.stores.dynamodb.table import DUE_INDEX, SCHEDULE_INDEX, TENANT_ACTIVE_INDEX, TENANT_INDEX
-from punctual_tools.local.dynamodb_local import DynamoDBLocal, DynamoDBLocalError, make_client
-from punctual_tools.template import TABLE_RESOURCE, ensure_table, load_template
+from punctual_tools.local.dynamodb_local import (
+    DynamoDBLocal,
+    DynamoDBLocalError,
+    _AdoptedProcess,
+    _answers,
+    make_client,
+)
+from punctual_tools.template import TABLE_RESOURCE, create_table_kwargs, ensure_table, load_template
+from support import wait_until
 
 RETIRED_TENANT_ACTIVE_INDEX = "tenant_active"  # read by nothing, in the template until the release after the next
 
 
 def _template_table() -> dict[str, Any]:
-    return load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+    table: dict[str, Any] = load_template()["Resources"][TABLE_RESOURCE]["Properties"]
+    return table
 
 
 def test_ensure_table_builds_the_table_the_template_defines(ddb_local_client: Any, local_table: str) -> None:
@@ -110,7 +120,8 @@ def test_a_server_left_running_is_adopted_with_its_data_and_stopped_by_its_new_o
     first = DynamoDBLocal(data_dir=data_dir)
     endpoint = first.start()
     pid, port = first.pid, first.port
-    assert pid is not None and port is not None
+    assert pid is not None
+    assert port is not None
     make_client(endpoint).put_item(TableName=ensure_and_name(endpoint), Item={"task_id": {"S": "kept"}})
     try:
         # When a new object on the same directory adopts it (and one asked for another port does not)
@@ -174,8 +185,6 @@ def test_stop_is_idempotent() -> None:
 
 
 def test_a_table_from_an_older_template_gets_the_indexes_it_lacks(ddb_local_client: Any, fresh_table_name: str) -> None:
-    from punctual_tools.template import create_table_kwargs, ensure_table
-
     # Given a table made before the tenant indexes existed (a local stack's data kept on disk), or before the
     # tenants' active count was sharded
     tenants = {TENANT_INDEX, RETIRED_TENANT_ACTIVE_INDEX, TENANT_ACTIVE_INDEX}
@@ -211,12 +220,6 @@ time.sleep(600)
 
 
 def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from punctual_tools.local.dynamodb_local import _AdoptedProcess, _answers
-    from support import wait_until
-
     # Given a process that started DynamoDB Local on disk from a thread which has ended since
     child = subprocess.Popen(
         [sys.executable, "-c", START_FROM_A_THREAD, str(tmp_path / "ddb")], stdout=subprocess.PIPE, text=True
@@ -227,7 +230,8 @@ def test_a_server_outlives_the_thread_that_started_it_and_dies_with_its_process(
         pid_text, endpoint = child.stdout.readline().split()
         server = _AdoptedProcess(int(pid_text))
         # Then the server runs on and answers (its life is not the starting thread's)
-        assert server.poll() is None and _answers(endpoint, 30)
+        assert server.poll() is None
+        assert _answers(endpoint, 30)
         started = time.monotonic()
         ensure_table(make_client(endpoint), "punctual-kept")
         write_s = time.monotonic() - started

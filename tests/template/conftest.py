@@ -23,9 +23,11 @@ def cfn_template(sam_template: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def sam_resources(sam_template: dict[str, Any]) -> dict[str, Any]:
-    return sam_template["Resources"]
+    result: dict[str, Any] = sam_template["Resources"]
+    return result
 
 
 @pytest.fixture(scope="session")
 def cfn_resources(cfn_template: dict[str, Any]) -> dict[str, Any]:
-    return cfn_template["Resources"]
+    result: dict[str, Any] = cfn_template["Resources"]
+    return result

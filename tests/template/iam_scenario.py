@@ -315,7 +315,7 @@ class Scenario:
             streams = boto3.client(
                 "dynamodbstreams", region_name=REGION, endpoint_url=f"https://streams.dynamodb.{REGION}.amazonaws.com"
             )
-            records: list[dict[str, Any]] = []
+            records: list[Any] = []
             for shard in streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]:
                 iterator = streams.get_shard_iterator(
                     StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
@@ -353,7 +353,8 @@ class Scenario:
             )
             answer = self.run("ApiFunction", app.handler, event)
             self.outcome.api_answers.append((verb, path, answer["statusCode"]))
-            return json.loads(answer["body"] or "{}")
+            result: dict[str, Any] = json.loads(answer["body"] or "{}")
+            return result
 
         for name in ("t1", "t2", "t3", "failed"):
             call("POST", "/v1/tasks", {"task_id": name, "due_at": later, "action": log})

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import intrinsics_multi_constructor
 
 from punctual_tools.template import NO_VALUE, evaluate_condition, resolve_value
 
@@ -36,17 +38,16 @@ class _StubPolicyLoader:
         return dict(_MANAGED_POLICIES)
 
 
-class _SamLoader(yaml.SafeLoader):
+class _SamLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML's loaders are untyped here
     """SafeLoader plus CloudFormation's short-form tags, in the form the SAM translator expects. (Its own
     ``yaml_parse`` registers the same constructor on ``yaml.SafeLoader`` itself, for every other user.)"""
 
 
 def load_sam_template(path: Path = TEMPLATE) -> dict[str, Any]:
-    from samtranslator.yaml_helper import intrinsics_multi_constructor
-
     _SamLoader.add_multi_constructor("!", intrinsics_multi_constructor)
     with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass
+        result: dict[str, Any] = yaml.load(handle, Loader=_SamLoader)  # noqa: S506 - a SafeLoader subclass
+        return result
 
 
 def package_locally(sam: dict[str, Any]) -> dict[str, Any]:
@@ -65,10 +66,10 @@ def package_locally(sam: dict[str, Any]) -> dict[str, Any]:
 
 def transform_template(sam: dict[str, Any], parameters: dict[str, Any] | None = None) -> dict[str, Any]:
     """The CloudFormation template the SAM transform makes of ``sam`` (which is not modified)."""
-    from samtranslator.translator.transform import transform
 
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the translator wants a region (never calls AWS)
-    return transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())  # type: ignore[arg-type]
+    result: dict[str, Any] = transform(package_locally(sam), dict(parameters or {}), _StubPolicyLoader())
+    return result
 
 
 # -- conditions: CloudFormation's resolution, shared with the local table's (create_table_kwargs) ----------------------
@@ -107,7 +108,7 @@ def as_list(node: Any) -> list[Any]:
 
 def role_statements(role: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every statement of the role's inline policies, under every condition."""
-    statements = []
+    statements: list[dict[str, Any]] = []
     for policy in as_list(role["Properties"].get("Policies", [])):
         for concrete in branches(policy):
             for statement in as_list(concrete["PolicyDocument"]["Statement"]):

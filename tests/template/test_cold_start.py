@@ -136,7 +136,8 @@ def test_a_handler_that_loads_one_more_package_is_named(tmp_path: Path, lists: d
     loaded = cold_start_modules(tmp_path, _environment("api"))
     # Then the check names the newcomer (with what it loads itself), and no punctual module
     found = newcomers(loaded, lists["api"])
-    assert list(found) == ["third_party"] and "yaml" in found["third_party"]
+    assert list(found) == ["third_party"]
+    assert "yaml" in found["third_party"]
 
 
 def test_the_executor_sets_itself_up_in_one_cold_start_function() -> None:
@@ -144,7 +145,8 @@ def test_the_executor_sets_itself_up_in_one_cold_start_function() -> None:
     tree = ast.parse((ROOT / "src" / "executor" / "app.py").read_text(encoding="utf-8"))
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     # Then its process-wide set-up is in cold_start, documented, and module scope only calls it, once
-    assert "cold_start" in functions and ast.get_docstring(functions["cold_start"])
+    assert "cold_start" in functions
+    assert ast.get_docstring(functions["cold_start"])
     set_up = {"setswitchinterval", "build_executor", "freeze", "lower_current_thread"}
 
     def called(nodes: list[ast.stmt]) -> set[str]:

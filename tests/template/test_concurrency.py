@@ -95,7 +95,7 @@ def _grid() -> list[dict[str, str]]:
 
 def test_the_stack_holds_what_the_documented_formula_says_at_every_setting(cfn_template: dict[str, Any]) -> None:
     # Given every point of the grid of the three reservations and the provisioned executors (0 and empty included)
-    wrong = []
+    wrong: list[tuple[object, ...]] = []
     for parameters in _grid():
         # When CloudFormation resolves the functions' reservations and the alias's provisioning
         held = held_by(cfn_template, parameters)
@@ -122,7 +122,8 @@ def test_the_defaults_deploy_on_the_smallest_accounts(
     held = held_by(cfn_template, _defaults(sam_template))
     assert held == Held()
     needed = held.quota_needed()
-    assert needed is not None and all(needed <= quota for quota in SMALLEST_QUOTAS)
+    assert needed is not None
+    assert all(needed <= quota for quota in SMALLEST_QUOTAS)
 
 
 def test_a_reservation_needs_100_more_than_the_stack_holds(cfn_template: dict[str, Any]) -> None:
@@ -130,7 +131,8 @@ def test_a_reservation_needs_100_more_than_the_stack_holds(cfn_template: dict[st
     # needs a quota of 212, more than a new account has
     parameters = dict(zip(PARAMETERS, ("100", "2", "10", "0"), strict=True))
     needed = held_by(cfn_template, parameters).quota_needed()
-    assert needed == 212 and all(needed > quota for quota in SMALLEST_QUOTAS)
+    assert needed == 212
+    assert all(needed > quota for quota in SMALLEST_QUOTAS)
 
 
 def _documented_rows() -> list[tuple[dict[str, str], int | None]]:

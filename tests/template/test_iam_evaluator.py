@@ -93,7 +93,8 @@ def test_the_evaluator_gives_the_documented_answers(judge: Judge) -> None:
     # Then IAM's logic holds: Allow only under the condition, an explicit Deny wins, no grant is an implicit deny,
     # and an action that does not exist is refused (never allowed)
     assert [d.result for d in decisions] == [expected for _, expected in KNOWN_CASES]
-    assert not decisions[-1].allowed and decisions[-1].error
+    assert not decisions[-1].allowed
+    assert decisions[-1].error
 
 
 def test_the_evaluator_agrees_with_the_direct_clients_decisions(cfn_template: dict[str, Any], judge: Judge) -> None:
@@ -127,7 +128,8 @@ def test_a_cached_decision_is_not_asked_again_and_foreign_condition_keys_are_dro
     judge.decide([(role, AccessRequest("dynamodb:UpdateItem", TABLE_ARN, _keys("a")))])
     decisions = judge.decide([(role, AccessRequest("dynamodb:UpdateItem", TABLE_ARN, _keys(str(n)))) for n in range(5)])
     # Then node was asked once: the role names no condition key, so every item's key has the same decision
-    assert judge.asked == 1 and all(d.allowed for d in decisions)
+    assert judge.asked == 1
+    assert all(d.allowed for d in decisions)
 
 
 # -- what a call asks IAM for ---------------------------------------------------------------------------------------

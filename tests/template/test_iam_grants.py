@@ -20,7 +20,16 @@ import pytest
 from iam_scenario import NAMES, ROOT, TARGETS, Outcome, route_pattern, run_scenario, stack
 
 from punctual.domain.model import TaskStatus
-from punctual_tools.iam import Judge, KeyNames, RolePolicies, Verdict, function_roles, judge_calls, role_policies
+from punctual_tools.iam import (
+    AwsCall,
+    Judge,
+    KeyNames,
+    RolePolicies,
+    Verdict,
+    function_roles,
+    judge_calls,
+    role_policies,
+)
 from punctual_tools.iam.calls import AccessRequest, requests_of
 
 FUNCTIONS = ["PollerFunction", "ExecutorFunction", "FastPathFunction", "ApiFunction"]
@@ -76,12 +85,14 @@ def test_every_action_kind_fired_and_every_outcome_was_recorded(outcome: Outcome
     # failing one went to the dead-letter queue, the overdue one was missed, the dead executor's were taken over
     for kind in ("http", "log", "lambda", "sqs", "sns", "eventbridge"):
         assert outcome.statuses[f"kind-{kind}"] is TaskStatus.SUCCEEDED, kind
-    assert outcome.statuses["kind-failing"] is TaskStatus.FAILED and outcome.dead_letters == 1
+    assert outcome.statuses["kind-failing"] is TaskStatus.FAILED
+    assert outcome.dead_letters == 1
     assert outcome.statuses["late"] is TaskStatus.MISSED
     assert outcome.statuses["orphan-0"] is outcome.statuses["orphan-1"] is TaskStatus.SUCCEEDED
     assert sum(r["taken_over"] for r in outcome.executor_reports) == 2
     ok = [h for h in outcome.http_requests if h.get("authorization") == "s3cr3t-token"]
-    assert ok and "webhook-signature" in ok[0]
+    assert ok
+    assert "webhook-signature" in ok[0]
     executor = {(c.service, c.operation) for c in outcome.calls("ExecutorFunction")}
     assert {
         ("lambda", "Invoke"),
@@ -183,7 +194,6 @@ def test_the_action_targets_the_scenario_uses_are_the_granted_ones(roles: dict[s
 def test_a_transaction_needs_the_action_of_each_item(keys: KeyNames) -> None:
     # Given a transaction as the poller writes it (the schedule's Update, an occurrence's Put)  Then IAM is asked
     # for UpdateItem and PutItem on the table, each with the item's key: TransactWriteItems is no IAM action
-    from punctual_tools.iam import AwsCall
 
     table = NAMES["TasksTable"]
     call = AwsCall(

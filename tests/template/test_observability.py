@@ -23,7 +23,7 @@ DUE_INDEX = "due"
 # .../TroubleshootingThrottling-cloudwatch.html (throttle events per table, and per table + index).
 # API Gateway (REST): https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-metrics-and-dimensions.html
 # (per API name, and per API name + stage).
-_FUNCTION = {("FunctionName",)}
+_FUNCTION: set[tuple[str, ...]] = {("FunctionName",)}
 _TABLE_OR_INDEX = {("TableName",), ("TableName", "GlobalSecondaryIndexName")}
 _REST_API = {("ApiName",), ("ApiName", "Stage")}
 AWS_METRICS: dict[str, dict[str, set[tuple[str, ...]]]] = {
@@ -64,7 +64,8 @@ def _dashboard_text(cfn_resources: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def dashboard(cfn_resources: dict[str, Any]) -> dict[str, Any]:
     """The dashboard body, parsed after its ${...} placeholders are replaced."""
-    return json.loads(substitute(_dashboard_text(cfn_resources)))
+    result: dict[str, Any] = json.loads(substitute(_dashboard_text(cfn_resources)))
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +231,8 @@ def test_every_metric_the_template_reads_exists(cfn_resources: dict[str, Any], m
             if name in ("ApiName", "Stage"):
                 assert value == _rest_api_dimensions(cfn_resources)[name], (metric, name, value)
                 continue
-            assert value.startswith("${") and value.endswith("}"), (metric, name, value)
+            assert value.startswith("${"), (metric, name, value)
+            assert value.endswith("}"), (metric, name, value)
             resource, _, attribute = value[2:-1].partition(".")
             expected = {
                 "FunctionName": ("AWS::Lambda::Function", ""),
@@ -258,7 +260,7 @@ def test_every_alarm_notifies_and_is_on_the_dashboard(cfn_resources: dict[str, A
         assert alarm["TreatMissingData"] == expected, name
 
 
-def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dims: dict[str, str]) -> dict:
+def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dims: dict[str, str]) -> dict[str, Any]:
     found = [
         a
         for a in _alarms(cfn_resources).values()
@@ -269,7 +271,8 @@ def _alarm_on(cfn_resources: dict[str, Any], namespace: str, metric: str, dims: 
 
 
 def _above_zero(alarm: dict[str, Any]) -> bool:
-    return alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    result: bool = alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    return result
 
 
 SERVICE = {"service": metrics.SERVICE}

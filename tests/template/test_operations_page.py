@@ -43,4 +43,5 @@ def test_every_alarm_section_says_what_it_means_and_what_to_do() -> None:
     for section in re.split(r"^### ", text, flags=re.MULTILINE)[1:]:
         name = section.splitlines()[0]
         if name != "Not alarmed":
-            assert "**Means:**" in section and "**Do:**" in section, name
+            assert "**Means:**" in section, name
+            assert "**Do:**" in section, name

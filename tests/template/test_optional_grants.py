@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from template_tools import resolve_value
 
+from punctual.config.settings import Settings
 from punctual_tools.iam import Stack, role_policies
 from punctual_tools.iam.policies import role_policies_of
 
@@ -149,7 +150,6 @@ def test_the_functions_get_the_path_with_its_trailing_slash_and_only_one_form_is
 ) -> None:
     # Given the tenant map's location  Then a path reaches the functions as "<path>/" (the setting's path form), and
     # the template's rule refuses a deployment that names both a parameter and a path
-    from punctual.config.settings import Settings
 
     assert Settings(tenant_map_parameter=TENANT_PATH + "/").tenant_map_parameter == TENANT_PATH + "/"
     env = sam_template["Resources"]["ExecutorFunction"]["Properties"]["Environment"]["Variables"]

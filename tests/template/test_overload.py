@@ -38,7 +38,8 @@ def test_a_throttled_request_gets_429_with_problem_details(cfn_resources: dict[s
     problem = Problem.model_validate(body)
     assert (problem.type, problem.status, problem.title) == ("/problems/throttled", 429, HTTPStatus(429).phrase)
     # ... which the API client retries (a tenant's quota, also 429, it does not: its type is /problems/quota)
-    assert 429 in RETRY_STATUSES and not problem.type.endswith("/quota")
+    assert 429 in RETRY_STATUSES
+    assert not problem.type.endswith("/quota")
 
 
 def test_no_failure_of_the_function_is_answered_as_overload(cfn_resources: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import cfnlint
 import pytest
 from template_tools import (
     ROOT,
@@ -25,6 +26,7 @@ from template_tools import (
 from punctual.domain import tenancy
 from punctual.domain.model import occurrence_id
 from punctual.executing.executor import MAX_ACTION_TIMEOUT_MS
+from punctual.scheduling.bulk import BATCH_MAX_TASKS
 from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 
 FUNCTIONS = {
@@ -60,7 +62,8 @@ def _of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
 def _role_of(cfn_resources: dict[str, Any], function: str) -> dict[str, Any]:
     role = cfn_resources[function]["Properties"]["Role"]
     assert set(role) == {"Fn::GetAtt"}, f"{function} must use a role defined in the template"
-    return cfn_resources[role["Fn::GetAtt"][0]]
+    result: dict[str, Any] = cfn_resources[role["Fn::GetAtt"][0]]
+    return result
 
 
 # -- code ----------------------------------------------------------------------------------------------
@@ -273,9 +276,11 @@ def test_every_grant_names_a_resource_of_the_stack(cfn_resources: dict[str, Any]
             elif resource in TASK_SECRETS.values():
                 assert name == "ExecutorRole", f"{name}: {action} on {resource}"
             elif resource == TENANT_MAP_PARAMETER:
-                assert name in MAP_READERS and action == "ssm:GetParameter", (name, action)
+                assert name in MAP_READERS, (name, action)
+                assert action == "ssm:GetParameter", (name, action)
             elif resource == TENANT_MAP_PATH:
-                assert name in MAP_READERS and action == "ssm:GetParametersByPath", (name, action)
+                assert name in MAP_READERS, (name, action)
+                assert action == "ssm:GetParametersByPath", (name, action)
             elif resource.startswith("${"):
                 assert resource[2:].split(".")[0].split("}")[0] in cfn_resources, f"{name}: {resource}"
             else:
@@ -341,10 +346,10 @@ def test_no_role_grants_what_its_function_must_never_do(cfn_resources: dict[str,
 def _authorization_reference() -> dict[str, Any]:
     """cfn-lint's offline copy of the Service Authorization Reference: per service prefix, each action (lower
     case) with the resource types it accepts (none: the action has no resource-level permission)."""
-    import cfnlint
 
     path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+    result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return result
 
 
 def test_every_grant_is_written_the_way_iam_evaluates_it(cfn_resources: dict[str, Any]) -> None:
@@ -359,7 +364,8 @@ def test_every_grant_is_written_the_way_iam_evaluates_it(cfn_resources: dict[str
             assert verb.lower() in reference[service]["Actions"], f"{name}: no such action {action}"
             types = reference[service]["Actions"][verb.lower()].get("Resources", [])
             if not types:
-                assert resource == "*" and action in FORCED_WILDCARD_ACTIONS, f"{name}: {action} on {resource}"
+                assert resource == "*", f"{name}: {action} on {resource}"
+                assert action in FORCED_WILDCARD_ACTIONS, f"{name}: {action} on {resource}"
             else:
                 assert resource != "*", f"{name}: {action} on *"
             if service == "dynamodb" and types:
@@ -438,7 +444,8 @@ HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "x-a
 
 def _rest_api(cfn_resources: dict[str, Any]) -> dict[str, Any]:
     (api,) = _of_type(cfn_resources, "AWS::ApiGateway::RestApi").values()
-    return api["Properties"]
+    result: dict[str, Any] = api["Properties"]
+    return result
 
 
 def _methods(api: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -479,7 +486,8 @@ def test_every_api_method_requires_a_sigv4_signature(
     for permission in permissions:
         assert permission["Principal"] == "apigateway.amazonaws.com"
         source, variables = permission["SourceArn"]["Fn::Sub"]
-        assert "${__ApiId__}/${__Stage__}/" in source and variables["__ApiId__"] == {"Ref": "Api"}
+        assert "${__ApiId__}/${__Stage__}/" in source
+        assert variables["__ApiId__"] == {"Ref": "Api"}
         assert source.split("${__ApiId__}/${__Stage__}/")[1].split("/", 1)[1].startswith("v1/")
 
 
@@ -502,7 +510,8 @@ def test_each_route_is_a_method_of_the_api_and_the_rest_falls_to_a_catch_all(cfn
     # its own (what a stage's method setting can name), one catch-all under /v1 (any method) takes any other
     # path, and every method is proxied to ApiFunction
     routes = _routes()
-    assert routes and all(path.startswith("/v1/") for path, _ in routes)
+    assert routes
+    assert all(path.startswith("/v1/") for path, _ in routes)
     assert _api_methods(cfn_resources) == routes | {("/v1/{proxy+}", "ANY")}
     for path, verb, method in _methods(_rest_api(cfn_resources)):
         integration = method["x-amazon-apigateway-integration"]
@@ -575,8 +584,10 @@ def test_the_throttle_parameters_make_writes_the_tighter(sam_template: dict[str,
     params = sam_template["Parameters"]
     rate, burst = params["ApiRateLimit"], params["ApiBurstLimit"]
     write_rate, write_burst = params["ApiWriteRateLimit"], params["ApiWriteBurstLimit"]
-    assert write_rate["Default"] < rate["Default"] and write_burst["Default"] < burst["Default"]
-    assert burst["Default"] >= rate["Default"] and write_burst["Default"] >= write_rate["Default"]
+    assert write_rate["Default"] < rate["Default"]
+    assert write_burst["Default"] < burst["Default"]
+    assert burst["Default"] >= rate["Default"]
+    assert write_burst["Default"] >= write_rate["Default"]
     for parameter in (rate, write_rate):
         assert (parameter["Type"], parameter["MinValue"], parameter["MaxValue"]) == ("Number", 1, 10_000)
     for parameter in (burst, write_burst):
@@ -589,7 +600,6 @@ def test_the_batch_creates_throttle_counts_calls_and_says_how_many_tasks_that_le
     # Given the batch create's throttle parameters  Then they are in calls, each burst at least its rate, within
     # API Gateway's account quotas, and the rate's description says a call holds up to BATCH_MAX_TASKS tasks and
     # what its default lets through in tasks a second (a call is not budgeted as one task)
-    from punctual.scheduling.bulk import BATCH_MAX_TASKS
 
     params = sam_template["Parameters"]
     rate, burst = params["ApiBatchRateLimit"], params["ApiBatchBurstLimit"]
@@ -761,7 +771,8 @@ def test_the_executor_is_invoked_through_an_alias_that_can_be_provisioned(
 ) -> None:
     # Given the transformed template  Then the executor has the alias "live", provisioned only when asked
     alias = cfn_resources["ExecutorFunctionAliaslive"]
-    assert alias["Type"] == "AWS::Lambda::Alias" and alias["Properties"]["Name"] == "live"
+    assert alias["Type"] == "AWS::Lambda::Alias"
+    assert alias["Properties"]["Name"] == "live"
     provisioned = alias["Properties"]["ProvisionedConcurrencyConfig"]
     assert provisioned["Fn::If"][0] == "HasProvisionedConcurrency"
     assert sam_template["Parameters"]["ExecutorProvisionedConcurrency"]["Default"] == 0

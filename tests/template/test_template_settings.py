@@ -47,7 +47,8 @@ def test_every_punctual_variable_names_a_settings_field(sam_template: dict[str, 
     unknown = {n for n in names if n[len(ENV_PREFIX) :].lower() not in Settings.model_fields} - _not_read_yet()
     assert not unknown, f"not Settings fields: {sorted(unknown)}"
     local_only = set(LocalSettings.model_fields) - set(Settings.model_fields)
-    assert local_only and not {n[len(ENV_PREFIX) :].lower() for n in names} & local_only
+    assert local_only
+    assert not {n[len(ENV_PREFIX) :].lower() for n in names} & local_only
 
 
 def test_the_functions_get_what_they_need(sam_template: dict[str, Any]) -> None:
@@ -188,7 +189,7 @@ LAMBDA_ENVIRONMENT_BYTES = 4096
 ALLOWLIST_BUDGET = 200  # what at least remains for AllowedTargets and ActionTargetArns, which have no limit
 
 
-def _longest(sam_template: dict[str, Any], value: Any) -> int:
+def _longest(sam_template: dict[str, Any], value: Any) -> int:  # noqa: PLR0911 - one return per kind of value, as the docstring lists them
     """The longest a variable's value can be: a literal's length, a parameter's MaxLength, the longest of its
     AllowedValues or the digits of its MaxValue, or :data:`LONGEST_REF`."""
     if not isinstance(value, dict):
@@ -238,7 +239,8 @@ def test_the_poll_interval_setting_is_the_poller_schedule_over_polls_per_minute(
     schedule = sam_template["Resources"]["PollerFunction"]["Properties"]["Events"]["EveryMinute"]["Properties"]
     assert schedule["Schedule"] == "rate(1 minute)"
     allowed = sam_template["Parameters"]["PollsPerMinute"]["AllowedValues"]
-    assert allowed == [1, 2, 3, 4, 5, 6] and sam_template["Parameters"]["PollsPerMinute"]["Default"] == 1
+    assert allowed == [1, 2, 3, 4, 5, 6]
+    assert sam_template["Parameters"]["PollsPerMinute"]["Default"] == 1
     # Then PUNCTUAL_POLL_INTERVAL_MS is the minute divided by it, which the poller polls that many times in
     for polls in allowed:
         interval = _poll_interval_ms(sam_template, polls)
@@ -316,14 +318,14 @@ def _bounds(field: str) -> tuple[int | None, int | None]:
 def _numeric_settings(sam_template: dict[str, Any]) -> dict[str, str]:
     """Every Settings field a Number parameter sets in some function's environment: field -> parameter."""
     parameters = sam_template["Parameters"]
-    found = {}
+    found: dict[str, str] = {}
     for function in FUNCTIONS:
         for name, value in _environment(sam_template, function).items():
             branches = value["Fn::If"][1:] if isinstance(value, dict) and "Fn::If" in value else [value]
             for branch in branches:
                 ref = branch.get("Ref") if isinstance(branch, dict) else None
                 if name.startswith(ENV_PREFIX) and ref in parameters and parameters[ref]["Type"] == "Number":
-                    found[name[len(ENV_PREFIX) :].lower()] = ref
+                    found[name[len(ENV_PREFIX) :].lower()] = str(ref)
     return found
 
 
@@ -337,7 +339,7 @@ def test_each_numeric_parameters_range_is_its_settings_bounds(sam_template: dict
         parameter = sam_template["Parameters"][name]
         low, high = _bounds(field)
         if name in NARROWER_THAN_THE_SETTING:
-            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name  # type: ignore[operator]
+            assert low <= parameter["MinValue"] <= parameter["MaxValue"] <= high, name
         else:
             assert (parameter.get("MinValue"), parameter.get("MaxValue")) == (low, high), name
 

@@ -122,7 +122,8 @@ def _run_probe(tmp_path: Path, mode: str) -> dict[str, Any]:
         [sys.executable, str(script), mode], env=_lambda_env(), capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def test_the_handlers_tracer_records_the_handler_and_no_aws_call(tmp_path: Path) -> None:
@@ -136,14 +137,18 @@ def test_the_probe_sees_a_patched_botocore(tmp_path: Path) -> None:
     # Given Powertools' default Tracer (auto_patch)  Then the same probe sees botocore patched and a "dynamodb"
     # subsegment: the test above would catch a return to the default
     seen = _run_probe(tmp_path, "default")
-    assert seen["tracing"] and seen["botocore_patched"] and "botocore" in seen["patched_modules"]
-    assert "dynamodb" in seen["subsegments"] and "## handler" in seen["subsegments"]
+    assert seen["tracing"]
+    assert seen["botocore_patched"]
+    assert "botocore" in seen["patched_modules"]
+    assert "dynamodb" in seen["subsegments"]
+    assert "## handler" in seen["subsegments"]
 
 
 def test_the_poller_takes_its_tracer_from_handler_tracer() -> None:
     # Given the poller's handler module (read, not imported)  Then it builds no Tracer of its own: its tracer is
     # the one handler_tracer() returns
-    assert {"handler_tools", "handler_tracer"} <= _calls("poller") and "Tracer" not in _calls("poller")
+    assert {"handler_tools", "handler_tracer"} <= _calls("poller")
+    assert "Tracer" not in _calls("poller")
 
 
 @pytest.mark.parametrize("function", ["executor", "fastpath", "api"])
@@ -153,7 +158,8 @@ def test_the_functions_on_the_path_to_a_fire_load_no_xray_sdk_and_nothing_they_n
     # Given a handler on the path from a write to its fire, loaded as Lambda loads it (tracing on, no network:
     # NTP off, dummy credentials)  Then it builds no Tracer and its cold start never imports the X-Ray SDK, PyYAML
     # or a client it never calls
-    assert "handler_tools" in _calls(function) and not {"Tracer", "handler_tracer"} & _calls(function)
+    assert "handler_tools" in _calls(function)
+    assert not {"Tracer", "handler_tracer"} & _calls(function)
     script = tmp_path / "loads.py"
     script.write_text(LOADS, encoding="utf-8")
     env = {**lambda_probe_env(), **_lambda_env()}

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cfnlint.api import lint
+from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 from template_tools import (
     ARTIFACT_BUCKET,
     evaluate_condition,
@@ -154,7 +155,6 @@ def test_a_changed_description_makes_cloudformation_publish_a_new_version() -> N
     # Given AWS::Lambda::Version's resource schema (cfn-lint's copy of CloudFormation's registry)  Then its
     # Description is create-only: a new value replaces the version, i.e. publishes a new one from the function
     # as updated, and the alias (FunctionVersion: its Version attribute) moves to it
-    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
     schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::Lambda::Version").schema
     assert "/properties/Description" in schema["createOnlyProperties"]

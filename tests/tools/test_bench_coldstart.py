@@ -66,12 +66,13 @@ def test_a_row_meets_the_target_within_2_ms_and_within_1_5x_the_floor() -> None:
     assert row["init_ms"] == {"p50": 700.0, "max": 800.0}
     assert row["slack_ms"] == {"p50": 1_150.0, "min": 1_150.0}
     assert row["slack_left"] is True
-    assert row["verdict"]["abs_met"] and row["verdict"]["ratio_met"]
+    assert row["verdict"]["abs_met"]
+    assert row["verdict"]["ratio_met"]
 
 
 def test_a_cold_executor_whose_init_outlasts_the_lead_misses_and_a_run_without_a_fire_is_counted() -> None:
     # Given one run armed 3.7 s after its task was due (fired 3.7 s late) and one that never fired
-    runs = [
+    runs: list[dict[str, float | None]] = [
         {"init_ms": 5_600.0, "arm_ms": 116.0, "slack_ms": -3_716.0, "drift_ms": 3_717.0},
         {"init_ms": None, "arm_ms": None, "slack_ms": None, "drift_ms": None},
     ]
@@ -82,7 +83,8 @@ def test_a_cold_executor_whose_init_outlasts_the_lead_misses_and_a_run_without_a
     # Then no slack was left, one of two runs fired, and both targets are missed
     assert (row["runs"], row["fired"]) == (2, 1)
     assert row["slack_left"] is False
-    assert not row["verdict"]["abs_met"] and not row["verdict"]["ratio_met"]
+    assert not row["verdict"]["abs_met"]
+    assert not row["verdict"]["ratio_met"]
     floors = {"log": {"p50": 0.02, "p99": 0.02, "import_p50": 2_800.0}}
     lines = coldstart.size_lines(256, {"2000 / quota / log": row}, floors)
     assert any("1 of 2 runs without a fire" in line for line in lines)

@@ -54,10 +54,12 @@ def test_the_summary_counts_executors_that_worked_only() -> None:
 def test_no_executor_worked() -> None:
     summary = cpu_summary([])
     assert summary["executors"] == 0
-    assert summary["cpu_s_mean"] is None and summary["throttled_share"] is None
+    assert summary["cpu_s_mean"] is None
+    assert summary["throttled_share"] is None
 
 
 def test_this_process_can_be_sampled_and_an_ended_one_cannot() -> None:
     mine = sample(os.getpid())
-    assert mine is not None and mine.cpu_s > 0
+    assert mine is not None
+    assert mine.cpu_s > 0
     assert sample(2**22 + 12345) is None  # beyond pid_max: no such process

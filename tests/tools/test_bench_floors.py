@@ -14,6 +14,7 @@ from punctual.domain.keys import shard_of
 from punctual_tools.bench import bench
 from punctual_tools.bench.cpu_use import CpuUse
 from punctual_tools.bench.floors import FloorRunner, burst_shares, steady_offsets
+from punctual_tools.bench.phase_parts import after_a_poll, drift_of, floor_result
 from punctual_tools.stats import summarize
 
 
@@ -56,17 +57,17 @@ def fires(prefix: str, due: float, drifts: list[float]) -> list[dict[str, float 
 def test_the_pictures_show_the_figures_of_the_table() -> None:
     # Given a floor, a phase with a duplicate fire, and a webhook burst (action starts and arrivals)
     steady = fires("floor-steady-", 1_000, [0.017, 0.02, 0.5])
-    floors = {"floor/steady": bench.floor_result(steady, CpuUse(), processes=1)}
+    floors = {"floor/steady": floor_result(steady, CpuUse(), processes=1)}
     phase = fires("steady-", 2_000, [0.2, 0.3])
     phase.append({**phase[0], "fired_ms": 9_999.0})  # a later duplicate: not the task's drift
     starts, arrivals = fires("hook-", 3_000, [0.4, 0.6]), fires("hook-", 3_000, [3.0, 5.0])
     results = {
-        "system/steady": {"fires": phase, "drift": bench.drift_of(phase)[0]},
+        "system/steady": {"fires": phase, "drift": drift_of(phase)[0]},
         "webhook/burst": {
             "fires": starts,
-            "drift": bench.drift_of(starts)[0],
+            "drift": drift_of(starts)[0],
             "arrival_fires": arrivals,
-            "arrival": bench.drift_of(arrivals)[0],
+            "arrival": drift_of(arrivals)[0],
         },
     }
     # When the pictures' series are made
@@ -87,14 +88,22 @@ def test_the_pictures_show_the_figures_of_the_table() -> None:
 
 
 def test_both_profiles_judge_the_steady_tail_and_a_burst_at_one_and_a_half_times_their_floor() -> None:
-    p99 = {"floor/steady": 1.0, "system/steady": 1.4, "floor/burst": 20.0, "system/burst": 31.0}
+    p99: dict[str, float | None] = {
+        "floor/steady": 1.0,
+        "system/steady": 1.4,
+        "floor/burst": 20.0,
+        "system/burst": 31.0,
+    }
     lam = {v.name: v for v in bench.verdicts(p99, "lambda")}
     local = {v.name: v for v in bench.verdicts(p99, "local")}
-    assert lam["system/steady"].ratio_target == 1.5 and lam["system/steady"].met
+    assert lam["system/steady"].ratio_target == 1.5
+    assert lam["system/steady"].met
     assert lam["system/steady"].abs_target == 2.0
     assert not lam["system/burst"].met  # 1.55x
-    assert local["system/steady"].ratio_target == 1.5 and local["system/steady"].ratio_met
-    assert local["system/burst"].ratio_target == 1.5 and not local["system/burst"].ratio_met
+    assert local["system/steady"].ratio_target == 1.5
+    assert local["system/steady"].ratio_met
+    assert local["system/burst"].ratio_target == 1.5
+    assert not local["system/burst"].ratio_met
 
 
 def test_the_profile_is_said_first() -> None:
@@ -102,7 +111,9 @@ def test_the_profile_is_said_first() -> None:
     assert "whole cores and firing at normal priority" in bench.profile_line("local", 256, None)
     assert "real-time firing where allowed" in bench.profile_line("local", 256, None, realtime=True)
     line = bench.profile_line("lambda", 256, True)
-    assert "256 MB" in line and "0.145 of a core" in line and "normal priority" in line
+    assert "256 MB" in line
+    assert "0.145 of a core" in line
+    assert "normal priority" in line
     assert "NO CPU quota" in bench.profile_line("lambda", 256, False)
 
 
@@ -127,7 +138,7 @@ def test_a_burst_is_written_once_the_next_poll_has_ended() -> None:
     threading.Timer(0.2, lambda: stack.polls.append(object())).start()
     # When the burst waits for it
     started = time.monotonic()
-    bench.after_a_poll(stack)
+    after_a_poll(stack)
     # Then it returns once that poll is in, not before
     assert len(stack.polls) == 2
     assert 0.15 < time.monotonic() - started < 2.0
@@ -155,5 +166,7 @@ def test_the_steady_phases_ask_the_store_for_their_rate_and_a_burst_for_none() -
     )
     loads = bench.phase_loads(args)  # type: ignore[arg-type]
     # Then the phases scheduled ahead make two writes a task, those written during the run three
-    assert loads["system/steady"] == (2, 15.0) and loads["steady+writes"] == (3, 15.0)
-    assert loads["system/burst"] == (2, None) and loads["short lead"] == (3, 6.0)
+    assert loads["system/steady"] == (2, 15.0)
+    assert loads["steady+writes"] == (3, 15.0)
+    assert loads["system/burst"] == (2, None)
+    assert loads["short lead"] == (3, 6.0)

@@ -4,6 +4,7 @@ their section of the drift page."""
 from __future__ import annotations
 
 from punctual_tools.bench import leads, pages, restart
+from punctual_tools.bench.phase_parts import lead_seconds
 
 KILL, UP = 100_000, 105_000
 
@@ -30,23 +31,27 @@ def test_the_backlog_is_what_was_due_by_up_and_had_not_fired_before_the_kill() -
     # When the restart is judged
     figures = restart.restart_figures(due, arrived, {"missed"}, KILL, UP)
     # Then the two due between the kill and up are the backlog, drained in 1 s; the last is judged as steady
-    assert figures["backlog"] == 2 and figures["drained"] == 2
-    assert figures["drain_s"] == 1.0 and figures["drain_rate_per_s"] == 2.0
+    assert figures["backlog"] == 2
+    assert figures["drained"] == 2
+    assert figures["drain_s"] == 1.0
+    assert figures["drain_rate_per_s"] == 2.0
     assert figures["after_up"] == [3.5]
 
 
 def test_a_backlog_drained_before_up_has_no_rate_and_one_never_fired_counts_as_not_drained() -> None:
     due = {"a": KILL + 10, "b": KILL + 20}
     figures = restart.restart_figures(due, {"a": UP - 1.0}, set(), KILL, UP)
-    assert figures["backlog"] == 2 and figures["drained"] == 1 and figures["drain_rate_per_s"] is None
+    assert figures["backlog"] == 2
+    assert figures["drained"] == 1
+    assert figures["drain_rate_per_s"] is None
     bounds = leads.lead_bounds({"restart": {**figures, "checker": checker()}})
     assert [b.name for b in bounds if not b.met] == ["restart drain"]
 
 
 def test_leads_are_drawn_uniformly_within_their_range_and_the_same_each_run() -> None:
-    drawn = leads.lead_seconds(1_000, 2.0, 4.0)
+    drawn = lead_seconds(1_000, 2.0, 4.0)
     assert all(2.0 <= lead <= 4.0 for lead in drawn)
-    assert drawn == leads.lead_seconds(1_000, 2.0, 4.0)
+    assert drawn == lead_seconds(1_000, 2.0, 4.0)
     assert 2.9 < sum(drawn) / len(drawn) < 3.1
 
 
@@ -87,7 +92,8 @@ def test_the_drift_page_has_a_section_on_the_lead_phases_with_the_footing_and_th
     lines = pages.leads_page_lines({**report, "leads": {"phases": phases, "bounds": bounds}})
     text = "\n".join(lines)
     assert "## Short leads, a cold executor, a restart after a crash" in text
-    assert "256 MB's CPU" in text and "store latency model: lognormal p50 4 ms" in text
+    assert "256 MB's CPU" in text
+    assert "store latency model: lognormal p50 4 ms" in text
     assert "| restart drain | 300/s | ≥ 200/s: met |" in text
     assert "backlog 900 drained in 3.0 s = 300/s (the store took 151 writes/s from the client" in text
     assert "at two a task, 75.5 tasks/s at most)" in text
@@ -126,4 +132,5 @@ def test_a_cold_row_says_when_its_inits_waited_for_a_core_here() -> None:
     # Then the first says it was measured with less CPU than AWS gives, and by how much; the second says nothing
     assert "cold starts 73 of 73 invocations, 40 of whose INITs waited for a core here, up to 5,210 ms" in waited
     assert "measured with less CPU than AWS gives" in waited
-    assert "waited" not in none and "cold starts 73 of 73 invocations; writes lag" in none
+    assert "waited" not in none
+    assert "cold starts 73 of 73 invocations; writes lag" in none

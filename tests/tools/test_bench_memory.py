@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import punctual_tools.cost as cost
+from punctual_tools import cost
 from punctual_tools.bench import memory
 
 
@@ -27,7 +27,8 @@ def test_the_cost_adapter_prices_each_size_in_the_targets_scope(monkeypatch: pyt
             return self.mb / 100
 
     def monthly_cost(counted: Any, volume: float, executor_memory_mb: int | None = None) -> Month:
-        assert counted == "counts" and executor_memory_mb is not None
+        assert counted == "counts"
+        assert executor_memory_mb is not None
         calls.append((volume, executor_memory_mb))
         return Month(executor_memory_mb)
 
@@ -52,17 +53,22 @@ def size(mb: int, p99s: dict[str, float], floor: float) -> dict[str, Any]:
 def test_a_phase_is_judged_against_its_same_quota_floor() -> None:
     figures = memory.phase_figures([1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady", {"scheduled": 2})
     assert (figures["p99"], figures["floor"]["p99"], figures["ratio"]) == (3.0, 2.0, 1.5)
-    assert figures["verdict"]["ratio_met"] and not figures["verdict"]["abs_met"]
+    assert figures["verdict"]["ratio_met"]
+    assert not figures["verdict"]["abs_met"]
     assert figures["verdict"]["floor_name"] == "floor/steady"
-    assert figures["scheduled"] == 2 and figures["cpu"] == {"executors": 1}
+    assert figures["scheduled"] == 2
+    assert figures["cpu"] == {"executors": 1}
 
 
 def test_the_frontier_table_and_its_picture_have_a_row_and_a_point_per_size() -> None:
     sizes = [size(256, dict.fromkeys(memory.PHASES, 9.0), 3.0), size(1769, dict.fromkeys(memory.PHASES, 1.0), 1.0)]
     costs = {256: {1e8: 4.2, 1e6: 16.5}, 1769: {1e8: 9.77, 1e6: 91.2}}
     lines = memory.frontier_lines(sizes, costs, 1e8, default_mb=256)
-    assert lines[1].startswith("256 MB (default)") and "4.20" in lines[1] and "9.000 ms (3.00x)" in lines[1]
-    assert lines[2].startswith("1769 MB ") and "1.000 ms (1.00x)" in lines[2]
+    assert lines[1].startswith("256 MB (default)")
+    assert "4.20" in lines[1]
+    assert "9.000 ms (3.00x)" in lines[1]
+    assert lines[2].startswith("1769 MB ")
+    assert "1.000 ms (1.00x)" in lines[2]
     points = memory.frontier_points(sizes, costs, 1e8)
     assert points["steady"] == [(4.2, 9.0, "256 MB"), (9.77, 1.0, "1769 MB")]
     assert points["floor/steady"] == [(4.2, 3.0, "256 MB"), (9.77, 1.0, "1769 MB")]
@@ -91,7 +97,8 @@ def test_the_choice_is_the_cheapest_size_meeting_every_ratio_target() -> None:
     # When the run chooses
     mb, why = memory.choose_size(sizes, costs, 1e8)
     # Then it is 512 MB, the cheaper of the two that meet every target
-    assert mb == 512 and "every phase" in why
+    assert mb == 512
+    assert "every phase" in why
 
 
 def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_loses_a_task() -> None:
@@ -106,7 +113,8 @@ def test_without_a_size_meeting_everything_the_choice_meets_the_most_and_never_l
     # When the run chooses
     mb, why = memory.choose_size(sizes, costs, 1e8)
     # Then it is 1,024 MB: the most targets met among the sizes that fired every task once, and it says so
-    assert mb == 1024 and "3 of 4" in why
+    assert mb == 1024
+    assert "3 of 4" in why
 
 
 def report_of(sizes: list[dict[str, Any]], commit: str, choice: int) -> dict[str, Any]:
@@ -137,7 +145,9 @@ def test_the_page_shows_each_size_and_phase_and_whether_two_runs_agree(tmp_path:
     memory.publish(second, page)
     text = page.read_text()
     # Then the page is the second run's, with both runs' verdicts side by side and the disagreement named
-    assert "commit: bbb2222" in text and "run 1 (aaa1111" in text and "run 2 (bbb2222" in text
+    assert "commit: bbb2222" in text
+    assert "run 1 (aaa1111" in text
+    assert "run 2 (bbb2222" in text
     for mb in (256, 512):
         for name in memory.PHASES:
             assert f"| {mb} MB | {name} |" in text

@@ -227,7 +227,9 @@ def test_the_readme_block_sets_the_lambda_profile_beside_the_local_one(tmp_path:
     pages.write_readme_block(readme, tmp_path)
     text = readme.read_text()
     # Then each phase has a column per profile, each labelled with its footing, and the rest is untouched
-    assert "old figures" not in text and text.startswith("intro\n") and text.endswith("\nafter\n")
+    assert "old figures" not in text
+    assert text.startswith("intro\n")
+    assert text.endswith("\nafter\n")
     assert "| phase | lambda profile | local profile |" in text
     assert "| system/steady | 0.300 (3.00×, **missed**) | 0.050 (0.50×) |" in text
     assert "- **lambda**: Lambda profile: executors and floors at 256 MB's CPU" in text

@@ -16,11 +16,19 @@ import pytest
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus, split_occurrence_id
 from punctual.targets import LogAction
 from punctual_tools import demo
 from punctual_tools.cli import main
-from punctual_tools.demo import DemoPlan, build_report, check_fire_log, format_report
+from punctual_tools.demo import (
+    DemoPlan,
+    FireLogTail,
+    build_report,
+    check_fire_log,
+    format_report,
+    plan_demo,
+    read_fires,
+)
 
 DUE_MS = 1_900_000_000_000  # 2030-03-17T17:46:40Z
 GRACE_MS = 60_000
@@ -79,7 +87,7 @@ def test_every_task_fired_once_on_time_is_a_passing_verdict_with_every_figure() 
     client = FakeClient()
 
     # When the report is built
-    report = build_report(client, plan, on_time(plan))
+    report = build_report(client, plan, on_time(plan))  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then every key of the report is there, 5 fired and nothing else, and the checker passes
     assert set(report) == {
@@ -112,7 +120,7 @@ def test_a_duplicate_fire_is_counted_and_fails_the_verdict() -> None:
     fires = [*on_time(plan), fire(twice, plan.due_ms[twice] + 7.0)]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then 5 fired, with 1 duplicate: an unexplained extra fire, so the verdict fails
     assert figures(report) == (5, 5, 0, 0, 1, 0)
@@ -131,7 +139,7 @@ def test_a_task_that_never_fired_and_has_no_outcome_is_lost() -> None:
     client = FakeClient({pending: TaskStatus.PENDING})
 
     # When the report is built
-    report = build_report(client, plan, fires)
+    report = build_report(client, plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then both are lost, and the verdict fails; only the two unfired tasks were read from the table
     assert figures(report) == (5, 3, 0, 0, 0, 2)
@@ -149,7 +157,7 @@ def test_tasks_the_table_records_missed_or_failed_are_explicit_outcomes_not_lost
     client = FakeClient({missed: TaskStatus.MISSED, failed: TaskStatus.FAILED})
 
     # When the report is built
-    report = build_report(client, plan, fires)
+    report = build_report(client, plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then they count as missed and failed, none is lost, and the verdict passes
     assert figures(report) == (5, 3, 1, 1, 0, 0)
@@ -164,7 +172,7 @@ def test_a_fire_later_than_epsilon_is_reported_late_without_failing_the_verdict(
     fires = [fire(t, due + (25.0 if t == late else 1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then it is reported late (only a failure when the caller asks), and drift shows it
     assert report["checker"]["late"] == 1
@@ -185,7 +193,7 @@ def test_a_fire_at_epsilon_is_not_late_and_one_ms_more_is() -> None:
     ]
 
     # When the report is built with ε = 10 ms
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then exactly one fire is late
     assert report["checker"]["late"] == 1
@@ -198,7 +206,7 @@ def test_a_fire_earlier_than_epsilon_fails_the_verdict() -> None:
     fires = [fire(t, due - (50.0 if t == early else -1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built with ε = 10 ms
-    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)
+    report = build_report(FakeClient(), plan, fires, epsilon_ms=10)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the verdict fails on it
     assert report["checker"]["early"] == 1
@@ -212,7 +220,7 @@ def test_a_fire_past_the_misfire_grace_fails_the_verdict() -> None:
     fires = [fire(t, due + (GRACE_MS + 5_000.0 if t == stale else 1.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then it fired past its grace: a failure, not just late
     assert report["checker"]["past_grace"] == 1
@@ -226,7 +234,7 @@ def test_drift_is_split_between_the_spread_tasks_and_the_burst() -> None:
     fires = [fire(t, due + (8.0 if t in plan.burst_ids else 2.0)) for t, due in plan.due_ms.items()]
 
     # When the report is built
-    report = build_report(FakeClient(), plan, fires)
+    report = build_report(FakeClient(), plan, fires)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then each group's percentiles hold only its own fires
     assert (report["steady_drift_ms"]["count"], report["steady_drift_ms"]["max"]) == (3, 2.0)
@@ -237,7 +245,7 @@ def test_drift_is_split_between_the_spread_tasks_and_the_burst() -> None:
 def test_the_human_report_prints_the_verdict_under_the_table() -> None:
     # Given a report with one lost task
     plan = make_plan()
-    report = build_report(FakeClient(), plan, on_time(plan)[1:])
+    report = build_report(FakeClient(), plan, on_time(plan)[1:])  # type: ignore[arg-type]  # a stand-in for the client
 
     # When it is formatted
     text = format_report(report)
@@ -258,7 +266,7 @@ def test_check_fire_log_expects_no_fire_of_a_task_cancelled_by_a_call_that_said_
     client = FakeClient()
 
     # When the fire log is checked with both cancellations
-    verdict = check_fire_log(client, due, fires, epsilon_ms=10, cancelled=["load-a", "load-b"])
+    verdict = check_fire_log(client, due, fires, epsilon_ms=10, cancelled=["load-a", "load-b"])  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the unfired one is cancelled, the fired one is "fired though cancelled" (a failure), and the table
     # was not asked about either
@@ -290,7 +298,7 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
     plan = make_plan()
 
     def fake_run_demo(client: Any, fire_log: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return build_report(FakeClient(), plan, on_time(plan)[:fired], epsilon_ms=kwargs["epsilon_ms"])
+        return build_report(FakeClient(), plan, on_time(plan)[:fired], epsilon_ms=kwargs["epsilon_ms"])  # type: ignore[arg-type]  # a stand-in for the client
 
     monkeypatch.setattr(demo, "run_demo", fake_run_demo)
 
@@ -305,8 +313,6 @@ def test_punctual_demo_exits_non_zero_when_the_verdict_fails(
 
 
 def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_line(tmp_path: Path) -> None:
-    from punctual_tools.demo import FireLogTail, read_fires
-
     log = tmp_path / "fires.jsonl"
     tail = FireLogTail(log, "run-a-")
     assert tail.read() == []  # no log yet
@@ -325,7 +331,6 @@ def test_a_fire_log_tail_parses_only_what_was_appended_and_waits_for_a_partial_l
 def test_a_fire_log_tail_starts_over_when_the_log_is_truncated_and_skips_lines_that_are_not_objects(
     tmp_path: Path,
 ) -> None:
-    from punctual_tools.demo import FireLogTail
 
     log = tmp_path / "fires.jsonl"
     old = {"task_id": "run-a-old-with-a-long-id", "key": "k:0", "due_ms": 1, "fired_ms": 2}
@@ -366,7 +371,6 @@ class SteppingTime:
 def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from punctual_tools.demo import FireLogTail
 
     clock = SteppingTime(1_000_000.0)
     monkeypatch.setattr(demo, "time", clock)
@@ -386,18 +390,20 @@ def test_a_fire_log_tail_waits_until_every_task_fired_or_the_deadline(
     )
     assert entries == [fire]
     assert clock.now_s * 1000 > deadline_ms
-    assert set(clock.sleeps) == {0.05} and len(seen) == len(clock.sleeps) + 1 >= 6
-    assert seen[-1] == (1, True) and all(not last for _, last in seen[:-1])
+    assert set(clock.sleeps) == {0.05}
+    assert len(seen) == len(clock.sleeps) + 1 >= 6
+    assert seen[-1] == (1, True)
+    assert all(not last for _, last in seen[:-1])
 
 
 def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the_spread_figures(
     tmp_path: Path,
 ) -> None:
-    from punctual_tools.demo import FireLogTail, plan_demo
 
     # Given a plan with 4 spread log tasks and 2 webhooks between them, no burst
     plan = plan_demo(4, 3.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, webhooks=2)
-    assert len(plan.webhook_ids) == 2 and len(plan.due_ms) == 6
+    assert len(plan.webhook_ids) == 2
+    assert len(plan.due_ms) == 6
     hooks = sorted(plan.webhook_ids, key=plan.due_ms.__getitem__)
     spread = sorted(set(plan.due_ms) - plan.webhook_ids, key=plan.due_ms.__getitem__)
     assert plan.due_ms[spread[0]] < plan.due_ms[hooks[0]] < plan.due_ms[spread[1]]  # halfway between
@@ -413,18 +419,18 @@ def test_webhooks_are_judged_where_the_receiver_got_them_and_kept_apart_from_the
     )
     # When the demo follows both and builds its report
     entries = FireLogTail(fire_log, "demo-r1-", received).read()
-    report = build_report(FakeClient(), plan, entries)
+    report = build_report(FakeClient(), plan, entries)  # type: ignore[arg-type]  # a stand-in for the client
     # Then all 6 fired on time; the webhooks' drift is the receiver's, the spread row holds only the log tasks
-    assert report["fired"] == 6 and report["checker"]["ok"]
-    assert report["webhook_drift_ms"]["count"] == 2 and report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
-    assert report["steady_drift_ms"]["count"] == 4 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert report["fired"] == 6
+    assert report["checker"]["ok"]
+    assert report["webhook_drift_ms"]["count"] == 2
+    assert report["webhook_drift_ms"]["p50"] == pytest.approx(7.0)
+    assert report["steady_drift_ms"]["count"] == 4
+    assert report["steady_drift_ms"]["max"] == pytest.approx(1.0)
     assert "webhooks (arrival at the loopback receiver)" in format_report(report)
 
 
 def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row_of_their_own() -> None:
-    from punctual.domain.model import split_occurrence_id
-    from punctual_tools.demo import plan_demo
-
     # Given a plan of 3 spread tasks over 2 s and two schedules, every 250 ms and every 1,000 ms
     plan = plan_demo(3, 2.0, 0, DUE_MS, 10_000, run_id="r1", lead_ms=0, recurring_ms=(250, 1000))
     # Then each schedule expects an occurrence at every multiple of its rate from the first due instant to the
@@ -433,7 +439,8 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
     by_schedule: dict[str, list[int]] = {}
     for task_id in plan.occurrence_ids:
         split = split_occurrence_id(task_id)
-        assert split is not None and plan.due_ms[task_id] == split[1]
+        assert split is not None
+        assert plan.due_ms[task_id] == split[1]
         by_schedule.setdefault(split[0], []).append(split[1])
     # (half a period after the span's start, so that no occurrence falls on the burst's instant, mid-span)
     first = plan.first_ms
@@ -445,12 +452,15 @@ def test_recurring_schedules_expect_every_occurrence_of_their_rate_and_get_a_row
     # When they fire 2 ms late and the spread tasks 1 ms late, but one occurrence never fires
     missing = max(plan.occurrence_ids)
     entries = [fire(t, due + (2 if "@" in t else 1)) for t, due in plan.due_ms.items() if t != missing]
-    report = build_report(FakeClient(), plan, entries)
+    report = build_report(FakeClient(), plan, entries)  # type: ignore[arg-type]  # a stand-in for the client
     # Then the occurrences have their own drift row, the spread row keeps only the one-off tasks, and the
     # unfired occurrence is lost: the verdict fails
-    assert report["recurring_drift_ms"]["count"] == 9 and report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
-    assert report["steady_drift_ms"]["count"] == 3 and report["steady_drift_ms"]["max"] == pytest.approx(1.0)
-    assert report["lost"] == 1 and not report["checker"]["ok"]
+    assert report["recurring_drift_ms"]["count"] == 9
+    assert report["recurring_drift_ms"]["p50"] == pytest.approx(2.0)
+    assert report["steady_drift_ms"]["count"] == 3
+    assert report["steady_drift_ms"]["max"] == pytest.approx(1.0)
+    assert report["lost"] == 1
+    assert not report["checker"]["ok"]
     assert "recurring (2 schedules, sub-second rates)" in format_report(report)
 
 

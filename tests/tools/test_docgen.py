@@ -12,6 +12,7 @@ from pathlib import Path
 
 from punctual_tools import docgen
 from punctual_tools.cli import build_parser
+from punctual_tools.layout import PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +35,7 @@ def test_the_rest_api_page_names_every_operation_and_schema_of_openapi_json() ->
 def test_the_cli_page_names_every_command() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert commands is not None
     for name in commands:
         assert f"### punctual {name}\n" in page
 
@@ -69,7 +71,8 @@ def test_every_relative_link_of_the_readme_names_a_file_that_exists() -> None:
     targets = re.findall(r"\]\((?!https?:|#|mailto:)([^)#\s]+)", text)
     # Then each relative link leads to a file of the tree
     missing = [t for t in targets if not (ROOT / t).exists()]
-    assert targets and missing == []
+    assert targets
+    assert missing == []
 
 
 _PATH = re.compile(r"`((?:src|tests|bench|loadtest|docs)/[\w./-]*\w/?|punctual(?:_tools)?/[\w./-]+\.py)`")
@@ -143,7 +146,6 @@ def test_the_picture_draws_an_import_only_where_no_other_import_implies_it() -> 
 
 def test_the_layers_table_and_picture_name_every_part_of_the_runtime() -> None:
     # Given the layers the tooling names
-    from punctual_tools.layout import PARTS
 
     table, picture = "\n".join(docgen.layers_block()), docgen.layers_svg()
     # Then each part has its row in the table and its box in the picture

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
+from punctual.config.cpu_share import QUOTA_PERIOD_MS, fires_per_period
 from punctual_tools import docgen
 from punctual_tools.cli import main
 from punctual_tools.plan import PAGE_RATES, defaults, make_plan, model, pages
 from punctual_tools.plan.model import TASK_UNITS
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["plan", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
 
 
 def page_rows(page: str, block: str) -> dict[str, list[str]]:
@@ -28,7 +31,7 @@ def page_rows(page: str, block: str) -> dict[str, list[str]]:
 
 
 def number(cell: str) -> float:
-    return float(re.sub(r"[$,]", "", cell.split()[0]))
+    return float(re.sub(r"[$,]", "", cell.split(maxsplit=1)[0]))
 
 
 def test_the_pages_are_what_the_model_makes() -> None:
@@ -75,7 +78,8 @@ def test_the_human_block_names_the_overrides_quotas_capacity_and_bill(capsys: py
     assert "sam deploy --parameter-overrides ShardCount=128 " in out
     assert "Lambda concurrent executions: default 1,000, raise to" in out
     assert "Lambda scaling rate" in out
-    assert "write units/s" in out and "per million" in out
+    assert "write units/s" in out
+    assert "per million" in out
 
 
 @pytest.mark.parametrize(
@@ -116,8 +120,8 @@ def test_shards_keep_each_due_index_key_under_half_a_partition() -> None:
 def test_a_sustained_rate_keeps_whole_batches_at_any_memory_as_the_poller_cuts_them() -> None:
     # Given rates below and far above what one executor at 256 MB fires in a quota period
     d = defaults()
-    at_once = model.fires_per_period(256, d.fire_cpu_us)
-    edge = at_once * 1000 / model.QUOTA_PERIOD_MS  # tasks a second that put at_once in one period
+    at_once = fires_per_period(256, d.fire_cpu_us)
+    edge = at_once * 1000 / QUOTA_PERIOD_MS  # tasks a second that put at_once in one period
     # Then the poller's cut interleaves them in lanes: every batch stays whole, and no memory is needed for it
     for rate in (100, edge, edge + 1, 10_000, 1e6 / 60):
         assert model.batch_tasks(rate, 256, d) == d.batch_size

@@ -4,8 +4,10 @@ states; a lever that cannot be set is a clear error with exit 2."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import shlex
+from typing import Any
 
 import pytest
 
@@ -14,13 +16,15 @@ from punctual_tools.cli import main
 from punctual_tools.cost import pricing
 from punctual_tools.plan import defaults, make_plan, model, pages
 from punctual_tools.plan.model import Levers
+from punctual_tools.template import load_template
 
 RATE_100M = 100e6 / pricing.MONTH_S
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["plan", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
 
 
 def block_rows(block: str) -> list[list[str]]:
@@ -163,13 +167,12 @@ def test_a_lever_out_of_its_range_is_an_argparse_error(args: list[str], capsys: 
 
 def test_the_defaults_keep_the_shipped_poll_cycle() -> None:
     plan = make_plan(RATE_100M)
-    assert plan.defaults.interval_s == 60 and plan.defaults.lead_s == defaults().lead_s
+    assert plan.defaults.interval_s == 60
+    assert plan.defaults.lead_s == defaults().lead_s
     assert not {"PollsPerMinute", "LeadMs", "TableBillingMode"} & set(plan.overrides())
 
 
 def test_the_provisioned_model_holds_the_templates_minimums_and_indexes() -> None:
-    from punctual_tools.template import load_template
-
     template = load_template()
     params = template["Parameters"]
     d = defaults()
@@ -184,7 +187,8 @@ def test_a_provisioned_plan_raises_auto_scalings_ceiling_when_the_table_needs_mo
     assert "TableMaxWriteCapacity" not in small.overrides()
     big = make_plan(2_000, levers=Levers(capacity="provisioned"))
     ceiling = big.overrides()["TableMaxWriteCapacity"]
-    assert isinstance(ceiling, int) and ceiling >= big.capacity.table_writes / 0.7
+    assert isinstance(ceiling, int)
+    assert ceiling >= big.capacity.table_writes / 0.7
     on_demand = make_plan(2_000)
     assert not {"TableMaxWriteCapacity", "TableBillingMode"} & set(on_demand.overrides())
 
@@ -199,7 +203,8 @@ def test_the_precision_line_reads_the_drift_benchmark_run_at_the_levers_cycle() 
     }
     reference = {"verdicts": [{"name": "system/steady", "ratio_met": True}, {"name": "cold", "ratio_met": False}]}
     line = pages.precision_line(levers, at_cycle, reference)
-    assert "met 1 of 2 ratio targets; missed: cold." in line and "abc1234" in line
+    assert "met 1 of 2 ratio targets; missed: cold." in line
+    assert "abc1234" in line
     assert "not met with these levers" not in line  # cold was missed at the default settings too
     elsewhere = {"args": {"poll_interval": 10.0, "lead_ms": 90000}, "verdicts": verdicts}
     assert "not measured" in pages.precision_line(levers, elsewhere, reference)
@@ -216,11 +221,11 @@ def test_a_target_the_default_settings_met_and_the_levers_miss_is_named() -> Non
 
 
 def test_each_levers_flags_parse_back_to_the_same_levers(capsys: pytest.CaptureFixture[str]) -> None:
-    import doctest
-
     assert doctest.testmod(model).failed == 0
     for _, levers in pages.LEVER_STEPS:
         got = plan_json(capsys, "--rate", "38.58", *levers.flags())["levers"]
         assert got["polls_per_minute"] == levers.polls_per_minute
-        assert got["capacity"] == levers.capacity and got["reserved"] == levers.reserved
-        assert got["arch"] == levers.arch and got["utilization"] == pytest.approx(levers.utilization)
+        assert got["capacity"] == levers.capacity
+        assert got["reserved"] == levers.reserved
+        assert got["arch"] == levers.arch
+        assert got["utilization"] == pytest.approx(levers.utilization)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
+
+import pytest
 
 from punctual_tools.progress import CLEAR_LINE, ProgressLine
 
@@ -40,10 +44,7 @@ def test_an_end_without_text_after_nothing_shown_writes_nothing_and_none_is_sile
     silent.end("y")
 
 
-def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch) -> None:
-    import os
-    import shutil
-
+def test_on_a_terminal_a_line_wider_than_the_terminal_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((40, 24)))
     out = Terminal()
     ProgressLine(out).show("x" * 100)

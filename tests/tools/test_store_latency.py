@@ -106,9 +106,12 @@ def test_tls_costs_cpu_in_proportion_to_bytes() -> None:
 def test_describe_names_the_model_and_its_seed() -> None:
     latency = StoreLatency(DYNAMODB_IN_REGION, 42, 1)
     line = latency.describe()
-    assert line.startswith("dynamodb-in-region") and "seed 42" in line and "\n" not in line
+    assert line.startswith("dynamodb-in-region")
+    assert "seed 42" in line
+    assert "\n" not in line
     as_json = latency.as_dict()
-    assert as_json["name"] == "dynamodb-in-region" and as_json["seed"] == 42
+    assert as_json["name"] == "dynamodb-in-region"
+    assert as_json["seed"] == 42
     assert as_json["latencies"]["point"]["median_ms"] == DYNAMODB_IN_REGION.latencies["point"].median_ms
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from punctual_tools.task_path import TaskPath, _runtime_module, trace_task_life
+from punctual_tools.task_path import SRC, TaskPath, _runtime_module, trace_task_life
 
 # One task crossed 33 modules when the services reached the store through a facade and the executor read the clock
 # offset from the NTP module: the path may not grow back.
@@ -13,7 +13,6 @@ MOST_MODULES = 32
 
 def test_files_are_named_as_the_runtime_modules_and_handlers_they_are() -> None:
     # Given files of the layer, of a handler, of the tooling and of a library  Then only the first two are named
-    from punctual_tools.task_path import SRC
 
     assert _runtime_module(str(SRC / "shared/punctual/domain/model.py")) == "punctual.domain.model"
     assert _runtime_module(str(SRC / "shared/punctual/targets/__init__.py")) == "punctual.targets"

@@ -38,17 +38,23 @@ def test_the_mix_has_each_group_in_its_place() -> None:
     by_group = {group: [t for t in plan.tasks if t.group == group] for group in GROUPS}
     # Then the spread falls at even steps inside the window, written at the start
     spread = sorted(t.due_ms for t in by_group[SPREAD])
-    assert len(spread) == options.spread and spread[0] == start and spread[-1] < end
+    assert len(spread) == options.spread
+    assert spread[0] == start
+    assert spread[-1] < end
     assert len(set(spread)) == options.spread
     assert all(t.write_at_ms is None for t in by_group[SPREAD] + by_group[BURST])
     # ... the burst is one instant, mid-window
-    assert {t.due_ms for t in by_group[BURST]} == {start + 30_000} and len(by_group[BURST]) == options.burst
+    assert {t.due_ms for t in by_group[BURST]} == {start + 30_000}
+    assert len(by_group[BURST]) == options.burst
     # ... each short lead is written 2 to 4 s ahead, the first 2 s and the last 4 s, inside the window
-    leads = [t.lead_ms for t in plan.short]
-    assert len(leads) == options.short_leads and min(leads) == 2_000 and max(leads) == 4_000
+    leads = [t.lead_ms for t in plan.short if t.lead_ms is not None]
+    assert len(leads) == options.short_leads
+    assert min(leads) == 2_000
+    assert max(leads) == 4_000
     assert all(start <= t.due_ms < end for t in plan.short)
     # ... the schedule starts with the window; ids are the run's and distinct
-    assert plan.schedule is not None and plan.schedule.start_ms == start
+    assert plan.schedule is not None
+    assert plan.schedule.start_ms == start
     assert plan.counts() == {SPREAD: 600, BURST: 1_000, SHORT_LEAD: 20, RECURRING: 10}
     assert len({t.task_id for t in plan.tasks}) == len(plan.tasks)
     assert all(t.task_id.startswith("verify-r1-") for t in plan.tasks)
@@ -75,7 +81,8 @@ def test_a_single_short_lead_is_written_3_s_ahead_and_none_is_allowed() -> None:
     one = plan_mix("r3", NOW, MixOptions.quick().with_changes(short_leads=1))
     assert [t.lead_ms for t in one.short] == [3_000]
     none = plan_mix("r3", NOW, MixOptions.quick().with_changes(short_leads=0, occurrences=0))
-    assert none.short == [] and none.schedule is None
+    assert none.short == []
+    assert none.schedule is None
 
 
 @pytest.mark.parametrize(
@@ -103,7 +110,11 @@ def test_the_quick_mix_is_small_and_the_shortest_usable_lead_in_passes() -> None
 
 # -- judging the messages -----------------------------------------------------------------------------------------
 def message(key: str, group: str, sent_ms: float, message_id: str, run: str = "r") -> dict[str, object]:
-    body = {"task_id": key.split(":")[0], "idempotency_key": key, "payload": {"verify": run, "group": group}}
+    body = {
+        "task_id": key.split(":", maxsplit=1)[0],
+        "idempotency_key": key,
+        "payload": {"verify": run, "group": group},
+    }
     return {"MessageId": message_id, "Body": json.dumps(body), "Attributes": {"SentTimestamp": str(int(sent_ms))}}
 
 
@@ -127,10 +138,12 @@ def test_drift_per_group_is_sent_timestamp_minus_due() -> None:
     assert (spread.group, spread.expected, spread.arrived, spread.missing, spread.duplicates) == (SPREAD, 3, 3, 0, 0)
     assert (spread.drift["p50"], spread.drift["p99"], spread.drift["max"]) == (10, 20, 20)
     assert (burst.drift["p50"], burst.drift["max"]) == (40, 40)
-    assert result.overall.drift["max"] == 40 and result.every_task_once
+    assert result.overall.drift["max"] == 40
+    assert result.every_task_once
     assert verdict_line(result) == "verdict: every task once"
     table = "\n".join(format_groups(result))
-    assert "spread" in table and "all" in table
+    assert "spread" in table
+    assert "all" in table
 
 
 def test_a_second_message_of_a_key_is_a_duplicate_but_a_redelivery_is_not() -> None:
@@ -141,7 +154,8 @@ def test_a_second_message_of_a_key_is_a_duplicate_but_a_redelivery_is_not() -> N
     # Given two messages of one key: two fires, the verdict fails naming it
     fired_twice = [Arrival("a:0", SPREAD, 1_001, "m1"), Arrival("a:0", SPREAD, 1_050, "m2")]
     result = judge(plan, fired_twice, 100)
-    assert result.groups[0].duplicates == 1 and not result.every_task_once
+    assert result.groups[0].duplicates == 1
+    assert not result.every_task_once
     assert verdict_line(result) == "verdict: NOT every task once: 1 extra messages"
 
 
@@ -149,7 +163,8 @@ def test_missing_early_and_unknown_messages_each_fail_the_verdict() -> None:
     plan = expected({SPREAD: [("a", 1_000), ("b", 2_000)], RECURRING: [("s@1", 3_000)]})
     # Given b never arrives
     missing = judge(plan, [Arrival("a:0", SPREAD, 1_001, "m1"), Arrival("s@1:0", RECURRING, 3_001, "m2")], 100)
-    assert [g.missing for g in missing.groups] == [1, 0] and not missing.every_task_once
+    assert [g.missing for g in missing.groups] == [1, 0]
+    assert not missing.every_task_once
     assert "1 never arrived" in verdict_line(missing)
     # Given all arrive, one of them 101 ms before its due instant (beyond ε)
     early = [
@@ -162,14 +177,16 @@ def test_missing_early_and_unknown_messages_each_fail_the_verdict() -> None:
     # Given a message nobody expected: an extra, under its own group
     stray = [*early[1:], Arrival("a:0", SPREAD, 1_000, "m1"), Arrival("zzz:0", "unknown", 5_000, "m9")]
     result = judge(plan, stray, 100)
-    assert not result.every_task_once and result.groups[-1].group == "unknown"
+    assert not result.every_task_once
+    assert result.groups[-1].group == "unknown"
 
 
 def test_an_explicit_missed_outcome_is_not_every_task_once() -> None:
     # Given an occurrence that the table recorded MISSED: the checker's verdict holds, ours does not
     plan = {SPREAD: [Expected("a", 0, 1_000, "MISSED")]}
     result = judge(plan, [], 100)
-    assert result.overall.ok and not every_task_once(result.overall)
+    assert result.overall.ok
+    assert not every_task_once(result.overall)
     assert verdict_line(result) == "verdict: NOT every task once: 1 MISSED"
 
 
@@ -189,7 +206,7 @@ MINUTE = 1_800_000_000_000 // 60_000 * 60_000
 
 
 def canned() -> tuple[list[MetricSpec], dict[str, list[tuple[int, float]]]]:
-    functions = {logical: config["FunctionName"] for logical, config in CONFIGS.items()}
+    functions = {logical: str(config["FunctionName"]) for logical, config in CONFIGS.items()}
     specs = usage_queries(functions, "tasks", ["due"])
     values = {
         ("PollerFunction", "Invocations"): [2.0, 1.0],
@@ -214,7 +231,8 @@ def test_usage_adds_each_series_and_turns_duration_into_gb_seconds() -> None:
     poller, executor = usage.functions
     assert (poller.invocations, poller.duration_ms, poller.gb_s) == (3, 2_000, 1.0)  # 2 s at 0.5 GB
     assert (executor.invocations, executor.gb_s) == (4, 10.0)  # 10 s at 1 GB
-    assert usage.write_units == {"table": 120, "index:due": 30} and usage.read_units == {"table": 10.5, "index:due": 0}
+    assert usage.write_units == {"table": 120, "index:due": 30}
+    assert usage.read_units == {"table": 10.5, "index:due": 0}
     assert usage.latest_ms == MINUTE + 60_000
 
 
@@ -236,14 +254,17 @@ def test_a_function_the_cost_module_has_no_price_for_gets_none() -> None:
 def test_no_data_is_said_plainly_and_partial_data_is_labelled() -> None:
     # Given no data at all  Then one line says so, with no figure
     empty = format_cost(Usage((), {}, {}, None), MINUTE, MINUTE + 90_000)
-    assert len(empty) == 1 and empty[0].endswith("not available: CloudWatch has no data for the run yet")
+    assert len(empty) == 1
+    assert empty[0].endswith("not available: CloudWatch has no data for the run yet")
     assert "$" not in empty[0]
     # Given data up to the minute before the run's last  Then the figures are printed, labelled as short
     specs, series = canned()
     usage = usage_of(specs, series, CONFIGS)  # data up to MINUTE + 1 min
-    assert covers(usage, MINUTE + 60_000 + 59_999) and not covers(usage, MINUTE + 120_000)
+    assert covers(usage, MINUTE + 60_000 + 59_999)
+    assert not covers(usage, MINUTE + 120_000)
     partial = "\n".join(format_cost(usage, MINUTE, MINUTE + 120_000))
-    assert "not yet available" in partial and "total of the priced lines" in partial
+    assert "not yet available" in partial
+    assert "total of the priced lines" in partial
 
 
 # -- the queue a run makes ----------------------------------------------------------------------------------------

@@ -6,16 +6,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import punctual.targets.registry as registry
 from punctual.domain.model import known_action_kinds
-from punctual.targets import ACTION_KINDS, action_kinds
+from punctual.targets import ACTION_KINDS, action_kinds, kinds, registry
 
 TARGETS = Path(registry.__file__).parent
 
 
 def _kinds_defined() -> set[str]:
     """The module-level names bound to an ``ActionKind`` (or a helper that builds one) in punctual/targets."""
-    found = set()
+    found: set[str] = set()
     for path in TARGETS.glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
@@ -29,7 +28,6 @@ def _kinds_defined() -> set[str]:
 
 def test_every_kind_a_target_module_defines_is_on_the_one_list() -> None:
     # Given the ActionKind constants of punctual/targets  Then ACTION_KINDS lists each, once
-    import punctual.targets.kinds as kinds
 
     listed = {name for name, value in vars(kinds).items() if any(value is kind for kind in ACTION_KINDS)}
     assert listed == _kinds_defined()

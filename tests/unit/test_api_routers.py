@@ -26,7 +26,7 @@ def test_each_resolver_answers_with_its_own_client() -> None:
     second = build_app(lambda: _client_of("second"), TenantMap())
     # When each answers a request
     answers = {
-        name: app.resolve(proxy_event("GET", "/v1/tasks/t-1", {}, None, "acme"), None)
+        name: app.resolve(proxy_event("GET", "/v1/tasks/t-1", {}, None, "acme"), None)  # type: ignore[arg-type]  # reads no context
         for name, app in (("first", first), ("second", second))
     }
     # Then each went through its own client

@@ -19,7 +19,8 @@ def test_a_batch_due_soon_is_armed_soonest_first_in_parts_that_double() -> None:
     # Then the parts double from the first, hold every task once, and go in due order
     assert [len(p) for p in parts] == [FIRST_ARM_PART, 2 * FIRST_ARM_PART, 100 - 3 * FIRST_ARM_PART]
     flat = [r.due_ms for p in parts for r in p]
-    assert flat == sorted(flat) and len(flat) == 100
+    assert flat == sorted(flat)
+    assert len(flat) == 100
 
 
 def test_what_is_due_beyond_the_arming_horizon_goes_in_one_last_part() -> None:

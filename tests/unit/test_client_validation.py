@@ -133,13 +133,15 @@ def test_unknown_action_kind_is_refused(client: Client) -> None:
     error = refused(client, action={"kind": "smoke-signal"})
     assert error.field == "action"
     assert "smoke-signal" in str(error)
-    assert "http" in str(error) and "log" in str(error)
+    assert "http" in str(error)
+    assert "log" in str(error)
 
 
 @pytest.mark.parametrize("url", ["not a url", "ftp://example.com/hook", "http://", "//example.com/x"])
 def test_malformed_url_is_refused(client: Client, url: str) -> None:
     error = refused(client, action={"kind": "http", "url": url})
-    assert error.field is not None and error.field.split(".")[0] == "action"
+    assert error.field is not None
+    assert error.field.split(".")[0] == "action"
 
 
 def test_http_action_is_accepted(client: Client) -> None:

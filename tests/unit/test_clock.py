@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import ntplib
 import pytest
 
 from punctual.config.settings import Settings
@@ -102,7 +103,8 @@ def closed_port() -> int:
     """A UDP port on the loopback interface that nothing listens on (bound, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def test_measure_offset_against_a_server_2_5_s_ahead(ntp_server: NtpResponder) -> None:
@@ -128,14 +130,13 @@ def test_settings_accept_host_and_port_for_ntp(ntp_server: NtpResponder) -> None
 @pytest.fixture
 def requested_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The timeout of every request measure_offset makes of ntplib (which then really asks the server)."""
-    import ntplib
 
     asked: list[float] = []
     request = ntplib.NTPClient.request
 
     def spy(self: ntplib.NTPClient, *args: object, **kwargs: object) -> object:
         asked.append(kwargs["timeout"])  # type: ignore[arg-type]
-        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+        return request(self, *args, **kwargs)
 
     monkeypatch.setattr(ntplib.NTPClient, "request", spy)
     return asked
@@ -191,7 +192,8 @@ def test_offset_probe_says_why_once_its_measurement_timed_out(silent_server: Ntp
     # When its measurement has timed out / Then the result says why
     final = probe.wait(timeout=30)
     assert final.offset_ms is None
-    assert final.error and final.error != "not measured yet"
+    assert final.error
+    assert final.error != "not measured yet"
 
 
 def test_offset_probe_publishes_the_measured_offset(ntp_server: NtpResponder) -> None:

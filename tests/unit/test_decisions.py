@@ -16,7 +16,7 @@ DUE = 1_900_000_000_000
 def task(policy: str = "skip", grace_ms: int = 1_000, **fields: object) -> Task:
     return Task(
         task_id="t", due_at=from_ms(DUE), action=LogAction(), misfire_grace_ms=grace_ms, misfire_policy=policy, **fields
-    )  # type: ignore[arg-type]
+    )
 
 
 @pytest.mark.parametrize(
@@ -45,16 +45,21 @@ def test_the_crash_window_says_why_in_the_record() -> None:
     # When the executor records it
     record = decide_outcome(task("skip"), DUE, DUE + 7, DUE + 8, decision=decision, error=None, offset_ms=None)
     # Then it is MISSED, not fired, and the detail names the lost executor
-    assert record.outcome is Outcome.MISSED and record.fired_ms is None
-    assert record.detail is not None and LOST_EXECUTOR in record.detail
+    assert record.outcome is Outcome.MISSED
+    assert record.fired_ms is None
+    assert record.detail is not None
+    assert LOST_EXECUTOR in record.detail
 
 
 def test_a_fire_late_refire_in_the_crash_window_is_flagged_late_with_its_reason() -> None:
     decision = decide_before_fire(task("fire_late"), DUE, DUE + 7, taken_over_until_ms=DUE)
     record = decide_outcome(task("fire_late"), DUE, DUE + 7, DUE + 8, decision=decision, error=None, offset_ms=1.5)
-    assert record.outcome is Outcome.SUCCEEDED and record.late
-    assert record.detail is not None and "fired again with the same idempotency key" in record.detail
-    assert record.drift_ms == 7 and record.drift_corrected_ms == 8.5
+    assert record.outcome is Outcome.SUCCEEDED
+    assert record.late
+    assert record.detail is not None
+    assert "fired again with the same idempotency key" in record.detail
+    assert record.drift_ms == 7
+    assert record.drift_corrected_ms == 8.5
 
 
 def test_a_failure_with_attempts_left_is_a_retry_and_the_last_one_is_failed() -> None:
@@ -77,7 +82,10 @@ def test_a_failure_with_attempts_left_is_a_retry_and_the_last_one_is_failed() ->
         error="HTTP 500",
         offset_ms=None,
     )
-    assert first.outcome is Outcome.RETRY and first.retry_delay_ms is not None
-    assert first.detail is not None and first.detail.startswith("attempt 1 of 2 failed, next in")
-    assert last.outcome is Outcome.FAILED and last.retry_delay_ms is None
+    assert first.outcome is Outcome.RETRY
+    assert first.retry_delay_ms is not None
+    assert first.detail is not None
+    assert first.detail.startswith("attempt 1 of 2 failed, next in")
+    assert last.outcome is Outcome.FAILED
+    assert last.retry_delay_ms is None
     assert last.detail == "attempt 2 of 2 failed, no retry left: HTTP 500"

@@ -358,7 +358,7 @@ def test_the_switch_interval_is_short_while_a_fire_is_about_to_start() -> None:
     seen: list[float] = []
     try:
         # When items fire, alone and several at one instant
-        with Dispatcher(lambda _: seen.append(sys.getswitchinterval()), workers=4) as dispatcher:
+        with Dispatcher[str](lambda _: seen.append(sys.getswitchinterval()), workers=4) as dispatcher:
             start = time.monotonic()
             dispatcher.add(start + 0.02, "alone")
             for i in range(3):
@@ -381,9 +381,11 @@ def test_fire_windows_nest_and_restore_the_interval_the_process_had() -> None:
         windows.enter(2)
         assert sys.getswitchinterval() == pytest.approx(0.0002)
         windows.leave(2)
-        assert sys.getswitchinterval() == pytest.approx(0.0002) and windows.open == 1
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+        assert windows.open == 1
         windows.leave()
-        assert sys.getswitchinterval() == pytest.approx(0.003) and windows.open == 0
+        assert sys.getswitchinterval() == pytest.approx(0.003)
+        assert windows.open == 0
     finally:
         sys.setswitchinterval(before)
 

@@ -43,7 +43,11 @@ NOW_MS = 1_700_000_000_000
 
 
 def error_classes() -> list[type[BaseException]]:
-    return [c for _, c in inspect.getmembers(errors, inspect.isclass) if c.__module__ == errors.__name__]
+    return [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, BaseException) and c.__module__ == errors.__name__
+    ]
 
 
 def exception_classes_defined_in(path: Path) -> list[str]:
@@ -145,26 +149,32 @@ def test_an_error_pickles_with_its_message_and_facts() -> None:
         # When one is pickled and read back (as a worker process's error is)
         copy = pickle.loads(pickle.dumps(error))
         # Then it is the same error
-        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
+        assert type(copy) is type(error)
+        assert str(copy) == str(error)
+        assert vars(copy) == vars(error)
 
 
 def test_a_relayed_error_keeps_the_message_it_was_given() -> None:
     relayed = InvalidTaskError.relayed("invalid due_at: naive datetime", field="due_at")
-    assert str(relayed) == "invalid due_at: naive datetime" and relayed.field == "due_at"
+    assert str(relayed) == "invalid due_at: naive datetime"
+    assert relayed.field == "due_at"
     assert TaskStateError.relayed("cannot cancel task 'x': it is ARMED").task is None
 
 
 # -- the families kept apart -----------------------------------------------------------------------------------
 def test_a_missing_schedule_is_not_a_missing_task() -> None:
-    assert issubclass(ScheduleNotFoundError, NotFoundError) and issubclass(TaskNotFoundError, NotFoundError)
+    assert issubclass(ScheduleNotFoundError, NotFoundError)
+    assert issubclass(TaskNotFoundError, NotFoundError)
     assert not issubclass(ScheduleNotFoundError, TaskNotFoundError)
     assert not issubclass(TaskNotFoundError, ScheduleNotFoundError)
     assert issubclass(NotFoundError, LookupError)
 
 
 def test_schedule_conflicts_and_states_are_not_task_ones() -> None:
-    assert issubclass(ScheduleConflictError, ConflictError) and not issubclass(ScheduleConflictError, TaskConflictError)
-    assert issubclass(ScheduleStateError, StateError) and not issubclass(ScheduleStateError, TaskStateError)
+    assert issubclass(ScheduleConflictError, ConflictError)
+    assert not issubclass(ScheduleConflictError, TaskConflictError)
+    assert issubclass(ScheduleStateError, StateError)
+    assert not issubclass(ScheduleStateError, TaskStateError)
 
 
 def test_invalid_tasks_schedules_and_quotas_are_invalid_requests_and_value_errors() -> None:
@@ -181,13 +191,15 @@ def test_a_bad_query_instant_is_an_invalid_request_not_an_invalid_task() -> None
         instant("yesterday", "due_from")
     # Then it is an invalid request naming the parameter, and no invalid task
     assert not isinstance(refused.value, InvalidTaskError)
-    assert refused.value.field == "due_from" and str(refused.value).startswith("invalid due_from: ")
+    assert refused.value.field == "due_from"
+    assert str(refused.value).startswith("invalid due_from: ")
 
 
 def test_a_bad_status_filter_is_an_invalid_request_not_an_invalid_task(client: Client) -> None:
     with pytest.raises(InvalidRequestError) as refused:
         client.list(status="NOT-A-STATUS")
-    assert not isinstance(refused.value, InvalidTaskError) and refused.value.field == "status"
+    assert not isinstance(refused.value, InvalidTaskError)
+    assert refused.value.field == "status"
 
 
 @pytest.mark.parametrize(
@@ -203,7 +215,8 @@ def test_a_bad_schedule_expression_is_an_invalid_schedule_not_an_invalid_task(
 ) -> None:
     with pytest.raises(InvalidScheduleError) as refused:
         client.create_schedule("daily", expression, LogAction())
-    assert not isinstance(refused.value, InvalidTaskError) and refused.value.field == field
+    assert not isinstance(refused.value, InvalidTaskError)
+    assert refused.value.field == field
 
 
 def test_a_schedule_whose_action_the_rules_refuse_is_an_invalid_schedule(client: Client) -> None:

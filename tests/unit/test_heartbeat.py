@@ -70,7 +70,8 @@ def test_a_failed_renewal_leaves_the_fence_where_it_was() -> None:
     store.fail = True
     # Then the renewal fails without raising, and the fence does not move: firing stops when the lease ends
     assert beat.beat() is False
-    assert beat.fence == fence and not beat.taken_over
+    assert beat.fence == fence
+    assert not beat.taken_over
     # And a later renewal that succeeds moves it forward again
     store.fail = False
     clock.advance(1)
@@ -88,7 +89,8 @@ def test_a_taken_over_executor_stops_firing_for_good() -> None:
     # When it renews
     assert beat.beat() is False
     # Then its fence is closed, and stopping it does not write a retirement over the takeover
-    assert beat.taken_over and beat.fence == float("-inf")
+    assert beat.taken_over
+    assert beat.fence == float("-inf")
     writes = len(store.writes)
     beat.stop()
     assert len(store.writes) == writes
@@ -152,7 +154,8 @@ def test_repeated_failures_log_one_traceback_until_a_renewal_succeeds(caplog: py
         assert beat.beat() is False
     # Then a traceback is logged at the first failure of each run of failures, a line for the others
     with_trace = [r for r in caplog.records if r.exc_info]
-    assert len(caplog.records) == 4 and len(with_trace) == 2
+    assert len(caplog.records) == 4
+    assert len(with_trace) == 2
     assert "failed again (ConnectionError)" in caplog.records[1].getMessage()
 
 

@@ -147,7 +147,8 @@ def test_an_import_a_contract_forbids_breaks_it(tmp_path: Path, module: str, lin
     # Then it fails, naming the broken contract and the import
     assert verdict.returncode != 0
     broken = [text for text in verdict.stdout.splitlines() if text.endswith("BROKEN")]
-    assert len(broken) == 1 and contract in verdict.stdout.split("Broken contracts", 1)[1], verdict.stdout
+    assert len(broken) == 1, verdict.stdout
+    assert contract in verdict.stdout.split("Broken contracts", 1)[1], verdict.stdout
     assert module.removesuffix(".py").replace("/", ".") in verdict.stdout
 
 

@@ -24,7 +24,8 @@ def test_every_test_folder_is_in_exactly_one_of_the_runs_ci_makes() -> None:
     assert sorted(sum(runs.values(), [])) == folders
     assert all(f"$({name})" in makefile for name in runs)
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "make test" in ci and "make faults" in ci
+    assert "make test" in ci
+    assert "make faults" in ci
 
 
 def _pytest_runs(makefile: str, target: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
@@ -55,6 +56,7 @@ def test_the_default_leaves_the_first_usable_cpu_out() -> None:
     if len(USABLE) < 2:
         assert default is None
     else:
+        assert default is not None
         assert parse_cpu_list(default) == set(USABLE[1:])
 
 
@@ -71,7 +73,8 @@ def _affinity_after_lowering() -> set[int]:
     thread = threading.Thread(target=body)
     thread.start()
     thread.join()
-    assert len(seen) == 2 and seen[0] == seen[1]
+    assert len(seen) == 2
+    assert seen[0] == seen[1]
     return seen[0]
 
 
@@ -101,8 +104,11 @@ def test_a_cpu_beyond_what_linux_allows_is_refused_rather_than_enumerated() -> N
         parse_cpu_list("0-99999999999")
 
 
-def _in_a_thread(work: Callable[[], object]) -> object:
-    out: list[object] = []
+T = TypeVar("T")
+
+
+def _in_a_thread(work: Callable[[], T]) -> T:
+    out: list[T] = []
     thread = threading.Thread(target=lambda: out.append(work()))
     thread.start()
     thread.join()
@@ -142,7 +148,7 @@ def test_asked_and_allowed_the_dispatcher_fires_from_real_time_threads_and_leave
     set_realtime_firing(True)
     policies: list[int] = []
     # When a dispatcher fires an item
-    with Dispatcher(lambda _: policies.append(os.sched_getscheduler(0)), workers=2, name="rt") as dispatcher:
+    with Dispatcher[str](lambda _: policies.append(os.sched_getscheduler(0)), workers=2, name="rt") as dispatcher:
         dispatcher.add(0.0, "item")
     # Then its worker ran SCHED_FIFO, and the thread that built the dispatcher kept its policy
     assert policies == [os.SCHED_FIFO]

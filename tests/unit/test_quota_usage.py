@@ -51,4 +51,5 @@ def test_a_change_passes_a_quota_only_by_adding_to_it() -> None:
     # And the error names the quota and the field
     with pytest.raises(QuotaExceededError) as refused:
         limits.check(full, ScheduleUsage(0, 1_000_000))
-    assert refused.value.quota == "schedule_rate_per_s" and refused.value.field == "expression"
+    assert refused.value.quota == "schedule_rate_per_s"
+    assert refused.value.field == "expression"

@@ -24,8 +24,10 @@ def response(body: bytes, status: int = 200) -> dict[str, Any]:
 def both_ways(operation: str, body: bytes, status: int = 200) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """(botocore's parse, the parse with the fast handler in front, whether the handler took the body)."""
     shape = _MODEL.operation_model(operation).output_shape
+    assert shape is not None
     slow = create_parser("json").parse(response(body, status), shape)
-    fast_response, customized = response(body, status), {}
+    fast_response = response(body, status)
+    customized: dict[str, Any] = {}
     parse_fast(response_dict=fast_response, customized_response_dict=customized)
     fast = create_parser("json").parse(fast_response, shape)
     fast.update(customized)
@@ -81,7 +83,8 @@ def test_a_query_parses_as_botocore_parses_it(
 def test_an_attribute_whose_name_ends_in_a_quoted_b_goes_to_botocore_and_parses_the_same() -> None:
     body = json.dumps({"Items": [], "Count": 0, "ScannedCount": 0, "LastEvaluatedKey": {'"B': {"M": {}}}}).encode()
     slow, fast, taken = both_ways("Query", body)
-    assert fast == slow and not taken
+    assert fast == slow
+    assert not taken
 
 
 def keys_named(value: Any) -> set[str]:
@@ -132,7 +135,8 @@ def test_binary_values_are_left_to_botocore_which_decodes_them() -> None:
 )
 def test_errors_and_odd_bodies_are_left_to_botocore(status: int, body: bytes) -> None:
     shape = _MODEL.operation_model("GetItem").output_shape
-    fast_response, customized = response(body, status), {}
+    fast_response = response(body, status)
+    customized: dict[str, Any] = {}
     parse_fast(response_dict=fast_response, customized_response_dict=customized)
     assert fast_response["body"] == body
     assert customized == {}

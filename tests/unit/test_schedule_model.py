@@ -32,7 +32,8 @@ def schedule(payload: object = None, **fields: object) -> Schedule:
 def test_a_small_occurrence_is_made_99_at_a_time() -> None:
     assert chunk_size(schedule({"n": 1})) == MAX_CHUNK
     step = plan_advance(schedule({"n": 1}), START_MS, START_MS + 600_000)
-    assert step is not None and len(step.occurrences) == MAX_CHUNK
+    assert step is not None
+    assert len(step.occurrences) == MAX_CHUNK
 
 
 def test_a_large_payload_makes_fewer_a_transaction_so_that_it_stays_under_4_mb() -> None:
@@ -41,7 +42,8 @@ def test_a_large_payload_makes_fewer_a_transaction_so_that_it_stays_under_4_mb()
     assert 1 < chunk < MAX_CHUNK
     assert chunk * 200_000 <= TRANSACTION_BYTES < (chunk + 1) * 202_100
     step = plan_advance(big, START_MS, START_MS + 600_000)
-    assert step is not None and len(step.occurrences) == chunk
+    assert step is not None
+    assert len(step.occurrences) == chunk
     assert chunk_size(schedule({"blob": "x" * 380_000})) >= 1
 
 

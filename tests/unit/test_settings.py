@@ -190,12 +190,12 @@ def test_every_bad_variable_is_named() -> None:
     message = str(info.value)
     assert "PUNCTUAL_SHARD_COUNT" in message
     assert "PUNCTUAL_MAX_BATCH_SIZE" in message
-    assert "PUNCTUAL_LEAD_MS" not in message.split(":")[0]
+    assert "PUNCTUAL_LEAD_MS" not in message.split(":", maxsplit=1)[0]
 
 
 def test_settings_are_frozen() -> None:
     settings = Settings()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Instance is frozen"):
         settings.shard_count = 8  # type: ignore[misc]
 
 
@@ -362,13 +362,18 @@ def test_the_local_worker_applies_the_local_settings_before_it_loads_the_handler
     handler.write_text(HANDLER)
     results: list[dict[str, Any]] = []
     done = threading.Event()
+
+    def on_result(_event: dict[str, Any], result: dict[str, Any]) -> None:
+        results.append(result)
+        done.set()
+
     invoker = LocalInvoker(
         handler,
         settings_env(settings),
         log_file=tmp_path / "worker.log",
         prewarm=0,
         limits=FunctionLimits("ExecutorFunction", memory_mb=256, timeout_s=60, max_retry_attempts=0),
-        on_result=lambda _event, result: (results.append(result), done.set()),
+        on_result=on_result,
     )
     try:
         # When one event is invoked

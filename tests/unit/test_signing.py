@@ -286,7 +286,8 @@ def test_bad_secrets_are_refused_without_echoing_them(value: str) -> None:
             assert value not in message
             assert value.removeprefix(SECRET_PREFIX) not in message
         error = raised.value  # nor is the text carried by a chained error (binascii's)
-        assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)
+        assert error.__cause__ is None
+        assert error.__context__ is None or error.__suppress_context__
 
 
 def test_a_bad_secret_among_good_ones_is_named_by_position() -> None:

@@ -22,7 +22,8 @@ def _intrinsics(node: Any, path: str = "") -> list[str]:
 def test_the_local_table_is_on_demand_and_holds_no_intrinsic() -> None:
     # Given the table in template.yaml, whose capacity mode and throughputs depend on TableBillingMode
     template = load_template()["Resources"][TABLE_RESOURCE]["Properties"]
-    assert _intrinsics(template["BillingMode"]) and _intrinsics(template["GlobalSecondaryIndexes"])
+    assert _intrinsics(template["BillingMode"])
+    assert _intrinsics(template["GlobalSecondaryIndexes"])
     # When the local runtime and the tests turn it into CreateTable's arguments
     kwargs = create_table_kwargs("punctual-tasks")
     # Then every intrinsic is resolved at the parameters' defaults: on demand, no throughput on the table or an index

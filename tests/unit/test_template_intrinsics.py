@@ -32,7 +32,9 @@ REGION_SUB = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}"}
 def test_conditions_compare_as_cloudformation_does() -> None:
     # Given the defaults  Then a number parameter equals its literal, and an empty list joins to ""
     resolver = Resolver(TEMPLATE)
-    assert resolver.condition("OneGroup") and not resolver.condition("IsB") and not resolver.condition("HasArns")
+    assert resolver.condition("OneGroup")
+    assert not resolver.condition("IsB")
+    assert not resolver.condition("HasArns")
     # And a CommaDelimitedList's items are trimmed
     assert Resolver(TEMPLATE, {"Arns": "a, b"}).resolve({"Ref": "Arns"}) == ["a", "b"]
     assert Resolver(TEMPLATE, {"Arns": "x"}).condition("HasArns")

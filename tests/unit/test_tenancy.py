@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas, TenantMap, TenantPolicy, role_arn
-from punctual.domain.model import SCHEDULE_NAME, TENANT
-from punctual.domain.tenancy import interleave_by_tenant, is_tenant, qualify, split, unqualify
+from punctual.domain.model import SCHEDULE_NAME
+from punctual.domain.tenancy import TENANT, interleave_by_tenant, is_tenant, qualify, split, unqualify
 from punctual.errors import TargetRefusedError
 from punctual.stores.dynamodb.codec import schedule_id_of_key, schedule_key
 from punctual.targets import TargetRules
@@ -41,7 +41,7 @@ def test_a_schedule_key_starts_with_its_tenant_and_reads_back(tenant: str | None
 @pytest.mark.parametrize("value", ["", "Acme", "-acme", "acme-", "ac--me", "a" * 41, "ac me", "acme/"])
 def test_bad_tenant_names(value: str) -> None:
     assert not is_tenant(value)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a tenant name"):
         qualify(value, "x")
 
 
@@ -60,9 +60,17 @@ def test_a_role_session_is_mapped_through_its_role() -> None:
     assert TenantMap.parse("").tenant_of("arn:aws:iam::123456789012:user/ci") is None
 
 
-@pytest.mark.parametrize("text", ["{", "[]", '{"arn": 1}', '{"arn": "Not A Tenant"}'])
-def test_a_bad_tenant_map_is_refused(text: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("{", "the tenant map is not JSON"),
+        ("[]", "the tenant map must be a JSON object"),
+        ('{"arn": 1}', "principals must be a JSON object"),
+        ('{"arn": "Not A Tenant"}', "not tenant names: Not A Tenant"),
+    ],
+)
+def test_a_bad_tenant_map_is_refused(text: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
         TenantMap.parse(text)
 
 
@@ -102,22 +110,22 @@ def test_the_full_form_carries_each_tenants_targets_and_quotas_over_the_defaults
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "named"),
     [
-        '{"principals": {}, "extra": 1}',
-        '{"tenants": {"Acme": {}}}',
-        '{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}',
-        '{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}',
-        '{"tenants": {"acme": {"quotas": {"tasks": 1}}}}',
-        '{"quotas": {"active_tasks": -1}}',
-        '{"quotas": {"schedules": 1.5}}',
-        '{"quotas": {"retry_attempts": true}}',
-        '{"tenants": {"acme": {"colour": "red"}}}',
-        '{"tenants": []}',
+        ('{"principals": {}, "extra": 1}', r"unknown key\(s\) extra"),
+        ('{"tenants": {"Acme": {}}}', "not a tenant name: 'Acme'"),
+        ('{"tenants": {"acme": {"targets": ["10.0.0.1/8"]}}}', "tenant acme: bad allowlist entry '10.0.0.1/8'"),
+        ('{"tenants": {"acme": {"target_arns": ["arn:aws:sqs:*"]}}}', r"'arn:aws:sqs:\*' is not the exact ARN"),
+        ('{"tenants": {"acme": {"quotas": {"tasks": 1}}}}', r"tenant acme: quotas: unknown quota\(s\) tasks"),
+        ('{"quotas": {"active_tasks": -1}}', "quotas.active_tasks must be a non-negative integer"),
+        ('{"quotas": {"schedules": 1.5}}', "quotas.schedules must be a non-negative integer"),
+        ('{"quotas": {"retry_attempts": true}}', "quotas.retry_attempts must be a non-negative integer"),
+        ('{"tenants": {"acme": {"colour": "red"}}}', r"tenant acme: unknown key\(s\) colour"),
+        ('{"tenants": []}', "the tenant map's tenants must be a JSON object"),
     ],
 )
-def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str) -> None:
-    with pytest.raises(ValueError):
+def test_a_bad_full_form_is_refused_naming_what_is_wrong(text: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
         TenantMap.parse(text)
 
 
@@ -187,7 +195,8 @@ def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     )
     acme, beta = base.of("acme/t-1"), base.of("beta/t-1")
     # Then a task without a tenant keeps the deployment's rules; acme's task only acme's port and ARN
-    assert base.of("t-1") is base and base.quotas is None
+    assert base.of("t-1") is base
+    assert base.quotas is None
     assert base.urls.check_url("http://127.0.0.1:8000/").allowlisted
     assert acme.urls.check_url("http://127.0.0.1:9000/").allowlisted
     with pytest.raises(TargetRefusedError):
@@ -199,9 +208,12 @@ def test_a_tenants_rules_are_its_own_whatever_the_deployments() -> None:
     assert beta.arns == frozenset()
     assert acme.secrets.env_prefix == "PUNCTUAL_SECRET_TENANT_ACME__"
     assert beta.secrets.ssm_prefixes == ("/punctual/tenants/beta/",)
-    assert acme.quotas is not None and acme.quotas.retry_attempts == 2
+    assert acme.quotas is not None
+    assert acme.quotas.retry_attempts == 2
     # And the same rules come back for the same tenant, from any of them
-    assert acme.of("acme/other") is acme and beta.of("acme/x") is acme and acme.of("plain") is base
+    assert acme.of("acme/other") is acme
+    assert beta.of("acme/x") is acme
+    assert acme.of("plain") is base
 
 
 @given(tenants, tenants)
@@ -210,7 +222,8 @@ def test_no_tenants_secret_namespace_holds_anothers(first: str, second: str) -> 
     if first == second:
         return
     one, other = SecretRules().for_tenant(first), SecretRules().for_tenant(second)
-    assert not one.env_prefix.startswith(other.env_prefix) and not other.env_prefix.startswith(one.env_prefix)
+    assert not one.env_prefix.startswith(other.env_prefix)
+    assert not other.env_prefix.startswith(one.env_prefix)
     assert not one.file_prefix.startswith(other.file_prefix)
     assert not one.ssm_prefixes[0].startswith(other.ssm_prefixes[0])
     assert not one.secretsmanager_prefixes[0].startswith(other.secretsmanager_prefixes[0])

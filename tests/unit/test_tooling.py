@@ -26,19 +26,28 @@ def _make_variable(name: str) -> str:
     return found.group(1).strip()
 
 
+def _make_words(name: str) -> list[str]:
+    """The words of a Makefile variable, each ``$(OTHER)`` among them replaced by the words of that variable."""
+    words = []
+    for word in _make_variable(name).split():
+        inner = re.fullmatch(r"\$\((\w+)\)", word)
+        words += _make_words(inner.group(1)) if inner else [word]
+    return words
+
+
 def _recipe(target: str) -> list[str]:
     """The commands of a Makefile target, as run from the top of the tree (``$(BIN)`` is ``.venv/bin``), a
     ``for x in $(LIST); do cmd $$x || exit 1; done`` line as one command per item."""
     found = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", MAKEFILE, re.MULTILINE)
     assert found is not None, f"no recipe for {target} in the Makefile"
     commands = []
-    for line in found.group(1).splitlines():
-        line = line.strip().replace("$(BIN)", ".venv/bin")
+    for raw in found.group(1).splitlines():
+        line = raw.strip().replace("$(BIN)", ".venv/bin")
         loop = re.fullmatch(r"for (\w+) in \$\((\w+)\); do (.+) \$\$\1 \|\| exit 1; done", line)
         if loop is None:
             commands.append(line)
         else:
-            commands += [f"{loop.group(3)} {item}" for item in _make_variable(loop.group(2)).split()]
+            commands += [f"{loop.group(3)} {item}" for item in _make_words(loop.group(2))]
     return commands
 
 
@@ -56,7 +65,13 @@ def test_the_layer_requirements_are_the_locks_export_and_the_lock_is_current(tmp
 
     def uv(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "uv", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+            [sys.executable, "-m", "uv", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=env,
+            check=False,
         )
 
     # When uv checks the lock against pyproject.toml, and exports it as `make requirements` does
@@ -104,9 +119,11 @@ def test_make_tests_parallel_run_measures_the_runtimes_coverage_under_a_floor() 
     (covered, parallel, serial) = [line for line in _recipe("test") if " pytest " in line]
     coverage = _make_variable("COVERAGE").split()
     # Then the first (the runtime's own tiers), and only it, measures the runtime package and fails under a floor
-    assert "$(COVERAGE)" in covered.split() and "$(COVERED_TIERS)" in covered.split()
+    assert "$(COVERAGE)" in covered.split()
+    assert "$(COVERED_TIERS)" in covered.split()
     assert "$(COVERAGE)" not in parallel.split() + serial.split()
-    assert "--cov=punctual" in coverage and "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
+    assert "--cov=punctual" in coverage
+    assert "--cov-fail-under=$(COVERAGE_FLOOR)" in coverage
     assert any(option.startswith("--cov-report=term") for option in coverage)
     assert 0 < int(_make_variable("COVERAGE_FLOOR")) <= 100
 
@@ -130,5 +147,6 @@ def test_the_pre_commit_hooks_run_the_commands_of_make_style_and_make_typecheck(
         text=True,
         timeout=120,
         cwd=ROOT,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -117,7 +117,8 @@ def test_a_204_has_no_body() -> None:
 )
 def test_a_malformed_answer_is_an_error_and_closes_the_connection(answer: bytes) -> None:
     error, closed = exchange(answer)
-    assert isinstance(error, WireError) and closed
+    assert isinstance(error, WireError)
+    assert closed
 
 
 def test_a_connection_lost_mid_answer_is_an_error() -> None:

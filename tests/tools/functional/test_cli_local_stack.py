@@ -78,7 +78,8 @@ def test_wait_ready_waits_for_the_state_file_of_a_ready_stack(tmp_path: Path) ->
     state = wait_ready(tmp_path, timeout_s=300)
     writer.join()
     # Then the wait returns its state once it is there, not before
-    assert state is not None and state["poll_interval_ms"] == 2_000
+    assert state is not None
+    assert state["poll_interval_ms"] == 2_000
     assert time.monotonic() - started >= 0.3
 
 
@@ -135,7 +136,7 @@ def test_up_no_api_refuses_what_needs_the_api(tmp_path: Path, capsys: pytest.Cap
 def test_every_option_of_up_is_described_and_so_is_the_fast_path_rule() -> None:
     # Given `punctual up`'s parser
     parser = build_parser()
-    up = parser._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr]
+    up = parser._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr, index]  # argparse's own record
     # Then every option has a help text
     undescribed = [a.option_strings for a in up._actions if not a.help]
     assert undescribed == []

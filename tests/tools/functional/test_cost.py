@@ -147,7 +147,9 @@ def test_the_handlers_logs_are_measured_by_the_child_process(counted: cost.Count
     logs = counted.scenario.logs
     # Then the child ran the real handlers and measured what they print: a poll, a batch and each task log bytes
     assert logs.measured
-    assert logs.per_poll > 0 and logs.per_batch > 0 and logs.per_task > 0
+    assert logs.per_poll > 0
+    assert logs.per_batch > 0
+    assert logs.per_task > 0
 
 
 def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.Counts) -> None:
@@ -167,7 +169,8 @@ def test_each_step_is_one_conditional_write_of_one_unit_per_task(counted: cost.C
     assert counted.scenario.max_item_bytes <= 1024
     # and nothing else writes per task: not the poller, no transactions, no reads by the executor, nothing missed
     assert {r.step for r in counted.per_task} <= {"schedule", "poll", "heartbeat check", "arm", "record"}
-    assert sum(r.wru for r in counted.per_task) == 3 and sum(r.wru_index for r in counted.per_task) == 2
+    assert sum(r.wru for r in counted.per_task) == 3
+    assert sum(r.wru_index for r in counted.per_task) == 2
 
 
 def test_the_poll_writes_nothing_per_task(counted: cost.Counts) -> None:
@@ -272,14 +275,18 @@ def test_a_recurring_occurrence_is_made_by_one_transaction_shared_by_up_to_98(
     # the schedule and one transaction. Each occurrence costs 2 write units (transactional) and 2 index writes
     # (the due index and the schedule's history index); each chunk adds the cursor's 2 units, and the
     # schedule item's 2 index writes as it moves in the due index.
-    assert fast.per_tick == 240 and fast.occurrences == 240  # one poll's (each poll makes the same)
+    assert fast.per_tick == 240
+    assert fast.occurrences == 240
     by_step = {r.step: r for r in fast.rows}
     assert by_step["read schedule"].requests == pytest.approx(3 / 240)
     assert by_step["make occurrence"].requests == pytest.approx(3 / 240)
     assert by_step["make occurrence"].wru == pytest.approx(2 + 2 * 3 / 240)
     assert by_step["make occurrence"].wru_index == pytest.approx(2 + 2 * 3 / 240)
     # A schedule every minute makes one a poll, and pays the read and the cursor for it
-    assert slow.per_tick == 1 and slow.requests == 2 and slow.rru == 1 and slow.wru == 8
+    assert slow.per_tick == 1
+    assert slow.requests == 2
+    assert slow.rru == 1
+    assert slow.wru == 8
 
 
 # -- what the model adds beyond the counts: INIT, the fast path, EventBridge's free tier ----------------------
@@ -288,7 +295,9 @@ def test_the_executors_init_is_measured_in_a_fresh_process(counted: cost.Counts)
     init = counted.scenario.init
     # Then the load was measured (CPU time, interpreter start included), and is billed on the memory size's share
     # of a core: at 1,769 MB and above one core, below it proportionally longer
-    assert init.measured and init.runs == 3 and init.cpu_s > 0
+    assert init.measured
+    assert init.runs == 3
+    assert init.cpu_s > 0
     assert init_seconds(init.cpu_s, FULL_CORE_MB) == init.cpu_s == init_seconds(init.cpu_s, 3538)
     assert init_seconds(1.0, 256) == pytest.approx(FULL_CORE_MB / 256)
 
@@ -305,7 +314,8 @@ def test_the_poll_path_keeps_the_ticks_batches_and_the_previous_ticks_late_ones_
 def test_init_is_in_the_targets_scope_and_counts_each_environment_re_created(counted: cost.Counts) -> None:
     month = cost.monthly_cost(counted, 100e6)
     (init,) = [x for x in month.lines if x.timing]
-    assert init.item.startswith("Lambda INIT") and init.in_target
+    assert init.item.startswith("Lambda INIT")
+    assert init.in_target
     # 16 executor environments and the poller's, each new every 2 h over a 30-day month
     assert month.cold_starts == pytest.approx(17 * 30 * 12)
     assert 0 < init.usd < 1.0  # steady load: a few cents a month
@@ -322,7 +332,8 @@ def test_lambdas_free_tier_takes_off_at_most_its_allowance(counted: cost.Counts)
     allowance = 400_000 * 0.0000133334 + 1e6 * 0.20 / 1e6
     assert 0 < low.lambda_free_tier_usd() <= allowance
     # at 100 M the GB-seconds pass the allowance; the invocations (one poll and ~11 executors a tick) do not
-    assert high.lambda_gb_s > 400_000 and high.lambda_requests == pytest.approx(43_200 * 11, rel=0.01)
+    assert high.lambda_gb_s > 400_000
+    assert high.lambda_requests == pytest.approx(43_200 * 11, rel=0.01)
     assert high.lambda_free_tier_usd() == pytest.approx(400_000 * 0.0000133334 + high.lambda_requests * 0.20 / 1e6)
 
 
@@ -352,7 +363,9 @@ def test_a_stream_batch_is_one_executor_invocation_and_one_read_of_the_last_poll
             report = dispatch_stream_records(poller, records, now, decode=decode_stream_image)
     # Then one executor is invoked for the whole batch, and the fast path itself makes one DynamoDB request: the
     # strongly consistent read of the poll's start (one read unit, the fast path's POLL_STARTS_RRU), no write
-    assert report.dispatched == 3 and report.batches == 1 and report.polls_known
+    assert report.dispatched == 3
+    assert report.batches == 1
+    assert report.polls_known
     (payload,) = invoker.payloads
     assert sorted(t["task_id"] for t in payload["tasks"]) == sorted(ids)
     (read,) = meter.calls
@@ -362,7 +375,8 @@ def test_a_stream_batch_is_one_executor_invocation_and_one_read_of_the_last_poll
 def test_a_fast_path_task_costs_more_alone_and_further_ahead(counted: cost.Counts) -> None:
     window = fast_path_window_s()
     assert window == 70.0  # the poll interval + the fast-path margin, from Settings
-    assert last_lead_s(1, None, window) == 35.0 and last_lead_s(5, 2.0, window) == 2.0
+    assert last_lead_s(1, None, window) == 35.0
+    assert last_lead_s(5, 2.0, window) == 2.0
     one, five = (fast_path_cost(counted, k, 2.0, 1e6) for k in (1, 5))
     assert one.per_million > five.per_million
     assert fast_path_cost(counted, 1, 35.0, 1e6).per_million > one.per_million

@@ -22,7 +22,7 @@ V1_FILES = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000", "cgroup.pro
 @pytest.fixture(autouse=True)
 def cgroupfs_rmdir(monkeypatch: pytest.MonkeyPatch) -> None:
     """Removing a group removes its control files too, as in cgroupfs (a plain folder keeps them)."""
-    monkeypatch.setattr(cpu_quota, "_rmdir", lambda group: shutil.rmtree(group))
+    monkeypatch.setattr(cpu_quota, "_rmdir", shutil.rmtree)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
@@ -126,7 +126,8 @@ def test_v1s_cpu_hierarchy_wins_over_a_v2_one_beside_it(tmp_path: Path) -> None:
     _m2, mountinfo2, _proc2 = v2(tmp_path, controllers="hugetlb")
     # Then v1 is used
     groups, where = open_groups(tmp_path, mountinfo2 + mountinfo1, proc1)
-    assert groups is not None and groups.version == 1, where
+    assert groups is not None, where
+    assert groups.version == 1, where
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,7 @@ def test_a_call_that_lands_after_the_first_read_is_expected_not_an_extra_fire(
     log = fire_log(tmp_path, {f"{PREFIX}known": due + 3, f"{PREFIX}late": client.late_due_ms + 4})
 
     # When the check reads the ledgers and the fire log
-    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)
+    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the late one was read again, found, and expected: both fired once, nothing extra
     assert client.reads >= 2
@@ -107,7 +107,7 @@ def test_a_fire_no_call_accounts_for_fails_the_check(client: LandsLate, tmp_path
     log = fire_log(tmp_path, {f"{PREFIX}known": due + 3, f"{PREFIX}stranger": due + 5})
 
     # When the check runs
-    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)
+    verdict = check_ledgers(client, log, PREFIX, ledger, {}, margin_s=0, epsilon_ms=1_000)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the stranger is an extra fire, and the verdict fails
     assert not verdict.ok
@@ -129,11 +129,12 @@ def test_a_schedule_whose_create_lands_after_the_first_read_is_expected_not_extr
     log = fire_log(tmp_path, fires)
 
     # When the check reads the ledgers and the fire log
-    verdict = check_ledgers(client, log, PREFIX, ledger, schedules, margin_s=0, epsilon_ms=1_000)
+    verdict = check_ledgers(client, log, PREFIX, ledger, schedules, margin_s=0, epsilon_ms=1_000)  # type: ignore[arg-type]  # a stand-in for the client
 
     # Then the schedule was read again and its occurrences expected: everything fired once, nothing extra
     stored = client.get_schedule(client.late_id)
-    assert stored is not None and list(instants_after(stored, 0)) == instants
+    assert stored is not None
+    assert list(instants_after(stored, 0)) == instants
     assert client.reads >= 2
     assert verdict.ok, verdict.format("check")
     assert (verdict.expected, len(verdict.matched), len(verdict.extra)) == (5, 5, 0)

@@ -119,7 +119,8 @@ def test_an_unauthenticated_request_is_refused_before_its_body_arrives(echo_api:
         # ended, WAIT_S later, in a closed connection and no answer), and the connection is closed after it
         answer = read_to_end(sock)
     assert status_of(answer) == 401
-    assert b"Connection: close" in answer and b"application/problem+json" in answer
+    assert b"Connection: close" in answer
+    assert b"application/problem+json" in answer
     assert Echo.calls == 0
 
 
@@ -167,7 +168,8 @@ def test_a_caller_that_asks_before_sending_its_body_is_refused_or_told_to_go_on(
     with connect(echo_api) as sock:
         sock.sendall(head + b"\r\n")
         refused = read_to_end(sock)
-    assert status_of(refused) == 401 and b"100 Continue" not in refused
+    assert status_of(refused) == 401
+    assert b"100 Continue" not in refused
     # And a caller with one is told to go on, and answered from its body
     with connect(echo_api) as sock:
         sock.sendall(head + b"Authorization: Bearer tok-acme\r\n\r\n")
@@ -175,11 +177,12 @@ def test_a_caller_that_asks_before_sending_its_body_is_refused_or_told_to_go_on(
         sock.sendall(b"{}")
         sock.shutdown(socket.SHUT_WR)  # no other request: the server closes after its answer
         answer = read_to_end(sock)
-    assert status_of(answer) == 200 and answer.endswith(b'"body": "{}"}')
+    assert status_of(answer) == 200
+    assert answer.endswith(b'"body": "{}"}')
 
 
 def test_a_port_in_use_is_an_os_error(echo_api: LocalApi) -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="in use"):
         LocalApi(Echo(), TOKENS, int(echo_api.url.rsplit(":", 1)[1]))
 
 
@@ -338,7 +341,7 @@ class SlowProbe:
         sock.setblocking(False)
         return sock
 
-    def _run(self) -> None:
+    def _run(self) -> None:  # noqa: C901 - one non-blocking loop over every slow caller's socket, each in the state it reached
         socks: list[socket.socket | None] = [None] * self.count
         sent = [0] * self.count
         deadline = time.monotonic() + self.duration_s
@@ -409,7 +412,8 @@ def test_200_slow_or_silent_connections_do_not_delay_a_caller() -> None:
                     assert status == 200
                     latencies.append(latency)
                 time.sleep(0.05)
-        assert probe.peak == 200 and probe.reopened > 0  # the flood was on, and lasted past the header deadline
+        assert probe.peak == 200
+        assert probe.reopened > 0
         assert len(latencies) >= 10
         assert max(latencies) < bound, f"slowest {max(latencies):.3f} s, bound {bound:.3f} s"
 
@@ -432,7 +436,8 @@ def test_a_request_held_in_a_slow_operation_does_not_hold_another(tmp_path: Path
             timeout=WAIT_S,
             headers={"Authorization": "Bearer tok-acme"},
         )
-        assert response.status == 200 and response.json() == {"body": {"n": 1}, "again": {"n": 1}}
+        assert response.status == 200
+        assert response.json() == {"body": {"n": 1}, "again": {"n": 1}}
         assert not held.done()
         (tmp_path / "release").touch()
         assert held.result(timeout=WAIT_S).json() == {"held": True}
@@ -457,7 +462,7 @@ def test_requests_resolved_at_once_are_each_answered_from_their_own_body(tmp_pat
 
 def test_worker_processes_need_a_resolver_factory_that_pickles() -> None:
     with pytest.raises(TypeError, match="pickles"):
-        LocalApi(lambda: Echo(), TOKENS, workers=2)
+        LocalApi(lambda: Echo(), TOKENS, workers=2)  # noqa: PLW0108 - a lambda, which does not pickle, is the point
 
 
 # -- tenants ------------------------------------------------------------------------------------------------
@@ -521,8 +526,8 @@ def test_a_homes_stack_files_are_made_private_and_nothing_else_is_touched(tmp_pa
         (home / name).write_text("x")
         (home / name).chmod(0o644)
     (home / "logs" / "link").symlink_to(outside)
-    for folder in (home, home / "dynamodb", home / "dynamodb" / "sub", home / "logs", home / "tokens"):
-        folder.chmod(0o755)
+    for made in (home, home / "dynamodb", home / "dynamodb" / "sub", home / "logs", home / "tokens"):
+        made.chmod(0o755)
     # When the stack makes it private
     make_private(home)
     # Then the home and the stack's folders are 0700, its files 0600

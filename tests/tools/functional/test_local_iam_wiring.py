@@ -9,6 +9,7 @@ of the stack is watched under the right function.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,7 @@ def test_an_api_worker_process_installs_the_api_roles_check_before_building_its_
     # it does to the process beside the check left out)
     for name in ("lower_current_thread", "set_background_cpus"):
         monkeypatch.setattr(api_server, name, lambda *args: None)
-    monkeypatch.setattr(api_server.signal, "signal", lambda *args: None)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)
     monkeypatch.setattr(api_server, "_in_worker", False)
     monkeypatch.setattr(api_server, "_worker_resolver", None)
     monkeypatch.setenv(live.ENABLE_VARIABLE, "0")  # the worker's own environment does not decide
@@ -166,4 +167,5 @@ def test_with_the_check_on_an_executor_worker_refuses_what_the_executors_role_do
     result = call_worker_once(handler, env, {"table": settings.table_name}, tmp_path / "worker.log")
     # Then the call is refused before it is sent, as AWS would, under the executor's role
     assert result["error"] == "IamDeniedError"
-    assert "ExecutorFunction" in result["message"] and "dynamodb:DeleteTable" in result["message"]
+    assert "ExecutorFunction" in result["message"]
+    assert "dynamodb:DeleteTable" in result["message"]

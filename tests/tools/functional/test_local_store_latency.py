@@ -8,7 +8,6 @@ many round trips a process drew, never how long a call took.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +62,8 @@ def local_settings(settings: Settings) -> LocalSettings:
 
 
 @pytest.fixture(autouse=True)
-def fresh_instances(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fresh_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_latency, "_instances", {})
-    yield
 
 
 def test_each_call_sleeps_one_drawn_round_trip_in_two_halves_and_burns_tls_cpu(dynamodb: Any) -> None:
@@ -104,7 +102,8 @@ def test_another_services_client_is_left_alone(dynamodb: Any) -> None:
     assert recorded_latency(recorder).install(client) is client
     # When it makes a call  Then nothing was slept or burnt
     client.list_queues()
-    assert recorder.sleeps == [] and recorder.burns == []
+    assert recorder.sleeps == []
+    assert recorder.burns == []
 
 
 def test_the_pollers_store_is_delayed_under_the_lambda_profile(dynamodb: Any, local_settings: LocalSettings) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from punctual_tools import cost
+from punctual_tools.cost.pricing import MONTH_S
 from punctual_tools.plan import model
 from punctual_tools.plan.model import TASK_UNITS
 
@@ -51,7 +52,7 @@ def test_the_plans_bill_is_the_cost_pages_at_the_same_volume(made: tuple[str, co
         pytest.skip("the cost page's block prices client-made tasks")
     volume = 100e6
     page = cost.monthly_cost(counted, volume).per_million(True)
-    planned = model.make_plan(volume / model.MONTH_S).bill.usd_per_million
+    planned = model.make_plan(volume / MONTH_S).bill.usd_per_million
     assert planned == pytest.approx(page, rel=0.03)
 
 

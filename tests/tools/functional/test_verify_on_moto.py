@@ -115,18 +115,20 @@ def _until(due_ms: int) -> float:
 def test_a_run_whose_every_task_arrives_once_says_so_and_deletes_its_queue(sqs: Any) -> None:
     # Given a stand-in executor that fires each task once at its instant
     executor = StandInExecutor(sqs)
-    run = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f1", epsilon_ms=1_000)
+    run = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f1", epsilon_ms=1_000)  # type: ignore[arg-type]  # a stand-in scheduler: what a run calls only
     # When the run goes
     record = run.run()
     # Then every group arrived, once; the schedule and the queue are deleted and nothing needed cancelling
-    assert record.result is not None and record.result.every_task_once, record.result
+    assert record.result is not None, record.result
+    assert record.result.every_task_once, record.result
     assert [(g.group, g.expected, g.arrived) for g in record.result.groups] == [
         ("spread", 4, 4),
         ("burst", 3, 3),
         ("short-lead", 0, 0),
         ("recurring", 2, 2),
     ]
-    assert executor.deleted == ["verify-f1-recurring"] and executor.cancelled == []
+    assert executor.deleted == ["verify-f1-recurring"]
+    assert executor.cancelled == []
     assert record.cleanup[-1] == f"queue {QUEUE} deleted"
     assert sqs.list_queues().get("QueueUrls", []) == []
 
@@ -147,7 +149,7 @@ def test_messages_sent_before_the_reading_starts_are_read_however_late_it_starts
     # Given an executor that fired everything while the writes were still going, past the run's wait
     executor = LateWriter(sqs)
     # When the run goes
-    record = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f3", epsilon_ms=1_000).run()
+    record = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f3", epsilon_ms=1_000).run()  # type: ignore[arg-type]  # a stand-in scheduler: what a run calls only
     # Then what the queue held is read: the spread and the burst arrived once each
     assert record.result is not None
     spread, burst = record.result.groups[:2]
@@ -159,9 +161,10 @@ def test_a_lost_task_and_a_twice_fired_one_fail_the_verdict_and_the_lost_one_is_
     lost, doubled = "verify-f2-spread-00001", "verify-f2-burst-00000"
     executor = StandInExecutor(sqs, drop=frozenset({lost}), twice=frozenset({doubled}))
     # When the run goes
-    record = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f2", epsilon_ms=1_000).run()
+    record = VerifyRun(executor, VerifyQueue(sqs, QUEUE), [ARN], SMALL, "f2", epsilon_ms=1_000).run()  # type: ignore[arg-type]  # a stand-in scheduler: what a run calls only
     # Then the verdict fails, naming both; the lost task is cancelled, the queue deleted
-    assert record.result is not None and not record.result.every_task_once
+    assert record.result is not None
+    assert not record.result.every_task_once
     spread, burst = record.result.groups[:2]
     assert (spread.missing, spread.duplicates, burst.missing, burst.duplicates) == (1, 0, 0, 1)
     assert executor.cancelled == [lost]
@@ -203,7 +206,8 @@ def test_ctrl_c_mid_run_cancels_the_tasks_deletes_the_schedule_and_the_queue(
         code = run_command(args, tmp_path, Clients(sqs=sqs, dynamodb=dynamodb))
         out = capsys.readouterr().out
         # Then it exits 130, every task it wrote is CANCELLED, the schedule DELETED and the queue gone
-        assert code == 130 and out.startswith("interrupted"), out
+        assert code == 130, out
+        assert out.startswith("interrupted"), out
         client = Client(Settings(table_name="verify-tasks", shard_count=2), dynamodb=dynamodb)
         tasks = client.list()
         plain = [t for t in tasks if "@" not in t.task_id]
@@ -229,7 +233,8 @@ def test_the_local_stack_needs_a_running_stack_and_an_sqs_endpoint(tmp_path: Pat
     with pytest.raises(VerifyError, match="--sqs-endpoint"):
         local_target(args, tmp_path, Clients())
     target = local_target(argparse.Namespace(sqs_endpoint="http://127.0.0.1:9"), tmp_path, Clients())
-    assert target.settings.poll_interval_ms == 2_000 and target.settings.table_name == "tasks"
+    assert target.settings.poll_interval_ms == 2_000
+    assert target.settings.table_name == "tasks"
     assert target.cost(0, 60_000) == ["cost (00:00-00:01 UTC): not available: a local stack has no CloudWatch"]
 
 
@@ -242,7 +247,8 @@ def test_the_local_stack_hands_boto3s_endpoint_variables_to_its_executors() -> N
     env = executor_env(Settings(table_name="tasks"), environ)
     assert env["AWS_ENDPOINT_URL_SQS"] == "http://127.0.0.1:5000"
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:6000"
-    assert "HOME" not in env and "AWS_ENDPOINT_URL_SQS" not in executor_env(Settings(table_name="tasks"), {})
+    assert "HOME" not in env
+    assert "AWS_ENDPOINT_URL_SQS" not in executor_env(Settings(table_name="tasks"), {})
 
 
 # -- a deployed stack's parts: outputs, functions, CloudWatch -----------------------------------------------------
@@ -334,8 +340,10 @@ def test_the_cost_comes_from_cloudwatch_and_each_functions_memory() -> None:
         assert usage.write_units == {"table": 50, "index:due": 5}
         text = "\n".join(format_cost(usage, minute * 1000, (minute + 61) * 1000))
         executor_usd = 8.0 * pricing.LAMBDA_GB_S_ARM_USD + 4 * pricing.LAMBDA_REQUEST_USD
-        assert f"${executor_usd:.6f}" in text and "not yet available" not in text
+        assert f"${executor_usd:.6f}" in text
+        assert "not yet available" not in text
         # ... and a window CloudWatch has nothing for is said to be not available, with no figure
         later = (minute + 600) * 1000
         empty = collect_usage(cloudwatch, specs, configs, later, later + 60_000, 0)
-        assert empty.empty and "not available" in format_cost(empty, later, later + 60_000)[0]
+        assert empty.empty
+        assert "not available" in format_cost(empty, later, later + 60_000)[0]
