@@ -5,11 +5,11 @@ module imports them with ``from support import ...``; fixtures stay in the conft
   :data:`FIXED_NOW_MS`;
 * threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
   a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
-  subprocess);
+  subprocess), :func:`load_cold` (a handler module loaded as at a cold start), :func:`running_dynamodb_local`;
 * tasks and the store: :class:`TaskFactory`, :func:`make_tasks`, :func:`create_all`, :func:`store_for`,
   :func:`with_part`, :func:`read_task`, :func:`candidate_of`, :func:`run_until_done`;
 * what an executor writes and sends: :func:`executor_on`, :func:`retry_record`, :func:`record_failed`,
-  :func:`one_batch`, :func:`dispatch_batch`;
+  :func:`make_failed`, :func:`one_batch`, :func:`dispatch_batch`;
 * the REST API: :func:`serving_api` (the local API server over a client of the table);
 * moto in-process: :func:`moto_one_request_at_a_time` (each request atomic, as DynamoDB applies it);
 * stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
