@@ -30,8 +30,9 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
         os.environ[_name] = "testing"
     os.environ.pop("AWS_PROFILE", None)
 
-from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
+from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.template import ensure_table
+from support import running_dynamodb_local
 
 TESTS_DIR = Path(__file__).resolve().parent
 EXIT_WATCHDOG_S = 120
@@ -96,12 +97,8 @@ def _close_executors(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 @pytest.fixture(scope="session")
 def ddb_local() -> Iterator[str]:
     """The endpoint URL of one in-memory DynamoDB Local shared by the whole session."""
-    server = DynamoDBLocal(data_dir=None, in_memory=True)
-    endpoint = server.start()
-    try:
+    with running_dynamodb_local() as endpoint:
         yield endpoint
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -5,9 +5,12 @@ module imports them with ``from support import ...``; fixtures stay in the conft
   :data:`FIXED_NOW_MS`;
 * threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
   a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
-  subprocess);
-* tasks and the store: :func:`make_tasks`, :func:`create_all`, :func:`store_for`, :func:`with_part`,
-  :func:`read_task`, :func:`candidate_of`, :func:`run_until_done`;
+  subprocess), :func:`load_cold` (a handler module loaded as at a cold start), :func:`running_dynamodb_local`;
+* tasks and the store: :class:`TaskFactory`, :func:`make_tasks`, :func:`create_all`, :func:`store_for`,
+  :func:`with_part`, :func:`read_task`, :func:`candidate_of`, :func:`run_until_done`;
+* what an executor writes and sends: :func:`executor_on`, :func:`retry_record`, :func:`record_failed`,
+  :func:`make_failed`, :func:`one_batch`, :func:`dispatch_batch`;
+* the REST API: :func:`serving_api` (the local API server over a client of the table);
 * moto in-process: :func:`moto_one_request_at_a_time` (each request atomic, as DynamoDB applies it);
 * stand-ins: :class:`RecordingInvoker` (Lambda's async invoke), :class:`NoRepository`; :class:`FakeClock`,
   :func:`serving`, :class:`StubTarget` and :class:`RecordingInvoker` come from :mod:`punctual_tools.doubles`,
@@ -29,24 +32,32 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
+from punctual.api import build_app
 from punctual.config.settings import Settings
-from punctual.domain.clock import SystemClock
-from punctual.domain.events import BatchReport
+from punctual.config.tenant_map import TenantMap
+from punctual.domain.clock import Clock, SystemClock
+from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.keys import from_ms
-from punctual.domain.model import Action, Armed, ArmRequest, Candidate, Task, TaskStatus
+from punctual.domain.model import Action, Armed, ArmRequest, Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.executing.executor import Executor
+from punctual.runtime.client import Client
+from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.schedules import ScheduleItems
 from punctual.stores.ports import Stores
+from punctual.targets import LogAction
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
-from punctual_tools.local.dynamodb_local import make_client
+from punctual_tools.local.api_server import LocalApi
+from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
+from punctual_tools.local.worker import load_handler_module
 
 T = TypeVar("T")
 
@@ -97,6 +108,27 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
 
 
 # -- threads and processes -----------------------------------------------------------------------------------
+def load_cold(path: Path, thread_name: str = "cold-start") -> ModuleType:
+    """Load a handler module the way the local invoker does at a cold start, from a short-lived thread: the
+    executor module lowers the CPU priority of the thread that loads it, which must not be pytest's. What the
+    load raised is raised again here."""
+    loaded: list[ModuleType | BaseException] = []
+
+    def load() -> None:
+        try:
+            loaded.append(load_handler_module(str(path)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            loaded.append(exc)
+
+    thread = threading.Thread(target=load, name=thread_name)
+    thread.start()
+    thread.join()
+    (module,) = loaded
+    if isinstance(module, BaseException):
+        raise module
+    return module
+
+
 def join_all(threads: Iterable[threading.Thread], timeout: float, what: str = "threads") -> None:
     """Wait for every thread, ``timeout`` s in all; fail (instead of hanging) when one is still running."""
     threads = list(threads)
@@ -143,6 +175,26 @@ def interrupt(process: subprocess.Popen[Any], timeout: float = 30) -> None:
 
 
 # -- tasks and the store -------------------------------------------------------------------------------------
+class TaskFactory:
+    """Builds tasks with distinct ids and payloads (a log action unless told), and creates them through the store
+    (written at :data:`FIXED_NOW_MS` unless told): the ``tasks`` fixture of the functional and contract tiers."""
+
+    def __init__(self, store: Stores) -> None:
+        self.store = store
+        self._n = 0
+
+    def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
+        self._n += 1
+        fields.setdefault("action", LogAction(message="test"))
+        fields.setdefault("payload", {"n": self._n})
+        return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
+
+    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = FIXED_NOW_MS, **fields: Any) -> Task:
+        stored, created = self.store.client.create(self.build(due_ms, task_id, **fields), now_ms)
+        assert created
+        return stored
+
+
 def make_tasks(prefix: str, dues: Iterable[int], action: Action, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
     """One task per due instant (epoch ms): ids ``{prefix}-0000``, ``{prefix}-0001``, ..., payload ``{"i": n}``."""
     return [
@@ -185,6 +237,17 @@ def with_part(stores: DynamoStores, part: type[Any]) -> DynamoStores:
     raise TypeError(f"{part.__name__} is not a part of the DynamoDB store")
 
 
+@contextlib.contextmanager
+def running_dynamodb_local() -> Iterator[str]:
+    """An in-memory DynamoDB Local of its own, started: its endpoint URL; stopped on leaving."""
+    server = DynamoDBLocal(data_dir=None, in_memory=True)
+    endpoint = server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
 def read_task(store: DynamoStores, task_id: str) -> Task:
     """The stored task, which must exist."""
     task = store.client.get(task_id)
@@ -222,6 +285,75 @@ def run_until_done(
         if not read_task(store, task_id).status.is_active:
             break
     return reports
+
+
+# -- what an executor writes and sends ---------------------------------------------------------------------------
+def executor_on(
+    store: DynamoStores, settings: Settings, clock: Clock | None = None, probe_s: float = 0.5, **options: Any
+) -> Executor:
+    """An executor of ``store``'s tasks, on ``clock`` (by default the real one), its NTP probe off (giving up after
+    ``probe_s`` s); ``options`` are the Executor's own keywords (``dead_letters``, ``actions``, ...)."""
+    return Executor(store.firing, settings, clock or SystemClock(), OffsetProbe(None, probe_s), **options)
+
+
+def retry_record(task: Task, finished_ms: int, detail: str, *, retry_due_ms: int, **fields: Any) -> FireRecord:
+    """The RETRY an executor records for ``task``: its action failed (``detail``) and finished at ``finished_ms``;
+    next try at ``retry_due_ms``. The occurrence's first due is the task's own due time and the fire measured
+    nothing, unless ``fields`` say otherwise (``first_due_ms``, ``fired_ms``, ``drift_ms``, ``retry_delay_ms``)."""
+    retry = FireRecord(
+        task.task_id,
+        Outcome.RETRY,
+        None,
+        finished_ms,
+        None,
+        None,
+        detail,
+        retry_due_ms=retry_due_ms,
+        first_due_ms=task.due_ms,
+    )
+    return replace(retry, **fields)
+
+
+def record_failed(store: Stores, task: Task, executor_id: str, now_ms: int, detail: str = "boom") -> Task:
+    """Make a stored task FAILED as an executor does: ``executor_id`` arms it at ``now_ms`` and records the
+    failure (``detail``) 10 ms past its due time; the task as stored then."""
+    assert arm(store, task, executor_id, now_ms) is not None
+    failure = FireRecord(task.task_id, Outcome.FAILED, float(task.due_ms), task.due_ms + 10, 0.0, None, detail)
+    assert store.firing.record_many(executor_id, [failure]) == [True]
+    return read_task(store, task.task_id)
+
+
+def make_failed(store: Stores, tasks: TaskFactory, task_id: str, now_ms: int) -> Task:
+    """A new task ``task_id``, due 1 s past ``now_ms``, armed and recorded FAILED (:func:`record_failed`)."""
+    return record_failed(store, tasks.create(now_ms + 1_000, task_id), "x", now_ms)
+
+
+def one_batch(invoker: RecordingInvoker) -> BatchEvent:
+    """What one poll sent, as one batch: a poll dispatches each read of the index as it goes, so tasks found in
+    two reads (both sides of a minute's edge, or more than a read's buckets) come in two or more batches."""
+    events = list(invoker.events)
+    assert events, "the poll dispatched nothing"
+    return events[0].model_copy(update={"tasks": [task for event in events for task in event.tasks]})
+
+
+def dispatch_batch(store: DynamoStores, settings: Settings, now_ms: int) -> BatchEvent:
+    """Run the poller once at ``now_ms`` and return what it sent, as one batch (:func:`one_batch`)."""
+    invoker = RecordingInvoker()
+    poller_on(store, invoker, settings).poll(now_ms)
+    return one_batch(invoker)
+
+
+# -- the REST API --------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def serving_api(dynamodb: Any, settings: Settings, clock: Clock, tokens: dict[str, str]) -> Iterator[LocalApi]:
+    """The local API server (bearer ``tokens``, each naming its tenant) over a :class:`Client` of the table on
+    ``dynamodb`` with ``settings``, on ``clock``; stopped on leaving."""
+
+    def resolver() -> Any:
+        return build_app(lambda: Client(settings, dynamodb=dynamodb, clock=clock), TenantMap())
+
+    with LocalApi(resolver, tokens) as server:
+        yield server
 
 
 # -- stand-ins -----------------------------------------------------------------------------------------------

@@ -24,17 +24,17 @@ import pytest
 from moto import mock_aws
 
 from punctual.config.settings import Settings
-from punctual.domain.keys import from_ms, to_ms
+from punctual.domain.keys import to_ms
 from punctual.domain.model import Candidate, FireRecord, Outcome, Task, TaskStatus
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.ports import Stores
-from punctual.targets import LogAction
 from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.template import ensure_table
-from support import (
+from support import (  # the tests import TaskFactory and arm from here
     FIXED_NOW_MS,
-    arm,  # ARM one task at an explicit now (the tests import it from here)
+    TaskFactory,
+    arm,
     moto_one_request_at_a_time,
 )
 
@@ -200,25 +200,6 @@ def store_params(select: Callable[[StoreKind], bool] = lambda kind: True) -> lis
 
 
 # -- tasks -------------------------------------------------------------------------------------------------------
-class TaskFactory:
-    """Builds tasks with distinct ids and payloads, and creates them through the store (at NOW by default)."""
-
-    def __init__(self, store: Stores) -> None:
-        self.store = store
-        self._n = 0
-
-    def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
-        self._n += 1
-        fields.setdefault("action", LogAction(message="contract"))
-        fields.setdefault("payload", {"n": self._n})
-        return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
-
-    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = NOW, **fields: Any) -> Task:
-        stored, created = self.store.client.create(self.build(due_ms, task_id, **fields), now_ms)
-        assert created
-        return stored
-
-
 def stored(store: Stores, task_id: str) -> Task:
     """The task as stored now; it must exist."""
     task = store.client.get(task_id)

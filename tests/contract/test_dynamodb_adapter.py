@@ -40,6 +40,7 @@ from punctual.domain.retry import RetryPolicy
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import to_av
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
+from support import retry_record
 
 
 @pytest.fixture
@@ -150,17 +151,7 @@ def test_a_retry_puts_the_task_back_in_the_index_at_its_next_try(backend: Dynamo
     assert record(
         backend.store,
         "exec-1",
-        FireRecord(
-            task_id=task.task_id,
-            outcome=Outcome.RETRY,
-            fired_ms=None,
-            finished_ms=failed_at,
-            drift_ms=None,
-            drift_corrected_ms=None,
-            detail="HTTP 500",
-            retry_due_ms=failed_at + 700,
-            first_due_ms=task.due_ms,
-        ),
+        retry_record(task, failed_at, "HTTP 500", retry_due_ms=failed_at + 700),
     )
     # Then it is back in the due index under that instant's minute, flagged for the fast path, its hash kept
     raw = backend.raw_item(task.task_id)
@@ -504,17 +495,7 @@ def test_a_retried_arm_record_retry_and_redrive_count_as_done(backend: DynamoBac
     store = backend.store
     task = tasks.create(NOW + 10_000, retry=RetryPolicy(max_attempts=2))
     alive(store, "exec-1", NOW + ALIVE_MS)
-    retry = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=NOW + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=NOW + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    retry = retry_record(task, NOW + 10_010, "e", retry_due_ms=NOW + 11_000)
 
     def armed_as_attempt(attempt: int, now_ms: int) -> bool:
         armed = arm(store, stored(store, task.task_id), "exec-1", now_ms)

@@ -43,7 +43,7 @@ from punctual.domain.schedules import Schedule
 from punctual.errors import TaskConflictError, TaskNotFoundError, TaskStateError
 from punctual.stores.ports import Stores
 from punctual.targets import LogAction
-from support import json_payloads
+from support import json_payloads, retry_record
 
 P, A = TaskStatus.PENDING, TaskStatus.ARMED
 S, F, M, X = TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.MISSED, TaskStatus.CANCELLED
@@ -232,17 +232,8 @@ def _changed(change: Callable[[], Any]) -> bool:
 
 
 def _retry(task: Task) -> FireRecord:
-    return FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=float(task.due_ms),
-        finished_ms=AT,
-        drift_ms=0.0,
-        drift_corrected_ms=None,
-        detail="HTTP 500",
-        retry_delay_ms=1_000,
-        retry_due_ms=AT + 1_000,
-        first_due_ms=task.due_ms,
+    return retry_record(
+        task, AT, "HTTP 500", retry_due_ms=AT + 1_000, fired_ms=float(task.due_ms), drift_ms=0.0, retry_delay_ms=1_000
     )
 
 
@@ -685,17 +676,14 @@ def test_a_retry_puts_the_task_back_to_pending_at_its_next_try(store: Stores, ta
     # Given a task armed by exec-1 (first attempt), whose action failed at F
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
     failed_at = NOW + 10_005
-    retry = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=NOW + 10_000.5,
-        finished_ms=failed_at,
-        drift_ms=0.5,
-        drift_corrected_ms=None,
-        detail="HTTP 500",
-        retry_delay_ms=700,
+    retry = retry_record(
+        task,
+        failed_at,
+        "HTTP 500",
         retry_due_ms=failed_at + 700,
-        first_due_ms=task.due_ms,
+        fired_ms=NOW + 10_000.5,
+        drift_ms=0.5,
+        retry_delay_ms=700,
     )
     # When exec-1 records the retry
     assert record(store, "exec-1", retry) is True
@@ -730,34 +718,14 @@ def test_a_second_retry_keeps_the_first_due(store: Stores, tasks: TaskFactory) -
     assert record(
         store,
         "exec-1",
-        FireRecord(
-            task_id=task.task_id,
-            outcome=Outcome.RETRY,
-            fired_ms=None,
-            finished_ms=NOW + 10_010,
-            drift_ms=None,
-            drift_corrected_ms=None,
-            detail="e1",
-            retry_due_ms=NOW + 11_000,
-            first_due_ms=task.due_ms,
-        ),
+        retry_record(task, NOW + 10_010, "e1", retry_due_ms=NOW + 11_000),
     )
     assert arm(store, stored(store, task.task_id), "exec-2", NOW + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
     assert record(
         store,
         "exec-2",
-        FireRecord(
-            task_id=task.task_id,
-            outcome=Outcome.RETRY,
-            fired_ms=None,
-            finished_ms=NOW + 11_010,
-            drift_ms=None,
-            drift_corrected_ms=None,
-            detail="e2",
-            retry_due_ms=NOW + 12_000,
-            first_due_ms=NOW + 11_000,
-        ),
+        retry_record(task, NOW + 11_010, "e2", retry_due_ms=NOW + 12_000, first_due_ms=NOW + 11_000),
     )
     # Then the first due written by the first retry stands
     assert stored(store, task.task_id).first_due_at == task.due_at
@@ -766,17 +734,7 @@ def test_a_second_retry_keeps_the_first_due(store: Stores, tasks: TaskFactory) -
 def test_only_the_executor_that_armed_a_task_can_retry_it(store: Stores, tasks: TaskFactory) -> None:
     # Given a task armed by exec-1
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
-    retry = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=NOW + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=NOW + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    retry = retry_record(task, NOW + 10_010, "e", retry_due_ms=NOW + 11_000)
     # When another executor writes the retry / Then it is refused and the task stays ARMED by exec-1
     assert store.firing.record_many("exec-2", [retry]) == [False]
     assert (stored(store, task.task_id).status, stored(store, task.task_id).armed_by) == (A, "exec-1")
@@ -785,32 +743,12 @@ def test_only_the_executor_that_armed_a_task_can_retry_it(store: Stores, tasks: 
 def test_the_same_retry_again_counts_as_done_and_another_does_not(store: Stores, tasks: TaskFactory) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, retry=RetryPolicy(max_attempts=3))
-    retry = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=NOW + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=NOW + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    retry = retry_record(task, NOW + 10_010, "e", retry_due_ms=NOW + 11_000)
     assert record(store, "exec-1", retry)
     # When the very same write comes again / Then it is recognised as done, not as a lost race
     assert record(store, "exec-1", retry)
     # But a different retry (another next try) is refused, as is an outcome
-    other = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=NOW + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=NOW + 12_000,
-        first_due_ms=task.due_ms,
-    )
+    other = retry_record(task, NOW + 10_010, "e", retry_due_ms=NOW + 12_000)
     assert record(store, "exec-1", other) is False
     assert record(store, "exec-1", succeeded(task)) is False
     assert stored(store, task.task_id).due_ms == NOW + 11_000

@@ -55,15 +55,6 @@ SHORT_LEASE = {"executor_lease_ms": 5_000, "heartbeat_interval_ms": 1_000}
 
 
 # -- tasks --------------------------------------------------------------------------------------------------
-def one_batch(invoker: Any) -> BatchEvent:
-    """What one poll sent, as one batch: a poll dispatches each read of the index as it goes, so tasks found in
-    two reads (both sides of a minute's edge, or more than a read's buckets) come in two or more batches."""
-    events = list(invoker.events)
-    assert events, "the poll dispatched nothing"
-    batch: BatchEvent = events[0].model_copy(update={"tasks": [task for event in events for task in event.tasks]})
-    return batch
-
-
 def http_tasks(prefix: str, dues: Iterable[int], url: str, grace_ms: int = 60_000, **fields: Any) -> list[Task]:
     """One task per due instant, each POSTing ``{"i": n}`` to ``url`` (the loopback target), once per fire: the
     scenarios count fires at the target, so the executor's own quick retry of a 5xx is off here (its tests are

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from fault_tools import http_tasks, judge, one_batch, raw_item
+from fault_tools import http_tasks, judge, raw_item
 
 from punctual.config.settings import Settings
 from punctual.executing.executor import Executor
@@ -21,7 +21,7 @@ from punctual.runtime.wiring import poller_on
 from punctual_tools.checker import Expected
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, store_for
+from support import RecordingInvoker, create_all, now_ms, one_batch, store_for
 
 pytestmark = pytest.mark.integration
 

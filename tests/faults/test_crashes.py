@@ -27,7 +27,6 @@ from fault_tools import (
     dead_for_good,
     http_tasks,
     judge,
-    one_batch,
     report_figures,
     takeover_marks,
 )
@@ -39,7 +38,7 @@ from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
 from punctual.runtime.wiring import poller_on
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, one_batch, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 

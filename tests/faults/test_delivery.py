@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_tools import http_tasks, judge, one_batch
+from fault_tools import http_tasks, judge
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
@@ -25,7 +25,7 @@ from punctual.runtime.wiring import poller_on
 from punctual.targets import HttpAction
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, run_threads, store_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, one_batch, run_threads, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 

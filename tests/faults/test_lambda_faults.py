@@ -32,7 +32,6 @@ from fault_tools import (
     dead_for_good,
     http_tasks,
     judge,
-    one_batch,
     put_all,
     report_figures,
     takeover_marks,
@@ -63,7 +62,7 @@ from punctual_tools.local.lambda_rules import (
     retry_delay_s,
 )
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, one_batch, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from fault_tools import http_tasks, judge, one_batch
+from fault_tools import http_tasks, judge
 from lambda_tools import LambdaExecutors, all_final
 
 from punctual.config.settings import Settings
@@ -23,7 +23,7 @@ from punctual.domain.model import TaskStatus
 from punctual.runtime.wiring import poller_on
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, store_for, wait_until
+from support import RecordingInvoker, create_all, now_ms, one_batch, store_for, wait_until
 
 pytestmark = pytest.mark.integration
 SCALE = 0.1  # every Lambda time: a 300 s timeout is 30 s, retries after 6 and 12 s, a 60 s event age 6 s

@@ -43,10 +43,20 @@ from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
 from punctual_tools.checker import Fire
-from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
+from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
 from punctual_tools.template import ensure_table
-from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for, wait_until
+from support import (
+    FIXED_NOW_MS,
+    RecordingInvoker,
+    create_all,
+    make_tasks,
+    now_ms,
+    run_threads,
+    running_dynamodb_local,
+    store_for,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 SHARDS = 4
@@ -120,12 +130,8 @@ def test_two_pollers_at_the_same_instant_and_a_third_while_executors_hold_the_ta
 def own_ddb_local() -> Iterator[str]:
     """A DynamoDB Local of this test's own (stopped afterwards): 10k tasks leave the session's one busy for
     seconds after the test (its JVM collecting), which made the next real-time scenarios fire late."""
-    server = DynamoDBLocal(data_dir=None, in_memory=True)
-    endpoint = server.start()
-    try:
+    with running_dynamodb_local() as endpoint:
         yield endpoint
-    finally:
-        server.stop()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 import pytest
-from fault_tools import Throttle, http_tasks, judge, one_batch
+from fault_tools import Throttle, http_tasks, judge
 
 from punctual.config.settings import Settings
 from punctual.domain.clock import ClockOffset
@@ -19,7 +19,7 @@ from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.local.target import TargetServer
-from support import RecordingInvoker, create_all, now_ms, run_threads, store_for
+from support import RecordingInvoker, create_all, now_ms, one_batch, run_threads, store_for
 
 pytestmark = pytest.mark.integration
 

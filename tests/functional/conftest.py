@@ -8,14 +8,12 @@ import pytest
 
 from moto_table import dynamodb, now_ms, read_raw, settings
 from punctual.config.settings import Settings
-from punctual.domain.clock import SystemClock
-from punctual.domain.keys import from_ms
-from punctual.domain.model import Task
 from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
+from punctual.polling.poller import Poller
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
-from punctual.targets import LogAction
-from support import FIXED_NOW_MS
+from support import FakeClock, RecordingInvoker, TaskFactory, executor_on
 
 __all__ = ["dynamodb", "now_ms", "read_raw", "settings"]  # the moto table's fixtures, shared with tests/tools
 
@@ -26,23 +24,16 @@ def store(request: pytest.FixtureRequest, dynamodb: Any, settings: Settings) -> 
     return DynamoStores.from_settings(dynamodb, settings.model_copy(update={"write_batch": request.param}))
 
 
-class TaskFactory:
-    """Builds tasks with sensible defaults and stores them through the repository."""
+@pytest.fixture
+def clock(now_ms: int) -> FakeClock:
+    """A fake clock at the tier's fixed "now" (a test that needs another clock has its own ``clock``)."""
+    return FakeClock(wall_ms=now_ms)
 
-    def __init__(self, store: DynamoStores) -> None:
-        self.store = store
-        self._n = 0
 
-    def build(self, due_ms: int, task_id: str | None = None, **fields: Any) -> Task:
-        self._n += 1
-        fields.setdefault("action", LogAction(message="test"))
-        fields.setdefault("payload", {"n": self._n})
-        return Task(task_id=task_id or f"task-{self._n:04d}", due_at=from_ms(due_ms), **fields)
-
-    def create(self, due_ms: int, task_id: str | None = None, now_ms: int = FIXED_NOW_MS, **fields: Any) -> Task:
-        stored, created = self.store.client.create(self.build(due_ms, task_id, **fields), now_ms)
-        assert created
-        return stored
+@pytest.fixture
+def client(dynamodb: Any, settings: Settings, clock: FakeClock) -> Client:
+    """The client straight to the moto table (no tenant), on ``clock``."""
+    return Client(settings, dynamodb=dynamodb, clock=clock)
 
 
 @pytest.fixture
@@ -51,6 +42,18 @@ def tasks(store: DynamoStores) -> TaskFactory:
 
 
 @pytest.fixture
+def invoker() -> RecordingInvoker:
+    """Lambda's async invoke, recording each batch sent."""
+    return RecordingInvoker()
+
+
+@pytest.fixture
+def poller(store: DynamoStores, invoker: RecordingInvoker, settings: Settings) -> Poller:
+    """A poller of ``store``, sending its batches to ``invoker``."""
+    return poller_on(store, invoker, settings, poller_id="poller-test")
+
+
+@pytest.fixture
 def executor(store: DynamoStores, settings: Settings) -> Executor:
     """An executor on the real clock, its NTP probe off."""
-    return Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))
+    return executor_on(store, settings)

@@ -19,14 +19,12 @@ from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchReport, PollReport
 from punctual.domain.keys import from_ms
 from punctual.domain.model import canonical_json
-from punctual.executing.executor import Executor
 from punctual.runtime.client import Client
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, TargetRules
 from punctual.targets.secrets import SecretResolver
-from support import RecordingInvoker
+from support import RecordingInvoker, executor_on
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -217,7 +215,7 @@ def poll_and_fire(
     """Poll on the real clock and run every batch on one executor (``env``'s actions), ``rounds`` times or until
     ``done()``; the polls' and the batches' reports."""
     clock = SystemClock()
-    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5), actions=env)
+    executor = executor_on(store, settings, clock, actions=env)
     polls: list[PollReport] = []
     batches: list[BatchReport] = []
     try:

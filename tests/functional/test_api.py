@@ -15,7 +15,7 @@ from punctual.api import build_app
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
-from punctual.domain.model import ArmRequest, FireRecord, Outcome, TaskStatus
+from punctual.domain.model import TaskStatus
 from punctual.errors import (
     ApiError,
     InvalidRequestError,
@@ -30,14 +30,9 @@ from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.local.api_server import LocalApi
-from support import FakeClock
+from support import FakeClock, read_task, record_failed, serving_api
 
 TOKENS = {"token-acme": "acme", "token-beta": "beta"}
-
-
-@pytest.fixture
-def clock(now_ms: int) -> FakeClock:
-    return FakeClock(wall_ms=now_ms)
 
 
 @pytest.fixture
@@ -48,10 +43,7 @@ def direct(dynamodb: Any, settings: Settings, clock: FakeClock) -> Client:
 
 @pytest.fixture
 def api(dynamodb: Any, settings: Settings, clock: FakeClock) -> Iterator[LocalApi]:
-    def resolver() -> Any:
-        return build_app(lambda: Client(settings, dynamodb=dynamodb, clock=clock), TenantMap())
-
-    with LocalApi(resolver, TOKENS) as server:
+    with serving_api(dynamodb, settings, clock, TOKENS) as server:
         yield server
 
 
@@ -110,31 +102,8 @@ def test_another_tenants_task_is_not_found_whatever_is_asked(
 
 def _fail(direct: Client, task_id: str) -> None:
     """Make a task FAILED as an executor would: arm it, record the failure."""
-
-    store = direct.stores
-    task = store.client.get(task_id)
-    assert task is not None
-    armed = store.firing.arm_many(
-        [ArmRequest(task_id=task_id, due_ms=task.due_ms, lease_until_ms=task.due_ms + 600_000)],
-        "b",
-        "executor-1",
-        task.due_ms - 1_000,
-    )
-    assert armed[0] is not None
-    assert store.firing.record_many(
-        "executor-1",
-        [
-            FireRecord(
-                task_id=task_id,
-                outcome=Outcome.FAILED,
-                fired_ms=task.due_ms,
-                finished_ms=task.due_ms + 5,
-                drift_ms=0.1,
-                drift_corrected_ms=0.1,
-                detail="boom",
-            )
-        ],
-    ) == [True]
+    task = read_task(direct.stores, task_id)
+    record_failed(direct.stores, task, "executor-1", task.due_ms - 1_000)
 
 
 def test_ids_of_other_tenants_cannot_be_spelled(api: LocalApi, acme: ApiClient, beta: ApiClient, now_ms: int) -> None:

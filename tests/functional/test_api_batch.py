@@ -11,16 +11,14 @@ from typing import Any
 import pytest
 import urllib3
 
-from punctual.api import build_app
 from punctual.config.settings import Settings
-from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.bulk import BATCH_MAX_BYTES, BATCH_MAX_TASKS
 from punctual.targets import LogAction
 from punctual_tools.local.api_server import LocalApi
-from support import FakeClock
+from support import FakeClock, serving_api
 
 TOKENS = {"token-acme": "acme", "token-beta": "beta"}
 QUOTAS = {"active_tasks": 3}
@@ -41,12 +39,7 @@ def direct(dynamodb: Any, tenant_settings: Settings, now_ms: int) -> Client:
 
 @pytest.fixture
 def api(dynamodb: Any, tenant_settings: Settings, now_ms: int) -> Iterator[LocalApi]:
-    clock = FakeClock(wall_ms=now_ms)
-
-    def resolver() -> Any:
-        return build_app(lambda: Client(tenant_settings, dynamodb=dynamodb, clock=clock), TenantMap())
-
-    with LocalApi(resolver, TOKENS) as server:
+    with serving_api(dynamodb, tenant_settings, FakeClock(wall_ms=now_ms), TOKENS) as server:
         yield server
 
 

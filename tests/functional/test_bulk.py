@@ -14,21 +14,14 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
-from punctual.executing.executor import Executor
 from punctual.runtime.client import Client
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.cli import main
-from support import FakeClock, RecordingInvoker, read_task
+from support import RecordingInvoker, executor_on, read_task
 
 TABLE = "punctual-tasks-test"
-
-
-@pytest.fixture
-def client(dynamodb: Any, settings: Settings, now_ms: int) -> Client:
-    return Client(settings, dynamodb=dynamodb, clock=FakeClock(wall_ms=now_ms))
 
 
 def test_schedule_many_reports_each_task_and_stores_only_the_good_ones(
@@ -95,7 +88,7 @@ def test_a_task_written_with_plain_put_item_fires(dynamodb: Any, store: DynamoSt
     invoker = RecordingInvoker()
     poller_on(store, invoker, settings).poll(now)
     (event,) = invoker.events
-    report = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5)).run_batch(event)
+    report = executor_on(store, settings, clock).run_batch(event)
     # Then it fired once and is recorded SUCCEEDED, with the payload it was written with
     assert (report.armed, report.fired, report.succeeded) == (1, 1, 1)
     done = read_task(store, "raw-1")

@@ -14,17 +14,15 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.keys import index_key, shard_of
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
-from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
 from punctual.scheduling.redrive import RedriveReport, Skipped, SkipReason
 from punctual.stores.dlq import FileDeadLetterQueue, SqsDeadLetterQueue, build_dead_letter_queue, file_queue_url
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction
 from punctual_tools.cli import main
 from punctual_tools.cli.maintenance import redrive_lines
-from support import StubTarget, arm, read_task, run_until_done, serving
+from support import StubTarget, executor_on, make_failed, read_task, run_until_done, serving
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -47,25 +45,6 @@ def sqs(dynamodb: Any) -> SQSClient:  # inside the same moto context as the tabl
 @pytest.fixture
 def queue_url(sqs: SQSClient) -> str:
     return sqs.create_queue(QueueName="punctual-dlq")["QueueUrl"]
-
-
-def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> Task:
-    """A task that was armed and recorded FAILED."""
-    task = tasks.create(now_ms + 1_000, task_id)
-    assert arm(store, task, "x", now_ms) is not None
-    assert store.firing.record(
-        "x",
-        FireRecord(
-            task_id=task_id,
-            outcome=Outcome.FAILED,
-            fired_ms=now_ms + 1_000.0,
-            finished_ms=now_ms + 1_010,
-            drift_ms=0.0,
-            drift_corrected_ms=None,
-            detail="boom",
-        ),
-    )
-    return read_task(store, task_id)
 
 
 # -- the queues ----------------------------------------------------------------------------------------------
@@ -125,7 +104,7 @@ def test_a_task_that_spends_its_attempts_is_failed_then_dead_lettered(
 ) -> None:
     # Given an executor with a file dead-letter queue, and a task that always fails, with two attempts
     queue = FileDeadLetterQueue(tmp_path / "dlq.jsonl")
-    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=queue)
+    executor = executor_on(store, settings, dead_letters=queue)
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300,
@@ -153,7 +132,7 @@ def test_a_failed_send_leaves_the_task_failed_in_the_table(
         def send(self, task: Task, reason: str) -> None:
             raise ConnectionError("queue unreachable")
 
-    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), dead_letters=Down())
+    executor = executor_on(store, settings, dead_letters=Down())
     now = int(SystemClock().wall_ms())
     task = tasks.create(
         now + 300, "lonely", now_ms=now, action=HttpAction(url=failing_url, timeout_s=5, retry_transient=False)

@@ -22,11 +22,10 @@ from punctual.domain.model import Task, TaskStatus
 from punctual.executing import executor as executor_module
 from punctual.executing.executor import Executor
 from punctual.runtime.ntp import OffsetProbe
-from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.ports import FiringPort
 from punctual.targets import HttpAction
-from support import RecordingInvoker, StubTarget, arm, due_candidates, read_task, serving, wait_until
+from support import StubTarget, arm, dispatch_batch, due_candidates, read_task, serving, wait_until
 
 
 class FixedOffset:
@@ -61,16 +60,6 @@ def target() -> Iterator[Target]:
 @pytest.fixture
 def clock() -> SystemClock:
     return SystemClock()
-
-
-def dispatch_batch(store: DynamoStores, settings: Settings, now_ms: int) -> BatchEvent:
-    """Run the poller once and return what it sent as one batch (a poll dispatches each read of the index as it
-    goes: tasks on both sides of a minute's edge come in two batches)."""
-    invoker = RecordingInvoker()
-    poller_on(store, invoker, settings).poll(now_ms)
-    assert invoker.events
-    first = invoker.events[0]
-    return first.model_copy(update={"tasks": [task for event in invoker.events for task in event.tasks]})
 
 
 def test_close_ends_every_thread_the_executor_started(

@@ -12,39 +12,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from moto_table import raw_item
 from punctual.config.settings import Settings
-from punctual.domain.keys import from_ms
-from punctual.domain.model import Task, TaskStatus
+from punctual.domain.model import TaskStatus
 from punctual.polling.fastpath import dispatch_stream_records
 from punctual.polling.poller import Poller
 from punctual.runtime.wiring import decode_stream_image, poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.due import DueIndex
-from punctual.targets import LogAction
-from support import RecordingInvoker, read_task, with_part
-
-TABLE = "punctual-tasks-test"  # the functional tier's table (conftest)
-
-
-class Tasks:
-    """Writes log tasks through the store at an explicit time."""
-
-    def __init__(self, store: DynamoStores) -> None:
-        self.store = store
-
-    def create(self, due_ms: int, task_id: str, now_ms: int) -> Task:
-        task, created = self.store.client.create(
-            Task(task_id=task_id, due_at=from_ms(due_ms), action=LogAction(message="test"), payload={}), now_ms
-        )
-        assert created
-        return task
-
-
-def raw_item(dynamodb: Any, task_id: str) -> dict[str, Any]:
-    item: dict[str, Any] = dynamodb.get_item(TableName=TABLE, Key={"task_id": {"S": task_id}}, ConsistentRead=True)[
-        "Item"
-    ]
-    return item
+from support import RecordingInvoker, TaskFactory, read_task, with_part
 
 
 def stream_batch(dynamodb: Any, *task_ids: str) -> list[dict[str, Any]]:
@@ -61,23 +37,8 @@ def store(dynamodb: Any, settings: Settings) -> DynamoStores:
 
 
 @pytest.fixture
-def tasks(store: DynamoStores) -> Tasks:
-    return Tasks(store)
-
-
-@pytest.fixture
-def poll_invoker() -> RecordingInvoker:
-    return RecordingInvoker()
-
-
-@pytest.fixture
 def fast_invoker() -> RecordingInvoker:
     return RecordingInvoker()
-
-
-@pytest.fixture
-def poller(store: DynamoStores, poll_invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return poller_on(store, poll_invoker, settings, poller_id="poller-test")
 
 
 @pytest.fixture
@@ -90,8 +51,8 @@ def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due
     store: DynamoStores,
     poller: Poller,
     fast_path: Poller,
-    tasks: Tasks,
-    poll_invoker: RecordingInvoker,
+    tasks: TaskFactory,
+    invoker: RecordingInvoker,
     fast_invoker: RecordingInvoker,
     settings: Settings,
     now_ms: int,
@@ -117,7 +78,7 @@ def test_a_task_left_to_the_poll_is_dispatched_by_the_next_poll_before_it_is_due
     poller.poll(next_poll)
     # Then it dispatches the task left to it, at least the fast-path margin before it is due, still PENDING (and
     # the other once more, since no executor armed it here)
-    assert sorted(poll_invoker.task_ids) == sorted([later.task_id, soon.task_id])
+    assert sorted(invoker.task_ids) == sorted([later.task_id, soon.task_id])
     assert later.due_ms - next_poll >= settings.fast_path_margin_ms
     assert read_task(store, later.task_id).status is TaskStatus.PENDING
 
@@ -126,8 +87,8 @@ def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
     dynamodb: Any,
     poller: Poller,
     fast_path: Poller,
-    tasks: Tasks,
-    poll_invoker: RecordingInvoker,
+    tasks: TaskFactory,
+    invoker: RecordingInvoker,
     now_ms: int,
 ) -> None:
     # Given a poll at now_ms, and a task written 20 s later due 65 s ahead, which the fast path leaves to the poll
@@ -145,13 +106,13 @@ def test_a_task_left_to_the_poll_is_found_by_a_poll_that_comes_after_it_was_due(
     # Then that poll finds it overdue and dispatches it (its executor fires it within its grace, or records it
     # MISSED): late, not lost
     assert report.dispatched == 1
-    assert poll_invoker.task_ids == [later.task_id]
+    assert invoker.task_ids == [later.task_id]
 
 
 def test_without_a_noted_poll_the_fast_path_dispatches_every_candidate(
     dynamodb: Any,
     fast_path: Poller,
-    tasks: Tasks,
+    tasks: TaskFactory,
     fast_invoker: RecordingInvoker,
     now_ms: int,
 ) -> None:
@@ -171,7 +132,7 @@ def test_close_to_the_next_poll_the_fast_path_dispatches_every_candidate(
     dynamodb: Any,
     poller: Poller,
     fast_path: Poller,
-    tasks: Tasks,
+    tasks: TaskFactory,
     fast_invoker: RecordingInvoker,
     settings: Settings,
     now_ms: int,
@@ -197,7 +158,7 @@ class UnreadablePolls(DueIndex):
 def test_when_the_last_polls_cannot_be_read_the_fast_path_dispatches_every_candidate(
     dynamodb: Any,
     poller: Poller,
-    tasks: Tasks,
+    tasks: TaskFactory,
     settings: Settings,
     now_ms: int,
 ) -> None:

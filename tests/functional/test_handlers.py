@@ -14,13 +14,11 @@ import gc
 import json
 import logging
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,7 +34,7 @@ from punctual.runtime.wiring import build_poller
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
 from punctual_tools.local.worker import load_handler_module
-from support import RecordingInvoker, arm
+from support import RecordingInvoker, arm, load_cold
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 POWERTOOLS_ATTRIBUTES = ("init", "powertools_handler", "powertools_buffer_config", "powertools_buffer_cache")
@@ -130,26 +128,6 @@ def _forget_powertools_logging() -> None:
         shared.clear()
 
 
-def _load_in_a_thread_of_its_own(path: Path) -> ModuleType:
-    """Load a handler module the way the local invoker does, from a short-lived thread: the executor module
-    lowers the CPU priority of the thread that loads it, which must not be pytest's."""
-    loaded: list[ModuleType | BaseException] = []
-
-    def load() -> None:
-        try:
-            loaded.append(load_handler_module(str(path)))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            loaded.append(exc)
-
-    thread = threading.Thread(target=load, name="cold-start")
-    thread.start()
-    thread.join()
-    (module,) = loaded
-    if isinstance(module, BaseException):
-        raise module
-    return module
-
-
 @pytest.fixture
 def cold_start(
     dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -189,7 +167,7 @@ def cold_start(
     def load() -> Handlers:
         _forget_powertools_logging()
         poller_app: Any = load_handler_module(str(SRC / "poller" / "app.py"))
-        executor_app = _load_in_a_thread_of_its_own(SRC / "executor" / "app.py")
+        executor_app = load_cold(SRC / "executor" / "app.py")
         fastpath_app: Any = load_handler_module(str(SRC / "fastpath" / "app.py"))
         invoker = RecordingInvoker()
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)

@@ -188,11 +188,6 @@ def tsettings(settings: Settings, receivers: Receivers) -> Settings:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(wall_ms=FIXED_NOW_MS)
-
-
-@pytest.fixture
 def api(server: tuple[LocalApi, _Current], dynamodb: Any, tsettings: Settings, clock: FakeClock) -> Iterator[Api]:
     local, current = server
     current.factory = lambda: Client(tsettings, dynamodb=dynamodb, clock=clock)

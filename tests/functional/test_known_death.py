@@ -10,10 +10,8 @@ from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.model import TaskStatus
-from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
 from punctual.stores.dynamodb import DynamoStores
-from support import arm, read_task
+from support import arm, executor_on, read_task
 
 
 def _armed_by_a_crashed_attempt(
@@ -45,7 +43,7 @@ def test_lambdas_retry_of_the_same_invocation_fences_its_earlier_attempt_and_fir
 ) -> None:
     # Given a batch armed by an attempt of invocation req-1 that crashed, its lease 20 s ahead
     event, ids = _armed_by_a_crashed_attempt(store, tasks, settings, "req-1")
-    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))
+    executor = executor_on(store, settings)
     try:
         # When Lambda retries req-1 at once
         report = executor.run_batch(event, invocation="req-1")
@@ -65,7 +63,7 @@ def test_a_delivery_of_another_invocation_does_not_fence_a_live_owner(
 ) -> None:
     # Given a batch armed by a live executor of invocation req-1
     event, ids = _armed_by_a_crashed_attempt(store, tasks, settings, "req-1")
-    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5))
+    executor = executor_on(store, settings)
     try:
         # When another invocation (req-2) delivers the same batch
         report = executor.run_batch(event, invocation="req-2")

@@ -13,15 +13,13 @@ from punctual.config.settings import Settings
 from punctual.domain.backoff import backoff_s
 from punctual.domain.clock import SystemClock
 from punctual.domain.model import TaskStatus
-from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.table import BATCH_GET_ATTEMPTS
 from punctual.targets import FireContext, HttpAction
 from punctual.targets.http import INVOCATION_MARGIN_MS, RETRY_DELAYS_S, _may_retry
-from support import RecordingInvoker, read_task, with_part
+from support import RecordingInvoker, executor_on, read_task, with_part
 
 
 class Throttling:
@@ -144,7 +142,7 @@ def test_a_record_write_failing_three_times_is_written_the_fourth(
     task = tasks.create(now + 300, now_ms=now)
     invoker = RecordingInvoker()
     poller_on(store, invoker, settings).poll(now)
-    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5))
+    executor = executor_on(store, settings, clock)
     try:
         # When the executor fires it
         report = executor.run_batch(invoker.events[0])

@@ -14,15 +14,13 @@ from punctual.domain.events import BatchEvent, BatchTask
 from punctual.domain.keys import BUCKET_MS, from_ms, shard_of
 from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidTaskError
-from punctual.executing.executor import Executor
 from punctual.polling.fastpath import candidate_of_record
 from punctual.runtime.client import Client
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.dynamodb.codec import candidate_of_item
 from punctual.targets import LogAction
-from support import FakeClock, RecordingInvoker, due_candidates, read_task
+from support import FakeClock, RecordingInvoker, due_candidates, executor_on, read_task
 
 
 @pytest.mark.parametrize(
@@ -123,7 +121,7 @@ def test_executor_applies_the_policy_to_a_task_it_can_only_start_past_its_grace(
 ) -> None:
     # Given a task with no grace, due 5 s ago, dispatched on time (its executor came late)
     clock = SystemClock()
-    executor = Executor(store.firing, settings, clock, OffsetProbe(None, 0.5))
+    executor = executor_on(store, settings, clock)
     now = int(clock.wall_ms())
     due = now - 5_000
     task = tasks.create(due, now_ms=due - 1_000, misfire_grace_ms=0, misfire_policy=policy)

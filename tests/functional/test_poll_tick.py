@@ -29,11 +29,6 @@ def plenty() -> int:
     return PLENTY
 
 
-@pytest.fixture
-def invoker() -> RecordingInvoker:
-    return RecordingInvoker()
-
-
 def make_poller(dynamodb: Any, settings: Settings, invoker: RecordingInvoker, groups: int, due: int) -> Poller:
     """A poller of ``groups`` poll groups over the moto table, invoking executors through ``invoker``, with ``due``
     tasks (``t-00``, ...) due within its lead window."""

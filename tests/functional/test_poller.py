@@ -19,16 +19,6 @@ from punctual.stores.dynamodb.due import DueIndex
 from support import RecordingInvoker, arm, read_task, with_part
 
 
-@pytest.fixture
-def invoker() -> RecordingInvoker:
-    return RecordingInvoker()
-
-
-@pytest.fixture
-def poller(store: DynamoStores, invoker: RecordingInvoker, settings: Settings) -> Poller:
-    return poller_on(store, invoker, settings, poller_id="poller-test")
-
-
 def test_dispatches_everything_due_up_to_now_plus_lead_and_nothing_later(
     poller: Poller,
     invoker: RecordingInvoker,

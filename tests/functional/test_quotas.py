@@ -12,7 +12,7 @@ from punctual.config.settings import Settings
 from punctual.config.tenant_map import Quotas
 from punctual.domain.decisions import FireDecision, decide_outcome
 from punctual.domain.keys import from_ms
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.model import Outcome, Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.domain.schedules import ScheduleState
 from punctual.errors import QuotaExceededError
@@ -26,7 +26,7 @@ from punctual.stores.dynamodb.table import TENANT_ACTIVE_INDEX
 from punctual.targets import LogAction
 from punctual_tools.doubles.memory import InMemoryStore
 from punctual_tools.template import TABLE_RESOURCE, load_template
-from support import FakeClock, RecordingInvoker, arm
+from support import FakeClock, RecordingInvoker, record_failed
 
 QUOTAS = {"active_tasks": 3, "schedules": 2, "schedule_rate_per_s": 1, "retry_attempts": 2}
 
@@ -263,20 +263,7 @@ def test_a_count_read_afresh_adds_the_tasks_still_being_written() -> None:
 # -- every path that makes a task active is admitted ------------------------------------------------------------
 def _failed(client: Client, store: DynamoStores, task_id: str, now_ms: int) -> None:
     """A task of ``task_id`` armed and recorded FAILED."""
-    task = client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id)
-    assert arm(store, task, "x", now_ms) is not None
-    assert store.firing.record(
-        "x",
-        FireRecord(
-            task_id=task_id,
-            outcome=Outcome.FAILED,
-            fired_ms=now_ms + 1_000.0,
-            finished_ms=now_ms + 1_010,
-            drift_ms=0.0,
-            drift_corrected_ms=None,
-            detail="x",
-        ),
-    )
+    record_failed(store, client.schedule(from_ms(now_ms + 1_000), LogAction(), task_id=task_id), "x", now_ms)
 
 
 def test_a_redrive_past_active_tasks_is_refused_naming_it_and_the_task_stays_failed(

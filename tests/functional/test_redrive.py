@@ -9,33 +9,14 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus
 from punctual.errors import TaskStateError
 from punctual.scheduling.client import Client
 from punctual.scheduling.redrive import RedriveReport, Selection, Skipped, SkipReason, redrive_tasks
 from punctual.stores.dlq import FileDeadLetterQueue
 from punctual.stores.dynamodb import DynamoStores
 from punctual.stores.ports import ClientPort
-from support import arm, read_task
-
-
-def make_failed(store: DynamoStores, tasks: Any, task_id: str, now_ms: int) -> Task:
-    """A task that was armed and recorded FAILED."""
-    task = tasks.create(now_ms + 1_000, task_id)
-    assert arm(store, task, "x", now_ms) is not None
-    assert store.firing.record(
-        "x",
-        FireRecord(
-            task_id=task_id,
-            outcome=Outcome.FAILED,
-            fired_ms=now_ms + 1_000.0,
-            finished_ms=now_ms + 1_010,
-            drift_ms=0.0,
-            drift_corrected_ms=None,
-            detail="boom",
-        ),
-    )
-    return read_task(store, task_id)
+from support import make_failed, read_task
 
 
 class RivalFirst:

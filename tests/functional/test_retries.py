@@ -13,14 +13,14 @@ import pytest
 from punctual.config.settings import Settings
 from punctual.domain.clock import SystemClock
 from punctual.domain.keys import index_key, shard_of
-from punctual.domain.model import FireRecord, Outcome, Task, TaskStatus
+from punctual.domain.model import Task, TaskStatus
 from punctual.domain.retry import RetryPolicy
 from punctual.errors import InvalidTaskError, TaskConflictError
 from punctual.executing.executor import Executor
 from punctual.runtime.client import Client
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
-from support import StubTarget, arm, read_task, run_until_done, serving
+from support import StubTarget, arm, read_task, retry_record, run_until_done, serving
 
 
 class FlakyTarget(StubTarget):
@@ -62,17 +62,14 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
     # Given a task armed by exec-1 (first attempt), whose action failed 10 s later
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
     failed_at = now_ms + 10_005
-    retry = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=now_ms + 10_000.5,
-        finished_ms=failed_at,
-        drift_ms=0.5,
-        drift_corrected_ms=None,
-        detail="HTTP 500",
-        retry_delay_ms=700,
+    retry = retry_record(
+        task,
+        failed_at,
+        "HTTP 500",
         retry_due_ms=failed_at + 700,
-        first_due_ms=task.due_ms,
+        fired_ms=now_ms + 10_000.5,
+        drift_ms=0.5,
+        retry_delay_ms=700,
     )
     # When exec-1 records the retry (in bulk, as the executor does)
     assert store.firing.record_many("exec-1", [retry]) == [True]
@@ -100,31 +97,11 @@ def test_retry_write_puts_the_task_back_to_pending_at_its_next_try(
 def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a task already retried once (first due = its original due), armed again by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    first = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=now_ms + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e1",
-        retry_due_ms=now_ms + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    first = retry_record(task, now_ms + 10_010, "e1", retry_due_ms=now_ms + 11_000)
     assert store.firing.record("exec-1", first)
     assert arm(store, read_task(store, task.task_id), "exec-2", now_ms + 11_000) is not None
     # When exec-2 records a second retry naming (wrongly) another first due
-    second = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=now_ms + 11_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e2",
-        retry_due_ms=now_ms + 12_000,
-        first_due_ms=now_ms + 11_000,
-    )
+    second = retry_record(task, now_ms + 11_010, "e2", retry_due_ms=now_ms + 12_000, first_due_ms=now_ms + 11_000)
     assert store.firing.record("exec-2", second)
     # Then the first due written by the first retry stands
     assert read_task(store, task.task_id).first_due_at == task.due_at
@@ -133,17 +110,7 @@ def test_a_second_retry_keeps_the_first_due(store: DynamoStores, tasks: Any, now
 def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a task armed by exec-1
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    record = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=now_ms + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=now_ms + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    record = retry_record(task, now_ms + 10_010, "e", retry_due_ms=now_ms + 11_000)
     # When another executor tries to write the retry
     # Then the condition refuses it and the task stays ARMED by exec-1
     assert store.firing.record_many("exec-2", [record]) == [False]
@@ -153,32 +120,12 @@ def test_only_the_executor_that_armed_it_can_retry_it(store: DynamoStores, tasks
 def test_a_retry_write_repeated_by_botocore_counts_as_done(store: DynamoStores, tasks: Any, now_ms: int) -> None:
     # Given a retry written once (its response lost, say)
     task = armed_task(store, tasks, now_ms, retry=RetryPolicy(max_attempts=3))
-    record = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=now_ms + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=now_ms + 11_000,
-        first_due_ms=task.due_ms,
-    )
+    record = retry_record(task, now_ms + 10_010, "e", retry_due_ms=now_ms + 11_000)
     assert store.firing.record("exec-1", record)
     # When the very same write is sent again / Then it is recognised as applied, not as a lost race
     assert store.firing.record("exec-1", record)
     # But a different retry (another next try) is not
-    other = FireRecord(
-        task_id=task.task_id,
-        outcome=Outcome.RETRY,
-        fired_ms=None,
-        finished_ms=now_ms + 10_010,
-        drift_ms=None,
-        drift_corrected_ms=None,
-        detail="e",
-        retry_due_ms=now_ms + 12_000,
-        first_due_ms=task.due_ms,
-    )
+    other = retry_record(task, now_ms + 10_010, "e", retry_due_ms=now_ms + 12_000)
     assert not store.firing.record("exec-1", other)
 
 

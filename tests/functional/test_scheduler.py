@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from punctual.api import build_app
 from punctual.config.settings import Settings
-from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.domain.model import TaskStatus
 from punctual.domain.schedules import ScheduleState
@@ -28,13 +26,7 @@ from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.protocol import Scheduler, ScheduleSpec
 from punctual.targets import HttpAction, LogAction
-from punctual_tools.local.api_server import LocalApi
-from support import FakeClock
-
-
-@pytest.fixture
-def clock(now_ms: int) -> FakeClock:
-    return FakeClock(wall_ms=now_ms)
+from support import FakeClock, serving_api
 
 
 @pytest.fixture(params=["client", "api"])
@@ -47,10 +39,7 @@ def scheduler(
         yield direct
         return
 
-    def resolver() -> Any:
-        return build_app(lambda: Client(settings, dynamodb=dynamodb, clock=clock), TenantMap())
-
-    with LocalApi(resolver, {"token-acme": "acme"}) as server:
+    with serving_api(dynamodb, settings, clock, {"token-acme": "acme"}) as server:
         api: Scheduler = ApiClient(server.url, token="token-acme")
         yield api
 

@@ -28,16 +28,13 @@ from punctual.config.tenant_source import (
     ParameterTenantMap,
     tenant_map_source,
 )
-from punctual.domain.clock import SystemClock
 from punctual.domain.model import Task, TaskStatus
 from punctual.errors import InvalidRequestError, SettingsError, TenantMapUnavailableError
-from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import build_api, build_executor, poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import ActionEnv, SqsAction, TargetRules
 from punctual_tools.local.stack import LocalStack, StackConfig
-from support import RecordingInvoker, read_task
+from support import RecordingInvoker, executor_on, read_task
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -388,7 +385,7 @@ def test_a_batch_is_checked_against_the_map_as_it_is_when_the_batch_starts(
     source = ParameterTenantMap(ssm, NAME, 60.0, monotonic=clock)
     actions = ActionEnv.from_settings(settings, {"sqs": sqs}, source)
     store = DynamoStores.from_settings(dynamodb, settings)
-    executor = Executor(store.firing, settings, SystemClock(), OffsetProbe(None, 0.5), actions=actions)
+    executor = executor_on(store, settings, actions=actions)
     invoker = _create_and_dispatch(store, settings, [2], 2)
     # When the map gains tenant 2's queue, the cache's time passes, and the batch runs
     ssm.put_parameter(Name=NAME, Value=json.dumps({"tenants": {tenant(2): policy(2)}}), Type="String", Overwrite=True)

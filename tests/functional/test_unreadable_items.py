@@ -24,9 +24,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from punctual.api import build_app
 from punctual.config.settings import Settings
-from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.domain.model import ArmRequest, Unreadable
 from punctual.domain.schedules import Schedule
@@ -38,28 +36,15 @@ from punctual.stores.dynamodb.codec import schedule_key
 from punctual.targets import LogAction
 from punctual_tools.cli import main
 from punctual_tools.local.api_server import LocalApi
-from support import FIXED_NOW_MS, FakeClock, RecordingInvoker
+from support import FIXED_NOW_MS, FakeClock, RecordingInvoker, serving_api
 
 TOKENS = {"token-acme": "acme"}
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON that json.loads cannot read: a RecursionError, no ValueError
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(wall_ms=FIXED_NOW_MS)
-
-
-@pytest.fixture
-def client(dynamodb: Any, settings: Settings, clock: FakeClock) -> Client:
-    return Client(settings, dynamodb=dynamodb, clock=clock)
-
-
-@pytest.fixture
 def api(dynamodb: Any, settings: Settings, clock: FakeClock) -> Iterator[LocalApi]:
-    def resolver() -> Any:
-        return build_app(lambda: Client(settings, dynamodb=dynamodb, clock=clock), TenantMap())
-
-    with LocalApi(resolver, TOKENS) as server:
+    with serving_api(dynamodb, settings, clock, TOKENS) as server:
         yield server
 
 

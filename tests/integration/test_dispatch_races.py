@@ -23,15 +23,12 @@ from typing import Any
 import pytest
 
 from punctual.config.settings import Settings
-from punctual.domain.clock import SystemClock
 from punctual.domain.events import BatchEvent, BatchReport
 from punctual.domain.model import ArmRequest, Task
-from punctual.executing.executor import Executor
-from punctual.runtime.ntp import OffsetProbe
 from punctual.runtime.wiring import poller_on
 from punctual.targets import FireLog, LogAction
 from punctual_tools.demo import read_fires
-from support import FIXED_NOW_MS, RecordingInvoker, create_all, make_tasks, now_ms, run_threads, store_for
+from support import FIXED_NOW_MS, RecordingInvoker, create_all, executor_on, make_tasks, now_ms, run_threads, store_for
 
 SHARDS = 4
 JOIN_TIMEOUT_S = 120
@@ -159,9 +156,7 @@ def test_a_batch_delivered_twice_to_two_executors_fires_every_task_once(
     event = BatchEvent.model_validate(invoker.payloads[0])
     assert len(event.tasks) == n
     # ... and two executors (two Lambda environments), each with its own client, on the real clock
-    executors = [
-        Executor(store_for(settings).firing, settings, SystemClock(), OffsetProbe(None, 0.5)) for _ in range(2)
-    ]
+    executors = [executor_on(store_for(settings), settings) for _ in range(2)]
 
     # When the same batch is delivered to both at once
     reports: list[BatchReport] = run_threads([partial(x.run_batch, event) for x in executors], timeout=90)

@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,8 +37,7 @@ from moto import mock_aws
 
 from punctual.config.settings import Settings
 from punctual.domain.keys import from_ms
-from punctual.domain.model import ArmRequest, FireRecord, Task, TaskStatus
-from punctual.domain.model import Outcome as FireOutcome
+from punctual.domain.model import ArmRequest, Task, TaskStatus
 from punctual.domain.schedules import ScheduleState
 from punctual.polling.fastpath import matches
 from punctual.runtime.client import Client
@@ -50,8 +48,8 @@ from punctual_tools.iam import AwsCall, CallRecorder, Stack
 from punctual_tools.iam.calls import function_arn
 from punctual_tools.iam.policies import function_environment
 from punctual_tools.local.api_server import proxy_event
-from punctual_tools.local.worker import load_handler_module
 from punctual_tools.template import ensure_table, stream_filter_patterns
+from support import load_cold, read_task, record_failed
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -262,22 +260,8 @@ class Scenario:
         """The function's handler module at a cold start, in a short-lived thread (the executor lowers the
         priority of the thread that loads it), its clients recording as the function's."""
         self.environment(function)
-        loaded: list[ModuleType | BaseException] = []
-
-        def load() -> None:
-            try:
-                loaded.append(load_handler_module(str(SRC / FUNCTIONS[function] / "app.py")))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                loaded.append(exc)
-
         with self.recorder.acting_as(function):
-            thread = threading.Thread(target=load, name=f"cold-start-{function}")
-            thread.start()
-            thread.join()
-        (module,) = loaded
-        if isinstance(module, BaseException):
-            raise module
-        return module
+            return load_cold(SRC / FUNCTIONS[function] / "app.py", f"cold-start-{function}")
 
     def run(self, function: str, handler: Callable[..., Any], event: dict[str, Any]) -> Any:
         with self.recorder.acting_as(function):
@@ -381,29 +365,8 @@ class Scenario:
 
     def _fail(self, task_id: str) -> None:
         """Make a task FAILED as an executor would (arm, record the failure), with the scenario's own client."""
-        task = self.store.client.get(task_id)
-        assert task is not None
-        armed = self.store.firing.arm_many(
-            [ArmRequest(task_id=task_id, due_ms=task.due_ms, lease_until_ms=task.due_ms + 600_000)],
-            "b",
-            "x-1",
-            task.due_ms - 1_000,
-        )
-        assert armed[0] is not None
-        assert self.store.firing.record_many(
-            "x-1",
-            [
-                FireRecord(
-                    task_id=task_id,
-                    outcome=FireOutcome.FAILED,
-                    fired_ms=task.due_ms,
-                    finished_ms=task.due_ms + 5,
-                    drift_ms=0.1,
-                    drift_corrected_ms=0.1,
-                    detail="boom",
-                )
-            ],
-        ) == [True]
+        task = read_task(self.store, task_id)
+        record_failed(self.store, task, "x-1", task.due_ms - 1_000)
 
     def finish(self, target: _Target) -> Outcome:
         for task_id in self.arranged:
