@@ -248,7 +248,7 @@ def running_dynamodb_local() -> Iterator[str]:
         server.stop()
 
 
-def read_task(store: DynamoStores, task_id: str) -> Task:
+def read_task(store: Stores, task_id: str) -> Task:
     """The stored task, which must exist."""
     task = store.client.get(task_id)
     assert task is not None, task_id
@@ -301,13 +301,13 @@ def retry_record(task: Task, finished_ms: int, detail: str, *, retry_due_ms: int
     next try at ``retry_due_ms``. The occurrence's first due is the task's own due time and the fire measured
     nothing, unless ``fields`` say otherwise (``first_due_ms``, ``fired_ms``, ``drift_ms``, ``retry_delay_ms``)."""
     retry = FireRecord(
-        task.task_id,
-        Outcome.RETRY,
-        None,
-        finished_ms,
-        None,
-        None,
-        detail,
+        task_id=task.task_id,
+        outcome=Outcome.RETRY,
+        fired_ms=None,
+        finished_ms=finished_ms,
+        drift_ms=None,
+        drift_corrected_ms=None,
+        detail=detail,
         retry_due_ms=retry_due_ms,
         first_due_ms=task.due_ms,
     )
@@ -318,7 +318,15 @@ def record_failed(store: Stores, task: Task, executor_id: str, now_ms: int, deta
     """Make a stored task FAILED as an executor does: ``executor_id`` arms it at ``now_ms`` and records the
     failure (``detail``) 10 ms past its due time; the task as stored then."""
     assert arm(store, task, executor_id, now_ms) is not None
-    failure = FireRecord(task.task_id, Outcome.FAILED, float(task.due_ms), task.due_ms + 10, 0.0, None, detail)
+    failure = FireRecord(
+        task_id=task.task_id,
+        outcome=Outcome.FAILED,
+        fired_ms=float(task.due_ms),
+        finished_ms=task.due_ms + 10,
+        drift_ms=0.0,
+        drift_corrected_ms=None,
+        detail=detail,
+    )
     assert store.firing.record_many(executor_id, [failure]) == [True]
     return read_task(store, task.task_id)
 

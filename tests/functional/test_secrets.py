@@ -98,8 +98,8 @@ def resolver(
     return SecretResolver(
         secrets_dir=secrets_dir,
         environ={"PUNCTUAL_SECRET_TOKEN": VALUE, "PATH": "/usr/bin"},
-        ssm_client=ssm,
-        secretsmanager_client=secretsmanager,
+        ssm_client=ssm,  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
+        secretsmanager_client=secretsmanager,  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
         ttl_s=300.0,
         monotonic=clock,
     )
@@ -410,7 +410,7 @@ def test_custom_rules_move_the_allowed_prefixes(ssm: CountingClient) -> None:
     rules = SecretRules(ssm_prefixes=("/team/",))
     put_parameter(ssm, "/team/token")
     # When / Then /team/ resolves and the default /punctual/ is refused
-    assert SecretResolver(rules=rules, ssm_client=ssm).resolve("ssm:/team/token") == VALUE
+    assert SecretResolver(rules=rules, ssm_client=ssm).resolve("ssm:/team/token") == VALUE  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
     with pytest.raises(SecretReferenceError):
         parse_secret_ref("ssm:/punctual/token", rules)
 
@@ -532,7 +532,7 @@ def test_a_failure_is_not_cached(resolver: SecretResolver, ssm: CountingClient) 
 
 def test_a_zero_ttl_fetches_every_time(ssm: CountingClient) -> None:
     put_parameter(ssm, "/punctual/token")
-    resolver = SecretResolver(ssm_client=ssm, ttl_s=0)
+    resolver = SecretResolver(ssm_client=ssm, ttl_s=0)  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
     resolver.resolve("ssm:/punctual/token")
     resolver.resolve("ssm:/punctual/token")
     assert ssm.calls["get_parameter"] == 2
@@ -542,7 +542,7 @@ def test_concurrent_resolves_of_one_reference_fetch_once(ssm: CountingClient, aw
     # Given a parameter and a slow SSM (each call held open 50 ms, so the callers overlap)
     put_parameter(ssm, "/punctual/token")
     slow = CountingClient(ssm.client, delay_s=0.05)
-    resolver = SecretResolver(ssm_client=slow)
+    resolver = SecretResolver(ssm_client=slow)  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
     # When 16 threads, released together, resolve it
     values = run_threads([lambda: resolver.resolve("ssm:/punctual/token")] * 16)
     # Then all get the value from a single fetch
@@ -560,7 +560,7 @@ def test_concurrent_resolves_of_different_references_do_not_wait_for_each_other(
             assert release.wait(10), "the other reference waited for this fetch"
             return {"Parameter": {"Value": "A"}}
 
-    resolver = SecretResolver(secrets_dir=secrets_dir, ssm_client=BlockingSsm())
+    resolver = SecretResolver(secrets_dir=secrets_dir, ssm_client=BlockingSsm())  # type: ignore[arg-type]  # a stand-in that answers only the calls this test makes
     first = threading.Thread(target=resolver.resolve, args=("ssm:/punctual/a",), daemon=True)
     first.start()
     # When the second is resolved meanwhile
