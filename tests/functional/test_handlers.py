@@ -14,7 +14,6 @@ import gc
 import json
 import logging
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from punctual.runtime import metrics as names
 from punctual.runtime.wiring import build_poller
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
-from punctual_tools.local.worker import load_handler_module
+from punctual_tools.local.worker import lambda_environment, load_handler_in_a_thread, load_handler_module
 from support import RecordingInvoker, arm
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -129,26 +128,6 @@ def _forget_powertools_logging() -> None:
         shared.clear()
 
 
-def _load_in_a_thread_of_its_own(path: Path) -> ModuleType:
-    """Load a handler module the way the local invoker does, from a short-lived thread: the executor module
-    lowers the CPU priority of the thread that loads it, which must not be pytest's."""
-    loaded: list[ModuleType | BaseException] = []
-
-    def load() -> None:
-        try:
-            loaded.append(load_handler_module(str(path)))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            loaded.append(exc)
-
-    thread = threading.Thread(target=load, name="cold-start")
-    thread.start()
-    thread.join()
-    (module,) = loaded
-    if isinstance(module, BaseException):
-        raise module
-    return module
-
-
 @pytest.fixture
 def cold_start(
     dynamodb: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -157,19 +136,9 @@ def cold_start(
     poller's invoker by a recording one. Called from the test itself: Powertools' Logger binds the stdout of
     the moment it is built, and capsys captures the test's call phase apart from its setup."""
     env = {
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "PUNCTUAL_TABLE_NAME": settings.table_name,
-        "PUNCTUAL_SHARD_COUNT": str(settings.shard_count),
-        "PUNCTUAL_REGION": REGION,
-        "PUNCTUAL_NTP_SERVER": "off",
+        **lambda_environment(settings.table_name, region=REGION, shard_count=settings.shard_count),
         "PUNCTUAL_DB_THREADS": str(settings.db_threads),
         "PUNCTUAL_WORKER_THREADS": str(settings.worker_threads),
-        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
-        "POWERTOOLS_SERVICE_NAME": names.SERVICE,
-        "POWERTOOLS_METRICS_NAMESPACE": names.NAMESPACE,
-        "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "DEBUG",  # per-task SUCCEEDED lines are DEBUG
     }
     for name in (
@@ -188,7 +157,7 @@ def cold_start(
     def load() -> Handlers:
         _forget_powertools_logging()
         poller_app = load_handler_module(str(SRC / "poller" / "app.py"))
-        executor_app = _load_in_a_thread_of_its_own(SRC / "executor" / "app.py")
+        executor_app = load_handler_in_a_thread(SRC / "executor" / "app.py")
         fastpath_app = load_handler_module(str(SRC / "fastpath" / "app.py"))
         invoker = RecordingInvoker()
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)

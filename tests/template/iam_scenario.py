@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from punctual_tools.iam import AwsCall, CallRecorder, Stack
 from punctual_tools.iam.calls import function_arn
 from punctual_tools.iam.policies import function_environment
 from punctual_tools.local.api_server import proxy_event
-from punctual_tools.local.worker import load_handler_module
+from punctual_tools.local.worker import load_handler_in_a_thread
 from punctual_tools.template import ensure_table, stream_filter_patterns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,22 +258,8 @@ class Scenario:
         """The function's handler module at a cold start, in a short-lived thread (the executor lowers the
         priority of the thread that loads it), its clients recording as the function's."""
         self.environment(function)
-        loaded: list[ModuleType | BaseException] = []
-
-        def load() -> None:
-            try:
-                loaded.append(load_handler_module(str(SRC / FUNCTIONS[function] / "app.py")))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                loaded.append(exc)
-
         with self.recorder.acting_as(function):
-            thread = threading.Thread(target=load, name=f"cold-start-{function}")
-            thread.start()
-            thread.join()
-        (module,) = loaded
-        if isinstance(module, BaseException):
-            raise module
-        return module
+            return load_handler_in_a_thread(SRC / FUNCTIONS[function] / "app.py")
 
     def run(self, function: str, handler: Callable[..., Any], event: dict[str, Any]) -> Any:
         with self.recorder.acting_as(function):

@@ -638,7 +638,7 @@ def measure_handler_logs() -> dict[str, float]:
     from punctual.runtime.client import Client
     from punctual.runtime.wiring import build_poller
     from punctual.targets import HttpAction
-    from punctual_tools.local.worker import load_handler_module
+    from punctual_tools.local.worker import load_handler_in_a_thread, load_handler_module
     from punctual_tools.template import ensure_table
 
     src = find_template().parent / "src"
@@ -660,13 +660,7 @@ def measure_handler_logs() -> dict[str, float]:
     with serving(StubTarget(status=200)) as target, mock_aws(), contextlib.redirect_stdout(out):
         ensure_table(boto3.client("dynamodb", region_name="us-east-1"), "punctual-cost-logs")
         poller_app: Any = load_handler_module(str(src / "poller" / "app.py"))
-        loaded: list[Any] = []
-        loader = threading.Thread(
-            target=lambda: loaded.append(load_handler_module(str(src / "executor" / "app.py"))), name="cold-start"
-        )
-        loader.start()
-        loader.join()
-        (executor_app,) = loaded
+        executor_app: Any = load_handler_in_a_thread(src / "executor" / "app.py")
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
         client = Client(poller_app.settings, dynamodb=boto3.client("dynamodb", region_name="us-east-1"))
         taken()

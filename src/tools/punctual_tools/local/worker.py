@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from punctual.executing.priority import set_background_cpus, set_realtime_firing
+from punctual.runtime import metrics as metric_names
 from punctual.targets import FireLog
 from punctual_tools.iam import check_enabled, install_iam_check
 from punctual_tools.local.cpu_quota import join
@@ -91,12 +92,52 @@ class LocalContext:
 
 
 def load_handler_module(path: str) -> ModuleType:
+    """The handler module at ``path``, loaded afresh by path (its module-scope settings and clients built anew)."""
     spec = importlib.util.spec_from_file_location("punctual_local_handler", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load handler module from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_handler_in_a_thread(path: str | os.PathLike[str]) -> ModuleType:
+    """:func:`load_handler_module` from a short-lived thread of its own, as a worker loads it: the executor's module
+    lowers the CPU priority of the thread that loads it, which must not be the caller's. What loading raised is
+    raised again in the caller's thread."""
+    loaded: list[ModuleType | BaseException] = []
+
+    def load() -> None:
+        try:
+            loaded.append(load_handler_module(os.fspath(path)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            loaded.append(exc)
+
+    thread = threading.Thread(target=load, name="cold-start")
+    thread.start()
+    thread.join()
+    (module,) = loaded
+    if isinstance(module, BaseException):
+        raise module
+    return module
+
+
+def lambda_environment(table_name: str, *, region: str, shard_count: int = 1) -> dict[str, str]:
+    """What Lambda's environment gives a handler loaded in this process (the template's variables at their
+    defaults, for ``table_name``): dummy credentials for moto, no NTP probe, no tracing."""
+    return {
+        "AWS_DEFAULT_REGION": region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PUNCTUAL_TABLE_NAME": table_name,
+        "PUNCTUAL_SHARD_COUNT": str(shard_count),
+        "PUNCTUAL_REGION": region,
+        "PUNCTUAL_NTP_SERVER": "off",
+        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
+        "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }
 
 
 def run_worker(
