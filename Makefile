@@ -76,12 +76,13 @@ style: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, on the tooling, and on each handler by
-## itself (the handlers are all named app.py)
+## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, strict on the tooling, and on each handler by
+## itself (the handlers are all named app.py). The tooling's run finds the runtime package through MYPYPATH: its
+## editable install is an import hook mypy cannot follow, which would leave every runtime name Any to the tooling
 HANDLERS := src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py
 typecheck: setup
 	$(BIN)/mypy --strict src/shared
-	$(BIN)/mypy src/tools
+	env MYPYPATH=src/shared $(BIN)/mypy --strict src/tools
 	for handler in $(HANDLERS); do $(BIN)/mypy $$handler || exit 1; done
 
 ## docs: the docs site (mkdocs.yml, docs/) built strict into site/: a broken link, a missing anchor or a page left out

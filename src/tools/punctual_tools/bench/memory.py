@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from punctual.config.cpu_share import MB_PER_VCPU
 from punctual_tools.bench.bench import (
     Beside,
     executor_cpu,
@@ -57,7 +58,7 @@ from punctual_tools.bench.bench import (
 from punctual_tools.bench.floors import FloorRunner, burst_batch, burst_shares
 from punctual_tools.bench.pages import PAGES, fmt_ms, git_commit, store_latency_named, write_readme_block
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
-from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
@@ -26,6 +26,9 @@ from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.receiver import read_received
 from punctual_tools.local.stack import LocalStack
 from punctual_tools.stats import summarize
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 def log(message: str) -> None:
@@ -194,15 +197,11 @@ def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, re
 
 def active_tasks(settings: Settings) -> int:
     """Tasks still in the (sparse) due index: PENDING or ARMED, i.e. not yet recorded."""
-    client = make_dynamodb_client(settings)
+    client: DynamoDBClient = make_dynamodb_client(settings)
     count, start = 0, None
     while True:
-        page = client.scan(
-            TableName=settings.table_name,
-            IndexName=DUE_INDEX,
-            Select="COUNT",
-            **({"ExclusiveStartKey": start} if start else {}),
-        )
+        following: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+        page = client.scan(TableName=settings.table_name, IndexName=DUE_INDEX, Select="COUNT", **following)
         count += page["Count"]
         start = page.get("LastEvaluatedKey")
         if not start:

@@ -32,12 +32,15 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.domain.model import ACTIVE_STATUSES
 from punctual.stores.dynamodb.codec import item_size
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 from punctual_tools.template import TABLE_RESOURCE, load_template
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
@@ -186,8 +189,8 @@ class CapacityMeter:
 
     def __init__(
         self,
-        client: Any,
-        raw: Any,
+        client: DynamoDBClient,
+        raw: DynamoDBClient,
         table_name: str,
         spec: TableSpec,
         label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import punctual.runtime.metrics as metric_names
 from punctual.domain.keys import from_ms
+from punctual.stores.dynamodb.codec import item_size
 from punctual_tools.cost.coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
 from punctual_tools.cost.meter import (
     ACTIVE,
@@ -34,7 +35,6 @@ from punctual_tools.cost.meter import (
     CapacityMeter,
     TableSpec,
     heartbeat_read_label,
-    item_size,
     key_id,
     status_label,
 )
@@ -331,7 +331,7 @@ def run_scenario(
                     replay = ShiftedClock()
                     store = _DeferredRecords(build_stores(settings, client).firing)
                     # a measured NTP offset, so that drift is also recorded corrected, as in AWS
-                    entry = (Executor(cast(FiringPort, store), settings, replay, FixedOffset(0.4)), replay, [True])
+                    entry = (Executor(cast("FiringPort", store), settings, replay, FixedOffset(0.4)), replay, [True])
                     executors.append(entry)
                     return entry
 

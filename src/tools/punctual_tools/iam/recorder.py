@@ -13,20 +13,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import botocore.session
+from botocore.client import BaseClient
 
 from punctual_tools.iam.calls import AwsCall
 
 OnCall = Callable[[AwsCall], None]
+ClientT = TypeVar("ClientT", bound=BaseClient)  # a boto3 client of any service, its stubs' type kept
 
 _lock = threading.Lock()
 _watchers: list[Callable[[Any], None]] = []
 _original_create_client: Callable[..., Any] | None = None
 
 
-def watch_client(client: Any, on_call: OnCall, function: str | None = None) -> Any:
+def watch_client(client: ClientT, on_call: OnCall, function: str | None = None) -> ClientT:
     """Call ``on_call`` with each API call ``client`` is asked to make (attributed to ``function``), before it is
     made; an exception ``on_call`` raises is the call's. Returns ``client``."""
     region = client.meta.region_name
@@ -111,7 +113,7 @@ class CallRecorder:
         finally:
             self._function = before
 
-    def watch(self, client: Any, function: str) -> Any:
+    def watch(self, client: ClientT, function: str) -> ClientT:
         """Record ``client``'s calls as ``function``'s (a client built outside :meth:`acting_as`)."""
         return watch_client(client, self._record, function)
 

@@ -39,8 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from punctual.config.cpu_share import QUOTA_PERIOD_MS
-from punctual_tools.local.lambda_rules import MB_PER_VCPU
+from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS
 
 log = logging.getLogger(__name__)
 

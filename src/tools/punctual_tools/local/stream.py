@@ -15,13 +15,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from punctual.config.clients import aws_client
 from punctual.executing.priority import lower_current_thread
 from punctual.polling.fastpath import matches
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_dynamodbstreams.type_defs import ShardTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +64,8 @@ class StreamReader:
         batch_window_s: float = 0.25,
         refresh_s: float = 1.0,
     ) -> None:
-        self._streams = aws_client("dynamodbstreams", endpoint_url, region)
-        self._dynamodb = aws_client("dynamodb", endpoint_url, region)
+        self._streams: DynamoDBStreamsClient = aws_client("dynamodbstreams", endpoint_url, region)
+        self._dynamodb: DynamoDBClient = aws_client("dynamodb", endpoint_url, region)
         self._table = table_name
         self._on_records = on_records
         self._patterns = patterns
@@ -77,7 +82,7 @@ class StreamReader:
         self.records_passed = 0
 
     @property
-    def streams_client(self) -> Any:
+    def streams_client(self) -> DynamoDBStreamsClient:
         """The ``dynamodbstreams`` client the reader follows the stream with (the calls Lambda's event source
         mapping makes under the fast-path function's role): a check watches it before :meth:`start`."""
         return self._streams
@@ -100,8 +105,8 @@ class StreamReader:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _shards(self) -> list[dict[str, Any]]:
-        shards: list[dict[str, Any]] = []
+    def _shards(self) -> list[ShardTypeDef]:
+        shards: list[ShardTypeDef] = []
         start: str | None = None
         while True:
             kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
@@ -140,7 +145,8 @@ class StreamReader:
                 else self._iterator(shard_id, "TRIM_HORIZON")
             )
             return []
-        records = response.get("Records", [])
+        # handed on as the fast path's handler gets them from Lambda: plain dicts
+        records = cast("list[dict[str, Any]]", response.get("Records", []))
         if records:
             self._last_seq[shard_id] = records[-1]["dynamodb"]["SequenceNumber"]
         following = response.get("NextShardIterator")

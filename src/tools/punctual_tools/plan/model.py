@@ -18,8 +18,8 @@ from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_period
 from punctual.config.settings import Settings, least_lead_ms
-from punctual.domain.model import TaskStatus
-from punctual.polling.poller import Candidate, make_batches
+from punctual.domain.model import Candidate, TaskStatus
+from punctual.polling.poller import make_batches
 from punctual_tools.cost.pricing import (
     DDB_RCU_HOUR_USD,
     DDB_RRU_USD,

@@ -33,7 +33,9 @@ def _bench_deployment(base: Deployment, tasks: int, batches: int, memory_mb: int
     )
 
 
-def _row(name: str, figure: str, predicted: float | None, measured: float | None, kind: str, note: str = "") -> dict:
+def _row(
+    name: str, figure: str, predicted: float | None, measured: float | None, kind: str, note: str = ""
+) -> dict[str, Any]:
     error = None if predicted is None or measured is None else predicted - measured
     if error is None or measured is None:
         within = None
@@ -54,7 +56,7 @@ def _row(name: str, figure: str, predicted: float | None, measured: float | None
     }
 
 
-def _drift_rows(name: str, predicted: dict[str, Any], measured: dict[str, Any], note: str = "") -> list[dict]:
+def _drift_rows(name: str, predicted: dict[str, Any], measured: dict[str, Any], note: str = "") -> list[dict[str, Any]]:
     return [
         _row(name, f"drift {q} (ms)", predicted["drift_ms"][q], float(measured[q]), "drift", note)
         for q in ("p50", "p99", "max")
@@ -68,7 +70,7 @@ def calibrate(bench_dir: Path | None = None, measured: Measured | None = None) -
     memory = _read("memory.json", bench_dir)
     scale = _read("scale.json", bench_dir)
     base = template_deployment()
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     local = local_platform(m)
     burst = drift["phases"]["system/burst"]
     dep = _bench_deployment(base, int(burst["count"]), int(burst["batches"]), 256)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from punctual.config.clients import aws_client
 from punctual.config.settings import Settings
@@ -36,6 +36,11 @@ from punctual_tools.verify.stack import (
     table_indexes,
 )
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sqs import SQSClient
+
 log = logging.getLogger("punctual_tools.verify")
 INTERRUPTED = 130
 
@@ -44,10 +49,10 @@ INTERRUPTED = 130
 class Clients:
     """The AWS clients a run uses (any left None is built for the region): tests hand in their own."""
 
-    sqs: Any = None
-    dynamodb: Any = None  # the client's (None: the settings' endpoint, or AWS)
-    cloudformation: Any = None
-    lambda_: Any = None
+    sqs: SQSClient | None = None
+    dynamodb: DynamoDBClient | None = None  # the client's (None: the settings' endpoint, or AWS)
+    cloudformation: Any = None  # (no stubs of CloudFormation's and CloudWatch's clients are installed)
+    lambda_: LambdaClient | None = None
     cloudwatch: Any = None
 
 
@@ -58,7 +63,7 @@ class Target:
     name: str
     settings: Settings
     allowlist: str
-    sqs: Any
+    sqs: SQSClient
     cost: Callable[[int, int], list[str]]
 
 
