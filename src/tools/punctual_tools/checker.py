@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from punctual.domain.keys import to_ms
+from punctual.domain.model import occurrence_id
+from punctual.domain.schedules import instants_after
 from punctual_tools.stats import summarize
 
 EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED", "SKIPPED"})
@@ -379,9 +381,6 @@ def expected_from_schedule(
     expression (:mod:`punctual.domain.recurrence`), not from what the chain made; each with the outcome of its task in
     ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
     ``(start, end)`` more than its grace before the window ended is SKIPPED (the downtime policy), not lost."""
-    from punctual.domain.model import occurrence_id
-    from punctual.domain.schedules import instants_after
-
     windows = list(downtime)
     expected: list[Expected] = []
     for due in instants_after(schedule, after_ms):

@@ -19,15 +19,18 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, TextIO
 
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action, TaskStatus, is_occurrence_id, occurrence_id
 from punctual.domain.tenancy import qualify, unqualify
+from punctual.network.policy import TargetPolicy
 from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
+from punctual_tools.local.receiver import start_receiver
 from punctual_tools.progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
@@ -220,10 +223,6 @@ def _bar(done: int, total: int, width: int = 30) -> str:
 def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
     """Whether a target list (``PUNCTUAL_ALLOWED_TARGETS``) lets webhooks reach the demo's loopback receiver on
     ``port`` (None: on any port)."""
-    from ipaddress import ip_address
-
-    from punctual.network.policy import TargetPolicy
-
     return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
 
@@ -266,8 +265,6 @@ def run_demo(
     receiver = None
     try:
         if received is not None:
-            from punctual_tools.local.receiver import start_receiver
-
             receiver, port = start_receiver(received, receiver_port)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
         log_action: Action = LogAction(message=f"demo {plan.run_id}")

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from punctual_tools import layout
+from punctual_tools.cli import build_parser
+from punctual_tools.plan import pages
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -355,20 +357,16 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
 
 
 def _cli_parser() -> argparse.ArgumentParser:
-    from punctual_tools.cli import build_parser
-
     return build_parser()
 
 
 def _task_path_block() -> list[str]:
-    from punctual_tools.task_path import render, trace_task_life
+    from punctual_tools.task_path import render, trace_task_life  # noqa: PLC0415  moto loads for this block only
 
     return render(trace_task_life()).splitlines()
 
 
 def _plan_pages() -> Any:
-    from punctual_tools.plan import pages
-
     return pages
 
 

@@ -22,6 +22,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import boto3
+from moto import mock_aws
+
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import build_poller
+from punctual.targets import LogAction
+from punctual_tools.doubles import REGION, LambdaContext, scheduled_event
+from punctual_tools.local.worker import lambda_environment, load_handler_in_a_thread
+from punctual_tools.template import ensure_table
+
 SRC = Path(__file__).resolve().parents[2]  # src: the runtime package and the handlers
 RUNTIME = "punctual."
 TABLE = "punctual-task-path"
@@ -90,16 +100,6 @@ class _Profiler:
 
 def trace_task_life() -> TaskPath:
     """Run one task's life on moto through the handlers and return the modules each phase crossed."""
-    import boto3
-    from moto import mock_aws
-
-    from punctual.runtime.client import Client
-    from punctual.runtime.wiring import build_poller
-    from punctual.targets import LogAction
-    from punctual_tools.doubles import REGION, LambdaContext, scheduled_event
-    from punctual_tools.local.worker import lambda_environment, load_handler_in_a_thread
-    from punctual_tools.template import ensure_table
-
     sent: list[dict[str, Any]] = []
 
     class Collect:

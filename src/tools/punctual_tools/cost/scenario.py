@@ -12,7 +12,10 @@ those of :mod:`punctual_tools.doubles`, which the tests use too.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,13 +23,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import punctual.runtime.metrics as metric_names
+from punctual.domain.events import BatchEvent
 from punctual.domain.keys import from_ms
-from punctual.stores.dynamodb.codec import item_size
+from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, item_size
 from punctual_tools.cost.coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
 from punctual_tools.cost.meter import (
     ACTIVE,
@@ -245,7 +250,6 @@ def run_scenario(
     ``measure_init`` loads the executor's handler in fresh processes to time its INIT
     (:func:`~punctual_tools.cost.coldstart.measure_executor_init`).
     """
-    import os
 
     import boto3
     from moto import mock_aws
@@ -313,8 +317,6 @@ def run_scenario(
             ) as meter:
 
                 def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
-                    from punctual.domain.events import BatchEvent
-
                     executor, replay, busy = entry
                     event = BatchEvent.model_validate(payload)
                     replay.shift_ms = max(t.due_ms for t in event.tasks) + 1 - time.time_ns() / 1_000_000
@@ -557,8 +559,6 @@ def _schedule_label(before: dict[str, Any] | None, after: dict[str, Any] | None)
 
 
 def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
-    from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX
-
     if keys and all(k.get("task_id", {}).get("S", "").startswith(SCHEDULE_PREFIX) for k in keys):
         return SCHEDULE_READ
     return heartbeat_read_label(keys)
@@ -571,7 +571,6 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     Only the schedule's own requests are counted (its item's reads and the transactions): the poll's queries
     are the fixed cost of a tick, and an occurrence, once made, is armed, fired and recorded as a one-off task
     is (the same item with two more small attributes, within the same write unit)."""
-    import os
 
     import boto3
     from moto import mock_aws
@@ -628,9 +627,6 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
 def measure_handler_logs() -> dict[str, float]:
     """Run the real poller and executor handlers (loaded by path, inside moto) on batches of 1 and 41 HTTP
     tasks due a moment ahead, and count the bytes they print (Powertools JSON lines and EMF blobs)."""
-    import contextlib
-    import io
-    from datetime import UTC, datetime, timedelta
 
     import boto3
     from moto import mock_aws
@@ -697,8 +693,6 @@ def measure_handler_logs() -> dict[str, float]:
 def _start_log_measurement(level: str) -> Any:
     """The log measurement runs in a process of its own (the handlers' module-level set-up stays out of this
     one), meanwhile the scenario runs here."""
-    import os
-    import subprocess
 
     env = {
         **os.environ,

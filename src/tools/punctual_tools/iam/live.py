@@ -27,6 +27,7 @@ from punctual_tools.iam.calls import DEFAULT_ACCOUNT, AccessRequest, AwsCall, Ke
 from punctual_tools.iam.policies import RolePolicies, Stack, function_environment, role_policies
 from punctual_tools.iam.recorder import ClientT, on_every_new_client, watch_client
 from punctual_tools.iam.simulate import Judge, Verdict, judge_calls
+from punctual_tools.template import load_template
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class IamCheck:
         """The check of ``function`` (a logical id: ``PollerFunction``, ``ExecutorFunction``, ``FastPathFunction``,
         ``ApiFunction``) for the runtime of ``settings`` (default: from the environment), against ``template``
         (default: the checkout's template.yaml)."""
-        from punctual_tools.template import load_template
-
         settings = settings or Settings.from_env()
         template = template if template is not None else load_template()
         stack = stack_of(settings, parameters)

@@ -63,8 +63,10 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from punctual.api.problems import PROBLEM, problem_json
+from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
+from punctual.runtime.wiring import build_api
 from punctual.scheduling.bulk import BATCH_MAX_BYTES
 from punctual_tools.iam import check_client, check_enabled, install_iam_check
 from punctual_tools.local.store_latency import with_store_latency
@@ -257,9 +259,6 @@ class ApiResolverFactory:
     settings: Settings
 
     def __call__(self) -> Any:
-        from punctual.config.clients import make_dynamodb_client
-        from punctual.runtime.wiring import build_api
-
         client = with_store_latency(make_dynamodb_client(self.settings), self.settings)
         if not _in_worker:
             check_client(client, API_FUNCTION, self.settings)

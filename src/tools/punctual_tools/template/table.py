@@ -9,6 +9,7 @@ from the source checkout they run in (the Lambda layer holds none). The adapter 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +101,6 @@ def _find_key(node: Any, key: str) -> list[Any]:
 def stream_filter_patterns(template_path: str | None = None) -> list[dict[str, Any]]:
     """The fast path's stream filter patterns, as the template gives them to the event source mapping
     (the local stream reader applies the same ones)."""
-    import json
-
     found = _find_key(load_template(template_path)["Resources"], "FilterCriteria")
     if len(found) != 1:
         raise ValueError(f"template.yaml should hold exactly one FilterCriteria (the fast path's), found {len(found)}")

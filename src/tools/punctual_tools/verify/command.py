@@ -22,6 +22,7 @@ from punctual.config.clients import aws_client
 from punctual.config.settings import Settings
 from punctual.runtime.client import Client
 from punctual_tools.checker import Verdict
+from punctual_tools.local.stack import client_settings, read_state
 from punctual_tools.verify.metrics import collect_usage, format_cost, usage_queries
 from punctual_tools.verify.options import SQS_ENDPOINT_VARIABLE, options_of
 from punctual_tools.verify.plan import MixOptions
@@ -99,8 +100,6 @@ def aws_target(args: argparse.Namespace, clients: Clients) -> Target:
 
 def local_target(args: argparse.Namespace, home: Path, clients: Clients) -> Target:
     """The running local stack (its state file), with SQS at ``--sqs-endpoint``."""
-    from punctual_tools.local.stack import client_settings, read_state
-
     state = read_state(home)
     if not state:
         raise VerifyError(f"no local stack runs with its home at {home}: start one (punctual up), or give --stack")
