@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from punctual.domain.keys import to_ms
@@ -324,7 +325,7 @@ def fires_from_target(records: Iterable[_Received]) -> list[Fire]:
     """Fires as the loopback target (:class:`punctual_tools.local.target.TargetServer`) recorded them: keyed by the
     ``Idempotency-Key`` header, observed at the receive time, rejected when it answered an error. A request
     without the header counts under the key ``"<none>"`` (an unknown key)."""
-    return [Fire(r.key or "<none>", float(r.received_ms), r.status < 400) for r in records]
+    return [Fire(r.key or "<none>", float(r.received_ms), r.status < HTTPStatus.BAD_REQUEST) for r in records]
 
 
 def fires_from_fire_log(entries: Iterable[Mapping[str, Any]]) -> list[Fire]:

@@ -356,30 +356,22 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
 # -- the pages ----------------------------------------------------------------------------------------------
 
 
-def _cli_parser() -> argparse.ArgumentParser:
-    return build_parser()
-
-
 def _task_path_block() -> list[str]:
     from punctual_tools.task_path import render, trace_task_life  # noqa: PLC0415  moto loads for this block only
 
     return render(trace_task_life()).splitlines()
 
 
-def _plan_pages() -> Any:
-    return pages
-
-
 BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "REST API reference": ("rest-api.md", lambda: rest_api_block(json.loads((ROOT / "openapi.json").read_text()))),
-    "CLI reference": ("cli.md", lambda: cli_block(_cli_parser())),
-    "layers": ("contributing.md", lambda: layers_block()),
+    "CLI reference": ("cli.md", lambda: cli_block(build_parser())),
+    "layers": ("contributing.md", layers_block),
     "task path": ("contributing.md", _task_path_block),
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
-    "sizing by rate": ("scale.md", lambda: _plan_pages().scale_block()),
-    "bill by rate": ("cost.md", lambda: _plan_pages().cost_block()),
-    "bill by volume": ("cost.md", lambda: _plan_pages().volume_block()),
-    "levers": ("cost.md", lambda: _plan_pages().levers_block()),
+    "sizing by rate": ("scale.md", pages.scale_block),
+    "bill by rate": ("cost.md", pages.cost_block),
+    "bill by volume": ("cost.md", pages.volume_block),
+    "levers": ("cost.md", pages.levers_block),
 }
 
 
@@ -394,7 +386,7 @@ def with_block(text: str, name: str, lines: list[str]) -> str:
 
 
 # Whole files this module makes, by their path under docs/.
-FILES: dict[str, Callable[[], str]] = {"img/layers.svg": lambda: layers_svg()}
+FILES: dict[str, Callable[[], str]] = {"img/layers.svg": layers_svg}
 
 
 def stale_pages(docs: Path = DOCS) -> list[str]:

@@ -200,10 +200,13 @@ def _caption(series: DriftSeries) -> str:
     )
 
 
+NEGLIGIBLE_DECADES = 1e-9
+
+
 def _log_bins(drifts: Sequence[float], count: int = 60) -> list[float]:
     low = math.log10(min(drifts))
     high = math.log10(max(drifts))
-    if high - low < 1e-9:
+    if high - low < NEGLIGIBLE_DECADES:  # one drift value: one decade above it
         high = low + 1
     return [10 ** (low + (high - low) * i / count) for i in range(count + 1)]
 

@@ -44,8 +44,9 @@ def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, i
     """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
     due: dict[str, int] = {}
     cancelled: set[str] = set()
-    for task_id, expectation in ledger.items():
-        if expectation.state == UNKNOWN:
+    for task_id, written in ledger.items():
+        expectation = written
+        if written.state == UNKNOWN:
             stored = client.get(task_id)
             if stored is None:
                 continue  # never stored

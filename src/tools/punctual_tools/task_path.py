@@ -35,6 +35,7 @@ from punctual_tools.template import ensure_table
 SRC = Path(__file__).resolve().parents[2]  # src: the runtime package and the handlers
 RUNTIME = "punctual."
 TABLE = "punctual-task-path"
+HANDLER_PARTS = 2  # a handler is src/<function>/app.py
 LEAD_S = 3.0  # the task is due this long after it is scheduled (on time on a busy machine too)
 
 
@@ -59,7 +60,7 @@ def _runtime_module(filename: str) -> str | None:
     parts = path.relative_to(SRC).with_suffix("").parts
     if parts[:2] == ("shared", "punctual"):
         return ".".join(parts[1:]).removesuffix(".__init__")
-    if len(parts) == 2 and parts[1] == "app" and parts[0] != "tools":
+    if len(parts) == HANDLER_PARTS and parts[1] == "app" and parts[0] != "tools":
         return f"{parts[0]}.app"
     return None
 

@@ -891,7 +891,8 @@ def run_system_phases(run: Run, args: argparse.Namespace) -> None:
         on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
         on_batch=lambda r: None,
     ) as stack:
-        assert stack.settings is not None and stack.invoker is not None
+        assert stack.settings is not None
+        assert stack.invoker is not None
         log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
         for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
             log(line)

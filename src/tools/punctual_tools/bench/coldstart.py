@@ -168,7 +168,8 @@ def _cold_executor(spec: dict[str, Any]) -> dict[str, Any]:
 
     FireLog.configure(spec["fire_log"])
     loader = importlib.util.spec_from_file_location("punctual_coldstart_handler", spec["handler"])
-    assert loader is not None and loader.loader is not None
+    assert loader is not None
+    assert loader.loader is not None
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
     loaded_ms = _now_ms()
@@ -712,7 +713,9 @@ def main() -> int:
     return 0
 
 
+CHILD_ARGV = 3  # the program, --child or --floor, and the spec
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] in ("--child", "--floor"):
+    if len(sys.argv) == CHILD_ARGV and sys.argv[1] in ("--child", "--floor"):
         _child_main(sys.argv[1], sys.argv[2])
     sys.exit(main())

@@ -151,7 +151,8 @@ def short_lead(
 ) -> dict[str, Any]:
     """Webhooks each written 2-4 s before due, ``rate`` a second for ``seconds``, over a background of
     log-action tasks at ``background_rate`` scheduled ahead (found by a poll, their executors asleep)."""
-    assert stack.settings is not None and stack.invoker is not None
+    assert stack.settings is not None
+    assert stack.invoker is not None
     client = Client(stack.settings)
     tag = uuid.uuid4().hex[:6]
     prefix, background = f"lead-{tag}-", f"leadbg-{tag}-"

@@ -64,6 +64,7 @@ from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
 
+LAMBDA_LEAST_MB, LAMBDA_MOST_MB = 128, 10_240  # the memory sizes Lambda allows
 SIZES = (256, 512, 1024, 1769)
 PHASES = ("steady", "burst 250", "burst 2000", "webhooks")
 # Each phase's targets at a size: (ratio to its same-quota floor's p99, absolute p99 in ms). Steady must also stay
@@ -138,7 +139,8 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         with LocalStack(config, on_batch=lambda r: None) as stack:
             for line in stack.describe_limits():
                 log(line)
-            assert stack.invoker is not None and stack.settings is not None
+            assert stack.invoker is not None
+            assert stack.settings is not None
             quota = stack.invoker.cpu_quota.as_dict()
             store_latency_line = f"store latency (the executors' DynamoDB calls): {stack.describe_store_latency()}"
             shard_count = stack.settings.shard_count
@@ -436,7 +438,7 @@ def write_page(report: dict[str, Any], page: Path, earlier: list[dict[str, Any]]
 def parse_sizes(text: str) -> tuple[int, ...]:
     """``"256,512"`` -> (256, 512); each a memory size Lambda allows (128 to 10,240 MB)."""
     sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    bad = [mb for mb in sizes if not 128 <= mb <= 10_240]
+    bad = [mb for mb in sizes if not LAMBDA_LEAST_MB <= mb <= LAMBDA_MOST_MB]
     if not sizes or bad:
         raise argparse.ArgumentTypeError(f"memory sizes are 128 to 10240 MB: {text!r}")
     return sizes

@@ -211,7 +211,8 @@ def active_tasks(settings: Settings) -> int:
 def wait_until_idle(stack: LocalStack, settle_s: float, timeout_s: float = 300.0) -> dict[str, Any]:
     """Until no executor invocation is in flight and no task is active, then ``settle_s`` of rest: the previous
     phase's backlog (executors still recording, retries, the stream) cannot spill into the next phase."""
-    assert stack.invoker is not None and stack.settings is not None
+    assert stack.invoker is not None
+    assert stack.settings is not None
     started = time.monotonic()
     deadline = started + timeout_s
     active = in_flight = -1

@@ -32,6 +32,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from punctual.domain.model import ACTIVE_STATUSES
@@ -286,7 +287,7 @@ class CapacityMeter:
             return
         op, params = state["op"], state["params"]
         error = (parsed.get("Error") or {}).get("Code")
-        ok = error is None and http_response.status_code < 300
+        ok = error is None and http_response.status_code < HTTPStatus.MULTIPLE_CHOICES
         if op in WRITE_OPS:
             call = self._count_write(state, ok, error, parsed)
         elif op in READ_OPS and ok:

@@ -57,6 +57,7 @@ from punctual_tools.local.receiver import receiving
 from punctual_tools.template import find_template, load_template
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
+NEGLIGIBLE = 1e-9  # a row left with fewer requests a task than this counted none
 TARGET_PATH = "/hooks/publish"  # the tasks' action URL path (its length is part of every item's size)
 
 
@@ -507,8 +508,8 @@ def counts(s: Scenario) -> Counts:
     fixed = {(r.step, r.op): r for r in per_tick}
     n_work = len(s.work_ticks)
     out: list[Row] = []
-    for r in rows:
-        f = fixed.get((r.step, r.op))
+    for row in rows:
+        r, f = row, fixed.get((row.step, row.op))
         if f is not None:
             r = Row(
                 r.step,
@@ -518,7 +519,7 @@ def counts(s: Scenario) -> Counts:
                     for v, fv in ((r.requests, f.requests), (r.wru, f.wru), (r.wru_index, f.wru_index), (r.rru, f.rru))
                 ),
             )
-        if r.requests > 1e-9 or r.wru or r.rru:
+        if r.requests > NEGLIGIBLE or r.wru or r.rru:
             out.append(r)
     return Counts(out, per_tick, per_batch, s)
 
@@ -527,6 +528,7 @@ def counts(s: Scenario) -> Counts:
 MAKE = "make occurrence"
 RECURRING_RATES_MS = (250, 60_000)  # the doc's schedules: 240 occurrences a poll (99 + 99 + 42), and one
 SCHEDULE_READ = "read schedule"
+MOST_RECURRING_TICKS = 10  # a poll by then has made the schedule's occurrences, or none will
 
 
 @dataclass(frozen=True)
@@ -611,7 +613,7 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
                 made = poller.poll(t0 + tick * interval).occurrences_created
                 if made and not first:
                     first = tick  # the tick that first reaches the schedule: counted from the next one
-                if tick > 10:
+                if tick > MOST_RECURRING_TICKS:
                     raise RuntimeError("run_recurring: no poll made the schedule's occurrences")
         counted = [
             c

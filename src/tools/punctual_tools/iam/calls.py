@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 DEFAULT_ACCOUNT = "123456789012"  # moto's account, and the account of every ARN a call does not spell out
 LEADING_KEYS = "dynamodb:LeadingKeys"
+ARN_ACCOUNT = 4  # arn:partition:service:region:account:...
+UNQUALIFIED_FUNCTION_COLONS = 6  # arn:aws:lambda:region:account:function:name
 
 # Calls that need no permission (STS answers every signed caller).
 _NO_PERMISSION = {("sts", "GetCallerIdentity")}
@@ -77,7 +79,7 @@ class AccessRequest:
     def account(self) -> str:
         """The account that owns the resource (the ARN's fifth field; the default one for ``*``)."""
         parts = self.resource.split(":")
-        return parts[4] if len(parts) > 5 and parts[4] else DEFAULT_ACCOUNT
+        return parts[ARN_ACCOUNT] if len(parts) > ARN_ACCOUNT + 1 and parts[ARN_ACCOUNT] else DEFAULT_ACCOUNT
 
     def context_dict(self) -> dict[str, list[str]]:
         return {key: list(values) for key, values in self.context}
@@ -134,7 +136,7 @@ def function_arn(name: str, region: str, qualifier: str | None = None, account: 
         arn = f"arn:aws:lambda:{region}:{account}:function:{rest}"
     else:
         arn = f"arn:aws:lambda:{region}:{account}:function:{name}"
-    return f"{arn}:{qualifier}" if qualifier and arn.count(":") == 6 else arn
+    return f"{arn}:{qualifier}" if qualifier and arn.count(":") == UNQUALIFIED_FUNCTION_COLONS else arn
 
 
 def event_bus_arn(name: str | None, region: str, account: str = DEFAULT_ACCOUNT) -> str:
@@ -209,7 +211,7 @@ def _in_region(arn: str, region: str, account: str) -> str:
 
 def stream_of_iterator(iterator: str) -> str:
     """The stream ARN a shard iterator belongs to: DynamoDB Streams' iterators start with it (``<arn>|...``)."""
-    head = iterator.split("|")[0]
+    head = iterator.split("|", maxsplit=1)[0]
     return head if head.startswith("arn:") else "*"
 
 

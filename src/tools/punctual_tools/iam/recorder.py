@@ -44,7 +44,7 @@ def on_every_new_client(watch: Callable[[Any], None]) -> Callable[[], None]:
     """Call ``watch(client)`` with every botocore client this process makes from now on; returns the function that
     stops it. (botocore has no process-wide event for it: ``Session.create_client`` is wrapped while any watcher
     is registered.)"""
-    global _original_create_client
+    global _original_create_client  # noqa: PLW0603  botocore's own, saved once for the process while it is wrapped
     with _lock:
         if _original_create_client is None:
             original = botocore.session.Session.create_client
@@ -62,7 +62,7 @@ def on_every_new_client(watch: Callable[[Any], None]) -> Callable[[], None]:
         _watchers.append(watch)
 
     def stop() -> None:
-        global _original_create_client
+        global _original_create_client  # noqa: PLW0603  as above: put back when the last watcher leaves
         with _lock:
             if watch in _watchers:
                 _watchers.remove(watch)

@@ -168,7 +168,7 @@ def _start_worker(resolver_factory: Callable[[], Any], background_cpus: str | No
     """A worker process's initializer: background work (as the handler threads), deaf to Ctrl-C (the stack
     stops it), with a resolver of its own. ``iam_check``: every client the resolver builds obeys the API
     function's role (:func:`punctual_tools.iam.install_iam_check`), installed before the resolver is built."""
-    global _worker_resolver, _in_worker
+    global _worker_resolver, _in_worker  # noqa: PLW0603  a worker process's own, set once by its initializer
     _in_worker = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_background_cpus(background_cpus)

@@ -78,6 +78,7 @@ _POLL_INTERVAL_S = 0.1
 _STOP_GRACE_S = 10.0
 _LOG_TAIL_BYTES = 4_000
 _BIND_RETRIES = 3
+MOST_PORT = 65_535
 
 
 class DynamoDBLocalError(PunctualError, RuntimeError):
@@ -295,8 +296,8 @@ class DynamoDBLocal:
     ) -> None:
         if in_memory and data_dir is not None:
             raise ValueError("in_memory=True keeps no files: pass data_dir=None")
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0..65535, got {port}")
+        if not 0 <= port <= MOST_PORT:
+            raise ValueError(f"port must be 0..{MOST_PORT}, got {port}")
         self.in_memory = in_memory
         self.data_dir: Path | None = None
         if not in_memory:
@@ -460,7 +461,8 @@ class DynamoDBLocal:
         return Path(name)
 
     def _wait_until_ready(self, started: float, timeout: float) -> None:
-        assert self._process is not None and self._log_path is not None
+        assert self._process is not None
+        assert self._log_path is not None
         probe = _probe_client(self.endpoint_url, 5)
         try:
             while True:

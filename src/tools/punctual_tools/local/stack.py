@@ -513,7 +513,9 @@ class LocalStack:
     def describe_limits(self) -> list[str]:
         """What the executors run with (the profile, the executor's limits and CPU quota, the local cap), and the
         other functions' limits, which the local runtime does not apply: they run in the stack's own process."""
-        assert self.settings is not None and self.invoker is not None and self.limits is not None
+        assert self.settings is not None
+        assert self.invoker is not None
+        assert self.limits is not None
         invoker = self.invoker
         firing = "real-time firing" if self.settings.firing_realtime else "firing at normal priority"
         lines = [
@@ -578,13 +580,15 @@ class LocalStack:
 
     def _write_state(self) -> None:
         """Write the state file (atomically; workers started on demand call this from their threads)."""
-        assert self.ddb is not None and self.settings is not None
+        assert self.ddb is not None
+        assert self.settings is not None
         with self._state_lock:
             if self._up:  # not once stop() has begun: it removes the file
                 self._write_state_locked()
 
     def _write_state_locked(self) -> None:
-        assert self.ddb is not None and self.settings is not None
+        assert self.ddb is not None
+        assert self.settings is not None
         state = {
             "ready": True,  # (written at the end of the start only: see the module's docstring)
             "pid": os.getpid(),

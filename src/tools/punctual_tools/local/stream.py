@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams.type_defs import ShardTypeDef
 
 log = logging.getLogger(__name__)
+BATCH_MOST_RECORDS = 1000  # the most records a GetRecords returns, and a batch the reader hands on
 
 
 class StreamReader:
@@ -134,7 +135,7 @@ class StreamReader:
 
     def _read(self, shard_id: str, iterator: str) -> list[dict[str, Any]]:
         try:
-            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            response = self._streams.get_records(ShardIterator=iterator, Limit=BATCH_MOST_RECORDS)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
                 raise
@@ -181,7 +182,7 @@ class StreamReader:
                 self._stop.wait(1.0)
                 continue
             waited = time.monotonic() - first_at
-            if gathered and (waited >= self._batch_window_s or len(gathered) >= 1000):
+            if gathered and (waited >= self._batch_window_s or len(gathered) >= BATCH_MOST_RECORDS):
                 batch, gathered = gathered, []
                 self.records_passed += len(batch)
                 try:
