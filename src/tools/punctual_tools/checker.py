@@ -197,7 +197,7 @@ class Verdict:
         return "\n".join(lines)
 
 
-def check(
+def check(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     expected: Iterable[Expected],
     fires: Iterable[Fire],
     epsilon_ms: float = 1_000.0,

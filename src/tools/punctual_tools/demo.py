@@ -71,12 +71,13 @@ def demo_prefix(run_id: str, tenant: str | None) -> str:
     return base if tenant is None else qualify(tenant, base)
 
 
-def plan_demo(
+def plan_demo(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     tasks: int,
     over_s: float,
     burst: int,
     now_ms: int,
     poll_interval_ms: int,
+    *,
     run_id: str | None = None,
     lead_ms: int = 10_000,
     webhooks: int = 0,
@@ -226,12 +227,13 @@ def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
     return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
 
-def run_demo(
+def run_demo(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     fire_log: Path,
     tasks: int,
     over_s: float,
     burst: int,
+    *,
     poll_interval_ms: int,
     out: TextIO | None = sys.stderr,
     schedule_threads: int = 16,
@@ -274,12 +276,12 @@ def run_demo(
             fire_log,
             received,
             plan,
-            prefix,
-            grace,
-            out,
-            schedule_threads,
-            epsilon_ms,
-            lambda task_id: hook if task_id in plan.webhook_ids else log_action,
+            prefix=prefix,
+            grace=grace,
+            out=out,
+            schedule_threads=schedule_threads,
+            epsilon_ms=epsilon_ms,
+            action_of=lambda task_id: hook if task_id in plan.webhook_ids else log_action,
         )
     finally:
         if receiver is not None:
@@ -287,12 +289,13 @@ def run_demo(
             receiver.join(5)
 
 
-def _run_plan(
+def _run_plan(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     scheduler: Any,
     fire_log: Path,
     received: Path | None,
     plan: DemoPlan,
+    *,
     prefix: str,
     grace: int,
     out: TextIO | None,
@@ -342,7 +345,7 @@ def _run_plan(
     return build_report(client, plan, list(tail.read()), epsilon_ms)
 
 
-def check_fire_log(
+def check_fire_log(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     due_ms: Mapping[str, int],
     fires: Iterable[Mapping[str, Any]],

@@ -164,7 +164,7 @@ def _met(ok: bool) -> str:
     return "MET" if ok else "MISSED"
 
 
-def judge(
+def judge(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     name: str, value: float | None, floor: float | None, *, floor_name: str, abs_target: float, ratio_target: float
 ) -> Verdict:
     """The verdict on one figure (see :class:`Verdict`)."""

@@ -82,7 +82,7 @@ def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> tu
     return due, absent
 
 
-def check_ledgers(
+def check_ledgers(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     fire_log: Path,
     prefix: str,

@@ -277,6 +277,7 @@ def system_steady(
     stack: LocalStack,
     rate: float,
     seconds: float,
+    *,
     lead_s: float = 30.0,
     concurrent_writes: bool = False,
     beside: Beside | None = None,
@@ -295,9 +296,9 @@ def system_steady(
     if beside is not None and concurrent_writes:
         raise ValueError("a floor beside the steady phase needs its tasks scheduled ahead")
     if beside is None:
-        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, None)
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, floor=None)
     with beside.runner.processes(1) as [pool]:  # started and warm before the tasks are written
-        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, (beside, pool))
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, floor=(beside, pool))
 
 
 def _system_steady(
@@ -306,6 +307,7 @@ def _system_steady(
     seconds: float,
     lead_s: float,
     concurrent_writes: bool,
+    *,
     floor: tuple[Beside, ProcessPoolExecutor] | None,
 ) -> dict[str, Any]:
     assert stack.settings is not None
@@ -800,7 +802,7 @@ def run_floors(run: Run, args: argparse.Namespace) -> None:
     if lead_phases:
         time.sleep(args.settle)
         have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
-        floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
+        floors |= measure_floors(runner, hook_url, received, args, args.restart, have=have)
 
 
 def stack_config(run: Run, args: argparse.Namespace) -> StackConfig:
@@ -877,7 +879,12 @@ def phase_plan(
             (
                 "short lead",
                 lambda: short_lead(
-                    stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
+                    stack,
+                    hook_url,
+                    received,
+                    args.lead_rate,
+                    args.lead_seconds,
+                    background_rate=args.lead_background_rate,
                 ),
             )
         )
@@ -1113,7 +1120,9 @@ def main() -> int:
         run_floors(run, args)
         run_system_phases(run, args)
         if args.cold or args.restart:
-            run.lead_results = run_without_stack(run.work, run.hook_url, run.received, args, args.cold, args.restart)
+            run.lead_results = run_without_stack(
+                run.work, run.hook_url, run.received, args, args.cold, restart=args.restart
+            )
     finally:
         tear_down(run)
     run.load_after = os.getloadavg()

@@ -249,7 +249,7 @@ def log(message: str) -> None:
 
 
 def launch(
-    kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str], output: Path
+    kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str], *, output: Path
 ) -> tuple[subprocess.Popen[bytes], float]:
     """Start a fresh interpreter on this script's ``kind`` part; with ``group``, a shell puts itself in the group
     before it execs Python, so that nothing of the interpreter runs outside the quota. Returns it and its start."""
@@ -410,7 +410,12 @@ class Bench:
         try:
             time.sleep(max(0.0, (sent_ms - _now_ms()) / 1000))
             process, started_ms = launch(
-                "--child", spec, self.work / f"{prefix}spec.json", group if mode == "quota" else None, env, self.output
+                "--child",
+                spec,
+                self.work / f"{prefix}spec.json",
+                group if mode == "quota" else None,
+                env,
+                output=self.output,
             )
             code = wait_for(process, (offsets[-1] + 60_000) / 1000)
             throttled = throttling(group)
@@ -467,7 +472,7 @@ class Bench:
         group = self._group(memory_mb)
         try:
             process, started_ms = launch(
-                "--floor", spec, self.work / f"{prefix}spec.json", group, self.env, self.output
+                "--floor", spec, self.work / f"{prefix}spec.json", group, self.env, output=self.output
             )
             code = wait_for(process, 120.0)
         finally:

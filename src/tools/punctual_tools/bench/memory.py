@@ -96,6 +96,7 @@ def phase_figures(
     cpu: dict[str, Any] | None,
     target: tuple[float, float],
     name: str,
+    *,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A phase's row: its drift summary, its floor's p99, the verdict on the ratio and in ms, the executors' CPU."""
@@ -180,7 +181,7 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
             r.get("cpu"),
             TARGETS[name],
             name,
-            {
+            extra={
                 **extra,
                 **waits[name],
                 "floor_processes": floors[name]["processes"],
@@ -527,6 +528,7 @@ def print_frontier(
     args: argparse.Namespace,
     default_mb: int,
     machine: str,
+    *,
     loads: tuple[Any, Any],
     seconds: float,
 ) -> tuple[int, str]:
@@ -611,7 +613,9 @@ def main() -> int:
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
     commit = git_commit()
     seconds = time.monotonic() - started
-    chosen_mb, why = print_frontier(sizes, costs, args, default_mb, machine, (load_before, load_after), seconds)
+    chosen_mb, why = print_frontier(
+        sizes, costs, args, default_mb, machine, loads=(load_before, load_after), seconds=seconds
+    )
     picture = draw_frontier(sizes, costs, args.volume, work)
     report = {
         "machine": machine,

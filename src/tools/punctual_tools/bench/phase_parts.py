@@ -100,6 +100,7 @@ def write_paced(
     rate: float,
     lead_s: float | Sequence[float],
     start: float | None = None,
+    *,
     action: Action = ACTION,
 ) -> dict[str, Any]:
     """A client scheduling ``task_ids`` at ``rate`` a second from ``start`` (epoch s; default in 0.5 s), each due

@@ -304,7 +304,7 @@ def restart_phase(
             f"{(kill_ms - time.time() * 1000) / 1000:.0f} s"
         )
         before = [f"{prefix}la{i:04d}" for i in range(int(lead_rate * (kill_ms - 500 - time.time() * 1000) / 1000))]
-        written = write_paced(client, before, lead_rate, lead_seconds(len(before), 2.0, 4.0), None, action)
+        written = write_paced(client, before, lead_rate, lead_seconds(len(before), 2.0, 4.0), None, action=action)
         due |= dict(zip(before, written["dues"], strict=False))
         time.sleep(max(0.0, (kill_ms - time.time() * 1000) / 1000))
         burst_ids = [t for t in due if t.startswith(f"{prefix}b")][::25]
@@ -323,7 +323,7 @@ def restart_phase(
         log(f"restart: up {(up_ms - restart_ms) / 1000:.1f} s after it was started again")
         end_ms = first + seconds * 1000 - 4_000
         after = [f"{prefix}lb{i:04d}" for i in range(max(0, int(lead_rate * (end_ms - up_ms) / 1000)))]
-        written = write_paced(client, after, lead_rate, lead_seconds(len(after), 2.0, 4.0, seed=2), None, action)
+        written = write_paced(client, after, lead_rate, lead_seconds(len(after), 2.0, 4.0, seed=2), None, action=action)
         due |= dict(zip(after, written["dues"], strict=False))
         deadline = time.time() + 240
         while time.time() < deadline and (

@@ -285,7 +285,7 @@ def _client(service: str, endpoint: str | None) -> Any:
 
 # -- 1. CPU per task -------------------------------------------------------------------------------------
 def cpu_run(
-    backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, limits: dict[str, int]
+    backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, *, limits: dict[str, int]
 ) -> dict[str, Any]:
     """One size on one backend: write ``count`` tasks due in one window, measure a poll, then the executors.
 
@@ -380,7 +380,9 @@ def cpu_run(
         if count > limits[mode]:
             result[f"executor_{mode}"] = {"skipped": f"over the {mode} executors' limit of {limits[mode]} tasks"}
             continue
-        result[f"executor_{mode}"] = run_executors(backend, mode, executors[mode], events, stub, work, prefix)
+        result[f"executor_{mode}"] = run_executors(
+            backend, mode, executors[mode], events, stub, work=work, prefix=prefix
+        )
         if mode != modes[-1]:  # the next mode arms the same tasks again: put them back
             reset_tasks(backend, client, table, items, stub)
     return result
@@ -401,6 +403,7 @@ def run_executors(
     executor: Executor,
     events: list[BatchEvent],
     stub: StubDynamoDB | None,
+    *,
     work: Path,
     prefix: str,
 ) -> dict[str, Any]:
@@ -873,7 +876,7 @@ def measure_cpu(args: argparse.Namespace, settings: Settings, work: Path, sizes:
                 limits = {"single": args.single_limit, "transaction": args.transaction_limit}
                 if backend == "dynamodb-local":
                     limits = {mode: min(limit, args.db_executor_limit) for mode, limit in limits.items()}
-                rows.append(cpu_run(backend, count, settings, work, endpoint, limits))
+                rows.append(cpu_run(backend, count, settings, work, endpoint, limits=limits))
                 rows[-1]["elapsed_s"] = round(time.perf_counter() - t0, 1)
                 log(f"{backend} {count}: {rows[-1]['elapsed_s']:.0f} s in all")
         finally:

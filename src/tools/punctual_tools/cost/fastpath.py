@@ -135,11 +135,12 @@ def last_lead_s(tasks_per_batch: float, lead_s: float | None, window_s: float) -
     return window_s * tasks_per_batch / (tasks_per_batch + 1)
 
 
-def fast_path_cost(
+def fast_path_cost(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     c: Counts,
     tasks_per_batch: float,
     lead_s: float,
     tasks_per_month: float,
+    *,
     executor_memory_mb: int | None = None,
     template_path: str | None = None,
 ) -> FastPathCost:

@@ -188,12 +188,13 @@ class CapacityMeter:
         outcome writes until simulated time reaches the task's due instant).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         client: DynamoDBClient,
         raw: DynamoDBClient,
         table_name: str,
         spec: TableSpec,
+        *,
         label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,
         hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None,
         read_label: Callable[[list[dict[str, Any]]], str | None] | None = None,
@@ -298,13 +299,14 @@ class CapacityMeter:
             self.calls.append(call)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def _images(
+    def _images(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         op: str,
         kind: str,
         key: dict[str, Any],
         known: bool,
         before: dict[str, Any] | None,
+        *,
         ok: bool,
         params: dict[str, Any],
         parsed: dict[str, Any],
@@ -350,7 +352,7 @@ class CapacityMeter:
         for (kind, key), (known, cached) in zip(keys, befores, strict=True):
             if key_id(key) in unprocessed or not (ok or conditional_failure):
                 continue
-            before, after = self._images(op, kind, key, known, cached, ok, params, parsed)
+            before, after = self._images(op, kind, key, known, cached, ok=ok, params=params, parsed=parsed)
             if ok:
                 call.wru += factor * _units(max(item_size(before), item_size(after)), KB)
                 call.wru_index += sum(self.spec.index_writes(before, after).values())

@@ -440,8 +440,14 @@ def extract_block(doc: str) -> str:
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-def blocks_match(
-    a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15, rel_timing: float | None = None
+def blocks_match(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    a: str,
+    b: str,
+    *,
+    rel: float = 0.03,
+    abs_: float = 0.011,
+    rel_measured: float = 0.15,
+    rel_timing: float | None = None,
 ) -> list[str]:
     """Differences between two generated blocks beyond a small tolerance on every number (a rerun moves a few
     figures slightly: drift digits change item sizes by a byte). Rows marked † may move by ``rel_measured``:

@@ -224,8 +224,9 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) ->
         time.sleep(0.05)
 
 
-def run_scenario(
+def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     tasks: int = 300,
+    *,
     windows: int = 1,
     payload_bytes: int = 200,
     template_path: str | None = None,

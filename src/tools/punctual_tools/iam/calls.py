@@ -219,7 +219,13 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
     p, region, op = call.params, call.region, call.operation
     if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
         yield _item(
-            f"dynamodb:{op}", p["TableName"], p.get("Key") or p.get("Item") or {}, keys, region, account, str(call)
+            f"dynamodb:{op}",
+            p["TableName"],
+            p.get("Key") or p.get("Item") or {},
+            keys,
+            region,
+            account=account,
+            why=str(call),
         )
     elif op in ("Query", "Scan"):
         table = table_arn(p["TableName"], region, account)
@@ -254,8 +260,8 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
                 item.get("Key") or item.get("Item") or {},
                 keys,
                 region,
-                account,
-                f"{call}: {kind} item {n}",
+                account=account,
+                why=f"{call}: {kind} item {n}",
             )
     elif "TableName" in p:  # DescribeTable, UpdateTable, ...: the table itself
         yield AccessRequest(f"dynamodb:{op}", table_arn(p["TableName"], region, account), why=str(call))
@@ -263,8 +269,8 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
         yield AccessRequest(f"dynamodb:{op}", "*", why=str(call))
 
 
-def _item(
-    action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, account: str, why: str
+def _item(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, *, account: str, why: str
 ) -> AccessRequest:
     value = _key_value(item, keys.tables.get(table))
     return AccessRequest(action, table_arn(table, region, account), _leading([] if value is None else [value]), why)

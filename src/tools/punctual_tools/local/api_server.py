@@ -410,7 +410,7 @@ class _Waiting:
 class _Server:
     """The listening socket, the gate (see the module's docstring) and the serving threads."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         address: tuple[str, int],
         handler: type[_Handler],
@@ -592,7 +592,7 @@ class LocalApi:
     connections are served in parallel (read and written), within ``header_timeout_s``, ``timeout_s``,
     ``max_connections`` and ``pending_per_address`` (the module's docstring says how)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         resolver_factory: Callable[[], Any],
         tokens: dict[str, str],

@@ -54,13 +54,14 @@ class StreamReader:
         ``MaximumBatchingWindowInSeconds``): fewer, larger batches mean fewer executor invocations.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         endpoint_url: str | None,
         region: str,
         table_name: str,
         on_records: Callable[[list[dict[str, Any]]], None],
         patterns: Sequence[Mapping[str, Any]] | None = None,
+        *,
         interval_s: float = 0.25,
         batch_window_s: float = 0.25,
         refresh_s: float = 1.0,

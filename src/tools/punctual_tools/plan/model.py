@@ -379,7 +379,9 @@ class Capacity:
         return self.table_writes + self.index_writes
 
 
-def capacity(rate: float, payload_bytes: float, batch: int, shards: int, made_by: str, d: Defaults) -> Capacity:
+def capacity(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    rate: float, payload_bytes: float, batch: int, shards: int, made_by: str, *, d: Defaults
+) -> Capacity:
     """Write and read units a second at ``rate``: three item writes and the index entries of each task, the
     heartbeats, the poll's reads of each task it sees (lead / interval times) and of each shard and bucket."""
     units = TASK_UNITS[made_by]
@@ -451,12 +453,13 @@ def api_usd_per_task(levers: Levers) -> float:
     return per_call / k
 
 
-def monthly_bill(
+def monthly_bill(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     rate: float,
     payload_bytes: float,
     executor_mb: int,
     poller_mb: int,
     groups: int,
+    *,
     batch: int,
     shards: int,
     made_by: str,
@@ -468,7 +471,7 @@ def monthly_bill(
     scope, at ``rate`` for a month (``d``: the defaults with the levers' poll cycle applied)."""
     levers = levers or Levers()
     gb_s = ARCHITECTURES[levers.arch]
-    cap = capacity(rate, payload_bytes, batch, shards, made_by, d)
+    cap = capacity(rate, payload_bytes, batch, shards, made_by, d=d)
     ticks = MONTH_S / d.interval_s
     tasks = rate * MONTH_S
     invocations, seconds = executor_seconds_per_tick(
@@ -647,11 +650,12 @@ class Plan:
         }
 
 
-def make_plan(
+def make_plan(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     rate: float,
     payload_kb: float = 0.2,
     executor_mb: int | None = None,
     made_by: str = "client",
+    *,
     d: Defaults | None = None,
     levers: Levers | None = None,
 ) -> Plan:
@@ -697,8 +701,19 @@ def make_plan(
         account_concurrency=reserved + poller_reserved + LAMBDA_UNRESERVED_MIN,
         scale_up_s=scale_up_s(executors),
         invocations_per_s=rate / batch,
-        capacity=capacity(rate, payload_bytes, batch, shards, made_by, d),
-        bill=monthly_bill(rate, payload_bytes, memory, poller_mb, groups, batch, shards, made_by, d, levers),
+        capacity=capacity(rate, payload_bytes, batch, shards, made_by, d=d),
+        bill=monthly_bill(
+            rate,
+            payload_bytes,
+            memory,
+            poller_mb,
+            groups,
+            batch=batch,
+            shards=shards,
+            made_by=made_by,
+            d=d,
+            levers=levers,
+        ),
         defaults=d,
         levers=levers,
     )

@@ -86,7 +86,7 @@ def aws_target(args: argparse.Namespace, clients: Clients) -> Target:
 
     def cost(start_ms: int, end_ms: int) -> list[str]:
         log.info("reading the run's usage from CloudWatch (waiting up to %g s for its last minute)", args.metrics_wait)
-        usage = collect_usage(cloudwatch, specs, configs, start_ms, end_ms, args.metrics_wait)
+        usage = collect_usage(cloudwatch, specs, configs, start_ms, end_ms, wait_s=args.metrics_wait)
         return format_cost(usage, start_ms, end_ms, f"CloudWatch had no data yet after {args.metrics_wait:g} s")
 
     return Target(
