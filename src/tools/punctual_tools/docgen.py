@@ -43,6 +43,12 @@ def end_marker(name: str) -> str:
 
 def _type(schema: dict[str, Any]) -> str:
     """A schema's type in a few words, with a link to a named schema."""
+    described = _described(schema)
+    return described if described is not None else _kind(schema)
+
+
+def _described(schema: dict[str, Any]) -> str | None:
+    """A reference, a union, a constant or an enumeration in a few words; None for a schema of a plain type."""
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[1]
         return f"[{name}](#{name.lower()})"
@@ -53,6 +59,11 @@ def _type(schema: dict[str, Any]) -> str:
         return f"`{json.dumps(schema['const'])}`"
     if "enum" in schema:
         return "one of " + ", ".join(f"`{v}`" for v in schema["enum"])
+    return None
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    """A plain type's name; an array's or a map's with the type of what it holds."""
     kind = schema.get("type", "any")
     if kind == "array":
         return f"array of {_type(schema.get('items', {}))}"

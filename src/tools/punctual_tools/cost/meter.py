@@ -407,6 +407,11 @@ def status_label(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
     new = (after or {}).get("status", {}).get("S")
     if new is None or old == new:
         return None
+    return _step(old, new)
+
+
+def _step(old: str | None, new: str) -> str | None:
+    """The life-cycle step of a task whose status went from ``old`` (None: a new item) to ``new``."""
     if old is None:
         return "schedule"
     if new == "ARMED":

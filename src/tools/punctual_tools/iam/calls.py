@@ -174,7 +174,7 @@ def requests_of(call: AwsCall, keys: KeyNames | None = None, account: str = DEFA
     return [AccessRequest(action, resource, why=str(call)) for resource in _resources(call, account)]
 
 
-def _resources(call: AwsCall, account: str) -> list[str]:
+def _resources(call: AwsCall, account: str) -> list[str]:  # noqa: C901, PLR0911  one branch a service the runtime calls
     p, region = call.params, call.region
     if call.service == "dynamodbstreams":
         if "StreamArn" in p:
