@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU
+from punctual_tools import cost as cost_model
 from punctual_tools.bench.bench import (
     Beside,
     executor_cpu,
@@ -57,7 +58,6 @@ from punctual_tools.bench.bench import (
 )
 from punctual_tools.bench.floors import FloorRunner, burst_batch, burst_shares
 from punctual_tools.bench.pages import PAGES, fmt_ms, git_commit, store_latency_named, write_readme_block
-from punctual_tools.cost import counts, monthly_cost, run_scenario
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import start_receiver
@@ -82,9 +82,12 @@ VOLUMES = (1e6, 100e6)
 def cost_per_million(sizes: tuple[int, ...], volumes: tuple[float, ...] = VOLUMES) -> dict[int, dict[float, float]]:
     """$ per million tasks in the target's scope (Lambda, DynamoDB, the poller) at each size and monthly volume,
     from the cost model's counts (its scenario on moto, handler logs not measured: they are outside that scope)."""
-    counted = counts(run_scenario(measure_logs=False))
+    counted = cost_model.counts(cost_model.run_scenario(measure_logs=False))
     return {
-        mb: {volume: monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True) for volume in volumes}
+        mb: {
+            volume: cost_model.monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True)
+            for volume in volumes
+        }
         for mb in sizes
     }
 
