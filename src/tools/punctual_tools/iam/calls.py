@@ -218,15 +218,7 @@ def stream_of_iterator(iterator: str) -> str:
 def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessRequest]:
     p, region, op = call.params, call.region, call.operation
     if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
-        yield _item(
-            f"dynamodb:{op}",
-            p["TableName"],
-            p.get("Key") or p.get("Item") or {},
-            keys,
-            region,
-            account=account,
-            why=str(call),
-        )
+        yield _item(f"dynamodb:{op}", p, keys, region, account=account, why=str(call))
     elif op in ("Query", "Scan"):
         table = table_arn(p["TableName"], region, account)
         index = p.get("IndexName")
@@ -254,15 +246,7 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
         for n, entry in enumerate(p["TransactItems"]):
             ((kind, item),) = entry.items()
             action = _TRANSACT_WRITE[kind] if op == "TransactWriteItems" else "GetItem"
-            yield _item(
-                f"dynamodb:{action}",
-                item["TableName"],
-                item.get("Key") or item.get("Item") or {},
-                keys,
-                region,
-                account=account,
-                why=f"{call}: {kind} item {n}",
-            )
+            yield _item(f"dynamodb:{action}", item, keys, region, account=account, why=f"{call}: {kind} item {n}")
     elif "TableName" in p:  # DescribeTable, UpdateTable, ...: the table itself
         yield AccessRequest(f"dynamodb:{op}", table_arn(p["TableName"], region, account), why=str(call))
     else:
@@ -270,9 +254,11 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
 
 
 def _item(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
-    action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, *, account: str, why: str
+    action: str, request: Mapping[str, Any], keys: KeyNames, region: str, *, account: str, why: str
 ) -> AccessRequest:
-    value = _key_value(item, keys.tables.get(table))
+    """The access one item's request (its ``TableName``, and its ``Key`` or whole ``Item``) asks for."""
+    table = request["TableName"]
+    value = _key_value(request.get("Key") or request.get("Item") or {}, keys.tables.get(table))
     return AccessRequest(action, table_arn(table, region, account), _leading([] if value is None else [value]), why)
 
 
