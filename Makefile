@@ -76,14 +76,16 @@ style: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, on the tooling, and on each handler by
+## typecheck: mypy (pydantic plugin, boto3 stubs), strict on the runtime, strict on the tooling, and on each handler by
 ## itself (the handlers are all named app.py); strict on the tests, each tier by itself (each has a conftest module of
-## its own) and the conftest they share, with the runtime, the tooling and tests/ (support.py) on mypy's path
+## its own) and the conftest they share. The tooling's and the tests' runs find the runtime (and the tooling, and
+## tests/ for support.py) through MYPYPATH: an editable install is an import hook mypy cannot follow, which would
+## leave every runtime name Any to them
 HANDLERS := src/poller/app.py src/executor/app.py src/fastpath/app.py src/api/app.py
 TYPED_TESTS := tests/conftest.py $(COVERED_TIERS) $(PARALLEL_TIERS) $(SERIAL_TIERS) $(FAULT_TIERS)
 typecheck: setup
 	$(BIN)/mypy --strict src/shared
-	$(BIN)/mypy src/tools
+	env MYPYPATH=src/shared $(BIN)/mypy --strict src/tools
 	for handler in $(HANDLERS); do $(BIN)/mypy $$handler || exit 1; done
 	for tests in $(TYPED_TESTS); do env MYPYPATH=src/shared:src/tools:tests $(BIN)/mypy --strict $$tests || exit 1; done
 

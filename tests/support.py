@@ -5,7 +5,7 @@ module imports them with ``from support import ...``; fixtures stay in the conft
   :data:`FIXED_NOW_MS`;
 * threads, servers and processes: :func:`run_threads`, :func:`join_all`, :func:`serving` (an HTTP server on
   a thread), :class:`StubTarget` (an HTTP target that picks each answer's status), :func:`interrupt` (Ctrl-C a
-  subprocess), :func:`load_cold` (a handler module loaded as at a cold start), :func:`running_dynamodb_local`;
+  subprocess), :func:`running_dynamodb_local`;
 * tasks and the store: :class:`TaskFactory`, :func:`make_tasks`, :func:`create_all`, :func:`store_for`,
   :func:`with_part`, :func:`read_task`, :func:`candidate_of`, :func:`run_until_done`;
 * what an executor writes and sends: :func:`executor_on`, :func:`retry_record`, :func:`record_failed`,
@@ -32,7 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
@@ -57,7 +56,6 @@ from punctual.targets import LogAction
 from punctual_tools.doubles import FakeClock, RecordingInvoker, StubTarget, serving  # noqa: F401 - for the tests
 from punctual_tools.local.api_server import LocalApi
 from punctual_tools.local.dynamodb_local import DynamoDBLocal, make_client
-from punctual_tools.local.worker import load_handler_module
 
 T = TypeVar("T")
 
@@ -108,27 +106,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
 
 
 # -- threads and processes -----------------------------------------------------------------------------------
-def load_cold(path: Path, thread_name: str = "cold-start") -> ModuleType:
-    """Load a handler module the way the local invoker does at a cold start, from a short-lived thread: the
-    executor module lowers the CPU priority of the thread that loads it, which must not be pytest's. What the
-    load raised is raised again here."""
-    loaded: list[ModuleType | BaseException] = []
-
-    def load() -> None:
-        try:
-            loaded.append(load_handler_module(str(path)))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            loaded.append(exc)
-
-    thread = threading.Thread(target=load, name=thread_name)
-    thread.start()
-    thread.join()
-    (module,) = loaded
-    if isinstance(module, BaseException):
-        raise module
-    return module
-
-
 def join_all(threads: Iterable[threading.Thread], timeout: float, what: str = "threads") -> None:
     """Wait for every thread, ``timeout`` s in all; fail (instead of hanging) when one is still running."""
     threads = list(threads)

@@ -33,8 +33,8 @@ from punctual.runtime import metrics as names
 from punctual.runtime.wiring import build_poller
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.doubles import ACCOUNT, REGION, LambdaContext, scheduled_event
-from punctual_tools.local.worker import load_handler_module
-from support import RecordingInvoker, arm, load_cold
+from punctual_tools.local.worker import lambda_environment, load_handler_in_a_thread, load_handler_module
+from support import RecordingInvoker, arm
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 POWERTOOLS_ATTRIBUTES = ("init", "powertools_handler", "powertools_buffer_config", "powertools_buffer_cache")
@@ -136,19 +136,9 @@ def cold_start(
     poller's invoker by a recording one. Called from the test itself: Powertools' Logger binds the stdout of
     the moment it is built, and capsys captures the test's call phase apart from its setup."""
     env = {
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "PUNCTUAL_TABLE_NAME": settings.table_name,
-        "PUNCTUAL_SHARD_COUNT": str(settings.shard_count),
-        "PUNCTUAL_REGION": REGION,
-        "PUNCTUAL_NTP_SERVER": "off",
+        **lambda_environment(settings.table_name, region=REGION, shard_count=settings.shard_count),
         "PUNCTUAL_DB_THREADS": str(settings.db_threads),
         "PUNCTUAL_WORKER_THREADS": str(settings.worker_threads),
-        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
-        "POWERTOOLS_SERVICE_NAME": names.SERVICE,
-        "POWERTOOLS_METRICS_NAMESPACE": names.NAMESPACE,
-        "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "DEBUG",  # per-task SUCCEEDED lines are DEBUG
     }
     for name in (
@@ -167,7 +157,7 @@ def cold_start(
     def load() -> Handlers:
         _forget_powertools_logging()
         poller_app: Any = load_handler_module(str(SRC / "poller" / "app.py"))
-        executor_app = load_cold(SRC / "executor" / "app.py")
+        executor_app = load_handler_in_a_thread(SRC / "executor" / "app.py")
         fastpath_app: Any = load_handler_module(str(SRC / "fastpath" / "app.py"))
         invoker = RecordingInvoker()
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)

@@ -48,8 +48,9 @@ from punctual_tools.iam import AwsCall, CallRecorder, Stack
 from punctual_tools.iam.calls import function_arn
 from punctual_tools.iam.policies import function_environment
 from punctual_tools.local.api_server import proxy_event
+from punctual_tools.local.worker import load_handler_in_a_thread
 from punctual_tools.template import ensure_table, stream_filter_patterns
-from support import load_cold, read_task, record_failed
+from support import read_task, record_failed
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -261,7 +262,7 @@ class Scenario:
         priority of the thread that loads it), its clients recording as the function's."""
         self.environment(function)
         with self.recorder.acting_as(function):
-            return load_cold(SRC / FUNCTIONS[function] / "app.py", f"cold-start-{function}")
+            return load_handler_in_a_thread(SRC / FUNCTIONS[function] / "app.py")
 
     def run(self, function: str, handler: Callable[..., Any], event: dict[str, Any]) -> Any:
         with self.recorder.acting_as(function):

@@ -51,7 +51,9 @@ def size(mb: int, p99s: dict[str, float], floor: float) -> dict[str, Any]:
 
 
 def test_a_phase_is_judged_against_its_same_quota_floor() -> None:
-    figures = memory.phase_figures([1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady", {"scheduled": 2})
+    figures = memory.phase_figures(
+        [1.0, 3.0], [1.0, 2.0], {"executors": 1}, (1.5, 2.0), "steady", extra={"scheduled": 2}
+    )
     assert (figures["p99"], figures["floor"]["p99"], figures["ratio"]) == (3.0, 2.0, 1.5)
     assert figures["verdict"]["ratio_met"]
     assert not figures["verdict"]["abs_met"]

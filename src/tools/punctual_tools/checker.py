@@ -40,9 +40,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from punctual.domain.keys import to_ms
+from punctual.domain.model import occurrence_id
+from punctual.domain.schedules import instants_after
 from punctual_tools.stats import summarize
 
 EXPLICIT_OUTCOMES = frozenset({"MISSED", "FAILED", "CANCELLED", "SKIPPED"})
@@ -194,7 +197,7 @@ class Verdict:
         return "\n".join(lines)
 
 
-def check(
+def check(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     expected: Iterable[Expected],
     fires: Iterable[Fire],
     epsilon_ms: float = 1_000.0,
@@ -322,7 +325,7 @@ def fires_from_target(records: Iterable[_Received]) -> list[Fire]:
     """Fires as the loopback target (:class:`punctual_tools.local.target.TargetServer`) recorded them: keyed by the
     ``Idempotency-Key`` header, observed at the receive time, rejected when it answered an error. A request
     without the header counts under the key ``"<none>"`` (an unknown key)."""
-    return [Fire(r.key or "<none>", float(r.received_ms), r.status < 400) for r in records]
+    return [Fire(r.key or "<none>", float(r.received_ms), r.status < HTTPStatus.BAD_REQUEST) for r in records]
 
 
 def fires_from_fire_log(entries: Iterable[Mapping[str, Any]]) -> list[Fire]:
@@ -379,9 +382,6 @@ def expected_from_schedule(
     expression (:mod:`punctual.domain.recurrence`), not from what the chain made; each with the outcome of its task in
     ``stored`` (task id -> task), if there is one. An occurrence with no task that fell in a ``downtime`` window
     ``(start, end)`` more than its grace before the window ended is SKIPPED (the downtime policy), not lost."""
-    from punctual.domain.model import occurrence_id
-    from punctual.domain.schedules import instants_after
-
     windows = list(downtime)
     expected: list[Expected] = []
     for due in instants_after(schedule, after_ms):

@@ -19,15 +19,18 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, TextIO
 
 from punctual.domain.keys import from_ms, next_tick
 from punctual.domain.model import Action, TaskStatus, is_occurrence_id, occurrence_id
 from punctual.domain.tenancy import qualify, unqualify
+from punctual.network.policy import TargetPolicy
 from punctual.runtime.client import Client
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.checker import Fire, Verdict, check, expected_from_due, fires_from_fire_log
+from punctual_tools.local.receiver import start_receiver
 from punctual_tools.progress import ProgressLine
 
 EPSILON_MS = 10.0  # the demo's "late" / "early" tolerance: the precision Punctual aims at (p99 <= 10 ms)
@@ -68,12 +71,13 @@ def demo_prefix(run_id: str, tenant: str | None) -> str:
     return base if tenant is None else qualify(tenant, base)
 
 
-def plan_demo(
+def plan_demo(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     tasks: int,
     over_s: float,
     burst: int,
     now_ms: int,
     poll_interval_ms: int,
+    *,
     run_id: str | None = None,
     lead_ms: int = 10_000,
     webhooks: int = 0,
@@ -220,19 +224,16 @@ def _bar(done: int, total: int, width: int = 30) -> str:
 def loopback_allowed(allowed_targets: str, port: int | None = None) -> bool:
     """Whether a target list (``PUNCTUAL_ALLOWED_TARGETS``) lets webhooks reach the demo's loopback receiver on
     ``port`` (None: on any port)."""
-    from ipaddress import ip_address
-
-    from punctual.network.policy import TargetPolicy
-
     return TargetPolicy.from_settings(allowed_targets).is_allowed_address(ip_address(RECEIVER_HOST), port=port)
 
 
-def run_demo(
+def run_demo(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     fire_log: Path,
     tasks: int,
     over_s: float,
     burst: int,
+    *,
     poll_interval_ms: int,
     out: TextIO | None = sys.stderr,
     schedule_threads: int = 16,
@@ -266,8 +267,6 @@ def run_demo(
     receiver = None
     try:
         if received is not None:
-            from punctual_tools.local.receiver import start_receiver
-
             receiver, port = start_receiver(received, receiver_port)
             hook: Action = HttpAction(url=f"http://{RECEIVER_HOST}:{port}/demo/{plan.run_id}")
         log_action: Action = LogAction(message=f"demo {plan.run_id}")
@@ -277,12 +276,12 @@ def run_demo(
             fire_log,
             received,
             plan,
-            prefix,
-            grace,
-            out,
-            schedule_threads,
-            epsilon_ms,
-            lambda task_id: hook if task_id in plan.webhook_ids else log_action,
+            prefix=prefix,
+            grace=grace,
+            out=out,
+            schedule_threads=schedule_threads,
+            epsilon_ms=epsilon_ms,
+            action_of=lambda task_id: hook if task_id in plan.webhook_ids else log_action,
         )
     finally:
         if receiver is not None:
@@ -290,12 +289,13 @@ def run_demo(
             receiver.join(5)
 
 
-def _run_plan(
+def _run_plan(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     scheduler: Any,
     fire_log: Path,
     received: Path | None,
     plan: DemoPlan,
+    *,
     prefix: str,
     grace: int,
     out: TextIO | None,
@@ -345,7 +345,7 @@ def _run_plan(
     return build_report(client, plan, list(tail.read()), epsilon_ms)
 
 
-def check_fire_log(
+def check_fire_log(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     due_ms: Mapping[str, int],
     fires: Iterable[Mapping[str, Any]],

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from punctual_tools import layout
+from punctual_tools.cli import build_parser
+from punctual_tools.plan import pages
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -41,6 +43,12 @@ def end_marker(name: str) -> str:
 
 def _type(schema: dict[str, Any]) -> str:
     """A schema's type in a few words, with a link to a named schema."""
+    described = _described(schema)
+    return described if described is not None else _kind(schema)
+
+
+def _described(schema: dict[str, Any]) -> str | None:
+    """A reference, a union, a constant or an enumeration in a few words; None for a schema of a plain type."""
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[1]
         return f"[{name}](#{name.lower()})"
@@ -51,6 +59,11 @@ def _type(schema: dict[str, Any]) -> str:
         return f"`{json.dumps(schema['const'])}`"
     if "enum" in schema:
         return "one of " + ", ".join(f"`{v}`" for v in schema["enum"])
+    return None
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    """A plain type's name; an array's or a map's with the type of what it holds."""
     kind = schema.get("type", "any")
     if kind == "array":
         return f"array of {_type(schema.get('items', {}))}"
@@ -354,34 +367,22 @@ def layers_svg(shared: Path = ROOT / "src" / "shared") -> str:
 # -- the pages ----------------------------------------------------------------------------------------------
 
 
-def _cli_parser() -> argparse.ArgumentParser:
-    from punctual_tools.cli import build_parser
-
-    return build_parser()
-
-
 def _task_path_block() -> list[str]:
-    from punctual_tools.task_path import render, trace_task_life
+    from punctual_tools.task_path import render, trace_task_life  # noqa: PLC0415  moto loads for this block only
 
     return render(trace_task_life()).splitlines()
 
 
-def _plan_pages() -> Any:
-    from punctual_tools.plan import pages
-
-    return pages
-
-
 BLOCKS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "REST API reference": ("rest-api.md", lambda: rest_api_block(json.loads((ROOT / "openapi.json").read_text()))),
-    "CLI reference": ("cli.md", lambda: cli_block(_cli_parser())),
-    "layers": ("contributing.md", lambda: layers_block()),
+    "CLI reference": ("cli.md", lambda: cli_block(build_parser())),
+    "layers": ("contributing.md", layers_block),
     "task path": ("contributing.md", _task_path_block),
     "source layout": ("contributing.md", lambda: layout_block(ROOT)),
-    "sizing by rate": ("scale.md", lambda: _plan_pages().scale_block()),
-    "bill by rate": ("cost.md", lambda: _plan_pages().cost_block()),
-    "bill by volume": ("cost.md", lambda: _plan_pages().volume_block()),
-    "levers": ("cost.md", lambda: _plan_pages().levers_block()),
+    "sizing by rate": ("scale.md", pages.scale_block),
+    "bill by rate": ("cost.md", pages.cost_block),
+    "bill by volume": ("cost.md", pages.volume_block),
+    "levers": ("cost.md", pages.levers_block),
 }
 
 
@@ -396,7 +397,7 @@ def with_block(text: str, name: str, lines: list[str]) -> str:
 
 
 # Whole files this module makes, by their path under docs/.
-FILES: dict[str, Callable[[], str]] = {"img/layers.svg": lambda: layers_svg()}
+FILES: dict[str, Callable[[], str]] = {"img/layers.svg": layers_svg}
 
 
 def stale_pages(docs: Path = DOCS) -> list[str]:

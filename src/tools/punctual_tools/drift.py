@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from punctual.domain.keys import to_ms
 from punctual.errors import PunctualError
 from punctual_tools.stats import summarize
 
@@ -96,8 +97,6 @@ def read_fire_log(path: Path, prefix: str = "") -> list[dict[str, Any]]:
 def entries_from_tasks(tasks: Iterable[Any]) -> list[dict[str, Any]]:
     """Fire-log-like entries from stored tasks (:class:`punctual.domain.model.Task`) that fired: ``due_ms`` from
     ``due_at`` and ``fired_ms = due + drift_ms`` (``fired_at`` keeps whole milliseconds only)."""
-    from punctual.domain.keys import to_ms
-
     return [
         {"task_id": t.task_id, "due_ms": to_ms(t.due_at), "fired_ms": to_ms(t.due_at) + t.drift_ms}
         for t in tasks
@@ -165,7 +164,7 @@ def _met(ok: bool) -> str:
     return "MET" if ok else "MISSED"
 
 
-def judge(
+def judge(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     name: str, value: float | None, floor: float | None, *, floor_name: str, abs_target: float, ratio_target: float
 ) -> Verdict:
     """The verdict on one figure (see :class:`Verdict`)."""
@@ -175,14 +174,14 @@ def judge(
 # -- pictures --------------------------------------------------------------------------------------------
 def _pyplot() -> Any:
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415  the optional 'plots' extra: loaded only to draw
     except ImportError as exc:
         raise PlotsUnavailableError(
             "drift pictures need matplotlib, the optional 'plots' extra: pip install 'punctual[plots]' "
             "(or make setup, whose dev extra includes it)"
         ) from exc
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  after matplotlib.use: pyplot picks its backend on import
 
     return plt
 
@@ -201,10 +200,13 @@ def _caption(series: DriftSeries) -> str:
     )
 
 
+NEGLIGIBLE_DECADES = 1e-9
+
+
 def _log_bins(drifts: Sequence[float], count: int = 60) -> list[float]:
     low = math.log10(min(drifts))
     high = math.log10(max(drifts))
-    if high - low < 1e-9:
+    if high - low < NEGLIGIBLE_DECADES:  # one drift value: one decade above it
         high = low + 1
     return [10 ** (low + (high - low) * i / count) for i in range(count + 1)]
 

@@ -44,8 +44,9 @@ def resolve(client: Client, ledger: dict[str, Expectation]) -> tuple[dict[str, i
     """The plan (task id -> due ms) and the cancelled ids; an UNKNOWN entry is what the table holds now."""
     due: dict[str, int] = {}
     cancelled: set[str] = set()
-    for task_id, expectation in ledger.items():
-        if expectation.state == UNKNOWN:
+    for task_id, written in ledger.items():
+        expectation = written
+        if written.state == UNKNOWN:
             stored = client.get(task_id)
             if stored is None:
                 continue  # never stored
@@ -81,7 +82,7 @@ def occurrences(client: Client, schedules: dict[str, ScheduleExpectation]) -> tu
     return due, absent
 
 
-def check_ledgers(
+def check_ledgers(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     client: Client,
     fire_log: Path,
     prefix: str,

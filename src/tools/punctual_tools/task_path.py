@@ -19,12 +19,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from punctual.runtime.client import Client
+from punctual.runtime.wiring import build_poller
+from punctual.targets import LogAction
+from punctual_tools.doubles import REGION, LambdaContext, scheduled_event
+from punctual_tools.local.worker import lambda_environment, load_handler_in_a_thread
+from punctual_tools.template import ensure_table
 
 SRC = Path(__file__).resolve().parents[2]  # src: the runtime package and the handlers
 RUNTIME = "punctual."
 TABLE = "punctual-task-path"
+HANDLER_PARTS = 2  # a handler is src/<function>/app.py
 LEAD_S = 3.0  # the task is due this long after it is scheduled (on time on a busy machine too)
 
 
@@ -49,7 +60,7 @@ def _runtime_module(filename: str) -> str | None:
     parts = path.relative_to(SRC).with_suffix("").parts
     if parts[:2] == ("shared", "punctual"):
         return ".".join(parts[1:]).removesuffix(".__init__")
-    if len(parts) == 2 and parts[1] == "app" and parts[0] != "tools":
+    if len(parts) == HANDLER_PARTS and parts[1] == "app" and parts[0] != "tools":
         return f"{parts[0]}.app"
     return None
 
@@ -88,51 +99,8 @@ class _Profiler:
             self.active = False
 
 
-def _lambda_environment(table: str) -> dict[str, str]:
-    """What Lambda's environment gives each function here (the template's variables, at their defaults)."""
-    from punctual.runtime import metrics
-    from punctual_tools.doubles import REGION
-
-    return {
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "PUNCTUAL_TABLE_NAME": table,
-        "PUNCTUAL_SHARD_COUNT": "1",
-        "PUNCTUAL_REGION": REGION,
-        "PUNCTUAL_NTP_SERVER": "off",
-        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
-        "POWERTOOLS_SERVICE_NAME": metrics.SERVICE,
-        "POWERTOOLS_METRICS_NAMESPACE": metrics.NAMESPACE,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-    }
-
-
-def _load_handler(name: str) -> ModuleType:
-    """A handler module loaded by path, as the local invoker loads it, from a thread of its own (the executor's
-    lowers the priority of the thread that loads it)."""
-    from punctual_tools.local.worker import load_handler_module
-
-    loaded: list[ModuleType] = []
-    thread = threading.Thread(target=lambda: loaded.append(load_handler_module(str(SRC / name / "app.py"))))
-    thread.start()
-    thread.join()
-    if not loaded:
-        raise RuntimeError(f"the {name} handler did not load")
-    return loaded[0]
-
-
 def trace_task_life() -> TaskPath:
     """Run one task's life on moto through the handlers and return the modules each phase crossed."""
-    import boto3
-    from moto import mock_aws
-
-    from punctual.runtime.client import Client
-    from punctual.runtime.wiring import build_poller
-    from punctual.targets import LogAction
-    from punctual_tools.doubles import LambdaContext, scheduled_event
-    from punctual_tools.template import ensure_table
-
     sent: list[dict[str, Any]] = []
 
     class Collect:
@@ -141,15 +109,17 @@ def trace_task_life() -> TaskPath:
 
     path = TaskPath()
     profiler = _Profiler()
-    saved = {name: os.environ.get(name) for name in _lambda_environment(TABLE)}
-    os.environ.update(_lambda_environment(TABLE))
+    environment = lambda_environment(TABLE, region=REGION)
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
     stdout, sys.stdout = sys.stdout, io.StringIO()  # the handlers' JSON logs and metrics
     profiler.install()  # before the handlers start their threads, which it then sees too
     try:
         with mock_aws():
             dynamodb = boto3.client("dynamodb")
             ensure_table(dynamodb, TABLE)
-            poller_app, executor_app = _load_handler("poller"), _load_handler("executor")
+            poller_app = load_handler_in_a_thread(SRC / "poller" / "app.py")
+            executor_app = load_handler_in_a_thread(SRC / "executor" / "app.py")
             poller_app.poller = build_poller(poller_app.settings, invoker=Collect())  # type: ignore[attr-defined]
             client = Client(poller_app.settings, dynamodb=dynamodb)
             due_at = datetime.now(UTC) + timedelta(seconds=LEAD_S)

@@ -333,7 +333,7 @@ def test_the_cost_comes_from_cloudwatch_and_each_functions_memory() -> None:
         functions = {logical: str(c["FunctionName"]) for logical, c in configs.items()}
         specs = usage_queries(functions, "stack-Tasks", ["due"])
         # When the run's usage is read (no wait)
-        usage = collect_usage(cloudwatch, specs, configs, minute * 1000, (minute + 61) * 1000, 0)
+        usage = collect_usage(cloudwatch, specs, configs, minute * 1000, (minute + 61) * 1000, wait_s=0)
         # Then the figures are CloudWatch's sums, the executor's duration at its 1 GB
         executor = next(f for f in usage.functions if f.logical_id == "ExecutorFunction")
         assert (executor.invocations, executor.gb_s) == (4, 8.0)
@@ -344,6 +344,6 @@ def test_the_cost_comes_from_cloudwatch_and_each_functions_memory() -> None:
         assert "not yet available" not in text
         # ... and a window CloudWatch has nothing for is said to be not available, with no figure
         later = (minute + 600) * 1000
-        empty = collect_usage(cloudwatch, specs, configs, later, later + 60_000, 0)
+        empty = collect_usage(cloudwatch, specs, configs, later, later + 60_000, wait_s=0)
         assert empty.empty
         assert "not available" in format_cost(empty, later, later + 60_000)[0]

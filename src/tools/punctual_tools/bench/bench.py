@@ -66,11 +66,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
@@ -137,6 +137,9 @@ from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.local.store_latency import store_latency_of
 from punctual_tools.stats import summarize
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
 
 # the floors' parts and the phases' shared ones, for the other benchmarks
 __all__ = [
@@ -246,9 +249,9 @@ def floor_with_writes(
         run = runner.submit(floor, FloorJob("floor-writes-", offsets, str(fire_log)), start_ms).result()
         result = written.result()
     raw = make_dynamodb_client(stack.settings)
-    keys = [{"DeleteRequest": {"Key": {"task_id": {"S": t}}}} for t in task_ids]
+    keys: list[WriteRequestTypeDef] = [{"DeleteRequest": {"Key": {"task_id": {"S": t}}}} for t in task_ids]
     for i in range(0, len(keys), 25):
-        requests = keys[i : i + 25]
+        requests: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = keys[i : i + 25]
         while requests:
             requests = (
                 raw.batch_write_item(RequestItems={stack.settings.table_name: requests})
@@ -277,6 +280,7 @@ def system_steady(
     stack: LocalStack,
     rate: float,
     seconds: float,
+    *,
     lead_s: float = 30.0,
     concurrent_writes: bool = False,
     beside: Beside | None = None,
@@ -295,9 +299,9 @@ def system_steady(
     if beside is not None and concurrent_writes:
         raise ValueError("a floor beside the steady phase needs its tasks scheduled ahead")
     if beside is None:
-        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, None)
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, floor=None)
     with beside.runner.processes(1) as [pool]:  # started and warm before the tasks are written
-        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, (beside, pool))
+        return _system_steady(stack, rate, seconds, lead_s, concurrent_writes, floor=(beside, pool))
 
 
 def _system_steady(
@@ -306,6 +310,7 @@ def _system_steady(
     seconds: float,
     lead_s: float,
     concurrent_writes: bool,
+    *,
     floor: tuple[Beside, ProcessPoolExecutor] | None,
 ) -> dict[str, Any]:
     assert stack.settings is not None
@@ -800,7 +805,7 @@ def run_floors(run: Run, args: argparse.Namespace) -> None:
     if lead_phases:
         time.sleep(args.settle)
         have = floors if args.webhooks and args.webhook_rate == args.restart_rate else {}
-        floors |= measure_floors(runner, hook_url, received, args, args.restart, have)
+        floors |= measure_floors(runner, hook_url, received, args, args.restart, have=have)
 
 
 def stack_config(run: Run, args: argparse.Namespace) -> StackConfig:
@@ -877,7 +882,12 @@ def phase_plan(
             (
                 "short lead",
                 lambda: short_lead(
-                    stack, hook_url, received, args.lead_rate, args.lead_seconds, args.lead_background_rate
+                    stack,
+                    hook_url,
+                    received,
+                    args.lead_rate,
+                    args.lead_seconds,
+                    background_rate=args.lead_background_rate,
                 ),
             )
         )
@@ -891,7 +901,8 @@ def run_system_phases(run: Run, args: argparse.Namespace) -> None:
         on_poll=lambda r: log(f"poll: dispatched {r.dispatched} in {r.batches} batch(es)"),
         on_batch=lambda r: None,
     ) as stack:
-        assert stack.settings is not None and stack.invoker is not None
+        assert stack.settings is not None
+        assert stack.invoker is not None
         log(f"stack up: DynamoDB Local at {stack.settings.endpoint_url}, poll every {args.poll_interval:g} s")
         for line in stack.describe_limits():  # the profile every figure of the system's phases is measured under
             log(line)
@@ -1112,7 +1123,9 @@ def main() -> int:
         run_floors(run, args)
         run_system_phases(run, args)
         if args.cold or args.restart:
-            run.lead_results = run_without_stack(run.work, run.hook_url, run.received, args, args.cold, args.restart)
+            run.lead_results = run_without_stack(
+                run.work, run.hook_url, run.received, args, args.cold, restart=args.restart
+            )
     finally:
         tear_down(run)
     run.load_after = os.getloadavg()

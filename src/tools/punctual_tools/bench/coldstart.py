@@ -168,7 +168,8 @@ def _cold_executor(spec: dict[str, Any]) -> dict[str, Any]:
 
     FireLog.configure(spec["fire_log"])
     loader = importlib.util.spec_from_file_location("punctual_coldstart_handler", spec["handler"])
-    assert loader is not None and loader.loader is not None
+    assert loader is not None
+    assert loader.loader is not None
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
     loaded_ms = _now_ms()
@@ -248,7 +249,7 @@ def log(message: str) -> None:
 
 
 def launch(
-    kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str], output: Path
+    kind: str, spec: dict[str, Any], spec_path: Path, group: Path | None, env: dict[str, str], *, output: Path
 ) -> tuple[subprocess.Popen[bytes], float]:
     """Start a fresh interpreter on this script's ``kind`` part; with ``group``, a shell puts itself in the group
     before it execs Python, so that nothing of the interpreter runs outside the quota. Returns it and its start."""
@@ -418,7 +419,12 @@ class Bench:
         try:
             time.sleep(max(0.0, (sent_ms - _now_ms()) / 1000))
             process, started_ms = launch(
-                "--child", spec, self.work / f"{prefix}spec.json", group if mode == "quota" else None, env, self.output
+                "--child",
+                spec,
+                self.work / f"{prefix}spec.json",
+                group if mode == "quota" else None,
+                env,
+                output=self.output,
             )
             code = wait_for(process, (offsets[-1] + 60_000) / 1000)
             throttled = throttling(group)
@@ -475,7 +481,7 @@ class Bench:
         group = self._group(memory_mb)
         try:
             process, started_ms = launch(
-                "--floor", spec, self.work / f"{prefix}spec.json", group, self.env, self.output
+                "--floor", spec, self.work / f"{prefix}spec.json", group, self.env, output=self.output
             )
             code = wait_for(process, 120.0)
         finally:
@@ -721,7 +727,9 @@ def main() -> int:
     return 0
 
 
+CHILD_ARGV = 3  # the program, --child or --floor, and the spec
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] in ("--child", "--floor"):
+    if len(sys.argv) == CHILD_ARGV and sys.argv[1] in ("--child", "--floor"):
         _child_main(sys.argv[1], sys.argv[2])
     sys.exit(main())

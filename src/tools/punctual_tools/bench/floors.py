@@ -65,6 +65,7 @@ def run_floor(
     due_ms: list[float],
     fire_log: Path,
     prefix: str,
+    *,
     workers: int | None = None,
     action: Action = ACTION,
     env: ActionEnv | None = None,

@@ -147,11 +147,12 @@ def lead_bounds(leads: Mapping[str, Mapping[str, Any]]) -> list[Bound]:
 
 # -- short lead, cold ----------------------------------------------------------------------------------------
 def short_lead(
-    stack: LocalStack, url: str, received: Path, rate: float, seconds: float, background_rate: float
+    stack: LocalStack, url: str, received: Path, rate: float, seconds: float, *, background_rate: float
 ) -> dict[str, Any]:
     """Webhooks each written 2-4 s before due, ``rate`` a second for ``seconds``, over a background of
     log-action tasks at ``background_rate`` scheduled ahead (found by a poll, their executors asleep)."""
-    assert stack.settings is not None and stack.invoker is not None
+    assert stack.settings is not None
+    assert stack.invoker is not None
     client = Client(stack.settings)
     tag = uuid.uuid4().hex[:6]
     prefix, background = f"lead-{tag}-", f"leadbg-{tag}-"
@@ -176,7 +177,7 @@ def short_lead(
     )
     stats_before, waits_before = stack.invoker.stats, len(stack.invoker.init_waits_ms)
     begin_s = max(start_ms / 1000 - 2.0, time.time() + 0.5)  # the short leads begin as the background falls due
-    written = write_paced(client, task_ids, rate, lead_seconds(total, 2.0, 4.0), begin_s, HttpAction(url=url))
+    written = write_paced(client, task_ids, rate, lead_seconds(total, 2.0, 4.0), begin_s, action=HttpAction(url=url))
     fires = wait_for_arrivals(
         received, prefix, total, max(written["dues"], default=0) + 20_000, max(written["dues"], default=0)
     )
@@ -204,13 +205,15 @@ def short_lead(
 
 
 def cold_phase(
-    config: StackConfig, url: str, received: Path, rate: float, seconds: float, background: float
+    config: StackConfig, url: str, received: Path, rate: float, seconds: float, *, background: float
 ) -> dict[str, Any]:
     """The short-lead load on a stack started for it with no warm executor (``config`` with prewarm 0)."""
     log(f"cold: a stack with no warm executor in {config.home}")
     with LocalStack(config, on_poll=lambda r: None, on_batch=lambda r: None) as stack:
         assert stack.invoker is not None
-        result = executor_cpu(stack, lambda: short_lead(stack, url, received, rate, seconds, background))
+        result = executor_cpu(
+            stack, lambda: short_lead(stack, url, received, rate, seconds, background_rate=background)
+        )
         result["invoker"] = dict(stack.invoker.stats)
     return result
 
@@ -227,7 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure_floors(
-    runner: FloorRunner, url: str, received: Path, args: argparse.Namespace, restart: bool, have: Mapping[str, Any]
+    runner: FloorRunner, url: str, received: Path, args: argparse.Namespace, restart: bool, *, have: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
     """``floor/lead-webhook`` at the short leads' rate, and ``floor/webhook`` at the restart's unless ``have``
     holds it at that rate already."""
@@ -251,14 +254,14 @@ def cold_config(home: Path, poll_interval_s: float, profile: str) -> StackConfig
 
 
 def run_without_stack(
-    work: Path, url: str, received: Path, args: argparse.Namespace, cold: bool, restart: bool
+    work: Path, url: str, received: Path, args: argparse.Namespace, cold: bool, *, restart: bool
 ) -> dict[str, dict[str, Any]]:
     """The phases that start stacks of their own (cold, restart): run once the benchmark's stack is stopped."""
     results: dict[str, dict[str, Any]] = {}
     if cold:
         config = cold_config(work / "cold-stack", args.poll_interval, args.profile)
         rate, seconds, background = args.lead_rate, args.lead_seconds, args.lead_background_rate
-        results["cold"] = cold_phase(config, url, received, rate, seconds, background)
+        results["cold"] = cold_phase(config, url, received, rate, seconds, background=background)
     if restart:
         results["restart"] = restart_phase(
             work / "restart-stack",
@@ -353,16 +356,16 @@ def run_phases(
     url = f"http://127.0.0.1:{port}/hook"
     results: dict[str, dict[str, Any]] = {}
     try:
-        floors = measure_floors(runner, url, received, args, "restart" in phases, {})
+        floors = measure_floors(runner, url, received, args, "restart" in phases, have={})
         if "short" in phases:
             config = cold_config(work / "stack", args.poll_interval, args.profile)
             config.prewarm, config.keep_warm = args.prewarm, True
             with LocalStack(config, on_poll=lambda r: None, on_batch=lambda r: None) as stack:
                 rate, seconds, background = args.lead_rate, args.lead_seconds, args.lead_background_rate
                 results["short lead"] = executor_cpu(
-                    stack, lambda: short_lead(stack, url, received, rate, seconds, background)
+                    stack, lambda: short_lead(stack, url, received, rate, seconds, background_rate=background)
                 )
-        results |= run_without_stack(work, url, received, args, "cold" in phases, "restart" in phases)
+        results |= run_without_stack(work, url, received, args, "cold" in phases, restart="restart" in phases)
     finally:
         receiver.terminate()
         runner.close()

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from punctual.config.cpu_share import MB_PER_VCPU
+from punctual_tools import cost as cost_model
 from punctual_tools.bench.bench import (
     Beside,
     executor_cpu,
@@ -57,11 +59,12 @@ from punctual_tools.bench.bench import (
 from punctual_tools.bench.floors import FloorRunner, burst_batch, burst_shares
 from punctual_tools.bench.pages import PAGES, fmt_ms, git_commit, store_latency_named, write_readme_block
 from punctual_tools.drift import PlotsUnavailableError, Verdict, judge, save_frontier
-from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, MB_PER_VCPU, read_function_limits
+from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.receiver import start_receiver
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.stats import summarize
 
+LAMBDA_LEAST_MB, LAMBDA_MOST_MB = 128, 10_240  # the memory sizes Lambda allows
 SIZES = (256, 512, 1024, 1769)
 PHASES = ("steady", "burst 250", "burst 2000", "webhooks")
 # Each phase's targets at a size: (ratio to its same-quota floor's p99, absolute p99 in ms). Steady must also stay
@@ -79,11 +82,12 @@ VOLUMES = (1e6, 100e6)
 def cost_per_million(sizes: tuple[int, ...], volumes: tuple[float, ...] = VOLUMES) -> dict[int, dict[float, float]]:
     """$ per million tasks in the target's scope (Lambda, DynamoDB, the poller) at each size and monthly volume,
     from the cost model's counts (its scenario on moto, handler logs not measured: they are outside that scope)."""
-    from punctual_tools.cost import counts, monthly_cost, run_scenario
-
-    counted = counts(run_scenario(measure_logs=False))
+    counted = cost_model.counts(cost_model.run_scenario(measure_logs=False))
     return {
-        mb: {volume: monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True) for volume in volumes}
+        mb: {
+            volume: cost_model.monthly_cost(counted, volume, executor_memory_mb=mb).per_million(True)
+            for volume in volumes
+        }
         for mb in sizes
     }
 
@@ -95,6 +99,7 @@ def phase_figures(
     cpu: dict[str, Any] | None,
     target: tuple[float, float],
     name: str,
+    *,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A phase's row: its drift summary, its floor's p99, the verdict on the ratio and in ms, the executors' CPU."""
@@ -138,7 +143,8 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
         with LocalStack(config, on_batch=lambda r: None) as stack:
             for line in stack.describe_limits():
                 log(line)
-            assert stack.invoker is not None and stack.settings is not None
+            assert stack.invoker is not None
+            assert stack.settings is not None
             quota = stack.invoker.cpu_quota.as_dict()
             store_latency_line = f"store latency (the executors' DynamoDB calls): {stack.describe_store_latency()}"
             shard_count = stack.settings.shard_count
@@ -178,7 +184,7 @@ def run_size(memory_mb: int, args: argparse.Namespace, hook_url: str, received: 
             r.get("cpu"),
             TARGETS[name],
             name,
-            {
+            extra={
                 **extra,
                 **waits[name],
                 "floor_processes": floors[name]["processes"],
@@ -436,7 +442,7 @@ def write_page(report: dict[str, Any], page: Path, earlier: list[dict[str, Any]]
 def parse_sizes(text: str) -> tuple[int, ...]:
     """``"256,512"`` -> (256, 512); each a memory size Lambda allows (128 to 10,240 MB)."""
     sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    bad = [mb for mb in sizes if not 128 <= mb <= 10_240]
+    bad = [mb for mb in sizes if not LAMBDA_LEAST_MB <= mb <= LAMBDA_MOST_MB]
     if not sizes or bad:
         raise argparse.ArgumentTypeError(f"memory sizes are 128 to 10240 MB: {text!r}")
     return sizes
@@ -525,6 +531,7 @@ def print_frontier(
     args: argparse.Namespace,
     default_mb: int,
     machine: str,
+    *,
     loads: tuple[Any, Any],
     seconds: float,
 ) -> tuple[int, str]:
@@ -609,7 +616,9 @@ def main() -> int:
     machine = f"{platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()})"
     commit = git_commit()
     seconds = time.monotonic() - started
-    chosen_mb, why = print_frontier(sizes, costs, args, default_mb, machine, (load_before, load_after), seconds)
+    chosen_mb, why = print_frontier(
+        sizes, costs, args, default_mb, machine, loads=(load_before, load_after), seconds=seconds
+    )
     picture = draw_frontier(sizes, costs, args.volume, work)
     report = {
         "machine": machine,

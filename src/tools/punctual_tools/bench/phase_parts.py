@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
@@ -26,6 +26,9 @@ from punctual_tools.local.cpu_quota import init_wait_figures
 from punctual_tools.local.receiver import read_received
 from punctual_tools.local.stack import LocalStack
 from punctual_tools.stats import summarize
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 def log(message: str) -> None:
@@ -97,6 +100,7 @@ def write_paced(
     rate: float,
     lead_s: float | Sequence[float],
     start: float | None = None,
+    *,
     action: Action = ACTION,
 ) -> dict[str, Any]:
     """A client scheduling ``task_ids`` at ``rate`` a second from ``start`` (epoch s; default in 0.5 s), each due
@@ -194,15 +198,11 @@ def floor_webhook(runner: FloorRunner, url: str, rate: float, seconds: float, re
 
 def active_tasks(settings: Settings) -> int:
     """Tasks still in the (sparse) due index: PENDING or ARMED, i.e. not yet recorded."""
-    client = make_dynamodb_client(settings)
+    client: DynamoDBClient = make_dynamodb_client(settings)
     count, start = 0, None
     while True:
-        page = client.scan(
-            TableName=settings.table_name,
-            IndexName=DUE_INDEX,
-            Select="COUNT",
-            **({"ExclusiveStartKey": start} if start else {}),
-        )
+        following: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+        page = client.scan(TableName=settings.table_name, IndexName=DUE_INDEX, Select="COUNT", **following)
         count += page["Count"]
         start = page.get("LastEvaluatedKey")
         if not start:
@@ -212,7 +212,8 @@ def active_tasks(settings: Settings) -> int:
 def wait_until_idle(stack: LocalStack, settle_s: float, timeout_s: float = 300.0) -> dict[str, Any]:
     """Until no executor invocation is in flight and no task is active, then ``settle_s`` of rest: the previous
     phase's backlog (executors still recording, retries, the stream) cannot spill into the next phase."""
-    assert stack.invoker is not None and stack.settings is not None
+    assert stack.invoker is not None
+    assert stack.settings is not None
     started = time.monotonic()
     deadline = started + timeout_s
     active = in_flight = -1

@@ -81,10 +81,13 @@ def restart_figures(
     }
 
 
+IDLE, IOWAIT = 3, 4  # the fields of /proc/stat's cpu line (after its name) that count as idle
+
+
 def cpu_ticks() -> tuple[int, int]:
     """The machine's CPU ticks so far, busy and in all (the first line of /proc/stat; iowait counts as idle)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    idle = fields[IDLE] + (fields[IOWAIT] if len(fields) > IOWAIT else 0)
     return sum(fields) - idle, sum(fields)
 
 
@@ -106,7 +109,7 @@ def window_ends(samples: Sequence[SampleT], start_ms: float, end_ms: float) -> t
     """The first and last of ``samples`` (each led by its epoch ms, in time order) between ``start_ms`` and
     ``end_ms``; None without two of them."""
     inside = [s for s in samples if start_ms <= s[0] <= end_ms]
-    return (inside[0], inside[-1]) if len(inside) >= 2 else None
+    return (inside[0], inside[-1]) if inside[1:] else None
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -301,7 +304,7 @@ def restart_phase(
             f"{(kill_ms - time.time() * 1000) / 1000:.0f} s"
         )
         before = [f"{prefix}la{i:04d}" for i in range(int(lead_rate * (kill_ms - 500 - time.time() * 1000) / 1000))]
-        written = write_paced(client, before, lead_rate, lead_seconds(len(before), 2.0, 4.0), None, action)
+        written = write_paced(client, before, lead_rate, lead_seconds(len(before), 2.0, 4.0), None, action=action)
         due |= dict(zip(before, written["dues"], strict=False))
         time.sleep(max(0.0, (kill_ms - time.time() * 1000) / 1000))
         burst_ids = [t for t in due if t.startswith(f"{prefix}b")][::25]
@@ -320,7 +323,7 @@ def restart_phase(
         log(f"restart: up {(up_ms - restart_ms) / 1000:.1f} s after it was started again")
         end_ms = first + seconds * 1000 - 4_000
         after = [f"{prefix}lb{i:04d}" for i in range(max(0, int(lead_rate * (end_ms - up_ms) / 1000)))]
-        written = write_paced(client, after, lead_rate, lead_seconds(len(after), 2.0, 4.0, seed=2), None, action)
+        written = write_paced(client, after, lead_rate, lead_seconds(len(after), 2.0, 4.0, seed=2), None, action=action)
         due |= dict(zip(after, written["dues"], strict=False))
         deadline = time.time() + 240
         while time.time() < deadline and (

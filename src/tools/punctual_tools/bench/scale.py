@@ -46,9 +46,10 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from botocore.awsrequest import AWSResponse
 
@@ -67,7 +68,6 @@ from punctual.runtime.wiring import poller_on
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import FireLog, LogAction
 from punctual_tools.bench.bench import (
-    drift_of,
     measure_floor_burst,
     measure_floor_steady,
     wait_for_fires,
@@ -75,13 +75,20 @@ from punctual_tools.bench.bench import (
 )
 from punctual_tools.bench.floors import FloorRunner
 from punctual_tools.bench.pages import cpu_cell, git_commit, publish_scale
+from punctual_tools.bench.phase_parts import drift_of
 from punctual_tools.drift import PlotsUnavailableError, read_fire_log, save_cdf, save_pictures, series_of
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.local.lambda_rules import EXECUTOR_FUNCTION, read_function_limits
 from punctual_tools.local.stack import LocalStack, StackConfig
 from punctual_tools.plan import model as plan_model
+from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
 from punctual_tools.template import ensure_table, load_template
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
+    from mypy_boto3_lambda import LambdaClient
 
 ACTION = LogAction(message="scale")
 GRACE_MS = 86_400_000  # the CPU runs fire every task, however late a sequential executor reaches it
@@ -265,7 +272,11 @@ class RecordingInvoker:
             self.payloads.append(payload)
 
 
-def _client(service: str, endpoint: str) -> Any:
+@overload
+def _client(service: Literal["dynamodb"], endpoint: str | None) -> DynamoDBClient: ...
+@overload
+def _client(service: Literal["lambda"], endpoint: str | None) -> LambdaClient: ...
+def _client(service: str, endpoint: str | None) -> Any:
     """The client the Lambda functions build (the same configuration), aimed at ``endpoint``."""
     if service == "dynamodb":
         return dynamodb_client(endpoint, "us-east-1")
@@ -274,7 +285,7 @@ def _client(service: str, endpoint: str) -> Any:
 
 # -- 1. CPU per task -------------------------------------------------------------------------------------
 def cpu_run(
-    backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, limits: dict[str, int]
+    backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, *, limits: dict[str, int]
 ) -> dict[str, Any]:
     """One size on one backend: write ``count`` tasks due in one window, measure a poll, then the executors.
 
@@ -302,7 +313,9 @@ def cpu_run(
         for entries in index.values():
             entries.sort()
         stub = StubDynamoDB({i["task_id"]["S"]: dict(i) for i in [*items, *warm_items]}, index)
-        client.meta.events.register("before-send.dynamodb", stub)
+        # a before-send handler may return the response, which botocore then gives instead of sending (the
+        # stubs type every handler as returning None)
+        client.meta.events.register("before-send.dynamodb", stub)  # type: ignore[arg-type]
     else:
         ensure_table(client, table)
         batch_write(client, table, [*items, *warm_items])
@@ -350,7 +363,7 @@ def cpu_run(
     if stub is not None:  # the same poll, invoking through botocore's Lambda client (HTTP stubbed)
         lam = _client("lambda", "http://stub.invalid")
         lam_stub = StubLambda()
-        lam.meta.events.register("before-send.lambda", lam_stub)
+        lam.meta.events.register("before-send.lambda", lam_stub)  # type: ignore[arg-type]  # as the stub above
         lam_poller = poller_on(store, LambdaInvoker(lam, "punctual-executor"), settings)
         lam_poller.dispatch([])
         LambdaInvoker(lam, "warm-up").invoke_async({})  # the invoke operation's model, loaded once
@@ -367,13 +380,17 @@ def cpu_run(
         if count > limits[mode]:
             result[f"executor_{mode}"] = {"skipped": f"over the {mode} executors' limit of {limits[mode]} tasks"}
             continue
-        result[f"executor_{mode}"] = run_executors(backend, mode, executors[mode], events, stub, work, prefix)
+        result[f"executor_{mode}"] = run_executors(
+            backend, mode, executors[mode], events, stub, work=work, prefix=prefix
+        )
         if mode != modes[-1]:  # the next mode arms the same tasks again: put them back
             reset_tasks(backend, client, table, items, stub)
     return result
 
 
-def reset_tasks(backend: str, client: Any, table: str, items: list[dict[str, Any]], stub: StubDynamoDB | None) -> None:
+def reset_tasks(
+    backend: str, client: DynamoDBClient, table: str, items: list[dict[str, Any]], stub: StubDynamoDB | None
+) -> None:
     if stub is not None:
         stub.items.update({i["task_id"]["S"]: dict(i) for i in items})
     else:
@@ -386,6 +403,7 @@ def run_executors(
     executor: Executor,
     events: list[BatchEvent],
     stub: StubDynamoDB | None,
+    *,
     work: Path,
     prefix: str,
 ) -> dict[str, Any]:
@@ -436,11 +454,13 @@ def _figures(meter: CpuMeter, hook_s: float, tasks: int, extra: dict[str, Any] |
     }
 
 
-def batch_write(client: Any, table: str, items: list[dict[str, Any]], threads: int = 4) -> None:
+def batch_write(client: DynamoDBClient, table: str, items: list[dict[str, Any]], threads: int = 4) -> None:
     """Items written with BatchWriteItem, 25 a request (unprocessed ones retried): set-up, not measured."""
 
     def write(chunk: list[dict[str, Any]]) -> None:
-        requests = [{"PutRequest": {"Item": item}} for item in chunk]
+        requests: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
+            {"PutRequest": {"Item": item}} for item in chunk
+        ]
         for _ in range(20):
             left = client.batch_write_item(RequestItems={table: requests}).get("UnprocessedItems", {}).get(table)
             if not left:
@@ -870,7 +890,7 @@ def measure_cpu(args: argparse.Namespace, settings: Settings, work: Path, sizes:
                 limits = {"single": args.single_limit, "transaction": args.transaction_limit}
                 if backend == "dynamodb-local":
                     limits = {mode: min(limit, args.db_executor_limit) for mode, limit in limits.items()}
-                rows.append(cpu_run(backend, count, settings, work, endpoint, limits))
+                rows.append(cpu_run(backend, count, settings, work, endpoint, limits=limits))
                 rows[-1]["elapsed_s"] = round(time.perf_counter() - t0, 1)
                 log(f"{backend} {count}: {rows[-1]['elapsed_s']:.0f} s in all")
         finally:
@@ -1111,7 +1131,7 @@ def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def measure_floors(
-    settings: Settings, rates: list[int], args: argparse.Namespace, fire_log: Path
+    settings: LocalSettings, rates: list[int], args: argparse.Namespace, fire_log: Path
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """floor/steady at each rate (one floor process) and floor/burst (a floor process per batch, as the poller of
     ``settings`` cuts the burst), on the executors' footing: their profile's CPU quota and priority. Each as its

@@ -57,14 +57,18 @@ def non_negative_ms(text: str) -> float:
     return value
 
 
+MOST_THREADS = 256  # a thread count from the command line is 1 to this
+KEYS_SHOWN = 10  # the unreadable items' keys a listing names
+
+
 def threads(text: str) -> int:
     """A thread count from the command line: a whole number from 1 to 256 (argparse reports the error)."""
     try:
         value = int(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 256, not {value}")
+    if not 1 <= value <= MOST_THREADS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MOST_THREADS}, not {value}")
     return value
 
 
@@ -186,7 +190,7 @@ def report_unreadable(unreadable: Unreadable, what: str) -> None:
     names each one's key); nothing when none was."""
     if not unreadable.count:
         return
-    shown = unreadable.keys[:10] + (["..."] if len(unreadable.keys) > 10 else [])
+    shown = unreadable.keys[:KEYS_SHOWN] + (["..."] if len(unreadable.keys) > KEYS_SHOWN else [])
     keys = f" ({', '.join(shown)})" if shown else ""
     print(
         f"punctual: {unreadable.count} stored item(s) left out of the {what} listed: they cannot be read{keys}",

@@ -106,7 +106,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     args.demo_tasks,
                     args.demo_over,
                     args.demo_burst,
-                    stack.settings.poll_interval_ms,  # type: ignore[union-attr]
+                    poll_interval_ms=stack.settings.poll_interval_ms,  # type: ignore[union-attr]
                     webhooks=webhooks,
                     recurring_ms=args.demo_recurring,
                     receiver_port=stack.settings.receiver_port,  # type: ignore[union-attr]
@@ -198,7 +198,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             args.tasks,
             args.over,
             args.burst,
-            interval,
+            poll_interval_ms=interval,
             out=None if args.quiet else sys.stderr,
             epsilon_ms=EPSILON_MS if args.epsilon_ms is None else args.epsilon_ms,
             webhooks=webhooks,

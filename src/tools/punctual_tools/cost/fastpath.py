@@ -74,6 +74,9 @@ class FastPathCost:
         return 1e6 * sum(self.usd.values())
 
 
+NEGLIGIBLE = 1e-9  # a mean this small is none: the limit of x / (1 - e^-x) at 0 is 1
+
+
 def fast_path_window_s(settings: Settings | None = None) -> float:
     """How soon after its write a task must be due to take the fast path (poll interval + fast-path margin)."""
     s = settings or Settings(ntp_server=None)
@@ -119,7 +122,7 @@ def stream_batch_tasks(tasks_per_month: float, shards: int = STREAM_SHARDS) -> f
     a batch is what a shard received between two reads (``rate / 4 / shards`` on average, Poisson), and only a
     read that found something invokes."""
     expected = tasks_per_month / MONTH_S / (STREAM_POLLS_PER_S * shards)
-    if expected < 1e-9:
+    if expected < NEGLIGIBLE:
         return 1.0
     return expected / -math.expm1(-expected)
 
@@ -132,11 +135,12 @@ def last_lead_s(tasks_per_batch: float, lead_s: float | None, window_s: float) -
     return window_s * tasks_per_batch / (tasks_per_batch + 1)
 
 
-def fast_path_cost(
+def fast_path_cost(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     c: Counts,
     tasks_per_batch: float,
     lead_s: float,
     tasks_per_month: float,
+    *,
     executor_memory_mb: int | None = None,
     template_path: str | None = None,
 ) -> FastPathCost:

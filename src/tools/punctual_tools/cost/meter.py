@@ -32,12 +32,16 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
 
 from punctual.domain.model import ACTIVE_STATUSES
 from punctual.stores.dynamodb.codec import item_size
 from punctual.stores.dynamodb.executors import EXECUTOR_PREFIX
 from punctual_tools.template import TABLE_RESOURCE, load_template
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 KB, FOUR_KB = 1024, 4096
 WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
@@ -184,12 +188,13 @@ class CapacityMeter:
         outcome writes until simulated time reaches the task's due instant).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
-        client: Any,
-        raw: Any,
+        client: DynamoDBClient,
+        raw: DynamoDBClient,
         table_name: str,
         spec: TableSpec,
+        *,
         label: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None] | None = None,
         hold: Callable[[str, list[dict[str, Any] | None]], None] | None = None,
         read_label: Callable[[list[dict[str, Any]]], str | None] | None = None,
@@ -283,7 +288,7 @@ class CapacityMeter:
             return
         op, params = state["op"], state["params"]
         error = (parsed.get("Error") or {}).get("Code")
-        ok = error is None and http_response.status_code < 300
+        ok = error is None and http_response.status_code < HTTPStatus.MULTIPLE_CHOICES
         if op in WRITE_OPS:
             call = self._count_write(state, ok, error, parsed)
         elif op in READ_OPS and ok:
@@ -294,13 +299,14 @@ class CapacityMeter:
             self.calls.append(call)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def _images(
+    def _images(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         op: str,
         kind: str,
         key: dict[str, Any],
         known: bool,
         before: dict[str, Any] | None,
+        *,
         ok: bool,
         params: dict[str, Any],
         parsed: dict[str, Any],
@@ -346,7 +352,7 @@ class CapacityMeter:
         for (kind, key), (known, cached) in zip(keys, befores, strict=True):
             if key_id(key) in unprocessed or not (ok or conditional_failure):
                 continue
-            before, after = self._images(op, kind, key, known, cached, ok, params, parsed)
+            before, after = self._images(op, kind, key, known, cached, ok=ok, params=params, parsed=parsed)
             if ok:
                 call.wru += factor * _units(max(item_size(before), item_size(after)), KB)
                 call.wru_index += sum(self.spec.index_writes(before, after).values())
@@ -401,6 +407,11 @@ def status_label(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
     new = (after or {}).get("status", {}).get("S")
     if new is None or old == new:
         return None
+    return _step(old, new)
+
+
+def _step(old: str | None, new: str) -> str | None:
+    """The life-cycle step of a task whose status went from ``old`` (None: a new item) to ``new``."""
     if old is None:
         return "schedule"
     if new == "ARMED":

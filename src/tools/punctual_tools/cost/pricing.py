@@ -196,7 +196,8 @@ def monthly_cost(
     resources = template["Resources"].values()
     tracing = template.get("Globals", {}).get("Function", {}).get("Tracing") == "Active"
     alarms = [r for r in resources if r.get("Type") == "AWS::CloudWatch::Alarm"]
-    high_res = sum(1 for a in alarms if int(a.get("Properties", {}).get("Period", 60) or 60) < 60)
+    minute = 60  # an alarm whose period is under a minute is a high-resolution one
+    high_res = sum(1 for a in alarms if int(a.get("Properties", {}).get("Period", minute) or minute) < minute)
     dashboards = sum(1 for r in resources if r.get("Type") == "AWS::CloudWatch::Dashboard")
     cpu_s = c.scenario.init.cpu_s
     _, executor_colds = poll_path_cold_starts(n, max_batch, lead, interval)

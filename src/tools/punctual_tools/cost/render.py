@@ -64,8 +64,11 @@ def _fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+ROUNDS_TO_A_DOLLAR = 0.995  # from here on, cents are enough
+
+
 def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 0.995 or value == 0 else f"${value:.3f}"
+    return f"${value:,.2f}" if value >= ROUNDS_TO_A_DOLLAR or value == 0 else f"${value:.3f}"
 
 
 def render(
@@ -300,6 +303,10 @@ def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list
     ]
 
 
+BATCH_SIZES_SHOWN = (1.0, 2.0, 5.0)  # stream batch sizes priced beside the mean one
+BATCH_SIZE_APART = 0.25  # ... unless the mean is this close to one of them
+
+
 def _fast_path_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:
     """The fast path per task, at each volume and batch size: the tasks it keeps, those it leaves to the poll, and
     all short-lead tasks together, next to the poll path at the same volume."""
@@ -333,7 +340,7 @@ def _fast_path_lines(c: Counts, months: list[Any], template_path: str | None) ->
     for m in months:
         mean_batch = stream_batch_tasks(m.tasks)
         poll, more = m.per_million(True), marginal_per_million(c, m.tasks, template_path=template_path)
-        for k in sorted({k for k in (1.0, 2.0, 5.0) if abs(k - mean_batch) > 0.25} | {mean_batch}):
+        for k in sorted({k for k in BATCH_SIZES_SHOWN if abs(k - mean_batch) > BATCH_SIZE_APART} | {mean_batch}):
             bench = fast_path_cost(c, k, last_lead_s(k, BENCH_LEAD_S, window), m.tasks, template_path=template_path)
             kept = fast_path_cost(
                 c, k, last_lead_s(k, None, spread.reach_s), spread.kept * m.tasks, template_path=template_path
@@ -433,8 +440,14 @@ def extract_block(doc: str) -> str:
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-def blocks_match(
-    a: str, b: str, rel: float = 0.03, abs_: float = 0.011, rel_measured: float = 0.15, rel_timing: float | None = None
+def blocks_match(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    a: str,
+    b: str,
+    *,
+    rel: float = 0.03,
+    abs_: float = 0.011,
+    rel_measured: float = 0.15,
+    rel_timing: float | None = None,
 ) -> list[str]:
     """Differences between two generated blocks beyond a small tolerance on every number (a rerun moves a few
     figures slightly: drift digits change item sizes by a byte). Rows marked † may move by ``rel_measured``:

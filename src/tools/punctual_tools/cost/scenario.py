@@ -12,7 +12,10 @@ those of :mod:`punctual_tools.doubles`, which the tests use too.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,12 +23,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import punctual.runtime.metrics as metric_names
+from punctual.domain.events import BatchEvent
 from punctual.domain.keys import from_ms
+from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX, item_size
 from punctual_tools.cost.coldstart import INIT_UNMEASURED, InitTime, measure_executor_init
 from punctual_tools.cost.meter import (
     ACTIVE,
@@ -34,7 +40,6 @@ from punctual_tools.cost.meter import (
     CapacityMeter,
     TableSpec,
     heartbeat_read_label,
-    item_size,
     key_id,
     status_label,
 )
@@ -52,6 +57,7 @@ from punctual_tools.local.receiver import receiving
 from punctual_tools.template import find_template, load_template
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
+NEGLIGIBLE = 1e-9  # a row left with fewer requests a task than this counted none
 TARGET_PATH = "/hooks/publish"  # the tasks' action URL path (its length is part of every item's size)
 
 
@@ -218,8 +224,9 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) ->
         time.sleep(0.05)
 
 
-def run_scenario(
+def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     tasks: int = 300,
+    *,
     windows: int = 1,
     payload_bytes: int = 200,
     template_path: str | None = None,
@@ -245,7 +252,6 @@ def run_scenario(
     ``measure_init`` loads the executor's handler in fresh processes to time its INIT
     (:func:`~punctual_tools.cost.coldstart.measure_executor_init`).
     """
-    import os
 
     import boto3
     from moto import mock_aws
@@ -313,8 +319,6 @@ def run_scenario(
             ) as meter:
 
                 def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
-                    from punctual.domain.events import BatchEvent
-
                     executor, replay, busy = entry
                     event = BatchEvent.model_validate(payload)
                     replay.shift_ms = max(t.due_ms for t in event.tasks) + 1 - time.time_ns() / 1_000_000
@@ -331,7 +335,7 @@ def run_scenario(
                     replay = ShiftedClock()
                     store = _DeferredRecords(build_stores(settings, client).firing)
                     # a measured NTP offset, so that drift is also recorded corrected, as in AWS
-                    entry = (Executor(cast(FiringPort, store), settings, replay, FixedOffset(0.4)), replay, [True])
+                    entry = (Executor(cast("FiringPort", store), settings, replay, FixedOffset(0.4)), replay, [True])
                     executors.append(entry)
                     return entry
 
@@ -505,8 +509,8 @@ def counts(s: Scenario) -> Counts:
     fixed = {(r.step, r.op): r for r in per_tick}
     n_work = len(s.work_ticks)
     out: list[Row] = []
-    for r in rows:
-        f = fixed.get((r.step, r.op))
+    for row in rows:
+        r, f = row, fixed.get((row.step, row.op))
         if f is not None:
             r = Row(
                 r.step,
@@ -516,7 +520,7 @@ def counts(s: Scenario) -> Counts:
                     for v, fv in ((r.requests, f.requests), (r.wru, f.wru), (r.wru_index, f.wru_index), (r.rru, f.rru))
                 ),
             )
-        if r.requests > 1e-9 or r.wru or r.rru:
+        if r.requests > NEGLIGIBLE or r.wru or r.rru:
             out.append(r)
     return Counts(out, per_tick, per_batch, s)
 
@@ -525,6 +529,7 @@ def counts(s: Scenario) -> Counts:
 MAKE = "make occurrence"
 RECURRING_RATES_MS = (250, 60_000)  # the doc's schedules: 240 occurrences a poll (99 + 99 + 42), and one
 SCHEDULE_READ = "read schedule"
+MOST_RECURRING_TICKS = 10  # a poll by then has made the schedule's occurrences, or none will
 
 
 @dataclass(frozen=True)
@@ -557,8 +562,6 @@ def _schedule_label(before: dict[str, Any] | None, after: dict[str, Any] | None)
 
 
 def _schedule_read_label(keys: list[dict[str, Any]]) -> str | None:
-    from punctual.stores.dynamodb.codec import SCHEDULE_PREFIX
-
     if keys and all(k.get("task_id", {}).get("S", "").startswith(SCHEDULE_PREFIX) for k in keys):
         return SCHEDULE_READ
     return heartbeat_read_label(keys)
@@ -571,7 +574,6 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
     Only the schedule's own requests are counted (its item's reads and the transactions): the poll's queries
     are the fixed cost of a tick, and an occurrence, once made, is armed, fired and recorded as a one-off task
     is (the same item with two more small attributes, within the same write unit)."""
-    import os
 
     import boto3
     from moto import mock_aws
@@ -612,7 +614,7 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
                 made = poller.poll(t0 + tick * interval).occurrences_created
                 if made and not first:
                     first = tick  # the tick that first reaches the schedule: counted from the next one
-                if tick > 10:
+                if tick > MOST_RECURRING_TICKS:
                     raise RuntimeError("run_recurring: no poll made the schedule's occurrences")
         counted = [
             c
@@ -628,9 +630,6 @@ def run_recurring(rate_ms: int, ticks: int = 1, template_path: str | None = None
 def measure_handler_logs() -> dict[str, float]:
     """Run the real poller and executor handlers (loaded by path, inside moto) on batches of 1 and 41 HTTP
     tasks due a moment ahead, and count the bytes they print (Powertools JSON lines and EMF blobs)."""
-    import contextlib
-    import io
-    from datetime import UTC, datetime, timedelta
 
     import boto3
     from moto import mock_aws
@@ -638,7 +637,7 @@ def measure_handler_logs() -> dict[str, float]:
     from punctual.runtime.client import Client
     from punctual.runtime.wiring import build_poller
     from punctual.targets import HttpAction
-    from punctual_tools.local.worker import load_handler_module
+    from punctual_tools.local.worker import load_handler_in_a_thread, load_handler_module
     from punctual_tools.template import ensure_table
 
     src = find_template().parent / "src"
@@ -660,13 +659,7 @@ def measure_handler_logs() -> dict[str, float]:
     with serving(StubTarget(status=200)) as target, mock_aws(), contextlib.redirect_stdout(out):
         ensure_table(boto3.client("dynamodb", region_name="us-east-1"), "punctual-cost-logs")
         poller_app: Any = load_handler_module(str(src / "poller" / "app.py"))
-        loaded: list[Any] = []
-        loader = threading.Thread(
-            target=lambda: loaded.append(load_handler_module(str(src / "executor" / "app.py"))), name="cold-start"
-        )
-        loader.start()
-        loader.join()
-        (executor_app,) = loaded
+        executor_app: Any = load_handler_in_a_thread(src / "executor" / "app.py")
         poller_app.poller = build_poller(poller_app.settings, invoker=invoker)
         client = Client(poller_app.settings, dynamodb=boto3.client("dynamodb", region_name="us-east-1"))
         taken()
@@ -703,8 +696,6 @@ def measure_handler_logs() -> dict[str, float]:
 def _start_log_measurement(level: str) -> Any:
     """The log measurement runs in a process of its own (the handlers' module-level set-up stays out of this
     one), meanwhile the scenario runs here."""
-    import os
-    import subprocess
 
     env = {
         **os.environ,

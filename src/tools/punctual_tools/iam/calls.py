@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 DEFAULT_ACCOUNT = "123456789012"  # moto's account, and the account of every ARN a call does not spell out
 LEADING_KEYS = "dynamodb:LeadingKeys"
+ARN_ACCOUNT = 4  # arn:partition:service:region:account:...
+UNQUALIFIED_FUNCTION_COLONS = 6  # arn:aws:lambda:region:account:function:name
 
 # Calls that need no permission (STS answers every signed caller).
 _NO_PERMISSION = {("sts", "GetCallerIdentity")}
@@ -77,7 +79,7 @@ class AccessRequest:
     def account(self) -> str:
         """The account that owns the resource (the ARN's fifth field; the default one for ``*``)."""
         parts = self.resource.split(":")
-        return parts[4] if len(parts) > 5 and parts[4] else DEFAULT_ACCOUNT
+        return parts[ARN_ACCOUNT] if len(parts) > ARN_ACCOUNT + 1 and parts[ARN_ACCOUNT] else DEFAULT_ACCOUNT
 
     def context_dict(self) -> dict[str, list[str]]:
         return {key: list(values) for key, values in self.context}
@@ -134,7 +136,7 @@ def function_arn(name: str, region: str, qualifier: str | None = None, account: 
         arn = f"arn:aws:lambda:{region}:{account}:function:{rest}"
     else:
         arn = f"arn:aws:lambda:{region}:{account}:function:{name}"
-    return f"{arn}:{qualifier}" if qualifier and arn.count(":") == 6 else arn
+    return f"{arn}:{qualifier}" if qualifier and arn.count(":") == UNQUALIFIED_FUNCTION_COLONS else arn
 
 
 def event_bus_arn(name: str | None, region: str, account: str = DEFAULT_ACCOUNT) -> str:
@@ -172,7 +174,7 @@ def requests_of(call: AwsCall, keys: KeyNames | None = None, account: str = DEFA
     return [AccessRequest(action, resource, why=str(call)) for resource in _resources(call, account)]
 
 
-def _resources(call: AwsCall, account: str) -> list[str]:
+def _resources(call: AwsCall, account: str) -> list[str]:  # noqa: C901, PLR0911  one branch a service the runtime calls
     p, region = call.params, call.region
     if call.service == "dynamodbstreams":
         if "StreamArn" in p:
@@ -209,16 +211,14 @@ def _in_region(arn: str, region: str, account: str) -> str:
 
 def stream_of_iterator(iterator: str) -> str:
     """The stream ARN a shard iterator belongs to: DynamoDB Streams' iterators start with it (``<arn>|...``)."""
-    head = iterator.split("|")[0]
+    head = iterator.split("|", maxsplit=1)[0]
     return head if head.startswith("arn:") else "*"
 
 
 def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessRequest]:
     p, region, op = call.params, call.region, call.operation
     if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
-        yield _item(
-            f"dynamodb:{op}", p["TableName"], p.get("Key") or p.get("Item") or {}, keys, region, account, str(call)
-        )
+        yield _item(f"dynamodb:{op}", p, keys, region, account=account, why=str(call))
     elif op in ("Query", "Scan"):
         table = table_arn(p["TableName"], region, account)
         index = p.get("IndexName")
@@ -246,25 +246,19 @@ def _dynamodb(call: AwsCall, keys: KeyNames, account: str) -> Iterator[AccessReq
         for n, entry in enumerate(p["TransactItems"]):
             ((kind, item),) = entry.items()
             action = _TRANSACT_WRITE[kind] if op == "TransactWriteItems" else "GetItem"
-            yield _item(
-                f"dynamodb:{action}",
-                item["TableName"],
-                item.get("Key") or item.get("Item") or {},
-                keys,
-                region,
-                account,
-                f"{call}: {kind} item {n}",
-            )
+            yield _item(f"dynamodb:{action}", item, keys, region, account=account, why=f"{call}: {kind} item {n}")
     elif "TableName" in p:  # DescribeTable, UpdateTable, ...: the table itself
         yield AccessRequest(f"dynamodb:{op}", table_arn(p["TableName"], region, account), why=str(call))
     else:
         yield AccessRequest(f"dynamodb:{op}", "*", why=str(call))
 
 
-def _item(
-    action: str, table: str, item: Mapping[str, Any], keys: KeyNames, region: str, account: str, why: str
+def _item(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    action: str, request: Mapping[str, Any], keys: KeyNames, region: str, *, account: str, why: str
 ) -> AccessRequest:
-    value = _key_value(item, keys.tables.get(table))
+    """The access one item's request (its ``TableName``, and its ``Key`` or whole ``Item``) asks for."""
+    table = request["TableName"]
+    value = _key_value(request.get("Key") or request.get("Item") or {}, keys.tables.get(table))
     return AccessRequest(action, table_arn(table, region, account), _leading([] if value is None else [value]), why)
 
 

@@ -25,8 +25,9 @@ from botocore.exceptions import ClientError
 from punctual.config.settings import Settings
 from punctual_tools.iam.calls import DEFAULT_ACCOUNT, AccessRequest, AwsCall, KeyNames, function_arn, queue_arn
 from punctual_tools.iam.policies import RolePolicies, Stack, function_environment, role_policies
-from punctual_tools.iam.recorder import on_every_new_client, watch_client
+from punctual_tools.iam.recorder import ClientT, on_every_new_client, watch_client
 from punctual_tools.iam.simulate import Judge, Verdict, judge_calls
+from punctual_tools.template import load_template
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class IamCheck:
         """The check of ``function`` (a logical id: ``PollerFunction``, ``ExecutorFunction``, ``FastPathFunction``,
         ``ApiFunction``) for the runtime of ``settings`` (default: from the environment), against ``template``
         (default: the checkout's template.yaml)."""
-        from punctual_tools.template import load_template
-
         settings = settings or Settings.from_env()
         template = template if template is not None else load_template()
         stack = stack_of(settings, parameters)
@@ -171,7 +170,7 @@ class IamCheck:
             log.error("IAM check: %s", "; ".join(v.describe() for v in denied))
         raise error
 
-    def watch(self, client: Any) -> Any:
+    def watch(self, client: ClientT) -> ClientT:
         """Judge every call of ``client`` from now on; returns it."""
         return watch_client(client, self.authorize, self.role.function)
 
@@ -213,7 +212,7 @@ def install_iam_check(function: str, settings: Settings | None = None, *, force:
     return iam_check(function, settings).install()
 
 
-def check_client(client: Any, function: str, settings: Settings | None = None, *, force: bool = False) -> Any:
+def check_client(client: ClientT, function: str, settings: Settings | None = None, *, force: bool = False) -> ClientT:
     """Make ``client`` obey ``function``'s role, when ``PUNCTUAL_IAM_CHECK`` asks for it (or ``force``); returns
     ``client``. For a process that runs several functions (the stack's poller and fast path): the client of each."""
     if force or check_enabled():

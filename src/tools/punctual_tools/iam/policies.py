@@ -207,7 +207,7 @@ class StackResolver(Resolver):
         value = self.resolve(node)
         return function_arn(str(value), self.stack.region, account=self.stack.account)
 
-    def attribute(self, logical: str, attribute: str) -> Any:
+    def attribute(self, logical: str, attribute: str) -> Any:  # noqa: PLR0911  one branch a resource type of the template
         key = f"{logical}.{attribute}"
         if key in self.stack.attributes:
             return self.stack.attributes[key]

@@ -13,20 +13,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import botocore.session
+from botocore.client import BaseClient
 
 from punctual_tools.iam.calls import AwsCall
 
 OnCall = Callable[[AwsCall], None]
+ClientT = TypeVar("ClientT", bound=BaseClient)  # a boto3 client of any service, its stubs' type kept
 
 _lock = threading.Lock()
 _watchers: list[Callable[[Any], None]] = []
 _original_create_client: Callable[..., Any] | None = None
 
 
-def watch_client(client: Any, on_call: OnCall, function: str | None = None) -> Any:
+def watch_client(client: ClientT, on_call: OnCall, function: str | None = None) -> ClientT:
     """Call ``on_call`` with each API call ``client`` is asked to make (attributed to ``function``), before it is
     made; an exception ``on_call`` raises is the call's. Returns ``client``."""
     region = client.meta.region_name
@@ -42,7 +44,7 @@ def on_every_new_client(watch: Callable[[Any], None]) -> Callable[[], None]:
     """Call ``watch(client)`` with every botocore client this process makes from now on; returns the function that
     stops it. (botocore has no process-wide event for it: ``Session.create_client`` is wrapped while any watcher
     is registered.)"""
-    global _original_create_client
+    global _original_create_client  # noqa: PLW0603  botocore's own, saved once for the process while it is wrapped
     with _lock:
         if _original_create_client is None:
             original = botocore.session.Session.create_client
@@ -60,7 +62,7 @@ def on_every_new_client(watch: Callable[[Any], None]) -> Callable[[], None]:
         _watchers.append(watch)
 
     def stop() -> None:
-        global _original_create_client
+        global _original_create_client  # noqa: PLW0603  as above: put back when the last watcher leaves
         with _lock:
             if watch in _watchers:
                 _watchers.remove(watch)
@@ -111,7 +113,7 @@ class CallRecorder:
         finally:
             self._function = before
 
-    def watch(self, client: Any, function: str) -> Any:
+    def watch(self, client: ClientT, function: str) -> ClientT:
         """Record ``client``'s calls as ``function``'s (a client built outside :meth:`acting_as`)."""
         return watch_client(client, self._record, function)
 

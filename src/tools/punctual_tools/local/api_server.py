@@ -63,8 +63,10 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from punctual.api.problems import PROBLEM, problem_json
+from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
 from punctual.executing.priority import lower_current_thread, set_background_cpus
+from punctual.runtime.wiring import build_api
 from punctual.scheduling.bulk import BATCH_MAX_BYTES
 from punctual_tools.iam import check_client, check_enabled, install_iam_check
 from punctual_tools.local.store_latency import with_store_latency
@@ -166,7 +168,7 @@ def _start_worker(resolver_factory: Callable[[], Any], background_cpus: str | No
     """A worker process's initializer: background work (as the handler threads), deaf to Ctrl-C (the stack
     stops it), with a resolver of its own. ``iam_check``: every client the resolver builds obeys the API
     function's role (:func:`punctual_tools.iam.install_iam_check`), installed before the resolver is built."""
-    global _worker_resolver, _in_worker
+    global _worker_resolver, _in_worker  # noqa: PLW0603  a worker process's own, set once by its initializer
     _in_worker = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_background_cpus(background_cpus)
@@ -257,9 +259,6 @@ class ApiResolverFactory:
     settings: Settings
 
     def __call__(self) -> Any:
-        from punctual.config.clients import make_dynamodb_client
-        from punctual.runtime.wiring import build_api
-
         client = with_store_latency(make_dynamodb_client(self.settings), self.settings)
         if not _in_worker:
             check_client(client, API_FUNCTION, self.settings)
@@ -411,7 +410,7 @@ class _Waiting:
 class _Server:
     """The listening socket, the gate (see the module's docstring) and the serving threads."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         address: tuple[str, int],
         handler: type[_Handler],
@@ -593,7 +592,7 @@ class LocalApi:
     connections are served in parallel (read and written), within ``header_timeout_s``, ``timeout_s``,
     ``max_connections`` and ``pending_per_address`` (the module's docstring says how)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         resolver_factory: Callable[[], Any],
         tokens: dict[str, str],

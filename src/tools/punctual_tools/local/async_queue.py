@@ -87,13 +87,14 @@ class _Event:
 class AsyncEventQueue:
     """Runs each event through ``execute`` by ``limits``' async rules, at most ``concurrency`` at once."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         execute: Execute,
         limits: FunctionLimits,
         concurrency: int,
         time_scale: float = 1.0,
         on_result: ResultCallback | None = None,
+        *,
         clock: QueueClock | None = None,
     ) -> None:
         if concurrency < 1:

@@ -39,14 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from punctual.config.cpu_share import QUOTA_PERIOD_MS
-from punctual_tools.local.lambda_rules import MB_PER_VCPU
+from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS
 
 log = logging.getLogger(__name__)
 
 PERIOD_US = QUOTA_PERIOD_MS * 1000
 MIN_QUOTA_US = 1_000  # the kernel's smallest CFS quota
 GROUP_PREFIX = "punctual-"
+V2 = 2  # the unified hierarchy (cgroup v2), against the v1 cpu controller's
 _names = itertools.count(1)
 
 
@@ -111,15 +111,18 @@ class _Mount:
     root: str  # the hierarchy's path mounted there
 
 
+MOUNT_POINT, SUPER_OPTIONS = 4, 2  # in a mountinfo line: before its " - ", and after it
+
+
 def _mounts(mountinfo: str) -> list[_Mount]:
     found = []
     for line in mountinfo.splitlines():
         head, sep, tail = line.partition(" - ")
         fields, after = head.split(), tail.split()
-        if not sep or len(fields) < 5 or len(after) < 3:
+        if not sep or len(fields) <= MOUNT_POINT or len(after) <= SUPER_OPTIONS:
             continue
-        fstype, options = after[0], after[2].split(",")
-        mount_point = Path(fields[4].replace("\\040", " "))
+        fstype, options = after[0], after[SUPER_OPTIONS].split(",")
+        mount_point = Path(fields[MOUNT_POINT].replace("\\040", " "))
         if fstype == "cgroup" and "cpu" in options:
             found.append(_Mount(1, mount_point, fields[3]))
         elif fstype == "cgroup2":
@@ -132,7 +135,7 @@ def _own_path(proc_cgroup: str, version: Literal[1, 2]) -> str | None:
     for line in proc_cgroup.splitlines():
         number, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
-        if version == 2 and number == "0" and controllers == "":
+        if version == V2 and number == "0" and controllers == "":
             return path
         if version == 1 and "cpu" in controllers.split(","):
             return path
@@ -237,7 +240,7 @@ class CpuGroups:
                 _write(base / "cgroup.subtree_control", "+cpu")
         parent = base / f"{GROUP_PREFIX}{pid}"
         parent.mkdir(exist_ok=True)
-        if version == 2:
+        if version == V2:
             _write(parent / "cgroup.subtree_control", "+cpu")
         groups = cls(version, parent)
         probe = groups.create(256)  # a quota it cannot set is found now, not at the first worker

@@ -53,7 +53,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
@@ -63,6 +63,9 @@ from punctual.config.clients import LOCAL_CREDENTIALS, dynamodb_client
 from punctual.errors import PunctualError
 from punctual.executing.priority import lower_process_at_start
 from punctual_tools.local.parent_death import signal_on_parent_death
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 LOOPBACK_HOST = "127.0.0.1"
 # Serial GC and the C1 compiler only: less CPU per request and a shorter warm-up, since the store shares the cores
@@ -75,13 +78,14 @@ _POLL_INTERVAL_S = 0.1
 _STOP_GRACE_S = 10.0
 _LOG_TAIL_BYTES = 4_000
 _BIND_RETRIES = 3
+MOST_PORT = 65_535
 
 
 class DynamoDBLocalError(PunctualError, RuntimeError):
     """DynamoDB Local could not be found, started or reached; the message says what to do."""
 
 
-def _probe_client(endpoint_url: str, read_timeout: int) -> Any:
+def _probe_client(endpoint_url: str, read_timeout: int) -> DynamoDBClient:
     """A DynamoDB client that asks once, for checking that a server answers."""
     return boto3.session.Session().client(
         "dynamodb",
@@ -162,7 +166,7 @@ def exposed_interfaces_warning(port: int | None = None) -> str:
     )
 
 
-def make_client(endpoint_url: str | None, region: str = "us-east-1") -> Any:
+def make_client(endpoint_url: str | None, region: str = "us-east-1") -> DynamoDBClient:
     """A low-level boto3 DynamoDB client for DynamoDB Local (``endpoint_url`` set) or AWS (``None``).
 
     Parameters
@@ -189,7 +193,8 @@ def make_client(endpoint_url: str | None, region: str = "us-east-1") -> Any:
     []
     >>> make_client(None, region="eu-west-1")  # real AWS  # doctest: +SKIP
     """
-    return dynamodb_client(endpoint_url, region)
+    client: DynamoDBClient = dynamodb_client(endpoint_url, region)
+    return client
 
 
 def _pick_free_port() -> int:
@@ -291,8 +296,8 @@ class DynamoDBLocal:
     ) -> None:
         if in_memory and data_dir is not None:
             raise ValueError("in_memory=True keeps no files: pass data_dir=None")
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0..65535, got {port}")
+        if not 0 <= port <= MOST_PORT:
+            raise ValueError(f"port must be 0..{MOST_PORT}, got {port}")
         self.in_memory = in_memory
         self.data_dir: Path | None = None
         if not in_memory:
@@ -456,7 +461,8 @@ class DynamoDBLocal:
         return Path(name)
 
     def _wait_until_ready(self, started: float, timeout: float) -> None:
-        assert self._process is not None and self._log_path is not None
+        assert self._process is not None
+        assert self._log_path is not None
         probe = _probe_client(self.endpoint_url, 5)
         try:
             while True:

@@ -107,7 +107,7 @@ class LocalInvoker:
     Lambda's proportions between an invocation's timeout, its retries and its event age (without it, a shortened
     event age holds fewer timeouts than Lambda's, a lengthened one more)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         handler_path: Path,
         env: dict[str, str],

@@ -84,7 +84,7 @@ def throttle_backoff_s(throttles: int) -> float:
     5 minutes."""
     if throttles < 1:
         raise ValueError(f"an event is backed off after its first throttle, not after {throttles}")
-    return min(THROTTLE_BACKOFF_MAX_S, THROTTLE_BACKOFF_FIRST_S * 2 ** min(throttles - 1, 30))
+    return min(THROTTLE_BACKOFF_MAX_S, THROTTLE_BACKOFF_FIRST_S * 2.0 ** min(throttles - 1, 30))
 
 
 def is_expired(age_s: float, limits: FunctionLimits) -> bool:

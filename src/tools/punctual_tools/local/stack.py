@@ -35,16 +35,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual.config.clients import make_dynamodb_client
 from punctual.config.settings import Settings
-from punctual.domain.events import PollReport
+from punctual.domain.events import FastPathReport, PollReport
 from punctual.domain.keys import next_tick
 from punctual.domain.tenancy import is_tenant
 from punctual.errors import SettingsError
 from punctual.executing.priority import default_background_cpus, lower_current_thread, set_background_cpus
-from punctual.polling.fastpath import FastPathReport, dispatch_stream_records
+from punctual.polling.fastpath import dispatch_stream_records
 from punctual.polling.poller import Poller
 from punctual.runtime.wiring import decode_stream_image, poller_on
 from punctual.stores.dlq import file_queue_url
@@ -69,6 +69,9 @@ from punctual_tools.local.stream import StreamReader
 from punctual_tools.settings import LocalSettings
 from punctual_tools.stats import summarize
 from punctual_tools.template import ensure_table, load_template, stream_filter_patterns
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 log = logging.getLogger("punctual_tools.local")
 
@@ -179,9 +182,10 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
 def read_state(home: Path) -> dict[str, Any] | None:
     """The state file in ``home`` as it is (a stack that was killed may have left it), or None."""
     try:
-        return json.loads((home / "stack.json").read_text())
+        state: dict[str, Any] = json.loads((home / "stack.json").read_text())
     except (OSError, ValueError):
         return None
+    return state
 
 
 READY_POLL_S = 0.05
@@ -416,7 +420,7 @@ class LocalStack:
                 "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
             }
         )
-        client = make_dynamodb_client(settings)
+        client: DynamoDBClient = make_dynamodb_client(settings)
         created = ensure_table(client, settings.table_name)
         log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
         if not created:
@@ -509,7 +513,9 @@ class LocalStack:
     def describe_limits(self) -> list[str]:
         """What the executors run with (the profile, the executor's limits and CPU quota, the local cap), and the
         other functions' limits, which the local runtime does not apply: they run in the stack's own process."""
-        assert self.settings is not None and self.invoker is not None and self.limits is not None
+        assert self.settings is not None
+        assert self.invoker is not None
+        assert self.limits is not None
         invoker = self.invoker
         firing = "real-time firing" if self.settings.firing_realtime else "firing at normal priority"
         lines = [
@@ -558,7 +564,7 @@ class LocalStack:
                 stale.unlink()
         return tokens
 
-    def _fence_the_dead(self, client: Any, settings: LocalSettings) -> None:
+    def _fence_the_dead(self, client: DynamoDBClient, settings: LocalSettings) -> None:
         """Every executor still alive by its heartbeat belongs to a stack that is gone (this home runs one stack,
         and a killed one's processes were stopped above): its death is known now, so it is fenced at once and
         its tasks are taken over by the first poll (which runs as the stack starts), instead of after its lease.
@@ -574,13 +580,15 @@ class LocalStack:
 
     def _write_state(self) -> None:
         """Write the state file (atomically; workers started on demand call this from their threads)."""
-        assert self.ddb is not None and self.settings is not None
+        assert self.ddb is not None
+        assert self.settings is not None
         with self._state_lock:
             if self._up:  # not once stop() has begun: it removes the file
                 self._write_state_locked()
 
     def _write_state_locked(self) -> None:
-        assert self.ddb is not None and self.settings is not None
+        assert self.ddb is not None
+        assert self.settings is not None
         state = {
             "ready": True,  # (written at the end of the start only: see the module's docstring)
             "pid": os.getpid(),

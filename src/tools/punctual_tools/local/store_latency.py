@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from punctual.config.settings import Settings
-from punctual_tools.iam.recorder import on_every_new_client
+from punctual_tools.iam.recorder import ClientT, on_every_new_client
 
 NONE = "none"
 SERVICE = "dynamodb"
@@ -200,7 +200,7 @@ class StoreLatency:
     def as_dict(self) -> dict[str, Any]:
         return self.model.as_dict(self.seed)
 
-    def install(self, client: Any) -> Any:
+    def install(self, client: ClientT) -> ClientT:
         """Delay every request of ``client`` (a DynamoDB client; another is left alone); returns it."""
         if client.meta.service_model.service_name != SERVICE:
             return client
@@ -248,7 +248,7 @@ _instances: dict[tuple[str, int, int], StoreLatency] = {}
 _instances_lock = threading.Lock()
 
 
-def with_store_latency(client: Any, settings: Settings) -> Any:
+def with_store_latency(client: ClientT, settings: Settings) -> ClientT:
     """``client``, delayed as ``settings`` say (see :func:`store_latency_of`); returns it."""
     latency = store_latency_of(settings)
     return client if latency is None else latency.install(client)

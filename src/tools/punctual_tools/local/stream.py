@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -23,7 +23,13 @@ from punctual.config.clients import aws_client
 from punctual.executing.priority import lower_current_thread
 from punctual.polling.fastpath import matches
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_dynamodbstreams.type_defs import ShardTypeDef
+
 log = logging.getLogger(__name__)
+BATCH_MOST_RECORDS = 1000  # the most records a GetRecords returns, and a batch the reader hands on
 
 
 class StreamReader:
@@ -48,19 +54,20 @@ class StreamReader:
         ``MaximumBatchingWindowInSeconds``): fewer, larger batches mean fewer executor invocations.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         endpoint_url: str | None,
         region: str,
         table_name: str,
         on_records: Callable[[list[dict[str, Any]]], None],
         patterns: Sequence[Mapping[str, Any]] | None = None,
+        *,
         interval_s: float = 0.25,
         batch_window_s: float = 0.25,
         refresh_s: float = 1.0,
     ) -> None:
-        self._streams = aws_client("dynamodbstreams", endpoint_url, region)
-        self._dynamodb = aws_client("dynamodb", endpoint_url, region)
+        self._streams: DynamoDBStreamsClient = aws_client("dynamodbstreams", endpoint_url, region)
+        self._dynamodb: DynamoDBClient = aws_client("dynamodb", endpoint_url, region)
         self._table = table_name
         self._on_records = on_records
         self._patterns = patterns
@@ -77,7 +84,7 @@ class StreamReader:
         self.records_passed = 0
 
     @property
-    def streams_client(self) -> Any:
+    def streams_client(self) -> DynamoDBStreamsClient:
         """The ``dynamodbstreams`` client the reader follows the stream with (the calls Lambda's event source
         mapping makes under the fast-path function's role): a check watches it before :meth:`start`."""
         return self._streams
@@ -100,8 +107,8 @@ class StreamReader:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _shards(self) -> list[dict[str, Any]]:
-        shards: list[dict[str, Any]] = []
+    def _shards(self) -> list[ShardTypeDef]:
+        shards: list[ShardTypeDef] = []
         start: str | None = None
         while True:
             kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
@@ -129,7 +136,7 @@ class StreamReader:
 
     def _read(self, shard_id: str, iterator: str) -> list[dict[str, Any]]:
         try:
-            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            response = self._streams.get_records(ShardIterator=iterator, Limit=BATCH_MOST_RECORDS)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
                 raise
@@ -140,7 +147,8 @@ class StreamReader:
                 else self._iterator(shard_id, "TRIM_HORIZON")
             )
             return []
-        records = response.get("Records", [])
+        # handed on as the fast path's handler gets them from Lambda: plain dicts
+        records = cast("list[dict[str, Any]]", response.get("Records", []))
         if records:
             self._last_seq[shard_id] = records[-1]["dynamodb"]["SequenceNumber"]
         following = response.get("NextShardIterator")
@@ -175,7 +183,7 @@ class StreamReader:
                 self._stop.wait(1.0)
                 continue
             waited = time.monotonic() - first_at
-            if gathered and (waited >= self._batch_window_s or len(gathered) >= 1000):
+            if gathered and (waited >= self._batch_window_s or len(gathered) >= BATCH_MOST_RECORDS):
                 batch, gathered = gathered, []
                 self.records_passed += len(batch)
                 try:

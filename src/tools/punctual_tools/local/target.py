@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
                 path=self.path,
             )
         )
-        self._reply(status, {"ok": status < 400, "key": key})
+        self._reply(status, {"ok": status < HTTPStatus.BAD_REQUEST, "key": key})
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/records":

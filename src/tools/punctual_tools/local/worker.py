@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from punctual.executing.priority import set_background_cpus, set_realtime_firing
+from punctual.runtime import metrics as metric_names
 from punctual.targets import FireLog
 from punctual_tools.iam import check_enabled, install_iam_check
 from punctual_tools.local.cpu_quota import join
@@ -91,12 +92,83 @@ class LocalContext:
 
 
 def load_handler_module(path: str) -> ModuleType:
+    """The handler module at ``path``, loaded afresh by path (its module-scope settings and clients built anew)."""
     spec = importlib.util.spec_from_file_location("punctual_local_handler", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load handler module from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_handler_in_a_thread(path: str | os.PathLike[str]) -> ModuleType:
+    """:func:`load_handler_module` from a short-lived thread of its own, as a worker loads it: the executor's module
+    lowers the CPU priority of the thread that loads it, which must not be the caller's. What loading raised is
+    raised again in the caller's thread."""
+    loaded: list[ModuleType | BaseException] = []
+
+    def load() -> None:
+        try:
+            loaded.append(load_handler_module(os.fspath(path)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            loaded.append(exc)
+
+    thread = threading.Thread(target=load, name="cold-start")
+    thread.start()
+    thread.join()
+    (module,) = loaded
+    if isinstance(module, BaseException):
+        raise module
+    return module
+
+
+def lambda_environment(table_name: str, *, region: str, shard_count: int = 1) -> dict[str, str]:
+    """What Lambda's environment gives a handler loaded in this process (the template's variables at their
+    defaults, for ``table_name``): dummy credentials for moto, no NTP probe, no tracing."""
+    return {
+        "AWS_DEFAULT_REGION": region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PUNCTUAL_TABLE_NAME": table_name,
+        "PUNCTUAL_SHARD_COUNT": str(shard_count),
+        "PUNCTUAL_REGION": region,
+        "PUNCTUAL_NTP_SERVER": "off",
+        "PUNCTUAL_EXECUTOR_FUNCTION": "punctual-executor",
+        "POWERTOOLS_SERVICE_NAME": metric_names.SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": metric_names.NAMESPACE,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }
+
+
+def _join_quota(cgroup: str | None) -> str | None:
+    """Join ``cgroup`` (the function's CPU quota), if any; why it could not be joined, or None."""
+    if not cgroup:
+        return None
+    try:
+        join(cgroup)
+    except OSError as exc:
+        return f"cannot join {cgroup}: {exc.strerror or exc}"
+    return None
+
+
+def _write_output_to(log_path: str) -> None:
+    """stdout and stderr (the handler's logs and metrics) appended to ``log_path`` from now on."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _invoke(
+    module: ModuleType, payload: Any, function_name: str, spec: WorkerSpec, request_id: str | None
+) -> dict[str, Any]:
+    """One invocation of the handler, as the answer the invoker gets: its result, or the error it raised."""
+    try:
+        context = LocalContext(function_name, spec.timeout_s, spec.memory_mb, request_id)
+        return {"ok": True, "result": module.handler(payload, context)}
+    except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
+        traceback.print_exc()
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def run_worker(
@@ -109,17 +181,9 @@ def run_worker(
         # environment joined its group before: then the invoker takes the time it took off the INIT it records).
         install_iam_check(EXECUTOR_FUNCTION, LocalSettings.from_env(env), force=True)
     tooling_ms = (time.monotonic() - tooling_started) * 1000
-    cgroup_error = None
-    if spec.cgroup:
-        try:
-            join(spec.cgroup)  # first: the cold start runs on the function's CPU too
-        except OSError as exc:
-            cgroup_error = f"cannot join {spec.cgroup}: {exc.strerror or exc}"
+    cgroup_error = _join_quota(spec.cgroup)  # first: the cold start runs on the function's CPU too
     if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        _write_output_to(log_path)
     os.environ.update(env)
     # What Lambda's runtime tells every environment of its function: the handler reads its CPU share from it, as
     # in AWS (a cgroup's quota, read during the INIT, would be the INIT's CPU, not the memory size's share).
@@ -149,13 +213,7 @@ def run_worker(
         if message is None:
             return
         payload, request_id = message if isinstance(message, tuple) else (message, None)
-        try:
-            context = LocalContext(settings.executor_function, spec.timeout_s, spec.memory_mb, request_id)
-            body = module.handler(payload, context)
-            response = {"ok": True, "result": body}
-        except Exception as exc:  # noqa: BLE001 - reported to the invoker, which retries like Lambda
-            traceback.print_exc()
-            response = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        response = _invoke(module, payload, settings.executor_function, spec, request_id)
         try:
             conn.send(response)
         except OSError:  # the invoker is gone (the stack died): nobody is left to answer

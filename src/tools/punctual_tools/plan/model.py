@@ -18,8 +18,8 @@ from typing import Any
 
 from punctual.config.cpu_share import MB_PER_VCPU, QUOTA_PERIOD_MS, fires_per_period
 from punctual.config.settings import Settings, least_lead_ms
-from punctual.domain.model import TaskStatus
-from punctual.polling.poller import Candidate, make_batches
+from punctual.domain.model import Candidate, TaskStatus
+from punctual.polling.poller import make_batches
 from punctual_tools.cost.pricing import (
     DDB_RCU_HOUR_USD,
     DDB_RRU_USD,
@@ -82,6 +82,7 @@ API_BILLED_S = 0.030  # the API function's billed duration a call (assumed)
 
 # -- DynamoDB provisioned capacity (its prices: punctual_tools.cost.pricing) ----------------------------------
 CAPACITY_MODES = ("on-demand", "provisioned")
+UTILIZATION_RANGE = (0.2, 0.9)  # the target utilizations DynamoDB auto scaling takes
 # Reserved capacity: a commitment to a base of provisioned units, about 54 % (1 year) or 77 % (3 years) below the
 # provisioned rate (Amazon DynamoDB pricing, "Reserved capacity"; partial upfront, bought in blocks of 100 units)
 RESERVED_DISCOUNT = {"none": 0.0, "1y": 0.54, "3y": 0.77}
@@ -94,6 +95,9 @@ API_BATCH_BILLED_S_PER_TASK = 0.005  # the API function's billed time per task o
 ARM_MARGIN_S = 5.0  # the last batch a tick invokes still arms before its first task is due
 CONCURRENCY_HEADROOM = 1.1  # reservations: 10 % over what the model needs
 POLLER_FULL_CORE_MB = MB_PER_VCPU  # raise the poller to one vCPU before splitting the poll
+MINUTE_S = 60.0  # a poll interval under this: several polls a minute
+ITEM_MOST_KB = 400  # DynamoDB's item limit
+LAMBDA_LEAST_MB = 128  # Lambda's smallest memory size
 POLLER_LEAST_MB = 256  # the least poller memory whose INIT stays within Lambda's 10 s (docs/cost.md, "Cold starts")
 PAGE_RATES = (100.0, 1_000.0, 10_000.0, 1e6 / 60)  # the rates of the generated tables (the last: 1 M a minute)
 # Template parameters this model sets; those the template does not declare are left out of the overrides.
@@ -156,9 +160,10 @@ class Levers:
             raise ValueError(f"polls a minute must be 1 to 6, not {self.polls_per_minute!r}")
         if self.capacity not in CAPACITY_MODES:
             raise ValueError(f"the capacity mode must be one of {CAPACITY_MODES}, not {self.capacity!r}")
-        if not 0.2 <= self.utilization <= 0.9:
+        least, most = UTILIZATION_RANGE
+        if not least <= self.utilization <= most:
             raise ValueError(
-                f"the target utilization must be 0.2 to 0.9 (auto scaling's range), not {self.utilization}"
+                f"the target utilization must be {least} to {most} (auto scaling's range), not {self.utilization}"
             )
         if self.reserved not in RESERVED_DISCOUNT or (self.reserved != "none" and self.capacity != "provisioned"):
             raise ValueError(f"reserved capacity ({self.reserved!r}) needs provisioned capacity: none, 1y or 3y")
@@ -284,7 +289,7 @@ def poller_memory(rate: float, d: Defaults) -> int:
     """The poller's memory: the template's while one poller keeps up, else one full vCPU. A poller that polls
     several times a minute is billed for most of its minute: then the least memory that keeps up, never below
     :data:`POLLER_LEAST_MB`."""
-    if d.interval_s < 60 and pollers_needed(rate, POLLER_LEAST_MB, d) <= 1:
+    if d.interval_s < MINUTE_S and pollers_needed(rate, POLLER_LEAST_MB, d) <= 1:
         return min(d.poller_mb, POLLER_LEAST_MB)
     return d.poller_mb if pollers_needed(rate, d.poller_mb, d) <= 1 else max(d.poller_mb, POLLER_FULL_CORE_MB)
 
@@ -379,7 +384,9 @@ class Capacity:
         return self.table_writes + self.index_writes
 
 
-def capacity(rate: float, payload_bytes: float, batch: int, shards: int, made_by: str, d: Defaults) -> Capacity:
+def capacity(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    rate: float, payload_bytes: float, batch: int, shards: int, made_by: str, *, d: Defaults
+) -> Capacity:
     """Write and read units a second at ``rate``: three item writes and the index entries of each task, the
     heartbeats, the poll's reads of each task it sees (lead / interval times) and of each shard and bucket."""
     units = TASK_UNITS[made_by]
@@ -451,12 +458,13 @@ def api_usd_per_task(levers: Levers) -> float:
     return per_call / k
 
 
-def monthly_bill(
+def monthly_bill(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     rate: float,
     payload_bytes: float,
     executor_mb: int,
     poller_mb: int,
     groups: int,
+    *,
     batch: int,
     shards: int,
     made_by: str,
@@ -468,7 +476,7 @@ def monthly_bill(
     scope, at ``rate`` for a month (``d``: the defaults with the levers' poll cycle applied)."""
     levers = levers or Levers()
     gb_s = ARCHITECTURES[levers.arch]
-    cap = capacity(rate, payload_bytes, batch, shards, made_by, d)
+    cap = capacity(rate, payload_bytes, batch, shards, made_by, d=d)
     ticks = MONTH_S / d.interval_s
     tasks = rate * MONTH_S
     invocations, seconds = executor_seconds_per_tick(
@@ -647,11 +655,12 @@ class Plan:
         }
 
 
-def make_plan(
+def make_plan(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     rate: float,
     payload_kb: float = 0.2,
     executor_mb: int | None = None,
     made_by: str = "client",
+    *,
     d: Defaults | None = None,
     levers: Levers | None = None,
 ) -> Plan:
@@ -661,11 +670,11 @@ def make_plan(
     d = levers.apply(d or defaults())
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"the rate must be a number above 0, not {rate!r}")
-    if not 0 <= payload_kb <= 400:
-        raise ValueError(f"the payload must be 0 to 400 KB (DynamoDB's item limit), not {payload_kb!r}")
+    if not 0 <= payload_kb <= ITEM_MOST_KB:
+        raise ValueError(f"the payload must be 0 to {ITEM_MOST_KB} KB (DynamoDB's item limit), not {payload_kb!r}")
     memory = d.executor_mb if executor_mb is None else executor_mb
-    if not 128 <= memory <= d.max_executor_mb:
-        raise ValueError(f"the executor's memory must be 128 to {d.max_executor_mb} MB, not {memory!r}")
+    if not LAMBDA_LEAST_MB <= memory <= d.max_executor_mb:
+        raise ValueError(f"the executor's memory must be {LAMBDA_LEAST_MB} to {d.max_executor_mb} MB, not {memory!r}")
     if made_by not in TASK_UNITS:
         raise ValueError(f"made_by must be one of {sorted(TASK_UNITS)}, not {made_by!r}")
     shards = shards_needed(rate, d)
@@ -697,8 +706,19 @@ def make_plan(
         account_concurrency=reserved + poller_reserved + LAMBDA_UNRESERVED_MIN,
         scale_up_s=scale_up_s(executors),
         invocations_per_s=rate / batch,
-        capacity=capacity(rate, payload_bytes, batch, shards, made_by, d),
-        bill=monthly_bill(rate, payload_bytes, memory, poller_mb, groups, batch, shards, made_by, d, levers),
+        capacity=capacity(rate, payload_bytes, batch, shards, made_by, d=d),
+        bill=monthly_bill(
+            rate,
+            payload_bytes,
+            memory,
+            poller_mb,
+            groups,
+            batch=batch,
+            shards=shards,
+            made_by=made_by,
+            d=d,
+            levers=levers,
+        ),
         defaults=d,
         levers=levers,
     )

@@ -90,7 +90,9 @@ def cost_block(rates: tuple[float, ...] = PAGE_RATES) -> list[str]:
 # == the bill by volume and the levers (docs/cost.md) ==========================================================
 VOLUME_BLOCK = "bill by volume"
 LEVERS_BLOCK = "levers"
-VOLUMES = (1e6, 100e6, 1e9)  # tasks a month
+MILLION, BILLION = 1e6, 1e9
+VOLUMES = (MILLION, 100 * MILLION, BILLION)  # tasks a month
+CENTS_BELOW_USD = 100  # amounts under this show their cents
 PAYLOADS_KB = (0.2, 1.0, 4.0)
 TARGET_VOLUME, TARGET_PAYLOAD_KB, TARGET_USD_PER_MILLION = 100e6, 1.0, 1.0
 # The levers in the order they are taken, each with the ones above it: (label, levers); the page prints each
@@ -132,11 +134,11 @@ def _rate(volume: float) -> float:
 
 
 def _volume_label(volume: float) -> str:
-    return f"{volume / 1e9:g} B" if volume >= 1e9 else f"{volume / 1e6:g} M"
+    return f"{volume / BILLION:g} B" if volume >= BILLION else f"{volume / MILLION:g} M"
 
 
 def _usd(x: float) -> str:
-    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
+    return f"${x:,.2f}" if x < CENTS_BELOW_USD else f"${x:,.0f}"
 
 
 def volume_block() -> list[str]:

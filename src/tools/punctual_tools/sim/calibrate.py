@@ -33,7 +33,9 @@ def _bench_deployment(base: Deployment, tasks: int, batches: int, memory_mb: int
     )
 
 
-def _row(name: str, figure: str, predicted: float | None, measured: float | None, kind: str, note: str = "") -> dict:
+def _row(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
+    name: str, figure: str, predicted: float | None, measured: float | None, kind: str, *, note: str = ""
+) -> dict[str, Any]:
     error = None if predicted is None or measured is None else predicted - measured
     if error is None or measured is None:
         within = None
@@ -54,9 +56,9 @@ def _row(name: str, figure: str, predicted: float | None, measured: float | None
     }
 
 
-def _drift_rows(name: str, predicted: dict[str, Any], measured: dict[str, Any], note: str = "") -> list[dict]:
+def _drift_rows(name: str, predicted: dict[str, Any], measured: dict[str, Any], note: str = "") -> list[dict[str, Any]]:
     return [
-        _row(name, f"drift {q} (ms)", predicted["drift_ms"][q], float(measured[q]), "drift", note)
+        _row(name, f"drift {q} (ms)", predicted["drift_ms"][q], float(measured[q]), "drift", note=note)
         for q in ("p50", "p99", "max")
     ]
 
@@ -68,7 +70,7 @@ def calibrate(bench_dir: Path | None = None, measured: Measured | None = None) -
     memory = _read("memory.json", bench_dir)
     scale = _read("scale.json", bench_dir)
     base = template_deployment()
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     local = local_platform(m)
     burst = drift["phases"]["system/burst"]
     dep = _bench_deployment(base, int(burst["count"]), int(burst["batches"]), 256)
@@ -97,7 +99,7 @@ def calibrate(bench_dir: Path | None = None, measured: Measured | None = None) -
             min(float(sustained["rate"]), ceiling),
             float(sustained["write_rate_per_s"]),
             "rate",
-            f"the store's measured ceiling alone ({ceiling:.0f}/s); the run shared the cores with its executors",
+            note=f"the store's measured ceiling alone ({ceiling:.0f}/s); the run shared the cores with its executors",
         )
     )
     judged = [r for r in rows if r["within_band"] is not None]

@@ -108,7 +108,7 @@ class Resolver:
             return [item for item in (self._value(i, partial) for i in node) if item is not NO_VALUE]
         return node
 
-    def _function(self, fn: str, arg: Any, partial: bool) -> Any:
+    def _function(self, fn: str, arg: Any, partial: bool) -> Any:  # noqa: C901, PLR0911, PLR0912  one branch an intrinsic
         def value(node: Any) -> Any:  # an argument: all of it, or the whole function stays as written
             return self._value(node, partial=False)
 

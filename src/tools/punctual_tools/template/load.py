@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 
-class _CfnLoader(yaml.SafeLoader):
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types: its loader is Any to mypy
     """A YAML loader that accepts CloudFormation's short-form intrinsic tags (``!Ref``, ``!Sub``, ...)."""
 
 

@@ -9,11 +9,16 @@ from the source checkout they run in (the Lambda layer holds none). The adapter 
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punctual_tools.template.intrinsics import resolve_value
 from punctual_tools.template.load import load_template
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TableDescriptionTypeDef
 
 TABLE_RESOURCE = "TasksTable"
 
@@ -39,7 +44,7 @@ def create_table_kwargs(table_name: str, template_path: str | None = None) -> di
     return kwargs
 
 
-def ensure_table(client: Any, table_name: str) -> bool:
+def ensure_table(client: DynamoDBClient, table_name: str) -> bool:
     """Create the table if it does not exist and wait until it is active. Returns True if created. A table made
     from an older template (a local stack's data kept on disk) gets the indexes it lacks."""
     try:
@@ -53,7 +58,9 @@ def ensure_table(client: Any, table_name: str) -> bool:
         client.create_table(**create_table_kwargs(table_name))
     except client.exceptions.ResourceInUseException:
         return False
-    client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})
+    waiter = client.get_waiter("table_exists")
+    # botocore sleeps a fraction of a second as well; the stubs ask for whole seconds
+    waiter.wait(TableName=table_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300})  # type: ignore[typeddict-item]
     ttl = load_template()["Resources"][TABLE_RESOURCE]["Properties"].get("TimeToLiveSpecification")
     if ttl and ttl.get("Enabled"):
         client.update_time_to_live(
@@ -63,7 +70,7 @@ def ensure_table(client: Any, table_name: str) -> bool:
     return True
 
 
-def _add_missing_indexes(client: Any, table_name: str, table: dict[str, Any]) -> None:
+def _add_missing_indexes(client: DynamoDBClient, table_name: str, table: TableDescriptionTypeDef) -> None:
     """Create, one at a time, each index of the template that ``table`` lacks (CloudFormation does this in AWS)."""
     have = {index["IndexName"] for index in table.get("GlobalSecondaryIndexes", [])}
     wanted = create_table_kwargs(table_name)
@@ -94,8 +101,6 @@ def _find_key(node: Any, key: str) -> list[Any]:
 def stream_filter_patterns(template_path: str | None = None) -> list[dict[str, Any]]:
     """The fast path's stream filter patterns, as the template gives them to the event source mapping
     (the local stream reader applies the same ones)."""
-    import json
-
     found = _find_key(load_template(template_path)["Resources"], "FilterCriteria")
     if len(found) != 1:
         raise ValueError(f"template.yaml should hold exactly one FilterCriteria (the fast path's), found {len(found)}")

@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from punctual.config.clients import aws_client
 from punctual.config.settings import Settings
 from punctual.runtime.client import Client
 from punctual_tools.checker import Verdict
+from punctual_tools.local.stack import client_settings, read_state
 from punctual_tools.verify.metrics import collect_usage, format_cost, usage_queries
 from punctual_tools.verify.options import SQS_ENDPOINT_VARIABLE, options_of
 from punctual_tools.verify.plan import MixOptions
@@ -36,6 +37,11 @@ from punctual_tools.verify.stack import (
     table_indexes,
 )
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sqs import SQSClient
+
 log = logging.getLogger("punctual_tools.verify")
 INTERRUPTED = 130
 
@@ -44,10 +50,10 @@ INTERRUPTED = 130
 class Clients:
     """The AWS clients a run uses (any left None is built for the region): tests hand in their own."""
 
-    sqs: Any = None
-    dynamodb: Any = None  # the client's (None: the settings' endpoint, or AWS)
-    cloudformation: Any = None
-    lambda_: Any = None
+    sqs: SQSClient | None = None
+    dynamodb: DynamoDBClient | None = None  # the client's (None: the settings' endpoint, or AWS)
+    cloudformation: Any = None  # (no stubs of CloudFormation's and CloudWatch's clients are installed)
+    lambda_: LambdaClient | None = None
     cloudwatch: Any = None
 
 
@@ -58,7 +64,7 @@ class Target:
     name: str
     settings: Settings
     allowlist: str
-    sqs: Any
+    sqs: SQSClient
     cost: Callable[[int, int], list[str]]
 
 
@@ -80,7 +86,7 @@ def aws_target(args: argparse.Namespace, clients: Clients) -> Target:
 
     def cost(start_ms: int, end_ms: int) -> list[str]:
         log.info("reading the run's usage from CloudWatch (waiting up to %g s for its last minute)", args.metrics_wait)
-        usage = collect_usage(cloudwatch, specs, configs, start_ms, end_ms, args.metrics_wait)
+        usage = collect_usage(cloudwatch, specs, configs, start_ms, end_ms, wait_s=args.metrics_wait)
         return format_cost(usage, start_ms, end_ms, f"CloudWatch had no data yet after {args.metrics_wait:g} s")
 
     return Target(
@@ -94,8 +100,6 @@ def aws_target(args: argparse.Namespace, clients: Clients) -> Target:
 
 def local_target(args: argparse.Namespace, home: Path, clients: Clients) -> Target:
     """The running local stack (its state file), with SQS at ``--sqs-endpoint``."""
-    from punctual_tools.local.stack import client_settings, read_state
-
     state = read_state(home)
     if not state:
         raise VerifyError(f"no local stack runs with its home at {home}: start one (punctual up), or give --stack")

@@ -206,14 +206,14 @@ def covers(usage: Usage, end_ms: int) -> bool:
     return usage.latest_ms is not None and usage.latest_ms >= end_ms // MINUTE_MS * MINUTE_MS
 
 
-def collect_usage(
+def collect_usage(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
     cloudwatch: Any,
     specs: Sequence[MetricSpec],
     configs: Mapping[str, Mapping[str, Any]],
     start_ms: int,
     end_ms: int,
-    wait_s: float,
     *,
+    wait_s: float,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
     every_s: float = 30.0,

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from punctual.errors import PunctualError
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 NAME_PREFIX = "punctual-verify"
 _SQS_ARN = re.compile(r"arn:[\w-]+:sqs:(?P<region>[\w-]+):(?P<account>\d{12}):(?P<name>[\w-]{1,80})")
@@ -62,7 +65,7 @@ def queue_name_for(allowlist: str, region: str, given: str | None = None) -> str
 class VerifyQueue:
     """The queue ``name``, made by :meth:`create` and removed by :meth:`delete`, on the boto3 SQS client ``sqs``."""
 
-    def __init__(self, sqs: Any, name: str) -> None:
+    def __init__(self, sqs: SQSClient, name: str) -> None:
         self.sqs = sqs
         self.name = name
         self.url: str | None = None

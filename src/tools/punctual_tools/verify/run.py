@@ -68,7 +68,7 @@ def wall_ms() -> int:
 class VerifyRun:
     """Schedule ``options``' mix through ``scheduler`` to ``queue`` and read it back (:meth:`run`)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  past the first few, its parameters are keyword-only: each named where it is given
         self,
         scheduler: Scheduler,
         queue: VerifyQueue,

@@ -7,13 +7,16 @@ function's configuration its memory size and architecture, and the executor's it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from punctual.config.settings import Settings
 from punctual_tools.template import create_table_kwargs
 from punctual_tools.verify.queue import VerifyError
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
 
 # The functions a run's cost counts, by logical id, with the output that names each (the API is not used by a run).
 FUNCTION_OUTPUTS = {
@@ -39,7 +42,7 @@ def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
     return outputs
 
 
-def function_configs(lambda_client: Any, outputs: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+def function_configs(lambda_client: LambdaClient, outputs: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """Each counted function's configuration (GetFunctionConfiguration), by logical id."""
     return {
         logical: dict(lambda_client.get_function_configuration(FunctionName=outputs[output]))
