@@ -231,56 +231,10 @@ def check(  # noqa: PLR0913  past the first few, its parameters are keyword-only
     ValueError
         Two expected occurrences share a key.
     """
-    by_key: dict[str, Expected] = {}
-    for occurrence in expected:
-        if occurrence.key in by_key:
-            raise ValueError(f"expected occurrence {occurrence.key!r} given twice")
-        by_key[occurrence.key] = occurrence
-    allowed = frozenset(allowance)
-
-    observed: dict[str, list[Fire]] = {}
+    by_key = _index_expected(expected)
     all_fires = sorted(fires, key=lambda f: (f.observed_ms, f.key))
-    for fire in all_fires:
-        observed.setdefault(fire.key, []).append(fire)
-
-    matched, lost, missed, failed, cancelled, skipped, fired_cancelled = [], [], [], [], [], [], []
-    late, early, past_grace, drifts = [], [], [], []
-    extra, unexplained, unknown = [], [], []
-    for key, occurrence in by_key.items():
-        seen = observed.get(key, [])
-        accepted = [f for f in seen if f.accepted]
-        if not seen:
-            if occurrence.outcome == "MISSED":
-                missed.append(key)
-            elif occurrence.outcome == "FAILED":
-                failed.append(key)
-            elif occurrence.outcome == "CANCELLED":
-                cancelled.append(key)
-            elif occurrence.outcome == SKIPPED:
-                skipped.append(key)
-            else:
-                lost.append(key)
-            continue
-        first = accepted[0] if accepted else seen[0]
-        matched.append(key)
-        if occurrence.outcome == "CANCELLED":
-            fired_cancelled.append(key)
-        drift = first.observed_ms - occurrence.due_ms
-        drifts.append(drift)
-        if drift > epsilon_ms:
-            late.append((key, drift))
-        elif drift < -epsilon_ms:
-            early.append((key, drift))
-        if occurrence.grace_ms is not None and not occurrence.fire_late and drift > occurrence.grace_ms + epsilon_ms:
-            past_grace.append((key, drift))
-        extras = accepted[1:]
-        extra.extend(extras)
-        unexplained.extend(extras[1:] if key in allowed else extras)
-    for key, seen in observed.items():
-        if key not in by_key:
-            unknown.extend(seen)
-            extra.extend(seen)
-            unexplained.extend(seen)
+    tally = _Tally()
+    tally.count(by_key, _group_by_key(all_fires), epsilon_ms=epsilon_ms, allowed=frozenset(allowance))
 
     spans = tuple(sorted((float(start), float(end)) for start, end in windows))
 
@@ -290,28 +244,119 @@ def check(  # noqa: PLR0913  past the first few, its parameters are keyword-only
     return Verdict(
         windows=spans,
         due_in_window=tuple(k for k in by_key if in_a_window(k)) if spans else (),
-        missed_in_window=tuple(k for k in missed if in_a_window(k)) if spans else (),
-        missed_outside_window=tuple(k for k in missed if not in_a_window(k)) if spans else (),
+        missed_in_window=tuple(k for k in tally.missed if in_a_window(k)) if spans else (),
+        missed_outside_window=tuple(k for k in tally.missed if not in_a_window(k)) if spans else (),
         epsilon_ms=epsilon_ms,
         expected=len(by_key),
         fires=len(all_fires),
-        matched=tuple(matched),
-        lost=tuple(lost),
-        explicitly_missed=tuple(missed),
-        failed=tuple(failed),
-        cancelled=tuple(cancelled),
-        skipped=tuple(skipped),
-        extra=tuple(extra),
-        unexplained=tuple(unexplained),
-        unknown=tuple(unknown),
+        matched=tuple(tally.matched),
+        lost=tuple(tally.lost),
+        explicitly_missed=tuple(tally.missed),
+        failed=tuple(tally.failed),
+        cancelled=tuple(tally.cancelled),
+        skipped=tuple(tally.skipped),
+        extra=tuple(tally.extra),
+        unexplained=tuple(tally.unexplained),
+        unknown=tuple(tally.unknown),
         rejected=tuple(f for f in all_fires if not f.accepted),
-        fired_cancelled=tuple(fired_cancelled),
-        late=tuple(late),
-        early=tuple(early),
-        past_grace=tuple(past_grace),
-        drift=summarize(drifts),
+        fired_cancelled=tuple(tally.fired_cancelled),
+        late=tuple(tally.late),
+        early=tuple(tally.early),
+        past_grace=tuple(tally.past_grace),
+        drift=summarize(tally.drifts),
         late_is_failure=late_is_failure,
     )
+
+
+def _index_expected(expected: Iterable[Expected]) -> dict[str, Expected]:
+    """The expected occurrences by key; a key given twice is a :class:`ValueError`."""
+    by_key: dict[str, Expected] = {}
+    for occurrence in expected:
+        if occurrence.key in by_key:
+            raise ValueError(f"expected occurrence {occurrence.key!r} given twice")
+        by_key[occurrence.key] = occurrence
+    return by_key
+
+
+def _group_by_key(fires: Iterable[Fire]) -> dict[str, list[Fire]]:
+    """The fires of each key, in the order given."""
+    observed: dict[str, list[Fire]] = {}
+    for fire in fires:
+        observed.setdefault(fire.key, []).append(fire)
+    return observed
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What :func:`check` counts while it matches the expected occurrences to the fires observed."""
+
+    matched: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    fired_cancelled: list[str] = field(default_factory=list)
+    late: list[tuple[str, float]] = field(default_factory=list)
+    early: list[tuple[str, float]] = field(default_factory=list)
+    past_grace: list[tuple[str, float]] = field(default_factory=list)
+    drifts: list[float] = field(default_factory=list)
+    extra: list[Fire] = field(default_factory=list)
+    unexplained: list[Fire] = field(default_factory=list)
+    unknown: list[Fire] = field(default_factory=list)
+
+    def count(
+        self,
+        by_key: Mapping[str, Expected],
+        observed: Mapping[str, list[Fire]],
+        *,
+        epsilon_ms: float,
+        allowed: frozenset[str],
+    ) -> None:
+        """Count every expected occurrence against its fires, then every fire of a key nobody expected."""
+        for key, occurrence in by_key.items():
+            seen = observed.get(key, [])
+            if seen:
+                self._count_fired(occurrence, seen, epsilon_ms=epsilon_ms, allowed=allowed)
+            else:
+                self._count_unfired(occurrence)
+        for key, seen in observed.items():
+            if key not in by_key:
+                self.unknown.extend(seen)
+                self.extra.extend(seen)
+                self.unexplained.extend(seen)
+
+    def _count_unfired(self, occurrence: Expected) -> None:
+        """An occurrence never fired: explained by its recorded outcome, or lost."""
+        by_outcome = {
+            "MISSED": self.missed,
+            "FAILED": self.failed,
+            "CANCELLED": self.cancelled,
+            SKIPPED: self.skipped,
+        }
+        by_outcome.get(occurrence.outcome or "", self.lost).append(occurrence.key)
+
+    def _count_fired(
+        self, occurrence: Expected, seen: list[Fire], *, epsilon_ms: float, allowed: frozenset[str]
+    ) -> None:
+        """An occurrence fired: its drift judged on its first accepted fire, its further accepted fires extra."""
+        key = occurrence.key
+        accepted = [f for f in seen if f.accepted]
+        first = accepted[0] if accepted else seen[0]
+        self.matched.append(key)
+        if occurrence.outcome == "CANCELLED":
+            self.fired_cancelled.append(key)
+        drift = first.observed_ms - occurrence.due_ms
+        self.drifts.append(drift)
+        if drift > epsilon_ms:
+            self.late.append((key, drift))
+        elif drift < -epsilon_ms:
+            self.early.append((key, drift))
+        if occurrence.grace_ms is not None and not occurrence.fire_late and drift > occurrence.grace_ms + epsilon_ms:
+            self.past_grace.append((key, drift))
+        extras = accepted[1:]
+        self.extra.extend(extras)
+        self.unexplained.extend(extras[1:] if key in allowed else extras)
 
 
 # -- adapters ----------------------------------------------------------------------------------------------

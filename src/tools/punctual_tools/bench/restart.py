@@ -267,7 +267,7 @@ def client_of(state: Mapping[str, Any]) -> Client:
     return Client(Settings(**client_settings(state), ntp_server=None, allowed_targets="127.0.0.1"))
 
 
-def restart_phase(
+def restart_phase(  # noqa: PLR0915  one measurement in order: write, kill, restart, drain, judge; its figures come from it
     home: Path,
     url: str,
     received: Path,

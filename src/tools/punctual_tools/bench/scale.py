@@ -284,7 +284,7 @@ def _client(service: str, endpoint: str | None) -> Any:
 
 
 # -- 1. CPU per task -------------------------------------------------------------------------------------
-def cpu_run(
+def cpu_run(  # noqa: PLR0915  one measurement in order: write, warm up, meter the poll, then the executors
     backend: str, count: int, settings: Settings, work: Path, endpoint: str | None, *, limits: dict[str, int]
 ) -> dict[str, Any]:
     """One size on one backend: write ``count`` tasks due in one window, measure a poll, then the executors.
@@ -997,7 +997,7 @@ def ladder(rates: list[int], ceiling_tasks_per_s: float, share: float = CEILING_
     return sorted({*given, target})
 
 
-def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_local(args: argparse.Namespace, work: Path) -> dict[str, Any]:  # noqa: PLR0915  one run in order: ceiling, rates, burst, floors, and the table of what they measured
     """The sustained-rate search and the burst on the local stack, with their floors on the executors' footing:
     the same CPU quota and priority, a floor process per batch as the stack's poller cuts the burst."""
     rates = [int(r) for r in args.rates.split(",") if r]

@@ -79,9 +79,26 @@ def render(
 ) -> str:
     """The generated block of docs/cost.md (between the markers); ``recurring``: what making a recurring
     schedule's occurrences counted, at some rates (:func:`~punctual_tools.cost.scenario.run_recurring`)."""
+    lines = [BEGIN_MARK, ""]
+    lines += _per_step_lines(c)
+    lines += _heartbeat_lines(c, volumes)
+    lines += _lambda_counted_lines(c)
+    months = [monthly_cost(c, v, template_path=template_path) for v in volumes]
+    lines += _price_lines(months, volumes)
+    lines += _init_lines(c, months, template_path) + [""]
+    lines += _memory_sweep_lines(c, template_path)
+    lines += _target_lines(c, months, template_path)
+    lines += _fast_path_lines(c, months, template_path)
+    lines += _recurring_lines(c, recurring, volumes[-1], template_path)
+    lines += ["", END_MARK]
+    return "\n".join(lines)
+
+
+def _per_step_lines(c: Counts) -> list[str]:
+    """The scenario, and what each task, poll tick and executor batch costs in requests and capacity units."""
     s = c.scenario
     st = s.settings
-    lines = [BEGIN_MARK, ""]
+    lines: list[str] = []
     per_tick_tasks = s.tasks / s.windows
     lines += [
         f"Scenario: {s.tasks} one-off `http` tasks with a {s.payload_bytes}-byte JSON payload, scheduled through "
@@ -133,9 +150,13 @@ def render(
             f"| {r.step} | {r.op} | {_fmt(r.requests, 2)} | {_fmt(r.wru, 2)} | {_fmt(r.wru_index, 2)} | "
             f"{_fmt(r.rru, 2)} |"
         )
-    executor_s = measured_executor_seconds(s)
-    n = per_tick_tasks
-    inv, model_s = executor_seconds_per_tick(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
+    return lines
+
+
+def _heartbeat_lines(c: Counts, volumes: tuple[float, ...]) -> list[str]:
+    """What a batch's heartbeat renewals add in AWS at each volume."""
+    st = c.scenario.settings
+    lines: list[str] = []
     beat_wru = c.batch_wru / c.batch_requests if c.batch_requests else 1.0
     per_volume = []
     for v in volumes:
@@ -153,7 +174,17 @@ def render(
         "`heartbeat_interval_ms`) from its invocation to its last record, as long as the executor is awake "
         f"(model below): at {' and '.join(per_volume)}.",
     ]
-    lines += [
+    return lines
+
+
+def _lambda_counted_lines(c: Counts) -> list[str]:
+    """The executors' invocations and awake time counted in the run, against the model's, and the prices' heading."""
+    s = c.scenario
+    st = s.settings
+    executor_s = measured_executor_seconds(s)
+    n = s.tasks / s.windows  # tasks a tick
+    inv, model_s = executor_seconds_per_tick(n, st["max_batch_size"], st["lead_ms"], st["poll_interval_ms"])
+    lines = [
         "",
         f"**Lambda, counted:** {len(s.batches)} executor invocations for {s.tasks} tasks "
         f"(batches of {', '.join(str(b.tasks) for b in sorted(s.batches, key=lambda b: (b.tick, b.first_due_ms)))}); "
@@ -165,7 +196,12 @@ def render(
         "**$ per million tasks** (prices: " + PRICES_AS_OF + "):",
         "",
     ]
-    months = [monthly_cost(c, v, template_path=template_path) for v in volumes]
+    return lines
+
+
+def _price_lines(months: list[Any], volumes: tuple[float, ...]) -> list[str]:
+    """The $ table at each volume: every line of the bill, Punctual's totals and the alternatives."""
+    lines: list[str] = []
     header = "| | " + " | ".join(f"{v / 1e6:,.0f} M tasks/month: $/month | $/M tasks" for v in volumes) + " |"
     lines += [header, "| --- |" + " ---: | ---: |" * len(volumes)]
     for i, line in enumerate(months[0].lines):
@@ -209,7 +245,12 @@ def render(
         "measured on the machine that ran the model (below).",
         "",
     ]
-    lines += _init_lines(c, months, template_path) + [""]
+    return lines
+
+
+def _memory_sweep_lines(c: Counts, template_path: str | None) -> list[str]:
+    """The target scope's $ per million tasks by volume and executor memory."""
+    lines: list[str] = []
     template_mb = memory_mb("ExecutorFunction", 256, template_path)
     sweep = (1e6, 10e6, 100e6, 1e9)
     lines += [
@@ -230,6 +271,12 @@ def render(
             + " |"
         )
     lines.append("")
+    return lines
+
+
+def _target_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:
+    """Whether each volume meets the $ target, and from which volume the target's scope reaches it."""
+    lines: list[str] = []
     verdicts = []
     for m in months:
         got = m.per_million(True)
@@ -256,10 +303,7 @@ def render(
             else "No volume reaches it."
         )
     )
-    lines += _fast_path_lines(c, months, template_path)
-    lines += _recurring_lines(c, recurring, volumes[-1], template_path)
-    lines += ["", END_MARK]
-    return "\n".join(lines)
+    return lines
 
 
 def _init_lines(c: Counts, months: list[Any], template_path: str | None) -> list[str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import punctual.runtime.metrics as metric_names
 from punctual.domain.events import BatchEvent
@@ -55,6 +55,14 @@ from punctual_tools.doubles import (
 )
 from punctual_tools.local.receiver import receiving
 from punctual_tools.template import find_template, load_template
+
+if TYPE_CHECKING:
+    from punctual.config.settings import Settings
+    from punctual.executing.executor import Executor
+    from punctual.runtime.client import Client
+    from punctual.targets import HttpAction
+
+    _Container = tuple[Executor, ShiftedClock, list[bool]]  # an executor, its clock and whether it is busy
 
 SCENARIO_START_MS = 1_906_027_207_000  # 2030-05-26T12:00:07Z: poll ticks 7 s past the minute
 NEGLIGIBLE = 1e-9  # a row left with fewer requests a task than this counted none
@@ -253,50 +261,26 @@ def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keywo
     (:func:`~punctual_tools.cost.coldstart.measure_executor_init`).
     """
 
-    import boto3
     from moto import mock_aws
 
-    from punctual.config.settings import Settings
-    from punctual.executing.executor import Executor
     from punctual.executing.recorder import SETTLE_S
     from punctual.runtime.client import Client
     from punctual.runtime.wiring import poller_on
     from punctual.stores.dynamodb import build_stores
-    from punctual.stores.ports import FiringPort
     from punctual.targets import HttpAction
-    from punctual_tools.template import ensure_table
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
-    table = "punctual-cost"
-    # An executor's lease outlives the simulated ticks its outcome writes are held for (its heartbeat runs on
-    # real time, while the scenario's ticks are simulated): no executor looks dead to a later tick. Heartbeat
-    # writes are then one at the start and one at the end of each batch; pricing adds the renewals a batch
-    # makes in AWS over its life (see pricing.heartbeat_writes_per_tick).
-    settings = Settings(
-        table_name=table,
-        ntp_server=None,
-        worker_threads=1,
-        executor_lease_ms=600_000,
-        heartbeat_interval_ms=120_000,
-        allowed_targets="127.0.0.1",
-        **{k: v for k, v in (("poll_interval_ms", poll_interval_ms), ("lead_ms", lead_ms)) if v is not None},
-        # a tenant's tasks keep to its own targets: the loopback stub target
-        tenant_map=json.dumps({"tenants": {tenant: {"targets": ["127.0.0.1"]}}}) if tenant else "",
-    )  # the loopback stub target
+    settings = _scenario_settings(tenant, poll_interval_ms=poll_interval_ms, lead_ms=lead_ms)
+    table = settings.table_name
     interval, lead = settings.poll_interval_ms, settings.lead_ms
     spec = TableSpec.from_template(template_path)
     t0 = SCENARIO_START_MS
-    first_due = t0 + 3 * interval + (lead - interval)  # the first instant tick 3 is the first to reach
-    span = windows * interval
-    due_times = [first_due + int((i + 0.5) * span / tasks) for i in range(tasks)]
+    due_times = _due_times(tasks, windows, interval=interval, lead=lead)
     last_tick = (due_times[-1] + int(SETTLE_S * 1000) - t0) // interval + 3
     gate = _Gate(settle_ms=int(SETTLE_S * 1000))
-    log_level = str(load_template(template_path).get("Parameters", {}).get("LogLevel", {}).get("Default", "INFO"))
-    log_measurement = _start_log_measurement(log_level) if measure_logs else None
-    executors: list[tuple[Executor, ShiftedClock, list[bool]]] = []
-    threads: list[threading.Thread] = []
-    batches: list[BatchRun] = []
+    log_measurement = _start_log_measurement(_log_level(template_path)) if measure_logs else None
+    batches = _Batches(settings)
     poll_wall: list[float] = []
     try:
         # the target answers from a process of its own: in this one, a burst's outcome writes (a thread each,
@@ -305,11 +289,9 @@ def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keywo
             tempfile.TemporaryDirectory() as received,
             receiving(Path(received) / "received.jsonl") as port,
             mock_aws(),
-            _ending(gate, executors),
+            _ending(gate, batches.executors),
         ):
-            client = boto3.client("dynamodb", region_name=settings.region)
-            raw = boto3.client("dynamodb", region_name=settings.region)
-            ensure_table(raw, table)
+            client, raw = _table_clients(settings)
             invoker = RecordingInvoker()
             poller = poller_on(build_stores(settings, client), invoker, settings, poller_id="p-cost")
             scheduler = Client(settings, dynamodb=client, clock=FakeClock(t0 + 1_000))  # schedules after tick 0
@@ -317,35 +299,7 @@ def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keywo
             with CapacityMeter(
                 client, raw, table, spec, label=status_label, hold=gate.hold, read_label=heartbeat_read_label
             ) as meter:
-
-                def run_batch(entry: tuple[Executor, ShiftedClock, list[bool]], payload: dict[str, Any]) -> None:
-                    executor, replay, busy = entry
-                    event = BatchEvent.model_validate(payload)
-                    replay.shift_ms = max(t.due_ms for t in event.tasks) + 1 - time.time_ns() / 1_000_000
-                    try:
-                        executor.run_batch(event)
-                    finally:
-                        busy[0] = False
-
-                def container() -> tuple[Executor, ShiftedClock, list[bool]]:
-                    for entry in executors:
-                        if not entry[2][0]:
-                            entry[2][0] = True
-                            return entry
-                    replay = ShiftedClock()
-                    store = _DeferredRecords(build_stores(settings, client).firing)
-                    # a measured NTP offset, so that drift is also recorded corrected, as in AWS
-                    entry = (Executor(cast("FiringPort", store), settings, replay, FixedOffset(0.4)), replay, [True])
-                    executors.append(entry)
-                    return entry
-
-                key_ids: dict[str, str] = {}
-
-                def status(task_id: str) -> str | None:
-                    kid = key_ids.get(task_id) or key_ids.setdefault(task_id, key_id({"task_id": {"S": task_id}}))
-                    item = meter.items.get(kid)
-                    return None if item is None else item.get("status", {}).get("S")
-
+                status = _status_reader(meter)
                 task_ids: list[str] = []
                 for tick in range(last_tick + 1):
                     now = t0 + tick * interval
@@ -355,47 +309,21 @@ def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keywo
                         "outcomes due before the tick",
                     )
                     meter.phase, meter.tick = ("setup" if tick == 0 else "poll"), tick
-                    started = time.perf_counter()
-                    poller.poll(now)
-                    poll_wall.append(time.perf_counter() - started)
+                    poll_wall.append(_timed(poller.poll, now))
                     meter.phase = "execute"
-                    sent = invoker.take()
-                    for payload in sent:
-                        dues = [t["due_ms"] for t in payload["tasks"]]
-                        batches.append(
-                            BatchRun(tick, now, len(dues), min(dues), max(dues), len(json.dumps(payload).encode()))
-                        )
-                        thread = threading.Thread(target=run_batch, args=(container(), payload), daemon=True)
-                        thread.start()
-                        threads.append(thread)
-                    dispatched = [t["task_id"] for p in sent for t in p["tasks"]]
+                    dispatched = batches.start(tick, now, invoker.take(), client)
                     _wait(partial(_armed_or_done, dispatched, status), "arming")
                     if tick == 0:  # schedule just after the first poll
                         meter.phase = "schedule"
-                        for i, due in enumerate(due_times):
-                            payload = {"video": f"v-{i:06d}", "n": i, "note": ""}
-                            pad = payload_bytes - len(json.dumps(payload, separators=(",", ":")))
-                            payload["note"] = "x" * max(pad, 0)
-                            task = scheduler.schedule(
-                                from_ms(due),
-                                action,
-                                payload,
-                                task_id=f"{tenant}/cost-{i:06d}" if tenant else f"cost-{i:06d}",
-                                misfire_grace=300_000,
-                            )
-                            task_ids.append(task.task_id)
+                        task_ids += _schedule_tasks(scheduler, action, due_times, payload_bytes, tenant)
                 gate.advance(2**62)
-                for thread in threads:  # each batch ends once its outcomes are written (its retiring heartbeat)
-                    thread.join(timeout=30)
+                batches.join(timeout_s=30)  # each batch ends once its outcomes are written (its retiring heartbeat)
                 final = [meter.item({"task_id": {"S": t}}) for t in task_ids]
     finally:
         logs = LOG_BYTES_UNMEASURED if log_measurement is None else _finish_log_measurement(log_measurement)
     init = measure_executor_init() if measure_init else INIT_UNMEASURED
-    outcomes: dict[str, int] = defaultdict(int)
-    for item in final:
-        outcomes[(item or {}).get("status", {}).get("S", "GONE")] += 1
+    outcomes = _count_outcomes(final)
     sizes = [item_size(i) for i in final]
-    baseline = [1, 2]
     return Scenario(
         tasks=tasks,
         windows=windows,
@@ -412,16 +340,167 @@ def run_scenario(  # noqa: PLR0913  past the first few, its parameters are keywo
         },
         calls=list(meter.calls),
         ticks=last_tick + 1,
-        baseline_ticks=baseline,
+        baseline_ticks=[1, 2],
         work_ticks=list(range(3, last_tick + 1)),
-        batches=batches,
-        outcomes=dict(outcomes),
+        batches=batches.runs,
+        outcomes=outcomes,
         final_item_bytes=sum(sizes) / len(sizes),
         max_item_bytes=max(c for call in meter.calls for c in call.sizes),
         poll_wall_s=poll_wall,
         logs=logs,
         init=init,
     )
+
+
+def _scenario_settings(tenant: str | None, *, poll_interval_ms: int | None, lead_ms: int | None) -> Settings:
+    """The scenario's settings. An executor's lease outlives the simulated ticks its outcome writes are held for
+    (its heartbeat runs on real time, while the scenario's ticks are simulated): no executor looks dead to a
+    later tick. Heartbeat writes are then one at the start and one at the end of each batch; pricing adds the
+    renewals a batch makes in AWS over its life (see pricing.heartbeat_writes_per_tick)."""
+    from punctual.config.settings import Settings
+
+    return Settings(
+        table_name="punctual-cost",
+        ntp_server=None,
+        worker_threads=1,
+        executor_lease_ms=600_000,
+        heartbeat_interval_ms=120_000,
+        allowed_targets="127.0.0.1",
+        **{k: v for k, v in (("poll_interval_ms", poll_interval_ms), ("lead_ms", lead_ms)) if v is not None},
+        # a tenant's tasks keep to its own targets: the loopback stub target
+        tenant_map=json.dumps({"tenants": {tenant: {"targets": ["127.0.0.1"]}}}) if tenant else "",
+    )  # the loopback stub target
+
+
+def _due_times(tasks: int, windows: int, *, interval: int, lead: int) -> list[int]:
+    """``tasks`` due instants, evenly over ``windows`` poll windows from the first instant tick 3 reaches."""
+    first_due = SCENARIO_START_MS + 3 * interval + (lead - interval)  # the first instant tick 3 is the first to reach
+    span = windows * interval
+    return [first_due + int((i + 0.5) * span / tasks) for i in range(tasks)]
+
+
+def _log_level(template_path: str | None) -> str:
+    """The functions' log level, as the template's ``LogLevel`` parameter defaults it."""
+    return str(load_template(template_path).get("Parameters", {}).get("LogLevel", {}).get("Default", "INFO"))
+
+
+def _table_clients(settings: Settings) -> tuple[Any, Any]:
+    """Two DynamoDB clients (inside the moto mock), the runtime's and the meter's raw one, and the table made."""
+    import boto3
+
+    from punctual_tools.template import ensure_table
+
+    client = boto3.client("dynamodb", region_name=settings.region)
+    raw = boto3.client("dynamodb", region_name=settings.region)
+    ensure_table(raw, settings.table_name)
+    return client, raw
+
+
+def _status_reader(meter: CapacityMeter) -> Callable[[str], str | None]:
+    """A task's status as the meter last saw its item (None: no item)."""
+    key_ids: dict[str, str] = {}
+
+    def status(task_id: str) -> str | None:
+        kid = key_ids.get(task_id) or key_ids.setdefault(task_id, key_id({"task_id": {"S": task_id}}))
+        item = meter.items.get(kid)
+        return None if item is None else item.get("status", {}).get("S")
+
+    return status
+
+
+def _timed(poll: Callable[[int], Any], now: int) -> float:
+    """The wall time of one poll at ``now``, in seconds."""
+    started = time.perf_counter()
+    poll(now)
+    return time.perf_counter() - started
+
+
+@dataclass
+class _Batches:
+    """The batches the poller handed over, each run in a thread of its own by an executor's container."""
+
+    settings: Settings
+    executors: list[_Container] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    runs: list[BatchRun] = field(default_factory=list)
+
+    def start(self, tick: int, now: int, sent: list[dict[str, Any]], client: Any) -> list[str]:
+        """Start a batch for each payload ``sent`` at ``tick``: the ids of the tasks dispatched."""
+        for payload in sent:
+            self.runs.append(_batch_run(tick, now, payload))
+            container = _take_container(self.executors, self.settings, client)
+            thread = threading.Thread(target=_run_batch, args=(container, payload), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return [t["task_id"] for p in sent for t in p["tasks"]]
+
+    def join(self, *, timeout_s: float) -> None:
+        for thread in self.threads:
+            thread.join(timeout=timeout_s)
+
+
+def _batch_run(tick: int, now: int, payload: dict[str, Any]) -> BatchRun:
+    """What one batch the poller handed over at ``tick`` holds."""
+    dues = [t["due_ms"] for t in payload["tasks"]]
+    return BatchRun(tick, now, len(dues), min(dues), max(dues), len(json.dumps(payload).encode()))
+
+
+def _take_container(executors: list[_Container], settings: Settings, client: Any) -> _Container:
+    """An idle executor's container, marked busy, or a new one (a Lambda container, reused when idle)."""
+    from punctual.executing.executor import Executor
+    from punctual.stores.dynamodb import build_stores
+    from punctual.stores.ports import FiringPort
+
+    for entry in executors:
+        if not entry[2][0]:
+            entry[2][0] = True
+            return entry
+    replay = ShiftedClock()
+    store = _DeferredRecords(build_stores(settings, client).firing)
+    # a measured NTP offset, so that drift is also recorded corrected, as in AWS
+    entry = (Executor(cast("FiringPort", store), settings, replay, FixedOffset(0.4)), replay, [True])
+    executors.append(entry)
+    return entry
+
+
+def _run_batch(entry: _Container, payload: dict[str, Any]) -> None:
+    """Run one batch in its container, its clock moved to the batch's last due instant; the container is idle
+    after."""
+    executor, replay, busy = entry
+    event = BatchEvent.model_validate(payload)
+    replay.shift_ms = max(t.due_ms for t in event.tasks) + 1 - time.time_ns() / 1_000_000
+    try:
+        executor.run_batch(event)
+    finally:
+        busy[0] = False
+
+
+def _schedule_tasks(
+    scheduler: Client, action: HttpAction, due_times: list[int], payload_bytes: int, tenant: str | None
+) -> list[str]:
+    """Schedule a task at each due time, its JSON payload padded to ``payload_bytes``: their ids."""
+    task_ids = []
+    for i, due in enumerate(due_times):
+        payload = {"video": f"v-{i:06d}", "n": i, "note": ""}
+        pad = payload_bytes - len(json.dumps(payload, separators=(",", ":")))
+        payload["note"] = "x" * max(pad, 0)
+        task = scheduler.schedule(
+            from_ms(due),
+            action,
+            payload,
+            task_id=f"{tenant}/cost-{i:06d}" if tenant else f"cost-{i:06d}",
+            misfire_grace=300_000,
+        )
+        task_ids.append(task.task_id)
+    return task_ids
+
+
+def _count_outcomes(final: list[dict[str, Any] | None]) -> dict[str, int]:
+    """How many of the final items have each status (``GONE``: no item)."""
+    outcomes: dict[str, int] = defaultdict(int)
+    for item in final:
+        outcomes[(item or {}).get("status", {}).get("S", "GONE")] += 1
+    return dict(outcomes)
 
 
 # == turning counts into per-task and per-tick figures =====================================================

@@ -217,51 +217,72 @@ class AsyncEventQueue:
             self._lock.notify_all()
 
     def _deliver(self, event: _Event) -> None:
-        while True:
-            if self._stopped.is_set():
-                # Not delivered: its tasks stay PENDING, and the next poll dispatches them again.
-                self._drop(event, "the invoker stopped")
-                return
-            if is_expired(self._age_s(event) / self.time_scale, self.limits):
-                self._drop(event, f"older than the maximum event age ({self.limits.max_event_age_s:g} s)", expired=True)
-                return
+        while not self._undeliverable(event):
             if not self._acquire():
-                event.throttles += 1
-                self._count("throttles")
-                delay = throttle_backoff_s(event.throttles) * self.time_scale
-                if not (self._young_enough(event, delay, "throttled") and self._sleep(event, delay)):
+                if not self._wait_out_throttle(event):
                     return
                 continue
-            event.attempts += 1
-            try:
-                outcome = self._execute(event.payload, event.request_id)
-            except InvokerStoppedError:
-                self._release()
-                self._drop(event, "the invoker stopped")
+            outcome = self._attempt(event)
+            if outcome is None:
                 return
-            except Exception as exc:  # noqa: BLE001 - an environment that could not run it: a failed attempt
-                outcome = Outcome(error=f"{type(exc).__name__}: {exc}")
-            self._release()
             if outcome.ok:
                 self._count("completed")
                 if self._on_result is not None:
                     self._on_result(event.payload, outcome.result or {})
                 return
-            self._count("errors")
-            if event.retries >= self.limits.max_retry_attempts or self._stopped.is_set():
-                self._drop(event, str(outcome.error))
+            if not self._wait_to_retry(event, outcome):
                 return
-            delay = retry_delay_s(event.retries + 1) * self.time_scale
-            if not self._young_enough(event, delay, str(outcome.error)):
-                return
-            event.retries += 1
-            self._count("retries")
-            log.warning(
-                "%s invocation failed (%s); retry %d in %.1f s",
-                self.limits.function,
-                outcome.error,
-                event.retries,
-                delay,
-            )
-            if not self._sleep(event, delay):
-                return
+
+    def _undeliverable(self, event: _Event) -> bool:
+        """True (and the event dropped) once the queue has stopped or the event is past its maximum age."""
+        if self._stopped.is_set():
+            # Not delivered: its tasks stay PENDING, and the next poll dispatches them again.
+            self._drop(event, "the invoker stopped")
+            return True
+        if is_expired(self._age_s(event) / self.time_scale, self.limits):
+            self._drop(event, f"older than the maximum event age ({self.limits.max_event_age_s:g} s)", expired=True)
+            return True
+        return False
+
+    def _wait_out_throttle(self, event: _Event) -> bool:
+        """A throttled attempt: count it and back off; False (and the event dropped) if it cannot wait."""
+        event.throttles += 1
+        self._count("throttles")
+        delay = throttle_backoff_s(event.throttles) * self.time_scale
+        return self._young_enough(event, delay, "throttled") and self._sleep(event, delay)
+
+    def _attempt(self, event: _Event) -> Outcome | None:
+        """One attempt in the slot acquired for it, released after; None (and the event dropped) if the invoker
+        stopped. An environment that could not run it is a failed attempt."""
+        event.attempts += 1
+        try:
+            outcome = self._execute(event.payload, event.request_id)
+        except InvokerStoppedError:
+            self._release()
+            self._drop(event, "the invoker stopped")
+            return None
+        except Exception as exc:  # noqa: BLE001 - an environment that could not run it: a failed attempt
+            outcome = Outcome(error=f"{type(exc).__name__}: {exc}")
+        self._release()
+        return outcome
+
+    def _wait_to_retry(self, event: _Event, outcome: Outcome) -> bool:
+        """A failed attempt: count it and wait for the retry Lambda would make; False (and the event dropped)
+        when its retries are spent, the queue stopped, or it would be too old to retry."""
+        self._count("errors")
+        if event.retries >= self.limits.max_retry_attempts or self._stopped.is_set():
+            self._drop(event, str(outcome.error))
+            return False
+        delay = retry_delay_s(event.retries + 1) * self.time_scale
+        if not self._young_enough(event, delay, str(outcome.error)):
+            return False
+        event.retries += 1
+        self._count("retries")
+        log.warning(
+            "%s invocation failed (%s); retry %d in %.1f s",
+            self.limits.function,
+            outcome.error,
+            event.retries,
+            delay,
+        )
+        return self._sleep(event, delay)

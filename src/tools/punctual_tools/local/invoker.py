@@ -270,38 +270,11 @@ class LocalInvoker:
         with self._lock:
             if self._stopping:
                 raise InvokerStoppedError("the local invoker is stopping")
-        group = None
-        if self._groups is not None:
-            try:  # INIT's CPU first, the memory's share once ready
-                group = self._groups.create(self.limits.memory_mb, init_quota_us(self.limits.memory_mb))
-            except (OSError, ValueError) as exc:
-                log.error("no CPU quota for a new worker: cannot make its cgroup (%s)", exc)
-                with self._lock:
-                    self._stats["cpu_quota_failures"] += 1
+        group = self._make_init_group()
         spec = WorkerSpec(self.timeout_s, self.limits.memory_mb, str(group) if group else None)
         parent_end, child_end = _CONTEXT.Pipe()
         started = time.monotonic()
-        process: BaseProcess | FreshProcess
-        if self._lambda:  # a fresh interpreter, as Lambda starts a new environment
-            try:
-                process = self._starter.submit(start_environment, child_end, spec.cgroup, self._log_file).result()
-            except RuntimeError as exc:  # the starter has shut down: so has the invoker
-                for end in (parent_end, child_end):
-                    end.close()
-                if group is not None and self._groups is not None:
-                    self._groups.remove(group)
-                raise InvokerStoppedError("the local invoker is stopping") from exc
-            environment = {"handler_path": self._handler_path, "log_path": self._log_file, "env": self._env}
-            with contextlib.suppress(OSError):  # one that died at once is found dead when it is awaited
-                parent_end.send({**environment, "worker": asdict(spec)})
-        else:
-            process = _CONTEXT.Process(
-                target=run_worker,
-                args=(self._handler_path, child_end, self._log_file, self._env, spec),
-                name="punctual-executor",
-                daemon=False,
-            )
-            process.start()
+        process = self._spawn(spec, group, parent_end, child_end)
         child_end.close()
         worker = _Worker(process, parent_end, group, started, busy=busy, boosted=group is not None, init_slot=slot)
         with self._lock:
@@ -316,6 +289,46 @@ class LocalInvoker:
         if self._on_worker_started is not None and process.pid is not None:
             self._on_worker_started(process.pid)
         return worker
+
+    def _make_init_group(self) -> Path | None:
+        """A new worker's cgroup, with INIT's CPU first (the memory's share once ready); None without cgroups
+        or when it cannot be made (counted as a CPU quota failure)."""
+        if self._groups is None:
+            return None
+        try:
+            return self._groups.create(self.limits.memory_mb, init_quota_us(self.limits.memory_mb))
+        except (OSError, ValueError) as exc:
+            log.error("no CPU quota for a new worker: cannot make its cgroup (%s)", exc)
+            with self._lock:
+                self._stats["cpu_quota_failures"] += 1
+            return None
+
+    def _spawn(
+        self, spec: WorkerSpec, group: Path | None, parent_end: Connection, child_end: Connection
+    ) -> BaseProcess | FreshProcess:
+        """Start a worker's process: in Lambda's mode a fresh interpreter, as Lambda starts a new environment,
+        then told what to run; otherwise a forked process running the worker."""
+        if not self._lambda:
+            process = _CONTEXT.Process(
+                target=run_worker,
+                args=(self._handler_path, child_end, self._log_file, self._env, spec),
+                name="punctual-executor",
+                daemon=False,
+            )
+            process.start()
+            return process
+        try:
+            fresh = self._starter.submit(start_environment, child_end, spec.cgroup, self._log_file).result()
+        except RuntimeError as exc:  # the starter has shut down: so has the invoker
+            for end in (parent_end, child_end):
+                end.close()
+            if group is not None and self._groups is not None:
+                self._groups.remove(group)
+            raise InvokerStoppedError("the local invoker is stopping") from exc
+        environment = {"handler_path": self._handler_path, "log_path": self._log_file, "env": self._env}
+        with contextlib.suppress(OSError):  # one that died at once is found dead when it is awaited
+            parent_end.send({**environment, "worker": asdict(spec)})
+        return fresh
 
     def _await_ready(self, worker: _Worker) -> None:
         """The cold start's end: the worker says it is ready (or dies); its INIT's CPU ends then (or at

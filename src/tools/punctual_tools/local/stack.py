@@ -369,30 +369,84 @@ class LocalStack:
 
     def _start(self) -> LocalStack:
         cfg = self.config
+        stale_store = self._prepare_home()
+        wanted = self._wanted_settings()
+        # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
+        background_cpus = wanted.background_cpus or default_background_cpus()
+        set_background_cpus(background_cpus)
+        endpoint = self._start_store(wanted, stale_store)
+        self.settings = settings = LocalSettings.model_validate(
+            {
+                **wanted.model_dump(),
+                "endpoint_url": endpoint,
+                "background_cpus": background_cpus,
+                "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
+            }
+        )
+        client: DynamoDBClient = make_dynamodb_client(settings)
+        created = ensure_table(client, settings.table_name)
+        log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
+        if not created:
+            self._fence_the_dead(client, settings)
+        worker_env = executor_env(settings)
+        self.limits = limits = self._executor_limits(settings)
+        self.settings = settings = self._tell_executors(settings, limits)
+        invoker = self._start_invoker(settings, worker_env, limits)
+        self._start_pollers(settings, invoker, endpoint)
+        if check_enabled():  # the local invoker makes no boto3 call: their lambda:InvokeFunction, judged once
+            for function in (POLLER_FUNCTION, *((FAST_PATH_FUNCTION,) if cfg.fast_path else ())):
+                iam_check(function, settings).authorize_executor_invoke()
+            log.info(
+                "IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
+                "judged against its function's role in template.yaml"
+            )
+        # Polling starts before the API: after a restart, what the fenced executors held is due soonest.
+        self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
+        self._thread.start()
+        if cfg.api:
+            self._start_api(settings, background_cpus)
+        self._first_tick.wait()  # (a tick ends by its deadline) after a restart, what the dead held is dispatched
+        self._up = True
+        self._write_state()  # last: whoever finds it finds every part up
+        return self
+
+    def _prepare_home(self) -> tuple[int, int] | None:
+        """The stack's private home with its logs and files, cleaned of a stack that did not stop cleanly: that
+        stack's DynamoDB Local, if it may still serve this one (its pid and port)."""
+        cfg = self.config
         make_private(cfg.home)
         (cfg.home / "logs").mkdir(mode=0o700, exist_ok=True)
         stale_store = self._clean_stale()
         for path in (self.fire_log, self.dead_letter_path, cfg.home / "logs" / "executor.log"):
             path.touch(mode=0o600)  # created now: a process that appends to it later keeps this mode
+        return stale_store
+
+    def _wanted_settings(self) -> LocalSettings:
+        """Every setting, checked before anything starts; without a tenant map, each served tenant may reach the
+        demo's receiver only."""
+        cfg = self.config
         overrides = {
             "poll_interval_ms": int(cfg.poll_interval_s * 1000),
             "fire_log_path": str(self.fire_log),
             "write_batch": cfg.write_batch,
             **cfg.settings_overrides,
         }
-        wanted = LocalSettings.from_env(**overrides)  # every setting checked before anything starts
+        wanted = LocalSettings.from_env(**overrides)
         if wanted.tenant_map_parameter:
             raise SettingsError(
                 ["PUNCTUAL_TENANT_MAP_PARAMETER"],
                 "the local runtime reads no Parameter Store: give the tenant map as PUNCTUAL_TENANT_MAP",
             )
-        if not wanted.tenant_map.strip():  # none given: each served tenant may reach the demo's receiver only
+        if not wanted.tenant_map.strip():
             wanted = LocalSettings.from_env(
                 **overrides, tenant_map=local_tenant_map(cfg.served_tenants(), wanted.receiver_port)
             )
-        # Background work (DynamoDB Local, polling, arming, recording) stays off one core, which firing keeps.
-        background_cpus = wanted.background_cpus or default_background_cpus()
-        set_background_cpus(background_cpus)
+        return wanted
+
+    def _start_store(self, wanted: LocalSettings, stale_store: tuple[int, int] | None) -> str:
+        """DynamoDB Local's endpoint: the one a stack that did not stop cleanly left, if it answers, else a new
+        one (which replaces it)."""
+        cfg = self.config
         self.ddb = DynamoDBLocal(
             data_dir=None if cfg.in_memory else cfg.home / "dynamodb",
             port=cfg.port,
@@ -412,40 +466,42 @@ class LocalStack:
                 time.sleep(0.2)
             endpoint = self.ddb.start()
         log.warning(exposed_interfaces_warning(self.ddb.port))
-        self.settings = settings = LocalSettings.model_validate(
-            {
-                **wanted.model_dump(),
-                "endpoint_url": endpoint,
-                "background_cpus": background_cpus,
-                "dead_letter_queue_url": wanted.dead_letter_queue_url or file_queue_url(self.dead_letter_path),
-            }
-        )
-        client: DynamoDBClient = make_dynamodb_client(settings)
-        created = ensure_table(client, settings.table_name)
-        log.info("table %s %s at %s", settings.table_name, "created" if created else "found", endpoint)
-        if not created:
-            self._fence_the_dead(client, settings)
-        worker_env = executor_env(settings)
-        self.limits = read_function_limits(EXECUTOR_FUNCTION)
-        if cfg.executor_memory_mb is not None:
-            self.limits = replace(self.limits, memory_mb=cfg.executor_memory_mb)
+        return endpoint
+
+    def _executor_limits(self, settings: LocalSettings) -> FunctionLimits:
+        """The executors' limits: the template's, with the stack's memory and the settings' timeout if given."""
+        limits = read_function_limits(EXECUTOR_FUNCTION)
+        if self.config.executor_memory_mb is not None:
+            limits = replace(limits, memory_mb=self.config.executor_memory_mb)
         if settings.local_timeout_s is not None:
-            self.limits = replace(self.limits, timeout_s=settings.local_timeout_s)
+            limits = replace(limits, timeout_s=settings.local_timeout_s)
+        return limits
+
+    def _tell_executors(self, settings: LocalSettings, limits: FunctionLimits) -> LocalSettings:
+        """In Lambda's profile, the settings learn the executors' memory and concurrency, as the template tells
+        the functions in AWS."""
         if settings.profile == "lambda" and settings.executor_memory_mb is None:
             # the executors' CPU, as the template tells the poller and the fast path in AWS: it sizes the batches
-            self.settings = settings = settings.model_copy(update={"executor_memory_mb": self.limits.memory_mb})
+            settings = settings.model_copy(update={"executor_memory_mb": limits.memory_mb})
         if settings.profile == "lambda" and settings.executor_concurrency is None:
             # and how many executors may run at once, which bounds how finely a burst is cut for that CPU: what the
             # template tells the functions in AWS (the executors' reservation, or the share of the account's pool
             # they may take: UnreservedExecutorConcurrency), within what this machine runs at once
             told = function_environment(load_template(), EXECUTOR_FUNCTION)[EXECUTOR_CONCURRENCY_VARIABLE]
-            concurrency = min(int(told), concurrency_cap(self.limits, cfg.max_concurrency))
-            self.settings = settings = settings.model_copy(update={"executor_concurrency": concurrency})
-        self.invoker = LocalInvoker(
+            concurrency = min(int(told), concurrency_cap(limits, self.config.max_concurrency))
+            settings = settings.model_copy(update={"executor_concurrency": concurrency})
+        return settings
+
+    def _start_invoker(
+        self, settings: LocalSettings, worker_env: dict[str, str], limits: FunctionLimits
+    ) -> LocalInvoker:
+        """The executors' invoker, its warm environments waited for through their INIT."""
+        cfg = self.config
+        self.invoker = invoker = LocalInvoker(  # kept at once: a stop stops its workers
             find_project_root() / "src" / "executor" / "app.py",
             worker_env,
             log_file=cfg.home / "logs" / "executor.log",
-            limits=self.limits,
+            limits=limits,
             profile=settings.profile,
             max_concurrency=cfg.max_concurrency,
             prewarm=cfg.prewarm,
@@ -455,56 +511,50 @@ class LocalStack:
             on_worker_started=self._worker_started,
             keep_warm=cfg.keep_warm,
         )
-        if not self.invoker.wait_warm(PREWARM_WAIT_S):  # environments warm from earlier traffic: INIT done
+        if not invoker.wait_warm(PREWARM_WAIT_S):  # environments warm from earlier traffic: INIT done
             log.warning(
                 "the %d warm executors are not all through their INIT after %.0f s", cfg.prewarm, PREWARM_WAIT_S
             )
-        self.poller = poller_on(function_store(settings, POLLER_FUNCTION), self.invoker, settings)
-        if cfg.fast_path:
-            # Its own poller id, so that a batch's dispatcher tells which path dispatched it.
-            self.fast_poller = poller_on(
-                function_store(settings, FAST_PATH_FUNCTION),
-                self.invoker,
-                settings,
-                poller_id=f"fast-{uuid.uuid4().hex[:12]}",
-            )
-            self.stream = StreamReader(
-                endpoint, settings.region, settings.table_name, self._fast_path, stream_filter_patterns()
-            )
-            check_client(self.stream.streams_client, FAST_PATH_FUNCTION, settings)
-            self.stream.start()
-        if check_enabled():  # the local invoker makes no boto3 call: their lambda:InvokeFunction, judged once
-            for function in (POLLER_FUNCTION, *((FAST_PATH_FUNCTION,) if cfg.fast_path else ())):
-                iam_check(function, settings).authorize_executor_invoke()
-            log.info(
-                "IAM check on: every AWS call of the executors, the API, the poller and the fast path is "
-                "judged against its function's role in template.yaml"
-            )
-        # Polling starts before the API: after a restart, what the fenced executors held is due soonest.
-        self._thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
-        self._thread.start()
-        if cfg.api:
-            tokens = self._write_tokens()
-            try:
-                self.api = LocalApi(
-                    ApiResolverFactory(settings),
-                    {**tokens, **cfg.api_tokens},
-                    cfg.api_port,
-                    workers=cfg.api_workers,
-                    background_cpus=background_cpus,
-                ).start()
-            except OSError as exc:
-                self.stop()  # DynamoDB Local and the workers are up: nothing is left running
-                raise RuntimeError(
-                    f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
-                    "another stack may hold the port; give another with --api-port (0: any)"
-                ) from exc
-            for tenant, path in self.api_token_files.items():
-                log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
-        self._first_tick.wait()  # (a tick ends by its deadline) after a restart, what the dead held is dispatched
-        self._up = True
-        self._write_state()  # last: whoever finds it finds every part up
-        return self
+        return invoker
+
+    def _start_pollers(self, settings: LocalSettings, invoker: LocalInvoker, endpoint: str) -> None:
+        """The poller, and with the fast path its own poller fed by the table's stream."""
+        self.poller = poller_on(function_store(settings, POLLER_FUNCTION), invoker, settings)
+        if not self.config.fast_path:
+            return
+        # Its own poller id, so that a batch's dispatcher tells which path dispatched it.
+        self.fast_poller = poller_on(
+            function_store(settings, FAST_PATH_FUNCTION),
+            invoker,
+            settings,
+            poller_id=f"fast-{uuid.uuid4().hex[:12]}",
+        )
+        self.stream = StreamReader(
+            endpoint, settings.region, settings.table_name, self._fast_path, stream_filter_patterns()
+        )
+        check_client(self.stream.streams_client, FAST_PATH_FUNCTION, settings)
+        self.stream.start()
+
+    def _start_api(self, settings: LocalSettings, background_cpus: str | None) -> None:
+        """The REST API with each tenant's token written to its file; a port it cannot take stops the stack."""
+        cfg = self.config
+        tokens = self._write_tokens()
+        try:
+            self.api = LocalApi(
+                ApiResolverFactory(settings),
+                {**tokens, **cfg.api_tokens},
+                cfg.api_port,
+                workers=cfg.api_workers,
+                background_cpus=background_cpus,
+            ).start()
+        except OSError as exc:
+            self.stop()  # DynamoDB Local and the workers are up: nothing is left running
+            raise RuntimeError(
+                f"the REST API cannot listen on 127.0.0.1:{cfg.api_port} ({exc.strerror}): "
+                "another stack may hold the port; give another with --api-port (0: any)"
+            ) from exc
+        for tenant, path in self.api_token_files.items():
+            log.info("REST API at %s (tenant %r: the token in %s)", self.api.url, tenant, path)
 
     def _worker_started(self, _pid: int) -> None:
         if self._up:  # (before, the state file is written at the end of the start)

@@ -299,7 +299,11 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
         item = self._tasks.get(request.task_id)
         if item is None:
             return None
-        if request.held and (taken := self._take_over(item, request, batch_id, executor_id, now_ms, invocation)):
+        if request.held and (
+            taken := self._take_over(
+                item, request, batch_id=batch_id, executor_id=executor_id, now_ms=now_ms, invocation=invocation
+            )
+        ):
             return taken
         if item.status is PENDING and item.due_ms == request.due_ms:
             item.status, item.armed_by, item.lease_until_ms = ARMED, executor_id, request.lease_until_ms
@@ -307,12 +311,19 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
             return Armed(task=item.read())
         if item.held_by(executor_id):
             return Armed(task=item.read())  # a retried arm finds its own change
-        return None if request.held else self._take_over(item, request, batch_id, executor_id, now_ms, invocation)
+        return (
+            None
+            if request.held
+            else self._take_over(
+                item, request, batch_id=batch_id, executor_id=executor_id, now_ms=now_ms, invocation=invocation
+            )
+        )
 
-    def _take_over(  # noqa: PLR0913, PLR0917  the arm call's figures, as the DynamoDB store takes them
+    def _take_over(  # noqa: PLR0913  past the item and its request, the parameters are keyword-only: each named where given
         self,
         item: TaskRecord,
         request: ArmRequest,
+        *,
         batch_id: str,
         executor_id: str,
         now_ms: int,
