@@ -24,7 +24,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from punctual.config.settings import Settings
 from punctual.domain.backoff import backoff_s
@@ -185,15 +184,7 @@ class Executor:
                     "batch %s: no heartbeat could be written; arming nothing (the tasks stay as they are)",
                     event.batch_id,
                 )
-                return BatchReport(
-                    batch_id=event.batch_id,
-                    executor_id=executor_id,
-                    tasks=len(event.tasks),
-                    armed=0,
-                    lost_arm=len(event.tasks),
-                    clock_offset_ms=self._offset.current().offset_ms,
-                    **_outcomes(None),
-                )
+                return _report(event, executor_id, self._offset.current(), None, armed=0, lost=len(event.tasks))
             try:
                 return self._run_armed(event, executor_id)
             finally:
@@ -223,18 +214,17 @@ class Executor:
         # renew it): not fired, so handed back (a no-op where another executor has taken them over meanwhile).
         unfired = [*cancelled, *self._fenced]
         released = sum(1 for entry in unfired if self._release(entry.task.task_id, executor_id))
-        return BatchReport(
-            batch_id=event.batch_id,
-            executor_id=executor_id,
-            tasks=len(event.tasks),
+        return _report(
+            event,
+            executor_id,
+            offset,
+            recording,
             armed=len(armed),
-            lost_arm=lost,
+            lost=lost,
             released=released,
             taken_over=sum(1 for entry in armed if entry.taken_over_until_ms is not None),
             fenced=len(self._fenced),
-            clock_offset_ms=offset.offset_ms,
-            timeline_ms=dict(self._timeline),
-            **_outcomes(recording),
+            timeline=self._timeline,
         )
 
     def _since_start(self) -> int:
@@ -461,22 +451,44 @@ def _failure(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def _outcomes(recording: Recording | None) -> dict[str, Any]:
-    """The batch report's figures of what ``recording`` recorded (None: nothing was): the fires by outcome, and
-    the drift of each."""
+def _report(  # noqa: PLR0913  the report's figures, each named by its caller
+    event: BatchEvent,
+    executor_id: str,
+    offset: ClockOffset,
+    recording: Recording | None,
+    *,
+    armed: int,
+    lost: int,
+    released: int = 0,
+    taken_over: int = 0,
+    fenced: int = 0,
+    timeline: dict[str, int] | None = None,
+) -> BatchReport:
+    """What a batch did: ``armed`` of its tasks armed, ``lost`` to another owner, ``released`` handed back; the
+    fires ``recording`` recorded (None: nothing was), by outcome, and the drift of each."""
     recorded = [] if recording is None else recording.recorded
     count = dict.fromkeys(Outcome, 0)
     for record in recorded:
         count[record.outcome] += 1
-    return {
-        "fired": count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
-        "succeeded": count[Outcome.SUCCEEDED],
-        "failed": count[Outcome.FAILED],
-        "missed": count[Outcome.MISSED],
-        "late": sum(1 for r in recorded if r.late),
-        "retried": count[Outcome.RETRY],
-        "dead_lettered": 0 if recording is None else recording.dead_lettered,
-        "not_recorded": 0 if recording is None else recording.not_recorded,
-        "drift_ms": [r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
-        "late_ms": [r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
-    }
+    return BatchReport(
+        batch_id=event.batch_id,
+        executor_id=executor_id,
+        tasks=len(event.tasks),
+        armed=armed,
+        lost_arm=lost,
+        fired=count[Outcome.SUCCEEDED] + count[Outcome.FAILED] + count[Outcome.RETRY],
+        succeeded=count[Outcome.SUCCEEDED],
+        failed=count[Outcome.FAILED],
+        missed=count[Outcome.MISSED],
+        late=sum(1 for r in recorded if r.late),
+        retried=count[Outcome.RETRY],
+        dead_lettered=0 if recording is None else recording.dead_lettered,
+        not_recorded=0 if recording is None else recording.not_recorded,
+        released=released,
+        taken_over=taken_over,
+        fenced=fenced,
+        clock_offset_ms=offset.offset_ms,
+        timeline_ms=dict(timeline or {}),
+        drift_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and not r.late],
+        late_ms=[r.drift_ms for r in recorded if r.drift_ms is not None and r.late],
+    )
