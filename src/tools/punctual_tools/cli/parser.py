@@ -16,6 +16,8 @@ punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--st
 punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
 punctual backfill-tenant-shards [--dry-run]    key tenant tasks written before the sharded active count (a Scan)
 punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
+punctual console [--port 8767] [--read-only]   the web console on loopback: the local stack's (--aws: AWS's; --api:
+                                               one tenant's through the REST API); punctual up serves it too
 punctual verify [--stack NAME] [--quick]       a mix scheduled to an SQS queue of its own and read back: drift by
                                                group, the checker's verdict, the cost (CloudWatch); cleans up
 """
@@ -26,7 +28,7 @@ import argparse
 import sys
 
 from punctual.errors import PunctualError
-from punctual_tools.cli import maintenance, measure, schedules, stack, tasks
+from punctual_tools.cli import console, maintenance, measure, schedules, stack, tasks
 from punctual_tools.cli.common import client_options, setup_logging
 
 # The verbs that act on a table (--aws: AWS's), and those of them that may go through the REST API instead
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_list(sub)
     maintenance.add_commands(sub)
     measure.add_commands(sub)
+    console.add_commands(sub)
     for name in TABLE_VERBS:
         sub.choices[name].add_argument(
             "--aws", action="store_true", help="use AWS (PUNCTUAL_* settings), not the local stack"

@@ -96,6 +96,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     for line in stack.describe_limits():
         log.info("%s", line)
+    console = serve_console(args, stack) if args.serve_console else None
     try:
         if args.demo:
 
@@ -122,9 +123,25 @@ def cmd_up(args: argparse.Namespace) -> int:
                 break
     finally:
         log.info("stopping: executors hand back unfired tasks, then DynamoDB Local stops")
+        if console is not None:
+            console.stop()
         stack.stop()
         log.info("stopped")
     return 0
+
+
+def serve_console(args: argparse.Namespace, stack: Any) -> Any:
+    """The web console over the stack just started, on ``--console-port``: its URL (with the token) printed."""
+    from punctual_tools.cli.console import start_console
+    from punctual_tools.console.source import local_source
+
+    try:
+        running = start_console(local_source(stack.config.home), stack.config.home, port=args.console_port)
+    except OSError as exc:
+        log.warning("no web console: port %s cannot be listened on (%s); --console-port picks another", args.console_port, exc.strerror)
+        return None
+    print(f"Punctual console: {running.url}", flush=True)
+    return running
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -306,6 +323,10 @@ def add_commands(sub: Any) -> None:
         action="store_false",
         help="serve no REST API (the CLI's commands without --api, and the client, write to the table)",
     )
+    up.add_argument(
+        "--console-port", type=int, default=8767, help="the web console's loopback port (0 picks a free one)"
+    )
+    up.add_argument("--no-console", dest="serve_console", action="store_false", help="serve no web console")
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
     up.add_argument("--demo-tasks", type=int, default=300, help="the demo's tasks, spread over --demo-over seconds")
     up.add_argument("--demo-over", type=float, default=20.0, metavar="SECONDS", help="the demo's span")
