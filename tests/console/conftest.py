@@ -13,18 +13,16 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 
 import pytest
+from fakes import TOKEN, BrowserConsole, FakeSource, demo_source
 from flask import Flask
 from flask.testing import FlaskClient
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, sync_playwright
 
-from fakes import FakeSource, demo_source
 from punctual_tools.console.app import COOKIE, create_app
 from punctual_tools.console.server import ConsoleServer
 
-TOKEN = "console-token-for-tests"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -52,20 +50,6 @@ def client(app: Flask) -> FlaskClient:
     client = app.test_client()
     client.set_cookie(COOKIE, TOKEN)
     return client
-
-
-@dataclass
-class BrowserConsole:
-    """A console served and opened in a browser page: ``url`` is its address; ``problems`` what the page reported
-    (console errors, uncaught errors)."""
-
-    page: Page
-    url: str
-    problems: list[str] = field(default_factory=list)
-
-    def open(self, path: str) -> Page:
-        self.page.goto(self.url + path)
-        return self.page
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,17 @@
 Its changes really change its lists, and it refuses them with the errors of :mod:`punctual.errors` the real sources
 raise, with their messages: a missing task or schedule, a task no longer changeable, a schedule in a state that does
 not allow the change. ``calls`` records each call by name, so that a test can count what a page read.
+
+Also what the tier's fixtures hand its tests: the console's :data:`TOKEN`, and :class:`BrowserConsole` (a console
+served and opened in a browser page).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+
+from playwright.sync_api import Page
 
 from punctual.domain.keys import bucket_start, from_ms, to_ms
 from punctual.domain.model import Task, TaskStatus
@@ -37,8 +42,23 @@ from punctual_tools.console.model import (
 from punctual_tools.stats import percentile
 from support import FIXED_NOW_MS
 
+TOKEN = "console-token-for-tests"
 MINUTE_MS = 60_000
 HOUR_MINUTES = 60
+
+
+@dataclass
+class BrowserConsole:
+    """A console served and opened in a browser page: ``url`` is its address; ``problems`` what the page reported
+    (console errors, uncaught errors)."""
+
+    page: Page
+    url: str
+    problems: list[str] = field(default_factory=list)
+
+    def open(self, path: str) -> Page:
+        self.page.goto(self.url + path)
+        return self.page
 
 
 @dataclass
@@ -64,6 +84,10 @@ class FakeSource:
 
     def clock(self) -> int:
         return self.now_ms
+
+    def status_of(self, task_id: str) -> TaskStatus:
+        """The status the task holds now."""
+        return self.tasks_by_id[task_id].status
 
     def add(self, *tasks: Task) -> None:
         for task in tasks:
@@ -92,7 +116,11 @@ class FakeSource:
         first = bucket_start(now_ms) - (HOUR_MINUTES - 1) * MINUTE_MS
         minutes = []
         for minute_ms in range(first, first + HOUR_MINUTES * MINUTE_MS, MINUTE_MS):
-            done = [t for t in self.tasks_by_id.values() if t.finished_at and bucket_start(to_ms(t.finished_at)) == minute_ms]
+            done = [
+                t
+                for t in self.tasks_by_id.values()
+                if t.finished_at and bucket_start(to_ms(t.finished_at)) == minute_ms
+            ]
             drifts = sorted(t.drift_ms for t in done if t.drift_ms is not None)
             minutes.append(
                 MinuteFigures(
@@ -109,9 +137,7 @@ class FakeSource:
 
     def tasks(self, flt: TaskFilter, now_ms: int) -> TaskPage:
         self.calls.append("tasks")
-        chosen = sorted(
-            (t for t in self.tasks_by_id.values() if _matches(t, flt)), key=lambda t: (t.due_ms, t.task_id)
-        )
+        chosen = sorted((t for t in self.tasks_by_id.values() if _matches(t, flt)), key=lambda t: (t.due_ms, t.task_id))
         ids = [t.task_id for t in chosen]
         start = ids.index(flt.after) + 1 if flt.after in ids else 0
         page = chosen[start : start + flt.limit]
@@ -121,7 +147,9 @@ class FakeSource:
             next_cursor=page[-1].task_id if more and page else None,
             index="tenant" if flt.tenant else "due",
             entries_read=len(page),
-            note=None if flt.tenant or flt.status is None or flt.status.is_active else "finished tasks of no tenant are found by id",
+            note=None
+            if flt.tenant or flt.status is None or flt.status.is_active
+            else "finished tasks of no tenant are found by id",
         )
 
     def task(self, task_id: str) -> Task | None:
@@ -143,7 +171,9 @@ class FakeSource:
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         self.calls.append("dead_letters")
-        failed = sorted((t for t in self.tasks_by_id.values() if t.status is TaskStatus.FAILED), key=lambda t: t.task_id)
+        failed = sorted(
+            (t for t in self.tasks_by_id.values() if t.status is TaskStatus.FAILED), key=lambda t: t.task_id
+        )
         return [DeadLetter(task_id=t.task_id, reason=t.detail or "", task=t) for t in failed[:limit]]
 
     def tenants(self) -> list[TenantUsage] | None:
@@ -267,7 +297,9 @@ def demo_source(now_ms: int = FIXED_NOW_MS) -> FakeSource:
         due = now_ms - (10 + i) * MINUTE_MS
         source.add(_finished(f"acme/done-{i}", due, TaskStatus.SUCCEEDED, drift=2.5 + i))
         source.add(_finished(f"acme/failed-{i}", due, TaskStatus.FAILED, drift=4.0, detail=f"HTTP 500 from target {i}"))
-    source.add(_finished("acme/missed-0", now_ms - 5 * MINUTE_MS, TaskStatus.MISSED, drift=None, detail="past its grace"))
+    source.add(
+        _finished("acme/missed-0", now_ms - 5 * MINUTE_MS, TaskStatus.MISSED, drift=None, detail="past its grace")
+    )
     schedule = Schedule(
         schedule_id="acme/daily",
         expression="cron(0 9 * * ? *)",
@@ -275,7 +307,9 @@ def demo_source(now_ms: int = FIXED_NOW_MS) -> FakeSource:
         action=log,
         created_at=created,
     )
-    source.schedules_by_id[schedule.schedule_id] = schedule.model_copy(update={"next_due_ms": first_due_ms(schedule, now_ms)})
+    source.schedules_by_id[schedule.schedule_id] = schedule.model_copy(
+        update={"next_due_ms": first_due_ms(schedule, now_ms)}
+    )
     occurrence = schedule.occurrence(now_ms - 20 * MINUTE_MS)
     source.add(
         occurrence.model_copy(
