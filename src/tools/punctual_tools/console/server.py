@@ -8,9 +8,18 @@ from types import TracebackType
 from typing import Self
 
 from flask import Flask
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 STOP_TIMEOUT_S = 10
+FIRST_ERROR_STATUS = 400
+
+
+class QuietRequestHandler(WSGIRequestHandler):
+    """Werkzeug's handler, logging only the requests that failed (the Now page asks for its figures every 2 s)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if str(code).isdigit() and int(code) >= FIRST_ERROR_STATUS:
+            super().log_request(code, size)
 
 
 def is_loopback(host: str) -> bool:
@@ -46,7 +55,7 @@ class ConsoleServer:
     def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("the console server is already running")
-        self._server = make_server(self.host, self.port, self.app, threaded=True)
+        self._server = make_server(self.host, self.port, self.app, threaded=True, request_handler=QuietRequestHandler)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="punctual-console", daemon=True)
         self._thread.start()
