@@ -41,6 +41,10 @@ def texts(root: ET.Element) -> list[str]:
     return [t.text or "" for t in root.iterfind(".//svg:text", NS)]
 
 
+def y_labels(root: ET.Element) -> list[str]:
+    return [t.text or "" for t in root.iterfind(".//svg:text[@class='tick-label y']", NS)]
+
+
 def test_the_due_chart_draws_one_bar_a_second_scaled_to_the_busiest() -> None:
     # Given 300 seconds ahead, 10 tasks in the busiest one (a round top: the scale's)
     due = [0] * 300
@@ -59,6 +63,14 @@ def test_the_due_chart_draws_one_bar_a_second_scaled_to_the_busiest() -> None:
     assert len(root.findall(".//svg:line[@class='axis']", NS)) == 2
     labels = texts(root)
     assert {"from now", "tasks due", "+1 min", "+5 min", "0", "10"} <= set(labels)
+    assert y_labels(root) == ["0", "2", "4", "6", "8", "10"]
+
+
+@pytest.mark.parametrize(
+    ("busiest", "ticks"), [(0, ["0", "1"]), (2, ["0", "1", "2"]), (4, ["0", "1", "2", "3", "4", "5"])]
+)
+def test_a_count_axis_is_ticked_in_whole_counts(busiest: int, ticks: list[str]) -> None:
+    assert y_labels(parse(due_chart([busiest, 0, 1]))) == ticks
 
 
 def test_an_empty_horizon_still_draws_its_axes() -> None:

@@ -21,10 +21,10 @@ from punctual_tools.console.model import MinuteFigures
 
 SVG_NS = "http://www.w3.org/2000/svg"
 WIDTH = 720
-HEIGHT = 240
+HEIGHT = 252
 MARGIN_LEFT = 64
-MARGIN_RIGHT = 16
-MARGIN_TOP = 36
+MARGIN_RIGHT = 28
+MARGIN_TOP = 48  # the title, then the legend
 MARGIN_BOTTOM = 44
 DRIFT_FLOOR_MS = 0.1  # the log scale's bottom: a drift at or under it (early fires included) is drawn there
 MINUTE_TICKS_FROM_S = 120  # a horizon this long is ticked by the minute, a shorter one every 10 s
@@ -84,7 +84,7 @@ def _frame(name: str, title: str, x_count: int, y_top: float) -> Frame:
         },
     )
     _element(svg, "title", title)
-    _element(svg, "text", title, x=MARGIN_LEFT, y=20, class_="chart-title")
+    _element(svg, "text", title, x=MARGIN_LEFT, y=16, class_="chart-title")
     return Frame(svg, x_count, y_top)
 
 
@@ -125,7 +125,9 @@ def nice_top(value: float) -> float:
 
 
 def _count_ticks(frame: Frame) -> list[tuple[float, str]]:
-    values = [frame.y_top * i / 4 for i in range(5)]
+    """Whole counts from 0 to the top, five or so (every one up to a top of 5)."""
+    step = nice_top(frame.y_top / 5)
+    values = [step * i for i in range(round(frame.y_top / step) + 1)]
     return [(frame.y(value), f"{value:g}") for value in values]
 
 
@@ -196,9 +198,9 @@ def outcome_chart(minutes: Sequence[MinuteFigures]) -> Markup:
 def _legend(frame: Frame, series: Sequence[tuple[str, str]]) -> None:
     legend = _element(frame.svg, "g", class_="legend")
     for i, (name, label) in enumerate(series):
-        x = WIDTH - MARGIN_RIGHT - 90 * (len(series) - i)
-        _element(legend, "rect", x=x, y=10, width=10, height=10, class_=name)
-        _element(legend, "text", label, x=x + 14, y=19, class_="legend-label")
+        x = MARGIN_LEFT + 90 * i
+        _element(legend, "rect", x=x, y=24, width=10, height=10, class_=name)
+        _element(legend, "text", label, x=x + 14, y=33, class_="legend-label")
 
 
 def _log_y(frame: Frame, value: float) -> float:
