@@ -16,9 +16,10 @@ from punctual.api import build_app
 from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task
+from punctual.errors import ApiError, PunctualError, QuotaExceededError, ScheduleStateError, WireError
 from punctual.scheduling.client import Client
 from punctual.targets import LogAction
-from punctual_tools.console.app import CONTENT_SECURITY_POLICY, COOKIE, create_app
+from punctual_tools.console.app import CONTENT_SECURITY_POLICY, COOKIE, create_app, problem_of
 from punctual_tools.console.model import PAGE_SIZE as CONSOLE_PAGE_SIZE
 from punctual_tools.local.api_server import proxy_event
 
@@ -120,7 +121,8 @@ def test_without_the_token_every_request_is_a_401_saying_where_it_is(app: Flask,
     answer = anonymous.get(path)
     assert answer.status_code == 401
     assert "in the test&#39;s TOKEN" in text(answer)
-    assert "acme" not in text(answer)  # nothing of the source
+    assert "acme" not in text(answer)  # nothing of the source, not even its label
+    assert "fake source" not in text(answer)
     # A wrong cookie or a wrong token in the address is no better
     anonymous.set_cookie(COOKIE, TOKEN + "x")
     assert anonymous.get(path).status_code == 401
@@ -234,6 +236,24 @@ def test_a_filter_by_an_unknown_action_kind_is_a_422_naming_the_field(client: Fl
 def test_an_unknown_task_or_schedule_is_the_apis_404(client: FlaskClient, path: str, message: str) -> None:
     answer = client.get(path)
     assert (answer.status_code, error_message(answer)) == (404, message)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "message"),
+    [
+        (
+            QuotaExceededError("active_tasks", 10, "11 active tasks"),
+            429,
+            "11 active tasks, past the tenant's quota of 10 (active_tasks)",
+        ),
+        (ScheduleStateError("acme/d", "resume", "it is ENDED"), 409, "cannot resume schedule 'acme/d': it is ENDED"),
+        (ApiError(403, "the signature does not match"), 403, "403: the signature does not match"),
+        (ApiError(0, "connection refused"), 502, "0: connection refused"),
+        (WireError("the answer broke off"), 500, "internal error (WireError): the answer broke off"),
+    ],
+)
+def test_each_error_gets_the_apis_status_and_message(error: PunctualError, status: int, message: str) -> None:
+    assert problem_of(error) == (status, message)
 
 
 def test_an_unknown_page_is_a_404_page(client: FlaskClient) -> None:

@@ -18,6 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
@@ -48,8 +49,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 MAX_FORM_BYTES = 1_000_000
-FIRST_ERROR_STATUS = 400
-NO_ANSWER_STATUS = 502  # the REST API a tenant's console reads gave no answer
 
 
 def wall_clock_ms() -> int:
@@ -122,9 +121,10 @@ def guard() -> ResponseReturnValue | None:
 
 
 def refuse(status: int, message: str) -> ResponseReturnValue:
-    """An error page that shows nothing of the source (the caller may not be allowed to see it)."""
-    hint = console().token_hint if status == 401 else None  # noqa: PLR2004  the one status that needs the hint
-    return render_template("error.html", status=status, message=message, hint=hint, bare=True), status
+    """An error page; a 401's shows nothing of the source, only where the token is."""
+    unknown = status == HTTPStatus.UNAUTHORIZED  # no nav, no label for a caller without the token
+    hint = console().token_hint if unknown else None
+    return render_template("error.html", status=status, message=message, hint=hint, bare=unknown), status
 
 
 def secure(response: Response) -> Response:
@@ -153,17 +153,17 @@ def problem_of(error: PunctualError) -> tuple[int, str]:
             answer = handler(error)
             return answer.status_code, str(json.loads(answer.body or "{}").get("detail", error))
     if isinstance(error, ApiError):
-        return (error.status if error.status >= FIRST_ERROR_STATUS else NO_ANSWER_STATUS), str(error)
-    return 500, f"internal error ({type(error).__name__}): {error}"
+        return (error.status if error.status >= HTTPStatus.BAD_REQUEST else int(HTTPStatus.BAD_GATEWAY)), str(error)
+    return int(HTTPStatus.INTERNAL_SERVER_ERROR), f"internal error ({type(error).__name__}): {error}"
 
 
 def show_error(error: PunctualError) -> ResponseReturnValue:
     status, message = problem_of(error)
-    if status >= 500:  # noqa: PLR2004  a server error is logged with its trace
+    if status >= HTTPStatus.INTERNAL_SERVER_ERROR:  # a server error is logged with its trace
         log.error("console: %s %s", request.method, request.path, exc_info=error)
     return render_template("error.html", status=status, message=message), status
 
 
 def show_http_error(error: HTTPException) -> ResponseReturnValue:
     status = error.code or 500
-    return render_template("error.html", status=status, message=error.description, bare=True), status
+    return render_template("error.html", status=status, message=error.description), status
