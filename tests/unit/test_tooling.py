@@ -115,8 +115,9 @@ def test_each_extra_names_a_requirement_of_a_group_as_it_is_written_there() -> N
 
 
 def test_make_tests_parallel_run_measures_the_runtimes_coverage_under_a_floor() -> None:
-    # Given the pytest runs of make test and the coverage options the first is given
-    (covered, parallel, serial) = [line for line in _recipe("test") if " pytest " in line]
+    # Given the pytest runs of make test (and make e2e's) and the coverage options the first is given
+    (covered, parallel) = [line for line in _recipe("test") if " pytest " in line]
+    (serial,) = [line for line in _recipe("e2e") if " pytest " in line]
     coverage = _make_variable("COVERAGE").split()
     # Then the first (the runtime's own tiers), and only it, measures the runtime package and fails under a floor
     assert "$(COVERAGE)" in covered.split()
