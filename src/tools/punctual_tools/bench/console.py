@@ -15,25 +15,36 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from punctual.config.clients import aws_client
+from punctual.config.settings import Settings
+from punctual.domain.keys import from_ms
+from punctual.domain.model import Task
+from punctual.runtime.client import Client
+from punctual.stores.dynamodb import DynamoStores
+from punctual.targets.http import HttpAction
+from punctual.targets.log import LogAction
 from punctual_tools.bench.pages import PAGES, git_commit
+from punctual_tools.console.app import create_app
+from punctual_tools.console.figures import minutes_of
+from punctual_tools.console.model import MinuteFigures
+from punctual_tools.console.source import OperatorSource
+from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.stats import summarize
+from punctual_tools.template.table import ensure_table
 
 if TYPE_CHECKING:
     from flask.testing import FlaskClient
     from mypy_boto3_dynamodb import DynamoDBClient
-
-    from punctual.config.settings import Settings
-    from punctual.domain.model import Task
 
 log = logging.getLogger("punctual_tools.bench.console")
 
@@ -45,7 +56,7 @@ WRITERS = 8  # threads writing the seed
 WRITE_CHUNK = 25  # BatchWriteItem's most
 SCHEDULES = 20
 PAGE_WALK = 10  # the Tasks page followed by its cursor this many times: the 10th page's time
-TOKEN = "bench-console-token"  # noqa: S105  the benchmark's own console, in this process only
+TOKEN = "bench-console-token"  # the benchmark's own console, in this process only
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +80,6 @@ PAGE_LIST = (
 
 
 def _tasks(count: int, now_ms: int) -> Iterator[Task]:
-    from punctual.domain.keys import from_ms
-    from punctual.domain.model import Task
-    from punctual.targets.http import HttpAction
-    from punctual.targets.log import LogAction
-
     log_action = LogAction(message="bench")
     http_action = HttpAction(url="https://hooks.example.com/bench")
     for i in range(count):
@@ -88,8 +94,6 @@ def _tasks(count: int, now_ms: int) -> Iterator[Task]:
 def seed(ddb: DynamoDBClient, settings: Settings, count: int, now_ms: int) -> float:
     """Write ``count`` PENDING tasks of the tenant straight into the table (their items as the store writes them, in
     BatchWriteItem calls): how many seconds it took."""
-    from punctual.stores.dynamodb import DynamoStores
-
     items = DynamoStores.from_settings(ddb, settings).client
 
     def put(chunk: list[Task]) -> None:
@@ -143,8 +147,6 @@ def measure(client: FlaskClient, path: str, repeats: int, counter: CallCounter) 
 
 def _walk(client: FlaskClient, pages: int) -> str:
     """The cursor of the Tasks page ``pages`` pages in (following each page's "next" link)."""
-    import re
-
     path = "/tasks"
     cursor = ""
     for _ in range(pages - 1):
@@ -169,30 +171,39 @@ def measure_pages(client: FlaskClient, counter: CallCounter, repeats: int, *, ta
     return figures
 
 
+def no_figures(now_ms: int) -> list[MinuteFigures]:
+    """The last hour with nothing fired: the benchmark runs no executor."""
+    return minutes_of([], now_ms)
+
+
+def bench_source(settings: Settings, ddb: DynamoDBClient) -> OperatorSource:
+    """The operator's source over the table (no stack runs: no batch log, no dead-letter queue)."""
+    stores = DynamoStores.from_settings(ddb, settings)
+    return OperatorSource(
+        label=f"benchmark table {settings.table_name}",
+        stores=stores,
+        client=Client(settings, stores=stores),
+        dead_letter_queue=None,
+        figures=no_figures,
+        figures_note="the benchmark runs no executor",
+        tenant_names=(TENANT,),
+    )
+
+
 @contextmanager
 def console_over(endpoint: str) -> Iterator[tuple[FlaskClient, CallCounter, DynamoDBClient, Settings]]:
     """A console app over the table on ``endpoint`` (its own client, counted), logged in."""
-    from punctual.config.clients import aws_client
-    from punctual.config.settings import Settings
-    from punctual_tools.console.app import create_app
-    from punctual_tools.console.source import stores_source
-    from punctual_tools.template.table import ensure_table
-
     settings = Settings.from_env(endpoint_url=endpoint, table_name="PunctualConsoleBench", ntp_server=None)
     ddb = aws_client("dynamodb", settings)
     ensure_table(ddb, settings.table_name)
     counter = CallCounter(ddb)
-    app = create_app(stores_source(settings, ddb, tenants=(TENANT,)), token=TOKEN)
+    app = create_app(bench_source(settings, ddb), token=TOKEN)
     client = app.test_client()
     client.get(f"/?token={TOKEN}")
     yield client, counter, ddb, settings
 
 
 def run(tasks: int, repeats: int) -> dict[str, Any]:
-    from punctual.runtime.client import Client
-    from punctual.targets.log import LogAction
-    from punctual_tools.local.dynamodb_local import DynamoDBLocal
-
     server = DynamoDBLocal(data_dir=None, in_memory=True)
     endpoint = server.start()
     try:
@@ -204,7 +215,9 @@ def run(tasks: int, repeats: int) -> dict[str, Any]:
             seed_s = seed(ddb, settings, tasks, now_ms)
             scheduler = Client(settings, dynamodb=ddb)
             for i in range(SCHEDULES):
-                scheduler.create_schedule(f"{TENANT}/every-{i + 1}-minutes", f"rate({i + 1} minutes)", LogAction(message="x"))
+                scheduler.create_schedule(
+                    f"{TENANT}/every-{i + 1}-minutes", f"rate({i + 1} minutes)", LogAction(message="x")
+                )
             log.info("the pages over %d tasks", tasks)
             full = measure_pages(client, counter, repeats, task_id=f"{TENANT}/t-{tasks // 2:06d}")
     finally:
@@ -264,8 +277,7 @@ def render(report: dict[str, Any]) -> str:
             f"page, {report['repeats']} times, against the target of {report['target_ms']:.0f} ms (its p99), and "
             "against the same page over an empty table measured in the same run (the floor).",
             "",
-            f"Run: commit `{report['commit']}`, {report['at']}; `make bench-console`. "
-            f"Footing: {report['footing']}.",
+            f"Run: commit `{report['commit']}`, {report['at']}; `make bench-console`. Footing: {report['footing']}.",
             "",
             f"**{met} of {len(report['pages'])} pages within the target.**",
             "",

@@ -52,7 +52,7 @@ class RunningConsole:
         self.server.stop()
 
 
-def start_console(  # noqa: PLR0913  what the console shows, where, and how it lets one in, keyword-only
+def start_console(
     source: ConsoleSource,
     home_dir: Path,
     *,
@@ -77,9 +77,13 @@ def source_of(args: argparse.Namespace) -> ConsoleSource:
     from punctual_tools.console import source
 
     if args.api:
+        from punctual.scheduling.api_client import ApiClient
         from punctual_tools.cli.common import client_of
 
-        return source.api_source(client_of(args), api_tenant(args))
+        api = client_of(args)
+        assert isinstance(api, ApiClient)  # --api: client_of answers the REST API's client
+        tenant = api_tenant(args) if not args.aws else "of your AWS principal"
+        return source.TenantSource(label=f"tenant {tenant} through the REST API", api=api, tenant=tenant)
     if args.aws:
         return source.aws_source(settings_of(args))
     return source.local_source(home(args))
@@ -90,9 +94,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        running = start_console(
-            source_of(args), home(args), port=args.port, host=args.host, read_only=args.read_only
-        )
+        running = start_console(source_of(args), home(args), port=args.port, host=args.host, read_only=args.read_only)
     except OSError as exc:
         raise PunctualError(f"the console cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     print(f"Punctual console: {running.url}  (read-only)" if args.read_only else f"Punctual console: {running.url}")
@@ -109,7 +111,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     console = sub.add_parser(
         "console", help="serve the web console on loopback (the local stack's, AWS's with --aws, a tenant's with --api)"
     )
-    console.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"its port (default {DEFAULT_PORT}; 0: any free one)")
+    console.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"its port (default {DEFAULT_PORT}; 0: any free one)"
+    )
     console.add_argument("--host", default="127.0.0.1", help="its address: loopback only (default 127.0.0.1)")
     console.add_argument("--read-only", action="store_true", help="only look: no change can be made from it")
     console.add_argument("--aws", action="store_true", help="AWS's table (PUNCTUAL_* settings), as the operator")

@@ -138,7 +138,11 @@ def serve_console(args: argparse.Namespace, stack: Any) -> Any:
     try:
         running = start_console(local_source(stack.config.home), stack.config.home, port=args.console_port)
     except OSError as exc:
-        log.warning("no web console: port %s cannot be listened on (%s); --console-port picks another", args.console_port, exc.strerror)
+        log.warning(
+            "no web console: port %s cannot be listened on (%s); --console-port picks another",
+            args.console_port,
+            exc.strerror,
+        )
         return None
     print(f"Punctual console: {running.url}", flush=True)
     return running

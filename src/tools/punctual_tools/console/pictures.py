@@ -12,25 +12,31 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import shutil
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
+from playwright.sync_api import Browser, ViewportSize, sync_playwright
 
-    from punctual.scheduling.protocol import Scheduler
+from punctual.runtime.client import Client
+from punctual.scheduling.api_client import ApiClient
+from punctual.scheduling.protocol import Scheduler
+from punctual.targets.http import HttpAction
+from punctual.targets.log import LogAction
+from punctual_tools.cli.console import start_console
+from punctual_tools.console.source import local_source
+from punctual_tools.local.stack import LocalStack, StackConfig
 
 log = logging.getLogger("punctual_tools.console.pictures")
 
 ROOT = Path(__file__).resolve().parents[4]
 OUT = ROOT / "docs" / "img"
-VIEWPORT = {"width": 1280, "height": 860}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 860}
 POLL_INTERVAL_S = 5.0
 SPREAD = 240  # log tasks spread over the next SPREAD_S seconds
 SPREAD_S = 180
@@ -57,11 +63,8 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def schedule_workload(client: Scheduler, tenants: dict[str, Scheduler], now: datetime) -> str:
+def schedule_workload(client: Scheduler, tenants: Mapping[str, Scheduler], now: datetime) -> str:
     """The workload the pictures show; the id of a task that will have fired by the time they are taken."""
-    from punctual.targets.http import HttpAction
-    from punctual.targets.log import LogAction
-
     first = ""
     for i in range(SPREAD):
         due = now + timedelta(seconds=3 + i * SPREAD_S / SPREAD)
@@ -72,10 +75,8 @@ def schedule_workload(client: Scheduler, tenants: dict[str, Scheduler], now: dat
         client.schedule(burst_at, LogAction(message="publish"), {"n": i}, task_id=f"publish-{i:04d}")
     port = closed_port()
     for i in range(FAILING):
-        client.schedule(
-            now + timedelta(seconds=20 + i), HttpAction(url=f"http://127.0.0.1:{port}/hook"), {"order": i},
-            task_id=f"webhook-{i:02d}",
-        )
+        hook = HttpAction.model_validate({"url": f"http://127.0.0.1:{port}/hook"})
+        client.schedule(now + timedelta(seconds=20 + i), hook, {"order": i}, task_id=f"webhook-{i:02d}")
     client.create_schedule("heartbeat", "rate(2 seconds)", LogAction(message="heartbeat"), {"every": "2 s"})
     client.create_schedule(
         "morning-report", "cron(0 9 ? * MON-FRI *)", LogAction(message="report"), timezone="Europe/Paris"
@@ -89,10 +90,6 @@ def schedule_workload(client: Scheduler, tenants: dict[str, Scheduler], now: dat
 @contextlib.contextmanager
 def chromium() -> Iterator[Browser]:
     """Debian's headless Chromium, driven by Playwright."""
-    import shutil
-
-    from playwright.sync_api import sync_playwright
-
     executable = shutil.which("chromium")
     if executable is None:
         raise SystemExit("chromium is not on the PATH: make browser installs Debian's")
@@ -106,7 +103,7 @@ def chromium() -> Iterator[Browser]:
 
 def take(browser: Browser, url: str, pages: dict[str, str], out: Path) -> list[Path]:
     """A full-page picture of each of ``pages`` (name -> path) of the console at ``url`` (which carries the token)."""
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]  # a ViewportSize's two keys
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.goto(url)  # the token: the console sets its cookie
     base = url.split("/?", 1)[0]
@@ -123,12 +120,7 @@ def take(browser: Browser, url: str, pages: dict[str, str], out: Path) -> list[P
 
 
 def run(out: Path) -> list[Path]:
-    from punctual.runtime.client import Client
-    from punctual.scheduling.api_client import ApiClient
-    from punctual_tools.cli.console import start_console
-    from punctual_tools.console.source import local_source
-    from punctual_tools.local.stack import LocalStack, StackConfig
-
+    """Run the workload on a local stack of its own and take the pictures into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="punctual-pictures-") as tmp:
         home = Path(tmp)
@@ -143,9 +135,7 @@ def run(out: Path) -> list[Path]:
         with LocalStack(config) as stack:
             assert stack.settings is not None
             assert stack.api is not None
-            apis: dict[str, Any] = {
-                t: ApiClient(stack.api.url, token=stack.api_token_path(t).read_text().strip()) for t in TENANTS
-            }
+            apis = {t: ApiClient(stack.api.url, token=stack.api_token_path(t).read_text().strip()) for t in TENANTS}
             fired = schedule_workload(Client(stack.settings), apis, datetime.now(UTC))
             log.info("the workload runs for %d s before the pictures", WARM_UP_S)
             time.sleep(WARM_UP_S)
