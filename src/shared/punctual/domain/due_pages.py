@@ -95,3 +95,11 @@ def still_listed(entries: list[Entry], found: dict[str, Task], statuses: Iterabl
         for due_ms, task_id in entries
         if (task := found.get(task_id)) is not None and task.status in wanted and task.due_ms == due_ms
     ]
+
+
+def instant_buckets(first_bucket_ms: int, last_bucket_ms: int, max_buckets: int) -> tuple[list[int], bool]:
+    """The buckets a count of due instants reads: from the bucket of ``first_bucket_ms`` through that of
+    ``last_bucket_ms``, the latest ``max_buckets`` of them at most; and whether that is all of them."""
+    first, last = bucket_start(first_bucket_ms), bucket_start(last_bucket_ms)
+    start = max(first, last - (max_buckets - 1) * BUCKET_MS)
+    return list(range(start, last + 1, BUCKET_MS)), start == first or first > last

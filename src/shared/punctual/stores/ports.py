@@ -196,6 +196,15 @@ class ClientPort(Protocol):
         of buckets; the cursor goes on from where it stopped."""
         ...
 
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        """The due instants of the due index's entries due in ``[due_from_ms, due_to_ms)`` (keys only: no task is
+        read, so a finished task the index still lists a moment is counted), at most ``limit`` of them, read from the
+        buckets :meth:`due_page` would read, the latest ``max_buckets`` of them at most; and whether that was all of
+        them (False: ``limit`` or ``max_buckets`` cut the read short)."""
+        ...
+
     def count_active(self, tenant: str) -> int:
         """How many of ``tenant``'s tasks (occurrences included) are PENDING or ARMED, as the store's index saw
         them a moment ago (eventually consistent: a task created or finished just now may not be counted yet)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from punctual.domain.due_pages import DuePosition, Entry, still_listed, walk_due_page
+from punctual.domain.due_pages import DuePosition, Entry, instant_buckets, still_listed, walk_due_page
 from punctual.domain.keys import BUCKET_MS, bucket_start, index_key
 from punctual.domain.model import Task, TaskStatus
 from punctual.stores.dynamodb.codec import schedule_id_of_key, to_av
@@ -103,6 +103,40 @@ class DuePages:
         entries, cursor, read = walk_due_page(low, max(high, now_ms), after, limit, read_bucket)
         found = {task.task_id: task for task in readable_tasks(self.table.items_of([t for _, t in entries]))}
         return still_listed(entries, found, statuses), cursor, read
+
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        """See :meth:`punctual.stores.ports.ClientPort.due_instants`: each bucket's shards queried in parallel, a
+        bucket at a time, keys only (``due_ms``)."""
+        low, high = due_from_ms if due_from_ms is not None else 0, due_to_ms - 1
+        first = self.first_bucket()
+        if first is None:
+            return [], True
+        buckets, complete = instant_buckets(max(first, bucket_start(low)), max(high, now_ms), max_buckets)
+        dues: list[int] = []
+        shards = range(self.table.config.shard_count)
+        for bucket_ms in buckets:
+            queries = [(bucket_ms, shard) for shard in shards]
+            for part in self.table.parallel(lambda q: self._instants(q[0], q[1], low, high), queries):
+                dues.extend(part)
+            if len(dues) > limit:
+                return dues[:limit], False
+        return dues, complete
+
+    def _instants(self, bucket_ms: int, shard: int, low: int, high: int) -> list[int]:
+        """The due instants of one shard of one bucket in ``[low, high]`` (schedules' entries left out)."""
+        dues: list[int] = []
+        for page in self.table.client.get_paginator("query").paginate(
+            TableName=self.table.name,
+            IndexName=DUE_INDEX,
+            KeyConditionExpression="due_bucket = :pk AND due_ms BETWEEN :low AND :high",
+            ExpressionAttributeValues=to_av({":pk": index_key(bucket_ms, shard), ":low": low, ":high": high}),
+            ProjectionExpression="task_id, due_ms",
+        ):
+            items = page.get("Items", [])
+            dues.extend(int(raw["due_ms"]["N"]) for raw in items if schedule_id_of_key(raw["task_id"]["S"]) is None)
+        return dues
 
     def _shard(
         self, bucket_ms: int, shard: int, dues: tuple[int, int], position: DuePosition | None, needed: int

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from punctual.config.settings import Settings
-from punctual.domain.due_pages import DuePosition, Entry, still_listed, walk_due_page
+from punctual.domain.due_pages import DuePosition, Entry, instant_buckets, still_listed, walk_due_page
 from punctual.domain.keys import bucket_start, buckets_between, from_ms
 from punctual.domain.model import (
     Armed,
@@ -194,6 +194,18 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
         entries, cursor, read = walk_due_page(low, max(high, now_ms), after, limit, read_bucket)
         found = self.get_many([task_id for _, task_id in entries])
         return still_listed(entries, found, statuses), cursor, read
+
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        low, high = due_from_ms if due_from_ms is not None else 0, due_to_ms - 1
+        with self._lock:
+            first = self._index.first_bucket()
+            if first is None:
+                return [], True
+            buckets, complete = instant_buckets(max(first, bucket_start(low)), max(high, now_ms), max_buckets)
+            dues = [due for minute in buckets for due, _ in self._index.tasks_listed(minute, low, high)]
+        return (dues[:limit], False) if len(dues) > limit else (dues, complete)
 
     def count_active(self, tenant: str) -> int:
         with self._lock:
