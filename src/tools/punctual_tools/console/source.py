@@ -55,6 +55,10 @@ OVERDUE_BUCKETS = 60  # minutes of the due index (the latest) the overdue count 
 EXECUTOR_WINDOW_MS = 10 * 60_000  # an executor is shown when it reported a batch this recently
 API_PAGES = 10  # pages of the REST API's listing (1,000 tasks each) a tenant's Now page reads at most
 API_PAGE = 1_000
+# Without a due range's end, the due index is listed up to an hour ahead: a page walks at most an hour of minutes
+# (each a query of every shard), and an index of tasks due months ahead would otherwise page through empty hours
+DEFAULT_AHEAD_MS = 3_600_000
+DEFAULT_AHEAD_NOTE = "active tasks due up to an hour from now, overdue ones included: a due range shows later ones"
 FINISHED_NOTE = (
     "finished tasks are listed per tenant (choose one); FAILED ones are on the Dead letters page; any task is "
     "found by its id"
@@ -209,14 +213,14 @@ class OperatorSource:
             return TaskPage(tasks=tasks, next_cursor=cursor, index="tenant", entries_read=read)
         if flt.status is not None and not flt.status.is_active:
             return TaskPage(tasks=[], next_cursor=None, index="due", entries_read=0, note=FINISHED_NOTE)
-        horizon_ms = self.client.settings.max_horizon_days * 86_400_000  # no task is due later than the horizon
-        due_to = flt.due_to_ms if flt.due_to_ms is not None else now_ms + horizon_ms + 1
+        due_to = flt.due_to_ms if flt.due_to_ms is not None else now_ms + DEFAULT_AHEAD_MS
+        note = DEFAULT_AHEAD_NOTE if flt.due_to_ms is None else None
 
         def due_page(after: str | None, wanted: int) -> tuple[list[Task], str | None, int]:
             return client.due_page(flt.due_from_ms, due_to, after, wanted, now_ms=now_ms, statuses=statuses)
 
         tasks, cursor, read = filled_page(due_page, flt)
-        return TaskPage(tasks=tasks, next_cursor=cursor, index="due", entries_read=read)
+        return TaskPage(tasks=tasks, next_cursor=cursor, index="due", entries_read=read, note=note)
 
     def task(self, task_id: str) -> Task | None:
         return self.client.get(task_id)
