@@ -434,7 +434,8 @@ class TenantSource:
                 redriven.append(task_id)
         return RedriveOutcome(redriven=redriven, skipped=skipped)
 
-    def tenants(self) -> None:
+    def tenants(self) -> list[TenantUsage] | None:
+        """None: quota use per tenant is the operator's view."""
         return None
 
 
