@@ -61,7 +61,7 @@ FORCE:
 ## DynamoDB Local's) run apart, unmeasured: coverage's tracing would slow them by half for no runtime line of its own
 TEST_WORKERS ?= auto
 COVERED_TIERS := tests/unit tests/functional
-PARALLEL_TIERS := tests/tools tests/template tests/contract tests/integration
+PARALLEL_TIERS := tests/tools tests/template tests/contract tests/integration tests/console
 SERIAL_TIERS := tests/e2e tests/aws
 FAULT_TIERS := tests/faults
 COVERAGE_FLOOR := 94

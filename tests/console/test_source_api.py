@@ -19,6 +19,8 @@ from punctual_tools.doubles import FakeClock
 from punctual_tools.local.api_server import LocalApi
 from support import TaskFactory, make_failed, read_task, serving_api
 
+pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
+
 TOKENS = {"token-acme": "acme", "token-beta": "beta"}
 
 

@@ -17,6 +17,8 @@ from punctual.targets import LogAction
 from punctual_tools.console.source import OperatorSource
 from support import TaskFactory, make_failed, read_task
 
+pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
+
 
 def test_cancel_reschedule_and_run_now_change_the_table(
     source: OperatorSource, stores: DynamoStores, tasks: TaskFactory, now: int

@@ -3,11 +3,15 @@ index's keys, the last hour's figures from the stack's batch log, and the execut
 
 from __future__ import annotations
 
+import pytest
+
 from punctual.domain.keys import BUCKET_MS, bucket_start
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.console.figures import BatchLog
 from punctual_tools.console.source import OperatorSource
 from support import TaskFactory
+
+pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
 
 
 def test_the_load_ahead_and_the_overdue_come_from_the_due_index(

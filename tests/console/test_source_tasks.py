@@ -17,6 +17,8 @@ from punctual_tools.console.model import ConsoleSource, TaskFilter, TaskPage
 from punctual_tools.console.source import DEFAULT_AHEAD_NOTE, FINISHED_NOTE, OperatorSource
 from support import TaskFactory, arm, make_failed
 
+pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
+
 
 def all_pages(source: ConsoleSource, flt: TaskFilter, now: int) -> list[TaskPage]:
     """Every page of a listing, each asked for with the cursor the last one answered."""

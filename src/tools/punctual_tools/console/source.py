@@ -31,7 +31,7 @@ from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
 from punctual.scheduling.redrive import Selection, redrive_tasks
 from punctual.stores.dlq import RedrivableQueue
-from punctual.stores.dynamodb.executors import HeartbeatItem
+from punctual.stores.dynamodb.heartbeats import HeartbeatItem
 from punctual.stores.ports import Stores
 from punctual.targets.registry import TargetRules
 from punctual_tools.console.figures import BatchLine, BatchLog, hour_minutes, minutes_of
@@ -445,6 +445,7 @@ def local_source(home: Path) -> OperatorSource:
     table, dead-letter queue and batch log are, and which tenants it serves); PunctualError when none runs."""
     from punctual.stores.dlq import build_dead_letter_queue, file_queue_url  # noqa: PLC0415  the builders' own
     from punctual.stores.dynamodb import build_stores  # noqa: PLC0415
+    from punctual.stores.dynamodb.heartbeats import heartbeat_items  # noqa: PLC0415
     from punctual_tools.local.stack import client_settings, local_tenant_map, read_state  # noqa: PLC0415
 
     state = read_state(home)
@@ -473,7 +474,7 @@ def local_source(home: Path) -> OperatorSource:
         figures=figures,
         figures_note=f"the last hour: the stack's batch log ({batch_log.path}), each batch in the minute it ended",
         batch_log=batch_log,
-        heartbeats=stores.firing.heartbeat_items,
+        heartbeats=lambda executor_ids: heartbeat_items(stores.table, executor_ids),
         tenant_names=tenants,
         tenant_map=tenant_map,
     )

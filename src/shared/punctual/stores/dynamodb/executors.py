@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -46,19 +45,6 @@ log = logging.getLogger(__name__)
 EXECUTOR_PREFIX = "#executor#"  # heartbeat items: not valid task ids, never in the due index
 TAKEOVER_ATTEMPTS = 6  # transactions of one chunk: a conflict or a lost task is tried again
 UNREAD_ALIVE_UNTIL_MS = 2**62  # what a heartbeat that could not be read counts as: alive
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HeartbeatItem:
-    """An executor's heartbeat item as stored: alive up to ``alive_until_ms``, last renewed at ``beat_ms`` by the
-    ``invocation`` running it; ``fenced`` or ``taken_over`` once it is known dead."""
-
-    executor_id: str
-    alive_until_ms: int | None
-    beat_ms: int | None
-    invocation: str | None
-    fenced: bool
-    taken_over: bool
 
 
 def _fire_fields(record: FireRecord, values: dict[str, Any]) -> list[str]:
@@ -180,30 +166,6 @@ class Executors:
         # rather than be taken over on a guess.
         seen.update({key[len(EXECUTOR_PREFIX) :]: (UNREAD_ALIVE_UNTIL_MS, False) for key in unread})
         return {e: seen.get(e, (None, False)) for e in executor_ids}
-
-    def heartbeat_items(self, executor_ids: set[str]) -> dict[str, HeartbeatItem]:
-        """The heartbeat items of ``executor_ids`` that exist (one strongly consistent BatchGetItem a hundred): what
-        an operator looks at; a key left unprocessed (throttled) is left out."""
-        if not executor_ids:
-            return {}
-        items = self.table.batch_get(
-            [EXECUTOR_PREFIX + e for e in executor_ids],
-            consistent=True,
-            projection="task_id, alive_until_ms, beat_ms, invocation, fenced, taken_over",
-            partial=True,
-        )
-        found = [
-            HeartbeatItem(
-                executor_id=(text_of(i, "task_id") or "")[len(EXECUTOR_PREFIX) :],
-                alive_until_ms=number_of(i, "alive_until_ms"),
-                beat_ms=number_of(i, "beat_ms"),
-                invocation=text_of(i, "invocation"),
-                fenced="fenced" in i,
-                taken_over="taken_over" in i,
-            )
-            for i in items
-        ]
-        return {beat.executor_id: beat for beat in found}
 
     # -- arms and takeovers ------------------------------------------------------------------------------
     def arm_many(
