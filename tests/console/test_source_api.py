@@ -13,7 +13,7 @@ from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction
-from punctual_tools.console.model import TaskFilter
+from punctual_tools.console.model import ConsoleSource, TaskFilter
 from punctual_tools.console.source import TenantSource, api_source
 from punctual_tools.doubles import FakeClock
 from punctual_tools.local.api_server import LocalApi
@@ -69,8 +69,9 @@ def test_a_tenants_now_page_counts_its_own_load_and_no_operator_figures(
     assert view.overdue == 1
     assert (view.minutes, view.executors) == ([], None)
     assert view.notes
-    assert acme.operator is False
-    assert acme.tenants() is None
+    as_port: ConsoleSource = acme  # the port the pages read, implemented
+    assert as_port.operator is False
+    assert as_port.tenants() is None
 
 
 def test_a_tenants_failed_tasks_are_its_dead_letters_and_redrive_through_the_api(

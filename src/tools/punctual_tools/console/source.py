@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
@@ -47,6 +47,8 @@ from punctual_tools.console.model import (
 )
 
 if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+
     from punctual.stores.dlq import DeadLetter as QueuedLetter
 
 KIND_PAGES = 5  # index pages a page filtered by action kind reads at most to fill itself
@@ -485,7 +487,7 @@ def tenants_of(tenant_map: TenantMap) -> tuple[str, ...]:
     return tuple(sorted({name for name, _ in tenant_map.tenants} | {t for _, t in tenant_map.principals}))
 
 
-def aws_source(settings: Settings, cloudwatch: Any = None) -> OperatorSource:
+def aws_source(settings: Settings, cloudwatch: CloudWatchClient | None = None) -> OperatorSource:
     """The operator's view of the deployed stack ``settings`` name (the ``PUNCTUAL_*`` settings of the CLI's
     ``--aws``), with the operator's AWS credentials: its table, its dead-letter queue, its tenant map, and the last
     hour's figures from CloudWatch (``cloudwatch``: a client, by default one for ``settings.region``)."""
