@@ -134,3 +134,28 @@ def test_a_page_reads_a_bounded_share_of_a_full_minute_and_no_scan(dynamo_backen
     # And no call was a Scan: Query, BatchGetItem and the watermarks' read only
     assert calls
     assert set(calls) <= {"Query", "BatchGetItem"}
+
+
+def test_due_instants_count_the_index_keys_in_a_range(store: Stores, tasks: TaskFactory) -> None:
+    # Given tasks due 1 s, 1.5 s and 70 s ahead, one due 30 s ago (written late, under NOW's minute), one due 5
+    # minutes ago written then (under its own minute), a cancelled one, and a schedule's entry
+    for due in (NOW + 1_000, NOW + 1_500, NOW + 70_000, NOW - 30_000):
+        tasks.create(due)
+    tasks.create(NOW - 300_000, now_ms=NOW - 300_000)
+    store.client.cancel(tasks.create(NOW + 2_000).task_id, NOW)
+    schedule = Schedule(schedule_id="hourly", expression="rate(1 hour)", action=LogAction(), next_due_ms=NOW + 30_000)
+    store.schedules.create_schedule(schedule, [], NOW)
+    # When the instants due in the next minute are read, then those overdue
+    ahead, ahead_whole = store.client.due_instants(NOW, NOW + 60_000, now_ms=NOW, limit=100, max_buckets=5)
+    overdue, overdue_whole = store.client.due_instants(None, NOW, now_ms=NOW, limit=100, max_buckets=60)
+    # Then each counts its own tasks (the index's keys: no schedule, nothing finished), all of them
+    assert (sorted(ahead), ahead_whole) == ([NOW + 1_000, NOW + 1_500], True)
+    assert (sorted(overdue), overdue_whole) == ([NOW - 300_000, NOW - 30_000], True)
+    # And a read cut short by its limit or its buckets says so, keeping the latest buckets
+    assert store.client.due_instants(None, NOW, now_ms=NOW, limit=1, max_buckets=60)[1] is False
+    latest, whole = store.client.due_instants(None, NOW, now_ms=NOW, limit=100, max_buckets=1)
+    assert (latest, whole) == ([NOW - 30_000], False)
+
+
+def test_due_instants_of_an_empty_index(store: Stores) -> None:
+    assert store.client.due_instants(None, NOW, now_ms=NOW, limit=10, max_buckets=5) == ([], True)
