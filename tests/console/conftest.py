@@ -5,6 +5,7 @@ log in the test's own home), and a store and a client on the same table to set t
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ def home(tmp_path: Path, ddb_local: str, local_table: str) -> Path:
     """A local stack's home whose state file names the test's table, as a running stack writes it."""
     state = {
         "ready": True,
-        "pid": 0,
+        "pid": os.getpid(),  # a process that runs: the stack's, as far as the source can tell
         "endpoint_url": ddb_local,
         "table_name": local_table,
         "shard_count": SHARDS,

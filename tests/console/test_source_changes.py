@@ -4,17 +4,20 @@ redrive that changes both, and the tenants' quota use."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from punctual.domain.model import TaskStatus
 from punctual.domain.schedules import ScheduleState
-from punctual.errors import InvalidTaskError, ScheduleNotFoundError, TaskNotFoundError, TaskStateError
+from punctual.errors import InvalidTaskError, PunctualError, ScheduleNotFoundError, TaskNotFoundError, TaskStateError
 from punctual.scheduling.client import Client
 from punctual.scheduling.protocol import ScheduleSpec
 from punctual.stores.dlq import FileDeadLetterQueue
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import LogAction
-from punctual_tools.console.source import OperatorSource
+from punctual_tools.console.source import OperatorSource, local_source
 from support import TaskFactory, make_failed, read_task
 
 pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
@@ -117,3 +120,12 @@ def test_tenants_show_their_active_tasks_and_schedules_against_their_quotas(
     assert acme.schedule_rate_per_s == pytest.approx(1 / 3600, rel=0.01)
     assert (usage["beta"].active_tasks, usage["beta"].schedules, usage["beta"].active_tasks_limit) == (1, 0, 100_000)
     assert usage["local"].active_tasks == 0
+
+
+def test_no_source_without_a_running_stack(home: Path) -> None:
+    # Given the state file a killed stack left (its process gone)
+    state = json.loads((home / "stack.json").read_text())
+    (home / "stack.json").write_text(json.dumps({**state, "pid": 0}))
+    # When the console looks for the stack, then it is told none runs
+    with pytest.raises(PunctualError, match="no local stack is running"):
+        local_source(home)

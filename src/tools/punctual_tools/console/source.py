@@ -448,10 +448,10 @@ def local_source(home: Path) -> OperatorSource:
     from punctual.stores.dlq import build_dead_letter_queue, file_queue_url  # noqa: PLC0415  the builders' own
     from punctual.stores.dynamodb import build_stores  # noqa: PLC0415
     from punctual.stores.dynamodb.heartbeats import heartbeat_items  # noqa: PLC0415
-    from punctual_tools.local.stack import client_settings, local_tenant_map, read_state  # noqa: PLC0415
+    from punctual_tools.local.stack import client_settings, local_tenant_map, wait_ready  # noqa: PLC0415
 
-    state = read_state(home)
-    if not state or not state.get("ready"):
+    state = wait_ready(home, 0)  # ready, and its process alive
+    if state is None:
         raise PunctualError(f"no local stack is running with its home at {home}: start one with punctual up")
     tenants = tuple(state.get("tenants") or ())
     tenant_map_text = state.get("tenant_map") or local_tenant_map(tenants, int(state.get("receiver_port") or 0))
