@@ -11,6 +11,7 @@ import pytest
 
 from punctual.domain.keys import bucket_start
 from punctual.domain.model import TaskStatus
+from punctual.errors import InvalidRequestError
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.console.model import ConsoleSource, TaskFilter, TaskPage
@@ -158,3 +159,20 @@ def test_no_listing_scans_the_table(
     assert calls
     assert "Scan" not in calls
     assert set(calls) <= {"Query", "BatchGetItem", "GetItem"}
+
+
+@pytest.mark.parametrize(
+    ("flt", "field"),
+    [
+        (TaskFilter(limit=0), "limit"),
+        (TaskFilter(tenant="not a tenant"), "tenant"),
+        (TaskFilter(tenant="acme", after="beta/t-1"), "after"),
+        (TaskFilter(after="yesterday"), "after"),
+    ],
+)
+def test_a_filter_no_index_can_answer_is_refused_naming_its_field(
+    source: OperatorSource, now: int, flt: TaskFilter, field: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        source.tasks(flt, now)
+    assert refused.value.field == field

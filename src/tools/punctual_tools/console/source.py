@@ -24,8 +24,8 @@ from punctual.domain.keys import from_ms
 from punctual.domain.model import Task, TaskStatus
 from punctual.domain.quota import held_by
 from punctual.domain.schedules import Schedule, ScheduleState
-from punctual.domain.tenancy import prefix
-from punctual.errors import PunctualError, ScheduleNotFoundError, ScheduleStateError
+from punctual.domain.tenancy import is_tenant, prefix
+from punctual.errors import InvalidRequestError, PunctualError, ScheduleNotFoundError, ScheduleStateError
 from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
@@ -84,6 +84,19 @@ def filled_page(read_page: PageReader, flt: TaskFilter) -> tuple[list[Task], str
         if cursor is None or len(tasks) >= flt.limit:
             break
     return tasks, cursor, read
+
+
+def check_filter(flt: TaskFilter) -> None:
+    """Refuse a filter no index can answer, as the API refuses bad input (InvalidRequestError naming the field): a
+    page of no task, a tenant name that is none, a tenant's cursor that is not one of its ids."""
+    if flt.limit < 1:
+        raise InvalidRequestError("limit", f"a page holds at least one task, not {flt.limit}")
+    if flt.tenant is None:
+        return
+    if not is_tenant(flt.tenant):
+        raise InvalidRequestError("tenant", f"{flt.tenant!r} is not a tenant name")
+    if flt.after is not None and not flt.after.startswith(prefix(flt.tenant)):
+        raise InvalidRequestError("after", f"{flt.after!r} is not a cursor of the tenant {flt.tenant}'s tasks")
 
 
 def per_second(dues: Iterable[int], now_ms: int, horizon_s: int) -> list[int]:
@@ -204,6 +217,7 @@ class OperatorSource:
         no tenant: an empty page and a note saying where those are)."""
         client = self.stores.client
         statuses = [flt.status] if flt.status is not None else None
+        check_filter(flt)
         if flt.tenant is not None:
             tenant = flt.tenant
 
