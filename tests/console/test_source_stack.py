@@ -55,6 +55,7 @@ def test_the_console_reads_what_a_running_stack_did(
         assert wait_until(lambda: sum(line.fired for line in stack.batch_log.read(0)) >= FIRED, timeout=60)
         source = local_source(tmp_path)
         try:
+            lines = stack.batch_log.read(0)  # (a duplicate dispatch may still end a batch later: not in the view)
             now = now_ms()
             view = source.now(now)
             page = source.tasks(TaskFilter(), now)
@@ -67,7 +68,10 @@ def test_the_console_reads_what_a_running_stack_did(
     assert sum(m.fired for m in view.minutes) >= FIRED
     assert any(m.drift_max_ms is not None for m in view.minutes)
     assert view.executors
-    assert {e.executor_id for e in view.executors} == {line.executor_id for line in stack.batch_log.read(0)}
-    assert all(e.beat_ms is not None and e.batches >= 1 for e in view.executors)
+    shown = {e.executor_id: e for e in view.executors}
+    assert {line.executor_id for line in lines} <= set(shown)
+    firing = {line.executor_id for line in lines if line.fired}
+    assert firing
+    assert all(shown[e].beat_ms is not None and shown[e].batches >= 1 for e in firing)
     assert waiting in [t.task_id for t in page.tasks]
     assert tenants == {"local", "acme"}
