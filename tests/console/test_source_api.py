@@ -11,6 +11,9 @@ import pytest
 
 from punctual.config.settings import Settings
 from punctual.domain.model import TaskStatus
+from punctual.errors import PunctualError
+from punctual.runtime.client import Client
+from punctual.scheduling.api_client import ApiClient
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction
 from punctual_tools.console.model import ConsoleSource, TaskFilter
@@ -32,7 +35,7 @@ def api(ddb_local_client: Any, settings: Settings, clock: FakeClock) -> Iterator
 
 @pytest.fixture
 def acme(api: LocalApi) -> TenantSource:
-    return api_source(api.url, "acme", "token-acme")
+    return api_source(ApiClient(api.url, token="token-acme"), "acme")
 
 
 def test_a_tenant_pages_through_its_own_tasks_only(acme: TenantSource, tasks: TaskFactory, now: int) -> None:
@@ -102,3 +105,8 @@ def test_a_tenants_changes_go_through_the_api(
     assert read_task(stores, "acme/b").due_ms == moved.due_ms == now + 660_000
     assert acme.task("b") is not None
     assert acme.task("nowhere") is None
+
+
+def test_a_tenants_console_needs_the_rest_api(settings: Settings) -> None:
+    with pytest.raises(PunctualError, match="REST API"):
+        api_source(Client(settings), "acme")

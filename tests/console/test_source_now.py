@@ -3,12 +3,15 @@ index's keys, the last hour's figures from the stack's batch log, and the execut
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from punctual.config.settings import Settings
 from punctual.domain.keys import BUCKET_MS, bucket_start
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.console.figures import BatchLog
-from punctual_tools.console.source import OperatorSource
+from punctual_tools.console.source import OperatorSource, stores_source
 from support import TaskFactory
 
 pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
@@ -90,3 +93,21 @@ def test_the_notes_say_where_the_figures_come_from(source: OperatorSource, now: 
     assert "due index" in notes
     assert "batch log" in notes
     assert "heartbeat" in notes
+
+
+def test_a_source_over_a_table_alone_has_no_figures_and_says_so(
+    ddb_local_client: Any, settings: Settings, tasks: TaskFactory, now: int
+) -> None:
+    # Given a table with a task due in 2 s and no stack (no batch log)
+    tasks.create(now + 2_000, now_ms=now)
+    source = stores_source(settings, ddb_local_client, tenants=("acme",))
+    try:
+        # When its Now page is read
+        view = source.now(now, 10)
+    finally:
+        assert isinstance(source.stores, DynamoStores)
+        source.stores.table.close()
+    # Then the load ahead is there, the hour's minutes empty, no executors, and the notes say why
+    assert view.due_per_second[2] == 1
+    assert (len(view.minutes), sum(m.fired for m in view.minutes), view.executors) == (60, 0, None)
+    assert "no batch log" in " ".join(view.notes)

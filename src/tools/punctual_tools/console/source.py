@@ -48,7 +48,9 @@ from punctual_tools.console.model import (
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_dynamodb import DynamoDBClient
 
+    from punctual.scheduling.protocol import Scheduler
     from punctual.stores.dlq import DeadLetter as QueuedLetter
 
 KIND_PAGES = 5  # index pages a page filtered by action kind reads at most to fill itself
@@ -456,43 +458,67 @@ class TenantSource:
 
 
 # -- builders -----------------------------------------------------------------------------------------------------
+def stores_source(
+    settings: Settings,
+    dynamodb: DynamoDBClient | None = None,
+    *,
+    tenants: tuple[str, ...] = (),
+    batch_log: BatchLog | None = None,
+    label: str | None = None,
+) -> OperatorSource:
+    """The operator's view of the table ``settings`` name (through ``dynamodb``, by default a client of the
+    settings), its dead-letter queue and the tenant map of the settings, knowing ``tenants``; the last hour's figures
+    and the executors from ``batch_log`` (None: neither is known, and the notes say so)."""
+    from punctual.stores.dlq import build_dead_letter_queue  # noqa: PLC0415  the builders' own
+    from punctual.stores.dynamodb import DynamoStores, build_stores  # noqa: PLC0415
+    from punctual.stores.dynamodb.heartbeats import heartbeat_items  # noqa: PLC0415
+
+    stores = DynamoStores.from_settings(dynamodb, settings) if dynamodb is not None else build_stores(settings)
+    tenant_map = TenantMap.parse(settings.tenant_map)
+    log = batch_log
+
+    def figures(now_ms: int) -> list[MinuteFigures]:
+        return minutes_of(log.read(hour_minutes(now_ms)[0]) if log is not None else [], now_ms)
+
+    return OperatorSource(
+        label=label or f"table {settings.table_name} at {settings.endpoint_url or settings.region}",
+        stores=stores,
+        client=Client(settings, stores.client, stores.schedules, tenant_map=tenant_map),
+        dead_letter_queue=build_dead_letter_queue(settings),
+        figures=figures,
+        figures_note=(
+            f"the last hour: the stack's batch log ({log.path}), each batch in the minute it ended"
+            if log is not None
+            else "the last hour: no batch log here, so no figures"
+        ),
+        batch_log=log,
+        heartbeats=(lambda executor_ids: heartbeat_items(stores.table, executor_ids)) if log is not None else None,
+        tenant_names=tenants,
+        tenant_map=tenant_map,
+    )
+
+
 def local_source(home: Path) -> OperatorSource:
     """The operator's view of the local stack running with its home at ``home`` (its state file says where its
     table, dead-letter queue and batch log are, and which tenants it serves); PunctualError when none runs."""
-    from punctual.stores.dlq import build_dead_letter_queue, file_queue_url  # noqa: PLC0415  the builders' own
-    from punctual.stores.dynamodb import build_stores  # noqa: PLC0415
-    from punctual.stores.dynamodb.heartbeats import heartbeat_items  # noqa: PLC0415
+    from punctual.stores.dlq import file_queue_url  # noqa: PLC0415
     from punctual_tools.local.stack import client_settings, local_tenant_map, wait_ready  # noqa: PLC0415
 
     state = wait_ready(home, 0)  # ready, and its process alive
     if state is None:
         raise PunctualError(f"no local stack is running with its home at {home}: start one with punctual up")
     tenants = tuple(state.get("tenants") or ())
-    tenant_map_text = state.get("tenant_map") or local_tenant_map(tenants, int(state.get("receiver_port") or 0))
     settings = Settings.from_env(
         **client_settings(state),
         dead_letter_queue_url=state.get("dead_letter_queue_url") or file_queue_url(home / "dlq.jsonl"),
-        tenant_map=tenant_map_text,
+        tenant_map=state.get("tenant_map") or local_tenant_map(tenants, int(state.get("receiver_port") or 0)),
         tenant_map_parameter=None,
     )
-    stores = build_stores(settings)
-    tenant_map = TenantMap.parse(tenant_map_text)
-    batch_log = BatchLog(Path(state.get("batch_log") or home / "batches.jsonl"))
-
-    def figures(now_ms: int) -> list[MinuteFigures]:
-        return minutes_of(batch_log.read(hour_minutes(now_ms)[0]), now_ms)
-
-    return OperatorSource(
+    return stores_source(
+        settings,
+        tenants=tenants,
+        batch_log=BatchLog(Path(state.get("batch_log") or home / "batches.jsonl")),
         label=f"local stack at {settings.endpoint_url} (table {settings.table_name})",
-        stores=stores,
-        client=Client(settings, stores.client, stores.schedules, tenant_map=tenant_map),
-        dead_letter_queue=build_dead_letter_queue(settings),
-        figures=figures,
-        figures_note=f"the last hour: the stack's batch log ({batch_log.path}), each batch in the minute it ended",
-        batch_log=batch_log,
-        heartbeats=lambda executor_ids: heartbeat_items(stores.table, executor_ids),
-        tenant_names=tenants,
-        tenant_map=tenant_map,
     )
 
 
@@ -527,10 +553,10 @@ def aws_source(settings: Settings, cloudwatch: CloudWatchClient | None = None) -
     )
 
 
-def api_source(url: str, tenant: str, token: str | None, region: str = "us-east-1") -> TenantSource:
-    """The tenant ``tenant``'s view through the REST API at ``url``: with ``token`` as its bearer token (the local
-    stack's API), else signed with SigV4 by the caller's AWS credentials (whose principal the tenant map names)."""
-    how = "a bearer token" if token is not None else "SigV4"
-    return TenantSource(
-        label=f"tenant {tenant} via {url} ({how})", api=ApiClient(url, token=token, region=region), tenant=tenant
-    )
+def api_source(api: Scheduler, tenant: str) -> TenantSource:
+    """The tenant ``tenant``'s view through the REST API that ``api`` reaches (an
+    :class:`~punctual.scheduling.api_client.ApiClient`: with the local stack's bearer token, or signed with SigV4 by
+    the caller's AWS credentials, whose principal the tenant map names)."""
+    if not isinstance(api, ApiClient):
+        raise PunctualError("a tenant's console reads the REST API: give its URL (--api, or PUNCTUAL_API_URL)")
+    return TenantSource(label=f"tenant {tenant} via {api.base_url}", api=api, tenant=tenant)
