@@ -1,6 +1,7 @@
-"""Fixtures of the console's tier: the operator's source built by ``local_source`` from a state file written as a
-running local stack writes it, over a fresh table in the session's DynamoDB Local (its dead-letter queue and batch
-log in the test's own home), and a store and a client on the same table to set the scene with."""
+"""Fixtures of the console's sources: the operator's source (``operator``) built by ``local_source`` from a state
+file written as a running local stack writes it, over a fresh table in the session's DynamoDB Local (its dead-letter
+queue and batch log in the test's own home), and a store and a client (``scene_client``) on the same table to set the
+scene with."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def settings(home: Path, ddb_local: str, local_table: str) -> Settings:
 
 
 @pytest.fixture
-def source(home: Path) -> Iterator[OperatorSource]:
-    """The console's operator source, as ``punctual console`` builds it for the stack at ``home``."""
+def operator(home: Path) -> Iterator[OperatorSource]:
+    """The console's operator operator, as ``punctual console`` builds it for the stack at ``home``."""
     built = local_source(home)
     try:
         yield built
@@ -101,7 +102,7 @@ def clock(now: int) -> FakeClock:
 
 
 @pytest.fixture
-def client(stores: DynamoStores, settings: Settings, clock: Clock) -> Client:
+def scene_client(stores: DynamoStores, settings: Settings, clock: Clock) -> Client:
     """A client of the scene's table at ``now``."""
     return Client(settings, stores.client, stores.schedules, clock=clock, tenant_map=TenantMap.parse(TENANT_MAP))
 

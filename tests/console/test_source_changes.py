@@ -24,54 +24,58 @@ pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
 
 
 def test_cancel_reschedule_and_run_now_change_the_table(
-    source: OperatorSource, stores: DynamoStores, tasks: TaskFactory, now: int
+    operator: OperatorSource, stores: DynamoStores, tasks: TaskFactory, now: int
 ) -> None:
     # Given three pending tasks due in ten minutes
     one, two, three = (tasks.create(now + 600_000, now_ms=now) for _ in range(3))
     # When the console cancels the first, moves the second a minute on and runs the third now
-    source.cancel(one.task_id)
-    moved = source.reschedule(two.task_id, now + 660_000)
-    ran = source.run_now(three.task_id)
+    operator.cancel(one.task_id)
+    moved = operator.reschedule(two.task_id, now + 660_000)
+    ran = operator.run_now(three.task_id)
     # Then the table says so
     assert read_task(stores, one.task_id).status is TaskStatus.CANCELLED
     assert read_task(stores, two.task_id).due_ms == moved.due_ms == now + 660_000
     assert ran.due_ms <= now + 60_000
-    assert source.task(three.task_id) == read_task(stores, three.task_id)
+    assert operator.task(three.task_id) == read_task(stores, three.task_id)
     # And a refused change raises the client's own errors, the task as it is with them
     with pytest.raises(TaskStateError) as refused:
-        source.cancel(one.task_id)
+        operator.cancel(one.task_id)
     assert refused.value.task is not None
     with pytest.raises(TaskNotFoundError):
-        source.run_now("no-such-task")
+        operator.run_now("no-such-task")
     with pytest.raises(InvalidTaskError):
-        source.reschedule(two.task_id, now + 400 * 86_400_000)  # past the horizon
-    assert source.task("no-such-task") is None
+        operator.reschedule(two.task_id, now + 400 * 86_400_000)  # past the horizon
+    assert operator.task("no-such-task") is None
 
 
-def test_schedules_their_occurrences_and_their_changes(source: OperatorSource, client: Client, now: int) -> None:
+def test_schedules_their_occurrences_and_their_changes(
+    operator: OperatorSource, scene_client: Client, now: int
+) -> None:
     # Given a schedule firing every minute
-    client.submit_schedule(ScheduleSpec(schedule_id="every-minute", expression="rate(1 minute)", action=LogAction()))
+    scene_client.submit_schedule(
+        ScheduleSpec(schedule_id="every-minute", expression="rate(1 minute)", action=LogAction())
+    )
     # When the console lists it and its occurrences
-    listed = [s.schedule_id for s in source.schedules()]
-    occurrences = source.occurrences("every-minute", limit=2)
+    listed = [s.schedule_id for s in operator.schedules()]
+    occurrences = operator.occurrences("every-minute", limit=2)
     # Then it is there, and its latest two occurrences come newest first, each as stored
     assert "every-minute" in listed
     assert len(occurrences) == 2
     assert occurrences[0].due_ms > occurrences[1].due_ms
     assert all(t.task_id.startswith("every-minute@") for t in occurrences)
     # And run-now adds one more due now; pause, resume and delete change its state
-    extra = source.run_schedule_now("every-minute")
-    assert extra.due_ms <= source.client.now_ms()
-    assert source.pause_schedule("every-minute").state is ScheduleState.PAUSED
-    assert source.resume_schedule("every-minute").state is ScheduleState.ACTIVE
-    assert source.delete_schedule("every-minute").state is ScheduleState.DELETED
+    extra = operator.run_schedule_now("every-minute")
+    assert extra.due_ms <= operator.client.now_ms()
+    assert operator.pause_schedule("every-minute").state is ScheduleState.PAUSED
+    assert operator.resume_schedule("every-minute").state is ScheduleState.ACTIVE
+    assert operator.delete_schedule("every-minute").state is ScheduleState.DELETED
     with pytest.raises(ScheduleNotFoundError):
-        source.run_schedule_now("every-minute")
-    assert source.schedule("no-such-schedule") is None
+        operator.run_schedule_now("every-minute")
+    assert operator.schedule("no-such-schedule") is None
 
 
 def test_dead_letters_are_joined_with_the_table_and_a_redrive_changes_both(
-    source: OperatorSource, stores: DynamoStores, tasks: TaskFactory, queue: FileDeadLetterQueue, now: int
+    operator: OperatorSource, stores: DynamoStores, tasks: TaskFactory, queue: FileDeadLetterQueue, now: int
 ) -> None:
     # Given two FAILED tasks with their dead letters (the first failed twice: two letters), and a letter whose task
     # is gone
@@ -83,7 +87,7 @@ def test_dead_letters_are_joined_with_the_table_and_a_redrive_changes_both(
     gone = tasks.build(now + 1_000, "gone")
     queue.send(gone, "expired since")
     # When the console looks at the dead letters
-    letters = {letter.task_id: letter for letter in source.dead_letters()}
+    letters = {letter.task_id: letter for letter in operator.dead_letters()}
     # Then each task comes once, with its newest reason and as stored now; the gone one without a task
     assert set(letters) == {"broken-1", "broken-2", "gone"}
     assert letters["broken-1"].reason == "boom (attempt 2)"
@@ -93,7 +97,7 @@ def test_dead_letters_are_joined_with_the_table_and_a_redrive_changes_both(
     assert len(queue.receive()) == 4
     # When the first is redriven along with a task that is not FAILED and one that does not exist
     pending = tasks.create(now + 60_000, now_ms=now)
-    outcome = source.redrive(["broken-1", pending.task_id, "nowhere"])
+    outcome = operator.redrive(["broken-1", pending.task_id, "nowhere"])
     # Then the first is PENDING again and its letters are gone; the others are skipped, each with why
     assert outcome.redriven == ["broken-1"]
     assert outcome.skipped == {pending.task_id: "not FAILED", "nowhere": "not found"}
@@ -102,16 +106,16 @@ def test_dead_letters_are_joined_with_the_table_and_a_redrive_changes_both(
 
 
 def test_tenants_show_their_active_tasks_and_schedules_against_their_quotas(
-    source: OperatorSource, client: Client, tasks: TaskFactory, now: int
+    operator: OperatorSource, scene_client: Client, tasks: TaskFactory, now: int
 ) -> None:
     # Given acme with two active tasks, a finished one and a schedule; beta with one task; local with nothing
     for i in range(2):
         tasks.create(now + 60_000, f"acme/t-{i}", now_ms=now)
-    source.cancel(tasks.create(now + 60_000, "acme/t-done", now_ms=now).task_id)
-    client.submit_schedule(ScheduleSpec(schedule_id="acme/hourly", expression="rate(1 hour)", action=LogAction()))
+    operator.cancel(tasks.create(now + 60_000, "acme/t-done", now_ms=now).task_id)
+    scene_client.submit_schedule(ScheduleSpec(schedule_id="acme/hourly", expression="rate(1 hour)", action=LogAction()))
     tasks.create(now + 60_000, "beta/t-0", now_ms=now)
     # When the Tenants page is read
-    usage = {u.tenant: u for u in source.tenants()}
+    usage = {u.tenant: u for u in operator.tenants()}
     # Then each tenant the stack serves is there, its use against the quotas of the tenant map (acme's its own)
     assert set(usage) == {"local", "acme", "beta"}
     acme = usage["acme"]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
 
 
 def test_the_load_ahead_and_the_overdue_come_from_the_due_index(
-    source: OperatorSource, tasks: TaskFactory, now: int
+    operator: OperatorSource, tasks: TaskFactory, now: int
 ) -> None:
     # Given tasks due 0.5 s, 1.2 s (two), 299.9 s and 301 s ahead, one due 10 s ago written now (listed under now's
     # minute), one due 90 s ago written 100 s ago (under its own minute), and one cancelled
@@ -27,9 +27,9 @@ def test_the_load_ahead_and_the_overdue_come_from_the_due_index(
     tasks.create(now - 10_000, now_ms=now)
     tasks.create(now - 90_000, now_ms=now - 100_000)
     gone = tasks.create(now + 2_500, now_ms=now)
-    source.cancel(gone.task_id)
+    operator.cancel(gone.task_id)
     # When the Now page is read for the next 300 seconds
-    view = source.now(now, 300)
+    view = operator.now(now, 300)
     # Then each second counts the tasks due in it (the one past the horizon and the cancelled one left out), and
     # the two overdue ones are counted
     assert len(view.due_per_second) == 300
@@ -39,7 +39,7 @@ def test_the_load_ahead_and_the_overdue_come_from_the_due_index(
 
 
 def test_the_last_hour_comes_from_the_batch_log_a_minute_each(
-    source: OperatorSource, batch_log: BatchLog, now: int
+    operator: OperatorSource, batch_log: BatchLog, now: int
 ) -> None:
     # Given batches that ended in this minute (drifts 1..100 ms), two minutes ago, and two hours ago
     this_minute, two_ago = bucket_start(now), bucket_start(now) - 2 * BUCKET_MS
@@ -48,7 +48,7 @@ def test_the_last_hour_comes_from_the_batch_log_a_minute_each(
     batch_log.append({"executor_id": "x-1", "fired": 1, "drift_ms": [7.5]}, two_ago + 59_999)
     batch_log.append({"executor_id": "x-9", "fired": 5, "drift_ms": [1_000.0]}, now - 7_200_000)
     # When the Now page is read
-    minutes = source.now(now).minutes
+    minutes = operator.now(now).minutes
     # Then it holds the hour's 60 minutes, oldest first, ending with this one
     assert [m.minute_ms for m in minutes] == [this_minute - (59 - i) * BUCKET_MS for i in range(60)]
     last, earlier = minutes[-1], minutes[-3]
@@ -62,7 +62,7 @@ def test_the_last_hour_comes_from_the_batch_log_a_minute_each(
 
 
 def test_the_executors_are_those_of_recent_batches_with_their_heartbeats(
-    source: OperatorSource, stores: DynamoStores, batch_log: BatchLog, now: int
+    operator: OperatorSource, stores: DynamoStores, batch_log: BatchLog, now: int
 ) -> None:
     # Given executors that reported batches lately: one alive, one fenced, one whose heartbeat lapsed, one with no
     # heartbeat item; and one whose last batch is 20 minutes old
@@ -76,7 +76,7 @@ def test_the_executors_are_those_of_recent_batches_with_their_heartbeats(
     batch_log.append({"executor_id": "x-none", "fired": 1}, now - 90_000)
     batch_log.append({"executor_id": "x-old", "fired": 1}, now - 1_200_000)
     # When the Now page is read
-    executors = source.now(now).executors
+    executors = operator.now(now).executors
     # Then each recent one is there, the latest first, with its state, heartbeat and batch count
     assert executors is not None
     shown = {e.executor_id: e for e in executors}
@@ -88,8 +88,8 @@ def test_the_executors_are_those_of_recent_batches_with_their_heartbeats(
     assert (shown["x-none"].state, shown["x-none"].alive_until_ms) == ("lapsed", None)
 
 
-def test_the_notes_say_where_the_figures_come_from(source: OperatorSource, now: int) -> None:
-    notes = " ".join(source.now(now).notes)
+def test_the_notes_say_where_the_figures_come_from(operator: OperatorSource, now: int) -> None:
+    notes = " ".join(operator.now(now).notes)
     assert "due index" in notes
     assert "batch log" in notes
     assert "heartbeat" in notes
@@ -100,13 +100,13 @@ def test_a_source_over_a_table_alone_has_no_figures_and_says_so(
 ) -> None:
     # Given a table with a task due in 2 s and no stack (no batch log)
     tasks.create(now + 2_000, now_ms=now)
-    source = stores_source(settings, ddb_local_client, tenants=("acme",))
+    operator = stores_source(settings, ddb_local_client, tenants=("acme",))
     try:
         # When its Now page is read
-        view = source.now(now, 10)
+        view = operator.now(now, 10)
     finally:
-        assert isinstance(source.stores, DynamoStores)
-        source.stores.table.close()
+        assert isinstance(operator.stores, DynamoStores)
+        operator.stores.table.close()
     # Then the load ahead is there, the hour's minutes empty, no executors, and the notes say why
     assert view.due_per_second[2] == 1
     assert (len(view.minutes), sum(m.fired for m in view.minutes), view.executors) == (60, 0, None)
