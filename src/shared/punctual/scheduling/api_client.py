@@ -338,24 +338,34 @@ class ApiClient(Scheduler):
     ) -> builtins.list[Task]:
         """As :meth:`Client.list <punctual.scheduling.client.Client.list>`: every page read, then sorted by due;
         the items the API left out as unreadable are counted in ``unreadable``."""
-        statuses = (
-            None if status is None else [str(s) for s in (status if isinstance(status, builtins.list) else [status])]
-        )
         tasks: builtins.list[Task] = []
         token = None
         while True:
-            page = self._call(
-                "GET",
-                "/v1/tasks",
-                query={"status": statuses, "due_from": due_from, "due_to": due_to, "limit": 1000, "next_token": token},
-            )
-            tasks.extend(_task(t) for t in page["tasks"])
-            _count_unreadable(page, unreadable)
-            token = page.get("next_token")
+            page, token = self.list_page(status, due_from, due_to, 1000, token, unreadable)
+            tasks.extend(page)
             if not token:
                 break
         tasks.sort(key=lambda t: (t.due_at, t.task_id))
         return tasks if limit is None else tasks[:limit]
+
+    def list_page(  # noqa: PLR0913, PLR0917  list()'s filters, then the page's size and token, as the API names them
+        self,
+        status: TaskStatus | str | builtins.list[TaskStatus | str] | None = None,
+        due_from: datetime | None = None,
+        due_to: datetime | None = None,
+        limit: int = 100,
+        next_token: str | None = None,
+        unreadable: Unreadable | None = None,
+    ) -> tuple[builtins.list[Task], str | None]:
+        """One page of the caller's tasks as ``GET /v1/tasks`` answers it (in id order; a filter may leave a page
+        short), and the token of the next page (None: the last)."""
+        statuses = (
+            None if status is None else [str(s) for s in (status if isinstance(status, builtins.list) else [status])]
+        )
+        query = {"status": statuses, "due_from": due_from, "due_to": due_to, "limit": limit, "next_token": next_token}
+        page = self._call("GET", "/v1/tasks", query=query)
+        _count_unreadable(page, unreadable)
+        return [_task(t) for t in page["tasks"]], page.get("next_token") or None
 
     def _task_call(self, task_id: str, verb: str, body: Any = None) -> Task:
         return _task(self._call("POST", f"/v1/tasks/{quote(task_id, safe=ID_SAFE)}/{verb}", body))

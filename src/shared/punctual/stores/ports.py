@@ -4,7 +4,7 @@ implementation, and each takes the ports it uses:
 * :class:`DispatchPort`: what the poller and the fast path need: find due work, note a poll's start, read the last;
 * :class:`FiringPort`: what the executor needs: heartbeats and fences, arm, record, release, and reading what it holds;
 * :class:`ClientPort`: what the client, the API, redrive, quotas and the schedules' chain need of tasks: create, read,
-  list, page and count a tenant's, cancel, reschedule, redrive;
+  list, page and count a tenant's, page the due index, cancel, reschedule, redrive;
 * :class:`SchedulePort`: recurring schedules, their cursor and their changes (the client and the poller's chain).
 
 :class:`Stores` is the record of one store's ports, each its own part, that the wiring builds and hands out.
@@ -172,6 +172,37 @@ class ClientPort(Protocol):
         among the next ``limit`` of its items that match the filters (so a page may hold fewer, even none), and
         the id the next page starts after (None: no more). Reads only the tenant's items; one that cannot be read
         is left out and counted in ``unreadable``."""
+        ...
+
+    def due_page(  # noqa: PLR0913  a page's due range and cursor, and the page's keyword-only reading
+        self,
+        due_from_ms: int | None,
+        due_to_ms: int,
+        after: str | None,
+        limit: int,
+        *,
+        now_ms: int,
+        statuses: Iterable[TaskStatus] | None = None,
+    ) -> tuple[list[Task], str | None, int]:
+        """One page of the active tasks due in ``[due_from_ms, due_to_ms)``, read from the due index (never a scan):
+        in the order of :mod:`punctual.domain.due_pages` (by minute bucket, then due and id: a task written after
+        its due minute comes with the minute it was written in), from the cursor ``after`` or else from the oldest
+        bucket that may hold an active task (the watermark; ``due_from_ms``'s if later) through the bucket of
+        ``max(due_to_ms - 1, now_ms)``; each task as stored now (strongly consistent). The index is eventually
+        consistent: a task it lists that is no longer one of ``statuses`` (default PENDING and ARMED), or no longer
+        due when the entry says, is left out (so a page may hold fewer than ``limit``, even none). Returns the tasks,
+        the next page's cursor (None: no more) and how many index entries were read. A page reads at most
+        ``limit`` entries a shard of each bucket (more only when entries share a due instant) and at most an hour
+        of buckets; the cursor goes on from where it stopped."""
+        ...
+
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        """The due instants of the due index's entries due in ``[due_from_ms, due_to_ms)`` (keys only: no task is
+        read, so a finished task the index still lists a moment is counted), at most ``limit`` of them, read from the
+        buckets :meth:`due_page` would read, the latest ``max_buckets`` of them at most; and whether that was all of
+        them (False: ``limit`` or ``max_buckets`` cut the read short)."""
         ...
 
     def count_active(self, tenant: str) -> int:

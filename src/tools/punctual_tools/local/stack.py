@@ -49,6 +49,7 @@ from punctual.polling.poller import Poller
 from punctual.runtime.wiring import decode_stream_image, poller_on
 from punctual.stores.dlq import file_queue_url
 from punctual.stores.dynamodb import DynamoStores, build_stores
+from punctual_tools.console.figures import BATCH_LOG, BatchLog
 from punctual_tools.iam import check_client, check_enabled
 from punctual_tools.iam.live import ENABLE_VARIABLE as IAM_CHECK_VARIABLE
 from punctual_tools.iam.live import iam_check
@@ -92,6 +93,8 @@ STACK_FILES = (
     "dlq.jsonl",
     "dlq.jsonl.lock",
     "dlq.jsonl.tmp",
+    BATCH_LOG,
+    f"{BATCH_LOG}.tmp",
 )
 
 
@@ -283,6 +286,7 @@ class LocalStack:
         self.fast_path_reports: list[FastPathReport] = []
         self.fenced_at_start: list[str] = []  # executors of a killed stack fenced when this one started
         self.polls: list[PollReport] = []
+        self._batch_log = BatchLog(self.config.home / BATCH_LOG)
 
     @property
     def fire_log(self) -> Path:
@@ -302,6 +306,11 @@ class LocalStack:
     def api_token_files(self) -> dict[str, Path]:
         """Each served tenant's token file (``StackConfig.served_tenants``)."""
         return {tenant: self.api_token_path(tenant) for tenant in self.config.served_tenants()}
+
+    @property
+    def batch_log(self) -> BatchLog:
+        """The log of the batches the executors finished (the console's figures of the last hour)."""
+        return self._batch_log
 
     @property
     def dead_letter_path(self) -> Path:
@@ -417,7 +426,7 @@ class LocalStack:
         make_private(cfg.home)
         (cfg.home / "logs").mkdir(mode=0o700, exist_ok=True)
         stale_store = self._clean_stale()
-        for path in (self.fire_log, self.dead_letter_path, cfg.home / "logs" / "executor.log"):
+        for path in (self.fire_log, self.dead_letter_path, self.batch_log.path, cfg.home / "logs" / "executor.log"):
             path.touch(mode=0o600)  # created now: a process that appends to it later keeps this mode
         return stale_store
 
@@ -650,6 +659,9 @@ class LocalStack:
             "fast_path_margin_ms": self.settings.fast_path_margin_ms,
             "fast_path": self.config.fast_path,
             "fire_log": str(self.fire_log),
+            "batch_log": str(self.batch_log.path),
+            "tenants": list(self.config.served_tenants()),
+            "tenant_map": self.settings.tenant_map,  # the tenants' targets and quotas (no secret: ARNs and hosts)
             "dead_letter_queue_url": self.settings.dead_letter_queue_url,
             "allowed_targets": self.settings.allowed_targets,
             "receiver_port": self.settings.receiver_port,
@@ -673,6 +685,7 @@ class LocalStack:
         tmp.replace(self.config.home / "stack.json")
 
     def _batch_done(self, event: dict[str, Any], result: dict[str, Any]) -> None:
+        self.batch_log.append(result, int(time.time() * 1000))
         self._write_state()  # the invoker's figures in the state file, as of this invocation's end
         if self._on_batch is not None:
             self._on_batch(result)

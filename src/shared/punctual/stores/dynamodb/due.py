@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from punctual.domain.keys import BUCKET_MS, bucket_start, buckets_between, from_ms, index_key
+from punctual.domain.keys import bucket_start, buckets_between, from_ms, index_key
 from punctual.domain.model import Candidate, DueScan, TaskStatus
 from punctual.errors import UndecodableItemError
 from punctual.stores.dynamodb.codec import (
@@ -35,6 +35,7 @@ from punctual.stores.dynamodb.codec import (
     text_of,
     to_av,
 )
+from punctual.stores.dynamodb.due_pages import group_shards, oldest_active_due, watermark_key
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.table import DUE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
@@ -43,7 +44,6 @@ from punctual.stores.dynamodb.writes import is_conditional_failure
 log = logging.getLogger(__name__)
 
 THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
-WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
 # tenant too: an item whose tenant is not its key's is met as undecodable by the poll already (codec)
 CANDIDATE_PROJECTION = "task_id, due_ms, #st, lease_until_ms, misfire_grace_ms, misfire_policy, armed_by, tenant"
 
@@ -80,11 +80,7 @@ class DueIndex:
 
     def group_shards(self, group: int) -> range:
         """The shards poll group ``group`` reads (of ``poll_groups`` equal ranges)."""
-        groups = self.config.poll_groups
-        if not 0 <= group < groups:
-            raise ValueError(f"poll group {group} is not one of 0..{groups - 1}")
-        size = self.config.shard_count // groups
-        return range(group * size, (group + 1) * size)
+        return group_shards(self.config, group)
 
     def find_due(
         self,
@@ -221,11 +217,8 @@ class DueIndex:
 
     # -- watermarks and poll marks ---------------------------------------------------------------------
     def watermark_key(self, group: int = 0) -> str:
-        """The item holding poll group ``group``'s watermark: one per group (a group must not move another's
-        past a bucket it has not read); with one group, the single key ``#poller-watermark``."""
-        self.group_shards(group)
-        groups = self.config.poll_groups
-        return WATERMARK_KEY if groups == 1 else f"{WATERMARK_KEY}#{group}/{groups}"
+        """The item holding poll group ``group``'s watermark (:func:`~.due_pages.watermark_key`)."""
+        return watermark_key(self.config, group)
 
     def get_watermark(self, group: int = 0) -> int | None:
         """Bucket start before which the group's shards of the index hold no active task (as of its last poll),
@@ -278,14 +271,4 @@ class DueIndex:
     def oldest_active_due(self, group: int = 0) -> int | None:
         """The bucket before the earliest due time in the group's shards of the due index (a scan of the sparse
         index; used only once per group, when it has no watermark yet)."""
-        shards = {str(shard) for shard in self.group_shards(group)}
-        oldest: int | None = None
-        for page in self.table.client.get_paginator("scan").paginate(
-            TableName=self.table.name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
-        ):
-            for raw in page.get("Items", []):
-                if raw["due_bucket"]["S"].rpartition("#")[2] not in shards:
-                    continue
-                due = int(raw["due_ms"]["N"])
-                oldest = due if oldest is None else min(oldest, due)
-        return None if oldest is None else bucket_start(oldest) - BUCKET_MS
+        return oldest_active_due(self.table, self.group_shards(group))

@@ -28,6 +28,7 @@ from punctual.stores.dynamodb.codec import (
     text_of,
     to_av,
 )
+from punctual.stores.dynamodb.due_pages import DuePages
 from punctual.stores.dynamodb.table import Table
 from punctual.stores.dynamodb.tenants import TenantItems, readable_tasks
 from punctual.stores.dynamodb.writes import (
@@ -48,8 +49,9 @@ from punctual.stores.dynamodb.writes import (
 log = logging.getLogger(__name__)
 
 
-class TaskItems(TenantItems):
-    """Tasks by id in ``table`` and a tenant's tasks (:class:`~.tenants.TenantItems`), and the writes that change one
+class TaskItems(TenantItems, DuePages):
+    """Tasks by id in ``table``, a tenant's tasks (:class:`~.tenants.TenantItems`), pages of the due index
+    (:class:`~.due_pages.DuePages`), and the writes that change one
     task at a time or many by id: the :class:`~punctual.stores.ports.ClientPort` of the adapter."""
 
     def __init__(self, table: Table, writes: Writes) -> None:

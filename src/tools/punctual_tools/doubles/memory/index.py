@@ -65,6 +65,24 @@ class DueIndex:
         safety = bucket_start(safety_ms)
         return safety if not dues else min(safety, bucket_start(min(dues)) - BUCKET_MS)
 
+    def first_bucket(self) -> int | None:
+        """The oldest bucket that may hold an active entry: the oldest group watermark, a group without one read
+        from its entries (the minute before its oldest); None when no group has either."""
+        starts: list[int] = []
+        for group in range(self.poll_groups):
+            shards = self.group_shards(group)
+            dues = [due for listed in self._minutes.values() for k, due in listed.items() if self._in(k, shards)]
+            if group in self.watermarks:
+                starts.append(self.watermarks[group])
+            elif dues:
+                starts.append(bucket_start(min(dues)) - BUCKET_MS)
+        return min(starts) if starts else None
+
+    def tasks_listed(self, minute: int, low_ms: int, high_ms: int) -> list[tuple[int, str]]:
+        """The tasks (not schedules) listed under ``minute`` due in ``[low_ms, high_ms]``, by (due, id)."""
+        listed = self._minutes.get(minute, {})
+        return sorted((due, key[1]) for key, due in listed.items() if not key[0] and low_ms <= due <= high_ms)
+
     def _in(self, key: Key, shards: range) -> bool:
         return shard_of(key[1], self.shard_count) in shards
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from punctual.config.settings import Settings
+from punctual.domain.due_pages import DuePosition, Entry, instant_buckets, still_listed, walk_due_page
 from punctual.domain.keys import bucket_start, buckets_between, from_ms
 from punctual.domain.model import (
     Armed,
@@ -166,6 +167,45 @@ class InMemoryStore(DispatchPort, FiringPort, ClientPort, SchedulePort):
             ids = sorted(t for t in self._tasks if t.startswith(prefix(tenant)) and (after is None or t > after))
             page = [self._tasks[t].read() for t in ids[:limit]]
         return matching(page, statuses, due_from_ms, due_to_ms), ids[limit - 1] if len(ids) > limit else None
+
+    def due_page(  # noqa: PLR0913  ClientPort.due_page's signature
+        self,
+        due_from_ms: int | None,
+        due_to_ms: int,
+        after: str | None,
+        limit: int,
+        *,
+        now_ms: int,
+        statuses: Iterable[TaskStatus] | None = None,
+    ) -> tuple[list[Task], str | None, int]:
+        low, high = due_from_ms if due_from_ms is not None else 0, due_to_ms - 1
+        if after is None:
+            with self._lock:
+                first = self._index.first_bucket()
+            if first is None:
+                return [], None, 0
+            after = DuePosition(bucket_start(max(first, low))).text()
+
+        def read_bucket(minute: int, position: DuePosition | None, needed: int) -> tuple[list[Entry], int]:
+            with self._lock:
+                listed = self._index.tasks_listed(minute, low, high)
+            return [e for e in listed if position is None or position.precedes(e)], len(listed)
+
+        entries, cursor, read = walk_due_page(low, max(high, now_ms), after, limit, read_bucket)
+        found = self.get_many([task_id for _, task_id in entries])
+        return still_listed(entries, found, statuses), cursor, read
+
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        low, high = due_from_ms if due_from_ms is not None else 0, due_to_ms - 1
+        with self._lock:
+            first = self._index.first_bucket()
+            if first is None:
+                return [], True
+            buckets, complete = instant_buckets(max(first, bucket_start(low)), max(high, now_ms), max_buckets)
+            dues = [due for minute in buckets for due, _ in self._index.tasks_listed(minute, low, high)]
+        return (dues[:limit], False) if len(dues) > limit else (dues, complete)
 
     def count_active(self, tenant: str) -> int:
         with self._lock:

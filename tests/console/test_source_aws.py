@@ -1,0 +1,73 @@
+"""The operator's source on AWS, built by ``aws_source`` from the ``PUNCTUAL_*`` settings, on moto (its DynamoDB,
+SQS and CloudWatch): the tenants of the tenant map, the due index's pages, the dead-letter queue, the figures from
+CloudWatch, and no executors (no batch log on AWS), said so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from punctual.config.settings import Settings
+from punctual.stores.dynamodb import DynamoStores
+from punctual_tools.console.model import TaskFilter
+from punctual_tools.console.source import OperatorSource, aws_source
+from punctual_tools.template import ensure_table
+from support import TaskFactory, make_failed, now_ms
+
+TABLE = "punctual-console-aws"
+TENANT_MAP = json.dumps({"principals": {"arn:aws:iam::123456789012:role/Acme": "acme"}, "tenants": {"beta": {}}})
+
+
+@pytest.fixture
+def aws() -> Iterator[tuple[Settings, Any]]:
+    """Settings naming a moto table and dead-letter queue, and moto's CloudWatch."""
+    with mock_aws():
+        ensure_table(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
+        queue_url = boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="punctual-dlq")["QueueUrl"]
+        settings = Settings(
+            table_name=TABLE, shard_count=4, tenant_map=TENANT_MAP, dead_letter_queue_url=queue_url, ntp_server=None
+        )
+        yield settings, boto3.client("cloudwatch", region_name="us-east-1")
+
+
+@pytest.fixture
+def source(aws: tuple[Settings, Any]) -> Iterator[OperatorSource]:
+    settings, cloudwatch = aws
+    built = aws_source(settings, cloudwatch)
+    yield built
+    assert isinstance(built.stores, DynamoStores)
+    built.stores.table.close()
+
+
+def test_an_aws_source_lists_tasks_dead_letters_and_the_tenants_of_its_map(source: OperatorSource) -> None:
+    # Given tasks of acme's, one of them FAILED and dead-lettered
+    now = now_ms()
+    tasks = TaskFactory(source.stores)
+    pending = [tasks.create(now + 1_000 * (i + 1), f"acme/t-{i}", now_ms=now) for i in range(3)]
+    failed = make_failed(source.stores, tasks, "acme/broken", now)
+    assert source.dead_letter_queue is not None
+    source.dead_letter_queue.send(failed, "boom")
+    # When the operator reads the Tasks, Dead letters and Tenants pages
+    page = source.tasks(TaskFilter(), now)
+    letters = source.dead_letters()
+    usage = {u.tenant: u.active_tasks for u in source.tenants()}
+    # Then the due index lists the active ones, the queue its letter (still there), the map its two tenants
+    assert [t.task_id for t in page.tasks] == [t.task_id for t in pending]
+    assert [(letter.task_id, letter.reason) for letter in letters] == [("acme/broken", "boom")]
+    assert [letter.task_id for letter in source.dead_letter_queue.receive()] == ["acme/broken"]
+    assert usage == {"acme": 3, "beta": 0}
+    assert "AWS table" in source.label
+
+
+def test_an_aws_now_page_has_cloudwatchs_figures_and_says_it_has_no_executors(source: OperatorSource) -> None:
+    view = source.now(now_ms(), 60)
+    assert view.executors is None
+    assert len(view.minutes) == 60
+    notes = " ".join(view.notes)
+    assert "CloudWatch" in notes
+    assert "executors: not known" in notes
