@@ -13,7 +13,7 @@ import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -37,6 +37,9 @@ from punctual_tools.verify.plan import MixOptions
 from punctual_tools.verify.queue import VerifyError, VerifyQueue
 from punctual_tools.verify.run import VerifyRun
 from punctual_tools.verify.stack import executor_allowlist, function_configs, settings_of, stack_outputs
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 REGION = "us-east-1"
 QUEUE = "punctual-verify-test"
@@ -318,8 +321,8 @@ def test_the_cost_comes_from_cloudwatch_and_each_functions_memory() -> None:
         at = [datetime.fromtimestamp(minute + 60 * i, UTC) for i in range(2)]
 
         def put(namespace: str, name: str, dimensions: dict[str, str], values: list[float]) -> None:
-            dims = [{"Name": k, "Value": v} for k, v in dimensions.items()]
-            data = [
+            dims: list[DimensionTypeDef] = [{"Name": k, "Value": v} for k, v in dimensions.items()]
+            data: list[MetricDatumTypeDef] = [
                 {"MetricName": name, "Dimensions": dims, "Timestamp": t, "Value": v}
                 for t, v in zip(at, values, strict=True)
             ]

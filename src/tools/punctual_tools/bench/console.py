@@ -194,7 +194,7 @@ def bench_source(settings: Settings, ddb: DynamoDBClient) -> OperatorSource:
 def console_over(endpoint: str) -> Iterator[tuple[FlaskClient, CallCounter, DynamoDBClient, Settings]]:
     """A console app over the table on ``endpoint`` (its own client, counted), logged in."""
     settings = Settings.from_env(endpoint_url=endpoint, table_name="PunctualConsoleBench", ntp_server=None)
-    ddb = aws_client("dynamodb", settings)
+    ddb = aws_client("dynamodb", settings.endpoint_url, settings.region)
     ensure_table(ddb, settings.table_name)
     counter = CallCounter(ddb)
     app = create_app(bench_source(settings, ddb), token=TOKEN)
