@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 from fakes import TOKEN, BrowserConsole, FakeSource, demo_source
 from flask import Flask
 from flask.testing import FlaskClient
-from playwright.sync_api import Browser, ConsoleMessage, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage
 
 from punctual.config.settings import Settings
 from punctual.config.tenant_map import TenantMap
@@ -36,19 +35,12 @@ from punctual.scheduling.client import Client
 from punctual.stores.dlq import FileDeadLetterQueue, file_queue_url
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.console.app import COOKIE, create_app
+from punctual_tools.console.browser import NoChromiumError, chromium
 from punctual_tools.console.figures import BATCH_LOG, BatchLog
 from punctual_tools.console.server import ConsoleServer
 from punctual_tools.console.source import OperatorSource, local_source
 from support import FakeClock, TaskFactory, now_ms
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 EXPECT_TIMEOUT_MS = 30_000  # generous: the machine may be busy; an assertion returns as soon as it holds
 
 
@@ -72,15 +64,12 @@ def client(app: Flask) -> FlaskClient:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("Debian's chromium is not installed: run `make setup`, which installs it for the browser tests")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
-        try:
+    """Debian's Chromium for the session: the test fails, never skips, without it."""
+    try:
+        with chromium() as launched:
             yield launched
-        finally:
-            launched.close()
+    except NoChromiumError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

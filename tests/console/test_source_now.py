@@ -12,7 +12,7 @@ from punctual.domain.keys import BUCKET_MS, bucket_start
 from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.console.figures import BatchLog
 from punctual_tools.console.source import OperatorSource, stores_source
-from support import TaskFactory
+from support import TaskFactory, arm
 
 pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
 
@@ -86,6 +86,27 @@ def test_the_executors_are_those_of_recent_batches_with_their_heartbeats(
     assert shown["x-fenced"].state == "fenced"
     assert shown["x-lapsed"].state == "lapsed"
     assert (shown["x-none"].state, shown["x-none"].alive_until_ms) == ("lapsed", None)
+
+
+def test_an_executor_holding_armed_tasks_is_shown_before_it_reports_its_batch(
+    operator: OperatorSource, stores: DynamoStores, tasks: TaskFactory, batch_log: BatchLog, now: int
+) -> None:
+    # Given an executor alive that armed two tasks due in 30 s and has reported no batch yet, a pending task beside
+    # them, and another executor that reported a batch a minute ago
+    stores.firing.heartbeat("x-running", now - 500, now + 60_000, invocation="req-running")
+    for n in range(2):
+        assert arm(stores, tasks.create(now + 30_000, f"armed-{n}", now_ms=now), "x-running", now) is not None
+    tasks.create(now + 30_000, "pending", now_ms=now)
+    batch_log.append({"executor_id": "x-done", "fired": 3}, now - 60_000)
+    # When the Now page is read
+    executors = operator.now(now).executors
+    # Then the running one comes first, alive, holding its two tasks with no batch reported; the other after it
+    assert executors is not None
+    assert [(e.executor_id, e.state, e.holding, e.batches) for e in executors] == [
+        ("x-running", "alive", 2, 0),
+        ("x-done", "lapsed", 0, 1),
+    ]
+    assert executors[0].invocation == "req-running"
 
 
 def test_the_notes_say_where_the_figures_come_from(operator: OperatorSource, now: int) -> None:

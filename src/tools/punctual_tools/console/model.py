@@ -70,6 +70,7 @@ class ExecutorView:
     invocation: str | None
     batches: int  # batches it reported in the window read
     last_batch_ms: int | None
+    holding: int = 0  # armed tasks it holds among those due soonest (a batch it has not reported yet)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

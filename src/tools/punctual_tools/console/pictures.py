@@ -10,18 +10,16 @@ Nothing on the pages is staged: each picture shows what the console read from th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import shutil
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from playwright.sync_api import Browser, ViewportSize, sync_playwright
+from playwright.sync_api import Browser, ViewportSize
 
 from punctual.runtime.client import Client
 from punctual.scheduling.api_client import ApiClient
@@ -29,6 +27,7 @@ from punctual.scheduling.protocol import Scheduler
 from punctual.targets.http import HttpAction
 from punctual.targets.log import LogAction
 from punctual_tools.cli.console import start_console
+from punctual_tools.console.browser import chromium
 from punctual_tools.console.source import local_source
 from punctual_tools.local.stack import LocalStack, StackConfig
 
@@ -46,14 +45,6 @@ TENANT_TASKS = 40  # through the REST API as each tenant
 FAILING = 4  # webhooks to a closed loopback port: FAILED, dead-lettered
 WARM_UP_S = 100  # how long the workload runs before the first picture: two minutes of figures
 TENANTS = ("acme", "globex")
-CHROMIUM_ARGS = (
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-)
 
 
 def closed_port() -> int:
@@ -85,20 +76,6 @@ def schedule_workload(client: Scheduler, tenants: Mapping[str, Scheduler], now: 
         for i in range(TENANT_TASKS):
             api.schedule(now + timedelta(seconds=10 + i * 4), LogAction(message=f"{name} job"), {"n": i})
     return first
-
-
-@contextlib.contextmanager
-def chromium() -> Iterator[Browser]:
-    """Debian's headless Chromium, driven by Playwright."""
-    executable = shutil.which("chromium")
-    if executable is None:
-        raise SystemExit("chromium is not on the PATH: make browser installs Debian's")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS))
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def take(browser: Browser, url: str, pages: dict[str, str], out: Path) -> list[Path]:
@@ -166,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"where the pictures go (default {OUT})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("botocore", "urllib3", "werkzeug", "punctual.polling.poller", "punctual.fire"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     for path in run(args.out):
         print(path)
     return 0

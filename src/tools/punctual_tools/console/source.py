@@ -57,6 +57,8 @@ KIND_PAGES = 5  # index pages a page filtered by action kind reads at most to fi
 NOW_ENTRIES = 200_000  # due-index entries the Now page counts at most, ahead and overdue each
 OVERDUE_BUCKETS = 60  # minutes of the due index (the latest) the overdue count reads at most
 EXECUTOR_WINDOW_MS = 10 * 60_000  # an executor is shown when it reported a batch this recently
+ARMED_PROBE = 100  # due-index entries a shard of a minute the Now page reads for the executors holding armed tasks
+ARMED_AHEAD_MS = 120_000  # ... due before this far ahead: an executor arms what is due within the lead (90 s)
 API_PAGES = 10  # pages of the REST API's listing (1,000 tasks each) a tenant's Now page reads at most
 API_PAGE = 1_000
 # Without a due range's end, the due index is listed up to an hour ahead: a page walks at most an hour of minutes
@@ -122,15 +124,16 @@ def executor_state(beat: HeartbeatItem | None, now_ms: int) -> str:
     return "alive" if beat.alive_until_ms is not None and beat.alive_until_ms >= now_ms else "lapsed"
 
 
-def executor_views(lines: list[BatchLine], beats: Heartbeats, now_ms: int) -> list[ExecutorView]:
-    """The executors that reported a batch in the last :data:`EXECUTOR_WINDOW_MS`, the latest first, each with its
-    heartbeat item and how many batches it reported then."""
+def executor_views(lines: list[BatchLine], holding: Counter[str], beats: Heartbeats, now_ms: int) -> list[ExecutorView]:
+    """The executors that hold armed tasks (``holding``: how many each, a batch not reported yet) or reported a batch
+    in the last :data:`EXECUTOR_WINDOW_MS`: those holding first, then the latest, each with its heartbeat item and
+    how many batches it reported then."""
     recent = [line for line in lines if line.end_ms >= now_ms - EXECUTOR_WINDOW_MS]
     batches = Counter(line.executor_id for line in recent)
     last: dict[str, int] = {}
     for line in recent:
         last[line.executor_id] = max(line.end_ms, last.get(line.executor_id, line.end_ms))
-    found = beats(set(batches))
+    found = beats(set(batches) | set(holding))
     views = [
         ExecutorView(
             executor_id=executor,
@@ -138,12 +141,13 @@ def executor_views(lines: list[BatchLine], beats: Heartbeats, now_ms: int) -> li
             alive_until_ms=beat.alive_until_ms if beat else None,
             beat_ms=beat.beat_ms if beat else None,
             invocation=beat.invocation if beat else None,
-            batches=count,
-            last_batch_ms=last[executor],
+            batches=batches[executor],
+            last_batch_ms=last.get(executor),
+            holding=holding[executor],
         )
-        for executor, count in batches.items()
+        for executor in dict.fromkeys([*holding, *batches])
     ]
-    return sorted(views, key=lambda v: (-(v.last_batch_ms or 0), v.executor_id))
+    return sorted(views, key=lambda v: (-v.holding, -(v.last_batch_ms or 0), v.executor_id))
 
 
 def newest_letters(letters: list[QueuedLetter], limit: int) -> list[QueuedLetter]:
@@ -200,8 +204,12 @@ class OperatorSource:
         executors = None
         if self.batch_log is not None and self.heartbeats is not None:
             lines = self.batch_log.read(now_ms - EXECUTOR_WINDOW_MS)
-            executors = executor_views(lines, self.heartbeats, now_ms)
-            notes.append("executors: those that reported a batch in the last 10 minutes, with their heartbeat items")
+            executors = executor_views(lines, self.armed_owners(now_ms), self.heartbeats, now_ms)
+            notes.append(
+                "executors: those holding armed tasks among the active ones due soonest (from the due index, "
+                f"{ARMED_PROBE} a shard at most, due before {ARMED_AHEAD_MS // 1000} s from now) and those that "
+                "reported a batch in the last 10 minutes, with their heartbeat items"
+            )
         else:
             notes.append("executors: not known here (no batch log on AWS); CloudWatch has their metrics")
         return NowView(
@@ -212,6 +220,16 @@ class OperatorSource:
             executors=executors,
             notes=notes,
         )
+
+    def armed_owners(self, now_ms: int) -> Counter[str]:
+        """How many armed tasks each executor holds among the active tasks due soonest: one page of the due index
+        (from its oldest active minute to :data:`ARMED_AHEAD_MS` ahead, :data:`ARMED_PROBE` entries a shard of a
+        minute at most), ARMED ones kept. An executor arms what is due within the lead, so this finds those
+        running a batch that has not ended yet."""
+        armed, _, _ = self.stores.client.due_page(
+            None, now_ms + ARMED_AHEAD_MS, None, ARMED_PROBE, now_ms=now_ms, statuses=[TaskStatus.ARMED]
+        )
+        return Counter(task.armed_by for task in armed if task.armed_by)
 
     # -- tasks ----------------------------------------------------------------------------------------------------
     def tasks(self, flt: TaskFilter, now_ms: int) -> TaskPage:
