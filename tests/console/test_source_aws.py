@@ -1,6 +1,6 @@
 """The operator's source on AWS, built by ``aws_source`` from the ``PUNCTUAL_*`` settings, on moto (its DynamoDB,
 SQS and CloudWatch): the tenants of the tenant map, the due index's pages, the dead-letter queue, the figures from
-CloudWatch, and no executors (no batch log on AWS), said so."""
+CloudWatch, and the executors holding armed tasks (no batch log on AWS), said so."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from punctual.stores.dynamodb import DynamoStores
 from punctual_tools.console.model import TaskFilter
 from punctual_tools.console.source import OperatorSource, aws_source
 from punctual_tools.template import ensure_table
-from support import TaskFactory, make_failed, now_ms
+from support import TaskFactory, arm, make_failed, now_ms
 
 TABLE = "punctual-console-aws"
 TENANT_MAP = json.dumps({"principals": {"arn:aws:iam::123456789012:role/Acme": "acme"}, "tenants": {"beta": {}}})
@@ -64,10 +64,23 @@ def test_an_aws_source_lists_tasks_dead_letters_and_the_tenants_of_its_map(sourc
     assert "AWS table" in source.label
 
 
-def test_an_aws_now_page_has_cloudwatchs_figures_and_says_it_has_no_executors(source: OperatorSource) -> None:
-    view = source.now(now_ms(), 60)
-    assert view.executors is None
+def test_an_aws_now_page_has_cloudwatchs_figures_and_the_executors_holding_armed_tasks(
+    aws: tuple[Settings, Any], source: OperatorSource
+) -> None:
+    # Given an executor alive on AWS that armed a task due in 30 s (no batch log there)
+    settings, _ = aws
+    stores = DynamoStores.from_settings(boto3.client("dynamodb", region_name=settings.region), settings)
+    now = now_ms()
+    stores.firing.heartbeat("x-lambda", now - 500, now + 60_000, invocation="aws-request-1")
+    assert arm(stores, TaskFactory(stores).create(now + 30_000, "armed", now_ms=now), "x-lambda", now) is not None
+    # When the Now page is read
+    view = source.now(now, 60)
+    # Then CloudWatch's hour is there, and the executor with the task it holds, its heartbeat read
     assert len(view.minutes) == 60
+    assert view.executors is not None
+    assert [(e.executor_id, e.state, e.holding, e.invocation) for e in view.executors] == [
+        ("x-lambda", "alive", 1, "aws-request-1")
+    ]
     notes = " ".join(view.notes)
     assert "CloudWatch" in notes
-    assert "executors: not known" in notes
+    assert "no batch log on AWS" in notes

@@ -128,7 +128,7 @@ def run(out: Path) -> list[Path]:
                             "task": f"/tasks/{fired}",
                             "tenant-tasks": f"/tasks?tenant={TENANTS[0]}",
                             "schedules": "/schedules",
-                            "schedule": "/schedules/morning-report",
+                            "schedule": "/schedules/heartbeat",
                             "dead-letters": "/dead-letters",
                             "tenants": "/tenants",
                         },

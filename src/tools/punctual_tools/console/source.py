@@ -202,16 +202,20 @@ class OperatorSource:
         if not overdue_whole:
             notes.append(f"overdue: counted over the latest {OVERDUE_BUCKETS} minutes of the index, or {NOW_ENTRIES}")
         executors = None
-        if self.batch_log is not None and self.heartbeats is not None:
-            lines = self.batch_log.read(now_ms - EXECUTOR_WINDOW_MS)
+        if self.heartbeats is not None:
+            lines = self.batch_log.read(now_ms - EXECUTOR_WINDOW_MS) if self.batch_log is not None else []
             executors = executor_views(lines, self.armed_owners(now_ms), self.heartbeats, now_ms)
             notes.append(
                 "executors: those holding armed tasks among the active ones due soonest (from the due index, "
-                f"{ARMED_PROBE} a shard at most, due before {ARMED_AHEAD_MS // 1000} s from now) and those that "
-                "reported a batch in the last 10 minutes, with their heartbeat items"
+                f"{ARMED_PROBE} a shard at most, due before {ARMED_AHEAD_MS // 1000} s from now)"
+                + (
+                    " and those that reported a batch in the last 10 minutes, with their heartbeat items"
+                    if self.batch_log is not None
+                    else ", with their heartbeat items (no batch log on AWS: one that holds none is not listed)"
+                )
             )
         else:
-            notes.append("executors: not known here (no batch log on AWS); CloudWatch has their metrics")
+            notes.append("executors: not known here; CloudWatch has their metrics")
         return NowView(
             now_ms=now_ms,
             due_per_second=per_second(ahead, now_ms, horizon_s),
@@ -554,6 +558,7 @@ def aws_source(settings: Settings, cloudwatch: CloudWatchClient | None = None) -
     from punctual.config.tenant_source import tenant_map_source  # noqa: PLC0415
     from punctual.stores.dlq import build_dead_letter_queue  # noqa: PLC0415
     from punctual.stores.dynamodb import build_stores  # noqa: PLC0415
+    from punctual.stores.dynamodb.heartbeats import heartbeat_items  # noqa: PLC0415
     from punctual_tools.console.figures import CloudWatchFigures  # noqa: PLC0415
 
     stores = build_stores(settings)
@@ -566,6 +571,7 @@ def aws_source(settings: Settings, cloudwatch: CloudWatchClient | None = None) -
         dead_letter_queue=build_dead_letter_queue(settings),
         figures=figures.minutes,
         figures_note="the last hour: CloudWatch (TasksFired, TasksMissed, TasksFailed, FireDrift), a minute each",
+        heartbeats=lambda executor_ids: heartbeat_items(stores.table, executor_ids),
         tenant_names=tenants_of(tenant_map),
         tenant_map=tenant_map,
     )
