@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from punctual_tools.bench.console import PAGES, render, verdict
+from punctual_tools.bench.console import render, verdict
+from punctual_tools.bench.pages import PAGES
 
 
 def _page(p99_ms: float, calls: dict[str, int]) -> dict[str, Any]:
