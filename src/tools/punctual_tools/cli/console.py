@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("punctual")
 
-DEFAULT_PORT = 8767  # the console's port unless --port says otherwise (0: any free one)
+DEFAULT_PORT = 8768  # the console's port unless --port says otherwise (0: any free one)
 TOKEN_FILE = "console-token"  # in the home: the token a browser must show (made once, mode 0600)
 TOKEN_BYTES = 24
 

@@ -16,7 +16,7 @@ punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--st
 punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
 punctual backfill-tenant-shards [--dry-run]    key tenant tasks written before the sharded active count (a Scan)
 punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
-punctual console [--port 8767] [--read-only]   the web console on loopback: the local stack's (--aws: AWS's; --api:
+punctual console [--port 8768] [--read-only]   the web console on loopback: the local stack's (--aws: AWS's; --api:
                                                one tenant's through the REST API); punctual up serves it too
 punctual verify [--stack NAME] [--quick]       a mix scheduled to an SQS queue of its own and read back: drift by
                                                group, the checker's verdict, the cost (CloudWatch); cleans up

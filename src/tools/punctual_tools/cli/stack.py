@@ -15,6 +15,7 @@ from typing import Any
 from punctual.config.settings import Settings
 from punctual.errors import PunctualError
 from punctual_tools.cli.common import api_tenant, api_token, count, home, log, non_negative_ms, tenant_name
+from punctual_tools.cli.console import DEFAULT_PORT as CONSOLE_PORT
 
 
 def stack_config(args: argparse.Namespace, poll_interval_s: float, *, demo_webhooks: bool = False) -> Any:
@@ -328,7 +329,10 @@ def add_commands(sub: Any) -> None:
         help="serve no REST API (the CLI's commands without --api, and the client, write to the table)",
     )
     up.add_argument(
-        "--console-port", type=int, default=8767, help="the web console's loopback port (0 picks a free one)"
+        "--console-port",
+        type=int,
+        default=CONSOLE_PORT,
+        help="the web console's loopback port (0 picks a free one)",
     )
     up.add_argument("--no-console", dest="serve_console", action="store_false", help="serve no web console")
     up.add_argument("--demo", action="store_true", help="also run a demo once the stack is up")
