@@ -86,6 +86,9 @@ class LogBytes:
 
 
 LOG_BYTES_UNMEASURED = LogBytes(per_poll=0.0, per_batch=0.0, per_task=0.0, measured=False)
+# How long the log measurement (a child process running the handlers) may take: generous, since on a busy machine it
+# shares the cores with the counted run beside it (60 s was too short with both cores loaded twice over)
+LOG_MEASUREMENT_TIMEOUT_S = 600
 
 
 @dataclass
@@ -811,7 +814,7 @@ def _start_log_measurement(level: str) -> Any:
 
 def _finish_log_measurement(process: Any) -> LogBytes:
     try:
-        stdout, stderr = process.communicate(timeout=60)
+        stdout, stderr = process.communicate(timeout=LOG_MEASUREMENT_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - a measurement that does not finish is reported as not measured
         process.kill()
         return LOG_BYTES_UNMEASURED
