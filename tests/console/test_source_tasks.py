@@ -4,7 +4,7 @@ finished status of no tenant, and no Scan for any listing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.console.model import ConsoleSource, TaskFilter, TaskPage
 from punctual_tools.console.source import DEFAULT_AHEAD_NOTE, FINISHED_NOTE, OperatorSource
+from punctual_tools.iam.recorder import watch_client
 from support import TaskFactory, arm, make_failed
 
 pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
@@ -35,18 +36,12 @@ def _fields(flt: TaskFilter) -> dict[str, Any]:
 
 
 @pytest.fixture
-def calls(operator: OperatorSource) -> Iterator[list[str]]:
+def calls(operator: OperatorSource) -> list[str]:
     """The names of the DynamoDB operations the source's client sends, from now on."""
     assert isinstance(operator.stores, DynamoStores)
-    events = operator.stores.table.client.meta.events
     names: list[str] = []
-
-    def count(model: Any, **_: Any) -> None:
-        names.append(model.name)
-
-    events.register("before-call.dynamodb", count, unique_id="console-calls")
-    yield names
-    events.unregister("before-call.dynamodb", unique_id="console-calls")
+    watch_client(operator.stores.table.client, lambda call: names.append(call.operation))
+    return names
 
 
 def test_active_tasks_come_in_due_order_a_page_at_a_time(

@@ -38,6 +38,8 @@ from punctual_tools.console.app import create_app
 from punctual_tools.console.figures import minutes_of
 from punctual_tools.console.model import MinuteFigures
 from punctual_tools.console.source import OperatorSource
+from punctual_tools.iam.calls import AwsCall
+from punctual_tools.iam.recorder import watch_client
 from punctual_tools.local.dynamodb_local import DynamoDBLocal
 from punctual_tools.stats import summarize
 from punctual_tools.template.table import ensure_table
@@ -114,14 +116,14 @@ def seed(ddb: DynamoDBClient, settings: Settings, count: int, now_ms: int) -> fl
 
 
 class CallCounter:
-    """Counts the DynamoDB calls a client makes (a botocore event hook), by operation."""
+    """Counts the DynamoDB calls a client makes, by operation (watched as the IAM check watches a client)."""
 
     def __init__(self, ddb: DynamoDBClient) -> None:
         self.calls: dict[str, int] = {}
-        ddb.meta.events.register("before-call.dynamodb", self._count)
+        watch_client(ddb, self._count)
 
-    def _count(self, model: Any, **_: Any) -> None:
-        self.calls[model.name] = self.calls.get(model.name, 0) + 1
+    def _count(self, call: AwsCall) -> None:
+        self.calls[call.operation] = self.calls.get(call.operation, 0) + 1
 
     def take(self) -> dict[str, int]:
         calls, self.calls = self.calls, {}
