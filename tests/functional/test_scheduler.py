@@ -18,6 +18,7 @@ from punctual.errors import (
     InvalidScheduleError,
     InvalidTaskError,
     ScheduleConflictError,
+    ScheduleNotFoundError,
     TaskConflictError,
     TaskNotFoundError,
     TaskStateError,
@@ -149,6 +150,31 @@ def test_a_schedule_lives_through_its_calls(scheduler: Scheduler) -> None:
     assert scheduler.update_schedule("every-10s", payload={"n": 2}).payload == {"n": 2}
     assert scheduler.delete_schedule("every-10s").state is ScheduleState.DELETED
     assert scheduler.get_schedule("nobody") is None
+
+
+def test_running_a_schedule_now_adds_one_occurrence_due_now_while_it_is_active_or_paused(
+    scheduler: Scheduler, clock: FakeClock
+) -> None:
+    # Given an hourly schedule whose next occurrence is an hour away
+    scheduler.create_schedule("hourly", "rate(1 hour)", log_action(), max_occurrences=5)
+    before = {t.task_id for t in scheduler.schedule_history("hourly")}
+    # When it is run now, active and then paused
+    extra = scheduler.run_schedule_now("hourly")
+    scheduler.pause_schedule("hourly")
+    clock.advance(1.0)
+    paused_extra = scheduler.run_schedule_now("hourly")
+    # Then each is one more occurrence, due now, of the schedule; the ones made before are still there
+    assert extra.schedule_id == "hourly"
+    assert extra.due_ms == int(clock.wall_ms()) - 1_000
+    assert paused_extra.due_ms == int(clock.wall_ms())
+    history = {t.task_id for t in scheduler.schedule_history("hourly")}
+    assert before | {extra.task_id, paused_extra.task_id} <= history
+    # When it is deleted, or was never there  Then running it now is refused as not found, naming it as asked
+    scheduler.delete_schedule("hourly")
+    for missing in ("hourly", "nobody"):
+        with pytest.raises(ScheduleNotFoundError) as refused:
+            scheduler.run_schedule_now(missing)
+        assert refused.value.key == missing
 
 
 def test_creating_a_schedule_is_idempotent_on_an_equal_definition(scheduler: Scheduler) -> None:

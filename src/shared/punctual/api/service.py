@@ -37,7 +37,6 @@ from punctual.errors import (
     PunctualError,
     RequestTooLargeError,
     ScheduleNotFoundError,
-    ScheduleStateError,
     TaskNotFoundError,
 )
 from punctual.scheduling.bulk import (
@@ -287,9 +286,5 @@ class TenantService:
 
     def run_schedule_now(self, name: str) -> tuple[TaskOut, bool]:
         """One extra occurrence of the schedule, due now (its next ones are unchanged)."""
-        schedule = self._live_schedule(name)
-        if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
-            raise ScheduleStateError(name, "run", f"it is {schedule.state}")
-        now_ms = self.client.now_ms()
-        stored, created = self._scrubbed(lambda: self.client.submit(schedule.occurrence(now_ms)))
+        stored, created = self._scrubbed(lambda: self.client.occur_now(self._own(name)))
         return self._task(stored), created

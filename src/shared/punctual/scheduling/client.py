@@ -20,8 +20,15 @@ from punctual.domain.decisions import misfire_decision
 from punctual.domain.keys import from_ms, to_ms
 from punctual.domain.model import DEFAULT_MISFIRE_POLICY, Action, Task, TaskStatus, Unreadable, is_occurrence_id
 from punctual.domain.retry import RetryPolicy
-from punctual.domain.schedules import Schedule
-from punctual.errors import InvalidRequestError, InvalidTaskError, TaskNotFoundError, TaskStateError
+from punctual.domain.schedules import Schedule, ScheduleState
+from punctual.errors import (
+    InvalidRequestError,
+    InvalidTaskError,
+    ScheduleNotFoundError,
+    ScheduleStateError,
+    TaskNotFoundError,
+    TaskStateError,
+)
 from punctual.scheduling.bulk import ScheduleResult, schedule_each, schedule_one
 from punctual.scheduling.protocol import (
     Scheduler,
@@ -367,3 +374,19 @@ class Client(Scheduler):
         """Delete a schedule: no more occurrences, those not armed yet cancelled (:meth:`ScheduleClient.delete_schedule
         <punctual.scheduling.schedule_client.ScheduleClient.delete_schedule>`)."""
         return self._schedules.delete_schedule(schedule_id)
+
+    def run_schedule_now(self, schedule_id: str) -> Task:
+        """One extra occurrence of an ACTIVE or PAUSED schedule, due now (:meth:`occur_now`)."""
+        task, _created = self.occur_now(schedule_id)
+        return task
+
+    def occur_now(self, schedule_id: str) -> tuple[Task, bool]:
+        """One extra occurrence of the schedule, due now; its next occurrences are unchanged. Returns it and whether
+        it was created now (False: one of that instant was already stored). ScheduleNotFoundError for a schedule
+        that is not there or DELETED, ScheduleStateError for one that is neither ACTIVE nor PAUSED."""
+        schedule = self.get_schedule(schedule_id)
+        if schedule is None or schedule.state is ScheduleState.DELETED:
+            raise ScheduleNotFoundError(schedule_id)
+        if schedule.state is not ScheduleState.ACTIVE and schedule.state is not ScheduleState.PAUSED:
+            raise ScheduleStateError(schedule_id, "run", f"it is {schedule.state}")
+        return self.submit(schedule.occurrence(self.now_ms()))

@@ -273,6 +273,10 @@ class Scheduler(Protocol):
         """No more occurrences; those not armed yet cancelled."""
         ...
 
+    def run_schedule_now(self, schedule_id: str) -> Task:
+        """One extra occurrence of an ACTIVE or PAUSED schedule, due now (its next ones unchanged)."""
+        ...
+
 
 # -- what a client checks of a spec before it writes a task or a schedule of it ------------------------------------
 def field_error(exc: ValidationError, invalid: type[InvalidRequestError]) -> InvalidRequestError:

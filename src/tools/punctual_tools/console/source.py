@@ -23,9 +23,9 @@ from punctual.config.tenant_map import TenantMap
 from punctual.domain.keys import from_ms
 from punctual.domain.model import Task, TaskStatus
 from punctual.domain.quota import held_by
-from punctual.domain.schedules import Schedule, ScheduleState
+from punctual.domain.schedules import Schedule
 from punctual.domain.tenancy import is_tenant, prefix
-from punctual.errors import InvalidRequestError, PunctualError, ScheduleNotFoundError, ScheduleStateError
+from punctual.errors import InvalidRequestError, PunctualError
 from punctual.scheduling.api_client import ApiClient
 from punctual.scheduling.client import Client
 from punctual.scheduling.quotas import QuotaGuard, TenantAdmission
@@ -297,14 +297,7 @@ class OperatorSource:
         return self.client.delete_schedule(schedule_id)
 
     def run_schedule_now(self, schedule_id: str) -> Task:
-        """One extra occurrence of an ACTIVE or PAUSED schedule, due now (its next ones unchanged), as the API's."""
-        schedule = self.client.get_schedule(schedule_id)
-        if schedule is None or schedule.state is ScheduleState.DELETED:
-            raise ScheduleNotFoundError(schedule_id)
-        if schedule.state not in {ScheduleState.ACTIVE, ScheduleState.PAUSED}:
-            raise ScheduleStateError(schedule_id, "run", f"it is {schedule.state}")
-        task, _ = self.client.submit(schedule.occurrence(self.client.now_ms()))
-        return task
+        return self.client.run_schedule_now(schedule_id)
 
     # -- dead letters ---------------------------------------------------------------------------------------------
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
