@@ -11,6 +11,8 @@ from typing import Literal
 from punctual.config.settings import Settings
 from punctual.domain.keys import index_key, shard_of
 
+WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
+
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
@@ -62,6 +64,20 @@ class StoreConfig:
             overdue_safety_ms=settings.overdue_safety_ms,
             schedule_ahead_ms=settings.schedule_ahead_ms,
         )
+
+    def group_shards(self, group: int) -> range:
+        """The shards poll group ``group`` reads (of ``poll_groups`` equal ranges)."""
+        if not 0 <= group < self.poll_groups:
+            raise ValueError(f"poll group {group} is not one of 0..{self.poll_groups - 1}")
+        size = self.shard_count // self.poll_groups
+        return range(group * size, (group + 1) * size)
+
+    def watermark_key(self, group: int = 0) -> str:
+        """The item holding poll group ``group``'s watermark: one per group (a group must not move another's past a
+        bucket it has not read); with one group, the single key ``#poller-watermark``."""
+        self.group_shards(group)
+        groups = self.poll_groups
+        return WATERMARK_KEY if groups == 1 else f"{WATERMARK_KEY}#{group}/{groups}"
 
     def index_key(self, key: str, due_ms: int, now_ms: int) -> str:
         """The due-index key of an item keyed ``key``, due at ``due_ms``, written at ``now_ms``: the minute of

@@ -35,7 +35,6 @@ from punctual.stores.dynamodb.codec import (
     text_of,
     to_av,
 )
-from punctual.stores.dynamodb.due_pages import group_shards, oldest_active_due, watermark_key
 from punctual.stores.dynamodb.executors import Executors
 from punctual.stores.dynamodb.table import DUE_INDEX, Table
 from punctual.stores.dynamodb.tasks import TaskItems
@@ -80,7 +79,7 @@ class DueIndex:
 
     def group_shards(self, group: int) -> range:
         """The shards poll group ``group`` reads (of ``poll_groups`` equal ranges)."""
-        return group_shards(self.config, group)
+        return self.config.group_shards(group)
 
     def find_due(
         self,
@@ -217,8 +216,8 @@ class DueIndex:
 
     # -- watermarks and poll marks ---------------------------------------------------------------------
     def watermark_key(self, group: int = 0) -> str:
-        """The item holding poll group ``group``'s watermark (:func:`~.due_pages.watermark_key`)."""
-        return watermark_key(self.config, group)
+        """The item holding poll group ``group``'s watermark (:meth:`~.config.StoreConfig.watermark_key`)."""
+        return self.config.watermark_key(group)
 
     def get_watermark(self, group: int = 0) -> int | None:
         """Bucket start before which the group's shards of the index hold no active task (as of its last poll),
@@ -271,4 +270,4 @@ class DueIndex:
     def oldest_active_due(self, group: int = 0) -> int | None:
         """The bucket before the earliest due time in the group's shards of the due index (a scan of the sparse
         index; used only once per group, when it has no watermark yet)."""
-        return oldest_active_due(self.table, self.group_shards(group))
+        return self.table.oldest_active_due(self.group_shards(group))

@@ -1,6 +1,7 @@
-"""Where the due index's active tasks start (each poll group's watermark item, :func:`watermark_key`; the oldest
-entry, :func:`oldest_active_due`), and pages of it in due order for a person (:class:`DuePages`, the
-:meth:`~punctual.stores.ports.ClientPort.due_page` of the adapter, walked by :mod:`punctual.domain.due_pages`)."""
+"""Pages of the due index in due order for a person (:class:`DuePages`: the
+:meth:`~punctual.stores.ports.ClientPort.due_page` and ``due_instants`` of the adapter, walked by
+:mod:`punctual.domain.due_pages`). Loaded by the first such page, never by a handler's cold start: no handler lists
+the index for a person."""
 
 from __future__ import annotations
 
@@ -8,68 +9,33 @@ from collections.abc import Iterable
 from typing import Any
 
 from punctual.domain.due_pages import DuePosition, Entry, instant_buckets, still_listed, walk_due_page
-from punctual.domain.keys import BUCKET_MS, bucket_start, index_key
+from punctual.domain.keys import bucket_start, index_key
 from punctual.domain.model import Task, TaskStatus
 from punctual.stores.dynamodb.codec import schedule_id_of_key, to_av
-from punctual.stores.dynamodb.config import StoreConfig
 from punctual.stores.dynamodb.table import DUE_INDEX, Table
 from punctual.stores.dynamodb.tenants import readable_tasks
 
-WATERMARK_KEY = "#poller-watermark"  # not a valid task id, so it can never collide with a task
-
-
-def group_shards(config: StoreConfig, group: int) -> range:
-    """The shards poll group ``group`` reads (of ``poll_groups`` equal ranges)."""
-    groups = config.poll_groups
-    if not 0 <= group < groups:
-        raise ValueError(f"poll group {group} is not one of 0..{groups - 1}")
-    size = config.shard_count // groups
-    return range(group * size, (group + 1) * size)
-
-
-def watermark_key(config: StoreConfig, group: int = 0) -> str:
-    """The item holding poll group ``group``'s watermark: one per group (a group must not move another's past a
-    bucket it has not read); with one group, the single key ``#poller-watermark``."""
-    group_shards(config, group)
-    groups = config.poll_groups
-    return WATERMARK_KEY if groups == 1 else f"{WATERMARK_KEY}#{group}/{groups}"
-
-
-def oldest_active_due(table: Table, shards: range) -> int | None:
-    """The bucket before the earliest due time in ``shards`` of the due index (a scan of the sparse, keys-only
-    index: only where no watermark says it yet)."""
-    wanted = {str(shard) for shard in shards}
-    oldest: int | None = None
-    for page in table.client.get_paginator("scan").paginate(
-        TableName=table.name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
-    ):
-        for raw in page.get("Items", []):
-            if raw["due_bucket"]["S"].rpartition("#")[2] not in wanted:
-                continue
-            due = int(raw["due_ms"]["N"])
-            oldest = due if oldest is None else min(oldest, due)
-    return None if oldest is None else bucket_start(oldest) - BUCKET_MS
-
 
 class DuePages:
-    """Pages of the due index of ``table``, each task read from the base table (a part of
-    :class:`~punctual.stores.dynamodb.tasks.TaskItems`, the adapter's ClientPort)."""
+    """Pages of the due index of ``table``, each task read from the base table (what
+    :class:`~punctual.stores.dynamodb.tasks.TaskItems`, the adapter's ClientPort, answers them with)."""
 
-    table: Table
+    def __init__(self, table: Table) -> None:
+        self.table = table
 
     def first_bucket(self) -> int | None:
         """The oldest bucket that may hold an active task: the oldest of the poll groups' watermarks (one strongly
         consistent BatchGetItem); a group with none yet (no poll ran) is read from the index once
-        (:func:`oldest_active_due`). None: the index holds no active task."""
+        (:meth:`~.table.Table.oldest_active_due`). None: the index holds no active task."""
         config = self.table.config
-        keys = {watermark_key(config, group): group for group in range(config.poll_groups)}
+        keys = {config.watermark_key(group): group for group in range(config.poll_groups)}
         marks = {
             item["task_id"]["S"]: int(item["watermark_ms"]["N"])
             for item in self.table.batch_get(list(keys), consistent=True, projection="task_id, watermark_ms")
             if "watermark_ms" in item
         }
         starts = [
-            marks[key] if key in marks else oldest_active_due(self.table, group_shards(config, group))
+            marks[key] if key in marks else self.table.oldest_active_due(config.group_shards(group))
             for key, group in keys.items()
         ]
         known = [start for start in starts if start is not None]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from punctual.domain.backoff import backoff_s
+from punctual.domain.keys import BUCKET_MS, bucket_start
 from punctual.stores.dynamodb.config import StoreConfig
 from punctual.stores.dynamodb.reads import register_fast_reads
 
@@ -78,6 +79,21 @@ class Table:
         response = self.client.get_item(TableName=self.name, Key={"task_id": {"S": key}}, ConsistentRead=True)
         item: dict[str, Any] | None = response.get("Item")
         return item
+
+    def oldest_active_due(self, shards: range) -> int | None:
+        """The bucket before the earliest due time in ``shards`` of the due index (a scan of the sparse, keys-only
+        index: only where no watermark says it yet)."""
+        wanted = {str(shard) for shard in shards}
+        oldest: int | None = None
+        for page in self.client.get_paginator("scan").paginate(
+            TableName=self.name, IndexName=DUE_INDEX, ProjectionExpression="due_ms, due_bucket"
+        ):
+            for raw in page.get("Items", []):
+                if raw["due_bucket"]["S"].rpartition("#")[2] not in wanted:
+                    continue
+                due = int(raw["due_ms"]["N"])
+                oldest = due if oldest is None else min(oldest, due)
+        return None if oldest is None else bucket_start(oldest) - BUCKET_MS
 
     def batch_get(
         self, keys: list[str], consistent: bool, projection: str | None = None, *, partial: bool = False

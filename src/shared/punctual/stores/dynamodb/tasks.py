@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -28,7 +28,6 @@ from punctual.stores.dynamodb.codec import (
     text_of,
     to_av,
 )
-from punctual.stores.dynamodb.due_pages import DuePages
 from punctual.stores.dynamodb.table import Table
 from punctual.stores.dynamodb.tenants import TenantItems, readable_tasks
 from punctual.stores.dynamodb.writes import (
@@ -46,18 +45,49 @@ from punctual.stores.dynamodb.writes import (
     quarantinable,
 )
 
+if TYPE_CHECKING:
+    from punctual.stores.dynamodb.due_pages import DuePages
+
 log = logging.getLogger(__name__)
 
 
-class TaskItems(TenantItems, DuePages):
+class TaskItems(TenantItems):
     """Tasks by id in ``table``, a tenant's tasks (:class:`~.tenants.TenantItems`), pages of the due index
-    (:class:`~.due_pages.DuePages`), and the writes that change one
-    task at a time or many by id: the :class:`~punctual.stores.ports.ClientPort` of the adapter."""
+    (:class:`~.due_pages.DuePages`, loaded by the first), and the writes that change one task at a time or many by
+    id: the :class:`~punctual.stores.ports.ClientPort` of the adapter."""
 
     def __init__(self, table: Table, writes: Writes) -> None:
         super().__init__(table)
         self.config = table.config
         self.writes = writes
+        self._due_pages: DuePages | None = None
+
+    # -- pages of the due index, for a person ------------------------------------------------------------------
+    def _pages(self) -> DuePages:
+        if self._due_pages is None:
+            from punctual.stores.dynamodb.due_pages import DuePages  # noqa: PLC0415  only a person's listing loads it: no handler's cold start pays for it
+
+            self._due_pages = DuePages(self.table)
+        return self._due_pages
+
+    def due_page(  # noqa: PLR0913  ClientPort.due_page's signature
+        self,
+        due_from_ms: int | None,
+        due_to_ms: int,
+        after: str | None,
+        limit: int,
+        *,
+        now_ms: int,
+        statuses: Iterable[TaskStatus] | None = None,
+    ) -> tuple[list[Task], str | None, int]:
+        """See :meth:`punctual.stores.ports.ClientPort.due_page` (:meth:`.due_pages.DuePages.due_page`)."""
+        return self._pages().due_page(due_from_ms, due_to_ms, after, limit, now_ms=now_ms, statuses=statuses)
+
+    def due_instants(
+        self, due_from_ms: int | None, due_to_ms: int, *, now_ms: int, limit: int, max_buckets: int
+    ) -> tuple[list[int], bool]:
+        """See :meth:`punctual.stores.ports.ClientPort.due_instants` (:meth:`.due_pages.DuePages.due_instants`)."""
+        return self._pages().due_instants(due_from_ms, due_to_ms, now_ms=now_ms, limit=limit, max_buckets=max_buckets)
 
     # -- client side -------------------------------------------------------------------------------------
     def create(self, task: Task, now_ms: int) -> tuple[Task, bool]:
