@@ -176,7 +176,7 @@ class FakeSource:
         )
         return [DeadLetter(task_id=t.task_id, reason=t.detail or "", task=t) for t in failed[:limit]]
 
-    def tenants(self) -> list[TenantUsage] | None:
+    def tenants(self, wait_s: float | None = None) -> list[TenantUsage] | None:
         self.calls.append("tenants")
         return self.usages if self.is_operator else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -261,6 +262,28 @@ def test_an_unknown_page_is_a_404_page(client: FlaskClient) -> None:
 
 
 # -- reads ---------------------------------------------------------------------------------------------------------
+def test_the_tenants_page_shows_a_count_being_made_and_one_that_failed_and_follows_them_live(
+    client: FlaskClient, source: FakeSource
+) -> None:
+    # Given acme's first count not done yet and beta's last one failed (its last value kept, 45 s old)
+    source.usages = [
+        replace(source.usages[0], active_tasks=None, counting=True),
+        replace(source.usages[1], active_tasks=4, counted_s_ago=45.2, count_error="ClientError: throttled"),
+    ]
+    # When the page is read  Then acme's shows as counting, beta's with its age and why the last count failed; the
+    # table is the page's live part
+    page = text(client.get("/tenants"))
+    assert "counting…" in page
+    assert "counted 45 s ago" in page
+    assert "the last count failed: ClientError: throttled" in page
+    assert 'data-live="/tenants/live"' in page
+    # When acme's count is done  Then the live part shows it
+    source.usages[0] = replace(source.usages[0], active_tasks=12, counting=False, counted_s_ago=0.4)
+    live = text(client.get("/tenants/live"))
+    assert "counting…" not in live
+    assert "12 of 1000" in live
+
+
 @pytest.mark.parametrize(
     ("path", "calls"),
     [
@@ -272,6 +295,7 @@ def test_an_unknown_page_is_a_404_page(client: FlaskClient) -> None:
         ("/schedules/acme/daily", ["schedule", "occurrences"]),
         ("/dead-letters", ["dead_letters"]),
         ("/tenants", ["tenants"]),
+        ("/tenants/live", ["tenants"]),
     ],
 )
 def test_a_page_reads_each_view_with_one_call_of_the_source(

@@ -113,10 +113,15 @@ class RedriveOutcome:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TenantUsage:
-    """A tenant's use of its quotas (None: no limit set)."""
+    """A tenant's use of its quotas (a limit None: none set). Its active tasks are a kept count
+    (:mod:`punctual_tools.console.counts`): None until the first is done, ``counted_s_ago`` old, ``counting`` while
+    one is being made, ``count_error`` when the last attempt failed."""
 
     tenant: str
-    active_tasks: int
+    active_tasks: int | None
+    counted_s_ago: float = 0.0
+    counting: bool = False
+    count_error: str | None = None
     active_tasks_limit: int | None
     schedules: int
     schedules_limit: int | None
@@ -169,6 +174,7 @@ class ConsoleSource(Protocol):
 
     def redrive(self, task_ids: list[str]) -> RedriveOutcome: ...
 
-    def tenants(self) -> list[TenantUsage] | None:
-        """Quota use per tenant (None: not the operator's view)."""
+    def tenants(self, wait_s: float | None = None) -> list[TenantUsage] | None:
+        """Quota use per tenant (None: not the operator's view), waiting for the active-task counts being made at
+        most ``wait_s`` (None: until they are done)."""
         ...

@@ -16,6 +16,7 @@ from punctual.domain.schedules import Schedule, ScheduleState, instants_after
 from punctual.errors import ScheduleNotFoundError, TaskNotFoundError
 from punctual_tools.console import charts
 from punctual_tools.console.context import console
+from punctual_tools.console.counts import FRESH_S, PAGE_WAIT_S
 from punctual_tools.console.forms import form_value, task_filter
 from punctual_tools.console.timeline import timeline
 
@@ -125,4 +126,13 @@ def dead_letters() -> ResponseReturnValue:
 
 @blueprint.get("/tenants")
 def tenants() -> ResponseReturnValue:
-    return render_template("tenants.html", usages=console().source.tenants())
+    """Quota use per tenant; an active-task count not done within :data:`~.counts.PAGE_WAIT_S` shows as being
+    counted, and the page's live part (:func:`tenants_live`) shows it once it is."""
+    usages = console().source.tenants(wait_s=PAGE_WAIT_S)
+    return render_template("tenants.html", usages=usages, live_period_ms=LIVE_PERIOD_MS, fresh_s=int(FRESH_S))
+
+
+@blueprint.get("/tenants/live")
+def tenants_live() -> ResponseReturnValue:
+    """The Tenants page's table alone, which its script swaps in every :data:`LIVE_PERIOD_MS`."""
+    return render_template("_tenants.html", usages=console().source.tenants(wait_s=PAGE_WAIT_S))

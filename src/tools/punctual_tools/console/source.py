@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ from punctual.stores.dlq import RedrivableQueue
 from punctual.stores.dynamodb.heartbeats import HeartbeatItem
 from punctual.stores.ports import Stores
 from punctual.targets.registry import TargetRules
+from punctual_tools.console.counts import KeptCounts
 from punctual_tools.console.figures import BatchLine, BatchLog, hour_minutes, minutes_of
 from punctual_tools.console.model import (
     DeadLetter,
@@ -164,7 +166,8 @@ class OperatorSource:
     """The operator's view of a deployment: ``stores`` (its ports), ``client`` (the changes, on those ports),
     ``dead_letter_queue`` (None: none configured), ``figures`` (the last hour's, said where from by
     ``figures_note``), ``batch_log`` and ``heartbeats`` (the executors: None where there is no batch log, on AWS),
-    ``tenant_names`` (the tenants the stack's settings know) and ``tenant_map`` (their quotas)."""
+    ``tenant_names`` (the tenants the stack's settings know), ``tenant_map`` (their quotas) and ``active_counts``
+    (their active tasks, counted between pages)."""
 
     label: str
     stores: Stores
@@ -176,6 +179,7 @@ class OperatorSource:
     heartbeats: Heartbeats | None = None
     tenant_names: tuple[str, ...] = ()
     tenant_map: TenantMap = field(default_factory=TenantMap)
+    active_counts: KeptCounts = field(default_factory=KeptCounts)
 
     @property
     def operator(self) -> bool:
@@ -330,17 +334,27 @@ class OperatorSource:
         )
 
     # -- tenants --------------------------------------------------------------------------------------------------
-    def tenants(self) -> list[TenantUsage]:
-        """Each known tenant's active tasks (the sparse count index) and what its schedules hold (read from the
+    def tenants(self, wait_s: float | None = None) -> list[TenantUsage]:
+        """Each known tenant's active tasks (a count of the sparse count index kept between pages,
+        :class:`~.counts.KeptCounts`: waited for at most ``wait_s``) and what its schedules hold (read from the
         tenant index), against its quotas in the tenant map."""
+        kept = {
+            tenant: self.active_counts.get(tenant, partial(self.stores.client.count_active, tenant), wait_s)
+            for tenant in self.tenant_names
+        }
+        now = self.active_counts.monotonic()
         usage: list[TenantUsage] = []
         for tenant in self.tenant_names:
             quotas = self.tenant_map.policy_of(tenant).quotas
             held = held_by(self.client.list_schedules(prefix(tenant)))
+            count = kept[tenant]
             usage.append(
                 TenantUsage(
                     tenant=tenant,
-                    active_tasks=self.stores.client.count_active(tenant),
+                    active_tasks=count.value,
+                    counted_s_ago=count.age_s(now),
+                    counting=count.counting,
+                    count_error=count.error,
                     active_tasks_limit=quotas.active_tasks,
                     schedules=held.schedules,
                     schedules_limit=quotas.schedules,
@@ -467,7 +481,7 @@ class TenantSource:
                 redriven.append(task_id)
         return RedriveOutcome(redriven=redriven, skipped=skipped)
 
-    def tenants(self) -> list[TenantUsage] | None:
+    def tenants(self, wait_s: float | None = None) -> list[TenantUsage] | None:
         """None: quota use per tenant is the operator's view."""
         return None
 

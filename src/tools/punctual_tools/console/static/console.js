@@ -1,5 +1,5 @@
-// The Now page's live figures: every few seconds, fetch the fragment its region names (data-live) and swap it in,
-// without reloading the page. Nothing else on the console needs a script.
+// A page's live part (the Now page's figures, the Tenants page's table): every few seconds, fetch the fragment its
+// region names (data-live) and swap it in, without reloading the page. Nothing else on the console needs a script.
 "use strict";
 
 (function () {
