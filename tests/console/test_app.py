@@ -44,7 +44,7 @@ def error_message(answer: Any) -> str:
         ("/tasks/acme/failed-0", ["HTTP 500 from target 0", 'id="timeline"', "acme/failed-0:0"]),
         ("/schedules", ["acme/daily", "cron(0 9 * * ? *)", "Europe/Paris", "ACTIVE"]),
         ("/schedules/acme/daily", ["Next 10 occurrences", "acme/daily@", "3.0 ms"]),
-        ("/dead-letters", ["acme/failed-0", "HTTP 500 from target 2", 'type="checkbox"']),
+        ("/dead-letters", ["acme/failed-0", "HTTP 500 from target 2", 'type="checkbox"', "retrying=1"]),
         ("/tenants", ["acme", "<meter", "no limit"]),
     ],
 )

@@ -1,6 +1,6 @@
 """The operator source's Tasks pages on DynamoDB Local: active tasks in due order from the due index, paged by an
-opaque cursor with no task twice and none lost, the filters (status, due range, action kind, tenant), the note for a
-finished status of no tenant, and no Scan for any listing."""
+opaque cursor with no task twice and none lost, the filters (status, due range, action kind, retried, tenant),
+the note for a finished status of no tenant, and no Scan for any listing."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 
 from punctual.domain.keys import bucket_start
 from punctual.domain.model import TaskStatus
+from punctual.domain.retry import RetryPolicy
 from punctual.errors import InvalidRequestError
 from punctual.stores.dynamodb import DynamoStores
 from punctual.targets import HttpAction, LogAction
 from punctual_tools.console.model import ConsoleSource, TaskFilter, TaskPage
 from punctual_tools.console.source import DEFAULT_AHEAD_NOTE, FINISHED_NOTE, OperatorSource
 from punctual_tools.iam.recorder import watch_client
-from support import TaskFactory, arm, make_failed
+from support import TaskFactory, arm, make_failed, retry_record
 
 pytestmark = pytest.mark.integration  # on the session's DynamoDB Local
 
@@ -125,6 +126,27 @@ def test_an_action_kind_reads_on_to_fill_its_page(operator: OperatorSource, task
     assert [t.task_id for t in pages[0].tasks] == [t.task_id for t in http[:2]]
     assert [t.task_id for page in pages for t in page.tasks] == [t.task_id for t in http]
     assert pages[0].entries_read >= 6
+
+
+def test_the_retries_are_the_active_tasks_tried_before(
+    operator: OperatorSource, stores: DynamoStores, tasks: TaskFactory, now: int
+) -> None:
+    # Given five tasks never tried, due first, then two whose first try failed, each waiting for its next
+    for i in range(5):
+        tasks.create(now + 1_000 + i, now_ms=now)
+    retried = []
+    for i in range(2):
+        task = tasks.create(now + 2_000 + i, now_ms=now, retry=RetryPolicy(max_attempts=3))
+        assert arm(stores, task, "exec-1", now) is not None
+        failed_at = task.due_ms + 10
+        record = retry_record(task, failed_at, "HTTP 500", retry_due_ms=failed_at + 1_000 + i)
+        assert stores.firing.record_many("exec-1", [record]) == [True]
+        retried.append(task.task_id)
+    # When the retried ones are asked for, 1 a page  Then each comes once, in due order, PENDING at attempt 1
+    pages = all_pages(operator, TaskFilter(retrying=True, limit=1), now)
+    listed = [t for page in pages for t in page.tasks]
+    assert [t.task_id for t in listed] == retried
+    assert {(t.status, t.attempt) for t in listed} == {(TaskStatus.PENDING, 1)}
 
 
 def test_a_tenant_pages_through_its_own_tasks_by_id(operator: OperatorSource, tasks: TaskFactory, now: int) -> None:

@@ -61,6 +61,7 @@ def task_filter(args: Mapping[str, str]) -> TaskFilter:
         due_from_ms=instant_ms(args.get("due_from", "").strip(), "due_from"),
         due_to_ms=instant_ms(args.get("due_to", "").strip(), "due_to"),
         kind=kind_of(args.get("kind")),
+        retrying=args.get("retrying", "") not in {"", "0"},
         after=args.get("after") or None,
     )
 

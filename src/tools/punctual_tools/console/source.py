@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from punctual.scheduling.protocol import Scheduler
     from punctual.stores.dlq import DeadLetter as QueuedLetter
 
-KIND_PAGES = 5  # index pages a page filtered by action kind reads at most to fill itself
+KIND_PAGES = 5  # index pages a page filtered by action kind or retries reads at most to fill itself
 NOW_ENTRIES = 200_000  # due-index entries the Now page counts at most, ahead and overdue each
 OVERDUE_BUCKETS = 60  # minutes of the due index (the latest) the overdue count reads at most
 EXECUTOR_WINDOW_MS = 10 * 60_000  # an executor is shown when it reported a batch this recently
@@ -78,15 +78,16 @@ PageReader = Callable[[str | None, int], tuple[list[Task], str | None, int]]  # 
 
 
 def filled_page(read_page: PageReader, flt: TaskFilter) -> tuple[list[Task], str | None, int]:
-    """A page of ``flt.limit`` tasks at most: one index page, or with an action kind asked for, as many as fill it
-    (:data:`KIND_PAGES` at most), each asking for what the page still lacks; the cursor after the last one read."""
+    """A page of ``flt.limit`` tasks at most: one index page, or with an action kind or retries asked for, as many
+    as fill it (:data:`KIND_PAGES` at most), each asking for what the page still lacks; the cursor after the last one
+    read."""
     tasks: list[Task] = []
     cursor = flt.after
     read = 0
-    for _ in range(KIND_PAGES if flt.kind else 1):
+    for _ in range(KIND_PAGES if flt.reads_tasks else 1):
         page, cursor, count = read_page(cursor, flt.limit - len(tasks))
         read += count
-        tasks.extend(t for t in page if flt.kind is None or t.action.kind == flt.kind)
+        tasks.extend(t for t in page if flt.keeps(t))
         if cursor is None or len(tasks) >= flt.limit:
             break
     return tasks, cursor, read
