@@ -266,9 +266,11 @@ def test_the_tenants_page_shows_a_count_being_made_and_one_that_failed_and_follo
     client: FlaskClient, source: FakeSource
 ) -> None:
     # Given acme's first count not done yet and beta's last one failed (its last value kept, 45 s old)
+    assert source.usages is not None
+    acme, beta = source.usages
     source.usages = [
-        replace(source.usages[0], active_tasks=None, counting=True),
-        replace(source.usages[1], active_tasks=4, counted_s_ago=45.2, count_error="ClientError: throttled"),
+        replace(acme, active_tasks=None, counting=True),
+        replace(beta, active_tasks=4, counted_s_ago=45.2, count_error="ClientError: throttled"),
     ]
     # When the page is read  Then acme's shows as counting, beta's with its age and why the last count failed; the
     # table is the page's live part
@@ -278,7 +280,7 @@ def test_the_tenants_page_shows_a_count_being_made_and_one_that_failed_and_follo
     assert "the last count failed: ClientError: throttled" in page
     assert 'data-live="/tenants/live"' in page
     # When acme's count is done  Then the live part shows it
-    source.usages[0] = replace(source.usages[0], active_tasks=12, counting=False, counted_s_ago=0.4)
+    source.usages[0] = replace(acme, active_tasks=12, counting=False, counted_s_ago=0.4)
     live = text(client.get("/tenants/live"))
     assert "counting…" not in live
     assert "12 of 1000" in live

@@ -119,6 +119,7 @@ def test_tenants_show_their_active_tasks_and_schedules_against_their_quotas(
     # Then each tenant the stack serves is there, its use against the quotas of the tenant map (acme's its own)
     assert set(usage) == {"local", "acme", "beta"}
     acme = usage["acme"]
+    assert acme.active_tasks is not None  # counted: the source was told to wait for it
     assert acme.active_tasks >= 2  # the schedule's first occurrences are active tasks of acme's too
     assert (acme.active_tasks_limit, acme.schedules, acme.schedules_limit) == (10, 1, 3)
     assert acme.schedule_rate_per_s == pytest.approx(1 / 3600, rel=0.01)
