@@ -1,6 +1,6 @@
 """The operator source's Tasks pages on DynamoDB Local: active tasks in due order from the due index, paged by an
 opaque cursor with no task twice and none lost, the filters (status, due range, action kind, retried, tenant),
-the note for a finished status of no tenant, and no Scan for any listing."""
+the note for a finished status of no tenant, and no Scan for any listing (the Schedules list's too)."""
 
 from __future__ import annotations
 
@@ -159,12 +159,14 @@ def test_a_tenant_pages_through_its_own_tasks_by_id(operator: OperatorSource, ta
 def test_no_listing_scans_the_table(
     operator: OperatorSource, stores: DynamoStores, tasks: TaskFactory, now: int, calls: list[str]
 ) -> None:
-    # Given tasks and a poll's watermark (as a running stack has)
+    # Given tasks, schedules of a tenant and of none, and a poll's watermark (as a running stack has)
     for i in range(5):
         tasks.create(now + 1_000 * i, f"acme/t-{i}", now_ms=now)
+    for schedule_id in ("acme/daily", "hourly"):
+        operator.client.create_schedule(schedule_id, "rate(1 hour)", LogAction(message="tick"))
     stores.dispatch.find_due(now, now)
     calls.clear()
-    # When every listing the Tasks and Now pages make is read
+    # When every listing the Tasks, Now, Tenants and Schedules pages make is read
     reads: list[Callable[[], object]] = [
         lambda: all_pages(operator, TaskFilter(limit=2), now),
         lambda: operator.tasks(TaskFilter(status=TaskStatus.PENDING, kind="log"), now),
@@ -174,10 +176,15 @@ def test_no_listing_scans_the_table(
     ]
     for read in reads:
         read()
+    before = len(calls)
+    schedules = operator.schedules()
     # Then they queried indexes and read items by key, and never scanned
     assert calls
     assert "Scan" not in calls
     assert set(calls) <= {"Query", "BatchGetItem", "GetItem"}
+    # ... the Schedules list too, which holds every schedule (the registry in the schedule index, then their items)
+    assert [s.schedule_id for s in schedules] == ["acme/daily", "hourly"]
+    assert set(calls[before:]) == {"Query", "BatchGetItem"}
 
 
 @pytest.mark.parametrize(

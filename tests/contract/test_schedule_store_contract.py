@@ -4,9 +4,10 @@ implementation.
 Each test talks to the store through the ports' methods only, with an explicit ``now`` everywhere: a schedule
 stored with its first occurrences or not at all, idempotent creation, the cursor's move conditional on the cursor
 and the version read, an older version's occurrence blocking a newer one's until it is cancelled, a change
-conditional on the version read, the cleanup flag, when a schedule is in the due index, and the occurrences' ids
-in due order. The chain's decisions (which occurrences to make) are :mod:`punctual.scheduling.chain`'s, tested with the
-client in ``tests/functional/test_schedules.py``.
+conditional on the version read, the cleanup flag, when a schedule is in the due index, every schedule listed (or
+those of an id prefix) in id order, and the occurrences' ids in due order, never a schedule's. The chain's
+decisions (which occurrences to make) are :mod:`punctual.scheduling.chain`'s, tested with the client in
+``tests/functional/test_schedules.py``.
 """
 
 from __future__ import annotations
@@ -125,13 +126,72 @@ def test_a_schedule_whose_first_occurrence_is_taken_is_not_stored(store: Stores)
     assert store.client.get(first.task_id) is not None
 
 
-def test_a_tenants_schedules_are_listed_by_its_prefix(store: Stores) -> None:
-    # Given schedules of acme, of acme-2 (a tenant whose name starts like it) and of no tenant
-    for schedule_id in ("acme/a", "acme/b", "acme-2/a", "a"):
+LISTED = ("acme/b", "b", "acme-2/a", "acme/a", "ac-dc", "a", "ab", "beta/a")  # tenants' and of none, out of order
+
+
+def listed(store: Stores, id_prefix: str | None = None) -> list[str]:
+    """The ids of the schedules a list names (of those whose id starts with ``id_prefix``), in its order."""
+    return [s.schedule_id for s in store.schedules.list_schedules(id_prefix)]
+
+
+def test_every_schedule_is_listed_in_id_order_whatever_its_tenant_or_state(store: Stores) -> None:
+    # Given schedules of tenants and of none, created out of order, one of them paused and one deleted
+    for schedule_id in LISTED:
         store.schedules.create_schedule(every_10s(schedule_id, NOW + 3_600_000), [], NOW)
-    # When they are listed by acme's prefix, and all of them / Then each list holds exactly its own
-    assert sorted(s.schedule_id for s in store.schedules.list_schedules("acme/")) == ["acme/a", "acme/b"]
-    assert sorted(s.schedule_id for s in store.schedules.list_schedules()) == ["a", "acme-2/a", "acme/a", "acme/b"]
+    store.schedules.change_schedule(
+        stored_schedule(store, "b"), {"state": ScheduleState.PAUSED}, NOW + 1, cleanup=False
+    )
+    deleted = {"state": ScheduleState.DELETED}
+    store.schedules.change_schedule(stored_schedule(store, "acme/a"), deleted, NOW + 1, cleanup=False)
+    # When every schedule is listed / Then each is listed once, by id, with its state
+    assert listed(store) == sorted(LISTED)
+    states = {s.schedule_id: s.state for s in store.schedules.list_schedules()}
+    assert (states["b"], states["acme/a"], states["a"]) == (
+        ScheduleState.PAUSED,
+        ScheduleState.DELETED,
+        ScheduleState.ACTIVE,
+    )
+
+
+BY_PREFIX = {
+    "acme/": ["acme/a", "acme/b"],  # a tenant's: not acme-2's, whose name starts like it
+    "acme/b": ["acme/b"],
+    "acme": ["acme-2/a", "acme/a", "acme/b"],  # no tenant named: every id that starts so
+    "a": ["a", "ab", "ac-dc", "acme-2/a", "acme/a", "acme/b"],
+    "ab": ["ab"],
+    "b": ["b", "beta/a"],
+    "beta/": ["beta/a"],
+    "c": [],
+    "gamma/": [],
+}
+
+
+def test_schedules_are_listed_by_the_prefix_of_their_id(store: Stores) -> None:
+    # Given schedules of tenants and of none
+    for schedule_id in LISTED:
+        store.schedules.create_schedule(every_10s(schedule_id, NOW + 3_600_000), [], NOW)
+    # When those whose id starts with each prefix are listed / Then exactly they are, by id
+    assert {id_prefix: listed(store, id_prefix) for id_prefix in BY_PREFIX} == BY_PREFIX
+
+
+def test_a_schedules_history_holds_its_occurrences_and_never_a_schedule(store: Stores, tasks: TaskFactory) -> None:
+    # Given schedules with occurrences (acme's among them), schedules without, and a task of its own
+    made: dict[str, list[str]] = {}
+    for schedule_id in ("pulse", "acme/pulse", "acme/p"):
+        schedule = every_10s(schedule_id, NOW + 30 * SECOND)
+        first = [schedule.occurrence(NOW + i * 10 * SECOND) for i in (1, 2)]
+        store.schedules.create_schedule(schedule, first, NOW)
+        made[schedule_id] = [t.task_id for t in first]
+    for schedule_id in ("pulse-2", "acme/pulse-2", "schedules"):
+        store.schedules.create_schedule(every_10s(schedule_id, NOW + 3_600_000), [], NOW)
+    tasks.create(NOW + 10 * SECOND, "acme/pulse-3")
+    # When each schedule's occurrences are listed / Then they are its own occurrences only, no schedule among them
+    for schedule_id, ids in made.items():
+        assert store.schedules.schedule_occurrence_ids(schedule_id) == ids
+    for schedule_id in ("pulse-2", "acme/pulse-2", "schedules"):
+        assert store.schedules.schedule_occurrence_ids(schedule_id) == []
+    # And the list of schedules holds the schedules only, no occurrence and no task
+    assert listed(store) == sorted([*made, "pulse-2", "acme/pulse-2", "schedules"])
 
 
 # -- advance -------------------------------------------------------------------------------------------------------

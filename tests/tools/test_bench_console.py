@@ -1,4 +1,5 @@
-"""The console benchmark's page is made from its JSON, never typed, and says which pages missed the target."""
+"""The console benchmark's page is made from its JSON, never typed, labels each page as its run measured it, and
+says which pages missed the target."""
 
 from __future__ import annotations
 
@@ -38,3 +39,23 @@ def test_a_page_past_the_target_is_missed_counted_and_judged_against_its_floor()
     assert "**1 of 2 pages within the target.**" in page
     assert "| **missed** | 10.0 ms | 90.0× | 36 Scan |" in page
     assert "Pages that scan the table: `schedules`." in page
+
+
+def test_a_page_is_labelled_as_its_run_measured_it() -> None:
+    # Given a run whose Schedules page was measured under a label of its own, and whose Tasks page carries none
+    schedules = {**_page(900.0, {"Scan": 36}), "what": "Schedules: a filtered Scan of the table"}
+    report = {
+        "commit": "abc1234",
+        "at": "2026-11-30T00:00:00+00:00",
+        "tasks": 100_000,
+        "repeats": 20,
+        "seed_s": 1.0,
+        "target_ms": 300.0,
+        "footing": "a test",
+        "floor": {},
+        "pages": {"tasks": _page(60.0, {"Query": 8}), "schedules": schedules},
+    }
+    # When its page is made / Then the Schedules row keeps the run's label, the Tasks row takes today's
+    page = render(report)
+    assert "| Schedules: a filtered Scan of the table | 450.0 |" in page
+    assert "| Tasks, first page: active tasks in due order (the due index) | 30.0 |" in page

@@ -15,6 +15,8 @@ punctual get ID | punctual cancel ID | punctual run-now ID | punctual list [--st
                                                as the local stack's tenant --tenant, default local)
 punctual redrive --all | ID ...                FAILED tasks back to PENDING; their dead letters removed
 punctual backfill-tenant-shards [--dry-run]    key tenant tasks written before the sharded active count (a Scan)
+punctual backfill-schedule-registry [--dry-run]
+                                               key schedules written before the schedule index's registry (a Scan)
 punctual drift [--fire-log F | --table] [--out DIR]   drift pictures: histogram, timeline, CDF (PNG)
 punctual console [--port 8768] [--read-only]   the web console on loopback: the local stack's (--aws: AWS's; --api:
                                                one tenant's through the REST API); punctual up serves it too
@@ -33,7 +35,7 @@ from punctual_tools.cli.common import client_options, setup_logging
 
 # The verbs that act on a table (--aws: AWS's), and those of them that may go through the REST API instead
 CLIENT_VERBS = ("schedule", "schedule-many", "list", "schedules", "get", "cancel", "run-now")
-TABLE_VERBS = (*CLIENT_VERBS, "redrive", "backfill-tenant-shards")
+TABLE_VERBS = (*CLIENT_VERBS, "redrive", "backfill-tenant-shards", "backfill-schedule-registry")
 
 
 def build_parser() -> argparse.ArgumentParser:

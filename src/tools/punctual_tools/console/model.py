@@ -7,8 +7,9 @@ the executors and the per-minute figures; and a tenant's, through the REST API (
 only that tenant's tasks and schedules (``operator`` is False, and the operator's views answer None).
 
 Every listing reads an index, never a scan: active tasks in due order from the ``due`` index, a tenant's tasks in
-id order from the ``tenant`` index, a schedule's occurrences from the ``schedule`` index, the dead letters from the
-dead-letter queue; a finished task of no tenant is found by its id (docs/decisions.md says why).
+id order from the ``tenant`` index, a schedule's occurrences from the ``schedule`` index and every schedule from its
+registry there, the dead letters from the dead-letter queue; a finished task of no tenant is found by its id
+(docs/decisions.md says why).
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ An item is read as what its key says: one whose ``tenant`` names another tenant 
 ``schedule_id`` is not the schedule its key names, is no task (undecodable: quarantined, counted, never acted on).
 
 A recurring schedule is an item of its own, keyed ``#schedule#<schedule id>`` (:func:`schedule_key`; its layout is in
-:mod:`.schedules`); it has a ``state``, never a ``status``, so nothing that reads tasks takes it for one.
+:mod:`.schedules`); it has a ``state``, never a ``status``, so nothing that reads tasks takes it for one. Its
+``schedule_id`` is :data:`SCHEDULE_REGISTRY`, which is no schedule's id: every schedule's entry in the ``schedule``
+index is in one partition of its own, which lists them all, and which no schedule's history meets.
 """
 
 from __future__ import annotations
@@ -183,6 +185,11 @@ def tenant_shard_of(task_id: str) -> str | None:
 SCHEDULE_PREFIX = "#schedule#"  # a schedule item's key: not a valid task id, so it never collides with one
 
 
+# Every schedule item's schedule_id: the partition of the schedule index that lists all schedules. No schedule's id
+# (SCHEDULE_ID_PATTERN starts with a letter or a digit), so a query of a schedule's occurrences never meets it.
+SCHEDULE_REGISTRY = "#schedules"
+
+
 def schedule_key(schedule_id: str) -> str:
     """The key of a schedule's item: ``#schedule#<id>``, a tenant's ``<tenant>/#schedule#<id>``."""
     tenant, name = split(schedule_id)
@@ -202,6 +209,14 @@ def check_owner(key: str, tenant: Any) -> None:
     of its owner never overrides the key (the only part IAM confines)."""
     if tenant is not None and tenant != split(key)[0]:
         raise ValueError(f"its tenant attribute {str(tenant)[:64]!r} is not its key's tenant")
+
+
+def check_registry(schedule_id: Any) -> None:
+    """Refuse (ValueError) a schedule item whose ``schedule_id`` is not :data:`SCHEDULE_REGISTRY` (none: written before
+    the registry, until its next change or the backfill stamps it): an item listed under a schedule's occurrences
+    or anywhere else than the registry is not read as a schedule."""
+    if schedule_id is not None and schedule_id != SCHEDULE_REGISTRY:
+        raise ValueError(f"its schedule_id {str(schedule_id)[:64]!r} is not the schedules' registry")
 
 
 def check_schedule_of_occurrence(task_id: str, schedule_id: Any) -> None:

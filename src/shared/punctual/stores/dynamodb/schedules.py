@@ -9,9 +9,15 @@ as every key of that tenant does (:mod:`punctual.domain.tenancy`)::
     created_ms N | updated_ms N | cleanup N (1: occurrences of an older version may still be PENDING)
     due_ms N, due_bucket S: in the due index while the chain needs a hand: ACTIVE (at ``next_due_ms - ahead``,
     so that a poll creates its occurrences ``ahead`` before its window reaches them), or ``cleanup`` set (now)
+    schedule_id S (SCHEDULE_REGISTRY, always: its entry in the schedule index's registry, which lists every schedule)
 
 It has a ``state``, never a ``status``: nothing that reads tasks takes it for one. Its occurrences are tasks
-with ``schedule_id`` and ``schedule_version``, listed by the sparse ``schedule`` index.
+with ``schedule_id`` and ``schedule_version``, listed by the sparse ``schedule`` index under their schedule's id.
+The schedules themselves are listed there under :data:`~.codec.SCHEDULE_REGISTRY` (the registry), which is no
+schedule's id, and a tenant's also by the tenant index. SCHEDULE writes the registry entry, which never changes:
+one index write a schedule. An item written before the registry has no ``schedule_id``: CHANGE and ADVANCE set it
+(to the same value every time: no further index write), and ``punctual backfill-schedule-registry`` sets it on the
+others.
 
 The chain's writes, each one conditional (see :meth:`ScheduleItems.advance_schedule`)::
 
@@ -46,7 +52,9 @@ from punctual.domain.tenancy import prefix, split
 from punctual.errors import ScheduleConflictError, ScheduleNotFoundError, ScheduleStateError, UndecodableItemError
 from punctual.stores.dynamodb.codec import (
     SCHEDULE_PREFIX,
+    SCHEDULE_REGISTRY,
     check_owner,
+    check_registry,
     decode,
     from_av,
     schedule_id_of_key,
@@ -65,6 +73,7 @@ _ACTIVE = ScheduleState.ACTIVE.value
 
 USAGE_ATTEMPTS = 12  # transactions a write with its tenant's usage makes at most (conflicts on the usage item)
 KEEP: dict[str, Any] = {}  # _place: leave the item's place in the due index as it is
+LIST_CHUNK = 1_000  # schedule items a list reads at once (BatchGetItem, 100 keys a request, in parallel)
 
 
 def _place(sets: list[str], values: dict[str, Any], next_due_ms: int | None, index: dict[str, Any] | None) -> str:
@@ -97,6 +106,7 @@ def _schedule_of_item(item: dict[str, Any]) -> Schedule:
     if not isinstance(definition, dict) or definition.get("schedule_id") != schedule_id_of_key(key):
         raise ValueError("its definition's schedule_id is not the schedule its key names")
     check_owner(key, v.get("tenant"))
+    check_registry(v.get("schedule_id"))
     return Schedule.model_validate(
         {
             **definition,
@@ -126,7 +136,8 @@ def _readable(items: Iterable[dict[str, Any]], unreadable: Unreadable | None) ->
 
 class ScheduleItems:
     """Schedules in ``table``: an occurrence's item is what ``tasks`` puts for a task (:meth:`TaskItems.item_of`);
-    a tenant's schedules are listed from its index (:meth:`TaskItems.tenant_keys`)."""
+    a tenant's schedules are listed from its index (:meth:`TaskItems.tenant_keys`), every schedule from the
+    registry partition of the schedule index."""
 
     def __init__(self, table: Table, tasks: TaskItems) -> None:
         self.table = table
@@ -189,6 +200,7 @@ class ScheduleItems:
             "skipped_count": schedule.skipped_count,
             "created_ms": now_ms,
             "updated_ms": now_ms,
+            "schedule_id": SCHEDULE_REGISTRY,  # the schedule index's registry (written once, here)
         }
         if schedule.next_due_ms is not None:
             values["next_due_ms"] = schedule.next_due_ms
@@ -248,24 +260,46 @@ class ScheduleItems:
         return None if item is None else schedule_of_item(item)
 
     def list_schedules(self, id_prefix: str | None = None, unreadable: Unreadable | None = None) -> Iterator[Schedule]:
-        """Every schedule (a filtered scan of the table: for admin use; every tenant's too), or those whose id
-        starts with ``id_prefix``: a tenant's (``"<tenant>/"``) are read from the tenant index. An item that
-        cannot be read is left out and counted in ``unreadable``."""
+        """Every schedule (every tenant's too), or those whose id starts with ``id_prefix``, in id order: their keys
+        from an index (a tenant's, ``"<tenant>/..."``, from the tenant index; any other list from the schedule
+        index's registry, :meth:`_registry_keys`), their items read by key. Never a Scan: the list costs what it
+        holds, however many tasks the table holds. An item that cannot be read is left out and counted in
+        ``unreadable``."""
         tenant = split(id_prefix)[0] if id_prefix is not None else None
         if tenant is not None:
             keys, _ = self.tasks.tenant_keys(tenant, begins=schedule_key(id_prefix or ""))
-            yield from _readable(self.table.items_of(keys), unreadable)
-            return
-        if id_prefix is None:
-            condition, value = "contains(task_id, :prefix)", SCHEDULE_PREFIX
         else:
-            condition, value = "begins_with(task_id, :prefix)", schedule_key(id_prefix)
-        for page in self.table.client.get_paginator("scan").paginate(
+            keys = self._registry_keys(id_prefix or "")
+        for start in range(0, len(keys), LIST_CHUNK):
+            yield from _readable(self.table.items_of(keys[start : start + LIST_CHUNK]), unreadable)
+
+    def _registry_keys(self, id_prefix: str = "") -> list[str]:
+        """Keys of the schedules whose id starts with ``id_prefix`` (every schedule for ``""``), in id order, from the
+        registry partition of the keys-only schedule index (eventually consistent: a schedule created a moment ago
+        may be missing). A schedule of no tenant is keyed ``#schedule#<id>``, a tenant's ``<tenant>/#schedule#<id>``
+        (:func:`~.codec.schedule_key`), so a prefix is looked for as both: ``"ac"`` is ``"#schedule#ac"`` and
+        tenants ``"ac..."``. An entry whose key is no schedule's (an item that carries the registry value without
+        being a schedule) is left out."""
+        starts = [SCHEDULE_PREFIX + id_prefix, id_prefix] if id_prefix else [None]
+        named: dict[str, str] = {}
+        for begins in starts:
+            for key in self._query_registry(begins):
+                schedule_id = schedule_id_of_key(key)
+                if schedule_id is not None and schedule_id.startswith(id_prefix):
+                    named[key] = schedule_id
+        return sorted(named, key=named.__getitem__)
+
+    def _query_registry(self, begins: str | None) -> Iterator[str]:
+        """The keys in the registry partition of the schedule index (those starting with ``begins``), page by page."""
+        condition = "schedule_id = :r" + ("" if begins is None else " AND begins_with(task_id, :b)")
+        values = {":r": SCHEDULE_REGISTRY} | ({} if begins is None else {":b": begins})
+        for page in self.table.client.get_paginator("query").paginate(
             TableName=self.table.name,
-            FilterExpression=condition,
-            ExpressionAttributeValues=to_av({":prefix": value}),
+            IndexName=SCHEDULE_INDEX,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=to_av(values),
         ):
-            yield from _readable(page.get("Items", []), unreadable)
+            yield from (raw["task_id"]["S"] for raw in page.get("Items", []))
 
     def quarantine_schedule(self, schedule_id: str, detail: str, now_ms: int) -> bool:
         """QUARANTINE: a schedule item that cannot be read leaves the due index (no poll meets it again) and keeps
@@ -313,8 +347,10 @@ class ScheduleItems:
             ":definition": canonical_json(changed.definition()),
             ":now": now_ms,
             ":cleanup": 1 if cleanup else 0,
+            ":registry": SCHEDULE_REGISTRY,
         }
         sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
+        sets.append("schedule_id = :registry")  # an item written before the registry joins it (else: unchanged)
         update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
         write = {
             "TableName": self.table.name,
@@ -376,7 +412,9 @@ class ScheduleItems:
         self, schedule_id: str, from_ms_: int | None = None, limit: int | None = None
     ) -> list[str]:
         """Ids of the schedule's occurrences in due order (from the instant ``from_ms_`` if given), from the
-        ``schedule`` index (eventually consistent: a just-created occurrence may be missing for a moment)."""
+        ``schedule`` index (eventually consistent: a just-created occurrence may be missing for a moment).
+        Schedules' own entries are never among them: they are under SCHEDULE_REGISTRY, which is no schedule's id,
+        and their keys hold no ``@``."""
         # Only ids of its own occurrences ("<schedule id>@<instant>Z"): schedule_id is an attribute, and a client
         # confined to its own keys (LeadingKeys) could still write another tenant's schedule id into an item.
         condition = "schedule_id = :s AND task_id BETWEEN :from AND :to"
@@ -418,12 +456,14 @@ class ScheduleItems:
             ":created": len(occurrences),
             ":skipped": step.skipped,
             ":state": moved.state.value,
+            ":registry": SCHEDULE_REGISTRY,
         }
         sets = [
             "created_count = created_count + :created",
             "skipped_count = skipped_count + :skipped",
             "updated_ms = :now",
             "#state = :state",
+            "schedule_id = :registry",  # an item written before the registry joins it (else: unchanged)
         ]
         # while a cleanup is pending, the item keeps its place in the index (now): the next poll finishes it
         index = KEEP if schedule.cleanup else self._index_fields(moved, now_ms)
