@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import os
 import sys
 import uuid
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
 
 # Set before boto3 or moto build any client, so that no test reaches real AWS by mistake (a test that forgot
@@ -33,6 +35,12 @@ if not os.environ.get("AWS_SAM_STACK_NAME"):
 from punctual_tools.local.dynamodb_local import make_client
 from punctual_tools.template import ensure_table
 from support import running_dynamodb_local
+
+# One loader of botocore's data (service models, endpoints) for every session this process makes: moto's mock_aws
+# drops boto3's default session at each start, and a new session parses the models again (about 150 ms a client,
+# paid by each of the tests that make one); parsed once, a client takes about 20 ms. The data is the same files
+# either way, read only.
+botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
 
 TESTS_DIR = Path(__file__).resolve().parent
 EXIT_WATCHDOG_S = 120
