@@ -118,3 +118,22 @@ def test_each_key_has_a_count_of_its_own() -> None:
     counts = KeptCounts(monotonic=Clock())
     assert counts.get("acme", HeldCount(1), None).value == 1
     assert counts.get("beta", HeldCount(2), None).value == 2
+
+
+def test_a_forgotten_count_is_made_again_and_settle_waits_for_the_one_being_made() -> None:
+    # Given a count kept, then forgotten, and its next one held
+    counts = KeptCounts(fresh_s=30.0, monotonic=Clock())
+    count = HeldCount(8)
+    counts.get("acme", count, None)
+    counts.forget()
+    count.release.clear()
+    # When a page asks without waiting  Then there is no value, and a count is being made
+    asked = counts.get("acme", count, 0.0)
+    assert (asked.value, asked.counting, count.calls) == (None, True, 2)
+    # When it is released and the counts settle  Then none is being made and the count is kept
+    waiter = threading.Thread(target=counts.settle)
+    waiter.start()
+    count.release.set()
+    waiter.join()
+    assert counts.get("acme", count, 0.0).value == 8
+    assert count.calls == 2

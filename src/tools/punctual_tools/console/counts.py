@@ -65,6 +65,21 @@ class KeptCounts:
             return Kept(value=None, started=self.monotonic(), took_s=0.0, counting=counting)
         return Kept(value=kept.value, started=kept.started, took_s=kept.took_s, error=kept.error, counting=counting)
 
+    def forget(self) -> None:
+        """Drop every count kept (one being made is kept when it is done): the next page asks for them afresh."""
+        with self._lock:
+            self._kept.clear()
+
+    def settle(self) -> None:
+        """Wait until no count is being made."""
+        while True:
+            with self._lock:
+                running = list(self._running.values())
+            if not running:
+                return
+            for done in running:
+                done.wait()
+
     def _count(self, key: str, count: Callable[[], int], done: threading.Event) -> None:
         started = self.monotonic()
         value: int | None

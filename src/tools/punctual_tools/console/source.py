@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from punctual.scheduling.protocol import Scheduler
     from punctual.stores.dlq import DeadLetter as QueuedLetter
 
+COUNT_THREADS = 2  # a background count's requests at once (the pages' own reads use the stores' pool)
 KIND_PAGES = 5  # index pages a page filtered by action kind or retries reads at most to fill itself
 NOW_ENTRIES = 200_000  # due-index entries the Now page counts at most, ahead and overdue each
 OVERDUE_BUCKETS = 60  # minutes of the due index (the latest) the overdue count reads at most
@@ -168,7 +169,7 @@ class OperatorSource:
     ``dead_letter_queue`` (None: none configured), ``figures`` (the last hour's, said where from by
     ``figures_note``), ``batch_log`` and ``heartbeats`` (the executors: None where there is no batch log, on AWS),
     ``tenant_names`` (the tenants the stack's settings know), ``tenant_map`` (their quotas) and ``active_counts``
-    (their active tasks, counted between pages)."""
+    (their active tasks, counted between pages by ``count_active``)."""
 
     label: str
     stores: Stores
@@ -181,6 +182,7 @@ class OperatorSource:
     tenant_names: tuple[str, ...] = ()
     tenant_map: TenantMap = field(default_factory=TenantMap)
     active_counts: KeptCounts = field(default_factory=KeptCounts)
+    count_active: Callable[[str], int] | None = None  # how those are counted (None: by the stores' client)
 
     @property
     def operator(self) -> bool:
@@ -339,9 +341,9 @@ class OperatorSource:
         """Each known tenant's active tasks (a count of the sparse count index kept between pages,
         :class:`~.counts.KeptCounts`: waited for at most ``wait_s``) and what its schedules hold (read from the
         tenant index), against its quotas in the tenant map."""
+        counter = self.count_active or self.stores.client.count_active
         kept = {
-            tenant: self.active_counts.get(tenant, partial(self.stores.client.count_active, tenant), wait_s)
-            for tenant in self.tenant_names
+            tenant: self.active_counts.get(tenant, partial(counter, tenant), wait_s) for tenant in self.tenant_names
         }
         now = self.active_counts.monotonic()
         usage: list[TenantUsage] = []
@@ -525,7 +527,19 @@ def stores_source(
         heartbeats=(lambda executor_ids: heartbeat_items(stores.table, executor_ids)) if log is not None else None,
         tenant_names=tenants,
         tenant_map=tenant_map,
+        count_active=background_count(stores.table.client, settings),
     )
+
+
+def background_count(dynamodb: DynamoDBClient, settings: Settings) -> Callable[[str], int]:
+    """A tenant's active tasks counted :data:`COUNT_THREADS` keys at a time (on a table of its own, with a pool that
+    small): a count in the background leaves the store room for the pages' own reads (DynamoDB Local counts on the
+    machine's cores; through a region, fewer requests at once only make the count take longer)."""
+    from punctual.stores.dynamodb import DynamoStores  # noqa: PLC0415  the builders' own
+
+    return DynamoStores.from_settings(
+        dynamodb, settings.model_copy(update={"db_threads": COUNT_THREADS})
+    ).client.count_active
 
 
 def local_source(home: Path) -> OperatorSource:
