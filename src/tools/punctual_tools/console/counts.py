@@ -15,7 +15,7 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 FRESH_S = 30.0  # a count younger than this is shown as it is; an older one is counted again
-PAGE_WAIT_S = 0.15  # how long a page waits for a count being made (a small table's is done by then)
+PAGE_WAIT_S = 0.1  # how long a page waits for a count being made (a small table's is mostly done by then)
 
 
 @dataclass(frozen=True, slots=True)
