@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,3 +59,14 @@ def poller(store: DynamoStores, invoker: RecordingInvoker, settings: Settings) -
 def executor(store: DynamoStores, settings: Settings) -> Executor:
     """An executor on the real clock, its NTP probe off."""
     return executor_on(store, settings)
+
+
+@pytest.fixture
+def local_home(tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home whose state file points the CLI at the moto table (endpoint None: AWS, i.e. moto)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    state = {"endpoint_url": None, "table_name": settings.table_name, "shard_count": settings.shard_count}
+    (home / "stack.json").write_text(json.dumps(state))
+    monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
+    return home

@@ -5,7 +5,6 @@ What the backfill writes, and its races, are checked on every DynamoDB kind in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +17,6 @@ from punctual.stores.dynamodb.codec import schedule_key
 from punctual.targets import LogAction
 from punctual_tools.cli import main
 from support import FakeClock
-
-
-@pytest.fixture
-def local_home(tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home whose state file points the CLI at the moto table (endpoint None: AWS, i.e. moto)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    state = {"endpoint_url": None, "table_name": settings.table_name, "shard_count": settings.shard_count}
-    (home / "stack.json").write_text(json.dumps(state))
-    monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
-    return home
 
 
 def test_the_cli_puts_the_older_schedules_in_the_registry_and_then_has_nothing_to_do(

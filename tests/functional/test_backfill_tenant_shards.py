@@ -128,17 +128,6 @@ def test_a_task_that_ends_meanwhile_is_skipped_and_a_failed_request_is_an_error(
 
 
 # -- punctual backfill-tenant-shards -------------------------------------------------------------------------
-@pytest.fixture
-def local_home(tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home whose state file points the CLI at the moto table (endpoint None: AWS, i.e. moto)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    state = {"endpoint_url": None, "table_name": settings.table_name, "shard_count": settings.shard_count}
-    (home / "stack.json").write_text(json.dumps(state))
-    monkeypatch.setenv("PUNCTUAL_REGION", "us-east-1")
-    return home
-
-
 def test_the_cli_keys_the_old_tasks_reports_on_stderr_and_then_has_nothing_to_do(
     dynamodb: Any,
     settings: Settings,
