@@ -78,6 +78,9 @@ def schedule_workload(client: Scheduler, tenants: Mapping[str, Scheduler], now: 
     return first
 
 
+SETTLE_MS = 60_000  # how long a picture waits for the page's counts to be done
+
+
 def take(browser: Browser, url: str, pages: dict[str, str], out: Path) -> list[Path]:
     """A full-page picture of each of ``pages`` (name -> path) of the console at ``url`` (which carries the token)."""
     context = browser.new_context(viewport=VIEWPORT)
@@ -88,6 +91,8 @@ def take(browser: Browser, url: str, pages: dict[str, str], out: Path) -> list[P
     for name, path in pages.items():
         page.goto(base + path)
         page.wait_for_load_state("networkidle")
+        # a count still being made shows as such; the page's live part shows it done within a reload or two
+        page.wait_for_selector(".counting", state="detached", timeout=SETTLE_MS)
         target = out / f"console-{name}.png"
         page.screenshot(path=str(target), full_page=True)
         written.append(target)
