@@ -160,9 +160,10 @@ def measure(
         started = time.perf_counter()
         answer = client.get(path)
         times.append((time.perf_counter() - started) * 1000)
+        html = answer.get_data(as_text=True)
         if answer.status_code != 200:  # noqa: PLR2004  HTTP's OK
-            raise RuntimeError(f"{path}: {answer.status_code} {answer.get_data(as_text=True)[:300]}")
-        counting += COUNTING in answer.get_data(as_text=True)
+            raise RuntimeError(f"{path}: {answer.status_code} {html[:300]}")
+        counting += COUNTING in html
     calls = counter.take()
     return {
         "path": path,

@@ -1,5 +1,5 @@
 """Counts too slow for a page, kept between pages (:class:`KeptCounts`): a tenant's active tasks are the entries of
-its 32 keys of the sparse count index, every one read (about 4 s at 100,000 tasks on DynamoDB Local). A page asks
+its 32 keys of the sparse count index, every one read (seconds at 100,000 tasks on DynamoDB Local). A page asks
 for the count and waits for it a short while; one that is not done yet shows "counting" and the page's live part
 shows it when it is; one older than :attr:`KeptCounts.fresh_s` is shown with its age while it is counted again in
 the background. One count of a key runs at a time, whoever asks."""
@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 log = logging.getLogger(__name__)
 
@@ -21,11 +21,10 @@ PAGE_WAIT_S = 0.1  # how long a page waits for a count being made (a small table
 @dataclass(frozen=True, slots=True)
 class Kept:
     """The last count of a key: ``value`` (None: none done yet), ``started`` (monotonic seconds: when the count
-    began), ``took_s``, ``error`` (the last attempt's, None when it held), and whether one is being made now."""
+    began), ``error`` (the last attempt's, None when it held), and whether one is being made now."""
 
     value: int | None
     started: float
-    took_s: float
     error: str | None = None
     counting: bool = False
 
@@ -62,8 +61,8 @@ class KeptCounts:
             kept = self._kept.get(key)
             counting = key in self._running
         if kept is None:
-            return Kept(value=None, started=self.monotonic(), took_s=0.0, counting=counting)
-        return Kept(value=kept.value, started=kept.started, took_s=kept.took_s, error=kept.error, counting=counting)
+            return Kept(value=None, started=self.monotonic(), counting=counting)
+        return replace(kept, counting=counting)
 
     def forget(self) -> None:
         """Drop every count kept (one being made is kept when it is done): the next page asks for them afresh."""
@@ -88,11 +87,12 @@ class KeptCounts:
             value = count()
         except Exception as exc:  # a failed count is shown on the page and made again when next asked for
             log.exception("counting %s failed", key)
-            previous = self._kept.get(key)
+            with self._lock:
+                previous = self._kept.get(key)
             value, error = (None if previous is None else previous.value), f"{type(exc).__name__}: {exc}"[:300]
             if previous is not None:  # the value shown is still the last one that held, as old as it is
                 started = previous.started
         with self._lock:
-            self._kept[key] = Kept(value=value, started=started, took_s=self.monotonic() - started, error=error)
+            self._kept[key] = Kept(value=value, started=started, error=error)
             del self._running[key]
         done.set()

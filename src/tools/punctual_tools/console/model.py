@@ -30,15 +30,6 @@ class TaskFilter:
     ``kind`` and ``retrying`` are read from each task, not from an index: a page so filtered reads index pages until
     it is full (a few at most) and says how many entries it read."""
 
-    def keeps(self, task: Task) -> bool:
-        """Whether ``task`` passes what no index answers (its action kind, whether it was tried before)."""
-        return (self.kind is None or task.action.kind == self.kind) and (not self.retrying or task.attempt > 0)
-
-    @property
-    def reads_tasks(self) -> bool:
-        """Whether it filters what an index answers by what each task holds."""
-        return self.kind is not None or self.retrying
-
     status: TaskStatus | None = None
     tenant: str | None = None
     due_from_ms: int | None = None
@@ -47,6 +38,15 @@ class TaskFilter:
     retrying: bool = False  # only tasks tried before (attempt 1 or more): active ones wait for their next try
     after: str | None = None
     limit: int = PAGE_SIZE
+
+    def keeps(self, task: Task) -> bool:
+        """Whether ``task`` passes what no index answers (its action kind, whether it was tried before)."""
+        return (self.kind is None or task.action.kind == self.kind) and (not self.retrying or task.attempt > 0)
+
+    @property
+    def reads_tasks(self) -> bool:
+        """Whether it filters what an index answers by what each task holds."""
+        return self.kind is not None or self.retrying
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

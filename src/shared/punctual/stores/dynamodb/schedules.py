@@ -349,8 +349,14 @@ class ScheduleItems:
             ":cleanup": 1 if cleanup else 0,
             ":registry": SCHEDULE_REGISTRY,
         }
-        sets = ["#ver = :nv", "#state = :state", "#def = :definition", "updated_ms = :now", "cleanup = :cleanup"]
-        sets.append("schedule_id = :registry")  # an item written before the registry joins it (else: unchanged)
+        sets = [
+            "#ver = :nv",
+            "#state = :state",
+            "#def = :definition",
+            "updated_ms = :now",
+            "cleanup = :cleanup",
+            "schedule_id = :registry",  # an item written before the registry joins it (else: unchanged)
+        ]
         update = _place(sets, values, changed.next_due_ms, self._index_fields(changed, now_ms, cleanup=cleanup))
         write = {
             "TableName": self.table.name,
